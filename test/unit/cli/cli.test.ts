@@ -1,0 +1,41 @@
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { test } from 'node:test';
+import { captureLogger } from '../../helpers.ts';
+
+const root = new URL('../../..', import.meta.url).pathname;
+const kctl = (...args: string[]) => spawnSync(process.execPath, ['--import', 'tsx', 'src/cli/index.ts', ...args], { cwd: root, encoding: 'utf8' });
+
+test('an unknown command prints one error line plus usage and exits non-zero', () => {
+  const r = kctl('frobnicate');
+  assert.notEqual(r.status, 0);
+  const lines = r.stderr.trim().split('\n');
+  assert.equal(lines[0], "kctl: unknown command 'frobnicate'");
+  assert.match(lines[1] ?? '', /^usage: kctl /);
+  assert.equal(lines.length, 2);
+});
+
+test('an unknown flag is refused the same way', () => {
+  const r = kctl('version', '--frob');
+  assert.notEqual(r.status, 0);
+  assert.equal(r.stderr.trim().split('\n')[0], "kctl: unknown option '--frob'");
+});
+
+test('a bad -o value names the allowed choices', () => {
+  const r = kctl('version', '-o', 'yaml');
+  assert.notEqual(r.status, 0);
+  assert.match(r.stderr, /kctl: option '-o, --output <format>' argument 'yaml' is invalid. Allowed choices are text, json/);
+});
+
+test('--help lists the commands and global flags', () => {
+  const r = kctl('--help');
+  assert.equal(r.status, 0);
+  for (const s of ['version', 'controller', '--data-dir', '--debug']) assert.ok(r.stdout.includes(s), `help lacks ${s}`);
+});
+
+test('every log line is JSON with a component field', () => {
+  const { log, lines } = captureLogger();
+  log.info('root line');
+  log.child({ component: 'stage' }).info('child line');
+  assert.deepEqual(lines().map((l) => [l.component, l.msg]), [['kctl', 'root line'], ['stage', 'child line']]);
+});

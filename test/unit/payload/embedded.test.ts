@@ -1,0 +1,45 @@
+import assert from 'node:assert/strict';
+import { createHash } from 'node:crypto';
+import { writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { text } from 'node:stream/consumers';
+import { test } from 'node:test';
+import { readEmbeddedPayload, TRAILER_MAGIC, TRAILER_SIZE, type PayloadIndex } from '../../../src/payload/payload.ts';
+import { tempDir } from '../../helpers.ts';
+
+function withPayload(exe: Buffer, parts: Record<string, string>): Buffer {
+  let offset = exe.length;
+  const components = Object.entries(parts).map(([name, body]) => {
+    const e = { name, version: 'v1', sha256: createHash('sha256').update(body).digest('hex'), size: body.length, path: name, roles: ['worker' as const], offset };
+    offset += body.length;
+    return e;
+  });
+  const index = Buffer.from(JSON.stringify({ kctl: '1.2.3', platform: 'linux/amd64', components } satisfies PayloadIndex));
+  const trailer = Buffer.alloc(TRAILER_SIZE);
+  trailer.write(TRAILER_MAGIC, 0, 'latin1');
+  trailer.writeBigUInt64LE(BigInt(offset), 8);
+  trailer.writeBigUInt64LE(BigInt(index.length), 16);
+  return Buffer.concat([exe, ...Object.values(parts).map((b) => Buffer.from(b)), index, trailer]);
+}
+
+test('reads components back from bytes appended to an executable', async (t) => {
+  const dir = await tempDir(t);
+  const file = join(dir, 'kctl');
+  await writeFile(file, withPayload(Buffer.from('\x7fELF fake executable'), { runc: 'runc-bytes', containerd: 'containerd-bytes' }));
+  const p = await readEmbeddedPayload(file);
+  assert.ok(p);
+  assert.equal(p.index.kctl, '1.2.3');
+  assert.equal(await text(p.open(p.index.components[1]!)), 'containerd-bytes');
+  assert.equal(await text(p.open(p.index.components[0]!)), 'runc-bytes');
+});
+
+test('a file without a trailer has no payload; a damaged trailer is a clear error', async (t) => {
+  const dir = await tempDir(t);
+  const plain = join(dir, 'plain');
+  await writeFile(plain, Buffer.alloc(100, 1));
+  assert.equal(await readEmbeddedPayload(plain), null);
+  const damaged = join(dir, 'damaged');
+  const good = withPayload(Buffer.from('exe'), { a: 'x' });
+  await writeFile(damaged, Buffer.concat([Buffer.from('junk'), good]));
+  await assert.rejects(readEmbeddedPayload(damaged), /payload trailer is inconsistent/);
+});

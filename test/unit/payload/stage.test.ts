@@ -1,0 +1,96 @@
+import assert from 'node:assert/strict';
+import { createHash } from 'node:crypto';
+import { chmod, mkdir, readdir, readFile, stat, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { test } from 'node:test';
+import type { LockEntry, Role } from '../../../src/payload/manifest.ts';
+import { DirectoryPayload, type PayloadIndex } from '../../../src/payload/payload.ts';
+import { PayloadChecksumError, stageComponents } from '../../../src/payload/stage.ts';
+import { captureLogger, tempDir } from '../../helpers.ts';
+
+const sha = (b: Buffer | string) => createHash('sha256').update(b).digest('hex');
+
+async function fakePayload(dir: string, files: { name: string; body: string; roles: Role[]; path?: string }[]): Promise<DirectoryPayload> {
+  const components: LockEntry[] = [];
+  for (const f of files) {
+    const path = f.path ?? f.name;
+    await mkdir(join(dir, path, '..'), { recursive: true });
+    await writeFile(join(dir, path), f.body);
+    components.push({ name: f.name, version: 'v1.0.0', sha256: sha(f.body), size: Buffer.byteLength(f.body), path, roles: f.roles });
+  }
+  const index: PayloadIndex = { kctl: '0.0.0-test', platform: 'linux/amd64', components };
+  return new DirectoryPayload(dir, index);
+}
+
+const files = [
+  { name: 'etcd', body: 'etcd-binary-'.repeat(5000), roles: ['controller'] as Role[] },
+  { name: 'kubelet', body: 'kubelet-binary', roles: ['worker'] as Role[] },
+  { name: 'bridge', body: 'cni-bridge', roles: ['worker'] as Role[], path: 'cni/bridge' },
+];
+
+test('stages only the requested role, executable, with a manifest', async (t) => {
+  const src = await tempDir(t); const bin = join(await tempDir(t), 'bin');
+  const payload = await fakePayload(src, files);
+  const { log } = captureLogger();
+  const r = await stageComponents(payload, bin, ['worker'], log);
+  assert.deepEqual(r.staged.sort(), ['bridge', 'kubelet']);
+  assert.equal(await readFile(join(bin, 'cni/bridge'), 'utf8'), 'cni-bridge');
+  assert.equal((await stat(join(bin, 'kubelet'))).mode & 0o777, 0o755);
+  await assert.rejects(stat(join(bin, 'etcd')), { code: 'ENOENT' });
+  const manifest = JSON.parse(await readFile(join(bin, 'manifest.json'), 'utf8')) as { components: { name: string; sha256: string }[] };
+  assert.deepEqual(manifest.components.map((c) => c.name).sort(), ['bridge', 'kubelet']);
+});
+
+test('a second staging leaves unchanged files alone', async (t) => {
+  const src = await tempDir(t); const bin = join(await tempDir(t), 'bin');
+  const payload = await fakePayload(src, files);
+  const { log } = captureLogger();
+  await stageComponents(payload, bin, ['controller'], log);
+  const before = await stat(join(bin, 'etcd'));
+  const r = await stageComponents(payload, bin, ['controller'], log);
+  assert.deepEqual(r.unchanged, ['etcd']);
+  assert.deepEqual(r.staged, []);
+  assert.equal((await stat(join(bin, 'etcd'))).ino, before.ino, 'file was rewritten');
+});
+
+test('a tampered staged file is detected, replaced, and logged', async (t) => {
+  const src = await tempDir(t); const bin = join(await tempDir(t), 'bin');
+  const payload = await fakePayload(src, files);
+  const cap = captureLogger();
+  await stageComponents(payload, bin, ['controller'], cap.log);
+  await writeFile(join(bin, 'etcd'), '#!/bin/sh\necho evil\n');
+  await chmod(join(bin, 'etcd'), 0o755);
+  const r = await stageComponents(payload, bin, ['controller'], cap.log);
+  assert.deepEqual(r.replaced, ['etcd']);
+  assert.equal(sha(await readFile(join(bin, 'etcd'))), sha(files[0]!.body));
+  const warn = cap.lines().find((l) => l.msg === 'replaced a corrupted or foreign component binary');
+  assert.ok(warn, 'no log line about the replacement');
+  assert.equal(warn.component, 'kctl');
+});
+
+test('concurrent stagings into one dir leave correct files and no temp files', async (t) => {
+  const src = await tempDir(t); const bin = join(await tempDir(t), 'bin');
+  const payload = await fakePayload(src, files);
+  const { log } = captureLogger();
+  const results = await Promise.all([1, 2, 3, 4].map(() => stageComponents(payload, bin, ['controller', 'worker'], log)));
+  const stagedCount = results.reduce((n, r) => n + r.staged.length, 0);
+  assert.equal(stagedCount, 3, 'each file is copied exactly once under the lock');
+  for (const f of files) assert.equal(sha(await readFile(join(bin, f.path ?? f.name))), sha(f.body));
+  const leftovers = (await readdir(bin)).filter((n) => n.endsWith('.tmp') || n === '.stage.lock');
+  assert.deepEqual(leftovers, []);
+});
+
+test('a payload whose checksum does not match refuses to stage, writes nothing', async (t) => {
+  const src = await tempDir(t); const bin = join(await tempDir(t), 'bin');
+  const payload = await fakePayload(src, files);
+  await writeFile(join(src, 'kubelet'), 'kubelet-binarX'); // same size, different bytes
+  const { log } = captureLogger();
+  await assert.rejects(stageComponents(payload, bin, ['worker'], log), (err: Error) => {
+    assert.ok(err instanceof PayloadChecksumError);
+    assert.match(err.message, /payload component kubelet is corrupt .*reinstall or rebuild kctl/);
+    assert.equal(err.message.includes('\n'), false);
+    return true;
+  });
+  await assert.rejects(stat(join(bin, 'kubelet')), { code: 'ENOENT' });
+  assert.deepEqual((await readdir(bin)).filter((n) => n.endsWith('.tmp')), []);
+});
