@@ -13,6 +13,7 @@ import {
 import { ensureDebianPackages } from './debian.ts';
 import { downloadComponents } from './download-components.ts';
 import { progress } from './progress.ts';
+import { checkVersion } from '../src/payload/verify.ts';
 
 const { manifest, key } = loadManifest();
 const outDir = join(cacheRoot(), 'components', key);
@@ -71,14 +72,6 @@ async function buildComponent(c: ComponentPin, pin: SourcePin, src: PreparedSour
   if (r.exitCode !== 0) throw new Error(`go build ${c.name} failed:\n${r.all}`);
   await rename(`${out}.tmp`, out);
   return out;
-}
-
-export async function checkVersion(c: ComponentPin, path: string): Promise<void> {
-  if (!c.versionCheck) return;
-  const r = await execa(path, c.versionCheck.args, { reject: false, all: true, timeout: 20_000, env: {}, extendEnv: false });
-  if (!(r.all ?? '').includes(c.versionCheck.expect)) {
-    throw new Error(`${c.name} reports the wrong version: expected "${c.versionCheck.expect}", got "${(r.all ?? '').split('\n')[0]}"`);
-  }
 }
 
 async function readLock(): Promise<PayloadLock | null> {
