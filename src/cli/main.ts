@@ -3,7 +3,9 @@ import { Command, CommanderError } from 'commander';
 import { KCTL_VERSION } from '../version.ts';
 import { controllerCommand } from './controller.ts';
 import { reportAndExit } from './errors.ts';
-import { DEFAULT_DATA_DIR } from './globals.ts';
+import { DEFAULT_DATA_DIR, DEFAULT_RUN_DIR } from './globals.ts';
+import { configCommand, kubeconfigCommand, kubectlCommand } from './kubeconfig.ts';
+import { statusCommand } from './status.ts';
 import { versionCommand } from './version.ts';
 
 export function buildProgram(): Command {
@@ -11,6 +13,7 @@ export function buildProgram(): Command {
     .description('kctl: a single-binary Kubernetes distribution for remote control planes')
     .version(KCTL_VERSION, '--version', 'print the kctl version')
     .option('--data-dir <dir>', 'where kctl keeps its state', DEFAULT_DATA_DIR)
+    .option('--run-dir <dir>', 'pid files and sockets (status.sock)', DEFAULT_RUN_DIR)
     .option('--debug', 'debug logs and stack traces on errors')
     .showSuggestionAfterError()
     .exitOverride()
@@ -21,6 +24,10 @@ export function buildProgram(): Command {
   program.showHelpAfterError(`usage: kctl ${program.usage()}  (kctl --help for more)`);
   versionCommand(program);
   controllerCommand(program);
+  statusCommand(program);
+  kubeconfigCommand(program);
+  kubectlCommand(program);
+  configCommand(program);
   for (const c of program.commands) c.exitOverride().showHelpAfterError(`usage: kctl ${c.name()} ${c.usage()}`);
   return program;
 }

@@ -1,0 +1,56 @@
+import type { Command } from 'commander';
+import { execa } from 'execa';
+import { existsSync } from 'node:fs';
+import { readFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { defaultConfigYaml } from '../controller/config.ts';
+import { componentLogger } from '../log/logger.ts';
+import { findPayload } from '../payload/payload.ts';
+import { stageComponents } from '../payload/stage.ts';
+import { KCTL_VERSION } from '../version.ts';
+import { UserError } from './errors.ts';
+import { globals, loggerFor } from './globals.ts';
+
+function adminConf(dataDir: string): string {
+  return join(dataDir, 'pki', 'admin.conf');
+}
+
+export function kubeconfigCommand(program: Command): void {
+  const kc = program.command('kubeconfig').description('print kubeconfigs for this cluster');
+  kc.command('admin')
+    .description('print the cluster-admin kubeconfig (keep it secret: it grants full access)')
+    .action(async (_opts: unknown, cmd: Command) => {
+      const file = adminConf(globals(cmd).dataDir);
+      if (!existsSync(file)) throw new UserError(`no admin kubeconfig at ${file}; run kctl controller (or --init-only) with this --data-dir first`);
+      process.stdout.write(await readFile(file, 'utf8'));
+    });
+}
+
+export function configCommand(program: Command): void {
+  const c = program.command('config').description('cluster configuration files');
+  c.command('create')
+    .description('print a full ClusterConfig with every default filled in')
+    .action(() => { process.stdout.write(defaultConfigYaml()); });
+}
+
+export function kubectlCommand(program: Command): void {
+  program
+    .command('kubectl')
+    .description('run the bundled kubectl (uses the admin kubeconfig unless KUBECONFIG or --kubeconfig is given)')
+    .helpOption(false)
+    .allowUnknownOption()
+    .allowExcessArguments()
+    .argument('[args...]')
+    .action(async (args: string[], _opts: unknown, cmd: Command) => {
+      const g = globals(cmd);
+      const kubectl = join(g.dataDir, 'bin', 'kubectl');
+      if (!existsSync(kubectl)) {
+        await stageComponents(await findPayload(KCTL_VERSION), join(g.dataDir, 'bin'), ['controller'], componentLogger(loggerFor(cmd), 'stage'));
+      }
+      const env: Record<string, string> = {};
+      const explicit = process.env.KUBECONFIG || args.some((a) => a === '--kubeconfig' || a.startsWith('--kubeconfig='));
+      if (!explicit && existsSync(adminConf(g.dataDir))) env.KUBECONFIG = adminConf(g.dataDir);
+      const r = await execa(kubectl, args, { stdio: 'inherit', reject: false, env });
+      process.exitCode = r.exitCode ?? 1;
+    });
+}

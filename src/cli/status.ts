@@ -1,0 +1,34 @@
+import type { Command } from 'commander';
+import { join } from 'node:path';
+import { readStatus, type StatusReport } from '../controller/status.ts';
+import { UserError } from './errors.ts';
+import { globals } from './globals.ts';
+import { outputOption, printJson, type OutputFormat } from './output.ts';
+
+function formatDuration(s: number | undefined): string {
+  if (s === undefined) return '-';
+  if (s < 120) return `${s}s`;
+  if (s < 7200) return `${Math.floor(s / 60)}m`;
+  return `${Math.floor(s / 3600)}h`;
+}
+
+export function renderStatus(r: StatusReport): string {
+  const rows = r.components.map((c) => [c.name, c.state, c.pid ? String(c.pid) : '-', String(c.restarts), formatDuration(c.uptimeSeconds), c.lastError ?? '']);
+  const head = ['COMPONENT', 'STATE', 'PID', 'RESTARTS', 'UPTIME', 'LAST ERROR'];
+  const widths = head.map((h, i) => Math.max(h.length, ...rows.map((row) => row[i]!.length)));
+  const line = (cells: string[]) => cells.map((c, i) => c.padEnd(widths[i]!)).join('  ').trimEnd();
+  return [`Role:    ${r.role}`, `Version: ${r.version}`, `PID:     ${r.pid}`, `Uptime:  ${formatDuration(r.uptimeSeconds)}`, '', line(head), ...rows.map(line)].join('\n') + '\n';
+}
+
+export function statusCommand(program: Command): void {
+  program
+    .command('status')
+    .description('show the state of the running kctl on this host (role, version, components)')
+    .addOption(outputOption())
+    .action(async (opts: { output: OutputFormat }, cmd: Command) => {
+      const g = globals(cmd);
+      const report = await readStatus(join(g.runDir, 'status.sock')).catch((err: Error) => { throw new UserError(err.message); });
+      if (opts.output === 'json') printJson(report);
+      else process.stdout.write(renderStatus(report));
+    });
+}

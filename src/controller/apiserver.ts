@@ -1,0 +1,68 @@
+// kube-apiserver: secure serving on spec.api.port, etcd or kine storage, bootstrap tokens,
+// Node+RBAC, the aggregation layer, and (once the konnectivity server runs) the egress selector.
+import { join } from 'node:path';
+import { etcdClientUrl } from '../etcd/etcd.ts';
+import { kineEndpoint } from '../etcd/kine.ts';
+import type { Logger } from '../log/logger.ts';
+import type { PkiPaths } from '../pki/index.ts';
+import { Supervisor } from '../supervisor/process.ts';
+import type { ClusterConfig } from './config.ts';
+import { flags, type ControllerPaths } from './paths.ts';
+import { httpsReady } from './probe.ts';
+
+export function serviceAccountIssuer(cfg: ClusterConfig): string {
+  return `https://kubernetes.default.svc.${cfg.spec.network.clusterDomain}`;
+}
+
+export function apiserverArgs(cfg: ClusterConfig, paths: ControllerPaths, pki: PkiPaths, opts: { egress: boolean }): string[] {
+  const storage: Record<string, string> = cfg.spec.storage.type === 'etcd'
+    ? { 'etcd-servers': etcdClientUrl(cfg), 'etcd-cafile': pki.etcdCaCert, 'etcd-certfile': pki.apiserverEtcdClientCert, 'etcd-keyfile': pki.apiserverEtcdClientKey }
+    : { 'etcd-servers': kineEndpoint(paths) };
+  return flags({
+    'advertise-address': cfg.spec.api.address,
+    'bind-address': '0.0.0.0',
+    'secure-port': cfg.spec.api.port,
+    'tls-cert-file': pki.serverCert,
+    'tls-private-key-file': pki.serverKey,
+    'client-ca-file': pki.caCert,
+    ...storage,
+    'service-cluster-ip-range': cfg.spec.network.serviceCIDR,
+    'service-account-issuer': serviceAccountIssuer(cfg),
+    'service-account-key-file': pki.saPub,
+    'service-account-signing-key-file': pki.saKey,
+    'api-audiences': `${serviceAccountIssuer(cfg)},system:konnectivity-server`,
+    'enable-bootstrap-token-auth': true,
+    'authorization-mode': 'Node,RBAC',
+    'enable-admission-plugins': 'NodeRestriction',
+    'allow-privileged': true,
+    'kubelet-client-certificate': pki.kubeletClientCert,
+    'kubelet-client-key': pki.kubeletClientKey,
+    'kubelet-preferred-address-types': 'InternalIP,ExternalIP,Hostname',
+    'proxy-client-cert-file': pki.frontProxyClientCert,
+    'proxy-client-key-file': pki.frontProxyClientKey,
+    'requestheader-client-ca-file': pki.frontProxyCaCert,
+    'requestheader-allowed-names': 'front-proxy-client',
+    'requestheader-username-headers': 'X-Remote-User',
+    'requestheader-group-headers': 'X-Remote-Group',
+    'requestheader-extra-headers-prefix': 'X-Remote-Extra-',
+    'enable-aggregator-routing': false,
+    profiling: false,
+    ...(opts.egress ? { 'egress-selector-config-file': paths.egressConfig } : {}),
+  }, cfg.spec.api.extraArgs);
+}
+
+export class ApiserverComponent extends Supervisor {
+  readonly readyTimeoutMs = 180_000;
+
+  constructor(cfg: ClusterConfig, paths: ControllerPaths, pki: PkiPaths, log: Logger, opts: { egress: boolean }) {
+    super({
+      name: 'kube-apiserver',
+      binary: join(paths.binDir, 'kube-apiserver'),
+      args: apiserverArgs(cfg, paths, pki, opts),
+      runDir: paths.runDir,
+      log,
+      // /readyz is open to anonymous users (system:public-info-viewer).
+      ready: httpsReady({ url: `https://127.0.0.1:${cfg.spec.api.port}/readyz`, ca: pki.caCert }, 'kube-apiserver'),
+    });
+  }
+}

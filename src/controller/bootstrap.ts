@@ -1,0 +1,92 @@
+// Cluster objects kctl owns, applied at every start (server-side apply is idempotent):
+// node bootstrap and CSR auto-approval RBAC, the apiserver's kubelet access, cluster-info.
+import { execa } from 'execa';
+import { readFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { stringify } from 'yaml';
+import type { Logger } from '../log/logger.ts';
+import type { PkiPaths } from '../pki/index.ts';
+import type { Component, ComponentStatus } from '../supervisor/component.ts';
+import type { ClusterConfig } from './config.ts';
+import type { ControllerPaths } from './paths.ts';
+import { pollUntil } from './probe.ts';
+
+const rbac = 'rbac.authorization.k8s.io';
+
+function clusterRoleBinding(name: string, role: string, subject: { kind: 'Group' | 'User'; name: string }): object {
+  return {
+    apiVersion: `${rbac}/v1`, kind: 'ClusterRoleBinding', metadata: { name, labels: { 'app.kubernetes.io/managed-by': 'kctl' } },
+    roleRef: { apiGroup: rbac, kind: 'ClusterRole', name: role },
+    subjects: [{ apiGroup: rbac, ...subject }],
+  };
+}
+
+export function apiServerUrl(cfg: ClusterConfig): string {
+  const a = cfg.spec.api.address;
+  return `https://${a.includes(':') ? `[${a}]` : a}:${cfg.spec.api.port}`;
+}
+
+export function bootstrapObjects(cfg: ClusterConfig, caPem: string): object[] {
+  const clusterInfo = stringify({
+    apiVersion: 'v1', kind: 'Config',
+    clusters: [{ name: '', cluster: { server: apiServerUrl(cfg), 'certificate-authority-data': Buffer.from(caPem).toString('base64') } }],
+    contexts: [], users: [],
+  });
+  return [
+    // Bootstrap tokens (group system:bootstrappers) may create node client CSRs, approved automatically.
+    clusterRoleBinding('kctl:bootstrappers:node-bootstrapper', 'system:node-bootstrapper', { kind: 'Group', name: 'system:bootstrappers' }),
+    clusterRoleBinding('kctl:bootstrappers:nodeclient-autoapprove', 'system:certificates.k8s.io:certificatesigningrequests:nodeclient', { kind: 'Group', name: 'system:bootstrappers' }),
+    // Nodes renew their own client certificates.
+    clusterRoleBinding('kctl:nodes:selfnodeclient-autoapprove', 'system:certificates.k8s.io:certificatesigningrequests:selfnodeclient', { kind: 'Group', name: 'system:nodes' }),
+    // kube-apiserver -> kubelet (logs, exec, port-forward) authenticates as this user.
+    clusterRoleBinding('kctl:apiserver-kubelet-client', 'system:kubelet-api-admin', { kind: 'User', name: 'kube-apiserver-kubelet-client' }),
+    // cluster-info, signed by the bootstrapsigner controller, readable without credentials.
+    { apiVersion: 'v1', kind: 'ConfigMap', metadata: { name: 'cluster-info', namespace: 'kube-public' }, data: { kubeconfig: clusterInfo } },
+    {
+      apiVersion: `${rbac}/v1`, kind: 'Role', metadata: { name: 'kctl:cluster-info-reader', namespace: 'kube-public' },
+      rules: [{ apiGroups: [''], resources: ['configmaps'], resourceNames: ['cluster-info'], verbs: ['get'] }],
+    },
+    {
+      apiVersion: `${rbac}/v1`, kind: 'RoleBinding', metadata: { name: 'kctl:cluster-info-reader', namespace: 'kube-public' },
+      roleRef: { apiGroup: rbac, kind: 'Role', name: 'kctl:cluster-info-reader' },
+      subjects: [{ apiGroup: rbac, kind: 'User', name: 'system:anonymous' }],
+    },
+  ];
+}
+
+export class BootstrapComponent implements Component {
+  readonly name = 'bootstrap';
+  private state: ComponentStatus = { name: 'bootstrap', state: 'pending', restarts: 0 };
+  private appliedAt = 0;
+
+  constructor(private readonly cfg: ClusterConfig, private readonly paths: ControllerPaths, private readonly pki: PkiPaths, private readonly log: Logger) {}
+
+  async init(): Promise<void> {}
+
+  async start(): Promise<void> {
+    this.state = { ...this.state, state: 'starting' };
+  }
+
+  async ready(signal: AbortSignal): Promise<void> {
+    const docs = bootstrapObjects(this.cfg, await readFile(this.pki.caCert, 'utf8'));
+    const input = docs.map((d) => stringify(d)).join('---\n');
+    await pollUntil(signal, 'bootstrap objects', async () => {
+      const r = await execa(join(this.paths.binDir, 'kubectl'), ['--kubeconfig', this.pki.adminConf, 'apply', '--server-side', '--field-manager=kctl', '--force-conflicts', '-f', '-'], { input, reject: false, extendEnv: false, env: {} });
+      if (r.exitCode !== 0) throw new Error(r.stderr.trim().split('\n')[0] ?? `kubectl apply exited ${r.exitCode}`);
+    }, 1000).catch((err: Error) => {
+      this.state = { ...this.state, state: 'failed', lastError: err.message };
+      throw err;
+    });
+    this.appliedAt = Date.now();
+    this.state = { ...this.state, state: 'running', lastError: undefined };
+    this.log.info({ objects: docs.length }, 'bootstrap objects applied');
+  }
+
+  async stop(): Promise<void> {
+    this.state = { ...this.state, state: 'stopped' };
+  }
+
+  status(): ComponentStatus {
+    return { ...this.state, uptimeSeconds: this.appliedAt ? Math.round((Date.now() - this.appliedAt) / 1000) : undefined };
+  }
+}

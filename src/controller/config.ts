@@ -1,0 +1,119 @@
+// ClusterConfig (apiVersion kctl.dev/v1alpha1), shaped like k0s's. Every field has a default,
+// unknown fields are rejected, and a bad value names its path and what is expected.
+import { readFile } from 'node:fs/promises';
+import { isIP } from 'node:net';
+import { networkInterfaces } from 'node:os';
+import { parseDocument, stringify } from 'yaml';
+import { z } from 'zod';
+import { UserError } from '../cli/errors.ts';
+
+const port = (def: number) => z.number().int().min(1).max(65535).default(def);
+const cidr = (def: string) => z.string().refine(isCidr, { message: 'expected a CIDR such as 10.96.0.0/12' }).default(def);
+const extraArgs = z.record(z.string(), z.string()).default({});
+// Objects use prefault so that their fields' own defaults apply when the object is absent.
+
+function isCidr(s: string): boolean {
+  const [ip, bits, ...rest] = s.split('/');
+  if (rest.length || !ip || !bits || !/^\d+$/.test(bits)) return false;
+  const v = isIP(ip);
+  return v !== 0 && Number(bits) <= (v === 4 ? 32 : 128);
+}
+
+const hostOrIp = z.string().min(1).refine((s) => isIP(s) !== 0 || /^[a-zA-Z0-9]([a-zA-Z0-9.-]*[a-zA-Z0-9])?$/.test(s), { message: 'expected an IP address or DNS name' });
+
+export const clusterConfigSchema = z.strictObject({
+  apiVersion: z.literal('kctl.dev/v1alpha1').default('kctl.dev/v1alpha1'),
+  kind: z.literal('ClusterConfig').default('ClusterConfig'),
+  metadata: z.strictObject({ name: z.string().default('kctl') }).prefault({}),
+  spec: z.strictObject({
+    api: z.strictObject({
+      address: z.string().refine((s) => isIP(s) !== 0, { message: 'expected an IP address (the address workers use to reach this controller)' }).optional(),
+      port: port(6443),
+      sans: z.array(hostOrIp).default([]),
+      extraArgs,
+    }).prefault({}),
+    konnectivity: z.strictObject({
+      agentPort: port(8132),
+      adminPort: port(8133),
+    }).prefault({}),
+    storage: z.strictObject({
+      type: z.enum(['etcd', 'kine']).optional(),
+      etcd: z.strictObject({ clientPort: port(2379), peerPort: port(2380), extraArgs }).prefault({}),
+      kine: z.strictObject({
+        dataSource: z.string().refine((s) => /^(sqlite|postgres|mysql|nats|https?):\/\//.test(s), { message: 'expected a kine data source URL (sqlite://, postgres://, mysql://)' }).optional(),
+      }).prefault({}),
+    }).prefault({}),
+    network: z.strictObject({
+      podCIDR: cidr('10.244.0.0/16'),
+      serviceCIDR: cidr('10.96.0.0/12'),
+      clusterDomain: z.string().regex(/^[a-z0-9]([a-z0-9.-]*[a-z0-9])?$/, 'expected a DNS domain such as cluster.local').default('cluster.local'),
+    }).prefault({}),
+    scheduler: z.strictObject({ port: port(10259), extraArgs }).prefault({}),
+    controllerManager: z.strictObject({ port: port(10257), extraArgs }).prefault({}),
+  }).prefault({}),
+});
+
+export type ClusterConfigInput = z.input<typeof clusterConfigSchema>;
+type Parsed = z.output<typeof clusterConfigSchema>;
+
+/** The config with every default filled in, including the ones that depend on flags and the host. */
+export interface ClusterConfig extends Parsed {
+  spec: Parsed['spec'] & {
+    api: Parsed['spec']['api'] & { address: string };
+    storage: Parsed['spec']['storage'] & { type: 'etcd' | 'kine' };
+  };
+}
+
+export interface ConfigFlags {
+  single?: boolean;
+  storage?: 'etcd' | 'kine';
+}
+
+/** First non-internal IPv4 address: what k0s also picks when no address is configured. */
+export function defaultAddress(): string {
+  for (const list of Object.values(networkInterfaces())) {
+    for (const a of list ?? []) if (a.family === 'IPv4' && !a.internal) return a.address;
+  }
+  return '127.0.0.1';
+}
+
+function describeIssue(issue: z.core.$ZodIssue): string {
+  const path = issue.path.length ? issue.path.join('.') : '(top level)';
+  if (issue.code === 'unrecognized_keys') return `${path}${path === '(top level)' ? '' : ''}: unknown field(s) ${issue.keys.map((k) => `"${k}"`).join(', ')}`;
+  return `${path}: ${issue.message}`;
+}
+
+export function parseConfig(input: unknown, source: string, flags: ConfigFlags = {}): ClusterConfig {
+  const r = clusterConfigSchema.safeParse(input ?? {});
+  if (!r.success) {
+    throw new UserError(`invalid config ${source}: ${r.error.issues.map(describeIssue).join('; ')}`);
+  }
+  const c = r.data;
+  const storageType = flags.storage ?? c.spec.storage.type ?? (flags.single ? 'kine' : 'etcd');
+  return {
+    ...c,
+    spec: {
+      ...c.spec,
+      api: { ...c.spec.api, address: c.spec.api.address ?? defaultAddress() },
+      storage: { ...c.spec.storage, type: storageType },
+    },
+  };
+}
+
+export async function loadConfig(file: string | undefined, flags: ConfigFlags = {}): Promise<ClusterConfig> {
+  if (!file) return parseConfig({}, '(defaults)', flags);
+  let text: string;
+  try {
+    text = await readFile(file, 'utf8');
+  } catch (err) {
+    throw new UserError(`cannot read config ${file}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`);
+  }
+  const doc = parseDocument(text);
+  if (doc.errors.length) throw new UserError(`config ${file} is not valid YAML: ${doc.errors[0]!.message.split('\n')[0]}`);
+  return parseConfig(doc.toJS(), file, flags);
+}
+
+export function defaultConfigYaml(): string {
+  const c = parseConfig({}, '(defaults)');
+  return stringify(c);
+}

@@ -1,0 +1,40 @@
+// Every path the controller uses, derived from --data-dir and --run-dir in one place.
+import { join } from 'node:path';
+
+export interface ControllerPaths {
+  dataDir: string;
+  runDir: string;
+  binDir: string;
+  pkiDir: string;
+  etcdDataDir: string;
+  kineDbDir: string;
+  kineSocket: string;
+  statusSocket: string;
+  konnectivitySocket: string;
+  egressConfig: string;
+  manifestsDir: string;
+}
+
+export function controllerPaths(dataDir: string, runDir: string): ControllerPaths {
+  return {
+    dataDir,
+    runDir,
+    binDir: join(dataDir, 'bin'),
+    pkiDir: join(dataDir, 'pki'),
+    etcdDataDir: join(dataDir, 'etcd'),
+    kineDbDir: join(dataDir, 'db'),
+    kineSocket: join(runDir, 'kine.sock'),
+    statusSocket: join(runDir, 'status.sock'),
+    konnectivitySocket: join(runDir, 'konnectivity-server.sock'),
+    egressConfig: join(dataDir, 'egress-selector.yaml'),
+    manifestsDir: join(dataDir, 'manifests'),
+  };
+}
+
+/** Component flags: kctl's defaults, then the user's extraArgs from the config (which win). */
+export function flags(defaults: Record<string, string | number | boolean>, extra: Record<string, string> = {}): string[] {
+  const merged: Record<string, string> = {};
+  for (const [k, v] of Object.entries(defaults)) merged[k] = String(v);
+  for (const [k, v] of Object.entries(extra)) merged[k.replace(/^--/, '')] = v;
+  return Object.entries(merged).map(([k, v]) => `--${k}=${v}`);
+}

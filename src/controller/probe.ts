@@ -1,0 +1,55 @@
+// Readiness probes over HTTPS (optionally with a client certificate), retried until aborted.
+import { readFileSync } from 'node:fs';
+import { request } from 'node:https';
+import { setTimeout as sleep } from 'node:timers/promises';
+
+export interface HttpsProbe {
+  url: string;
+  ca?: string;            // CA file; omitted = do not verify (self-signed component endpoints on loopback)
+  cert?: string;
+  key?: string;
+  expect?: (status: number, body: string) => boolean;
+}
+
+export function httpsGet(p: HttpsProbe, timeoutMs = 3000): Promise<{ status: number; body: string }> {
+  return new Promise((resolve, reject) => {
+    const req = request(p.url, {
+      ca: p.ca ? readFileSync(p.ca) : undefined,
+      cert: p.cert ? readFileSync(p.cert) : undefined,
+      key: p.key ? readFileSync(p.key) : undefined,
+      rejectUnauthorized: p.ca !== undefined,
+      timeout: timeoutMs,
+    }, (res) => {
+      let body = '';
+      res.setEncoding('utf8');
+      res.on('data', (c: string) => { if (body.length < 65536) body += c; });
+      res.on('end', () => resolve({ status: res.statusCode ?? 0, body }));
+    });
+    req.on('timeout', () => req.destroy(new Error(`timed out after ${timeoutMs} ms`)));
+    req.on('error', reject);
+    req.end();
+  });
+}
+
+/** Polls until the check passes; rejects with the last reason when the signal aborts. */
+export async function pollUntil(signal: AbortSignal, what: string, check: () => Promise<void>, intervalMs = 500): Promise<void> {
+  let last = 'not checked yet';
+  while (!signal.aborted) {
+    try {
+      await check();
+      return;
+    } catch (err) {
+      last = (err as Error).message.split('\n')[0] ?? String(err);
+    }
+    await sleep(intervalMs, undefined, { signal }).catch(() => undefined);
+  }
+  throw new Error(`${what} did not become ready: ${last}`);
+}
+
+export function httpsReady(p: HttpsProbe, what: string): (signal: AbortSignal) => Promise<void> {
+  return (signal) => pollUntil(signal, what, async () => {
+    const r = await httpsGet(p);
+    const ok = p.expect ? p.expect(r.status, r.body) : r.status === 200;
+    if (!ok) throw new Error(`${p.url} answered ${r.status} ${r.body.slice(0, 200).replace(/\s+/g, ' ')}`);
+  });
+}

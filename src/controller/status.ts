@@ -1,0 +1,71 @@
+// The status socket (<run-dir>/status.sock): `kctl status` asks it over HTTP for JSON.
+import { chmod, rm } from 'node:fs/promises';
+import { createServer, request, type Server } from 'node:http';
+import type { Component, ComponentStatus } from '../supervisor/component.ts';
+
+export interface StatusReport {
+  role: 'controller' | 'worker';
+  version: string;
+  pid: number;
+  uptimeSeconds: number;
+  components: ComponentStatus[];
+}
+
+export class StatusServerComponent implements Component {
+  readonly name = 'status';
+  private server: Server | null = null;
+  private readonly started = Date.now();
+
+  constructor(private readonly socket: string, private readonly report: () => StatusReport) {}
+
+  async init(): Promise<void> {}
+
+  async start(): Promise<void> {
+    await rm(this.socket, { force: true });
+    const server = createServer((req, res) => {
+      if (req.method !== 'GET' || req.url !== '/status') {
+        res.writeHead(404).end();
+        return;
+      }
+      res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify(this.report()));
+    });
+    await new Promise<void>((resolve, reject) => {
+      server.once('error', reject);
+      server.listen(this.socket, () => resolve());
+    });
+    await chmod(this.socket, 0o600);
+    this.server = server;
+  }
+
+  async ready(): Promise<void> {}
+
+  async stop(): Promise<void> {
+    const s = this.server;
+    this.server = null;
+    if (s) await new Promise<void>((resolve) => s.close(() => resolve()));
+    await rm(this.socket, { force: true });
+  }
+
+  status(): ComponentStatus {
+    return { name: this.name, state: this.server ? 'running' : 'stopped', restarts: 0, uptimeSeconds: Math.round((Date.now() - this.started) / 1000) };
+  }
+}
+
+export function readStatus(socket: string, timeoutMs = 5000): Promise<StatusReport> {
+  return new Promise((resolve, reject) => {
+    const req = request({ socketPath: socket, path: '/status', timeout: timeoutMs }, (res) => {
+      let body = '';
+      res.setEncoding('utf8');
+      res.on('data', (c: string) => { body += c; });
+      res.on('end', () => {
+        try { resolve(JSON.parse(body) as StatusReport); } catch { reject(new Error(`status socket ${socket} answered something that is not JSON`)); }
+      });
+    });
+    req.on('timeout', () => req.destroy(new Error(`status socket ${socket} did not answer within ${timeoutMs} ms`)));
+    req.on('error', (err: NodeJS.ErrnoException) => {
+      if (err.code === 'ENOENT' || err.code === 'ECONNREFUSED') reject(new Error(`kctl is not running (no status socket at ${socket}); start it, or pass the --run-dir it runs with`));
+      else reject(err);
+    });
+    req.end();
+  });
+}

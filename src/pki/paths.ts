@@ -1,0 +1,71 @@
+// Where every PKI file lives under <data-dir>/pki. The names follow kubeadm, so operators
+// who know kubeadm or k0s find them in one guess.
+import { join, resolve } from 'node:path';
+
+export interface PkiPaths {
+  dir: string;
+  etcdDir: string;
+  caCert: string;
+  caKey: string;
+  /** kube-apiserver serving certificate. */
+  serverCert: string;
+  serverKey: string;
+  /** kube-apiserver's client certificate towards kubelets (apiserver-kubelet-client.*). */
+  kubeletClientCert: string;
+  kubeletClientKey: string;
+  frontProxyCaCert: string;
+  frontProxyCaKey: string;
+  frontProxyClientCert: string;
+  frontProxyClientKey: string;
+  /** Service-account token signing key pair; saPub is the PKIX public key. */
+  saKey: string;
+  saPub: string;
+  etcdCaCert: string;
+  etcdCaKey: string;
+  etcdServerCert: string;
+  etcdServerKey: string;
+  etcdPeerCert: string;
+  etcdPeerKey: string;
+  apiserverEtcdClientCert: string;
+  apiserverEtcdClientKey: string;
+  /** Konnectivity server's TLS certificate for agents (signed by the cluster CA). */
+  konnectivityCert: string;
+  konnectivityKey: string;
+  adminConf: string;
+  schedulerConf: string;
+  controllerManagerConf: string;
+}
+
+export function pkiPaths(dir: string): PkiPaths {
+  const root = resolve(dir);
+  const at = (name: string): string => join(root, name);
+  return {
+    dir: root,
+    etcdDir: at('etcd'),
+    caCert: at('ca.crt'),
+    caKey: at('ca.key'),
+    serverCert: at('server.crt'),
+    serverKey: at('server.key'),
+    kubeletClientCert: at('apiserver-kubelet-client.crt'),
+    kubeletClientKey: at('apiserver-kubelet-client.key'),
+    frontProxyCaCert: at('front-proxy-ca.crt'),
+    frontProxyCaKey: at('front-proxy-ca.key'),
+    frontProxyClientCert: at('front-proxy-client.crt'),
+    frontProxyClientKey: at('front-proxy-client.key'),
+    saKey: at('sa.key'),
+    saPub: at('sa.pub'),
+    etcdCaCert: at('etcd/ca.crt'),
+    etcdCaKey: at('etcd/ca.key'),
+    etcdServerCert: at('etcd/server.crt'),
+    etcdServerKey: at('etcd/server.key'),
+    etcdPeerCert: at('etcd/peer.crt'),
+    etcdPeerKey: at('etcd/peer.key'),
+    apiserverEtcdClientCert: at('apiserver-etcd-client.crt'),
+    apiserverEtcdClientKey: at('apiserver-etcd-client.key'),
+    konnectivityCert: at('konnectivity.crt'),
+    konnectivityKey: at('konnectivity.key'),
+    adminConf: at('admin.conf'),
+    schedulerConf: at('scheduler.conf'),
+    controllerManagerConf: at('controller-manager.conf'),
+  };
+}
