@@ -33,6 +33,13 @@ export function configCommand(program: Command): void {
     .action(() => { process.stdout.write(defaultConfigYaml()); });
 }
 
+// main() hands over everything after the word `kubectl` untouched, so kubectl's own flags
+// (-n, -o, --help ...) never meet kctl's parser.
+let kubectlArgs: string[] = [];
+export function setKubectlArgs(args: string[]): void {
+  kubectlArgs = args;
+}
+
 export function kubectlCommand(program: Command): void {
   program
     .command('kubectl')
@@ -40,8 +47,9 @@ export function kubectlCommand(program: Command): void {
     .helpOption(false)
     .allowUnknownOption()
     .allowExcessArguments()
-    .argument('[args...]')
-    .action(async (args: string[], _opts: unknown, cmd: Command) => {
+    .argument('[args...]', 'kubectl arguments, passed through untouched')
+    .action(async (_args: string[], _opts: unknown, cmd: Command) => {
+      const args = kubectlArgs;
       const g = globals(cmd);
       const kubectl = join(g.dataDir, 'bin', 'kubectl');
       if (!existsSync(kubectl)) {

@@ -4,7 +4,7 @@ import { KCTL_VERSION } from '../version.ts';
 import { controllerCommand } from './controller.ts';
 import { reportAndExit } from './errors.ts';
 import { DEFAULT_DATA_DIR, DEFAULT_RUN_DIR } from './globals.ts';
-import { configCommand, kubeconfigCommand, kubectlCommand } from './kubeconfig.ts';
+import { configCommand, kubeconfigCommand, kubectlCommand, setKubectlArgs } from './kubeconfig.ts';
 import { statusCommand } from './status.ts';
 import { versionCommand } from './version.ts';
 
@@ -34,6 +34,11 @@ export function buildProgram(): Command {
 
 export async function main(argv: string[]): Promise<void> {
   const program = buildProgram();
+  const k = argv.indexOf('kubectl');
+  if (k >= 0) {
+    setKubectlArgs(argv.slice(k + 1));
+    argv = argv.slice(0, k + 1);
+  }
   try {
     await program.parseAsync(argv, { from: 'user' });
   } catch (err) {

@@ -1,0 +1,342 @@
+// Supervises one child process (k0s pkg/supervisor): clean environment, output into the
+// structured log, restart with capped exponential backoff, pid file, stale-child cleanup,
+// SIGTERM-then-SIGKILL stop, and no orphan when kctl dies.
+//
+// node:child_process rather than execa: a supervisor needs the raw 'exit' event of a long-lived
+// child; execa's run-to-completion promise waits for stdio to close, which a grandchild that
+// inherited the pipe can delay forever.
+import { spawn, type ChildProcess } from 'node:child_process';
+import { once } from 'node:events';
+import { constants as fsConstants, existsSync } from 'node:fs';
+import { access, mkdir } from 'node:fs/promises';
+import { isAbsolute, join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { componentLogger, type Logger } from '../log/logger.ts';
+import type { Component, ComponentState, ComponentStatus } from './component.ts';
+import { LineSplitter, parseChildLine } from './output.ts';
+import { cleanupStalePidFile, removePidFile, writePidFile } from './pidfile.ts';
+
+export const CHILD_PATH = '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin';
+/** util-linux; sets PR_SET_PDEATHSIG and execs, so the pid we track is the real child's. */
+export const SETPRIV = '/usr/bin/setpriv';
+
+export interface BackoffOptions {
+  initialMs: number;
+  maxMs: number;
+  /** A child that ran this long before exiting restarts after `initialMs` again. */
+  resetAfterMs: number;
+}
+
+export interface SupervisorOptions {
+  /** Component name; also the `component` field of every log line. */
+  name: string;
+  /** Absolute path. */
+  binary: string;
+  args: string[];
+  /** The child gets only PATH (CHILD_PATH) plus these; nothing leaks from kctl's environment. */
+  env?: Record<string, string>;
+  cwd?: string;
+  /** Pid file at <runDir>/<name>.pid. */
+  runDir: string;
+  log: Logger;
+  /** SIGTERM, then SIGKILL after this long. Default 10 s. */
+  stopTimeoutMs?: number;
+  /** Default 1 s, doubling, capped at 30 s, reset after 60 s of healthy running. */
+  backoff?: BackoffOptions;
+  /** Readiness probe run by ready(); retried until it resolves or the signal aborts. */
+  ready?: (signal: AbortSignal) => Promise<void>;
+  /** Pause between failed readiness probes. Default 500 ms. */
+  readyRetryMs?: number;
+  /** How long the component manager waits for ready(). Default: the manager's. */
+  readyTimeoutMs?: number;
+  /** Longer output lines are truncated. Default 16 KiB. */
+  maxLineLength?: number;
+}
+
+const DEFAULTS = {
+  stopTimeoutMs: 10_000,
+  backoff: { initialMs: 1000, maxMs: 30_000, resetAfterMs: 60_000 } satisfies BackoffOptions,
+  readyRetryMs: 500,
+};
+
+/** One spawned child, from spawn to exit. */
+interface Run {
+  child: ChildProcess;
+  pid: number;
+  startedAt: number;
+  /** Resolves when the process has exited (not necessarily its stdio closed). */
+  exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
+  lastStderr?: string;
+}
+
+export class Supervisor implements Component {
+  readonly name: string;
+  readonly readyTimeoutMs?: number;
+  readonly pidFile: string;
+
+  private readonly opts: SupervisorOptions;
+  private readonly log: Logger;
+  private readonly stopTimeoutMs: number;
+  private readonly backoff: BackoffOptions;
+  private state: ComponentState = 'pending';
+  private run?: Run;
+  private restarts = 0;
+  private lastError?: string;
+  private nextDelayMs: number;
+  private restartTimer?: NodeJS.Timeout;
+  /** Set by stop(); an exit after this is expected and never restarts. */
+  private stopRequested = false;
+  private spawning?: Promise<void>;
+  private stopping?: Promise<void>;
+  /** Wakes ready() waiters on every state change. */
+  private stateWaiters = new Set<() => void>();
+
+  constructor(opts: SupervisorOptions) {
+    if (!isAbsolute(opts.binary)) throw new Error(`${opts.name}: binary must be an absolute path, got ${opts.binary}`);
+    this.opts = opts;
+    this.name = opts.name;
+    this.readyTimeoutMs = opts.readyTimeoutMs;
+    this.pidFile = join(opts.runDir, `${opts.name}.pid`);
+    this.log = componentLogger(opts.log, opts.name);
+    this.stopTimeoutMs = opts.stopTimeoutMs ?? DEFAULTS.stopTimeoutMs;
+    this.backoff = opts.backoff ?? DEFAULTS.backoff;
+    this.nextDelayMs = this.backoff.initialMs;
+  }
+
+  async init(): Promise<void> {
+    await mkdir(this.opts.runDir, { recursive: true, mode: 0o755 });
+  }
+
+  /** Spawns the child; resolves once it runs (not necessarily ready). A no-op while already running. */
+  async start(): Promise<void> {
+    if (this.state !== 'pending' && this.state !== 'stopped' && this.state !== 'failed') return;
+    await this.stopping;
+    this.stopRequested = false;
+    this.stopping = undefined;
+    this.restarts = 0;
+    this.lastError = undefined;
+    this.nextDelayMs = this.backoff.initialMs;
+    this.setState('starting');
+    try {
+      await access(this.opts.binary, fsConstants.X_OK).catch(() => {
+        throw new Error(`${this.opts.binary} is missing or not executable`);
+      });
+      await this.init();
+      await cleanupStalePidFile(this.pidFile, this.opts.binary, this.stopTimeoutMs, this.log);
+      await this.spawnTracked();
+    } catch (err) {
+      this.lastError = oneLine(err);
+      this.setState('failed');
+      throw new Error(`${this.name}: ${this.lastError}`);
+    }
+  }
+
+  /** Resolves when the process runs and (if given) the readiness probe passes; rejects with the reason once `signal` aborts. */
+  async ready(signal: AbortSignal): Promise<void> {
+    const retryMs = this.opts.readyRetryMs ?? DEFAULTS.readyRetryMs;
+    let probeError: string | undefined;
+    for (;;) {
+      if (this.stopRequested || this.state === 'stopped') throw new Error('stopped before it became ready');
+      if (signal.aborted) throw new Error(this.notReadyReason(probeError));
+      if (this.state === 'running') {
+        if (!this.opts.ready) return;
+        try {
+          await untilAborted(this.opts.ready(signal), signal);
+          return;
+        } catch (err) {
+          if (!signal.aborted) probeError = oneLine(err);
+        }
+        await sleep(retryMs, undefined, { signal }).catch(() => undefined);
+      } else {
+        await this.nextStateChange(signal);
+      }
+    }
+  }
+
+  /** SIGTERM, SIGKILL after stopTimeoutMs, pid file removed; never restarts afterwards. Idempotent. */
+  stop(): Promise<void> {
+    this.stopping ??= this.doStop();
+    return this.stopping;
+  }
+
+  status(): ComponentStatus {
+    const s: ComponentStatus = { name: this.name, state: this.state, restarts: this.restarts };
+    if (this.run && this.state === 'running') {
+      s.pid = this.run.pid;
+      s.uptimeSeconds = Math.floor((Date.now() - this.run.startedAt) / 1000);
+    }
+    if (this.lastError !== undefined) s.lastError = this.lastError;
+    return s;
+  }
+
+  private async doStop(): Promise<void> {
+    this.stopRequested = true;
+    clearTimeout(this.restartTimer);
+    this.restartTimer = undefined;
+    await this.spawning?.catch(() => undefined);
+    const run = this.run;
+    if (run) {
+      this.setState('stopping');
+      await this.terminate(run);
+    }
+    await removePidFile(this.pidFile);
+    this.setState('stopped');
+    this.log.info(`${this.name} stopped`);
+  }
+
+  private async terminate(run: Run): Promise<void> {
+    const exited = run.exited.then(() => true);
+    if (await Promise.race([exited, Promise.resolve(false)])) return;
+    run.child.kill('SIGTERM');
+    const timer = sleep(this.stopTimeoutMs, false);
+    if (await Promise.race([exited, timer])) return;
+    this.log.warn({ pid: run.pid }, `${this.name} (pid ${run.pid}) still running ${this.stopTimeoutMs}ms after SIGTERM, sending SIGKILL`);
+    run.child.kill('SIGKILL');
+    await run.exited;
+  }
+
+  private spawnTracked(): Promise<void> {
+    const p = this.spawnChild();
+    this.spawning = p;
+    return p.finally(() => {
+      if (this.spawning === p) this.spawning = undefined;
+    });
+  }
+
+  private async spawnChild(): Promise<void> {
+    const { binary, args } = this.opts;
+    const usePdeathsig = existsSync(SETPRIV);
+    if (!usePdeathsig) this.log.warn(`${SETPRIV} not found: ${this.name} may outlive kctl if kctl is killed`);
+    const [file, argv] = usePdeathsig ? [SETPRIV, ['--pdeathsig', 'SIGKILL', '--', binary, ...args]] : [binary, args];
+    const child = spawn(file, argv, {
+      env: { PATH: CHILD_PATH, ...this.opts.env },
+      cwd: this.opts.cwd,
+      stdio: ['ignore', 'pipe', 'pipe'],
+      // Own session: a Ctrl-C on kctl's terminal must not reach children at once;
+      // kctl stops them itself, in reverse start order.
+      detached: true,
+    });
+    await Promise.race([
+      once(child, 'spawn'),
+      once(child, 'error').then(([err]) => {
+        throw new Error(`cannot run ${binary}: ${oneLine(err)}`);
+      }),
+    ]);
+    const pid = child.pid as number;
+    const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => {
+      child.once('exit', (code, signal) => resolve({ code, signal }));
+    });
+    const run: Run = { child, pid, startedAt: Date.now(), exited };
+    this.run = run;
+    this.forwardOutput(run);
+    child.on('error', (err) => this.log.error({ pid }, `${this.name}: ${oneLine(err)}`));
+    void exited.then((how) => this.onExit(run, how));
+    await writePidFile(this.pidFile, pid);
+    this.log.info({ pid }, `${this.name} started (pid ${pid})`);
+    this.setState('running');
+  }
+
+  private forwardOutput(run: Run): void {
+    const max = this.opts.maxLineLength;
+    for (const stream of ['stdout', 'stderr'] as const) {
+      const source = run.child[stream];
+      if (!source) continue;
+      const splitter = new LineSplitter((line, truncated) => {
+        if (stream === 'stderr') run.lastStderr = line;
+        const { level, msg, fields } = parseChildLine(line);
+        if (!this.log.isLevelEnabled(level)) return;
+        const obj: Record<string, unknown> = {};
+        if (fields) obj.fields = fields;
+        if (truncated) obj.truncated = true;
+        this.log[level](obj, msg);
+      }, max);
+      source.on('data', (chunk: Buffer) => splitter.push(chunk));
+      source.on('end', () => splitter.end());
+    }
+  }
+
+  private async onExit(run: Run, how: { code: number | null; signal: NodeJS.Signals | null }): Promise<void> {
+    // stdio may still hold the last lines (and lastStderr) after 'exit'; give it a moment.
+    await Promise.race([once(run.child, 'close'), sleep(200)]);
+    if (this.run === run) this.run = undefined;
+    const ranMs = Date.now() - run.startedAt;
+    const exit = how.signal ? `killed by ${how.signal}` : `exited with code ${how.code}`;
+    if (this.stopRequested) {
+      this.log.info({ pid: run.pid, code: how.code, signal: how.signal }, `${this.name} ${exit}`);
+      return;
+    }
+    this.lastError = run.lastStderr ? `${exit}: ${run.lastStderr.slice(0, 300)}` : exit;
+    if (ranMs >= this.backoff.resetAfterMs) this.nextDelayMs = this.backoff.initialMs;
+    const delayMs = this.nextDelayMs;
+    this.nextDelayMs = Math.min(delayMs * 2, this.backoff.maxMs);
+    this.setState('restarting');
+    this.log.warn({ pid: run.pid, code: how.code, signal: how.signal, delayMs, restarts: this.restarts },
+      `${this.name} ${exit}, restarting in ${formatMs(delayMs)}`);
+    this.scheduleRestart(delayMs);
+  }
+
+  private scheduleRestart(delayMs: number): void {
+    this.restartTimer = setTimeout(() => {
+      this.restartTimer = undefined;
+      if (this.stopRequested) return;
+      this.restarts++;
+      this.spawnTracked().catch((err: unknown) => {
+        if (this.stopRequested) return;
+        this.lastError = oneLine(err);
+        const next = this.nextDelayMs;
+        this.nextDelayMs = Math.min(next * 2, this.backoff.maxMs);
+        this.log.error({ delayMs: next }, `${this.name}: ${this.lastError}, retrying in ${formatMs(next)}`);
+        this.scheduleRestart(next);
+      });
+    }, delayMs);
+  }
+
+  private setState(state: ComponentState): void {
+    this.state = state;
+    for (const wake of this.stateWaiters) wake();
+    this.stateWaiters.clear();
+  }
+
+  private nextStateChange(signal: AbortSignal): Promise<void> {
+    return new Promise((resolve) => {
+      const done = () => {
+        signal.removeEventListener('abort', done);
+        this.stateWaiters.delete(done);
+        resolve();
+      };
+      this.stateWaiters.add(done);
+      signal.addEventListener('abort', done, { once: true });
+    });
+  }
+
+  private notReadyReason(probeError: string | undefined): string {
+    const parts: string[] = [];
+    if (probeError) parts.push(`last probe error: ${probeError}`);
+    else if (this.state !== 'running') parts.push(`process is ${this.state}`);
+    else parts.push('readiness probe did not answer');
+    if (this.restarts > 0 || this.state === 'restarting') parts.push(`${this.restarts} restarts, last: ${this.lastError ?? 'unknown'}`);
+    return parts.join('; ');
+  }
+}
+
+/** Settles with `p`, or rejects once `signal` aborts even if `p` ignores the signal. */
+export function untilAborted<T>(p: Promise<T>, signal: AbortSignal): Promise<T> {
+  if (signal.aborted) {
+    p.catch(() => undefined);
+    return Promise.reject(signal.reason);
+  }
+  return new Promise<T>((resolve, reject) => {
+    const onAbort = () => reject(signal.reason);
+    signal.addEventListener('abort', onAbort, { once: true });
+    p.then(resolve, reject).finally(() => signal.removeEventListener('abort', onAbort));
+  });
+}
+
+export function oneLine(err: unknown): string {
+  const msg = err instanceof Error ? err.message : String(err);
+  return msg.split('\n')[0].trim();
+}
+
+function formatMs(ms: number): string {
+  return ms < 1000 ? `${ms}ms` : `${(ms / 1000).toFixed(ms % 1000 === 0 ? 0 : 1)}s`;
+}

@@ -1,0 +1,192 @@
+// `kctl controller` with the real etcd / kine, kube-apiserver, scheduler and controller-manager.
+import assert from 'node:assert/strict';
+import { spawn, type ChildProcess } from 'node:child_process';
+import { createHash } from 'node:crypto';
+import { existsSync } from 'node:fs';
+import { readFile, stat, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { describe, test } from 'node:test';
+import { setTimeout as sleep } from 'node:timers/promises';
+import type { StatusReport } from '../../src/controller/status.ts';
+import { tempDir } from '../helpers.ts';
+import { kctl, requireKctl } from './kctl.ts';
+
+interface Running {
+  proc: ChildProcess;
+  lines: Record<string, unknown>[];
+  exited: Promise<number | null>;
+}
+
+let portBase = 20000 + Math.floor(Math.random() * 20000);
+
+async function writeConfig(dir: string, storage: 'etcd' | 'kine'): Promise<string> {
+  const p = (portBase += 10);
+  const file = join(dir, 'kctl.yaml');
+  await writeFile(file, [
+    'apiVersion: kctl.dev/v1alpha1',
+    'kind: ClusterConfig',
+    'spec:',
+    '  api: { address: 127.0.0.1, port: ' + p + ' }',
+    `  konnectivity: { agentPort: ${p + 1}, adminPort: ${p + 2} }`,
+    `  storage: { type: ${storage}, etcd: { clientPort: ${p + 3}, peerPort: ${p + 4} } }`,
+    `  scheduler: { port: ${p + 5} }`,
+    `  controllerManager: { port: ${p + 6} }`,
+    '',
+  ].join('\n'));
+  return file;
+}
+
+function startController(args: string[]): Running {
+  const proc = spawn(requireKctl(), ['controller', ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
+  const lines: Record<string, unknown>[] = [];
+  let buf = '';
+  proc.stdout!.on('data', (c: Buffer) => {
+    buf += c.toString();
+    let i: number;
+    while ((i = buf.indexOf('\n')) >= 0) {
+      const line = buf.slice(0, i);
+      buf = buf.slice(i + 1);
+      try { lines.push(JSON.parse(line) as Record<string, unknown>); } catch { lines.push({ msg: line }); }
+    }
+  });
+  proc.stderr!.on('data', (c: Buffer) => lines.push({ stderr: c.toString() }));
+  const exited = new Promise<number | null>((resolve) => proc.on('exit', (code) => resolve(code)));
+  return { proc, lines, exited };
+}
+
+async function waitFor(what: string, timeoutMs: number, check: () => boolean | Promise<boolean>, r?: Running): Promise<void> {
+  const end = Date.now() + timeoutMs;
+  while (Date.now() < end) {
+    if (await check()) return;
+    if (r && r.proc.exitCode !== null) break;
+    await sleep(500);
+  }
+  const tail = r ? r.lines.slice(-15).map((l) => JSON.stringify(l)).join('\n') : '';
+  throw new Error(`timed out waiting for ${what}\n${tail}`);
+}
+
+const ready = (r: Running) => waitFor('controller ready', 300_000, () => r.lines.some((l) => l.msg === 'controller ready'), r);
+
+async function status(runDir: string): Promise<StatusReport> {
+  const r = await kctl(['status', '-o', 'json', '--run-dir', runDir]);
+  assert.equal(r.exitCode, 0, String(r.stderr));
+  return JSON.parse(String(r.stdout)) as StatusReport;
+}
+
+function alive(pid: number): boolean {
+  try { process.kill(pid, 0); return true; } catch { return false; }
+}
+
+async function stopController(r: Running): Promise<number | null> {
+  if (r.proc.exitCode !== null) return r.proc.exitCode;
+  r.proc.kill('SIGTERM');
+  return Promise.race([r.exited, sleep(60_000).then(() => { r.proc.kill('SIGKILL'); return -1; })]);
+}
+
+describe('controller with etcd', () => {
+  test('comes up, supervises, restarts a crashed component, stops cleanly, and keeps its CA', async (t) => {
+    const dir = await tempDir(t);
+    const dataDir = join(dir, 'data');
+    const runDir = join(dir, 'run');
+    const cfg = await writeConfig(dir, 'etcd');
+    const args = ['--config', cfg, '--data-dir', dataDir, '--run-dir', runDir];
+    let r = startController(args);
+    t.after(() => { r.proc.kill('SIGKILL'); });
+    await ready(r);
+
+    const s = await status(runDir);
+    assert.equal(s.role, 'controller');
+    const names = s.components.map((c) => c.name);
+    assert.deepEqual(names, ['etcd', 'kube-apiserver', 'bootstrap', 'kube-scheduler', 'kube-controller-manager']);
+    for (const c of s.components) assert.equal(c.state, 'running', `${c.name}: ${c.lastError ?? ''}`);
+    const text = await kctl(['status', '--run-dir', runDir]);
+    assert.match(String(text.stdout), /kube-apiserver\s+running\s+\d+/);
+
+    // The real API: bootstrap RBAC is there, and the controller is not a node.
+    const crb = await kctl(['--data-dir', dataDir, 'kubectl', 'get', 'clusterrolebinding', 'kctl:bootstrappers:nodeclient-autoapprove', '-o', 'name']);
+    assert.equal(String(crb.stdout).trim(), 'clusterrolebinding.rbac.authorization.k8s.io/kctl:bootstrappers:nodeclient-autoapprove');
+    const nodes = await kctl(['--data-dir', dataDir, 'kubectl', 'get', 'nodes', '-o', 'name']);
+    assert.equal(nodes.exitCode, 0, String(nodes.stderr));
+    assert.equal(String(nodes.stdout).trim(), '');
+    // The admin kubeconfig is a secret.
+    assert.equal((await stat(join(dataDir, 'pki/admin.conf'))).mode & 0o777, 0o600);
+    assert.equal((await stat(join(dataDir, 'pki/ca.key'))).mode & 0o777, 0o600);
+    assert.equal((await stat(join(dataDir, 'etcd'))).mode & 0o777, 0o700);
+
+    // A crashed component is restarted.
+    const sched = s.components.find((c) => c.name === 'kube-scheduler')!;
+    process.kill(sched.pid!, 'SIGKILL');
+    await waitFor('scheduler restart', 60_000, async () => {
+      const c = (await status(runDir)).components.find((x) => x.name === 'kube-scheduler')!;
+      return c.restarts >= 1 && c.state === 'running' && c.pid !== sched.pid;
+    }, r);
+
+    // SIGTERM stops everything in reverse order and exits 0.
+    const pids = (await status(runDir)).components.map((c) => c.pid).filter((p): p is number => !!p);
+    assert.equal(await stopController(r), 0);
+    for (const pid of pids) assert.equal(alive(pid), false, `component pid ${pid} survived`);
+    const stopOrder = r.lines.filter((l) => typeof l.msg === 'string' && (l.msg as string).startsWith('stopping ')).map((l) => l.msg);
+    assert.deepEqual(stopOrder.slice(-5), ['stopping kube-controller-manager', 'stopping kube-scheduler', 'stopping bootstrap', 'stopping kube-apiserver', 'stopping etcd']);
+
+    // A restart keeps the CA and the data.
+    const ca = createHash('sha256').update(await readFile(join(dataDir, 'pki/ca.crt'))).digest('hex');
+    r = startController(args);
+    await ready(r);
+    assert.equal(createHash('sha256').update(await readFile(join(dataDir, 'pki/ca.crt'))).digest('hex'), ca);
+    const again = await kctl(['--data-dir', dataDir, 'kubectl', 'get', 'clusterrolebinding', 'kctl:bootstrappers:nodeclient-autoapprove', '-o', 'name']);
+    assert.equal(again.exitCode, 0);
+
+    // kctl killed outright: no orphans.
+    const pids2 = (await status(runDir)).components.map((c) => c.pid).filter((p): p is number => !!p);
+    r.proc.kill('SIGKILL');
+    await r.exited;
+    await waitFor('children to die with kctl', 15_000, () => pids2.every((p) => !alive(p)));
+  });
+});
+
+describe('controller with kine', () => {
+  test('--single runs on kine (SQLite) and serves the API', async (t) => {
+    const dir = await tempDir(t);
+    const dataDir = join(dir, 'data');
+    const runDir = join(dir, 'run');
+    const cfg = await writeConfig(dir, 'kine');
+    const r = startController(['--single', '--config', cfg, '--data-dir', dataDir, '--run-dir', runDir]);
+    t.after(() => { r.proc.kill('SIGKILL'); });
+    await ready(r);
+    assert.equal((await status(runDir)).components[0]!.name, 'kine');
+    assert.ok(existsSync(join(dataDir, 'db/state.db')));
+    const ns = await kctl(['--data-dir', dataDir, 'kubectl', 'create', 'namespace', 'kine-check']);
+    assert.equal(ns.exitCode, 0, String(ns.stderr));
+    const get = await kctl(['--data-dir', dataDir, 'kubectl', 'get', 'namespace', 'kine-check', '-o', 'jsonpath={.metadata.name}']);
+    assert.equal(String(get.stdout), 'kine-check');
+    assert.equal(await stopController(r), 0);
+  });
+});
+
+describe('controller config errors', () => {
+  test('a bad field exits non-zero with its path, and nothing is started or written', async (t) => {
+    const dir = await tempDir(t);
+    const file = join(dir, 'bad.yaml');
+    await writeFile(file, 'apiVersion: kctl.dev/v1alpha1\nkind: ClusterConfig\nspec:\n  api:\n    port: 99999\n  network:\n    podCIDRs: 10.0.0.0/8\n');
+    const r = await kctl(['controller', '--config', file, '--data-dir', join(dir, 'data'), '--run-dir', join(dir, 'run')]);
+    assert.notEqual(r.exitCode, 0);
+    const lines = String(r.stderr).trim().split('\n');
+    assert.equal(lines.length, 1);
+    assert.match(lines[0]!, /invalid config .*bad\.yaml: spec\.api\.port: .*65535.*; spec\.network: unknown field\(s\) "podCIDRs"/);
+    assert.equal(existsSync(join(dir, 'data')), false);
+    assert.equal(existsSync(join(dir, 'run')), false);
+  });
+
+  test('kctl config create prints a config that kctl accepts', async (t) => {
+    const dir = await tempDir(t);
+    const r = await kctl(['config', 'create']);
+    assert.equal(r.exitCode, 0);
+    assert.match(String(r.stdout), /kind: ClusterConfig/);
+    const file = join(dir, 'k.yaml');
+    await writeFile(file, String(r.stdout));
+    const init = await kctl(['controller', '--init-only', '--config', file, '--data-dir', join(dir, 'data'), '--run-dir', join(dir, 'run')]);
+    assert.equal(init.exitCode, 0, String(init.stderr));
+    const kc = await kctl(['kubeconfig', 'admin', '--data-dir', join(dir, 'data')]);
+    assert.match(String(kc.stdout), /client-certificate-data/);
+  });
+});
