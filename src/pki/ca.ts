@@ -5,6 +5,7 @@ import { createPrivateKey, createPublicKey } from 'node:crypto';
 import { relative } from 'node:path';
 import type { Logger } from '../log/logger.ts';
 import { PkiError } from './errors.ts';
+import type { Outcome } from './leaf.ts';
 import { CERT_MODE, KEY_MODE, enforceMode, readIfExists, writeFileAtomic } from './files.ts';
 import { generateKeyPem, isCa, issueCaCert, keyIdOf, keyMatchesCert, parseCert, parseKey, type Signer } from './x509.ts';
 
@@ -26,7 +27,7 @@ export interface EnsureContext {
 
 const RESTORE = 'restore it from a backup (a new CA would invalidate every certificate, kubeconfig and join token)';
 
-export async function ensureCa(spec: CaSpec, ctx: EnsureContext): Promise<Signer> {
+export async function ensureCa(spec: CaSpec, ctx: EnsureContext): Promise<{ signer: Signer; outcome: Outcome }> {
   const [certPem, keyPem] = await Promise.all([readIfExists(spec.certPath), readIfExists(spec.keyPath)]);
   const certFile = relative(ctx.dir, spec.certPath);
   const keyFile = relative(ctx.dir, spec.keyPath);
@@ -41,7 +42,7 @@ export async function ensureCa(spec: CaSpec, ctx: EnsureContext): Promise<Signer
     const pem = issueCaCert({ subject: { commonName: spec.name }, key: parseKey(newKeyPem, spec.keyPath, RESTORE), now: ctx.now, years: CA_YEARS });
     await writeFileAtomic(spec.certPath, pem, CERT_MODE);
     ctx.log.info({ file: certFile, key: keyFile, reason: 'missing' }, 'created certificate authority');
-    return signerFrom(spec, pem, newKeyPem);
+    return { signer: signerFrom(spec, pem, newKeyPem), outcome: 'created' };
   }
 
   const key = parseKey(keyPem, spec.keyPath, RESTORE);
@@ -51,7 +52,7 @@ export async function ensureCa(spec: CaSpec, ctx: EnsureContext): Promise<Signer
     const pem = issueCaCert({ subject: { commonName: spec.name }, key, now: ctx.now, years: CA_YEARS });
     await writeFileAtomic(spec.certPath, pem, CERT_MODE);
     ctx.log.warn({ file: certFile, reason: 'certificate missing, key present' }, 're-created CA certificate from its existing key');
-    return signerFrom(spec, pem, keyPem);
+    return { signer: signerFrom(spec, pem, keyPem), outcome: 'renewed' };
   }
 
   const signer = signerFrom(spec, certPem, keyPem);
@@ -59,7 +60,7 @@ export async function ensureCa(spec: CaSpec, ctx: EnsureContext): Promise<Signer
   if (!keyMatchesCert(key, signer.cert)) throw new PkiError(`${spec.keyPath} does not belong to ${certFile}; ${RESTORE}`);
   await Promise.all([enforceMode(spec.keyPath, KEY_MODE, ctx.log), enforceMode(spec.certPath, CERT_MODE, ctx.log)]);
   warnIfExpiring(signer, certFile, ctx);
-  return signer;
+  return { signer, outcome: 'unchanged' };
 }
 
 function signerFrom(spec: CaSpec, certPem: string, keyPem: string): Signer {
@@ -78,7 +79,7 @@ function warnIfExpiring(signer: Signer, file: string, ctx: EnsureContext): void 
  * The service-account signing key pair. sa.pub is always derivable from sa.key, so only a
  * lost sa.key is an error; a missing or stale sa.pub is rewritten.
  */
-export async function ensureServiceAccountKey(keyPath: string, pubPath: string, ctx: EnsureContext): Promise<void> {
+export async function ensureServiceAccountKey(keyPath: string, pubPath: string, ctx: EnsureContext): Promise<Outcome> {
   const [keyPem, pubPem] = await Promise.all([readIfExists(keyPath), readIfExists(pubPath)]);
   const keyFile = relative(ctx.dir, keyPath);
   const pubFile = relative(ctx.dir, pubPath);
@@ -98,10 +99,11 @@ export async function ensureServiceAccountKey(keyPath: string, pubPath: string, 
   const wantPub = publicKeyPem(pem, keyPath);
   if (pubPem === wantPub) {
     await enforceMode(pubPath, CERT_MODE, ctx.log);
-    return;
+    return 'unchanged';
   }
   await writeFileAtomic(pubPath, wantPub, CERT_MODE);
   ctx.log.info({ file: pubFile, reason: pubPem === null ? 'missing' : `does not match ${keyFile}` }, 'wrote service-account public key');
+  return keyPem === null ? 'created' : 'renewed';
 }
 
 function publicKeyPem(keyPem: string, keyPath: string): string {

@@ -1,17 +1,18 @@
-// Thin layer over node-forge: parse, inspect and issue RSA certificates. Keys are made by
-// node:crypto (native, off the main thread); forge only signs, because node:crypto cannot
-// build certificates.
-import { generateKeyPair, randomBytes } from 'node:crypto';
+// Thin layer over node-forge: parse, inspect and build certificates. Keys, key generation and
+// signatures are node:crypto (native, key generation off the main thread); forge only encodes
+// certificates, which node:crypto cannot build. forge's own pure-JS RSA costs ~80 ms per
+// signature on our hosts, which alone would blow the start-up budget.
+import { createPrivateKey, createPublicKey, generateKeyPair, randomBytes, sign, type KeyObject } from 'node:crypto';
 import { promisify } from 'node:util';
 import forge from 'node-forge';
 import { canonicalIp, type San } from './addresses.ts';
 import { PkiError } from './errors.ts';
 
-const { pki } = forge;
+const { pki, asn1 } = forge;
 const generateKeyPairAsync = promisify(generateKeyPair);
 
 export type Certificate = forge.pki.Certificate;
-export type PrivateKey = forge.pki.rsa.PrivateKey;
+export type PrivateKey = KeyObject;
 export type Usage = 'serverAuth' | 'clientAuth';
 
 export interface Subject {
@@ -39,11 +40,14 @@ export async function generateKeyPem(): Promise<string> {
 }
 
 export function parseKey(pem: string, file: string, remedy: string): PrivateKey {
+  let key: KeyObject;
   try {
-    return pki.privateKeyFromPem(pem) as PrivateKey;
+    key = createPrivateKey(pem);
   } catch (err) {
-    throw new PkiError(`${file} is not a readable RSA private key (${oneLine(err)}); ${remedy}`);
+    throw new PkiError(`${file} is not a readable private key (${oneLine(err)}); ${remedy}`);
   }
+  if (key.asymmetricKeyType !== 'rsa') throw new PkiError(`${file} is a ${key.asymmetricKeyType} key, kctl only handles RSA; ${remedy}`);
+  return key;
 }
 
 export function parseCert(pem: string, file: string, remedy: string): Certificate {
@@ -58,9 +62,28 @@ function oneLine(err: unknown): string {
   return (err instanceof Error ? err.message : String(err)).split('\n')[0] ?? '';
 }
 
+function spkiDer(key: PrivateKey): Buffer {
+  return createPublicKey(key).export({ type: 'spki', format: 'der' });
+}
+
 export function keyMatchesCert(key: PrivateKey, cert: Certificate): boolean {
-  const pub = cert.publicKey as forge.pki.rsa.PublicKey;
-  return pub.n !== undefined && pub.n.equals(key.n) && pub.e.equals(key.e);
+  const certSpki = Buffer.from(asn1.toDer(pki.publicKeyToAsn1(cert.publicKey)).getBytes(), 'binary');
+  return certSpki.equals(spkiDer(key));
+}
+
+function forgePublicKey(key: PrivateKey): forge.pki.rsa.PublicKey {
+  return pki.publicKeyFromPem(createPublicKey(key).export({ type: 'spki', format: 'pem' }).toString());
+}
+
+// What forge's cert.sign() does, with the RSA operation done natively.
+const getTBSCertificate = (pki as unknown as { getTBSCertificate(c: Certificate): forge.asn1.Asn1 }).getTBSCertificate;
+
+function signCert(cert: Certificate, key: PrivateKey): string {
+  cert.signatureOid = cert.siginfo.algorithmOid = pki.oids.sha256WithRSAEncryption as string;
+  cert.tbsCertificate = getTBSCertificate(cert);
+  const tbs = Buffer.from(asn1.toDer(cert.tbsCertificate).getBytes(), 'binary');
+  cert.signature = sign('sha256', tbs, key).toString('binary');
+  return pki.certificateToPem(cert);
 }
 
 /** True when `signer` issued `cert`: issuer name matches and the signature verifies. */
@@ -146,7 +169,7 @@ function altNames(sans: readonly San[]): { type: number; value?: string; ip?: st
 /** A self-signed CA certificate for `key`. */
 export function issueCaCert(o: { subject: Subject; key: PrivateKey; now: Date; years: number }): string {
   const cert = pki.createCertificate();
-  cert.publicKey = pki.rsa.setPublicKey(o.key.n, o.key.e);
+  cert.publicKey = forgePublicKey(o.key);
   cert.serialNumber = randomSerial();
   cert.validity = validity(o.now, o.years);
   cert.setSubject(subjectAttrs(o.subject));
@@ -158,8 +181,7 @@ export function issueCaCert(o: { subject: Subject; key: PrivateKey; now: Date; y
     { name: 'subjectKeyIdentifier' }, // forge derives it from the public key
     { name: 'authorityKeyIdentifier', keyIdentifier: keyId },
   ]);
-  cert.sign(o.key, forge.md.sha256.create());
-  return pki.certificateToPem(cert);
+  return signCert(cert, o.key);
 }
 
 export interface LeafRequest {
@@ -171,7 +193,7 @@ export interface LeafRequest {
 /** A leaf certificate for `key`, signed by `signer`. */
 export function issueLeafCert(o: LeafRequest & { key: PrivateKey; signer: Signer; now: Date; years: number }): string {
   const cert = pki.createCertificate();
-  cert.publicKey = pki.rsa.setPublicKey(o.key.n, o.key.e);
+  cert.publicKey = forgePublicKey(o.key);
   cert.serialNumber = randomSerial();
   cert.validity = validity(o.now, o.years);
   cert.setSubject(subjectAttrs(o.subject));
@@ -185,6 +207,5 @@ export function issueLeafCert(o: LeafRequest & { key: PrivateKey; signer: Signer
   ];
   if (o.sans.length > 0) extensions.push({ name: 'subjectAltName', altNames: altNames(o.sans) });
   cert.setExtensions(extensions);
-  cert.sign(o.signer.key, forge.md.sha256.create());
-  return pki.certificateToPem(cert);
+  return signCert(cert, o.signer.key);
 }

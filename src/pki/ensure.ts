@@ -1,0 +1,144 @@
+// ensurePki: the controller's whole PKI under <data-dir>/pki, created on first start and
+// checked on every start. CAs and the service-account key are never replaced; leafs and
+// kubeconfigs are (re)issued only when they no longer fit. Safe to run concurrently: a lock
+// on the directory serializes two starting controllers.
+import { join } from 'node:path';
+import { hostname as osHostname } from 'node:os';
+import lockfile from 'proper-lockfile';
+import type { Logger } from '../log/logger.ts';
+import { firstServiceIps, localAddresses, sanSet, serverUrl, toSan, type San } from './addresses.ts';
+import { ensureCa, ensureServiceAccountKey, type EnsureContext } from './ca.ts';
+import { ensurePrivateDir } from './files.ts';
+import { ensureKubeconfig } from './kubeconfig.ts';
+import { ensureLeafFiles, type LeafSpec, type Outcome } from './leaf.ts';
+import { pkiPaths, type PkiPaths } from './paths.ts';
+import type { Signer } from './x509.ts';
+
+export interface PkiOptions {
+  /** <data-dir>/pki */
+  dir: string;
+  /** spec.api.address (IP or DNS name) */
+  apiAddress: string;
+  /** spec.api.sans (IPs or DNS names) */
+  sans: string[];
+  /** For kubeconfigs: https://<apiAddress>:<apiPort> */
+  apiPort: number;
+  /** The first service IP (network + 1) is the in-cluster "kubernetes" service address. */
+  serviceCIDR: string;
+  /** e.g. cluster.local */
+  clusterDomain: string;
+  /** Default os.hostname(). */
+  hostname?: string;
+  /** Default: every address of os.networkInterfaces() (IPv4 and IPv6, loopback included). */
+  localAddresses?: string[];
+  /** Current time, for tests. */
+  now?: Date;
+}
+
+/** The names each certificate must carry, derived from the options in one place. */
+export function wantedSans(opts: PkiOptions): { apiserver: San[]; konnectivity: San[]; etcd: San[] } {
+  const host = toSan(opts.hostname ?? osHostname(), 'hostname');
+  const api = toSan(opts.apiAddress, 'spec.api.address');
+  const apiserver = sanSet([
+    api,
+    ...opts.sans.map((s) => toSan(s, 'spec.api.sans')),
+    host,
+    ...(opts.localAddresses ?? localAddresses()).map((a) => toSan(a, 'local interface address')),
+    'DNS:kubernetes',
+    'DNS:kubernetes.default',
+    'DNS:kubernetes.default.svc',
+    toSan(`kubernetes.default.svc.${opts.clusterDomain}`, 'spec.network.clusterDomain'),
+    ...firstServiceIps(opts.serviceCIDR).map((ip): San => `IP:${ip}`),
+    'DNS:localhost',
+    'IP:127.0.0.1',
+  ]);
+  const konnectivity = sanSet([...apiserver, 'DNS:konnectivity']);
+  const etcd = sanSet(['DNS:localhost', 'IP:127.0.0.1', 'IP:::1', api, host]);
+  return { apiserver, konnectivity, etcd };
+}
+
+interface Cas {
+  cluster: Signer;
+  frontProxy: Signer;
+  etcd: Signer;
+}
+
+interface LeafFile {
+  spec: LeafSpec;
+  cert: string;
+  key: string;
+}
+
+// kubeadm's names and usages, so RBAC defaults and operator habits carry over.
+function leafFiles(p: PkiPaths, cas: Cas, sans: ReturnType<typeof wantedSans>): LeafFile[] {
+  return [
+    { cert: p.serverCert, key: p.serverKey, spec: { signer: cas.cluster, subject: { commonName: 'kube-apiserver' }, usages: ['serverAuth'], sans: sans.apiserver } },
+    { cert: p.kubeletClientCert, key: p.kubeletClientKey, spec: { signer: cas.cluster, subject: { commonName: 'kube-apiserver-kubelet-client', organizations: ['system:masters'] }, usages: ['clientAuth'], sans: [] } },
+    { cert: p.frontProxyClientCert, key: p.frontProxyClientKey, spec: { signer: cas.frontProxy, subject: { commonName: 'front-proxy-client' }, usages: ['clientAuth'], sans: [] } },
+    { cert: p.etcdServerCert, key: p.etcdServerKey, spec: { signer: cas.etcd, subject: { commonName: 'etcd-server' }, usages: ['serverAuth', 'clientAuth'], sans: sans.etcd } },
+    { cert: p.etcdPeerCert, key: p.etcdPeerKey, spec: { signer: cas.etcd, subject: { commonName: 'etcd-peer' }, usages: ['serverAuth', 'clientAuth'], sans: sans.etcd } },
+    { cert: p.apiserverEtcdClientCert, key: p.apiserverEtcdClientKey, spec: { signer: cas.etcd, subject: { commonName: 'apiserver-etcd-client' }, usages: ['clientAuth'], sans: [] } },
+    { cert: p.konnectivityCert, key: p.konnectivityKey, spec: { signer: cas.cluster, subject: { commonName: 'konnectivity-server' }, usages: ['serverAuth'], sans: sans.konnectivity } },
+  ];
+}
+
+function kubeconfigs(p: PkiPaths, cas: Cas): { path: string; spec: LeafSpec }[] {
+  const client = (commonName: string, organizations?: string[]): LeafSpec => ({ signer: cas.cluster, subject: { commonName, organizations }, usages: ['clientAuth'], sans: [] });
+  return [
+    { path: p.adminConf, spec: client('kubernetes-admin', ['system:masters']) },
+    { path: p.schedulerConf, spec: client('system:kube-scheduler') },
+    { path: p.controllerManagerConf, spec: client('system:kube-controller-manager') },
+  ];
+}
+
+/**
+ * Like Promise.all, but waits for every step before failing, so no write is still in flight
+ * when the lock is released.
+ */
+async function allSettledOrThrow<T>(steps: Promise<T>[]): Promise<T[]> {
+  const results = await Promise.allSettled(steps);
+  const failed = results.find((r): r is PromiseRejectedResult => r.status === 'rejected');
+  if (failed) throw failed.reason;
+  return results.map((r) => (r as PromiseFulfilledResult<T>).value);
+}
+
+export async function ensurePki(opts: PkiOptions, log: Logger): Promise<PkiPaths> {
+  const paths = pkiPaths(opts.dir);
+  // Validate the options before touching the disk: a bad SAN must not leave a half-made PKI.
+  const sans = wantedSans(opts);
+  const server = serverUrl(opts.apiAddress, opts.apiPort);
+  const ctx: EnsureContext = { dir: paths.dir, now: opts.now ?? new Date(), log };
+
+  await ensurePrivateDir(paths.dir, log);
+  await ensurePrivateDir(paths.etcdDir, log);
+  const release = await lockfile.lock(paths.dir, {
+    lockfilePath: join(paths.dir, '.pki.lock'),
+    stale: 30_000,
+    update: 5_000,
+    retries: { retries: 600, factor: 1, minTimeout: 100, maxTimeout: 250 },
+  });
+  try {
+    // Independent steps run together: key generation is native and runs off the main thread,
+    // so a fresh PKI costs about as long as its slowest few keys.
+    const caResults = await allSettledOrThrow([
+      ensureCa({ name: 'kubernetes-ca', certPath: paths.caCert, keyPath: paths.caKey }, ctx),
+      ensureCa({ name: 'front-proxy-ca', certPath: paths.frontProxyCaCert, keyPath: paths.frontProxyCaKey }, ctx),
+      ensureCa({ name: 'etcd-ca', certPath: paths.etcdCaCert, keyPath: paths.etcdCaKey }, ctx),
+    ]);
+    const [cluster, frontProxy, etcd] = caResults.map((r) => r.signer) as [Signer, Signer, Signer];
+    const cas: Cas = { cluster, frontProxy, etcd };
+    const outcomes: Outcome[] = [
+      ...caResults.map((r) => r.outcome),
+      ...await allSettledOrThrow([
+        ...leafFiles(paths, cas, sans).map((l) => ensureLeafFiles(l.spec, l.cert, l.key, ctx)),
+        ...kubeconfigs(paths, cas).map((k) => ensureKubeconfig(k.spec, k.path, server, ctx)),
+        ensureServiceAccountKey(paths.saKey, paths.saPub, ctx),
+      ]),
+    ];
+    const count = (o: Outcome) => outcomes.filter((x) => x === o).length;
+    log.info({ dir: paths.dir, created: count('created'), renewed: count('renewed'), unchanged: count('unchanged') }, 'pki ready');
+    return paths;
+  } finally {
+    await release();
+  }
+}

@@ -1,0 +1,7 @@
+// The controller's PKI: certificate authorities, leaf certificates, the service-account key
+// and component kubeconfigs under <data-dir>/pki. See ensure.ts for the rules.
+export { ensurePki, wantedSans, type PkiOptions } from './ensure.ts';
+export { pkiPaths, type PkiPaths } from './paths.ts';
+export { writeKubeconfig, readKubeconfig, type KubeconfigContent } from './kubeconfig.ts';
+export { serverUrl, firstServiceIps } from './addresses.ts';
+export { PkiError } from './errors.ts';

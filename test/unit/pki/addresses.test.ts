@@ -1,0 +1,45 @@
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { canonicalIp, firstServiceIps, sameSans, serverUrl, toSan } from '../../../src/pki/addresses.ts';
+import { wantedSans } from '../../../src/pki/index.ts';
+
+test('the first service IP is network + 1, for IPv4, IPv6 and dual-stack', () => {
+  assert.deepEqual(firstServiceIps('10.96.0.0/12'), ['10.96.0.1']);
+  assert.deepEqual(firstServiceIps('10.100.3.7/16'), ['10.100.0.1'], 'host bits in the CIDR are ignored');
+  assert.deepEqual(firstServiceIps('fd00:10:96::/108'), ['fd00:10:96::1']);
+  assert.deepEqual(firstServiceIps('10.96.0.0/12, fd00::/108'), ['10.96.0.1', 'fd00::1']);
+  assert.throws(() => firstServiceIps('10.96.0.0'), /spec\.network\.serviceCIDR: "10\.96\.0\.0" is not a CIDR/);
+  assert.throws(() => firstServiceIps('10.96.0.0/32'), /not a CIDR with room/);
+});
+
+test('IP addresses compare in one canonical spelling', () => {
+  assert.equal(canonicalIp('2001:DB8:0:0::10'), '2001:db8::10');
+  assert.equal(canonicalIp('fe80::1%eth0'), 'fe80::1');
+  assert.equal(canonicalIp('::ffff:192.0.2.1'), '::ffff:c000:201');
+  assert.equal(canonicalIp('example.com'), null);
+  assert.equal(toSan('0:0:0:0:0:0:0:1', 'x'), 'IP:::1');
+  assert.equal(toSan('API.Example.TEST.', 'x'), 'DNS:api.example.test');
+  assert.equal(toSan('*.apps.example.test', 'x'), 'DNS:*.apps.example.test');
+  assert.throws(() => toSan('a b', 'spec.api.sans'), /spec\.api\.sans: "a b" is neither an IP address nor a DNS name/);
+  assert.ok(sameSans(['IP:::1', 'DNS:a'], ['DNS:a', 'IP:::1']));
+  assert.ok(!sameSans(['IP:::1'], ['IP:::1', 'DNS:a']));
+});
+
+test('server URLs bracket IPv6 literals', () => {
+  assert.equal(serverUrl('192.0.2.1', 6443), 'https://192.0.2.1:6443');
+  assert.equal(serverUrl('2001:db8::1', 6443), 'https://[2001:db8::1]:6443');
+  assert.equal(serverUrl('api.example.test', 443), 'https://api.example.test:443');
+});
+
+test('apiserver SANs are deduplicated and typed', () => {
+  const s = wantedSans({
+    dir: '/x', apiAddress: '127.0.0.1', sans: ['localhost', '::1', '0::1'], apiPort: 6443,
+    serviceCIDR: '10.96.0.0/12', clusterDomain: 'corp.internal', hostname: 'Ctrl', localAddresses: ['127.0.0.1', '::1'],
+  });
+  assert.deepEqual(s.apiserver, [
+    'IP:127.0.0.1', 'DNS:localhost', 'IP:::1', 'DNS:ctrl', 'DNS:kubernetes', 'DNS:kubernetes.default', 'DNS:kubernetes.default.svc',
+    'DNS:kubernetes.default.svc.corp.internal', 'IP:10.96.0.1',
+  ]);
+  assert.deepEqual(s.konnectivity, [...s.apiserver, 'DNS:konnectivity']);
+  assert.deepEqual(s.etcd, ['DNS:localhost', 'IP:127.0.0.1', 'IP:::1', 'DNS:ctrl']);
+});
