@@ -15,6 +15,7 @@ import { componentLogger, type Logger } from '../log/logger.ts';
 import type { Component, ComponentState, ComponentStatus } from './component.ts';
 import { LineSplitter, parseChildLine } from './output.ts';
 import { cleanupStalePidFile, removePidFile, writePidFile } from './pidfile.ts';
+import { reasonOf, settlesWithin, untilAborted } from './wait.ts';
 
 export const CHILD_PATH = '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin';
 /** util-linux; sets PR_SET_PDEATHSIG and execs, so the pid we track is the real child's. */
@@ -65,8 +66,15 @@ interface Run {
   pid: number;
   startedAt: number;
   /** Resolves when the process has exited (not necessarily its stdio closed). */
-  exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
+  exited: Promise<ExitStatus>;
+  /** Set the moment the process exits. */
+  exit?: ExitStatus;
   lastStderr?: string;
+}
+
+interface ExitStatus {
+  code: number | null;
+  signal: NodeJS.Signals | null;
 }
 
 export class Supervisor implements Component {
@@ -86,8 +94,10 @@ export class Supervisor implements Component {
   private restartTimer?: NodeJS.Timeout;
   /** Set by stop(); an exit after this is expected and never restarts. */
   private stopRequested = false;
+  private starting?: Promise<void>;
   private spawning?: Promise<void>;
   private stopping?: Promise<void>;
+  private usePdeathsig?: boolean;
   /** Wakes ready() waiters on every state change. */
   private stateWaiters = new Set<() => void>();
 
@@ -97,7 +107,8 @@ export class Supervisor implements Component {
     this.name = opts.name;
     this.readyTimeoutMs = opts.readyTimeoutMs;
     this.pidFile = join(opts.runDir, `${opts.name}.pid`);
-    this.log = componentLogger(opts.log, opts.name);
+    // Callers often hand in componentLogger(log, name) already; a second binding would repeat the field.
+    this.log = opts.log.bindings().component === opts.name ? opts.log : componentLogger(opts.log, opts.name);
     this.stopTimeoutMs = opts.stopTimeoutMs ?? DEFAULTS.stopTimeoutMs;
     this.backoff = opts.backoff ?? DEFAULTS.backoff;
     this.nextDelayMs = this.backoff.initialMs;
@@ -109,26 +120,17 @@ export class Supervisor implements Component {
 
   /** Spawns the child; resolves once it runs (not necessarily ready). A no-op while already running. */
   async start(): Promise<void> {
-    if (this.state !== 'pending' && this.state !== 'stopped' && this.state !== 'failed') return;
-    await this.stopping;
+    if (this.state === 'stopping') await this.stopping;
+    if (this.state === 'starting' || this.state === 'running' || this.state === 'restarting') return this.starting;
+    // A fresh life: reset synchronously so a stop() from here on belongs to this one.
     this.stopRequested = false;
     this.stopping = undefined;
     this.restarts = 0;
     this.lastError = undefined;
     this.nextDelayMs = this.backoff.initialMs;
     this.setState('starting');
-    try {
-      await access(this.opts.binary, fsConstants.X_OK).catch(() => {
-        throw new Error(`${this.opts.binary} is missing or not executable`);
-      });
-      await this.init();
-      await cleanupStalePidFile(this.pidFile, this.opts.binary, this.stopTimeoutMs, this.log);
-      await this.spawnTracked();
-    } catch (err) {
-      this.lastError = oneLine(err);
-      this.setState('failed');
-      throw new Error(`${this.name}: ${this.lastError}`);
-    }
+    this.starting = this.doStart();
+    return this.starting;
   }
 
   /** Resolves when the process runs and (if given) the readiness probe passes; rejects with the reason once `signal` aborts. */
@@ -140,11 +142,14 @@ export class Supervisor implements Component {
       if (signal.aborted) throw new Error(this.notReadyReason(probeError));
       if (this.state === 'running') {
         if (!this.opts.ready) return;
+        const attempt = this.opts.ready(signal);
         try {
-          await untilAborted(this.opts.ready(signal), signal);
+          await untilAborted(attempt, signal);
           return;
         } catch (err) {
-          if (!signal.aborted) probeError = oneLine(err);
+          if (!signal.aborted) probeError = reasonOf(err);
+          // Aborted: the probe's own last reason beats ours, if it gives one promptly.
+          else await settlesWithin(attempt.catch((e: unknown) => { probeError = reasonOf(e); }), 1000);
         }
         await sleep(retryMs, undefined, { signal }).catch(() => undefined);
       } else {
@@ -169,10 +174,28 @@ export class Supervisor implements Component {
     return s;
   }
 
+  private async doStart(): Promise<void> {
+    try {
+      await access(this.opts.binary, fsConstants.X_OK).catch(() => {
+        throw new Error(`${this.opts.binary} is missing or not executable`);
+      });
+      await this.init();
+      await cleanupStalePidFile(this.pidFile, this.opts.binary, this.stopTimeoutMs, this.log);
+      if (this.stopRequested) throw new Error('stopped while starting');
+      await this.spawnTracked();
+    } catch (err) {
+      // The reason only: the component manager says which component failed.
+      this.lastError = reasonOf(err);
+      this.setState('failed');
+      throw new Error(this.lastError);
+    }
+  }
+
   private async doStop(): Promise<void> {
     this.stopRequested = true;
     clearTimeout(this.restartTimer);
     this.restartTimer = undefined;
+    await this.starting?.catch(() => undefined);
     await this.spawning?.catch(() => undefined);
     const run = this.run;
     if (run) {
@@ -185,11 +208,9 @@ export class Supervisor implements Component {
   }
 
   private async terminate(run: Run): Promise<void> {
-    const exited = run.exited.then(() => true);
-    if (await Promise.race([exited, Promise.resolve(false)])) return;
+    if (run.exit) return;
     run.child.kill('SIGTERM');
-    const timer = sleep(this.stopTimeoutMs, false);
-    if (await Promise.race([exited, timer])) return;
+    if (await settlesWithin(run.exited, this.stopTimeoutMs)) return;
     this.log.warn({ pid: run.pid }, `${this.name} (pid ${run.pid}) still running ${this.stopTimeoutMs}ms after SIGTERM, sending SIGKILL`);
     run.child.kill('SIGKILL');
     await run.exited;
@@ -205,9 +226,12 @@ export class Supervisor implements Component {
 
   private async spawnChild(): Promise<void> {
     const { binary, args } = this.opts;
-    const usePdeathsig = existsSync(SETPRIV);
-    if (!usePdeathsig) this.log.warn(`${SETPRIV} not found: ${this.name} may outlive kctl if kctl is killed`);
-    const [file, argv] = usePdeathsig ? [SETPRIV, ['--pdeathsig', 'SIGKILL', '--', binary, ...args]] : [binary, args];
+    if (this.usePdeathsig === undefined) {
+      this.usePdeathsig = existsSync(SETPRIV);
+      if (!this.usePdeathsig) this.log.warn(`${SETPRIV} not found: ${this.name} may outlive kctl if kctl is killed`);
+    }
+    // Plain exec after prctl: no fork, so the pid we track is the real child's.
+    const [file, argv] = this.usePdeathsig ? [SETPRIV, ['--pdeathsig', 'SIGKILL', '--', binary, ...args]] : [binary, args];
     const child = spawn(file, argv, {
       env: { PATH: CHILD_PATH, ...this.opts.env },
       cwd: this.opts.cwd,
@@ -216,24 +240,24 @@ export class Supervisor implements Component {
       // kctl stops them itself, in reverse start order.
       detached: true,
     });
-    await Promise.race([
-      once(child, 'spawn'),
-      once(child, 'error').then(([err]) => {
-        throw new Error(`cannot run ${binary}: ${oneLine(err)}`);
-      }),
-    ]);
-    const pid = child.pid as number;
-    const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => {
+    const exited = new Promise<ExitStatus>((resolve) => {
       child.once('exit', (code, signal) => resolve({ code, signal }));
     });
+    try {
+      await once(child, 'spawn'); // rejects with the spawn error (e.g. EACCES)
+    } catch (err) {
+      throw new Error(`cannot run ${file}: ${reasonOf(err)}`);
+    }
+    const pid = child.pid as number;
+    child.on('error', (err) => this.log.error({ pid }, `${this.name}: ${reasonOf(err)}`));
     const run: Run = { child, pid, startedAt: Date.now(), exited };
     this.run = run;
     this.forwardOutput(run);
-    child.on('error', (err) => this.log.error({ pid }, `${this.name}: ${oneLine(err)}`));
     void exited.then((how) => this.onExit(run, how));
     await writePidFile(this.pidFile, pid);
     this.log.info({ pid }, `${this.name} started (pid ${pid})`);
-    this.setState('running');
+    // It may already have exited (onExit then owns the state).
+    if (this.run === run && !run.exit && !this.stopRequested) this.setState('running');
   }
 
   private forwardOutput(run: Run): void {
@@ -255,21 +279,24 @@ export class Supervisor implements Component {
     }
   }
 
-  private async onExit(run: Run, how: { code: number | null; signal: NodeJS.Signals | null }): Promise<void> {
-    // stdio may still hold the last lines (and lastStderr) after 'exit'; give it a moment.
-    await Promise.race([once(run.child, 'close'), sleep(200)]);
-    if (this.run === run) this.run = undefined;
+  private async onExit(run: Run, how: ExitStatus): Promise<void> {
+    run.exit = how;
     const ranMs = Date.now() - run.startedAt;
     const exit = how.signal ? `killed by ${how.signal}` : `exited with code ${how.code}`;
     if (this.stopRequested) {
       this.log.info({ pid: run.pid, code: how.code, signal: how.signal }, `${this.name} ${exit}`);
       return;
     }
+    if (this.run === run) this.run = undefined;
+    this.setState('restarting');
+    // stdio may still hold the last lines (and lastStderr) after 'exit'; give it a moment.
+    await settlesWithin(once(run.child, 'close'), 200);
+    await removePidFile(this.pidFile).catch(() => undefined);
+    if (this.stopRequested) return;
     this.lastError = run.lastStderr ? `${exit}: ${run.lastStderr.slice(0, 300)}` : exit;
     if (ranMs >= this.backoff.resetAfterMs) this.nextDelayMs = this.backoff.initialMs;
     const delayMs = this.nextDelayMs;
     this.nextDelayMs = Math.min(delayMs * 2, this.backoff.maxMs);
-    this.setState('restarting');
     this.log.warn({ pid: run.pid, code: how.code, signal: how.signal, delayMs, restarts: this.restarts },
       `${this.name} ${exit}, restarting in ${formatMs(delayMs)}`);
     this.scheduleRestart(delayMs);
@@ -282,7 +309,7 @@ export class Supervisor implements Component {
       this.restarts++;
       this.spawnTracked().catch((err: unknown) => {
         if (this.stopRequested) return;
-        this.lastError = oneLine(err);
+        this.lastError = reasonOf(err);
         const next = this.nextDelayMs;
         this.nextDelayMs = Math.min(next * 2, this.backoff.maxMs);
         this.log.error({ delayMs: next }, `${this.name}: ${this.lastError}, retrying in ${formatMs(next)}`);
@@ -317,24 +344,6 @@ export class Supervisor implements Component {
     if (this.restarts > 0 || this.state === 'restarting') parts.push(`${this.restarts} restarts, last: ${this.lastError ?? 'unknown'}`);
     return parts.join('; ');
   }
-}
-
-/** Settles with `p`, or rejects once `signal` aborts even if `p` ignores the signal. */
-export function untilAborted<T>(p: Promise<T>, signal: AbortSignal): Promise<T> {
-  if (signal.aborted) {
-    p.catch(() => undefined);
-    return Promise.reject(signal.reason);
-  }
-  return new Promise<T>((resolve, reject) => {
-    const onAbort = () => reject(signal.reason);
-    signal.addEventListener('abort', onAbort, { once: true });
-    p.then(resolve, reject).finally(() => signal.removeEventListener('abort', onAbort));
-  });
-}
-
-export function oneLine(err: unknown): string {
-  const msg = err instanceof Error ? err.message : String(err);
-  return msg.split('\n')[0].trim();
 }
 
 function formatMs(ms: number): string {

@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { test } from 'node:test';
+import { componentLogger } from '../../../src/log/logger.ts';
 import { captureLogger } from '../../helpers.ts';
 
 const root = new URL('../../..', import.meta.url).pathname;
@@ -34,8 +35,12 @@ test('--help lists the commands and global flags', () => {
 });
 
 test('every log line is JSON with a component field', () => {
-  const { log, lines } = captureLogger();
+  const { log, lines, raw } = captureLogger();
+  const rawLines = () => raw().split('\n').filter(Boolean);
   log.info('root line');
-  log.child({ component: 'stage' }).info('child line');
-  assert.deepEqual(lines().map((l) => [l.component, l.msg]), [['kctl', 'root line'], ['stage', 'child line']]);
+  componentLogger(log, 'stage').info('child line');
+  componentLogger(componentLogger(log, 'stage'), 'etcd').info('grandchild line');
+  assert.deepEqual(lines().map((l) => [l.component, l.msg]), [['kctl', 'root line'], ['stage', 'child line'], ['etcd', 'grandchild line']]);
+  // One component field per line, not one per ancestor.
+  assert.deepEqual(rawLines().map((l) => l.split('"component"').length - 1), [1, 1, 1]);
 });

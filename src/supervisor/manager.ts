@@ -1,0 +1,137 @@
+// Starts components in order, each gated on the previous one's readiness, and stops them in
+// reverse (k0s pkg/component/manager). Knows nothing about what the components are.
+import type { Logger } from '../log/logger.ts';
+import type { Component, ComponentStatus } from './component.ts';
+import { reasonOf, settlesWithin, untilAborted } from './wait.ts';
+
+export const DEFAULT_READY_TIMEOUT_MS = 120_000;
+
+/** A component may say how long it needs to become ready (e.g. kube-apiserver on a cold etcd). */
+export interface ManagedComponent extends Component {
+  readonly readyTimeoutMs?: number;
+}
+
+export interface ComponentManagerOptions {
+  /** For components without their own `readyTimeoutMs`. Default 120 s. */
+  readyTimeoutMs?: number;
+}
+
+export class ComponentManager {
+  private readonly components: readonly ManagedComponent[];
+  private readonly readyTimeoutMs: number;
+  /** Started (or half-started) components, in start order; stop() pops from the end. */
+  private readonly started: ManagedComponent[] = [];
+  /** Aborted by stop(): a start in progress gives up waiting for readiness. */
+  private readonly startAbort = new AbortController();
+  private startCalled = false;
+  private stopping?: Promise<void>;
+
+  constructor(components: readonly ManagedComponent[], private readonly log: Logger, opts: ComponentManagerOptions = {}) {
+    const names = new Set<string>();
+    for (const c of components) {
+      if (names.has(c.name)) throw new Error(`component ${c.name} is listed twice`);
+      names.add(c.name);
+    }
+    this.components = components;
+    this.readyTimeoutMs = opts.readyTimeoutMs ?? DEFAULT_READY_TIMEOUT_MS;
+  }
+
+  /**
+   * init() of all, in order; then start() and ready() of each before the next. On failure the
+   * components already started are stopped in reverse and the error names the component.
+   */
+  async start(): Promise<void> {
+    if (this.startCalled) throw new Error('component manager already started');
+    this.startCalled = true;
+    for (const c of this.components) {
+      this.throwIfStopping();
+      try {
+        await c.init();
+      } catch (err) {
+        throw new Error(`${c.name} failed to initialise: ${reasonOf(err)}`);
+      }
+    }
+    for (const c of this.components) {
+      this.throwIfStopping();
+      const t0 = performance.now();
+      this.log.info({ name: c.name }, `starting ${c.name}`);
+      // Recorded before start() so a component that half-started is stopped too.
+      this.started.push(c);
+      try {
+        try {
+          await c.start();
+        } catch (err) {
+          throw new Error(`${c.name} failed to start: ${reasonOf(err)}`);
+        }
+        await this.waitReady(c);
+      } catch (err) {
+        this.throwIfStopping();
+        const failure = err instanceof Error ? err : new Error(String(err));
+        this.log.error({ name: c.name }, `${failure.message}; stopping the components already started`);
+        await this.stopStarted();
+        throw failure;
+      }
+      this.log.info({ name: c.name, seconds: round1((performance.now() - t0) / 1000) }, `${c.name} ready in ${seconds(performance.now() - t0)}`);
+    }
+  }
+
+  /** Stops what was started, in reverse; a failing stop is logged and the rest still stop. */
+  stop(): Promise<void> {
+    this.startAbort.abort();
+    return this.stopStarted();
+  }
+
+  status(): ComponentStatus[] {
+    return this.components.map((c) => c.status());
+  }
+
+  private async waitReady(c: ManagedComponent): Promise<void> {
+    const timeoutMs = c.readyTimeoutMs ?? this.readyTimeoutMs;
+    // A ref'd timer, not AbortSignal.timeout(): that one is unref'd, and a start waiting on a
+    // component that never answers would let the process exit with nothing said.
+    const timeout = new AbortController();
+    const timer = setTimeout(() => timeout.abort(new Error(`timed out after ${seconds(timeoutMs)}`)), timeoutMs);
+    const signal = AbortSignal.any([timeout.signal, this.startAbort.signal]);
+    const ready = c.ready(signal);
+    try {
+      await untilAborted(ready, signal);
+    } catch (err) {
+      if (!timeout.signal.aborted) throw new Error(`${c.name} failed to become ready: ${reasonOf(err)}`);
+      // The component's own reason (its last probe error) says more than "timed out", if it gives one promptly.
+      let reason: string | undefined;
+      await settlesWithin(ready.catch((e: unknown) => { reason = reasonOf(e); }), 1000);
+      throw new Error(`${c.name} did not become ready within ${seconds(timeoutMs)}${reason ? `: ${reason}` : ''}`);
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
+  /** One stop sequence at a time: stop() during a failing start() joins the same sequence. */
+  private stopStarted(): Promise<void> {
+    this.stopping ??= (async () => {
+      for (let c = this.started.pop(); c !== undefined; c = this.started.pop()) {
+        this.log.info({ name: c.name }, `stopping ${c.name}`);
+        try {
+          await c.stop();
+        } catch (err) {
+          this.log.error({ name: c.name }, `${c.name} failed to stop: ${reasonOf(err)}`);
+        }
+      }
+    })().finally(() => {
+      this.stopping = undefined;
+    });
+    return this.stopping;
+  }
+
+  private throwIfStopping(): void {
+    if (this.startAbort.signal.aborted) throw new Error('start cancelled: stopping');
+  }
+}
+
+function round1(n: number): number {
+  return Math.round(n * 10) / 10;
+}
+
+function seconds(ms: number): string {
+  return `${round1(ms / 1000)}s`;
+}

@@ -1,0 +1,34 @@
+// Waiting with a bound: on an AbortSignal, or on a timer that never holds the process open.
+import { setTimeout as sleep } from 'node:timers/promises';
+
+/** Settles with `p`, or rejects with the signal's reason once it aborts, even if `p` ignores the signal. */
+export function untilAborted<T>(p: Promise<T>, signal: AbortSignal): Promise<T> {
+  if (signal.aborted) {
+    p.catch(() => undefined);
+    return Promise.reject(signal.reason);
+  }
+  return new Promise<T>((resolve, reject) => {
+    const onAbort = () => reject(signal.reason);
+    signal.addEventListener('abort', onAbort, { once: true });
+    p.then(resolve, reject).finally(() => signal.removeEventListener('abort', onAbort));
+  });
+}
+
+/** True if `p` settles (either way) within `ms`; the timer is cleared either way. */
+export async function settlesWithin(p: Promise<unknown>, ms: number): Promise<boolean> {
+  const timer = new AbortController();
+  try {
+    return await Promise.race([
+      p.then(() => true, () => true),
+      sleep(ms, false, { signal: timer.signal }),
+    ]);
+  } finally {
+    timer.abort();
+  }
+}
+
+/** The first line of an error's message: what a one-line user-facing reason is made of. */
+export function reasonOf(err: unknown): string {
+  const msg = err instanceof Error ? err.message : String(err);
+  return (msg.split('\n')[0] ?? '').trim();
+}

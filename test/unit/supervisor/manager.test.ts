@@ -1,0 +1,118 @@
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { setTimeout as sleep } from 'node:timers/promises';
+import type { ComponentState, ComponentStatus } from '../../../src/supervisor/component.ts';
+import { ComponentManager, type ManagedComponent } from '../../../src/supervisor/manager.ts';
+import { Supervisor } from '../../../src/supervisor/process.ts';
+import { captureLogger, tempDir } from '../../helpers.ts';
+import { isAlive } from './util.ts';
+
+/** A component that records what was asked of it, in one shared journal. */
+class Fake implements ManagedComponent {
+  state: ComponentState = 'pending';
+  constructor(
+    readonly name: string,
+    private readonly journal: string[],
+    private readonly behaviour: { readyAfterMs?: number; neverReady?: boolean; failStart?: string; failStop?: string; readyTimeoutMs?: number } = {},
+  ) {}
+  get readyTimeoutMs(): number | undefined { return this.behaviour.readyTimeoutMs; }
+  async init(): Promise<void> { this.journal.push(`init ${this.name}`); }
+  async start(): Promise<void> {
+    this.journal.push(`start ${this.name}`);
+    if (this.behaviour.failStart) throw new Error(this.behaviour.failStart);
+    this.state = 'running';
+  }
+  async ready(): Promise<void> {
+    // Deliberately ignores the signal: the manager must time out on its own.
+    if (this.behaviour.neverReady) return new Promise(() => undefined);
+    await sleep(this.behaviour.readyAfterMs ?? 0);
+    this.journal.push(`ready ${this.name}`);
+  }
+  async stop(): Promise<void> {
+    this.journal.push(`stop ${this.name}`);
+    this.state = 'stopped';
+    if (this.behaviour.failStop) throw new Error(this.behaviour.failStop);
+  }
+  status(): ComponentStatus { return { name: this.name, state: this.state, restarts: 0 }; }
+}
+
+test('starts in order, each after the previous is ready; stops in reverse', { timeout: 10_000 }, async () => {
+  const journal: string[] = [];
+  const { log, lines } = captureLogger();
+  const m = new ComponentManager([
+    new Fake('storage', journal, { readyAfterMs: 100 }),
+    new Fake('apiserver', journal, { readyAfterMs: 50 }),
+    new Fake('scheduler', journal),
+  ], log);
+  await m.start();
+  assert.deepEqual(journal, [
+    'init storage', 'init apiserver', 'init scheduler',
+    'start storage', 'ready storage', 'start apiserver', 'ready apiserver', 'start scheduler', 'ready scheduler',
+  ]);
+  assert.deepEqual(m.status().map((s) => [s.name, s.state]), [['storage', 'running'], ['apiserver', 'running'], ['scheduler', 'running']]);
+  assert.ok(lines().some((l) => l.msg === 'starting apiserver'));
+  assert.ok(lines().some((l) => /^storage ready in \d+(\.\d)?s$/.test(String(l.msg))));
+
+  journal.length = 0;
+  await m.stop();
+  assert.deepEqual(journal, ['stop scheduler', 'stop apiserver', 'stop storage']);
+});
+
+test('a component that never becomes ready fails start with its name; earlier ones are stopped in reverse', { timeout: 10_000 }, async () => {
+  const journal: string[] = [];
+  const { log, lines } = captureLogger();
+  const m = new ComponentManager([
+    new Fake('storage', journal),
+    new Fake('konnectivity', journal),
+    new Fake('apiserver', journal, { neverReady: true, readyTimeoutMs: 200 }),
+    new Fake('scheduler', journal),
+  ], log);
+  await assert.rejects(m.start(), { message: 'apiserver did not become ready within 0.2s' });
+  assert.deepEqual(journal.filter((e) => e.startsWith('start') || e.startsWith('stop')), [
+    'start storage', 'start konnectivity', 'start apiserver', 'stop apiserver', 'stop konnectivity', 'stop storage',
+  ]);
+  assert.ok(lines().some((l) => l.level === 50 && String(l.msg).startsWith('apiserver did not become ready')));
+});
+
+test('a start error names the component; stop carries on past a failing stop', { timeout: 10_000 }, async () => {
+  const journal: string[] = [];
+  const { log, lines } = captureLogger();
+  const m = new ComponentManager([
+    new Fake('a', journal, { failStop: 'stuck' }),
+    new Fake('b', journal),
+    new Fake('c', journal, { failStart: 'port 6443 in use' }),
+  ], log);
+  await assert.rejects(m.start(), { message: 'c failed to start: port 6443 in use' });
+  assert.deepEqual(journal.filter((e) => e.startsWith('stop')), ['stop c', 'stop b', 'stop a']);
+  assert.ok(lines().some((l) => l.msg === 'a failed to stop: stuck'));
+});
+
+test('with real processes: a probe that never passes fails start with its reason and stops the earlier child', { timeout: 20_000 }, async (t) => {
+  const runDir = await tempDir(t);
+  const { log } = captureLogger();
+  const storage = new Supervisor({ name: 'storage', binary: '/bin/sleep', args: ['1000'], runDir, log });
+  const apiserver = new Supervisor({
+    name: 'apiserver', binary: '/bin/sleep', args: ['1000'], runDir, log, readyRetryMs: 20, readyTimeoutMs: 300,
+    ready: () => Promise.reject(new Error('connect ECONNREFUSED 127.0.0.1:6443')),
+  });
+  t.after(async () => { await apiserver.stop(); await storage.stop(); });
+  const m = new ComponentManager([storage, apiserver], log);
+  await assert.rejects(m.start(), { message: 'apiserver did not become ready within 0.3s: last probe error: connect ECONNREFUSED 127.0.0.1:6443' });
+  assert.deepEqual(m.status().map((s) => [s.name, s.state]), [['storage', 'stopped'], ['apiserver', 'stopped']]);
+});
+
+test('stop() during start() cancels the wait and stops what was started', { timeout: 10_000 }, async (t) => {
+  const runDir = await tempDir(t);
+  const { log } = captureLogger();
+  const storage = new Supervisor({ name: 'storage', binary: '/bin/sleep', args: ['1000'], runDir, log });
+  const apiserver = new Supervisor({ name: 'apiserver', binary: '/bin/sleep', args: ['1000'], runDir, log, ready: () => new Promise(() => undefined) });
+  t.after(async () => { await apiserver.stop(); await storage.stop(); });
+  const m = new ComponentManager([storage, apiserver], log);
+  const starting = m.start();
+  while (apiserver.status().state !== 'running') await sleep(10);
+  const pids = [storage.status().pid as number, apiserver.status().pid as number];
+  const cancelled = assert.rejects(starting, { message: 'start cancelled: stopping' });
+  await m.stop();
+  await cancelled;
+  for (const pid of pids) assert.equal(await isAlive(pid), false);
+});

@@ -1,0 +1,35 @@
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { once } from 'node:events';
+import { copyFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { createInterface } from 'node:readline';
+import { test } from 'node:test';
+import { runsBinary } from '../../../src/supervisor/pidfile.ts';
+import { tempDir } from '../../helpers.ts';
+import { isAlive, killAfter, waitFor } from './util.ts';
+
+const parentScript = new URL('./fixtures/supervising-parent.ts', import.meta.url).pathname;
+
+test('no orphan: when the supervising process is SIGKILLed, its child dies too', { timeout: 30_000 }, async (t) => {
+  const runDir = await tempDir(t);
+  const binary = join(runDir, 'orphan-candidate');
+  await copyFile('/bin/sleep', binary);
+
+  const parent = spawn(process.execPath, ['--import', 'tsx', parentScript, runDir, binary, '1000'], { stdio: ['ignore', 'pipe', 'inherit'] });
+  killAfter(t, parent.pid);
+  const firstLine = createInterface({ input: parent.stdout! })[Symbol.asyncIterator]().next();
+  const { value } = await Promise.race([
+    firstLine,
+    once(parent, 'exit').then(([code]) => { throw new Error(`parent exited early with ${code}`); }),
+  ]);
+  const child = Number(value);
+  killAfter(t, child);
+  assert.ok(Number.isInteger(child) && child > 1, `child pid from parent: ${value}`);
+  assert.equal(await isAlive(child), true);
+  assert.equal(await runsBinary(child, binary), true, 'the tracked pid is the real child, not setpriv');
+
+  parent.kill('SIGKILL');
+  await once(parent, 'exit');
+  await waitFor('the orphaned child to die', async () => !(await isAlive(child)), 10_000);
+});

@@ -1,0 +1,217 @@
+import assert from 'node:assert/strict';
+import { copyFile, readFile, rm, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { test } from 'node:test';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { readPidFile } from '../../../src/supervisor/pidfile.ts';
+import { CHILD_PATH, Supervisor, type SupervisorOptions } from '../../../src/supervisor/process.ts';
+import { captureLogger, tempDir } from '../../helpers.ts';
+import { isAlive, spawnProcess, waitFor } from './util.ts';
+
+type TestContext = { after: (fn: () => Promise<void> | void) => void };
+
+/** A supervisor stopped when the test ends, pass or fail. */
+function supervise(t: TestContext, opts: Omit<SupervisorOptions, 'log'> & Partial<Pick<SupervisorOptions, 'log'>>) {
+  const captured = captureLogger();
+  const sup = new Supervisor({ log: captured.log, stopTimeoutMs: 2000, ...opts });
+  t.after(() => sup.stop());
+  return { sup, lines: captured.lines };
+}
+
+const sh = (script: string) => ({ binary: '/bin/sh', args: ['-c', script] });
+const byMsg = (lines: Record<string, unknown>[], msg: string) => lines.find((l) => l.msg === msg);
+
+test('forwards stdout and stderr line by line with the component field and a level', { timeout: 15_000 }, async (t) => {
+  const runDir = await tempDir(t);
+  const { sup, lines } = supervise(t, {
+    name: 'chatty', runDir,
+    ...sh([
+      'echo "hello from child"',
+      'echo "E1122 10:00:00.000000    1 x.go:1] klog error" >&2',
+      'echo "W1122 10:00:00.000000    1 x.go:1] klog warning" >&2',
+      `echo '{"level":"warn","ts":"2026-01-01T00:00:00Z","msg":"etcd says","key":"v"}'`,
+      'printf "split-"; sleep 0.2; printf "line\\n"',
+      'head -c 20000 /dev/zero | tr "\\0" x; echo',
+      'echo after-long',
+      'exec sleep 1000',
+    ].join('\n')),
+  });
+  await sup.start();
+  await waitFor('the last line', () => byMsg(lines(), 'after-long'));
+
+  const hello = byMsg(lines(), 'hello from child');
+  assert.equal(hello?.component, 'chatty');
+  assert.equal(hello?.level, 30);
+  assert.equal(byMsg(lines(), 'E1122 10:00:00.000000    1 x.go:1] klog error')?.level, 50);
+  assert.equal(byMsg(lines(), 'W1122 10:00:00.000000    1 x.go:1] klog warning')?.level, 40);
+  const json = byMsg(lines(), 'etcd says');
+  assert.equal(json?.level, 40);
+  assert.deepEqual(json?.fields, { key: 'v' });
+  assert.equal(json?.component, 'chatty');
+  assert.ok(byMsg(lines(), 'split-line'), 'a line written in two chunks is one record');
+  const long = lines().find((l) => typeof l.msg === 'string' && l.msg.startsWith('xxx'));
+  assert.equal((long?.msg as string).length, 16 * 1024);
+  assert.equal(long?.truncated, true);
+  assert.equal(lines().filter((l) => typeof l.msg === 'string' && l.msg.startsWith('x')).length, 1, 'the rest of a long line is dropped, not split into more records');
+});
+
+test('the child gets a clean environment: PATH plus its own variables only', { timeout: 15_000 }, async (t) => {
+  process.env.KCTL_SUPERVISOR_TEST_SECRET = 'leaked';
+  t.after(() => { delete process.env.KCTL_SUPERVISOR_TEST_SECRET; });
+  const runDir = await tempDir(t);
+  const { sup, lines } = supervise(t, {
+    name: 'envcheck', runDir, env: { EXTRA: 'given' },
+    ...sh('echo "secret=${KCTL_SUPERVISOR_TEST_SECRET:-unset} extra=$EXTRA home=${HOME:-unset} path=$PATH"; exec sleep 1000'),
+  });
+  await sup.start();
+  const line = await waitFor('the env line', () => lines().find((l) => String(l.msg).startsWith('secret=')));
+  assert.equal(line.msg, `secret=unset extra=given home=unset path=${CHILD_PATH}`);
+});
+
+test('a crashing child is restarted with capped exponential backoff that resets after a healthy run', { timeout: 20_000 }, async (t) => {
+  const runDir = await tempDir(t);
+  const counter = join(runDir, 'runs');
+  // Runs 1-3 crash at once, run 4 lives longer than resetAfterMs, then quick crashes again.
+  const { sup, lines } = supervise(t, {
+    name: 'crasher', runDir,
+    backoff: { initialMs: 20, maxMs: 80, resetAfterMs: 400 },
+    ...sh(`n=$(cat ${counter} 2>/dev/null || echo 0); n=$((n+1)); echo $n > ${counter}
+      echo "run $n"; if [ $n -eq 4 ]; then sleep 1; fi; echo "boom $n" >&2; exit 3`),
+  });
+  await sup.start();
+  await waitFor('six runs', () => lines().some((l) => l.msg === 'run 6'), 15_000);
+  await sup.stop();
+
+  const delays = lines().filter((l) => typeof l.delayMs === 'number').map((l) => l.delayMs);
+  assert.deepEqual(delays.slice(0, 5), [20, 40, 80, 20, 40]);
+  const st = sup.status();
+  assert.ok(st.restarts >= 5, `restarts counted: ${st.restarts}`);
+  assert.match(st.lastError ?? '', /^exited with code 3: boom \d+$/);
+  const crashLog = lines().find((l) => typeof l.delayMs === 'number');
+  assert.equal(crashLog?.level, 40);
+  assert.equal(crashLog?.code, 3);
+  assert.equal(crashLog?.msg, 'crasher exited with code 3, restarting in 20ms');
+
+  // Stopped means stopped: no restart afterwards.
+  const runs = await readFile(counter, 'utf8');
+  await sleep(300);
+  assert.equal(await readFile(counter, 'utf8'), runs);
+  assert.equal(sup.status().state, 'stopped');
+});
+
+test('stop escalates to SIGKILL for a child that ignores SIGTERM, removes the pid file, and is idempotent', { timeout: 15_000 }, async (t) => {
+  const runDir = await tempDir(t);
+  const { sup, lines } = supervise(t, {
+    name: 'stubborn', runDir, stopTimeoutMs: 300,
+    ...sh('trap "" TERM; echo trapped; exec sleep 1000'),
+  });
+  await sup.start();
+  await waitFor('the trap', () => byMsg(lines(), 'trapped'));
+  const pid = sup.status().pid as number;
+  assert.equal(await readPidFile(join(runDir, 'stubborn.pid')), pid);
+
+  await Promise.all([sup.stop(), sup.stop()]);
+  await sup.stop();
+  assert.equal(await isAlive(pid), false);
+  assert.equal(await readPidFile(join(runDir, 'stubborn.pid')), undefined);
+  assert.ok(lines().some((l) => String(l.msg).includes('after SIGTERM, sending SIGKILL')));
+  assert.ok(lines().some((l) => l.signal === 'SIGKILL'));
+  assert.deepEqual(sup.status(), { name: 'stubborn', state: 'stopped', restarts: 0 });
+});
+
+test('a child that honours SIGTERM stops without SIGKILL', { timeout: 15_000 }, async (t) => {
+  const runDir = await tempDir(t);
+  const { sup, lines } = supervise(t, { name: 'polite', runDir, binary: '/bin/sleep', args: ['1000'] });
+  await sup.start();
+  const st = sup.status();
+  assert.equal(st.state, 'running');
+  assert.equal(typeof st.pid, 'number');
+  assert.equal(st.uptimeSeconds, 0);
+  await sup.stop();
+  assert.ok(lines().some((l) => l.signal === 'SIGTERM'));
+  assert.ok(!lines().some((l) => String(l.msg).includes('SIGKILL')));
+});
+
+test('on start, a leftover of our binary is stopped; a foreign process behind a stale pid file is left alone', { timeout: 20_000 }, async (t) => {
+  const runDir = await tempDir(t);
+  const binary = join(runDir, 'fake-daemon');
+  await copyFile('/bin/sleep', binary);
+  const pidFile = join(runDir, 'daemon.pid');
+
+  // A leftover from a "previous kctl", whose binary was since replaced by an upgrade:
+  // /proc/<pid>/exe reads "<binary> (deleted)" and argv[0] is something else.
+  const leftover = await spawnProcess(t, binary, ['1000'], { argv0: 'leftover', detached: true });
+  await rm(binary);
+  await copyFile('/bin/sleep', binary);
+  await writeFile(pidFile, `${leftover}\n`);
+  const first = supervise(t, { name: 'daemon', runDir, binary, args: ['1000'], stopTimeoutMs: 1000 });
+  await first.sup.start();
+  assert.equal(await isAlive(leftover), false, 'the leftover of our binary is gone');
+  const ours = first.sup.status().pid;
+  assert.notEqual(ours, leftover);
+  assert.equal(await readPidFile(pidFile), ours);
+  assert.ok(first.lines().some((l) => String(l.msg).startsWith('stopping leftover') && l.pid === leftover));
+  await first.sup.stop();
+
+  // A reused pid: some other program now has the pid from the file.
+  const foreign = await spawnProcess(t, '/bin/sleep', ['1000']);
+  await writeFile(pidFile, `${foreign}\n`);
+  const second = supervise(t, { name: 'daemon', runDir, binary, args: ['1000'] });
+  await second.sup.start();
+  assert.equal(await isAlive(foreign), true, 'the foreign process is untouched');
+  assert.equal(await readPidFile(pidFile), second.sup.status().pid);
+  assert.ok(second.lines().some((l) => String(l.msg).includes('is another program, leaving it alone') && l.pid === foreign));
+  await second.sup.stop();
+
+  // A dead pid: the file just goes.
+  await writeFile(pidFile, '999999999\n');
+  const third = supervise(t, { name: 'daemon', runDir, binary, args: ['1000'] });
+  await third.sup.start();
+  assert.equal(await readPidFile(pidFile), third.sup.status().pid);
+  await third.sup.stop();
+});
+
+test('ready() retries the probe until it passes', { timeout: 15_000 }, async (t) => {
+  const runDir = await tempDir(t);
+  const marker = join(runDir, 'up');
+  let probes = 0;
+  const { sup } = supervise(t, {
+    name: 'slow', runDir, readyRetryMs: 20,
+    ...sh(`sleep 0.3; touch ${marker}; exec sleep 1000`),
+    ready: async () => {
+      probes++;
+      await readFile(marker);
+    },
+  });
+  await sup.start();
+  await sup.ready(AbortSignal.timeout(10_000));
+  assert.ok(probes > 1, `probed ${probes} times`);
+});
+
+test('ready() rejects with the last probe error and the crash reason when the signal aborts', { timeout: 15_000 }, async (t) => {
+  const runDir = await tempDir(t);
+  const { sup } = supervise(t, {
+    name: 'never', runDir, readyRetryMs: 20,
+    binary: '/bin/sleep', args: ['1000'],
+    ready: () => Promise.reject(new Error('connect ECONNREFUSED 127.0.0.1:2379')),
+  });
+  await sup.start();
+  await assert.rejects(sup.ready(AbortSignal.timeout(300)), { message: 'last probe error: connect ECONNREFUSED 127.0.0.1:2379' });
+
+  const crashing = supervise(t, {
+    name: 'crashloop', runDir, backoff: { initialMs: 20, maxMs: 20, resetAfterMs: 60_000 },
+    ...sh('echo "bad flag --foo" >&2; exit 2'),
+    ready: () => Promise.reject(new Error('connect ECONNREFUSED 127.0.0.1:2379')),
+  }).sup;
+  await crashing.start();
+  await waitFor('a restart', () => crashing.status().restarts > 0);
+  await assert.rejects(crashing.ready(AbortSignal.timeout(300)), /restarts, last: exited with code 2: bad flag --foo/);
+});
+
+test('start fails with one line for a missing binary', { timeout: 15_000 }, async (t) => {
+  const runDir = await tempDir(t);
+  const { sup } = supervise(t, { name: 'ghost', runDir, binary: join(runDir, 'nope'), args: [] });
+  await assert.rejects(sup.start(), { message: `${join(runDir, 'nope')} is missing or not executable` });
+  assert.equal(sup.status().state, 'failed');
+  assert.throws(() => new Supervisor({ name: 'rel', binary: 'sleep', args: [], runDir, log: captureLogger().log }), /absolute path/);
+});
