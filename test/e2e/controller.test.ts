@@ -125,8 +125,8 @@ describe('controller with etcd', () => {
     const pids = (await status(runDir)).components.map((c) => c.pid).filter((p): p is number => !!p);
     assert.equal(await stopController(r), 0);
     for (const pid of pids) assert.equal(alive(pid), false, `component pid ${pid} survived`);
-    const stopOrder = r.lines.filter((l) => typeof l.msg === 'string' && (l.msg as string).startsWith('stopping ')).map((l) => l.msg);
-    assert.deepEqual(stopOrder.slice(-5), ['stopping kube-controller-manager', 'stopping kube-scheduler', 'stopping bootstrap', 'stopping kube-apiserver', 'stopping etcd']);
+    const stopOrder = r.lines.filter((l) => l.component === 'manager' && String(l.msg).startsWith('stopping ')).map((l) => l.msg);
+    assert.deepEqual(stopOrder, ['stopping kube-controller-manager', 'stopping kube-scheduler', 'stopping bootstrap', 'stopping kube-apiserver', 'stopping etcd']);
 
     // A restart keeps the CA and the data.
     const ca = createHash('sha256').update(await readFile(join(dataDir, 'pki/ca.crt'))).digest('hex');
