@@ -22,9 +22,13 @@ function kineReady(paths: ControllerPaths): (signal: AbortSignal) => Promise<voi
   const etcdctl = join(paths.binDir, 'etcdctl');
   const base = ['--endpoints', kineEndpoint(paths), '--dial-timeout=2s', '--command-timeout=5s'];
   return (signal) => pollUntil(signal, 'kine', async () => {
+    // A fresh key each time: kine, like kube-apiserver's use of etcd, only creates with a plain put.
+    const key = `/kctl/readiness-probe/${process.pid}-${Date.now()}`;
     const value = `probe-${Date.now()}`;
-    await execa(etcdctl, [...base, 'put', '/kctl/readiness-probe', value], { env: { ETCDCTL_API: '3' }, extendEnv: false });
-    const got = await execa(etcdctl, [...base, 'get', '--print-value-only', '/kctl/readiness-probe'], { env: { ETCDCTL_API: '3' }, extendEnv: false });
+    const opts = { env: { ETCDCTL_API: '3' }, extendEnv: false };
+    await execa(etcdctl, [...base, 'put', key, value], opts);
+    const got = await execa(etcdctl, [...base, 'get', '--print-value-only', key], opts);
+    await execa(etcdctl, [...base, 'del', key], { ...opts, reject: false });
     if (got.stdout.trim() !== value) throw new Error(`probe key read back "${got.stdout.trim()}", wrote "${value}"`);
   });
 }
@@ -34,7 +38,8 @@ export class KineComponent extends Supervisor {
     super({
       name: 'kine',
       binary: join(paths.binDir, 'kine'),
-      args: [`--endpoint=${kineDataSource(cfg, paths)}`, `--listen-address=${kineEndpoint(paths)}`],
+      // No metrics listener: a fixed :8080 would collide between controllers on one host.
+      args: [`--endpoint=${kineDataSource(cfg, paths)}`, `--listen-address=${kineEndpoint(paths)}`, '--metrics-bind-address=0', '--log-format=json'],
       runDir: paths.runDir,
       log,
       ready: kineReady(paths),

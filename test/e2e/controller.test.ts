@@ -5,7 +5,8 @@ import { createHash } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import { readFile, stat, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { describe, test } from 'node:test';
+import { describe, test, type TestContext } from 'node:test';
+import { execa } from 'execa';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { StatusReport } from '../../src/controller/status.ts';
 import { tempDir } from '../helpers.ts';
@@ -83,84 +84,79 @@ async function stopController(r: Running): Promise<number | null> {
   return Promise.race([r.exited, sleep(60_000).then(() => { r.proc.kill('SIGKILL'); return -1; })]);
 }
 
-describe('controller with etcd', () => {
-  test('comes up, supervises, restarts a crashed component, stops cleanly, and keeps its CA', async (t) => {
-    const dir = await tempDir(t);
-    const dataDir = join(dir, 'data');
-    const runDir = join(dir, 'run');
-    const cfg = await writeConfig(dir, 'etcd');
-    const args = ['--config', cfg, '--data-dir', dataDir, '--run-dir', runDir];
-    let r = startController(args);
-    t.after(() => { r.proc.kill('SIGKILL'); });
-    await ready(r);
+async function processNamed(name: string): Promise<number[]> {
+  const r = await execa('pgrep', ['-x', name], { reject: false });
+  return r.stdout.split('\n').filter(Boolean).map(Number);
+}
 
-    const s = await status(runDir);
-    assert.equal(s.role, 'controller');
-    const names = s.components.map((c) => c.name);
-    assert.deepEqual(names, ['etcd', 'kube-apiserver', 'bootstrap', 'kube-scheduler', 'kube-controller-manager']);
-    for (const c of s.components) assert.equal(c.state, 'running', `${c.name}: ${c.lastError ?? ''}`);
-    const text = await kctl(['status', '--run-dir', runDir]);
-    assert.match(String(text.stdout), /kube-apiserver\s+running\s+\d+/);
+/** The whole operator story, for one storage backend. */
+async function controllerScenario(t: TestContext, storage: 'etcd' | 'kine', extraArgs: string[]): Promise<void> {
+  const dir = await tempDir(t);
+  const dataDir = join(dir, 'data');
+  const runDir = join(dir, 'run');
+  const cfg = await writeConfig(dir, storage);
+  const args = ['--config', cfg, '--data-dir', dataDir, '--run-dir', runDir, ...extraArgs];
+  const kubectl = (...a: string[]) => kctl(['--data-dir', dataDir, 'kubectl', ...a]);
+  let r = startController(args);
+  t.after(() => { r.proc.kill('SIGKILL'); });
+  await ready(r);
 
-    // The real API: bootstrap RBAC is there, and the controller is not a node.
-    const crb = await kctl(['--data-dir', dataDir, 'kubectl', 'get', 'clusterrolebinding', 'kctl:bootstrappers:nodeclient-autoapprove', '-o', 'name']);
-    assert.equal(String(crb.stdout).trim(), 'clusterrolebinding.rbac.authorization.k8s.io/kctl:bootstrappers:nodeclient-autoapprove');
-    const nodes = await kctl(['--data-dir', dataDir, 'kubectl', 'get', 'nodes', '-o', 'name']);
-    assert.equal(nodes.exitCode, 0, String(nodes.stderr));
-    assert.equal(String(nodes.stdout).trim(), '');
-    // The admin kubeconfig is a secret.
-    assert.equal((await stat(join(dataDir, 'pki/admin.conf'))).mode & 0o777, 0o600);
-    assert.equal((await stat(join(dataDir, 'pki/ca.key'))).mode & 0o777, 0o600);
-    assert.equal((await stat(join(dataDir, 'etcd'))).mode & 0o777, 0o700);
+  const s = await status(runDir);
+  assert.equal(s.role, 'controller');
+  assert.deepEqual(s.components.map((c) => c.name), [storage, 'kube-apiserver', 'bootstrap', 'kube-scheduler', 'kube-controller-manager']);
+  for (const c of s.components) assert.equal(c.state, 'running', `${c.name}: ${c.lastError ?? ''}`);
+  const text = await kctl(['status', '--run-dir', runDir]);
+  assert.match(String(text.stdout), /kube-apiserver\s+running\s+\d+/);
 
-    // A crashed component is restarted.
-    const sched = s.components.find((c) => c.name === 'kube-scheduler')!;
-    process.kill(sched.pid!, 'SIGKILL');
-    await waitFor('scheduler restart', 60_000, async () => {
-      const c = (await status(runDir)).components.find((x) => x.name === 'kube-scheduler')!;
-      return c.restarts >= 1 && c.state === 'running' && c.pid !== sched.pid;
-    }, r);
+  // The real API, through the bundled kubectl and the admin kubeconfig.
+  const readyz = await kubectl('get', '--raw', '/readyz');
+  assert.equal(String(readyz.stdout).trim(), 'ok', String(readyz.stderr));
+  const crb = await kubectl('get', 'clusterrolebinding', 'kctl:bootstrappers:nodeclient-autoapprove', '-o', 'name');
+  assert.equal(String(crb.stdout).trim(), 'clusterrolebinding.rbac.authorization.k8s.io/kctl:bootstrappers:nodeclient-autoapprove');
+  const cm = await kubectl('create', 'configmap', 'survives-restart', '--from-literal=k=v');
+  assert.equal(cm.exitCode, 0, String(cm.stderr));
+  // The controller is never a node.
+  assert.equal(String((await kubectl('get', 'nodes', '-o', 'name')).stdout).trim(), '');
+  assert.deepEqual(await processNamed('kubelet'), []);
+  assert.equal((await stat(join(dataDir, 'pki/admin.conf'))).mode & 0o777, 0o600);
+  assert.equal((await stat(join(dataDir, 'pki/ca.key'))).mode & 0o777, 0o600);
+  if (storage === 'etcd') assert.equal((await stat(join(dataDir, 'etcd'))).mode & 0o777, 0o700);
+  else assert.ok(existsSync(join(dataDir, 'db/state.db')));
 
-    // SIGTERM stops everything in reverse order and exits 0.
-    const pids = (await status(runDir)).components.map((c) => c.pid).filter((p): p is number => !!p);
-    assert.equal(await stopController(r), 0);
-    for (const pid of pids) assert.equal(alive(pid), false, `component pid ${pid} survived`);
-    const stopOrder = r.lines.filter((l) => l.component === 'manager' && String(l.msg).startsWith('stopping ')).map((l) => l.msg);
-    assert.deepEqual(stopOrder, ['stopping kube-controller-manager', 'stopping kube-scheduler', 'stopping bootstrap', 'stopping kube-apiserver', 'stopping etcd']);
+  // kill -9 of kube-apiserver: the API comes back by itself.
+  const api = s.components.find((c) => c.name === 'kube-apiserver')!;
+  process.kill(api.pid!, 'SIGKILL');
+  await waitFor('kube-apiserver restart', 120_000, async () => {
+    const c = (await status(runDir)).components.find((x) => x.name === 'kube-apiserver')!;
+    return c.restarts >= 1 && c.state === 'running' && c.pid !== api.pid;
+  }, r);
+  await waitFor('API back', 120_000, async () => String((await kubectl('get', '--raw', '/readyz')).stdout).trim() === 'ok', r);
 
-    // A restart keeps the CA and the data.
-    const ca = createHash('sha256').update(await readFile(join(dataDir, 'pki/ca.crt'))).digest('hex');
-    r = startController(args);
-    await ready(r);
-    assert.equal(createHash('sha256').update(await readFile(join(dataDir, 'pki/ca.crt'))).digest('hex'), ca);
-    const again = await kctl(['--data-dir', dataDir, 'kubectl', 'get', 'clusterrolebinding', 'kctl:bootstrappers:nodeclient-autoapprove', '-o', 'name']);
-    assert.equal(again.exitCode, 0);
+  // SIGTERM stops everything in reverse order, exits 0, and leaves no child behind.
+  const pids = (await status(runDir)).components.map((c) => c.pid).filter((p): p is number => !!p);
+  assert.equal(await stopController(r), 0);
+  for (const pid of pids) assert.equal(alive(pid), false, `component pid ${pid} survived`);
+  const stopOrder = r.lines.filter((l) => l.component === 'manager' && String(l.msg).startsWith('stopping ')).map((l) => l.msg);
+  assert.deepEqual(stopOrder, ['stopping kube-controller-manager', 'stopping kube-scheduler', 'stopping bootstrap', 'stopping kube-apiserver', `stopping ${storage}`]);
 
-    // kctl killed outright: no orphans.
-    const pids2 = (await status(runDir)).components.map((c) => c.pid).filter((p): p is number => !!p);
-    r.proc.kill('SIGKILL');
-    await r.exited;
-    await waitFor('children to die with kctl', 15_000, () => pids2.every((p) => !alive(p)));
-  });
-});
+  // A restart keeps the CA and the data.
+  const ca = createHash('sha256').update(await readFile(join(dataDir, 'pki/ca.crt'))).digest('hex');
+  r = startController(args);
+  await ready(r);
+  assert.equal(createHash('sha256').update(await readFile(join(dataDir, 'pki/ca.crt'))).digest('hex'), ca);
+  const again = await kubectl('get', 'configmap', 'survives-restart', '-o', 'jsonpath={.data.k}');
+  assert.equal(String(again.stdout), 'v', String(again.stderr));
 
-describe('controller with kine', () => {
-  test('--single runs on kine (SQLite) and serves the API', async (t) => {
-    const dir = await tempDir(t);
-    const dataDir = join(dir, 'data');
-    const runDir = join(dir, 'run');
-    const cfg = await writeConfig(dir, 'kine');
-    const r = startController(['--single', '--config', cfg, '--data-dir', dataDir, '--run-dir', runDir]);
-    t.after(() => { r.proc.kill('SIGKILL'); });
-    await ready(r);
-    assert.equal((await status(runDir)).components[0]!.name, 'kine');
-    assert.ok(existsSync(join(dataDir, 'db/state.db')));
-    const ns = await kctl(['--data-dir', dataDir, 'kubectl', 'create', 'namespace', 'kine-check']);
-    assert.equal(ns.exitCode, 0, String(ns.stderr));
-    const get = await kctl(['--data-dir', dataDir, 'kubectl', 'get', 'namespace', 'kine-check', '-o', 'jsonpath={.metadata.name}']);
-    assert.equal(String(get.stdout), 'kine-check');
-    assert.equal(await stopController(r), 0);
-  });
+  // kctl killed outright: its children go with it.
+  const pids2 = (await status(runDir)).components.map((c) => c.pid).filter((p): p is number => !!p);
+  r.proc.kill('SIGKILL');
+  await r.exited;
+  await waitFor('children to die with kctl', 15_000, () => pids2.every((p) => !alive(p)));
+}
+
+describe('controller', () => {
+  test('with etcd: ready, kubectl, apiserver crash recovery, restart keeps data and CA, clean stop, no orphans', (t) => controllerScenario(t, 'etcd', []));
+  test('with kine (--single, SQLite): the same', (t) => controllerScenario(t, 'kine', ['--single']));
 });
 
 describe('controller config errors', () => {

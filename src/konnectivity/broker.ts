@@ -1,0 +1,432 @@
+// The server's switchboard: connected agents, pending dials and established tunnels, and the
+// rules that move a tunnel between them. Frontends (GRPC, HTTP-CONNECT) and the agent stream
+// handler call in; nothing here listens on a socket.
+//
+// Invariants the leak test checks: every tunnel is in exactly one table (pending by random,
+// or its agent's conns by connectID) until `finish`, and every path out of a state ends in
+// `finish`: answered, failed, timed out, cancelled by either side, or its agent gone.
+import { BlockList, isIPv4, isIPv6 } from 'node:net';
+import type * as grpc from '@grpc/grpc-js';
+import type { Logger } from '../log/logger.ts';
+import { ConnectionFlow } from './flow.ts';
+import type { DialFailureReason, ServerMetrics } from './metrics.ts';
+import {
+  INITIAL_WINDOW, MAX_DATA_CHUNK, describePacket, isId, newTraceId, packets, splitHostPort,
+  type AgentIdentifiers, type DialRequest, type Int64, type Packet,
+} from './protocol.ts';
+import type { AgentIdentity } from './auth.ts';
+
+export type ProxyStrategy = 'destHost' | 'defaultRoute' | 'default';
+
+/** The client side of one tunnel: a kube-apiserver Proxy stream or an HTTP-CONNECT socket. */
+export interface Frontend {
+  readonly kind: 'grpc' | 'http-connect';
+  /** The agent dialed the target; relay bytes from now on. */
+  established(connectID: Int64): void;
+  dialFailed(message: string, reason: DialFailureReason): void;
+  /** Bytes from the target; `flushed` runs once they left this process. */
+  write(buf: Buffer, flushed: () => void): void;
+  /** The tunnel is over; tell the client (CLOSE_RSP / end of socket) and let go. */
+  close(error?: string): void;
+  pauseReading(): void;
+  resumeReading(): void;
+}
+
+type TunnelState = 'pending' | 'established' | 'closing' | 'done';
+
+export class Tunnel {
+  state: TunnelState = 'pending';
+  connectID: Int64 | undefined;
+  timer: NodeJS.Timeout | undefined;
+  readingPaused = false;
+  /** The frontend was told the tunnel is over, or is gone itself. */
+  frontendDone = false;
+  readonly flow: ConnectionFlow;
+  readonly startedAt = process.hrtime.bigint();
+
+  constructor(
+    readonly trace: string,
+    readonly random: Int64,
+    readonly address: string,
+    readonly agent: AgentBackend,
+    readonly frontend: Frontend,
+    bufferLimit: number,
+  ) {
+    this.flow = new ConnectionFlow({ negotiated: agent.flowControl, window: INITIAL_WINDOW, bufferLimit });
+  }
+
+  logFields(): Record<string, unknown> {
+    return { trace: this.trace, agent: this.agent.id, random: this.random, connectID: this.connectID, address: this.address, frontend: this.frontend.kind };
+  }
+}
+
+/** One agent's Connect stream. */
+export class AgentBackend {
+  draining = false;
+  gone = false;
+  readonly connectedAt = new Date();
+  readonly conns = new Map<Int64, Tunnel>();
+  readonly pending = new Set<Tunnel>();
+  private blocked = false;
+
+  constructor(
+    readonly id: string,
+    readonly identifiers: AgentIdentifiers,
+    readonly identity: AgentIdentity,
+    readonly flowControl: boolean,
+    private readonly call: grpc.ServerDuplexStream<Packet, Packet>,
+    private readonly onDrain: (a: AgentBackend) => void,
+  ) {}
+
+  /** False while the stream's send buffer is full; frontends pause until it drains. */
+  get writable(): boolean {
+    return !this.blocked && !this.gone;
+  }
+
+  send(p: Packet): void {
+    if (this.gone) return;
+    if (!this.call.write(p) && !this.blocked) {
+      this.blocked = true;
+      this.call.once('drain', () => {
+        this.blocked = false;
+        this.onDrain(this);
+      });
+    }
+  }
+
+  end(): void {
+    this.call.end();
+  }
+
+  private cidrs: BlockList | undefined;
+
+  /** destHost strategy: the dial host is one of this agent's names or addresses. */
+  serves(host: string): boolean {
+    const ids = this.identifiers;
+    if (ids.host.includes(host) || ids.ipv4.includes(host) || ids.ipv6.includes(host)) return true;
+    if (ids.cidr.length === 0 || !(isIPv4(host) || isIPv6(host))) return false;
+    if (this.cidrs === undefined) {
+      this.cidrs = new BlockList();
+      for (const c of ids.cidr) {
+        const [net, bits] = c.split('/');
+        if (net === undefined || bits === undefined) continue;
+        try {
+          this.cidrs.addSubnet(net, Number(bits), isIPv6(net) ? 'ipv6' : 'ipv4');
+        } catch {
+          // a malformed cidr identifier matches nothing
+        }
+      }
+    }
+    return this.cidrs.check(host, isIPv6(host) ? 'ipv6' : 'ipv4');
+  }
+}
+
+export interface BrokerOptions {
+  serverId: string;
+  strategies: ProxyStrategy[];
+  dialTimeoutMs: number;
+  closeTimeoutMs: number;
+  /** Per-connection buffer towards a stalled frontend when the agent cannot be flow-controlled. */
+  upstreamBufferLimit: number;
+  metrics: ServerMetrics;
+  log: Logger;
+}
+
+export const NO_AGENT = 'No agent available';
+
+export class Broker {
+  readonly agents = new Set<AgentBackend>();
+  readonly pendingByRandom = new Map<Int64, Tunnel>();
+  private readonly log: Logger;
+
+  constructor(private readonly o: BrokerOptions) {
+    this.log = o.log;
+  }
+
+  // ---- counts (metrics, snapshot, tests) ----
+
+  establishedCount(): number {
+    let n = 0;
+    for (const a of this.agents) for (const t of a.conns.values()) if (t.state === 'established') n++;
+    return n;
+  }
+
+  closingCount(): number {
+    let n = 0;
+    for (const a of this.agents) for (const t of a.conns.values()) if (t.state === 'closing') n++;
+    return n;
+  }
+
+  // ---- agents ----
+
+  addAgent(a: AgentBackend): void {
+    this.agents.add(a);
+  }
+
+  /** The agent's stream ended: every dial and tunnel on it ends now (ANP#126). */
+  removeAgent(a: AgentBackend, why: string): void {
+    if (a.gone) return;
+    a.gone = true;
+    this.agents.delete(a);
+    const pending = [...a.pending];
+    const conns = [...a.conns.values()];
+    for (const t of pending) {
+      this.fail(t, `agent ${a.id} disconnected before answering the dial to ${t.address} (${why})`, 'backend_close');
+    }
+    for (const t of conns) {
+      this.log.debug({ ...t.logFields(), why }, 'tunnel closed: agent disconnected');
+      this.finish(t);
+      this.closeFrontend(t, `agent ${a.id} disconnected`);
+    }
+  }
+
+  agentDrained(a: AgentBackend): void {
+    for (const t of a.conns.values()) this.maybeResumeFrontend(t);
+  }
+
+  private pickAgent(host: string): AgentBackend | null {
+    const ready = [...this.agents].filter((a) => !a.gone);
+    for (const s of this.o.strategies) {
+      const candidates = s === 'destHost' ? ready.filter((a) => a.serves(host))
+        : s === 'defaultRoute' ? ready.filter((a) => a.identifiers.defaultRoute)
+          : ready;
+      if (candidates.length === 0) continue;
+      // DRAIN: an agent on its way out only gets dials nobody else can take.
+      const live = candidates.filter((a) => !a.draining);
+      const pool = live.length > 0 ? live : candidates;
+      return pool[Math.floor(Math.random() * pool.length)] as AgentBackend;
+    }
+    return null;
+  }
+
+  private noAgentMessage(host: string): string {
+    const n = this.agents.size;
+    const hint = n === 0
+      ? `no agent is connected to konnectivity server ${this.o.serverId}`
+      : `none of the ${n} agents connected to konnectivity server ${this.o.serverId} matches ${host} (strategies ${this.o.strategies.join(',')})`;
+    return `${NO_AGENT}: ${hint}`;
+  }
+
+  // ---- frontend -> broker ----
+
+  /** A frontend asks for a dial. Returns the tunnel, or null after telling the frontend why not. */
+  dial(frontend: Frontend, req: DialRequest): Tunnel | null {
+    const fail = (message: string, reason: DialFailureReason): null => {
+      this.o.metrics.dialFailures.inc({ reason });
+      this.log.warn({ address: req.address, random: req.random, frontend: frontend.kind, reason }, `dial failed: ${message}`);
+      frontend.dialFailed(message, reason);
+      return null;
+    };
+    if (req.protocol !== 'tcp') return fail(`unsupported protocol ${JSON.stringify(req.protocol)}; only tcp`, 'bad_request');
+    const target = splitHostPort(req.address);
+    if (!target) return fail(`dial address ${JSON.stringify(req.address)} is not host:port`, 'bad_request');
+    if (!isId(req.random)) return fail('dial id (random) must be a positive int64', 'bad_request');
+    if (this.pendingByRandom.has(req.random)) return fail(`dial id ${req.random} is already pending`, 'bad_request');
+    const agent = this.pickAgent(target.host);
+    if (!agent) return fail(this.noAgentMessage(target.host), 'no_agent');
+
+    const t = new Tunnel(newTraceId(), req.random, req.address, agent, frontend, this.o.upstreamBufferLimit);
+    this.pendingByRandom.set(t.random, t);
+    agent.pending.add(t);
+    t.timer = setTimeout(() => this.dialTimedOut(t), this.o.dialTimeoutMs);
+    // The trace id travels only to kctl agents; upstream agents are matched by (agent, random).
+    agent.send(packets.dialReq(req.address, req.random, agent.flowControl ? t.trace : undefined));
+    this.log.debug(t.logFields(), 'dial sent to agent');
+    return t;
+  }
+
+  private dialTimedOut(t: Tunnel): void {
+    if (t.state !== 'pending') return;
+    t.agent.send(packets.dialCls(t.random));
+    this.fail(t, `dial to ${t.address} timed out after ${this.o.dialTimeoutMs} ms waiting for agent ${t.agent.id}`, 'timeout');
+  }
+
+  /** Bytes from the client for the target. */
+  fromFrontend(t: Tunnel, buf: Buffer): void {
+    if (t.state !== 'established' || t.connectID === undefined) return;
+    for (let off = 0; off < buf.length; off += MAX_DATA_CHUNK) {
+      const part = t.flow.take(off === 0 && buf.length <= MAX_DATA_CHUNK ? buf : buf.subarray(off, off + MAX_DATA_CHUNK));
+      if (part) t.agent.send(packets.data(t.connectID, part));
+    }
+    if (!t.flow.open || !t.agent.writable) {
+      t.readingPaused = true;
+      t.frontend.pauseReading();
+    }
+  }
+
+  private maybeResumeFrontend(t: Tunnel): void {
+    if (t.readingPaused && t.state === 'established' && t.flow.open && t.agent.writable) {
+      t.readingPaused = false;
+      t.frontend.resumeReading();
+    }
+  }
+
+  /** The client closes an established tunnel (CLOSE_REQ, or the socket ended). */
+  frontendClose(t: Tunnel): void {
+    if (t.state === 'pending') return this.frontendCancel(t);
+    if (t.state !== 'established' || t.connectID === undefined) return;
+    t.state = 'closing';
+    t.flow.discardHeld();
+    t.agent.send(packets.closeReq(t.connectID));
+    // Wait for the agent's CLOSE_RSP, but not forever.
+    t.timer = setTimeout(() => {
+      this.log.debug(t.logFields(), 'agent did not confirm close in time');
+      this.finish(t);
+      this.closeFrontend(t, 'agent did not confirm the close');
+    }, this.o.closeTimeoutMs);
+    this.log.debug(t.logFields(), 'tunnel closing');
+  }
+
+  /** The client gives up a pending dial (DIAL_CLS). */
+  frontendCancel(t: Tunnel): void {
+    if (t.state !== 'pending') return;
+    t.agent.send(packets.dialCls(t.random));
+    this.o.metrics.dialFailures.inc({ reason: 'frontend_close' });
+    this.log.debug(t.logFields(), 'client cancelled dial');
+    t.frontendDone = true;
+    this.finish(t);
+  }
+
+  /** The client went away without a word: tell the agent. */
+  frontendGone(t: Tunnel): void {
+    t.frontendDone = true;
+    if (t.state === 'pending') this.frontendCancel(t);
+    else if (t.state === 'established') this.frontendClose(t);
+  }
+
+  // ---- agent -> broker ----
+
+  fromAgent(a: AgentBackend, p: Packet): void {
+    switch (p.type) {
+      case 'DIAL_RSP': return this.dialResponse(a, p);
+      case 'DATA': return this.agentData(a, p);
+      case 'CLOSE_RSP': return this.agentClose(a, p);
+      case 'KCTL_CREDIT': return this.agentCredit(a, p);
+      case 'KCTL_PING': if (a.flowControl) a.send(packets.pong(p.kctlPing?.nonce ?? '0')); return;
+      case 'DRAIN':
+        if (!a.draining) this.log.info({ agent: a.id }, 'agent is draining; new dials go to other agents');
+        a.draining = true;
+        return;
+      default:
+        this.log.debug({ agent: a.id, ...describePacket(p) }, 'ignoring unexpected packet from agent');
+    }
+  }
+
+  private dialResponse(a: AgentBackend, p: Packet): void {
+    const rsp = p.dialResponse;
+    if (!rsp) return;
+    const t = this.pendingByRandom.get(rsp.random);
+    if (!t || t.agent !== a) {
+      // Late (timed out, cancelled) or unknown: the agent may hold a connection nobody wants.
+      if (!rsp.error && isId(rsp.connectID)) a.send(packets.closeReq(rsp.connectID));
+      this.log.debug({ agent: a.id, random: rsp.random, connectID: rsp.connectID }, 'DIAL_RSP for no pending dial; closing it on the agent');
+      return;
+    }
+    if (rsp.error) {
+      this.fail(t, rsp.error, 'error_response');
+      return;
+    }
+    if (!isId(rsp.connectID) || a.conns.has(rsp.connectID)) {
+      if (isId(rsp.connectID)) a.send(packets.closeReq(rsp.connectID));
+      this.fail(t, `agent ${a.id} answered with an invalid or duplicate connectID ${rsp.connectID}`, 'error_response');
+      return;
+    }
+    clearTimeout(t.timer);
+    t.timer = undefined;
+    this.pendingByRandom.delete(t.random);
+    a.pending.delete(t);
+    t.state = 'established';
+    t.connectID = rsp.connectID;
+    a.conns.set(rsp.connectID, t);
+    this.o.metrics.dialDuration.observe(Number(process.hrtime.bigint() - t.startedAt) / 1e9);
+    this.log.debug(t.logFields(), 'tunnel established');
+    t.frontend.established(rsp.connectID);
+  }
+
+  private agentData(a: AgentBackend, p: Packet): void {
+    const d = p.data;
+    if (!d) return;
+    const t = a.conns.get(d.connectID);
+    if (!t) {
+      // Stray DATA: tell the agent to close whatever it has under that id.
+      if (isId(d.connectID)) a.send(packets.closeReq(d.connectID));
+      return;
+    }
+    if (t.state !== 'established') return; // closing: the client is gone or going
+    const len = d.data.length;
+    if (len === 0) return;
+    if (!t.flow.received(len)) {
+      this.log.warn({ ...t.logFields(), buffered: t.flow.unflushed }, 'client is not reading; closing this tunnel to protect the others');
+      this.closeBoth(t, `client is not reading: more than ${t.flow.opts.bufferLimit} bytes buffered for this connection`);
+      return;
+    }
+    const id = d.connectID;
+    t.frontend.write(d.data, () => {
+      const grant = t.flow.flushed(len);
+      if (grant > 0 && t.state === 'established') a.send(packets.credit(id, grant));
+    });
+  }
+
+  private agentCredit(a: AgentBackend, p: Packet): void {
+    const c = p.kctlCredit;
+    if (!c || !a.flowControl) return;
+    const t = a.conns.get(c.connectID);
+    if (!t || t.state !== 'established' || t.connectID === undefined) return;
+    for (const part of t.flow.grant(Number(c.bytes))) a.send(packets.data(t.connectID, part));
+    this.maybeResumeFrontend(t);
+  }
+
+  private agentClose(a: AgentBackend, p: Packet): void {
+    const c = p.closeResponse;
+    if (!c) return;
+    const t = a.conns.get(c.connectID);
+    if (!t) return; // already gone on our side
+    this.log.debug({ ...t.logFields(), error: c.error || undefined }, 'tunnel closed by agent');
+    this.finish(t);
+    this.closeFrontend(t, c.error || undefined);
+  }
+
+  // ---- endings ----
+
+  private fail(t: Tunnel, message: string, reason: DialFailureReason): void {
+    if (t.state !== 'pending') return;
+    this.o.metrics.dialFailures.inc({ reason });
+    this.log.warn({ ...t.logFields(), reason }, `dial failed: ${message}`);
+    this.finish(t);
+    if (t.frontendDone) return;
+    t.frontendDone = true;
+    t.frontend.dialFailed(message, reason);
+  }
+
+  /** Close from our side: the client gets the error now, the agent a CLOSE_REQ. */
+  private closeBoth(t: Tunnel, error: string): void {
+    this.closeFrontend(t, error);
+    this.frontendClose(t);
+  }
+
+  private closeFrontend(t: Tunnel, error?: string): void {
+    if (t.frontendDone) return;
+    t.frontendDone = true;
+    t.frontend.close(error);
+  }
+
+  /** Takes the tunnel out of every table. */
+  private finish(t: Tunnel): void {
+    if (t.state === 'done') return;
+    clearTimeout(t.timer);
+    t.timer = undefined;
+    if (this.pendingByRandom.get(t.random) === t) this.pendingByRandom.delete(t.random);
+    t.agent.pending.delete(t);
+    if (t.connectID !== undefined && t.agent.conns.get(t.connectID) === t) t.agent.conns.delete(t.connectID);
+    t.flow.discardHeld();
+    t.state = 'done';
+  }
+
+  /** Stops everything (server shutdown). */
+  shutdown(): void {
+    for (const a of [...this.agents]) {
+      this.removeAgent(a, 'server stopping');
+      a.end();
+    }
+  }
+}

@@ -1,0 +1,205 @@
+// The konnectivity wire protocol: typed packets, gRPC service definitions, ids and the kctl
+// extension. int64 ids (random, connectID) are decimal strings end to end: `random` uses all
+// 63 bits, which a JS number cannot hold.
+import { randomBytes } from 'node:crypto';
+import * as grpc from '@grpc/grpc-js';
+import { fromJSON, type Options as LoaderOptions } from '@grpc/proto-loader';
+// A direct dependency of @grpc/proto-loader; parsing from a string needs no .proto on disk.
+import protobuf from 'protobufjs';
+import { PROTO_TEXT } from './proto.ts';
+
+export type PacketType =
+  | 'DIAL_REQ' | 'DIAL_RSP' | 'CLOSE_REQ' | 'CLOSE_RSP' | 'DATA' | 'DIAL_CLS' | 'DRAIN'
+  | 'KCTL_CREDIT' | 'KCTL_PING' | 'KCTL_PONG';
+
+/** int64 on the wire, a decimal string here. */
+export type Int64 = string;
+
+export interface DialRequest { protocol: string; address: string; random: Int64; kctlTraceID?: string }
+export interface DialResponse { error?: string; connectID: Int64; random: Int64 }
+export interface CloseRequest { connectID: Int64 }
+export interface CloseResponse { error?: string; connectID: Int64 }
+export interface CloseDial { random: Int64 }
+export interface Data { connectID: Int64; error?: string; data: Buffer }
+export interface KctlCredit { connectID: Int64; bytes: Int64 }
+export interface KctlPing { nonce: Int64 }
+
+export interface Packet {
+  type: PacketType;
+  dialRequest?: DialRequest;
+  dialResponse?: DialResponse;
+  data?: Data;
+  closeRequest?: CloseRequest;
+  closeResponse?: CloseResponse;
+  closeDial?: CloseDial;
+  drain?: Record<string, never>;
+  kctlCredit?: KctlCredit;
+  kctlPing?: KctlPing;
+}
+
+const LOADER_OPTIONS: LoaderOptions = {
+  keepCase: true,
+  longs: String,
+  enums: String,
+  // Absent scalars decode as '' / '0' rather than undefined, so callers need one check, not two.
+  defaults: true,
+  oneofs: false,
+};
+
+interface ServiceDefinitions {
+  ProxyService: grpc.ServiceClientConstructor;
+  AgentService: grpc.ServiceClientConstructor;
+}
+
+let services: ServiceDefinitions | undefined;
+
+/** The gRPC services, loaded once from the embedded .proto text. */
+export function konnectivityServices(): ServiceDefinitions {
+  if (services === undefined) {
+    const root = protobuf.parse(PROTO_TEXT, { keepCase: true }).root;
+    const loaded = grpc.loadPackageDefinition(fromJSON(root.toJSON(), LOADER_OPTIONS));
+    services = {
+      ProxyService: loaded.ProxyService as grpc.ServiceClientConstructor,
+      AgentService: loaded.AgentService as grpc.ServiceClientConstructor,
+    };
+  }
+  return services;
+}
+
+/** Bytes on the wire for a packet, as gRPC sends it (for tests and tools). */
+export function encodePacket(p: Packet): Buffer {
+  return konnectivityServices().AgentService.service.Connect.requestSerialize(p);
+}
+
+export function decodePacket(b: Buffer): Packet {
+  return konnectivityServices().AgentService.service.Connect.responseDeserialize(b) as Packet;
+}
+
+// ---- ids ----
+
+const MAX_INT64 = (1n << 63n) - 1n;
+
+/** A random positive 63-bit dial id, as kube-apiserver makes them. */
+export function newRandom(): Int64 {
+  const v = randomBytes(8).readBigUInt64BE() & MAX_INT64;
+  return (v === 0n ? 1n : v).toString();
+}
+
+/** One id per dial, in every log line about it on the server and the agent. */
+export function newTraceId(): string {
+  return randomBytes(8).toString('hex');
+}
+
+/** True for a decimal int64 that is a valid id (> 0). */
+export function isId(v: Int64 | undefined): v is Int64 {
+  return v !== undefined && v !== '' && v !== '0' && /^[1-9][0-9]{0,18}$/.test(v);
+}
+
+// ---- packets ----
+
+export const packets = {
+  dialReq: (address: string, random: Int64, kctlTraceID?: string): Packet =>
+    ({ type: 'DIAL_REQ', dialRequest: { protocol: 'tcp', address, random, ...(kctlTraceID ? { kctlTraceID } : {}) } }),
+  dialRsp: (random: Int64, connectID: Int64, error?: string): Packet =>
+    ({ type: 'DIAL_RSP', dialResponse: { random, connectID, ...(error ? { error } : {}) } }),
+  closeReq: (connectID: Int64): Packet => ({ type: 'CLOSE_REQ', closeRequest: { connectID } }),
+  closeRsp: (connectID: Int64, error?: string): Packet => ({ type: 'CLOSE_RSP', closeResponse: { connectID, ...(error ? { error } : {}) } }),
+  data: (connectID: Int64, data: Buffer): Packet => ({ type: 'DATA', data: { connectID, data } }),
+  dialCls: (random: Int64): Packet => ({ type: 'DIAL_CLS', closeDial: { random } }),
+  drain: (): Packet => ({ type: 'DRAIN', drain: {} }),
+  credit: (connectID: Int64, bytes: number): Packet => ({ type: 'KCTL_CREDIT', kctlCredit: { connectID, bytes: String(bytes) } }),
+  ping: (nonce: Int64): Packet => ({ type: 'KCTL_PING', kctlPing: { nonce } }),
+  pong: (nonce: Int64): Packet => ({ type: 'KCTL_PONG', kctlPing: { nonce } }),
+};
+
+/** Short description of a packet for debug logs (never the payload). */
+export function describePacket(p: Packet): Record<string, unknown> {
+  switch (p.type) {
+    case 'DIAL_REQ': return { type: p.type, address: p.dialRequest?.address, random: p.dialRequest?.random };
+    case 'DIAL_RSP': return { type: p.type, random: p.dialResponse?.random, connectID: p.dialResponse?.connectID, error: p.dialResponse?.error || undefined };
+    case 'DATA': return { type: p.type, connectID: p.data?.connectID, bytes: p.data?.data?.length ?? 0 };
+    case 'CLOSE_REQ': return { type: p.type, connectID: p.closeRequest?.connectID };
+    case 'CLOSE_RSP': return { type: p.type, connectID: p.closeResponse?.connectID, error: p.closeResponse?.error || undefined };
+    case 'DIAL_CLS': return { type: p.type, random: p.closeDial?.random };
+    default: return { type: p.type };
+  }
+}
+
+// ---- metadata and the kctl extension ----
+
+export const META = {
+  agentId: 'agentid',
+  agentIdentifiers: 'agentidentifiers',
+  authorization: 'authorization',
+  serverId: 'serverid',
+  serverCount: 'servercount',
+  /** kctl extension negotiation: the agent offers, the server answers with what it accepts. */
+  extensions: 'kctl-extensions',
+} as const;
+
+export const FLOW_CONTROL_EXTENSION = 'flow-control/1';
+
+/**
+ * flow-control/1: every established connection starts with this many bytes of credit in each
+ * direction; the receiver grants more (KCTL_CREDIT) as its local sink drains.
+ */
+export const INITIAL_WINDOW = 256 * 1024;
+
+/** Largest DATA payload we send: one read of a target socket (grpc-js costs ~40 µs per message). */
+export const MAX_DATA_CHUNK = 64 * 1024;
+
+export function offersFlowControl(value: grpc.MetadataValue[] | undefined): boolean {
+  return (value ?? []).some((v) => String(v).split(',').map((s) => s.trim()).includes(FLOW_CONTROL_EXTENSION));
+}
+
+export interface AgentIdentifiers {
+  host: string[];
+  ipv4: string[];
+  ipv6: string[];
+  cidr: string[];
+  defaultRoute: boolean;
+}
+
+/** `host=node1&ipv4=10.0.0.5&default-route=true` -> identifiers. */
+export function parseIdentifiers(query: string): AgentIdentifiers {
+  const q = new URLSearchParams(query);
+  return {
+    host: q.getAll('host').map((h) => h.toLowerCase()),
+    ipv4: q.getAll('ipv4'),
+    ipv6: q.getAll('ipv6').map(canonicalIpv6),
+    cidr: q.getAll('cidr'),
+    defaultRoute: q.getAll('default-route').includes('true'),
+  };
+}
+
+export function formatIdentifiers(ids: Partial<AgentIdentifiers>): string {
+  const q = new URLSearchParams();
+  for (const h of ids.host ?? []) q.append('host', h);
+  for (const a of ids.ipv4 ?? []) q.append('ipv4', a);
+  for (const a of ids.ipv6 ?? []) q.append('ipv6', a);
+  for (const c of ids.cidr ?? []) q.append('cidr', c);
+  if (ids.defaultRoute) q.append('default-route', 'true');
+  return q.toString();
+}
+
+function canonicalIpv6(a: string): string {
+  try {
+    return new URL(`http://[${a}]/`).hostname.slice(1, -1);
+  } catch {
+    return a.toLowerCase();
+  }
+}
+
+/** "host:port" / "[v6]:port" -> parts; null when malformed. */
+export function splitHostPort(address: string): { host: string; port: number } | null {
+  const m = /^(?:\[([^\]]+)\]|([^:[\]]+)):(\d{1,5})$/.exec(address);
+  if (!m) return null;
+  const port = Number(m[3]);
+  if (port < 1 || port > 65535) return null;
+  const host = m[1] !== undefined ? canonicalIpv6(m[1]) : (m[2] as string).toLowerCase();
+  return { host, port };
+}
+
+export function joinHostPort(host: string, port: number): string {
+  return host.includes(':') ? `[${host}]:${port}` : `${host}:${port}`;
+}

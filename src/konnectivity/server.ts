@@ -1,0 +1,428 @@
+// The konnectivity server, in the controller process: kube-apiserver dials through it (GRPC
+// on a unix socket, or HTTP-CONNECT on another), agents connect to it (TLS on agentPort), and
+// the broker ties the two together. Admin HTTP (healthz, readyz, metrics) on loopback.
+import { X509Certificate, randomUUID } from 'node:crypto';
+import { chmod, mkdir, rename, rm } from 'node:fs/promises';
+import { createServer as createHttpServer, type Server as HttpServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { dirname, join } from 'node:path';
+import type { Duplex } from 'node:stream';
+import * as grpc from '@grpc/grpc-js';
+import { experimental } from '@grpc/grpc-js';
+import type { Logger } from '../log/logger.ts';
+import type { Component, ComponentStatus, ComponentState } from '../supervisor/component.ts';
+import { AgentAuthError, authenticateAgent, type TokenReview } from './auth.ts';
+import { AgentBackend, Broker, type ProxyStrategy } from './broker.ts';
+import { PROXY_METHOD, refuseNonConnect, serveHttpConnect, serveProxyStream } from './frontends.ts';
+import { ServerMetrics } from './metrics.ts';
+import {
+  FLOW_CONTROL_EXTENSION, META, konnectivityServices, offersFlowControl, parseIdentifiers, type Packet,
+} from './protocol.ts';
+
+export const CONNECT_METHOD = '/AgentService/Connect';
+
+export interface KonnectivityServerOptions {
+  /** Unique per controller; default a random UUID. Agents use it to tell servers apart. */
+  serverId?: string;
+  /** Live controller count, read on every agent Connect (follows the cluster, ANP#273). Default 1. */
+  serverCount?: () => number;
+  /** Unix socket for kube-apiserver's egress selector in GRPC mode (mode 0600). */
+  udsPath: string;
+  /** Unix socket for HTTP-CONNECT mode (mode 0600); none when unset. */
+  httpConnectUdsPath?: string;
+  /** Agent listener. Default 0.0.0.0. */
+  agentBindAddress?: string;
+  /** 0 picks a free port (tests); see agentPort() after start. */
+  agentPort: number;
+  /** Default 127.0.0.1. */
+  adminBindAddress?: string;
+  /** /healthz, /readyz, /metrics; no admin server when unset. 0 picks a free port. */
+  adminPort?: number;
+  /** PEM: the server's certificate and key, and the cluster CA that signs agent certificates. */
+  tls: { cert: string | Buffer; key: string | Buffer; ca: string | Buffer };
+  /** Accept service-account tokens (upstream agents in pods); refused when unset. */
+  tokenReview?: TokenReview;
+  /** Default destHost, then default (any ready agent). */
+  proxyStrategies?: ProxyStrategy[];
+  /** How long an agent has to answer a dial. Default 10 s. */
+  dialTimeoutMs?: number;
+  /** How long an agent has to confirm a close. Default 10 s. */
+  closeTimeoutMs?: number;
+  /** We ping agents this often and drop them when a ping is not answered in the timeout. */
+  keepaliveTimeMs?: number;
+  keepaliveTimeoutMs?: number;
+  /** Offer kctl extensions (flow control, trace ids) to agents that ask. Default true. */
+  extensions?: boolean;
+  /** Per-connection buffer towards a stalled client when the agent is upstream. Default 4 MiB. */
+  upstreamBufferLimit?: number;
+  log: Logger;
+}
+
+export interface AgentSnapshot {
+  id: string;
+  node?: string;
+  user: string;
+  auth: 'certificate' | 'token';
+  identifiers: ReturnType<typeof parseIdentifiers>;
+  draining: boolean;
+  extensions: string[];
+  connections: number;
+  pendingDials: number;
+  connectedAt: string;
+}
+
+export interface KonnectivityServerSnapshot {
+  serverId: string;
+  serverCount: number;
+  agents: AgentSnapshot[];
+  pendingDials: number;
+  establishedConnections: number;
+  closingConnections: number;
+}
+
+/** Per-tunnel flow-control numbers, for tests and debugging. */
+export interface TunnelStats {
+  trace: string;
+  agent: string;
+  random: string;
+  connectID?: string;
+  address: string;
+  state: string;
+  unflushed: number;
+  peakUnflushed: number;
+  held: number;
+  peakHeld: number;
+}
+
+/** A certificate provider that never changes: what createSsl lacks is "ask for, but do not require, a client cert". */
+class StaticCerts implements experimental.CertificateProvider {
+  constructor(private readonly ca: Buffer, private readonly cert: Buffer, private readonly key: Buffer) {}
+  addCaCertificateListener(l: experimental.CaCertificateUpdateListener): void { l({ caCertificate: this.ca }); }
+  removeCaCertificateListener(): void {}
+  addIdentityCertificateListener(l: experimental.IdentityCertificateUpdateListener): void { l({ certificate: this.cert, privateKey: this.key }); }
+  removeIdentityCertificateListener(): void {}
+}
+
+const buf = (v: string | Buffer): Buffer => (typeof v === 'string' ? Buffer.from(v) : v);
+
+/** Binds through a temporary name, then renames: the socket is never visible with a wider mode. */
+async function bindPrivateSocket(path: string, bind: (tmp: string) => Promise<void>): Promise<void> {
+  await mkdir(dirname(path), { recursive: true, mode: 0o755 });
+  const tmp = join(dirname(path), `.${randomUUID().slice(0, 8)}.sock`);
+  await bind(tmp);
+  await chmod(tmp, 0o600);
+  await rename(tmp, path);
+}
+
+export class KonnectivityServer implements Component {
+  readonly name = 'konnectivity';
+  readonly serverId: string;
+  readonly metrics: ServerMetrics;
+  private readonly broker: Broker;
+  private readonly log: Logger;
+  private readonly ca: X509Certificate;
+  private state: ComponentState = 'pending';
+  private lastError: string | undefined;
+  private startedAt = 0;
+  private frontendServer: grpc.Server | undefined;
+  private agentServer: grpc.Server | undefined;
+  private httpConnectServer: HttpServer | undefined;
+  private readonly connectSockets = new Set<Duplex>();
+  private adminServer: HttpServer | undefined;
+  private boundAgentPort = 0;
+  private boundAdminPort = 0;
+  private started: Promise<void> | undefined;
+
+  constructor(private readonly o: KonnectivityServerOptions) {
+    this.serverId = o.serverId ?? randomUUID();
+    this.log = o.log;
+    this.ca = new X509Certificate(buf(o.tls.ca));
+    this.metrics = new ServerMetrics({
+      readyBackends: () => this.broker.agents.size,
+      pendingDials: () => this.broker.pendingByRandom.size,
+      establishedConnections: () => this.broker.establishedCount(),
+    });
+    this.broker = new Broker({
+      serverId: this.serverId,
+      strategies: o.proxyStrategies ?? ['destHost', 'default'],
+      dialTimeoutMs: o.dialTimeoutMs ?? 10_000,
+      closeTimeoutMs: o.closeTimeoutMs ?? 10_000,
+      upstreamBufferLimit: o.upstreamBufferLimit ?? 4 * 1024 * 1024,
+      metrics: this.metrics,
+      log: this.log,
+    });
+  }
+
+  async init(): Promise<void> {
+    for (const p of [this.o.udsPath, this.o.httpConnectUdsPath]) {
+      if (p) await mkdir(dirname(p), { recursive: true, mode: 0o755 });
+    }
+  }
+
+  start(): Promise<void> {
+    this.started ??= this.listen().then(() => {
+      this.state = 'running';
+      this.startedAt = Date.now();
+    }, (err: unknown) => {
+      this.state = 'failed';
+      this.lastError = err instanceof Error ? err.message : String(err);
+      throw err;
+    });
+    this.state = 'starting';
+    return this.started;
+  }
+
+  /** Ready once every listener is up: kube-apiserver may start then, agents come and go. */
+  async ready(signal: AbortSignal): Promise<void> {
+    if (!this.started) throw new Error('konnectivity server was not started');
+    await Promise.race([
+      this.started,
+      new Promise((_, reject) => signal.addEventListener('abort', () => reject(new Error('konnectivity server did not start in time')), { once: true })),
+    ]);
+  }
+
+  private async listen(): Promise<void> {
+    const { ProxyService, AgentService } = konnectivityServices();
+
+    // Frontend: kube-apiserver over a unix socket.
+    const frontend = new grpc.Server({ 'grpc.max_receive_message_length': 16 * 1024 * 1024 });
+    frontend.addService(ProxyService.service, {
+      Proxy: (call: grpc.ServerDuplexStream<Packet, Packet>) => {
+        const gauge = this.metrics.grpcConnections.labels({ service_method: PROXY_METHOD });
+        gauge.inc();
+        serveProxyStream(call, this.broker, this.log, () => gauge.dec());
+      },
+    });
+    this.frontendServer = frontend;
+    await bindPrivateSocket(this.o.udsPath, (tmp) => bindGrpc(frontend, `unix:${tmp}`, grpc.ServerCredentials.createInsecure()).then(() => undefined));
+
+    // HTTP-CONNECT frontend.
+    if (this.o.httpConnectUdsPath) {
+      const closeGraceMs = this.o.closeTimeoutMs ?? 10_000;
+      const http = createHttpServer({ requestTimeout: 0, headersTimeout: 30_000 });
+      http.on('request', refuseNonConnect);
+      http.on('connect', (req, socket: Duplex, head: Buffer) => {
+        this.connectSockets.add(socket);
+        socket.once('close', () => this.connectSockets.delete(socket));
+        serveHttpConnect(req, socket, head, this.broker, this.log, closeGraceMs);
+      });
+      this.httpConnectServer = http;
+      await bindPrivateSocket(this.o.httpConnectUdsPath, (tmp) => listenHttp(http, tmp));
+    }
+
+    // Backend: agents over TLS. The client certificate is requested but not required by TLS,
+    // so token-only agents get through the handshake; authenticateAgent then requires one.
+    const agents = new grpc.Server({
+      'grpc.keepalive_time_ms': this.o.keepaliveTimeMs ?? 10_000,
+      'grpc.keepalive_timeout_ms': this.o.keepaliveTimeoutMs ?? 5_000,
+      'grpc.keepalive_permit_without_calls': 1,
+      'grpc.max_receive_message_length': 16 * 1024 * 1024,
+    });
+    agents.addService(AgentService.service, {
+      Connect: (call: grpc.ServerDuplexStream<Packet, Packet>) => void this.onAgentConnect(call),
+    });
+    this.agentServer = agents;
+    const creds = experimental.createCertificateProviderServerCredentials(
+      new StaticCerts(buf(this.o.tls.ca), buf(this.o.tls.cert), buf(this.o.tls.key)),
+      new StaticCerts(buf(this.o.tls.ca), buf(this.o.tls.cert), buf(this.o.tls.key)),
+      false,
+    );
+    const host = this.o.agentBindAddress ?? '0.0.0.0';
+    this.boundAgentPort = await bindGrpc(agents, `${host.includes(':') ? `[${host}]` : host}:${this.o.agentPort}`, creds);
+
+    if (this.o.adminPort !== undefined) {
+      const admin = createHttpServer((req, res) => void this.serveAdmin(req.url ?? '/', res));
+      this.adminServer = admin;
+      this.boundAdminPort = await new Promise<number>((resolve, reject) => {
+        admin.once('error', reject);
+        admin.listen(this.o.adminPort, this.o.adminBindAddress ?? '127.0.0.1', () => resolve((admin.address() as AddressInfo).port));
+      });
+    }
+    this.log.info({ serverId: this.serverId, uds: this.o.udsPath, httpConnect: this.o.httpConnectUdsPath, agentPort: this.boundAgentPort, adminPort: this.o.adminPort === undefined ? undefined : this.boundAdminPort }, 'konnectivity server listening');
+  }
+
+  private async serveAdmin(url: string, res: import('node:http').ServerResponse): Promise<void> {
+    const path = url.split('?')[0];
+    const text = (code: number, body: string): void => {
+      res.writeHead(code, { 'Content-Type': 'text/plain; charset=utf-8' });
+      res.end(body);
+    };
+    if (path === '/healthz') return text(200, 'ok');
+    if (path === '/readyz') {
+      return this.broker.agents.size > 0 ? text(200, 'ok') : text(500, 'no connection to any proxy agent');
+    }
+    if (path === '/metrics') {
+      const body = await this.metrics.registry.metrics();
+      res.writeHead(200, { 'Content-Type': this.metrics.registry.contentType });
+      res.end(body);
+      return;
+    }
+    text(404, 'not found');
+  }
+
+  private async onAgentConnect(call: grpc.ServerDuplexStream<Packet, Packet>): Promise<void> {
+    const gauge = this.metrics.grpcConnections.labels({ service_method: CONNECT_METHOD });
+    gauge.inc();
+    let counted = true;
+    const uncount = (): void => {
+      if (counted) gauge.dec();
+      counted = false;
+    };
+    call.once('close', uncount);
+    call.once('cancelled', uncount);
+    const refuse = (code: grpc.status, message: string, agentId?: string): void => {
+      this.log.warn({ agent: agentId, peer: call.getPeer() }, `agent refused: ${message}`);
+      call.emit('error', { code, details: message });
+    };
+
+    const ids = call.metadata.get(META.agentId).map(String);
+    const agentId = ids[0];
+    if (ids.length !== 1 || !agentId) return refuse(grpc.status.INVALID_ARGUMENT, `metadata ${META.agentId} must be set exactly once (got ${ids.length})`);
+    let identity;
+    try {
+      identity = await authenticateAgent(call, { ca: this.ca, tokenReview: this.o.tokenReview });
+    } catch (err) {
+      if (err instanceof AgentAuthError) return refuse(err.code, err.message, agentId);
+      return refuse(grpc.status.INTERNAL, `authentication failed: ${err instanceof Error ? err.message : String(err)}`, agentId);
+    }
+    if (call.cancelled) return;
+
+    const flowControl = (this.o.extensions ?? true) && offersFlowControl(call.metadata.get(META.extensions));
+    const identifiers = parseIdentifiers(call.metadata.get(META.agentIdentifiers).map(String)[0] ?? '');
+    const md = new grpc.Metadata();
+    md.set(META.serverId, this.serverId);
+    md.set(META.serverCount, String(this.serverCount()));
+    if (flowControl) md.set(META.extensions, FLOW_CONTROL_EXTENSION);
+    call.sendMetadata(md);
+
+    const backend = new AgentBackend(agentId, identifiers, identity, flowControl, call, (a) => this.broker.agentDrained(a));
+    this.broker.addAgent(backend);
+    this.log.info({ agent: agentId, node: identity.node, user: identity.user, auth: identity.method, identifiers, extensions: flowControl ? [FLOW_CONTROL_EXTENSION] : [], peer: call.getPeer() }, 'agent connected');
+
+    call.on('data', (p: Packet) => this.broker.fromAgent(backend, p));
+    const gone = (why: string): void => {
+      if (backend.gone) return;
+      this.broker.removeAgent(backend, why);
+      this.log.info({ agent: agentId, why }, 'agent disconnected');
+    };
+    call.on('end', () => {
+      gone('agent closed the stream');
+      call.end();
+    });
+    call.on('cancelled', () => gone('stream cancelled'));
+    call.on('error', (err: Error) => gone(err.message));
+    call.on('close', () => gone('stream closed'));
+  }
+
+  private serverCount(): number {
+    const n = this.o.serverCount?.() ?? 1;
+    return Number.isInteger(n) && n > 0 ? n : 1;
+  }
+
+  /** The agent port actually bound (useful with agentPort 0). */
+  agentPort(): number {
+    return this.boundAgentPort;
+  }
+
+  adminPort(): number {
+    return this.boundAdminPort;
+  }
+
+  async stop(): Promise<void> {
+    if (this.state === 'stopped') return;
+    this.state = 'stopping';
+    this.broker.shutdown();
+    for (const s of this.connectSockets) s.destroy();
+    await Promise.all([
+      shutdownGrpc(this.agentServer),
+      shutdownGrpc(this.frontendServer),
+      closeHttp(this.httpConnectServer),
+      closeHttp(this.adminServer),
+    ]);
+    await Promise.all([this.o.udsPath, this.o.httpConnectUdsPath].map((p) => (p ? rm(p, { force: true }) : undefined)));
+    this.state = 'stopped';
+    this.log.info({ serverId: this.serverId }, 'konnectivity server stopped');
+  }
+
+  status(): ComponentStatus {
+    return {
+      name: this.name,
+      state: this.state,
+      restarts: 0,
+      lastError: this.lastError,
+      uptimeSeconds: this.state === 'running' ? Math.floor((Date.now() - this.startedAt) / 1000) : undefined,
+    };
+  }
+
+  /** For `kctl status`: which agents this controller has, and what runs through them. */
+  snapshot(): KonnectivityServerSnapshot {
+    return {
+      serverId: this.serverId,
+      serverCount: this.serverCount(),
+      agents: [...this.broker.agents].map((a) => ({
+        id: a.id,
+        node: a.identity.node,
+        user: a.identity.user,
+        auth: a.identity.method,
+        identifiers: a.identifiers,
+        draining: a.draining,
+        extensions: a.flowControl ? [FLOW_CONTROL_EXTENSION] : [],
+        connections: a.conns.size,
+        pendingDials: a.pending.size,
+        connectedAt: a.connectedAt.toISOString(),
+      })),
+      pendingDials: this.broker.pendingByRandom.size,
+      establishedConnections: this.broker.establishedCount(),
+      closingConnections: this.broker.closingCount(),
+    };
+  }
+
+  /** Flow-control numbers of every open tunnel. */
+  tunnelStats(): TunnelStats[] {
+    const out: TunnelStats[] = [];
+    const all = [...this.broker.pendingByRandom.values(), ...[...this.broker.agents].flatMap((a) => [...a.conns.values()])];
+    for (const t of all) {
+      out.push({
+        trace: t.trace, agent: t.agent.id, random: t.random, connectID: t.connectID, address: t.address, state: t.state,
+        unflushed: t.flow.unflushed, peakUnflushed: t.flow.peakUnflushed, held: t.flow.heldLength, peakHeld: t.flow.peakHeld,
+      });
+    }
+    return out;
+  }
+}
+
+function bindGrpc(server: grpc.Server, address: string, creds: grpc.ServerCredentials): Promise<number> {
+  return new Promise((resolve, reject) => {
+    server.bindAsync(address, creds, (err, port) => (err ? reject(new Error(`konnectivity server cannot listen on ${address}: ${err.message}`)) : resolve(port)));
+  });
+}
+
+function listenHttp(server: HttpServer, path: string): Promise<void> {
+  return new Promise((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(path, () => {
+      server.off('error', reject);
+      resolve();
+    });
+  });
+}
+
+async function shutdownGrpc(server: grpc.Server | undefined): Promise<void> {
+  if (!server) return;
+  await new Promise<void>((resolve) => {
+    const t = setTimeout(() => {
+      server.forceShutdown();
+      resolve();
+    }, 2_000);
+    server.tryShutdown(() => {
+      clearTimeout(t);
+      resolve();
+    });
+  });
+}
+
+async function closeHttp(server: HttpServer | undefined): Promise<void> {
+  if (!server) return;
+  server.closeAllConnections();
+  await new Promise<void>((resolve) => server.close(() => resolve()));
+}
