@@ -41,6 +41,8 @@ export class Tunnel {
   readingPaused = false;
   /** The frontend was told the tunnel is over, or is gone itself. */
   frontendDone = false;
+  /** The client closed while bytes still waited for credit: close once they are sent. */
+  closeAfterFlush = false;
   readonly flow: ConnectionFlow;
   readonly startedAt = process.hrtime.bigint();
 
@@ -265,6 +267,10 @@ export class Broker {
   frontendClose(t: Tunnel): void {
     if (t.state === 'pending') return this.frontendCancel(t);
     if (t.state !== 'established' || t.connectID === undefined) return;
+    if (t.flow.heldLength > 0 && !t.frontendDone) {
+      t.closeAfterFlush = true;
+      return;
+    }
     t.state = 'closing';
     t.flow.discardHeld();
     t.agent.send(packets.closeReq(t.connectID));
@@ -373,7 +379,8 @@ export class Broker {
     const t = a.conns.get(c.connectID);
     if (!t || t.state !== 'established' || t.connectID === undefined) return;
     for (const part of t.flow.grant(Number(c.bytes))) a.send(packets.data(t.connectID, part));
-    this.maybeResumeFrontend(t);
+    if (t.closeAfterFlush && t.flow.heldLength === 0) this.frontendClose(t);
+    else this.maybeResumeFrontend(t);
   }
 
   private agentClose(a: AgentBackend, p: Packet): void {

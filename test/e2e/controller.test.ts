@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { existsSync } from 'node:fs';
-import { readFile, stat, writeFile } from 'node:fs/promises';
+import { chown, mkdtemp, readdir, readFile, rm, stat, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { describe, test, type TestContext } from 'node:test';
 import { execa } from 'execa';
@@ -20,7 +20,7 @@ interface Running {
 
 let portBase = 20000 + Math.floor(Math.random() * 20000);
 
-async function writeConfig(dir: string, storage: 'etcd' | 'kine'): Promise<string> {
+async function writeConfig(dir: string, storage: 'etcd' | 'kine', dataSource?: string): Promise<string> {
   const p = (portBase += 10);
   const file = join(dir, 'kctl.yaml');
   await writeFile(file, [
@@ -29,7 +29,7 @@ async function writeConfig(dir: string, storage: 'etcd' | 'kine'): Promise<strin
     'spec:',
     '  api: { address: 127.0.0.1, port: ' + p + ' }',
     `  konnectivity: { agentPort: ${p + 1}, adminPort: ${p + 2} }`,
-    `  storage: { type: ${storage}, etcd: { clientPort: ${p + 3}, peerPort: ${p + 4} } }`,
+    `  storage: { type: ${storage}, etcd: { clientPort: ${p + 3}, peerPort: ${p + 4} }${dataSource ? `, kine: { dataSource: "${dataSource}" }` : ''} }`,
     `  scheduler: { port: ${p + 5} }`,
     `  controllerManager: { port: ${p + 6} }`,
     '',
@@ -90,11 +90,11 @@ async function processNamed(name: string): Promise<number[]> {
 }
 
 /** The whole operator story, for one storage backend. */
-async function controllerScenario(t: TestContext, storage: 'etcd' | 'kine', extraArgs: string[]): Promise<void> {
+async function controllerScenario(t: TestContext, storage: 'etcd' | 'kine', extraArgs: string[], dataSource?: string): Promise<void> {
   const dir = await tempDir(t);
   const dataDir = join(dir, 'data');
   const runDir = join(dir, 'run');
-  const cfg = await writeConfig(dir, storage);
+  const cfg = await writeConfig(dir, storage, dataSource);
   const args = ['--config', cfg, '--data-dir', dataDir, '--run-dir', runDir, ...extraArgs];
   const kubectl = (...a: string[]) => kctl(['--data-dir', dataDir, 'kubectl', ...a]);
   let r = startController(args);
@@ -121,7 +121,8 @@ async function controllerScenario(t: TestContext, storage: 'etcd' | 'kine', extr
   assert.equal((await stat(join(dataDir, 'pki/admin.conf'))).mode & 0o777, 0o600);
   assert.equal((await stat(join(dataDir, 'pki/ca.key'))).mode & 0o777, 0o600);
   if (storage === 'etcd') assert.equal((await stat(join(dataDir, 'etcd'))).mode & 0o777, 0o700);
-  else assert.ok(existsSync(join(dataDir, 'db/state.db')));
+  else if (!dataSource) assert.ok(existsSync(join(dataDir, 'db/state.db')));
+  else assert.equal(existsSync(join(dataDir, 'db')), false, 'kine on PostgreSQL must not create a SQLite file');
 
   // kill -9 of kube-apiserver: the API comes back by itself.
   const api = s.components.find((c) => c.name === 'kube-apiserver')!;
@@ -157,7 +158,36 @@ async function controllerScenario(t: TestContext, storage: 'etcd' | 'kine', extr
 describe('controller', () => {
   test('with etcd: ready, kubectl, apiserver crash recovery, restart keeps data and CA, clean stop, no orphans', (t) => controllerScenario(t, 'etcd', []));
   test('with kine (--single, SQLite): the same', (t) => controllerScenario(t, 'kine', ['--single']));
+  test('with kine on a real PostgreSQL (spec.storage.kine.dataSource): the same', async (t) => {
+    const pg = await startPostgres(t);
+    await controllerScenario(t, 'kine', [], `postgres://postgres@127.0.0.1:${pg.port}/kine?sslmode=disable`);
+  });
 });
+
+/** A private PostgreSQL server (Debian's binaries) on a loopback port, removed after the test. */
+async function startPostgres(t: TestContext): Promise<{ port: number }> {
+  const versions = await readdir('/usr/lib/postgresql').catch(() => [] as string[]);
+  const bin = versions.length ? join('/usr/lib/postgresql', versions.sort().at(-1)!, 'bin') : '';
+  assert.ok(bin && existsSync(join(bin, 'initdb')), 'PostgreSQL server binaries missing: npm test installs Debian postgresql in pretest');
+  const dir = await mkdtemp('/tmp/kctl-pg-');
+  await chown(dir, ...(await pgIds()));
+  const port = (portBase += 10);
+  const asPg = (cmd: string, args: string[]) => execa('setpriv', ['--reuid=postgres', '--regid=postgres', '--init-groups', '--', cmd, ...args], { cwd: dir });
+  await asPg(join(bin, 'initdb'), ['-D', join(dir, 'data'), '--auth=trust', '-U', 'postgres']);
+  await asPg(join(bin, 'pg_ctl'), ['-D', join(dir, 'data'), '-l', join(dir, 'log'), '-w', '-o', `-p ${port} -k ${dir} -c listen_addresses=127.0.0.1`, 'start']);
+  t.after(async () => {
+    await asPg(join(bin, 'pg_ctl'), ['-D', join(dir, 'data'), '-m', 'immediate', 'stop']).catch(() => undefined);
+    await rm(dir, { recursive: true, force: true });
+  });
+  await asPg(join(bin, 'createdb'), ['-h', '127.0.0.1', '-p', String(port), '-U', 'postgres', 'kine']);
+  return { port };
+}
+
+async function pgIds(): Promise<[number, number]> {
+  const uid = Number((await execa('id', ['-u', 'postgres'])).stdout);
+  const gid = Number((await execa('id', ['-g', 'postgres'])).stdout);
+  return [uid, gid];
+}
 
 describe('controller config errors', () => {
   test('a bad field exits non-zero with its path, and nothing is started or written', async (t) => {

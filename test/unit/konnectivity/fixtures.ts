@@ -1,0 +1,183 @@
+// Shared set-up for konnectivity tests: a cluster PKI with node client certificates, a server
+// and agents on loopback, and small TCP targets. Everything is torn down by t.after.
+import { readFile } from 'node:fs/promises';
+import { createServer, type Server, type Socket } from 'node:net';
+import { join } from 'node:path';
+import { Writable } from 'node:stream';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { createLogger, type Logger } from '../../../src/log/logger.ts';
+import { ensurePki, pkiPaths } from '../../../src/pki/index.ts';
+import { generateKeyPem, issueCaCert, issueLeafCert, keyIdOf, parseCert, parseKey, type Signer } from '../../../src/pki/x509.ts';
+import { KonnectivityAgent, type KonnectivityAgentOptions } from '../../../src/konnectivity/agent.ts';
+import { KonnectivityServer, type KonnectivityServerOptions } from '../../../src/konnectivity/server.ts';
+import { tempDir } from '../../helpers.ts';
+
+type T = { after: (fn: () => Promise<void> | void) => void };
+
+export interface TestPki {
+  dir: string;
+  ca: string;
+  serverCert: string;
+  serverKey: string;
+  /** A client certificate signed by `signer` (default: the cluster CA). */
+  clientCert(o: { commonName: string; organizations?: string[]; signer?: Signer }): Promise<{ cert: string; key: string }>;
+  /** A node certificate as kubelet TLS bootstrap makes them. */
+  nodeCert(node: string): Promise<{ cert: string; key: string }>;
+  /** A CA that has nothing to do with the cluster. */
+  foreignCa(): Promise<Signer>;
+}
+
+const silentSink = new Writable({ write(_c, _e, cb) { cb(); } });
+
+export function quietLogger(): Logger {
+  return createLogger({ destination: silentSink, pretty: false });
+}
+
+async function signerFrom(name: string, certPem: string, keyPem: string): Promise<Signer> {
+  const cert = parseCert(certPem, name, '');
+  return { name, cert, certPem, key: parseKey(keyPem, name, ''), keyId: keyIdOf(cert) };
+}
+
+export async function makePki(t: T): Promise<TestPki> {
+  const dir = await tempDir(t, 'kctl-knp-pki-');
+  const log = quietLogger();
+  await ensurePki({
+    dir, apiAddress: '127.0.0.1', sans: [], apiPort: 6443, serviceCIDR: '10.96.0.0/12', clusterDomain: 'cluster.local',
+    hostname: 'ctrl-1', localAddresses: ['127.0.0.1'],
+  }, log);
+  const p = pkiPaths(dir);
+  const [ca, caKey, serverCert, serverKey] = await Promise.all([p.caCert, p.caKey, p.konnectivityCert, p.konnectivityKey].map((f) => readFile(f, 'utf8'))) as [string, string, string, string];
+  const cluster = await signerFrom('kubernetes-ca', ca, caKey);
+  const clientCert: TestPki['clientCert'] = async (o) => {
+    const keyPem = await generateKeyPem();
+    const cert = issueLeafCert({
+      subject: { commonName: o.commonName, organizations: o.organizations }, usages: ['clientAuth'], sans: [],
+      key: parseKey(keyPem, 'key', ''), signer: o.signer ?? cluster, now: new Date(), years: 1,
+    });
+    return { cert, key: keyPem };
+  };
+  return {
+    dir, ca, serverCert, serverKey, clientCert,
+    nodeCert: (node) => clientCert({ commonName: `system:node:${node}`, organizations: ['system:nodes'] }),
+    foreignCa: async () => {
+      const keyPem = await generateKeyPem();
+      const certPem = issueCaCert({ subject: { commonName: 'other-ca' }, key: parseKey(keyPem, 'key', ''), now: new Date(), years: 1 });
+      return signerFrom('other-ca', certPem, keyPem);
+    },
+  };
+}
+
+export async function startServer(t: T, pki: TestPki, over: Partial<KonnectivityServerOptions> = {}): Promise<KonnectivityServer> {
+  const dir = await tempDir(t, 'kctl-knp-run-');
+  const server = new KonnectivityServer({
+    udsPath: join(dir, 'konnectivity-server.sock'),
+    httpConnectUdsPath: join(dir, 'konnectivity-connect.sock'),
+    agentBindAddress: '127.0.0.1',
+    agentPort: 0,
+    adminPort: 0,
+    tls: { cert: pki.serverCert, key: pki.serverKey, ca: pki.ca },
+    log: quietLogger(),
+    ...over,
+  });
+  await server.init();
+  await server.start();
+  t.after(() => server.stop());
+  return server;
+}
+
+export function udsOf(server: KonnectivityServer): { grpc: string; connect: string } {
+  const o = (server as unknown as { o: KonnectivityServerOptions }).o;
+  return { grpc: o.udsPath, connect: o.httpConnectUdsPath ?? '' };
+}
+
+export async function startAgent(t: T, pki: TestPki, servers: KonnectivityServer[] | { host: string; port: number }[], over: Partial<KonnectivityAgentOptions> = {}): Promise<KonnectivityAgent> {
+  const node = over.agentId ?? 'node-1';
+  const creds = over.cert ? { cert: over.cert, key: over.key } : await pki.nodeCert(node);
+  const agent = new KonnectivityAgent({
+    servers: servers.map((s) => (s instanceof KonnectivityServer ? { host: '127.0.0.1', port: s.agentPort() } : s)),
+    ca: pki.ca,
+    ...creds,
+    agentId: node,
+    identifiers: { host: [node] },
+    syncIntervalMs: 100,
+    syncIntervalCapMs: 1_000,
+    log: quietLogger(),
+    ...over,
+  });
+  await agent.start();
+  t.after(() => agent.stop({ drain: false }));
+  return agent;
+}
+
+/** Polls until `check` is truthy; fails with `what` after `timeoutMs`. */
+export async function waitFor<V>(what: string, check: () => V | Promise<V>, timeoutMs = 10_000): Promise<NonNullable<V>> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const v = await check();
+    if (v) return v as NonNullable<V>;
+    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
+    await sleep(20);
+  }
+}
+
+export async function listen(t: T, onConnection: (s: Socket) => void): Promise<{ server: Server; port: number; address: string; sockets: Set<Socket> }> {
+  const sockets = new Set<Socket>();
+  const server = createServer((s) => {
+    sockets.add(s);
+    s.on('close', () => sockets.delete(s));
+    s.on('error', () => {});
+    onConnection(s);
+  });
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  const port = (server.address() as { port: number }).port;
+  t.after(async () => {
+    for (const s of sockets) s.destroy();
+    await new Promise<void>((r) => server.close(() => r()));
+  });
+  return { server, port, address: `127.0.0.1:${port}`, sockets };
+}
+
+/** A TCP echo server. */
+export function echoServer(t: T): ReturnType<typeof listen> {
+  return listen(t, (s) => s.pipe(s));
+}
+
+/** Reads a stream to its end. */
+export async function readAll(s: NodeJS.ReadableStream): Promise<Buffer> {
+  const chunks: Buffer[] = [];
+  for await (const c of s) chunks.push(c as Buffer);
+  return Buffer.concat(chunks);
+}
+
+/** Reads exactly n bytes from a stream (then stops consuming). */
+export function readN(s: NodeJS.ReadableStream & { pause(): void; resume(): unknown }, n: number): Promise<Buffer> {
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    let got = 0;
+    const onData = (c: Buffer): void => {
+      chunks.push(c);
+      got += c.length;
+      if (got >= n) {
+        cleanup();
+        resolve(Buffer.concat(chunks).subarray(0, n));
+      }
+    };
+    const onEnd = (): void => {
+      cleanup();
+      reject(new Error(`stream ended after ${got} of ${n} bytes`));
+    };
+    const onError = (e: Error): void => {
+      cleanup();
+      reject(e);
+    };
+    const cleanup = (): void => {
+      s.pause();
+      s.off('data', onData);
+      s.off('end', onEnd);
+      s.off('error', onError);
+    };
+    s.on('data', onData);
+    s.once('end', onEnd);
+    s.once('error', onError);
+  });
+}
