@@ -94,12 +94,16 @@ export interface TunnelStats {
   peakHeld: number;
 }
 
-/** A certificate provider that never changes: what createSsl lacks is "ask for, but do not require, a client cert". */
+/**
+ * Certificates that never change, through grpc-js's provider interface: the only way it offers
+ * to ask for a client certificate without requiring one (createSsl does either or neither).
+ * Updates are delivered on the next tick: grpc-js registers its watcher after adding listeners.
+ */
 class StaticCerts implements experimental.CertificateProvider {
   constructor(private readonly ca: Buffer, private readonly cert: Buffer, private readonly key: Buffer) {}
-  addCaCertificateListener(l: experimental.CaCertificateUpdateListener): void { l({ caCertificate: this.ca }); }
+  addCaCertificateListener(l: experimental.CaCertificateUpdateListener): void { setImmediate(() => l({ caCertificate: this.ca })); }
   removeCaCertificateListener(): void {}
-  addIdentityCertificateListener(l: experimental.IdentityCertificateUpdateListener): void { l({ certificate: this.cert, privateKey: this.key }); }
+  addIdentityCertificateListener(l: experimental.IdentityCertificateUpdateListener): void { setImmediate(() => l({ certificate: this.cert, privateKey: this.key })); }
   removeIdentityCertificateListener(): void {}
 }
 

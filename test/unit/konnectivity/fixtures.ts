@@ -3,9 +3,12 @@
 import { readFile } from 'node:fs/promises';
 import { createServer, type Server, type Socket } from 'node:net';
 import { join } from 'node:path';
+import { after } from 'node:test';
 import { Writable } from 'node:stream';
 import { setTimeout as sleep } from 'node:timers/promises';
+import * as grpc from '@grpc/grpc-js';
 import { createLogger, type Logger } from '../../../src/log/logger.ts';
+import { konnectivityServices, type Packet } from '../../../src/konnectivity/protocol.ts';
 import { ensurePki, pkiPaths } from '../../../src/pki/index.ts';
 import { generateKeyPem, issueCaCert, issueLeafCert, keyIdOf, parseCert, parseKey, type Signer } from '../../../src/pki/x509.ts';
 import { KonnectivityAgent, type KonnectivityAgentOptions } from '../../../src/konnectivity/agent.ts';
@@ -29,7 +32,9 @@ export interface TestPki {
 
 const silentSink = new Writable({ write(_c, _e, cb) { cb(); } });
 
+/** Silent, unless KCTL_TEST_LOG=1 (then debug lines on stderr). */
 export function quietLogger(): Logger {
+  if (process.env.KCTL_TEST_LOG === '1') return createLogger({ destination: process.stderr, pretty: false, debug: true });
   return createLogger({ destination: silentSink, pretty: false });
 }
 
@@ -38,7 +43,15 @@ async function signerFrom(name: string, certPem: string, keyPem: string): Promis
   return { name, cert, certPem, key: parseKey(keyPem, name, ''), keyId: keyIdOf(cert) };
 }
 
-export async function makePki(t: T): Promise<TestPki> {
+let shared: Promise<TestPki> | undefined;
+
+/** One PKI per test file (key generation is the slow part); removed when the file's tests end. */
+export function makePki(): Promise<TestPki> {
+  shared ??= createPki({ after: (fn) => after(fn) });
+  return shared;
+}
+
+async function createPki(t: T): Promise<TestPki> {
   const dir = await tempDir(t, 'kctl-knp-pki-');
   const log = quietLogger();
   await ensurePki({
@@ -180,4 +193,76 @@ export function readN(s: NodeJS.ReadableStream & { pause(): void; resume(): unkn
     s.once('end', onEnd);
     s.once('error', onError);
   });
+}
+
+/** A hand-driven agent stream: the test sends and receives raw packets. */
+export interface RawAgent {
+  headers: grpc.Metadata;
+  send(p: Packet): void;
+  /** Next packet from the server (optionally of one type, skipping others). */
+  next(type?: Packet['type'], timeoutMs?: number): Promise<Packet>;
+  /** Resolves with the stream's end (status details). */
+  ended: Promise<string>;
+  close(): void;
+}
+
+export interface RawAgentOptions {
+  agentId?: string;
+  identifiers?: string;
+  creds?: { cert: string; key: string } | null;
+  token?: string;
+  extensions?: boolean;
+}
+
+/** Connects to the server's agent port; rejects with the status details when refused. */
+export async function rawAgent(t: T, pki: TestPki, server: KonnectivityServer, o: RawAgentOptions = {}): Promise<RawAgent> {
+  const { AgentService } = konnectivityServices();
+  const creds = o.creds === null ? null : (o.creds ?? await pki.nodeCert(o.agentId ?? 'raw-1'));
+  const channelCreds = grpc.credentials.createSsl(Buffer.from(pki.ca), creds ? Buffer.from(creds.key) : null, creds ? Buffer.from(creds.cert) : null);
+  const client = new AgentService(`127.0.0.1:${server.agentPort()}`, channelCreds, { 'grpc.use_local_subchannel_pool': 1 }) as unknown as grpc.Client & { Connect(md: grpc.Metadata): grpc.ClientDuplexStream<Packet, Packet> };
+  const md = new grpc.Metadata();
+  if (o.agentId !== '') md.set('agentid', o.agentId ?? 'raw-1');
+  md.set('agentidentifiers', o.identifiers ?? '');
+  if (o.token) md.set('authorization', `Bearer ${o.token}`);
+  if (o.extensions) md.set('kctl-extensions', 'flow-control/1');
+  const call = client.Connect(md);
+  const close = (): void => {
+    call.cancel();
+    client.close();
+  };
+  t.after(close);
+  const queue: Packet[] = [];
+  const waiters: (() => void)[] = [];
+  call.on('data', (p: Packet) => {
+    queue.push(p);
+    for (const w of waiters.splice(0)) w();
+  });
+  const ended = new Promise<string>((resolve) => {
+    call.on('status', (s: grpc.StatusObject) => resolve(s.details));
+    call.on('error', () => {});
+  });
+  const headers = await Promise.race([
+    new Promise<grpc.Metadata>((resolve) => call.once('metadata', resolve)),
+    ended.then((details) => {
+      throw new Error(details);
+    }),
+  ]);
+  return {
+    headers,
+    send: (p) => call.write(p),
+    ended,
+    close,
+    async next(type, timeoutMs = 10_000) {
+      const deadline = Date.now() + timeoutMs;
+      for (;;) {
+        const i = queue.findIndex((p) => type === undefined || p.type === type);
+        if (i >= 0) return queue.splice(i, 1)[0] as Packet;
+        if (Date.now() > deadline) throw new Error(`no ${type ?? 'packet'} from the server within ${timeoutMs} ms`);
+        await new Promise<void>((r) => {
+          waiters.push(r);
+          setTimeout(r, 50);
+        });
+      }
+    },
+  };
 }

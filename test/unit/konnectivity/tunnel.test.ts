@@ -8,7 +8,7 @@ import { dialViaProxy } from '../../../src/konnectivity/client.ts';
 import { echoServer, makePki, readAll, readN, startAgent, startServer, udsOf, waitFor } from './fixtures.ts';
 
 test('bytes travel both ways through the GRPC frontend, and a close reaches the target', async (t) => {
-  const pki = await makePki(t);
+  const pki = await makePki();
   const server = await startServer(t, pki);
   const agent = await startAgent(t, pki, [server]);
   await waitFor('agent connected', () => server.snapshot().agents.length === 1);
@@ -27,7 +27,7 @@ test('bytes travel both ways through the GRPC frontend, and a close reaches the 
 });
 
 test('the target closing ends the tunnel with CLOSE_RSP', async (t) => {
-  const pki = await makePki(t);
+  const pki = await makePki();
   const server = await startServer(t, pki);
   await startAgent(t, pki, [server]);
   await waitFor('agent connected', () => server.snapshot().agents.length === 1);
@@ -40,7 +40,7 @@ test('the target closing ends the tunnel with CLOSE_RSP', async (t) => {
 });
 
 test('HTTP-CONNECT: 200 after the dial, bytes both ways; 405 for other methods', async (t) => {
-  const pki = await makePki(t);
+  const pki = await makePki();
   const server = await startServer(t, pki);
   await startAgent(t, pki, [server]);
   await waitFor('agent connected', () => server.snapshot().agents.length === 1);

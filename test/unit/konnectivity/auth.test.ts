@@ -1,0 +1,75 @@
+// Who may connect as an agent: node certificates of the cluster CA, or service-account tokens
+// that TokenReview accepts. Everything else is refused at Connect with a reason.
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { makePki, rawAgent, startServer, waitFor } from './fixtures.ts';
+
+test('a node certificate is accepted; headers carry serverid, the live servercount and the extension answer', async (t) => {
+  const pki = await makePki();
+  let controllers = 1;
+  const server = await startServer(t, pki, { serverId: 'ctrl-a', serverCount: () => controllers });
+  const a = await rawAgent(t, pki, server, { agentId: 'node-7', creds: await pki.nodeCert('node-7'), identifiers: 'host=node-7&ipv4=10.0.0.7' });
+  assert.deepEqual(a.headers.get('serverid'), ['ctrl-a']);
+  assert.deepEqual(a.headers.get('servercount'), ['1']);
+  assert.deepEqual(a.headers.get('kctl-extensions'), [], 'not offered, not answered (upstream agents see no extension)');
+  const snap = await waitFor('agent listed', () => server.snapshot().agents[0]);
+  assert.equal(snap.node, 'node-7');
+  assert.equal(snap.auth, 'certificate');
+  assert.deepEqual(snap.identifiers.ipv4, ['10.0.0.7']);
+
+  controllers = 3; // a controller joined: the next Connect learns it
+  const b = await rawAgent(t, pki, server, { agentId: 'node-8', creds: await pki.nodeCert('node-8'), extensions: true });
+  assert.deepEqual(b.headers.get('servercount'), ['3']);
+  assert.deepEqual(b.headers.get('kctl-extensions'), ['flow-control/1']);
+});
+
+test('no certificate and no token: refused, saying what an agent needs', async (t) => {
+  const pki = await makePki();
+  const server = await startServer(t, pki);
+  await assert.rejects(rawAgent(t, pki, server, { creds: null }), /no client certificate signed by the cluster CA and no bearer token.*O=system:nodes/);
+  assert.equal(server.snapshot().agents.length, 0);
+});
+
+test('a cluster-CA certificate that is not a node certificate: refused', async (t) => {
+  const pki = await makePki();
+  const server = await startServer(t, pki);
+  const admin = await pki.clientCert({ commonName: 'system:node:evil', organizations: ['system:masters'] });
+  await assert.rejects(rawAgent(t, pki, server, { creds: admin }), /CN=system:node:evil,O=system:masters is not a node certificate/);
+  const notNode = await pki.clientCert({ commonName: 'kubelet', organizations: ['system:nodes'] });
+  await assert.rejects(rawAgent(t, pki, server, { creds: notNode }), /CN=kubelet,O=system:nodes is not a node certificate/);
+  assert.equal(server.snapshot().agents.length, 0);
+});
+
+test('a node certificate from another CA: refused', async (t) => {
+  const pki = await makePki();
+  const server = await startServer(t, pki);
+  const other = await pki.foreignCa();
+  const forged = await pki.clientCert({ commonName: 'system:node:node-1', organizations: ['system:nodes'], signer: other });
+  await assert.rejects(rawAgent(t, pki, server, { creds: forged }), /no client certificate signed by the cluster CA/);
+  assert.equal(server.snapshot().agents.length, 0);
+});
+
+test('service-account tokens go through the TokenReview callback', async (t) => {
+  const pki = await makePki();
+  const seen: string[] = [];
+  const server = await startServer(t, pki, {
+    tokenReview: async (token) => {
+      seen.push(token);
+      return token === 'good' ? { ok: true, user: 'system:serviceaccount:kube-system:konnectivity-agent' } : { ok: false, error: 'token expired' };
+    },
+  });
+  await assert.rejects(rawAgent(t, pki, server, { creds: null, token: 'bad' }), /service-account token rejected: token expired/);
+  const a = await rawAgent(t, pki, server, { creds: null, token: 'good', agentId: 'pod-agent' });
+  assert.equal(a.headers.get('serverid').length, 1);
+  const snap = await waitFor('agent listed', () => server.snapshot().agents[0]);
+  assert.equal(snap.auth, 'token');
+  assert.equal(snap.user, 'system:serviceaccount:kube-system:konnectivity-agent');
+  assert.deepEqual(seen, ['bad', 'good']);
+});
+
+test('a token is refused when the server has no TokenReview; agentid is required', async (t) => {
+  const pki = await makePki();
+  const server = await startServer(t, pki);
+  await assert.rejects(rawAgent(t, pki, server, { creds: null, token: 'x' }), /token authentication is not enabled/);
+  await assert.rejects(rawAgent(t, pki, server, { agentId: '' }), /agentid must be set exactly once/);
+});
