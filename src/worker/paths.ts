@@ -1,0 +1,58 @@
+// Every path a worker uses lives under its --data-dir and --run-dir, so two workers can run
+// on one host (in separate network namespaces) and `kctl reset` can remove all of it.
+import { join } from 'node:path';
+
+export interface WorkerPaths {
+  dataDir: string;
+  runDir: string;
+  binDir: string;
+  cniBinDir: string;
+  cniConfDir: string;
+  cniStateDir: string;
+  pkiDir: string;                 // ca.crt from the join token
+  caCert: string;
+  bootstrapKubeconfig: string;    // written once at join, from the token
+  kubeletKubeconfig: string;      // written by kubelet's TLS bootstrap
+  kubeletDir: string;             // kubelet --root-dir
+  kubeletCertDir: string;         // kubelet-client-current.pem, kubelet-server-current.pem
+  kubeletConfig: string;
+  podLogsDir: string;
+  containerdRoot: string;
+  containerdState: string;
+  containerdSocket: string;
+  containerdConfig: string;
+  imagesDir: string;              // OCI / docker-archive tarballs imported at start
+  kubeProxyConfig: string;
+  kubeProxyKubeconfig: string;
+  joinMarker: string;             // present once the token was accepted
+  statusSocket: string;
+}
+
+export function workerPaths(dataDir: string, runDir: string): WorkerPaths {
+  const kubeletDir = join(dataDir, 'kubelet');
+  return {
+    dataDir,
+    runDir,
+    binDir: join(dataDir, 'bin'),
+    cniBinDir: join(dataDir, 'bin', 'cni'),
+    cniConfDir: join(dataDir, 'cni', 'net.d'),
+    cniStateDir: join(dataDir, 'cni', 'state'),
+    pkiDir: join(dataDir, 'pki'),
+    caCert: join(dataDir, 'pki', 'ca.crt'),
+    bootstrapKubeconfig: join(dataDir, 'kubelet-bootstrap.conf'),
+    kubeletKubeconfig: join(dataDir, 'kubelet.conf'),
+    kubeletDir,
+    kubeletCertDir: join(kubeletDir, 'pki'),
+    kubeletConfig: join(dataDir, 'kubelet-config.yaml'),
+    podLogsDir: join(dataDir, 'pod-logs'),
+    containerdRoot: join(dataDir, 'containerd'),
+    containerdState: join(runDir, 'containerd'),
+    containerdSocket: join(runDir, 'containerd', 'containerd.sock'),
+    containerdConfig: join(dataDir, 'containerd.toml'),
+    imagesDir: join(dataDir, 'images'),
+    kubeProxyConfig: join(dataDir, 'kube-proxy-config.yaml'),
+    kubeProxyKubeconfig: join(dataDir, 'kube-proxy.conf'),
+    joinMarker: join(dataDir, 'joined'),
+    statusSocket: join(runDir, 'status.sock'),
+  };
+}
