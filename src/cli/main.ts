@@ -6,6 +6,7 @@ import { reportAndExit } from './errors.ts';
 import { DEFAULT_DATA_DIR, DEFAULT_RUN_DIR } from './globals.ts';
 import { configCommand, kubeconfigCommand, kubectlCommand, setKubectlArgs } from './kubeconfig.ts';
 import { statusCommand } from './status.ts';
+import { tokenCommand } from './token.ts';
 import { versionCommand } from './version.ts';
 
 export function buildProgram(): Command {
@@ -28,6 +29,7 @@ export function buildProgram(): Command {
   kubeconfigCommand(program);
   kubectlCommand(program);
   configCommand(program);
+  tokenCommand(program);
   for (const c of program.commands) c.exitOverride().showHelpAfterError(`usage: kctl ${c.name()} ${c.usage()}`);
   return program;
 }

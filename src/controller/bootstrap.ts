@@ -38,6 +38,8 @@ export function bootstrapObjects(cfg: ClusterConfig, caPem: string): object[] {
     clusterRoleBinding('kctl:bootstrappers:nodeclient-autoapprove', 'system:certificates.k8s.io:certificatesigningrequests:nodeclient', { kind: 'Group', name: 'system:bootstrappers' }),
     // Nodes renew their own client certificates.
     clusterRoleBinding('kctl:nodes:selfnodeclient-autoapprove', 'system:certificates.k8s.io:certificatesigningrequests:selfnodeclient', { kind: 'Group', name: 'system:nodes' }),
+    // kube-proxy on workers runs with the node's own credentials.
+    clusterRoleBinding('kctl:nodes:node-proxier', 'system:node-proxier', { kind: 'Group', name: 'system:nodes' }),
     // kube-apiserver -> kubelet (logs, exec, port-forward) authenticates as this user.
     clusterRoleBinding('kctl:apiserver-kubelet-client', 'system:kubelet-api-admin', { kind: 'User', name: 'kube-apiserver-kubelet-client' }),
     // cluster-info, signed by the bootstrapsigner controller, readable without credentials.

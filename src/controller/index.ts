@@ -1,7 +1,9 @@
 // `kctl controller`: the control plane as an ordered list of components (k0s's shape).
 //   pki -> stage -> storage (etcd|kine) -> kube-apiserver -> bootstrap -> scheduler
 //   -> controller-manager -> status socket
-import { mkdir } from 'node:fs/promises';
+import { mkdir, rename, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { stringify } from 'yaml';
 import type { Logger } from '../log/logger.ts';
 import { componentLogger } from '../log/logger.ts';
 import { findPayload } from '../payload/payload.ts';
@@ -14,10 +16,17 @@ import { ComponentManager } from '../supervisor/manager.ts';
 import { KCTL_VERSION } from '../version.ts';
 import { ApiserverComponent } from './apiserver.ts';
 import { BootstrapComponent } from './bootstrap.ts';
+import { CsrApproverComponent } from './csr-approver.ts';
+import { credentialsFromKubeconfig, KubeClient } from '../kube/client.ts';
 import { loadConfig, type ClusterConfig, type ConfigFlags } from './config.ts';
 import { controllerPaths, type ControllerPaths } from './paths.ts';
 import { ControllerManagerComponent, SchedulerComponent } from './scheduler.ts';
 import { StatusServerComponent } from './status.ts';
+
+async function writeFileAtomic(path: string, text: string, mode: number): Promise<void> {
+  await writeFile(`${path}.tmp`, text, { mode });
+  await rename(`${path}.tmp`, path);
+}
 
 export interface ControllerOptions extends ConfigFlags {
   configFile?: string;
@@ -37,6 +46,7 @@ export function controllerComponents(cfg: ClusterConfig, paths: ControllerPaths,
     new BootstrapComponent(cfg, paths, pki, child('bootstrap')),
     new SchedulerComponent(cfg, paths, pki, child('kube-scheduler')),
     new ControllerManagerComponent(cfg, paths, pki, child('kube-controller-manager')),
+    new CsrApproverComponent(() => new KubeClient(credentialsFromKubeconfig(pki.adminConf)), child('csr-approver')),
   ];
 }
 
@@ -46,6 +56,8 @@ export async function runController(opts: ControllerOptions, log: Logger): Promi
   const paths = controllerPaths(opts.dataDir, opts.runDir);
   await mkdir(paths.dataDir, { recursive: true, mode: 0o755 });
   await mkdir(paths.runDir, { recursive: true, mode: 0o755 });
+  // The effective config, for commands that run beside the controller (kctl token create).
+  await writeFileAtomic(join(paths.dataDir, 'cluster-config.yaml'), stringify(cfg), 0o600);
   await stageComponents(await findPayload(KCTL_VERSION), paths.binDir, ['controller'], componentLogger(log, 'stage'));
   const pki = await ensurePki({
     dir: paths.pkiDir,

@@ -18,7 +18,9 @@ export interface ProxyDialOptions {
   signal?: AbortSignal;
 }
 
-export class ProxyDialError extends Error {}
+export class ProxyDialError extends Error {
+  override name = 'ProxyDialError';
+}
 
 /** Opens a Proxy stream on its own connection (what kube-apiserver's single-use tunnel does). */
 export function openProxyStream(udsPath: string): { client: grpc.Client; call: grpc.ClientDuplexStream<Packet, Packet> } {

@@ -103,7 +103,7 @@ async function controllerScenario(t: TestContext, storage: 'etcd' | 'kine', extr
 
   const s = await status(runDir);
   assert.equal(s.role, 'controller');
-  assert.deepEqual(s.components.map((c) => c.name), [storage, 'kube-apiserver', 'bootstrap', 'kube-scheduler', 'kube-controller-manager']);
+  assert.deepEqual(s.components.map((c) => c.name), [storage, 'kube-apiserver', 'bootstrap', 'kube-scheduler', 'kube-controller-manager', 'csr-approver']);
   for (const c of s.components) assert.equal(c.state, 'running', `${c.name}: ${c.lastError ?? ''}`);
   const text = await kctl(['status', '--run-dir', runDir]);
   assert.match(String(text.stdout), /kube-apiserver\s+running\s+\d+/);
@@ -138,7 +138,7 @@ async function controllerScenario(t: TestContext, storage: 'etcd' | 'kine', extr
   assert.equal(await stopController(r), 0);
   for (const pid of pids) assert.equal(alive(pid), false, `component pid ${pid} survived`);
   const stopOrder = r.lines.filter((l) => l.component === 'manager' && String(l.msg).startsWith('stopping ')).map((l) => l.msg);
-  assert.deepEqual(stopOrder, ['stopping kube-controller-manager', 'stopping kube-scheduler', 'stopping bootstrap', 'stopping kube-apiserver', `stopping ${storage}`]);
+  assert.deepEqual(stopOrder, ['stopping csr-approver', 'stopping kube-controller-manager', 'stopping kube-scheduler', 'stopping bootstrap', 'stopping kube-apiserver', `stopping ${storage}`]);
 
   // A restart keeps the CA and the data.
   const ca = createHash('sha256').update(await readFile(join(dataDir, 'pki/ca.crt'))).digest('hex');

@@ -1,0 +1,86 @@
+// Join tokens on the controller side: bootstrap-token Secrets in kube-system (the
+// bootstrapsigner and tokencleaner controllers of kube-controller-manager handle signing
+// cluster-info and deleting expired tokens).
+import { randomInt } from 'node:crypto';
+import { readFile } from 'node:fs/promises';
+import { UserError } from '../cli/errors.ts';
+import { encodeToken } from '../join/token.ts';
+import { KubeApiError, type KubeClient } from '../kube/client.ts';
+import { apiServerUrl } from './bootstrap.ts';
+import type { ClusterConfig } from './config.ts';
+
+const ALPHABET = 'abcdefghijklmnopqrstuvwxyz0123456789';
+const randomString = (n: number) => Array.from({ length: n }, () => ALPHABET[randomInt(ALPHABET.length)]).join('');
+const ROLE_GROUP = (role: string) => `system:bootstrappers:kctl:${role}`;
+
+export interface TokenSummary {
+  id: string;
+  role: string;
+  expires: string | null;
+  description: string;
+}
+
+/** "24h", "30m", "7d", "90s"; "0" means the token never expires. */
+export function parseExpiry(text: string): number {
+  if (text === '0') return 0;
+  const m = /^(\d+)(s|m|h|d)$/.exec(text);
+  if (!m || Number(m[1]) === 0) throw new UserError(`--expiry "${text}" is not a duration; use e.g. 30m, 24h or 7d (0 for never)`);
+  return Number(m[1]) * { s: 1, m: 60, h: 3600, d: 86400 }[m[2] as 's' | 'm' | 'h' | 'd'] * 1000;
+}
+
+export function konnectivityAddress(cfg: ClusterConfig): string {
+  const a = cfg.spec.api.address;
+  return `${a.includes(':') ? `[${a}]` : a}:${cfg.spec.konnectivity.agentPort}`;
+}
+
+export async function createToken(kube: KubeClient, cfg: ClusterConfig, caFile: string, role: 'worker', expiryMs: number): Promise<string> {
+  const id = randomString(6);
+  const secret = randomString(16);
+  const expiration = expiryMs ? new Date(Date.now() + expiryMs).toISOString().replace(/\.\d+Z$/, 'Z') : undefined;
+  await kube.request('POST', '/api/v1/namespaces/kube-system/secrets', {
+    apiVersion: 'v1',
+    kind: 'Secret',
+    type: 'bootstrap.kubernetes.io/token',
+    metadata: { name: `bootstrap-token-${id}`, namespace: 'kube-system', labels: { 'kctl.dev/role': role } },
+    stringData: {
+      'token-id': id,
+      'token-secret': secret,
+      ...(expiration ? { expiration } : {}),
+      'usage-bootstrap-authentication': 'true',
+      'usage-bootstrap-signing': 'true',
+      'auth-extra-groups': ROLE_GROUP(role),
+      description: `kctl ${role} join token`,
+    },
+  });
+  return encodeToken({
+    role,
+    apiServers: [apiServerUrl(cfg)],
+    caPem: await readFile(caFile, 'utf8'),
+    konnectivity: [konnectivityAddress(cfg)],
+    bootstrapToken: `${id}.${secret}`,
+  });
+}
+
+interface SecretList { items: { metadata: { name: string; labels?: Record<string, string> }; data?: Record<string, string> }[] }
+
+export async function listTokens(kube: KubeClient): Promise<TokenSummary[]> {
+  const list = await kube.get<SecretList>('/api/v1/namespaces/kube-system/secrets?fieldSelector=type%3Dbootstrap.kubernetes.io%2Ftoken');
+  const dec = (v?: string) => (v ? Buffer.from(v, 'base64').toString('utf8') : '');
+  // Only id, role and expiry leave this function: never the token secret.
+  return list.items.map((s) => ({
+    id: dec(s.data?.['token-id']),
+    role: s.metadata.labels?.['kctl.dev/role'] ?? (dec(s.data?.['auth-extra-groups']).includes('kctl:worker') ? 'worker' : '-'),
+    expires: dec(s.data?.expiration) || null,
+    description: dec(s.data?.description),
+  })).sort((a, b) => a.id.localeCompare(b.id));
+}
+
+export async function invalidateToken(kube: KubeClient, id: string): Promise<void> {
+  if (!/^[a-z0-9]{6}$/.test(id)) throw new UserError(`"${id}" is not a token id (6 characters a-z0-9); see kctl token list`);
+  try {
+    await kube.request('DELETE', `/api/v1/namespaces/kube-system/secrets/bootstrap-token-${id}`);
+  } catch (err) {
+    if (err instanceof KubeApiError && err.status === 404) throw new UserError(`no token with id ${id}; see kctl token list`);
+    throw err;
+  }
+}

@@ -1,0 +1,94 @@
+// Join tokens: one opaque string with everything a worker needs and nothing more, shaped like
+// k0s's: a gzipped, base64 kubeconfig. The cluster entry carries the API URL and the CA (the
+// worker trusts nothing else), the user carries a Kubernetes bootstrap token, and a kctl
+// extension lists the konnectivity agent addresses.
+import { X509Certificate } from 'node:crypto';
+import { gunzipSync, gzipSync } from 'node:zlib';
+import { parse, stringify } from 'yaml';
+
+export const BOOTSTRAP_TOKEN_RE = /^([a-z0-9]{6})\.([a-z0-9]{16})$/;
+export const TOKEN_PREFIX = 'kctl1:';
+
+export interface JoinInfo {
+  role: 'worker';
+  apiServers: string[];
+  caPem: string;
+  konnectivity: string[];   // host:port of every controller's agent port
+  bootstrapToken: string;   // <id>.<secret>
+}
+
+export class TokenError extends Error {}
+
+interface JoinKubeconfig {
+  apiVersion: 'v1';
+  kind: 'Config';
+  clusters: { name: string; cluster: { server: string; 'certificate-authority-data': string; extensions?: { name: string; extension: { apiVersion: string; kind: string; role: string; servers: string[]; konnectivity: string[] } }[] } }[];
+  users: { name: string; user: { token: string } }[];
+  contexts: { name: string; context: { cluster: string; user: string } }[];
+  'current-context': string;
+}
+
+const EXT_NAME = 'kctl.dev/join';
+
+export function encodeToken(info: JoinInfo): string {
+  const kc: JoinKubeconfig = {
+    apiVersion: 'v1',
+    kind: 'Config',
+    clusters: [{
+      name: 'kctl',
+      cluster: {
+        server: info.apiServers[0]!,
+        'certificate-authority-data': Buffer.from(info.caPem).toString('base64'),
+        extensions: [{ name: EXT_NAME, extension: { apiVersion: 'kctl.dev/v1alpha1', kind: 'JoinInfo', role: info.role, servers: info.apiServers, konnectivity: info.konnectivity } }],
+      },
+    }],
+    users: [{ name: 'kctl-bootstrap', user: { token: info.bootstrapToken } }],
+    contexts: [{ name: 'kctl', context: { cluster: 'kctl', user: 'kctl-bootstrap' } }],
+    'current-context': 'kctl',
+  };
+  return TOKEN_PREFIX + gzipSync(stringify(kc), { level: 9 }).toString('base64url');
+}
+
+const malformed = (why: string) => new TokenError(`the join token is malformed (${why}); copy it again from \`kctl token create\` without changes`);
+
+/** Decodes and checks the shape of a token; says nothing yet about whether the cluster accepts it. */
+export function decodeToken(text: string): JoinInfo {
+  const t = text.trim();
+  if (!t.startsWith(TOKEN_PREFIX)) throw malformed(`it does not start with "${TOKEN_PREFIX}"`);
+  const body = t.slice(TOKEN_PREFIX.length);
+  if (!/^[A-Za-z0-9_-]+$/.test(body)) throw malformed('it contains characters outside base64url');
+  let yamlText: string;
+  try {
+    yamlText = gunzipSync(Buffer.from(body, 'base64url')).toString('utf8');
+  } catch {
+    throw malformed('its compressed data is damaged');
+  }
+  let kc: Partial<JoinKubeconfig>;
+  try { kc = parse(yamlText) as Partial<JoinKubeconfig>; } catch { throw malformed('it does not hold a kubeconfig'); }
+  const cluster = kc?.clusters?.[0]?.cluster;
+  const token = kc?.users?.[0]?.user?.token;
+  const ext = cluster?.extensions?.find((e) => e.name === EXT_NAME)?.extension;
+  if (!cluster || !token || !ext) throw malformed('cluster, user or kctl extension missing');
+  if (!BOOTSTRAP_TOKEN_RE.test(token)) throw malformed('the bootstrap token is not <6 chars>.<16 chars>');
+  if (ext.role !== 'worker') throw malformed(`unknown role "${String(ext.role)}"`);
+  const caPem = Buffer.from(cluster['certificate-authority-data'] ?? '', 'base64').toString('utf8');
+  try {
+    const ca = new X509Certificate(caPem);
+    if (!ca.ca) throw new Error('not a CA');
+  } catch {
+    throw malformed('the CA certificate does not parse');
+  }
+  const servers = Array.isArray(ext.servers) && ext.servers.length ? ext.servers : [cluster.server];
+  for (const s of servers) {
+    let u: URL;
+    try { u = new URL(s); } catch { throw malformed(`API server "${s}" is not a URL`); }
+    if (u.protocol !== 'https:') throw malformed(`API server "${s}" is not https`);
+  }
+  const konnectivity = Array.isArray(ext.konnectivity) ? ext.konnectivity.map(String) : [];
+  for (const k of konnectivity) if (!/^(\[[0-9a-fA-F:.]+\]|[^:\s]+):\d{1,5}$/.test(k)) throw malformed(`konnectivity address "${k}" is not host:port`);
+  return { role: 'worker', apiServers: servers, caPem, konnectivity, bootstrapToken: token };
+}
+
+export function tokenId(bootstrapToken: string): string {
+  return BOOTSTRAP_TOKEN_RE.exec(bootstrapToken)?.[1] ?? '';
+}
