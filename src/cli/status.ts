@@ -17,7 +17,14 @@ export function renderStatus(r: StatusReport): string {
   const head = ['COMPONENT', 'STATE', 'PID', 'RESTARTS', 'UPTIME', 'LAST ERROR'];
   const widths = head.map((h, i) => Math.max(h.length, ...rows.map((row) => row[i]!.length)));
   const line = (cells: string[]) => cells.map((c, i) => c.padEnd(widths[i]!)).join('  ').trimEnd();
-  return [`Role:    ${r.role}`, `Version: ${r.version}`, `PID:     ${r.pid}`, `Uptime:  ${formatDuration(r.uptimeSeconds)}`, '', line(head), ...rows.map(line)].join('\n') + '\n';
+  const out = [`Role:    ${r.role}`, `Version: ${r.version}`, `PID:     ${r.pid}`, `Uptime:  ${formatDuration(r.uptimeSeconds)}`, '', line(head), ...rows.map(line)];
+  const k = r.konnectivity;
+  if (k) {
+    out.push('', `Konnectivity server ${k.serverId} (servercount ${k.serverCount}): ${k.agents.length} agent(s), ${k.establishedConnections} open tunnel(s), ${k.pendingDials} pending dial(s)`);
+    if (k.agents.length === 0) out.push('  no agents connected: kube-apiserver answers "No agent available" for logs, exec and port-forward');
+    for (const a of k.agents) out.push(`  ${a.id}  node=${a.node ?? '-'}  auth=${a.auth}${a.draining ? '  draining' : ''}  connections=${a.connections}`);
+  }
+  return out.join('\n') + '\n';
 }
 
 export function statusCommand(program: Command): void {

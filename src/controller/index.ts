@@ -16,6 +16,7 @@ import { ComponentManager } from '../supervisor/manager.ts';
 import { KCTL_VERSION } from '../version.ts';
 import { ApiserverComponent } from './apiserver.ts';
 import { BootstrapComponent } from './bootstrap.ts';
+import { KonnectivityServerComponent } from './konnectivity.ts';
 import { CsrApproverComponent } from './csr-approver.ts';
 import { credentialsFromKubeconfig, KubeClient } from '../kube/client.ts';
 import { loadConfig, type ClusterConfig, type ConfigFlags } from './config.ts';
@@ -42,7 +43,9 @@ export function controllerComponents(cfg: ClusterConfig, paths: ControllerPaths,
     : new KineComponent(cfg, paths, child('kine'));
   return [
     storage,
-    new ApiserverComponent(cfg, paths, pki, child('kube-apiserver'), { egress: false }),
+    // Before kube-apiserver: its egress selector dials this server's unix socket.
+    new KonnectivityServerComponent(cfg, paths, pki, child('konnectivity-server')),
+    new ApiserverComponent(cfg, paths, pki, child('kube-apiserver'), { egress: true }),
     new BootstrapComponent(cfg, paths, pki, child('bootstrap')),
     new SchedulerComponent(cfg, paths, pki, child('kube-scheduler')),
     new ControllerManagerComponent(cfg, paths, pki, child('kube-controller-manager')),
@@ -77,6 +80,7 @@ export async function runController(opts: ControllerOptions, log: Logger): Promi
   const status = new StatusServerComponent(paths.statusSocket, () => ({
     role: 'controller', version: KCTL_VERSION, pid: process.pid,
     uptimeSeconds: Math.round(process.uptime()), components: manager.status(),
+    konnectivity: components.find((c): c is KonnectivityServerComponent => c instanceof KonnectivityServerComponent)?.server?.snapshot(),
   }));
 
   let stopping: Promise<void> | null = null;

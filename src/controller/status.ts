@@ -1,6 +1,7 @@
 // The status socket (<run-dir>/status.sock): `kctl status` asks it over HTTP for JSON.
 import { chmod, rm } from 'node:fs/promises';
 import { createServer, request, type Server } from 'node:http';
+import type { KonnectivityServerSnapshot } from '../konnectivity/index.ts';
 import type { Component, ComponentStatus } from '../supervisor/component.ts';
 
 export interface StatusReport {
@@ -9,6 +10,8 @@ export interface StatusReport {
   pid: number;
   uptimeSeconds: number;
   components: ComponentStatus[];
+  /** Controller only: which agents this konnectivity server holds ("No agent available" debugging). */
+  konnectivity?: KonnectivityServerSnapshot;
 }
 
 export class StatusServerComponent implements Component {

@@ -362,6 +362,9 @@ class ServerConnection {
       'grpc.keepalive_time_ms': UPSTREAM_SAFE_KEEPALIVE_MS,
       'grpc.keepalive_timeout_ms': 10_000,
       'grpc.max_receive_message_length': 16 * 1024 * 1024,
+      // Never paused (per-connection credit does that), so a small HTTP/2 window only adds
+      // round trips.
+      'grpc-node.flow_control_window': 8 * 1024 * 1024,
       ...(o.serverName ? { 'grpc.ssl_target_name_override': o.serverName, 'grpc.default_authority': o.serverName } : {}),
     };
     const md = new grpc.Metadata();

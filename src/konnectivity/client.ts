@@ -28,6 +28,9 @@ export function openProxyStream(udsPath: string): { client: grpc.Client; call: g
   const client = new ProxyService(`unix:${udsPath}`, grpc.credentials.createInsecure(), {
     'grpc.use_local_subchannel_pool': 1,
     'grpc.max_receive_message_length': 16 * 1024 * 1024,
+    // Go's gRPC (kube-apiserver) grows its windows with BDP estimation; a fixed 64 KiB would
+    // make this client, not the tunnel, the bottleneck.
+    'grpc-node.flow_control_window': 1024 * 1024,
   }) as unknown as ProxyClient;
   const call = client.Proxy();
   return { client, call };
@@ -99,7 +102,7 @@ export class ProxyTunnel extends Duplex {
     readonly random: Int64,
     readonly connectID: Int64,
   ) {
-    super();
+    super({ allowHalfOpen: false });
     call.on('data', (p: Packet) => this.onPacket(p));
     call.on('end', () => this.peerClosed());
     call.on('error', () => this.peerClosed());

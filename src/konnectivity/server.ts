@@ -233,6 +233,7 @@ export class KonnectivityServer implements Component {
     );
     const host = this.o.agentBindAddress ?? '0.0.0.0';
     this.boundAgentPort = await bindGrpc(agents, `${host.includes(':') ? `[${host}]` : host}:${this.o.agentPort}`, creds);
+    widenReceiveWindows(agents, AGENT_STREAM_WINDOW, AGENT_SESSION_WINDOW);
 
     if (this.o.adminPort !== undefined) {
       const admin = createHttpServer((req, res) => void this.serveAdmin(req.url ?? '/', res));
@@ -392,6 +393,30 @@ export class KonnectivityServer implements Component {
       });
     }
     return out;
+  }
+}
+
+/**
+ * The agent stream is never paused (per-connection credit does that job), so a 64 KiB HTTP/2
+ * window would only cost a round trip per 64 KiB. grpc-js offers no server option for it.
+ */
+const AGENT_STREAM_WINDOW = 8 * 1024 * 1024;
+const AGENT_SESSION_WINDOW = 16 * 1024 * 1024;
+
+/** Raises the HTTP/2 receive windows of every session a grpc-js server accepts. */
+function widenReceiveWindows(server: grpc.Server, streamWindow: number, sessionWindow: number): void {
+  const http2Servers = (server as unknown as { http2Servers?: Map<import('node:http2').Http2Server, unknown> }).http2Servers;
+  for (const h of http2Servers?.keys() ?? []) {
+    h.on('session', (session: import('node:http2').ServerHttp2Session) => {
+      session.once('localSettings', () => {
+        try {
+          session.setLocalWindowSize(sessionWindow);
+          session.settings({ initialWindowSize: streamWindow });
+        } catch {
+          // the session closed already
+        }
+      });
+    });
   }
 }
 

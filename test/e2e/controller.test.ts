@@ -103,10 +103,15 @@ async function controllerScenario(t: TestContext, storage: 'etcd' | 'kine', extr
 
   const s = await status(runDir);
   assert.equal(s.role, 'controller');
-  assert.deepEqual(s.components.map((c) => c.name), [storage, 'kube-apiserver', 'bootstrap', 'kube-scheduler', 'kube-controller-manager', 'csr-approver']);
+  assert.deepEqual(s.components.map((c) => c.name), [storage, 'konnectivity-server', 'kube-apiserver', 'bootstrap', 'kube-scheduler', 'kube-controller-manager', 'csr-approver']);
   for (const c of s.components) assert.equal(c.state, 'running', `${c.name}: ${c.lastError ?? ''}`);
   const text = await kctl(['status', '--run-dir', runDir]);
   assert.match(String(text.stdout), /kube-apiserver\s+running\s+\d+/);
+  // The in-process konnectivity server: no agents yet, and status says what that means.
+  assert.equal(s.konnectivity?.agents.length, 0);
+  assert.match(String(text.stdout), /no agents connected: kube-apiserver answers "No agent available"/);
+  const egress = await readFile(join(dataDir, 'egress-selector.yaml'), 'utf8');
+  assert.match(egress, /proxyProtocol: GRPC/);
 
   // The real API, through the bundled kubectl and the admin kubeconfig.
   const readyz = await kubectl('get', '--raw', '/readyz');
@@ -138,7 +143,7 @@ async function controllerScenario(t: TestContext, storage: 'etcd' | 'kine', extr
   assert.equal(await stopController(r), 0);
   for (const pid of pids) assert.equal(alive(pid), false, `component pid ${pid} survived`);
   const stopOrder = r.lines.filter((l) => l.component === 'manager' && String(l.msg).startsWith('stopping ')).map((l) => l.msg);
-  assert.deepEqual(stopOrder, ['stopping csr-approver', 'stopping kube-controller-manager', 'stopping kube-scheduler', 'stopping bootstrap', 'stopping kube-apiserver', `stopping ${storage}`]);
+  assert.deepEqual(stopOrder, ['stopping csr-approver', 'stopping kube-controller-manager', 'stopping kube-scheduler', 'stopping bootstrap', 'stopping kube-apiserver', 'stopping konnectivity-server', `stopping ${storage}`]);
 
   // A restart keeps the CA and the data.
   const ca = createHash('sha256').update(await readFile(join(dataDir, 'pki/ca.crt'))).digest('hex');

@@ -14,6 +14,7 @@ const MiB = 1024 * 1024;
 /** A target that sends N bytes (or forever) after reading "N\n" / "inf\n", honouring backpressure. */
 async function sourceServer(t: Parameters<typeof listen>[0]) {
   const accepted = new Map<Socket, number>();
+  const endless = new Set<Socket>();
   const chunk = Buffer.alloc(64 * 1024, 0x5a);
   const srv = await listen(t, (s) => {
     let line = '';
@@ -22,6 +23,7 @@ async function sourceServer(t: Parameters<typeof listen>[0]) {
       if (!line.includes('\n')) return;
       s.off('data', onData);
       const n = line.startsWith('inf') ? Number.POSITIVE_INFINITY : Number(line.trim());
+      if (!Number.isFinite(n)) endless.add(s);
       let sent = 0;
       accepted.set(s, 0);
       const pump = (): void => {
@@ -40,7 +42,7 @@ async function sourceServer(t: Parameters<typeof listen>[0]) {
     };
     s.on('data', onData);
   });
-  return { ...srv, accepted };
+  return { ...srv, accepted, endless };
 }
 
 /** Reads a tunnel to its end; resolves with the byte count. */
@@ -93,7 +95,9 @@ test('one stalled reader does not slow 100 other connections on the same agent, 
   const base: number[] = [];
   const stalled: number[] = [];
   const peaks: { server: number; agentHeld: number; sourceAccepted: number }[] = [];
-  for (let round = 0; round < 2; round++) {
+  // Alternate, and compare the best run of each kind: other work on a shared 2-core host only
+  // ever slows a run down, so the best run is the one least disturbed.
+  for (let round = 0; round < 3; round++) {
     base.push(await healthyThroughput(server, source.address, CONNS, SIZE));
     const s = await stall();
     stalled.push(await healthyThroughput(server, source.address, CONNS, SIZE));
@@ -101,7 +105,7 @@ test('one stalled reader does not slow 100 other connections on the same agent, 
     const st = server.tunnelStats().find((x) => x.connectID === s.connectID);
     const at = agent.targetStats().find((x) => x.connectID === s.connectID);
     assert.ok(st && at, 'the stalled connection is still open');
-    const sock = [...source.accepted.entries()].find(([k, v]) => !k.destroyed && v > SIZE * 4)?.[1] ?? 0;
+    const sock = Math.max(0, ...[...source.endless].filter((k) => !k.destroyed).map((k) => source.accepted.get(k) ?? 0));
     peaks.push({ server: st.peakUnflushed, agentHeld: at.peakHeld, sourceAccepted: sock });
     s.tunnel.destroy();
     await waitFor('stalled connection closed', () => !server.tunnelStats().some((x) => x.connectID === s.connectID) && !agent.targetStats().some((x) => x.connectID === s.connectID));
@@ -137,10 +141,11 @@ test('a target that stops reading backpressures its client, and the agent buffer
   const at = agent.targetStats().find((x) => x.connectID === tunnel.connectID);
   const st = server.tunnelStats().find((x) => x.connectID === tunnel.connectID);
   assert.ok(at && st);
-  t.diagnostic(`client offered ${(written / MiB).toFixed(1)} MiB; agent unflushed peak ${at.peakUnflushed} B; server held peak ${st.peakHeld} B`);
+  const passed = written - tunnel.writableLength; // what left the client, not what waits in it
+  t.diagnostic(`client offered ${(written / MiB).toFixed(1)} MiB, ${(passed / MiB).toFixed(1)} MiB left it (kernel socket buffers included); agent unflushed peak ${at.peakUnflushed} B; server held peak ${st.peakHeld} B`);
   assert.ok(at.peakUnflushed <= INITIAL_WINDOW, `agent buffered ${at.peakUnflushed} B towards the stalled target`);
   assert.ok(st.peakHeld <= MAX_DATA_CHUNK, `server held ${st.peakHeld} B beyond the credit`);
-  assert.ok(written < 64 * MiB, 'the client was slowed down');
+  assert.ok(passed < 16 * MiB, `the client was slowed down (${passed} B left it)`);
 
   // Meanwhile another connection on the same agent works.
   const other = await dialViaProxy({ udsPath: udsOf(server).grpc, address: echo.address });

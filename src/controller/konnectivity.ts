@@ -1,0 +1,88 @@
+// The in-process konnectivity server as a controller component, and the egress selector
+// file that points kube-apiserver's "cluster" traffic at it (GRPC over the unix socket).
+import { readFile, rename, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { stringify } from 'yaml';
+import { KonnectivityServer, type TokenReview } from '../konnectivity/index.ts';
+import { KubeClient, credentialsFromKubeconfig } from '../kube/client.ts';
+import type { Logger } from '../log/logger.ts';
+import type { PkiPaths } from '../pki/index.ts';
+import type { Component, ComponentStatus } from '../supervisor/component.ts';
+import type { ClusterConfig } from './config.ts';
+import type { ControllerPaths } from './paths.ts';
+
+/** The service account an upstream proxy-agent (in a pod) would use. */
+export const AGENT_SERVICE_ACCOUNT = 'system:serviceaccount:kube-system:konnectivity-agent';
+
+export function egressSelectorConfig(paths: ControllerPaths): string {
+  return stringify({
+    apiVersion: 'apiserver.k8s.io/v1beta1',
+    kind: 'EgressSelectorConfiguration',
+    egressSelections: [{ name: 'cluster', connection: { proxyProtocol: 'GRPC', transport: { uds: { udsName: paths.konnectivitySocket } } } }],
+  });
+}
+
+export async function writeEgressSelectorConfig(paths: ControllerPaths): Promise<void> {
+  await writeFile(`${paths.egressConfig}.tmp`, egressSelectorConfig(paths), { mode: 0o644 });
+  await rename(`${paths.egressConfig}.tmp`, paths.egressConfig);
+}
+
+function tokenReview(adminConf: string): TokenReview {
+  return async (token) => {
+    const kube = new KubeClient(credentialsFromKubeconfig(adminConf));
+    const r = await kube.request<{ status?: { authenticated?: boolean; user?: { username?: string }; error?: string } }>('POST', '/apis/authentication.k8s.io/v1/tokenreviews', {
+      apiVersion: 'authentication.k8s.io/v1', kind: 'TokenReview', spec: { token, audiences: ['system:konnectivity-server'] },
+    });
+    const user = r.status?.user?.username;
+    if (!r.status?.authenticated) return { ok: false, error: r.status?.error ?? 'token not authenticated' };
+    if (user !== AGENT_SERVICE_ACCOUNT) return { ok: false, user, error: `${user} is not ${AGENT_SERVICE_ACCOUNT}` };
+    return { ok: true, user };
+  };
+}
+
+export class KonnectivityServerComponent implements Component {
+  readonly name = 'konnectivity-server';
+  server: KonnectivityServer | null = null;
+  private startedAt = 0;
+  private lastError: string | undefined;
+
+  constructor(private readonly cfg: ClusterConfig, private readonly paths: ControllerPaths, private readonly pki: PkiPaths, private readonly log: Logger) {}
+
+  async init(): Promise<void> {
+    await writeEgressSelectorConfig(this.paths);
+  }
+
+  async start(): Promise<void> {
+    const [cert, key, ca] = await Promise.all([readFile(this.pki.konnectivityCert), readFile(this.pki.konnectivityKey), readFile(this.pki.caCert)]);
+    this.server = new KonnectivityServer({
+      udsPath: this.paths.konnectivitySocket,
+      httpConnectUdsPath: join(this.paths.runDir, 'konnectivity-connect.sock'),
+      agentPort: this.cfg.spec.konnectivity.agentPort,
+      adminPort: this.cfg.spec.konnectivity.adminPort,
+      tls: { cert, key, ca },
+      tokenReview: tokenReview(this.pki.adminConf),
+      log: this.log,
+    });
+    try {
+      await this.server.init();
+      await this.server.start();
+    } catch (err) {
+      this.lastError = (err as Error).message;
+      throw err;
+    }
+    this.startedAt = Date.now();
+  }
+
+  async ready(signal: AbortSignal): Promise<void> {
+    await this.server?.ready(signal);
+  }
+
+  async stop(): Promise<void> {
+    await this.server?.stop();
+  }
+
+  status(): ComponentStatus {
+    const s = this.server?.status();
+    return { ...(s ?? { name: this.name, state: 'pending', restarts: 0 }), name: this.name, lastError: s?.lastError ?? this.lastError, uptimeSeconds: this.startedAt ? Math.round((Date.now() - this.startedAt) / 1000) : undefined };
+  }
+}
