@@ -9,7 +9,9 @@ import { createRequire } from 'node:module';
 import { join } from 'node:path';
 import { pipeline } from 'node:stream/promises';
 import { cacheRoot, loadManifest, type PayloadLock } from '../src/payload/manifest.ts';
-import { TRAILER_MAGIC, TRAILER_SIZE, type PayloadEntry, type PayloadIndex } from '../src/payload/payload.ts';
+import { cachedImageEntries, TRAILER_MAGIC, TRAILER_SIZE, type PayloadEntry, type PayloadIndex } from '../src/payload/payload.ts';
+import { BUNDLED_IMAGES } from '../src/worker/images.ts';
+import { buildImages } from './build-images.ts';
 import { progress } from './progress.ts';
 
 const root = new URL('..', import.meta.url).pathname;
@@ -68,7 +70,7 @@ async function seaExecutable(mainJs: string, target: string): Promise<void> {
   await execa('npx', ['postject', target, 'NODE_SEA_BLOB', blob, '--sentinel-fuse', 'NODE_SEA_FUSE_fce680ab2cc467b6e072b8b5df1996b2'], { cwd: root });
 }
 
-async function appendPayload(target: string, lock: PayloadLock, binDir: string): Promise<number> {
+async function appendPayload(target: string, lock: PayloadLock, binDir: string, images: PayloadEntry[]): Promise<number> {
   const shipped = lock.components.filter((c) => !c.roles.includes('interop'));
   const { size: start } = await import('node:fs/promises').then((fs) => fs.stat(target));
   const out = createWriteStream(target, { flags: 'a' });
@@ -81,8 +83,15 @@ async function appendPayload(target: string, lock: PayloadLock, binDir: string):
     entries.push({ ...c, offset });
     offset += c.size;
   }
+  const imageEntries: PayloadEntry[] = [];
+  for (const img of images) {
+    await pipeline(createReadStream(img.source!), out, { end: false });
+    const { source: _source, ...entry } = img;
+    imageEntries.push({ ...entry, offset });
+    offset += img.size;
+  }
   bar.done();
-  const index: PayloadIndex = { kctl: pkg.version, platform: lock.platform, components: entries };
+  const index: PayloadIndex = { kctl: pkg.version, platform: lock.platform, components: entries, images: imageEntries };
   const indexBytes = Buffer.from(JSON.stringify(index));
   const trailer = Buffer.alloc(TRAILER_SIZE);
   trailer.write(TRAILER_MAGIC, 0, 'latin1');
@@ -102,9 +111,12 @@ async function main(): Promise<void> {
   const tmp = join(dist, 'kctl.tmp');
   await rm(tmp, { force: true });
   await seaExecutable(mainJs, tmp);
-  const n = await appendPayload(tmp, lock, binDir);
+  const imageDir = join(cacheRoot(), 'images');
+  await buildImages(imageDir);
+  const images = cachedImageEntries(imageDir, BUNDLED_IMAGES);
+  const n = await appendPayload(tmp, lock, binDir, images);
   await rename(tmp, join(dist, 'kctl'));
-  process.stdout.write(`dist/kctl: kctl ${pkg.version} with ${n} components\n`);
+  process.stdout.write(`dist/kctl: kctl ${pkg.version} with ${n} components and ${images.length} images\n`);
 }
 
 main().catch((err: unknown) => {

@@ -7,6 +7,7 @@ import { DEFAULT_DATA_DIR, DEFAULT_RUN_DIR } from './globals.ts';
 import { configCommand, kubeconfigCommand, kubectlCommand, setKubectlArgs } from './kubeconfig.ts';
 import { statusCommand } from './status.ts';
 import { tokenCommand } from './token.ts';
+import { airgapCommand } from './airgap.ts';
 import { konnectivityAgentCommand } from './konnectivity-agent.ts';
 import { versionCommand } from './version.ts';
 
@@ -32,6 +33,7 @@ export function buildProgram(): Command {
   configCommand(program);
   tokenCommand(program);
   konnectivityAgentCommand(program);
+  airgapCommand(program);
   for (const c of program.commands) c.exitOverride().showHelpAfterError(`usage: kctl ${c.name()} ${c.usage()}`);
   return program;
 }

@@ -6,9 +6,11 @@
 //   [component bytes ...][index JSON][trailer: "KCTLPAY1" | u64 LE index offset | u64 LE index length]
 // The ELF loader ignores trailing bytes, so appending keeps the executable valid.
 import { createReadStream, existsSync, readFileSync } from 'node:fs';
+import { createHash } from 'node:crypto';
 import { open } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Readable } from 'node:stream';
+import { BUNDLED_IMAGES } from '../worker/images.ts';
 import { cacheRoot, loadManifest, manifestPath, type LockEntry, type PayloadLock, type Role } from './manifest.ts';
 
 export const TRAILER_MAGIC = 'KCTLPAY1';
@@ -17,12 +19,16 @@ export const TRAILER_SIZE = 24;
 export interface PayloadEntry extends LockEntry {
   /** Byte offset inside the embedded payload file; absent for directory payloads. */
   offset?: number;
+  /** Directory payloads: an absolute source path, when the file lives outside the bin dir (images). */
+  source?: string;
 }
 
 export interface PayloadIndex {
   kctl: string;
   platform: string;
   components: PayloadEntry[];
+  /** Image bundles (OCI tarballs) for workers; path is the file name under <data-dir>/images. */
+  images?: PayloadEntry[];
 }
 
 export interface Payload {
@@ -51,7 +57,7 @@ export class EmbeddedPayload implements Payload {
 export class DirectoryPayload implements Payload {
   constructor(readonly origin: string, readonly index: PayloadIndex) {}
 
-  open(entry: PayloadEntry): Readable { return createReadStream(join(this.origin, entry.path)); }
+  open(entry: PayloadEntry): Readable { return createReadStream(entry.source ?? join(this.origin, entry.path)); }
 
   forRoles(roles: Role[]): PayloadEntry[] { return select(this.index, roles); }
 }
@@ -76,8 +82,20 @@ export async function readEmbeddedPayload(file: string): Promise<EmbeddedPayload
   }
 }
 
-export function directoryPayload(binDir: string, lock: PayloadLock, kctlVersion: string): DirectoryPayload {
-  return new DirectoryPayload(binDir, { kctl: kctlVersion, platform: lock.platform, components: lock.components.filter((c) => !c.roles.includes('interop')) });
+export function directoryPayload(binDir: string, lock: PayloadLock, kctlVersion: string, images: PayloadEntry[] = []): DirectoryPayload {
+  return new DirectoryPayload(binDir, { kctl: kctlVersion, platform: lock.platform, components: lock.components.filter((c) => !c.roles.includes('interop')), images });
+}
+
+/** Image bundles built by assets/build-images.ts into <cache>/images, described as payload entries. */
+export function cachedImageEntries(dir: string, files: readonly { name: string; file: string }[]): PayloadEntry[] {
+  const out: PayloadEntry[] = [];
+  for (const f of files) {
+    const source = join(dir, f.file);
+    if (!existsSync(source)) continue;
+    const bytes = readFileSync(source);
+    out.push({ name: f.name, version: f.name.split(':').pop() ?? '', sha256: createHash('sha256').update(bytes).digest('hex'), size: bytes.length, path: f.file, roles: ['worker'], source });
+  }
+  return out;
 }
 
 /** The build cache for this checkout's manifest (dev runs and tests). */
@@ -87,7 +105,7 @@ export function cachedPayload(kctlVersion: string): DirectoryPayload | null {
   const dir = join(cacheRoot(), 'components', key);
   const lockFile = join(dir, 'payload.lock.json');
   if (!existsSync(lockFile)) return null;
-  return directoryPayload(join(dir, 'bin'), JSON.parse(readFileSync(lockFile, 'utf8')) as PayloadLock, kctlVersion);
+  return directoryPayload(join(dir, 'bin'), JSON.parse(readFileSync(lockFile, 'utf8')) as PayloadLock, kctlVersion, cachedImageEntries(join(cacheRoot(), 'images'), BUNDLED_IMAGES));
 }
 
 /** The payload this kctl runs with: embedded in the executable, else the dev build cache. */

@@ -32,17 +32,17 @@ async function sha256OfFile(path: string): Promise<string | null> {
   }
 }
 
-async function copyVerified(payload: Payload, entry: PayloadEntry, target: string): Promise<void> {
+async function copyVerified(payload: Payload, entry: PayloadEntry, target: string, mode: number): Promise<void> {
   const tmp = join(dirname(target), `.${entry.name}.${process.pid}.${Date.now()}.tmp`);
   const hash = createHash('sha256');
   const tap = new Transform({ transform(chunk: Buffer, _enc, cb) { hash.update(chunk); cb(null, chunk); } });
   try {
-    await pipeline(payload.open(entry), tap, createWriteStream(tmp, { mode: 0o755 }));
+    await pipeline(payload.open(entry), tap, createWriteStream(tmp, { mode }));
     const got = hash.digest('hex');
     if (got !== entry.sha256) {
       throw new PayloadChecksumError(`payload component ${entry.name} is corrupt (sha256 ${got.slice(0, 12)}…, expected ${entry.sha256.slice(0, 12)}…); nothing was staged, reinstall or rebuild kctl`);
     }
-    await chmod(tmp, 0o755);
+    await chmod(tmp, mode);
     await rename(tmp, target);
   } catch (err) {
     await rm(tmp, { force: true });
@@ -51,6 +51,15 @@ async function copyVerified(payload: Payload, entry: PayloadEntry, target: strin
 }
 
 export async function stageComponents(payload: Payload, binDir: string, roles: Role[], log: Logger): Promise<StageResult> {
+  return stageEntries(payload, payload.forRoles(roles), binDir, log, { manifest: true, mode: 0o755 });
+}
+
+/** Worker image bundles into <data-dir>/images, with the same checks. */
+export async function stageImages(payload: Payload, imagesDir: string, log: Logger): Promise<StageResult> {
+  return stageEntries(payload, payload.index.images ?? [], imagesDir, log, { manifest: false, mode: 0o644 });
+}
+
+async function stageEntries(payload: Payload, entries: PayloadEntry[], binDir: string, log: Logger, o: { manifest: boolean; mode: number }): Promise<StageResult> {
   await mkdir(binDir, { recursive: true, mode: 0o755 });
   const release = await lockfile.lock(binDir, {
     lockfilePath: join(binDir, '.stage.lock'),
@@ -60,18 +69,17 @@ export async function stageComponents(payload: Payload, binDir: string, roles: R
   });
   const result: StageResult = { staged: [], unchanged: [], replaced: [] };
   try {
-    const entries = payload.forRoles(roles);
     for (const entry of entries) {
       const target = join(binDir, entry.path);
       await mkdir(dirname(target), { recursive: true });
       const current = await sha256OfFile(target);
       if (current === entry.sha256) {
         const mode = (await stat(target)).mode & 0o777;
-        if (mode !== 0o755) await chmod(target, 0o755);
+        if (mode !== o.mode) await chmod(target, o.mode);
         result.unchanged.push(entry.name);
         continue;
       }
-      await copyVerified(payload, entry, target);
+      await copyVerified(payload, entry, target, o.mode);
       if (current === null) {
         result.staged.push(entry.name);
         log.debug({ file: entry.path, version: entry.version }, 'staged component');
@@ -80,10 +88,12 @@ export async function stageComponents(payload: Payload, binDir: string, roles: R
         log.warn({ file: target, found: current.slice(0, 12), expected: entry.sha256.slice(0, 12) }, 'replaced a corrupted or foreign component binary');
       }
     }
-    const manifest = entries.map(({ name, version, sha256, path }) => ({ name, version, sha256, path }));
-    const manifestFile = join(binDir, 'manifest.json');
-    await writeFile(`${manifestFile}.tmp`, JSON.stringify({ kctl: payload.index.kctl, components: manifest }, null, 2) + '\n');
-    await rename(`${manifestFile}.tmp`, manifestFile);
+    if (o.manifest) {
+      const manifest = entries.map(({ name, version, sha256, path }) => ({ name, version, sha256, path }));
+      const manifestFile = join(binDir, 'manifest.json');
+      await writeFile(`${manifestFile}.tmp`, JSON.stringify({ kctl: payload.index.kctl, components: manifest }, null, 2) + '\n');
+      await rename(`${manifestFile}.tmp`, manifestFile);
+    }
     log.info({ staged: result.staged.length, replaced: result.replaced.length, unchanged: result.unchanged.length, dir: binDir }, 'components staged');
     return result;
   } finally {
