@@ -1,7 +1,8 @@
 // `kctl controller`: the control plane as an ordered list of components (k0s's shape).
 //   pki -> stage -> storage (etcd|kine) -> kube-apiserver -> bootstrap -> scheduler
 //   -> controller-manager -> status socket
-import { mkdir, rename, writeFile } from 'node:fs/promises';
+import { mkdir } from 'node:fs/promises';
+import { writeFileAtomic } from '../util/fs.ts';
 import { join } from 'node:path';
 import { stringify } from 'yaml';
 import type { Logger } from '../log/logger.ts';
@@ -23,11 +24,6 @@ import { loadConfig, type ClusterConfig, type ConfigFlags } from './config.ts';
 import { controllerPaths, type ControllerPaths } from './paths.ts';
 import { ControllerManagerComponent, SchedulerComponent } from './scheduler.ts';
 import { StatusServerComponent } from './status.ts';
-
-async function writeFileAtomic(path: string, text: string, mode: number): Promise<void> {
-  await writeFile(`${path}.tmp`, text, { mode });
-  await rename(`${path}.tmp`, path);
-}
 
 export interface ControllerOptions extends ConfigFlags {
   configFile?: string;

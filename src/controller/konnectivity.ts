@@ -1,6 +1,7 @@
 // The in-process konnectivity server as a controller component, and the egress selector
 // file that points kube-apiserver's "cluster" traffic at it (GRPC over the unix socket).
-import { readFile, rename, writeFile } from 'node:fs/promises';
+import { readFile } from 'node:fs/promises';
+import { writeFileAtomic } from '../util/fs.ts';
 import { join } from 'node:path';
 import { stringify } from 'yaml';
 import { KonnectivityServer, type TokenReview } from '../konnectivity/index.ts';
@@ -23,8 +24,7 @@ export function egressSelectorConfig(paths: ControllerPaths): string {
 }
 
 export async function writeEgressSelectorConfig(paths: ControllerPaths): Promise<void> {
-  await writeFile(`${paths.egressConfig}.tmp`, egressSelectorConfig(paths), { mode: 0o644 });
-  await rename(`${paths.egressConfig}.tmp`, paths.egressConfig);
+  await writeFileAtomic(paths.egressConfig, egressSelectorConfig(paths), 0o644);
 }
 
 function tokenReview(adminConf: string): TokenReview {

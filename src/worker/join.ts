@@ -2,8 +2,8 @@
 // token's CA, bootstrap token accepted by the API server), and only then written down, once.
 // Later starts read what was written and ignore any token.
 import { existsSync } from 'node:fs';
-import { mkdir, readFile, rename, writeFile } from 'node:fs/promises';
-import { dirname } from 'node:path';
+import { readFile } from 'node:fs/promises';
+import { writeFileAtomic } from '../util/fs.ts';
 import { UserError } from '../cli/errors.ts';
 import { decodeToken, TokenError, tokenId, type JoinInfo } from '../join/token.ts';
 import { KubeApiError, KubeClient } from '../kube/client.ts';
@@ -45,11 +45,7 @@ export async function verifyWithCluster(info: JoinInfo): Promise<void> {
   }
 }
 
-async function writeAtomic(path: string, data: string, mode: number): Promise<void> {
-  await mkdir(dirname(path), { recursive: true, mode: 0o700 });
-  await writeFile(`${path}.tmp`, data, { mode });
-  await rename(`${path}.tmp`, path);
-}
+const writeAtomic = writeFileAtomic;
 
 function stateFile(paths: WorkerPaths): string {
   return `${paths.joinMarker}.json`;
