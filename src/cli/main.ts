@@ -8,6 +8,7 @@ import { configCommand, kubeconfigCommand, kubectlCommand, setKubectlArgs } from
 import { statusCommand } from './status.ts';
 import { tokenCommand } from './token.ts';
 import { airgapCommand } from './airgap.ts';
+import { resetCommand, workerCommand } from './worker.ts';
 import { konnectivityAgentCommand } from './konnectivity-agent.ts';
 import { versionCommand } from './version.ts';
 
@@ -27,6 +28,7 @@ export function buildProgram(): Command {
   program.showHelpAfterError(`usage: kctl ${program.usage()}  (kctl --help for more)`);
   versionCommand(program);
   controllerCommand(program);
+  workerCommand(program);
   statusCommand(program);
   kubeconfigCommand(program);
   kubectlCommand(program);
@@ -34,6 +36,7 @@ export function buildProgram(): Command {
   tokenCommand(program);
   konnectivityAgentCommand(program);
   airgapCommand(program);
+  resetCommand(program);
   for (const c of program.commands) c.exitOverride().showHelpAfterError(`usage: kctl ${c.name()} ${c.usage()}`);
   return program;
 }

@@ -73,7 +73,7 @@ export class BootstrapComponent implements Component {
     const docs = bootstrapObjects(this.cfg, await readFile(this.pki.caCert, 'utf8'));
     const input = docs.map((d) => stringify(d)).join('---\n');
     await pollUntil(signal, 'bootstrap objects', async () => {
-      const r = await execa(join(this.paths.binDir, 'kubectl'), ['--kubeconfig', this.pki.adminConf, 'apply', '--server-side', '--field-manager=kctl', '--force-conflicts', '-f', '-'], { input, reject: false, extendEnv: false, env: {} });
+      const r = await execa(join(this.paths.binDir, 'kubectl'), ['--kubeconfig', this.pki.adminConf, 'apply', '--server-side', '--field-manager=kctl', '--force-conflicts', '-f', '-'], { input, reject: false, extendEnv: false, env: { HOME: this.paths.dataDir } });
       if (r.exitCode !== 0) throw new Error(r.stderr.trim().split('\n')[0] ?? `kubectl apply exited ${r.exitCode}`);
     }, 1000).catch((err: Error) => {
       this.state = { ...this.state, state: 'failed', lastError: err.message };

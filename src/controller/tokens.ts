@@ -58,6 +58,8 @@ export async function createToken(kube: KubeClient, cfg: ClusterConfig, caFile: 
     caPem: await readFile(caFile, 'utf8'),
     konnectivity: [konnectivityAddress(cfg)],
     bootstrapToken: `${id}.${secret}`,
+    podCIDR: cfg.spec.network.podCIDR,
+    clusterDomain: cfg.spec.network.clusterDomain,
   });
 }
 

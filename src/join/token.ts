@@ -15,6 +15,8 @@ export interface JoinInfo {
   caPem: string;
   konnectivity: string[];   // host:port of every controller's agent port
   bootstrapToken: string;   // <id>.<secret>
+  podCIDR?: string;         // the cluster's pod network, for kube-proxy
+  clusterDomain?: string;
 }
 
 export class TokenError extends Error {}
@@ -22,7 +24,7 @@ export class TokenError extends Error {}
 interface JoinKubeconfig {
   apiVersion: 'v1';
   kind: 'Config';
-  clusters: { name: string; cluster: { server: string; 'certificate-authority-data': string; extensions?: { name: string; extension: { apiVersion: string; kind: string; role: string; servers: string[]; konnectivity: string[] } }[] } }[];
+  clusters: { name: string; cluster: { server: string; 'certificate-authority-data': string; extensions?: { name: string; extension: { apiVersion: string; kind: string; role: string; servers: string[]; konnectivity: string[]; podCIDR?: string; clusterDomain?: string } }[] } }[];
   users: { name: string; user: { token: string } }[];
   contexts: { name: string; context: { cluster: string; user: string } }[];
   'current-context': string;
@@ -39,7 +41,7 @@ export function encodeToken(info: JoinInfo): string {
       cluster: {
         server: info.apiServers[0]!,
         'certificate-authority-data': Buffer.from(info.caPem).toString('base64'),
-        extensions: [{ name: EXT_NAME, extension: { apiVersion: 'kctl.dev/v1alpha1', kind: 'JoinInfo', role: info.role, servers: info.apiServers, konnectivity: info.konnectivity } }],
+        extensions: [{ name: EXT_NAME, extension: { apiVersion: 'kctl.dev/v1alpha1', kind: 'JoinInfo', role: info.role, servers: info.apiServers, konnectivity: info.konnectivity, podCIDR: info.podCIDR, clusterDomain: info.clusterDomain } }],
       },
     }],
     users: [{ name: 'kctl-bootstrap', user: { token: info.bootstrapToken } }],
@@ -86,7 +88,10 @@ export function decodeToken(text: string): JoinInfo {
   }
   const konnectivity = Array.isArray(ext.konnectivity) ? ext.konnectivity.map(String) : [];
   for (const k of konnectivity) if (!/^(\[[0-9a-fA-F:.]+\]|[^:\s]+):\d{1,5}$/.test(k)) throw malformed(`konnectivity address "${k}" is not host:port`);
-  return { role: 'worker', apiServers: servers, caPem, konnectivity, bootstrapToken: token };
+  const out: JoinInfo = { role: 'worker', apiServers: servers, caPem, konnectivity, bootstrapToken: token };
+  if (typeof ext.podCIDR === 'string') out.podCIDR = ext.podCIDR;
+  if (typeof ext.clusterDomain === 'string') out.clusterDomain = ext.clusterDomain;
+  return out;
 }
 
 export function tokenId(bootstrapToken: string): string {

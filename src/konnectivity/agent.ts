@@ -139,6 +139,7 @@ export class KonnectivityAgent implements Component {
   private startedAt = 0;
   private lastError: string | undefined;
   private readyWaiters: (() => void)[] = [];
+  /** Options with defaults applied (read by the per-server connections in this module). */
   readonly o: Required<Pick<KonnectivityAgentOptions, 'dialTimeoutMs' | 'keepaliveTimeMs' | 'keepaliveTimeoutMs' | 'syncIntervalMs' | 'syncIntervalCapMs' | 'drainTimeoutMs' | 'upstreamBufferLimit'>> & KonnectivityAgentOptions;
 
   constructor(opts: KonnectivityAgentOptions) {

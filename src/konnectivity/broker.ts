@@ -333,7 +333,7 @@ export class Broker {
       return;
     }
     if (!isId(rsp.connectID) || a.conns.has(rsp.connectID)) {
-      if (isId(rsp.connectID)) a.send(packets.closeReq(rsp.connectID));
+      // Never CLOSE_REQ a duplicate id: that would close the tunnel that already holds it.
       this.fail(t, `agent ${a.id} answered with an invalid or duplicate connectID ${rsp.connectID}`, 'error_response');
       return;
     }

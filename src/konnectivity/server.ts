@@ -11,12 +11,12 @@ import * as grpc from '@grpc/grpc-js';
 import { experimental } from '@grpc/grpc-js';
 import type { Logger } from '../log/logger.ts';
 import type { Component, ComponentStatus, ComponentState } from '../supervisor/component.ts';
-import { AgentAuthError, authenticateAgent, type TokenReview } from './auth.ts';
+import { AgentAuthError, authenticateAgent, type AgentIdentity, type TokenReview } from './auth.ts';
 import { AgentBackend, Broker, type ProxyStrategy } from './broker.ts';
 import { PROXY_METHOD, refuseNonConnect, serveHttpConnect, serveProxyStream } from './frontends.ts';
 import { ServerMetrics } from './metrics.ts';
 import {
-  FLOW_CONTROL_EXTENSION, META, konnectivityServices, offersFlowControl, parseIdentifiers, type Packet,
+  FLOW_CONTROL_EXTENSION, META, konnectivityServices, offersFlowControl, parseIdentifiers, type AgentIdentifiers, type Packet,
 } from './protocol.ts';
 
 export const CONNECT_METHOD = '/AgentService/Connect';
@@ -42,6 +42,12 @@ export interface KonnectivityServerOptions {
   tls: { cert: string | Buffer; key: string | Buffer; ca: string | Buffer };
   /** Accept service-account tokens (upstream agents in pods); refused when unset. */
   tokenReview?: TokenReview;
+  /**
+   * Vets the routing identifiers an agent claims (e.g. against its Node's addresses), so a node
+   * cannot attract another node's kubelet traffic. Default: a certificate-authenticated agent
+   * keeps only host=<its own node name>; addresses are taken as given.
+   */
+  checkIdentifiers?: (identity: AgentIdentity, claimed: AgentIdentifiers) => AgentIdentifiers | Promise<AgentIdentifiers>;
   /** Default destHost, then default (any ready agent). */
   proxyStrategies?: ProxyStrategy[];
   /** How long an agent has to answer a dial. Default 10 s. */
@@ -109,6 +115,13 @@ class StaticCerts implements experimental.CertificateProvider {
 
 const buf = (v: string | Buffer): Buffer => (typeof v === 'string' ? Buffer.from(v) : v);
 
+/** Default identifier check: a node certificate vouches for its own node name, nothing more. */
+function ownNodeOnly(identity: AgentIdentity, claimed: AgentIdentifiers): AgentIdentifiers {
+  if (identity.method !== 'certificate' || identity.node === undefined) return claimed;
+  const node = identity.node.toLowerCase();
+  return { ...claimed, host: claimed.host.filter((h) => h === node) };
+}
+
 /** Binds through a temporary name, then renames: the socket is never visible with a wider mode. */
 async function bindPrivateSocket(path: string, bind: (tmp: string) => Promise<void>): Promise<void> {
   await mkdir(dirname(path), { recursive: true, mode: 0o755 });
@@ -167,7 +180,8 @@ export class KonnectivityServer implements Component {
     this.started ??= this.listen().then(() => {
       this.state = 'running';
       this.startedAt = Date.now();
-    }, (err: unknown) => {
+    }, async (err: unknown) => {
+      await this.closeListeners(); // what did bind must not linger (e.g. agent port taken)
       this.state = 'failed';
       this.lastError = err instanceof Error ? err.message : String(err);
       throw err;
@@ -293,7 +307,16 @@ export class KonnectivityServer implements Component {
     if (call.cancelled) return;
 
     const flowControl = (this.o.extensions ?? true) && offersFlowControl(call.metadata.get(META.extensions));
-    const identifiers = parseIdentifiers(call.metadata.get(META.agentIdentifiers).map(String)[0] ?? '');
+    const claimed = parseIdentifiers(call.metadata.get(META.agentIdentifiers).map(String)[0] ?? '');
+    let identifiers: AgentIdentifiers;
+    try {
+      identifiers = await (this.o.checkIdentifiers ?? ownNodeOnly)(identity, claimed);
+    } catch (err) {
+      return refuse(grpc.status.PERMISSION_DENIED, `agent identifiers refused: ${err instanceof Error ? err.message : String(err)}`, agentId);
+    }
+    if (call.cancelled) return;
+    const dropped = claimed.host.filter((h) => !identifiers.host.includes(h));
+    if (dropped.length > 0) this.log.warn({ agent: agentId, node: identity.node, dropped }, 'ignoring host identifiers that are not this agent\'s own node');
     const md = new grpc.Metadata();
     md.set(META.serverId, this.serverId);
     md.set(META.serverCount, String(this.serverCount()));
@@ -336,6 +359,12 @@ export class KonnectivityServer implements Component {
   async stop(): Promise<void> {
     if (this.state === 'stopped') return;
     this.state = 'stopping';
+    await this.closeListeners();
+    this.state = 'stopped';
+    this.log.info({ serverId: this.serverId }, 'konnectivity server stopped');
+  }
+
+  private async closeListeners(): Promise<void> {
     this.broker.shutdown();
     for (const s of this.connectSockets) s.destroy();
     await Promise.all([
@@ -344,9 +373,8 @@ export class KonnectivityServer implements Component {
       closeHttp(this.httpConnectServer),
       closeHttp(this.adminServer),
     ]);
+    this.agentServer = this.frontendServer = this.httpConnectServer = this.adminServer = undefined;
     await Promise.all([this.o.udsPath, this.o.httpConnectUdsPath].map((p) => (p ? rm(p, { force: true }) : undefined)));
-    this.state = 'stopped';
-    this.log.info({ serverId: this.serverId }, 'konnectivity server stopped');
   }
 
   status(): ComponentStatus {

@@ -5,7 +5,7 @@
 import { createHash } from 'node:crypto';
 import { createReadStream, createWriteStream } from 'node:fs';
 import { chmod, mkdir, rename, rm, stat, writeFile } from 'node:fs/promises';
-import { dirname, join } from 'node:path';
+import { basename, dirname, join } from 'node:path';
 import { Transform } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import lockfile from 'proper-lockfile';
@@ -33,7 +33,7 @@ async function sha256OfFile(path: string): Promise<string | null> {
 }
 
 async function copyVerified(payload: Payload, entry: PayloadEntry, target: string, mode: number): Promise<void> {
-  const tmp = join(dirname(target), `.${entry.name}.${process.pid}.${Date.now()}.tmp`);
+  const tmp = join(dirname(target), `.${basename(target)}.${process.pid}.${Date.now()}.tmp`);
   const hash = createHash('sha256');
   const tap = new Transform({ transform(chunk: Buffer, _enc, cb) { hash.update(chunk); cb(null, chunk); } });
   try {

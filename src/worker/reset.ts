@@ -6,6 +6,8 @@ import { readFile, rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import { UserError } from '../cli/errors.ts';
 import type { Logger } from '../log/logger.ts';
+import { cleanupContainerd } from './containerd.ts';
+import { removeCgroupRoot } from './kubelet.ts';
 import type { WorkerPaths } from './paths.ts';
 
 export const KCTL_PID_FILE = 'kctl.pid';
@@ -108,9 +110,12 @@ export async function resetWorker(paths: WorkerPaths, opts: ResetOptions, log: L
     await new Promise((r) => setTimeout(r, 300));
   }
   for (const dir of cgroups) for (const d of [...walk(dir).filter((p) => !p.includes('/cgroup.') && statSafeDir(p)), dir]) { try { rmdirSync(d); } catch { /* busy or file */ } }
+  await cleanupContainerd(paths);
   for (const m of mountsUnder([paths.dataDir, paths.runDir])) {
     await execa('umount', ['-l', m], { reject: false });
   }
+  await removeCgroupRoot(opts.cgroupRoot).catch(() => undefined);
+  await removeContainerLogLinks(paths);
   await iptablesCleanup(paths, log);
   await opts.removeRoutes();
   for (const dev of [opts.bridge]) {
@@ -120,6 +125,17 @@ export async function resetWorker(paths: WorkerPaths, opts: ResetOptions, log: L
   await rm(paths.dataDir, { recursive: true, force: true });
   await rm(paths.runDir, { recursive: true, force: true });
   log.info({ dataDir: paths.dataDir, runDir: paths.runDir }, 'worker reset: everything kctl made is removed');
+}
+
+/** kubelet links /var/log/containers/* to pod logs; drop the ones pointing into our data dir. */
+async function removeContainerLogLinks(paths: WorkerPaths): Promise<void> {
+  const dir = '/var/log/containers';
+  if (!existsSync(dir)) return;
+  for (const name of readdirSync(dir)) {
+    try {
+      if (readlinkSync(join(dir, name)).startsWith(paths.dataDir + '/')) await rm(join(dir, name), { force: true });
+    } catch { /* not a link */ }
+  }
 }
 
 function statSafeDir(p: string): boolean {

@@ -1,7 +1,8 @@
 // The test lab: "hosts" as network namespaces on one machine (DESIGN.md, Test lab).
 //
 //   switch netns  kctl-<lab>-sw : bridge br0, one veth end per host (h0, h1, ...)
-//   host netns    kctl-<lab>-<host> : eth0 = 10.77.<n>.<10+i>/24, lo up, ip_forward on
+//   host netns    kctl-<lab>-<host> : eth0 = 10.77.<n>.<10+i>/24, lo up, ip_forward on,
+//                 default route on-link via eth0 (nothing beyond the lab bridge)
 //
 // The bridge lives in its own namespace, so the lab adds no link, address or route to the
 // machine's root namespace and deleting the namespaces removes every link with them.
@@ -145,6 +146,9 @@ export async function createLab(name: string, hostNames: string[], opts: LabOpti
       await must('ip', ['-n', h.netns, 'link', 'set', 'lo', 'up']);
       await must('ip', ['-n', h.netns, 'addr', 'add', `${h.ip}/24`, 'dev', 'eth0']);
       await must('ip', ['-n', h.netns, 'link', 'set', 'eth0', 'up']);
+      // A host has a default route; an on-link one keeps everything on the lab bridge (the switch
+      // has no uplink), and lets kube-proxy's OUTPUT DNAT see Service IPs instead of ENETUNREACH.
+      await must('ip', ['-n', h.netns, 'route', 'add', 'default', 'dev', 'eth0']);
       await must(NSENTER, ['--net=/run/netns/' + h.netns, '--', 'sh', '-c', 'echo 1 > /proc/sys/net/ipv4/ip_forward']);
     }
   } catch (err) {

@@ -1,14 +1,17 @@
 // Who may connect as an agent: node certificates of the cluster CA, or service-account tokens
 // that TokenReview accepts. Everything else is refused at Connect with a reason.
 import assert from 'node:assert/strict';
+import { writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
 import { test } from 'node:test';
-import { makePki, rawAgent, startServer, waitFor } from './fixtures.ts';
+import { tempDir } from '../../helpers.ts';
+import { makePki, rawAgent, startAgent, startServer, waitFor } from './fixtures.ts';
 
 test('a node certificate is accepted; headers carry serverid, the live servercount and the extension answer', async (t) => {
   const pki = await makePki();
   let controllers = 1;
   const server = await startServer(t, pki, { serverId: 'ctrl-a', serverCount: () => controllers });
-  const a = await rawAgent(t, pki, server, { agentId: 'node-7', creds: await pki.nodeCert('node-7'), identifiers: 'host=node-7&ipv4=10.0.0.7' });
+  const a = await rawAgent(t, pki, server, { agentId: 'node-7', creds: await pki.nodeCert('node-7'), identifiers: 'host=node-7&host=node-8&ipv4=10.0.0.7' });
   assert.deepEqual(a.headers.get('serverid'), ['ctrl-a']);
   assert.deepEqual(a.headers.get('servercount'), ['1']);
   assert.deepEqual(a.headers.get('kctl-extensions'), [], 'not offered, not answered (upstream agents see no extension)');
@@ -16,6 +19,7 @@ test('a node certificate is accepted; headers carry serverid, the live servercou
   assert.equal(snap.node, 'node-7');
   assert.equal(snap.auth, 'certificate');
   assert.deepEqual(snap.identifiers.ipv4, ['10.0.0.7']);
+  assert.deepEqual(snap.identifiers.host, ['node-7'], 'a node certificate does not vouch for another node\'s name');
 
   controllers = 3; // a controller joined: the next Connect learns it
   const b = await rawAgent(t, pki, server, { agentId: 'node-8', creds: await pki.nodeCert('node-8'), extensions: true });
@@ -72,4 +76,35 @@ test('a token is refused when the server has no TokenReview; agentid is required
   const server = await startServer(t, pki);
   await assert.rejects(rawAgent(t, pki, server, { creds: null, token: 'x' }), /token authentication is not enabled/);
   await assert.rejects(rawAgent(t, pki, server, { agentId: '' }), /agentid must be set exactly once/);
+});
+
+test('a kctl agent with a service-account token file (no client certificate) connects', async (t) => {
+  const pki = await makePki();
+  const server = await startServer(t, pki, { tokenReview: async (token) => ({ ok: token === 'sa-token', user: 'system:serviceaccount:kube-system:konnectivity-agent' }) });
+  const dir = await tempDir(t);
+  const tokenPath = join(dir, 'token');
+  await writeFile(tokenPath, 'sa-token\n');
+  const agent = await startAgent(t, pki, [server], { agentId: 'pod-agent', cert: undefined, key: undefined, serviceAccountTokenPath: tokenPath });
+  await agent.ready(AbortSignal.timeout(10_000));
+  assert.equal((await waitFor('agent listed', () => server.snapshot().agents[0])).auth, 'token');
+});
+
+test('a kctl agent with a foreign certificate never connects and says why', async (t) => {
+  const pki = await makePki();
+  const server = await startServer(t, pki);
+  const forged = await pki.clientCert({ commonName: 'system:node:n', organizations: ['system:nodes'], signer: await pki.foreignCa() });
+  const agent = await startAgent(t, pki, [server], { ...forged });
+  await assert.rejects(agent.ready(AbortSignal.timeout(1_500)), /reached no server .*no client certificate signed by the cluster CA/);
+});
+
+test('an identifier check can refuse an agent that claims addresses it does not own', async (t) => {
+  const pki = await makePki();
+  const server = await startServer(t, pki, {
+    checkIdentifiers: (identity, claimed) => {
+      if (claimed.ipv4.some((ip) => ip !== '10.0.0.9')) throw new Error(`node ${identity.node} does not have ${claimed.ipv4.join(',')}`);
+      return claimed;
+    },
+  });
+  await assert.rejects(rawAgent(t, pki, server, { agentId: 'node-9', creds: await pki.nodeCert('node-9'), identifiers: 'ipv4=10.0.0.1' }), /agent identifiers refused: node node-9 does not have 10\.0\.0\.1/);
+  await rawAgent(t, pki, server, { agentId: 'node-9', creds: await pki.nodeCert('node-9'), identifiers: 'ipv4=10.0.0.9' });
 });

@@ -152,6 +152,33 @@ test('agent stream ends: every tunnel on it gets CLOSE_RSP; stray packets get a 
   await waitFor('tables empty', () => server.snapshot().establishedConnections === 0 && server.snapshot().agents.length === 0);
 });
 
+test('a client that sends DATA for another connection id gets CLOSE_RSP for it, and the tunnel is closed', async (t) => {
+  const pki = await makePki();
+  const server = await startServer(t, pki);
+  const agent = await rawAgent(t, pki, server);
+  await waitFor('agent', () => server.snapshot().agents.length === 1);
+  const { openProxyStream } = await import('../../../src/konnectivity/client.ts');
+  const { client, call } = openProxyStream(udsOf(server).grpc);
+  t.after(() => {
+    call.cancel();
+    client.close();
+  });
+  call.on('error', () => {});
+  const got: import('../../../src/konnectivity/protocol.ts').Packet[] = [];
+  call.on('data', (p) => got.push(p));
+  call.write(packets.dialReq('127.0.0.1:10250', '42'));
+  await agent.next('DIAL_REQ');
+  agent.send(packets.dialRsp('42', '8'));
+  await waitFor('DIAL_RSP', () => got.some((p) => p.type === 'DIAL_RSP'));
+  call.write(packets.data('9', Buffer.from('wrong id')));
+  await waitFor('CLOSE_RSP for the stray id', () => got.find((p) => p.type === 'CLOSE_RSP' && p.closeResponse?.connectID === '9'));
+  assert.equal((await agent.next('CLOSE_REQ')).closeRequest?.connectID, '8', 'the stream\'s own connection is closed on the agent');
+  agent.send(packets.closeRsp('8'));
+  await waitFor('CLOSE_RSP for the real id', () => got.find((p) => p.type === 'CLOSE_RSP' && p.closeResponse?.connectID === '8'));
+  await assert.rejects(agent.next('DATA', 200), /no DATA/, 'the stray bytes never reached the agent');
+  await waitFor('tables empty', () => server.snapshot().closingConnections === 0 && server.snapshot().establishedConnections === 0);
+});
+
 test('a client that disappears from an established tunnel makes the server send CLOSE_REQ', async (t) => {
   const pki = await makePki();
   const server = await startServer(t, pki);

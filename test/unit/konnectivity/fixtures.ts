@@ -105,7 +105,7 @@ export function udsOf(server: KonnectivityServer): { grpc: string; connect: stri
 
 export async function startAgent(t: T, pki: TestPki, servers: KonnectivityServer[] | { host: string; port: number }[], over: Partial<KonnectivityAgentOptions> = {}): Promise<KonnectivityAgent> {
   const node = over.agentId ?? 'node-1';
-  const creds = over.cert ? { cert: over.cert, key: over.key } : await pki.nodeCert(node);
+  const creds = over.cert ? { cert: over.cert, key: over.key } : over.serviceAccountTokenPath ? {} : await pki.nodeCert(node);
   const agent = new KonnectivityAgent({
     servers: servers.map((s) => (s instanceof KonnectivityServer ? { host: '127.0.0.1', port: s.agentPort() } : s)),
     ca: pki.ca,
@@ -133,7 +133,7 @@ export async function waitFor<V>(what: string, check: () => V | Promise<V>, time
   }
 }
 
-export async function listen(t: T, onConnection: (s: Socket) => void): Promise<{ server: Server; port: number; address: string; sockets: Set<Socket> }> {
+export async function listen(t: T, onConnection: (s: Socket) => void, host = '127.0.0.1'): Promise<{ server: Server; port: number; address: string; sockets: Set<Socket> }> {
   const sockets = new Set<Socket>();
   const server = createServer((s) => {
     sockets.add(s);
@@ -141,13 +141,13 @@ export async function listen(t: T, onConnection: (s: Socket) => void): Promise<{
     s.on('error', () => {});
     onConnection(s);
   });
-  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  await new Promise<void>((r) => server.listen(0, host, r));
   const port = (server.address() as { port: number }).port;
   t.after(async () => {
     for (const s of sockets) s.destroy();
     await new Promise<void>((r) => server.close(() => r()));
   });
-  return { server, port, address: `127.0.0.1:${port}`, sockets };
+  return { server, port, address: `${host}:${port}`, sockets };
 }
 
 /** A TCP echo server. */

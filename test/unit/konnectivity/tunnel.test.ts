@@ -2,6 +2,7 @@
 // sends them) and through HTTP-CONNECT, and the answers a client gets when a dial cannot work.
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
+import { stat } from 'node:fs/promises';
 import { connect } from 'node:net';
 import { test } from 'node:test';
 import { dialViaProxy } from '../../../src/konnectivity/client.ts';
@@ -13,6 +14,8 @@ test('bytes travel both ways through the GRPC frontend, and a close reaches the 
   const agent = await startAgent(t, pki, [server]);
   await waitFor('agent connected', () => server.snapshot().agents.length === 1);
   const echo = await echoServer(t);
+  // Only kube-apiserver (same user) may dial through the server.
+  for (const sock of Object.values(udsOf(server))) assert.equal((await stat(sock)).mode & 0o777, 0o600, sock);
 
   const tunnel = await dialViaProxy({ udsPath: udsOf(server).grpc, address: echo.address });
   const payload = randomBytes(3 * 1024 * 1024 + 17);
@@ -62,4 +65,21 @@ test('HTTP-CONNECT: 200 after the dial, bytes both ways; 405 for other methods',
   g.end('GET / HTTP/1.1\r\nHost: x\r\n\r\n');
   const rsp = (await readAll(g)).toString();
   assert.match(rsp, /^HTTP\/1\.1 405 /);
+});
+
+test('a taken agent port fails start with a clear error and leaves no socket behind', async (t) => {
+  const pki = await makePki();
+  const first = await startServer(t, pki);
+  const { KonnectivityServer } = await import('../../../src/konnectivity/server.ts');
+  const { quietLogger } = await import('./fixtures.ts');
+  const { tempDir } = await import('../../helpers.ts');
+  const { existsSync } = await import('node:fs');
+  const dir = await tempDir(t);
+  const second = new KonnectivityServer({
+    udsPath: `${dir}/k.sock`, agentBindAddress: '127.0.0.1', agentPort: first.agentPort(),
+    tls: { cert: pki.serverCert, key: pki.serverKey, ca: pki.ca }, log: quietLogger(),
+  });
+  await assert.rejects(second.start(), new RegExp(`konnectivity server cannot listen on 127\\.0\\.0\\.1:${first.agentPort()}`));
+  assert.equal(second.status().state, 'failed');
+  assert.equal(existsSync(`${dir}/k.sock`), false);
 });

@@ -1,0 +1,77 @@
+import type { Command } from 'commander';
+import { existsSync } from 'node:fs';
+import { readFile } from 'node:fs/promises';
+import { isIP } from 'node:net';
+import { componentLogger } from '../log/logger.ts';
+import { readIdentity, runWorker } from '../worker/index.ts';
+import { kubeletCgroupRoot } from '../worker/kubelet.ts';
+import { cleanupNetwork, CNI_BRIDGE } from '../worker/network.ts';
+import { workerPaths } from '../worker/paths.ts';
+import { resetWorker } from '../worker/reset.ts';
+import { UserError } from './errors.ts';
+import { globals, loggerFor } from './globals.ts';
+
+const collect = (v: string, prev: string[]) => [...prev, ...v.split(',').filter(Boolean)];
+
+export function parseLabels(items: string[]): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const item of items) {
+    const m = /^([A-Za-z0-9./_-]+)=([A-Za-z0-9._-]*)$/.exec(item);
+    if (!m) throw new UserError(`--labels "${item}" is not key=value (letters, digits, . _ - /)`);
+    out[m[1]!] = m[2]!;
+  }
+  return out;
+}
+
+export function parseTaints(items: string[]): string[] {
+  for (const t of items) {
+    if (!/^[A-Za-z0-9./_-]+(=[A-Za-z0-9._-]*)?:(NoSchedule|PreferNoSchedule|NoExecute)$/.test(t)) {
+      throw new UserError(`--taints "${t}" is not key[=value]:NoSchedule|PreferNoSchedule|NoExecute`);
+    }
+  }
+  return items;
+}
+
+interface WorkerFlags { token?: string; tokenFile?: string; labels: string[]; taints: string[]; nodeName?: string; nodeIp?: string }
+
+export function workerCommand(program: Command): void {
+  program
+    .command('worker')
+    .description('run a node: containerd, kubelet, kube-proxy and the konnectivity agent, joined with a token')
+    .option('--token <token>', 'join token from `kctl token create --role worker` (needed only the first time)')
+    .option('--token-file <file>', 'read the join token from a file instead')
+    .option('--labels <k=v>', 'node labels (repeat or comma-separate)', collect, [])
+    .option('--taints <key=value:Effect>', 'node taints (repeat or comma-separate)', collect, [])
+    .option('--node-name <name>', 'node name (default: host name)')
+    .option('--node-ip <ip>', 'node address (default: this host\'s address towards the API server)')
+    .addHelpText('after', '\nThe worker dials out only: to the API server and to every controller\'s konnectivity port.\nkubectl logs / exec / port-forward reach this node through that tunnel.')
+    .action(async (f: WorkerFlags, cmd: Command) => {
+      const g = globals(cmd);
+      if (f.token && f.tokenFile) throw new UserError('pass --token or --token-file, not both');
+      let token = f.token;
+      if (f.tokenFile) {
+        token = await readFile(f.tokenFile, 'utf8').catch((err: NodeJS.ErrnoException) => { throw new UserError(`--token-file ${f.tokenFile}: cannot read (${err.code ?? err.message})`); });
+      }
+      if (f.nodeIp && isIP(f.nodeIp) === 0) throw new UserError(`--node-ip "${f.nodeIp}" is not an IP address`);
+      if (f.nodeName && !/^[a-z0-9]([a-z0-9.-]{0,61}[a-z0-9])?$/.test(f.nodeName)) throw new UserError(`--node-name "${f.nodeName}" is not a valid node name (lowercase letters, digits, - and .)`);
+      await runWorker({ token: token?.trim(), dataDir: g.dataDir, runDir: g.runDir, nodeName: f.nodeName, nodeIp: f.nodeIp, labels: parseLabels(f.labels), taints: parseTaints(f.taints) }, loggerFor(cmd));
+    });
+}
+
+export function resetCommand(program: Command): void {
+  program
+    .command('reset')
+    .description('on a stopped worker: remove containers, mounts, network devices and rules kctl added, and the data dir')
+    .action(async (_o: unknown, cmd: Command) => {
+      const g = globals(cmd);
+      const paths = workerPaths(g.dataDir, g.runDir);
+      if (!existsSync(g.dataDir) && !existsSync(g.runDir)) throw new UserError(`nothing to reset: ${g.dataDir} does not exist`);
+      const id = await readIdentity(paths);
+      const log = componentLogger(loggerFor(cmd), 'reset');
+      await resetWorker(paths, {
+        cgroupRoot: id ? kubeletCgroupRoot(id.nodeName) : '/kctl/none',
+        bridge: CNI_BRIDGE,
+        removeRoutes: () => cleanupNetwork(paths),
+      }, log);
+    });
+}

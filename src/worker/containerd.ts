@@ -1,0 +1,192 @@
+// containerd 2.x for kubelet's CRI: every path under the worker's data and run dirs, runc
+// from <data-dir>/bin with cgroupfs, CNI from <data-dir>/bin/cni, the bundled pause image as
+// sandbox, and none of the host's /etc/containerd, /opt/cni or /etc/cni.
+import { mkdir, readdir, readFile, rename, writeFile } from 'node:fs/promises';
+import { dirname, join } from 'node:path';
+import { execa } from 'execa';
+import type { Logger } from '../log/logger.ts';
+import { CHILD_PATH, Supervisor } from '../supervisor/process.ts';
+import { PAUSE_IMAGE } from './images.ts';
+import type { WorkerPaths } from './paths.ts';
+
+export interface ContainerdOptions {
+  paths: WorkerPaths;
+  log: Logger;
+  sandboxImage?: string;
+  /** containerd's own log level (debug, info, warn, error). Default info. */
+  logLevel?: string;
+  /** Never give a container a lower oom_score_adj than containerd's own. Default: only when kctl lacks CAP_SYS_RESOURCE. */
+  restrictOomScoreAdj?: boolean;
+}
+
+const q = (s: string) => `'${s.replace(/'/g, '')}'`;
+
+const CAP_SYS_RESOURCE = 24;
+
+/**
+ * Whether this process may lower oom_score_adj. Without CAP_SYS_RESOURCE (some sandboxes and
+ * VMs drop it even for root) runc cannot give the pod sandbox kubelet's -998 and every pod
+ * fails with "failed to update /proc/self/oom_score_adj: Permission denied".
+ */
+export async function canLowerOomScore(): Promise<boolean> {
+  const status = await readFile('/proc/self/status', 'utf8').catch(() => '');
+  const hex = /^CapEff:\s*([0-9a-f]+)/m.exec(status)?.[1];
+  return hex === undefined || ((BigInt(`0x${hex}`) >> BigInt(CAP_SYS_RESOURCE)) & 1n) === 1n;
+}
+
+/** Plugins that need kernel features, tools or host dirs a kctl worker does not use. */
+export const DISABLED_PLUGINS = [
+  'io.containerd.snapshotter.v1.btrfs',
+  'io.containerd.snapshotter.v1.zfs',
+  'io.containerd.snapshotter.v1.aufs',
+  'io.containerd.snapshotter.v1.devmapper',
+  'io.containerd.snapshotter.v1.blockfile',
+  'io.containerd.snapshotter.v1.erofs',
+  'io.containerd.differ.v1.erofs',
+  'io.containerd.mount-handler.v1.erofs',
+  'io.containerd.tracing.processor.v1.otlp',
+  'io.containerd.internal.v1.tracing',
+  'io.containerd.nri.v1.nri',
+  'io.containerd.image-verifier.v1.bindir',
+];
+
+/** containerd config: version 4, containerd 2.3's own (a version 3 file is migrated at every start, with a warning). */
+export function containerdConfig(paths: WorkerPaths, opts: { sandboxImage?: string; logLevel?: string; restrictOomScoreAdj?: boolean } = {}): string {
+  const cri = (p: string) => `plugins.'io.containerd.cri.v1.${p}'`;
+  return `# Written by kctl at every start; edits are overwritten.
+version = 4
+root = ${q(paths.containerdRoot)}
+state = ${q(paths.containerdState)}
+temp = ${q(join(paths.containerdRoot, 'tmp'))}
+# Drop-ins beside the data dir, never the host's /etc/containerd (an empty list means the default).
+imports = [${q(join(paths.dataDir, 'containerd.d', '*.toml'))}]
+disabled_plugins = [${DISABLED_PLUGINS.map(q).join(', ')}]
+
+[debug]
+  level = ${q(opts.logLevel ?? 'info')}
+  format = 'json'
+
+[plugins]
+  # Version 4 moved the [grpc] and [ttrpc] sections here.
+  [plugins.'io.containerd.server.v1.grpc']
+    address = ${q(paths.containerdSocket)}
+
+  [plugins.'io.containerd.server.v1.ttrpc']
+    address = ${q(`${paths.containerdSocket}.ttrpc`)}
+
+  [plugins.'io.containerd.internal.v1.opt']
+    path = ${q(join(paths.containerdRoot, 'opt'))}
+
+  [${cri('images')}]
+    snapshotter = 'overlayfs'
+    [${cri('images')}.pinned_images]
+      sandbox = ${q(opts.sandboxImage ?? PAUSE_IMAGE)}
+
+  [${cri('runtime')}]
+    restrict_oom_score_adj = ${opts.restrictOomScoreAdj ? 'true' : 'false'}
+    cdi_spec_dirs = []
+    # Pod network namespaces under the run dir, not the host's /var/run/netns.
+    netns_mounts_under_state_dir = true
+    [${cri('runtime')}.containerd]
+      default_runtime_name = 'runc'
+      [${cri('runtime')}.containerd.runtimes.runc]
+        runtime_type = 'io.containerd.runc.v2'
+        [${cri('runtime')}.containerd.runtimes.runc.options]
+          BinaryName = ${q(join(paths.binDir, 'runc'))}
+          Root = ${q(join(paths.containerdState, 'runc'))}
+          SystemdCgroup = false
+    [${cri('runtime')}.cni]
+      bin_dirs = [${q(paths.cniBinDir)}]
+      conf_dir = ${q(paths.cniConfDir)}
+      max_conf_num = 1
+
+  [plugins.'io.containerd.grpc.v1.cri']
+    stream_server_address = '127.0.0.1'
+    stream_server_port = '0'
+`;
+}
+
+export class ContainerdComponent extends Supervisor {
+  readonly readyTimeoutMs = 60_000;
+  private readonly paths: WorkerPaths;
+  private readonly sandboxImage?: string;
+  private readonly logLevel?: string;
+  private readonly restrictOomScoreAdj?: boolean;
+  private readonly clog: Logger;
+
+  constructor(opts: ContainerdOptions) {
+    const { paths } = opts;
+    const ctr = join(paths.binDir, 'ctr');
+    super({
+      name: 'containerd',
+      binary: join(paths.binDir, 'containerd'),
+      args: ['--config', paths.containerdConfig],
+      // containerd finds containerd-shim-runc-v2 (and the shim finds runc) on PATH.
+      env: { PATH: `${paths.binDir}:${CHILD_PATH}` },
+      runDir: paths.runDir,
+      log: opts.log,
+      ready: async (signal) => {
+        const r = await execa(ctr, ['--address', paths.containerdSocket, 'version'], { reject: false, extendEnv: false, env: {}, timeout: 5000, cancelSignal: signal });
+        if (r.exitCode !== 0) throw new Error(`${paths.containerdSocket} does not answer: ${r.stderr.trim().split('\n').pop() ?? ''}`);
+      },
+    });
+    this.paths = paths;
+    this.sandboxImage = opts.sandboxImage;
+    this.logLevel = opts.logLevel;
+    this.restrictOomScoreAdj = opts.restrictOomScoreAdj;
+    this.clog = opts.log;
+  }
+
+  override async init(): Promise<void> {
+    await super.init();
+    const p = this.paths;
+    await mkdir(join(p.containerdRoot, 'tmp'), { recursive: true, mode: 0o711 });
+    await mkdir(p.containerdState, { recursive: true, mode: 0o711 });
+    await mkdir(dirname(p.containerdSocket), { recursive: true, mode: 0o711 });
+    await mkdir(p.cniConfDir, { recursive: true, mode: 0o755 });
+    await mkdir(p.cniBinDir, { recursive: true, mode: 0o755 });
+    await mkdir(p.imagesDir, { recursive: true, mode: 0o755 });
+    const tmp = `${p.containerdConfig}.tmp`;
+    let restrictOomScoreAdj = this.restrictOomScoreAdj;
+    if (restrictOomScoreAdj === undefined && !(await canLowerOomScore())) {
+      restrictOomScoreAdj = true;
+      this.clog.warn('no CAP_SYS_RESOURCE: containers keep oom_score_adj >= containerd\'s own (restrict_oom_score_adj)');
+    }
+    await writeFile(tmp, containerdConfig(p, { sandboxImage: this.sandboxImage, logLevel: this.logLevel, restrictOomScoreAdj }), { mode: 0o600 });
+    await rename(tmp, p.containerdConfig);
+  }
+}
+
+/** Shims of this containerd (they daemonize, so stopping containerd leaves them and their containers running). */
+export async function shimPids(paths: WorkerPaths): Promise<number[]> {
+  const pids: number[] = [];
+  for (const entry of await readdir('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    const cmdline = await readFile(`/proc/${entry}/cmdline`, 'utf8').catch(() => '');
+    const argv = cmdline.split('\0');
+    if (!argv[0]?.endsWith('containerd-shim-runc-v2')) continue;
+    const i = argv.indexOf('-address');
+    if (i >= 0 && argv[i + 1] === paths.containerdSocket) pids.push(Number(entry));
+  }
+  return pids;
+}
+
+/** Mount points strictly below any of `dirs` (overlay rootfs, pod netns, kubelet volumes), deepest first. */
+export async function mountsUnder(dirs: string[]): Promise<string[]> {
+  const text = await readFile('/proc/self/mountinfo', 'utf8');
+  const points = text.split('\n').map((l) => l.split(' ')[4]).filter((p): p is string => !!p)
+    .map((p) => p.replace(/\\040/g, ' '))
+    .filter((p) => dirs.some((d) => p.startsWith(d.endsWith('/') ? d : `${d}/`)));
+  return [...new Set(points)].sort((a, b) => b.length - a.length);
+}
+
+/** For `kctl reset` and tests: kills this containerd's shims and unmounts what it and kubelet mounted under the worker's dirs. */
+export async function cleanupContainerd(paths: WorkerPaths): Promise<void> {
+  for (const pid of await shimPids(paths)) {
+    try { process.kill(pid, 'SIGKILL'); } catch { /* gone */ }
+  }
+  for (const point of await mountsUnder([paths.dataDir, paths.runDir])) {
+    const r = await execa('umount', [point], { reject: false });
+    if (r.exitCode !== 0) await execa('umount', ['--lazy', point], { reject: false });
+  }
+}

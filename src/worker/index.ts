@@ -1,0 +1,168 @@
+// `kctl worker`: a node as an ordered list of components (k0s's shape).
+//   join -> stage -> containerd -> images -> kubelet -> network -> kube-proxy
+//   -> konnectivity agent (in-process, dials out to every controller) -> status socket
+import { execa } from 'execa';
+import { existsSync } from 'node:fs';
+import { mkdir, readFile, rm } from 'node:fs/promises';
+import { hostname } from 'node:os';
+import { join } from 'node:path';
+import { UserError } from '../cli/errors.ts';
+import { StatusServerComponent } from '../controller/status.ts';
+import { KonnectivityAgent } from '../konnectivity/index.ts';
+import { componentLogger, type Logger } from '../log/logger.ts';
+import { findPayload } from '../payload/payload.ts';
+import { stageComponents, stageImages } from '../payload/stage.ts';
+import type { Component, ComponentStatus } from '../supervisor/component.ts';
+import { ComponentManager } from '../supervisor/manager.ts';
+import { writeFileAtomic } from '../util/fs.ts';
+import { KCTL_VERSION } from '../version.ts';
+import { ContainerdComponent } from './containerd.ts';
+import { ImagesComponent } from './images.ts';
+import { join as joinCluster, type JoinState } from './join.ts';
+import { KubeProxyComponent } from './kube-proxy.ts';
+import { KubeletComponent } from './kubelet.ts';
+import { NetworkComponent } from './network.ts';
+import { workerPaths, type WorkerPaths } from './paths.ts';
+import { KCTL_PID_FILE } from './reset.ts';
+
+export interface WorkerOptions {
+  token?: string;
+  dataDir: string;
+  runDir: string;
+  nodeName?: string;
+  nodeIp?: string;
+  labels: Record<string, string>;
+  taints: string[];
+}
+
+/** What reset needs to know about this worker after it stopped. */
+export interface WorkerIdentity { nodeName: string; nodeIp: string }
+
+export function identityFile(paths: WorkerPaths): string {
+  return join(paths.dataDir, 'worker.json');
+}
+
+/** The address this host uses towards the API server: what kubelet would pick too. */
+export async function routeSource(url: string): Promise<string> {
+  const host = new URL(url).hostname.replace(/^\[|\]$/g, '');
+  const r = await execa('ip', ['route', 'get', host], { reject: false });
+  const m = /\bsrc (\S+)/.exec(r.stdout);
+  if (!m) throw new UserError(`cannot tell this host's address towards ${host} (${r.stderr.trim() || 'no route'}); pass --node-ip`);
+  return m[1]!;
+}
+
+/** kubelet's client certificate file holds the certificate and its key in one PEM. */
+function splitPem(pem: string): { cert: string; key: string } {
+  const cert = pem.match(/-----BEGIN CERTIFICATE-----[\s\S]+?-----END CERTIFICATE-----\n?/g)?.join('') ?? '';
+  const key = /-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]+?-----END [A-Z ]*PRIVATE KEY-----\n?/.exec(pem)?.[0] ?? '';
+  return { cert, key };
+}
+
+function hostPort(addr: string): { host: string; port: number } {
+  const m = /^\[?([^\]]+?)\]?:(\d+)$/.exec(addr);
+  if (!m) throw new Error(`bad konnectivity address ${addr}`);
+  return { host: m[1]!, port: Number(m[2]) };
+}
+
+/** The in-process konnectivity agent, authenticated with the node's own client certificate. */
+class AgentComponent implements Component {
+  readonly name = 'konnectivity-agent';
+  agent: KonnectivityAgent | null = null;
+  private startedAt = 0;
+
+  constructor(private readonly paths: WorkerPaths, private readonly state: JoinState, private readonly id: WorkerIdentity, private readonly log: Logger) {}
+
+  async init(): Promise<void> {}
+
+  async start(): Promise<void> {
+    const { cert, key } = splitPem(await readFile(join(this.paths.kubeletCertDir, 'kubelet-client-current.pem'), 'utf8'));
+    this.agent = new KonnectivityAgent({
+      servers: this.state.konnectivity.map(hostPort),
+      ca: await readFile(this.paths.caCert),
+      cert, key,
+      agentId: this.id.nodeName,
+      identifiers: { host: [this.id.nodeName], ipv4: this.id.nodeIp.includes(':') ? [] : [this.id.nodeIp], ipv6: this.id.nodeIp.includes(':') ? [this.id.nodeIp] : [] },
+      log: this.log,
+    });
+    await this.agent.init();
+    await this.agent.start();
+    this.startedAt = Date.now();
+  }
+
+  // Connections come and go; the agent keeps dialing every controller on its own.
+  async ready(): Promise<void> {}
+
+  async stop(): Promise<void> {
+    await this.agent?.stop();
+  }
+
+  status(): ComponentStatus {
+    const servers = this.agent?.snapshot().servers.length ?? 0;
+    return {
+      name: this.name,
+      state: this.agent ? 'running' : 'pending',
+      restarts: 0,
+      lastError: this.agent && servers === 0 ? 'not connected to any konnectivity server yet' : undefined,
+      uptimeSeconds: this.startedAt ? Math.round((Date.now() - this.startedAt) / 1000) : undefined,
+    };
+  }
+}
+
+export async function runWorker(opts: WorkerOptions, log: Logger): Promise<void> {
+  const paths = workerPaths(opts.dataDir, opts.runDir);
+  // Validates the token against the cluster before anything is written.
+  const state = await joinCluster(opts.token, paths, componentLogger(log, 'join'));
+  await mkdir(paths.runDir, { recursive: true, mode: 0o755 });
+  await writeFileAtomic(join(paths.runDir, KCTL_PID_FILE), `${process.pid}\n`, 0o644);
+
+  const payload = await findPayload(KCTL_VERSION);
+  await stageComponents(payload, paths.binDir, ['worker'], componentLogger(log, 'stage'));
+  await stageImages(payload, paths.imagesDir, componentLogger(log, 'stage'));
+
+  const id: WorkerIdentity = { nodeName: opts.nodeName ?? hostname().toLowerCase(), nodeIp: opts.nodeIp ?? (await routeSource(state.apiServers[0]!)) };
+  await writeFileAtomic(identityFile(paths), JSON.stringify(id) + '\n', 0o644);
+  const child = (name: string) => componentLogger(log, name);
+  const components: Component[] = [
+    new ContainerdComponent({ paths, log: child('containerd') }),
+    new ImagesComponent({ paths, log: child('images') }),
+    new KubeletComponent({ paths, log: child('kubelet'), nodeName: id.nodeName, nodeIp: id.nodeIp, labels: opts.labels, taints: opts.taints, clusterDomain: state.clusterDomain }),
+    new NetworkComponent({ paths, log: child('network'), nodeName: id.nodeName }),
+    new KubeProxyComponent({ paths, log: child('kube-proxy'), nodeName: id.nodeName, clusterCIDR: state.podCIDR ?? '10.244.0.0/16' }),
+    new AgentComponent(paths, state, id, child('konnectivity-agent')),
+  ];
+  const manager = new ComponentManager(components, child('manager'));
+  const status = new StatusServerComponent(paths.statusSocket, () => ({
+    role: 'worker', version: KCTL_VERSION, pid: process.pid, uptimeSeconds: Math.round(process.uptime()), components: manager.status(),
+  }));
+
+  let stopping: Promise<void> | null = null;
+  const stop = (signal: string) => {
+    stopping ??= (async () => {
+      log.info({ signal }, 'stopping worker');
+      await status.stop();
+      await manager.stop();
+      await rm(join(paths.runDir, KCTL_PID_FILE), { force: true });
+      log.info('worker stopped; containers keep running until the next start or kctl reset');
+    })();
+    return stopping;
+  };
+  const done = new Promise<void>((resolve) => {
+    for (const sig of ['SIGTERM', 'SIGINT'] as const) process.once(sig, () => { void stop(sig).then(resolve); });
+  });
+  await status.start();
+  log.info({ node: id.nodeName, nodeIp: id.nodeIp, apiServer: state.apiServers[0] }, 'starting worker');
+  try {
+    await manager.start();
+  } catch (err) {
+    await status.stop();
+    await rm(join(paths.runDir, KCTL_PID_FILE), { force: true });
+    throw err;
+  }
+  log.info({ node: id.nodeName }, 'worker ready');
+  await done;
+}
+
+export async function readIdentity(paths: WorkerPaths): Promise<WorkerIdentity | null> {
+  if (!existsSync(identityFile(paths))) return null;
+  return JSON.parse(await readFile(identityFile(paths), 'utf8')) as WorkerIdentity;
+}

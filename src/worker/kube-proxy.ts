@@ -1,0 +1,84 @@
+// kube-proxy in iptables mode with the node's own credentials (the controller binds
+// system:node-proxier to group system:nodes). Metrics and healthz on loopback only, and no
+// change to host-global conntrack limits.
+import { rename, writeFile } from 'node:fs/promises';
+import { request } from 'node:http';
+import { join } from 'node:path';
+import { stringify } from 'yaml';
+import type { Logger } from '../log/logger.ts';
+import { Supervisor } from '../supervisor/process.ts';
+import type { WorkerPaths } from './paths.ts';
+
+export const KUBE_PROXY_HEALTHZ_PORT = 10256;
+export const KUBE_PROXY_METRICS_PORT = 10249;
+
+export interface KubeProxyOptions {
+  paths: WorkerPaths;
+  log: Logger;
+  nodeName: string;
+  /** The cluster's pod network (spec.network.podCIDR), for telling pod traffic from outside traffic. */
+  clusterCIDR: string;
+  /** Extra kube-proxy flags (name without dashes -> value). */
+  extraArgs?: Record<string, string>;
+}
+
+export function kubeProxyConfiguration(o: KubeProxyOptions): Record<string, unknown> {
+  return {
+    apiVersion: 'kubeproxy.config.k8s.io/v1alpha1',
+    kind: 'KubeProxyConfiguration',
+    mode: 'iptables',
+    clusterCIDR: o.clusterCIDR,
+    hostnameOverride: o.nodeName,
+    bindAddress: '0.0.0.0',
+    clientConnection: { kubeconfig: o.paths.kubeletKubeconfig },
+    // maxPerCore 0 / min 0: leave nf_conntrack_max (global, not per network namespace) alone.
+    conntrack: { maxPerCore: 0, min: 0 },
+    metricsBindAddress: `127.0.0.1:${KUBE_PROXY_METRICS_PORT}`,
+    healthzBindAddress: `127.0.0.1:${KUBE_PROXY_HEALTHZ_PORT}`,
+    iptables: { syncPeriod: '30s', minSyncPeriod: '1s' },
+    // NodePorts on the node's primary addresses only, not on every local IP (kube-proxy's advice).
+    nodePortAddresses: ['primary'],
+  };
+}
+
+function httpOk(port: number, path: string, timeoutMs = 3000): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const req = request({ host: '127.0.0.1', port, path, timeout: timeoutMs }, (res) => {
+      let body = '';
+      res.setEncoding('utf8');
+      res.on('data', (c: string) => { body += c; });
+      res.on('end', () => (res.statusCode === 200 ? resolve() : reject(new Error(`kube-proxy ${path} answered ${res.statusCode} ${body.slice(0, 200)}`))));
+    });
+    req.on('timeout', () => req.destroy(new Error(`kube-proxy ${path} timed out`)));
+    req.on('error', reject);
+    req.end();
+  });
+}
+
+export class KubeProxyComponent extends Supervisor {
+  readonly readyTimeoutMs = 120_000;
+  private readonly popts: KubeProxyOptions;
+
+  constructor(opts: KubeProxyOptions) {
+    const { paths } = opts;
+    const extra = Object.entries(opts.extraArgs ?? {}).map(([k, v]) => `--${k.replace(/^--/, '')}=${v}`);
+    super({
+      name: 'kube-proxy',
+      binary: join(paths.binDir, 'kube-proxy'),
+      args: [`--config=${paths.kubeProxyConfig}`, ...extra],
+      runDir: paths.runDir,
+      log: opts.log,
+      // 200 once the first full sync of the rules is done.
+      ready: () => httpOk(KUBE_PROXY_HEALTHZ_PORT, '/healthz'),
+      readyRetryMs: 1000,
+    });
+    this.popts = opts;
+  }
+
+  override async init(): Promise<void> {
+    await super.init();
+    const file = this.popts.paths.kubeProxyConfig;
+    await writeFile(`${file}.tmp`, stringify(kubeProxyConfiguration(this.popts)), { mode: 0o600 });
+    await rename(`${file}.tmp`, file);
+  }
+}

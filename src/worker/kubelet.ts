@@ -1,0 +1,220 @@
+// kubelet: TLS bootstrap from the join's bootstrap kubeconfig, containerd's CRI socket,
+// cgroupfs under its own cgroup root (/kctl/<node>), every directory under the data dir,
+// and a configuration that runs on the hosts we have (cgroup v1, little free disk).
+import { existsSync } from 'node:fs';
+import { mkdir, readdir, readFile, rename, rmdir, writeFile } from 'node:fs/promises';
+import { request } from 'node:http';
+import { join } from 'node:path';
+import { stringify } from 'yaml';
+import type { Logger } from '../log/logger.ts';
+import { Supervisor } from '../supervisor/process.ts';
+import type { WorkerPaths } from './paths.ts';
+
+export const KUBELET_HEALTHZ_PORT = 10248;
+export const KUBELET_PORT = 10250;
+
+export interface KubeletOptions {
+  paths: WorkerPaths;
+  log: Logger;
+  nodeName: string;
+  nodeIp: string;
+  labels?: Record<string, string>;
+  /** key=value:Effect or key:Effect */
+  taints?: string[];
+  clusterDNS?: string[];
+  clusterDomain?: string;
+  /** Extra kubelet flags (name without dashes -> value); they win over kctl's. */
+  extraArgs?: Record<string, string>;
+}
+
+/** The cgroup (relative to each hierarchy's root) under which kubelet puts kubepods. */
+export function kubeletCgroupRoot(nodeName: string): string {
+  return `/kctl/${nodeName}`;
+}
+
+export function kubeletConfiguration(o: KubeletOptions, resolvConf: string): Record<string, unknown> {
+  const { paths } = o;
+  return {
+    apiVersion: 'kubelet.config.k8s.io/v1beta1',
+    kind: 'KubeletConfiguration',
+    address: '0.0.0.0',
+    port: KUBELET_PORT,
+    readOnlyPort: 0,
+    healthzBindAddress: '127.0.0.1',
+    healthzPort: KUBELET_HEALTHZ_PORT,
+    authentication: {
+      anonymous: { enabled: false },
+      webhook: { enabled: true, cacheTTL: '2m0s' },
+      x509: { clientCAFile: paths.caCert },
+    },
+    authorization: { mode: 'Webhook', webhook: { cacheAuthorizedTTL: '5m0s', cacheUnauthorizedTTL: '30s' } },
+    containerRuntimeEndpoint: `unix://${paths.containerdSocket}`,
+    cgroupDriver: 'cgroupfs',
+    cgroupRoot: kubeletCgroupRoot(o.nodeName),
+    cgroupsPerQOS: true,
+    // The hosts we run on still have cgroup v1; kubelet 1.35+ refuses it unless told otherwise.
+    failCgroupV1: false,
+    failSwapOn: false,
+    podLogsDir: paths.podLogsDir,
+    volumePluginDir: join(paths.kubeletDir, 'volume-plugins'),
+    serverTLSBootstrap: true,
+    rotateCertificates: true,
+    resolvConf,
+    clusterDomain: o.clusterDomain ?? 'cluster.local',
+    ...(o.clusterDNS?.length ? { clusterDNS: o.clusterDNS } : {}),
+    // Test and edge hosts often have little free disk: evict only when it is really gone,
+    // and never garbage-collect the (registry-less) bundled images.
+    evictionHard: { 'memory.available': '100Mi', 'nodefs.available': '1%', 'nodefs.inodesFree': '1%', 'imagefs.available': '1%' },
+    imageGCHighThresholdPercent: 100,
+    imageGCLowThresholdPercent: 99,
+  };
+}
+
+function formatLabels(labels: Record<string, string>): string {
+  return Object.entries(labels).map(([k, v]) => `${k}=${v}`).join(',');
+}
+
+export function kubeletArgs(o: KubeletOptions): string[] {
+  const { paths } = o;
+  const flags: Record<string, string> = {
+    config: paths.kubeletConfig,
+    'bootstrap-kubeconfig': paths.bootstrapKubeconfig,
+    kubeconfig: paths.kubeletKubeconfig,
+    'cert-dir': paths.kubeletCertDir,
+    'root-dir': paths.kubeletDir,
+    'hostname-override': o.nodeName,
+    'node-ip': o.nodeIp,
+  };
+  if (o.labels && Object.keys(o.labels).length) flags['node-labels'] = formatLabels(o.labels);
+  if (o.taints?.length) flags['register-with-taints'] = o.taints.join(',');
+  for (const [k, v] of Object.entries(o.extraArgs ?? {})) flags[k.replace(/^--/, '')] = v;
+  return Object.entries(flags).map(([k, v]) => `--${k}=${v}`);
+}
+
+/** Cgroup v1 hierarchies (mount points) and whether the host is cgroup v2 only. */
+async function cgroupMounts(): Promise<{ v1: string[]; v2?: string }> {
+  const text = await readFile('/proc/self/mountinfo', 'utf8');
+  const v1: string[] = [];
+  let v2: string | undefined;
+  for (const line of text.split('\n')) {
+    const [pre, post] = line.split(' - ');
+    if (!pre || !post) continue;
+    const mountPoint = pre.split(' ')[4];
+    const fstype = post.split(' ')[0];
+    if (!mountPoint) continue;
+    if (fstype === 'cgroup') v1.push(mountPoint);
+    else if (fstype === 'cgroup2') v2 = mountPoint;
+  }
+  return v1.length ? { v1 } : { v1, v2 };
+}
+
+/**
+ * kubelet requires its cgroup root to exist in every hierarchy. On v1, cpuset children
+ * start with empty cpus/mems and cannot take tasks, so those are copied from the parent.
+ */
+export async function ensureCgroupRoot(cgroupRoot: string): Promise<void> {
+  const { v1, v2 } = await cgroupMounts();
+  const parts = cgroupRoot.split('/').filter(Boolean);
+  for (const mount of v1) {
+    let dir = mount;
+    for (const part of parts) {
+      const parent = dir;
+      dir = join(dir, part);
+      await mkdir(dir, { recursive: true });
+      for (const f of ['cpuset.cpus', 'cpuset.mems']) {
+        const file = join(dir, f);
+        if (!existsSync(file)) continue;
+        if ((await readFile(file, 'utf8')).trim() === '') await writeFile(file, await readFile(join(parent, f), 'utf8'));
+      }
+    }
+  }
+  if (v2) {
+    let dir = v2;
+    for (const part of parts) {
+      const controllers = (await readFile(join(dir, 'cgroup.controllers'), 'utf8').catch(() => '')).trim().split(/\s+/).filter(Boolean);
+      if (controllers.length) await writeFile(join(dir, 'cgroup.subtree_control'), controllers.map((c) => `+${c}`).join(' ')).catch(() => undefined);
+      dir = join(dir, part);
+      await mkdir(dir, { recursive: true });
+    }
+  }
+}
+
+/** GET http://127.0.0.1:10248/healthz and expect `ok`. */
+export function kubeletHealthz(timeoutMs = 3000): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const req = request({ host: '127.0.0.1', port: KUBELET_HEALTHZ_PORT, path: '/healthz', timeout: timeoutMs }, (res) => {
+      let body = '';
+      res.setEncoding('utf8');
+      res.on('data', (c: string) => { body += c; });
+      res.on('end', () => (res.statusCode === 200 && body.trim() === 'ok' ? resolve() : reject(new Error(`kubelet /healthz answered ${res.statusCode} ${body.slice(0, 200)}`))));
+    });
+    req.on('timeout', () => req.destroy(new Error('kubelet /healthz timed out')));
+    req.on('error', reject);
+    req.end();
+  });
+}
+
+export class KubeletComponent extends Supervisor {
+  /** TLS bootstrap waits for the controller to sign the client certificate. */
+  readonly readyTimeoutMs = 180_000;
+  private readonly kopts: KubeletOptions;
+
+  constructor(opts: KubeletOptions) {
+    const { paths } = opts;
+    super({
+      name: 'kubelet',
+      binary: join(paths.binDir, 'kubelet'),
+      args: kubeletArgs(opts),
+      runDir: paths.runDir,
+      log: opts.log,
+      // Healthy and holding its own client certificate (TLS bootstrap done).
+      ready: async () => {
+        await kubeletHealthz();
+        if (!existsSync(paths.kubeletKubeconfig)) throw new Error(`kubelet has no client certificate yet (${paths.kubeletKubeconfig} is missing; is the CSR approved?)`);
+      },
+      readyRetryMs: 1000,
+    });
+    this.kopts = opts;
+  }
+
+  override async init(): Promise<void> {
+    await super.init();
+    const { paths } = this.kopts;
+    for (const d of [paths.kubeletDir, paths.kubeletCertDir, paths.podLogsDir]) await mkdir(d, { recursive: true, mode: 0o750 });
+    await ensureCgroupRoot(kubeletCgroupRoot(this.kopts.nodeName));
+    // An empty resolvConf makes pods get no DNS config from the host at all.
+    const resolvConf = existsSync('/etc/resolv.conf') ? '/etc/resolv.conf' : '';
+    const tmp = `${paths.kubeletConfig}.tmp`;
+    await writeFile(tmp, stringify(kubeletConfiguration(this.kopts, resolvConf)), { mode: 0o600 });
+    await rename(tmp, paths.kubeletConfig);
+  }
+}
+
+/** For `kctl reset` and tests: kills every process left in the node's cgroup root (containers) and removes the cgroups. */
+export async function removeCgroupRoot(cgroupRoot: string): Promise<void> {
+  const { v1, v2 } = await cgroupMounts();
+  const roots = [...v1, ...(v2 ? [v2] : [])].map((m) => join(m, cgroupRoot)).filter((d) => existsSync(d));
+  const walk = async (dir: string): Promise<string[]> => {
+    const subdirs = (await readdir(dir, { withFileTypes: true }).catch(() => [])).filter((e) => e.isDirectory());
+    const nested = await Promise.all(subdirs.map((e) => walk(join(dir, e.name))));
+    return [...nested.flat(), dir]; // children before parents
+  };
+  for (let attempt = 0; attempt < 20; attempt++) {
+    let left = 0;
+    for (const root of roots) {
+      for (const dir of await walk(root)) {
+        const pids = (await readFile(join(dir, 'cgroup.procs'), 'utf8').catch(() => '')).split('\n').filter(Boolean).map(Number);
+        for (const pid of pids) {
+          try { process.kill(pid, 'SIGKILL'); } catch { /* gone */ }
+        }
+        left += pids.length;
+        await rmdir(dir).catch(() => undefined);
+      }
+    }
+    if (left === 0 && roots.every((r) => !existsSync(r))) break;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  // The shared parent (/kctl) goes too once no other node uses it.
+  const parent = cgroupRoot.split('/').filter(Boolean)[0];
+  if (parent) for (const m of [...v1, ...(v2 ? [v2] : [])]) await rmdir(join(m, parent)).catch(() => undefined);
+}

@@ -1,0 +1,291 @@
+// Pod networking without an overlay: a CNI bridge for this node's podCIDR (assigned by
+// kube-controller-manager), and a route to every other node's podCIDR via that node's
+// InternalIP (nodes share an L2 network or routed underlay, like kubenet / k3s host-gw).
+//
+// Reads Nodes with the kubelet's own credentials (the Node authorizer allows a node to
+// get/list/watch Nodes). Routes carry protocol ROUTE_PROTO so a sync only ever touches
+// routes kctl made; stop() leaves them (pods keep running across restarts), cleanup() removes them.
+import { existsSync, readFileSync } from 'node:fs';
+import { mkdir, readFile, rename, rm, writeFile } from 'node:fs/promises';
+import { request } from 'node:https';
+import { basename, dirname, join } from 'node:path';
+import { execa } from 'execa';
+import { parse } from 'yaml';
+import type { Logger } from '../log/logger.ts';
+import type { Component, ComponentStatus } from '../supervisor/component.ts';
+import { reasonOf } from '../supervisor/wait.ts';
+import type { WorkerPaths } from './paths.ts';
+
+export const CNI_BRIDGE = 'kctl0';
+export const CNI_NETWORK_NAME = 'kctl';
+export const CNI_CONFLIST = '10-kctl.conflist';
+/** Routing protocol number on kctl's routes (unassigned in rtnetlink; see /etc/iproute2/rt_protos). */
+export const ROUTE_PROTO = '177';
+
+export interface NodeInfo {
+  name: string;
+  podCIDR?: string;
+  internalIP?: string;
+}
+
+export interface NetworkOptions {
+  paths: WorkerPaths;
+  log: Logger;
+  nodeName: string;
+  /** How often to re-read Nodes and reconcile routes. Default 5 s. */
+  syncIntervalMs?: number;
+}
+
+export function cniConflist(podCIDR: string, paths: WorkerPaths): Record<string, unknown> {
+  return {
+    cniVersion: '1.0.0',
+    name: CNI_NETWORK_NAME,
+    plugins: [
+      {
+        type: 'bridge',
+        bridge: CNI_BRIDGE,
+        isGateway: true,
+        ipMasq: true,
+        hairpinMode: true,
+        ipam: {
+          type: 'host-local',
+          ranges: [[{ subnet: podCIDR }]],
+          routes: [{ dst: '0.0.0.0/0' }],
+          dataDir: paths.cniStateDir,
+        },
+      },
+      { type: 'portmap', capabilities: { portMappings: true }, snat: true },
+    ],
+  };
+}
+
+/** Routes this node needs: every other node that has a podCIDR and an InternalIP. */
+export function desiredRoutes(nodes: NodeInfo[], self: string): Map<string, string> {
+  const routes = new Map<string, string>();
+  for (const n of nodes) {
+    if (n.name === self || !n.podCIDR || !n.internalIP) continue;
+    if (n.podCIDR.includes(':') || n.internalIP.includes(':')) continue; // IPv4 only for now
+    routes.set(n.podCIDR, n.internalIP);
+  }
+  return routes;
+}
+
+interface KubeNode {
+  metadata: { name: string };
+  spec?: { podCIDR?: string };
+  status?: { addresses?: { type: string; address: string }[] };
+}
+
+function nodeInfo(n: KubeNode): NodeInfo {
+  return {
+    name: n.metadata.name,
+    podCIDR: n.spec?.podCIDR,
+    internalIP: n.status?.addresses?.find((a) => a.type === 'InternalIP')?.address,
+  };
+}
+
+interface Kubeconfig {
+  clusters?: { cluster: { server: string; 'certificate-authority-data'?: string; 'certificate-authority'?: string } }[];
+  users?: { user: { 'client-certificate-data'?: string; 'client-key-data'?: string; 'client-certificate'?: string; 'client-key'?: string } }[];
+}
+
+/** GET an API path with the kubelet's kubeconfig (re-read each time: kubelet rotates its certificate). */
+async function apiGet<T>(kubeconfig: string, path: string, timeoutMs = 10_000): Promise<T> {
+  const kc = parse(await readFile(kubeconfig, 'utf8')) as Kubeconfig;
+  const cluster = kc.clusters?.[0]?.cluster;
+  const user = kc.users?.[0]?.user;
+  if (!cluster || !user) throw new Error(`${kubeconfig} has no cluster or user`);
+  const data = (b64?: string, file?: string) => (b64 ? Buffer.from(b64, 'base64') : file ? readFileSync(file) : undefined);
+  return new Promise((resolve, reject) => {
+    const req = request(new URL(path, cluster.server), {
+      ca: data(cluster['certificate-authority-data'], cluster['certificate-authority']),
+      cert: data(user['client-certificate-data'], user['client-certificate']),
+      key: data(user['client-key-data'], user['client-key']),
+      timeout: timeoutMs,
+      headers: { accept: 'application/json' },
+    }, (res) => {
+      let body = '';
+      res.setEncoding('utf8');
+      res.on('data', (c: string) => { body += c; });
+      res.on('end', () => {
+        if (res.statusCode !== 200) return reject(new Error(`GET ${path}: ${res.statusCode} ${body.slice(0, 200)}`));
+        try { resolve(JSON.parse(body) as T); } catch (err) { reject(err as Error); }
+      });
+    });
+    req.on('timeout', () => req.destroy(new Error(`GET ${path} timed out`)));
+    req.on('error', reject);
+    req.end();
+  });
+}
+
+const IP_ENV = { PATH: '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' };
+
+async function ip(args: string[]): Promise<string> {
+  const r = await execa('ip', args, { reject: false, extendEnv: false, env: IP_ENV, timeout: 10_000 });
+  if (r.exitCode !== 0) throw new Error(`ip ${args.join(' ')}: ${r.stderr.trim()}`);
+  return r.stdout;
+}
+
+/** kctl's routes in this network namespace: podCIDR -> gateway. */
+export async function currentRoutes(): Promise<Map<string, string>> {
+  const out = JSON.parse((await ip(['-j', '-4', 'route', 'show', 'proto', ROUTE_PROTO])) || '[]') as { dst: string; gateway?: string }[];
+  return new Map(out.map((r) => [r.dst, r.gateway ?? '']));
+}
+
+/**
+ * Writes the CNI config so that containerd notices: its conf dir watcher ignores Create events
+ * (a rename into the dir is one) and reloads on Write and Rename. A first config is written in
+ * place (one small write: Create, then Write with the whole content); a changed one through a
+ * temp file in the same dir (libcni skips *.tmp) renamed over it.
+ */
+async function writeIfChanged(file: string, text: string, mode = 0o644): Promise<boolean> {
+  if (!existsSync(file)) {
+    await writeFile(file, text, { mode });
+    return true;
+  }
+  if ((await readFile(file, 'utf8')) === text) return false;
+  const tmp = join(dirname(file), `.${basename(file)}.tmp`);
+  await writeFile(tmp, text, { mode });
+  await rename(tmp, file);
+  return true;
+}
+
+/** Best effort: a sysctl that cannot be set is logged, not fatal (the host may set it already). */
+async function setSysctl(key: string, value: string, log: Logger): Promise<void> {
+  const file = join('/proc/sys', ...key.split('.'));
+  try {
+    if ((await readFile(file, 'utf8')).trim() === value) return;
+    await writeFile(file, value);
+  } catch (err) {
+    log.warn({ sysctl: key }, `cannot set ${key}=${value}: ${reasonOf(err)}`);
+  }
+}
+
+export class NetworkComponent implements Component {
+  readonly name = 'network';
+  /** Waits for kube-controller-manager to assign the podCIDR. */
+  readonly readyTimeoutMs = 180_000;
+  private st: ComponentStatus = { name: 'network', state: 'pending', restarts: 0 };
+  private startedAt = 0;
+  private timer?: NodeJS.Timeout;
+  private syncing?: Promise<void>;
+  private podCIDR?: string;
+  private lastSyncError?: string;
+
+  constructor(private readonly opts: NetworkOptions) {}
+
+  get conflistPath(): string {
+    return join(this.opts.paths.cniConfDir, CNI_CONFLIST);
+  }
+
+  async init(): Promise<void> {
+    const { paths } = this.opts;
+    for (const d of [paths.cniConfDir, paths.cniStateDir]) await mkdir(d, { recursive: true, mode: 0o755 });
+  }
+
+  async start(): Promise<void> {
+    this.st = { ...this.st, state: 'starting' };
+  }
+
+  async ready(signal: AbortSignal): Promise<void> {
+    const { log, paths, nodeName } = this.opts;
+    let last = 'not checked yet';
+    for (;;) {
+      if (signal.aborted) {
+        this.st = { ...this.st, state: 'failed', lastError: `node ${nodeName} has no podCIDR: ${last}` };
+        throw new Error(this.st.lastError);
+      }
+      try {
+        const node = nodeInfo(await apiGet<KubeNode>(paths.kubeletKubeconfig, `/api/v1/nodes/${encodeURIComponent(nodeName)}`));
+        if (node.podCIDR) {
+          this.podCIDR = node.podCIDR;
+          break;
+        }
+        last = 'not assigned yet (is kube-controller-manager running with --allocate-node-cidrs?)';
+      } catch (err) {
+        last = reasonOf(err);
+      }
+      await new Promise((r) => setTimeout(r, 1000));
+    }
+    await setSysctl('net.ipv4.ip_forward', '1', log);
+    // br_netfilter: bridged pod traffic must pass iptables for Service DNAT on hairpin paths.
+    await execa('modprobe', ['br_netfilter'], { reject: false, extendEnv: false, env: IP_ENV });
+    await setSysctl('net.bridge.bridge-nf-call-iptables', '1', log);
+    if (await writeIfChanged(this.conflistPath, JSON.stringify(cniConflist(this.podCIDR, paths), null, 2) + '\n')) {
+      log.info({ podCIDR: this.podCIDR, file: this.conflistPath }, 'wrote CNI config');
+    }
+    await this.sync();
+    this.timer = setInterval(() => { void this.sync(); }, this.opts.syncIntervalMs ?? 5000);
+    this.timer.unref();
+    this.startedAt = Date.now();
+    this.st = { ...this.st, state: 'running', lastError: undefined };
+  }
+
+  async stop(): Promise<void> {
+    clearInterval(this.timer);
+    this.timer = undefined;
+    await this.syncing;
+    this.st = { ...this.st, state: 'stopped' };
+  }
+
+  status(): ComponentStatus {
+    return {
+      ...this.st,
+      ...(this.lastSyncError && this.st.state === 'running' ? { lastError: this.lastSyncError } : {}),
+      uptimeSeconds: this.startedAt ? Math.round((Date.now() - this.startedAt) / 1000) : undefined,
+    };
+  }
+
+  /** One reconcile of routes to the other nodes' podCIDRs; errors are logged and retried next time. */
+  sync(): Promise<void> {
+    this.syncing ??= this.doSync().finally(() => { this.syncing = undefined; });
+    return this.syncing;
+  }
+
+  private async doSync(): Promise<void> {
+    const { log, paths, nodeName } = this.opts;
+    try {
+      const list = await apiGet<{ items: KubeNode[] }>(paths.kubeletKubeconfig, '/api/v1/nodes');
+      const nodes = list.items.map(nodeInfo);
+      const self = nodes.find((n) => n.name === nodeName);
+      if (self?.podCIDR && this.podCIDR && self.podCIDR !== this.podCIDR) {
+        log.warn({ was: this.podCIDR, now: self.podCIDR }, 'podCIDR of this node changed; rewriting the CNI config (running pods keep their old addresses)');
+        this.podCIDR = self.podCIDR;
+        await writeIfChanged(this.conflistPath, JSON.stringify(cniConflist(this.podCIDR, paths), null, 2) + '\n');
+      }
+      const want = desiredRoutes(nodes, nodeName);
+      const have = await currentRoutes();
+      const errors: string[] = [];
+      for (const [cidr, via] of want) {
+        if (have.get(cidr) === via) continue;
+        try {
+          await ip(['route', 'replace', cidr, 'via', via, 'proto', ROUTE_PROTO]);
+          log.info({ podCIDR: cidr, via }, 'route to node pod network');
+        } catch (err) {
+          errors.push(reasonOf(err));
+        }
+      }
+      for (const cidr of have.keys()) {
+        if (want.has(cidr)) continue;
+        await ip(['route', 'del', cidr, 'proto', ROUTE_PROTO]).catch((err: unknown) => errors.push(reasonOf(err)));
+        log.info({ podCIDR: cidr }, 'removed route to a node that is gone');
+      }
+      if (errors.length) throw new Error(errors.join('; '));
+      this.lastSyncError = undefined;
+    } catch (err) {
+      const reason = reasonOf(err);
+      if (reason !== this.lastSyncError) log.warn(`route sync failed: ${reason}`);
+      this.lastSyncError = reason;
+    }
+  }
+}
+
+/** For `kctl reset`: removes kctl's routes, the CNI config and IPAM state, and the bridge. */
+export async function cleanupNetwork(paths: WorkerPaths): Promise<void> {
+  for (const cidr of (await currentRoutes().catch(() => new Map<string, string>())).keys()) {
+    await ip(['route', 'del', cidr, 'proto', ROUTE_PROTO]).catch(() => undefined);
+  }
+  await rm(join(paths.cniConfDir, CNI_CONFLIST), { force: true });
+  await rm(paths.cniStateDir, { recursive: true, force: true });
+  await ip(['link', 'del', CNI_BRIDGE]).catch(() => undefined);
+}

@@ -1,0 +1,181 @@
+// The whole loop: two isolated workers join with tokens, run pods, and logs / exec /
+// port-forward / attach reach them only through the konnectivity tunnel.
+import assert from 'node:assert/strict';
+import type { ChildProcess } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import { writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { test, type TestContext } from 'node:test';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { decodeToken } from '../../src/join/token.ts';
+import { tempDir } from '../helpers.ts';
+import { requireKctl } from './kctl.ts';
+import { createLab, type Lab, type LabHost } from './lab.ts';
+
+async function waitFor(what: string, timeoutMs: number, check: () => Promise<boolean>, log?: () => string): Promise<void> {
+  const end = Date.now() + timeoutMs;
+  while (Date.now() < end) {
+    let ok = false;
+    try { ok = await check(); } catch (err) { if ((err as Error).message === 'a worker exited') break; }
+    if (ok) return;
+    await sleep(1000);
+  }
+  throw new Error(`timed out waiting for ${what}${log ? `\n${log()}` : ''}`);
+}
+
+interface Proc { child: ChildProcess; log: () => string; exited: Promise<number | null> }
+
+function track(child: ChildProcess): Proc {
+  let out = '';
+  child.stdout?.on('data', (c: Buffer) => { out += c.toString(); if (out.length > 2_000_000) out = out.slice(-1_000_000); });
+  child.stderr?.on('data', (c: Buffer) => { out += c.toString(); });
+  const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
+  return { child, log: () => out.split('\n').slice(-25).join('\n'), exited };
+}
+
+/** What a worker host looks like, for "reset leaves it as it was". */
+async function hostState(h: LabHost, dataDir: string): Promise<string> {
+  const links = String((await h.run('ip', ['-o', 'link', 'show'])).stdout).split('\n').map((l) => l.replace(/^\d+: /, '').split(/[:@]/)[0]!.trim()).sort();
+  const routes = String((await h.run('ip', ['route', 'show'])).stdout).split('\n').sort();
+  const ipt = String((await h.run('iptables-save', [])).stdout).split('\n').filter((l) => !l.startsWith('#') && !/^:\S+ \S+ \[/.test(l)).sort();
+  const mounts = String((await h.run('cat', ['/proc/self/mountinfo'])).stdout).split('\n').filter((l) => l.includes(dataDir));
+  return JSON.stringify({ links, routes, ipt, mounts, dataDir: existsSync(dataDir) }, null, 1);
+}
+
+const DEPLOYMENT = (name: string) => ({
+  apiVersion: 'apps/v1', kind: 'Deployment', metadata: { name },
+  spec: {
+    replicas: 2,
+    selector: { matchLabels: { app: name } },
+    template: {
+      metadata: { labels: { app: name } },
+      spec: {
+        topologySpreadConstraints: [{ maxSkew: 1, topologyKey: 'kubernetes.io/hostname', whenUnsatisfiable: 'DoNotSchedule', labelSelector: { matchLabels: { app: name } } }],
+        containers: [{
+          name: 'c', image: 'docker.io/library/busybox:1.36', imagePullPolicy: 'Never',
+          command: ['sh', '-c', 'mkdir -p /www && hostname > /www/index.html && httpd -p 8080 -h /www && echo started && while true; do echo tick; sleep 1; done'],
+          ports: [{ containerPort: 8080 }],
+        }],
+      },
+    },
+  },
+});
+
+test('two isolated workers join, run pods, and are reachable only through the tunnel', async (t: TestContext) => {
+  const lab: Lab = await createLab('wk', ['ctl', 'w1', 'w2'], { t });
+  const [ctl, w1, w2] = ['ctl', 'w1', 'w2'].map((n) => lab.host(n)) as [LabHost, LabHost, LabHost];
+  const dir = await tempDir(t);
+  const kctlBin = requireKctl();
+  const cData = join(dir, 'c-data');
+  await writeFile(join(dir, 'kctl.yaml'), `spec:\n  api: { address: ${ctl.ip} }\n`);
+  const controller = track(ctl.spawn(kctlBin, ['controller', '--single', '--config', join(dir, 'kctl.yaml'), '--data-dir', cData, '--run-dir', join(dir, 'c-run')]));
+  // Everything that talks to the API runs on the controller host: lab addresses exist only in the lab.
+  const kubectl = (args: string[], input?: string) => ctl.run(kctlBin, ['--data-dir', cData, 'kubectl', ...args], { input, timeout: 60_000 });
+  await waitFor('controller ready', 180_000, async () => controller.log().includes('"msg":"controller ready"'), controller.log);
+
+  const tokenOut = await ctl.run(kctlBin, ['--data-dir', cData, 'token', 'create', '--role', 'worker', '--expiry', '1h']);
+  assert.equal(tokenOut.exitCode, 0, String(tokenOut.stderr));
+  const token = String(tokenOut.stdout).trim();
+
+  // Bad tokens: each refused with one line, nothing written on the worker.
+  const refused = async (badToken: string, expect: RegExp) => {
+    const d = join(dir, `bad-${Math.random().toString(36).slice(2)}`);
+    const r = await w1.run(kctlBin, ['worker', '--token', badToken, '--data-dir', d, '--run-dir', `${d}-run`, '--node-name', 'bad']);
+    assert.notEqual(r.exitCode, 0);
+    const lines = String(r.stderr).trim().split('\n');
+    assert.equal(lines.length, 1, String(r.stderr));
+    assert.match(lines[0]!, expect);
+    assert.equal(existsSync(d), false, 'a refused token wrote into the data dir');
+    assert.equal(existsSync(`${d}-run`), false, 'a refused token wrote into the run dir');
+  };
+  await refused('not-a-token', /join token is malformed/);
+  await refused(token.slice(0, 60) + (token[60] === 'a' ? 'b' : 'a') + token.slice(61), /join token is malformed|rejected the join token|not signed by the CA/);
+  const expired = String((await ctl.run(kctlBin, ['--data-dir', cData, 'token', 'create', '--role', 'worker', '--expiry', '1s'])).stdout).trim();
+  await sleep(2500);
+  await refused(expired, /rejected the join token \(expired, invalidated or never issued\)/);
+  const revoked = String((await ctl.run(kctlBin, ['--data-dir', cData, 'token', 'create', '--role', 'worker'])).stdout).trim();
+  const [revokedId, revokedSecret] = decodeToken(revoked).bootstrapToken.split('.') as [string, string];
+  const list = await ctl.run(kctlBin, ['--data-dir', cData, 'token', 'list', '-o', 'json']);
+  assert.ok((JSON.parse(String(list.stdout)) as { id: string }[]).some((x) => x.id === revokedId));
+  assert.ok(!String(list.stdout).includes(revokedSecret), 'token list must not print secrets');
+  const listed = await ctl.run(kctlBin, ['--data-dir', cData, 'token', 'list']);
+  assert.match(String(listed.stdout), /^ID\s+ROLE\s+EXPIRES/);
+
+  // Workers: isolated from the controller host, dialing out only.
+  await lab.isolate(w1, ctl);
+  await lab.isolate(w2, ctl);
+  const before = { w2: await hostState(w2, join(dir, 'w2-data')) };
+  const startWorker = (h: LabHost, withToken: boolean) => track(h.spawn(kctlBin, [
+    'worker', ...(withToken ? ['--token', token] : []), '--data-dir', join(dir, `${h.name}-data`), '--run-dir', join(dir, `${h.name}-run`),
+    '--node-name', h.name, '--node-ip', h.ip, '--labels', `kctl.dev/lab=${lab.name}`,
+  ]));
+  let p1 = startWorker(w1, true);
+  let p2 = startWorker(w2, true);
+  const nodeReady = async (n: string) => String((await kubectl(['get', 'node', n, '-o', 'jsonpath={.status.conditions[?(@.type=="Ready")].status}'])).stdout) === 'True';
+  await waitFor('both nodes Ready', 300_000, async () => {
+    if (p1.child.exitCode !== null || p2.child.exitCode !== null) throw new Error('a worker exited');
+    return (await nodeReady('w1')) && (await nodeReady('w2'));
+  }, () => `w1:\n${p1.log()}\nw2:\n${p2.log()}`);
+
+  // The invalidated token is refused now (tokens are checked at join, not afterwards).
+  assert.equal((await ctl.run(kctlBin, ['--data-dir', cData, 'token', 'invalidate', revokedId])).exitCode, 0);
+  await refused(revoked, /rejected the join token/);
+
+  // A 2-replica busybox Deployment spreads over both workers.
+  assert.equal((await kubectl(['apply', '-f', '-'], JSON.stringify(DEPLOYMENT('bb')))).exitCode, 0);
+  type Pod = { metadata: { name: string; uid: string }; spec: { nodeName: string }; status: { phase: string; podIP: string; containerStatuses?: { restartCount: number; containerID: string }[] } };
+  const pods = async () => (JSON.parse(String((await kubectl(['get', 'pods', '-l', 'app=bb', '-o', 'json'])).stdout)) as { items: Pod[] }).items;
+  await waitFor('2 pods running on both nodes', 180_000, async () => {
+    const p = await pods();
+    return p.length === 2 && p.every((x) => x.status.phase === 'Running') && new Set(p.map((x) => x.spec.nodeName)).size === 2;
+  }, () => String(controller.log()));
+  const running = await pods();
+  const podOn = (n: string) => running.find((x) => x.spec.nodeName === n)!;
+  const a = podOn('w1');
+  const b = podOn('w2');
+
+  // The controller host cannot reach a kubelet directly ...
+  assert.equal(await lab.canConnect(ctl, w1, 10250), false, 'the controller host reached w1\'s kubelet directly');
+  // ... yet logs, exec (with stdin), port-forward and attach work: through the tunnel.
+  await waitFor('logs', 30_000, async () => String((await kubectl(['logs', a.metadata.name])).stdout).includes('started'));
+  const exec = await kubectl(['exec', '-i', a.metadata.name, '--', 'sh', '-c', 'cat; echo " from $(hostname)"'], 'stdin reached the pod');
+  assert.equal(exec.exitCode, 0, String(exec.stderr));
+  assert.equal(String(exec.stdout).trim(), `stdin reached the pod from ${a.metadata.name}`);
+  const pf = track(ctl.spawn(kctlBin, ['--data-dir', cData, 'kubectl', 'port-forward', `pod/${b.metadata.name}`, '18080:8080']));
+  await waitFor('port-forward', 30_000, async () => {
+    const r = await ctl.run('/bin/busybox', ['wget', '-qO-', 'http://127.0.0.1:18080/'], { timeout: 5000 });
+    return String(r.stdout).trim() === b.metadata.name;
+  }, pf.log);
+  pf.child.kill('SIGTERM');
+  const attach = await ctl.run('timeout', ['8', kctlBin, '--data-dir', cData, 'kubectl', 'attach', a.metadata.name, '-c', 'c'], { timeout: 20_000 });
+  assert.match(String(attach.stdout), /tick/, String(attach.stderr));
+
+  // Pod to pod across workers.
+  const p2p = await kubectl(['exec', a.metadata.name, '--', 'timeout', '10', 'wget', '-qO-', `http://${b.status.podIP}:8080/`]);
+  assert.equal(String(p2p.stdout).trim(), b.metadata.name, String(p2p.stderr));
+
+  // Restarting a worker's kctl keeps its pods running and the node Ready.
+  p1.child.kill('SIGTERM');
+  assert.equal(await p1.exited, 0);
+  p1 = startWorker(w1, false);
+  await waitFor('w1 worker back', 180_000, async () => p1.log().includes('"msg":"worker ready"'), p1.log);
+  assert.match(p1.log(), /this worker has joined before|starting worker/);
+  await waitFor('w1 Ready again', 120_000, () => nodeReady('w1'));
+  const after = (await pods()).find((x) => x.metadata.uid === a.metadata.uid);
+  assert.ok(after, 'the pod on w1 was replaced');
+  assert.equal(after.status.phase, 'Running');
+  assert.equal(after.status.containerStatuses?.[0]?.containerID, a.status.containerStatuses?.[0]?.containerID, 'the container was restarted');
+  assert.equal(after.status.containerStatuses?.[0]?.restartCount, 0);
+
+  // kctl reset refuses while running, then leaves w2 as it was.
+  const refusedReset = await w2.run(kctlBin, ['reset', '--data-dir', join(dir, 'w2-data'), '--run-dir', join(dir, 'w2-run')]);
+  assert.notEqual(refusedReset.exitCode, 0);
+  assert.match(String(refusedReset.stderr), /kctl is running here/);
+  p2.child.kill('SIGTERM');
+  assert.equal(await p2.exited, 0);
+  const reset = await w2.run(kctlBin, ['reset', '--data-dir', join(dir, 'w2-data'), '--run-dir', join(dir, 'w2-run')]);
+  assert.equal(reset.exitCode, 0, String(reset.stderr));
+  assert.equal(await hostState(w2, join(dir, 'w2-data')), before.w2);
+  const leftovers = String((await ctl.run('pgrep', ['-f', join(dir, 'w2-')])).stdout).trim();
+  assert.equal(leftovers, '', 'processes of the reset worker are still running');
+});

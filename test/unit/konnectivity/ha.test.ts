@@ -1,0 +1,111 @@
+// HA without a load balancer (ANP#394, k0s#3783, #5503): an agent holds a stream to every
+// listed server, also discovers servers behind one address, and notices dead links in seconds.
+import assert from 'node:assert/strict';
+import { connect, type Socket } from 'node:net';
+import { test } from 'node:test';
+import { dialViaProxy } from '../../../src/konnectivity/client.ts';
+import type { KonnectivityServer } from '../../../src/konnectivity/server.ts';
+import { echoServer, listen, makePki, readN, startAgent, startServer, udsOf, waitFor } from './fixtures.ts';
+
+/** A tiny TCP load balancer: round-robin per connection; freeze() black-holes open connections. */
+async function roundRobin(t: Parameters<typeof listen>[0], backends: () => number[]) {
+  let n = 0;
+  const pairs: [Socket, Socket][] = [];
+  const lb = await listen(t, (client) => {
+    const ports = backends();
+    const port = ports[n++ % ports.length] as number;
+    const upstream = connect(port, '127.0.0.1');
+    upstream.on('error', () => client.destroy());
+    client.on('close', () => upstream.destroy());
+    upstream.on('close', () => client.destroy());
+    client.pipe(upstream);
+    upstream.pipe(client);
+    pairs.push([client, upstream]);
+  });
+  t.after(() => {
+    for (const [a, b] of pairs) {
+      a.destroy();
+      b.destroy();
+    }
+  });
+  return {
+    port: lb.port,
+    /** Open connections stop carrying bytes, without closing: a dead link. */
+    freeze(): void {
+      for (const [a, b] of pairs) {
+        a.unpipe(b);
+        b.unpipe(a);
+        a.pause();
+        b.pause();
+      }
+      pairs.length = 0;
+    },
+  };
+}
+
+async function echoThrough(server: KonnectivityServer, address: string): Promise<void> {
+  const tn = await dialViaProxy({ udsPath: udsOf(server).grpc, address });
+  tn.write('via ' + server.serverId);
+  assert.equal((await readN(tn, 4 + server.serverId.length)).toString(), 'via ' + server.serverId);
+  tn.destroy();
+}
+
+test('an agent given two server addresses holds a stream to both', async (t) => {
+  const pki = await makePki();
+  const s1 = await startServer(t, pki, { serverId: 'ctrl-1', serverCount: () => 2 });
+  const s2 = await startServer(t, pki, { serverId: 'ctrl-2', serverCount: () => 2 });
+  const agent = await startAgent(t, pki, [s1, s2]);
+  await waitFor('both servers held', () => agent.snapshot().servers.length === 2);
+  assert.deepEqual(agent.snapshot().servers.map((s) => s.serverId).sort(), ['ctrl-1', 'ctrl-2']);
+  assert.equal(s1.snapshot().agents.length, 1);
+  assert.equal(s2.snapshot().agents.length, 1);
+  const echo = await echoServer(t);
+  await echoThrough(s1, echo.address);
+  await echoThrough(s2, echo.address);
+  const metrics = await agent.metricsText();
+  assert.match(metrics, /konnectivity_network_proxy_agent_open_server_connections 2/);
+  assert.match(metrics, /konnectivity_network_proxy_agent_known_server_count 2/);
+
+  // One controller goes away and comes back on the same port: the agent reconnects.
+  const port2 = s2.agentPort();
+  await s2.stop();
+  await waitFor('ctrl-2 dropped', () => agent.snapshot().servers.length === 1);
+  await echoThrough(s1, echo.address);
+  const s2b = await startServer(t, pki, { serverId: 'ctrl-2b', serverCount: () => 2, agentPort: port2 });
+  await waitFor('ctrl-2b held', () => agent.snapshot().servers.some((s) => s.serverId === 'ctrl-2b'), 15_000);
+  await echoThrough(s2b, echo.address);
+});
+
+test('an agent behind one address discovers servercount=2 servers and drops duplicates', async (t) => {
+  const pki = await makePki();
+  const s1 = await startServer(t, pki, { serverId: 'ctrl-1', serverCount: () => 2 });
+  const s2 = await startServer(t, pki, { serverId: 'ctrl-2', serverCount: () => 2 });
+  // Skewed on purpose: three of every four connections reach ctrl-1, so duplicates happen.
+  const lb = await roundRobin(t, () => [s1.agentPort(), s1.agentPort(), s1.agentPort(), s2.agentPort()]);
+  const agent = await startAgent(t, pki, [{ host: '127.0.0.1', port: lb.port }], { syncIntervalMs: 50, syncIntervalCapMs: 200 });
+  await waitFor('both servers discovered', () => agent.snapshot().servers.length === 2, 20_000);
+  assert.deepEqual(agent.snapshot().servers.map((s) => s.serverId).sort(), ['ctrl-1', 'ctrl-2']);
+  assert.equal(agent.snapshot().knownServerCount, 2);
+  // Duplicates were dropped: each server sees the agent once.
+  await waitFor('one stream per server', () => s1.snapshot().agents.length === 1 && s2.snapshot().agents.length === 1);
+  const echo = await echoServer(t);
+  await echoThrough(s1, echo.address);
+  await echoThrough(s2, echo.address);
+});
+
+test('a dead link (no FIN, no RST) is noticed in seconds by both the agent and the server', async (t) => {
+  const pki = await makePki();
+  const server = await startServer(t, pki, { serverId: 'ctrl-1', keepaliveTimeMs: 1_000, keepaliveTimeoutMs: 1_000 });
+  const lb = await roundRobin(t, () => [server.agentPort()]);
+  const agent = await startAgent(t, pki, [{ host: '127.0.0.1', port: lb.port }], { keepaliveTimeMs: 500, keepaliveTimeoutMs: 1_000 });
+  await waitFor('connected', () => agent.snapshot().servers.length === 1 && server.snapshot().agents.length === 1);
+  const firstConnectedAt = server.snapshot().agents[0]?.connectedAt;
+  lb.freeze();
+  // Both ends give up on the frozen connection, and the agent comes back on a fresh one.
+  await waitFor('server dropped the silent agent and the agent reconnected', () => {
+    const agents = server.snapshot().agents;
+    return agents.length === 1 && agents[0]?.connectedAt !== firstConnectedAt && agent.snapshot().servers.length === 1;
+  }, 20_000);
+  const echo = await echoServer(t);
+  await echoThrough(server, echo.address);
+});

@@ -1,0 +1,103 @@
+// What the worker components write for containerd, kubelet, CNI and kube-proxy: every path
+// under the worker's own dirs, and the settings the hosts we run on need.
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { containerdConfig } from '../../../src/worker/containerd.ts';
+import { kubeletArgs, kubeletConfiguration } from '../../../src/worker/kubelet.ts';
+import { kubeProxyConfiguration } from '../../../src/worker/kube-proxy.ts';
+import { cniConflist, desiredRoutes } from '../../../src/worker/network.ts';
+import { workerPaths } from '../../../src/worker/paths.ts';
+import { createLogger } from '../../../src/log/logger.ts';
+
+const paths = workerPaths('/data', '/run/w');
+const log = createLogger({ pretty: false, destination: process.stderr });
+
+test('containerd config keeps every path under the worker dirs and uses our runc, CNI and pause image', () => {
+  const toml = containerdConfig(paths);
+  assert.match(toml, /^version = 4$/m);
+  assert.match(toml, /^root = '\/data\/containerd'$/m);
+  assert.match(toml, /^state = '\/run\/w\/containerd'$/m);
+  assert.match(toml, /\[plugins\.'io\.containerd\.server\.v1\.grpc'\]\n\s+address = '\/run\/w\/containerd\/containerd\.sock'/);
+  assert.match(toml, /BinaryName = '\/data\/bin\/runc'/);
+  assert.match(toml, /SystemdCgroup = false/);
+  assert.match(toml, /bin_dirs = \['\/data\/bin\/cni'\]/);
+  assert.match(toml, /conf_dir = '\/data\/cni\/net\.d'/);
+  assert.match(toml, /sandbox = 'registry\.k8s\.io\/pause:3\.10'/);
+  assert.match(toml, /restrict_oom_score_adj = false/);
+  assert.match(containerdConfig(paths, { restrictOomScoreAdj: true }), /restrict_oom_score_adj = true/);
+  // Nothing of the host's containerd, CNI or NRI setup.
+  for (const hostPath of ['/etc/containerd', '/opt/cni', '/etc/cni', '/var/lib/containerd', '/run/containerd', '/opt/containerd']) {
+    assert.ok(!toml.includes(`'${hostPath}`), `${hostPath} must not appear in the config`);
+  }
+});
+
+test('kubelet configuration: node-scoped cgroup root, cgroup v1 allowed, webhook auth, relaxed eviction', () => {
+  const cfg = kubeletConfiguration({ paths, log, nodeName: 'n1', nodeIp: '10.0.0.5', clusterDNS: ['10.96.0.10'], clusterDomain: 'example.local' }, '/etc/resolv.conf');
+  assert.equal(cfg.cgroupRoot, '/kctl/n1');
+  assert.equal(cfg.cgroupDriver, 'cgroupfs');
+  assert.equal(cfg.failCgroupV1, false);
+  assert.equal(cfg.containerRuntimeEndpoint, 'unix:///run/w/containerd/containerd.sock');
+  assert.deepEqual(cfg.authentication, { anonymous: { enabled: false }, webhook: { enabled: true, cacheTTL: '2m0s' }, x509: { clientCAFile: '/data/pki/ca.crt' } });
+  assert.equal((cfg.authorization as { mode: string }).mode, 'Webhook');
+  assert.equal(cfg.serverTLSBootstrap, true);
+  assert.equal(cfg.podLogsDir, '/data/pod-logs');
+  assert.equal(cfg.healthzBindAddress, '127.0.0.1');
+  assert.equal(cfg.imageGCHighThresholdPercent, 100);
+  assert.deepEqual(cfg.clusterDNS, ['10.96.0.10']);
+  assert.equal(cfg.clusterDomain, 'example.local');
+  assert.equal((cfg.evictionHard as Record<string, string>)['nodefs.available'], '1%');
+  assert.equal(kubeletConfiguration({ paths, log, nodeName: 'n1', nodeIp: '10.0.0.5' }, '').clusterDNS, undefined);
+});
+
+test('kubelet flags: bootstrap and node identity, labels and taints, extra args win', () => {
+  const args = kubeletArgs({
+    paths, log, nodeName: 'n1', nodeIp: '10.0.0.5',
+    labels: { 'kctl.dev/pool': 'edge', zone: 'a' }, taints: ['dedicated=edge:NoSchedule', 'gpu:NoExecute'],
+    extraArgs: { '--v': '4', 'node-ip': '10.0.0.6' },
+  });
+  assert.ok(args.includes('--bootstrap-kubeconfig=/data/kubelet-bootstrap.conf'));
+  assert.ok(args.includes('--kubeconfig=/data/kubelet.conf'));
+  assert.ok(args.includes('--root-dir=/data/kubelet'));
+  assert.ok(args.includes('--cert-dir=/data/kubelet/pki'));
+  assert.ok(args.includes('--hostname-override=n1'));
+  assert.ok(args.includes('--node-labels=kctl.dev/pool=edge,zone=a'));
+  assert.ok(args.includes('--register-with-taints=dedicated=edge:NoSchedule,gpu:NoExecute'));
+  assert.ok(args.includes('--v=4'));
+  assert.deepEqual(args.filter((a) => a.startsWith('--node-ip=')), ['--node-ip=10.0.0.6']);
+  assert.ok(!kubeletArgs({ paths, log, nodeName: 'n1', nodeIp: '10.0.0.5' }).some((a) => a.startsWith('--node-labels') || a.startsWith('--register-with-taints')));
+});
+
+test('CNI conflist: bridge kctl0 for the node podCIDR, IPAM state under the data dir, portmap', () => {
+  const c = cniConflist('10.244.3.0/24', paths) as { cniVersion: string; plugins: Record<string, unknown>[] };
+  assert.equal(c.cniVersion, '1.0.0');
+  const [bridge, portmap] = c.plugins;
+  assert.equal(bridge?.type, 'bridge');
+  assert.equal(bridge?.bridge, 'kctl0');
+  assert.equal(bridge?.isGateway, true);
+  assert.equal(bridge?.ipMasq, true);
+  assert.equal(bridge?.hairpinMode, true);
+  assert.deepEqual(bridge?.ipam, { type: 'host-local', ranges: [[{ subnet: '10.244.3.0/24' }]], routes: [{ dst: '0.0.0.0/0' }], dataDir: '/data/cni/state' });
+  assert.deepEqual(portmap, { type: 'portmap', capabilities: { portMappings: true }, snat: true });
+});
+
+test('routes go to every other node that has a podCIDR and an InternalIP', () => {
+  const routes = desiredRoutes([
+    { name: 'self', podCIDR: '10.244.0.0/24', internalIP: '10.0.0.1' },
+    { name: 'b', podCIDR: '10.244.1.0/24', internalIP: '10.0.0.2' },
+    { name: 'no-cidr', internalIP: '10.0.0.3' },
+    { name: 'no-ip', podCIDR: '10.244.4.0/24' },
+    { name: 'v6', podCIDR: 'fd00::/64', internalIP: 'fd00::1' },
+  ], 'self');
+  assert.deepEqual([...routes], [['10.244.1.0/24', '10.0.0.2']]);
+});
+
+test('kube-proxy: iptables mode, node credentials, loopback-only endpoints, global conntrack untouched', () => {
+  const cfg = kubeProxyConfiguration({ paths, log, nodeName: 'n1', clusterCIDR: '10.244.0.0/16' });
+  assert.equal(cfg.mode, 'iptables');
+  assert.equal(cfg.clusterCIDR, '10.244.0.0/16');
+  assert.equal(cfg.hostnameOverride, 'n1');
+  assert.deepEqual(cfg.clientConnection, { kubeconfig: '/data/kubelet.conf' });
+  assert.deepEqual(cfg.conntrack, { maxPerCore: 0, min: 0 });
+  assert.equal(cfg.metricsBindAddress, '127.0.0.1:10249');
+  assert.equal(cfg.healthzBindAddress, '127.0.0.1:10256');
+});
