@@ -73,22 +73,16 @@ function mountsUnder(dirs: string[]): string[] {
 async function iptablesCleanup(paths: WorkerPaths, log: Logger): Promise<void> {
   const kubeProxy = join(paths.binDir, 'kube-proxy');
   if (existsSync(kubeProxy)) await execa(kubeProxy, ['--cleanup'], { reject: false });
-  // CNI bridge/portmap chains (CNI-*) and references to them.
-  for (const cmd of ['iptables', 'ip6tables']) {
-    for (const table of ['nat', 'filter', 'mangle']) {
-      const rules = await execa(cmd, ['-t', table, '-S'], { reject: false });
-      if (rules.exitCode !== 0) continue;
-      const lines = rules.stdout.split('\n');
-      for (const l of lines.filter((x) => x.startsWith('-A ') && / -j (CNI-|KUBE-)/.test(x))) {
-        await execa(cmd, ['-t', table, ...l.replace(/^-A /, '-D ').split(' ')], { reject: false });
-      }
-      for (const chain of lines.filter((x) => /^-N (CNI-|KUBE-)/.test(x)).map((x) => x.split(' ')[1]!)) {
-        await execa(cmd, ['-t', table, '-F', chain], { reject: false });
-      }
-      for (const chain of lines.filter((x) => /^-N (CNI-|KUBE-)/.test(x)).map((x) => x.split(' ')[1]!)) {
-        await execa(cmd, ['-t', table, '-X', chain], { reject: false });
-      }
-    }
+  // CNI bridge/portmap chains (CNI-*), kube-proxy leftovers (KUBE-*) and every rule that jumps
+  // to them: filter iptables-save's text and load it back per table (rules carry quoted
+  // comments, so re-parsing them into argv by hand would be fragile).
+  const ours = /^(:|-A |-N )(CNI-|KUBE-)|-j (CNI-|KUBE-)/;
+  for (const [save, restore] of [['iptables-save', 'iptables-restore'], ['ip6tables-save', 'ip6tables-restore']] as const) {
+    const dump = await execa(save, [], { reject: false });
+    if (dump.exitCode !== 0 || !dump.stdout.split('\n').some((l) => ours.test(l))) continue;
+    const kept = dump.stdout.split('\n').filter((l) => !ours.test(l)).join('\n') + '\n';
+    const r = await execa(restore, ['-w', '5'], { input: kept, reject: false });
+    if (r.exitCode !== 0) log.warn({ error: r.stderr.trim() }, `${restore} failed; some CNI/KUBE rules may remain`);
   }
   log.info('removed kube-proxy and CNI iptables rules');
 }
