@@ -21,7 +21,7 @@ export async function refuseIfRunning(paths: WorkerPaths): Promise<void> {
   if (!existsSync(pidFile)) return;
   const pid = Number((await readFile(pidFile, 'utf8')).trim());
   if (pid && pid !== process.pid && alive(pid)) {
-    throw new UserError(`kctl is running here (pid ${pid}); stop it first (kctl stop, or SIGTERM), then run kctl reset`);
+    throw new UserError(`kctl is running here (pid ${pid}); stop it first (SIGTERM to pid ${pid}), then run kctl reset`);
   }
 }
 
