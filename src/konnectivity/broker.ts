@@ -186,8 +186,24 @@ export class Broker {
     for (const t of a.conns.values()) this.maybeResumeFrontend(t);
   }
 
+  /**
+   * One backend per agent id: its oldest stream (preferring one that is not draining), as upstream
+   * does (backends[agentID][0]). A newer stream of the same agent is usually a duplicate the agent
+   * drops as soon as it reads serverid (HA resync after a server loss, discovery behind a load
+   * balancer); a dial sent on it would fail with "agent disconnected before answering".
+   */
+  private readyAgents(): AgentBackend[] {
+    const byId = new Map<string, AgentBackend>();
+    for (const a of this.agents) {
+      if (a.gone) continue;
+      const first = byId.get(a.id);
+      if (!first || (first.draining && !a.draining)) byId.set(a.id, a);
+    }
+    return [...byId.values()];
+  }
+
   private pickAgent(host: string): AgentBackend | null {
-    const ready = [...this.agents].filter((a) => !a.gone);
+    const ready = this.readyAgents();
     for (const s of this.o.strategies) {
       const candidates = s === 'destHost' ? ready.filter((a) => a.serves(host))
         : s === 'defaultRoute' ? ready.filter((a) => a.identifiers.defaultRoute)
