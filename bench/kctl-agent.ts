@@ -1,0 +1,24 @@
+// kctl's konnectivity agent alone in a process, with /metrics on an admin port, for the bench.
+// argv[2]: JSON {serverPort, adminPort, ca, cert, key, agentId}. Prints {"ready":true} once connected.
+import { readFileSync } from 'node:fs';
+import { createServer } from 'node:http';
+import { KonnectivityAgent } from '../src/konnectivity/index.ts';
+import { createLogger } from '../src/log/logger.ts';
+
+const o = JSON.parse(process.argv[2] ?? '{}') as { serverPort: number; adminPort: number; ca: string; cert: string; key: string; agentId: string };
+const agent = new KonnectivityAgent({
+  servers: [{ host: '127.0.0.1', port: o.serverPort }],
+  ca: readFileSync(o.ca), cert: readFileSync(o.cert), key: readFileSync(o.key),
+  agentId: o.agentId, identifiers: { host: [o.agentId] }, syncIntervalMs: 200,
+  log: createLogger({ destination: process.stderr, pretty: false }),
+});
+const admin = createServer((req, res) => {
+  if (req.url !== '/metrics') return void res.writeHead(404).end();
+  void agent.metricsText().then((body) => res.writeHead(200, { 'content-type': 'text/plain' }).end(body));
+});
+await new Promise<void>((r) => admin.listen(o.adminPort, '127.0.0.1', r));
+await agent.init();
+await agent.start();
+await agent.ready(AbortSignal.timeout(30_000));
+process.stdout.write(`${JSON.stringify({ ready: true })}\n`);
+for (const sig of ['SIGTERM', 'SIGINT'] as const) process.once(sig, () => void agent.stop({ drain: false }).finally(() => process.exit(0)));

@@ -1,0 +1,97 @@
+// Child processes of the harness: started with their output kept for error messages, RSS read
+// from /proc, stopped by their own pid.
+import { spawn, type ChildProcess } from 'node:child_process';
+import { readFileSync } from 'node:fs';
+import { createServer, type AddressInfo } from 'node:net';
+import { setTimeout as sleep } from 'node:timers/promises';
+
+export interface Proc {
+  name: string;
+  child: ChildProcess;
+  pid: number;
+  output(): string;
+  /** Lines on stdout, as they come. */
+  onLine(fn: (line: string) => void): void;
+  stop(): Promise<void>;
+}
+
+export function startProc(name: string, cmd: string, args: string[], env: NodeJS.ProcessEnv = {}): Proc {
+  const child = spawn(cmd, args, { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, ...env } });
+  let out = '';
+  let buf = '';
+  const listeners: ((l: string) => void)[] = [];
+  child.stdout!.on('data', (c: Buffer) => {
+    const s = c.toString();
+    out = (out + s).slice(-20_000);
+    buf += s;
+    let i: number;
+    while ((i = buf.indexOf('\n')) >= 0) {
+      const line = buf.slice(0, i);
+      buf = buf.slice(i + 1);
+      for (const l of listeners) l(line);
+    }
+  });
+  child.stderr!.on('data', (c: Buffer) => (out = (out + c.toString()).slice(-20_000)));
+  const exited = new Promise<void>((r) => child.once('exit', () => r()));
+  return {
+    name, child, pid: child.pid!,
+    output: () => out,
+    onLine: (fn) => listeners.push(fn),
+    async stop() {
+      if (child.exitCode !== null || child.signalCode !== null) return;
+      child.kill('SIGTERM');
+      const t = setTimeout(() => child.kill('SIGKILL'), 5_000);
+      await exited;
+      clearTimeout(t);
+    },
+  };
+}
+
+/** The first stdout line that parses as JSON, e.g. a child's "ready" report. */
+export function firstJsonLine<T>(p: Proc, timeoutMs = 60_000): Promise<T> {
+  return new Promise((resolve, reject) => {
+    const t = setTimeout(() => reject(new Error(`${p.name}: no ready line within ${timeoutMs} ms\n${p.output()}`)), timeoutMs);
+    p.child.once('exit', (code) => reject(new Error(`${p.name} exited (${code}) before it was ready\n${p.output()}`)));
+    p.onLine((l) => {
+      if (!l.startsWith('{')) return;
+      clearTimeout(t);
+      resolve(JSON.parse(l) as T);
+    });
+  });
+}
+
+/** Resident set size of one process, KiB. */
+export function rssKiB(pid: number): number {
+  const m = /VmRSS:\s+(\d+)\s+kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
+  if (!m) throw new Error(`no VmRSS for pid ${pid}`);
+  return Number(m[1]);
+}
+
+export async function freePort(): Promise<number> {
+  const s = createServer();
+  await new Promise<void>((r) => s.listen(0, '127.0.0.1', r));
+  const port = (s.address() as AddressInfo).port;
+  await new Promise<void>((r) => s.close(() => r()));
+  return port;
+}
+
+export async function waitUntil(what: string, check: () => boolean | Promise<boolean>, timeoutMs: number, detail = (): string => ''): Promise<void> {
+  const end = Date.now() + timeoutMs;
+  for (;;) {
+    if (await Promise.resolve().then(check).catch(() => false)) return;
+    if (Date.now() > end) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}\n${detail()}`);
+    await sleep(100);
+  }
+}
+
+/** Sum of the named gauges in a Prometheus text page (all label sets). */
+export async function gauges(url: string, names: string[]): Promise<number> {
+  const text = await (await fetch(url)).text();
+  let sum = 0;
+  for (const line of text.split('\n')) {
+    if (line.startsWith('#')) continue;
+    const m = /^([a-zA-Z_:][\w:]*)(\{[^}]*\})?\s+(\S+)/.exec(line);
+    if (m && names.includes(m[1]!)) sum += Number(m[3]);
+  }
+  return sum;
+}

@@ -1,0 +1,191 @@
+// `npm run bench [-- --quick | --smoke] [--json]`: the konnectivity tunnel benchmark (direct
+// TCP vs upstream ANP vs kctl, one shared driver, paths alternating, medians of repetitions)
+// and kctl's controller figures. Progress on stderr; with --json the results on stdout.
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { controllerFigures } from './controller.ts';
+import { connectDialer, directDialer, grpcDialer, type Dialer, type PathName } from './driver.ts';
+import { makePki, type BenchPki } from './pki.ts';
+import { firstJsonLine, freePort, startProc, type Proc } from './procs.ts';
+import { dialLatencies, holOthersRatio, idleMemoryPerConn, leakResidual, throughput, type Targets } from './scenarios.ts';
+import { startKctl, startUpstream, type Stack } from './stacks.ts';
+
+export interface Row {
+  scenario: string;
+  unit: string;
+  kctl: number | null;
+  upstream: number | null;
+  direct: number | null;
+  /** Why a figure is null, when it is. */
+  note?: string;
+}
+
+interface Sizes {
+  reps: number;
+  /** Repetitions of the scenarios that need fresh processes each time. */
+  freshReps: number;
+  fresh: boolean;
+  bulk1: number;
+  bulk16: number;
+  dials: number;
+  dialChunk: number;
+  idleConns: number;
+  leakCycles: number;
+  holConns: number;
+  holWindowMs: number;
+  controller: boolean;
+}
+
+const MiB = 1024 * 1024;
+const SIZES: Record<'full' | 'quick' | 'smoke', Sizes> = {
+  full: { reps: 5, freshReps: 3, fresh: true, bulk1: 128 * MiB, bulk16: 16 * MiB, dials: 5000, dialChunk: 500, idleConns: 1000, leakCycles: 10_000, holConns: 100, holWindowMs: 3000, controller: true },
+  quick: { reps: 3, freshReps: 1, fresh: true, bulk1: 64 * MiB, bulk16: 8 * MiB, dials: 1000, dialChunk: 250, idleConns: 300, leakCycles: 2000, holConns: 50, holWindowMs: 2000, controller: true },
+  smoke: { reps: 1, freshReps: 1, fresh: false, bulk1: 4 * MiB, bulk16: 1 * MiB, dials: 40, dialChunk: 20, idleConns: 20, leakCycles: 60, holConns: 8, holWindowMs: 500, controller: false },
+};
+
+const PATHS: PathName[] = ['direct', 'upstream', 'kctl', 'kctl-connect'];
+const log = (m: string): void => void process.stderr.write(`[bench] ${m}\n`);
+
+function median(xs: number[]): number {
+  const s = [...xs].sort((a, b) => a - b);
+  const m = s.length >> 1;
+  return s.length % 2 ? s[m]! : (s[m - 1]! + s[m]!) / 2;
+}
+
+function percentile(xs: number[], p: number): number {
+  const s = [...xs].sort((a, b) => a - b);
+  return s[Math.min(s.length - 1, Math.ceil((p / 100) * s.length) - 1)]!;
+}
+
+class Bench {
+  private stacks = new Map<'upstream' | 'kctl', Stack>();
+  constructor(readonly pki: BenchPki, readonly dir: string) {}
+
+  async stack(name: 'upstream' | 'kctl', fresh = false): Promise<Stack> {
+    const have = this.stacks.get(name);
+    if (have && !fresh) return have;
+    if (have) await have.stop();
+    const s = name === 'upstream' ? await startUpstream(this.pki, this.dir) : await startKctl(this.pki, this.dir);
+    this.stacks.set(name, s);
+    return s;
+  }
+
+  async dialer(path: PathName, fresh = false): Promise<{ d: Dialer; stack?: Stack }> {
+    if (path === 'direct') return { d: directDialer() };
+    const stack = await this.stack(path === 'upstream' ? 'upstream' : 'kctl', fresh);
+    if (path === 'kctl-connect') return { d: connectDialer(stack.connectUds!), stack };
+    return { d: grpcDialer(path, stack.grpcUds), stack };
+  }
+
+  async stop(): Promise<void> {
+    for (const s of this.stacks.values()) await s.stop();
+    this.stacks.clear();
+  }
+}
+
+/** Rows for one measured figure: the GRPC row (kctl vs upstream vs direct) and the HTTP-CONNECT row. */
+function rows(scenario: string, unit: string, by: Partial<Record<PathName, number>>, direct = true): Row[] {
+  const v = (p: PathName): number | null => by[p] ?? null;
+  return [
+    { scenario, unit, kctl: v('kctl'), upstream: v('upstream'), direct: direct ? v('direct') : null },
+    { scenario: `${scenario} (http-connect)`, unit, kctl: v('kctl-connect'), upstream: null, direct: direct ? v('direct') : null },
+  ];
+}
+
+async function main(): Promise<void> {
+  const argv = process.argv.slice(2);
+  const json = argv.includes('--json');
+  const mode = argv.includes('--smoke') ? 'smoke' : argv.includes('--quick') ? 'quick' : 'full';
+  const unknown = argv.filter((a) => !['--json', '--quick', '--smoke'].includes(a));
+  if (unknown.length) throw new Error(`unknown option ${unknown.join(' ')}; use --quick, --smoke, --json`);
+  const z = SIZES[mode];
+  const started = Date.now();
+  const dir = await mkdtemp(join(tmpdir(), 'kctl-bench-'));
+  const procs: Proc[] = [];
+  const bench = new Bench(await makePki(dir), dir);
+  const out: Row[] = [];
+  try {
+    log(`mode ${mode}; workdir ${dir}`);
+    const target = startProc('target', process.execPath, ['--import', 'tsx', new URL('target.ts', import.meta.url).pathname]);
+    procs.push(target);
+    const ports = await firstJsonLine<{ source: number; echo: number }>(target);
+    const t: Targets = { source: `127.0.0.1:${ports.source}`, echo: `127.0.0.1:${ports.echo}`, refused: `127.0.0.1:${await freePort()}` };
+
+    /** Runs `measure` for every path, alternating paths within each repetition; medians per path. */
+    const alternate = async (name: string, reps: number, fresh: boolean, paths: PathName[], measure: (d: Dialer, stack?: Stack) => Promise<number>): Promise<Partial<Record<PathName, number>>> => {
+      const got: Partial<Record<PathName, number[]>> = {};
+      for (let r = 0; r < reps; r++) {
+        for (const p of paths) {
+          const { d, stack } = await bench.dialer(p, fresh);
+          const v = await measure(d, stack);
+          (got[p] ??= []).push(v);
+          log(`${name} rep ${r + 1}/${reps} ${p}: ${v.toFixed(3)}`);
+        }
+      }
+      return Object.fromEntries(Object.entries(got).map(([p, xs]) => [p, median(xs)]));
+    };
+
+    for (const p of PATHS) await throughput((await bench.dialer(p)).d, t, 4, 8 * MiB); // JIT and buffers warm, untimed
+    out.push(...rows('throughput-1', 'MiB/s', await alternate('throughput-1', z.reps, false, PATHS, (d) => throughput(d, t, 1, z.bulk1))));
+    out.push(...rows('throughput-16', 'MiB/s', await alternate('throughput-16', z.reps, false, PATHS, (d) => throughput(d, t, 16, z.bulk16))));
+
+    const samples: Partial<Record<PathName, number[]>> = {};
+    for (let done = 0; done < z.dials; done += z.dialChunk) {
+      for (const p of PATHS) {
+        const { d } = await bench.dialer(p);
+        (samples[p] ??= []).push(...await dialLatencies(d, t, Math.min(z.dialChunk, z.dials - done)));
+      }
+      log(`dial-latency ${Math.min(done + z.dialChunk, z.dials)}/${z.dials} per path`);
+    }
+    const pct = (p: number) => Object.fromEntries(Object.entries(samples).map(([k, xs]) => [k, percentile(xs, p)])) as Partial<Record<PathName, number>>;
+    out.push(...rows('dial-latency-p50', 'ms', pct(50)), ...rows('dial-latency-p99', 'ms', pct(99)));
+
+    const tunnels = PATHS.filter((p) => p !== 'direct');
+    out.push(...rows('idle-memory-per-conn', 'KiB', await alternate('idle-memory-per-conn', z.freshReps, z.fresh, tunnels, (d, s) => idleMemoryPerConn(s!, d, t, z.idleConns)), false));
+    const stuck: Partial<Record<PathName, number>> = {};
+    out.push(...rows('leak-residual', 'entries', await alternate('leak-residual', 1, z.fresh, tunnels, async (d, s) => {
+      const r = await leakResidual(s!, d, t, z.leakCycles);
+      stuck[d.path] = r.stuck;
+      if (r.stuck) log(`leak-residual ${d.path}: ${r.stuck} of ${z.leakCycles} cycles stalled for 3 s and were cut off by the driver: ${JSON.stringify(r.stuckKinds)}`);
+      return r.residual;
+    }), false));
+    const stalledRows = out.filter((r) => r.scenario.startsWith('leak-residual'));
+    for (const r of stalledRows) {
+      const path: PathName = r.scenario.endsWith('(http-connect)') ? 'kctl-connect' : 'kctl';
+      const parts = [`kctl ${stuck[path] ?? 0}`, ...(path === 'kctl' ? [`upstream ${stuck.upstream ?? 0}`] : [])];
+      r.note = `cycles that stalled 3 s and were cut off by the driver: ${parts.join(', ')} of ${z.leakCycles}`;
+    }
+    out.push(...rows('hol-others-ratio', 'ratio', await alternate('hol-others-ratio', z.freshReps, z.fresh, PATHS, (d) => holOthersRatio(d, t, z.holConns, z.holWindowMs))));
+    await bench.stop();
+
+    if (z.controller) {
+      const ctlDir = await mkdtemp(join(dir, 'controller-'));
+      const f = await controllerFigures(ctlDir, log);
+      out.push({ scenario: 'controller-ready-s', unit: 's', kctl: f.readySeconds, upstream: null, direct: null });
+      out.push({ scenario: 'controller-rss-mb', unit: 'MiB', kctl: f.rssMiB, upstream: null, direct: null });
+    } else {
+      const note = 'not measured in --smoke (starts the whole control plane)';
+      out.push({ scenario: 'controller-ready-s', unit: 's', kctl: null, upstream: null, direct: null, note });
+      out.push({ scenario: 'controller-rss-mb', unit: 'MiB', kctl: null, upstream: null, direct: null, note });
+    }
+    out.push({ scenario: 'worker-join-s', unit: 's', kctl: null, upstream: null, direct: null, note: 'not implemented yet: needs the network-namespace lab (test/e2e/lab.ts); see bench/README.md' });
+  } finally {
+    await bench.stop().catch(() => {});
+    for (const p of procs) await p.stop();
+    await rm(dir, { recursive: true, force: true });
+  }
+  log(`done in ${((Date.now() - started) / 1000).toFixed(0)} s`);
+  const fmt = (x: number | null): string => (x === null ? '-' : x >= 100 ? x.toFixed(0) : x.toFixed(x >= 10 ? 1 : 3));
+  const ratio = (a: number | null, b: number | null): string => (a === null || b === null || b === 0 ? '-' : `${(a / b).toFixed(2)}x`);
+  const table = ['| scenario | unit | kctl | upstream | direct | kctl/upstream | kctl/direct |', '|---|---|---:|---:|---:|---:|---:|',
+    ...out.map((r) => `| ${r.scenario} | ${r.unit} | ${fmt(r.kctl)} | ${fmt(r.upstream)} | ${fmt(r.direct)} | ${ratio(r.kctl, r.upstream)} | ${ratio(r.kctl, r.direct)} |`)].join('\n');
+  process.stderr.write(`${table}\n`);
+  if (json) process.stdout.write(`${JSON.stringify({ runs: out })}\n`);
+}
+
+main().then(() => process.exit(0), (err: Error) => {
+  process.stderr.write(`bench failed: ${err.message}\n`);
+  if (process.argv.includes('--debug')) process.stderr.write(`${err.stack}\n`);
+  process.exit(1);
+});

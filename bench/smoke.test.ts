@@ -1,0 +1,37 @@
+// The bench harness runs end to end at tiny sizes and reports every scenario in the promised
+// shape. No speed is asserted here: timed figures belong to `npm run bench`.
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { execa } from 'execa';
+
+const SCENARIOS = ['throughput-1', 'throughput-16', 'dial-latency-p50', 'dial-latency-p99', 'idle-memory-per-conn', 'hol-others-ratio', 'leak-residual'];
+const KCTL_ONLY = ['controller-ready-s', 'controller-rss-mb', 'worker-join-s'];
+/** Figures that may be 0 or negative in a tiny run (memory deltas at 20 connections are noise). */
+const MAY_BE_ZERO = ['leak-residual', 'idle-memory-per-conn', 'hol-others-ratio'];
+
+interface Row { scenario: string; unit: string; kctl: number | null; upstream: number | null; direct: number | null; note?: string }
+
+test('bench --smoke --json reports every scenario for kctl, upstream and direct', { timeout: 120_000 }, async () => {
+  const r = await execa(process.execPath, ['--import', 'tsx', new URL('run.ts', import.meta.url).pathname, '--smoke', '--json'], { reject: false, timeout: 110_000 });
+  assert.equal(r.exitCode, 0, `bench failed:\n${String(r.stderr).slice(-3000)}`);
+  const { runs } = JSON.parse(String(r.stdout)) as { runs: Row[] };
+  assert.deepEqual(runs.map((x) => x.scenario).sort(), [...SCENARIOS.flatMap((s) => [s, `${s} (http-connect)`]), ...KCTL_ONLY].sort());
+  for (const row of runs) {
+    assert.equal(typeof row.unit, 'string');
+    for (const k of ['kctl', 'upstream', 'direct'] as const) assert.ok(k in row, `${row.scenario}: no ${k} key`);
+    if (KCTL_ONLY.includes(row.scenario)) {
+      assert.ok(row.kctl === null ? typeof row.note === 'string' : Number.isFinite(row.kctl) && row.kctl > 0, `${row.scenario}: kctl ${row.kctl}`);
+      continue;
+    }
+    const base = row.scenario.replace(' (http-connect)', '');
+    const check = (k: 'kctl' | 'upstream' | 'direct'): void => {
+      const v = row[k];
+      assert.ok(typeof v === 'number' && Number.isFinite(v), `${row.scenario}: ${k} is ${v}`);
+      if (!MAY_BE_ZERO.includes(base)) assert.ok(v > 0, `${row.scenario}: ${k} is ${v}`);
+    };
+    check('kctl');
+    if (!row.scenario.endsWith('(http-connect)')) check('upstream');
+    if (!['idle-memory-per-conn', 'leak-residual'].includes(base)) check('direct');
+    if (base === 'leak-residual') assert.ok(row.kctl! >= 0 && (row.upstream ?? 0) >= 0);
+  }
+});

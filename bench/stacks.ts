@@ -1,0 +1,109 @@
+// The three paths from the driver to the target, and how to start each one's processes.
+// direct: the driver dials the target itself. upstream: proxy-server + proxy-agent (ANP
+// v0.36, from the component payload). kctl: bench/kctl-server.ts + bench/kctl-agent.ts,
+// each its own node process, so RSS is per side.
+import { existsSync, readFileSync, readdirSync } from 'node:fs';
+import { join } from 'node:path';
+import { cacheRoot } from '../src/payload/manifest.ts';
+import { NODE, type BenchPki } from './pki.ts';
+import { firstJsonLine, freePort, gauges, startProc, waitUntil, type Proc } from './procs.ts';
+
+export type StackName = 'upstream' | 'kctl';
+
+export interface Stack {
+  name: StackName;
+  /** GRPC frontend socket. */
+  grpcUds: string;
+  /** HTTP-CONNECT socket (kctl only). */
+  connectUds?: string;
+  /** [server, agent] pids. */
+  pids: [number, number];
+  /** pending dials + established connections on the server + open endpoint connections on the agent. */
+  tableEntries(): Promise<number>;
+  stop(): Promise<void>;
+}
+
+const here = new URL('.', import.meta.url).pathname;
+
+/** Directory of the upstream proxy-server/proxy-agent binaries; a clear failure when missing. */
+export function upstreamBinDir(): string {
+  const root = join(cacheRoot(), 'components');
+  for (const d of existsSync(root) ? readdirSync(root) : []) {
+    const lock = join(root, d, 'payload.lock.json');
+    if (!existsSync(lock)) continue;
+    const names = (JSON.parse(readFileSync(lock, 'utf8')) as { components: { name: string }[] }).components.map((c) => c.name);
+    if (['proxy-server', 'proxy-agent'].every((n) => names.includes(n) && existsSync(join(root, d, 'bin', n)))) return join(root, d, 'bin');
+  }
+  throw new Error(`upstream proxy-server/proxy-agent not found under ${root}; build the component payload first (npm run components)`);
+}
+
+const SERVER_TABLES = ['konnectivity_network_proxy_server_pending_backend_dials', 'konnectivity_network_proxy_server_established_connections'];
+const AGENT_TABLES = ['konnectivity_network_proxy_agent_open_endpoint_connections'];
+
+async function stopAll(procs: Proc[]): Promise<void> {
+  for (const p of procs.reverse()) await p.stop();
+}
+
+export async function startUpstream(pki: BenchPki, dir: string): Promise<Stack> {
+  const bin = upstreamBinDir();
+  const uds = join(dir, `upstream-${Date.now()}.sock`);
+  const [agentPort, serverAdmin, serverHealth, agentAdmin, agentHealth] = await Promise.all([freePort(), freePort(), freePort(), freePort(), freePort()]);
+  const server = startProc('proxy-server', join(bin, 'proxy-server'), [
+    '--mode', 'grpc', '--uds-name', uds, '--delete-existing-uds-file', '--server-port', '0',
+    '--cluster-cert', pki.serverCert, '--cluster-key', pki.serverKey, '--cluster-ca-cert', pki.ca,
+    '--agent-port', String(agentPort), '--agent-bind-address', '127.0.0.1',
+    '--admin-port', String(serverAdmin), '--health-port', String(serverHealth), '--health-bind-address', '127.0.0.1',
+    '--server-id', 'bench-upstream', '--server-count', '1',
+  ]);
+  const agent = startProc('proxy-agent', join(bin, 'proxy-agent'), [
+    '--proxy-server-host', '127.0.0.1', '--proxy-server-port', String(agentPort),
+    '--ca-cert', pki.ca, '--agent-cert', pki.nodeCert, '--agent-key', pki.nodeKey,
+    '--agent-id', NODE, '--agent-identifiers', `host=${NODE}`,
+    '--health-server-host', '127.0.0.1', '--health-server-port', String(agentHealth),
+    '--admin-server-port', String(agentAdmin), '--sync-interval', '200ms',
+  ]);
+  try {
+    await waitUntil('upstream proxy-server ready with its agent', async () => (await fetch(`http://127.0.0.1:${serverHealth}/readyz`)).status === 200 && existsSync(uds), 60_000,
+      () => `${server.output()}\n${agent.output()}`);
+  } catch (err) {
+    await stopAll([server, agent]);
+    throw err;
+  }
+  return {
+    name: 'upstream', grpcUds: uds, pids: [server.pid, agent.pid],
+    tableEntries: async () => (await gauges(`http://127.0.0.1:${serverAdmin}/metrics`, SERVER_TABLES)) + (await gauges(`http://127.0.0.1:${agentAdmin}/metrics`, AGENT_TABLES)),
+    stop: () => stopAll([server, agent]),
+  };
+}
+
+export async function startKctl(pki: BenchPki, dir: string): Promise<Stack> {
+  const stamp = Date.now();
+  const o = {
+    udsPath: join(dir, `kctl-${stamp}.sock`), connectUdsPath: join(dir, `kctl-connect-${stamp}.sock`),
+    agentPort: await freePort(), adminPort: await freePort(), cert: pki.serverCert, key: pki.serverKey, ca: pki.ca,
+  };
+  const agentAdmin = await freePort();
+  const node = process.execPath;
+  const server = startProc('kctl-server', node, ['--import', 'tsx', join(here, 'kctl-server.ts'), JSON.stringify(o)]);
+  try {
+    await firstJsonLine(server);
+  } catch (err) {
+    await server.stop();
+    throw err;
+  }
+  const agent = startProc('kctl-agent', node, ['--import', 'tsx', join(here, 'kctl-agent.ts'), JSON.stringify({
+    serverPort: o.agentPort, adminPort: agentAdmin, ca: pki.ca, cert: pki.nodeCert, key: pki.nodeKey, agentId: NODE,
+  })]);
+  try {
+    await firstJsonLine(agent);
+    await waitUntil('kctl server ready with its agent', async () => (await fetch(`http://127.0.0.1:${o.adminPort}/readyz`)).status === 200, 30_000, () => server.output());
+  } catch (err) {
+    await stopAll([server, agent]);
+    throw err;
+  }
+  return {
+    name: 'kctl', grpcUds: o.udsPath, connectUds: o.connectUdsPath, pids: [server.pid, agent.pid],
+    tableEntries: async () => (await gauges(`http://127.0.0.1:${o.adminPort}/metrics`, SERVER_TABLES)) + (await gauges(`http://127.0.0.1:${agentAdmin}/metrics`, AGENT_TABLES)),
+    stop: () => stopAll([server, agent]),
+  };
+}
