@@ -4,7 +4,8 @@
 // are replaced and the log says so.
 import { createHash } from 'node:crypto';
 import { createReadStream, createWriteStream } from 'node:fs';
-import { chmod, mkdir, rename, rm, stat, writeFile } from 'node:fs/promises';
+import { chmod, mkdir, rename, rm, stat } from 'node:fs/promises';
+import { writeFileAtomic } from '../util/fs.ts';
 import { basename, dirname, join } from 'node:path';
 import { Transform } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
@@ -91,8 +92,7 @@ async function stageEntries(payload: Payload, entries: PayloadEntry[], binDir: s
     if (o.manifest) {
       const manifest = entries.map(({ name, version, sha256, path }) => ({ name, version, sha256, path }));
       const manifestFile = join(binDir, 'manifest.json');
-      await writeFile(`${manifestFile}.tmp`, JSON.stringify({ kctl: payload.index.kctl, components: manifest }, null, 2) + '\n');
-      await rename(`${manifestFile}.tmp`, manifestFile);
+      await writeFileAtomic(manifestFile, JSON.stringify({ kctl: payload.index.kctl, components: manifest }, null, 2) + '\n', 0o644);
     }
     log.info({ staged: result.staged.length, replaced: result.replaced.length, unchanged: result.unchanged.length, dir: binDir }, 'components staged');
     return result;

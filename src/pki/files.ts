@@ -1,10 +1,9 @@
-// File primitives for the PKI: every write is atomic (temp file in the same dir, fsync,
-// rename, fsync dir) so a crash or power cut never leaves a half-written key or cert that
-// would block the next start.
-import { randomBytes } from 'node:crypto';
-import { chmod, mkdir, open, readFile, rename, rm, stat } from 'node:fs/promises';
-import { basename, dirname, join } from 'node:path';
+// File primitives for the PKI. Every write is atomic (src/util/fs.ts), so a crash never
+// leaves a half-written key or cert that would block the next start.
+import { chmod, mkdir, readFile, stat } from 'node:fs/promises';
 import type { Logger } from '../log/logger.ts';
+
+export { writeFileAtomic } from '../util/fs.ts';
 
 export const KEY_MODE = 0o600;
 export const CERT_MODE = 0o644;
@@ -18,36 +17,6 @@ export async function readIfExists(path: string): Promise<string | null> {
   } catch (err) {
     if ((err as NodeJS.ErrnoException).code === 'ENOENT') return null;
     throw err;
-  }
-}
-
-export async function writeFileAtomic(path: string, data: string, mode: number): Promise<void> {
-  const dir = dirname(path);
-  const tmp = join(dir, `.${basename(path)}.${process.pid}.${randomBytes(4).toString('hex')}.tmp`);
-  try {
-    // Created with the final mode so key material is never readable by others, not even briefly.
-    const fh = await open(tmp, 'wx', mode);
-    try {
-      await fh.writeFile(data);
-      await fh.chmod(mode); // the umask may have masked bits we want (0644 certs)
-      await fh.sync();
-    } finally {
-      await fh.close();
-    }
-    await rename(tmp, path);
-  } catch (err) {
-    await rm(tmp, { force: true });
-    throw err;
-  }
-  await syncDir(dir);
-}
-
-async function syncDir(dir: string): Promise<void> {
-  const fh = await open(dir, 'r');
-  try {
-    await fh.sync();
-  } finally {
-    await fh.close();
   }
 }
 

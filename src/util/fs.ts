@@ -1,18 +1,38 @@
-import { mkdir, rename, rm, writeFile } from 'node:fs/promises';
-import { dirname } from 'node:path';
+// Atomic file writes for everything kctl writes (keys, kubeconfigs, component configs, state):
+// a temp file in the same dir, fsync, rename, fsync of the dir, so a crash or power cut never
+// leaves a half-written file that would block the next start.
+import { randomBytes } from 'node:crypto';
+import { mkdir, open, rename, rm } from 'node:fs/promises';
+import { basename, dirname, join } from 'node:path';
 
-/** Write to a temp file in the same directory, then rename: readers never see half a file. */
 export async function writeFileAtomic(path: string, data: string | Buffer, mode: number): Promise<void> {
-  await mkdir(dirname(path), { recursive: true, mode: 0o700 });
-  // pid + counter: two kctl processes (or two calls) never share a temp file.
-  const tmp = `${path}.${process.pid}.${++counter}.tmp`;
+  const dir = dirname(path);
+  await mkdir(dir, { recursive: true, mode: 0o700 });
+  // pid + random: two kctl processes (or two calls) never share a temp file.
+  const tmp = join(dir, `.${basename(path)}.${process.pid}.${randomBytes(4).toString('hex')}.tmp`);
   try {
-    await writeFile(tmp, data, { mode });
+    // Created with the final mode so key material is never readable by others, not even briefly.
+    const fh = await open(tmp, 'wx', mode);
+    try {
+      await fh.writeFile(data);
+      await fh.chmod(mode); // the umask may have masked bits we want (0644 certs)
+      await fh.sync();
+    } finally {
+      await fh.close();
+    }
     await rename(tmp, path);
   } catch (err) {
     await rm(tmp, { force: true });
     throw err;
   }
+  await syncDir(dir);
 }
 
-let counter = 0;
+async function syncDir(dir: string): Promise<void> {
+  const fh = await open(dir, 'r');
+  try {
+    await fh.sync();
+  } finally {
+    await fh.close();
+  }
+}

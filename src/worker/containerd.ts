@@ -1,7 +1,8 @@
 // containerd 2.x for kubelet's CRI: every path under the worker's data and run dirs, runc
 // from <data-dir>/bin with cgroupfs, CNI from <data-dir>/bin/cni, the bundled pause image as
 // sandbox, and none of the host's /etc/containerd, /opt/cni or /etc/cni.
-import { mkdir, readdir, readFile, rename, writeFile } from 'node:fs/promises';
+import { mkdir, readdir, readFile } from 'node:fs/promises';
+import { writeFileAtomic } from '../util/fs.ts';
 import { dirname, join } from 'node:path';
 import { execa } from 'execa';
 import type { Logger } from '../log/logger.ts';
@@ -146,14 +147,12 @@ export class ContainerdComponent extends Supervisor {
     await mkdir(p.cniConfDir, { recursive: true, mode: 0o755 });
     await mkdir(p.cniBinDir, { recursive: true, mode: 0o755 });
     await mkdir(p.imagesDir, { recursive: true, mode: 0o755 });
-    const tmp = `${p.containerdConfig}.tmp`;
     let restrictOomScoreAdj = this.restrictOomScoreAdj;
     if (restrictOomScoreAdj === undefined && !(await canLowerOomScore())) {
       restrictOomScoreAdj = true;
       this.clog.warn('no CAP_SYS_RESOURCE: containers keep oom_score_adj >= containerd\'s own (restrict_oom_score_adj)');
     }
-    await writeFile(tmp, containerdConfig(p, { sandboxImage: this.sandboxImage, logLevel: this.logLevel, restrictOomScoreAdj }), { mode: 0o600 });
-    await rename(tmp, p.containerdConfig);
+    await writeFileAtomic(p.containerdConfig, containerdConfig(p, { sandboxImage: this.sandboxImage, logLevel: this.logLevel, restrictOomScoreAdj }), 0o600);
   }
 }
 

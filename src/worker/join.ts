@@ -47,8 +47,6 @@ export async function verifyWithCluster(info: JoinInfo): Promise<void> {
   }
 }
 
-const writeAtomic = writeFileAtomic;
-
 function stateFile(paths: WorkerPaths): string {
   return `${paths.joinMarker}.json`;
 }
@@ -73,11 +71,11 @@ export async function join(tokenText: string | undefined, paths: WorkerPaths, lo
   }
   await verifyWithCluster(info);
   // Accepted: write down what later starts need. The marker goes last, so a crash here means "not joined".
-  await writeAtomic(paths.caCert, info.caPem, 0o644);
+  await writeFileAtomic(paths.caCert, info.caPem, 0o644);
   await writeKubeconfig(paths.bootstrapKubeconfig, { server: info.apiServers[0]!, caPem: info.caPem, user: `kubelet-bootstrap`, token: info.bootstrapToken });
   const state: JoinState = { apiServers: info.apiServers, konnectivity: info.konnectivity, podCIDR: info.podCIDR, clusterDomain: info.clusterDomain, joinedAt: new Date().toISOString() };
-  await writeAtomic(stateFile(paths), JSON.stringify(state, null, 2) + '\n', 0o600);
-  await writeAtomic(paths.joinMarker, `${state.joinedAt}\n`, 0o600);
+  await writeFileAtomic(stateFile(paths), JSON.stringify(state, null, 2) + '\n', 0o600);
+  await writeFileAtomic(paths.joinMarker, `${state.joinedAt}\n`, 0o600);
   log.info({ apiServer: info.apiServers[0], tokenId: tokenId(info.bootstrapToken) }, 'joined the cluster');
   return state;
 }

@@ -1,7 +1,7 @@
 // kube-proxy in iptables mode with the node's own credentials (the controller binds
 // system:node-proxier to group system:nodes). Metrics and healthz on loopback only, and no
 // change to host-global conntrack limits.
-import { rename, writeFile } from 'node:fs/promises';
+import { writeFileAtomic } from '../util/fs.ts';
 import { request } from 'node:http';
 import { join } from 'node:path';
 import { stringify } from 'yaml';
@@ -78,7 +78,6 @@ export class KubeProxyComponent extends Supervisor {
   override async init(): Promise<void> {
     await super.init();
     const file = this.popts.paths.kubeProxyConfig;
-    await writeFile(`${file}.tmp`, stringify(kubeProxyConfiguration(this.popts)), { mode: 0o600 });
-    await rename(`${file}.tmp`, file);
+    await writeFileAtomic(file, stringify(kubeProxyConfiguration(this.popts)), 0o600);
   }
 }

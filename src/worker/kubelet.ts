@@ -2,7 +2,8 @@
 // cgroupfs under its own cgroup root (/kctl/<node>), every directory under the data dir,
 // and a configuration that runs on the hosts we have (cgroup v1, little free disk).
 import { existsSync } from 'node:fs';
-import { mkdir, readdir, readFile, rename, rmdir, writeFile } from 'node:fs/promises';
+import { mkdir, readdir, readFile, rmdir, writeFile } from 'node:fs/promises';
+import { writeFileAtomic } from '../util/fs.ts';
 import { request } from 'node:http';
 import { join } from 'node:path';
 import { stringify } from 'yaml';
@@ -184,9 +185,7 @@ export class KubeletComponent extends Supervisor {
     await ensureCgroupRoot(kubeletCgroupRoot(this.kopts.nodeName));
     // An empty resolvConf makes pods get no DNS config from the host at all.
     const resolvConf = existsSync('/etc/resolv.conf') ? '/etc/resolv.conf' : '';
-    const tmp = `${paths.kubeletConfig}.tmp`;
-    await writeFile(tmp, stringify(kubeletConfiguration(this.kopts, resolvConf)), { mode: 0o600 });
-    await rename(tmp, paths.kubeletConfig);
+    await writeFileAtomic(paths.kubeletConfig, stringify(kubeletConfiguration(this.kopts, resolvConf)), 0o600);
   }
 }
 
