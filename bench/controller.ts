@@ -7,6 +7,7 @@ import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { execa } from 'execa';
 import { freePort, gauges, rssKiB, startProc, waitUntil, type Proc } from './procs.ts';
+import { nodeCert } from '../test/e2e/node-cert.ts';
 
 export const KCTL = new URL('../dist/kctl', import.meta.url).pathname;
 
@@ -21,18 +22,6 @@ function readyz(port: number): Promise<boolean> {
     req.on('timeout', () => req.destroy());
     req.end();
   });
-}
-
-async function nodeCert(pkiDir: string, outDir: string, node: string): Promise<{ cert: string; key: string }> {
-  const key = join(outDir, `${node}.key`);
-  const csr = join(outDir, `${node}.csr`);
-  const cert = join(outDir, `${node}.crt`);
-  const ext = join(outDir, `${node}.ext`);
-  await writeFile(ext, 'extendedKeyUsage=clientAuth\nkeyUsage=critical,digitalSignature\n');
-  await execa('openssl', ['ecparam', '-name', 'prime256v1', '-genkey', '-noout', '-out', key]);
-  await execa('openssl', ['req', '-new', '-key', key, '-subj', `/O=system:nodes/CN=system:node:${node}`, '-out', csr]);
-  await execa('openssl', ['x509', '-req', '-in', csr, '-CA', join(pkiDir, 'ca.crt'), '-CAkey', join(pkiDir, 'ca.key'), '-CAcreateserial', '-days', '1', '-extfile', ext, '-out', cert]);
-  return { cert, key };
 }
 
 export interface ControllerFigures {

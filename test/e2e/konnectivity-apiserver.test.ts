@@ -10,6 +10,7 @@ import type { StatusReport } from '../../src/controller/status.ts';
 import { tempDir } from '../helpers.ts';
 import { kctl, requireKctl } from './kctl.ts';
 import { createLab } from './lab.ts';
+import { nodeCert } from './node-cert.ts';
 
 async function waitFor(what: string, timeoutMs: number, check: () => Promise<boolean>): Promise<void> {
   const end = Date.now() + timeoutMs;
@@ -18,19 +19,6 @@ async function waitFor(what: string, timeoutMs: number, check: () => Promise<boo
     await sleep(500);
   }
   throw new Error(`timed out waiting for ${what}`);
-}
-
-/** A node client certificate (O=system:nodes, CN=system:node:<name>) from the cluster CA. */
-async function nodeCert(pkiDir: string, outDir: string, node: string): Promise<{ cert: string; key: string }> {
-  const key = join(outDir, `${node}.key`);
-  const csr = join(outDir, `${node}.csr`);
-  const cert = join(outDir, `${node}.crt`);
-  const ext = join(outDir, `${node}.ext`);
-  await writeFile(ext, 'extendedKeyUsage=clientAuth\nkeyUsage=critical,digitalSignature\n');
-  await execa('openssl', ['ecparam', '-name', 'prime256v1', '-genkey', '-noout', '-out', key]);
-  await execa('openssl', ['req', '-new', '-key', key, '-subj', `/O=system:nodes/CN=system:node:${node}`, '-out', csr]);
-  await execa('openssl', ['x509', '-req', '-in', csr, '-CA', join(pkiDir, 'ca.crt'), '-CAkey', join(pkiDir, 'ca.key'), '-CAcreateserial', '-days', '1', '-extfile', ext, '-out', cert]);
-  return { cert, key };
 }
 
 test('kube-apiserver reaches an isolated node-side server only through the agent\'s tunnel', async (t) => {
