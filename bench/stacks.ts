@@ -4,6 +4,7 @@
 // each its own node process, so RSS is per side.
 import { existsSync, readFileSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
+import { KCTL_NODE_FLAGS } from '../assets/runtime-flags.ts';
 import { cacheRoot } from '../src/payload/manifest.ts';
 import { NODE, type BenchPki } from './pki.ts';
 import { firstJsonLine, freePort, gauges, startProc, waitUntil, type Proc } from './procs.ts';
@@ -76,7 +77,8 @@ export async function startUpstream(pki: BenchPki, dir: string): Promise<Stack> 
   };
 }
 
-export async function startKctl(pki: BenchPki, dir: string): Promise<Stack> {
+/** kctl's server and agent, run with the V8 flags dist/kctl bakes in unless `nodeFlags` says otherwise. */
+export async function startKctl(pki: BenchPki, dir: string, nodeFlags = KCTL_NODE_FLAGS): Promise<Stack> {
   const stamp = Date.now();
   const o = {
     udsPath: join(dir, `kctl-${stamp}.sock`), connectUdsPath: join(dir, `kctl-connect-${stamp}.sock`),
@@ -84,14 +86,14 @@ export async function startKctl(pki: BenchPki, dir: string): Promise<Stack> {
   };
   const agentAdmin = await freePort();
   const node = process.execPath;
-  const server = startProc('kctl-server', node, ['--import', 'tsx', join(here, 'kctl-server.ts'), JSON.stringify(o)]);
+  const server = startProc('kctl-server', node, [...nodeFlags, '--import', 'tsx', join(here, 'kctl-server.ts'), JSON.stringify(o)]);
   try {
     await firstJsonLine(server);
   } catch (err) {
     await server.stop();
     throw err;
   }
-  const agent = startProc('kctl-agent', node, ['--import', 'tsx', join(here, 'kctl-agent.ts'), JSON.stringify({
+  const agent = startProc('kctl-agent', node, [...nodeFlags, '--import', 'tsx', join(here, 'kctl-agent.ts'), JSON.stringify({
     serverPort: o.agentPort, adminPort: agentAdmin, ca: pki.ca, cert: pki.nodeCert, key: pki.nodeKey, agentId: NODE,
   })]);
   try {

@@ -4,7 +4,7 @@
 // are replaced and the log says so.
 import { createHash } from 'node:crypto';
 import { createReadStream, createWriteStream } from 'node:fs';
-import { chmod, mkdir, rename, rm, stat } from 'node:fs/promises';
+import { chmod, mkdir, open, rename, rm, stat } from 'node:fs/promises';
 import { writeFileAtomic } from '../util/fs.ts';
 import { basename, dirname, join } from 'node:path';
 import { Transform } from 'node:stream';
@@ -22,14 +22,28 @@ export interface StageResult {
 
 export class PayloadChecksumError extends Error {}
 
-async function sha256OfFile(path: string): Promise<string | null> {
+/**
+ * sha256 of a staged file, read through one reused buffer: a start re-checks ~400 MB of
+ * binaries, and a fresh Buffer per chunk would leave tens of MB of freed memory behind in a
+ * process that then idles for months.
+ */
+async function sha256OfFile(path: string, buf: Buffer): Promise<string | null> {
+  let fh;
   try {
-    const hash = createHash('sha256');
-    await pipeline(createReadStream(path), hash);
-    return hash.digest('hex');
+    fh = await open(path, 'r');
   } catch (err) {
     if ((err as NodeJS.ErrnoException).code === 'ENOENT') return null;
     throw err;
+  }
+  try {
+    const hash = createHash('sha256');
+    for (;;) {
+      const { bytesRead } = await fh.read(buf, 0, buf.length, null);
+      if (bytesRead === 0) return hash.digest('hex');
+      hash.update(buf.subarray(0, bytesRead));
+    }
+  } finally {
+    await fh.close();
   }
 }
 
@@ -69,11 +83,12 @@ async function stageEntries(payload: Payload, entries: PayloadEntry[], binDir: s
     retries: { retries: 1200, factor: 1, minTimeout: 100, maxTimeout: 250 },
   });
   const result: StageResult = { staged: [], unchanged: [], replaced: [] };
+  const buf = Buffer.allocUnsafe(1024 * 1024);
   try {
     for (const entry of entries) {
       const target = join(binDir, entry.path);
       await mkdir(dirname(target), { recursive: true });
-      const current = await sha256OfFile(target);
+      const current = await sha256OfFile(target, buf);
       if (current === entry.sha256) {
         const mode = (await stat(target)).mode & 0o777;
         if (mode !== o.mode) await chmod(target, o.mode);
