@@ -15,10 +15,10 @@ import { connect as netConnect, type Socket } from 'node:net';
 import * as grpc from '@grpc/grpc-js';
 import type { Logger } from '../log/logger.ts';
 import type { Component, ComponentState, ComponentStatus } from '../supervisor/component.ts';
-import { ConnectionFlow } from './flow.ts';
+import { ConnectionFlow, WindowBudget } from './flow.ts';
 import { AgentMetrics } from './metrics.ts';
 import {
-  FLOW_CONTROL_EXTENSION, INITIAL_WINDOW, META, MAX_DATA_CHUNK, describePacket, formatIdentifiers, isId,
+  FLOW_CONTROL_EXTENSION, INITIAL_WINDOW, META, MAX_DATA_CHUNK, MAX_WINDOW, WINDOW_GROWTH_BUDGET, describePacket, formatIdentifiers, isId,
   joinHostPort, konnectivityServices, newRandom, newTraceId, offersFlowControl, packets, splitHostPort,
   type AgentIdentifiers, type Int64, type Packet,
 } from './protocol.ts';
@@ -140,6 +140,8 @@ export class KonnectivityAgent implements Component {
   private lastError: string | undefined;
   private readyWaiters: (() => void)[] = [];
   /** Options with defaults applied (read by the per-server connections in this module). */
+  /** Window growth for every target connection of this agent, whichever server it came from. */
+  readonly windowBudget = new WindowBudget(WINDOW_GROWTH_BUDGET);
   readonly o: Required<Pick<KonnectivityAgentOptions, 'dialTimeoutMs' | 'keepaliveTimeMs' | 'keepaliveTimeoutMs' | 'syncIntervalMs' | 'syncIntervalCapMs' | 'drainTimeoutMs' | 'upstreamBufferLimit'>> & KonnectivityAgentOptions;
 
   constructor(opts: KonnectivityAgentOptions) {
@@ -229,6 +231,11 @@ export class KonnectivityAgent implements Component {
         pendingDials: c.dials.size,
       })),
     };
+  }
+
+  /** Bytes of window growth the open target connections hold (0 once they are all closed). */
+  windowGrowthInUse(): number {
+    return this.windowBudget.used;
   }
 
   targetStats(): TargetStats[] {
@@ -548,6 +555,10 @@ class ServerConnection {
     return this.agent.o;
   }
 
+  get windowBudget(): WindowBudget {
+    return this.agent.windowBudget;
+  }
+
   private lost(why: string): void {
     if (this.closed) return;
     this.close(why);
@@ -660,7 +671,7 @@ class Target {
     readonly trace: string,
     private readonly address: string,
   ) {
-    this.flow = new ConnectionFlow({ negotiated: conn.flowControl, window: INITIAL_WINDOW, bufferLimit: conn.options.upstreamBufferLimit });
+    this.flow = new ConnectionFlow({ negotiated: conn.flowControl, window: INITIAL_WINDOW, maxWindow: MAX_WINDOW, budget: conn.windowBudget, bufferLimit: conn.options.upstreamBufferLimit });
   }
 
   start(): void {
@@ -747,7 +758,7 @@ class Target {
 
   private markClosed(): void {
     this.closed = true;
-    this.flow.discardHeld();
+    this.flow.release();
     this.conn.targetGone(this);
   }
 }

@@ -8,10 +8,10 @@
 import { BlockList, isIPv4, isIPv6 } from 'node:net';
 import type * as grpc from '@grpc/grpc-js';
 import type { Logger } from '../log/logger.ts';
-import { ConnectionFlow } from './flow.ts';
+import { ConnectionFlow, WindowBudget } from './flow.ts';
 import type { DialFailureReason, ServerMetrics } from './metrics.ts';
 import {
-  INITIAL_WINDOW, MAX_DATA_CHUNK, describePacket, isId, newTraceId, packets, splitHostPort,
+  INITIAL_WINDOW, MAX_DATA_CHUNK, MAX_WINDOW, WINDOW_GROWTH_BUDGET, describePacket, isId, newTraceId, packets, splitHostPort,
   type AgentIdentifiers, type DialRequest, type Int64, type Packet,
 } from './protocol.ts';
 import type { AgentIdentity } from './auth.ts';
@@ -53,8 +53,9 @@ export class Tunnel {
     readonly agent: AgentBackend,
     readonly frontend: Frontend,
     bufferLimit: number,
+    budget: WindowBudget,
   ) {
-    this.flow = new ConnectionFlow({ negotiated: agent.flowControl, window: INITIAL_WINDOW, bufferLimit });
+    this.flow = new ConnectionFlow({ negotiated: agent.flowControl, window: INITIAL_WINDOW, maxWindow: MAX_WINDOW, budget, bufferLimit });
   }
 
   logFields(): Record<string, unknown> {
@@ -139,6 +140,8 @@ export const NO_AGENT = 'No agent available';
 export class Broker {
   readonly agents = new Set<AgentBackend>();
   readonly pendingByRandom = new Map<Int64, Tunnel>();
+  /** Window growth for every tunnel of this server. */
+  readonly windowBudget = new WindowBudget(WINDOW_GROWTH_BUDGET);
   private readonly log: Logger;
 
   constructor(private readonly o: BrokerOptions) {
@@ -243,7 +246,7 @@ export class Broker {
     const agent = this.pickAgent(target.host);
     if (!agent) return fail(this.noAgentMessage(target.host), 'no_agent');
 
-    const t = new Tunnel(newTraceId(), req.random, req.address, agent, frontend, this.o.upstreamBufferLimit);
+    const t = new Tunnel(newTraceId(), req.random, req.address, agent, frontend, this.o.upstreamBufferLimit, this.windowBudget);
     this.pendingByRandom.set(t.random, t);
     agent.pending.add(t);
     t.timer = setTimeout(() => this.dialTimedOut(t), this.o.dialTimeoutMs);
@@ -441,7 +444,7 @@ export class Broker {
     if (this.pendingByRandom.get(t.random) === t) this.pendingByRandom.delete(t.random);
     t.agent.pending.delete(t);
     if (t.connectID !== undefined && t.agent.conns.get(t.connectID) === t) t.agent.conns.delete(t.connectID);
-    t.flow.discardHeld();
+    t.flow.release();
     t.state = 'done';
   }
 

@@ -5,17 +5,44 @@
 // - with a kctl peer (flow-control/1 negotiated), each direction of each connection has a
 //   credit window: the sender sends at most `credit` bytes and then stops reading its source;
 //   the receiver grants credit back as its local sink (socket, frontend stream) drains.
+//   The receiver also grows the window (doubling, up to `maxWindow`) while its sink keeps up,
+//   so one fast connection can fill a long path; a stalled or slow sink never grows it. The
+//   growth comes out of one budget per process (WindowBudget), so a sink that kept up and
+//   then stalled can hold at most `maxWindow`, and all of them together at most the budget.
 // - with an upstream peer, nothing can slow the sender down per connection, so the receiver
 //   buffers up to `bufferLimit` bytes for a connection whose sink stalls and then closes that
 //   one connection with an error, rather than stalling every other connection on the stream.
 //
 // Pure bookkeeping, no I/O: the server and the agent do the sending.
 
+/** Window growth (beyond each connection's initial window) that one process may grant in all. */
+export class WindowBudget {
+  private inUse = 0;
+  constructor(readonly total: number) {}
+
+  get used(): number {
+    return this.inUse;
+  }
+
+  take(bytes: number): boolean {
+    if (this.inUse + bytes > this.total) return false;
+    this.inUse += bytes;
+    return true;
+  }
+
+  give(bytes: number): void {
+    this.inUse -= bytes;
+  }
+}
+
 export interface FlowOptions {
   /** flow-control/1 negotiated with the peer. */
   negotiated: boolean;
   /** Initial credit in each direction (both ends use the same constant). */
   window: number;
+  /** Largest receive window this end grows to; growth needs `budget` too. */
+  maxWindow?: number;
+  budget?: WindowBudget;
   /** Unflushed bytes allowed towards a stalled sink when the peer sends without credit. */
   bufferLimit: number;
 }
@@ -25,7 +52,9 @@ export class ConnectionFlow {
   private held: Buffer[] = [];
   private heldBytes = 0;
   private grantable = 0;
-  private readonly grantBatch: number;
+  /** Credit this end lets the peer have outstanding; grows while the sink keeps up. */
+  private recvWindow: number;
+  private released = false;
   /** Bytes handed to the local sink that it has not flushed yet. */
   unflushed = 0;
   /** Highest `unflushed` seen: what this connection cost in memory at worst. */
@@ -35,9 +64,12 @@ export class ConnectionFlow {
 
   constructor(readonly opts: FlowOptions) {
     this.credit = opts.negotiated ? opts.window : Number.POSITIVE_INFINITY;
-    // Grant in quarters of the window: few KCTL_CREDIT packets, and the sender never runs dry
-    // while the receiver keeps up.
-    this.grantBatch = Math.max(1, Math.floor(opts.window / 4));
+    this.recvWindow = opts.window;
+  }
+
+  /** The receive window now (what a stalled sink may have to buffer at most). */
+  get receiveWindow(): number {
+    return this.recvWindow;
   }
 
   // ---- outbound: local source -> peer ----
@@ -94,6 +126,15 @@ export class ConnectionFlow {
     return out;
   }
 
+  /** The connection is gone: its window growth goes back to the budget. Idempotent. */
+  release(): void {
+    this.discardHeld();
+    if (this.released) return;
+    this.released = true;
+    this.opts.budget?.give(this.recvWindow - this.opts.window);
+    this.recvWindow = this.opts.window;
+  }
+
   /** Drops held bytes (the connection is closing). */
   discardHeld(): void {
     this.held = [];
@@ -113,7 +154,7 @@ export class ConnectionFlow {
     this.unflushed += bytes;
     if (this.unflushed > this.peakUnflushed) this.peakUnflushed = this.unflushed;
     // A kctl peer never exceeds the window; one that does is broken and gets the same treatment.
-    return this.unflushed <= (this.opts.negotiated ? 2 * this.opts.window : this.opts.bufferLimit);
+    return this.unflushed <= (this.opts.negotiated ? 2 * this.recvWindow : this.opts.bufferLimit);
   }
 
   /** The sink flushed `bytes`; returns the credit to grant the peer now (0: not yet). */
@@ -121,9 +162,18 @@ export class ConnectionFlow {
     this.unflushed -= bytes;
     if (!this.opts.negotiated) return 0;
     this.grantable += bytes;
-    if (this.grantable < this.grantBatch) return 0;
-    const g = this.grantable;
+    // Grant in quarters of the window: few KCTL_CREDIT packets, and the sender never runs dry
+    // while the receiver keeps up.
+    const batch = Math.max(1, Math.floor(this.recvWindow / 4));
+    if (this.grantable < batch) return 0;
+    let g = this.grantable;
     this.grantable = 0;
+    // Less than a batch still waits in the sink: the sink keeps up and the sender waits for
+    // credit, so the round trip, not the sink, limits this connection. Double the window.
+    if (this.unflushed < batch && !this.released && this.recvWindow < (this.opts.maxWindow ?? this.opts.window) && this.opts.budget?.take(this.recvWindow)) {
+      g += this.recvWindow;
+      this.recvWindow *= 2;
+    }
     return g;
   }
 }

@@ -145,6 +145,15 @@ export const FLOW_CONTROL_EXTENSION = 'flow-control/1';
  */
 export const INITIAL_WINDOW = 256 * 1024;
 
+/**
+ * The receive window a connection grows to while its sink keeps up (see flow.ts): one stream
+ * through a frontend whose own HTTP/2 window is small needs megabytes in flight.
+ */
+export const MAX_WINDOW = 4 * 1024 * 1024;
+
+/** Window growth one server or agent process grants in all (the memory a few fast connections may hold). */
+export const WINDOW_GROWTH_BUDGET = 32 * 1024 * 1024;
+
 /** Largest DATA payload we send: one read of a target socket (grpc-js costs ~40 µs per message). */
 export const MAX_DATA_CHUNK = 64 * 1024;
 

@@ -410,6 +410,11 @@ export class KonnectivityServer implements Component {
     };
   }
 
+  /** Bytes of window growth the open tunnels hold (0 once they are all closed). */
+  windowGrowthInUse(): number {
+    return this.broker.windowBudget.used;
+  }
+
   /** Flow-control numbers of every open tunnel. */
   tunnelStats(): TunnelStats[] {
     const out: TunnelStats[] = [];

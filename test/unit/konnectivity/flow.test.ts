@@ -5,7 +5,7 @@ import { once } from 'node:events';
 import type { Socket } from 'node:net';
 import { test } from 'node:test';
 import { dialViaProxy, type ProxyTunnel } from '../../../src/konnectivity/client.ts';
-import { INITIAL_WINDOW, MAX_DATA_CHUNK } from '../../../src/konnectivity/protocol.ts';
+import { INITIAL_WINDOW, MAX_DATA_CHUNK, MAX_WINDOW } from '../../../src/konnectivity/protocol.ts';
 import type { KonnectivityServer } from '../../../src/konnectivity/server.ts';
 import { echoServer, listen, makePki, readN, startAgent, startServer, udsOf, waitFor } from './fixtures.ts';
 
@@ -126,10 +126,14 @@ test('one stalled reader does not slow 100 other connections on the same agent, 
   t.diagnostic(`stalled connection: server buffered at most ${peaks.map((p) => p.server).join(', ')} B, agent held at most ${peaks.map((p) => p.agentHeld).join(', ')} B, target wrote ${peaks.map((p) => (p.sourceAccepted / MiB).toFixed(1)).join(', ')} MiB (kernel socket buffers included)`);
   assert.ok(ratio >= 0.9, `healthy connections kept ${(ratio * 100).toFixed(1)}% of their throughput (need >= 90%)`);
   for (const p of peaks) {
-    assert.ok(p.server <= INITIAL_WINDOW, `server buffered ${p.server} B for the stalled connection (window ${INITIAL_WINDOW})`);
+    // The stalled reader's client and kernel buffers took the first bytes as fast as they came,
+    // so its window may have grown before it stalled: bounded by the largest window.
+    assert.ok(p.server <= MAX_WINDOW, `server buffered ${p.server} B for the stalled connection (max window ${MAX_WINDOW})`);
     assert.ok(p.agentHeld <= MAX_DATA_CHUNK, `agent held ${p.agentHeld} B (one read at most)`);
     assert.ok(p.sourceAccepted < 32 * MiB, `the stalled target could push only ${p.sourceAccepted} B before backpressure reached it`);
   }
+  // Window growth is returned when the connections close: the next ones can grow again.
+  await waitFor('window growth returned', () => server.windowGrowthInUse() === 0 && sides.every((x) => x.agent.windowGrowthInUse() === 0));
 });
 
 test('a target that stops reading backpressures its client, and the agent buffers at most a window', async (t) => {
@@ -154,7 +158,7 @@ test('a target that stops reading backpressures its client, and the agent buffer
   assert.ok(at && st);
   const passed = written - tunnel.writableLength; // what left the client, not what waits in it
   t.diagnostic(`client offered ${(written / MiB).toFixed(1)} MiB, ${(passed / MiB).toFixed(1)} MiB left it (kernel socket buffers included); agent unflushed peak ${at.peakUnflushed} B; server held peak ${st.peakHeld} B`);
-  assert.ok(at.peakUnflushed <= INITIAL_WINDOW, `agent buffered ${at.peakUnflushed} B towards the stalled target`);
+  assert.ok(at.peakUnflushed <= MAX_WINDOW, `agent buffered ${at.peakUnflushed} B towards the stalled target (max window ${MAX_WINDOW})`);
   assert.ok(st.peakHeld <= MAX_DATA_CHUNK, `server held ${st.peakHeld} B beyond the credit`);
   assert.ok(passed < 16 * MiB, `the client was slowed down (${passed} B left it)`);
 
