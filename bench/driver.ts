@@ -1,4 +1,5 @@
-// The one client driver every path shares. GRPC mode dials like kube-apiserver (kctl's
+// The TypeScript client driver, shared by every path in the scenarios of scenarios.ts (the
+// speed scenarios use the Go driver, go-driver.ts). GRPC mode dials like kube-apiserver (kctl's
 // ProxyService client: one gRPC connection and Proxy stream per dial over the unix socket);
 // HTTP-CONNECT mode sends CONNECT on its own unix-socket connection; direct is plain TCP.
 import { connect, type Socket } from 'node:net';

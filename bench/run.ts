@@ -1,15 +1,18 @@
 // `npm run bench [-- --quick | --smoke] [--json]`: the konnectivity tunnel benchmark (direct
-// TCP vs upstream ANP vs kctl, one shared driver, paths alternating, medians of repetitions)
-// and kctl's controller figures. Progress on stderr; with --json the results on stdout.
+// TCP vs upstream ANP vs kctl, the same driver for every path: the Go konnectivity-client driver
+// for the speed scenarios, the TypeScript one for the rest; paths alternating, medians of
+// repetitions) and kctl's controller figures. Progress on stderr; with --json the results on stdout.
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { controllerFigures } from './controller.ts';
 import { connectDialer, directDialer, grpcDialer, type Dialer, type PathName } from './driver.ts';
+import { dialLatencies, goDriver, throughput, type GoPath } from './go-driver.ts';
 import { makePki, type BenchPki } from './pki.ts';
 import { firstJsonLine, freePort, startProc, type Proc } from './procs.ts';
-import { dialLatencies, holOthersRatio, idleMemoryPerConn, leakResidual, throughput, type Targets } from './scenarios.ts';
+import { holOthersRatio, idleMemoryPerConn, leakResidual, type Targets } from './scenarios.ts';
 import { startKctl, startUpstream, type Stack } from './stacks.ts';
+import { workerJoinSeconds } from './worker.ts';
 
 export interface Row {
   scenario: string;
@@ -78,6 +81,13 @@ class Bench {
     return { d: grpcDialer(path, stack.grpcUds), stack };
   }
 
+  /** How the Go driver reaches `path` (through the current stack). */
+  async goPath(path: PathName): Promise<GoPath> {
+    if (path === 'direct') return { mode: 'direct' };
+    const stack = await this.stack(path === 'upstream' ? 'upstream' : 'kctl');
+    return path === 'kctl-connect' ? { mode: 'connect', uds: stack.connectUds! } : { mode: 'grpc', uds: stack.grpcUds };
+  }
+
   async stop(): Promise<void> {
     for (const s of this.stacks.values()) await s.stop();
     this.stacks.clear();
@@ -107,6 +117,7 @@ async function main(): Promise<void> {
   const out: Row[] = [];
   try {
     log(`mode ${mode}; workdir ${dir}`);
+    await goDriver();
     const target = startProc('target', process.execPath, ['--import', 'tsx', new URL('target.ts', import.meta.url).pathname]);
     procs.push(target);
     const ports = await firstJsonLine<{ source: number; echo: number }>(target);
@@ -126,16 +137,15 @@ async function main(): Promise<void> {
       return Object.fromEntries(Object.entries(got).map(([p, xs]) => [p, median(xs)]));
     };
 
-    for (const p of PATHS) await throughput((await bench.dialer(p)).d, t, 4, 8 * MiB); // JIT and buffers warm, untimed
-    out.push(...rows('throughput-1', 'MiB/s', await alternate('throughput-1', z.reps, false, PATHS, (d) => throughput(d, t, 1, z.bulk1))));
-    out.push(...rows('throughput-16', 'MiB/s', await alternate('throughput-16', z.reps, false, PATHS, (d) => throughput(d, t, 16, z.bulk16))));
+    // The speed scenarios run the Go driver (go-driver.ts); the others the TypeScript one (driver.ts).
+    for (const p of PATHS) await throughput(await bench.goPath(p), t.source, 4, 8 * MiB); // JIT and buffers warm, untimed
+    const bulk = (conns: number, bytes: number) => async (d: Dialer): Promise<number> => throughput(await bench.goPath(d.path), t.source, conns, bytes);
+    out.push(...rows('throughput-1', 'MiB/s', await alternate('throughput-1', z.reps, false, PATHS, bulk(1, z.bulk1))));
+    out.push(...rows('throughput-16', 'MiB/s', await alternate('throughput-16', z.reps, false, PATHS, bulk(16, z.bulk16))));
 
     const samples: Partial<Record<PathName, number[]>> = {};
     for (let done = 0; done < z.dials; done += z.dialChunk) {
-      for (const p of PATHS) {
-        const { d } = await bench.dialer(p);
-        (samples[p] ??= []).push(...await dialLatencies(d, t, Math.min(z.dialChunk, z.dials - done)));
-      }
+      for (const p of PATHS) (samples[p] ??= []).push(...await dialLatencies(await bench.goPath(p), t.echo, Math.min(z.dialChunk, z.dials - done)));
       log(`dial-latency ${Math.min(done + z.dialChunk, z.dials)}/${z.dials} per path`);
     }
     const pct = (p: number) => Object.fromEntries(Object.entries(samples).map(([k, xs]) => [k, percentile(xs, p)])) as Partial<Record<PathName, number>>;
@@ -169,7 +179,13 @@ async function main(): Promise<void> {
       out.push({ scenario: 'controller-ready-s', unit: 's', kctl: null, upstream: null, direct: null, note });
       out.push({ scenario: 'controller-rss-mb', unit: 'MiB', kctl: null, upstream: null, direct: null, note });
     }
-    out.push({ scenario: 'worker-join-s', unit: 's', kctl: null, upstream: null, direct: null, note: 'not implemented yet: needs the network-namespace lab (test/e2e/lab.ts); see bench/README.md' });
+    if (mode !== 'smoke') {
+      // ~30 s per lab plus ~6 s per join: 3 joins (median) in the full run, 1 in --quick.
+      const joins = await workerJoinSeconds(await mkdtemp(join(dir, 'worker-')), log, mode === 'full' ? 3 : 1);
+      out.push({ scenario: 'worker-join-s', unit: 's', kctl: median(joins), upstream: null, direct: null, ...(joins.length > 1 ? { note: `median of ${joins.length} joins: ${joins.map((s) => s.toFixed(1)).join(', ')} s` } : {}) });
+    } else {
+      out.push({ scenario: 'worker-join-s', unit: 's', kctl: null, upstream: null, direct: null, note: 'not measured in --smoke (starts a control plane and a worker in the network-namespace lab)' });
+    }
   } finally {
     await bench.stop().catch(() => {});
     for (const p of procs) await p.stop();

@@ -1,5 +1,6 @@
-// The tunnel scenarios. Each measures one path with the shared driver and returns one number
-// (or samples); run.ts alternates the paths and takes medians.
+// The tunnel scenarios run with the TypeScript driver (driver.ts): idle memory, leak residual,
+// head-of-line blocking. Each measures one path and returns one number; run.ts alternates the
+// paths and takes medians. Throughput and dial latency run the Go driver (go-driver.ts).
 import { setMaxListeners } from 'node:events';
 import type { Duplex } from 'node:stream';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -67,31 +68,6 @@ function close(s: Duplex): void {
   s.on('error', () => {});
   s.end();
   setTimeout(() => s.destroy(), 5_000).unref();
-}
-
-/** MiB/s in total for `conns` parallel downloads of `bytesEach`, timed from the requests to the last byte. */
-export async function throughput(d: Dialer, t: Targets, conns: number, bytesEach: number): Promise<number> {
-  const socks = await Promise.all(Array.from({ length: conns }, () => d.dial(t.source)));
-  const start = process.hrtime.bigint();
-  const got = await Promise.all(socks.map((s) => download(s, bytesEach)));
-  const secs = Number(process.hrtime.bigint() - start) / 1e9;
-  for (const s of socks) s.destroy();
-  const short = got.findIndex((g) => g < bytesEach);
-  if (short >= 0) throw new Error(`${d.path}: connection ${short} ended after ${got[short]} of ${bytesEach} bytes`);
-  return (conns * bytesEach) / MiB / secs;
-}
-
-/** Milliseconds for each of `n` sequential short connections: dial, 1 KiB request/response, close. */
-export async function dialLatencies(d: Dialer, t: Targets, n: number): Promise<number[]> {
-  const out: number[] = [];
-  for (let i = 0; i < n; i++) {
-    const start = process.hrtime.bigint();
-    const s = await d.dial(t.echo);
-    await roundTrip(s, 1024);
-    close(s);
-    out.push(Number(process.hrtime.bigint() - start) / 1e6);
-  }
-  return out;
 }
 
 /** KiB of server+agent RSS per idle open connection, with `n` open. */

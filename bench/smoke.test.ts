@@ -1,8 +1,9 @@
 // The bench harness runs end to end at tiny sizes and reports every scenario in the promised
 // shape. No speed is asserted here: timed figures belong to `npm run bench`.
 import assert from 'node:assert/strict';
-import { test } from 'node:test';
+import { before, test } from 'node:test';
 import { execa } from 'execa';
+import { goDriver } from './go-driver.ts';
 
 const SCENARIOS = ['throughput-1', 'throughput-16', 'dial-latency-p50', 'dial-latency-p99', 'idle-memory-per-conn', 'hol-others-ratio', 'leak-residual'];
 const KCTL_ONLY = ['controller-ready-s', 'controller-rss-mb', 'worker-join-s'];
@@ -10,6 +11,9 @@ const KCTL_ONLY = ['controller-ready-s', 'controller-rss-mb', 'worker-join-s'];
 const MAY_BE_ZERO = ['leak-residual', 'idle-memory-per-conn', 'hol-others-ratio'];
 
 interface Row { scenario: string; unit: string; kctl: number | null; upstream: number | null; direct: number | null; note?: string }
+
+// The Go driver's first build on a machine (module downloads, compile) is not the run's to pay.
+before(() => goDriver(), { timeout: 600_000 });
 
 test('bench --smoke --json reports every scenario for kctl, upstream and direct', { timeout: 120_000 }, async () => {
   const r = await execa(process.execPath, ['--import', 'tsx', new URL('run.ts', import.meta.url).pathname, '--smoke', '--json'], { reject: false, timeout: 110_000 });

@@ -1,0 +1,79 @@
+// The Go client driver (bench/go-driver, built on the upstream konnectivity-client module) for
+// the speed scenarios: built once per source content with the machine's Go toolchain into the
+// cache (outside the checkout), then run once per measurement.
+import { execFile } from 'node:child_process';
+import { createHash } from 'node:crypto';
+import { existsSync, mkdirSync, readFileSync, renameSync, rmSync } from 'node:fs';
+import { join } from 'node:path';
+import { promisify } from 'node:util';
+import { cacheRoot } from '../src/payload/manifest.ts';
+
+/** How the driver reaches the target: GRPC or HTTP-CONNECT through the proxy's unix socket, or TCP. */
+export type GoPath = { mode: 'grpc' | 'connect'; uds: string } | { mode: 'direct' };
+
+const SRC = new URL('go-driver/', import.meta.url).pathname;
+const FILES = ['go.mod', 'go.sum', 'main.go'];
+const run = promisify(execFile);
+const log = (m: string): void => void process.stderr.write(`[bench] ${m}\n`);
+
+/** What a failed child said: its last stderr line (the driver's one-line error), else its exit. */
+function why(err: unknown): string {
+  const e = err as { code?: unknown; stderr?: string; message: string };
+  const lines = (e.stderr ?? '').trim().split('\n').filter(Boolean);
+  return lines.at(-1)?.replace(/^go-driver: /, '') ?? (typeof e.code === 'number' ? `exit ${e.code}` : e.message);
+}
+
+let built: Promise<string> | undefined;
+
+/** Path of the driver binary, building it first if this source was never built on this machine. */
+export function goDriver(): Promise<string> {
+  return (built ??= build());
+}
+
+async function build(): Promise<string> {
+  const hash = createHash('sha256');
+  for (const f of FILES) hash.update(`${f}\0`).update(readFileSync(join(SRC, f))).update('\0');
+  const dir = join(cacheRoot(), 'bench');
+  const bin = join(dir, `go-driver-${hash.digest('hex').slice(0, 16)}`);
+  if (existsSync(bin)) return bin;
+  mkdirSync(dir, { recursive: true });
+  const tmp = `${bin}.${process.pid}.tmp`;
+  log(`building the Go driver (go build in bench/go-driver; the first build downloads its Go modules) -> ${bin}`);
+  const started = Date.now();
+  try {
+    await run('go', ['build', '-trimpath', '-buildvcs=false', '-mod=readonly', '-o', tmp, '.'], { cwd: SRC, maxBuffer: 16 << 20 });
+  } catch (err) {
+    rmSync(tmp, { force: true });
+    if ((err as { code?: unknown }).code === 'ENOENT') throw new Error('the Go toolchain (`go`) is not on PATH: the bench builds its Go client driver (bench/go-driver) with it');
+    const lines = ((err as { stderr?: string }).stderr ?? '').split('\n').filter((l) => l.trim() && !l.startsWith('go: downloading'));
+    for (const l of lines) log(`go build: ${l}`);
+    throw new Error(`go build of bench/go-driver failed: ${lines.find((l) => !l.startsWith('# '))?.trim() ?? why(err)}`);
+  }
+  renameSync(tmp, bin);
+  log(`Go driver built in ${((Date.now() - started) / 1000).toFixed(0)} s`);
+  return bin;
+}
+
+function pathArgs(p: GoPath): string[] {
+  return p.mode === 'direct' ? ['--mode', 'direct'] : ['--mode', p.mode, '--uds', p.uds];
+}
+
+async function drive<T>(sub: string, p: GoPath, args: string[]): Promise<T> {
+  const bin = await goDriver();
+  try {
+    const { stdout } = await run(bin, [sub, ...pathArgs(p), ...args], { maxBuffer: 64 << 20 });
+    return JSON.parse(stdout) as T;
+  } catch (err) {
+    throw new Error(`go-driver ${sub} (${p.mode}): ${why(err)}`);
+  }
+}
+
+/** MiB/s in total for `conns` parallel downloads of `bytesEach` from `source`, timed from the requests to the last byte. */
+export async function throughput(p: GoPath, source: string, conns: number, bytesEach: number): Promise<number> {
+  return (await drive<{ mibps: number }>('throughput', p, ['--source', source, '--conns', String(conns), '--bytes', String(bytesEach)])).mibps;
+}
+
+/** Milliseconds for each of `count` sequential short connections to `echo`: dial, 1 KiB round trip, close. */
+export async function dialLatencies(p: GoPath, echo: string, count: number): Promise<number[]> {
+  return (await drive<{ ms: number[] }>('dial-latency', p, ['--echo', echo, '--count', String(count)])).ms;
+}
