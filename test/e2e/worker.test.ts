@@ -1,17 +1,14 @@
 // The whole loop: two isolated workers join with tokens, run pods, and logs / exec /
 // port-forward / attach reach them only through the konnectivity tunnel.
 import assert from 'node:assert/strict';
-import type { ChildProcess } from 'node:child_process';
 import { existsSync } from 'node:fs';
-import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test, type TestContext } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { decodeToken } from '../../src/join/token.ts';
-import { cleanupContainerd } from '../../src/worker/containerd.ts';
-import { kubeletCgroupRoot, removeCgroupRoot } from '../../src/worker/kubelet.ts';
-import { workerPaths } from '../../src/worker/paths.ts';
+import { cleanupWorkerHost, labController, nodeReady as isNodeReady, track, type Tracked } from './cluster.ts';
 import { requireKctl } from './kctl.ts';
 import { createLab, type Lab, type LabHost } from './lab.ts';
 
@@ -24,16 +21,6 @@ async function waitFor(what: string, timeoutMs: number, check: () => Promise<boo
     await sleep(1000);
   }
   throw new Error(`timed out waiting for ${what}${log ? `\n${log()}` : ''}`);
-}
-
-interface Proc { child: ChildProcess; log: () => string; exited: Promise<number | null> }
-
-function track(child: ChildProcess): Proc {
-  let out = '';
-  child.stdout?.on('data', (c: Buffer) => { out += c.toString(); if (out.length > 2_000_000) out = out.slice(-1_000_000); });
-  child.stderr?.on('data', (c: Buffer) => { out += c.toString(); });
-  const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
-  return { child, log: () => out.split('\n').slice(-25).join('\n'), exited };
 }
 
 /** What a worker host looks like, for "reset leaves it as it was". */
@@ -69,28 +56,22 @@ test('two isolated workers join, run pods, and are reachable only through the tu
   const lab: Lab = await createLab('wk', ['ctl', 'w1', 'w2'], { t });
   const [ctl, w1, w2] = ['ctl', 'w1', 'w2'].map((n) => lab.host(n)) as [LabHost, LabHost, LabHost];
   const dir = await mkdtemp(join(tmpdir(), 'kctl-worker-'));
-  const workers: Proc[] = [];
+  const workers: Tracked[] = [];
   // Workers leave mounts, shims and cgroups behind when killed; clear them before removing the dir.
   t.after(async () => {
     for (const w of workers) w.child.kill('SIGKILL');
-    for (const h of ['w1', 'w2']) {
-      const paths = workerPaths(join(dir, `${h}-data`), join(dir, `${h}-run`));
-      await cleanupContainerd(paths).catch(() => undefined);
-      await removeCgroupRoot(kubeletCgroupRoot(h)).catch(() => undefined);
-    }
+    for (const h of ['w1', 'w2']) await cleanupWorkerHost(join(dir, `${h}-data`), join(dir, `${h}-run`), h);
     await rm(dir, { recursive: true, force: true });
   });
   const kctlBin = requireKctl();
-  const cData = join(dir, 'c-data');
-  await writeFile(join(dir, 'kctl.yaml'), `spec:\n  api: { address: ${ctl.ip} }\n`);
-  const controller = track(ctl.spawn(kctlBin, ['controller', '--single', '--config', join(dir, 'kctl.yaml'), '--data-dir', cData, '--run-dir', join(dir, 'c-run')]));
+  const c = await labController(kctlBin, ctl, dir);
+  const cData = c.dataDir;
+  const controller = track(ctl.spawn(kctlBin, c.args));
   // Everything that talks to the API runs on the controller host: lab addresses exist only in the lab.
-  const kubectl = (args: string[], input?: string) => ctl.run(kctlBin, ['--data-dir', cData, 'kubectl', ...args], { input, timeout: 60_000 });
+  const kubectl = c.kubectl;
   await waitFor('controller ready', 180_000, async () => controller.log().includes('"msg":"controller ready"'), controller.log);
 
-  const tokenOut = await ctl.run(kctlBin, ['--data-dir', cData, 'token', 'create', '--role', 'worker', '--expiry', '1h']);
-  assert.equal(tokenOut.exitCode, 0, String(tokenOut.stderr));
-  const token = String(tokenOut.stdout).trim();
+  const token = await c.createToken('1h');
 
   // Bad tokens: each refused with one line, nothing written on the worker.
   const refused = async (badToken: string, expect: RegExp) => {
@@ -105,10 +86,10 @@ test('two isolated workers join, run pods, and are reachable only through the tu
   };
   await refused('not-a-token', /join token is malformed/);
   await refused(token.slice(0, 60) + (token[60] === 'a' ? 'b' : 'a') + token.slice(61), /join token is malformed|rejected the join token|not signed by the CA/);
-  const expired = String((await ctl.run(kctlBin, ['--data-dir', cData, 'token', 'create', '--role', 'worker', '--expiry', '1s'])).stdout).trim();
+  const expired = await c.createToken('1s');
   await sleep(2500);
   await refused(expired, /rejected the join token \(expired, invalidated or never issued\)/);
-  const revoked = String((await ctl.run(kctlBin, ['--data-dir', cData, 'token', 'create', '--role', 'worker'])).stdout).trim();
+  const revoked = await c.createToken();
   const [revokedId, revokedSecret] = decodeToken(revoked).bootstrapToken.split('.') as [string, string];
   const list = await ctl.run(kctlBin, ['--data-dir', cData, 'token', 'list', '-o', 'json']);
   assert.ok((JSON.parse(String(list.stdout)) as { id: string }[]).some((x) => x.id === revokedId));
@@ -130,7 +111,7 @@ test('two isolated workers join, run pods, and are reachable only through the tu
   };
   let p1 = startWorker(w1, true);
   let p2 = startWorker(w2, true);
-  const nodeReady = async (n: string) => String((await kubectl(['get', 'node', n, '-o', 'jsonpath={.status.conditions[?(@.type=="Ready")].status}'])).stdout) === 'True';
+  const nodeReady = (n: string) => isNodeReady(kubectl, n);
   await waitFor('both nodes Ready', 300_000, async () => {
     if (p1.child.exitCode !== null || p2.child.exitCode !== null) throw new Error('a worker exited');
     return (await nodeReady('w1')) && (await nodeReady('w2'));

@@ -1,0 +1,83 @@
+// A kctl cluster in the test lab (lab.ts): the controller on one lab host, workers joining
+// from others. Shared by test/e2e/worker.test.ts and bench/worker.ts.
+import type { ChildProcess } from 'node:child_process';
+import { readdir, readFile, rmdir, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import type { Result } from 'execa';
+import { cleanupContainerd } from '../../src/worker/containerd.ts';
+import { kubeletCgroupRoot, removeCgroupRoot } from '../../src/worker/kubelet.ts';
+import { workerPaths } from '../../src/worker/paths.ts';
+import type { LabHost } from './lab.ts';
+
+export interface Tracked { child: ChildProcess; log: () => string; exited: Promise<number | null> }
+
+/** Keeps a lab process's output (for error messages) and its exit. */
+export function track(child: ChildProcess): Tracked {
+  let out = '';
+  child.stdout?.on('data', (c: Buffer) => { out += c.toString(); if (out.length > 2_000_000) out = out.slice(-1_000_000); });
+  child.stderr?.on('data', (c: Buffer) => { out += c.toString(); });
+  const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
+  return { child, log: () => out.split('\n').slice(-25).join('\n'), exited };
+}
+
+export interface LabController {
+  dataDir: string;
+  runDir: string;
+  /** `kctl controller --single ...` for this host (append `--init-only` to only stage and exit). */
+  args: string[];
+  /** kubectl (through `kctl kubectl`, admin kubeconfig) run on the controller host: lab addresses exist only in the lab. */
+  kubectl(args: string[], input?: string): Promise<Result>;
+  /** `kctl token create --role worker [--expiry E]` on the controller host; throws when it fails. */
+  createToken(expiry?: string): Promise<string>;
+}
+
+/** Writes the controller's config into `dir` (API on the host's lab address); starting it is the caller's. */
+export async function labController(kctlBin: string, ctl: LabHost, dir: string): Promise<LabController> {
+  const dataDir = join(dir, 'c-data');
+  const runDir = join(dir, 'c-run');
+  await writeFile(join(dir, 'kctl.yaml'), `spec:\n  api: { address: ${ctl.ip} }\n`);
+  return {
+    dataDir,
+    runDir,
+    args: ['controller', '--single', '--config', join(dir, 'kctl.yaml'), '--data-dir', dataDir, '--run-dir', runDir],
+    kubectl: (args, input) => ctl.run(kctlBin, ['--data-dir', dataDir, 'kubectl', ...args], { input, timeout: 60_000 }),
+    async createToken(expiry) {
+      const r = await ctl.run(kctlBin, ['--data-dir', dataDir, 'token', 'create', '--role', 'worker', ...(expiry ? ['--expiry', expiry] : [])], { timeout: 60_000 });
+      if (r.exitCode !== 0) throw new Error(`kctl token create failed (${r.exitCode}): ${String(r.stderr).trim()}`);
+      return String(r.stdout).trim();
+    },
+  };
+}
+
+export const NODE_READY_JSONPATH = '{.status.conditions[?(@.type=="Ready")].status}';
+
+/** True when the Node exists and its Ready condition is True. */
+export async function nodeReady(kubectl: (args: string[]) => Promise<Result>, node: string): Promise<boolean> {
+  return String((await kubectl(['get', 'node', node, '-o', `jsonpath=${NODE_READY_JSONPATH}`])).stdout) === 'True';
+}
+
+/** A killed worker leaves containerd shims, mounts and the kubelet's cgroups behind: clears them (before its dirs are removed). */
+export async function cleanupWorkerHost(dataDir: string, runDir: string, nodeName: string): Promise<void> {
+  await cleanupContainerd(workerPaths(dataDir, runDir)).catch(() => undefined);
+  await removeCgroupRoot(kubeletCgroupRoot(nodeName)).catch(() => undefined);
+  await removeHybridUnifiedTree(kubeletCgroupRoot(nodeName)).catch(() => undefined);
+}
+
+/**
+ * On a hybrid cgroup host (v1 hierarchies plus cgroup2 at e.g. /sys/fs/cgroup/unified) kubelet
+ * and runc create the node's tree in the cgroup2 mount too, and removeCgroupRoot only walks the
+ * v1 ones when any exist: remove the (by then empty) cgroup2 copy, children first.
+ */
+async function removeHybridUnifiedTree(cgroupRoot: string): Promise<void> {
+  const mounts = (await readFile('/proc/self/mountinfo', 'utf8')).split('\n').map((l) => {
+    const [pre, post] = l.split(' - ');
+    return { point: pre?.split(' ')[4], fstype: post?.split(' ')[0] };
+  });
+  const unified = mounts.find((m) => m.fstype === 'cgroup2')?.point;
+  if (!unified || !mounts.some((m) => m.fstype === 'cgroup')) return;
+  const remove = async (dir: string): Promise<void> => {
+    for (const e of await readdir(dir, { withFileTypes: true }).catch(() => [])) if (e.isDirectory()) await remove(join(dir, e.name));
+    await rmdir(dir).catch(() => undefined);
+  };
+  await remove(join(unified, cgroupRoot));
+}
