@@ -106,7 +106,7 @@ async function cgroupMounts(): Promise<{ v1: string[]; v2?: string }> {
     if (fstype === 'cgroup') v1.push(mountPoint);
     else if (fstype === 'cgroup2') v2 = mountPoint;
   }
-  return v1.length ? { v1 } : { v1, v2 };
+  return { v1, v2 };
 }
 
 /**
@@ -114,7 +114,10 @@ async function cgroupMounts(): Promise<{ v1: string[]; v2?: string }> {
  * start with empty cpus/mems and cannot take tasks, so those are copied from the parent.
  */
 export async function ensureCgroupRoot(cgroupRoot: string): Promise<void> {
-  const { v1, v2 } = await cgroupMounts();
+  const { v1, v2: unified } = await cgroupMounts();
+  // On a hybrid host (v1 hierarchies plus cgroup2 at .../unified) kubelet runs the v1 way and
+  // the cgroup2 mount carries no controllers: nothing to prepare there.
+  const v2 = v1.length ? undefined : unified;
   const parts = cgroupRoot.split('/').filter(Boolean);
   for (const mount of v1) {
     let dir = mount;
@@ -191,6 +194,7 @@ export class KubeletComponent extends Supervisor {
 
 /** For `kctl reset` and tests: kills every process left in the node's cgroup root (containers) and removes the cgroups. */
 export async function removeCgroupRoot(cgroupRoot: string): Promise<void> {
+  // Every hierarchy, the cgroup2 one of a hybrid host too: runc creates the tree there as well.
   const { v1, v2 } = await cgroupMounts();
   const roots = [...v1, ...(v2 ? [v2] : [])].map((m) => join(m, cgroupRoot)).filter((d) => existsSync(d));
   const walk = async (dir: string): Promise<string[]> => {

@@ -1,7 +1,7 @@
 // A kctl cluster in the test lab (lab.ts): the controller on one lab host, workers joining
 // from others. Shared by test/e2e/worker.test.ts and bench/worker.ts.
 import type { ChildProcess } from 'node:child_process';
-import { readdir, readFile, rmdir, writeFile } from 'node:fs/promises';
+import { writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Result } from 'execa';
 import { cleanupContainerd } from '../../src/worker/containerd.ts';
@@ -60,24 +60,4 @@ export async function nodeReady(kubectl: (args: string[]) => Promise<Result>, no
 export async function cleanupWorkerHost(dataDir: string, runDir: string, nodeName: string): Promise<void> {
   await cleanupContainerd(workerPaths(dataDir, runDir)).catch(() => undefined);
   await removeCgroupRoot(kubeletCgroupRoot(nodeName)).catch(() => undefined);
-  await removeHybridUnifiedTree(kubeletCgroupRoot(nodeName)).catch(() => undefined);
-}
-
-/**
- * On a hybrid cgroup host (v1 hierarchies plus cgroup2 at e.g. /sys/fs/cgroup/unified) kubelet
- * and runc create the node's tree in the cgroup2 mount too, and removeCgroupRoot only walks the
- * v1 ones when any exist: remove the (by then empty) cgroup2 copy, children first.
- */
-async function removeHybridUnifiedTree(cgroupRoot: string): Promise<void> {
-  const mounts = (await readFile('/proc/self/mountinfo', 'utf8')).split('\n').map((l) => {
-    const [pre, post] = l.split(' - ');
-    return { point: pre?.split(' ')[4], fstype: post?.split(' ')[0] };
-  });
-  const unified = mounts.find((m) => m.fstype === 'cgroup2')?.point;
-  if (!unified || !mounts.some((m) => m.fstype === 'cgroup')) return;
-  const remove = async (dir: string): Promise<void> => {
-    for (const e of await readdir(dir, { withFileTypes: true }).catch(() => [])) if (e.isDirectory()) await remove(join(dir, e.name));
-    await rmdir(dir).catch(() => undefined);
-  };
-  await remove(join(unified, cgroupRoot));
 }
