@@ -367,6 +367,7 @@ class ServerConnection {
       // Every stream its own TCP connection: behind a load balancer that is how we reach
       // the other servers, and a dead connection is closed with its stream.
       'grpc.use_local_subchannel_pool': 1,
+      'grpc.enable_channelz': 0,
       'grpc.keepalive_time_ms': UPSTREAM_SAFE_KEEPALIVE_MS,
       'grpc.keepalive_timeout_ms': 10_000,
       'grpc.max_receive_message_length': 16 * 1024 * 1024,

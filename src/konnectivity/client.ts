@@ -27,6 +27,7 @@ export function openProxyStream(udsPath: string): { client: grpc.Client; call: g
   const { ProxyService } = konnectivityServices();
   const client = new ProxyService(`unix:${udsPath}`, grpc.credentials.createInsecure(), {
     'grpc.use_local_subchannel_pool': 1,
+    'grpc.enable_channelz': 0,
     'grpc.max_receive_message_length': 16 * 1024 * 1024,
     // Go's gRPC (kube-apiserver) grows its windows with BDP estimation; a fixed 64 KiB would
     // make this client, not the tunnel, the bottleneck.
