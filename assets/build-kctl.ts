@@ -81,6 +81,8 @@ async function appendPayload(target: string, lock: PayloadLock, binDir: string, 
   const shipped = lock.components.filter((c) => !c.roles.includes('interop'));
   const { size: start } = await import('node:fs/promises').then((fs) => fs.stat(target));
   const out = createWriteStream(target, { flags: 'a' });
+  // One pipeline per component and image into the same stream, each adding its listeners.
+  out.setMaxListeners(shipped.length + images.length + 10);
   let offset = start;
   const entries: PayloadEntry[] = [];
   const bar = progress(shipped.length, 'payload');

@@ -6,7 +6,7 @@ import { request } from 'node:https';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { execa } from 'execa';
-import { freePort, gauges, rssKiB, startProc, waitUntil, type Proc } from './procs.ts';
+import { freePort, gauges, rssKiB, rssSplitKiB, startProc, waitUntil, type Proc } from './procs.ts';
 import { nodeCert } from '../test/e2e/node-cert.ts';
 
 export const KCTL = new URL('../dist/kctl', import.meta.url).pathname;
@@ -27,6 +27,8 @@ function readyz(port: number): Promise<boolean> {
 export interface ControllerFigures {
   readySeconds: number;
   rssMiB: number;
+  /** The part of the RSS that is heaps (the rest: the executable's code pages, file-backed). */
+  anonMiB: number;
 }
 
 /** One controller start (after --init-only staged everything) and its idle RSS with one agent. */
@@ -67,7 +69,7 @@ export async function controllerFigures(dir: string, log: (m: string) => void): 
     await waitUntil('agent connected to the controller', async () => (await gauges(`http://127.0.0.1:${ports.admin}/metrics`, ['konnectivity_network_proxy_server_ready_backend_connections'])) === 1,
       60_000, () => agent.output());
     await sleep(15_000); // let start-up garbage settle
-    return { readySeconds, rssMiB: rssKiB(ctl.pid) / 1024 };
+    return { readySeconds, rssMiB: rssKiB(ctl.pid) / 1024, anonMiB: rssSplitKiB(ctl.pid).anon / 1024 };
   } finally {
     for (const p of procs.reverse()) await p.stop();
   }

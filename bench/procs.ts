@@ -60,11 +60,21 @@ export function firstJsonLine<T>(p: Proc, timeoutMs = 60_000): Promise<T> {
   });
 }
 
+/** One `<field>: N kB` line of /proc/<pid>/status, KiB. */
+function statusKiB(pid: number, field: 'VmRSS' | 'RssAnon' | 'RssFile'): number {
+  const m = new RegExp(`${field}:\\s+(\\d+)\\s+kB`).exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
+  if (!m) throw new Error(`no ${field} for pid ${pid}`);
+  return Number(m[1]);
+}
+
 /** Resident set size of one process, KiB. */
 export function rssKiB(pid: number): number {
-  const m = /VmRSS:\s+(\d+)\s+kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
-  if (!m) throw new Error(`no VmRSS for pid ${pid}`);
-  return Number(m[1]);
+  return statusKiB(pid, 'VmRSS');
+}
+
+/** RSS split into anonymous (heaps: this process's own) and file-backed (mapped executable code, shared) KiB. */
+export function rssSplitKiB(pid: number): { anon: number; file: number } {
+  return { anon: statusKiB(pid, 'RssAnon'), file: statusKiB(pid, 'RssFile') };
 }
 
 export async function freePort(): Promise<number> {

@@ -173,7 +173,7 @@ async function main(): Promise<void> {
       const ctlDir = await mkdtemp(join(dir, 'controller-'));
       const f = await controllerFigures(ctlDir, log);
       out.push({ scenario: 'controller-ready-s', unit: 's', kctl: f.readySeconds, upstream: null, direct: null });
-      out.push({ scenario: 'controller-rss-mb', unit: 'MiB', kctl: f.rssMiB, upstream: null, direct: null });
+      out.push({ scenario: 'controller-rss-mb', unit: 'MiB', kctl: f.rssMiB, upstream: null, direct: null, note: `of which ${f.anonMiB.toFixed(0)} MiB anonymous (heaps); the rest is the executable's file-backed code pages` });
     } else {
       const note = 'not measured in --smoke (starts the whole control plane)';
       out.push({ scenario: 'controller-ready-s', unit: 's', kctl: null, upstream: null, direct: null, note });
