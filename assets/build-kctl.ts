@@ -3,11 +3,11 @@
 // component payload appended (layout in src/payload/payload.ts).
 import { build } from 'esbuild';
 import { execa } from 'execa';
+import { once } from 'node:events';
 import { createReadStream, createWriteStream, existsSync } from 'node:fs';
 import { chmod, copyFile, mkdir, readFile, rename, rm, writeFile } from 'node:fs/promises';
 import { createRequire } from 'node:module';
 import { join } from 'node:path';
-import { pipeline } from 'node:stream/promises';
 import { cacheRoot, loadManifest, type PayloadLock } from '../src/payload/manifest.ts';
 import { cachedImageEntries, TRAILER_MAGIC, TRAILER_SIZE, type PayloadEntry, type PayloadIndex } from '../src/payload/payload.ts';
 import { BUNDLED_IMAGES } from '../src/worker/images.ts';
@@ -81,20 +81,23 @@ async function appendPayload(target: string, lock: PayloadLock, binDir: string, 
   const shipped = lock.components.filter((c) => !c.roles.includes('interop'));
   const { size: start } = await import('node:fs/promises').then((fs) => fs.stat(target));
   const out = createWriteStream(target, { flags: 'a' });
-  // One pipeline per component and image into the same stream, each adding its listeners.
-  out.setMaxListeners(shipped.length + images.length + 10);
+  // Copies one file onto the end of `out`, honouring backpressure (one pipeline per file would
+  // pile its listeners onto the shared stream).
+  const append = async (file: string): Promise<void> => {
+    for await (const chunk of createReadStream(file)) if (!out.write(chunk)) await once(out, 'drain');
+  };
   let offset = start;
   const entries: PayloadEntry[] = [];
   const bar = progress(shipped.length, 'payload');
   for (const c of shipped) {
     bar.step(c.name);
-    await pipeline(createReadStream(join(binDir, c.path)), out, { end: false });
+    await append(join(binDir, c.path));
     entries.push({ ...c, offset });
     offset += c.size;
   }
   const imageEntries: PayloadEntry[] = [];
   for (const img of images) {
-    await pipeline(createReadStream(img.source!), out, { end: false });
+    await append(img.source!);
     const { source: _source, ...entry } = img;
     imageEntries.push({ ...entry, offset });
     offset += img.size;
