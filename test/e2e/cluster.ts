@@ -9,7 +9,14 @@ import { kubeletCgroupRoot, removeCgroupRoot } from '../../src/worker/kubelet.ts
 import { workerPaths } from '../../src/worker/paths.ts';
 import type { LabHost } from './lab.ts';
 
-export interface Tracked { child: ChildProcess; log: () => string; exited: Promise<number | null> }
+export interface Tracked {
+  child: ChildProcess;
+  /** The last lines of output, for error messages. */
+  log: () => string;
+  /** True once the output (the last MB or more of it) contained `text`. */
+  saw: (text: string) => boolean;
+  exited: Promise<number | null>;
+}
 
 /** Keeps a lab process's output (for error messages) and its exit. */
 export function track(child: ChildProcess): Tracked {
@@ -17,7 +24,7 @@ export function track(child: ChildProcess): Tracked {
   child.stdout?.on('data', (c: Buffer) => { out += c.toString(); if (out.length > 2_000_000) out = out.slice(-1_000_000); });
   child.stderr?.on('data', (c: Buffer) => { out += c.toString(); });
   const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
-  return { child, log: () => out.split('\n').slice(-25).join('\n'), exited };
+  return { child, log: () => out.split('\n').slice(-25).join('\n'), saw: (text) => out.includes(text), exited };
 }
 
 export interface LabController {

@@ -69,7 +69,7 @@ test('two isolated workers join, run pods, and are reachable only through the tu
   const controller = track(ctl.spawn(kctlBin, c.args));
   // Everything that talks to the API runs on the controller host: lab addresses exist only in the lab.
   const kubectl = c.kubectl;
-  await waitFor('controller ready', 180_000, async () => controller.log().includes('"msg":"controller ready"'), controller.log);
+  await waitFor('controller ready', 180_000, async () => controller.saw('"msg":"controller ready"'), controller.log);
 
   const token = await c.createToken('1h');
 
@@ -158,7 +158,7 @@ test('two isolated workers join, run pods, and are reachable only through the tu
   p1.child.kill('SIGTERM');
   assert.equal(await p1.exited, 0);
   p1 = startWorker(w1, false);
-  await waitFor('w1 worker back', 180_000, async () => p1.log().includes('"msg":"worker ready"'), p1.log);
+  await waitFor('w1 worker back', 180_000, async () => p1.saw('"msg":"worker ready"'), p1.log);
   await waitFor('w1 Ready again', 120_000, () => nodeReady('w1'));
   const after = (await pods()).find((x) => x.metadata.uid === a.metadata.uid);
   assert.ok(after, 'the pod on w1 was replaced');
