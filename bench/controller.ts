@@ -6,7 +6,7 @@ import { request } from 'node:https';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { execa } from 'execa';
-import { freePort, gauges, rssKiB, rssSplitKiB, startProc, waitUntil, type Proc } from './procs.ts';
+import { freePort, freePorts, gauges, rssKiB, rssSplitKiB, startProc, waitUntil, type Proc } from './procs.ts';
 import { nodeCert } from '../test/e2e/node-cert.ts';
 
 export const KCTL = new URL('../dist/kctl', import.meta.url).pathname;
@@ -34,8 +34,8 @@ export interface ControllerFigures {
 /** One controller start (after --init-only staged everything) and its idle RSS with one agent. */
 export async function controllerFigures(dir: string, log: (m: string) => void): Promise<ControllerFigures> {
   if (!existsSync(KCTL)) throw new Error(`${KCTL} is missing; run npm run build first`);
-  const base = 20_000 + Math.floor(Math.random() * 20_000);
-  const ports = { api: base, agent: base + 1, admin: base + 2, etcdClient: base + 3, etcdPeer: base + 4, scheduler: base + 5, cm: base + 6 };
+  const [api, agent, admin, etcdClient, etcdPeer, scheduler, cm] = (await freePorts(7)) as [number, number, number, number, number, number, number];
+  const ports = { api, agent, admin, etcdClient, etcdPeer, scheduler, cm };
   const cfg = join(dir, 'kctl.yaml');
   await writeFile(cfg, [
     'apiVersion: kctl.dev/v1alpha1',
@@ -58,7 +58,7 @@ export async function controllerFigures(dir: string, log: (m: string) => void): 
     const start = Date.now();
     const ctl = startProc('kctl controller', KCTL, args);
     procs.push(ctl);
-    await waitUntil('kube-apiserver /readyz ok', () => readyz(ports.api), 300_000, () => ctl.output().split('\n').slice(-15).join('\n'));
+    await waitUntil('kube-apiserver /readyz ok', () => readyz(ports.api), 300_000, () => ctl.output().split('\n').slice(-15).join('\n'), [ctl]);
     const readySeconds = (Date.now() - start) / 1000;
     log(`controller: /readyz ok after ${readySeconds.toFixed(1)} s; connecting one agent`);
     const certs = await nodeCert(join(dataDir, 'pki'), dir, 'bench-node');
@@ -67,7 +67,7 @@ export async function controllerFigures(dir: string, log: (m: string) => void): 
       '--agent-identifiers=host=bench-node', `--health-server-port=${await freePort()}`, `--admin-server-port=${await freePort()}`]);
     procs.push(agent);
     await waitUntil('agent connected to the controller', async () => (await gauges(`http://127.0.0.1:${ports.admin}/metrics`, ['konnectivity_network_proxy_server_ready_backend_connections'])) === 1,
-      60_000, () => agent.output());
+      60_000, () => agent.output(), [ctl, agent]);
     await sleep(15_000); // let start-up garbage settle
     return { readySeconds, rssMiB: rssKiB(ctl.pid) / 1024, anonMiB: rssSplitKiB(ctl.pid).anon / 1024 };
   } finally {

@@ -77,6 +77,15 @@ export function rssSplitKiB(pid: number): { anon: number; file: number } {
   return { anon: statusKiB(pid, 'RssAnon'), file: statusKiB(pid, 'RssFile') };
 }
 
+/** `n` distinct ports free on 127.0.0.1 right now (all held open together while they are picked). */
+export async function freePorts(n: number): Promise<number[]> {
+  const servers = Array.from({ length: n }, () => createServer());
+  await Promise.all(servers.map((s) => new Promise<void>((r) => s.listen(0, '127.0.0.1', r))));
+  const ports = servers.map((s) => (s.address() as AddressInfo).port);
+  await Promise.all(servers.map((s) => new Promise<void>((r) => s.close(() => r()))));
+  return ports;
+}
+
 export async function freePort(): Promise<number> {
   const s = createServer();
   await new Promise<void>((r) => s.listen(0, '127.0.0.1', r));
@@ -85,10 +94,13 @@ export async function freePort(): Promise<number> {
   return port;
 }
 
-export async function waitUntil(what: string, check: () => boolean | Promise<boolean>, timeoutMs: number, detail = (): string => ''): Promise<void> {
+/** Polls `check` until it is true; fails at the timeout, or at once when one of `watch` has exited. */
+export async function waitUntil(what: string, check: () => boolean | Promise<boolean>, timeoutMs: number, detail = (): string => '', watch: Proc[] = []): Promise<void> {
   const end = Date.now() + timeoutMs;
   for (;;) {
     if (await Promise.resolve().then(check).catch(() => false)) return;
+    const dead = watch.find((p) => p.child.exitCode !== null || p.child.signalCode !== null);
+    if (dead) throw new Error(`${dead.name} exited (${dead.child.exitCode ?? dead.child.signalCode}) while waiting for ${what}\n${detail()}`);
     if (Date.now() > end) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}\n${detail()}`);
     await sleep(100);
   }

@@ -65,7 +65,7 @@ export async function startUpstream(pki: BenchPki, dir: string): Promise<Stack> 
   ]);
   try {
     await waitUntil('upstream proxy-server ready with its agent', async () => (await fetch(`http://127.0.0.1:${serverHealth}/readyz`)).status === 200 && existsSync(uds), 60_000,
-      () => `${server.output()}\n${agent.output()}`);
+      () => `${server.output()}\n${agent.output()}`, [server, agent]);
   } catch (err) {
     await stopAll([server, agent]);
     throw err;
@@ -98,7 +98,7 @@ export async function startKctl(pki: BenchPki, dir: string, nodeFlags = KCTL_NOD
   })]);
   try {
     await firstJsonLine(agent);
-    await waitUntil('kctl server ready with its agent', async () => (await fetch(`http://127.0.0.1:${o.adminPort}/readyz`)).status === 200, 30_000, () => server.output());
+    await waitUntil('kctl server ready with its agent', async () => (await fetch(`http://127.0.0.1:${o.adminPort}/readyz`)).status === 200, 30_000, () => server.output(), [server, agent]);
   } catch (err) {
     await stopAll([server, agent]);
     throw err;
