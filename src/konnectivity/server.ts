@@ -438,10 +438,13 @@ export class KonnectivityServer implements Component {
 const AGENT_STREAM_WINDOW = 8 * 1024 * 1024;
 const AGENT_SESSION_WINDOW = 16 * 1024 * 1024;
 
-/** Raises the HTTP/2 receive windows of every session a grpc-js server accepts. */
+/** Raises the HTTP/2 receive windows of every session a grpc-js server accepts, and turns Nagle off. */
 function widenReceiveWindows(server: grpc.Server, streamWindow: number, sessionWindow: number): void {
   const http2Servers = (server as unknown as { http2Servers?: Map<import('node:http2').Http2Server, unknown> }).http2Servers;
   for (const h of http2Servers?.keys() ?? []) {
+    // grpc-js leaves Nagle on for accepted sockets: a small DIAL_REQ or CLOSE_REQ behind an
+    // unacknowledged write would wait for the agent's ACK (Go servers disable it by default).
+    h.on('connection', (socket: import('node:net').Socket) => socket.setNoDelay(true));
     h.on('session', (session: import('node:http2').ServerHttp2Session) => {
       session.once('localSettings', () => {
         try {
