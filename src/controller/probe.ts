@@ -1,9 +1,11 @@
-// Readiness probes over HTTPS (optionally with a client certificate), retried until aborted.
+// Readiness probes over HTTP or HTTPS (optionally with a client certificate), retried until aborted.
 import { readFileSync } from 'node:fs';
-import { request } from 'node:https';
+import { request as httpRequest } from 'node:http';
+import { request as httpsRequest } from 'node:https';
 import { setTimeout as sleep } from 'node:timers/promises';
 
 export interface HttpsProbe {
+  /** https://… or, for plain local health ports (kubelet, kube-proxy), http://… */
   url: string;
   ca?: string;            // CA file; omitted = do not verify (self-signed component endpoints on loopback)
   cert?: string;
@@ -13,18 +15,21 @@ export interface HttpsProbe {
 
 export function httpsGet(p: HttpsProbe, timeoutMs = 3000): Promise<{ status: number; body: string }> {
   return new Promise((resolve, reject) => {
-    const req = request(p.url, {
-      ca: p.ca ? readFileSync(p.ca) : undefined,
-      cert: p.cert ? readFileSync(p.cert) : undefined,
-      key: p.key ? readFileSync(p.key) : undefined,
-      rejectUnauthorized: p.ca !== undefined,
-      timeout: timeoutMs,
-    }, (res) => {
+    const onResponse = (res: import('node:http').IncomingMessage): void => {
       let body = '';
       res.setEncoding('utf8');
       res.on('data', (c: string) => { if (body.length < 65536) body += c; });
       res.on('end', () => resolve({ status: res.statusCode ?? 0, body }));
-    });
+    };
+    const req = p.url.startsWith('http:')
+      ? httpRequest(p.url, { timeout: timeoutMs }, onResponse)
+      : httpsRequest(p.url, {
+        ca: p.ca ? readFileSync(p.ca) : undefined,
+        cert: p.cert ? readFileSync(p.cert) : undefined,
+        key: p.key ? readFileSync(p.key) : undefined,
+        rejectUnauthorized: p.ca !== undefined,
+        timeout: timeoutMs,
+      }, onResponse);
     req.on('timeout', () => req.destroy(new Error(`timed out after ${timeoutMs} ms`)));
     req.on('error', reject);
     req.end();
@@ -46,10 +51,13 @@ export async function pollUntil(signal: AbortSignal, what: string, check: () => 
   throw new Error(`${what} did not become ready: ${last}`);
 }
 
+/** One probe: resolves when the endpoint answers as expected (200 by default), else throws why. */
+export async function probeOnce(p: HttpsProbe): Promise<void> {
+  const r = await httpsGet(p);
+  const ok = p.expect ? p.expect(r.status, r.body) : r.status === 200;
+  if (!ok) throw new Error(`${p.url} answered ${r.status} ${r.body.slice(0, 200).replace(/\s+/g, ' ')}`);
+}
+
 export function httpsReady(p: HttpsProbe, what: string): (signal: AbortSignal) => Promise<void> {
-  return (signal) => pollUntil(signal, what, async () => {
-    const r = await httpsGet(p);
-    const ok = p.expect ? p.expect(r.status, r.body) : r.status === 200;
-    if (!ok) throw new Error(`${p.url} answered ${r.status} ${r.body.slice(0, 200).replace(/\s+/g, ' ')}`);
-  });
+  return (signal) => pollUntil(signal, what, () => probeOnce(p));
 }

@@ -2,9 +2,9 @@
 // system:node-proxier to group system:nodes). Metrics and healthz on loopback only, and no
 // change to host-global conntrack limits.
 import { writeFileAtomic } from '../util/fs.ts';
-import { request } from 'node:http';
 import { join } from 'node:path';
 import { stringify } from 'yaml';
+import { probeOnce } from '../controller/probe.ts';
 import type { Logger } from '../log/logger.ts';
 import { Supervisor } from '../supervisor/process.ts';
 import type { WorkerPaths } from './paths.ts';
@@ -41,20 +41,6 @@ export function kubeProxyConfiguration(o: KubeProxyOptions): Record<string, unkn
   };
 }
 
-function httpOk(port: number, path: string, timeoutMs = 3000): Promise<void> {
-  return new Promise((resolve, reject) => {
-    const req = request({ host: '127.0.0.1', port, path, timeout: timeoutMs }, (res) => {
-      let body = '';
-      res.setEncoding('utf8');
-      res.on('data', (c: string) => { body += c; });
-      res.on('end', () => (res.statusCode === 200 ? resolve() : reject(new Error(`kube-proxy ${path} answered ${res.statusCode} ${body.slice(0, 200)}`))));
-    });
-    req.on('timeout', () => req.destroy(new Error(`kube-proxy ${path} timed out`)));
-    req.on('error', reject);
-    req.end();
-  });
-}
-
 export class KubeProxyComponent extends Supervisor {
   readonly readyTimeoutMs = 120_000;
   private readonly popts: KubeProxyOptions;
@@ -69,7 +55,7 @@ export class KubeProxyComponent extends Supervisor {
       runDir: paths.runDir,
       log: opts.log,
       // 200 once the first full sync of the rules is done.
-      ready: () => httpOk(KUBE_PROXY_HEALTHZ_PORT, '/healthz'),
+      ready: () => probeOnce({ url: `http://127.0.0.1:${KUBE_PROXY_HEALTHZ_PORT}/healthz` }),
       readyRetryMs: 1000,
     });
     this.popts = opts;

@@ -4,9 +4,9 @@
 import { existsSync } from 'node:fs';
 import { mkdir, readdir, readFile, rmdir, writeFile } from 'node:fs/promises';
 import { writeFileAtomic } from '../util/fs.ts';
-import { request } from 'node:http';
 import { join } from 'node:path';
 import { stringify } from 'yaml';
+import { probeOnce } from '../controller/probe.ts';
 import type { Logger } from '../log/logger.ts';
 import { Supervisor } from '../supervisor/process.ts';
 import type { WorkerPaths } from './paths.ts';
@@ -144,18 +144,8 @@ export async function ensureCgroupRoot(cgroupRoot: string): Promise<void> {
 }
 
 /** GET http://127.0.0.1:10248/healthz and expect `ok`. */
-export function kubeletHealthz(timeoutMs = 3000): Promise<void> {
-  return new Promise((resolve, reject) => {
-    const req = request({ host: '127.0.0.1', port: KUBELET_HEALTHZ_PORT, path: '/healthz', timeout: timeoutMs }, (res) => {
-      let body = '';
-      res.setEncoding('utf8');
-      res.on('data', (c: string) => { body += c; });
-      res.on('end', () => (res.statusCode === 200 && body.trim() === 'ok' ? resolve() : reject(new Error(`kubelet /healthz answered ${res.statusCode} ${body.slice(0, 200)}`))));
-    });
-    req.on('timeout', () => req.destroy(new Error('kubelet /healthz timed out')));
-    req.on('error', reject);
-    req.end();
-  });
+export function kubeletHealthz(): Promise<void> {
+  return probeOnce({ url: `http://127.0.0.1:${KUBELET_HEALTHZ_PORT}/healthz`, expect: (status, body) => status === 200 && body.trim() === 'ok' });
 }
 
 export class KubeletComponent extends Supervisor {
