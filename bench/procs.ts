@@ -87,11 +87,7 @@ export async function freePorts(n: number): Promise<number[]> {
 }
 
 export async function freePort(): Promise<number> {
-  const s = createServer();
-  await new Promise<void>((r) => s.listen(0, '127.0.0.1', r));
-  const port = (s.address() as AddressInfo).port;
-  await new Promise<void>((r) => s.close(() => r()));
-  return port;
+  return (await freePorts(1))[0]!;
 }
 
 /** Polls `check` until it is true; fails at the timeout, or at once when one of `watch` has exited. */

@@ -4,7 +4,7 @@ import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
 import { connect } from 'node:net';
-import { test } from 'node:test';
+import { test, type TestContext } from 'node:test';
 import { dialViaProxy } from '../../../src/konnectivity/client.ts';
 import { packets } from '../../../src/konnectivity/protocol.ts';
 import { captureLogger } from '../../helpers.ts';
@@ -16,6 +16,18 @@ async function httpConnect(path: string, address: string): Promise<string> {
   const s = connect(path);
   s.write(`CONNECT ${address} HTTP/1.1\r\nHost: ${address}\r\n\r\n`);
   return (await readAll(s)).toString();
+}
+
+/** A server, a raw (test-driven) agent, and one tunnel the agent accepted as `connectID`. */
+async function establishedThroughRawAgent(t: TestContext, connectID: string) {
+  const pki = await makePki();
+  const server = await startServer(t, pki);
+  const agent = await rawAgent(t, pki, server);
+  await waitFor('agent', () => server.snapshot().agents.length === 1);
+  const dial = dialViaProxy({ udsPath: udsOf(server).grpc, address: '127.0.0.1:10250' });
+  const req = await agent.next('DIAL_REQ');
+  agent.send(packets.dialRsp(req.dialRequest?.random ?? '', connectID));
+  return { server, agent, tunnel: await dial };
 }
 
 async function get(port: number, path: string): Promise<{ status: number; body: string }> {
@@ -126,14 +138,7 @@ test('a pending dial fails at once when its agent is killed (SIGKILL), not at th
 });
 
 test('agent stream ends: every tunnel on it gets CLOSE_RSP; stray packets get a close back', async (t) => {
-  const pki = await makePki();
-  const server = await startServer(t, pki);
-  const agent = await rawAgent(t, pki, server);
-  await waitFor('agent', () => server.snapshot().agents.length === 1);
-  const dial = dialViaProxy({ udsPath: udsOf(server).grpc, address: '127.0.0.1:10250' });
-  const req = await agent.next('DIAL_REQ');
-  agent.send(packets.dialRsp(req.dialRequest?.random ?? '', '1'));
-  const tunnel = await dial;
+  const { server, agent, tunnel } = await establishedThroughRawAgent(t, '1');
   agent.send(packets.data('1', Buffer.from('hi')));
   assert.equal((await readN(tunnel, 2)).toString(), 'hi');
   tunnel.resume();
@@ -180,14 +185,7 @@ test('a client that sends DATA for another connection id gets CLOSE_RSP for it, 
 });
 
 test('a client that disappears from an established tunnel makes the server send CLOSE_REQ', async (t) => {
-  const pki = await makePki();
-  const server = await startServer(t, pki);
-  const agent = await rawAgent(t, pki, server);
-  await waitFor('agent', () => server.snapshot().agents.length === 1);
-  const dial = dialViaProxy({ udsPath: udsOf(server).grpc, address: '127.0.0.1:10250' });
-  const req = await agent.next('DIAL_REQ');
-  agent.send(packets.dialRsp(req.dialRequest?.random ?? '', '3'));
-  const tunnel = await dial;
+  const { server, agent, tunnel } = await establishedThroughRawAgent(t, '3');
   tunnel.destroy();
   assert.equal((await agent.next('CLOSE_REQ')).closeRequest?.connectID, '3');
   assert.equal(server.snapshot().closingConnections, 1);
