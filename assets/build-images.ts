@@ -15,7 +15,7 @@ import { gzipSync } from 'node:zlib';
 import { execa } from 'execa';
 import { create as tarCreate } from 'tar';
 import { cacheRoot } from '../src/payload/manifest.ts';
-import { BUNDLED_IMAGES, BUSYBOX_IMAGE, PAUSE_IMAGE } from '../src/worker/images.ts';
+import { BUNDLED_IMAGES, BUSYBOX_IMAGE, PAUSE_IMAGE } from '../src/payload/images.ts';
 import { ensureDebianPackages } from './debian.ts';
 
 /** Bump when the builder's output changes for the same inputs. */

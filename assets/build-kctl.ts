@@ -10,7 +10,7 @@ import { createRequire } from 'node:module';
 import { join } from 'node:path';
 import { cacheRoot, loadManifest, type PayloadLock } from '../src/payload/manifest.ts';
 import { cachedImageEntries, TRAILER_MAGIC, TRAILER_SIZE, type PayloadEntry, type PayloadIndex } from '../src/payload/payload.ts';
-import { BUNDLED_IMAGES } from '../src/worker/images.ts';
+import { BUNDLED_IMAGES } from '../src/payload/images.ts';
 import { buildImages } from './build-images.ts';
 import { progress } from './progress.ts';
 import { KCTL_NODE_FLAGS } from './runtime-flags.ts';

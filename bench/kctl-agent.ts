@@ -3,7 +3,7 @@
 import { readFileSync } from 'node:fs';
 import { createServer } from 'node:http';
 import { KonnectivityAgent } from '../src/konnectivity/index.ts';
-import { createLogger } from '../src/log/logger.ts';
+import { createLogger } from '../src/base/log.ts';
 
 const o = JSON.parse(process.argv[2] ?? '{}') as { serverPort: number; adminPort: number; ca: string; cert: string; key: string; agentId: string };
 const agent = new KonnectivityAgent({

@@ -2,7 +2,7 @@
 // argv[2]: JSON {udsPath, connectUdsPath, agentPort, adminPort, cert, key, ca}. Prints {"ready":true}.
 import { readFileSync } from 'node:fs';
 import { KonnectivityServer } from '../src/konnectivity/index.ts';
-import { createLogger } from '../src/log/logger.ts';
+import { createLogger } from '../src/base/log.ts';
 
 const o = JSON.parse(process.argv[2] ?? '{}') as { udsPath: string; connectUdsPath: string; agentPort: number; adminPort: number; cert: string; key: string; ca: string };
 const server = new KonnectivityServer({

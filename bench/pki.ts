@@ -3,7 +3,7 @@
 import { readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { Writable } from 'node:stream';
-import { createLogger } from '../src/log/logger.ts';
+import { createLogger } from '../src/base/log.ts';
 import { ensurePki, pkiPaths } from '../src/pki/index.ts';
 import { generateKeyPem, issueLeafCert, keyIdOf, parseCert, parseKey } from '../src/pki/x509.ts';
 

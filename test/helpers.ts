@@ -3,7 +3,7 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Writable } from 'node:stream';
-import { createLogger, type Logger } from '../src/log/logger.ts';
+import { createLogger, type Logger } from '../src/base/log.ts';
 
 export async function tempDir(t: { after: (fn: () => Promise<void>) => void }, prefix = 'kctl-test-'): Promise<string> {
   const dir = await mkdtemp(join(tmpdir(), prefix));

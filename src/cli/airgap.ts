@@ -1,5 +1,5 @@
 import type { Command } from 'commander';
-import { BUNDLED_IMAGE_NAMES } from '../worker/images.ts';
+import { BUNDLED_IMAGE_NAMES } from '../payload/images.ts';
 
 export function airgapCommand(program: Command): void {
   const a = program.command('airgap').description('what kctl carries for hosts without a registry');

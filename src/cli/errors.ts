@@ -1,9 +1,6 @@
-// Errors a user can hit: one line, what failed and what to do. Stack traces only with --debug.
-export class UserError extends Error {
-  constructor(message: string, readonly exitCode = 1) {
-    super(message);
-  }
-}
+// How the CLI ends on an error: one line on stderr, the stack only with --debug, and the exit
+// code a UserError carries (1 for anything else).
+import { UserError } from '../base/errors.ts';
 
 export function reportAndExit(err: unknown, debug: boolean): never {
   const msg = err instanceof Error ? err.message : String(err);

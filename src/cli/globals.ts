@@ -1,5 +1,5 @@
 import type { Command } from 'commander';
-import { createLogger, type Logger } from '../log/logger.ts';
+import { createLogger, type Logger } from '../base/log.ts';
 
 export interface GlobalOptions {
   dataDir: string;

@@ -6,21 +6,16 @@ import { readFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
 import { hostname } from 'node:os';
 import { KonnectivityAgent, parseIdentifiers } from '../konnectivity/index.ts';
-import { componentLogger } from '../log/logger.ts';
-import { UserError } from './errors.ts';
+import { componentLogger } from '../base/log.ts';
+import { parseDuration } from '../base/duration.ts';
+import { UserError } from '../base/errors.ts';
 import { loggerFor } from './globals.ts';
 
-/** Go durations as upstream flags take them: 500ms, 1s, 1m30s, 1h. */
+/** A Go duration flag in milliseconds; a one-line error naming the flag otherwise. */
 export function parseGoDuration(flag: string, text: string): number {
-  const re = /(\d+(?:\.\d+)?)(ms|s|m|h)/g;
-  let total = 0;
-  let consumed = 0;
-  for (const m of text.matchAll(re)) {
-    total += Number(m[1]) * { ms: 1, s: 1000, m: 60_000, h: 3_600_000 }[m[2] as 'ms' | 's' | 'm' | 'h'];
-    consumed += m[0].length;
-  }
-  if (!text || consumed !== text.length) throw new UserError(`${flag} "${text}" is not a duration; use e.g. 500ms, 1s, 5m`);
-  return total;
+  const ms = parseDuration(text);
+  if (ms === null) throw new UserError(`${flag} "${text}" is not a duration; use e.g. 500ms, 1s, 5m`);
+  return ms;
 }
 
 function readPem(flag: string, path: string | undefined): Buffer | undefined {

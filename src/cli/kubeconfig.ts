@@ -4,11 +4,11 @@ import { existsSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { defaultConfigYaml } from '../controller/config.ts';
-import { componentLogger } from '../log/logger.ts';
+import { componentLogger } from '../base/log.ts';
 import { findPayload } from '../payload/payload.ts';
 import { stageComponents } from '../payload/stage.ts';
-import { KCTL_VERSION } from '../version.ts';
-import { UserError } from './errors.ts';
+import { KCTL_VERSION } from '../base/version.ts';
+import { UserError } from '../base/errors.ts';
 import { globals, loggerFor } from './globals.ts';
 
 function adminConf(dataDir: string): string {

@@ -1,6 +1,6 @@
 // kctl: one binary, two roles. Each command lives in its own file beside this one.
 import { Command, CommanderError } from 'commander';
-import { KCTL_VERSION } from '../version.ts';
+import { KCTL_VERSION } from '../base/version.ts';
 import { controllerCommand } from './controller.ts';
 import { reportAndExit } from './errors.ts';
 import { DEFAULT_DATA_DIR, DEFAULT_RUN_DIR } from './globals.ts';

@@ -1,7 +1,7 @@
 import type { Command } from 'commander';
 import { join } from 'node:path';
-import { readStatus, type StatusReport } from '../controller/status.ts';
-import { UserError } from './errors.ts';
+import { readStatus, type StatusReport } from '../base/status-server.ts';
+import { UserError } from '../base/errors.ts';
 import { globals } from './globals.ts';
 import { outputOption, printJson, type OutputFormat } from './output.ts';
 

@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import { loadConfig } from '../controller/config.ts';
 import { createToken, invalidateToken, listTokens, parseExpiry } from '../controller/tokens.ts';
 import { credentialsFromKubeconfig, KubeClient } from '../kube/client.ts';
-import { UserError } from './errors.ts';
+import { UserError } from '../base/errors.ts';
 import { globals } from './globals.ts';
 import { outputOption, printJson, type OutputFormat } from './output.ts';
 

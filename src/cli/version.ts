@@ -1,6 +1,6 @@
 import type { Command } from 'commander';
 import { findPayload } from '../payload/payload.ts';
-import { KCTL_VERSION } from '../version.ts';
+import { KCTL_VERSION } from '../base/version.ts';
 import { outputOption, printJson, type OutputFormat } from './output.ts';
 
 export function versionCommand(program: Command): void {

@@ -2,13 +2,13 @@ import type { Command } from 'commander';
 import { existsSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import { isIP } from 'node:net';
-import { componentLogger } from '../log/logger.ts';
+import { componentLogger } from '../base/log.ts';
 import { readIdentity, runWorker } from '../worker/index.ts';
 import { kubeletCgroupRoot } from '../worker/kubelet.ts';
 import { cleanupNetwork, CNI_BRIDGE } from '../worker/network.ts';
 import { workerPaths } from '../worker/paths.ts';
 import { resetWorker } from '../worker/reset.ts';
-import { UserError } from './errors.ts';
+import { UserError } from '../base/errors.ts';
 import { globals, loggerFor } from './globals.ts';
 
 const collect = (v: string, prev: string[]) => [...prev, ...v.split(',').filter(Boolean)];

@@ -1,14 +1,15 @@
 // kube-apiserver: secure serving on spec.api.port, etcd or kine storage, bootstrap tokens,
 // Node+RBAC, the aggregation layer, and (once the konnectivity server runs) the egress selector.
+import { componentFlags } from '../base/argv.ts';
 import { join } from 'node:path';
 import { etcdClientUrl } from '../etcd/etcd.ts';
 import { kineEndpoint } from '../etcd/kine.ts';
-import type { Logger } from '../log/logger.ts';
+import type { Logger } from '../base/log.ts';
 import type { PkiPaths } from '../pki/index.ts';
 import { Supervisor } from '../supervisor/process.ts';
 import type { ClusterConfig } from './config.ts';
-import { flags, type ControllerPaths } from './paths.ts';
-import { httpsReady } from './probe.ts';
+import type { ControllerPaths } from './paths.ts';
+import { httpsReady } from '../base/probe.ts';
 
 export function serviceAccountIssuer(cfg: ClusterConfig): string {
   return `https://kubernetes.default.svc.${cfg.spec.network.clusterDomain}`;
@@ -16,9 +17,9 @@ export function serviceAccountIssuer(cfg: ClusterConfig): string {
 
 export function apiserverArgs(cfg: ClusterConfig, paths: ControllerPaths, pki: PkiPaths, opts: { egress: boolean }): string[] {
   const storage: Record<string, string> = cfg.spec.storage.type === 'etcd'
-    ? { 'etcd-servers': etcdClientUrl(cfg), 'etcd-cafile': pki.etcdCaCert, 'etcd-certfile': pki.apiserverEtcdClientCert, 'etcd-keyfile': pki.apiserverEtcdClientKey }
-    : { 'etcd-servers': kineEndpoint(paths) };
-  return flags({
+    ? { 'etcd-servers': etcdClientUrl(cfg.spec.storage.etcd.clientPort), 'etcd-cafile': pki.etcdCaCert, 'etcd-certfile': pki.apiserverEtcdClientCert, 'etcd-keyfile': pki.apiserverEtcdClientKey }
+    : { 'etcd-servers': kineEndpoint(paths.kineSocket) };
+  return componentFlags({
     'advertise-address': cfg.spec.api.address,
     'bind-address': '0.0.0.0',
     'secure-port': cfg.spec.api.port,

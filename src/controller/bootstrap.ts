@@ -4,12 +4,13 @@ import { execa } from 'execa';
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { stringify } from 'yaml';
-import type { Logger } from '../log/logger.ts';
+import { httpsUrl } from '../base/addresses.ts';
+import type { Logger } from '../base/log.ts';
 import type { PkiPaths } from '../pki/index.ts';
-import type { Component, ComponentStatus } from '../supervisor/component.ts';
+import type { Component, ComponentStatus } from '../base/component.ts';
 import type { ClusterConfig } from './config.ts';
 import type { ControllerPaths } from './paths.ts';
-import { pollUntil } from './probe.ts';
+import { pollUntil } from '../base/probe.ts';
 
 const rbac = 'rbac.authorization.k8s.io';
 
@@ -22,8 +23,7 @@ function clusterRoleBinding(name: string, role: string, subject: { kind: 'Group'
 }
 
 export function apiServerUrl(cfg: ClusterConfig): string {
-  const a = cfg.spec.api.address;
-  return `https://${a.includes(':') ? `[${a}]` : a}:${cfg.spec.api.port}`;
+  return httpsUrl(cfg.spec.api.address, cfg.spec.api.port);
 }
 
 export function bootstrapObjects(cfg: ClusterConfig, caPem: string): object[] {

@@ -5,7 +5,7 @@ import { isIP } from 'node:net';
 import { networkInterfaces } from 'node:os';
 import { parseDocument, stringify } from 'yaml';
 import { z } from 'zod';
-import { UserError } from '../cli/errors.ts';
+import { UserError } from '../base/errors.ts';
 
 const port = (def: number) => z.number().int().min(1).max(65535).default(def);
 const cidr = (def: string) => z.string().refine(isCidr, { message: 'expected a CIDR such as 10.96.0.0/12' }).default(def);

@@ -2,9 +2,9 @@
 // kube-controller-manager approves node *client* CSRs itself; serving CSRs need someone to
 // check that a node asks only for its own name and addresses. Anything else is denied.
 import { isIPv6 } from 'node:net';
-import type { Logger } from '../log/logger.ts';
+import type { Logger } from '../base/log.ts';
 import type { KubeClient } from '../kube/client.ts';
-import type { Component, ComponentStatus } from '../supervisor/component.ts';
+import type { Component, ComponentStatus } from '../base/component.ts';
 import { parseCsr } from './csr-request.ts';
 
 export interface Csr {

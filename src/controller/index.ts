@@ -2,19 +2,19 @@
 //   pki -> stage -> storage (etcd|kine) -> kube-apiserver -> bootstrap -> scheduler
 //   -> controller-manager -> status socket
 import { mkdir } from 'node:fs/promises';
-import { writeFileAtomic } from '../util/fs.ts';
+import { writeFileAtomic } from '../base/fs.ts';
 import { join } from 'node:path';
 import { stringify } from 'yaml';
-import type { Logger } from '../log/logger.ts';
-import { componentLogger } from '../log/logger.ts';
+import type { Logger } from '../base/log.ts';
+import { componentLogger } from '../base/log.ts';
 import { findPayload } from '../payload/payload.ts';
 import { stageComponents } from '../payload/stage.ts';
 import { ensurePki, type PkiPaths } from '../pki/index.ts';
-import { EtcdComponent } from '../etcd/etcd.ts';
+import { EtcdComponent, type EtcdOptions } from '../etcd/etcd.ts';
 import { KineComponent } from '../etcd/kine.ts';
-import type { Component } from '../supervisor/component.ts';
-import { ComponentManager } from '../supervisor/manager.ts';
-import { KCTL_VERSION } from '../version.ts';
+import type { Component } from '../base/component.ts';
+import { ComponentManager } from '../base/manager.ts';
+import { KCTL_VERSION } from '../base/version.ts';
 import { ApiserverComponent } from './apiserver.ts';
 import { BootstrapComponent } from './bootstrap.ts';
 import { KonnectivityServerComponent } from './konnectivity.ts';
@@ -23,7 +23,7 @@ import { credentialsFromKubeconfig, KubeClient } from '../kube/client.ts';
 import { loadConfig, type ClusterConfig, type ConfigFlags } from './config.ts';
 import { controllerPaths, type ControllerPaths } from './paths.ts';
 import { ControllerManagerComponent, SchedulerComponent } from './scheduler.ts';
-import { StatusServerComponent } from './status.ts';
+import { StatusServerComponent } from '../base/status-server.ts';
 
 export interface ControllerOptions extends ConfigFlags {
   configFile?: string;
@@ -32,11 +32,24 @@ export interface ControllerOptions extends ConfigFlags {
   initOnly?: boolean;
 }
 
+function etcdOptions(cfg: ClusterConfig, paths: ControllerPaths, pki: PkiPaths): EtcdOptions {
+  const etcd = cfg.spec.storage.etcd;
+  return {
+    binDir: paths.binDir, runDir: paths.runDir, dataDir: paths.etcdDataDir,
+    clientPort: etcd.clientPort, peerHost: cfg.spec.api.address, peerPort: etcd.peerPort, extraArgs: etcd.extraArgs,
+    certs: {
+      caCert: pki.etcdCaCert, serverCert: pki.etcdServerCert, serverKey: pki.etcdServerKey,
+      peerCert: pki.etcdPeerCert, peerKey: pki.etcdPeerKey,
+      clientCert: pki.apiserverEtcdClientCert, clientKey: pki.apiserverEtcdClientKey,
+    },
+  };
+}
+
 export function controllerComponents(cfg: ClusterConfig, paths: ControllerPaths, pki: PkiPaths, log: Logger): Component[] {
   const child = (name: string) => componentLogger(log, name);
   const storage = cfg.spec.storage.type === 'etcd'
-    ? new EtcdComponent(cfg, paths, pki, child('etcd'))
-    : new KineComponent(cfg, paths, child('kine'));
+    ? new EtcdComponent(etcdOptions(cfg, paths, pki), child('etcd'))
+    : new KineComponent({ binDir: paths.binDir, runDir: paths.runDir, dbDir: paths.kineDbDir, socket: paths.kineSocket, dataSource: cfg.spec.storage.kine.dataSource }, child('kine'));
   return [
     storage,
     // Before kube-apiserver: its egress selector dials this server's unix socket.

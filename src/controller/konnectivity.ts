@@ -1,14 +1,14 @@
 // The in-process konnectivity server as a controller component, and the egress selector
 // file that points kube-apiserver's "cluster" traffic at it (GRPC over the unix socket).
 import { readFile } from 'node:fs/promises';
-import { writeFileAtomic } from '../util/fs.ts';
+import { writeFileAtomic } from '../base/fs.ts';
 import { join } from 'node:path';
 import { stringify } from 'yaml';
 import { KonnectivityServer, type TokenReview } from '../konnectivity/index.ts';
 import { KubeClient, credentialsFromKubeconfig } from '../kube/client.ts';
-import type { Logger } from '../log/logger.ts';
+import type { Logger } from '../base/log.ts';
 import type { PkiPaths } from '../pki/index.ts';
-import type { Component, ComponentStatus } from '../supervisor/component.ts';
+import type { Component, ComponentStatus } from '../base/component.ts';
 import type { ClusterConfig } from './config.ts';
 import type { ControllerPaths } from './paths.ts';
 

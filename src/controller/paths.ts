@@ -30,11 +30,3 @@ export function controllerPaths(dataDir: string, runDir: string): ControllerPath
     manifestsDir: join(dataDir, 'manifests'),
   };
 }
-
-/** Component flags: kctl's defaults, then the user's extraArgs from the config (which win). */
-export function flags(defaults: Record<string, string | number | boolean>, extra: Record<string, string> = {}): string[] {
-  const merged: Record<string, string> = {};
-  for (const [k, v] of Object.entries(defaults)) merged[k] = String(v);
-  for (const [k, v] of Object.entries(extra)) merged[k.replace(/^--/, '')] = v;
-  return Object.entries(merged).map(([k, v]) => `--${k}=${v}`);
-}

@@ -1,15 +1,16 @@
 // kube-scheduler and kube-controller-manager: own kubeconfigs, leader election, loopback-only
 // secure ports (configurable so several controllers can share a host in tests).
+import { componentFlags } from '../base/argv.ts';
 import { join } from 'node:path';
-import type { Logger } from '../log/logger.ts';
+import type { Logger } from '../base/log.ts';
 import type { PkiPaths } from '../pki/index.ts';
 import { Supervisor } from '../supervisor/process.ts';
 import type { ClusterConfig } from './config.ts';
-import { flags, type ControllerPaths } from './paths.ts';
-import { httpsReady } from './probe.ts';
+import type { ControllerPaths } from './paths.ts';
+import { httpsReady } from '../base/probe.ts';
 
 export function schedulerArgs(cfg: ClusterConfig, pki: PkiPaths): string[] {
-  return flags({
+  return componentFlags({
     kubeconfig: pki.schedulerConf,
     'authentication-kubeconfig': pki.schedulerConf,
     'authorization-kubeconfig': pki.schedulerConf,
@@ -21,7 +22,7 @@ export function schedulerArgs(cfg: ClusterConfig, pki: PkiPaths): string[] {
 }
 
 export function controllerManagerArgs(cfg: ClusterConfig, pki: PkiPaths): string[] {
-  return flags({
+  return componentFlags({
     kubeconfig: pki.controllerManagerConf,
     'authentication-kubeconfig': pki.controllerManagerConf,
     'authorization-kubeconfig': pki.controllerManagerConf,

@@ -3,7 +3,9 @@
 // cluster-info and deleting expired tokens).
 import { randomInt } from 'node:crypto';
 import { readFile } from 'node:fs/promises';
-import { UserError } from '../cli/errors.ts';
+import { joinHostPort } from '../base/addresses.ts';
+import { parseDuration } from '../base/duration.ts';
+import { UserError } from '../base/errors.ts';
 import { encodeToken } from '../join/token.ts';
 import { KubeApiError, type KubeClient } from '../kube/client.ts';
 import { apiServerUrl } from './bootstrap.ts';
@@ -22,15 +24,13 @@ export interface TokenSummary {
 
 /** "24h", "30m", "7d", "90s"; "0" means the token never expires. */
 export function parseExpiry(text: string): number {
-  if (text === '0') return 0;
-  const m = /^(\d+)(s|m|h|d)$/.exec(text);
-  if (!m || Number(m[1]) === 0) throw new UserError(`--expiry "${text}" is not a duration; use e.g. 30m, 24h or 7d (0 for never)`);
-  return Number(m[1]) * { s: 1, m: 60, h: 3600, d: 86400 }[m[2] as 's' | 'm' | 'h' | 'd'] * 1000;
+  const ms = parseDuration(text, { days: true });
+  if (ms === null || (ms === 0 && text !== '0') || (ms > 0 && ms < 1000)) throw new UserError(`--expiry "${text}" is not a duration; use e.g. 30m, 24h or 7d (0 for never)`);
+  return ms;
 }
 
 export function konnectivityAddress(cfg: ClusterConfig): string {
-  const a = cfg.spec.api.address;
-  return `${a.includes(':') ? `[${a}]` : a}:${cfg.spec.konnectivity.agentPort}`;
+  return joinHostPort(cfg.spec.api.address, cfg.spec.konnectivity.agentPort);
 }
 
 export async function createToken(kube: KubeClient, cfg: ClusterConfig, caFile: string, role: 'worker', expiryMs: number): Promise<string> {

@@ -1,68 +1,90 @@
-// Managed etcd: client URL on loopback with mTLS, peer URL on spec.api.address, data 0700.
-import { mkdir, chmod } from 'node:fs/promises';
+// Managed etcd: client URL on loopback with mTLS, peer URL on the controller's address, data 0700.
+// Knows nothing about the cluster config: the controller says where everything is.
+import { chmod, mkdir } from 'node:fs/promises';
 import { hostname } from 'node:os';
 import { join } from 'node:path';
-import type { ClusterConfig } from '../controller/config.ts';
-import { flags, type ControllerPaths } from '../controller/paths.ts';
-import { httpsReady } from '../controller/probe.ts';
-import type { Logger } from '../log/logger.ts';
-import type { PkiPaths } from '../pki/index.ts';
+import { httpsUrl } from '../base/addresses.ts';
+import { componentFlags } from '../base/argv.ts';
+import type { Logger } from '../base/log.ts';
+import { httpsReady } from '../base/probe.ts';
 import { Supervisor } from '../supervisor/process.ts';
 
-export function hostUrl(host: string, port: number): string {
-  return host.includes(':') ? `https://[${host}]:${port}` : `https://${host}:${port}`;
+export interface EtcdCerts {
+  caCert: string;
+  serverCert: string;
+  serverKey: string;
+  peerCert: string;
+  peerKey: string;
+  /** A client certificate the readiness probe authenticates with (kube-apiserver's). */
+  clientCert: string;
+  clientKey: string;
 }
 
-export function etcdClientUrl(cfg: ClusterConfig): string {
-  return `https://127.0.0.1:${cfg.spec.storage.etcd.clientPort}`;
+export interface EtcdOptions {
+  binDir: string;
+  runDir: string;
+  dataDir: string;
+  clientPort: number;
+  /** Address the peer URL listens on and advertises. */
+  peerHost: string;
+  peerPort: number;
+  certs: EtcdCerts;
+  extraArgs?: Record<string, string>;
+  /** Member name; defaults to the host name. */
+  name?: string;
 }
 
-export function etcdArgs(cfg: ClusterConfig, paths: ControllerPaths, pki: PkiPaths, name = hostname()): string[] {
-  const etcd = cfg.spec.storage.etcd;
-  const peer = hostUrl(cfg.spec.api.address, etcd.peerPort);
-  return flags({
+export function etcdClientUrl(clientPort: number): string {
+  return httpsUrl('127.0.0.1', clientPort);
+}
+
+export function etcdArgs(o: EtcdOptions): string[] {
+  const name = o.name ?? hostname();
+  const peer = httpsUrl(o.peerHost, o.peerPort);
+  const client = etcdClientUrl(o.clientPort);
+  return componentFlags({
     name,
-    'data-dir': paths.etcdDataDir,
-    'listen-client-urls': etcdClientUrl(cfg),
-    'advertise-client-urls': etcdClientUrl(cfg),
+    'data-dir': o.dataDir,
+    'listen-client-urls': client,
+    'advertise-client-urls': client,
     'listen-peer-urls': peer,
     'initial-advertise-peer-urls': peer,
     'initial-cluster': `${name}=${peer}`,
     'initial-cluster-state': 'new',
-    'cert-file': pki.etcdServerCert,
-    'key-file': pki.etcdServerKey,
-    'trusted-ca-file': pki.etcdCaCert,
+    'cert-file': o.certs.serverCert,
+    'key-file': o.certs.serverKey,
+    'trusted-ca-file': o.certs.caCert,
     'client-cert-auth': true,
-    'peer-cert-file': pki.etcdPeerCert,
-    'peer-key-file': pki.etcdPeerKey,
-    'peer-trusted-ca-file': pki.etcdCaCert,
+    'peer-cert-file': o.certs.peerCert,
+    'peer-key-file': o.certs.peerKey,
+    'peer-trusted-ca-file': o.certs.caCert,
     'peer-client-cert-auth': true,
     'listen-metrics-urls': '',
     'log-level': 'warn',
-  }, etcd.extraArgs).filter((a) => a !== '--listen-metrics-urls=');
+  }, o.extraArgs).filter((a) => a !== '--listen-metrics-urls=');
 }
 
 export class EtcdComponent extends Supervisor {
-  constructor(private readonly cfg: ClusterConfig, private readonly paths: ControllerPaths, pki: PkiPaths, log: Logger) {
+  constructor(private readonly o: EtcdOptions, log: Logger) {
     super({
       name: 'etcd',
-      binary: join(paths.binDir, 'etcd'),
-      args: etcdArgs(cfg, paths, pki),
-      runDir: paths.runDir,
+      binary: join(o.binDir, 'etcd'),
+      args: etcdArgs(o),
+      runDir: o.runDir,
       log,
       ready: httpsReady({
-        url: `${etcdClientUrl(cfg)}/health`,
-        ca: pki.etcdCaCert,
-        cert: pki.apiserverEtcdClientCert,
-        key: pki.apiserverEtcdClientKey,
+        url: `${etcdClientUrl(o.clientPort)}/health`,
+        ca: o.certs.caCert,
+        cert: o.certs.clientCert,
+        key: o.certs.clientKey,
         expect: (status, body) => status === 200 && body.includes('"health":"true"'),
       }, 'etcd'),
     });
   }
 
   override async init(): Promise<void> {
-    await mkdir(this.paths.etcdDataDir, { recursive: true, mode: 0o700 });
-    await chmod(this.paths.etcdDataDir, 0o700);
+    await mkdir(this.o.dataDir, { recursive: true, mode: 0o700 });
+    await chmod(this.o.dataDir, 0o700);
     await super.init();
   }
 }

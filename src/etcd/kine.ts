@@ -3,24 +3,32 @@
 import { execa } from 'execa';
 import { mkdir, rm } from 'node:fs/promises';
 import { join } from 'node:path';
-import type { ClusterConfig } from '../controller/config.ts';
-import type { ControllerPaths } from '../controller/paths.ts';
-import { pollUntil } from '../controller/probe.ts';
-import type { Logger } from '../log/logger.ts';
+import type { Logger } from '../base/log.ts';
+import { pollUntil } from '../base/probe.ts';
 import { Supervisor } from '../supervisor/process.ts';
 
-export function kineDataSource(cfg: ClusterConfig, paths: ControllerPaths): string {
-  return cfg.spec.storage.kine.dataSource ?? `sqlite://${join(paths.kineDbDir, 'state.db')}?_journal=WAL&cache=shared&_busy_timeout=30000`;
+export interface KineOptions {
+  binDir: string;
+  runDir: string;
+  /** Where the default SQLite file lives (used only without `dataSource`). */
+  dbDir: string;
+  socket: string;
+  /** A kine data source URL (postgres://, mysql://, sqlite://); default SQLite under dbDir. */
+  dataSource?: string;
 }
 
-export function kineEndpoint(paths: ControllerPaths): string {
-  return `unix://${paths.kineSocket}`;
+export function kineDataSource(o: Pick<KineOptions, 'dataSource' | 'dbDir'>): string {
+  return o.dataSource ?? `sqlite://${join(o.dbDir, 'state.db')}?_journal=WAL&cache=shared&_busy_timeout=30000`;
+}
+
+export function kineEndpoint(socket: string): string {
+  return `unix://${socket}`;
 }
 
 /** Ready means a write and a read of a probe key through the etcd API both succeed. */
-function kineReady(paths: ControllerPaths): (signal: AbortSignal) => Promise<void> {
-  const etcdctl = join(paths.binDir, 'etcdctl');
-  const base = ['--endpoints', kineEndpoint(paths), '--dial-timeout=2s', '--command-timeout=5s'];
+function kineReady(o: KineOptions): (signal: AbortSignal) => Promise<void> {
+  const etcdctl = join(o.binDir, 'etcdctl');
+  const base = ['--endpoints', kineEndpoint(o.socket), '--dial-timeout=2s', '--command-timeout=5s'];
   return (signal) => pollUntil(signal, 'kine', async () => {
     // A fresh key each time: kine, like kube-apiserver's use of etcd, only creates with a plain put.
     const key = `/kctl/readiness-probe/${process.pid}-${Date.now()}`;
@@ -34,21 +42,21 @@ function kineReady(paths: ControllerPaths): (signal: AbortSignal) => Promise<voi
 }
 
 export class KineComponent extends Supervisor {
-  constructor(private readonly cfg: ClusterConfig, private readonly paths: ControllerPaths, log: Logger) {
+  constructor(private readonly o: KineOptions, log: Logger) {
     super({
       name: 'kine',
-      binary: join(paths.binDir, 'kine'),
+      binary: join(o.binDir, 'kine'),
       // No metrics listener: a fixed :8080 would collide between controllers on one host.
-      args: [`--endpoint=${kineDataSource(cfg, paths)}`, `--listen-address=${kineEndpoint(paths)}`, '--metrics-bind-address=0', '--log-format=json'],
-      runDir: paths.runDir,
+      args: [`--endpoint=${kineDataSource(o)}`, `--listen-address=${kineEndpoint(o.socket)}`, '--metrics-bind-address=0', '--log-format=json'],
+      runDir: o.runDir,
       log,
-      ready: kineReady(paths),
+      ready: kineReady(o),
     });
   }
 
   override async init(): Promise<void> {
-    if (!this.cfg.spec.storage.kine.dataSource) await mkdir(this.paths.kineDbDir, { recursive: true, mode: 0o700 });
-    await rm(this.paths.kineSocket, { force: true }); // a socket left by a killed kine blocks the bind
+    if (!this.o.dataSource) await mkdir(this.o.dbDir, { recursive: true, mode: 0o700 });
+    await rm(this.o.socket, { force: true }); // a socket left by a killed kine blocks the bind
     await super.init();
   }
 }

@@ -13,8 +13,8 @@
 import { readFile } from 'node:fs/promises';
 import { connect as netConnect, type Socket } from 'node:net';
 import * as grpc from '@grpc/grpc-js';
-import type { Logger } from '../log/logger.ts';
-import type { Component, ComponentState, ComponentStatus } from '../supervisor/component.ts';
+import type { Logger } from '../base/log.ts';
+import type { Component, ComponentState, ComponentStatus } from '../base/component.ts';
 import { ConnectionFlow, WindowBudget } from './flow.ts';
 import { AgentMetrics } from './metrics.ts';
 import {

@@ -7,7 +7,7 @@
 // `finish`: answered, failed, timed out, cancelled by either side, or its agent gone.
 import { BlockList, isIPv4, isIPv6 } from 'node:net';
 import type * as grpc from '@grpc/grpc-js';
-import type { Logger } from '../log/logger.ts';
+import type { Logger } from '../base/log.ts';
 import { ConnectionFlow, WindowBudget } from './flow.ts';
 import type { DialFailureReason, ServerMetrics } from './metrics.ts';
 import {

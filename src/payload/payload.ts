@@ -10,7 +10,7 @@ import { createHash } from 'node:crypto';
 import { open } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Readable } from 'node:stream';
-import { BUNDLED_IMAGES } from '../worker/images.ts';
+import { BUNDLED_IMAGES } from './images.ts';
 import { cacheRoot, loadManifest, manifestPath, type LockEntry, type PayloadLock, type Role } from './manifest.ts';
 
 export const TRAILER_MAGIC = 'KCTLPAY1';

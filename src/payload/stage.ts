@@ -5,12 +5,12 @@
 import { createHash } from 'node:crypto';
 import { createReadStream, createWriteStream } from 'node:fs';
 import { chmod, mkdir, open, rename, rm, stat } from 'node:fs/promises';
-import { writeFileAtomic } from '../util/fs.ts';
+import { writeFileAtomic } from '../base/fs.ts';
 import { basename, dirname, join } from 'node:path';
 import { Transform } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import lockfile from 'proper-lockfile';
-import type { Logger } from '../log/logger.ts';
+import type { Logger } from '../base/log.ts';
 import type { Role } from './manifest.ts';
 import type { Payload, PayloadEntry } from './payload.ts';
 

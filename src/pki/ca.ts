@@ -3,7 +3,7 @@
 // token or service-account token, so anything odd is an error for the operator to resolve.
 import { createPrivateKey, createPublicKey } from 'node:crypto';
 import { relative } from 'node:path';
-import type { Logger } from '../log/logger.ts';
+import type { Logger } from '../base/log.ts';
 import { PkiError } from './errors.ts';
 import type { Outcome } from './leaf.ts';
 import { CERT_MODE, KEY_MODE, enforceMode, readIfExists, writeFileAtomic } from './files.ts';

@@ -5,8 +5,9 @@
 import { join } from 'node:path';
 import { hostname as osHostname } from 'node:os';
 import lockfile from 'proper-lockfile';
-import type { Logger } from '../log/logger.ts';
-import { firstServiceIps, localAddresses, sanSet, serverUrl, toSan, type San } from './addresses.ts';
+import type { Logger } from '../base/log.ts';
+import { httpsUrl } from '../base/addresses.ts';
+import { firstServiceIps, localAddresses, sanSet, toSan, type San } from './addresses.ts';
 import { ensureCa, ensureServiceAccountKey, type EnsureContext } from './ca.ts';
 import { ensurePrivateDir } from './files.ts';
 import { ensureKubeconfig } from './kubeconfig.ts';
@@ -106,7 +107,7 @@ export async function ensurePki(opts: PkiOptions, log: Logger): Promise<PkiPaths
   const paths = pkiPaths(opts.dir);
   // Validate the options before touching the disk: a bad SAN must not leave a half-made PKI.
   const sans = wantedSans(opts);
-  const server = serverUrl(opts.apiAddress, opts.apiPort);
+  const server = httpsUrl(opts.apiAddress, opts.apiPort);
   const ctx: EnsureContext = { dir: paths.dir, now: opts.now ?? new Date(), log };
 
   await ensurePrivateDir(paths.dir, log);

@@ -1,9 +1,9 @@
 // File primitives for the PKI. Every write is atomic (src/util/fs.ts), so a crash never
 // leaves a half-written key or cert that would block the next start.
 import { chmod, mkdir, readFile, stat } from 'node:fs/promises';
-import type { Logger } from '../log/logger.ts';
+import type { Logger } from '../base/log.ts';
 
-export { writeFileAtomic } from '../util/fs.ts';
+export { writeFileAtomic } from '../base/fs.ts';
 
 export const KEY_MODE = 0o600;
 export const CERT_MODE = 0o644;

@@ -3,5 +3,5 @@
 export { ensurePki, wantedSans, type PkiOptions } from './ensure.ts';
 export { pkiPaths, type PkiPaths } from './paths.ts';
 export { writeKubeconfig, readKubeconfig, type KubeconfigContent } from './kubeconfig.ts';
-export { serverUrl, firstServiceIps } from './addresses.ts';
+export { firstServiceIps } from './addresses.ts';
 export { PkiError } from './errors.ts';

@@ -5,7 +5,8 @@
 import { createPrivateKey, createPublicKey, generateKeyPair, randomBytes, sign, type KeyObject } from 'node:crypto';
 import { promisify } from 'node:util';
 import forge from 'node-forge';
-import { canonicalIp, type San } from './addresses.ts';
+import { canonicalIp } from '../base/addresses.ts';
+import type { San } from './addresses.ts';
 import { PkiError } from './errors.ts';
 
 const { pki, asn1 } = forge;

@@ -3,7 +3,7 @@
 // unless /proc says it runs our binary.
 import { readFile, readlink, realpath, rename, rm, writeFile } from 'node:fs/promises';
 import { setTimeout as sleep } from 'node:timers/promises';
-import type { Logger } from '../log/logger.ts';
+import type { Logger } from '../base/log.ts';
 
 const POLL_MS = 25;
 

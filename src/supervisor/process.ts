@@ -11,11 +11,11 @@ import { constants as fsConstants, existsSync } from 'node:fs';
 import { access, mkdir } from 'node:fs/promises';
 import { isAbsolute, join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { componentLogger, type Logger } from '../log/logger.ts';
-import type { Component, ComponentState, ComponentStatus } from './component.ts';
+import { componentLogger, type Logger } from '../base/log.ts';
+import type { Component, ComponentState, ComponentStatus } from '../base/component.ts';
 import { LineSplitter, parseChildLine } from './output.ts';
 import { cleanupStalePidFile, removePidFile, writePidFile } from './pidfile.ts';
-import { reasonOf, settlesWithin, untilAborted } from './wait.ts';
+import { reasonOf, settlesWithin, untilAborted } from '../base/wait.ts';
 
 export const CHILD_PATH = '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin';
 /** util-linux; sets PR_SET_PDEATHSIG and execs, so the pid we track is the real child's. */

@@ -2,12 +2,12 @@
 // from <data-dir>/bin with cgroupfs, CNI from <data-dir>/bin/cni, the bundled pause image as
 // sandbox, and none of the host's /etc/containerd, /opt/cni or /etc/cni.
 import { mkdir, readdir, readFile } from 'node:fs/promises';
-import { writeFileAtomic } from '../util/fs.ts';
+import { writeFileAtomic } from '../base/fs.ts';
 import { dirname, join } from 'node:path';
 import { execa } from 'execa';
-import type { Logger } from '../log/logger.ts';
+import type { Logger } from '../base/log.ts';
 import { CHILD_PATH, Supervisor } from '../supervisor/process.ts';
-import { PAUSE_IMAGE } from './images.ts';
+import { PAUSE_IMAGE } from '../payload/images.ts';
 import type { WorkerPaths } from './paths.ts';
 
 export interface ContainerdOptions {

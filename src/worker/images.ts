@@ -5,38 +5,17 @@ import { readdir } from 'node:fs/promises';
 import { join } from 'node:path';
 import { execa } from 'execa';
 import { list as tarList } from 'tar';
-import type { Logger } from '../log/logger.ts';
-import type { Component, ComponentStatus } from '../supervisor/component.ts';
-import { reasonOf } from '../supervisor/wait.ts';
+import type { Logger } from '../base/log.ts';
+import type { Component, ComponentStatus } from '../base/component.ts';
+import { reasonOf } from '../base/wait.ts';
 import type { WorkerPaths } from './paths.ts';
-
-export interface BundledImage {
-  /** Full reference, as kubelet and `kctl airgap list-images` name it. */
-  name: string;
-  /** File name of its OCI image-layout tarball in the images cache and in <data-dir>/images. */
-  file: string;
-}
-
-export const PAUSE_IMAGE = 'registry.k8s.io/pause:3.10';
-export const BUSYBOX_IMAGE = 'docker.io/library/busybox:1.36';
-
-/** The images kctl ships; `kctl airgap list-images` prints these names. */
-export const BUNDLED_IMAGES: readonly BundledImage[] = [
-  { name: PAUSE_IMAGE, file: 'pause-3.10.oci.tar' },
-  { name: BUSYBOX_IMAGE, file: 'busybox-1.36.oci.tar' },
-];
-
-export const BUNDLED_IMAGE_NAMES: readonly string[] = BUNDLED_IMAGES.map((i) => i.name);
+import { PAUSE_IMAGE } from '../payload/images.ts';
 
 /** containerd namespace the CRI plugin uses. */
 export const CRI_NAMESPACE = 'k8s.io';
 /** Label that keeps an image from kubelet's image garbage collection. */
 export const PINNED_LABEL = 'io.cri-containerd.pinned=pinned';
 
-/** The built tarballs in the images cache dir (`<cacheRoot()>/images`, written by assets/build-images.ts), in BUNDLED_IMAGES order. */
-export function imageTarballs(cacheDir: string): string[] {
-  return BUNDLED_IMAGES.map((i) => join(cacheDir, i.file));
-}
 
 interface OciIndex {
   manifests?: { digest: string; annotations?: Record<string, string> }[];

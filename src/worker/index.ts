@@ -6,16 +6,17 @@ import { existsSync } from 'node:fs';
 import { mkdir, readFile, rm } from 'node:fs/promises';
 import { hostname } from 'node:os';
 import { join } from 'node:path';
-import { UserError } from '../cli/errors.ts';
-import { StatusServerComponent } from '../controller/status.ts';
+import { splitHostPort, urlHost } from '../base/addresses.ts';
+import { UserError } from '../base/errors.ts';
+import { StatusServerComponent } from '../base/status-server.ts';
 import { KonnectivityAgent } from '../konnectivity/index.ts';
-import { componentLogger, type Logger } from '../log/logger.ts';
+import { componentLogger, type Logger } from '../base/log.ts';
 import { findPayload } from '../payload/payload.ts';
 import { stageComponents, stageImages } from '../payload/stage.ts';
-import type { Component, ComponentStatus } from '../supervisor/component.ts';
-import { ComponentManager } from '../supervisor/manager.ts';
-import { writeFileAtomic } from '../util/fs.ts';
-import { KCTL_VERSION } from '../version.ts';
+import type { Component, ComponentStatus } from '../base/component.ts';
+import { ComponentManager } from '../base/manager.ts';
+import { writeFileAtomic } from '../base/fs.ts';
+import { KCTL_VERSION } from '../base/version.ts';
 import { ContainerdComponent } from './containerd.ts';
 import { ImagesComponent } from './images.ts';
 import { join as joinCluster, type JoinState } from './join.ts';
@@ -44,7 +45,7 @@ export function identityFile(paths: WorkerPaths): string {
 
 /** The address this host uses towards the API server: what kubelet would pick too. */
 export async function routeSource(url: string): Promise<string> {
-  const host = new URL(url).hostname.replace(/^\[|\]$/g, '');
+  const host = urlHost(url);
   const r = await execa('ip', ['route', 'get', host], { reject: false });
   const m = /\bsrc (\S+)/.exec(r.stdout);
   if (!m) throw new UserError(`cannot tell this host's address towards ${host} (${r.stderr.trim() || 'no route'}); pass --node-ip`);
@@ -59,9 +60,9 @@ function splitPem(pem: string): { cert: string; key: string } {
 }
 
 function hostPort(addr: string): { host: string; port: number } {
-  const m = /^\[?([^\]]+?)\]?:(\d+)$/.exec(addr);
-  if (!m) throw new Error(`bad konnectivity address ${addr}`);
-  return { host: m[1]!, port: Number(m[2]) };
+  const hp = splitHostPort(addr);
+  if (!hp) throw new Error(`bad konnectivity address ${addr}`);
+  return hp;
 }
 
 /** The in-process konnectivity agent, authenticated with the node's own client certificate. */

@@ -3,11 +3,11 @@
 // Later starts read what was written and ignore any token.
 import { existsSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
-import { writeFileAtomic } from '../util/fs.ts';
-import { UserError } from '../cli/errors.ts';
+import { writeFileAtomic } from '../base/fs.ts';
+import { UserError } from '../base/errors.ts';
 import { decodeToken, TokenError, tokenId, type JoinInfo } from '../join/token.ts';
 import { KubeApiError, KubeClient } from '../kube/client.ts';
-import type { Logger } from '../log/logger.ts';
+import type { Logger } from '../base/log.ts';
 import { writeKubeconfig } from '../pki/index.ts';
 import type { WorkerPaths } from './paths.ts';
 

@@ -1,11 +1,12 @@
 // kube-proxy in iptables mode with the node's own credentials (the controller binds
 // system:node-proxier to group system:nodes). Metrics and healthz on loopback only, and no
 // change to host-global conntrack limits.
-import { writeFileAtomic } from '../util/fs.ts';
+import { writeFileAtomic } from '../base/fs.ts';
 import { join } from 'node:path';
 import { stringify } from 'yaml';
-import { probeOnce } from '../controller/probe.ts';
-import type { Logger } from '../log/logger.ts';
+import { probeOnce } from '../base/probe.ts';
+import { componentFlags } from '../base/argv.ts';
+import type { Logger } from '../base/log.ts';
 import { Supervisor } from '../supervisor/process.ts';
 import type { WorkerPaths } from './paths.ts';
 
@@ -47,11 +48,10 @@ export class KubeProxyComponent extends Supervisor {
 
   constructor(opts: KubeProxyOptions) {
     const { paths } = opts;
-    const extra = Object.entries(opts.extraArgs ?? {}).map(([k, v]) => `--${k.replace(/^--/, '')}=${v}`);
     super({
       name: 'kube-proxy',
       binary: join(paths.binDir, 'kube-proxy'),
-      args: [`--config=${paths.kubeProxyConfig}`, ...extra],
+      args: componentFlags({ config: paths.kubeProxyConfig }, opts.extraArgs),
       runDir: paths.runDir,
       log: opts.log,
       // 200 once the first full sync of the rules is done.

@@ -3,11 +3,12 @@
 // and a configuration that runs on the hosts we have (cgroup v1, little free disk).
 import { existsSync } from 'node:fs';
 import { mkdir, readdir, readFile, rmdir, writeFile } from 'node:fs/promises';
-import { writeFileAtomic } from '../util/fs.ts';
+import { writeFileAtomic } from '../base/fs.ts';
 import { join } from 'node:path';
 import { stringify } from 'yaml';
-import { probeOnce } from '../controller/probe.ts';
-import type { Logger } from '../log/logger.ts';
+import { probeOnce } from '../base/probe.ts';
+import { componentFlags } from '../base/argv.ts';
+import type { Logger } from '../base/log.ts';
 import { Supervisor } from '../supervisor/process.ts';
 import type { WorkerPaths } from './paths.ts';
 
@@ -88,8 +89,7 @@ export function kubeletArgs(o: KubeletOptions): string[] {
   };
   if (o.labels && Object.keys(o.labels).length) flags['node-labels'] = formatLabels(o.labels);
   if (o.taints?.length) flags['register-with-taints'] = o.taints.join(',');
-  for (const [k, v] of Object.entries(o.extraArgs ?? {})) flags[k.replace(/^--/, '')] = v;
-  return Object.entries(flags).map(([k, v]) => `--${k}=${v}`);
+  return componentFlags(flags, o.extraArgs);
 }
 
 /** Cgroup v1 hierarchies (mount points) and whether the host is cgroup v2 only. */

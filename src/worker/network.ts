@@ -11,9 +11,9 @@ import { request } from 'node:https';
 import { basename, dirname, join } from 'node:path';
 import { execa } from 'execa';
 import { parse } from 'yaml';
-import type { Logger } from '../log/logger.ts';
-import type { Component, ComponentStatus } from '../supervisor/component.ts';
-import { reasonOf } from '../supervisor/wait.ts';
+import type { Logger } from '../base/log.ts';
+import type { Component, ComponentStatus } from '../base/component.ts';
+import { reasonOf } from '../base/wait.ts';
 import type { WorkerPaths } from './paths.ts';
 
 export const CNI_BRIDGE = 'kctl0';

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { test } from 'node:test';
-import { componentLogger } from '../../../src/log/logger.ts';
+import { componentLogger } from '../../../src/base/log.ts';
 import { captureLogger } from '../../helpers.ts';
 
 const root = new URL('../../..', import.meta.url).pathname;

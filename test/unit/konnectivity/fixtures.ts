@@ -7,7 +7,7 @@ import { after } from 'node:test';
 import { Writable } from 'node:stream';
 import { setTimeout as sleep } from 'node:timers/promises';
 import * as grpc from '@grpc/grpc-js';
-import { createLogger, type Logger } from '../../../src/log/logger.ts';
+import { createLogger, type Logger } from '../../../src/base/log.ts';
 import { konnectivityServices, type Packet } from '../../../src/konnectivity/protocol.ts';
 import { ensurePki, pkiPaths } from '../../../src/pki/index.ts';
 import { generateKeyPem, issueCaCert, issueLeafCert, keyIdOf, parseCert, parseKey, type Signer } from '../../../src/pki/x509.ts';

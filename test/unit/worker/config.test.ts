@@ -7,7 +7,7 @@ import { kubeletArgs, kubeletConfiguration } from '../../../src/worker/kubelet.t
 import { kubeProxyConfiguration } from '../../../src/worker/kube-proxy.ts';
 import { cniConflist, desiredRoutes } from '../../../src/worker/network.ts';
 import { workerPaths } from '../../../src/worker/paths.ts';
-import { createLogger } from '../../../src/log/logger.ts';
+import { createLogger } from '../../../src/base/log.ts';
 
 const paths = workerPaths('/data', '/run/w');
 const log = createLogger({ pretty: false, destination: process.stderr });

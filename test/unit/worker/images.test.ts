@@ -4,7 +4,8 @@ import { mkdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { create as tarCreate } from 'tar';
-import { BUNDLED_IMAGE_NAMES, imageTarballs, parseImageList, tarballImages } from '../../../src/worker/images.ts';
+import { BUNDLED_IMAGE_NAMES, imageTarballs } from '../../../src/payload/images.ts';
+import { parseImageList, tarballImages } from '../../../src/worker/images.ts';
 import { tempDir } from '../../helpers.ts';
 
 test('the bundled images are the pause and busybox images, with a tarball each in the cache dir', () => {

@@ -1,6 +1,6 @@
 // Starts components in order, each gated on the previous one's readiness, and stops them in
 // reverse (k0s pkg/component/manager). Knows nothing about what the components are.
-import type { Logger } from '../log/logger.ts';
+import type { Logger } from './log.ts';
 import type { Component, ComponentStatus } from './component.ts';
 import { reasonOf, settlesWithin, untilAborted } from './wait.ts';
 

@@ -2,7 +2,7 @@
 import { chmod, rm } from 'node:fs/promises';
 import { createServer, request, type Server } from 'node:http';
 import type { KonnectivityServerSnapshot } from '../konnectivity/index.ts';
-import type { Component, ComponentStatus } from '../supervisor/component.ts';
+import type { Component, ComponentStatus } from './component.ts';
 
 export interface StatusReport {
   role: 'controller' | 'worker';

@@ -1,11 +1,11 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
-import type { ComponentState, ComponentStatus } from '../../../src/supervisor/component.ts';
-import { ComponentManager, type ManagedComponent } from '../../../src/supervisor/manager.ts';
+import type { ComponentState, ComponentStatus } from '../../../src/base/component.ts';
+import { ComponentManager, type ManagedComponent } from '../../../src/base/manager.ts';
 import { Supervisor } from '../../../src/supervisor/process.ts';
 import { captureLogger, tempDir } from '../../helpers.ts';
-import { isAlive } from './util.ts';
+import { isAlive } from '../supervisor/util.ts';
 
 /** A component that records what was asked of it, in one shared journal. */
 class Fake implements ManagedComponent {

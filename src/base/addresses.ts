@@ -1,0 +1,75 @@
+// Addresses as kctl spells them everywhere: one canonical form per IP (so string equality
+// works), host:port with IPv6 in brackets, and addresses inside a CIDR.
+import { isIP } from 'node:net';
+
+/**
+ * The one spelling of an IP address we compare with: IPv4 dotted quad, IPv6 as RFC 5952
+ * (the WHATWG URL serializer does exactly that, so "0:0::1" and "::1" compare equal).
+ * Null when `ip` is not an IP address.
+ */
+export function canonicalIp(ip: string): string | null {
+  const bare = ip.replace(/%.*$/, ''); // link-local zone ids ("fe80::1%eth0") are not part of an address we compare
+  switch (isIP(bare)) {
+    case 4: return bare.split('.').map((o) => String(Number(o))).join('.');
+    case 6: return new URL(`http://[${bare}]/`).hostname.slice(1, -1);
+    default: return null;
+  }
+}
+
+/** "host:port", IPv6 literals in brackets. */
+export function joinHostPort(host: string, port: number): string {
+  return host.includes(':') ? `[${host}]:${port}` : `${host}:${port}`;
+}
+
+/** "host:port" / "[v6]:port" -> parts (IPv6 canonical, names lowercase); null when malformed. */
+export function splitHostPort(address: string): { host: string; port: number } | null {
+  const m = /^(?:\[([^\]]+)\]|([^:[\]]+)):(\d{1,5})$/.exec(address);
+  if (!m) return null;
+  const port = Number(m[3]);
+  if (port < 1 || port > 65535) return null;
+  const host = m[1] !== undefined ? (canonicalIp(m[1]) ?? m[1].toLowerCase()) : (m[2] ?? '').toLowerCase();
+  return { host, port };
+}
+
+/** https://<host>:<port>, IPv6 literals in brackets (and canonical). */
+export function httpsUrl(host: string, port: number): string {
+  return `https://${joinHostPort(canonicalIp(host) ?? host, port)}`;
+}
+
+/** The host of a URL without IPv6 brackets: "https://[::1]:6443" -> "::1". */
+export function urlHost(url: string): string {
+  return new URL(url).hostname.replace(/^\[|\]$/g, '');
+}
+
+/**
+ * The n-th address of a CIDR (network address + n): 1 is the first service IP, 10 the
+ * cluster DNS by convention. Throws an Error naming the CIDR when it is malformed or too small.
+ */
+export function cidrAddress(cidr: string, n: number): string {
+  const [addr, bitsText] = cidr.trim().split('/');
+  const ip = canonicalIp(addr ?? '');
+  const bits = Number(bitsText);
+  const width = ip?.includes(':') ? 128 : 32;
+  if (ip === null || !/^\d+$/.test(bitsText ?? '') || bits > width) throw new Error(`"${cidr}" is not a CIDR`);
+  const hostBits = BigInt(width - bits);
+  if (BigInt(n) >= (1n << hostBits) - 1n) throw new Error(`"${cidr}" has no room for address number ${n}`);
+  const network = (ipToBigInt(ip) >> hostBits) << hostBits;
+  return bigIntToIp(network + BigInt(n), width);
+}
+
+// Node has no public IP <-> integer conversion; these two stay small because the input is
+// already canonical (no embedded IPv4 in IPv6 after canonicalIp).
+function ipToBigInt(ip: string): bigint {
+  if (!ip.includes(':')) return ip.split('.').reduce((n, o) => (n << 8n) | BigInt(o), 0n);
+  const [head, tail] = ip.includes('::') ? ip.split('::') : [ip, undefined];
+  const left = head ? head.split(':') : [];
+  const right = tail ? tail.split(':') : [];
+  const groups = [...left, ...Array<string>(8 - left.length - right.length).fill('0'), ...right];
+  return groups.reduce((n, g) => (n << 16n) | BigInt(parseInt(g, 16)), 0n);
+}
+
+function bigIntToIp(n: bigint, width: number): string {
+  if (width === 32) return [24n, 16n, 8n, 0n].map((s) => String((n >> s) & 255n)).join('.');
+  const groups = Array.from({ length: 8 }, (_, i) => ((n >> BigInt(112 - 16 * i)) & 0xffffn).toString(16));
+  return canonicalIp(groups.join(':')) ?? groups.join(':');
+}
