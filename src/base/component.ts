@@ -1,6 +1,6 @@
-// The shape every piece of kctl has (k0s's component manager): init, start, ready, stop.
-// A manager starts components in order, gating each on the previous one's readiness, and
-// stops them in reverse.
+// The shape every piece of kctl has (k0s's component manager): init, start, ready, stop, all
+// optional. A manager starts components in order, gating each on the previous one's readiness,
+// stops them in reverse, and keeps each one's state, so a component writes only the hooks it needs.
 
 export type ComponentState = 'pending' | 'initializing' | 'starting' | 'running' | 'restarting' | 'failed' | 'stopping' | 'stopped';
 
@@ -16,12 +16,18 @@ export interface ComponentStatus {
 
 export interface Component {
   readonly name: string;
-  /** Prepare files and directories; must be idempotent. */
-  init(): Promise<void>;
+  /** How long the manager waits for ready() (e.g. kube-apiserver on a cold etcd); default the manager's. */
+  readonly readyTimeoutMs?: number;
+  /** Prepare files and directories; must be idempotent. Runs for every component before any starts. */
+  init?(): Promise<void>;
   /** Start; returns once started (not necessarily ready). */
-  start(): Promise<void>;
+  start?(): Promise<void>;
   /** Resolves when ready; rejects with a one-line reason if it never becomes ready. */
-  ready(signal: AbortSignal): Promise<void>;
-  stop(): Promise<void>;
-  status(): ComponentStatus;
+  ready?(signal: AbortSignal): Promise<void>;
+  stop?(): Promise<void>;
+  /**
+   * What the component knows beyond the manager's own bookkeeping (a child's pid and restarts,
+   * a problem while running). Fields given here win over the manager's.
+   */
+  status?(): Partial<ComponentStatus>;
 }

@@ -1,39 +1,49 @@
 // Starts components in order, each gated on the previous one's readiness, and stops them in
-// reverse (k0s pkg/component/manager). Knows nothing about what the components are.
+// reverse (k0s pkg/component/manager). Keeps every component's state, so components only write
+// the hooks they need. Knows nothing about what the components are.
 import type { Logger } from './log.ts';
-import type { Component, ComponentStatus } from './component.ts';
+import type { Component, ComponentState, ComponentStatus } from './component.ts';
 import { reasonOf, settlesWithin, untilAborted } from './wait.ts';
 
 export const DEFAULT_READY_TIMEOUT_MS = 120_000;
-
-/** A component may say how long it needs to become ready (e.g. kube-apiserver on a cold etcd). */
-export interface ManagedComponent extends Component {
-  readonly readyTimeoutMs?: number;
-}
 
 export interface ComponentManagerOptions {
   /** For components without their own `readyTimeoutMs`. Default 120 s. */
   readyTimeoutMs?: number;
 }
 
+/** The manager's view of one component. */
+interface Tracked {
+  state: ComponentState;
+  lastError?: string;
+  runningSince?: number;
+}
+
 export class ComponentManager {
-  private readonly components: readonly ManagedComponent[];
+  private readonly components: readonly Component[];
+  private readonly tracked = new Map<Component, Tracked>();
   private readonly readyTimeoutMs: number;
   /** Started (or half-started) components, in start order; stop() pops from the end. */
-  private readonly started: ManagedComponent[] = [];
+  private readonly started: Component[] = [];
   /** Aborted by stop(): a start in progress gives up waiting for readiness. */
   private readonly startAbort = new AbortController();
   private startCalled = false;
   private stopping?: Promise<void>;
 
-  constructor(components: readonly ManagedComponent[], private readonly log: Logger, opts: ComponentManagerOptions = {}) {
+  constructor(components: readonly Component[], private readonly log: Logger, opts: ComponentManagerOptions = {}) {
     const names = new Set<string>();
     for (const c of components) {
       if (names.has(c.name)) throw new Error(`component ${c.name} is listed twice`);
       names.add(c.name);
+      this.tracked.set(c, { state: 'pending' });
     }
     this.components = components;
     this.readyTimeoutMs = opts.readyTimeoutMs ?? DEFAULT_READY_TIMEOUT_MS;
+  }
+
+  /** True once stop() was called (a start in progress then ends with an error). */
+  get stopRequested(): boolean {
+    return this.startAbort.signal.aborted;
   }
 
   /**
@@ -45,11 +55,14 @@ export class ComponentManager {
     this.startCalled = true;
     for (const c of this.components) {
       this.throwIfStopping();
+      this.mark(c, 'initializing');
       try {
-        await c.init();
+        await c.init?.();
       } catch (err) {
+        this.mark(c, 'failed', reasonOf(err));
         throw new Error(`${c.name} failed to initialise: ${reasonOf(err)}`);
       }
+      this.mark(c, 'pending');
     }
     for (const c of this.components) {
       this.throwIfStopping();
@@ -57,9 +70,10 @@ export class ComponentManager {
       this.log.info({ name: c.name }, `starting ${c.name}`);
       // Recorded before start() so a component that half-started is stopped too.
       this.started.push(c);
+      this.mark(c, 'starting');
       try {
         try {
-          await c.start();
+          await c.start?.();
         } catch (err) {
           throw new Error(`${c.name} failed to start: ${reasonOf(err)}`);
         }
@@ -67,10 +81,12 @@ export class ComponentManager {
       } catch (err) {
         this.throwIfStopping();
         const failure = err instanceof Error ? err : new Error(String(err));
+        this.mark(c, 'failed', failure.message);
         this.log.error({ name: c.name }, `${failure.message}; stopping the components already started`);
         await this.stopStarted();
         throw failure;
       }
+      this.mark(c, 'running');
       this.log.info({ name: c.name, seconds: round1((performance.now() - t0) / 1000) }, `${c.name} ready in ${seconds(performance.now() - t0)}`);
     }
   }
@@ -82,10 +98,27 @@ export class ComponentManager {
   }
 
   status(): ComponentStatus[] {
-    return this.components.map((c) => c.status());
+    return this.components.map((c) => {
+      const t = this.tracked.get(c) ?? { state: 'pending' };
+      const own = c.status?.() ?? {};
+      return {
+        name: c.name,
+        state: t.state,
+        restarts: 0,
+        lastError: t.lastError,
+        uptimeSeconds: t.runningSince === undefined ? undefined : Math.round((Date.now() - t.runningSince) / 1000),
+        ...definedOnly(own),
+      };
+    });
   }
 
-  private async waitReady(c: ManagedComponent): Promise<void> {
+  private mark(c: Component, state: ComponentState, lastError?: string): void {
+    const prev = this.tracked.get(c);
+    this.tracked.set(c, { state, lastError, runningSince: state === 'running' ? (prev?.runningSince ?? Date.now()) : undefined });
+  }
+
+  private async waitReady(c: Component): Promise<void> {
+    if (!c.ready) return;
     const timeoutMs = c.readyTimeoutMs ?? this.readyTimeoutMs;
     // A ref'd timer, not AbortSignal.timeout(): that one is unref'd, and a start waiting on a
     // component that never answers would let the process exit with nothing said.
@@ -110,10 +143,16 @@ export class ComponentManager {
   private stopStarted(): Promise<void> {
     this.stopping ??= (async () => {
       for (let c = this.started.pop(); c !== undefined; c = this.started.pop()) {
+        const before = this.tracked.get(c);
         this.log.info({ name: c.name }, `stopping ${c.name}`);
+        this.mark(c, 'stopping');
         try {
-          await c.stop();
+          await c.stop?.();
+          // A component that failed keeps saying why after its stop.
+          if (before?.state === 'failed') this.mark(c, 'failed', before.lastError);
+          else this.mark(c, 'stopped');
         } catch (err) {
+          this.mark(c, 'failed', `failed to stop: ${reasonOf(err)}`);
           this.log.error({ name: c.name }, `${c.name} failed to stop: ${reasonOf(err)}`);
         }
       }
@@ -126,6 +165,11 @@ export class ComponentManager {
   private throwIfStopping(): void {
     if (this.startAbort.signal.aborted) throw new Error('start cancelled: stopping');
   }
+}
+
+/** `{...a, ...b}` where b's undefined fields do not erase a's. */
+function definedOnly<T extends object>(o: T): Partial<T> {
+  return Object.fromEntries(Object.entries(o).filter(([, v]) => v !== undefined)) as Partial<T>;
 }
 
 function round1(n: number): number {

@@ -1,7 +1,7 @@
-// The status socket (<run-dir>/status.sock): `kctl status` asks it over HTTP for JSON.
+// The status socket (<run-dir>/status.sock): `kctl status` asks it over HTTP for JSON. The
+// server is the first component a role starts, so the socket answers while the rest comes up.
 import { chmod, rm } from 'node:fs/promises';
 import { createServer, request, type Server } from 'node:http';
-import type { KonnectivityServerSnapshot } from '../konnectivity/index.ts';
 import type { Component, ComponentStatus } from './component.ts';
 
 export interface StatusReport {
@@ -10,18 +10,13 @@ export interface StatusReport {
   pid: number;
   uptimeSeconds: number;
   components: ComponentStatus[];
-  /** Controller only: which agents this konnectivity server holds ("No agent available" debugging). */
-  konnectivity?: KonnectivityServerSnapshot;
 }
 
-export class StatusServerComponent implements Component {
+export class StatusServerComponent<R extends StatusReport = StatusReport> implements Component {
   readonly name = 'status';
   private server: Server | null = null;
-  private readonly started = Date.now();
 
-  constructor(private readonly socket: string, private readonly report: () => StatusReport) {}
-
-  async init(): Promise<void> {}
+  constructor(private readonly socket: string, private readonly report: () => R) {}
 
   async start(): Promise<void> {
     await rm(this.socket, { force: true });
@@ -40,28 +35,23 @@ export class StatusServerComponent implements Component {
     this.server = server;
   }
 
-  async ready(): Promise<void> {}
-
   async stop(): Promise<void> {
     const s = this.server;
     this.server = null;
     if (s) await new Promise<void>((resolve) => s.close(() => resolve()));
     await rm(this.socket, { force: true });
   }
-
-  status(): ComponentStatus {
-    return { name: this.name, state: this.server ? 'running' : 'stopped', restarts: 0, uptimeSeconds: Math.round((Date.now() - this.started) / 1000) };
-  }
 }
 
-export function readStatus(socket: string, timeoutMs = 5000): Promise<StatusReport> {
+/** The report of the kctl whose run dir holds `socket`; a one-line reason when none answers. */
+export function readStatus<R extends StatusReport = StatusReport>(socket: string, timeoutMs = 5000): Promise<R> {
   return new Promise((resolve, reject) => {
     const req = request({ socketPath: socket, path: '/status', timeout: timeoutMs }, (res) => {
       let body = '';
       res.setEncoding('utf8');
       res.on('data', (c: string) => { body += c; });
       res.on('end', () => {
-        try { resolve(JSON.parse(body) as StatusReport); } catch { reject(new Error(`status socket ${socket} answered something that is not JSON`)); }
+        try { resolve(JSON.parse(body) as R); } catch { reject(new Error(`status socket ${socket} answered something that is not JSON`)); }
       });
     });
     req.on('timeout', () => req.destroy(new Error(`status socket ${socket} did not answer within ${timeoutMs} ms`)));

@@ -4,6 +4,9 @@
 import { Option, type Command } from 'commander';
 import { readFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
+import type { Component } from '../base/component.ts';
+import { runUntilSignal } from '../base/lifecycle.ts';
+import { ComponentManager } from '../base/manager.ts';
 import { hostname } from 'node:os';
 import { KonnectivityAgent, parseIdentifiers } from '../konnectivity/index.ts';
 import { componentLogger } from '../base/log.ts';
@@ -93,29 +96,50 @@ export function konnectivityAgentCommand(program: Command): void {
         log,
       });
       parseGoDuration('--probe-interval', f.probeInterval);
-      const servers: Server[] = [];
-      const serve = (p: number, routes: Record<string, () => Promise<[number, string]>>) => {
+      const endpoints = httpEndpoints([
+        [port('--health-server-port', f.healthServerPort), {
+          '/healthz': async () => [200, 'ok'],
+          '/readyz': async () => (agent.snapshot().servers.length > 0 ? [200, 'ok'] : [500, 'not connected to any proxy server']),
+        }],
+        [port('--admin-server-port', f.adminServerPort), { '/metrics': async () => [200, await agent.metricsText()] }],
+      ]);
+      // No ready gate: like upstream's agent, it keeps dialing until a server answers.
+      const agentComponent: Component = {
+        name: 'konnectivity-agent',
+        start: async () => { await agent.init(); await agent.start(); },
+        stop: () => agent.stop(),
+        status: () => agent.status(),
+      };
+      await runUntilSignal(new ComponentManager([endpoints, agentComponent], componentLogger(loggerFor(cmd), 'manager')), log, {
+        onReady: () => log.info({ servers: f.proxyServerHost, agentId: f.agentId ?? hostname() }, 'konnectivity agent started'),
+        onStopped: () => log.info('konnectivity agent stopped'),
+      });
+    });
+}
+
+type Routes = Record<string, () => Promise<[number, string]>>;
+
+/** Plain-HTTP health and metrics listeners on loopback, as one component. */
+function httpEndpoints(listeners: [number, Routes][]): Component {
+  const servers: Server[] = [];
+  return {
+    name: 'endpoints',
+    async start() {
+      for (const [p, routes] of listeners) {
         const s = createServer((req, res) => {
           const route = routes[req.url ?? ''];
           if (!route) { res.writeHead(404).end(); return; }
           void route().then(([code, body]) => res.writeHead(code, { 'content-type': 'text/plain' }).end(body));
         });
-        s.listen(p, '127.0.0.1');
         servers.push(s);
-      };
-      serve(port('--health-server-port', f.healthServerPort), {
-        '/healthz': async () => [200, 'ok'],
-        '/readyz': async () => (agent.snapshot().servers.length > 0 ? [200, 'ok'] : [500, 'not connected to any proxy server']),
-      });
-      serve(port('--admin-server-port', f.adminServerPort), { '/metrics': async () => [200, await agent.metricsText()] });
-      await agent.init();
-      await agent.start();
-      log.info({ servers: f.proxyServerHost, agentId: f.agentId ?? hostname() }, 'konnectivity agent started');
-      await new Promise<void>((resolve) => {
-        for (const sig of ['SIGTERM', 'SIGINT'] as const) process.once(sig, () => resolve());
-      });
-      await agent.stop();
-      for (const s of servers) s.close();
-      log.info('konnectivity agent stopped');
-    });
+        await new Promise<void>((resolve, reject) => {
+          s.once('error', (err: NodeJS.ErrnoException) => reject(new Error(`cannot listen on 127.0.0.1:${p} (${err.code ?? err.message}); pick another port`)));
+          s.listen(p, '127.0.0.1', () => resolve());
+        });
+      }
+    },
+    async stop() {
+      await Promise.all(servers.map((s) => new Promise<void>((resolve) => s.close(() => resolve()))));
+    },
+  };
 }

@@ -1,6 +1,8 @@
 import type { Command } from 'commander';
 import { join } from 'node:path';
-import { readStatus, type StatusReport } from '../base/status-server.ts';
+import { readStatus } from '../base/status-server.ts';
+import type { ControllerStatusReport } from '../controller/status.ts';
+import type { WorkerStatusReport } from '../worker/index.ts';
 import { UserError } from '../base/errors.ts';
 import { globals } from './globals.ts';
 import { outputOption, printJson, type OutputFormat } from './output.ts';
@@ -12,13 +14,15 @@ function formatDuration(s: number | undefined): string {
   return `${Math.floor(s / 3600)}h`;
 }
 
-export function renderStatus(r: StatusReport): string {
+export type AnyStatusReport = ControllerStatusReport | WorkerStatusReport;
+
+export function renderStatus(r: AnyStatusReport): string {
   const rows = r.components.map((c) => [c.name, c.state, c.pid ? String(c.pid) : '-', String(c.restarts), formatDuration(c.uptimeSeconds), c.lastError ?? '']);
   const head = ['COMPONENT', 'STATE', 'PID', 'RESTARTS', 'UPTIME', 'LAST ERROR'];
   const widths = head.map((h, i) => Math.max(h.length, ...rows.map((row) => row[i]!.length)));
   const line = (cells: string[]) => cells.map((c, i) => c.padEnd(widths[i]!)).join('  ').trimEnd();
   const out = [`Role:    ${r.role}`, `Version: ${r.version}`, `PID:     ${r.pid}`, `Uptime:  ${formatDuration(r.uptimeSeconds)}`, '', line(head), ...rows.map(line)];
-  const k = r.konnectivity;
+  const k = r.role === 'controller' ? r.konnectivity : undefined;
   if (k) {
     out.push('', `Konnectivity server ${k.serverId} (servercount ${k.serverCount}): ${k.agents.length} agent(s), ${k.establishedConnections} open tunnel(s), ${k.pendingDials} pending dial(s)`);
     if (k.agents.length === 0) out.push('  no agents connected: kube-apiserver answers "No agent available" for logs, exec and port-forward');
@@ -34,7 +38,7 @@ export function statusCommand(program: Command): void {
     .addOption(outputOption())
     .action(async (opts: { output: OutputFormat }, cmd: Command) => {
       const g = globals(cmd);
-      const report = await readStatus(join(g.runDir, 'status.sock')).catch((err: Error) => { throw new UserError(err.message); });
+      const report = await readStatus<AnyStatusReport>(join(g.runDir, 'status.sock')).catch((err: Error) => { throw new UserError(err.message); });
       if (opts.output === 'json') printJson(report);
       else process.stdout.write(renderStatus(report));
     });

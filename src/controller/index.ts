@@ -1,6 +1,7 @@
 // `kctl controller`: the control plane as an ordered list of components (k0s's shape).
-//   pki -> stage -> storage (etcd|kine) -> kube-apiserver -> bootstrap -> scheduler
-//   -> controller-manager -> status socket
+//   pki, stage (before the list), then: status socket -> storage (etcd|kine)
+//   -> konnectivity server -> kube-apiserver -> bootstrap -> scheduler -> controller-manager
+//   -> csr-approver
 import { mkdir } from 'node:fs/promises';
 import { writeFileAtomic } from '../base/fs.ts';
 import { join } from 'node:path';
@@ -13,6 +14,9 @@ import { ensurePki, type PkiPaths } from '../pki/index.ts';
 import { EtcdComponent, type EtcdOptions } from '../etcd/etcd.ts';
 import { KineComponent } from '../etcd/kine.ts';
 import type { Component } from '../base/component.ts';
+import { httpsUrl } from '../base/addresses.ts';
+import { runUntilSignal } from '../base/lifecycle.ts';
+import { StatusServerComponent } from '../base/status-server.ts';
 import { ComponentManager } from '../base/manager.ts';
 import { KCTL_VERSION } from '../base/version.ts';
 import { ApiserverComponent } from './apiserver.ts';
@@ -23,7 +27,7 @@ import { credentialsFromKubeconfig, KubeClient } from '../kube/client.ts';
 import { loadConfig, type ClusterConfig, type ConfigFlags } from './config.ts';
 import { controllerPaths, type ControllerPaths } from './paths.ts';
 import { ControllerManagerComponent, SchedulerComponent } from './scheduler.ts';
-import { StatusServerComponent } from '../base/status-server.ts';
+import type { ControllerStatusReport } from './status.ts';
 
 export interface ControllerOptions extends ConfigFlags {
   configFile?: string;
@@ -85,37 +89,18 @@ export async function runController(opts: ControllerOptions, log: Logger): Promi
   }
 
   const components = controllerComponents(cfg, paths, pki, log);
-  const manager = new ComponentManager([...components], componentLogger(log, 'manager'));
-  const status = new StatusServerComponent(paths.statusSocket, () => ({
+  const konnectivity = components.find((c): c is KonnectivityServerComponent => c instanceof KonnectivityServerComponent);
+  let manager: ComponentManager | undefined;
+  const status = new StatusServerComponent<ControllerStatusReport>(paths.statusSocket, () => ({
     role: 'controller', version: KCTL_VERSION, pid: process.pid,
-    uptimeSeconds: Math.round(process.uptime()), components: manager.status(),
-    konnectivity: components.find((c): c is KonnectivityServerComponent => c instanceof KonnectivityServerComponent)?.server?.snapshot(),
+    uptimeSeconds: Math.round(process.uptime()), components: manager?.status().filter((c) => c.name !== 'status') ?? [],
+    konnectivity: konnectivity?.server?.snapshot(),
   }));
-
-  let stopping: Promise<void> | null = null;
-  const stop = (signal: string) => {
-    if (stopping) return stopping;
-    log.info({ signal }, 'stopping controller');
-    stopping = (async () => {
-      await status.stop();
-      await manager.stop();
-      log.info('controller stopped');
-    })();
-    return stopping;
-  };
-  const done = new Promise<void>((resolve) => {
-    for (const sig of ['SIGTERM', 'SIGINT'] as const) process.once(sig, () => { void stop(sig).then(resolve); });
-  });
-
-  // The status socket answers from the start, so `kctl status` shows progress while components come up.
-  await status.start();
+  // The status socket comes first, so `kctl status` shows progress while components come up.
+  manager = new ComponentManager([status, ...components], componentLogger(log, 'manager'));
   log.info({ address: cfg.spec.api.address, port: cfg.spec.api.port, storage: cfg.spec.storage.type }, 'starting controller');
-  try {
-    await manager.start();
-  } catch (err) {
-    await status.stop();
-    throw err;
-  }
-  log.info({ url: `https://${cfg.spec.api.address}:${cfg.spec.api.port}` }, 'controller ready');
-  await done;
+  await runUntilSignal(manager, log, {
+    onReady: () => log.info({ url: httpsUrl(cfg.spec.api.address, cfg.spec.api.port) }, 'controller ready'),
+    onStopped: () => log.info('controller stopped'),
+  });
 }

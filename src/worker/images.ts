@@ -6,7 +6,7 @@ import { join } from 'node:path';
 import { execa } from 'execa';
 import { list as tarList } from 'tar';
 import type { Logger } from '../base/log.ts';
-import type { Component, ComponentStatus } from '../base/component.ts';
+import type { Component } from '../base/component.ts';
 import { reasonOf } from '../base/wait.ts';
 import type { WorkerPaths } from './paths.ts';
 import { PAUSE_IMAGE } from '../payload/images.ts';
@@ -65,8 +65,6 @@ export interface ImagesOptions {
 export class ImagesComponent implements Component {
   readonly name = 'images';
   readonly readyTimeoutMs = 300_000;
-  private st: ComponentStatus = { name: 'images', state: 'pending', restarts: 0 };
-  private doneAt = 0;
   private readonly ctr: string;
   private readonly pinned: readonly string[];
 
@@ -75,29 +73,8 @@ export class ImagesComponent implements Component {
     this.pinned = opts.pinned ?? [PAUSE_IMAGE];
   }
 
-  async init(): Promise<void> {}
-
-  async start(): Promise<void> {
-    this.st = { ...this.st, state: 'starting' };
-  }
-
   async ready(signal: AbortSignal): Promise<void> {
-    try {
-      await this.importAll(signal);
-    } catch (err) {
-      this.st = { ...this.st, state: 'failed', lastError: reasonOf(err) };
-      throw err;
-    }
-    this.doneAt = Date.now();
-    this.st = { ...this.st, state: 'running', lastError: undefined };
-  }
-
-  async stop(): Promise<void> {
-    this.st = { ...this.st, state: 'stopped' };
-  }
-
-  status(): ComponentStatus {
-    return { ...this.st, uptimeSeconds: this.doneAt ? Math.round((Date.now() - this.doneAt) / 1000) : undefined };
+    await this.importAll(signal);
   }
 
   /** Imports what is missing or changed; returns the tarballs it imported. */

@@ -8,7 +8,8 @@ import { hostname } from 'node:os';
 import { join } from 'node:path';
 import { splitHostPort, urlHost } from '../base/addresses.ts';
 import { UserError } from '../base/errors.ts';
-import { StatusServerComponent } from '../base/status-server.ts';
+import { runUntilSignal } from '../base/lifecycle.ts';
+import { StatusServerComponent, type StatusReport } from '../base/status-server.ts';
 import { KonnectivityAgent } from '../konnectivity/index.ts';
 import { componentLogger, type Logger } from '../base/log.ts';
 import { findPayload } from '../payload/payload.ts';
@@ -34,6 +35,10 @@ export interface WorkerOptions {
   nodeIp?: string;
   labels: Record<string, string>;
   taints: string[];
+}
+
+export interface WorkerStatusReport extends StatusReport {
+  role: 'worker';
 }
 
 /** What reset needs to know about this worker after it stopped. */
@@ -69,11 +74,8 @@ function hostPort(addr: string): { host: string; port: number } {
 class AgentComponent implements Component {
   readonly name = 'konnectivity-agent';
   agent: KonnectivityAgent | null = null;
-  private startedAt = 0;
 
   constructor(private readonly paths: WorkerPaths, private readonly state: JoinState, private readonly id: WorkerIdentity, private readonly log: Logger) {}
-
-  async init(): Promise<void> {}
 
   async start(): Promise<void> {
     const { cert, key } = splitPem(await readFile(join(this.paths.kubeletCertDir, 'kubelet-client-current.pem'), 'utf8'));
@@ -87,25 +89,17 @@ class AgentComponent implements Component {
     });
     await this.agent.init();
     await this.agent.start();
-    this.startedAt = Date.now();
   }
 
-  // Connections come and go; the agent keeps dialing every controller on its own.
-  async ready(): Promise<void> {}
+  // No ready(): connections come and go; the agent keeps dialing every controller on its own.
 
   async stop(): Promise<void> {
     await this.agent?.stop();
   }
 
-  status(): ComponentStatus {
+  status(): Partial<ComponentStatus> {
     const servers = this.agent?.snapshot().servers.length ?? 0;
-    return {
-      name: this.name,
-      state: this.agent ? 'running' : 'pending',
-      restarts: 0,
-      lastError: this.agent && servers === 0 ? 'not connected to any konnectivity server yet' : undefined,
-      uptimeSeconds: this.startedAt ? Math.round((Date.now() - this.startedAt) / 1000) : undefined,
-    };
+    return { lastError: this.agent && servers === 0 ? 'not connected to any konnectivity server yet' : undefined };
   }
 }
 
@@ -131,36 +125,21 @@ export async function runWorker(opts: WorkerOptions, log: Logger): Promise<void>
     new KubeProxyComponent({ paths, log: child('kube-proxy'), nodeName: id.nodeName, clusterCIDR: state.podCIDR ?? '10.244.0.0/16' }),
     new AgentComponent(paths, state, id, child('konnectivity-agent')),
   ];
-  const manager = new ComponentManager(components, child('manager'));
-  const status = new StatusServerComponent(paths.statusSocket, () => ({
-    role: 'worker', version: KCTL_VERSION, pid: process.pid, uptimeSeconds: Math.round(process.uptime()), components: manager.status(),
+  let manager: ComponentManager | undefined;
+  const status = new StatusServerComponent<WorkerStatusReport>(paths.statusSocket, () => ({
+    role: 'worker', version: KCTL_VERSION, pid: process.pid, uptimeSeconds: Math.round(process.uptime()),
+    components: manager?.status().filter((c) => c.name !== 'status') ?? [],
   }));
-
-  let stopping: Promise<void> | null = null;
-  const stop = (signal: string) => {
-    stopping ??= (async () => {
-      log.info({ signal }, 'stopping worker');
-      await status.stop();
-      await manager.stop();
+  // The status socket comes first, so `kctl status` shows progress while components come up.
+  manager = new ComponentManager([status, ...components], child('manager'));
+  log.info({ node: id.nodeName, nodeIp: id.nodeIp, apiServer: state.apiServers[0] }, 'starting worker');
+  await runUntilSignal(manager, log, {
+    onReady: () => log.info({ node: id.nodeName }, 'worker ready'),
+    onStopped: async () => {
       await rm(join(paths.runDir, KCTL_PID_FILE), { force: true });
       log.info('worker stopped; containers keep running until the next start or kctl reset');
-    })();
-    return stopping;
-  };
-  const done = new Promise<void>((resolve) => {
-    for (const sig of ['SIGTERM', 'SIGINT'] as const) process.once(sig, () => { void stop(sig).then(resolve); });
+    },
   });
-  await status.start();
-  log.info({ node: id.nodeName, nodeIp: id.nodeIp, apiServer: state.apiServers[0] }, 'starting worker');
-  try {
-    await manager.start();
-  } catch (err) {
-    await status.stop();
-    await rm(join(paths.runDir, KCTL_PID_FILE), { force: true });
-    throw err;
-  }
-  log.info({ node: id.nodeName }, 'worker ready');
-  await done;
 }
 
 export async function readIdentity(paths: WorkerPaths): Promise<WorkerIdentity | null> {

@@ -6,7 +6,7 @@ import { mkdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
-import type { StatusReport } from '../../src/base/status-server.ts';
+import type { ControllerStatusReport as StatusReport } from '../../src/controller/status.ts';
 import { tempDir } from '../helpers.ts';
 import { kctl, requireKctl } from './kctl.ts';
 import { createLab } from './lab.ts';

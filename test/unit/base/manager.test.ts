@@ -1,14 +1,14 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
-import type { ComponentState, ComponentStatus } from '../../../src/base/component.ts';
-import { ComponentManager, type ManagedComponent } from '../../../src/base/manager.ts';
+import type { Component, ComponentState, ComponentStatus } from '../../../src/base/component.ts';
+import { ComponentManager } from '../../../src/base/manager.ts';
 import { Supervisor } from '../../../src/supervisor/process.ts';
 import { captureLogger, tempDir } from '../../helpers.ts';
 import { isAlive } from '../supervisor/util.ts';
 
 /** A component that records what was asked of it, in one shared journal. */
-class Fake implements ManagedComponent {
+class Fake implements Component {
   state: ComponentState = 'pending';
   constructor(
     readonly name: string,
@@ -115,4 +115,32 @@ test('stop() during start() cancels the wait and stops what was started', { time
   await m.stop();
   await cancelled;
   for (const pid of pids) assert.equal(await isAlive(pid), false);
+});
+
+test('a component writes only the hooks it needs; the manager keeps its state and last error', { timeout: 10_000 }, async () => {
+  const { log } = captureLogger();
+  let runs = 0;
+  const oneShot: Component = { name: 'one-shot', ready: async () => { runs += 1; } };
+  const broken: Component = { name: 'broken', start: async () => { throw new Error('no socket\nstack…'); } };
+  const m = new ComponentManager([oneShot, broken], log);
+  assert.deepEqual(m.status().map((s) => [s.name, s.state]), [['one-shot', 'pending'], ['broken', 'pending']]);
+  await assert.rejects(m.start(), { message: 'broken failed to start: no socket' });
+  assert.equal(runs, 1);
+  const [first, second] = m.status();
+  assert.equal(first?.state, 'stopped');
+  assert.equal(second?.state, 'failed');
+  assert.equal(second?.lastError, 'broken failed to start: no socket');
+});
+
+test('fields a component reports win over the manager\'s, undefined ones do not erase them', { timeout: 10_000 }, async () => {
+  const { log } = captureLogger();
+  let problem: string | undefined;
+  const c: Component = { name: 'agent', start: async () => undefined, status: () => ({ lastError: problem, pid: 42 }) };
+  const m = new ComponentManager([c], log);
+  await m.start();
+  assert.deepEqual(m.status()[0], { name: 'agent', state: 'running', restarts: 0, lastError: undefined, uptimeSeconds: 0, pid: 42 });
+  problem = 'not connected to any konnectivity server yet';
+  assert.equal(m.status()[0]?.lastError, problem);
+  await m.stop();
+  assert.equal(m.status()[0]?.state, 'stopped');
 });

@@ -1,0 +1,49 @@
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { setTimeout as sleep } from 'node:timers/promises';
+import type { Component } from '../../../src/base/component.ts';
+import { runUntilSignal } from '../../../src/base/lifecycle.ts';
+import { ComponentManager } from '../../../src/base/manager.ts';
+import { captureLogger } from '../../helpers.ts';
+
+// SIGUSR2 stands in for SIGTERM so the test runner's own handlers are not involved.
+const signals: NodeJS.Signals[] = ['SIGUSR2'];
+
+function recorder(name: string, journal: string[], readyMs = 0): Component {
+  return {
+    name,
+    start: async () => { journal.push(`start ${name}`); },
+    ready: async (signal) => { await sleep(readyMs, undefined, { signal }); journal.push(`ready ${name}`); },
+    stop: async () => { journal.push(`stop ${name}`); },
+  };
+}
+
+test('runs until the signal, then stops in reverse', { timeout: 10_000 }, async () => {
+  const journal: string[] = [];
+  const { log } = captureLogger();
+  const m = new ComponentManager([recorder('a', journal), recorder('b', journal)], log);
+  const run = runUntilSignal(m, log, { signals, onReady: () => { journal.push('ready'); process.kill(process.pid, 'SIGUSR2'); }, onStopped: () => { journal.push('stopped'); } });
+  await run;
+  assert.deepEqual(journal, ['start a', 'ready a', 'start b', 'ready b', 'ready', 'stop b', 'stop a', 'stopped']);
+  assert.equal(process.listenerCount('SIGUSR2'), 0, 'handlers are removed');
+});
+
+test('a signal during start stops what started and ends without an error', { timeout: 10_000 }, async () => {
+  const journal: string[] = [];
+  const { log } = captureLogger();
+  const m = new ComponentManager([recorder('a', journal), recorder('slow', journal, 5_000), recorder('c', journal)], log);
+  const run = runUntilSignal(m, log, { signals, onReady: () => { journal.push('ready'); } });
+  while (!journal.includes('start slow')) await sleep(5);
+  process.kill(process.pid, 'SIGUSR2');
+  await run;
+  assert.deepEqual(journal, ['start a', 'ready a', 'start slow', 'stop slow', 'stop a']);
+});
+
+test('a failed start rejects with the reason, after stopping what started', { timeout: 10_000 }, async () => {
+  const journal: string[] = [];
+  const { log } = captureLogger();
+  const broken: Component = { name: 'broken', start: async () => { throw new Error('port 6443 in use'); } };
+  const m = new ComponentManager([recorder('a', journal), broken], log);
+  await assert.rejects(runUntilSignal(m, log, { signals, onStopped: () => { journal.push('stopped'); } }), { message: 'broken failed to start: port 6443 in use' });
+  assert.deepEqual(journal, ['start a', 'ready a', 'stop a', 'stopped']);
+});
