@@ -76,12 +76,11 @@ function forgePublicKey(key: PrivateKey): forge.pki.rsa.PublicKey {
   return pki.publicKeyFromPem(createPublicKey(key).export({ type: 'spki', format: 'pem' }).toString());
 }
 
-// What forge's cert.sign() does, with the RSA operation done natively.
-const getTBSCertificate = (pki as unknown as { getTBSCertificate(c: Certificate): forge.asn1.Asn1 }).getTBSCertificate;
 
+/** What forge's cert.sign() does, with the RSA operation done natively. */
 function signCert(cert: Certificate, key: PrivateKey): string {
   cert.signatureOid = cert.siginfo.algorithmOid = pki.oids.sha256WithRSAEncryption as string;
-  cert.tbsCertificate = getTBSCertificate(cert);
+  cert.tbsCertificate = pki.getTBSCertificate(cert);
   const tbs = Buffer.from(asn1.toDer(cert.tbsCertificate).getBytes(), 'binary');
   cert.signature = sign('sha256', tbs, key).toString('binary');
   return pki.certificateToPem(cert);
