@@ -84,13 +84,13 @@ function namedLevel(name: string): ChildLogLevel | undefined {
 /** What a line of child output means for the log: its level, message and (for JSON) fields. */
 export function parseChildLine(line: string): ChildLine {
   const klog = KLOG.exec(line);
-  if (klog) return { level: KLOG_LEVELS[klog[1]] ?? 'info', msg: line };
+  if (klog) return { level: KLOG_LEVELS[klog[1] ?? ''] ?? 'info', msg: line };
   if (line.startsWith('{')) {
     const json = parseJsonObject(line);
     if (json) return fromJson(json, line);
   }
   const logrus = LOGRUS.exec(line);
-  if (logrus) return { level: namedLevel(logrus[1]) ?? 'info', msg: line };
+  if (logrus) return { level: namedLevel(logrus[1] ?? '') ?? 'info', msg: line };
   return { level: 'info', msg: line };
 }
 
