@@ -12,7 +12,7 @@ import { request as httpsRequest } from 'node:https';
 import { parse } from 'yaml';
 import { objectPath, type KubeObject } from './paths.ts';
 
-export { objectPath, resourcePath, type KubeObject } from './paths.ts';
+export { objectPath, resourcePath, type KubeManifest, type KubeObject } from './paths.ts';
 
 export interface KubeCredentials {
   /** https://host:port, or http://… (tests only). */

@@ -5,8 +5,11 @@
 export interface KubeObject {
   apiVersion: string;
   kind: string;
-  metadata: { name: string; namespace?: string; resourceVersion?: string };
+  metadata: { name: string; namespace?: string; resourceVersion?: string; labels?: Record<string, string>; annotations?: Record<string, string> };
 }
+
+/** A whole object as kctl writes it: the identifying fields and whatever else its kind has. */
+export type KubeManifest = KubeObject & Record<string, unknown>;
 
 interface KindInfo { resource: string; namespaced: boolean }
 

@@ -19,7 +19,7 @@ function recorder() {
   };
 }
 
-test('a watch the server closes is reopened from the last resourceVersion, bookmarks included', async (t) => {
+test('a watch the server closes is reopened from the last resourceVersion, bookmarks included', { timeout: 20_000 }, async (t) => {
   let watches = 0;
   const api = await fakeApiServer(t, (req, res) => {
     if (req.query.get('watch') !== 'true') return json(res, 200, { metadata: { resourceVersion: '10' }, items: [node('a', '9')] });
@@ -47,7 +47,7 @@ test('a watch the server closes is reopened from the last resourceVersion, bookm
   assert.deepEqual(rec.seen, ['LIST a', 'ADDED b']);
 });
 
-test('410 Expired, as an ERROR event or as the HTTP status, makes it list again', async (t) => {
+test('410 Expired, as an ERROR event or as the HTTP status, makes it list again', { timeout: 20_000 }, async (t) => {
   let watches = 0;
   let lists = 0;
   const api = await fakeApiServer(t, (req, res) => {
@@ -76,7 +76,7 @@ test('410 Expired, as an ERROR event or as the HTTP status, makes it list again'
   assert.deepEqual(rec.seen, ['LIST n1', 'LIST n2', 'LIST n3']);
 });
 
-test('other failures are reported, backed off, and followed by a fresh list', async (t) => {
+test('other failures are reported, backed off, and followed by a fresh list', { timeout: 20_000 }, async (t) => {
   let calls = 0;
   const api = await fakeApiServer(t, (req, res) => {
     calls += 1;
@@ -93,7 +93,7 @@ test('other failures are reported, backed off, and followed by a fresh list', as
   assert.deepEqual(rec.seen, ['ERROR GET /api/v1/nodes: 403 nodes is forbidden', 'LIST ']);
 });
 
-test('aborting ends an open watch and closes its connection', async (t) => {
+test('aborting ends an open watch and closes its connection', { timeout: 20_000 }, async (t) => {
   let closed: Promise<void> = Promise.resolve();
   const api = await fakeApiServer(t, (req, res) => {
     if (req.query.get('watch') !== 'true') return json(res, 200, { metadata: { resourceVersion: '1' }, items: [] });
