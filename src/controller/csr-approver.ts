@@ -3,7 +3,7 @@
 // check that a node asks only for its own name and addresses. Anything else is denied.
 import { isIPv6 } from 'node:net';
 import type { Logger } from '../log/logger.ts';
-import { resourcePath, type KubeClient, type KubeObject } from '../kube/client.ts';
+import { resourcePath, type KubeClient } from '../kube/client.ts';
 import { Informer, type ListWatchOptions } from '../kube/informer.ts';
 import type { Component, ComponentStatus } from '../supervisor/component.ts';
 import { parseCsr } from './csr-request.ts';
@@ -47,7 +47,7 @@ export function judgeServingCsr(csr: Csr, node: NodeAddresses | undefined): Verd
   return { approve: true, reason: `serving certificate for node ${nodeName} (${[...req.dnsNames, ...req.ipAddresses].join(', ')})` };
 }
 
-interface KubeNode { apiVersion: string; kind: string; metadata: { name: string }; status?: { addresses?: NodeAddresses['addresses'] } }
+interface KubeNode { metadata: { name: string }; status?: { addresses?: NodeAddresses['addresses'] } }
 
 const CSRS = '/apis/certificates.k8s.io/v1/certificatesigningrequests';
 const RETRY_MS = 2000;
@@ -58,7 +58,7 @@ const RETRY_MS = 2000;
  */
 export class CsrApproverComponent implements Component {
   readonly name = 'csr-approver';
-  private csrs: Informer<Csr & KubeObject>;
+  private csrs: Informer<Csr>;
   private nodes: Informer<KubeNode>;
   private running = false;
   private queue: Promise<void> = Promise.resolve();
@@ -70,7 +70,7 @@ export class CsrApproverComponent implements Component {
 
   constructor(private readonly kube: KubeClient, private readonly log: Logger, watch: ListWatchOptions = {}) {
     const onError = (err: Error) => { this.lastError = err.message; };
-    this.csrs = new Informer<Csr & KubeObject>(kube, CSRS, { ...watch, fieldSelector: 'spec.signerName=kubernetes.io/kubelet-serving' }, (type, csr) => {
+    this.csrs = new Informer<Csr>(kube, CSRS, { ...watch, fieldSelector: 'spec.signerName=kubernetes.io/kubelet-serving' }, (type, csr) => {
       if (type === 'LIST') this.considerAll();
       else if (type === 'DELETED') this.decided.delete(csr!.metadata.name);
       else this.consider(csr!.metadata.name);

@@ -2,9 +2,12 @@
 // reflector, small): a watch the server ends is reopened from the last resourceVersion seen
 // (bookmarks included); 410 Expired or an ERROR event means list again; other failures back off.
 import { setTimeout as sleep } from 'node:timers/promises';
-import { KubeApiError, type KubeClient, type KubeObject, type Selectors } from './client.ts';
+import { KubeApiError, type KubeClient, type Selectors } from './client.ts';
 
 export type ChangeType = 'ADDED' | 'MODIFIED' | 'DELETED';
+
+/** What a list or watch needs of an object (list items carry no apiVersion or kind). */
+export interface WatchedObject { metadata: { name: string; namespace?: string; resourceVersion?: string } }
 
 export interface ListWatchHandler<T> {
   /** The complete set after every (re)list: replaces whatever the caller held. */
@@ -23,7 +26,7 @@ export interface ListWatchOptions extends Selectors {
 }
 
 /** Runs until signal aborts; never rejects for API or network errors (they go to onError). */
-export async function listAndWatch<T extends KubeObject>(kube: KubeClient, path: string, opts: ListWatchOptions, handler: ListWatchHandler<T>, signal: AbortSignal): Promise<void> {
+export async function listAndWatch<T extends WatchedObject>(kube: KubeClient, path: string, opts: ListWatchOptions, handler: ListWatchHandler<T>, signal: AbortSignal): Promise<void> {
   const min = opts.backoffMinMs ?? 500;
   const max = opts.backoffMaxMs ?? 10_000;
   const sel: Selectors = { fieldSelector: opts.fieldSelector, labelSelector: opts.labelSelector };
@@ -62,7 +65,7 @@ export async function listAndWatch<T extends KubeObject>(kube: KubeClient, path:
 }
 
 /** Key of an object in an Informer's store. */
-export function objectKey(o: KubeObject): string {
+export function objectKey(o: WatchedObject): string {
   return o.metadata.namespace ? `${o.metadata.namespace}/${o.metadata.name}` : o.metadata.name;
 }
 
@@ -70,7 +73,7 @@ export function objectKey(o: KubeObject): string {
  * listAndWatch with a store of the current objects. onChange runs after the store has taken
  * each change (type LIST after a (re)list); changes are delivered one at a time, in order.
  */
-export class Informer<T extends KubeObject> {
+export class Informer<T extends WatchedObject> {
   readonly store = new Map<string, T>();
   private abort?: AbortController;
   private running?: Promise<void>;
