@@ -58,8 +58,8 @@ const RETRY_MS = 2000;
  */
 export class CsrApproverComponent implements Component {
   readonly name = 'csr-approver';
-  private csrs: Informer<Csr>;
-  private nodes: Informer<KubeNode>;
+  private readonly csrs: Informer<Csr>;
+  private readonly nodes: Informer<KubeNode>;
   private running = false;
   private queue: Promise<void> = Promise.resolve();
   /** Decided here but maybe not yet seen back through the watch: never judged twice. */
@@ -71,8 +71,11 @@ export class CsrApproverComponent implements Component {
   constructor(private readonly kube: KubeClient, private readonly log: Logger, watch: ListWatchOptions = {}) {
     const onError = (err: Error) => { this.lastError = err.message; };
     this.csrs = new Informer<Csr>(kube, CSRS, { ...watch, fieldSelector: 'spec.signerName=kubernetes.io/kubelet-serving' }, (type, csr) => {
-      if (type === 'LIST') this.considerAll();
-      else if (type === 'DELETED') this.decided.delete(csr!.metadata.name);
+      if (type === 'LIST') {
+        this.lastError = undefined;
+        for (const name of this.decided) if (!this.csrs.store.has(name)) this.decided.delete(name);
+        this.considerAll();
+      } else if (type === 'DELETED') this.decided.delete(csr!.metadata.name);
       else this.consider(csr!.metadata.name);
     }, onError);
     this.nodes = new Informer<KubeNode>(kube, '/api/v1/nodes', watch, (type, node) => {

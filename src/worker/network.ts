@@ -162,7 +162,7 @@ export class NetworkComponent implements Component {
 
   async start(): Promise<void> {
     this.st = { ...this.st, state: 'starting' };
-    this.nodes = new Informer<KubeNode>(this.opts.kube, '/api/v1/nodes', this.opts.watch ?? {}, () => {
+    this.nodes ??= new Informer<KubeNode>(this.opts.kube, '/api/v1/nodes', this.opts.watch ?? {}, () => {
       this.lastWatchError = undefined;
       this.changed();
       if (this.routing) void this.sync();
