@@ -1,20 +1,18 @@
 // Cluster objects kctl owns, applied at every start (server-side apply is idempotent):
 // node bootstrap and CSR auto-approval RBAC, the apiserver's kubelet access, cluster-info.
-import { execa } from 'execa';
 import { readFile } from 'node:fs/promises';
-import { join } from 'node:path';
 import { stringify } from 'yaml';
 import { httpsUrl } from '../base/addresses.ts';
+import type { KubeClient, KubeManifest } from '../kube/client.ts';
 import type { Logger } from '../base/log.ts';
 import type { PkiPaths } from '../pki/index.ts';
 import type { Component, ComponentStatus } from '../base/component.ts';
 import type { ClusterConfig } from './config.ts';
-import type { ControllerPaths } from './paths.ts';
 import { pollUntil } from '../base/probe.ts';
 
 const rbac = 'rbac.authorization.k8s.io';
 
-function clusterRoleBinding(name: string, role: string, subject: { kind: 'Group' | 'User'; name: string }): object {
+function clusterRoleBinding(name: string, role: string, subject: { kind: 'Group' | 'User'; name: string }): KubeManifest {
   return {
     apiVersion: `${rbac}/v1`, kind: 'ClusterRoleBinding', metadata: { name, labels: { 'app.kubernetes.io/managed-by': 'kctl' } },
     roleRef: { apiGroup: rbac, kind: 'ClusterRole', name: role },
@@ -26,7 +24,7 @@ export function apiServerUrl(cfg: ClusterConfig): string {
   return httpsUrl(cfg.spec.api.address, cfg.spec.api.port);
 }
 
-export function bootstrapObjects(cfg: ClusterConfig, caPem: string): object[] {
+export function bootstrapObjects(cfg: ClusterConfig, caPem: string): KubeManifest[] {
   const clusterInfo = stringify({
     apiVersion: 'v1', kind: 'Config',
     clusters: [{ name: '', cluster: { server: apiServerUrl(cfg), 'certificate-authority-data': Buffer.from(caPem).toString('base64') } }],
@@ -61,7 +59,7 @@ export class BootstrapComponent implements Component {
   private state: ComponentStatus = { name: 'bootstrap', state: 'pending', restarts: 0 };
   private appliedAt = 0;
 
-  constructor(private readonly cfg: ClusterConfig, private readonly paths: ControllerPaths, private readonly pki: PkiPaths, private readonly log: Logger) {}
+  constructor(private readonly cfg: ClusterConfig, private readonly pki: PkiPaths, private readonly kube: KubeClient, private readonly log: Logger) {}
 
   async init(): Promise<void> {}
 
@@ -71,10 +69,9 @@ export class BootstrapComponent implements Component {
 
   async ready(signal: AbortSignal): Promise<void> {
     const docs = bootstrapObjects(this.cfg, await readFile(this.pki.caCert, 'utf8'));
-    const input = docs.map((d) => stringify(d)).join('---\n');
+    // Server-side apply, field manager kctl, conflicts forced: kctl owns these objects.
     await pollUntil(signal, 'bootstrap objects', async () => {
-      const r = await execa(join(this.paths.binDir, 'kubectl'), ['--kubeconfig', this.pki.adminConf, 'apply', '--server-side', '--field-manager=kctl', '--force-conflicts', '-f', '-'], { input, reject: false, extendEnv: false, env: { HOME: this.paths.dataDir } });
-      if (r.exitCode !== 0) throw new Error(r.stderr.trim().split('\n')[0] ?? `kubectl apply exited ${r.exitCode}`);
+      for (const d of docs) await this.kube.apply(d, { fieldManager: 'kctl', force: true }, signal);
     }, 1000).catch((err: Error) => {
       this.state = { ...this.state, state: 'failed', lastError: err.message };
       throw err;

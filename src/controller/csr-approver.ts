@@ -3,7 +3,8 @@
 // check that a node asks only for its own name and addresses. Anything else is denied.
 import { isIPv6 } from 'node:net';
 import type { Logger } from '../base/log.ts';
-import type { KubeClient } from '../kube/client.ts';
+import { resourcePath, type KubeClient } from '../kube/client.ts';
+import { Informer, type ListWatchOptions } from '../kube/informer.ts';
 import type { Component, ComponentStatus } from '../base/component.ts';
 import { parseCsr } from './csr-request.ts';
 
@@ -46,59 +47,93 @@ export function judgeServingCsr(csr: Csr, node: NodeAddresses | undefined): Verd
   return { approve: true, reason: `serving certificate for node ${nodeName} (${[...req.dnsNames, ...req.ipAddresses].join(', ')})` };
 }
 
+interface KubeNode { metadata: { name: string }; status?: { addresses?: NodeAddresses['addresses'] } }
+
+const CSRS = '/apis/certificates.k8s.io/v1/certificatesigningrequests';
+const RETRY_MS = 2000;
+
+/**
+ * Watches kubelet-serving CSRs and Nodes (list + watch, no polling): a CSR is judged when it
+ * arrives, and again when its Node appears or changes addresses. One decision at a time.
+ */
 export class CsrApproverComponent implements Component {
   readonly name = 'csr-approver';
-  private timer: NodeJS.Timeout | null = null;
+  private readonly csrs: Informer<Csr>;
+  private readonly nodes: Informer<KubeNode>;
   private running = false;
-  private decided = 0;
+  private queue: Promise<void> = Promise.resolve();
+  /** Decided here but maybe not yet seen back through the watch: never judged twice. */
+  private readonly decided = new Set<string>();
+  private decisions = 0;
   private lastError: string | undefined;
   private startedAt = 0;
 
-  constructor(private readonly kube: () => KubeClient, private readonly log: Logger, private readonly intervalMs = 2000) {}
+  constructor(private readonly kube: KubeClient, private readonly log: Logger, watch: ListWatchOptions = {}) {
+    const onError = (err: Error) => { this.lastError = err.message; };
+    this.csrs = new Informer<Csr>(kube, CSRS, { ...watch, fieldSelector: 'spec.signerName=kubernetes.io/kubelet-serving' }, (type, csr) => {
+      if (type === 'LIST') {
+        this.lastError = undefined;
+        for (const name of this.decided) if (!this.csrs.store.has(name)) this.decided.delete(name);
+        this.considerAll();
+      } else if (type === 'DELETED') this.decided.delete(csr!.metadata.name);
+      else this.consider(csr!.metadata.name);
+    }, onError);
+    this.nodes = new Informer<KubeNode>(kube, '/api/v1/nodes', watch, (type, node) => {
+      if (type === 'LIST') this.considerAll();
+      else if (type !== 'DELETED') this.considerAll(`system:node:${node!.metadata.name}`);
+    }, onError);
+  }
 
   async init(): Promise<void> {}
 
   async start(): Promise<void> {
     this.running = true;
     this.startedAt = Date.now();
-    const loop = async () => {
-      if (!this.running) return;
-      await this.pass().catch((err: Error) => { this.lastError = err.message; });
-      if (this.running) this.timer = setTimeout(() => void loop(), this.intervalMs);
-    };
-    void loop();
+    this.csrs.start();
+    this.nodes.start();
   }
 
   async ready(): Promise<void> {}
 
-  /** One look at pending CSRs; returns how many were decided. */
-  async pass(): Promise<number> {
-    const kube = this.kube();
-    const list = await kube.get<{ items: Csr[] }>('/apis/certificates.k8s.io/v1/certificatesigningrequests?fieldSelector=spec.signerName%3Dkubernetes.io%2Fkubelet-serving');
-    let n = 0;
-    for (const csr of list.items) {
-      if (csr.status?.conditions?.length) continue;
-      const nodeName = /^system:node:(.+)$/.exec(csr.spec.username)?.[1];
-      const node = nodeName ? await kube.get<{ metadata: { name: string }; status?: { addresses?: NodeAddresses['addresses'] } }>(`/api/v1/nodes/${encodeURIComponent(nodeName)}`)
-        .then((n0) => ({ name: n0.metadata.name, addresses: n0.status?.addresses ?? [] }))
-        .catch(() => undefined) : undefined;
-      const verdict = judgeServingCsr(csr, node);
-      if (!verdict) continue;
-      const condition = verdict.approve
-        ? { type: 'Approved', status: 'True', reason: 'KctlServingCertApproved', message: verdict.reason }
-        : { type: 'Denied', status: 'True', reason: 'KctlServingCertDenied', message: verdict.reason };
-      await kube.request('PUT', `/apis/certificates.k8s.io/v1/certificatesigningrequests/${csr.metadata.name}/approval`, { ...csr, status: { ...(csr.status ?? {}), conditions: [condition] } });
-      this.log[verdict.approve ? 'info' : 'warn']({ csr: csr.metadata.name, requester: csr.spec.username }, `${verdict.approve ? 'approved' : 'denied'} kubelet serving CSR: ${verdict.reason}`);
-      this.decided += 1;
-      n += 1;
+  /** How many CSRs this approver has approved or denied since it started. */
+  get decidedCount(): number { return this.decisions; }
+
+  private considerAll(requester?: string): void {
+    for (const csr of this.csrs.store.values()) {
+      if (!requester || csr.spec.username === requester) this.consider(csr.metadata.name);
     }
+  }
+
+  private consider(name: string): void {
+    this.queue = this.queue.then(() => this.decide(name)).catch((err: Error) => {
+      this.lastError = err.message;
+      // The approval call failed (API down, conflict): look again shortly, the watch may stay quiet.
+      if (this.running) setTimeout(() => { if (this.running) this.consider(name); }, RETRY_MS).unref();
+    });
+  }
+
+  private async decide(name: string): Promise<void> {
+    const csr = this.csrs.store.get(name);
+    if (!this.running || !csr || csr.status?.conditions?.length || this.decided.has(name)) return;
+    if (!this.nodes.hasSynced) return; // judged again once Nodes are listed
+    const nodeName = /^system:node:(.+)$/.exec(csr.spec.username)?.[1];
+    const n0 = nodeName ? this.nodes.get(nodeName) : undefined;
+    const verdict = judgeServingCsr(csr, n0 ? { name: n0.metadata.name, addresses: n0.status?.addresses ?? [] } : undefined);
+    if (!verdict) return;
+    const condition = verdict.approve
+      ? { type: 'Approved', status: 'True', reason: 'KctlServingCertApproved', message: verdict.reason }
+      : { type: 'Denied', status: 'True', reason: 'KctlServingCertDenied', message: verdict.reason };
+    await this.kube.request('PUT', resourcePath({ apiVersion: 'certificates.k8s.io/v1', resource: 'certificatesigningrequests', name, subresource: 'approval' }), { ...csr, status: { ...(csr.status ?? {}), conditions: [condition] } });
+    this.decided.add(name);
+    this.log[verdict.approve ? 'info' : 'warn']({ csr: name, requester: csr.spec.username }, `${verdict.approve ? 'approved' : 'denied'} kubelet serving CSR: ${verdict.reason}`);
+    this.decisions += 1;
     this.lastError = undefined;
-    return n;
   }
 
   async stop(): Promise<void> {
     this.running = false;
-    if (this.timer) clearTimeout(this.timer);
+    await Promise.all([this.csrs.stop(), this.nodes.stop()]);
+    await this.queue;
   }
 
   status(): ComponentStatus {

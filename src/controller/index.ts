@@ -23,7 +23,7 @@ import { ApiserverComponent } from './apiserver.ts';
 import { BootstrapComponent } from './bootstrap.ts';
 import { KonnectivityServerComponent } from './konnectivity.ts';
 import { CsrApproverComponent } from './csr-approver.ts';
-import { credentialsFromKubeconfig, KubeClient } from '../kube/client.ts';
+import { KubeClient } from '../kube/client.ts';
 import { loadConfig, type ClusterConfig, type ConfigFlags } from './config.ts';
 import { controllerPaths, type ControllerPaths } from './paths.ts';
 import { ControllerManagerComponent, SchedulerComponent } from './scheduler.ts';
@@ -51,18 +51,20 @@ function etcdOptions(cfg: ClusterConfig, paths: ControllerPaths, pki: PkiPaths):
 
 export function controllerComponents(cfg: ClusterConfig, paths: ControllerPaths, pki: PkiPaths, log: Logger): Component[] {
   const child = (name: string) => componentLogger(log, name);
+  // The one API client of this process (admin credentials), shared by every component that calls the API.
+  const kube = KubeClient.fromKubeconfig(pki.adminConf);
   const storage = cfg.spec.storage.type === 'etcd'
     ? new EtcdComponent(etcdOptions(cfg, paths, pki), child('etcd'))
     : new KineComponent({ binDir: paths.binDir, runDir: paths.runDir, dbDir: paths.kineDbDir, socket: paths.kineSocket, dataSource: cfg.spec.storage.kine.dataSource }, child('kine'));
   return [
     storage,
     // Before kube-apiserver: its egress selector dials this server's unix socket.
-    new KonnectivityServerComponent(cfg, paths, pki, child('konnectivity-server')),
+    new KonnectivityServerComponent(cfg, paths, pki, kube, child('konnectivity-server')),
     new ApiserverComponent(cfg, paths, pki, child('kube-apiserver'), { egress: true }),
-    new BootstrapComponent(cfg, paths, pki, child('bootstrap')),
+    new BootstrapComponent(cfg, pki, kube, child('bootstrap')),
     new SchedulerComponent(cfg, paths, pki, child('kube-scheduler')),
     new ControllerManagerComponent(cfg, paths, pki, child('kube-controller-manager')),
-    new CsrApproverComponent(() => new KubeClient(credentialsFromKubeconfig(pki.adminConf)), child('csr-approver')),
+    new CsrApproverComponent(kube, child('csr-approver')),
   ];
 }
 

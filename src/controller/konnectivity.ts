@@ -5,7 +5,7 @@ import { writeFileAtomic } from '../base/fs.ts';
 import { join } from 'node:path';
 import { stringify } from 'yaml';
 import { KonnectivityServer, type TokenReview } from '../konnectivity/index.ts';
-import { KubeClient, credentialsFromKubeconfig } from '../kube/client.ts';
+import type { KubeClient } from '../kube/client.ts';
 import type { Logger } from '../base/log.ts';
 import type { PkiPaths } from '../pki/index.ts';
 import type { Component, ComponentStatus } from '../base/component.ts';
@@ -27,9 +27,9 @@ export async function writeEgressSelectorConfig(paths: ControllerPaths): Promise
   await writeFileAtomic(paths.egressConfig, egressSelectorConfig(paths), 0o644);
 }
 
-function tokenReview(adminConf: string): TokenReview {
+/** Reviews an upstream agent's service-account token with the controller's shared API client. */
+export function tokenReview(kube: KubeClient): TokenReview {
   return async (token) => {
-    const kube = new KubeClient(credentialsFromKubeconfig(adminConf));
     const r = await kube.request<{ status?: { authenticated?: boolean; user?: { username?: string }; error?: string } }>('POST', '/apis/authentication.k8s.io/v1/tokenreviews', {
       apiVersion: 'authentication.k8s.io/v1', kind: 'TokenReview', spec: { token, audiences: ['system:konnectivity-server'] },
     });
@@ -46,7 +46,7 @@ export class KonnectivityServerComponent implements Component {
   private startedAt = 0;
   private lastError: string | undefined;
 
-  constructor(private readonly cfg: ClusterConfig, private readonly paths: ControllerPaths, private readonly pki: PkiPaths, private readonly log: Logger) {}
+  constructor(private readonly cfg: ClusterConfig, private readonly paths: ControllerPaths, private readonly pki: PkiPaths, private readonly kube: KubeClient, private readonly log: Logger) {}
 
   async init(): Promise<void> {
     await writeEgressSelectorConfig(this.paths);
@@ -60,7 +60,7 @@ export class KonnectivityServerComponent implements Component {
       agentPort: this.cfg.spec.konnectivity.agentPort,
       adminPort: this.cfg.spec.konnectivity.adminPort,
       tls: { cert, key, ca },
-      tokenReview: tokenReview(this.pki.adminConf),
+      tokenReview: tokenReview(this.kube),
       log: this.log,
     });
     try {

@@ -1,4 +1,4 @@
-// File primitives for the PKI. Every write is atomic (src/util/fs.ts), so a crash never
+// File primitives for the PKI. Every write is atomic (src/base/fs.ts), so a crash never
 // leaves a half-written key or cert that would block the next start.
 import { chmod, mkdir, readFile, stat } from 'node:fs/promises';
 import type { Logger } from '../base/log.ts';

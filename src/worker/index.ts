@@ -11,6 +11,7 @@ import { UserError } from '../base/errors.ts';
 import { runUntilSignal } from '../base/lifecycle.ts';
 import { StatusServerComponent, type StatusReport } from '../base/status-server.ts';
 import { KonnectivityAgent } from '../konnectivity/index.ts';
+import { KubeClient } from '../kube/client.ts';
 import { componentLogger, type Logger } from '../base/log.ts';
 import { findPayload } from '../payload/payload.ts';
 import { stageComponents, stageImages } from '../payload/stage.ts';
@@ -117,11 +118,14 @@ export async function runWorker(opts: WorkerOptions, log: Logger): Promise<void>
   const id: WorkerIdentity = { nodeName: opts.nodeName ?? hostname().toLowerCase(), nodeIp: opts.nodeIp ?? (await routeSource(state.apiServers[0]!)) };
   await writeFileAtomic(identityFile(paths), JSON.stringify(id) + '\n', 0o644);
   const child = (name: string) => componentLogger(log, name);
+  // The worker's one API client, as the node itself: the kubeconfig kubelet writes after TLS bootstrap,
+  // read per connection because kubelet rotates its client certificate.
+  const kube = KubeClient.fromKubeconfig(paths.kubeletKubeconfig, { reload: true });
   const components: Component[] = [
     new ContainerdComponent({ paths, log: child('containerd') }),
     new ImagesComponent({ paths, log: child('images') }),
     new KubeletComponent({ paths, log: child('kubelet'), nodeName: id.nodeName, nodeIp: id.nodeIp, labels: opts.labels, taints: opts.taints, clusterDomain: state.clusterDomain }),
-    new NetworkComponent({ paths, log: child('network'), nodeName: id.nodeName }),
+    new NetworkComponent({ paths, log: child('network'), nodeName: id.nodeName, kube }),
     new KubeProxyComponent({ paths, log: child('kube-proxy'), nodeName: id.nodeName, clusterCIDR: state.podCIDR ?? '10.244.0.0/16' }),
     new AgentComponent(paths, state, id, child('konnectivity-agent')),
   ];

@@ -2,15 +2,15 @@
 // kube-controller-manager), and a route to every other node's podCIDR via that node's
 // InternalIP (nodes share an L2 network or routed underlay, like kubenet / k3s host-gw).
 //
-// Reads Nodes with the kubelet's own credentials (the Node authorizer allows a node to
-// get/list/watch Nodes). Routes carry protocol ROUTE_PROTO so a sync only ever touches
+// Watches Nodes with the kubelet's own credentials (the Node authorizer allows a node to
+// get/list/watch Nodes): a node's podCIDR or address change reroutes at once. Routes carry protocol ROUTE_PROTO so a sync only ever touches
 // routes kctl made; stop() leaves them (pods keep running across restarts), cleanup() removes them.
-import { existsSync, readFileSync } from 'node:fs';
+import { existsSync } from 'node:fs';
 import { mkdir, readFile, rename, rm, writeFile } from 'node:fs/promises';
-import { request } from 'node:https';
 import { basename, dirname, join } from 'node:path';
 import { execa } from 'execa';
-import { parse } from 'yaml';
+import type { KubeClient } from '../kube/client.ts';
+import { Informer, type ListWatchOptions } from '../kube/informer.ts';
 import type { Logger } from '../base/log.ts';
 import type { Component, ComponentStatus } from '../base/component.ts';
 import { reasonOf } from '../base/wait.ts';
@@ -32,8 +32,12 @@ export interface NetworkOptions {
   paths: WorkerPaths;
   log: Logger;
   nodeName: string;
-  /** How often to re-read Nodes and reconcile routes. Default 5 s. */
+  /** The worker's API client, with the kubelet's credentials. */
+  kube: KubeClient;
+  /** How often routes are re-checked against the watched Nodes without a change (repairs routes removed by hand, retries a failed sync). Default 30 s. */
   syncIntervalMs?: number;
+  /** Watch tuning (tests). */
+  watch?: ListWatchOptions;
 }
 
 export function cniConflist(podCIDR: string, paths: WorkerPaths): Record<string, unknown> {
@@ -82,40 +86,6 @@ function nodeInfo(n: KubeNode): NodeInfo {
     podCIDR: n.spec?.podCIDR,
     internalIP: n.status?.addresses?.find((a) => a.type === 'InternalIP')?.address,
   };
-}
-
-interface Kubeconfig {
-  clusters?: { cluster: { server: string; 'certificate-authority-data'?: string; 'certificate-authority'?: string } }[];
-  users?: { user: { 'client-certificate-data'?: string; 'client-key-data'?: string; 'client-certificate'?: string; 'client-key'?: string } }[];
-}
-
-/** GET an API path with the kubelet's kubeconfig (re-read each time: kubelet rotates its certificate). */
-async function apiGet<T>(kubeconfig: string, path: string, timeoutMs = 10_000): Promise<T> {
-  const kc = parse(await readFile(kubeconfig, 'utf8')) as Kubeconfig;
-  const cluster = kc.clusters?.[0]?.cluster;
-  const user = kc.users?.[0]?.user;
-  if (!cluster || !user) throw new Error(`${kubeconfig} has no cluster or user`);
-  const data = (b64?: string, file?: string) => (b64 ? Buffer.from(b64, 'base64') : file ? readFileSync(file) : undefined);
-  return new Promise((resolve, reject) => {
-    const req = request(new URL(path, cluster.server), {
-      ca: data(cluster['certificate-authority-data'], cluster['certificate-authority']),
-      cert: data(user['client-certificate-data'], user['client-certificate']),
-      key: data(user['client-key-data'], user['client-key']),
-      timeout: timeoutMs,
-      headers: { accept: 'application/json' },
-    }, (res) => {
-      let body = '';
-      res.setEncoding('utf8');
-      res.on('data', (c: string) => { body += c; });
-      res.on('end', () => {
-        if (res.statusCode !== 200) return reject(new Error(`GET ${path}: ${res.statusCode} ${body.slice(0, 200)}`));
-        try { resolve(JSON.parse(body) as T); } catch (err) { reject(err as Error); }
-      });
-    });
-    req.on('timeout', () => req.destroy(new Error(`GET ${path} timed out`)));
-    req.on('error', reject);
-    req.end();
-  });
 }
 
 const IP_ENV = { PATH: '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' };
@@ -168,7 +138,14 @@ export class NetworkComponent implements Component {
   private st: ComponentStatus = { name: 'network', state: 'pending', restarts: 0 };
   private startedAt = 0;
   private timer?: NodeJS.Timeout;
+  private nodes?: Informer<KubeNode>;
+  /** Wakes ready() when the watch brings a change or an error. */
+  private changed: () => void = () => undefined;
+  private lastWatchError?: string;
+  /** Set once the CNI config is written: from then on every Node change reroutes. */
+  private routing = false;
   private syncing?: Promise<void>;
+  private dirty = false;
   private podCIDR?: string;
   private lastSyncError?: string;
 
@@ -185,27 +162,36 @@ export class NetworkComponent implements Component {
 
   async start(): Promise<void> {
     this.st = { ...this.st, state: 'starting' };
+    this.nodes ??= new Informer<KubeNode>(this.opts.kube, '/api/v1/nodes', this.opts.watch ?? {}, () => {
+      this.lastWatchError = undefined;
+      this.changed();
+      if (this.routing) void this.sync();
+    }, (err) => {
+      this.lastWatchError = reasonOf(err);
+      this.changed();
+    });
+    this.nodes.start();
   }
 
   async ready(signal: AbortSignal): Promise<void> {
     const { log, paths, nodeName } = this.opts;
-    let last = 'not checked yet';
     for (;;) {
+      const self = this.nodes?.get(nodeName);
+      if (self?.spec?.podCIDR) {
+        this.podCIDR = self.spec.podCIDR;
+        break;
+      }
       if (signal.aborted) {
-        this.st = { ...this.st, state: 'failed', lastError: `node ${nodeName} has no podCIDR: ${last}` };
+        const why = this.lastWatchError ?? (!this.nodes?.hasSynced ? 'Nodes not listed yet'
+          : self ? 'not assigned yet (is kube-controller-manager running with --allocate-node-cidrs?)' : 'the node is not registered yet');
+        this.st = { ...this.st, state: 'failed', lastError: `node ${nodeName} has no podCIDR: ${why}` };
         throw new Error(this.st.lastError);
       }
-      try {
-        const node = nodeInfo(await apiGet<KubeNode>(paths.kubeletKubeconfig, `/api/v1/nodes/${encodeURIComponent(nodeName)}`));
-        if (node.podCIDR) {
-          this.podCIDR = node.podCIDR;
-          break;
-        }
-        last = 'not assigned yet (is kube-controller-manager running with --allocate-node-cidrs?)';
-      } catch (err) {
-        last = reasonOf(err);
-      }
-      await new Promise((r) => setTimeout(r, 1000));
+      await new Promise<void>((resolve) => {
+        const done = () => { signal.removeEventListener('abort', done); this.changed = () => undefined; resolve(); };
+        this.changed = done;
+        signal.addEventListener('abort', done, { once: true });
+      });
     }
     await setSysctl('net.ipv4.ip_forward', '1', log);
     // br_netfilter: bridged pod traffic must pass iptables for Service DNAT on hairpin paths.
@@ -214,8 +200,9 @@ export class NetworkComponent implements Component {
     if (await writeIfChanged(this.conflistPath, JSON.stringify(cniConflist(this.podCIDR, paths), null, 2) + '\n')) {
       log.info({ podCIDR: this.podCIDR, file: this.conflistPath }, 'wrote CNI config');
     }
+    this.routing = true;
     await this.sync();
-    this.timer = setInterval(() => { void this.sync(); }, this.opts.syncIntervalMs ?? 5000);
+    this.timer = setInterval(() => { void this.sync(); }, this.opts.syncIntervalMs ?? 30_000);
     this.timer.unref();
     this.startedAt = Date.now();
     this.st = { ...this.st, state: 'running', lastError: undefined };
@@ -224,29 +211,40 @@ export class NetworkComponent implements Component {
   async stop(): Promise<void> {
     clearInterval(this.timer);
     this.timer = undefined;
+    this.routing = false;
+    await this.nodes?.stop();
     await this.syncing;
     this.st = { ...this.st, state: 'stopped' };
   }
 
   status(): ComponentStatus {
+    const lastError = this.lastSyncError ?? this.lastWatchError;
     return {
       ...this.st,
-      ...(this.lastSyncError && this.st.state === 'running' ? { lastError: this.lastSyncError } : {}),
+      ...(lastError && this.st.state === 'running' ? { lastError } : {}),
       uptimeSeconds: this.startedAt ? Math.round((Date.now() - this.startedAt) / 1000) : undefined,
     };
   }
 
-  /** One reconcile of routes to the other nodes' podCIDRs; errors are logged and retried next time. */
+  /** Reconciles routes with the watched Nodes; a change during a sync runs one more. Errors are logged and retried. */
   sync(): Promise<void> {
-    this.syncing ??= this.doSync().finally(() => { this.syncing = undefined; });
+    if (this.syncing) {
+      this.dirty = true;
+      return this.syncing;
+    }
+    this.syncing = (async () => {
+      do {
+        this.dirty = false;
+        await this.doSync();
+      } while (this.dirty && this.routing);
+    })().finally(() => { this.syncing = undefined; });
     return this.syncing;
   }
 
   private async doSync(): Promise<void> {
     const { log, paths, nodeName } = this.opts;
     try {
-      const list = await apiGet<{ items: KubeNode[] }>(paths.kubeletKubeconfig, '/api/v1/nodes');
-      const nodes = list.items.map(nodeInfo);
+      const nodes = [...(this.nodes?.store.values() ?? [])].map(nodeInfo);
       const self = nodes.find((n) => n.name === nodeName);
       if (self?.podCIDR && this.podCIDR && self.podCIDR !== this.podCIDR) {
         log.warn({ was: this.podCIDR, now: self.podCIDR }, 'podCIDR of this node changed; rewriting the CNI config (running pods keep their old addresses)');
