@@ -6,7 +6,7 @@ import { httpsUrl } from '../base/addresses.ts';
 import type { KubeClient, KubeManifest } from '../kube/client.ts';
 import type { Logger } from '../base/log.ts';
 import type { PkiPaths } from '../pki/index.ts';
-import type { Component, ComponentStatus } from '../base/component.ts';
+import type { Component } from '../base/component.ts';
 import type { ClusterConfig } from './config.ts';
 import { pollUntil } from '../base/probe.ts';
 
@@ -56,36 +56,15 @@ export function bootstrapObjects(cfg: ClusterConfig, caPem: string): KubeManifes
 
 export class BootstrapComponent implements Component {
   readonly name = 'bootstrap';
-  private state: ComponentStatus = { name: 'bootstrap', state: 'pending', restarts: 0 };
-  private appliedAt = 0;
 
   constructor(private readonly cfg: ClusterConfig, private readonly pki: PkiPaths, private readonly kube: KubeClient, private readonly log: Logger) {}
-
-  async init(): Promise<void> {}
-
-  async start(): Promise<void> {
-    this.state = { ...this.state, state: 'starting' };
-  }
 
   async ready(signal: AbortSignal): Promise<void> {
     const docs = bootstrapObjects(this.cfg, await readFile(this.pki.caCert, 'utf8'));
     // Server-side apply, field manager kctl, conflicts forced: kctl owns these objects.
     await pollUntil(signal, 'bootstrap objects', async () => {
       for (const d of docs) await this.kube.apply(d, { fieldManager: 'kctl', force: true }, signal);
-    }, 1000).catch((err: Error) => {
-      this.state = { ...this.state, state: 'failed', lastError: err.message };
-      throw err;
-    });
-    this.appliedAt = Date.now();
-    this.state = { ...this.state, state: 'running', lastError: undefined };
+    }, 1000);
     this.log.info({ objects: docs.length }, 'bootstrap objects applied');
-  }
-
-  async stop(): Promise<void> {
-    this.state = { ...this.state, state: 'stopped' };
-  }
-
-  status(): ComponentStatus {
-    return { ...this.state, uptimeSeconds: this.appliedAt ? Math.round((Date.now() - this.appliedAt) / 1000) : undefined };
   }
 }

@@ -66,7 +66,6 @@ export class CsrApproverComponent implements Component {
   private readonly decided = new Set<string>();
   private decisions = 0;
   private lastError: string | undefined;
-  private startedAt = 0;
 
   constructor(private readonly kube: KubeClient, private readonly log: Logger, watch: ListWatchOptions = {}) {
     const onError = (err: Error) => { this.lastError = err.message; };
@@ -84,16 +83,11 @@ export class CsrApproverComponent implements Component {
     }, onError);
   }
 
-  async init(): Promise<void> {}
-
   async start(): Promise<void> {
     this.running = true;
-    this.startedAt = Date.now();
     this.csrs.start();
     this.nodes.start();
   }
-
-  async ready(): Promise<void> {}
 
   /** How many CSRs this approver has approved or denied since it started. */
   get decidedCount(): number { return this.decisions; }
@@ -136,7 +130,7 @@ export class CsrApproverComponent implements Component {
     await this.queue;
   }
 
-  status(): ComponentStatus {
-    return { name: this.name, state: this.running ? 'running' : 'stopped', restarts: 0, lastError: this.lastError, uptimeSeconds: this.running ? Math.round((Date.now() - this.startedAt) / 1000) : undefined };
+  status(): Partial<ComponentStatus> {
+    return { lastError: this.lastError };
   }
 }

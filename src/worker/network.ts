@@ -135,8 +135,6 @@ export class NetworkComponent implements Component {
   readonly name = 'network';
   /** Waits for kube-controller-manager to assign the podCIDR. */
   readonly readyTimeoutMs = 180_000;
-  private st: ComponentStatus = { name: 'network', state: 'pending', restarts: 0 };
-  private startedAt = 0;
   private timer?: NodeJS.Timeout;
   private nodes?: Informer<KubeNode>;
   /** Wakes ready() when the watch brings a change or an error. */
@@ -161,7 +159,6 @@ export class NetworkComponent implements Component {
   }
 
   async start(): Promise<void> {
-    this.st = { ...this.st, state: 'starting' };
     this.nodes ??= new Informer<KubeNode>(this.opts.kube, '/api/v1/nodes', this.opts.watch ?? {}, () => {
       this.lastWatchError = undefined;
       this.changed();
@@ -184,8 +181,7 @@ export class NetworkComponent implements Component {
       if (signal.aborted) {
         const why = this.lastWatchError ?? (!this.nodes?.hasSynced ? 'Nodes not listed yet'
           : self ? 'not assigned yet (is kube-controller-manager running with --allocate-node-cidrs?)' : 'the node is not registered yet');
-        this.st = { ...this.st, state: 'failed', lastError: `node ${nodeName} has no podCIDR: ${why}` };
-        throw new Error(this.st.lastError);
+        throw new Error(`node ${nodeName} has no podCIDR: ${why}`);
       }
       await new Promise<void>((resolve) => {
         const done = () => { signal.removeEventListener('abort', done); this.changed = () => undefined; resolve(); };
@@ -204,8 +200,6 @@ export class NetworkComponent implements Component {
     await this.sync();
     this.timer = setInterval(() => { void this.sync(); }, this.opts.syncIntervalMs ?? 30_000);
     this.timer.unref();
-    this.startedAt = Date.now();
-    this.st = { ...this.st, state: 'running', lastError: undefined };
   }
 
   async stop(): Promise<void> {
@@ -214,16 +208,11 @@ export class NetworkComponent implements Component {
     this.routing = false;
     await this.nodes?.stop();
     await this.syncing;
-    this.st = { ...this.st, state: 'stopped' };
   }
 
-  status(): ComponentStatus {
-    const lastError = this.lastSyncError ?? this.lastWatchError;
-    return {
-      ...this.st,
-      ...(lastError && this.st.state === 'running' ? { lastError } : {}),
-      uptimeSeconds: this.startedAt ? Math.round((Date.now() - this.startedAt) / 1000) : undefined,
-    };
+  /** A problem while running (routes, the Node watch); failures to start are the manager's to report. */
+  status(): Partial<ComponentStatus> {
+    return { lastError: this.routing ? (this.lastSyncError ?? this.lastWatchError) : undefined };
   }
 
   /** Reconciles routes with the watched Nodes; a change during a sync runs one more. Errors are logged and retried. */
