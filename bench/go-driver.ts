@@ -44,10 +44,10 @@ async function build(): Promise<string> {
     await run('go', ['build', '-trimpath', '-buildvcs=false', '-mod=readonly', '-o', tmp, '.'], { cwd: SRC, maxBuffer: 16 << 20 });
   } catch (err) {
     rmSync(tmp, { force: true });
-    if ((err as { code?: unknown }).code === 'ENOENT') throw new Error('the Go toolchain (`go`) is not on PATH: the bench builds its Go client driver (bench/go-driver) with it');
+    if ((err as { code?: unknown }).code === 'ENOENT') throw new Error('the Go toolchain (`go`) is not on PATH: the bench builds its Go client driver (bench/go-driver) with it', { cause: err });
     const lines = ((err as { stderr?: string }).stderr ?? '').split('\n').filter((l) => l.trim() && !l.startsWith('go: downloading'));
     for (const l of lines) log(`go build: ${l}`);
-    throw new Error(`go build of bench/go-driver failed: ${lines.find((l) => !l.startsWith('# '))?.trim() ?? why(err)}`);
+    throw new Error(`go build of bench/go-driver failed: ${lines.find((l) => !l.startsWith('# '))?.trim() ?? why(err)}`, { cause: err });
   }
   renameSync(tmp, bin);
   log(`Go driver built in ${((Date.now() - started) / 1000).toFixed(0)} s`);
@@ -64,7 +64,7 @@ async function drive<T>(sub: string, p: GoPath, args: string[]): Promise<T> {
     const { stdout } = await run(bin, [sub, ...pathArgs(p), ...args], { maxBuffer: 64 << 20 });
     return JSON.parse(stdout) as T;
   } catch (err) {
-    throw new Error(`go-driver ${sub} (${p.mode}): ${why(err)}`);
+    throw new Error(`go-driver ${sub} (${p.mode}): ${why(err)}`, { cause: err });
   }
 }
 

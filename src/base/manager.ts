@@ -60,7 +60,7 @@ export class ComponentManager {
         await c.init?.();
       } catch (err) {
         this.mark(c, 'failed', reasonOf(err));
-        throw new Error(`${c.name} failed to initialise: ${reasonOf(err)}`);
+        throw new Error(`${c.name} failed to initialise: ${reasonOf(err)}`, { cause: err });
       }
       this.mark(c, 'pending');
     }
@@ -75,7 +75,7 @@ export class ComponentManager {
         try {
           await c.start?.();
         } catch (err) {
-          throw new Error(`${c.name} failed to start: ${reasonOf(err)}`);
+          throw new Error(`${c.name} failed to start: ${reasonOf(err)}`, { cause: err });
         }
         await this.waitReady(c);
       } catch (err) {
@@ -129,11 +129,11 @@ export class ComponentManager {
     try {
       await untilAborted(ready, signal);
     } catch (err) {
-      if (!timeout.signal.aborted) throw new Error(`${c.name} failed to become ready: ${reasonOf(err)}`);
+      if (!timeout.signal.aborted) throw new Error(`${c.name} failed to become ready: ${reasonOf(err)}`, { cause: err });
       // The component's own reason (its last probe error) says more than "timed out", if it gives one promptly.
       let reason: string | undefined;
       await settlesWithin(ready.catch((e: unknown) => { reason = reasonOf(e); }), 1000);
-      throw new Error(`${c.name} did not become ready within ${seconds(timeoutMs)}${reason ? `: ${reason}` : ''}`);
+      throw new Error(`${c.name} did not become ready within ${seconds(timeoutMs)}${reason ? `: ${reason}` : ''}`, { cause: err });
     } finally {
       clearTimeout(timer);
     }

@@ -1,6 +1,6 @@
 // Readiness probes over HTTP or HTTPS (optionally with a client certificate), retried until aborted.
 import { readFileSync } from 'node:fs';
-import { request as httpRequest } from 'node:http';
+import { request as httpRequest, type IncomingMessage } from 'node:http';
 import { request as httpsRequest } from 'node:https';
 import { setTimeout as sleep } from 'node:timers/promises';
 
@@ -15,7 +15,7 @@ export interface HttpsProbe {
 
 export function httpsGet(p: HttpsProbe, timeoutMs = 3000): Promise<{ status: number; body: string }> {
   return new Promise((resolve, reject) => {
-    const onResponse = (res: import('node:http').IncomingMessage): void => {
+    const onResponse = (res: IncomingMessage): void => {
       let body = '';
       res.setEncoding('utf8');
       res.on('data', (c: string) => { if (body.length < 65536) body += c; });

@@ -3,7 +3,7 @@
 // bin dir so two starts cannot race. Unchanged files are left alone; damaged or foreign ones
 // are replaced and the log says so.
 import { createHash } from 'node:crypto';
-import { createReadStream, createWriteStream } from 'node:fs';
+import { createWriteStream } from 'node:fs';
 import { chmod, mkdir, open, rename, rm, stat } from 'node:fs/promises';
 import { writeFileAtomic } from '../base/fs.ts';
 import { basename, dirname, join } from 'node:path';

@@ -187,7 +187,7 @@ export class Supervisor implements Component {
       // The reason only: the component manager says which component failed.
       this.lastError = reasonOf(err);
       this.setState('failed');
-      throw new Error(this.lastError);
+      throw new Error(this.lastError, { cause: err });
     }
   }
 
@@ -246,7 +246,7 @@ export class Supervisor implements Component {
     try {
       await once(child, 'spawn'); // rejects with the spawn error (e.g. EACCES)
     } catch (err) {
-      throw new Error(`cannot run ${file}: ${reasonOf(err)}`);
+      throw new Error(`cannot run ${file}: ${reasonOf(err)}`, { cause: err });
     }
     const pid = child.pid as number;
     child.on('error', (err) => this.log.error({ pid }, `${this.name}: ${reasonOf(err)}`));
