@@ -8,7 +8,8 @@ import { configCommand, kubeconfigCommand, kubectlCommand, setKubectlArgs } from
 import { statusCommand } from './status.ts';
 import { tokenCommand } from './token.ts';
 import { airgapCommand } from './airgap.ts';
-import { resetCommand, workerCommand } from './worker.ts';
+import { resetCommand } from './reset.ts';
+import { workerCommand } from './worker.ts';
 import { konnectivityAgentCommand } from './konnectivity-agent.ts';
 import { versionCommand } from './version.ts';
 

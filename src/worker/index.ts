@@ -3,7 +3,7 @@
 //   -> konnectivity agent (in-process, dials out to every controller) -> status socket
 import { execa } from 'execa';
 import { existsSync } from 'node:fs';
-import { mkdir, readFile, rm } from 'node:fs/promises';
+import { mkdir, readFile } from 'node:fs/promises';
 import { hostname } from 'node:os';
 import { join } from 'node:path';
 import { UserError } from '../cli/errors.ts';
@@ -14,6 +14,7 @@ import { findPayload } from '../payload/payload.ts';
 import { stageComponents, stageImages } from '../payload/stage.ts';
 import type { Component, ComponentStatus } from '../supervisor/component.ts';
 import { ComponentManager } from '../supervisor/manager.ts';
+import { claimDataDir, releaseDataDir } from '../supervisor/owner.ts';
 import { writeFileAtomic } from '../util/fs.ts';
 import { KCTL_VERSION } from '../version.ts';
 import { ContainerdComponent } from './containerd.ts';
@@ -23,7 +24,6 @@ import { KubeProxyComponent } from './kube-proxy.ts';
 import { KubeletComponent } from './kubelet.ts';
 import { NetworkComponent } from './network.ts';
 import { workerPaths, type WorkerPaths } from './paths.ts';
-import { KCTL_PID_FILE } from './reset.ts';
 
 export interface WorkerOptions {
   token?: string;
@@ -113,7 +113,9 @@ export async function runWorker(opts: WorkerOptions, log: Logger): Promise<void>
   // Validates the token against the cluster before anything is written.
   const state = await joinCluster(opts.token, paths, componentLogger(log, 'join'));
   await mkdir(paths.runDir, { recursive: true, mode: 0o755 });
-  await writeFileAtomic(join(paths.runDir, KCTL_PID_FILE), `${process.pid}\n`, 0o644);
+  // Marks the data dir as in use, for `kctl reset` and for a second start.
+  const other = await claimDataDir(paths.dataDir, 'worker');
+  if (other) throw new UserError(`kctl ${other.role} is already running on ${paths.dataDir} (pid ${other.pid})`);
 
   const payload = await findPayload(KCTL_VERSION);
   await stageComponents(payload, paths.binDir, ['worker'], componentLogger(log, 'stage'));
@@ -141,7 +143,7 @@ export async function runWorker(opts: WorkerOptions, log: Logger): Promise<void>
       log.info({ signal }, 'stopping worker');
       await status.stop();
       await manager.stop();
-      await rm(join(paths.runDir, KCTL_PID_FILE), { force: true });
+      await releaseDataDir(paths.dataDir);
       log.info('worker stopped; containers keep running until the next start or kctl reset');
     })();
     return stopping;
@@ -155,7 +157,7 @@ export async function runWorker(opts: WorkerOptions, log: Logger): Promise<void>
     await manager.start();
   } catch (err) {
     await status.stop();
-    await rm(join(paths.runDir, KCTL_PID_FILE), { force: true });
+    await releaseDataDir(paths.dataDir);
     throw err;
   }
   log.info({ node: id.nodeName }, 'worker ready');
