@@ -47,7 +47,7 @@ export async function reset(dataDir: string, runDir: string, steps: ResetSteps, 
   if (!existsSync(dataDir)) throw new UserError(`nothing to reset: ${dataDir} does not exist`);
   const owner = await liveOwner(dataDir);
   if (owner) {
-    throw new UserError(`kctl ${owner.role} is running on ${dataDir} (pid ${owner.pid}); stop it first (kill -TERM ${owner.pid}), then run kctl reset`);
+    throw new UserError(`a kctl ${owner.role} (pid ${owner.pid}) is running on ${dataDir}; stop it first (kill -TERM ${owner.pid}), then run kctl reset`);
   }
   const roles = dataDirRoles(dataDir, runDir);
   if (roles.controller.length && roles.worker.length) {
@@ -66,7 +66,7 @@ export async function reset(dataDir: string, runDir: string, steps: ResetSteps, 
       throw new UserError(`${dataDir} does not look like a kctl data dir (no pki/ca.key, cluster-config.yaml or worker.json; it holds ${foreign.slice(0, 3).join(', ')}${foreign.length > 3 ? ', ...' : ''}); nothing removed`);
     }
     log.info(`no controller or worker ran on ${dataDir}: removing staged binaries only`);
-    await steps.controller(); // no pid files to act on; removes bin/ and the dirs
+    await steps.controller(); // stops only what pid files prove ours; removes bin/ and the dirs
   }
 }
 

@@ -1,5 +1,6 @@
 // `kctl reset` decides the role from the data dir and refuses while a kctl runs on it.
 import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { mkdir, readdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
@@ -49,7 +50,7 @@ test('a running kctl (controller or worker) makes reset refuse with its pid and 
     const f = fakeSteps();
     await assert.rejects(reset(d.data, d.run, f.steps, captureLogger().log), (err: Error) => {
       assert.ok(err instanceof UserError);
-      assert.equal(err.message, `kctl ${role} is running on ${d.data} (pid ${pid}); stop it first (kill -TERM ${pid}), then run kctl reset`);
+      assert.equal(err.message, `a kctl ${role} (pid ${pid}) is running on ${d.data}; stop it first (kill -TERM ${pid}), then run kctl reset`);
       return true;
     });
     assert.deepEqual(f.calls, []);
@@ -89,4 +90,12 @@ test('a data dir with neither role: only staged binaries are removed; anything e
 test('a missing data dir: nothing to reset', async (t) => {
   const dir = await tempDir(t);
   await assert.rejects(reset(join(dir, 'nope'), join(dir, 'run'), fakeSteps().steps, captureLogger().log), /nothing to reset: .*nope does not exist/);
+});
+
+test('kctl reset --help says it works for both roles', () => {
+  const root = new URL('../../..', import.meta.url).pathname;
+  const r = spawnSync(process.execPath, ['--import', 'tsx', 'src/cli/index.ts', 'reset', '--help'], { cwd: root, encoding: 'utf8' });
+  assert.equal(r.status, 0);
+  assert.match(r.stdout, /on a stopped controller or worker/);
+  assert.match(r.stdout, /Refuses, changing nothing, while a kctl controller or worker runs/);
 });
