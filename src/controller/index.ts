@@ -61,7 +61,7 @@ export async function runController(opts: ControllerOptions, log: Logger): Promi
   // prepares files and exits (two may run at once: staging takes its own lock), so it does not.
   if (!opts.initOnly) {
     const other = await claimDataDir(paths.dataDir, 'controller');
-    if (other) throw new UserError(`kctl ${other.role} is already running on ${paths.dataDir} (pid ${other.pid})`);
+    if (other) throw new UserError(`a kctl ${other.role} (pid ${other.pid}) is already running on ${paths.dataDir}`);
   }
   try {
     await prepareAndRun(cfg, paths, opts, log);

@@ -115,7 +115,7 @@ export async function runWorker(opts: WorkerOptions, log: Logger): Promise<void>
   await mkdir(paths.runDir, { recursive: true, mode: 0o755 });
   // Marks the data dir as in use, for `kctl reset` and for a second start.
   const other = await claimDataDir(paths.dataDir, 'worker');
-  if (other) throw new UserError(`kctl ${other.role} is already running on ${paths.dataDir} (pid ${other.pid})`);
+  if (other) throw new UserError(`a kctl ${other.role} (pid ${other.pid}) is already running on ${paths.dataDir}`);
 
   const payload = await findPayload(KCTL_VERSION);
   await stageComponents(payload, paths.binDir, ['worker'], componentLogger(log, 'stage'));
