@@ -2,7 +2,7 @@
 // a temp file in the same dir, fsync, rename, fsync of the dir, so a crash or power cut never
 // leaves a half-written file that would block the next start.
 import { randomBytes } from 'node:crypto';
-import { mkdir, open, rename, rm } from 'node:fs/promises';
+import { mkdir, open, readdir, rename, rm } from 'node:fs/promises';
 import { basename, dirname, join } from 'node:path';
 
 export async function writeFileAtomic(path: string, data: string | Buffer, mode: number): Promise<void> {
@@ -35,4 +35,25 @@ async function syncDir(dir: string): Promise<void> {
   } finally {
     await fh.close();
   }
+}
+
+/**
+ * Removes each entry of `dir`, then `dir` itself; returns the paths removed (entries in name
+ * order, then `dir`), so a caller can say what went. [] when `dir` does not exist.
+ */
+export async function removeTree(dir: string): Promise<string[]> {
+  let names: string[];
+  try {
+    names = (await readdir(dir)).sort();
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return [];
+    throw err;
+  }
+  const removed: string[] = [];
+  for (const name of names) {
+    await rm(join(dir, name), { recursive: true, force: true });
+    removed.push(join(dir, name));
+  }
+  await rm(dir, { recursive: true, force: true });
+  return [...removed, dir];
 }

@@ -36,6 +36,35 @@ export function configCommand(program: Command): void {
 // main() hands over everything after the word `kubectl` untouched, so kubectl's own flags
 // (-n, -o, --help ...) never meet kctl's parser.
 let kubectlArgs: string[] = [];
+
+/** kctl's flags that kubectl does not have: after `kubectl` they are still kctl's. */
+const KCTL_FLAGS = ['--data-dir', '--run-dir'];
+
+/**
+ * Splits what follows `kctl kubectl` into kctl's own --data-dir / --run-dir (with their values)
+ * and kubectl's arguments. After `--` everything is kubectl's (a command run by kubectl exec).
+ */
+export function splitKubectlArgs(args: string[]): { kctl: string[]; kubectl: string[] } {
+  const kctl: string[] = [];
+  const kubectl: string[] = [];
+  for (let i = 0; i < args.length; i++) {
+    const a = args[i]!;
+    if (a === '--') {
+      kubectl.push(...args.slice(i));
+      break;
+    }
+    if (KCTL_FLAGS.includes(a)) {
+      kctl.push(a, ...args.slice(i + 1, i + 2)); // a missing value is commander's error to report
+      i++;
+    } else if (KCTL_FLAGS.some((f) => a.startsWith(`${f}=`))) {
+      kctl.push(a);
+    } else {
+      kubectl.push(a);
+    }
+  }
+  return { kctl, kubectl };
+}
+
 export function setKubectlArgs(args: string[]): void {
   kubectlArgs = args;
 }

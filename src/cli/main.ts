@@ -4,11 +4,12 @@ import { KCTL_VERSION } from '../base/version.ts';
 import { controllerCommand } from './controller.ts';
 import { reportAndExit } from './errors.ts';
 import { DEFAULT_DATA_DIR, DEFAULT_RUN_DIR } from './globals.ts';
-import { configCommand, kubeconfigCommand, kubectlCommand, setKubectlArgs } from './kubeconfig.ts';
+import { configCommand, kubeconfigCommand, kubectlCommand, setKubectlArgs, splitKubectlArgs } from './kubeconfig.ts';
 import { statusCommand } from './status.ts';
 import { tokenCommand } from './token.ts';
 import { airgapCommand } from './airgap.ts';
-import { resetCommand, workerCommand } from './worker.ts';
+import { resetCommand } from './reset.ts';
+import { workerCommand } from './worker.ts';
 import { konnectivityAgentCommand } from './konnectivity-agent.ts';
 import { versionCommand } from './version.ts';
 
@@ -45,8 +46,9 @@ export async function main(argv: string[]): Promise<void> {
   const program = buildProgram();
   const k = argv.indexOf('kubectl');
   if (k >= 0) {
-    setKubectlArgs(argv.slice(k + 1));
-    argv = argv.slice(0, k + 1);
+    const split = splitKubectlArgs(argv.slice(k + 1));
+    setKubectlArgs(split.kubectl);
+    argv = [...argv.slice(0, k), ...split.kctl, 'kubectl'];
   }
   try {
     await program.parseAsync(argv, { from: 'user' });

@@ -1,13 +1,7 @@
 import type { Command } from 'commander';
-import { existsSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import { isIP } from 'node:net';
-import { componentLogger } from '../base/log.ts';
-import { readIdentity, runWorker } from '../worker/index.ts';
-import { kubeletCgroupRoot } from '../worker/kubelet.ts';
-import { cleanupNetwork, CNI_BRIDGE } from '../worker/network.ts';
-import { workerPaths } from '../worker/paths.ts';
-import { resetWorker } from '../worker/reset.ts';
+import { runWorker } from '../worker/index.ts';
 import { UserError } from '../base/errors.ts';
 import { globals, loggerFor } from './globals.ts';
 
@@ -55,23 +49,5 @@ export function workerCommand(program: Command): void {
       if (f.nodeIp && isIP(f.nodeIp) === 0) throw new UserError(`--node-ip "${f.nodeIp}" is not an IP address`);
       if (f.nodeName && !/^[a-z0-9]([a-z0-9.-]{0,61}[a-z0-9])?$/.test(f.nodeName)) throw new UserError(`--node-name "${f.nodeName}" is not a valid node name (lowercase letters, digits, - and .)`);
       await runWorker({ token: token?.trim(), dataDir: g.dataDir, runDir: g.runDir, nodeName: f.nodeName, nodeIp: f.nodeIp, labels: parseLabels(f.labels), taints: parseTaints(f.taints) }, loggerFor(cmd));
-    });
-}
-
-export function resetCommand(program: Command): void {
-  program
-    .command('reset')
-    .description('on a stopped worker: remove containers, mounts, network devices and rules kctl added, and the data dir')
-    .action(async (_o: unknown, cmd: Command) => {
-      const g = globals(cmd);
-      const paths = workerPaths(g.dataDir, g.runDir);
-      if (!existsSync(g.dataDir) && !existsSync(g.runDir)) throw new UserError(`nothing to reset: ${g.dataDir} does not exist`);
-      const id = await readIdentity(paths);
-      const log = componentLogger(loggerFor(cmd), 'reset');
-      await resetWorker(paths, {
-        cgroupRoot: id ? kubeletCgroupRoot(id.nodeName) : '/kctl/none',
-        bridge: CNI_BRIDGE,
-        removeRoutes: () => cleanupNetwork(paths),
-      }, log);
     });
 }

@@ -19,6 +19,8 @@ import { runUntilSignal } from '../base/lifecycle.ts';
 import { StatusServerComponent } from '../base/status-server.ts';
 import { ComponentManager } from '../base/manager.ts';
 import { KCTL_VERSION } from '../base/version.ts';
+import { claimDataDir, releaseDataDir } from '../supervisor/owner.ts';
+import { UserError } from '../base/errors.ts';
 import { ApiserverComponent } from './apiserver.ts';
 import { BootstrapComponent } from './bootstrap.ts';
 import { KonnectivityServerComponent } from './konnectivity.ts';
@@ -74,6 +76,20 @@ export async function runController(opts: ControllerOptions, log: Logger): Promi
   const paths = controllerPaths(opts.dataDir, opts.runDir);
   await mkdir(paths.dataDir, { recursive: true, mode: 0o755 });
   await mkdir(paths.runDir, { recursive: true, mode: 0o755 });
+  // Marks the data dir as in use, for `kctl reset` and for a second start. --init-only only
+  // prepares files and exits (two may run at once: staging takes its own lock), so it does not.
+  if (!opts.initOnly) {
+    const other = await claimDataDir(paths.dataDir, 'controller');
+    if (other) throw new UserError(`a kctl ${other.role} (pid ${other.pid}) is already running on ${paths.dataDir}`);
+  }
+  try {
+    await prepareAndRun(cfg, paths, opts, log);
+  } finally {
+    if (!opts.initOnly) await releaseDataDir(paths.dataDir);
+  }
+}
+
+async function prepareAndRun(cfg: ClusterConfig, paths: ControllerPaths, opts: ControllerOptions, log: Logger): Promise<void> {
   // The effective config, for commands that run beside the controller (kctl token create).
   await writeFileAtomic(join(paths.dataDir, 'cluster-config.yaml'), stringify(cfg), 0o600);
   await stageComponents(await findPayload(KCTL_VERSION), paths.binDir, ['controller'], componentLogger(log, 'stage'));

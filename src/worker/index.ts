@@ -3,7 +3,7 @@
 //   -> konnectivity agent (in-process, dials out to every controller) -> status socket
 import { execa } from 'execa';
 import { existsSync } from 'node:fs';
-import { mkdir, readFile, rm } from 'node:fs/promises';
+import { mkdir, readFile } from 'node:fs/promises';
 import { hostname } from 'node:os';
 import { join } from 'node:path';
 import { splitHostPort, urlHost } from '../base/addresses.ts';
@@ -17,6 +17,7 @@ import { findPayload } from '../payload/payload.ts';
 import { stageComponents, stageImages } from '../payload/stage.ts';
 import type { Component, ComponentStatus } from '../base/component.ts';
 import { ComponentManager } from '../base/manager.ts';
+import { claimDataDir, releaseDataDir } from '../supervisor/owner.ts';
 import { writeFileAtomic } from '../base/fs.ts';
 import { KCTL_VERSION } from '../base/version.ts';
 import { ContainerdComponent } from './containerd.ts';
@@ -26,7 +27,6 @@ import { KubeProxyComponent } from './kube-proxy.ts';
 import { KubeletComponent } from './kubelet.ts';
 import { NetworkComponent } from './network.ts';
 import { workerPaths, type WorkerPaths } from './paths.ts';
-import { KCTL_PID_FILE } from './reset.ts';
 
 export interface WorkerOptions {
   token?: string;
@@ -109,8 +109,17 @@ export async function runWorker(opts: WorkerOptions, log: Logger): Promise<void>
   // Validates the token against the cluster before anything is written.
   const state = await joinCluster(opts.token, paths, componentLogger(log, 'join'));
   await mkdir(paths.runDir, { recursive: true, mode: 0o755 });
-  await writeFileAtomic(join(paths.runDir, KCTL_PID_FILE), `${process.pid}\n`, 0o644);
+  // Marks the data dir as in use, for `kctl reset` and for a second start.
+  const other = await claimDataDir(paths.dataDir, 'worker');
+  if (other) throw new UserError(`a kctl ${other.role} (pid ${other.pid}) is already running on ${paths.dataDir}`);
+  try {
+    await stageAndRun(opts, paths, state, log);
+  } finally {
+    await releaseDataDir(paths.dataDir);
+  }
+}
 
+async function stageAndRun(opts: WorkerOptions, paths: WorkerPaths, state: JoinState, log: Logger): Promise<void> {
   const payload = await findPayload(KCTL_VERSION);
   await stageComponents(payload, paths.binDir, ['worker'], componentLogger(log, 'stage'));
   await stageImages(payload, paths.imagesDir, componentLogger(log, 'stage'));
@@ -139,10 +148,7 @@ export async function runWorker(opts: WorkerOptions, log: Logger): Promise<void>
   log.info({ node: id.nodeName, nodeIp: id.nodeIp, apiServer: state.apiServers[0] }, 'starting worker');
   await runUntilSignal(manager, log, {
     onReady: () => log.info({ node: id.nodeName }, 'worker ready'),
-    onStopped: async () => {
-      await rm(join(paths.runDir, KCTL_PID_FILE), { force: true });
-      log.info('worker stopped; containers keep running until the next start or kctl reset');
-    },
+    onStopped: () => log.info('worker stopped; containers keep running until the next start or kctl reset'),
   });
 }
 

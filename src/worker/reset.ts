@@ -1,26 +1,15 @@
 // `kctl reset` on a stopped worker: removes what kctl made — container processes and their
-// cgroups, mounts, network devices and rules, routes — and then the data and run dirs.
+// cgroups, mounts, network devices and rules, routes — and then the run and data dirs.
+// Whether a kctl still runs on the data dir is the caller's check (src/cli/reset.ts).
 import { execa } from 'execa';
 import { existsSync, readdirSync, readlinkSync } from 'node:fs';
-import { readFile, rm } from 'node:fs/promises';
+import { rm } from 'node:fs/promises';
 import { join } from 'node:path';
-import { UserError } from '../base/errors.ts';
 import type { Logger } from '../base/log.ts';
-import { processAlive } from '../supervisor/pidfile.ts';
+import { removeTree } from '../base/fs.ts';
 import { cleanupContainerd } from './containerd.ts';
 import { removeCgroupRoot } from './kubelet.ts';
 import type { WorkerPaths } from './paths.ts';
-
-export const KCTL_PID_FILE = 'kctl.pid';
-
-export async function refuseIfRunning(paths: WorkerPaths): Promise<void> {
-  const pidFile = join(paths.runDir, KCTL_PID_FILE);
-  if (!existsSync(pidFile)) return;
-  const pid = Number((await readFile(pidFile, 'utf8')).trim());
-  if (pid && pid !== process.pid && (await processAlive(pid))) {
-    throw new UserError(`kctl is running here (pid ${pid}); stop it first (SIGTERM to pid ${pid}), then run kctl reset`);
-  }
-}
 
 /** Processes started from our staged binaries (containerd, kubelet or shims left by a killed kctl). */
 function stagedBinaryPids(paths: WorkerPaths): number[] {
@@ -59,7 +48,6 @@ export interface ResetOptions {
 }
 
 export async function resetWorker(paths: WorkerPaths, opts: ResetOptions, log: Logger): Promise<void> {
-  await refuseIfRunning(paths);
   const pids = stagedBinaryPids(paths);
   for (const pid of pids) { try { process.kill(pid, 'SIGKILL'); } catch { /* gone */ } }
   if (pids.length) log.info({ count: pids.length }, 'killed leftover kctl child processes');
@@ -73,8 +61,9 @@ export async function resetWorker(paths: WorkerPaths, opts: ResetOptions, log: L
     const r = await execa('ip', ['link', 'del', dev], { reject: false });
     if (r.exitCode === 0) log.info({ device: dev }, 'removed network device');
   }
-  await rm(paths.dataDir, { recursive: true, force: true });
-  await rm(paths.runDir, { recursive: true, force: true });
+  for (const dir of [paths.runDir, paths.dataDir]) {
+    for (const removed of await removeTree(dir)) log.info({ path: removed }, `removed ${removed}`);
+  }
   log.info({ dataDir: paths.dataDir, runDir: paths.runDir }, 'worker reset: everything kctl made is removed');
 }
 

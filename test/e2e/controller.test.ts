@@ -113,7 +113,21 @@ async function controllerScenario(t: TestContext, storage: 'etcd' | 'kine', extr
   const egress = await readFile(join(dataDir, 'egress-selector.yaml'), 'utf8');
   assert.match(egress, /proxyProtocol: GRPC/);
 
-  // The real API, through the bundled kubectl and the admin kubeconfig.
+  // kctl reset beside the running controller refuses, naming it, and changes nothing: even with
+  // another --run-dir, since the data dir records who runs on it. A second controller is refused too.
+  const dataBefore = await tree(dataDir);
+  for (const rd of [runDir, join(dir, 'other-run')]) {
+    const refused = await kctl(['reset', '--data-dir', dataDir, '--run-dir', rd]);
+    assert.notEqual(refused.exitCode, 0);
+    assert.equal(String(refused.stderr), `kctl: a kctl controller (pid ${r.proc.pid}) is running on ${dataDir}; stop it first (kill -TERM ${r.proc.pid}), then run kctl reset`);
+  }
+  const second = await kctl(['controller', ...args]);
+  assert.notEqual(second.exitCode, 0);
+  assert.equal(String(second.stderr), `kctl: a kctl controller (pid ${r.proc.pid}) is already running on ${dataDir}`);
+  assert.deepEqual(await tree(dataDir), dataBefore);
+  assert.equal(existsSync(join(dir, 'other-run')), false);
+
+  // The real API (still up after the refused reset), through the bundled kubectl and the admin kubeconfig.
   const readyz = await kubectl('get', '--raw', '/readyz');
   assert.equal(String(readyz.stdout).trim(), 'ok', String(readyz.stderr));
   const crb = await kubectl('get', 'clusterrolebinding', 'kctl:bootstrappers:nodeclient-autoapprove', '-o', 'name');
@@ -158,6 +172,29 @@ async function controllerScenario(t: TestContext, storage: 'etcd' | 'kine', extr
   r.proc.kill('SIGKILL');
   await r.exited;
   await waitFor('children to die with kctl', 15_000, () => pids2.every((p) => !alive(p)));
+
+  // Stopped (here: killed, so its owner record and pid files are stale): reset removes everything
+  // it made and says what.
+  const reset = await kctl(['reset', '--data-dir', dataDir, '--run-dir', runDir]);
+  assert.equal(reset.exitCode, 0, String(reset.stderr));
+  const removed = String(reset.stdout).split('\n').filter(Boolean).map((l) => JSON.parse(l) as Record<string, unknown>)
+    .filter((l) => String(l.msg).startsWith('removed ')).map((l) => String(l.path));
+  const expected = ['bin', 'pki', 'cluster-config.yaml', 'egress-selector.yaml', storage === 'etcd' ? 'etcd' : dataSource ? undefined : 'db'];
+  for (const e of expected.filter((x) => x !== undefined)) assert.ok(removed.includes(join(dataDir, e)), `reset did not list ${e}: ${removed.join(' ')}`);
+  assert.ok(removed.includes(dataDir) && removed.includes(runDir), removed.join(' '));
+  assert.equal(existsSync(dataDir), false);
+  assert.equal(existsSync(runDir), false);
+}
+
+/** Every file below `dir` with its size and mtime, but storage's own (it changes by itself): "changed nothing" made checkable. */
+async function tree(dir: string): Promise<string[]> {
+  const entries = await readdir(dir, { recursive: true });
+  const out: string[] = [];
+  for (const e of entries.filter((x) => !/^(etcd|db)(\/|$)/.test(x)).sort()) {
+    const s = await stat(join(dir, e)).catch(() => undefined);
+    if (s && !s.isDirectory()) out.push(`${e} ${s.size} ${s.mtimeMs}`);
+  }
+  return out;
 }
 
 describe('controller', () => {

@@ -3,6 +3,7 @@
 import assert from 'node:assert/strict';
 import { execa } from 'execa';
 import { createHash } from 'node:crypto';
+import { existsSync } from 'node:fs';
 import { copyFile, open, readFile, stat, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { test } from 'node:test';
@@ -43,6 +44,18 @@ test('controller --init-only stages the controller binaries; every staged binary
   for (const c of shipped.filter((x) => x.roles.includes('worker'))) {
     await checkVersion(c, join(dataDir, 'bin', c.dir ? `${c.dir}/${c.name}` : c.name));
   }
+});
+
+test('kctl kubectl stages kubectl into the --data-dir it is given, also when the flag follows the word kubectl', async (t) => {
+  const dataDir = await tempDir(t);
+  const defaultDir = '/var/lib/kctl';
+  const defaultExisted = existsSync(defaultDir);
+  const r = await kctl(['kubectl', 'version', '--client', '--data-dir', dataDir]);
+  assert.equal(r.exitCode, 0, String(r.stderr));
+  assert.match(String(r.stdout), /Client Version: v\d+\.\d+/);
+  assert.ok(existsSync(join(dataDir, 'bin', 'kubectl')), 'kubectl was not staged into --data-dir');
+  // Only provable on a host without a real kctl data dir (never touch one that exists).
+  if (!defaultExisted) assert.equal(existsSync(defaultDir), false, `${defaultDir} was created`);
 });
 
 test('a tampered staged binary is replaced on the next start, and the log says so', async (t) => {

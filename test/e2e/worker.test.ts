@@ -166,14 +166,26 @@ test('two isolated workers join, run pods, and are reachable only through the tu
   assert.equal(after.status.containerStatuses?.[0]?.containerID, a.status.containerStatuses?.[0]?.containerID, 'the container was restarted');
   assert.equal(after.status.containerStatuses?.[0]?.restartCount, 0);
 
-  // kctl reset refuses while running, then leaves w2 as it was.
-  const refusedReset = await w2.run(kctlBin, ['reset', '--data-dir', join(dir, 'w2-data'), '--run-dir', join(dir, 'w2-run')]);
-  assert.notEqual(refusedReset.exitCode, 0);
-  assert.match(String(refusedReset.stderr), /kctl is running here/);
+  // kctl reset refuses while the worker runs (also with another --run-dir: the data dir records
+  // who runs on it), naming it; the node keeps working. Stopped, reset leaves w2 as it was.
+  for (const runDir of [join(dir, 'w2-run'), join(dir, 'w2-other-run')]) {
+    const refusedReset = await w2.run(kctlBin, ['reset', '--data-dir', join(dir, 'w2-data'), '--run-dir', runDir]);
+    assert.notEqual(refusedReset.exitCode, 0);
+    assert.equal(String(refusedReset.stderr), `kctl: a kctl worker (pid ${p2.child.pid}) is running on ${join(dir, 'w2-data')}; stop it first (kill -TERM ${p2.child.pid}), then run kctl reset`);
+  }
+  assert.equal(p2.child.exitCode, null, 'the worker exited');
+  assert.ok(existsSync(join(dir, 'w2-data', 'worker.json')));
+  assert.equal(await nodeReady('w2'), true);
+  const stillServing = await kubectl(['exec', a.metadata.name, '--', 'timeout', '10', 'wget', '-qO-', `http://${b.status.podIP}:8080/`]);
+  assert.equal(String(stillServing.stdout).trim(), b.metadata.name, String(stillServing.stderr));
+  const logsAfter = await kubectl(['logs', '--tail', '1', b.metadata.name]);
+  assert.match(String(logsAfter.stdout), /tick|started/, String(logsAfter.stderr));
   p2.child.kill('SIGTERM');
   assert.equal(await p2.exited, 0);
   const reset = await w2.run(kctlBin, ['reset', '--data-dir', join(dir, 'w2-data'), '--run-dir', join(dir, 'w2-run')]);
   assert.equal(reset.exitCode, 0, String(reset.stderr));
+  assert.match(String(reset.stdout), /"msg":"resetting the worker in /);
+  assert.ok(String(reset.stdout).includes(`"msg":"removed ${join(dir, 'w2-data', 'kubelet')}"`), 'reset did not list what it removed');
   assert.equal(await hostState(w2, join(dir, 'w2-data')), before.w2);
   const leftovers = String((await ctl.run('pgrep', ['-f', join(dir, 'w2-')])).stdout).trim();
   assert.equal(leftovers, '', 'processes of the reset worker are still running');

@@ -1,0 +1,26 @@
+// `kctl reset` on a stopped controller: stops the children a crashed kctl left behind (only
+// those whose pid files prove them ours), then removes the run dir (sockets, pid files) and the
+// data dir (staged binaries, etcd / kine data, PKI, kubeconfigs, cluster-config.yaml).
+import { join } from 'node:path';
+import type { Logger } from '../base/log.ts';
+import { cleanupStalePidFile } from '../supervisor/pidfile.ts';
+import { removeTree } from '../base/fs.ts';
+import type { ControllerPaths } from './paths.ts';
+
+/** Supervised children, last started first: pid file <run-dir>/<name>.pid, binary <bin>/<name>. */
+export const CONTROLLER_CHILDREN = ['kube-controller-manager', 'kube-scheduler', 'kube-apiserver', 'kine', 'etcd'] as const;
+
+/** A pid file naming a live process that does not run our staged binary is dropped, the process left alone. */
+export async function stopControllerLeftovers(paths: ControllerPaths, log: Logger, stopTimeoutMs = 10_000): Promise<void> {
+  for (const name of CONTROLLER_CHILDREN) {
+    await cleanupStalePidFile(join(paths.runDir, `${name}.pid`), join(paths.binDir, name), stopTimeoutMs, log);
+  }
+}
+
+export async function resetController(paths: ControllerPaths, log: Logger): Promise<void> {
+  await stopControllerLeftovers(paths, log);
+  for (const dir of [paths.runDir, paths.dataDir]) {
+    for (const removed of await removeTree(dir)) log.info({ path: removed }, `removed ${removed}`);
+  }
+  log.info({ dataDir: paths.dataDir, runDir: paths.runDir }, 'controller reset: everything kctl made is removed');
+}

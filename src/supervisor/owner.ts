@@ -1,0 +1,110 @@
+// Which kctl runs on a data dir. `kctl controller` and `kctl worker` record their pid and role
+// in <data-dir>/kctl-owner.json while they run, so `kctl reset` (and a second start) can refuse
+// whatever --run-dir each was given. A crash leaves the file behind and pids are reused, so the
+// record also holds the boot id and the process start time: only the very process that wrote it
+// counts as running, and a stale file never blocks anything.
+import { link, mkdir, readFile, rm, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { processAlive } from './pidfile.ts';
+
+export type KctlRole = 'controller' | 'worker';
+
+export interface DataDirOwner {
+  pid: number;
+  role: KctlRole;
+}
+
+interface OwnerRecord extends DataDirOwner {
+  bootId: string;
+  /** Field 22 of /proc/<pid>/stat: clock ticks since boot; with the boot id, one process ever. */
+  startTime: string;
+}
+
+export const OWNER_FILE = 'kctl-owner.json';
+
+export function ownerFile(dataDir: string): string {
+  return join(dataDir, OWNER_FILE);
+}
+
+async function bootId(): Promise<string> {
+  return (await readFile('/proc/sys/kernel/random/boot_id', 'utf8')).trim();
+}
+
+/** The start time of `pid`, or undefined when it is gone. */
+export async function processStartTime(pid: number): Promise<string | undefined> {
+  try {
+    const stat = await readFile(`/proc/${pid}/stat`, 'utf8');
+    // "pid (comm) state ppid ...": comm may hold spaces and ')', so count fields after the last ')'.
+    // The field after ')' is field 3 (state); starttime is field 22.
+    return stat.slice(stat.lastIndexOf(')') + 2).split(' ')[19];
+  } catch {
+    return undefined;
+  }
+}
+
+function parseRecord(text: string): OwnerRecord | undefined {
+  try {
+    const r = JSON.parse(text) as Partial<OwnerRecord>;
+    const ok = Number.isSafeInteger(r.pid) && r.pid! > 0 && (r.role === 'controller' || r.role === 'worker')
+      && typeof r.bootId === 'string' && typeof r.startTime === 'string';
+    return ok ? (r as OwnerRecord) : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/** The kctl that runs on `dataDir` now, or undefined (no file, a garbage file, a dead or reused pid). */
+export async function liveOwner(dataDir: string): Promise<DataDirOwner | undefined> {
+  let text: string;
+  try {
+    text = await readFile(ownerFile(dataDir), 'utf8');
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return undefined;
+    throw err;
+  }
+  const r = parseRecord(text);
+  if (!r || r.bootId !== (await bootId()) || !(await processAlive(r.pid))) return undefined;
+  if ((await processStartTime(r.pid)) !== r.startTime) return undefined;
+  return { pid: r.pid, role: r.role };
+}
+
+/** The record this process would write; exported for tests that fake an owner. */
+export async function ownerRecord(pid: number, role: KctlRole): Promise<string> {
+  const startTime = await processStartTime(pid);
+  if (startTime === undefined) throw new Error(`pid ${pid} is not running`);
+  return JSON.stringify({ pid, role, bootId: await bootId(), startTime } satisfies OwnerRecord) + '\n';
+}
+
+/**
+ * Records this process as the `role` running on `dataDir`. Returns the other live kctl if one
+ * holds it (nothing written then); a stale record is replaced. The file appears complete
+ * (written aside, then hard-linked into place) and only if none is there, so two starts cannot
+ * both win.
+ */
+export async function claimDataDir(dataDir: string, role: KctlRole): Promise<DataDirOwner | undefined> {
+  await mkdir(dataDir, { recursive: true, mode: 0o755 });
+  const file = ownerFile(dataDir);
+  const tmp = `${file}.${process.pid}.tmp`;
+  await writeFile(tmp, await ownerRecord(process.pid, role), { mode: 0o644 });
+  try {
+    for (let attempt = 0; ; attempt++) {
+      try {
+        await link(tmp, file);
+        return undefined;
+      } catch (err) {
+        if ((err as NodeJS.ErrnoException).code !== 'EEXIST' || attempt > 0) throw err;
+      }
+      const other = await liveOwner(dataDir);
+      if (other) return other;
+      await rm(file, { force: true }); // stale: a kctl that crashed, or a pid since reused
+    }
+  } finally {
+    await rm(tmp, { force: true });
+  }
+}
+
+/** Removes the record on stop, if it is still this process's. */
+export async function releaseDataDir(dataDir: string): Promise<void> {
+  const owner = await liveOwner(dataDir).catch(() => undefined);
+  if (owner?.pid === process.pid) await rm(ownerFile(dataDir), { force: true });
+}

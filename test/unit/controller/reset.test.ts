@@ -1,0 +1,39 @@
+// `kctl reset` on a stopped controller: leftover children only if their pid files prove them
+// ours, then every file and directory kctl made, each one logged.
+import assert from 'node:assert/strict';
+import { existsSync } from 'node:fs';
+import { copyFile, mkdir, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { test } from 'node:test';
+import { controllerPaths } from '../../../src/controller/paths.ts';
+import { resetController } from '../../../src/controller/reset.ts';
+import { captureLogger, tempDir } from '../../helpers.ts';
+import { isAlive, spawnProcess, waitFor } from '../supervisor/util.ts';
+
+test('reset stops a leftover child that runs our staged binary, leaves a foreign pid alone, removes and lists everything', async (t) => {
+  const dir = await tempDir(t);
+  const paths = controllerPaths(join(dir, 'data'), join(dir, 'run'));
+  for (const d of [paths.binDir, join(paths.pkiDir, 'etcd'), paths.kineDbDir, paths.runDir]) await mkdir(d, { recursive: true });
+  for (const f of [join(paths.pkiDir, 'ca.key'), join(paths.pkiDir, 'admin.conf'), join(paths.kineDbDir, 'state.db'), join(paths.dataDir, 'cluster-config.yaml'), paths.statusSocket]) await writeFile(f, 'x');
+  // A kine left behind by a killed kctl: a copy of sleep staged as <bin>/kine.
+  await copyFile('/bin/sleep', join(paths.binDir, 'kine'));
+  const leftover = await spawnProcess(t, join(paths.binDir, 'kine'), ['30']);
+  await writeFile(join(paths.runDir, 'kine.pid'), `${leftover}\n`);
+  // A pid file whose pid now belongs to some other program.
+  const foreign = await spawnProcess(t, '/bin/sleep', ['30']);
+  await writeFile(join(paths.runDir, 'kube-apiserver.pid'), `${foreign}\n`);
+
+  const { log, lines } = captureLogger();
+  await resetController(paths, log);
+
+  await waitFor('the leftover kine to exit', async () => !(await isAlive(leftover)));
+  assert.equal(await isAlive(foreign), true, 'reset stopped a process that is not ours');
+  assert.equal(existsSync(paths.dataDir), false);
+  assert.equal(existsSync(paths.runDir), false);
+  const removed = lines().filter((l) => String(l.msg).startsWith('removed ')).map((l) => l.path);
+  assert.deepEqual(removed, [
+    join(paths.runDir, 'status.sock'), paths.runDir,
+    paths.binDir, join(paths.dataDir, 'cluster-config.yaml'), paths.kineDbDir, paths.pkiDir, paths.dataDir,
+  ]);
+  assert.ok(lines().some((l) => /stopping leftover .*kine/.test(String(l.msg))));
+});
