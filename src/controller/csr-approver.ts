@@ -1,7 +1,7 @@
 // In-process approver for kubelet serving certificates (signer kubernetes.io/kubelet-serving).
 // kube-controller-manager approves node *client* CSRs itself; serving CSRs need someone to
 // check that a node asks only for its own name and addresses. Anything else is denied.
-import { isIPv6 } from 'node:net';
+import { canonicalIp } from '../base/addresses.ts';
 import type { Logger } from '../base/log.ts';
 import { resourcePath, type KubeClient } from '../kube/client.ts';
 import { Informer, type ListWatchOptions } from '../kube/informer.ts';
@@ -18,9 +18,8 @@ export interface NodeAddresses { name: string; addresses: { type: string; addres
 
 const ALLOWED_USAGES = new Set(['digital signature', 'key encipherment', 'server auth']);
 
-function canonicalIp(ip: string): string {
-  return isIPv6(ip) ? new URL(`http://[${ip}]`).hostname.slice(1, -1) : ip;
-}
+/** One spelling per address, so a CSR's "0:0::1" matches the Node's "::1". */
+const sameIp = (ip: string): string => canonicalIp(ip) ?? ip;
 
 export type Verdict = { approve: true; reason: string } | { approve: false; reason: string } | null;
 
@@ -40,9 +39,9 @@ export function judgeServingCsr(csr: Csr, node: NodeAddresses | undefined): Verd
   if (req.dnsNames.length + req.ipAddresses.length === 0) return { approve: false, reason: 'no subject alternative names' };
   if (!node) return null; // not registered yet: decide once the Node exists
   const dnsAllowed = new Set([nodeName, ...node.addresses.filter((a) => /DNS|Hostname/.test(a.type)).map((a) => a.address)]);
-  const ipAllowed = new Set(node.addresses.filter((a) => /IP$/.test(a.type)).map((a) => canonicalIp(a.address)));
+  const ipAllowed = new Set(node.addresses.filter((a) => /IP$/.test(a.type)).map((a) => sameIp(a.address)));
   const badDns = req.dnsNames.filter((d) => !dnsAllowed.has(d));
-  const badIp = req.ipAddresses.map(canonicalIp).filter((ip) => !ipAllowed.has(ip));
+  const badIp = req.ipAddresses.map(sameIp).filter((ip) => !ipAllowed.has(ip));
   if (badDns.length || badIp.length) return { approve: false, reason: `names not owned by node ${nodeName}: ${[...badDns, ...badIp].join(', ')}` };
   return { approve: true, reason: `serving certificate for node ${nodeName} (${[...req.dnsNames, ...req.ipAddresses].join(', ')})` };
 }

@@ -152,12 +152,13 @@ async function controllerScenario(t: TestContext, storage: 'etcd' | 'kine', extr
   }, r);
   await waitFor('API back', 120_000, async () => String((await kubectl('get', '--raw', '/readyz')).stdout).trim() === 'ok', r);
 
-  // SIGTERM stops everything in reverse order, exits 0, and leaves no child behind.
+  // SIGTERM stops everything in reverse order (the status socket, started first, goes last),
+  // exits 0, and leaves no child behind.
   const pids = (await status(runDir)).components.map((c) => c.pid).filter((p): p is number => !!p);
   assert.equal(await stopController(r), 0);
   for (const pid of pids) assert.equal(alive(pid), false, `component pid ${pid} survived`);
   const stopOrder = r.lines.filter((l) => l.component === 'manager' && String(l.msg).startsWith('stopping ')).map((l) => l.msg);
-  assert.deepEqual(stopOrder, ['stopping csr-approver', 'stopping kube-controller-manager', 'stopping kube-scheduler', 'stopping bootstrap', 'stopping kube-apiserver', 'stopping konnectivity-server', `stopping ${storage}`]);
+  assert.deepEqual(stopOrder, ['stopping csr-approver', 'stopping kube-controller-manager', 'stopping kube-scheduler', 'stopping bootstrap', 'stopping kube-apiserver', 'stopping konnectivity-server', `stopping ${storage}`, 'stopping status']);
 
   // A restart keeps the CA and the data.
   const ca = createHash('sha256').update(await readFile(join(dataDir, 'pki/ca.crt'))).digest('hex');
