@@ -19,7 +19,7 @@ import { ConnectionFlow, WindowBudget } from './flow.ts';
 import { AgentMetrics } from './metrics.ts';
 import {
   FLOW_CONTROL_EXTENSION, INITIAL_WINDOW, META, MAX_DATA_CHUNK, MAX_WINDOW, WINDOW_GROWTH_BUDGET, describePacket, formatIdentifiers, isId,
-  joinHostPort, konnectivityServices, newRandom, newTraceId, offersFlowControl, packets, splitHostPort,
+  joinHostPort, AgentServiceClient, newRandom, newTraceId, offersFlowControl, packets, splitHostPort,
   type AgentIdentifiers, type Int64, type Packet,
 } from './protocol.ts';
 
@@ -360,7 +360,6 @@ class ServerConnection {
   /** Connects and waits for the server's headers. */
   async open(): Promise<void> {
     const o = this.agent.o;
-    const { AgentService } = konnectivityServices();
     const buf = (v: string | Buffer | undefined): Buffer | null => (v === undefined ? null : typeof v === 'string' ? Buffer.from(v) : v);
     const creds = grpc.credentials.createSsl(buf(o.ca), buf(o.key), buf(o.cert));
     const options: grpc.ChannelOptions = {
@@ -384,7 +383,7 @@ class ServerConnection {
     if (o.extensions ?? true) md.set(META.extensions, FLOW_CONTROL_EXTENSION);
     if (this.closed) throw new Error('agent stopping');
 
-    const client = new AgentService(this.address.label, creds, options) as unknown as grpc.Client & { Connect(md: grpc.Metadata): grpc.ClientDuplexStream<Packet, Packet> };
+    const client = new AgentServiceClient(this.address.label, creds, options);
     this.client = client;
     const call = client.Connect(md);
     this.call = call;

@@ -16,10 +16,10 @@ import { AgentBackend, Broker, type ProxyStrategy } from './broker.ts';
 import { PROXY_METHOD, refuseNonConnect, serveHttpConnect, serveProxyStream } from './frontends.ts';
 import { ServerMetrics } from './metrics.ts';
 import {
-  FLOW_CONTROL_EXTENSION, META, konnectivityServices, offersFlowControl, parseIdentifiers, type AgentIdentifiers, type Packet,
+  AgentServiceDefinition, FLOW_CONTROL_EXTENSION, META, ProxyServiceDefinition, offersFlowControl, parseIdentifiers, type AgentIdentifiers, type Packet,
 } from './protocol.ts';
 
-export const CONNECT_METHOD = '/AgentService/Connect';
+export const CONNECT_METHOD = AgentServiceDefinition.Connect.path;
 
 export interface KonnectivityServerOptions {
   /** Unique per controller; default a random UUID. Agents use it to tell servers apart. */
@@ -200,12 +200,10 @@ export class KonnectivityServer implements Component {
   }
 
   private async listen(): Promise<void> {
-    const { ProxyService, AgentService } = konnectivityServices();
-
     // Frontend: kube-apiserver over a unix socket.
     // channelz off: its per-connection bookkeeping is a measurable part of a dial (bench/README.md).
     const frontend = new grpc.Server({ 'grpc.max_receive_message_length': 16 * 1024 * 1024, 'grpc.enable_channelz': 0 });
-    frontend.addService(ProxyService.service, {
+    frontend.addService(ProxyServiceDefinition, {
       Proxy: (call: grpc.ServerDuplexStream<Packet, Packet>) => {
         const gauge = this.metrics.grpcConnections.labels({ service_method: PROXY_METHOD });
         gauge.inc();
@@ -238,7 +236,7 @@ export class KonnectivityServer implements Component {
       'grpc.keepalive_permit_without_calls': 1,
       'grpc.max_receive_message_length': 16 * 1024 * 1024,
     });
-    agents.addService(AgentService.service, {
+    agents.addService(AgentServiceDefinition, {
       Connect: (call: grpc.ServerDuplexStream<Packet, Packet>) => void this.onAgentConnect(call),
     });
     this.agentServer = agents;
