@@ -2,9 +2,10 @@
 // on a unix socket, or HTTP-CONNECT on another), agents connect to it (TLS on agentPort), and
 // the broker ties the two together. Admin HTTP (healthz, readyz, metrics) on loopback.
 import { X509Certificate, randomUUID } from 'node:crypto';
+import { EventEmitter } from 'node:events';
 import { chmod, mkdir, rename, rm } from 'node:fs/promises';
 import { createServer as createHttpServer, type Server as HttpServer } from 'node:http';
-import type { AddressInfo } from 'node:net';
+import { createServer as createNetServer, type AddressInfo, type Server as NetServer, type Socket } from 'node:net';
 import { dirname, join } from 'node:path';
 import type { Duplex } from 'node:stream';
 import * as grpc from '@grpc/grpc-js';
@@ -143,6 +144,8 @@ export class KonnectivityServer implements Component {
   private startedAt = 0;
   private frontendServer: grpc.Server | undefined;
   private agentServer: grpc.Server | undefined;
+  private agentListener: NetServer | undefined;
+  private readonly agentSockets = new Set<Socket>();
   private httpConnectServer: HttpServer | undefined;
   private readonly connectSockets = new Set<Duplex>();
   private adminServer: HttpServer | undefined;
@@ -245,8 +248,19 @@ export class KonnectivityServer implements Component {
       new StaticCerts(buf(this.o.tls.ca), buf(this.o.tls.cert), buf(this.o.tls.key)),
       false,
     );
-    const host = this.o.agentBindAddress ?? '0.0.0.0';
-    this.boundAgentPort = await bindGrpc(agents, `${host.includes(':') ? `[${host}]` : host}:${this.o.agentPort}`, creds);
+    // Our own listener hands accepted sockets to grpc-js (its public connection injector), so
+    // they get TCP_NODELAY, which grpc-js leaves off on the server side: a small DIAL_REQ or
+    // CLOSE_REQ behind an unacknowledged write would wait for the agent's ACK (Go servers
+    // disable Nagle by default).
+    const injector = agents.createConnectionInjector(creds);
+    const listener = createNetServer({ noDelay: true }, (socket) => {
+      this.agentSockets.add(socket);
+      socket.once('close', () => this.agentSockets.delete(socket));
+      socket.on('error', () => {}); // reported on the TLS session grpc-js runs over it
+      injector.injectConnection(socket);
+    });
+    this.agentListener = listener;
+    this.boundAgentPort = await listenTcp(listener, this.o.agentPort, this.o.agentBindAddress ?? '0.0.0.0');
     widenReceiveWindows(agents, AGENT_STREAM_WINDOW, AGENT_SESSION_WINDOW);
 
     if (this.o.adminPort !== undefined) {
@@ -367,13 +381,15 @@ export class KonnectivityServer implements Component {
   private async closeListeners(): Promise<void> {
     this.broker.shutdown();
     for (const s of this.connectSockets) s.destroy();
+    this.agentListener?.close();
     await Promise.all([
       shutdownGrpc(this.agentServer),
       shutdownGrpc(this.frontendServer),
       closeHttp(this.httpConnectServer),
       closeHttp(this.adminServer),
     ]);
-    this.agentServer = this.frontendServer = this.httpConnectServer = this.adminServer = undefined;
+    for (const s of this.agentSockets) s.destroy();
+    this.agentServer = this.frontendServer = this.httpConnectServer = this.adminServer = this.agentListener = undefined;
     await Promise.all([this.o.udsPath, this.o.httpConnectUdsPath].map((p) => (p ? rm(p, { force: true }) : undefined)));
   }
 
@@ -436,13 +452,13 @@ export class KonnectivityServer implements Component {
 const AGENT_STREAM_WINDOW = 8 * 1024 * 1024;
 const AGENT_SESSION_WINDOW = 16 * 1024 * 1024;
 
-/** Raises the HTTP/2 receive windows of every session a grpc-js server accepts, and turns Nagle off. */
+/** Raises the HTTP/2 receive windows of every session a grpc-js server accepts. */
 function widenReceiveWindows(server: grpc.Server, streamWindow: number, sessionWindow: number): void {
-  const http2Servers = (server as unknown as { http2Servers?: Map<import('node:http2').Http2Server, unknown> }).http2Servers;
-  for (const h of http2Servers?.keys() ?? []) {
-    // grpc-js leaves Nagle on for accepted sockets: a small DIAL_REQ or CLOSE_REQ behind an
-    // unacknowledged write would wait for the agent's ACK (Go servers disable it by default).
-    h.on('connection', (socket: import('node:net').Socket) => socket.setNoDelay(true));
+  // grpc-js limitation: no server option and no public hook reach its HTTP/2 sessions, so this reads its private http2Servers.
+  const http2Servers: unknown = server['http2Servers'];
+  if (!(http2Servers instanceof Map)) return;
+  for (const h of http2Servers.keys()) {
+    if (!(h instanceof EventEmitter)) continue;
     h.on('session', (session: import('node:http2').ServerHttp2Session) => {
       session.once('localSettings', () => {
         try {
@@ -454,6 +470,17 @@ function widenReceiveWindows(server: grpc.Server, streamWindow: number, sessionW
       });
     });
   }
+}
+
+function listenTcp(server: NetServer, port: number, host: string): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const onError = (err: Error): void => reject(new Error(`konnectivity server cannot listen on ${host.includes(':') ? `[${host}]` : host}:${port}: ${err.message}`));
+    server.once('error', onError);
+    server.listen(port, host, () => {
+      server.off('error', onError);
+      resolve((server.address() as AddressInfo).port);
+    });
+  });
 }
 
 function bindGrpc(server: grpc.Server, address: string, creds: grpc.ServerCredentials): Promise<number> {
