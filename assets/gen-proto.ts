@@ -121,7 +121,8 @@ function required(p: FieldPlan): boolean {
   return !p.oneof && p.messageName === undefined;
 }
 
-function genMessage(t: protobuf.Type): string {
+/** `top`: the message is an RPC's request or response, so it gets Buffer-level encode/decode. */
+function genMessage(t: protobuf.Type, top: boolean): string {
   if (t.nestedArray.length > 0) unsupported(t.name, 'nested declarations');
   const plans = t.fieldsArray.map((f) => planField(t, f)).sort((a, b) => a.f.id - b.f.id);
   const N = t.name;
@@ -183,7 +184,7 @@ ${body(read)}      default: r.skipType(tag & 7, 0, tag >>> 3);
   }
   return m;
 }
-
+${top ? `
 export function encode${N}(m: ${N}): Buffer {
   const w = new WireWriter(size${N}(m));
   write${N}(w, m);
@@ -194,7 +195,7 @@ export function decode${N}(b: Buffer): ${N} {
   const r = wire.newReader(b);
   return read${N}(r, r.len);
 }
-`);
+` : ''}`);
   return out.join('');
 }
 
@@ -244,12 +245,13 @@ function generate(protoText: string): string {
   if (parsed.package) unsupported('the file', 'a package line');
   const r = parsed.root;
   r.resolveAll();
+  const rpcTypes = new Set(r.nestedArray.flatMap((o) => (o instanceof protobuf.Service ? o.methodsArray.flatMap((m) => [m.requestType, m.responseType]) : [])));
   const enums: string[] = [];
   const messages: string[] = [];
   const services: string[] = [];
   for (const obj of r.nestedArray) {
     if (obj instanceof protobuf.Enum) enums.push(genEnum(obj));
-    else if (obj instanceof protobuf.Type) messages.push(genMessage(obj));
+    else if (obj instanceof protobuf.Type) messages.push(genMessage(obj, rpcTypes.has(obj.name)));
     else if (obj instanceof protobuf.Service) services.push(genService(obj));
     else unsupported(obj.name, 'a namespace');
   }

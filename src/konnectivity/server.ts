@@ -2,16 +2,15 @@
 // on a unix socket, or HTTP-CONNECT on another), agents connect to it (TLS on agentPort), and
 // the broker ties the two together. Admin HTTP (healthz, readyz, metrics) on loopback.
 import { X509Certificate, randomUUID } from 'node:crypto';
-import { EventEmitter } from 'node:events';
 import { chmod, mkdir, rename, rm } from 'node:fs/promises';
 import { createServer as createHttpServer, type Server as HttpServer } from 'node:http';
-import { createServer as createNetServer, type AddressInfo, type Server as NetServer, type Socket } from 'node:net';
+import type { AddressInfo } from 'node:net';
 import { dirname, join } from 'node:path';
 import type { Duplex } from 'node:stream';
 import * as grpc from '@grpc/grpc-js';
-import { experimental } from '@grpc/grpc-js';
 import type { Logger } from '../log/logger.ts';
 import type { Component, ComponentStatus, ComponentState } from '../supervisor/component.ts';
+import { AgentListener } from './agent-port.ts';
 import { AgentAuthError, authenticateAgent, type AgentIdentity, type TokenReview } from './auth.ts';
 import { AgentBackend, Broker, type ProxyStrategy } from './broker.ts';
 import { PROXY_METHOD, refuseNonConnect, serveHttpConnect, serveProxyStream } from './frontends.ts';
@@ -101,19 +100,6 @@ export interface TunnelStats {
   peakHeld: number;
 }
 
-/**
- * Certificates that never change, through grpc-js's provider interface: the only way it offers
- * to ask for a client certificate without requiring one (createSsl does either or neither).
- * Updates are delivered on the next tick: grpc-js registers its watcher after adding listeners.
- */
-class StaticCerts implements experimental.CertificateProvider {
-  constructor(private readonly ca: Buffer, private readonly cert: Buffer, private readonly key: Buffer) {}
-  addCaCertificateListener(l: experimental.CaCertificateUpdateListener): void { setImmediate(() => l({ caCertificate: this.ca })); }
-  removeCaCertificateListener(): void {}
-  addIdentityCertificateListener(l: experimental.IdentityCertificateUpdateListener): void { setImmediate(() => l({ certificate: this.cert, privateKey: this.key })); }
-  removeIdentityCertificateListener(): void {}
-}
-
 const buf = (v: string | Buffer): Buffer => (typeof v === 'string' ? Buffer.from(v) : v);
 
 /** Default identifier check: a node certificate vouches for its own node name, nothing more. */
@@ -144,8 +130,7 @@ export class KonnectivityServer implements Component {
   private startedAt = 0;
   private frontendServer: grpc.Server | undefined;
   private agentServer: grpc.Server | undefined;
-  private agentListener: NetServer | undefined;
-  private readonly agentSockets = new Set<Socket>();
+  private agentListener: AgentListener | undefined;
   private httpConnectServer: HttpServer | undefined;
   private readonly connectSockets = new Set<Duplex>();
   private adminServer: HttpServer | undefined;
@@ -230,8 +215,9 @@ export class KonnectivityServer implements Component {
       await bindPrivateSocket(this.o.httpConnectUdsPath, (tmp) => listenHttp(http, tmp));
     }
 
-    // Backend: agents over TLS. The client certificate is requested but not required by TLS,
-    // so token-only agents get through the handshake; authenticateAgent then requires one.
+    // Backend: agents over TLS (agent-port.ts). The client certificate is requested but not
+    // required by TLS, so token-only agents get through the handshake; authenticateAgent then
+    // requires one.
     const agents = new grpc.Server({
       'grpc.enable_channelz': 0,
       'grpc.keepalive_time_ms': this.o.keepaliveTimeMs ?? 10_000,
@@ -243,25 +229,9 @@ export class KonnectivityServer implements Component {
       Connect: (call: grpc.ServerDuplexStream<Packet, Packet>) => void this.onAgentConnect(call),
     });
     this.agentServer = agents;
-    const creds = experimental.createCertificateProviderServerCredentials(
-      new StaticCerts(buf(this.o.tls.ca), buf(this.o.tls.cert), buf(this.o.tls.key)),
-      new StaticCerts(buf(this.o.tls.ca), buf(this.o.tls.cert), buf(this.o.tls.key)),
-      false,
-    );
-    // Our own listener hands accepted sockets to grpc-js (its public connection injector), so
-    // they get TCP_NODELAY, which grpc-js leaves off on the server side: a small DIAL_REQ or
-    // CLOSE_REQ behind an unacknowledged write would wait for the agent's ACK (Go servers
-    // disable Nagle by default).
-    const injector = agents.createConnectionInjector(creds);
-    const listener = createNetServer({ noDelay: true }, (socket) => {
-      this.agentSockets.add(socket);
-      socket.once('close', () => this.agentSockets.delete(socket));
-      socket.on('error', () => {}); // reported on the TLS session grpc-js runs over it
-      injector.injectConnection(socket);
-    });
+    const listener = new AgentListener(agents, { ca: buf(this.o.tls.ca), cert: buf(this.o.tls.cert), key: buf(this.o.tls.key) });
     this.agentListener = listener;
-    this.boundAgentPort = await listenTcp(listener, this.o.agentPort, this.o.agentBindAddress ?? '0.0.0.0');
-    widenReceiveWindows(agents, AGENT_STREAM_WINDOW, AGENT_SESSION_WINDOW);
+    this.boundAgentPort = await listener.listen(this.o.agentPort, this.o.agentBindAddress ?? '0.0.0.0');
 
     if (this.o.adminPort !== undefined) {
       const admin = createHttpServer((req, res) => void this.serveAdmin(req.url ?? '/', res));
@@ -388,7 +358,7 @@ export class KonnectivityServer implements Component {
       closeHttp(this.httpConnectServer),
       closeHttp(this.adminServer),
     ]);
-    for (const s of this.agentSockets) s.destroy();
+    this.agentListener?.destroySockets();
     this.agentServer = this.frontendServer = this.httpConnectServer = this.adminServer = this.agentListener = undefined;
     await Promise.all([this.o.udsPath, this.o.httpConnectUdsPath].map((p) => (p ? rm(p, { force: true }) : undefined)));
   }
@@ -443,44 +413,6 @@ export class KonnectivityServer implements Component {
     }
     return out;
   }
-}
-
-/**
- * The agent stream is never paused (per-connection credit does that job), so a 64 KiB HTTP/2
- * window would only cost a round trip per 64 KiB. grpc-js offers no server option for it.
- */
-const AGENT_STREAM_WINDOW = 8 * 1024 * 1024;
-const AGENT_SESSION_WINDOW = 16 * 1024 * 1024;
-
-/** Raises the HTTP/2 receive windows of every session a grpc-js server accepts. */
-function widenReceiveWindows(server: grpc.Server, streamWindow: number, sessionWindow: number): void {
-  // grpc-js limitation: no server option and no public hook reach its HTTP/2 sessions, so this reads its private http2Servers.
-  const http2Servers: unknown = server['http2Servers'];
-  if (!(http2Servers instanceof Map)) return;
-  for (const h of http2Servers.keys()) {
-    if (!(h instanceof EventEmitter)) continue;
-    h.on('session', (session: import('node:http2').ServerHttp2Session) => {
-      session.once('localSettings', () => {
-        try {
-          session.setLocalWindowSize(sessionWindow);
-          session.settings({ initialWindowSize: streamWindow });
-        } catch {
-          // the session closed already
-        }
-      });
-    });
-  }
-}
-
-function listenTcp(server: NetServer, port: number, host: string): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const onError = (err: Error): void => reject(new Error(`konnectivity server cannot listen on ${host.includes(':') ? `[${host}]` : host}:${port}: ${err.message}`));
-    server.once('error', onError);
-    server.listen(port, host, () => {
-      server.off('error', onError);
-      resolve((server.address() as AddressInfo).port);
-    });
-  });
 }
 
 function bindGrpc(server: grpc.Server, address: string, creds: grpc.ServerCredentials): Promise<number> {
