@@ -3,9 +3,7 @@
 // then DATA both ways, CLOSE_REQ / CLOSE_RSP at the end. Used by tests and tools.
 import { Duplex } from 'node:stream';
 import * as grpc from '@grpc/grpc-js';
-import { MAX_DATA_CHUNK, konnectivityServices, newRandom, packets, type Int64, type Packet } from './protocol.ts';
-
-type ProxyClient = grpc.Client & { Proxy(): grpc.ClientDuplexStream<Packet, Packet> };
+import { MAX_DATA_CHUNK, ProxyServiceClient, newRandom, packets, type Int64, type Packet } from './protocol.ts';
 
 export interface ProxyDialOptions {
   /** The server's GRPC unix socket. */
@@ -24,15 +22,14 @@ export class ProxyDialError extends Error {
 
 /** Opens a Proxy stream on its own connection (what kube-apiserver's single-use tunnel does). */
 export function openProxyStream(udsPath: string): { client: grpc.Client; call: grpc.ClientDuplexStream<Packet, Packet> } {
-  const { ProxyService } = konnectivityServices();
-  const client = new ProxyService(`unix:${udsPath}`, grpc.credentials.createInsecure(), {
+  const client = new ProxyServiceClient(`unix:${udsPath}`, grpc.credentials.createInsecure(), {
     'grpc.use_local_subchannel_pool': 1,
     'grpc.enable_channelz': 0,
     'grpc.max_receive_message_length': 16 * 1024 * 1024,
     // Go's gRPC (kube-apiserver) grows its windows with BDP estimation; a fixed 64 KiB would
     // make this client, not the tunnel, the bottleneck.
     'grpc-node.flow_control_window': 1024 * 1024,
-  }) as unknown as ProxyClient;
+  });
   const call = client.Proxy();
   return { client, call };
 }

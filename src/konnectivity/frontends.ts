@@ -8,9 +8,9 @@ import type * as grpc from '@grpc/grpc-js';
 import type { Logger } from '../base/log.ts';
 import { NO_AGENT, type Broker, type Frontend, type Tunnel } from './broker.ts';
 import type { DialFailureReason } from './metrics.ts';
-import { describePacket, isId, newRandom, packets, type Int64, type Packet } from './protocol.ts';
+import { ProxyServiceDefinition, describePacket, isId, newRandom, packets, type Int64, type Packet } from './protocol.ts';
 
-export const PROXY_METHOD = '/ProxyService/Proxy';
+export const PROXY_METHOD = ProxyServiceDefinition.Proxy.path;
 
 /** One kube-apiserver Proxy stream: DIAL_REQ first, then DATA / CLOSE_REQ / DIAL_CLS. */
 export function serveProxyStream(call: grpc.ServerDuplexStream<Packet, Packet>, broker: Broker, log: Logger, onDone: () => void): void {
@@ -175,7 +175,7 @@ export function serveHttpConnect(req: IncomingMessage, socket: Duplex, head: Buf
     gone = true;
     if (tunnel !== null) broker.frontendGone(tunnel);
   });
-  tunnel = broker.dial(frontend, { protocol: 'tcp', address: req.url ?? '', random: newRandom() });
+  tunnel = broker.dial(frontend, { protocol: 'tcp', address: req.url ?? '', random: newRandom(), kctlTraceID: '' });
 }
 
 /** Anything but CONNECT on the HTTP-CONNECT socket. */

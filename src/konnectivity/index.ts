@@ -6,6 +6,6 @@ export { dialViaProxy, openProxyStream, ProxyTunnel, ProxyDialError, type ProxyD
 export { type TokenReview, type AgentIdentity } from './auth.ts';
 export { type ProxyStrategy, NO_AGENT } from './broker.ts';
 export {
-  FLOW_CONTROL_EXTENSION, INITIAL_WINDOW, formatIdentifiers, parseIdentifiers, konnectivityServices,
+  FLOW_CONTROL_EXTENSION, INITIAL_WINDOW, formatIdentifiers, parseIdentifiers, AgentServiceClient, ProxyServiceClient,
   encodePacket, decodePacket, packets, newRandom, type Packet, type PacketType, type AgentIdentifiers,
 } from './protocol.ts';

@@ -1,79 +1,16 @@
-// The konnectivity wire protocol: typed packets, gRPC service definitions, ids and the kctl
-// extension. int64 ids (random, connectID) are decimal strings end to end: `random` uses all
-// 63 bits, which a JS number cannot hold.
+// The konnectivity wire protocol: packet builders, ids, metadata names and the kctl
+// extension. Types, encode/decode and the gRPC services are generated from konnectivity.proto
+// (gen/konnectivity.ts, `npm run gen`). int64 ids (random, connectID) are decimal strings end
+// to end: `random` uses all 63 bits, which a JS number cannot hold.
 import { randomBytes } from 'node:crypto';
-import * as grpc from '@grpc/grpc-js';
-import { fromJSON, type Options as LoaderOptions } from '@grpc/proto-loader';
-// A direct dependency of @grpc/proto-loader; parsing from a string needs no .proto on disk.
-import protobuf from 'protobufjs';
-import { PROTO_TEXT } from './proto.ts';
+import type * as grpc from '@grpc/grpc-js';
+import type { Int64, Packet } from './gen/konnectivity.ts';
 
-export type PacketType =
-  | 'DIAL_REQ' | 'DIAL_RSP' | 'CLOSE_REQ' | 'CLOSE_RSP' | 'DATA' | 'DIAL_CLS' | 'DRAIN'
-  | 'KCTL_CREDIT' | 'KCTL_PING' | 'KCTL_PONG';
-
-/** int64 on the wire, a decimal string here. */
-export type Int64 = string;
-
-export interface DialRequest { protocol: string; address: string; random: Int64; kctlTraceID?: string }
-export interface DialResponse { error?: string; connectID: Int64; random: Int64 }
-export interface CloseRequest { connectID: Int64 }
-export interface CloseResponse { error?: string; connectID: Int64 }
-export interface CloseDial { random: Int64 }
-export interface Data { connectID: Int64; error?: string; data: Buffer }
-export interface KctlCredit { connectID: Int64; bytes: Int64 }
-export interface KctlPing { nonce: Int64 }
-
-export interface Packet {
-  type: PacketType;
-  dialRequest?: DialRequest;
-  dialResponse?: DialResponse;
-  data?: Data;
-  closeRequest?: CloseRequest;
-  closeResponse?: CloseResponse;
-  closeDial?: CloseDial;
-  drain?: Record<string, never>;
-  kctlCredit?: KctlCredit;
-  kctlPing?: KctlPing;
-}
-
-const LOADER_OPTIONS: LoaderOptions = {
-  keepCase: true,
-  longs: String,
-  enums: String,
-  // Absent scalars decode as '' / '0' rather than undefined, so callers need one check, not two.
-  defaults: true,
-  oneofs: false,
-};
-
-interface ServiceDefinitions {
-  ProxyService: grpc.ServiceClientConstructor;
-  AgentService: grpc.ServiceClientConstructor;
-}
-
-let services: ServiceDefinitions | undefined;
-
-/** The gRPC services, loaded once from the embedded .proto text. */
-export function konnectivityServices(): ServiceDefinitions {
-  if (services === undefined) {
-    const root = protobuf.parse(PROTO_TEXT, { keepCase: true }).root;
-    const loaded = grpc.loadPackageDefinition(fromJSON(root.toJSON(), LOADER_OPTIONS));
-    services = {
-      ProxyService: loaded.ProxyService as grpc.ServiceClientConstructor,
-      AgentService: loaded.AgentService as grpc.ServiceClientConstructor,
-    };
-  }
-  return services;
-}
-
-/** Bytes on the wire for a packet, as gRPC sends it (for tests and tools). */
-export function encodePacket(p: Packet): Buffer {
-  return konnectivityServices().AgentService.service.Connect.requestSerialize(p);
-}
-
-export function decodePacket(b: Buffer): Packet {
-  return konnectivityServices().AgentService.service.Connect.responseDeserialize(b) as Packet;
-}
+export {
+  AgentServiceClient, AgentServiceDefinition, ProxyServiceClient, ProxyServiceDefinition, decodePacket, encodePacket,
+  type AgentServiceHandlers, type CloseDial, type CloseRequest, type CloseResponse, type Data, type DialRequest, type DialResponse,
+  type Int64, type KctlCredit, type KctlPing, type Packet, type PacketType, type ProxyServiceHandlers,
+} from './gen/konnectivity.ts';
 
 // ---- ids ----
 
@@ -98,13 +35,13 @@ export function isId(v: Int64 | undefined): v is Int64 {
 // ---- packets ----
 
 export const packets = {
-  dialReq: (address: string, random: Int64, kctlTraceID?: string): Packet =>
-    ({ type: 'DIAL_REQ', dialRequest: { protocol: 'tcp', address, random, ...(kctlTraceID ? { kctlTraceID } : {}) } }),
-  dialRsp: (random: Int64, connectID: Int64, error?: string): Packet =>
-    ({ type: 'DIAL_RSP', dialResponse: { random, connectID, ...(error ? { error } : {}) } }),
+  dialReq: (address: string, random: Int64, kctlTraceID = ''): Packet =>
+    ({ type: 'DIAL_REQ', dialRequest: { protocol: 'tcp', address, random, kctlTraceID } }),
+  dialRsp: (random: Int64, connectID: Int64, error = ''): Packet =>
+    ({ type: 'DIAL_RSP', dialResponse: { random, connectID, error } }),
   closeReq: (connectID: Int64): Packet => ({ type: 'CLOSE_REQ', closeRequest: { connectID } }),
-  closeRsp: (connectID: Int64, error?: string): Packet => ({ type: 'CLOSE_RSP', closeResponse: { connectID, ...(error ? { error } : {}) } }),
-  data: (connectID: Int64, data: Buffer): Packet => ({ type: 'DATA', data: { connectID, data } }),
+  closeRsp: (connectID: Int64, error = ''): Packet => ({ type: 'CLOSE_RSP', closeResponse: { connectID, error } }),
+  data: (connectID: Int64, data: Buffer): Packet => ({ type: 'DATA', data: { connectID, error: '', data } }),
   dialCls: (random: Int64): Packet => ({ type: 'DIAL_CLS', closeDial: { random } }),
   drain: (): Packet => ({ type: 'DRAIN', drain: {} }),
   credit: (connectID: Int64, bytes: number): Packet => ({ type: 'KCTL_CREDIT', kctlCredit: { connectID, bytes: String(bytes) } }),

@@ -8,18 +8,18 @@ import type { AddressInfo } from 'node:net';
 import { dirname, join } from 'node:path';
 import type { Duplex } from 'node:stream';
 import * as grpc from '@grpc/grpc-js';
-import { experimental } from '@grpc/grpc-js';
 import type { Logger } from '../base/log.ts';
 import type { Component, ComponentStatus, ComponentState } from '../base/component.ts';
+import { AgentListener } from './agent-port.ts';
 import { AgentAuthError, authenticateAgent, type AgentIdentity, type TokenReview } from './auth.ts';
 import { AgentBackend, Broker, type ProxyStrategy } from './broker.ts';
 import { PROXY_METHOD, refuseNonConnect, serveHttpConnect, serveProxyStream } from './frontends.ts';
 import { ServerMetrics } from './metrics.ts';
 import {
-  FLOW_CONTROL_EXTENSION, META, konnectivityServices, offersFlowControl, parseIdentifiers, type AgentIdentifiers, type Packet,
+  AgentServiceDefinition, FLOW_CONTROL_EXTENSION, META, ProxyServiceDefinition, offersFlowControl, parseIdentifiers, type AgentIdentifiers, type Packet,
 } from './protocol.ts';
 
-export const CONNECT_METHOD = '/AgentService/Connect';
+export const CONNECT_METHOD = AgentServiceDefinition.Connect.path;
 
 export interface KonnectivityServerOptions {
   /** Unique per controller; default a random UUID. Agents use it to tell servers apart. */
@@ -100,19 +100,6 @@ export interface TunnelStats {
   peakHeld: number;
 }
 
-/**
- * Certificates that never change, through grpc-js's provider interface: the only way it offers
- * to ask for a client certificate without requiring one (createSsl does either or neither).
- * Updates are delivered on the next tick: grpc-js registers its watcher after adding listeners.
- */
-class StaticCerts implements experimental.CertificateProvider {
-  constructor(private readonly ca: Buffer, private readonly cert: Buffer, private readonly key: Buffer) {}
-  addCaCertificateListener(l: experimental.CaCertificateUpdateListener): void { setImmediate(() => l({ caCertificate: this.ca })); }
-  removeCaCertificateListener(): void {}
-  addIdentityCertificateListener(l: experimental.IdentityCertificateUpdateListener): void { setImmediate(() => l({ certificate: this.cert, privateKey: this.key })); }
-  removeIdentityCertificateListener(): void {}
-}
-
 const buf = (v: string | Buffer): Buffer => (typeof v === 'string' ? Buffer.from(v) : v);
 
 /** Default identifier check: a node certificate vouches for its own node name, nothing more. */
@@ -143,6 +130,7 @@ export class KonnectivityServer implements Component {
   private startedAt = 0;
   private frontendServer: grpc.Server | undefined;
   private agentServer: grpc.Server | undefined;
+  private agentListener: AgentListener | undefined;
   private httpConnectServer: HttpServer | undefined;
   private readonly connectSockets = new Set<Duplex>();
   private adminServer: HttpServer | undefined;
@@ -200,12 +188,10 @@ export class KonnectivityServer implements Component {
   }
 
   private async listen(): Promise<void> {
-    const { ProxyService, AgentService } = konnectivityServices();
-
     // Frontend: kube-apiserver over a unix socket.
     // channelz off: its per-connection bookkeeping is a measurable part of a dial (bench/README.md).
     const frontend = new grpc.Server({ 'grpc.max_receive_message_length': 16 * 1024 * 1024, 'grpc.enable_channelz': 0 });
-    frontend.addService(ProxyService.service, {
+    frontend.addService(ProxyServiceDefinition, {
       Proxy: (call: grpc.ServerDuplexStream<Packet, Packet>) => {
         const gauge = this.metrics.grpcConnections.labels({ service_method: PROXY_METHOD });
         gauge.inc();
@@ -229,8 +215,9 @@ export class KonnectivityServer implements Component {
       await bindPrivateSocket(this.o.httpConnectUdsPath, (tmp) => listenHttp(http, tmp));
     }
 
-    // Backend: agents over TLS. The client certificate is requested but not required by TLS,
-    // so token-only agents get through the handshake; authenticateAgent then requires one.
+    // Backend: agents over TLS (agent-port.ts). The client certificate is requested but not
+    // required by TLS, so token-only agents get through the handshake; authenticateAgent then
+    // requires one.
     const agents = new grpc.Server({
       'grpc.enable_channelz': 0,
       'grpc.keepalive_time_ms': this.o.keepaliveTimeMs ?? 10_000,
@@ -238,18 +225,13 @@ export class KonnectivityServer implements Component {
       'grpc.keepalive_permit_without_calls': 1,
       'grpc.max_receive_message_length': 16 * 1024 * 1024,
     });
-    agents.addService(AgentService.service, {
+    agents.addService(AgentServiceDefinition, {
       Connect: (call: grpc.ServerDuplexStream<Packet, Packet>) => void this.onAgentConnect(call),
     });
     this.agentServer = agents;
-    const creds = experimental.createCertificateProviderServerCredentials(
-      new StaticCerts(buf(this.o.tls.ca), buf(this.o.tls.cert), buf(this.o.tls.key)),
-      new StaticCerts(buf(this.o.tls.ca), buf(this.o.tls.cert), buf(this.o.tls.key)),
-      false,
-    );
-    const host = this.o.agentBindAddress ?? '0.0.0.0';
-    this.boundAgentPort = await bindGrpc(agents, `${host.includes(':') ? `[${host}]` : host}:${this.o.agentPort}`, creds);
-    widenReceiveWindows(agents, AGENT_STREAM_WINDOW, AGENT_SESSION_WINDOW);
+    const listener = new AgentListener(agents, { ca: buf(this.o.tls.ca), cert: buf(this.o.tls.cert), key: buf(this.o.tls.key) });
+    this.agentListener = listener;
+    this.boundAgentPort = await listener.listen(this.o.agentPort, this.o.agentBindAddress ?? '0.0.0.0');
 
     if (this.o.adminPort !== undefined) {
       const admin = createHttpServer((req, res) => void this.serveAdmin(req.url ?? '/', res));
@@ -369,13 +351,15 @@ export class KonnectivityServer implements Component {
   private async closeListeners(): Promise<void> {
     this.broker.shutdown();
     for (const s of this.connectSockets) s.destroy();
+    this.agentListener?.close();
     await Promise.all([
       shutdownGrpc(this.agentServer),
       shutdownGrpc(this.frontendServer),
       closeHttp(this.httpConnectServer),
       closeHttp(this.adminServer),
     ]);
-    this.agentServer = this.frontendServer = this.httpConnectServer = this.adminServer = undefined;
+    this.agentListener?.destroySockets();
+    this.agentServer = this.frontendServer = this.httpConnectServer = this.adminServer = this.agentListener = undefined;
     await Promise.all([this.o.udsPath, this.o.httpConnectUdsPath].map((p) => (p ? rm(p, { force: true }) : undefined)));
   }
 
@@ -428,33 +412,6 @@ export class KonnectivityServer implements Component {
       });
     }
     return out;
-  }
-}
-
-/**
- * The agent stream is never paused (per-connection credit does that job), so a 64 KiB HTTP/2
- * window would only cost a round trip per 64 KiB. grpc-js offers no server option for it.
- */
-const AGENT_STREAM_WINDOW = 8 * 1024 * 1024;
-const AGENT_SESSION_WINDOW = 16 * 1024 * 1024;
-
-/** Raises the HTTP/2 receive windows of every session a grpc-js server accepts, and turns Nagle off. */
-function widenReceiveWindows(server: grpc.Server, streamWindow: number, sessionWindow: number): void {
-  const http2Servers = (server as unknown as { http2Servers?: Map<import('node:http2').Http2Server, unknown> }).http2Servers;
-  for (const h of http2Servers?.keys() ?? []) {
-    // grpc-js leaves Nagle on for accepted sockets: a small DIAL_REQ or CLOSE_REQ behind an
-    // unacknowledged write would wait for the agent's ACK (Go servers disable it by default).
-    h.on('connection', (socket: import('node:net').Socket) => socket.setNoDelay(true));
-    h.on('session', (session: import('node:http2').ServerHttp2Session) => {
-      session.once('localSettings', () => {
-        try {
-          session.setLocalWindowSize(sessionWindow);
-          session.settings({ initialWindowSize: streamWindow });
-        } catch {
-          // the session closed already
-        }
-      });
-    });
   }
 }
 

@@ -8,7 +8,7 @@ import { Writable } from 'node:stream';
 import { setTimeout as sleep } from 'node:timers/promises';
 import * as grpc from '@grpc/grpc-js';
 import { createLogger, type Logger } from '../../../src/base/log.ts';
-import { konnectivityServices, type Packet } from '../../../src/konnectivity/protocol.ts';
+import { AgentServiceClient, type Packet } from '../../../src/konnectivity/protocol.ts';
 import { ensurePki, pkiPaths } from '../../../src/pki/index.ts';
 import { generateKeyPem, issueCaCert, issueLeafCert, keyIdOf, parseCert, parseKey, type Signer } from '../../../src/pki/x509.ts';
 import { KonnectivityAgent, type KonnectivityAgentOptions } from '../../../src/konnectivity/agent.ts';
@@ -216,10 +216,9 @@ export interface RawAgentOptions {
 
 /** Connects to the server's agent port; rejects with the status details when refused. */
 export async function rawAgent(t: T, pki: TestPki, server: KonnectivityServer, o: RawAgentOptions = {}): Promise<RawAgent> {
-  const { AgentService } = konnectivityServices();
   const creds = o.creds === null ? null : (o.creds ?? await pki.nodeCert(o.agentId ?? 'raw-1'));
   const channelCreds = grpc.credentials.createSsl(Buffer.from(pki.ca), creds ? Buffer.from(creds.key) : null, creds ? Buffer.from(creds.cert) : null);
-  const client = new AgentService(`127.0.0.1:${server.agentPort()}`, channelCreds, { 'grpc.use_local_subchannel_pool': 1 }) as unknown as grpc.Client & { Connect(md: grpc.Metadata): grpc.ClientDuplexStream<Packet, Packet> };
+  const client = new AgentServiceClient(`127.0.0.1:${server.agentPort()}`, channelCreds, { 'grpc.use_local_subchannel_pool': 1 });
   const md = new grpc.Metadata();
   if (o.agentId !== '') md.set('agentid', o.agentId ?? 'raw-1');
   md.set('agentidentifiers', o.identifiers ?? '');
