@@ -2,6 +2,7 @@
 // serverid/servercount headers, keepalive (kctl servers), DRAIN, and the dispatch of the
 // server's packets to dials and target connections (agent-targets.ts). The agent (agent.ts)
 // decides which servers to hold; this file knows one of them.
+import { splitHostPort } from '../base/addresses.ts';
 import { readFile } from 'node:fs/promises';
 import type { Socket } from 'node:net';
 import * as grpc from '@grpc/grpc-js';
@@ -12,7 +13,7 @@ import type { WindowBudget } from './flow.ts';
 import type { AgentMetrics } from './metrics.ts';
 import {
   AgentServiceClient, FLOW_CONTROL_EXTENSION, META, describePacket, formatIdentifiers, isId, newRandom, newTraceId,
-  offersFlowControl, packets, splitHostPort, type Int64, type Packet,
+  offersFlowControl, packets, type Int64, type Packet,
 } from './protocol.ts';
 
 /** gRPC keepalive towards any server: upstream refuses pings more often than every 30 s. */

@@ -13,12 +13,13 @@
 //
 // This file is the agent as a whole (which servers to hold, start/stop, snapshot);
 // agent-connection.ts is one stream to one server, agent-targets.ts the target side.
+import { joinHostPort } from '../base/addresses.ts';
 import type { Logger } from '../base/log.ts';
 import type { Component, ComponentState, ComponentStatus } from '../base/component.ts';
 import { ServerConnection, type ConnectionContext } from './agent-connection.ts';
 import { WindowBudget } from './flow.ts';
 import { AgentMetrics } from './metrics.ts';
-import { FLOW_CONTROL_EXTENSION, WINDOW_GROWTH_BUDGET, joinHostPort, type AgentIdentifiers } from './protocol.ts';
+import { FLOW_CONTROL_EXTENSION, WINDOW_GROWTH_BUDGET, type AgentIdentifiers } from './protocol.ts';
 
 export interface ServerAddress {
   host: string;

@@ -5,13 +5,14 @@
 // Invariants the leak test checks: every tunnel is in exactly one table (pending by random,
 // or its agent's conns by connectID) until `finish`, and every path out of a state ends in
 // `finish`: answered, failed, timed out, cancelled by either side, or its agent gone.
+import { splitHostPort } from '../base/addresses.ts';
 import { BlockList, isIPv4, isIPv6 } from 'node:net';
 import type * as grpc from '@grpc/grpc-js';
 import type { Logger } from '../base/log.ts';
 import { ConnectionFlow, WindowBudget } from './flow.ts';
 import type { DialFailureReason, ServerMetrics } from './metrics.ts';
 import {
-  INITIAL_WINDOW, MAX_DATA_CHUNK, MAX_WINDOW, WINDOW_GROWTH_BUDGET, describePacket, isId, newTraceId, packets, splitHostPort,
+  INITIAL_WINDOW, MAX_DATA_CHUNK, MAX_WINDOW, WINDOW_GROWTH_BUDGET, describePacket, isId, newTraceId, packets,
   type AgentIdentifiers, type DialRequest, type Int64, type Packet,
 } from './protocol.ts';
 import type { AgentIdentity } from './auth.ts';

@@ -4,6 +4,7 @@
 // to end: `random` uses all 63 bits, which a JS number cannot hold.
 import { randomBytes } from 'node:crypto';
 import type * as grpc from '@grpc/grpc-js';
+import { canonicalIp } from '../base/addresses.ts';
 import type { Int64, Packet } from './gen/konnectivity.ts';
 
 export {
@@ -112,7 +113,7 @@ export function parseIdentifiers(query: string): AgentIdentifiers {
   return {
     host: q.getAll('host').map((h) => h.toLowerCase()),
     ipv4: q.getAll('ipv4'),
-    ipv6: q.getAll('ipv6').map(canonicalIpv6),
+    ipv6: q.getAll('ipv6').map((a) => canonicalIp(a) ?? a.toLowerCase()),
     cidr: q.getAll('cidr'),
     defaultRoute: q.getAll('default-route').includes('true'),
   };
@@ -126,26 +127,4 @@ export function formatIdentifiers(ids: Partial<AgentIdentifiers>): string {
   for (const c of ids.cidr ?? []) q.append('cidr', c);
   if (ids.defaultRoute) q.append('default-route', 'true');
   return q.toString();
-}
-
-function canonicalIpv6(a: string): string {
-  try {
-    return new URL(`http://[${a}]/`).hostname.slice(1, -1);
-  } catch {
-    return a.toLowerCase();
-  }
-}
-
-/** "host:port" / "[v6]:port" -> parts; null when malformed. */
-export function splitHostPort(address: string): { host: string; port: number } | null {
-  const m = /^(?:\[([^\]]+)\]|([^:[\]]+)):(\d{1,5})$/.exec(address);
-  if (!m) return null;
-  const port = Number(m[3]);
-  if (port < 1 || port > 65535) return null;
-  const host = m[1] !== undefined ? canonicalIpv6(m[1]) : (m[2] as string).toLowerCase();
-  return { host, port };
-}
-
-export function joinHostPort(host: string, port: number): string {
-  return host.includes(':') ? `[${host}]:${port}` : `${host}:${port}`;
 }

@@ -89,6 +89,11 @@ test('only cli/ knows commander', () => {
   assert.deepEqual(users, []);
 });
 
+test('no source file is over 500 lines: a longer one mixes jobs that want their own files', () => {
+  const long = files.map((f) => [relative(root, f), readFileSync(f, 'utf8').split('\n').length] as const).filter(([, n]) => n > 500);
+  assert.deepEqual(long.map(([f, n]) => `${f}: ${n} lines`), []);
+});
+
 test('the check sees imports (it would catch a wrong one)', () => {
   // Guards the regex above: if it stopped matching, every other test here would pass vacuously.
   assert.ok(imports.length > 200, `only ${imports.length} imports found`);

@@ -1,6 +1,7 @@
 // The wire format: packets of every type round-trip through the code generated from
 // konnectivity.proto with int64 ids beyond 2^53 intact (decimal strings, never JS numbers),
 // the generated code is current, and the flow-control bookkeeping keeps its promises.
+import { splitHostPort } from '../../../src/base/addresses.ts';
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
 import { readFile } from 'node:fs/promises';
@@ -8,7 +9,7 @@ import { test } from 'node:test';
 import { ConnectionFlow } from '../../../src/konnectivity/flow.ts';
 import { PROTO_SHA256, PacketType } from '../../../src/konnectivity/gen/konnectivity.ts';
 import {
-  decodePacket, encodePacket, newRandom, packets, parseIdentifiers, formatIdentifiers, splitHostPort, type Packet,
+  decodePacket, encodePacket, newRandom, packets, parseIdentifiers, formatIdentifiers, type Packet,
 } from '../../../src/konnectivity/protocol.ts';
 
 const BIG = '9223372036854775807'; // 2^63 - 1
