@@ -5,7 +5,7 @@
 import { EventEmitter } from 'node:events';
 import type { ServerHttp2Session } from 'node:http2';
 import { createServer as createNetServer, type AddressInfo, type Server as NetServer, type Socket } from 'node:net';
-import * as grpc from '@grpc/grpc-js';
+import type * as grpc from '@grpc/grpc-js';
 import { experimental } from '@grpc/grpc-js';
 
 /** The agent stream is never paused (per-connection credit does that job). */

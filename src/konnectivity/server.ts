@@ -3,7 +3,7 @@
 // the broker ties the two together. Admin HTTP (healthz, readyz, metrics) on loopback.
 import { X509Certificate, randomUUID } from 'node:crypto';
 import { chmod, mkdir, rename, rm } from 'node:fs/promises';
-import { createServer as createHttpServer, type Server as HttpServer } from 'node:http';
+import { createServer as createHttpServer, type Server as HttpServer, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { dirname, join } from 'node:path';
 import type { Duplex } from 'node:stream';
@@ -244,7 +244,7 @@ export class KonnectivityServer implements Component {
     this.log.info({ serverId: this.serverId, uds: this.o.udsPath, httpConnect: this.o.httpConnectUdsPath, agentPort: this.boundAgentPort, adminPort: this.o.adminPort === undefined ? undefined : this.boundAdminPort }, 'konnectivity server listening');
   }
 
-  private async serveAdmin(url: string, res: import('node:http').ServerResponse): Promise<void> {
+  private async serveAdmin(url: string, res: ServerResponse): Promise<void> {
     const path = url.split('?')[0];
     const text = (code: number, body: string): void => {
       res.writeHead(code, { 'Content-Type': 'text/plain; charset=utf-8' });

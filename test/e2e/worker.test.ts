@@ -110,7 +110,7 @@ test('two isolated workers join, run pods, and are reachable only through the tu
     return p;
   };
   let p1 = startWorker(w1, true);
-  let p2 = startWorker(w2, true);
+  const p2 = startWorker(w2, true);
   const nodeReady = (n: string) => isNodeReady(kubectl, n);
   await waitFor('both nodes Ready', 300_000, async () => {
     if (p1.child.exitCode !== null || p2.child.exitCode !== null) throw new Error('a worker exited');

@@ -13,7 +13,7 @@ import { dialViaProxy, type ProxyTunnel } from '../../../src/konnectivity/client
 import { PROXY_METHOD } from '../../../src/konnectivity/frontends.ts';
 import { decodePacket, encodePacket, packets, type Packet } from '../../../src/konnectivity/protocol.ts';
 import type { KonnectivityServer } from '../../../src/konnectivity/server.ts';
-import { echoServer, makePki, rawAgent, readAll, readN, startAgent, startServer, udsOf, waitFor, type RawAgent } from './fixtures.ts';
+import { echoServer, makePki, rawAgent, readN, startAgent, startServer, udsOf, waitFor, type RawAgent } from './fixtures.ts';
 
 type T = Parameters<typeof startServer>[0];
 const MiB = 1024 * 1024;

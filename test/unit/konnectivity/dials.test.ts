@@ -6,7 +6,7 @@ import { once } from 'node:events';
 import { connect } from 'node:net';
 import { test, type TestContext } from 'node:test';
 import { dialViaProxy } from '../../../src/konnectivity/client.ts';
-import { packets } from '../../../src/konnectivity/protocol.ts';
+import { packets, type Packet } from '../../../src/konnectivity/protocol.ts';
 import { captureLogger } from '../../helpers.ts';
 import { echoServer, makePki, rawAgent, readAll, readN, startAgent, startServer, udsOf, waitFor } from './fixtures.ts';
 
@@ -169,7 +169,7 @@ test('a client that sends DATA for another connection id gets CLOSE_RSP for it, 
     client.close();
   });
   call.on('error', () => {});
-  const got: import('../../../src/konnectivity/protocol.ts').Packet[] = [];
+  const got: Packet[] = [];
   call.on('data', (p) => got.push(p));
   call.write(packets.dialReq('127.0.0.1:10250', '42'));
   await agent.next('DIAL_REQ');

@@ -80,9 +80,12 @@ async function createPki(t: T): Promise<TestPki> {
   };
 }
 
+/** The options each test server was started with (its socket paths). */
+const serverOptions = new WeakMap<KonnectivityServer, KonnectivityServerOptions>();
+
 export async function startServer(t: T, pki: TestPki, over: Partial<KonnectivityServerOptions> = {}): Promise<KonnectivityServer> {
   const dir = await tempDir(t, 'kctl-knp-run-');
-  const server = new KonnectivityServer({
+  const options: KonnectivityServerOptions = {
     udsPath: join(dir, 'konnectivity-server.sock'),
     httpConnectUdsPath: join(dir, 'konnectivity-connect.sock'),
     agentBindAddress: '127.0.0.1',
@@ -91,7 +94,9 @@ export async function startServer(t: T, pki: TestPki, over: Partial<Konnectivity
     tls: { cert: pki.serverCert, key: pki.serverKey, ca: pki.ca },
     log: quietLogger(),
     ...over,
-  });
+  };
+  const server = new KonnectivityServer(options);
+  serverOptions.set(server, options);
   await server.init();
   await server.start();
   t.after(() => server.stop());
@@ -99,7 +104,8 @@ export async function startServer(t: T, pki: TestPki, over: Partial<Konnectivity
 }
 
 export function udsOf(server: KonnectivityServer): { grpc: string; connect: string } {
-  const o = (server as unknown as { o: KonnectivityServerOptions }).o;
+  const o = serverOptions.get(server);
+  if (!o) throw new Error('udsOf: not a server made by startServer');
   return { grpc: o.udsPath, connect: o.httpConnectUdsPath ?? '' };
 }
 
