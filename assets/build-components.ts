@@ -7,8 +7,15 @@ import { existsSync } from 'node:fs';
 import { cp, mkdir, readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import {
-  cacheRoot, componentRelPath, componentVersion, loadManifest,
-  type ComponentPin, type LockEntry, type Manifest, type PayloadLock, type SourcePin,
+  cacheRoot,
+  componentRelPath,
+  componentVersion,
+  loadManifest,
+  type ComponentPin,
+  type LockEntry,
+  type Manifest,
+  type PayloadLock,
+  type SourcePin,
 } from '../src/payload/manifest.ts';
 import { ensureDebianPackages } from './debian.ts';
 import { downloadComponents } from './download-components.ts';
@@ -20,10 +27,15 @@ const outDir = join(cacheRoot(), 'components', key);
 const lockPath = join(outDir, 'payload.lock.json');
 
 async function sha256File(path: string): Promise<string> {
-  return createHash('sha256').update(await readFile(path)).digest('hex');
+  return createHash('sha256')
+    .update(await readFile(path))
+    .digest('hex');
 }
 
-interface PreparedSource { dir: string; time: string }
+interface PreparedSource {
+  dir: string;
+  time: string;
+}
 
 /** Go refuses `go install` on modules with in-repo replaces; copy the module and pin those to published versions. */
 async function prepareSource(name: string, pin: SourcePin): Promise<PreparedSource> {
@@ -75,11 +87,22 @@ async function buildComponent(c: ComponentPin, pin: SourcePin, src: PreparedSour
 }
 
 async function readLock(): Promise<PayloadLock | null> {
-  try { return JSON.parse(await readFile(lockPath, 'utf8')) as PayloadLock; } catch { return null; }
+  try {
+    return JSON.parse(await readFile(lockPath, 'utf8')) as PayloadLock;
+  } catch {
+    return null;
+  }
 }
 
 async function lockEntry(m: Manifest, c: ComponentPin, path: string): Promise<LockEntry> {
-  return { name: c.name, version: componentVersion(m, c), sha256: await sha256File(path), size: (await stat(path)).size, path: componentRelPath(c), roles: c.roles };
+  return {
+    name: c.name,
+    version: componentVersion(m, c),
+    sha256: await sha256File(path),
+    size: (await stat(path)).size,
+    path: componentRelPath(c),
+    roles: c.roles,
+  };
 }
 
 async function buildAll(): Promise<void> {
@@ -99,7 +122,10 @@ async function buildAll(): Promise<void> {
   const prepared = new Map<string, PreparedSource>();
   for (const c of manifest.components) {
     const have = prev?.components.find((e) => e.name === c.name);
-    if (have && !todo.includes(c)) { entries.push(have); continue; }
+    if (have && !todo.includes(c)) {
+      entries.push(have);
+      continue;
+    }
     const pin = manifest.sources[c.source]!;
     bar.step(`${c.name} ${pin.version}`);
     if (!prepared.has(c.source)) prepared.set(c.source, await prepareSource(c.source, pin));

@@ -32,7 +32,11 @@ const MEDIA = {
   layer: 'application/vnd.oci.image.layer.v1.tar+gzip',
 };
 
-interface Descriptor { mediaType: string; digest: string; size: number }
+interface Descriptor {
+  mediaType: string;
+  digest: string;
+  size: number;
+}
 
 /** A root filesystem to pack: paths relative to its root, in the order they go into the layer. */
 interface ImageSpec {
@@ -87,29 +91,49 @@ async function buildImage(spec: ImageSpec, target: string): Promise<void> {
     const blobs = join(layout, 'blobs', 'sha256');
     await mkdir(blobs, { recursive: true });
     const layer = await writeBlob(blobs, layerGz, MEDIA.layer);
-    const config = await writeBlob(blobs, Buffer.from(JSON.stringify({
-      created: EPOCH.toISOString(),
-      architecture: 'amd64',
-      os: 'linux',
-      config: spec.config,
-      rootfs: { type: 'layers', diff_ids: [`sha256:${sha256(layerTar)}`] },
-      history: [{ created: EPOCH.toISOString(), created_by: 'kctl assets/build-images.ts' }],
-    })), MEDIA.config);
-    const manifest = await writeBlob(blobs, Buffer.from(JSON.stringify({
-      schemaVersion: 2, mediaType: MEDIA.manifest, config, layers: [layer],
-    })), MEDIA.manifest);
+    const config = await writeBlob(
+      blobs,
+      Buffer.from(
+        JSON.stringify({
+          created: EPOCH.toISOString(),
+          architecture: 'amd64',
+          os: 'linux',
+          config: spec.config,
+          rootfs: { type: 'layers', diff_ids: [`sha256:${sha256(layerTar)}`] },
+          history: [{ created: EPOCH.toISOString(), created_by: 'kctl assets/build-images.ts' }],
+        }),
+      ),
+      MEDIA.config,
+    );
+    const manifest = await writeBlob(
+      blobs,
+      Buffer.from(
+        JSON.stringify({
+          schemaVersion: 2,
+          mediaType: MEDIA.manifest,
+          config,
+          layers: [layer],
+        }),
+      ),
+      MEDIA.manifest,
+    );
     const tag = spec.name.slice(spec.name.lastIndexOf(':') + 1);
     await writeFile(join(layout, 'oci-layout'), JSON.stringify({ imageLayoutVersion: '1.0.0' }));
-    await writeFile(join(layout, 'index.json'), JSON.stringify({
-      schemaVersion: 2,
-      mediaType: MEDIA.index,
-      manifests: [{
-        ...manifest,
-        platform: { architecture: 'amd64', os: 'linux' },
-        // docker/nerdctl save convention: ref.name is the tag; containerd reads the full name.
-        annotations: { 'io.containerd.image.name': spec.name, 'org.opencontainers.image.ref.name': tag },
-      }],
-    }));
+    await writeFile(
+      join(layout, 'index.json'),
+      JSON.stringify({
+        schemaVersion: 2,
+        mediaType: MEDIA.index,
+        manifests: [
+          {
+            ...manifest,
+            platform: { architecture: 'amd64', os: 'linux' },
+            // docker/nerdctl save convention: ref.name is the tag; containerd reads the full name.
+            annotations: { 'io.containerd.image.name': spec.name, 'org.opencontainers.image.ref.name': tag },
+          },
+        ],
+      }),
+    );
     const blobNames = [layer, config, manifest].map((d) => d.digest.slice('sha256:'.length)).sort();
     const outer = await packTar(layout, ['oci-layout', 'index.json', 'blobs', 'blobs/sha256', ...blobNames.map((b) => `blobs/sha256/${b}`)]);
     await mkdir(dirname(target), { recursive: true });
@@ -139,15 +163,26 @@ async function pauseSpec(): Promise<ImageSpec> {
 
 async function busyboxSpec(): Promise<ImageSpec> {
   const binary = await readFile(BUSYBOX);
-  const applets = (await execa(BUSYBOX, ['--list'])).stdout.split('\n').map((s) => s.trim())
-    .filter((a) => /^[a-z0-9_.[-]+$/.test(a) && a !== 'busybox').sort();
+  const applets = (await execa(BUSYBOX, ['--list'])).stdout
+    .split('\n')
+    .map((s) => s.trim())
+    .filter((a) => /^[a-z0-9_.[-]+$/.test(a) && a !== 'busybox')
+    .sort();
   return {
     name: BUSYBOX_IMAGE,
     file: BUNDLED_IMAGES.find((i) => i.name === BUSYBOX_IMAGE)!.file,
     inputsKey: sha256(`${BUILDER_VERSION}\n${sha256(binary)}`),
     config: { Cmd: ['sh'], Env: [PATH_ENV], WorkingDir: '/' },
     async populate(root) {
-      const dirs: [string, number][] = [['bin', 0o755], ['etc', 0o755], ['root', 0o700], ['tmp', 0o1777], ['usr', 0o755], ['usr/bin', 0o755], ['var', 0o755]];
+      const dirs: [string, number][] = [
+        ['bin', 0o755],
+        ['etc', 0o755],
+        ['root', 0o700],
+        ['tmp', 0o1777],
+        ['usr', 0o755],
+        ['usr/bin', 0o755],
+        ['var', 0o755],
+      ];
       for (const [d, mode] of dirs) {
         await mkdir(join(root, d));
         await chmod(join(root, d), mode);
@@ -155,12 +190,11 @@ async function busyboxSpec(): Promise<ImageSpec> {
       await writeFile(join(root, 'bin', 'busybox'), binary, { mode: 0o755 });
       for (const a of applets) await symlink('busybox', join(root, 'bin', a));
       await symlink('../../bin/busybox', join(root, 'usr', 'bin', 'env'));
-      await writeFile(join(root, 'etc', 'passwd'), 'root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n', { mode: 0o644 });
+      await writeFile(join(root, 'etc', 'passwd'), 'root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n', {
+        mode: 0o644,
+      });
       await writeFile(join(root, 'etc', 'group'), 'root:x:0:\nnogroup:x:65534:\n', { mode: 0o644 });
-      return [
-        ...dirs.map(([d]) => d),
-        'bin/busybox', ...applets.map((a) => `bin/${a}`), 'usr/bin/env', 'etc/passwd', 'etc/group',
-      ].sort();
+      return [...dirs.map(([d]) => d), 'bin/busybox', ...applets.map((a) => `bin/${a}`), 'usr/bin/env', 'etc/passwd', 'etc/group'].sort();
     },
   };
 }

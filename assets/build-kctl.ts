@@ -70,7 +70,17 @@ async function seaExecutable(mainJs: string, target: string): Promise<void> {
   const node = nodeRuntime();
   const blob = join(work, 'sea.blob');
   const config = join(work, 'sea-config.json');
-  await writeFile(config, JSON.stringify({ main: mainJs, output: blob, disableExperimentalSEAWarning: true, useCodeCache: false, useSnapshot: false, execArgv: KCTL_NODE_FLAGS }));
+  await writeFile(
+    config,
+    JSON.stringify({
+      main: mainJs,
+      output: blob,
+      disableExperimentalSEAWarning: true,
+      useCodeCache: false,
+      useSnapshot: false,
+      execArgv: KCTL_NODE_FLAGS,
+    }),
+  );
   await execa(node, ['--experimental-sea-config', config], { cwd: work });
   await copyFile(node, target);
   await chmod(target, 0o755);

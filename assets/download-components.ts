@@ -14,7 +14,9 @@ async function fetchArtifact(url: string): Promise<Buffer> {
     res = await fetch(url, { signal: AbortSignal.timeout(15_000) });
   } catch (err) {
     const cause = (err as { cause?: { code?: string } }).cause?.code ?? (err as Error).message;
-    throw new Error(`cannot download ${url} (${cause}); release downloads need internet, build from Go modules instead with: npm run components`, { cause: err });
+    throw new Error(`cannot download ${url} (${cause}); release downloads need internet, build from Go modules instead with: npm run components`, {
+      cause: err,
+    });
   }
   if (!res.ok) throw new Error(`download ${url} answered HTTP ${res.status}; check the URL pinned in assets/components.json`);
   return Buffer.from(await res.arrayBuffer());
@@ -34,7 +36,10 @@ async function extractMember(archive: Buffer, member: string): Promise<Buffer> {
   let found = false;
   const parser = new tar.Parser({
     filter: (p) => p === member,
-    onReadEntry: (entry) => { found = true; entry.on('data', (c: Buffer) => chunks.push(c)); },
+    onReadEntry: (entry) => {
+      found = true;
+      entry.on('data', (c: Buffer) => chunks.push(c));
+    },
   });
   await pipeline(Readable.from([archive]), parser);
   if (!found) throw new Error(`archive has no member ${member}; check assets/components.json`);
@@ -49,7 +54,10 @@ export async function downloadComponents(
 ): Promise<LockEntry[]> {
   const shipped = manifest.components.filter((c) => c.download);
   const unpinned = shipped.filter((c) => !c.download!.sha256 && !c.download!.sha256Url).map((c) => c.name);
-  if (unpinned.length) throw new Error(`no official sha256 pinned for ${unpinned.join(', ')}; add it to assets/components.json or build from Go modules with: npm run components`);
+  if (unpinned.length)
+    throw new Error(
+      `no official sha256 pinned for ${unpinned.join(', ')}; add it to assets/components.json or build from Go modules with: npm run components`,
+    );
   const artifacts = new Map<string, Buffer>();
   const out: LockEntry[] = [];
   for (const c of shipped) {

@@ -29,19 +29,69 @@ interface Scalar {
 }
 
 const SCALARS: Record<string, Scalar> = {
-  string: { ts: 'string', zero: "''", present: (v) => `${v} !== ''`, wireType: 2, size: (v) => `wire.sizeString(${v})`, write: (v) => `w.string(${v})`, read: 'r.string()' },
-  bytes: { ts: 'Buffer', zero: 'wire.NO_BYTES', present: (v) => `${v}.length > 0`, wireType: 2, size: (v) => `wire.sizeBytes(${v})`, write: (v) => `w.bytes(${v})`, read: 'wire.bytes(r)' },
+  string: {
+    ts: 'string',
+    zero: "''",
+    present: (v) => `${v} !== ''`,
+    wireType: 2,
+    size: (v) => `wire.sizeString(${v})`,
+    write: (v) => `w.string(${v})`,
+    read: 'r.string()',
+  },
+  bytes: {
+    ts: 'Buffer',
+    zero: 'wire.NO_BYTES',
+    present: (v) => `${v}.length > 0`,
+    wireType: 2,
+    size: (v) => `wire.sizeBytes(${v})`,
+    write: (v) => `w.bytes(${v})`,
+    read: 'wire.bytes(r)',
+  },
   bool: { ts: 'boolean', zero: 'false', present: (v) => v, wireType: 0, size: () => '1', write: (v) => `w.varint(${v} ? 1 : 0)`, read: 'r.bool()' },
-  int32: { ts: 'number', zero: '0', present: (v) => `${v} !== 0`, wireType: 0, size: (v) => `wire.sizeInt32(${v})`, write: (v) => `w.int32(${v})`, read: 'r.int32()' },
-  uint32: { ts: 'number', zero: '0', present: (v) => `${v} !== 0`, wireType: 0, size: (v) => `wire.sizeVarint(${v})`, write: (v) => `w.varint(${v})`, read: 'r.uint32()' },
-  int64: { ts: 'Int64', zero: "'0'", present: (v) => `${v} !== '0' && ${v} !== ''`, wireType: 0, size: (v) => `wire.sizeInt64(${v})`, write: (v) => `w.int64(${v})`, read: 'wire.int64String(r.int64())' },
-  uint64: { ts: 'Int64', zero: "'0'", present: (v) => `${v} !== '0' && ${v} !== ''`, wireType: 0, size: (v) => `wire.sizeInt64(${v})`, write: (v) => `w.int64(${v})`, read: 'wire.int64String(r.uint64())' },
+  int32: {
+    ts: 'number',
+    zero: '0',
+    present: (v) => `${v} !== 0`,
+    wireType: 0,
+    size: (v) => `wire.sizeInt32(${v})`,
+    write: (v) => `w.int32(${v})`,
+    read: 'r.int32()',
+  },
+  uint32: {
+    ts: 'number',
+    zero: '0',
+    present: (v) => `${v} !== 0`,
+    wireType: 0,
+    size: (v) => `wire.sizeVarint(${v})`,
+    write: (v) => `w.varint(${v})`,
+    read: 'r.uint32()',
+  },
+  int64: {
+    ts: 'Int64',
+    zero: "'0'",
+    present: (v) => `${v} !== '0' && ${v} !== ''`,
+    wireType: 0,
+    size: (v) => `wire.sizeInt64(${v})`,
+    write: (v) => `w.int64(${v})`,
+    read: 'wire.int64String(r.int64())',
+  },
+  uint64: {
+    ts: 'Int64',
+    zero: "'0'",
+    present: (v) => `${v} !== '0' && ${v} !== ''`,
+    wireType: 0,
+    size: (v) => `wire.sizeInt64(${v})`,
+    write: (v) => `w.int64(${v})`,
+    read: 'wire.int64String(r.uint64())',
+  },
 };
 
 function doc(comment: string | null | undefined, indent = ''): string {
   if (!comment) return '';
   const lines = comment.replace(/\*\//g, '* /').split('\n');
-  return lines.length === 1 ? `${indent}/** ${lines[0]} */\n` : `${indent}/**\n${lines.map((l) => `${indent} * ${l}`.trimEnd()).join('\n')}\n${indent} */\n`;
+  return lines.length === 1
+    ? `${indent}/** ${lines[0]} */\n`
+    : `${indent}/**\n${lines.map((l) => `${indent} * ${l}`.trimEnd()).join('\n')}\n${indent} */\n`;
 }
 
 function tagOf(id: number, wireType: number): number {
@@ -132,7 +182,9 @@ function genMessage(t: protobuf.Type, top: boolean): string {
   if (plans.length === 0) {
     out.push(`export type ${N} = Record<string, never>;\n`);
   } else {
-    out.push(`export interface ${N} {\n${plans.map((p) => `${doc(p.f.comment, '  ')}  ${p.f.name}${required(p) ? '' : '?'}: ${tsType(p)};`).join('\n')}\n}\n`);
+    out.push(
+      `export interface ${N} {\n${plans.map((p) => `${doc(p.f.comment, '  ')}  ${p.f.name}${required(p) ? '' : '?'}: ${tsType(p)};`).join('\n')}\n}\n`,
+    );
   }
 
   const size: string[] = [];
@@ -163,7 +215,9 @@ function genMessage(t: protobuf.Type, top: boolean): string {
       read.push(`      case ${p.tag}: ${v} = ${s.read}; break;`);
     }
   }
-  const defaults = plans.filter(required).map((p) => `${p.f.name}: ${p.scalar ? p.scalar.zero : `'${(p.f.resolvedType as protobuf.Enum).valuesById[0]}'`}`);
+  const defaults = plans
+    .filter(required)
+    .map((p) => `${p.f.name}: ${p.scalar ? p.scalar.zero : `'${(p.f.resolvedType as protobuf.Enum).valuesById[0]}'`}`);
 
   const body = (lines: string[]): string => lines.map((l) => `${l}\n`).join('');
   const [m, w] = plans.length === 0 ? ['_m', '_w'] : ['m', 'w'];
@@ -184,7 +238,9 @@ ${body(read)}      default: r.skipType(tag & 7, 0, tag >>> 3);
   }
   return m;
 }
-${top ? `
+${
+  top
+    ? `
 export function encode${N}(m: ${N}): Buffer {
   const w = new WireWriter(size${N}(m));
   write${N}(w, m);
@@ -195,7 +251,9 @@ export function decode${N}(b: Buffer): ${N} {
   const r = wire.newReader(b);
   return read${N}(r, r.len);
 }
-` : ''}`);
+`
+    : ''
+}`);
   return out.join('');
 }
 
@@ -205,11 +263,15 @@ function genService(s: protobuf.Service): string {
   for (const m of methods) {
     if (!m.requestStream || !m.responseStream) unsupported(`${s.name}.${m.name}`, 'a method that is not bidirectional streaming');
   }
-  const types = (m: protobuf.Method): [string, string] => [m.resolvedRequestType?.name ?? m.requestType, m.resolvedResponseType?.name ?? m.responseType];
+  const types = (m: protobuf.Method): [string, string] => [
+    m.resolvedRequestType?.name ?? m.requestType,
+    m.resolvedResponseType?.name ?? m.responseType,
+  ];
   return `${doc(s.comment)}export const ${s.name}Definition = {
-${methods.map((m) => {
-  const [req, rsp] = types(m);
-  return `  ${m.name}: {
+${methods
+  .map((m) => {
+    const [req, rsp] = types(m);
+    return `  ${m.name}: {
     path: '${path(m)}',
     requestStream: true,
     responseStream: true,
@@ -218,24 +280,29 @@ ${methods.map((m) => {
     responseSerialize: encode${rsp},
     responseDeserialize: decode${rsp},
   },`;
-}).join('\n')}
+  })
+  .join('\n')}
 } satisfies grpc.ServiceDefinition;
 
 /** What a server implements for ${s.name} (grpc.Server.addService(${s.name}Definition, handlers)). */
 export interface ${s.name}Handlers extends grpc.UntypedServiceImplementation {
-${methods.map((m) => {
-  const [req, rsp] = types(m);
-  return `  ${m.name}: grpc.handleBidiStreamingCall<${req}, ${rsp}>;`;
-}).join('\n')}
+${methods
+  .map((m) => {
+    const [req, rsp] = types(m);
+    return `  ${m.name}: grpc.handleBidiStreamingCall<${req}, ${rsp}>;`;
+  })
+  .join('\n')}
 }
 
 export class ${s.name}Client extends grpc.Client {
-${methods.map((m) => {
-  const [req, rsp] = types(m);
-  return `  ${m.name}(metadata: grpc.Metadata = new grpc.Metadata(), options?: grpc.CallOptions): grpc.ClientDuplexStream<${req}, ${rsp}> {
+${methods
+  .map((m) => {
+    const [req, rsp] = types(m);
+    return `  ${m.name}(metadata: grpc.Metadata = new grpc.Metadata(), options?: grpc.CallOptions): grpc.ClientDuplexStream<${req}, ${rsp}> {
     return this.makeBidiStreamRequest(${s.name}Definition.${m.name}.path, encode${req}, decode${rsp}, metadata, options);
   }`;
-}).join('\n\n')}
+  })
+  .join('\n\n')}
 }
 `;
 }
@@ -245,7 +312,9 @@ function generate(protoText: string): string {
   if (parsed.package) unsupported('the file', 'a package line');
   const r = parsed.root;
   r.resolveAll();
-  const rpcTypes = new Set(r.nestedArray.flatMap((o) => (o instanceof protobuf.Service ? o.methodsArray.flatMap((m) => [m.requestType, m.responseType]) : [])));
+  const rpcTypes = new Set(
+    r.nestedArray.flatMap((o) => (o instanceof protobuf.Service ? o.methodsArray.flatMap((m) => [m.requestType, m.responseType]) : [])),
+  );
   const enums: string[] = [];
   const messages: string[] = [];
   const services: string[] = [];

@@ -1,5 +1,8 @@
 // Progress for long build steps: a live line on a terminal, plain start lines otherwise.
-export interface Progress { step(label: string): void; done(): void }
+export interface Progress {
+  step(label: string): void;
+  done(): void;
+}
 
 export function progress(total: number, what: string): Progress {
   const tty = process.stdout.isTTY === true;

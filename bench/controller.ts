@@ -37,17 +37,20 @@ export async function controllerFigures(dir: string, log: (m: string) => void): 
   const [api, agent, admin, etcdClient, etcdPeer, scheduler, cm] = (await freePorts(7)) as [number, number, number, number, number, number, number];
   const ports = { api, agent, admin, etcdClient, etcdPeer, scheduler, cm };
   const cfg = join(dir, 'kctl.yaml');
-  await writeFile(cfg, [
-    'apiVersion: kctl.dev/v1alpha1',
-    'kind: ClusterConfig',
-    'spec:',
-    `  api: { address: 127.0.0.1, port: ${ports.api} }`,
-    `  konnectivity: { agentPort: ${ports.agent}, adminPort: ${ports.admin} }`,
-    `  storage: { etcd: { clientPort: ${ports.etcdClient}, peerPort: ${ports.etcdPeer} } }`,
-    `  scheduler: { port: ${ports.scheduler} }`,
-    `  controllerManager: { port: ${ports.cm} }`,
-    '',
-  ].join('\n'));
+  await writeFile(
+    cfg,
+    [
+      'apiVersion: kctl.dev/v1alpha1',
+      'kind: ClusterConfig',
+      'spec:',
+      `  api: { address: 127.0.0.1, port: ${ports.api} }`,
+      `  konnectivity: { agentPort: ${ports.agent}, adminPort: ${ports.admin} }`,
+      `  storage: { etcd: { clientPort: ${ports.etcdClient}, peerPort: ${ports.etcdPeer} } }`,
+      `  scheduler: { port: ${ports.scheduler} }`,
+      `  controllerManager: { port: ${ports.cm} }`,
+      '',
+    ].join('\n'),
+  );
   const dataDir = join(dir, 'data');
   const args = ['controller', '--single', '--config', cfg, '--data-dir', dataDir, '--run-dir', join(dir, 'run')];
   const init = await execa(KCTL, [...args, '--init-only'], { reject: false, all: true });
@@ -58,16 +61,36 @@ export async function controllerFigures(dir: string, log: (m: string) => void): 
     const start = Date.now();
     const ctl = startProc('kctl controller', KCTL, args);
     procs.push(ctl);
-    await waitUntil('kube-apiserver /readyz ok', () => readyz(ports.api), 300_000, () => ctl.output().split('\n').slice(-15).join('\n'), [ctl]);
+    await waitUntil(
+      'kube-apiserver /readyz ok',
+      () => readyz(ports.api),
+      300_000,
+      () => ctl.output().split('\n').slice(-15).join('\n'),
+      [ctl],
+    );
     const readySeconds = (Date.now() - start) / 1000;
     log(`controller: /readyz ok after ${readySeconds.toFixed(1)} s; connecting one agent`);
     const certs = await nodeCert(join(dataDir, 'pki'), dir, 'bench-node');
-    const agent = startProc('kctl konnectivity-agent', KCTL, ['konnectivity-agent', '--proxy-server-host=127.0.0.1', `--proxy-server-port=${ports.agent}`,
-      `--ca-cert=${join(dataDir, 'pki/ca.crt')}`, `--agent-cert=${certs.cert}`, `--agent-key=${certs.key}`, '--agent-id=bench-node',
-      '--agent-identifiers=host=bench-node', `--health-server-port=${await freePort()}`, `--admin-server-port=${await freePort()}`]);
+    const agent = startProc('kctl konnectivity-agent', KCTL, [
+      'konnectivity-agent',
+      '--proxy-server-host=127.0.0.1',
+      `--proxy-server-port=${ports.agent}`,
+      `--ca-cert=${join(dataDir, 'pki/ca.crt')}`,
+      `--agent-cert=${certs.cert}`,
+      `--agent-key=${certs.key}`,
+      '--agent-id=bench-node',
+      '--agent-identifiers=host=bench-node',
+      `--health-server-port=${await freePort()}`,
+      `--admin-server-port=${await freePort()}`,
+    ]);
     procs.push(agent);
-    await waitUntil('agent connected to the controller', async () => (await gauges(`http://127.0.0.1:${ports.admin}/metrics`, ['konnectivity_network_proxy_server_ready_backend_connections'])) === 1,
-      60_000, () => agent.output(), [ctl, agent]);
+    await waitUntil(
+      'agent connected to the controller',
+      async () => (await gauges(`http://127.0.0.1:${ports.admin}/metrics`, ['konnectivity_network_proxy_server_ready_backend_connections'])) === 1,
+      60_000,
+      () => agent.output(),
+      [ctl, agent],
+    );
     await sleep(15_000); // let start-up garbage settle
     return { readySeconds, rssMiB: rssKiB(ctl.pid) / 1024, anonMiB: rssSplitKiB(ctl.pid).anon / 1024 };
   } finally {

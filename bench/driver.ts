@@ -17,24 +17,25 @@ export interface Dialer {
 export function directDialer(): Dialer {
   return {
     path: 'direct',
-    dial: (address, signal) => new Promise((resolve, reject) => {
-      const i = address.lastIndexOf(':');
-      const s = connect({ host: address.slice(0, i), port: Number(address.slice(i + 1)) });
-      s.setNoDelay(true);
-      const onAbort = (): void => {
-        s.destroy();
-        reject(new Error('dial cancelled'));
-      };
-      signal?.addEventListener('abort', onAbort, { once: true });
-      s.once('connect', () => {
-        signal?.removeEventListener('abort', onAbort);
-        resolve(s);
-      });
-      s.once('error', (err) => {
-        signal?.removeEventListener('abort', onAbort);
-        reject(err);
-      });
-    }),
+    dial: (address, signal) =>
+      new Promise((resolve, reject) => {
+        const i = address.lastIndexOf(':');
+        const s = connect({ host: address.slice(0, i), port: Number(address.slice(i + 1)) });
+        s.setNoDelay(true);
+        const onAbort = (): void => {
+          s.destroy();
+          reject(new Error('dial cancelled'));
+        };
+        signal?.addEventListener('abort', onAbort, { once: true });
+        s.once('connect', () => {
+          signal?.removeEventListener('abort', onAbort);
+          resolve(s);
+        });
+        s.once('error', (err) => {
+          signal?.removeEventListener('abort', onAbort);
+          reject(err);
+        });
+      }),
   };
 }
 
@@ -45,36 +46,37 @@ export function grpcDialer(path: 'upstream' | 'kctl', udsPath: string): Dialer {
 export function connectDialer(udsPath: string): Dialer {
   return {
     path: 'kctl-connect',
-    dial: (address, signal) => new Promise((resolve, reject) => {
-      const s: Socket = connect(udsPath);
-      let head = Buffer.alloc(0);
-      const fail = (err: Error): void => {
-        s.destroy();
-        reject(err);
-      };
-      const onAbort = (): void => fail(new Error('dial cancelled'));
-      signal?.addEventListener('abort', onAbort, { once: true });
-      s.once('error', fail);
-      const onClose = (): void => fail(new Error(`CONNECT ${address}: connection closed before a response`));
-      s.once('close', onClose);
-      s.once('connect', () => s.write(`CONNECT ${address} HTTP/1.1\r\nHost: ${address}\r\n\r\n`));
-      const onData = (c: Buffer): void => {
-        head = Buffer.concat([head, c]);
-        const end = head.indexOf('\r\n\r\n');
-        if (end < 0) return;
-        s.off('data', onData);
-        s.off('error', fail);
-        s.off('close', onClose);
-        s.pause();
-        signal?.removeEventListener('abort', onAbort);
-        const status = head.subarray(0, head.indexOf('\r\n')).toString();
-        if (!/^HTTP\/1\.[01] 200/.test(status)) return fail(new Error(`CONNECT ${address}: ${status}`));
-        const rest = head.subarray(end + 4);
-        if (rest.length) s.unshift(rest);
-        s.on('error', () => {});
-        resolve(s);
-      };
-      s.on('data', onData);
-    }),
+    dial: (address, signal) =>
+      new Promise((resolve, reject) => {
+        const s: Socket = connect(udsPath);
+        let head = Buffer.alloc(0);
+        const fail = (err: Error): void => {
+          s.destroy();
+          reject(err);
+        };
+        const onAbort = (): void => fail(new Error('dial cancelled'));
+        signal?.addEventListener('abort', onAbort, { once: true });
+        s.once('error', fail);
+        const onClose = (): void => fail(new Error(`CONNECT ${address}: connection closed before a response`));
+        s.once('close', onClose);
+        s.once('connect', () => s.write(`CONNECT ${address} HTTP/1.1\r\nHost: ${address}\r\n\r\n`));
+        const onData = (c: Buffer): void => {
+          head = Buffer.concat([head, c]);
+          const end = head.indexOf('\r\n\r\n');
+          if (end < 0) return;
+          s.off('data', onData);
+          s.off('error', fail);
+          s.off('close', onClose);
+          s.pause();
+          signal?.removeEventListener('abort', onAbort);
+          const status = head.subarray(0, head.indexOf('\r\n')).toString();
+          if (!/^HTTP\/1\.[01] 200/.test(status)) return fail(new Error(`CONNECT ${address}: ${status}`));
+          const rest = head.subarray(end + 4);
+          if (rest.length) s.unshift(rest);
+          s.on('error', () => {});
+          resolve(s);
+        };
+        s.on('data', onData);
+      }),
   };
 }

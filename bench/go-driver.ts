@@ -32,7 +32,11 @@ export function goDriver(): Promise<string> {
 
 async function build(): Promise<string> {
   const hash = createHash('sha256');
-  for (const f of FILES) hash.update(`${f}\0`).update(readFileSync(join(SRC, f))).update('\0');
+  for (const f of FILES)
+    hash
+      .update(`${f}\0`)
+      .update(readFileSync(join(SRC, f)))
+      .update('\0');
   const dir = join(cacheRoot(), 'bench');
   const bin = join(dir, `go-driver-${hash.digest('hex').slice(0, 16)}`);
   if (existsSync(bin)) return bin;
@@ -44,7 +48,8 @@ async function build(): Promise<string> {
     await run('go', ['build', '-trimpath', '-buildvcs=false', '-mod=readonly', '-o', tmp, '.'], { cwd: SRC, maxBuffer: 16 << 20 });
   } catch (err) {
     rmSync(tmp, { force: true });
-    if ((err as { code?: unknown }).code === 'ENOENT') throw new Error('the Go toolchain (`go`) is not on PATH: the bench builds its Go client driver (bench/go-driver) with it', { cause: err });
+    if ((err as { code?: unknown }).code === 'ENOENT')
+      throw new Error('the Go toolchain (`go`) is not on PATH: the bench builds its Go client driver (bench/go-driver) with it', { cause: err });
     const lines = ((err as { stderr?: string }).stderr ?? '').split('\n').filter((l) => l.trim() && !l.startsWith('go: downloading'));
     for (const l of lines) log(`go build: ${l}`);
     throw new Error(`go build of bench/go-driver failed: ${lines.find((l) => !l.startsWith('# '))?.trim() ?? why(err)}`, { cause: err });

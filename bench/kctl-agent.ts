@@ -8,8 +8,12 @@ import { createLogger } from '../src/base/log.ts';
 const o = JSON.parse(process.argv[2] ?? '{}') as { serverPort: number; adminPort: number; ca: string; cert: string; key: string; agentId: string };
 const agent = new KonnectivityAgent({
   servers: [{ host: '127.0.0.1', port: o.serverPort }],
-  ca: readFileSync(o.ca), cert: readFileSync(o.cert), key: readFileSync(o.key),
-  agentId: o.agentId, identifiers: { host: [o.agentId] }, syncIntervalMs: 200,
+  ca: readFileSync(o.ca),
+  cert: readFileSync(o.cert),
+  key: readFileSync(o.key),
+  agentId: o.agentId,
+  identifiers: { host: [o.agentId] },
+  syncIntervalMs: 200,
   log: createLogger({ destination: process.stderr, pretty: false }),
 });
 const admin = createServer((req, res) => {

@@ -4,10 +4,22 @@ import { readFileSync } from 'node:fs';
 import { KonnectivityServer } from '../src/konnectivity/index.ts';
 import { createLogger } from '../src/base/log.ts';
 
-const o = JSON.parse(process.argv[2] ?? '{}') as { udsPath: string; connectUdsPath: string; agentPort: number; adminPort: number; cert: string; key: string; ca: string };
+const o = JSON.parse(process.argv[2] ?? '{}') as {
+  udsPath: string;
+  connectUdsPath: string;
+  agentPort: number;
+  adminPort: number;
+  cert: string;
+  key: string;
+  ca: string;
+};
 const server = new KonnectivityServer({
-  serverId: 'bench-kctl', udsPath: o.udsPath, httpConnectUdsPath: o.connectUdsPath,
-  agentBindAddress: '127.0.0.1', agentPort: o.agentPort, adminPort: o.adminPort,
+  serverId: 'bench-kctl',
+  udsPath: o.udsPath,
+  httpConnectUdsPath: o.connectUdsPath,
+  agentBindAddress: '127.0.0.1',
+  agentPort: o.agentPort,
+  adminPort: o.adminPort,
   tls: { cert: readFileSync(o.cert), key: readFileSync(o.key), ca: readFileSync(o.ca) },
   log: createLogger({ destination: process.stderr, pretty: false }),
 });

@@ -18,23 +18,47 @@ export interface BenchPki {
 export const NODE = 'bench-node';
 
 export async function makePki(dir: string): Promise<BenchPki> {
-  const log = createLogger({ destination: new Writable({ write(_c, _e, cb) { cb(); } }), pretty: false });
-  await ensurePki({
-    dir, apiAddress: '127.0.0.1', sans: [], apiPort: 6443, serviceCIDR: '10.96.0.0/12', clusterDomain: 'cluster.local',
-    hostname: 'bench-ctrl', localAddresses: ['127.0.0.1'],
-  }, log);
+  const log = createLogger({
+    destination: new Writable({
+      write(_c, _e, cb) {
+        cb();
+      },
+    }),
+    pretty: false,
+  });
+  await ensurePki(
+    {
+      dir,
+      apiAddress: '127.0.0.1',
+      sans: [],
+      apiPort: 6443,
+      serviceCIDR: '10.96.0.0/12',
+      clusterDomain: 'cluster.local',
+      hostname: 'bench-ctrl',
+      localAddresses: ['127.0.0.1'],
+    },
+    log,
+  );
   const p = pkiPaths(dir);
   const [ca, caKey] = await Promise.all([readFile(p.caCert, 'utf8'), readFile(p.caKey, 'utf8')]);
   const caParsed = parseCert(ca, 'ca.crt', '');
   const signer = { name: 'kubernetes-ca', cert: caParsed, certPem: ca, key: parseKey(caKey, 'ca.key', ''), keyId: keyIdOf(caParsed) };
   const nodeKey = await generateKeyPem();
   const nodeCert = issueLeafCert({
-    subject: { commonName: `system:node:${NODE}`, organizations: ['system:nodes'] }, usages: ['clientAuth'], sans: [],
-    key: parseKey(nodeKey, 'node.key', ''), signer, now: new Date(), years: 1,
+    subject: { commonName: `system:node:${NODE}`, organizations: ['system:nodes'] },
+    usages: ['clientAuth'],
+    sans: [],
+    key: parseKey(nodeKey, 'node.key', ''),
+    signer,
+    now: new Date(),
+    years: 1,
   });
   const out: BenchPki = {
-    ca: p.caCert, serverCert: p.konnectivityCert, serverKey: p.konnectivityKey,
-    nodeCert: join(dir, 'node.crt'), nodeKey: join(dir, 'node.key'),
+    ca: p.caCert,
+    serverCert: p.konnectivityCert,
+    serverKey: p.konnectivityKey,
+    nodeCert: join(dir, 'node.crt'),
+    nodeKey: join(dir, 'node.key'),
   };
   await writeFile(out.nodeCert, nodeCert);
   await writeFile(out.nodeKey, nodeKey, { mode: 0o600 });

@@ -34,7 +34,9 @@ export function startProc(name: string, cmd: string, args: string[], env: NodeJS
   child.stderr!.on('data', (c: Buffer) => (out = (out + c.toString()).slice(-20_000)));
   const exited = new Promise<void>((r) => child.once('exit', () => r()));
   return {
-    name, child, pid: child.pid!,
+    name,
+    child,
+    pid: child.pid!,
     output: () => out,
     onLine: (fn) => listeners.push(fn),
     async stop() {
@@ -91,10 +93,21 @@ export async function freePort(): Promise<number> {
 }
 
 /** Polls `check` until it is true; fails at the timeout, or at once when one of `watch` has exited. */
-export async function waitUntil(what: string, check: () => boolean | Promise<boolean>, timeoutMs: number, detail = (): string => '', watch: Proc[] = []): Promise<void> {
+export async function waitUntil(
+  what: string,
+  check: () => boolean | Promise<boolean>,
+  timeoutMs: number,
+  detail = (): string => '',
+  watch: Proc[] = [],
+): Promise<void> {
   const end = Date.now() + timeoutMs;
   for (;;) {
-    if (await Promise.resolve().then(check).catch(() => false)) return;
+    if (
+      await Promise.resolve()
+        .then(check)
+        .catch(() => false)
+    )
+      return;
     const dead = watch.find((p) => p.child.exitCode !== null || p.child.signalCode !== null);
     if (dead) throw new Error(`${dead.name} exited (${dead.child.exitCode ?? dead.child.signalCode}) while waiting for ${what}\n${detail()}`);
     if (Date.now() > end) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}\n${detail()}`);

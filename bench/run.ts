@@ -44,9 +44,51 @@ interface Sizes {
 
 const MiB = 1024 * 1024;
 const SIZES: Record<'full' | 'quick' | 'smoke', Sizes> = {
-  full: { reps: 5, tputReps: 11, freshReps: 3, fresh: true, bulk1: 128 * MiB, bulk16: 16 * MiB, dials: 5000, dialChunk: 500, idleConns: 1000, leakCycles: 10_000, holConns: 100, holWindowMs: 3000, controller: true },
-  quick: { reps: 3, tputReps: 5, freshReps: 1, fresh: true, bulk1: 64 * MiB, bulk16: 8 * MiB, dials: 1000, dialChunk: 250, idleConns: 300, leakCycles: 2000, holConns: 50, holWindowMs: 2000, controller: true },
-  smoke: { reps: 1, tputReps: 1, freshReps: 1, fresh: false, bulk1: 4 * MiB, bulk16: 1 * MiB, dials: 40, dialChunk: 20, idleConns: 20, leakCycles: 60, holConns: 8, holWindowMs: 500, controller: false },
+  full: {
+    reps: 5,
+    tputReps: 11,
+    freshReps: 3,
+    fresh: true,
+    bulk1: 128 * MiB,
+    bulk16: 16 * MiB,
+    dials: 5000,
+    dialChunk: 500,
+    idleConns: 1000,
+    leakCycles: 10_000,
+    holConns: 100,
+    holWindowMs: 3000,
+    controller: true,
+  },
+  quick: {
+    reps: 3,
+    tputReps: 5,
+    freshReps: 1,
+    fresh: true,
+    bulk1: 64 * MiB,
+    bulk16: 8 * MiB,
+    dials: 1000,
+    dialChunk: 250,
+    idleConns: 300,
+    leakCycles: 2000,
+    holConns: 50,
+    holWindowMs: 2000,
+    controller: true,
+  },
+  smoke: {
+    reps: 1,
+    tputReps: 1,
+    freshReps: 1,
+    fresh: false,
+    bulk1: 4 * MiB,
+    bulk16: 1 * MiB,
+    dials: 40,
+    dialChunk: 20,
+    idleConns: 20,
+    leakCycles: 60,
+    holConns: 8,
+    holWindowMs: 500,
+    controller: false,
+  },
 };
 
 const PATHS: PathName[] = ['direct', 'upstream', 'kctl', 'kctl-connect'];
@@ -65,7 +107,10 @@ function percentile(xs: number[], p: number): number {
 
 class Bench {
   private stacks = new Map<'upstream' | 'kctl', Stack>();
-  constructor(readonly pki: BenchPki, readonly dir: string) {}
+  constructor(
+    readonly pki: BenchPki,
+    readonly dir: string,
+  ) {}
 
   async stack(name: 'upstream' | 'kctl', fresh = false): Promise<Stack> {
     const have = this.stacks.get(name);
@@ -126,7 +171,13 @@ async function main(): Promise<void> {
     const t: Targets = { source: `127.0.0.1:${ports.source}`, echo: `127.0.0.1:${ports.echo}`, refused: `127.0.0.1:${await freePort()}` };
 
     /** Runs `measure` for every path, alternating paths within each repetition; medians per path. */
-    const alternate = async (name: string, reps: number, fresh: boolean, paths: PathName[], measure: (d: Dialer, stack?: Stack) => Promise<number>): Promise<Partial<Record<PathName, number>>> => {
+    const alternate = async (
+      name: string,
+      reps: number,
+      fresh: boolean,
+      paths: PathName[],
+      measure: (d: Dialer, stack?: Stack) => Promise<number>,
+    ): Promise<Partial<Record<PathName, number>>> => {
       const got: Partial<Record<PathName, number[]>> = {};
       for (let r = 0; r < reps; r++) {
         for (const p of paths) {
@@ -141,41 +192,75 @@ async function main(): Promise<void> {
 
     // The speed scenarios run the Go driver (go-driver.ts); the others the TypeScript one (driver.ts).
     for (const p of PATHS) await throughput(await bench.goPath(p), t.source, 4, 8 * MiB); // JIT and buffers warm, untimed
-    const bulk = (conns: number, bytes: number) => async (d: Dialer): Promise<number> => throughput(await bench.goPath(d.path), t.source, conns, bytes);
+    const bulk =
+      (conns: number, bytes: number) =>
+      async (d: Dialer): Promise<number> =>
+        throughput(await bench.goPath(d.path), t.source, conns, bytes);
     out.push(...rows('throughput-1', 'MiB/s', await alternate('throughput-1', z.tputReps, false, PATHS, bulk(1, z.bulk1))));
     out.push(...rows('throughput-16', 'MiB/s', await alternate('throughput-16', z.tputReps, false, PATHS, bulk(16, z.bulk16))));
 
     const samples: Partial<Record<PathName, number[]>> = {};
     for (let done = 0; done < z.dials; done += z.dialChunk) {
-      for (const p of PATHS) (samples[p] ??= []).push(...await dialLatencies(await bench.goPath(p), t.echo, Math.min(z.dialChunk, z.dials - done)));
+      for (const p of PATHS) (samples[p] ??= []).push(...(await dialLatencies(await bench.goPath(p), t.echo, Math.min(z.dialChunk, z.dials - done))));
       log(`dial-latency ${Math.min(done + z.dialChunk, z.dials)}/${z.dials} per path`);
     }
-    const pct = (p: number) => Object.fromEntries(Object.entries(samples).map(([k, xs]) => [k, percentile(xs, p)])) as Partial<Record<PathName, number>>;
+    const pct = (p: number) =>
+      Object.fromEntries(Object.entries(samples).map(([k, xs]) => [k, percentile(xs, p)])) as Partial<Record<PathName, number>>;
     out.push(...rows('dial-latency-p50', 'ms', pct(50)), ...rows('dial-latency-p99', 'ms', pct(99)));
 
     const tunnels = PATHS.filter((p) => p !== 'direct');
-    out.push(...rows('idle-memory-per-conn', 'KiB', await alternate('idle-memory-per-conn', z.freshReps, z.fresh, tunnels, (d, s) => idleMemoryPerConn(s!, d, t, z.idleConns)), false));
+    out.push(
+      ...rows(
+        'idle-memory-per-conn',
+        'KiB',
+        await alternate('idle-memory-per-conn', z.freshReps, z.fresh, tunnels, (d, s) => idleMemoryPerConn(s!, d, t, z.idleConns)),
+        false,
+      ),
+    );
     const stuck: Partial<Record<PathName, number>> = {};
-    out.push(...rows('leak-residual', 'entries', await alternate('leak-residual', 1, z.fresh, tunnels, async (d, s) => {
-      const r = await leakResidual(s!, d, t, z.leakCycles);
-      stuck[d.path] = r.stuck;
-      if (r.stuck) log(`leak-residual ${d.path}: ${r.stuck} of ${z.leakCycles} cycles stalled for 3 s and were cut off by the driver: ${JSON.stringify(r.stuckKinds)}`);
-      return r.residual;
-    }), false));
+    out.push(
+      ...rows(
+        'leak-residual',
+        'entries',
+        await alternate('leak-residual', 1, z.fresh, tunnels, async (d, s) => {
+          const r = await leakResidual(s!, d, t, z.leakCycles);
+          stuck[d.path] = r.stuck;
+          if (r.stuck)
+            log(
+              `leak-residual ${d.path}: ${r.stuck} of ${z.leakCycles} cycles stalled for 3 s and were cut off by the driver: ${JSON.stringify(r.stuckKinds)}`,
+            );
+          return r.residual;
+        }),
+        false,
+      ),
+    );
     const stalledRows = out.filter((r) => r.scenario.startsWith('leak-residual'));
     for (const r of stalledRows) {
       const path: PathName = r.scenario.endsWith('(http-connect)') ? 'kctl-connect' : 'kctl';
       const parts = [`kctl ${stuck[path] ?? 0}`, ...(path === 'kctl' ? [`upstream ${stuck.upstream ?? 0}`] : [])];
       r.note = `cycles that stalled 3 s and were cut off by the driver: ${parts.join(', ')} of ${z.leakCycles}`;
     }
-    out.push(...rows('hol-others-ratio', 'ratio', await alternate('hol-others-ratio', z.freshReps, z.fresh, PATHS, (d) => holOthersRatio(d, t, z.holConns, z.holWindowMs))));
+    out.push(
+      ...rows(
+        'hol-others-ratio',
+        'ratio',
+        await alternate('hol-others-ratio', z.freshReps, z.fresh, PATHS, (d) => holOthersRatio(d, t, z.holConns, z.holWindowMs)),
+      ),
+    );
     await bench.stop();
 
     if (z.controller) {
       const ctlDir = await mkdtemp(join(dir, 'controller-'));
       const f = await controllerFigures(ctlDir, log);
       out.push({ scenario: 'controller-ready-s', unit: 's', kctl: f.readySeconds, upstream: null, direct: null });
-      out.push({ scenario: 'controller-rss-mb', unit: 'MiB', kctl: f.rssMiB, upstream: null, direct: null, note: `of which ${f.anonMiB.toFixed(0)} MiB anonymous (heaps); the rest is the executable's file-backed code pages` });
+      out.push({
+        scenario: 'controller-rss-mb',
+        unit: 'MiB',
+        kctl: f.rssMiB,
+        upstream: null,
+        direct: null,
+        note: `of which ${f.anonMiB.toFixed(0)} MiB anonymous (heaps); the rest is the executable's file-backed code pages`,
+      });
     } else {
       const note = 'not measured in --smoke (starts the whole control plane)';
       out.push({ scenario: 'controller-ready-s', unit: 's', kctl: null, upstream: null, direct: null, note });
@@ -184,9 +269,23 @@ async function main(): Promise<void> {
     if (mode !== 'smoke') {
       // ~30 s per lab plus ~6 s per join: 3 joins (median) in the full run, 1 in --quick.
       const joins = await workerJoinSeconds(await mkdtemp(join(dir, 'worker-')), log, mode === 'full' ? 3 : 1);
-      out.push({ scenario: 'worker-join-s', unit: 's', kctl: median(joins), upstream: null, direct: null, ...(joins.length > 1 ? { note: `median of ${joins.length} joins: ${joins.map((s) => s.toFixed(1)).join(', ')} s` } : {}) });
+      out.push({
+        scenario: 'worker-join-s',
+        unit: 's',
+        kctl: median(joins),
+        upstream: null,
+        direct: null,
+        ...(joins.length > 1 ? { note: `median of ${joins.length} joins: ${joins.map((s) => s.toFixed(1)).join(', ')} s` } : {}),
+      });
     } else {
-      out.push({ scenario: 'worker-join-s', unit: 's', kctl: null, upstream: null, direct: null, note: 'not measured in --smoke (starts a control plane and a worker in the network-namespace lab)' });
+      out.push({
+        scenario: 'worker-join-s',
+        unit: 's',
+        kctl: null,
+        upstream: null,
+        direct: null,
+        note: 'not measured in --smoke (starts a control plane and a worker in the network-namespace lab)',
+      });
     }
   } finally {
     await bench.stop().catch(() => {});
@@ -196,14 +295,23 @@ async function main(): Promise<void> {
   log(`done in ${((Date.now() - started) / 1000).toFixed(0)} s`);
   const fmt = (x: number | null): string => (x === null ? '-' : x >= 100 ? x.toFixed(0) : x.toFixed(x >= 10 ? 1 : 3));
   const ratio = (a: number | null, b: number | null): string => (a === null || b === null || b === 0 ? '-' : `${(a / b).toFixed(2)}x`);
-  const table = ['| scenario | unit | kctl | upstream | direct | kctl/upstream | kctl/direct |', '|---|---|---:|---:|---:|---:|---:|',
-    ...out.map((r) => `| ${r.scenario} | ${r.unit} | ${fmt(r.kctl)} | ${fmt(r.upstream)} | ${fmt(r.direct)} | ${ratio(r.kctl, r.upstream)} | ${ratio(r.kctl, r.direct)} |`)].join('\n');
+  const table = [
+    '| scenario | unit | kctl | upstream | direct | kctl/upstream | kctl/direct |',
+    '|---|---|---:|---:|---:|---:|---:|',
+    ...out.map(
+      (r) =>
+        `| ${r.scenario} | ${r.unit} | ${fmt(r.kctl)} | ${fmt(r.upstream)} | ${fmt(r.direct)} | ${ratio(r.kctl, r.upstream)} | ${ratio(r.kctl, r.direct)} |`,
+    ),
+  ].join('\n');
   process.stderr.write(`${table}\n`);
   if (json) process.stdout.write(`${JSON.stringify({ runs: out })}\n`);
 }
 
-main().then(() => process.exit(0), (err: Error) => {
-  process.stderr.write(`bench failed: ${err.message}\n`);
-  if (process.argv.includes('--debug')) process.stderr.write(`${err.stack}\n`);
-  process.exit(1);
-});
+main().then(
+  () => process.exit(0),
+  (err: Error) => {
+    process.stderr.write(`bench failed: ${err.message}\n`);
+    if (process.argv.includes('--debug')) process.stderr.write(`${err.stack}\n`);
+    process.exit(1);
+  },
+);

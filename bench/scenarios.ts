@@ -113,7 +113,10 @@ export async function leakResidual(stack: Stack, d: Dialer, t: Targets, cycles: 
     const ac = new AbortController();
     const op = (async () => {
       if (kind === 6) {
-        await d.dial(t.refused, ac.signal).then((x) => x.destroy(), () => {}); // agent's dial fails
+        await d.dial(t.refused, ac.signal).then(
+          (x) => x.destroy(),
+          () => {},
+        ); // agent's dial fails
       } else if (kind === 7) {
         setTimeout(() => ac.abort(), Math.random() * 2); // client gives up while the dial is pending
         s = await d.dial(t.echo, ac.signal);
@@ -150,9 +153,11 @@ export async function leakResidual(stack: Stack, d: Dialer, t: Targets, cycles: 
     clearTimeout(timer);
   };
   let next = 0;
-  await Promise.all(Array.from({ length: 16 }, async () => {
-    while (next < cycles) await cycle(next++);
-  }));
+  await Promise.all(
+    Array.from({ length: 16 }, async () => {
+      while (next < cycles) await cycle(next++);
+    }),
+  );
   let left = await stack.tableEntries();
   const end = Date.now() + 20_000;
   while (left !== 0 && Date.now() < end) {
@@ -174,15 +179,17 @@ export async function holOthersRatio(d: Dialer, t: Targets, conns: number, windo
     setMaxListeners(0, ac.signal); // one signal cancels every pending dial of the window
     const socks: Duplex[] = [];
     const start = Date.now();
-    const all = Promise.all(Array.from({ length: conns }, async () => {
-      const s = await d.dial(t.source, ac.signal).catch(() => undefined);
-      if (!s) return;
-      socks.push(s);
-      if (ac.signal.aborted) return;
-      void download(s, FOREVER, (n) => {
-        if (!ac.signal.aborted) bytes += n;
-      });
-    }));
+    const all = Promise.all(
+      Array.from({ length: conns }, async () => {
+        const s = await d.dial(t.source, ac.signal).catch(() => undefined);
+        if (!s) return;
+        socks.push(s);
+        if (ac.signal.aborted) return;
+        void download(s, FOREVER, (n) => {
+          if (!ac.signal.aborted) bytes += n;
+        });
+      }),
+    );
     await sleep(windowMs - (Date.now() - start));
     ac.abort();
     const counted = bytes;

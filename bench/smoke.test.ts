@@ -5,18 +5,36 @@ import { before, test } from 'node:test';
 import { execa } from 'execa';
 import { goDriver } from './go-driver.ts';
 
-const SCENARIOS = ['throughput-1', 'throughput-16', 'dial-latency-p50', 'dial-latency-p99', 'idle-memory-per-conn', 'hol-others-ratio', 'leak-residual'];
+const SCENARIOS = [
+  'throughput-1',
+  'throughput-16',
+  'dial-latency-p50',
+  'dial-latency-p99',
+  'idle-memory-per-conn',
+  'hol-others-ratio',
+  'leak-residual',
+];
 const KCTL_ONLY = ['controller-ready-s', 'controller-rss-mb', 'worker-join-s'];
 /** Figures that may be 0 or negative in a tiny run (memory deltas at 20 connections are noise). */
 const MAY_BE_ZERO = ['leak-residual', 'idle-memory-per-conn', 'hol-others-ratio'];
 
-interface Row { scenario: string; unit: string; kctl: number | null; upstream: number | null; direct: number | null; note?: string }
+interface Row {
+  scenario: string;
+  unit: string;
+  kctl: number | null;
+  upstream: number | null;
+  direct: number | null;
+  note?: string;
+}
 
 // The Go driver's first build on a machine (module downloads, compile) is not the run's to pay.
 before(() => goDriver(), { timeout: 600_000 });
 
 test('bench --smoke --json reports every scenario for kctl, upstream and direct', { timeout: 120_000 }, async () => {
-  const r = await execa(process.execPath, ['--import', 'tsx', new URL('run.ts', import.meta.url).pathname, '--smoke', '--json'], { reject: false, timeout: 110_000 });
+  const r = await execa(process.execPath, ['--import', 'tsx', new URL('run.ts', import.meta.url).pathname, '--smoke', '--json'], {
+    reject: false,
+    timeout: 110_000,
+  });
   assert.equal(r.exitCode, 0, `bench failed:\n${String(r.stderr).slice(-3000)}`);
   const { runs } = JSON.parse(String(r.stdout)) as { runs: Row[] };
   assert.deepEqual(runs.map((x) => x.scenario).sort(), [...SCENARIOS.flatMap((s) => [s, `${s} (http-connect)`]), ...KCTL_ONLY].sort());

@@ -48,31 +48,85 @@ async function stopAll(procs: Proc[]): Promise<void> {
 export async function startUpstream(pki: BenchPki, dir: string): Promise<Stack> {
   const bin = upstreamBinDir();
   const uds = join(dir, `upstream-${Date.now()}.sock`);
-  const [agentPort, serverAdmin, serverHealth, agentAdmin, agentHealth] = await Promise.all([freePort(), freePort(), freePort(), freePort(), freePort()]);
+  const [agentPort, serverAdmin, serverHealth, agentAdmin, agentHealth] = await Promise.all([
+    freePort(),
+    freePort(),
+    freePort(),
+    freePort(),
+    freePort(),
+  ]);
   const server = startProc('proxy-server', join(bin, 'proxy-server'), [
-    '--mode', 'grpc', '--uds-name', uds, '--delete-existing-uds-file', '--server-port', '0',
-    '--cluster-cert', pki.serverCert, '--cluster-key', pki.serverKey, '--cluster-ca-cert', pki.ca,
-    '--agent-port', String(agentPort), '--agent-bind-address', '127.0.0.1',
-    '--admin-port', String(serverAdmin), '--health-port', String(serverHealth), '--health-bind-address', '127.0.0.1',
-    '--server-id', 'bench-upstream', '--server-count', '1',
+    '--mode',
+    'grpc',
+    '--uds-name',
+    uds,
+    '--delete-existing-uds-file',
+    '--server-port',
+    '0',
+    '--cluster-cert',
+    pki.serverCert,
+    '--cluster-key',
+    pki.serverKey,
+    '--cluster-ca-cert',
+    pki.ca,
+    '--agent-port',
+    String(agentPort),
+    '--agent-bind-address',
+    '127.0.0.1',
+    '--admin-port',
+    String(serverAdmin),
+    '--health-port',
+    String(serverHealth),
+    '--health-bind-address',
+    '127.0.0.1',
+    '--server-id',
+    'bench-upstream',
+    '--server-count',
+    '1',
   ]);
   const agent = startProc('proxy-agent', join(bin, 'proxy-agent'), [
-    '--proxy-server-host', '127.0.0.1', '--proxy-server-port', String(agentPort),
-    '--ca-cert', pki.ca, '--agent-cert', pki.nodeCert, '--agent-key', pki.nodeKey,
-    '--agent-id', NODE, '--agent-identifiers', `host=${NODE}`,
-    '--health-server-host', '127.0.0.1', '--health-server-port', String(agentHealth),
-    '--admin-server-port', String(agentAdmin), '--sync-interval', '200ms',
+    '--proxy-server-host',
+    '127.0.0.1',
+    '--proxy-server-port',
+    String(agentPort),
+    '--ca-cert',
+    pki.ca,
+    '--agent-cert',
+    pki.nodeCert,
+    '--agent-key',
+    pki.nodeKey,
+    '--agent-id',
+    NODE,
+    '--agent-identifiers',
+    `host=${NODE}`,
+    '--health-server-host',
+    '127.0.0.1',
+    '--health-server-port',
+    String(agentHealth),
+    '--admin-server-port',
+    String(agentAdmin),
+    '--sync-interval',
+    '200ms',
   ]);
   try {
-    await waitUntil('upstream proxy-server ready with its agent', async () => (await fetch(`http://127.0.0.1:${serverHealth}/readyz`)).status === 200 && existsSync(uds), 60_000,
-      () => `${server.output()}\n${agent.output()}`, [server, agent]);
+    await waitUntil(
+      'upstream proxy-server ready with its agent',
+      async () => (await fetch(`http://127.0.0.1:${serverHealth}/readyz`)).status === 200 && existsSync(uds),
+      60_000,
+      () => `${server.output()}\n${agent.output()}`,
+      [server, agent],
+    );
   } catch (err) {
     await stopAll([server, agent]);
     throw err;
   }
   return {
-    name: 'upstream', grpcUds: uds, pids: [server.pid, agent.pid],
-    tableEntries: async () => (await gauges(`http://127.0.0.1:${serverAdmin}/metrics`, SERVER_TABLES)) + (await gauges(`http://127.0.0.1:${agentAdmin}/metrics`, AGENT_TABLES)),
+    name: 'upstream',
+    grpcUds: uds,
+    pids: [server.pid, agent.pid],
+    tableEntries: async () =>
+      (await gauges(`http://127.0.0.1:${serverAdmin}/metrics`, SERVER_TABLES)) +
+      (await gauges(`http://127.0.0.1:${agentAdmin}/metrics`, AGENT_TABLES)),
     stop: () => stopAll([server, agent]),
   };
 }
@@ -81,8 +135,13 @@ export async function startUpstream(pki: BenchPki, dir: string): Promise<Stack> 
 export async function startKctl(pki: BenchPki, dir: string, nodeFlags = KCTL_NODE_FLAGS): Promise<Stack> {
   const stamp = Date.now();
   const o = {
-    udsPath: join(dir, `kctl-${stamp}.sock`), connectUdsPath: join(dir, `kctl-connect-${stamp}.sock`),
-    agentPort: await freePort(), adminPort: await freePort(), cert: pki.serverCert, key: pki.serverKey, ca: pki.ca,
+    udsPath: join(dir, `kctl-${stamp}.sock`),
+    connectUdsPath: join(dir, `kctl-connect-${stamp}.sock`),
+    agentPort: await freePort(),
+    adminPort: await freePort(),
+    cert: pki.serverCert,
+    key: pki.serverKey,
+    ca: pki.ca,
   };
   const agentAdmin = await freePort();
   const node = process.execPath;
@@ -93,19 +152,41 @@ export async function startKctl(pki: BenchPki, dir: string, nodeFlags = KCTL_NOD
     await server.stop();
     throw err;
   }
-  const agent = startProc('kctl-agent', node, [...nodeFlags, '--import', 'tsx', join(here, 'kctl-agent.ts'), JSON.stringify({
-    serverPort: o.agentPort, adminPort: agentAdmin, ca: pki.ca, cert: pki.nodeCert, key: pki.nodeKey, agentId: NODE,
-  })]);
+  const agent = startProc('kctl-agent', node, [
+    ...nodeFlags,
+    '--import',
+    'tsx',
+    join(here, 'kctl-agent.ts'),
+    JSON.stringify({
+      serverPort: o.agentPort,
+      adminPort: agentAdmin,
+      ca: pki.ca,
+      cert: pki.nodeCert,
+      key: pki.nodeKey,
+      agentId: NODE,
+    }),
+  ]);
   try {
     await firstJsonLine(agent);
-    await waitUntil('kctl server ready with its agent', async () => (await fetch(`http://127.0.0.1:${o.adminPort}/readyz`)).status === 200, 30_000, () => server.output(), [server, agent]);
+    await waitUntil(
+      'kctl server ready with its agent',
+      async () => (await fetch(`http://127.0.0.1:${o.adminPort}/readyz`)).status === 200,
+      30_000,
+      () => server.output(),
+      [server, agent],
+    );
   } catch (err) {
     await stopAll([server, agent]);
     throw err;
   }
   return {
-    name: 'kctl', grpcUds: o.udsPath, connectUds: o.connectUdsPath, pids: [server.pid, agent.pid],
-    tableEntries: async () => (await gauges(`http://127.0.0.1:${o.adminPort}/metrics`, SERVER_TABLES)) + (await gauges(`http://127.0.0.1:${agentAdmin}/metrics`, AGENT_TABLES)),
+    name: 'kctl',
+    grpcUds: o.udsPath,
+    connectUds: o.connectUdsPath,
+    pids: [server.pid, agent.pid],
+    tableEntries: async () =>
+      (await gauges(`http://127.0.0.1:${o.adminPort}/metrics`, SERVER_TABLES)) +
+      (await gauges(`http://127.0.0.1:${agentAdmin}/metrics`, AGENT_TABLES)),
     stop: () => stopAll([server, agent]),
   };
 }

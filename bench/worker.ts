@@ -54,7 +54,9 @@ const gone = (p: Tracked): boolean => p.child.exitCode !== null || p.child.signa
 
 function withDeadline<T>(what: string, ms: number, p: Promise<T>): Promise<T> {
   let timer: NodeJS.Timeout | undefined;
-  const deadline = new Promise<never>((_, reject) => { timer = setTimeout(() => reject(new Error(`timed out after ${ms} ms: ${what}`)), ms); });
+  const deadline = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`timed out after ${ms} ms: ${what}`)), ms);
+  });
   return Promise.race([p, deadline]).finally(() => clearTimeout(timer));
 }
 
@@ -65,7 +67,11 @@ async function stop(p: Tracked): Promise<void> {
   child.kill('SIGTERM');
   const exited = await Promise.race([p.exited.then(() => true), sleep(STOP_MS).then(() => false)]);
   if (!exited && child.pid) {
-    try { process.kill(-child.pid, 'SIGKILL'); } catch { /* gone */ }
+    try {
+      process.kill(-child.pid, 'SIGKILL');
+    } catch {
+      /* gone */
+    }
     await Promise.race([p.exited, sleep(5_000)]);
   }
 }
@@ -91,15 +97,19 @@ export async function workerJoinSeconds(dir: string, log: (m: string) => void, r
     const controller = track(ctl.spawn(kctlBin, c.args));
     procs.push(controller);
     let controllerReady = false;
-    onLines(controller, (line) => { if (line.includes('"msg":"controller ready"')) controllerReady = true; });
+    onLines(controller, (line) => {
+      if (line.includes('"msg":"controller ready"')) controllerReady = true;
+    });
     await waitFor('controller ready', CONTROLLER_READY_MS, 200, async () => {
-      if (gone(controller)) throw new Error(`the controller exited (${controller.child.exitCode ?? controller.child.signalCode})\n${controller.log()}`);
+      if (gone(controller))
+        throw new Error(`the controller exited (${controller.child.exitCode ?? controller.child.signalCode})\n${controller.log()}`);
       return controllerReady;
     });
     // The staged kubectl with the admin kubeconfig, not `kctl kubectl`: a poll costs one Go process, not a Node one too.
     const kubectlBin = join(c.dataDir, 'bin', 'kubectl');
     if (!existsSync(kubectlBin)) throw new Error(`${kubectlBin} is missing after --init-only`);
-    const kubectl = (args: string[]): Promise<Result> => ctl.run(kubectlBin, ['--kubeconfig', join(c.dataDir, 'pki', 'admin.conf'), '--request-timeout=5s', ...args], { timeout: 10_000 });
+    const kubectl = (args: string[]): Promise<Result> =>
+      ctl.run(kubectlBin, ['--kubeconfig', join(c.dataDir, 'pki', 'admin.conf'), '--request-timeout=5s', ...args], { timeout: 10_000 });
 
     const out: number[] = [];
     for (const name of workerNames) {
@@ -108,7 +118,9 @@ export async function workerJoinSeconds(dir: string, log: (m: string) => void, r
       const d = workerDirs(name);
       log(`worker-join: starting worker ${name} (${out.length + 1}/${reps})`);
       const start = Date.now();
-      const worker = track(h.spawn(kctlBin, ['worker', '--token', token, '--data-dir', d.data, '--run-dir', d.run, '--node-name', name, '--node-ip', h.ip]));
+      const worker = track(
+        h.spawn(kctlBin, ['worker', '--token', token, '--data-dir', d.data, '--run-dir', d.run, '--node-name', name, '--node-ip', h.ip]),
+      );
       procs.push(worker);
       const phases = new Map<string, number>();
       onLines(worker, (line) => {
@@ -118,10 +130,16 @@ export async function workerJoinSeconds(dir: string, log: (m: string) => void, r
         const t = /"time":"([^"]+)"/.exec(line);
         phases.set(phase, ((t ? Date.parse(t[1]!) : Date.now()) - start) / 1000);
       });
-      await waitFor(`Node ${name} Ready`, NODE_READY_MS, POLL_MS, async () => {
-        if (gone(worker)) throw new Error(`the worker exited (${worker.child.exitCode ?? worker.child.signalCode})\n${worker.log()}`);
-        return nodeReady(kubectl, name);
-      }, () => `worker:\n${worker.log()}\ncontroller:\n${controller.log()}`);
+      await waitFor(
+        `Node ${name} Ready`,
+        NODE_READY_MS,
+        POLL_MS,
+        async () => {
+          if (gone(worker)) throw new Error(`the worker exited (${worker.child.exitCode ?? worker.child.signalCode})\n${worker.log()}`);
+          return nodeReady(kubectl, name);
+        },
+        () => `worker:\n${worker.log()}\ncontroller:\n${controller.log()}`,
+      );
       const seconds = (Date.now() - start) / 1000;
       out.push(seconds);
       // Not timed: for the log, when the worker itself reported every component ready (kube-proxy and the agent may come after the Node is Ready).

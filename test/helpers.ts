@@ -14,7 +14,21 @@ export async function tempDir(t: { after: (fn: () => Promise<void>) => void }, p
 /** A logger whose JSON lines the test can read back. */
 export function captureLogger(): { log: Logger; lines: () => Record<string, unknown>[]; raw: () => string } {
   const chunks: string[] = [];
-  const sink = new Writable({ write(chunk: Buffer, _e, cb) { chunks.push(chunk.toString()); cb(); } });
+  const sink = new Writable({
+    write(chunk: Buffer, _e, cb) {
+      chunks.push(chunk.toString());
+      cb();
+    },
+  });
   const log = createLogger({ destination: sink, pretty: false, debug: true });
-  return { log, raw: () => chunks.join(''), lines: () => chunks.join('').split('\n').filter(Boolean).map((l) => JSON.parse(l) as Record<string, unknown>) };
+  return {
+    log,
+    raw: () => chunks.join(''),
+    lines: () =>
+      chunks
+        .join('')
+        .split('\n')
+        .filter(Boolean)
+        .map((l) => JSON.parse(l) as Record<string, unknown>),
+  };
 }

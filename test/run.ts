@@ -7,15 +7,20 @@ import { join, relative } from 'node:path';
 const root = new URL('..', import.meta.url).pathname;
 
 function testFiles(dir: string): string[] {
-  return readdirSync(dir).flatMap((name) => {
-    const p = join(dir, name);
-    if (statSync(p).isDirectory()) return testFiles(p);
-    return name.endsWith('.test.ts') ? [relative(root, p)] : [];
-  }).sort();
+  return readdirSync(dir)
+    .flatMap((name) => {
+      const p = join(dir, name);
+      if (statSync(p).isDirectory()) return testFiles(p);
+      return name.endsWith('.test.ts') ? [relative(root, p)] : [];
+    })
+    .sort();
 }
 
 const only = process.argv.slice(2);
 const suites = only.length ? only : ['test/unit', 'test/e2e', 'bench'];
 const files = suites.flatMap((s) => (s.endsWith('.ts') ? [s] : testFiles(join(root, s))));
-const r = spawnSync(process.execPath, ['--import', 'tsx', '--test', '--test-concurrency=1', '--test-reporter=spec', ...files], { cwd: root, stdio: 'inherit' });
+const r = spawnSync(process.execPath, ['--import', 'tsx', '--test', '--test-concurrency=1', '--test-reporter=spec', ...files], {
+  cwd: root,
+  stdio: 'inherit',
+});
 process.exit(r.status ?? 1);

@@ -10,9 +10,15 @@ import { isIP } from 'node:net';
 export function canonicalIp(ip: string): string | null {
   const bare = ip.replace(/%.*$/, ''); // link-local zone ids ("fe80::1%eth0") are not part of an address we compare
   switch (isIP(bare)) {
-    case 4: return bare.split('.').map((o) => String(Number(o))).join('.');
-    case 6: return new URL(`http://[${bare}]/`).hostname.slice(1, -1);
-    default: return null;
+    case 4:
+      return bare
+        .split('.')
+        .map((o) => String(Number(o)))
+        .join('.');
+    case 6:
+      return new URL(`http://[${bare}]/`).hostname.slice(1, -1);
+    default:
+      return null;
   }
 }
 

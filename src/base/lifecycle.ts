@@ -17,7 +17,9 @@ export async function runUntilSignal(manager: ComponentManager, log: Logger, opt
   const signals = opts.signals ?? ['SIGTERM', 'SIGINT'];
   let stopping: Promise<void> | undefined;
   let onSignalled: () => void = () => undefined;
-  const signalled = new Promise<void>((resolve) => { onSignalled = resolve; });
+  const signalled = new Promise<void>((resolve) => {
+    onSignalled = resolve;
+  });
   const handler = (signal: NodeJS.Signals): void => {
     if (stopping) return;
     log.info({ signal }, `received ${signal}, stopping`);

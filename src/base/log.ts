@@ -18,10 +18,19 @@ export function createLogger(opts: LogOptions = {}): Logger {
   const usePretty = opts.pretty ?? (opts.destination === undefined && process.stdout.isTTY === true);
   if (usePretty) {
     // Synchronous in-process prettifier: a worker-thread transport does not survive bundling.
-    const stream = pretty({ colorize: true, sync: true, ignore: 'pid,hostname', messageFormat: '[{component}] {msg}', destination: opts.destination ?? 1 });
+    const stream = pretty({
+      colorize: true,
+      sync: true,
+      ignore: 'pid,hostname',
+      messageFormat: '[{component}] {msg}',
+      destination: opts.destination ?? 1,
+    });
     return withComponent(pino({ level, base }, stream), 'kctl');
   }
-  return withComponent(pino({ level, base, timestamp: pino.stdTimeFunctions.isoTime }, (opts.destination ?? pino.destination({ sync: true })) as pino.DestinationStream), 'kctl');
+  return withComponent(
+    pino({ level, base, timestamp: pino.stdTimeFunctions.isoTime }, (opts.destination ?? pino.destination({ sync: true })) as pino.DestinationStream),
+    'kctl',
+  );
 }
 
 // pino serialises every binding of every ancestor, so a child of a `component: kctl` logger

@@ -30,7 +30,11 @@ export class ComponentManager {
   private startCalled = false;
   private stopping?: Promise<void>;
 
-  constructor(components: readonly Component[], private readonly log: Logger, opts: ComponentManagerOptions = {}) {
+  constructor(
+    components: readonly Component[],
+    private readonly log: Logger,
+    opts: ComponentManagerOptions = {},
+  ) {
     const names = new Set<string>();
     for (const c of components) {
       if (names.has(c.name)) throw new Error(`component ${c.name} is listed twice`);
@@ -132,7 +136,12 @@ export class ComponentManager {
       if (!timeout.signal.aborted) throw new Error(`${c.name} failed to become ready: ${reasonOf(err)}`, { cause: err });
       // The component's own reason (its last probe error) says more than "timed out", if it gives one promptly.
       let reason: string | undefined;
-      await settlesWithin(ready.catch((e: unknown) => { reason = reasonOf(e); }), 1000);
+      await settlesWithin(
+        ready.catch((e: unknown) => {
+          reason = reasonOf(e);
+        }),
+        1000,
+      );
       throw new Error(`${c.name} did not become ready within ${seconds(timeoutMs)}${reason ? `: ${reason}` : ''}`, { cause: err });
     } finally {
       clearTimeout(timer);

@@ -7,7 +7,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 export interface HttpsProbe {
   /** https://… or, for plain local health ports (kubelet, kube-proxy), http://… */
   url: string;
-  ca?: string;            // CA file; omitted = do not verify (self-signed component endpoints on loopback)
+  ca?: string; // CA file; omitted = do not verify (self-signed component endpoints on loopback)
   cert?: string;
   key?: string;
   expect?: (status: number, body: string) => boolean;
@@ -18,18 +18,24 @@ export function httpsGet(p: HttpsProbe, timeoutMs = 3000): Promise<{ status: num
     const onResponse = (res: IncomingMessage): void => {
       let body = '';
       res.setEncoding('utf8');
-      res.on('data', (c: string) => { if (body.length < 65536) body += c; });
+      res.on('data', (c: string) => {
+        if (body.length < 65536) body += c;
+      });
       res.on('end', () => resolve({ status: res.statusCode ?? 0, body }));
     };
     const req = p.url.startsWith('http:')
       ? httpRequest(p.url, { timeout: timeoutMs }, onResponse)
-      : httpsRequest(p.url, {
-        ca: p.ca ? readFileSync(p.ca) : undefined,
-        cert: p.cert ? readFileSync(p.cert) : undefined,
-        key: p.key ? readFileSync(p.key) : undefined,
-        rejectUnauthorized: p.ca !== undefined,
-        timeout: timeoutMs,
-      }, onResponse);
+      : httpsRequest(
+          p.url,
+          {
+            ca: p.ca ? readFileSync(p.ca) : undefined,
+            cert: p.cert ? readFileSync(p.cert) : undefined,
+            key: p.key ? readFileSync(p.key) : undefined,
+            rejectUnauthorized: p.ca !== undefined,
+            timeout: timeoutMs,
+          },
+          onResponse,
+        );
     req.on('timeout', () => req.destroy(new Error(`timed out after ${timeoutMs} ms`)));
     req.on('error', reject);
     req.end();

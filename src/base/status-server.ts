@@ -16,7 +16,10 @@ export class StatusServerComponent<R extends StatusReport = StatusReport> implem
   readonly name = 'status';
   private server: Server | null = null;
 
-  constructor(private readonly socket: string, private readonly report: () => R) {}
+  constructor(
+    private readonly socket: string,
+    private readonly report: () => R,
+  ) {}
 
   async start(): Promise<void> {
     await rm(this.socket, { force: true });
@@ -49,14 +52,21 @@ export function readStatus<R extends StatusReport = StatusReport>(socket: string
     const req = request({ socketPath: socket, path: '/status', timeout: timeoutMs }, (res) => {
       let body = '';
       res.setEncoding('utf8');
-      res.on('data', (c: string) => { body += c; });
+      res.on('data', (c: string) => {
+        body += c;
+      });
       res.on('end', () => {
-        try { resolve(JSON.parse(body) as R); } catch { reject(new Error(`status socket ${socket} answered something that is not JSON`)); }
+        try {
+          resolve(JSON.parse(body) as R);
+        } catch {
+          reject(new Error(`status socket ${socket} answered something that is not JSON`));
+        }
       });
     });
     req.on('timeout', () => req.destroy(new Error(`status socket ${socket} did not answer within ${timeoutMs} ms`)));
     req.on('error', (err: NodeJS.ErrnoException) => {
-      if (err.code === 'ENOENT' || err.code === 'ECONNREFUSED') reject(new Error(`kctl is not running (no status socket at ${socket}); start it, or pass the --run-dir it runs with`));
+      if (err.code === 'ENOENT' || err.code === 'ECONNREFUSED')
+        reject(new Error(`kctl is not running (no status socket at ${socket}); start it, or pass the --run-dir it runs with`));
       else reject(err);
     });
     req.end();

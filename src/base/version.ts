@@ -3,6 +3,7 @@ import { readFileSync } from 'node:fs';
 
 declare const __KCTL_VERSION__: string | undefined;
 
-export const KCTL_VERSION: string = typeof __KCTL_VERSION__ === 'string'
-  ? __KCTL_VERSION__
-  : (JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version: string }).version;
+export const KCTL_VERSION: string =
+  typeof __KCTL_VERSION__ === 'string'
+    ? __KCTL_VERSION__
+    : (JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version: string }).version;

@@ -19,7 +19,10 @@ export async function settlesWithin(p: Promise<unknown>, ms: number): Promise<bo
   const timer = new AbortController();
   try {
     return await Promise.race([
-      p.then(() => true, () => true),
+      p.then(
+        () => true,
+        () => true,
+      ),
       sleep(ms, false, { signal: timer.signal }),
     ]);
   } finally {

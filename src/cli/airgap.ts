@@ -5,5 +5,7 @@ export function airgapCommand(program: Command): void {
   const a = program.command('airgap').description('what kctl carries for hosts without a registry');
   a.command('list-images')
     .description('print the names of the images bundled in kctl (imported on every worker at start)')
-    .action(() => { process.stdout.write(BUNDLED_IMAGE_NAMES.join('\n') + '\n'); });
+    .action(() => {
+      process.stdout.write(BUNDLED_IMAGE_NAMES.join('\n') + '\n');
+    });
 }

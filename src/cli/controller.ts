@@ -13,6 +13,9 @@ export function controllerCommand(program: Command): void {
     .addHelpText('after', '\nStops all components in reverse order on SIGTERM or SIGINT. `kctl status` shows their state.')
     .action(async (opts: { config?: string; single?: boolean; storage?: 'etcd' | 'kine'; initOnly?: boolean }, cmd: Command) => {
       const g = globals(cmd);
-      await runController({ configFile: opts.config, single: opts.single, storage: opts.storage, initOnly: opts.initOnly, dataDir: g.dataDir, runDir: g.runDir }, loggerFor(cmd));
+      await runController(
+        { configFile: opts.config, single: opts.single, storage: opts.storage, initOnly: opts.initOnly, dataDir: g.dataDir, runDir: g.runDir },
+        loggerFor(cmd),
+      );
     });
 }

@@ -23,7 +23,11 @@ export function parseGoDuration(flag: string, text: string): number {
 
 function readPem(flag: string, path: string | undefined): Buffer | undefined {
   if (!path) return undefined;
-  try { return readFileSync(path); } catch (err) { throw new UserError(`${flag} ${path}: cannot read (${(err as NodeJS.ErrnoException).code ?? (err as Error).message})`); }
+  try {
+    return readFileSync(path);
+  } catch (err) {
+    throw new UserError(`${flag} ${path}: cannot read (${(err as NodeJS.ErrnoException).code ?? (err as Error).message})`);
+  }
 }
 
 function port(flag: string, v: string): number {
@@ -81,11 +85,14 @@ export function konnectivityAgentCommand(program: Command): void {
       const cert = readPem('--agent-cert', f.agentCert);
       const key = readPem('--agent-key', f.agentKey);
       if ((cert === undefined) !== (key === undefined)) throw new UserError('--agent-cert and --agent-key go together');
-      if (!cert && !f.serviceAccountTokenPath) throw new UserError('pass --agent-cert/--agent-key (node certificate) or --service-account-token-path');
+      if (!cert && !f.serviceAccountTokenPath)
+        throw new UserError('pass --agent-cert/--agent-key (node certificate) or --service-account-token-path');
       const log = componentLogger(loggerFor(cmd), 'konnectivity-agent');
       const agent = new KonnectivityAgent({
         servers: f.proxyServerHost.map((host) => ({ host, port: serverPort })),
-        ca, cert, key,
+        ca,
+        cert,
+        key,
         serviceAccountTokenPath: f.serviceAccountTokenPath,
         agentId: f.agentId ?? hostname(),
         identifiers: f.agentIdentifiers ? parseIdentifiers(f.agentIdentifiers) : undefined,
@@ -97,16 +104,22 @@ export function konnectivityAgentCommand(program: Command): void {
       });
       parseGoDuration('--probe-interval', f.probeInterval);
       const endpoints = httpEndpoints([
-        [port('--health-server-port', f.healthServerPort), {
-          '/healthz': async () => [200, 'ok'],
-          '/readyz': async () => (agent.snapshot().servers.length > 0 ? [200, 'ok'] : [500, 'not connected to any proxy server']),
-        }],
+        [
+          port('--health-server-port', f.healthServerPort),
+          {
+            '/healthz': async () => [200, 'ok'],
+            '/readyz': async () => (agent.snapshot().servers.length > 0 ? [200, 'ok'] : [500, 'not connected to any proxy server']),
+          },
+        ],
         [port('--admin-server-port', f.adminServerPort), { '/metrics': async () => [200, await agent.metricsText()] }],
       ]);
       // No ready gate: like upstream's agent, it keeps dialing until a server answers.
       const agentComponent: Component = {
         name: 'konnectivity-agent',
-        start: async () => { await agent.init(); await agent.start(); },
+        start: async () => {
+          await agent.init();
+          await agent.start();
+        },
         stop: () => agent.stop(),
         status: () => agent.status(),
       };
@@ -128,12 +141,17 @@ function httpEndpoints(listeners: [number, Routes][]): Component {
       for (const [p, routes] of listeners) {
         const s = createServer((req, res) => {
           const route = routes[req.url ?? ''];
-          if (!route) { res.writeHead(404).end(); return; }
+          if (!route) {
+            res.writeHead(404).end();
+            return;
+          }
           void route().then(([code, body]) => res.writeHead(code, { 'content-type': 'text/plain' }).end(body));
         });
         servers.push(s);
         await new Promise<void>((resolve, reject) => {
-          s.once('error', (err: NodeJS.ErrnoException) => reject(new Error(`cannot listen on 127.0.0.1:${p} (${err.code ?? err.message}); pick another port`)));
+          s.once('error', (err: NodeJS.ErrnoException) =>
+            reject(new Error(`cannot listen on 127.0.0.1:${p} (${err.code ?? err.message}); pick another port`)),
+          );
           s.listen(p, '127.0.0.1', () => resolve());
         });
       }

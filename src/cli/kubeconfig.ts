@@ -30,7 +30,9 @@ export function configCommand(program: Command): void {
   const c = program.command('config').description('cluster configuration files');
   c.command('create')
     .description('print a full ClusterConfig with every default filled in')
-    .action(() => { process.stdout.write(defaultConfigYaml()); });
+    .action(() => {
+      process.stdout.write(defaultConfigYaml());
+    });
 }
 
 // main() hands over everything after the word `kubectl` untouched, so kubectl's own flags

@@ -47,7 +47,9 @@ export async function reset(dataDir: string, runDir: string, steps: ResetSteps, 
   if (!existsSync(dataDir)) throw new UserError(`nothing to reset: ${dataDir} does not exist`);
   const owner = await liveOwner(dataDir);
   if (owner) {
-    throw new UserError(`a kctl ${owner.role} (pid ${owner.pid}) is running on ${dataDir}; stop it first (kill -TERM ${owner.pid}), then run kctl reset`);
+    throw new UserError(
+      `a kctl ${owner.role} (pid ${owner.pid}) is running on ${dataDir}; stop it first (kill -TERM ${owner.pid}), then run kctl reset`,
+    );
   }
   const roles = dataDirRoles(dataDir, runDir);
   if (roles.controller.length && roles.worker.length) {
@@ -61,9 +63,13 @@ export async function reset(dataDir: string, runDir: string, steps: ResetSteps, 
     log.info({ found: roles.worker }, `resetting the worker in ${dataDir}`);
     await steps.worker();
   } else {
-    const foreign = readdirSync(dataDir).filter((e) => !ROLELESS_ENTRIES.has(e)).sort();
+    const foreign = readdirSync(dataDir)
+      .filter((e) => !ROLELESS_ENTRIES.has(e))
+      .sort();
     if (foreign.length) {
-      throw new UserError(`${dataDir} does not look like a kctl data dir (no pki/ca.key, cluster-config.yaml or worker.json; it holds ${foreign.slice(0, 3).join(', ')}${foreign.length > 3 ? ', ...' : ''}); nothing removed`);
+      throw new UserError(
+        `${dataDir} does not look like a kctl data dir (no pki/ca.key, cluster-config.yaml or worker.json; it holds ${foreign.slice(0, 3).join(', ')}${foreign.length > 3 ? ', ...' : ''}); nothing removed`,
+      );
     }
     log.info(`no controller or worker ran on ${dataDir}: removing staged binaries only`);
     await steps.controller(); // stops only what pid files prove ours; removes bin/ and the dirs
@@ -74,33 +80,45 @@ export function resetCommand(program: Command): void {
   program
     .command('reset')
     .description('on a stopped controller or worker: remove everything kctl made on this host, and the data dir')
-    .addHelpText('after', [
-      '',
-      'Refuses, changing nothing, while a kctl controller or worker runs on this --data-dir.',
-      'The data dir tells the role:',
-      '  controller: stops children a crashed kctl left behind (by their pid files, only if they run',
-      '              kctl\'s staged binaries), removes the run dir and the data dir: staged binaries,',
-      '              etcd / kine data, PKI and CA keys, kubeconfigs, cluster-config.yaml.',
-      '  worker:     removes containers, mounts, CNI bridge, routes and iptables rules kctl added,',
-      '              then the run dir and the data dir.',
-      'Each removed file or directory is logged.',
-    ].join('\n'))
+    .addHelpText(
+      'after',
+      [
+        '',
+        'Refuses, changing nothing, while a kctl controller or worker runs on this --data-dir.',
+        'The data dir tells the role:',
+        '  controller: stops children a crashed kctl left behind (by their pid files, only if they run',
+        "              kctl's staged binaries), removes the run dir and the data dir: staged binaries,",
+        '              etcd / kine data, PKI and CA keys, kubeconfigs, cluster-config.yaml.',
+        '  worker:     removes containers, mounts, CNI bridge, routes and iptables rules kctl added,',
+        '              then the run dir and the data dir.',
+        'Each removed file or directory is logged.',
+      ].join('\n'),
+    )
     .action(async (_o: unknown, cmd: Command) => {
       const g = globals(cmd);
       const log = componentLogger(loggerFor(cmd), 'reset');
       const cp = controllerPaths(g.dataDir, g.runDir);
       const wp = workerPaths(g.dataDir, g.runDir);
-      await reset(g.dataDir, g.runDir, {
-        controller: () => resetController(cp, log),
-        controllerLeftovers: () => stopControllerLeftovers(cp, log),
-        worker: async () => {
-          const id = await readIdentity(wp);
-          await resetWorker(wp, {
-            cgroupRoot: id ? kubeletCgroupRoot(id.nodeName) : '/kctl/none',
-            bridge: CNI_BRIDGE,
-            removeRoutes: () => cleanupNetwork(wp),
-          }, log);
+      await reset(
+        g.dataDir,
+        g.runDir,
+        {
+          controller: () => resetController(cp, log),
+          controllerLeftovers: () => stopControllerLeftovers(cp, log),
+          worker: async () => {
+            const id = await readIdentity(wp);
+            await resetWorker(
+              wp,
+              {
+                cgroupRoot: id ? kubeletCgroupRoot(id.nodeName) : '/kctl/none',
+                bridge: CNI_BRIDGE,
+                removeRoutes: () => cleanupNetwork(wp),
+              },
+              log,
+            );
+          },
         },
-      }, log);
+        log,
+      );
     });
 }

@@ -17,16 +17,39 @@ function formatDuration(s: number | undefined): string {
 export type AnyStatusReport = ControllerStatusReport | WorkerStatusReport;
 
 export function renderStatus(r: AnyStatusReport): string {
-  const rows = r.components.map((c) => [c.name, c.state, c.pid ? String(c.pid) : '-', String(c.restarts), formatDuration(c.uptimeSeconds), c.lastError ?? '']);
+  const rows = r.components.map((c) => [
+    c.name,
+    c.state,
+    c.pid ? String(c.pid) : '-',
+    String(c.restarts),
+    formatDuration(c.uptimeSeconds),
+    c.lastError ?? '',
+  ]);
   const head = ['COMPONENT', 'STATE', 'PID', 'RESTARTS', 'UPTIME', 'LAST ERROR'];
   const widths = head.map((h, i) => Math.max(h.length, ...rows.map((row) => row[i]!.length)));
-  const line = (cells: string[]) => cells.map((c, i) => c.padEnd(widths[i]!)).join('  ').trimEnd();
-  const out = [`Role:    ${r.role}`, `Version: ${r.version}`, `PID:     ${r.pid}`, `Uptime:  ${formatDuration(r.uptimeSeconds)}`, '', line(head), ...rows.map(line)];
+  const line = (cells: string[]) =>
+    cells
+      .map((c, i) => c.padEnd(widths[i]!))
+      .join('  ')
+      .trimEnd();
+  const out = [
+    `Role:    ${r.role}`,
+    `Version: ${r.version}`,
+    `PID:     ${r.pid}`,
+    `Uptime:  ${formatDuration(r.uptimeSeconds)}`,
+    '',
+    line(head),
+    ...rows.map(line),
+  ];
   const k = r.role === 'controller' ? r.konnectivity : undefined;
   if (k) {
-    out.push('', `Konnectivity server ${k.serverId} (servercount ${k.serverCount}): ${k.agents.length} agent(s), ${k.establishedConnections} open tunnel(s), ${k.pendingDials} pending dial(s)`);
+    out.push(
+      '',
+      `Konnectivity server ${k.serverId} (servercount ${k.serverCount}): ${k.agents.length} agent(s), ${k.establishedConnections} open tunnel(s), ${k.pendingDials} pending dial(s)`,
+    );
     if (k.agents.length === 0) out.push('  no agents connected: kube-apiserver answers "No agent available" for logs, exec and port-forward');
-    for (const a of k.agents) out.push(`  ${a.id}  node=${a.node ?? '-'}  auth=${a.auth}${a.draining ? '  draining' : ''}  connections=${a.connections}`);
+    for (const a of k.agents)
+      out.push(`  ${a.id}  node=${a.node ?? '-'}  auth=${a.auth}${a.draining ? '  draining' : ''}  connections=${a.connections}`);
   }
   return out.join('\n') + '\n';
 }
@@ -38,7 +61,9 @@ export function statusCommand(program: Command): void {
     .addOption(outputOption())
     .action(async (opts: { output: OutputFormat }, cmd: Command) => {
       const g = globals(cmd);
-      const report = await readStatus<AnyStatusReport>(join(g.runDir, 'status.sock')).catch((err: Error) => { throw new UserError(err.message); });
+      const report = await readStatus<AnyStatusReport>(join(g.runDir, 'status.sock')).catch((err: Error) => {
+        throw new UserError(err.message);
+      });
       if (opts.output === 'json') printJson(report);
       else process.stdout.write(renderStatus(report));
     });

@@ -16,7 +16,8 @@ function adminClient(dataDir: string): KubeClient {
 
 export function tokenCommand(program: Command): void {
   const token = program.command('token').description('join tokens for workers');
-  token.command('create')
+  token
+    .command('create')
     .description('print a new join token (give it to `kctl worker --token`)')
     .requiredOption('--role <role>', 'what the token joins as (worker)')
     .option('--expiry <duration>', 'lifetime, e.g. 30m, 24h, 7d; 0 = never', '24h')
@@ -27,19 +28,24 @@ export function tokenCommand(program: Command): void {
       const cfgFile = join(g.dataDir, 'cluster-config.yaml');
       if (!existsSync(cfgFile)) throw new UserError(`no controller config at ${cfgFile}; start kctl controller with this --data-dir first`);
       const cfg = await loadConfig(cfgFile);
-      process.stdout.write(await createToken(adminClient(g.dataDir), cfg, join(g.dataDir, 'pki', 'ca.crt'), 'worker', expiryMs) + '\n');
+      process.stdout.write((await createToken(adminClient(g.dataDir), cfg, join(g.dataDir, 'pki', 'ca.crt'), 'worker', expiryMs)) + '\n');
     });
-  token.command('list')
+  token
+    .command('list')
     .description('list join tokens: id, role and expiry (never the secret)')
     .addOption(outputOption())
     .action(async (opts: { output: OutputFormat }, cmd: Command) => {
       const tokens = await listTokens(adminClient(globals(cmd).dataDir));
-      if (opts.output === 'json') { printJson(tokens); return; }
+      if (opts.output === 'json') {
+        printJson(tokens);
+        return;
+      }
       const rows = [['ID', 'ROLE', 'EXPIRES'], ...tokens.map((t) => [t.id, t.role, t.expires ?? 'never'])];
       const w = [0, 1].map((i) => Math.max(...rows.map((r) => r[i]!.length)));
       process.stdout.write(rows.map((r) => `${r[0]!.padEnd(w[0]!)}  ${r[1]!.padEnd(w[1]!)}  ${r[2]}`).join('\n') + '\n');
     });
-  token.command('invalidate')
+  token
+    .command('invalidate')
     .description('delete a join token so it can no longer be used')
     .argument('<id>', 'token id, as shown by kctl token list')
     .action(async (id: string, _opts: unknown, cmd: Command) => {

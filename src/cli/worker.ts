@@ -26,7 +26,14 @@ export function parseTaints(items: string[]): string[] {
   return items;
 }
 
-interface WorkerFlags { token?: string; tokenFile?: string; labels: string[]; taints: string[]; nodeName?: string; nodeIp?: string }
+interface WorkerFlags {
+  token?: string;
+  tokenFile?: string;
+  labels: string[];
+  taints: string[];
+  nodeName?: string;
+  nodeIp?: string;
+}
 
 export function workerCommand(program: Command): void {
   program
@@ -37,17 +44,34 @@ export function workerCommand(program: Command): void {
     .option('--labels <k=v>', 'node labels (repeat or comma-separate)', collect, [])
     .option('--taints <key=value:Effect>', 'node taints (repeat or comma-separate)', collect, [])
     .option('--node-name <name>', 'node name (default: host name)')
-    .option('--node-ip <ip>', 'node address (default: this host\'s address towards the API server)')
-    .addHelpText('after', '\nThe worker dials out only: to the API server and to every controller\'s konnectivity port.\nkubectl logs / exec / port-forward reach this node through that tunnel.')
+    .option('--node-ip <ip>', "node address (default: this host's address towards the API server)")
+    .addHelpText(
+      'after',
+      "\nThe worker dials out only: to the API server and to every controller's konnectivity port.\nkubectl logs / exec / port-forward reach this node through that tunnel.",
+    )
     .action(async (f: WorkerFlags, cmd: Command) => {
       const g = globals(cmd);
       if (f.token && f.tokenFile) throw new UserError('pass --token or --token-file, not both');
       let token = f.token;
       if (f.tokenFile) {
-        token = await readFile(f.tokenFile, 'utf8').catch((err: NodeJS.ErrnoException) => { throw new UserError(`--token-file ${f.tokenFile}: cannot read (${err.code ?? err.message})`); });
+        token = await readFile(f.tokenFile, 'utf8').catch((err: NodeJS.ErrnoException) => {
+          throw new UserError(`--token-file ${f.tokenFile}: cannot read (${err.code ?? err.message})`);
+        });
       }
       if (f.nodeIp && isIP(f.nodeIp) === 0) throw new UserError(`--node-ip "${f.nodeIp}" is not an IP address`);
-      if (f.nodeName && !/^[a-z0-9]([a-z0-9.-]{0,61}[a-z0-9])?$/.test(f.nodeName)) throw new UserError(`--node-name "${f.nodeName}" is not a valid node name (lowercase letters, digits, - and .)`);
-      await runWorker({ token: token?.trim(), dataDir: g.dataDir, runDir: g.runDir, nodeName: f.nodeName, nodeIp: f.nodeIp, labels: parseLabels(f.labels), taints: parseTaints(f.taints) }, loggerFor(cmd));
+      if (f.nodeName && !/^[a-z0-9]([a-z0-9.-]{0,61}[a-z0-9])?$/.test(f.nodeName))
+        throw new UserError(`--node-name "${f.nodeName}" is not a valid node name (lowercase letters, digits, - and .)`);
+      await runWorker(
+        {
+          token: token?.trim(),
+          dataDir: g.dataDir,
+          runDir: g.runDir,
+          nodeName: f.nodeName,
+          nodeIp: f.nodeIp,
+          labels: parseLabels(f.labels),
+          taints: parseTaints(f.taints),
+        },
+        loggerFor(cmd),
+      );
     });
 }

@@ -16,40 +16,49 @@ export function serviceAccountIssuer(cfg: ClusterConfig): string {
 }
 
 export function apiserverArgs(cfg: ClusterConfig, paths: ControllerPaths, pki: PkiPaths, opts: { egress: boolean }): string[] {
-  const storage: Record<string, string> = cfg.spec.storage.type === 'etcd'
-    ? { 'etcd-servers': etcdClientUrl(cfg.spec.storage.etcd.clientPort), 'etcd-cafile': pki.etcdCaCert, 'etcd-certfile': pki.apiserverEtcdClientCert, 'etcd-keyfile': pki.apiserverEtcdClientKey }
-    : { 'etcd-servers': kineEndpoint(paths.kineSocket) };
-  return componentFlags({
-    'advertise-address': cfg.spec.api.address,
-    'bind-address': '0.0.0.0',
-    'secure-port': cfg.spec.api.port,
-    'tls-cert-file': pki.serverCert,
-    'tls-private-key-file': pki.serverKey,
-    'client-ca-file': pki.caCert,
-    ...storage,
-    'service-cluster-ip-range': cfg.spec.network.serviceCIDR,
-    'service-account-issuer': serviceAccountIssuer(cfg),
-    'service-account-key-file': pki.saPub,
-    'service-account-signing-key-file': pki.saKey,
-    'api-audiences': `${serviceAccountIssuer(cfg)},system:konnectivity-server`,
-    'enable-bootstrap-token-auth': true,
-    'authorization-mode': 'Node,RBAC',
-    'enable-admission-plugins': 'NodeRestriction',
-    'allow-privileged': true,
-    'kubelet-client-certificate': pki.kubeletClientCert,
-    'kubelet-client-key': pki.kubeletClientKey,
-    'kubelet-preferred-address-types': 'InternalIP,ExternalIP,Hostname',
-    'proxy-client-cert-file': pki.frontProxyClientCert,
-    'proxy-client-key-file': pki.frontProxyClientKey,
-    'requestheader-client-ca-file': pki.frontProxyCaCert,
-    'requestheader-allowed-names': 'front-proxy-client',
-    'requestheader-username-headers': 'X-Remote-User',
-    'requestheader-group-headers': 'X-Remote-Group',
-    'requestheader-extra-headers-prefix': 'X-Remote-Extra-',
-    'enable-aggregator-routing': false,
-    profiling: false,
-    ...(opts.egress ? { 'egress-selector-config-file': paths.egressConfig } : {}),
-  }, cfg.spec.api.extraArgs);
+  const storage: Record<string, string> =
+    cfg.spec.storage.type === 'etcd'
+      ? {
+          'etcd-servers': etcdClientUrl(cfg.spec.storage.etcd.clientPort),
+          'etcd-cafile': pki.etcdCaCert,
+          'etcd-certfile': pki.apiserverEtcdClientCert,
+          'etcd-keyfile': pki.apiserverEtcdClientKey,
+        }
+      : { 'etcd-servers': kineEndpoint(paths.kineSocket) };
+  return componentFlags(
+    {
+      'advertise-address': cfg.spec.api.address,
+      'bind-address': '0.0.0.0',
+      'secure-port': cfg.spec.api.port,
+      'tls-cert-file': pki.serverCert,
+      'tls-private-key-file': pki.serverKey,
+      'client-ca-file': pki.caCert,
+      ...storage,
+      'service-cluster-ip-range': cfg.spec.network.serviceCIDR,
+      'service-account-issuer': serviceAccountIssuer(cfg),
+      'service-account-key-file': pki.saPub,
+      'service-account-signing-key-file': pki.saKey,
+      'api-audiences': `${serviceAccountIssuer(cfg)},system:konnectivity-server`,
+      'enable-bootstrap-token-auth': true,
+      'authorization-mode': 'Node,RBAC',
+      'enable-admission-plugins': 'NodeRestriction',
+      'allow-privileged': true,
+      'kubelet-client-certificate': pki.kubeletClientCert,
+      'kubelet-client-key': pki.kubeletClientKey,
+      'kubelet-preferred-address-types': 'InternalIP,ExternalIP,Hostname',
+      'proxy-client-cert-file': pki.frontProxyClientCert,
+      'proxy-client-key-file': pki.frontProxyClientKey,
+      'requestheader-client-ca-file': pki.frontProxyCaCert,
+      'requestheader-allowed-names': 'front-proxy-client',
+      'requestheader-username-headers': 'X-Remote-User',
+      'requestheader-group-headers': 'X-Remote-Group',
+      'requestheader-extra-headers-prefix': 'X-Remote-Extra-',
+      'enable-aggregator-routing': false,
+      profiling: false,
+      ...(opts.egress ? { 'egress-selector-config-file': paths.egressConfig } : {}),
+    },
+    cfg.spec.api.extraArgs,
+  );
 }
 
 export class ApiserverComponent extends Supervisor {

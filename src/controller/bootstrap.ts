@@ -14,7 +14,9 @@ const rbac = 'rbac.authorization.k8s.io';
 
 function clusterRoleBinding(name: string, role: string, subject: { kind: 'Group' | 'User'; name: string }): KubeManifest {
   return {
-    apiVersion: `${rbac}/v1`, kind: 'ClusterRoleBinding', metadata: { name, labels: { 'app.kubernetes.io/managed-by': 'kctl' } },
+    apiVersion: `${rbac}/v1`,
+    kind: 'ClusterRoleBinding',
+    metadata: { name, labels: { 'app.kubernetes.io/managed-by': 'kctl' } },
     roleRef: { apiGroup: rbac, kind: 'ClusterRole', name: role },
     subjects: [{ apiGroup: rbac, ...subject }],
   };
@@ -26,16 +28,24 @@ export function apiServerUrl(cfg: ClusterConfig): string {
 
 export function bootstrapObjects(cfg: ClusterConfig, caPem: string): KubeManifest[] {
   const clusterInfo = stringify({
-    apiVersion: 'v1', kind: 'Config',
+    apiVersion: 'v1',
+    kind: 'Config',
     clusters: [{ name: '', cluster: { server: apiServerUrl(cfg), 'certificate-authority-data': Buffer.from(caPem).toString('base64') } }],
-    contexts: [], users: [],
+    contexts: [],
+    users: [],
   });
   return [
     // Bootstrap tokens (group system:bootstrappers) may create node client CSRs, approved automatically.
     clusterRoleBinding('kctl:bootstrappers:node-bootstrapper', 'system:node-bootstrapper', { kind: 'Group', name: 'system:bootstrappers' }),
-    clusterRoleBinding('kctl:bootstrappers:nodeclient-autoapprove', 'system:certificates.k8s.io:certificatesigningrequests:nodeclient', { kind: 'Group', name: 'system:bootstrappers' }),
+    clusterRoleBinding('kctl:bootstrappers:nodeclient-autoapprove', 'system:certificates.k8s.io:certificatesigningrequests:nodeclient', {
+      kind: 'Group',
+      name: 'system:bootstrappers',
+    }),
     // Nodes renew their own client certificates.
-    clusterRoleBinding('kctl:nodes:selfnodeclient-autoapprove', 'system:certificates.k8s.io:certificatesigningrequests:selfnodeclient', { kind: 'Group', name: 'system:nodes' }),
+    clusterRoleBinding('kctl:nodes:selfnodeclient-autoapprove', 'system:certificates.k8s.io:certificatesigningrequests:selfnodeclient', {
+      kind: 'Group',
+      name: 'system:nodes',
+    }),
     // kube-proxy on workers runs with the node's own credentials.
     clusterRoleBinding('kctl:nodes:node-proxier', 'system:node-proxier', { kind: 'Group', name: 'system:nodes' }),
     // kube-apiserver -> kubelet (logs, exec, port-forward) authenticates as this user.
@@ -43,11 +53,15 @@ export function bootstrapObjects(cfg: ClusterConfig, caPem: string): KubeManifes
     // cluster-info, signed by the bootstrapsigner controller, readable without credentials.
     { apiVersion: 'v1', kind: 'ConfigMap', metadata: { name: 'cluster-info', namespace: 'kube-public' }, data: { kubeconfig: clusterInfo } },
     {
-      apiVersion: `${rbac}/v1`, kind: 'Role', metadata: { name: 'kctl:cluster-info-reader', namespace: 'kube-public' },
+      apiVersion: `${rbac}/v1`,
+      kind: 'Role',
+      metadata: { name: 'kctl:cluster-info-reader', namespace: 'kube-public' },
       rules: [{ apiGroups: [''], resources: ['configmaps'], resourceNames: ['cluster-info'], verbs: ['get'] }],
     },
     {
-      apiVersion: `${rbac}/v1`, kind: 'RoleBinding', metadata: { name: 'kctl:cluster-info-reader', namespace: 'kube-public' },
+      apiVersion: `${rbac}/v1`,
+      kind: 'RoleBinding',
+      metadata: { name: 'kctl:cluster-info-reader', namespace: 'kube-public' },
       roleRef: { apiGroup: rbac, kind: 'Role', name: 'kctl:cluster-info-reader' },
       subjects: [{ apiGroup: rbac, kind: 'User', name: 'system:anonymous' }],
     },
@@ -57,14 +71,24 @@ export function bootstrapObjects(cfg: ClusterConfig, caPem: string): KubeManifes
 export class BootstrapComponent implements Component {
   readonly name = 'bootstrap';
 
-  constructor(private readonly cfg: ClusterConfig, private readonly pki: PkiPaths, private readonly kube: KubeClient, private readonly log: Logger) {}
+  constructor(
+    private readonly cfg: ClusterConfig,
+    private readonly pki: PkiPaths,
+    private readonly kube: KubeClient,
+    private readonly log: Logger,
+  ) {}
 
   async ready(signal: AbortSignal): Promise<void> {
     const docs = bootstrapObjects(this.cfg, await readFile(this.pki.caCert, 'utf8'));
     // Server-side apply, field manager kctl, conflicts forced: kctl owns these objects.
-    await pollUntil(signal, 'bootstrap objects', async () => {
-      for (const d of docs) await this.kube.apply(d, { fieldManager: 'kctl', force: true }, signal);
-    }, 1000);
+    await pollUntil(
+      signal,
+      'bootstrap objects',
+      async () => {
+        for (const d of docs) await this.kube.apply(d, { fieldManager: 'kctl', force: true }, signal);
+      },
+      1000,
+    );
     this.log.info({ objects: docs.length }, 'bootstrap objects applied');
   }
 }

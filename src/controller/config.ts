@@ -19,38 +19,64 @@ function isCidr(s: string): boolean {
   return v !== 0 && Number(bits) <= (v === 4 ? 32 : 128);
 }
 
-const hostOrIp = z.string().min(1).refine((s) => isIP(s) !== 0 || /^[a-zA-Z0-9]([a-zA-Z0-9.-]*[a-zA-Z0-9])?$/.test(s), { message: 'expected an IP address or DNS name' });
+const hostOrIp = z
+  .string()
+  .min(1)
+  .refine((s) => isIP(s) !== 0 || /^[a-zA-Z0-9]([a-zA-Z0-9.-]*[a-zA-Z0-9])?$/.test(s), { message: 'expected an IP address or DNS name' });
 
 export const clusterConfigSchema = z.strictObject({
   apiVersion: z.literal('kctl.dev/v1alpha1').default('kctl.dev/v1alpha1'),
   kind: z.literal('ClusterConfig').default('ClusterConfig'),
   metadata: z.strictObject({ name: z.string().default('kctl') }).prefault({}),
-  spec: z.strictObject({
-    api: z.strictObject({
-      address: z.string().refine((s) => isIP(s) !== 0, { message: 'expected an IP address (the address workers use to reach this controller)' }).optional(),
-      port: port(6443),
-      sans: z.array(hostOrIp).default([]),
-      extraArgs,
-    }).prefault({}),
-    konnectivity: z.strictObject({
-      agentPort: port(8132),
-      adminPort: port(8133),
-    }).prefault({}),
-    storage: z.strictObject({
-      type: z.enum(['etcd', 'kine']).optional(),
-      etcd: z.strictObject({ clientPort: port(2379), peerPort: port(2380), extraArgs }).prefault({}),
-      kine: z.strictObject({
-        dataSource: z.string().refine((s) => /^(sqlite|postgres|mysql|nats|https?):\/\//.test(s), { message: 'expected a kine data source URL (sqlite://, postgres://, mysql://)' }).optional(),
-      }).prefault({}),
-    }).prefault({}),
-    network: z.strictObject({
-      podCIDR: cidr('10.244.0.0/16'),
-      serviceCIDR: cidr('10.96.0.0/12'),
-      clusterDomain: z.string().regex(/^[a-z0-9]([a-z0-9.-]*[a-z0-9])?$/, 'expected a DNS domain such as cluster.local').default('cluster.local'),
-    }).prefault({}),
-    scheduler: z.strictObject({ port: port(10259), extraArgs }).prefault({}),
-    controllerManager: z.strictObject({ port: port(10257), extraArgs }).prefault({}),
-  }).prefault({}),
+  spec: z
+    .strictObject({
+      api: z
+        .strictObject({
+          address: z
+            .string()
+            .refine((s) => isIP(s) !== 0, { message: 'expected an IP address (the address workers use to reach this controller)' })
+            .optional(),
+          port: port(6443),
+          sans: z.array(hostOrIp).default([]),
+          extraArgs,
+        })
+        .prefault({}),
+      konnectivity: z
+        .strictObject({
+          agentPort: port(8132),
+          adminPort: port(8133),
+        })
+        .prefault({}),
+      storage: z
+        .strictObject({
+          type: z.enum(['etcd', 'kine']).optional(),
+          etcd: z.strictObject({ clientPort: port(2379), peerPort: port(2380), extraArgs }).prefault({}),
+          kine: z
+            .strictObject({
+              dataSource: z
+                .string()
+                .refine((s) => /^(sqlite|postgres|mysql|nats|https?):\/\//.test(s), {
+                  message: 'expected a kine data source URL (sqlite://, postgres://, mysql://)',
+                })
+                .optional(),
+            })
+            .prefault({}),
+        })
+        .prefault({}),
+      network: z
+        .strictObject({
+          podCIDR: cidr('10.244.0.0/16'),
+          serviceCIDR: cidr('10.96.0.0/12'),
+          clusterDomain: z
+            .string()
+            .regex(/^[a-z0-9]([a-z0-9.-]*[a-z0-9])?$/, 'expected a DNS domain such as cluster.local')
+            .default('cluster.local'),
+        })
+        .prefault({}),
+      scheduler: z.strictObject({ port: port(10259), extraArgs }).prefault({}),
+      controllerManager: z.strictObject({ port: port(10257), extraArgs }).prefault({}),
+    })
+    .prefault({}),
 });
 
 export type ClusterConfigInput = z.input<typeof clusterConfigSchema>;
@@ -79,7 +105,8 @@ export function defaultAddress(): string {
 
 function describeIssue(issue: z.core.$ZodIssue): string {
   const path = issue.path.length ? issue.path.join('.') : '(top level)';
-  if (issue.code === 'unrecognized_keys') return `${path}${path === '(top level)' ? '' : ''}: unknown field(s) ${issue.keys.map((k) => `"${k}"`).join(', ')}`;
+  if (issue.code === 'unrecognized_keys')
+    return `${path}${path === '(top level)' ? '' : ''}: unknown field(s) ${issue.keys.map((k) => `"${k}"`).join(', ')}`;
   return `${path}: ${issue.message}`;
 }
 

@@ -14,7 +14,10 @@ export interface Csr {
   status?: { conditions?: { type: string }[] };
 }
 
-export interface NodeAddresses { name: string; addresses: { type: string; address: string }[] }
+export interface NodeAddresses {
+  name: string;
+  addresses: { type: string; address: string }[];
+}
 
 const ALLOWED_USAGES = new Set(['digital signature', 'key encipherment', 'server auth']);
 
@@ -30,11 +33,17 @@ export function judgeServingCsr(csr: Csr, node: NodeAddresses | undefined): Verd
   if (!m || !(csr.spec.groups ?? []).includes('system:nodes')) return { approve: false, reason: `requester ${csr.spec.username} is not a node` };
   const nodeName = m[1]!;
   let req;
-  try { req = parseCsr(Buffer.from(csr.spec.request, 'base64').toString('utf8')); } catch (err) { return { approve: false, reason: `request does not parse: ${(err as Error).message}` }; }
+  try {
+    req = parseCsr(Buffer.from(csr.spec.request, 'base64').toString('utf8'));
+  } catch (err) {
+    return { approve: false, reason: `request does not parse: ${(err as Error).message}` };
+  }
   if (req.commonName !== `system:node:${nodeName}`) return { approve: false, reason: `subject CN ${req.commonName} is not the requesting node` };
-  if (req.organizations.length !== 1 || req.organizations[0] !== 'system:nodes') return { approve: false, reason: 'subject O must be exactly system:nodes' };
+  if (req.organizations.length !== 1 || req.organizations[0] !== 'system:nodes')
+    return { approve: false, reason: 'subject O must be exactly system:nodes' };
   const usages = csr.spec.usages ?? [];
-  if (!usages.includes('server auth') || usages.some((u) => !ALLOWED_USAGES.has(u))) return { approve: false, reason: `usages ${usages.join(',')} are not a serving certificate's` };
+  if (!usages.includes('server auth') || usages.some((u) => !ALLOWED_USAGES.has(u)))
+    return { approve: false, reason: `usages ${usages.join(',')} are not a serving certificate's` };
   if (req.otherNames > 0) return { approve: false, reason: 'only DNS and IP subject alternative names are allowed' };
   if (req.dnsNames.length + req.ipAddresses.length === 0) return { approve: false, reason: 'no subject alternative names' };
   if (!node) return null; // not registered yet: decide once the Node exists
@@ -46,7 +55,10 @@ export function judgeServingCsr(csr: Csr, node: NodeAddresses | undefined): Verd
   return { approve: true, reason: `serving certificate for node ${nodeName} (${[...req.dnsNames, ...req.ipAddresses].join(', ')})` };
 }
 
-interface KubeNode { metadata: { name: string }; status?: { addresses?: NodeAddresses['addresses'] } }
+interface KubeNode {
+  metadata: { name: string };
+  status?: { addresses?: NodeAddresses['addresses'] };
+}
 
 const CSRS = '/apis/certificates.k8s.io/v1/certificatesigningrequests';
 const RETRY_MS = 2000;
@@ -66,20 +78,38 @@ export class CsrApproverComponent implements Component {
   private decisions = 0;
   private lastError: string | undefined;
 
-  constructor(private readonly kube: KubeClient, private readonly log: Logger, watch: ListWatchOptions = {}) {
-    const onError = (err: Error) => { this.lastError = err.message; };
-    this.csrs = new Informer<Csr>(kube, CSRS, { ...watch, fieldSelector: 'spec.signerName=kubernetes.io/kubelet-serving' }, (type, csr) => {
-      if (type === 'LIST') {
-        this.lastError = undefined;
-        for (const name of this.decided) if (!this.csrs.store.has(name)) this.decided.delete(name);
-        this.considerAll();
-      } else if (type === 'DELETED') this.decided.delete(csr!.metadata.name);
-      else this.consider(csr!.metadata.name);
-    }, onError);
-    this.nodes = new Informer<KubeNode>(kube, '/api/v1/nodes', watch, (type, node) => {
-      if (type === 'LIST') this.considerAll();
-      else if (type !== 'DELETED') this.considerAll(`system:node:${node!.metadata.name}`);
-    }, onError);
+  constructor(
+    private readonly kube: KubeClient,
+    private readonly log: Logger,
+    watch: ListWatchOptions = {},
+  ) {
+    const onError = (err: Error) => {
+      this.lastError = err.message;
+    };
+    this.csrs = new Informer<Csr>(
+      kube,
+      CSRS,
+      { ...watch, fieldSelector: 'spec.signerName=kubernetes.io/kubelet-serving' },
+      (type, csr) => {
+        if (type === 'LIST') {
+          this.lastError = undefined;
+          for (const name of this.decided) if (!this.csrs.store.has(name)) this.decided.delete(name);
+          this.considerAll();
+        } else if (type === 'DELETED') this.decided.delete(csr!.metadata.name);
+        else this.consider(csr!.metadata.name);
+      },
+      onError,
+    );
+    this.nodes = new Informer<KubeNode>(
+      kube,
+      '/api/v1/nodes',
+      watch,
+      (type, node) => {
+        if (type === 'LIST') this.considerAll();
+        else if (type !== 'DELETED') this.considerAll(`system:node:${node!.metadata.name}`);
+      },
+      onError,
+    );
   }
 
   async start(): Promise<void> {
@@ -89,7 +119,9 @@ export class CsrApproverComponent implements Component {
   }
 
   /** How many CSRs this approver has approved or denied since it started. */
-  get decidedCount(): number { return this.decisions; }
+  get decidedCount(): number {
+    return this.decisions;
+  }
 
   private considerAll(requester?: string): void {
     for (const csr of this.csrs.store.values()) {
@@ -98,11 +130,16 @@ export class CsrApproverComponent implements Component {
   }
 
   private consider(name: string): void {
-    this.queue = this.queue.then(() => this.decide(name)).catch((err: Error) => {
-      this.lastError = err.message;
-      // The approval call failed (API down, conflict): look again shortly, the watch may stay quiet.
-      if (this.running) setTimeout(() => { if (this.running) this.consider(name); }, RETRY_MS).unref();
-    });
+    this.queue = this.queue
+      .then(() => this.decide(name))
+      .catch((err: Error) => {
+        this.lastError = err.message;
+        // The approval call failed (API down, conflict): look again shortly, the watch may stay quiet.
+        if (this.running)
+          setTimeout(() => {
+            if (this.running) this.consider(name);
+          }, RETRY_MS).unref();
+      });
   }
 
   private async decide(name: string): Promise<void> {
@@ -116,9 +153,16 @@ export class CsrApproverComponent implements Component {
     const condition = verdict.approve
       ? { type: 'Approved', status: 'True', reason: 'KctlServingCertApproved', message: verdict.reason }
       : { type: 'Denied', status: 'True', reason: 'KctlServingCertDenied', message: verdict.reason };
-    await this.kube.request('PUT', resourcePath({ apiVersion: 'certificates.k8s.io/v1', resource: 'certificatesigningrequests', name, subresource: 'approval' }), { ...csr, status: { ...(csr.status ?? {}), conditions: [condition] } });
+    await this.kube.request(
+      'PUT',
+      resourcePath({ apiVersion: 'certificates.k8s.io/v1', resource: 'certificatesigningrequests', name, subresource: 'approval' }),
+      { ...csr, status: { ...(csr.status ?? {}), conditions: [condition] } },
+    );
     this.decided.add(name);
-    this.log[verdict.approve ? 'info' : 'warn']({ csr: name, requester: csr.spec.username }, `${verdict.approve ? 'approved' : 'denied'} kubelet serving CSR: ${verdict.reason}`);
+    this.log[verdict.approve ? 'info' : 'warn'](
+      { csr: name, requester: csr.spec.username },
+      `${verdict.approve ? 'approved' : 'denied'} kubelet serving CSR: ${verdict.reason}`,
+    );
     this.decisions += 1;
     this.lastError = undefined;
   }

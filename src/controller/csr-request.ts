@@ -7,7 +7,7 @@ export interface CsrContents {
   organizations: string[];
   dnsNames: string[];
   ipAddresses: string[];
-  otherNames: number;  // email, URI and other SAN kinds (never allowed for kubelet serving certs)
+  otherNames: number; // email, URI and other SAN kinds (never allowed for kubelet serving certs)
 }
 
 const OID_CN = '2.5.4.3';
@@ -21,7 +21,10 @@ function ipFromBytes(bytes: string): string {
   if (b.length === 16) {
     const groups: string[] = [];
     for (let i = 0; i < 16; i += 2) groups.push(b.readUInt16BE(i).toString(16));
-    return groups.join(':').replace(/(^|:)0(:0)+(:|$)/, '::').replace(/:::+/, '::');
+    return groups
+      .join(':')
+      .replace(/(^|:)0(:0)+(:|$)/, '::')
+      .replace(/:::+/, '::');
   }
   return `invalid(${b.length} bytes)`;
 }

@@ -41,12 +41,21 @@ export interface ControllerOptions extends ConfigFlags {
 function etcdOptions(cfg: ClusterConfig, paths: ControllerPaths, pki: PkiPaths): EtcdOptions {
   const etcd = cfg.spec.storage.etcd;
   return {
-    binDir: paths.binDir, runDir: paths.runDir, dataDir: paths.etcdDataDir,
-    clientPort: etcd.clientPort, peerHost: cfg.spec.api.address, peerPort: etcd.peerPort, extraArgs: etcd.extraArgs,
+    binDir: paths.binDir,
+    runDir: paths.runDir,
+    dataDir: paths.etcdDataDir,
+    clientPort: etcd.clientPort,
+    peerHost: cfg.spec.api.address,
+    peerPort: etcd.peerPort,
+    extraArgs: etcd.extraArgs,
     certs: {
-      caCert: pki.etcdCaCert, serverCert: pki.etcdServerCert, serverKey: pki.etcdServerKey,
-      peerCert: pki.etcdPeerCert, peerKey: pki.etcdPeerKey,
-      clientCert: pki.apiserverEtcdClientCert, clientKey: pki.apiserverEtcdClientKey,
+      caCert: pki.etcdCaCert,
+      serverCert: pki.etcdServerCert,
+      serverKey: pki.etcdServerKey,
+      peerCert: pki.etcdPeerCert,
+      peerKey: pki.etcdPeerKey,
+      clientCert: pki.apiserverEtcdClientCert,
+      clientKey: pki.apiserverEtcdClientKey,
     },
   };
 }
@@ -55,9 +64,19 @@ export function controllerComponents(cfg: ClusterConfig, paths: ControllerPaths,
   const child = (name: string) => componentLogger(log, name);
   // The one API client of this process (admin credentials), shared by every component that calls the API.
   const kube = KubeClient.fromKubeconfig(pki.adminConf);
-  const storage = cfg.spec.storage.type === 'etcd'
-    ? new EtcdComponent(etcdOptions(cfg, paths, pki), child('etcd'))
-    : new KineComponent({ binDir: paths.binDir, runDir: paths.runDir, dbDir: paths.kineDbDir, socket: paths.kineSocket, dataSource: cfg.spec.storage.kine.dataSource }, child('kine'));
+  const storage =
+    cfg.spec.storage.type === 'etcd'
+      ? new EtcdComponent(etcdOptions(cfg, paths, pki), child('etcd'))
+      : new KineComponent(
+          {
+            binDir: paths.binDir,
+            runDir: paths.runDir,
+            dbDir: paths.kineDbDir,
+            socket: paths.kineSocket,
+            dataSource: cfg.spec.storage.kine.dataSource,
+          },
+          child('kine'),
+        );
   return [
     storage,
     // Before kube-apiserver: its egress selector dials this server's unix socket.
@@ -93,14 +112,17 @@ async function prepareAndRun(cfg: ClusterConfig, paths: ControllerPaths, opts: C
   // The effective config, for commands that run beside the controller (kctl token create).
   await writeFileAtomic(join(paths.dataDir, 'cluster-config.yaml'), stringify(cfg), 0o600);
   await stageComponents(await findPayload(KCTL_VERSION), paths.binDir, ['controller'], componentLogger(log, 'stage'));
-  const pki = await ensurePki({
-    dir: paths.pkiDir,
-    apiAddress: cfg.spec.api.address,
-    sans: cfg.spec.api.sans,
-    apiPort: cfg.spec.api.port,
-    serviceCIDR: cfg.spec.network.serviceCIDR,
-    clusterDomain: cfg.spec.network.clusterDomain,
-  }, componentLogger(log, 'pki'));
+  const pki = await ensurePki(
+    {
+      dir: paths.pkiDir,
+      apiAddress: cfg.spec.api.address,
+      sans: cfg.spec.api.sans,
+      apiPort: cfg.spec.api.port,
+      serviceCIDR: cfg.spec.network.serviceCIDR,
+      clusterDomain: cfg.spec.network.clusterDomain,
+    },
+    componentLogger(log, 'pki'),
+  );
   if (opts.initOnly) {
     log.info({ dataDir: paths.dataDir, storage: cfg.spec.storage.type }, 'controller initialised (--init-only)');
     return;
@@ -110,8 +132,11 @@ async function prepareAndRun(cfg: ClusterConfig, paths: ControllerPaths, opts: C
   const konnectivity = components.find((c): c is KonnectivityServerComponent => c instanceof KonnectivityServerComponent);
   let manager: ComponentManager | undefined;
   const status = new StatusServerComponent<ControllerStatusReport>(paths.statusSocket, () => ({
-    role: 'controller', version: KCTL_VERSION, pid: process.pid,
-    uptimeSeconds: Math.round(process.uptime()), components: manager?.status().filter((c) => c.name !== 'status') ?? [],
+    role: 'controller',
+    version: KCTL_VERSION,
+    pid: process.pid,
+    uptimeSeconds: Math.round(process.uptime()),
+    components: manager?.status().filter((c) => c.name !== 'status') ?? [],
     konnectivity: konnectivity?.server?.snapshot(),
   }));
   // The status socket comes first, so `kctl status` shows progress while components come up.

@@ -30,9 +30,15 @@ export async function writeEgressSelectorConfig(paths: ControllerPaths): Promise
 /** Reviews an upstream agent's service-account token with the controller's shared API client. */
 export function tokenReview(kube: KubeClient): TokenReview {
   return async (token) => {
-    const r = await kube.request<{ status?: { authenticated?: boolean; user?: { username?: string }; error?: string } }>('POST', '/apis/authentication.k8s.io/v1/tokenreviews', {
-      apiVersion: 'authentication.k8s.io/v1', kind: 'TokenReview', spec: { token, audiences: ['system:konnectivity-server'] },
-    });
+    const r = await kube.request<{ status?: { authenticated?: boolean; user?: { username?: string }; error?: string } }>(
+      'POST',
+      '/apis/authentication.k8s.io/v1/tokenreviews',
+      {
+        apiVersion: 'authentication.k8s.io/v1',
+        kind: 'TokenReview',
+        spec: { token, audiences: ['system:konnectivity-server'] },
+      },
+    );
     const user = r.status?.user?.username;
     if (!r.status?.authenticated) return { ok: false, error: r.status?.error ?? 'token not authenticated' };
     if (user !== AGENT_SERVICE_ACCOUNT) return { ok: false, user, error: `${user} is not ${AGENT_SERVICE_ACCOUNT}` };
@@ -46,7 +52,13 @@ export class KonnectivityServerComponent implements Component {
   private startedAt = 0;
   private lastError: string | undefined;
 
-  constructor(private readonly cfg: ClusterConfig, private readonly paths: ControllerPaths, private readonly pki: PkiPaths, private readonly kube: KubeClient, private readonly log: Logger) {}
+  constructor(
+    private readonly cfg: ClusterConfig,
+    private readonly paths: ControllerPaths,
+    private readonly pki: PkiPaths,
+    private readonly kube: KubeClient,
+    private readonly log: Logger,
+  ) {}
 
   async init(): Promise<void> {
     await writeEgressSelectorConfig(this.paths);
@@ -83,6 +95,11 @@ export class KonnectivityServerComponent implements Component {
 
   status(): ComponentStatus {
     const s = this.server?.status();
-    return { ...(s ?? { name: this.name, state: 'pending', restarts: 0 }), name: this.name, lastError: s?.lastError ?? this.lastError, uptimeSeconds: this.startedAt ? Math.round((Date.now() - this.startedAt) / 1000) : undefined };
+    return {
+      ...(s ?? { name: this.name, state: 'pending', restarts: 0 }),
+      name: this.name,
+      lastError: s?.lastError ?? this.lastError,
+      uptimeSeconds: this.startedAt ? Math.round((Date.now() - this.startedAt) / 1000) : undefined,
+    };
   }
 }

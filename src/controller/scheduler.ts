@@ -10,37 +10,43 @@ import type { ControllerPaths } from './paths.ts';
 import { httpsReady } from '../base/probe.ts';
 
 export function schedulerArgs(cfg: ClusterConfig, pki: PkiPaths): string[] {
-  return componentFlags({
-    kubeconfig: pki.schedulerConf,
-    'authentication-kubeconfig': pki.schedulerConf,
-    'authorization-kubeconfig': pki.schedulerConf,
-    'leader-elect': true,
-    'bind-address': '127.0.0.1',
-    'secure-port': cfg.spec.scheduler.port,
-    profiling: false,
-  }, cfg.spec.scheduler.extraArgs);
+  return componentFlags(
+    {
+      kubeconfig: pki.schedulerConf,
+      'authentication-kubeconfig': pki.schedulerConf,
+      'authorization-kubeconfig': pki.schedulerConf,
+      'leader-elect': true,
+      'bind-address': '127.0.0.1',
+      'secure-port': cfg.spec.scheduler.port,
+      profiling: false,
+    },
+    cfg.spec.scheduler.extraArgs,
+  );
 }
 
 export function controllerManagerArgs(cfg: ClusterConfig, pki: PkiPaths): string[] {
-  return componentFlags({
-    kubeconfig: pki.controllerManagerConf,
-    'authentication-kubeconfig': pki.controllerManagerConf,
-    'authorization-kubeconfig': pki.controllerManagerConf,
-    'leader-elect': true,
-    'bind-address': '127.0.0.1',
-    'secure-port': cfg.spec.controllerManager.port,
-    'cluster-signing-cert-file': pki.caCert,
-    'cluster-signing-key-file': pki.caKey,
-    'root-ca-file': pki.caCert,
-    'service-account-private-key-file': pki.saKey,
-    'use-service-account-credentials': true,
-    'allocate-node-cidrs': true,
-    'cluster-cidr': cfg.spec.network.podCIDR,
-    'service-cluster-ip-range': cfg.spec.network.serviceCIDR,
-    'node-cidr-mask-size': 24,
-    controllers: '*,bootstrapsigner,tokencleaner',
-    profiling: false,
-  }, cfg.spec.controllerManager.extraArgs);
+  return componentFlags(
+    {
+      kubeconfig: pki.controllerManagerConf,
+      'authentication-kubeconfig': pki.controllerManagerConf,
+      'authorization-kubeconfig': pki.controllerManagerConf,
+      'leader-elect': true,
+      'bind-address': '127.0.0.1',
+      'secure-port': cfg.spec.controllerManager.port,
+      'cluster-signing-cert-file': pki.caCert,
+      'cluster-signing-key-file': pki.caKey,
+      'root-ca-file': pki.caCert,
+      'service-account-private-key-file': pki.saKey,
+      'use-service-account-credentials': true,
+      'allocate-node-cidrs': true,
+      'cluster-cidr': cfg.spec.network.podCIDR,
+      'service-cluster-ip-range': cfg.spec.network.serviceCIDR,
+      'node-cidr-mask-size': 24,
+      controllers: '*,bootstrapsigner,tokencleaner',
+      profiling: false,
+    },
+    cfg.spec.controllerManager.extraArgs,
+  );
 }
 
 export class SchedulerComponent extends Supervisor {

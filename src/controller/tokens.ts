@@ -25,7 +25,8 @@ export interface TokenSummary {
 /** "24h", "30m", "7d", "90s"; "0" means the token never expires. */
 export function parseExpiry(text: string): number {
   const ms = parseDuration(text, { days: true });
-  if (ms === null || (ms === 0 && text !== '0') || (ms > 0 && ms < 1000)) throw new UserError(`--expiry "${text}" is not a duration; use e.g. 30m, 24h or 7d (0 for never)`);
+  if (ms === null || (ms === 0 && text !== '0') || (ms > 0 && ms < 1000))
+    throw new UserError(`--expiry "${text}" is not a duration; use e.g. 30m, 24h or 7d (0 for never)`);
   return ms;
 }
 
@@ -63,18 +64,22 @@ export async function createToken(kube: KubeClient, cfg: ClusterConfig, caFile: 
   });
 }
 
-interface SecretList { items: { metadata: { name: string; labels?: Record<string, string> }; data?: Record<string, string> }[] }
+interface SecretList {
+  items: { metadata: { name: string; labels?: Record<string, string> }; data?: Record<string, string> }[];
+}
 
 export async function listTokens(kube: KubeClient): Promise<TokenSummary[]> {
   const list = await kube.get<SecretList>('/api/v1/namespaces/kube-system/secrets?fieldSelector=type%3Dbootstrap.kubernetes.io%2Ftoken');
   const dec = (v?: string) => (v ? Buffer.from(v, 'base64').toString('utf8') : '');
   // Only id, role and expiry leave this function: never the token secret.
-  return list.items.map((s) => ({
-    id: dec(s.data?.['token-id']),
-    role: s.metadata.labels?.['kctl.dev/role'] ?? (dec(s.data?.['auth-extra-groups']).includes('kctl:worker') ? 'worker' : '-'),
-    expires: dec(s.data?.expiration) || null,
-    description: dec(s.data?.description),
-  })).sort((a, b) => a.id.localeCompare(b.id));
+  return list.items
+    .map((s) => ({
+      id: dec(s.data?.['token-id']),
+      role: s.metadata.labels?.['kctl.dev/role'] ?? (dec(s.data?.['auth-extra-groups']).includes('kctl:worker') ? 'worker' : '-'),
+      expires: dec(s.data?.expiration) || null,
+      description: dec(s.data?.description),
+    }))
+    .sort((a, b) => a.id.localeCompare(b.id));
 }
 
 export async function invalidateToken(kube: KubeClient, id: string): Promise<void> {

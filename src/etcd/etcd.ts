@@ -42,43 +42,52 @@ export function etcdArgs(o: EtcdOptions): string[] {
   const name = o.name ?? hostname();
   const peer = httpsUrl(o.peerHost, o.peerPort);
   const client = etcdClientUrl(o.clientPort);
-  return componentFlags({
-    name,
-    'data-dir': o.dataDir,
-    'listen-client-urls': client,
-    'advertise-client-urls': client,
-    'listen-peer-urls': peer,
-    'initial-advertise-peer-urls': peer,
-    'initial-cluster': `${name}=${peer}`,
-    'initial-cluster-state': 'new',
-    'cert-file': o.certs.serverCert,
-    'key-file': o.certs.serverKey,
-    'trusted-ca-file': o.certs.caCert,
-    'client-cert-auth': true,
-    'peer-cert-file': o.certs.peerCert,
-    'peer-key-file': o.certs.peerKey,
-    'peer-trusted-ca-file': o.certs.caCert,
-    'peer-client-cert-auth': true,
-    'listen-metrics-urls': '',
-    'log-level': 'warn',
-  }, o.extraArgs).filter((a) => a !== '--listen-metrics-urls=');
+  return componentFlags(
+    {
+      name,
+      'data-dir': o.dataDir,
+      'listen-client-urls': client,
+      'advertise-client-urls': client,
+      'listen-peer-urls': peer,
+      'initial-advertise-peer-urls': peer,
+      'initial-cluster': `${name}=${peer}`,
+      'initial-cluster-state': 'new',
+      'cert-file': o.certs.serverCert,
+      'key-file': o.certs.serverKey,
+      'trusted-ca-file': o.certs.caCert,
+      'client-cert-auth': true,
+      'peer-cert-file': o.certs.peerCert,
+      'peer-key-file': o.certs.peerKey,
+      'peer-trusted-ca-file': o.certs.caCert,
+      'peer-client-cert-auth': true,
+      'listen-metrics-urls': '',
+      'log-level': 'warn',
+    },
+    o.extraArgs,
+  ).filter((a) => a !== '--listen-metrics-urls=');
 }
 
 export class EtcdComponent extends Supervisor {
-  constructor(private readonly o: EtcdOptions, log: Logger) {
+  constructor(
+    private readonly o: EtcdOptions,
+    log: Logger,
+  ) {
     super({
       name: 'etcd',
       binary: join(o.binDir, 'etcd'),
       args: etcdArgs(o),
       runDir: o.runDir,
       log,
-      ready: httpsReady({
-        url: `${etcdClientUrl(o.clientPort)}/health`,
-        ca: o.certs.caCert,
-        cert: o.certs.clientCert,
-        key: o.certs.clientKey,
-        expect: (status, body) => status === 200 && body.includes('"health":"true"'),
-      }, 'etcd'),
+      ready: httpsReady(
+        {
+          url: `${etcdClientUrl(o.clientPort)}/health`,
+          ca: o.certs.caCert,
+          cert: o.certs.clientCert,
+          key: o.certs.clientKey,
+          expect: (status, body) => status === 200 && body.includes('"health":"true"'),
+        },
+        'etcd',
+      ),
     });
   }
 

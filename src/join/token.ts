@@ -13,9 +13,9 @@ export interface JoinInfo {
   role: 'worker';
   apiServers: string[];
   caPem: string;
-  konnectivity: string[];   // host:port of every controller's agent port
-  bootstrapToken: string;   // <id>.<secret>
-  podCIDR?: string;         // the cluster's pod network, for kube-proxy
+  konnectivity: string[]; // host:port of every controller's agent port
+  bootstrapToken: string; // <id>.<secret>
+  podCIDR?: string; // the cluster's pod network, for kube-proxy
   clusterDomain?: string;
 }
 
@@ -24,7 +24,25 @@ export class TokenError extends Error {}
 interface JoinKubeconfig {
   apiVersion: 'v1';
   kind: 'Config';
-  clusters: { name: string; cluster: { server: string; 'certificate-authority-data': string; extensions?: { name: string; extension: { apiVersion: string; kind: string; role: string; servers: string[]; konnectivity: string[]; podCIDR?: string; clusterDomain?: string } }[] } }[];
+  clusters: {
+    name: string;
+    cluster: {
+      server: string;
+      'certificate-authority-data': string;
+      extensions?: {
+        name: string;
+        extension: {
+          apiVersion: string;
+          kind: string;
+          role: string;
+          servers: string[];
+          konnectivity: string[];
+          podCIDR?: string;
+          clusterDomain?: string;
+        };
+      }[];
+    };
+  }[];
   users: { name: string; user: { token: string } }[];
   contexts: { name: string; context: { cluster: string; user: string } }[];
   'current-context': string;
@@ -36,14 +54,29 @@ export function encodeToken(info: JoinInfo): string {
   const kc: JoinKubeconfig = {
     apiVersion: 'v1',
     kind: 'Config',
-    clusters: [{
-      name: 'kctl',
-      cluster: {
-        server: info.apiServers[0]!,
-        'certificate-authority-data': Buffer.from(info.caPem).toString('base64'),
-        extensions: [{ name: EXT_NAME, extension: { apiVersion: 'kctl.dev/v1alpha1', kind: 'JoinInfo', role: info.role, servers: info.apiServers, konnectivity: info.konnectivity, podCIDR: info.podCIDR, clusterDomain: info.clusterDomain } }],
+    clusters: [
+      {
+        name: 'kctl',
+        cluster: {
+          server: info.apiServers[0]!,
+          'certificate-authority-data': Buffer.from(info.caPem).toString('base64'),
+          extensions: [
+            {
+              name: EXT_NAME,
+              extension: {
+                apiVersion: 'kctl.dev/v1alpha1',
+                kind: 'JoinInfo',
+                role: info.role,
+                servers: info.apiServers,
+                konnectivity: info.konnectivity,
+                podCIDR: info.podCIDR,
+                clusterDomain: info.clusterDomain,
+              },
+            },
+          ],
+        },
       },
-    }],
+    ],
     users: [{ name: 'kctl-bootstrap', user: { token: info.bootstrapToken } }],
     contexts: [{ name: 'kctl', context: { cluster: 'kctl', user: 'kctl-bootstrap' } }],
     'current-context': 'kctl',
@@ -66,7 +99,11 @@ export function decodeToken(text: string): JoinInfo {
     throw malformed('its compressed data is damaged');
   }
   let kc: Partial<JoinKubeconfig>;
-  try { kc = parse(yamlText) as Partial<JoinKubeconfig>; } catch { throw malformed('it does not hold a kubeconfig'); }
+  try {
+    kc = parse(yamlText) as Partial<JoinKubeconfig>;
+  } catch {
+    throw malformed('it does not hold a kubeconfig');
+  }
   const cluster = kc?.clusters?.[0]?.cluster;
   const token = kc?.users?.[0]?.user?.token;
   const ext = cluster?.extensions?.find((e) => e.name === EXT_NAME)?.extension;
@@ -83,11 +120,16 @@ export function decodeToken(text: string): JoinInfo {
   const servers = Array.isArray(ext.servers) && ext.servers.length ? ext.servers : [cluster.server];
   for (const s of servers) {
     let u: URL;
-    try { u = new URL(s); } catch { throw malformed(`API server "${s}" is not a URL`); }
+    try {
+      u = new URL(s);
+    } catch {
+      throw malformed(`API server "${s}" is not a URL`);
+    }
     if (u.protocol !== 'https:') throw malformed(`API server "${s}" is not https`);
   }
   const konnectivity = Array.isArray(ext.konnectivity) ? ext.konnectivity.map(String) : [];
-  for (const k of konnectivity) if (!/^(\[[0-9a-fA-F:.]+\]|[^:\s]+):\d{1,5}$/.test(k)) throw malformed(`konnectivity address "${k}" is not host:port`);
+  for (const k of konnectivity)
+    if (!/^(\[[0-9a-fA-F:.]+\]|[^:\s]+):\d{1,5}$/.test(k)) throw malformed(`konnectivity address "${k}" is not host:port`);
   const out: JoinInfo = { role: 'worker', apiServers: servers, caPem, konnectivity, bootstrapToken: token };
   if (typeof ext.podCIDR === 'string') out.podCIDR = ext.podCIDR;
   if (typeof ext.clusterDomain === 'string') out.clusterDomain = ext.clusterDomain;

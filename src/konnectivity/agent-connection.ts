@@ -12,8 +12,18 @@ import { PendingDial, Target, type TargetOwner } from './agent-targets.ts';
 import type { WindowBudget } from './flow.ts';
 import type { AgentMetrics } from './metrics.ts';
 import {
-  AgentServiceClient, FLOW_CONTROL_EXTENSION, META, describePacket, formatIdentifiers, isId, newRandom, newTraceId,
-  offersFlowControl, packets, type Int64, type Packet,
+  AgentServiceClient,
+  FLOW_CONTROL_EXTENSION,
+  META,
+  describePacket,
+  formatIdentifiers,
+  isId,
+  newRandom,
+  newTraceId,
+  offersFlowControl,
+  packets,
+  type Int64,
+  type Packet,
 } from './protocol.ts';
 
 /** gRPC keepalive towards any server: upstream refuses pings more often than every 30 s. */
@@ -22,9 +32,11 @@ const UPSTREAM_SAFE_KEEPALIVE_MS = 31_000;
 const HEADER_TIMEOUT_MS = 15_000;
 
 /** The agent options a server connection reads, defaults applied. */
-export type ConnectionOptions =
-  Pick<KonnectivityAgentOptions, 'ca' | 'cert' | 'key' | 'serverName' | 'agentId' | 'identifiers' | 'extensions' | 'serviceAccountTokenPath'>
-  & Required<Pick<KonnectivityAgentOptions, 'dialTimeoutMs' | 'keepaliveTimeMs' | 'keepaliveTimeoutMs' | 'upstreamBufferLimit'>>;
+export type ConnectionOptions = Pick<
+  KonnectivityAgentOptions,
+  'ca' | 'cert' | 'key' | 'serverName' | 'agentId' | 'identifiers' | 'extensions' | 'serviceAccountTokenPath'
+> &
+  Required<Pick<KonnectivityAgentOptions, 'dialTimeoutMs' | 'keepaliveTimeMs' | 'keepaliveTimeoutMs' | 'upstreamBufferLimit'>>;
 
 /** What every server connection of one agent shares. */
 export interface ConnectionContext {
@@ -56,7 +68,11 @@ export class ServerConnection implements TargetOwner {
   private readonly metrics: AgentMetrics;
 
   /** `onLost` runs once when a stream that was open (headers received) ends. */
-  constructor(agent: ConnectionContext, readonly address: string, private readonly onLost: (why: string) => void) {
+  constructor(
+    agent: ConnectionContext,
+    readonly address: string,
+    private readonly onLost: (why: string) => void,
+  ) {
     this.o = agent.options;
     this.log = agent.log;
     this.metrics = agent.metrics;
@@ -118,7 +134,9 @@ export class ServerConnection implements TargetOwner {
         const ids = h.get(META.serverId).map(String);
         const counts = h.get(META.serverCount).map(String);
         if (ids.length !== 1 || !ids[0] || counts.length !== 1 || !/^[1-9][0-9]*$/.test(counts[0] ?? '')) {
-          fail(new Error(`server must send exactly one ${META.serverId} and one ${META.serverCount} header (got ${ids.length} and ${counts.length})`));
+          fail(
+            new Error(`server must send exactly one ${META.serverId} and one ${META.serverCount} header (got ${ids.length} and ${counts.length})`),
+          );
           return;
         }
         this.serverId = ids[0];
@@ -170,7 +188,8 @@ export class ServerConnection implements TargetOwner {
   private onPacket(p: Packet): void {
     this.lastReceived = Date.now();
     switch (p.type) {
-      case 'DIAL_REQ': return this.onDial(p);
+      case 'DIAL_REQ':
+        return this.onDial(p);
       case 'DATA': {
         const d = p.data;
         if (!d) return;

@@ -18,10 +18,18 @@ const AGENT_SESSION_WINDOW = 16 * 1024 * 1024;
  * Updates are delivered on the next tick: grpc-js registers its watcher after adding listeners.
  */
 class StaticCerts implements experimental.CertificateProvider {
-  constructor(private readonly ca: Buffer, private readonly cert: Buffer, private readonly key: Buffer) {}
-  addCaCertificateListener(l: experimental.CaCertificateUpdateListener): void { setImmediate(() => l({ caCertificate: this.ca })); }
+  constructor(
+    private readonly ca: Buffer,
+    private readonly cert: Buffer,
+    private readonly key: Buffer,
+  ) {}
+  addCaCertificateListener(l: experimental.CaCertificateUpdateListener): void {
+    setImmediate(() => l({ caCertificate: this.ca }));
+  }
   removeCaCertificateListener(): void {}
-  addIdentityCertificateListener(l: experimental.IdentityCertificateUpdateListener): void { setImmediate(() => l({ certificate: this.cert, privateKey: this.key })); }
+  addIdentityCertificateListener(l: experimental.IdentityCertificateUpdateListener): void {
+    setImmediate(() => l({ certificate: this.cert, privateKey: this.key }));
+  }
   removeIdentityCertificateListener(): void {}
 }
 
@@ -60,7 +68,8 @@ export class AgentListener {
   listen(port: number, host: string): Promise<number> {
     const server = this.listener;
     return new Promise((resolve, reject) => {
-      const onError = (err: Error): void => reject(new Error(`konnectivity server cannot listen on ${host.includes(':') ? `[${host}]` : host}:${port}: ${err.message}`));
+      const onError = (err: Error): void =>
+        reject(new Error(`konnectivity server cannot listen on ${host.includes(':') ? `[${host}]` : host}:${port}: ${err.message}`));
       server.once('error', onError);
       server.listen(port, host, () => {
         server.off('error', onError);

@@ -105,7 +105,13 @@ export class Target {
     readonly trace: string,
     private readonly address: string,
   ) {
-    this.flow = new ConnectionFlow({ negotiated: conn.flowControl, window: INITIAL_WINDOW, maxWindow: MAX_WINDOW, budget: conn.windowBudget, bufferLimit: conn.upstreamBufferLimit });
+    this.flow = new ConnectionFlow({
+      negotiated: conn.flowControl,
+      window: INITIAL_WINDOW,
+      maxWindow: MAX_WINDOW,
+      budget: conn.windowBudget,
+      bufferLimit: conn.upstreamBufferLimit,
+    });
   }
 
   start(): void {
@@ -153,7 +159,10 @@ export class Target {
     if (this.closed || buf.length === 0) return;
     const len = buf.length;
     if (!this.flow.received(len)) {
-      this.conn.log.warn({ trace: this.trace, serverId: this.conn.serverId, connectID: this.connectID, buffered: this.flow.unflushed }, 'target is not reading; closing this connection to protect the others');
+      this.conn.log.warn(
+        { trace: this.trace, serverId: this.conn.serverId, connectID: this.connectID, buffered: this.flow.unflushed },
+        'target is not reading; closing this connection to protect the others',
+      );
       this.finish(`target is not reading: more than ${this.flow.opts.bufferLimit} bytes buffered for this connection`);
       return;
     }
@@ -179,7 +188,10 @@ export class Target {
   /** The target closed (or failed): tell the server. */
   private finish(error?: string): void {
     if (this.closed) return;
-    this.conn.log.debug({ trace: this.trace, serverId: this.conn.serverId, connectID: this.connectID, address: this.address, error }, 'target closed');
+    this.conn.log.debug(
+      { trace: this.trace, serverId: this.conn.serverId, connectID: this.connectID, address: this.address, error },
+      'target closed',
+    );
     this.markClosed();
     this.conn.send(packets.closeRsp(this.connectID, error));
     this.socket.destroy();

@@ -118,21 +118,37 @@ export class KonnectivityAgent implements Component {
   /** What every server connection shares: options, log, metrics, the window budget. */
   private readonly context: ConnectionContext;
   /** Options with defaults applied. */
-  private readonly o: Required<Pick<KonnectivityAgentOptions, 'dialTimeoutMs' | 'keepaliveTimeMs' | 'keepaliveTimeoutMs' | 'syncIntervalMs' | 'syncIntervalCapMs' | 'drainTimeoutMs' | 'upstreamBufferLimit'>> & KonnectivityAgentOptions;
+  private readonly o: Required<
+    Pick<
+      KonnectivityAgentOptions,
+      'dialTimeoutMs' | 'keepaliveTimeMs' | 'keepaliveTimeoutMs' | 'syncIntervalMs' | 'syncIntervalCapMs' | 'drainTimeoutMs' | 'upstreamBufferLimit'
+    >
+  > &
+    KonnectivityAgentOptions;
 
   constructor(opts: KonnectivityAgentOptions) {
     if (opts.servers.length === 0) throw new Error('konnectivity agent needs at least one server address');
     if (!opts.cert !== !opts.key) throw new Error('konnectivity agent needs both a client certificate and its key, or neither');
     if (!opts.cert && !opts.serviceAccountTokenPath) throw new Error('konnectivity agent needs a client certificate or a service-account token path');
     this.o = {
-      dialTimeoutMs: 5_000, keepaliveTimeMs: 5_000, keepaliveTimeoutMs: 10_000,
-      syncIntervalMs: 1_000, syncIntervalCapMs: 10_000, drainTimeoutMs: 0, upstreamBufferLimit: 4 * 1024 * 1024,
+      dialTimeoutMs: 5_000,
+      keepaliveTimeMs: 5_000,
+      keepaliveTimeoutMs: 10_000,
+      syncIntervalMs: 1_000,
+      syncIntervalCapMs: 10_000,
+      drainTimeoutMs: 0,
+      upstreamBufferLimit: 4 * 1024 * 1024,
       ...opts,
     };
     this.log = opts.log;
     this.addresses = opts.servers.map((addr) => ({
-      addr, label: joinHostPort(addr.host, addr.port), conns: 0, dialing: false, lastDuplicate: false,
-      backoffMs: this.o.syncIntervalMs, nextAttemptAt: 0,
+      addr,
+      label: joinHostPort(addr.host, addr.port),
+      conns: 0,
+      dialing: false,
+      lastDuplicate: false,
+      backoffMs: this.o.syncIntervalMs,
+      nextAttemptAt: 0,
     }));
     this.metrics = new AgentMetrics({
       openServerConnections: () => this.conns.size,
@@ -160,10 +176,18 @@ export class KonnectivityAgent implements Component {
     return new Promise((resolve, reject) => {
       const done = (): void => resolve();
       this.readyWaiters.push(done);
-      signal.addEventListener('abort', () => {
-        this.readyWaiters = this.readyWaiters.filter((w) => w !== done);
-        reject(new Error(`konnectivity agent reached no server (${this.addresses.map((a) => a.label).join(', ')})${this.lastError ? `: ${this.lastError}` : ''}`));
-      }, { once: true });
+      signal.addEventListener(
+        'abort',
+        () => {
+          this.readyWaiters = this.readyWaiters.filter((w) => w !== done);
+          reject(
+            new Error(
+              `konnectivity agent reached no server (${this.addresses.map((a) => a.label).join(', ')})${this.lastError ? `: ${this.lastError}` : ''}`,
+            ),
+          );
+        },
+        { once: true },
+      );
     });
   }
 
@@ -216,10 +240,17 @@ export class KonnectivityAgent implements Component {
   }
 
   targetStats(): TargetStats[] {
-    return [...this.conns.values()].flatMap((c) => [...c.targets.values()].map((t) => ({
-      trace: t.trace, serverId: c.serverId, connectID: t.connectID,
-      unflushed: t.flow.unflushed, peakUnflushed: t.flow.peakUnflushed, held: t.flow.heldLength, peakHeld: t.flow.peakHeld,
-    })));
+    return [...this.conns.values()].flatMap((c) =>
+      [...c.targets.values()].map((t) => ({
+        trace: t.trace,
+        serverId: c.serverId,
+        connectID: t.connectID,
+        unflushed: t.flow.unflushed,
+        peakUnflushed: t.flow.peakUnflushed,
+        held: t.flow.heldLength,
+        peakHeld: t.flow.peakHeld,
+      })),
+    );
   }
 
   /** Prometheus text for the worker's metrics endpoint. */
@@ -272,7 +303,10 @@ export class KonnectivityAgent implements Component {
         outcome = 'new';
         this.conns.set(c.serverId, c);
         a.conns++;
-        this.log.info({ address: a.label, serverId: c.serverId, serverCount: c.serverCount, extensions: c.flowControl ? [FLOW_CONTROL_EXTENSION] : [] }, 'connected to konnectivity server');
+        this.log.info(
+          { address: a.label, serverId: c.serverId, serverCount: c.serverCount, extensions: c.flowControl ? [FLOW_CONTROL_EXTENSION] : [] },
+          'connected to konnectivity server',
+        );
         if (this.state === 'starting') this.state = 'running';
         for (const w of this.readyWaiters.splice(0)) w();
       }

@@ -18,7 +18,10 @@ export interface AgentIdentity {
 export type TokenReview = (token: string) => Promise<{ ok: boolean; user?: string; error?: string }>;
 
 export class AgentAuthError extends Error {
-  constructor(readonly code: grpc.status, message: string) {
+  constructor(
+    readonly code: grpc.status,
+    message: string,
+  ) {
     super(message);
   }
 }
@@ -30,10 +33,13 @@ const WANT = `a node client certificate (O=${NODES_GROUP}, CN=${NODE_PREFIX}<nam
 
 /** Distinguished-name attributes as Node prints them: one `K=V` per line. */
 function dnAttributes(dn: string): { key: string; value: string }[] {
-  return dn.split('\n').filter(Boolean).map((line) => {
-    const i = line.indexOf('=');
-    return { key: line.slice(0, i), value: line.slice(i + 1) };
-  });
+  return dn
+    .split('\n')
+    .filter(Boolean)
+    .map((line) => {
+      const i = line.indexOf('=');
+      return { key: line.slice(0, i), value: line.slice(i + 1) };
+    });
 }
 
 /**
@@ -99,7 +105,10 @@ export async function authenticateAgent(call: grpc.ServerDuplexStream<unknown, u
   if (token === '') throw new AgentAuthError(grpc.status.UNAUTHENTICATED, 'authorization metadata is not "Bearer <token>"');
   if (!opts.tokenReview) {
     const why = certError ? `${certError.message}, and ` : '';
-    throw new AgentAuthError(grpc.status.UNAUTHENTICATED, `${why}service-account token authentication is not enabled on this server; use a node client certificate`);
+    throw new AgentAuthError(
+      grpc.status.UNAUTHENTICATED,
+      `${why}service-account token authentication is not enabled on this server; use a node client certificate`,
+    );
   }
   let review: Awaited<ReturnType<TokenReview>>;
   try {

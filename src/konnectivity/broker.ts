@@ -12,8 +12,18 @@ import type { Logger } from '../base/log.ts';
 import { ConnectionFlow, WindowBudget } from './flow.ts';
 import type { DialFailureReason, ServerMetrics } from './metrics.ts';
 import {
-  INITIAL_WINDOW, MAX_DATA_CHUNK, MAX_WINDOW, WINDOW_GROWTH_BUDGET, describePacket, isId, newTraceId, packets,
-  type AgentIdentifiers, type DialRequest, type Int64, type Packet,
+  INITIAL_WINDOW,
+  MAX_DATA_CHUNK,
+  MAX_WINDOW,
+  WINDOW_GROWTH_BUDGET,
+  describePacket,
+  isId,
+  newTraceId,
+  packets,
+  type AgentIdentifiers,
+  type DialRequest,
+  type Int64,
+  type Packet,
 } from './protocol.ts';
 import type { AgentIdentity } from './auth.ts';
 
@@ -60,7 +70,14 @@ export class Tunnel {
   }
 
   logFields(): Record<string, unknown> {
-    return { trace: this.trace, agent: this.agent.id, random: this.random, connectID: this.connectID, address: this.address, frontend: this.frontend.kind };
+    return {
+      trace: this.trace,
+      agent: this.agent.id,
+      random: this.random,
+      connectID: this.connectID,
+      address: this.address,
+      frontend: this.frontend.kind,
+    };
   }
 }
 
@@ -209,9 +226,8 @@ export class Broker {
   private pickAgent(host: string): AgentBackend | null {
     const ready = this.readyAgents();
     for (const s of this.o.strategies) {
-      const candidates = s === 'destHost' ? ready.filter((a) => a.serves(host))
-        : s === 'defaultRoute' ? ready.filter((a) => a.identifiers.defaultRoute)
-          : ready;
+      const candidates =
+        s === 'destHost' ? ready.filter((a) => a.serves(host)) : s === 'defaultRoute' ? ready.filter((a) => a.identifiers.defaultRoute) : ready;
       if (candidates.length === 0) continue;
       // DRAIN: an agent on its way out only gets dials nobody else can take.
       const live = candidates.filter((a) => !a.draining);
@@ -223,9 +239,10 @@ export class Broker {
 
   private noAgentMessage(host: string): string {
     const n = this.agents.size;
-    const hint = n === 0
-      ? `no agent is connected to konnectivity server ${this.o.serverId}`
-      : `none of the ${n} agents connected to konnectivity server ${this.o.serverId} matches ${host} (strategies ${this.o.strategies.join(',')})`;
+    const hint =
+      n === 0
+        ? `no agent is connected to konnectivity server ${this.o.serverId}`
+        : `none of the ${n} agents connected to konnectivity server ${this.o.serverId} matches ${host} (strategies ${this.o.strategies.join(',')})`;
     return `${NO_AGENT}: ${hint}`;
   }
 
@@ -324,11 +341,17 @@ export class Broker {
 
   fromAgent(a: AgentBackend, p: Packet): void {
     switch (p.type) {
-      case 'DIAL_RSP': return this.dialResponse(a, p);
-      case 'DATA': return this.agentData(a, p);
-      case 'CLOSE_RSP': return this.agentClose(a, p);
-      case 'KCTL_CREDIT': return this.agentCredit(a, p);
-      case 'KCTL_PING': if (a.flowControl) a.send(packets.pong(p.kctlPing?.nonce ?? '0')); return;
+      case 'DIAL_RSP':
+        return this.dialResponse(a, p);
+      case 'DATA':
+        return this.agentData(a, p);
+      case 'CLOSE_RSP':
+        return this.agentClose(a, p);
+      case 'KCTL_CREDIT':
+        return this.agentCredit(a, p);
+      case 'KCTL_PING':
+        if (a.flowControl) a.send(packets.pong(p.kctlPing?.nonce ?? '0'));
+        return;
       case 'DRAIN':
         if (!a.draining) this.log.info({ agent: a.id }, 'agent is draining; new dials go to other agents');
         a.draining = true;

@@ -170,7 +170,12 @@ export class ConnectionFlow {
     this.grantable = 0;
     // Less than a batch still waits in the sink: the sink keeps up and the sender waits for
     // credit, so the round trip, not the sink, limits this connection. Double the window.
-    if (this.unflushed < batch && !this.released && this.recvWindow < (this.opts.maxWindow ?? this.opts.window) && this.opts.budget?.take(this.recvWindow)) {
+    if (
+      this.unflushed < batch &&
+      !this.released &&
+      this.recvWindow < (this.opts.maxWindow ?? this.opts.window) &&
+      this.opts.budget?.take(this.recvWindow)
+    ) {
       g += this.recvWindow;
       this.recvWindow *= 2;
     }

@@ -150,7 +150,10 @@ export function serveHttpConnect(req: IncomingMessage, socket: Duplex, head: Buf
     dialFailed(message, reason) {
       const [code, text] = httpStatusFor(reason, message);
       const body = reason === 'no_agent' ? `currently no tunnels available: ${message}` : message;
-      if (!gone) socket.write(`HTTP/1.1 ${code} ${text}\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`);
+      if (!gone)
+        socket.write(
+          `HTTP/1.1 ${code} ${text}\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`,
+        );
       endSocket();
     },
     write(buf, flushed) {

@@ -24,12 +24,43 @@ export class ServerMetrics {
 
   constructor(src: ServerMetricSources) {
     const registers = [this.registry];
-    new Gauge({ name: `${SERVER}ready_backend_connections`, help: 'Agent streams connected to this server.', registers, collect() { this.set(src.readyBackends()); } });
-    new Gauge({ name: `${SERVER}pending_backend_dials`, help: 'Dials sent to an agent and not answered yet.', registers, collect() { this.set(src.pendingDials()); } });
-    new Gauge({ name: `${SERVER}established_connections`, help: 'Tunneled connections open through this server.', registers, collect() { this.set(src.establishedConnections()); } });
-    this.dialDuration = new Histogram({ name: `${SERVER}dial_duration_seconds`, help: 'From DIAL_REQ to a successful DIAL_RSP.', buckets: DIAL_BUCKETS, registers });
+    new Gauge({
+      name: `${SERVER}ready_backend_connections`,
+      help: 'Agent streams connected to this server.',
+      registers,
+      collect() {
+        this.set(src.readyBackends());
+      },
+    });
+    new Gauge({
+      name: `${SERVER}pending_backend_dials`,
+      help: 'Dials sent to an agent and not answered yet.',
+      registers,
+      collect() {
+        this.set(src.pendingDials());
+      },
+    });
+    new Gauge({
+      name: `${SERVER}established_connections`,
+      help: 'Tunneled connections open through this server.',
+      registers,
+      collect() {
+        this.set(src.establishedConnections());
+      },
+    });
+    this.dialDuration = new Histogram({
+      name: `${SERVER}dial_duration_seconds`,
+      help: 'From DIAL_REQ to a successful DIAL_RSP.',
+      buckets: DIAL_BUCKETS,
+      registers,
+    });
     this.dialFailures = new Counter({ name: `${SERVER}dial_failure_count`, help: 'Failed dials by reason.', labelNames: ['reason'], registers });
-    this.grpcConnections = new Gauge({ name: `${SERVER}grpc_connections`, help: 'Open gRPC streams by method.', labelNames: ['service_method'], registers });
+    this.grpcConnections = new Gauge({
+      name: `${SERVER}grpc_connections`,
+      help: 'Open gRPC streams by method.',
+      labelNames: ['service_method'],
+      registers,
+    });
   }
 }
 
@@ -46,10 +77,36 @@ export class AgentMetrics {
 
   constructor(src: AgentMetricSources) {
     const registers = [this.registry];
-    new Gauge({ name: `${AGENT}open_server_connections`, help: 'Streams this agent holds to konnectivity servers.', registers, collect() { this.set(src.openServerConnections()); } });
-    new Gauge({ name: `${AGENT}known_server_count`, help: 'Server count the servers last advertised.', registers, collect() { this.set(src.knownServerCount()); } });
-    new Gauge({ name: `${AGENT}open_endpoint_connections`, help: 'Open connections to targets.', registers, collect() { this.set(src.openEndpointConnections()); } });
+    new Gauge({
+      name: `${AGENT}open_server_connections`,
+      help: 'Streams this agent holds to konnectivity servers.',
+      registers,
+      collect() {
+        this.set(src.openServerConnections());
+      },
+    });
+    new Gauge({
+      name: `${AGENT}known_server_count`,
+      help: 'Server count the servers last advertised.',
+      registers,
+      collect() {
+        this.set(src.knownServerCount());
+      },
+    });
+    new Gauge({
+      name: `${AGENT}open_endpoint_connections`,
+      help: 'Open connections to targets.',
+      registers,
+      collect() {
+        this.set(src.openEndpointConnections());
+      },
+    });
     this.dialDuration = new Histogram({ name: `${AGENT}dial_duration_seconds`, help: 'Time to dial a target.', buckets: DIAL_BUCKETS, registers });
-    this.dialFailures = new Counter({ name: `${AGENT}endpoint_dial_failure_total`, help: 'Failed target dials by reason.', labelNames: ['reason'], registers });
+    this.dialFailures = new Counter({
+      name: `${AGENT}endpoint_dial_failure_total`,
+      help: 'Failed target dials by reason.',
+      labelNames: ['reason'],
+      registers,
+    });
   }
 }

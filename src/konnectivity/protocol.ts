@@ -8,9 +8,25 @@ import { canonicalIp } from '../base/addresses.ts';
 import type { Int64, Packet } from './gen/konnectivity.ts';
 
 export {
-  AgentServiceClient, AgentServiceDefinition, ProxyServiceClient, ProxyServiceDefinition, decodePacket, encodePacket,
-  type AgentServiceHandlers, type CloseDial, type CloseRequest, type CloseResponse, type Data, type DialRequest, type DialResponse,
-  type Int64, type KctlCredit, type KctlPing, type Packet, type PacketType, type ProxyServiceHandlers,
+  AgentServiceClient,
+  AgentServiceDefinition,
+  ProxyServiceClient,
+  ProxyServiceDefinition,
+  decodePacket,
+  encodePacket,
+  type AgentServiceHandlers,
+  type CloseDial,
+  type CloseRequest,
+  type CloseResponse,
+  type Data,
+  type DialRequest,
+  type DialResponse,
+  type Int64,
+  type KctlCredit,
+  type KctlPing,
+  type Packet,
+  type PacketType,
+  type ProxyServiceHandlers,
 } from './gen/konnectivity.ts';
 
 // ---- ids ----
@@ -36,10 +52,11 @@ export function isId(v: Int64 | undefined): v is Int64 {
 // ---- packets ----
 
 export const packets = {
-  dialReq: (address: string, random: Int64, kctlTraceID = ''): Packet =>
-    ({ type: 'DIAL_REQ', dialRequest: { protocol: 'tcp', address, random, kctlTraceID } }),
-  dialRsp: (random: Int64, connectID: Int64, error = ''): Packet =>
-    ({ type: 'DIAL_RSP', dialResponse: { random, connectID, error } }),
+  dialReq: (address: string, random: Int64, kctlTraceID = ''): Packet => ({
+    type: 'DIAL_REQ',
+    dialRequest: { protocol: 'tcp', address, random, kctlTraceID },
+  }),
+  dialRsp: (random: Int64, connectID: Int64, error = ''): Packet => ({ type: 'DIAL_RSP', dialResponse: { random, connectID, error } }),
   closeReq: (connectID: Int64): Packet => ({ type: 'CLOSE_REQ', closeRequest: { connectID } }),
   closeRsp: (connectID: Int64, error = ''): Packet => ({ type: 'CLOSE_RSP', closeResponse: { connectID, error } }),
   data: (connectID: Int64, data: Buffer): Packet => ({ type: 'DATA', data: { connectID, error: '', data } }),
@@ -53,13 +70,20 @@ export const packets = {
 /** Short description of a packet for debug logs (never the payload). */
 export function describePacket(p: Packet): Record<string, unknown> {
   switch (p.type) {
-    case 'DIAL_REQ': return { type: p.type, address: p.dialRequest?.address, random: p.dialRequest?.random };
-    case 'DIAL_RSP': return { type: p.type, random: p.dialResponse?.random, connectID: p.dialResponse?.connectID, error: p.dialResponse?.error || undefined };
-    case 'DATA': return { type: p.type, connectID: p.data?.connectID, bytes: p.data?.data?.length ?? 0 };
-    case 'CLOSE_REQ': return { type: p.type, connectID: p.closeRequest?.connectID };
-    case 'CLOSE_RSP': return { type: p.type, connectID: p.closeResponse?.connectID, error: p.closeResponse?.error || undefined };
-    case 'DIAL_CLS': return { type: p.type, random: p.closeDial?.random };
-    default: return { type: p.type };
+    case 'DIAL_REQ':
+      return { type: p.type, address: p.dialRequest?.address, random: p.dialRequest?.random };
+    case 'DIAL_RSP':
+      return { type: p.type, random: p.dialResponse?.random, connectID: p.dialResponse?.connectID, error: p.dialResponse?.error || undefined };
+    case 'DATA':
+      return { type: p.type, connectID: p.data?.connectID, bytes: p.data?.data?.length ?? 0 };
+    case 'CLOSE_REQ':
+      return { type: p.type, connectID: p.closeRequest?.connectID };
+    case 'CLOSE_RSP':
+      return { type: p.type, connectID: p.closeResponse?.connectID, error: p.closeResponse?.error || undefined };
+    case 'DIAL_CLS':
+      return { type: p.type, random: p.closeDial?.random };
+    default:
+      return { type: p.type };
   }
 }
 
@@ -96,7 +120,12 @@ export const WINDOW_GROWTH_BUDGET = 32 * 1024 * 1024;
 export const MAX_DATA_CHUNK = 64 * 1024;
 
 export function offersFlowControl(value: grpc.MetadataValue[] | undefined): boolean {
-  return (value ?? []).some((v) => String(v).split(',').map((s) => s.trim()).includes(FLOW_CONTROL_EXTENSION));
+  return (value ?? []).some((v) =>
+    String(v)
+      .split(',')
+      .map((s) => s.trim())
+      .includes(FLOW_CONTROL_EXTENSION),
+  );
 }
 
 export interface AgentIdentifiers {

@@ -16,7 +16,14 @@ import { AgentBackend, Broker, type ProxyStrategy } from './broker.ts';
 import { PROXY_METHOD, refuseNonConnect, serveHttpConnect, serveProxyStream } from './frontends.ts';
 import { ServerMetrics } from './metrics.ts';
 import {
-  AgentServiceDefinition, FLOW_CONTROL_EXTENSION, META, ProxyServiceDefinition, offersFlowControl, parseIdentifiers, type AgentIdentifiers, type Packet,
+  AgentServiceDefinition,
+  FLOW_CONTROL_EXTENSION,
+  META,
+  ProxyServiceDefinition,
+  offersFlowControl,
+  parseIdentifiers,
+  type AgentIdentifiers,
+  type Packet,
 } from './protocol.ts';
 
 export const CONNECT_METHOD = AgentServiceDefinition.Connect.path;
@@ -165,15 +172,18 @@ export class KonnectivityServer implements Component {
   }
 
   start(): Promise<void> {
-    this.started ??= this.listen().then(() => {
-      this.state = 'running';
-      this.startedAt = Date.now();
-    }, async (err: unknown) => {
-      await this.closeListeners(); // what did bind must not linger (e.g. agent port taken)
-      this.state = 'failed';
-      this.lastError = err instanceof Error ? err.message : String(err);
-      throw err;
-    });
+    this.started ??= this.listen().then(
+      () => {
+        this.state = 'running';
+        this.startedAt = Date.now();
+      },
+      async (err: unknown) => {
+        await this.closeListeners(); // what did bind must not linger (e.g. agent port taken)
+        this.state = 'failed';
+        this.lastError = err instanceof Error ? err.message : String(err);
+        throw err;
+      },
+    );
     this.state = 'starting';
     return this.started;
   }
@@ -183,7 +193,9 @@ export class KonnectivityServer implements Component {
     if (!this.started) throw new Error('konnectivity server was not started');
     await Promise.race([
       this.started,
-      new Promise((_, reject) => signal.addEventListener('abort', () => reject(new Error('konnectivity server did not start in time')), { once: true })),
+      new Promise((_, reject) =>
+        signal.addEventListener('abort', () => reject(new Error('konnectivity server did not start in time')), { once: true }),
+      ),
     ]);
   }
 
@@ -199,7 +211,9 @@ export class KonnectivityServer implements Component {
       },
     });
     this.frontendServer = frontend;
-    await bindPrivateSocket(this.o.udsPath, (tmp) => bindGrpc(frontend, `unix:${tmp}`, grpc.ServerCredentials.createInsecure()).then(() => undefined));
+    await bindPrivateSocket(this.o.udsPath, (tmp) =>
+      bindGrpc(frontend, `unix:${tmp}`, grpc.ServerCredentials.createInsecure()).then(() => undefined),
+    );
 
     // HTTP-CONNECT frontend.
     if (this.o.httpConnectUdsPath) {
@@ -241,7 +255,16 @@ export class KonnectivityServer implements Component {
         admin.listen(this.o.adminPort, this.o.adminBindAddress ?? '127.0.0.1', () => resolve((admin.address() as AddressInfo).port));
       });
     }
-    this.log.info({ serverId: this.serverId, uds: this.o.udsPath, httpConnect: this.o.httpConnectUdsPath, agentPort: this.boundAgentPort, adminPort: this.o.adminPort === undefined ? undefined : this.boundAdminPort }, 'konnectivity server listening');
+    this.log.info(
+      {
+        serverId: this.serverId,
+        uds: this.o.udsPath,
+        httpConnect: this.o.httpConnectUdsPath,
+        agentPort: this.boundAgentPort,
+        adminPort: this.o.adminPort === undefined ? undefined : this.boundAdminPort,
+      },
+      'konnectivity server listening',
+    );
   }
 
   private async serveAdmin(url: string, res: ServerResponse): Promise<void> {
@@ -280,7 +303,8 @@ export class KonnectivityServer implements Component {
 
     const ids = call.metadata.get(META.agentId).map(String);
     const agentId = ids[0];
-    if (ids.length !== 1 || !agentId) return refuse(grpc.status.INVALID_ARGUMENT, `metadata ${META.agentId} must be set exactly once (got ${ids.length})`);
+    if (ids.length !== 1 || !agentId)
+      return refuse(grpc.status.INVALID_ARGUMENT, `metadata ${META.agentId} must be set exactly once (got ${ids.length})`);
     let identity;
     try {
       identity = await authenticateAgent(call, { ca: this.ca, tokenReview: this.o.tokenReview });
@@ -300,7 +324,8 @@ export class KonnectivityServer implements Component {
     }
     if (call.cancelled) return;
     const dropped = claimed.host.filter((h) => !identifiers.host.includes(h));
-    if (dropped.length > 0) this.log.warn({ agent: agentId, node: identity.node, dropped }, 'ignoring host identifiers that are not this agent\'s own node');
+    if (dropped.length > 0)
+      this.log.warn({ agent: agentId, node: identity.node, dropped }, "ignoring host identifiers that are not this agent's own node");
     const md = new grpc.Metadata();
     md.set(META.serverId, this.serverId);
     md.set(META.serverCount, String(this.serverCount()));
@@ -309,7 +334,18 @@ export class KonnectivityServer implements Component {
 
     const backend = new AgentBackend(agentId, identifiers, identity, flowControl, call, (a) => this.broker.agentDrained(a));
     this.broker.addAgent(backend);
-    this.log.info({ agent: agentId, node: identity.node, user: identity.user, auth: identity.method, identifiers, extensions: flowControl ? [FLOW_CONTROL_EXTENSION] : [], peer: call.getPeer() }, 'agent connected');
+    this.log.info(
+      {
+        agent: agentId,
+        node: identity.node,
+        user: identity.user,
+        auth: identity.method,
+        identifiers,
+        extensions: flowControl ? [FLOW_CONTROL_EXTENSION] : [],
+        peer: call.getPeer(),
+      },
+      'agent connected',
+    );
 
     call.on('data', (p: Packet) => this.broker.fromAgent(backend, p));
     const gone = (why: string): void => {
@@ -407,8 +443,16 @@ export class KonnectivityServer implements Component {
     const all = [...this.broker.pendingByRandom.values(), ...[...this.broker.agents].flatMap((a) => [...a.conns.values()])];
     for (const t of all) {
       out.push({
-        trace: t.trace, agent: t.agent.id, random: t.random, connectID: t.connectID, address: t.address, state: t.state,
-        unflushed: t.flow.unflushed, peakUnflushed: t.flow.peakUnflushed, held: t.flow.heldLength, peakHeld: t.flow.peakHeld,
+        trace: t.trace,
+        agent: t.agent.id,
+        random: t.random,
+        connectID: t.connectID,
+        address: t.address,
+        state: t.state,
+        unflushed: t.flow.unflushed,
+        peakUnflushed: t.flow.peakUnflushed,
+        held: t.flow.heldLength,
+        peakHeld: t.flow.peakHeld,
       });
     }
     return out;
@@ -417,7 +461,9 @@ export class KonnectivityServer implements Component {
 
 function bindGrpc(server: grpc.Server, address: string, creds: grpc.ServerCredentials): Promise<number> {
   return new Promise((resolve, reject) => {
-    server.bindAsync(address, creds, (err, port) => (err ? reject(new Error(`konnectivity server cannot listen on ${address}: ${err.message}`)) : resolve(port)));
+    server.bindAsync(address, creds, (err, port) =>
+      err ? reject(new Error(`konnectivity server cannot listen on ${address}: ${err.message}`)) : resolve(port),
+    );
   });
 }
 

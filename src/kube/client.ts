@@ -25,7 +25,11 @@ export interface KubeCredentials {
 
 /** What the API server said no with: HTTP status and the Status reason (e.g. NotFound, Expired). */
 export class KubeApiError extends Error {
-  constructor(readonly status: number, readonly reason: string, message: string) {
+  constructor(
+    readonly status: number,
+    readonly reason: string,
+    message: string,
+  ) {
     super(message);
   }
 }
@@ -47,7 +51,10 @@ export interface KubeList<T> {
 }
 
 export type WatchEventType = 'ADDED' | 'MODIFIED' | 'DELETED' | 'BOOKMARK';
-export interface WatchEvent<T> { type: WatchEventType; object: T }
+export interface WatchEvent<T> {
+  type: WatchEventType;
+  object: T;
+}
 
 export interface RequestOptions {
   contentType?: string;
@@ -60,11 +67,17 @@ export interface ApplyOptions {
   force?: boolean;
 }
 
-interface KubeStatus { code?: number; reason?: string; message?: string }
+interface KubeStatus {
+  code?: number;
+  reason?: string;
+  message?: string;
+}
 
 interface KubeconfigFile {
   clusters?: { cluster: { server: string; 'certificate-authority-data'?: string; 'certificate-authority'?: string } }[];
-  users?: { user: { 'client-certificate-data'?: string; 'client-key-data'?: string; 'client-certificate'?: string; 'client-key'?: string; token?: string } }[];
+  users?: {
+    user: { 'client-certificate-data'?: string; 'client-key-data'?: string; 'client-certificate'?: string; 'client-key'?: string; token?: string };
+  }[];
 }
 
 /** First cluster and first user of a kubeconfig file (kctl writes single-entry files). */
@@ -93,7 +106,13 @@ function withQuery(path: string, query: Record<string, string | undefined>): str
 function apiError(method: string, path: string, status: number, text: string): KubeApiError {
   let reason = '';
   let message = text.slice(0, 300);
-  try { const st = JSON.parse(text) as KubeStatus; reason = st.reason ?? ''; message = st.message ?? message; } catch { /* not a Status */ }
+  try {
+    const st = JSON.parse(text) as KubeStatus;
+    reason = st.reason ?? '';
+    message = st.message ?? message;
+  } catch {
+    /* not a Status */
+  }
   return new KubeApiError(status, reason, `${method} ${path}: ${status} ${message}`);
 }
 
@@ -107,7 +126,10 @@ export class KubeClient {
   private readonly creds: () => KubeCredentials;
 
   /** Credentials as a function are read again for every connection (a rotating client certificate). */
-  constructor(creds: KubeCredentials | (() => KubeCredentials), private readonly timeoutMs = 10_000) {
+  constructor(
+    creds: KubeCredentials | (() => KubeCredentials),
+    private readonly timeoutMs = 10_000,
+  ) {
     this.creds = typeof creds === 'function' ? creds : () => creds;
   }
 
@@ -117,7 +139,12 @@ export class KubeClient {
   }
 
   /** Opens one request and resolves with the response head; the caller reads (or discards) the body. */
-  private open(method: string, path: string, body: Buffer | undefined, o: { contentType?: string; accept?: string; signal?: AbortSignal; idleMs: number }): Promise<IncomingMessage> {
+  private open(
+    method: string,
+    path: string,
+    body: Buffer | undefined,
+    o: { contentType?: string; accept?: string; signal?: AbortSignal; idleMs: number },
+  ): Promise<IncomingMessage> {
     const creds = this.creds();
     const url = new URL(path, creds.server);
     const headers: Record<string, string | number> = {
@@ -126,9 +153,14 @@ export class KubeClient {
       ...(creds.token ? { authorization: `Bearer ${creds.token}` } : {}),
     };
     return new Promise((resolve, reject) => {
-      const req = url.protocol === 'http:'
-        ? httpRequest(url, { method, headers, timeout: o.idleMs, signal: o.signal }, resolve)
-        : httpsRequest(url, { method, headers, timeout: o.idleMs, signal: o.signal, ca: creds.ca || undefined, cert: creds.cert, key: creds.key }, resolve);
+      const req =
+        url.protocol === 'http:'
+          ? httpRequest(url, { method, headers, timeout: o.idleMs, signal: o.signal }, resolve)
+          : httpsRequest(
+              url,
+              { method, headers, timeout: o.idleMs, signal: o.signal, ca: creds.ca || undefined, cert: creds.cert, key: creds.key },
+              resolve,
+            );
       req.on('timeout', () => req.destroy(new Error(`${method} ${url.host}${url.pathname}: no answer within ${o.idleMs} ms`)));
       req.on('error', reject);
       req.end(body);
@@ -143,10 +175,16 @@ export class KubeClient {
     const status = res.statusCode ?? 0;
     const where = path.split('?')[0]!;
     if (status < 200 || status >= 300) throw apiError(method, where, status, text);
-    try { return (text ? JSON.parse(text) : {}) as T; } catch { throw new Error(`${method} ${where}: response is not JSON`); }
+    try {
+      return (text ? JSON.parse(text) : {}) as T;
+    } catch {
+      throw new Error(`${method} ${where}: response is not JSON`);
+    }
   }
 
-  get<T>(path: string, signal?: AbortSignal): Promise<T> { return this.request<T>('GET', path, undefined, { signal }); }
+  get<T>(path: string, signal?: AbortSignal): Promise<T> {
+    return this.request<T>('GET', path, undefined, { signal });
+  }
 
   list<T>(path: string, sel: Selectors = {}, signal?: AbortSignal): Promise<KubeList<T>> {
     return this.get<KubeList<T>>(withQuery(path, { fieldSelector: sel.fieldSelector, labelSelector: sel.labelSelector }), signal);
@@ -169,8 +207,12 @@ export class KubeClient {
   async watch<T>(path: string, opts: WatchOptions, onEvent: (e: WatchEvent<T>) => void | Promise<void>, signal?: AbortSignal): Promise<void> {
     const timeoutSeconds = opts.timeoutSeconds ?? Math.round(300 * (1 + Math.random()));
     const url = withQuery(path, {
-      watch: 'true', allowWatchBookmarks: 'true', resourceVersion: opts.resourceVersion, timeoutSeconds: String(timeoutSeconds),
-      fieldSelector: opts.fieldSelector, labelSelector: opts.labelSelector,
+      watch: 'true',
+      allowWatchBookmarks: 'true',
+      resourceVersion: opts.resourceVersion,
+      timeoutSeconds: String(timeoutSeconds),
+      fieldSelector: opts.fieldSelector,
+      labelSelector: opts.labelSelector,
     });
     const where = path.split('?')[0]!;
     let res: IncomingMessage;

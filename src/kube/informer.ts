@@ -7,7 +7,9 @@ import { KubeApiError, type KubeClient, type Selectors } from './client.ts';
 export type ChangeType = 'ADDED' | 'MODIFIED' | 'DELETED';
 
 /** What a list or watch needs of an object (list items carry no apiVersion or kind). */
-export interface WatchedObject { metadata: { name: string; namespace?: string; resourceVersion?: string } }
+export interface WatchedObject {
+  metadata: { name: string; namespace?: string; resourceVersion?: string };
+}
 
 export interface ListWatchHandler<T> {
   /** The complete set after every (re)list: replaces whatever the caller held. */
@@ -26,7 +28,13 @@ export interface ListWatchOptions extends Selectors {
 }
 
 /** Runs until signal aborts; never rejects for API or network errors (they go to onError). */
-export async function listAndWatch<T extends WatchedObject>(kube: KubeClient, path: string, opts: ListWatchOptions, handler: ListWatchHandler<T>, signal: AbortSignal): Promise<void> {
+export async function listAndWatch<T extends WatchedObject>(
+  kube: KubeClient,
+  path: string,
+  opts: ListWatchOptions,
+  handler: ListWatchHandler<T>,
+  signal: AbortSignal,
+): Promise<void> {
   const min = opts.backoffMinMs ?? 500;
   const max = opts.backoffMaxMs ?? 10_000;
   const sel: Selectors = { fieldSelector: opts.fieldSelector, labelSelector: opts.labelSelector };
@@ -45,11 +53,16 @@ export async function listAndWatch<T extends WatchedObject>(kube: KubeClient, pa
       }
       const openedAt = Date.now();
       let events = 0;
-      await kube.watch<T>(path, { ...sel, resourceVersion, timeoutSeconds: opts.watchTimeoutSeconds }, async (e) => {
-        events += 1;
-        resourceVersion = e.object.metadata?.resourceVersion || resourceVersion;
-        if (e.type !== 'BOOKMARK') await handler.onEvent(e.type, e.object);
-      }, signal);
+      await kube.watch<T>(
+        path,
+        { ...sel, resourceVersion, timeoutSeconds: opts.watchTimeoutSeconds },
+        async (e) => {
+          events += 1;
+          resourceVersion = e.object.metadata?.resourceVersion || resourceVersion;
+          if (e.type !== 'BOOKMARK') await handler.onEvent(e.type, e.object);
+        },
+        signal,
+      );
       // Ended by the server: reopen from where we are; only a watch that ends at once, empty, backs off.
       if (events === 0 && Date.now() - openedAt < 1000) await backOff();
       else delay = min;
@@ -88,7 +101,9 @@ export class Informer<T extends WatchedObject> {
   ) {}
 
   /** True once the first list has arrived. */
-  get hasSynced(): boolean { return this.listed; }
+  get hasSynced(): boolean {
+    return this.listed;
+  }
 
   get(name: string, namespace?: string): T | undefined {
     return this.store.get(namespace ? `${namespace}/${name}` : name);
@@ -98,20 +113,26 @@ export class Informer<T extends WatchedObject> {
     if (this.running) return;
     const abort = new AbortController();
     this.abort = abort;
-    this.running = listAndWatch<T>(this.kube, this.path, this.opts, {
-      onList: async (items) => {
-        this.store.clear();
-        for (const o of items) this.store.set(objectKey(o), o);
-        this.listed = true;
-        await this.onChange('LIST');
+    this.running = listAndWatch<T>(
+      this.kube,
+      this.path,
+      this.opts,
+      {
+        onList: async (items) => {
+          this.store.clear();
+          for (const o of items) this.store.set(objectKey(o), o);
+          this.listed = true;
+          await this.onChange('LIST');
+        },
+        onEvent: async (type, o) => {
+          if (type === 'DELETED') this.store.delete(objectKey(o));
+          else this.store.set(objectKey(o), o);
+          await this.onChange(type, o);
+        },
+        onError: this.onError,
       },
-      onEvent: async (type, o) => {
-        if (type === 'DELETED') this.store.delete(objectKey(o));
-        else this.store.set(objectKey(o), o);
-        await this.onChange(type, o);
-      },
-      onError: this.onError,
-    }, abort.signal);
+      abort.signal,
+    );
   }
 
   async stop(): Promise<void> {

@@ -11,7 +11,10 @@ export interface KubeObject {
 /** A whole object as kctl writes it: the identifying fields and whatever else its kind has. */
 export type KubeManifest = KubeObject & Record<string, unknown>;
 
-interface KindInfo { resource: string; namespaced: boolean }
+interface KindInfo {
+  resource: string;
+  namespaced: boolean;
+}
 
 /** Kinds kctl applies by object: "group/version kind" (core group: "v1 Kind"). */
 const KNOWN_KINDS: Record<string, KindInfo> = {
@@ -47,7 +50,13 @@ export function resourcePath(r: ResourceRef): string {
 /** The path of one object of a kind kctl knows (see KNOWN_KINDS). */
 export function objectPath(obj: KubeObject): string {
   const info = KNOWN_KINDS[`${obj.apiVersion} ${obj.kind}`];
-  if (!info) throw new Error(`kctl's API client does not know the REST path of ${obj.kind} (${obj.apiVersion}); add it to KNOWN_KINDS in src/kube/paths.ts`);
+  if (!info)
+    throw new Error(`kctl's API client does not know the REST path of ${obj.kind} (${obj.apiVersion}); add it to KNOWN_KINDS in src/kube/paths.ts`);
   if (info.namespaced && !obj.metadata.namespace) throw new Error(`${obj.kind} ${obj.metadata.name} needs metadata.namespace`);
-  return resourcePath({ apiVersion: obj.apiVersion, resource: info.resource, namespace: info.namespaced ? obj.metadata.namespace : undefined, name: obj.metadata.name });
+  return resourcePath({
+    apiVersion: obj.apiVersion,
+    resource: info.resource,
+    namespace: info.namespaced ? obj.metadata.namespace : undefined,
+    name: obj.metadata.name,
+  });
 }

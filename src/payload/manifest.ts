@@ -60,7 +60,10 @@ export function buildKey(m: Manifest): string {
   const strip = (o: object) => Object.fromEntries(Object.entries(o).filter(([k]) => !k.startsWith('$')));
   const sources = Object.fromEntries(Object.entries(m.sources).map(([k, v]) => [k, strip(v)]));
   const components = m.components.map((c) => [c.name, c.source, c.package, c.dir ?? '']);
-  return createHash('sha256').update(JSON.stringify({ platform: m.platform, sources, components })).digest('hex').slice(0, 16);
+  return createHash('sha256')
+    .update(JSON.stringify({ platform: m.platform, sources, components }))
+    .digest('hex')
+    .slice(0, 16);
 }
 
 export function loadManifest(path = manifestPath()): { manifest: Manifest; key: string } {

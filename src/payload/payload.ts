@@ -43,7 +43,10 @@ function select(index: PayloadIndex, roles: Role[]): PayloadEntry[] {
 }
 
 export class EmbeddedPayload implements Payload {
-  constructor(readonly origin: string, readonly index: PayloadIndex) {}
+  constructor(
+    readonly origin: string,
+    readonly index: PayloadIndex,
+  ) {}
 
   open(entry: PayloadEntry): Readable {
     if (entry.offset === undefined) throw new Error(`payload entry ${entry.name} has no offset`);
@@ -51,15 +54,24 @@ export class EmbeddedPayload implements Payload {
     return createReadStream(this.origin, { start: entry.offset, end: entry.offset + entry.size - 1 });
   }
 
-  forRoles(roles: Role[]): PayloadEntry[] { return select(this.index, roles); }
+  forRoles(roles: Role[]): PayloadEntry[] {
+    return select(this.index, roles);
+  }
 }
 
 export class DirectoryPayload implements Payload {
-  constructor(readonly origin: string, readonly index: PayloadIndex) {}
+  constructor(
+    readonly origin: string,
+    readonly index: PayloadIndex,
+  ) {}
 
-  open(entry: PayloadEntry): Readable { return createReadStream(entry.source ?? join(this.origin, entry.path)); }
+  open(entry: PayloadEntry): Readable {
+    return createReadStream(entry.source ?? join(this.origin, entry.path));
+  }
 
-  forRoles(roles: Role[]): PayloadEntry[] { return select(this.index, roles); }
+  forRoles(roles: Role[]): PayloadEntry[] {
+    return select(this.index, roles);
+  }
 }
 
 /** Reads the trailer of an executable; null when the file carries no payload. */
@@ -73,7 +85,8 @@ export async function readEmbeddedPayload(file: string): Promise<EmbeddedPayload
     if (trailer.subarray(0, 8).toString('latin1') !== TRAILER_MAGIC) return null;
     const indexOffset = Number(trailer.readBigUInt64LE(8));
     const indexLength = Number(trailer.readBigUInt64LE(16));
-    if (indexOffset + indexLength + TRAILER_SIZE !== size) throw new Error(`${file}: payload trailer is inconsistent; the executable is damaged, reinstall kctl`);
+    if (indexOffset + indexLength + TRAILER_SIZE !== size)
+      throw new Error(`${file}: payload trailer is inconsistent; the executable is damaged, reinstall kctl`);
     const buf = Buffer.alloc(indexLength);
     await fh.read(buf, 0, indexLength, indexOffset);
     return new EmbeddedPayload(file, JSON.parse(buf.toString('utf8')) as PayloadIndex);
@@ -83,7 +96,12 @@ export async function readEmbeddedPayload(file: string): Promise<EmbeddedPayload
 }
 
 export function directoryPayload(binDir: string, lock: PayloadLock, kctlVersion: string, images: PayloadEntry[] = []): DirectoryPayload {
-  return new DirectoryPayload(binDir, { kctl: kctlVersion, platform: lock.platform, components: lock.components.filter((c) => !c.roles.includes('interop')), images });
+  return new DirectoryPayload(binDir, {
+    kctl: kctlVersion,
+    platform: lock.platform,
+    components: lock.components.filter((c) => !c.roles.includes('interop')),
+    images,
+  });
 }
 
 /** Image bundles built by assets/build-images.ts into <cache>/images, described as payload entries. */
@@ -93,7 +111,15 @@ export function cachedImageEntries(dir: string, files: readonly { name: string; 
     const source = join(dir, f.file);
     if (!existsSync(source)) continue;
     const bytes = readFileSync(source);
-    out.push({ name: f.name, version: f.name.split(':').pop() ?? '', sha256: createHash('sha256').update(bytes).digest('hex'), size: bytes.length, path: f.file, roles: ['worker'], source });
+    out.push({
+      name: f.name,
+      version: f.name.split(':').pop() ?? '',
+      sha256: createHash('sha256').update(bytes).digest('hex'),
+      size: bytes.length,
+      path: f.file,
+      roles: ['worker'],
+      source,
+    });
   }
   return out;
 }
@@ -105,7 +131,12 @@ export function cachedPayload(kctlVersion: string): DirectoryPayload | null {
   const dir = join(cacheRoot(), 'components', key);
   const lockFile = join(dir, 'payload.lock.json');
   if (!existsSync(lockFile)) return null;
-  return directoryPayload(join(dir, 'bin'), JSON.parse(readFileSync(lockFile, 'utf8')) as PayloadLock, kctlVersion, cachedImageEntries(join(cacheRoot(), 'images'), BUNDLED_IMAGES));
+  return directoryPayload(
+    join(dir, 'bin'),
+    JSON.parse(readFileSync(lockFile, 'utf8')) as PayloadLock,
+    kctlVersion,
+    cachedImageEntries(join(cacheRoot(), 'images'), BUNDLED_IMAGES),
+  );
 }
 
 /** The payload this kctl runs with: embedded in the executable, else the dev build cache. */

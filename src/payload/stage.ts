@@ -50,12 +50,19 @@ async function sha256OfFile(path: string, buf: Buffer): Promise<string | null> {
 async function copyVerified(payload: Payload, entry: PayloadEntry, target: string, mode: number): Promise<void> {
   const tmp = join(dirname(target), `.${basename(target)}.${process.pid}.${Date.now()}.tmp`);
   const hash = createHash('sha256');
-  const tap = new Transform({ transform(chunk: Buffer, _enc, cb) { hash.update(chunk); cb(null, chunk); } });
+  const tap = new Transform({
+    transform(chunk: Buffer, _enc, cb) {
+      hash.update(chunk);
+      cb(null, chunk);
+    },
+  });
   try {
     await pipeline(payload.open(entry), tap, createWriteStream(tmp, { mode }));
     const got = hash.digest('hex');
     if (got !== entry.sha256) {
-      throw new PayloadChecksumError(`payload component ${entry.name} is corrupt (sha256 ${got.slice(0, 12)}…, expected ${entry.sha256.slice(0, 12)}…); nothing was staged, reinstall or rebuild kctl`);
+      throw new PayloadChecksumError(
+        `payload component ${entry.name} is corrupt (sha256 ${got.slice(0, 12)}…, expected ${entry.sha256.slice(0, 12)}…); nothing was staged, reinstall or rebuild kctl`,
+      );
     }
     await chmod(tmp, mode);
     await rename(tmp, target);
@@ -74,7 +81,13 @@ export async function stageImages(payload: Payload, imagesDir: string, log: Logg
   return stageEntries(payload, payload.index.images ?? [], imagesDir, log, { manifest: false, mode: 0o644 });
 }
 
-async function stageEntries(payload: Payload, entries: PayloadEntry[], binDir: string, log: Logger, o: { manifest: boolean; mode: number }): Promise<StageResult> {
+async function stageEntries(
+  payload: Payload,
+  entries: PayloadEntry[],
+  binDir: string,
+  log: Logger,
+  o: { manifest: boolean; mode: number },
+): Promise<StageResult> {
   await mkdir(binDir, { recursive: true, mode: 0o755 });
   const release = await lockfile.lock(binDir, {
     lockfilePath: join(binDir, '.stage.lock'),
@@ -101,7 +114,10 @@ async function stageEntries(payload: Payload, entries: PayloadEntry[], binDir: s
         log.debug({ file: entry.path, version: entry.version }, 'staged component');
       } else {
         result.replaced.push(entry.name);
-        log.warn({ file: target, found: current.slice(0, 12), expected: entry.sha256.slice(0, 12) }, 'replaced a corrupted or foreign component binary');
+        log.warn(
+          { file: target, found: current.slice(0, 12), expected: entry.sha256.slice(0, 12) },
+          'replaced a corrupted or foreign component binary',
+        );
       }
     }
     if (o.manifest) {
@@ -109,7 +125,10 @@ async function stageEntries(payload: Payload, entries: PayloadEntry[], binDir: s
       const manifestFile = join(binDir, 'manifest.json');
       await writeFileAtomic(manifestFile, JSON.stringify({ kctl: payload.index.kctl, components: manifest }, null, 2) + '\n', 0o644);
     }
-    log.info({ staged: result.staged.length, replaced: result.replaced.length, unchanged: result.unchanged.length, dir: binDir }, 'components staged');
+    log.info(
+      { staged: result.staged.length, replaced: result.replaced.length, unchanged: result.unchanged.length, dir: binDir },
+      'components staged',
+    );
     return result;
   } finally {
     await release();

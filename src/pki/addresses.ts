@@ -38,11 +38,15 @@ export function localAddresses(): string[] {
 
 /** First usable address of each service CIDR (comma-separated for dual-stack): network + 1. */
 export function firstServiceIps(serviceCIDR: string): string[] {
-  return serviceCIDR.split(',').map((cidr) => cidr.trim()).filter(Boolean).map((cidr) => {
-    try {
-      return cidrAddress(cidr, 1);
-    } catch {
-      throw new PkiError(`spec.network.serviceCIDR: "${cidr}" is not a CIDR with room for a service IP (e.g. 10.96.0.0/12); fix the config`);
-    }
-  });
+  return serviceCIDR
+    .split(',')
+    .map((cidr) => cidr.trim())
+    .filter(Boolean)
+    .map((cidr) => {
+      try {
+        return cidrAddress(cidr, 1);
+      } catch {
+        throw new PkiError(`spec.network.serviceCIDR: "${cidr}" is not a CIDR with room for a service IP (e.g. 10.96.0.0/12); fix the config`);
+      }
+    });
 }

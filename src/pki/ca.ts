@@ -84,7 +84,9 @@ export async function ensureServiceAccountKey(keyPath: string, pubPath: string, 
   const keyFile = relative(ctx.dir, keyPath);
   const pubFile = relative(ctx.dir, pubPath);
   if (keyPem === null && pubPem !== null) {
-    throw new PkiError(`${keyPath} is missing but ${pubFile} exists; restore it from a backup, or remove ${pubFile} to create a new pair (invalidates every service-account token)`);
+    throw new PkiError(
+      `${keyPath} is missing but ${pubFile} exists; restore it from a backup, or remove ${pubFile} to create a new pair (invalidates every service-account token)`,
+    );
   }
 
   let pem = keyPem;
@@ -110,6 +112,8 @@ function publicKeyPem(keyPem: string, keyPath: string): string {
   try {
     return createPublicKey(createPrivateKey(keyPem)).export({ type: 'spki', format: 'pem' }).toString();
   } catch (err) {
-    throw new PkiError(`${keyPath} is not a readable private key (${(err as Error).message}); restore it from a backup, or remove it and sa.pub to create a new pair (invalidates every service-account token)`);
+    throw new PkiError(
+      `${keyPath} is not a readable private key (${(err as Error).message}); restore it from a backup, or remove it and sa.pub to create a new pair (invalidates every service-account token)`,
+    );
   }
 }

@@ -73,18 +73,56 @@ interface LeafFile {
 // kubeadm's names and usages, so RBAC defaults and operator habits carry over.
 function leafFiles(p: PkiPaths, cas: Cas, sans: ReturnType<typeof wantedSans>): LeafFile[] {
   return [
-    { cert: p.serverCert, key: p.serverKey, spec: { signer: cas.cluster, subject: { commonName: 'kube-apiserver' }, usages: ['serverAuth'], sans: sans.apiserver } },
-    { cert: p.kubeletClientCert, key: p.kubeletClientKey, spec: { signer: cas.cluster, subject: { commonName: 'kube-apiserver-kubelet-client', organizations: ['system:masters'] }, usages: ['clientAuth'], sans: [] } },
-    { cert: p.frontProxyClientCert, key: p.frontProxyClientKey, spec: { signer: cas.frontProxy, subject: { commonName: 'front-proxy-client' }, usages: ['clientAuth'], sans: [] } },
-    { cert: p.etcdServerCert, key: p.etcdServerKey, spec: { signer: cas.etcd, subject: { commonName: 'etcd-server' }, usages: ['serverAuth', 'clientAuth'], sans: sans.etcd } },
-    { cert: p.etcdPeerCert, key: p.etcdPeerKey, spec: { signer: cas.etcd, subject: { commonName: 'etcd-peer' }, usages: ['serverAuth', 'clientAuth'], sans: sans.etcd } },
-    { cert: p.apiserverEtcdClientCert, key: p.apiserverEtcdClientKey, spec: { signer: cas.etcd, subject: { commonName: 'apiserver-etcd-client' }, usages: ['clientAuth'], sans: [] } },
-    { cert: p.konnectivityCert, key: p.konnectivityKey, spec: { signer: cas.cluster, subject: { commonName: 'konnectivity-server' }, usages: ['serverAuth'], sans: sans.konnectivity } },
+    {
+      cert: p.serverCert,
+      key: p.serverKey,
+      spec: { signer: cas.cluster, subject: { commonName: 'kube-apiserver' }, usages: ['serverAuth'], sans: sans.apiserver },
+    },
+    {
+      cert: p.kubeletClientCert,
+      key: p.kubeletClientKey,
+      spec: {
+        signer: cas.cluster,
+        subject: { commonName: 'kube-apiserver-kubelet-client', organizations: ['system:masters'] },
+        usages: ['clientAuth'],
+        sans: [],
+      },
+    },
+    {
+      cert: p.frontProxyClientCert,
+      key: p.frontProxyClientKey,
+      spec: { signer: cas.frontProxy, subject: { commonName: 'front-proxy-client' }, usages: ['clientAuth'], sans: [] },
+    },
+    {
+      cert: p.etcdServerCert,
+      key: p.etcdServerKey,
+      spec: { signer: cas.etcd, subject: { commonName: 'etcd-server' }, usages: ['serverAuth', 'clientAuth'], sans: sans.etcd },
+    },
+    {
+      cert: p.etcdPeerCert,
+      key: p.etcdPeerKey,
+      spec: { signer: cas.etcd, subject: { commonName: 'etcd-peer' }, usages: ['serverAuth', 'clientAuth'], sans: sans.etcd },
+    },
+    {
+      cert: p.apiserverEtcdClientCert,
+      key: p.apiserverEtcdClientKey,
+      spec: { signer: cas.etcd, subject: { commonName: 'apiserver-etcd-client' }, usages: ['clientAuth'], sans: [] },
+    },
+    {
+      cert: p.konnectivityCert,
+      key: p.konnectivityKey,
+      spec: { signer: cas.cluster, subject: { commonName: 'konnectivity-server' }, usages: ['serverAuth'], sans: sans.konnectivity },
+    },
   ];
 }
 
 function kubeconfigs(p: PkiPaths, cas: Cas): { path: string; spec: LeafSpec }[] {
-  const client = (commonName: string, organizations?: string[]): LeafSpec => ({ signer: cas.cluster, subject: { commonName, organizations }, usages: ['clientAuth'], sans: [] });
+  const client = (commonName: string, organizations?: string[]): LeafSpec => ({
+    signer: cas.cluster,
+    subject: { commonName, organizations },
+    usages: ['clientAuth'],
+    sans: [],
+  });
   return [
     { path: p.adminConf, spec: client('kubernetes-admin', ['system:masters']) },
     { path: p.schedulerConf, spec: client('system:kube-scheduler') },
@@ -130,11 +168,11 @@ export async function ensurePki(opts: PkiOptions, log: Logger): Promise<PkiPaths
     const cas: Cas = { cluster, frontProxy, etcd };
     const outcomes: Outcome[] = [
       ...caResults.map((r) => r.outcome),
-      ...await allSettledOrThrow([
+      ...(await allSettledOrThrow([
         ...leafFiles(paths, cas, sans).map((l) => ensureLeafFiles(l.spec, l.cert, l.key, ctx)),
         ...kubeconfigs(paths, cas).map((k) => ensureKubeconfig(k.spec, k.path, server, ctx)),
         ensureServiceAccountKey(paths.saKey, paths.saPub, ctx),
-      ]),
+      ])),
     ];
     const count = (o: Outcome) => outcomes.filter((x) => x === o).length;
     log.info({ dir: paths.dir, created: count('created'), renewed: count('renewed'), unchanged: count('unchanged') }, 'pki ready');

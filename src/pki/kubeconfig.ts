@@ -53,7 +53,9 @@ export function readKubeconfig(text: string, path: string): Partial<KubeconfigCo
   try {
     doc = parse(text);
   } catch (err) {
-    throw new PkiError(`${path} is not valid YAML (${(err as Error).message.split('\n')[0]}); remove it and start again to have kctl write a new one`);
+    throw new PkiError(
+      `${path} is not valid YAML (${(err as Error).message.split('\n')[0]}); remove it and start again to have kctl write a new one`,
+    );
   }
   type Named<T> = { name?: string } & T;
   const d = (doc ?? {}) as {
@@ -85,21 +87,31 @@ export async function ensureKubeconfig(spec: LeafSpec, path: string, server: str
   const text = await readIfExists(path);
   const file = relative(ctx.dir, path);
   const found = text === null ? {} : readKubeconfig(text, path);
-  const existing = parseExisting(found.certPem ?? null, found.keyPem ?? null, { cert: `${path} (client-certificate-data)`, key: `${path} (client-key-data)` });
+  const existing = parseExisting(found.certPem ?? null, found.keyPem ?? null, {
+    cert: `${path} (client-certificate-data)`,
+    key: `${path} (client-key-data)`,
+  });
   const user = spec.subject.commonName;
 
   const reason = renewalReason(existing, spec, ctx.now);
   if (reason !== null) {
     const issued = await issueLeaf(spec, existing, ctx.now);
     await writeKubeconfig(path, { server, caPem: spec.signer.certPem, user, ...issued });
-    ctx.log.info({ file, reason: text === null ? 'missing' : `client certificate ${reason}` }, text === null ? 'wrote kubeconfig' : 'renewed kubeconfig');
+    ctx.log.info(
+      { file, reason: text === null ? 'missing' : `client certificate ${reason}` },
+      text === null ? 'wrote kubeconfig' : 'renewed kubeconfig',
+    );
     return text === null ? 'created' : 'renewed';
   }
 
-  const drift = found.server !== server ? `server changed from ${found.server ?? 'none'} to ${server}`
-    : found.caPem !== spec.signer.certPem ? 'embedded CA differs from ca.crt'
-    : found.user !== user ? `user changed from ${found.user ?? 'none'} to ${user}`
-    : null;
+  const drift =
+    found.server !== server
+      ? `server changed from ${found.server ?? 'none'} to ${server}`
+      : found.caPem !== spec.signer.certPem
+        ? 'embedded CA differs from ca.crt'
+        : found.user !== user
+          ? `user changed from ${found.user ?? 'none'} to ${user}`
+          : null;
   if (drift === null) {
     await enforceMode(path, KUBECONFIG_MODE, ctx.log);
     return 'unchanged';

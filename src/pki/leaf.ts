@@ -6,8 +6,21 @@ import { sameSans, type San } from './addresses.ts';
 import type { EnsureContext } from './ca.ts';
 import { CERT_MODE, KEY_MODE, enforceMode, readIfExists, writeFileAtomic } from './files.ts';
 import {
-  generateKeyPem, isSignedBy, issueLeafCert, keyMatchesCert, parseCert, parseKey, sameSubject, sansOf, subjectOf, usagesOf,
-  type Certificate, type LeafRequest, type PrivateKey, type Signer, type Subject,
+  generateKeyPem,
+  isSignedBy,
+  issueLeafCert,
+  keyMatchesCert,
+  parseCert,
+  parseKey,
+  sameSubject,
+  sansOf,
+  subjectOf,
+  usagesOf,
+  type Certificate,
+  type LeafRequest,
+  type PrivateKey,
+  type Signer,
+  type Subject,
 } from './x509.ts';
 
 export const LEAF_YEARS = 1;
@@ -71,7 +84,7 @@ export function parseExisting(certPem: string | null, keyPem: string | null, whe
  * renew` does), which also saves generating a key on every renewal.
  */
 export async function issueLeaf(spec: LeafSpec, existing: Existing, now: Date): Promise<{ certPem: string; keyPem: string }> {
-  const keyPem = existing.keyPem ?? await generateKeyPem();
+  const keyPem = existing.keyPem ?? (await generateKeyPem());
   const key = existing.key ?? parseKey(keyPem, 'generated key', 'report a bug');
   return { certPem: issueLeafCert({ ...spec, key, now, years: LEAF_YEARS }), keyPem };
 }

@@ -76,7 +76,6 @@ function forgePublicKey(key: PrivateKey): forge.pki.rsa.PublicKey {
   return pki.publicKeyFromPem(createPublicKey(key).export({ type: 'spki', format: 'pem' }).toString());
 }
 
-
 /** What forge's cert.sign() does, with the RSA operation done natively. */
 function signCert(cert: Certificate, key: PrivateKey): string {
   cert.signatureOid = cert.siginfo.algorithmOid = pki.oids.sha256WithRSAEncryption as string;
@@ -156,10 +155,7 @@ function validity(now: Date, years: number): { notBefore: Date; notAfter: Date }
 }
 
 function subjectAttrs(s: Subject): forge.pki.CertificateField[] {
-  return [
-    ...(s.organizations ?? []).map((value) => ({ shortName: 'O', value })),
-    { shortName: 'CN', value: s.commonName },
-  ];
+  return [...(s.organizations ?? []).map((value) => ({ shortName: 'O', value })), { shortName: 'CN', value: s.commonName }];
 }
 
 function altNames(sans: readonly San[]): { type: number; value?: string; ip?: string }[] {

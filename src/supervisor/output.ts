@@ -72,12 +72,22 @@ const LOGRUS = /^time="[^"]*" level=(\w+)/;
 
 function namedLevel(name: string): ChildLogLevel | undefined {
   switch (name.toLowerCase()) {
-    case 'trace': case 'debug': return 'debug';
-    case 'info': return 'info';
-    case 'warn': case 'warning': return 'warn';
-    case 'error': case 'dpanic': return 'error';
-    case 'panic': case 'fatal': return 'fatal';
-    default: return undefined;
+    case 'trace':
+    case 'debug':
+      return 'debug';
+    case 'info':
+      return 'info';
+    case 'warn':
+    case 'warning':
+      return 'warn';
+    case 'error':
+    case 'dpanic':
+      return 'error';
+    case 'panic':
+    case 'fatal':
+      return 'fatal';
+    default:
+      return undefined;
   }
 }
 

@@ -45,8 +45,12 @@ export async function processStartTime(pid: number): Promise<string | undefined>
 function parseRecord(text: string): OwnerRecord | undefined {
   try {
     const r = JSON.parse(text) as Partial<OwnerRecord>;
-    const ok = Number.isSafeInteger(r.pid) && r.pid! > 0 && (r.role === 'controller' || r.role === 'worker')
-      && typeof r.bootId === 'string' && typeof r.startTime === 'string';
+    const ok =
+      Number.isSafeInteger(r.pid) &&
+      r.pid! > 0 &&
+      (r.role === 'controller' || r.role === 'worker') &&
+      typeof r.bootId === 'string' &&
+      typeof r.startTime === 'string';
     return ok ? (r as OwnerRecord) : undefined;
   } catch {
     return undefined;

@@ -149,7 +149,13 @@ export class Supervisor implements Component {
         } catch (err) {
           if (!signal.aborted) probeError = reasonOf(err);
           // Aborted: the probe's own last reason beats ours, if it gives one promptly.
-          else await settlesWithin(attempt.catch((e: unknown) => { probeError = reasonOf(e); }), 1000);
+          else
+            await settlesWithin(
+              attempt.catch((e: unknown) => {
+                probeError = reasonOf(e);
+              }),
+              1000,
+            );
         }
         await sleep(retryMs, undefined, { signal }).catch(() => undefined);
       } else {
@@ -297,8 +303,10 @@ export class Supervisor implements Component {
     if (ranMs >= this.backoff.resetAfterMs) this.nextDelayMs = this.backoff.initialMs;
     const delayMs = this.nextDelayMs;
     this.nextDelayMs = Math.min(delayMs * 2, this.backoff.maxMs);
-    this.log.warn({ pid: run.pid, code: how.code, signal: how.signal, delayMs, restarts: this.restarts },
-      `${this.name} ${exit}, restarting in ${formatMs(delayMs)}`);
+    this.log.warn(
+      { pid: run.pid, code: how.code, signal: how.signal, delayMs, restarts: this.restarts },
+      `${this.name} ${exit}, restarting in ${formatMs(delayMs)}`,
+    );
     this.scheduleRestart(delayMs);
   }
 

@@ -127,7 +127,13 @@ export class ContainerdComponent extends Supervisor {
       runDir: paths.runDir,
       log: opts.log,
       ready: async (signal) => {
-        const r = await execa(ctr, ['--address', paths.containerdSocket, 'version'], { reject: false, extendEnv: false, env: {}, timeout: 5000, cancelSignal: signal });
+        const r = await execa(ctr, ['--address', paths.containerdSocket, 'version'], {
+          reject: false,
+          extendEnv: false,
+          env: {},
+          timeout: 5000,
+          cancelSignal: signal,
+        });
         if (r.exitCode !== 0) throw new Error(`${paths.containerdSocket} does not answer: ${r.stderr.trim().split('\n').pop() ?? ''}`);
       },
     });
@@ -150,9 +156,13 @@ export class ContainerdComponent extends Supervisor {
     let restrictOomScoreAdj = this.restrictOomScoreAdj;
     if (restrictOomScoreAdj === undefined && !(await canLowerOomScore())) {
       restrictOomScoreAdj = true;
-      this.clog.warn('no CAP_SYS_RESOURCE: containers keep oom_score_adj >= containerd\'s own (restrict_oom_score_adj)');
+      this.clog.warn("no CAP_SYS_RESOURCE: containers keep oom_score_adj >= containerd's own (restrict_oom_score_adj)");
     }
-    await writeFileAtomic(p.containerdConfig, containerdConfig(p, { sandboxImage: this.sandboxImage, logLevel: this.logLevel, restrictOomScoreAdj }), 0o600);
+    await writeFileAtomic(
+      p.containerdConfig,
+      containerdConfig(p, { sandboxImage: this.sandboxImage, logLevel: this.logLevel, restrictOomScoreAdj }),
+      0o600,
+    );
   }
 }
 
@@ -173,7 +183,10 @@ export async function shimPids(paths: WorkerPaths): Promise<number[]> {
 /** Mount points strictly below any of `dirs` (overlay rootfs, pod netns, kubelet volumes), deepest first. */
 export async function mountsUnder(dirs: string[]): Promise<string[]> {
   const text = await readFile('/proc/self/mountinfo', 'utf8');
-  const points = text.split('\n').map((l) => l.split(' ')[4]).filter((p): p is string => !!p)
+  const points = text
+    .split('\n')
+    .map((l) => l.split(' ')[4])
+    .filter((p): p is string => !!p)
     .map((p) => p.replace(/\\040/g, ' '))
     .filter((p) => dirs.some((d) => p.startsWith(d.endsWith('/') ? d : `${d}/`)));
   return [...new Set(points)].sort((a, b) => b.length - a.length);
@@ -182,7 +195,11 @@ export async function mountsUnder(dirs: string[]): Promise<string[]> {
 /** For `kctl reset` and tests: kills this containerd's shims and unmounts what it and kubelet mounted under the worker's dirs. */
 export async function cleanupContainerd(paths: WorkerPaths): Promise<void> {
   for (const pid of await shimPids(paths)) {
-    try { process.kill(pid, 'SIGKILL'); } catch { /* gone */ }
+    try {
+      process.kill(pid, 'SIGKILL');
+    } catch {
+      /* gone */
+    }
   }
   for (const point of await mountsUnder([paths.dataDir, paths.runDir])) {
     const r = await execa('umount', [point], { reject: false });

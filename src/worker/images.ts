@@ -16,7 +16,6 @@ export const CRI_NAMESPACE = 'k8s.io';
 /** Label that keeps an image from kubelet's image garbage collection. */
 export const PINNED_LABEL = 'io.cri-containerd.pinned=pinned';
 
-
 interface OciIndex {
   manifests?: { digest: string; annotations?: Record<string, string> }[];
 }
@@ -28,7 +27,9 @@ export async function tarballImages(file: string): Promise<Map<string, string>> 
     file,
     filter: (p) => p === 'index.json' || p === './index.json',
     onReadEntry: (entry) => {
-      entry.on('data', (c: Buffer) => { text += c.toString('utf8'); });
+      entry.on('data', (c: Buffer) => {
+        text += c.toString('utf8');
+      });
     },
   });
   const out = new Map<string, string>();
@@ -118,7 +119,11 @@ export class ImagesComponent implements Component {
 
   private ctrRun(args: string[], signal?: AbortSignal) {
     return execa(this.ctr, ['--address', this.opts.paths.containerdSocket, '--namespace', CRI_NAMESPACE, ...args], {
-      reject: false, extendEnv: false, env: { PATH: '/usr/sbin:/usr/bin:/sbin:/bin' }, timeout: 120_000, cancelSignal: signal,
+      reject: false,
+      extendEnv: false,
+      env: { PATH: '/usr/sbin:/usr/bin:/sbin:/bin' },
+      timeout: 120_000,
+      cancelSignal: signal,
     });
   }
 }

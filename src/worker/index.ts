@@ -43,7 +43,10 @@ export interface WorkerStatusReport extends StatusReport {
 }
 
 /** What reset needs to know about this worker after it stopped. */
-export interface WorkerIdentity { nodeName: string; nodeIp: string }
+export interface WorkerIdentity {
+  nodeName: string;
+  nodeIp: string;
+}
 
 export function identityFile(paths: WorkerPaths): string {
   return join(paths.dataDir, 'worker.json');
@@ -76,16 +79,26 @@ class AgentComponent implements Component {
   readonly name = 'konnectivity-agent';
   agent: KonnectivityAgent | null = null;
 
-  constructor(private readonly paths: WorkerPaths, private readonly state: JoinState, private readonly id: WorkerIdentity, private readonly log: Logger) {}
+  constructor(
+    private readonly paths: WorkerPaths,
+    private readonly state: JoinState,
+    private readonly id: WorkerIdentity,
+    private readonly log: Logger,
+  ) {}
 
   async start(): Promise<void> {
     const { cert, key } = splitPem(await readFile(join(this.paths.kubeletCertDir, 'kubelet-client-current.pem'), 'utf8'));
     this.agent = new KonnectivityAgent({
       servers: this.state.konnectivity.map(hostPort),
       ca: await readFile(this.paths.caCert),
-      cert, key,
+      cert,
+      key,
       agentId: this.id.nodeName,
-      identifiers: { host: [this.id.nodeName], ipv4: this.id.nodeIp.includes(':') ? [] : [this.id.nodeIp], ipv6: this.id.nodeIp.includes(':') ? [this.id.nodeIp] : [] },
+      identifiers: {
+        host: [this.id.nodeName],
+        ipv4: this.id.nodeIp.includes(':') ? [] : [this.id.nodeIp],
+        ipv6: this.id.nodeIp.includes(':') ? [this.id.nodeIp] : [],
+      },
       log: this.log,
     });
     await this.agent.init();
@@ -124,7 +137,10 @@ async function stageAndRun(opts: WorkerOptions, paths: WorkerPaths, state: JoinS
   await stageComponents(payload, paths.binDir, ['worker'], componentLogger(log, 'stage'));
   await stageImages(payload, paths.imagesDir, componentLogger(log, 'stage'));
 
-  const id: WorkerIdentity = { nodeName: opts.nodeName ?? hostname().toLowerCase(), nodeIp: opts.nodeIp ?? (await routeSource(state.apiServers[0]!)) };
+  const id: WorkerIdentity = {
+    nodeName: opts.nodeName ?? hostname().toLowerCase(),
+    nodeIp: opts.nodeIp ?? (await routeSource(state.apiServers[0]!)),
+  };
   await writeFileAtomic(identityFile(paths), JSON.stringify(id) + '\n', 0o644);
   const child = (name: string) => componentLogger(log, name);
   // The worker's one API client, as the node itself: the kubeconfig kubelet writes after TLS bootstrap,
@@ -133,14 +149,25 @@ async function stageAndRun(opts: WorkerOptions, paths: WorkerPaths, state: JoinS
   const components: Component[] = [
     new ContainerdComponent({ paths, log: child('containerd') }),
     new ImagesComponent({ paths, log: child('images') }),
-    new KubeletComponent({ paths, log: child('kubelet'), nodeName: id.nodeName, nodeIp: id.nodeIp, labels: opts.labels, taints: opts.taints, clusterDomain: state.clusterDomain }),
+    new KubeletComponent({
+      paths,
+      log: child('kubelet'),
+      nodeName: id.nodeName,
+      nodeIp: id.nodeIp,
+      labels: opts.labels,
+      taints: opts.taints,
+      clusterDomain: state.clusterDomain,
+    }),
     new NetworkComponent({ paths, log: child('network'), nodeName: id.nodeName, kube }),
     new KubeProxyComponent({ paths, log: child('kube-proxy'), nodeName: id.nodeName, clusterCIDR: state.podCIDR ?? '10.244.0.0/16' }),
     new AgentComponent(paths, state, id, child('konnectivity-agent')),
   ];
   let manager: ComponentManager | undefined;
   const status = new StatusServerComponent<WorkerStatusReport>(paths.statusSocket, () => ({
-    role: 'worker', version: KCTL_VERSION, pid: process.pid, uptimeSeconds: Math.round(process.uptime()),
+    role: 'worker',
+    version: KCTL_VERSION,
+    pid: process.pid,
+    uptimeSeconds: Math.round(process.uptime()),
     components: manager?.status().filter((c) => c.name !== 'status') ?? [],
   }));
   // The status socket comes first, so `kctl status` shows progress while components come up.

@@ -20,8 +20,13 @@ export interface JoinState {
 }
 
 const TLS_TRUST_ERRORS = new Set([
-  'UNABLE_TO_VERIFY_LEAF_SIGNATURE', 'SELF_SIGNED_CERT_IN_CHAIN', 'DEPTH_ZERO_SELF_SIGNED_CERT',
-  'CERT_SIGNATURE_FAILURE', 'UNABLE_TO_GET_ISSUER_CERT', 'UNABLE_TO_GET_ISSUER_CERT_LOCALLY', 'ERR_TLS_CERT_ALTNAME_INVALID',
+  'UNABLE_TO_VERIFY_LEAF_SIGNATURE',
+  'SELF_SIGNED_CERT_IN_CHAIN',
+  'DEPTH_ZERO_SELF_SIGNED_CERT',
+  'CERT_SIGNATURE_FAILURE',
+  'UNABLE_TO_GET_ISSUER_CERT',
+  'UNABLE_TO_GET_ISSUER_CERT_LOCALLY',
+  'ERR_TLS_CERT_ALTNAME_INVALID',
 ]);
 
 /** Asks the API server who the bootstrap token is; any failure becomes one clear line. */
@@ -30,20 +35,31 @@ export async function verifyWithCluster(info: JoinInfo): Promise<void> {
   const kube = new KubeClient({ server, ca: info.caPem, token: info.bootstrapToken }, 10_000);
   let review: { status?: { userInfo?: { username?: string } } };
   try {
-    review = await kube.request('POST', '/apis/authentication.k8s.io/v1/selfsubjectreviews', { apiVersion: 'authentication.k8s.io/v1', kind: 'SelfSubjectReview' });
+    review = await kube.request('POST', '/apis/authentication.k8s.io/v1/selfsubjectreviews', {
+      apiVersion: 'authentication.k8s.io/v1',
+      kind: 'SelfSubjectReview',
+    });
   } catch (err) {
     const code = (err as NodeJS.ErrnoException).code ?? '';
     if (err instanceof KubeApiError && err.status === 401) {
-      throw new UserError(`the API server at ${server} rejected the join token (expired, invalidated or never issued); create a new one with: kctl token create --role worker`);
+      throw new UserError(
+        `the API server at ${server} rejected the join token (expired, invalidated or never issued); create a new one with: kctl token create --role worker`,
+      );
     }
     if (TLS_TRUST_ERRORS.has(code)) {
-      throw new UserError(`the API server at ${server} is not signed by the CA in the join token (${code}); the token was altered or belongs to another cluster`);
+      throw new UserError(
+        `the API server at ${server} is not signed by the CA in the join token (${code}); the token was altered or belongs to another cluster`,
+      );
     }
-    throw new UserError(`cannot verify the join token with the API server at ${server}: ${(err as Error).message.split('\n')[0]}; check that the controller is running and reachable`);
+    throw new UserError(
+      `cannot verify the join token with the API server at ${server}: ${(err as Error).message.split('\n')[0]}; check that the controller is running and reachable`,
+    );
   }
   const user = review.status?.userInfo?.username;
   if (user !== `system:bootstrap:${tokenId(info.bootstrapToken)}`) {
-    throw new UserError(`the API server at ${server} took the join token as "${user ?? 'nobody'}", not as a bootstrap token; create a new one with: kctl token create --role worker`);
+    throw new UserError(
+      `the API server at ${server} took the join token as "${user ?? 'nobody'}", not as a bootstrap token; create a new one with: kctl token create --role worker`,
+    );
   }
 }
 
@@ -62,7 +78,8 @@ export async function join(tokenText: string | undefined, paths: WorkerPaths, lo
     if (tokenText) log.info('this worker has joined before; the token is not needed and is ignored');
     return existing;
   }
-  if (!tokenText) throw new UserError('this worker has not joined a cluster yet: pass --token or --token-file (from kctl token create --role worker)');
+  if (!tokenText)
+    throw new UserError('this worker has not joined a cluster yet: pass --token or --token-file (from kctl token create --role worker)');
   let info: JoinInfo;
   try {
     info = decodeToken(tokenText);
@@ -72,8 +89,19 @@ export async function join(tokenText: string | undefined, paths: WorkerPaths, lo
   await verifyWithCluster(info);
   // Accepted: write down what later starts need. The marker goes last, so a crash here means "not joined".
   await writeFileAtomic(paths.caCert, info.caPem, 0o644);
-  await writeKubeconfig(paths.bootstrapKubeconfig, { server: info.apiServers[0]!, caPem: info.caPem, user: `kubelet-bootstrap`, token: info.bootstrapToken });
-  const state: JoinState = { apiServers: info.apiServers, konnectivity: info.konnectivity, podCIDR: info.podCIDR, clusterDomain: info.clusterDomain, joinedAt: new Date().toISOString() };
+  await writeKubeconfig(paths.bootstrapKubeconfig, {
+    server: info.apiServers[0]!,
+    caPem: info.caPem,
+    user: `kubelet-bootstrap`,
+    token: info.bootstrapToken,
+  });
+  const state: JoinState = {
+    apiServers: info.apiServers,
+    konnectivity: info.konnectivity,
+    podCIDR: info.podCIDR,
+    clusterDomain: info.clusterDomain,
+    joinedAt: new Date().toISOString(),
+  };
   await writeFileAtomic(stateFile(paths), JSON.stringify(state, null, 2) + '\n', 0o600);
   await writeFileAtomic(paths.joinMarker, `${state.joinedAt}\n`, 0o600);
   log.info({ apiServer: info.apiServers[0], tokenId: tokenId(info.bootstrapToken) }, 'joined the cluster');

@@ -73,7 +73,9 @@ export function kubeletConfiguration(o: KubeletOptions, resolvConf: string): Rec
 }
 
 function formatLabels(labels: Record<string, string>): string {
-  return Object.entries(labels).map(([k, v]) => `${k}=${v}`).join(',');
+  return Object.entries(labels)
+    .map(([k, v]) => `${k}=${v}`)
+    .join(',');
 }
 
 export function kubeletArgs(o: KubeletOptions): string[] {
@@ -164,7 +166,8 @@ export class KubeletComponent extends Supervisor {
       // Healthy and holding its own client certificate (TLS bootstrap done).
       ready: async () => {
         await kubeletHealthz();
-        if (!existsSync(paths.kubeletKubeconfig)) throw new Error(`kubelet has no client certificate yet (${paths.kubeletKubeconfig} is missing; is the CSR approved?)`);
+        if (!existsSync(paths.kubeletKubeconfig))
+          throw new Error(`kubelet has no client certificate yet (${paths.kubeletKubeconfig} is missing; is the CSR approved?)`);
       },
       readyRetryMs: 1000,
     });
@@ -198,7 +201,11 @@ export async function removeCgroupRoot(cgroupRoot: string): Promise<void> {
       for (const dir of await walk(root)) {
         const pids = (await readFile(join(dir, 'cgroup.procs'), 'utf8').catch(() => '')).split('\n').filter(Boolean).map(Number);
         for (const pid of pids) {
-          try { process.kill(pid, 'SIGKILL'); } catch { /* gone */ }
+          try {
+            process.kill(pid, 'SIGKILL');
+          } catch {
+            /* gone */
+          }
         }
         left += pids.length;
         await rmdir(dir).catch(() => undefined);

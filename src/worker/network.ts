@@ -159,14 +159,20 @@ export class NetworkComponent implements Component {
   }
 
   async start(): Promise<void> {
-    this.nodes ??= new Informer<KubeNode>(this.opts.kube, '/api/v1/nodes', this.opts.watch ?? {}, () => {
-      this.lastWatchError = undefined;
-      this.changed();
-      if (this.routing) void this.sync();
-    }, (err) => {
-      this.lastWatchError = reasonOf(err);
-      this.changed();
-    });
+    this.nodes ??= new Informer<KubeNode>(
+      this.opts.kube,
+      '/api/v1/nodes',
+      this.opts.watch ?? {},
+      () => {
+        this.lastWatchError = undefined;
+        this.changed();
+        if (this.routing) void this.sync();
+      },
+      (err) => {
+        this.lastWatchError = reasonOf(err);
+        this.changed();
+      },
+    );
     this.nodes.start();
   }
 
@@ -179,12 +185,21 @@ export class NetworkComponent implements Component {
         break;
       }
       if (signal.aborted) {
-        const why = this.lastWatchError ?? (!this.nodes?.hasSynced ? 'Nodes not listed yet'
-          : self ? 'not assigned yet (is kube-controller-manager running with --allocate-node-cidrs?)' : 'the node is not registered yet');
+        const why =
+          this.lastWatchError ??
+          (!this.nodes?.hasSynced
+            ? 'Nodes not listed yet'
+            : self
+              ? 'not assigned yet (is kube-controller-manager running with --allocate-node-cidrs?)'
+              : 'the node is not registered yet');
         throw new Error(`node ${nodeName} has no podCIDR: ${why}`);
       }
       await new Promise<void>((resolve) => {
-        const done = () => { signal.removeEventListener('abort', done); this.changed = () => undefined; resolve(); };
+        const done = () => {
+          signal.removeEventListener('abort', done);
+          this.changed = () => undefined;
+          resolve();
+        };
         this.changed = done;
         signal.addEventListener('abort', done, { once: true });
       });
@@ -198,7 +213,9 @@ export class NetworkComponent implements Component {
     }
     this.routing = true;
     await this.sync();
-    this.timer = setInterval(() => { void this.sync(); }, this.opts.syncIntervalMs ?? 30_000);
+    this.timer = setInterval(() => {
+      void this.sync();
+    }, this.opts.syncIntervalMs ?? 30_000);
     this.timer.unref();
   }
 
@@ -226,7 +243,9 @@ export class NetworkComponent implements Component {
         this.dirty = false;
         await this.doSync();
       } while (this.dirty && this.routing);
-    })().finally(() => { this.syncing = undefined; });
+    })().finally(() => {
+      this.syncing = undefined;
+    });
     return this.syncing;
   }
 
@@ -236,7 +255,10 @@ export class NetworkComponent implements Component {
       const nodes = [...(this.nodes?.store.values() ?? [])].map(nodeInfo);
       const self = nodes.find((n) => n.name === nodeName);
       if (self?.podCIDR && this.podCIDR && self.podCIDR !== this.podCIDR) {
-        log.warn({ was: this.podCIDR, now: self.podCIDR }, 'podCIDR of this node changed; rewriting the CNI config (running pods keep their old addresses)');
+        log.warn(
+          { was: this.podCIDR, now: self.podCIDR },
+          'podCIDR of this node changed; rewriting the CNI config (running pods keep their old addresses)',
+        );
         this.podCIDR = self.podCIDR;
         await writeIfChanged(this.conflistPath, JSON.stringify(cniConflist(this.podCIDR, paths), null, 2) + '\n');
       }

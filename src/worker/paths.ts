@@ -9,22 +9,22 @@ export interface WorkerPaths {
   cniBinDir: string;
   cniConfDir: string;
   cniStateDir: string;
-  pkiDir: string;                 // ca.crt from the join token
+  pkiDir: string; // ca.crt from the join token
   caCert: string;
-  bootstrapKubeconfig: string;    // written once at join, from the token
-  kubeletKubeconfig: string;      // written by kubelet's TLS bootstrap
-  kubeletDir: string;             // kubelet --root-dir
-  kubeletCertDir: string;         // kubelet-client-current.pem, kubelet-server-current.pem
+  bootstrapKubeconfig: string; // written once at join, from the token
+  kubeletKubeconfig: string; // written by kubelet's TLS bootstrap
+  kubeletDir: string; // kubelet --root-dir
+  kubeletCertDir: string; // kubelet-client-current.pem, kubelet-server-current.pem
   kubeletConfig: string;
   podLogsDir: string;
   containerdRoot: string;
   containerdState: string;
   containerdSocket: string;
   containerdConfig: string;
-  imagesDir: string;              // OCI / docker-archive tarballs imported at start
+  imagesDir: string; // OCI / docker-archive tarballs imported at start
   kubeProxyConfig: string;
   kubeProxyKubeconfig: string;
-  joinMarker: string;             // present once the token was accepted
+  joinMarker: string; // present once the token was accepted
   statusSocket: string;
 }
 

@@ -19,7 +19,9 @@ function stagedBinaryPids(paths: WorkerPaths): number[] {
     try {
       const exe = readlinkSync(`/proc/${entry}/exe`).replace(/ \(deleted\)$/, '');
       if (exe.startsWith(paths.binDir + '/')) pids.push(Number(entry));
-    } catch { /* gone or kernel thread */ }
+    } catch {
+      /* gone or kernel thread */
+    }
   }
   return pids;
 }
@@ -31,10 +33,17 @@ async function iptablesCleanup(paths: WorkerPaths, log: Logger): Promise<void> {
   // to them: filter iptables-save's text and load it back per table (rules carry quoted
   // comments, so re-parsing them into argv by hand would be fragile).
   const ours = /^(:|-A |-N )(CNI-|KUBE-)|-j (CNI-|KUBE-)/;
-  for (const [save, restore] of [['iptables-save', 'iptables-restore'], ['ip6tables-save', 'ip6tables-restore']] as const) {
+  for (const [save, restore] of [
+    ['iptables-save', 'iptables-restore'],
+    ['ip6tables-save', 'ip6tables-restore'],
+  ] as const) {
     const dump = await execa(save, [], { reject: false });
     if (dump.exitCode !== 0 || !dump.stdout.split('\n').some((l) => ours.test(l))) continue;
-    const kept = dump.stdout.split('\n').filter((l) => !ours.test(l)).join('\n') + '\n';
+    const kept =
+      dump.stdout
+        .split('\n')
+        .filter((l) => !ours.test(l))
+        .join('\n') + '\n';
     const r = await execa(restore, ['-w', '5'], { input: kept, reject: false });
     if (r.exitCode !== 0) log.warn({ error: r.stderr.trim() }, `${restore} failed; some CNI/KUBE rules may remain`);
   }
@@ -43,13 +52,19 @@ async function iptablesCleanup(paths: WorkerPaths, log: Logger): Promise<void> {
 
 export interface ResetOptions {
   cgroupRoot: string;
-  bridge: string;          // the CNI bridge device
+  bridge: string; // the CNI bridge device
   removeRoutes: () => Promise<void>;
 }
 
 export async function resetWorker(paths: WorkerPaths, opts: ResetOptions, log: Logger): Promise<void> {
   const pids = stagedBinaryPids(paths);
-  for (const pid of pids) { try { process.kill(pid, 'SIGKILL'); } catch { /* gone */ } }
+  for (const pid of pids) {
+    try {
+      process.kill(pid, 'SIGKILL');
+    } catch {
+      /* gone */
+    }
+  }
   if (pids.length) log.info({ count: pids.length }, 'killed leftover kctl child processes');
   // Container processes live in the worker's cgroups: removeCgroupRoot kills them and removes the tree.
   await removeCgroupRoot(opts.cgroupRoot).catch(() => undefined);
@@ -74,6 +89,8 @@ async function removeContainerLogLinks(paths: WorkerPaths): Promise<void> {
   for (const name of readdirSync(dir)) {
     try {
       if (readlinkSync(join(dir, name)).startsWith(paths.dataDir + '/')) await rm(join(dir, name), { force: true });
-    } catch { /* not a link */ }
+    } catch {
+      /* not a link */
+    }
   }
 }

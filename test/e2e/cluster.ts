@@ -21,8 +21,13 @@ export interface Tracked {
 /** Keeps a lab process's output (for error messages) and its exit. */
 export function track(child: ChildProcess): Tracked {
   let out = '';
-  child.stdout?.on('data', (c: Buffer) => { out += c.toString(); if (out.length > 2_000_000) out = out.slice(-1_000_000); });
-  child.stderr?.on('data', (c: Buffer) => { out += c.toString(); });
+  child.stdout?.on('data', (c: Buffer) => {
+    out += c.toString();
+    if (out.length > 2_000_000) out = out.slice(-1_000_000);
+  });
+  child.stderr?.on('data', (c: Buffer) => {
+    out += c.toString();
+  });
   const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
   return { child, log: () => out.split('\n').slice(-25).join('\n'), saw: (text) => out.includes(text), exited };
 }
@@ -49,7 +54,9 @@ export async function labController(kctlBin: string, ctl: LabHost, dir: string):
     args: ['controller', '--single', '--config', join(dir, 'kctl.yaml'), '--data-dir', dataDir, '--run-dir', runDir],
     kubectl: (args, input) => ctl.run(kctlBin, ['--data-dir', dataDir, 'kubectl', ...args], { input, timeout: 60_000 }),
     async createToken(expiry) {
-      const r = await ctl.run(kctlBin, ['--data-dir', dataDir, 'token', 'create', '--role', 'worker', ...(expiry ? ['--expiry', expiry] : [])], { timeout: 60_000 });
+      const r = await ctl.run(kctlBin, ['--data-dir', dataDir, 'token', 'create', '--role', 'worker', ...(expiry ? ['--expiry', expiry] : [])], {
+        timeout: 60_000,
+      });
       if (r.exitCode !== 0) throw new Error(`kctl token create failed (${r.exitCode}): ${String(r.stderr).trim()}`);
       return String(r.stdout).trim();
     },

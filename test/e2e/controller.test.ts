@@ -23,17 +23,20 @@ let portBase = 20000 + Math.floor(Math.random() * 20000);
 async function writeConfig(dir: string, storage: 'etcd' | 'kine', dataSource?: string): Promise<string> {
   const p = (portBase += 10);
   const file = join(dir, 'kctl.yaml');
-  await writeFile(file, [
-    'apiVersion: kctl.dev/v1alpha1',
-    'kind: ClusterConfig',
-    'spec:',
-    '  api: { address: 127.0.0.1, port: ' + p + ' }',
-    `  konnectivity: { agentPort: ${p + 1}, adminPort: ${p + 2} }`,
-    `  storage: { type: ${storage}, etcd: { clientPort: ${p + 3}, peerPort: ${p + 4} }${dataSource ? `, kine: { dataSource: "${dataSource}" }` : ''} }`,
-    `  scheduler: { port: ${p + 5} }`,
-    `  controllerManager: { port: ${p + 6} }`,
-    '',
-  ].join('\n'));
+  await writeFile(
+    file,
+    [
+      'apiVersion: kctl.dev/v1alpha1',
+      'kind: ClusterConfig',
+      'spec:',
+      '  api: { address: 127.0.0.1, port: ' + p + ' }',
+      `  konnectivity: { agentPort: ${p + 1}, adminPort: ${p + 2} }`,
+      `  storage: { type: ${storage}, etcd: { clientPort: ${p + 3}, peerPort: ${p + 4} }${dataSource ? `, kine: { dataSource: "${dataSource}" }` : ''} }`,
+      `  scheduler: { port: ${p + 5} }`,
+      `  controllerManager: { port: ${p + 6} }`,
+      '',
+    ].join('\n'),
+  );
   return file;
 }
 
@@ -47,7 +50,11 @@ function startController(args: string[]): Running {
     while ((i = buf.indexOf('\n')) >= 0) {
       const line = buf.slice(0, i);
       buf = buf.slice(i + 1);
-      try { lines.push(JSON.parse(line) as Record<string, unknown>); } catch { lines.push({ msg: line }); }
+      try {
+        lines.push(JSON.parse(line) as Record<string, unknown>);
+      } catch {
+        lines.push({ msg: line });
+      }
     }
   });
   proc.stderr!.on('data', (c: Buffer) => lines.push({ stderr: c.toString() }));
@@ -62,7 +69,12 @@ async function waitFor(what: string, timeoutMs: number, check: () => boolean | P
     if (r && r.proc.exitCode !== null) break;
     await sleep(500);
   }
-  const tail = r ? r.lines.slice(-15).map((l) => JSON.stringify(l)).join('\n') : '';
+  const tail = r
+    ? r.lines
+        .slice(-15)
+        .map((l) => JSON.stringify(l))
+        .join('\n')
+    : '';
   throw new Error(`timed out waiting for ${what}\n${tail}`);
 }
 
@@ -75,13 +87,24 @@ async function status(runDir: string): Promise<StatusReport> {
 }
 
 function alive(pid: number): boolean {
-  try { process.kill(pid, 0); return true; } catch { return false; }
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
 }
 
 async function stopController(r: Running): Promise<number | null> {
   if (r.proc.exitCode !== null) return r.proc.exitCode;
   r.proc.kill('SIGTERM');
-  return Promise.race([r.exited, sleep(60_000).then(() => { r.proc.kill('SIGKILL'); return -1; })]);
+  return Promise.race([
+    r.exited,
+    sleep(60_000).then(() => {
+      r.proc.kill('SIGKILL');
+      return -1;
+    }),
+  ]);
 }
 
 async function processNamed(name: string): Promise<number[]> {
@@ -98,12 +121,17 @@ async function controllerScenario(t: TestContext, storage: 'etcd' | 'kine', extr
   const args = ['--config', cfg, '--data-dir', dataDir, '--run-dir', runDir, ...extraArgs];
   const kubectl = (...a: string[]) => kctl(['--data-dir', dataDir, 'kubectl', ...a]);
   let r = startController(args);
-  t.after(() => { r.proc.kill('SIGKILL'); });
+  t.after(() => {
+    r.proc.kill('SIGKILL');
+  });
   await ready(r);
 
   const s = await status(runDir);
   assert.equal(s.role, 'controller');
-  assert.deepEqual(s.components.map((c) => c.name), [storage, 'konnectivity-server', 'kube-apiserver', 'bootstrap', 'kube-scheduler', 'kube-controller-manager', 'csr-approver']);
+  assert.deepEqual(
+    s.components.map((c) => c.name),
+    [storage, 'konnectivity-server', 'kube-apiserver', 'bootstrap', 'kube-scheduler', 'kube-controller-manager', 'csr-approver'],
+  );
   for (const c of s.components) assert.equal(c.state, 'running', `${c.name}: ${c.lastError ?? ''}`);
   const text = await kctl(['status', '--run-dir', runDir]);
   assert.match(String(text.stdout), /kube-apiserver\s+running\s+\d+/);
@@ -119,7 +147,10 @@ async function controllerScenario(t: TestContext, storage: 'etcd' | 'kine', extr
   for (const rd of [runDir, join(dir, 'other-run')]) {
     const refused = await kctl(['reset', '--data-dir', dataDir, '--run-dir', rd]);
     assert.notEqual(refused.exitCode, 0);
-    assert.equal(String(refused.stderr), `kctl: a kctl controller (pid ${r.proc.pid}) is running on ${dataDir}; stop it first (kill -TERM ${r.proc.pid}), then run kctl reset`);
+    assert.equal(
+      String(refused.stderr),
+      `kctl: a kctl controller (pid ${r.proc.pid}) is running on ${dataDir}; stop it first (kill -TERM ${r.proc.pid}), then run kctl reset`,
+    );
   }
   const second = await kctl(['controller', ...args]);
   assert.notEqual(second.exitCode, 0);
@@ -146,10 +177,15 @@ async function controllerScenario(t: TestContext, storage: 'etcd' | 'kine', extr
   // kill -9 of kube-apiserver: the API comes back by itself.
   const api = s.components.find((c) => c.name === 'kube-apiserver')!;
   process.kill(api.pid!, 'SIGKILL');
-  await waitFor('kube-apiserver restart', 120_000, async () => {
-    const c = (await status(runDir)).components.find((x) => x.name === 'kube-apiserver')!;
-    return c.restarts >= 1 && c.state === 'running' && c.pid !== api.pid;
-  }, r);
+  await waitFor(
+    'kube-apiserver restart',
+    120_000,
+    async () => {
+      const c = (await status(runDir)).components.find((x) => x.name === 'kube-apiserver')!;
+      return c.restarts >= 1 && c.state === 'running' && c.pid !== api.pid;
+    },
+    r,
+  );
   await waitFor('API back', 120_000, async () => String((await kubectl('get', '--raw', '/readyz')).stdout).trim() === 'ok', r);
 
   // SIGTERM stops everything in reverse order (the status socket, started first, goes last),
@@ -158,13 +194,29 @@ async function controllerScenario(t: TestContext, storage: 'etcd' | 'kine', extr
   assert.equal(await stopController(r), 0);
   for (const pid of pids) assert.equal(alive(pid), false, `component pid ${pid} survived`);
   const stopOrder = r.lines.filter((l) => l.component === 'manager' && String(l.msg).startsWith('stopping ')).map((l) => l.msg);
-  assert.deepEqual(stopOrder, ['stopping csr-approver', 'stopping kube-controller-manager', 'stopping kube-scheduler', 'stopping bootstrap', 'stopping kube-apiserver', 'stopping konnectivity-server', `stopping ${storage}`, 'stopping status']);
+  assert.deepEqual(stopOrder, [
+    'stopping csr-approver',
+    'stopping kube-controller-manager',
+    'stopping kube-scheduler',
+    'stopping bootstrap',
+    'stopping kube-apiserver',
+    'stopping konnectivity-server',
+    `stopping ${storage}`,
+    'stopping status',
+  ]);
 
   // A restart keeps the CA and the data.
-  const ca = createHash('sha256').update(await readFile(join(dataDir, 'pki/ca.crt'))).digest('hex');
+  const ca = createHash('sha256')
+    .update(await readFile(join(dataDir, 'pki/ca.crt')))
+    .digest('hex');
   r = startController(args);
   await ready(r);
-  assert.equal(createHash('sha256').update(await readFile(join(dataDir, 'pki/ca.crt'))).digest('hex'), ca);
+  assert.equal(
+    createHash('sha256')
+      .update(await readFile(join(dataDir, 'pki/ca.crt')))
+      .digest('hex'),
+    ca,
+  );
   const again = await kubectl('get', 'configmap', 'survives-restart', '-o', 'jsonpath={.data.k}');
   assert.equal(String(again.stdout), 'v', String(again.stderr));
 
@@ -178,10 +230,15 @@ async function controllerScenario(t: TestContext, storage: 'etcd' | 'kine', extr
   // it made and says what.
   const reset = await kctl(['reset', '--data-dir', dataDir, '--run-dir', runDir]);
   assert.equal(reset.exitCode, 0, String(reset.stderr));
-  const removed = String(reset.stdout).split('\n').filter(Boolean).map((l) => JSON.parse(l) as Record<string, unknown>)
-    .filter((l) => String(l.msg).startsWith('removed ')).map((l) => String(l.path));
+  const removed = String(reset.stdout)
+    .split('\n')
+    .filter(Boolean)
+    .map((l) => JSON.parse(l) as Record<string, unknown>)
+    .filter((l) => String(l.msg).startsWith('removed '))
+    .map((l) => String(l.path));
   const expected = ['bin', 'pki', 'cluster-config.yaml', 'egress-selector.yaml', storage === 'etcd' ? 'etcd' : dataSource ? undefined : 'db'];
-  for (const e of expected.filter((x) => x !== undefined)) assert.ok(removed.includes(join(dataDir, e)), `reset did not list ${e}: ${removed.join(' ')}`);
+  for (const e of expected.filter((x) => x !== undefined))
+    assert.ok(removed.includes(join(dataDir, e)), `reset did not list ${e}: ${removed.join(' ')}`);
   assert.ok(removed.includes(dataDir) && removed.includes(runDir), removed.join(' '));
   assert.equal(existsSync(dataDir), false);
   assert.equal(existsSync(runDir), false);
@@ -199,7 +256,8 @@ async function tree(dir: string): Promise<string[]> {
 }
 
 describe('controller', () => {
-  test('with etcd: ready, kubectl, apiserver crash recovery, restart keeps data and CA, clean stop, no orphans', (t) => controllerScenario(t, 'etcd', []));
+  test('with etcd: ready, kubectl, apiserver crash recovery, restart keeps data and CA, clean stop, no orphans', (t) =>
+    controllerScenario(t, 'etcd', []));
   test('with kine (--single, SQLite): the same', (t) => controllerScenario(t, 'kine', ['--single']));
   test('with kine on a real PostgreSQL (spec.storage.kine.dataSource): the same', async (t) => {
     const pg = await startPostgres(t);
@@ -215,9 +273,19 @@ async function startPostgres(t: TestContext): Promise<{ port: number }> {
   const dir = await mkdtemp('/tmp/kctl-pg-');
   await chown(dir, ...(await pgIds()));
   const port = (portBase += 10);
-  const asPg = (cmd: string, args: string[]) => execa('setpriv', ['--reuid=postgres', '--regid=postgres', '--init-groups', '--', cmd, ...args], { cwd: dir });
+  const asPg = (cmd: string, args: string[]) =>
+    execa('setpriv', ['--reuid=postgres', '--regid=postgres', '--init-groups', '--', cmd, ...args], { cwd: dir });
   await asPg(join(bin, 'initdb'), ['-D', join(dir, 'data'), '--auth=trust', '-U', 'postgres']);
-  await asPg(join(bin, 'pg_ctl'), ['-D', join(dir, 'data'), '-l', join(dir, 'log'), '-w', '-o', `-p ${port} -k ${dir} -c listen_addresses=127.0.0.1`, 'start']);
+  await asPg(join(bin, 'pg_ctl'), [
+    '-D',
+    join(dir, 'data'),
+    '-l',
+    join(dir, 'log'),
+    '-w',
+    '-o',
+    `-p ${port} -k ${dir} -c listen_addresses=127.0.0.1`,
+    'start',
+  ]);
   t.after(async () => {
     await asPg(join(bin, 'pg_ctl'), ['-D', join(dir, 'data'), '-m', 'immediate', 'stop']).catch(() => undefined);
     await rm(dir, { recursive: true, force: true });
@@ -236,7 +304,10 @@ describe('controller config errors', () => {
   test('a bad field exits non-zero with its path, and nothing is started or written', async (t) => {
     const dir = await tempDir(t);
     const file = join(dir, 'bad.yaml');
-    await writeFile(file, 'apiVersion: kctl.dev/v1alpha1\nkind: ClusterConfig\nspec:\n  api:\n    port: 99999\n  network:\n    podCIDRs: 10.0.0.0/8\n');
+    await writeFile(
+      file,
+      'apiVersion: kctl.dev/v1alpha1\nkind: ClusterConfig\nspec:\n  api:\n    port: 99999\n  network:\n    podCIDRs: 10.0.0.0/8\n',
+    );
     const r = await kctl(['controller', '--config', file, '--data-dir', join(dir, 'data'), '--run-dir', join(dir, 'run')]);
     assert.notEqual(r.exitCode, 0);
     const lines = String(r.stderr).trim().split('\n');

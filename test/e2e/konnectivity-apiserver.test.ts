@@ -21,7 +21,7 @@ async function waitFor(what: string, timeoutMs: number, check: () => Promise<boo
   throw new Error(`timed out waiting for ${what}`);
 }
 
-test('kube-apiserver reaches an isolated node-side server only through the agent\'s tunnel', async (t) => {
+test("kube-apiserver reaches an isolated node-side server only through the agent's tunnel", async (t) => {
   const lab = await createLab('kn', ['ctl', 'edge'], { t });
   const ctl = lab.host('ctl');
   const edge = lab.host('edge');
@@ -33,8 +33,12 @@ test('kube-apiserver reaches an isolated node-side server only through the agent
 
   const controller = ctl.spawn(requireKctl(), ['controller', '--debug', '--single', '--config', cfg, '--data-dir', dataDir, '--run-dir', runDir]);
   let controllerLog = '';
-  controller.stdout!.on('data', (c: Buffer) => { controllerLog += c.toString(); });
-  controller.stderr!.on('data', (c: Buffer) => { controllerLog += c.toString(); });
+  controller.stdout!.on('data', (c: Buffer) => {
+    controllerLog += c.toString();
+  });
+  controller.stderr!.on('data', (c: Buffer) => {
+    controllerLog += c.toString();
+  });
   await waitFor('controller ready', 180_000, async () => controllerLog.includes('"msg":"controller ready"')).catch((err: Error) => {
     throw new Error(`${err.message}\n${controllerLog.split('\n').slice(-10).join('\n')}`);
   });
@@ -46,12 +50,39 @@ test('kube-apiserver reaches an isolated node-side server only through the agent
   await mkdir(www);
   await writeFile(join(www, 'hello.txt'), 'hello through the tunnel\n');
   // kube-apiserver speaks TLS to kubelet ports: an openssl file server stands in for kubelet.
-  await execa('openssl', ['req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes', '-keyout', join(dir, 'www.key'), '-out', join(dir, 'www.crt'), '-subj', '/CN=edge1', '-days', '1']);
-  edge.spawn('openssl', ['s_server', '-quiet', '-WWW', '-accept', '10250', '-cert', join(dir, 'www.crt'), '-key', join(dir, 'www.key')], { cwd: www });
-  const created = await ctl.run(requireKctl(), ['--data-dir', dataDir, 'kubectl', 'create', '-f', '-'], { input: JSON.stringify({ apiVersion: 'v1', kind: 'Node', metadata: { name: 'edge1' } }) });
+  await execa('openssl', [
+    'req',
+    '-x509',
+    '-newkey',
+    'ec',
+    '-pkeyopt',
+    'ec_paramgen_curve:prime256v1',
+    '-nodes',
+    '-keyout',
+    join(dir, 'www.key'),
+    '-out',
+    join(dir, 'www.crt'),
+    '-subj',
+    '/CN=edge1',
+    '-days',
+    '1',
+  ]);
+  edge.spawn('openssl', ['s_server', '-quiet', '-WWW', '-accept', '10250', '-cert', join(dir, 'www.crt'), '-key', join(dir, 'www.key')], {
+    cwd: www,
+  });
+  const created = await ctl.run(requireKctl(), ['--data-dir', dataDir, 'kubectl', 'create', '-f', '-'], {
+    input: JSON.stringify({ apiVersion: 'v1', kind: 'Node', metadata: { name: 'edge1' } }),
+  });
   assert.ok(created.exitCode === 0 || String(created.stderr).includes('AlreadyExists'), String(created.stderr));
-  const patched = await kubectl('patch', 'node', 'edge1', '--subresource=status', '--type=merge', '-p',
-    JSON.stringify({ status: { addresses: [{ type: 'InternalIP', address: edge.ip }], daemonEndpoints: { kubeletEndpoint: { Port: 10250 } } } }));
+  const patched = await kubectl(
+    'patch',
+    'node',
+    'edge1',
+    '--subresource=status',
+    '--type=merge',
+    '-p',
+    JSON.stringify({ status: { addresses: [{ type: 'InternalIP', address: edge.ip }], daemonEndpoints: { kubeletEndpoint: { Port: 10250 } } } }),
+  );
   assert.equal(patched.exitCode, 0, String(patched.stderr));
 
   // The controller host must not be able to open connections to the edge host.
@@ -65,16 +96,32 @@ test('kube-apiserver reaches an isolated node-side server only through the agent
 
   // The agent dials out from the edge host with a node certificate.
   const certs = await nodeCert(join(dataDir, 'pki'), dir, 'edge1');
-  const agent = edge.spawn(requireKctl(), ['konnectivity-agent', '--debug', `--proxy-server-host=${ctl.ip}`, '--proxy-server-port=8132',
-    `--ca-cert=${join(dataDir, 'pki/ca.crt')}`, `--agent-cert=${certs.cert}`, `--agent-key=${certs.key}`, '--agent-id=edge1',
-    `--agent-identifiers=host=edge1&ipv4=${edge.ip}`, '--health-server-port=18093', '--admin-server-port=18094']);
+  const agent = edge.spawn(requireKctl(), [
+    'konnectivity-agent',
+    '--debug',
+    `--proxy-server-host=${ctl.ip}`,
+    '--proxy-server-port=8132',
+    `--ca-cert=${join(dataDir, 'pki/ca.crt')}`,
+    `--agent-cert=${certs.cert}`,
+    `--agent-key=${certs.key}`,
+    '--agent-id=edge1',
+    `--agent-identifiers=host=edge1&ipv4=${edge.ip}`,
+    '--health-server-port=18093',
+    '--admin-server-port=18094',
+  ]);
   let agentLog = '';
-  agent.stdout!.on('data', (c: Buffer) => { agentLog += c.toString(); });
-  agent.stderr!.on('data', (c: Buffer) => { agentLog += c.toString(); });
+  agent.stdout!.on('data', (c: Buffer) => {
+    agentLog += c.toString();
+  });
+  agent.stderr!.on('data', (c: Buffer) => {
+    agentLog += c.toString();
+  });
   await waitFor('agent connected', 60_000, async () => {
     const s = await kctl(['status', '-o', 'json', '--run-dir', runDir]);
     return (JSON.parse(String(s.stdout)) as StatusReport).konnectivity?.agents.some((a) => a.node === 'edge1') === true;
-  }).catch((err: Error) => { throw new Error(`${err.message}\n${agentLog.split('\n').slice(-10).join('\n')}`); });
+  }).catch((err: Error) => {
+    throw new Error(`${err.message}\n${agentLog.split('\n').slice(-10).join('\n')}`);
+  });
 
   const through = await kubectl('get', '--raw', '/api/v1/nodes/https:edge1:10250/proxy/hello.txt');
   assert.equal(through.exitCode, 0, `${String(through.stderr)}\n${agentLog.split('\n').slice(-5).join('\n')}`);
@@ -84,5 +131,8 @@ test('kube-apiserver reaches an isolated node-side server only through the agent
   // One trace id per dial, in the server's and the agent's logs (per-dial lines are debug level).
   const serverTraces = new Set([...controllerLog.matchAll(/"trace":"([0-9a-f]+)"/g)].map((m) => m[1]));
   const agentTraces = [...agentLog.matchAll(/"trace":"([0-9a-f]+)"/g)].map((m) => m[1]);
-  assert.ok(agentTraces.some((id) => serverTraces.has(id)), 'no trace id appears in both server and agent logs');
+  assert.ok(
+    agentTraces.some((id) => serverTraces.has(id)),
+    'no trace id appears in both server and agent logs',
+  );
 });

@@ -31,7 +31,9 @@ function upstreamBin(): Record<(typeof UPSTREAM)[number], string> {
       return Object.fromEntries(UPSTREAM.map((n) => [n, join(root, d, 'bin', n)])) as Record<(typeof UPSTREAM)[number], string>;
     }
   }
-  throw new Error(`upstream konnectivity binaries (${UPSTREAM.join(', ')}) not found under ${root}; build the component payload first (npm run components)`);
+  throw new Error(
+    `upstream konnectivity binaries (${UPSTREAM.join(', ')}) not found under ${root}; build the component payload first (npm run components)`,
+  );
 }
 
 async function freePort(): Promise<number> {
@@ -61,10 +63,13 @@ async function httpTarget(t: T): Promise<number> {
     res.end(req.url === '/success' ? 'success' : 'not found');
   });
   await new Promise<void>((r) => srv.listen(0, '127.0.0.1', r));
-  t.after(() => new Promise<void>((r) => {
-    srv.closeAllConnections();
-    srv.close(() => r());
-  }));
+  t.after(
+    () =>
+      new Promise<void>((r) => {
+        srv.closeAllConnections();
+        srv.close(() => r());
+      }),
+  );
   return (srv.address() as AddressInfo).port;
 }
 
@@ -78,10 +83,20 @@ async function echoRoundTrip(udsPath: string, address: string, bytes: number): P
 }
 
 async function testClient(t: { diagnostic(m: string): void }, bin: string, args: string[]): Promise<void> {
-  const r = await execa(bin, ['--test-requests', '1', '--request-host', '127.0.0.1', '--request-path', 'success', ...args], { reject: false, all: true, timeout: 60_000 });
+  const r = await execa(bin, ['--test-requests', '1', '--request-host', '127.0.0.1', '--request-path', 'success', ...args], {
+    reject: false,
+    all: true,
+    timeout: 60_000,
+  });
   assert.equal(r.exitCode, 0, `proxy-test-client ${args.join(' ')} failed:\n${r.all}`);
   assert.match(String(r.all), /success/, `proxy-test-client did not print the response:\n${r.all}`);
-  t.diagnostic(`proxy-test-client ${args[1]}: ${String(r.all).split('\n').filter((l) => /success/.test(l)).pop()?.slice(0, 160)}`);
+  t.diagnostic(
+    `proxy-test-client ${args[1]}: ${String(r.all)
+      .split('\n')
+      .filter((l) => /success/.test(l))
+      .pop()
+      ?.slice(0, 160)}`,
+  );
 }
 
 test('upstream proxy-agent -> kctl server: GRPC and HTTP-CONNECT frontends carry real bytes', { timeout: 180_000 }, async (t) => {
@@ -96,11 +111,28 @@ test('upstream proxy-agent -> kctl server: GRPC and HTTP-CONNECT frontends carry
   ]);
   const server = await startServer(t, pki, { serverId: 'kctl-1', upstreamBufferLimit: 1024 * 1024 });
   const agent = run(t, bin['proxy-agent'], [
-    '--proxy-server-host', '127.0.0.1', '--proxy-server-port', String(server.agentPort()),
-    '--ca-cert', join(dir, 'ca.crt'), '--agent-cert', join(dir, 'node.crt'), '--agent-key', join(dir, 'node.key'),
-    '--agent-id', 'upstream-node', '--agent-identifiers', 'host=upstream-node&ipv4=127.0.0.1',
-    '--health-server-host', '127.0.0.1', '--health-server-port', String(await freePort()),
-    '--admin-server-port', String(await freePort()), '--sync-interval', '200ms',
+    '--proxy-server-host',
+    '127.0.0.1',
+    '--proxy-server-port',
+    String(server.agentPort()),
+    '--ca-cert',
+    join(dir, 'ca.crt'),
+    '--agent-cert',
+    join(dir, 'node.crt'),
+    '--agent-key',
+    join(dir, 'node.key'),
+    '--agent-id',
+    'upstream-node',
+    '--agent-identifiers',
+    'host=upstream-node&ipv4=127.0.0.1',
+    '--health-server-host',
+    '127.0.0.1',
+    '--health-server-port',
+    String(await freePort()),
+    '--admin-server-port',
+    String(await freePort()),
+    '--sync-interval',
+    '200ms',
   ]);
   const seen = await waitFor('upstream agent connected', () => server.snapshot().agents[0], 60_000).catch((err: Error) => {
     throw new Error(`${err.message}\n${agent.output()}`);
@@ -115,8 +147,30 @@ test('upstream proxy-agent -> kctl server: GRPC and HTTP-CONNECT frontends carry
   await assert.rejects(dialViaProxy({ udsPath: uds.grpc, address: '127.0.0.1:1' }), /connection refused/);
 
   const http = await httpTarget(t);
-  await testClient(t, bin['proxy-test-client'], ['--mode', 'grpc', '--proxy-uds', uds.grpc, '--proxy-host', '', '--proxy-port', '0', '--request-port', String(http)]);
-  await testClient(t, bin['proxy-test-client'], ['--mode', 'http-connect', '--proxy-uds', uds.connect, '--proxy-host', '', '--proxy-port', '0', '--request-port', String(http)]);
+  await testClient(t, bin['proxy-test-client'], [
+    '--mode',
+    'grpc',
+    '--proxy-uds',
+    uds.grpc,
+    '--proxy-host',
+    '',
+    '--proxy-port',
+    '0',
+    '--request-port',
+    String(http),
+  ]);
+  await testClient(t, bin['proxy-test-client'], [
+    '--mode',
+    'http-connect',
+    '--proxy-uds',
+    uds.connect,
+    '--proxy-host',
+    '',
+    '--proxy-port',
+    '0',
+    '--request-port',
+    String(http),
+  ]);
 
   // A client that stops reading loses only its own connection (the upstream agent cannot be
   // flow-controlled); the agent and other connections carry on.
@@ -144,11 +198,33 @@ test('kctl agent -> upstream proxy-server: plain protocol, real bytes', { timeou
   const uds = join(dir, 'upstream.sock');
   const [agentPort, healthPort] = [await freePort(), await freePort()];
   const server = run(t, bin['proxy-server'], [
-    '--mode', 'grpc', '--uds-name', uds, '--delete-existing-uds-file', '--server-port', '0',
-    '--cluster-cert', join(dir, 'server.crt'), '--cluster-key', join(dir, 'server.key'), '--cluster-ca-cert', join(dir, 'ca.crt'),
-    '--agent-port', String(agentPort), '--agent-bind-address', '127.0.0.1',
-    '--admin-port', String(await freePort()), '--health-port', String(healthPort), '--health-bind-address', '127.0.0.1',
-    '--server-id', 'upstream-1', '--server-count', '1',
+    '--mode',
+    'grpc',
+    '--uds-name',
+    uds,
+    '--delete-existing-uds-file',
+    '--server-port',
+    '0',
+    '--cluster-cert',
+    join(dir, 'server.crt'),
+    '--cluster-key',
+    join(dir, 'server.key'),
+    '--cluster-ca-cert',
+    join(dir, 'ca.crt'),
+    '--agent-port',
+    String(agentPort),
+    '--agent-bind-address',
+    '127.0.0.1',
+    '--admin-port',
+    String(await freePort()),
+    '--health-port',
+    String(healthPort),
+    '--health-bind-address',
+    '127.0.0.1',
+    '--server-id',
+    'upstream-1',
+    '--server-count',
+    '1',
   ]);
   await waitFor('upstream server listening', () => existsSync(uds), 30_000).catch((err: Error) => {
     throw new Error(`${err.message}\n${server.output()}`);
@@ -156,9 +232,13 @@ test('kctl agent -> upstream proxy-server: plain protocol, real bytes', { timeou
 
   const creds = await pki.nodeCert('kctl-node');
   const agent = new KonnectivityAgent({
-    servers: [{ host: '127.0.0.1', port: agentPort }], ca: pki.ca, ...creds,
-    agentId: 'kctl-node', identifiers: { host: ['kctl-node'], ipv4: ['127.0.0.1'] },
-    syncIntervalMs: 200, log: quietLogger(),
+    servers: [{ host: '127.0.0.1', port: agentPort }],
+    ca: pki.ca,
+    ...creds,
+    agentId: 'kctl-node',
+    identifiers: { host: ['kctl-node'], ipv4: ['127.0.0.1'] },
+    syncIntervalMs: 200,
+    log: quietLogger(),
   });
   await agent.start();
   t.after(() => agent.stop());
@@ -174,6 +254,21 @@ test('kctl agent -> upstream proxy-server: plain protocol, real bytes', { timeou
   await echoRoundTrip(uds, echo.address, 4 * 1024 * 1024 + 3);
   await assert.rejects(dialViaProxy({ udsPath: uds, address: '127.0.0.1:1' }), /connection refused/);
   const http = await httpTarget(t);
-  await testClient(t, bin['proxy-test-client'], ['--mode', 'grpc', '--proxy-uds', uds, '--proxy-host', '', '--proxy-port', '0', '--request-port', String(http)]);
-  await waitFor('agent tables empty', () => agent.snapshot().servers[0]?.connections === 0 && agent.snapshot().servers[0]?.pendingDials === 0, 15_000);
+  await testClient(t, bin['proxy-test-client'], [
+    '--mode',
+    'grpc',
+    '--proxy-uds',
+    uds,
+    '--proxy-host',
+    '',
+    '--proxy-port',
+    '0',
+    '--request-port',
+    String(http),
+  ]);
+  await waitFor(
+    'agent tables empty',
+    () => agent.snapshot().servers[0]?.connections === 0 && agent.snapshot().servers[0]?.pendingDials === 0,
+    15_000,
+  );
 });

@@ -41,7 +41,9 @@ test('lab hosts reach each other, isolation drops new connections from the contr
   // A connection the worker opened before isolation (conntrack ESTABLISHED) keeps working.
   const held = wrk.spawn('bash', ['-c', `exec 3<>/dev/tcp/${ctl.ip}/${PORT}; sleep 8; echo x >&3; cat <&3`]);
   let heldOut = '';
-  held.stdout!.on('data', (c: Buffer) => { heldOut += c.toString(); });
+  held.stdout!.on('data', (c: Buffer) => {
+    heldOut += c.toString();
+  });
   const heldExit = once(held, 'close');
   await sleep(500);
 
@@ -55,7 +57,12 @@ test('lab hosts reach each other, isolation drops new connections from the contr
   // Isolation is idempotent.
   await lab.isolate(wrk, ctl);
   const rules = await wrk.run('iptables', ['-S', 'INPUT']);
-  assert.equal(String(rules.stdout).split('\n').filter((l) => l.includes('KCTL-LAB-ISOLATE')).length, 1);
+  assert.equal(
+    String(rules.stdout)
+      .split('\n')
+      .filter((l) => l.includes('KCTL-LAB-ISOLATE')).length,
+    1,
+  );
 
   await lab.destroy();
   assert.deepEqual(await labNamespacesLeft('labt'), []);

@@ -72,17 +72,29 @@ function subnetOctet(lab: string): number {
 
 async function labNamespaces(lab: string): Promise<string[]> {
   const r = await sh('ip', ['netns', 'list']);
-  return String(r.stdout).split('\n').map((l) => l.split(' ')[0] ?? '').filter((n) => n.startsWith(`kctl-${lab}-`));
+  return String(r.stdout)
+    .split('\n')
+    .map((l) => l.split(' ')[0] ?? '')
+    .filter((n) => n.startsWith(`kctl-${lab}-`));
 }
 
 function alive(pid: number): boolean {
-  try { process.kill(pid, 0); return true; } catch { return false; }
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
 }
 
 /** Kills a process group we started (detached), then the pid itself, and waits for it to go. */
 async function killTree(pid: number): Promise<void> {
   for (const target of [-pid, pid]) {
-    try { process.kill(target, 'SIGKILL'); } catch { /* gone */ }
+    try {
+      process.kill(target, 'SIGKILL');
+    } catch {
+      /* gone */
+    }
   }
   for (let i = 0; i < 50 && alive(pid); i++) await sleep(100);
 }
@@ -182,7 +194,9 @@ export async function createLab(name: string, hostNames: string[], opts: LabOpti
     },
     async canConnect(from, to, port, timeoutMs = 3000) {
       // bash's /dev/tcp: no extra tool, and a refused or dropped connection both fail.
-      const r = await from.run('timeout', [String(timeoutMs / 1000), 'bash', '-c', `exec 3<>/dev/tcp/${target(to)}/${port}`], { timeout: timeoutMs + 5000 });
+      const r = await from.run('timeout', [String(timeoutMs / 1000), 'bash', '-c', `exec 3<>/dev/tcp/${target(to)}/${port}`], {
+        timeout: timeoutMs + 5000,
+      });
       return r.exitCode === 0;
     },
     async ping(from, to) {

@@ -13,6 +13,22 @@ export async function nodeCert(pkiDir: string, outDir: string, node: string): Pr
   await writeFile(ext, 'extendedKeyUsage=clientAuth\nkeyUsage=critical,digitalSignature\n');
   await execa('openssl', ['ecparam', '-name', 'prime256v1', '-genkey', '-noout', '-out', key]);
   await execa('openssl', ['req', '-new', '-key', key, '-subj', `/O=system:nodes/CN=system:node:${node}`, '-out', csr]);
-  await execa('openssl', ['x509', '-req', '-in', csr, '-CA', join(pkiDir, 'ca.crt'), '-CAkey', join(pkiDir, 'ca.key'), '-CAcreateserial', '-days', '1', '-extfile', ext, '-out', cert]);
+  await execa('openssl', [
+    'x509',
+    '-req',
+    '-in',
+    csr,
+    '-CA',
+    join(pkiDir, 'ca.crt'),
+    '-CAkey',
+    join(pkiDir, 'ca.key'),
+    '-CAcreateserial',
+    '-days',
+    '1',
+    '-extfile',
+    ext,
+    '-out',
+    cert,
+  ]);
   return { cert, key };
 }

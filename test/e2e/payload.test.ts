@@ -17,7 +17,10 @@ import { kctl, requireKctl } from './kctl.ts';
 
 const { manifest } = loadManifest();
 const shipped = manifest.components.filter((c) => !c.roles.includes('interop'));
-const sha = async (p: string) => createHash('sha256').update(await readFile(p)).digest('hex');
+const sha = async (p: string) =>
+  createHash('sha256')
+    .update(await readFile(p))
+    .digest('hex');
 
 test('kctl version -o json lists every pinned component with version and sha256', async () => {
   const r = await kctl(['version', '-o', 'json']);
@@ -67,7 +70,10 @@ test('a tampered staged binary is replaced on the next start, and the log says s
   const r = await kctl(['controller', '--init-only', '--data-dir', dataDir]);
   assert.equal(r.exitCode, 0, String(r.stderr));
   assert.equal(await sha(target), good);
-  const line = String(r.stdout).split('\n').filter(Boolean).map((l) => JSON.parse(l) as Record<string, unknown>)
+  const line = String(r.stdout)
+    .split('\n')
+    .filter(Boolean)
+    .map((l) => JSON.parse(l) as Record<string, unknown>)
     .find((l) => l.msg === 'replaced a corrupted or foreign component binary');
   assert.ok(line, 'no log line names the replacement');
   assert.equal(line.component, 'stage');

@@ -16,7 +16,11 @@ async function waitFor(what: string, timeoutMs: number, check: () => Promise<boo
   const end = Date.now() + timeoutMs;
   while (Date.now() < end) {
     let ok = false;
-    try { ok = await check(); } catch (err) { if ((err as Error).message === 'a worker exited') break; }
+    try {
+      ok = await check();
+    } catch (err) {
+      if ((err as Error).message === 'a worker exited') break;
+    }
     if (ok) return;
     await sleep(1000);
   }
@@ -25,28 +29,55 @@ async function waitFor(what: string, timeoutMs: number, check: () => Promise<boo
 
 /** What a worker host looks like, for "reset leaves it as it was". */
 async function hostState(h: LabHost, dataDir: string): Promise<string> {
-  const links = String((await h.run('ip', ['-o', 'link', 'show'])).stdout).split('\n').map((l) => l.replace(/^\d+: /, '').split(/[:@]/)[0]!.trim()).sort();
-  const routes = String((await h.run('ip', ['route', 'show'])).stdout).split('\n').sort();
+  const links = String((await h.run('ip', ['-o', 'link', 'show'])).stdout)
+    .split('\n')
+    .map((l) =>
+      l
+        .replace(/^\d+: /, '')
+        .split(/[:@]/)[0]!
+        .trim(),
+    )
+    .sort();
+  const routes = String((await h.run('ip', ['route', 'show'])).stdout)
+    .split('\n')
+    .sort();
   // Rules only: an empty table that got loaded (*nat, *mangle) is no change kctl can undo.
-  const ipt = String((await h.run('iptables-save', [])).stdout).split('\n').filter((l) => l.startsWith('-A ') || l.startsWith('-N ')).sort();
-  const mounts = String((await h.run('cat', ['/proc/self/mountinfo'])).stdout).split('\n').filter((l) => l.includes(dataDir));
+  const ipt = String((await h.run('iptables-save', [])).stdout)
+    .split('\n')
+    .filter((l) => l.startsWith('-A ') || l.startsWith('-N '))
+    .sort();
+  const mounts = String((await h.run('cat', ['/proc/self/mountinfo'])).stdout)
+    .split('\n')
+    .filter((l) => l.includes(dataDir));
   return JSON.stringify({ links, routes, ipt, mounts, dataDir: existsSync(dataDir) }, null, 1);
 }
 
 const DEPLOYMENT = (name: string) => ({
-  apiVersion: 'apps/v1', kind: 'Deployment', metadata: { name },
+  apiVersion: 'apps/v1',
+  kind: 'Deployment',
+  metadata: { name },
   spec: {
     replicas: 2,
     selector: { matchLabels: { app: name } },
     template: {
       metadata: { labels: { app: name } },
       spec: {
-        topologySpreadConstraints: [{ maxSkew: 1, topologyKey: 'kubernetes.io/hostname', whenUnsatisfiable: 'DoNotSchedule', labelSelector: { matchLabels: { app: name } } }],
-        containers: [{
-          name: 'c', image: 'docker.io/library/busybox:1.36', imagePullPolicy: 'Never',
-          command: ['sh', '-c', 'mkdir -p /www && hostname > /www/index.html && httpd -p 8080 -h /www && echo started && while true; do echo tick; sleep 1; done'],
-          ports: [{ containerPort: 8080 }],
-        }],
+        topologySpreadConstraints: [
+          { maxSkew: 1, topologyKey: 'kubernetes.io/hostname', whenUnsatisfiable: 'DoNotSchedule', labelSelector: { matchLabels: { app: name } } },
+        ],
+        containers: [
+          {
+            name: 'c',
+            image: 'docker.io/library/busybox:1.36',
+            imagePullPolicy: 'Never',
+            command: [
+              'sh',
+              '-c',
+              'mkdir -p /www && hostname > /www/index.html && httpd -p 8080 -h /www && echo started && while true; do echo tick; sleep 1; done',
+            ],
+            ports: [{ containerPort: 8080 }],
+          },
+        ],
       },
     },
   },
@@ -85,7 +116,10 @@ test('two isolated workers join, run pods, and are reachable only through the tu
     assert.equal(existsSync(`${d}-run`), false, 'a refused token wrote into the run dir');
   };
   await refused('not-a-token', /join token is malformed/);
-  await refused(token.slice(0, 60) + (token[60] === 'a' ? 'b' : 'a') + token.slice(61), /join token is malformed|rejected the join token|not signed by the CA/);
+  await refused(
+    token.slice(0, 60) + (token[60] === 'a' ? 'b' : 'a') + token.slice(61),
+    /join token is malformed|rejected the join token|not signed by the CA/,
+  );
   const expired = await c.createToken('1s');
   await sleep(2500);
   await refused(expired, /rejected the join token \(expired, invalidated or never issued\)/);
@@ -102,20 +136,37 @@ test('two isolated workers join, run pods, and are reachable only through the tu
   await lab.isolate(w2, ctl);
   const before = { w2: await hostState(w2, join(dir, 'w2-data')) };
   const startWorker = (h: LabHost, withToken: boolean) => {
-    const p = track(h.spawn(kctlBin, [
-      'worker', ...(withToken ? ['--token', token] : []), '--data-dir', join(dir, `${h.name}-data`), '--run-dir', join(dir, `${h.name}-run`),
-      '--node-name', h.name, '--node-ip', h.ip, '--labels', `kctl.dev/lab=${lab.name}`,
-    ]));
+    const p = track(
+      h.spawn(kctlBin, [
+        'worker',
+        ...(withToken ? ['--token', token] : []),
+        '--data-dir',
+        join(dir, `${h.name}-data`),
+        '--run-dir',
+        join(dir, `${h.name}-run`),
+        '--node-name',
+        h.name,
+        '--node-ip',
+        h.ip,
+        '--labels',
+        `kctl.dev/lab=${lab.name}`,
+      ]),
+    );
     workers.push(p);
     return p;
   };
   let p1 = startWorker(w1, true);
   const p2 = startWorker(w2, true);
   const nodeReady = (n: string) => isNodeReady(kubectl, n);
-  await waitFor('both nodes Ready', 300_000, async () => {
-    if (p1.child.exitCode !== null || p2.child.exitCode !== null) throw new Error('a worker exited');
-    return (await nodeReady('w1')) && (await nodeReady('w2'));
-  }, () => `w1:\n${p1.log()}\nw2:\n${p2.log()}`);
+  await waitFor(
+    'both nodes Ready',
+    300_000,
+    async () => {
+      if (p1.child.exitCode !== null || p2.child.exitCode !== null) throw new Error('a worker exited');
+      return (await nodeReady('w1')) && (await nodeReady('w2'));
+    },
+    () => `w1:\n${p1.log()}\nw2:\n${p2.log()}`,
+  );
 
   // The invalidated token is refused now (tokens are checked at join, not afterwards).
   assert.equal((await ctl.run(kctlBin, ['--data-dir', cData, 'token', 'invalidate', revokedId])).exitCode, 0);
@@ -123,29 +174,43 @@ test('two isolated workers join, run pods, and are reachable only through the tu
 
   // A 2-replica busybox Deployment spreads over both workers.
   assert.equal((await kubectl(['apply', '-f', '-'], JSON.stringify(DEPLOYMENT('bb')))).exitCode, 0);
-  type Pod = { metadata: { name: string; uid: string }; spec: { nodeName: string }; status: { phase: string; podIP: string; containerStatuses?: { restartCount: number; containerID: string }[] } };
+  type Pod = {
+    metadata: { name: string; uid: string };
+    spec: { nodeName: string };
+    status: { phase: string; podIP: string; containerStatuses?: { restartCount: number; containerID: string }[] };
+  };
   const pods = async () => (JSON.parse(String((await kubectl(['get', 'pods', '-l', 'app=bb', '-o', 'json'])).stdout)) as { items: Pod[] }).items;
-  await waitFor('2 pods running on both nodes', 180_000, async () => {
-    const p = await pods();
-    return p.length === 2 && p.every((x) => x.status.phase === 'Running') && new Set(p.map((x) => x.spec.nodeName)).size === 2;
-  }, () => String(controller.log()));
+  await waitFor(
+    '2 pods running on both nodes',
+    180_000,
+    async () => {
+      const p = await pods();
+      return p.length === 2 && p.every((x) => x.status.phase === 'Running') && new Set(p.map((x) => x.spec.nodeName)).size === 2;
+    },
+    () => String(controller.log()),
+  );
   const running = await pods();
   const podOn = (n: string) => running.find((x) => x.spec.nodeName === n)!;
   const a = podOn('w1');
   const b = podOn('w2');
 
   // The controller host cannot reach a kubelet directly ...
-  assert.equal(await lab.canConnect(ctl, w1, 10250), false, 'the controller host reached w1\'s kubelet directly');
+  assert.equal(await lab.canConnect(ctl, w1, 10250), false, "the controller host reached w1's kubelet directly");
   // ... yet logs, exec (with stdin), port-forward and attach work: through the tunnel.
   await waitFor('logs', 30_000, async () => String((await kubectl(['logs', a.metadata.name])).stdout).includes('started'));
   const exec = await kubectl(['exec', '-i', a.metadata.name, '--', 'sh', '-c', 'cat; echo " from $(hostname)"'], 'stdin reached the pod');
   assert.equal(exec.exitCode, 0, String(exec.stderr));
   assert.equal(String(exec.stdout).trim(), `stdin reached the pod from ${a.metadata.name}`);
   const pf = track(ctl.spawn(kctlBin, ['--data-dir', cData, 'kubectl', 'port-forward', `pod/${b.metadata.name}`, '18080:8080']));
-  await waitFor('port-forward', 30_000, async () => {
-    const r = await ctl.run('/bin/busybox', ['wget', '-qO-', 'http://127.0.0.1:18080/'], { timeout: 5000 });
-    return String(r.stdout).trim() === b.metadata.name;
-  }, pf.log);
+  await waitFor(
+    'port-forward',
+    30_000,
+    async () => {
+      const r = await ctl.run('/bin/busybox', ['wget', '-qO-', 'http://127.0.0.1:18080/'], { timeout: 5000 });
+      return String(r.stdout).trim() === b.metadata.name;
+    },
+    pf.log,
+  );
   pf.child.kill('SIGTERM');
   const attach = await ctl.run('timeout', ['8', kctlBin, '--data-dir', cData, 'kubectl', 'attach', a.metadata.name, '-c', 'c'], { timeout: 20_000 });
   assert.match(String(attach.stdout), /tick/, String(attach.stderr));
@@ -171,7 +236,10 @@ test('two isolated workers join, run pods, and are reachable only through the tu
   for (const runDir of [join(dir, 'w2-run'), join(dir, 'w2-other-run')]) {
     const refusedReset = await w2.run(kctlBin, ['reset', '--data-dir', join(dir, 'w2-data'), '--run-dir', runDir]);
     assert.notEqual(refusedReset.exitCode, 0);
-    assert.equal(String(refusedReset.stderr), `kctl: a kctl worker (pid ${p2.child.pid}) is running on ${join(dir, 'w2-data')}; stop it first (kill -TERM ${p2.child.pid}), then run kctl reset`);
+    assert.equal(
+      String(refusedReset.stderr),
+      `kctl: a kctl worker (pid ${p2.child.pid}) is running on ${join(dir, 'w2-data')}; stop it first (kill -TERM ${p2.child.pid}), then run kctl reset`,
+    );
   }
   assert.equal(p2.child.exitCode, null, 'the worker exited');
   assert.ok(existsSync(join(dir, 'w2-data', 'worker.json')));

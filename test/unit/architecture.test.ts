@@ -18,8 +18,14 @@ const src = join(root, 'src');
 const ROW: Record<string, number> = {
   base: 0,
   supervisor: 1,
-  etcd: 2, konnectivity: 2, payload: 2, pki: 2, kube: 2, join: 2,
-  controller: 3, worker: 3,
+  etcd: 2,
+  konnectivity: 2,
+  payload: 2,
+  pki: 2,
+  kube: 2,
+  join: 2,
+  controller: 3,
+  worker: 3,
   cli: 4,
 };
 /** Folders that may import from fewer rows than their own row allows. */
@@ -28,7 +34,11 @@ const ONLY: Record<string, readonly string[]> = {
   konnectivity: ['base'],
 };
 
-interface Import { from: string; spec: string; line: number }
+interface Import {
+  from: string;
+  spec: string;
+  line: number;
+}
 
 function sourceFiles(dir: string): string[] {
   return readdirSync(dir).flatMap((name) => {
@@ -41,7 +51,8 @@ function sourceFiles(dir: string): string[] {
 function importsOf(file: string): Import[] {
   const text = readFileSync(file, 'utf8');
   const out: Import[] = [];
-  const re = /(?:^|\n)\s*(?:import|export)\b[^'"]*?\bfrom\s*['"]([^'"]+)['"]|\bimport\s*\(\s*['"]([^'"]+)['"]\s*\)|(?:^|\n)\s*import\s+['"]([^'"]+)['"]/g;
+  const re =
+    /(?:^|\n)\s*(?:import|export)\b[^'"]*?\bfrom\s*['"]([^'"]+)['"]|\bimport\s*\(\s*['"]([^'"]+)['"]\s*\)|(?:^|\n)\s*import\s+['"]([^'"]+)['"]/g;
   for (const m of text.matchAll(re)) {
     const spec = m[1] ?? m[2] ?? m[3] ?? '';
     out.push({ from: file, spec, line: text.slice(0, m.index).split('\n').length + (m[0].startsWith('\n') ? 1 : 0) });
@@ -78,7 +89,8 @@ test('imports point down only: own folder or a lower row', () => {
 });
 
 test('nothing in src/ points outside it', () => {
-  const outside = imports.filter((i) => i.spec.startsWith('.') && !resolve(dirname(i.from), i.spec).startsWith(src + '/'))
+  const outside = imports
+    .filter((i) => i.spec.startsWith('.') && !resolve(dirname(i.from), i.spec).startsWith(src + '/'))
     .filter((i) => !/\/package\.json$/.test(i.spec))
     .map((i) => `${relative(root, i.from)}:${i.line} ${i.spec}`);
   assert.deepEqual(outside, []);
@@ -91,7 +103,10 @@ test('only cli/ knows commander', () => {
 
 test('no source file is over 500 lines: a longer one mixes jobs that want their own files', () => {
   const long = files.map((f) => [relative(root, f), readFileSync(f, 'utf8').split('\n').length] as const).filter(([, n]) => n > 500);
-  assert.deepEqual(long.map(([f, n]) => `${f}: ${n} lines`), []);
+  assert.deepEqual(
+    long.map(([f, n]) => `${f}: ${n} lines`),
+    [],
+  );
 });
 
 test('the check sees imports (it would catch a wrong one)', () => {

@@ -7,22 +7,57 @@ import { tempDir } from '../helpers.ts';
 
 async function ca(t: Parameters<typeof tempDir>[0]): Promise<string> {
   const dir = await tempDir(t);
-  execFileSync('openssl', ['req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes', '-keyout', join(dir, 'k'), '-subj', '/CN=test-ca', '-days', '1', '-addext', 'basicConstraints=critical,CA:TRUE', '-out', join(dir, 'c')]);
+  execFileSync('openssl', [
+    'req',
+    '-x509',
+    '-newkey',
+    'ec',
+    '-pkeyopt',
+    'ec_paramgen_curve:prime256v1',
+    '-nodes',
+    '-keyout',
+    join(dir, 'k'),
+    '-subj',
+    '/CN=test-ca',
+    '-days',
+    '1',
+    '-addext',
+    'basicConstraints=critical,CA:TRUE',
+    '-out',
+    join(dir, 'c'),
+  ]);
   return execFileSync('cat', [join(dir, 'c')], { encoding: 'utf8' });
 }
 
 test('a token round-trips API URL, CA, konnectivity addresses and bootstrap token', async (t) => {
-  const info: JoinInfo = { role: 'worker', apiServers: ['https://10.77.0.10:6443'], caPem: await ca(t), konnectivity: ['10.77.0.10:8132'], bootstrapToken: 'abcdef.0123456789abcdef' };
+  const info: JoinInfo = {
+    role: 'worker',
+    apiServers: ['https://10.77.0.10:6443'],
+    caPem: await ca(t),
+    konnectivity: ['10.77.0.10:8132'],
+    bootstrapToken: 'abcdef.0123456789abcdef',
+  };
   const token = encodeToken(info);
   assert.match(token, /^kctl1:[A-Za-z0-9_-]+$/);
   assert.deepEqual(decodeToken(token), info);
 });
 
 test('malformed and tampered tokens give one clear line', async (t) => {
-  const good = encodeToken({ role: 'worker', apiServers: ['https://10.77.0.10:6443'], caPem: await ca(t), konnectivity: ['10.77.0.10:8132'], bootstrapToken: 'abcdef.0123456789abcdef' });
+  const good = encodeToken({
+    role: 'worker',
+    apiServers: ['https://10.77.0.10:6443'],
+    caPem: await ca(t),
+    konnectivity: ['10.77.0.10:8132'],
+    bootstrapToken: 'abcdef.0123456789abcdef',
+  });
   const flipped = good.slice(0, 40) + (good[40] === 'A' ? 'B' : 'A') + good.slice(41);
   for (const bad of ['', 'hello', 'kctl1:!!!', good.slice(0, good.length - 10), flipped]) {
-    assert.throws(() => decodeToken(bad), (err: Error) => err instanceof TokenError && /^the join token is malformed \(.+\); copy it again/.test(err.message) && !err.message.includes('\n'), `accepted: ${bad.slice(0, 20)}`);
+    assert.throws(
+      () => decodeToken(bad),
+      (err: Error) =>
+        err instanceof TokenError && /^the join token is malformed \(.+\); copy it again/.test(err.message) && !err.message.includes('\n'),
+      `accepted: ${bad.slice(0, 20)}`,
+    );
   }
   const badSecret = encodeToken({ role: 'worker', apiServers: ['https://x:6443'], caPem: await ca(t), konnectivity: [], bootstrapToken: 'ABC.def' });
   assert.throws(() => decodeToken(badSecret), /bootstrap token is not/);

@@ -12,9 +12,16 @@ const signals: NodeJS.Signals[] = ['SIGUSR2'];
 function recorder(name: string, journal: string[], readyMs = 0): Component {
   return {
     name,
-    start: async () => { journal.push(`start ${name}`); },
-    ready: async (signal) => { await sleep(readyMs, undefined, { signal }); journal.push(`ready ${name}`); },
-    stop: async () => { journal.push(`stop ${name}`); },
+    start: async () => {
+      journal.push(`start ${name}`);
+    },
+    ready: async (signal) => {
+      await sleep(readyMs, undefined, { signal });
+      journal.push(`ready ${name}`);
+    },
+    stop: async () => {
+      journal.push(`stop ${name}`);
+    },
   };
 }
 
@@ -23,7 +30,16 @@ test('runs until the signal, then stops in reverse', { timeout: 10_000 }, async 
   const { log } = captureLogger();
   const m = new ComponentManager([recorder('a', journal), recorder('b', journal)], log);
   const listenersBefore = process.listenerCount('SIGUSR2');
-  const run = runUntilSignal(m, log, { signals, onReady: () => { journal.push('ready'); process.kill(process.pid, 'SIGUSR2'); }, onStopped: () => { journal.push('stopped'); } });
+  const run = runUntilSignal(m, log, {
+    signals,
+    onReady: () => {
+      journal.push('ready');
+      process.kill(process.pid, 'SIGUSR2');
+    },
+    onStopped: () => {
+      journal.push('stopped');
+    },
+  });
   await run;
   assert.deepEqual(journal, ['start a', 'ready a', 'start b', 'ready b', 'ready', 'stop b', 'stop a', 'stopped']);
   assert.equal(process.listenerCount('SIGUSR2'), listenersBefore, 'handlers are removed');
@@ -33,7 +49,12 @@ test('a signal during start stops what started and ends without an error', { tim
   const journal: string[] = [];
   const { log } = captureLogger();
   const m = new ComponentManager([recorder('a', journal), recorder('slow', journal, 5_000), recorder('c', journal)], log);
-  const run = runUntilSignal(m, log, { signals, onReady: () => { journal.push('ready'); } });
+  const run = runUntilSignal(m, log, {
+    signals,
+    onReady: () => {
+      journal.push('ready');
+    },
+  });
   while (!journal.includes('start slow')) await sleep(5);
   process.kill(process.pid, 'SIGUSR2');
   await run;
@@ -43,8 +64,21 @@ test('a signal during start stops what started and ends without an error', { tim
 test('a failed start rejects with the reason, after stopping what started', { timeout: 10_000 }, async () => {
   const journal: string[] = [];
   const { log } = captureLogger();
-  const broken: Component = { name: 'broken', start: async () => { throw new Error('port 6443 in use'); } };
+  const broken: Component = {
+    name: 'broken',
+    start: async () => {
+      throw new Error('port 6443 in use');
+    },
+  };
   const m = new ComponentManager([recorder('a', journal), broken], log);
-  await assert.rejects(runUntilSignal(m, log, { signals, onStopped: () => { journal.push('stopped'); } }), { message: 'broken failed to start: port 6443 in use' });
+  await assert.rejects(
+    runUntilSignal(m, log, {
+      signals,
+      onStopped: () => {
+        journal.push('stopped');
+      },
+    }),
+    { message: 'broken failed to start: port 6443 in use' },
+  );
   assert.deepEqual(journal, ['start a', 'ready a', 'stop a', 'stopped']);
 });

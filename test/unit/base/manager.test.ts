@@ -15,8 +15,12 @@ class Fake implements Component {
     private readonly journal: string[],
     private readonly behaviour: { readyAfterMs?: number; neverReady?: boolean; failStart?: string; failStop?: string; readyTimeoutMs?: number } = {},
   ) {}
-  get readyTimeoutMs(): number | undefined { return this.behaviour.readyTimeoutMs; }
-  async init(): Promise<void> { this.journal.push(`init ${this.name}`); }
+  get readyTimeoutMs(): number | undefined {
+    return this.behaviour.readyTimeoutMs;
+  }
+  async init(): Promise<void> {
+    this.journal.push(`init ${this.name}`);
+  }
   async start(): Promise<void> {
     this.journal.push(`start ${this.name}`);
     if (this.behaviour.failStart) throw new Error(this.behaviour.failStart);
@@ -33,23 +37,38 @@ class Fake implements Component {
     this.state = 'stopped';
     if (this.behaviour.failStop) throw new Error(this.behaviour.failStop);
   }
-  status(): ComponentStatus { return { name: this.name, state: this.state, restarts: 0 }; }
+  status(): ComponentStatus {
+    return { name: this.name, state: this.state, restarts: 0 };
+  }
 }
 
 test('starts in order, each after the previous is ready; stops in reverse', { timeout: 10_000 }, async () => {
   const journal: string[] = [];
   const { log, lines } = captureLogger();
-  const m = new ComponentManager([
-    new Fake('storage', journal, { readyAfterMs: 100 }),
-    new Fake('apiserver', journal, { readyAfterMs: 50 }),
-    new Fake('scheduler', journal),
-  ], log);
+  const m = new ComponentManager(
+    [new Fake('storage', journal, { readyAfterMs: 100 }), new Fake('apiserver', journal, { readyAfterMs: 50 }), new Fake('scheduler', journal)],
+    log,
+  );
   await m.start();
   assert.deepEqual(journal, [
-    'init storage', 'init apiserver', 'init scheduler',
-    'start storage', 'ready storage', 'start apiserver', 'ready apiserver', 'start scheduler', 'ready scheduler',
+    'init storage',
+    'init apiserver',
+    'init scheduler',
+    'start storage',
+    'ready storage',
+    'start apiserver',
+    'ready apiserver',
+    'start scheduler',
+    'ready scheduler',
   ]);
-  assert.deepEqual(m.status().map((s) => [s.name, s.state]), [['storage', 'running'], ['apiserver', 'running'], ['scheduler', 'running']]);
+  assert.deepEqual(
+    m.status().map((s) => [s.name, s.state]),
+    [
+      ['storage', 'running'],
+      ['apiserver', 'running'],
+      ['scheduler', 'running'],
+    ],
+  );
   assert.ok(lines().some((l) => l.msg === 'starting apiserver'));
   assert.ok(lines().some((l) => /^storage ready in \d+(\.\d)?s$/.test(String(l.msg))));
 
@@ -61,29 +80,35 @@ test('starts in order, each after the previous is ready; stops in reverse', { ti
 test('a component that never becomes ready fails start with its name; earlier ones are stopped in reverse', { timeout: 10_000 }, async () => {
   const journal: string[] = [];
   const { log, lines } = captureLogger();
-  const m = new ComponentManager([
-    new Fake('storage', journal),
-    new Fake('konnectivity', journal),
-    new Fake('apiserver', journal, { neverReady: true, readyTimeoutMs: 200 }),
-    new Fake('scheduler', journal),
-  ], log);
+  const m = new ComponentManager(
+    [
+      new Fake('storage', journal),
+      new Fake('konnectivity', journal),
+      new Fake('apiserver', journal, { neverReady: true, readyTimeoutMs: 200 }),
+      new Fake('scheduler', journal),
+    ],
+    log,
+  );
   await assert.rejects(m.start(), { message: 'apiserver did not become ready within 0.2s' });
-  assert.deepEqual(journal.filter((e) => e.startsWith('start') || e.startsWith('stop')), [
-    'start storage', 'start konnectivity', 'start apiserver', 'stop apiserver', 'stop konnectivity', 'stop storage',
-  ]);
+  assert.deepEqual(
+    journal.filter((e) => e.startsWith('start') || e.startsWith('stop')),
+    ['start storage', 'start konnectivity', 'start apiserver', 'stop apiserver', 'stop konnectivity', 'stop storage'],
+  );
   assert.ok(lines().some((l) => l.level === 50 && String(l.msg).startsWith('apiserver did not become ready')));
 });
 
 test('a start error names the component; stop carries on past a failing stop', { timeout: 10_000 }, async () => {
   const journal: string[] = [];
   const { log, lines } = captureLogger();
-  const m = new ComponentManager([
-    new Fake('a', journal, { failStop: 'stuck' }),
-    new Fake('b', journal),
-    new Fake('c', journal, { failStart: 'port 6443 in use' }),
-  ], log);
+  const m = new ComponentManager(
+    [new Fake('a', journal, { failStop: 'stuck' }), new Fake('b', journal), new Fake('c', journal, { failStart: 'port 6443 in use' })],
+    log,
+  );
   await assert.rejects(m.start(), { message: 'c failed to start: port 6443 in use' });
-  assert.deepEqual(journal.filter((e) => e.startsWith('stop')), ['stop c', 'stop b', 'stop a']);
+  assert.deepEqual(
+    journal.filter((e) => e.startsWith('stop')),
+    ['stop c', 'stop b', 'stop a'],
+  );
   assert.ok(lines().some((l) => l.msg === 'a failed to stop: stuck'));
 });
 
@@ -92,21 +117,46 @@ test('with real processes: a probe that never passes fails start with its reason
   const { log } = captureLogger();
   const storage = new Supervisor({ name: 'storage', binary: '/bin/sleep', args: ['1000'], runDir, log });
   const apiserver = new Supervisor({
-    name: 'apiserver', binary: '/bin/sleep', args: ['1000'], runDir, log, readyRetryMs: 20, readyTimeoutMs: 300,
+    name: 'apiserver',
+    binary: '/bin/sleep',
+    args: ['1000'],
+    runDir,
+    log,
+    readyRetryMs: 20,
+    readyTimeoutMs: 300,
     ready: () => Promise.reject(new Error('connect ECONNREFUSED 127.0.0.1:6443')),
   });
-  t.after(async () => { await apiserver.stop(); await storage.stop(); });
+  t.after(async () => {
+    await apiserver.stop();
+    await storage.stop();
+  });
   const m = new ComponentManager([storage, apiserver], log);
   await assert.rejects(m.start(), { message: 'apiserver did not become ready within 0.3s: last probe error: connect ECONNREFUSED 127.0.0.1:6443' });
-  assert.deepEqual(m.status().map((s) => [s.name, s.state]), [['storage', 'stopped'], ['apiserver', 'stopped']]);
+  assert.deepEqual(
+    m.status().map((s) => [s.name, s.state]),
+    [
+      ['storage', 'stopped'],
+      ['apiserver', 'stopped'],
+    ],
+  );
 });
 
 test('stop() during start() cancels the wait and stops what was started', { timeout: 10_000 }, async (t) => {
   const runDir = await tempDir(t);
   const { log } = captureLogger();
   const storage = new Supervisor({ name: 'storage', binary: '/bin/sleep', args: ['1000'], runDir, log });
-  const apiserver = new Supervisor({ name: 'apiserver', binary: '/bin/sleep', args: ['1000'], runDir, log, ready: () => new Promise(() => undefined) });
-  t.after(async () => { await apiserver.stop(); await storage.stop(); });
+  const apiserver = new Supervisor({
+    name: 'apiserver',
+    binary: '/bin/sleep',
+    args: ['1000'],
+    runDir,
+    log,
+    ready: () => new Promise(() => undefined),
+  });
+  t.after(async () => {
+    await apiserver.stop();
+    await storage.stop();
+  });
   const m = new ComponentManager([storage, apiserver], log);
   const starting = m.start();
   while (apiserver.status().state !== 'running') await sleep(10);
@@ -120,10 +170,26 @@ test('stop() during start() cancels the wait and stops what was started', { time
 test('a component writes only the hooks it needs; the manager keeps its state and last error', { timeout: 10_000 }, async () => {
   const { log } = captureLogger();
   let runs = 0;
-  const oneShot: Component = { name: 'one-shot', ready: async () => { runs += 1; } };
-  const broken: Component = { name: 'broken', start: async () => { throw new Error('no socket\nstack…'); } };
+  const oneShot: Component = {
+    name: 'one-shot',
+    ready: async () => {
+      runs += 1;
+    },
+  };
+  const broken: Component = {
+    name: 'broken',
+    start: async () => {
+      throw new Error('no socket\nstack…');
+    },
+  };
   const m = new ComponentManager([oneShot, broken], log);
-  assert.deepEqual(m.status().map((s) => [s.name, s.state]), [['one-shot', 'pending'], ['broken', 'pending']]);
+  assert.deepEqual(
+    m.status().map((s) => [s.name, s.state]),
+    [
+      ['one-shot', 'pending'],
+      ['broken', 'pending'],
+    ],
+  );
   await assert.rejects(m.start(), { message: 'broken failed to start: no socket' });
   assert.equal(runs, 1);
   const [first, second] = m.status();
@@ -132,7 +198,7 @@ test('a component writes only the hooks it needs; the manager keeps its state an
   assert.equal(second?.lastError, 'broken failed to start: no socket');
 });
 
-test('fields a component reports win over the manager\'s, undefined ones do not erase them', { timeout: 10_000 }, async () => {
+test("fields a component reports win over the manager's, undefined ones do not erase them", { timeout: 10_000 }, async () => {
   const { log } = captureLogger();
   let problem: string | undefined;
   const c: Component = { name: 'agent', start: async () => undefined, status: () => ({ lastError: problem, pid: 42 }) };

@@ -40,7 +40,17 @@ test('every log line is JSON with a component field', () => {
   log.info('root line');
   componentLogger(log, 'stage').info('child line');
   componentLogger(componentLogger(log, 'stage'), 'etcd').info('grandchild line');
-  assert.deepEqual(lines().map((l) => [l.component, l.msg]), [['kctl', 'root line'], ['stage', 'child line'], ['etcd', 'grandchild line']]);
+  assert.deepEqual(
+    lines().map((l) => [l.component, l.msg]),
+    [
+      ['kctl', 'root line'],
+      ['stage', 'child line'],
+      ['etcd', 'grandchild line'],
+    ],
+  );
   // One component field per line, not one per ancestor.
-  assert.deepEqual(rawLines().map((l) => l.split('"component"').length - 1), [1, 1, 1]);
+  assert.deepEqual(
+    rawLines().map((l) => l.split('"component"').length - 1),
+    [1, 1, 1],
+  );
 });

@@ -16,9 +16,15 @@ function fakeSteps(): { steps: ResetSteps; calls: string[] } {
   return {
     calls,
     steps: {
-      controller: async () => { calls.push('controller'); },
-      controllerLeftovers: async () => { calls.push('controllerLeftovers'); },
-      worker: async () => { calls.push('worker'); },
+      controller: async () => {
+        calls.push('controller');
+      },
+      controllerLeftovers: async () => {
+        calls.push('controllerLeftovers');
+      },
+      worker: async () => {
+        calls.push('worker');
+      },
     },
   };
 }
@@ -68,10 +74,17 @@ test('the data dir tells the role: controller, worker, or both', async (t) => {
   assert.deepEqual((await run(await dataDirWith(t, ['pki/ca.key', 'pki/ca.crt', 'bin/kine']))).calls, ['controller']);
   assert.deepEqual((await run(await dataDirWith(t, ['cluster-config.yaml']))).calls, ['controller'], 'a controller that died before its PKI');
   assert.deepEqual((await run(await dataDirWith(t, ['worker.json', 'pki/ca.crt']))).calls, ['worker']);
-  assert.deepEqual((await run(await dataDirWith(t, ['joined', 'kubelet-bootstrap.conf']))).calls, ['worker'], 'a worker that died before writing its identity');
+  assert.deepEqual(
+    (await run(await dataDirWith(t, ['joined', 'kubelet-bootstrap.conf']))).calls,
+    ['worker'],
+    'a worker that died before writing its identity',
+  );
   const both = await run(await dataDirWith(t, ['pki/ca.key', 'worker.json']));
   assert.deepEqual(both.calls, ['controllerLeftovers', 'worker']);
-  assert.ok(both.msgs.some((m) => /holds both a controller and a worker: resetting both/.test(m)), both.msgs.join('\n'));
+  assert.ok(
+    both.msgs.some((m) => /holds both a controller and a worker: resetting both/.test(m)),
+    both.msgs.join('\n'),
+  );
 });
 
 test('a data dir with neither role: only staged binaries are removed; anything else is refused untouched', async (t) => {
@@ -81,8 +94,10 @@ test('a data dir with neither role: only staged binaries are removed; anything e
 
   const foreign = await dataDirWith(t, ['bin/kubectl', 'photos/cat.jpg', 'notes.txt']);
   const f = fakeSteps();
-  await assert.rejects(reset(foreign.data, foreign.run, f.steps, captureLogger().log),
-    /does not look like a kctl data dir \(no pki\/ca\.key, cluster-config\.yaml or worker\.json; it holds notes\.txt, photos\); nothing removed/);
+  await assert.rejects(
+    reset(foreign.data, foreign.run, f.steps, captureLogger().log),
+    /does not look like a kctl data dir \(no pki\/ca\.key, cluster-config\.yaml or worker\.json; it holds notes\.txt, photos\); nothing removed/,
+  );
   assert.deepEqual(f.calls, []);
   assert.ok(existsSync(join(foreign.data, 'photos/cat.jpg')));
 });

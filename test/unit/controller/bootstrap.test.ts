@@ -8,32 +8,50 @@ import { pkiPaths } from '../../../src/pki/index.ts';
 import { captureLogger, tempDir } from '../../helpers.ts';
 import { fakeApiServer, json } from '../kube/fake-apiserver.ts';
 
-test('bootstrap applies every object with server-side apply as field manager kctl, retrying until the API answers', { timeout: 20_000 }, async (t) => {
-  const pki = pkiPaths(await tempDir(t));
-  await writeFile(pki.caCert, 'CA PEM\n');
-  const cfg = parseConfig({ spec: { api: { address: '10.0.0.1' } } }, 'test');
-  let first = true;
-  const api = await fakeApiServer(t, (req, res) => {
-    if (first) {
-      first = false;
-      return json(res, 503, { kind: 'Status', code: 503, reason: 'ServiceUnavailable', message: 'starting' });
-    }
-    json(res, 200, JSON.parse(req.body) as unknown);
-  });
-  const bootstrap = new BootstrapComponent(cfg, pki, new KubeClient({ server: api.url }), captureLogger().log);
-  await bootstrap.ready(AbortSignal.timeout(15_000));
-  const want = bootstrapObjects(cfg, 'CA PEM\n');
-  const applied = api.requests.slice(-want.length);
-  assert.deepEqual(applied.map((r) => JSON.parse(r.body) as unknown), want);
-  assert.ok(applied.every((r) => r.method === 'PATCH' && r.headers['content-type'] === 'application/apply-patch+yaml' && r.query.get('fieldManager') === 'kctl' && r.query.get('force') === 'true'));
-  assert.deepEqual(applied.map((r) => decodeURIComponent(r.path)), [
-    '/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/kctl:bootstrappers:node-bootstrapper',
-    '/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/kctl:bootstrappers:nodeclient-autoapprove',
-    '/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/kctl:nodes:selfnodeclient-autoapprove',
-    '/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/kctl:nodes:node-proxier',
-    '/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/kctl:apiserver-kubelet-client',
-    '/api/v1/namespaces/kube-public/configmaps/cluster-info',
-    '/apis/rbac.authorization.k8s.io/v1/namespaces/kube-public/roles/kctl:cluster-info-reader',
-    '/apis/rbac.authorization.k8s.io/v1/namespaces/kube-public/rolebindings/kctl:cluster-info-reader',
-  ]);
-});
+test(
+  'bootstrap applies every object with server-side apply as field manager kctl, retrying until the API answers',
+  { timeout: 20_000 },
+  async (t) => {
+    const pki = pkiPaths(await tempDir(t));
+    await writeFile(pki.caCert, 'CA PEM\n');
+    const cfg = parseConfig({ spec: { api: { address: '10.0.0.1' } } }, 'test');
+    let first = true;
+    const api = await fakeApiServer(t, (req, res) => {
+      if (first) {
+        first = false;
+        return json(res, 503, { kind: 'Status', code: 503, reason: 'ServiceUnavailable', message: 'starting' });
+      }
+      json(res, 200, JSON.parse(req.body) as unknown);
+    });
+    const bootstrap = new BootstrapComponent(cfg, pki, new KubeClient({ server: api.url }), captureLogger().log);
+    await bootstrap.ready(AbortSignal.timeout(15_000));
+    const want = bootstrapObjects(cfg, 'CA PEM\n');
+    const applied = api.requests.slice(-want.length);
+    assert.deepEqual(
+      applied.map((r) => JSON.parse(r.body) as unknown),
+      want,
+    );
+    assert.ok(
+      applied.every(
+        (r) =>
+          r.method === 'PATCH' &&
+          r.headers['content-type'] === 'application/apply-patch+yaml' &&
+          r.query.get('fieldManager') === 'kctl' &&
+          r.query.get('force') === 'true',
+      ),
+    );
+    assert.deepEqual(
+      applied.map((r) => decodeURIComponent(r.path)),
+      [
+        '/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/kctl:bootstrappers:node-bootstrapper',
+        '/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/kctl:bootstrappers:nodeclient-autoapprove',
+        '/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/kctl:nodes:selfnodeclient-autoapprove',
+        '/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/kctl:nodes:node-proxier',
+        '/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/kctl:apiserver-kubelet-client',
+        '/api/v1/namespaces/kube-public/configmaps/cluster-info',
+        '/apis/rbac.authorization.k8s.io/v1/namespaces/kube-public/roles/kctl:cluster-info-reader',
+        '/apis/rbac.authorization.k8s.io/v1/namespaces/kube-public/rolebindings/kctl:cluster-info-reader',
+      ],
+    );
+  },
+);

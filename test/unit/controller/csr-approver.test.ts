@@ -15,10 +15,23 @@ async function csrPem(t: Parameters<typeof tempDir>[0], subject: string, san: st
   return execFileSync('openssl', ['req', '-new', '-key', key, '-subj', subject, '-addext', `subjectAltName=${san}`], { encoding: 'utf8' });
 }
 
-const node: NodeAddresses = { name: 'edge-1', addresses: [{ type: 'InternalIP', address: '10.77.0.11' }, { type: 'Hostname', address: 'edge-1' }] };
+const node: NodeAddresses = {
+  name: 'edge-1',
+  addresses: [
+    { type: 'InternalIP', address: '10.77.0.11' },
+    { type: 'Hostname', address: 'edge-1' },
+  ],
+};
 const csr = (pem: string, over: Partial<Csr['spec']> = {}): Csr => ({
   metadata: { name: 'csr-x' },
-  spec: { request: Buffer.from(pem).toString('base64'), signerName: 'kubernetes.io/kubelet-serving', username: 'system:node:edge-1', groups: ['system:nodes', 'system:authenticated'], usages: ['digital signature', 'server auth'], ...over },
+  spec: {
+    request: Buffer.from(pem).toString('base64'),
+    signerName: 'kubernetes.io/kubelet-serving',
+    username: 'system:node:edge-1',
+    groups: ['system:nodes', 'system:authenticated'],
+    usages: ['digital signature', 'server auth'],
+    ...over,
+  },
 });
 
 test('reads CN, O and SANs from an ECDSA request (as kubelet sends)', async (t) => {
@@ -34,7 +47,7 @@ test("approves a node's request for its own name and address", async (t) => {
   assert.equal(v?.approve, true);
 });
 
-test('denies an address the node does not own, another node\'s name, client usages, or a non-node requester', async (t) => {
+test("denies an address the node does not own, another node's name, client usages, or a non-node requester", async (t) => {
   const foreignIp = judgeServingCsr(csr(await csrPem(t, '/O=system:nodes/CN=system:node:edge-1', 'DNS:edge-1,IP:10.77.0.99')), node);
   assert.deepEqual(foreignIp, { approve: false, reason: 'names not owned by node edge-1: 10.77.0.99' });
   const otherCn = judgeServingCsr(csr(await csrPem(t, '/O=system:nodes/CN=system:node:edge-2', 'DNS:edge-1')), node);
@@ -52,40 +65,59 @@ test('waits (no verdict) until the Node exists, and ignores other signers', asyn
   assert.equal(judgeServingCsr(csr(pem, { signerName: 'kubernetes.io/kube-apiserver-client-kubelet' }), node), null);
 });
 
-test('watches CSRs and Nodes: a waiting CSR is approved when its Node registers, a foreign address denied at once', { timeout: 20_000 }, async (t) => {
-  const own = csr(await csrPem(t, '/O=system:nodes/CN=system:node:edge-1', 'DNS:edge-1,IP:10.77.0.11'));
-  const foreign = { ...csr(await csrPem(t, '/O=system:nodes/CN=system:node:edge-2', 'DNS:edge-2,IP:10.77.0.99'), { username: 'system:node:edge-2' }), metadata: { name: 'csr-y' } };
-  const edge2 = { metadata: { name: 'edge-2', resourceVersion: '3' }, status: { addresses: [{ type: 'InternalIP', address: '10.77.0.12' }] } };
-  const edge1 = { metadata: { name: 'edge-1', resourceVersion: '7' }, status: { addresses: node.addresses } };
-  let nodeWatch: ReturnType<typeof watchStream> | undefined;
-  const approvals: { name: string; conditions: { type: string; reason: string }[] }[] = [];
-  const api = await fakeApiServer(t, (req, res) => {
-    const watching = req.query.get('watch') === 'true';
-    if (req.path === '/apis/certificates.k8s.io/v1/certificatesigningrequests') {
-      assert.equal(req.query.get('fieldSelector'), 'spec.signerName=kubernetes.io/kubelet-serving');
-      return watching ? void watchStream(res) : json(res, 200, { metadata: { resourceVersion: '5' }, items: [own, foreign] });
-    }
-    if (req.path === '/api/v1/nodes') {
-      if (!watching) return json(res, 200, { metadata: { resourceVersion: '3' }, items: [edge2] });
-      nodeWatch = watchStream(res);
-      return;
-    }
-    const m = /^\/apis\/certificates.k8s.io\/v1\/certificatesigningrequests\/([^/]+)\/approval$/.exec(req.path);
-    if (req.method === 'PUT' && m) {
-      const body = JSON.parse(req.body) as { status: { conditions: { type: string; reason: string }[] } };
-      approvals.push({ name: m[1]!, conditions: body.status.conditions });
-      return json(res, 200, body);
-    }
-    json(res, 404, { kind: 'Status', code: 404, reason: 'NotFound', message: `${req.method} ${req.path}` });
-  });
-  const approver = new CsrApproverComponent(new KubeClient({ server: api.url }), captureLogger().log);
-  await approver.start();
-  t.after(() => approver.stop());
-  const until = async (ok: () => boolean) => { while (!ok()) await new Promise((r) => setTimeout(r, 5)); };
-  await until(() => nodeWatch !== undefined && approver.decidedCount === 1);
-  assert.deepEqual(approvals.map((a) => [a.name, a.conditions[0]!.type]), [['csr-y', 'Denied']], 'edge-1 is not registered yet: no verdict');
-  nodeWatch!.event('ADDED', edge1);
-  await until(() => approver.decidedCount === 2);
-  assert.deepEqual(approvals.map((a) => [a.name, a.conditions[0]!.type, a.conditions[0]!.reason]), [['csr-y', 'Denied', 'KctlServingCertDenied'], ['csr-x', 'Approved', 'KctlServingCertApproved']]);
-  assert.equal(api.requests.filter((r) => r.method === 'GET' && !r.query.get('watch')).length, 2, 'one list per resource, no polling');
-});
+test(
+  'watches CSRs and Nodes: a waiting CSR is approved when its Node registers, a foreign address denied at once',
+  { timeout: 20_000 },
+  async (t) => {
+    const own = csr(await csrPem(t, '/O=system:nodes/CN=system:node:edge-1', 'DNS:edge-1,IP:10.77.0.11'));
+    const foreign = {
+      ...csr(await csrPem(t, '/O=system:nodes/CN=system:node:edge-2', 'DNS:edge-2,IP:10.77.0.99'), { username: 'system:node:edge-2' }),
+      metadata: { name: 'csr-y' },
+    };
+    const edge2 = { metadata: { name: 'edge-2', resourceVersion: '3' }, status: { addresses: [{ type: 'InternalIP', address: '10.77.0.12' }] } };
+    const edge1 = { metadata: { name: 'edge-1', resourceVersion: '7' }, status: { addresses: node.addresses } };
+    let nodeWatch: ReturnType<typeof watchStream> | undefined;
+    const approvals: { name: string; conditions: { type: string; reason: string }[] }[] = [];
+    const api = await fakeApiServer(t, (req, res) => {
+      const watching = req.query.get('watch') === 'true';
+      if (req.path === '/apis/certificates.k8s.io/v1/certificatesigningrequests') {
+        assert.equal(req.query.get('fieldSelector'), 'spec.signerName=kubernetes.io/kubelet-serving');
+        return watching ? void watchStream(res) : json(res, 200, { metadata: { resourceVersion: '5' }, items: [own, foreign] });
+      }
+      if (req.path === '/api/v1/nodes') {
+        if (!watching) return json(res, 200, { metadata: { resourceVersion: '3' }, items: [edge2] });
+        nodeWatch = watchStream(res);
+        return;
+      }
+      const m = /^\/apis\/certificates.k8s.io\/v1\/certificatesigningrequests\/([^/]+)\/approval$/.exec(req.path);
+      if (req.method === 'PUT' && m) {
+        const body = JSON.parse(req.body) as { status: { conditions: { type: string; reason: string }[] } };
+        approvals.push({ name: m[1]!, conditions: body.status.conditions });
+        return json(res, 200, body);
+      }
+      json(res, 404, { kind: 'Status', code: 404, reason: 'NotFound', message: `${req.method} ${req.path}` });
+    });
+    const approver = new CsrApproverComponent(new KubeClient({ server: api.url }), captureLogger().log);
+    await approver.start();
+    t.after(() => approver.stop());
+    const until = async (ok: () => boolean) => {
+      while (!ok()) await new Promise((r) => setTimeout(r, 5));
+    };
+    await until(() => nodeWatch !== undefined && approver.decidedCount === 1);
+    assert.deepEqual(
+      approvals.map((a) => [a.name, a.conditions[0]!.type]),
+      [['csr-y', 'Denied']],
+      'edge-1 is not registered yet: no verdict',
+    );
+    nodeWatch!.event('ADDED', edge1);
+    await until(() => approver.decidedCount === 2);
+    assert.deepEqual(
+      approvals.map((a) => [a.name, a.conditions[0]!.type, a.conditions[0]!.reason]),
+      [
+        ['csr-y', 'Denied', 'KctlServingCertDenied'],
+        ['csr-x', 'Approved', 'KctlServingCertApproved'],
+      ],
+    );
+    assert.equal(api.requests.filter((r) => r.method === 'GET' && !r.query.get('watch')).length, 2, 'one list per resource, no polling');
+  },
+);

@@ -14,7 +14,14 @@ test('reset stops a leftover child that runs our staged binary, leaves a foreign
   const dir = await tempDir(t);
   const paths = controllerPaths(join(dir, 'data'), join(dir, 'run'));
   for (const d of [paths.binDir, join(paths.pkiDir, 'etcd'), paths.kineDbDir, paths.runDir]) await mkdir(d, { recursive: true });
-  for (const f of [join(paths.pkiDir, 'ca.key'), join(paths.pkiDir, 'admin.conf'), join(paths.kineDbDir, 'state.db'), join(paths.dataDir, 'cluster-config.yaml'), paths.statusSocket]) await writeFile(f, 'x');
+  for (const f of [
+    join(paths.pkiDir, 'ca.key'),
+    join(paths.pkiDir, 'admin.conf'),
+    join(paths.kineDbDir, 'state.db'),
+    join(paths.dataDir, 'cluster-config.yaml'),
+    paths.statusSocket,
+  ])
+    await writeFile(f, 'x');
   // A kine left behind by a killed kctl: a copy of sleep staged as <bin>/kine.
   await copyFile('/bin/sleep', join(paths.binDir, 'kine'));
   const leftover = await spawnProcess(t, join(paths.binDir, 'kine'), ['30']);
@@ -30,10 +37,17 @@ test('reset stops a leftover child that runs our staged binary, leaves a foreign
   assert.equal(await isAlive(foreign), true, 'reset stopped a process that is not ours');
   assert.equal(existsSync(paths.dataDir), false);
   assert.equal(existsSync(paths.runDir), false);
-  const removed = lines().filter((l) => String(l.msg).startsWith('removed ')).map((l) => l.path);
+  const removed = lines()
+    .filter((l) => String(l.msg).startsWith('removed '))
+    .map((l) => l.path);
   assert.deepEqual(removed, [
-    join(paths.runDir, 'status.sock'), paths.runDir,
-    paths.binDir, join(paths.dataDir, 'cluster-config.yaml'), paths.kineDbDir, paths.pkiDir, paths.dataDir,
+    join(paths.runDir, 'status.sock'),
+    paths.runDir,
+    paths.binDir,
+    join(paths.dataDir, 'cluster-config.yaml'),
+    paths.kineDbDir,
+    paths.pkiDir,
+    paths.dataDir,
   ]);
   assert.ok(lines().some((l) => /stopping leftover .*kine/.test(String(l.msg))));
 });

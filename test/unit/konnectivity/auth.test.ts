@@ -11,7 +11,11 @@ test('a node certificate is accepted; headers carry serverid, the live servercou
   const pki = await makePki();
   let controllers = 1;
   const server = await startServer(t, pki, { serverId: 'ctrl-a', serverCount: () => controllers });
-  const a = await rawAgent(t, pki, server, { agentId: 'node-7', creds: await pki.nodeCert('node-7'), identifiers: 'host=node-7&host=node-8&ipv4=10.0.0.7' });
+  const a = await rawAgent(t, pki, server, {
+    agentId: 'node-7',
+    creds: await pki.nodeCert('node-7'),
+    identifiers: 'host=node-7&host=node-8&ipv4=10.0.0.7',
+  });
   assert.deepEqual(a.headers.get('serverid'), ['ctrl-a']);
   assert.deepEqual(a.headers.get('servercount'), ['1']);
   assert.deepEqual(a.headers.get('kctl-extensions'), [], 'not offered, not answered (upstream agents see no extension)');
@@ -19,7 +23,7 @@ test('a node certificate is accepted; headers carry serverid, the live servercou
   assert.equal(snap.node, 'node-7');
   assert.equal(snap.auth, 'certificate');
   assert.deepEqual(snap.identifiers.ipv4, ['10.0.0.7']);
-  assert.deepEqual(snap.identifiers.host, ['node-7'], 'a node certificate does not vouch for another node\'s name');
+  assert.deepEqual(snap.identifiers.host, ['node-7'], "a node certificate does not vouch for another node's name");
 
   controllers = 3; // a controller joined: the next Connect learns it
   const b = await rawAgent(t, pki, server, { agentId: 'node-8', creds: await pki.nodeCert('node-8'), extensions: true });
@@ -30,7 +34,10 @@ test('a node certificate is accepted; headers carry serverid, the live servercou
 test('no certificate and no token: refused, saying what an agent needs', async (t) => {
   const pki = await makePki();
   const server = await startServer(t, pki);
-  await assert.rejects(rawAgent(t, pki, server, { creds: null }), /no client certificate signed by the cluster CA and no bearer token.*O=system:nodes/);
+  await assert.rejects(
+    rawAgent(t, pki, server, { creds: null }),
+    /no client certificate signed by the cluster CA and no bearer token.*O=system:nodes/,
+  );
   assert.equal(server.snapshot().agents.length, 0);
 });
 
@@ -80,7 +87,9 @@ test('a token is refused when the server has no TokenReview; agentid is required
 
 test('a kctl agent with a service-account token file (no client certificate) connects', async (t) => {
   const pki = await makePki();
-  const server = await startServer(t, pki, { tokenReview: async (token) => ({ ok: token === 'sa-token', user: 'system:serviceaccount:kube-system:konnectivity-agent' }) });
+  const server = await startServer(t, pki, {
+    tokenReview: async (token) => ({ ok: token === 'sa-token', user: 'system:serviceaccount:kube-system:konnectivity-agent' }),
+  });
   const dir = await tempDir(t);
   const tokenPath = join(dir, 'token');
   await writeFile(tokenPath, 'sa-token\n');
@@ -105,6 +114,9 @@ test('an identifier check can refuse an agent that claims addresses it does not 
       return claimed;
     },
   });
-  await assert.rejects(rawAgent(t, pki, server, { agentId: 'node-9', creds: await pki.nodeCert('node-9'), identifiers: 'ipv4=10.0.0.1' }), /agent identifiers refused: node node-9 does not have 10\.0\.0\.1/);
+  await assert.rejects(
+    rawAgent(t, pki, server, { agentId: 'node-9', creds: await pki.nodeCert('node-9'), identifiers: 'ipv4=10.0.0.1' }),
+    /agent identifiers refused: node node-9 does not have 10\.0\.0\.1/,
+  );
   await rawAgent(t, pki, server, { agentId: 'node-9', creds: await pki.nodeCert('node-9'), identifiers: 'ipv4=10.0.0.9' });
 });

@@ -43,10 +43,12 @@ function rawFrontend(t: T, udsPath: string): RawFrontend {
   call.on('data', (p: Packet) => queue.push(p));
   call.on('error', () => {});
   let finished = false;
-  const status = new Promise<grpc.StatusObject>((resolve) => call.on('status', (s: grpc.StatusObject) => {
-    finished = true;
-    resolve(s);
-  }));
+  const status = new Promise<grpc.StatusObject>((resolve) =>
+    call.on('status', (s: grpc.StatusObject) => {
+      finished = true;
+      resolve(s);
+    }),
+  );
   const take = (type?: Packet['type']): Packet | undefined => {
     const i = queue.findIndex((p) => type === undefined || p.type === type);
     return i >= 0 ? queue.splice(i, 1)[0] : undefined;
@@ -74,7 +76,9 @@ async function talk(to: string | number, bytes: Buffer | string): Promise<string
     return await new Promise<string>((resolve, reject) => {
       s.on('data', (c: Buffer) => chunks.push(c));
       // A reset is the peer closing on us: what this test expects from garbage.
-      s.on('error', (err: NodeJS.ErrnoException) => { if (err.code !== 'ECONNRESET' && err.code !== 'EPIPE') reject(err); });
+      s.on('error', (err: NodeJS.ErrnoException) => {
+        if (err.code !== 'ECONNRESET' && err.code !== 'EPIPE') reject(err);
+      });
       s.on('close', () => resolve(Buffer.concat(chunks).toString('latin1')));
       s.write(bytes);
     });
@@ -223,7 +227,10 @@ test('bad input is harmless: closes or errors on the offending stream only, no c
     const st = await fe.status;
     assert.equal(st.code, grpc.status.RESOURCE_EXHAUSTED, st.details);
     // Its tunnel is cleaned up on both ends; the bytes never reached the target.
-    await waitFor('oversized stream\'s tunnel gone', () => server.snapshot().establishedConnections === 2 && server.snapshot().closingConnections === 0);
+    await waitFor(
+      "oversized stream's tunnel gone",
+      () => server.snapshot().establishedConnections === 2 && server.snapshot().closingConnections === 0,
+    );
     await waitFor('its target closed on the agent', () => agent.snapshot().servers[0]?.connections === 1);
     await allOk('oversized frontend frame');
 
@@ -253,10 +260,16 @@ test('bad input is harmless: closes or errors on the offending stream only, no c
 
   let mallory: RawAgent;
   await t.test('agent: unknown packet type and payload-less packets are ignored; the stream stays up', async () => {
-    mallory = await rawAgent(t, pki, server, { agentId: 'mallory', creds: await pki.nodeCert('mallory'), identifiers: 'host=mallory', extensions: true });
+    mallory = await rawAgent(t, pki, server, {
+      agentId: 'mallory',
+      creds: await pki.nodeCert('mallory'),
+      identifiers: 'host=mallory',
+      extensions: true,
+    });
     await waitFor('mallory connected', () => server.snapshot().agents.length === 3);
     mallory.send({ type: 42 as never });
-    for (const type of ['DATA', 'CLOSE_RSP', 'DIAL_RSP', 'KCTL_CREDIT', 'CLOSE_REQ', 'DIAL_REQ', 'DIAL_CLS', 'KCTL_PONG'] as const) mallory.send({ type });
+    for (const type of ['DATA', 'CLOSE_RSP', 'DIAL_RSP', 'KCTL_CREDIT', 'CLOSE_REQ', 'DIAL_REQ', 'DIAL_CLS', 'KCTL_PONG'] as const)
+      mallory.send({ type });
     // Still served: a ping is answered.
     mallory.send(packets.ping('31337'));
     assert.equal((await mallory.next('KCTL_PONG')).kctlPing?.nonce, '31337');
@@ -295,7 +308,10 @@ test('bad input is harmless: closes or errors on the offending stream only, no c
   });
 
   await t.test('an unauthenticated Connect (no certificate, no token) is refused with an error', async () => {
-    await assert.rejects(rawAgent(t, pki, server, { agentId: 'anon', creds: null }), /no client certificate signed by the cluster CA and no bearer token/);
+    await assert.rejects(
+      rawAgent(t, pki, server, { agentId: 'anon', creds: null }),
+      /no client certificate signed by the cluster CA and no bearer token/,
+    );
     await assert.rejects(rawAgent(t, pki, server, { agentId: 'anon', creds: null, token: 'not-a-token' }), /token/i);
     assert.equal(server.snapshot().agents.length, 2);
     await allOk('unauthenticated Connect');
@@ -317,14 +333,25 @@ test('bad input is harmless: closes or errors on the offending stream only, no c
 
   await waitFor('server tables back to baseline (healthy + victim tunnels only)', () => {
     const s = server.snapshot();
-    return s.agents.map((a) => a.id).sort().join() === 'node-1,victim' && s.pendingDials === 0 && s.closingConnections === 0 && s.establishedConnections === 2;
+    return (
+      s.agents
+        .map((a) => a.id)
+        .sort()
+        .join() === 'node-1,victim' &&
+      s.pendingDials === 0 &&
+      s.closingConnections === 0 &&
+      s.establishedConnections === 2
+    );
   });
   await waitFor('agent tables back to baseline', () => {
     const s = agent.snapshot().servers[0];
     return s?.connections === 1 && s.pendingDials === 0 && echo.sockets.size === 1;
   });
-  await waitFor('gRPC stream gauges back to baseline', async () =>
-    (await metric(server, /grpc_connections\{service_method="\/ProxyService\/Proxy"\}/))?.endsWith(' 2')
-    && (await metric(server, /grpc_connections\{service_method="\/AgentService\/Connect"\}/))?.endsWith(' 2'));
+  await waitFor(
+    'gRPC stream gauges back to baseline',
+    async () =>
+      (await metric(server, /grpc_connections\{service_method="\/ProxyService\/Proxy"\}/))?.endsWith(' 2') &&
+      (await metric(server, /grpc_connections\{service_method="\/AgentService\/Connect"\}/))?.endsWith(' 2'),
+  );
   assert.equal((await fetch(`http://127.0.0.1:${server.adminPort()}/readyz`)).status, 200);
 });

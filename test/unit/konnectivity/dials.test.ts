@@ -39,7 +39,10 @@ test('no agent: "No agent available" on both frontends, and /readyz says so', as
   const pki = await makePki();
   const server = await startServer(t, pki, { serverId: 'ctrl-x' });
   const uds = udsOf(server);
-  await assert.rejects(dialViaProxy({ udsPath: uds.grpc, address: '127.0.0.1:10250' }), /^ProxyDialError: No agent available: no agent is connected to konnectivity server ctrl-x$/);
+  await assert.rejects(
+    dialViaProxy({ udsPath: uds.grpc, address: '127.0.0.1:10250' }),
+    /^ProxyDialError: No agent available: no agent is connected to konnectivity server ctrl-x$/,
+  );
   const rsp = await httpConnect(uds.connect, '127.0.0.1:10250');
   assert.match(rsp, /^HTTP\/1\.1 500 /);
   assert.match(rsp, /\r\n\r\ncurrently no tunnels available: No agent available/);
@@ -52,7 +55,7 @@ test('no agent: "No agent available" on both frontends, and /readyz says so', as
   assert.match(metrics, /konnectivity_network_proxy_server_ready_backend_connections 1/);
 });
 
-test('agent dial errors: the agent\'s error text over GRPC, 502 over HTTP-CONNECT', async (t) => {
+test("agent dial errors: the agent's error text over GRPC, 502 over HTTP-CONNECT", async (t) => {
   const pki = await makePki();
   const server = await startServer(t, pki);
   await startAgent(t, pki, [server]);
@@ -60,7 +63,10 @@ test('agent dial errors: the agent\'s error text over GRPC, 502 over HTTP-CONNEC
   const closed = await echoServer(t);
   closed.server.close(); // nothing listens there any more
   await new Promise((r) => setTimeout(r, 50));
-  await assert.rejects(dialViaProxy({ udsPath: udsOf(server).grpc, address: closed.address }), new RegExp(`dial tcp ${closed.address}: connect: connection refused`));
+  await assert.rejects(
+    dialViaProxy({ udsPath: udsOf(server).grpc, address: closed.address }),
+    new RegExp(`dial tcp ${closed.address}: connect: connection refused`),
+  );
   assert.match(await httpConnect(udsOf(server).connect, closed.address), /^HTTP\/1\.1 502 Bad Gateway/);
 });
 
@@ -69,7 +75,10 @@ test('an agent that does not answer: the dial times out (504 over HTTP-CONNECT),
   const server = await startServer(t, pki, { dialTimeoutMs: 300 });
   const agent = await rawAgent(t, pki, server);
   await waitFor('agent', () => server.snapshot().agents.length === 1);
-  await assert.rejects(dialViaProxy({ udsPath: udsOf(server).grpc, address: '127.0.0.1:9', random: '4611686018427387905' }), /timed out after 300 ms waiting for agent raw-1/);
+  await assert.rejects(
+    dialViaProxy({ udsPath: udsOf(server).grpc, address: '127.0.0.1:9', random: '4611686018427387905' }),
+    /timed out after 300 ms waiting for agent raw-1/,
+  );
   const req = await agent.next('DIAL_REQ');
   assert.equal(req.dialRequest?.random, '4611686018427387905');
   const cls = await agent.next('DIAL_CLS');
@@ -177,7 +186,7 @@ test('a client that sends DATA for another connection id gets CLOSE_RSP for it, 
   await waitFor('DIAL_RSP', () => got.some((p) => p.type === 'DIAL_RSP'));
   call.write(packets.data('9', Buffer.from('wrong id')));
   await waitFor('CLOSE_RSP for the stray id', () => got.find((p) => p.type === 'CLOSE_RSP' && p.closeResponse?.connectID === '9'));
-  assert.equal((await agent.next('CLOSE_REQ')).closeRequest?.connectID, '8', 'the stream\'s own connection is closed on the agent');
+  assert.equal((await agent.next('CLOSE_REQ')).closeRequest?.connectID, '8', "the stream's own connection is closed on the agent");
   agent.send(packets.closeRsp('8'));
   await waitFor('CLOSE_RSP for the real id', () => got.find((p) => p.type === 'CLOSE_RSP' && p.closeResponse?.connectID === '8'));
   await assert.rejects(agent.next('DATA', 200), /no DATA/, 'the stray bytes never reached the agent');
@@ -229,8 +238,14 @@ test('one trace id per dial appears in the server and the agent logs', async (t)
   const sent = serverLog.lines().find((l) => l.msg === 'dial sent to agent');
   const trace = sent?.trace;
   assert.match(String(trace), /^[0-9a-f]{16}$/);
-  const serverMsgs = serverLog.lines().filter((l) => l.trace === trace).map((l) => l.msg);
-  const agentMsgs = agentLog.lines().filter((l) => l.trace === trace).map((l) => l.msg);
+  const serverMsgs = serverLog
+    .lines()
+    .filter((l) => l.trace === trace)
+    .map((l) => l.msg);
+  const agentMsgs = agentLog
+    .lines()
+    .filter((l) => l.trace === trace)
+    .map((l) => l.msg);
   assert.ok(serverMsgs.includes('tunnel established'), serverMsgs.join());
   assert.ok(agentMsgs.includes('dialing target') && agentMsgs.includes('target connected'), agentMsgs.join());
 });

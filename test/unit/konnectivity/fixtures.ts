@@ -30,7 +30,11 @@ export interface TestPki {
   foreignCa(): Promise<Signer>;
 }
 
-const silentSink = new Writable({ write(_c, _e, cb) { cb(); } });
+const silentSink = new Writable({
+  write(_c, _e, cb) {
+    cb();
+  },
+});
 
 /** Silent, unless KCTL_TEST_LOG=1 (then debug lines on stderr). */
 export function quietLogger(): Logger {
@@ -54,23 +58,43 @@ export function makePki(): Promise<TestPki> {
 async function createPki(t: T): Promise<TestPki> {
   const dir = await tempDir(t, 'kctl-knp-pki-');
   const log = quietLogger();
-  await ensurePki({
-    dir, apiAddress: '127.0.0.1', sans: [], apiPort: 6443, serviceCIDR: '10.96.0.0/12', clusterDomain: 'cluster.local',
-    hostname: 'ctrl-1', localAddresses: ['127.0.0.1'],
-  }, log);
+  await ensurePki(
+    {
+      dir,
+      apiAddress: '127.0.0.1',
+      sans: [],
+      apiPort: 6443,
+      serviceCIDR: '10.96.0.0/12',
+      clusterDomain: 'cluster.local',
+      hostname: 'ctrl-1',
+      localAddresses: ['127.0.0.1'],
+    },
+    log,
+  );
   const p = pkiPaths(dir);
-  const [ca, caKey, serverCert, serverKey] = await Promise.all([p.caCert, p.caKey, p.konnectivityCert, p.konnectivityKey].map((f) => readFile(f, 'utf8'))) as [string, string, string, string];
+  const [ca, caKey, serverCert, serverKey] = (await Promise.all(
+    [p.caCert, p.caKey, p.konnectivityCert, p.konnectivityKey].map((f) => readFile(f, 'utf8')),
+  )) as [string, string, string, string];
   const cluster = await signerFrom('kubernetes-ca', ca, caKey);
   const clientCert: TestPki['clientCert'] = async (o) => {
     const keyPem = await generateKeyPem();
     const cert = issueLeafCert({
-      subject: { commonName: o.commonName, organizations: o.organizations }, usages: ['clientAuth'], sans: [],
-      key: parseKey(keyPem, 'key', ''), signer: o.signer ?? cluster, now: new Date(), years: 1,
+      subject: { commonName: o.commonName, organizations: o.organizations },
+      usages: ['clientAuth'],
+      sans: [],
+      key: parseKey(keyPem, 'key', ''),
+      signer: o.signer ?? cluster,
+      now: new Date(),
+      years: 1,
     });
     return { cert, key: keyPem };
   };
   return {
-    dir, ca, serverCert, serverKey, clientCert,
+    dir,
+    ca,
+    serverCert,
+    serverKey,
+    clientCert,
     nodeCert: (node) => clientCert({ commonName: `system:node:${node}`, organizations: ['system:nodes'] }),
     foreignCa: async () => {
       const keyPem = await generateKeyPem();
@@ -109,7 +133,12 @@ export function udsOf(server: KonnectivityServer): { grpc: string; connect: stri
   return { grpc: o.udsPath, connect: o.httpConnectUdsPath ?? '' };
 }
 
-export async function startAgent(t: T, pki: TestPki, servers: KonnectivityServer[] | { host: string; port: number }[], over: Partial<KonnectivityAgentOptions> = {}): Promise<KonnectivityAgent> {
+export async function startAgent(
+  t: T,
+  pki: TestPki,
+  servers: KonnectivityServer[] | { host: string; port: number }[],
+  over: Partial<KonnectivityAgentOptions> = {},
+): Promise<KonnectivityAgent> {
   const node = over.agentId ?? 'node-1';
   const creds = over.cert ? { cert: over.cert, key: over.key } : over.serviceAccountTokenPath ? {} : await pki.nodeCert(node);
   const agent = new KonnectivityAgent({
@@ -139,7 +168,11 @@ export async function waitFor<V>(what: string, check: () => V | Promise<V>, time
   }
 }
 
-export async function listen(t: T, onConnection: (s: Socket) => void, host = '127.0.0.1'): Promise<{ server: Server; port: number; address: string; sockets: Set<Socket> }> {
+export async function listen(
+  t: T,
+  onConnection: (s: Socket) => void,
+  host = '127.0.0.1',
+): Promise<{ server: Server; port: number; address: string; sockets: Set<Socket> }> {
   const sockets = new Set<Socket>();
   const server = createServer((s) => {
     sockets.add(s);
@@ -222,7 +255,7 @@ export interface RawAgentOptions {
 
 /** Connects to the server's agent port; rejects with the status details when refused. */
 export async function rawAgent(t: T, pki: TestPki, server: KonnectivityServer, o: RawAgentOptions = {}): Promise<RawAgent> {
-  const creds = o.creds === null ? null : (o.creds ?? await pki.nodeCert(o.agentId ?? 'raw-1'));
+  const creds = o.creds === null ? null : (o.creds ?? (await pki.nodeCert(o.agentId ?? 'raw-1')));
   const channelCreds = grpc.credentials.createSsl(Buffer.from(pki.ca), creds ? Buffer.from(creds.key) : null, creds ? Buffer.from(creds.cert) : null);
   const client = new AgentServiceClient(`127.0.0.1:${server.agentPort()}`, channelCreds, { 'grpc.use_local_subchannel_pool': 1 });
   const md = new grpc.Metadata();

@@ -21,7 +21,8 @@ function run(flow: ConnectionFlow, rounds: number, flushPerRound: (waiting: numb
   return { window: flow.receiveWindow, peakUnflushed: flow.peakUnflushed };
 }
 
-const flowWith = (budget: WindowBudget): ConnectionFlow => new ConnectionFlow({ negotiated: true, window: 256 * KiB, maxWindow: 4096 * KiB, budget, bufferLimit: 0 });
+const flowWith = (budget: WindowBudget): ConnectionFlow =>
+  new ConnectionFlow({ negotiated: true, window: 256 * KiB, maxWindow: 4096 * KiB, budget, bufferLimit: 0 });
 
 test('a sink that keeps up grows the window to its cap, and gives the growth back on release', () => {
   const budget = new WindowBudget(64 * 1024 * KiB);
@@ -57,6 +58,12 @@ test('a sink that stalls or lags keeps the initial window', () => {
 test('without a budget, or with an upstream peer, the window never grows', () => {
   const fixed = new ConnectionFlow({ negotiated: true, window: 256 * KiB, maxWindow: 4096 * KiB, bufferLimit: 0 });
   assert.equal(run(fixed, 10, (w) => w).window, 256 * KiB);
-  const upstream = new ConnectionFlow({ negotiated: false, window: 256 * KiB, maxWindow: 4096 * KiB, budget: new WindowBudget(64 * 1024 * KiB), bufferLimit: 8192 * KiB });
+  const upstream = new ConnectionFlow({
+    negotiated: false,
+    window: 256 * KiB,
+    maxWindow: 4096 * KiB,
+    budget: new WindowBudget(64 * 1024 * KiB),
+    bufferLimit: 8192 * KiB,
+  });
   assert.equal(run(upstream, 10, (w) => w).window, 256 * KiB);
 });

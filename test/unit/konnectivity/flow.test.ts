@@ -16,32 +16,36 @@ async function sourceServer(t: Parameters<typeof listen>[0], host = '127.0.0.1')
   const accepted = new Map<Socket, number>();
   const endless = new Set<Socket>();
   const chunk = Buffer.alloc(64 * 1024, 0x5a);
-  const srv = await listen(t, (s) => {
-    let line = '';
-    const onData = (c: Buffer): void => {
-      line += c.toString();
-      if (!line.includes('\n')) return;
-      s.off('data', onData);
-      const n = line.startsWith('inf') ? Number.POSITIVE_INFINITY : Number(line.trim());
-      if (!Number.isFinite(n)) endless.add(s);
-      let sent = 0;
-      accepted.set(s, 0);
-      const pump = (): void => {
-        while (sent < n && !s.destroyed) {
-          const len = Math.min(chunk.length, n - sent);
-          sent += len;
-          accepted.set(s, sent);
-          if (!s.write(len === chunk.length ? chunk : chunk.subarray(0, len))) {
-            s.once('drain', pump);
-            return;
+  const srv = await listen(
+    t,
+    (s) => {
+      let line = '';
+      const onData = (c: Buffer): void => {
+        line += c.toString();
+        if (!line.includes('\n')) return;
+        s.off('data', onData);
+        const n = line.startsWith('inf') ? Number.POSITIVE_INFINITY : Number(line.trim());
+        if (!Number.isFinite(n)) endless.add(s);
+        let sent = 0;
+        accepted.set(s, 0);
+        const pump = (): void => {
+          while (sent < n && !s.destroyed) {
+            const len = Math.min(chunk.length, n - sent);
+            sent += len;
+            accepted.set(s, sent);
+            if (!s.write(len === chunk.length ? chunk : chunk.subarray(0, len))) {
+              s.once('drain', pump);
+              return;
+            }
           }
-        }
-        if (Number.isFinite(n)) s.end();
+          if (Number.isFinite(n)) s.end();
+        };
+        pump();
       };
-      pump();
-    };
-    s.on('data', onData);
-  }, host);
+      s.on('data', onData);
+    },
+    host,
+  );
   return { ...srv, accepted, endless };
 }
 
@@ -55,11 +59,16 @@ interface Group {
 async function healthyGroup(server: KonnectivityServer, address: string, conns: number): Promise<Group> {
   const tunnels = await Promise.all(Array.from({ length: conns }, () => dialViaProxy({ udsPath: udsOf(server).grpc, address })));
   const g: Group = { tunnels, received: 0, done: Promise.resolve() };
-  g.done = Promise.all(tunnels.map((tn) => new Promise<void>((resolve, reject) => {
-    tn.on('data', (c: Buffer) => (g.received += c.length));
-    tn.once('end', resolve);
-    tn.once('error', reject);
-  }))).then(() => undefined);
+  g.done = Promise.all(
+    tunnels.map(
+      (tn) =>
+        new Promise<void>((resolve, reject) => {
+          tn.on('data', (c: Buffer) => (g.received += c.length));
+          tn.once('end', resolve);
+          tn.once('error', reject);
+        }),
+    ),
+  ).then(() => undefined);
   return g;
 }
 
@@ -108,7 +117,10 @@ test('one stalled reader does not slow 100 other connections on the same agent, 
     ratios.push(withStall / without);
     rates.push(`${(withStall / MiB / seconds).toFixed(0)} vs ${(without / MiB / seconds).toFixed(0)}`);
     await Promise.all(groups.map((g) => g.done));
-    assert.ok(groups.every((g) => g.received === CONNS * SIZE), 'every healthy connection got all its bytes');
+    assert.ok(
+      groups.every((g) => g.received === CONNS * SIZE),
+      'every healthy connection got all its bytes',
+    );
 
     // Still stalled, still bounded, after 400 MiB went past it.
     const st = server.tunnelStats().find((x) => x.random === stalled.random);
@@ -117,13 +129,20 @@ test('one stalled reader does not slow 100 other connections on the same agent, 
     const sock = Math.max(0, ...[...sources[s]!.endless].filter((k) => !k.destroyed).map((k) => sources[s]!.accepted.get(k) ?? 0));
     peaks.push({ server: st.peakUnflushed, agentHeld: at.peakHeld, sourceAccepted: sock });
     stalled.destroy();
-    await waitFor('stalled connection closed', () => !server.tunnelStats().some((x) => x.random === stalled.random) && sides[s]!.agent.targetStats().length === 0);
+    await waitFor(
+      'stalled connection closed',
+      () => !server.tunnelStats().some((x) => x.random === stalled.random) && sides[s]!.agent.targetStats().length === 0,
+    );
   }
   // Geometric mean over rounds with the roles swapped: any difference between the two agents
   // themselves cancels out.
   const ratio = Math.exp(ratios.reduce((a, r) => a + Math.log(r), 0) / ratios.length);
-  t.diagnostic(`MiB/s of 100 healthy connections, with a stalled one on their agent vs without: ${rates.join('; ')}; ratios ${ratios.map((r) => r.toFixed(3)).join(', ')}; overall ${ratio.toFixed(3)}`);
-  t.diagnostic(`stalled connection: server buffered at most ${peaks.map((p) => p.server).join(', ')} B, agent held at most ${peaks.map((p) => p.agentHeld).join(', ')} B, target wrote ${peaks.map((p) => (p.sourceAccepted / MiB).toFixed(1)).join(', ')} MiB (kernel socket buffers included)`);
+  t.diagnostic(
+    `MiB/s of 100 healthy connections, with a stalled one on their agent vs without: ${rates.join('; ')}; ratios ${ratios.map((r) => r.toFixed(3)).join(', ')}; overall ${ratio.toFixed(3)}`,
+  );
+  t.diagnostic(
+    `stalled connection: server buffered at most ${peaks.map((p) => p.server).join(', ')} B, agent held at most ${peaks.map((p) => p.agentHeld).join(', ')} B, target wrote ${peaks.map((p) => (p.sourceAccepted / MiB).toFixed(1)).join(', ')} MiB (kernel socket buffers included)`,
+  );
   assert.ok(ratio >= 0.9, `healthy connections kept ${(ratio * 100).toFixed(1)}% of their throughput (need >= 90%)`);
   for (const p of peaks) {
     // The stalled reader's client and kernel buffers took the first bytes as fast as they came,
@@ -157,7 +176,9 @@ test('a target that stops reading backpressures its client, and the agent buffer
   const st = server.tunnelStats().find((x) => x.connectID === tunnel.connectID);
   assert.ok(at && st);
   const passed = written - tunnel.writableLength; // what left the client, not what waits in it
-  t.diagnostic(`client offered ${(written / MiB).toFixed(1)} MiB, ${(passed / MiB).toFixed(1)} MiB left it (kernel socket buffers included); agent unflushed peak ${at.peakUnflushed} B; server held peak ${st.peakHeld} B`);
+  t.diagnostic(
+    `client offered ${(written / MiB).toFixed(1)} MiB, ${(passed / MiB).toFixed(1)} MiB left it (kernel socket buffers included); agent unflushed peak ${at.peakUnflushed} B; server held peak ${st.peakHeld} B`,
+  );
   assert.ok(at.peakUnflushed <= MAX_WINDOW, `agent buffered ${at.peakUnflushed} B towards the stalled target (max window ${MAX_WINDOW})`);
   assert.ok(st.peakHeld <= MAX_DATA_CHUNK, `server held ${st.peakHeld} B beyond the credit`);
   assert.ok(passed < 16 * MiB, `the client was slowed down (${passed} B left it)`);

@@ -56,7 +56,13 @@ test('an agent given two server addresses holds a stream to both', async (t) => 
   const s2 = await startServer(t, pki, { serverId: 'ctrl-2', serverCount: () => 2 });
   const agent = await startAgent(t, pki, [s1, s2]);
   await waitFor('both servers held', () => agent.snapshot().servers.length === 2);
-  assert.deepEqual(agent.snapshot().servers.map((s) => s.serverId).sort(), ['ctrl-1', 'ctrl-2']);
+  assert.deepEqual(
+    agent
+      .snapshot()
+      .servers.map((s) => s.serverId)
+      .sort(),
+    ['ctrl-1', 'ctrl-2'],
+  );
   assert.equal(s1.snapshot().agents.length, 1);
   assert.equal(s2.snapshot().agents.length, 1);
   const echo = await echoServer(t);
@@ -84,7 +90,13 @@ test('an agent behind one address discovers servercount=2 servers and drops dupl
   const lb = await roundRobin(t, () => [s1.agentPort(), s1.agentPort(), s1.agentPort(), s2.agentPort()]);
   const agent = await startAgent(t, pki, [{ host: '127.0.0.1', port: lb.port }], { syncIntervalMs: 50, syncIntervalCapMs: 200 });
   await waitFor('both servers discovered', () => agent.snapshot().servers.length === 2, 20_000);
-  assert.deepEqual(agent.snapshot().servers.map((s) => s.serverId).sort(), ['ctrl-1', 'ctrl-2']);
+  assert.deepEqual(
+    agent
+      .snapshot()
+      .servers.map((s) => s.serverId)
+      .sort(),
+    ['ctrl-1', 'ctrl-2'],
+  );
   assert.equal(agent.snapshot().knownServerCount, 2);
   // Duplicates were dropped: each server sees the agent once.
   await waitFor('one stream per server', () => s1.snapshot().agents.length === 1 && s2.snapshot().agents.length === 1);
@@ -102,10 +114,14 @@ test('a dead link (no FIN, no RST) is noticed in seconds by both the agent and t
   const firstConnectedAt = server.snapshot().agents[0]?.connectedAt;
   lb.freeze();
   // Both ends give up on the frozen connection, and the agent comes back on a fresh one.
-  await waitFor('server dropped the silent agent and the agent reconnected', () => {
-    const agents = server.snapshot().agents;
-    return agents.length === 1 && agents[0]?.connectedAt !== firstConnectedAt && agent.snapshot().servers.length === 1;
-  }, 20_000);
+  await waitFor(
+    'server dropped the silent agent and the agent reconnected',
+    () => {
+      const agents = server.snapshot().agents;
+      return agents.length === 1 && agents[0]?.connectedAt !== firstConnectedAt && agent.snapshot().servers.length === 1;
+    },
+    20_000,
+  );
   const echo = await echoServer(t);
   await echoThrough(server, echo.address);
 });

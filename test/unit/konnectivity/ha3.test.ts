@@ -23,7 +23,15 @@ async function startChildServer(t: T, pki: TestPki, serverId: string, serverCoun
   const dir = await tempDir(t, 'kctl-knp-child-');
   const child = spawn(process.execPath, ['--import', 'tsx', 'test/unit/konnectivity/fixtures/child-server.ts'], {
     cwd: root,
-    env: { ...process.env, KNP_DIR: dir, KNP_ID: serverId, KNP_COUNT: String(serverCount), KNP_CA: pki.ca, KNP_CERT: pki.serverCert, KNP_KEY: pki.serverKey },
+    env: {
+      ...process.env,
+      KNP_DIR: dir,
+      KNP_ID: serverId,
+      KNP_COUNT: String(serverCount),
+      KNP_CA: pki.ca,
+      KNP_CERT: pki.serverCert,
+      KNP_KEY: pki.serverKey,
+    },
     stdio: ['pipe', 'pipe', 'inherit'],
   });
   const exited = once(child, 'exit');
@@ -77,7 +85,11 @@ async function roundTrip(tn: ProxyTunnel, what: string): Promise<void> {
   assert.equal((await back).toString(), msg.toString(), what);
 }
 
-const ids = (a: KonnectivityAgent): string[] => a.snapshot().servers.map((s) => s.serverId).sort();
+const ids = (a: KonnectivityAgent): string[] =>
+  a
+    .snapshot()
+    .servers.map((s) => s.serverId)
+    .sort();
 const agentIds = (s: KonnectivityServerSnapshot): string[] => s.agents.map((a) => a.id).sort();
 
 test('3 servers, 2 agents given all 3 addresses: all connected to all; SIGKILL one server and dials keep working', { timeout: 30_000 }, async (t) => {
@@ -87,10 +99,7 @@ test('3 servers, 2 agents given all 3 addresses: all connected to all; SIGKILL o
   const s2 = await startServer(t, pki, { serverId: 'ctrl-2', serverCount: () => live });
   const s3 = await startChildServer(t, pki, 'ctrl-3', 3);
   const addresses = [s1.agentPort(), s2.agentPort(), s3.agentPort].map((port) => ({ host: '127.0.0.1', port }));
-  const agents = [
-    await startAgent(t, pki, addresses, { agentId: 'node-1' }),
-    await startAgent(t, pki, addresses, { agentId: 'node-2' }),
-  ];
+  const agents = [await startAgent(t, pki, addresses, { agentId: 'node-1' }), await startAgent(t, pki, addresses, { agentId: 'node-2' })];
   const echo = await echoServer(t);
   const uds = { 'ctrl-1': udsOf(s1).grpc, 'ctrl-2': udsOf(s2).grpc, 'ctrl-3': s3.uds };
 
@@ -100,8 +109,13 @@ test('3 servers, 2 agents given all 3 addresses: all connected to all; SIGKILL o
     assert.equal(a.snapshot().knownServerCount, 3);
     for (const s of a.snapshot().servers) assert.equal(s.serverCount, 3);
   }
-  await waitFor('every server sees both agents (no duplicates)', async () =>
-    agentIds(s1.snapshot()).join() === 'node-1,node-2' && agentIds(s2.snapshot()).join() === 'node-1,node-2' && agentIds(await s3.snapshot()).join() === 'node-1,node-2');
+  await waitFor(
+    'every server sees both agents (no duplicates)',
+    async () =>
+      agentIds(s1.snapshot()).join() === 'node-1,node-2' &&
+      agentIds(s2.snapshot()).join() === 'node-1,node-2' &&
+      agentIds(await s3.snapshot()).join() === 'node-1,node-2',
+  );
   assert.equal(s1.snapshot().serverCount, 3);
 
   // ---- dials through every server's GRPC frontend ----
@@ -128,7 +142,7 @@ test('3 servers, 2 agents given all 3 addresses: all connected to all; SIGKILL o
   // Dials through the survivors work right away, while the agents are still resyncing.
   const burst = await Promise.allSettled(Array.from({ length: 12 }, (_, i) => echoVia(i % 2 ? uds['ctrl-1'] : uds['ctrl-2'], echo.address)));
   const failed = burst.filter((r) => r.status === 'rejected').map((r) => String((r as PromiseRejectedResult).reason));
-  assert.deepEqual(failed, [], 'dials through the surviving servers during the agents\' resync');
+  assert.deepEqual(failed, [], "dials through the surviving servers during the agents' resync");
 
   // The tunnel through the dead server ends; the ones through the survivors carry on.
   held['ctrl-3'].resume();
@@ -153,8 +167,10 @@ test('3 servers, 2 agents given all 3 addresses: all connected to all; SIGKILL o
     await waitFor(`${a.snapshot().agentId} knownServerCount follows to 2`, () => a.snapshot().knownServerCount === 2, 10_000);
   }
   // ...and no duplicate streams are left behind on the survivors.
-  await waitFor('each survivor sees both agents once', () =>
-    agentIds(s1.snapshot()).join() === 'node-1,node-2' && agentIds(s2.snapshot()).join() === 'node-1,node-2');
+  await waitFor(
+    'each survivor sees both agents once',
+    () => agentIds(s1.snapshot()).join() === 'node-1,node-2' && agentIds(s2.snapshot()).join() === 'node-1,node-2',
+  );
 
   // A dial to the dead server's socket fails fast instead of hanging.
   const t0 = Date.now();
@@ -173,10 +189,15 @@ test('3 servers, 2 agents given all 3 addresses: all connected to all; SIGKILL o
   probe.close();
 
   // Tables return to what is really open: the two held tunnels, nothing pending or closing.
-  await waitFor('survivor tables settle', () => [s1, s2].every((s) => {
-    const snap = s.snapshot();
-    return snap.pendingDials === 0 && snap.closingConnections === 0 && snap.establishedConnections === 1 && snap.agents.length === 2;
-  }));
-  await waitFor('agent tables settle', () => agents.every((a) => a.snapshot().servers.every((s) => s.pendingDials === 0))
-    && agents.reduce((n, a) => n + a.targetStats().length, 0) === 2);
+  await waitFor('survivor tables settle', () =>
+    [s1, s2].every((s) => {
+      const snap = s.snapshot();
+      return snap.pendingDials === 0 && snap.closingConnections === 0 && snap.establishedConnections === 1 && snap.agents.length === 2;
+    }),
+  );
+  await waitFor(
+    'agent tables settle',
+    () =>
+      agents.every((a) => a.snapshot().servers.every((s) => s.pendingDials === 0)) && agents.reduce((n, a) => n + a.targetStats().length, 0) === 2,
+  );
 });

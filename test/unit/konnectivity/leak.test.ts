@@ -24,9 +24,12 @@ function gauge(text: string, name: string): number {
 async function withDeadline<V>(p: Promise<V>, what: string): Promise<V> {
   let timer: NodeJS.Timeout | undefined;
   try {
-    return await Promise.race([p, new Promise<never>((_, reject) => {
-      timer = setTimeout(() => reject(new Error(`${what} did not finish within 20 s`)), 20_000);
-    })]);
+    return await Promise.race([
+      p,
+      new Promise<never>((_, reject) => {
+        timer = setTimeout(() => reject(new Error(`${what} did not finish within 20 s`)), 20_000);
+      }),
+    ]);
   } finally {
     clearTimeout(timer);
   }
@@ -122,7 +125,12 @@ test(`${CYCLES} dial/close cycles of every kind leave no dial, tunnel, gauge or 
   // with traffic in flight and replaced.
   async function blackHole(): Promise<void> {
     const raw = await rawAgent(t, pki, server, { agentId: 'black-hole', identifiers: 'host=black-hole' });
-    const dials = Array.from({ length: 5 }, () => dialViaProxy({ udsPath: uds, address: 'black-hole:10250' }).then(() => 'answered', (e: Error) => e.message));
+    const dials = Array.from({ length: 5 }, () =>
+      dialViaProxy({ udsPath: uds, address: 'black-hole:10250' }).then(
+        () => 'answered',
+        (e: Error) => e.message,
+      ),
+    );
     // Other cycles' dials may land here too (any ready agent): they fail when it dies.
     for (let got = 0; got < 5;) if ((await raw.next('DIAL_REQ')).dialRequest?.address === 'black-hole:10250') got++;
     raw.close();
@@ -144,29 +152,56 @@ test(`${CYCLES} dial/close cycles of every kind leave no dial, tunnel, gauge or 
         note('agent restarted');
       }
       await withDeadline(cycle(i), `cycle ${i} (kind ${i % 10})`);
-      if (process.env.KNP_LEAK_PROGRESS && i % 500 === 0) console.error(`cycle ${i} at ${((Date.now() - started) / 1000).toFixed(1)} s`, JSON.stringify(counts), JSON.stringify(server.snapshot().agents.map((a) => [a.id, a.connections, a.pendingDials])));
+      if (process.env.KNP_LEAK_PROGRESS && i % 500 === 0)
+        console.error(
+          `cycle ${i} at ${((Date.now() - started) / 1000).toFixed(1)} s`,
+          JSON.stringify(counts),
+          JSON.stringify(server.snapshot().agents.map((a) => [a.id, a.connections, a.pendingDials])),
+        );
     }
   }
   await Promise.all(Array.from({ length: WORKERS }, worker));
   const seconds = (Date.now() - started) / 1000;
 
-  await waitFor('server tables empty', () => {
-    const s = server.snapshot();
-    return s.pendingDials === 0 && s.establishedConnections === 0 && s.closingConnections === 0;
-  }, 15_000);
-  await waitFor('agent tables empty', () => agents.every((a) => a.snapshot().servers.every((x) => x.connections === 0 && x.pendingDials === 0)), 15_000);
+  await waitFor(
+    'server tables empty',
+    () => {
+      const s = server.snapshot();
+      return s.pendingDials === 0 && s.establishedConnections === 0 && s.closingConnections === 0;
+    },
+    15_000,
+  );
+  await waitFor(
+    'agent tables empty',
+    () => agents.every((a) => a.snapshot().servers.every((x) => x.connections === 0 && x.pendingDials === 0)),
+    15_000,
+  );
   await waitFor('target sockets closed', () => echo.sockets.size + reset.sockets.size + resetLater.sockets.size + hello.sockets.size === 0, 15_000);
   const metrics = await server.metrics.registry.metrics();
   assert.equal(gauge(metrics, 'konnectivity_network_proxy_server_pending_backend_dials'), 0);
   assert.equal(gauge(metrics, 'konnectivity_network_proxy_server_established_connections'), 0);
-  await waitFor('no Proxy streams open', async () => gauge(await server.metrics.registry.metrics(), 'konnectivity_network_proxy_server_grpc_connections{service_method="/ProxyService/Proxy"}') === 0, 15_000);
-  assert.equal(gauge(metrics, 'konnectivity_network_proxy_server_grpc_connections{service_method="/AgentService/Connect"}'), 2, 'only the two live agents');
+  await waitFor(
+    'no Proxy streams open',
+    async () =>
+      gauge(await server.metrics.registry.metrics(), 'konnectivity_network_proxy_server_grpc_connections{service_method="/ProxyService/Proxy"}') ===
+      0,
+    15_000,
+  );
+  assert.equal(
+    gauge(metrics, 'konnectivity_network_proxy_server_grpc_connections{service_method="/AgentService/Connect"}'),
+    2,
+    'only the two live agents',
+  );
   assert.equal(gauge(metrics, 'konnectivity_network_proxy_server_ready_backend_connections'), 2);
   for (const a of agents) assert.equal(gauge(await a.metricsText(), 'konnectivity_network_proxy_agent_open_endpoint_connections'), 0);
-  const fds = await waitFor('fds back to the baseline', () => {
-    const n = openFds();
-    return n <= baselineFds + 2 ? n : 0;
-  }, 15_000);
+  const fds = await waitFor(
+    'fds back to the baseline',
+    () => {
+      const n = openFds();
+      return n <= baselineFds + 2 ? n : 0;
+    },
+    15_000,
+  );
   t.diagnostic(`${CYCLES} cycles in ${seconds.toFixed(1)} s: ${JSON.stringify(counts)}; fds ${baselineFds} before, ${fds} after`);
   assert.ok((counts.echo ?? 0) >= CYCLES * 0.3, 'most echo cycles succeeded');
   assert.equal(counts['agent killed mid-dial'], Math.floor((CYCLES - 1) / 1000));

@@ -9,7 +9,13 @@ import { test } from 'node:test';
 import { ConnectionFlow } from '../../../src/konnectivity/flow.ts';
 import { PROTO_SHA256, PacketType } from '../../../src/konnectivity/gen/konnectivity.ts';
 import {
-  decodePacket, encodePacket, newRandom, packets, parseIdentifiers, formatIdentifiers, type Packet,
+  decodePacket,
+  encodePacket,
+  newRandom,
+  packets,
+  parseIdentifiers,
+  formatIdentifiers,
+  type Packet,
 } from '../../../src/konnectivity/protocol.ts';
 
 const BIG = '9223372036854775807'; // 2^63 - 1
@@ -110,9 +116,15 @@ test('flow control: a sender never exceeds its credit and holds at most the over
   assert.equal(f.heldLength, 20);
   assert.equal(f.take(Buffer.alloc(5)), null);
   const released = f.grant(10);
-  assert.deepEqual(released.map((b) => b.length), [10]);
+  assert.deepEqual(
+    released.map((b) => b.length),
+    [10],
+  );
   assert.equal(f.heldLength, 15);
-  assert.deepEqual(f.grant(100).map((b) => b.length), [10, 5]);
+  assert.deepEqual(
+    f.grant(100).map((b) => b.length),
+    [10, 5],
+  );
   assert.equal(f.open, true);
 });
 

@@ -26,7 +26,11 @@ test('bytes travel both ways through the GRPC frontend, and a close reaches the 
   assert.equal(agent.snapshot().servers[0]?.connections, 1);
   tunnel.end();
   await waitFor('target socket closed', () => echo.sockets.size === 0);
-  await waitFor('tables empty', () => server.snapshot().establishedConnections === 0 && server.snapshot().closingConnections === 0 && agent.snapshot().servers[0]?.connections === 0);
+  await waitFor(
+    'tables empty',
+    () =>
+      server.snapshot().establishedConnections === 0 && server.snapshot().closingConnections === 0 && agent.snapshot().servers[0]?.connections === 0,
+  );
 });
 
 test('the target closing ends the tunnel with CLOSE_RSP', async (t) => {
@@ -76,8 +80,11 @@ test('a taken agent port fails start with a clear error and leaves no socket beh
   const { existsSync } = await import('node:fs');
   const dir = await tempDir(t);
   const second = new KonnectivityServer({
-    udsPath: `${dir}/k.sock`, agentBindAddress: '127.0.0.1', agentPort: first.agentPort(),
-    tls: { cert: pki.serverCert, key: pki.serverKey, ca: pki.ca }, log: quietLogger(),
+    udsPath: `${dir}/k.sock`,
+    agentBindAddress: '127.0.0.1',
+    agentPort: first.agentPort(),
+    tls: { cert: pki.serverCert, key: pki.serverKey, ca: pki.ca },
+    log: quietLogger(),
   });
   await assert.rejects(second.start(), new RegExp(`konnectivity server cannot listen on 127\\.0\\.0\\.1:${first.agentPort()}`));
   assert.equal(second.status().state, 'failed');

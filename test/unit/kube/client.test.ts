@@ -12,9 +12,15 @@ function recorder() {
   return {
     seen,
     handler: {
-      onList: (items: Node[]) => { seen.push(`LIST ${items.map((n) => n.metadata.name).join(',')}`); },
-      onEvent: (type: ChangeType, n: Node) => { seen.push(`${type} ${n.metadata.name}`); },
-      onError: (err: Error) => { seen.push(`ERROR ${err.message}`); },
+      onList: (items: Node[]) => {
+        seen.push(`LIST ${items.map((n) => n.metadata.name).join(',')}`);
+      },
+      onEvent: (type: ChangeType, n: Node) => {
+        seen.push(`${type} ${n.metadata.name}`);
+      },
+      onError: (err: Error) => {
+        seen.push(`ERROR ${err.message}`);
+      },
     },
   };
 }
@@ -25,8 +31,13 @@ test('a watch the server closes is reopened from the last resourceVersion, bookm
     if (req.query.get('watch') !== 'true') return json(res, 200, { metadata: { resourceVersion: '10' }, items: [node('a', '9')] });
     watches += 1;
     const w = watchStream(res);
-    if (watches === 1) { w.event('ADDED', node('b', '11')); w.end(); }
-    else if (watches === 2) { w.event('BOOKMARK', { kind: 'Node', apiVersion: 'v1', metadata: { resourceVersion: '15' } }); w.end(); }
+    if (watches === 1) {
+      w.event('ADDED', node('b', '11'));
+      w.end();
+    } else if (watches === 2) {
+      w.event('BOOKMARK', { kind: 'Node', apiVersion: 'v1', metadata: { resourceVersion: '15' } });
+      w.end();
+    }
     // the third stays open until the test aborts
   });
   const kube = new KubeClient({ server: api.url });
@@ -39,7 +50,10 @@ test('a watch the server closes is reopened from the last resourceVersion, bookm
   const [list, w1, w2] = api.requests;
   assert.equal(list!.query.get('watch'), null);
   assert.equal(list!.query.get('fieldSelector'), 'metadata.name=a');
-  assert.deepEqual([w1, w2, third].map((r) => r!.query.get('resourceVersion')), ['10', '11', '15']);
+  assert.deepEqual(
+    [w1, w2, third].map((r) => r!.query.get('resourceVersion')),
+    ['10', '11', '15'],
+  );
   for (const w of [w1!, w2!, third]) {
     assert.equal(w.query.get('allowWatchBookmarks'), 'true');
     assert.equal(w.query.get('fieldSelector'), 'metadata.name=a');
@@ -58,7 +72,14 @@ test('410 Expired, as an ERROR event or as the HTTP status, makes it list again'
     watches += 1;
     if (watches === 1) {
       const w = watchStream(res);
-      w.event('ERROR', { kind: 'Status', apiVersion: 'v1', status: 'Failure', code: 410, reason: 'Expired', message: 'too old resource version: 100 (250)' });
+      w.event('ERROR', {
+        kind: 'Status',
+        apiVersion: 'v1',
+        status: 'Failure',
+        code: 410,
+        reason: 'Expired',
+        message: 'too old resource version: 100 (250)',
+      });
       w.end();
     } else if (watches === 2) {
       json(res, 410, { kind: 'Status', code: 410, reason: 'Gone', message: 'too old' });
@@ -72,7 +93,10 @@ test('410 Expired, as an ERROR event or as the HTTP status, makes it list again'
   await api.nth(6);
   abort.abort();
   await running;
-  assert.deepEqual(api.requests.map((r) => (r.query.get('watch') ? `watch@${r.query.get('resourceVersion')}` : 'list')), ['list', 'watch@100', 'list', 'watch@200', 'list', 'watch@300']);
+  assert.deepEqual(
+    api.requests.map((r) => (r.query.get('watch') ? `watch@${r.query.get('resourceVersion')}` : 'list')),
+    ['list', 'watch@100', 'list', 'watch@200', 'list', 'watch@300'],
+  );
   assert.deepEqual(rec.seen, ['LIST n1', 'LIST n2', 'LIST n3']);
 });
 
@@ -116,11 +140,17 @@ test('server-side apply PATCHes the object path with apply-patch content, fieldM
   const api = await fakeApiServer(t, (req, res) => json(res, 200, JSON.parse(req.body) as unknown));
   const kube = new KubeClient({ server: api.url });
   const crb = {
-    apiVersion: 'rbac.authorization.k8s.io/v1', kind: 'ClusterRoleBinding', metadata: { name: 'kctl:x' },
-    roleRef: { apiGroup: 'rbac.authorization.k8s.io', kind: 'ClusterRole', name: 'r' }, subjects: [],
+    apiVersion: 'rbac.authorization.k8s.io/v1',
+    kind: 'ClusterRoleBinding',
+    metadata: { name: 'kctl:x' },
+    roleRef: { apiGroup: 'rbac.authorization.k8s.io', kind: 'ClusterRole', name: 'r' },
+    subjects: [],
   };
   await kube.apply(crb);
-  await kube.apply({ apiVersion: 'v1', kind: 'ConfigMap', metadata: { name: 'cluster-info', namespace: 'kube-public' }, data: { a: 'b' } }, { fieldManager: 'other', force: false });
+  await kube.apply(
+    { apiVersion: 'v1', kind: 'ConfigMap', metadata: { name: 'cluster-info', namespace: 'kube-public' }, data: { a: 'b' } },
+    { fieldManager: 'other', force: false },
+  );
   const [a, b] = api.requests;
   assert.equal(a!.method, 'PATCH');
   assert.equal(decodeURIComponent(a!.path), '/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/kctl:x');
@@ -134,9 +164,11 @@ test('server-side apply PATCHes the object path with apply-patch content, fieldM
 });
 
 test('API errors carry the HTTP status and the Status reason', async (t) => {
-  const api = await fakeApiServer(t, (req, res) => (req.path.endsWith('/plain')
-    ? (res.writeHead(503), res.end('upstream down'))
-    : json(res, 404, { kind: 'Status', code: 404, reason: 'NotFound', message: 'nodes "x" not found' })));
+  const api = await fakeApiServer(t, (req, res) =>
+    req.path.endsWith('/plain')
+      ? (res.writeHead(503), res.end('upstream down'))
+      : json(res, 404, { kind: 'Status', code: 404, reason: 'NotFound', message: 'nodes "x" not found' }),
+  );
   const kube = new KubeClient({ server: api.url });
   await assert.rejects(kube.get('/api/v1/nodes/x'), (err: unknown) => {
     assert.ok(err instanceof KubeApiError);
@@ -145,15 +177,30 @@ test('API errors carry the HTTP status and the Status reason', async (t) => {
     assert.equal(err.message, 'GET /api/v1/nodes/x: 404 nodes "x" not found');
     return true;
   });
-  await assert.rejects(kube.get('/plain'), (err: unknown) => err instanceof KubeApiError && err.status === 503 && err.reason === '' && /upstream down/.test(err.message));
-  await assert.rejects(kube.watch('/api/v1/nodes/x', {}, () => undefined), (err: unknown) => err instanceof KubeApiError && err.status === 404 && err.reason === 'NotFound');
+  await assert.rejects(
+    kube.get('/plain'),
+    (err: unknown) => err instanceof KubeApiError && err.status === 503 && err.reason === '' && /upstream down/.test(err.message),
+  );
+  await assert.rejects(
+    kube.watch('/api/v1/nodes/x', {}, () => undefined),
+    (err: unknown) => err instanceof KubeApiError && err.status === 404 && err.reason === 'NotFound',
+  );
 });
 
 test('resource paths: core and group APIs, namespaced and cluster-scoped, unknown kinds refused', () => {
   assert.equal(resourcePath({ apiVersion: 'v1', resource: 'nodes' }), '/api/v1/nodes');
-  assert.equal(resourcePath({ apiVersion: 'certificates.k8s.io/v1', resource: 'certificatesigningrequests', name: 'csr-1', subresource: 'approval' }), '/apis/certificates.k8s.io/v1/certificatesigningrequests/csr-1/approval');
+  assert.equal(
+    resourcePath({ apiVersion: 'certificates.k8s.io/v1', resource: 'certificatesigningrequests', name: 'csr-1', subresource: 'approval' }),
+    '/apis/certificates.k8s.io/v1/certificatesigningrequests/csr-1/approval',
+  );
   assert.equal(objectPath({ apiVersion: 'v1', kind: 'Namespace', metadata: { name: 'kctl' } }), '/api/v1/namespaces/kctl');
-  assert.equal(objectPath({ apiVersion: 'rbac.authorization.k8s.io/v1', kind: 'RoleBinding', metadata: { name: 'r', namespace: 'kube-public' } }), '/apis/rbac.authorization.k8s.io/v1/namespaces/kube-public/rolebindings/r');
+  assert.equal(
+    objectPath({ apiVersion: 'rbac.authorization.k8s.io/v1', kind: 'RoleBinding', metadata: { name: 'r', namespace: 'kube-public' } }),
+    '/apis/rbac.authorization.k8s.io/v1/namespaces/kube-public/rolebindings/r',
+  );
   assert.throws(() => objectPath({ apiVersion: 'v1', kind: 'Secret', metadata: { name: 's' } }), /needs metadata.namespace/);
-  assert.throws(() => objectPath({ apiVersion: 'apps/v1', kind: 'Deployment', metadata: { name: 'd', namespace: 'x' } }), /does not know the REST path of Deployment/);
+  assert.throws(
+    () => objectPath({ apiVersion: 'apps/v1', kind: 'Deployment', metadata: { name: 'd', namespace: 'x' } }),
+    /does not know the REST path of Deployment/,
+  );
 });

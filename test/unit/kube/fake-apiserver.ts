@@ -29,7 +29,13 @@ export async function fakeApiServer(t: { after: (fn: () => Promise<void>) => voi
     req.on('data', (c: Buffer) => chunks.push(c));
     req.on('end', () => {
       const url = new URL(req.url ?? '/', 'http://x');
-      const seen: SeenRequest = { method: req.method ?? '', path: url.pathname, query: url.searchParams, headers: req.headers, body: Buffer.concat(chunks).toString('utf8') };
+      const seen: SeenRequest = {
+        method: req.method ?? '',
+        path: url.pathname,
+        query: url.searchParams,
+        headers: req.headers,
+        body: Buffer.concat(chunks).toString('utf8'),
+      };
       requests.push(seen);
       for (const w of waiters.filter((x) => x.n === requests.length)) w.resolve(seen);
       handler(seen, res);
@@ -58,11 +64,17 @@ export function json(res: ServerResponse, status: number, body: unknown): void {
 export function watchStream(res: ServerResponse): { event: (type: string, object: unknown) => void; end: () => void } {
   res.writeHead(200, { 'content-type': 'application/json', 'transfer-encoding': 'chunked' });
   return {
-    event: (type, object) => { res.write(JSON.stringify({ type, object }) + '\n'); },
+    event: (type, object) => {
+      res.write(JSON.stringify({ type, object }) + '\n');
+    },
     end: () => res.end(),
   };
 }
 
-export function node(name: string, resourceVersion: string, podCIDR?: string): { apiVersion: string; kind: string; metadata: { name: string; resourceVersion: string }; spec: { podCIDR?: string } } {
+export function node(
+  name: string,
+  resourceVersion: string,
+  podCIDR?: string,
+): { apiVersion: string; kind: string; metadata: { name: string; resourceVersion: string }; spec: { podCIDR?: string } } {
   return { apiVersion: 'v1', kind: 'Node', metadata: { name, resourceVersion }, spec: { podCIDR } };
 }

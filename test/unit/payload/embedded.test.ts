@@ -10,7 +10,15 @@ import { tempDir } from '../../helpers.ts';
 function withPayload(exe: Buffer, parts: Record<string, string>): Buffer {
   let offset = exe.length;
   const components = Object.entries(parts).map(([name, body]) => {
-    const e = { name, version: 'v1', sha256: createHash('sha256').update(body).digest('hex'), size: body.length, path: name, roles: ['worker' as const], offset };
+    const e = {
+      name,
+      version: 'v1',
+      sha256: createHash('sha256').update(body).digest('hex'),
+      size: body.length,
+      path: name,
+      roles: ['worker' as const],
+      offset,
+    };
     offset += body.length;
     return e;
   });

@@ -29,7 +29,8 @@ const files = [
 ];
 
 test('stages only the requested role, executable, with a manifest', async (t) => {
-  const src = await tempDir(t); const bin = join(await tempDir(t), 'bin');
+  const src = await tempDir(t);
+  const bin = join(await tempDir(t), 'bin');
   const payload = await fakePayload(src, files);
   const { log } = captureLogger();
   const r = await stageComponents(payload, bin, ['worker'], log);
@@ -42,7 +43,8 @@ test('stages only the requested role, executable, with a manifest', async (t) =>
 });
 
 test('a second staging leaves unchanged files alone', async (t) => {
-  const src = await tempDir(t); const bin = join(await tempDir(t), 'bin');
+  const src = await tempDir(t);
+  const bin = join(await tempDir(t), 'bin');
   const payload = await fakePayload(src, files);
   const { log } = captureLogger();
   await stageComponents(payload, bin, ['controller'], log);
@@ -54,7 +56,8 @@ test('a second staging leaves unchanged files alone', async (t) => {
 });
 
 test('a tampered staged file is detected, replaced, and logged', async (t) => {
-  const src = await tempDir(t); const bin = join(await tempDir(t), 'bin');
+  const src = await tempDir(t);
+  const bin = join(await tempDir(t), 'bin');
   const payload = await fakePayload(src, files);
   const cap = captureLogger();
   await stageComponents(payload, bin, ['controller'], cap.log);
@@ -69,7 +72,8 @@ test('a tampered staged file is detected, replaced, and logged', async (t) => {
 });
 
 test('concurrent stagings into one dir leave correct files and no temp files', async (t) => {
-  const src = await tempDir(t); const bin = join(await tempDir(t), 'bin');
+  const src = await tempDir(t);
+  const bin = join(await tempDir(t), 'bin');
   const payload = await fakePayload(src, files);
   const { log } = captureLogger();
   const results = await Promise.all([1, 2, 3, 4].map(() => stageComponents(payload, bin, ['controller', 'worker'], log)));
@@ -81,7 +85,8 @@ test('concurrent stagings into one dir leave correct files and no temp files', a
 });
 
 test('a payload whose checksum does not match refuses to stage, writes nothing', async (t) => {
-  const src = await tempDir(t); const bin = join(await tempDir(t), 'bin');
+  const src = await tempDir(t);
+  const bin = join(await tempDir(t), 'bin');
   const payload = await fakePayload(src, files);
   await writeFile(join(src, 'kubelet'), 'kubelet-binarX'); // same size, different bytes
   const { log } = captureLogger();
@@ -92,5 +97,8 @@ test('a payload whose checksum does not match refuses to stage, writes nothing',
     return true;
   });
   await assert.rejects(stat(join(bin, 'kubelet')), { code: 'ENOENT' });
-  assert.deepEqual((await readdir(bin)).filter((n) => n.endsWith('.tmp')), []);
+  assert.deepEqual(
+    (await readdir(bin)).filter((n) => n.endsWith('.tmp')),
+    [],
+  );
 });

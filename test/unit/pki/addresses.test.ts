@@ -23,12 +23,25 @@ test('SANs compare in one canonical spelling', () => {
 
 test('apiserver SANs are deduplicated and typed', () => {
   const s = wantedSans({
-    dir: '/x', apiAddress: '127.0.0.1', sans: ['localhost', '::1', '0::1'], apiPort: 6443,
-    serviceCIDR: '10.96.0.0/12', clusterDomain: 'corp.internal', hostname: 'Ctrl', localAddresses: ['127.0.0.1', '::1'],
+    dir: '/x',
+    apiAddress: '127.0.0.1',
+    sans: ['localhost', '::1', '0::1'],
+    apiPort: 6443,
+    serviceCIDR: '10.96.0.0/12',
+    clusterDomain: 'corp.internal',
+    hostname: 'Ctrl',
+    localAddresses: ['127.0.0.1', '::1'],
   });
   assert.deepEqual(s.apiserver, [
-    'IP:127.0.0.1', 'DNS:localhost', 'IP:::1', 'DNS:ctrl', 'DNS:kubernetes', 'DNS:kubernetes.default', 'DNS:kubernetes.default.svc',
-    'DNS:kubernetes.default.svc.corp.internal', 'IP:10.96.0.1',
+    'IP:127.0.0.1',
+    'DNS:localhost',
+    'IP:::1',
+    'DNS:ctrl',
+    'DNS:kubernetes',
+    'DNS:kubernetes.default',
+    'DNS:kubernetes.default.svc',
+    'DNS:kubernetes.default.svc.corp.internal',
+    'IP:10.96.0.1',
   ]);
   assert.deepEqual(s.konnectivity, [...s.apiserver, 'DNS:konnectivity']);
   assert.deepEqual(s.etcd, ['DNS:localhost', 'IP:127.0.0.1', 'IP:::1', 'DNS:ctrl']);

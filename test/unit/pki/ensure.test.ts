@@ -31,7 +31,13 @@ function openssl(args: string[], cwd: string, input?: string): string {
 /** The SANs as openssl prints them, e.g. ["DNS:kubernetes", "IP Address:10.96.0.1"]. */
 function opensslSans(certFile: string, cwd: string): string[] {
   const out = openssl(['x509', '-in', certFile, '-noout', '-ext', 'subjectAltName'], cwd);
-  return out.split('\n').slice(1).join(',').split(',').map((s) => s.trim()).filter(Boolean);
+  return out
+    .split('\n')
+    .slice(1)
+    .join(',')
+    .split(',')
+    .map((s) => s.trim())
+    .filter(Boolean);
 }
 
 function opensslSubject(certPem: string): string {
@@ -41,10 +47,12 @@ function opensslSubject(certPem: string): string {
 /** Relative path -> contents of every file under dir. */
 async function snapshot(dir: string): Promise<Map<string, string>> {
   const files = (await readdir(dir, { recursive: true, withFileTypes: true })).filter((e) => e.isFile());
-  const entries = await Promise.all(files.map(async (e) => {
-    const p = join(e.parentPath, e.name);
-    return [relative(dir, p), await readFile(p, 'utf8')] as const;
-  }));
+  const entries = await Promise.all(
+    files.map(async (e) => {
+      const p = join(e.parentPath, e.name);
+      return [relative(dir, p), await readFile(p, 'utf8')] as const;
+    }),
+  );
   return new Map(entries);
 }
 
@@ -68,8 +76,32 @@ async function copyOfTemplate(t: Parameters<typeof tempDir>[0]): Promise<string>
 test('a fresh PKI has every file, with private modes, and logs no key material', async () => {
   const dir = join(templateRoot, 'pki');
   const p = pkiPaths(dir);
-  const keys = [p.caKey, p.serverKey, p.kubeletClientKey, p.frontProxyCaKey, p.frontProxyClientKey, p.saKey, p.etcdCaKey, p.etcdServerKey, p.etcdPeerKey, p.apiserverEtcdClientKey, p.konnectivityKey];
-  const certs = [p.caCert, p.serverCert, p.kubeletClientCert, p.frontProxyCaCert, p.frontProxyClientCert, p.saPub, p.etcdCaCert, p.etcdServerCert, p.etcdPeerCert, p.apiserverEtcdClientCert, p.konnectivityCert];
+  const keys = [
+    p.caKey,
+    p.serverKey,
+    p.kubeletClientKey,
+    p.frontProxyCaKey,
+    p.frontProxyClientKey,
+    p.saKey,
+    p.etcdCaKey,
+    p.etcdServerKey,
+    p.etcdPeerKey,
+    p.apiserverEtcdClientKey,
+    p.konnectivityKey,
+  ];
+  const certs = [
+    p.caCert,
+    p.serverCert,
+    p.kubeletClientCert,
+    p.frontProxyCaCert,
+    p.frontProxyClientCert,
+    p.saPub,
+    p.etcdCaCert,
+    p.etcdServerCert,
+    p.etcdPeerCert,
+    p.apiserverEtcdClientCert,
+    p.konnectivityCert,
+  ];
   const confs = [p.adminConf, p.schedulerConf, p.controllerManagerConf];
   const mode = async (f: string) => (await stat(f)).mode & 0o777;
   for (const f of [...keys, ...confs]) assert.equal(await mode(f), 0o600, f);
@@ -80,26 +112,50 @@ test('a fresh PKI has every file, with private modes, and logs no key material',
 
   const text = JSON.stringify(templateLog.lines());
   assert.doesNotMatch(text, /PRIVATE KEY|BEGIN/);
-  const created = templateLog.lines().filter((l) => /issued certificate|created certificate authority|wrote kubeconfig/.test(String(l.msg))).map((l) => l.file);
+  const created = templateLog
+    .lines()
+    .filter((l) => /issued certificate|created certificate authority|wrote kubeconfig/.test(String(l.msg)))
+    .map((l) => l.file);
   assert.ok(created.includes('server.crt') && created.includes('ca.crt') && created.includes('admin.conf'), JSON.stringify(created));
 });
 
 test('openssl verifies every leaf against its CA, with the right names and usages', async () => {
   const dir = join(templateRoot, 'pki');
-  assert.match(openssl(['verify', '-CAfile', 'ca.crt', 'server.crt', 'apiserver-kubelet-client.crt', 'konnectivity.crt'], dir), /server.crt: OK\napiserver-kubelet-client.crt: OK\nkonnectivity.crt: OK/);
-  assert.match(openssl(['verify', '-CAfile', 'etcd/ca.crt', 'etcd/server.crt', 'etcd/peer.crt', 'apiserver-etcd-client.crt'], dir), /etcd\/server.crt: OK\netcd\/peer.crt: OK\napiserver-etcd-client.crt: OK/);
+  assert.match(
+    openssl(['verify', '-CAfile', 'ca.crt', 'server.crt', 'apiserver-kubelet-client.crt', 'konnectivity.crt'], dir),
+    /server.crt: OK\napiserver-kubelet-client.crt: OK\nkonnectivity.crt: OK/,
+  );
+  assert.match(
+    openssl(['verify', '-CAfile', 'etcd/ca.crt', 'etcd/server.crt', 'etcd/peer.crt', 'apiserver-etcd-client.crt'], dir),
+    /etcd\/server.crt: OK\netcd\/peer.crt: OK\napiserver-etcd-client.crt: OK/,
+  );
   assert.match(openssl(['verify', '-CAfile', 'front-proxy-ca.crt', 'front-proxy-client.crt'], dir), /front-proxy-client.crt: OK/);
   // Signed by the wrong CA must fail: the check above can fail.
   assert.throws(() => openssl(['verify', '-CAfile', 'etcd/ca.crt', 'server.crt'], dir));
 
   assert.deepEqual(opensslSans('server.crt', dir).sort(), [
-    'DNS:api.example.test', 'DNS:ctrl-1', 'DNS:kubernetes', 'DNS:kubernetes.default', 'DNS:kubernetes.default.svc',
-    'DNS:kubernetes.default.svc.cluster.local', 'DNS:localhost',
-    'IP Address:0:0:0:0:0:0:0:1', 'IP Address:10.96.0.1', 'IP Address:127.0.0.1', 'IP Address:192.0.2.10',
-    'IP Address:2001:DB8:0:0:0:0:0:10', 'IP Address:FE80:0:0:0:0:0:0:1',
+    'DNS:api.example.test',
+    'DNS:ctrl-1',
+    'DNS:kubernetes',
+    'DNS:kubernetes.default',
+    'DNS:kubernetes.default.svc',
+    'DNS:kubernetes.default.svc.cluster.local',
+    'DNS:localhost',
+    'IP Address:0:0:0:0:0:0:0:1',
+    'IP Address:10.96.0.1',
+    'IP Address:127.0.0.1',
+    'IP Address:192.0.2.10',
+    'IP Address:2001:DB8:0:0:0:0:0:10',
+    'IP Address:FE80:0:0:0:0:0:0:1',
   ]);
   assert.deepEqual(opensslSans('konnectivity.crt', dir).sort(), [...opensslSans('server.crt', dir), 'DNS:konnectivity'].sort());
-  assert.deepEqual(opensslSans('etcd/server.crt', dir).sort(), ['DNS:ctrl-1', 'DNS:localhost', 'IP Address:0:0:0:0:0:0:0:1', 'IP Address:127.0.0.1', 'IP Address:192.0.2.10']);
+  assert.deepEqual(opensslSans('etcd/server.crt', dir).sort(), [
+    'DNS:ctrl-1',
+    'DNS:localhost',
+    'IP Address:0:0:0:0:0:0:0:1',
+    'IP Address:127.0.0.1',
+    'IP Address:192.0.2.10',
+  ]);
 
   const ca = openssl(['x509', '-in', 'ca.crt', '-noout', '-text'], dir);
   assert.match(ca, /Subject: CN ?= ?kubernetes-ca/);
@@ -112,7 +168,10 @@ test('openssl verifies every leaf against its CA, with the right names and usage
   assert.match(server, /Authority Key Identifier/);
   const etcd = openssl(['x509', '-in', 'etcd/peer.crt', '-noout', '-text'], dir);
   assert.match(etcd, /TLS Web Server Authentication, TLS Web Client Authentication/);
-  assert.match(openssl(['x509', '-in', 'apiserver-kubelet-client.crt', '-noout', '-subject', '-nameopt', 'RFC2253'], dir), /CN=kube-apiserver-kubelet-client,O=system:masters/);
+  assert.match(
+    openssl(['x509', '-in', 'apiserver-kubelet-client.crt', '-noout', '-subject', '-nameopt', 'RFC2253'], dir),
+    /CN=kube-apiserver-kubelet-client,O=system:masters/,
+  );
 
   // 128-bit random serials differ between certs and are positive (openssl prints no sign).
   const serials = ['ca.crt', 'server.crt', 'etcd/server.crt'].map((f) => openssl(['x509', '-in', f, '-noout', '-serial'], dir).trim());
@@ -135,7 +194,11 @@ test('sa.pub is the PKIX public key of sa.key', async () => {
 test('kubeconfigs embed the CA and a client cert for the component, pointing at the API address', async () => {
   const dir = join(templateRoot, 'pki');
   const caPem = await readFile(join(dir, 'ca.crt'), 'utf8');
-  const want = { 'admin.conf': 'CN=kubernetes-admin,O=system:masters', 'scheduler.conf': 'CN=system:kube-scheduler', 'controller-manager.conf': 'CN=system:kube-controller-manager' };
+  const want = {
+    'admin.conf': 'CN=kubernetes-admin,O=system:masters',
+    'scheduler.conf': 'CN=system:kube-scheduler',
+    'controller-manager.conf': 'CN=system:kube-controller-manager',
+  };
   for (const [file, subject] of Object.entries(want)) {
     const kc = readKubeconfig(await readFile(join(dir, file), 'utf8'), file);
     assert.equal(kc.server, 'https://192.0.2.10:6443');
@@ -157,7 +220,10 @@ test('a second run changes nothing, byte for byte', async (t) => {
   const { log, lines } = captureLogger();
   await ensurePki(options(dir), log);
   assert.deepEqual(changed(before, await snapshot(dir)), []);
-  assert.deepEqual(lines().filter((l) => l.level === 30 && l.msg !== 'pki ready'), []);
+  assert.deepEqual(
+    lines().filter((l) => l.level === 30 && l.msg !== 'pki ready'),
+    [],
+  );
   assert.equal(lines().find((l) => l.msg === 'pki ready')?.unchanged, 14);
 });
 
@@ -189,8 +255,16 @@ test('near expiry renews every leaf and kubeconfig but keeps every CA and the SA
   const { log, lines } = captureLogger();
   await ensurePki(options(dir, { now }), log);
   assert.deepEqual(changed(before, await snapshot(dir)), [
-    'admin.conf', 'apiserver-etcd-client.crt', 'apiserver-kubelet-client.crt', 'controller-manager.conf', 'etcd/peer.crt', 'etcd/server.crt',
-    'front-proxy-client.crt', 'konnectivity.crt', 'scheduler.conf', 'server.crt',
+    'admin.conf',
+    'apiserver-etcd-client.crt',
+    'apiserver-kubelet-client.crt',
+    'controller-manager.conf',
+    'etcd/peer.crt',
+    'etcd/server.crt',
+    'front-proxy-client.crt',
+    'konnectivity.crt',
+    'scheduler.conf',
+    'server.crt',
   ]);
   assert.match(String(lines().find((l) => l.file === 'server.crt')?.reason), /within 30 days/);
   // The new cert is valid from `now` on (openssl checks at that time) for a year.
@@ -225,7 +299,10 @@ test('an unreadable file is an error naming it and what to do', async (t) => {
 
   const dir2 = await copyOfTemplate(t);
   await writeFile(join(dir2, 'server.key'), '-----BEGIN RSA PRIVATE KEY-----\ngarbage\n-----END RSA PRIVATE KEY-----\n');
-  await assert.rejects(ensurePki(options(dir2), captureLogger().log), /server\.key is not a readable private key .*remove .*server\.key and start again/);
+  await assert.rejects(
+    ensurePki(options(dir2), captureLogger().log),
+    /server\.key is not a readable private key .*remove .*server\.key and start again/,
+  );
 });
 
 test('a lost ca.crt is re-created from ca.key and existing leafs stay valid', async (t) => {
@@ -246,7 +323,10 @@ test('a leaf signed by another CA is replaced; a changed API address rewrites ku
   const dir = await copyOfTemplate(t);
   const other = await tempDir(t);
   // Foreign cert+key pair, self-signed with openssl.
-  openssl(['req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-keyout', 'server.key', '-out', 'server.crt', '-subj', '/CN=kube-apiserver', '-days', '30'], other);
+  openssl(
+    ['req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-keyout', 'server.key', '-out', 'server.crt', '-subj', '/CN=kube-apiserver', '-days', '30'],
+    other,
+  );
   await cp(join(other, 'server.crt'), join(dir, 'server.crt'));
   await cp(join(other, 'server.key'), join(dir, 'server.key'));
   const { log, lines } = captureLogger();
@@ -256,7 +336,13 @@ test('a leaf signed by another CA is replaced; a changed API address rewrites ku
 
   const before = await snapshot(dir);
   await ensurePki(options(dir, { apiAddress: '2001:db8::10', apiPort: 7443 }), captureLogger().log);
-  assert.deepEqual(changed(before, await snapshot(dir)), ['admin.conf', 'controller-manager.conf', 'etcd/peer.crt', 'etcd/server.crt', 'scheduler.conf']);
+  assert.deepEqual(changed(before, await snapshot(dir)), [
+    'admin.conf',
+    'controller-manager.conf',
+    'etcd/peer.crt',
+    'etcd/server.crt',
+    'scheduler.conf',
+  ]);
   const oldAdmin = readKubeconfig(before.get('admin.conf') ?? '', 'admin.conf');
   const admin = readKubeconfig(await readFile(join(dir, 'admin.conf'), 'utf8'), 'admin.conf');
   assert.equal(admin.server, 'https://[2001:db8::10]:7443');
@@ -278,7 +364,10 @@ test('loose permissions on kept files are tightened', async (t) => {
 
 test('a bad SAN is rejected before anything is written', async (t) => {
   const dir = join(await tempDir(t), 'pki');
-  await assert.rejects(ensurePki(options(dir, { sans: ['https://api.example.test'] }), captureLogger().log), /spec\.api\.sans: "https:\/\/api\.example\.test" is neither an IP address nor a DNS name/);
+  await assert.rejects(
+    ensurePki(options(dir, { sans: ['https://api.example.test'] }), captureLogger().log),
+    /spec\.api\.sans: "https:\/\/api\.example\.test" is neither an IP address nor a DNS name/,
+  );
   await assert.rejects(stat(dir), { code: 'ENOENT' });
 });
 

@@ -19,7 +19,12 @@ test('writeKubeconfig writes a 0600 self-contained kubeconfig, atomically', asyn
   assert.equal(doc.kind, 'Config');
   assert.equal(doc['current-context'], 'kubelet-bootstrap@kubernetes');
   assert.deepEqual(readKubeconfig(await readFile(path, 'utf8'), path), {
-    server: 'https://[2001:db8::1]:6443', caPem, user: 'kubelet-bootstrap', certPem: undefined, keyPem: undefined, token: 'abcdef.0123456789abcdef',
+    server: 'https://[2001:db8::1]:6443',
+    caPem,
+    user: 'kubelet-bootstrap',
+    certPem: undefined,
+    keyPem: undefined,
+    token: 'abcdef.0123456789abcdef',
   });
 
   // Overwrite in place with a client cert instead.

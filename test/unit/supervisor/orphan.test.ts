@@ -21,7 +21,9 @@ test('no orphan: when the supervising process is SIGKILLed, its child dies too',
   const firstLine = createInterface({ input: parent.stdout! })[Symbol.asyncIterator]().next();
   const { value } = await Promise.race([
     firstLine,
-    once(parent, 'exit').then(([code]) => { throw new Error(`parent exited early with ${code}`); }),
+    once(parent, 'exit').then(([code]) => {
+      throw new Error(`parent exited early with ${code}`);
+    }),
   ]);
   const child = Number(value);
   killAfter(t, child);

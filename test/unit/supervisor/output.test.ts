@@ -11,7 +11,11 @@ function split(chunks: (string | Buffer)[], max?: number): [string, boolean][] {
 }
 
 test('lines are joined across chunk boundaries, CRLF and blank lines handled, the tail flushed', () => {
-  assert.deepEqual(split(['al', 'pha\nbe', 'ta\r\n\n', '\ngam', 'ma']), [['alpha', false], ['beta', false], ['gamma', false]]);
+  assert.deepEqual(split(['al', 'pha\nbe', 'ta\r\n\n', '\ngam', 'ma']), [
+    ['alpha', false],
+    ['beta', false],
+    ['gamma', false],
+  ]);
 });
 
 test('a multi-byte character split between chunks is not mangled', () => {
@@ -20,8 +24,14 @@ test('a multi-byte character split between chunks is not mangled', () => {
 });
 
 test('long lines are truncated once and the rest of the line is dropped', () => {
-  assert.deepEqual(split(['abcdefgh', 'ijkl', 'mn\nok\n'], 5), [['abcde', true], ['ok', false]]);
-  assert.deepEqual(split(['abcdefghij\nok\n'], 5), [['abcde', true], ['ok', false]]);
+  assert.deepEqual(split(['abcdefgh', 'ijkl', 'mn\nok\n'], 5), [
+    ['abcde', true],
+    ['ok', false],
+  ]);
+  assert.deepEqual(split(['abcdefghij\nok\n'], 5), [
+    ['abcde', true],
+    ['ok', false],
+  ]);
   assert.deepEqual(split(['abcdefghij'], 5), [['abcde', true]]);
 });
 
@@ -30,8 +40,11 @@ test('levels: klog, zap JSON, logrus, plain', () => {
   assert.equal(parseChildLine('W1122 10:00:00.000000       1 server.go:12] hmm').level, 'warn');
   assert.equal(parseChildLine('I1122 10:00:00.000000       1 server.go:12] fine').level, 'info');
   assert.equal(parseChildLine('F1122 10:00:00.000000       1 server.go:12] dead').level, 'fatal');
-  assert.deepEqual(parseChildLine('{"level":"error","ts":"x","caller":"a.go:1","msg":"bad","error":"disk"}'),
-    { level: 'error', msg: 'bad', fields: { caller: 'a.go:1', error: 'disk' } });
+  assert.deepEqual(parseChildLine('{"level":"error","ts":"x","caller":"a.go:1","msg":"bad","error":"disk"}'), {
+    level: 'error',
+    msg: 'bad',
+    fields: { caller: 'a.go:1', error: 'disk' },
+  });
   assert.deepEqual(parseChildLine('{"ts":1,"v":2,"msg":"chatter"}'), { level: 'debug', msg: 'chatter', fields: { v: 2 } });
   assert.equal(parseChildLine('time="2026-01-01T00:00:00Z" level=warning msg="slow"').level, 'warn');
   assert.deepEqual(parseChildLine('Error: something'), { level: 'info', msg: 'Error: something' });

@@ -24,17 +24,20 @@ const byMsg = (lines: Record<string, unknown>[], msg: string) => lines.find((l) 
 test('forwards stdout and stderr line by line with the component field and a level', { timeout: 15_000 }, async (t) => {
   const runDir = await tempDir(t);
   const { sup, lines } = supervise(t, {
-    name: 'chatty', runDir,
-    ...sh([
-      'echo "hello from child"',
-      'echo "E1122 10:00:00.000000    1 x.go:1] klog error" >&2',
-      'echo "W1122 10:00:00.000000    1 x.go:1] klog warning" >&2',
-      `echo '{"level":"warn","ts":"2026-01-01T00:00:00Z","msg":"etcd says","key":"v"}'`,
-      'printf "split-"; sleep 0.2; printf "line\\n"',
-      'head -c 20000 /dev/zero | tr "\\0" x; echo',
-      'echo after-long',
-      'exec sleep 1000',
-    ].join('\n')),
+    name: 'chatty',
+    runDir,
+    ...sh(
+      [
+        'echo "hello from child"',
+        'echo "E1122 10:00:00.000000    1 x.go:1] klog error" >&2',
+        'echo "W1122 10:00:00.000000    1 x.go:1] klog warning" >&2',
+        `echo '{"level":"warn","ts":"2026-01-01T00:00:00Z","msg":"etcd says","key":"v"}'`,
+        'printf "split-"; sleep 0.2; printf "line\\n"',
+        'head -c 20000 /dev/zero | tr "\\0" x; echo',
+        'echo after-long',
+        'exec sleep 1000',
+      ].join('\n'),
+    ),
   });
   await sup.start();
   await waitFor('the last line', () => byMsg(lines(), 'after-long'));
@@ -52,15 +55,23 @@ test('forwards stdout and stderr line by line with the component field and a lev
   const long = lines().find((l) => typeof l.msg === 'string' && l.msg.startsWith('xxx'));
   assert.equal((long?.msg as string).length, 16 * 1024);
   assert.equal(long?.truncated, true);
-  assert.equal(lines().filter((l) => typeof l.msg === 'string' && l.msg.startsWith('x')).length, 1, 'the rest of a long line is dropped, not split into more records');
+  assert.equal(
+    lines().filter((l) => typeof l.msg === 'string' && l.msg.startsWith('x')).length,
+    1,
+    'the rest of a long line is dropped, not split into more records',
+  );
 });
 
 test('the child gets a clean environment: PATH plus its own variables only', { timeout: 15_000 }, async (t) => {
   process.env.KCTL_SUPERVISOR_TEST_SECRET = 'leaked';
-  t.after(() => { delete process.env.KCTL_SUPERVISOR_TEST_SECRET; });
+  t.after(() => {
+    delete process.env.KCTL_SUPERVISOR_TEST_SECRET;
+  });
   const runDir = await tempDir(t);
   const { sup, lines } = supervise(t, {
-    name: 'envcheck', runDir, env: { EXTRA: 'given' },
+    name: 'envcheck',
+    runDir,
+    env: { EXTRA: 'given' },
     ...sh('echo "secret=${KCTL_SUPERVISOR_TEST_SECRET:-unset} extra=$EXTRA home=${HOME:-unset} path=$PATH"; exec sleep 1000'),
   });
   await sup.start();
@@ -73,7 +84,8 @@ test('a crashing child is restarted with capped exponential backoff that resets 
   const counter = join(runDir, 'runs');
   // Runs 1-3 crash at once, run 4 lives longer than resetAfterMs, then quick crashes again.
   const { sup, lines } = supervise(t, {
-    name: 'crasher', runDir,
+    name: 'crasher',
+    runDir,
     backoff: { initialMs: 20, maxMs: 80, resetAfterMs: 400 },
     ...sh(`n=$(cat ${counter} 2>/dev/null || echo 0); n=$((n+1)); echo $n > ${counter}
       echo "run $n"; if [ $n -eq 4 ]; then sleep 1; fi; echo "boom $n" >&2; exit 3`),
@@ -82,7 +94,9 @@ test('a crashing child is restarted with capped exponential backoff that resets 
   await waitFor('six runs', () => lines().some((l) => l.msg === 'run 6'), 15_000);
   await sup.stop();
 
-  const delays = lines().filter((l) => typeof l.delayMs === 'number').map((l) => l.delayMs);
+  const delays = lines()
+    .filter((l) => typeof l.delayMs === 'number')
+    .map((l) => l.delayMs);
   assert.deepEqual(delays.slice(0, 5), [20, 40, 80, 20, 40]);
   const st = sup.status();
   assert.ok(st.restarts >= 5, `restarts counted: ${st.restarts}`);
@@ -102,7 +116,9 @@ test('a crashing child is restarted with capped exponential backoff that resets 
 test('stop escalates to SIGKILL for a child that ignores SIGTERM, removes the pid file, and is idempotent', { timeout: 15_000 }, async (t) => {
   const runDir = await tempDir(t);
   const { sup, lines } = supervise(t, {
-    name: 'stubborn', runDir, stopTimeoutMs: 300,
+    name: 'stubborn',
+    runDir,
+    stopTimeoutMs: 300,
     ...sh('trap "" TERM; echo trapped; exec sleep 1000'),
   });
   await sup.start();
@@ -176,7 +192,9 @@ test('ready() retries the probe until it passes', { timeout: 15_000 }, async (t)
   const marker = join(runDir, 'up');
   let probes = 0;
   const { sup } = supervise(t, {
-    name: 'slow', runDir, readyRetryMs: 20,
+    name: 'slow',
+    runDir,
+    readyRetryMs: 20,
     ...sh(`sleep 0.3; touch ${marker}; exec sleep 1000`),
     ready: async () => {
       probes++;
@@ -191,15 +209,20 @@ test('ready() retries the probe until it passes', { timeout: 15_000 }, async (t)
 test('ready() rejects with the last probe error and the crash reason when the signal aborts', { timeout: 15_000 }, async (t) => {
   const runDir = await tempDir(t);
   const { sup } = supervise(t, {
-    name: 'never', runDir, readyRetryMs: 20,
-    binary: '/bin/sleep', args: ['1000'],
+    name: 'never',
+    runDir,
+    readyRetryMs: 20,
+    binary: '/bin/sleep',
+    args: ['1000'],
     ready: () => Promise.reject(new Error('connect ECONNREFUSED 127.0.0.1:2379')),
   });
   await sup.start();
   await assert.rejects(sup.ready(AbortSignal.timeout(300)), { message: 'last probe error: connect ECONNREFUSED 127.0.0.1:2379' });
 
   const crashing = supervise(t, {
-    name: 'crashloop', runDir, backoff: { initialMs: 20, maxMs: 20, resetAfterMs: 60_000 },
+    name: 'crashloop',
+    runDir,
+    backoff: { initialMs: 20, maxMs: 20, resetAfterMs: 60_000 },
     ...sh('echo "bad flag --foo" >&2; exit 2'),
     ready: () => Promise.reject(new Error('connect ECONNREFUSED 127.0.0.1:2379')),
   }).sup;

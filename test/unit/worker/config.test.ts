@@ -32,12 +32,19 @@ test('containerd config keeps every path under the worker dirs and uses our runc
 });
 
 test('kubelet configuration: node-scoped cgroup root, cgroup v1 allowed, webhook auth, relaxed eviction', () => {
-  const cfg = kubeletConfiguration({ paths, log, nodeName: 'n1', nodeIp: '10.0.0.5', clusterDNS: ['10.96.0.10'], clusterDomain: 'example.local' }, '/etc/resolv.conf');
+  const cfg = kubeletConfiguration(
+    { paths, log, nodeName: 'n1', nodeIp: '10.0.0.5', clusterDNS: ['10.96.0.10'], clusterDomain: 'example.local' },
+    '/etc/resolv.conf',
+  );
   assert.equal(cfg.cgroupRoot, '/kctl/n1');
   assert.equal(cfg.cgroupDriver, 'cgroupfs');
   assert.equal(cfg.failCgroupV1, false);
   assert.equal(cfg.containerRuntimeEndpoint, 'unix:///run/w/containerd/containerd.sock');
-  assert.deepEqual(cfg.authentication, { anonymous: { enabled: false }, webhook: { enabled: true, cacheTTL: '2m0s' }, x509: { clientCAFile: '/data/pki/ca.crt' } });
+  assert.deepEqual(cfg.authentication, {
+    anonymous: { enabled: false },
+    webhook: { enabled: true, cacheTTL: '2m0s' },
+    x509: { clientCAFile: '/data/pki/ca.crt' },
+  });
   assert.equal((cfg.authorization as { mode: string }).mode, 'Webhook');
   assert.equal(cfg.serverTLSBootstrap, true);
   assert.equal(cfg.podLogsDir, '/data/pod-logs');
@@ -51,8 +58,12 @@ test('kubelet configuration: node-scoped cgroup root, cgroup v1 allowed, webhook
 
 test('kubelet flags: bootstrap and node identity, labels and taints, extra args win', () => {
   const args = kubeletArgs({
-    paths, log, nodeName: 'n1', nodeIp: '10.0.0.5',
-    labels: { 'kctl.dev/pool': 'edge', zone: 'a' }, taints: ['dedicated=edge:NoSchedule', 'gpu:NoExecute'],
+    paths,
+    log,
+    nodeName: 'n1',
+    nodeIp: '10.0.0.5',
+    labels: { 'kctl.dev/pool': 'edge', zone: 'a' },
+    taints: ['dedicated=edge:NoSchedule', 'gpu:NoExecute'],
     extraArgs: { '--v': '4', 'node-ip': '10.0.0.6' },
   });
   assert.ok(args.includes('--bootstrap-kubeconfig=/data/kubelet-bootstrap.conf'));
@@ -63,8 +74,15 @@ test('kubelet flags: bootstrap and node identity, labels and taints, extra args 
   assert.ok(args.includes('--node-labels=kctl.dev/pool=edge,zone=a'));
   assert.ok(args.includes('--register-with-taints=dedicated=edge:NoSchedule,gpu:NoExecute'));
   assert.ok(args.includes('--v=4'));
-  assert.deepEqual(args.filter((a) => a.startsWith('--node-ip=')), ['--node-ip=10.0.0.6']);
-  assert.ok(!kubeletArgs({ paths, log, nodeName: 'n1', nodeIp: '10.0.0.5' }).some((a) => a.startsWith('--node-labels') || a.startsWith('--register-with-taints')));
+  assert.deepEqual(
+    args.filter((a) => a.startsWith('--node-ip=')),
+    ['--node-ip=10.0.0.6'],
+  );
+  assert.ok(
+    !kubeletArgs({ paths, log, nodeName: 'n1', nodeIp: '10.0.0.5' }).some(
+      (a) => a.startsWith('--node-labels') || a.startsWith('--register-with-taints'),
+    ),
+  );
 });
 
 test('CNI conflist: bridge kctl0 for the node podCIDR, IPAM state under the data dir, portmap', () => {
@@ -76,18 +94,26 @@ test('CNI conflist: bridge kctl0 for the node podCIDR, IPAM state under the data
   assert.equal(bridge?.isGateway, true);
   assert.equal(bridge?.ipMasq, true);
   assert.equal(bridge?.hairpinMode, true);
-  assert.deepEqual(bridge?.ipam, { type: 'host-local', ranges: [[{ subnet: '10.244.3.0/24' }]], routes: [{ dst: '0.0.0.0/0' }], dataDir: '/data/cni/state' });
+  assert.deepEqual(bridge?.ipam, {
+    type: 'host-local',
+    ranges: [[{ subnet: '10.244.3.0/24' }]],
+    routes: [{ dst: '0.0.0.0/0' }],
+    dataDir: '/data/cni/state',
+  });
   assert.deepEqual(portmap, { type: 'portmap', capabilities: { portMappings: true }, snat: true });
 });
 
 test('routes go to every other node that has a podCIDR and an InternalIP', () => {
-  const routes = desiredRoutes([
-    { name: 'self', podCIDR: '10.244.0.0/24', internalIP: '10.0.0.1' },
-    { name: 'b', podCIDR: '10.244.1.0/24', internalIP: '10.0.0.2' },
-    { name: 'no-cidr', internalIP: '10.0.0.3' },
-    { name: 'no-ip', podCIDR: '10.244.4.0/24' },
-    { name: 'v6', podCIDR: 'fd00::/64', internalIP: 'fd00::1' },
-  ], 'self');
+  const routes = desiredRoutes(
+    [
+      { name: 'self', podCIDR: '10.244.0.0/24', internalIP: '10.0.0.1' },
+      { name: 'b', podCIDR: '10.244.1.0/24', internalIP: '10.0.0.2' },
+      { name: 'no-cidr', internalIP: '10.0.0.3' },
+      { name: 'no-ip', podCIDR: '10.244.4.0/24' },
+      { name: 'v6', podCIDR: 'fd00::/64', internalIP: 'fd00::1' },
+    ],
+    'self',
+  );
   assert.deepEqual([...routes], [['10.244.1.0/24', '10.0.0.2']]);
 });
 

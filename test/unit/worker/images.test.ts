@@ -18,17 +18,29 @@ test('tarballImages reads image names and manifest digests from an OCI layout in
   const layout = join(dir, 'layout');
   await mkdir(layout);
   await writeFile(join(layout, 'oci-layout'), '{"imageLayoutVersion":"1.0.0"}');
-  await writeFile(join(layout, 'index.json'), JSON.stringify({
-    schemaVersion: 2,
-    manifests: [
-      { digest: 'sha256:aaa', annotations: { 'io.containerd.image.name': 'docker.io/library/busybox:1.36', 'org.opencontainers.image.ref.name': '1.36' } },
-      { digest: 'sha256:bbb', annotations: { 'org.opencontainers.image.ref.name': 'example.com/x:1' } },
-      { digest: 'sha256:ccc', annotations: { 'org.opencontainers.image.ref.name': 'latest' } },
-    ],
-  }));
+  await writeFile(
+    join(layout, 'index.json'),
+    JSON.stringify({
+      schemaVersion: 2,
+      manifests: [
+        {
+          digest: 'sha256:aaa',
+          annotations: { 'io.containerd.image.name': 'docker.io/library/busybox:1.36', 'org.opencontainers.image.ref.name': '1.36' },
+        },
+        { digest: 'sha256:bbb', annotations: { 'org.opencontainers.image.ref.name': 'example.com/x:1' } },
+        { digest: 'sha256:ccc', annotations: { 'org.opencontainers.image.ref.name': 'latest' } },
+      ],
+    }),
+  );
   const file = join(dir, 'img.tar');
   await tarCreate({ cwd: layout, file }, ['oci-layout', 'index.json']);
-  assert.deepEqual([...(await tarballImages(file))], [['docker.io/library/busybox:1.36', 'sha256:aaa'], ['example.com/x:1', 'sha256:bbb']]);
+  assert.deepEqual(
+    [...(await tarballImages(file))],
+    [
+      ['docker.io/library/busybox:1.36', 'sha256:aaa'],
+      ['example.com/x:1', 'sha256:bbb'],
+    ],
+  );
 
   // A tarball without index.json (docker-archive) names nothing: it is always imported.
   const other = join(dir, 'docker.tar');

@@ -10,7 +10,13 @@ import { fakeApiServer, json, node, watchStream } from '../kube/fake-apiserver.t
 // sysctls, which the end-to-end worker test covers inside a lab host.
 async function network(t: Parameters<typeof tempDir>[0], server: string): Promise<NetworkComponent> {
   const dir = await tempDir(t);
-  const net = new NetworkComponent({ paths: workerPaths(dir, dir), log: captureLogger().log, nodeName: 'edge-1', kube: new KubeClient({ server }), watch: { backoffMinMs: 10 } });
+  const net = new NetworkComponent({
+    paths: workerPaths(dir, dir),
+    log: captureLogger().log,
+    nodeName: 'edge-1',
+    kube: new KubeClient({ server }),
+    watch: { backoffMinMs: 10 },
+  });
   await net.init();
   await net.start();
   t.after(() => net.stop());
@@ -18,16 +24,28 @@ async function network(t: Parameters<typeof tempDir>[0], server: string): Promis
 }
 
 test('waits on the Node watch for a podCIDR and says why when it gives up', { timeout: 20_000 }, async (t) => {
-  const api = await fakeApiServer(t, (req, res) => (req.query.get('watch') === 'true'
-    ? void watchStream(res).event('MODIFIED', node('edge-1', '6'))
-    : json(res, 200, { metadata: { resourceVersion: '5' }, items: [] })));
+  const api = await fakeApiServer(t, (req, res) =>
+    req.query.get('watch') === 'true'
+      ? void watchStream(res).event('MODIFIED', node('edge-1', '6'))
+      : json(res, 200, { metadata: { resourceVersion: '5' }, items: [] }),
+  );
   const net = await network(t, api.url);
-  await assert.rejects(net.ready(AbortSignal.timeout(500)), /^Error: node edge-1 has no podCIDR: not assigned yet \(is kube-controller-manager running with --allocate-node-cidrs\?\)$/);
+  await assert.rejects(
+    net.ready(AbortSignal.timeout(500)),
+    /^Error: node edge-1 has no podCIDR: not assigned yet \(is kube-controller-manager running with --allocate-node-cidrs\?\)$/,
+  );
   assert.equal(api.requests.filter((r) => !r.query.get('watch')).length, 1, 'one list, then the watch: no polling');
 });
 
 test('reports the API error while the Nodes cannot be read', { timeout: 20_000 }, async (t) => {
-  const api = await fakeApiServer(t, (_req, res) => json(res, 403, { kind: 'Status', code: 403, reason: 'Forbidden', message: 'nodes is forbidden: User "system:anonymous" cannot list resource "nodes"' }));
+  const api = await fakeApiServer(t, (_req, res) =>
+    json(res, 403, {
+      kind: 'Status',
+      code: 403,
+      reason: 'Forbidden',
+      message: 'nodes is forbidden: User "system:anonymous" cannot list resource "nodes"',
+    }),
+  );
   const net = await network(t, api.url);
   await assert.rejects(net.ready(AbortSignal.timeout(300)), /node edge-1 has no podCIDR: GET \/api\/v1\/nodes: 403 nodes is forbidden/);
 });
