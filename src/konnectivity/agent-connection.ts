@@ -7,7 +7,7 @@ import { readFile } from 'node:fs/promises';
 import type { Socket } from 'node:net';
 import * as grpc from '@grpc/grpc-js';
 import type { Logger } from '../base/log.ts';
-import type { KonnectivityAgentOptions } from './agent.ts';
+import type { KonnectivityAgentOptions } from './agent-options.ts';
 import { PendingDial, Target, type TargetOwner } from './agent-targets.ts';
 import type { WindowBudget } from './flow.ts';
 import type { AgentMetrics } from './metrics.ts';
