@@ -11,6 +11,7 @@ import type { KonnectivityAgentOptions } from './agent-options.ts';
 import { PendingDial, Target, type TargetOwner } from './agent-targets.ts';
 import type { WindowBudget } from './flow.ts';
 import type { AgentMetrics } from './metrics.ts';
+import { StreamWriter } from './stream-writer.ts';
 import {
   AgentServiceClient,
   FLOW_CONTROL_EXTENSION,
@@ -57,7 +58,9 @@ export class ServerConnection implements TargetOwner {
   private client: grpc.Client | undefined;
   private call: grpc.ClientDuplexStream<Packet, Packet> | undefined;
   private nextConnectID = 1n;
-  private blocked = false;
+  private readonly writer = new StreamWriter<Packet>(() => {
+    for (const t of this.targets.values()) t.maybeResume();
+  });
   private closed = false;
   private held = false;
   private lastReceived = Date.now();
@@ -171,18 +174,11 @@ export class ServerConnection implements TargetOwner {
   }
 
   send(p: Packet): void {
-    if (this.closed || !this.call) return;
-    if (!this.call.write(p) && !this.blocked) {
-      this.blocked = true;
-      this.call.once('drain', () => {
-        this.blocked = false;
-        for (const t of this.targets.values()) t.maybeResume();
-      });
-    }
+    if (!this.closed && this.call) this.writer.write(this.call, p);
   }
 
   get writable(): boolean {
-    return !this.blocked && !this.closed;
+    return this.writer.ready && !this.closed;
   }
 
   private onPacket(p: Packet): void {

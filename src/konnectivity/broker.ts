@@ -26,6 +26,7 @@ import {
   type Packet,
 } from './protocol.ts';
 import type { AgentIdentity } from './auth.ts';
+import { StreamWriter } from './stream-writer.ts';
 
 export type ProxyStrategy = 'destHost' | 'defaultRoute' | 'default';
 
@@ -88,7 +89,7 @@ export class AgentBackend {
   readonly connectedAt = new Date();
   readonly conns = new Map<Int64, Tunnel>();
   readonly pending = new Set<Tunnel>();
-  private blocked = false;
+  private readonly writer = new StreamWriter<Packet>(() => this.onDrain(this));
 
   constructor(
     readonly id: string,
@@ -101,18 +102,11 @@ export class AgentBackend {
 
   /** False while the stream's send buffer is full; frontends pause until it drains. */
   get writable(): boolean {
-    return !this.blocked && !this.gone;
+    return this.writer.ready && !this.gone;
   }
 
   send(p: Packet): void {
-    if (this.gone) return;
-    if (!this.call.write(p) && !this.blocked) {
-      this.blocked = true;
-      this.call.once('drain', () => {
-        this.blocked = false;
-        this.onDrain(this);
-      });
-    }
+    if (!this.gone) this.writer.write(this.call, p);
   }
 
   end(): void {
