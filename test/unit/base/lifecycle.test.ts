@@ -6,8 +6,8 @@ import { runUntilSignal } from '../../../src/base/lifecycle.ts';
 import { ComponentManager } from '../../../src/base/manager.ts';
 import { captureLogger } from '../../helpers.ts';
 
-// SIGUSR2 stands in for SIGTERM so the test runner's own handlers are not involved.
-const signals: NodeJS.Signals[] = ['SIGUSR2'];
+// SIGWINCH stands in for SIGTERM so the test runner's own handlers are not involved.
+const signals: NodeJS.Signals[] = ['SIGWINCH'];
 
 function recorder(name: string, journal: string[], readyMs = 0): Component {
   return {
@@ -29,12 +29,12 @@ test('runs until the signal, then stops in reverse', { timeout: 10_000 }, async 
   const journal: string[] = [];
   const { log } = captureLogger();
   const m = new ComponentManager([recorder('a', journal), recorder('b', journal)], log);
-  const listenersBefore = process.listenerCount('SIGUSR2');
+  const listenersBefore = process.listenerCount('SIGWINCH');
   const run = runUntilSignal(m, log, {
     signals,
     onReady: () => {
       journal.push('ready');
-      process.kill(process.pid, 'SIGUSR2');
+      process.kill(process.pid, 'SIGWINCH');
     },
     onStopped: () => {
       journal.push('stopped');
@@ -42,7 +42,7 @@ test('runs until the signal, then stops in reverse', { timeout: 10_000 }, async 
   });
   await run;
   assert.deepEqual(journal, ['start a', 'ready a', 'start b', 'ready b', 'ready', 'stop b', 'stop a', 'stopped']);
-  assert.equal(process.listenerCount('SIGUSR2'), listenersBefore, 'handlers are removed');
+  assert.equal(process.listenerCount('SIGWINCH'), listenersBefore, 'handlers are removed');
 });
 
 test('a signal during start stops what started and ends without an error', { timeout: 10_000 }, async () => {
@@ -56,7 +56,7 @@ test('a signal during start stops what started and ends without an error', { tim
     },
   });
   while (!journal.includes('start slow')) await sleep(5);
-  process.kill(process.pid, 'SIGUSR2');
+  process.kill(process.pid, 'SIGWINCH');
   await run;
   assert.deepEqual(journal, ['start a', 'ready a', 'start slow', 'stop slow', 'stop a']);
 });
