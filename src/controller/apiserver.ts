@@ -46,6 +46,9 @@ export function apiserverArgs(cfg: ClusterConfig, paths: ControllerPaths, pki: P
       'kubelet-client-certificate': pki.kubeletClientCert,
       'kubelet-client-key': pki.kubeletClientKey,
       'kubelet-preferred-address-types': 'InternalIP,ExternalIP,Hostname',
+      // Verify every kubelet's serving certificate: kube-controller-manager signs them with the
+      // cluster CA, and kctl's csr-approver approves them only for the node's own name and addresses.
+      'kubelet-certificate-authority': pki.caCert,
       'proxy-client-cert-file': pki.frontProxyClientCert,
       'proxy-client-key-file': pki.frontProxyClientKey,
       'requestheader-client-ca-file': pki.frontProxyCaCert,

@@ -64,12 +64,52 @@ test("kube-apiserver reaches an isolated node-side server only through the agent
     join(dir, 'www.crt'),
     '-subj',
     '/CN=edge1',
+    // The right name and address: only the signer is wrong.
+    '-addext',
+    `subjectAltName=DNS:edge1,IP:${edge.ip}`,
     '-days',
     '1',
   ]);
-  edge.spawn('openssl', ['s_server', '-quiet', '-WWW', '-accept', '10250', '-cert', join(dir, 'www.crt'), '-key', join(dir, 'www.key')], {
-    cwd: www,
-  });
+  // And a certificate for it signed by the cluster CA, as an approved kubelet serving certificate is.
+  await execa('openssl', [
+    'req',
+    '-new',
+    '-newkey',
+    'ec',
+    '-pkeyopt',
+    'ec_paramgen_curve:prime256v1',
+    '-nodes',
+    '-keyout',
+    join(dir, 'kubelet.key'),
+    '-out',
+    join(dir, 'kubelet.csr'),
+    '-subj',
+    '/CN=system:node:edge1',
+  ]);
+  await writeFile(join(dir, 'kubelet.ext'), `subjectAltName=DNS:edge1,IP:${edge.ip}\nextendedKeyUsage=serverAuth\n`);
+  await execa('openssl', [
+    'x509',
+    '-req',
+    '-in',
+    join(dir, 'kubelet.csr'),
+    '-CA',
+    join(dataDir, 'pki/ca.crt'),
+    '-CAkey',
+    join(dataDir, 'pki/ca.key'),
+    '-CAcreateserial',
+    '-days',
+    '1',
+    '-extfile',
+    join(dir, 'kubelet.ext'),
+    '-out',
+    join(dir, 'kubelet.crt'),
+  ]);
+  const serveAs = (name: string) =>
+    edge.spawn('openssl', ['s_server', '-quiet', '-WWW', '-accept', '10250', '-cert', join(dir, `${name}.crt`), '-key', join(dir, `${name}.key`)], {
+      cwd: www,
+    });
+  // First an impostor: a server whose certificate the cluster CA did not sign.
+  const impostor = serveAs('www');
   const created = await ctl.run(requireKctl(), ['--data-dir', dataDir, 'kubectl', 'create', '-f', '-'], {
     input: JSON.stringify({ apiVersion: 'v1', kind: 'Node', metadata: { name: 'edge1' } }),
   });
@@ -123,7 +163,22 @@ test("kube-apiserver reaches an isolated node-side server only through the agent
     throw new Error(`${err.message}\n${agentLog.split('\n').slice(-10).join('\n')}`);
   });
 
-  const through = await kubectl('get', '--raw', '/api/v1/nodes/https:edge1:10250/proxy/hello.txt');
+  // kube-apiserver verifies kubelets (--kubelet-certificate-authority): the tunnel reaches the
+  // impostor, but the TLS handshake fails and nothing it serves gets through.
+  const refused = await kubectl('get', '--raw', '/api/v1/nodes/https:edge1:10250/proxy/hello.txt');
+  assert.notEqual(refused.exitCode, 0, `the API server accepted a kubelet certificate the cluster CA did not sign: ${String(refused.stdout)}`);
+  assert.match(String(refused.stderr), /x509: certificate signed by unknown authority/);
+  t.diagnostic(`impostor kubelet refused: ${String(refused.stderr).trim().split('\n')[0]}`);
+  impostor.kill('SIGTERM');
+  await new Promise((resolve) => impostor.once('exit', resolve));
+
+  // The same server with a certificate of the cluster CA for the node's name and address works.
+  serveAs('kubelet');
+  let through = await kubectl('get', '--raw', '/api/v1/nodes/https:edge1:10250/proxy/hello.txt');
+  for (let i = 0; i < 20 && through.exitCode !== 0; i++) {
+    await sleep(500);
+    through = await kubectl('get', '--raw', '/api/v1/nodes/https:edge1:10250/proxy/hello.txt');
+  }
   assert.equal(through.exitCode, 0, `${String(through.stderr)}\n${agentLog.split('\n').slice(-5).join('\n')}`);
   assert.equal(String(through.stdout).trim(), 'hello through the tunnel');
   // Still no direct path: the bytes came through the tunnel the edge host opened.
