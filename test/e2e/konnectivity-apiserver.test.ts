@@ -10,7 +10,7 @@ import type { ControllerStatusReport as StatusReport } from '../../src/controlle
 import { tempDir } from '../helpers.ts';
 import { kctl, requireKctl } from './kctl.ts';
 import { createLab } from './lab.ts';
-import { nodeCert } from './node-cert.ts';
+import { kubeletServingCert, nodeCert } from './node-cert.ts';
 
 async function waitFor(what: string, timeoutMs: number, check: () => Promise<boolean>): Promise<void> {
   const end = Date.now() + timeoutMs;
@@ -71,45 +71,11 @@ test("kube-apiserver reaches an isolated node-side server only through the agent
     '1',
   ]);
   // And a certificate for it signed by the cluster CA, as an approved kubelet serving certificate is.
-  await execa('openssl', [
-    'req',
-    '-new',
-    '-newkey',
-    'ec',
-    '-pkeyopt',
-    'ec_paramgen_curve:prime256v1',
-    '-nodes',
-    '-keyout',
-    join(dir, 'kubelet.key'),
-    '-out',
-    join(dir, 'kubelet.csr'),
-    '-subj',
-    '/CN=system:node:edge1',
-  ]);
-  await writeFile(join(dir, 'kubelet.ext'), `subjectAltName=DNS:edge1,IP:${edge.ip}\nextendedKeyUsage=serverAuth\n`);
-  await execa('openssl', [
-    'x509',
-    '-req',
-    '-in',
-    join(dir, 'kubelet.csr'),
-    '-CA',
-    join(dataDir, 'pki/ca.crt'),
-    '-CAkey',
-    join(dataDir, 'pki/ca.key'),
-    '-CAcreateserial',
-    '-days',
-    '1',
-    '-extfile',
-    join(dir, 'kubelet.ext'),
-    '-out',
-    join(dir, 'kubelet.crt'),
-  ]);
-  const serveAs = (name: string) =>
-    edge.spawn('openssl', ['s_server', '-quiet', '-WWW', '-accept', '10250', '-cert', join(dir, `${name}.crt`), '-key', join(dir, `${name}.key`)], {
-      cwd: www,
-    });
+  const serving = await kubeletServingCert(join(dataDir, 'pki'), dir, 'edge1', edge.ip);
+  const serve = (cert: { cert: string; key: string }) =>
+    edge.spawn('openssl', ['s_server', '-quiet', '-WWW', '-accept', '10250', '-cert', cert.cert, '-key', cert.key], { cwd: www });
   // First an impostor: a server whose certificate the cluster CA did not sign.
-  const impostor = serveAs('www');
+  const impostor = serve({ cert: join(dir, 'www.crt'), key: join(dir, 'www.key') });
   const created = await ctl.run(requireKctl(), ['--data-dir', dataDir, 'kubectl', 'create', '-f', '-'], {
     input: JSON.stringify({ apiVersion: 'v1', kind: 'Node', metadata: { name: 'edge1' } }),
   });
@@ -173,7 +139,7 @@ test("kube-apiserver reaches an isolated node-side server only through the agent
   await new Promise((resolve) => impostor.once('exit', resolve));
 
   // The same server with a certificate of the cluster CA for the node's name and address works.
-  serveAs('kubelet');
+  serve(serving);
   let through = await kubectl('get', '--raw', '/api/v1/nodes/https:edge1:10250/proxy/hello.txt');
   for (let i = 0; i < 20 && through.exitCode !== 0; i++) {
     await sleep(500);
