@@ -19,8 +19,7 @@ import { runUntilSignal } from '../base/lifecycle.ts';
 import { StatusServerComponent } from '../base/status-server.ts';
 import { ComponentManager } from '../base/manager.ts';
 import { KCTL_VERSION } from '../base/version.ts';
-import { claimDataDir, releaseDataDir } from '../supervisor/owner.ts';
-import { UserError } from '../base/errors.ts';
+import { runOwning } from '../supervisor/owner.ts';
 import { ApiserverComponent } from './apiserver.ts';
 import { BootstrapComponent } from './bootstrap.ts';
 import { KonnectivityServerComponent } from './konnectivity.ts';
@@ -97,15 +96,8 @@ export async function runController(opts: ControllerOptions, log: Logger): Promi
   await mkdir(paths.runDir, { recursive: true, mode: 0o755 });
   // Marks the data dir as in use, for `kctl reset` and for a second start. --init-only only
   // prepares files and exits (two may run at once: staging takes its own lock), so it does not.
-  if (!opts.initOnly) {
-    const other = await claimDataDir(paths.dataDir, 'controller');
-    if (other) throw new UserError(`a kctl ${other.role} (pid ${other.pid}) is already running on ${paths.dataDir}`);
-  }
-  try {
-    await prepareAndRun(cfg, paths, opts, log);
-  } finally {
-    if (!opts.initOnly) await releaseDataDir(paths.dataDir);
-  }
+  if (opts.initOnly) await prepareAndRun(cfg, paths, opts, log);
+  else await runOwning(paths.dataDir, 'controller', () => prepareAndRun(cfg, paths, opts, log));
 }
 
 async function prepareAndRun(cfg: ClusterConfig, paths: ControllerPaths, opts: ControllerOptions, log: Logger): Promise<void> {

@@ -5,6 +5,7 @@
 // counts as running, and a stale file never blocks anything.
 import { link, mkdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
+import { UserError } from '../base/errors.ts';
 import { processAlive } from './pidfile.ts';
 
 export type KctlRole = 'controller' | 'worker';
@@ -111,4 +112,18 @@ export async function claimDataDir(dataDir: string, role: KctlRole): Promise<Dat
 export async function releaseDataDir(dataDir: string): Promise<void> {
   const owner = await liveOwner(dataDir).catch(() => undefined);
   if (owner?.pid === process.pid) await rm(ownerFile(dataDir), { force: true });
+}
+
+/**
+ * Runs `run` as the `role` on `dataDir`: refuses with one line when another live kctl holds it,
+ * and removes the record afterwards, however `run` ends.
+ */
+export async function runOwning<T>(dataDir: string, role: KctlRole, run: () => Promise<T>): Promise<T> {
+  const other = await claimDataDir(dataDir, role);
+  if (other) throw new UserError(`a kctl ${other.role} (pid ${other.pid}) is already running on ${dataDir}`);
+  try {
+    return await run();
+  } finally {
+    await releaseDataDir(dataDir);
+  }
 }

@@ -17,7 +17,7 @@ import { findPayload } from '../payload/payload.ts';
 import { stageComponents, stageImages } from '../payload/stage.ts';
 import type { Component, ComponentStatus } from '../base/component.ts';
 import { ComponentManager } from '../base/manager.ts';
-import { claimDataDir, releaseDataDir } from '../supervisor/owner.ts';
+import { runOwning } from '../supervisor/owner.ts';
 import { writeFileAtomic } from '../base/fs.ts';
 import { KCTL_VERSION } from '../base/version.ts';
 import { ContainerdComponent } from './containerd.ts';
@@ -123,13 +123,7 @@ export async function runWorker(opts: WorkerOptions, log: Logger): Promise<void>
   const state = await joinCluster(opts.token, paths, componentLogger(log, 'join'));
   await mkdir(paths.runDir, { recursive: true, mode: 0o755 });
   // Marks the data dir as in use, for `kctl reset` and for a second start.
-  const other = await claimDataDir(paths.dataDir, 'worker');
-  if (other) throw new UserError(`a kctl ${other.role} (pid ${other.pid}) is already running on ${paths.dataDir}`);
-  try {
-    await stageAndRun(opts, paths, state, log);
-  } finally {
-    await releaseDataDir(paths.dataDir);
-  }
+  await runOwning(paths.dataDir, 'worker', () => stageAndRun(opts, paths, state, log));
 }
 
 async function stageAndRun(opts: WorkerOptions, paths: WorkerPaths, state: JoinState, log: Logger): Promise<void> {

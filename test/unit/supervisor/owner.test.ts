@@ -4,7 +4,7 @@ import { existsSync } from 'node:fs';
 import { readFile, stat, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { test } from 'node:test';
-import { claimDataDir, liveOwner, ownerFile, ownerRecord, releaseDataDir } from '../../../src/supervisor/owner.ts';
+import { claimDataDir, liveOwner, ownerFile, ownerRecord, releaseDataDir, runOwning } from '../../../src/supervisor/owner.ts';
 import { tempDir } from '../../helpers.ts';
 import { isAlive, spawnProcess, waitFor } from './util.ts';
 
@@ -54,4 +54,26 @@ test('release leaves a record that another process wrote', async (t) => {
   await writeFile(ownerFile(dir), await ownerRecord(pid, 'worker'));
   await releaseDataDir(dir);
   assert.match(await readFile(ownerFile(dir), 'utf8'), new RegExp(`"pid":${pid}`));
+});
+
+test('runOwning refuses while another live kctl holds the data dir, and releases after the run', async (t) => {
+  const dir = await tempDir(t);
+  let ran = 0;
+  await runOwning(dir, 'worker', async () => {
+    ran += 1;
+    assert.deepEqual(await liveOwner(dir), { pid: process.pid, role: 'worker' });
+    await assert.rejects(
+      runOwning(dir, 'controller', async () => {
+        ran += 10;
+      }),
+      { message: `a kctl worker (pid ${process.pid}) is already running on ${dir}` },
+    );
+  });
+  assert.equal(ran, 1);
+  assert.equal(await liveOwner(dir), undefined);
+  await assert.rejects(
+    runOwning(dir, 'controller', () => Promise.reject(new Error('start failed'))),
+    { message: 'start failed' },
+  );
+  assert.equal(await liveOwner(dir), undefined, 'released after a failed run too');
 });
