@@ -4,6 +4,7 @@ import { readStatus } from '../base/status-server.ts';
 import type { ControllerStatusReport } from '../controller/status.ts';
 import type { WorkerStatusReport } from '../worker/index.ts';
 import { UserError } from '../base/errors.ts';
+import { formatIdentifiers } from '../konnectivity/index.ts';
 import { globals } from './globals.ts';
 import { outputOption, printJson, type OutputFormat } from './output.ts';
 
@@ -13,6 +14,9 @@ function formatDuration(s: number | undefined): string {
   if (s < 7200) return `${Math.floor(s / 60)}m`;
   return `${Math.floor(s / 3600)}h`;
 }
+
+/** The agentidentifiers query as an operator would type it (IPv6 colons not escaped). */
+const showIdentifiers = (ids: Parameters<typeof formatIdentifiers>[0]): string => decodeURIComponent(formatIdentifiers(ids));
 
 export type AnyStatusReport = ControllerStatusReport | WorkerStatusReport;
 
@@ -48,8 +52,13 @@ export function renderStatus(r: AnyStatusReport): string {
       `Konnectivity server ${k.serverId} (servercount ${k.serverCount}): ${k.agents.length} agent(s), ${k.establishedConnections} open tunnel(s), ${k.pendingDials} pending dial(s)`,
     );
     if (k.agents.length === 0) out.push('  no agents connected: kube-apiserver answers "No agent available" for logs, exec and port-forward');
-    for (const a of k.agents)
+    for (const a of k.agents) {
       out.push(`  ${a.id}  node=${a.node ?? '-'}  auth=${a.auth}${a.draining ? '  draining' : ''}  connections=${a.connections}`);
+      // What the agent asked to route and what it got: "why did this dial go there" in one place.
+      out.push(`    claimed:  ${showIdentifiers(a.claimed) || '(nothing)'}`);
+      out.push(`    accepted: ${showIdentifiers(a.accepted) || '(nothing: only dials any agent may take)'}`);
+      for (const d of a.dropped) out.push(`    dropped:  ${d.claim} (${d.reason})`);
+    }
   }
   return out.join('\n') + '\n';
 }

@@ -24,6 +24,18 @@ const hostOrIp = z
   .min(1)
   .refine((s) => isIP(s) !== 0 || /^[a-zA-Z0-9]([a-zA-Z0-9.-]*[a-zA-Z0-9])?$/.test(s), { message: 'expected an IP address or DNS name' });
 
+const dnsLabel = /^[a-z0-9]([a-z0-9.-]*[a-z0-9])?$/;
+/** An agent allowed CIDR, default-route and unowned-address claims: by node name or service account. */
+const trustedAgent = z
+  .strictObject({
+    node: z.string().regex(dnsLabel, 'expected a node name').optional(),
+    serviceAccount: z
+      .string()
+      .regex(/^[a-z0-9]([a-z0-9-]*[a-z0-9])?\/[a-z0-9]([a-z0-9.-]*[a-z0-9])?$/, 'expected NAMESPACE/NAME of a service account')
+      .optional(),
+  })
+  .refine((a) => (a.node === undefined) !== (a.serviceAccount === undefined), { message: 'set exactly one of node or serviceAccount' });
+
 export const clusterConfigSchema = z.strictObject({
   apiVersion: z.literal('kctl.dev/v1alpha1').default('kctl.dev/v1alpha1'),
   kind: z.literal('ClusterConfig').default('ClusterConfig'),
@@ -45,6 +57,7 @@ export const clusterConfigSchema = z.strictObject({
         .strictObject({
           agentPort: port(8132),
           adminPort: port(8133),
+          trustedAgents: z.array(trustedAgent).default([]),
         })
         .prefault({}),
       storage: z

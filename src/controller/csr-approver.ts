@@ -1,12 +1,14 @@
 // In-process approver for kubelet serving certificates (signer kubernetes.io/kubelet-serving).
 // kube-controller-manager approves node *client* CSRs itself; serving CSRs need someone to
-// check that a node asks only for its own name and addresses. Anything else is denied.
-import { canonicalIp } from '../base/addresses.ts';
+// check that a node asks only for its own name and addresses (the rule konnectivity agents'
+// claims follow too: unownedBy in konnectivity/claims.ts). Anything else is denied.
 import type { Logger } from '../base/log.ts';
+import { unownedBy, type NodeRecord } from '../konnectivity/claims.ts';
 import { resourcePath, type KubeClient } from '../kube/client.ts';
 import { Informer, type ListWatchOptions } from '../kube/informer.ts';
 import type { Component, ComponentStatus } from '../base/component.ts';
 import { parseCsr } from './csr-request.ts';
+import type { NodeWatchComponent } from './nodes.ts';
 
 export interface Csr {
   metadata: { name: string };
@@ -14,20 +16,12 @@ export interface Csr {
   status?: { conditions?: { type: string }[] };
 }
 
-export interface NodeAddresses {
-  name: string;
-  addresses: { type: string; address: string }[];
-}
-
 const ALLOWED_USAGES = new Set(['digital signature', 'key encipherment', 'server auth']);
-
-/** One spelling per address, so a CSR's "0:0::1" matches the Node's "::1". */
-const sameIp = (ip: string): string => canonicalIp(ip) ?? ip;
 
 export type Verdict = { approve: true; reason: string } | { approve: false; reason: string } | null;
 
 /** Decide on one CSR; null means "not ours or not decidable yet" (e.g. the Node is not registered). */
-export function judgeServingCsr(csr: Csr, node: NodeAddresses | undefined): Verdict {
+export function judgeServingCsr(csr: Csr, node: NodeRecord | undefined): Verdict {
   if (csr.spec.signerName !== 'kubernetes.io/kubelet-serving') return null;
   const m = /^system:node:(.+)$/.exec(csr.spec.username);
   if (!m || !(csr.spec.groups ?? []).includes('system:nodes')) return { approve: false, reason: `requester ${csr.spec.username} is not a node` };
@@ -47,17 +41,9 @@ export function judgeServingCsr(csr: Csr, node: NodeAddresses | undefined): Verd
   if (req.otherNames > 0) return { approve: false, reason: 'only DNS and IP subject alternative names are allowed' };
   if (req.dnsNames.length + req.ipAddresses.length === 0) return { approve: false, reason: 'no subject alternative names' };
   if (!node) return null; // not registered yet: decide once the Node exists
-  const dnsAllowed = new Set([nodeName, ...node.addresses.filter((a) => /DNS|Hostname/.test(a.type)).map((a) => a.address)]);
-  const ipAllowed = new Set(node.addresses.filter((a) => /IP$/.test(a.type)).map((a) => sameIp(a.address)));
-  const badDns = req.dnsNames.filter((d) => !dnsAllowed.has(d));
-  const badIp = req.ipAddresses.map(sameIp).filter((ip) => !ipAllowed.has(ip));
-  if (badDns.length || badIp.length) return { approve: false, reason: `names not owned by node ${nodeName}: ${[...badDns, ...badIp].join(', ')}` };
+  const unowned = unownedBy(node, req.dnsNames, req.ipAddresses);
+  if (unowned.length) return { approve: false, reason: `names not owned by node ${nodeName}: ${unowned.join(', ')}` };
   return { approve: true, reason: `serving certificate for node ${nodeName} (${[...req.dnsNames, ...req.ipAddresses].join(', ')})` };
-}
-
-interface KubeNode {
-  metadata: { name: string };
-  status?: { addresses?: NodeAddresses['addresses'] };
 }
 
 const CSRS = '/apis/certificates.k8s.io/v1/certificatesigningrequests';
@@ -70,7 +56,6 @@ const RETRY_MS = 2000;
 export class CsrApproverComponent implements Component {
   readonly name = 'csr-approver';
   private readonly csrs: Informer<Csr>;
-  private readonly nodes: Informer<KubeNode>;
   private running = false;
   private queue: Promise<void> = Promise.resolve();
   /** Decided here but maybe not yet seen back through the watch: never judged twice. */
@@ -78,8 +63,11 @@ export class CsrApproverComponent implements Component {
   private decisions = 0;
   private lastError: string | undefined;
 
+  private unwatchNodes: (() => void) | undefined;
+
   constructor(
     private readonly kube: KubeClient,
+    private readonly nodes: NodeWatchComponent,
     private readonly log: Logger,
     watch: ListWatchOptions = {},
   ) {
@@ -100,22 +88,13 @@ export class CsrApproverComponent implements Component {
       },
       onError,
     );
-    this.nodes = new Informer<KubeNode>(
-      kube,
-      '/api/v1/nodes',
-      watch,
-      (type, node) => {
-        if (type === 'LIST') this.considerAll();
-        else if (type !== 'DELETED') this.considerAll(`system:node:${node!.metadata.name}`);
-      },
-      onError,
-    );
   }
 
   async start(): Promise<void> {
     this.running = true;
     this.csrs.start();
-    this.nodes.start();
+    // A CSR whose Node was not registered (or lacked the address) is judged again when it changes.
+    this.unwatchNodes = this.nodes.onChange((node) => this.considerAll(node === undefined ? undefined : `system:node:${node}`));
   }
 
   /** How many CSRs this approver has approved or denied since it started. */
@@ -145,10 +124,9 @@ export class CsrApproverComponent implements Component {
   private async decide(name: string): Promise<void> {
     const csr = this.csrs.store.get(name);
     if (!this.running || !csr || csr.status?.conditions?.length || this.decided.has(name)) return;
-    if (!this.nodes.hasSynced) return; // judged again once Nodes are listed
+    if (!this.nodes.synced) return; // judged again once Nodes are listed
     const nodeName = /^system:node:(.+)$/.exec(csr.spec.username)?.[1];
-    const n0 = nodeName ? this.nodes.get(nodeName) : undefined;
-    const verdict = judgeServingCsr(csr, n0 ? { name: n0.metadata.name, addresses: n0.status?.addresses ?? [] } : undefined);
+    const verdict = judgeServingCsr(csr, nodeName ? this.nodes.get(nodeName) : undefined);
     if (!verdict) return;
     const condition = verdict.approve
       ? { type: 'Approved', status: 'True', reason: 'KctlServingCertApproved', message: verdict.reason }
@@ -169,7 +147,8 @@ export class CsrApproverComponent implements Component {
 
   async stop(): Promise<void> {
     this.running = false;
-    await Promise.all([this.csrs.stop(), this.nodes.stop()]);
+    this.unwatchNodes?.();
+    await this.csrs.stop();
     await this.queue;
   }
 

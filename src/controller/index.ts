@@ -1,7 +1,7 @@
 // `kctl controller`: the control plane as an ordered list of components (k0s's shape).
 //   pki, stage (before the list), then: status socket -> storage (etcd|kine)
-//   -> konnectivity server -> kube-apiserver -> bootstrap -> scheduler -> controller-manager
-//   -> csr-approver
+//   -> konnectivity server -> kube-apiserver -> node watch -> bootstrap -> scheduler
+//   -> controller-manager -> csr-approver
 import { mkdir } from 'node:fs/promises';
 import { writeFileAtomic } from '../base/fs.ts';
 import { join } from 'node:path';
@@ -24,6 +24,7 @@ import { ApiserverComponent } from './apiserver.ts';
 import { BootstrapComponent } from './bootstrap.ts';
 import { KonnectivityServerComponent } from './konnectivity.ts';
 import { CsrApproverComponent } from './csr-approver.ts';
+import { NodeWatchComponent } from './nodes.ts';
 import { KubeClient } from '../kube/client.ts';
 import { loadConfig, type ClusterConfig, type ConfigFlags } from './config.ts';
 import { controllerPaths, type ControllerPaths } from './paths.ts';
@@ -63,6 +64,8 @@ export function controllerComponents(cfg: ClusterConfig, paths: ControllerPaths,
   const child = (name: string) => componentLogger(log, name);
   // The one API client of this process (admin credentials), shared by every component that calls the API.
   const kube = KubeClient.fromKubeconfig(pki.adminConf);
+  // One watch of Nodes: agent claims and serving CSRs are judged against it with the same rule.
+  const nodes = new NodeWatchComponent(kube);
   const storage =
     cfg.spec.storage.type === 'etcd'
       ? new EtcdComponent(etcdOptions(cfg, paths, pki), child('etcd'))
@@ -79,12 +82,13 @@ export function controllerComponents(cfg: ClusterConfig, paths: ControllerPaths,
   return [
     storage,
     // Before kube-apiserver: its egress selector dials this server's unix socket.
-    new KonnectivityServerComponent(cfg, paths, pki, kube, child('konnectivity-server')),
+    new KonnectivityServerComponent(cfg, paths, pki, kube, nodes, child('konnectivity-server')),
     new ApiserverComponent(cfg, paths, pki, child('kube-apiserver'), { egress: true }),
+    nodes,
     new BootstrapComponent(cfg, pki, kube, child('bootstrap')),
     new SchedulerComponent(cfg, paths, pki, child('kube-scheduler')),
     new ControllerManagerComponent(cfg, paths, pki, child('kube-controller-manager')),
-    new CsrApproverComponent(kube, child('csr-approver')),
+    new CsrApproverComponent(kube, nodes, child('csr-approver')),
   ];
 }
 

@@ -4,7 +4,7 @@ import { readFile } from 'node:fs/promises';
 import { writeFileAtomic } from '../base/fs.ts';
 import { join } from 'node:path';
 import { stringify } from 'yaml';
-import { KonnectivityServer, type TokenReview } from '../konnectivity/index.ts';
+import { KonnectivityServer, type NodeDirectory, type TokenReview, type TrustedAgents } from '../konnectivity/index.ts';
 import type { KubeClient } from '../kube/client.ts';
 import type { Logger } from '../base/log.ts';
 import type { PkiPaths } from '../pki/index.ts';
@@ -14,6 +14,15 @@ import type { ControllerPaths } from './paths.ts';
 
 /** The service account an upstream proxy-agent (in a pod) would use. */
 export const AGENT_SERVICE_ACCOUNT = 'system:serviceaccount:kube-system:konnectivity-agent';
+
+/** spec.konnectivity.trustedAgents as the server takes it (service accounts as Kubernetes user names). */
+export function trustedAgents(cfg: ClusterConfig): TrustedAgents {
+  const list = cfg.spec.konnectivity.trustedAgents;
+  return {
+    nodes: list.flatMap((a) => (a.node ? [a.node] : [])),
+    users: list.flatMap((a) => (a.serviceAccount ? [`system:serviceaccount:${a.serviceAccount.replace('/', ':')}`] : [])),
+  };
+}
 
 export function egressSelectorConfig(paths: ControllerPaths): string {
   return stringify({
@@ -57,6 +66,7 @@ export class KonnectivityServerComponent implements Component {
     private readonly paths: ControllerPaths,
     private readonly pki: PkiPaths,
     private readonly kube: KubeClient,
+    private readonly nodes: NodeDirectory,
     private readonly log: Logger,
   ) {}
 
@@ -73,6 +83,8 @@ export class KonnectivityServerComponent implements Component {
       adminPort: this.cfg.spec.konnectivity.adminPort,
       tls: { cert, key, ca },
       tokenReview: tokenReview(this.kube),
+      nodes: this.nodes,
+      trustedAgents: trustedAgents(this.cfg),
       log: this.log,
     });
     try {

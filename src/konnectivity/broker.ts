@@ -6,135 +6,23 @@
 // or its agent's conns by connectID) until `finish`, and every path out of a state ends in
 // `finish`: answered, failed, timed out, cancelled by either side, or its agent gone.
 import { splitHostPort } from '../base/addresses.ts';
-import { BlockList, isIPv4, isIPv6 } from 'node:net';
-import type * as grpc from '@grpc/grpc-js';
 import type { Logger } from '../base/log.ts';
-import { ConnectionFlow, WindowBudget } from './flow.ts';
+import { WindowBudget } from './flow.ts';
 import type { DialFailureReason, ServerMetrics } from './metrics.ts';
 import {
-  INITIAL_WINDOW,
   MAX_DATA_CHUNK,
-  MAX_WINDOW,
   WINDOW_GROWTH_BUDGET,
   describePacket,
   isId,
   newTraceId,
   packets,
-  type AgentIdentifiers,
   type DialRequest,
   type Int64,
   type Packet,
 } from './protocol.ts';
-import type { AgentIdentity } from './auth.ts';
-import { StreamWriter } from './stream-writer.ts';
+import { Tunnel, type AgentBackend, type Frontend } from './tunnel.ts';
 
 export type ProxyStrategy = 'destHost' | 'defaultRoute' | 'default';
-
-/** The client side of one tunnel: a kube-apiserver Proxy stream or an HTTP-CONNECT socket. */
-export interface Frontend {
-  readonly kind: 'grpc' | 'http-connect';
-  /** The agent dialed the target; relay bytes from now on. */
-  established(connectID: Int64): void;
-  dialFailed(message: string, reason: DialFailureReason): void;
-  /** Bytes from the target; `flushed` runs once they left this process. */
-  write(buf: Buffer, flushed: () => void): void;
-  /** The tunnel is over; tell the client (CLOSE_RSP / end of socket) and let go. */
-  close(error?: string): void;
-  pauseReading(): void;
-  resumeReading(): void;
-}
-
-type TunnelState = 'pending' | 'established' | 'closing' | 'done';
-
-export class Tunnel {
-  state: TunnelState = 'pending';
-  connectID: Int64 | undefined;
-  timer: NodeJS.Timeout | undefined;
-  readingPaused = false;
-  /** The frontend was told the tunnel is over, or is gone itself. */
-  frontendDone = false;
-  /** The client closed while bytes still waited for credit: close once they are sent. */
-  closeAfterFlush = false;
-  readonly flow: ConnectionFlow;
-  readonly startedAt = process.hrtime.bigint();
-
-  constructor(
-    readonly trace: string,
-    readonly random: Int64,
-    readonly address: string,
-    readonly agent: AgentBackend,
-    readonly frontend: Frontend,
-    bufferLimit: number,
-    budget: WindowBudget,
-  ) {
-    this.flow = new ConnectionFlow({ negotiated: agent.flowControl, window: INITIAL_WINDOW, maxWindow: MAX_WINDOW, budget, bufferLimit });
-  }
-
-  logFields(): Record<string, unknown> {
-    return {
-      trace: this.trace,
-      agent: this.agent.id,
-      random: this.random,
-      connectID: this.connectID,
-      address: this.address,
-      frontend: this.frontend.kind,
-    };
-  }
-}
-
-/** One agent's Connect stream. */
-export class AgentBackend {
-  draining = false;
-  gone = false;
-  readonly connectedAt = new Date();
-  readonly conns = new Map<Int64, Tunnel>();
-  readonly pending = new Set<Tunnel>();
-  private readonly writer = new StreamWriter<Packet>(() => this.onDrain(this));
-
-  constructor(
-    readonly id: string,
-    readonly identifiers: AgentIdentifiers,
-    readonly identity: AgentIdentity,
-    readonly flowControl: boolean,
-    private readonly call: grpc.ServerDuplexStream<Packet, Packet>,
-    private readonly onDrain: (a: AgentBackend) => void,
-  ) {}
-
-  /** False while the stream's send buffer is full; frontends pause until it drains. */
-  get writable(): boolean {
-    return this.writer.ready && !this.gone;
-  }
-
-  send(p: Packet): void {
-    if (!this.gone) this.writer.write(this.call, p);
-  }
-
-  end(): void {
-    this.call.end();
-  }
-
-  private cidrs: BlockList | undefined;
-
-  /** destHost strategy: the dial host is one of this agent's names or addresses. */
-  serves(host: string): boolean {
-    const ids = this.identifiers;
-    if (ids.host.includes(host) || ids.ipv4.includes(host) || ids.ipv6.includes(host)) return true;
-    if (ids.cidr.length === 0 || !(isIPv4(host) || isIPv6(host))) return false;
-    if (this.cidrs === undefined) {
-      this.cidrs = new BlockList();
-      for (const c of ids.cidr) {
-        const [net, bits] = c.split('/');
-        if (net === undefined || bits === undefined) continue;
-        try {
-          this.cidrs.addSubnet(net, Number(bits), isIPv6(net) ? 'ipv6' : 'ipv4');
-        } catch {
-          // a malformed cidr identifier matches nothing
-        }
-      }
-    }
-    return this.cidrs.check(host, isIPv6(host) ? 'ipv6' : 'ipv4');
-  }
-}
 
 export interface BrokerOptions {
   serverId: string;
@@ -148,6 +36,12 @@ export interface BrokerOptions {
 }
 
 export const NO_AGENT = 'No agent available';
+
+/** Agents that name the host exactly win over agents whose CIDR covers it (a site gateway). */
+function destHostCandidates(ready: AgentBackend[], host: string): AgentBackend[] {
+  const exact = ready.filter((a) => a.serves(host) === 'exact');
+  return exact.length > 0 ? exact : ready.filter((a) => a.serves(host) === 'cidr');
+}
 
 export class Broker {
   readonly agents = new Set<AgentBackend>();
@@ -221,7 +115,7 @@ export class Broker {
     const ready = this.readyAgents();
     for (const s of this.o.strategies) {
       const candidates =
-        s === 'destHost' ? ready.filter((a) => a.serves(host)) : s === 'defaultRoute' ? ready.filter((a) => a.identifiers.defaultRoute) : ready;
+        s === 'destHost' ? destHostCandidates(ready, host) : s === 'defaultRoute' ? ready.filter((a) => a.identifiers.defaultRoute) : ready;
       if (candidates.length === 0) continue;
       // DRAIN: an agent on its way out only gets dials nobody else can take.
       const live = candidates.filter((a) => !a.draining);

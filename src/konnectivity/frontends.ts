@@ -6,7 +6,8 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Duplex } from 'node:stream';
 import type * as grpc from '@grpc/grpc-js';
 import type { Logger } from '../base/log.ts';
-import { NO_AGENT, type Broker, type Frontend, type Tunnel } from './broker.ts';
+import { NO_AGENT, type Broker } from './broker.ts';
+import type { Frontend, Tunnel } from './tunnel.ts';
 import type { DialFailureReason } from './metrics.ts';
 import { ProxyServiceDefinition, describePacket, isId, newRandom, packets, type Int64, type Packet } from './protocol.ts';
 

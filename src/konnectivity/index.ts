@@ -17,6 +17,7 @@ export {
 } from './agent.ts';
 export { dialViaProxy, openProxyStream, ProxyTunnel, ProxyDialError, type ProxyDialOptions } from './client.ts';
 export { type TokenReview, type AgentIdentity } from './auth.ts';
+export { type NodeDirectory, type NodeRecord, type TrustedAgents, type DroppedClaim } from './claims.ts';
 export { type ProxyStrategy, NO_AGENT } from './broker.ts';
 export {
   FLOW_CONTROL_EXTENSION,

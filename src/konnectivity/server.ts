@@ -2,17 +2,20 @@
 // on a unix socket, or HTTP-CONNECT on another), agents connect to it (TLS on agentPort), and
 // the broker ties the two together. Admin HTTP (healthz, readyz, metrics) on loopback.
 import { X509Certificate, randomUUID } from 'node:crypto';
-import { chmod, mkdir, rename, rm } from 'node:fs/promises';
-import { createServer as createHttpServer, type Server as HttpServer, type ServerResponse } from 'node:http';
-import type { AddressInfo } from 'node:net';
-import { dirname, join } from 'node:path';
+import { mkdir, rm } from 'node:fs/promises';
+import { createServer as createHttpServer, type Server as HttpServer } from 'node:http';
+import { dirname } from 'node:path';
 import type { Duplex } from 'node:stream';
 import * as grpc from '@grpc/grpc-js';
 import type { Logger } from '../base/log.ts';
 import type { Component, ComponentStatus, ComponentState } from '../base/component.ts';
+import { listenAdmin } from './admin.ts';
+import { bindGrpc, bindPrivateSocket, closeHttp, listenHttp, shutdownGrpc } from './listen.ts';
 import { AgentListener } from './agent-port.ts';
 import { AgentAuthError, authenticateAgent, type AgentIdentity, type TokenReview } from './auth.ts';
-import { AgentBackend, Broker, type ProxyStrategy } from './broker.ts';
+import { Broker, type ProxyStrategy } from './broker.ts';
+import { AgentBackend } from './tunnel.ts';
+import { isTrusted, judgeClaims, judgeWithoutNodes, type ClaimVerdict, type DroppedClaim, type NodeDirectory, type TrustedAgents } from './claims.ts';
 import { PROXY_METHOD, refuseNonConnect, serveHttpConnect, serveProxyStream } from './frontends.ts';
 import { ServerMetrics } from './metrics.ts';
 import {
@@ -50,11 +53,13 @@ export interface KonnectivityServerOptions {
   /** Accept service-account tokens (upstream agents in pods); refused when unset. */
   tokenReview?: TokenReview;
   /**
-   * Vets the routing identifiers an agent claims (e.g. against its Node's addresses), so a node
-   * cannot attract another node's kubelet traffic. Default: a certificate-authenticated agent
-   * keeps only host=<its own node name>; addresses are taken as given.
+   * The cluster's Nodes: agents keep only the identifiers their own Node reports (claims.ts),
+   * judged again whenever Nodes change. Without it a node certificate vouches for its own node
+   * name only and addresses are taken as claimed (upstream's behaviour).
    */
-  checkIdentifiers?: (identity: AgentIdentity, claimed: AgentIdentifiers) => AgentIdentifiers | Promise<AgentIdentifiers>;
+  nodes?: NodeDirectory;
+  /** Agents that may also claim CIDRs, default-route and addresses no Node reports. */
+  trustedAgents?: TrustedAgents;
   /** Default destHost, then default (any ready agent). */
   proxyStrategies?: ProxyStrategy[];
   /** How long an agent has to answer a dial. Default 10 s. */
@@ -76,7 +81,10 @@ export interface AgentSnapshot {
   node?: string;
   user: string;
   auth: 'certificate' | 'token';
-  identifiers: ReturnType<typeof parseIdentifiers>;
+  /** What the agent sent, what routing uses, and why the rest was dropped. */
+  claimed: AgentIdentifiers;
+  accepted: AgentIdentifiers;
+  dropped: DroppedClaim[];
   draining: boolean;
   extensions: string[];
   connections: number;
@@ -108,22 +116,7 @@ export interface TunnelStats {
 }
 
 const buf = (v: string | Buffer): Buffer => (typeof v === 'string' ? Buffer.from(v) : v);
-
-/** Default identifier check: a node certificate vouches for its own node name, nothing more. */
-function ownNodeOnly(identity: AgentIdentity, claimed: AgentIdentifiers): AgentIdentifiers {
-  if (identity.method !== 'certificate' || identity.node === undefined) return claimed;
-  const node = identity.node.toLowerCase();
-  return { ...claimed, host: claimed.host.filter((h) => h === node) };
-}
-
-/** Binds through a temporary name, then renames: the socket is never visible with a wider mode. */
-async function bindPrivateSocket(path: string, bind: (tmp: string) => Promise<void>): Promise<void> {
-  await mkdir(dirname(path), { recursive: true, mode: 0o755 });
-  const tmp = join(dirname(path), `.${randomUUID().slice(0, 8)}.sock`);
-  await bind(tmp);
-  await chmod(tmp, 0o600);
-  await rename(tmp, path);
-}
+const sameClaims = (a: ClaimVerdict, b: ClaimVerdict): boolean => JSON.stringify(a) === JSON.stringify(b);
 
 export class KonnectivityServer implements Component {
   readonly name = 'konnectivity';
@@ -144,6 +137,7 @@ export class KonnectivityServer implements Component {
   private boundAgentPort = 0;
   private boundAdminPort = 0;
   private started: Promise<void> | undefined;
+  private unwatchNodes: (() => void) | undefined;
 
   constructor(private readonly o: KonnectivityServerOptions) {
     this.serverId = o.serverId ?? randomUUID();
@@ -248,13 +242,14 @@ export class KonnectivityServer implements Component {
     this.boundAgentPort = await listener.listen(this.o.agentPort, this.o.agentBindAddress ?? '0.0.0.0');
 
     if (this.o.adminPort !== undefined) {
-      const admin = createHttpServer((req, res) => void this.serveAdmin(req.url ?? '/', res));
-      this.adminServer = admin;
-      this.boundAdminPort = await new Promise<number>((resolve, reject) => {
-        admin.once('error', reject);
-        admin.listen(this.o.adminPort, this.o.adminBindAddress ?? '127.0.0.1', () => resolve((admin.address() as AddressInfo).port));
+      const admin = await listenAdmin(this.o.adminPort, this.o.adminBindAddress ?? '127.0.0.1', {
+        hasAgents: () => this.broker.agents.size > 0,
+        registry: this.metrics.registry,
       });
+      this.adminServer = admin.server;
+      this.boundAdminPort = admin.port;
     }
+    this.unwatchNodes = this.o.nodes?.onChange(() => this.rejudgeAgents());
     this.log.info(
       {
         serverId: this.serverId,
@@ -265,25 +260,6 @@ export class KonnectivityServer implements Component {
       },
       'konnectivity server listening',
     );
-  }
-
-  private async serveAdmin(url: string, res: ServerResponse): Promise<void> {
-    const path = url.split('?')[0];
-    const text = (code: number, body: string): void => {
-      res.writeHead(code, { 'Content-Type': 'text/plain; charset=utf-8' });
-      res.end(body);
-    };
-    if (path === '/healthz') return text(200, 'ok');
-    if (path === '/readyz') {
-      return this.broker.agents.size > 0 ? text(200, 'ok') : text(500, 'no connection to any proxy agent');
-    }
-    if (path === '/metrics') {
-      const body = await this.metrics.registry.metrics();
-      res.writeHead(200, { 'Content-Type': this.metrics.registry.contentType });
-      res.end(body);
-      return;
-    }
-    text(404, 'not found');
   }
 
   private async onAgentConnect(call: grpc.ServerDuplexStream<Packet, Packet>): Promise<void> {
@@ -316,31 +292,23 @@ export class KonnectivityServer implements Component {
 
     const flowControl = (this.o.extensions ?? true) && offersFlowControl(call.metadata.get(META.extensions));
     const claimed = parseIdentifiers(call.metadata.get(META.agentIdentifiers).map(String)[0] ?? '');
-    let identifiers: AgentIdentifiers;
-    try {
-      identifiers = await (this.o.checkIdentifiers ?? ownNodeOnly)(identity, claimed);
-    } catch (err) {
-      return refuse(grpc.status.PERMISSION_DENIED, `agent identifiers refused: ${err instanceof Error ? err.message : String(err)}`, agentId);
-    }
-    if (call.cancelled) return;
-    const dropped = claimed.host.filter((h) => !identifiers.host.includes(h));
-    if (dropped.length > 0)
-      this.log.warn({ agent: agentId, node: identity.node, dropped }, "ignoring host identifiers that are not this agent's own node");
+    const verdict = this.judge(identity, claimed);
     const md = new grpc.Metadata();
     md.set(META.serverId, this.serverId);
     md.set(META.serverCount, String(this.serverCount()));
     if (flowControl) md.set(META.extensions, FLOW_CONTROL_EXTENSION);
     call.sendMetadata(md);
 
-    const backend = new AgentBackend(agentId, identifiers, identity, flowControl, call, (a) => this.broker.agentDrained(a));
+    const backend = new AgentBackend(agentId, claimed, verdict, identity, flowControl, call, (a) => this.broker.agentDrained(a));
     this.broker.addAgent(backend);
+    this.warnDropped(backend);
     this.log.info(
       {
         agent: agentId,
         node: identity.node,
         user: identity.user,
         auth: identity.method,
-        identifiers,
+        identifiers: verdict.accepted,
         extensions: flowControl ? [FLOW_CONTROL_EXTENSION] : [],
         peer: call.getPeer(),
       },
@@ -362,6 +330,29 @@ export class KonnectivityServer implements Component {
     call.on('close', () => gone('stream closed'));
   }
 
+  private judge(identity: AgentIdentity, claimed: AgentIdentifiers): ClaimVerdict {
+    const nodes = this.o.nodes;
+    return nodes ? judgeClaims(identity, claimed, nodes, isTrusted(identity, this.o.trustedAgents)) : judgeWithoutNodes(identity, claimed);
+  }
+
+  /** One warn line per agent whose claims were cut, naming agent, node and each dropped claim. */
+  private warnDropped(a: AgentBackend): void {
+    if (a.dropped.length === 0 || (this.o.nodes && !this.o.nodes.synced)) return;
+    const dropped = a.dropped.map((d) => `${d.claim} (${d.reason})`);
+    this.log.warn({ agent: a.id, node: a.identity.node, user: a.identity.user, dropped }, `agent ${a.id}: dropped claims ${dropped.join('; ')}`);
+  }
+
+  /** Nodes changed: every agent's claims are judged again; routing of new dials follows. */
+  private rejudgeAgents(): void {
+    for (const a of this.broker.agents) {
+      const verdict = this.judge(a.identity, a.claimed);
+      if (sameClaims(verdict, { accepted: a.identifiers, dropped: a.dropped })) continue;
+      a.rejudged(verdict);
+      this.log.info({ agent: a.id, node: a.identity.node, accepted: verdict.accepted }, 'agent claims follow a Node change');
+      this.warnDropped(a);
+    }
+  }
+
   private serverCount(): number {
     const n = this.o.serverCount?.() ?? 1;
     return Number.isInteger(n) && n > 0 ? n : 1;
@@ -379,6 +370,8 @@ export class KonnectivityServer implements Component {
   async stop(): Promise<void> {
     if (this.state === 'stopped') return;
     this.state = 'stopping';
+    this.unwatchNodes?.();
+    this.unwatchNodes = undefined;
     await this.closeListeners();
     this.state = 'stopped';
     this.log.info({ serverId: this.serverId }, 'konnectivity server stopped');
@@ -419,7 +412,9 @@ export class KonnectivityServer implements Component {
         node: a.identity.node,
         user: a.identity.user,
         auth: a.identity.method,
-        identifiers: a.identifiers,
+        claimed: a.claimed,
+        accepted: a.identifiers,
+        dropped: a.dropped,
         draining: a.draining,
         extensions: a.flowControl ? [FLOW_CONTROL_EXTENSION] : [],
         connections: a.conns.size,
@@ -457,42 +452,4 @@ export class KonnectivityServer implements Component {
     }
     return out;
   }
-}
-
-function bindGrpc(server: grpc.Server, address: string, creds: grpc.ServerCredentials): Promise<number> {
-  return new Promise((resolve, reject) => {
-    server.bindAsync(address, creds, (err, port) =>
-      err ? reject(new Error(`konnectivity server cannot listen on ${address}: ${err.message}`)) : resolve(port),
-    );
-  });
-}
-
-function listenHttp(server: HttpServer, path: string): Promise<void> {
-  return new Promise((resolve, reject) => {
-    server.once('error', reject);
-    server.listen(path, () => {
-      server.off('error', reject);
-      resolve();
-    });
-  });
-}
-
-async function shutdownGrpc(server: grpc.Server | undefined): Promise<void> {
-  if (!server) return;
-  await new Promise<void>((resolve) => {
-    const t = setTimeout(() => {
-      server.forceShutdown();
-      resolve();
-    }, 2_000);
-    server.tryShutdown(() => {
-      clearTimeout(t);
-      resolve();
-    });
-  });
-}
-
-async function closeHttp(server: HttpServer | undefined): Promise<void> {
-  if (!server) return;
-  server.closeAllConnections();
-  await new Promise<void>((resolve) => server.close(() => resolve()));
 }

@@ -2,7 +2,9 @@ import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import { join } from 'node:path';
 import { test } from 'node:test';
-import { CsrApproverComponent, judgeServingCsr, type Csr, type NodeAddresses } from '../../../src/controller/csr-approver.ts';
+import { CsrApproverComponent, judgeServingCsr, type Csr } from '../../../src/controller/csr-approver.ts';
+import { NodeWatchComponent } from '../../../src/controller/nodes.ts';
+import { judgeClaims, type NodeRecord } from '../../../src/konnectivity/claims.ts';
 import { parseCsr } from '../../../src/controller/csr-request.ts';
 import { KubeClient } from '../../../src/kube/client.ts';
 import { captureLogger, tempDir } from '../../helpers.ts';
@@ -15,7 +17,7 @@ async function csrPem(t: Parameters<typeof tempDir>[0], subject: string, san: st
   return execFileSync('openssl', ['req', '-new', '-key', key, '-subj', subject, '-addext', `subjectAltName=${san}`], { encoding: 'utf8' });
 }
 
-const node: NodeAddresses = {
+const node: NodeRecord = {
   name: 'edge-1',
   addresses: [
     { type: 'InternalIP', address: '10.77.0.11' },
@@ -97,9 +99,15 @@ test(
       }
       json(res, 404, { kind: 'Status', code: 404, reason: 'NotFound', message: `${req.method} ${req.path}` });
     });
-    const approver = new CsrApproverComponent(new KubeClient({ server: api.url }), captureLogger().log);
+    const kube = new KubeClient({ server: api.url });
+    const nodes = new NodeWatchComponent(kube);
+    const approver = new CsrApproverComponent(kube, nodes, captureLogger().log);
+    await nodes.start();
     await approver.start();
-    t.after(() => approver.stop());
+    t.after(async () => {
+      await approver.stop();
+      await nodes.stop();
+    });
     const until = async (ok: () => boolean) => {
       while (!ok()) await new Promise((r) => setTimeout(r, 5));
     };
@@ -121,3 +129,31 @@ test(
     assert.equal(api.requests.filter((r) => r.method === 'GET' && !r.query.get('watch')).length, 2, 'one list per resource, no polling');
   },
 );
+
+test('a serving CSR is approved exactly when a konnectivity agent of that node may claim the same names and addresses', async (t) => {
+  const directory = { synced: true, get: (n: string) => (n === node.name ? node : undefined), owners: () => [], onChange: () => () => {} };
+  const cases: { dns: string[]; ips: string[] }[] = [
+    { dns: ['edge-1'], ips: ['10.77.0.11'] },
+    { dns: ['EDGE-1'], ips: [] },
+    { dns: ['edge-1'], ips: ['10.77.0.99'] },
+    { dns: ['edge-2'], ips: ['10.77.0.11'] },
+    { dns: ['edge-1'], ips: ['fd00::11'] },
+  ];
+  for (const c of cases) {
+    const san = [...c.dns.map((d) => `DNS:${d}`), ...c.ips.map((ip) => `IP:${ip}`)].join(',');
+    const csrVerdict = judgeServingCsr(csr(await csrPem(t, '/O=system:nodes/CN=system:node:edge-1', san)), node);
+    const v4 = c.ips.filter((ip) => !ip.includes(':'));
+    const v6 = c.ips.filter((ip) => ip.includes(':'));
+    const claims = judgeClaims(
+      { method: 'certificate', user: 'system:node:edge-1', node: 'edge-1' },
+      { host: c.dns.map((d) => d.toLowerCase()), ipv4: v4, ipv6: v6, cidr: [], defaultRoute: false },
+      directory,
+      false,
+    );
+    assert.equal(
+      csrVerdict?.approve,
+      claims.dropped.length === 0,
+      `${san}: CSR ${csrVerdict?.reason}; claims dropped ${JSON.stringify(claims.dropped)}`,
+    );
+  }
+});

@@ -13,6 +13,7 @@ import { ensurePki, pkiPaths } from '../../../src/pki/index.ts';
 import { generateKeyPem, issueCaCert, issueLeafCert, keyIdOf, parseCert, parseKey, type Signer } from '../../../src/pki/x509.ts';
 import { KonnectivityAgent, type KonnectivityAgentOptions } from '../../../src/konnectivity/agent.ts';
 import { KonnectivityServer, type KonnectivityServerOptions } from '../../../src/konnectivity/server.ts';
+import { canonicalIdentifier, ownedBy, type NodeDirectory, type NodeRecord } from '../../../src/konnectivity/claims.ts';
 import { tempDir } from '../../helpers.ts';
 
 type T = { after: (fn: () => Promise<void> | void) => void };
@@ -303,4 +304,35 @@ export async function rawAgent(t: T, pki: TestPki, server: KonnectivityServer, o
       }
     },
   };
+}
+
+/** A NodeDirectory the test edits by hand (the controller's is a watch of Node objects). */
+export class FakeNodes implements NodeDirectory {
+  synced = true;
+  private readonly nodes = new Map<string, NodeRecord>();
+  private readonly listeners = new Set<() => void>();
+
+  constructor(records: NodeRecord[] = []) {
+    for (const r of records) this.nodes.set(r.name, r);
+  }
+
+  /** Adds or replaces a Node (InternalIP addresses) and tells the listeners, as a watch event would. */
+  set(name: string, ...ips: string[]): void {
+    this.nodes.set(name, { name, addresses: ips.map((address) => ({ type: 'InternalIP', address })) });
+    for (const l of this.listeners) l();
+  }
+
+  get(name: string): NodeRecord | undefined {
+    return this.nodes.get(name);
+  }
+
+  owners(nameOrIp: string): string[] {
+    const v = canonicalIdentifier(nameOrIp);
+    return [...this.nodes.values()].filter((n) => ownedBy(n).includes(v)).map((n) => n.name);
+  }
+
+  onChange(listener: () => void): () => void {
+    this.listeners.add(listener);
+    return () => this.listeners.delete(listener);
+  }
 }

@@ -1,0 +1,136 @@
+// The two kinds of entries in the broker's tables: a Tunnel (one tunneled connection, from its
+// frontend to its agent) and an AgentBackend (one agent's Connect stream, with the identifiers
+// routing may use). The broker (broker.ts) moves tunnels between states; nothing here routes.
+import { BlockList, isIPv4, isIPv6 } from 'node:net';
+import type * as grpc from '@grpc/grpc-js';
+import type { AgentIdentity } from './auth.ts';
+import type { ClaimVerdict, DroppedClaim } from './claims.ts';
+import { ConnectionFlow, type WindowBudget } from './flow.ts';
+import type { DialFailureReason } from './metrics.ts';
+import { INITIAL_WINDOW, MAX_WINDOW, type AgentIdentifiers, type Int64, type Packet } from './protocol.ts';
+import { StreamWriter } from './stream-writer.ts';
+
+/** The client side of one tunnel: a kube-apiserver Proxy stream or an HTTP-CONNECT socket. */
+export interface Frontend {
+  readonly kind: 'grpc' | 'http-connect';
+  /** The agent dialed the target; relay bytes from now on. */
+  established(connectID: Int64): void;
+  dialFailed(message: string, reason: DialFailureReason): void;
+  /** Bytes from the target; `flushed` runs once they left this process. */
+  write(buf: Buffer, flushed: () => void): void;
+  /** The tunnel is over; tell the client (CLOSE_RSP / end of socket) and let go. */
+  close(error?: string): void;
+  pauseReading(): void;
+  resumeReading(): void;
+}
+
+type TunnelState = 'pending' | 'established' | 'closing' | 'done';
+
+export class Tunnel {
+  state: TunnelState = 'pending';
+  connectID: Int64 | undefined;
+  timer: NodeJS.Timeout | undefined;
+  readingPaused = false;
+  /** The frontend was told the tunnel is over, or is gone itself. */
+  frontendDone = false;
+  /** The client closed while bytes still waited for credit: close once they are sent. */
+  closeAfterFlush = false;
+  readonly flow: ConnectionFlow;
+  readonly startedAt = process.hrtime.bigint();
+
+  constructor(
+    readonly trace: string,
+    readonly random: Int64,
+    readonly address: string,
+    readonly agent: AgentBackend,
+    readonly frontend: Frontend,
+    bufferLimit: number,
+    budget: WindowBudget,
+  ) {
+    this.flow = new ConnectionFlow({ negotiated: agent.flowControl, window: INITIAL_WINDOW, maxWindow: MAX_WINDOW, budget, bufferLimit });
+  }
+
+  logFields(): Record<string, unknown> {
+    return {
+      trace: this.trace,
+      agent: this.agent.id,
+      random: this.random,
+      connectID: this.connectID,
+      address: this.address,
+      frontend: this.frontend.kind,
+    };
+  }
+}
+
+/** One agent's Connect stream. */
+export class AgentBackend {
+  draining = false;
+  gone = false;
+  readonly connectedAt = new Date();
+  readonly conns = new Map<Int64, Tunnel>();
+  readonly pending = new Set<Tunnel>();
+  private readonly writer = new StreamWriter<Packet>(() => this.onDrain(this));
+  private verdict: ClaimVerdict;
+  private cidrs: BlockList | undefined;
+
+  constructor(
+    readonly id: string,
+    /** What the agent sent in agentidentifiers; `identifiers` is what it was granted. */
+    readonly claimed: AgentIdentifiers,
+    verdict: ClaimVerdict,
+    readonly identity: AgentIdentity,
+    readonly flowControl: boolean,
+    private readonly call: grpc.ServerDuplexStream<Packet, Packet>,
+    private readonly onDrain: (a: AgentBackend) => void,
+  ) {
+    this.verdict = verdict;
+  }
+
+  /** The identifiers routing uses: the claims that survived the claim rules (claims.ts). */
+  get identifiers(): AgentIdentifiers {
+    return this.verdict.accepted;
+  }
+
+  get dropped(): DroppedClaim[] {
+    return this.verdict.dropped;
+  }
+
+  /** Nodes changed: new dials follow the new verdict; established tunnels are not touched. */
+  rejudged(verdict: ClaimVerdict): void {
+    this.verdict = verdict;
+    this.cidrs = undefined;
+  }
+
+  /** False while the stream's send buffer is full; frontends pause until it drains. */
+  get writable(): boolean {
+    return this.writer.ready && !this.gone;
+  }
+
+  send(p: Packet): void {
+    if (!this.gone) this.writer.write(this.call, p);
+  }
+
+  end(): void {
+    this.call.end();
+  }
+
+  /** destHost strategy: the dial host is one of this agent's names or addresses ('exact'), or in one of its CIDRs. */
+  serves(host: string): 'exact' | 'cidr' | null {
+    const ids = this.identifiers;
+    if (ids.host.includes(host) || ids.ipv4.includes(host) || ids.ipv6.includes(host)) return 'exact';
+    if (ids.cidr.length === 0 || !(isIPv4(host) || isIPv6(host))) return null;
+    if (this.cidrs === undefined) {
+      this.cidrs = new BlockList();
+      for (const c of ids.cidr) {
+        const [net, bits] = c.split('/');
+        if (net === undefined || bits === undefined) continue;
+        try {
+          this.cidrs.addSubnet(net, Number(bits), isIPv6(net) ? 'ipv6' : 'ipv4');
+        } catch {
+          // a malformed cidr identifier matches nothing
+        }
+      }
+    }
+    return this.cidrs.check(host, isIPv6(host) ? 'ipv6' : 'ipv4') ? 'cidr' : null;
+  }
+}

@@ -1,0 +1,156 @@
+// Which identifiers an agent keeps (claims.ts): the rules alone, then a server that routes by
+// them and follows Node changes without reconnecting anyone.
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { dialViaProxy } from '../../../src/konnectivity/client.ts';
+import { judgeClaims, judgeWithoutNodes, unownedBy, type TrustedAgents } from '../../../src/konnectivity/claims.ts';
+import { packets, parseIdentifiers } from '../../../src/konnectivity/protocol.ts';
+import type { AgentIdentity } from '../../../src/konnectivity/auth.ts';
+import { captureLogger } from '../../helpers.ts';
+import { FakeNodes, makePki, rawAgent, startServer, udsOf, waitFor } from './fixtures.ts';
+
+const nodes = new FakeNodes([
+  {
+    name: 'edge-1',
+    addresses: [
+      { type: 'InternalIP', address: '10.0.0.1' },
+      { type: 'InternalIP', address: 'fd00::0:1' },
+      { type: 'Hostname', address: 'edge-1.site.example' },
+    ],
+  },
+  { name: 'edge-2', addresses: [{ type: 'InternalIP', address: '10.0.0.2' }] },
+]);
+const node = (name: string): AgentIdentity => ({ method: 'certificate', user: `system:node:${name}`, node: name });
+const sa: AgentIdentity = { method: 'token', user: 'system:serviceaccount:kube-system:konnectivity-agent' };
+const judge = (who: AgentIdentity, query: string, trusted = false) => judgeClaims(who, parseIdentifiers(query), nodes, trusted);
+const droppedClaims = (v: ReturnType<typeof judge>) => v.dropped.map((d) => d.claim);
+
+test("a node-certificate agent keeps its node's name and the names and addresses its Node reports", () => {
+  const v = judge(node('edge-1'), 'host=edge-1&host=EDGE-1.site.example&ipv4=10.0.0.1&ipv6=fd00:0::1');
+  assert.deepEqual(v.accepted, { host: ['edge-1', 'edge-1.site.example'], ipv4: ['10.0.0.1'], ipv6: ['fd00::1'], cidr: [], defaultRoute: false });
+  assert.deepEqual(v.dropped, []);
+});
+
+test("another Node's address or name, an address no Node reports, CIDRs and default-route are dropped, each with its reason", () => {
+  const v = judge(node('edge-1'), 'host=edge-2&ipv4=10.0.0.2&ipv4=10.9.9.9&ipv6=fd00::2&cidr=10.0.0.0/24&default-route=true');
+  assert.deepEqual(v.accepted, { host: [], ipv4: [], ipv6: [], cidr: [], defaultRoute: false });
+  assert.deepEqual(v.dropped, [
+    { claim: 'cidr=10.0.0.0/24', reason: 'only agents listed in spec.konnectivity.trustedAgents may claim it' },
+    { claim: 'default-route=true', reason: 'only agents listed in spec.konnectivity.trustedAgents may claim it' },
+    { claim: 'host=edge-2', reason: 'reported by node edge-2' },
+    { claim: 'ipv4=10.0.0.2', reason: 'reported by node edge-2' },
+    { claim: 'ipv4=10.9.9.9', reason: 'node edge-1 does not report it' },
+    { claim: 'ipv6=fd00::2', reason: 'node edge-1 does not report it' },
+  ]);
+});
+
+test('a node that is not registered keeps only its name; addresses wait for its Node', () => {
+  const v = judge(node('x1'), 'host=victim&host=x1&ipv4=10.123.4.5');
+  assert.deepEqual(v.accepted.host, ['x1']);
+  assert.deepEqual(v.accepted.ipv4, []);
+  assert.deepEqual(v.dropped, [
+    { claim: 'host=victim', reason: 'node x1 is not registered' },
+    { claim: 'ipv4=10.123.4.5', reason: 'node x1 is not registered' },
+  ]);
+});
+
+test("a trusted agent also keeps CIDRs, default-route and addresses no Node reports, but never another Node's", () => {
+  const v = judge(node('gw'), 'host=gw&ipv4=10.9.9.9&ipv4=10.0.0.1&cidr=10.0.0.0/24&default-route=true', true);
+  assert.deepEqual(v.accepted, { host: ['gw'], ipv4: ['10.9.9.9'], ipv6: [], cidr: ['10.0.0.0/24'], defaultRoute: true });
+  assert.deepEqual(droppedClaims(v), ['ipv4=10.0.0.1']);
+});
+
+test('a service-account agent claims nothing unless trusted; trusted, it is treated like a trusted node agent without a Node', () => {
+  const v = judge(sa, 'host=edge-9&ipv4=10.9.9.9&cidr=10.9.0.0/16&default-route=true');
+  assert.deepEqual(v.accepted, { host: [], ipv4: [], ipv6: [], cidr: [], defaultRoute: false });
+  assert.equal(v.dropped.length, 4);
+  assert.match(v.dropped.find((d) => d.claim === 'ipv4=10.9.9.9')!.reason, /service-account agent claims nothing/);
+  const t = judge(sa, 'host=edge-9&ipv4=10.9.9.9&ipv4=10.0.0.2&cidr=10.9.0.0/16&default-route=true', true);
+  assert.deepEqual(t.accepted, { host: ['edge-9'], ipv4: ['10.9.9.9'], ipv6: [], cidr: ['10.9.0.0/16'], defaultRoute: true });
+  assert.deepEqual(droppedClaims(t), ['ipv4=10.0.0.2']);
+});
+
+test('trust is by node name for certificate agents and by user for token agents', async () => {
+  const { isTrusted } = await import('../../../src/konnectivity/claims.ts');
+  const list: TrustedAgents = { nodes: ['gw'], users: ['system:serviceaccount:kube-system:konnectivity-agent'] };
+  assert.equal(isTrusted(node('gw'), list), true);
+  assert.equal(isTrusted(node('edge-1'), list), false);
+  assert.equal(isTrusted(sa, list), true);
+  assert.equal(isTrusted({ method: 'token', user: 'system:serviceaccount:default:x' }, list), false);
+  assert.equal(isTrusted({ method: 'token', user: 'system:serviceaccount:default:gw' }, list), false, 'a token is not a node name');
+  assert.equal(isTrusted(node('gw'), undefined), false);
+});
+
+test('without a Node directory a certificate vouches for its node name only; addresses are taken as claimed', () => {
+  const v = judgeWithoutNodes(node('edge-1'), parseIdentifiers('host=edge-1&host=edge-2&ipv4=10.9.9.9'));
+  assert.deepEqual(v.accepted.host, ['edge-1']);
+  assert.deepEqual(v.accepted.ipv4, ['10.9.9.9']);
+  assert.deepEqual(droppedClaims(v), ['host=edge-2']);
+});
+
+test('unownedBy: the names and addresses a Node does not report, in one spelling', () => {
+  const n = nodes.get('edge-1')!;
+  assert.deepEqual(unownedBy(n, ['edge-1', 'Edge-1.site.example', 'edge-2'], ['10.0.0.1', 'fd00:0:0::1', '10.0.0.2']), ['edge-2', '10.0.0.2']);
+});
+
+test('routing follows the claims: the impostor never gets a dial for the owner address; a Node address change moves new dials, not open tunnels', async (t) => {
+  const pki = await makePki();
+  const fake = new FakeNodes();
+  fake.set('node-a', '10.0.0.1');
+  const log = captureLogger();
+  const server = await startServer(t, pki, { nodes: fake, dialTimeoutMs: 2_000, log: log.log });
+  const owner = await rawAgent(t, pki, server, {
+    agentId: 'node-a',
+    creds: await pki.nodeCert('node-a'),
+    identifiers: 'host=node-a&ipv4=10.0.0.1&ipv4=10.0.0.7',
+  });
+  const impostor = await rawAgent(t, pki, server, { agentId: 'x1', creds: await pki.nodeCert('x1'), identifiers: 'host=victim&ipv4=10.0.0.1' });
+  await waitFor('two agents', () => server.snapshot().agents.length === 2);
+  const snap = server.snapshot().agents.find((a) => a.id === 'x1')!;
+  assert.deepEqual(snap.claimed.ipv4, ['10.0.0.1']);
+  assert.deepEqual(snap.accepted.ipv4, []);
+  assert.deepEqual(
+    snap.dropped.map((d) => `${d.claim}: ${d.reason}`),
+    ['host=victim: node x1 is not registered', 'ipv4=10.0.0.1: reported by node node-a'],
+  );
+  const warn = log.lines().find((l) => l.agent === 'x1' && l.level === 40);
+  assert.match(String(warn?.msg), /agent x1: dropped claims host=victim .*ipv4=10\.0\.0\.1 \(reported by node node-a\)/);
+  const ownerSnap = server.snapshot().agents.find((a) => a.id === 'node-a')!;
+  assert.deepEqual(ownerSnap.accepted.ipv4, ['10.0.0.1'], "10.0.0.7 is not node-a's (yet)");
+
+  const uds = udsOf(server).grpc;
+  for (let i = 0; i < 20; i++) {
+    const d = dialViaProxy({ udsPath: uds, address: '10.0.0.1:10250' }).catch(() => {});
+    const req = await owner.next('DIAL_REQ');
+    owner.send(packets.dialRsp(req.dialRequest!.random!, '0', 'refused by test'));
+    await d;
+  }
+  await assert.rejects(impostor.next('DIAL_REQ', 100), /no DIAL_REQ/, 'the impostor got a dial for the owner address');
+
+  // An open tunnel to 10.0.0.1 stays when the address moves to 10.0.0.7.
+  const open = dialViaProxy({ udsPath: uds, address: '10.0.0.1:10250' });
+  const req = await owner.next('DIAL_REQ');
+  owner.send(packets.dialRsp(req.dialRequest!.random!, '1'));
+  const tunnel = await open;
+  fake.set('node-a', '10.0.0.7');
+  await waitFor(
+    'claims follow',
+    () =>
+      server
+        .snapshot()
+        .agents.find((a) => a.id === 'node-a')!
+        .accepted.ipv4.join() === '10.0.0.7',
+  );
+  tunnel.write('still here');
+  assert.equal(Buffer.from((await owner.next('DATA')).data!.data!).toString(), 'still here');
+  assert.equal(server.snapshot().establishedConnections, 1);
+  // 10.0.0.1 is nobody's now: the impostor may claim it only if trusted, so new dials fall through to `default`.
+  assert.deepEqual(
+    server
+      .snapshot()
+      .agents.find((a) => a.id === 'x1')!
+      .dropped.find((d) => d.claim === 'ipv4=10.0.0.1')?.reason,
+    'node x1 is not registered',
+  );
+  tunnel.destroy();
+});
