@@ -88,20 +88,29 @@ export function judgeWithoutNodes(identity: AgentIdentity, claimed: AgentIdentif
   return { accepted: { ...claimed, host: claimed.host.filter((h) => h === own) }, dropped };
 }
 
+/** The agent (other than the one judged) whose own Node reports `value` and that claims it too, if one is connected. */
+export type OwnerAgent = (value: string) => string | undefined;
+
 /**
- * The claims an agent keeps, given the Nodes as they are now:
+ * The claims an agent keeps, given the Nodes (and, for trusted agents, the other agents) as they are now:
  * - a node-certificate agent: its node's name, and the names and addresses its Node reports;
- * - a trusted agent also: CIDRs, default-route, and names or addresses no Node reports;
  * - a service-account agent that is not trusted: nothing (it serves only the `default` strategy);
- * - never an address or name another Node reports: that Node's agent wins it.
+ * - a trusted agent also: CIDRs, default-route, and any other name or address, unless the agent
+ *   of the Node that reports it claims it too: that Node's agent wins.
  */
-export function judgeClaims(identity: AgentIdentity, claimed: AgentIdentifiers, nodes: NodeDirectory, trusted: boolean): ClaimVerdict {
+export function judgeClaims(
+  identity: AgentIdentity,
+  claimed: AgentIdentifiers,
+  nodes: NodeDirectory,
+  trusted: boolean,
+  ownerAgent: OwnerAgent = () => undefined,
+): ClaimVerdict {
   const dropped: DroppedClaim[] = [];
   const own = identity.method === 'certificate' ? identity.node : undefined;
   const node = own === undefined ? undefined : nodes.get(own);
   const keep = (kind: 'host' | 'ipv4' | 'ipv6', values: string[]): string[] =>
     values.filter((v) => {
-      const why = ownershipProblem(v, kind === 'host', own, node, nodes, trusted);
+      const why = ownershipProblem({ value: v, isName: kind === 'host', own, node, nodes, trusted, ownerAgent });
       if (why) dropped.push({ claim: `${kind}=${v}`, reason: why });
       return why === undefined;
     });
@@ -120,20 +129,27 @@ export function judgeClaims(identity: AgentIdentity, claimed: AgentIdentifiers, 
   return { accepted, dropped };
 }
 
-function ownershipProblem(
-  value: string,
-  isName: boolean,
-  own: string | undefined,
-  node: NodeRecord | undefined,
-  nodes: NodeDirectory,
-  trusted: boolean,
-): string | undefined {
+interface ClaimContext {
+  value: string;
+  isName: boolean;
+  own: string | undefined;
+  node: NodeRecord | undefined;
+  nodes: NodeDirectory;
+  trusted: boolean;
+  ownerAgent: OwnerAgent;
+}
+
+function ownershipProblem(c: ClaimContext): string | undefined {
+  const { value, isName, own, node, nodes } = c;
   if (isName && own !== undefined && canonicalIdentifier(value) === canonicalIdentifier(own)) return undefined; // the certificate says so
   if (node && unownedBy(node, isName ? [value] : [], isName ? [] : [value]).length === 0) return undefined;
   const owners = nodes.owners(value).filter((n) => n !== own);
-  if (owners.length > 0) return `reported by node ${owners.join(', ')}`;
-  if (trusted) return undefined;
+  if (c.trusted) {
+    const winner = owners.length > 0 ? c.ownerAgent(value) : undefined;
+    return winner === undefined ? undefined : `agent ${winner} of node ${owners.join(', ')}, which reports it, claims it too`;
+  }
   if (own === undefined) return 'a service-account agent claims nothing unless listed in spec.konnectivity.trustedAgents';
+  if (owners.length > 0) return `reported by node ${owners.join(', ')}`;
   if (!node) return nodes.synced ? `node ${own} is not registered` : 'waiting for the Node list';
   return `node ${own} does not report it`;
 }

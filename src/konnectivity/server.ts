@@ -15,7 +15,16 @@ import { AgentListener } from './agent-port.ts';
 import { AgentAuthError, authenticateAgent, type AgentIdentity, type TokenReview } from './auth.ts';
 import { Broker, type ProxyStrategy } from './broker.ts';
 import { AgentBackend } from './tunnel.ts';
-import { isTrusted, judgeClaims, judgeWithoutNodes, type ClaimVerdict, type DroppedClaim, type NodeDirectory, type TrustedAgents } from './claims.ts';
+import {
+  canonicalIdentifier,
+  isTrusted,
+  judgeClaims,
+  judgeWithoutNodes,
+  type ClaimVerdict,
+  type DroppedClaim,
+  type NodeDirectory,
+  type TrustedAgents,
+} from './claims.ts';
 import { PROXY_METHOD, refuseNonConnect, serveHttpConnect, serveProxyStream } from './frontends.ts';
 import { ServerMetrics } from './metrics.ts';
 import {
@@ -249,7 +258,7 @@ export class KonnectivityServer implements Component {
       this.adminServer = admin.server;
       this.boundAdminPort = admin.port;
     }
-    this.unwatchNodes = this.o.nodes?.onChange(() => this.rejudgeAgents());
+    this.unwatchNodes = this.o.nodes?.onChange(() => this.rejudgeAgents('all'));
     this.log.info(
       {
         serverId: this.serverId,
@@ -292,7 +301,7 @@ export class KonnectivityServer implements Component {
 
     const flowControl = (this.o.extensions ?? true) && offersFlowControl(call.metadata.get(META.extensions));
     const claimed = parseIdentifiers(call.metadata.get(META.agentIdentifiers).map(String)[0] ?? '');
-    const verdict = this.judge(identity, claimed);
+    const verdict = this.judge(identity, claimed, undefined);
     const md = new grpc.Metadata();
     md.set(META.serverId, this.serverId);
     md.set(META.serverCount, String(this.serverCount()));
@@ -302,6 +311,7 @@ export class KonnectivityServer implements Component {
     const backend = new AgentBackend(agentId, claimed, verdict, identity, flowControl, call, (a) => this.broker.agentDrained(a));
     this.broker.addAgent(backend);
     this.warnDropped(backend);
+    this.rejudgeAgents('trusted'); // a Node's own agent wins its addresses from trusted agents
     this.log.info(
       {
         agent: agentId,
@@ -320,6 +330,7 @@ export class KonnectivityServer implements Component {
       if (backend.gone) return;
       this.broker.removeAgent(backend, why);
       this.log.info({ agent: agentId, why }, 'agent disconnected');
+      this.rejudgeAgents('trusted');
     };
     call.on('end', () => {
       gone('agent closed the stream');
@@ -330,9 +341,23 @@ export class KonnectivityServer implements Component {
     call.on('close', () => gone('stream closed'));
   }
 
-  private judge(identity: AgentIdentity, claimed: AgentIdentifiers): ClaimVerdict {
+  private judge(identity: AgentIdentity, claimed: AgentIdentifiers, self: AgentBackend | undefined): ClaimVerdict {
     const nodes = this.o.nodes;
-    return nodes ? judgeClaims(identity, claimed, nodes, isTrusted(identity, this.o.trustedAgents)) : judgeWithoutNodes(identity, claimed);
+    if (!nodes) return judgeWithoutNodes(identity, claimed);
+    const trusted = isTrusted(identity, this.o.trustedAgents);
+    return judgeClaims(identity, claimed, nodes, trusted, (value) => this.ownerAgent(value, self, nodes));
+  }
+
+  /** A connected agent of a Node that reports `value`, holding it as an accepted identifier. */
+  private ownerAgent(value: string, self: AgentBackend | undefined, nodes: NodeDirectory): string | undefined {
+    const owners = nodes.owners(value);
+    const v = canonicalIdentifier(value);
+    for (const b of this.broker.agents) {
+      if (b === self || b.identity.method !== 'certificate' || !owners.includes(b.identity.node ?? '')) continue;
+      const ids = b.identifiers;
+      if (ids.host.includes(v) || ids.ipv4.includes(v) || ids.ipv6.includes(v)) return b.id;
+    }
+    return undefined;
   }
 
   /** One warn line per agent whose claims were cut, naming agent, node and each dropped claim. */
@@ -342,10 +367,15 @@ export class KonnectivityServer implements Component {
     this.log.warn({ agent: a.id, node: a.identity.node, user: a.identity.user, dropped }, `agent ${a.id}: dropped claims ${dropped.join('; ')}`);
   }
 
-  /** Nodes changed: every agent's claims are judged again; routing of new dials follows. */
-  private rejudgeAgents(): void {
+  /**
+   * Nodes changed (all agents), or an agent came or went (trusted agents: only their verdicts
+   * depend on other agents). Routing of new dials follows; open tunnels stay.
+   */
+  private rejudgeAgents(which: 'all' | 'trusted'): void {
+    if (!this.o.nodes) return;
     for (const a of this.broker.agents) {
-      const verdict = this.judge(a.identity, a.claimed);
+      if (which === 'trusted' && !isTrusted(a.identity, this.o.trustedAgents)) continue;
+      const verdict = this.judge(a.identity, a.claimed, a);
       if (sameClaims(verdict, { accepted: a.identifiers, dropped: a.dropped })) continue;
       a.rejudged(verdict);
       this.log.info({ agent: a.id, node: a.identity.node, accepted: verdict.accepted }, 'agent claims follow a Node change');

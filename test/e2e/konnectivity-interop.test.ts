@@ -3,7 +3,7 @@
 // agent serves through an upstream proxy-server. Real bytes both ways, with our ProxyService
 // client and with upstream's proxy-test-client, in GRPC and HTTP-CONNECT modes.
 import assert from 'node:assert/strict';
-import { existsSync, readdirSync, readFileSync } from 'node:fs';
+import { existsSync } from 'node:fs';
 import { writeFile } from 'node:fs/promises';
 import { createServer as createHttpServer } from 'node:http';
 import { createServer as createNetServer, type AddressInfo } from 'node:net';
@@ -12,30 +12,11 @@ import { test } from 'node:test';
 import { execa, type ResultPromise } from 'execa';
 import { dialViaProxy } from '../../src/konnectivity/client.ts';
 import { KonnectivityAgent } from '../../src/konnectivity/agent.ts';
-import { cacheRoot } from '../../src/payload/manifest.ts';
 import { tempDir } from '../helpers.ts';
-import { echoServer, makePki, quietLogger, readN, startServer, udsOf, waitFor } from '../unit/konnectivity/fixtures.ts';
+import { upstreamBin } from './upstream.ts';
+import { echoServer, FakeNodes, makePki, quietLogger, readN, startAgent, startServer, udsOf, waitFor } from '../unit/konnectivity/fixtures.ts';
 
 type T = { after: (fn: () => Promise<void> | void) => void };
-const UPSTREAM = ['proxy-server', 'proxy-agent', 'proxy-test-client'] as const;
-
-/** The payload build that carries the upstream binaries; a clear failure when there is none. */
-function upstreamBin(): Record<(typeof UPSTREAM)[number], string> {
-  const root = join(cacheRoot(), 'components');
-  const dirs = existsSync(root) ? readdirSync(root) : [];
-  for (const d of dirs) {
-    const lock = join(root, d, 'payload.lock.json');
-    if (!existsSync(lock)) continue;
-    const names = (JSON.parse(readFileSync(lock, 'utf8')) as { components: { name: string }[] }).components.map((c) => c.name);
-    if (UPSTREAM.every((n) => names.includes(n) && existsSync(join(root, d, 'bin', n)))) {
-      return Object.fromEntries(UPSTREAM.map((n) => [n, join(root, d, 'bin', n)])) as Record<(typeof UPSTREAM)[number], string>;
-    }
-  }
-  throw new Error(
-    `upstream konnectivity binaries (${UPSTREAM.join(', ')}) not found under ${root}; build the component payload first (npm run components)`,
-  );
-}
-
 async function freePort(): Promise<number> {
   const s = createNetServer();
   await new Promise<void>((r) => s.listen(0, '127.0.0.1', r));
@@ -109,7 +90,12 @@ test('upstream proxy-agent -> kctl server: GRPC and HTTP-CONNECT frontends carry
     writeFile(join(dir, 'node.crt'), node.cert),
     writeFile(join(dir, 'node.key'), node.key, { mode: 0o600 }),
   ]);
-  const server = await startServer(t, pki, { serverId: 'kctl-1', upstreamBufferLimit: 1024 * 1024 });
+  // Nodes as the controller's watch would report them: each agent may claim only its own.
+  const nodes = new FakeNodes();
+  nodes.set('upstream-node', '127.0.0.1');
+  nodes.set('kctl-node', '127.0.0.2');
+  nodes.set('other-node', '127.0.0.9');
+  const server = await startServer(t, pki, { serverId: 'kctl-1', upstreamBufferLimit: 1024 * 1024, nodes });
   const agent = run(t, bin['proxy-agent'], [
     '--proxy-server-host',
     '127.0.0.1',
@@ -124,7 +110,7 @@ test('upstream proxy-agent -> kctl server: GRPC and HTTP-CONNECT frontends carry
     '--agent-id',
     'upstream-node',
     '--agent-identifiers',
-    'host=upstream-node&ipv4=127.0.0.1',
+    'host=upstream-node&host=other-node&ipv4=127.0.0.1&ipv4=127.0.0.9&cidr=127.0.0.0/8&default-route=true',
     '--health-server-host',
     '127.0.0.1',
     '--health-server-port',
@@ -140,6 +126,22 @@ test('upstream proxy-agent -> kctl server: GRPC and HTTP-CONNECT frontends carry
   assert.equal(seen.id, 'upstream-node');
   assert.equal(seen.node, 'upstream-node');
   assert.deepEqual(seen.extensions, [], 'an upstream agent does not negotiate kctl extensions');
+
+  // The claim rules treat an upstream agent with a node certificate exactly as a kctl agent.
+  const twin = await startAgent(t, pki, [server], {
+    agentId: 'kctl-node',
+    identifiers: { host: ['kctl-node', 'other-node'], ipv4: ['127.0.0.2', '127.0.0.9'], cidr: ['127.0.0.0/8'], defaultRoute: true },
+  });
+  const kctlSeen = await waitFor('kctl agent connected', () => server.snapshot().agents.find((a) => a.id === 'kctl-node'));
+  assert.deepEqual(seen.accepted, { host: ['upstream-node'], ipv4: ['127.0.0.1'], ipv6: [], cidr: [], defaultRoute: false });
+  assert.deepEqual(kctlSeen.accepted, { host: ['kctl-node'], ipv4: ['127.0.0.2'], ipv6: [], cidr: [], defaultRoute: false });
+  assert.deepEqual(seen.dropped, kctlSeen.dropped);
+  assert.deepEqual(
+    seen.dropped.map((d) => d.claim),
+    ['cidr=127.0.0.0/8', 'default-route=true', 'host=other-node', 'ipv4=127.0.0.9'],
+  );
+  await twin.stop({ drain: false });
+  await waitFor('kctl agent gone', () => server.snapshot().agents.length === 1);
 
   const uds = udsOf(server);
   const echo = await echoServer(t);

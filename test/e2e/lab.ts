@@ -36,8 +36,8 @@ export interface Lab {
   readonly subnet: string;
   readonly hosts: readonly LabHost[];
   host(name: string): LabHost;
-  /** On `worker`: drop NEW inbound connections (INPUT and FORWARD) from `controller`; replies to worker-initiated ones still pass. */
-  isolate(worker: LabHost, controller: LabHost): Promise<void>;
+  /** On `worker`: drop NEW inbound connections (INPUT and FORWARD) from each of `from`; replies to worker-initiated ones still pass. */
+  isolate(worker: LabHost, ...from: LabHost[]): Promise<void>;
   /** True when `from` can open a TCP connection to `to`'s address on `port` within `timeoutMs`. */
   canConnect(from: LabHost, to: LabHost | string, port: number, timeoutMs?: number): Promise<boolean>;
   /** True when `from` gets an ICMP echo reply from `to`. */
@@ -178,13 +178,14 @@ export async function createLab(name: string, hostNames: string[], opts: LabOpti
       if (!h) throw new Error(`lab ${name} has no host ${n}`);
       return h;
     },
-    async isolate(worker, controller) {
+    async isolate(worker, ...from) {
       const ipt = (...a: string[]) => worker.run('iptables', ['-w', '5', ...a]);
       await ipt('-N', ISOLATE_CHAIN);
       await ipt('-F', ISOLATE_CHAIN);
-      const rule = ['-s', controller.ip, '-m', 'conntrack', '--ctstate', 'NEW', '-j', 'DROP'];
-      const add = await ipt('-A', ISOLATE_CHAIN, ...rule);
-      if (add.exitCode !== 0) throw new Error(`isolating ${worker.name} failed: ${String(add.stderr).trim()}`);
+      for (const source of from) {
+        const add = await ipt('-A', ISOLATE_CHAIN, '-s', source.ip, '-m', 'conntrack', '--ctstate', 'NEW', '-j', 'DROP');
+        if (add.exitCode !== 0) throw new Error(`isolating ${worker.name} failed: ${String(add.stderr).trim()}`);
+      }
       for (const chain of ['INPUT', 'FORWARD']) {
         if ((await ipt('-C', chain, '-j', ISOLATE_CHAIN)).exitCode !== 0) {
           const r = await ipt('-I', chain, '1', '-j', ISOLATE_CHAIN);

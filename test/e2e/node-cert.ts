@@ -16,13 +16,13 @@ export async function nodeCert(pkiDir: string, outDir: string, node: string): Pr
   );
 }
 
-export async function kubeletServingCert(pkiDir: string, outDir: string, node: string, ip: string): Promise<{ cert: string; key: string }> {
+export async function kubeletServingCert(pkiDir: string, outDir: string, node: string, ...ips: string[]): Promise<{ cert: string; key: string }> {
   return signedByClusterCa(
     pkiDir,
     outDir,
     `${node}-serving`,
     `/O=system:nodes/CN=system:node:${node}`,
-    `subjectAltName=DNS:${node},IP:${ip}\nextendedKeyUsage=serverAuth\n`,
+    `subjectAltName=${[`DNS:${node}`, ...ips.map((ip) => `IP:${ip}`)].join(',')}\nextendedKeyUsage=serverAuth\n`,
   );
 }
 

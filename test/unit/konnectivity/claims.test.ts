@@ -54,20 +54,26 @@ test('a node that is not registered keeps only its name; addresses wait for its 
   ]);
 });
 
-test("a trusted agent also keeps CIDRs, default-route and addresses no Node reports, but never another Node's", () => {
-  const v = judge(node('gw'), 'host=gw&ipv4=10.9.9.9&ipv4=10.0.0.1&cidr=10.0.0.0/24&default-route=true', true);
-  assert.deepEqual(v.accepted, { host: ['gw'], ipv4: ['10.9.9.9'], ipv6: [], cidr: ['10.0.0.0/24'], defaultRoute: true });
-  assert.deepEqual(droppedClaims(v), ['ipv4=10.0.0.1']);
+test("a trusted agent also keeps CIDRs, default-route and other hosts' addresses, unless the owning Node's agent claims them too", () => {
+  const query = 'host=gw&ipv4=10.9.9.9&ipv4=10.0.0.1&cidr=10.0.0.0/24&default-route=true';
+  const alone = judge(node('gw'), query, true);
+  assert.deepEqual(alone.accepted, { host: ['gw'], ipv4: ['10.9.9.9', '10.0.0.1'], ipv6: [], cidr: ['10.0.0.0/24'], defaultRoute: true });
+  assert.deepEqual(alone.dropped, []);
+  const contested = judgeClaims(node('gw'), parseIdentifiers(query), nodes, true, (v) => (v === '10.0.0.1' ? 'edge-1' : undefined));
+  assert.deepEqual(contested.accepted.ipv4, ['10.9.9.9']);
+  assert.deepEqual(contested.dropped, [{ claim: 'ipv4=10.0.0.1', reason: 'agent edge-1 of node edge-1, which reports it, claims it too' }]);
 });
 
-test('a service-account agent claims nothing unless trusted; trusted, it is treated like a trusted node agent without a Node', () => {
+test('a service-account agent claims nothing unless trusted; trusted, it is treated like a trusted agent without a Node', () => {
   const v = judge(sa, 'host=edge-9&ipv4=10.9.9.9&cidr=10.9.0.0/16&default-route=true');
   assert.deepEqual(v.accepted, { host: [], ipv4: [], ipv6: [], cidr: [], defaultRoute: false });
   assert.equal(v.dropped.length, 4);
   assert.match(v.dropped.find((d) => d.claim === 'ipv4=10.9.9.9')!.reason, /service-account agent claims nothing/);
-  const t = judge(sa, 'host=edge-9&ipv4=10.9.9.9&ipv4=10.0.0.2&cidr=10.9.0.0/16&default-route=true', true);
-  assert.deepEqual(t.accepted, { host: ['edge-9'], ipv4: ['10.9.9.9'], ipv6: [], cidr: ['10.9.0.0/16'], defaultRoute: true });
-  assert.deepEqual(droppedClaims(t), ['ipv4=10.0.0.2']);
+  const query = 'host=edge-9&ipv4=10.9.9.9&ipv4=10.0.0.2&cidr=10.9.0.0/16&default-route=true';
+  const t = judge(sa, query, true);
+  assert.deepEqual(t.accepted, { host: ['edge-9'], ipv4: ['10.9.9.9', '10.0.0.2'], ipv6: [], cidr: ['10.9.0.0/16'], defaultRoute: true });
+  const contested = judgeClaims(sa, parseIdentifiers(query), nodes, true, (v) => (v === '10.0.0.2' ? 'edge-2' : undefined));
+  assert.deepEqual(droppedClaims(contested), ['ipv4=10.0.0.2']);
 });
 
 test('trust is by node name for certificate agents and by user for token agents', async () => {
@@ -153,4 +159,25 @@ test('routing follows the claims: the impostor never gets a dial for the owner a
     'node x1 is not registered',
   );
   tunnel.destroy();
+});
+
+test("a trusted agent serves a Node's address only while that Node's own agent is not there to claim it", async (t) => {
+  const pki = await makePki();
+  const fake = new FakeNodes();
+  fake.set('node-a', '10.0.0.1');
+  const user = 'system:serviceaccount:kube-system:konnectivity-agent';
+  const server = await startServer(t, pki, {
+    nodes: fake,
+    trustedAgents: { nodes: [], users: [user] },
+    tokenReview: async (token) => ({ ok: token === 'sa', user }),
+  });
+  await rawAgent(t, pki, server, { agentId: 'daemonset-pod', creds: null, token: 'sa', identifiers: 'ipv4=10.0.0.1&cidr=10.0.0.0/8' });
+  const pod = () => server.snapshot().agents.find((a) => a.id === 'daemonset-pod');
+  await waitFor('trusted agent holds 10.0.0.1', () => pod()?.accepted.ipv4.join() === '10.0.0.1');
+  assert.deepEqual(pod()!.accepted.cidr, ['10.0.0.0/8']);
+  const owner = await rawAgent(t, pki, server, { agentId: 'node-a', creds: await pki.nodeCert('node-a'), identifiers: 'ipv4=10.0.0.1' });
+  await waitFor('the owner wins', () => pod()?.accepted.ipv4.length === 0);
+  assert.deepEqual(pod()!.dropped, [{ claim: 'ipv4=10.0.0.1', reason: 'agent node-a of node node-a, which reports it, claims it too' }]);
+  owner.close();
+  await waitFor('back to the trusted agent', () => pod()?.accepted.ipv4.join() === '10.0.0.1');
 });
