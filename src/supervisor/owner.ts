@@ -1,6 +1,7 @@
-// Which kctl runs on a data dir. `kctl controller` and `kctl worker` record their pid and role
-// in <data-dir>/kctl-owner.json while they run, so `kctl reset` (and a second start) can refuse
-// whatever --run-dir each was given. A crash leaves the file behind and pids are reused, so the
+// Which kctl runs on a data dir and a run dir. `kctl controller` and `kctl worker` record their
+// pid and role in <dir>/kctl-owner.json of both while they run, so `kctl reset` and a second
+// start refuse before they touch anything (a second kctl on a shared run dir would otherwise
+// replace the first one's sockets). A crash leaves the file behind and pids are reused, so the
 // record also holds the boot id and the process start time: only the very process that wrote it
 // counts as running, and a stale file never blocks anything.
 import { link, mkdir, readFile, rm, writeFile } from 'node:fs/promises';
@@ -114,16 +115,33 @@ export async function releaseDataDir(dataDir: string): Promise<void> {
   if (owner?.pid === process.pid) await rm(ownerFile(dataDir), { force: true });
 }
 
+const busy = (other: DataDirOwner, dir: string): UserError =>
+  new UserError(
+    `a kctl ${other.role} (pid ${other.pid}) is already running on ${dir}; stop it first (kill -TERM ${other.pid}) or give this one its own --data-dir and --run-dir`,
+  );
+
+/** Refuses with one line when a live kctl holds any of `dirs` (a look only: nothing is written). */
+export async function refuseIfOwned(dirs: string[]): Promise<void> {
+  for (const dir of dirs) {
+    const other = await liveOwner(dir);
+    if (other && other.pid !== process.pid) throw busy(other, dir);
+  }
+}
+
 /**
- * Runs `run` as the `role` on `dataDir`: refuses with one line when another live kctl holds it,
- * and removes the record afterwards, however `run` ends.
+ * Runs `run` as the `role` on every one of `dirs` (data dir, run dir): refuses with one line when
+ * another live kctl holds one of them, and removes the records afterwards, however `run` ends.
  */
-export async function runOwning<T>(dataDir: string, role: KctlRole, run: () => Promise<T>): Promise<T> {
-  const other = await claimDataDir(dataDir, role);
-  if (other) throw new UserError(`a kctl ${other.role} (pid ${other.pid}) is already running on ${dataDir}`);
+export async function runOwning<T>(dirs: string[], role: KctlRole, run: () => Promise<T>): Promise<T> {
+  const held: string[] = [];
   try {
+    for (const dir of new Set(dirs)) {
+      const other = await claimDataDir(dir, role);
+      if (other) throw busy(other, dir);
+      held.push(dir);
+    }
     return await run();
   } finally {
-    await releaseDataDir(dataDir);
+    for (const dir of held) await releaseDataDir(dir);
   }
 }

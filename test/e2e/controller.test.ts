@@ -130,7 +130,7 @@ async function controllerScenario(t: TestContext, storage: 'etcd' | 'kine', extr
   assert.equal(s.role, 'controller');
   assert.deepEqual(
     s.components.map((c) => c.name),
-    [storage, 'konnectivity-server', 'kube-apiserver', 'bootstrap', 'kube-scheduler', 'kube-controller-manager', 'csr-approver'],
+    [storage, 'konnectivity-server', 'kube-apiserver', 'node-watch', 'bootstrap', 'kube-scheduler', 'kube-controller-manager', 'csr-approver'],
   );
   for (const c of s.components) assert.equal(c.state, 'running', `${c.name}: ${c.lastError ?? ''}`);
   const text = await kctl(['status', '--run-dir', runDir]);
@@ -152,11 +152,20 @@ async function controllerScenario(t: TestContext, storage: 'etcd' | 'kine', extr
       `kctl: a kctl controller (pid ${r.proc.pid}) is running on ${dataDir}; stop it first (kill -TERM ${r.proc.pid}), then run kctl reset`,
     );
   }
+  const busy = (d: string) =>
+    `kctl: a kctl controller (pid ${r.proc.pid}) is already running on ${d}; stop it first (kill -TERM ${r.proc.pid}) or give this one its own --data-dir and --run-dir`;
   const second = await kctl(['controller', ...args]);
   assert.notEqual(second.exitCode, 0);
-  assert.equal(String(second.stderr), `kctl: a kctl controller (pid ${r.proc.pid}) is already running on ${dataDir}`);
+  assert.equal(String(second.stderr), busy(dataDir));
   assert.deepEqual(await tree(dataDir), dataBefore);
   assert.equal(existsSync(join(dir, 'other-run')), false);
+  // Another data dir but this run dir: refused before it touches the sockets kube-apiserver uses.
+  const sockets = await readdir(runDir);
+  const sharedRun = await kctl(['controller', ...args.map((a) => (a === dataDir ? join(dir, 'other-data') : a))]);
+  assert.notEqual(sharedRun.exitCode, 0);
+  assert.equal(String(sharedRun.stderr), busy(runDir));
+  assert.deepEqual(await readdir(runDir), sockets);
+  assert.equal(existsSync(join(dir, 'other-data')), false);
 
   // The real API (still up after the refused reset), through the bundled kubectl and the admin kubeconfig.
   const readyz = await kubectl('get', '--raw', '/readyz');
@@ -199,6 +208,7 @@ async function controllerScenario(t: TestContext, storage: 'etcd' | 'kine', extr
     'stopping kube-controller-manager',
     'stopping kube-scheduler',
     'stopping bootstrap',
+    'stopping node-watch',
     'stopping kube-apiserver',
     'stopping konnectivity-server',
     `stopping ${storage}`,

@@ -56,23 +56,36 @@ test('release leaves a record that another process wrote', async (t) => {
   assert.match(await readFile(ownerFile(dir), 'utf8'), new RegExp(`"pid":${pid}`));
 });
 
-test('runOwning refuses while another live kctl holds the data dir, and releases after the run', async (t) => {
+test('runOwning refuses while another live kctl holds the data dir or the run dir, and releases after the run', async (t) => {
   const dir = await tempDir(t);
+  const runDir = await tempDir(t);
+  const otherData = await tempDir(t);
+  const busy = (d: string) =>
+    `a kctl worker (pid ${process.pid}) is already running on ${d}; stop it first (kill -TERM ${process.pid}) or give this one its own --data-dir and --run-dir`;
   let ran = 0;
-  await runOwning(dir, 'worker', async () => {
+  await runOwning([dir, runDir], 'worker', async () => {
     ran += 1;
     assert.deepEqual(await liveOwner(dir), { pid: process.pid, role: 'worker' });
+    assert.deepEqual(await liveOwner(runDir), { pid: process.pid, role: 'worker' });
     await assert.rejects(
-      runOwning(dir, 'controller', async () => {
+      runOwning([dir, join(dir, 'elsewhere')], 'controller', async () => {
         ran += 10;
       }),
-      { message: `a kctl worker (pid ${process.pid}) is already running on ${dir}` },
+      { message: busy(dir) },
     );
+    await assert.rejects(
+      runOwning([otherData, runDir], 'controller', async () => {
+        ran += 100;
+      }),
+      { message: busy(runDir) },
+    );
+    assert.equal(await liveOwner(otherData), undefined, 'a refused start left its claim on the data dir');
   });
   assert.equal(ran, 1);
   assert.equal(await liveOwner(dir), undefined);
+  assert.equal(await liveOwner(runDir), undefined);
   await assert.rejects(
-    runOwning(dir, 'controller', () => Promise.reject(new Error('start failed'))),
+    runOwning([dir, runDir], 'controller', () => Promise.reject(new Error('start failed'))),
     { message: 'start failed' },
   );
   assert.equal(await liveOwner(dir), undefined, 'released after a failed run too');
