@@ -7,6 +7,8 @@ import type { ComponentManager } from './manager.ts';
 export interface RunOptions {
   /** Called once every component is ready (e.g. to log "controller ready" or notify systemd). */
   onReady?: () => void | Promise<void>;
+  /** Called when a signal starts the stop (e.g. to tell systemd). */
+  onStopping?: () => void;
   /** Called after every component stopped, whatever the reason. */
   onStopped?: () => void | Promise<void>;
   signals?: readonly NodeJS.Signals[];
@@ -23,6 +25,7 @@ export async function runUntilSignal(manager: ComponentManager, log: Logger, opt
   const handler = (signal: NodeJS.Signals): void => {
     if (stopping) return;
     log.info({ signal }, `received ${signal}, stopping`);
+    opts.onStopping?.();
     stopping = manager.stop();
     onSignalled();
   };

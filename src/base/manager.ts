@@ -10,6 +10,8 @@ export const DEFAULT_READY_TIMEOUT_MS = 120_000;
 export interface ComponentManagerOptions {
   /** For components without their own `readyTimeoutMs`. Default 120 s. */
   readyTimeoutMs?: number;
+  /** One line of progress per step ("starting kube-apiserver (3/8)"), e.g. for systemd's STATUS=. */
+  onProgress?: (text: string) => void;
 }
 
 /** The manager's view of one component. */
@@ -23,6 +25,7 @@ export class ComponentManager {
   private readonly components: readonly Component[];
   private readonly tracked = new Map<Component, Tracked>();
   private readonly readyTimeoutMs: number;
+  private readonly onProgress: (text: string) => void;
   /** Started (or half-started) components, in start order; stop() pops from the end. */
   private readonly started: Component[] = [];
   /** Aborted by stop(): a start in progress gives up waiting for readiness. */
@@ -43,6 +46,7 @@ export class ComponentManager {
     }
     this.components = components;
     this.readyTimeoutMs = opts.readyTimeoutMs ?? DEFAULT_READY_TIMEOUT_MS;
+    this.onProgress = opts.onProgress ?? (() => undefined);
   }
 
   /** True once stop() was called (a start in progress then ends with an error). */
@@ -68,10 +72,11 @@ export class ComponentManager {
       }
       this.mark(c, 'pending');
     }
-    for (const c of this.components) {
+    for (const [i, c] of this.components.entries()) {
       this.throwIfStopping();
       const t0 = performance.now();
       this.log.info({ name: c.name }, `starting ${c.name}`);
+      this.onProgress(`starting ${c.name} (${i + 1}/${this.components.length})`);
       // Recorded before start() so a component that half-started is stopped too.
       this.started.push(c);
       this.mark(c, 'starting');
@@ -87,6 +92,7 @@ export class ComponentManager {
         const failure = err instanceof Error ? err : new Error(String(err));
         this.mark(c, 'failed', failure.message);
         this.log.error({ name: c.name }, `${failure.message}; stopping the components already started`);
+        this.onProgress(failure.message);
         await this.stopStarted();
         throw failure;
       }
@@ -154,6 +160,7 @@ export class ComponentManager {
       for (let c = this.started.pop(); c !== undefined; c = this.started.pop()) {
         const before = this.tracked.get(c);
         this.log.info({ name: c.name }, `stopping ${c.name}`);
+        this.onProgress(`stopping ${c.name}`);
         this.mark(c, 'stopping');
         try {
           await c.stop?.();

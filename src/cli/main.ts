@@ -9,6 +9,7 @@ import { statusCommand } from './status.ts';
 import { tokenCommand } from './token.ts';
 import { airgapCommand } from './airgap.ts';
 import { resetCommand } from './reset.ts';
+import { serviceCommands } from './service.ts';
 import { workerCommand } from './worker.ts';
 import { konnectivityAgentCommand } from './konnectivity-agent.ts';
 import { versionCommand } from './version.ts';
@@ -38,6 +39,7 @@ export function buildProgram(): Command {
   konnectivityAgentCommand(program);
   airgapCommand(program);
   resetCommand(program);
+  serviceCommands(program);
   for (const c of program.commands) c.exitOverride().showHelpAfterError(`usage: kctl ${c.name()} ${c.usage()}`);
   return program;
 }

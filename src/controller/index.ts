@@ -19,7 +19,8 @@ import { runUntilSignal } from '../base/lifecycle.ts';
 import { StatusServerComponent } from '../base/status-server.ts';
 import { ComponentManager } from '../base/manager.ts';
 import { KCTL_VERSION } from '../base/version.ts';
-import { runOwning } from '../supervisor/owner.ts';
+import { SystemdNotifier } from '../supervisor/notify.ts';
+import { refuseIfOwned, runOwning } from '../supervisor/owner.ts';
 import { ApiserverComponent } from './apiserver.ts';
 import { BootstrapComponent } from './bootstrap.ts';
 import { KonnectivityServerComponent } from './konnectivity.ts';
@@ -96,15 +97,20 @@ export function controllerComponents(cfg: ClusterConfig, paths: ControllerPaths,
 export async function runController(opts: ControllerOptions, log: Logger): Promise<void> {
   const cfg = await loadConfig(opts.configFile, opts);
   const paths = controllerPaths(opts.dataDir, opts.runDir);
+  if (!opts.initOnly) await refuseIfOwned([paths.dataDir, paths.runDir]);
   await mkdir(paths.dataDir, { recursive: true, mode: 0o755 });
   await mkdir(paths.runDir, { recursive: true, mode: 0o755 });
-  // Marks the data dir as in use, for `kctl reset` and for a second start. --init-only only
-  // prepares files and exits (two may run at once: staging takes its own lock), so it does not.
+  // Marks the data and run dirs as in use, for `kctl reset` and for a second start. --init-only
+  // only prepares files and exits (two may run at once: staging takes its own lock), so it does not.
   if (opts.initOnly) await prepareAndRun(cfg, paths, opts, log);
-  else await runOwning(paths.dataDir, 'controller', () => prepareAndRun(cfg, paths, opts, log));
+  else await runOwning([paths.dataDir, paths.runDir], 'controller', () => prepareAndRun(cfg, paths, opts, log));
 }
 
 async function prepareAndRun(cfg: ClusterConfig, paths: ControllerPaths, opts: ControllerOptions, log: Logger): Promise<void> {
+  // Under a Type=notify unit (kctl install): progress, readiness and watchdog pings for systemd.
+  const notifier = opts.initOnly ? undefined : SystemdNotifier.fromEnv({ log: componentLogger(log, 'systemd') });
+  notifier?.startWatchdog();
+  notifier?.status('staging component binaries');
   // The effective config, for commands that run beside the controller (kctl token create).
   await writeFileAtomic(join(paths.dataDir, 'cluster-config.yaml'), stringify(cfg), 0o600);
   await stageComponents(await findPayload(KCTL_VERSION), paths.binDir, ['controller'], componentLogger(log, 'stage'));
@@ -136,10 +142,19 @@ async function prepareAndRun(cfg: ClusterConfig, paths: ControllerPaths, opts: C
     konnectivity: konnectivity?.server?.snapshot(),
   }));
   // The status socket comes first, so `kctl status` shows progress while components come up.
-  manager = new ComponentManager([status, ...components], componentLogger(log, 'manager'));
+  manager = new ComponentManager([status, ...components], componentLogger(log, 'manager'), { onProgress: (text) => notifier?.status(text) });
   log.info({ address: cfg.spec.api.address, port: cfg.spec.api.port, storage: cfg.spec.storage.type }, 'starting controller');
+  const url = httpsUrl(cfg.spec.api.address, cfg.spec.api.port);
   await runUntilSignal(manager, log, {
-    onReady: () => log.info({ url: httpsUrl(cfg.spec.api.address, cfg.spec.api.port) }, 'controller ready'),
-    onStopped: () => log.info('controller stopped'),
+    onReady: () => {
+      log.info({ url }, 'controller ready');
+      notifier?.ready(`controller ready: API at ${url}`);
+    },
+    onStopping: () => notifier?.stopping(),
+    onStopped: async () => {
+      log.info('controller stopped');
+      notifier?.stopWatchdog();
+      await notifier?.flush();
+    },
   });
 }

@@ -6,6 +6,7 @@ import { existsSync } from 'node:fs';
 import { mkdir, readFile } from 'node:fs/promises';
 import { hostname } from 'node:os';
 import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { splitHostPort, urlHost } from '../base/addresses.ts';
 import { UserError } from '../base/errors.ts';
 import { runUntilSignal } from '../base/lifecycle.ts';
@@ -17,7 +18,8 @@ import { findPayload } from '../payload/payload.ts';
 import { stageComponents, stageImages } from '../payload/stage.ts';
 import type { Component, ComponentStatus } from '../base/component.ts';
 import { ComponentManager } from '../base/manager.ts';
-import { runOwning } from '../supervisor/owner.ts';
+import { SystemdNotifier } from '../supervisor/notify.ts';
+import { refuseIfOwned, runOwning } from '../supervisor/owner.ts';
 import { writeFileAtomic } from '../base/fs.ts';
 import { KCTL_VERSION } from '../base/version.ts';
 import { ContainerdComponent } from './containerd.ts';
@@ -119,14 +121,19 @@ class AgentComponent implements Component {
 
 export async function runWorker(opts: WorkerOptions, log: Logger): Promise<void> {
   const paths = workerPaths(opts.dataDir, opts.runDir);
+  await refuseIfOwned([paths.dataDir, paths.runDir]); // before the join writes anything
   // Validates the token against the cluster before anything is written.
   const state = await joinCluster(opts.token, paths, componentLogger(log, 'join'));
   await mkdir(paths.runDir, { recursive: true, mode: 0o755 });
-  // Marks the data dir as in use, for `kctl reset` and for a second start.
-  await runOwning(paths.dataDir, 'worker', () => stageAndRun(opts, paths, state, log));
+  // Marks the data and run dirs as in use, for `kctl reset` and for a second start.
+  await runOwning([paths.dataDir, paths.runDir], 'worker', () => stageAndRun(opts, paths, state, log));
 }
 
 async function stageAndRun(opts: WorkerOptions, paths: WorkerPaths, state: JoinState, log: Logger): Promise<void> {
+  // Under a Type=notify unit (kctl install): progress, readiness and watchdog pings for systemd.
+  const notifier = SystemdNotifier.fromEnv({ log: componentLogger(log, 'systemd') });
+  notifier?.startWatchdog();
+  notifier?.status('staging component binaries and images');
   const payload = await findPayload(KCTL_VERSION);
   await stageComponents(payload, paths.binDir, ['worker'], componentLogger(log, 'stage'));
   await stageImages(payload, paths.imagesDir, componentLogger(log, 'stage'));
@@ -165,12 +172,35 @@ async function stageAndRun(opts: WorkerOptions, paths: WorkerPaths, state: JoinS
     components: manager?.status().filter((c) => c.name !== 'status') ?? [],
   }));
   // The status socket comes first, so `kctl status` shows progress while components come up.
-  manager = new ComponentManager([status, ...components], child('manager'));
+  manager = new ComponentManager([status, ...components], child('manager'), { onProgress: (text) => notifier?.status(text) });
+  const stopRequested = () => manager?.stopRequested ?? false;
   log.info({ node: id.nodeName, nodeIp: id.nodeIp, apiServer: state.apiServers[0] }, 'starting worker');
   await runUntilSignal(manager, log, {
-    onReady: () => log.info({ node: id.nodeName }, 'worker ready'),
-    onStopped: () => log.info('worker stopped; containers keep running until the next start or kctl reset'),
+    // Ready means the node is Ready: what `systemctl start` waits for.
+    onReady: async () => {
+      notifier?.status(`waiting for node ${id.nodeName} to be Ready`);
+      if (!(await waitNodeReady(kube, id.nodeName, stopRequested))) return;
+      log.info({ node: id.nodeName }, 'worker ready');
+      notifier?.ready(`worker ready: node ${id.nodeName} is Ready`);
+    },
+    onStopping: () => notifier?.stopping(),
+    onStopped: async () => {
+      log.info('worker stopped; containers keep running until the next start or kctl reset');
+      notifier?.stopWatchdog();
+      await notifier?.flush();
+    },
   });
+}
+
+/** Polls the node's Ready condition until it is True (true) or a stop was requested (false). */
+async function waitNodeReady(kube: KubeClient, nodeName: string, stopRequested: () => boolean): Promise<boolean> {
+  type Node = { status?: { conditions?: { type: string; status: string }[] } };
+  while (!stopRequested()) {
+    const node = await kube.request<Node>('GET', `/api/v1/nodes/${encodeURIComponent(nodeName)}`).catch(() => undefined);
+    if (node?.status?.conditions?.some((c) => c.type === 'Ready' && c.status === 'True')) return true;
+    await sleep(1000);
+  }
+  return false;
 }
 
 export async function readIdentity(paths: WorkerPaths): Promise<WorkerIdentity | null> {

@@ -1,0 +1,107 @@
+// Talking to systemd when kctl runs under a Type=notify unit (kctl install): STATUS= lines while
+// components come up (shown by `systemctl status`), READY=1 once the role really works, STOPPING=1,
+// and WATCHDOG=1 pings from the event loop, so a hung kctl is restarted.
+//
+// Node has no datagram unix sockets, so each message is sent by `systemd-notify` (part of systemd,
+// so present wherever the unit runs), spawned directly by kctl: systemd-notify sends with its
+// parent's pid as the sender, so the message counts as the main process's even after the helper
+// exited. Messages go out one at a time, in order.
+import { spawn } from 'node:child_process';
+import type { Logger } from '../base/log.ts';
+
+export interface NotifyOptions {
+  /** The environment systemd gave the service (NOTIFY_SOCKET, WATCHDOG_USEC, WATCHDOG_PID). */
+  env?: NodeJS.ProcessEnv;
+  /** Default: systemd-notify from PATH. */
+  command?: string;
+  log: Logger;
+}
+
+export class SystemdNotifier {
+  private queue: Promise<void> = Promise.resolve();
+  private watchdog: NodeJS.Timeout | undefined;
+  private readonly command: string;
+  private readonly log: Logger;
+  private failedOnce = false;
+
+  private constructor(
+    private readonly env: NodeJS.ProcessEnv,
+    o: NotifyOptions,
+  ) {
+    this.command = o.command ?? 'systemd-notify';
+    this.log = o.log;
+  }
+
+  /** A notifier when systemd asked for notifications (NOTIFY_SOCKET set), else undefined. */
+  static fromEnv(o: NotifyOptions): SystemdNotifier | undefined {
+    const env = o.env ?? process.env;
+    return env.NOTIFY_SOCKET ? new SystemdNotifier(env, o) : undefined;
+  }
+
+  /** One line of progress for `systemctl status` (newlines would end the message). */
+  status(text: string): void {
+    this.send(`STATUS=${text.replace(/\s+/g, ' ').slice(0, 200)}`);
+  }
+
+  ready(status: string): void {
+    this.send('READY=1', `STATUS=${status}`);
+  }
+
+  stopping(): void {
+    this.send('STOPPING=1', 'STATUS=stopping');
+  }
+
+  /**
+   * Pings at half the interval systemd set (WATCHDOG_USEC), from a timer on the event loop: a
+   * loop that stops turning stops the pings. Does nothing without a watchdog for this process.
+   */
+  startWatchdog(): void {
+    const usec = Number(this.env.WATCHDOG_USEC);
+    const pid = this.env.WATCHDOG_PID;
+    if (!Number.isFinite(usec) || usec <= 0 || (pid !== undefined && Number(pid) !== process.pid)) return;
+    const everyMs = Math.max(Math.floor(usec / 1000 / 2), 100);
+    this.watchdog = setInterval(() => this.send('WATCHDOG=1'), everyMs);
+    this.watchdog.unref();
+    this.log.info({ intervalMs: everyMs }, 'pinging the systemd watchdog');
+    // Test hook (the watchdog e2e test): this signal blocks the event loop for good, as a hang would.
+    const hang = this.env.KCTL_TEST_HANG_ON_SIGNAL as NodeJS.Signals | undefined;
+    if (hang) {
+      process.on(hang, () => {
+        this.log.warn({ signal: hang }, 'blocking the event loop (KCTL_TEST_HANG_ON_SIGNAL)');
+        for (;;) Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 1000);
+      });
+    }
+  }
+
+  stopWatchdog(): void {
+    clearInterval(this.watchdog);
+    this.watchdog = undefined;
+  }
+
+  /** Resolves once every message queued so far was handed to systemd (or failed). */
+  flush(): Promise<void> {
+    return this.queue;
+  }
+
+  private send(...lines: string[]): void {
+    this.queue = this.queue.then(() => this.run(lines));
+  }
+
+  private run(lines: string[]): Promise<void> {
+    return new Promise((resolve) => {
+      // No shell: systemd-notify must be kctl's own child, so its parent pid is kctl's.
+      const child = spawn(this.command, lines, { stdio: ['ignore', 'ignore', 'pipe'], env: this.env });
+      let err = '';
+      child.stderr.on('data', (c: Buffer) => (err += c.toString()));
+      const done = (why?: string): void => {
+        if (why && !this.failedOnce) {
+          this.failedOnce = true; // once: a ping every few seconds must not flood the log
+          this.log.warn({ message: lines[0] }, `cannot notify systemd: ${why}`);
+        }
+        resolve();
+      };
+      child.once('error', (e) => done(e.message));
+      child.once('exit', (code) => done(code === 0 ? undefined : `${this.command} exited ${code}: ${err.trim()}`));
+    });
+  }
+}
