@@ -60,6 +60,9 @@ export function renderUnit(spec: UnitSpec): string {
     // kctl stops its components in reverse order on SIGTERM; then systemd stops waiting.
     'TimeoutStopSec=3min',
     `WatchdogSec=${WATCHDOG_SEC}`,
+    // SIGKILL, not the default SIGABRT: a Node process whose event loop is stuck does not act on
+    // SIGABRT promptly (seen: still there after 15 s), and its core is of no use to an operator.
+    'WatchdogSignal=SIGKILL',
     'Delegate=yes',
     // controller: SIGTERM to kctl alone (it stops its children in order); whatever is left after
     // it exited, also after a crash, is killed, so a restart never meets an old etcd or apiserver.
