@@ -10,6 +10,7 @@ import { tokenCommand } from './token.ts';
 import { airgapCommand } from './airgap.ts';
 import { resetCommand } from './reset.ts';
 import { serviceCommands } from './service.ts';
+import { sysinfoCommand } from './sysinfo.ts';
 import { workerCommand } from './worker.ts';
 import { konnectivityAgentCommand } from './konnectivity-agent.ts';
 import { versionCommand } from './version.ts';
@@ -40,6 +41,7 @@ export function buildProgram(): Command {
   airgapCommand(program);
   resetCommand(program);
   serviceCommands(program);
+  sysinfoCommand(program);
   for (const c of program.commands) c.exitOverride().showHelpAfterError(`usage: kctl ${c.name()} ${c.usage()}`);
   return program;
 }

@@ -19,6 +19,7 @@ import { runUntilSignal } from '../base/lifecycle.ts';
 import { StatusServerComponent } from '../base/status-server.ts';
 import { ComponentManager } from '../base/manager.ts';
 import { KCTL_VERSION } from '../base/version.ts';
+import { ownPids, requireHost } from '../host/checks.ts';
 import { SystemdNotifier } from '../supervisor/notify.ts';
 import { refuseIfOwned, runOwning } from '../supervisor/owner.ts';
 import { ApiserverComponent } from './apiserver.ts';
@@ -61,6 +62,19 @@ function etcdOptions(cfg: ClusterConfig, paths: ControllerPaths, pki: PkiPaths):
   };
 }
 
+/** The ports a controller listens on, by what uses them (kctl sysinfo checks they are free). */
+export function controllerPorts(cfg: ClusterConfig): Record<string, number> {
+  const s = cfg.spec;
+  return {
+    'kube-apiserver': s.api.port,
+    'konnectivity agent port': s.konnectivity.agentPort,
+    'konnectivity admin port': s.konnectivity.adminPort,
+    ...(s.storage.type === 'etcd' ? { 'etcd client port': s.storage.etcd.clientPort, 'etcd peer port': s.storage.etcd.peerPort } : {}),
+    'kube-scheduler': s.scheduler.port,
+    'kube-controller-manager': s.controllerManager.port,
+  };
+}
+
 export function controllerComponents(cfg: ClusterConfig, paths: ControllerPaths, pki: PkiPaths, log: Logger): Component[] {
   const child = (name: string) => componentLogger(log, name);
   // The one API client of this process (admin credentials), shared by every component that calls the API.
@@ -97,7 +111,10 @@ export function controllerComponents(cfg: ClusterConfig, paths: ControllerPaths,
 export async function runController(opts: ControllerOptions, log: Logger): Promise<void> {
   const cfg = await loadConfig(opts.configFile, opts);
   const paths = controllerPaths(opts.dataDir, opts.runDir);
-  if (!opts.initOnly) await refuseIfOwned([paths.dataDir, paths.runDir]);
+  if (!opts.initOnly) {
+    await refuseIfOwned([paths.dataDir, paths.runDir]);
+    await requireHost({ role: 'controller', dataDir: paths.dataDir, ports: controllerPorts(cfg), ownPids: await ownPids(paths.runDir) });
+  }
   await mkdir(paths.dataDir, { recursive: true, mode: 0o755 });
   await mkdir(paths.runDir, { recursive: true, mode: 0o755 });
   // Marks the data and run dirs as in use, for `kctl reset` and for a second start. --init-only

@@ -18,6 +18,7 @@ import { findPayload } from '../payload/payload.ts';
 import { stageComponents, stageImages } from '../payload/stage.ts';
 import type { Component, ComponentStatus } from '../base/component.ts';
 import { ComponentManager } from '../base/manager.ts';
+import { ownPids, requireHost } from '../host/checks.ts';
 import { SystemdNotifier } from '../supervisor/notify.ts';
 import { refuseIfOwned, runOwning } from '../supervisor/owner.ts';
 import { writeFileAtomic } from '../base/fs.ts';
@@ -25,8 +26,8 @@ import { KCTL_VERSION } from '../base/version.ts';
 import { ContainerdComponent } from './containerd.ts';
 import { ImagesComponent } from './images.ts';
 import { join as joinCluster, type JoinState } from './join.ts';
-import { KubeProxyComponent } from './kube-proxy.ts';
-import { KubeletComponent } from './kubelet.ts';
+import { KUBE_PROXY_HEALTHZ_PORT, KUBE_PROXY_METRICS_PORT, KubeProxyComponent } from './kube-proxy.ts';
+import { KUBELET_PORT, KubeletComponent } from './kubelet.ts';
 import { NetworkComponent } from './network.ts';
 import { workerPaths, type WorkerPaths } from './paths.ts';
 
@@ -119,9 +120,17 @@ class AgentComponent implements Component {
   }
 }
 
+/** The ports a worker listens on, by what uses them (kctl sysinfo checks they are free). */
+export const WORKER_PORTS: Record<string, number> = {
+  kubelet: KUBELET_PORT,
+  'kube-proxy healthz': KUBE_PROXY_HEALTHZ_PORT,
+  'kube-proxy metrics': KUBE_PROXY_METRICS_PORT,
+};
+
 export async function runWorker(opts: WorkerOptions, log: Logger): Promise<void> {
   const paths = workerPaths(opts.dataDir, opts.runDir);
   await refuseIfOwned([paths.dataDir, paths.runDir]); // before the join writes anything
+  await requireHost({ role: 'worker', dataDir: paths.dataDir, ports: WORKER_PORTS, ownPids: await ownPids(paths.runDir) });
   // Validates the token against the cluster before anything is written.
   const state = await joinCluster(opts.token, paths, componentLogger(log, 'join'));
   await mkdir(paths.runDir, { recursive: true, mode: 0o755 });

@@ -3,7 +3,7 @@
 //
 //   cli/                                          commands, commander, exit codes, output formats
 //   controller/  worker/                          roles: ordered lists of components
-//   etcd/ konnectivity/ payload/ pki/ kube/ join/ building blocks, each usable on its own
+//   etcd/ konnectivity/ payload/ pki/ kube/ join/ host/  building blocks, each usable on its own
 //   supervisor/                                   child processes
 //   base/                                         errors, addresses, flags, durations, logs, probes,
 //                                                 components and their manager, signals, status socket
@@ -24,6 +24,7 @@ const ROW: Record<string, number> = {
   pki: 2,
   kube: 2,
   join: 2,
+  host: 2,
   controller: 3,
   worker: 3,
   cli: 4,

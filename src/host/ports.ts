@@ -1,0 +1,48 @@
+// Who listens on a TCP port: /proc/net/tcp{,6} give the listening socket's inode, /proc/<pid>/fd
+// the process holding it. Used to say "port 6443 is in use by pid 812 (kube-apiserver)" and to
+// tell a port held by a stale child of kctl itself (cleaned up at start) from a stranger's.
+import { readFile, readdir, readlink } from 'node:fs/promises';
+
+const LISTEN = '0A';
+
+async function listeningInodes(port: number): Promise<Set<string>> {
+  const inodes = new Set<string>();
+  for (const table of ['/proc/net/tcp', '/proc/net/tcp6']) {
+    const text = await readFile(table, 'utf8').catch(() => '');
+    for (const line of text.split('\n').slice(1)) {
+      const f = line.trim().split(/\s+/);
+      const local = f[1];
+      if (!local || f[3] !== LISTEN) continue;
+      if (Number.parseInt(local.slice(local.lastIndexOf(':') + 1), 16) === port && f[9]) inodes.add(f[9]);
+    }
+  }
+  return inodes;
+}
+
+export interface PortHolder {
+  pid: number;
+  /** The process's name (comm), when readable. */
+  name?: string;
+}
+
+/** The processes listening on `port` (any address); empty when none. A pid may show once per socket. */
+export async function portHolders(port: number): Promise<PortHolder[]> {
+  const inodes = await listeningInodes(port);
+  if (inodes.size === 0) return [];
+  const out: PortHolder[] = [];
+  for (const entry of await readdir('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    const fds = await readdir(`/proc/${entry}/fd`).catch(() => [] as string[]);
+    for (const fd of fds) {
+      const target = await readlink(`/proc/${entry}/fd/${fd}`).catch(() => '');
+      const m = /^socket:\[(\d+)\]$/.exec(target);
+      if (m && inodes.has(m[1]!)) {
+        const name = (await readFile(`/proc/${entry}/comm`, 'utf8').catch(() => '')).trim() || undefined;
+        out.push({ pid: Number(entry), name });
+        break;
+      }
+    }
+  }
+  // A socket in another pid namespace (or a process gone meanwhile) still holds the port.
+  return out.length > 0 ? out : [{ pid: 0 }];
+}
