@@ -11,6 +11,7 @@ import { airgapCommand } from './airgap.ts';
 import { resetCommand } from './reset.ts';
 import { serviceCommands } from './service.ts';
 import { sysinfoCommand } from './sysinfo.ts';
+import { backupCommands } from './backup.ts';
 import { workerCommand } from './worker.ts';
 import { konnectivityAgentCommand } from './konnectivity-agent.ts';
 import { versionCommand } from './version.ts';
@@ -42,6 +43,7 @@ export function buildProgram(): Command {
   resetCommand(program);
   serviceCommands(program);
   sysinfoCommand(program);
+  backupCommands(program);
   for (const c of program.commands) c.exitOverride().showHelpAfterError(`usage: kctl ${c.name()} ${c.usage()}`);
   return program;
 }

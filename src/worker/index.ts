@@ -130,9 +130,10 @@ export const WORKER_PORTS: Record<string, number> = {
 export async function runWorker(opts: WorkerOptions, log: Logger): Promise<void> {
   const paths = workerPaths(opts.dataDir, opts.runDir);
   await refuseIfOwned([paths.dataDir, paths.runDir]); // before the join writes anything
-  await requireHost({ role: 'worker', dataDir: paths.dataDir, ports: WORKER_PORTS, ownPids: await ownPids(paths.runDir) });
-  // Validates the token against the cluster before anything is written.
-  const state = await joinCluster(opts.token, paths, componentLogger(log, 'join'));
+  // Validates the token against the cluster, then the host, before anything is written.
+  const state = await joinCluster(opts.token, paths, componentLogger(log, 'join'), async () => {
+    await requireHost({ role: 'worker', dataDir: paths.dataDir, ports: WORKER_PORTS, ownPids: await ownPids(paths.runDir) });
+  });
   await mkdir(paths.runDir, { recursive: true, mode: 0o755 });
   // Marks the data and run dirs as in use, for `kctl reset` and for a second start.
   await runOwning([paths.dataDir, paths.runDir], 'worker', () => stageAndRun(opts, paths, state, log));

@@ -72,10 +72,17 @@ export async function readJoinState(paths: WorkerPaths): Promise<JoinState | nul
   return JSON.parse(await readFile(stateFile(paths), 'utf8')) as JoinState;
 }
 
-export async function join(tokenText: string | undefined, paths: WorkerPaths, log: Logger): Promise<JoinState> {
+/** `beforeWrite` runs once the token is known good (or not needed), before anything is written. */
+export async function join(
+  tokenText: string | undefined,
+  paths: WorkerPaths,
+  log: Logger,
+  beforeWrite: () => Promise<void> = async () => undefined,
+): Promise<JoinState> {
   const existing = await readJoinState(paths);
   if (existing) {
     if (tokenText) log.info('this worker has joined before; the token is not needed and is ignored');
+    await beforeWrite();
     return existing;
   }
   if (!tokenText)
@@ -87,6 +94,7 @@ export async function join(tokenText: string | undefined, paths: WorkerPaths, lo
     throw err instanceof TokenError ? new UserError(err.message) : err;
   }
   await verifyWithCluster(info);
+  await beforeWrite();
   // Accepted: write down what later starts need. The marker goes last, so a crash here means "not joined".
   await writeFileAtomic(paths.caCert, info.caPem, 0o644);
   await writeKubeconfig(paths.bootstrapKubeconfig, {

@@ -75,3 +75,55 @@ export async function cleanupWorkerHost(dataDir: string, runDir: string, nodeNam
   await cleanupContainerd(workerPaths(dataDir, runDir)).catch(() => undefined);
   await removeCgroupRoot(kubeletCgroupRoot(nodeName)).catch(() => undefined);
 }
+
+/** `kctl worker --token T` on a lab host, data and run dirs under `dir` (<name>-data, <name>-run), node name = host name. */
+export function startLabWorker(kctlBin: string, host: LabHost, dir: string, token: string): Tracked {
+  return track(
+    host.spawn(kctlBin, [
+      'worker',
+      '--token',
+      token,
+      '--data-dir',
+      join(dir, `${host.name}-data`),
+      '--run-dir',
+      join(dir, `${host.name}-run`),
+      '--node-name',
+      host.name,
+      '--node-ip',
+      host.ip,
+    ]),
+  );
+}
+
+/** A busybox pod pinned to `node` that prints `line` once, then sleeps; resolves once it runs. */
+export async function runPinnedPod(
+  kubectl: (args: string[], input?: string) => Promise<Result>,
+  name: string,
+  node: string,
+  line: string,
+): Promise<void> {
+  const pod = {
+    apiVersion: 'v1',
+    kind: 'Pod',
+    metadata: { name },
+    spec: {
+      nodeName: node,
+      containers: [
+        {
+          name: 'c',
+          image: 'docker.io/library/busybox:1.36',
+          imagePullPolicy: 'Never',
+          command: ['sh', '-c', `echo ${line}; while true; do sleep 1; done`],
+        },
+      ],
+    },
+  };
+  const applied = await kubectl(['apply', '-f', '-'], JSON.stringify(pod));
+  if (applied.exitCode !== 0) throw new Error(`pod ${name}: ${String(applied.stderr)}`);
+  const end = Date.now() + 120_000;
+  while (Date.now() < end) {
+    if (String((await kubectl(['get', 'pod', name, '-o', 'jsonpath={.status.phase}'])).stdout) === 'Running') return;
+    await new Promise((r) => setTimeout(r, 500));
+  }
+  throw new Error(`pod ${name} did not run on ${node} within 120 s`);
+}

@@ -7,7 +7,7 @@ import { join } from 'node:path';
 import { test, type TestContext } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { decodeToken } from '../../src/join/token.ts';
-import { labController, nodeReady, track } from './cluster.ts';
+import { labController, nodeReady, runPinnedPod, track } from './cluster.ts';
 import { requireKctl } from './kctl.ts';
 import { createLab } from './lab.ts';
 import { bootSystemd } from './systemd.ts';
@@ -70,35 +70,23 @@ test('kctl install worker: joins from a token file, runs a pod, keeps it across 
   const ps = String((await sd.exec('ps', ['-eo', 'args'])).stdout);
   assert.ok(!ps.includes(secret) && !(await journal()).includes(secret), 'the token secret shows in ps or the journal');
 
-  const pod = {
-    apiVersion: 'v1',
-    kind: 'Pod',
-    metadata: { name: 'steady' },
-    spec: {
-      nodeName: 'w1',
-      containers: [
-        {
-          name: 'c',
-          image: 'docker.io/library/busybox:1.36',
-          imagePullPolicy: 'Never',
-          command: ['sh', '-c', 'echo up; while true; do sleep 1; done'],
-        },
-      ],
-    },
-  };
-  assert.equal((await c.kubectl(['apply', '-f', '-'], JSON.stringify(pod))).exitCode, 0);
+  await runPinnedPod(c.kubectl, 'steady', 'w1', 'up');
   const containerId = async () =>
     String((await c.kubectl(['get', 'pod', 'steady', '-o', 'jsonpath={.status.containerStatuses[0].containerID}'])).stdout);
-  await waitFor(
-    'pod running',
-    120_000,
-    async () => String((await c.kubectl(['get', 'pod', 'steady', '-o', 'jsonpath={.status.phase}'])).stdout) === 'Running',
-  );
   const before = await containerId();
   assert.match(String((await c.kubectl(['logs', 'steady'])).stdout), /up/);
 
-  // restart: kctl stops, the container does not; the node is Ready again with the same container.
   const mainBefore = String((await sd.exec('systemctl', ['show', '-p', 'MainPID', '--value', 'kctl-worker'])).stdout).trim();
+  // 8. A second worker on this data dir (another run dir) is refused, naming the running one; the running one carries on.
+  const second = await sd.exec(kctlBin, ['--data-dir', dataDir, '--run-dir', join(dir, 'other-run'), 'worker', '--token-file', tokenFile]);
+  assert.notEqual(second.exitCode, 0);
+  assert.equal(
+    String(second.stderr).trim(),
+    `kctl: a kctl worker (pid ${mainBefore}) is already running on ${dataDir}; stop it first (kill -TERM ${mainBefore}) or give this one its own --data-dir and --run-dir`,
+  );
+  assert.match(String((await c.kubectl(['logs', 'steady'])).stdout), /up/, 'logs after the refused second worker');
+
+  // restart: kctl stops, the container does not; the node is Ready again with the same container.
   const restarted = await sd.exec('systemctl', ['restart', 'kctl-worker']);
   assert.equal(restarted.exitCode, 0, `${String(restarted.stderr)}\n${await tail()}`);
   assert.notEqual(String((await sd.exec('systemctl', ['show', '-p', 'MainPID', '--value', 'kctl-worker'])).stdout).trim(), mainBefore);

@@ -11,7 +11,7 @@ import { test, type TestContext } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { ControllerStatusReport } from '../../src/controller/status.ts';
 import type { ServerAgentSnapshot } from '../../src/konnectivity/index.ts';
-import { cleanupWorkerHost, labController, nodeReady, track, type Tracked } from './cluster.ts';
+import { cleanupWorkerHost, labController, nodeReady, runPinnedPod, startLabWorker, track, type Tracked } from './cluster.ts';
 import { kctl, requireKctl } from './kctl.ts';
 import { createLab, type LabHost } from './lab.ts';
 import { kubeletServingCert, nodeCert } from './node-cert.ts';
@@ -52,45 +52,10 @@ test('an agent draws only its own Node’s traffic: impostors are dropped, logs/
   // The worker: isolated from the controller and from both impostor hosts.
   await lab.isolate(w1, ctl, imp, imp2);
   const token = await c.createToken('1h');
-  const worker = track(
-    w1.spawn(kctlBin, [
-      'worker',
-      '--token',
-      token,
-      '--data-dir',
-      join(dir, 'w1-data'),
-      '--run-dir',
-      join(dir, 'w1-run'),
-      '--node-name',
-      'w1',
-      '--node-ip',
-      w1.ip,
-    ]),
-  );
+  const worker = startLabWorker(kctlBin, w1, dir, token);
   procs.push(worker);
   await waitFor('w1 Ready', 300_000, () => nodeReady(c.kubectl, 'w1'), worker.log);
-  const pod = {
-    apiVersion: 'v1',
-    kind: 'Pod',
-    metadata: { name: 'talker' },
-    spec: {
-      nodeName: 'w1',
-      containers: [
-        {
-          name: 'c',
-          image: 'docker.io/library/busybox:1.36',
-          imagePullPolicy: 'Never',
-          command: ['sh', '-c', 'echo started; while true; do sleep 1; done'],
-        },
-      ],
-    },
-  };
-  assert.equal((await c.kubectl(['apply', '-f', '-'], JSON.stringify(pod))).exitCode, 0);
-  await waitFor(
-    'pod running',
-    120_000,
-    async () => String((await c.kubectl(['get', 'pod', 'talker', '-o', 'jsonpath={.status.phase}'])).stdout) === 'Running',
-  );
+  await runPinnedPod(c.kubectl, 'talker', 'w1', 'started');
 
   // Impostors: valid node certificates of other nodes, both claiming w1's address (and name).
   // x2 also claims its own host's address and one it will have later.
