@@ -61,7 +61,7 @@ test('kctl install worker: joins from a token file, runs a pod, keeps it across 
   assert.ok(!unit.includes(secret), 'the token secret is in the unit file');
   assert.equal(String((await sd.exec('stat', ['-c', '%a', join(dataDir, 'join-token')])).stdout).trim(), '600');
 
-  const started = await sd.exec('systemctl', ['start', 'kctl-worker'], {});
+  const started = await inLab(['start']);
   assert.equal(started.exitCode, 0, `${String(started.stderr)}\n${await tail()}`);
   // start returns once the node is Ready.
   assert.equal(await nodeReady(c.kubectl, 'w1'), true, 'systemctl start returned before the node was Ready');
@@ -87,7 +87,7 @@ test('kctl install worker: joins from a token file, runs a pod, keeps it across 
   assert.match(String((await c.kubectl(['logs', 'steady'])).stdout), /up/, 'logs after the refused second worker');
 
   // restart: kctl stops, the container does not; the node is Ready again with the same container.
-  const restarted = await sd.exec('systemctl', ['restart', 'kctl-worker']);
+  const restarted = await inLab(['restart']);
   assert.equal(restarted.exitCode, 0, `${String(restarted.stderr)}\n${await tail()}`);
   assert.notEqual(String((await sd.exec('systemctl', ['show', '-p', 'MainPID', '--value', 'kctl-worker'])).stdout).trim(), mainBefore);
   await waitFor('w1 Ready', 120_000, () => nodeReady(c.kubectl, 'w1'));

@@ -72,7 +72,8 @@ test('kctl install controller: a Type=notify service that is ready when started,
   ]);
 
   // 1. start returns once the API is ready; status shows kctl's STATUS; the journal has kctl's JSON lines.
-  const started = await sd.exec('systemctl', ['start', 'kctl-controller']);
+  // kctl start / stop are systemctl on the installed unit.
+  const started = await inLab(['start']);
   assert.equal(started.exitCode, 0, `${String(started.stderr)}\n${await tail()}`);
   const readyz = await inLab(['kubectl', 'get', '--raw', '/readyz']);
   assert.equal(String(readyz.stdout).trim(), 'ok', 'systemctl start returned before the API was ready');
@@ -112,7 +113,7 @@ test('kctl install controller: a Type=notify service that is ready when started,
   assert.deepEqual(await counts(sd), { kine: 1, 'kube-apiserver': 1, 'kube-scheduler': 1, 'kube-controller-manager': 1 });
 
   // 3. stop: every process of the unit gone, inactive (not failed), components stopped in reverse.
-  const stopped = await systemctl('stop', 'kctl-controller');
+  const stopped = await inLab(['stop']);
   assert.equal(stopped.exitCode, 0, String(stopped.stderr));
   assert.equal(String((await systemctl('is-active', 'kctl-controller')).stdout).trim(), 'inactive');
   assert.deepEqual(await counts(sd), { kine: 0, 'kube-apiserver': 0, 'kube-scheduler': 0, 'kube-controller-manager': 0 });
