@@ -1,7 +1,7 @@
 // `kctl controller`: the control plane as an ordered list of components (k0s's shape).
 //   pki, stage (before the list), then: status socket -> storage (etcd|kine)
-//   -> konnectivity server -> kube-apiserver -> node watch -> bootstrap -> scheduler
-//   -> controller-manager -> csr-approver
+//   -> konnectivity server -> kube-apiserver -> node watch -> bootstrap -> manifest applier
+//   -> scheduler -> controller-manager -> csr-approver
 import { mkdir } from 'node:fs/promises';
 import { writeFileAtomic } from '../base/fs.ts';
 import { join } from 'node:path';
@@ -26,6 +26,7 @@ import { ApiserverComponent } from './apiserver.ts';
 import { BootstrapComponent } from './bootstrap.ts';
 import { KonnectivityServerComponent } from './konnectivity.ts';
 import { CsrApproverComponent } from './csr-approver.ts';
+import { ManifestApplierComponent } from './manifests.ts';
 import { NodeWatchComponent } from './nodes.ts';
 import { KubeClient } from '../kube/client.ts';
 import { loadConfig, type ClusterConfig, type ConfigFlags } from './config.ts';
@@ -101,6 +102,8 @@ export function controllerComponents(cfg: ClusterConfig, paths: ControllerPaths,
     new ApiserverComponent(cfg, paths, pki, child('kube-apiserver'), { egress: true }),
     nodes,
     new BootstrapComponent(cfg, pki, kube, child('bootstrap')),
+    // Operators' stacks (and, later, kctl's add-ons) under <data-dir>/manifests/<stack>/.
+    new ManifestApplierComponent(paths.manifestsDir, paths.dataDir, kube, child('manifest-applier')),
     new SchedulerComponent(cfg, paths, pki, child('kube-scheduler')),
     new ControllerManagerComponent(cfg, paths, pki, child('kube-controller-manager')),
     new CsrApproverComponent(kube, nodes, child('csr-approver')),

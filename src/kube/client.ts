@@ -195,7 +195,12 @@ export class KubeClient {
    * The path comes from the object's apiVersion, kind, namespace and name.
    */
   apply<T extends KubeObject>(obj: T, opts: ApplyOptions = {}, signal?: AbortSignal): Promise<T> {
-    const path = withQuery(objectPath(obj), { fieldManager: opts.fieldManager ?? 'kctl', force: opts.force === false ? undefined : 'true' });
+    return this.applyAt(objectPath(obj), obj, opts, signal);
+  }
+
+  /** Server-side apply to a path found elsewhere (e.g. by discovery, for kinds kctl does not know). */
+  applyAt<T extends KubeObject>(objectPath: string, obj: T, opts: ApplyOptions = {}, signal?: AbortSignal): Promise<T> {
+    const path = withQuery(objectPath, { fieldManager: opts.fieldManager ?? 'kctl', force: opts.force === false ? undefined : 'true' });
     return this.request<T>('PATCH', path, obj, { contentType: 'application/apply-patch+yaml', signal });
   }
 

@@ -130,7 +130,17 @@ async function controllerScenario(t: TestContext, storage: 'etcd' | 'kine', extr
   assert.equal(s.role, 'controller');
   assert.deepEqual(
     s.components.map((c) => c.name),
-    [storage, 'konnectivity-server', 'kube-apiserver', 'node-watch', 'bootstrap', 'kube-scheduler', 'kube-controller-manager', 'csr-approver'],
+    [
+      storage,
+      'konnectivity-server',
+      'kube-apiserver',
+      'node-watch',
+      'bootstrap',
+      'manifest-applier',
+      'kube-scheduler',
+      'kube-controller-manager',
+      'csr-approver',
+    ],
   );
   for (const c of s.components) assert.equal(c.state, 'running', `${c.name}: ${c.lastError ?? ''}`);
   const text = await kctl(['status', '--run-dir', runDir]);
@@ -207,6 +217,7 @@ async function controllerScenario(t: TestContext, storage: 'etcd' | 'kine', extr
     'stopping csr-approver',
     'stopping kube-controller-manager',
     'stopping kube-scheduler',
+    'stopping manifest-applier',
     'stopping bootstrap',
     'stopping node-watch',
     'stopping kube-apiserver',
