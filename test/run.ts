@@ -16,7 +16,8 @@ function testFiles(dir: string): string[] {
     .sort();
 }
 
-// A test that hangs fails after this instead of holding the whole run (the longest e2e test takes ~2 min).
+// A test that hangs fails after this instead of holding the whole run (the longest e2e test takes ~2 min);
+// --test-force-exit ends a test file whose tests are done even if a handle (a stray child, a timer) lingers.
 const TEST_TIMEOUT_MS = 10 * 60_000;
 
 const only = process.argv.slice(2);
@@ -24,7 +25,7 @@ const suites = only.length ? only : ['test/unit', 'test/e2e', 'bench'];
 const files = suites.flatMap((s) => (s.endsWith('.ts') ? [s] : testFiles(join(root, s))));
 const r = spawnSync(
   process.execPath,
-  ['--import', 'tsx', '--test', '--test-concurrency=1', `--test-timeout=${TEST_TIMEOUT_MS}`, '--test-reporter=spec', ...files],
+  ['--import', 'tsx', '--test', '--test-concurrency=1', `--test-timeout=${TEST_TIMEOUT_MS}`, '--test-force-exit', '--test-reporter=spec', ...files],
   {
     cwd: root,
     stdio: 'inherit',

@@ -169,7 +169,7 @@ async function stageAndRun(opts: WorkerOptions, paths: WorkerPaths, state: JoinS
       taints: opts.taints,
       clusterDomain: state.clusterDomain,
     }),
-    new NetworkComponent({ paths, log: child('network'), nodeName: id.nodeName, kube }),
+    new NetworkComponent({ paths, log: child('network'), nodeName: id.nodeName, kube, clusterCIDR: state.podCIDR ?? '10.244.0.0/16' }),
     new KubeProxyComponent({ paths, log: child('kube-proxy'), nodeName: id.nodeName, clusterCIDR: state.podCIDR ?? '10.244.0.0/16' }),
     new AgentComponent(paths, state, id, child('konnectivity-agent')),
   ];

@@ -34,6 +34,8 @@ export interface NetworkOptions {
   nodeName: string;
   /** The worker's API client, with the kubelet's credentials. */
   kube: KubeClient;
+  /** The cluster's pod CIDR (all nodes): pod traffic inside it keeps its source address. */
+  clusterCIDR: string;
   /** How often routes are re-checked against the watched Nodes without a change (repairs routes removed by hand, retries a failed sync). Default 30 s. */
   syncIntervalMs?: number;
   /** Watch tuning (tests). */
@@ -49,7 +51,9 @@ export function cniConflist(podCIDR: string, paths: WorkerPaths): Record<string,
         type: 'bridge',
         bridge: CNI_BRIDGE,
         isGateway: true,
-        ipMasq: true,
+        // Not the bridge plugin's masquerade (it rewrites traffic to other nodes' pods too): kctl's
+        // own rule masquerades only traffic that leaves the cluster CIDR (masqueradeRules).
+        ipMasq: false,
         hairpinMode: true,
         ipam: {
           type: 'host-local',
@@ -61,6 +65,50 @@ export function cniConflist(podCIDR: string, paths: WorkerPaths): Record<string,
       { type: 'portmap', capabilities: { portMappings: true }, snat: true },
     ],
   };
+}
+
+/** nat-table chain with kctl's masquerade rule; `kctl reset` removes it (and only it of the KCTL-* names). */
+export const MASQ_CHAIN = 'KCTL-POSTROUTING';
+
+/** iptables argument lists (nat table) that make this node's pods masquerade only outside the cluster CIDR. */
+export function masqueradeRules(podCIDR: string, clusterCIDR: string): string[][] {
+  return [
+    [
+      '-A',
+      MASQ_CHAIN,
+      '-s',
+      podCIDR,
+      '!',
+      '-d',
+      clusterCIDR,
+      '-m',
+      'comment',
+      '--comment',
+      'kctl: pods leaving the cluster CIDR',
+      '-j',
+      'MASQUERADE',
+    ],
+  ];
+}
+
+async function iptables(args: string[]): Promise<{ ok: boolean; stderr: string }> {
+  const r = await execa('iptables', ['-w', '5', '-t', 'nat', ...args], { reject: false, extendEnv: false, env: IP_ENV });
+  return { ok: r.exitCode === 0, stderr: String(r.stderr).trim() };
+}
+
+/** (Re)writes kctl's masquerade chain and hooks it into POSTROUTING once. */
+async function ensureMasquerade(podCIDR: string, clusterCIDR: string, log: Logger): Promise<void> {
+  await iptables(['-N', MASQ_CHAIN]); // exists already on a restart
+  await iptables(['-F', MASQ_CHAIN]);
+  for (const rule of masqueradeRules(podCIDR, clusterCIDR)) {
+    const r = await iptables(rule);
+    if (!r.ok) throw new Error(`iptables ${rule.join(' ')}: ${r.stderr}`);
+  }
+  if (!(await iptables(['-C', 'POSTROUTING', '-j', MASQ_CHAIN])).ok) {
+    const r = await iptables(['-A', 'POSTROUTING', '-j', MASQ_CHAIN]);
+    if (!r.ok) throw new Error(`iptables -A POSTROUTING -j ${MASQ_CHAIN}: ${r.stderr}`);
+  }
+  log.info({ podCIDR, clusterCIDR }, 'pod traffic is masqueraded only when it leaves the cluster CIDR');
 }
 
 /** Routes this node needs: every other node that has a podCIDR and an InternalIP. */
@@ -208,6 +256,7 @@ export class NetworkComponent implements Component {
     // br_netfilter: bridged pod traffic must pass iptables for Service DNAT on hairpin paths.
     await execa('modprobe', ['br_netfilter'], { reject: false, extendEnv: false, env: IP_ENV });
     await setSysctl('net.bridge.bridge-nf-call-iptables', '1', log);
+    await ensureMasquerade(this.podCIDR, this.opts.clusterCIDR, log);
     if (await writeIfChanged(this.conflistPath, JSON.stringify(cniConflist(this.podCIDR, paths), null, 2) + '\n')) {
       log.info({ podCIDR: this.podCIDR, file: this.conflistPath }, 'wrote CNI config');
     }
@@ -260,6 +309,7 @@ export class NetworkComponent implements Component {
           'podCIDR of this node changed; rewriting the CNI config (running pods keep their old addresses)',
         );
         this.podCIDR = self.podCIDR;
+        await ensureMasquerade(this.podCIDR, this.opts.clusterCIDR, this.opts.log);
         await writeIfChanged(this.conflistPath, JSON.stringify(cniConflist(this.podCIDR, paths), null, 2) + '\n');
       }
       const want = desiredRoutes(nodes, nodeName);

@@ -5,6 +5,7 @@ import { execa } from 'execa';
 import { existsSync, readdirSync, readlinkSync } from 'node:fs';
 import { rm } from 'node:fs/promises';
 import { join } from 'node:path';
+import { MASQ_CHAIN } from './network.ts';
 import type { Logger } from '../base/log.ts';
 import { removeTree } from '../base/fs.ts';
 import { cleanupContainerd } from './containerd.ts';
@@ -32,7 +33,7 @@ async function iptablesCleanup(paths: WorkerPaths, log: Logger): Promise<void> {
   // CNI bridge/portmap chains (CNI-*), kube-proxy leftovers (KUBE-*) and every rule that jumps
   // to them: filter iptables-save's text and load it back per table (rules carry quoted
   // comments, so re-parsing them into argv by hand would be fragile).
-  const ours = /^(:|-A |-N )(CNI-|KUBE-)|-j (CNI-|KUBE-)/;
+  const ours = new RegExp(`^(:|-A |-N )(CNI-|KUBE-|${MASQ_CHAIN} )|-j (CNI-|KUBE-|${MASQ_CHAIN}\\b)`);
   for (const [save, restore] of [
     ['iptables-save', 'iptables-restore'],
     ['ip6tables-save', 'ip6tables-restore'],

@@ -218,6 +218,25 @@ test('two isolated workers join, run pods, and are reachable only through the tu
   // Pod to pod across workers.
   const p2p = await kubectl(['exec', a.metadata.name, '--', 'timeout', '10', 'wget', '-qO-', `http://${b.status.podIP}:8080/`]);
   assert.equal(String(p2p.stdout).trim(), b.metadata.name, String(p2p.stderr));
+  // ... keeping the source pod IP: b's web server (a CGI printing REMOTE_ADDR) sees a's pod IP.
+  const cgi = await kubectl([
+    'exec',
+    b.metadata.name,
+    '--',
+    'sh',
+    '-c',
+    'mkdir -p /www/cgi-bin && printf "#!/bin/sh\\necho Content-Type: text/plain\\necho\\necho \\$REMOTE_ADDR\\n" > /www/cgi-bin/ip && chmod +x /www/cgi-bin/ip',
+  ]);
+  assert.equal(cgi.exitCode, 0, String(cgi.stderr));
+  const seen = await kubectl(['exec', a.metadata.name, '--', 'timeout', '10', 'wget', '-qO-', `http://${b.status.podIP}:8080/cgi-bin/ip`]);
+  // busybox httpd listens on IPv6 too, so it writes IPv4 peers mapped: [::ffff:10.244.1.2].
+  const peer = String(seen.stdout)
+    .trim()
+    .replace(/^\[::ffff:(.*)\]$/, '$1');
+  assert.equal(peer, a.status.podIP, `pod-to-pod traffic was masqueraded: ${String(seen.stdout)} ${String(seen.stderr)}`);
+  // Traffic leaving the cluster CIDR is masqueraded (the controller host has no route to pods): the API server answers.
+  const out = await kubectl(['exec', a.metadata.name, '--', 'timeout', '10', 'wget', '-qO-', `http://${ctl.ip}:6443/`]);
+  assert.match(String(out.stderr), /400 Bad Request/, `a pod could not reach the controller host: ${String(out.stderr)}`);
 
   // Restarting a worker's kctl keeps its pods running and the node Ready.
   p1.child.kill('SIGTERM');

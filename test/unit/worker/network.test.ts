@@ -15,6 +15,7 @@ async function network(t: Parameters<typeof tempDir>[0], server: string): Promis
     log: captureLogger().log,
     nodeName: 'edge-1',
     kube: new KubeClient({ server }),
+    clusterCIDR: '10.244.0.0/16',
     watch: { backoffMinMs: 10 },
   });
   await net.init();
