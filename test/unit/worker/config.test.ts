@@ -5,7 +5,7 @@ import { test } from 'node:test';
 import { containerdConfig } from '../../../src/worker/containerd.ts';
 import { kubeletArgs, kubeletConfiguration } from '../../../src/worker/kubelet.ts';
 import { kubeProxyConfiguration } from '../../../src/worker/kube-proxy.ts';
-import { cniConflist, desiredRoutes } from '../../../src/worker/network.ts';
+import { cniConflist, desiredRoutes, masqueradeRules } from '../../../src/worker/network.ts';
 import { workerPaths } from '../../../src/worker/paths.ts';
 import { createLogger } from '../../../src/base/log.ts';
 
@@ -92,7 +92,7 @@ test('CNI conflist: bridge kctl0 for the node podCIDR, IPAM state under the data
   assert.equal(bridge?.type, 'bridge');
   assert.equal(bridge?.bridge, 'kctl0');
   assert.equal(bridge?.isGateway, true);
-  assert.equal(bridge?.ipMasq, true);
+  assert.equal(bridge?.ipMasq, false, "the bridge must not masquerade other nodes' pod traffic (kctl's own rule does the rest)");
   assert.equal(bridge?.hairpinMode, true);
   assert.deepEqual(bridge?.ipam, {
     type: 'host-local',
@@ -126,4 +126,24 @@ test('kube-proxy: iptables mode, node credentials, loopback-only endpoints, glob
   assert.deepEqual(cfg.conntrack, { maxPerCore: 0, min: 0 });
   assert.equal(cfg.metricsBindAddress, '127.0.0.1:10249');
   assert.equal(cfg.healthzBindAddress, '127.0.0.1:10256');
+});
+
+test("masquerade only for traffic leaving the cluster CIDR, from this node's pods", () => {
+  assert.deepEqual(masqueradeRules('10.244.3.0/24', '10.244.0.0/16'), [
+    [
+      '-A',
+      'KCTL-POSTROUTING',
+      '-s',
+      '10.244.3.0/24',
+      '!',
+      '-d',
+      '10.244.0.0/16',
+      '-m',
+      'comment',
+      '--comment',
+      'kctl: pods leaving the cluster CIDR',
+      '-j',
+      'MASQUERADE',
+    ],
+  ]);
 });
