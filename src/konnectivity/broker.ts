@@ -39,8 +39,14 @@ export const NO_AGENT = 'No agent available';
 
 /** Agents that name the host exactly win over agents whose CIDR covers it (a site gateway). */
 function destHostCandidates(ready: AgentBackend[], host: string): AgentBackend[] {
-  const exact = ready.filter((a) => a.serves(host) === 'exact');
-  return exact.length > 0 ? exact : ready.filter((a) => a.serves(host) === 'cidr');
+  const exact: AgentBackend[] = [];
+  const cidr: AgentBackend[] = [];
+  for (const a of ready) {
+    const how = a.serves(host);
+    if (how === 'exact') exact.push(a);
+    else if (how === 'cidr') cidr.push(a);
+  }
+  return exact.length > 0 ? exact : cidr;
 }
 
 export class Broker {

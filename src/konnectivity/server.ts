@@ -353,9 +353,7 @@ export class KonnectivityServer implements Component {
     const owners = nodes.owners(value);
     const v = canonicalIdentifier(value);
     for (const b of this.broker.agents) {
-      if (b === self || b.identity.method !== 'certificate' || !owners.includes(b.identity.node ?? '')) continue;
-      const ids = b.identifiers;
-      if (ids.host.includes(v) || ids.ipv4.includes(v) || ids.ipv6.includes(v)) return b.id;
+      if (b !== self && b.identity.method === 'certificate' && owners.includes(b.identity.node ?? '') && b.namesExactly(v)) return b.id;
     }
     return undefined;
   }

@@ -114,10 +114,16 @@ export class AgentBackend {
     this.call.end();
   }
 
+  /** One of this agent's accepted names or addresses is exactly `host` (canonical spelling). */
+  namesExactly(host: string): boolean {
+    const ids = this.identifiers;
+    return ids.host.includes(host) || ids.ipv4.includes(host) || ids.ipv6.includes(host);
+  }
+
   /** destHost strategy: the dial host is one of this agent's names or addresses ('exact'), or in one of its CIDRs. */
   serves(host: string): 'exact' | 'cidr' | null {
+    if (this.namesExactly(host)) return 'exact';
     const ids = this.identifiers;
-    if (ids.host.includes(host) || ids.ipv4.includes(host) || ids.ipv6.includes(host)) return 'exact';
     if (ids.cidr.length === 0 || !(isIPv4(host) || isIPv6(host))) return null;
     if (this.cidrs === undefined) {
       this.cidrs = new BlockList();
