@@ -1,7 +1,8 @@
 // Atomic file writes for everything kctl writes (keys, kubeconfigs, component configs, state):
 // a temp file in the same dir, fsync, rename, fsync of the dir, so a crash or power cut never
-// leaves a half-written file that would block the next start.
-import { randomBytes } from 'node:crypto';
+// leaves a half-written file that would block the next start. Also: removing a tree, and a
+// file's sha256 (staging and backups check files against the sums they carry).
+import { createHash, randomBytes } from 'node:crypto';
 import { mkdir, open, readdir, rename, rm } from 'node:fs/promises';
 import { basename, dirname, join } from 'node:path';
 
@@ -56,4 +57,25 @@ export async function removeTree(dir: string): Promise<string[]> {
   }
   await rm(dir, { recursive: true, force: true });
   return [...removed, dir];
+}
+
+/** sha256 (hex) of a file, or null when it does not exist; `buf` is the read buffer (reuse one for many files). */
+export async function sha256OfFile(path: string, buf: Buffer = Buffer.allocUnsafe(1024 * 1024)): Promise<string | null> {
+  let fh;
+  try {
+    fh = await open(path, 'r');
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return null;
+    throw err;
+  }
+  try {
+    const hash = createHash('sha256');
+    for (;;) {
+      const { bytesRead } = await fh.read(buf, 0, buf.length, null);
+      if (bytesRead === 0) return hash.digest('hex');
+      hash.update(buf.subarray(0, bytesRead));
+    }
+  } finally {
+    await fh.close();
+  }
 }

@@ -7,8 +7,7 @@
 // etcdutl; kine on SQLite -> an online copy through SQLite's backup API (consistent while kine
 // writes); kine on another database -> not in the archive: that database is the operator's to
 // back up, and the manifest says so.
-import { createHash } from 'node:crypto';
-import { createReadStream, existsSync } from 'node:fs';
+import { existsSync } from 'node:fs';
 import { chmod, cp, mkdir, mkdtemp, open, readFile, readdir, rename, rm, rmdir, stat, writeFile } from 'node:fs/promises';
 import { hostname } from 'node:os';
 import { dirname, join, relative } from 'node:path';
@@ -18,6 +17,7 @@ import { parse } from 'yaml';
 import * as tar from 'tar';
 import { httpsUrl } from '../base/addresses.ts';
 import { UserError } from '../base/errors.ts';
+import { sha256OfFile } from '../base/fs.ts';
 import type { Logger } from '../base/log.ts';
 import { KCTL_VERSION } from '../base/version.ts';
 import { etcdClientUrl } from '../etcd/etcd.ts';
@@ -38,12 +38,6 @@ export interface BackupManifest {
   createdAt: string;
   storage: { type: 'etcd' | 'kine'; datastore: 'etcd-snapshot' | 'sqlite' | 'external'; note?: string };
   members: { path: string; sha256: string; size: number }[];
-}
-
-async function sha256(file: string): Promise<string> {
-  const h = createHash('sha256');
-  for await (const chunk of createReadStream(file)) h.update(chunk as Buffer);
-  return h.digest('hex');
 }
 
 async function filesUnder(dir: string): Promise<string[]> {
@@ -124,7 +118,7 @@ export async function backupController(o: { dataDir: string; runDir: string; sav
     }
     const members = [];
     for (const f of (await filesUnder(staging)).sort()) {
-      members.push({ path: relative(staging, f), sha256: await sha256(f), size: (await stat(f)).size });
+      members.push({ path: relative(staging, f), sha256: (await sha256OfFile(f))!, size: (await stat(f)).size });
     }
     const manifest: BackupManifest = { kctlVersion: KCTL_VERSION, createdAt: new Date().toISOString(), storage, members };
     await writeFile(join(staging, MANIFEST), JSON.stringify(manifest, null, 2) + '\n', { mode: 0o600 });
@@ -160,9 +154,9 @@ async function unpackVerified(archive: string, dir: string): Promise<BackupManif
     if (rel !== MANIFEST && !listed.has(rel)) throw bad(`${rel} is not in the manifest`);
   }
   for (const m of manifest.members) {
-    const file = join(dir, m.path);
-    if (!existsSync(file)) throw bad(`${m.path} is missing`);
-    if ((await sha256(file)) !== m.sha256) throw bad(`${m.path} does not match its sha256 (altered or damaged)`);
+    const sum = await sha256OfFile(join(dir, m.path));
+    if (sum === null) throw bad(`${m.path} is missing`);
+    if (sum !== m.sha256) throw bad(`${m.path} does not match its sha256 (altered or damaged)`);
   }
   return manifest;
 }

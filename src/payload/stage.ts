@@ -5,7 +5,7 @@
 import { createHash } from 'node:crypto';
 import { createWriteStream } from 'node:fs';
 import { chmod, mkdir, open, rename, rm, stat } from 'node:fs/promises';
-import { writeFileAtomic } from '../base/fs.ts';
+import { sha256OfFile, writeFileAtomic } from '../base/fs.ts';
 import { basename, dirname, join } from 'node:path';
 import { Transform } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
@@ -27,26 +27,6 @@ export class PayloadChecksumError extends Error {}
  * binaries, and a fresh Buffer per chunk would leave tens of MB of freed memory behind in a
  * process that then idles for months.
  */
-async function sha256OfFile(path: string, buf: Buffer): Promise<string | null> {
-  let fh;
-  try {
-    fh = await open(path, 'r');
-  } catch (err) {
-    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return null;
-    throw err;
-  }
-  try {
-    const hash = createHash('sha256');
-    for (;;) {
-      const { bytesRead } = await fh.read(buf, 0, buf.length, null);
-      if (bytesRead === 0) return hash.digest('hex');
-      hash.update(buf.subarray(0, bytesRead));
-    }
-  } finally {
-    await fh.close();
-  }
-}
-
 async function copyVerified(payload: Payload, entry: PayloadEntry, target: string, mode: number): Promise<void> {
   const tmp = join(dirname(target), `.${basename(target)}.${process.pid}.${Date.now()}.tmp`);
   const hash = createHash('sha256');
