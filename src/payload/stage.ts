@@ -4,7 +4,7 @@
 // are replaced and the log says so.
 import { createHash } from 'node:crypto';
 import { createWriteStream } from 'node:fs';
-import { chmod, mkdir, open, rename, rm, stat } from 'node:fs/promises';
+import { chmod, mkdir, rename, rm, stat } from 'node:fs/promises';
 import { sha256OfFile, writeFileAtomic } from '../base/fs.ts';
 import { basename, dirname, join } from 'node:path';
 import { Transform } from 'node:stream';
