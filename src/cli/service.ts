@@ -1,8 +1,7 @@
 // kctl install controller|worker, uninstall, start, stop, restart: kctl under systemd.
 import { Option, type Command } from 'commander';
 import { existsSync } from 'node:fs';
-import { readFile, realpath, rm } from 'node:fs/promises';
-import { isIP } from 'node:net';
+import { realpath, rm } from 'node:fs/promises';
 import { isAbsolute, join, resolve } from 'node:path';
 import { isSea } from 'node:sea';
 import { UserError } from '../base/errors.ts';
@@ -21,12 +20,11 @@ import {
   type ServiceRole,
 } from '../supervisor/systemd.ts';
 import { globals } from './globals.ts';
-import { parseLabels, parseTaints } from './worker.ts';
+import { checkNodeFlags, collect, parseLabels, parseTaints, readTokenFile } from './worker.ts';
 
 /** Where `kctl install worker` keeps the join token (0600); the unit names only this path. */
 export const TOKEN_FILE = 'join-token';
 
-const collect = (v: string, prev: string[]) => [...prev, ...v.split(',').filter(Boolean)];
 const collectOne = (v: string, prev: string[]) => [...prev, v];
 
 interface CommonFlags {
@@ -130,18 +128,14 @@ function installWorker(install: Command): void {
     const g = globals(cmd);
     const { exe, unit } = await preflight('worker', f);
     const env = parseEnv(f.env);
-    const tokenText = await readFile(f.tokenFile!, 'utf8').catch((err: NodeJS.ErrnoException) => {
-      throw new UserError(`--token-file ${f.tokenFile}: cannot read (${err.code ?? err.message})`);
-    });
+    const tokenText = await readTokenFile(f.tokenFile!);
     try {
       decodeToken(tokenText);
     } catch (err) {
       if (err instanceof TokenError) throw new UserError(`--token-file ${f.tokenFile}: ${err.message}`);
       throw err;
     }
-    if (f.nodeIp && isIP(f.nodeIp) === 0) throw new UserError(`--node-ip "${f.nodeIp}" is not an IP address`);
-    if (f.nodeName && !/^[a-z0-9]([a-z0-9.-]{0,61}[a-z0-9])?$/.test(f.nodeName))
-      throw new UserError(`--node-name "${f.nodeName}" is not a valid node name (lowercase letters, digits, - and .)`);
+    checkNodeFlags(f);
     const labels = Object.entries(parseLabels(f.labels)).map(([k, v]) => `${k}=${v}`);
     parseTaints(f.taints);
     const dataDir = abs(g.dataDir);

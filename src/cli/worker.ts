@@ -5,7 +5,22 @@ import { runWorker } from '../worker/index.ts';
 import { UserError } from '../base/errors.ts';
 import { globals, loggerFor } from './globals.ts';
 
-const collect = (v: string, prev: string[]) => [...prev, ...v.split(',').filter(Boolean)];
+/** commander collector for repeatable, comma-separable list flags (--labels, --taints). */
+export const collect = (v: string, prev: string[]) => [...prev, ...v.split(',').filter(Boolean)];
+
+/** The join token from --token-file, or one line saying why it cannot be read. */
+export async function readTokenFile(file: string): Promise<string> {
+  return readFile(file, 'utf8').catch((err: NodeJS.ErrnoException) => {
+    throw new UserError(`--token-file ${file}: cannot read (${err.code ?? err.message})`);
+  });
+}
+
+/** --node-name and --node-ip, checked the same way by kctl worker and kctl install worker. */
+export function checkNodeFlags(f: { nodeName?: string; nodeIp?: string }): void {
+  if (f.nodeIp && isIP(f.nodeIp) === 0) throw new UserError(`--node-ip "${f.nodeIp}" is not an IP address`);
+  if (f.nodeName && !/^[a-z0-9]([a-z0-9.-]{0,61}[a-z0-9])?$/.test(f.nodeName))
+    throw new UserError(`--node-name "${f.nodeName}" is not a valid node name (lowercase letters, digits, - and .)`);
+}
 
 export function parseLabels(items: string[]): Record<string, string> {
   const out: Record<string, string> = {};
@@ -52,15 +67,8 @@ export function workerCommand(program: Command): void {
     .action(async (f: WorkerFlags, cmd: Command) => {
       const g = globals(cmd);
       if (f.token && f.tokenFile) throw new UserError('pass --token or --token-file, not both');
-      let token = f.token;
-      if (f.tokenFile) {
-        token = await readFile(f.tokenFile, 'utf8').catch((err: NodeJS.ErrnoException) => {
-          throw new UserError(`--token-file ${f.tokenFile}: cannot read (${err.code ?? err.message})`);
-        });
-      }
-      if (f.nodeIp && isIP(f.nodeIp) === 0) throw new UserError(`--node-ip "${f.nodeIp}" is not an IP address`);
-      if (f.nodeName && !/^[a-z0-9]([a-z0-9.-]{0,61}[a-z0-9])?$/.test(f.nodeName))
-        throw new UserError(`--node-name "${f.nodeName}" is not a valid node name (lowercase letters, digits, - and .)`);
+      const token = f.tokenFile ? await readTokenFile(f.tokenFile) : f.token;
+      checkNodeFlags(f);
       await runWorker(
         {
           token: token?.trim(),
