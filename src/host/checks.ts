@@ -6,6 +6,8 @@ import { readFile, readdir, statfs } from 'node:fs/promises';
 import { delimiter, dirname, join } from 'node:path';
 import { release } from 'node:os';
 import { UserError } from '../base/errors.ts';
+import { readPidFile } from '../supervisor/pidfile.ts';
+import { initProcessName } from '../supervisor/systemd.ts';
 import { portHolders } from './ports.ts';
 
 export type HostRole = 'controller' | 'worker';
@@ -163,7 +165,7 @@ function clock(): Check {
 }
 
 async function systemd(): Promise<Check> {
-  const init = (await readFile('/proc/1/comm', 'utf8').catch(() => '')).trim();
+  const init = await initProcessName();
   if (init === 'systemd') return check('systemd', 'pass', 'PID 1 is systemd: kctl install works');
   return check('systemd', 'warn', `PID 1 is ${init || 'unknown'}: kctl install needs systemd; running kctl in the foreground works`);
 }
@@ -192,8 +194,8 @@ export function failureLine(checks: Check[]): string | undefined {
 /** Pids recorded in the run dir's pid files: kctl's own children from an earlier run. */
 export async function ownPids(runDir: string): Promise<Set<number>> {
   const files = (await readdir(runDir).catch(() => [] as string[])).filter((f) => f.endsWith('.pid'));
-  const pids = await Promise.all(files.map((f) => readFile(join(runDir, f), 'utf8').catch(() => '')));
-  return new Set(pids.map((p) => Number.parseInt(p.trim(), 10)).filter((p) => p > 1));
+  const pids = await Promise.all(files.map((f) => readPidFile(join(runDir, f)).catch(() => undefined)));
+  return new Set(pids.filter((p): p is number => p !== undefined));
 }
 
 /** Runs the checks and refuses with their failure line (before a role touches anything). */

@@ -79,9 +79,14 @@ export function renderUnit(spec: UnitSpec): string {
   ].join('\n');
 }
 
+/** The name of PID 1 ('systemd' when systemd runs this host), '' when unreadable. */
+export async function initProcessName(): Promise<string> {
+  return (await readFile('/proc/1/comm', 'utf8').catch(() => '')).trim();
+}
+
 /** systemd must be PID 1 for a unit to mean anything. */
 export async function requireSystemd(): Promise<void> {
-  const init = (await readFile('/proc/1/comm', 'utf8').catch(() => '')).trim();
+  const init = await initProcessName();
   if (init !== 'systemd') {
     throw new UserError(
       `systemd is not running as PID 1 here (PID 1 is ${init || 'unknown'}); run kctl controller / kctl worker under your own supervisor instead`,
