@@ -173,8 +173,7 @@ async function prepareAndRun(cfg: ClusterConfig, paths: ControllerPaths, opts: C
     onStopping: () => notifier?.stopping(),
     onStopped: async () => {
       log.info('controller stopped');
-      notifier?.stopWatchdog();
-      await notifier?.flush();
+      await notifier?.close();
     },
   });
 }

@@ -13,6 +13,8 @@ interface KubeNode {
   status?: { addresses?: NodeRecord['addresses'] };
 }
 
+const nodeRecord = (n: KubeNode): NodeRecord => ({ name: n.metadata.name, addresses: n.status?.addresses ?? [] });
+
 /** Listener argument: the Node that changed, or undefined after a (re)list. */
 export type NodeChangeListener = (node?: string) => void;
 
@@ -46,14 +48,14 @@ export class NodeWatchComponent implements Component, NodeDirectory {
 
   get(name: string): NodeRecord | undefined {
     const n = this.informer.get(name);
-    return n && { name: n.metadata.name, addresses: n.status?.addresses ?? [] };
+    return n && nodeRecord(n);
   }
 
   owners(nameOrIp: string): string[] {
     if (!this.index) {
       const index = new Map<string, string[]>();
       for (const n of this.informer.store.values()) {
-        for (const v of new Set(ownedBy({ name: n.metadata.name, addresses: n.status?.addresses ?? [] }))) {
+        for (const v of new Set(ownedBy(nodeRecord(n)))) {
           index.set(v, [...(index.get(v) ?? []), n.metadata.name]);
         }
       }

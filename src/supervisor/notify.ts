@@ -73,14 +73,11 @@ export class SystemdNotifier {
     }
   }
 
-  stopWatchdog(): void {
+  /** No more pings, and every message queued so far handed to systemd: the last step of a stop. */
+  async close(): Promise<void> {
     clearInterval(this.watchdog);
     this.watchdog = undefined;
-  }
-
-  /** Resolves once every message queued so far was handed to systemd (or failed). */
-  flush(): Promise<void> {
-    return this.queue;
+    await this.queue;
   }
 
   private send(...lines: string[]): void {

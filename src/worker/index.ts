@@ -157,6 +157,8 @@ async function stageAndRun(opts: WorkerOptions, paths: WorkerPaths, state: JoinS
   // The worker's one API client, as the node itself: the kubeconfig kubelet writes after TLS bootstrap,
   // read per connection because kubelet rotates its client certificate.
   const kube = KubeClient.fromKubeconfig(paths.kubeletKubeconfig, { reload: true });
+  // The cluster's pod CIDR from the join token (tokens from before it was carried: the default).
+  const clusterCIDR = state.podCIDR ?? '10.244.0.0/16';
   const components: Component[] = [
     new ContainerdComponent({ paths, log: child('containerd') }),
     new ImagesComponent({ paths, log: child('images') }),
@@ -169,8 +171,8 @@ async function stageAndRun(opts: WorkerOptions, paths: WorkerPaths, state: JoinS
       taints: opts.taints,
       clusterDomain: state.clusterDomain,
     }),
-    new NetworkComponent({ paths, log: child('network'), nodeName: id.nodeName, kube, clusterCIDR: state.podCIDR ?? '10.244.0.0/16' }),
-    new KubeProxyComponent({ paths, log: child('kube-proxy'), nodeName: id.nodeName, clusterCIDR: state.podCIDR ?? '10.244.0.0/16' }),
+    new NetworkComponent({ paths, log: child('network'), nodeName: id.nodeName, kube, clusterCIDR }),
+    new KubeProxyComponent({ paths, log: child('kube-proxy'), nodeName: id.nodeName, clusterCIDR }),
     new AgentComponent(paths, state, id, child('konnectivity-agent')),
   ];
   let manager: ComponentManager | undefined;
@@ -196,8 +198,7 @@ async function stageAndRun(opts: WorkerOptions, paths: WorkerPaths, state: JoinS
     onStopping: () => notifier?.stopping(),
     onStopped: async () => {
       log.info('worker stopped; containers keep running until the next start or kctl reset');
-      notifier?.stopWatchdog();
-      await notifier?.flush();
+      await notifier?.close();
     },
   });
 }

@@ -52,7 +52,7 @@ export function cniConflist(podCIDR: string, paths: WorkerPaths): Record<string,
         bridge: CNI_BRIDGE,
         isGateway: true,
         // Not the bridge plugin's masquerade (it rewrites traffic to other nodes' pods too): kctl's
-        // own rule masquerades only traffic that leaves the cluster CIDR (masqueradeRules).
+        // own rule masquerades only traffic that leaves the cluster CIDR (masqueradeRule).
         ipMasq: false,
         hairpinMode: true,
         ipam: {
@@ -70,24 +70,22 @@ export function cniConflist(podCIDR: string, paths: WorkerPaths): Record<string,
 /** nat-table chain with kctl's masquerade rule; `kctl reset` removes it (and only it of the KCTL-* names). */
 export const MASQ_CHAIN = 'KCTL-POSTROUTING';
 
-/** iptables argument lists (nat table) that make this node's pods masquerade only outside the cluster CIDR. */
-export function masqueradeRules(podCIDR: string, clusterCIDR: string): string[][] {
+/** The iptables rule (nat table) that makes this node's pods masquerade only outside the cluster CIDR. */
+export function masqueradeRule(podCIDR: string, clusterCIDR: string): string[] {
   return [
-    [
-      '-A',
-      MASQ_CHAIN,
-      '-s',
-      podCIDR,
-      '!',
-      '-d',
-      clusterCIDR,
-      '-m',
-      'comment',
-      '--comment',
-      'kctl: pods leaving the cluster CIDR',
-      '-j',
-      'MASQUERADE',
-    ],
+    '-A',
+    MASQ_CHAIN,
+    '-s',
+    podCIDR,
+    '!',
+    '-d',
+    clusterCIDR,
+    '-m',
+    'comment',
+    '--comment',
+    'kctl: pods leaving the cluster CIDR',
+    '-j',
+    'MASQUERADE',
   ];
 }
 
@@ -100,10 +98,9 @@ async function iptables(args: string[]): Promise<{ ok: boolean; stderr: string }
 async function ensureMasquerade(podCIDR: string, clusterCIDR: string, log: Logger): Promise<void> {
   await iptables(['-N', MASQ_CHAIN]); // exists already on a restart
   await iptables(['-F', MASQ_CHAIN]);
-  for (const rule of masqueradeRules(podCIDR, clusterCIDR)) {
-    const r = await iptables(rule);
-    if (!r.ok) throw new Error(`iptables ${rule.join(' ')}: ${r.stderr}`);
-  }
+  const rule = masqueradeRule(podCIDR, clusterCIDR);
+  const added = await iptables(rule);
+  if (!added.ok) throw new Error(`iptables ${rule.join(' ')}: ${added.stderr}`);
   if (!(await iptables(['-C', 'POSTROUTING', '-j', MASQ_CHAIN])).ok) {
     const r = await iptables(['-A', 'POSTROUTING', '-j', MASQ_CHAIN]);
     if (!r.ok) throw new Error(`iptables -A POSTROUTING -j ${MASQ_CHAIN}: ${r.stderr}`);
@@ -225,7 +222,7 @@ export class NetworkComponent implements Component {
   }
 
   async ready(signal: AbortSignal): Promise<void> {
-    const { log, paths, nodeName } = this.opts;
+    const { log, nodeName } = this.opts;
     for (;;) {
       const self = this.nodes?.get(nodeName);
       if (self?.spec?.podCIDR) {
@@ -256,10 +253,7 @@ export class NetworkComponent implements Component {
     // br_netfilter: bridged pod traffic must pass iptables for Service DNAT on hairpin paths.
     await execa('modprobe', ['br_netfilter'], { reject: false, extendEnv: false, env: IP_ENV });
     await setSysctl('net.bridge.bridge-nf-call-iptables', '1', log);
-    await ensureMasquerade(this.podCIDR, this.opts.clusterCIDR, log);
-    if (await writeIfChanged(this.conflistPath, JSON.stringify(cniConflist(this.podCIDR, paths), null, 2) + '\n')) {
-      log.info({ podCIDR: this.podCIDR, file: this.conflistPath }, 'wrote CNI config');
-    }
+    await this.writePodNetwork(this.podCIDR);
     this.routing = true;
     await this.sync();
     this.timer = setInterval(() => {
@@ -282,6 +276,15 @@ export class NetworkComponent implements Component {
   }
 
   /** Reconciles routes with the watched Nodes; a change during a sync runs one more. Errors are logged and retried. */
+  /** This node's masquerade rule and CNI config for its podCIDR (at start, and when the podCIDR changes). */
+  private async writePodNetwork(podCIDR: string): Promise<void> {
+    const { log, paths, clusterCIDR } = this.opts;
+    await ensureMasquerade(podCIDR, clusterCIDR, log);
+    if (await writeIfChanged(this.conflistPath, JSON.stringify(cniConflist(podCIDR, paths), null, 2) + '\n')) {
+      log.info({ podCIDR, file: this.conflistPath }, 'wrote CNI config');
+    }
+  }
+
   sync(): Promise<void> {
     if (this.syncing) {
       this.dirty = true;
@@ -299,7 +302,7 @@ export class NetworkComponent implements Component {
   }
 
   private async doSync(): Promise<void> {
-    const { log, paths, nodeName } = this.opts;
+    const { log, nodeName } = this.opts;
     try {
       const nodes = [...(this.nodes?.store.values() ?? [])].map(nodeInfo);
       const self = nodes.find((n) => n.name === nodeName);
@@ -309,8 +312,7 @@ export class NetworkComponent implements Component {
           'podCIDR of this node changed; rewriting the CNI config (running pods keep their old addresses)',
         );
         this.podCIDR = self.podCIDR;
-        await ensureMasquerade(this.podCIDR, this.opts.clusterCIDR, this.opts.log);
-        await writeIfChanged(this.conflistPath, JSON.stringify(cniConflist(this.podCIDR, paths), null, 2) + '\n');
+        await this.writePodNetwork(this.podCIDR);
       }
       const want = desiredRoutes(nodes, nodeName);
       const have = await currentRoutes();

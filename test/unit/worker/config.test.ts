@@ -5,7 +5,7 @@ import { test } from 'node:test';
 import { containerdConfig } from '../../../src/worker/containerd.ts';
 import { kubeletArgs, kubeletConfiguration } from '../../../src/worker/kubelet.ts';
 import { kubeProxyConfiguration } from '../../../src/worker/kube-proxy.ts';
-import { cniConflist, desiredRoutes, masqueradeRules } from '../../../src/worker/network.ts';
+import { cniConflist, desiredRoutes, masqueradeRule } from '../../../src/worker/network.ts';
 import { workerPaths } from '../../../src/worker/paths.ts';
 import { createLogger } from '../../../src/base/log.ts';
 
@@ -129,21 +129,19 @@ test('kube-proxy: iptables mode, node credentials, loopback-only endpoints, glob
 });
 
 test("masquerade only for traffic leaving the cluster CIDR, from this node's pods", () => {
-  assert.deepEqual(masqueradeRules('10.244.3.0/24', '10.244.0.0/16'), [
-    [
-      '-A',
-      'KCTL-POSTROUTING',
-      '-s',
-      '10.244.3.0/24',
-      '!',
-      '-d',
-      '10.244.0.0/16',
-      '-m',
-      'comment',
-      '--comment',
-      'kctl: pods leaving the cluster CIDR',
-      '-j',
-      'MASQUERADE',
-    ],
+  assert.deepEqual(masqueradeRule('10.244.3.0/24', '10.244.0.0/16'), [
+    '-A',
+    'KCTL-POSTROUTING',
+    '-s',
+    '10.244.3.0/24',
+    '!',
+    '-d',
+    '10.244.0.0/16',
+    '-m',
+    'comment',
+    '--comment',
+    'kctl: pods leaving the cluster CIDR',
+    '-j',
+    'MASQUERADE',
   ]);
 });
