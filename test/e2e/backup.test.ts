@@ -8,20 +8,11 @@ import { mkdir, mkdtemp, readdir, readFile, rm, stat, truncate, writeFile } from
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test, type TestContext } from 'node:test';
-import { setTimeout as sleep } from 'node:timers/promises';
 import { execa } from 'execa';
 import { cleanupWorkerHost, labController, nodeReady, runPinnedPod, startLabWorker, track, type Tracked } from './cluster.ts';
 import { requireKctl } from './kctl.ts';
 import { createLab, type LabHost } from './lab.ts';
-
-async function waitFor(what: string, timeoutMs: number, check: () => Promise<boolean>, log?: () => string): Promise<void> {
-  const end = Date.now() + timeoutMs;
-  while (Date.now() < end) {
-    if (await check().catch(() => false)) return;
-    await sleep(500);
-  }
-  throw new Error(`timed out waiting for ${what}${log ? `\n${log()}` : ''}`);
-}
+import { waitFor } from './wait.ts';
 
 async function stop(p: Tracked): Promise<void> {
   p.child.kill('SIGTERM');

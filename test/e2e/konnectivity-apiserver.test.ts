@@ -11,15 +11,7 @@ import { tempDir } from '../helpers.ts';
 import { kctl, requireKctl } from './kctl.ts';
 import { createLab } from './lab.ts';
 import { kubeletServingCert, nodeCert } from './node-cert.ts';
-
-async function waitFor(what: string, timeoutMs: number, check: () => Promise<boolean>): Promise<void> {
-  const end = Date.now() + timeoutMs;
-  while (Date.now() < end) {
-    if (await check().catch(() => false)) return;
-    await sleep(500);
-  }
-  throw new Error(`timed out waiting for ${what}`);
-}
+import { waitFor } from './wait.ts';
 
 test("kube-apiserver reaches an isolated node-side server only through the agent's tunnel", async (t) => {
   const lab = await createLab('kn', ['ctl', 'edge'], { t });

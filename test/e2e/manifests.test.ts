@@ -6,19 +6,10 @@ import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test, type TestContext } from 'node:test';
-import { setTimeout as sleep } from 'node:timers/promises';
 import { labController, track, type Tracked } from './cluster.ts';
 import { requireKctl } from './kctl.ts';
 import { createLab } from './lab.ts';
-
-async function waitFor(what: string, timeoutMs: number, check: () => Promise<boolean>, log?: () => string): Promise<void> {
-  const end = Date.now() + timeoutMs;
-  while (Date.now() < end) {
-    if (await check().catch(() => false)) return;
-    await sleep(250);
-  }
-  throw new Error(`timed out waiting for ${what}${log ? `\n${log()}` : ''}`);
-}
+import { waitFor } from './wait.ts';
 
 const configMap = (name: string, value: string, namespace?: string) =>
   `apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: ${name}\n${namespace ? `  namespace: ${namespace}\n` : ''}data:\n  value: "${value}"\n`;

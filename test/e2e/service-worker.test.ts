@@ -5,21 +5,12 @@ import assert from 'node:assert/strict';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { test, type TestContext } from 'node:test';
-import { setTimeout as sleep } from 'node:timers/promises';
 import { decodeToken } from '../../src/join/token.ts';
 import { labController, nodeReady, runPinnedPod, track } from './cluster.ts';
 import { requireKctl } from './kctl.ts';
 import { createLab } from './lab.ts';
 import { bootSystemd } from './systemd.ts';
-
-async function waitFor(what: string, timeoutMs: number, check: () => Promise<boolean>, log?: () => Promise<string> | string): Promise<void> {
-  const end = Date.now() + timeoutMs;
-  while (Date.now() < end) {
-    if (await check().catch(() => false)) return;
-    await sleep(500);
-  }
-  throw new Error(`timed out waiting for ${what}${log ? `\n${await log()}` : ''}`);
-}
+import { waitFor } from './wait.ts';
 
 test('kctl install worker: joins from a token file, runs a pod, keeps it across a restart; uninstall and reset leave nothing', async (t: TestContext) => {
   const lab = await createLab('sw', ['ctl', 'w1'], { t });

@@ -6,21 +6,12 @@ import assert from 'node:assert/strict';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { test, type TestContext } from 'node:test';
-import { setTimeout as sleep } from 'node:timers/promises';
 import { kctl, requireKctl } from './kctl.ts';
 import { createLab } from './lab.ts';
 import { bootSystemd, type SystemdLab } from './systemd.ts';
+import { waitFor } from './wait.ts';
 
 const COMPONENTS = ['kine', 'kube-apiserver', 'kube-scheduler', 'kube-controller-manager'];
-
-async function waitFor(what: string, timeoutMs: number, check: () => Promise<boolean>, log?: () => Promise<string>): Promise<void> {
-  const end = Date.now() + timeoutMs;
-  while (Date.now() < end) {
-    if (await check().catch(() => false)) return;
-    await sleep(300);
-  }
-  throw new Error(`timed out waiting for ${what}${log ? `\n${await log()}` : ''}`);
-}
 
 /** How many processes of each component run in the lab (its own pid namespace). */
 async function counts(sd: SystemdLab): Promise<Record<string, number>> {

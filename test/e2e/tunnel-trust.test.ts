@@ -8,7 +8,6 @@ import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test, type TestContext } from 'node:test';
-import { setTimeout as sleep } from 'node:timers/promises';
 import type { ControllerStatusReport } from '../../src/controller/status.ts';
 import type { ServerAgentSnapshot } from '../../src/konnectivity/index.ts';
 import { cleanupWorkerHost, labController, nodeReady, runPinnedPod, startLabWorker, track, type Tracked } from './cluster.ts';
@@ -16,15 +15,7 @@ import { kctl, requireKctl } from './kctl.ts';
 import { createLab, type LabHost } from './lab.ts';
 import { kubeletServingCert, nodeCert } from './node-cert.ts';
 import { upstreamBin } from './upstream.ts';
-
-async function waitFor(what: string, timeoutMs: number, check: () => Promise<boolean>, log?: () => string): Promise<void> {
-  const end = Date.now() + timeoutMs;
-  while (Date.now() < end) {
-    if (await check().catch(() => false)) return;
-    await sleep(250);
-  }
-  throw new Error(`timed out waiting for ${what}${log ? `\n${log()}` : ''}`);
-}
+import { waitFor } from './wait.ts';
 
 const ROUNDS = 50;
 
@@ -141,7 +132,7 @@ test('an agent draws only its own Node’s traffic: impostors are dropped, logs/
   };
   const follows = async (ip: string, what: string) => {
     const from = Date.now();
-    await waitFor(what, 30_000, async () => (await agent('x2'))?.accepted.ipv4.join() === ip);
+    await waitFor(what, 30_000, async () => (await agent('x2'))?.accepted.ipv4.join() === ip, undefined, 250);
     t.diagnostic(`${what}: ${Date.now() - from} ms after the Node changed`);
   };
   const throughX2 = async (n: number) => {
