@@ -1,6 +1,8 @@
 // Builds the images kctl ships instead of pulling from a registry (DESIGN.md, Test lab):
 //   registry.k8s.io/pause:3.10      our own static pause (assets/images/pause.c)
 //   docker.io/library/busybox:1.36  Debian's busybox-static with its applet links
+//   CoreDNS and metrics-server      their static binaries (components.json, role "image") alone,
+//                                   under upstream's image names and tags
 // Each becomes an OCI image-layout tarball (oci-layout, index.json, blobs/sha256/...) with
 // fixed mtimes and ownership, so the bytes are reproducible. Output is cached in
 // <cacheRoot()>/images/ and rebuilt only when an input changes. Prints the tarball paths.
@@ -14,8 +16,8 @@ import { dirname, join } from 'node:path';
 import { gzipSync } from 'node:zlib';
 import { execa } from 'execa';
 import { create as tarCreate } from 'tar';
-import { cacheRoot } from '../src/payload/manifest.ts';
-import { BUNDLED_IMAGES, BUSYBOX_IMAGE, PAUSE_IMAGE } from '../src/payload/images.ts';
+import { cacheRoot, loadManifest } from '../src/payload/manifest.ts';
+import { BUNDLED_IMAGES, BUSYBOX_IMAGE, COREDNS_IMAGE, METRICS_SERVER_IMAGE, PAUSE_IMAGE } from '../src/payload/images.ts';
 import { ensureDebianPackages } from './debian.ts';
 
 /** Bump when the builder's output changes for the same inputs. */
@@ -39,7 +41,7 @@ interface Descriptor {
 }
 
 /** A root filesystem to pack: paths relative to its root, in the order they go into the layer. */
-interface ImageSpec {
+export interface ImageSpec {
   name: string;
   file: string;
   /** Fills `root` and returns every path to pack (directories before their contents). */
@@ -71,6 +73,8 @@ async function packTar(cwd: string, entries: string[]): Promise<Buffer> {
   await rm(out, { force: true });
   return buf;
 }
+
+const fileOf = (name: string): string => BUNDLED_IMAGES.find((i) => i.name === name)!.file;
 
 async function writeBlob(blobs: string, data: Buffer, mediaType: string): Promise<Descriptor> {
   const digest = sha256(data);
@@ -149,7 +153,7 @@ async function pauseSpec(): Promise<ImageSpec> {
   const gcc = (await execa('gcc', ['--version'])).stdout.split('\n')[0] ?? '';
   return {
     name: PAUSE_IMAGE,
-    file: BUNDLED_IMAGES.find((i) => i.name === PAUSE_IMAGE)!.file,
+    file: fileOf(PAUSE_IMAGE),
     inputsKey: sha256(`${BUILDER_VERSION}\n${gcc}\n${sha256(source)}`),
     // Upstream's pause runs as 65535 too: the sandbox needs no privileges.
     config: { Entrypoint: ['/pause'], User: '65535:65535', Env: [PATH_ENV], WorkingDir: '/' },
@@ -170,7 +174,7 @@ async function busyboxSpec(): Promise<ImageSpec> {
     .sort();
   return {
     name: BUSYBOX_IMAGE,
-    file: BUNDLED_IMAGES.find((i) => i.name === BUSYBOX_IMAGE)!.file,
+    file: fileOf(BUSYBOX_IMAGE),
     inputsKey: sha256(`${BUILDER_VERSION}\n${sha256(binary)}`),
     config: { Cmd: ['sh'], Env: [PATH_ENV], WorkingDir: '/' },
     async populate(root) {
@@ -199,22 +203,60 @@ async function busyboxSpec(): Promise<ImageSpec> {
   };
 }
 
+/** An image of one static binary at /<name> (built by build-components.ts), its entrypoint, with /tmp. */
+export async function staticBinarySpec(o: { name: string; file: string; binary: string; config: Record<string, unknown> }): Promise<ImageSpec> {
+  const bytes = await readFile(o.binary);
+  const exe = o.binary.slice(o.binary.lastIndexOf('/') + 1);
+  return {
+    name: o.name,
+    file: o.file,
+    inputsKey: sha256(`${BUILDER_VERSION}\n${JSON.stringify(o.config)}\n${sha256(bytes)}`),
+    config: { Entrypoint: [`/${exe}`], Env: [PATH_ENV], WorkingDir: '/', ...o.config },
+    async populate(root) {
+      await writeFile(join(root, exe), bytes, { mode: 0o755 });
+      await mkdir(join(root, 'tmp'));
+      await chmod(join(root, 'tmp'), 0o1777);
+      return [exe, 'tmp'];
+    },
+  };
+}
+
+/** The component build dir of this checkout's manifest (where build-components.ts put the binaries). */
+function componentBinDir(): string {
+  return join(cacheRoot(), 'components', loadManifest().key, 'bin');
+}
+
 /** Builds what is missing or stale; returns the tarball paths, in BUNDLED_IMAGES order. */
-export async function buildImages(outDir = join(cacheRoot(), 'images')): Promise<string[]> {
+export async function buildImages(outDir = join(cacheRoot(), 'images'), binDir = componentBinDir()): Promise<string[]> {
   await ensureDebianPackages(['busybox-static', 'gcc', 'libc6-dev']);
-  const specs = [await pauseSpec(), await busyboxSpec()];
+  const specs = [
+    await pauseSpec(),
+    await busyboxSpec(),
+    // CoreDNS binds :53; the add-on's manifest grants NET_BIND_SERVICE and nothing else.
+    await staticBinarySpec({ name: COREDNS_IMAGE, file: fileOf(COREDNS_IMAGE), binary: join(binDir, 'coredns'), config: {} }),
+    // Upstream's image runs metrics-server as an unprivileged user; so does this one.
+    await staticBinarySpec({
+      name: METRICS_SERVER_IMAGE,
+      file: fileOf(METRICS_SERVER_IMAGE),
+      binary: join(binDir, 'metrics-server'),
+      config: { User: '65534:65534' },
+    }),
+  ];
   const paths: string[] = [];
-  for (const spec of specs) {
-    const target = join(outDir, spec.file);
-    const keyFile = `${target}.key`;
-    const current = existsSync(target) && existsSync(keyFile) ? (await readFile(keyFile, 'utf8')).trim() : '';
-    if (current !== spec.inputsKey) {
-      await buildImage(spec, target);
-      await writeFile(keyFile, `${spec.inputsKey}\n`);
-    }
-    paths.push(target);
-  }
+  for (const spec of specs) paths.push(await buildIfStale(spec, outDir));
   return paths;
+}
+
+/** Builds `spec` into `outDir` unless the tarball there was built from the same inputs; returns its path. */
+export async function buildIfStale(spec: ImageSpec, outDir: string): Promise<string> {
+  const target = join(outDir, spec.file);
+  const keyFile = `${target}.key`;
+  const current = existsSync(target) && existsSync(keyFile) ? (await readFile(keyFile, 'utf8')).trim() : '';
+  if (current !== spec.inputsKey) {
+    await buildImage(spec, target);
+    await writeFile(keyFile, `${spec.inputsKey}\n`);
+  }
+  return target;
 }
 
 if (process.argv[1] && import.meta.url.endsWith(process.argv[1].split('/').pop()!)) {

@@ -8,7 +8,7 @@ import { createReadStream, createWriteStream, existsSync } from 'node:fs';
 import { chmod, copyFile, mkdir, readFile, rename, rm, writeFile } from 'node:fs/promises';
 import { createRequire } from 'node:module';
 import { join } from 'node:path';
-import { cacheRoot, loadManifest, type PayloadLock } from '../src/payload/manifest.ts';
+import { cacheRoot, isStagedBinary, loadManifest, type PayloadLock } from '../src/payload/manifest.ts';
 import { cachedImageEntries, TRAILER_MAGIC, TRAILER_SIZE, type PayloadEntry, type PayloadIndex } from '../src/payload/payload.ts';
 import { BUNDLED_IMAGES } from '../src/payload/images.ts';
 import { buildImages } from './build-images.ts';
@@ -88,7 +88,7 @@ async function seaExecutable(mainJs: string, target: string): Promise<void> {
 }
 
 async function appendPayload(target: string, lock: PayloadLock, binDir: string, images: PayloadEntry[]): Promise<number> {
-  const shipped = lock.components.filter((c) => !c.roles.includes('interop'));
+  const shipped = lock.components.filter(isStagedBinary);
   const { size: start } = await import('node:fs/promises').then((fs) => fs.stat(target));
   const out = createWriteStream(target, { flags: 'a' });
   // Copies one file onto the end of `out`, honouring backpressure (one pipeline per file would
@@ -134,7 +134,7 @@ async function main(): Promise<void> {
   await rm(tmp, { force: true });
   await seaExecutable(mainJs, tmp);
   const imageDir = join(cacheRoot(), 'images');
-  await buildImages(imageDir);
+  await buildImages(imageDir, binDir);
   const images = cachedImageEntries(imageDir, BUNDLED_IMAGES);
   const n = await appendPayload(tmp, lock, binDir, images);
   await rename(tmp, join(dist, 'kctl'));

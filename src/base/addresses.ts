@@ -1,6 +1,6 @@
 // Addresses as kctl spells them everywhere: one canonical form per IP (so string equality
 // works), host:port with IPv6 in brackets, and addresses inside a CIDR.
-import { isIP } from 'node:net';
+import { BlockList, isIP, isIPv6 } from 'node:net';
 
 /**
  * The one spelling of an IP address we compare with: IPv4 dotted quad, IPv6 as RFC 5952
@@ -61,6 +61,16 @@ export function cidrAddress(cidr: string, n: number): string {
   if (BigInt(n) >= (1n << hostBits) - 1n) throw new Error(`"${cidr}" has no room for address number ${n}`);
   const network = (ipToBigInt(ip) >> hostBits) << hostBits;
   return bigIntToIp(network + BigInt(n), width);
+}
+
+/** Whether `ip` lies inside `cidr` (both already validated; a family mismatch is false). */
+export function cidrContains(cidr: string, ip: string): boolean {
+  const [net, bits] = cidr.split('/');
+  const family = (s: string) => (isIPv6(s) ? 'ipv6' : 'ipv4');
+  if (!net || !bits || family(net) !== family(ip)) return false;
+  const list = new BlockList();
+  list.addSubnet(net, Number(bits), family(net));
+  return list.check(ip, family(ip));
 }
 
 // Node has no public IP <-> integer conversion; these two stay small because the input is

@@ -56,7 +56,9 @@ export function apiserverArgs(cfg: ClusterConfig, paths: ControllerPaths, pki: P
       'requestheader-username-headers': 'X-Remote-User',
       'requestheader-group-headers': 'X-Remote-Group',
       'requestheader-extra-headers-prefix': 'X-Remote-Extra-',
-      'enable-aggregator-routing': false,
+      // Aggregated APIs and webhooks are dialled at their endpoints' pod IPs: through the tunnel
+      // any agent reaches a pod IP over the node routes, with no kube-proxy rule in between.
+      'enable-aggregator-routing': true,
       profiling: false,
       ...(opts.egress ? { 'egress-selector-config-file': paths.egressConfig } : {}),
     },

@@ -5,6 +5,7 @@ import { isIP } from 'node:net';
 import { networkInterfaces } from 'node:os';
 import { parseDocument, stringify } from 'yaml';
 import { z } from 'zod';
+import { cidrAddress, cidrContains } from '../base/addresses.ts';
 import { UserError } from '../base/errors.ts';
 
 const port = (def: number) => z.number().int().min(1).max(65535).default(def);
@@ -84,6 +85,16 @@ export const clusterConfigSchema = z.strictObject({
             .string()
             .regex(/^[a-z0-9]([a-z0-9.-]*[a-z0-9])?$/, 'expected a DNS domain such as cluster.local')
             .default('cluster.local'),
+          clusterDNS: z
+            .string()
+            .refine((s) => isIP(s) !== 0, { message: 'expected an IP address in spec.network.serviceCIDR (default: its 10th address)' })
+            .optional(),
+        })
+        .prefault({}),
+      addons: z
+        .strictObject({
+          coredns: z.strictObject({ enabled: z.boolean().default(true), replicas: z.number().int().min(1).max(10).default(2) }).prefault({}),
+          metricsServer: z.strictObject({ enabled: z.boolean().default(true) }).prefault({}),
         })
         .prefault({}),
       scheduler: z.strictObject({ port: port(10259), extraArgs }).prefault({}),
@@ -100,6 +111,7 @@ export interface ClusterConfig extends Parsed {
   spec: Parsed['spec'] & {
     api: Parsed['spec']['api'] & { address: string };
     storage: Parsed['spec']['storage'] & { type: 'etcd' | 'kine' };
+    network: Parsed['spec']['network'] & { clusterDNS: string };
   };
 }
 
@@ -130,12 +142,19 @@ export function parseConfig(input: unknown, source: string, flags: ConfigFlags =
   }
   const c = r.data;
   const storageType = flags.storage ?? c.spec.storage.type ?? (flags.single ? 'kine' : 'etcd');
+  const { serviceCIDR } = c.spec.network;
+  const clusterDNS = c.spec.network.clusterDNS ?? cidrAddress(serviceCIDR, 10);
+  if (!cidrContains(serviceCIDR, clusterDNS))
+    throw new UserError(
+      `invalid config ${source}: spec.network.clusterDNS: ${clusterDNS} is outside spec.network.serviceCIDR ${serviceCIDR}; pick an address inside it`,
+    );
   return {
     ...c,
     spec: {
       ...c.spec,
       api: { ...c.spec.api, address: c.spec.api.address ?? defaultAddress() },
       storage: { ...c.spec.storage, type: storageType },
+      network: { ...c.spec.network, clusterDNS },
     },
   };
 }

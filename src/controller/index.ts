@@ -1,7 +1,7 @@
 // `kctl controller`: the control plane as an ordered list of components (k0s's shape).
 //   pki, stage (before the list), then: status socket -> storage (etcd|kine)
 //   -> konnectivity server -> kube-apiserver -> node watch -> bootstrap -> manifest applier
-//   -> scheduler -> controller-manager -> csr-approver
+//   -> coredns-scaler (unless CoreDNS is off) -> scheduler -> controller-manager -> csr-approver
 import { mkdir } from 'node:fs/promises';
 import { writeFileAtomic } from '../base/fs.ts';
 import { join } from 'node:path';
@@ -22,6 +22,8 @@ import { KCTL_VERSION } from '../base/version.ts';
 import { ownPids, requireHost } from '../host/checks.ts';
 import { SystemdNotifier } from '../supervisor/notify.ts';
 import { refuseIfOwned, runOwning } from '../supervisor/owner.ts';
+import { writeAddonStacks } from './addons.ts';
+import { CorednsScalerComponent } from './coredns-scaler.ts';
 import { ApiserverComponent } from './apiserver.ts';
 import { BootstrapComponent } from './bootstrap.ts';
 import { KonnectivityServerComponent } from './konnectivity.ts';
@@ -102,8 +104,9 @@ export function controllerComponents(cfg: ClusterConfig, paths: ControllerPaths,
     new ApiserverComponent(cfg, paths, pki, child('kube-apiserver'), { egress: true }),
     nodes,
     new BootstrapComponent(cfg, pki, kube, child('bootstrap')),
-    // Operators' stacks (and, later, kctl's add-ons) under <data-dir>/manifests/<stack>/.
+    // kctl's add-on stacks (written before the start) and operators' stacks under <data-dir>/manifests/<stack>/.
     new ManifestApplierComponent(paths.manifestsDir, paths.dataDir, kube, child('manifest-applier')),
+    ...(cfg.spec.addons.coredns.enabled ? [new CorednsScalerComponent(kube, nodes, cfg.spec.addons.coredns.replicas, child('coredns-scaler'))] : []),
     new SchedulerComponent(cfg, paths, pki, child('kube-scheduler')),
     new ControllerManagerComponent(cfg, paths, pki, child('kube-controller-manager')),
     new CsrApproverComponent(kube, nodes, child('csr-approver')),
@@ -145,6 +148,7 @@ async function prepareAndRun(cfg: ClusterConfig, paths: ControllerPaths, opts: C
     },
     componentLogger(log, 'pki'),
   );
+  await writeAddonStacks(cfg, paths.manifestsDir, pki, componentLogger(log, 'addons'));
   if (opts.initOnly) {
     log.info({ dataDir: paths.dataDir, storage: cfg.spec.storage.type }, 'controller initialised (--init-only)');
     return;

@@ -46,6 +46,11 @@ export class NodeWatchComponent implements Component, NodeDirectory {
     return this.informer.hasSynced;
   }
 
+  /** How many Nodes the cluster has. */
+  get size(): number {
+    return this.informer.store.size;
+  }
+
   get(name: string): NodeRecord | undefined {
     const n = this.informer.get(name);
     return n && nodeRecord(n);

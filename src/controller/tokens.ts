@@ -61,6 +61,7 @@ export async function createToken(kube: KubeClient, cfg: ClusterConfig, caFile: 
     bootstrapToken: `${id}.${secret}`,
     podCIDR: cfg.spec.network.podCIDR,
     clusterDomain: cfg.spec.network.clusterDomain,
+    clusterDNS: cfg.spec.network.clusterDNS,
   });
 }
 

@@ -3,6 +3,7 @@
 // worker trusts nothing else), the user carries a Kubernetes bootstrap token, and a kctl
 // extension lists the konnectivity agent addresses.
 import { X509Certificate } from 'node:crypto';
+import { isIP } from 'node:net';
 import { gunzipSync, gzipSync } from 'node:zlib';
 import { parse, stringify } from 'yaml';
 
@@ -17,6 +18,7 @@ export interface JoinInfo {
   bootstrapToken: string; // <id>.<secret>
   podCIDR?: string; // the cluster's pod network, for kube-proxy
   clusterDomain?: string;
+  clusterDNS?: string; // kubelet's clusterDNS: the cluster DNS Service IP
 }
 
 export class TokenError extends Error {}
@@ -39,6 +41,7 @@ interface JoinKubeconfig {
           konnectivity: string[];
           podCIDR?: string;
           clusterDomain?: string;
+          clusterDNS?: string;
         };
       }[];
     };
@@ -71,6 +74,7 @@ export function encodeToken(info: JoinInfo): string {
                 konnectivity: info.konnectivity,
                 podCIDR: info.podCIDR,
                 clusterDomain: info.clusterDomain,
+                clusterDNS: info.clusterDNS,
               },
             },
           ],
@@ -133,6 +137,10 @@ export function decodeToken(text: string): JoinInfo {
   const out: JoinInfo = { role: 'worker', apiServers: servers, caPem, konnectivity, bootstrapToken: token };
   if (typeof ext.podCIDR === 'string') out.podCIDR = ext.podCIDR;
   if (typeof ext.clusterDomain === 'string') out.clusterDomain = ext.clusterDomain;
+  if (typeof ext.clusterDNS === 'string') {
+    if (isIP(ext.clusterDNS) === 0) throw malformed(`cluster DNS "${ext.clusterDNS}" is not an IP address`);
+    out.clusterDNS = ext.clusterDNS;
+  }
   return out;
 }
 

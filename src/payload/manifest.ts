@@ -4,7 +4,7 @@ import { readFileSync } from 'node:fs';
 import { homedir } from 'node:os';
 import { join } from 'node:path';
 
-export type Role = 'controller' | 'worker' | 'interop';
+export type Role = 'controller' | 'worker' | 'interop' | 'image';
 
 export interface SourcePin {
   module: string;
@@ -27,6 +27,11 @@ export interface ComponentPin {
   dir?: string;
   versionCheck?: { args: string[]; expect: string };
   download?: { url: string; member?: string; sha256: string | null; sha256Url?: string };
+}
+
+/** Staged into <data-dir>/bin by a role; `interop` builds serve tests only and `image` builds are packed into images. */
+export function isStagedBinary(c: { roles: readonly Role[] }): boolean {
+  return c.roles.includes('controller') || c.roles.includes('worker');
 }
 
 export interface Manifest {

@@ -11,7 +11,7 @@ import { open } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Readable } from 'node:stream';
 import { BUNDLED_IMAGES } from './images.ts';
-import { cacheRoot, loadManifest, manifestPath, type LockEntry, type PayloadLock, type Role } from './manifest.ts';
+import { cacheRoot, isStagedBinary, loadManifest, manifestPath, type LockEntry, type PayloadLock, type Role } from './manifest.ts';
 
 export const TRAILER_MAGIC = 'KCTLPAY1';
 export const TRAILER_SIZE = 24;
@@ -99,7 +99,7 @@ export function directoryPayload(binDir: string, lock: PayloadLock, kctlVersion:
   return new DirectoryPayload(binDir, {
     kctl: kctlVersion,
     platform: lock.platform,
-    components: lock.components.filter((c) => !c.roles.includes('interop')),
+    components: lock.components.filter(isStagedBinary),
     images,
   });
 }

@@ -62,6 +62,7 @@ interface Cas {
   cluster: Signer;
   frontProxy: Signer;
   etcd: Signer;
+  addons: Signer;
 }
 
 interface LeafFile {
@@ -107,6 +108,18 @@ function leafFiles(p: PkiPaths, cas: Cas, sans: ReturnType<typeof wantedSans>): 
       cert: p.apiserverEtcdClientCert,
       key: p.apiserverEtcdClientKey,
       spec: { signer: cas.etcd, subject: { commonName: 'apiserver-etcd-client' }, usages: ['clientAuth'], sans: [] },
+    },
+    {
+      // The APIService of metrics-server pins the add-ons CA, which signs nothing a node can ask
+      // for: a kubelet serving certificate (cluster CA) cannot pass for metrics-server.
+      cert: p.metricsServerCert,
+      key: p.metricsServerKey,
+      spec: {
+        signer: cas.addons,
+        subject: { commonName: 'metrics-server' },
+        usages: ['serverAuth'],
+        sans: ['DNS:metrics-server.kube-system.svc'],
+      },
     },
     {
       cert: p.konnectivityCert,
@@ -163,9 +176,10 @@ export async function ensurePki(opts: PkiOptions, log: Logger): Promise<PkiPaths
       ensureCa({ name: 'kubernetes-ca', certPath: paths.caCert, keyPath: paths.caKey }, ctx),
       ensureCa({ name: 'front-proxy-ca', certPath: paths.frontProxyCaCert, keyPath: paths.frontProxyCaKey }, ctx),
       ensureCa({ name: 'etcd-ca', certPath: paths.etcdCaCert, keyPath: paths.etcdCaKey }, ctx),
+      ensureCa({ name: 'addons-ca', certPath: paths.addonsCaCert, keyPath: paths.addonsCaKey }, ctx),
     ]);
-    const [cluster, frontProxy, etcd] = caResults.map((r) => r.signer) as [Signer, Signer, Signer];
-    const cas: Cas = { cluster, frontProxy, etcd };
+    const [cluster, frontProxy, etcd, addons] = caResults.map((r) => r.signer) as [Signer, Signer, Signer, Signer];
+    const cas: Cas = { cluster, frontProxy, etcd, addons };
     const outcomes: Outcome[] = [
       ...caResults.map((r) => r.outcome),
       ...(await allSettledOrThrow([

@@ -31,6 +31,11 @@ export interface PkiPaths {
   /** Konnectivity server's TLS certificate for agents (signed by the cluster CA). */
   konnectivityCert: string;
   konnectivityKey: string;
+  /** Signs the serving certificates of kctl's add-ons that kube-apiserver calls (metrics-server). */
+  addonsCaCert: string;
+  addonsCaKey: string;
+  metricsServerCert: string;
+  metricsServerKey: string;
   adminConf: string;
   schedulerConf: string;
   controllerManagerConf: string;
@@ -64,6 +69,10 @@ export function pkiPaths(dir: string): PkiPaths {
     apiserverEtcdClientKey: at('apiserver-etcd-client.key'),
     konnectivityCert: at('konnectivity.crt'),
     konnectivityKey: at('konnectivity.key'),
+    addonsCaCert: at('addons-ca.crt'),
+    addonsCaKey: at('addons-ca.key'),
+    metricsServerCert: at('metrics-server.crt'),
+    metricsServerKey: at('metrics-server.key'),
     adminConf: at('admin.conf'),
     schedulerConf: at('scheduler.conf'),
     controllerManagerConf: at('controller-manager.conf'),

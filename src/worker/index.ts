@@ -170,6 +170,7 @@ async function stageAndRun(opts: WorkerOptions, paths: WorkerPaths, state: JoinS
       labels: opts.labels,
       taints: opts.taints,
       clusterDomain: state.clusterDomain,
+      clusterDNS: state.clusterDNS ? [state.clusterDNS] : undefined,
     }),
     new NetworkComponent({ paths, log: child('network'), nodeName: id.nodeName, kube, clusterCIDR }),
     new KubeProxyComponent({ paths, log: child('kube-proxy'), nodeName: id.nodeName, clusterCIDR }),

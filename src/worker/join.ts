@@ -16,6 +16,7 @@ export interface JoinState {
   konnectivity: string[];
   podCIDR?: string;
   clusterDomain?: string;
+  clusterDNS?: string;
   joinedAt: string;
 }
 
@@ -108,6 +109,7 @@ export async function join(
     konnectivity: info.konnectivity,
     podCIDR: info.podCIDR,
     clusterDomain: info.clusterDomain,
+    clusterDNS: info.clusterDNS,
     joinedAt: new Date().toISOString(),
   };
   await writeFileAtomic(stateFile(paths), JSON.stringify(state, null, 2) + '\n', 0o600);

@@ -8,7 +8,7 @@ import { copyFile, open, readFile, stat, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { pino } from 'pino';
-import { componentVersion, loadManifest } from '../../src/payload/manifest.ts';
+import { componentVersion, isStagedBinary, loadManifest } from '../../src/payload/manifest.ts';
 import { readEmbeddedPayload } from '../../src/payload/payload.ts';
 import { stageComponents } from '../../src/payload/stage.ts';
 import { checkVersion } from '../../src/payload/verify.ts';
@@ -16,7 +16,7 @@ import { tempDir } from '../helpers.ts';
 import { kctl, requireKctl } from './kctl.ts';
 
 const { manifest } = loadManifest();
-const shipped = manifest.components.filter((c) => !c.roles.includes('interop'));
+const shipped = manifest.components.filter(isStagedBinary);
 const sha = async (p: string) =>
   createHash('sha256')
     .update(await readFile(p))
@@ -47,6 +47,28 @@ test('controller --init-only stages the controller binaries; every staged binary
   for (const c of shipped.filter((x) => x.roles.includes('worker'))) {
     await checkVersion(c, join(dataDir, 'bin', c.dir ? `${c.dir}/${c.name}` : c.name));
   }
+});
+
+test('kctl airgap list-images names every image the executable carries, and every image the add-on stacks use is among them', async (t) => {
+  const r = await kctl(['airgap', 'list-images']);
+  assert.equal(r.exitCode, 0, String(r.stderr));
+  const listed = String(r.stdout).trim().split('\n');
+  const payload = await readEmbeddedPayload(requireKctl());
+  assert.deepEqual(
+    listed,
+    (payload?.index.images ?? []).map((i) => i.name),
+  );
+  // The stacks kctl writes for its add-ons (--init-only writes them too) pull nothing from a registry.
+  const dataDir = await tempDir(t);
+  const init = await kctl(['controller', '--init-only', '--data-dir', dataDir]);
+  assert.equal(init.exitCode, 0, String(init.stderr));
+  const used = new Set<string>();
+  for (const stack of ['coredns', 'metrics-server']) {
+    const text = await readFile(join(dataDir, 'manifests', stack, `${stack}.yaml`), 'utf8');
+    for (const m of text.matchAll(/^\s*image: (\S+)$/gm)) used.add(m[1]!);
+  }
+  assert.deepEqual([...used].sort(), ['registry.k8s.io/coredns/coredns:v1.15.0', 'registry.k8s.io/metrics-server/metrics-server:v0.9.0']);
+  for (const image of used) assert.ok(listed.includes(image), `${image} is used by an add-on but not carried`);
 });
 
 test('kctl kubectl stages kubectl into the --data-dir it is given, also when the flag follows the word kubectl', async (t) => {

@@ -1,17 +1,19 @@
-// Polling for an end-to-end condition: `check` until it is true (a throw counts as "not yet"),
-// or a failure naming what was awaited plus whatever `log` shows (a process's last lines).
+// Polling for an end-to-end condition: `check` until it gives a truthy value (a throw counts as
+// "not yet"), which is returned, or a failure naming what was awaited plus whatever `log` shows
+// (a process's last lines).
 import { setTimeout as sleep } from 'node:timers/promises';
 
-export async function waitFor(
+export async function waitFor<T>(
   what: string,
   timeoutMs: number,
-  check: () => Promise<boolean>,
+  check: () => Promise<T | false | undefined | null>,
   log?: () => string | Promise<string>,
   intervalMs = 500,
-): Promise<void> {
+): Promise<T> {
   const end = Date.now() + timeoutMs;
   while (Date.now() < end) {
-    if (await check().catch(() => false)) return;
+    const v = await check().catch(() => undefined);
+    if (v) return v;
     await sleep(intervalMs);
   }
   throw new Error(`timed out waiting for ${what}${log ? `\n${await log()}` : ''}`);

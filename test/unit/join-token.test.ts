@@ -36,10 +36,24 @@ test('a token round-trips API URL, CA, konnectivity addresses and bootstrap toke
     caPem: await ca(t),
     konnectivity: ['10.77.0.10:8132'],
     bootstrapToken: 'abcdef.0123456789abcdef',
+    clusterDomain: 'cluster.local',
+    clusterDNS: '10.96.0.10',
   };
   const token = encodeToken(info);
   assert.match(token, /^kctl1:[A-Za-z0-9_-]+$/);
   assert.deepEqual(decodeToken(token), info);
+});
+
+test('a cluster DNS address that is not an IP makes the token malformed', async (t) => {
+  const info: JoinInfo = {
+    role: 'worker',
+    apiServers: ['https://10.77.0.10:6443'],
+    caPem: await ca(t),
+    konnectivity: [],
+    bootstrapToken: 'abcdef.0123456789abcdef',
+  };
+  assert.equal(decodeToken(encodeToken({ ...info, clusterDNS: 'fd00::a' })).clusterDNS, 'fd00::a');
+  assert.throws(() => decodeToken(encodeToken({ ...info, clusterDNS: 'dns.local' })), /malformed \(cluster DNS "dns\.local" is not an IP address\)/);
 });
 
 test('malformed and tampered tokens give one clear line', async (t) => {

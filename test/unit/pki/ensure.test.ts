@@ -88,6 +88,8 @@ test('a fresh PKI has every file, with private modes, and logs no key material',
     p.etcdPeerKey,
     p.apiserverEtcdClientKey,
     p.konnectivityKey,
+    p.addonsCaKey,
+    p.metricsServerKey,
   ];
   const certs = [
     p.caCert,
@@ -101,6 +103,8 @@ test('a fresh PKI has every file, with private modes, and logs no key material',
     p.etcdPeerCert,
     p.apiserverEtcdClientCert,
     p.konnectivityCert,
+    p.addonsCaCert,
+    p.metricsServerCert,
   ];
   const confs = [p.adminConf, p.schedulerConf, p.controllerManagerConf];
   const mode = async (f: string) => (await stat(f)).mode & 0o777;
@@ -130,6 +134,10 @@ test('openssl verifies every leaf against its CA, with the right names and usage
     /etcd\/server.crt: OK\netcd\/peer.crt: OK\napiserver-etcd-client.crt: OK/,
   );
   assert.match(openssl(['verify', '-CAfile', 'front-proxy-ca.crt', 'front-proxy-client.crt'], dir), /front-proxy-client.crt: OK/);
+  // metrics-server's serving cert comes from the add-ons CA only: no cluster-CA cert can pass for it.
+  assert.match(openssl(['verify', '-CAfile', 'addons-ca.crt', 'metrics-server.crt'], dir), /metrics-server.crt: OK/);
+  assert.throws(() => openssl(['verify', '-CAfile', 'ca.crt', 'metrics-server.crt'], dir));
+  assert.deepEqual(opensslSans('metrics-server.crt', dir), ['DNS:metrics-server.kube-system.svc']);
   // Signed by the wrong CA must fail: the check above can fail.
   assert.throws(() => openssl(['verify', '-CAfile', 'etcd/ca.crt', 'server.crt'], dir));
 
@@ -224,7 +232,7 @@ test('a second run changes nothing, byte for byte', async (t) => {
     lines().filter((l) => l.level === 30 && l.msg !== 'pki ready'),
     [],
   );
-  assert.equal(lines().find((l) => l.msg === 'pki ready')?.unchanged, 14);
+  assert.equal(lines().find((l) => l.msg === 'pki ready')?.unchanged, 16);
 });
 
 test('a SAN change renews the serving certs but keeps the CA', async (t) => {
@@ -263,6 +271,7 @@ test('near expiry renews every leaf and kubeconfig but keeps every CA and the SA
     'etcd/server.crt',
     'front-proxy-client.crt',
     'konnectivity.crt',
+    'metrics-server.crt',
     'scheduler.conf',
     'server.crt',
   ]);

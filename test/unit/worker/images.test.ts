@@ -8,9 +8,19 @@ import { BUNDLED_IMAGE_NAMES, imageTarballs } from '../../../src/payload/images.
 import { parseImageList, tarballImages } from '../../../src/worker/images.ts';
 import { tempDir } from '../../helpers.ts';
 
-test('the bundled images are the pause and busybox images, with a tarball each in the cache dir', () => {
-  assert.deepEqual(BUNDLED_IMAGE_NAMES, ['registry.k8s.io/pause:3.10', 'docker.io/library/busybox:1.36']);
-  assert.deepEqual(imageTarballs('/c'), ['/c/pause-3.10.oci.tar', '/c/busybox-1.36.oci.tar']);
+test('the bundled images are pause, busybox and the add-ons’ images, under upstream names, with a tarball each in the cache dir', () => {
+  assert.deepEqual(BUNDLED_IMAGE_NAMES, [
+    'registry.k8s.io/pause:3.10',
+    'docker.io/library/busybox:1.36',
+    'registry.k8s.io/coredns/coredns:v1.15.0',
+    'registry.k8s.io/metrics-server/metrics-server:v0.9.0',
+  ]);
+  assert.deepEqual(imageTarballs('/c'), [
+    '/c/pause-3.10.oci.tar',
+    '/c/busybox-1.36.oci.tar',
+    '/c/coredns-v1.15.0.oci.tar',
+    '/c/metrics-server-v0.9.0.oci.tar',
+  ]);
 });
 
 test('tarballImages reads image names and manifest digests from an OCI layout index', async (t) => {
