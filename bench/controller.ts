@@ -1,5 +1,6 @@
 // kctl-only figures from the real binary (dist/kctl): controller start to kube-apiserver
-// /readyz, and the controller process's RSS idle with one konnectivity agent connected.
+// /readyz, and the controller process's RSS idle with one konnectivity agent connected and the
+// manifest applier running (it has applied the add-on stacks; with no node their pods stay Pending).
 import { existsSync } from 'node:fs';
 import { writeFile } from 'node:fs/promises';
 import { request } from 'node:https';

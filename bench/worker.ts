@@ -78,10 +78,16 @@ async function stop(p: Tracked): Promise<void> {
 
 /**
  * Joins `reps` fresh workers, one after another, to one lab controller; returns each join's
- * seconds (token to Node Ready). Everything is torn down before it returns or throws: worker
+ * seconds (token to Node Ready), and the seconds from the controller's start to the first
+ * CoreDNS replica Ready on the first worker (coredns-ready-s: controller start, token, join,
+ * add-on stacks applied, CoreDNS image already imported on the worker, pod Ready). Everything is torn down before it returns or throws: worker
  * and controller processes, containerd shims and mounts, kubelet cgroups, lab namespaces, `dir`'s contents.
  */
-export async function workerJoinSeconds(dir: string, log: (m: string) => void, reps = 1): Promise<number[]> {
+export async function workerJoinSeconds(
+  dir: string,
+  log: (m: string) => void,
+  reps = 1,
+): Promise<{ joins: number[]; corednsReadySeconds: number | null }> {
   const kctlBin = requireKctl();
   const workerNames = Array.from({ length: reps }, (_, i) => `${LAB}${i + 1}`);
   await mkdir(dir, { recursive: true });
@@ -94,6 +100,8 @@ export async function workerJoinSeconds(dir: string, log: (m: string) => void, r
     const init = await ctl.run(kctlBin, [...c.args, '--init-only'], { timeout: CONTROLLER_READY_MS, all: true });
     if (init.exitCode !== 0) throw new Error(`kctl controller --init-only failed (${init.exitCode}):\n${String(init.all).slice(-3000)}`);
     log('worker-join: controller staged, starting');
+    const controllerStart = Date.now();
+    let corednsReadySeconds: number | null = null;
     const controller = track(ctl.spawn(kctlBin, c.args));
     procs.push(controller);
     let controllerReady = false;
@@ -142,6 +150,14 @@ export async function workerJoinSeconds(dir: string, log: (m: string) => void, r
       );
       const seconds = (Date.now() - start) / 1000;
       out.push(seconds);
+      if (corednsReadySeconds === null) {
+        await waitFor('a CoreDNS replica Ready', NODE_READY_MS, POLL_MS, async () => {
+          const r = await kubectl(['-n', 'kube-system', 'get', 'deployment', 'coredns', '-o', 'jsonpath={.status.readyReplicas}']);
+          return Number(String(r.stdout)) >= 1;
+        });
+        corednsReadySeconds = (Date.now() - controllerStart) / 1000;
+        log(`coredns-ready: ${corednsReadySeconds.toFixed(1)} s after the controller started`);
+      }
       // Not timed: for the log, when the worker itself reported every component ready (kube-proxy and the agent may come after the Node is Ready).
       await waitFor('worker ready', 30_000, 100, async () => phases.has('worker-ready')).catch(() => undefined);
       log(`worker-join: ${name} Ready after ${seconds.toFixed(1)} s (${[...phases].map(([k, v]) => `${k} ${v.toFixed(1)} s`).join(', ')})`);
@@ -149,7 +165,7 @@ export async function workerJoinSeconds(dir: string, log: (m: string) => void, r
       await stop(worker);
       await cleanupWorkerHost(d.data, d.run, name);
     }
-    return out;
+    return { joins: out, corednsReadySeconds };
   } finally {
     for (const p of procs.reverse()) await stop(p).catch(() => undefined);
     await lab.destroy().catch((err: Error) => log(`worker-join: destroying the lab failed: ${err.message}`));
