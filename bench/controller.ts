@@ -35,8 +35,17 @@ export interface ControllerFigures {
 /** One controller start (after --init-only staged everything) and its idle RSS with one agent. */
 export async function controllerFigures(dir: string, log: (m: string) => void): Promise<ControllerFigures> {
   if (!existsSync(KCTL)) throw new Error(`${KCTL} is missing; run npm run build first`);
-  const [api, agent, admin, etcdClient, etcdPeer, scheduler, cm] = (await freePorts(7)) as [number, number, number, number, number, number, number];
-  const ports = { api, agent, admin, etcdClient, etcdPeer, scheduler, cm };
+  const [api, agent, admin, etcdClient, etcdPeer, scheduler, cm, joinPort] = (await freePorts(8)) as [
+    number,
+    number,
+    number,
+    number,
+    number,
+    number,
+    number,
+    number,
+  ];
+  const ports = { api, agent, admin, etcdClient, etcdPeer, scheduler, cm, joinPort };
   const cfg = join(dir, 'kctl.yaml');
   await writeFile(
     cfg,
@@ -44,7 +53,7 @@ export async function controllerFigures(dir: string, log: (m: string) => void): 
       'apiVersion: kctl.dev/v1alpha1',
       'kind: ClusterConfig',
       'spec:',
-      `  api: { address: 127.0.0.1, port: ${ports.api} }`,
+      `  api: { address: 127.0.0.1, port: ${ports.api}, joinPort: ${ports.joinPort} }`,
       `  konnectivity: { agentPort: ${ports.agent}, adminPort: ${ports.admin} }`,
       `  storage: { etcd: { clientPort: ${ports.etcdClient}, peerPort: ${ports.etcdPeer} } }`,
       `  scheduler: { port: ${ports.scheduler} }`,

@@ -1,6 +1,7 @@
 import { Option, type Command } from 'commander';
 import { runController } from '../controller/index.ts';
 import { globals, loggerFor } from './globals.ts';
+import { readTokenFile } from './worker.ts';
 
 export function controllerCommand(program: Command): void {
   program
@@ -10,11 +11,33 @@ export function controllerCommand(program: Command): void {
     .option('--single', 'single-host control plane; storage defaults to kine (SQLite)')
     .addOption(new Option('--storage <type>', 'storage backend (overrides spec.storage.type)').choices(['etcd', 'kine']))
     .option('--init-only', 'prepare everything (staged binaries, PKI, kubeconfigs) and exit')
-    .addHelpText('after', '\nStops all components in reverse order on SIGTERM or SIGINT. `kctl status` shows their state.')
-    .action(async (opts: { config?: string; single?: boolean; storage?: 'etcd' | 'kine'; initOnly?: boolean }, cmd: Command) => {
+    .option('--token-file <file>', 'join a running cluster as one more controller, with a token from `kctl token create --role controller`')
+    .addHelpText(
+      'after',
+      [
+        '',
+        'Stops all components in reverse order on SIGTERM or SIGINT. `kctl status` shows their state.',
+        '',
+        'High availability: on a running controller, `kctl token create --role controller`; on the new control',
+        'host, `kctl controller --config kctl.yaml --token-file F` (same spec.storage and spec.network as the',
+        'cluster, its own spec.api.address). It fetches the shared CAs and keys from the join endpoint',
+        '(spec.api.joinPort, 9443) of a running controller and, with etcd, joins as a learner that is',
+        'promoted once it has caught up. Later starts need no token. `kctl etcd member-list` shows members.',
+      ].join('\n'),
+    )
+    .action(async (opts: { config?: string; single?: boolean; storage?: 'etcd' | 'kine'; initOnly?: boolean; tokenFile?: string }, cmd: Command) => {
       const g = globals(cmd);
+      const token = opts.tokenFile ? (await readTokenFile(opts.tokenFile)).trim() : undefined;
       await runController(
-        { configFile: opts.config, single: opts.single, storage: opts.storage, initOnly: opts.initOnly, dataDir: g.dataDir, runDir: g.runDir },
+        {
+          configFile: opts.config,
+          single: opts.single,
+          storage: opts.storage,
+          initOnly: opts.initOnly,
+          token,
+          dataDir: g.dataDir,
+          runDir: g.runDir,
+        },
         loggerFor(cmd),
       );
     });

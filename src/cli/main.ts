@@ -12,6 +12,7 @@ import { resetCommand } from './reset.ts';
 import { serviceCommands } from './service.ts';
 import { sysinfoCommand } from './sysinfo.ts';
 import { backupCommands } from './backup.ts';
+import { etcdCommands } from './etcd.ts';
 import { workerCommand } from './worker.ts';
 import { konnectivityAgentCommand } from './konnectivity-agent.ts';
 import { versionCommand } from './version.ts';
@@ -38,6 +39,7 @@ export function buildProgram(): Command {
   kubectlCommand(program);
   configCommand(program);
   tokenCommand(program);
+  etcdCommands(program);
   konnectivityAgentCommand(program);
   airgapCommand(program);
   resetCommand(program);

@@ -15,20 +15,21 @@ function adminClient(dataDir: string): KubeClient {
 }
 
 export function tokenCommand(program: Command): void {
-  const token = program.command('token').description('join tokens for workers');
+  const token = program.command('token').description('join tokens for workers and controllers');
   token
     .command('create')
-    .description('print a new join token (give it to `kctl worker --token`)')
-    .requiredOption('--role <role>', 'what the token joins as (worker)')
+    .description('print a new join token (worker: for `kctl worker --token`; controller: for `kctl controller --token-file`)')
+    .requiredOption('--role <role>', 'what the token joins as: worker or controller')
     .option('--expiry <duration>', 'lifetime, e.g. 30m, 24h, 7d; 0 = never', '24h')
     .action(async (opts: { role: string; expiry: string }, cmd: Command) => {
-      if (opts.role !== 'worker') throw new UserError(`--role "${opts.role}" is not supported; use --role worker`);
+      if (opts.role !== 'worker' && opts.role !== 'controller')
+        throw new UserError(`--role "${opts.role}" is not a role; use --role worker or --role controller`);
       const expiryMs = parseExpiry(opts.expiry);
       const g = globals(cmd);
       const cfgFile = join(g.dataDir, 'cluster-config.yaml');
       if (!existsSync(cfgFile)) throw new UserError(`no controller config at ${cfgFile}; start kctl controller with this --data-dir first`);
       const cfg = await loadConfig(cfgFile);
-      process.stdout.write((await createToken(adminClient(g.dataDir), cfg, join(g.dataDir, 'pki', 'ca.crt'), 'worker', expiryMs)) + '\n');
+      process.stdout.write((await createToken(adminClient(g.dataDir), cfg, join(g.dataDir, 'pki', 'ca.crt'), opts.role, expiryMs)) + '\n');
     });
   token
     .command('list')

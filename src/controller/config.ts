@@ -50,6 +50,8 @@ export const clusterConfigSchema = z.strictObject({
             .refine((s) => isIP(s) !== 0, { message: 'expected an IP address (the address workers use to reach this controller)' })
             .optional(),
           port: port(6443),
+          /** Where joining controllers fetch the shared keys (kctl controller --token-file). */
+          joinPort: port(9443),
           sans: z.array(hostOrIp).default([]),
           extraArgs,
         })
@@ -64,7 +66,15 @@ export const clusterConfigSchema = z.strictObject({
       storage: z
         .strictObject({
           type: z.enum(['etcd', 'kine']).optional(),
-          etcd: z.strictObject({ clientPort: port(2379), peerPort: port(2380), extraArgs }).prefault({}),
+          etcd: z
+            .strictObject({
+              clientPort: port(2379),
+              peerPort: port(2380),
+              /** This controller's etcd member name; default the host name. */
+              memberName: z.string().regex(dnsLabel, 'expected a name such as ctrl-1').optional(),
+              extraArgs,
+            })
+            .prefault({}),
           kine: z
             .strictObject({
               dataSource: z

@@ -1,7 +1,8 @@
 // `kctl controller`: the control plane as an ordered list of components (k0s's shape).
 //   pki, stage (before the list), then: status socket -> storage (etcd|kine)
-//   -> konnectivity server -> kube-apiserver -> node watch -> bootstrap -> manifest applier
+//   -> konnectivity server -> kube-apiserver -> node watch -> bootstrap -> join-server -> manifest applier
 //   -> coredns-scaler (unless CoreDNS is off) -> scheduler -> controller-manager -> csr-approver
+import { existsSync } from 'node:fs';
 import { mkdir } from 'node:fs/promises';
 import { writeFileAtomic } from '../base/fs.ts';
 import { join } from 'node:path';
@@ -11,7 +12,9 @@ import { componentLogger } from '../base/log.ts';
 import { findPayload } from '../payload/payload.ts';
 import { stageComponents } from '../payload/stage.ts';
 import { ensurePki, type PkiPaths } from '../pki/index.ts';
-import { EtcdComponent, type EtcdOptions } from '../etcd/etcd.ts';
+import { EtcdComponent, etcdClientUrl, type EtcdOptions } from '../etcd/etcd.ts';
+import type { EtcdClientTls } from '../etcd/members.ts';
+import { UserError } from '../base/errors.ts';
 import { KineComponent } from '../etcd/kine.ts';
 import type { Component } from '../base/component.ts';
 import { httpsUrl } from '../base/addresses.ts';
@@ -28,6 +31,8 @@ import { ApiserverComponent } from './apiserver.ts';
 import { BootstrapComponent } from './bootstrap.ts';
 import { KonnectivityServerComponent } from './konnectivity.ts';
 import { CsrApproverComponent } from './csr-approver.ts';
+import { joinController, leftMarker, type ControllerJoinState } from './join.ts';
+import { JoinServerComponent } from './join-server.ts';
 import { ManifestApplierComponent } from './manifests.ts';
 import { NodeWatchComponent } from './nodes.ts';
 import { KubeClient } from '../kube/client.ts';
@@ -38,12 +43,14 @@ import type { ControllerStatusReport } from './status.ts';
 
 export interface ControllerOptions extends ConfigFlags {
   configFile?: string;
+  /** A controller join token (kctl token create --role controller): join a running cluster. */
+  token?: string;
   dataDir: string;
   runDir: string;
   initOnly?: boolean;
 }
 
-function etcdOptions(cfg: ClusterConfig, paths: ControllerPaths, pki: PkiPaths): EtcdOptions {
+function etcdOptions(cfg: ClusterConfig, paths: ControllerPaths, pki: PkiPaths, joined: ControllerJoinState | null): EtcdOptions {
   const etcd = cfg.spec.storage.etcd;
   return {
     binDir: paths.binDir,
@@ -52,6 +59,8 @@ function etcdOptions(cfg: ClusterConfig, paths: ControllerPaths, pki: PkiPaths):
     clientPort: etcd.clientPort,
     peerHost: cfg.spec.api.address,
     peerPort: etcd.peerPort,
+    name: etcd.memberName,
+    joinCluster: joined?.etcd?.initialCluster,
     extraArgs: etcd.extraArgs,
     certs: {
       caCert: pki.etcdCaCert,
@@ -70,6 +79,7 @@ export function controllerPorts(cfg: ClusterConfig): Record<string, number> {
   const s = cfg.spec;
   return {
     'kube-apiserver': s.api.port,
+    'controller join endpoint': s.api.joinPort,
     'konnectivity agent port': s.konnectivity.agentPort,
     'konnectivity admin port': s.konnectivity.adminPort,
     ...(s.storage.type === 'etcd' ? { 'etcd client port': s.storage.etcd.clientPort, 'etcd peer port': s.storage.etcd.peerPort } : {}),
@@ -78,7 +88,23 @@ export function controllerPorts(cfg: ClusterConfig): Record<string, number> {
   };
 }
 
-export function controllerComponents(cfg: ClusterConfig, paths: ControllerPaths, pki: PkiPaths, log: Logger): Component[] {
+/** This controller's client view of its local etcd member (kctl etcd, the join endpoint). */
+export function localEtcd(cfg: ClusterConfig, pki: PkiPaths): EtcdClientTls {
+  return {
+    url: etcdClientUrl(cfg.spec.storage.etcd.clientPort),
+    caCert: pki.etcdCaCert,
+    clientCert: pki.apiserverEtcdClientCert,
+    clientKey: pki.apiserverEtcdClientKey,
+  };
+}
+
+export function controllerComponents(
+  cfg: ClusterConfig,
+  paths: ControllerPaths,
+  pki: PkiPaths,
+  log: Logger,
+  joined: ControllerJoinState | null = null,
+): Component[] {
   const child = (name: string) => componentLogger(log, name);
   // The one API client of this process (admin credentials), shared by every component that calls the API.
   const kube = KubeClient.fromKubeconfig(pki.adminConf);
@@ -86,7 +112,7 @@ export function controllerComponents(cfg: ClusterConfig, paths: ControllerPaths,
   const nodes = new NodeWatchComponent(kube);
   const storage =
     cfg.spec.storage.type === 'etcd'
-      ? new EtcdComponent(etcdOptions(cfg, paths, pki), child('etcd'))
+      ? new EtcdComponent(etcdOptions(cfg, paths, pki, joined), child('etcd'))
       : new KineComponent(
           {
             binDir: paths.binDir,
@@ -104,6 +130,8 @@ export function controllerComponents(cfg: ClusterConfig, paths: ControllerPaths,
     new ApiserverComponent(cfg, paths, pki, child('kube-apiserver'), { egress: true }),
     nodes,
     new BootstrapComponent(cfg, pki, kube, child('bootstrap')),
+    // Other controllers join through this one (kctl controller --token-file).
+    new JoinServerComponent(cfg, pki, kube, cfg.spec.storage.type === 'etcd' ? localEtcd(cfg, pki) : undefined, child('join-server')),
     // kctl's add-on stacks (written before the start) and operators' stacks under <data-dir>/manifests/<stack>/.
     new ManifestApplierComponent(paths.manifestsDir, paths.dataDir, kube, child('manifest-applier')),
     ...(cfg.spec.addons.coredns.enabled ? [new CorednsScalerComponent(kube, nodes, cfg.spec.addons.coredns.replicas, child('coredns-scaler'))] : []),
@@ -117,19 +145,33 @@ export function controllerComponents(cfg: ClusterConfig, paths: ControllerPaths,
 export async function runController(opts: ControllerOptions, log: Logger): Promise<void> {
   const cfg = await loadConfig(opts.configFile, opts);
   const paths = controllerPaths(opts.dataDir, opts.runDir);
-  if (!opts.initOnly) {
-    await refuseIfOwned([paths.dataDir, paths.runDir]);
-    await requireHost({ role: 'controller', dataDir: paths.dataDir, ports: controllerPorts(cfg), ownPids: await ownPids(paths.runDir) });
-  }
+  if (existsSync(leftMarker(paths)))
+    throw new UserError(
+      `this controller left the etcd cluster (kctl etcd leave) and must not start on ${paths.dataDir} again; run kctl reset, then join with a new controller token`,
+    );
+  if (!opts.initOnly) await refuseIfOwned([paths.dataDir, paths.runDir]);
+  const checkHost = async () => {
+    if (!opts.initOnly)
+      await requireHost({ role: 'controller', dataDir: paths.dataDir, ports: controllerPorts(cfg), ownPids: await ownPids(paths.runDir) });
+  };
+  // A joining controller: the token is checked by a running controller before the host checks and before anything is written.
+  const joined = await joinController(opts.token, cfg, paths, componentLogger(log, 'join'), checkHost);
+  if (!joined) await checkHost();
   await mkdir(paths.dataDir, { recursive: true, mode: 0o755 });
   await mkdir(paths.runDir, { recursive: true, mode: 0o755 });
   // Marks the data and run dirs as in use, for `kctl reset` and for a second start. --init-only
   // only prepares files and exits (two may run at once: staging takes its own lock), so it does not.
-  if (opts.initOnly) await prepareAndRun(cfg, paths, opts, log);
-  else await runOwning([paths.dataDir, paths.runDir], 'controller', () => prepareAndRun(cfg, paths, opts, log));
+  if (opts.initOnly) await prepareAndRun(cfg, paths, opts, joined, log);
+  else await runOwning([paths.dataDir, paths.runDir], 'controller', () => prepareAndRun(cfg, paths, opts, joined, log));
 }
 
-async function prepareAndRun(cfg: ClusterConfig, paths: ControllerPaths, opts: ControllerOptions, log: Logger): Promise<void> {
+async function prepareAndRun(
+  cfg: ClusterConfig,
+  paths: ControllerPaths,
+  opts: ControllerOptions,
+  joined: ControllerJoinState | null,
+  log: Logger,
+): Promise<void> {
   // Under a Type=notify unit (kctl install): progress, readiness and watchdog pings for systemd.
   const notifier = opts.initOnly ? undefined : SystemdNotifier.fromEnv({ log: componentLogger(log, 'systemd') });
   notifier?.startWatchdog();
@@ -154,7 +196,7 @@ async function prepareAndRun(cfg: ClusterConfig, paths: ControllerPaths, opts: C
     return;
   }
 
-  const components = controllerComponents(cfg, paths, pki, log);
+  const components = controllerComponents(cfg, paths, pki, log, joined);
   const konnectivity = components.find((c): c is KonnectivityServerComponent => c instanceof KonnectivityServerComponent);
   let manager: ComponentManager | undefined;
   const status = new StatusServerComponent<ControllerStatusReport>(paths.statusSocket, () => ({

@@ -6,10 +6,11 @@ import { readFile } from 'node:fs/promises';
 import { joinHostPort } from '../base/addresses.ts';
 import { parseDuration } from '../base/duration.ts';
 import { UserError } from '../base/errors.ts';
-import { encodeToken } from '../join/token.ts';
+import { encodeToken, type JoinRole } from '../join/token.ts';
 import { KubeApiError, type KubeClient } from '../kube/client.ts';
 import { apiServerUrl } from './bootstrap.ts';
 import type { ClusterConfig } from './config.ts';
+import { joinServerUrl } from './join-server.ts';
 
 const ALPHABET = 'abcdefghijklmnopqrstuvwxyz0123456789';
 const randomString = (n: number) => Array.from({ length: n }, () => ALPHABET[randomInt(ALPHABET.length)]).join('');
@@ -34,7 +35,7 @@ export function konnectivityAddress(cfg: ClusterConfig): string {
   return joinHostPort(cfg.spec.api.address, cfg.spec.konnectivity.agentPort);
 }
 
-export async function createToken(kube: KubeClient, cfg: ClusterConfig, caFile: string, role: 'worker', expiryMs: number): Promise<string> {
+export async function createToken(kube: KubeClient, cfg: ClusterConfig, caFile: string, role: JoinRole, expiryMs: number): Promise<string> {
   const id = randomString(6);
   const secret = randomString(16);
   const expiration = expiryMs ? new Date(Date.now() + expiryMs).toISOString().replace(/\.\d+Z$/, 'Z') : undefined;
@@ -47,15 +48,18 @@ export async function createToken(kube: KubeClient, cfg: ClusterConfig, caFile: 
       'token-id': id,
       'token-secret': secret,
       ...(expiration ? { expiration } : {}),
-      'usage-bootstrap-authentication': 'true',
-      'usage-bootstrap-signing': 'true',
-      'auth-extra-groups': ROLE_GROUP(role),
+      // A worker token authenticates kubelet's TLS bootstrap to the API server. A controller token
+      // authenticates to nothing but kctl's join endpoint, which reads this Secret itself.
+      ...(role === 'worker'
+        ? { 'usage-bootstrap-authentication': 'true', 'usage-bootstrap-signing': 'true', 'auth-extra-groups': ROLE_GROUP(role) }
+        : { 'usage-bootstrap-authentication': 'false', 'usage-bootstrap-signing': 'false' }),
       description: `kctl ${role} join token`,
     },
   });
   return encodeToken({
     role,
     apiServers: [apiServerUrl(cfg)],
+    ...(role === 'controller' ? { joinServers: [joinServerUrl(cfg)] } : {}),
     caPem: await readFile(caFile, 'utf8'),
     konnectivity: [konnectivityAddress(cfg)],
     bootstrapToken: `${id}.${secret}`,

@@ -32,6 +32,8 @@ export interface EtcdOptions {
   extraArgs?: Record<string, string>;
   /** Member name; defaults to the host name. */
   name?: string;
+  /** Joining a running cluster as a learner: its --initial-cluster (then the state is "existing"). */
+  joinCluster?: string;
 }
 
 export function etcdClientUrl(clientPort: number): string {
@@ -50,8 +52,9 @@ export function etcdArgs(o: EtcdOptions): string[] {
       'advertise-client-urls': client,
       'listen-peer-urls': peer,
       'initial-advertise-peer-urls': peer,
-      'initial-cluster': `${name}=${peer}`,
-      'initial-cluster-state': 'new',
+      // Read on the first start only; a data dir that holds a member ignores both.
+      'initial-cluster': o.joinCluster ?? `${name}=${peer}`,
+      'initial-cluster-state': o.joinCluster ? 'existing' : 'new',
       'cert-file': o.certs.serverCert,
       'key-file': o.certs.serverKey,
       'trusted-ca-file': o.certs.caCert,

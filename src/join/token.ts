@@ -10,9 +10,13 @@ import { parse, stringify } from 'yaml';
 export const BOOTSTRAP_TOKEN_RE = /^([a-z0-9]{6})\.([a-z0-9]{16})$/;
 export const TOKEN_PREFIX = 'kctl1:';
 
+export type JoinRole = 'worker' | 'controller';
+
 export interface JoinInfo {
-  role: 'worker';
+  role: JoinRole;
   apiServers: string[];
+  /** Controller tokens: https URL of every controller's join endpoint (kctl controller --token-file). */
+  joinServers?: string[];
   caPem: string;
   konnectivity: string[]; // host:port of every controller's agent port
   bootstrapToken: string; // <id>.<secret>
@@ -22,6 +26,18 @@ export interface JoinInfo {
 }
 
 export class TokenError extends Error {}
+
+/** The one line for a token of the other role than the command that was given it. */
+export function wrongRole(info: JoinInfo, want: JoinRole): TokenError | null {
+  if (info.role === want) return null;
+  return info.role === 'controller'
+    ? new TokenError(
+        'this is a controller join token: use it with `kctl controller --token-file` on a new control host; for a node, create one with `kctl token create --role worker`',
+      )
+    : new TokenError(
+        'this is a worker join token: use it with `kctl worker`; to add a controller, create one with `kctl token create --role controller`',
+      );
+}
 
 interface JoinKubeconfig {
   apiVersion: 'v1';
@@ -38,6 +54,7 @@ interface JoinKubeconfig {
           kind: string;
           role: string;
           servers: string[];
+          joinServers?: string[];
           konnectivity: string[];
           podCIDR?: string;
           clusterDomain?: string;
@@ -71,6 +88,7 @@ export function encodeToken(info: JoinInfo): string {
                 kind: 'JoinInfo',
                 role: info.role,
                 servers: info.apiServers,
+                ...(info.joinServers ? { joinServers: info.joinServers } : {}),
                 konnectivity: info.konnectivity,
                 podCIDR: info.podCIDR,
                 clusterDomain: info.clusterDomain,
@@ -113,7 +131,7 @@ export function decodeToken(text: string): JoinInfo {
   const ext = cluster?.extensions?.find((e) => e.name === EXT_NAME)?.extension;
   if (!cluster || !token || !ext) throw malformed('cluster, user or kctl extension missing');
   if (!BOOTSTRAP_TOKEN_RE.test(token)) throw malformed('the bootstrap token is not <6 chars>.<16 chars>');
-  if (ext.role !== 'worker') throw malformed(`unknown role "${String(ext.role)}"`);
+  if (ext.role !== 'worker' && ext.role !== 'controller') throw malformed(`unknown role "${String(ext.role)}"`);
   const caPem = Buffer.from(cluster['certificate-authority-data'] ?? '', 'base64').toString('utf8');
   try {
     const ca = new X509Certificate(caPem);
@@ -134,7 +152,13 @@ export function decodeToken(text: string): JoinInfo {
   const konnectivity = Array.isArray(ext.konnectivity) ? ext.konnectivity.map(String) : [];
   for (const k of konnectivity)
     if (!/^(\[[0-9a-fA-F:.]+\]|[^:\s]+):\d{1,5}$/.test(k)) throw malformed(`konnectivity address "${k}" is not host:port`);
-  const out: JoinInfo = { role: 'worker', apiServers: servers, caPem, konnectivity, bootstrapToken: token };
+  const out: JoinInfo = { role: ext.role, apiServers: servers, caPem, konnectivity, bootstrapToken: token };
+  if (ext.role === 'controller') {
+    const join = Array.isArray(ext.joinServers) ? ext.joinServers.map(String) : [];
+    if (!join.length) throw malformed('a controller token without join endpoints');
+    for (const j of join) if (!/^https:\/\/\S+$/.test(j)) throw malformed(`join endpoint "${j}" is not an https URL`);
+    out.joinServers = join;
+  }
   if (typeof ext.podCIDR === 'string') out.podCIDR = ext.podCIDR;
   if (typeof ext.clusterDomain === 'string') out.clusterDomain = ext.clusterDomain;
   if (typeof ext.clusterDNS === 'string') {

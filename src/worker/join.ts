@@ -5,7 +5,8 @@ import { existsSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import { writeFileAtomic } from '../base/fs.ts';
 import { UserError } from '../base/errors.ts';
-import { decodeToken, TokenError, tokenId, type JoinInfo } from '../join/token.ts';
+import { TLS_TRUST_ERRORS } from '../join/tls.ts';
+import { decodeToken, TokenError, tokenId, wrongRole, type JoinInfo } from '../join/token.ts';
 import { KubeApiError, KubeClient } from '../kube/client.ts';
 import type { Logger } from '../base/log.ts';
 import { writeKubeconfig } from '../pki/index.ts';
@@ -19,16 +20,6 @@ export interface JoinState {
   clusterDNS?: string;
   joinedAt: string;
 }
-
-const TLS_TRUST_ERRORS = new Set([
-  'UNABLE_TO_VERIFY_LEAF_SIGNATURE',
-  'SELF_SIGNED_CERT_IN_CHAIN',
-  'DEPTH_ZERO_SELF_SIGNED_CERT',
-  'CERT_SIGNATURE_FAILURE',
-  'UNABLE_TO_GET_ISSUER_CERT',
-  'UNABLE_TO_GET_ISSUER_CERT_LOCALLY',
-  'ERR_TLS_CERT_ALTNAME_INVALID',
-]);
 
 /** Asks the API server who the bootstrap token is; any failure becomes one clear line. */
 export async function verifyWithCluster(info: JoinInfo): Promise<void> {
@@ -91,6 +82,8 @@ export async function join(
   let info: JoinInfo;
   try {
     info = decodeToken(tokenText);
+    const wrong = wrongRole(info, 'worker');
+    if (wrong) throw wrong;
   } catch (err) {
     throw err instanceof TokenError ? new UserError(err.message) : err;
   }

@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import { join } from 'node:path';
 import { test } from 'node:test';
-import { decodeToken, encodeToken, TokenError, type JoinInfo } from '../../src/join/token.ts';
+import { decodeToken, encodeToken, TokenError, wrongRole, type JoinInfo } from '../../src/join/token.ts';
 import { tempDir } from '../helpers.ts';
 
 async function ca(t: Parameters<typeof tempDir>[0]): Promise<string> {
@@ -54,6 +54,18 @@ test('a cluster DNS address that is not an IP makes the token malformed', async 
   };
   assert.equal(decodeToken(encodeToken({ ...info, clusterDNS: 'fd00::a' })).clusterDNS, 'fd00::a');
   assert.throws(() => decodeToken(encodeToken({ ...info, clusterDNS: 'dns.local' })), /malformed \(cluster DNS "dns\.local" is not an IP address\)/);
+});
+
+test('a controller token carries the join endpoints; each role refuses the other role’s token with one line', async (t) => {
+  const caPem = await ca(t);
+  const base = { apiServers: ['https://10.77.0.10:6443'], caPem, konnectivity: [], bootstrapToken: 'abcdef.0123456789abcdef' };
+  const controller = decodeToken(encodeToken({ ...base, role: 'controller', joinServers: ['https://10.77.0.10:9443'] }));
+  assert.deepEqual(controller.joinServers, ['https://10.77.0.10:9443']);
+  assert.equal(wrongRole(controller, 'controller'), null);
+  assert.match(wrongRole(controller, 'worker')!.message, /^this is a controller join token: use it with `kctl controller --token-file`/);
+  const worker = decodeToken(encodeToken({ ...base, role: 'worker' }));
+  assert.match(wrongRole(worker, 'controller')!.message, /^this is a worker join token: use it with `kctl worker`/);
+  assert.throws(() => decodeToken(encodeToken({ ...base, role: 'controller' })), /malformed \(a controller token without join endpoints\)/);
 });
 
 test('malformed and tampered tokens give one clear line', async (t) => {

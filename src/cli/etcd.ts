@@ -1,0 +1,87 @@
+import type { Command } from 'commander';
+import { existsSync } from 'node:fs';
+import { join } from 'node:path';
+import { httpsUrl } from '../base/addresses.ts';
+import { UserError } from '../base/errors.ts';
+import { writeFileAtomic } from '../base/fs.ts';
+import { loadConfig, type ClusterConfig } from '../controller/config.ts';
+import { localEtcd } from '../controller/index.ts';
+import { leftMarker } from '../controller/join.ts';
+import { controllerPaths } from '../controller/paths.ts';
+import { listMembers, removeMember, type EtcdMember } from '../etcd/members.ts';
+import { pkiPaths } from '../pki/index.ts';
+import { globals } from './globals.ts';
+import { outputOption, printJson, type OutputFormat } from './output.ts';
+
+async function etcdConfig(dataDir: string): Promise<ClusterConfig> {
+  const cfgFile = join(dataDir, 'cluster-config.yaml');
+  if (!existsSync(cfgFile)) throw new UserError(`no controller config at ${cfgFile}; run this on a controller host (or pass its --data-dir)`);
+  const cfg = await loadConfig(cfgFile);
+  if (cfg.spec.storage.type !== 'etcd')
+    throw new UserError(`this controller stores its state in ${cfg.spec.storage.type}, not etcd: there are no etcd members`);
+  return cfg;
+}
+
+const selfPeerUrl = (cfg: ClusterConfig) => httpsUrl(cfg.spec.api.address, cfg.spec.storage.etcd.peerPort);
+
+export function etcdCommands(program: Command): void {
+  const etcd = program.command('etcd').description('the etcd cluster of the controllers (etcd storage)');
+  etcd
+    .command('member-list')
+    .description("list etcd members: name, id, peer URL, voter or learner (asks this controller's etcd)")
+    .addOption(outputOption())
+    .action(async (opts: { output: OutputFormat }, cmd: Command) => {
+      const { dataDir } = globals(cmd);
+      const cfg = await etcdConfig(dataDir);
+      const members = await listMembers(localEtcd(cfg, pkiPaths(join(dataDir, 'pki')))).catch((err: Error) => {
+        throw new UserError(`cannot list etcd members: ${err.message}; is this controller running?`);
+      });
+      const self = selfPeerUrl(cfg);
+      if (opts.output === 'json') {
+        printJson(members.map((m) => ({ ...m, self: m.peerURLs.includes(self) })));
+        return;
+      }
+      const rows = [
+        ['NAME', 'ID', 'PEER URL', 'ROLE', ''],
+        ...members.map((m: EtcdMember) => [
+          m.name || '(not started)',
+          m.id,
+          m.peerURLs.join(','),
+          m.isLearner ? 'learner' : 'voter',
+          m.peerURLs.includes(self) ? '(this controller)' : '',
+        ]),
+      ];
+      const w = [0, 1, 2, 3].map((i) => Math.max(...rows.map((r) => r[i]!.length)));
+      process.stdout.write(
+        rows
+          .map((r) =>
+            r
+              .map((c, i) => (i < 4 ? c.padEnd(w[i]!) : c))
+              .join('  ')
+              .trimEnd(),
+          )
+          .join('\n') + '\n',
+      );
+    });
+  etcd
+    .command('leave')
+    .description('remove this controller from the etcd cluster, before it is shut down for good')
+    .addHelpText('after', '\nAfterwards stop this controller (kctl stop, or SIGTERM); it refuses to start on this data dir again until kctl reset.')
+    .action(async (_opts: unknown, cmd: Command) => {
+      const { dataDir, runDir } = globals(cmd);
+      const cfg = await etcdConfig(dataDir);
+      const tls = localEtcd(cfg, pkiPaths(join(dataDir, 'pki')));
+      const members = await listMembers(tls).catch((err: Error) => {
+        throw new UserError(`cannot list etcd members: ${err.message}; is this controller running?`);
+      });
+      const self = members.find((m) => m.peerURLs.includes(selfPeerUrl(cfg)));
+      if (!self) throw new UserError(`this controller (${selfPeerUrl(cfg)}) is not an etcd member`);
+      if (members.length === 1)
+        throw new UserError('this controller is the only etcd member; leaving would lose the cluster (use kctl reset to end it)');
+      await removeMember(tls, self.id).catch((err: Error) => {
+        throw new UserError(`etcd refused to remove member ${self.name}: ${err.message}`);
+      });
+      await writeFileAtomic(leftMarker(controllerPaths(dataDir, runDir)), `${new Date().toISOString()} ${self.id}\n`, 0o600);
+      process.stdout.write(`left the etcd cluster (member ${self.name}, ${self.id}); stop this controller now\n`);
+    });
+}

@@ -1,0 +1,194 @@
+// Controllers joining a running cluster, with the real parts: three lab hosts, etcd storage.
+// The second and third controllers join with a controller token (shared CAs and keys from the
+// join endpoint, etcd learner promoted when caught up); state written through one controller
+// is read through another; bad tokens and a join without etcd quorum are refused with one line
+// and nothing written; a controller that left etcd refuses to start again.
+import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { test, type TestContext } from 'node:test';
+import type { EtcdMember } from '../../src/etcd/members.ts';
+import { decodeToken, encodeToken } from '../../src/join/token.ts';
+import { track, type Tracked } from './cluster.ts';
+import { requireKctl } from './kctl.ts';
+import { createLab, type LabHost } from './lab.ts';
+import { waitFor } from './wait.ts';
+
+interface Ctl {
+  host: LabHost;
+  dataDir: string;
+  runDir: string;
+  config: string;
+  proc?: Tracked;
+}
+
+test('controllers join by token: etcd learners promoted, shared state, bad tokens and no quorum refused, a member that left stays out', async (t: TestContext) => {
+  const lab = await createLab('ha', ['c1', 'c2', 'c3'], { t });
+  const dir = await mkdtemp(join(tmpdir(), 'kctl-ha-'));
+  const kctlBin = requireKctl();
+  const ctls: Ctl[] = [];
+  t.after(async () => {
+    for (const c of ctls) c.proc?.child.kill('SIGKILL');
+    await rm(dir, { recursive: true, force: true });
+  });
+  for (const name of ['c1', 'c2', 'c3']) {
+    const host = lab.host(name);
+    const config = join(dir, `${name}.yaml`);
+    await writeFile(config, `spec:\n  api: { address: ${host.ip} }\n  storage: { type: etcd, etcd: { memberName: ${name} } }\n`);
+    ctls.push({ host, dataDir: join(dir, `${name}-data`), runDir: join(dir, `${name}-run`), config });
+  }
+  const [c1, c2, c3] = ctls as [Ctl, Ctl, Ctl];
+  const run = (c: Ctl, args: string[]) => c.host.run(kctlBin, ['--data-dir', c.dataDir, '--run-dir', c.runDir, ...args], { timeout: 120_000 });
+  const start = async (c: Ctl, tokenFile?: string) => {
+    c.proc = track(
+      c.host.spawn(kctlBin, [
+        'controller',
+        '--config',
+        c.config,
+        '--data-dir',
+        c.dataDir,
+        '--run-dir',
+        c.runDir,
+        ...(tokenFile ? ['--token-file', tokenFile] : []),
+      ]),
+    );
+    await waitFor(
+      `${c.host.name} ready`,
+      240_000,
+      async () => {
+        if (c.proc!.child.exitCode !== null) throw new Error(`${c.host.name} exited`);
+        return c.proc!.saw('"msg":"controller ready"');
+      },
+      c.proc.log,
+    );
+  };
+  const stop = async (c: Ctl) => {
+    c.proc!.child.kill('SIGTERM');
+    assert.equal(await c.proc!.exited, 0, c.proc!.log());
+  };
+  const members = async (c: Ctl): Promise<EtcdMember[]> => {
+    const r = await run(c, ['etcd', 'member-list', '-o', 'json']);
+    assert.equal(r.exitCode, 0, String(r.stderr));
+    return JSON.parse(String(r.stdout)) as EtcdMember[];
+  };
+  const voters = async (c: Ctl, names: string[]) =>
+    waitFor(`etcd voters ${names.join(', ')}`, 120_000, async () => {
+      const m = await members(c);
+      return (
+        m.length === names.length &&
+        m.every((x) => !x.isLearner) &&
+        m
+          .map((x) => x.name)
+          .sort()
+          .join() === names.join()
+      );
+    });
+  const tokenFile = async (name: string, text: string) => {
+    const f = join(dir, name);
+    await writeFile(f, text, { mode: 0o600 });
+    return f;
+  };
+  /** A join that must fail with one line matching `expect` and leave the data dir unwritten. */
+  const refused = async (c: Ctl, file: string, expect: RegExp) => {
+    const r = await c.host.run(kctlBin, ['controller', '--config', c.config, '--data-dir', c.dataDir, '--run-dir', c.runDir, '--token-file', file], {
+      timeout: 120_000,
+    });
+    assert.notEqual(r.exitCode, 0, `${c.host.name} joined with ${file}`);
+    const lines = String(r.stderr).trim().split('\n');
+    assert.equal(lines.length, 1, String(r.stderr));
+    assert.match(lines[0]!, expect);
+    assert.equal(existsSync(c.dataDir), false, `a refused join wrote ${c.dataDir}`);
+  };
+
+  await start(c1);
+  const created = await run(c1, ['token', 'create', '--role', 'controller', '--expiry', '1h']);
+  assert.equal(created.exitCode, 0, String(created.stderr));
+  const ctoken = String(created.stdout).trim();
+  const ctokenFile = await tokenFile('controller.token', ctoken);
+
+  // Bad input, each refused with one line and nothing written.
+  const wtoken = String((await run(c1, ['token', 'create', '--role', 'worker'])).stdout).trim();
+  await refused(c2, await tokenFile('worker.token', wtoken), /this is a worker join token: use it with `kctl worker`/);
+  const asWorker = await c2.host.run(kctlBin, ['worker', '--token', ctoken, '--data-dir', join(dir, 'w-data'), '--run-dir', join(dir, 'w-run')]);
+  assert.match(String(asWorker.stderr).trim(), /^kctl: this is a controller join token: use it with `kctl controller --token-file`/);
+  assert.equal(existsSync(join(dir, 'w-data')), false);
+  const expired = String((await run(c1, ['token', 'create', '--role', 'controller', '--expiry', '1s'])).stdout).trim();
+  await new Promise((r) => setTimeout(r, 2500));
+  await refused(
+    c2,
+    await tokenFile('expired.token', expired),
+    /refused the join: the join token was rejected \(expired, invalidated or never issued\)/,
+  );
+  const otherCa = encodeToken({ ...decodeToken(ctoken), caPem: selfSignedCa(dir) });
+  await refused(c2, await tokenFile('other-ca.token', otherCa), /is not signed by the CA in the join token/);
+
+  // c2 joins: an etcd learner, promoted; c2 serves the same cluster.
+  await start(c2, ctokenFile);
+  await voters(c1, ['c1', 'c2']);
+  for (const f of ['ca.key', 'sa.key', 'etcd/ca.key', 'front-proxy-ca.key']) {
+    assert.equal(await readFile(join(c2.dataDir, 'pki', f), 'utf8'), await readFile(join(c1.dataDir, 'pki', f), 'utf8'), `${f} differs`);
+    assert.equal((await import('node:fs/promises').then((fs) => fs.stat(join(c2.dataDir, 'pki', f)))).mode & 0o777, 0o600, f);
+  }
+  assert.ok(!c2.proc!.saw('BEGIN EC PRIVATE KEY') && !c2.proc!.saw('BEGIN PRIVATE KEY'), 'a key reached the log');
+
+  // No quorum (c2 stopped: 1 of 2 members up): c3 is refused, nothing written.
+  await stop(c2);
+  await refused(c3, ctokenFile, /refused the join: .*(etcd cannot change its membership|cannot check the join token)/);
+  // c2 restarts without a token and the cluster is whole again.
+  await start(c2);
+  await voters(c1, ['c1', 'c2']);
+
+  // c3 joins; what c1 writes, c3 reads.
+  await start(c3, ctokenFile);
+  await voters(c2, ['c1', 'c2', 'c3']);
+  assert.equal((await run(c1, ['kubectl', 'create', 'configmap', 'ha-check', '--from-literal=from=c1'])).exitCode, 0);
+  const read = await run(c3, ['kubectl', 'get', 'configmap', 'ha-check', '-o', 'jsonpath={.data.from}']);
+  assert.equal(String(read.stdout), 'c1', String(read.stderr));
+  const table = String((await run(c3, ['etcd', 'member-list'])).stdout);
+  assert.match(table, /^c3\s+\d+\s+https:\/\/\S+:2380\s+voter\s+\(this controller\)$/m, table);
+
+  // c3 leaves etcd, stops, and refuses to start on that data dir again.
+  const left = await run(c3, ['etcd', 'leave']);
+  assert.equal(left.exitCode, 0, String(left.stderr));
+  await voters(c1, ['c1', 'c2']);
+  c3.proc!.child.kill('SIGTERM');
+  await c3.proc!.exited;
+  const again = await c3.host.run(kctlBin, ['controller', '--config', c3.config, '--data-dir', c3.dataDir, '--run-dir', c3.runDir]);
+  assert.notEqual(again.exitCode, 0);
+  assert.match(
+    String(again.stderr).trim(),
+    /^kctl: this controller left the etcd cluster \(kctl etcd leave\) and must not start on \S+ again; run kctl reset/,
+  );
+});
+
+/** A CA certificate of no cluster, for a token that pins the wrong CA. */
+function selfSignedCa(dir: string): string {
+  const out = join(dir, 'other-ca.crt');
+  execFileSync(
+    'openssl',
+    [
+      'req',
+      '-x509',
+      '-newkey',
+      'ec',
+      '-pkeyopt',
+      'ec_paramgen_curve:prime256v1',
+      '-nodes',
+      '-keyout',
+      join(dir, 'other-ca.key'),
+      '-subj',
+      '/CN=other-ca',
+      '-days',
+      '1',
+      '-addext',
+      'basicConstraints=critical,CA:TRUE',
+      '-out',
+      out,
+    ],
+    { stdio: 'ignore' },
+  );
+  return execFileSync('cat', [out], { encoding: 'utf8' });
+}

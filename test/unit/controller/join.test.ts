@@ -1,0 +1,34 @@
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { parseConfig } from '../../../src/controller/config.ts';
+import { configMismatch, type JoinRequest } from '../../../src/controller/join-server.ts';
+import { initialCluster, type EtcdMember } from '../../../src/etcd/members.ts';
+
+const cfg = parseConfig({ spec: { storage: { type: 'etcd' } } }, 'kctl.yaml');
+const request = (over: Partial<JoinRequest> = {}): JoinRequest => ({
+  name: 'c2',
+  peerUrl: 'https://10.0.0.2:2380',
+  storage: 'etcd',
+  network: { podCIDR: '10.244.0.0/16', serviceCIDR: '10.96.0.0/12', clusterDomain: 'cluster.local' },
+  ...over,
+});
+
+test('a joining controller with another storage or network than the cluster is refused, naming the field and the value to use', () => {
+  assert.equal(configMismatch(cfg, request()), null);
+  assert.match(
+    configMismatch(cfg, request({ storage: 'kine' }))!,
+    /stores its state in etcd, the joining controller is configured for kine; set spec\.storage\.type: etcd/,
+  );
+  assert.match(
+    configMismatch(cfg, request({ network: { ...request().network, serviceCIDR: '10.100.0.0/16' } }))!,
+    /spec\.network\.serviceCIDR is 10\.96\.0\.0\/12 in the cluster but 10\.100\.0\.0\/16 on the joining controller/,
+  );
+});
+
+test("etcd's --initial-cluster for a learner names every member, the learner under its own name", () => {
+  const members: EtcdMember[] = [
+    { id: '1', name: 'c1', peerURLs: ['https://10.0.0.1:2380'], clientURLs: [], isLearner: false },
+    { id: '2', name: '', peerURLs: ['https://10.0.0.2:2380'], clientURLs: [], isLearner: true },
+  ];
+  assert.equal(initialCluster(members, { id: '2', name: 'c2' }), 'c1=https://10.0.0.1:2380,c2=https://10.0.0.2:2380');
+});
