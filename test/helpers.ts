@@ -1,4 +1,5 @@
 // Small shared helpers for tests.
+import { execFileSync } from 'node:child_process';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -31,4 +32,37 @@ export function captureLogger(): { log: Logger; lines: () => Record<string, unkn
         .filter(Boolean)
         .map((l) => JSON.parse(l) as Record<string, unknown>),
   };
+}
+
+/**
+ * A self-signed P-256 certificate made by openssl, valid for a day: `<dir>/<name>.crt` and
+ * `<dir>/<name>.key`. `ca` makes it a CA; `san` is an openssl subjectAltName value.
+ */
+export function selfSignedCert(dir: string, name: string, o: { cn: string; ca?: boolean; san?: string }): { cert: string; key: string; pem: string } {
+  const cert = join(dir, `${name}.crt`);
+  const key = join(dir, `${name}.key`);
+  execFileSync(
+    'openssl',
+    [
+      'req',
+      '-x509',
+      '-newkey',
+      'ec',
+      '-pkeyopt',
+      'ec_paramgen_curve:prime256v1',
+      '-nodes',
+      '-days',
+      '1',
+      '-subj',
+      `/CN=${o.cn}`,
+      ...(o.ca ? ['-addext', 'basicConstraints=critical,CA:TRUE'] : []),
+      ...(o.san ? ['-addext', `subjectAltName=${o.san}`] : []),
+      '-keyout',
+      key,
+      '-out',
+      cert,
+    ],
+    { stdio: 'ignore' },
+  );
+  return { cert, key, pem: execFileSync('cat', [cert], { encoding: 'utf8' }) };
 }

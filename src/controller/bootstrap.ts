@@ -52,6 +52,20 @@ export function bootstrapObjects(cfg: ClusterConfig, caPem: string): KubeManifes
     clusterRoleBinding('kctl:apiserver-kubelet-client', 'system:kubelet-api-admin', { kind: 'User', name: 'kube-apiserver-kubelet-client' }),
     // cluster-info, signed by the bootstrapsigner controller, readable without credentials.
     { apiVersion: 'v1', kind: 'ConfigMap', metadata: { name: 'cluster-info', namespace: 'kube-public' }, data: { kubeconfig: clusterInfo } },
+    // Workers read the controllers' leases to hold a konnectivity stream to every live controller.
+    {
+      apiVersion: `${rbac}/v1`,
+      kind: 'Role',
+      metadata: { name: 'kctl:controller-lease-reader', namespace: 'kube-system' },
+      rules: [{ apiGroups: ['coordination.k8s.io'], resources: ['leases'], verbs: ['get', 'list', 'watch'] }],
+    },
+    {
+      apiVersion: `${rbac}/v1`,
+      kind: 'RoleBinding',
+      metadata: { name: 'kctl:controller-lease-reader', namespace: 'kube-system' },
+      roleRef: { apiGroup: rbac, kind: 'Role', name: 'kctl:controller-lease-reader' },
+      subjects: [{ apiGroup: rbac, kind: 'Group', name: 'system:nodes' }],
+    },
     {
       apiVersion: `${rbac}/v1`,
       kind: 'Role',

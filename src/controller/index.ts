@@ -1,6 +1,6 @@
 // `kctl controller`: the control plane as an ordered list of components (k0s's shape).
 //   pki, stage (before the list), then: status socket -> storage (etcd|kine)
-//   -> konnectivity server -> kube-apiserver -> node watch -> bootstrap -> join-server -> manifest applier
+//   -> konnectivity server -> kube-apiserver -> node watch -> bootstrap -> controller-lease -> join-server -> manifest applier
 //   -> coredns-scaler (unless CoreDNS is off) -> scheduler -> controller-manager -> csr-approver
 import { existsSync } from 'node:fs';
 import { mkdir } from 'node:fs/promises';
@@ -31,6 +31,7 @@ import { ApiserverComponent } from './apiserver.ts';
 import { BootstrapComponent } from './bootstrap.ts';
 import { KonnectivityServerComponent } from './konnectivity.ts';
 import { CsrApproverComponent } from './csr-approver.ts';
+import { ControllerLeaseComponent } from './lease.ts';
 import { joinController, leftMarker, type ControllerJoinState } from './join.ts';
 import { JoinServerComponent } from './join-server.ts';
 import { ManifestApplierComponent } from './manifests.ts';
@@ -123,13 +124,16 @@ export function controllerComponents(
           },
           child('kine'),
         );
+  // This controller's lease, and every live controller's: the konnectivity server count follows them.
+  const lease = new ControllerLeaseComponent(cfg, kube, child('controller-lease'));
   return [
     storage,
     // Before kube-apiserver: its egress selector dials this server's unix socket.
-    new KonnectivityServerComponent(cfg, paths, pki, kube, nodes, child('konnectivity-server')),
+    new KonnectivityServerComponent(cfg, paths, pki, kube, nodes, child('konnectivity-server'), () => lease.serverCount()),
     new ApiserverComponent(cfg, paths, pki, child('kube-apiserver'), { egress: true }),
     nodes,
     new BootstrapComponent(cfg, pki, kube, child('bootstrap')),
+    lease,
     // Other controllers join through this one (kctl controller --token-file).
     new JoinServerComponent(cfg, pki, kube, cfg.spec.storage.type === 'etcd' ? localEtcd(cfg, pki) : undefined, child('join-server')),
     // kctl's add-on stacks (written before the start) and operators' stacks under <data-dir>/manifests/<stack>/.

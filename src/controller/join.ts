@@ -15,7 +15,7 @@ import { UserError } from '../base/errors.ts';
 import { writeFileAtomic } from '../base/fs.ts';
 import type { Logger } from '../base/log.ts';
 import { TLS_TRUST_ERRORS } from '../join/tls.ts';
-import { decodeToken, TokenError, tokenId, wrongRole, type JoinInfo } from '../join/token.ts';
+import { decodeTokenFor, TokenError, tokenId, type JoinInfo } from '../join/token.ts';
 import type { ClusterConfig } from './config.ts';
 import { JOIN_PATH, SHARED_PKI_FILES, type JoinRequest, type JoinResponse } from './join-server.ts';
 import type { ControllerPaths } from './paths.ts';
@@ -64,9 +64,7 @@ export async function joinController(
     );
   let info: JoinInfo;
   try {
-    info = decodeToken(tokenText);
-    const wrong = wrongRole(info, 'controller');
-    if (wrong) throw wrong;
+    info = decodeTokenFor(tokenText, 'controller');
   } catch (err) {
     throw err instanceof TokenError ? new UserError(err.message) : err;
   }

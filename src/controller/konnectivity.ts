@@ -68,6 +68,8 @@ export class KonnectivityServerComponent implements Component {
     private readonly kube: KubeClient,
     private readonly nodes: NodeDirectory,
     private readonly log: Logger,
+    /** The live controllers (their leases): the server count every agent is told. */
+    private readonly serverCount: () => number = () => 1,
   ) {}
 
   async init(): Promise<void> {
@@ -85,6 +87,7 @@ export class KonnectivityServerComponent implements Component {
       tokenReview: tokenReview(this.kube),
       nodes: this.nodes,
       trustedAgents: trustedAgents(this.cfg),
+      serverCount: this.serverCount,
       log: this.log,
     });
     try {

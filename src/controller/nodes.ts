@@ -10,10 +10,15 @@ import { Informer, type ListWatchOptions } from '../kube/informer.ts';
 
 interface KubeNode {
   metadata: { name: string };
+  spec?: { podCIDR?: string; podCIDRs?: string[] };
   status?: { addresses?: NodeRecord['addresses'] };
 }
 
-const nodeRecord = (n: KubeNode): NodeRecord => ({ name: n.metadata.name, addresses: n.status?.addresses ?? [] });
+const nodeRecord = (n: KubeNode): NodeRecord => ({
+  name: n.metadata.name,
+  addresses: n.status?.addresses ?? [],
+  podCIDRs: n.spec?.podCIDRs ?? (n.spec?.podCIDR ? [n.spec.podCIDR] : []),
+});
 
 /** Listener argument: the Node that changed, or undefined after a (re)list. */
 export type NodeChangeListener = (node?: string) => void;

@@ -168,6 +168,14 @@ export function decodeToken(text: string): JoinInfo {
   return out;
 }
 
+/** Decodes a token for `role`'s command: a malformed token, or one of the other role, is a TokenError. */
+export function decodeTokenFor(text: string, role: JoinRole): JoinInfo {
+  const info = decodeToken(text);
+  const wrong = wrongRole(info, role);
+  if (wrong) throw wrong;
+  return info;
+}
+
 export function tokenId(bootstrapToken: string): string {
   return BOOTSTRAP_TOKEN_RE.exec(bootstrapToken)?.[1] ?? '';
 }

@@ -33,6 +33,8 @@ interface AddressState {
   lastDuplicate: boolean;
   backoffMs: number;
   nextAttemptAt: number;
+  /** No longer listed (setServers): not dialed again; its streams drain and close. */
+  removed: boolean;
 }
 
 export interface AgentServerSnapshot {
@@ -68,7 +70,7 @@ export class KonnectivityAgent implements Component {
   readonly name = 'konnectivity-agent';
   readonly metrics: AgentMetrics;
   private readonly log: Logger;
-  private readonly addresses: AddressState[];
+  private addresses: AddressState[];
   /** Live streams by serverID: at most one per server. */
   private readonly conns = new Map<string, ServerConnection>();
   private readonly dialingConns = new Set<ServerConnection>();
@@ -105,15 +107,7 @@ export class KonnectivityAgent implements Component {
       ...opts,
     };
     this.log = opts.log;
-    this.addresses = opts.servers.map((addr) => ({
-      addr,
-      label: joinHostPort(addr.host, addr.port),
-      conns: 0,
-      dialing: false,
-      lastDuplicate: false,
-      backoffMs: this.o.syncIntervalMs,
-      nextAttemptAt: 0,
-    }));
+    this.addresses = opts.servers.map((addr) => this.addressState(addr));
     this.metrics = new AgentMetrics({
       openServerConnections: () => this.conns.size,
       knownServerCount: () => this.knownServerCount,
@@ -124,6 +118,36 @@ export class KonnectivityAgent implements Component {
       },
     });
     this.context = { options: this.o, log: this.log, metrics: this.metrics, windowBudget: new WindowBudget(WINDOW_GROWTH_BUDGET) };
+  }
+
+  private addressState(addr: ServerAddress): AddressState {
+    return {
+      addr,
+      label: joinHostPort(addr.host, addr.port),
+      conns: 0,
+      dialing: false,
+      lastDuplicate: false,
+      backoffMs: this.o.syncIntervalMs,
+      nextAttemptAt: 0,
+      removed: false,
+    };
+  }
+
+  /** The servers' addresses now (HA: they follow the live controllers). New ones are dialed at once; dropped ones drain and close. */
+  setServers(servers: ServerAddress[]): void {
+    if (servers.length === 0) return; // keep what we have rather than hold nothing
+    const labels = new Set(servers.map((a) => joinHostPort(a.host, a.port)));
+    const added = servers.filter((a) => !this.addresses.some((x) => x.label === joinHostPort(a.host, a.port)));
+    for (const a of this.addresses.filter((x) => !labels.has(x.label))) {
+      a.removed = true;
+      for (const c of [...this.conns.values()].filter((x) => x.address === a.label)) {
+        this.log.info({ address: a.label, serverId: c.serverId }, 'konnectivity server left the cluster; draining its stream');
+        void c.drain().then(() => c.shutdown(true));
+      }
+    }
+    this.addresses = [...this.addresses.filter((x) => !x.removed), ...added.map((a) => this.addressState(a))];
+    if (added.length) this.log.info({ added: added.map((a) => joinHostPort(a.host, a.port)) }, 'konnectivity servers joined the cluster');
+    this.tick();
   }
 
   async init(): Promise<void> {}
@@ -257,8 +281,8 @@ export class KonnectivityAgent implements Component {
     let outcome: 'new' | 'duplicate' | 'failed' = 'failed';
     try {
       await c.open();
-      if (this.stopping) {
-        c.close('agent stopping');
+      if (this.stopping || a.removed) {
+        c.close(this.stopping ? 'agent stopping' : 'server left the cluster');
       } else if (this.conns.has(c.serverId)) {
         outcome = 'duplicate';
         this.log.debug({ address: a.label, serverId: c.serverId }, 'already connected to this server; dropping the duplicate');
@@ -293,7 +317,7 @@ export class KonnectivityAgent implements Component {
     this.conns.delete(c.serverId);
     a.conns--;
     a.lastDuplicate = false;
-    if (this.stopping) return;
+    if (this.stopping || a.removed) return;
     this.log.warn({ address: a.label, serverId: c.serverId }, `lost konnectivity server: ${why}`);
     this.retryLater(a, false);
     this.tick();

@@ -12,10 +12,12 @@ export interface NodeAddress {
   address: string;
 }
 
-/** What a Node object says about itself: metadata.name and status.addresses. */
+/** What a Node object says about itself: metadata.name, status.addresses and spec.podCIDRs. */
 export interface NodeRecord {
   name: string;
   addresses: NodeAddress[];
+  /** The pod networks kube-controller-manager gave the Node: its pods' IPs are there. */
+  podCIDRs?: string[];
 }
 
 /** A live view of the cluster's Nodes (the controller keeps one from a watch). */
@@ -94,6 +96,8 @@ export type OwnerAgent = (value: string) => string | undefined;
 /**
  * The claims an agent keeps, given the Nodes (and, for trusted agents, the other agents) as they are now:
  * - a node-certificate agent: its node's name, and the names and addresses its Node reports;
+ *   it also serves its Node's pod CIDRs without claiming them, so a dial to a pod (a webhook, an
+ *   aggregated API) goes to the agent on the node that runs the pod, not to any agent;
  * - a service-account agent that is not trusted: nothing (it serves only the `default` strategy);
  * - a trusted agent also: CIDRs, default-route, and any other name or address, unless the agent
  *   of the Node that reports it claims it too: that Node's agent wins.
@@ -123,7 +127,7 @@ export function judgeClaims(
     host: keep('host', claimed.host),
     ipv4: keep('ipv4', claimed.ipv4),
     ipv6: keep('ipv6', claimed.ipv6),
-    cidr: trusted ? claimed.cidr : [],
+    cidr: [...new Set([...(trusted ? claimed.cidr : []), ...(node?.podCIDRs ?? [])])],
     defaultRoute: trusted && claimed.defaultRoute,
   };
   return { accepted, dropped };

@@ -26,6 +26,7 @@ const KNOWN_KINDS: Record<string, KindInfo> = {
   'rbac.authorization.k8s.io/v1 ClusterRoleBinding': { resource: 'clusterrolebindings', namespaced: false },
   'rbac.authorization.k8s.io/v1 Role': { resource: 'roles', namespaced: true },
   'rbac.authorization.k8s.io/v1 RoleBinding': { resource: 'rolebindings', namespaced: true },
+  'coordination.k8s.io/v1 Lease': { resource: 'leases', namespaced: true },
 };
 
 export interface ResourceRef {

@@ -13,6 +13,7 @@ import { runUntilSignal } from '../base/lifecycle.ts';
 import { StatusServerComponent, type StatusReport } from '../base/status-server.ts';
 import { KonnectivityAgent } from '../konnectivity/index.ts';
 import { KubeClient } from '../kube/client.ts';
+import { ControllerLeaseWatch } from '../kube/controller-leases.ts';
 import { componentLogger, type Logger } from '../base/log.ts';
 import { findPayload } from '../payload/payload.ts';
 import { stageComponents, stageImages } from '../payload/stage.ts';
@@ -81,13 +82,18 @@ function hostPort(addr: string): { host: string; port: number } {
 class AgentComponent implements Component {
   readonly name = 'konnectivity-agent';
   agent: KonnectivityAgent | null = null;
+  /** The controllers' leases: the agent holds a stream to every live controller, added or removed on the fly. */
+  private readonly controllers: ControllerLeaseWatch;
 
   constructor(
     private readonly paths: WorkerPaths,
     private readonly state: JoinState,
     private readonly id: WorkerIdentity,
+    kube: KubeClient,
     private readonly log: Logger,
-  ) {}
+  ) {
+    this.controllers = new ControllerLeaseWatch(kube, (live) => this.agent?.setServers(live.map((c) => hostPort(c.konnectivity))));
+  }
 
   async start(): Promise<void> {
     const { cert, key } = splitPem(await readFile(join(this.paths.kubeletCertDir, 'kubelet-client-current.pem'), 'utf8'));
@@ -106,11 +112,14 @@ class AgentComponent implements Component {
     });
     await this.agent.init();
     await this.agent.start();
+    // The token's server list to start with; from here on the leases say which controllers there are.
+    this.controllers.start();
   }
 
   // No ready(): connections come and go; the agent keeps dialing every controller on its own.
 
   async stop(): Promise<void> {
+    await this.controllers.stop();
     await this.agent?.stop();
   }
 
@@ -174,7 +183,7 @@ async function stageAndRun(opts: WorkerOptions, paths: WorkerPaths, state: JoinS
     }),
     new NetworkComponent({ paths, log: child('network'), nodeName: id.nodeName, kube, clusterCIDR }),
     new KubeProxyComponent({ paths, log: child('kube-proxy'), nodeName: id.nodeName, clusterCIDR }),
-    new AgentComponent(paths, state, id, child('konnectivity-agent')),
+    new AgentComponent(paths, state, id, kube, child('konnectivity-agent')),
   ];
   let manager: ComponentManager | undefined;
   const status = new StatusServerComponent<WorkerStatusReport>(paths.statusSocket, () => ({

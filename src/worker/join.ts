@@ -6,7 +6,7 @@ import { readFile } from 'node:fs/promises';
 import { writeFileAtomic } from '../base/fs.ts';
 import { UserError } from '../base/errors.ts';
 import { TLS_TRUST_ERRORS } from '../join/tls.ts';
-import { decodeToken, TokenError, tokenId, wrongRole, type JoinInfo } from '../join/token.ts';
+import { decodeTokenFor, TokenError, tokenId, type JoinInfo } from '../join/token.ts';
 import { KubeApiError, KubeClient } from '../kube/client.ts';
 import type { Logger } from '../base/log.ts';
 import { writeKubeconfig } from '../pki/index.ts';
@@ -81,9 +81,7 @@ export async function join(
     throw new UserError('this worker has not joined a cluster yet: pass --token or --token-file (from kctl token create --role worker)');
   let info: JoinInfo;
   try {
-    info = decodeToken(tokenText);
-    const wrong = wrongRole(info, 'worker');
-    if (wrong) throw wrong;
+    info = decodeTokenFor(tokenText, 'worker');
   } catch (err) {
     throw err instanceof TokenError ? new UserError(err.message) : err;
   }

@@ -8,8 +8,8 @@ import { copyFile, mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promi
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test, type TestContext } from 'node:test';
-import { execa } from 'execa';
-import { cleanupWorkerHost, labController, nodeReady, startLabWorker, track, type LabController, type Tracked } from './cluster.ts';
+import { cleanupWorkerHost, labController, nodeReady, pinnedPod, startLabWorker, track, type LabController, type Tracked } from './cluster.ts';
+import { selfSignedCert } from '../helpers.ts';
 import { requireKctl } from './kctl.ts';
 import { createLab, type LabHost } from './lab.ts';
 import { waitFor } from './wait.ts';
@@ -25,39 +25,16 @@ interface Pod {
 
 const podReady = (p: Pod) => p.status.conditions?.some((c) => c.type === 'Ready' && c.status === 'True') ?? false;
 
-/** A busybox pod on `node` with `labels` and a web server on :8080, Ready once it runs. */
-function webPod(name: string, node: string, labels: Record<string, string>) {
-  return {
-    apiVersion: 'v1',
-    kind: 'Pod',
-    metadata: { name, labels },
-    spec: {
-      nodeName: node,
-      containers: [
-        {
-          name: 'c',
-          image: 'docker.io/library/busybox:1.36',
-          imagePullPolicy: 'Never',
-          command: ['sh', '-c', 'mkdir -p /www && echo $HOSTNAME > /www/index.html && exec httpd -f -p 8080 -h /www'],
-        },
-      ],
-    },
-  };
-}
+/** A busybox pod on `node` with `labels` and a web server on :8080 serving its own name. */
+const webPod = (name: string, node: string, labels: Record<string, string>) =>
+  pinnedPod(name, node, labels, {
+    image: 'docker.io/library/busybox:1.36',
+    command: ['sh', '-c', 'mkdir -p /www && echo $HOSTNAME > /www/index.html && exec httpd -f -p 8080 -h /www'],
+  });
 
 /** A pod of the test tool on `node`, running `args`. */
-function toolPod(name: string, node: string, args: string[], labels: Record<string, string>) {
-  return {
-    apiVersion: 'v1',
-    kind: 'Pod',
-    metadata: { name, labels },
-    spec: {
-      nodeName: node,
-      terminationGracePeriodSeconds: 1,
-      containers: [{ name: 'tool', image: TESTTOOL_IMAGE, imagePullPolicy: 'Never', args } as Record<string, unknown>],
-    },
-  };
-}
+const toolPod = (name: string, node: string, args: string[], labels: Record<string, string>) =>
+  pinnedPod(name, node, labels, { image: TESTTOOL_IMAGE, args });
 
 async function pods(c: LabController, ...selector: string[]): Promise<Pod[]> {
   const r = await c.kubectl(['get', 'pods', ...selector, '-o', 'json']);
@@ -266,33 +243,11 @@ async function webhookCheck(
   hostOf: (name: string) => LabHost,
   dir: string,
 ): Promise<void> {
-  // The test's own CA-less serving certificate for the webhook Service; the webhook pins it.
-  const crt = join(dir, 'webhook.crt');
-  const key = join(dir, 'webhook.key');
-  const openssl = await execa(
-    'openssl',
-    [
-      'req',
-      '-x509',
-      '-newkey',
-      'ec',
-      '-pkeyopt',
-      'ec_paramgen_curve:prime256v1',
-      '-nodes',
-      '-days',
-      '1',
-      '-subj',
-      '/CN=kctl-test-webhook.webhook-test.svc',
-      '-addext',
-      'subjectAltName=DNS:kctl-test-webhook.webhook-test.svc',
-      '-keyout',
-      key,
-      '-out',
-      crt,
-    ],
-    { reject: false },
-  );
-  assert.equal(openssl.exitCode, 0, openssl.stderr);
+  // The test's own self-signed serving certificate for the webhook Service; the webhook configuration pins it.
+  const { cert: crt, key } = selfSignedCert(dir, 'webhook', {
+    cn: 'kctl-test-webhook.webhook-test.svc',
+    san: 'DNS:kctl-test-webhook.webhook-test.svc',
+  });
   const b64 = async (f: string) => (await readFile(f)).toString('base64');
   const ns = 'webhook-test';
   await ok(['create', 'namespace', ns]);

@@ -95,6 +95,20 @@ export function startLabWorker(kctlBin: string, host: LabHost, dir: string, toke
   );
 }
 
+/** A one-container pod bound to `node` (no scheduler), with a bundled image it never pulls; `container` adds image, command... */
+export function pinnedPod(name: string, node: string, labels: Record<string, string>, container: Record<string, unknown>) {
+  return {
+    apiVersion: 'v1',
+    kind: 'Pod',
+    metadata: { name, labels },
+    spec: {
+      nodeName: node,
+      terminationGracePeriodSeconds: 1,
+      containers: [{ name: 'c', imagePullPolicy: 'Never', ...container } as Record<string, unknown>],
+    },
+  };
+}
+
 /** A busybox pod pinned to `node` that prints `line` once, then sleeps; resolves once it runs. */
 export async function runPinnedPod(
   kubectl: (args: string[], input?: string) => Promise<Result>,
@@ -102,22 +116,12 @@ export async function runPinnedPod(
   node: string,
   line: string,
 ): Promise<void> {
-  const pod = {
-    apiVersion: 'v1',
-    kind: 'Pod',
-    metadata: { name },
-    spec: {
-      nodeName: node,
-      containers: [
-        {
-          name: 'c',
-          image: 'docker.io/library/busybox:1.36',
-          imagePullPolicy: 'Never',
-          command: ['sh', '-c', `echo ${line}; while true; do sleep 1; done`],
-        },
-      ],
-    },
-  };
+  const pod = pinnedPod(
+    name,
+    node,
+    {},
+    { image: 'docker.io/library/busybox:1.36', command: ['sh', '-c', `echo ${line}; while true; do sleep 1; done`] },
+  );
   const applied = await kubectl(['apply', '-f', '-'], JSON.stringify(pod));
   if (applied.exitCode !== 0) throw new Error(`pod ${name}: ${String(applied.stderr)}`);
   const end = Date.now() + 120_000;

@@ -1,10 +1,11 @@
-// Controllers joining a running cluster, with the real parts: three lab hosts, etcd storage.
-// The second and third controllers join with a controller token (shared CAs and keys from the
-// join endpoint, etcd learner promoted when caught up); state written through one controller
-// is read through another; bad tokens and a join without etcd quorum are refused with one line
-// and nothing written; a controller that left etcd refuses to start again.
+// Controllers joining a running cluster, with the real parts: three controller lab hosts on
+// etcd and a worker that joined through the first. The second and third controllers join with a
+// controller token (shared CAs and keys from the join endpoint, etcd learner promoted when
+// caught up); state written through one controller is read through another; the worker's
+// agent holds a stream to every live controller (their leases), so logs work through each,
+// and every server announces the live count; bad tokens and a join without etcd quorum are
+// refused with one line and nothing written; a controller that left etcd refuses to start again.
 import assert from 'node:assert/strict';
-import { execFileSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -12,7 +13,9 @@ import { join } from 'node:path';
 import { test, type TestContext } from 'node:test';
 import type { EtcdMember } from '../../src/etcd/members.ts';
 import { decodeToken, encodeToken } from '../../src/join/token.ts';
-import { track, type Tracked } from './cluster.ts';
+import { selfSignedCert } from '../helpers.ts';
+import type { ControllerStatusReport } from '../../src/controller/status.ts';
+import { cleanupWorkerHost, nodeReady, runPinnedPod, startLabWorker, track, type Tracked } from './cluster.ts';
 import { requireKctl } from './kctl.ts';
 import { createLab, type LabHost } from './lab.ts';
 import { waitFor } from './wait.ts';
@@ -26,12 +29,16 @@ interface Ctl {
 }
 
 test('controllers join by token: etcd learners promoted, shared state, bad tokens and no quorum refused, a member that left stays out', async (t: TestContext) => {
-  const lab = await createLab('ha', ['c1', 'c2', 'c3'], { t });
+  const lab = await createLab('ha', ['c1', 'c2', 'c3', 'w1'], { t });
+  const w1 = lab.host('w1');
   const dir = await mkdtemp(join(tmpdir(), 'kctl-ha-'));
   const kctlBin = requireKctl();
   const ctls: Ctl[] = [];
+  let worker: Tracked | undefined;
   t.after(async () => {
     for (const c of ctls) c.proc?.child.kill('SIGKILL');
+    worker?.child.kill('SIGKILL');
+    await cleanupWorkerHost(join(dir, 'w1-data'), join(dir, 'w1-run'), 'w1');
     await rm(dir, { recursive: true, force: true });
   });
   for (const name of ['c1', 'c2', 'c3']) {
@@ -104,6 +111,30 @@ test('controllers join by token: etcd learners promoted, shared state, bad token
   };
 
   await start(c1);
+  // A worker, isolated from every controller host, joins through c1 and runs a pod.
+  await lab.isolate(w1, c1.host, c2.host, c3.host);
+  const kubectl1 = (args: string[], input?: string) =>
+    c1.host.run(kctlBin, ['--data-dir', c1.dataDir, 'kubectl', ...args], { input, timeout: 60_000 });
+  worker = startLabWorker(kctlBin, w1, dir, String((await run(c1, ['token', 'create', '--role', 'worker'])).stdout).trim());
+  await waitFor('w1 Ready', 300_000, () => nodeReady(kubectl1, 'w1'), worker.log);
+  await runPinnedPod(kubectl1, 'talker', 'w1', 'started');
+  /** The konnectivity view of controller `c`: its server count and the agents it holds. */
+  const tunnel = async (c: Ctl) => {
+    const r = await run(c, ['status', '-o', 'json']);
+    const k = (JSON.parse(String(r.stdout)) as ControllerStatusReport).konnectivity;
+    return { count: k?.serverCount ?? 0, agents: (k?.agents ?? []).map((a) => a.id) };
+  };
+  /** Every listed controller holds w1's agent and announces `count` servers. */
+  const agentsFollow = (list: Ctl[], count: number) =>
+    waitFor(`w1's agent on ${list.map((c) => c.host.name).join(', ')} with server count ${count}`, 60_000, async () => {
+      for (const c of list) {
+        const k = await tunnel(c);
+        if (k.count !== count || !k.agents.includes('w1')) return false;
+      }
+      return true;
+    });
+  await agentsFollow([c1], 1);
+
   const created = await run(c1, ['token', 'create', '--role', 'controller', '--expiry', '1h']);
   assert.equal(created.exitCode, 0, String(created.stderr));
   const ctoken = String(created.stdout).trim();
@@ -122,12 +153,13 @@ test('controllers join by token: etcd learners promoted, shared state, bad token
     await tokenFile('expired.token', expired),
     /refused the join: the join token was rejected \(expired, invalidated or never issued\)/,
   );
-  const otherCa = encodeToken({ ...decodeToken(ctoken), caPem: selfSignedCa(dir) });
+  const otherCa = encodeToken({ ...decodeToken(ctoken), caPem: selfSignedCert(dir, 'other-ca', { cn: 'other-ca', ca: true }).pem });
   await refused(c2, await tokenFile('other-ca.token', otherCa), /is not signed by the CA in the join token/);
 
-  // c2 joins: an etcd learner, promoted; c2 serves the same cluster.
+  // c2 joins: an etcd learner, promoted; c2 serves the same cluster, and w1's agent finds it.
   await start(c2, ctokenFile);
   await voters(c1, ['c1', 'c2']);
+  await agentsFollow([c1, c2], 2);
   for (const f of ['ca.key', 'sa.key', 'etcd/ca.key', 'front-proxy-ca.key']) {
     assert.equal(await readFile(join(c2.dataDir, 'pki', f), 'utf8'), await readFile(join(c1.dataDir, 'pki', f), 'utf8'), `${f} differs`);
     assert.equal((await import('node:fs/promises').then((fs) => fs.stat(join(c2.dataDir, 'pki', f)))).mode & 0o777, 0o600, f);
@@ -147,6 +179,12 @@ test('controllers join by token: etcd learners promoted, shared state, bad token
   assert.equal((await run(c1, ['kubectl', 'create', 'configmap', 'ha-check', '--from-literal=from=c1'])).exitCode, 0);
   const read = await run(c3, ['kubectl', 'get', 'configmap', 'ha-check', '-o', 'jsonpath={.data.from}']);
   assert.equal(String(read.stdout), 'c1', String(read.stderr));
+  // The agent holds all three: logs through every controller reach the pod on w1.
+  await agentsFollow([c1, c2, c3], 3);
+  for (const c of [c1, c2, c3]) {
+    const logs = await run(c, ['kubectl', 'logs', 'talker']);
+    assert.match(String(logs.stdout), /started/, `logs through ${c.host.name}: ${String(logs.stderr)}`);
+  }
   const table = String((await run(c3, ['etcd', 'member-list'])).stdout);
   assert.match(table, /^c3\s+\d+\s+https:\/\/\S+:2380\s+voter\s+\(this controller\)$/m, table);
 
@@ -156,6 +194,8 @@ test('controllers join by token: etcd learners promoted, shared state, bad token
   await voters(c1, ['c1', 'c2']);
   c3.proc!.child.kill('SIGTERM');
   await c3.proc!.exited;
+  // Its lease went with it: the others announce two servers, and the agent still serves both.
+  await agentsFollow([c1, c2], 2);
   const again = await c3.host.run(kctlBin, ['controller', '--config', c3.config, '--data-dir', c3.dataDir, '--run-dir', c3.runDir]);
   assert.notEqual(again.exitCode, 0);
   assert.match(
@@ -163,32 +203,3 @@ test('controllers join by token: etcd learners promoted, shared state, bad token
     /^kctl: this controller left the etcd cluster \(kctl etcd leave\) and must not start on \S+ again; run kctl reset/,
   );
 });
-
-/** A CA certificate of no cluster, for a token that pins the wrong CA. */
-function selfSignedCa(dir: string): string {
-  const out = join(dir, 'other-ca.crt');
-  execFileSync(
-    'openssl',
-    [
-      'req',
-      '-x509',
-      '-newkey',
-      'ec',
-      '-pkeyopt',
-      'ec_paramgen_curve:prime256v1',
-      '-nodes',
-      '-keyout',
-      join(dir, 'other-ca.key'),
-      '-subj',
-      '/CN=other-ca',
-      '-days',
-      '1',
-      '-addext',
-      'basicConstraints=critical,CA:TRUE',
-      '-out',
-      out,
-    ],
-    { stdio: 'ignore' },
-  );
-  return execFileSync('cat', [out], { encoding: 'utf8' });
-}

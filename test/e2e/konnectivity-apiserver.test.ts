@@ -1,13 +1,12 @@
 // The tunnel with the real kube-apiserver: a node-side HTTP server that the controller host
 // cannot reach is served through `kctl konnectivity-agent`, via the API server's node proxy.
 import assert from 'node:assert/strict';
-import { execa } from 'execa';
 import { mkdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { ControllerStatusReport as StatusReport } from '../../src/controller/status.ts';
-import { tempDir } from '../helpers.ts';
+import { selfSignedCert, tempDir } from '../helpers.ts';
 import { kctl, requireKctl } from './kctl.ts';
 import { createLab } from './lab.ts';
 import { kubeletServingCert, nodeCert } from './node-cert.ts';
@@ -42,32 +41,14 @@ test("kube-apiserver reaches an isolated node-side server only through the agent
   await mkdir(www);
   await writeFile(join(www, 'hello.txt'), 'hello through the tunnel\n');
   // kube-apiserver speaks TLS to kubelet ports: an openssl file server stands in for kubelet.
-  await execa('openssl', [
-    'req',
-    '-x509',
-    '-newkey',
-    'ec',
-    '-pkeyopt',
-    'ec_paramgen_curve:prime256v1',
-    '-nodes',
-    '-keyout',
-    join(dir, 'www.key'),
-    '-out',
-    join(dir, 'www.crt'),
-    '-subj',
-    '/CN=edge1',
-    // The right name and address: only the signer is wrong.
-    '-addext',
-    `subjectAltName=DNS:edge1,IP:${edge.ip}`,
-    '-days',
-    '1',
-  ]);
+  // The right name and address: only the signer is wrong.
+  const selfSigned = selfSignedCert(dir, 'www', { cn: 'edge1', san: `DNS:edge1,IP:${edge.ip}` });
   // And a certificate for it signed by the cluster CA, as an approved kubelet serving certificate is.
   const serving = await kubeletServingCert(join(dataDir, 'pki'), dir, 'edge1', edge.ip);
   const serve = (cert: { cert: string; key: string }) =>
     edge.spawn('openssl', ['s_server', '-quiet', '-WWW', '-accept', '10250', '-cert', cert.cert, '-key', cert.key], { cwd: www });
   // First an impostor: a server whose certificate the cluster CA did not sign.
-  const impostor = serve({ cert: join(dir, 'www.crt'), key: join(dir, 'www.key') });
+  const impostor = serve(selfSigned);
   const created = await ctl.run(requireKctl(), ['--data-dir', dataDir, 'kubectl', 'create', '-f', '-'], {
     input: JSON.stringify({ apiVersion: 'v1', kind: 'Node', metadata: { name: 'edge1' } }),
   });

@@ -90,7 +90,10 @@ test('an agent draws only its own Node’s traffic: impostors are dropped, logs/
     () => `x2:\n${impostorKctl.log()}\nx3:\n${impostorUpstream.log()}`,
   );
   const real = (await agent('w1'))!;
-  assert.deepEqual(real.accepted, { host: ['w1'], ipv4: [w1.ip], ipv6: [], cidr: [], defaultRoute: false });
+  // w1's agent also serves its Node's pod CIDR (dials to its pods), without claiming it.
+  const podCIDR = String((await c.kubectl(['get', 'node', 'w1', '-o', 'jsonpath={.spec.podCIDR}'])).stdout);
+  assert.match(podCIDR, /^10\.244\.\d+\.0\/24$/);
+  assert.deepEqual(real.accepted, { host: ['w1'], ipv4: [w1.ip], ipv6: [], cidr: [podCIDR], defaultRoute: false });
   for (const id of ['x2', 'x3']) {
     const a = (await agent(id))!;
     assert.deepEqual(a.accepted.ipv4, [], `${id} was granted an address`);

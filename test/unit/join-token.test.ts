@@ -1,32 +1,10 @@
 import assert from 'node:assert/strict';
-import { execFileSync } from 'node:child_process';
-import { join } from 'node:path';
 import { test } from 'node:test';
 import { decodeToken, encodeToken, TokenError, wrongRole, type JoinInfo } from '../../src/join/token.ts';
-import { tempDir } from '../helpers.ts';
+import { selfSignedCert, tempDir } from '../helpers.ts';
 
 async function ca(t: Parameters<typeof tempDir>[0]): Promise<string> {
-  const dir = await tempDir(t);
-  execFileSync('openssl', [
-    'req',
-    '-x509',
-    '-newkey',
-    'ec',
-    '-pkeyopt',
-    'ec_paramgen_curve:prime256v1',
-    '-nodes',
-    '-keyout',
-    join(dir, 'k'),
-    '-subj',
-    '/CN=test-ca',
-    '-days',
-    '1',
-    '-addext',
-    'basicConstraints=critical,CA:TRUE',
-    '-out',
-    join(dir, 'c'),
-  ]);
-  return execFileSync('cat', [join(dir, 'c')], { encoding: 'utf8' });
+  return selfSignedCert(await tempDir(t), 'ca', { cn: 'test-ca', ca: true }).pem;
 }
 
 test('a token round-trips API URL, CA, konnectivity addresses and bootstrap token', async (t) => {

@@ -49,6 +49,8 @@ test(
         '/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/kctl:nodes:node-proxier',
         '/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/kctl:apiserver-kubelet-client',
         '/api/v1/namespaces/kube-public/configmaps/cluster-info',
+        '/apis/rbac.authorization.k8s.io/v1/namespaces/kube-system/roles/kctl:controller-lease-reader',
+        '/apis/rbac.authorization.k8s.io/v1/namespaces/kube-system/rolebindings/kctl:controller-lease-reader',
         '/apis/rbac.authorization.k8s.io/v1/namespaces/kube-public/roles/kctl:cluster-info-reader',
         '/apis/rbac.authorization.k8s.io/v1/namespaces/kube-public/rolebindings/kctl:cluster-info-reader',
       ],

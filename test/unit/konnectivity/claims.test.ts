@@ -181,3 +181,33 @@ test("a trusted agent serves a Node's address only while that Node's own agent i
   owner.close();
   await waitFor('back to the trusted agent', () => pod()?.accepted.ipv4.join() === '10.0.0.1');
 });
+
+test("a node agent serves its Node's pod CIDRs without claiming them: dials to a pod go to the node that runs it", async (t) => {
+  const withPods = new FakeNodes([
+    { name: 'node-a', addresses: [{ type: 'InternalIP', address: '10.0.0.1' }], podCIDRs: ['10.244.1.0/24'] },
+    { name: 'node-b', addresses: [{ type: 'InternalIP', address: '10.0.0.2' }], podCIDRs: ['10.244.2.0/24'] },
+  ]);
+  const v = judgeClaims(node('node-a'), parseIdentifiers('host=node-a&ipv4=10.0.0.1'), withPods, false);
+  assert.deepEqual(v.accepted.cidr, ['10.244.1.0/24']);
+  assert.deepEqual(v.dropped, []);
+
+  const pki = await makePki();
+  const server = await startServer(t, pki, { nodes: withPods, dialTimeoutMs: 2_000 });
+  const a = await rawAgent(t, pki, server, { agentId: 'node-a', creds: await pki.nodeCert('node-a'), identifiers: 'host=node-a&ipv4=10.0.0.1' });
+  const b = await rawAgent(t, pki, server, { agentId: 'node-b', creds: await pki.nodeCert('node-b'), identifiers: 'host=node-b&ipv4=10.0.0.2' });
+  await waitFor('two agents', () => server.snapshot().agents.length === 2);
+  const uds = udsOf(server).grpc;
+  for (const [pod, owner, other] of [
+    ['10.244.1.7:8443', a, b],
+    ['10.244.2.9:443', b, a],
+  ] as const) {
+    for (let i = 0; i < 10; i++) {
+      const d = dialViaProxy({ udsPath: uds, address: pod }).catch(() => {});
+      const req = await owner.next('DIAL_REQ');
+      assert.equal(req.dialRequest!.address, pod);
+      owner.send(packets.dialRsp(req.dialRequest!.random!, '0', 'refused by test'));
+      await d;
+    }
+    await assert.rejects(other.next('DIAL_REQ', 100), /no DIAL_REQ/, `a dial to ${pod} went to the other node`);
+  }
+});

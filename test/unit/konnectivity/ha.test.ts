@@ -125,3 +125,57 @@ test('a dead link (no FIN, no RST) is noticed in seconds by both the agent and t
   const echo = await echoServer(t);
   await echoThrough(server, echo.address);
 });
+
+test('the server list follows the cluster: a server added later is dialed at once, a removed one is dropped, no restart', async (t) => {
+  const pki = await makePki();
+  let count = 1;
+  const s1 = await startServer(t, pki, { serverId: 'ctrl-1', serverCount: () => count });
+  const agent = await startAgent(t, pki, [s1]);
+  await waitFor('ctrl-1 held', () => agent.snapshot().servers.length === 1);
+  const echo = await echoServer(t);
+
+  // A second controller joins: its lease makes the list grow, and the count with it.
+  count = 2;
+  const s2 = await startServer(t, pki, { serverId: 'ctrl-2', serverCount: () => count });
+  const at = (s: KonnectivityServer) => ({ host: '127.0.0.1', port: s.agentPort() });
+  agent.setServers([at(s1), at(s2)]);
+  await waitFor('ctrl-2 held', () => agent.snapshot().servers.some((s) => s.serverId === 'ctrl-2'));
+  assert.equal(s2.snapshot().agents.length, 1);
+  await echoThrough(s1, echo.address);
+  await echoThrough(s2, echo.address);
+
+  // ctrl-1 leaves the list (its lease is gone): the agent drains and closes its stream, and does
+  // not dial it again although it still listens.
+  count = 1;
+  agent.setServers([at(s2)]);
+  await waitFor('ctrl-1 dropped', () => agent.snapshot().servers.every((s) => s.serverId === 'ctrl-2'));
+  await waitFor('ctrl-1 has no agent', () => s1.snapshot().agents.length === 0);
+  await new Promise((r) => setTimeout(r, 500));
+  assert.equal(s1.snapshot().agents.length, 0, 'the agent dialed a removed server again');
+  await echoThrough(s2, echo.address);
+  // An empty list (the source is unreachable) keeps what the agent holds.
+  agent.setServers([]);
+  assert.equal(agent.snapshot().servers.length, 1);
+});
+
+test('an agent holding streams to several servers answers each dial on the stream of the server that dialed', async (t) => {
+  const pki = await makePki();
+  const servers = [
+    await startServer(t, pki, { serverId: 'ctrl-a', serverCount: () => 3 }),
+    await startServer(t, pki, { serverId: 'ctrl-b', serverCount: () => 3 }),
+    await startServer(t, pki, { serverId: 'ctrl-c', serverCount: () => 3 }),
+  ];
+  const agent = await startAgent(t, pki, servers);
+  await waitFor('three servers held', () => agent.snapshot().servers.length === 3);
+  const echo = await echoServer(t);
+  for (const s of servers) {
+    const tn = await dialViaProxy({ udsPath: udsOf(s).grpc, address: echo.address });
+    tn.write('x');
+    await readN(tn, 1);
+    // The tunnel exists on this server's stream only.
+    const open = agent.targetStats().map((x) => x.serverId);
+    assert.deepEqual(open, [s.serverId], `open on ${open.join(',')} for a dial from ${s.serverId}`);
+    tn.destroy();
+    await waitFor('tunnel closed', () => agent.targetStats().length === 0);
+  }
+});

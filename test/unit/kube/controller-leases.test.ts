@@ -1,0 +1,31 @@
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { controllerLease, controllerLeaseName, liveControllers, type Lease } from '../../../src/kube/controller-leases.ts';
+
+test('a controller lease names its API server and konnectivity address; only leases renewed within their duration are live', () => {
+  const t0 = Date.parse('2026-11-23T10:00:00Z');
+  const name = controllerLeaseName('10.0.0.1');
+  assert.equal(name, 'kctl-controller-10-0-0-1');
+  assert.equal(controllerLeaseName('fd00::1'), 'kctl-controller-fd00-1');
+  // As the API server hands it back: plain JSON.
+  const lease = JSON.parse(
+    JSON.stringify(controllerLease(name, { apiServer: 'https://10.0.0.1:6443', konnectivity: '10.0.0.1:8132' }, new Date(t0))),
+  ) as Lease;
+  assert.equal(lease.spec?.renewTime, '2026-11-23T10:00:00.000000Z');
+  const other = {
+    metadata: { name: 'kctl-controller-b', annotations: { 'kctl.dev/api-server': 'https://b:6443', 'kctl.dev/konnectivity': 'b:8132' } },
+    spec: { renewTime: '2026-11-23T09:59:50.000000Z', leaseDurationSeconds: 30 },
+  };
+  const noAddress = { metadata: { name: 'kctl-controller-c' }, spec: { renewTime: '2026-11-23T10:00:00.000000Z', leaseDurationSeconds: 30 } };
+  assert.deepEqual(
+    liveControllers([lease, other, noAddress], t0 + 5_000).map((c) => c.name),
+    ['kctl-controller-10-0-0-1', 'kctl-controller-b'],
+  );
+  // 20 s later: b's lease (renewed 10 s before t0) has run out; the first is still valid.
+  assert.deepEqual(
+    liveControllers([lease, other], t0 + 21_000).map((c) => c.name),
+    ['kctl-controller-10-0-0-1'],
+  );
+  assert.deepEqual(liveControllers([lease], t0 + 30_000), []);
+  assert.deepEqual(liveControllers([lease], t0)[0], { name, apiServer: 'https://10.0.0.1:6443', konnectivity: '10.0.0.1:8132' });
+});
