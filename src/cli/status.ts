@@ -60,6 +60,12 @@ export function renderStatus(r: AnyStatusReport): string {
       for (const d of a.dropped) out.push(`    dropped:  ${d.claim} (${d.reason})`);
     }
   }
+  const lb = r.role === 'worker' ? r.apiBalancer : undefined;
+  if (lb) {
+    out.push('', `API balancer ${lb.listen} (kubelet, kube-proxy and kctl reach the API here):`);
+    for (const u of lb.upstreams)
+      out.push(`  ${u.address}  ${u.healthy ? 'healthy' : 'unhealthy'}  connections=${u.connections}${u.lastError ? `  ${u.lastError}` : ''}`);
+  }
   return out.join('\n') + '\n';
 }
 

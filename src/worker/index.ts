@@ -13,7 +13,8 @@ import { runUntilSignal } from '../base/lifecycle.ts';
 import { StatusServerComponent, type StatusReport } from '../base/status-server.ts';
 import { KonnectivityAgent } from '../konnectivity/index.ts';
 import { KubeClient } from '../kube/client.ts';
-import { ControllerLeaseWatch } from '../kube/controller-leases.ts';
+import { ControllerLeaseWatch, type LiveController } from '../kube/controller-leases.ts';
+import { API_BALANCER_PORT, API_BALANCER_URL, ApiBalancerComponent, type ApiBalancerStatus } from './api-balancer.ts';
 import { componentLogger, type Logger } from '../base/log.ts';
 import { findPayload } from '../payload/payload.ts';
 import { stageComponents, stageImages } from '../payload/stage.ts';
@@ -26,7 +27,7 @@ import { writeFileAtomic } from '../base/fs.ts';
 import { KCTL_VERSION } from '../base/version.ts';
 import { ContainerdComponent } from './containerd.ts';
 import { ImagesComponent } from './images.ts';
-import { join as joinCluster, type JoinState } from './join.ts';
+import { join as joinCluster, pointKubeconfigsAt, type JoinState } from './join.ts';
 import { KUBE_PROXY_HEALTHZ_PORT, KUBE_PROXY_METRICS_PORT, KubeProxyComponent } from './kube-proxy.ts';
 import { KUBELET_PORT, KubeletComponent } from './kubelet.ts';
 import { NetworkComponent } from './network.ts';
@@ -44,6 +45,8 @@ export interface WorkerOptions {
 
 export interface WorkerStatusReport extends StatusReport {
   role: 'worker';
+  /** The node-local API balancer: its upstreams and their health. */
+  apiBalancer?: ApiBalancerStatus;
 }
 
 /** What reset needs to know about this worker after it stopped. */
@@ -79,21 +82,39 @@ function hostPort(addr: string): { host: string; port: number } {
 }
 
 /** The in-process konnectivity agent, authenticated with the node's own client certificate. */
+/** The controllers' leases, read with the node's credentials through the balancer. */
+class ControllerWatchComponent implements Component {
+  readonly name = 'controller-watch';
+  private readonly watch: ControllerLeaseWatch;
+  private lastError: string | undefined;
+
+  constructor(kube: KubeClient, onChange: (live: LiveController[]) => void) {
+    this.watch = new ControllerLeaseWatch(kube, onChange, (err) => (this.lastError = err.message));
+  }
+
+  async start(): Promise<void> {
+    this.watch.start();
+  }
+
+  async stop(): Promise<void> {
+    await this.watch.stop();
+  }
+
+  status(): Partial<ComponentStatus> {
+    return { lastError: this.watch.synced ? undefined : this.lastError };
+  }
+}
+
 class AgentComponent implements Component {
   readonly name = 'konnectivity-agent';
   agent: KonnectivityAgent | null = null;
-  /** The controllers' leases: the agent holds a stream to every live controller, added or removed on the fly. */
-  private readonly controllers: ControllerLeaseWatch;
 
   constructor(
     private readonly paths: WorkerPaths,
     private readonly state: JoinState,
     private readonly id: WorkerIdentity,
-    kube: KubeClient,
     private readonly log: Logger,
-  ) {
-    this.controllers = new ControllerLeaseWatch(kube, (live) => this.agent?.setServers(live.map((c) => hostPort(c.konnectivity))));
-  }
+  ) {}
 
   async start(): Promise<void> {
     const { cert, key } = splitPem(await readFile(join(this.paths.kubeletCertDir, 'kubelet-client-current.pem'), 'utf8'));
@@ -112,14 +133,11 @@ class AgentComponent implements Component {
     });
     await this.agent.init();
     await this.agent.start();
-    // The token's server list to start with; from here on the leases say which controllers there are.
-    this.controllers.start();
   }
 
   // No ready(): connections come and go; the agent keeps dialing every controller on its own.
 
   async stop(): Promise<void> {
-    await this.controllers.stop();
     await this.agent?.stop();
   }
 
@@ -131,6 +149,7 @@ class AgentComponent implements Component {
 
 /** The ports a worker listens on, by what uses them (kctl sysinfo checks they are free). */
 export const WORKER_PORTS: Record<string, number> = {
+  'API balancer': API_BALANCER_PORT,
   kubelet: KUBELET_PORT,
   'kube-proxy healthz': KUBE_PROXY_HEALTHZ_PORT,
   'kube-proxy metrics': KUBE_PROXY_METRICS_PORT,
@@ -168,7 +187,12 @@ async function stageAndRun(opts: WorkerOptions, paths: WorkerPaths, state: JoinS
   const kube = KubeClient.fromKubeconfig(paths.kubeletKubeconfig, { reload: true });
   // The cluster's pod CIDR from the join token (tokens from before it was carried: the default).
   const clusterCIDR = state.podCIDR ?? '10.244.0.0/16';
+  // Everything on the node reaches the API through 127.0.0.1:7443, over every live controller.
+  const balancer = new ApiBalancerComponent({ caFile: paths.caCert, apiServers: state.apiServers, log: child('api-balancer') });
+  await pointKubeconfigsAt(paths, API_BALANCER_URL);
+  const agent = new AgentComponent(paths, state, id, child('konnectivity-agent'));
   const components: Component[] = [
+    balancer,
     new ContainerdComponent({ paths, log: child('containerd') }),
     new ImagesComponent({ paths, log: child('images') }),
     new KubeletComponent({
@@ -183,7 +207,12 @@ async function stageAndRun(opts: WorkerOptions, paths: WorkerPaths, state: JoinS
     }),
     new NetworkComponent({ paths, log: child('network'), nodeName: id.nodeName, kube, clusterCIDR }),
     new KubeProxyComponent({ paths, log: child('kube-proxy'), nodeName: id.nodeName, clusterCIDR }),
-    new AgentComponent(paths, state, id, kube, child('konnectivity-agent')),
+    agent,
+    // The token's controllers to start with; from then on their leases say which are alive.
+    new ControllerWatchComponent(kube, (live) => {
+      balancer.setUpstreams(live.map((c) => c.apiServer));
+      agent.agent?.setServers(live.map((c) => hostPort(c.konnectivity)));
+    }),
   ];
   let manager: ComponentManager | undefined;
   const status = new StatusServerComponent<WorkerStatusReport>(paths.statusSocket, () => ({
@@ -192,6 +221,7 @@ async function stageAndRun(opts: WorkerOptions, paths: WorkerPaths, state: JoinS
     pid: process.pid,
     uptimeSeconds: Math.round(process.uptime()),
     components: manager?.status().filter((c) => c.name !== 'status') ?? [],
+    apiBalancer: balancer.snapshot(),
   }));
   // The status socket comes first, so `kctl status` shows progress while components come up.
   manager = new ComponentManager([status, ...components], child('manager'), { onProgress: (text) => notifier?.status(text) });

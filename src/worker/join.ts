@@ -9,7 +9,9 @@ import { TLS_TRUST_ERRORS } from '../join/tls.ts';
 import { decodeTokenFor, TokenError, tokenId, type JoinInfo } from '../join/token.ts';
 import { KubeApiError, KubeClient } from '../kube/client.ts';
 import type { Logger } from '../base/log.ts';
+import { parse, stringify } from 'yaml';
 import { writeKubeconfig } from '../pki/index.ts';
+import { API_BALANCER_URL } from './api-balancer.ts';
 import type { WorkerPaths } from './paths.ts';
 
 export interface JoinState {
@@ -55,6 +57,21 @@ export async function verifyWithCluster(info: JoinInfo): Promise<void> {
   }
 }
 
+/**
+ * Points the node's kubeconfigs (the bootstrap one and the one kubelet wrote after TLS bootstrap)
+ * at `server`: workers that joined before the balancer existed move onto it at their next start.
+ */
+export async function pointKubeconfigsAt(paths: WorkerPaths, server: string): Promise<void> {
+  for (const file of [paths.bootstrapKubeconfig, paths.kubeletKubeconfig]) {
+    if (!existsSync(file)) continue;
+    const doc = parse(await readFile(file, 'utf8')) as { clusters?: { cluster?: { server?: string } }[] } | null;
+    const clusters = doc?.clusters ?? [];
+    if (clusters.every((c) => c.cluster?.server === server)) continue;
+    for (const c of clusters) if (c.cluster) c.cluster.server = server;
+    await writeFileAtomic(file, stringify(doc), 0o600);
+  }
+}
+
 function stateFile(paths: WorkerPaths): string {
   return `${paths.joinMarker}.json`;
 }
@@ -89,8 +106,9 @@ export async function join(
   await beforeWrite();
   // Accepted: write down what later starts need. The marker goes last, so a crash here means "not joined".
   await writeFileAtomic(paths.caCert, info.caPem, 0o644);
+  // kubelet reaches the API through the node-local balancer (api-balancer.ts), as everything on the node does.
   await writeKubeconfig(paths.bootstrapKubeconfig, {
-    server: info.apiServers[0]!,
+    server: API_BALANCER_URL,
     caPem: info.caPem,
     user: `kubelet-bootstrap`,
     token: info.bootstrapToken,

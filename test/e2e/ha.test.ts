@@ -4,7 +4,11 @@
 // caught up); state written through one controller is read through another; the worker's
 // agent holds a stream to every live controller (their leases), so logs work through each,
 // and every server announces the live count; bad tokens and a join without etcd quorum are
-// refused with one line and nothing written; a controller that left etcd refuses to start again.
+// refused with one line and nothing written. The first controller's host then loses all its
+// processes: through the survivors exec and logs work within seconds, a new pod is scheduled,
+// the node never goes NotReady (its API balancer moved kubelet), the server count drops to 2;
+// the controller comes back as the same etcd member and the agents reconnect on their own.
+// Finally a controller that left etcd refuses to start again.
 import assert from 'node:assert/strict';
 import { existsSync } from 'node:fs';
 import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
@@ -15,6 +19,7 @@ import type { EtcdMember } from '../../src/etcd/members.ts';
 import { decodeToken, encodeToken } from '../../src/join/token.ts';
 import { selfSignedCert } from '../helpers.ts';
 import type { ControllerStatusReport } from '../../src/controller/status.ts';
+import type { WorkerStatusReport } from '../../src/worker/index.ts';
 import { cleanupWorkerHost, nodeReady, runPinnedPod, startLabWorker, track, type Tracked } from './cluster.ts';
 import { requireKctl } from './kctl.ts';
 import { createLab, type LabHost } from './lab.ts';
@@ -28,7 +33,7 @@ interface Ctl {
   proc?: Tracked;
 }
 
-test('controllers join by token: etcd learners promoted, shared state, bad tokens and no quorum refused, a member that left stays out', async (t: TestContext) => {
+test('controllers join by token; losing one is invisible to the node; bad tokens and no quorum refused; a member that left stays out', async (t: TestContext) => {
   const lab = await createLab('ha', ['c1', 'c2', 'c3', 'w1'], { t });
   const w1 = lab.host('w1');
   const dir = await mkdtemp(join(tmpdir(), 'kctl-ha-'));
@@ -187,6 +192,63 @@ test('controllers join by token: etcd learners promoted, shared state, bad token
   }
   const table = String((await run(c3, ['etcd', 'member-list'])).stdout);
   assert.match(table, /^c3\s+\d+\s+https:\/\/\S+:2380\s+voter\s+\(this controller\)$/m, table);
+
+  // The worker's API balancer has all three API servers, healthy.
+  const balancer = async () => {
+    const r = await w1.run(kctlBin, ['status', '-o', 'json', '--run-dir', join(dir, 'w1-run')]);
+    return (JSON.parse(String(r.stdout)) as WorkerStatusReport).apiBalancer?.upstreams ?? [];
+  };
+  await waitFor('three healthy API servers behind the balancer', 30_000, async () => {
+    const u = await balancer();
+    return u.length === 3 && u.every((x) => x.healthy);
+  });
+
+  // c1's host loses all its processes at once (kctl and every child it supervises).
+  const readyCondition = async (c: Ctl) =>
+    String((await run(c, ['kubectl', 'get', 'node', 'w1', '-o', 'jsonpath={.status.conditions[?(@.type=="Ready")].lastTransitionTime}'])).stdout);
+  const readySince = await readyCondition(c2);
+  const c1Status = JSON.parse(String((await run(c1, ['status', '-o', 'json'])).stdout)) as ControllerStatusReport;
+  const killed = Date.now();
+  for (const pid of [c1Status.pid, ...c1Status.components.map((x) => x.pid).filter((p): p is number => !!p)]) {
+    try {
+      process.kill(pid, 'SIGKILL');
+    } catch {
+      /* already gone */
+    }
+  }
+  await c1.proc!.exited;
+  // Within 30 s, through the survivors: exec and logs reach the pod on w1 ...
+  const execOk = await waitFor('exec through c2 after losing c1', 30_000, async () => {
+    const r = await run(c2, ['kubectl', 'exec', 'talker', '--', 'echo', 'survived']);
+    return String(r.stdout).trim() === 'survived' ? Date.now() : undefined;
+  });
+  t.diagnostic(`first kubectl exec through a survivor ${((execOk - killed) / 1000).toFixed(1)} s after c1 was killed`);
+  assert.match(String((await run(c3, ['kubectl', 'logs', 'talker'])).stdout), /started/);
+  // ... a new pod is scheduled (scheduler leadership moved) and starts ...
+  await run(c2, [
+    'kubectl',
+    'run',
+    'after-loss',
+    '--image=docker.io/library/busybox:1.36',
+    '--image-pull-policy=Never',
+    '--restart=Never',
+    '--',
+    'sleep',
+    '3600',
+  ]);
+  await waitFor('a new pod scheduled and running after losing c1', 90_000, async () => {
+    const r = await run(c2, ['kubectl', 'get', 'pod', 'after-loss', '-o', 'jsonpath={.spec.nodeName}/{.status.phase}']);
+    return String(r.stdout) === 'w1/Running';
+  });
+  // ... the survivors announce two servers once c1's lease has run out, and w1 never went NotReady.
+  await agentsFollow([c2, c3], 2);
+  assert.equal(await readyCondition(c2), readySince, 'node w1 changed its Ready condition while a controller was lost');
+  assert.ok(await nodeReady((args) => run(c2, ['kubectl', ...args]), 'w1'));
+
+  // c1 comes back on its data dir: same etcd member, agents reconnect on their own, three servers again.
+  await start(c1);
+  await voters(c2, ['c1', 'c2', 'c3']);
+  await agentsFollow([c1, c2, c3], 3);
 
   // c3 leaves etcd, stops, and refuses to start on that data dir again.
   const left = await run(c3, ['etcd', 'leave']);

@@ -1,0 +1,182 @@
+// The node-local API balancer (k0s calls its own "node-local load balancing"): kubelet,
+// kube-proxy and kctl's own client on a worker reach kube-apiserver through 127.0.0.1:7443, a
+// TCP proxy over every live controller's API server. The upstreams start as the join token's
+// and then follow the controllers' leases; each is health-checked (GET /readyz, cluster CA)
+// every 2 s. A new connection goes to a healthy upstream (round robin); when an upstream turns
+// unhealthy its open connections are cut, so kubelet's watches reconnect through a live
+// controller at once instead of waiting for a dead TCP connection to time out. Losing one
+// controller is then invisible to the node. TLS passes through untouched: kube-apiserver's
+// serving certificate names 127.0.0.1 on every controller.
+import { connect, createServer, type Server, type Socket } from 'node:net';
+import { joinHostPort, urlHost } from '../base/addresses.ts';
+import type { Component, ComponentStatus } from '../base/component.ts';
+import type { Logger } from '../base/log.ts';
+import { httpsGet } from '../base/probe.ts';
+
+export const API_BALANCER_PORT = 7443;
+export const API_BALANCER_URL = `https://127.0.0.1:${API_BALANCER_PORT}`;
+const CHECK_EVERY_MS = 2_000;
+
+export interface UpstreamStatus {
+  /** host:port of a kube-apiserver. */
+  address: string;
+  healthy: boolean;
+  connections: number;
+  lastError?: string;
+}
+
+export interface ApiBalancerStatus {
+  listen: string;
+  upstreams: UpstreamStatus[];
+}
+
+interface Upstream {
+  url: string;
+  host: string;
+  port: number;
+  healthy: boolean;
+  lastError?: string;
+  sockets: Set<Socket>;
+}
+
+/** An https API server URL as an upstream; null when it is not one. */
+function upstreamOf(url: string): Upstream | null {
+  let u: URL;
+  try {
+    u = new URL(url);
+  } catch {
+    return null;
+  }
+  if (u.protocol !== 'https:') return null;
+  return { url: u.origin, host: urlHost(url), port: Number(u.port || 443), healthy: false, sockets: new Set() };
+}
+
+export class ApiBalancerComponent implements Component {
+  readonly name = 'api-balancer';
+  private server: Server | undefined;
+  private timer: NodeJS.Timeout | undefined;
+  private upstreams: Upstream[] = [];
+  private next = 0;
+
+  constructor(private readonly o: { caFile: string; apiServers: string[]; log: Logger; port?: number }) {
+    this.setUpstreams(o.apiServers);
+  }
+
+  /** The API servers now (from the controllers' leases); an empty list keeps the current ones. */
+  setUpstreams(urls: string[]): void {
+    const wanted = urls.map(upstreamOf).filter((u): u is Upstream => u !== null);
+    if (wanted.length === 0) return;
+    const keep = this.upstreams.filter((u) => wanted.some((w) => w.url === u.url));
+    for (const gone of this.upstreams.filter((u) => !keep.includes(u))) {
+      this.o.log.info({ upstream: gone.url }, 'API server left the cluster; closing its connections');
+      for (const s of gone.sockets) s.destroy();
+    }
+    const added = wanted.filter((w) => !keep.some((u) => u.url === w.url));
+    if (added.length) this.o.log.info({ added: added.map((u) => u.url) }, 'API servers joined the cluster');
+    this.upstreams = [...keep, ...added];
+    void this.checkAll();
+  }
+
+  async start(): Promise<void> {
+    await this.checkAll();
+    const server = createServer((client) => this.proxy(client));
+    await new Promise<void>((resolve, reject) => {
+      server.once('error', reject);
+      server.listen(this.o.port ?? API_BALANCER_PORT, '127.0.0.1', () => {
+        server.off('error', reject);
+        resolve();
+      });
+    });
+    this.server = server;
+    this.timer = setInterval(() => void this.checkAll(), CHECK_EVERY_MS);
+  }
+
+  async stop(): Promise<void> {
+    clearInterval(this.timer);
+    for (const u of this.upstreams) for (const s of u.sockets) s.destroy();
+    await new Promise<void>((resolve) => (this.server ? this.server.close(() => resolve()) : resolve()));
+  }
+
+  status(): Partial<ComponentStatus> {
+    const healthy = this.upstreams.filter((u) => u.healthy).length;
+    return { lastError: healthy === 0 ? `no healthy API server (${this.upstreams.map((u) => u.lastError ?? u.url).join('; ')})` : undefined };
+  }
+
+  /** The port it listens on (the configured one, or the one the OS chose for port 0). */
+  listenPort(): number {
+    const a = this.server?.address();
+    return typeof a === 'object' && a ? a.port : (this.o.port ?? API_BALANCER_PORT);
+  }
+
+  snapshot(): ApiBalancerStatus {
+    return {
+      listen: `127.0.0.1:${this.listenPort()}`,
+      upstreams: this.upstreams.map((u) => ({
+        address: joinHostPort(u.host, u.port),
+        healthy: u.healthy,
+        connections: u.sockets.size,
+        ...(u.lastError ? { lastError: u.lastError } : {}),
+      })),
+    };
+  }
+
+  private async checkAll(): Promise<void> {
+    await Promise.all(this.upstreams.map((u) => this.check(u)));
+  }
+
+  private async check(u: Upstream): Promise<void> {
+    let healthy = false;
+    try {
+      const r = await httpsGet({ url: `${u.url}/readyz`, ca: this.o.caFile }, 1_500);
+      healthy = r.status === 200;
+      u.lastError = healthy ? undefined : `${u.url}/readyz: HTTP ${r.status}`;
+    } catch (err) {
+      u.lastError = `${u.url}: ${(err as Error).message}`;
+    }
+    if (healthy === u.healthy) return;
+    u.healthy = healthy;
+    if (healthy) this.o.log.info({ upstream: u.url }, 'API server healthy');
+    else {
+      this.o.log.warn({ upstream: u.url, err: u.lastError }, 'API server unhealthy; moving its connections to the others');
+      for (const s of u.sockets) s.destroy();
+    }
+  }
+
+  /** The next healthy upstream after the last one used; any upstream when none is known healthy. */
+  private pick(exclude: Set<Upstream>): Upstream | undefined {
+    const healthy = this.upstreams.filter((u) => u.healthy && !exclude.has(u));
+    const pool = healthy.length > 0 ? healthy : this.upstreams.filter((u) => !exclude.has(u));
+    if (pool.length === 0) return undefined;
+    return pool[this.next++ % pool.length];
+  }
+
+  private proxy(client: Socket, tried = new Set<Upstream>()): void {
+    const u = this.pick(tried);
+    if (!u) {
+      client.destroy();
+      return;
+    }
+    tried.add(u);
+    client.pause();
+    const upstream = connect({ host: u.host, port: u.port });
+    const onConnectError = () => {
+      u.healthy = false;
+      if (!client.destroyed) this.proxy(client, tried); // try the next one
+    };
+    upstream.once('error', onConnectError);
+    upstream.once('connect', () => {
+      upstream.off('error', onConnectError);
+      u.sockets.add(upstream);
+      upstream.on('error', () => client.destroy());
+      client.on('error', () => upstream.destroy());
+      upstream.on('close', () => {
+        u.sockets.delete(upstream);
+        client.destroy();
+      });
+      client.on('close', () => upstream.destroy());
+      client.pipe(upstream);
+      upstream.pipe(client);
+      client.resume();
+    });
+  }
+}

@@ -1,0 +1,92 @@
+// The node-local API balancer with two stand-in API servers (HTTPS, the test cluster's serving
+// certificate): connections spread over the healthy ones, an unhealthy one loses its open
+// connections and gets no new ones, and the upstream list follows setUpstreams.
+import assert from 'node:assert/strict';
+import { writeFile } from 'node:fs/promises';
+import { createServer, request, type Server } from 'node:https';
+import type { AddressInfo } from 'node:net';
+import { join } from 'node:path';
+import { test } from 'node:test';
+import { ApiBalancerComponent } from '../../../src/worker/api-balancer.ts';
+import { captureLogger, tempDir } from '../../helpers.ts';
+import { makePki, waitFor } from '../konnectivity/fixtures.ts';
+
+async function apiServer(t: { after: (fn: () => Promise<void>) => void }, name: string, cert: string, key: string) {
+  const state = { ready: true };
+  const server: Server = createServer({ cert, key }, (req, res) => {
+    if (req.url === '/readyz') {
+      res.writeHead(state.ready ? 200 : 500).end(state.ready ? 'ok' : 'etcd down');
+      return;
+    }
+    if (req.url === '/hang') return; // a long watch: the connection stays open
+    res.end(name);
+  });
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  t.after(() => new Promise<void>((r) => server.close(() => r())));
+  server.on('listening', () => undefined);
+  return { url: `https://127.0.0.1:${(server.address() as AddressInfo).port}`, state, server };
+}
+
+function get(port: number, ca: string, path = '/'): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const req = request({ host: '127.0.0.1', port, path, ca, agent: false }, (res) => {
+      let body = '';
+      res.on('data', (c: Buffer) => (body += c.toString()));
+      res.on('end', () => resolve(body));
+    });
+    req.on('error', reject);
+    req.end();
+  });
+}
+
+test(
+  'the API balancer spreads over healthy API servers, cuts an unhealthy one off, and follows its upstream list',
+  { timeout: 30_000 },
+  async (t) => {
+    const pki = await makePki();
+    const dir = await tempDir(t);
+    const caFile = join(dir, 'ca.crt');
+    await writeFile(caFile, pki.ca);
+    const a = await apiServer(t, 'api-a', pki.serverCert, pki.serverKey);
+    const b = await apiServer(t, 'api-b', pki.serverCert, pki.serverKey);
+    const { log } = captureLogger();
+    const lb = new ApiBalancerComponent({ caFile, apiServers: [a.url, b.url], log, port: 0 });
+    await lb.start();
+    t.after(() => lb.stop());
+    const port = lb.listenPort();
+
+    // TLS passes through: the client verifies the API server's own certificate against the CA.
+    const seen = new Set<string>();
+    for (let i = 0; i < 6; i++) seen.add(await get(port, pki.ca));
+    assert.deepEqual([...seen].sort(), ['api-a', 'api-b']);
+
+    // api-a turns unhealthy: its open connection (one of two long requests, one per upstream) is cut,
+    // and new connections go to api-b only.
+    const hang = () =>
+      new Promise<string>((resolve) => {
+        const req = request({ host: '127.0.0.1', port, path: '/hang', ca: pki.ca, agent: false }, () => undefined);
+        req.on('error', (err) => resolve(`closed: ${err.message}`));
+        req.end();
+      });
+    const hanging = [hang(), hang()];
+    const connections = (url: string) => lb.snapshot().upstreams.find((u) => url.endsWith(`:${u.address.split(':')[1]}`))?.connections ?? 0;
+    await waitFor('a long request on each upstream', () => connections(a.url) === 1 && connections(b.url) === 1);
+    a.state.ready = false;
+    assert.match(await Promise.race(hanging), /^closed: socket hang up/);
+    assert.equal(connections(a.url), 0);
+    assert.equal(connections(b.url), 1, "api-b's connection must stay");
+    for (let i = 0; i < 4; i++) assert.equal(await get(port, pki.ca), 'api-b');
+    a.state.ready = true;
+    await waitFor('api-a healthy again', () => lb.snapshot().upstreams.every((u) => u.healthy), 5_000);
+
+    // The controllers' leases now name only api-a.
+    lb.setUpstreams([a.url]);
+    assert.deepEqual(
+      lb.snapshot().upstreams.map((u) => u.address),
+      [`127.0.0.1:${a.url.split(':')[2]}`],
+    );
+    for (let i = 0; i < 3; i++) assert.equal(await get(port, pki.ca), 'api-a');
+    lb.setUpstreams([]);
+    assert.equal(lb.snapshot().upstreams.length, 1, 'an empty list must keep the current upstreams');
+  },
+);
