@@ -12,6 +12,7 @@ import { makePki, type BenchPki } from './pki.ts';
 import { firstJsonLine, freePort, startProc, type Proc } from './procs.ts';
 import { holOthersRatio, idleMemoryPerConn, leakResidual, type Targets } from './scenarios.ts';
 import { startKctl, startUpstream, type Stack } from './stacks.ts';
+import { haFigures } from './ha.ts';
 import { workerJoinSeconds } from './worker.ts';
 
 export interface Row {
@@ -285,10 +286,29 @@ async function main(): Promise<void> {
         direct: null,
         note: 'controller start to the first CoreDNS replica Ready, one worker joining as soon as the API is up',
       });
+      const ha = await haFigures(dir, log);
+      out.push({
+        scenario: 'ha-failover-exec-s',
+        unit: 's',
+        kctl: ha.failoverExecSeconds,
+        upstream: null,
+        direct: null,
+        note: 'SIGKILL of every process of one of three controllers to the first kubectl exec through a survivor',
+      });
+      out.push({
+        scenario: 'ha-agent-join-s',
+        unit: 's',
+        kctl: ha.agentJoinSeconds,
+        upstream: null,
+        direct: null,
+        note: "a third controller's start (join by token included) to the worker's agent holding a stream to it",
+      });
     } else {
       const note = 'not measured in --smoke (starts a control plane and a worker in the network-namespace lab)';
       out.push({ scenario: 'worker-join-s', unit: 's', kctl: null, upstream: null, direct: null, note });
       out.push({ scenario: 'coredns-ready-s', unit: 's', kctl: null, upstream: null, direct: null, note });
+      out.push({ scenario: 'ha-failover-exec-s', unit: 's', kctl: null, upstream: null, direct: null, note });
+      out.push({ scenario: 'ha-agent-join-s', unit: 's', kctl: null, upstream: null, direct: null, note });
     }
   } finally {
     await bench.stop().catch(() => {});

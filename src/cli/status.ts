@@ -60,6 +60,11 @@ export function renderStatus(r: AnyStatusReport): string {
       for (const d of a.dropped) out.push(`    dropped:  ${d.claim} (${d.reason})`);
     }
   }
+  const live = r.role === 'controller' ? r.controllers : undefined;
+  if (live?.length) {
+    out.push('', `Controllers (live leases; etcd members: kctl etcd member-list): ${live.length}`);
+    for (const c of live) out.push(`  ${c.name}  api=${c.apiServer}  konnectivity=${c.konnectivity}`);
+  }
   const lb = r.role === 'worker' ? r.apiBalancer : undefined;
   if (lb) {
     out.push('', `API balancer ${lb.listen} (kubelet, kube-proxy and kctl reach the API here):`);

@@ -202,6 +202,7 @@ async function prepareAndRun(
 
   const components = controllerComponents(cfg, paths, pki, log, joined);
   const konnectivity = components.find((c): c is KonnectivityServerComponent => c instanceof KonnectivityServerComponent);
+  const lease = components.find((c): c is ControllerLeaseComponent => c instanceof ControllerLeaseComponent);
   let manager: ComponentManager | undefined;
   const status = new StatusServerComponent<ControllerStatusReport>(paths.statusSocket, () => ({
     role: 'controller',
@@ -210,6 +211,7 @@ async function prepareAndRun(
     uptimeSeconds: Math.round(process.uptime()),
     components: manager?.status().filter((c) => c.name !== 'status') ?? [],
     konnectivity: konnectivity?.server?.snapshot(),
+    controllers: lease?.liveControllers(),
   }));
   // The status socket comes first, so `kctl status` shows progress while components come up.
   manager = new ComponentManager([status, ...components], componentLogger(log, 'manager'), { onProgress: (text) => notifier?.status(text) });

@@ -126,15 +126,16 @@ test('controllers join by token; losing one is invisible to the node; bad tokens
   /** The konnectivity view of controller `c`: its server count and the agents it holds. */
   const tunnel = async (c: Ctl) => {
     const r = await run(c, ['status', '-o', 'json']);
-    const k = (JSON.parse(String(r.stdout)) as ControllerStatusReport).konnectivity;
-    return { count: k?.serverCount ?? 0, agents: (k?.agents ?? []).map((a) => a.id) };
+    const report = JSON.parse(String(r.stdout)) as ControllerStatusReport;
+    const k = report.konnectivity;
+    return { count: k?.serverCount ?? 0, agents: (k?.agents ?? []).map((a) => a.id), live: report.controllers?.length ?? 0 };
   };
-  /** Every listed controller holds w1's agent and announces `count` servers. */
+  /** Every listed controller holds w1's agent, sees `count` live controllers and announces `count` servers. */
   const agentsFollow = (list: Ctl[], count: number) =>
     waitFor(`w1's agent on ${list.map((c) => c.host.name).join(', ')} with server count ${count}`, 60_000, async () => {
       for (const c of list) {
         const k = await tunnel(c);
-        if (k.count !== count || !k.agents.includes('w1')) return false;
+        if (k.count !== count || k.live !== count || !k.agents.includes('w1')) return false;
       }
       return true;
     });
