@@ -8,7 +8,9 @@ import { createLogger, type Logger } from '../src/base/log.ts';
 
 export async function tempDir(t: { after: (fn: () => Promise<void>) => void }, prefix = 'kctl-test-'): Promise<string> {
   const dir = await mkdtemp(join(tmpdir(), prefix));
-  t.after(() => rm(dir, { recursive: true, force: true }));
+  // after-hooks run in the order they were added, so this may run while a child started later
+  // (a supervised crash loop) still writes here: retry instead of failing on ENOTEMPTY.
+  t.after(() => rm(dir, { recursive: true, force: true, maxRetries: 10, retryDelay: 100 }));
   return dir;
 }
 

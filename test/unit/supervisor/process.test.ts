@@ -229,6 +229,9 @@ test('ready() rejects with the last probe error and the crash reason when the si
   await crashing.start();
   await waitFor('a restart', () => crashing.status().restarts > 0);
   await assert.rejects(crashing.ready(AbortSignal.timeout(300)), /restarts, last: exited with code 2: bad flag --foo/);
+  // Stop the crash loop before the run dir is removed (after-hooks run first-added first).
+  await crashing.stop();
+  await sup.stop();
 });
 
 test('start fails with one line for a missing binary', { timeout: 15_000 }, async (t) => {
