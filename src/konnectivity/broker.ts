@@ -38,13 +38,19 @@ export interface BrokerOptions {
 export const NO_AGENT = 'No agent available';
 
 /** Agents that name the host exactly win over agents whose CIDR covers it (a site gateway). */
+/** Agents that name `host` exactly; else those whose CIDR holding it is the longest (a node's pod CIDR beats a gateway's wide one). */
 function destHostCandidates(ready: AgentBackend[], host: string): AgentBackend[] {
   const exact: AgentBackend[] = [];
-  const cidr: AgentBackend[] = [];
+  let cidr: AgentBackend[] = [];
+  let longest = -1;
   for (const a of ready) {
     const how = a.serves(host);
     if (how === 'exact') exact.push(a);
-    else if (how === 'cidr') cidr.push(a);
+    else if (how !== null && how >= longest) {
+      if (how > longest) cidr = [];
+      longest = how;
+      cidr.push(a);
+    }
   }
   return exact.length > 0 ? exact : cidr;
 }

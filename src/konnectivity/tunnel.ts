@@ -71,7 +71,8 @@ export class AgentBackend {
   readonly pending = new Set<Tunnel>();
   private readonly writer = new StreamWriter<Packet>(() => this.onDrain(this));
   private verdict: ClaimVerdict;
-  private cidrs: BlockList | undefined;
+  /** The accepted CIDRs, longest prefix first; built on the first CIDR question after a verdict. */
+  private cidrs: { bits: number; list: BlockList }[] | undefined;
 
   constructor(
     readonly id: string,
@@ -120,23 +121,30 @@ export class AgentBackend {
     return ids.host.includes(host) || ids.ipv4.includes(host) || ids.ipv6.includes(host);
   }
 
-  /** destHost strategy: the dial host is one of this agent's names or addresses ('exact'), or in one of its CIDRs. */
-  serves(host: string): 'exact' | 'cidr' | null {
+  /**
+   * destHost strategy: the dial host is one of this agent's names or addresses ('exact'), or lies
+   * in one of its CIDRs (the prefix length of the longest that holds it), or neither (null).
+   */
+  serves(host: string): 'exact' | number | null {
     if (this.namesExactly(host)) return 'exact';
     const ids = this.identifiers;
     if (ids.cidr.length === 0 || !(isIPv4(host) || isIPv6(host))) return null;
     if (this.cidrs === undefined) {
-      this.cidrs = new BlockList();
+      this.cidrs = [];
       for (const c of ids.cidr) {
         const [net, bits] = c.split('/');
         if (net === undefined || bits === undefined) continue;
         try {
-          this.cidrs.addSubnet(net, Number(bits), isIPv6(net) ? 'ipv6' : 'ipv4');
+          const list = new BlockList();
+          list.addSubnet(net, Number(bits), isIPv6(net) ? 'ipv6' : 'ipv4');
+          this.cidrs.push({ bits: Number(bits), list });
         } catch {
           // a malformed cidr identifier matches nothing
         }
       }
+      this.cidrs.sort((a, b) => b.bits - a.bits);
     }
-    return this.cidrs.check(host, isIPv6(host) ? 'ipv6' : 'ipv4') ? 'cidr' : null;
+    const family = isIPv6(host) ? 'ipv6' : 'ipv4';
+    return this.cidrs.find((c) => c.list.check(host, family))?.bits ?? null;
   }
 }

@@ -211,3 +211,24 @@ test("a node agent serves its Node's pod CIDRs without claiming them: dials to a
     await assert.rejects(other.next('DIAL_REQ', 100), /no DIAL_REQ/, `a dial to ${pod} went to the other node`);
   }
 });
+
+test('among CIDR matches the longest prefix wins: a pod dial goes to its node, not to a trusted gateway claiming the whole pod network', async (t) => {
+  const withPods = new FakeNodes([{ name: 'node-a', addresses: [{ type: 'InternalIP', address: '10.0.0.1' }], podCIDRs: ['10.244.1.0/24'] }]);
+  const pki = await makePki();
+  const server = await startServer(t, pki, { nodes: withPods, dialTimeoutMs: 2_000, trustedAgents: { nodes: ['gw'], users: [] } });
+  const a = await rawAgent(t, pki, server, { agentId: 'node-a', creds: await pki.nodeCert('node-a'), identifiers: 'host=node-a&ipv4=10.0.0.1' });
+  const gw = await rawAgent(t, pki, server, { agentId: 'gw', creds: await pki.nodeCert('gw'), identifiers: 'host=gw&cidr=10.244.0.0/16' });
+  await waitFor('two agents', () => server.snapshot().agents.length === 2);
+  const uds = udsOf(server).grpc;
+  const routed = async (address: string, to: typeof a, not: typeof a) => {
+    for (let i = 0; i < 10; i++) {
+      const d = dialViaProxy({ udsPath: uds, address }).catch(() => {});
+      const req = await to.next('DIAL_REQ');
+      to.send(packets.dialRsp(req.dialRequest!.random!, '0', 'refused by test'));
+      await d;
+    }
+    await assert.rejects(not.next('DIAL_REQ', 100), /no DIAL_REQ/, `a dial to ${address} went to the wrong agent`);
+  };
+  await routed('10.244.1.5:443', a, gw); // node-a's pod: the /24 beats the /16
+  await routed('10.244.7.5:443', gw, a); // no node's pod CIDR: the gateway's /16
+});
