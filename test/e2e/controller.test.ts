@@ -18,7 +18,9 @@ interface Running {
   exited: Promise<number | null>;
 }
 
-let portBase = 20000 + Math.floor(Math.random() * 20000);
+// Below the kernel's ephemeral range (32768-60999 here): a port in it can be taken at any moment
+// by the local end of some outgoing connection, and a component then fails to bind.
+let portBase = 20000 + Math.floor(Math.random() * 12000);
 
 async function writeConfig(dir: string, storage: 'etcd' | 'kine', dataSource?: string): Promise<string> {
   const p = (portBase += 10);
