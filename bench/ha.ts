@@ -15,7 +15,7 @@ import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { ControllerStatusReport } from '../src/controller/status.ts';
 import { mountsUnder } from '../src/worker/containerd.ts';
-import { cleanupWorkerHost, nodeReady, runPinnedPod, startLabWorker, track, type Tracked } from '../test/e2e/cluster.ts';
+import { cleanupWorkerHost, killControllerProcesses, nodeReady, runPinnedPod, startLabWorker, track, type Tracked } from '../test/e2e/cluster.ts';
 import { requireKctl } from '../test/e2e/kctl.ts';
 import { createLab, type LabHost } from '../test/e2e/lab.ts';
 
@@ -94,13 +94,7 @@ export async function haFigures(parent: string, log: (m: string) => void): Promi
 
     const s1 = JSON.parse(String((await run(c1, ['status', '-o', 'json'])).stdout)) as ControllerStatusReport;
     const killed = Date.now();
-    for (const pid of [s1.pid, ...s1.components.map((x) => x.pid).filter((p): p is number => !!p)]) {
-      try {
-        process.kill(pid, 'SIGKILL');
-      } catch {
-        /* gone */
-      }
-    }
+    killControllerProcesses(s1);
     await until('exec through c2', 120_000, 250, async () => {
       const r = await run(c2, ['kubectl', 'exec', 'talker', '--', 'echo', 'ok']);
       return String(r.stdout).trim() === 'ok';

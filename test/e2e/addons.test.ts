@@ -8,7 +8,17 @@ import { copyFile, mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promi
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test, type TestContext } from 'node:test';
-import { cleanupWorkerHost, labController, nodeReady, pinnedPod, startLabWorker, track, type LabController, type Tracked } from './cluster.ts';
+import {
+  controllerReady,
+  cleanupWorkerHost,
+  labController,
+  nodeReady,
+  pinnedPod,
+  startLabWorker,
+  track,
+  type LabController,
+  type Tracked,
+} from './cluster.ts';
 import { selfSignedCert } from '../helpers.ts';
 import { requireKctl } from './kctl.ts';
 import { createLab, type LabHost } from './lab.ts';
@@ -61,7 +71,7 @@ test('add-ons: CoreDNS on both workers, kubectl top through metrics-server, a we
   };
   let controller = track(ctl.spawn(kctlBin, c.args));
   procs.push(controller);
-  await waitFor('controller ready', 180_000, async () => controller.saw('"msg":"controller ready"'), controller.log);
+  await controllerReady(controller);
 
   // Workers: isolated from the controller host; each also gets the test tool's image.
   const toolTar = await testtoolImage();
@@ -200,7 +210,7 @@ test('add-ons: CoreDNS on both workers, kubectl top through metrics-server, a we
   await writeFile(cfg, `${await readFile(cfg, 'utf8')}  addons:\n    coredns:\n      enabled: false\n`);
   controller = track(ctl.spawn(kctlBin, c.args));
   procs.push(controller);
-  await waitFor('controller ready again', 180_000, async () => controller.saw('"msg":"controller ready"'), controller.log);
+  await controllerReady(controller, 'controller ready again');
   await waitFor('CoreDNS removed', 120_000, async () => {
     const left = await Promise.all([
       kubectl(['-n', 'kube-system', 'get', 'deployment', 'coredns']),

@@ -9,7 +9,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test, type TestContext } from 'node:test';
 import { execa } from 'execa';
-import { cleanupWorkerHost, labController, nodeReady, runPinnedPod, startLabWorker, track, type Tracked } from './cluster.ts';
+import { controllerReady, cleanupWorkerHost, labController, nodeReady, runPinnedPod, startLabWorker, track, type Tracked } from './cluster.ts';
 import { requireKctl } from './kctl.ts';
 import { createLab, type LabHost } from './lab.ts';
 import { waitFor } from './wait.ts';
@@ -78,7 +78,7 @@ async function roundTrip(
   t.after(() => {
     back.child.kill('SIGKILL');
   });
-  await waitFor('controller ready after restore', 180_000, async () => back.saw('"msg":"controller ready"'), back.log);
+  await controllerReady(back, 'controller ready after restore');
   return back;
 }
 
@@ -97,7 +97,7 @@ test('backup, reset, restore with etcd: objects are back and the joined worker c
   c.args.splice(c.args.indexOf('--single'), 1, '--storage', 'etcd');
   const controller = track(ctl.spawn(kctlBin, c.args));
   procs.push(controller);
-  await waitFor('controller ready', 180_000, async () => controller.saw('"msg":"controller ready"'), controller.log);
+  await controllerReady(controller);
 
   // Bad save paths: one line each, nothing written.
   for (const [path, why] of [
@@ -139,7 +139,7 @@ test('backup, reset, restore with kine on SQLite: objects are back', async (t: T
   const c = await labController(kctlBin, ctl, dir);
   const controller = track(ctl.spawn(kctlBin, c.args));
   procs.push(controller);
-  await waitFor('controller ready', 180_000, async () => controller.saw('"msg":"controller ready"'), controller.log);
+  await controllerReady(controller);
   for (let i = 0; i < 20; i++) assert.equal((await c.kubectl(['create', 'configmap', `cm-${i}`, `--from-literal=i=${i}`])).exitCode, 0);
   const back = await roundTrip(t, ctl, dir, c, controller);
   procs.push(back);

@@ -7,7 +7,9 @@ import type { Result } from 'execa';
 import { cleanupContainerd } from '../../src/worker/containerd.ts';
 import { kubeletCgroupRoot, removeCgroupRoot } from '../../src/worker/kubelet.ts';
 import { workerPaths } from '../../src/worker/paths.ts';
+import type { ControllerStatusReport } from '../../src/controller/status.ts';
 import type { LabHost } from './lab.ts';
+import { waitFor } from './wait.ts';
 
 export interface Tracked {
   child: ChildProcess;
@@ -61,6 +63,25 @@ export async function labController(kctlBin: string, ctl: LabHost, dir: string):
       return String(r.stdout).trim();
     },
   };
+}
+
+/** Waits for a `kctl controller` started with track() to log "controller ready"; fails with its last lines. */
+export function controllerReady(p: Tracked, what = 'controller ready'): Promise<boolean> {
+  return waitFor(what, 180_000, async () => p.saw('"msg":"controller ready"'), p.log);
+}
+
+/**
+ * SIGKILLs a controller and every child it supervises at once, as a host that loses its
+ * processes would; `report` is its `kctl status -o json`.
+ */
+export function killControllerProcesses(report: ControllerStatusReport): void {
+  for (const pid of [report.pid, ...report.components.map((x) => x.pid).filter((p): p is number => !!p)]) {
+    try {
+      process.kill(pid, 'SIGKILL');
+    } catch {
+      /* already gone */
+    }
+  }
 }
 
 export const NODE_READY_JSONPATH = '{.status.conditions[?(@.type=="Ready")].status}';

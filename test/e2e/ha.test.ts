@@ -20,7 +20,7 @@ import { decodeToken, encodeToken } from '../../src/join/token.ts';
 import { selfSignedCert } from '../helpers.ts';
 import type { ControllerStatusReport } from '../../src/controller/status.ts';
 import type { WorkerStatusReport } from '../../src/worker/index.ts';
-import { cleanupWorkerHost, nodeReady, runPinnedPod, startLabWorker, track, type Tracked } from './cluster.ts';
+import { cleanupWorkerHost, killControllerProcesses, nodeReady, runPinnedPod, startLabWorker, track, type Tracked } from './cluster.ts';
 import { requireKctl } from './kctl.ts';
 import { createLab, type LabHost } from './lab.ts';
 import { waitFor } from './wait.ts';
@@ -210,13 +210,7 @@ test('controllers join by token; losing one is invisible to the node; bad tokens
   const readySince = await readyCondition(c2);
   const c1Status = JSON.parse(String((await run(c1, ['status', '-o', 'json'])).stdout)) as ControllerStatusReport;
   const killed = Date.now();
-  for (const pid of [c1Status.pid, ...c1Status.components.map((x) => x.pid).filter((p): p is number => !!p)]) {
-    try {
-      process.kill(pid, 'SIGKILL');
-    } catch {
-      /* already gone */
-    }
-  }
+  killControllerProcesses(c1Status);
   await c1.proc!.exited;
   // Within 30 s, through the survivors: exec and logs reach the pod on w1 ...
   const execOk = await waitFor('exec through c2 after losing c1', 30_000, async () => {

@@ -6,7 +6,7 @@ import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test, type TestContext } from 'node:test';
-import { labController, track, type Tracked } from './cluster.ts';
+import { controllerReady, labController, track, type Tracked } from './cluster.ts';
 import { requireKctl } from './kctl.ts';
 import { createLab } from './lab.ts';
 import { waitFor } from './wait.ts';
@@ -65,7 +65,7 @@ spec: { size: 3 }
     return p;
   };
   let controller = start();
-  await waitFor('controller ready', 180_000, async () => controller.saw('"msg":"controller ready"'), controller.log);
+  await controllerReady(controller);
   const value = async (name: string, ns = 'demo') =>
     String((await c.kubectl(['get', 'configmap', name, '-n', ns, '-o', 'jsonpath={.data.value}'])).stdout);
   const exists = async (name: string, ns = 'demo') => (await c.kubectl(['get', 'configmap', name, '-n', ns])).exitCode === 0;
@@ -113,7 +113,7 @@ spec: { size: 3 }
   assert.equal(await controller.exited, 0);
   await writeFile(join(stacks, 'demo', '10-config.yaml'), configMap('three', '3', 'demo'));
   controller = start();
-  await waitFor('controller ready again', 180_000, async () => controller.saw('"msg":"controller ready"'), controller.log);
+  await controllerReady(controller, 'controller ready again');
   assert.equal(await value('three'), '3');
   assert.equal(await exists('one'), false, 'an object removed while the controller was down was not pruned');
   assert.equal(await value('fixed', 'default'), 'ok');

@@ -6,7 +6,7 @@ import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { test, type TestContext } from 'node:test';
 import { decodeToken } from '../../src/join/token.ts';
-import { labController, nodeReady, runPinnedPod, track } from './cluster.ts';
+import { controllerReady, labController, nodeReady, runPinnedPod, track } from './cluster.ts';
 import { requireKctl } from './kctl.ts';
 import { createLab } from './lab.ts';
 import { bootSystemd } from './systemd.ts';
@@ -23,7 +23,7 @@ test('kctl install worker: joins from a token file, runs a pod, keeps it across 
   t.after(() => {
     controller.child.kill('SIGKILL');
   });
-  await waitFor('controller ready', 180_000, async () => controller.saw('"msg":"controller ready"'), controller.log);
+  await controllerReady(controller);
   await lab.isolate(w1, ctl);
 
   const sd = await bootSystemd('kctl-svc-worker', w1.netns, t);

@@ -10,7 +10,7 @@ import { join } from 'node:path';
 import { test, type TestContext } from 'node:test';
 import type { ControllerStatusReport } from '../../src/controller/status.ts';
 import type { ServerAgentSnapshot } from '../../src/konnectivity/index.ts';
-import { cleanupWorkerHost, labController, nodeReady, runPinnedPod, startLabWorker, track, type Tracked } from './cluster.ts';
+import { controllerReady, cleanupWorkerHost, labController, nodeReady, runPinnedPod, startLabWorker, track, type Tracked } from './cluster.ts';
 import { kctl, requireKctl } from './kctl.ts';
 import { createLab, type LabHost } from './lab.ts';
 import { kubeletServingCert, nodeCert } from './node-cert.ts';
@@ -33,7 +33,7 @@ test('an agent draws only its own Node’s traffic: impostors are dropped, logs/
   const c = await labController(kctlBin, ctl, dir);
   const controller = track(ctl.spawn(kctlBin, c.args));
   procs.push(controller);
-  await waitFor('controller ready', 180_000, async () => controller.saw('"msg":"controller ready"'), controller.log);
+  await controllerReady(controller);
   const agents = async (): Promise<ServerAgentSnapshot[]> => {
     const s = await kctl(['status', '-o', 'json', '--run-dir', c.runDir]);
     return (JSON.parse(String(s.stdout)) as ControllerStatusReport).konnectivity?.agents ?? [];

@@ -8,7 +8,7 @@ import { join } from 'node:path';
 import { test, type TestContext } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { decodeToken } from '../../src/join/token.ts';
-import { cleanupWorkerHost, labController, nodeReady as isNodeReady, track, type Tracked } from './cluster.ts';
+import { controllerReady, cleanupWorkerHost, labController, nodeReady as isNodeReady, track, type Tracked } from './cluster.ts';
 import { requireKctl } from './kctl.ts';
 import { createLab, type Lab, type LabHost } from './lab.ts';
 
@@ -100,7 +100,7 @@ test('two isolated workers join, run pods, and are reachable only through the tu
   const controller = track(ctl.spawn(kctlBin, c.args));
   // Everything that talks to the API runs on the controller host: lab addresses exist only in the lab.
   const kubectl = c.kubectl;
-  await waitFor('controller ready', 180_000, async () => controller.saw('"msg":"controller ready"'), controller.log);
+  await controllerReady(controller);
 
   const token = await c.createToken('1h');
 
