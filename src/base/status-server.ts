@@ -18,7 +18,7 @@ export class StatusServerComponent<R extends StatusReport = StatusReport> implem
 
   constructor(
     private readonly socket: string,
-    private readonly report: () => R,
+    private readonly report: () => R | Promise<R>,
   ) {}
 
   async start(): Promise<void> {
@@ -28,7 +28,12 @@ export class StatusServerComponent<R extends StatusReport = StatusReport> implem
         res.writeHead(404).end();
         return;
       }
-      res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify(this.report()));
+      Promise.resolve()
+        .then(() => this.report())
+        .then(
+          (r) => res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify(r)),
+          (err: Error) => res.writeHead(500, { 'content-type': 'text/plain' }).end(err.message),
+        );
     });
     await new Promise<void>((resolve, reject) => {
       server.once('error', reject);

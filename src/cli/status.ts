@@ -60,11 +60,7 @@ export function renderStatus(r: AnyStatusReport): string {
       for (const d of a.dropped) out.push(`    dropped:  ${d.claim} (${d.reason})`);
     }
   }
-  const live = r.role === 'controller' ? r.controllers : undefined;
-  if (live?.length) {
-    out.push('', `Controllers (live leases; etcd members: kctl etcd member-list): ${live.length}`);
-    for (const c of live) out.push(`  ${c.name}  api=${c.apiServer}  konnectivity=${c.konnectivity}`);
-  }
+  if (r.role === 'controller') out.push(...renderCluster(r));
   const lb = r.role === 'worker' ? r.apiBalancer : undefined;
   if (lb) {
     out.push('', `API balancer ${lb.listen} (kubelet, kube-proxy and kctl reach the API here):`);
@@ -72,6 +68,28 @@ export function renderStatus(r: AnyStatusReport): string {
       out.push(`  ${u.address}  ${u.healthy ? 'healthy' : 'unhealthy'}  connections=${u.connections}${u.lastError ? `  ${u.lastError}` : ''}`);
   }
   return out.join('\n') + '\n';
+}
+
+/** The controller's view of the whole control plane: live controllers, each agent's servers, the storage. */
+function renderCluster(r: ControllerStatusReport): string[] {
+  const out: string[] = [];
+  const live = r.controllers ?? [];
+  if (live.length) {
+    out.push('', `Controllers (live leases): ${live.length}`);
+    for (const c of live) out.push(`  ${c.name}  api=${c.apiServer}  konnectivity=${c.konnectivity}  agents=${c.agentsTotal ?? c.agents.length}`);
+  }
+  if (r.agentServers?.length) {
+    out.push('', 'Agents and the controllers they hold a stream to (from the leases):');
+    for (const a of r.agentServers) out.push(`  ${a.agent}  ${a.servers.length}/${live.length}  ${a.servers.join(', ')}`);
+  }
+  const s = r.storage;
+  if (s?.type === 'kine')
+    out.push('', `Storage: kine on ${s.datastore === 'sqlite' ? 'a SQLite file in the data dir (one controller only)' : s.datastore}`);
+  if (s?.type === 'etcd') {
+    out.push('', `Storage: etcd, ${s.members.length} member(s)${s.error ? ` (cannot list members: ${s.error})` : ''}`);
+    for (const m of s.members) out.push(`  ${m.name || '(not started)'}  ${m.id}  ${m.peerURLs.join(',')}  ${m.isLearner ? 'learner' : 'voter'}`);
+  }
+  return out;
 }
 
 export function statusCommand(program: Command): void {

@@ -13,9 +13,9 @@ import { findPayload } from '../payload/payload.ts';
 import { stageComponents } from '../payload/stage.ts';
 import { ensurePki, type PkiPaths } from '../pki/index.ts';
 import { EtcdComponent, etcdClientUrl, type EtcdOptions } from '../etcd/etcd.ts';
-import type { EtcdClientTls } from '../etcd/members.ts';
+import { listMembers, type EtcdClientTls } from '../etcd/members.ts';
 import { UserError } from '../base/errors.ts';
-import { KineComponent } from '../etcd/kine.ts';
+import { datastoreIdentity, KineComponent } from '../etcd/kine.ts';
 import type { Component } from '../base/component.ts';
 import { httpsUrl } from '../base/addresses.ts';
 import { runUntilSignal } from '../base/lifecycle.ts';
@@ -37,10 +37,11 @@ import { JoinServerComponent } from './join-server.ts';
 import { ManifestApplierComponent } from './manifests.ts';
 import { NodeWatchComponent } from './nodes.ts';
 import { KubeClient } from '../kube/client.ts';
+import { agentServers } from '../kube/controller-leases.ts';
 import { loadConfig, type ClusterConfig, type ConfigFlags } from './config.ts';
 import { controllerPaths, type ControllerPaths } from './paths.ts';
 import { ControllerManagerComponent, SchedulerComponent } from './scheduler.ts';
-import type { ControllerStatusReport } from './status.ts';
+import type { ControllerStatusReport, StorageStatus } from './status.ts';
 
 export interface ControllerOptions extends ConfigFlags {
   configFile?: string;
@@ -125,11 +126,20 @@ export function controllerComponents(
           child('kine'),
         );
   // This controller's lease, and every live controller's: the konnectivity server count follows them.
-  const lease = new ControllerLeaseComponent(cfg, kube, child('controller-lease'));
+  // It also lists the agents this server holds, so every controller's status shows each agent's servers.
+  const konnectivity: KonnectivityServerComponent = new KonnectivityServerComponent(cfg, paths, pki, kube, nodes, child('konnectivity-server'), () =>
+    lease.serverCount(),
+  );
+  const lease: ControllerLeaseComponent = new ControllerLeaseComponent(
+    cfg,
+    kube,
+    child('controller-lease'),
+    () => konnectivity.server?.agentIds() ?? [],
+  );
   return [
     storage,
     // Before kube-apiserver: its egress selector dials this server's unix socket.
-    new KonnectivityServerComponent(cfg, paths, pki, kube, nodes, child('konnectivity-server'), () => lease.serverCount()),
+    konnectivity,
     new ApiserverComponent(cfg, paths, pki, child('kube-apiserver'), { egress: true }),
     nodes,
     new BootstrapComponent(cfg, pki, kube, child('bootstrap')),
@@ -143,6 +153,16 @@ export function controllerComponents(
     new ControllerManagerComponent(cfg, paths, pki, child('kube-controller-manager')),
     new CsrApproverComponent(kube, nodes, child('csr-approver')),
   ];
+}
+
+/** The etcd members (asked with a short timeout: status must answer without quorum too), or kine's datastore. */
+async function storageStatus(cfg: ClusterConfig, pki: PkiPaths): Promise<StorageStatus> {
+  if (cfg.spec.storage.type === 'kine') return { type: 'kine', datastore: datastoreIdentity(cfg.spec.storage.kine.dataSource) ?? 'sqlite' };
+  try {
+    return { type: 'etcd', members: await listMembers(localEtcd(cfg, pki), 2000) };
+  } catch (err) {
+    return { type: 'etcd', members: [], error: (err as Error).message };
+  }
 }
 
 /** Prepares the data dir; with initOnly, exits after; otherwise runs until SIGTERM/SIGINT. */
@@ -204,15 +224,20 @@ async function prepareAndRun(
   const konnectivity = components.find((c): c is KonnectivityServerComponent => c instanceof KonnectivityServerComponent);
   const lease = components.find((c): c is ControllerLeaseComponent => c instanceof ControllerLeaseComponent);
   let manager: ComponentManager | undefined;
-  const status = new StatusServerComponent<ControllerStatusReport>(paths.statusSocket, () => ({
-    role: 'controller',
-    version: KCTL_VERSION,
-    pid: process.pid,
-    uptimeSeconds: Math.round(process.uptime()),
-    components: manager?.status().filter((c) => c.name !== 'status') ?? [],
-    konnectivity: konnectivity?.server?.snapshot(),
-    controllers: lease?.liveControllers(),
-  }));
+  const status = new StatusServerComponent<ControllerStatusReport>(paths.statusSocket, async () => {
+    const controllers = lease?.liveControllers();
+    return {
+      role: 'controller',
+      version: KCTL_VERSION,
+      pid: process.pid,
+      uptimeSeconds: Math.round(process.uptime()),
+      components: manager?.status().filter((c) => c.name !== 'status') ?? [],
+      konnectivity: konnectivity?.server?.snapshot(),
+      controllers,
+      agentServers: controllers && agentServers(controllers),
+      storage: await storageStatus(cfg, pki),
+    };
+  });
   // The status socket comes first, so `kctl status` shows progress while components come up.
   manager = new ComponentManager([status, ...components], componentLogger(log, 'manager'), { onProgress: (text) => notifier?.status(text) });
   log.info({ address: cfg.spec.api.address, port: cfg.spec.api.port, storage: cfg.spec.storage.type }, 'starting controller');

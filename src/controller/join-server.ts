@@ -1,7 +1,8 @@
 // The controller join endpoint (k0s serves one on :9443): a new control host with a controller
 // token fetches what every controller must share (the cluster, front-proxy, etcd and add-ons CAs
 // with their keys, and the service-account key pair) and, with etcd storage, is added to etcd as
-// a learner, which this controller promotes once it has caught up. HTTPS with this controller's
+// a learner, which this controller promotes once it has caught up; with kine, it must name the
+// same database (credentials may differ), and a cluster on SQLite takes no second controller. HTTPS with this controller's
 // API serving certificate: the joiner trusts only the CA pinned in its token. The token is
 // checked against its bootstrap-token Secret (role controller, not expired). Keys travel only in
 // this answer; nothing here logs them.
@@ -13,6 +14,7 @@ import { join } from 'node:path';
 import type { Component } from '../base/component.ts';
 import { httpsUrl } from '../base/addresses.ts';
 import type { Logger } from '../base/log.ts';
+import { datastoreIdentity } from '../etcd/kine.ts';
 import { addLearner, initialCluster, listMembers, promoteMember, type EtcdClientTls } from '../etcd/members.ts';
 import { BOOTSTRAP_TOKEN_RE } from '../join/token.ts';
 import { KubeApiError, type KubeClient } from '../kube/client.ts';
@@ -42,6 +44,8 @@ export interface JoinRequest {
   /** Its etcd peer URL (etcd storage). */
   peerUrl: string;
   storage: 'etcd' | 'kine';
+  /** With kine: the database its data source names, without credentials (etcd/kine.ts datastoreIdentity); absent for SQLite. */
+  datastore?: string;
   network: { podCIDR: string; serviceCIDR: string; clusterDomain: string };
 }
 
@@ -66,6 +70,13 @@ class Refusal extends Error {
 export function configMismatch(cfg: ClusterConfig, req: JoinRequest): string | null {
   if (req.storage !== cfg.spec.storage.type)
     return `the cluster stores its state in ${cfg.spec.storage.type}, the joining controller is configured for ${req.storage}; set spec.storage.type: ${cfg.spec.storage.type}`;
+  if (cfg.spec.storage.type === 'kine') {
+    const ours = datastoreIdentity(cfg.spec.storage.kine.dataSource);
+    if (!ours)
+      return "the cluster keeps its state in kine on a SQLite file in one controller's data dir, which no other controller can share; for more than one controller use etcd, or kine on PostgreSQL or MySQL";
+    if (req.datastore !== ours)
+      return `the cluster's datastore is ${ours} but the joining controller's is ${req.datastore ?? 'a local SQLite file'}; set spec.storage.kine.dataSource to ${ours} (with this controller's credentials)`;
+  }
   const n = cfg.spec.network;
   for (const k of ['podCIDR', 'serviceCIDR', 'clusterDomain'] as const)
     if (req.network[k] !== n[k])
@@ -256,6 +267,7 @@ function parseRequest(body: string): JoinRequest {
     typeof r.name !== 'string' ||
     typeof r.peerUrl !== 'string' ||
     (r.storage !== 'etcd' && r.storage !== 'kine') ||
+    (r.datastore !== undefined && typeof r.datastore !== 'string') ||
     typeof r.network !== 'object' ||
     r.network === null
   )

@@ -14,6 +14,7 @@ import { httpsUrl } from '../base/addresses.ts';
 import { UserError } from '../base/errors.ts';
 import { writeFileAtomic } from '../base/fs.ts';
 import type { Logger } from '../base/log.ts';
+import { datastoreIdentity } from '../etcd/kine.ts';
 import { TLS_TRUST_ERRORS } from '../join/tls.ts';
 import { decodeTokenFor, TokenError, tokenId, type JoinInfo } from '../join/token.ts';
 import type { ClusterConfig } from './config.ts';
@@ -73,6 +74,7 @@ export async function joinController(
     name,
     peerUrl: httpsUrl(cfg.spec.api.address, cfg.spec.storage.etcd.peerPort),
     storage: cfg.spec.storage.type,
+    ...(cfg.spec.storage.type === 'kine' ? { datastore: datastoreIdentity(cfg.spec.storage.kine.dataSource) } : {}),
     network: { podCIDR: cfg.spec.network.podCIDR, serviceCIDR: cfg.spec.network.serviceCIDR, clusterDomain: cfg.spec.network.clusterDomain },
   };
   let answer: { url: string; response: JoinResponse } | undefined;

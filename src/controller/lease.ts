@@ -1,7 +1,8 @@
 // This controller's presence in the cluster (kube/controller-leases.ts): it holds its Lease
-// while it runs (renewed every 10 s, deleted on stop) and watches the others', so its
-// konnectivity server announces the number of live controllers as the server count, and
-// `kctl status` can say which controllers are alive.
+// while it runs (renewed every 10 s, and within a second of its agent set changing; deleted on
+// stop) and watches the others', so its konnectivity server announces the number of live
+// controllers as the server count, and `kctl status` can say which controllers are alive and
+// which agents each holds.
 import type { Component, ComponentStatus } from '../base/component.ts';
 import type { Logger } from '../base/log.ts';
 import {
@@ -24,11 +25,16 @@ export class ControllerLeaseComponent implements Component {
   private timer: NodeJS.Timeout | undefined;
   private lastError: string | undefined;
   private live: LiveController[] = [];
+  private renewedAt = 0;
+  private renewedAgents = '';
+  private renewing: Promise<void> | undefined;
 
   constructor(
     private readonly cfg: ClusterConfig,
     private readonly kube: KubeClient,
     private readonly log: Logger,
+    /** The agent ids this controller's konnectivity server holds now. */
+    private readonly agents: () => string[] = () => [],
   ) {
     this.leaseName = controllerLeaseName(cfg.spec.api.address);
     this.watch = new ControllerLeaseWatch(
@@ -46,18 +52,25 @@ export class ControllerLeaseComponent implements Component {
     return Math.max(1, this.live.length + (this.live.some((c) => c.name === this.leaseName) ? 0 : 1));
   }
 
+  /** The live controllers as the leases say now (with the agents each listed at its last renewal). */
   liveControllers(): LiveController[] {
-    return this.live;
+    return this.watch.synced ? this.watch.live() : this.live;
   }
 
   async start(): Promise<void> {
     await this.renew();
-    this.timer = setInterval(() => void this.renew(), RENEW_EVERY_MS);
+    // Checked every second, written only when due or when the agent set changed.
+    this.timer = setInterval(() => {
+      if (this.renewing) return;
+      if (Date.now() - this.renewedAt < RENEW_EVERY_MS && this.agentKey() === this.renewedAgents) return;
+      this.renewing = this.renew().finally(() => (this.renewing = undefined));
+    }, 1000);
     this.watch.start();
   }
 
   async stop(): Promise<void> {
     clearInterval(this.timer);
+    await this.renewing;
     await this.watch.stop();
     // Leaving on purpose: the others' server counts and the agents follow at once, not after 30 s.
     await this.kube.request('DELETE', `${LEASES_PATH}/${this.leaseName}`).catch(() => undefined);
@@ -67,10 +80,17 @@ export class ControllerLeaseComponent implements Component {
     return { lastError: this.lastError };
   }
 
+  private agentKey(): string {
+    return [...this.agents()].sort().join(',');
+  }
+
   private async renew(): Promise<void> {
-    const lease = controllerLease(this.leaseName, { apiServer: apiServerUrl(this.cfg), konnectivity: konnectivityAddress(this.cfg) });
+    const agents = this.agents();
+    const lease = controllerLease(this.leaseName, { apiServer: apiServerUrl(this.cfg), konnectivity: konnectivityAddress(this.cfg), agents });
     try {
       await this.kube.apply(lease, { fieldManager: 'kctl', force: true });
+      this.renewedAt = Date.now();
+      this.renewedAgents = [...agents].sort().join(',');
       this.lastError = undefined;
     } catch (err) {
       this.lastError = `cannot renew lease ${this.leaseName}: ${(err as Error).message}`;

@@ -1,7 +1,13 @@
 // What the controller's status socket reports beyond every role's fields.
 import type { StatusReport } from '../base/status-server.ts';
 import type { KonnectivityServerSnapshot } from '../konnectivity/index.ts';
+import type { EtcdMember } from '../etcd/members.ts';
 import type { LiveController } from '../kube/controller-leases.ts';
+
+/** Where the cluster state lives: the etcd members as this controller's etcd sees them, or kine's datastore. */
+export type StorageStatus =
+  | { type: 'etcd'; members: EtcdMember[]; error?: string }
+  | { type: 'kine'; /** The database without credentials; "sqlite" for the local file. */ datastore: string };
 
 export interface ControllerStatusReport extends StatusReport {
   role: 'controller';
@@ -9,4 +15,7 @@ export interface ControllerStatusReport extends StatusReport {
   konnectivity?: KonnectivityServerSnapshot;
   /** The live controllers of the cluster (their leases), this one included. */
   controllers?: LiveController[];
+  /** Per agent (id), the controllers (lease names) whose konnectivity servers hold a stream from it. */
+  agentServers?: { agent: string; servers: string[] }[];
+  storage?: StorageStatus;
 }

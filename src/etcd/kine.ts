@@ -17,6 +17,23 @@ export interface KineOptions {
   dataSource?: string;
 }
 
+/**
+ * Which database a kine data source names, without credentials or options: what two controllers
+ * must agree on to share one cluster state (user and password may differ per controller).
+ * undefined for SQLite, which lives in one controller's data dir and cannot be shared.
+ */
+export function datastoreIdentity(dataSource: string | undefined): string | undefined {
+  if (!dataSource || dataSource.startsWith('sqlite:')) return undefined;
+  let u: URL;
+  try {
+    u = new URL(dataSource);
+  } catch {
+    // mysql's DSN form (user:pass@tcp(host:3306)/db) is no URL: keep what follows the credentials.
+    return dataSource.replace(/^([a-z]+:\/\/)[^@/]*@/, '$1').replace(/\?.*$/, '');
+  }
+  return `${u.protocol}//${u.host}${u.pathname}`;
+}
+
 export function kineDataSource(o: Pick<KineOptions, 'dataSource' | 'dbDir'>): string {
   return o.dataSource ?? `sqlite://${join(o.dbDir, 'state.db')}?_journal=WAL&cache=shared&_busy_timeout=30000`;
 }

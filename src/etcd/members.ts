@@ -68,8 +68,8 @@ async function call<T>(tls: EtcdClientTls, path: string, body: object, timeoutMs
 }
 
 /** The cluster's members (linearizable: fails without quorum). */
-export async function listMembers(tls: EtcdClientTls): Promise<EtcdMember[]> {
-  const r = await call<{ members?: RawMember[] }>(tls, '/v3/cluster/member/list', { linearizable: true });
+export async function listMembers(tls: EtcdClientTls, timeoutMs?: number): Promise<EtcdMember[]> {
+  const r = await call<{ members?: RawMember[] }>(tls, '/v3/cluster/member/list', { linearizable: true }, timeoutMs);
   return (r.members ?? []).map(member);
 }
 

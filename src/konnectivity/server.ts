@@ -430,6 +430,11 @@ export class KonnectivityServer implements Component {
     };
   }
 
+  /** The ids of the agents that hold a stream to this server (each once). */
+  agentIds(): string[] {
+    return [...new Set([...this.broker.agents].map((a) => a.id))];
+  }
+
   /** For `kctl status`: which agents this controller has, and what runs through them. */
   snapshot(): KonnectivityServerSnapshot {
     return {

@@ -3,6 +3,8 @@
 // konnectivity agent address, and renews it every 10 s (valid 30 s); it deletes it when it
 // stops. Controllers count the live leases as their konnectivity server count; agents dial
 // every live controller's konnectivity address. No load balancer, no static count in a file.
+// The lease also lists the agents its konnectivity server holds, so any controller's `kctl
+// status` can show, per agent, every controller it has a stream to.
 import type { KubeClient, KubeManifest } from './client.ts';
 import { Informer } from './informer.ts';
 
@@ -11,6 +13,9 @@ export const LEASE_NAMESPACE = 'kube-system';
 export const LEASES_PATH = `/apis/coordination.k8s.io/v1/namespaces/${LEASE_NAMESPACE}/leases`;
 const API_ANNOTATION = 'kctl.dev/api-server';
 const KONNECTIVITY_ANNOTATION = 'kctl.dev/konnectivity';
+const AGENTS_ANNOTATION = 'kctl.dev/agents';
+/** Annotations share a 256 KiB budget per object: past this many agents the list is cut (and says so). */
+export const MAX_LISTED_AGENTS = 5000;
 export const LEASE_DURATION_S = 30;
 export const RENEW_EVERY_MS = 10_000;
 
@@ -20,6 +25,10 @@ export interface LiveController {
   apiServer: string;
   /** host:port of its konnectivity agent endpoint. */
   konnectivity: string;
+  /** The agent ids its konnectivity server held at its last renewal (sorted; at most MAX_LISTED_AGENTS). */
+  agents: string[];
+  /** How many agents it held, when more than were listed. */
+  agentsTotal?: number;
 }
 
 export interface Lease {
@@ -37,7 +46,9 @@ function microTime(d: Date): string {
   return d.toISOString().replace(/\.(\d{3})Z$/, '.$1000Z');
 }
 
-export function controllerLease(name: string, c: Omit<LiveController, 'name'>, now = new Date()): KubeManifest {
+export function controllerLease(name: string, c: Omit<LiveController, 'name' | 'agentsTotal'>, now = new Date()): KubeManifest {
+  const agents = [...c.agents].sort();
+  const listed = agents.slice(0, MAX_LISTED_AGENTS).join(',');
   return {
     apiVersion: 'coordination.k8s.io/v1',
     kind: 'Lease',
@@ -45,7 +56,11 @@ export function controllerLease(name: string, c: Omit<LiveController, 'name'>, n
       name,
       namespace: LEASE_NAMESPACE,
       labels: { [CONTROLLER_LEASE_LABEL]: 'true' },
-      annotations: { [API_ANNOTATION]: c.apiServer, [KONNECTIVITY_ANNOTATION]: c.konnectivity },
+      annotations: {
+        [API_ANNOTATION]: c.apiServer,
+        [KONNECTIVITY_ANNOTATION]: c.konnectivity,
+        [AGENTS_ANNOTATION]: agents.length > MAX_LISTED_AGENTS ? `${listed};total=${agents.length}` : listed,
+      },
     },
     spec: { holderIdentity: name, leaseDurationSeconds: LEASE_DURATION_S, renewTime: microTime(now) },
   };
@@ -59,7 +74,15 @@ export function liveControllers(leases: Iterable<Lease>, now = Date.now()): Live
     const duration = (l.spec?.leaseDurationSeconds ?? LEASE_DURATION_S) * 1000;
     const a = l.metadata.annotations ?? {};
     if (!Number.isFinite(renewed) || renewed + duration <= now || !a[API_ANNOTATION] || !a[KONNECTIVITY_ANNOTATION]) continue;
-    out.push({ name: l.metadata.name, apiServer: a[API_ANNOTATION], konnectivity: a[KONNECTIVITY_ANNOTATION] });
+    const [listed = '', total] = (a[AGENTS_ANNOTATION] ?? '').split(';total=');
+    const agents = listed.split(',').filter(Boolean);
+    out.push({
+      name: l.metadata.name,
+      apiServer: a[API_ANNOTATION],
+      konnectivity: a[KONNECTIVITY_ANNOTATION],
+      agents,
+      ...(total ? { agentsTotal: Number(total) } : {}),
+    });
   }
   return out.sort((x, y) => x.name.localeCompare(y.name));
 }
@@ -102,9 +125,17 @@ export class ControllerLeaseWatch {
   private check(): void {
     if (!this.informer.hasSynced) return;
     const live = this.live();
+    // Addresses only: agents coming and going change no controller's or worker's course (status reads live()).
     const key = live.map((c) => `${c.name}=${c.apiServer},${c.konnectivity}`).join(';');
     if (key === this.last) return;
     this.last = key;
     this.onChange(live);
   }
+}
+
+/** Per agent, the controllers (lease names) whose konnectivity server holds a stream from it. */
+export function agentServers(live: LiveController[]): { agent: string; servers: string[] }[] {
+  const byAgent = new Map<string, string[]>();
+  for (const c of live) for (const a of c.agents) byAgent.set(a, [...(byAgent.get(a) ?? []), c.name]);
+  return [...byAgent].sort(([x], [y]) => x.localeCompare(y)).map(([agent, servers]) => ({ agent, servers: servers.sort() }));
 }

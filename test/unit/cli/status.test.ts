@@ -44,3 +44,34 @@ test('kctl status shows, per agent, what it claimed, what routing uses, and why 
   assert.match(text, /^ {4}accepted: \(nothing: only dials any agent may take\)$/m);
   assert.match(text, /^ {4}dropped: {2}ipv4=10\.123\.4\.5 \(reported by node edge-1\)$/m);
 });
+
+test("a controller's status shows the live controllers, the servers of every agent, and the etcd members", () => {
+  const ctl = (n: string, agents: string[]) => ({ name: `kctl-controller-${n}`, apiServer: `https://${n}:6443`, konnectivity: `${n}:8132`, agents });
+  const report: ControllerStatusReport = {
+    role: 'controller',
+    version: 'test',
+    pid: 1,
+    uptimeSeconds: 5,
+    components: [],
+    controllers: [ctl('a', ['w1', 'w2']), ctl('b', ['w1'])],
+    agentServers: [
+      { agent: 'w1', servers: ['kctl-controller-a', 'kctl-controller-b'] },
+      { agent: 'w2', servers: ['kctl-controller-a'] },
+    ],
+    storage: {
+      type: 'etcd',
+      members: [
+        { id: '11', name: 'c1', peerURLs: ['https://a:2380'], clientURLs: [], isLearner: false },
+        { id: '12', name: '', peerURLs: ['https://b:2380'], clientURLs: [], isLearner: true },
+      ],
+    },
+  };
+  const text = renderStatus(report);
+  assert.match(text, /^ {2}kctl-controller-a {2}api=https:\/\/a:6443 {2}konnectivity=a:8132 {2}agents=2$/m);
+  assert.match(text, /^ {2}w1 {2}2\/2 {2}kctl-controller-a, kctl-controller-b$/m);
+  assert.match(text, /^ {2}w2 {2}1\/2 {2}kctl-controller-a$/m);
+  assert.match(text, /^Storage: etcd, 2 member\(s\)$/m);
+  assert.match(text, /^ {2}\(not started\) {2}12 {2}https:\/\/b:2380 {2}learner$/m);
+  const kine = renderStatus({ ...report, storage: { type: 'kine', datastore: 'postgres://db:5432/kine' } });
+  assert.match(kine, /^Storage: kine on postgres:\/\/db:5432\/kine$/m);
+});

@@ -2,6 +2,7 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { parseConfig } from '../../../src/controller/config.ts';
 import { configMismatch, type JoinRequest } from '../../../src/controller/join-server.ts';
+import { datastoreIdentity } from '../../../src/etcd/kine.ts';
 import { initialCluster, type EtcdMember } from '../../../src/etcd/members.ts';
 
 const cfg = parseConfig({ spec: { storage: { type: 'etcd' } } }, 'kctl.yaml');
@@ -22,6 +23,27 @@ test('a joining controller with another storage or network than the cluster is r
   assert.match(
     configMismatch(cfg, request({ network: { ...request().network, serviceCIDR: '10.100.0.0/16' } }))!,
     /spec\.network\.serviceCIDR is 10\.96\.0\.0\/12 in the cluster but 10\.100\.0\.0\/16 on the joining controller/,
+  );
+});
+
+test('kine: a joiner must name the same database (credentials and options aside); a SQLite cluster takes no second controller', () => {
+  const kine = (dataSource?: string) => parseConfig({ spec: { storage: { type: 'kine', kine: { dataSource } } } }, 'kctl.yaml');
+  const shared = kine('postgres://kctl:secret@db.example:5432/kine?sslmode=disable');
+  assert.equal(datastoreIdentity('postgres://other:pw@db.example:5432/kine'), 'postgres://db.example:5432/kine');
+  assert.equal(datastoreIdentity(undefined), undefined);
+  assert.equal(datastoreIdentity('sqlite:///var/lib/kctl/db/state.db'), undefined);
+  assert.equal(datastoreIdentity('mysql://u:p@tcp(db:3306)/kine?tls=true'), 'mysql://tcp(db:3306)/kine');
+  assert.equal(configMismatch(shared, request({ storage: 'kine', datastore: 'postgres://db.example:5432/kine' })), null);
+  const other = configMismatch(shared, request({ storage: 'kine', datastore: 'postgres://db.example:5432/other' }))!;
+  assert.match(
+    other,
+    /datastore is postgres:\/\/db\.example:5432\/kine but the joining controller's is postgres:\/\/db\.example:5432\/other; set spec\.storage\.kine\.dataSource/,
+  );
+  assert.doesNotMatch(other, /secret/);
+  assert.match(configMismatch(shared, request({ storage: 'kine' }))!, /joining controller's is a local SQLite file/);
+  assert.match(
+    configMismatch(kine(), request({ storage: 'kine' }))!,
+    /SQLite file in one controller's data dir, which no other controller can share/,
   );
 });
 

@@ -1,6 +1,13 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { controllerLease, controllerLeaseName, liveControllers, type Lease } from '../../../src/kube/controller-leases.ts';
+import {
+  agentServers,
+  controllerLease,
+  controllerLeaseName,
+  liveControllers,
+  MAX_LISTED_AGENTS,
+  type Lease,
+} from '../../../src/kube/controller-leases.ts';
 
 test('a controller lease names its API server and konnectivity address; only leases renewed within their duration are live', () => {
   const t0 = Date.parse('2026-11-23T10:00:00Z');
@@ -9,7 +16,7 @@ test('a controller lease names its API server and konnectivity address; only lea
   assert.equal(controllerLeaseName('fd00::1'), 'kctl-controller-fd00-1');
   // As the API server hands it back: plain JSON.
   const lease = JSON.parse(
-    JSON.stringify(controllerLease(name, { apiServer: 'https://10.0.0.1:6443', konnectivity: '10.0.0.1:8132' }, new Date(t0))),
+    JSON.stringify(controllerLease(name, { apiServer: 'https://10.0.0.1:6443', konnectivity: '10.0.0.1:8132', agents: [] }, new Date(t0))),
   ) as Lease;
   assert.equal(lease.spec?.renewTime, '2026-11-23T10:00:00.000000Z');
   const other = {
@@ -27,5 +34,26 @@ test('a controller lease names its API server and konnectivity address; only lea
     ['kctl-controller-10-0-0-1'],
   );
   assert.deepEqual(liveControllers([lease], t0 + 30_000), []);
-  assert.deepEqual(liveControllers([lease], t0)[0], { name, apiServer: 'https://10.0.0.1:6443', konnectivity: '10.0.0.1:8132' });
+  assert.deepEqual(liveControllers([lease], t0)[0], { name, apiServer: 'https://10.0.0.1:6443', konnectivity: '10.0.0.1:8132', agents: [] });
+});
+
+test('each lease lists the agents its server holds; per agent, status names every controller that holds it', () => {
+  const now = new Date('2026-11-23T10:00:00Z');
+  const lease = (address: string, agents: string[]) =>
+    JSON.parse(
+      JSON.stringify(
+        controllerLease(controllerLeaseName(address), { apiServer: `https://${address}:6443`, konnectivity: `${address}:8132`, agents }, now),
+      ),
+    ) as Lease;
+  const live = liveControllers([lease('10.0.0.1', ['w2', 'w1']), lease('10.0.0.2', ['w1']), lease('10.0.0.3', [])], now.getTime());
+  assert.deepEqual(live[0]!.agents, ['w1', 'w2']);
+  assert.deepEqual(agentServers(live), [
+    { agent: 'w1', servers: ['kctl-controller-10-0-0-1', 'kctl-controller-10-0-0-2'] },
+    { agent: 'w2', servers: ['kctl-controller-10-0-0-1'] },
+  ]);
+  // A fleet larger than the annotation budget: the list is cut, the total kept.
+  const many = Array.from({ length: MAX_LISTED_AGENTS + 3 }, (_, i) => `node-${String(i).padStart(5, '0')}`);
+  const [big] = liveControllers([lease('10.0.0.9', many)], now.getTime());
+  assert.equal(big!.agents.length, MAX_LISTED_AGENTS);
+  assert.equal(big!.agentsTotal, MAX_LISTED_AGENTS + 3);
 });
