@@ -10,12 +10,12 @@
 //   its children) until `kubectl exec` through the second controller first succeeds (polled
 //   every 250 ms). kube-apiserver on the survivor dials the kubelet through the agent's stream to
 //   it, which was already open.
-import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { mkdtemp, rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import type { ControllerStatusReport } from '../src/controller/status.ts';
 import { mountsUnder } from '../src/worker/containerd.ts';
-import { cleanupWorkerHost, killControllerProcesses, nodeReady, runPinnedPod, startLabWorker, track, type Tracked } from '../test/e2e/cluster.ts';
+import { cleanupWorkerHost, killControllerProcesses, nodeReady, runPinnedPod, startLabWorker, type Tracked } from '../test/e2e/cluster.ts';
+import { HaLab, type LabCtl } from '../test/e2e/ha-lab.ts';
 import { requireKctl } from '../test/e2e/kctl.ts';
 import { createLab, type LabHost } from '../test/e2e/lab.ts';
 
@@ -37,73 +37,53 @@ export interface HaFigures {
 }
 
 export async function haFigures(parent: string, log: (m: string) => void): Promise<HaFigures> {
-  const kctlBin = requireKctl();
   const dir = await mkdtemp(join(parent, 'ha-'));
+  const ha = new HaLab(requireKctl(), dir);
   const lab = await createLab(LAB, ['c1', 'c2', 'c3', 'w1']);
-  const procs: Tracked[] = [];
-  const ctl = (name: string) => ({
-    host: lab.host(name),
-    data: join(dir, `${name}-data`),
-    run: join(dir, `${name}-run`),
-    cfg: join(dir, `${name}.yaml`),
-  });
-  const [c1, c2, c3] = ['c1', 'c2', 'c3'].map(ctl) as [ReturnType<typeof ctl>, ReturnType<typeof ctl>, ReturnType<typeof ctl>];
+  const procs: (Tracked | undefined)[] = [];
   const w1: LabHost = lab.host('w1');
-  const run = (c: typeof c1, args: string[]) => c.host.run(kctlBin, ['--data-dir', c.data, '--run-dir', c.run, ...args], { timeout: 60_000 });
-  const start = async (c: typeof c1, tokenFile?: string) => {
-    const p = track(
-      c.host.spawn(kctlBin, [
-        'controller',
-        '--config',
-        c.cfg,
-        '--data-dir',
-        c.data,
-        '--run-dir',
-        c.run,
-        ...(tokenFile ? ['--token-file', tokenFile] : []),
-      ]),
-    );
-    procs.push(p);
-    return p;
-  };
-  const ready = (p: Tracked, name: string) => until(`${name} ready`, 240_000, 200, async () => p.saw('"msg":"controller ready"'));
-  const agents = async (c: typeof c1) =>
-    ((JSON.parse(String((await run(c, ['status', '-o', 'json'])).stdout)) as ControllerStatusReport).konnectivity?.agents ?? []).map((a) => a.id);
+  const agents = async (c: LabCtl) => ((await ha.status(c)).konnectivity?.agents ?? []).map((a) => a.id);
   try {
-    for (const c of [c1, c2, c3])
-      await writeFile(c.cfg, `spec:\n  api: { address: ${c.host.ip} }\n  storage: { type: etcd, etcd: { memberName: ${c.host.name} } }\n`);
-    await ready(await start(c1), 'c1');
+    const [c1, c2, c3] = (await Promise.all(
+      ['c1', 'c2', 'c3'].map((n) =>
+        ha.controller(lab.host(n), `  api: { address: ${lab.host(n).ip} }\n  storage: { type: etcd, etcd: { memberName: ${n} } }\n`),
+      ),
+    )) as [LabCtl, LabCtl, LabCtl];
+    await ha.start(c1);
+    procs.push(c1.proc);
     await lab.isolate(w1, c1.host, c2.host, c3.host);
-    const worker = startLabWorker(kctlBin, w1, dir, String((await run(c1, ['token', 'create', '--role', 'worker'])).stdout).trim());
+    const worker = startLabWorker(ha.kctlBin, w1, dir, String((await ha.run(c1, ['token', 'create', '--role', 'worker'])).stdout).trim());
     procs.push(worker);
-    const kubectl1 = (args: string[], input?: string) =>
-      c1.host.run(kctlBin, ['--data-dir', c1.data, 'kubectl', ...args], { input, timeout: 60_000 });
+    const kubectl1 = (args: string[], input?: string) => ha.kubectl(c1, args, input);
     await until('w1 Ready', 300_000, 500, () => nodeReady(kubectl1, 'w1'));
     await runPinnedPod(kubectl1, 'talker', 'w1', 'started');
-    const tokenFile = join(dir, 'controller.token');
-    await writeFile(tokenFile, String((await run(c1, ['token', 'create', '--role', 'controller'])).stdout).trim(), { mode: 0o600 });
-    await ready(await start(c2, tokenFile), 'c2');
+    const tokenFile = await ha.tokenFile('controller.token', String((await ha.run(c1, ['token', 'create', '--role', 'controller'])).stdout).trim());
+    await ha.start(c2, tokenFile);
+    procs.push(c2.proc);
     await until("w1's agent on c2", 60_000, 250, async () => (await agents(c2)).includes('w1'));
     log('ha: two controllers and a worker up; starting the third');
 
     const joinStart = Date.now();
-    await start(c3, tokenFile);
+    const c3Ready = ha.start(c3, tokenFile);
+    c3Ready.catch(() => undefined); // awaited below; a failure then is the one reported
+    procs.push(c3.proc);
     await until("w1's agent on c3", 300_000, 250, async () => (await agents(c3)).includes('w1'));
     const agentJoinSeconds = (Date.now() - joinStart) / 1000;
+    await c3Ready;
     log(`ha: the agent reached the third controller ${agentJoinSeconds.toFixed(1)} s after it was started`);
 
-    const s1 = JSON.parse(String((await run(c1, ['status', '-o', 'json'])).stdout)) as ControllerStatusReport;
+    const s1 = await ha.status(c1);
     const killed = Date.now();
     killControllerProcesses(s1);
     await until('exec through c2', 120_000, 250, async () => {
-      const r = await run(c2, ['kubectl', 'exec', 'talker', '--', 'echo', 'ok']);
+      const r = await ha.kubectl(c2, ['exec', 'talker', '--', 'echo', 'ok']);
       return String(r.stdout).trim() === 'ok';
     });
     const failoverExecSeconds = (Date.now() - killed) / 1000;
     log(`ha: first exec through a survivor ${failoverExecSeconds.toFixed(1)} s after the first controller was killed`);
     return { agentJoinSeconds, failoverExecSeconds };
   } finally {
-    for (const p of procs.reverse()) p.child.kill('SIGKILL');
+    for (const p of procs.reverse()) p?.child.kill('SIGKILL');
     await lab.destroy().catch((err: Error) => log(`ha: destroying the lab failed: ${err.message}`));
     await cleanupWorkerHost(join(dir, 'w1-data'), join(dir, 'w1-run'), 'w1');
     const left = await mountsUnder([dir]);

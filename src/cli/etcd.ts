@@ -8,7 +8,7 @@ import { loadConfig, type ClusterConfig } from '../controller/config.ts';
 import { localEtcd } from '../controller/index.ts';
 import { leftMarker } from '../controller/join.ts';
 import { controllerPaths } from '../controller/paths.ts';
-import { listMembers, removeMember, type EtcdMember } from '../etcd/members.ts';
+import { listMembers, removeMember, retryTransient, type EtcdMember } from '../etcd/members.ts';
 import { pkiPaths } from '../pki/index.ts';
 import { globals } from './globals.ts';
 import { outputOption, printJson, type OutputFormat } from './output.ts';
@@ -33,7 +33,8 @@ export function etcdCommands(program: Command): void {
     .action(async (opts: { output: OutputFormat }, cmd: Command) => {
       const { dataDir } = globals(cmd);
       const cfg = await etcdConfig(dataDir);
-      const members = await listMembers(localEtcd(cfg, pkiPaths(join(dataDir, 'pki')))).catch((err: Error) => {
+      const tls = localEtcd(cfg, pkiPaths(join(dataDir, 'pki')));
+      const members = await retryTransient(() => listMembers(tls)).catch((err: Error) => {
         throw new UserError(`cannot list etcd members: ${err.message}; is this controller running?`);
       });
       const self = selfPeerUrl(cfg);
@@ -66,22 +67,42 @@ export function etcdCommands(program: Command): void {
   etcd
     .command('leave')
     .description('remove this controller from the etcd cluster, before it is shut down for good')
-    .addHelpText('after', '\nAfterwards stop this controller (kctl stop, or SIGTERM); it refuses to start on this data dir again until kctl reset.')
-    .action(async (_opts: unknown, cmd: Command) => {
+    .option(
+      '--peer-address <address>',
+      'remove another member instead, by the address in its peer URL: a controller whose host is gone for good (run on a live one)',
+    )
+    .addHelpText(
+      'after',
+      '\nWithout --peer-address: afterwards stop this controller (kctl stop, or SIGTERM); it refuses to start on this data dir again until kctl reset.',
+    )
+    .action(async (opts: { peerAddress?: string }, cmd: Command) => {
       const { dataDir, runDir } = globals(cmd);
       const cfg = await etcdConfig(dataDir);
       const tls = localEtcd(cfg, pkiPaths(join(dataDir, 'pki')));
-      const members = await listMembers(tls).catch((err: Error) => {
+      const members = await retryTransient(() => listMembers(tls)).catch((err: Error) => {
         throw new UserError(`cannot list etcd members: ${err.message}; is this controller running?`);
       });
-      const self = members.find((m) => m.peerURLs.includes(selfPeerUrl(cfg)));
-      if (!self) throw new UserError(`this controller (${selfPeerUrl(cfg)}) is not an etcd member`);
+      const selfUrl = selfPeerUrl(cfg);
+      const wanted = opts.peerAddress;
+      const target = wanted
+        ? members.find((m) => m.peerURLs.some((u) => new URL(u).hostname.replace(/^\[|\]$/g, '') === wanted.replace(/^\[|\]$/g, '')))
+        : members.find((m) => m.peerURLs.includes(selfUrl));
+      if (!target)
+        throw new UserError(
+          wanted ? `no etcd member has peer address ${wanted}; see kctl etcd member-list` : `this controller (${selfUrl}) is not an etcd member`,
+        );
+      if (wanted && target.peerURLs.includes(selfUrl))
+        throw new UserError(`${wanted} is this controller; run kctl etcd leave without --peer-address to remove it`);
       if (members.length === 1)
         throw new UserError('this controller is the only etcd member; leaving would lose the cluster (use kctl reset to end it)');
-      await removeMember(tls, self.id).catch((err: Error) => {
-        throw new UserError(`etcd refused to remove member ${self.name}: ${err.message}`);
+      await retryTransient(() => removeMember(tls, target.id)).catch((err: Error) => {
+        throw new UserError(`etcd refused to remove member ${target.name || target.id}: ${err.message}`);
       });
-      await writeFileAtomic(leftMarker(controllerPaths(dataDir, runDir)), `${new Date().toISOString()} ${self.id}\n`, 0o600);
-      process.stdout.write(`left the etcd cluster (member ${self.name}, ${self.id}); stop this controller now\n`);
+      if (wanted) {
+        process.stdout.write(`removed etcd member ${target.name || '(not started)'} (${target.id}, ${target.peerURLs.join(',')})\n`);
+        return;
+      }
+      await writeFileAtomic(leftMarker(controllerPaths(dataDir, runDir)), `${new Date().toISOString()} ${target.id}\n`, 0o600);
+      process.stdout.write(`left the etcd cluster (member ${target.name}, ${target.id}); stop this controller now\n`);
     });
 }

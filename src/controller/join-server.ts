@@ -56,6 +56,8 @@ export interface JoinResponse {
 }
 
 const PROMOTE_FOR_MS = 10 * 60_000;
+/** How long a join waits for etcd to call every member healthy (its health interval is 5 s). */
+const UNHEALTHY_WAIT_MS = 20_000;
 
 class Refusal extends Error {
   constructor(
@@ -206,14 +208,34 @@ export class JoinServerComponent implements Component {
       added = same;
       all = members;
     } else {
-      try {
-        ({ added, members: all } = await addLearner(etcd, req.peerUrl));
-      } catch (err) {
-        throw new Refusal(503, `etcd refused to add ${req.peerUrl} (${(err as Error).message}); is a quorum of controllers running?`);
-      }
+      ({ added, members: all } = await this.addLearnerWhenHealthy(req.peerUrl));
     }
     this.promoteWhenCaughtUp(added.id, req.name);
     return { initialCluster: initialCluster(all, { id: added.id, name: req.name }), memberId: added.id };
+  }
+
+  /**
+   * etcd adds a member only while every voting member has been connected for its health interval
+   * (5 s; "unhealthy cluster" otherwise), so a join right after a controller restarted waits that
+   * out; a member that stays away refuses the join with what to do.
+   */
+  private async addLearnerWhenHealthy(peerUrl: string): Promise<Awaited<ReturnType<typeof addLearner>>> {
+    const end = Date.now() + UNHEALTHY_WAIT_MS;
+    for (;;) {
+      try {
+        return await addLearner(this.etcd!, peerUrl);
+      } catch (err) {
+        const message = (err as Error).message;
+        if (!/unhealthy cluster/.test(message))
+          throw new Refusal(503, `etcd refused to add ${peerUrl} (${message}); is a quorum of controllers running?`);
+        if (Date.now() > end)
+          throw new Refusal(
+            503,
+            `etcd refused to add ${peerUrl}: not every etcd member has been reachable for the last ${UNHEALTHY_WAIT_MS / 1000} s (${message}); start every controller, or remove one that is gone for good with kctl etcd leave --peer-address ADDRESS on a live controller, then join again`,
+          );
+        await new Promise((r) => setTimeout(r, 1000));
+      }
+    }
   }
 
   /** etcd promotes a learner only once it has caught up with the leader: retry with backoff. */

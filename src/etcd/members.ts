@@ -67,6 +67,22 @@ async function call<T>(tls: EtcdClientTls, path: string, body: object, timeoutMs
   });
 }
 
+/** What etcd answers while it elects a leader (a member just died or left): worth a retry. */
+const TRANSIENT = /leader changed|no leader|request timed out/;
+
+/** Runs `fn` again while etcd answers with a transient error, for up to `forMs`; then the last error. */
+export async function retryTransient<T>(fn: () => Promise<T>, forMs = 15_000): Promise<T> {
+  const end = Date.now() + forMs;
+  for (;;) {
+    try {
+      return await fn();
+    } catch (err) {
+      if (!TRANSIENT.test((err as Error).message) || Date.now() > end) throw err;
+      await new Promise((r) => setTimeout(r, 500));
+    }
+  }
+}
+
 /** The cluster's members (linearizable: fails without quorum). */
 export async function listMembers(tls: EtcdClientTls, timeoutMs?: number): Promise<EtcdMember[]> {
   const r = await call<{ members?: RawMember[] }>(tls, '/v3/cluster/member/list', { linearizable: true }, timeoutMs);

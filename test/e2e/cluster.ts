@@ -130,19 +130,19 @@ export function pinnedPod(name: string, node: string, labels: Record<string, str
   };
 }
 
-/** A busybox pod pinned to `node` that prints `line` once, then sleeps; resolves once it runs. */
+/**
+ * A busybox pod pinned to `node` that prints `line` once, then sleeps (with `serve`: answers
+ * GET / on port 8080 with its name); resolves once it runs.
+ */
 export async function runPinnedPod(
   kubectl: (args: string[], input?: string) => Promise<Result>,
   name: string,
   node: string,
   line: string,
+  serve = false,
 ): Promise<void> {
-  const pod = pinnedPod(
-    name,
-    node,
-    {},
-    { image: 'docker.io/library/busybox:1.36', command: ['sh', '-c', `echo ${line}; while true; do sleep 1; done`] },
-  );
+  const rest = serve ? `mkdir -p /www && echo ${name} > /www/index.html && exec httpd -f -p 8080 -h /www` : 'while true; do sleep 1; done';
+  const pod = pinnedPod(name, node, {}, { image: 'docker.io/library/busybox:1.36', command: ['sh', '-c', `echo ${line}; ${rest}`] });
   const applied = await kubectl(['apply', '-f', '-'], JSON.stringify(pod));
   if (applied.exitCode !== 0) throw new Error(`pod ${name}: ${String(applied.stderr)}`);
   const end = Date.now() + 120_000;

@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { existsSync } from 'node:fs';
-import { chown, mkdtemp, readdir, readFile, rm, stat, writeFile } from 'node:fs/promises';
+import { readdir, readFile, stat, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { describe, test, type TestContext } from 'node:test';
 import { execa } from 'execa';
@@ -11,6 +11,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import type { ControllerStatusReport as StatusReport } from '../../src/controller/status.ts';
 import { tempDir } from '../helpers.ts';
 import { kctl, requireKctl } from './kctl.ts';
+import { startPostgres } from './postgres.ts';
 
 interface Running {
   proc: ChildProcess;
@@ -289,45 +290,10 @@ describe('controller', () => {
     controllerScenario(t, 'etcd', []));
   test('with kine (--single, SQLite): the same', (t) => controllerScenario(t, 'kine', ['--single']));
   test('with kine on a real PostgreSQL (spec.storage.kine.dataSource): the same', async (t) => {
-    const pg = await startPostgres(t);
-    await controllerScenario(t, 'kine', [], `postgres://postgres@127.0.0.1:${pg.port}/kine?sslmode=disable`);
+    const pg = await startPostgres(t, (portBase += 10));
+    await controllerScenario(t, 'kine', [], await pg.dataSource('kine'));
   });
 });
-
-/** A private PostgreSQL server (Debian's binaries) on a loopback port, removed after the test. */
-async function startPostgres(t: TestContext): Promise<{ port: number }> {
-  const versions = await readdir('/usr/lib/postgresql').catch(() => [] as string[]);
-  const bin = versions.length ? join('/usr/lib/postgresql', versions.sort().at(-1)!, 'bin') : '';
-  assert.ok(bin && existsSync(join(bin, 'initdb')), 'PostgreSQL server binaries missing: npm test installs Debian postgresql in pretest');
-  const dir = await mkdtemp('/tmp/kctl-pg-');
-  await chown(dir, ...(await pgIds()));
-  const port = (portBase += 10);
-  const asPg = (cmd: string, args: string[]) =>
-    execa('setpriv', ['--reuid=postgres', '--regid=postgres', '--init-groups', '--', cmd, ...args], { cwd: dir });
-  await asPg(join(bin, 'initdb'), ['-D', join(dir, 'data'), '--auth=trust', '-U', 'postgres']);
-  await asPg(join(bin, 'pg_ctl'), [
-    '-D',
-    join(dir, 'data'),
-    '-l',
-    join(dir, 'log'),
-    '-w',
-    '-o',
-    `-p ${port} -k ${dir} -c listen_addresses=127.0.0.1`,
-    'start',
-  ]);
-  t.after(async () => {
-    await asPg(join(bin, 'pg_ctl'), ['-D', join(dir, 'data'), '-m', 'immediate', 'stop']).catch(() => undefined);
-    await rm(dir, { recursive: true, force: true });
-  });
-  await asPg(join(bin, 'createdb'), ['-h', '127.0.0.1', '-p', String(port), '-U', 'postgres', 'kine']);
-  return { port };
-}
-
-async function pgIds(): Promise<[number, number]> {
-  const uid = Number((await execa('id', ['-u', 'postgres'])).stdout);
-  const gid = Number((await execa('id', ['-g', 'postgres'])).stdout);
-  return [uid, gid];
-}
 
 describe('controller config errors', () => {
   test('a bad field exits non-zero with its path, and nothing is started or written', async (t) => {

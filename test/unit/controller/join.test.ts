@@ -3,7 +3,7 @@ import { test } from 'node:test';
 import { parseConfig } from '../../../src/controller/config.ts';
 import { configMismatch, type JoinRequest } from '../../../src/controller/join-server.ts';
 import { datastoreIdentity } from '../../../src/etcd/kine.ts';
-import { initialCluster, type EtcdMember } from '../../../src/etcd/members.ts';
+import { initialCluster, retryTransient, type EtcdMember } from '../../../src/etcd/members.ts';
 
 const cfg = parseConfig({ spec: { storage: { type: 'etcd' } } }, 'kctl.yaml');
 const request = (over: Partial<JoinRequest> = {}): JoinRequest => ({
@@ -53,4 +53,24 @@ test("etcd's --initial-cluster for a learner names every member, the learner und
     { id: '2', name: '', peerURLs: ['https://10.0.0.2:2380'], clientURLs: [], isLearner: true },
   ];
   assert.equal(initialCluster(members, { id: '2', name: 'c2' }), 'c1=https://10.0.0.1:2380,c2=https://10.0.0.2:2380');
+});
+
+test('etcd calls are retried while etcd elects a leader, not for other errors', async () => {
+  let calls = 0;
+  const flaky = async () => {
+    calls++;
+    if (calls < 3) throw new Error('etcd /v3/cluster/member/list: etcdserver: leader changed');
+    return 'members';
+  };
+  assert.equal(await retryTransient(flaky, 5000), 'members');
+  assert.equal(calls, 3);
+  calls = 0;
+  await assert.rejects(
+    retryTransient(async () => {
+      calls++;
+      throw new Error('etcdserver: member not found');
+    }, 5000),
+    /member not found/,
+  );
+  assert.equal(calls, 1);
 });

@@ -1,0 +1,125 @@
+// Controllers as lab hosts, for the HA tests (etcd and kine): start and stop them, join by token,
+// read their status, and wait until every worker agent holds a stream to every live controller.
+import assert from 'node:assert/strict';
+import { existsSync } from 'node:fs';
+import { writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import type { ControllerStatusReport } from '../../src/controller/status.ts';
+import { controllerLeaseName } from '../../src/kube/controller-leases.ts';
+import { track, type Tracked } from './cluster.ts';
+import type { LabHost } from './lab.ts';
+import { waitFor } from './wait.ts';
+
+export interface LabCtl {
+  host: LabHost;
+  dataDir: string;
+  runDir: string;
+  config: string;
+  proc?: Tracked;
+}
+
+export class HaLab {
+  constructor(
+    readonly kctlBin: string,
+    readonly dir: string,
+  ) {}
+
+  /** A controller on `host` with data and run dirs under the lab dir and `spec` (YAML) as its config's spec. */
+  async controller(host: LabHost, spec: string): Promise<LabCtl> {
+    const config = join(this.dir, `${host.name}.yaml`);
+    await writeFile(config, `spec:\n${spec}`);
+    return { host, dataDir: join(this.dir, `${host.name}-data`), runDir: join(this.dir, `${host.name}-run`), config };
+  }
+
+  run(c: LabCtl, args: string[], input?: string) {
+    return c.host.run(this.kctlBin, ['--data-dir', c.dataDir, '--run-dir', c.runDir, ...args], { input, timeout: 120_000 });
+  }
+
+  kubectl(c: LabCtl, args: string[], input?: string) {
+    return this.run(c, ['kubectl', ...args], input);
+  }
+
+  /** `kctl controller` on its host (joining with `tokenFile`), resolved once it logs ready. */
+  async start(c: LabCtl, tokenFile?: string): Promise<void> {
+    const args = ['controller', '--config', c.config, '--data-dir', c.dataDir, '--run-dir', c.runDir];
+    const proc = track(c.host.spawn(this.kctlBin, [...args, ...(tokenFile ? ['--token-file', tokenFile] : [])]));
+    c.proc = proc;
+    const outcome = await waitFor(
+      `${c.host.name} ready`,
+      240_000,
+      async () => (proc.child.exitCode !== null ? 'exited' : proc.saw('"msg":"controller ready"') && 'ready'),
+      proc.log,
+    );
+    if (outcome === 'exited') throw new Error(`${c.host.name} exited before it was ready:\n${proc.log()}`);
+  }
+
+  async stop(c: LabCtl): Promise<void> {
+    c.proc!.child.kill('SIGTERM');
+    assert.equal(await c.proc!.exited, 0, c.proc!.log());
+  }
+
+  async status(c: LabCtl): Promise<ControllerStatusReport> {
+    const r = await this.run(c, ['status', '-o', 'json']);
+    assert.equal(r.exitCode, 0, String(r.stderr));
+    return JSON.parse(String(r.stdout)) as ControllerStatusReport;
+  }
+
+  async tokenFile(name: string, text: string): Promise<string> {
+    const f = join(this.dir, name);
+    await writeFile(f, text, { mode: 0o600 });
+    return f;
+  }
+
+  /** A join that must fail with one line matching `expect` and leave the data dir unwritten. */
+  async refused(c: LabCtl, tokenFile: string, expect: RegExp): Promise<void> {
+    const r = await c.host.run(
+      this.kctlBin,
+      ['controller', '--config', c.config, '--data-dir', c.dataDir, '--run-dir', c.runDir, '--token-file', tokenFile],
+      { timeout: 120_000 },
+    );
+    assert.notEqual(r.exitCode, 0, `${c.host.name} joined with ${tokenFile}`);
+    const lines = String(r.stderr).trim().split('\n');
+    assert.equal(lines.length, 1, String(r.stderr));
+    assert.match(lines[0]!, expect);
+    assert.equal(existsSync(c.dataDir), false, `a refused join wrote ${c.dataDir}`);
+  }
+
+  /**
+   * Waits until every controller in `list` sees exactly `list` alive, announces that many servers,
+   * holds every one of `agents`, and its status says (from the leases) that each agent is on all of them.
+   */
+  agentsFollow(list: LabCtl[], agents: string[], timeoutMs = 60_000): Promise<true> {
+    const names = list.map((c) => controllerLeaseName(c.host.ip)).sort();
+    return waitFor(`agents ${agents.join(', ')} on ${list.map((c) => c.host.name).join(', ')} (server count ${list.length})`, timeoutMs, async () => {
+      for (const c of list) {
+        const s = await this.status(c);
+        const held = (s.konnectivity?.agents ?? []).map((a) => a.id);
+        if (s.konnectivity?.serverCount !== list.length || (s.controllers ?? []).map((x) => x.name).join() !== names.join()) return false;
+        if (!agents.every((a) => held.includes(a))) return false;
+        for (const a of agents) if (s.agentServers?.find((x) => x.agent === a)?.servers.join() !== names.join()) return false;
+      }
+      return true;
+    });
+  }
+
+  /** `kubectl port-forward` on controller `c` to `pod`:`port`; resolves with what GET / answered through it. */
+  async portForward(c: LabCtl, pod: string, port: number): Promise<string> {
+    const pf = track(c.host.spawn(this.kctlBin, ['--data-dir', c.dataDir, 'kubectl', 'port-forward', `pod/${pod}`, `:${port}`]));
+    try {
+      const local = await waitFor(
+        `port-forward to ${pod} through ${c.host.name}`,
+        30_000,
+        async () => /127\.0\.0\.1:(\d+) ->/.exec(pf.log())?.[1],
+        pf.log,
+      );
+      return await waitFor(
+        `GET / through port-forward on ${c.host.name}`,
+        20_000,
+        async () => String((await c.host.run('/bin/busybox', ['wget', '-qO-', `http://127.0.0.1:${local}/`], { timeout: 10_000 })).stdout).trim(),
+        pf.log,
+      );
+    } finally {
+      pf.child.kill('SIGTERM');
+    }
+  }
+}
