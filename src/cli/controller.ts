@@ -10,6 +10,10 @@ export function controllerCommand(program: Command): void {
     .option('--config <file>', 'ClusterConfig YAML file (see: kctl config create)')
     .option('--single', 'single-host control plane; storage defaults to kine (SQLite)')
     .addOption(new Option('--storage <type>', 'storage backend (overrides spec.storage.type)').choices(['etcd', 'kine']))
+    .option(
+      '--api-only',
+      'the Kubernetes API alone, for CRDs and operators: no scheduler, no konnectivity, no workers (spec.profile: api-only; storage defaults to kine)',
+    )
     .option('--init-only', 'prepare everything (staged binaries, PKI, kubeconfigs) and exit')
     .option('--token-file <file>', 'join a running cluster as one more controller, with a token from `kctl token create --role controller`')
     .addHelpText(
@@ -25,20 +29,26 @@ export function controllerCommand(program: Command): void {
         'promoted once it has caught up. Later starts need no token. `kctl etcd member-list` shows members.',
       ].join('\n'),
     )
-    .action(async (opts: { config?: string; single?: boolean; storage?: 'etcd' | 'kine'; initOnly?: boolean; tokenFile?: string }, cmd: Command) => {
-      const g = globals(cmd);
-      const token = opts.tokenFile ? (await readTokenFile(opts.tokenFile)).trim() : undefined;
-      await runController(
-        {
-          configFile: opts.config,
-          single: opts.single,
-          storage: opts.storage,
-          initOnly: opts.initOnly,
-          token,
-          dataDir: g.dataDir,
-          runDir: g.runDir,
-        },
-        loggerFor(cmd),
-      );
-    });
+    .action(
+      async (
+        opts: { config?: string; single?: boolean; apiOnly?: boolean; storage?: 'etcd' | 'kine'; initOnly?: boolean; tokenFile?: string },
+        cmd: Command,
+      ) => {
+        const g = globals(cmd);
+        const token = opts.tokenFile ? (await readTokenFile(opts.tokenFile)).trim() : undefined;
+        await runController(
+          {
+            configFile: opts.config,
+            single: opts.single,
+            apiOnly: opts.apiOnly,
+            storage: opts.storage,
+            initOnly: opts.initOnly,
+            token,
+            dataDir: g.dataDir,
+            runDir: g.runDir,
+          },
+          loggerFor(cmd),
+        );
+      },
+    );
 }

@@ -29,6 +29,12 @@ export function tokenCommand(program: Command): void {
       const cfgFile = join(g.dataDir, 'cluster-config.yaml');
       if (!existsSync(cfgFile)) throw new UserError(`no controller config at ${cfgFile}; start kctl controller with this --data-dir first`);
       const cfg = await loadConfig(cfgFile);
+      if (cfg.spec.profile === 'api-only')
+        throw new UserError(
+          opts.role === 'worker'
+            ? 'this is an api-only control plane (spec.profile: api-only): it runs no konnectivity server and no node controllers, so workers cannot join; run a controller without --api-only for nodes'
+            : 'this is an api-only control plane (spec.profile: api-only): it serves no join endpoint, so no other controller can join it',
+        );
       process.stdout.write((await createToken(adminClient(g.dataDir), cfg, join(g.dataDir, 'pki', 'ca.crt'), opts.role, expiryMs)) + '\n');
     });
   token

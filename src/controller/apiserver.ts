@@ -1,5 +1,6 @@
 // kube-apiserver: secure serving on spec.api.port, etcd or kine storage, bootstrap tokens,
 // Node+RBAC, the aggregation layer, and (once the konnectivity server runs) the egress selector.
+// The api-only profile keeps storage, RBAC and the aggregation layer and drops what nodes need.
 import { componentFlags } from '../base/argv.ts';
 import { join } from 'node:path';
 import { etcdClientUrl } from '../etcd/etcd.ts';
@@ -11,11 +12,62 @@ import type { ClusterConfig } from './config.ts';
 import type { ControllerPaths } from './paths.ts';
 import { httpsReady } from '../base/probe.ts';
 
+/** GOMEMLIMIT for a Go component, when the config sets one. */
+export function goMemoryLimit(limit: string | undefined): Record<string, string> {
+  return limit ? { GOMEMLIMIT: limit } : {};
+}
+
 export function serviceAccountIssuer(cfg: ClusterConfig): string {
   return `https://kubernetes.default.svc.${cfg.spec.network.clusterDomain}`;
 }
 
+/**
+ * API groups an api-only control plane does not serve: workloads, scheduling, storage and node
+ * runtime APIs, which do nothing without nodes. Each served group costs memory (storage, handlers,
+ * OpenAPI). The admission plugins that watch some of them go too.
+ */
+export const API_ONLY_DISABLED_APIS = [
+  'apps/v1',
+  'batch/v1',
+  'autoscaling/v1',
+  'autoscaling/v2',
+  'policy/v1',
+  'node.k8s.io/v1',
+  'scheduling.k8s.io/v1',
+  'storage.k8s.io/v1',
+  'resource.k8s.io/v1',
+];
+const API_ONLY_FLAGS: Record<string, string | boolean> = {
+  'authorization-mode': 'RBAC',
+  'runtime-config': API_ONLY_DISABLED_APIS.map((g) => `${g}=false`).join(','),
+  'disable-admission-plugins': 'Priority,DefaultStorageClass,RuntimeClass,PersistentVolumeClaimResize,StorageObjectInUseProtection',
+  // Lists and watches are served from storage: no second copy of every object in memory.
+  'watch-cache': false,
+  // No pods use the kubernetes Service here; its Endpoints need not follow the API server.
+  'endpoint-reconciler-type': 'none',
+};
+/** The api-only kube-apiserver's default Go soft memory limit (spec.api.memoryLimit overrides it). */
+export const API_ONLY_MEMORY_LIMIT = '100MiB';
+
+/** What only a control plane with nodes needs: kubelet access, node authorization, bootstrap tokens, the tunnel's audience. */
+function nodeFlags(cfg: ClusterConfig, pki: PkiPaths): Record<string, string | boolean> {
+  return {
+    'api-audiences': `${serviceAccountIssuer(cfg)},system:konnectivity-server`,
+    'enable-bootstrap-token-auth': true,
+    'authorization-mode': 'Node,RBAC',
+    'enable-admission-plugins': 'NodeRestriction',
+    'allow-privileged': true,
+    'kubelet-client-certificate': pki.kubeletClientCert,
+    'kubelet-client-key': pki.kubeletClientKey,
+    'kubelet-preferred-address-types': 'InternalIP,ExternalIP,Hostname',
+    // Verify every kubelet's serving certificate: kube-controller-manager signs them with the
+    // cluster CA, and kctl's csr-approver approves them only for the node's own name and addresses.
+    'kubelet-certificate-authority': pki.caCert,
+  };
+}
+
 export function apiserverArgs(cfg: ClusterConfig, paths: ControllerPaths, pki: PkiPaths, opts: { egress: boolean }): string[] {
+  const apiOnly = cfg.spec.profile === 'api-only';
   const storage: Record<string, string> =
     cfg.spec.storage.type === 'etcd'
       ? {
@@ -38,17 +90,7 @@ export function apiserverArgs(cfg: ClusterConfig, paths: ControllerPaths, pki: P
       'service-account-issuer': serviceAccountIssuer(cfg),
       'service-account-key-file': pki.saPub,
       'service-account-signing-key-file': pki.saKey,
-      'api-audiences': `${serviceAccountIssuer(cfg)},system:konnectivity-server`,
-      'enable-bootstrap-token-auth': true,
-      'authorization-mode': 'Node,RBAC',
-      'enable-admission-plugins': 'NodeRestriction',
-      'allow-privileged': true,
-      'kubelet-client-certificate': pki.kubeletClientCert,
-      'kubelet-client-key': pki.kubeletClientKey,
-      'kubelet-preferred-address-types': 'InternalIP,ExternalIP,Hostname',
-      // Verify every kubelet's serving certificate: kube-controller-manager signs them with the
-      // cluster CA, and kctl's csr-approver approves them only for the node's own name and addresses.
-      'kubelet-certificate-authority': pki.caCert,
+      ...(apiOnly ? API_ONLY_FLAGS : nodeFlags(cfg, pki)),
       'proxy-client-cert-file': pki.frontProxyClientCert,
       'proxy-client-key-file': pki.frontProxyClientKey,
       'requestheader-client-ca-file': pki.frontProxyCaCert,
@@ -58,9 +100,9 @@ export function apiserverArgs(cfg: ClusterConfig, paths: ControllerPaths, pki: P
       'requestheader-extra-headers-prefix': 'X-Remote-Extra-',
       // Aggregated APIs and webhooks are dialled at their endpoints' pod IPs: through the tunnel
       // any agent reaches a pod IP over the node routes, with no kube-proxy rule in between.
-      'enable-aggregator-routing': true,
+      ...(apiOnly ? {} : { 'enable-aggregator-routing': true }),
       profiling: false,
-      ...(opts.egress ? { 'egress-selector-config-file': paths.egressConfig } : {}),
+      ...(opts.egress && !apiOnly ? { 'egress-selector-config-file': paths.egressConfig } : {}),
     },
     cfg.spec.api.extraArgs,
   );
@@ -74,6 +116,7 @@ export class ApiserverComponent extends Supervisor {
       name: 'kube-apiserver',
       binary: join(paths.binDir, 'kube-apiserver'),
       args: apiserverArgs(cfg, paths, pki, opts),
+      env: goMemoryLimit(cfg.spec.api.memoryLimit ?? (cfg.spec.profile === 'api-only' ? API_ONLY_MEMORY_LIMIT : undefined)),
       runDir: paths.runDir,
       log,
       // /readyz is open to anonymous users (system:public-info-viewer).

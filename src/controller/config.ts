@@ -11,6 +11,11 @@ import { UserError } from '../base/errors.ts';
 const port = (def: number) => z.number().int().min(1).max(65535).default(def);
 const cidr = (def: string) => z.string().refine(isCidr, { message: 'expected a CIDR such as 10.96.0.0/12' }).default(def);
 const extraArgs = z.record(z.string(), z.string()).default({});
+/** A Go component's soft memory limit (its GOMEMLIMIT): the garbage collector works harder near it. */
+const memoryLimit = z
+  .string()
+  .regex(/^[1-9]\d*(KiB|MiB|GiB)$/, 'expected a size such as 150MiB (KiB, MiB or GiB)')
+  .optional();
 // Objects use prefault so that their fields' own defaults apply when the object is absent.
 
 function isCidr(s: string): boolean {
@@ -43,6 +48,11 @@ export const clusterConfigSchema = z.strictObject({
   metadata: z.strictObject({ name: z.string().default('kctl') }).prefault({}),
   spec: z
     .strictObject({
+      /**
+       * full: a control plane for worker nodes. api-only: the Kubernetes API alone (storage,
+       * kube-apiserver, a trimmed kube-controller-manager) for CRDs and operators, with no nodes.
+       */
+      profile: z.enum(['full', 'api-only']).default('full'),
       api: z
         .strictObject({
           address: z
@@ -53,6 +63,7 @@ export const clusterConfigSchema = z.strictObject({
           /** Where joining controllers fetch the shared keys (kctl controller --token-file). */
           joinPort: port(9443),
           sans: z.array(hostOrIp).default([]),
+          memoryLimit,
           extraArgs,
         })
         .prefault({}),
@@ -108,7 +119,7 @@ export const clusterConfigSchema = z.strictObject({
         })
         .prefault({}),
       scheduler: z.strictObject({ port: port(10259), extraArgs }).prefault({}),
-      controllerManager: z.strictObject({ port: port(10257), extraArgs }).prefault({}),
+      controllerManager: z.strictObject({ port: port(10257), memoryLimit, extraArgs }).prefault({}),
     })
     .prefault({}),
 });
@@ -128,6 +139,15 @@ export interface ClusterConfig extends Parsed {
 export interface ConfigFlags {
   single?: boolean;
   storage?: 'etcd' | 'kine';
+  /** kctl controller --api-only: spec.profile api-only. */
+  apiOnly?: boolean;
+}
+
+/** The value at `path` in the raw (unparsed) config, to tell a field set on purpose from its default. */
+function rawField(input: unknown, path: string[]): unknown {
+  let v: unknown = input;
+  for (const k of path) v = v !== null && typeof v === 'object' ? (v as Record<string, unknown>)[k] : undefined;
+  return v;
 }
 
 /** First non-internal IPv4 address: what k0s also picks when no address is configured. */
@@ -151,7 +171,16 @@ export function parseConfig(input: unknown, source: string, flags: ConfigFlags =
     throw new UserError(`invalid config ${source}: ${r.error.issues.map(describeIssue).join('; ')}`);
   }
   const c = r.data;
-  const storageType = flags.storage ?? c.spec.storage.type ?? (flags.single ? 'kine' : 'etcd');
+  const profile = flags.apiOnly ? 'api-only' : c.spec.profile;
+  if (profile === 'api-only')
+    for (const addon of ['coredns', 'metricsServer'])
+      if (rawField(input, ['spec', 'addons', addon, 'enabled']) === true)
+        throw new UserError(
+          `invalid config ${source}: spec.addons.${addon}.enabled: an api-only control plane has no nodes to run add-ons on; remove it, or use spec.profile: full`,
+        );
+  const apiOnly = profile === 'api-only';
+  // An API-only control plane is small and alone: kine on SQLite unless told otherwise.
+  const storageType = flags.storage ?? c.spec.storage.type ?? (flags.single || apiOnly ? 'kine' : 'etcd');
   const { serviceCIDR } = c.spec.network;
   const clusterDNS = c.spec.network.clusterDNS ?? cidrAddress(serviceCIDR, 10);
   if (!cidrContains(serviceCIDR, clusterDNS))
@@ -162,7 +191,9 @@ export function parseConfig(input: unknown, source: string, flags: ConfigFlags =
     ...c,
     spec: {
       ...c.spec,
+      profile,
       api: { ...c.spec.api, address: c.spec.api.address ?? defaultAddress() },
+      addons: apiOnly ? { coredns: { ...c.spec.addons.coredns, enabled: false }, metricsServer: { enabled: false } } : c.spec.addons,
       storage: { ...c.spec.storage, type: storageType },
       network: { ...c.spec.network, clusterDNS },
     },

@@ -2,6 +2,8 @@
 //   pki, stage (before the list), then: status socket -> storage (etcd|kine)
 //   -> konnectivity server -> kube-apiserver -> node watch -> bootstrap -> controller-lease -> join-server -> manifest applier
 //   -> coredns-scaler (unless CoreDNS is off) -> scheduler -> controller-manager -> csr-approver
+// The api-only profile (the Kubernetes API for CRDs and operators, no nodes): status socket ->
+//   storage -> kube-apiserver -> manifest applier -> controller-manager (its trimmed controller list).
 import { existsSync } from 'node:fs';
 import { mkdir } from 'node:fs/promises';
 import { writeFileAtomic } from '../base/fs.ts';
@@ -79,12 +81,15 @@ function etcdOptions(cfg: ClusterConfig, paths: ControllerPaths, pki: PkiPaths, 
 /** The ports a controller listens on, by what uses them (kctl sysinfo checks they are free). */
 export function controllerPorts(cfg: ClusterConfig): Record<string, number> {
   const s = cfg.spec;
+  const etcd: Record<string, number> =
+    s.storage.type === 'etcd' ? { 'etcd client port': s.storage.etcd.clientPort, 'etcd peer port': s.storage.etcd.peerPort } : {};
+  if (s.profile === 'api-only') return { 'kube-apiserver': s.api.port, ...etcd, 'kube-controller-manager': s.controllerManager.port };
   return {
     'kube-apiserver': s.api.port,
     'controller join endpoint': s.api.joinPort,
     'konnectivity agent port': s.konnectivity.agentPort,
     'konnectivity admin port': s.konnectivity.adminPort,
-    ...(s.storage.type === 'etcd' ? { 'etcd client port': s.storage.etcd.clientPort, 'etcd peer port': s.storage.etcd.peerPort } : {}),
+    ...etcd,
     'kube-scheduler': s.scheduler.port,
     'kube-controller-manager': s.controllerManager.port,
   };
@@ -125,6 +130,14 @@ export function controllerComponents(
           },
           child('kine'),
         );
+  if (cfg.spec.profile === 'api-only')
+    return [
+      storage,
+      new ApiserverComponent(cfg, paths, pki, child('kube-apiserver'), { egress: false }),
+      // Operators' stacks under <data-dir>/manifests/<stack>/ (CRDs, RBAC): kctl writes no add-ons here.
+      new ManifestApplierComponent(paths.manifestsDir, paths.dataDir, kube, child('manifest-applier')),
+      new ControllerManagerComponent(cfg, paths, pki, child('kube-controller-manager')),
+    ];
   // This controller's lease, and every live controller's: the konnectivity server count follows them.
   // It also lists the agents this server holds, so every controller's status shows each agent's servers.
   const konnectivity: KonnectivityServerComponent = new KonnectivityServerComponent(cfg, paths, pki, kube, nodes, child('konnectivity-server'), () =>
@@ -178,6 +191,8 @@ export async function runController(opts: ControllerOptions, log: Logger): Promi
     if (!opts.initOnly)
       await requireHost({ role: 'controller', dataDir: paths.dataDir, ports: controllerPorts(cfg), ownPids: await ownPids(paths.runDir) });
   };
+  if (opts.token && cfg.spec.profile === 'api-only')
+    throw new UserError('an api-only control plane (spec.profile: api-only) runs alone: it cannot join another cluster with --token-file');
   // A joining controller: the token is checked by a running controller before the host checks and before anything is written.
   const joined = await joinController(opts.token, cfg, paths, componentLogger(log, 'join'), checkHost);
   if (!joined) await checkHost();

@@ -1,6 +1,6 @@
 // kube-scheduler and kube-controller-manager: own kubeconfigs, leader election, loopback-only
 // secure ports (configurable so several controllers can share a host in tests).
-import { componentFlags } from '../base/argv.ts';
+import { componentFlags, type FlagValue } from '../base/argv.ts';
 import { join } from 'node:path';
 import type { Logger } from '../base/log.ts';
 import type { PkiPaths } from '../pki/index.ts';
@@ -8,6 +8,7 @@ import { Supervisor } from '../supervisor/process.ts';
 import type { ClusterConfig } from './config.ts';
 import type { ControllerPaths } from './paths.ts';
 import { httpsReady } from '../base/probe.ts';
+import { goMemoryLimit } from './apiserver.ts';
 
 export function schedulerArgs(cfg: ClusterConfig, pki: PkiPaths): string[] {
   return componentFlags(
@@ -24,25 +25,45 @@ export function schedulerArgs(cfg: ClusterConfig, pki: PkiPaths): string[] {
   );
 }
 
+/**
+ * The controllers an api-only control plane runs: namespaces and garbage collection, service
+ * accounts and their tokens, aggregated cluster roles, and the root CA ConfigMap in every namespace.
+ */
+export const API_ONLY_CONTROLLERS = [
+  'clusterrole-aggregation',
+  'garbagecollector',
+  'namespace',
+  'serviceaccount',
+  'serviceaccount-token',
+  'root-ca-cert-publisher',
+];
+
 export function controllerManagerArgs(cfg: ClusterConfig, pki: PkiPaths): string[] {
+  const nodes: Record<string, FlagValue> =
+    cfg.spec.profile === 'api-only'
+      ? // One controller-manager, no nodes: nothing to elect, sign or allocate.
+        { 'leader-elect': false, controllers: API_ONLY_CONTROLLERS.join(',') }
+      : {
+          'leader-elect': true,
+          'cluster-signing-cert-file': pki.caCert,
+          'cluster-signing-key-file': pki.caKey,
+          'allocate-node-cidrs': true,
+          'cluster-cidr': cfg.spec.network.podCIDR,
+          'service-cluster-ip-range': cfg.spec.network.serviceCIDR,
+          'node-cidr-mask-size': 24,
+          controllers: '*,bootstrapsigner,tokencleaner',
+        };
   return componentFlags(
     {
       kubeconfig: pki.controllerManagerConf,
       'authentication-kubeconfig': pki.controllerManagerConf,
       'authorization-kubeconfig': pki.controllerManagerConf,
-      'leader-elect': true,
       'bind-address': '127.0.0.1',
       'secure-port': cfg.spec.controllerManager.port,
-      'cluster-signing-cert-file': pki.caCert,
-      'cluster-signing-key-file': pki.caKey,
       'root-ca-file': pki.caCert,
       'service-account-private-key-file': pki.saKey,
       'use-service-account-credentials': true,
-      'allocate-node-cidrs': true,
-      'cluster-cidr': cfg.spec.network.podCIDR,
-      'service-cluster-ip-range': cfg.spec.network.serviceCIDR,
-      'node-cidr-mask-size': 24,
-      controllers: '*,bootstrapsigner,tokencleaner',
+      ...nodes,
       profiling: false,
     },
     cfg.spec.controllerManager.extraArgs,
@@ -68,6 +89,7 @@ export class ControllerManagerComponent extends Supervisor {
       name: 'kube-controller-manager',
       binary: join(paths.binDir, 'kube-controller-manager'),
       args: controllerManagerArgs(cfg, pki),
+      env: goMemoryLimit(cfg.spec.controllerManager.memoryLimit),
       runDir: paths.runDir,
       log,
       ready: httpsReady({ url: `https://127.0.0.1:${cfg.spec.controllerManager.port}/healthz` }, 'kube-controller-manager'),

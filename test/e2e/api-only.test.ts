@@ -1,0 +1,195 @@
+// API-only control planes (spec.profile: api-only): the Kubernetes API alone for CRDs and
+// operators. Three tenants start at once on this host, each running only kine, kube-apiserver
+// and a controller-manager with the controllers such a tenant needs. Each takes a CRD and 1,000
+// custom objects; deleting a namespace removes its objects; an owner's deletion removes its
+// dependents; new namespaces get their service account and root CA. Workers cannot join, and one
+// tenant's admin credentials and service-account tokens are refused by another.
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import { readFile, writeFile } from 'node:fs/promises';
+import { request } from 'node:https';
+import { join } from 'node:path';
+import { test } from 'node:test';
+import type { ControllerStatusReport } from '../../src/controller/status.ts';
+import { tempDir } from '../helpers.ts';
+import { track, type Tracked } from './cluster.ts';
+import { kctl, requireKctl } from './kctl.ts';
+import { waitFor } from './wait.ts';
+
+const BASE_PORT = 12000 + Math.floor(Math.random() * 700) * 10;
+
+interface Tenant {
+  name: string;
+  port: number;
+  dataDir: string;
+  runDir: string;
+  proc?: Tracked;
+}
+
+/** GET `path` on a tenant's API with a bearer token; the HTTP status (TLS checked against `ca` unless null). */
+function getStatus(port: number, path: string, token: string, ca: string | null): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const req = request(
+      { host: '127.0.0.1', port, path, headers: { authorization: `Bearer ${token}` }, ...(ca ? { ca } : { rejectUnauthorized: false }) },
+      (res) => {
+        res.resume();
+        resolve(res.statusCode ?? 0);
+      },
+    );
+    req.on('error', reject);
+    req.end();
+  });
+}
+
+const crd = {
+  apiVersion: 'apiextensions.k8s.io/v1',
+  kind: 'CustomResourceDefinition',
+  metadata: { name: 'widgets.example.kctl.dev' },
+  spec: {
+    group: 'example.kctl.dev',
+    names: { kind: 'Widget', plural: 'widgets', singular: 'widget' },
+    scope: 'Namespaced',
+    versions: [
+      {
+        name: 'v1',
+        served: true,
+        storage: true,
+        schema: { openAPIV3Schema: { type: 'object', properties: { spec: { type: 'object', properties: { size: { type: 'integer' } } } } } },
+      },
+    ],
+  },
+};
+const widgets = (ns: string, n: number) => ({
+  apiVersion: 'v1',
+  kind: 'List',
+  items: Array.from({ length: n }, (_, i) => ({
+    apiVersion: 'example.kctl.dev/v1',
+    kind: 'Widget',
+    metadata: { name: `w${i}`, namespace: ns },
+    spec: { size: i },
+  })),
+});
+
+test('api-only tenants: three at once, only storage, kube-apiserver and a trimmed controller-manager; CRDs, namespaces and GC work; no workers; credentials stay in their tenant', async (t) => {
+  const kctlBin = requireKctl();
+  const dir = await tempDir(t, 'kctl-apionly-');
+  const tenants: Tenant[] = ['a', 'b', 'c'].map((name, i) => ({
+    name,
+    port: BASE_PORT + i * 10,
+    dataDir: join(dir, `${name}-data`),
+    runDir: join(dir, `${name}-run`),
+  }));
+  t.after(async () => {
+    for (const x of tenants) x.proc?.child.kill('SIGTERM');
+    await Promise.all(tenants.map((x) => x.proc?.exited));
+  });
+  const kubectl = (x: Tenant, args: string[], input?: string) => kctl(['--data-dir', x.dataDir, 'kubectl', ...args], { input, timeout: 120_000 });
+
+  // All three at once, each with its own ports (the config), data dir and CA.
+  for (const x of tenants) {
+    const config = join(dir, `${x.name}.yaml`);
+    await writeFile(
+      config,
+      `spec:\n  profile: api-only\n  api: { address: 127.0.0.1, port: ${x.port} }\n  controllerManager: { port: ${x.port + 1} }\n`,
+    );
+    x.proc = track(spawn(kctlBin, ['controller', '--config', config, '--data-dir', x.dataDir, '--run-dir', x.runDir]));
+  }
+  const started = Date.now();
+  for (const x of tenants) {
+    const outcome = await waitFor(`tenant ${x.name} ready`, 180_000, async () =>
+      x.proc!.child.exitCode !== null ? 'exited' : x.proc!.saw('"msg":"controller ready"') && 'ready',
+    );
+    assert.equal(outcome, 'ready', x.proc!.log());
+  }
+  t.diagnostic(`three api-only tenants ready ${((Date.now() - started) / 1000).toFixed(1)} s after they were started together`);
+
+  for (const x of tenants) {
+    const ca = await readFile(join(x.dataDir, 'pki', 'ca.crt'), 'utf8');
+    assert.equal(await getStatus(x.port, '/readyz', '', ca), 200, `${x.name} /readyz`);
+    // Only the API's parts: no scheduler, no konnectivity server (no socket, no process), no add-ons.
+    const status = JSON.parse(String((await kctl(['status', '-o', 'json', '--run-dir', x.runDir])).stdout)) as ControllerStatusReport;
+    assert.deepEqual(
+      status.components.map((c) => c.name),
+      ['kine', 'kube-apiserver', 'manifest-applier', 'kube-controller-manager'],
+    );
+    assert.equal(status.konnectivity, undefined);
+    const children = await Promise.all(
+      status.components.filter((c) => c.pid).map(async (c) => (await readFile(`/proc/${c.pid}/comm`, 'utf8')).trim()),
+    );
+    assert.ok(!children.some((c) => /scheduler|konnectivity/.test(c)), children.join());
+    assert.equal(existsSync(join(x.runDir, 'konnectivity-server.sock')), false);
+    assert.equal(existsSync(join(x.dataDir, 'manifests', 'coredns')), false);
+  }
+
+  // A CRD and 1,000 custom objects in each tenant.
+  for (const x of tenants) {
+    assert.equal((await kubectl(x, ['create', '-f', '-'], JSON.stringify(crd))).exitCode, 0);
+    await waitFor(`${x.name}: CRD established`, 60_000, async () => {
+      const r = await kubectl(x, ['get', 'crd', 'widgets.example.kctl.dev', '-o', 'jsonpath={.status.conditions[?(@.type=="Established")].status}']);
+      return String(r.stdout) === 'True';
+    });
+    const made = await kubectl(x, ['create', '-f', '-'], JSON.stringify(widgets('default', 1000)));
+    assert.equal(made.exitCode, 0, String(made.stderr));
+    const listed = await kubectl(x, ['get', 'widgets', '-o', 'name']);
+    assert.equal(String(listed.stdout).trim().split('\n').length, 1000, `${x.name} holds 1,000 widgets`);
+  }
+
+  const [a, b] = tenants as [Tenant, Tenant, Tenant];
+  // A new namespace gets its service account and the root CA; deleting it removes what it held.
+  assert.equal((await kubectl(a, ['create', 'namespace', 'team-x'])).exitCode, 0);
+  await waitFor('default service account and kube-root-ca.crt in team-x', 60_000, async () => {
+    const sa = await kubectl(a, ['-n', 'team-x', 'get', 'serviceaccount', 'default', '-o', 'name']);
+    const cm = await kubectl(a, ['-n', 'team-x', 'get', 'configmap', 'kube-root-ca.crt', '-o', 'name']);
+    return sa.exitCode === 0 && cm.exitCode === 0;
+  });
+  assert.equal((await kubectl(a, ['create', '-f', '-'], JSON.stringify(widgets('team-x', 20)))).exitCode, 0);
+  const deleted = await kubectl(a, ['delete', 'namespace', 'team-x', '--timeout=120s']);
+  assert.equal(deleted.exitCode, 0, String(deleted.stderr));
+  assert.equal(
+    String((await kubectl(a, ['get', 'widgets', '-A', '-o', 'name'])).stdout)
+      .trim()
+      .split('\n').length,
+    1000,
+  );
+  // The garbage collector removes a dependent once its owner is gone.
+  assert.equal((await kubectl(a, ['create', 'configmap', 'owner'])).exitCode, 0);
+  const uid = String((await kubectl(a, ['get', 'configmap', 'owner', '-o', 'jsonpath={.metadata.uid}'])).stdout);
+  const dependent = {
+    apiVersion: 'example.kctl.dev/v1',
+    kind: 'Widget',
+    metadata: { name: 'dependent', namespace: 'default', ownerReferences: [{ apiVersion: 'v1', kind: 'ConfigMap', name: 'owner', uid }] },
+    spec: { size: 1 },
+  };
+  assert.equal((await kubectl(a, ['create', '-f', '-'], JSON.stringify(dependent))).exitCode, 0);
+  assert.equal((await kubectl(a, ['delete', 'configmap', 'owner'])).exitCode, 0);
+  await waitFor('the dependent widget collected', 60_000, async () => (await kubectl(a, ['get', 'widget', 'dependent'])).exitCode !== 0);
+
+  // No workers: a worker token is refused with one line.
+  const worker = await kctl(['--data-dir', a.dataDir, 'token', 'create', '--role', 'worker']);
+  assert.notEqual(worker.exitCode, 0);
+  assert.match(String(worker.stderr).trim(), /^kctl: this is an api-only control plane \(spec\.profile: api-only\): .* workers cannot join; [^\n]+$/);
+
+  // Tenant a's credentials are worth nothing on tenant b: its admin client certificate (another CA) ...
+  const adminA = join(a.dataDir, 'pki', 'admin.conf');
+  const cross = await kctl([
+    '--data-dir',
+    b.dataDir,
+    'kubectl',
+    '--kubeconfig',
+    adminA,
+    '--server',
+    `https://127.0.0.1:${b.port}`,
+    'get',
+    'namespaces',
+  ]);
+  assert.notEqual(cross.exitCode, 0);
+  assert.match(String(cross.stderr), /certificate signed by unknown authority|x509/);
+  // ... and a service-account token of a (another signing key): accepted by a, refused by b.
+  assert.equal((await kubectl(a, ['create', 'serviceaccount', 'operator'])).exitCode, 0);
+  const token = String((await kubectl(a, ['create', 'token', 'operator'])).stdout).trim();
+  assert.ok(token.length > 100);
+  const caA = await readFile(join(a.dataDir, 'pki', 'ca.crt'), 'utf8');
+  assert.equal(await getStatus(a.port, '/api/v1/namespaces/default/configmaps', token, caA), 403, 'a knows the token (and RBAC denies)');
+  assert.equal(await getStatus(b.port, '/api/v1/namespaces/default/configmaps', token, null), 401, 'b must not know a token of a');
+});
