@@ -13,6 +13,7 @@ import { firstJsonLine, freePort, startProc, type Proc } from './procs.ts';
 import { holOthersRatio, idleMemoryPerConn, leakResidual, type Targets } from './scenarios.ts';
 import { startKctl, startUpstream, type Stack } from './stacks.ts';
 import { haFigures } from './ha.ts';
+import { tenantFigures } from './tenants.ts';
 import { workerJoinSeconds } from './worker.ts';
 
 export interface Row {
@@ -303,12 +304,37 @@ async function main(): Promise<void> {
         direct: null,
         note: "a third controller's start (join by token included) to the worker's agent holding a stream to it",
       });
+      const tenants = await tenantFigures(dir, log, mode === 'full' ? [1, 10, 20] : [1, 10]);
+      const full = tenants.full.memoryMiB;
+      for (const r of tenants.rounds) {
+        const what = r.tenants === 1 ? 'one api-only tenant alone' : `${r.tenants} api-only tenants started together`;
+        out.push({
+          scenario: `tenant-ready-s (${r.tenants})`,
+          unit: 's',
+          kctl: r.readySeconds,
+          upstream: null,
+          direct: null,
+          note: `${what}: spawn of kctl controller to /readyz 200${r.tenants > 1 ? ', the slowest' : ''}`,
+        });
+        out.push({
+          scenario: `tenant-memory-mb (${r.tenants})`,
+          unit: 'MiB',
+          kctl: r.memoryMiB,
+          upstream: null,
+          direct: null,
+          note: `${what}: PSS per tenant (kctl, kine, kube-apiserver, kube-controller-manager) with a CRD and 1,000 objects; a full-profile controller on kine measured the same way: ${full.toFixed(0)} MiB (${(r.memoryMiB / full).toFixed(2)}x)`,
+        });
+      }
     } else {
       const note = 'not measured in --smoke (starts a control plane and a worker in the network-namespace lab)';
       out.push({ scenario: 'worker-join-s', unit: 's', kctl: null, upstream: null, direct: null, note });
       out.push({ scenario: 'coredns-ready-s', unit: 's', kctl: null, upstream: null, direct: null, note });
       out.push({ scenario: 'ha-failover-exec-s', unit: 's', kctl: null, upstream: null, direct: null, note });
       out.push({ scenario: 'ha-agent-join-s', unit: 's', kctl: null, upstream: null, direct: null, note });
+      for (const n of [1, 10]) {
+        out.push({ scenario: `tenant-ready-s (${n})`, unit: 's', kctl: null, upstream: null, direct: null, note });
+        out.push({ scenario: `tenant-memory-mb (${n})`, unit: 'MiB', kctl: null, upstream: null, direct: null, note });
+      }
     }
   } finally {
     await bench.stop().catch(() => {});
