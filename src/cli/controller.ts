@@ -27,6 +27,12 @@ export function controllerCommand(program: Command): void {
         'cluster, its own spec.api.address). It fetches the shared CAs and keys from the join endpoint',
         '(spec.api.joinPort, 9443) of a running controller and, with etcd, joins as a learner that is',
         'promoted once it has caught up. Later starts need no token. `kctl etcd member-list` shows members.',
+        '',
+        'API-only (--api-only or spec.profile: api-only): the Kubernetes API alone for CRDs and operators.',
+        'kine (SQLite) by default, kube-apiserver without workload APIs, a controller-manager with namespace,',
+        'garbage-collector, service-account and cluster-role-aggregation controllers; no scheduler, no',
+        'konnectivity, no workers. Give each tenant on a host its own --data-dir, --run-dir and ports',
+        '(spec.api.port, spec.controllerManager.port).',
       ].join('\n'),
     )
     .action(
