@@ -3,7 +3,11 @@ import { execa } from 'execa';
 import { existsSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { defaultConfigYaml } from '../controller/config.ts';
+import { defaultConfigYaml, loadConfig } from '../controller/config.ts';
+import { parseServiceAccount, serviceAccountKubeconfig, userKubeconfig } from '../controller/kubeconfigs.ts';
+import { parseExpiry } from '../controller/tokens.ts';
+import { credentialsFromKubeconfig, KubeClient } from '../kube/client.ts';
+import { pkiPaths } from '../pki/index.ts';
 import { componentLogger } from '../base/log.ts';
 import { findPayload } from '../payload/payload.ts';
 import { stageComponents } from '../payload/stage.ts';
@@ -23,6 +27,45 @@ export function kubeconfigCommand(program: Command): void {
       const file = adminConf(globals(cmd).dataDir);
       if (!existsSync(file)) throw new UserError(`no admin kubeconfig at ${file}; run kctl controller (or --init-only) with this --data-dir first`);
       process.stdout.write(await readFile(file, 'utf8'));
+    });
+  kc.command('create')
+    .description('print a kubeconfig for someone outside the control plane: an operator (service-account token) or a person (client certificate)')
+    .option('--service-account <ns/name>', "a bound token of this service account (TokenRequest); it can do what the account's RBAC allows")
+    .option('--user <name>', 'a client certificate from the cluster CA with this user name (CN)')
+    .option('--groups <list>', 'with --user: comma-separated groups (O), e.g. team-a,viewers', '')
+    .option('--expiry <duration>', 'lifetime, e.g. 10m, 24h, 30d (default: 24h for a token, 720h for a certificate)')
+    .addHelpText(
+      'after',
+      [
+        '',
+        "The kubeconfig names this controller's API URL and embeds the cluster CA. It is printed, never stored:",
+        'keep it secret. Grant access with RBAC first, e.g.:',
+        '  kctl kubectl create serviceaccount watcher -n operators',
+        '  kctl kubectl create clusterrole widget-reader --verb=get,list,watch --resource=widgets.example.com',
+        '  kctl kubectl create clusterrolebinding watcher --clusterrole=widget-reader --serviceaccount=operators:watcher',
+        '  kctl kubeconfig create --service-account operators/watcher --expiry 24h > watcher.conf',
+        'A certificate cannot be revoked before it expires (remove its RBAC bindings instead).',
+      ].join('\n'),
+    )
+    .action(async (opts: { serviceAccount?: string; user?: string; groups: string; expiry?: string }, cmd: Command) => {
+      if (!!opts.serviceAccount === !!opts.user) throw new UserError('give exactly one of --service-account NS/NAME or --user NAME');
+      if (opts.groups && !opts.user) throw new UserError("--groups goes with --user (a service account's groups come from its namespace)");
+      const { dataDir } = globals(cmd);
+      const cfgFile = join(dataDir, 'cluster-config.yaml');
+      if (!existsSync(cfgFile) || !existsSync(adminConf(dataDir)))
+        throw new UserError(`no controller data at ${dataDir}; run this on a controller host (or pass its --data-dir)`);
+      const cfg = await loadConfig(cfgFile);
+      const pki = pkiPaths(join(dataDir, 'pki'));
+      const text = opts.serviceAccount
+        ? await serviceAccountKubeconfig(
+            new KubeClient(credentialsFromKubeconfig(adminConf(dataDir))),
+            cfg,
+            pki,
+            parseServiceAccount(opts.serviceAccount),
+            parseExpiry(opts.expiry ?? '24h'),
+          )
+        : await userKubeconfig(cfg, pki, { name: opts.user!, groups: opts.groups.split(',').filter(Boolean) }, parseExpiry(opts.expiry ?? '720h'));
+      process.stdout.write(text);
     });
 }
 

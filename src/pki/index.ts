@@ -2,6 +2,7 @@
 // and component kubeconfigs under <data-dir>/pki. See ensure.ts for the rules.
 export { ensurePki, wantedSans, type PkiOptions } from './ensure.ts';
 export { pkiPaths, type PkiPaths } from './paths.ts';
-export { writeKubeconfig, readKubeconfig, type KubeconfigContent } from './kubeconfig.ts';
+export { writeKubeconfig, readKubeconfig, renderKubeconfig, type KubeconfigContent } from './kubeconfig.ts';
 export { firstServiceIps } from './addresses.ts';
 export { PkiError } from './errors.ts';
+export { issueUserCert } from './user-cert.ts';

@@ -187,11 +187,12 @@ export interface LeafRequest {
 }
 
 /** A leaf certificate for `key`, signed by `signer`. */
-export function issueLeafCert(o: LeafRequest & { key: PrivateKey; signer: Signer; now: Date; years: number }): string {
+export function issueLeafCert(o: LeafRequest & { key: PrivateKey; signer: Signer; now: Date; years: number; notAfter?: Date }): string {
   const cert = pki.createCertificate();
   cert.publicKey = forgePublicKey(o.key);
   cert.serialNumber = randomSerial();
   cert.validity = validity(o.now, o.years);
+  if (o.notAfter) cert.validity.notAfter = o.notAfter;
   cert.setSubject(subjectAttrs(o.subject));
   cert.setIssuer(o.signer.cert.subject.attributes);
   const extensions: object[] = [

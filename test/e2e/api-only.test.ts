@@ -3,9 +3,13 @@
 // and a controller-manager with the controllers such a tenant needs. Each takes a CRD and 1,000
 // custom objects; deleting a namespace removes its objects; an owner's deletion removes its
 // dependents; new namespaces get their service account and root CA. Workers cannot join, and one
-// tenant's admin credentials and service-account tokens are refused by another.
+// tenant's admin credentials and service-account tokens are refused by another. An operator
+// outside gets a kubeconfig with a bound token (kctl kubeconfig create --service-account) and can
+// list and watch what its RBAC allows, nothing else; an expired token is refused; a person gets a
+// client certificate with their groups.
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
+import { sign as cryptoSign } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import { readFile, writeFile } from 'node:fs/promises';
 import { request } from 'node:https';
@@ -71,7 +75,7 @@ const widgets = (ns: string, n: number) => ({
   })),
 });
 
-test('api-only tenants: three at once, only storage, kube-apiserver and a trimmed controller-manager; CRDs, namespaces and GC work; no workers; credentials stay in their tenant', async (t) => {
+test('api-only tenants: three at once, only storage, kube-apiserver and a trimmed controller-manager; CRDs, namespaces and GC work; no workers; credentials stay in their tenant; operators and people get least-privilege kubeconfigs', async (t) => {
   const kctlBin = requireKctl();
   const dir = await tempDir(t, 'kctl-apionly-');
   const tenants: Tenant[] = ['a', 'b', 'c'].map((name, i) => ({
@@ -192,4 +196,96 @@ test('api-only tenants: three at once, only storage, kube-apiserver and a trimme
   const caA = await readFile(join(a.dataDir, 'pki', 'ca.crt'), 'utf8');
   assert.equal(await getStatus(a.port, '/api/v1/namespaces/default/configmaps', token, caA), 403, 'a knows the token (and RBAC denies)');
   assert.equal(await getStatus(b.port, '/api/v1/namespaces/default/configmaps', token, null), 401, 'b must not know a token of a');
+
+  // An operator outside: a kubeconfig with a bound token of `operator`, allowed to read widgets in default only.
+  for (const args of [
+    ['create', 'clusterrole', 'widget-reader', '--verb=get,list,watch', '--resource=widgets.example.kctl.dev'],
+    ['create', 'rolebinding', 'operator-widgets', '-n', 'default', '--clusterrole=widget-reader', '--serviceaccount=default:operator'],
+  ])
+    assert.equal((await kubectl(a, args)).exitCode, 0, args.join(' '));
+  const created = await kctl(['--data-dir', a.dataDir, 'kubeconfig', 'create', '--service-account', 'default/operator', '--expiry', '1h']);
+  assert.equal(created.exitCode, 0, String(created.stderr));
+  const operatorConf = join(dir, 'operator.conf');
+  await writeFile(operatorConf, String(created.stdout), { mode: 0o600 });
+  const asOperator = (args: string[]) => kctl(['--data-dir', a.dataDir, 'kubectl', '--kubeconfig', operatorConf, ...args], { timeout: 60_000 });
+  assert.equal(
+    String((await asOperator(['get', 'widgets', '-n', 'default', '-o', 'name'])).stdout)
+      .trim()
+      .split('\n').length,
+    1000,
+  );
+  // A real watch sees a widget created meanwhile.
+  const watching = asOperator(['get', 'widgets', '-n', 'default', '--watch-only', '-o', 'name', '--request-timeout=8s']);
+  await new Promise((r) => setTimeout(r, 2000));
+  assert.equal((await kubectl(a, ['create', '-f', '-'], JSON.stringify(widgets('default', 1001).items.at(-1)))).exitCode, 0);
+  assert.match(String((await watching).stdout), /widget\.example\.kctl\.dev\/w1000/);
+  // Nothing beyond its RBAC.
+  for (const args of [
+    ['get', 'configmaps', '-n', 'default'],
+    ['get', 'widgets', '-n', 'kube-system'],
+    ['get', 'secrets', '-A'],
+  ]) {
+    const r = await asOperator(args);
+    assert.notEqual(r.exitCode, 0, `the operator could ${args.join(' ')}`);
+    assert.match(String(r.stderr), /forbidden/i);
+  }
+  // Bad input: one line each.
+  for (const [args, expect] of [
+    [['--service-account', 'default/missing'], /^kctl: service account default\/missing does not exist; create it/],
+    [['--service-account', 'default/operator', '--expiry', '5m'], /^kctl: --expiry for a service-account token must be at least 10m/],
+    [['--service-account', 'operator'], /^kctl: --service-account "operator" is not NAMESPACE\/NAME/],
+    [['--user', 'x', '--service-account', 'default/operator'], /^kctl: give exactly one of --service-account NS\/NAME or --user NAME$/],
+  ] as const) {
+    const r = await kctl(['--data-dir', a.dataDir, 'kubeconfig', 'create', ...args]);
+    assert.notEqual(r.exitCode, 0);
+    assert.equal(String(r.stdout), '');
+    assert.match(String(r.stderr).trim(), expect);
+    assert.equal(String(r.stderr).trim().split('\n').length, 1);
+  }
+  // An expired token of the same account, signed with a's own key: refused; the same token unexpired: known.
+  const saKey = await readFile(join(a.dataDir, 'pki', 'sa.key'), 'utf8');
+  const saUid = String((await kubectl(a, ['get', 'serviceaccount', 'operator', '-o', 'jsonpath={.metadata.uid}'])).stdout);
+  const now = Math.floor(Date.now() / 1000);
+  assert.equal(await getStatus(a.port, '/api/v1/namespaces/default/configmaps', boundToken(saKey, saUid, now - 3600, now - 60), caA), 401);
+  assert.equal(await getStatus(a.port, '/api/v1/namespaces/default/configmaps', boundToken(saKey, saUid, now - 60, now + 600), caA), 403);
+
+  // A person: a client certificate with a user name and groups, nothing allowed until RBAC says so.
+  const alice = await kctl(['--data-dir', a.dataDir, 'kubeconfig', 'create', '--user', 'alice', '--groups', 'team-a,viewers']);
+  assert.equal(alice.exitCode, 0, String(alice.stderr));
+  const aliceConf = join(dir, 'alice.conf');
+  await writeFile(aliceConf, String(alice.stdout), { mode: 0o600 });
+  const whoami = await kctl(['--data-dir', a.dataDir, 'kubectl', '--kubeconfig', aliceConf, 'auth', 'whoami', '-o', 'json']);
+  const info = (JSON.parse(String(whoami.stdout)) as { status: { userInfo: { username: string; groups: string[] } } }).status.userInfo;
+  assert.equal(info.username, 'alice');
+  assert.ok(info.groups.includes('team-a') && info.groups.includes('viewers'), info.groups.join());
+  assert.notEqual((await kctl(['--data-dir', a.dataDir, 'kubectl', '--kubeconfig', aliceConf, 'get', 'namespaces'])).exitCode, 0);
+  // ... and on tenant b the same certificate is refused (a's CA).
+  const aliceOnB = await kctl([
+    '--data-dir',
+    b.dataDir,
+    'kubectl',
+    '--kubeconfig',
+    aliceConf,
+    '--server',
+    `https://127.0.0.1:${b.port}`,
+    'get',
+    'ns',
+  ]);
+  assert.match(String(aliceOnB.stderr), /x509|unknown authority/);
 });
+
+/** A bound service-account token as kube-apiserver issues them (RS256, issuer and audience of kctl's config), for default/operator. */
+function boundToken(keyPem: string, uid: string, iat: number, exp: number): string {
+  const issuer = 'https://kubernetes.default.svc.cluster.local';
+  const b64 = (o: object) => Buffer.from(JSON.stringify(o)).toString('base64url');
+  const body = `${b64({ alg: 'RS256', typ: 'JWT' })}.${b64({
+    iss: issuer,
+    aud: [issuer],
+    sub: 'system:serviceaccount:default:operator',
+    iat,
+    nbf: iat,
+    exp,
+    'kubernetes.io': { namespace: 'default', serviceaccount: { name: 'operator', uid } },
+  })}`;
+  return `${body}.${cryptoSign('RSA-SHA256', Buffer.from(body), keyPem).toString('base64url')}`;
+}
