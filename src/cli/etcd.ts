@@ -96,6 +96,9 @@ export function etcdCommands(program: Command): void {
       if (members.length === 1)
         throw new UserError('this controller is the only etcd member; leaving would lose the cluster (use kctl reset to end it)');
       await retryTransient(() => removeMember(tls, target.id)).catch((err: Error) => {
+        // A member removing itself through its own endpoint may stop before it answers: etcd stops
+        // a member once it has applied that member's removal, so "server stopped" means it is out.
+        if (!wanted && /server stopped/.test(err.message)) return;
         throw new UserError(`etcd refused to remove member ${target.name || target.id}: ${err.message}`);
       });
       if (wanted) {
