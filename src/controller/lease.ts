@@ -18,6 +18,9 @@ import { apiServerUrl } from './bootstrap.ts';
 import type { ClusterConfig } from './config.ts';
 import { konnectivityAddress } from './tokens.ts';
 
+/** An agent set as one comparable string. */
+const agentKey = (agents: string[]): string => [...agents].sort().join(',');
+
 export class ControllerLeaseComponent implements Component {
   readonly name = 'controller-lease';
   private readonly leaseName: string;
@@ -62,7 +65,7 @@ export class ControllerLeaseComponent implements Component {
     // Checked every second, written only when due or when the agent set changed.
     this.timer = setInterval(() => {
       if (this.renewing) return;
-      if (Date.now() - this.renewedAt < RENEW_EVERY_MS && this.agentKey() === this.renewedAgents) return;
+      if (Date.now() - this.renewedAt < RENEW_EVERY_MS && agentKey(this.agents()) === this.renewedAgents) return;
       this.renewing = this.renew().finally(() => (this.renewing = undefined));
     }, 1000);
     this.watch.start();
@@ -80,17 +83,13 @@ export class ControllerLeaseComponent implements Component {
     return { lastError: this.lastError };
   }
 
-  private agentKey(): string {
-    return [...this.agents()].sort().join(',');
-  }
-
   private async renew(): Promise<void> {
     const agents = this.agents();
     const lease = controllerLease(this.leaseName, { apiServer: apiServerUrl(this.cfg), konnectivity: konnectivityAddress(this.cfg), agents });
     try {
       await this.kube.apply(lease, { fieldManager: 'kctl', force: true });
       this.renewedAt = Date.now();
-      this.renewedAgents = [...agents].sort().join(',');
+      this.renewedAgents = agentKey(agents);
       this.lastError = undefined;
     } catch (err) {
       this.lastError = `cannot renew lease ${this.leaseName}: ${(err as Error).message}`;

@@ -63,6 +63,13 @@ export async function ensureCa(spec: CaSpec, ctx: EnsureContext): Promise<{ sign
   return { signer, outcome: 'unchanged' };
 }
 
+/** An existing CA as a signer, read from its files (a missing or damaged one is a PkiError). */
+export async function loadSigner(spec: CaSpec): Promise<Signer> {
+  const [certPem, keyPem] = await Promise.all([readIfExists(spec.certPath), readIfExists(spec.keyPath)]);
+  if (certPem === null || keyPem === null) throw new PkiError(`${certPem === null ? spec.certPath : spec.keyPath} is missing; ${RESTORE}`);
+  return signerFrom(spec, certPem, keyPem);
+}
+
 function signerFrom(spec: CaSpec, certPem: string, keyPem: string): Signer {
   const cert = parseCert(certPem, spec.certPath, RESTORE);
   return { name: spec.name, cert, certPem, key: parseKey(keyPem, spec.keyPath, RESTORE), keyId: keyIdOf(cert) };

@@ -1,10 +1,8 @@
 // A client certificate for a person (kctl kubeconfig create --user): signed by the cluster CA,
 // CN = user, O = groups, valid until `notAfter`. The key is new and never written to disk here.
-import { readFile } from 'node:fs/promises';
+import { loadSigner } from './ca.ts';
 import type { PkiPaths } from './paths.ts';
-import { generateKeyPem, issueLeafCert, keyIdOf, parseCert, parseKey, type Signer } from './x509.ts';
-
-const REMEDY = 'run this on a controller host whose data dir holds the cluster CA';
+import { generateKeyPem, issueLeafCert, parseKey } from './x509.ts';
 
 export async function issueUserCert(
   paths: PkiPaths,
@@ -12,9 +10,7 @@ export async function issueUserCert(
   notAfter: Date,
   now = new Date(),
 ): Promise<{ certPem: string; keyPem: string }> {
-  const [caPem, caKeyPem] = await Promise.all([readFile(paths.caCert, 'utf8'), readFile(paths.caKey, 'utf8')]);
-  const cert = parseCert(caPem, paths.caCert, REMEDY);
-  const signer: Signer = { name: 'ca', cert, certPem: caPem, key: parseKey(caKeyPem, paths.caKey, REMEDY), keyId: keyIdOf(cert) };
+  const signer = await loadSigner({ name: 'kubernetes-ca', certPath: paths.caCert, keyPath: paths.caKey });
   const keyPem = await generateKeyPem();
   const key = parseKey(keyPem, 'generated key', 'report a bug');
   const certPem = issueLeafCert({
