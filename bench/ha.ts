@@ -75,11 +75,7 @@ export async function haFigures(parent: string, log: (m: string) => void): Promi
     const s1 = await ha.status(c1);
     const killed = Date.now();
     killControllerProcesses(s1);
-    await until('exec through c2', 120_000, 250, async () => {
-      const r = await ha.kubectl(c2, ['exec', 'talker', '--', 'echo', 'ok']);
-      return String(r.stdout).trim() === 'ok';
-    });
-    const failoverExecSeconds = (Date.now() - killed) / 1000;
+    const failoverExecSeconds = ((await ha.firstExec(c2, 'talker', { timeoutMs: 120_000, intervalMs: 250 })) - killed) / 1000;
     log(`ha: first exec through a survivor ${failoverExecSeconds.toFixed(1)} s after the first controller was killed`);
     return { agentJoinSeconds, failoverExecSeconds };
   } finally {

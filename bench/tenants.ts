@@ -13,12 +13,12 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { link, mkdir, mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises';
-import { request } from 'node:https';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { execa } from 'execa';
 import type { ControllerStatusReport } from '../src/controller/status.ts';
 import { requireKctl } from '../test/e2e/kctl.ts';
+import { apiStatus, createWidgets } from '../test/e2e/tenant-api.ts';
 
 const BASE_PORT = 13000;
 
@@ -37,18 +37,6 @@ interface Tenant {
   child: ChildProcess;
 }
 
-function readyz(port: number, ca: string): Promise<boolean> {
-  return new Promise((resolve) => {
-    const req = request({ host: '127.0.0.1', port, path: '/readyz', ca, timeout: 2000 }, (res) => {
-      res.resume();
-      resolve(res.statusCode === 200);
-    });
-    req.on('error', () => resolve(false));
-    req.on('timeout', () => req.destroy());
-    req.end();
-  });
-}
-
 async function pssKiB(pid: number): Promise<number> {
   const text = await readFile(`/proc/${pid}/smaps_rollup`, 'utf8').catch(() => '');
   return Number(/^Pss:\s+(\d+) kB/m.exec(text)?.[1] ?? 0);
@@ -61,41 +49,6 @@ async function tenantPssMiB(kctlBin: string, t: Tenant): Promise<number> {
   let kib = 0;
   for (const pid of pids) kib += await pssKiB(pid);
   return kib / 1024;
-}
-
-const CRD = {
-  apiVersion: 'apiextensions.k8s.io/v1',
-  kind: 'CustomResourceDefinition',
-  metadata: { name: 'widgets.example.kctl.dev' },
-  spec: {
-    group: 'example.kctl.dev',
-    names: { kind: 'Widget', plural: 'widgets' },
-    scope: 'Namespaced',
-    versions: [
-      { name: 'v1', served: true, storage: true, schema: { openAPIV3Schema: { type: 'object', 'x-kubernetes-preserve-unknown-fields': true } } },
-    ],
-  },
-};
-const WIDGETS = {
-  apiVersion: 'v1',
-  kind: 'List',
-  items: Array.from({ length: 1000 }, (_, i) => ({
-    apiVersion: 'example.kctl.dev/v1',
-    kind: 'Widget',
-    metadata: { name: `w${i}`, namespace: 'default' },
-  })),
-};
-
-async function fill(kctlBin: string, t: Tenant): Promise<void> {
-  const k = (args: string[], input?: string) => execa(kctlBin, ['--data-dir', t.dataDir, 'kubectl', ...args], { input, reject: false });
-  await k(['create', '-f', '-'], JSON.stringify(CRD));
-  for (let i = 0; i < 100; i++) {
-    const r = await k(['get', 'crd', 'widgets.example.kctl.dev', '-o', 'jsonpath={.status.conditions[?(@.type=="Established")].status}']);
-    if (r.stdout === 'True') break;
-    await sleep(200);
-  }
-  const made = await k(['create', '-f', '-'], JSON.stringify(WIDGETS));
-  if (made.exitCode !== 0) throw new Error(`creating 1,000 widgets failed: ${made.stderr.split('\n')[0]}`);
 }
 
 /** One round: `n` tenants (profile `profile`) started together, measured, stopped. */
@@ -131,7 +84,8 @@ async function round(kctlBin: string, parent: string, n: number, profile: 'api-o
         for (;;) {
           if (t.child.exitCode !== null) throw new Error(`tenant on port ${t.port} exited (${t.child.exitCode})`);
           if (Date.now() - spawned > 300_000) throw new Error(`tenant on port ${t.port} not ready in 300 s`);
-          if (existsSync(caFile) && (await readyz(t.port, await readFile(caFile, 'utf8')))) return Date.now();
+          const ca = existsSync(caFile) ? await readFile(caFile, 'utf8') : null;
+          if (ca && (await apiStatus(t.port, '/readyz', { ca, timeoutMs: 2000 }).catch(() => 0)) === 200) return Date.now();
           await sleep(100);
         }
       }),
@@ -145,7 +99,11 @@ async function round(kctlBin: string, parent: string, n: number, profile: 'api-o
         if (r.exitCode === 0 && (JSON.parse(r.stdout) as ControllerStatusReport).components.every((c) => c.state === 'running')) break;
         await sleep(200);
       }
-    await Promise.all(tenants.map((t) => fill(kctlBin, t)));
+    await Promise.all(
+      tenants.map((t) =>
+        createWidgets((args, input) => execa(kctlBin, ['--data-dir', t.dataDir, 'kubectl', ...args], { input, reject: false }), 1000),
+      ),
+    );
     await sleep(15_000);
     let total = 0;
     for (const t of tenants) total += await tenantPssMiB(kctlBin, t);

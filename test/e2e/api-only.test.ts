@@ -12,13 +12,13 @@ import { spawn } from 'node:child_process';
 import { sign as cryptoSign } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import { readFile, writeFile } from 'node:fs/promises';
-import { request } from 'node:https';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import type { ControllerStatusReport } from '../../src/controller/status.ts';
 import { tempDir } from '../helpers.ts';
 import { track, type Tracked } from './cluster.ts';
 import { kctl, requireKctl } from './kctl.ts';
+import { apiStatus, createWidgets, widgets } from './tenant-api.ts';
 import { waitFor } from './wait.ts';
 
 const BASE_PORT = 12000 + Math.floor(Math.random() * 700) * 10;
@@ -30,50 +30,6 @@ interface Tenant {
   runDir: string;
   proc?: Tracked;
 }
-
-/** GET `path` on a tenant's API with a bearer token; the HTTP status (TLS checked against `ca` unless null). */
-function getStatus(port: number, path: string, token: string, ca: string | null): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const req = request(
-      { host: '127.0.0.1', port, path, headers: { authorization: `Bearer ${token}` }, ...(ca ? { ca } : { rejectUnauthorized: false }) },
-      (res) => {
-        res.resume();
-        resolve(res.statusCode ?? 0);
-      },
-    );
-    req.on('error', reject);
-    req.end();
-  });
-}
-
-const crd = {
-  apiVersion: 'apiextensions.k8s.io/v1',
-  kind: 'CustomResourceDefinition',
-  metadata: { name: 'widgets.example.kctl.dev' },
-  spec: {
-    group: 'example.kctl.dev',
-    names: { kind: 'Widget', plural: 'widgets', singular: 'widget' },
-    scope: 'Namespaced',
-    versions: [
-      {
-        name: 'v1',
-        served: true,
-        storage: true,
-        schema: { openAPIV3Schema: { type: 'object', properties: { spec: { type: 'object', properties: { size: { type: 'integer' } } } } } },
-      },
-    ],
-  },
-};
-const widgets = (ns: string, n: number) => ({
-  apiVersion: 'v1',
-  kind: 'List',
-  items: Array.from({ length: n }, (_, i) => ({
-    apiVersion: 'example.kctl.dev/v1',
-    kind: 'Widget',
-    metadata: { name: `w${i}`, namespace: ns },
-    spec: { size: i },
-  })),
-});
 
 test('api-only tenants: three at once, only storage, kube-apiserver and a trimmed controller-manager; CRDs, namespaces and GC work; no workers; credentials stay in their tenant; operators and people get least-privilege kubeconfigs', async (t) => {
   const kctlBin = requireKctl();
@@ -110,7 +66,7 @@ test('api-only tenants: three at once, only storage, kube-apiserver and a trimme
 
   for (const x of tenants) {
     const ca = await readFile(join(x.dataDir, 'pki', 'ca.crt'), 'utf8');
-    assert.equal(await getStatus(x.port, '/readyz', '', ca), 200, `${x.name} /readyz`);
+    assert.equal(await apiStatus(x.port, '/readyz', { ca }), 200, `${x.name} /readyz`);
     // Only the API's parts: no scheduler, no konnectivity server (no socket, no process), no add-ons.
     const status = JSON.parse(String((await kctl(['status', '-o', 'json', '--run-dir', x.runDir])).stdout)) as ControllerStatusReport;
     assert.deepEqual(
@@ -128,13 +84,7 @@ test('api-only tenants: three at once, only storage, kube-apiserver and a trimme
 
   // A CRD and 1,000 custom objects in each tenant.
   for (const x of tenants) {
-    assert.equal((await kubectl(x, ['create', '-f', '-'], JSON.stringify(crd))).exitCode, 0);
-    await waitFor(`${x.name}: CRD established`, 60_000, async () => {
-      const r = await kubectl(x, ['get', 'crd', 'widgets.example.kctl.dev', '-o', 'jsonpath={.status.conditions[?(@.type=="Established")].status}']);
-      return String(r.stdout) === 'True';
-    });
-    const made = await kubectl(x, ['create', '-f', '-'], JSON.stringify(widgets('default', 1000)));
-    assert.equal(made.exitCode, 0, String(made.stderr));
+    await createWidgets((args, input) => kubectl(x, args, input), 1000);
     const listed = await kubectl(x, ['get', 'widgets', '-o', 'name']);
     assert.equal(String(listed.stdout).trim().split('\n').length, 1000, `${x.name} holds 1,000 widgets`);
   }
@@ -194,8 +144,8 @@ test('api-only tenants: three at once, only storage, kube-apiserver and a trimme
   const token = String((await kubectl(a, ['create', 'token', 'operator'])).stdout).trim();
   assert.ok(token.length > 100);
   const caA = await readFile(join(a.dataDir, 'pki', 'ca.crt'), 'utf8');
-  assert.equal(await getStatus(a.port, '/api/v1/namespaces/default/configmaps', token, caA), 403, 'a knows the token (and RBAC denies)');
-  assert.equal(await getStatus(b.port, '/api/v1/namespaces/default/configmaps', token, null), 401, 'b must not know a token of a');
+  assert.equal(await apiStatus(a.port, '/api/v1/namespaces/default/configmaps', { token, ca: caA }), 403, 'a knows the token (and RBAC denies)');
+  assert.equal(await apiStatus(b.port, '/api/v1/namespaces/default/configmaps', { token, ca: null }), 401, 'b must not know a token of a');
 
   // An operator outside: a kubeconfig with a bound token of `operator`, allowed to read widgets in default only.
   for (const args of [
@@ -246,8 +196,14 @@ test('api-only tenants: three at once, only storage, kube-apiserver and a trimme
   const saKey = await readFile(join(a.dataDir, 'pki', 'sa.key'), 'utf8');
   const saUid = String((await kubectl(a, ['get', 'serviceaccount', 'operator', '-o', 'jsonpath={.metadata.uid}'])).stdout);
   const now = Math.floor(Date.now() / 1000);
-  assert.equal(await getStatus(a.port, '/api/v1/namespaces/default/configmaps', boundToken(saKey, saUid, now - 3600, now - 60), caA), 401);
-  assert.equal(await getStatus(a.port, '/api/v1/namespaces/default/configmaps', boundToken(saKey, saUid, now - 60, now + 600), caA), 403);
+  assert.equal(
+    await apiStatus(a.port, '/api/v1/namespaces/default/configmaps', { token: boundToken(saKey, saUid, now - 3600, now - 60), ca: caA }),
+    401,
+  );
+  assert.equal(
+    await apiStatus(a.port, '/api/v1/namespaces/default/configmaps', { token: boundToken(saKey, saUid, now - 60, now + 600), ca: caA }),
+    403,
+  );
 
   // A person: a client certificate with a user name and groups, nothing allowed until RBAC says so.
   const alice = await kctl(['--data-dir', a.dataDir, 'kubeconfig', 'create', '--user', 'alice', '--groups', 'team-a,viewers']);

@@ -77,26 +77,10 @@ test('two controllers on kine and PostgreSQL: a joiner must name the same databa
   const killed = Date.now();
   killControllerProcesses(await ha.status(c1));
   await c1.proc!.exited;
-  const execOk = await waitFor('exec through c2 after losing c1', 30_000, async () => {
-    const r = await ha.kubectl(c2, ['exec', 'web', '--', 'echo', 'survived']);
-    return String(r.stdout).trim() === 'survived' ? Date.now() : undefined;
-  });
+  const execOk = await ha.firstExec(c2, 'web');
   t.diagnostic(`first kubectl exec through the survivor ${((execOk - killed) / 1000).toFixed(1)} s after c1 was killed`);
   await reachPod(c2);
-  await ha.kubectl(c2, [
-    'run',
-    'after-loss',
-    '--image=docker.io/library/busybox:1.36',
-    '--image-pull-policy=Never',
-    '--restart=Never',
-    '--',
-    'sleep',
-    '3600',
-  ]);
-  await waitFor('a new pod scheduled and running after losing c1', 90_000, async () => {
-    const r = await ha.kubectl(c2, ['get', 'pod', 'after-loss', '-o', 'jsonpath={.spec.nodeName}/{.status.phase}']);
-    return String(r.stdout) === 'w1/Running';
-  });
+  await ha.runNewPod(c2, 'after-loss', /^w1$/);
   await ha.agentsFollow([c2], ['w1']);
   assert.equal(await readySince(c2), readyBefore, 'node w1 changed its Ready condition while a controller was lost');
 

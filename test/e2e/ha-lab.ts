@@ -102,6 +102,35 @@ export class HaLab {
     });
   }
 
+  /** Polls `kubectl exec POD -- echo survived` through `c` until it works; when it first did (ms since the epoch). */
+  firstExec(c: LabCtl, pod: string, o: { timeoutMs?: number; intervalMs?: number } = {}): Promise<number> {
+    return waitFor(
+      `exec in ${pod} through ${c.host.name}`,
+      o.timeoutMs ?? 30_000,
+      async () => (String((await this.kubectl(c, ['exec', pod, '--', 'echo', 'survived'])).stdout).trim() === 'survived' ? Date.now() : undefined),
+      undefined,
+      o.intervalMs,
+    );
+  }
+
+  /** `kubectl run NAME` through `c` (bundled busybox, never pulled), resolved once it runs on a node whose name matches `node`. */
+  async runNewPod(c: LabCtl, name: string, node: RegExp): Promise<void> {
+    await this.kubectl(c, [
+      'run',
+      name,
+      '--image=docker.io/library/busybox:1.36',
+      '--image-pull-policy=Never',
+      '--restart=Never',
+      '--',
+      'sleep',
+      '3600',
+    ]);
+    await waitFor(`pod ${name} scheduled and running`, 90_000, async () => {
+      const [on, phase] = String((await this.kubectl(c, ['get', 'pod', name, '-o', 'jsonpath={.spec.nodeName} {.status.phase}'])).stdout).split(' ');
+      return phase === 'Running' && node.test(on ?? '');
+    });
+  }
+
   /** `kubectl port-forward` on controller `c` to `pod`:`port`; resolves with what GET / answered through it. */
   async portForward(c: LabCtl, pod: string, port: number): Promise<string> {
     const pf = track(c.host.spawn(this.kctlBin, ['--data-dir', c.dataDir, 'kubectl', 'port-forward', `pod/${pod}`, `:${port}`]));

@@ -168,10 +168,7 @@ test('controllers join by token and leave; losing one is invisible to the nodes;
   killControllerProcesses(await ha.status(c1));
   await c1.proc!.exited;
   // Within 30 s, through the survivors: exec reaches the pod on w1 ...
-  const execOk = await waitFor('exec through c2 after losing c1', 30_000, async () => {
-    const r = await run(c2, ['kubectl', 'exec', 'web-w1', '--', 'echo', 'survived']);
-    return String(r.stdout).trim() === 'survived' ? Date.now() : undefined;
-  });
+  const execOk = await ha.firstExec(c2, 'web-w1');
   t.diagnostic(`first kubectl exec through a survivor ${((execOk - killed) / 1000).toFixed(1)} s after c1 was killed`);
   // ... and logs, exec and port-forward through both survivors to both workers ...
   for (const c of [c2, c3]) await reachPods(c);
@@ -179,21 +176,7 @@ test('controllers join by token and leave; losing one is invisible to the nodes;
     `logs, exec and port-forward to both workers through both survivors ${((Date.now() - killed) / 1000).toFixed(1)} s after c1 was killed`,
   );
   // ... a new pod is scheduled (scheduler leadership moved) and starts ...
-  await run(c2, [
-    'kubectl',
-    'run',
-    'after-loss',
-    '--image=docker.io/library/busybox:1.36',
-    '--image-pull-policy=Never',
-    '--restart=Never',
-    '--',
-    'sleep',
-    '3600',
-  ]);
-  await waitFor('a new pod scheduled and running after losing c1', 90_000, async () => {
-    const r = await run(c2, ['kubectl', 'get', 'pod', 'after-loss', '-o', 'jsonpath={.spec.nodeName}/{.status.phase}']);
-    return /^w[12]\/Running$/.test(String(r.stdout));
-  });
+  await ha.runNewPod(c2, 'after-loss', /^w[12]$/);
   // ... the survivors announce two servers once c1's lease has run out, and no node changed its Ready condition.
   await ha.agentsFollow([c2, c3], agents);
   assert.equal(await readySince(c2), readyBefore, 'a node changed its Ready condition while a controller was lost');

@@ -4,14 +4,18 @@ import { renderStatus } from '../../../src/cli/status.ts';
 import type { ControllerStatusReport } from '../../../src/controller/status.ts';
 
 const none = { host: [], ipv4: [], ipv6: [], cidr: [], defaultRoute: false };
+/** What every controller report carries besides the part a test is about. */
+const controller: Omit<ControllerStatusReport, 'konnectivity' | 'controllers' | 'agentServers' | 'storage'> = {
+  role: 'controller',
+  version: 'test',
+  pid: 1,
+  uptimeSeconds: 5,
+  components: [],
+};
 
 test('kctl status shows, per agent, what it claimed, what routing uses, and why the rest was dropped', () => {
   const report: ControllerStatusReport = {
-    role: 'controller',
-    version: 'test',
-    pid: 1,
-    uptimeSeconds: 5,
-    components: [],
+    ...controller,
     konnectivity: {
       serverId: 's1',
       serverCount: 1,
@@ -48,11 +52,7 @@ test('kctl status shows, per agent, what it claimed, what routing uses, and why 
 test("a controller's status shows the live controllers, the servers of every agent, and the etcd members", () => {
   const ctl = (n: string, agents: string[]) => ({ name: `kctl-controller-${n}`, apiServer: `https://${n}:6443`, konnectivity: `${n}:8132`, agents });
   const report: ControllerStatusReport = {
-    role: 'controller',
-    version: 'test',
-    pid: 1,
-    uptimeSeconds: 5,
-    components: [],
+    ...controller,
     controllers: [ctl('a', ['w1', 'w2']), ctl('b', ['w1'])],
     agentServers: [
       { agent: 'w1', servers: ['kctl-controller-a', 'kctl-controller-b'] },
