@@ -2,6 +2,8 @@ import { Option, type Command } from 'commander';
 import { runController } from '../controller/index.ts';
 import { globals, loggerFor } from './globals.ts';
 import { readTokenFile } from './worker.ts';
+import { UserError } from '../base/errors.ts';
+import { DEFAULT_PORT_RANGE, parsePortRange } from '../controller/tenants.ts';
 
 export function controllerCommand(program: Command): void {
   program
@@ -14,6 +16,7 @@ export function controllerCommand(program: Command): void {
       '--api-only',
       'the Kubernetes API alone, for CRDs and operators: no scheduler, no konnectivity, no workers (spec.profile: api-only; storage defaults to kine)',
     )
+    .option('--port-range <from-to>', `with --name: where a new tenant's ports are picked (kept across restarts)`, DEFAULT_PORT_RANGE)
     .option('--init-only', 'prepare everything (staged binaries, PKI, kubeconfigs) and exit')
     .option('--token-file <file>', 'join a running cluster as one more controller, with a token from `kctl token create --role controller`')
     .addHelpText(
@@ -31,16 +34,34 @@ export function controllerCommand(program: Command): void {
         'API-only (--api-only or spec.profile: api-only): the Kubernetes API alone for CRDs and operators.',
         'kine (SQLite) by default, kube-apiserver without workload APIs, a controller-manager with namespace,',
         'garbage-collector, service-account and cluster-role-aggregation controllers; no scheduler, no',
-        'konnectivity, no workers. Give each tenant on a host its own --data-dir, --run-dir and ports',
-        '(spec.api.port, spec.controllerManager.port).',
+        'konnectivity, no workers.',
+        '',
+        'Tenants: `kctl controller --name NAME` runs one api-only control plane of many on this host, in',
+        '<data-dir>/tenants/NAME and <run-dir>/tenants/NAME with its own CA and keys, sharing the one staged',
+        '<data-dir>/bin. Its first start picks free ports from --port-range and records them in tenant.json;',
+        'every restart keeps them. With kine on PostgreSQL and no database in spec.storage.kine.dataSource,',
+        'each tenant gets its own database kctl_NAME (created if the role may). kctl tenant list shows all',
+        'tenants; kctl status --name NAME, kctl kubectl --name NAME, kctl kubeconfig create --name NAME work',
+        'on one. Under systemd: kctl install controller --name NAME (unit kctl-controller@NAME.service).',
       ].join('\n'),
     )
     .action(
       async (
-        opts: { config?: string; single?: boolean; apiOnly?: boolean; storage?: 'etcd' | 'kine'; initOnly?: boolean; tokenFile?: string },
+        opts: {
+          config?: string;
+          single?: boolean;
+          apiOnly?: boolean;
+          storage?: 'etcd' | 'kine';
+          initOnly?: boolean;
+          tokenFile?: string;
+          portRange: string;
+        },
         cmd: Command,
       ) => {
         const g = globals(cmd);
+        const portRange = parsePortRange(opts.portRange);
+        if (g.tenant && opts.tokenFile)
+          throw new UserError('a tenant (--name) is an api-only control plane that runs alone: it cannot join a cluster with --token-file');
         const token = opts.tokenFile ? (await readTokenFile(opts.tokenFile)).trim() : undefined;
         await runController(
           {
@@ -52,6 +73,7 @@ export function controllerCommand(program: Command): void {
             token,
             dataDir: g.dataDir,
             runDir: g.runDir,
+            tenant: g.tenant && { ...g.tenant, portRange },
           },
           loggerFor(cmd),
         );

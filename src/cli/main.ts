@@ -16,6 +16,7 @@ import { etcdCommands } from './etcd.ts';
 import { workerCommand } from './worker.ts';
 import { konnectivityAgentCommand } from './konnectivity-agent.ts';
 import { versionCommand } from './version.ts';
+import { tenantCommands } from './tenant.ts';
 
 export function buildProgram(): Command {
   const program = new Command('kctl')
@@ -23,6 +24,10 @@ export function buildProgram(): Command {
     .version(KCTL_VERSION, '--version', 'print the kctl version')
     .option('--data-dir <dir>', 'where kctl keeps its state', DEFAULT_DATA_DIR)
     .option('--run-dir <dir>', 'pid files and sockets (status.sock)', DEFAULT_RUN_DIR)
+    .option(
+      '--name <tenant>',
+      'a tenant control plane on this host (kctl controller --name): its dirs are <data-dir>/tenants/NAME and <run-dir>/tenants/NAME',
+    )
     .option('--debug', 'debug logs and stack traces on errors')
     .showSuggestionAfterError()
     .exitOverride()
@@ -40,6 +45,7 @@ export function buildProgram(): Command {
   configCommand(program);
   tokenCommand(program);
   etcdCommands(program);
+  tenantCommands(program);
   konnectivityAgentCommand(program);
   airgapCommand(program);
   resetCommand(program);

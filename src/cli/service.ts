@@ -1,8 +1,8 @@
 // kctl install controller|worker, uninstall, start, stop, restart: kctl under systemd.
 import { Option, type Command } from 'commander';
 import { existsSync } from 'node:fs';
-import { realpath, rm } from 'node:fs/promises';
-import { isAbsolute, join, resolve } from 'node:path';
+import { mkdir, readdir, readFile, realpath, rm } from 'node:fs/promises';
+import { dirname, isAbsolute, join, resolve } from 'node:path';
 import { isSea } from 'node:sea';
 import { UserError } from '../base/errors.ts';
 import { writeFileAtomic } from '../base/fs.ts';
@@ -11,7 +11,11 @@ import { decodeToken, TokenError } from '../join/token.ts';
 import {
   DEFAULT_UNIT_DIR,
   SERVICE_ROLES,
+  TENANT_TEMPLATE,
+  renderTenantDropIn,
   renderUnit,
+  tenantDropIn,
+  tenantUnitName,
   requireDurableExecutable,
   requireSystemd,
   systemctl,
@@ -19,7 +23,8 @@ import {
   unitPath,
   type ServiceRole,
 } from '../supervisor/systemd.ts';
-import { globals } from './globals.ts';
+import { DEFAULT_PORT_RANGE, parsePortRange } from '../controller/tenants.ts';
+import { globals, type GlobalOptions } from './globals.ts';
 import { checkNodeFlags, collect, parseLabels, parseTaints, readTokenFile } from './worker.ts';
 
 /** Where `kctl install worker` keeps the join token (0600); the unit names only this path. */
@@ -60,19 +65,71 @@ async function preflight(role: ServiceRole, f: CommonFlags): Promise<{ exe: stri
   return { exe, unit };
 }
 
-/** Writes the unit, reloads systemd and enables it; a failure removes what this install wrote. */
-async function writeAndEnable(role: ServiceRole, unit: string, text: string, written: string[]): Promise<void> {
+/** Writes the unit files, reloads systemd and enables `name`; a failure removes what this install wrote. */
+async function writeAndEnable(name: string, files: [path: string, text: string][], written: string[], start: string): Promise<void> {
   try {
-    await writeFileAtomic(unit, text, 0o644);
-    written.push(unit);
+    for (const [path, text] of files) {
+      await mkdir(dirname(path), { recursive: true, mode: 0o755 });
+      await writeFileAtomic(path, text, 0o644);
+      written.push(path);
+    }
     await systemctl(['daemon-reload']);
-    await systemctl(['enable', unitName(role)]);
+    await systemctl(['enable', name]);
   } catch (err) {
     for (const f of written) await rm(f, { force: true });
     await systemctl(['daemon-reload'], { reject: false });
     throw err;
   }
-  process.stdout.write(`installed ${unit} (enabled); start it with: kctl start\n`);
+  process.stdout.write(`installed ${name} (enabled); start it with: ${start}\n`);
+}
+
+interface ControllerInstallFlags extends CommonFlags {
+  config?: string;
+  single?: boolean;
+  storage?: 'etcd' | 'kine';
+  portRange?: string;
+}
+
+/** Tenants enabled in `unitDir` (their wants links), other than `except`. */
+async function enabledTenants(unitDir: string, except?: string): Promise<string[]> {
+  const wants = await readdir(join(unitDir, 'multi-user.target.wants')).catch(() => [] as string[]);
+  return wants.filter((n) => n.startsWith('kctl-controller@') && n !== (except && tenantUnitName(except)));
+}
+
+/**
+ * kctl install controller --name NAME: the shared template kctl-controller@.service (written once)
+ * and, for a tenant's own --config, --port-range or --env, a drop-in for its instance.
+ */
+async function installTenant(g: GlobalOptions, f: ControllerInstallFlags): Promise<void> {
+  const name = g.tenant!.name;
+  await requireSystemd();
+  const exe = await kctlExecutable();
+  await requireDurableExecutable(exe);
+  if (!existsSync(f.unitDir)) throw new UserError(`unit directory ${f.unitDir} does not exist`);
+  const env = parseEnv(f.env);
+  const config = f.config ? abs(f.config) : undefined;
+  await loadConfig(config, { storage: f.storage, tenantName: name }); // a bad config is refused now, not at the next boot
+  if (f.portRange) parsePortRange(f.portRange);
+  const unit = tenantUnitName(name);
+  const dropIn = tenantDropIn(f.unitDir, name);
+  if (!f.force && (existsSync(dropIn) || (await systemctl(['is-enabled', unit], { reject: false })).ok))
+    throw new UserError(`${unit} is already installed; kctl uninstall --name ${name} first, or install --force to replace it`);
+  const template = join(f.unitDir, TENANT_TEMPLATE);
+  const base = [exe, 'controller', '--data-dir', abs(g.rootDataDir), '--run-dir', abs(g.rootRunDir)];
+  const text = renderUnit({ role: 'controller', execStart: base, env: {}, template: true });
+  const current = await readFile(template, 'utf8').catch(() => undefined);
+  if (current !== undefined && current !== text && !f.force)
+    throw new UserError(`${template} exists with other settings (another kctl executable or data dir); install --force replaces it for every tenant`);
+  const own = [
+    ...(config ? ['--config', config] : []),
+    ...(f.storage ? ['--storage', f.storage] : []),
+    ...(f.portRange ? ['--port-range', f.portRange] : []),
+  ];
+  const files: [string, string][] = [];
+  if (current !== text) files.push([template, text]);
+  if (own.length || Object.keys(env).length) files.push([dropIn, renderTenantDropIn([...base, '--name', name, ...own], env)]);
+  else await rm(dropIn, { force: true });
+  await writeAndEnable(unit, files, [], `kctl start --name ${name}`);
 }
 
 const abs = (p: string): string => (isAbsolute(p) ? p : resolve(p));
@@ -91,9 +148,11 @@ function installController(install: Command): void {
       .description('install kctl-controller.service: the control plane on this host, started at boot')
       .option('--config <file>', 'ClusterConfig YAML file (checked now; the service reads it at every start)')
       .option('--single', 'single-host control plane; storage defaults to kine (SQLite)')
-      .addOption(new Option('--storage <type>', 'storage backend (overrides spec.storage.type)').choices(['etcd', 'kine'])),
-  ).action(async (f: CommonFlags & { config?: string; single?: boolean; storage?: 'etcd' | 'kine' }, cmd: Command) => {
+      .addOption(new Option('--storage <type>', 'storage backend (overrides spec.storage.type)').choices(['etcd', 'kine']))
+      .option('--port-range <from-to>', `with --name: where the tenant's ports are picked on its first start (default ${DEFAULT_PORT_RANGE})`),
+  ).action(async (f: ControllerInstallFlags, cmd: Command) => {
     const g = globals(cmd);
+    if (g.tenant) return installTenant(g, f);
     const { exe, unit } = await preflight('controller', f);
     const env = parseEnv(f.env);
     const config = f.config ? abs(f.config) : undefined;
@@ -102,7 +161,7 @@ function installController(install: Command): void {
     if (config) args.push('--config', config);
     if (f.single) args.push('--single');
     if (f.storage) args.push('--storage', f.storage);
-    await writeAndEnable('controller', unit, renderUnit({ role: 'controller', execStart: [exe, ...args], env }), []);
+    await writeAndEnable(unitName('controller'), [[unit, renderUnit({ role: 'controller', execStart: [exe, ...args], env })]], [], 'kctl start');
   });
 }
 
@@ -141,6 +200,7 @@ function installWorker(install: Command): void {
     const dataDir = abs(g.dataDir);
     // The secret stays in the data dir; the unit, ps and the logs see only its path.
     const tokenFile = join(dataDir, TOKEN_FILE);
+    if (g.tenant) throw new UserError('--name names a tenant control plane (kctl install controller --name); a worker takes --node-name');
     const written: string[] = [];
     if (!existsSync(tokenFile) || f.force) {
       await writeFileAtomic(tokenFile, tokenText.trim() + '\n', 0o600);
@@ -151,7 +211,7 @@ function installWorker(install: Command): void {
     if (f.nodeIp) args.push('--node-ip', f.nodeIp);
     if (labels.length) args.push('--labels', labels.join(','));
     if (f.taints.length) args.push('--taints', f.taints.join(','));
-    await writeAndEnable('worker', unit, renderUnit({ role: 'worker', execStart: [exe, ...args], env }), written);
+    await writeAndEnable(unitName('worker'), [[unit, renderUnit({ role: 'worker', execStart: [exe, ...args], env })]], written, 'kctl start');
   });
 }
 
@@ -162,6 +222,26 @@ function installedRole(unitDir: string): ServiceRole {
   if (roles.length > 1)
     throw new UserError(`both ${roles.map(unitName).join(' and ')} are installed in ${unitDir}; use systemctl with the unit name`);
   return roles[0]!;
+}
+
+/** The tenant's instance, when the template is installed in `unitDir`. */
+function installedTenant(unitDir: string, tenant: string): string {
+  if (!existsSync(join(unitDir, TENANT_TEMPLATE)))
+    throw new UserError(`${tenantUnitName(tenant)} is not installed in ${unitDir}; run kctl install controller --name ${tenant} first`);
+  return tenantUnitName(tenant);
+}
+
+/** Stops and disables the tenant's instance and removes its drop-in; the template goes with the last tenant. */
+async function uninstallTenant(unitDir: string, tenant: string): Promise<void> {
+  const unit = installedTenant(unitDir, tenant);
+  await systemctl(['disable', '--now', unit]);
+  await rm(dirname(tenantDropIn(unitDir, tenant)), { recursive: true, force: true });
+  const last = (await enabledTenants(unitDir, tenant)).length === 0;
+  if (last) await rm(join(unitDir, TENANT_TEMPLATE), { force: true });
+  await systemctl(['daemon-reload']);
+  process.stdout.write(
+    `removed ${unit}${last ? ` and ${join(unitDir, TENANT_TEMPLATE)}` : ''}; the tenant's data stays (kctl reset --name ${tenant} removes it)\n`,
+  );
 }
 
 export function serviceCommands(program: Command): void {
@@ -179,7 +259,13 @@ A watchdog restarts a kctl that hangs. Logs: journalctl -u kctl-<role>.
 Examples:
   kctl install controller --config /etc/kctl/kctl.yaml && kctl start
   kctl install worker --token-file ./token --node-name edge-1 && kctl start
-  kctl stop | kctl restart | kctl uninstall      (data stays; kctl reset removes it)`,
+  kctl stop | kctl restart | kctl uninstall      (data stays; kctl reset removes it)
+
+Tenants (api-only control planes, kctl controller --name): one template unit,
+kctl-controller@.service, and an instance per tenant, with the tenant's own flags in a drop-in
+(kctl-controller@NAME.service.d/10-kctl.conf):
+  kctl install controller --name team-a --config /etc/kctl/team-a.yaml && kctl start --name team-a
+  kctl stop --name team-a | kctl restart --name team-a | kctl uninstall --name team-a`,
     );
   installController(install);
   installWorker(install);
@@ -188,8 +274,10 @@ Examples:
     .command('uninstall')
     .description('stop and disable the installed kctl service and remove its unit (data stays: kctl reset removes it)')
     .option('--unit-dir <dir>', 'where the unit is', DEFAULT_UNIT_DIR)
-    .action(async (f: { unitDir: string }) => {
+    .action(async (f: { unitDir: string }, cmd: Command) => {
       await requireSystemd();
+      const tenant = globals(cmd).tenant?.name;
+      if (tenant) return uninstallTenant(f.unitDir, tenant);
       const role = installedRole(f.unitDir);
       await systemctl(['disable', '--now', unitName(role)]);
       await rm(unitPath(f.unitDir, role), { force: true });
@@ -206,9 +294,10 @@ Examples:
       .command(verb)
       .description(what)
       .option('--unit-dir <dir>', 'where the unit is', DEFAULT_UNIT_DIR)
-      .action(async (f: { unitDir: string }) => {
+      .action(async (f: { unitDir: string }, cmd: Command) => {
         await requireSystemd();
-        await systemctl([verb, unitName(installedRole(f.unitDir))]);
+        const tenant = globals(cmd).tenant?.name;
+        await systemctl([verb, tenant ? installedTenant(f.unitDir, tenant) : unitName(installedRole(f.unitDir))]);
       });
   }
 }

@@ -6,7 +6,7 @@ import type { WorkerStatusReport } from '../worker/index.ts';
 import { UserError } from '../base/errors.ts';
 import { formatIdentifiers } from '../konnectivity/index.ts';
 import { globals } from './globals.ts';
-import { outputOption, printJson, type OutputFormat } from './output.ts';
+import { outputOption, printJson, renderTable, type OutputFormat } from './output.ts';
 
 function formatDuration(s: number | undefined): string {
   if (s === undefined) return '-';
@@ -29,21 +29,13 @@ export function renderStatus(r: AnyStatusReport): string {
     formatDuration(c.uptimeSeconds),
     c.lastError ?? '',
   ]);
-  const head = ['COMPONENT', 'STATE', 'PID', 'RESTARTS', 'UPTIME', 'LAST ERROR'];
-  const widths = head.map((h, i) => Math.max(h.length, ...rows.map((row) => row[i]!.length)));
-  const line = (cells: string[]) =>
-    cells
-      .map((c, i) => c.padEnd(widths[i]!))
-      .join('  ')
-      .trimEnd();
   const out = [
     `Role:    ${r.role}`,
     `Version: ${r.version}`,
     `PID:     ${r.pid}`,
     `Uptime:  ${formatDuration(r.uptimeSeconds)}`,
     '',
-    line(head),
-    ...rows.map(line),
+    ...renderTable(['COMPONENT', 'STATE', 'PID', 'RESTARTS', 'UPTIME', 'LAST ERROR'], rows),
   ];
   const k = r.role === 'controller' ? r.konnectivity : undefined;
   if (k) {

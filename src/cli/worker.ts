@@ -66,6 +66,7 @@ export function workerCommand(program: Command): void {
     )
     .action(async (f: WorkerFlags, cmd: Command) => {
       const g = globals(cmd);
+      if (g.tenant) throw new UserError('--name names a tenant control plane (kctl controller --name); a worker takes --node-name');
       if (f.token && f.tokenFile) throw new UserError('pass --token or --token-file, not both');
       const token = f.tokenFile ? await readTokenFile(f.tokenFile) : f.token;
       checkNodeFlags(f);

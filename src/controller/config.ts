@@ -141,7 +141,17 @@ export interface ConfigFlags {
   storage?: 'etcd' | 'kine';
   /** kctl controller --api-only: spec.profile api-only. */
   apiOnly?: boolean;
+  /** kctl controller --name: a tenant, api-only, whose ports kctl picks and records. */
+  tenantName?: string;
 }
+
+/** Ports a tenant (--name) gets from --port-range; a config must not set them. */
+const TENANT_PORT_FIELDS = [
+  ['spec', 'api', 'port'],
+  ['spec', 'controllerManager', 'port'],
+  ['spec', 'storage', 'etcd', 'clientPort'],
+  ['spec', 'storage', 'etcd', 'peerPort'],
+];
 
 /** The value at `path` in the raw (unparsed) config, to tell a field set on purpose from its default. */
 function rawField(input: unknown, path: string[]): unknown {
@@ -171,7 +181,18 @@ export function parseConfig(input: unknown, source: string, flags: ConfigFlags =
     throw new UserError(`invalid config ${source}: ${r.error.issues.map(describeIssue).join('; ')}`);
   }
   const c = r.data;
-  const profile = flags.apiOnly ? 'api-only' : c.spec.profile;
+  if (flags.tenantName !== undefined) {
+    if (rawField(input, ['spec', 'profile']) === 'full')
+      throw new UserError(
+        `invalid config ${source}: spec.profile: a tenant (--name) is an api-only control plane; remove spec.profile or set it to api-only`,
+      );
+    for (const path of TENANT_PORT_FIELDS)
+      if (rawField(input, path) !== undefined)
+        throw new UserError(
+          `invalid config ${source}: ${path.join('.')}: a tenant (--name) gets its ports from --port-range, chosen on its first start and kept; remove the field`,
+        );
+  }
+  const profile = flags.apiOnly || flags.tenantName !== undefined ? 'api-only' : c.spec.profile;
   if (profile === 'api-only')
     for (const addon of ['coredns', 'metricsServer'])
       if (rawField(input, ['spec', 'addons', addon, 'enabled']) === true)

@@ -26,7 +26,9 @@ import { ComponentManager } from '../base/manager.ts';
 import { KCTL_VERSION } from '../base/version.ts';
 import { ownPids, requireHost } from '../host/checks.ts';
 import { SystemdNotifier } from '../supervisor/notify.ts';
-import { refuseIfOwned, runOwning } from '../supervisor/owner.ts';
+import { liveOwner, refuseIfOwned, runOwning } from '../supervisor/owner.ts';
+import { ensurePostgresDatabase, isPostgres } from '../etcd/postgres.ts';
+import { prepareTenant, type TenantLayout } from './tenants.ts';
 import { writeAddonStacks } from './addons.ts';
 import { CorednsScalerComponent } from './coredns-scaler.ts';
 import { ApiserverComponent } from './apiserver.ts';
@@ -52,6 +54,8 @@ export interface ControllerOptions extends ConfigFlags {
   dataDir: string;
   runDir: string;
   initOnly?: boolean;
+  /** kctl controller --name: a tenant in its own dirs (dataDir, runDir are the tenant's), ports from portRange. */
+  tenant?: TenantLayout & { portRange: [number, number] };
 }
 
 function etcdOptions(cfg: ClusterConfig, paths: ControllerPaths, pki: PkiPaths, joined: ControllerJoinState | null): EtcdOptions {
@@ -179,13 +183,24 @@ async function storageStatus(cfg: ClusterConfig, pki: PkiPaths): Promise<Storage
 }
 
 /** Prepares the data dir; with initOnly, exits after; otherwise runs until SIGTERM/SIGINT. */
+/** A tenant already running is named as such; then its record (ports, database), made on its first start. */
+async function startTenant(tenant: NonNullable<ControllerOptions['tenant']>, cfg: ClusterConfig, log: Logger): Promise<ClusterConfig> {
+  const running = await liveOwner(tenant.dataDir);
+  if (running)
+    throw new UserError(
+      `tenant "${tenant.name}" is already running here (pid ${running.pid}); kctl status --name ${tenant.name} shows it, a new tenant needs another --name`,
+    );
+  return (await prepareTenant(tenant, cfg, tenant.portRange, componentLogger(log, 'tenant'))).cfg;
+}
+
 export async function runController(opts: ControllerOptions, log: Logger): Promise<void> {
-  const cfg = await loadConfig(opts.configFile, opts);
-  const paths = controllerPaths(opts.dataDir, opts.runDir);
+  let cfg = await loadConfig(opts.configFile, { ...opts, tenantName: opts.tenant?.name });
+  const paths = controllerPaths(opts.dataDir, opts.runDir, opts.tenant?.binDir);
   if (existsSync(leftMarker(paths)))
     throw new UserError(
       `this controller left the etcd cluster (kctl etcd leave) and must not start on ${paths.dataDir} again; run kctl reset, then join with a new controller token`,
     );
+  if (opts.tenant) cfg = await startTenant(opts.tenant, cfg, log);
   if (!opts.initOnly) await refuseIfOwned([paths.dataDir, paths.runDir]);
   const checkHost = async () => {
     if (!opts.initOnly)
@@ -196,6 +211,9 @@ export async function runController(opts: ControllerOptions, log: Logger): Promi
   // A joining controller: the token is checked by a running controller before the host checks and before anything is written.
   const joined = await joinController(opts.token, cfg, paths, componentLogger(log, 'join'), checkHost);
   if (!joined) await checkHost();
+  // kine on PostgreSQL: the database exists (made if the role may), or one line says why not.
+  if (!opts.tenant && cfg.spec.storage.type === 'kine' && isPostgres(cfg.spec.storage.kine.dataSource))
+    await ensurePostgresDatabase(cfg.spec.storage.kine.dataSource);
   await mkdir(paths.dataDir, { recursive: true, mode: 0o755 });
   await mkdir(paths.runDir, { recursive: true, mode: 0o755 });
   // Marks the data and run dirs as in use, for `kctl reset` and for a second start. --init-only

@@ -15,11 +15,12 @@ export interface ControllerPaths {
   manifestsDir: string;
 }
 
-export function controllerPaths(dataDir: string, runDir: string): ControllerPaths {
+/** `binDir`: tenants (kctl controller --name) share the host's one staged copy. */
+export function controllerPaths(dataDir: string, runDir: string, binDir = join(dataDir, 'bin')): ControllerPaths {
   return {
     dataDir,
     runDir,
-    binDir: join(dataDir, 'bin'),
+    binDir,
     pkiDir: join(dataDir, 'pki'),
     etcdDataDir: join(dataDir, 'etcd'),
     kineDbDir: join(dataDir, 'db'),

@@ -47,16 +47,21 @@ function kineReady(o: KineOptions): (signal: AbortSignal) => Promise<void> {
   const etcdctl = join(o.binDir, 'etcdctl');
   const base = ['--endpoints', kineEndpoint(o.socket), '--dial-timeout=2s', '--command-timeout=5s'];
   return (signal) =>
-    pollUntil(signal, 'kine', async () => {
-      // A fresh key each time: kine, like kube-apiserver's use of etcd, only creates with a plain put.
-      const key = `/kctl/readiness-probe/${process.pid}-${Date.now()}`;
-      const value = `probe-${Date.now()}`;
-      const opts = { env: { ETCDCTL_API: '3' }, extendEnv: false };
-      await execa(etcdctl, [...base, 'put', key, value], opts);
-      const got = await execa(etcdctl, [...base, 'get', '--print-value-only', key], opts);
-      await execa(etcdctl, [...base, 'del', key], { ...opts, reject: false });
-      if (got.stdout.trim() !== value) throw new Error(`probe key read back "${got.stdout.trim()}", wrote "${value}"`);
-    });
+    pollUntil(
+      signal,
+      'kine',
+      async () => {
+        // A fresh key each time: kine, like kube-apiserver's use of etcd, only creates with a plain put.
+        const key = `/kctl/readiness-probe/${process.pid}-${Date.now()}`;
+        const value = `probe-${Date.now()}`;
+        const opts = { env: { ETCDCTL_API: '3' }, extendEnv: false };
+        await execa(etcdctl, [...base, 'put', key, value], opts);
+        const got = await execa(etcdctl, [...base, 'get', '--print-value-only', key], opts);
+        await execa(etcdctl, [...base, 'del', key], { ...opts, reject: false });
+        if (got.stdout.trim() !== value) throw new Error(`probe key read back "${got.stdout.trim()}", wrote "${value}"`);
+      },
+      100,
+    ); // kine is up in well under a second, and kube-apiserver waits for this
 }
 
 export class KineComponent extends Supervisor {

@@ -1,10 +1,12 @@
 // Staging: copy component binaries from the payload into <data-dir>/bin. A file lands only
 // after its sha256 matched the payload index, by atomic rename, while holding a lock on the
 // bin dir so two starts cannot race. Unchanged files are left alone; damaged or foreign ones
-// are replaced and the log says so.
+// are replaced and the log says so. A file whose inode, size and ctime are those recorded when it
+// was last hashed is not hashed again: any write to it (or a chmod, a touch) changes its ctime, and
+// one host's bin dir, shared by many tenant control planes, is then checked once, not per start.
 import { createHash } from 'node:crypto';
 import { createWriteStream } from 'node:fs';
-import { chmod, mkdir, rename, rm, stat } from 'node:fs/promises';
+import { chmod, mkdir, readFile, rename, rm, stat } from 'node:fs/promises';
 import { sha256OfFile, writeFileAtomic } from '../base/fs.ts';
 import { basename, dirname, join } from 'node:path';
 import { Transform } from 'node:stream';
@@ -61,6 +63,33 @@ export async function stageImages(payload: Payload, imagesDir: string, log: Logg
   return stageEntries(payload, payload.index.images ?? [], imagesDir, log, { manifest: false, mode: 0o644 });
 }
 
+/** What a file's inode says about it; equal means untouched since it was last hashed. */
+interface FileStamp {
+  sha256: string;
+  ino: number;
+  size: number;
+  ctimeMs: number;
+}
+
+const STAMPS_FILE = '.verified.json';
+
+async function readStamps(dir: string): Promise<Record<string, FileStamp>> {
+  try {
+    const v = JSON.parse(await readFile(join(dir, STAMPS_FILE), 'utf8')) as unknown;
+    return v !== null && typeof v === 'object' ? (v as Record<string, FileStamp>) : {};
+  } catch {
+    return {};
+  }
+}
+
+async function stampOf(target: string, sha256: string): Promise<FileStamp | undefined> {
+  const s = await stat(target).catch(() => undefined);
+  return s && { sha256, ino: s.ino, size: s.size, ctimeMs: s.ctimeMs };
+}
+
+const sameStamp = (a: FileStamp | undefined, b: FileStamp | undefined): boolean =>
+  !!a && !!b && a.sha256 === b.sha256 && a.ino === b.ino && a.size === b.size && a.ctimeMs === b.ctimeMs;
+
 async function stageEntries(
   payload: Payload,
   entries: PayloadEntry[],
@@ -77,18 +106,28 @@ async function stageEntries(
   });
   const result: StageResult = { staged: [], unchanged: [], replaced: [] };
   const buf = Buffer.allocUnsafe(1024 * 1024);
+  const stamps = await readStamps(binDir);
+  const verified: Record<string, FileStamp> = {};
   try {
     for (const entry of entries) {
       const target = join(binDir, entry.path);
       await mkdir(dirname(target), { recursive: true });
+      const recorded = stamps[entry.path];
+      if (sameStamp(recorded, await stampOf(target, entry.sha256))) {
+        verified[entry.path] = recorded!;
+        result.unchanged.push(entry.name);
+        continue;
+      }
       const current = await sha256OfFile(target, buf);
       if (current === entry.sha256) {
         const mode = (await stat(target)).mode & 0o777;
         if (mode !== o.mode) await chmod(target, o.mode);
+        verified[entry.path] = (await stampOf(target, entry.sha256))!;
         result.unchanged.push(entry.name);
         continue;
       }
       await copyVerified(payload, entry, target, o.mode);
+      verified[entry.path] = (await stampOf(target, entry.sha256))!;
       if (current === null) {
         result.staged.push(entry.name);
         log.debug({ file: entry.path, version: entry.version }, 'staged component');
@@ -100,6 +139,8 @@ async function stageEntries(
         );
       }
     }
+    // Stamps of files staged by other calls into this dir (another role's set) stay.
+    await writeFileAtomic(join(binDir, STAMPS_FILE), JSON.stringify({ ...stamps, ...verified }) + '\n', 0o644);
     if (o.manifest) {
       const manifest = entries.map(({ name, version, sha256, path }) => ({ name, version, sha256, path }));
       const manifestFile = join(binDir, 'manifest.json');

@@ -19,12 +19,34 @@ export const WATCHDOG_SEC = 60;
 
 export const unitName = (role: ServiceRole): string => `kctl-${role}.service`;
 export const unitPath = (unitDir: string, role: ServiceRole): string => join(unitDir, unitName(role));
+/** Tenant control planes (kctl controller --name): one template, an instance per tenant. */
+export const TENANT_TEMPLATE = 'kctl-controller@.service';
+export const tenantUnitName = (tenant: string): string => `kctl-controller@${tenant}.service`;
+/** A tenant's own flags (--config, --port-range) and environment: a drop-in beside the template. */
+export const tenantDropIn = (unitDir: string, tenant: string): string => join(unitDir, `${tenantUnitName(tenant)}.d`, '10-kctl.conf');
 
 export interface UnitSpec {
   role: ServiceRole;
   /** The absolute path of kctl and its arguments. No secret may be among them (ps shows them). */
   execStart: string[];
   env: Record<string, string>;
+  /** The template of tenant control planes: `--name %i` ends ExecStart. */
+  template?: boolean;
+}
+
+const execLine = (words: string[], template = false): string => `ExecStart=${words.map(unitWord).join(' ')}${template ? ' --name %i' : ''}`;
+const envLines = (env: Record<string, string>): string[] => Object.entries(env).map(([k, v]) => `Environment=${unitWord(`${k}=${v}`)}`);
+
+/** A tenant instance's drop-in: its own ExecStart (the template's is cleared first) and environment. */
+export function renderTenantDropIn(execStart: string[], env: Record<string, string>): string {
+  return [
+    '# Written by kctl install controller --name; kctl uninstall --name removes it.',
+    '[Service]',
+    'ExecStart=',
+    execLine(execStart),
+    ...envLines(env),
+    '',
+  ].join('\n');
 }
 
 /** One ExecStart / Environment word, quoted for systemd when it needs it ($ and % are special there). */
@@ -35,13 +57,15 @@ export function unitWord(word: string): string {
 
 export function renderUnit(spec: UnitSpec): string {
   const controller = spec.role === 'controller';
-  const env = Object.entries(spec.env).map(([k, v]) => `Environment=${unitWord(`${k}=${v}`)}`);
+  const env = envLines(spec.env);
   return [
     '# Written by kctl install; kctl uninstall removes it.',
     '[Unit]',
-    controller
-      ? 'Description=kctl controller: Kubernetes control plane (storage, kube-apiserver, scheduler, controller-manager, konnectivity server)'
-      : 'Description=kctl worker: Kubernetes node (containerd, kubelet, kube-proxy, konnectivity agent)',
+    spec.template
+      ? 'Description=kctl tenant %i: api-only Kubernetes control plane (kine, kube-apiserver, controller-manager)'
+      : controller
+        ? 'Description=kctl controller: Kubernetes control plane (storage, kube-apiserver, scheduler, controller-manager, konnectivity server)'
+        : 'Description=kctl worker: Kubernetes node (containerd, kubelet, kube-proxy, konnectivity agent)',
     'After=network-online.target',
     'Wants=network-online.target',
     // Keep restarting however often it fails: a control host or an edge node has no one to press a button.
@@ -51,7 +75,7 @@ export function renderUnit(spec: UnitSpec): string {
     'Type=notify',
     // READY=1, STATUS= and WATCHDOG=1 come through systemd-notify, a child of kctl.
     'NotifyAccess=all',
-    `ExecStart=${spec.execStart.map(unitWord).join(' ')}`,
+    execLine(spec.execStart, spec.template),
     ...env,
     'Restart=always',
     'RestartSec=5',

@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
-import { chmod, mkdir, readdir, readFile, stat, writeFile } from 'node:fs/promises';
+import { chmod, mkdir, readdir, readFile, stat, utimes, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import type { LockEntry, Role } from '../../../src/payload/manifest.ts';
@@ -69,6 +69,23 @@ test('a tampered staged file is detected, replaced, and logged', async (t) => {
   const warn = cap.lines().find((l) => l.msg === 'replaced a corrupted or foreign component binary');
   assert.ok(warn, 'no log line about the replacement');
   assert.equal(warn.component, 'kctl');
+});
+
+test('a same-size rewrite with the old mtime put back is still caught (the stamp holds the ctime)', async (t) => {
+  const src = await tempDir(t);
+  const bin = join(await tempDir(t), 'bin');
+  const payload = await fakePayload(src, files);
+  const cap = captureLogger();
+  await stageComponents(payload, bin, ['controller'], cap.log);
+  const target = join(bin, 'etcd');
+  const before = await stat(target);
+  const body = Buffer.from(await readFile(target));
+  body[0] = body[0]! ^ 1;
+  await writeFile(target, body);
+  await utimes(target, before.atime, before.mtime);
+  const r = await stageComponents(payload, bin, ['controller'], cap.log);
+  assert.deepEqual(r.replaced, ['etcd']);
+  assert.equal(sha(await readFile(target)), sha(files[0]!.body));
 });
 
 test('concurrent stagings into one dir leave correct files and no temp files', async (t) => {

@@ -1,0 +1,204 @@
+// Tenant control planes: many api-only controllers on one host, each `kctl controller --name NAME`.
+//   <data-dir>/tenants/NAME/       the tenant's data dir (PKI with its own CA, kine or etcd, tenant.json)
+//   <run-dir>/tenants/NAME/        its run dir (status.sock, pid files)
+//   <data-dir>/bin/                ONE staged copy of the binaries that every tenant runs
+// tenant.json records the ports chosen on the first start, so they stay the same across restarts.
+// The first start of every tenant takes a lock on <data-dir>/tenants, so ten starting at once
+// never pick the same port or database.
+import { mkdir, readdir, readFile } from 'node:fs/promises';
+import { createServer } from 'node:net';
+import { join } from 'node:path';
+import lockfile from 'proper-lockfile';
+import { parse } from 'yaml';
+import { UserError } from '../base/errors.ts';
+import { writeFileAtomic } from '../base/fs.ts';
+import type { Logger } from '../base/log.ts';
+import { datastoreIdentity } from '../etcd/kine.ts';
+import { ensurePostgresDatabase, isPostgres, postgresDatabase, withPostgresDatabase } from '../etcd/postgres.ts';
+import type { ClusterConfig } from './config.ts';
+
+export const TENANT_NAME = /^[a-z0-9]([a-z0-9-]{0,30}[a-z0-9])?$/;
+export const TENANT_FILE = 'tenant.json';
+/** Where tenants' ports come from unless --port-range says otherwise. */
+export const DEFAULT_PORT_RANGE = '16000-16999';
+
+export interface TenantPorts {
+  api: number;
+  controllerManager: number;
+  etcdClient?: number;
+  etcdPeer?: number;
+}
+
+export interface TenantRecord {
+  name: string;
+  ports: TenantPorts;
+  /** The shared database (kine on PostgreSQL), without credentials; two tenants never share one. */
+  datastore?: string;
+  created: string;
+}
+
+export interface TenantLayout {
+  name: string;
+  /** <data-dir>/tenants: every tenant's record lives below it. */
+  tenantsDir: string;
+  dataDir: string;
+  runDir: string;
+  /** The host's one staged bin dir. */
+  binDir: string;
+}
+
+export function checkTenantName(name: string): void {
+  if (!TENANT_NAME.test(name))
+    throw new UserError(
+      `--name "${name}" is not a tenant name: use 1 to 32 lower-case letters, digits and '-', starting and ending with a letter or digit`,
+    );
+}
+
+export function tenantLayout(rootDataDir: string, rootRunDir: string, name: string): TenantLayout {
+  checkTenantName(name);
+  const tenantsDir = join(rootDataDir, 'tenants');
+  return { name, tenantsDir, dataDir: join(tenantsDir, name), runDir: join(rootRunDir, 'tenants', name), binDir: join(rootDataDir, 'bin') };
+}
+
+export function parsePortRange(text: string): [number, number] {
+  const m = /^(\d{1,5})-(\d{1,5})$/.exec(text);
+  const [lo, hi] = m ? [Number(m[1]), Number(m[2])] : [0, 0];
+  if (!m || lo < 1 || hi > 65535 || lo > hi)
+    throw new UserError(`--port-range "${text}" is not FROM-TO (1-65535, FROM <= TO), e.g. ${DEFAULT_PORT_RANGE}`);
+  return [lo, hi];
+}
+
+function parseRecord(text: string): TenantRecord | undefined {
+  try {
+    const r = JSON.parse(text) as Partial<TenantRecord>;
+    return typeof r.name === 'string' && r.ports && Number.isInteger(r.ports.api) ? (r as TenantRecord) : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+export async function readTenant(dataDir: string): Promise<TenantRecord | undefined> {
+  const text = await readFile(join(dataDir, TENANT_FILE), 'utf8').catch(() => undefined);
+  return text === undefined ? undefined : parseRecord(text);
+}
+
+/** Every tenant recorded under `tenantsDir`, by name. */
+export async function readTenants(tenantsDir: string): Promise<TenantRecord[]> {
+  const names = (await readdir(tenantsDir).catch(() => [] as string[])).filter((n) => TENANT_NAME.test(n)).sort();
+  const records = await Promise.all(names.map((n) => readTenant(join(tenantsDir, n))));
+  return records.filter((r): r is TenantRecord => r !== undefined);
+}
+
+/** The API address a tenant last started with (its effective config), for listings. */
+export async function tenantApiAddress(dataDir: string): Promise<string | undefined> {
+  const text = await readFile(join(dataDir, 'cluster-config.yaml'), 'utf8').catch(() => undefined);
+  const cfg = text === undefined ? undefined : (parse(text) as { spec?: { api?: { address?: string } } } | null);
+  return cfg?.spec?.api?.address;
+}
+
+async function portFree(port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const s = createServer();
+    s.once('error', () => resolve(false));
+    s.listen({ port, host: '0.0.0.0', exclusive: true }, () => s.close(() => resolve(true)));
+  });
+}
+
+async function pickPorts(count: number, range: [number, number], taken: Set<number>): Promise<number[]> {
+  const out: number[] = [];
+  for (let p = range[0]; p <= range[1] && out.length < count; p++) if (!taken.has(p) && (await portFree(p))) out.push(p);
+  return out;
+}
+
+/** The config as this tenant runs it: its recorded ports, and its own database on a shared PostgreSQL. */
+export function tenantConfig(cfg: ClusterConfig, record: TenantRecord, dataSource: string | undefined): ClusterConfig {
+  const s = cfg.spec;
+  return {
+    ...cfg,
+    spec: {
+      ...s,
+      api: { ...s.api, port: record.ports.api },
+      controllerManager: { ...s.controllerManager, port: record.ports.controllerManager },
+      storage: {
+        ...s.storage,
+        etcd: {
+          ...s.storage.etcd,
+          clientPort: record.ports.etcdClient ?? s.storage.etcd.clientPort,
+          peerPort: record.ports.etcdPeer ?? s.storage.etcd.peerPort,
+        },
+        kine: { ...s.storage.kine, dataSource },
+      },
+    },
+  };
+}
+
+/**
+ * A postgres:// data source without a database gets the tenant's own, kctl_NAME; one that names a
+ * database keeps it. SQLite and etcd live in the tenant's data dir anyway.
+ */
+export function tenantDataSource(dataSource: string | undefined, name: string): string | undefined {
+  if (!isPostgres(dataSource) || postgresDatabase(dataSource)) return dataSource;
+  return withPostgresDatabase(dataSource, `kctl_${name.replace(/-/g, '_')}`);
+}
+
+export interface TenantStart {
+  cfg: ClusterConfig;
+  record: TenantRecord;
+  created: boolean;
+}
+
+/**
+ * The tenant's record, made on its first start: free ports from `range` that no other tenant
+ * recorded, and its database when kine is on PostgreSQL. Everything is checked before the record
+ * is written, so a refusal leaves no tenant behind.
+ */
+export async function prepareTenant(layout: TenantLayout, cfg: ClusterConfig, range: [number, number], log: Logger): Promise<TenantStart> {
+  await mkdir(layout.tenantsDir, { recursive: true, mode: 0o755 });
+  const release = await lockfile.lock(layout.tenantsDir, {
+    lockfilePath: join(layout.tenantsDir, '.lock'),
+    stale: 30_000,
+    update: 5_000,
+    retries: { retries: 600, factor: 1, minTimeout: 50, maxTimeout: 200 },
+  });
+  try {
+    const others = (await readTenants(layout.tenantsDir)).filter((r) => r.name !== layout.name);
+    const existing = await readTenant(layout.dataDir);
+    const dataSource = tenantDataSource(cfg.spec.storage.kine.dataSource, layout.name);
+    const datastore = cfg.spec.storage.type === 'kine' ? datastoreIdentity(dataSource) : undefined;
+    const sharing = datastore && others.find((r) => r.datastore === datastore);
+    if (sharing)
+      throw new UserError(
+        `tenant "${sharing.name}" already keeps its state in ${datastore}; tenants never share a database: name another one, or none (kctl_NAME)`,
+      );
+    let ports = existing?.ports;
+    if (!ports) {
+      const etcd = cfg.spec.storage.type === 'etcd';
+      const taken = new Set(others.flatMap((r) => Object.values(r.ports) as number[]));
+      const want = etcd ? 4 : 2;
+      const got = await pickPorts(want, range, taken);
+      if (got.length < want)
+        throw new UserError(
+          `no ${want} free ports left in --port-range ${range[0]}-${range[1]} for tenant "${layout.name}" (${others.length} other tenant(s) hold ${taken.size}); give a wider --port-range`,
+        );
+      ports = { api: got[0]!, controllerManager: got[1]!, ...(etcd ? { etcdClient: got[2]!, etcdPeer: got[3]! } : {}) };
+    }
+    if (isPostgres(dataSource) && cfg.spec.storage.type === 'kine') {
+      const db = await ensurePostgresDatabase(dataSource);
+      // A new tenant meeting a database that already holds a control plane: another host's tenant of that name, or a reset one's.
+      if (!existing && db.inUse)
+        throw new UserError(
+          `database ${datastore} already holds a control plane's state and this host has no tenant "${layout.name}"; tenants never share a database: pick another --name, or drop that database if it is left over`,
+        );
+      if (db.created) log.info({ datastore }, 'created the tenant database');
+    }
+    const record: TenantRecord = existing ?? { name: layout.name, ports, ...(datastore ? { datastore } : {}), created: new Date().toISOString() };
+    if (!existing) {
+      await mkdir(layout.dataDir, { recursive: true, mode: 0o700 });
+      await writeFileAtomic(join(layout.dataDir, TENANT_FILE), JSON.stringify(record, null, 2) + '\n', 0o644);
+      log.info({ tenant: layout.name, ports: record.ports }, 'tenant created');
+    }
+    return { cfg: tenantConfig(cfg, record, dataSource), record, created: !existing };
+  } finally {
+    await release();
+  }
+}

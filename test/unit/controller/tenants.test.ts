@@ -1,0 +1,101 @@
+// Tenants (kctl controller --name): layout, ports picked once and kept, one database each on a
+// shared PostgreSQL, and the refusals that leave nothing behind.
+import assert from 'node:assert/strict';
+import { existsSync } from 'node:fs';
+import { readdir, readFile } from 'node:fs/promises';
+import { createServer, type Server } from 'node:net';
+import { join } from 'node:path';
+import { test } from 'node:test';
+import { parseConfig } from '../../../src/controller/config.ts';
+import { parsePortRange, prepareTenant, readTenants, tenantDataSource, tenantLayout } from '../../../src/controller/tenants.ts';
+import { postgresDatabase, withPostgresDatabase } from '../../../src/etcd/postgres.ts';
+import { captureLogger, tempDir } from '../../helpers.ts';
+
+const cfg = parseConfig({ spec: { api: { address: '127.0.0.1' } } }, 'kctl.yaml', { tenantName: 'a' });
+
+test('a tenant lives in <data-dir>/tenants/NAME and <run-dir>/tenants/NAME and shares <data-dir>/bin; bad names are refused', () => {
+  const l = tenantLayout('/var/lib/kctl', '/run/kctl', 'team-a');
+  assert.deepEqual(l, {
+    name: 'team-a',
+    tenantsDir: '/var/lib/kctl/tenants',
+    dataDir: '/var/lib/kctl/tenants/team-a',
+    runDir: '/run/kctl/tenants/team-a',
+    binDir: '/var/lib/kctl/bin',
+  });
+  for (const bad of ['Team', '-a', 'a-', '../x', 'a'.repeat(33), ''])
+    assert.throws(() => tenantLayout('/d', '/r', bad), /is not a tenant name: use 1 to 32 lower-case letters/);
+});
+
+test('a tenant is api-only; a config that sets its ports or the full profile is refused with the field', () => {
+  assert.equal(cfg.spec.profile, 'api-only');
+  assert.equal(cfg.spec.storage.type, 'kine');
+  assert.throws(
+    () => parseConfig({ spec: { api: { port: 7443 } } }, 'a.yaml', { tenantName: 'a' }),
+    /^Error: invalid config a\.yaml: spec\.api\.port: a tenant \(--name\) gets its ports from --port-range/,
+  );
+  assert.throws(() => parseConfig({ spec: { controllerManager: { port: 7443 } } }, 'a.yaml', { tenantName: 'a' }), /spec\.controllerManager\.port/);
+  assert.throws(() => parseConfig({ spec: { profile: 'full' } }, 'a.yaml', { tenantName: 'a' }), /spec\.profile: a tenant \(--name\) is an api-only/);
+});
+
+test('--port-range: FROM-TO inside 1-65535', () => {
+  assert.deepEqual(parsePortRange('16000-16999'), [16000, 16999]);
+  for (const bad of ['16000', '2-1', '0-10', '1-70000', 'a-b']) assert.throws(() => parsePortRange(bad), /--port-range ".*" is not FROM-TO/);
+});
+
+test('a postgres data source without a database gets kctl_NAME; one with a database, SQLite and none are kept', () => {
+  assert.equal(tenantDataSource('postgres://kctl:pw@db:5432/?sslmode=disable', 'team-a'), 'postgres://kctl:pw@db:5432/kctl_team_a?sslmode=disable');
+  assert.equal(tenantDataSource('postgres://kctl:pw@db:5432', 'b'), 'postgres://kctl:pw@db:5432/kctl_b');
+  assert.equal(tenantDataSource('postgres://kctl@db/mine', 'b'), 'postgres://kctl@db/mine');
+  assert.equal(tenantDataSource('sqlite:///x/state.db', 'b'), 'sqlite:///x/state.db');
+  assert.equal(tenantDataSource(undefined, 'b'), undefined);
+  assert.equal(postgresDatabase('postgres://u@h:1/x%20y?a=b'), 'x y');
+  assert.equal(withPostgresDatabase('postgres://u:p%40ss@h:1/x?sslmode=disable', 'z'), 'postgres://u:p%40ss@h:1/z?sslmode=disable');
+});
+
+test('tenants starting at once get distinct free ports, recorded once and kept; a held port is skipped', async (t) => {
+  const root = await tempDir(t);
+  // Someone else holds the first port of the range.
+  const held: Server = createServer();
+  await new Promise<void>((r) => held.listen(0, '0.0.0.0', () => r()));
+  t.after(() => held.close());
+  const first = (held.address() as { port: number }).port;
+  const range: [number, number] = [first, first + 30];
+  const { log } = captureLogger();
+  const names = ['t0', 't1', 't2', 't3', 't4', 't5'];
+  const started = await Promise.all(names.map((n) => prepareTenant(tenantLayout(root, join(root, 'run'), n), cfg, range, log)));
+  const ports = started.flatMap((s) => [s.cfg.spec.api.port, s.cfg.spec.controllerManager.port]);
+  assert.equal(new Set(ports).size, ports.length, `ports picked twice: ${ports.join(',')}`);
+  assert.ok(!ports.includes(first), 'a port in use was picked');
+  assert.ok(ports.every((p) => p > first && p <= first + 30));
+  assert.ok(started.every((s) => s.created));
+  assert.deepEqual(
+    (await readTenants(join(root, 'tenants'))).map((r) => r.name),
+    names,
+  );
+  const again = await prepareTenant(tenantLayout(root, join(root, 'run'), 't3'), cfg, range, log);
+  assert.equal(again.created, false);
+  assert.deepEqual(again.record.ports, started[3]!.record.ports);
+  const onDisk = JSON.parse(await readFile(join(root, 'tenants', 't3', 'tenant.json'), 'utf8')) as { ports: unknown };
+  assert.deepEqual(onDisk.ports, started[3]!.record.ports);
+});
+
+test('an exhausted port range is refused with one line and no tenant dir', async (t) => {
+  const root = await tempDir(t);
+  const { log } = captureLogger();
+  const probe = createServer();
+  await new Promise<void>((r) => probe.listen(0, '0.0.0.0', () => r()));
+  const base = (probe.address() as { port: number }).port;
+  await new Promise((r) => probe.close(r));
+  await prepareTenant(tenantLayout(root, join(root, 'run'), 'a'), cfg, [base, base + 2], log);
+  await assert.rejects(
+    prepareTenant(tenantLayout(root, join(root, 'run'), 'b'), cfg, [base, base + 2], log),
+    new RegExp(
+      `^Error: no 2 free ports left in --port-range ${base}-${base + 2} for tenant "b" \\(1 other tenant\\(s\\) hold 2\\); give a wider --port-range$`,
+    ),
+  );
+  assert.equal(existsSync(join(root, 'tenants', 'b')), false);
+  assert.deepEqual(
+    (await readdir(join(root, 'tenants'))).filter((n) => !n.startsWith('.')),
+    ['a'],
+  );
+});
