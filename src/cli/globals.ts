@@ -1,4 +1,5 @@
 import type { Command } from 'commander';
+import { join } from 'node:path';
 import { createLogger, type Logger } from '../base/log.ts';
 import { tenantLayout, type TenantLayout } from '../controller/tenants.ts';
 
@@ -9,6 +10,8 @@ export interface GlobalOptions {
   debug: boolean;
   /** --name: a tenant control plane under <data-dir>/tenants/NAME and <run-dir>/tenants/NAME. */
   tenant?: TenantLayout;
+  /** The staged binaries: <data-dir>/bin, which tenants share. */
+  binDir: string;
   /** --data-dir and --run-dir as given (the host's, where tenants/ lives). */
   rootDataDir: string;
   rootRunDir: string;
@@ -27,6 +30,7 @@ export function globals(cmd: Command): GlobalOptions {
     runDir: tenant?.runDir ?? rootRunDir,
     debug: o.debug === true,
     tenant,
+    binDir: tenant?.binDir ?? join(rootDataDir, 'bin'),
     rootDataDir,
     rootRunDir,
   };

@@ -8,12 +8,12 @@ import { parseServiceAccount, serviceAccountKubeconfig, userKubeconfig } from '.
 import { parseExpiry } from '../controller/tokens.ts';
 import { credentialsFromKubeconfig, KubeClient } from '../kube/client.ts';
 import { pkiPaths } from '../pki/index.ts';
-import { componentLogger } from '../base/log.ts';
+import { componentLogger, createLogger } from '../base/log.ts';
 import { findPayload } from '../payload/payload.ts';
 import { stageComponents } from '../payload/stage.ts';
 import { KCTL_VERSION } from '../base/version.ts';
 import { UserError } from '../base/errors.ts';
-import { globals, loggerFor } from './globals.ts';
+import { globals } from './globals.ts';
 
 function adminConf(dataDir: string): string {
   return join(dataDir, 'pki', 'admin.conf');
@@ -125,9 +125,11 @@ export function kubectlCommand(program: Command): void {
     .action(async (_args: string[], _opts: unknown, cmd: Command) => {
       const args = kubectlArgs;
       const g = globals(cmd);
-      const kubectl = join(g.dataDir, 'bin', 'kubectl');
+      const kubectl = join(g.binDir, 'kubectl');
       if (!existsSync(kubectl)) {
-        await stageComponents(await findPayload(KCTL_VERSION), join(g.dataDir, 'bin'), ['controller'], componentLogger(loggerFor(cmd), 'stage'));
+        // Logs on stderr: stdout is kubectl's.
+        const log = createLogger({ debug: g.debug, destination: process.stderr });
+        await stageComponents(await findPayload(KCTL_VERSION), g.binDir, ['controller'], componentLogger(log, 'stage'));
       }
       const env: Record<string, string> = {};
       const explicit = process.env.KUBECONFIG || args.some((a) => a === '--kubeconfig' || a.startsWith('--kubeconfig='));

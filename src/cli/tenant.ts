@@ -37,7 +37,7 @@ async function entry(
     apiUrl: address && ports.api ? httpsUrl(address, ports.api) : undefined,
     pid: report?.pid,
     ports,
-    storage: report?.storage?.type === 'etcd' ? 'etcd' : (datastore ?? report?.storage?.type ?? 'kine (sqlite)'),
+    storage: ports.etcdClient ? 'etcd' : `kine (${datastore ?? 'sqlite'})`,
     dataDir: layout.dataDir,
   };
 }

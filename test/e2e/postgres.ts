@@ -13,6 +13,8 @@ export interface Postgres {
   port: number;
   /** A kine data source for `database` (created), user postgres, no password (trust). */
   dataSource(database: string): Promise<string>;
+  /** Runs one SQL statement as postgres (psql); its rows, one per line, fields joined by '|'. */
+  sql(statement: string): Promise<string>;
 }
 
 async function pgIds(): Promise<[number, number]> {
@@ -37,6 +39,7 @@ export async function startPostgres(
     const argv = ['--reuid=postgres', '--regid=postgres', '--init-groups', '--', cmd, ...args];
     const r = on ? await on.host.run('setpriv', argv, { cwd: dir }) : await execa('setpriv', argv, { cwd: dir, reject: false });
     if (r.exitCode !== 0) throw new Error(`${cmd} ${args.join(' ')}: ${String(r.stderr).trim()}`);
+    return String(r.stdout);
   };
   await asPg(join(bin, 'initdb'), ['-D', join(dir, 'data'), '--auth=trust', '-U', 'postgres']);
   if (on) await asPg('sh', ['-c', `echo 'host all all ${on.trust} trust' >> ${join(dir, 'data', 'pg_hba.conf')}`]);
@@ -57,6 +60,7 @@ export async function startPostgres(
   return {
     host: address,
     port,
+    sql: (statement) => asPg(join(bin, 'psql'), ['-h', address, '-p', String(port), '-U', 'postgres', '-At', '-c', statement]),
     async dataSource(database) {
       await asPg(join(bin, 'createdb'), ['-h', address, '-p', String(port), '-U', 'postgres', database]);
       return `postgres://postgres@${address}:${port}/${database}?sslmode=disable`;
