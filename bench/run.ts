@@ -314,7 +314,15 @@ async function main(): Promise<void> {
           kctl: r.readySeconds,
           upstream: null,
           direct: null,
-          note: `${what}: spawn of kctl controller to /readyz 200${r.tenants > 1 ? ', the slowest' : ''}`,
+          note: `${what} (first start: PKI made, ports picked): spawn of kctl controller --name to /readyz 200${r.tenants > 1 ? ', the slowest' : ''}`,
+        });
+        out.push({
+          scenario: `tenant-restart-s (${r.tenants})`,
+          unit: 's',
+          kctl: r.restartSeconds,
+          upstream: null,
+          direct: null,
+          note: `the same ${r.tenants === 1 ? 'tenant' : `${r.tenants} tenants`} stopped and started again${r.tenants > 1 ? ' together' : ''} (PKI, ports and data kept): spawn to /readyz 200${r.tenants > 1 ? ', the slowest' : ''}`,
         });
         out.push({
           scenario: `tenant-memory-mb (${r.tenants})`,
@@ -333,6 +341,7 @@ async function main(): Promise<void> {
       out.push({ scenario: 'ha-agent-join-s', unit: 's', kctl: null, upstream: null, direct: null, note });
       for (const n of [1, 10]) {
         out.push({ scenario: `tenant-ready-s (${n})`, unit: 's', kctl: null, upstream: null, direct: null, note });
+        out.push({ scenario: `tenant-restart-s (${n})`, unit: 's', kctl: null, upstream: null, direct: null, note });
         out.push({ scenario: `tenant-memory-mb (${n})`, unit: 'MiB', kctl: null, upstream: null, direct: null, note });
       }
     }

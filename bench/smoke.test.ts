@@ -21,7 +21,7 @@ const KCTL_ONLY = [
   'coredns-ready-s',
   'ha-failover-exec-s',
   'ha-agent-join-s',
-  ...[1, 10].flatMap((n) => [`tenant-ready-s (${n})`, `tenant-memory-mb (${n})`]),
+  ...[1, 10].flatMap((n) => [`tenant-ready-s (${n})`, `tenant-restart-s (${n})`, `tenant-memory-mb (${n})`]),
 ];
 /** Figures that may be 0 or negative in a tiny run (memory deltas at 20 connections are noise). */
 const MAY_BE_ZERO = ['leak-residual', 'idle-memory-per-conn', 'hol-others-ratio'];

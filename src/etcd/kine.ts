@@ -1,6 +1,7 @@
 // kine: an etcd API over SQLite (default, a file under the data dir) or a real SQL database,
 // served on a unix socket for kube-apiserver.
 import { execa } from 'execa';
+import { existsSync } from 'node:fs';
 import { mkdir, rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Logger } from '../base/log.ts';
@@ -52,6 +53,8 @@ function kineReady(o: KineOptions): (signal: AbortSignal) => Promise<void> {
       'kine',
       async () => {
         // A fresh key each time: kine, like kube-apiserver's use of etcd, only creates with a plain put.
+        // etcdctl's gRPC client waits a second before it retries a socket that was not there yet.
+        if (!existsSync(o.socket)) throw new Error(`${o.socket} does not exist yet`);
         const key = `/kctl/readiness-probe/${process.pid}-${Date.now()}`;
         const value = `probe-${Date.now()}`;
         const opts = { env: { ETCDCTL_API: '3' }, extendEnv: false };
