@@ -244,6 +244,7 @@ async function prepareAndRun(
       apiPort: cfg.spec.api.port,
       serviceCIDR: cfg.spec.network.serviceCIDR,
       clusterDomain: cfg.spec.network.clusterDomain,
+      apiOnly: cfg.spec.profile === 'api-only' ? { etcd: cfg.spec.storage.type === 'etcd' } : undefined,
     },
     componentLogger(log, 'pki'),
   );

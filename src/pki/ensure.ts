@@ -34,6 +34,12 @@ export interface PkiOptions {
   localAddresses?: string[];
   /** Current time, for tests. */
   now?: Date;
+  /**
+   * An api-only control plane (no nodes): no kubelet client, konnectivity, scheduler or add-ons
+   * certificates; without `etcd` no etcd CA and certificates either (kine). Each RSA key costs
+   * ~50 ms of CPU, and ten tenants starting at once on two cores wait for every one.
+   */
+  apiOnly?: { etcd: boolean };
 }
 
 /** The names each certificate must carry, derived from the options in one place. */
@@ -61,14 +67,18 @@ export function wantedSans(opts: PkiOptions): { apiserver: San[]; konnectivity: 
 interface Cas {
   cluster: Signer;
   frontProxy: Signer;
-  etcd: Signer;
-  addons: Signer;
+  /** Absent for an api-only control plane on kine. */
+  etcd?: Signer;
+  /** Absent for an api-only control plane. */
+  addons?: Signer;
 }
 
 interface LeafFile {
   spec: LeafSpec;
   cert: string;
   key: string;
+  /** Needed by a full (node) control plane only, or only with etcd. */
+  for?: 'nodes' | 'etcd';
 }
 
 // kubeadm's names and usages, so RBAC defaults and operator habits carry over.
@@ -80,6 +90,7 @@ function leafFiles(p: PkiPaths, cas: Cas, sans: ReturnType<typeof wantedSans>): 
       spec: { signer: cas.cluster, subject: { commonName: 'kube-apiserver' }, usages: ['serverAuth'], sans: sans.apiserver },
     },
     {
+      for: 'nodes',
       cert: p.kubeletClientCert,
       key: p.kubeletClientKey,
       spec: {
@@ -95,33 +106,38 @@ function leafFiles(p: PkiPaths, cas: Cas, sans: ReturnType<typeof wantedSans>): 
       spec: { signer: cas.frontProxy, subject: { commonName: 'front-proxy-client' }, usages: ['clientAuth'], sans: [] },
     },
     {
+      for: 'etcd',
       cert: p.etcdServerCert,
       key: p.etcdServerKey,
-      spec: { signer: cas.etcd, subject: { commonName: 'etcd-server' }, usages: ['serverAuth', 'clientAuth'], sans: sans.etcd },
+      spec: { signer: cas.etcd!, subject: { commonName: 'etcd-server' }, usages: ['serverAuth', 'clientAuth'], sans: sans.etcd },
     },
     {
+      for: 'etcd',
       cert: p.etcdPeerCert,
       key: p.etcdPeerKey,
-      spec: { signer: cas.etcd, subject: { commonName: 'etcd-peer' }, usages: ['serverAuth', 'clientAuth'], sans: sans.etcd },
+      spec: { signer: cas.etcd!, subject: { commonName: 'etcd-peer' }, usages: ['serverAuth', 'clientAuth'], sans: sans.etcd },
     },
     {
+      for: 'etcd',
       cert: p.apiserverEtcdClientCert,
       key: p.apiserverEtcdClientKey,
-      spec: { signer: cas.etcd, subject: { commonName: 'apiserver-etcd-client' }, usages: ['clientAuth'], sans: [] },
+      spec: { signer: cas.etcd!, subject: { commonName: 'apiserver-etcd-client' }, usages: ['clientAuth'], sans: [] },
     },
     {
+      for: 'nodes',
       // The APIService of metrics-server pins the add-ons CA, which signs nothing a node can ask
       // for: a kubelet serving certificate (cluster CA) cannot pass for metrics-server.
       cert: p.metricsServerCert,
       key: p.metricsServerKey,
       spec: {
-        signer: cas.addons,
+        signer: cas.addons!,
         subject: { commonName: 'metrics-server' },
         usages: ['serverAuth'],
         sans: ['DNS:metrics-server.kube-system.svc'],
       },
     },
     {
+      for: 'nodes',
       cert: p.konnectivityCert,
       key: p.konnectivityKey,
       spec: { signer: cas.cluster, subject: { commonName: 'konnectivity-server' }, usages: ['serverAuth'], sans: sans.konnectivity },
@@ -129,7 +145,7 @@ function leafFiles(p: PkiPaths, cas: Cas, sans: ReturnType<typeof wantedSans>): 
   ];
 }
 
-function kubeconfigs(p: PkiPaths, cas: Cas): { path: string; spec: LeafSpec }[] {
+function kubeconfigs(p: PkiPaths, cas: Cas): { path: string; spec: LeafSpec; for?: 'nodes' }[] {
   const client = (commonName: string, organizations?: string[]): LeafSpec => ({
     signer: cas.cluster,
     subject: { commonName, organizations },
@@ -138,7 +154,7 @@ function kubeconfigs(p: PkiPaths, cas: Cas): { path: string; spec: LeafSpec }[] 
   });
   return [
     { path: p.adminConf, spec: client('kubernetes-admin', ['system:masters']) },
-    { path: p.schedulerConf, spec: client('system:kube-scheduler') },
+    { path: p.schedulerConf, spec: client('system:kube-scheduler'), for: 'nodes' },
     { path: p.controllerManagerConf, spec: client('system:kube-controller-manager') },
   ];
 }
@@ -172,19 +188,26 @@ export async function ensurePki(opts: PkiOptions, log: Logger): Promise<PkiPaths
   try {
     // Independent steps run together: key generation is native and runs off the main thread,
     // so a fresh PKI costs about as long as its slowest few keys.
-    const caResults = await allSettledOrThrow([
-      ensureCa({ name: 'kubernetes-ca', certPath: paths.caCert, keyPath: paths.caKey }, ctx),
-      ensureCa({ name: 'front-proxy-ca', certPath: paths.frontProxyCaCert, keyPath: paths.frontProxyCaKey }, ctx),
-      ensureCa({ name: 'etcd-ca', certPath: paths.etcdCaCert, keyPath: paths.etcdCaKey }, ctx),
-      ensureCa({ name: 'addons-ca', certPath: paths.addonsCaCert, keyPath: paths.addonsCaKey }, ctx),
-    ]);
-    const [cluster, frontProxy, etcd, addons] = caResults.map((r) => r.signer) as [Signer, Signer, Signer, Signer];
-    const cas: Cas = { cluster, frontProxy, etcd, addons };
+    const wanted = (what?: 'nodes' | 'etcd') => !opts.apiOnly || what === undefined || (what === 'etcd' && opts.apiOnly.etcd);
+    const caSpecs = [
+      { name: 'kubernetes-ca', certPath: paths.caCert, keyPath: paths.caKey },
+      { name: 'front-proxy-ca', certPath: paths.frontProxyCaCert, keyPath: paths.frontProxyCaKey },
+      { name: 'etcd-ca', certPath: paths.etcdCaCert, keyPath: paths.etcdCaKey, for: 'etcd' as const },
+      { name: 'addons-ca', certPath: paths.addonsCaCert, keyPath: paths.addonsCaKey, for: 'nodes' as const },
+    ];
+    // A CA that is not wanted signs nothing here: the leaves it would sign are skipped alike.
+    const caResults = await allSettledOrThrow(caSpecs.map((c) => (wanted(c.for) ? ensureCa(c, ctx) : Promise.resolve(undefined))));
+    const [cluster, frontProxy, etcd, addons] = caResults.map((r) => r?.signer);
+    const cas: Cas = { cluster: cluster!, frontProxy: frontProxy!, etcd, addons };
     const outcomes: Outcome[] = [
-      ...caResults.map((r) => r.outcome),
+      ...caResults.flatMap((r) => (r ? [r.outcome] : [])),
       ...(await allSettledOrThrow([
-        ...leafFiles(paths, cas, sans).map((l) => ensureLeafFiles(l.spec, l.cert, l.key, ctx)),
-        ...kubeconfigs(paths, cas).map((k) => ensureKubeconfig(k.spec, k.path, server, ctx)),
+        ...leafFiles(paths, cas, sans)
+          .filter((l) => wanted(l.for))
+          .map((l) => ensureLeafFiles(l.spec, l.cert, l.key, ctx)),
+        ...kubeconfigs(paths, cas)
+          .filter((k) => wanted(k.for))
+          .map((k) => ensureKubeconfig(k.spec, k.path, server, ctx)),
         ensureServiceAccountKey(paths.saKey, paths.saPub, ctx),
       ])),
     ];

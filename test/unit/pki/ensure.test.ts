@@ -123,6 +123,32 @@ test('a fresh PKI has every file, with private modes, and logs no key material',
   assert.ok(created.includes('server.crt') && created.includes('ca.crt') && created.includes('admin.conf'), JSON.stringify(created));
 });
 
+test('an api-only PKI on kine has only what kube-apiserver and the controller-manager use; with etcd, the etcd set too', async (t) => {
+  const dir = join(await tempDir(t), 'pki');
+  const p = pkiPaths(dir);
+  await ensurePki({ ...options(dir), apiOnly: { etcd: false } }, captureLogger().log);
+  const wanted = [
+    p.caCert,
+    p.caKey,
+    p.frontProxyCaCert,
+    p.frontProxyCaKey,
+    p.serverCert,
+    p.serverKey,
+    p.frontProxyClientCert,
+    p.frontProxyClientKey,
+    p.saKey,
+    p.saPub,
+    p.adminConf,
+    p.controllerManagerConf,
+  ].map((f) => relative(dir, f));
+  assert.deepEqual([...(await snapshot(dir)).keys()].filter((f) => !f.startsWith('.')).sort(), wanted.sort());
+  await ensurePki({ ...options(dir), apiOnly: { etcd: true } }, captureLogger().log);
+  const withEtcd = [...(await snapshot(dir)).keys()].filter((f) => !f.startsWith('.'));
+  for (const f of [p.etcdCaCert, p.etcdServerCert, p.etcdPeerCert, p.apiserverEtcdClientCert]) assert.ok(withEtcd.includes(relative(dir, f)), f);
+  for (const f of [p.kubeletClientCert, p.konnectivityCert, p.addonsCaCert, p.metricsServerCert, p.schedulerConf])
+    assert.ok(!withEtcd.includes(relative(dir, f)), f);
+});
+
 test('openssl verifies every leaf against its CA, with the right names and usages', async () => {
   const dir = join(templateRoot, 'pki');
   assert.match(
