@@ -41,7 +41,7 @@ export function controllerCommand(program: Command): void {
         '<data-dir>/bin. Its first start picks free ports from --port-range and records them in tenant.json;',
         'every restart keeps them. With kine on PostgreSQL and no database in spec.storage.kine.dataSource,',
         'each tenant gets its own database kctl_NAME (created if the role may). kctl tenant list shows all',
-        'tenants; kctl status --name NAME, kctl kubectl --name NAME, kctl kubeconfig create --name NAME work',
+        'tenants; kctl --name NAME status, kctl --name NAME kubectl ..., kctl --name NAME kubeconfig create work',
         'on one. Under systemd: kctl install controller --name NAME (unit kctl-controller@NAME.service).',
       ].join('\n'),
     )

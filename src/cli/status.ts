@@ -1,4 +1,5 @@
 import type { Command } from 'commander';
+import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { readStatus } from '../base/status-server.ts';
 import type { ControllerStatusReport } from '../controller/status.ts';
@@ -92,6 +93,10 @@ export function statusCommand(program: Command): void {
     .action(async (opts: { output: OutputFormat }, cmd: Command) => {
       const g = globals(cmd);
       const report = await readStatus<AnyStatusReport>(join(g.runDir, 'status.sock')).catch((err: Error) => {
+        if (g.tenant && !existsSync(join(g.runDir, 'status.sock')))
+          throw new UserError(
+            `tenant "${g.tenant.name}" is not running here; start it with kctl controller --name ${g.tenant.name} (kctl tenant list shows all)`,
+          );
         throw new UserError(err.message);
       });
       if (opts.output === 'json') printJson(report);

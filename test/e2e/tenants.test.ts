@@ -189,6 +189,10 @@ test('ten tenants at once with --name: own ports, CA and data; CRD, 1,000 object
   // Every tenant stops and starts again: same ports, same CA, same data.
   await host.stopAll();
   assert.ok((await host.list()).every((e) => e.state === 'stopped'));
+  assert.equal(
+    String((await host.run(['--name', 'team-0', 'status'])).stderr).trim(),
+    'kctl: tenant "team-0" is not running here; start it with kctl controller --name team-0 (kctl tenant list shows all)',
+  );
   for (const n of names) host.start(n);
   for (const n of names) await host.ready(n);
   const again = await host.list();
