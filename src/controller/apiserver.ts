@@ -47,7 +47,7 @@ const API_ONLY_FLAGS: Record<string, string | boolean> = {
   'endpoint-reconciler-type': 'none',
 };
 /** The api-only kube-apiserver's default Go soft memory limit (spec.api.memoryLimit overrides it). */
-export const API_ONLY_MEMORY_LIMIT = '100MiB';
+export const API_ONLY_MEMORY_LIMIT = '120MiB';
 
 /** What only a control plane with nodes needs: kubelet access, node authorization, bootstrap tokens, the tunnel's audience. */
 function nodeFlags(cfg: ClusterConfig, pki: PkiPaths): Record<string, string | boolean> {

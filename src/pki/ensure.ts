@@ -36,8 +36,8 @@ export interface PkiOptions {
   now?: Date;
   /**
    * An api-only control plane (no nodes): no kubelet client, konnectivity, scheduler or add-ons
-   * certificates; without `etcd` no etcd CA and certificates either (kine). Each RSA key costs
-   * ~50 ms of CPU, and ten tenants starting at once on two cores wait for every one.
+   * certificates; without `etcd` no etcd CA and certificates either (kine). Fewer files to write
+   * and check on every start.
    */
   apiOnly?: { etcd: boolean };
 }

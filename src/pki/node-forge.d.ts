@@ -1,10 +1,10 @@
-// node-forge exports pki.getTBSCertificate (lib/x509.js, documented there: "Gets the ASN.1
-// TBSCertificate part of an X.509v3 certificate"), but @types/node-forge leaves it out.
-// kctl signs that part natively (see x509.ts), so it needs the declaration.
+// node-forge's asn1.fromDer takes an options object (lib/asn1.js: strict, parseAllBytes,
+// decodeBitStrings), but @types/node-forge only declares the older boolean form. kctl reads
+// certificates whose BIT STRINGs must stay raw bytes (see der.ts), so it needs the declaration.
 import 'node-forge';
 
 declare module 'node-forge' {
-  namespace pki {
-    function getTBSCertificate(cert: Certificate): asn1.Asn1;
+  namespace asn1 {
+    function fromDer(bytes: string, options: { strict?: boolean; parseAllBytes?: boolean; decodeBitStrings?: boolean }): Asn1;
   }
 }

@@ -1,18 +1,19 @@
-// Thin layer over node-forge: parse, inspect and build certificates. Keys, key generation and
-// signatures are node:crypto (native, key generation off the main thread); forge only encodes
-// certificates, which node:crypto cannot build. forge's own pure-JS RSA costs ~80 ms per
-// signature on our hosts, which alone would blow the start-up budget.
-import { createPrivateKey, createPublicKey, generateKeyPair, randomBytes, sign, type KeyObject } from 'node:crypto';
+// Certificates: built as DER (der.ts) and signed with node:crypto; read with node:crypto's
+// X509Certificate plus a walk of the few fields it does not expose (names, SANs, key ids).
+// New keys are ECDSA P-256, as k3s makes them: generating one costs well under a millisecond,
+// against 60 to 200 ms of CPU for an RSA-2048 key, which a control plane's first start (7 to
+// 16 keys) and ten tenants starting at once pay in full. Existing RSA keys, CAs brought by the
+// operator and certificates issued by earlier kctl versions keep working: both kinds are read,
+// and a CA signs with whatever key it has.
+import { X509Certificate, createHash, createPrivateKey, createPublicKey, generateKeyPair, randomBytes, sign, type KeyObject } from 'node:crypto';
 import { promisify } from 'node:util';
-import forge from 'node-forge';
 import { canonicalIp } from '../base/addresses.ts';
 import type { San } from './addresses.ts';
+import * as der from './der.ts';
 import { PkiError } from './errors.ts';
 
-const { pki, asn1 } = forge;
 const generateKeyPairAsync = promisify(generateKeyPair);
 
-export type Certificate = forge.pki.Certificate;
 export type PrivateKey = KeyObject;
 export type Usage = 'serverAuth' | 'clientAuth';
 
@@ -21,21 +22,51 @@ export interface Subject {
   organizations?: string[];
 }
 
+/** A parsed certificate: what kctl checks before it keeps, renews or signs with one. */
+export interface Certificate {
+  x509: X509Certificate;
+  /** The subject Name as encoded, copied byte for byte as the issuer of what a CA signs. */
+  subjectName: der.Node;
+  issuerDer: Buffer;
+  subjectDer: Buffer;
+  subject: Subject;
+  validity: { notBefore: Date; notAfter: Date };
+  sans: San[];
+  usages: Usage[];
+  /** subjectKeyIdentifier, when the certificate has one. */
+  keyId: Buffer | null;
+}
+
 /** A CA able to sign: its certificate, key and the key id leafs point back to. */
 export interface Signer {
   name: string;
   cert: Certificate;
   certPem: string;
   key: PrivateKey;
-  keyId: string; // raw bytes of the subjectKeyIdentifier
+  keyId: Buffer;
 }
 
-/** A new RSA-2048 private key as PKCS#1 PEM ("RSA PRIVATE KEY", what kubeadm writes). */
+const OID = {
+  cn: '2.5.4.3',
+  o: '2.5.4.10',
+  basicConstraints: '2.5.29.19',
+  keyUsage: '2.5.29.15',
+  extKeyUsage: '2.5.29.37',
+  subjectKeyIdentifier: '2.5.29.14',
+  authorityKeyIdentifier: '2.5.29.35',
+  subjectAltName: '2.5.29.17',
+  serverAuth: '1.3.6.1.5.5.7.3.1',
+  clientAuth: '1.3.6.1.5.5.7.3.2',
+  ecdsaWithSha256: '1.2.840.10045.4.3.2',
+  sha256WithRsa: '1.2.840.113549.1.1.11',
+} as const;
+
+/** A new ECDSA P-256 private key as SEC 1 PEM ("EC PRIVATE KEY", what kubeadm writes for ECDSA). */
 export async function generateKeyPem(): Promise<string> {
-  const { privateKey } = await generateKeyPairAsync('rsa', {
-    modulusLength: 2048,
+  const { privateKey } = await generateKeyPairAsync('ec', {
+    namedCurve: 'prime256v1',
     publicKeyEncoding: { type: 'spki', format: 'pem' },
-    privateKeyEncoding: { type: 'pkcs1', format: 'pem' },
+    privateKeyEncoding: { type: 'sec1', format: 'pem' },
   });
   return privateKey;
 }
@@ -47,15 +78,16 @@ export function parseKey(pem: string, file: string, remedy: string): PrivateKey 
   } catch (err) {
     throw new PkiError(`${file} is not a readable private key (${oneLine(err)}); ${remedy}`);
   }
-  if (key.asymmetricKeyType !== 'rsa') throw new PkiError(`${file} is a ${key.asymmetricKeyType} key, kctl only handles RSA; ${remedy}`);
+  if (key.asymmetricKeyType !== 'rsa' && key.asymmetricKeyType !== 'ec')
+    throw new PkiError(`${file} is a ${key.asymmetricKeyType} key, kctl handles RSA and ECDSA keys; ${remedy}`);
   return key;
 }
 
 export function parseCert(pem: string, file: string, remedy: string): Certificate {
   try {
-    return pki.certificateFromPem(pem);
+    return readCert(new X509Certificate(pem));
   } catch (err) {
-    throw new PkiError(`${file} is not a readable RSA certificate (${oneLine(err)}); ${remedy}`);
+    throw new PkiError(`${file} is not a readable X.509 certificate (${oneLine(err)}); ${remedy}`);
   }
 }
 
@@ -63,48 +95,112 @@ function oneLine(err: unknown): string {
   return (err instanceof Error ? err.message : String(err)).split('\n')[0] ?? '';
 }
 
-function spkiDer(key: PrivateKey): Buffer {
-  return createPublicKey(key).export({ type: 'spki', format: 'der' });
+function readCert(x509: X509Certificate): Certificate {
+  const [tbs] = der.children(der.fromDer(x509.raw));
+  const fields = der.children(tbs);
+  // version is [0] EXPLICIT and optional; then serial, signature, issuer, validity, subject.
+  const at = der.isContext(fields[0], 0) ? 1 : 0;
+  const [issuer, validity, subject] = [fields[at + 2], fields[at + 3], fields[at + 4]];
+  if (!issuer || !validity || !subject) throw new Error('truncated TBSCertificate');
+  const [notBefore, notAfter] = der.children(validity).map(der.dateOf);
+  const exts = extensions(fields.slice(at + 6));
+  return {
+    x509,
+    subjectName: subject,
+    issuerDer: der.toDer(issuer),
+    subjectDer: der.toDer(subject),
+    subject: subjectFrom(subject),
+    validity: { notBefore: notBefore ?? new Date(NaN), notAfter: notAfter ?? new Date(NaN) },
+    sans: sansFrom(exts.get(OID.subjectAltName)),
+    usages: usagesFrom(exts.get(OID.extKeyUsage)),
+    keyId: exts.has(OID.subjectKeyIdentifier) ? der.buf(der.bytesOf(exts.get(OID.subjectKeyIdentifier))) : null,
+  };
+}
+
+/** The extensions ([3] EXPLICIT, after the optional unique ids) by OID, each value parsed. */
+function extensions(rest: der.Node[]): Map<string, der.Node> {
+  const out = new Map<string, der.Node>();
+  const block = rest.find((n) => der.isContext(n, 3));
+  for (const ext of der.children(der.children(block)[0])) {
+    const parts = der.children(ext);
+    const value = parts[parts.length - 1];
+    out.set(der.oidOf(parts[0]), der.fromDer(der.buf(der.bytesOf(value))));
+  }
+  return out;
+}
+
+function subjectFrom(name: der.Node): Subject {
+  let commonName = '';
+  const organizations: string[] = [];
+  for (const rdn of der.children(name))
+    for (const atv of der.children(rdn)) {
+      const [type, value] = der.children(atv);
+      const id = der.oidOf(type);
+      if (id === OID.cn) commonName = der.textOf(value);
+      else if (id === OID.o) organizations.push(der.textOf(value));
+    }
+  return { commonName, organizations };
+}
+
+function sansFrom(ext: der.Node | undefined): San[] {
+  return der.children(ext).flatMap((n): San[] => {
+    if (der.isContext(n, 2)) return [`DNS:${der.bytesOf(n).toLowerCase()}`];
+    if (der.isContext(n, 7)) {
+      const ip = ipFromBytes(der.buf(der.bytesOf(n)));
+      return ip ? [`IP:${ip}`] : [];
+    }
+    return []; // other name types (email, URI) are never in certs we issue
+  });
+}
+
+function ipFromBytes(b: Buffer): string | null {
+  if (b.length === 4) return [...b].join('.');
+  if (b.length !== 16) return null;
+  const groups = Array.from({ length: 8 }, (_, i) => b.readUInt16BE(i * 2).toString(16));
+  return canonicalIp(groups.join(':'));
+}
+
+function ipToBytes(ip: string): Buffer {
+  const v4 = ip.split('.');
+  if (v4.length === 4) return Buffer.from(v4.map(Number));
+  const [head = '', tail = ''] = ip.split('::');
+  const h = head ? head.split(':') : [];
+  const t = ip.includes('::') && tail ? tail.split(':') : [];
+  const groups = ip.includes('::') ? [...h, ...Array<string>(8 - h.length - t.length).fill('0'), ...t] : h;
+  const out = Buffer.alloc(16);
+  groups.forEach((g, i) => out.writeUInt16BE(parseInt(g, 16), i * 2));
+  return out;
+}
+
+function usagesFrom(ext: der.Node | undefined): Usage[] {
+  const ids = der.children(ext).map(der.oidOf);
+  return (['serverAuth', 'clientAuth'] as const).filter((u) => ids.includes(OID[u]));
+}
+
+function spkiDer(key: KeyObject): Buffer {
+  return (key.type === 'public' ? key : createPublicKey(key)).export({ type: 'spki', format: 'der' });
 }
 
 export function keyMatchesCert(key: PrivateKey, cert: Certificate): boolean {
-  const certSpki = Buffer.from(asn1.toDer(pki.publicKeyToAsn1(cert.publicKey)).getBytes(), 'binary');
-  return certSpki.equals(spkiDer(key));
-}
-
-function forgePublicKey(key: PrivateKey): forge.pki.rsa.PublicKey {
-  return pki.publicKeyFromPem(createPublicKey(key).export({ type: 'spki', format: 'pem' }).toString());
-}
-
-/** What forge's cert.sign() does, with the RSA operation done natively. */
-function signCert(cert: Certificate, key: PrivateKey): string {
-  cert.signatureOid = cert.siginfo.algorithmOid = pki.oids.sha256WithRSAEncryption as string;
-  cert.tbsCertificate = pki.getTBSCertificate(cert);
-  const tbs = Buffer.from(asn1.toDer(cert.tbsCertificate).getBytes(), 'binary');
-  cert.signature = sign('sha256', tbs, key).toString('binary');
-  return pki.certificateToPem(cert);
+  return spkiDer(cert.x509.publicKey).equals(spkiDer(key));
 }
 
 /** True when `signer` issued `cert`: issuer name matches and the signature verifies. */
 export function isSignedBy(cert: Certificate, signer: Signer): boolean {
   try {
-    return signer.cert.verify(cert);
+    return cert.issuerDer.equals(signer.cert.subjectDer) && cert.x509.verify(signer.cert.x509.publicKey);
   } catch {
-    return false; // forge throws on issuer mismatch or an unknown signature algorithm
+    return false;
   }
 }
 
 export function isCa(cert: Certificate): boolean {
-  const bc = cert.getExtension('basicConstraints') as { cA?: boolean } | undefined;
-  return bc?.cA === true;
+  return cert.x509.ca;
 }
 
-export function subjectOf(cert: Certificate): Subject {
-  const attrs = cert.subject.attributes;
-  const commonName = String(attrs.find((a) => a.shortName === 'CN')?.value ?? '');
-  const organizations = attrs.filter((a) => a.shortName === 'O').map((a) => String(a.value));
-  return { commonName, organizations };
-}
+export const subjectOf = (cert: Certificate): Subject => cert.subject;
+export const sansOf = (cert: Certificate): San[] => cert.sans;
+export const usagesOf = (cert: Certificate): Usage[] => cert.usages;
 
 export function sameSubject(a: Subject, b: Subject): boolean {
   const oa = [...(a.organizations ?? [])].sort();
@@ -112,25 +208,17 @@ export function sameSubject(a: Subject, b: Subject): boolean {
   return a.commonName === b.commonName && oa.length === ob.length && oa.every((o, i) => o === ob[i]);
 }
 
-export function sansOf(cert: Certificate): San[] {
-  const ext = cert.getExtension('subjectAltName') as { altNames?: { type: number; value: string; ip?: string }[] } | undefined;
-  return (ext?.altNames ?? []).flatMap((n): San[] => {
-    if (n.type === 2) return [`DNS:${n.value.toLowerCase()}`];
-    if (n.type === 7 && n.ip) return [`IP:${canonicalIp(n.ip) ?? n.ip}`];
-    return []; // other name types (email, URI) are never in certs we issue
-  });
-}
-
-export function usagesOf(cert: Certificate): Usage[] {
-  const ext = cert.getExtension('extKeyUsage') as Partial<Record<Usage, boolean>> | undefined;
-  return (['serverAuth', 'clientAuth'] as const).filter((u) => ext?.[u] === true);
+/** RFC 5280 4.2.1.2 method 1: SHA-1 of the subjectPublicKey bits. */
+function keyIdFor(key: KeyObject): Buffer {
+  const [, bitString] = der.children(der.fromDer(spkiDer(key)));
+  return createHash('sha1')
+    .update(der.buf(der.bytesOf(bitString).slice(1)))
+    .digest();
 }
 
 /** The CA's subjectKeyIdentifier, or one derived from its key when a foreign CA lacks it. */
-export function keyIdOf(cert: Certificate): string {
-  const ext = cert.getExtension('subjectKeyIdentifier') as { subjectKeyIdentifier?: string } | undefined;
-  if (ext?.subjectKeyIdentifier) return forge.util.hexToBytes(ext.subjectKeyIdentifier);
-  return cert.generateSubjectKeyIdentifier().getBytes();
+export function keyIdOf(cert: Certificate): Buffer {
+  return cert.keyId ?? keyIdFor(cert.x509.publicKey);
 }
 
 /**
@@ -147,37 +235,77 @@ export function randomSerial(): string {
 // Backdated a little so a node whose clock runs slightly behind still accepts fresh certs.
 const CLOCK_SKEW_MS = 5 * 60 * 1000;
 
-function validity(now: Date, years: number): { notBefore: Date; notAfter: Date } {
-  const notBefore = new Date(now.getTime() - CLOCK_SKEW_MS);
-  const notAfter = new Date(now.getTime());
-  notAfter.setUTCFullYear(notAfter.getUTCFullYear() + years);
-  return { notBefore, notAfter };
+function validity(now: Date, years: number, notAfter?: Date): der.Node {
+  const end = notAfter ?? new Date(now.getTime());
+  if (!notAfter) end.setUTCFullYear(end.getUTCFullYear() + years);
+  return der.seq([der.time(new Date(now.getTime() - CLOCK_SKEW_MS)), der.time(end)]);
 }
 
-function subjectAttrs(s: Subject): forge.pki.CertificateField[] {
-  return [...(s.organizations ?? []).map((value) => ({ shortName: 'O', value })), { shortName: 'CN', value: s.commonName }];
+/** A Name: O first, then CN, each its own RDN, as UTF8String. */
+function nameOf(s: Subject): der.Node {
+  const atv = (id: string, value: string) => der.set([der.seq([der.oid(id), der.utf8(value)])]);
+  return der.seq([...(s.organizations ?? []).map((o) => atv(OID.o, o)), atv(OID.cn, s.commonName)]);
 }
 
-function altNames(sans: readonly San[]): { type: number; value?: string; ip?: string }[] {
-  return sans.map((s) => (s.startsWith('IP:') ? { type: 7, ip: s.slice(3) } : { type: 2, value: s.slice(4) }));
+function extension(id: string, value: der.Node, critical = false): der.Node {
+  return der.seq([der.oid(id), ...(critical ? [der.boolTrue()] : []), der.octets(der.toDer(value))]);
+}
+
+// keyUsage bits (RFC 5280 4.2.1.3).
+const DIGITAL_SIGNATURE = 0;
+const KEY_ENCIPHERMENT = 2;
+const KEY_CERT_SIGN = 5;
+const CRL_SIGN = 6;
+
+function signatureAlgorithm(key: PrivateKey): der.Node {
+  // RFC 5758: ECDSA algorithm identifiers have no parameters; RSA's carry NULL (RFC 4055).
+  return key.asymmetricKeyType === 'ec' ? der.seq([der.oid(OID.ecdsaWithSha256)]) : der.seq([der.oid(OID.sha256WithRsa), der.nullNode()]);
+}
+
+interface TbsFields {
+  subject: der.Node;
+  issuer: der.Node;
+  key: PrivateKey;
+  signerKey: PrivateKey;
+  validity: der.Node;
+  extensions: der.Node[];
+}
+
+/** Builds, signs and PEM-encodes a certificate. */
+function issue(f: TbsFields): string {
+  const algorithm = signatureAlgorithm(f.signerKey);
+  const tbs = der.seq([
+    der.explicit(0, der.integer(2)), // v3
+    der.integerHex(randomSerial()),
+    algorithm,
+    f.issuer,
+    f.validity,
+    f.subject,
+    der.fromDer(spkiDer(f.key)),
+    der.explicit(3, der.seq(f.extensions)),
+  ]);
+  const tbsDer = der.toDer(tbs);
+  const signature = sign('sha256', tbsDer, f.signerKey);
+  return new X509Certificate(der.toDer(der.seq([tbs, algorithm, der.bits(signature)]))).toString();
 }
 
 /** A self-signed CA certificate for `key`. */
 export function issueCaCert(o: { subject: Subject; key: PrivateKey; now: Date; years: number }): string {
-  const cert = pki.createCertificate();
-  cert.publicKey = forgePublicKey(o.key);
-  cert.serialNumber = randomSerial();
-  cert.validity = validity(o.now, o.years);
-  cert.setSubject(subjectAttrs(o.subject));
-  cert.setIssuer(subjectAttrs(o.subject));
-  const keyId = cert.generateSubjectKeyIdentifier().getBytes();
-  cert.setExtensions([
-    { name: 'basicConstraints', cA: true, critical: true },
-    { name: 'keyUsage', keyCertSign: true, cRLSign: true, digitalSignature: true, critical: true },
-    { name: 'subjectKeyIdentifier' }, // forge derives it from the public key
-    { name: 'authorityKeyIdentifier', keyIdentifier: keyId },
-  ]);
-  return signCert(cert, o.key);
+  const keyId = keyIdFor(o.key);
+  const name = nameOf(o.subject);
+  return issue({
+    subject: name,
+    issuer: name,
+    key: o.key,
+    signerKey: o.key,
+    validity: validity(o.now, o.years),
+    extensions: [
+      extension(OID.basicConstraints, der.seq([der.boolTrue()]), true),
+      extension(OID.keyUsage, der.flagBits([DIGITAL_SIGNATURE, KEY_CERT_SIGN, CRL_SIGN]), true),
+      extension(OID.subjectKeyIdentifier, der.octets(keyId)),
+      extension(OID.authorityKeyIdentifier, der.seq([der.implicit(0, der.bin(keyId))])),
+    ],
+  });
 }
 
 export interface LeafRequest {
@@ -188,21 +316,28 @@ export interface LeafRequest {
 
 /** A leaf certificate for `key`, signed by `signer`. */
 export function issueLeafCert(o: LeafRequest & { key: PrivateKey; signer: Signer; now: Date; years: number; notAfter?: Date }): string {
-  const cert = pki.createCertificate();
-  cert.publicKey = forgePublicKey(o.key);
-  cert.serialNumber = randomSerial();
-  cert.validity = validity(o.now, o.years);
-  if (o.notAfter) cert.validity.notAfter = o.notAfter;
-  cert.setSubject(subjectAttrs(o.subject));
-  cert.setIssuer(o.signer.cert.subject.attributes);
-  const extensions: object[] = [
-    { name: 'basicConstraints', cA: false, critical: true },
-    { name: 'keyUsage', digitalSignature: true, keyEncipherment: true, critical: true },
-    { name: 'extKeyUsage', ...Object.fromEntries(o.usages.map((u) => [u, true])) },
-    { name: 'subjectKeyIdentifier' },
-    { name: 'authorityKeyIdentifier', keyIdentifier: o.signer.keyId },
+  // keyEncipherment only means something for RSA key transport; ECDSA keys only sign.
+  const usage = o.key.asymmetricKeyType === 'rsa' ? [DIGITAL_SIGNATURE, KEY_ENCIPHERMENT] : [DIGITAL_SIGNATURE];
+  const extensions = [
+    extension(OID.basicConstraints, der.seq([]), true),
+    extension(OID.keyUsage, der.flagBits(usage), true),
+    extension(OID.extKeyUsage, der.seq(o.usages.map((u) => der.oid(OID[u])))),
+    extension(OID.subjectKeyIdentifier, der.octets(keyIdFor(o.key))),
+    extension(OID.authorityKeyIdentifier, der.seq([der.implicit(0, der.bin(o.signer.keyId))])),
   ];
-  if (o.sans.length > 0) extensions.push({ name: 'subjectAltName', altNames: altNames(o.sans) });
-  cert.setExtensions(extensions);
-  return signCert(cert, o.signer.key);
+  if (o.sans.length > 0)
+    extensions.push(
+      extension(
+        OID.subjectAltName,
+        der.seq(o.sans.map((s) => (s.startsWith('IP:') ? der.implicit(7, der.bin(ipToBytes(s.slice(3)))) : der.implicit(2, s.slice(4))))),
+      ),
+    );
+  return issue({
+    subject: nameOf(o.subject),
+    issuer: o.signer.cert.subjectName,
+    key: o.key,
+    signerKey: o.signer.key,
+    validity: validity(o.now, o.years, o.notAfter),
+    extensions,
+  });
 }

@@ -9,7 +9,7 @@
 // client certificate with their groups.
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
-import { sign as cryptoSign } from 'node:crypto';
+import { createPrivateKey, sign as cryptoSign } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import { readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
@@ -230,11 +230,16 @@ test('api-only tenants: three at once, only storage, kube-apiserver and a trimme
   assert.match(String(aliceOnB.stderr), /x509|unknown authority/);
 });
 
-/** A bound service-account token as kube-apiserver issues them (RS256, issuer and audience of kctl's config), for default/operator. */
+/**
+ * A bound service-account token as kube-apiserver issues them (ES256 for kctl's ECDSA key, RS256
+ * for an RSA one; issuer and audience of kctl's config), for default/operator.
+ */
 function boundToken(keyPem: string, uid: string, iat: number, exp: number): string {
   const issuer = 'https://kubernetes.default.svc.cluster.local';
+  const key = createPrivateKey(keyPem);
+  const ec = key.asymmetricKeyType === 'ec';
   const b64 = (o: object) => Buffer.from(JSON.stringify(o)).toString('base64url');
-  const body = `${b64({ alg: 'RS256', typ: 'JWT' })}.${b64({
+  const body = `${b64({ alg: ec ? 'ES256' : 'RS256', typ: 'JWT' })}.${b64({
     iss: issuer,
     aud: [issuer],
     sub: 'system:serviceaccount:default:operator',
@@ -243,5 +248,7 @@ function boundToken(keyPem: string, uid: string, iat: number, exp: number): stri
     exp,
     'kubernetes.io': { namespace: 'default', serviceaccount: { name: 'operator', uid } },
   })}`;
-  return `${body}.${cryptoSign('RSA-SHA256', Buffer.from(body), keyPem).toString('base64url')}`;
+  // JWS ES256 signatures are r || s (IEEE P1363), not DER.
+  const signature = cryptoSign('sha256', Buffer.from(body), ec ? { key, dsaEncoding: 'ieee-p1363' } : key);
+  return `${body}.${signature.toString('base64url')}`;
 }

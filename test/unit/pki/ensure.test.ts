@@ -1,7 +1,7 @@
 // ensurePki against a real directory, checked with openssl where a user would check it.
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
-import { chmod, cp, mkdtemp, readdir, readFile, rm, stat, writeFile } from 'node:fs/promises';
+import { chmod, cp, mkdir, mkdtemp, readdir, readFile, rm, stat, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join, relative } from 'node:path';
 import { after, test } from 'node:test';
@@ -197,7 +197,10 @@ test('openssl verifies every leaf against its CA, with the right names and usage
   assert.match(ca, /Certificate Sign/);
   const server = openssl(['x509', '-in', 'server.crt', '-noout', '-text'], dir);
   assert.match(server, /CA:FALSE/);
-  assert.match(server, /Digital Signature, Key Encipherment/);
+  // New keys are ECDSA P-256: the CA signs with ecdsa-with-SHA256 and its leaves only sign.
+  assert.match(server, /Public Key Algorithm: id-ecPublicKey/);
+  assert.match(server, /Signature Algorithm: ecdsa-with-SHA256/);
+  assert.match(server, /X509v3 Key Usage: critical\n\s+Digital Signature\n/);
   assert.match(server, /TLS Web Server Authentication/);
   assert.match(server, /Authority Key Identifier/);
   const etcd = openssl(['x509', '-in', 'etcd/peer.crt', '-noout', '-text'], dir);
@@ -330,7 +333,7 @@ test('a missing ca.key with ca.crt present is a clear error and touches nothing'
 test('an unreadable file is an error naming it and what to do', async (t) => {
   const dir = await copyOfTemplate(t);
   await writeFile(join(dir, 'etcd/ca.crt'), 'not a certificate\n');
-  await assert.rejects(ensurePki(options(dir), captureLogger().log), /etcd\/ca\.crt is not a readable RSA certificate .*restore it from a backup/);
+  await assert.rejects(ensurePki(options(dir), captureLogger().log), /etcd\/ca\.crt is not a readable X\.509 certificate .*restore it from a backup/);
 
   const dir2 = await copyOfTemplate(t);
   await writeFile(join(dir2, 'server.key'), '-----BEGIN RSA PRIVATE KEY-----\ngarbage\n-----END RSA PRIVATE KEY-----\n');
@@ -338,6 +341,46 @@ test('an unreadable file is an error naming it and what to do', async (t) => {
     ensurePki(options(dir2), captureLogger().log),
     /server\.key is not a readable private key .*remove .*server\.key and start again/,
   );
+});
+
+test("an RSA CA (an earlier kctl's, or the operator's own) keeps signing: RSA signatures, verified by openssl, kept on the next run", async (t) => {
+  const dir = join(await tempDir(t), 'pki');
+  await mkdir(dir, { recursive: true });
+  openssl(
+    [
+      'req',
+      '-x509',
+      '-newkey',
+      'rsa:2048',
+      '-nodes',
+      '-keyout',
+      'ca.key',
+      '-out',
+      'ca.crt',
+      '-subj',
+      '/CN=kubernetes-ca',
+      '-days',
+      '3650',
+      '-addext',
+      'basicConstraints=critical,CA:TRUE',
+      '-addext',
+      'keyUsage=critical,keyCertSign,cRLSign,digitalSignature',
+    ],
+    dir,
+  );
+  const ca = await readFile(join(dir, 'ca.crt'), 'utf8');
+  await ensurePki(options(dir), captureLogger().log);
+  assert.equal(await readFile(join(dir, 'ca.crt'), 'utf8'), ca);
+  assert.match(
+    openssl(['verify', '-CAfile', 'ca.crt', 'server.crt', 'apiserver-kubelet-client.crt'], dir),
+    /server.crt: OK\napiserver-kubelet-client.crt: OK/,
+  );
+  const server = openssl(['x509', '-in', 'server.crt', '-noout', '-text'], dir);
+  assert.match(server, /Signature Algorithm: sha256WithRSAEncryption/);
+  assert.match(server, /Public Key Algorithm: id-ecPublicKey/);
+  const before = await snapshot(dir);
+  await ensurePki(options(dir), captureLogger().log);
+  assert.deepEqual(changed(before, await snapshot(dir)), []);
 });
 
 test('a lost ca.crt is re-created from ca.key and existing leafs stay valid', async (t) => {
