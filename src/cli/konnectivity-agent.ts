@@ -1,18 +1,30 @@
-// `kctl konnectivity-agent`: the in-process agent as a standalone drop-in for the upstream
-// proxy-agent; it accepts the upstream flags. Extension: --proxy-server-host may be repeated
-// (or comma-separated) to hold a connection to every controller without a load balancer.
-import { Option, type Command } from 'commander';
+// `kctl konnectivity-agent`, or kctl invoked as `proxy-agent`: the in-process agent as a drop-in
+// for upstream's proxy-agent (v0.36.0). It takes upstream's flags in pflag's forms with upstream's
+// defaults, serves the same endpoints on the same ports, exports the same metric families and
+// drains on the first SIGTERM like upstream. Extension: --proxy-server-host may be repeated (or
+// comma-separated) to hold a connection to every controller without a load balancer.
+import type { Command } from 'commander';
+import { randomUUID } from 'node:crypto';
 import { readFileSync } from 'node:fs';
-import { createServer, type Server } from 'node:http';
-import type { Component } from '../base/component.ts';
-import { runUntilSignal } from '../base/lifecycle.ts';
-import { ComponentManager } from '../base/manager.ts';
-import { hostname } from 'node:os';
-import { KonnectivityAgent, parseIdentifiers } from '../konnectivity/index.ts';
-import { componentLogger } from '../base/log.ts';
+import type { Server } from 'node:http';
 import { parseDuration } from '../base/duration.ts';
 import { UserError } from '../base/errors.ts';
-import { loggerFor } from './globals.ts';
+import { componentLogger, createLogger, type Logger } from '../base/log.ts';
+import { KonnectivityAgent, parseIdentifiers } from '../konnectivity/index.ts';
+import { serveAdmin, serveHealth } from '../konnectivity/endpoints.ts';
+import { AGENT_FLAGS } from './agent-flags.ts';
+import { reportAndExit } from './errors.ts';
+import { inertFlagsSet, parsePflags, renderPflagHelp, type FlagSpec, type FlagValue } from './pflag.ts';
+
+/** Flags kctl's agent adds to upstream's. */
+const KCTL_FLAGS: readonly FlagSpec[] = [{ name: 'debug', kind: 'bool', default: 'false', help: 'kctl: debug logs (as -v=5 or more does)' }];
+const FLAGS = [...AGENT_FLAGS, ...KCTL_FLAGS];
+
+const DESCRIPTION = `A gRPC agent, Connects to the proxy and then allows traffic to be forwarded to it.
+
+kctl's konnectivity agent, a drop-in for upstream's proxy-agent v0.36.0: the same flags, endpoints,
+metric families and signal handling (the first SIGTERM drains, the second stops). kctl extension:
+--proxy-server-host may be repeated or comma-separated, to hold a stream to every controller.`;
 
 /** A Go duration flag in milliseconds; a one-line error naming the flag otherwise. */
 export function parseGoDuration(flag: string, text: string): number {
@@ -21,143 +33,190 @@ export function parseGoDuration(flag: string, text: string): number {
   return ms;
 }
 
-function readPem(flag: string, path: string | undefined): Buffer | undefined {
-  if (!path) return undefined;
+function readFlagFile(cmd: string, flag: string, path: string): Buffer {
   try {
     return readFileSync(path);
   } catch (err) {
-    throw new UserError(`${flag} ${path}: cannot read (${(err as NodeJS.ErrnoException).code ?? (err as Error).message})`);
+    throw new UserError(`${cmd}: --${flag} ${path}: cannot read (${(err as NodeJS.ErrnoException).code ?? (err as Error).message})`);
   }
 }
 
-function port(flag: string, v: string): number {
-  const n = Number(v);
-  if (!Number.isInteger(n) || n < 0 || n > 65535) throw new UserError(`${flag} "${v}" is not a port (0-65535)`);
-  return n;
-}
-
-interface AgentFlags {
-  proxyServerHost: string[];
-  proxyServerPort: string;
-  caCert?: string;
-  agentCert?: string;
-  agentKey?: string;
-  agentId?: string;
-  agentIdentifiers?: string;
+/** What the flags ask for, checked as upstream's Validate checks them. */
+export interface AgentCliConfig {
+  servers: { host: string; port: number }[];
+  ca?: Buffer;
+  cert?: Buffer;
+  key?: Buffer;
   serviceAccountTokenPath?: string;
-  syncInterval: string;
-  syncIntervalCap: string;
-  probeInterval: string;
-  syncForever?: boolean;
-  keepaliveTime: string;
-  healthServerPort: string;
-  adminServerPort: string;
+  agentId: string;
+  identifiers?: string;
+  alpn: string[];
+  keepaliveMs: number;
+  syncIntervalMs: number;
+  syncIntervalCapMs: number;
+  syncForever: boolean;
+  health: { host: string; port: number };
+  admin: { host: string; port: number };
+  profiling: boolean;
+  contentionProfiling: boolean;
+  debug: boolean;
 }
 
+export function agentConfig(cmd: string, values: Map<string, FlagValue>, env = process.env): AgentCliConfig {
+  const str = (n: string) => String(values.get(n) ?? '');
+  const bool = (n: string) => values.get(n) === true;
+  const port = (n: string): number => {
+    const p = Number(str(n));
+    if (!Number.isInteger(p) || p <= 0 || p > 65535) throw new UserError(`${cmd}: --${n} ${str(n)} must be a port between 1 and 65535`);
+    return p;
+  };
+  const duration = (n: string) => parseGoDuration(`${cmd}: --${n}`, str(n));
+  const file = (n: string) => (str(n) ? readFlagFile(cmd, n, str(n)) : undefined);
+
+  const hosts = str('proxy-server-host')
+    .split(',')
+    .map((h) => h.trim())
+    .filter(Boolean);
+  if (hosts.length === 0) throw new UserError(`${cmd}: --proxy-server-host is empty; give the konnectivity server's address`);
+  const serverPort = port('proxy-server-port');
+  const cert = file('agent-cert');
+  const key = file('agent-key');
+  if (key && !cert) throw new UserError(`${cmd}: --agent-key is set but --agent-cert is empty; pass both or neither`);
+  if (cert && !key) throw new UserError(`${cmd}: --agent-cert is set but --agent-key is empty; pass both or neither`);
+  const tokenPath = str('service-account-token-path') || undefined;
+  if (tokenPath) readFlagFile(cmd, 'service-account-token-path', tokenPath);
+  if (!cert && !tokenPath)
+    throw new UserError(`${cmd}: pass --agent-cert and --agent-key (a node certificate) or --service-account-token-path to prove who this agent is`);
+  if (str('kubeconfig')) readFlagFile(cmd, 'kubeconfig', str('kubeconfig'));
+  if (Number(str('xfr-channel-size')) <= 0) throw new UserError(`${cmd}: --xfr-channel-size ${str('xfr-channel-size')} must be greater than 0`);
+  if (bool('enable-contention-profiling') && !bool('enable-profiling'))
+    throw new UserError(`${cmd}: --enable-contention-profiling needs --enable-profiling too`);
+  const syncIntervalMs = duration('sync-interval');
+  const syncIntervalCapMs = duration('sync-interval-cap');
+  if (syncIntervalMs > syncIntervalCapMs)
+    throw new UserError(`${cmd}: --sync-interval ${str('sync-interval')} must not be longer than --sync-interval-cap ${str('sync-interval-cap')}`);
+  duration('probe-interval');
+  const identifiers = str('agent-identifiers') || undefined;
+  if (identifiers) parseIdentifiers(identifiers);
+  const source = str('server-count-source');
+  if (source !== 'default' && source !== 'max') throw new UserError(`${cmd}: --server-count-source "${source}" must be default or max`);
+
+  return {
+    servers: hosts.map((host) => ({ host, port: serverPort })),
+    ca: file('ca-cert'),
+    cert,
+    key,
+    serviceAccountTokenPath: tokenPath,
+    agentId: str('agent-id') || env.PROXY_AGENT_ID || randomUUID(),
+    identifiers,
+    alpn: values.get('alpn-proto') as string[],
+    keepaliveMs: duration('keepalive-time'),
+    syncIntervalMs,
+    syncIntervalCapMs,
+    syncForever: bool('sync-forever'),
+    health: { host: str('health-server-host'), port: port('health-server-port') },
+    admin: { host: str('admin-bind-address'), port: port('admin-server-port') },
+    profiling: bool('enable-profiling'),
+    contentionProfiling: bool('enable-contention-profiling'),
+    debug: bool('debug') || Number(str('v')) >= 5,
+  };
+}
+
+/**
+ * Runs the agent until stopped: the first SIGTERM or SIGINT drains (every server is told, new
+ * dials are refused, open connections keep working, the process stays up), the second stops it
+ * and the process exits 0.
+ */
+export async function runAgentCli(argv: readonly string[], cmd: string): Promise<void> {
+  const parsed = parsePflags(cmd, FLAGS, argv);
+  if (parsed.help) {
+    process.stdout.write(renderPflagHelp(cmd, DESCRIPTION, FLAGS));
+    return;
+  }
+  if (parsed.args.length > 0) throw new UserError(`${cmd}: unexpected argument "${parsed.args[0]}"; it takes only flags (see ${cmd} --help)`);
+  const c = agentConfig(cmd, parsed.values);
+  const root = createLogger({ debug: c.debug });
+  const log = componentLogger(root, 'konnectivity-agent');
+  const inert = inertFlagsSet(FLAGS, parsed);
+  if (inert.length) log.warn({ flags: inert }, `accepted for compatibility, no effect in kctl: ${inert.join(', ')}`);
+
+  const agent = new KonnectivityAgent({
+    servers: c.servers,
+    ca: c.ca,
+    cert: c.cert,
+    key: c.key,
+    serviceAccountTokenPath: c.serviceAccountTokenPath,
+    agentId: c.agentId,
+    identifiers: c.identifiers ? parseIdentifiers(c.identifiers) : undefined,
+    syncIntervalMs: c.syncIntervalMs,
+    syncIntervalCapMs: c.syncIntervalCapMs,
+    syncForever: c.syncForever,
+    transportKeepaliveMs: c.keepaliveMs,
+    alpnProtocols: c.alpn,
+    log,
+  });
+  const servers: Server[] = [];
+  const health = await serveHealth({
+    ...c.health,
+    registry: agent.metrics.registry,
+    checks: [
+      { name: 'ping', check: () => null },
+      { name: 'server-connected', check: () => (agent.snapshot().servers.length > 0 ? null : 'no servers connected') },
+    ],
+  });
+  servers.push(health.server);
+  const admin = await serveAdmin({ ...c.admin, healthPort: health.port, profiling: c.profiling, contentionProfiling: c.contentionProfiling });
+  servers.push(admin.server);
+  await agent.start();
+  log.info(
+    { servers: c.servers.map((s) => `${s.host}:${s.port}`), agentId: c.agentId, health: health.port, admin: admin.port },
+    'konnectivity agent started',
+  );
+  await untilSecondSignal(log, () => agent.drain());
+  await agent.stop({ drain: false });
+  admin.close();
+  for (const s of servers) s.closeAllConnections();
+  await Promise.all(servers.map((s) => new Promise((r) => s.close(r))));
+  log.info('konnectivity agent stopped');
+}
+
+/** Resolves on the second SIGTERM/SIGINT; the first runs `onFirst`. */
+function untilSecondSignal(log: Logger, onFirst: () => Promise<void>): Promise<void> {
+  return new Promise((resolve) => {
+    let count = 0;
+    const keepAlive = setInterval(() => undefined, 1 << 30);
+    const handler = (signal: NodeJS.Signals): void => {
+      count++;
+      if (count === 1) {
+        log.info({ signal }, `received ${signal}: draining; send it again to stop`);
+        void onFirst();
+        return;
+      }
+      log.info({ signal }, `received ${signal} again, stopping`);
+      for (const s of ['SIGTERM', 'SIGINT'] as const) process.off(s, handler);
+      clearInterval(keepAlive);
+      resolve();
+    };
+    for (const s of ['SIGTERM', 'SIGINT'] as const) process.on(s, handler);
+  });
+}
+
+/** The name kctl answers to as upstream's agent (a symlink or hard link to the executable). */
+export const PROXY_AGENT_NAME = 'proxy-agent';
+
+/** `kctl konnectivity-agent` in kctl --help; main() hands its arguments to runAgentCli unparsed. */
 export function konnectivityAgentCommand(program: Command): void {
-  const collect = (v: string, prev: string[]) => [...prev, ...v.split(',').filter(Boolean)];
   program
     .command('konnectivity-agent')
-    .description('run a standalone konnectivity agent (drop-in for the upstream proxy-agent; takes its flags)')
-    .option('--proxy-server-host <host>', 'server address; repeat (or comma-separate) to connect to every controller', collect, [])
-    .option('--proxy-server-port <port>', 'server agent port', '8091')
-    .option('--ca-cert <file>', 'CA that signed the server certificate')
-    .option('--agent-cert <file>', 'client certificate (O=system:nodes, CN=system:node:<name>)')
-    .option('--agent-key <file>', 'client key')
-    .option('--agent-id <id>', 'unique agent id (default: host name)')
-    .option('--agent-identifiers <query>', 'e.g. host=node1&ipv4=10.0.0.5 (kubelet traffic for these goes to this agent)')
-    .option('--service-account-token-path <file>', 'service-account token instead of a client certificate')
-    .option('--sync-interval <duration>', 'first reconnect delay', '1s')
-    .option('--sync-interval-cap <duration>', 'reconnect delay cap', '10s')
-    .option('--probe-interval <duration>', 'accepted for compatibility; connections are watched by keepalive', '1s')
-    .option('--sync-forever', 'keep looking for more servers after holding servercount')
-    .option('--keepalive-time <duration>', 'keepalive towards kctl servers (upstream servers: never below 30s)', '5s')
-    .option('--health-server-port <port>', '/healthz and /readyz', '8093')
-    .option('--admin-server-port <port>', '/metrics', '8094')
-    .addOption(new Option('--v <level>', 'accepted for compatibility (use --debug)').hideHelp())
-    .addOption(new Option('--logtostderr [bool]').hideHelp())
-    .addOption(new Option('--alsologtostderr [bool]').hideHelp())
-    .action(async (f: AgentFlags, cmd: Command) => {
-      if (f.proxyServerHost.length === 0) throw new UserError('--proxy-server-host is required (the controller address)');
-      const serverPort = port('--proxy-server-port', f.proxyServerPort);
-      const ca = readPem('--ca-cert', f.caCert);
-      if (!ca) throw new UserError('--ca-cert is required (the CA that signed the konnectivity server certificate)');
-      const cert = readPem('--agent-cert', f.agentCert);
-      const key = readPem('--agent-key', f.agentKey);
-      if ((cert === undefined) !== (key === undefined)) throw new UserError('--agent-cert and --agent-key go together');
-      if (!cert && !f.serviceAccountTokenPath)
-        throw new UserError('pass --agent-cert/--agent-key (node certificate) or --service-account-token-path');
-      const log = componentLogger(loggerFor(cmd), 'konnectivity-agent');
-      const agent = new KonnectivityAgent({
-        servers: f.proxyServerHost.map((host) => ({ host, port: serverPort })),
-        ca,
-        cert,
-        key,
-        serviceAccountTokenPath: f.serviceAccountTokenPath,
-        agentId: f.agentId ?? hostname(),
-        identifiers: f.agentIdentifiers ? parseIdentifiers(f.agentIdentifiers) : undefined,
-        syncIntervalMs: parseGoDuration('--sync-interval', f.syncInterval),
-        syncIntervalCapMs: parseGoDuration('--sync-interval-cap', f.syncIntervalCap),
-        syncForever: f.syncForever === true,
-        keepaliveTimeMs: parseGoDuration('--keepalive-time', f.keepaliveTime),
-        log,
-      });
-      parseGoDuration('--probe-interval', f.probeInterval);
-      const endpoints = httpEndpoints([
-        [
-          port('--health-server-port', f.healthServerPort),
-          {
-            '/healthz': async () => [200, 'ok'],
-            '/readyz': async () => (agent.snapshot().servers.length > 0 ? [200, 'ok'] : [500, 'not connected to any proxy server']),
-          },
-        ],
-        [port('--admin-server-port', f.adminServerPort), { '/metrics': async () => [200, await agent.metricsText()] }],
-      ]);
-      // No ready gate: like upstream's agent, it keeps dialing until a server answers.
-      const agentComponent: Component = {
-        name: 'konnectivity-agent',
-        start: async () => {
-          await agent.init();
-          await agent.start();
-        },
-        stop: () => agent.stop(),
-        status: () => agent.status(),
-      };
-      await runUntilSignal(new ComponentManager([endpoints, agentComponent], componentLogger(loggerFor(cmd), 'manager')), log, {
-        onReady: () => log.info({ servers: f.proxyServerHost, agentId: f.agentId ?? hostname() }, 'konnectivity agent started'),
-        onStopped: () => log.info('konnectivity agent stopped'),
-      });
-    });
-}
-
-type Routes = Record<string, () => Promise<[number, string]>>;
-
-/** Plain-HTTP health and metrics listeners on loopback, as one component. */
-function httpEndpoints(listeners: [number, Routes][]): Component {
-  const servers: Server[] = [];
-  return {
-    name: 'endpoints',
-    async start() {
-      for (const [p, routes] of listeners) {
-        const s = createServer((req, res) => {
-          const route = routes[req.url ?? ''];
-          if (!route) {
-            res.writeHead(404).end();
-            return;
-          }
-          void route().then(([code, body]) => res.writeHead(code, { 'content-type': 'text/plain' }).end(body));
-        });
-        servers.push(s);
-        await new Promise<void>((resolve, reject) => {
-          s.once('error', (err: NodeJS.ErrnoException) =>
-            reject(new Error(`cannot listen on 127.0.0.1:${p} (${err.code ?? err.message}); pick another port`)),
-          );
-          s.listen(p, '127.0.0.1', () => resolve());
-        });
+    .description("run a standalone konnectivity agent: a drop-in for upstream's proxy-agent v0.36.0, with its flags (see konnectivity-agent --help)")
+    .helpOption(false)
+    .allowUnknownOption()
+    .allowExcessArguments()
+    .action(async (_opts: unknown, command: Command) => {
+      try {
+        await runAgentCli(command.args, 'konnectivity-agent');
+      } catch (err) {
+        reportAndExit(err, command.args.includes('--debug'));
       }
-    },
-    async stop() {
-      await Promise.all(servers.map((s) => new Promise<void>((resolve) => s.close(() => resolve()))));
-    },
-  };
+    });
 }

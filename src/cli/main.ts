@@ -14,7 +14,8 @@ import { sysinfoCommand } from './sysinfo.ts';
 import { backupCommands } from './backup.ts';
 import { etcdCommands } from './etcd.ts';
 import { workerCommand } from './worker.ts';
-import { konnectivityAgentCommand } from './konnectivity-agent.ts';
+import { PROXY_AGENT_NAME, konnectivityAgentCommand, runAgentCli } from './konnectivity-agent.ts';
+import { basename } from 'node:path';
 import { versionCommand } from './version.ts';
 import { tenantCommands } from './tenant.ts';
 
@@ -56,7 +57,24 @@ export function buildProgram(): Command {
   return program;
 }
 
+/** The drop-in agent takes upstream's command line, which commander must not see. */
+function agentInvocation(argv: string[]): { args: string[]; cmd: string } | undefined {
+  if (basename(process.argv0) === PROXY_AGENT_NAME) return { args: argv, cmd: PROXY_AGENT_NAME };
+  if (argv[0] === 'konnectivity-agent') return { args: argv.slice(1), cmd: 'konnectivity-agent' };
+  return undefined;
+}
+
 export async function main(argv: string[]): Promise<void> {
+  const agent = agentInvocation(argv);
+  if (agent) {
+    try {
+      await runAgentCli(agent.args, agent.cmd);
+    } catch (err) {
+      reportAndExit(err, agent.args.includes('--debug'));
+    }
+    // Stopped on the second signal: exit 0 even if a library left a timer behind.
+    process.exit(0);
+  }
   const program = buildProgram();
   const k = argv.indexOf('kubectl');
   if (k >= 0) {

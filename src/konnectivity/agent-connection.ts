@@ -10,7 +10,7 @@ import type { Logger } from '../base/log.ts';
 import type { KonnectivityAgentOptions } from './agent-options.ts';
 import { PendingDial, Target, type TargetOwner } from './agent-targets.ts';
 import type { WindowBudget } from './flow.ts';
-import type { AgentMetrics } from './metrics.ts';
+import type { AgentDialFailure, AgentMetrics } from './metrics.ts';
 import { StreamWriter } from './stream-writer.ts';
 import {
   AgentServiceClient,
@@ -27,6 +27,23 @@ import {
   type Packet,
 } from './protocol.ts';
 
+/**
+ * `creds` offering `protocols` before h2 in the TLS handshake. grpc-js always offers h2 alone; its
+ * connector keeps the options it passes to tls.connect, and those are amended here.
+ */
+function withAlpn(creds: grpc.ChannelCredentials, protocols: string[]): grpc.ChannelCredentials {
+  if (protocols.length === 0) return creds;
+  const wrapped = Object.create(creds) as grpc.ChannelCredentials;
+  type Connector = ReturnType<grpc.ChannelCredentials['_createSecureConnector']> & { connectionOptions?: { ALPNProtocols?: string[] } };
+  wrapped._createSecureConnector = (...args) => {
+    const connector: Connector = creds._createSecureConnector(...args);
+    if (!connector.connectionOptions) throw new Error('this grpc-js cannot offer ALPN protocols (--alpn-proto); report a bug');
+    connector.connectionOptions.ALPNProtocols = [...protocols.filter((p) => p !== 'h2'), 'h2'];
+    return connector;
+  };
+  return wrapped;
+}
+
 /** gRPC keepalive towards any server: upstream refuses pings more often than every 30 s. */
 const UPSTREAM_SAFE_KEEPALIVE_MS = 31_000;
 /** How long a server has to send its serverid/servercount headers. */
@@ -35,7 +52,16 @@ const HEADER_TIMEOUT_MS = 15_000;
 /** The agent options a server connection reads, defaults applied. */
 export type ConnectionOptions = Pick<
   KonnectivityAgentOptions,
-  'ca' | 'cert' | 'key' | 'serverName' | 'agentId' | 'identifiers' | 'extensions' | 'serviceAccountTokenPath'
+  | 'ca'
+  | 'cert'
+  | 'key'
+  | 'serverName'
+  | 'agentId'
+  | 'identifiers'
+  | 'extensions'
+  | 'serviceAccountTokenPath'
+  | 'transportKeepaliveMs'
+  | 'alpnProtocols'
 > &
   Required<Pick<KonnectivityAgentOptions, 'dialTimeoutMs' | 'keepaliveTimeMs' | 'keepaliveTimeoutMs' | 'upstreamBufferLimit'>>;
 
@@ -46,6 +72,8 @@ export interface ConnectionContext {
   readonly metrics: AgentMetrics;
   /** Window growth for every target connection of the agent, whichever server it came from. */
   readonly windowBudget: WindowBudget;
+  /** The agent is draining: new dials are refused so the server picks another agent. */
+  draining(): boolean;
 }
 
 /** One stream to one server: its dials and the target connections made for it. */
@@ -69,6 +97,7 @@ export class ServerConnection implements TargetOwner {
   readonly windowBudget: WindowBudget;
   private readonly o: ConnectionOptions;
   private readonly metrics: AgentMetrics;
+  private readonly draining: () => boolean;
 
   /** `onLost` runs once when a stream that was open (headers received) ends. */
   constructor(
@@ -80,6 +109,7 @@ export class ServerConnection implements TargetOwner {
     this.log = agent.log;
     this.metrics = agent.metrics;
     this.windowBudget = agent.windowBudget;
+    this.draining = () => agent.draining();
   }
 
   get dialTimeoutMs(): number {
@@ -94,13 +124,13 @@ export class ServerConnection implements TargetOwner {
   async open(): Promise<void> {
     const o = this.o;
     const buf = (v: string | Buffer | undefined): Buffer | null => (v === undefined ? null : typeof v === 'string' ? Buffer.from(v) : v);
-    const creds = grpc.credentials.createSsl(buf(o.ca), buf(o.key), buf(o.cert));
+    const creds = withAlpn(grpc.credentials.createSsl(buf(o.ca), buf(o.key), buf(o.cert)), o.alpnProtocols ?? []);
     const options: grpc.ChannelOptions = {
       // Every stream its own TCP connection: behind a load balancer that is how we reach
       // the other servers, and a dead connection is closed with its stream.
       'grpc.use_local_subchannel_pool': 1,
       'grpc.enable_channelz': 0,
-      'grpc.keepalive_time_ms': UPSTREAM_SAFE_KEEPALIVE_MS,
+      'grpc.keepalive_time_ms': Math.max(UPSTREAM_SAFE_KEEPALIVE_MS, o.transportKeepaliveMs ?? 0),
       'grpc.keepalive_timeout_ms': 10_000,
       'grpc.max_receive_message_length': 16 * 1024 * 1024,
       // Never paused (per-connection credit does that), so a small HTTP/2 window only adds
@@ -153,7 +183,10 @@ export class ServerConnection implements TargetOwner {
     });
 
     call.on('data', (p: Packet) => this.onPacket(p));
-    call.on('error', (err: grpc.ServiceError) => this.lost(err.details || err.message));
+    call.on('error', (err: grpc.ServiceError) => {
+      if (!this.closed) this.metrics.streamFailed(err.code);
+      this.lost(err.details || err.message);
+    });
     call.on('end', () => this.lost('server ended the stream'));
     if (this.flowControl) {
       this.pingTimer = setInterval(() => this.keepalive(), Math.max(100, Math.floor(o.keepaliveTimeMs / 2)));
@@ -174,7 +207,9 @@ export class ServerConnection implements TargetOwner {
   }
 
   send(p: Packet): void {
-    if (!this.closed && this.call) this.writer.write(this.call, p);
+    if (this.closed || !this.call) return;
+    this.metrics.packet('from_agent', p.type);
+    this.writer.write(this.call, p);
   }
 
   get writable(): boolean {
@@ -183,6 +218,7 @@ export class ServerConnection implements TargetOwner {
 
   private onPacket(p: Packet): void {
     this.lastReceived = Date.now();
+    this.metrics.packet('to_agent', p.type);
     switch (p.type) {
       case 'DIAL_REQ':
         return this.onDial(p);
@@ -236,6 +272,12 @@ export class ServerConnection implements TargetOwner {
       this.send(packets.dialRsp(req.random, '0', `invalid or duplicate dial id ${req.random}`));
       return;
     }
+    if (this.draining()) {
+      this.metrics.dialFailed('draining');
+      this.log.debug(fields, 'refusing a dial: this agent is draining');
+      this.send(packets.dialRsp(req.random, '0', 'agent is draining'));
+      return;
+    }
     const target = splitHostPort(req.address);
     if (req.protocol !== 'tcp' || !target) {
       this.send(packets.dialRsp(req.random, '0', `cannot dial ${req.protocol} ${req.address}: only tcp host:port`));
@@ -259,16 +301,16 @@ export class ServerConnection implements TargetOwner {
     t.start();
   }
 
-  dialFailed(d: PendingDial, error: string, reason: string): void {
+  dialFailed(d: PendingDial, error: string, reason: AgentDialFailure): void {
     this.dials.delete(d.random);
-    this.metrics.dialFailures.inc({ reason });
+    this.metrics.dialFailed(reason);
     this.log.warn({ trace: d.trace, serverId: this.serverId, random: d.random, address: d.address }, `target dial failed: ${error}`);
     this.send(packets.dialRsp(d.random, '0', error));
   }
 
   dialCancelled(d: PendingDial): void {
     this.dials.delete(d.random);
-    this.metrics.dialFailures.inc({ reason: 'cancelled' });
+    this.metrics.dialFailed('cancelled');
     this.log.debug({ trace: d.trace, serverId: this.serverId, random: d.random }, 'dial cancelled by server');
   }
 

@@ -11,8 +11,8 @@ export interface ServerAddress {
 export interface KonnectivityAgentOptions {
   /** Every controller's agent endpoint; one address may also be a load balancer. */
   servers: ServerAddress[];
-  /** PEM of the CA that signed the servers' certificates. */
-  ca: string | Buffer;
+  /** PEM of the CA that signed the servers' certificates; without it, the system's trusted CAs. */
+  ca?: string | Buffer;
   /** Client certificate (node cert: O=system:nodes, CN=system:node:<name>) and key, PEM. */
   cert?: string | Buffer;
   key?: string | Buffer;
@@ -35,6 +35,10 @@ export interface KonnectivityAgentOptions {
   syncForever?: boolean;
   /** On stop, wait this long for open connections to finish after DRAIN. Default 0. */
   drainTimeoutMs?: number;
+  /** gRPC (HTTP/2) keepalive towards every server; never below 31 s, upstream servers' floor. Default 31 s. */
+  transportKeepaliveMs?: number;
+  /** ALPN protocols offered before h2 (upstream --alpn-proto), for a proxy that routes by ALPN. */
+  alpnProtocols?: string[];
   /** Offer kctl extensions. Default true. */
   extensions?: boolean;
   /** Per-connection buffer towards a stalled target when the server sends without credit. Default 4 MiB. */

@@ -20,7 +20,7 @@ export interface TargetOwner {
   send(p: Packet): void;
   /** The dial reached its target: the socket is now the owner's to tunnel. */
   dialed(d: PendingDial, socket: Socket): void;
-  dialFailed(d: PendingDial, error: string, reason: string): void;
+  dialFailed(d: PendingDial, error: string, reason: 'timeout' | 'error' | 'fd_exhausted'): void;
   dialCancelled(d: PendingDial): void;
   targetGone(t: Target): void;
 }

@@ -78,6 +78,7 @@ export class KonnectivityAgent implements Component {
   private timer: NodeJS.Timeout | undefined;
   private state: ComponentState = 'pending';
   private stopping = false;
+  private isDraining = false;
   private startedAt = 0;
   private lastError: string | undefined;
   private readyWaiters: (() => void)[] = [];
@@ -117,7 +118,13 @@ export class KonnectivityAgent implements Component {
         return n;
       },
     });
-    this.context = { options: this.o, log: this.log, metrics: this.metrics, windowBudget: new WindowBudget(WINDOW_GROWTH_BUDGET) };
+    this.context = {
+      options: this.o,
+      log: this.log,
+      metrics: this.metrics,
+      windowBudget: new WindowBudget(WINDOW_GROWTH_BUDGET),
+      draining: () => this.isDraining,
+    };
   }
 
   private addressState(addr: ServerAddress): AddressState {
@@ -177,6 +184,22 @@ export class KonnectivityAgent implements Component {
         { once: true },
       );
     });
+  }
+
+  /**
+   * Tells every server (and any it connects to later) that this agent is draining, and refuses
+   * new dials; established connections keep working and the streams stay up. Upstream's agent
+   * does this on its first SIGTERM, and rollouts rely on it.
+   */
+  async drain(): Promise<void> {
+    if (this.isDraining) return;
+    this.isDraining = true;
+    this.log.info({ servers: this.conns.size }, 'draining: new dials go to other agents, open connections keep working');
+    await Promise.all([...this.conns.values()].map((c) => c.drain()));
+  }
+
+  get draining(): boolean {
+    return this.isDraining;
   }
 
   /** DRAIN every server (new dials go elsewhere), optionally let connections finish, then close. */
@@ -251,7 +274,8 @@ export class KonnectivityAgent implements Component {
   private tick(): void {
     clearTimeout(this.timer);
     this.timer = undefined;
-    if (this.stopping) return;
+    // Like upstream's agent: no new server connections once draining.
+    if (this.stopping || this.isDraining) return;
     const now = Date.now();
     let next = Number.POSITIVE_INFINITY;
     for (const a of this.addresses) {
@@ -297,6 +321,7 @@ export class KonnectivityAgent implements Component {
         );
         if (this.state === 'starting') this.state = 'running';
         for (const w of this.readyWaiters.splice(0)) w();
+        if (this.isDraining) void c.drain();
       }
       this.knownServerCount = c.serverCount;
     } catch (err) {

@@ -1,0 +1,385 @@
+// `kctl konnectivity-agent` as a drop-in for upstream's proxy-agent v0.36.0, side by side with the
+// real one: the same argument vector, the same endpoint answers, the same metric families (HELP
+// and label names) and, for the same dial errors, the same series and values; the first SIGTERM
+// drains, the second stops; the `proxy-agent` invocation name; every unknown flag one line.
+import assert from 'node:assert/strict';
+import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import { symlink, writeFile } from 'node:fs/promises';
+import { createServer as createNetServer, type AddressInfo } from 'node:net';
+import { join } from 'node:path';
+import { test } from 'node:test';
+import { execa } from 'execa';
+import { dialViaProxy } from '../../src/konnectivity/client.ts';
+import { tempDir } from '../helpers.ts';
+import { echoServer, makePki, readN, waitFor } from '../unit/konnectivity/fixtures.ts';
+import { requireKctl } from './kctl.ts';
+import { upstreamBin } from './upstream.ts';
+
+type T = { after: (fn: () => Promise<void> | void) => void };
+
+async function freePort(): Promise<number> {
+  const s = createNetServer();
+  await new Promise<void>((r) => s.listen(0, '127.0.0.1', r));
+  const port = (s.address() as AddressInfo).port;
+  await new Promise<void>((r) => s.close(() => r()));
+  return port;
+}
+
+interface Proc {
+  child: ChildProcess;
+  output: () => string;
+  exited: Promise<number | null>;
+}
+
+function start(t: T, bin: string, args: string[], argv0?: string): Proc {
+  const child = spawn(bin, args, { stdio: ['ignore', 'pipe', 'pipe'], argv0 });
+  let out = '';
+  child.stdout!.on('data', (c: Buffer) => (out += c.toString()));
+  child.stderr!.on('data', (c: Buffer) => (out += c.toString()));
+  const exited = new Promise<number | null>((r) => child.once('exit', (code) => r(code)));
+  t.after(async () => {
+    if (child.exitCode === null) child.kill('SIGKILL');
+    await exited;
+  });
+  return { child, output: () => out, exited };
+}
+
+interface Files {
+  dir: string;
+  ca: string;
+  serverCert: string;
+  serverKey: string;
+  agentCert: string;
+  agentKey: string;
+}
+
+async function pkiFiles(t: T): Promise<Files> {
+  const pki = await makePki();
+  const dir = await tempDir(t, 'kctl-dropin-');
+  const node = await pki.nodeCert('dropin-node');
+  const f = {
+    dir,
+    ca: join(dir, 'ca.crt'),
+    serverCert: join(dir, 'server.crt'),
+    serverKey: join(dir, 'server.key'),
+    agentCert: join(dir, 'agent.crt'),
+    agentKey: join(dir, 'agent.key'),
+  };
+  await Promise.all([
+    writeFile(f.ca, pki.ca),
+    writeFile(f.serverCert, pki.serverCert),
+    writeFile(f.serverKey, pki.serverKey, { mode: 0o600 }),
+    writeFile(f.agentCert, node.cert),
+    writeFile(f.agentKey, node.key, { mode: 0o600 }),
+  ]);
+  return f;
+}
+
+/** An upstream proxy-server: grpc frontend on a UDS, agents on `agentPort`. */
+async function upstreamServer(t: T, f: Files, name: string, agentPort: number): Promise<{ uds: string; proc: Proc }> {
+  const uds = join(f.dir, `${name}.sock`);
+  const proc = start(t, upstreamBin()['proxy-server'], [
+    '--mode=grpc',
+    `--uds-name=${uds}`,
+    '--delete-existing-uds-file',
+    '--server-port=0',
+    `--cluster-cert=${f.serverCert}`,
+    `--cluster-key=${f.serverKey}`,
+    `--cluster-ca-cert=${f.ca}`,
+    `--agent-port=${agentPort}`,
+    '--agent-bind-address=127.0.0.1',
+    `--admin-port=${await freePort()}`,
+    `--health-port=${await freePort()}`,
+    '--health-bind-address=127.0.0.1',
+    `--server-id=${name}`,
+    '--server-count=1',
+  ]);
+  await waitFor(`upstream server ${name}`, () => existsSync(uds), 30_000).catch((err: Error) => {
+    throw new Error(`${err.message}\n${proc.output()}`);
+  });
+  return { uds, proc };
+}
+
+/** Every flag a DaemonSet or sidecar manifest passes, in --flag=value form (ports aside, the same for both agents). */
+function agentArgs(f: Files, agentPort: number, health: number, admin: number, id: string): string[] {
+  return [
+    '--logtostderr=true',
+    '--v=2',
+    `--ca-cert=${f.ca}`,
+    `--agent-cert=${f.agentCert}`,
+    `--agent-key=${f.agentKey}`,
+    '--proxy-server-host=127.0.0.1',
+    `--proxy-server-port=${agentPort}`,
+    `--health-server-port=${health}`,
+    `--admin-server-port=${admin}`,
+    '--admin-bind-address=127.0.0.1',
+    `--agent-id=${id}`,
+    '--agent-identifiers=host=dropin-node&ipv4=127.0.0.1',
+    '--sync-interval=1s',
+    '--sync-interval-cap=10s',
+    '--probe-interval=1s',
+    '--keepalive-time=1h0m0s',
+    '--sync-forever=false',
+    '--alpn-proto=konnectivity',
+    '--enable-profiling=true',
+    '--enable-contention-profiling=false',
+    '--count-server-leases=false',
+    '--lease-namespace=kube-system',
+    '--lease-label=k8s-app=konnectivity-server',
+    '--server-count-source=default',
+    '--kube-api-content-type=application/vnd.kubernetes.protobuf',
+    '--xfr-channel-size=150',
+    '--warn-on-channel-limit=false',
+    '--stderrthreshold=2',
+  ];
+}
+
+async function get(url: string): Promise<{ status: number; body: string }> {
+  const r = await fetch(url);
+  return { status: r.status, body: await r.text() };
+}
+
+/** family -> HELP text and the label names its samples carry (le and quantile aside). */
+function families(scrape: string): Map<string, { help: string; labels: string }> {
+  const out = new Map<string, { help: string; labels: Set<string> }>();
+  for (const line of scrape.split('\n')) {
+    const help = /^# HELP (\S+) (.*)$/.exec(line);
+    if (help) {
+      out.set(help[1]!, { help: help[2]!, labels: new Set() });
+      continue;
+    }
+    const sample = /^([a-zA-Z_:][\w:]*)(?:\{(.*)\})? /.exec(line);
+    if (!sample) continue;
+    const fam = [...out.keys()].find((k) => sample[1] === k || sample[1]!.replace(/_(bucket|sum|count|total)$/, '') === k) ?? sample[1]!;
+    for (const m of (sample[2] ?? '').matchAll(/(\w+)="/g)) if (m[1] !== 'le' && m[1] !== 'quantile') out.get(fam)?.labels.add(m[1]!);
+  }
+  return new Map([...out].map(([k, v]) => [k, { help: v.help, labels: [...v.labels].sort().join(',') }]));
+}
+
+/** Samples of one family as "name{labels} value" lines. */
+function series(scrape: string, name: string): string[] {
+  return scrape
+    .split('\n')
+    .filter((l) => l.startsWith(`${name}{`) || l.startsWith(`${name} `))
+    .sort();
+}
+
+const readyz = async (port: number) => Promise.all(['/healthz', '/readyz', '/ready'].map((p) => get(`http://127.0.0.1:${port}${p}`)));
+
+/** Drops every TCP packet to `ip`: a dial there times out instead of being answered or refused. */
+function blackhole(t: T, ip: string): void {
+  const rule = ['OUTPUT', '-d', `${ip}/32`, '-p', 'tcp', '-j', 'DROP'];
+  execFileSync('iptables', ['-w', '5', '-I', ...rule]);
+  t.after(() => {
+    execFileSync('iptables', ['-w', '5', '-D', ...rule]);
+  });
+}
+
+test(
+  'kctl konnectivity-agent beside upstream proxy-agent: same flags, endpoints, metric families and dial-failure series',
+  { timeout: 240_000 },
+  async (t) => {
+    const f = await pkiFiles(t);
+    const agentPorts = { up: await freePort(), kc: await freePort() };
+    const health = { up: await freePort(), kc: await freePort() };
+    const admin = { up: await freePort(), kc: await freePort() };
+    const upAgent = start(t, upstreamBin()['proxy-agent'], agentArgs(f, agentPorts.up, health.up, admin.up, 'agent-up'));
+    const kcAgent = start(t, requireKctl(), ['konnectivity-agent', ...agentArgs(f, agentPorts.kc, health.kc, admin.kc, 'agent-kc')]);
+    const outputs = () => `\nupstream agent:\n${upAgent.output()}\nkctl agent:\n${kcAgent.output()}`;
+    await waitFor(
+      'both health ports',
+      async () =>
+        (await Promise.all([health.up, health.kc].map((p) => get(`http://127.0.0.1:${p}/healthz`).catch(() => null)))).every(
+          (r) => r?.status === 200,
+        ),
+      30_000,
+    ).catch((err: Error) => {
+      throw new Error(`${err.message}${outputs()}`);
+    });
+
+    // Before any server answers.
+    const before = await Promise.all([readyz(health.up), readyz(health.kc)]);
+    assert.deepEqual(before[1], before[0], 'healthz, readyz, ready before connecting');
+    assert.deepEqual(before[0][0], { status: 200, body: 'ok' });
+    assert.deepEqual(before[0][1], { status: 503, body: '[+]ping ok\n[-]server-connected failed: no servers connected\n' });
+
+    // Each agent gets its own upstream server, configured alike.
+    const servers = { up: await upstreamServer(t, f, 'server-up', agentPorts.up), kc: await upstreamServer(t, f, 'server-kc', agentPorts.kc) };
+    await waitFor(
+      'both agents ready',
+      async () => (await Promise.all([health.up, health.kc].map((p) => get(`http://127.0.0.1:${p}/readyz`)))).every((r) => r.status === 200),
+      60_000,
+    ).catch((err: Error) => {
+      throw new Error(`${err.message}${outputs()}`);
+    });
+    const after = await Promise.all([readyz(health.up), readyz(health.kc)]);
+    assert.deepEqual(after[1], after[0], 'healthz, readyz, ready once connected');
+    assert.deepEqual(after[0][1], { status: 200, body: 'ok' });
+    assert.deepEqual(await get(`http://127.0.0.1:${health.kc}/readyz?verbose`), await get(`http://127.0.0.1:${health.up}/readyz?verbose`));
+
+    // The same dials through each: one that works, a refused port, an unknown name, one that never answers.
+    const echo = await echoServer(t);
+    const closedPort = await freePort();
+    blackhole(t, '192.0.2.77');
+    for (const name of ['up', 'kc'] as const) {
+      const uds = servers[name].uds;
+      const tn = await dialViaProxy({ udsPath: uds, address: echo.address });
+      tn.write('ping');
+      assert.equal((await readN(tn, 4)).toString(), 'ping');
+      tn.destroy();
+      await assert.rejects(dialViaProxy({ udsPath: uds, address: `127.0.0.1:${closedPort}` }), /refused/);
+      await assert.rejects(dialViaProxy({ udsPath: uds, address: 'no-such-host.invalid:80' }));
+      await assert.rejects(dialViaProxy({ udsPath: uds, address: '192.0.2.77:80' }), /timeout/);
+    }
+
+    const scrape = async (port: number) => (await get(`http://127.0.0.1:${port}/metrics`)).body;
+    const [upHealth, kcHealth] = [await scrape(health.up), await scrape(health.kc)];
+    // The admin port's /metrics is a redirect to the health port on both; fetch follows it.
+    const [upAdmin, kcAdmin] = [await scrape(admin.up), await scrape(admin.kc)];
+    for (const [what, upText, kcText] of [
+      ['health port', upHealth, kcHealth],
+      ['admin port', upAdmin, kcAdmin],
+    ] as const) {
+      const [u, k] = [families(upText), families(kcText)];
+      assert.ok(u.size > 10, `upstream's ${what} scrape has families`);
+      // Go runtime families (go_*) aside: kctl is a Node process, with nodejs_* instead.
+      const compared = [...u.keys()].filter((name) => !name.startsWith('go_'));
+      for (const name of compared) assert.deepEqual(k.get(name), u.get(name), `${what}: ${name} (HELP and label names)`);
+      t.diagnostic(`${what}: ${compared.length} upstream families matched: ${compared.join(' ')}`);
+    }
+    const dialFailures = 'konnectivity_network_proxy_agent_endpoint_dial_failure_total';
+    assert.deepEqual(series(kcHealth, dialFailures), series(upHealth, dialFailures));
+    assert.deepEqual(series(upHealth, dialFailures), [`${dialFailures}{reason="timeout"} 1`, `${dialFailures}{reason="unknown"} 2`]);
+    for (const fam of ['konnectivity_network_proxy_agent_dial_duration_seconds_count', 'konnectivity_network_proxy_agent_open_server_connections'])
+      assert.deepEqual(series(kcHealth, fam), series(upHealth, fam), fam);
+    assert.deepEqual(
+      (await fetch(`http://127.0.0.1:${admin.kc}/metrics`, { redirect: 'manual' })).headers.get('location'),
+      `//127.0.0.1:${health.kc}/metrics`,
+    );
+    // Profiling on: the admin port serves the index; the health port is all interfaces, admin loopback.
+    assert.equal((await get(`http://127.0.0.1:${admin.kc}/debug/pprof/`)).status, 200);
+    const listening = execFileSync('ss', ['-ltnH'], { encoding: 'utf8' });
+    for (const name of ['up', 'kc'] as const) {
+      assert.match(listening, new RegExp(`\\*:${health[name]}\\s`), `${name}: health port on every interface`);
+      assert.match(listening, new RegExp(`127\\.0\\.0\\.1:${admin[name]}\\s`), `${name}: admin port on loopback`);
+    }
+    assert.doesNotMatch(kcAgent.output(), /no effect in kctl/, 'every inert flag was at its default: no warning');
+  },
+);
+
+/** The flag names a pflag --help lists. */
+function helpFlags(help: string): string[] {
+  return [...help.matchAll(/^\s+(?:-\w, )?--([\w-]+)/gm)].map((m) => m[1]!).sort();
+}
+
+test('invoked as proxy-agent, kctl is the agent: --help lists every upstream flag; bad flags and values are one line each', async (t) => {
+  const dir = await tempDir(t, 'kctl-proxy-agent-');
+  const link = join(dir, 'proxy-agent');
+  await symlink(requireKctl(), link);
+  const token = join(dir, 'token');
+  await writeFile(token, 'a-token', { mode: 0o600 });
+  const upstreamHelp = await execa(upstreamBin()['proxy-agent'], ['--help'], { reject: false });
+  const help = await execa(link, ['--help']);
+  assert.equal(help.exitCode, 0);
+  const upstreamNames = helpFlags(upstreamHelp.stdout + upstreamHelp.stderr);
+  assert.ok(upstreamNames.length > 40, `upstream lists its flags (${upstreamNames.length})`);
+  const kctlNames = helpFlags(help.stdout);
+  assert.deepEqual(
+    upstreamNames.filter((n) => !kctlNames.includes(n)),
+    [],
+    'every upstream flag is in kctl --help',
+  );
+  assert.deepEqual(helpFlags((await execa(requireKctl(), ['konnectivity-agent', '--help'])).stdout), kctlNames);
+
+  for (const [args, line] of [
+    [['--admin-bind-adress=127.0.0.1'], /^kctl: proxy-agent: unknown flag --admin-bind-adress; see proxy-agent --help for the flags it takes$/],
+    [['--health-server-port=http'], /^kctl: proxy-agent: invalid value "http" for --health-server-port: expected an integer$/],
+    [['--sync-forever=maybe'], /^kctl: proxy-agent: invalid value "maybe" for --sync-forever: expected true or false$/],
+    [
+      ['--agent-cert=/nonexistent/agent.crt', '--agent-key=/nonexistent/agent.key'],
+      /^kctl: proxy-agent: --agent-cert \/nonexistent\/agent.crt: cannot read \(ENOENT\)$/,
+    ],
+    [
+      [`--service-account-token-path=${token}`, '--enable-contention-profiling'],
+      /^kctl: proxy-agent: --enable-contention-profiling needs --enable-profiling too$/,
+    ],
+    [['--proxy-server-port'], /^kctl: proxy-agent: flag --proxy-server-port needs a value$/],
+    [['extra'], /^kctl: proxy-agent: unexpected argument "extra"; it takes only flags/],
+  ] as const) {
+    const r = await execa(link, [...args], { reject: false, timeout: 20_000 });
+    assert.equal(r.exitCode, 1, `${args.join(' ')}: exit 1, as upstream's agent exits on bad flags`);
+    assert.equal(r.stderr.split('\n').length, 1, `${args.join(' ')}: one line, got:\n${r.stderr}`);
+    assert.match(r.stderr, line);
+  }
+});
+
+/** One gauge or counter sample's value in a scrape; 0 when absent. */
+function sample(scrape: string, line: string): number {
+  const hit = scrape.split('\n').find((l) => l.startsWith(`${line} `));
+  return hit ? Number(hit.split(' ').pop()) : 0;
+}
+
+test(
+  'the first SIGTERM drains (open connections keep working, new dials go to the other agent), the second exits 0',
+  { timeout: 180_000 },
+  async (t) => {
+    const f = await pkiFiles(t);
+    const agentPort = await freePort();
+    const server = await upstreamServer(t, f, 'server-drain', agentPort);
+    const ports = { a: [await freePort(), await freePort()], b: [await freePort(), await freePort()] };
+    const a = start(t, requireKctl(), ['konnectivity-agent', ...agentArgs(f, agentPort, ports.a[0]!, ports.a[1]!, 'agent-a'), '--debug']);
+    await waitFor('agent a ready', async () => (await get(`http://127.0.0.1:${ports.a[0]}/readyz`).catch(() => null))?.status === 200, 60_000).catch(
+      (err: Error) => {
+        throw new Error(`${err.message}\n${a.output()}\n${server.proc.output()}`);
+      },
+    );
+    const echo = await echoServer(t);
+    const held = await dialViaProxy({ udsPath: server.uds, address: echo.address });
+    const roundTrip = async (what: string) => {
+      const echoed = new Promise<string>((resolve, reject) => {
+        let got = '';
+        const onData = (c: Buffer): void => {
+          got += c.toString();
+          if (got.length < what.length) return;
+          held.off('data', onData);
+          resolve(got);
+        };
+        held.on('data', onData);
+        held.once('close', () => reject(new Error(`the held connection closed before "${what}" came back`)));
+      });
+      held.write(what);
+      assert.equal(await echoed, what);
+    };
+    await roundTrip('before');
+
+    // A second agent, upstream's, for the server to send new dials to.
+    const b = start(t, upstreamBin()['proxy-agent'], agentArgs(f, agentPort, ports.b[0]!, ports.b[1]!, 'agent-b'));
+    await waitFor('agent b ready', async () => (await get(`http://127.0.0.1:${ports.b[0]}/readyz`).catch(() => null))?.status === 200, 60_000);
+    const metricsOf = async (p: number[]) => (await get(`http://127.0.0.1:${p[0]}/metrics`)).body;
+    const dialsDone = 'konnectivity_network_proxy_agent_dial_duration_seconds_count';
+    const [aBefore, bBefore] = [sample(await metricsOf(ports.a), dialsDone), sample(await metricsOf(ports.b), dialsDone)];
+    assert.equal(aBefore, 1);
+
+    a.child.kill('SIGTERM');
+    await waitFor('agent a draining', () => /draining; send it again to stop/.test(a.output()), 10_000);
+    await waitFor('DRAIN sent', () => /"type":"DRAIN"|draining: new dials go to other agents/.test(a.output()), 10_000);
+    await new Promise((r) => setTimeout(r, 500)); // the server reads DRAIN from the stream
+    for (let i = 0; i < 10; i++) {
+      const tn = await dialViaProxy({ udsPath: server.uds, address: echo.address });
+      tn.write(`n${i}`);
+      assert.equal((await readN(tn, 2)).toString(), `n${i}`);
+      tn.destroy();
+    }
+    await roundTrip('during drain');
+    assert.equal(a.child.exitCode, null, 'a draining agent stays up');
+    assert.equal(sample(await metricsOf(ports.a), dialsDone), aBefore, 'no new dial went through the draining agent');
+    assert.equal(sample(await metricsOf(ports.b), dialsDone), bBefore + 10, 'the other agent took every new dial');
+    assert.equal((await get(`http://127.0.0.1:${ports.a[0]}/healthz`)).status, 200);
+
+    a.child.kill('SIGTERM');
+    assert.equal(await a.exited, 0, `the second SIGTERM stops it with exit code 0:\n${a.output()}`);
+    held.destroy();
+    b.child.kill('SIGTERM');
+  },
+);
