@@ -12,6 +12,8 @@ import { UserError } from '../base/errors.ts';
 import { componentLogger, createLogger, type Logger } from '../base/log.ts';
 import { KonnectivityAgent, parseIdentifiers } from '../konnectivity/index.ts';
 import { serveAdmin, serveHealth } from '../konnectivity/endpoints.ts';
+import { KubeClient, credentialsFromKubeconfig, type KubeCredentials } from '../kube/client.ts';
+import { ServerLeaseCounter, inClusterCredentials } from '../kube/server-leases.ts';
 import { AGENT_FLAGS } from './agent-flags.ts';
 import { reportAndExit } from './errors.ts';
 import { inertFlagsSet, parsePflags, renderPflagHelp, type FlagSpec, type FlagValue } from './pflag.ts';
@@ -56,6 +58,8 @@ export interface AgentCliConfig {
   syncIntervalCapMs: number;
   syncForever: boolean;
   health: { host: string; port: number };
+  /** --count-server-leases: where the leases are read from. */
+  leases?: { kubeconfig?: string; namespace: string; label: string; source: 'default' | 'max' };
   admin: { host: string; port: number };
   profiling: boolean;
   contentionProfiling: boolean;
@@ -119,6 +123,9 @@ export function agentConfig(cmd: string, values: Map<string, FlagValue>, env = p
     profiling: bool('enable-profiling'),
     contentionProfiling: bool('enable-contention-profiling'),
     debug: bool('debug') || Number(str('v')) >= 5,
+    leases: bool('count-server-leases')
+      ? { kubeconfig: str('kubeconfig') || undefined, namespace: str('lease-namespace'), label: str('lease-label'), source }
+      : undefined,
   };
 }
 
@@ -140,6 +147,7 @@ export async function runAgentCli(argv: readonly string[], cmd: string): Promise
   const inert = inertFlagsSet(FLAGS, parsed);
   if (inert.length) log.warn({ flags: inert }, `accepted for compatibility, no effect in kctl: ${inert.join(', ')}`);
 
+  let leases: ServerLeaseCounter | undefined;
   const agent = new KonnectivityAgent({
     servers: c.servers,
     ca: c.ca,
@@ -153,8 +161,11 @@ export async function runAgentCli(argv: readonly string[], cmd: string): Promise
     syncForever: c.syncForever,
     transportKeepaliveMs: c.keepaliveMs,
     alpnProtocols: c.alpn,
+    serverCounter: c.leases ? { count: () => leases?.count() ?? 1 } : undefined,
+    serverCountSource: c.leases?.source,
     log,
   });
+  if (c.leases) leases = await startLeaseCounter(cmd, c.leases, agent, log);
   const servers: Server[] = [];
   const health = await serveHealth({
     ...c.health,
@@ -174,10 +185,52 @@ export async function runAgentCli(argv: readonly string[], cmd: string): Promise
   );
   await untilSecondSignal(log, () => agent.drain());
   await agent.stop({ drain: false });
+  await leases?.stop();
   admin.close();
   for (const s of servers) s.closeAllConnections();
   await Promise.all(servers.map((s) => new Promise((r) => s.close(r))));
   log.info('konnectivity agent stopped');
+}
+
+/** Reads the servers' leases (as upstream, before the agent starts: it waits for the first list). */
+async function startLeaseCounter(
+  cmd: string,
+  o: NonNullable<AgentCliConfig['leases']>,
+  agent: KonnectivityAgent,
+  log: Logger,
+): Promise<ServerLeaseCounter> {
+  let creds: KubeCredentials | (() => KubeCredentials);
+  try {
+    creds = o.kubeconfig ? credentialsFromKubeconfig(o.kubeconfig) : inClusterCredentials();
+  } catch (err) {
+    throw new UserError(`${cmd}: --count-server-leases: ${(err as Error).message}`);
+  }
+  const m = agent.metrics;
+  const counter = new ServerLeaseCounter(
+    new KubeClient(creds),
+    o.namespace,
+    o.label,
+    {
+      list: (code, reason, seconds) => {
+        m.leaseLists.inc({ http_response_code: String(code), reason });
+        m.leaseListLatency.observe({ http_response_code: String(code) }, seconds);
+      },
+      watch: (code, reason) => m.leaseWatches.inc({ http_response_code: String(code), reason }),
+    },
+    (err) => log.warn({ namespace: o.namespace, label: o.label }, `cannot read the konnectivity servers' leases: ${err.message}`),
+  );
+  counter.start();
+  const since = Date.now();
+  let told = since;
+  while (!counter.synced) {
+    await new Promise((r) => setTimeout(r, 100));
+    if (Date.now() - told >= 10_000) {
+      told = Date.now();
+      log.info({ waitedSeconds: Math.round((told - since) / 1000) }, "waiting for the first list of the servers' leases");
+    }
+  }
+  log.info({ namespace: o.namespace, label: o.label, servers: counter.count() }, 'counting konnectivity servers by their leases');
+  return counter;
 }
 
 /** Resolves on the second SIGTERM/SIGINT; the first runs `onFirst`. */

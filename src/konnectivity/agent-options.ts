@@ -39,6 +39,13 @@ export interface KonnectivityAgentOptions {
   transportKeepaliveMs?: number;
   /** ALPN protocols offered before h2 (upstream --alpn-proto), for a proxy that routes by ALPN. */
   alpnProtocols?: string[];
+  /**
+   * Another source of the server count (upstream --count-server-leases: the servers' leases).
+   * With it, the count is its answer ('default') or the larger of it and the servers' own
+   * servercount ('max').
+   */
+  serverCounter?: { count(): number };
+  serverCountSource?: 'default' | 'max';
   /** Offer kctl extensions. Default true. */
   extensions?: boolean;
   /** Per-connection buffer towards a stalled target when the server sends without credit. Default 4 MiB. */

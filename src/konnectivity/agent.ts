@@ -79,6 +79,7 @@ export class KonnectivityAgent implements Component {
   private state: ComponentState = 'pending';
   private stopping = false;
   private isDraining = false;
+  private counterTimer: NodeJS.Timeout | undefined;
   private startedAt = 0;
   private lastError: string | undefined;
   private readyWaiters: (() => void)[] = [];
@@ -111,7 +112,7 @@ export class KonnectivityAgent implements Component {
     this.addresses = opts.servers.map((addr) => this.addressState(addr));
     this.metrics = new AgentMetrics({
       openServerConnections: () => this.conns.size,
-      knownServerCount: () => this.knownServerCount,
+      knownServerCount: () => this.serverCount(),
       openEndpointConnections: () => {
         let n = 0;
         for (const c of this.conns.values()) n += c.targets.size;
@@ -162,6 +163,8 @@ export class KonnectivityAgent implements Component {
   async start(): Promise<void> {
     this.state = 'starting';
     this.startedAt = Date.now();
+    // A count from elsewhere (leases) changes without any event here: look again every sync interval.
+    if (this.o.serverCounter) this.counterTimer = setInterval(() => this.timer === undefined && this.tick(), this.o.syncIntervalMs);
     this.tick();
   }
 
@@ -208,6 +211,7 @@ export class KonnectivityAgent implements Component {
     this.stopping = true;
     this.state = 'stopping';
     clearTimeout(this.timer);
+    clearInterval(this.counterTimer);
     for (const c of this.dialingConns) c.close('agent stopping');
     const conns = [...this.conns.values()];
     if (opts.drain ?? true) {
@@ -281,7 +285,7 @@ export class KonnectivityAgent implements Component {
     for (const a of this.addresses) {
       if (a.dialing) continue;
       const needOwn = a.conns === 0 && !a.lastDuplicate;
-      const needMore = this.conns.size < this.knownServerCount || (this.o.syncForever ?? false);
+      const needMore = this.conns.size < this.serverCount() || (this.o.syncForever ?? false);
       if (!needOwn && !needMore) continue;
       if (now < a.nextAttemptAt) {
         next = Math.min(next, a.nextAttemptAt);
@@ -290,6 +294,15 @@ export class KonnectivityAgent implements Component {
       void this.connectTo(a);
     }
     if (Number.isFinite(next)) this.timer = setTimeout(() => this.tick(), Math.max(0, next - now));
+  }
+
+  /** How many servers to hold: what they say, or what the other counter says (upstream's aggregate counter). */
+  serverCount(): number {
+    const fromResponses = this.knownServerCount;
+    const other = this.o.serverCounter;
+    if (!other) return fromResponses;
+    const n = this.o.serverCountSource === 'max' ? Math.max(other.count(), fromResponses) : other.count();
+    return Math.max(1, n);
   }
 
   private retryLater(a: AddressState, grow: boolean): void {

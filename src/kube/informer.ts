@@ -25,6 +25,16 @@ export interface ListWatchOptions extends Selectors {
   backoffMaxMs?: number;
   /** Passed to each watch request (tests use short ones). */
   watchTimeoutSeconds?: number;
+  /** Told each list's outcome (HTTP status, Status reason, seconds) and each watch's (for metrics). */
+  observe?: {
+    list?(status: number, reason: string, seconds: number): void;
+    watch?(status: number, reason: string): void;
+  };
+}
+
+/** The HTTP status and Status reason of a failed request (0 when it never got an answer). */
+function outcome(err: unknown): [number, string] {
+  return err instanceof KubeApiError ? [err.status, err.reason] : [0, ''];
 }
 
 /** Runs until signal aborts; never rejects for API or network errors (they go to onError). */
@@ -47,22 +57,40 @@ export async function listAndWatch<T extends WatchedObject>(
   while (!signal.aborted) {
     try {
       if (resourceVersion === undefined) {
-        const list = await kube.list<T>(path, sel, signal);
+        const started = performance.now();
+        const list = await kube.list<T>(path, sel, signal).then(
+          (l) => {
+            opts.observe?.list?.(200, '', (performance.now() - started) / 1000);
+            return l;
+          },
+          (err: unknown) => {
+            if (!signal.aborted) opts.observe?.list?.(...outcome(err), (performance.now() - started) / 1000);
+            throw err;
+          },
+        );
         await handler.onList(list.items);
         resourceVersion = list.metadata?.resourceVersion ?? '';
       }
       const openedAt = Date.now();
       let events = 0;
-      await kube.watch<T>(
-        path,
-        { ...sel, resourceVersion, timeoutSeconds: opts.watchTimeoutSeconds },
-        async (e) => {
-          events += 1;
-          resourceVersion = e.object.metadata?.resourceVersion || resourceVersion;
-          if (e.type !== 'BOOKMARK') await handler.onEvent(e.type, e.object);
-        },
-        signal,
-      );
+      await kube
+        .watch<T>(
+          path,
+          { ...sel, resourceVersion, timeoutSeconds: opts.watchTimeoutSeconds },
+          async (e) => {
+            events += 1;
+            resourceVersion = e.object.metadata?.resourceVersion || resourceVersion;
+            if (e.type !== 'BOOKMARK') await handler.onEvent(e.type, e.object);
+          },
+          signal,
+        )
+        .then(
+          () => opts.observe?.watch?.(200, ''),
+          (err: unknown) => {
+            if (!signal.aborted) opts.observe?.watch?.(...outcome(err));
+            throw err;
+          },
+        );
       // Ended by the server: reopen from where we are; only a watch that ends at once, empty, backs off.
       if (events === 0 && Date.now() - openedAt < 1000) await backOff();
       else delay = min;

@@ -13,7 +13,8 @@ import { execa } from 'execa';
 import { dialViaProxy } from '../../src/konnectivity/client.ts';
 import { tempDir } from '../helpers.ts';
 import { echoServer, makePki, readN, waitFor } from '../unit/konnectivity/fixtures.ts';
-import { requireKctl } from './kctl.ts';
+import { track } from './cluster.ts';
+import { kctl, requireKctl } from './kctl.ts';
 import { upstreamBin } from './upstream.ts';
 
 type T = { after: (fn: () => Promise<void> | void) => void };
@@ -381,5 +382,66 @@ test(
     assert.equal(await a.exited, 0, `the second SIGTERM stops it with exit code 0:\n${a.output()}`);
     held.destroy();
     b.child.kill('SIGTERM');
+  },
+);
+
+test(
+  '--count-server-leases with --kubeconfig: both agents count the valid konnectivity-server leases of a real kube-apiserver',
+  { timeout: 300_000 },
+  async (t) => {
+    const f = await pkiFiles(t);
+    // A small real control plane to hold the leases: an api-only tenant.
+    const root = ['--data-dir', join(f.dir, 'data'), '--run-dir', join(f.dir, 'run')];
+    const ctl = track(spawn(requireKctl(), [...root, '--name', 'leases', 'controller', '--port-range', '19600-19699']));
+    t.after(async () => {
+      ctl.child.kill('SIGTERM');
+      await ctl.exited;
+    });
+    await waitFor('tenant ready', () => ctl.child.exitCode !== null || ctl.saw('"msg":"controller ready"'), 240_000);
+    assert.equal(ctl.child.exitCode, null, ctl.log());
+    const kubeconfig = join(f.dir, 'data', 'tenants', 'leases', 'pki', 'admin.conf');
+    const now = Date.now();
+    const lease = (name: string, renewedMsAgo: number, durationS: number, label = true) => ({
+      apiVersion: 'coordination.k8s.io/v1',
+      kind: 'Lease',
+      metadata: { name, namespace: 'kube-system', labels: label ? { 'k8s-app': 'konnectivity-server' } : { app: 'other' } },
+      spec: { holderIdentity: name, leaseDurationSeconds: durationS, renewTime: new Date(now - renewedMsAgo).toISOString().replace('Z', '000Z') },
+    });
+    const leases = [
+      lease('server-1', 1_000, 3600),
+      lease('server-2', 1_000, 3600),
+      lease('server-old', 7_200_000, 60),
+      lease('not-a-server', 1_000, 3600, false),
+    ];
+    const applied = await kctl([...root, '--name', 'leases', 'kubectl', 'apply', '-f', '-'], {
+      input: JSON.stringify({ apiVersion: 'v1', kind: 'List', items: leases }),
+    });
+    assert.equal(applied.exitCode, 0, String(applied.stderr));
+
+    const agentPort = await freePort();
+    await upstreamServer(t, f, 'server-leases', agentPort); // says servercount 1; the leases say 2
+    const args = (health: number, admin: number, id: string) => [
+      ...agentArgs(f, agentPort, health, admin, id).filter((a) => !a.startsWith('--count-server-leases')),
+      '--count-server-leases=true',
+      `--kubeconfig=${kubeconfig}`,
+    ];
+    const ports = { up: [await freePort(), await freePort()], kc: [await freePort(), await freePort()] };
+    const up = start(t, upstreamBin()['proxy-agent'], args(ports.up[0]!, ports.up[1]!, 'lease-up'));
+    const kc = start(t, requireKctl(), ['konnectivity-agent', ...args(ports.kc[0]!, ports.kc[1]!, 'lease-kc')]);
+    const known = 'konnectivity_network_proxy_agent_known_server_count';
+    const count = async (p: number[]) => sample((await get(`http://127.0.0.1:${p[0]}/metrics`).catch(() => ({ body: '' }))).body, known);
+    await waitFor('both agents count 2 servers', async () => (await count(ports.up)) === 2 && (await count(ports.kc)) === 2, 60_000).catch(
+      async (err: Error) => {
+        throw new Error(`${err.message}: upstream ${await count(ports.up)}, kctl ${await count(ports.kc)}\n${up.output()}\n${kc.output()}`);
+      },
+    );
+    const listed = (await get(`http://127.0.0.1:${ports.kc[0]}/metrics`)).body;
+    assert.ok(sample(listed, 'konnectivity_network_proxy_agent_lease_lists_total{http_response_code="200",reason=""}') >= 1, listed);
+    assert.ok(sample(listed, 'konnectivity_network_proxy_agent_lease_list_latency_seconds_count{http_response_code="200"}') >= 1);
+
+    // A third server's lease appears: both follow it.
+    const more = await kctl([...root, '--name', 'leases', 'kubectl', 'apply', '-f', '-'], { input: JSON.stringify(lease('server-3', 0, 3600)) });
+    assert.equal(more.exitCode, 0, String(more.stderr));
+    await waitFor('both agents count 3 servers', async () => (await count(ports.up)) === 3 && (await count(ports.kc)) === 3, 60_000);
   },
 );
