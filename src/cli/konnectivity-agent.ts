@@ -53,7 +53,6 @@ export interface AgentCliConfig {
   agentId: string;
   identifiers?: string;
   alpn: string[];
-  keepaliveMs: number;
   syncIntervalMs: number;
   syncIntervalCapMs: number;
   syncForever: boolean;
@@ -100,6 +99,7 @@ export function agentConfig(cmd: string, values: Map<string, FlagValue>, env = p
   if (syncIntervalMs > syncIntervalCapMs)
     throw new UserError(`${cmd}: --sync-interval ${str('sync-interval')} must not be longer than --sync-interval-cap ${str('sync-interval-cap')}`);
   duration('probe-interval');
+  duration('keepalive-time');
   const identifiers = str('agent-identifiers') || undefined;
   if (identifiers) parseIdentifiers(identifiers);
   const source = str('server-count-source');
@@ -114,7 +114,6 @@ export function agentConfig(cmd: string, values: Map<string, FlagValue>, env = p
     agentId: str('agent-id') || env.PROXY_AGENT_ID || randomUUID(),
     identifiers,
     alpn: values.get('alpn-proto') as string[],
-    keepaliveMs: duration('keepalive-time'),
     syncIntervalMs,
     syncIntervalCapMs,
     syncForever: bool('sync-forever'),
@@ -159,7 +158,6 @@ export async function runAgentCli(argv: readonly string[], cmd: string): Promise
     syncIntervalMs: c.syncIntervalMs,
     syncIntervalCapMs: c.syncIntervalCapMs,
     syncForever: c.syncForever,
-    transportKeepaliveMs: c.keepaliveMs,
     alpnProtocols: c.alpn,
     serverCounter: c.leases ? { count: () => leases?.count() ?? 1 } : undefined,
     serverCountSource: c.leases?.source,

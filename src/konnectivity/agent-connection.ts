@@ -52,16 +52,7 @@ const HEADER_TIMEOUT_MS = 15_000;
 /** The agent options a server connection reads, defaults applied. */
 export type ConnectionOptions = Pick<
   KonnectivityAgentOptions,
-  | 'ca'
-  | 'cert'
-  | 'key'
-  | 'serverName'
-  | 'agentId'
-  | 'identifiers'
-  | 'extensions'
-  | 'serviceAccountTokenPath'
-  | 'transportKeepaliveMs'
-  | 'alpnProtocols'
+  'ca' | 'cert' | 'key' | 'serverName' | 'agentId' | 'identifiers' | 'extensions' | 'serviceAccountTokenPath' | 'alpnProtocols'
 > &
   Required<Pick<KonnectivityAgentOptions, 'dialTimeoutMs' | 'keepaliveTimeMs' | 'keepaliveTimeoutMs' | 'upstreamBufferLimit'>>;
 
@@ -130,7 +121,7 @@ export class ServerConnection implements TargetOwner {
       // the other servers, and a dead connection is closed with its stream.
       'grpc.use_local_subchannel_pool': 1,
       'grpc.enable_channelz': 0,
-      'grpc.keepalive_time_ms': Math.max(UPSTREAM_SAFE_KEEPALIVE_MS, o.transportKeepaliveMs ?? 0),
+      'grpc.keepalive_time_ms': UPSTREAM_SAFE_KEEPALIVE_MS,
       'grpc.keepalive_timeout_ms': 10_000,
       'grpc.max_receive_message_length': 16 * 1024 * 1024,
       // Never paused (per-connection credit does that), so a small HTTP/2 window only adds

@@ -35,8 +35,6 @@ export interface KonnectivityAgentOptions {
   syncForever?: boolean;
   /** On stop, wait this long for open connections to finish after DRAIN. Default 0. */
   drainTimeoutMs?: number;
-  /** gRPC (HTTP/2) keepalive towards every server; never below 31 s, upstream servers' floor. Default 31 s. */
-  transportKeepaliveMs?: number;
   /** ALPN protocols offered before h2 (upstream --alpn-proto), for a proxy that routes by ALPN. */
   alpnProtocols?: string[];
   /**
