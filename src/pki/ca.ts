@@ -3,10 +3,10 @@
 // token or service-account token, so anything odd is an error for the operator to resolve.
 import { createPrivateKey, createPublicKey } from 'node:crypto';
 import { relative } from 'node:path';
-import type { Logger } from '../base/log.ts';
 import { PkiError } from './errors.ts';
-import type { Outcome } from './leaf.ts';
-import { CERT_MODE, KEY_MODE, enforceMode, readIfExists, writeFileAtomic } from './files.ts';
+import { CERT_MODE, KEY_MODE, enforceMode, readIfExists, writeFileAtomic, type EnsureContext, type Outcome } from './files.ts';
+
+export type { EnsureContext } from './files.ts';
 import { generateKeyPem, isCa, issueCaCert, keyIdOf, keyMatchesCert, parseCert, parseKey, type Signer } from './x509.ts';
 
 export const CA_YEARS = 10;
@@ -17,12 +17,6 @@ export interface CaSpec {
   name: string; // CN, e.g. kubernetes-ca
   certPath: string;
   keyPath: string;
-}
-
-export interface EnsureContext {
-  dir: string; // pki root, to log short file names
-  now: Date;
-  log: Logger;
 }
 
 const RESTORE = 'restore it from a backup (a new CA would invalidate every certificate, kubeconfig and join token)';

@@ -10,6 +10,16 @@ export const CERT_MODE = 0o644;
 export const KUBECONFIG_MODE = 0o600;
 export const DIR_MODE = 0o700;
 
+/** What every ensure step of one run shares. */
+export interface EnsureContext {
+  dir: string; // pki root, to log short file names
+  now: Date;
+  log: Logger;
+}
+
+/** What an ensure step did to its file(s). */
+export type Outcome = 'created' | 'renewed' | 'unchanged';
+
 /** The file's text, or null when it does not exist. */
 export async function readIfExists(path: string): Promise<string | null> {
   try {

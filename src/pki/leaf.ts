@@ -3,8 +3,9 @@
 // churn certificates that running components or operators have pinned.
 import { relative } from 'node:path';
 import { sameSans, type San } from './addresses.ts';
-import type { EnsureContext } from './ca.ts';
-import { CERT_MODE, KEY_MODE, enforceMode, readIfExists, writeFileAtomic } from './files.ts';
+import { CERT_MODE, KEY_MODE, enforceMode, readIfExists, writeFileAtomic, type EnsureContext, type Outcome } from './files.ts';
+
+export type { Outcome } from './files.ts';
 import {
   generateKeyPem,
   isSignedBy,
@@ -30,8 +31,6 @@ export const RENEW_BEFORE_MS = 30 * 24 * 3600 * 1000;
 export interface LeafSpec extends LeafRequest {
   signer: Signer;
 }
-
-export type Outcome = 'created' | 'renewed' | 'unchanged';
 
 /** Parsed existing credential; null parts are missing. */
 export interface Existing {
