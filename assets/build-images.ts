@@ -17,7 +17,7 @@ import { gzipSync } from 'node:zlib';
 import { execa } from 'execa';
 import { create as tarCreate } from 'tar';
 import { cacheRoot, loadManifest } from '../src/payload/manifest.ts';
-import { BUNDLED_IMAGES, BUSYBOX_IMAGE, COREDNS_IMAGE, METRICS_SERVER_IMAGE, PAUSE_IMAGE } from '../src/payload/images.ts';
+import { BUNDLED_IMAGES, BUSYBOX_IMAGE, COREDNS_IMAGE, METRICS_SERVER_IMAGE, PAUSE_IMAGE, PROXY_AGENT_IMAGE } from '../src/payload/images.ts';
 import { ensureDebianPackages } from './debian.ts';
 
 /** Bump when the builder's output changes for the same inputs. */
@@ -217,6 +217,47 @@ export async function staticBinarySpec(o: { name: string; file: string; binary: 
       await mkdir(join(root, 'tmp'));
       await chmod(join(root, 'tmp'), 0o1777);
       return [exe, 'tmp'];
+    },
+  };
+}
+
+/** The shared libraries `binary` loads (ldd), with the loader: what a dynamically linked program needs in an image. */
+async function sharedLibraries(binary: string): Promise<string[]> {
+  const { stdout } = await execa('ldd', [binary]);
+  return stdout
+    .split('\n')
+    .map((l) => /(?:=>\s*)?(\/\S+)\s+\(0x/.exec(l)?.[1])
+    .filter((p): p is string => p !== undefined);
+}
+
+/**
+ * kctl as upstream's proxy-agent: /proxy-agent is the kctl executable without its component
+ * payload (Node and kctl's code; the name selects the agent), plus the C libraries Node loads,
+ * at the paths the loader looks for them, and /tmp. Runs as nobody, like upstream's image.
+ */
+export async function proxyAgentSpec(sea: string): Promise<ImageSpec> {
+  const bytes = await readFile(sea);
+  const libs = await sharedLibraries(sea);
+  return {
+    name: PROXY_AGENT_IMAGE,
+    file: fileOf(PROXY_AGENT_IMAGE),
+    inputsKey: sha256(`${BUILDER_VERSION}\n${sha256(bytes)}\n${libs.join(',')}`),
+    config: { Entrypoint: ['/proxy-agent'], Env: [PATH_ENV], WorkingDir: '/', User: '65534:65534' },
+    async populate(root) {
+      await writeFile(join(root, 'proxy-agent'), bytes, { mode: 0o755 });
+      await mkdir(join(root, 'tmp'));
+      await chmod(join(root, 'tmp'), 0o1777);
+      const entries = new Set<string>(['proxy-agent', 'tmp']);
+      for (const lib of libs) {
+        const rel = lib.slice(1);
+        const parts = rel.split('/');
+        for (let i = 1; i < parts.length; i++) entries.add(parts.slice(0, i).join('/'));
+        await mkdir(join(root, dirname(rel)), { recursive: true });
+        await writeFile(join(root, rel), await readFile(lib), { mode: 0o755 });
+        entries.add(rel);
+      }
+      // Directories sort before their contents.
+      return [...entries].sort();
     },
   };
 }

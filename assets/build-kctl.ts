@@ -11,7 +11,7 @@ import { join } from 'node:path';
 import { cacheRoot, isStagedBinary, loadManifest, type PayloadLock } from '../src/payload/manifest.ts';
 import { cachedImageEntries, TRAILER_MAGIC, TRAILER_SIZE, type PayloadEntry, type PayloadIndex } from '../src/payload/payload.ts';
 import { BUNDLED_IMAGES } from '../src/payload/images.ts';
-import { buildImages } from './build-images.ts';
+import { buildIfStale, buildImages, proxyAgentSpec } from './build-images.ts';
 import { progress } from './progress.ts';
 import { KCTL_NODE_FLAGS } from './runtime-flags.ts';
 
@@ -135,6 +135,8 @@ async function main(): Promise<void> {
   await seaExecutable(mainJs, tmp);
   const imageDir = join(cacheRoot(), 'images');
   await buildImages(imageDir, binDir);
+  // The executable as it is now, before the payload goes on, is the proxy-agent image's program.
+  await buildIfStale(await proxyAgentSpec(tmp), imageDir);
   const images = cachedImageEntries(imageDir, BUNDLED_IMAGES);
   const n = await appendPayload(tmp, lock, binDir, images);
   await rename(tmp, join(dist, 'kctl'));

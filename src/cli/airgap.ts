@@ -1,11 +1,32 @@
 import type { Command } from 'commander';
-import { BUNDLED_IMAGE_NAMES } from '../payload/images.ts';
+import { join } from 'node:path';
+import { UserError } from '../base/errors.ts';
+import { componentLogger, createLogger } from '../base/log.ts';
+import { KCTL_VERSION } from '../base/version.ts';
+import { BUNDLED_IMAGES } from '../payload/images.ts';
+import { findPayload } from '../payload/payload.ts';
+import { saveImages } from '../payload/stage.ts';
+import { globals } from './globals.ts';
 
 export function airgapCommand(program: Command): void {
   const a = program.command('airgap').description('what kctl carries for hosts without a registry');
   a.command('list-images')
-    .description('print the names of the images bundled in kctl (imported on every worker at start)')
+    .description('print the names of the images bundled in kctl (workers import all but the proxy-agent image at start)')
     .action(() => {
-      process.stdout.write(BUNDLED_IMAGE_NAMES.join('\n') + '\n');
+      process.stdout.write(BUNDLED_IMAGES.map((i) => i.name).join('\n') + '\n');
+    });
+  a.command('save-images')
+    .description('write bundled images as OCI image-layout tarballs (for ctr images import, skopeo, a registry), e.g. the proxy-agent image')
+    .argument('[names...]', 'image names as list-images prints them (default: all)')
+    .requiredOption('--dir <dir>', 'where to write the .oci.tar files')
+    .action(async (names: string[], o: { dir: string }, cmd: Command) => {
+      // Logs on stderr: stdout is the list of files written.
+      const log = componentLogger(createLogger({ debug: globals(cmd).debug, destination: process.stderr }), 'airgap');
+      try {
+        const saved = await saveImages(await findPayload(KCTL_VERSION), names, o.dir, log);
+        for (const e of saved) process.stdout.write(`${e.name}\t${join(o.dir, e.path)}\n`);
+      } catch (err) {
+        throw new UserError((err as Error).message);
+      }
     });
 }

@@ -1,12 +1,15 @@
 // The images kctl carries instead of pulling from a registry (built by assets/build-images.ts,
 // appended to dist/kctl, staged into <data-dir>/images and imported by workers).
 import { join } from 'node:path';
+import { KCTL_VERSION } from '../base/version.ts';
 
 export interface BundledImage {
   /** Full reference, as kubelet and `kctl airgap list-images` name it. */
   name: string;
   /** File name of its OCI image-layout tarball in the images cache and in <data-dir>/images. */
   file: string;
+  /** Imported by kctl workers at start (default). The proxy-agent image is for other clusters. */
+  workers?: boolean;
 }
 
 export const PAUSE_IMAGE = 'registry.k8s.io/pause:3.10';
@@ -15,13 +18,25 @@ export const BUSYBOX_IMAGE = 'docker.io/library/busybox:1.36';
 export const COREDNS_IMAGE = 'registry.k8s.io/coredns/coredns:v1.15.0';
 export const METRICS_SERVER_IMAGE = 'registry.k8s.io/metrics-server/metrics-server:v0.9.0';
 
+/**
+ * kctl itself as upstream's proxy-agent (entrypoint /proxy-agent, the kctl executable without its
+ * component payload, with the C libraries Node needs): for konnectivity-agent DaemonSets and
+ * Deployments of clusters that are not kctl's. Built by assets/build-kctl.ts from the executable
+ * it is building.
+ */
+export const PROXY_AGENT_IMAGE = `kctl.local/proxy-agent:v${KCTL_VERSION}`;
+
 /** The images kctl ships; `kctl airgap list-images` prints these names. */
 export const BUNDLED_IMAGES: readonly BundledImage[] = [
   { name: PAUSE_IMAGE, file: 'pause-3.10.oci.tar' },
   { name: BUSYBOX_IMAGE, file: 'busybox-1.36.oci.tar' },
   { name: COREDNS_IMAGE, file: 'coredns-v1.15.0.oci.tar' },
   { name: METRICS_SERVER_IMAGE, file: 'metrics-server-v0.9.0.oci.tar' },
+  { name: PROXY_AGENT_IMAGE, file: 'proxy-agent.oci.tar', workers: false },
 ];
+
+/** The images kctl workers import at start. */
+export const WORKER_IMAGE_NAMES: ReadonlySet<string> = new Set(BUNDLED_IMAGES.filter((i) => i.workers !== false).map((i) => i.name));
 
 export const BUNDLED_IMAGE_NAMES: readonly string[] = BUNDLED_IMAGES.map((i) => i.name);
 

@@ -13,6 +13,7 @@ import { Transform } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import lockfile from 'proper-lockfile';
 import type { Logger } from '../base/log.ts';
+import { WORKER_IMAGE_NAMES } from './images.ts';
 import type { Role } from './manifest.ts';
 import type { Payload, PayloadEntry } from './payload.ts';
 
@@ -60,7 +61,18 @@ export async function stageComponents(payload: Payload, binDir: string, roles: R
 
 /** Worker image bundles into <data-dir>/images, with the same checks. */
 export async function stageImages(payload: Payload, imagesDir: string, log: Logger): Promise<StageResult> {
-  return stageEntries(payload, payload.index.images ?? [], imagesDir, log, { manifest: false, mode: 0o644 });
+  const forWorkers = (payload.index.images ?? []).filter((e) => WORKER_IMAGE_NAMES.has(e.name));
+  return stageEntries(payload, forWorkers, imagesDir, log, { manifest: false, mode: 0o644 });
+}
+
+/** The named image bundles (all when `names` is empty) into `dir`, checked as staging checks them. */
+export async function saveImages(payload: Payload, names: string[], dir: string, log: Logger): Promise<PayloadEntry[]> {
+  const all = payload.index.images ?? [];
+  const unknown = names.filter((n) => !all.some((e) => e.name === n));
+  if (unknown.length) throw new Error(`kctl carries no image ${unknown.join(', ')}; kctl airgap list-images names those it does`);
+  const chosen = names.length ? all.filter((e) => names.includes(e.name)) : all;
+  await stageEntries(payload, chosen, dir, log, { manifest: false, mode: 0o644 });
+  return chosen;
 }
 
 /** What a file's inode says about it; equal means untouched since it was last hashed. */

@@ -5,7 +5,7 @@
 import assert from 'node:assert/strict';
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import { existsSync } from 'node:fs';
-import { symlink, writeFile } from 'node:fs/promises';
+import { readFile, symlink, writeFile } from 'node:fs/promises';
 import { createServer as createNetServer, type AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { test } from 'node:test';
@@ -445,3 +445,50 @@ test(
     await waitFor('both agents count 3 servers', async () => (await count(ports.up)) === 3 && (await count(ports.kc)) === 3, 60_000);
   },
 );
+
+test('the proxy-agent image: kctl airgap save-images writes it; its program runs as the agent with only what the image holds', async (t) => {
+  const dir = await tempDir(t, 'kctl-proxy-agent-image-');
+  const listed = String((await kctl(['airgap', 'list-images'])).stdout)
+    .trim()
+    .split('\n');
+  const name = listed.find((n) => n.startsWith('kctl.local/proxy-agent:'));
+  assert.ok(name, `list-images names the proxy-agent image: ${listed.join(' ')}`);
+  const saved = await kctl(['airgap', 'save-images', name, '--dir', dir]);
+  assert.equal(saved.exitCode, 0, String(saved.stderr));
+  const tarball = join(dir, 'proxy-agent.oci.tar');
+  assert.equal(String(saved.stdout).trim(), `${name}\t${tarball}`);
+
+  // Unpack it as a runtime would: index -> manifest -> config and the one layer.
+  const layout = join(dir, 'layout');
+  const rootfs = join(dir, 'rootfs');
+  execFileSync('mkdir', ['-p', layout, rootfs]);
+  execFileSync('tar', ['-xf', tarball, '-C', layout]);
+  const blob = (digest: string) => join(layout, 'blobs', 'sha256', digest.replace('sha256:', ''));
+  const index = JSON.parse(await readFile(join(layout, 'index.json'), 'utf8')) as {
+    manifests: { digest: string; annotations: Record<string, string> }[];
+  };
+  assert.equal(index.manifests[0]!.annotations['io.containerd.image.name'], name);
+  const manifest = JSON.parse(await readFile(blob(index.manifests[0]!.digest), 'utf8')) as {
+    config: { digest: string };
+    layers: { digest: string }[];
+  };
+  const config = JSON.parse(await readFile(blob(manifest.config.digest), 'utf8')) as { config: { Entrypoint: string[]; User: string } };
+  assert.deepEqual(config.config.Entrypoint, ['/proxy-agent']);
+  assert.equal(config.config.User, '65534:65534');
+  assert.equal(manifest.layers.length, 1);
+  execFileSync('tar', ['-xzf', blob(manifest.layers[0]!.digest), '-C', rootfs]);
+
+  // Only the image's files: the entrypoint under chroot, as nobody, is the agent.
+  const run = (args: string[]) =>
+    execa('/usr/sbin/chroot', ['--userspec=65534:65534', rootfs, '/proxy-agent', ...args], {
+      reject: false,
+      extendEnv: false,
+      env: { PATH: '/usr/bin:/bin' },
+    });
+  const help = await run(['--help']);
+  assert.equal(help.exitCode, 0, `${help.stderr}`);
+  assert.match(help.stdout, /--proxy-server-host string\s+The hostname to use to connect to the proxy-server\. \(default "127\.0\.0\.1"\)/);
+  const bad = await run(['--no-such-flag']);
+  assert.equal(bad.exitCode, 1);
+  assert.match(bad.stderr, /^kctl: proxy-agent: unknown flag --no-such-flag/);
+});

@@ -5,7 +5,8 @@ import { join } from 'node:path';
 import { test } from 'node:test';
 import type { LockEntry, Role } from '../../../src/payload/manifest.ts';
 import { DirectoryPayload, type PayloadIndex } from '../../../src/payload/payload.ts';
-import { PayloadChecksumError, stageComponents } from '../../../src/payload/stage.ts';
+import { PayloadChecksumError, saveImages, stageComponents, stageImages } from '../../../src/payload/stage.ts';
+import { PAUSE_IMAGE, PROXY_AGENT_IMAGE } from '../../../src/payload/images.ts';
 import { captureLogger, tempDir } from '../../helpers.ts';
 
 const sha = (b: Buffer | string) => createHash('sha256').update(b).digest('hex');
@@ -117,5 +118,42 @@ test('a payload whose checksum does not match refuses to stage, writes nothing',
   assert.deepEqual(
     (await readdir(bin)).filter((n) => n.endsWith('.tmp')),
     [],
+  );
+});
+
+test('workers stage every bundled image but the proxy-agent one; save-images writes any, and refuses an unknown name', async (t) => {
+  const src = await tempDir(t);
+  const image = (name: string, path: string, body: string) => ({
+    name,
+    version: 'x',
+    sha256: sha(body),
+    size: body.length,
+    path,
+    roles: ['worker'] as Role[],
+  });
+  await writeFile(join(src, 'pause.oci.tar'), 'pause-image');
+  await writeFile(join(src, 'proxy-agent.oci.tar'), 'agent-image');
+  const payload = new DirectoryPayload(src, {
+    kctl: '0.0.0-test',
+    platform: 'linux/amd64',
+    components: [],
+    images: [image(PAUSE_IMAGE, 'pause.oci.tar', 'pause-image'), image(PROXY_AGENT_IMAGE, 'proxy-agent.oci.tar', 'agent-image')],
+  });
+  const { log } = captureLogger();
+  const workerDir = await tempDir(t);
+  await stageImages(payload, workerDir, log);
+  assert.deepEqual(
+    (await readdir(workerDir)).filter((f) => !f.startsWith('.')),
+    ['pause.oci.tar'],
+  );
+  const out = await tempDir(t);
+  assert.deepEqual(
+    (await saveImages(payload, [PROXY_AGENT_IMAGE], out, log)).map((e) => e.name),
+    [PROXY_AGENT_IMAGE],
+  );
+  assert.equal(await readFile(join(out, 'proxy-agent.oci.tar'), 'utf8'), 'agent-image');
+  await assert.rejects(
+    saveImages(payload, ['example.com/nope:1'], out, log),
+    /kctl carries no image example.com\/nope:1; kctl airgap list-images names those it does/,
   );
 });

@@ -4,22 +4,26 @@ import { mkdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { create as tarCreate } from 'tar';
-import { BUNDLED_IMAGE_NAMES, imageTarballs } from '../../../src/payload/images.ts';
+import { BUNDLED_IMAGE_NAMES, WORKER_IMAGE_NAMES, imageTarballs } from '../../../src/payload/images.ts';
+import { KCTL_VERSION } from '../../../src/base/version.ts';
 import { parseImageList, tarballImages } from '../../../src/worker/images.ts';
 import { tempDir } from '../../helpers.ts';
 
-test('the bundled images are pause, busybox and the add-ons’ images, under upstream names, with a tarball each in the cache dir', () => {
+test('the bundled images are pause, busybox and the add-ons’ images under upstream names, which workers import, and kctl as proxy-agent, which they do not; a tarball each in the cache dir', () => {
   assert.deepEqual(BUNDLED_IMAGE_NAMES, [
     'registry.k8s.io/pause:3.10',
     'docker.io/library/busybox:1.36',
     'registry.k8s.io/coredns/coredns:v1.15.0',
     'registry.k8s.io/metrics-server/metrics-server:v0.9.0',
+    `kctl.local/proxy-agent:v${KCTL_VERSION}`,
   ]);
+  assert.deepEqual([...WORKER_IMAGE_NAMES], BUNDLED_IMAGE_NAMES.slice(0, 4));
   assert.deepEqual(imageTarballs('/c'), [
     '/c/pause-3.10.oci.tar',
     '/c/busybox-1.36.oci.tar',
     '/c/coredns-v1.15.0.oci.tar',
     '/c/metrics-server-v0.9.0.oci.tar',
+    '/c/proxy-agent.oci.tar',
   ]);
 });
 
