@@ -6,7 +6,7 @@ import { EventEmitter } from 'node:events';
 import type { ServerHttp2Session } from 'node:http2';
 import { createServer as createNetServer, type AddressInfo, type Server as NetServer, type Socket } from 'node:net';
 import type * as grpc from '@grpc/grpc-js';
-import { experimental } from '@grpc/grpc-js';
+import { ServerCredentials, experimental } from '@grpc/grpc-js';
 
 /** The agent stream is never paused (per-connection credit does that job). */
 const AGENT_STREAM_WINDOW = 8 * 1024 * 1024;
@@ -34,9 +34,12 @@ class StaticCerts implements experimental.CertificateProvider {
 }
 
 export interface AgentPortTls {
-  ca: Buffer;
+  /** Client certificates are checked against it; without it none are asked for. */
+  ca?: Buffer;
   cert: Buffer;
   key: Buffer;
+  /** Refuse a handshake without a client certificate of `ca` (upstream's agent port with a CA). */
+  requireClientCert?: boolean;
 }
 
 /**
@@ -49,11 +52,13 @@ export class AgentListener {
   private readonly sockets = new Set<Socket>();
 
   constructor(server: grpc.Server, tls: AgentPortTls) {
-    const creds = experimental.createCertificateProviderServerCredentials(
-      new StaticCerts(tls.ca, tls.cert, tls.key),
-      new StaticCerts(tls.ca, tls.cert, tls.key),
-      false,
-    );
+    const creds = tls.ca
+      ? experimental.createCertificateProviderServerCredentials(
+          new StaticCerts(tls.ca, tls.cert, tls.key),
+          new StaticCerts(tls.ca, tls.cert, tls.key),
+          tls.requireClientCert ?? false,
+        )
+      : ServerCredentials.createSsl(null, [{ cert_chain: tls.cert, private_key: tls.key }], false);
     const injector = server.createConnectionInjector(creds);
     widenReceiveWindows(server, AGENT_STREAM_WINDOW, AGENT_SESSION_WINDOW);
     this.listener = createNetServer({ noDelay: true }, (socket) => {

@@ -7,7 +7,8 @@ import * as grpc from '@grpc/grpc-js';
 import { META } from './protocol.ts';
 
 export interface AgentIdentity {
-  method: 'certificate' | 'token';
+  /** 'none': a standalone server configured, as upstream allows, with no agent authentication. */
+  method: 'certificate' | 'token' | 'none';
   /** Kubernetes user name: system:node:<name> or system:serviceaccount:<ns>:<name>. */
   user: string;
   /** Node name, for certificate-authenticated agents. */
@@ -118,4 +119,41 @@ export async function authenticateAgent(call: grpc.ServerDuplexStream<unknown, u
   }
   if (!review.ok) throw new AgentAuthError(grpc.status.UNAUTHENTICATED, `service-account token rejected${review.error ? `: ${review.error}` : ''}`);
   return { method: 'token', user: review.user ?? 'unknown' };
+}
+
+/** The subject's CN of a certificate (DER), or '' when it has none. */
+function commonName(der: Buffer): string {
+  try {
+    return dnAttributes(new X509Certificate(der).subject).find((a) => a.key === 'CN')?.value ?? '';
+  } catch {
+    return '';
+  }
+}
+
+/**
+ * Upstream proxy-server's rules, for the standalone drop-in: with token review on, every agent
+ * needs a valid token (certificates do not count); otherwise the TLS layer already decided (a
+ * certificate of the cluster CA when one is configured, else anyone).
+ */
+export async function authenticateUpstreamStyle(
+  call: grpc.ServerDuplexStream<unknown, unknown>,
+  opts: { tokenReview?: TokenReview },
+): Promise<AgentIdentity> {
+  if (opts.tokenReview) {
+    const token = bearerToken(call.metadata);
+    if (token === undefined)
+      throw new AgentAuthError(grpc.status.UNAUTHENTICATED, 'no bearer token; this server authenticates agents by service-account token');
+    if (token === '') throw new AgentAuthError(grpc.status.UNAUTHENTICATED, 'authorization metadata is not "Bearer <token>"');
+    let review: Awaited<ReturnType<TokenReview>>;
+    try {
+      review = await opts.tokenReview(token);
+    } catch (err) {
+      throw new AgentAuthError(grpc.status.UNAVAILABLE, `token review failed: ${err instanceof Error ? err.message : String(err)}`);
+    }
+    if (!review.ok) throw new AgentAuthError(grpc.status.UNAUTHENTICATED, `service-account token rejected${review.error ? `: ${review.error}` : ''}`);
+    return { method: 'token', user: review.user ?? 'unknown' };
+  }
+  const peer = call.getAuthContext()?.sslPeerCertificate;
+  if (peer?.raw) return { method: 'certificate', user: commonName(peer.raw) };
+  return { method: 'none', user: 'anonymous' };
 }

@@ -123,6 +123,23 @@ export class Broker {
     return [...byId.values()];
   }
 
+  /** How many agents each configured strategy can choose from (the ready_backends gauge). */
+  agentsByStrategy(): Map<string, number> {
+    const ready = this.readyAgents();
+    const out = new Map<string, number>();
+    for (const s of this.o.strategies) {
+      const ids = (a: AgentBackend) => a.identifiers;
+      const n =
+        s === 'destHost'
+          ? ready.filter((a) => ids(a).host.length + ids(a).ipv4.length + ids(a).ipv6.length + ids(a).cidr.length > 0).length
+          : s === 'defaultRoute'
+            ? ready.filter((a) => ids(a).defaultRoute).length
+            : ready.length;
+      out.set(s, n);
+    }
+    return out;
+  }
+
   private pickAgent(host: string): AgentBackend | null {
     const ready = this.readyAgents();
     for (const s of this.o.strategies) {
@@ -151,7 +168,7 @@ export class Broker {
   /** A frontend asks for a dial. Returns the tunnel, or null after telling the frontend why not. */
   dial(frontend: Frontend, req: DialRequest): Tunnel | null {
     const fail = (message: string, reason: DialFailureReason): null => {
-      this.o.metrics.dialFailures.inc({ reason });
+      this.o.metrics.dialFailed(reason);
       this.log.warn({ address: req.address, random: req.random, frontend: frontend.kind, reason }, `dial failed: ${message}`);
       frontend.dialFailed(message, reason);
       return null;
@@ -167,7 +184,7 @@ export class Broker {
     const t = new Tunnel(newTraceId(), req.random, req.address, agent, frontend, this.o.upstreamBufferLimit, this.windowBudget);
     this.pendingByRandom.set(t.random, t);
     agent.pending.add(t);
-    t.timer = setTimeout(() => this.dialTimedOut(t), this.o.dialTimeoutMs);
+    if (this.o.dialTimeoutMs > 0) t.timer = setTimeout(() => this.dialTimedOut(t), this.o.dialTimeoutMs);
     // The trace id travels only to kctl agents; upstream agents are matched by (agent, random).
     agent.send(packets.dialReq(req.address, req.random, agent.flowControl ? t.trace : undefined));
     this.log.debug(t.logFields(), 'dial sent to agent');
@@ -224,7 +241,7 @@ export class Broker {
   frontendCancel(t: Tunnel): void {
     if (t.state !== 'pending') return;
     t.agent.send(packets.dialCls(t.random));
-    this.o.metrics.dialFailures.inc({ reason: 'frontend_close' });
+    this.o.metrics.dialFailed('frontend_close');
     this.log.debug(t.logFields(), 'client cancelled dial');
     t.frontendDone = true;
     this.finish(t);
@@ -340,7 +357,7 @@ export class Broker {
 
   private fail(t: Tunnel, message: string, reason: DialFailureReason): void {
     if (t.state !== 'pending') return;
-    this.o.metrics.dialFailures.inc({ reason });
+    this.o.metrics.dialFailed(reason);
     this.log.warn({ ...t.logFields(), reason }, `dial failed: ${message}`);
     this.finish(t);
     if (t.frontendDone) return;

@@ -8,13 +8,19 @@ import type * as grpc from '@grpc/grpc-js';
 import type { Logger } from '../base/log.ts';
 import { NO_AGENT, type Broker } from './broker.ts';
 import type { Frontend, Tunnel } from './tunnel.ts';
-import type { DialFailureReason } from './metrics.ts';
+import type { DialFailureReason, ServerMetrics } from './metrics.ts';
 import { ProxyServiceDefinition, describePacket, isId, newRandom, packets, type Int64, type Packet } from './protocol.ts';
 
 export const PROXY_METHOD = ProxyServiceDefinition.Proxy.path;
 
 /** One kube-apiserver Proxy stream: DIAL_REQ first, then DATA / CLOSE_REQ / DIAL_CLS. */
-export function serveProxyStream(call: grpc.ServerDuplexStream<Packet, Packet>, broker: Broker, log: Logger, onDone: () => void): void {
+export function serveProxyStream(
+  call: grpc.ServerDuplexStream<Packet, Packet>,
+  broker: Broker,
+  metrics: ServerMetrics,
+  log: Logger,
+  onDone: () => void,
+): void {
   let tunnel: Tunnel | null = null;
   let random: Int64 = '0';
   let connectID: Int64 = '0';
@@ -26,9 +32,10 @@ export function serveProxyStream(call: grpc.ServerDuplexStream<Packet, Packet>, 
     ended = true;
     call.end();
   };
-  const send = (p: Packet, cb?: () => void): void => {
+  const send = (p: Packet): void => {
     if (gone || ended) return;
-    call.write(p, cb);
+    metrics.packet('to_client', p.type);
+    call.write(p);
   };
 
   const frontend: Frontend = {
@@ -43,7 +50,12 @@ export function serveProxyStream(call: grpc.ServerDuplexStream<Packet, Packet>, 
     },
     write(buf, flushed) {
       if (gone || ended) return;
-      call.write(packets.data(connectID, buf), () => flushed());
+      metrics.packet('to_client', 'DATA');
+      const started = process.hrtime.bigint();
+      call.write(packets.data(connectID, buf), () => {
+        metrics.frontendWriteDuration.observe(Number(process.hrtime.bigint() - started) / 1e9);
+        flushed();
+      });
     },
     close(error) {
       send(packets.closeRsp(connectID, error));
@@ -58,6 +70,7 @@ export function serveProxyStream(call: grpc.ServerDuplexStream<Packet, Packet>, 
   };
 
   call.on('data', (p: Packet) => {
+    metrics.packet('from_client', p.type);
     switch (p.type) {
       case 'DIAL_REQ':
         if (tunnel !== null || !p.dialRequest) {
@@ -108,8 +121,9 @@ export function serveProxyStream(call: grpc.ServerDuplexStream<Packet, Packet>, 
     onDone();
   };
   call.on('cancelled', lost);
-  call.on('error', (err: Error) => {
+  call.on('error', (err: Error & { code?: number }) => {
     log.debug({ err: err.message }, 'Proxy stream error');
+    metrics.streamFailed('from_client', err.code);
     lost();
   });
   call.on('close', lost);
@@ -124,9 +138,18 @@ function httpStatusFor(reason: DialFailureReason, message: string): [number, str
 }
 
 /** One CONNECT request: 200 only once the agent's DIAL_RSP succeeded, then raw bytes. */
-export function serveHttpConnect(req: IncomingMessage, socket: Duplex, head: Buffer, broker: Broker, log: Logger, closeGraceMs: number): void {
+export function serveHttpConnect(
+  req: IncomingMessage,
+  socket: Duplex,
+  head: Buffer,
+  broker: Broker,
+  metrics: ServerMetrics,
+  log: Logger,
+  closeGraceMs: number,
+): void {
   let tunnel: Tunnel | null = null;
   let gone = false;
+  metrics.httpConnections.inc();
   socket.pause();
   socket.on('error', (err) => log.debug({ err: err.message }, 'HTTP-CONNECT socket error'));
 
@@ -176,6 +199,7 @@ export function serveHttpConnect(req: IncomingMessage, socket: Duplex, head: Buf
     if (tunnel !== null) broker.frontendClose(tunnel);
   });
   socket.on('close', () => {
+    metrics.httpConnections.dec();
     gone = true;
     if (tunnel !== null) broker.frontendGone(tunnel);
   });

@@ -1,17 +1,28 @@
 // Listening and shutting down the server's sockets: private unix sockets for kube-apiserver,
 // grpc-js and http servers, each closed within a bound.
 import { randomUUID } from 'node:crypto';
+import { existsSync } from 'node:fs';
 import { chmod, mkdir, rename } from 'node:fs/promises';
 import type { Server as HttpServer } from 'node:http';
 import { dirname, join } from 'node:path';
 import type * as grpc from '@grpc/grpc-js';
 
-/** Binds through a temporary name, then renames: the socket is never visible with a wider mode. */
-export async function bindPrivateSocket(path: string, bind: (tmp: string) => Promise<void>): Promise<void> {
+/**
+ * Binds through a temporary name, then renames: the socket is never visible with a wider mode.
+ * A file already at `path` is replaced, or with `replace: false` fails the bind as upstream's
+ * --delete-existing-uds-file=false does.
+ */
+export async function bindPrivateSocket(
+  path: string,
+  bind: (tmp: string) => Promise<void>,
+  o: { mode: number; replace: boolean } = { mode: 0o600, replace: true },
+): Promise<void> {
   await mkdir(dirname(path), { recursive: true, mode: 0o755 });
+  if (!o.replace && existsSync(path))
+    throw new Error(`konnectivity server cannot listen on ${path}: a file is already there (remove it, or allow replacing it)`);
   const tmp = join(dirname(path), `.${randomUUID().slice(0, 8)}.sock`);
   await bind(tmp);
-  await chmod(tmp, 0o600);
+  await chmod(tmp, o.mode);
   await rename(tmp, path);
 }
 
@@ -23,11 +34,16 @@ export function bindGrpc(server: grpc.Server, address: string, creds: grpc.Serve
   });
 }
 
-export function listenHttp(server: HttpServer, path: string): Promise<void> {
+/** Listens on a unix socket path or a TCP host and port. */
+export function listenHttp(server: HttpServer, where: string | { host?: string; port: number }): Promise<void> {
   return new Promise((resolve, reject) => {
-    server.once('error', reject);
-    server.listen(path, () => {
-      server.off('error', reject);
+    const onError = (err: NodeJS.ErrnoException): void => {
+      const at = typeof where === 'string' ? where : `${where.host ?? '*'}:${where.port}`;
+      reject(new Error(`konnectivity server cannot listen on ${at}: ${err.code ?? err.message}`));
+    };
+    server.once('error', onError);
+    server.listen(where, () => {
+      server.off('error', onError);
       resolve();
     });
   });

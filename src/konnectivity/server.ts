@@ -1,18 +1,21 @@
-// The konnectivity server, in the controller process: kube-apiserver dials through it (GRPC
-// on a unix socket, or HTTP-CONNECT on another), agents connect to it (TLS on agentPort), and
-// the broker ties the two together. Admin HTTP (healthz, readyz, metrics) on loopback.
+// The konnectivity server, in the controller process or standalone (kctl konnectivity-server):
+// kube-apiserver dials through it (GRPC or HTTP-CONNECT, on a unix socket or on mutual-TLS TCP),
+// agents connect to it (TLS on agentPort), and the broker ties the two together. Admin HTTP
+// (healthz, readyz, metrics) on loopback.
 import { X509Certificate, randomUUID } from 'node:crypto';
 import { mkdir, rm } from 'node:fs/promises';
 import { createServer as createHttpServer, type Server as HttpServer } from 'node:http';
+import { createServer as createHttpsServer } from 'node:https';
 import { dirname } from 'node:path';
 import type { Duplex } from 'node:stream';
 import * as grpc from '@grpc/grpc-js';
+import { joinHostPort } from '../base/addresses.ts';
 import type { Logger } from '../base/log.ts';
 import type { Component, ComponentStatus, ComponentState } from '../base/component.ts';
 import { listenAdmin } from './admin.ts';
 import { bindGrpc, bindPrivateSocket, closeHttp, listenHttp, shutdownGrpc } from './listen.ts';
 import { AgentListener } from './agent-port.ts';
-import { AgentAuthError, authenticateAgent, type AgentIdentity, type TokenReview } from './auth.ts';
+import { AgentAuthError, authenticateAgent, authenticateUpstreamStyle, type AgentIdentity, type TokenReview } from './auth.ts';
 import { Broker, type ProxyStrategy } from './broker.ts';
 import { AgentBackend } from './tunnel.ts';
 import {
@@ -25,7 +28,7 @@ import {
   type NodeDirectory,
   type TrustedAgents,
 } from './claims.ts';
-import { PROXY_METHOD, refuseNonConnect, serveHttpConnect, serveProxyStream } from './frontends.ts';
+import { refuseNonConnect, serveHttpConnect, serveProxyStream } from './frontends.ts';
 import { ServerMetrics } from './metrics.ts';
 import {
   AgentServiceDefinition,
@@ -40,15 +43,29 @@ import {
 
 export const CONNECT_METHOD = AgentServiceDefinition.Connect.path;
 
+/** A frontend for kube-apiserver on TCP: mutual TLS (the client must present a certificate of `tls.ca`). */
+export interface TcpFrontend {
+  mode: 'grpc' | 'http-connect';
+  host: string;
+  port: number;
+  tls: { cert: Buffer; key: Buffer; ca: Buffer };
+}
+
 export interface KonnectivityServerOptions {
   /** Unique per controller; default a random UUID. Agents use it to tell servers apart. */
   serverId?: string;
   /** Live controller count, read on every agent Connect (follows the cluster, ANP#273). Default 1. */
   serverCount?: () => number;
-  /** Unix socket for kube-apiserver's egress selector in GRPC mode (mode 0600). */
-  udsPath: string;
-  /** Unix socket for HTTP-CONNECT mode (mode 0600); none when unset. */
+  /** Unix socket for kube-apiserver's egress selector in GRPC mode; none when unset. */
+  udsPath?: string;
+  /** Unix socket for HTTP-CONNECT mode; none when unset. */
   httpConnectUdsPath?: string;
+  /** Permissions of those sockets. Default 0600 (kctl's kube-apiserver runs as the same user). */
+  udsMode?: number;
+  /** A file already at a socket path is replaced (default); false fails the start instead. */
+  replaceSockets?: boolean;
+  /** A kube-apiserver frontend on TCP with mutual TLS; none when unset. */
+  tcpFrontend?: TcpFrontend;
   /** Agent listener. Default 0.0.0.0. */
   agentBindAddress?: string;
   /** 0 picks a free port (tests); see agentPort() after start. */
@@ -58,9 +75,16 @@ export interface KonnectivityServerOptions {
   /** /healthz, /readyz, /metrics; no admin server when unset. 0 picks a free port. */
   adminPort?: number;
   /** PEM: the server's certificate and key, and the cluster CA that signs agent certificates. */
-  tls: { cert: string | Buffer; key: string | Buffer; ca: string | Buffer };
+  tls: { cert: string | Buffer; key: string | Buffer; ca?: string | Buffer };
   /** Accept service-account tokens (upstream agents in pods); refused when unset. */
   tokenReview?: TokenReview;
+  /**
+   * Who may be an agent. 'nodes' (kctl's, the default): a node client certificate of the cluster
+   * CA, or a service-account token (tokenReview). 'upstream' (the standalone drop-in, as upstream's
+   * proxy-server): with tokenReview, a valid token is required; else with a CA, any certificate it
+   * signed; else any client that completes TLS (the CLI warns).
+   */
+  agentAuth?: 'nodes' | 'upstream';
   /**
    * The cluster's Nodes: agents keep only the identifiers their own Node reports (claims.ts),
    * judged again whenever Nodes change. Without it a node certificate vouches for its own node
@@ -89,7 +113,7 @@ export interface AgentSnapshot {
   id: string;
   node?: string;
   user: string;
-  auth: 'certificate' | 'token';
+  auth: AgentIdentity['method'];
   /** What the agent sent, what routing uses, and why the rest was dropped. */
   claimed: AgentIdentifiers;
   accepted: AgentIdentifiers;
@@ -133,14 +157,15 @@ export class KonnectivityServer implements Component {
   readonly metrics: ServerMetrics;
   private readonly broker: Broker;
   private readonly log: Logger;
-  private readonly ca: X509Certificate;
+  private readonly ca: X509Certificate | undefined;
   private state: ComponentState = 'pending';
   private lastError: string | undefined;
   private startedAt = 0;
-  private frontendServer: grpc.Server | undefined;
+  private readonly frontendServers: grpc.Server[] = [];
+  private readonly httpConnectServers: HttpServer[] = [];
+  private readonly sockets: string[] = [];
   private agentServer: grpc.Server | undefined;
   private agentListener: AgentListener | undefined;
-  private httpConnectServer: HttpServer | undefined;
   private readonly connectSockets = new Set<Duplex>();
   private adminServer: HttpServer | undefined;
   private boundAgentPort = 0;
@@ -151,9 +176,11 @@ export class KonnectivityServer implements Component {
   constructor(private readonly o: KonnectivityServerOptions) {
     this.serverId = o.serverId ?? randomUUID();
     this.log = o.log;
-    this.ca = new X509Certificate(buf(o.tls.ca));
+    this.ca = o.tls.ca === undefined ? undefined : new X509Certificate(buf(o.tls.ca));
+    if (!this.ca && (o.agentAuth ?? 'nodes') === 'nodes') throw new Error('konnectivity server: tls.ca is needed to check node certificates');
     this.metrics = new ServerMetrics({
       readyBackends: () => this.broker.agents.size,
+      readyBackendsByStrategy: () => this.broker.agentsByStrategy(),
       pendingDials: () => this.broker.pendingByRandom.size,
       establishedConnections: () => this.broker.establishedCount(),
     });
@@ -202,34 +229,62 @@ export class KonnectivityServer implements Component {
     ]);
   }
 
-  private async listen(): Promise<void> {
-    // Frontend: kube-apiserver over a unix socket.
+  /** A gRPC server with ProxyService, for kube-apiserver in GRPC mode. */
+  private grpcFrontend(): grpc.Server {
     // channelz off: its per-connection bookkeeping is a measurable part of a dial (bench/README.md).
     const frontend = new grpc.Server({ 'grpc.max_receive_message_length': 16 * 1024 * 1024, 'grpc.enable_channelz': 0 });
     frontend.addService(ProxyServiceDefinition, {
       Proxy: (call: grpc.ServerDuplexStream<Packet, Packet>) => {
-        const gauge = this.metrics.grpcConnections.labels({ service_method: PROXY_METHOD });
+        const gauge = this.metrics.grpcConnections.labels({ service_method: 'Proxy' });
         gauge.inc();
-        serveProxyStream(call, this.broker, this.log, () => gauge.dec());
+        serveProxyStream(call, this.broker, this.metrics, this.log, () => gauge.dec());
       },
     });
-    this.frontendServer = frontend;
-    await bindPrivateSocket(this.o.udsPath, (tmp) =>
-      bindGrpc(frontend, `unix:${tmp}`, grpc.ServerCredentials.createInsecure()).then(() => undefined),
-    );
+    this.frontendServers.push(frontend);
+    return frontend;
+  }
 
-    // HTTP-CONNECT frontend.
+  /** Routes CONNECT requests on `http` (plain or TLS) to the broker. */
+  private httpConnectFrontend<S extends HttpServer>(http: S): S {
+    const closeGraceMs = this.o.closeTimeoutMs ?? 10_000;
+    http.on('request', refuseNonConnect);
+    http.on('connect', (req, socket: Duplex, head: Buffer) => {
+      this.connectSockets.add(socket);
+      socket.once('close', () => this.connectSockets.delete(socket));
+      serveHttpConnect(req, socket, head, this.broker, this.metrics, this.log, closeGraceMs);
+    });
+    this.httpConnectServers.push(http);
+    return http;
+  }
+
+  /** A unix socket for kube-apiserver, never visible with a wider mode than asked. */
+  private async bindSocket(path: string, bind: (tmp: string) => Promise<void>): Promise<void> {
+    await bindPrivateSocket(path, bind, { mode: this.o.udsMode ?? 0o600, replace: this.o.replaceSockets ?? true });
+    this.sockets.push(path);
+  }
+
+  private async listen(): Promise<void> {
+    if (this.o.udsPath) {
+      const frontend = this.grpcFrontend();
+      await this.bindSocket(this.o.udsPath, (tmp) =>
+        bindGrpc(frontend, `unix:${tmp}`, grpc.ServerCredentials.createInsecure()).then(() => undefined),
+      );
+    }
     if (this.o.httpConnectUdsPath) {
-      const closeGraceMs = this.o.closeTimeoutMs ?? 10_000;
-      const http = createHttpServer({ requestTimeout: 0, headersTimeout: 30_000 });
-      http.on('request', refuseNonConnect);
-      http.on('connect', (req, socket: Duplex, head: Buffer) => {
-        this.connectSockets.add(socket);
-        socket.once('close', () => this.connectSockets.delete(socket));
-        serveHttpConnect(req, socket, head, this.broker, this.log, closeGraceMs);
-      });
-      this.httpConnectServer = http;
-      await bindPrivateSocket(this.o.httpConnectUdsPath, (tmp) => listenHttp(http, tmp));
+      const http = this.httpConnectFrontend(createHttpServer({ requestTimeout: 0, headersTimeout: 30_000 }));
+      await this.bindSocket(this.o.httpConnectUdsPath, (tmp) => listenHttp(http, tmp));
+    }
+    const tcp = this.o.tcpFrontend;
+    if (tcp) {
+      const keyCertPairs = [{ cert_chain: tcp.tls.cert, private_key: tcp.tls.key }];
+      if (tcp.mode === 'grpc')
+        await bindGrpc(this.grpcFrontend(), joinHostPort(tcp.host, tcp.port), grpc.ServerCredentials.createSsl(tcp.tls.ca, keyCertPairs, true));
+      else {
+        const https = this.httpConnectFrontend(
+          createHttpsServer({ ...tcp.tls, requestCert: true, rejectUnauthorized: true, requestTimeout: 0, headersTimeout: 30_000 }),
+        );
+        await listenHttp(https, { host: tcp.host || undefined, port: tcp.port });
+      }
     }
 
     // Backend: agents over TLS (agent-port.ts). The client certificate is requested but not
@@ -246,7 +301,14 @@ export class KonnectivityServer implements Component {
       Connect: (call: grpc.ServerDuplexStream<Packet, Packet>) => void this.onAgentConnect(call),
     });
     this.agentServer = agents;
-    const listener = new AgentListener(agents, { ca: buf(this.o.tls.ca), cert: buf(this.o.tls.cert), key: buf(this.o.tls.key) });
+    const upstreamAuth = this.o.agentAuth === 'upstream';
+    const listener = new AgentListener(agents, {
+      ca: this.o.tls.ca === undefined ? undefined : buf(this.o.tls.ca),
+      cert: buf(this.o.tls.cert),
+      key: buf(this.o.tls.key),
+      // As upstream: a CA means a verified client certificate is required, unless tokens authenticate.
+      requireClientCert: upstreamAuth && this.o.tls.ca !== undefined && !this.o.tokenReview,
+    });
     this.agentListener = listener;
     this.boundAgentPort = await listener.listen(this.o.agentPort, this.o.agentBindAddress ?? '0.0.0.0');
 
@@ -264,6 +326,7 @@ export class KonnectivityServer implements Component {
         serverId: this.serverId,
         uds: this.o.udsPath,
         httpConnect: this.o.httpConnectUdsPath,
+        tcpFrontend: tcp ? `${tcp.mode} ${joinHostPort(tcp.host, tcp.port)}` : undefined,
         agentPort: this.boundAgentPort,
         adminPort: this.o.adminPort === undefined ? undefined : this.boundAdminPort,
       },
@@ -272,7 +335,7 @@ export class KonnectivityServer implements Component {
   }
 
   private async onAgentConnect(call: grpc.ServerDuplexStream<Packet, Packet>): Promise<void> {
-    const gauge = this.metrics.grpcConnections.labels({ service_method: CONNECT_METHOD });
+    const gauge = this.metrics.grpcConnections.labels({ service_method: 'Connect' });
     gauge.inc();
     let counted = true;
     const uncount = (): void => {
@@ -292,7 +355,10 @@ export class KonnectivityServer implements Component {
       return refuse(grpc.status.INVALID_ARGUMENT, `metadata ${META.agentId} must be set exactly once (got ${ids.length})`);
     let identity;
     try {
-      identity = await authenticateAgent(call, { ca: this.ca, tokenReview: this.o.tokenReview });
+      identity =
+        this.o.agentAuth === 'upstream' || !this.ca
+          ? await authenticateUpstreamStyle(call, { tokenReview: this.o.tokenReview })
+          : await authenticateAgent(call, { ca: this.ca, tokenReview: this.o.tokenReview });
     } catch (err) {
       if (err instanceof AgentAuthError) return refuse(err.code, err.message, agentId);
       return refuse(grpc.status.INTERNAL, `authentication failed: ${err instanceof Error ? err.message : String(err)}`, agentId);
@@ -308,7 +374,16 @@ export class KonnectivityServer implements Component {
     if (flowControl) md.set(META.extensions, FLOW_CONTROL_EXTENSION);
     call.sendMetadata(md);
 
-    const backend = new AgentBackend(agentId, claimed, verdict, identity, flowControl, call, (a) => this.broker.agentDrained(a));
+    const backend = new AgentBackend(
+      agentId,
+      claimed,
+      verdict,
+      identity,
+      flowControl,
+      call,
+      (a) => this.broker.agentDrained(a),
+      (type) => this.metrics.packet('to_agent', type),
+    );
     this.broker.addAgent(backend);
     this.warnDropped(backend);
     this.rejudgeAgents('trusted'); // a Node's own agent wins its addresses from trusted agents
@@ -325,7 +400,10 @@ export class KonnectivityServer implements Component {
       'agent connected',
     );
 
-    call.on('data', (p: Packet) => this.broker.fromAgent(backend, p));
+    call.on('data', (p: Packet) => {
+      this.metrics.packet('from_agent', p.type);
+      this.broker.fromAgent(backend, p);
+    });
     const gone = (why: string): void => {
       if (backend.gone) return;
       this.broker.removeAgent(backend, why);
@@ -337,7 +415,10 @@ export class KonnectivityServer implements Component {
       call.end();
     });
     call.on('cancelled', () => gone('stream cancelled'));
-    call.on('error', (err: Error) => gone(err.message));
+    call.on('error', (err: Error & { code?: number }) => {
+      this.metrics.streamFailed('from_agent', err.code);
+      gone(err.message);
+    });
     call.on('close', () => gone('stream closed'));
   }
 
@@ -411,13 +492,14 @@ export class KonnectivityServer implements Component {
     this.agentListener?.close();
     await Promise.all([
       shutdownGrpc(this.agentServer),
-      shutdownGrpc(this.frontendServer),
-      closeHttp(this.httpConnectServer),
+      ...this.frontendServers.map((f) => shutdownGrpc(f)),
+      ...this.httpConnectServers.map((h) => closeHttp(h)),
       closeHttp(this.adminServer),
     ]);
     this.agentListener?.destroySockets();
-    this.agentServer = this.frontendServer = this.httpConnectServer = this.adminServer = this.agentListener = undefined;
-    await Promise.all([this.o.udsPath, this.o.httpConnectUdsPath].map((p) => (p ? rm(p, { force: true }) : undefined)));
+    this.agentServer = this.adminServer = this.agentListener = undefined;
+    this.frontendServers.length = this.httpConnectServers.length = 0;
+    await Promise.all(this.sockets.splice(0).map((p) => rm(p, { force: true })));
   }
 
   status(): ComponentStatus {

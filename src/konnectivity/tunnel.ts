@@ -83,6 +83,8 @@ export class AgentBackend {
     readonly flowControl: boolean,
     private readonly call: grpc.ServerDuplexStream<Packet, Packet>,
     private readonly onDrain: (a: AgentBackend) => void,
+    /** Counts each packet sent to the agent (metrics: segment to_agent). */
+    private readonly countSent: (packetType: string | number) => void = () => {},
   ) {
     this.verdict = verdict;
   }
@@ -108,7 +110,9 @@ export class AgentBackend {
   }
 
   send(p: Packet): void {
-    if (!this.gone) this.writer.write(this.call, p);
+    if (this.gone) return;
+    this.countSent(p.type);
+    this.writer.write(this.call, p);
   }
 
   end(): void {

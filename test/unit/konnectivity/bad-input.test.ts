@@ -350,8 +350,8 @@ test('bad input is harmless: closes or errors on the offending stream only, no c
   await waitFor(
     'gRPC stream gauges back to baseline',
     async () =>
-      (await metric(server, /grpc_connections\{service_method="\/ProxyService\/Proxy"\}/))?.endsWith(' 2') &&
-      (await metric(server, /grpc_connections\{service_method="\/AgentService\/Connect"\}/))?.endsWith(' 2'),
+      (await metric(server, /grpc_connections\{service_method="Proxy"\}/))?.endsWith(' 2') &&
+      (await metric(server, /grpc_connections\{service_method="Connect"\}/))?.endsWith(' 2'),
   );
   assert.equal((await fetch(`http://127.0.0.1:${server.adminPort()}/readyz`)).status, 200);
 });

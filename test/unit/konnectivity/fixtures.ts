@@ -131,7 +131,7 @@ export async function startServer(t: T, pki: TestPki, over: Partial<Konnectivity
 export function udsOf(server: KonnectivityServer): { grpc: string; connect: string } {
   const o = serverOptions.get(server);
   if (!o) throw new Error('udsOf: not a server made by startServer');
-  return { grpc: o.udsPath, connect: o.httpConnectUdsPath ?? '' };
+  return { grpc: o.udsPath ?? '', connect: o.httpConnectUdsPath ?? '' };
 }
 
 export async function startAgent(
