@@ -5,9 +5,7 @@
 // comma-separated) to hold a connection to every controller without a load balancer.
 import type { Command } from 'commander';
 import { randomUUID } from 'node:crypto';
-import { readFileSync } from 'node:fs';
 import type { Server } from 'node:http';
-import { parseDuration } from '../base/duration.ts';
 import { UserError } from '../base/errors.ts';
 import { componentLogger, createLogger, type Logger } from '../base/log.ts';
 import { KonnectivityAgent, parseIdentifiers } from '../konnectivity/index.ts';
@@ -15,7 +13,7 @@ import { serveAdmin, serveHealth } from '../konnectivity/endpoints.ts';
 import { KubeClient, credentialsFromKubeconfig, type KubeCredentials } from '../kube/client.ts';
 import { ServerLeaseCounter, inClusterCredentials } from '../kube/server-leases.ts';
 import { AGENT_FLAGS } from './agent-flags.ts';
-import { reportAndExit } from './errors.ts';
+import { parseGoDuration, readFlagFile, standaloneCommand } from './standalone.ts';
 import { inertFlagsSet, parsePflags, renderPflagHelp, type FlagSpec, type FlagValue } from './pflag.ts';
 
 /** Flags kctl's agent adds to upstream's. */
@@ -27,21 +25,6 @@ const DESCRIPTION = `A gRPC agent, Connects to the proxy and then allows traffic
 kctl's konnectivity agent, a drop-in for upstream's proxy-agent v0.36.0: the same flags, endpoints,
 metric families and signal handling (the first SIGTERM drains, the second stops). kctl extension:
 --proxy-server-host may be repeated or comma-separated, to hold a stream to every controller.`;
-
-/** A Go duration flag in milliseconds; a one-line error naming the flag otherwise. */
-export function parseGoDuration(flag: string, text: string): number {
-  const ms = parseDuration(text);
-  if (ms === null) throw new UserError(`${flag} "${text}" is not a duration; use e.g. 500ms, 1s, 5m`);
-  return ms;
-}
-
-function readFlagFile(cmd: string, flag: string, path: string): Buffer {
-  try {
-    return readFileSync(path);
-  } catch (err) {
-    throw new UserError(`${cmd}: --${flag} ${path}: cannot read (${(err as NodeJS.ErrnoException).code ?? (err as Error).message})`);
-  }
-}
 
 /** What the flags ask for, checked as upstream's Validate checks them. */
 export interface AgentCliConfig {
@@ -174,7 +157,12 @@ export async function runAgentCli(argv: readonly string[], cmd: string): Promise
     ],
   });
   servers.push(health.server);
-  const admin = await serveAdmin({ ...c.admin, healthPort: health.port, profiling: c.profiling, contentionProfiling: c.contentionProfiling });
+  const admin = await serveAdmin({
+    ...c.admin,
+    metrics: { redirectToPort: health.port },
+    profiling: c.profiling,
+    contentionProfiling: c.contentionProfiling,
+  });
   servers.push(admin.server);
   await agent.start();
   log.info(
@@ -255,19 +243,12 @@ function untilSecondSignal(log: Logger, onFirst: () => Promise<void>): Promise<v
 /** The name kctl answers to as upstream's agent (a symlink or hard link to the executable). */
 export const PROXY_AGENT_NAME = 'proxy-agent';
 
-/** `kctl konnectivity-agent` in kctl --help; main() hands its arguments to runAgentCli unparsed. */
+/** `kctl konnectivity-agent` in kctl --help. */
 export function konnectivityAgentCommand(program: Command): void {
-  program
-    .command('konnectivity-agent')
-    .description("run a standalone konnectivity agent: a drop-in for upstream's proxy-agent v0.36.0, with its flags (see konnectivity-agent --help)")
-    .helpOption(false)
-    .allowUnknownOption()
-    .allowExcessArguments()
-    .action(async (_opts: unknown, command: Command) => {
-      try {
-        await runAgentCli(command.args, 'konnectivity-agent');
-      } catch (err) {
-        reportAndExit(err, command.args.includes('--debug'));
-      }
-    });
+  standaloneCommand(
+    program,
+    'konnectivity-agent',
+    "run a standalone konnectivity agent: a drop-in for upstream's proxy-agent v0.36.0, with its flags (see konnectivity-agent --help)",
+    runAgentCli,
+  );
 }

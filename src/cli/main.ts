@@ -15,6 +15,7 @@ import { backupCommands } from './backup.ts';
 import { etcdCommands } from './etcd.ts';
 import { workerCommand } from './worker.ts';
 import { PROXY_AGENT_NAME, konnectivityAgentCommand, runAgentCli } from './konnectivity-agent.ts';
+import { PROXY_SERVER_NAME, konnectivityServerCommand, runServerCli } from './konnectivity-server.ts';
 import { basename } from 'node:path';
 import { versionCommand } from './version.ts';
 import { tenantCommands } from './tenant.ts';
@@ -48,6 +49,7 @@ export function buildProgram(): Command {
   etcdCommands(program);
   tenantCommands(program);
   konnectivityAgentCommand(program);
+  konnectivityServerCommand(program);
   airgapCommand(program);
   resetCommand(program);
   serviceCommands(program);
@@ -57,22 +59,30 @@ export function buildProgram(): Command {
   return program;
 }
 
-/** The drop-in agent takes upstream's command line, which commander must not see. */
-function agentInvocation(argv: string[]): { args: string[]; cmd: string } | undefined {
-  if (basename(process.argv0) === PROXY_AGENT_NAME) return { args: argv, cmd: PROXY_AGENT_NAME };
-  if (argv[0] === 'konnectivity-agent') return { args: argv.slice(1), cmd: 'konnectivity-agent' };
+type DropIn = (argv: readonly string[], cmd: string) => Promise<void>;
+const DROP_INS: { name: string; invokedAs: string; run: DropIn }[] = [
+  { name: 'konnectivity-agent', invokedAs: PROXY_AGENT_NAME, run: runAgentCli },
+  { name: 'konnectivity-server', invokedAs: PROXY_SERVER_NAME, run: runServerCli },
+];
+
+/** The drop-in agent and server take upstream's command line, which commander must not see. */
+function dropInInvocation(argv: string[]): { args: string[]; cmd: string; run: DropIn } | undefined {
+  for (const d of DROP_INS) {
+    if (basename(process.argv0) === d.invokedAs) return { args: argv, cmd: d.invokedAs, run: d.run };
+    if (argv[0] === d.name) return { args: argv.slice(1), cmd: d.name, run: d.run };
+  }
   return undefined;
 }
 
 export async function main(argv: string[]): Promise<void> {
-  const agent = agentInvocation(argv);
-  if (agent) {
+  const dropIn = dropInInvocation(argv);
+  if (dropIn) {
     try {
-      await runAgentCli(agent.args, agent.cmd);
+      await dropIn.run(dropIn.args, dropIn.cmd);
     } catch (err) {
-      reportAndExit(err, agent.args.includes('--debug'));
+      reportAndExit(err, dropIn.args.includes('--debug'));
     }
-    // Stopped on the second signal: exit 0 even if a library left a timer behind.
+    // Stopped by a signal: exit 0 even if a library left a timer behind.
     process.exit(0);
   }
   const program = buildProgram();

@@ -4,7 +4,8 @@
 // as comma-separated values, and each must mean here what it means there.
 import { UserError } from '../base/errors.ts';
 
-export type FlagKind = 'string' | 'int' | 'uint' | 'bool' | 'duration' | 'strings' | 'level' | 'severity' | 'traceLocation' | 'moduleSpec';
+export type FlagKind =
+  'string' | 'int' | 'uint' | 'float32' | 'bool' | 'duration' | 'strings' | 'level' | 'severity' | 'traceLocation' | 'moduleSpec';
 
 export interface FlagSpec {
   name: string;
@@ -20,6 +21,8 @@ export interface FlagSpec {
   inert?: string;
   /** Shown as upstream shows it, e.g. the generated uuid default of --agent-id. */
   shownDefault?: string;
+  /** Accepted but left out of --help, as upstream hides its deprecated flags. */
+  hidden?: boolean;
 }
 
 export type FlagValue = string | boolean | string[];
@@ -76,6 +79,7 @@ export function splitCsv(text: string): string[] {
 function checkValue(command: string, spec: FlagSpec, text: string): void {
   const bad = (why: string) => new UserError(`${command}: invalid value "${text}" for --${spec.name}: ${why}`);
   if ((spec.kind === 'int' || spec.kind === 'level') && !/^[+-]?\d+$/.test(text)) throw bad('expected an integer');
+  if (spec.kind === 'float32' && (text.trim() === '' || !Number.isFinite(Number(text)))) throw bad('expected a number');
   if (
     (spec.kind === 'uint' || spec.kind === 'severity') &&
     !/^\+?\d+$/.test(text) &&
@@ -175,6 +179,7 @@ const TYPE_NAMES: Partial<Record<FlagKind, string>> = {
   string: 'string',
   int: 'int',
   uint: 'uint',
+  float32: 'float32',
   duration: 'duration',
   strings: 'strings',
   level: 'Level',
@@ -185,7 +190,7 @@ const TYPE_NAMES: Partial<Record<FlagKind, string>> = {
 
 /** --help in pflag's layout: the same flags, types and defaults a user of the Go program knows. */
 export function renderPflagHelp(usage: string, description: string, specs: readonly FlagSpec[]): string {
-  const rows = [...specs, { name: 'help', short: 'h', kind: 'bool' as const, default: '', help: 'help for this command' }]
+  const rows = [...specs.filter((s) => !s.hidden), { name: 'help', short: 'h', kind: 'bool' as const, default: '', help: 'help for this command' }]
     .sort((a, b) => a.name.localeCompare(b.name))
     .map((s) => {
       const left = `${s.short ? `-${s.short}, ` : '    '}--${s.name}${TYPE_NAMES[s.kind] ? ` ${TYPE_NAMES[s.kind]}` : ''}`;

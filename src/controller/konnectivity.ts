@@ -6,6 +6,7 @@ import { join } from 'node:path';
 import { stringify } from 'yaml';
 import { KonnectivityServer, type NodeDirectory, type TokenReview, type TrustedAgents } from '../konnectivity/index.ts';
 import type { KubeClient } from '../kube/client.ts';
+import { serviceAccountTokenReview } from '../kube/token-review.ts';
 import type { Logger } from '../base/log.ts';
 import type { PkiPaths } from '../pki/index.ts';
 import type { Component, ComponentStatus } from '../base/component.ts';
@@ -38,21 +39,7 @@ export async function writeEgressSelectorConfig(paths: ControllerPaths): Promise
 
 /** Reviews an upstream agent's service-account token with the controller's shared API client. */
 export function tokenReview(kube: KubeClient): TokenReview {
-  return async (token) => {
-    const r = await kube.request<{ status?: { authenticated?: boolean; user?: { username?: string }; error?: string } }>(
-      'POST',
-      '/apis/authentication.k8s.io/v1/tokenreviews',
-      {
-        apiVersion: 'authentication.k8s.io/v1',
-        kind: 'TokenReview',
-        spec: { token, audiences: ['system:konnectivity-server'] },
-      },
-    );
-    const user = r.status?.user?.username;
-    if (!r.status?.authenticated) return { ok: false, error: r.status?.error ?? 'token not authenticated' };
-    if (user !== AGENT_SERVICE_ACCOUNT) return { ok: false, user, error: `${user} is not ${AGENT_SERVICE_ACCOUNT}` };
-    return { ok: true, user };
-  };
+  return serviceAccountTokenReview(kube, 'system:konnectivity-server', AGENT_SERVICE_ACCOUNT);
 }
 
 export class KonnectivityServerComponent implements Component {

@@ -69,14 +69,14 @@ export class AgentListener {
     });
   }
 
-  /** Resolves with the port bound (useful with port 0). */
+  /** Resolves with the port bound (useful with port 0). Host '' is every interface, as in Go. */
   listen(port: number, host: string): Promise<number> {
     const server = this.listener;
     return new Promise((resolve, reject) => {
       const onError = (err: Error): void =>
-        reject(new Error(`konnectivity server cannot listen on ${host.includes(':') ? `[${host}]` : host}:${port}: ${err.message}`));
+        reject(new Error(`konnectivity server cannot listen on ${host.includes(':') ? `[${host}]` : host || '*'}:${port}: ${err.message}`));
       server.once('error', onError);
-      server.listen(port, host, () => {
+      server.listen({ port, host: host || undefined }, () => {
         server.off('error', onError);
         resolve((server.address() as AddressInfo).port);
       });

@@ -123,19 +123,16 @@ export class Broker {
     return [...byId.values()];
   }
 
-  /** How many agents each configured strategy can choose from (the ready_backends gauge). */
-  agentsByStrategy(): Map<string, number> {
+  /**
+   * The ready_backends gauge, counted as upstream counts each strategy's backends: destHost by
+   * the distinct names and addresses agents claim, the others by distinct agent ids.
+   */
+  agentsByStrategy(): Map<ProxyStrategy, number> {
     const ready = this.readyAgents();
-    const out = new Map<string, number>();
+    const out = new Map<ProxyStrategy, number>();
     for (const s of this.o.strategies) {
-      const ids = (a: AgentBackend) => a.identifiers;
-      const n =
-        s === 'destHost'
-          ? ready.filter((a) => ids(a).host.length + ids(a).ipv4.length + ids(a).ipv6.length + ids(a).cidr.length > 0).length
-          : s === 'defaultRoute'
-            ? ready.filter((a) => ids(a).defaultRoute).length
-            : ready.length;
-      out.set(s, n);
+      if (s === 'destHost') out.set(s, new Set(ready.flatMap((a) => [...a.identifiers.host, ...a.identifiers.ipv4, ...a.identifiers.ipv6])).size);
+      else out.set(s, new Set((s === 'defaultRoute' ? ready.filter((a) => a.identifiers.defaultRoute) : ready).map((a) => a.id)).size);
     }
     return out;
   }

@@ -1,9 +1,11 @@
-// The standalone agent's HTTP endpoints, laid out as upstream's proxy-agent lays them out, so
-// probes, scrapers and dashboards written for it work unchanged:
-// - health port (all interfaces by default): /healthz, /readyz and /ready (with upstream's check
-//   lines), /metrics;
-// - admin port (loopback by default): /metrics redirects to the health port, and with profiling
-//   on, /debug/pprof/ serves Node's equivalents (CPU profile, heap snapshot, event-loop delay).
+// The standalone agent's and server's HTTP endpoints, laid out as upstream's proxy-agent and
+// proxy-server lay them out, so probes, scrapers and dashboards written for them work unchanged:
+// - health port (all interfaces by default): /healthz, /readyz and /ready, /metrics; the agent
+//   answers readiness with upstream's check lines (503 when one fails), the server with "ok" or
+//   500 and the reason;
+// - admin port (loopback by default): /metrics (the agent redirects it to the health port, the
+//   server serves it), and with profiling on, /debug/pprof/ serves Node's equivalents (CPU
+//   profile, heap snapshot, event-loop delay).
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { Session } from 'node:inspector/promises';
 import type { AddressInfo } from 'node:net';
@@ -87,6 +89,8 @@ export interface HealthServerOptions {
   host: string;
   port: number;
   checks: ReadinessCheck[];
+  /** 'agent' (default): check lines, 503 on failure. 'server': "ok", or 500 with the failed check's text. */
+  readiness?: 'agent' | 'server';
   registry: Registry;
 }
 
@@ -101,10 +105,35 @@ async function listen(server: Server, host: string, port: number, what: string):
   });
 }
 
+type Scrape = ReturnType<typeof addProcessMetrics>;
+/** The scrape counters of each registry, shared by its health and admin ports. */
+const scrapes = new WeakMap<Registry, Scrape>();
+
+function serveMetrics(registry: Registry, scrape: Scrape, res: ServerResponse): void {
+  scrape.inFlight.inc();
+  registry.metrics().then(
+    (body) => {
+      scrape.inFlight.dec();
+      scrape.requests.inc({ code: '200' });
+      res.writeHead(200, { 'Content-Type': registry.contentType });
+      res.end(body);
+    },
+    (err: Error) => {
+      scrape.inFlight.dec();
+      scrape.requests.inc({ code: '500' });
+      text(res, 500, err.message);
+    },
+  );
+}
+
 /** The health port: /healthz, /readyz, /ready, /metrics. Resolves with the bound port. */
 export async function serveHealth(o: HealthServerOptions): Promise<{ server: Server; port: number }> {
   const scrape = addProcessMetrics(o.registry);
   const readiness = (req: IncomingMessage, res: ServerResponse): void => {
+    if (o.readiness === 'server') {
+      const err = o.checks.map((c) => c.check()).find((e) => e !== null);
+      return err === undefined ? text(res, 200, 'ok') : text(res, 500, err);
+    }
     let lines = '';
     const failed: string[] = [];
     for (const c of o.checks) {
@@ -124,28 +153,17 @@ export async function serveHealth(o: HealthServerOptions): Promise<{ server: Ser
     if (path === '/healthz') return text(res, 200, 'ok');
     if (path === '/readyz' || path === '/ready') return readiness(req, res);
     if (path !== '/metrics') return text(res, 404, '404 page not found\n');
-    scrape.inFlight.inc();
-    o.registry.metrics().then(
-      (body) => {
-        scrape.inFlight.dec();
-        scrape.requests.inc({ code: '200' });
-        res.writeHead(200, { 'Content-Type': o.registry.contentType });
-        res.end(body);
-      },
-      (err: Error) => {
-        scrape.inFlight.dec();
-        scrape.requests.inc({ code: '500' });
-        text(res, 500, err.message);
-      },
-    );
+    serveMetrics(o.registry, scrape, res);
   });
+  scrapes.set(o.registry, scrape);
   return { server, port: await listen(server, o.host, o.port, 'health server') };
 }
 
 export interface AdminServerOptions {
   host: string;
   port: number;
-  healthPort: number;
+  /** The agent's /metrics redirects to its health port; the server's serves its registry (after serveHealth). */
+  metrics: { redirectToPort: number } | { registry: Registry };
   profiling: boolean;
   contentionProfiling: boolean;
 }
@@ -157,8 +175,10 @@ export async function serveAdmin(o: AdminServerOptions): Promise<{ server: Serve
   const server = createServer((req, res) => {
     const url = new URL(req.url ?? '/', 'http://x');
     if (url.pathname === '/metrics') {
+      const m = o.metrics;
+      if ('registry' in m) return serveMetrics(m.registry, scrapes.get(m.registry) ?? addProcessMetrics(m.registry), res);
       const host = (req.headers.host ?? 'localhost').replace(/:\d+$/, '');
-      res.writeHead(301, { Location: `//${host}:${o.healthPort}/metrics${url.search}`, ...TEXT });
+      res.writeHead(301, { Location: `//${host}:${m.redirectToPort}/metrics${url.search}`, ...TEXT });
       return res.end();
     }
     if (!o.profiling || !url.pathname.startsWith('/debug/pprof')) return text(res, 404, '404 page not found\n');

@@ -3,6 +3,7 @@
 export {
   KonnectivityServer,
   type KonnectivityServerOptions,
+  type TcpFrontend,
   type KonnectivityServerSnapshot,
   type AgentSnapshot as ServerAgentSnapshot,
   type TunnelStats,

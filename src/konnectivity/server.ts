@@ -467,6 +467,15 @@ export class KonnectivityServer implements Component {
     return Number.isInteger(n) && n > 0 ? n : 1;
   }
 
+  /**
+   * Upstream's readiness: an agent the first proxy strategy can pick (with destHost first, one
+   * that claims a name or address). Null when ready, else why not.
+   */
+  notReadyReason(): string | null {
+    const first = (this.o.proxyStrategies ?? ['destHost', 'default'])[0] ?? 'default';
+    return (this.broker.agentsByStrategy().get(first) ?? 0) > 0 ? null : 'no connection to any proxy agent';
+  }
+
   /** The agent port actually bound (useful with agentPort 0). */
   agentPort(): number {
     return this.boundAgentPort;
@@ -474,6 +483,25 @@ export class KonnectivityServer implements Component {
 
   adminPort(): number {
     return this.boundAdminPort;
+  }
+
+  /**
+   * Stops taking new frontend connections and waits, at most `timeoutMs`, for the open ones to
+   * end (upstream's --graceful-shutdown-timeout); then stops.
+   */
+  async stopGracefully(timeoutMs: number): Promise<void> {
+    const frontendsDone = Promise.all([
+      ...this.frontendServers.map((f) => new Promise<void>((r) => f.tryShutdown(() => r()))),
+      ...this.httpConnectServers.map((h) => new Promise<void>((r) => h.close(() => r()))),
+    ]);
+    let timer: NodeJS.Timeout | undefined;
+    const timedOut = await Promise.race([
+      frontendsDone.then(() => false),
+      new Promise<boolean>((r) => (timer = setTimeout(() => r(true), timeoutMs))),
+    ]);
+    clearTimeout(timer);
+    if (timedOut) this.log.warn({ timeoutMs, open: this.broker.establishedCount() }, 'graceful shutdown timed out; closing the open connections');
+    await this.stop();
   }
 
   async stop(): Promise<void> {

@@ -42,7 +42,7 @@ export function controllerLeaseName(address: string): string {
 }
 
 /** A MicroTime, as the coordination API wants it. */
-function microTime(d: Date): string {
+export function microTime(d: Date): string {
   return d.toISOString().replace(/\.(\d{3})Z$/, '.$1000Z');
 }
 

@@ -3,79 +3,19 @@
 // and label names) and, for the same dial errors, the same series and values; the first SIGTERM
 // drains, the second stops; the `proxy-agent` invocation name; every unknown flag one line.
 import assert from 'node:assert/strict';
-import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
+import { execFileSync, spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { readFile, symlink, writeFile } from 'node:fs/promises';
-import { createServer as createNetServer, type AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { execa } from 'execa';
 import { dialViaProxy } from '../../src/konnectivity/client.ts';
 import { tempDir } from '../helpers.ts';
-import { echoServer, makePki, readN, waitFor } from '../unit/konnectivity/fixtures.ts';
+import { echoServer, readN, waitFor } from '../unit/konnectivity/fixtures.ts';
+import { families, freeServicePort, get, helpFlags, pkiFiles, sample, series, start, type Files, type Proc, type T } from './dropin.ts';
 import { track } from './cluster.ts';
 import { kctl, requireKctl } from './kctl.ts';
 import { upstreamBin } from './upstream.ts';
-
-type T = { after: (fn: () => Promise<void> | void) => void };
-
-async function freePort(): Promise<number> {
-  const s = createNetServer();
-  await new Promise<void>((r) => s.listen(0, '127.0.0.1', r));
-  const port = (s.address() as AddressInfo).port;
-  await new Promise<void>((r) => s.close(() => r()));
-  return port;
-}
-
-interface Proc {
-  child: ChildProcess;
-  output: () => string;
-  exited: Promise<number | null>;
-}
-
-function start(t: T, bin: string, args: string[], argv0?: string): Proc {
-  const child = spawn(bin, args, { stdio: ['ignore', 'pipe', 'pipe'], argv0 });
-  let out = '';
-  child.stdout!.on('data', (c: Buffer) => (out += c.toString()));
-  child.stderr!.on('data', (c: Buffer) => (out += c.toString()));
-  const exited = new Promise<number | null>((r) => child.once('exit', (code) => r(code)));
-  t.after(async () => {
-    if (child.exitCode === null) child.kill('SIGKILL');
-    await exited;
-  });
-  return { child, output: () => out, exited };
-}
-
-interface Files {
-  dir: string;
-  ca: string;
-  serverCert: string;
-  serverKey: string;
-  agentCert: string;
-  agentKey: string;
-}
-
-async function pkiFiles(t: T): Promise<Files> {
-  const pki = await makePki();
-  const dir = await tempDir(t, 'kctl-dropin-');
-  const node = await pki.nodeCert('dropin-node');
-  const f = {
-    dir,
-    ca: join(dir, 'ca.crt'),
-    serverCert: join(dir, 'server.crt'),
-    serverKey: join(dir, 'server.key'),
-    agentCert: join(dir, 'agent.crt'),
-    agentKey: join(dir, 'agent.key'),
-  };
-  await Promise.all([
-    writeFile(f.ca, pki.ca),
-    writeFile(f.serverCert, pki.serverCert),
-    writeFile(f.serverKey, pki.serverKey, { mode: 0o600 }),
-    writeFile(f.agentCert, node.cert),
-    writeFile(f.agentKey, node.key, { mode: 0o600 }),
-  ]);
-  return f;
-}
 
 /** An upstream proxy-server: grpc frontend on a UDS, agents on `agentPort`. */
 async function upstreamServer(t: T, f: Files, name: string, agentPort: number): Promise<{ uds: string; proc: Proc }> {
@@ -90,8 +30,8 @@ async function upstreamServer(t: T, f: Files, name: string, agentPort: number): 
     `--cluster-ca-cert=${f.ca}`,
     `--agent-port=${agentPort}`,
     '--agent-bind-address=127.0.0.1',
-    `--admin-port=${await freePort()}`,
-    `--health-port=${await freePort()}`,
+    `--admin-port=${await freeServicePort()}`,
+    `--health-port=${await freeServicePort()}`,
     '--health-bind-address=127.0.0.1',
     `--server-id=${name}`,
     '--server-count=1',
@@ -136,36 +76,6 @@ function agentArgs(f: Files, agentPort: number, health: number, admin: number, i
   ];
 }
 
-async function get(url: string): Promise<{ status: number; body: string }> {
-  const r = await fetch(url);
-  return { status: r.status, body: await r.text() };
-}
-
-/** family -> HELP text and the label names its samples carry (le and quantile aside). */
-function families(scrape: string): Map<string, { help: string; labels: string }> {
-  const out = new Map<string, { help: string; labels: Set<string> }>();
-  for (const line of scrape.split('\n')) {
-    const help = /^# HELP (\S+) (.*)$/.exec(line);
-    if (help) {
-      out.set(help[1]!, { help: help[2]!, labels: new Set() });
-      continue;
-    }
-    const sample = /^([a-zA-Z_:][\w:]*)(?:\{(.*)\})? /.exec(line);
-    if (!sample) continue;
-    const fam = [...out.keys()].find((k) => sample[1] === k || sample[1]!.replace(/_(bucket|sum|count|total)$/, '') === k) ?? sample[1]!;
-    for (const m of (sample[2] ?? '').matchAll(/(\w+)="/g)) if (m[1] !== 'le' && m[1] !== 'quantile') out.get(fam)?.labels.add(m[1]!);
-  }
-  return new Map([...out].map(([k, v]) => [k, { help: v.help, labels: [...v.labels].sort().join(',') }]));
-}
-
-/** Samples of one family as "name{labels} value" lines. */
-function series(scrape: string, name: string): string[] {
-  return scrape
-    .split('\n')
-    .filter((l) => l.startsWith(`${name}{`) || l.startsWith(`${name} `))
-    .sort();
-}
-
 const readyz = async (port: number) => Promise.all(['/healthz', '/readyz', '/ready'].map((p) => get(`http://127.0.0.1:${port}${p}`)));
 
 /** Drops every TCP packet to `ip`: a dial there times out instead of being answered or refused. */
@@ -182,9 +92,9 @@ test(
   { timeout: 240_000 },
   async (t) => {
     const f = await pkiFiles(t);
-    const agentPorts = { up: await freePort(), kc: await freePort() };
-    const health = { up: await freePort(), kc: await freePort() };
-    const admin = { up: await freePort(), kc: await freePort() };
+    const agentPorts = { up: await freeServicePort(), kc: await freeServicePort() };
+    const health = { up: await freeServicePort(), kc: await freeServicePort() };
+    const admin = { up: await freeServicePort(), kc: await freeServicePort() };
     const upAgent = start(t, upstreamBin()['proxy-agent'], agentArgs(f, agentPorts.up, health.up, admin.up, 'agent-up'));
     const kcAgent = start(t, requireKctl(), ['konnectivity-agent', ...agentArgs(f, agentPorts.kc, health.kc, admin.kc, 'agent-kc')]);
     const outputs = () => `\nupstream agent:\n${upAgent.output()}\nkctl agent:\n${kcAgent.output()}`;
@@ -221,7 +131,7 @@ test(
 
     // The same dials through each: one that works, a refused port, an unknown name, one that never answers.
     const echo = await echoServer(t);
-    const closedPort = await freePort();
+    const closedPort = await freeServicePort();
     blackhole(t, '192.0.2.77');
     for (const name of ['up', 'kc'] as const) {
       const uds = servers[name].uds;
@@ -269,11 +179,6 @@ test(
   },
 );
 
-/** The flag names a pflag --help lists. */
-function helpFlags(help: string): string[] {
-  return [...help.matchAll(/^\s+(?:-\w, )?--([\w-]+)/gm)].map((m) => m[1]!).sort();
-}
-
 test('invoked as proxy-agent, kctl is the agent: --help lists every upstream flag; bad flags and values are one line each', async (t) => {
   const dir = await tempDir(t, 'kctl-proxy-agent-');
   const link = join(dir, 'proxy-agent');
@@ -315,20 +220,14 @@ test('invoked as proxy-agent, kctl is the agent: --help lists every upstream fla
   }
 });
 
-/** One gauge or counter sample's value in a scrape; 0 when absent. */
-function sample(scrape: string, line: string): number {
-  const hit = scrape.split('\n').find((l) => l.startsWith(`${line} `));
-  return hit ? Number(hit.split(' ').pop()) : 0;
-}
-
 test(
   'the first SIGTERM drains (open connections keep working, new dials go to the other agent), the second exits 0',
   { timeout: 180_000 },
   async (t) => {
     const f = await pkiFiles(t);
-    const agentPort = await freePort();
+    const agentPort = await freeServicePort();
     const server = await upstreamServer(t, f, 'server-drain', agentPort);
-    const ports = { a: [await freePort(), await freePort()], b: [await freePort(), await freePort()] };
+    const ports = { a: [await freeServicePort(), await freeServicePort()], b: [await freeServicePort(), await freeServicePort()] };
     const a = start(t, requireKctl(), ['konnectivity-agent', ...agentArgs(f, agentPort, ports.a[0]!, ports.a[1]!, 'agent-a'), '--debug']);
     await waitFor('agent a ready', async () => (await get(`http://127.0.0.1:${ports.a[0]}/readyz`).catch(() => null))?.status === 200, 60_000).catch(
       (err: Error) => {
@@ -418,14 +317,14 @@ test(
     });
     assert.equal(applied.exitCode, 0, String(applied.stderr));
 
-    const agentPort = await freePort();
+    const agentPort = await freeServicePort();
     await upstreamServer(t, f, 'server-leases', agentPort); // says servercount 1; the leases say 2
     const args = (health: number, admin: number, id: string) => [
       ...agentArgs(f, agentPort, health, admin, id).filter((a) => !a.startsWith('--count-server-leases')),
       '--count-server-leases=true',
       `--kubeconfig=${kubeconfig}`,
     ];
-    const ports = { up: [await freePort(), await freePort()], kc: [await freePort(), await freePort()] };
+    const ports = { up: [await freeServicePort(), await freeServicePort()], kc: [await freeServicePort(), await freeServicePort()] };
     const up = start(t, upstreamBin()['proxy-agent'], args(ports.up[0]!, ports.up[1]!, 'lease-up'));
     const kc = start(t, requireKctl(), ['konnectivity-agent', ...args(ports.kc[0]!, ports.kc[1]!, 'lease-kc')]);
     const known = 'konnectivity_network_proxy_agent_known_server_count';
