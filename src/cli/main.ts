@@ -67,11 +67,12 @@ const DROP_INS: { name: string; invokedAs: string; run: DropIn }[] = [
 
 /** The drop-in agent and server take upstream's command line, which commander must not see. */
 function dropInInvocation(argv: string[]): { args: string[]; cmd: string; run: DropIn } | undefined {
-  for (const d of DROP_INS) {
-    if (basename(process.argv0) === d.invokedAs) return { args: argv, cmd: d.invokedAs, run: d.run };
-    if (argv[0] === d.name) return { args: argv.slice(1), cmd: d.name, run: d.run };
-  }
-  return undefined;
+  // The subcommand wins over the invocation name: the proxy-agent image runs the server as
+  // `/proxy-agent konnectivity-server <flags>`.
+  const named = DROP_INS.find((d) => argv[0] === d.name);
+  if (named) return { args: argv.slice(1), cmd: named.name, run: named.run };
+  const invoked = DROP_INS.find((d) => basename(process.argv0) === d.invokedAs);
+  return invoked && { args: argv, cmd: invoked.invokedAs, run: invoked.run };
 }
 
 export async function main(argv: string[]): Promise<void> {

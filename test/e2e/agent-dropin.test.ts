@@ -387,6 +387,10 @@ test('the proxy-agent image: kctl airgap save-images writes it; its program runs
   const help = await run(['--help']);
   assert.equal(help.exitCode, 0, `${help.stderr}`);
   assert.match(help.stdout, /--proxy-server-host string\s+The hostname to use to connect to the proxy-server\. \(default "127\.0\.0\.1"\)/);
+  // The same image runs the server: `command: ["/proxy-agent", "konnectivity-server"]`.
+  const serverHelp = await run(['konnectivity-server', '--help']);
+  assert.equal(serverHelp.exitCode, 0, `${serverHelp.stderr}`);
+  assert.match(serverHelp.stdout, /--uds-name string\s+uds-name should be empty for TCP traffic\. For UDS set to its name\./);
   const bad = await run(['--no-such-flag']);
   assert.equal(bad.exitCode, 1);
   assert.match(bad.stderr, /^kctl: proxy-agent: unknown flag --no-such-flag/);
