@@ -8,6 +8,8 @@ import { MAX_DATA_CHUNK, ProxyServiceClient, newRandom, packets, type Int64, typ
 export interface ProxyDialOptions {
   /** The server's GRPC unix socket. */
   udsPath: string;
+  /** Instead: its GRPC frontend on TCP with mutual TLS (host:port and the client's credentials). */
+  tcp?: { address: string; credentials: grpc.ChannelCredentials };
   /** host:port to reach on the agent side. */
   address: string;
   /** Dial id; default a fresh random. */
@@ -21,8 +23,12 @@ export class ProxyDialError extends Error {
 }
 
 /** Opens a Proxy stream on its own connection (what kube-apiserver's single-use tunnel does). */
-export function openProxyStream(udsPath: string): { client: grpc.Client; call: grpc.ClientDuplexStream<Packet, Packet> } {
-  const client = new ProxyServiceClient(`unix:${udsPath}`, grpc.credentials.createInsecure(), {
+export function openProxyStream(
+  udsPath: string,
+  tcp?: ProxyDialOptions['tcp'],
+): { client: grpc.Client; call: grpc.ClientDuplexStream<Packet, Packet> } {
+  const target = tcp ? tcp.address : `unix:${udsPath}`;
+  const client = new ProxyServiceClient(target, tcp?.credentials ?? grpc.credentials.createInsecure(), {
     'grpc.use_local_subchannel_pool': 1,
     'grpc.enable_channelz': 0,
     'grpc.max_receive_message_length': 16 * 1024 * 1024,
@@ -36,7 +42,7 @@ export function openProxyStream(udsPath: string): { client: grpc.Client; call: g
 
 /** Dials `address` through the server; resolves once the agent answered DIAL_RSP. */
 export async function dialViaProxy(o: ProxyDialOptions): Promise<ProxyTunnel> {
-  const { client, call } = openProxyStream(o.udsPath);
+  const { client, call } = openProxyStream(o.udsPath, o.tcp);
   const random = o.random ?? newRandom();
   const cleanup = (): void => {
     call.cancel();
