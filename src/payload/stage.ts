@@ -39,8 +39,18 @@ async function copyVerified(payload: Payload, entry: PayloadEntry, target: strin
       cb(null, chunk);
     },
   });
+  let unreadable: Error | undefined;
   try {
-    await pipeline(payload.open(entry), tap, createWriteStream(tmp, { mode }));
+    const source = payload.open(entry);
+    source.once('error', (err) => (unreadable = err));
+    await pipeline(source, tap, createWriteStream(tmp, { mode })).catch((err: Error) => {
+      // Damaged compressed bytes fail the decompression before any checksum can.
+      if (unreadable)
+        throw new PayloadChecksumError(
+          `payload component ${entry.name} is corrupt (${unreadable.message}); nothing was staged, reinstall or rebuild kctl`,
+        );
+      throw err;
+    });
     const got = hash.digest('hex');
     if (got !== entry.sha256) {
       throw new PayloadChecksumError(

@@ -1,10 +1,13 @@
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
-import { writeFile } from 'node:fs/promises';
+import { readdir, writeFile } from 'node:fs/promises';
+import { brotliCompressSync } from 'node:zlib';
 import { join } from 'node:path';
 import { text } from 'node:stream/consumers';
 import { test } from 'node:test';
 import { readEmbeddedPayload, TRAILER_MAGIC, TRAILER_SIZE, type PayloadIndex } from '../../../src/payload/payload.ts';
+import { stageComponents } from '../../../src/payload/stage.ts';
+import { quietLogger } from '../konnectivity/fixtures.ts';
 import { tempDir } from '../../helpers.ts';
 
 function withPayload(exe: Buffer, parts: Record<string, string>): Buffer {
@@ -50,4 +53,52 @@ test('a file without a trailer has no payload; a damaged trailer is a clear erro
   const good = withPayload(Buffer.from('exe'), { a: 'x' });
   await writeFile(damaged, Buffer.concat([Buffer.from('junk'), good]));
   await assert.rejects(readEmbeddedPayload(damaged), /payload trailer is inconsistent/);
+});
+
+test('a compressed component reads back as its own bytes; damaged compressed bytes stage nothing and say so in one line', async (t) => {
+  const dir = await tempDir(t);
+  const body = Buffer.from('kubelet-bytes '.repeat(5000));
+  const packed = brotliCompressSync(body);
+  const exe = Buffer.from('\x7fELF fake executable');
+  const entry = {
+    name: 'kubelet',
+    version: 'v1',
+    sha256: createHash('sha256').update(body).digest('hex'),
+    size: body.length,
+    path: 'kubelet',
+    roles: ['worker' as const],
+    offset: exe.length,
+    stored: { codec: 'br' as const, size: packed.length },
+  };
+  const write = async (file: string, stored: Buffer) => {
+    const index = Buffer.from(JSON.stringify({ kctl: '1.2.3', platform: 'linux/amd64', components: [entry] } satisfies PayloadIndex));
+    const trailer = Buffer.alloc(TRAILER_SIZE);
+    trailer.write(TRAILER_MAGIC, 0, 'latin1');
+    trailer.writeBigUInt64LE(BigInt(exe.length + stored.length), 8);
+    trailer.writeBigUInt64LE(BigInt(index.length), 16);
+    await writeFile(file, Buffer.concat([exe, stored, index, trailer]));
+  };
+  const good = join(dir, 'good');
+  await write(good, packed);
+  const p = (await readEmbeddedPayload(good))!;
+  assert.ok(packed.length < body.length / 10);
+  assert.equal(await text(p.open(p.index.components[0]!)), body.toString());
+  const staged = await stageComponents(p, join(dir, 'bin-good'), ['worker'], quietLogger());
+  assert.deepEqual(staged.staged, ['kubelet']);
+
+  const damaged = Buffer.from(packed);
+  damaged[Math.floor(damaged.length / 2)]! ^= 0xff;
+  const bad = join(dir, 'bad');
+  await write(bad, damaged);
+  const binDir = join(dir, 'bin-bad');
+  await assert.rejects(stageComponents((await readEmbeddedPayload(bad))!, binDir, ['worker'], quietLogger()), (err: Error) => {
+    assert.match(err.message, /^payload component kubelet is corrupt \(.*\); nothing was staged, reinstall or rebuild kctl$/);
+    assert.equal(err.message.split('\n').length, 1);
+    return true;
+  });
+  assert.deepEqual(
+    (await readdir(binDir)).filter((f) => !f.startsWith('.stage.lock')),
+    [],
+    'nothing half-staged',
+  );
 });
