@@ -10,6 +10,7 @@ import { connectDialer, directDialer, grpcDialer, type Dialer, type PathName } f
 import { dialLatencies, goDriver, throughput, type GoPath } from './go-driver.ts';
 import { makePki, type BenchPki } from './pki.ts';
 import { firstJsonLine, freePort, startProc, type Proc } from './procs.ts';
+import { executableFigures } from './executable.ts';
 import { holOthersRatio, idleMemoryPerConn, leakResidual, type Targets } from './scenarios.ts';
 import { startKctl, startUpstream, type Stack } from './stacks.ts';
 import { haFigures } from './ha.ts';
@@ -251,6 +252,23 @@ async function main(): Promise<void> {
     );
     await bench.stop();
 
+    const exe = await executableFigures(dir, log, mode === 'smoke' ? 1 : 3);
+    out.push({
+      scenario: 'kctl-size-mb',
+      unit: 'MiB',
+      kctl: exe.sizeMiB,
+      upstream: null,
+      direct: null,
+      note: 'dist/kctl: the Node runtime and bundled JS, the component binaries brotli-compressed, the image tarballs',
+    });
+    out.push({
+      scenario: 'first-start-staging-s',
+      unit: 's',
+      kctl: median(exe.stagingSeconds),
+      upstream: null,
+      direct: null,
+      note: `kctl controller --init-only on a fresh data dir (controller binaries decompressed and checked, PKI made)${exe.stagingSeconds.length > 1 ? `; median of ${exe.stagingSeconds.map((x) => x.toFixed(2)).join(', ')} s` : ''}`,
+    });
     if (z.controller) {
       const ctlDir = await mkdtemp(join(dir, 'controller-'));
       const f = await controllerFigures(ctlDir, log);
@@ -270,7 +288,7 @@ async function main(): Promise<void> {
     }
     if (mode !== 'smoke') {
       // ~30 s per lab plus ~6 s per join: 3 joins (median) in the full run, 1 in --quick.
-      const { joins, corednsReadySeconds } = await workerJoinSeconds(await mkdtemp(join(dir, 'worker-')), log, mode === 'full' ? 3 : 1);
+      const { joins, corednsReadySeconds, workerRssMiB } = await workerJoinSeconds(await mkdtemp(join(dir, 'worker-')), log, mode === 'full' ? 3 : 1);
       out.push({
         scenario: 'worker-join-s',
         unit: 's',
@@ -278,6 +296,14 @@ async function main(): Promise<void> {
         upstream: null,
         direct: null,
         ...(joins.length > 1 ? { note: `median of ${joins.length} joins: ${joins.map((s) => s.toFixed(1)).join(', ')} s` } : {}),
+      });
+      out.push({
+        scenario: 'worker-rss-mb',
+        unit: 'MiB',
+        kctl: workerRssMiB.length ? median(workerRssMiB) : null,
+        upstream: null,
+        direct: null,
+        note: 'the kctl worker process alone (its containerd, kubelet and kube-proxy children aside), one node, idle 10 s after "worker ready", agent connected',
       });
       out.push({
         scenario: 'coredns-ready-s',
@@ -336,6 +362,7 @@ async function main(): Promise<void> {
     } else {
       const note = 'not measured in --smoke (starts a control plane and a worker in the network-namespace lab)';
       out.push({ scenario: 'worker-join-s', unit: 's', kctl: null, upstream: null, direct: null, note });
+      out.push({ scenario: 'worker-rss-mb', unit: 'MiB', kctl: null, upstream: null, direct: null, note });
       out.push({ scenario: 'coredns-ready-s', unit: 's', kctl: null, upstream: null, direct: null, note });
       out.push({ scenario: 'ha-failover-exec-s', unit: 's', kctl: null, upstream: null, direct: null, note });
       out.push({ scenario: 'ha-agent-join-s', unit: 's', kctl: null, upstream: null, direct: null, note });

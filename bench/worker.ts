@@ -13,12 +13,13 @@
 // (the worker's own "worker ready" is logged as a phase, not timed). Outside the window: lab
 // set-up, controller staging (`--init-only`), controller start until "controller ready",
 // token creation, stopping and cleaning up the worker.
-import { existsSync } from 'node:fs';
+import { existsSync, readFileSync, readlinkSync } from 'node:fs';
 import { mkdir, rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Result } from 'execa';
 import { mountsUnder } from '../src/worker/containerd.ts';
+import { rssKiB } from './procs.ts';
 import { cleanupWorkerHost, labController, nodeReady, track, type Tracked } from '../test/e2e/cluster.ts';
 import { requireKctl } from '../test/e2e/kctl.ts';
 import { createLab, type LabHost } from '../test/e2e/lab.ts';
@@ -87,7 +88,7 @@ export async function workerJoinSeconds(
   dir: string,
   log: (m: string) => void,
   reps = 1,
-): Promise<{ joins: number[]; corednsReadySeconds: number | null }> {
+): Promise<{ joins: number[]; corednsReadySeconds: number | null; workerRssMiB: number[] }> {
   const kctlBin = requireKctl();
   const workerNames = Array.from({ length: reps }, (_, i) => `${LAB}${i + 1}`);
   await mkdir(dir, { recursive: true });
@@ -120,6 +121,7 @@ export async function workerJoinSeconds(
       ctl.run(kubectlBin, ['--kubeconfig', join(c.dataDir, 'pki', 'admin.conf'), '--request-timeout=5s', ...args], { timeout: 10_000 });
 
     const out: number[] = [];
+    const workerRssMiB: number[] = [];
     for (const name of workerNames) {
       const h: LabHost = lab.host(name);
       const token = await c.createToken('1h');
@@ -160,12 +162,18 @@ export async function workerJoinSeconds(
       }
       // Not timed: for the log, when the worker itself reported every component ready (kube-proxy and the agent may come after the Node is Ready).
       await waitFor('worker ready', 30_000, 100, async () => phases.has('worker-ready')).catch(() => undefined);
+      // worker-rss-mb: the kctl worker process itself, idle.
+      if (phases.has('worker-ready') && worker.child.pid) {
+        await sleep(10_000);
+        workerRssMiB.push(rssKiB(execedPid(worker.child.pid)) / 1024);
+        log(`worker-rss: ${workerRssMiB.at(-1)!.toFixed(1)} MiB`);
+      }
       log(`worker-join: ${name} Ready after ${seconds.toFixed(1)} s (${[...phases].map(([k, v]) => `${k} ${v.toFixed(1)} s`).join(', ')})`);
       // The next join should not share the machine with this worker.
       await stop(worker);
       await cleanupWorkerHost(d.data, d.run, name);
     }
-    return { joins: out, corednsReadySeconds };
+    return { joins: out, corednsReadySeconds, workerRssMiB };
   } finally {
     for (const p of procs.reverse()) await stop(p).catch(() => undefined);
     await lab.destroy().catch((err: Error) => log(`worker-join: destroying the lab failed: ${err.message}`));
@@ -178,6 +186,13 @@ export async function workerJoinSeconds(
     if (left.length) log(`worker-join: ${left.length} mounts left under ${dir}, not removing it: ${left.slice(0, 5).join(' ')}`);
     else await rm(dir, { recursive: true, force: true });
   }
+}
+
+/** The kctl process behind a lab.spawn pid: nsenter execs it in place, or, if it forked, its one child. */
+function execedPid(pid: number): number {
+  if (!readlinkSync(`/proc/${pid}/exe`).endsWith('nsenter')) return pid;
+  const child = readFileSync(`/proc/${pid}/task/${pid}/children`, 'utf8').trim().split(/\s+/)[0];
+  return child ? Number(child) : pid;
 }
 
 /** Polls `check` every `everyMs` until true; throws after `timeoutMs` or when `check` throws. */

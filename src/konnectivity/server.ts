@@ -3,20 +3,18 @@
 // agents connect to it (TLS on agentPort), and the broker ties the two together. Admin HTTP
 // (healthz, readyz, metrics) on loopback.
 import { X509Certificate, randomUUID } from 'node:crypto';
-import { mkdir, rm } from 'node:fs/promises';
-import { createServer as createHttpServer, type Server as HttpServer } from 'node:http';
-import { createServer as createHttpsServer } from 'node:https';
+import { mkdir } from 'node:fs/promises';
+import type { Server as HttpServer } from 'node:http';
 import { dirname } from 'node:path';
-import type { Duplex } from 'node:stream';
 import * as grpc from '@grpc/grpc-js';
 import { joinHostPort } from '../base/addresses.ts';
 import type { Logger } from '../base/log.ts';
 import type { Component, ComponentStatus, ComponentState } from '../base/component.ts';
 import { listenAdmin } from './admin.ts';
-import { bindGrpc, bindPrivateSocket, closeHttp, listenHttp, shutdownGrpc } from './listen.ts';
+import { closeHttp, shutdownGrpc } from './listen.ts';
 import { AgentListener } from './agent-port.ts';
-import { AgentAuthError, authenticateAgent, authenticateUpstreamStyle, type AgentIdentity, type TokenReview } from './auth.ts';
-import { Broker, type ProxyStrategy } from './broker.ts';
+import { AgentAuthError, authenticateAgent, authenticateUpstreamStyle, type AgentIdentity } from './auth.ts';
+import { Broker } from './broker.ts';
 import { AgentBackend } from './tunnel.ts';
 import {
   canonicalIdentifier,
@@ -26,15 +24,14 @@ import {
   type ClaimVerdict,
   type DroppedClaim,
   type NodeDirectory,
-  type TrustedAgents,
 } from './claims.ts';
-import { refuseNonConnect, serveHttpConnect, serveProxyStream } from './frontends.ts';
+import { FrontendListeners, type TcpFrontend } from './frontend-listeners.ts';
+import type { KonnectivityServerOptions } from './server-options.ts';
 import { ServerMetrics } from './metrics.ts';
 import {
   AgentServiceDefinition,
   FLOW_CONTROL_EXTENSION,
   META,
-  ProxyServiceDefinition,
   offersFlowControl,
   parseIdentifiers,
   type AgentIdentifiers,
@@ -42,72 +39,7 @@ import {
 } from './protocol.ts';
 
 export const CONNECT_METHOD = AgentServiceDefinition.Connect.path;
-
-/** A frontend for kube-apiserver on TCP: mutual TLS (the client must present a certificate of `tls.ca`). */
-export interface TcpFrontend {
-  mode: 'grpc' | 'http-connect';
-  host: string;
-  port: number;
-  tls: { cert: Buffer; key: Buffer; ca: Buffer };
-}
-
-export interface KonnectivityServerOptions {
-  /** Unique per controller; default a random UUID. Agents use it to tell servers apart. */
-  serverId?: string;
-  /** Live controller count, read on every agent Connect (follows the cluster, ANP#273). Default 1. */
-  serverCount?: () => number;
-  /** Unix socket for kube-apiserver's egress selector in GRPC mode; none when unset. */
-  udsPath?: string;
-  /** Unix socket for HTTP-CONNECT mode; none when unset. */
-  httpConnectUdsPath?: string;
-  /** Permissions of those sockets. Default 0600 (kctl's kube-apiserver runs as the same user). */
-  udsMode?: number;
-  /** A file already at a socket path is replaced (default); false fails the start instead. */
-  replaceSockets?: boolean;
-  /** A kube-apiserver frontend on TCP with mutual TLS; none when unset. */
-  tcpFrontend?: TcpFrontend;
-  /** Agent listener. Default 0.0.0.0. */
-  agentBindAddress?: string;
-  /** 0 picks a free port (tests); see agentPort() after start. */
-  agentPort: number;
-  /** Default 127.0.0.1. */
-  adminBindAddress?: string;
-  /** /healthz, /readyz, /metrics; no admin server when unset. 0 picks a free port. */
-  adminPort?: number;
-  /** PEM: the server's certificate and key, and the cluster CA that signs agent certificates. */
-  tls: { cert: string | Buffer; key: string | Buffer; ca?: string | Buffer };
-  /** Accept service-account tokens (upstream agents in pods); refused when unset. */
-  tokenReview?: TokenReview;
-  /**
-   * Who may be an agent. 'nodes' (kctl's, the default): a node client certificate of the cluster
-   * CA, or a service-account token (tokenReview). 'upstream' (the standalone drop-in, as upstream's
-   * proxy-server): with tokenReview, a valid token is required; else with a CA, any certificate it
-   * signed; else any client that completes TLS (the CLI warns).
-   */
-  agentAuth?: 'nodes' | 'upstream';
-  /**
-   * The cluster's Nodes: agents keep only the identifiers their own Node reports (claims.ts),
-   * judged again whenever Nodes change. Without it a node certificate vouches for its own node
-   * name only and addresses are taken as claimed (upstream's behaviour).
-   */
-  nodes?: NodeDirectory;
-  /** Agents that may also claim CIDRs, default-route and addresses no Node reports. */
-  trustedAgents?: TrustedAgents;
-  /** Default destHost, then default (any ready agent). */
-  proxyStrategies?: ProxyStrategy[];
-  /** How long an agent has to answer a dial. Default 10 s. */
-  dialTimeoutMs?: number;
-  /** How long an agent has to confirm a close. Default 10 s. */
-  closeTimeoutMs?: number;
-  /** We ping agents this often and drop them when a ping is not answered in the timeout. */
-  keepaliveTimeMs?: number;
-  keepaliveTimeoutMs?: number;
-  /** Offer kctl extensions (flow control, trace ids) to agents that ask. Default true. */
-  extensions?: boolean;
-  /** Per-connection buffer towards a stalled client when the agent is upstream. Default 4 MiB. */
-  upstreamBufferLimit?: number;
-  log: Logger;
-}
+export type { KonnectivityServerOptions, TcpFrontend };
 
 export interface AgentSnapshot {
   id: string;
@@ -161,12 +93,9 @@ export class KonnectivityServer implements Component {
   private state: ComponentState = 'pending';
   private lastError: string | undefined;
   private startedAt = 0;
-  private readonly frontendServers: grpc.Server[] = [];
-  private readonly httpConnectServers: HttpServer[] = [];
-  private readonly sockets: string[] = [];
+  private frontends: FrontendListeners | undefined;
   private agentServer: grpc.Server | undefined;
   private agentListener: AgentListener | undefined;
-  private readonly connectSockets = new Set<Duplex>();
   private adminServer: HttpServer | undefined;
   private boundAgentPort = 0;
   private boundAdminPort = 0;
@@ -229,63 +158,22 @@ export class KonnectivityServer implements Component {
     ]);
   }
 
-  /** A gRPC server with ProxyService, for kube-apiserver in GRPC mode. */
-  private grpcFrontend(): grpc.Server {
-    // channelz off: its per-connection bookkeeping is a measurable part of a dial (bench/README.md).
-    const frontend = new grpc.Server({ 'grpc.max_receive_message_length': 16 * 1024 * 1024, 'grpc.enable_channelz': 0 });
-    frontend.addService(ProxyServiceDefinition, {
-      Proxy: (call: grpc.ServerDuplexStream<Packet, Packet>) => {
-        const gauge = this.metrics.grpcConnections.labels({ service_method: 'Proxy' });
-        gauge.inc();
-        serveProxyStream(call, this.broker, this.metrics, this.log, () => gauge.dec());
-      },
-    });
-    this.frontendServers.push(frontend);
-    return frontend;
-  }
-
-  /** Routes CONNECT requests on `http` (plain or TLS) to the broker. */
-  private httpConnectFrontend<S extends HttpServer>(http: S): S {
-    const closeGraceMs = this.o.closeTimeoutMs ?? 10_000;
-    http.on('request', refuseNonConnect);
-    http.on('connect', (req, socket: Duplex, head: Buffer) => {
-      this.connectSockets.add(socket);
-      socket.once('close', () => this.connectSockets.delete(socket));
-      serveHttpConnect(req, socket, head, this.broker, this.metrics, this.log, closeGraceMs);
-    });
-    this.httpConnectServers.push(http);
-    return http;
-  }
-
-  /** A unix socket for kube-apiserver, never visible with a wider mode than asked. */
-  private async bindSocket(path: string, bind: (tmp: string) => Promise<void>): Promise<void> {
-    await bindPrivateSocket(path, bind, { mode: this.o.udsMode ?? 0o600, replace: this.o.replaceSockets ?? true });
-    this.sockets.push(path);
-  }
-
   private async listen(): Promise<void> {
-    if (this.o.udsPath) {
-      const frontend = this.grpcFrontend();
-      await this.bindSocket(this.o.udsPath, (tmp) =>
-        bindGrpc(frontend, `unix:${tmp}`, grpc.ServerCredentials.createInsecure()).then(() => undefined),
-      );
-    }
-    if (this.o.httpConnectUdsPath) {
-      const http = this.httpConnectFrontend(createHttpServer({ requestTimeout: 0, headersTimeout: 30_000 }));
-      await this.bindSocket(this.o.httpConnectUdsPath, (tmp) => listenHttp(http, tmp));
-    }
+    this.frontends = new FrontendListeners(
+      {
+        udsPath: this.o.udsPath,
+        httpConnectUdsPath: this.o.httpConnectUdsPath,
+        udsMode: this.o.udsMode ?? 0o600,
+        replaceSockets: this.o.replaceSockets ?? true,
+        tcp: this.o.tcpFrontend,
+        closeGraceMs: this.o.closeTimeoutMs ?? 10_000,
+      },
+      this.broker,
+      this.metrics,
+      this.log,
+    );
+    await this.frontends.listen();
     const tcp = this.o.tcpFrontend;
-    if (tcp) {
-      const keyCertPairs = [{ cert_chain: tcp.tls.cert, private_key: tcp.tls.key }];
-      if (tcp.mode === 'grpc')
-        await bindGrpc(this.grpcFrontend(), joinHostPort(tcp.host, tcp.port), grpc.ServerCredentials.createSsl(tcp.tls.ca, keyCertPairs, true));
-      else {
-        const https = this.httpConnectFrontend(
-          createHttpsServer({ ...tcp.tls, requestCert: true, rejectUnauthorized: true, requestTimeout: 0, headersTimeout: 30_000 }),
-        );
-        await listenHttp(https, { host: tcp.host || undefined, port: tcp.port });
-      }
-    }
 
     // Backend: agents over TLS (agent-port.ts). The client certificate is requested but not
     // required by TLS, so token-only agents get through the handshake; authenticateAgent then
@@ -490,10 +378,7 @@ export class KonnectivityServer implements Component {
    * end (upstream's --graceful-shutdown-timeout); then stops.
    */
   async stopGracefully(timeoutMs: number): Promise<void> {
-    const frontendsDone = Promise.all([
-      ...this.frontendServers.map((f) => new Promise<void>((r) => f.tryShutdown(() => r()))),
-      ...this.httpConnectServers.map((h) => new Promise<void>((r) => h.close(() => r()))),
-    ]);
+    const frontendsDone = this.frontends?.drained() ?? Promise.resolve();
     let timer: NodeJS.Timeout | undefined;
     const timedOut = await Promise.race([
       frontendsDone.then(() => false),
@@ -516,18 +401,10 @@ export class KonnectivityServer implements Component {
 
   private async closeListeners(): Promise<void> {
     this.broker.shutdown();
-    for (const s of this.connectSockets) s.destroy();
     this.agentListener?.close();
-    await Promise.all([
-      shutdownGrpc(this.agentServer),
-      ...this.frontendServers.map((f) => shutdownGrpc(f)),
-      ...this.httpConnectServers.map((h) => closeHttp(h)),
-      closeHttp(this.adminServer),
-    ]);
+    await Promise.all([shutdownGrpc(this.agentServer), this.frontends?.close(), closeHttp(this.adminServer)]);
     this.agentListener?.destroySockets();
-    this.agentServer = this.adminServer = this.agentListener = undefined;
-    this.frontendServers.length = this.httpConnectServers.length = 0;
-    await Promise.all(this.sockets.splice(0).map((p) => rm(p, { force: true })));
+    this.agentServer = this.adminServer = this.agentListener = this.frontends = undefined;
   }
 
   status(): ComponentStatus {
