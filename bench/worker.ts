@@ -19,7 +19,7 @@ import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Result } from 'execa';
 import { mountsUnder } from '../src/worker/containerd.ts';
-import { rssKiB } from './procs.ts';
+import { rssKiB, rssSplitKiB } from './procs.ts';
 import { cleanupWorkerHost, labController, nodeReady, track, type Tracked } from '../test/e2e/cluster.ts';
 import { requireKctl } from '../test/e2e/kctl.ts';
 import { createLab, type LabHost } from '../test/e2e/lab.ts';
@@ -165,8 +165,9 @@ export async function workerJoinSeconds(
       // worker-rss-mb: the kctl worker process itself, idle.
       if (phases.has('worker-ready') && worker.child.pid) {
         await sleep(10_000);
-        workerRssMiB.push(rssKiB(execedPid(worker.child.pid)) / 1024);
-        log(`worker-rss: ${workerRssMiB.at(-1)!.toFixed(1)} MiB`);
+        const pid = execedPid(worker.child.pid);
+        workerRssMiB.push(rssKiB(pid) / 1024);
+        log(`worker-rss: ${workerRssMiB.at(-1)!.toFixed(1)} MiB, of which ${(rssSplitKiB(pid).anon / 1024).toFixed(1)} MiB anonymous`);
       }
       log(`worker-join: ${name} Ready after ${seconds.toFixed(1)} s (${[...phases].map(([k, v]) => `${k} ${v.toFixed(1)} s`).join(', ')})`);
       // The next join should not share the machine with this worker.
