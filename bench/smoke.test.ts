@@ -15,6 +15,9 @@ const SCENARIOS = [
   'leak-residual',
 ];
 const KCTL_ONLY = [
+  'kctl-size-mb',
+  'first-start-staging-s',
+  'worker-rss-mb',
   'controller-ready-s',
   'controller-rss-mb',
   'worker-join-s',
