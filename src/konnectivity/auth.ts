@@ -111,9 +111,14 @@ export async function authenticateAgent(call: grpc.ServerDuplexStream<unknown, u
       `${why}service-account token authentication is not enabled on this server; use a node client certificate`,
     );
   }
+  return reviewedToken(opts.tokenReview, token);
+}
+
+/** The identity TokenReview gives a bearer token, or an AgentAuthError saying why there is none. */
+async function reviewedToken(tokenReview: TokenReview, token: string): Promise<AgentIdentity> {
   let review: Awaited<ReturnType<TokenReview>>;
   try {
-    review = await opts.tokenReview(token);
+    review = await tokenReview(token);
   } catch (err) {
     throw new AgentAuthError(grpc.status.UNAVAILABLE, `token review failed: ${err instanceof Error ? err.message : String(err)}`);
   }
@@ -144,14 +149,7 @@ export async function authenticateUpstreamStyle(
     if (token === undefined)
       throw new AgentAuthError(grpc.status.UNAUTHENTICATED, 'no bearer token; this server authenticates agents by service-account token');
     if (token === '') throw new AgentAuthError(grpc.status.UNAUTHENTICATED, 'authorization metadata is not "Bearer <token>"');
-    let review: Awaited<ReturnType<TokenReview>>;
-    try {
-      review = await opts.tokenReview(token);
-    } catch (err) {
-      throw new AgentAuthError(grpc.status.UNAVAILABLE, `token review failed: ${err instanceof Error ? err.message : String(err)}`);
-    }
-    if (!review.ok) throw new AgentAuthError(grpc.status.UNAUTHENTICATED, `service-account token rejected${review.error ? `: ${review.error}` : ''}`);
-    return { method: 'token', user: review.user ?? 'unknown' };
+    return reviewedToken(opts.tokenReview, token);
   }
   const peer = call.getAuthContext()?.sslPeerCertificate;
   if (peer?.raw) return { method: 'certificate', user: commonName(peer.raw) };

@@ -6,6 +6,45 @@ import { Counter, Gauge, Histogram, Registry } from 'prom-client';
 const SERVER = 'konnectivity_network_proxy_server_';
 const AGENT = 'konnectivity_network_proxy_agent_';
 
+/**
+ * stream_packets_total, which upstream's server and agent both export: one counter child per
+ * (segment, packet type), made on first use, so counting a packet does no label work. kctl's
+ * extension packets are not upstream's and are not counted.
+ */
+class PacketCounts {
+  private readonly family: Counter<'segment' | 'packet_type'>;
+  private readonly children = new Map<string, Map<string, { inc(): void }>>();
+
+  constructor(prefix: string, registers: Registry[]) {
+    this.family = new Counter({
+      name: `${prefix}stream_packets_total`,
+      help: 'Count of packets processed, by segment and packet type (example: from_client, DIAL_REQ)',
+      labelNames: ['segment', 'packet_type'],
+      registers,
+    });
+  }
+
+  inc(segment: string, packetType: string | number): void {
+    const type = String(packetType);
+    if (type.startsWith('KCTL_')) return;
+    let bySegment = this.children.get(segment);
+    if (!bySegment) this.children.set(segment, (bySegment = new Map()));
+    let c = bySegment.get(type);
+    if (!c) bySegment.set(type, (c = this.family.labels(segment, type)));
+    c.inc();
+  }
+}
+
+/** stream_errors_total, as upstream's server and agent both export it. */
+function streamErrorsFamily(prefix: string, registers: Registry[]): Counter<'segment' | 'code' | 'packet_type'> {
+  return new Counter({
+    name: `${prefix}stream_errors_total`,
+    help: 'Count of gRPC stream errors, by segment, grpc Code, packet type. (example: from_agent, Code.Unavailable, DIAL_RSP)',
+    labelNames: ['segment', 'code', 'packet_type'],
+    registers,
+  });
+}
+
 /** Upstream's server histogram buckets: 1 µs to 12.5 s. */
 const SERVER_LATENCY_BUCKETS = [0.000001, 0.00001, 0.0001, 0.005, 0.025, 0.1, 0.5, 2.5, 12.5];
 
@@ -43,7 +82,7 @@ export class ServerMetrics {
   private readonly dialFailures: Counter<'reason'>;
   readonly grpcConnections: Gauge<'service_method'>;
   readonly httpConnections: Gauge;
-  private readonly streamPackets: Counter<'segment' | 'packet_type'>;
+  private readonly packets: PacketCounts;
   private readonly streamErrors: Counter<'segment' | 'code' | 'packet_type'>;
   readonly culledLeases: Counter;
   readonly leaseDeleteLatency: Histogram<'http_status_code'>;
@@ -118,18 +157,8 @@ export class ServerMetrics {
       labelNames: ['reason'],
       registers,
     });
-    this.streamPackets = new Counter({
-      name: `${SERVER}stream_packets_total`,
-      help: 'Count of packets processed, by segment and packet type (example: from_client, DIAL_REQ)',
-      labelNames: ['segment', 'packet_type'],
-      registers,
-    });
-    this.streamErrors = new Counter({
-      name: `${SERVER}stream_errors_total`,
-      help: 'Count of gRPC stream errors, by segment, grpc Code, packet type. (example: from_agent, Code.Unavailable, DIAL_RSP)',
-      labelNames: ['segment', 'code', 'packet_type'],
-      registers,
-    });
+    this.packets = new PacketCounts(SERVER, registers);
+    this.streamErrors = streamErrorsFamily(SERVER, registers);
     this.culledLeases = new Counter({
       name: `${SERVER}culled_leases_count`,
       help: 'Count of expired leases that the lease garbage collection controller has culled.',
@@ -165,16 +194,9 @@ export class ServerMetrics {
     this.dialFailures.inc({ reason: UPSTREAM_DIAL_FAILURE[reason] });
   }
 
-  private readonly packetCounters = new Map<string, { inc(): void }>();
-
   /** A packet received from or sent to a frontend (from_client, to_client) or an agent (from_agent, to_agent). */
   packet(segment: 'from_client' | 'to_client' | 'from_agent' | 'to_agent', packetType: string | number): void {
-    const type = String(packetType);
-    if (type.startsWith('KCTL_')) return; // kctl's extension packets are not upstream's
-    const key = `${segment} ${type}`;
-    let c = this.packetCounters.get(key);
-    if (!c) this.packetCounters.set(key, (c = this.streamPackets.labels(segment, type)));
-    c.inc();
+    this.packets.inc(segment, packetType);
   }
 
   /** A stream failed while sending or receiving (upstream: packet type Unknown when none was read). */
@@ -232,7 +254,7 @@ export class AgentMetrics {
   /** kctl's: the finer reason (refused and DNS errors are "error"; draining, cancelled). */
   private readonly kctlDialFailures: Counter<'reason'>;
   private readonly serverFailures: Counter<'direction'>;
-  private readonly streamPackets: Counter<'segment' | 'packet_type'>;
+  private readonly packets: PacketCounts;
   private readonly streamErrors: Counter<'segment' | 'code' | 'packet_type'>;
   readonly leaseLists: Counter<'http_response_code' | 'reason'>;
   readonly leaseWatches: Counter<'http_response_code' | 'reason'>;
@@ -301,18 +323,8 @@ export class AgentMetrics {
       buckets: AGENT_LATENCY_BUCKETS,
       registers,
     });
-    this.streamPackets = new Counter({
-      name: `${AGENT}stream_packets_total`,
-      help: 'Count of packets processed, by segment and packet type (example: from_client, DIAL_REQ)',
-      labelNames: ['segment', 'packet_type'],
-      registers,
-    });
-    this.streamErrors = new Counter({
-      name: `${AGENT}stream_errors_total`,
-      help: 'Count of gRPC stream errors, by segment, grpc Code, packet type. (example: from_agent, Code.Unavailable, DIAL_RSP)',
-      labelNames: ['segment', 'code', 'packet_type'],
-      registers,
-    });
+    this.packets = new PacketCounts(AGENT, registers);
+    this.streamErrors = streamErrorsFamily(AGENT, registers);
     this.kctlDialFailures = new Counter({
       name: 'kctl_konnectivity_agent_dial_failures_total',
       help: 'Dials this agent did not complete, by kctl reason: timeout, error (refused, unreachable, DNS), fd_exhausted, draining (refused while draining), cancelled (by the server).',
@@ -328,16 +340,9 @@ export class AgentMetrics {
       this.dialFailures.inc({ reason: reason === 'timeout' ? 'timeout' : 'unknown' });
   }
 
-  private readonly packetCounters = new Map<string, { inc(): void }>();
-
-  /** A packet sent to (from_agent) or received from (to_agent) a server; kctl's extension packets are not upstream's. */
+  /** A packet sent to (from_agent) or received from (to_agent) a server. */
   packet(segment: 'from_agent' | 'to_agent', packetType: string | number): void {
-    const type = String(packetType);
-    if (type.startsWith('KCTL_')) return;
-    const key = `${segment} ${type}`;
-    let c = this.packetCounters.get(key);
-    if (!c) this.packetCounters.set(key, (c = this.streamPackets.labels(segment, type)));
-    c.inc();
+    this.packets.inc(segment, packetType);
   }
 
   /** A stream to a server failed (upstream: a receive error, segment to_agent, packet type Unknown). */

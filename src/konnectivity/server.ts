@@ -360,8 +360,9 @@ export class KonnectivityServer implements Component {
    * that claims a name or address). Null when ready, else why not.
    */
   notReadyReason(): string | null {
-    const first = (this.o.proxyStrategies ?? ['destHost', 'default'])[0] ?? 'default';
-    return (this.broker.agentsByStrategy().get(first) ?? 0) > 0 ? null : 'no connection to any proxy agent';
+    // The broker's map is in strategy order: its first entry is the first strategy's.
+    const [first = 0] = this.broker.agentsByStrategy().values();
+    return first > 0 ? null : 'no connection to any proxy agent';
   }
 
   /** The agent port actually bound (useful with agentPort 0). */

@@ -6,6 +6,7 @@ import { readFileSync } from 'node:fs';
 import type { KubeClient, KubeCredentials } from './client.ts';
 import { microTime } from './controller-leases.ts';
 import { Informer, type ListWatchOptions } from './informer.ts';
+import { resourcePath } from './paths.ts';
 
 export interface ServerLease {
   metadata: { name: string; namespace?: string; resourceVersion?: string };
@@ -19,13 +20,16 @@ export function leaseIsValid(lease: ServerLease, now = Date.now()): boolean {
   return Date.parse(at) + (lease.spec?.leaseDurationSeconds ?? 0) * 1000 > now;
 }
 
+/** A namespace's Leases, or one of them by name. */
+const leasePath = (namespace: string, name?: string): string =>
+  resourcePath({ apiVersion: 'coordination.k8s.io/v1', resource: 'leases', namespace, name });
+
 export class ServerLeaseCounter {
   private readonly informer: Informer<ServerLease>;
   private last = 1;
 
   constructor(kube: KubeClient, namespace: string, labelSelector: string, observe?: ListWatchOptions['observe'], onError?: (err: Error) => void) {
-    const path = `/apis/coordination.k8s.io/v1/namespaces/${encodeURIComponent(namespace)}/leases`;
-    this.informer = new Informer<ServerLease>(kube, path, { labelSelector, observe }, () => undefined, onError);
+    this.informer = new Informer<ServerLease>(kube, leasePath(namespace), { labelSelector, observe }, () => undefined, onError);
   }
 
   start(): void {
@@ -116,7 +120,6 @@ async function timed(call: () => Promise<unknown>, report: (code: number, reason
  */
 export class ServerLeasePublisher {
   readonly leaseName: string;
-  private readonly path: string;
   private timers: NodeJS.Timeout[] = [];
 
   constructor(
@@ -124,7 +127,6 @@ export class ServerLeasePublisher {
     private readonly o: ServerLeasePublisherOptions,
   ) {
     this.leaseName = `konnectivity-proxy-server-${o.serverId}`;
-    this.path = `/apis/coordination.k8s.io/v1/namespaces/${encodeURIComponent(o.namespace)}/leases`;
   }
 
   start(): void {
@@ -163,13 +165,13 @@ export class ServerLeasePublisher {
       .join(',');
     let leases: ServerLease[] = [];
     await timed(
-      async () => (leases = (await this.kube.list<ServerLease>(this.path, { labelSelector: selector })).items),
+      async () => (leases = (await this.kube.list<ServerLease>(leasePath(this.o.namespace), { labelSelector: selector })).items),
       (code, reason, s) => this.o.observe?.list(code, reason, s),
     );
     for (const l of leases) {
       if (leaseIsValid(l, now)) continue;
       await timed(
-        () => this.kube.request('DELETE', `${this.path}/${encodeURIComponent(l.metadata.name)}`),
+        () => this.kube.request('DELETE', leasePath(this.o.namespace, l.metadata.name)),
         (code, reason, s) => this.o.observe?.delete(code, reason, s),
       ).then(
         () => this.o.observe?.culled(),
@@ -182,6 +184,6 @@ export class ServerLeasePublisher {
   async stop(): Promise<void> {
     for (const t of this.timers) clearInterval(t);
     this.timers = [];
-    await this.kube.request('DELETE', `${this.path}/${encodeURIComponent(this.leaseName)}`);
+    await this.kube.request('DELETE', leasePath(this.o.namespace, this.leaseName));
   }
 }
