@@ -1,22 +1,15 @@
 // What the drop-in tests (kctl konnectivity-agent and konnectivity-server beside upstream's
 // proxy-agent and proxy-server) share: processes with their output, a PKI on disk, scrapes
 // read as families and series, --help read as flag names, free ports.
+import assert from 'node:assert/strict';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { writeFile } from 'node:fs/promises';
-import { createServer as createNetServer, type AddressInfo } from 'node:net';
+import { createServer as createNetServer } from 'node:net';
 import { join } from 'node:path';
 import { tempDir } from '../helpers.ts';
 import { makePki } from '../unit/konnectivity/fixtures.ts';
 
 export type T = { after: (fn: () => Promise<void> | void) => void };
-
-export async function freePort(): Promise<number> {
-  const s = createNetServer();
-  await new Promise<void>((r) => s.listen(0, '127.0.0.1', r));
-  const port = (s.address() as AddressInfo).port;
-  await new Promise<void>((r) => s.close(() => r()));
-  return port;
-}
 
 /**
  * A free port upstream's proxy-server accepts: it refuses ephemeral ports (above 49151), where
@@ -126,4 +119,17 @@ export function helpFlags(help: string): string[] {
 export function sample(scrape: string, line: string): number {
   const hit = scrape.split('\n').find((l) => l.startsWith(`${line} `));
   return hit ? Number(hit.split(' ').pop()) : 0;
+}
+
+/**
+ * Every family upstream's scrape has is in kctl's with the same HELP and label names (kctl may
+ * have more). Go's runtime families (go_*) aside: kctl is a Node process, with nodejs_* instead.
+ * Returns the names compared.
+ */
+export function assertSameFamilies(what: string, upstream: string, kctl: string): string[] {
+  const [u, k] = [families(upstream), families(kctl)];
+  assert.ok(u.size > 10, `upstream's ${what} scrape has families`);
+  const compared = [...u.keys()].filter((name) => !name.startsWith('go_'));
+  for (const name of compared) assert.deepEqual(k.get(name), u.get(name), `${what}: ${name} (HELP and label names)`);
+  return compared;
 }

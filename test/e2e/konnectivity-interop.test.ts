@@ -6,25 +6,17 @@ import assert from 'node:assert/strict';
 import { existsSync } from 'node:fs';
 import { writeFile } from 'node:fs/promises';
 import { createServer as createHttpServer } from 'node:http';
-import { createServer as createNetServer, type AddressInfo } from 'node:net';
+import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { execa, type ResultPromise } from 'execa';
 import { dialViaProxy } from '../../src/konnectivity/client.ts';
 import { KonnectivityAgent } from '../../src/konnectivity/agent.ts';
-import { tempDir } from '../helpers.ts';
+import { freePort, tempDir } from '../helpers.ts';
 import { upstreamBin } from './upstream.ts';
 import { echoServer, FakeNodes, makePki, quietLogger, readN, startAgent, startServer, udsOf, waitFor } from '../unit/konnectivity/fixtures.ts';
 
 type T = { after: (fn: () => Promise<void> | void) => void };
-async function freePort(): Promise<number> {
-  const s = createNetServer();
-  await new Promise<void>((r) => s.listen(0, '127.0.0.1', r));
-  const port = (s.address() as AddressInfo).port;
-  await new Promise<void>((r) => s.close(() => r()));
-  return port;
-}
-
 /** Starts an upstream binary; its output is kept for failure messages; killed after the test. */
 function run(t: T, bin: string, args: string[]): { proc: ResultPromise; output: () => string } {
   const proc = execa(bin, args, { reject: false, all: true, stdin: 'ignore' });

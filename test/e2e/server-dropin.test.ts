@@ -16,7 +16,7 @@ import { dialViaProxy } from '../../src/konnectivity/client.ts';
 import { tempDir } from '../helpers.ts';
 import { echoServer, readN, waitFor } from '../unit/konnectivity/fixtures.ts';
 import { track } from './cluster.ts';
-import { families, freeServicePort, get, helpFlags, pkiFiles, sample, series, start, type Files, type Proc, type T } from './dropin.ts';
+import { assertSameFamilies, freeServicePort, get, helpFlags, pkiFiles, sample, series, start, type Files, type Proc, type T } from './dropin.ts';
 import { kctl, requireKctl } from './kctl.ts';
 import { upstreamBin } from './upstream.ts';
 
@@ -66,13 +66,17 @@ function serverArgs(f: Files, uds: string, p: ServerPorts, id: string, mode = 'g
   ];
 }
 
+/** The same flags for either agent: a certificate of the test CA, or a service-account token. */
+function agentCredentials(f: Files, auth: { token?: string }): string[] {
+  return auth.token ? [`--service-account-token-path=${auth.token}`] : [`--agent-cert=${f.agentCert}`, `--agent-key=${f.agentKey}`];
+}
+
 /** A kctl agent for a standalone server, with a certificate or a service-account token. */
 async function kctlAgent(t: T, f: Files, agentPort: number, id: string, auth: { token?: string } = {}): Promise<Proc> {
-  const creds = auth.token ? [`--service-account-token-path=${auth.token}`] : [`--agent-cert=${f.agentCert}`, `--agent-key=${f.agentKey}`];
   return start(t, requireKctl(), [
     'konnectivity-agent',
     `--ca-cert=${f.ca}`,
-    ...creds,
+    ...agentCredentials(f, auth),
     '--proxy-server-host=127.0.0.1',
     `--proxy-server-port=${agentPort}`,
     `--agent-id=${id}`,
@@ -83,10 +87,9 @@ async function kctlAgent(t: T, f: Files, agentPort: number, id: string, auth: { 
 }
 
 function upstreamAgent(t: T, f: Files, agentPort: number, id: string, ports: { health: number; admin: number }, auth: { token?: string } = {}): Proc {
-  const creds = auth.token ? [`--service-account-token-path=${auth.token}`] : [`--agent-cert=${f.agentCert}`, `--agent-key=${f.agentKey}`];
   return start(t, upstreamBin()['proxy-agent'], [
     `--ca-cert=${f.ca}`,
-    ...creds,
+    ...agentCredentials(f, auth),
     '--proxy-server-host=127.0.0.1',
     `--proxy-server-port=${agentPort}`,
     `--agent-id=${id}`,
@@ -165,11 +168,7 @@ test(
     const texts = { up: { health: await scrape(ports.up.health), admin: await scrape(ports.up.admin) }, kc: { health: '', admin: '' } };
     texts.kc = { health: await scrape(ports.kc.health), admin: await scrape(ports.kc.admin) };
     for (const port of ['health', 'admin'] as const) {
-      const [u, k] = [families(texts.up[port]), families(texts.kc[port])];
-      assert.ok(u.size > 10, `upstream's ${port} port scrape has families`);
-      // Go runtime families (go_*) aside: kctl is a Node process, with nodejs_* instead.
-      const compared = [...u.keys()].filter((name) => !name.startsWith('go_'));
-      for (const name of compared) assert.deepEqual(k.get(name), u.get(name), `${port} port: ${name} (HELP and label names)`);
+      const compared = assertSameFamilies(`${port} port`, texts.up[port], texts.kc[port]);
       t.diagnostic(`${port} port: ${compared.length} upstream families matched: ${compared.join(' ')}`);
     }
     const P = 'konnectivity_network_proxy_server_';

@@ -4,21 +4,13 @@
 // graceful stop that waits for open connections.
 import assert from 'node:assert/strict';
 import { once } from 'node:events';
-import { createServer as createNetServer, type AddressInfo } from 'node:net';
 import { connect as tlsConnect } from 'node:tls';
 import { test } from 'node:test';
 import * as grpc from '@grpc/grpc-js';
 import { dialViaProxy } from '../../../src/konnectivity/client.ts';
 import type { KonnectivityServer } from '../../../src/konnectivity/index.ts';
+import { freePort } from '../../helpers.ts';
 import { echoServer, makePki, readN, startAgent, startServer, udsOf, waitFor } from './fixtures.ts';
-
-async function freePort(): Promise<number> {
-  const s = createNetServer();
-  await new Promise<void>((r) => s.listen(0, '127.0.0.1', r));
-  const port = (s.address() as AddressInfo).port;
-  await new Promise<void>((r) => s.close(() => r()));
-  return port;
-}
 
 const agentsByStrategy = async (server: KonnectivityServer) =>
   (await server.metrics.registry.metrics())
