@@ -19,6 +19,7 @@ import { PROXY_SERVER_NAME, konnectivityServerCommand, runServerCli } from './ko
 import { basename } from 'node:path';
 import { versionCommand } from './version.ts';
 import { tenantCommands } from './tenant.ts';
+import { STAGE_COMMAND, runStageChild } from '../payload/stage-child.ts';
 
 export function buildProgram(): Command {
   const program = new Command('kctl')
@@ -76,6 +77,11 @@ function dropInInvocation(argv: string[]): { args: string[]; cmd: string; run: D
 }
 
 export async function main(argv: string[]): Promise<void> {
+  if (argv[0] === STAGE_COMMAND) {
+    // A staging child of kctl controller / worker (payload/stage-child.ts), not a user command.
+    await runStageChild(argv[1] ?? '{}').catch((err: unknown) => reportAndExit(err, false));
+    return;
+  }
   const dropIn = dropInInvocation(argv);
   if (dropIn) {
     try {

@@ -11,8 +11,7 @@ import { join } from 'node:path';
 import { stringify } from 'yaml';
 import type { Logger } from '../base/log.ts';
 import { componentLogger } from '../base/log.ts';
-import { findPayload } from '../payload/payload.ts';
-import { stageComponents } from '../payload/stage.ts';
+import { stage } from '../payload/stage-child.ts';
 import { ensurePki, type PkiPaths } from '../pki/index.ts';
 import { EtcdComponent, etcdClientUrl, type EtcdOptions } from '../etcd/etcd.ts';
 import { listMembers, type EtcdClientTls } from '../etcd/members.ts';
@@ -235,7 +234,7 @@ async function prepareAndRun(
   notifier?.status('staging component binaries');
   // The effective config, for commands that run beside the controller (kctl token create).
   await writeFileAtomic(join(paths.dataDir, 'cluster-config.yaml'), stringify(cfg), 0o600);
-  await stageComponents(await findPayload(KCTL_VERSION), paths.binDir, ['controller'], componentLogger(log, 'stage'));
+  await stage({ kind: 'components', roles: ['controller'], dir: paths.binDir }, componentLogger(log, 'stage'));
   const pki = await ensurePki(
     {
       dir: paths.pkiDir,

@@ -71,9 +71,10 @@ export async function stageComponents(payload: Payload, binDir: string, roles: R
 
 /** Worker image bundles into <data-dir>/images, with the same checks. */
 export async function stageImages(payload: Payload, imagesDir: string, log: Logger): Promise<StageResult> {
-  const forWorkers = (payload.index.images ?? []).filter((e) => WORKER_IMAGE_NAMES.has(e.name));
-  return stageEntries(payload, forWorkers, imagesDir, log, { manifest: false, mode: 0o644 });
+  return stageEntries(payload, workerImages(payload), imagesDir, log, { manifest: false, mode: 0o644 });
 }
+
+export const workerImages = (payload: Payload): PayloadEntry[] => (payload.index.images ?? []).filter((e) => WORKER_IMAGE_NAMES.has(e.name));
 
 /** The named image bundles (all when `names` is empty) into `dir`, checked as staging checks them. */
 export async function saveImages(payload: Payload, names: string[], dir: string, log: Logger): Promise<PayloadEntry[]> {
@@ -111,6 +112,13 @@ async function stampOf(target: string, sha256: string): Promise<FileStamp | unde
 
 const sameStamp = (a: FileStamp | undefined, b: FileStamp | undefined): boolean =>
   !!a && !!b && a.sha256 === b.sha256 && a.ino === b.ino && a.size === b.size && a.ctimeMs === b.ctimeMs;
+
+/** Every entry is in `dir`, untouched since it was last hashed: staging would read nothing but stamps. */
+export async function alreadyStaged(entries: PayloadEntry[], dir: string): Promise<boolean> {
+  const stamps = await readStamps(dir);
+  for (const e of entries) if (!sameStamp(stamps[e.path], await stampOf(join(dir, e.path), e.sha256))) return false;
+  return true;
+}
 
 async function stageEntries(
   payload: Payload,

@@ -16,8 +16,7 @@ import { KubeClient } from '../kube/client.ts';
 import { ControllerLeaseWatch, type LiveController } from '../kube/controller-leases.ts';
 import { API_BALANCER_PORT, API_BALANCER_URL, ApiBalancerComponent, type ApiBalancerStatus } from './api-balancer.ts';
 import { componentLogger, type Logger } from '../base/log.ts';
-import { findPayload } from '../payload/payload.ts';
-import { stageComponents, stageImages } from '../payload/stage.ts';
+import { stage } from '../payload/stage-child.ts';
 import type { Component, ComponentStatus } from '../base/component.ts';
 import { ComponentManager } from '../base/manager.ts';
 import { ownPids, requireHost } from '../host/checks.ts';
@@ -172,9 +171,8 @@ async function stageAndRun(opts: WorkerOptions, paths: WorkerPaths, state: JoinS
   const notifier = SystemdNotifier.fromEnv({ log: componentLogger(log, 'systemd') });
   notifier?.startWatchdog();
   notifier?.status('staging component binaries and images');
-  const payload = await findPayload(KCTL_VERSION);
-  await stageComponents(payload, paths.binDir, ['worker'], componentLogger(log, 'stage'));
-  await stageImages(payload, paths.imagesDir, componentLogger(log, 'stage'));
+  await stage({ kind: 'components', roles: ['worker'], dir: paths.binDir }, componentLogger(log, 'stage'));
+  await stage({ kind: 'images', dir: paths.imagesDir }, componentLogger(log, 'stage'));
 
   const id: WorkerIdentity = {
     nodeName: opts.nodeName ?? hostname().toLowerCase(),
