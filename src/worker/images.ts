@@ -1,10 +1,9 @@
 // Image bundles without a registry: the images kctl builds itself (assets/build-images.ts)
 // and the one-shot component that imports every tarball in <data-dir>/images into
 // containerd's `k8s.io` namespace, where the CRI plugin (and so kubelet) sees them.
-import { readdir } from 'node:fs/promises';
+import { open, readdir } from 'node:fs/promises';
 import { join } from 'node:path';
 import { execa } from 'execa';
-import { list as tarList } from 'tar';
 import type { Logger } from '../base/log.ts';
 import type { Component } from '../base/component.ts';
 import { reasonOf } from '../base/wait.ts';
@@ -20,18 +19,68 @@ interface OciIndex {
   manifests?: { digest: string; annotations?: Record<string, string> }[];
 }
 
+const BLOCK = 512;
+
+/** A tar header's numeric field: octal text, or GNU base-256 when the high bit is set. */
+function tarNumber(field: Buffer): number {
+  if ((field[0]! & 0x80) !== 0) return field.subarray(1).reduce((n, b) => n * 256 + b, 0);
+  return parseInt(
+    field
+      .toString('latin1')
+      .replace(/[\0 ]+$/, '')
+      .trim() || '0',
+    8,
+  );
+}
+
+/** The `path` record of a pax extended header, if any. */
+function paxPath(body: Buffer): string | undefined {
+  for (const rec of body.toString('utf8').split('\n')) {
+    const m = /^\d+ path=(.*)$/.exec(rec);
+    if (m) return m[1];
+  }
+  return undefined;
+}
+
+/**
+ * The bytes of `wanted` in a tar file, reading only headers and that one entry. Listing with a
+ * stream parser reads the whole tarball (100+ MB of image layers) through the heap of a worker
+ * that then idles for months; this seeks from header to header instead.
+ */
+export async function readTarEntry(file: string, wanted: (path: string) => boolean): Promise<Buffer | undefined> {
+  const fh = await open(file, 'r');
+  try {
+    const header = Buffer.alloc(BLOCK);
+    let pos = 0;
+    let longName: string | undefined;
+    for (;;) {
+      if ((await fh.read(header, 0, BLOCK, pos)).bytesRead < BLOCK || header.every((b) => b === 0)) return undefined;
+      const size = tarNumber(header.subarray(124, 136));
+      const type = String.fromCharCode(header[156]!);
+      const body = async () => {
+        const buf = Buffer.alloc(size);
+        await fh.read(buf, 0, size, pos + BLOCK);
+        return buf;
+      };
+      const cut = (b: Buffer) => b.toString('utf8').replace(/\0.*$/s, '');
+      const prefix = header.toString('latin1', 257, 262) === 'ustar' ? cut(header.subarray(345, 500)) : '';
+      const name = longName ?? (prefix ? `${prefix}/${cut(header.subarray(0, 100))}` : cut(header.subarray(0, 100)));
+      if (type === 'x') longName = paxPath(await body());
+      else if (type === 'L') longName = cut(await body());
+      else {
+        longName = undefined;
+        if ((type === '0' || type === '\0') && wanted(name.replace(/^\.\//, ''))) return await body();
+      }
+      pos += BLOCK + Math.ceil(size / BLOCK) * BLOCK;
+    }
+  } finally {
+    await fh.close();
+  }
+}
+
 /** Image name -> manifest digest, from an OCI layout tarball's index.json; empty for other archives (e.g. docker-archive). */
 export async function tarballImages(file: string): Promise<Map<string, string>> {
-  let text = '';
-  await tarList({
-    file,
-    filter: (p) => p === 'index.json' || p === './index.json',
-    onReadEntry: (entry) => {
-      entry.on('data', (c: Buffer) => {
-        text += c.toString('utf8');
-      });
-    },
-  });
+  const text = (await readTarEntry(file, (p) => p === 'index.json'))?.toString('utf8') ?? '';
   const out = new Map<string, string>();
   if (!text) return out;
   const index = JSON.parse(text) as OciIndex;

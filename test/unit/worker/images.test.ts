@@ -6,7 +6,7 @@ import { test } from 'node:test';
 import { create as tarCreate } from 'tar';
 import { BUNDLED_IMAGE_NAMES, WORKER_IMAGE_NAMES, imageTarballs } from '../../../src/payload/images.ts';
 import { KCTL_VERSION } from '../../../src/base/version.ts';
-import { parseImageList, tarballImages } from '../../../src/worker/images.ts';
+import { parseImageList, readTarEntry, tarballImages } from '../../../src/worker/images.ts';
 import { tempDir } from '../../helpers.ts';
 
 test('the bundled images are pause, busybox and the add-ons’ images under upstream names, which workers import, and kctl as proxy-agent, which they do not; a tarball each in the cache dir', () => {
@@ -72,4 +72,20 @@ test('parseImageList maps ctr images ls rows to target digests', () => {
   const m = parseImageList(out);
   assert.equal(m.size, 2);
   assert.equal(m.get('registry.k8s.io/pause:3.10'), 'sha256:dea8d7cee4f7222ba1c9443009ba42776a4d3e8c0d35c0b3b30f0cfc8de24964');
+});
+
+test('readTarEntry finds an entry by seeking over the others: long (pax) names, odd sizes, ./ prefixes', async (t) => {
+  const dir = await tempDir(t);
+  const layout = join(dir, 'layout');
+  const long = `blobs/sha256/${'d'.repeat(64)}/${'e'.repeat(120)}`;
+  await mkdir(join(layout, long, '..'), { recursive: true });
+  await writeFile(join(layout, long), Buffer.alloc(70_001, 7));
+  await writeFile(join(layout, 'small'), 'x');
+  await writeFile(join(layout, 'index.json'), '{"manifests":[]}');
+  const file = join(dir, 'img.tar');
+  await tarCreate({ cwd: layout, file }, [long, 'small', './index.json']);
+  assert.equal((await readTarEntry(file, (p) => p === 'index.json'))?.toString(), '{"manifests":[]}');
+  assert.equal((await readTarEntry(file, (p) => p === 'small'))?.toString(), 'x');
+  assert.deepEqual(await readTarEntry(file, (p) => p === long), Buffer.alloc(70_001, 7));
+  assert.equal(await readTarEntry(file, (p) => p === 'missing'), undefined);
 });
