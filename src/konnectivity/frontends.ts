@@ -14,13 +14,7 @@ import { ProxyServiceDefinition, describePacket, isId, newRandom, packets, type 
 export const PROXY_METHOD = ProxyServiceDefinition.Proxy.path;
 
 /** One kube-apiserver Proxy stream: DIAL_REQ first, then DATA / CLOSE_REQ / DIAL_CLS. */
-export function serveProxyStream(
-  call: PacketCall,
-  broker: Broker,
-  metrics: ServerMetrics,
-  log: Logger,
-  onDone: () => void,
-): void {
+export function serveProxyStream(call: PacketCall, broker: Broker, metrics: ServerMetrics, log: Logger, onDone: () => void): void {
   let tunnel: Tunnel | null = null;
   let random: Int64 = '0';
   let connectID: Int64 = '0';
