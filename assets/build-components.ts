@@ -4,13 +4,14 @@
 import { execa } from 'execa';
 import { createHash } from 'node:crypto';
 import { existsSync } from 'node:fs';
-import { cp, mkdir, readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
+import { copyFile, cp, link, mkdir, readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import {
   cacheRoot,
   componentRelPath,
   componentVersion,
   loadManifest,
+  multiCallMain,
   type ComponentPin,
   type LockEntry,
   type Manifest,
@@ -73,16 +74,45 @@ function goEnv(pin: SourcePin): Record<string, string> {
   return env;
 }
 
-async function buildComponent(c: ComponentPin, pin: SourcePin, src: PreparedSource): Promise<string> {
-  const out = join(outDir, 'bin', componentRelPath(c));
+async function goBuild(name: string, pin: SourcePin, src: PreparedSource, pkg: string, out: string): Promise<void> {
   await mkdir(join(out, '..'), { recursive: true });
   const ldflags = pin.ldflags.replaceAll('{time}', src.time);
   const args = ['build', '-trimpath', '-ldflags', ldflags, '-o', `${out}.tmp`];
   if (pin.tags?.length) args.push('-tags', pin.tags.join(','));
-  args.push(c.package);
+  args.push(pkg);
   const r = await execa('go', args, { cwd: src.dir, env: goEnv(pin), reject: false, all: true });
-  if (r.exitCode !== 0) throw new Error(`go build ${c.name} failed:\n${r.all}`);
+  if (r.exitCode !== 0) throw new Error(`go build ${name} failed:\n${r.all}`);
   await rename(`${out}.tmp`, out);
+}
+
+/** The source's multi-call binary, built once: its main file goes into the module as cmd/kctl-multicall. */
+const multiCallBuilds = new Map<string, Promise<string>>();
+function multiCallBinary(source: string, pin: SourcePin, src: PreparedSource, main: string): Promise<string> {
+  let built = multiCallBuilds.get(source);
+  if (!built) {
+    built = (async () => {
+      const out = join(outDir, 'bin', '.multicall', source);
+      await mkdir(join(src.dir, 'cmd', 'kctl-multicall'), { recursive: true });
+      await copyFile(main, join(src.dir, 'cmd', 'kctl-multicall', 'main.go'));
+      await goBuild(`${source} (multi-call)`, pin, src, './cmd/kctl-multicall', out);
+      return out;
+    })();
+    multiCallBuilds.set(source, built);
+  }
+  return built;
+}
+
+async function buildComponent(c: ComponentPin, pin: SourcePin, src: PreparedSource): Promise<string> {
+  const out = join(outDir, 'bin', componentRelPath(c));
+  const main = multiCallMain(pin);
+  if (!main) {
+    await goBuild(c.name, pin, src, c.package, out);
+    return out;
+  }
+  // One binary, one hard link per component name (the name selects the component).
+  const binary = await multiCallBinary(c.source, pin, src, main);
+  await rm(out, { force: true });
+  await link(binary, out);
   return out;
 }
 

@@ -8,145 +8,28 @@
 // <cacheRoot()>/images/ and rebuilt only when an input changes. Prints the tarball paths.
 //
 //   tsx assets/build-images.ts
-import { createHash } from 'node:crypto';
 import { existsSync } from 'node:fs';
-import { chmod, mkdir, mkdtemp, readFile, rename, rm, symlink, writeFile } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
-import { dirname, join } from 'node:path';
-import { gzipSync } from 'node:zlib';
+import { chmod, mkdir, readFile, symlink, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
 import { execa } from 'execa';
-import { create as tarCreate } from 'tar';
 import { cacheRoot, loadManifest } from '../src/payload/manifest.ts';
-import { BUNDLED_IMAGES, BUSYBOX_IMAGE, COREDNS_IMAGE, METRICS_SERVER_IMAGE, PAUSE_IMAGE, PROXY_AGENT_IMAGE } from '../src/payload/images.ts';
+import { BUNDLED_IMAGES, BUSYBOX_IMAGE, COREDNS_IMAGE, METRICS_SERVER_IMAGE, PAUSE_IMAGE } from '../src/payload/images.ts';
+import { buildImage, PATH_ENV, sha256, type OciImage } from '../src/payload/oci.ts';
 import { ensureDebianPackages } from './debian.ts';
 
 /** Bump when the builder's output changes for the same inputs. */
 const BUILDER_VERSION = '1';
-const EPOCH = new Date('2025-01-01T00:00:00Z');
-const PATH_ENV = 'PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin';
 const BUSYBOX = '/bin/busybox';
 const PAUSE_SOURCE = new URL('./images/pause.c', import.meta.url).pathname;
 
-const MEDIA = {
-  index: 'application/vnd.oci.image.index.v1+json',
-  manifest: 'application/vnd.oci.image.manifest.v1+json',
-  config: 'application/vnd.oci.image.config.v1+json',
-  layer: 'application/vnd.oci.image.layer.v1.tar+gzip',
-};
-
-interface Descriptor {
-  mediaType: string;
-  digest: string;
-  size: number;
-}
-
-/** A root filesystem to pack: paths relative to its root, in the order they go into the layer. */
-export interface ImageSpec {
-  name: string;
+/** An image the build caches: its tarball's file name and what its bytes depend on. */
+export interface ImageSpec extends OciImage {
   file: string;
-  /** Fills `root` and returns every path to pack (directories before their contents). */
-  populate(root: string): Promise<string[]>;
-  config: Record<string, unknown>;
   /** Changes when the image's inputs change. */
   inputsKey: string;
 }
 
-const sha256 = (b: Buffer | string) => createHash('sha256').update(b).digest('hex');
-
-/** A tar of `entries` under `cwd`: fixed mtime, uid/gid 0, no user names, in the given order. */
-async function packTar(cwd: string, entries: string[]): Promise<Buffer> {
-  const out = join(cwd, '..', `.${process.pid}.${Date.now()}.tar`);
-  // node-tar's `portable` would also clear group/other write bits (a 1777 /tmp becomes 1755),
-  // so each entry is normalised here instead: owner root, no user name, the file's own mode.
-  const normalise = (e: unknown) => {
-    const entry = e as { portable: boolean; myuid: number; stat: { uid: number; gid: number; atime: Date; ctime: Date } };
-    entry.portable = false;
-    entry.myuid = -1;
-    entry.stat.uid = 0;
-    entry.stat.gid = 0;
-    // Non-portable headers carry atime and ctime too.
-    entry.stat.atime = EPOCH;
-    entry.stat.ctime = EPOCH;
-  };
-  await tarCreate({ cwd, file: out, mtime: EPOCH, noDirRecurse: true, noPax: true, onWriteEntry: normalise }, entries);
-  const buf = await readFile(out);
-  await rm(out, { force: true });
-  return buf;
-}
-
 const fileOf = (name: string): string => BUNDLED_IMAGES.find((i) => i.name === name)!.file;
-
-async function writeBlob(blobs: string, data: Buffer, mediaType: string): Promise<Descriptor> {
-  const digest = sha256(data);
-  await writeFile(join(blobs, digest), data);
-  return { mediaType, digest: `sha256:${digest}`, size: data.length };
-}
-
-async function buildImage(spec: ImageSpec, target: string): Promise<void> {
-  const work = await mkdtemp(join(tmpdir(), 'kctl-image-'));
-  try {
-    const rootfs = join(work, 'rootfs');
-    await mkdir(rootfs);
-    const layerTar = await packTar(rootfs, await spec.populate(rootfs));
-    // zlib writes mtime 0 and a fixed OS byte: the gzip bytes depend on the tar bytes only.
-    const layerGz = gzipSync(layerTar, { level: 9 });
-
-    const layout = join(work, 'layout');
-    const blobs = join(layout, 'blobs', 'sha256');
-    await mkdir(blobs, { recursive: true });
-    const layer = await writeBlob(blobs, layerGz, MEDIA.layer);
-    const config = await writeBlob(
-      blobs,
-      Buffer.from(
-        JSON.stringify({
-          created: EPOCH.toISOString(),
-          architecture: 'amd64',
-          os: 'linux',
-          config: spec.config,
-          rootfs: { type: 'layers', diff_ids: [`sha256:${sha256(layerTar)}`] },
-          history: [{ created: EPOCH.toISOString(), created_by: 'kctl assets/build-images.ts' }],
-        }),
-      ),
-      MEDIA.config,
-    );
-    const manifest = await writeBlob(
-      blobs,
-      Buffer.from(
-        JSON.stringify({
-          schemaVersion: 2,
-          mediaType: MEDIA.manifest,
-          config,
-          layers: [layer],
-        }),
-      ),
-      MEDIA.manifest,
-    );
-    const tag = spec.name.slice(spec.name.lastIndexOf(':') + 1);
-    await writeFile(join(layout, 'oci-layout'), JSON.stringify({ imageLayoutVersion: '1.0.0' }));
-    await writeFile(
-      join(layout, 'index.json'),
-      JSON.stringify({
-        schemaVersion: 2,
-        mediaType: MEDIA.index,
-        manifests: [
-          {
-            ...manifest,
-            platform: { architecture: 'amd64', os: 'linux' },
-            // docker/nerdctl save convention: ref.name is the tag; containerd reads the full name.
-            annotations: { 'io.containerd.image.name': spec.name, 'org.opencontainers.image.ref.name': tag },
-          },
-        ],
-      }),
-    );
-    const blobNames = [layer, config, manifest].map((d) => d.digest.slice('sha256:'.length)).sort();
-    const outer = await packTar(layout, ['oci-layout', 'index.json', 'blobs', 'blobs/sha256', ...blobNames.map((b) => `blobs/sha256/${b}`)]);
-    await mkdir(dirname(target), { recursive: true });
-    await writeFile(`${target}.tmp`, outer);
-    await rename(`${target}.tmp`, target);
-  } finally {
-    await rm(work, { recursive: true, force: true });
-  }
-}
 
 async function pauseSpec(): Promise<ImageSpec> {
   const source = await readFile(PAUSE_SOURCE);
@@ -217,47 +100,6 @@ export async function staticBinarySpec(o: { name: string; file: string; binary: 
       await mkdir(join(root, 'tmp'));
       await chmod(join(root, 'tmp'), 0o1777);
       return [exe, 'tmp'];
-    },
-  };
-}
-
-/** The shared libraries `binary` loads (ldd), with the loader: what a dynamically linked program needs in an image. */
-async function sharedLibraries(binary: string): Promise<string[]> {
-  const { stdout } = await execa('ldd', [binary]);
-  return stdout
-    .split('\n')
-    .map((l) => /(?:=>\s*)?(\/\S+)\s+\(0x/.exec(l)?.[1])
-    .filter((p): p is string => p !== undefined);
-}
-
-/**
- * kctl as upstream's proxy-agent: /proxy-agent is the kctl executable without its component
- * payload (Node and kctl's code; the name selects the agent), plus the C libraries Node loads,
- * at the paths the loader looks for them, and /tmp. Runs as nobody, like upstream's image.
- */
-export async function proxyAgentSpec(sea: string): Promise<ImageSpec> {
-  const bytes = await readFile(sea);
-  const libs = await sharedLibraries(sea);
-  return {
-    name: PROXY_AGENT_IMAGE,
-    file: fileOf(PROXY_AGENT_IMAGE),
-    inputsKey: sha256(`${BUILDER_VERSION}\n${sha256(bytes)}\n${libs.join(',')}`),
-    config: { Entrypoint: ['/proxy-agent'], Env: [PATH_ENV], WorkingDir: '/', User: '65534:65534' },
-    async populate(root) {
-      await writeFile(join(root, 'proxy-agent'), bytes, { mode: 0o755 });
-      await mkdir(join(root, 'tmp'));
-      await chmod(join(root, 'tmp'), 0o1777);
-      const entries = new Set<string>(['proxy-agent', 'tmp']);
-      for (const lib of libs) {
-        const rel = lib.slice(1);
-        const parts = rel.split('/');
-        for (let i = 1; i < parts.length; i++) entries.add(parts.slice(0, i).join('/'));
-        await mkdir(join(root, dirname(rel)), { recursive: true });
-        await writeFile(join(root, rel), await readFile(lib), { mode: 0o755 });
-        entries.add(rel);
-      }
-      // Directories sort before their contents.
-      return [...entries].sort();
     },
   };
 }

@@ -14,7 +14,8 @@ import { join } from 'node:path';
 import { cacheRoot, isStagedBinary, loadManifest, type PayloadLock } from '../src/payload/manifest.ts';
 import { cachedImageEntries, TRAILER_MAGIC, TRAILER_SIZE, type PayloadEntry, type PayloadIndex } from '../src/payload/payload.ts';
 import { BUNDLED_IMAGES } from '../src/payload/images.ts';
-import { buildIfStale, buildImages, proxyAgentSpec } from './build-images.ts';
+import { buildImages } from './build-images.ts';
+import { ensureDebianPackages } from './debian.ts';
 import { progress } from './progress.ts';
 import { KCTL_NODE_FLAGS } from './runtime-flags.ts';
 
@@ -87,6 +88,10 @@ async function seaExecutable(mainJs: string, target: string): Promise<void> {
   await execa(node, ['--experimental-sea-config', config], { cwd: work });
   await copyFile(node, target);
   await chmod(target, 0o755);
+  // The npm runtime carries a 15 MB symbol table and debug information that nothing at run time
+  // reads (the dynamic symbols that native addons link against stay).
+  await ensureDebianPackages(['binutils']);
+  await execa('strip', ['--strip-all', target]);
   await execa('npx', ['postject', target, 'NODE_SEA_BLOB', blob, '--sentinel-fuse', 'NODE_SEA_FUSE_fce680ab2cc467b6e072b8b5df1996b2'], { cwd: root });
 }
 
@@ -110,14 +115,14 @@ async function compressed(file: string, sha256: string, size: number): Promise<{
   return { path: out, size: (await stat(out)).size };
 }
 
-/** Every shipped binary compressed, two at a time (zlib works on libuv's thread pool). */
+/** Every distinct shipped binary compressed, two at a time (zlib works on libuv's thread pool); keyed by sha256. */
 async function compressAll(shipped: PayloadLock['components'], binDir: string): Promise<Map<string, { path: string; size: number }>> {
   const out = new Map<string, { path: string; size: number }>();
-  const bar = progress(shipped.length, 'compress');
-  const queue = [...shipped];
+  const queue = [...new Map(shipped.map((c) => [c.sha256, c])).values()];
+  const bar = progress(queue.length, 'compress');
   const worker = async (): Promise<void> => {
     for (let c = queue.shift(); c; c = queue.shift()) {
-      out.set(c.name, await compressed(join(binDir, c.path), c.sha256, c.size));
+      out.set(c.sha256, await compressed(join(binDir, c.path), c.sha256, c.size));
       bar.step(c.name);
     }
   };
@@ -138,11 +143,19 @@ async function appendPayload(target: string, lock: PayloadLock, binDir: string, 
   };
   let offset = start;
   const entries: PayloadEntry[] = [];
+  // Components with the same bytes (a multi-call binary's names) share one stored copy.
+  const placed = new Map<string, number>();
   const bar = progress(shipped.length, 'payload');
   for (const c of shipped) {
     bar.step(c.name);
-    const stored = packed.get(c.name)!;
+    const stored = packed.get(c.sha256)!;
+    const at = placed.get(c.sha256);
+    if (at !== undefined) {
+      entries.push({ ...c, offset: at, stored: { codec: 'br', size: stored.size } });
+      continue;
+    }
     await append(stored.path);
+    placed.set(c.sha256, offset);
     entries.push({ ...c, offset, stored: { codec: 'br', size: stored.size } });
     offset += stored.size;
   }
@@ -176,9 +189,10 @@ async function main(): Promise<void> {
   await seaExecutable(mainJs, tmp);
   const imageDir = join(cacheRoot(), 'images');
   await buildImages(imageDir, binDir);
-  // The executable as it is now, before the payload goes on, is the proxy-agent image's program.
-  await buildIfStale(await proxyAgentSpec(tmp), imageDir);
-  const images = cachedImageEntries(imageDir, BUNDLED_IMAGES);
+  const images = cachedImageEntries(
+    imageDir,
+    BUNDLED_IMAGES.filter((i) => !i.onDemand),
+  );
   const n = await appendPayload(tmp, lock, binDir, images);
   await rename(tmp, join(dist, 'kctl'));
   process.stdout.write(`dist/kctl: kctl ${pkg.version} with ${n} components and ${images.length} images\n`);

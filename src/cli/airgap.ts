@@ -1,11 +1,10 @@
 import type { Command } from 'commander';
-import { join } from 'node:path';
 import { UserError } from '../base/errors.ts';
 import { componentLogger, createLogger } from '../base/log.ts';
 import { KCTL_VERSION } from '../base/version.ts';
 import { BUNDLED_IMAGES } from '../payload/images.ts';
 import { findPayload } from '../payload/payload.ts';
-import { saveImages } from '../payload/stage.ts';
+import { saveBundledImages } from '../payload/save-images.ts';
 import { globals } from './globals.ts';
 
 export function airgapCommand(program: Command): void {
@@ -16,15 +15,17 @@ export function airgapCommand(program: Command): void {
       process.stdout.write(BUNDLED_IMAGES.map((i) => i.name).join('\n') + '\n');
     });
   a.command('save-images')
-    .description('write bundled images as OCI image-layout tarballs (for ctr images import, skopeo, a registry), e.g. the proxy-agent image')
+    .description(
+      'write bundled images as OCI image-layout tarballs (for ctr images import, skopeo, a registry); the proxy-agent image is made from this executable',
+    )
     .argument('[names...]', 'image names as list-images prints them (default: all)')
     .requiredOption('--dir <dir>', 'where to write the .oci.tar files')
     .action(async (names: string[], o: { dir: string }, cmd: Command) => {
       // Logs on stderr: stdout is the list of files written.
       const log = componentLogger(createLogger({ debug: globals(cmd).debug, destination: process.stderr }), 'airgap');
       try {
-        const saved = await saveImages(await findPayload(KCTL_VERSION), names, o.dir, log);
-        for (const e of saved) process.stdout.write(`${e.name}\t${join(o.dir, e.path)}\n`);
+        const saved = await saveBundledImages(await findPayload(KCTL_VERSION), names, o.dir, log);
+        for (const e of saved) process.stdout.write(`${e.name}\t${e.file}\n`);
       } catch (err) {
         throw new UserError((err as Error).message);
       }

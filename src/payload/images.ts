@@ -1,5 +1,6 @@
 // The images kctl carries instead of pulling from a registry (built by assets/build-images.ts,
-// appended to dist/kctl, staged into <data-dir>/images and imported by workers).
+// appended to dist/kctl, staged into <data-dir>/images and imported by workers), and the one it
+// makes from itself on demand.
 import { join } from 'node:path';
 import { KCTL_VERSION } from '../base/version.ts';
 
@@ -10,6 +11,8 @@ export interface BundledImage {
   file: string;
   /** Imported by kctl workers at start (default). The proxy-agent image is for other clusters. */
   workers?: boolean;
+  /** Not carried in the payload: `kctl airgap save-images` makes it when asked. */
+  onDemand?: boolean;
 }
 
 export const PAUSE_IMAGE = 'registry.k8s.io/pause:3.10';
@@ -21,8 +24,8 @@ export const METRICS_SERVER_IMAGE = 'registry.k8s.io/metrics-server/metrics-serv
 /**
  * kctl itself as upstream's proxy-agent (entrypoint /proxy-agent, the kctl executable without its
  * component payload, with the C libraries Node needs): for konnectivity-agent DaemonSets and
- * Deployments of clusters that are not kctl's. Built by assets/build-kctl.ts from the executable
- * it is building.
+ * Deployments of clusters that are not kctl's. Made from the running executable on demand
+ * (proxy-agent-image.ts).
  */
 export const PROXY_AGENT_IMAGE = `kctl.local/proxy-agent:v${KCTL_VERSION}`;
 
@@ -32,7 +35,7 @@ export const BUNDLED_IMAGES: readonly BundledImage[] = [
   { name: BUSYBOX_IMAGE, file: 'busybox-1.36.oci.tar' },
   { name: COREDNS_IMAGE, file: 'coredns-v1.15.0.oci.tar' },
   { name: METRICS_SERVER_IMAGE, file: 'metrics-server-v0.9.0.oci.tar' },
-  { name: PROXY_AGENT_IMAGE, file: 'proxy-agent.oci.tar', workers: false },
+  { name: PROXY_AGENT_IMAGE, file: 'proxy-agent.oci.tar', workers: false, onDemand: true },
 ];
 
 /** The images kctl workers import at start. */

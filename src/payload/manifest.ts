@@ -16,6 +16,11 @@ export interface SourcePin {
   cflags?: string;
   tags?: string[];
   ldflags: string;
+  /**
+   * A Go main file (path from the checkout root) that builds every component of this source
+   * as one multi-call binary, chosen by the name it runs as; each component is a hard link to it.
+   */
+  multiCall?: string;
 }
 
 export interface ComponentPin {
@@ -60,10 +65,19 @@ export function manifestPath(): string {
   return new URL('../../assets/components.json', import.meta.url).pathname;
 }
 
-/** The build cache key: only what changes the built bytes (not comments or download pins). */
+/** A multi-call main file's path in this checkout. */
+export function multiCallMain(pin: SourcePin): string | undefined {
+  return pin.multiCall && new URL(`../../${pin.multiCall}`, import.meta.url).pathname;
+}
+
+/** The build cache key: only what changes the built bytes (not comments or download pins; a multi-call main by content). */
 export function buildKey(m: Manifest): string {
   const strip = (o: object) => Object.fromEntries(Object.entries(o).filter(([k]) => !k.startsWith('$')));
-  const sources = Object.fromEntries(Object.entries(m.sources).map(([k, v]) => [k, strip(v)]));
+  const mainHash = (pin: SourcePin) => {
+    const main = multiCallMain(pin);
+    return main ? { multiCall: createHash('sha256').update(readFileSync(main)).digest('hex') } : {};
+  };
+  const sources = Object.fromEntries(Object.entries(m.sources).map(([k, v]) => [k, { ...strip(v), ...mainHash(v) }]));
   const components = m.components.map((c) => [c.name, c.source, c.package, c.dir ?? '']);
   return createHash('sha256')
     .update(JSON.stringify({ platform: m.platform, sources, components }))

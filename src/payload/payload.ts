@@ -69,6 +69,14 @@ export class EmbeddedPayload implements Payload {
   forRoles(roles: Role[]): PayloadEntry[] {
     return select(this.index, roles);
   }
+
+  /** Bytes before the payload: the executable as it was built, Node and kctl's code. */
+  programSize(): number {
+    const offsets = [...this.index.components, ...(this.index.images ?? [])].map((e) => e.offset ?? Infinity);
+    const start = Math.min(...offsets);
+    if (!Number.isFinite(start)) throw new Error(`${this.origin}: its payload index has no offsets; reinstall kctl`);
+    return start;
+  }
 }
 
 export class DirectoryPayload implements Payload {

@@ -6,7 +6,7 @@
 // one host's bin dir, shared by many tenant control planes, is then checked once, not per start.
 import { createHash } from 'node:crypto';
 import { createWriteStream } from 'node:fs';
-import { chmod, mkdir, readFile, rename, rm, stat } from 'node:fs/promises';
+import { chmod, link, mkdir, readFile, rename, rm, stat } from 'node:fs/promises';
 import { sha256OfFile, writeFileAtomic } from '../base/fs.ts';
 import { basename, dirname, join } from 'node:path';
 import { Transform } from 'node:stream';
@@ -113,6 +113,18 @@ async function stampOf(target: string, sha256: string): Promise<FileStamp | unde
 const sameStamp = (a: FileStamp | undefined, b: FileStamp | undefined): boolean =>
   !!a && !!b && a.sha256 === b.sha256 && a.ino === b.ino && a.size === b.size && a.ctimeMs === b.ctimeMs;
 
+async function sameInode(a: string, b: string): Promise<boolean> {
+  const [sa, sb] = await Promise.all([stat(a).catch(() => undefined), stat(b).catch(() => undefined)]);
+  return !!sa && !!sb && sa.ino === sb.ino && sa.dev === sb.dev;
+}
+
+/** `target` becomes a hard link to `existing`, atomically (a tmp link renamed over it). */
+async function linkOver(existing: string, target: string): Promise<void> {
+  const tmp = join(dirname(target), `.${basename(target)}.${process.pid}.${Date.now()}.link`);
+  await link(existing, tmp);
+  await rename(tmp, target);
+}
+
 /** Every entry is in `dir`, untouched since it was last hashed: staging would read nothing but stamps. */
 export async function alreadyStaged(entries: PayloadEntry[], dir: string): Promise<boolean> {
   const stamps = await readStamps(dir);
@@ -138,36 +150,66 @@ async function stageEntries(
   const buf = Buffer.allocUnsafe(1024 * 1024);
   const stamps = await readStamps(binDir);
   const verified: Record<string, FileStamp> = {};
+  /** sha256 -> a file in binDir known to hold those bytes. */
+  const twins = new Map<string, string>();
+  const classify = (entry: PayloadEntry, target: string, current: string | null): void => {
+    if (current === entry.sha256) {
+      result.unchanged.push(entry.name);
+    } else if (current === null) {
+      result.staged.push(entry.name);
+      log.debug({ file: entry.path, version: entry.version }, 'staged component');
+    } else {
+      result.replaced.push(entry.name);
+      log.warn(
+        { file: target, found: current.slice(0, 12), expected: entry.sha256.slice(0, 12) },
+        'replaced a corrupted or foreign component binary',
+      );
+    }
+  };
   try {
+    // Files stamped by earlier calls (another role's set) can be linked to, and are stamped
+    // again at the end: a link made now changes their inode's ctime.
+    const stillValid: string[] = [];
+    for (const [path, stamp] of Object.entries(stamps)) {
+      if (!sameStamp(stamp, await stampOf(join(binDir, path), stamp.sha256))) continue;
+      stillValid.push(path);
+      if (!twins.has(stamp.sha256)) twins.set(stamp.sha256, join(binDir, path));
+    }
     for (const entry of entries) {
       const target = join(binDir, entry.path);
       await mkdir(dirname(target), { recursive: true });
       const recorded = stamps[entry.path];
-      if (sameStamp(recorded, await stampOf(target, entry.sha256))) {
+      const twin = twins.get(entry.sha256);
+      if (sameStamp(recorded, await stampOf(target, entry.sha256)) && (twin === undefined || (await sameInode(twin, target)))) {
+        twins.set(entry.sha256, target);
         verified[entry.path] = recorded!;
         result.unchanged.push(entry.name);
         continue;
       }
       const current = await sha256OfFile(target, buf);
+      if (twin !== undefined) {
+        // The same bytes under another name (a multi-call binary): one inode, not another copy.
+        if (!(await sameInode(twin, target))) await linkOver(twin, target);
+        verified[entry.path] = (await stampOf(target, entry.sha256))!;
+        classify(entry, target, current);
+        continue;
+      }
       if (current === entry.sha256) {
         const mode = (await stat(target)).mode & 0o777;
         if (mode !== o.mode) await chmod(target, o.mode);
+        twins.set(entry.sha256, target);
         verified[entry.path] = (await stampOf(target, entry.sha256))!;
         result.unchanged.push(entry.name);
         continue;
       }
       await copyVerified(payload, entry, target, o.mode);
+      twins.set(entry.sha256, target);
       verified[entry.path] = (await stampOf(target, entry.sha256))!;
-      if (current === null) {
-        result.staged.push(entry.name);
-        log.debug({ file: entry.path, version: entry.version }, 'staged component');
-      } else {
-        result.replaced.push(entry.name);
-        log.warn(
-          { file: target, found: current.slice(0, 12), expected: entry.sha256.slice(0, 12) },
-          'replaced a corrupted or foreign component binary',
-        );
-      }
+      classify(entry, target, current);
+    }
+    // A new link changes its inode's ctime: stamp every file again once all links are made.
+    for (const path of new Set([...stillValid, ...Object.keys(verified)])) {
+      verified[path] = (await stampOf(join(binDir, path), (verified[path] ?? stamps[path])!.sha256))!;
     }
     // Stamps of files staged by other calls into this dir (another role's set) stay.
     await writeFileAtomic(join(binDir, STAMPS_FILE), JSON.stringify({ ...stamps, ...verified }) + '\n', 0o644);

@@ -10,6 +10,7 @@ import { test } from 'node:test';
 import { pino } from 'pino';
 import { componentVersion, isStagedBinary, loadManifest } from '../../src/payload/manifest.ts';
 import { readEmbeddedPayload } from '../../src/payload/payload.ts';
+import { PROXY_AGENT_IMAGE } from '../../src/payload/images.ts';
 import { stageComponents } from '../../src/payload/stage.ts';
 import { checkVersion } from '../../src/payload/verify.ts';
 import { tempDir } from '../helpers.ts';
@@ -49,15 +50,16 @@ test('controller --init-only stages the controller binaries; every staged binary
   }
 });
 
-test('kctl airgap list-images names every image the executable carries, and every image the add-on stacks use is among them', async (t) => {
+test('kctl airgap list-images names every image the executable carries and the proxy-agent image it makes, and every image the add-on stacks use is among them', async (t) => {
   const r = await kctl(['airgap', 'list-images']);
   assert.equal(r.exitCode, 0, String(r.stderr));
   const listed = String(r.stdout).trim().split('\n');
   const payload = await readEmbeddedPayload(requireKctl());
   assert.deepEqual(
-    listed,
+    listed.filter((name) => name !== PROXY_AGENT_IMAGE),
     (payload?.index.images ?? []).map((i) => i.name),
   );
+  assert.ok(listed.includes(PROXY_AGENT_IMAGE), `the proxy-agent image is listed: ${listed.join(' ')}`);
   // The stacks kctl writes for its add-ons (--init-only writes them too) pull nothing from a registry.
   const dataDir = await tempDir(t);
   const init = await kctl(['controller', '--init-only', '--data-dir', dataDir]);
@@ -96,7 +98,7 @@ test('a tampered staged binary is replaced on the next start, and the log says s
     .split('\n')
     .filter(Boolean)
     .map((l) => JSON.parse(l) as Record<string, unknown>)
-    .find((l) => l.msg === 'replaced a corrupted or foreign component binary');
+    .find((l) => l.msg === 'replaced a corrupted or foreign component binary' && l.file === target);
   assert.ok(line, 'no log line names the replacement');
   assert.equal(line.component, 'stage');
   assert.equal(line.file, target);
@@ -116,7 +118,8 @@ test('an executable whose payload checksum does not match refuses to stage, with
   const broken = join(dir, 'kctl');
   await copyFile(requireKctl(), broken);
   const payload = (await readEmbeddedPayload(broken))!;
-  const victim = payload.index.components.find((c) => c.name === 'kube-scheduler')!;
+  // kube-apiserver comes first; the other Kubernetes components share its stored bytes.
+  const victim = payload.index.components.find((c) => c.name === 'kube-apiserver')!;
   const fh = await open(broken, 'r+');
   // The middle of its bytes as stored (compressed) in the executable.
   assert.equal(victim.stored?.codec, 'br', 'component binaries are stored compressed');
@@ -131,6 +134,6 @@ test('an executable whose payload checksum does not match refuses to stage, with
   assert.notEqual(cmd.exitCode, 0);
   const errLines = String(cmd.stderr).trim().split('\n');
   assert.equal(errLines.length, 1);
-  assert.match(errLines[0]!, /^kctl: payload component kube-scheduler is corrupt .* reinstall or rebuild kctl$/);
-  await assert.rejects(stat(join(dataDir, 'bin', 'kube-scheduler')), { code: 'ENOENT' });
+  assert.match(errLines[0]!, /^kctl: payload component kube-apiserver is corrupt .* reinstall or rebuild kctl$/);
+  for (const name of ['kube-apiserver', 'kube-scheduler']) await assert.rejects(stat(join(dataDir, 'bin', name)), { code: 'ENOENT' });
 });

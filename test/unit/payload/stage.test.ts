@@ -1,12 +1,13 @@
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
-import { chmod, mkdir, readdir, readFile, stat, utimes, writeFile } from 'node:fs/promises';
+import { chmod, mkdir, readdir, readFile, rename, stat, utimes, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import type { LockEntry, Role } from '../../../src/payload/manifest.ts';
 import { DirectoryPayload, type PayloadIndex } from '../../../src/payload/payload.ts';
-import { PayloadChecksumError, saveImages, stageComponents, stageImages } from '../../../src/payload/stage.ts';
-import { PAUSE_IMAGE, PROXY_AGENT_IMAGE } from '../../../src/payload/images.ts';
+import { PayloadChecksumError, stageComponents, stageImages } from '../../../src/payload/stage.ts';
+import { saveBundledImages } from '../../../src/payload/save-images.ts';
+import { BUSYBOX_IMAGE, PAUSE_IMAGE, PROXY_AGENT_IMAGE } from '../../../src/payload/images.ts';
 import { captureLogger, tempDir } from '../../helpers.ts';
 
 const sha = (b: Buffer | string) => createHash('sha256').update(b).digest('hex');
@@ -121,7 +122,7 @@ test('a payload whose checksum does not match refuses to stage, writes nothing',
   );
 });
 
-test('workers stage every bundled image but the proxy-agent one; save-images writes any, and refuses an unknown name', async (t) => {
+test('workers stage the carried images; save-images writes those asked for, and refuses an unknown name', async (t) => {
   const src = await tempDir(t);
   const image = (name: string, path: string, body: string) => ({
     name,
@@ -132,28 +133,79 @@ test('workers stage every bundled image but the proxy-agent one; save-images wri
     roles: ['worker'] as Role[],
   });
   await writeFile(join(src, 'pause.oci.tar'), 'pause-image');
-  await writeFile(join(src, 'proxy-agent.oci.tar'), 'agent-image');
+  await writeFile(join(src, 'busybox.oci.tar'), 'busybox-image');
   const payload = new DirectoryPayload(src, {
     kctl: '0.0.0-test',
     platform: 'linux/amd64',
     components: [],
-    images: [image(PAUSE_IMAGE, 'pause.oci.tar', 'pause-image'), image(PROXY_AGENT_IMAGE, 'proxy-agent.oci.tar', 'agent-image')],
+    images: [image(PAUSE_IMAGE, 'pause.oci.tar', 'pause-image'), image(BUSYBOX_IMAGE, 'busybox.oci.tar', 'busybox-image')],
   });
   const { log } = captureLogger();
   const workerDir = await tempDir(t);
   await stageImages(payload, workerDir, log);
-  assert.deepEqual(
-    (await readdir(workerDir)).filter((f) => !f.startsWith('.')),
-    ['pause.oci.tar'],
-  );
+  assert.deepEqual((await readdir(workerDir)).filter((f) => !f.startsWith('.')).sort(), ['busybox.oci.tar', 'pause.oci.tar']);
   const out = await tempDir(t);
   assert.deepEqual(
-    (await saveImages(payload, [PROXY_AGENT_IMAGE], out, log)).map((e) => e.name),
-    [PROXY_AGENT_IMAGE],
+    (await saveBundledImages(payload, [PAUSE_IMAGE], out, log)).map((e) => e.name),
+    [PAUSE_IMAGE],
   );
-  assert.equal(await readFile(join(out, 'proxy-agent.oci.tar'), 'utf8'), 'agent-image');
+  assert.equal(await readFile(join(out, 'pause.oci.tar'), 'utf8'), 'pause-image');
+  assert.deepEqual(
+    (await readdir(out)).filter((f) => !f.startsWith('.')),
+    ['pause.oci.tar'],
+  );
   await assert.rejects(
-    saveImages(payload, ['example.com/nope:1'], out, log),
-    /kctl carries no image example.com\/nope:1; kctl airgap list-images names those it does/,
+    saveBundledImages(payload, ['example.com/nope:1'], out, log),
+    /^Error: kctl carries no image example.com\/nope:1; kctl airgap list-images names those it does$/,
+  );
+  // The proxy-agent image is made from the built executable, which a checkout's payload is not.
+  await assert.rejects(
+    saveBundledImages(payload, [PROXY_AGENT_IMAGE], out, log),
+    /is made from the kctl executable itself; run save-images with the built kctl/,
+  );
+});
+
+test('components with the same bytes (a multi-call binary) stage as hard links of one file, across role sets and restarts', async (t) => {
+  const src = await tempDir(t);
+  const bin = join(await tempDir(t), 'bin');
+  const kube = 'multi-call-kubernetes-'.repeat(3000);
+  const payload = await fakePayload(src, [
+    { name: 'kube-apiserver', body: kube, roles: ['controller'] },
+    { name: 'kube-scheduler', body: kube, roles: ['controller'] },
+    { name: 'kubectl', body: kube, roles: ['controller', 'worker'] },
+    { name: 'kubelet', body: kube, roles: ['worker'] },
+    { name: 'etcd', body: 'etcd', roles: ['controller'] },
+  ]);
+  const cap = captureLogger();
+  const first = await stageComponents(payload, bin, ['controller'], cap.log);
+  assert.deepEqual(first.staged, ['kube-apiserver', 'kube-scheduler', 'kubectl', 'etcd']);
+  const ino = (await stat(join(bin, 'kube-apiserver'))).ino;
+  for (const name of ['kube-scheduler', 'kubectl']) assert.equal((await stat(join(bin, name))).ino, ino, `${name} is a copy`);
+  assert.notEqual((await stat(join(bin, 'etcd'))).ino, ino);
+
+  // The worker's set on the same host links to the controller's file instead of writing another.
+  const worker = await stageComponents(payload, bin, ['worker'], cap.log);
+  assert.deepEqual(worker.staged, ['kubelet']);
+  assert.equal((await stat(join(bin, 'kubelet'))).ino, ino);
+  assert.equal((await stat(join(bin, 'kubelet'))).nlink, 4);
+
+  // Links changed the inode's ctime; every stamp was renewed, so a restart hashes nothing.
+  for (const roles of [['controller'], ['worker']] as Role[][]) {
+    const again = await stageComponents(payload, bin, roles, cap.log);
+    assert.deepEqual([again.staged, again.replaced], [[], []]);
+  }
+  const stamps = JSON.parse(await readFile(join(bin, '.verified.json'), 'utf8')) as Record<string, { ctimeMs: number }>;
+  assert.equal(stamps['kube-apiserver']!.ctimeMs, (await stat(join(bin, 'kube-apiserver'))).ctimeMs);
+
+  // A foreign file under one of the names is replaced by a link, and logged.
+  await writeFile(join(bin, 'kube-scheduler.new'), 'evil');
+  await rename(join(bin, 'kube-scheduler.new'), join(bin, 'kube-scheduler'));
+  const fixed = await stageComponents(payload, bin, ['controller'], cap.log);
+  assert.deepEqual(fixed.replaced, ['kube-scheduler']);
+  assert.equal((await stat(join(bin, 'kube-scheduler'))).ino, ino);
+  assert.ok(cap.lines().some((l) => l.msg === 'replaced a corrupted or foreign component binary' && String(l.file).endsWith('kube-scheduler')));
+  assert.deepEqual(
+    (await readdir(bin)).filter((f) => f.includes('.tmp') || f.includes('.link')),
+    [],
   );
 });

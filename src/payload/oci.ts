@@ -1,0 +1,130 @@
+// OCI image-layout tarballs (oci-layout, index.json, blobs/sha256/...) of one gzip layer, with
+// fixed mtimes and ownership, so the same files always give the same bytes. Used by the build
+// for the images kctl ships and by `kctl airgap save-images` for the proxy-agent image, which
+// kctl makes from its own executable when asked.
+import { createHash } from 'node:crypto';
+import { mkdir, mkdtemp, readFile, rename, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { dirname, join } from 'node:path';
+import { gzipSync } from 'node:zlib';
+import { create as tarCreate } from 'tar';
+
+export const EPOCH = new Date('2025-01-01T00:00:00Z');
+export const PATH_ENV = 'PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin';
+
+const MEDIA = {
+  index: 'application/vnd.oci.image.index.v1+json',
+  manifest: 'application/vnd.oci.image.manifest.v1+json',
+  config: 'application/vnd.oci.image.config.v1+json',
+  layer: 'application/vnd.oci.image.layer.v1.tar+gzip',
+};
+
+interface Descriptor {
+  mediaType: string;
+  digest: string;
+  size: number;
+}
+
+/** An image: its full name, its config, and a root filesystem to pack. */
+export interface OciImage {
+  name: string;
+  /** Fills `root` and returns every path to pack, in the order they go into the layer (directories before their contents). */
+  populate(root: string): Promise<string[]>;
+  config: Record<string, unknown>;
+}
+
+export const sha256 = (b: Buffer | string) => createHash('sha256').update(b).digest('hex');
+
+/** A tar of `entries` under `cwd`: fixed mtime, uid/gid 0, no user names, in the given order. */
+async function packTar(cwd: string, entries: string[]): Promise<Buffer> {
+  const out = join(cwd, '..', `.${process.pid}.${Date.now()}.tar`);
+  // node-tar's `portable` would also clear group/other write bits (a 1777 /tmp becomes 1755),
+  // so each entry is normalised here instead: owner root, no user name, the file's own mode.
+  const normalise = (e: unknown) => {
+    const entry = e as { portable: boolean; myuid: number; stat: { uid: number; gid: number; atime: Date; ctime: Date } };
+    entry.portable = false;
+    entry.myuid = -1;
+    entry.stat.uid = 0;
+    entry.stat.gid = 0;
+    // Non-portable headers carry atime and ctime too.
+    entry.stat.atime = EPOCH;
+    entry.stat.ctime = EPOCH;
+  };
+  await tarCreate({ cwd, file: out, mtime: EPOCH, noDirRecurse: true, noPax: true, onWriteEntry: normalise }, entries);
+  const buf = await readFile(out);
+  await rm(out, { force: true });
+  return buf;
+}
+
+async function writeBlob(blobs: string, data: Buffer, mediaType: string): Promise<Descriptor> {
+  const digest = sha256(data);
+  await writeFile(join(blobs, digest), data);
+  return { mediaType, digest: `sha256:${digest}`, size: data.length };
+}
+
+/** Writes `spec` as an OCI image-layout tarball at `target` (atomically). */
+export async function buildImage(spec: OciImage, target: string): Promise<void> {
+  const work = await mkdtemp(join(tmpdir(), 'kctl-image-'));
+  try {
+    const rootfs = join(work, 'rootfs');
+    await mkdir(rootfs);
+    const layerTar = await packTar(rootfs, await spec.populate(rootfs));
+    // zlib writes mtime 0 and a fixed OS byte: the gzip bytes depend on the tar bytes only.
+    const layerGz = gzipSync(layerTar, { level: 9 });
+
+    const layout = join(work, 'layout');
+    const blobs = join(layout, 'blobs', 'sha256');
+    await mkdir(blobs, { recursive: true });
+    const layer = await writeBlob(blobs, layerGz, MEDIA.layer);
+    const config = await writeBlob(
+      blobs,
+      Buffer.from(
+        JSON.stringify({
+          created: EPOCH.toISOString(),
+          architecture: 'amd64',
+          os: 'linux',
+          config: spec.config,
+          rootfs: { type: 'layers', diff_ids: [`sha256:${sha256(layerTar)}`] },
+          history: [{ created: EPOCH.toISOString(), created_by: 'kctl' }],
+        }),
+      ),
+      MEDIA.config,
+    );
+    const manifest = await writeBlob(
+      blobs,
+      Buffer.from(
+        JSON.stringify({
+          schemaVersion: 2,
+          mediaType: MEDIA.manifest,
+          config,
+          layers: [layer],
+        }),
+      ),
+      MEDIA.manifest,
+    );
+    const tag = spec.name.slice(spec.name.lastIndexOf(':') + 1);
+    await writeFile(join(layout, 'oci-layout'), JSON.stringify({ imageLayoutVersion: '1.0.0' }));
+    await writeFile(
+      join(layout, 'index.json'),
+      JSON.stringify({
+        schemaVersion: 2,
+        mediaType: MEDIA.index,
+        manifests: [
+          {
+            ...manifest,
+            platform: { architecture: 'amd64', os: 'linux' },
+            // docker/nerdctl save convention: ref.name is the tag; containerd reads the full name.
+            annotations: { 'io.containerd.image.name': spec.name, 'org.opencontainers.image.ref.name': tag },
+          },
+        ],
+      }),
+    );
+    const blobNames = [layer, config, manifest].map((d) => d.digest.slice('sha256:'.length)).sort();
+    const outer = await packTar(layout, ['oci-layout', 'index.json', 'blobs', 'blobs/sha256', ...blobNames.map((b) => `blobs/sha256/${b}`)]);
+    await mkdir(dirname(target), { recursive: true });
+    await writeFile(`${target}.tmp`, outer);
+    await rename(`${target}.tmp`, target);
+  } finally {
+    await rm(work, { recursive: true, force: true });
+  }
+}
