@@ -2,7 +2,7 @@
 //   registry.k8s.io/pause:3.10      our own static pause (assets/images/pause.c)
 //   docker.io/library/busybox:1.36  Debian's busybox-static with its applet links
 //   CoreDNS and metrics-server      their static binaries (components.json, role "image") alone,
-//                                   under upstream's image names and tags
+//                                   under upstream's image names and tags, in a zstd layer
 // Each becomes an OCI image-layout tarball (oci-layout, index.json, blobs/sha256/...) with
 // fixed mtimes and ownership, so the bytes are reproducible. Output is cached in
 // <cacheRoot()>/images/ and rebuilt only when an input changes. Prints the tarball paths.
@@ -18,7 +18,7 @@ import { buildImage, PATH_ENV, sha256, type OciImage } from '../src/payload/oci.
 import { ensureDebianPackages } from './debian.ts';
 
 /** Bump when the builder's output changes for the same inputs. */
-const BUILDER_VERSION = '1';
+const BUILDER_VERSION = '2';
 const BUSYBOX = '/bin/busybox';
 const PAUSE_SOURCE = new URL('./images/pause.c', import.meta.url).pathname;
 
@@ -95,6 +95,8 @@ export async function staticBinarySpec(o: { name: string; file: string; binary: 
     file: o.file,
     inputsKey: sha256(`${BUILDER_VERSION}\n${JSON.stringify(o.config)}\n${sha256(bytes)}`),
     config: { Entrypoint: [`/${exe}`], Env: [PATH_ENV], WorkingDir: '/', ...o.config },
+    // A Go binary is the whole layer: zstd makes it a quarter smaller than gzip in dist/kctl.
+    layerCodec: 'zstd',
     async populate(root) {
       await writeFile(join(root, exe), bytes, { mode: 0o755 });
       await mkdir(join(root, 'tmp'));

@@ -259,7 +259,7 @@ async function main(): Promise<void> {
       kctl: exe.sizeMiB,
       upstream: null,
       direct: null,
-      note: 'dist/kctl: the Node runtime and bundled JS, the component binaries brotli-compressed, the image tarballs',
+      note: 'dist/kctl: the Node runtime and bundled JS, the component binaries zstd-compressed, the image tarballs',
     });
     out.push({
       scenario: 'first-start-staging-s',

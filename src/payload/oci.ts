@@ -1,4 +1,4 @@
-// OCI image-layout tarballs (oci-layout, index.json, blobs/sha256/...) of one gzip layer, with
+// OCI image-layout tarballs (oci-layout, index.json, blobs/sha256/...) of one layer, with
 // fixed mtimes and ownership, so the same files always give the same bytes. Used by the build
 // for the images kctl ships and by `kctl airgap save-images` for the proxy-agent image, which
 // kctl makes from its own executable when asked.
@@ -6,7 +6,7 @@ import { createHash } from 'node:crypto';
 import { mkdir, mkdtemp, readFile, rename, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
-import { gzipSync } from 'node:zlib';
+import { constants as zlib, gzipSync, zstdCompressSync } from 'node:zlib';
 import { create as tarCreate } from 'tar';
 
 export const EPOCH = new Date('2025-01-01T00:00:00Z');
@@ -16,7 +16,8 @@ const MEDIA = {
   index: 'application/vnd.oci.image.index.v1+json',
   manifest: 'application/vnd.oci.image.manifest.v1+json',
   config: 'application/vnd.oci.image.config.v1+json',
-  layer: 'application/vnd.oci.image.layer.v1.tar+gzip',
+  gzip: 'application/vnd.oci.image.layer.v1.tar+gzip',
+  zstd: 'application/vnd.oci.image.layer.v1.tar+zstd',
 };
 
 interface Descriptor {
@@ -31,6 +32,11 @@ export interface OciImage {
   /** Fills `root` and returns every path to pack, in the order they go into the layer (directories before their contents). */
   populate(root: string): Promise<string[]>;
   config: Record<string, unknown>;
+  /**
+   * How the layer is compressed: gzip (default) for images other runtimes pull, zstd (a quarter
+   * smaller for Go binaries; containerd 1.5 and later read it) for those kctl's own workers import.
+   */
+  layerCodec?: 'gzip' | 'zstd';
 }
 
 export const sha256 = (b: Buffer | string) => createHash('sha256').update(b).digest('hex');
@@ -69,13 +75,14 @@ export async function buildImage(spec: OciImage, target: string): Promise<void> 
     const rootfs = join(work, 'rootfs');
     await mkdir(rootfs);
     const layerTar = await packTar(rootfs, await spec.populate(rootfs));
-    // zlib writes mtime 0 and a fixed OS byte: the gzip bytes depend on the tar bytes only.
-    const layerGz = gzipSync(layerTar, { level: 9 });
+    // Both depend on the tar bytes only (zlib writes gzip's mtime 0 and a fixed OS byte).
+    const zstd = spec.layerCodec === 'zstd';
+    const packed = zstd ? zstdCompressSync(layerTar, { params: { [zlib.ZSTD_c_compressionLevel]: 19 } }) : gzipSync(layerTar, { level: 9 });
 
     const layout = join(work, 'layout');
     const blobs = join(layout, 'blobs', 'sha256');
     await mkdir(blobs, { recursive: true });
-    const layer = await writeBlob(blobs, layerGz, MEDIA.layer);
+    const layer = await writeBlob(blobs, packed, zstd ? MEDIA.zstd : MEDIA.gzip);
     const config = await writeBlob(
       blobs,
       Buffer.from(

@@ -5,14 +5,14 @@
 // Embedded layout, after the Node single-executable image:
 //   [component bytes ...][index JSON][trailer: "KCTLPAY1" | u64 LE index offset | u64 LE index length]
 // The ELF loader ignores trailing bytes, so appending keeps the executable valid. Component
-// binaries are stored brotli-compressed (an entry's `stored`); image bundles, already gzip
+// binaries are stored zstd-compressed (an entry's `stored`); image bundles, already compressed
 // layers, as they are. The index's sha256 and size are always those of the file as staged.
 import { createReadStream, existsSync, readFileSync } from 'node:fs';
 import { createHash } from 'node:crypto';
 import { open } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Readable } from 'node:stream';
-import { createBrotliDecompress } from 'node:zlib';
+import { createZstdDecompress } from 'node:zlib';
 import { BUNDLED_IMAGES } from './images.ts';
 import { cacheRoot, isStagedBinary, loadManifest, manifestPath, type LockEntry, type PayloadLock, type Role } from './manifest.ts';
 
@@ -22,8 +22,8 @@ export const TRAILER_SIZE = 24;
 export interface PayloadEntry extends LockEntry {
   /** Byte offset inside the embedded payload file; absent for directory payloads. */
   offset?: number;
-  /** How the bytes lie in the executable when not as they are staged: `size` bytes of brotli. */
-  stored?: { codec: 'br'; size: number };
+  /** How the bytes lie in the executable when not as they are staged: `size` bytes of zstd. */
+  stored?: { codec: 'zstd'; size: number };
   /** Directory payloads: an absolute source path, when the file lives outside the bin dir (images). */
   source?: string;
 }
@@ -59,9 +59,9 @@ export class EmbeddedPayload implements Payload {
     if (length === 0) return createReadStream(this.origin, { start: 1, end: 0 });
     const raw = createReadStream(this.origin, { start: entry.offset, end: entry.offset + length - 1 });
     if (!entry.stored) return raw;
-    if (entry.stored.codec !== 'br')
+    if (entry.stored.codec !== 'zstd')
       throw new Error(`payload entry ${entry.name} is stored as ${String(entry.stored.codec)}, which this kctl cannot read`);
-    const inflate = createBrotliDecompress();
+    const inflate = createZstdDecompress();
     raw.on('error', (err) => inflate.destroy(err));
     return raw.pipe(inflate);
   }

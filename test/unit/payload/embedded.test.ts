@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
 import { readdir, writeFile } from 'node:fs/promises';
-import { brotliCompressSync } from 'node:zlib';
+import { zstdCompressSync } from 'node:zlib';
 import { join } from 'node:path';
 import { text } from 'node:stream/consumers';
 import { test } from 'node:test';
@@ -58,7 +58,7 @@ test('a file without a trailer has no payload; a damaged trailer is a clear erro
 test('a compressed component reads back as its own bytes; damaged compressed bytes stage nothing and say so in one line', async (t) => {
   const dir = await tempDir(t);
   const body = Buffer.from('kubelet-bytes '.repeat(5000));
-  const packed = brotliCompressSync(body);
+  const packed = zstdCompressSync(body);
   const exe = Buffer.from('\x7fELF fake executable');
   const entry = {
     name: 'kubelet',
@@ -68,7 +68,7 @@ test('a compressed component reads back as its own bytes; damaged compressed byt
     path: 'kubelet',
     roles: ['worker' as const],
     offset: exe.length,
-    stored: { codec: 'br' as const, size: packed.length },
+    stored: { codec: 'zstd' as const, size: packed.length },
   };
   const write = async (file: string, stored: Buffer) => {
     const index = Buffer.from(JSON.stringify({ kctl: '1.2.3', platform: 'linux/amd64', components: [entry] } satisfies PayloadIndex));
