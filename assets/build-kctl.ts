@@ -148,15 +148,13 @@ async function appendPayload(target: string, lock: PayloadLock, binDir: string, 
   for (const c of shipped) {
     bar.step(c.name);
     const stored = packed.get(c.sha256)!;
-    const at = placed.get(c.sha256);
-    if (at !== undefined) {
-      entries.push({ ...c, offset: at, stored: { codec: 'zstd', size: stored.size } });
-      continue;
+    let at = placed.get(c.sha256);
+    if (at === undefined) {
+      await append(stored.path);
+      placed.set(c.sha256, (at = offset));
+      offset += stored.size;
     }
-    await append(stored.path);
-    placed.set(c.sha256, offset);
-    entries.push({ ...c, offset, stored: { codec: 'zstd', size: stored.size } });
-    offset += stored.size;
+    entries.push({ ...c, offset: at, stored: { codec: 'zstd', size: stored.size } });
   }
   const imageEntries: PayloadEntry[] = [];
   for (const img of images) {

@@ -1,5 +1,5 @@
 // Staging in a short-lived child kctl. Decompressing and hashing ~700 MB grows glibc's heap
-// (brotli's 16 MiB window, stream buffers) and glibc keeps what was freed: a worker that staged
+// (the decompressor's window, stream buffers) and glibc keeps what was freed: a worker that staged
 // in its own process idled at ~175 MiB RSS for the rest of its life. The child's heap goes away
 // when it exits, so the long-lived worker and controller never hold it. The child reports its
 // log lines and its result over the IPC channel; the parent logs them as its own.

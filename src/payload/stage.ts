@@ -76,12 +76,12 @@ export async function stageImages(payload: Payload, imagesDir: string, log: Logg
 
 export const workerImages = (payload: Payload): PayloadEntry[] => (payload.index.images ?? []).filter((e) => WORKER_IMAGE_NAMES.has(e.name));
 
-/** The named image bundles (all when `names` is empty) into `dir`, checked as staging checks them. */
+/** The named image bundles into `dir`, checked as staging checks them. */
 export async function saveImages(payload: Payload, names: string[], dir: string, log: Logger): Promise<PayloadEntry[]> {
   const all = payload.index.images ?? [];
   const unknown = names.filter((n) => !all.some((e) => e.name === n));
   if (unknown.length) throw new Error(`kctl carries no image ${unknown.join(', ')}; kctl airgap list-images names those it does`);
-  const chosen = names.length ? all.filter((e) => names.includes(e.name)) : all;
+  const chosen = all.filter((e) => names.includes(e.name));
   await stageEntries(payload, chosen, dir, log, { manifest: false, mode: 0o644 });
   return chosen;
 }
@@ -149,7 +149,8 @@ async function stageEntries(
   const result: StageResult = { staged: [], unchanged: [], replaced: [] };
   const buf = Buffer.allocUnsafe(1024 * 1024);
   const stamps = await readStamps(binDir);
-  const verified: Record<string, FileStamp> = {};
+  /** path -> sha256 of every entry found or made right; stamped once at the end. */
+  const verified: Record<string, string> = {};
   /** sha256 -> a file in binDir known to hold those bytes. */
   const twins = new Map<string, string>();
   const classify = (entry: PayloadEntry, target: string, current: string | null): void => {
@@ -180,17 +181,18 @@ async function stageEntries(
       await mkdir(dirname(target), { recursive: true });
       const recorded = stamps[entry.path];
       const twin = twins.get(entry.sha256);
-      if (sameStamp(recorded, await stampOf(target, entry.sha256)) && (twin === undefined || (await sameInode(twin, target)))) {
+      verified[entry.path] = entry.sha256;
+      const linked = twin !== undefined && (await sameInode(twin, target));
+      if (linked || (twin === undefined && sameStamp(recorded, await stampOf(target, entry.sha256)))) {
+        // Already one inode with a file of these bytes, or untouched since it was last hashed.
         twins.set(entry.sha256, target);
-        verified[entry.path] = recorded!;
         result.unchanged.push(entry.name);
         continue;
       }
       const current = await sha256OfFile(target, buf);
       if (twin !== undefined) {
         // The same bytes under another name (a multi-call binary): one inode, not another copy.
-        if (!(await sameInode(twin, target))) await linkOver(twin, target);
-        verified[entry.path] = (await stampOf(target, entry.sha256))!;
+        await linkOver(twin, target);
         classify(entry, target, current);
         continue;
       }
@@ -198,21 +200,20 @@ async function stageEntries(
         const mode = (await stat(target)).mode & 0o777;
         if (mode !== o.mode) await chmod(target, o.mode);
         twins.set(entry.sha256, target);
-        verified[entry.path] = (await stampOf(target, entry.sha256))!;
         result.unchanged.push(entry.name);
         continue;
       }
       await copyVerified(payload, entry, target, o.mode);
       twins.set(entry.sha256, target);
-      verified[entry.path] = (await stampOf(target, entry.sha256))!;
       classify(entry, target, current);
     }
-    // A new link changes its inode's ctime: stamp every file again once all links are made.
-    for (const path of new Set([...stillValid, ...Object.keys(verified)])) {
-      verified[path] = (await stampOf(join(binDir, path), (verified[path] ?? stamps[path])!.sha256))!;
-    }
-    // Stamps of files staged by other calls into this dir (another role's set) stay.
-    await writeFileAtomic(join(binDir, STAMPS_FILE), JSON.stringify({ ...stamps, ...verified }) + '\n', 0o644);
+    // Stamped once all links are made (a new link changes its inode's ctime), with the files
+    // stamped by earlier calls into this dir (another role's set) that were still valid.
+    const fresh: Record<string, FileStamp> = {};
+    for (const path of stillValid) fresh[path] = (await stampOf(join(binDir, path), stamps[path]!.sha256))!;
+    for (const [path, sha256] of Object.entries(verified)) fresh[path] = (await stampOf(join(binDir, path), sha256))!;
+    // Stamps of other files stay as they were.
+    await writeFileAtomic(join(binDir, STAMPS_FILE), JSON.stringify({ ...stamps, ...fresh }) + '\n', 0o644);
     if (o.manifest) {
       const manifest = entries.map(({ name, version, sha256, path }) => ({ name, version, sha256, path }));
       const manifestFile = join(binDir, 'manifest.json');
