@@ -3,8 +3,8 @@ import { Option, type Command } from 'commander';
 import { existsSync } from 'node:fs';
 import { mkdir, readdir, readFile, realpath, rm } from 'node:fs/promises';
 import { dirname, isAbsolute, join, resolve } from 'node:path';
-import { isSea } from 'node:sea';
 import { UserError } from '../base/errors.ts';
+import { kctlExecutable } from '../base/executable.ts';
 import { writeFileAtomic } from '../base/fs.ts';
 import { loadConfig } from '../controller/config.ts';
 import { decodeToken, TokenError } from '../join/token.ts';
@@ -48,16 +48,17 @@ function parseEnv(items: string[]): Record<string, string> {
   return out;
 }
 
-/** The kctl executable the unit will run: the single-file kctl, not node running a script. */
-async function kctlExecutable(): Promise<string> {
-  if (!isSea()) throw new UserError('kctl install must run from the kctl executable (dist/kctl), not from node and a script');
-  return realpath(process.execPath);
+/** The kctl executable the unit will run: the single-file kctl, not node running a script nor its unpacked runtime. */
+async function unitExecutable(): Promise<string> {
+  const exe = kctlExecutable();
+  if (!exe) throw new UserError('kctl install must run from the kctl executable (dist/kctl), not from node and a script');
+  return realpath(exe);
 }
 
 /** Every check before anything is written: systemd, the executable, the unit slot. */
 async function preflight(role: ServiceRole, f: CommonFlags): Promise<{ exe: string; unit: string }> {
   await requireSystemd();
-  const exe = await kctlExecutable();
+  const exe = await unitExecutable();
   await requireDurableExecutable(exe);
   const unit = unitPath(f.unitDir, role);
   if (existsSync(unit) && !f.force) throw new UserError(`${unit} already exists; kctl uninstall first, or install --force to replace it`);
@@ -103,7 +104,7 @@ async function enabledTenants(unitDir: string, except?: string): Promise<string[
 async function installTenant(g: GlobalOptions, f: ControllerInstallFlags): Promise<void> {
   const name = g.tenant!.name;
   await requireSystemd();
-  const exe = await kctlExecutable();
+  const exe = await unitExecutable();
   await requireDurableExecutable(exe);
   if (!existsSync(f.unitDir)) throw new UserError(`unit directory ${f.unitDir} does not exist`);
   const env = parseEnv(f.env);

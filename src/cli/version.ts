@@ -1,5 +1,5 @@
 import type { Command } from 'commander';
-import { findPayload } from '../payload/payload.ts';
+import { EmbeddedPayload, findPayload } from '../payload/payload.ts';
 import { KCTL_VERSION } from '../base/version.ts';
 import { outputOption, printJson, type OutputFormat } from './output.ts';
 
@@ -12,7 +12,12 @@ export function versionCommand(program: Command): void {
       const payload = await findPayload(KCTL_VERSION);
       const components = Object.fromEntries(payload.index.components.map((c) => [c.name, { version: c.version, sha256: c.sha256 }]));
       if (opts.output === 'json') {
-        printJson({ kctl: KCTL_VERSION, components });
+        // The executable's Node runtime, as its launcher unpacked it (absent in a checkout run).
+        const runtime =
+          payload instanceof EmbeddedPayload && payload.runtime
+            ? { node: process.versions.node, sha256: payload.runtime.sha256, path: process.execPath }
+            : undefined;
+        printJson({ kctl: KCTL_VERSION, ...(runtime && { runtime }), components });
         return;
       }
       const width = Math.max(...payload.index.components.map((c) => c.name.length));

@@ -2,22 +2,62 @@
 // (the shipped single file), or a component directory with its payload.lock.json (a dev
 // checkout running under tsx, or tests).
 //
-// Embedded layout, after the Node single-executable image:
-//   [component bytes ...][index JSON][trailer: "KCTLPAY1" | u64 LE index offset | u64 LE index length]
-// The ELF loader ignores trailing bytes, so appending keeps the executable valid. Component
-// binaries are stored zstd-compressed (an entry's `stored`); image bundles, already compressed
-// layers, as they are. The index's sha256 and size are always those of the file as staged.
+// Embedded layout of dist/kctl:
+//   [launcher][runtime, zstd][component bytes ...][index JSON][trailer]
+//   trailer: "KCTLPAY2" | u64 LE index offset | u64 LE index length
+//            | u64 LE runtime offset | u64 LE runtime stored length | u64 LE runtime size | runtime sha256 (32 bytes)
+// The launcher (assets/launcher) is a small static program that unpacks the runtime (the Node
+// single-executable application with kctl's code) once and execs it, naming this file in
+// KCTL_EXECUTABLE. The ELF loader ignores trailing bytes, so appending keeps the executable valid.
+// Component binaries are stored zstd-compressed (an entry's `stored`); image bundles, already
+// compressed layers, as they are. The index's sha256 and size are always those of the file as staged.
 import { createReadStream, existsSync, readFileSync } from 'node:fs';
 import { createHash } from 'node:crypto';
 import { open } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Readable } from 'node:stream';
 import { createZstdDecompress } from 'node:zlib';
+import { kctlExecutable } from '../base/executable.ts';
 import { BUNDLED_IMAGES } from './images.ts';
 import { cacheRoot, isStagedBinary, loadManifest, manifestPath, type LockEntry, type PayloadLock, type Role } from './manifest.ts';
 
-export const TRAILER_MAGIC = 'KCTLPAY1';
-export const TRAILER_SIZE = 24;
+export const TRAILER_MAGIC = 'KCTLPAY2';
+export const TRAILER_SIZE = 80;
+/** The name the runtime goes by as a payload entry (it is not staged; the launcher unpacks it). */
+export const RUNTIME_ENTRY = 'kctl-runtime';
+
+export interface Trailer {
+  indexOffset: number;
+  indexLength: number;
+  /** The compressed runtime the launcher unpacks; absent in payloads built without a launcher (tests). */
+  runtime?: { offset: number; stored: number; size: number; sha256: string };
+}
+
+export function encodeTrailer(t: Trailer): Buffer {
+  const out = Buffer.alloc(TRAILER_SIZE);
+  out.write(TRAILER_MAGIC, 0, 'latin1');
+  out.writeBigUInt64LE(BigInt(t.indexOffset), 8);
+  out.writeBigUInt64LE(BigInt(t.indexLength), 16);
+  if (t.runtime) {
+    out.writeBigUInt64LE(BigInt(t.runtime.offset), 24);
+    out.writeBigUInt64LE(BigInt(t.runtime.stored), 32);
+    out.writeBigUInt64LE(BigInt(t.runtime.size), 40);
+    Buffer.from(t.runtime.sha256, 'hex').copy(out, 48);
+  }
+  return out;
+}
+
+/** The trailer in `raw`, null when `raw` is not one (a file that carries no payload). */
+export function decodeTrailer(raw: Buffer): Trailer | null {
+  if (raw.length !== TRAILER_SIZE || raw.subarray(0, 8).toString('latin1') !== TRAILER_MAGIC) return null;
+  const num = (at: number) => Number(raw.readBigUInt64LE(at));
+  const stored = num(32);
+  return {
+    indexOffset: num(8),
+    indexLength: num(16),
+    runtime: stored ? { offset: num(24), stored, size: num(40), sha256: raw.subarray(48, 80).toString('hex') } : undefined,
+  };
+}
 
 export interface PayloadEntry extends LockEntry {
   /** Byte offset inside the embedded payload file; absent for directory payloads. */
@@ -48,10 +88,26 @@ function select(index: PayloadIndex, roles: Role[]): PayloadEntry[] {
 }
 
 export class EmbeddedPayload implements Payload {
+  /** The runtime as a payload entry (zstd-stored), when this executable has a launcher. */
+  readonly runtime?: PayloadEntry;
+
   constructor(
     readonly origin: string,
     readonly index: PayloadIndex,
-  ) {}
+    runtime?: Trailer['runtime'],
+  ) {
+    if (runtime)
+      this.runtime = {
+        name: RUNTIME_ENTRY,
+        version: index.kctl,
+        sha256: runtime.sha256,
+        size: runtime.size,
+        path: RUNTIME_ENTRY,
+        roles: [],
+        offset: runtime.offset,
+        stored: { codec: 'zstd', size: runtime.stored },
+      };
+  }
 
   open(entry: PayloadEntry): Readable {
     if (entry.offset === undefined) throw new Error(`payload entry ${entry.name} has no offset`);
@@ -68,14 +124,6 @@ export class EmbeddedPayload implements Payload {
 
   forRoles(roles: Role[]): PayloadEntry[] {
     return select(this.index, roles);
-  }
-
-  /** Bytes before the payload: the executable as it was built, Node and kctl's code. */
-  programSize(): number {
-    const offsets = [...this.index.components, ...(this.index.images ?? [])].map((e) => e.offset ?? Infinity);
-    const start = Math.min(...offsets);
-    if (!Number.isFinite(start)) throw new Error(`${this.origin}: its payload index has no offsets; reinstall kctl`);
-    return start;
   }
 }
 
@@ -100,16 +148,16 @@ export async function readEmbeddedPayload(file: string): Promise<EmbeddedPayload
   try {
     const { size } = await fh.stat();
     if (size < TRAILER_SIZE) return null;
-    const trailer = Buffer.alloc(TRAILER_SIZE);
-    await fh.read(trailer, 0, TRAILER_SIZE, size - TRAILER_SIZE);
-    if (trailer.subarray(0, 8).toString('latin1') !== TRAILER_MAGIC) return null;
-    const indexOffset = Number(trailer.readBigUInt64LE(8));
-    const indexLength = Number(trailer.readBigUInt64LE(16));
-    if (indexOffset + indexLength + TRAILER_SIZE !== size)
+    const raw = Buffer.alloc(TRAILER_SIZE);
+    await fh.read(raw, 0, TRAILER_SIZE, size - TRAILER_SIZE);
+    const trailer = decodeTrailer(raw);
+    if (!trailer) return null;
+    const { indexOffset, indexLength, runtime } = trailer;
+    if (indexOffset + indexLength + TRAILER_SIZE !== size || (runtime && runtime.offset + runtime.stored > indexOffset))
       throw new Error(`${file}: payload trailer is inconsistent; the executable is damaged, reinstall kctl`);
     const buf = Buffer.alloc(indexLength);
     await fh.read(buf, 0, indexLength, indexOffset);
-    return new EmbeddedPayload(file, JSON.parse(buf.toString('utf8')) as PayloadIndex);
+    return new EmbeddedPayload(file, JSON.parse(buf.toString('utf8')) as PayloadIndex, runtime);
   } finally {
     await fh.close();
   }
@@ -161,7 +209,7 @@ export function cachedPayload(kctlVersion: string): DirectoryPayload | null {
 
 /** The payload this kctl runs with: embedded in the executable, else the dev build cache. */
 export async function findPayload(kctlVersion: string): Promise<Payload> {
-  const embedded = await readEmbeddedPayload(process.execPath).catch((err: Error) => {
+  const embedded = await readEmbeddedPayload(kctlExecutable() ?? process.execPath).catch((err: Error) => {
     if ((err as NodeJS.ErrnoException).code) return null;
     throw err;
   });

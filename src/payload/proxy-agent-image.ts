@@ -1,14 +1,15 @@
 // The proxy-agent image, made on demand by `kctl airgap save-images` rather than carried: its
-// program is this very executable without the component payload (Node and kctl's code; the
-// name /proxy-agent selects the agent), plus the C libraries Node loads, at the paths the
-// loader looks for them, and /tmp. Carrying it would have added a second, compressed copy of
-// the runtime (~45 MB) to every download. Runs as nobody, like upstream's image.
+// program is this executable's runtime (Node and kctl's code, unpacked from the payload and
+// checked against its sha256; the name /proxy-agent selects the agent), plus the C libraries
+// Node loads, at the paths the loader looks for them, and /tmp. Carrying it would have added a
+// second compressed copy of the runtime to every download. Runs as nobody, like upstream's image.
 import { execa } from 'execa';
-import { open, readFile, writeFile, mkdir, chmod } from 'node:fs/promises';
+import { readFile, writeFile, mkdir, chmod } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import { buildImage, PATH_ENV, type OciImage } from './oci.ts';
 import type { EmbeddedPayload } from './payload.ts';
 import { PROXY_AGENT_IMAGE } from './images.ts';
+import { copyVerified } from './stage.ts';
 
 /** The shared libraries `binary` loads (ldd), with the loader: what a dynamically linked program needs in an image. */
 async function sharedLibraries(binary: string): Promise<string[]> {
@@ -19,28 +20,18 @@ async function sharedLibraries(binary: string): Promise<string[]> {
     .filter((p): p is string => p !== undefined);
 }
 
-/** The first `length` bytes of `file`: the executable as it was before its payload was appended. */
-async function head(file: string, length: number): Promise<Buffer> {
-  const fh = await open(file, 'r');
-  try {
-    const buf = Buffer.alloc(length);
-    const { bytesRead } = await fh.read(buf, 0, length, 0);
-    if (bytesRead !== length) throw new Error(`${file} is shorter than its payload index says; reinstall kctl`);
-    return buf;
-  } finally {
-    await fh.close();
-  }
-}
-
 /** Writes the proxy-agent image of `payload`'s executable as an OCI tarball at `target`. */
 export async function saveProxyAgentImage(payload: EmbeddedPayload, target: string): Promise<void> {
-  const program = await head(payload.origin, payload.programSize());
-  const libs = await sharedLibraries(payload.origin);
+  const runtime = payload.runtime;
+  if (!runtime)
+    throw new Error(`${payload.origin} carries no runtime to make ${PROXY_AGENT_IMAGE} from; run save-images with the built kctl (dist/kctl)`);
   const spec: OciImage = {
     name: PROXY_AGENT_IMAGE,
     config: { Entrypoint: ['/proxy-agent'], Env: [PATH_ENV], WorkingDir: '/', User: '65534:65534' },
     async populate(root) {
-      await writeFile(join(root, 'proxy-agent'), program, { mode: 0o755 });
+      const program = join(root, 'proxy-agent');
+      await copyVerified(payload, runtime, program, 0o755);
+      const libs = await sharedLibraries(program);
       await mkdir(join(root, 'tmp'));
       await chmod(join(root, 'tmp'), 0o1777);
       const entries = new Set<string>(['proxy-agent', 'tmp']);

@@ -6,6 +6,7 @@
 import { spawn } from 'node:child_process';
 import { isSea } from 'node:sea';
 import { pino } from 'pino';
+import { kctlExecutable } from '../base/executable.ts';
 import { KCTL_VERSION } from '../base/version.ts';
 import type { Logger } from '../base/log.ts';
 import type { Role } from './manifest.ts';
@@ -22,7 +23,8 @@ type ChildMessage = { log: Record<string, unknown> } | { result: StageResult } |
 
 /** How to start this kctl again: the executable itself, or node running this checkout's CLI. */
 function selfInvocation(): { file: string; args: string[] } | null {
-  if (isSea()) return { file: process.execPath, args: [] };
+  // The launcher, not the unpacked runtime: it unpacks the runtime again if it went away meanwhile.
+  if (isSea()) return { file: kctlExecutable() ?? process.execPath, args: [] };
   const script = process.argv[1] ?? '';
   if (/[/\\]src[/\\]cli[/\\]index\.ts$/.test(script)) return { file: process.execPath, args: [...process.execArgv, script] };
   return null; // a library caller (unit tests): no kctl entry point to start

@@ -30,7 +30,7 @@ export class PayloadChecksumError extends Error {}
  * binaries, and a fresh Buffer per chunk would leave tens of MB of freed memory behind in a
  * process that then idles for months.
  */
-async function copyVerified(payload: Payload, entry: PayloadEntry, target: string, mode: number): Promise<void> {
+export async function copyVerified(payload: Payload, entry: PayloadEntry, target: string, mode: number): Promise<void> {
   const tmp = join(dirname(target), `.${basename(target)}.${process.pid}.${Date.now()}.tmp`);
   const hash = createHash('sha256');
   const tap = new Transform({

@@ -5,7 +5,7 @@ import { zstdCompressSync } from 'node:zlib';
 import { join } from 'node:path';
 import { text } from 'node:stream/consumers';
 import { test } from 'node:test';
-import { readEmbeddedPayload, TRAILER_MAGIC, TRAILER_SIZE, type PayloadIndex } from '../../../src/payload/payload.ts';
+import { encodeTrailer, readEmbeddedPayload, type PayloadIndex } from '../../../src/payload/payload.ts';
 import { stageComponents } from '../../../src/payload/stage.ts';
 import { quietLogger } from '../konnectivity/fixtures.ts';
 import { tempDir } from '../../helpers.ts';
@@ -26,10 +26,7 @@ function withPayload(exe: Buffer, parts: Record<string, string>): Buffer {
     return e;
   });
   const index = Buffer.from(JSON.stringify({ kctl: '1.2.3', platform: 'linux/amd64', components } satisfies PayloadIndex));
-  const trailer = Buffer.alloc(TRAILER_SIZE);
-  trailer.write(TRAILER_MAGIC, 0, 'latin1');
-  trailer.writeBigUInt64LE(BigInt(offset), 8);
-  trailer.writeBigUInt64LE(BigInt(index.length), 16);
+  const trailer = encodeTrailer({ indexOffset: offset, indexLength: index.length });
   return Buffer.concat([exe, ...Object.values(parts).map((b) => Buffer.from(b)), index, trailer]);
 }
 
@@ -55,6 +52,31 @@ test('a file without a trailer has no payload; a damaged trailer is a clear erro
   await assert.rejects(readEmbeddedPayload(damaged), /payload trailer is inconsistent/);
 });
 
+test('the runtime the launcher unpacks is described by the trailer and reads back as its own bytes', async (t) => {
+  const dir = await tempDir(t);
+  const launcher = Buffer.from('\x7fELF fake launcher');
+  const runtime = Buffer.from('node runtime bytes '.repeat(1000));
+  const packed = zstdCompressSync(runtime);
+  const index = Buffer.from(JSON.stringify({ kctl: '1.2.3', platform: 'linux/amd64', components: [] } satisfies PayloadIndex));
+  const sha256 = createHash('sha256').update(runtime).digest('hex');
+  const described = { offset: launcher.length, stored: packed.length, size: runtime.length, sha256 };
+  const file = join(dir, 'kctl');
+  const trailer = encodeTrailer({ indexOffset: launcher.length + packed.length, indexLength: index.length, runtime: described });
+  await writeFile(file, Buffer.concat([launcher, packed, index, trailer]));
+  const p = (await readEmbeddedPayload(file))!;
+  assert.deepEqual({ offset: p.runtime?.offset, stored: p.runtime?.stored?.size, size: p.runtime?.size, sha256: p.runtime?.sha256 }, described);
+  assert.equal(await text(p.open(p.runtime!)), runtime.toString());
+
+  // A runtime said to run into the index is a damaged executable.
+  const overlapping = encodeTrailer({
+    indexOffset: launcher.length + packed.length,
+    indexLength: index.length,
+    runtime: { ...described, stored: packed.length + 1 },
+  });
+  await writeFile(file, Buffer.concat([launcher, packed, index, overlapping]));
+  await assert.rejects(readEmbeddedPayload(file), /payload trailer is inconsistent/);
+});
+
 test('a compressed component reads back as its own bytes; damaged compressed bytes stage nothing and say so in one line', async (t) => {
   const dir = await tempDir(t);
   const body = Buffer.from('kubelet-bytes '.repeat(5000));
@@ -72,10 +94,7 @@ test('a compressed component reads back as its own bytes; damaged compressed byt
   };
   const write = async (file: string, stored: Buffer) => {
     const index = Buffer.from(JSON.stringify({ kctl: '1.2.3', platform: 'linux/amd64', components: [entry] } satisfies PayloadIndex));
-    const trailer = Buffer.alloc(TRAILER_SIZE);
-    trailer.write(TRAILER_MAGIC, 0, 'latin1');
-    trailer.writeBigUInt64LE(BigInt(exe.length + stored.length), 8);
-    trailer.writeBigUInt64LE(BigInt(index.length), 16);
+    const trailer = encodeTrailer({ indexOffset: exe.length + stored.length, indexLength: index.length });
     await writeFile(file, Buffer.concat([exe, stored, index, trailer]));
   };
   const good = join(dir, 'good');
