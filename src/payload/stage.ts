@@ -76,13 +76,21 @@ export async function stageImages(payload: Payload, imagesDir: string, log: Logg
 
 export const workerImages = (payload: Payload): PayloadEntry[] => (payload.index.images ?? []).filter((e) => WORKER_IMAGE_NAMES.has(e.name));
 
-/** The named image bundles into `dir`, checked as staging checks them. */
+/**
+ * The named image bundles into `dir`, each checked against its sha256 as staging checks it. An
+ * export for an operator to push or import elsewhere: only the tarballs, none of staging's
+ * bookkeeping (stamps, lock).
+ */
 export async function saveImages(payload: Payload, names: string[], dir: string, log: Logger): Promise<PayloadEntry[]> {
   const all = payload.index.images ?? [];
   const unknown = names.filter((n) => !all.some((e) => e.name === n));
   if (unknown.length) throw new Error(`kctl carries no image ${unknown.join(', ')}; kctl airgap list-images names those it does`);
   const chosen = all.filter((e) => names.includes(e.name));
-  await stageEntries(payload, chosen, dir, log, { manifest: false, mode: 0o644 });
+  await mkdir(dir, { recursive: true, mode: 0o755 });
+  for (const entry of chosen) {
+    await copyVerified(payload, entry, join(dir, entry.path), 0o644);
+    log.info({ image: entry.name, file: join(dir, entry.path) }, 'image saved');
+  }
   return chosen;
 }
 
