@@ -1,5 +1,6 @@
 #include "sha256.h"
 
+#include <immintrin.h>
 #include <string.h>
 
 static const uint32_t K[64] = {
@@ -12,7 +13,7 @@ static const uint32_t K[64] = {
 
 static uint32_t rotr(uint32_t x, int n) { return (x >> n) | (x << (32 - n)); }
 
-static void compress(uint32_t s[8], const uint8_t b[64]) {
+static void compress_block(uint32_t s[8], const uint8_t b[64]) {
   uint32_t w[64];
   for (int i = 0; i < 16; i++) w[i] = (uint32_t)b[4 * i] << 24 | (uint32_t)b[4 * i + 1] << 16 | (uint32_t)b[4 * i + 2] << 8 | b[4 * i + 3];
   for (int i = 16; i < 64; i++) {
@@ -43,7 +44,56 @@ static void compress(uint32_t s[8], const uint8_t b[64]) {
   s[7] += h;
 }
 
+
+static void compress_sw(uint32_t s[8], const uint8_t *p, size_t blocks) {
+  for (; blocks; blocks--, p += 64) compress_block(s, p);
+}
+
+/*
+ * The same with the SHA extensions of x86 CPUs (SHA-NI): about four times as fast, which is most
+ * of what the launcher's first run spends on 110 MB. State lanes are kept as ABEF / CDGH, the
+ * layout sha256rnds2 works on; each group of four message words is scheduled with
+ * sha256msg1 / sha256msg2 from the four groups before it.
+ */
+__attribute__((target("sha,sse4.1"))) static void compress_ni(uint32_t s[8], const uint8_t *p, size_t blocks) {
+  const __m128i bswap = _mm_set_epi64x(0x0c0d0e0f08090a0bULL, 0x0405060700010203ULL);
+  __m128i dcba = _mm_loadu_si128((const __m128i *)&s[0]), hgfe = _mm_loadu_si128((const __m128i *)&s[4]);
+  __m128i cdab = _mm_shuffle_epi32(dcba, 0xB1), efgh = _mm_shuffle_epi32(hgfe, 0x1B);
+  __m128i abef = _mm_alignr_epi8(cdab, efgh, 8), cdgh = _mm_blend_epi16(efgh, cdab, 0xF0);
+  for (; blocks; blocks--, p += 64) {
+    __m128i abef0 = abef, cdgh0 = cdgh, w[4];
+    for (int g = 0; g < 16; g++) {
+      if (g < 4) {
+        w[g] = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)(p + 16 * g)), bswap);
+      } else {
+        __m128i t = _mm_sha256msg1_epu32(w[g % 4], w[(g + 1) % 4]);
+        t = _mm_add_epi32(t, _mm_alignr_epi8(w[(g + 3) % 4], w[(g + 2) % 4], 4));
+        w[g % 4] = _mm_sha256msg2_epu32(t, w[(g + 3) % 4]);
+      }
+      __m128i wk = _mm_add_epi32(w[g % 4], _mm_loadu_si128((const __m128i *)&K[4 * g]));
+      cdgh = _mm_sha256rnds2_epu32(cdgh, abef, wk);
+      abef = _mm_sha256rnds2_epu32(abef, cdgh, _mm_shuffle_epi32(wk, 0x0E));
+    }
+    abef = _mm_add_epi32(abef, abef0);
+    cdgh = _mm_add_epi32(cdgh, cdgh0);
+  }
+  __m128i feba = _mm_shuffle_epi32(abef, 0x1B), dchg = _mm_shuffle_epi32(cdgh, 0xB1);
+  _mm_storeu_si128((__m128i *)&s[0], _mm_blend_epi16(feba, dchg, 0xF0));
+  _mm_storeu_si128((__m128i *)&s[4], _mm_alignr_epi8(dchg, feba, 8));
+}
+
+static void (*compress)(uint32_t s[8], const uint8_t *p, size_t blocks);
+
+#ifndef SHA256_SOFTWARE_ONLY // tests build the software path on CPUs that have SHA-NI too
+#define SHA256_SOFTWARE_ONLY 0
+#endif
+
 void sha256_init(struct sha256 *h) {
+  if (!compress) {
+    __builtin_cpu_init();
+    int ni = !SHA256_SOFTWARE_ONLY && __builtin_cpu_supports("sha") && __builtin_cpu_supports("sse4.1");
+    compress = ni ? compress_ni : compress_sw;
+  }
   static const uint32_t iv[8] = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
   memcpy(h->state, iv, sizeof iv);
   h->length = 0;
@@ -60,10 +110,13 @@ void sha256_update(struct sha256 *h, const void *data, size_t len) {
     p += take;
     len -= take;
     if (h->used < 64) return;
-    compress(h->state, h->block);
+    compress(h->state, h->block, 1);
     h->used = 0;
   }
-  for (; len >= 64; p += 64, len -= 64) compress(h->state, p);
+  size_t blocks = len / 64;
+  if (blocks) compress(h->state, p, blocks);
+  p += blocks * 64;
+  len -= blocks * 64;
   memcpy(h->block, p, len);
   h->used = len;
 }
