@@ -1,8 +1,9 @@
 // kctl-size-mb and first-start-staging-s: what an edge user downloads, and what the first start
 // pays to take the component binaries out of it. Staging is timed as `kctl controller
-// --init-only` on a fresh data dir (decompress and sha256-check the controller binaries, make
-// the PKI and config files, exit), the median of `reps` runs; the page cache holds the
-// executable after the first read, as it does on a host that just downloaded it.
+// --init-only` on a fresh data dir and a fresh runtime directory (the launcher unpacks the Node
+// runtime; then decompress and sha256-check the controller binaries, make the PKI and config
+// files, exit), the median of `reps` runs; the page cache holds the executable after the first
+// read, as it does on a host that just downloaded it.
 import { stat } from 'node:fs/promises';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { join } from 'node:path';
@@ -24,6 +25,7 @@ export async function executableFigures(dir: string, log: (m: string) => void, r
     const r = await execa(kctl, ['controller', '--init-only', '--data-dir', join(d, 'data'), '--run-dir', join(d, 'run')], {
       reject: false,
       all: true,
+      env: { KCTL_RUNTIME_DIR: join(d, 'runtime') },
     });
     const s = (Date.now() - t0) / 1000;
     if (r.exitCode !== 0) throw new Error(`kctl controller --init-only failed (${r.exitCode}):\n${String(r.all).slice(-2000)}`);

@@ -267,7 +267,7 @@ async function main(): Promise<void> {
       kctl: median(exe.stagingSeconds),
       upstream: null,
       direct: null,
-      note: `kctl controller --init-only on a fresh data dir (controller binaries decompressed and checked, PKI made)${exe.stagingSeconds.length > 1 ? `; median of ${exe.stagingSeconds.map((x) => x.toFixed(2)).join(', ')} s` : ''}`,
+      note: `kctl controller --init-only on a fresh data dir and runtime directory (runtime unpacked, controller binaries decompressed and checked, PKI made)${exe.stagingSeconds.length > 1 ? `; median of ${exe.stagingSeconds.map((x) => x.toFixed(2)).join(', ')} s` : ''}`,
     });
     if (z.controller) {
       const ctlDir = await mkdtemp(join(dir, 'controller-'));
