@@ -83,8 +83,10 @@ static struct trailer read_trailer(int fd, const char *exe) {
   uint64_t index_offset = le64(raw + 8), index_length = le64(raw + 16);
   struct trailer t = {le64(raw + 24), le64(raw + 32), le64(raw + 40), {0}};
   memcpy(t.sha256, raw + 48, 32);
-  if (index_offset + index_length + TRAILER_SIZE != (uint64_t)st.st_size || t.runtime_offset + t.runtime_stored > index_offset ||
-      t.runtime_stored == 0)
+  // Each sum is checked against its bound without overflowing: the trailer is untrusted input.
+  uint64_t size = (uint64_t)st.st_size - TRAILER_SIZE;
+  if (index_offset > size || index_length != size - index_offset || t.runtime_stored == 0 || t.runtime_stored > index_offset ||
+      t.runtime_offset > index_offset - t.runtime_stored)
     die("%s: its payload trailer is inconsistent; the executable is damaged, reinstall kctl", exe);
   return t;
 }
