@@ -79,6 +79,14 @@ export function rssSplitKiB(pid: number): { anon: number; file: number } {
   return { anon: statusKiB(pid, 'RssAnon'), file: statusKiB(pid, 'RssFile') };
 }
 
+/** CPU time (user + system) a process has used so far, ms (from /proc/<pid>/stat, 10 ms ticks). */
+export function cpuMs(pid: number): number {
+  const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+  // Fields after the command name, which may itself hold spaces and parentheses.
+  const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  return (Number(f[11]) + Number(f[12])) * 10;
+}
+
 /** `n` distinct ports free on 127.0.0.1 right now (all held open together while they are picked). */
 export async function freePorts(n: number): Promise<number[]> {
   const servers = Array.from({ length: n }, () => createServer());

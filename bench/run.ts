@@ -9,7 +9,7 @@ import { controllerFigures } from './controller.ts';
 import { connectDialer, directDialer, grpcDialer, type Dialer, type PathName } from './driver.ts';
 import { dialLatencies, goDriver, throughput, type GoPath } from './go-driver.ts';
 import { makePki, type BenchPki } from './pki.ts';
-import { firstJsonLine, freePort, startProc, type Proc } from './procs.ts';
+import { cpuMs, firstJsonLine, freePort, startProc, type Proc } from './procs.ts';
 import { executableFigures } from './executable.ts';
 import { holOthersRatio, idleMemoryPerConn, leakResidual, type Targets } from './scenarios.ts';
 import { startKctl, startUpstream, type Stack } from './stacks.ts';
@@ -199,7 +199,23 @@ async function main(): Promise<void> {
       (conns: number, bytes: number) =>
       async (d: Dialer): Promise<number> =>
         throughput(await bench.goPath(d.path), t.source, conns, bytes);
-    out.push(...rows('throughput-1', 'MiB/s', await alternate('throughput-1', z.tputReps, false, PATHS, bulk(1, z.bulk1))));
+    // CPU each tunnel process spends per MiB it carries during throughput-1: what the ratio is
+    // made of, and steadier than MiB/s on a shared host (the driver and target cost the same on
+    // every path).
+    const cpuPerMiB: Record<'server' | 'agent', Partial<Record<PathName, number[]>>> = { server: {}, agent: {} };
+    const bulk1 = async (d: Dialer): Promise<number> => {
+      const go = await bench.goPath(d.path);
+      const pids = d.path === 'direct' ? [] : (await bench.stack(d.path === 'upstream' ? 'upstream' : 'kctl')).pids;
+      const before = pids.map(cpuMs);
+      const v = await throughput(go, t.source, 1, z.bulk1);
+      pids.forEach((pid, i) => ((cpuPerMiB[i === 0 ? 'server' : 'agent'][d.path] ??= []).push((cpuMs(pid) - before[i]!) / (z.bulk1 / MiB))));
+      return v;
+    };
+    out.push(...rows('throughput-1', 'MiB/s', await alternate('throughput-1', z.tputReps, false, PATHS, bulk1)));
+    for (const side of ['server', 'agent'] as const) {
+      const m = Object.fromEntries(Object.entries(cpuPerMiB[side]).map(([p, xs]) => [p, median(xs)])) as Partial<Record<PathName, number>>;
+      out.push(...rows(`throughput-1 cpu (${side})`, 'ms/MiB', m, false));
+    }
     out.push(...rows('throughput-16', 'MiB/s', await alternate('throughput-16', z.tputReps, false, PATHS, bulk(16, z.bulk16))));
 
     const samples: Partial<Record<PathName, number[]>> = {};
