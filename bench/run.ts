@@ -208,7 +208,7 @@ async function main(): Promise<void> {
       const pids = d.path === 'direct' ? [] : (await bench.stack(d.path === 'upstream' ? 'upstream' : 'kctl')).pids;
       const before = pids.map(cpuMs);
       const v = await throughput(go, t.source, 1, z.bulk1);
-      pids.forEach((pid, i) => ((cpuPerMiB[i === 0 ? 'server' : 'agent'][d.path] ??= []).push((cpuMs(pid) - before[i]!) / (z.bulk1 / MiB))));
+      pids.forEach((pid, i) => (cpuPerMiB[i === 0 ? 'server' : 'agent'][d.path] ??= []).push((cpuMs(pid) - before[i]!) / (z.bulk1 / MiB)));
       return v;
     };
     out.push(...rows('throughput-1', 'MiB/s', await alternate('throughput-1', z.tputReps, false, PATHS, bulk1)));
