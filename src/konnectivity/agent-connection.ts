@@ -12,6 +12,8 @@ import { PendingDial, Target, type TargetOwner } from './agent-targets.ts';
 import type { WindowBudget } from './flow.ts';
 import type { AgentDialFailure, AgentMetrics } from './metrics.ts';
 import { StreamWriter } from './stream-writer.ts';
+import { LINK_ALPN } from './link.ts';
+import { openLink, type CallError } from './link-calls.ts';
 import {
   AgentServiceClient,
   FLOW_CONTROL_EXTENSION,
@@ -42,6 +44,30 @@ function withAlpn(creds: grpc.ChannelCredentials, protocols: string[]): grpc.Cha
     return connector;
   };
   return wrapped;
+}
+
+function bufferOrUndefined(v: string | Buffer | undefined): Buffer | undefined {
+  return v === undefined ? undefined : typeof v === 'string' ? Buffer.from(v) : v;
+}
+
+function bufferOrNull(v: string | Buffer | undefined): Buffer | null {
+  return bufferOrUndefined(v) ?? null;
+}
+
+/** The agent stream on either transport: a grpc-js ClientDuplexStream or a LinkServerCall. */
+interface ServerCall {
+  write(p: Packet, flushed?: () => void): boolean;
+  end(): void;
+  cancel(): void;
+  on(event: 'data', listener: (p: Packet) => void): unknown;
+  on(event: 'error', listener: (err: CallError) => void): unknown;
+  on(event: 'end', listener: () => void): unknown;
+  once(event: 'metadata', listener: (h: grpc.Metadata) => void): unknown;
+  once(event: 'error', listener: (err: CallError) => void): unknown;
+  once(event: 'end' | 'status' | 'drain', listener: () => void): unknown;
+  off(event: 'metadata', listener: (h: grpc.Metadata) => void): unknown;
+  off(event: 'error', listener: (err: CallError) => void): unknown;
+  off(event: 'end', listener: () => void): unknown;
 }
 
 /** gRPC keepalive towards any server: upstream refuses pings more often than every 30 s. */
@@ -75,7 +101,9 @@ export class ServerConnection implements TargetOwner {
   readonly targets = new Map<Int64, Target>();
   readonly dials = new Map<Int64, PendingDial>();
   private client: grpc.Client | undefined;
-  private call: grpc.ClientDuplexStream<Packet, Packet> | undefined;
+  private call: ServerCall | undefined;
+  /** The agent stream's protocol: kctl-tunnel/1 with a kctl server that offers it, else gRPC. */
+  transport: 'grpc' | typeof LINK_ALPN = 'grpc';
   private nextConnectID = 1n;
   private readonly writer = new StreamWriter<Packet>(() => {
     for (const t of this.targets.values()) t.maybeResume();
@@ -114,8 +142,7 @@ export class ServerConnection implements TargetOwner {
   /** Connects and waits for the server's headers. */
   async open(): Promise<void> {
     const o = this.o;
-    const buf = (v: string | Buffer | undefined): Buffer | null => (v === undefined ? null : typeof v === 'string' ? Buffer.from(v) : v);
-    const creds = withAlpn(grpc.credentials.createSsl(buf(o.ca), buf(o.key), buf(o.cert)), o.alpnProtocols ?? []);
+    const creds = withAlpn(grpc.credentials.createSsl(bufferOrNull(o.ca), bufferOrNull(o.key), bufferOrNull(o.cert)), o.alpnProtocols ?? []);
     const options: grpc.ChannelOptions = {
       // Every stream its own TCP connection: behind a load balancer that is how we reach
       // the other servers, and a dead connection is closed with its stream.
@@ -137,10 +164,12 @@ export class ServerConnection implements TargetOwner {
     if (o.extensions ?? true) md.set(META.extensions, FLOW_CONTROL_EXTENSION);
     if (this.closed) throw new Error('agent stopping');
 
-    const client = new AgentServiceClient(this.address, creds, options);
-    this.client = client;
-    const call = client.Connect(md);
+    const call = (await this.openLink(md)) ?? this.openGrpc(creds, options, md);
     this.call = call;
+    if (this.closed) {
+      call.cancel();
+      throw new Error('agent stopping');
+    }
     await new Promise<void>((resolve, reject) => {
       const timer = setTimeout(() => fail(new Error(`no serverid/servercount headers within ${HEADER_TIMEOUT_MS / 1000} s`)), HEADER_TIMEOUT_MS);
       const fail = (err: Error): void => {
@@ -149,7 +178,7 @@ export class ServerConnection implements TargetOwner {
         this.close(err.message);
         reject(err);
       };
-      const onError = (err: grpc.ServiceError): void => fail(new Error(err.details || err.message));
+      const onError = (err: CallError): void => fail(new Error(err.details || err.message));
       const onEnd = (): void => fail(new Error('server closed the stream before sending its headers'));
       const onMetadata = (h: grpc.Metadata): void => {
         clearTimeout(timer);
@@ -174,7 +203,7 @@ export class ServerConnection implements TargetOwner {
     });
 
     call.on('data', (p: Packet) => this.onPacket(p));
-    call.on('error', (err: grpc.ServiceError) => {
+    call.on('error', (err: CallError) => {
       if (!this.closed) this.metrics.streamFailed(err.code);
       this.lost(err.details || err.message);
     });
@@ -184,6 +213,36 @@ export class ServerConnection implements TargetOwner {
       this.pingTimer.unref();
     }
     this.held = true;
+  }
+
+  /**
+   * kctl-tunnel/1 first, unless extensions are off or the user set the ALPN protocols to offer:
+   * null when the server chose h2 (an upstream server), and gRPC is used instead.
+   */
+  private async openLink(md: grpc.Metadata): Promise<ServerCall | null> {
+    const o = this.o;
+    if (!(o.extensions ?? true) || (o.alpnProtocols ?? []).length > 0) return null;
+    const target = splitHostPort(this.address);
+    if (!target) return null;
+    const call = await openLink(
+      {
+        ...target,
+        ca: bufferOrUndefined(o.ca),
+        cert: bufferOrUndefined(o.cert),
+        key: bufferOrUndefined(o.key),
+        serverName: o.serverName,
+        timeoutMs: HEADER_TIMEOUT_MS,
+      },
+      md,
+    );
+    if (call) this.transport = LINK_ALPN;
+    return call;
+  }
+
+  private openGrpc(creds: grpc.ChannelCredentials, options: grpc.ChannelOptions, md: grpc.Metadata): ServerCall {
+    const client = new AgentServiceClient(this.address, creds, options);
+    this.client = client;
+    return client.Connect(md);
   }
 
   /** kctl servers only: ping when silent, give up when silent too long. */

@@ -5,33 +5,16 @@
 import { EventEmitter } from 'node:events';
 import type { ServerHttp2Session } from 'node:http2';
 import { createServer as createNetServer, type AddressInfo, type Server as NetServer, type Socket } from 'node:net';
+import { createServer as createTlsServer, type TLSSocket } from 'node:tls';
 import type * as grpc from '@grpc/grpc-js';
-import { ServerCredentials, experimental } from '@grpc/grpc-js';
+import { ServerCredentials } from '@grpc/grpc-js';
+import { LINK_ALPN } from './link.ts';
 
 /** The agent stream is never paused (per-connection credit does that job). */
 const AGENT_STREAM_WINDOW = 8 * 1024 * 1024;
 const AGENT_SESSION_WINDOW = 16 * 1024 * 1024;
-
-/**
- * Certificates that never change, through grpc-js's provider interface: the only way it offers
- * to ask for a client certificate without requiring one (createSsl does either or neither).
- * Updates are delivered on the next tick: grpc-js registers its watcher after adding listeners.
- */
-class StaticCerts implements experimental.CertificateProvider {
-  constructor(
-    private readonly ca: Buffer,
-    private readonly cert: Buffer,
-    private readonly key: Buffer,
-  ) {}
-  addCaCertificateListener(l: experimental.CaCertificateUpdateListener): void {
-    setImmediate(() => l({ caCertificate: this.ca }));
-  }
-  removeCaCertificateListener(): void {}
-  addIdentityCertificateListener(l: experimental.IdentityCertificateUpdateListener): void {
-    setImmediate(() => l({ certificate: this.cert, privateKey: this.key }));
-  }
-  removeIdentityCertificateListener(): void {}
-}
+/** A TLS handshake that has not finished by then is dropped. */
+const HANDSHAKE_TIMEOUT_MS = 15_000;
 
 export interface AgentPortTls {
   /** Client certificates are checked against it; without it none are asked for. */
@@ -43,29 +26,43 @@ export interface AgentPortTls {
 }
 
 /**
- * Our own listener hands accepted sockets to grpc-js (its public connection injector), so they
- * get TCP_NODELAY, which grpc-js leaves off on the server side: a small DIAL_REQ or CLOSE_REQ
- * behind an unacknowledged write would wait for the agent's ACK (Go servers disable Nagle).
+ * Our own listener does the TLS handshake and hands the connection on by the protocol the agent
+ * chose (ALPN): kctl-tunnel/1 to `onLink`, h2 to grpc-js (its public connection injector, with
+ * the TLS already done). Every socket gets TCP_NODELAY, which grpc-js leaves off on the server
+ * side: a small DIAL_REQ or CLOSE_REQ behind an unacknowledged write would wait for the agent's
+ * ACK (Go servers disable Nagle).
  */
 export class AgentListener {
   private readonly listener: NetServer;
   private readonly sockets = new Set<Socket>();
 
-  constructor(server: grpc.Server, tls: AgentPortTls) {
-    const creds = tls.ca
-      ? experimental.createCertificateProviderServerCredentials(
-          new StaticCerts(tls.ca, tls.cert, tls.key),
-          new StaticCerts(tls.ca, tls.cert, tls.key),
-          tls.requireClientCert ?? false,
-        )
-      : ServerCredentials.createSsl(null, [{ cert_chain: tls.cert, private_key: tls.key }], false);
-    const injector = server.createConnectionInjector(creds);
+  /** Without `onLink` only h2 is offered, as upstream's server does. */
+  constructor(server: grpc.Server, tls: AgentPortTls, onLink?: (socket: TLSSocket) => void) {
+    const injector = server.createConnectionInjector(ServerCredentials.createInsecure());
     widenReceiveWindows(server, AGENT_STREAM_WINDOW, AGENT_SESSION_WINDOW);
+    const tlsServer = createTlsServer(
+      {
+        key: tls.key,
+        cert: tls.cert,
+        ca: tls.ca,
+        // Asked for, not required (unless told): token-only agents get through the handshake and
+        // authenticateAgent decides. grpc-js reports a peer certificate only when TLS verified it.
+        requestCert: tls.ca !== undefined,
+        rejectUnauthorized: tls.ca !== undefined && (tls.requireClientCert ?? false),
+        ALPNProtocols: onLink ? [LINK_ALPN, 'h2'] : ['h2'],
+        handshakeTimeout: HANDSHAKE_TIMEOUT_MS,
+      },
+      (secure: TLSSocket) => {
+        if (onLink && secure.alpnProtocol === LINK_ALPN) onLink(secure);
+        else injector.injectConnection(secure);
+      },
+    );
+    tlsServer.on('tlsClientError', () => {}); // the socket is destroyed; the agent logs why
     this.listener = createNetServer({ noDelay: true }, (socket) => {
       this.sockets.add(socket);
       socket.once('close', () => this.sockets.delete(socket));
-      socket.on('error', () => {}); // reported on the TLS session grpc-js runs over it
-      injector.injectConnection(socket);
+      socket.on('error', () => {}); // reported on the TLS socket over it
+      tlsServer.emit('connection', socket);
     });
   }
 

@@ -42,6 +42,8 @@ export interface AgentServerSnapshot {
   serverId: string;
   serverCount: number;
   extensions: string[];
+  /** kctl-tunnel/1 with a kctl server that offers it, else grpc (the upstream protocol). */
+  transport: 'grpc' | 'kctl-tunnel/1';
   connections: number;
   pendingDials: number;
 }
@@ -243,6 +245,7 @@ export class KonnectivityAgent implements Component {
         serverId: c.serverId,
         serverCount: c.serverCount,
         extensions: c.flowControl ? [FLOW_CONTROL_EXTENSION] : [],
+        transport: c.transport,
         connections: c.targets.size,
         pendingDials: c.dials.size,
       })),
@@ -329,7 +332,13 @@ export class KonnectivityAgent implements Component {
         this.conns.set(c.serverId, c);
         a.conns++;
         this.log.info(
-          { address: a.label, serverId: c.serverId, serverCount: c.serverCount, extensions: c.flowControl ? [FLOW_CONTROL_EXTENSION] : [] },
+          {
+            address: a.label,
+            serverId: c.serverId,
+            serverCount: c.serverCount,
+            transport: c.transport,
+            extensions: c.flowControl ? [FLOW_CONTROL_EXTENSION] : [],
+          },
           'connected to konnectivity server',
         );
         if (this.state === 'starting') this.state = 'running';

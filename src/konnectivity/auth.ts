@@ -88,7 +88,13 @@ export interface AgentAuthOptions {
 }
 
 /** The agent's identity, or an AgentAuthError with the status to refuse Connect with. */
-export async function authenticateAgent(call: grpc.ServerDuplexStream<unknown, unknown>, opts: AgentAuthOptions): Promise<AgentIdentity> {
+/** What authentication reads off a Connect call, on either transport. */
+export interface AuthSource {
+  readonly metadata: grpc.Metadata;
+  getAuthContext(): { sslPeerCertificate?: { raw?: Buffer } | null };
+}
+
+export async function authenticateAgent(call: AuthSource, opts: AgentAuthOptions): Promise<AgentIdentity> {
   const peer = call.getAuthContext()?.sslPeerCertificate;
   const token = bearerToken(call.metadata);
   let certError: AgentAuthError | undefined;
@@ -140,10 +146,7 @@ function commonName(der: Buffer): string {
  * needs a valid token (certificates do not count); otherwise the TLS layer already decided (a
  * certificate of the cluster CA when one is configured, else anyone).
  */
-export async function authenticateUpstreamStyle(
-  call: grpc.ServerDuplexStream<unknown, unknown>,
-  opts: { tokenReview?: TokenReview },
-): Promise<AgentIdentity> {
+export async function authenticateUpstreamStyle(call: AuthSource, opts: { tokenReview?: TokenReview }): Promise<AgentIdentity> {
   if (opts.tokenReview) {
     const token = bearerToken(call.metadata);
     if (token === undefined)

@@ -6,6 +6,7 @@ import { X509Certificate, randomUUID } from 'node:crypto';
 import { mkdir } from 'node:fs/promises';
 import type { Server as HttpServer } from 'node:http';
 import { dirname } from 'node:path';
+import type { TLSSocket } from 'node:tls';
 import * as grpc from '@grpc/grpc-js';
 import { joinHostPort } from '../base/addresses.ts';
 import type { Logger } from '../base/log.ts';
@@ -15,7 +16,9 @@ import { closeHttp, shutdownGrpc } from './listen.ts';
 import { AgentListener } from './agent-port.ts';
 import { AgentAuthError, authenticateAgent, authenticateUpstreamStyle, type AgentIdentity } from './auth.ts';
 import { Broker } from './broker.ts';
-import { AgentBackend } from './tunnel.ts';
+import { AgentBackend, type AgentCall } from './tunnel.ts';
+import { LinkAgentCall, type LinkKeepalive } from './link-calls.ts';
+import { LINK_ALPN } from './link.ts';
 import {
   canonicalIdentifier,
   isTrusted,
@@ -39,6 +42,8 @@ import {
 } from './protocol.ts';
 
 export const CONNECT_METHOD = AgentServiceDefinition.Connect.path;
+/** How long a kctl-tunnel/1 agent has to send its HELLO after the TLS handshake. */
+const LINK_HELLO_TIMEOUT_MS = 15_000;
 export type { KonnectivityServerOptions, TcpFrontend };
 
 export interface AgentSnapshot {
@@ -180,8 +185,8 @@ export class KonnectivityServer implements Component {
     // requires one.
     const agents = new grpc.Server({
       'grpc.enable_channelz': 0,
-      'grpc.keepalive_time_ms': this.o.keepaliveTimeMs ?? 10_000,
-      'grpc.keepalive_timeout_ms': this.o.keepaliveTimeoutMs ?? 5_000,
+      'grpc.keepalive_time_ms': this.keepalive.timeMs,
+      'grpc.keepalive_timeout_ms': this.keepalive.timeoutMs,
       'grpc.keepalive_permit_without_calls': 1,
       'grpc.max_receive_message_length': 16 * 1024 * 1024,
     });
@@ -190,13 +195,17 @@ export class KonnectivityServer implements Component {
     });
     this.agentServer = agents;
     const upstreamAuth = this.o.agentAuth === 'upstream';
-    const listener = new AgentListener(agents, {
-      ca: this.o.tls.ca === undefined ? undefined : buf(this.o.tls.ca),
-      cert: buf(this.o.tls.cert),
-      key: buf(this.o.tls.key),
-      // As upstream: a CA means a verified client certificate is required, unless tokens authenticate.
-      requireClientCert: upstreamAuth && this.o.tls.ca !== undefined && !this.o.tokenReview,
-    });
+    const listener = new AgentListener(
+      agents,
+      {
+        ca: this.o.tls.ca === undefined ? undefined : buf(this.o.tls.ca),
+        cert: buf(this.o.tls.cert),
+        key: buf(this.o.tls.key),
+        // As upstream: a CA means a verified client certificate is required, unless tokens authenticate.
+        requireClientCert: upstreamAuth && this.o.tls.ca !== undefined && !this.o.tokenReview,
+      },
+      (this.o.extensions ?? true) ? (socket) => this.onLink(socket) : undefined,
+    );
     this.agentListener = listener;
     this.boundAgentPort = await listener.listen(this.o.agentPort, this.o.agentBindAddress ?? '0.0.0.0');
 
@@ -222,7 +231,20 @@ export class KonnectivityServer implements Component {
     );
   }
 
-  private async onAgentConnect(call: grpc.ServerDuplexStream<Packet, Packet>): Promise<void> {
+  /** How long an agent may be silent before it is pinged, and then before it is dropped (both transports). */
+  private get keepalive(): LinkKeepalive {
+    return { timeMs: this.o.keepaliveTimeMs ?? 10_000, timeoutMs: this.o.keepaliveTimeoutMs ?? 5_000 };
+  }
+
+  /** A kctl agent chose kctl-tunnel/1: its HELLO carries what gRPC metadata would. */
+  private onLink(socket: TLSSocket): void {
+    LinkAgentCall.accept(socket, LINK_HELLO_TIMEOUT_MS, this.keepalive).then(
+      (call) => void this.onAgentConnect(call),
+      (err: Error) => this.log.warn({ peer: `${socket.remoteAddress}:${socket.remotePort}` }, `agent connection dropped: ${err.message}`),
+    );
+  }
+
+  private async onAgentConnect(call: AgentCall): Promise<void> {
     const gauge = this.metrics.grpcConnections.labels({ service_method: 'Connect' });
     gauge.inc();
     let counted = true;
@@ -283,6 +305,7 @@ export class KonnectivityServer implements Component {
         auth: identity.method,
         identifiers: verdict.accepted,
         extensions: flowControl ? [FLOW_CONTROL_EXTENSION] : [],
+        transport: call instanceof LinkAgentCall ? LINK_ALPN : 'grpc',
         peer: call.getPeer(),
       },
       'agent connected',

@@ -10,6 +10,26 @@ import type { DialFailureReason } from './metrics.ts';
 import { INITIAL_WINDOW, MAX_WINDOW, type AgentIdentifiers, type Int64, type Packet } from './protocol.ts';
 import { StreamWriter } from './stream-writer.ts';
 
+/**
+ * One agent's Connect stream as the server uses it: a grpc-js ServerDuplexStream (h2), or a
+ * LinkAgentCall (kctl-tunnel/1), which has the same shape. Emitting 'error' with a status code
+ * ends it with that status.
+ */
+export interface AgentCall {
+  readonly metadata: grpc.Metadata;
+  readonly cancelled: boolean;
+  getPeer(): string;
+  getAuthContext(): { sslPeerCertificate?: { raw?: Buffer } | null };
+  sendMetadata(md: grpc.Metadata): void;
+  write(p: Packet): boolean;
+  end(): void;
+  on(event: 'data', listener: (p: Packet) => void): unknown;
+  on(event: 'error', listener: (err: Error & { code?: number }) => void): unknown;
+  on(event: 'end' | 'cancelled' | 'close', listener: () => void): unknown;
+  once(event: 'drain' | 'close' | 'cancelled', listener: () => void): unknown;
+  emit(event: 'error', status: { code: grpc.status; details: string }): boolean;
+}
+
 /** The client side of one tunnel: a kube-apiserver Proxy stream or an HTTP-CONNECT socket. */
 export interface Frontend {
   readonly kind: 'grpc' | 'http-connect';
@@ -81,7 +101,7 @@ export class AgentBackend {
     verdict: ClaimVerdict,
     readonly identity: AgentIdentity,
     readonly flowControl: boolean,
-    private readonly call: grpc.ServerDuplexStream<Packet, Packet>,
+    private readonly call: AgentCall,
     private readonly onDrain: (a: AgentBackend) => void,
     /** Counts each packet sent to the agent (metrics: segment to_agent). */
     private readonly countSent: (packetType: string | number) => void = () => {},

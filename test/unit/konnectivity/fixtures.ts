@@ -9,6 +9,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import * as grpc from '@grpc/grpc-js';
 import { createLogger, type Logger } from '../../../src/base/log.ts';
 import { AgentServiceClient, type Packet } from '../../../src/konnectivity/protocol.ts';
+import { openLink, type CallError } from '../../../src/konnectivity/link-calls.ts';
 import { ensurePki, pkiPaths } from '../../../src/pki/index.ts';
 import { generateKeyPem, issueCaCert, issueLeafCert, keyIdOf, parseCert, parseKey, type Signer } from '../../../src/pki/x509.ts';
 import { KonnectivityAgent, type KonnectivityAgentOptions } from '../../../src/konnectivity/agent.ts';
@@ -252,6 +253,8 @@ export interface RawAgentOptions {
   creds?: { cert: string; key: string } | null;
   token?: string;
   extensions?: boolean;
+  /** 'link': kctl-tunnel/1 instead of gRPC (the server's other agent transport). */
+  transport?: 'grpc' | 'link';
 }
 
 /** Connects to the server's agent port; rejects with the status details when refused. */
@@ -264,7 +267,39 @@ export async function rawAgent(t: T, pki: TestPki, server: KonnectivityServer, o
   md.set('agentidentifiers', o.identifiers ?? '');
   if (o.token) md.set('authorization', `Bearer ${o.token}`);
   if (o.extensions) md.set('kctl-extensions', 'flow-control/1');
-  const call = client.Connect(md);
+  // The stream's end (status details), whichever transport; set before the call can end.
+  let onEnded: (details: string) => void = () => {};
+  const ended = new Promise<string>((resolve) => {
+    onEnded = resolve;
+  });
+  let call: {
+    on(event: 'data', listener: (p: Packet) => void): unknown;
+    once(event: 'metadata', listener: (md: grpc.Metadata) => void): unknown;
+    write(p: Packet): unknown;
+    cancel(): void;
+  };
+  if (o.transport === 'link') {
+    const link = await openLink(
+      {
+        host: '127.0.0.1',
+        port: server.agentPort(),
+        ca: Buffer.from(pki.ca),
+        cert: creds ? Buffer.from(creds.cert) : undefined,
+        key: creds ? Buffer.from(creds.key) : undefined,
+        timeoutMs: 5_000,
+      },
+      md,
+    );
+    if (!link) throw new Error('the server did not choose kctl-tunnel/1');
+    link.on('error', (err: CallError) => onEnded(err.details ?? err.message));
+    link.on('end', () => onEnded(''));
+    call = link;
+  } else {
+    const grpcCall = client.Connect(md);
+    grpcCall.on('status', (st: grpc.StatusObject) => onEnded(st.details));
+    grpcCall.on('error', () => {});
+    call = grpcCall;
+  }
   const close = (): void => {
     call.cancel();
     client.close();
@@ -276,10 +311,6 @@ export async function rawAgent(t: T, pki: TestPki, server: KonnectivityServer, o
     queue.push(p);
     for (const w of waiters.splice(0)) w();
   });
-  const ended = new Promise<string>((resolve) => {
-    call.on('status', (s: grpc.StatusObject) => resolve(s.details));
-    call.on('error', () => {});
-  });
   const headers = await Promise.race([
     new Promise<grpc.Metadata>((resolve) => call.once('metadata', resolve)),
     ended.then((details) => {
@@ -288,7 +319,7 @@ export async function rawAgent(t: T, pki: TestPki, server: KonnectivityServer, o
   ]);
   return {
     headers,
-    send: (p) => call.write(p),
+    send: (p) => void call.write(p),
     ended,
     close,
     async next(type, timeoutMs = 10_000) {
