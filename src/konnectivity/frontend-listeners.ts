@@ -5,14 +5,12 @@ import { rm } from 'node:fs/promises';
 import { createServer as createHttpServer, type Server as HttpServer } from 'node:http';
 import { createServer as createHttpsServer } from 'node:https';
 import type { Duplex } from 'node:stream';
-import * as grpc from '@grpc/grpc-js';
-import { joinHostPort } from '../base/addresses.ts';
 import type { Logger } from '../base/log.ts';
 import type { Broker } from './broker.ts';
-import { refuseNonConnect, serveHttpConnect, serveProxyStream } from './frontends.ts';
-import { bindGrpc, bindPrivateSocket, closeHttp, listenHttp, shutdownGrpc } from './listen.ts';
+import { PROXY_METHOD, refuseNonConnect, serveHttpConnect, serveProxyStream } from './frontends.ts';
+import { packetServer, securePacketServer, type PacketServer, type PacketServerOptions } from './grpc-h2.ts';
+import { bindPrivateSocket, closeHttp, listenHttp } from './listen.ts';
 import type { ServerMetrics } from './metrics.ts';
-import { ProxyServiceDefinition, type Packet } from './protocol.ts';
 
 /** A frontend for kube-apiserver on TCP: mutual TLS (the client must present a certificate of `tls.ca`). */
 export interface TcpFrontend {
@@ -36,8 +34,11 @@ export interface FrontendOptions {
   closeGraceMs: number;
 }
 
+/** The largest message a frontend accepts, as grpc.max_receive_message_length on the agent port. */
+const MAX_MESSAGE = 16 * 1024 * 1024;
+
 export class FrontendListeners {
-  private readonly grpcServers: grpc.Server[] = [];
+  private readonly grpcServers: PacketServer[] = [];
   private readonly httpServers: HttpServer[] = [];
   private readonly sockets: string[] = [];
   private readonly connectSockets = new Set<Duplex>();
@@ -52,8 +53,8 @@ export class FrontendListeners {
   async listen(): Promise<void> {
     const o = this.o;
     if (o.udsPath) {
-      const frontend = this.grpcFrontend();
-      await this.bindSocket(o.udsPath, (tmp) => bindGrpc(frontend, `unix:${tmp}`, grpc.ServerCredentials.createInsecure()).then(() => undefined));
+      const frontend = this.grpcFrontend(packetServer);
+      await this.bindSocket(o.udsPath, (tmp) => listenHttp(frontend.server, tmp));
     }
     if (o.httpConnectUdsPath) {
       const http = this.httpConnectFrontend(createHttpServer({ requestTimeout: 0, headersTimeout: 30_000 }));
@@ -62,8 +63,8 @@ export class FrontendListeners {
     const tcp = o.tcp;
     if (!tcp) return;
     if (tcp.mode === 'grpc') {
-      const creds = grpc.ServerCredentials.createSsl(tcp.tls.ca, [{ cert_chain: tcp.tls.cert, private_key: tcp.tls.key }], true);
-      await bindGrpc(this.grpcFrontend(), joinHostPort(tcp.host, tcp.port), creds);
+      const frontend = this.grpcFrontend((o) => securePacketServer(o, tcp.tls));
+      await listenHttp(frontend.server, { host: tcp.host || undefined, port: tcp.port });
       return;
     }
     const https = this.httpConnectFrontend(
@@ -75,27 +76,28 @@ export class FrontendListeners {
   /** Resolves once no frontend takes new connections and every open one has ended. */
   drained(): Promise<void> {
     return Promise.all([
-      ...this.grpcServers.map((f) => new Promise<void>((r) => f.tryShutdown(() => r()))),
+      ...this.grpcServers.map((f) => f.drained()),
       ...this.httpServers.map((h) => new Promise<void>((r) => h.close(() => r()))),
     ]).then(() => undefined);
   }
 
   async close(): Promise<void> {
     for (const s of this.connectSockets) s.destroy();
-    await Promise.all([...this.grpcServers.map((f) => shutdownGrpc(f)), ...this.httpServers.map((h) => closeHttp(h))]);
+    await Promise.all([...this.grpcServers.map((f) => f.close()), ...this.httpServers.map((h) => closeHttp(h))]);
     this.grpcServers.length = this.httpServers.length = 0;
     await Promise.all(this.sockets.splice(0).map((p) => rm(p, { force: true })));
   }
 
   /** A gRPC server with ProxyService, for kube-apiserver in GRPC mode. */
-  private grpcFrontend(): grpc.Server {
-    // channelz off: its per-connection bookkeeping is a measurable part of a dial (bench/README.md).
-    const frontend = new grpc.Server({ 'grpc.max_receive_message_length': 16 * 1024 * 1024, 'grpc.enable_channelz': 0 });
-    frontend.addService(ProxyServiceDefinition, {
-      Proxy: (call: grpc.ServerDuplexStream<Packet, Packet>) => {
-        const gauge = this.metrics.grpcConnections.labels({ service_method: 'Proxy' });
-        gauge.inc();
-        serveProxyStream(call, this.broker, this.metrics, this.log, () => gauge.dec());
+  private grpcFrontend(make: (o: PacketServerOptions) => PacketServer): PacketServer {
+    const frontend = make({
+      maxMessage: MAX_MESSAGE,
+      methods: {
+        [PROXY_METHOD]: (call) => {
+          const gauge = this.metrics.grpcConnections.labels({ service_method: 'Proxy' });
+          gauge.inc();
+          serveProxyStream(call, this.broker, this.metrics, this.log, () => gauge.dec());
+        },
       },
     });
     this.grpcServers.push(frontend);

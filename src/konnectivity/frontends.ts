@@ -4,23 +4,17 @@
 // (when its agent-side credit runs out) never slows another.
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Duplex } from 'node:stream';
-import type * as grpc from '@grpc/grpc-js';
 import type { Logger } from '../base/log.ts';
 import { NO_AGENT, type Broker } from './broker.ts';
 import type { Frontend, Tunnel } from './tunnel.ts';
 import type { DialFailureReason, ServerMetrics } from './metrics.ts';
+import type { PacketCall } from './grpc-h2.ts';
 import { ProxyServiceDefinition, describePacket, isId, newRandom, packets, type Int64, type Packet } from './protocol.ts';
 
 export const PROXY_METHOD = ProxyServiceDefinition.Proxy.path;
 
 /** One kube-apiserver Proxy stream: DIAL_REQ first, then DATA / CLOSE_REQ / DIAL_CLS. */
-export function serveProxyStream(
-  call: grpc.ServerDuplexStream<Packet, Packet>,
-  broker: Broker,
-  metrics: ServerMetrics,
-  log: Logger,
-  onDone: () => void,
-): void {
+export function serveProxyStream(call: PacketCall, broker: Broker, metrics: ServerMetrics, log: Logger, onDone: () => void): void {
   let tunnel: Tunnel | null = null;
   let random: Int64 = '0';
   let connectID: Int64 = '0';
@@ -121,7 +115,7 @@ export function serveProxyStream(
     onDone();
   };
   call.on('cancelled', lost);
-  call.on('error', (err: Error & { code?: number }) => {
+  call.on('error', (err) => {
     log.debug({ err: err.message }, 'Proxy stream error');
     metrics.streamFailed('from_client', err.code);
     lost();

@@ -73,8 +73,7 @@ export class LinkAgentCall extends EventEmitter {
 
   /** Waits for the agent's HELLO; rejects (and closes the connection) on anything else. */
   static accept(socket: TLSSocket, timeoutMs: number, keepalive: LinkKeepalive): Promise<LinkAgentCall> {
-    // Whole DATA frames: the server's frontends (a gRPC message per write) pay per write.
-    const link = new Link(socket, true);
+    const link = new Link(socket);
     return new Promise((resolve, reject) => {
       const fail = (why: string): void => {
         clearTimeout(timer);

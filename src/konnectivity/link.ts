@@ -46,14 +46,9 @@ export class FrameReader {
   private idBytes: Buffer[] = [];
   private idHave = 0;
 
-  /**
-   * `wholeData`: a DATA payload is handed on once, whole (copied together when it spans records),
-   * for a sink that pays per write more than per byte (a gRPC frontend: one message per write).
-   */
   constructor(
     private readonly onFrame: (kind: number, body: Buffer) => void,
     private readonly onData: (connectID: string, piece: Buffer) => void,
-    private readonly wholeData = false,
   ) {}
 
   /** Throws LinkProtocolError on a malformed frame; the link must then be closed. */
@@ -93,7 +88,7 @@ export class FrameReader {
       const piece = chunk.subarray(off, off + n);
       off += n;
       this.bodyLeft -= n;
-      if (this.kind === FRAME.DATA && !this.wholeData) this.onData(this.id, piece);
+      if (this.kind === FRAME.DATA) this.onData(this.id, piece);
       else this.bodyParts.push(piece);
       if (this.bodyLeft === 0) this.endFrame();
     }
@@ -118,7 +113,6 @@ export class FrameReader {
     this.idLength = -1;
     this.idHave = 0;
     if (kind !== FRAME.DATA) this.onFrame(kind, parts.length === 1 ? parts[0]! : Buffer.concat(parts));
-    else if (parts.length > 0) this.onData(this.id, parts.length === 1 ? parts[0]! : Buffer.concat(parts));
   }
 }
 
@@ -170,11 +164,7 @@ export class Link extends EventEmitter {
   private readonly reader: FrameReader;
   private done = false;
 
-  /** `wholeData`: see FrameReader. */
-  constructor(
-    readonly socket: TLSSocket,
-    wholeData = false,
-  ) {
+  constructor(readonly socket: TLSSocket) {
     super();
     this.reader = new FrameReader(
       (kind, body) => {
@@ -188,7 +178,6 @@ export class Link extends EventEmitter {
         this.emit('packet', p);
       },
       (connectID, piece) => this.emit('packet', { type: 'DATA', data: { connectID, error: '', data: piece } } satisfies Packet),
-      wholeData,
     );
     socket.setNoDelay(true);
     socket.on('data', (chunk: Buffer) => {

@@ -4,6 +4,7 @@ import { randomUUID } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import { chmod, mkdir, rename } from 'node:fs/promises';
 import type { Server as HttpServer } from 'node:http';
+import type { Server as NetServer } from 'node:net';
 import { dirname, join } from 'node:path';
 import type * as grpc from '@grpc/grpc-js';
 
@@ -34,8 +35,8 @@ export function bindGrpc(server: grpc.Server, address: string, creds: grpc.Serve
   });
 }
 
-/** Listens on a unix socket path or a TCP host and port. */
-export function listenHttp(server: HttpServer, where: string | { host?: string; port: number }): Promise<void> {
+/** Listens on a unix socket path or a TCP host and port (any net.Server: http, https, http2). */
+export function listenHttp(server: NetServer, where: string | { host?: string; port: number }): Promise<void> {
   return new Promise((resolve, reject) => {
     const onError = (err: NodeJS.ErrnoException): void => {
       const at = typeof where === 'string' ? where : `${where.host ?? '*'}:${where.port}`;
