@@ -120,7 +120,19 @@ class MessageReader {
   }
 }
 
+/** Largest DATA message made of several writes (kube-apiserver accepts up to 4 MiB by default). */
+const MAX_COALESCED = 1024 * 1024;
+
+interface PendingData {
+  connectID: Int64;
+  parts: Buffer[];
+  bytes: number;
+  callbacks: (() => void)[];
+}
+
 class H2PacketCall extends EventEmitter implements PacketCall {
+  /** DATA written since the last I/O poll, not yet sent: see flushPending. */
+  private pending: PendingData | undefined;
   private responded = false;
   private finished = false;
   private status: number = GrpcStatus.OK;
@@ -155,20 +167,42 @@ class H2PacketCall extends EventEmitter implements PacketCall {
   write(p: Packet, cb?: () => void): boolean {
     if (this.finished || this.stream.destroyed) return false;
     this.respond();
-    if (p.type === 'DATA' && p.data && !p.data.error) {
-      const payload = p.data.data;
-      const header = dataHeader(p.data.connectID, payload.length);
-      if (payload.length === 0) return this.stream.write(header, cb);
-      this.stream.cork();
-      this.stream.write(header);
-      const ok = this.stream.write(payload, cb);
-      this.stream.uncork();
-      return ok;
+    const d = p.data;
+    if (p.type === 'DATA' && d && !d.error && d.data.length > 0) {
+      let q = this.pending;
+      if (q && (q.connectID !== d.connectID || q.bytes + d.data.length > MAX_COALESCED)) q = this.flushPending();
+      if (!q) {
+        q = this.pending = { connectID: d.connectID, parts: [], bytes: 0, callbacks: [] };
+        setImmediate(() => this.flushPending());
+      }
+      q.parts.push(d.data);
+      q.bytes += d.data.length;
+      if (cb) q.callbacks.push(cb);
+      return this.stream.writableLength < this.stream.writableHighWaterMark;
     }
+    this.flushPending();
     return this.stream.write(framed(encodePacket(p)), cb);
   }
 
+  /**
+   * Writes the DATA collected since the last I/O poll as one gRPC message: its header, then the
+   * payloads as they are (no copy). The pieces one agent read brought (TLS hands them over 16 KiB
+   * at a time) so reach the client as one message, and it pays per message.
+   */
+  private flushPending(): undefined {
+    const q = this.pending;
+    this.pending = undefined;
+    if (!q || this.stream.destroyed) return;
+    const callbacks = q.callbacks;
+    const flushed = callbacks.length === 0 ? undefined : () => callbacks.forEach((c) => c());
+    this.stream.cork();
+    this.stream.write(dataHeader(q.connectID, q.bytes));
+    q.parts.forEach((part, i) => this.stream.write(part, i === q.parts.length - 1 ? flushed : undefined));
+    this.stream.uncork();
+  }
+
   end(): void {
+    this.flushPending();
     this.finish(GrpcStatus.OK, '');
   }
 
@@ -187,6 +221,7 @@ class H2PacketCall extends EventEmitter implements PacketCall {
   finish(status: number, message: string): void {
     if (this.finished || this.stream.destroyed) return;
     this.finished = true;
+    this.pending = undefined; // end() sent it first; after an error it is dropped with the call
     if (!this.responded) {
       this.responded = true;
       const headers: http2.OutgoingHttpHeaders = {

@@ -116,3 +116,41 @@ test('an unknown method is UNIMPLEMENTED, a message over the limit RESOURCE_EXHA
   assert.match(js.details, /deserializ/i);
   junk.close();
 });
+
+test('DATA written in one turn of the event loop reaches the client as one message, in order with other packets; every write callback runs', async (t) => {
+  const path = join(tmpdir(), `kctl-h2-${process.pid}-${Math.random().toString(36).slice(2)}.sock`);
+  const parts = [randomBytes(16_384), randomBytes(16_384), randomBytes(7)];
+  let flushed = 0;
+  const server = packetServer({
+    maxMessage: 1024 * 1024,
+    methods: {
+      '/Burst/Burst': (call: PacketCall) => {
+        call.on('data', () => {
+          // What the server does with one agent read that TLS handed over in pieces.
+          for (const part of parts) call.write(packets.data('9', part), () => flushed++);
+          call.write(packets.data('10', Buffer.from('other')), () => flushed++);
+          call.write(packets.closeRsp('9'));
+          call.write(packets.data('9', Buffer.from('after')), () => flushed++);
+          call.end();
+        });
+      },
+    },
+  });
+  await listenHttp(server.server, path);
+  t.after(() => server.close());
+  const c = bidi(path, '/Burst/Burst');
+  c.call.write(encodePacket(packets.dialReq('10.0.0.1:443', '1')));
+  const st = await c.status;
+  c.close();
+  assert.equal(st.code, grpc.status.OK, st.details);
+  assert.deepEqual(
+    c.got.map((p) => encodePacket(p)),
+    [
+      packets.data('9', Buffer.concat(parts)),
+      packets.data('10', Buffer.from('other')),
+      packets.closeRsp('9'),
+      packets.data('9', Buffer.from('after')),
+    ].map((p) => encodePacket(p)),
+  );
+  assert.equal(flushed, 5);
+});
