@@ -91,6 +91,7 @@ export class ManifestApplierComponent implements Component {
   private timer: NodeJS.Timeout | undefined;
   private rescan: NodeJS.Timeout | undefined;
   private running = false;
+  private stopped = false;
   private pass: Promise<void> = Promise.resolve();
   /** Hash of each stack's files when it was last applied without errors. */
   private readonly applied = new Map<string, string>();
@@ -110,6 +111,9 @@ export class ManifestApplierComponent implements Component {
 
   async start(): Promise<void> {
     await mkdir(this.dir, { recursive: true, mode: 0o755 });
+    // stop() came while the directory was made (a signal during start): a watcher made now
+    // would hold the process open after everything else stopped.
+    if (this.stopped) return;
     this.running = true;
     this.watcher = watch(this.dir, { recursive: true }, () => this.soon());
     this.watcher.on('error', (err) => this.log.warn({ err: err.message }, 'cannot watch the manifests directory; rescanning every 30 s'));
@@ -229,6 +233,7 @@ export class ManifestApplierComponent implements Component {
   }
 
   async stop(): Promise<void> {
+    this.stopped = true;
     this.running = false;
     clearTimeout(this.timer);
     clearInterval(this.rescan);
