@@ -204,10 +204,9 @@ async function main(): Promise<void> {
     // every path).
     const cpuPerMiB: Record<'server' | 'agent', Partial<Record<PathName, number[]>>> = { server: {}, agent: {} };
     const bulk1 = async (d: Dialer): Promise<number> => {
-      const go = await bench.goPath(d.path);
       const pids = d.path === 'direct' ? [] : (await bench.stack(d.path === 'upstream' ? 'upstream' : 'kctl')).pids;
       const before = pids.map(cpuMs);
-      const v = await throughput(go, t.source, 1, z.bulk1);
+      const v = await bulk(1, z.bulk1)(d);
       pids.forEach((pid, i) => (cpuPerMiB[i === 0 ? 'server' : 'agent'][d.path] ??= []).push((cpuMs(pid) - before[i]!) / (z.bulk1 / MiB)));
       return v;
     };

@@ -87,13 +87,13 @@ export interface AgentAuthOptions {
   tokenReview?: TokenReview;
 }
 
-/** The agent's identity, or an AgentAuthError with the status to refuse Connect with. */
 /** What authentication reads off a Connect call, on either transport. */
 export interface AuthSource {
   readonly metadata: grpc.Metadata;
   getAuthContext(): { sslPeerCertificate?: { raw?: Buffer } | null };
 }
 
+/** The agent's identity, or an AgentAuthError with the status to refuse Connect with. */
 export async function authenticateAgent(call: AuthSource, opts: AgentAuthOptions): Promise<AgentIdentity> {
   const peer = call.getAuthContext()?.sslPeerCertificate;
   const token = bearerToken(call.metadata);

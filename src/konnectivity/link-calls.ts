@@ -6,6 +6,7 @@ import { EventEmitter } from 'node:events';
 import { checkServerIdentity, connect as tlsConnect, type PeerCertificate, type TLSSocket } from 'node:tls';
 import { isIP } from 'node:net';
 import * as grpc from '@grpc/grpc-js';
+import { joinHostPort } from '../base/addresses.ts';
 import { FRAME, LINK_ALPN, Link, LinkProtocolError, metadataFromJson, metadataJson } from './link.ts';
 import { newRandom, packets, type Packet } from './protocol.ts';
 
@@ -25,6 +26,11 @@ export interface LinkKeepalive {
   timeMs: number;
   /** Further silence after which it drops the agent. */
   timeoutMs: number;
+}
+
+/** The remote end of a socket as "host:port" ("[v6]:port"), as grpc-js's getPeer() gives it. */
+export function peerOf(socket: TLSSocket): string {
+  return joinHostPort(socket.remoteAddress ?? '', socket.remotePort ?? 0);
 }
 
 /** How long a refused agent has to close before the server drops it. */
@@ -100,8 +106,7 @@ export class LinkAgentCall extends EventEmitter {
   }
 
   getPeer(): string {
-    const s = this.link.socket;
-    return s.remoteFamily === 'IPv6' ? `[${s.remoteAddress}]:${s.remotePort}` : `${s.remoteAddress}:${s.remotePort}`;
+    return peerOf(this.link.socket);
   }
 
   /** The client certificate, when TLS verified it against the CA (as grpc-js reports it). */

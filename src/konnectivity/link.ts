@@ -210,8 +210,7 @@ export class Link extends EventEmitter {
       s.write(d.data, flushed);
       s.uncork();
     } else {
-      const body = encodePacket(p);
-      s.write(Buffer.concat([frameHead(FRAME.PACKET, body.length), body]), flushed);
+      s.write(encodeFrame(FRAME.PACKET, encodePacket(p)), flushed);
     }
     return s.writableLength < LINK_HIGH_WATER;
   }

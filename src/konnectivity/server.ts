@@ -17,7 +17,7 @@ import { AgentListener } from './agent-port.ts';
 import { AgentAuthError, authenticateAgent, authenticateUpstreamStyle, type AgentIdentity } from './auth.ts';
 import { Broker } from './broker.ts';
 import { AgentBackend, type AgentCall } from './tunnel.ts';
-import { LinkAgentCall, type LinkKeepalive } from './link-calls.ts';
+import { LinkAgentCall, peerOf, type LinkKeepalive } from './link-calls.ts';
 import { LINK_ALPN } from './link.ts';
 import {
   canonicalIdentifier,
@@ -240,7 +240,7 @@ export class KonnectivityServer implements Component {
   private onLink(socket: TLSSocket): void {
     LinkAgentCall.accept(socket, LINK_HELLO_TIMEOUT_MS, this.keepalive).then(
       (call) => void this.onAgentConnect(call),
-      (err: Error) => this.log.warn({ peer: `${socket.remoteAddress}:${socket.remotePort}` }, `agent connection dropped: ${err.message}`),
+      (err: Error) => this.log.warn({ peer: peerOf(socket) }, `agent connection dropped: ${err.message}`),
     );
   }
 

@@ -3,7 +3,7 @@
 // routing may use). The broker (broker.ts) moves tunnels between states; nothing here routes.
 import { BlockList, isIPv4, isIPv6 } from 'node:net';
 import type * as grpc from '@grpc/grpc-js';
-import type { AgentIdentity } from './auth.ts';
+import type { AgentIdentity, AuthSource } from './auth.ts';
 import type { ClaimVerdict, DroppedClaim } from './claims.ts';
 import { ConnectionFlow, type WindowBudget } from './flow.ts';
 import type { DialFailureReason } from './metrics.ts';
@@ -15,11 +15,9 @@ import { StreamWriter } from './stream-writer.ts';
  * LinkAgentCall (kctl-tunnel/1), which has the same shape. Emitting 'error' with a status code
  * ends it with that status.
  */
-export interface AgentCall {
-  readonly metadata: grpc.Metadata;
+export interface AgentCall extends AuthSource {
   readonly cancelled: boolean;
   getPeer(): string;
-  getAuthContext(): { sslPeerCertificate?: { raw?: Buffer } | null };
   sendMetadata(md: grpc.Metadata): void;
   write(p: Packet): boolean;
   end(): void;
