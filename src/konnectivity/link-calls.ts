@@ -59,7 +59,7 @@ export class LinkAgentCall extends EventEmitter {
     );
     pinger.unref();
     link.on('packet', (p: Packet) => this.emit('data', p));
-    link.on('frame', () => link.destroy()); // metadata frames come once, first
+    link.on('frame', (kind: number) => link.fail(`protocol error: frame kind ${kind} after HELLO`)); // metadata comes once, first
     link.on('drain', () => this.emit('drain'));
     link.on('end', () => this.emit('end'));
     link.once('closed', (error?: string) => {
@@ -100,6 +100,7 @@ export class LinkAgentCall extends EventEmitter {
         }
         clearTimeout(timer);
         link.removeAllListeners();
+        link.hold(); // until the server has authenticated the agent and listens (sendMetadata)
         resolve(new LinkAgentCall(link, md, keepalive));
       });
     });
@@ -117,8 +118,10 @@ export class LinkAgentCall extends EventEmitter {
     return { transportSecurityType: 'ssl', sslPeerCertificate: cert.raw ? cert : undefined };
   }
 
+  /** Sends the response headers; what the agent sent after its HELLO is read from the next turn on. */
   sendMetadata(md: grpc.Metadata): void {
     this.link.writeFrame(FRAME.HEADERS, metadataJson(md));
+    setImmediate(() => this.link.resume());
   }
 
   write(p: Packet, flushed?: () => void): boolean {

@@ -45,16 +45,22 @@ export class FrameReader {
   private id = '';
   private idBytes: Buffer[] = [];
   private idHave = 0;
+  /** Set (from onFrame) to stop at the end of the current frame; push() then returns the rest. */
+  stopped = false;
 
   constructor(
     private readonly onFrame: (kind: number, body: Buffer) => void,
     private readonly onData: (connectID: string, piece: Buffer) => void,
   ) {}
 
-  /** Throws LinkProtocolError on a malformed frame; the link must then be closed. */
-  push(chunk: Buffer): void {
+  /**
+   * Throws LinkProtocolError on a malformed frame; the link must then be closed. Returns the
+   * bytes not read yet when `stopped` was set on the way.
+   */
+  push(chunk: Buffer): Buffer | undefined {
     let off = 0;
     while (off < chunk.length) {
+      if (this.stopped) return chunk.subarray(off);
       if (this.headHave < 5) {
         const n = Math.min(5 - this.headHave, chunk.length - off);
         chunk.copy(this.head, this.headHave, off, off + n);
@@ -92,6 +98,7 @@ export class FrameReader {
       else this.bodyParts.push(piece);
       if (this.bodyLeft === 0) this.endFrame();
     }
+    return undefined;
   }
 
   private startFrame(): void {
@@ -163,6 +170,7 @@ export function metadataFromJson(body: Buffer): grpc.Metadata {
 export class Link extends EventEmitter {
   private readonly reader: FrameReader;
   private done = false;
+  private held: Buffer | undefined;
 
   constructor(readonly socket: TLSSocket) {
     super();
@@ -180,19 +188,39 @@ export class Link extends EventEmitter {
       (connectID, piece) => this.emit('packet', { type: 'DATA', data: { connectID, error: '', data: piece } } satisfies Packet),
     );
     socket.setNoDelay(true);
-    socket.on('data', (chunk: Buffer) => {
-      if (this.done) return;
-      try {
-        this.reader.push(chunk);
-      } catch (err) {
-        if (!(err instanceof LinkProtocolError)) throw err;
-        this.fail(`protocol error: ${err.message}`);
-      }
-    });
+    socket.on('data', (chunk: Buffer) => this.read(chunk));
     socket.on('drain', () => this.emit('drain'));
     socket.on('end', () => this.emit('end'));
     socket.on('error', (err: Error) => this.fail(err.message));
     socket.on('close', () => this.finish());
+  }
+
+  private read(chunk: Buffer): void {
+    if (this.done) return;
+    try {
+      this.held = this.reader.push(chunk);
+      if (this.held) this.socket.pause();
+    } catch (err) {
+      if (!(err instanceof LinkProtocolError)) throw err;
+      this.fail(`protocol error: ${err.message}`);
+    }
+  }
+
+  /**
+   * Called from a 'frame' listener: nothing after this frame is read until resume(), not even
+   * the rest of the bytes it came with (the server authenticates a HELLO before it listens on).
+   */
+  hold(): void {
+    this.reader.stopped = true;
+  }
+
+  resume(): void {
+    if (!this.reader.stopped) return;
+    this.reader.stopped = false;
+    const held = this.held;
+    this.held = undefined;
+    if (held) this.read(held);
+    if (!this.reader.stopped) this.socket.resume();
   }
 
   /** False once LINK_HIGH_WATER bytes wait to be sent: stop until 'drain'. */

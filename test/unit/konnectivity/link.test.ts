@@ -168,3 +168,31 @@ test('a peer that breaks the framing is dropped with a warning; the other agents
   tn.destroy();
   assert.equal(agent.snapshot().servers.length, 1);
 });
+
+test('a second HELLO on kctl-tunnel/1, even in the bytes of the first, drops that agent with the reason', async (t) => {
+  const pki = await makePki();
+  const lines: string[] = [];
+  const log = createLogger({ destination: new Writable({ write: (c: Buffer, _e, cb) => (lines.push(c.toString()), cb()) }), pretty: false });
+  const server = await startServer(t, pki, { log });
+  const hello = encodeFrame(FRAME.HELLO, Buffer.from('{"agentid":["twice"]}'));
+  const s = tlsConnect({ host: '127.0.0.1', port: server.agentPort(), ca: pki.ca, ...(await pki.nodeCert('twice')), ALPNProtocols: [LINK_ALPN] });
+  s.on('error', () => {});
+  await new Promise<void>((resolve, reject) => {
+    s.once('secureConnect', resolve);
+    s.once('error', reject);
+  });
+  const received: Buffer[] = [];
+  s.on('data', (c: Buffer) => received.push(c));
+  s.write(Buffer.concat([hello, hello]));
+  await new Promise<void>((resolve) => s.once('close', () => resolve()));
+  const frames: number[] = [];
+  new FrameReader(
+    (kind) => frames.push(kind),
+    () => {},
+  ).push(Buffer.concat(received));
+  assert.deepEqual(frames, [FRAME.HEADERS], 'the agent was accepted before the second HELLO was read');
+  await waitFor('agent gone', () => server.snapshot().agents.length === 0);
+  const gone = lines.filter((l) => l.includes('agent disconnected'));
+  assert.equal(gone.length, 1, lines.join(''));
+  assert.match(gone[0]!, /protocol error: frame kind 1 after HELLO/);
+});
