@@ -8,11 +8,14 @@ import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { cacheRoot } from '../src/payload/manifest.ts';
 
-/** How the driver reaches the target: GRPC or HTTP-CONNECT through the proxy's unix socket, or TCP. */
-export type GoPath = { mode: 'grpc' | 'connect'; uds: string } | { mode: 'direct' };
+/**
+ * How the driver reaches the target: GRPC or HTTP-CONNECT through the proxy's unix socket, or
+ * TCP; or GRPC to a ProxyService inside the driver that echoes (floor.go), the client's own cost.
+ */
+export type GoPath = { mode: 'grpc' | 'connect'; uds: string } | { mode: 'direct' | 'floor' };
 
 const SRC = new URL('go-driver/', import.meta.url).pathname;
-const FILES = ['go.mod', 'go.sum', 'main.go'];
+const FILES = ['go.mod', 'go.sum', 'main.go', 'floor.go'];
 const run = promisify(execFile);
 const log = (m: string): void => void process.stderr.write(`[bench] ${m}\n`);
 
@@ -60,7 +63,7 @@ async function build(): Promise<string> {
 }
 
 function pathArgs(p: GoPath): string[] {
-  return p.mode === 'direct' ? ['--mode', 'direct'] : ['--mode', p.mode, '--uds', p.uds];
+  return 'uds' in p ? ['--mode', p.mode, '--uds', p.uds] : ['--mode', p.mode];
 }
 
 async function drive<T>(sub: string, p: GoPath, args: string[]): Promise<T> {

@@ -70,5 +70,6 @@ test('bench --smoke --json reports every scenario for kctl, upstream and direct'
     if (!row.scenario.endsWith('(http-connect)')) check('upstream');
     if (!NO_DIRECT.includes(base)) check('direct');
     if (base === 'leak-residual') assert.ok(row.kctl! >= 0 && (row.upstream ?? 0) >= 0);
+    if (/^dial-latency-p\d+$/.test(row.scenario)) assert.match(row.note ?? '', /^client floor \d+\.\d\d ms/, row.scenario);
   }
 });

@@ -6,6 +6,7 @@
 //	         kube-apiserver egress selector dials), then tunnel.DialContext("tcp", address)
 //	connect: HTTP CONNECT on a new unix-socket connection per dial, then raw bytes
 //	direct:  plain TCP to the target
+//	floor:   grpc, to a ProxyService in this process that echoes (floor.go): the client's own cost
 //
 // Subcommands print one JSON line on stdout; any failure exits 1 with one line on stderr.
 //
@@ -256,11 +257,11 @@ func dialLatencies(dial dialer, echo string, count int) ([]float64, error) {
 
 func run(args []string) (any, error) {
 	if len(args) == 0 {
-		return nil, errors.New("usage: go-driver throughput|dial-latency --mode grpc|connect|direct [--uds PATH] ...")
+		return nil, errors.New("usage: go-driver throughput|dial-latency --mode grpc|connect|direct|floor [--uds PATH] ...")
 	}
 	fs := flag.NewFlagSet(args[0], flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	mode := fs.String("mode", "", "grpc, connect or direct")
+	mode := fs.String("mode", "", "grpc, connect, direct, or floor (grpc to an echoing ProxyService in this process)")
 	uds := fs.String("uds", "", "the proxy's unix socket (grpc, connect)")
 	timeout := fs.Duration("timeout", 5*time.Minute, "give up after this long")
 	source := fs.String("source", "", "throughput: HOST:PORT of the source port")
@@ -273,6 +274,14 @@ func run(args []string) (any, error) {
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	if *mode == "floor" {
+		floorUDS, stop, err := startFloorProxy()
+		if err != nil {
+			return nil, err
+		}
+		defer stop()
+		*mode, *uds = "grpc", floorUDS
 	}
 	dial, err := newDialer(*mode, *uds)
 	if err != nil {
