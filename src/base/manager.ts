@@ -6,6 +6,11 @@ import type { Component, ComponentState, ComponentStatus } from './component.ts'
 import { reasonOf, settlesWithin, untilAborted } from './wait.ts';
 
 export const DEFAULT_READY_TIMEOUT_MS = 120_000;
+/**
+ * How long stop() lets a component's start() that is still running finish before it stops the
+ * component anyway: what a start sets up after its stop() ran would be left running.
+ */
+const START_SETTLE_MS = 10_000;
 
 export interface ComponentManagerOptions {
   /** For components without their own `readyTimeoutMs`. Default 120 s. */
@@ -31,6 +36,8 @@ export class ComponentManager {
   /** Aborted by stop(): a start in progress gives up waiting for readiness. */
   private readonly startAbort = new AbortController();
   private startCalled = false;
+  /** The start() still running, if any (only one at a time). */
+  private inStart?: { component: Component; done: Promise<unknown> };
   private stopping?: Promise<void>;
 
   constructor(
@@ -81,12 +88,17 @@ export class ComponentManager {
       this.started.push(c);
       this.mark(c, 'starting');
       try {
+        const starting = (async () => c.start?.())();
+        this.inStart = { component: c, done: starting.catch(() => undefined) };
         try {
-          await c.start?.();
+          await starting;
         } catch (err) {
           throw new Error(`${c.name} failed to start: ${reasonOf(err)}`, { cause: err });
+        } finally {
+          this.inStart = undefined;
         }
         await this.waitReady(c);
+        this.throwIfStopping(); // stopped while this one started: the start is over, not done
       } catch (err) {
         this.throwIfStopping();
         const failure = err instanceof Error ? err : new Error(String(err));
@@ -162,6 +174,9 @@ export class ComponentManager {
         this.log.info({ name: c.name }, `stopping ${c.name}`);
         this.onProgress(`stopping ${c.name}`);
         this.mark(c, 'stopping');
+        const inStart = this.inStart?.component === c ? this.inStart.done : undefined;
+        if (inStart && !(await settlesWithin(inStart, START_SETTLE_MS)))
+          this.log.warn({ name: c.name }, `${c.name} is still starting after ${seconds(START_SETTLE_MS)}; stopping it anyway`);
         try {
           await c.stop?.();
           // A component that failed keeps saying why after its stop.

@@ -180,9 +180,8 @@ export class KonnectivityServer implements Component {
     await this.frontends.listen();
     const tcp = this.o.tcpFrontend;
 
-    // Backend: agents over TLS (agent-port.ts). The client certificate is requested but not
-    // required by TLS, so token-only agents get through the handshake; authenticateAgent then
-    // requires one.
+    // Backend: agents over TLS (agent-port.ts). The client certificate is requested but not required by TLS,
+    // so token-only agents get through the handshake; authenticateAgent then requires one.
     const agents = new grpc.Server({
       'grpc.enable_channelz': 0,
       'grpc.keepalive_time_ms': this.keepalive.timeMs,
@@ -416,14 +415,15 @@ export class KonnectivityServer implements Component {
   async stop(): Promise<void> {
     if (this.state === 'stopped') return;
     this.state = 'stopping';
-    this.unwatchNodes?.();
-    this.unwatchNodes = undefined;
+    await this.started?.catch(() => undefined); // a start in flight binds the rest of its listeners first
     await this.closeListeners();
     this.state = 'stopped';
     this.log.info({ serverId: this.serverId }, 'konnectivity server stopped');
   }
 
   private async closeListeners(): Promise<void> {
+    this.unwatchNodes?.();
+    this.unwatchNodes = undefined;
     this.broker.shutdown();
     this.agentListener?.close();
     await Promise.all([shutdownGrpc(this.agentServer), this.frontends?.close(), closeHttp(this.adminServer)]);

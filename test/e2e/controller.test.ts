@@ -295,6 +295,38 @@ describe('controller', () => {
   });
 });
 
+describe('controller stopped while it starts', () => {
+  // A SIGTERM right as a step begins (the manager's "starting X" line) reaches that component
+  // in the middle of its start(): whatever it set up by then must still be torn down.
+  const steps = ['kine', 'konnectivity-server', 'kube-apiserver', 'bootstrap', 'manifest-applier', 'kube-controller-manager'];
+  test(`a SIGTERM as any of ${steps.join(', ')} starts: exit 0, no component left running, no status socket`, async (t) => {
+    const dir = await tempDir(t);
+    const dataDir = join(dir, 'data');
+    const runDir = join(dir, 'run');
+    const args = ['--config', await writeConfig(dir, 'kine'), '--data-dir', dataDir, '--run-dir', runDir, '--single'];
+    const init = await kctl(['controller', '--init-only', ...args]);
+    assert.equal(init.exitCode, 0, String(init.stderr));
+    for (const step of steps) {
+      const r = startController(args);
+      t.after(() => void r.proc.kill('SIGKILL'));
+      await waitFor(`starting ${step}`, 180_000, () => r.lines.some((l) => l.msg === `starting ${step}`), r);
+      r.proc.kill('SIGTERM');
+      assert.equal(
+        await stopController(r),
+        0,
+        `${step}: exit\n${r.lines
+          .slice(-10)
+          .map((l) => JSON.stringify(l))
+          .join('\n')}`,
+      );
+      assert.ok(!r.lines.some((l) => l.msg === 'controller ready'), `${step}: the start went on after SIGTERM`);
+      const left = await execa('pgrep', ['-f', dataDir], { reject: false });
+      assert.equal(left.stdout.trim(), '', `${step}: processes of this controller still running`);
+      assert.equal(existsSync(join(runDir, 'status.sock')), false, `${step}: status socket left behind`);
+    }
+  });
+});
+
 describe('controller config errors', () => {
   test('a bad field exits non-zero with its path, and nothing is started or written', async (t) => {
     const dir = await tempDir(t);

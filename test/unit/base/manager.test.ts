@@ -167,6 +167,30 @@ test('stop() during start() cancels the wait and stops what was started', { time
   for (const pid of pids) assert.equal(await isAlive(pid), false);
 });
 
+test('stop() while a start() is still running stops that component after its start settles', { timeout: 10_000 }, async () => {
+  const journal: string[] = [];
+  const { log } = captureLogger();
+  let finishStart: () => void = () => undefined;
+  const slow: Component = {
+    name: 'slow',
+    // Binds a listener at the end of its start, as a server does once its files are read.
+    start: () => new Promise<void>((resolve) => (finishStart = () => (journal.push('slow bound'), resolve()))),
+    stop: async () => void journal.push('stop slow'),
+  };
+  const m = new ComponentManager([new Fake('first', journal), slow], log);
+  const starting = m.start();
+  while (!journal.includes('ready first')) await sleep(5);
+  await sleep(5);
+  const cancelled = assert.rejects(starting, { message: 'start cancelled: stopping' });
+  const stopped = m.stop();
+  await sleep(20);
+  assert.ok(!journal.includes('stop slow'), 'stop() did not wait for the start in flight');
+  finishStart();
+  await stopped;
+  await cancelled;
+  assert.deepEqual(journal.slice(-3), ['slow bound', 'stop slow', 'stop first']);
+});
+
 test('a component writes only the hooks it needs; the manager keeps its state and last error', { timeout: 10_000 }, async () => {
   const { log } = captureLogger();
   let runs = 0;
