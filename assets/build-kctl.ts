@@ -64,6 +64,9 @@ async function bundle(): Promise<string> {
     // import.meta only appears on checkout-only paths (package.json, assets/), never reached in dist/kctl.
     logOverride: { 'empty-import-meta': 'silent' },
   });
+  // charset 'ascii' does not escape regex literals: one `µ` in a regex doubled the script's heap string (+2.9 MiB).
+  const at = (await readFile(out)).findIndex((b) => b > 0x7f);
+  if (at >= 0) throw new Error(`the bundle has a non-ASCII byte at ${at}; escape it in the source (\\uXXXX)`);
   return out;
 }
 

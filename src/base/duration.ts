@@ -11,7 +11,7 @@ export interface DurationOptions {
 /** Milliseconds, or null when `text` is not a duration. "0" is zero, as in Go. */
 export function parseDuration(text: string, opts: DurationOptions = {}): number | null {
   if (text === '0') return 0;
-  const re = /(\d+(?:\.\d+)?|\.\d+)(ns|us|µs|ms|s|m|h|d)/gy;
+  const re = /(\d+(?:\.\d+)?|\.\d+)(ns|us|\u00b5s|ms|s|m|h|d)/gy; // \u00b5: esbuild's charset=ascii leaves regex literals alone
   let total = 0;
   let consumed = 0;
   for (const m of text.matchAll(re)) {

@@ -86,7 +86,7 @@ function checkValue(command: string, spec: FlagSpec, text: string): void {
     !(spec.kind === 'severity' && /^(INFO|WARNING|ERROR|FATAL)$/i.test(text))
   )
     throw bad(spec.kind === 'severity' ? 'expected a severity (INFO, WARNING, ERROR, FATAL) or its number' : 'expected a non-negative integer');
-  if (spec.kind === 'duration' && !/^[+-]?((\d+(\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h))+$|^0$/.test(text))
+  if (spec.kind === 'duration' && !/^[+-]?((\d+(\.\d*)?|\.\d+)(ns|us|\u00b5s|\u03bcs|ms|s|m|h))+$|^0$/.test(text))
     throw bad('expected a Go duration such as 500ms, 1s, 5m, 1h0m0s');
 }
 
