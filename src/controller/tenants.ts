@@ -16,8 +16,10 @@ import type { Logger } from '../base/log.ts';
 import { datastoreIdentity } from '../etcd/kine.ts';
 import { ensurePostgresDatabase, isPostgres, postgresDatabase, withPostgresDatabase } from '../etcd/postgres.ts';
 import type { ClusterConfig } from './config.ts';
+import { TENANT_NAME, type TenantLayout } from './tenant-layout.ts';
 
-export const TENANT_NAME = /^[a-z0-9]([a-z0-9-]{0,30}[a-z0-9])?$/;
+export { TENANT_NAME, checkTenantName, tenantLayout, type TenantLayout } from './tenant-layout.ts';
+
 export const TENANT_FILE = 'tenant.json';
 /** Where tenants' ports come from unless --port-range says otherwise. */
 export const DEFAULT_PORT_RANGE = '16000-16999';
@@ -35,29 +37,6 @@ export interface TenantRecord {
   /** The shared database (kine on PostgreSQL), without credentials; two tenants never share one. */
   datastore?: string;
   created: string;
-}
-
-export interface TenantLayout {
-  name: string;
-  /** <data-dir>/tenants: every tenant's record lives below it. */
-  tenantsDir: string;
-  dataDir: string;
-  runDir: string;
-  /** The host's one staged bin dir. */
-  binDir: string;
-}
-
-export function checkTenantName(name: string): void {
-  if (!TENANT_NAME.test(name))
-    throw new UserError(
-      `--name "${name}" is not a tenant name: use 1 to 32 lower-case letters, digits and '-', starting and ending with a letter or digit`,
-    );
-}
-
-export function tenantLayout(rootDataDir: string, rootRunDir: string, name: string): TenantLayout {
-  checkTenantName(name);
-  const tenantsDir = join(rootDataDir, 'tenants');
-  return { name, tenantsDir, dataDir: join(tenantsDir, name), runDir: join(rootRunDir, 'tenants', name), binDir: join(rootDataDir, 'bin') };
 }
 
 export function parsePortRange(text: string): [number, number] {
