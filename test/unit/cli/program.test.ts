@@ -5,9 +5,19 @@ import { COMMANDS, buildProgram, commandOf } from '../../../src/cli/program.ts';
 const names = (p: { commands: readonly { name(): string }[] }): string[] => p.commands.map((c) => c.name());
 
 test('with no command named, the tree has every command in the table, in its order, and no other', async () => {
-  assert.deepEqual(names(await buildProgram([])), COMMANDS.flatMap((c) => c.names));
-  assert.deepEqual(names(await buildProgram(['--help'])), COMMANDS.flatMap((c) => c.names));
-  assert.deepEqual(names(await buildProgram(['wroker'])), COMMANDS.flatMap((c) => c.names), 'a typo gets every command to suggest from');
+  assert.deepEqual(
+    names(await buildProgram([])),
+    COMMANDS.flatMap((c) => c.names),
+  );
+  assert.deepEqual(
+    names(await buildProgram(['--help'])),
+    COMMANDS.flatMap((c) => c.names),
+  );
+  assert.deepEqual(
+    names(await buildProgram(['wroker'])),
+    COMMANDS.flatMap((c) => c.names),
+    'a typo gets every command to suggest from',
+  );
 });
 
 test("a command loads only its own module's commands", async () => {
