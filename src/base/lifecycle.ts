@@ -1,8 +1,10 @@
 // The one place kctl's long-running commands handle signals: start every component, run until
 // SIGTERM or SIGINT, then stop them in reverse. A signal during start stops what already
-// started and ends cleanly; a failed start stops what started and rethrows.
+// started and ends cleanly; a failed start stops what started and rethrows. Once everything is
+// ready, the heap memory the start freed goes back to the system (memory.ts).
 import type { Logger } from './log.ts';
 import type { ComponentManager } from './manager.ts';
+import { trimFreedMemory } from './memory.ts';
 
 export interface RunOptions {
   /** Called once every component is ready (e.g. to log "controller ready" or notify systemd). */
@@ -32,6 +34,7 @@ export async function runUntilSignal(manager: ComponentManager, log: Logger, opt
   for (const s of signals) process.on(s, handler);
   // Waiting for a signal must hold the process open even if no socket or child does.
   const keepAlive = setInterval(() => undefined, 1 << 30);
+  let stopTrimming = (): void => undefined;
   try {
     try {
       await manager.start();
@@ -44,10 +47,12 @@ export async function runUntilSignal(manager: ComponentManager, log: Logger, opt
       throw err;
     }
     await opts.onReady?.();
+    stopTrimming = trimFreedMemory(log);
     await signalled;
     await stopping;
   } finally {
     clearInterval(keepAlive);
+    stopTrimming();
     for (const s of signals) process.off(s, handler);
     await opts.onStopped?.();
   }

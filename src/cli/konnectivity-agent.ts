@@ -8,6 +8,7 @@ import { randomUUID } from 'node:crypto';
 import type { Server } from 'node:http';
 import { UserError } from '../base/errors.ts';
 import { componentLogger, createLogger, type Logger } from '../base/log.ts';
+import { trimFreedMemory } from '../base/memory.ts';
 import { KonnectivityAgent, parseIdentifiers } from '../konnectivity/index.ts';
 import { serveAdmin, serveHealth } from '../konnectivity/endpoints.ts';
 import { KubeClient, credentialsFromKubeconfig, type KubeCredentials } from '../kube/client.ts';
@@ -169,7 +170,9 @@ export async function runAgentCli(argv: readonly string[], cmd: string): Promise
     { servers: c.servers.map((s) => `${s.host}:${s.port}`), agentId: c.agentId, health: health.port, admin: admin.port },
     'konnectivity agent started',
   );
+  const stopTrimming = trimFreedMemory(log);
   await untilSecondSignal(log, () => agent.drain());
+  stopTrimming();
   await agent.stop({ drain: false });
   await leases?.stop();
   admin.close();

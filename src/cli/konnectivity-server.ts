@@ -9,6 +9,7 @@ import { randomUUID } from 'node:crypto';
 import tls from 'node:tls';
 import { UserError } from '../base/errors.ts';
 import { componentLogger, createLogger, type Logger } from '../base/log.ts';
+import { trimFreedMemory } from '../base/memory.ts';
 import { KonnectivityServer, type ProxyStrategy, type TcpFrontend } from '../konnectivity/index.ts';
 import { serveAdmin, serveHealth } from '../konnectivity/endpoints.ts';
 import { KubeClient, credentialsFromKubeconfig, type KubeCredentials } from '../kube/client.ts';
@@ -272,7 +273,9 @@ export async function runServerCli(argv: readonly string[], cmd: string): Promis
     'konnectivity server started',
   );
 
+  const stopTrimming = trimFreedMemory(log);
   const signal = await firstSignal();
+  stopTrimming();
   log.info({ signal }, `received ${signal}: shutting down${c.gracefulShutdownTimeoutMs > 0 ? ' gracefully' : ''}; send it again to exit at once`);
   process.on(signal, () => process.exit(1));
   const other = signal === 'SIGTERM' ? 'SIGINT' : 'SIGTERM';
