@@ -50,12 +50,9 @@ export function releaseFreedMemory(log?: Logger): boolean | undefined {
 /** Trims once now (logging what it gave back) and then every minute, until the returned stop is called. */
 export function trimFreedMemory(log: Logger): () => void {
   const before = process.memoryUsage.rss();
-  const released = releaseFreedMemory(log);
-  if (released !== undefined) {
-    const mib = (n: number): number => Math.round((n / 2 ** 20) * 10) / 10;
-    log.info({ rssBeforeMiB: mib(before), rssAfterMiB: mib(process.memoryUsage.rss()) }, 'gave the heap memory the start freed back to the system');
-  }
-  if (released === undefined) return () => undefined;
+  if (releaseFreedMemory(log) === undefined) return () => undefined;
+  const mib = (n: number): number => Math.round((n / 2 ** 20) * 10) / 10;
+  log.info({ rssBeforeMiB: mib(before), rssAfterMiB: mib(process.memoryUsage.rss()) }, 'gave the heap memory the start freed back to the system');
   const timer = setInterval(() => releaseFreedMemory(log), TRIM_EVERY_MS);
   timer.unref();
   return () => clearInterval(timer);

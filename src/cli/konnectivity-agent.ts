@@ -243,9 +243,6 @@ function untilSecondSignal(log: Logger, onFirst: () => Promise<void>): Promise<v
   });
 }
 
-/** The name kctl answers to as upstream's agent (a symlink or hard link to the executable). */
-export const PROXY_AGENT_NAME = 'proxy-agent';
-
 /** `kctl konnectivity-agent` in kctl --help. */
 export function konnectivityAgentCommand(program: Command): void {
   standaloneCommand(

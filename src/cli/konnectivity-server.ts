@@ -333,9 +333,6 @@ function firstSignal(): Promise<NodeJS.Signals> {
   });
 }
 
-/** The name kctl answers to as upstream's server (a symlink or hard link to the executable). */
-export const PROXY_SERVER_NAME = 'proxy-server';
-
 /** `kctl konnectivity-server` in kctl --help. */
 export function konnectivityServerCommand(program: Command): void {
   standaloneCommand(

@@ -4,12 +4,11 @@
 // drop-in agent and the staging child never load the commander tree (zod, node-forge, execa,
 // the controller; about 20 MiB of an idle agent's RSS, bench/README.md).
 import { basename } from 'node:path';
+import { STAGE_COMMAND } from '../payload/stage-command.ts';
 import { reportAndExit } from './errors.ts';
 
-/** Kept equal to STAGE_COMMAND, PROXY_AGENT_NAME and PROXY_SERVER_NAME, which live in modules this one must not load. */
-const STAGE_COMMAND = 'internal-stage';
-
 type DropIn = (argv: readonly string[], cmd: string) => Promise<void>;
+/** `invokedAs`: the name kctl answers to as upstream's agent or server (a symlink or hard link to the executable). */
 const DROP_INS: { name: string; invokedAs: string; load: () => Promise<DropIn> }[] = [
   { name: 'konnectivity-agent', invokedAs: 'proxy-agent', load: async () => (await import('./konnectivity-agent.ts')).runAgentCli },
   { name: 'konnectivity-server', invokedAs: 'proxy-server', load: async () => (await import('./konnectivity-server.ts')).runServerCli },

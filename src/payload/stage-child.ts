@@ -12,12 +12,10 @@ import type { Logger } from '../base/log.ts';
 import type { Role } from './manifest.ts';
 import { findPayload } from './payload.ts';
 import { PayloadChecksumError, alreadyStaged, stageComponents, stageImages, workerImages, type StageResult } from './stage.ts';
+import { STAGE_COMMAND } from './stage-command.ts';
 import type { Payload } from './payload.ts';
 
 export type StageJob = { kind: 'components'; roles: Role[]; dir: string } | { kind: 'images'; dir: string };
-
-/** The hidden subcommand a parent kctl runs its staging child with. */
-export const STAGE_COMMAND = 'internal-stage';
 
 type ChildMessage = { log: Record<string, unknown> } | { result: StageResult } | { error: string; checksum: boolean };
 
