@@ -72,6 +72,8 @@ export const clusterConfigSchema = z.strictObject({
           agentPort: port(8132),
           adminPort: port(8133),
           trustedAgents: z.array(trustedAgent).default([]),
+          /** How kube-apiserver speaks to the in-process server: one CONNECT per dial, or a gRPC stream per dial. */
+          proxyProtocol: z.enum(['HTTPConnect', 'GRPC']).default('HTTPConnect'),
         })
         .prefault({}),
       storage: z

@@ -1,8 +1,9 @@
 // The in-process konnectivity server as a controller component, and the egress selector
-// file that points kube-apiserver's "cluster" traffic at it (GRPC over the unix socket).
+// file that points kube-apiserver's "cluster" traffic at it over a unix socket: HTTP-CONNECT by
+// default (a dial is one CONNECT line and one answer, where GRPC sets up an HTTP/2 connection
+// per dial), or GRPC when spec.konnectivity.proxyProtocol says so.
 import { readFile } from 'node:fs/promises';
 import { writeFileAtomic } from '../base/fs.ts';
-import { join } from 'node:path';
 import { stringify } from 'yaml';
 import { KonnectivityServer, type NodeDirectory, type TokenReview, type TrustedAgents } from '../konnectivity/index.ts';
 import type { KubeClient } from '../kube/client.ts';
@@ -25,16 +26,19 @@ export function trustedAgents(cfg: ClusterConfig): TrustedAgents {
   };
 }
 
-export function egressSelectorConfig(paths: ControllerPaths): string {
+export type ProxyProtocol = ClusterConfig['spec']['konnectivity']['proxyProtocol'];
+
+export function egressSelectorConfig(paths: ControllerPaths, proxyProtocol: ProxyProtocol): string {
+  const udsName = proxyProtocol === 'GRPC' ? paths.konnectivitySocket : paths.konnectivityConnectSocket;
   return stringify({
     apiVersion: 'apiserver.k8s.io/v1beta1',
     kind: 'EgressSelectorConfiguration',
-    egressSelections: [{ name: 'cluster', connection: { proxyProtocol: 'GRPC', transport: { uds: { udsName: paths.konnectivitySocket } } } }],
+    egressSelections: [{ name: 'cluster', connection: { proxyProtocol, transport: { uds: { udsName } } } }],
   });
 }
 
-export async function writeEgressSelectorConfig(paths: ControllerPaths): Promise<void> {
-  await writeFileAtomic(paths.egressConfig, egressSelectorConfig(paths), 0o644);
+export async function writeEgressSelectorConfig(paths: ControllerPaths, proxyProtocol: ProxyProtocol): Promise<void> {
+  await writeFileAtomic(paths.egressConfig, egressSelectorConfig(paths, proxyProtocol), 0o644);
 }
 
 /** Reviews an upstream agent's service-account token with the controller's shared API client. */
@@ -60,14 +64,14 @@ export class KonnectivityServerComponent implements Component {
   ) {}
 
   async init(): Promise<void> {
-    await writeEgressSelectorConfig(this.paths);
+    await writeEgressSelectorConfig(this.paths, this.cfg.spec.konnectivity.proxyProtocol);
   }
 
   async start(): Promise<void> {
     const [cert, key, ca] = await Promise.all([readFile(this.pki.konnectivityCert), readFile(this.pki.konnectivityKey), readFile(this.pki.caCert)]);
     this.server = new KonnectivityServer({
       udsPath: this.paths.konnectivitySocket,
-      httpConnectUdsPath: join(this.paths.runDir, 'konnectivity-connect.sock'),
+      httpConnectUdsPath: this.paths.konnectivityConnectSocket,
       agentPort: this.cfg.spec.konnectivity.agentPort,
       adminPort: this.cfg.spec.konnectivity.adminPort,
       tls: { cert, key, ca },

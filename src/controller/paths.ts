@@ -10,7 +10,10 @@ export interface ControllerPaths {
   kineDbDir: string;
   kineSocket: string;
   statusSocket: string;
+  /** kube-apiserver's GRPC frontend (spec.konnectivity.proxyProtocol: GRPC). */
   konnectivitySocket: string;
+  /** kube-apiserver's HTTP-CONNECT frontend (the default). */
+  konnectivityConnectSocket: string;
   egressConfig: string;
   manifestsDir: string;
 }
@@ -27,6 +30,7 @@ export function controllerPaths(dataDir: string, runDir: string, binDir = join(d
     kineSocket: join(runDir, 'kine.sock'),
     statusSocket: join(runDir, 'status.sock'),
     konnectivitySocket: join(runDir, 'konnectivity-server.sock'),
+    konnectivityConnectSocket: join(runDir, 'konnectivity-connect.sock'),
     egressConfig: join(dataDir, 'egress-selector.yaml'),
     manifestsDir: join(dataDir, 'manifests'),
   };

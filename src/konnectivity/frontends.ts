@@ -123,12 +123,22 @@ export function serveProxyStream(call: PacketCall, broker: Broker, metrics: Serv
   call.on('close', lost);
 }
 
-function httpStatusFor(reason: DialFailureReason, message: string): [number, string] {
-  if (reason === 'no_agent') return [500, 'Internal Server Error'];
-  if (reason === 'bad_request') return [400, 'Bad Request'];
-  if (reason === 'timeout' || /timeout|timed out/i.test(message)) return [504, 'Gateway Timeout'];
-  if (/too many open files/i.test(message)) return [503, 'Service Unavailable'];
-  return [502, 'Bad Gateway'];
+function httpStatusFor(reason: DialFailureReason, message: string): number {
+  if (reason === 'no_agent') return 500;
+  if (reason === 'bad_request') return 400;
+  if (reason === 'timeout' || /timeout|timed out/i.test(message)) return 504;
+  if (/too many open files/i.test(message)) return 503;
+  return 502;
+}
+
+/**
+ * The status line's reason phrase carries why the dial failed: kube-apiserver reports a failed
+ * CONNECT by its status line alone ("code 500: 500 No agent available: ..."), never the body.
+ * One line of printable ASCII, as HTTP/1.1 allows there.
+ */
+export function reasonPhrase(message: string): string {
+  const line = message.replace(/[^\x21-\x7e]+/g, ' ').trim();
+  return (line.length > 200 ? `${line.slice(0, 197)}...` : line) || 'dial failed';
 }
 
 /** One CONNECT request: 200 only once the agent's DIAL_RSP succeeded, then raw bytes. */
@@ -166,11 +176,11 @@ export function serveHttpConnect(
       if (!t.readingPaused) socket.resume();
     },
     dialFailed(message, reason) {
-      const [code, text] = httpStatusFor(reason, message);
+      const code = httpStatusFor(reason, message);
       const body = reason === 'no_agent' ? `currently no tunnels available: ${message}` : message;
       if (!gone)
         socket.write(
-          `HTTP/1.1 ${code} ${text}\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`,
+          `HTTP/1.1 ${code} ${reasonPhrase(message)}\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`,
         );
       endSocket();
     },

@@ -78,7 +78,7 @@ test('api-only tenants: three at once, only storage, kube-apiserver and a trimme
       status.components.filter((c) => c.pid).map(async (c) => (await readFile(`/proc/${c.pid}/comm`, 'utf8')).trim()),
     );
     assert.ok(!children.some((c) => /scheduler|konnectivity/.test(c)), children.join());
-    assert.equal(existsSync(join(x.runDir, 'konnectivity-server.sock')), false);
+    for (const sock of ['konnectivity-server.sock', 'konnectivity-connect.sock']) assert.equal(existsSync(join(x.runDir, sock)), false, sock);
     assert.equal(existsSync(join(x.dataDir, 'manifests', 'coredns')), false);
   }
 

@@ -160,7 +160,9 @@ async function controllerScenario(t: TestContext, storage: 'etcd' | 'kine', extr
   assert.equal(s.konnectivity?.agents.length, 0);
   assert.match(String(text.stdout), /no agents connected: kube-apiserver answers "No agent available"/);
   const egress = await readFile(join(dataDir, 'egress-selector.yaml'), 'utf8');
-  assert.match(egress, /proxyProtocol: GRPC/);
+  // kube-apiserver dials through the HTTP-CONNECT socket by default (one CONNECT per dial).
+  assert.match(egress, /proxyProtocol: HTTPConnect/);
+  assert.match(egress, new RegExp(`udsName: ${join(runDir, 'konnectivity-connect.sock')}`));
 
   // kctl reset beside the running controller refuses, naming it, and changes nothing: even with
   // another --run-dir, since the data dir records who runs on it. A second controller is refused too.

@@ -20,7 +20,9 @@ test("kube-apiserver reaches an isolated node-side server only through the agent
   const dataDir = join(dir, 'data');
   const runDir = join(dir, 'run');
   const cfg = join(dir, 'kctl.yaml');
-  await writeFile(cfg, `spec:\n  api: { address: ${ctl.ip} }\n`);
+  // GRPC here, the egress mode upstream konnectivity setups use; every worker test runs kctl's
+  // default, HTTP-CONNECT.
+  await writeFile(cfg, `spec:\n  api: { address: ${ctl.ip} }\n  konnectivity: { proxyProtocol: GRPC }\n`);
 
   const controller = ctl.spawn(requireKctl(), ['controller', '--debug', '--single', '--config', cfg, '--data-dir', dataDir, '--run-dir', runDir]);
   let controllerLog = '';

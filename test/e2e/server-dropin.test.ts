@@ -356,8 +356,12 @@ test(
 
       const none = await proxied();
       assert.notEqual(none.exitCode, 0, `${tn.mode}: reached the target with no agent connected`);
-      // GRPC mode relays the server's text; HTTP-CONNECT mode only the status of the CONNECT answer.
-      const noAgent = tn.mode === 'grpc' ? /No agent available/ : new RegExp(`proxy error from ${tn.uds} while dialing ${ip}:${port}, code 500`);
+      // GRPC mode relays the server's text; HTTP-CONNECT mode only the status line of the CONNECT
+      // answer, so kctl puts the cause there.
+      const noAgent =
+        tn.mode === 'grpc'
+          ? /No agent available/
+          : new RegExp(`proxy error from ${tn.uds} while dialing ${ip}:${port}, code 500: 500 No agent available: no agent is connected`);
       assert.match(String(none.stderr), noAgent, `${tn.mode}: kube-apiserver went to the server`);
 
       const auth = withTokens ? { token } : {};

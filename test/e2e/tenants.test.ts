@@ -149,7 +149,8 @@ test('ten tenants at once with --name: own ports, CA and data; CRD, 1,000 object
       status.components.filter((c) => c.pid).map(async (c) => (await readFile(`/proc/${c.pid}/comm`, 'utf8')).trim()),
     );
     assert.ok(!children.some((c) => /scheduler|konnectivity/.test(c)), children.join());
-    assert.equal(existsSync(join(host.runDir, 'tenants', n, 'konnectivity-server.sock')), false);
+    for (const sock of ['konnectivity-server.sock', 'konnectivity-connect.sock'])
+      assert.equal(existsSync(join(host.runDir, 'tenants', n, sock)), false, `${n}: ${sock}`);
   }
   assert.equal(new Set(cas.values()).size, 10, 'two tenants share a CA');
 

@@ -1,7 +1,9 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
+import { parse } from 'yaml';
 import { parseConfig } from '../../../src/controller/config.ts';
-import { trustedAgents } from '../../../src/controller/konnectivity.ts';
+import { egressSelectorConfig, trustedAgents } from '../../../src/controller/konnectivity.ts';
+import { controllerPaths } from '../../../src/controller/paths.ts';
 
 const withTrusted = (list: unknown) => parseConfig({ spec: { api: { address: '10.0.0.1' }, konnectivity: { trustedAgents: list } } }, 'kctl.yaml');
 
@@ -19,4 +21,19 @@ test('a trusted agent entry needs exactly one of node or serviceAccount, well fo
   assert.throws(() => withTrusted([{}]), /trustedAgents\.0: set exactly one of node or serviceAccount/);
   assert.throws(() => withTrusted([{ serviceAccount: 'konnectivity-agent' }]), /trustedAgents\.0\.serviceAccount: expected NAMESPACE\/NAME/);
   assert.throws(() => withTrusted([{ nodes: 'a' }]), /trustedAgents\.0: unknown field\(s\) "nodes"/);
+});
+
+test('spec.konnectivity.proxyProtocol: kube-apiserver dials through HTTP-CONNECT by default, GRPC on request, each on its own socket', () => {
+  const paths = controllerPaths('/var/lib/kctl', '/run/kctl');
+  const egress = (konnectivity: unknown) => {
+    const cfg = parseConfig({ spec: { konnectivity } }, 'kctl.yaml');
+    return parse(egressSelectorConfig(paths, cfg.spec.konnectivity.proxyProtocol)) as { egressSelections: unknown[] };
+  };
+  assert.deepEqual(egress({}).egressSelections, [
+    { name: 'cluster', connection: { proxyProtocol: 'HTTPConnect', transport: { uds: { udsName: '/run/kctl/konnectivity-connect.sock' } } } },
+  ]);
+  assert.deepEqual(egress({ proxyProtocol: 'GRPC' }).egressSelections, [
+    { name: 'cluster', connection: { proxyProtocol: 'GRPC', transport: { uds: { udsName: '/run/kctl/konnectivity-server.sock' } } } },
+  ]);
+  assert.throws(() => egress({ proxyProtocol: 'grpc' }), /spec\.konnectivity\.proxyProtocol: .*"HTTPConnect".*"GRPC"/);
 });

@@ -6,6 +6,7 @@ import { once } from 'node:events';
 import { connect } from 'node:net';
 import { test, type TestContext } from 'node:test';
 import { dialViaProxy } from '../../../src/konnectivity/client.ts';
+import { reasonPhrase } from '../../../src/konnectivity/frontends.ts';
 import { packets, type Packet } from '../../../src/konnectivity/protocol.ts';
 import { captureLogger } from '../../helpers.ts';
 import { echoServer, makePki, rawAgent, readAll, readN, startAgent, startServer, udsOf, waitFor } from './fixtures.ts';
@@ -44,7 +45,8 @@ test('no agent: "No agent available" on both frontends, and /readyz says so', as
     /^ProxyDialError: No agent available: no agent is connected to konnectivity server ctrl-x$/,
   );
   const rsp = await httpConnect(uds.connect, '127.0.0.1:10250');
-  assert.match(rsp, /^HTTP\/1\.1 500 /);
+  // kube-apiserver shows only the status line of a failed CONNECT, so it says why.
+  assert.match(rsp, /^HTTP\/1\.1 500 No agent available: no agent is connected to konnectivity server ctrl-x\r\n/);
   assert.match(rsp, /\r\n\r\ncurrently no tunnels available: No agent available/);
   assert.deepEqual(await get(server.adminPort(), '/healthz'), { status: 200, body: 'ok' });
   assert.deepEqual(await get(server.adminPort(), '/readyz'), { status: 500, body: 'no connection to any proxy agent' });
@@ -55,7 +57,7 @@ test('no agent: "No agent available" on both frontends, and /readyz says so', as
   assert.match(metrics, /konnectivity_network_proxy_server_ready_backend_connections 1/);
 });
 
-test("agent dial errors: the agent's error text over GRPC, 502 over HTTP-CONNECT", async (t) => {
+test("agent dial errors: the agent's error text over GRPC, and as a 502's reason phrase over HTTP-CONNECT", async (t) => {
   const pki = await makePki();
   const server = await startServer(t, pki);
   await startAgent(t, pki, [server]);
@@ -67,7 +69,10 @@ test("agent dial errors: the agent's error text over GRPC, 502 over HTTP-CONNECT
     dialViaProxy({ udsPath: udsOf(server).grpc, address: closed.address }),
     new RegExp(`dial tcp ${closed.address}: connect: connection refused`),
   );
-  assert.match(await httpConnect(udsOf(server).connect, closed.address), /^HTTP\/1\.1 502 Bad Gateway/);
+  assert.match(
+    await httpConnect(udsOf(server).connect, closed.address),
+    new RegExp(`^HTTP/1\\.1 502 dial tcp ${closed.address}: connect: connection refused\\r\\n`),
+  );
 });
 
 test('an agent that does not answer: the dial times out (504 over HTTP-CONNECT), and a late DIAL_RSP is closed', async (t) => {
@@ -86,7 +91,7 @@ test('an agent that does not answer: the dial times out (504 over HTTP-CONNECT),
   agent.send(packets.dialRsp('4611686018427387905', '77'));
   const close = await agent.next('CLOSE_REQ');
   assert.equal(close.closeRequest?.connectID, '77', 'the late connection is closed on the agent');
-  assert.match(await httpConnect(udsOf(server).connect, '127.0.0.1:9'), /^HTTP\/1\.1 504 Gateway Timeout/);
+  assert.match(await httpConnect(udsOf(server).connect, '127.0.0.1:9'), /^HTTP\/1\.1 504 [^\r\n]*timed out after 300 ms waiting for agent raw-1\r\n/);
   assert.equal(server.snapshot().pendingDials, 0);
   assert.equal(server.snapshot().establishedConnections, 0);
 });
@@ -248,4 +253,14 @@ test('one trace id per dial appears in the server and the agent logs', async (t)
     .map((l) => l.msg);
   assert.ok(serverMsgs.includes('tunnel established'), serverMsgs.join());
   assert.ok(agentMsgs.includes('dialing target') && agentMsgs.includes('target connected'), agentMsgs.join());
+});
+
+test('the reason phrase of a failed CONNECT is one printable line, whatever the error text', () => {
+  assert.equal(reasonPhrase('dial tcp 10.0.0.5:10250: i/o timeout'), 'dial tcp 10.0.0.5:10250: i/o timeout');
+  assert.equal(reasonPhrase('first line\r\nHTTP/1.1 200 OK\r\n\r\n'), 'first line HTTP/1.1 200 OK');
+  assert.equal(reasonPhrase('caf\u00e9 \u00b5s\tgone'), 'caf s gone');
+  assert.equal(reasonPhrase('\n'), 'dial failed');
+  const long = reasonPhrase('x'.repeat(500));
+  assert.equal(long.length, 200);
+  assert.ok(long.endsWith('...'));
 });
