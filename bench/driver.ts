@@ -6,7 +6,7 @@ import { connect, type Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
 import { dialViaProxy } from '../src/konnectivity/index.ts';
 
-export type PathName = 'direct' | 'upstream' | 'kctl' | 'kctl-connect';
+export type PathName = 'direct' | 'upstream' | 'kctl' | 'upstream-connect' | 'kctl-connect';
 
 export interface Dialer {
   path: PathName;
@@ -43,9 +43,9 @@ export function grpcDialer(path: 'upstream' | 'kctl', udsPath: string): Dialer {
   return { path, dial: (address, signal) => dialViaProxy({ udsPath, address, signal }) };
 }
 
-export function connectDialer(udsPath: string): Dialer {
+export function connectDialer(path: 'upstream-connect' | 'kctl-connect', udsPath: string): Dialer {
   return {
-    path: 'kctl-connect',
+    path,
     dial: (address, signal) =>
       new Promise((resolve, reject) => {
         const s: Socket = connect(udsPath);

@@ -12,7 +12,7 @@ import { makePki, type BenchPki } from './pki.ts';
 import { cpuMs, firstJsonLine, freePort, startProc, type Proc } from './procs.ts';
 import { executableFigures } from './executable.ts';
 import { holOthersRatio, idleMemoryPerConn, leakResidual, type Targets } from './scenarios.ts';
-import { startKctl, startUpstream, type Stack } from './stacks.ts';
+import { startKctl, startUpstream, type Stack, type StackName } from './stacks.ts';
 import { haFigures } from './ha.ts';
 import { tenantFigures } from './tenants.ts';
 import { workerJoinSeconds } from './worker.ts';
@@ -94,7 +94,14 @@ const SIZES: Record<'full' | 'quick' | 'smoke', Sizes> = {
   },
 };
 
-const PATHS: PathName[] = ['direct', 'upstream', 'kctl', 'kctl-connect'];
+const PATHS: PathName[] = ['direct', 'upstream', 'kctl', 'upstream-connect', 'kctl-connect'];
+/** The processes that carry each tunneled path. */
+const STACK_OF: Record<Exclude<PathName, 'direct'>, StackName> = {
+  upstream: 'upstream',
+  kctl: 'kctl',
+  'upstream-connect': 'upstream-connect',
+  'kctl-connect': 'kctl',
+};
 const log = (m: string): void => void process.stderr.write(`[bench] ${m}\n`);
 
 function median(xs: number[]): number {
@@ -109,33 +116,36 @@ function percentile(xs: number[], p: number): number {
 }
 
 class Bench {
-  private stacks = new Map<'upstream' | 'kctl', Stack>();
+  private stacks = new Map<StackName, Stack>();
   constructor(
     readonly pki: BenchPki,
     readonly dir: string,
   ) {}
 
-  async stack(name: 'upstream' | 'kctl', fresh = false): Promise<Stack> {
+  async stack(name: StackName, fresh = false): Promise<Stack> {
     const have = this.stacks.get(name);
     if (have && !fresh) return have;
     if (have) await have.stop();
-    const s = name === 'upstream' ? await startUpstream(this.pki, this.dir) : await startKctl(this.pki, this.dir);
+    const s =
+      name === 'kctl' ? await startKctl(this.pki, this.dir) : await startUpstream(this.pki, this.dir, name === 'upstream' ? 'grpc' : 'http-connect');
     this.stacks.set(name, s);
     return s;
   }
 
   async dialer(path: PathName, fresh = false): Promise<{ d: Dialer; stack?: Stack }> {
     if (path === 'direct') return { d: directDialer() };
-    const stack = await this.stack(path === 'upstream' ? 'upstream' : 'kctl', fresh);
-    if (path === 'kctl-connect') return { d: connectDialer(stack.connectUds!), stack };
-    return { d: grpcDialer(path, stack.grpcUds), stack };
+    const stack = await this.stack(STACK_OF[path], fresh);
+    if (path === 'kctl-connect' || path === 'upstream-connect') return { d: connectDialer(path, stack.connectUds!), stack };
+    return { d: grpcDialer(path, stack.grpcUds!), stack };
   }
 
   /** How the Go driver reaches `path` (through the current stack). */
   async goPath(path: PathName): Promise<GoPath> {
     if (path === 'direct') return { mode: 'direct' };
-    const stack = await this.stack(path === 'upstream' ? 'upstream' : 'kctl');
-    return path === 'kctl-connect' ? { mode: 'connect', uds: stack.connectUds! } : { mode: 'grpc', uds: stack.grpcUds };
+    const stack = await this.stack(STACK_OF[path]);
+    return path === 'kctl-connect' || path === 'upstream-connect'
+      ? { mode: 'connect', uds: stack.connectUds! }
+      : { mode: 'grpc', uds: stack.grpcUds! };
   }
 
   async stop(): Promise<void> {
@@ -144,12 +154,12 @@ class Bench {
   }
 }
 
-/** Rows for one measured figure: the GRPC row (kctl vs upstream vs direct) and the HTTP-CONNECT row. */
+/** Rows for one measured figure: the GRPC row and the HTTP-CONNECT row (kctl vs upstream vs direct, each). */
 function rows(scenario: string, unit: string, by: Partial<Record<PathName, number>>, direct = true): Row[] {
   const v = (p: PathName): number | null => by[p] ?? null;
   return [
     { scenario, unit, kctl: v('kctl'), upstream: v('upstream'), direct: direct ? v('direct') : null },
-    { scenario: `${scenario} (http-connect)`, unit, kctl: v('kctl-connect'), upstream: null, direct: direct ? v('direct') : null },
+    { scenario: `${scenario} (http-connect)`, unit, kctl: v('kctl-connect'), upstream: v('upstream-connect'), direct: direct ? v('direct') : null },
   ];
 }
 
@@ -204,7 +214,7 @@ async function main(): Promise<void> {
     // every path).
     const cpuPerMiB: Record<'server' | 'agent', Partial<Record<PathName, number[]>>> = { server: {}, agent: {} };
     const bulk1 = async (d: Dialer): Promise<number> => {
-      const pids = d.path === 'direct' ? [] : (await bench.stack(d.path === 'upstream' ? 'upstream' : 'kctl')).pids;
+      const pids = d.path === 'direct' ? [] : (await bench.stack(STACK_OF[d.path])).pids;
       const before = pids.map(cpuMs);
       const v = await bulk(1, z.bulk1)(d);
       pids.forEach((pid, i) => (cpuPerMiB[i === 0 ? 'server' : 'agent'][d.path] ??= []).push((cpuMs(pid) - before[i]!) / (z.bulk1 / MiB)));
@@ -263,8 +273,10 @@ async function main(): Promise<void> {
     );
     const stalledRows = out.filter((r) => r.scenario.startsWith('leak-residual'));
     for (const r of stalledRows) {
-      const path: PathName = r.scenario.endsWith('(http-connect)') ? 'kctl-connect' : 'kctl';
-      const parts = [`kctl ${stuck[path] ?? 0}`, ...(path === 'kctl' ? [`upstream ${stuck.upstream ?? 0}`] : [])];
+      const [kctl, upstream]: [PathName, PathName] = r.scenario.endsWith('(http-connect)')
+        ? ['kctl-connect', 'upstream-connect']
+        : ['kctl', 'upstream'];
+      const parts = [`kctl ${stuck[kctl] ?? 0}`, `upstream ${stuck[upstream] ?? 0}`];
       r.note = `cycles that stalled 3 s and were cut off by the driver: ${parts.join(', ')} of ${z.leakCycles}`;
     }
     out.push(

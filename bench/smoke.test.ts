@@ -67,7 +67,7 @@ test('bench --smoke --json reports every scenario for kctl, upstream and direct'
       if (!MAY_BE_ZERO.includes(base)) assert.ok(v > 0, `${row.scenario}: ${k} is ${v}`);
     };
     check('kctl');
-    if (!row.scenario.endsWith('(http-connect)')) check('upstream');
+    check('upstream');
     if (!NO_DIRECT.includes(base)) check('direct');
     if (base === 'leak-residual') assert.ok(row.kctl! >= 0 && (row.upstream ?? 0) >= 0);
     if (/^dial-latency-p\d+$/.test(row.scenario)) assert.match(row.note ?? '', /^client floor \d+\.\d\d ms/, row.scenario);

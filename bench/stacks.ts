@@ -1,7 +1,8 @@
-// The three paths from the driver to the target, and how to start each one's processes.
+// The paths from the driver to the target, and how to start each one's processes.
 // direct: the driver dials the target itself. upstream: proxy-server + proxy-agent (ANP
-// v0.36, from the component payload). kctl: bench/kctl-server.ts + bench/kctl-agent.ts,
-// each its own node process, so RSS is per side.
+// v0.36, from the component payload), one pair with the GRPC frontend and one with the
+// HTTP-CONNECT frontend (an upstream server has one or the other). kctl: bench/kctl-server.ts +
+// bench/kctl-agent.ts, each its own node process, so RSS is per side; one server has both.
 import { existsSync, readFileSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { KCTL_NODE_FLAGS } from '../assets/runtime-flags.ts';
@@ -9,13 +10,13 @@ import { cacheRoot } from '../src/payload/manifest.ts';
 import { NODE, type BenchPki } from './pki.ts';
 import { firstJsonLine, freePort, gauges, startProc, waitUntil, type Proc } from './procs.ts';
 
-export type StackName = 'upstream' | 'kctl';
+export type StackName = 'upstream' | 'upstream-connect' | 'kctl';
 
 export interface Stack {
   name: StackName;
-  /** GRPC frontend socket. */
-  grpcUds: string;
-  /** HTTP-CONNECT socket (kctl only). */
+  /** GRPC frontend socket (not on upstream-connect). */
+  grpcUds?: string;
+  /** HTTP-CONNECT socket (not on upstream). */
   connectUds?: string;
   /** [server, agent] pids. */
   pids: [number, number];
@@ -45,9 +46,9 @@ async function stopAll(procs: Proc[]): Promise<void> {
   for (const p of procs.reverse()) await p.stop();
 }
 
-export async function startUpstream(pki: BenchPki, dir: string): Promise<Stack> {
+export async function startUpstream(pki: BenchPki, dir: string, mode: 'grpc' | 'http-connect' = 'grpc'): Promise<Stack> {
   const bin = upstreamBinDir();
-  const uds = join(dir, `upstream-${Date.now()}.sock`);
+  const uds = join(dir, `upstream-${mode}-${Date.now()}.sock`);
   const [agentPort, serverAdmin, serverHealth, agentAdmin, agentHealth] = await Promise.all([
     freePort(),
     freePort(),
@@ -57,7 +58,7 @@ export async function startUpstream(pki: BenchPki, dir: string): Promise<Stack> 
   ]);
   const server = startProc('proxy-server', join(bin, 'proxy-server'), [
     '--mode',
-    'grpc',
+    mode,
     '--uds-name',
     uds,
     '--delete-existing-uds-file',
@@ -80,7 +81,7 @@ export async function startUpstream(pki: BenchPki, dir: string): Promise<Stack> 
     '--health-bind-address',
     '127.0.0.1',
     '--server-id',
-    'bench-upstream',
+    `bench-upstream-${mode}`,
     '--server-count',
     '1',
   ]);
@@ -121,8 +122,8 @@ export async function startUpstream(pki: BenchPki, dir: string): Promise<Stack> 
     throw err;
   }
   return {
-    name: 'upstream',
-    grpcUds: uds,
+    name: mode === 'grpc' ? 'upstream' : 'upstream-connect',
+    ...(mode === 'grpc' ? { grpcUds: uds } : { connectUds: uds }),
     pids: [server.pid, agent.pid],
     tableEntries: async () =>
       (await gauges(`http://127.0.0.1:${serverAdmin}/metrics`, SERVER_TABLES)) +
