@@ -95,12 +95,12 @@ const SIZES: Record<'full' | 'quick' | 'smoke', Sizes> = {
 };
 
 const PATHS: PathName[] = ['direct', 'upstream', 'kctl', 'upstream-connect', 'kctl-connect'];
-/** The processes that carry each tunneled path. */
-const STACK_OF: Record<Exclude<PathName, 'direct'>, StackName> = {
-  upstream: 'upstream',
-  kctl: 'kctl',
-  'upstream-connect': 'upstream-connect',
-  'kctl-connect': 'kctl',
+/** Each tunneled path: the processes that carry it, and the frontend the driver dials. */
+const VIA: Record<Exclude<PathName, 'direct'>, { stack: StackName; mode: 'grpc' | 'connect' }> = {
+  upstream: { stack: 'upstream', mode: 'grpc' },
+  kctl: { stack: 'kctl', mode: 'grpc' },
+  'upstream-connect': { stack: 'upstream-connect', mode: 'connect' },
+  'kctl-connect': { stack: 'kctl', mode: 'connect' },
 };
 const log = (m: string): void => void process.stderr.write(`[bench] ${m}\n`);
 
@@ -134,7 +134,7 @@ class Bench {
 
   async dialer(path: PathName, fresh = false): Promise<{ d: Dialer; stack?: Stack }> {
     if (path === 'direct') return { d: directDialer() };
-    const stack = await this.stack(STACK_OF[path], fresh);
+    const stack = await this.stack(VIA[path].stack, fresh);
     if (path === 'kctl-connect' || path === 'upstream-connect') return { d: connectDialer(path, stack.connectUds!), stack };
     return { d: grpcDialer(path, stack.grpcUds!), stack };
   }
@@ -142,10 +142,9 @@ class Bench {
   /** How the Go driver reaches `path` (through the current stack). */
   async goPath(path: PathName): Promise<GoPath> {
     if (path === 'direct') return { mode: 'direct' };
-    const stack = await this.stack(STACK_OF[path]);
-    return path === 'kctl-connect' || path === 'upstream-connect'
-      ? { mode: 'connect', uds: stack.connectUds! }
-      : { mode: 'grpc', uds: stack.grpcUds! };
+    const { stack: name, mode } = VIA[path];
+    const stack = await this.stack(name);
+    return { mode, uds: mode === 'connect' ? stack.connectUds! : stack.grpcUds! };
   }
 
   async stop(): Promise<void> {
@@ -214,7 +213,7 @@ async function main(): Promise<void> {
     // every path).
     const cpuPerMiB: Record<'server' | 'agent', Partial<Record<PathName, number[]>>> = { server: {}, agent: {} };
     const bulk1 = async (d: Dialer): Promise<number> => {
-      const pids = d.path === 'direct' ? [] : (await bench.stack(STACK_OF[d.path])).pids;
+      const pids = d.path === 'direct' ? [] : (await bench.stack(VIA[d.path].stack)).pids;
       const before = pids.map(cpuMs);
       const v = await bulk(1, z.bulk1)(d);
       pids.forEach((pid, i) => (cpuPerMiB[i === 0 ? 'server' : 'agent'][d.path] ??= []).push((cpuMs(pid) - before[i]!) / (z.bulk1 / MiB)));
