@@ -19,7 +19,15 @@ import { inertFlagsSet, parsePflags, renderPflagHelp, type FlagSpec, type FlagVa
 import { SERVER_FLAGS } from './server-flags.ts';
 import { parseGoDuration, readFlagFile, standaloneCommand } from './standalone.ts';
 
-const KCTL_FLAGS: readonly FlagSpec[] = [{ name: 'debug', kind: 'bool', default: 'false', help: 'kctl: debug logs (as -v=5 or more does)' }];
+const KCTL_FLAGS: readonly FlagSpec[] = [
+  { name: 'debug', kind: 'bool', default: 'false', help: 'kctl: debug logs (as -v=5 or more does)' },
+  {
+    name: 'max-unauthenticated-agents',
+    kind: 'int',
+    default: '256',
+    help: 'kctl: connections to the agent port that have not authenticated yet, at most; at the cap a new one closes the oldest',
+  },
+];
 const FLAGS = [...SERVER_FLAGS, ...KCTL_FLAGS];
 
 const DESCRIPTION = `A gRPC proxy server, receives requests from the API server and forwards to the agent.
@@ -62,6 +70,7 @@ export interface ServerCliConfig {
   uds?: { path: string; replace: boolean };
   tcp?: TcpFrontend;
   agent: { host: string; port: number; cert: Buffer; key: Buffer; ca?: Buffer };
+  maxUnauthenticatedAgents: number;
   /** Service-account token authentication of agents. */
   tokenAuth?: { namespace: string; serviceAccount: string; audience: string };
   kubeconfig?: string;
@@ -157,6 +166,8 @@ export function serverConfig(cmd: string, values: Map<string, FlagValue>, env = 
   const dialTimeout = parseGoDuration(`${cmd}: --backend-dial-timeout`, str('backend-dial-timeout'));
   const serverCount = int('server-count');
   if (serverCount < 1) fail(`--server-count ${serverCount} must be at least 1`);
+  const maxUnauthenticated = int('max-unauthenticated-agents');
+  if (maxUnauthenticated < 1) fail(`--max-unauthenticated-agents ${maxUnauthenticated} must be at least 1`);
 
   return {
     serverId: str('server-id') || env.PROXY_SERVER_ID || randomUUID(),
@@ -173,6 +184,7 @@ export function serverConfig(cmd: string, values: Map<string, FlagValue>, env = 
           }
         : undefined,
     agent: { host: str('agent-bind-address'), port: agentPort, cert: cluster.cert!, key: cluster.key!, ca: clusterCa },
+    maxUnauthenticatedAgents: maxUnauthenticated,
     tokenAuth: usingTokens
       ? { namespace: str('agent-namespace'), serviceAccount: str('agent-service-account'), audience: str('authentication-audience') }
       : undefined,
@@ -235,6 +247,7 @@ export async function runServerCli(argv: readonly string[], cmd: string): Promis
     tcpFrontend: c.tcp,
     agentBindAddress: c.agent.host,
     agentPort: c.agent.port,
+    maxUnauthenticatedAgents: c.maxUnauthenticatedAgents,
     tls: { cert: c.agent.cert, key: c.agent.key, ca: c.agent.ca },
     agentAuth: 'upstream',
     tokenReview:

@@ -74,6 +74,8 @@ export const clusterConfigSchema = z.strictObject({
           trustedAgents: z.array(trustedAgent).default([]),
           /** How kube-apiserver speaks to the in-process server: one CONNECT per dial, or a gRPC stream per dial. */
           proxyProtocol: z.enum(['HTTPConnect', 'GRPC']).default('HTTPConnect'),
+          /** Connections to agentPort that have not authenticated yet, at most; at the cap a new one closes the oldest. */
+          maxUnauthenticatedAgents: z.number().int().min(1).max(65536).default(256),
         })
         .prefault({}),
       storage: z

@@ -73,11 +73,14 @@ export class KonnectivityServerComponent implements Component {
       udsPath: this.paths.konnectivitySocket,
       httpConnectUdsPath: this.paths.konnectivityConnectSocket,
       agentPort: this.cfg.spec.konnectivity.agentPort,
+      maxUnauthenticatedAgents: this.cfg.spec.konnectivity.maxUnauthenticatedAgents,
       adminPort: this.cfg.spec.konnectivity.adminPort,
       tls: { cert, key, ca },
       tokenReview: tokenReview(this.kube),
       nodes: this.nodes,
       trustedAgents: trustedAgents(this.cfg),
+      // A dial no agent may serve fails; it never goes to "any agent" (a node must not draw traffic it does not own).
+      proxyStrategies: ['destHost'],
       serverCount: this.serverCount,
       log: this.log,
     });

@@ -1,20 +1,21 @@
 // The server's agent port: TLS that asks for a client certificate without requiring one
 // (token-only agents get through the handshake; authenticateAgent decides), Nagle off on every
 // accepted socket, and HTTP/2 receive windows wide enough that the shared agent stream, which
-// is never paused, does not wait a round trip per 64 KiB.
+// is never paused, does not wait a round trip per 64 KiB, once the agent has authenticated. Until
+// then a connection is held to pre-auth.ts's bounds (how many, how long, how many bytes).
 import { EventEmitter } from 'node:events';
 import type { ServerHttp2Session } from 'node:http2';
 import { createServer as createNetServer, type AddressInfo, type Server as NetServer, type Socket } from 'node:net';
 import { createServer as createTlsServer, type TLSSocket } from 'node:tls';
 import type * as grpc from '@grpc/grpc-js';
 import { ServerCredentials } from '@grpc/grpc-js';
+import type { Logger } from '../base/log.ts';
 import { LINK_ALPN } from './link.ts';
+import { PreAuthBounds, type PreAuthLimits, type Waiting } from './pre-auth.ts';
 
 /** The agent stream is never paused (per-connection credit does that job). */
 const AGENT_STREAM_WINDOW = 8 * 1024 * 1024;
 const AGENT_SESSION_WINDOW = 16 * 1024 * 1024;
-/** A TLS handshake that has not finished by then is dropped. */
-const HANDSHAKE_TIMEOUT_MS = 15_000;
 
 export interface AgentPortTls {
   /** Client certificates are checked against it; without it none are asked for. */
@@ -35,11 +36,19 @@ export interface AgentPortTls {
 export class AgentListener {
   private readonly listener: NetServer;
   private readonly sockets = new Set<Socket>();
+  private readonly bounds: PreAuthBounds;
 
   /** Without `onLink` only h2 is offered, as upstream's server does. */
-  constructor(server: grpc.Server, tls: AgentPortTls, onLink?: (socket: TLSSocket) => void) {
+  constructor(
+    server: grpc.Server,
+    tls: AgentPortTls,
+    preAuth: { limits: Partial<PreAuthLimits>; log: Logger },
+    onLink?: (socket: TLSSocket) => void,
+  ) {
     const injector = server.createConnectionInjector(ServerCredentials.createInsecure());
-    widenReceiveWindows(server, AGENT_STREAM_WINDOW, AGENT_SESSION_WINDOW);
+    const bounds = new PreAuthBounds(preAuth.limits, preAuth.log);
+    this.bounds = bounds;
+    boundSessions(server, bounds);
     const tlsServer = createTlsServer(
       {
         key: tls.key,
@@ -50,15 +59,21 @@ export class AgentListener {
         requestCert: tls.ca !== undefined,
         rejectUnauthorized: tls.ca !== undefined && (tls.requireClientCert ?? false),
         ALPNProtocols: onLink ? [LINK_ALPN, 'h2'] : ['h2'],
-        handshakeTimeout: HANDSHAKE_TIMEOUT_MS,
+        // The handshake counts against the bounds' deadline, which closes a slow one first.
+        handshakeTimeout: bounds.limits.timeoutMs + 1_000,
       },
       (secure: TLSSocket) => {
-        if (onLink && secure.alpnProtocol === LINK_ALPN) onLink(secure);
-        else injector.injectConnection(secure);
+        const waiting = bounds.find(secure.remoteAddress, secure.remotePort);
+        if (waiting) waiting.tls = secure;
+        if (onLink && secure.alpnProtocol === LINK_ALPN) {
+          if (waiting) watchLink(secure, waiting, bounds);
+          onLink(secure);
+        } else injector.injectConnection(secure);
       },
     );
     tlsServer.on('tlsClientError', () => {}); // the socket is destroyed; the agent logs why
     this.listener = createNetServer({ noDelay: true }, (socket) => {
+      bounds.admit(socket);
       this.sockets.add(socket);
       socket.once('close', () => this.sockets.delete(socket));
       socket.on('error', () => {}); // reported on the TLS socket over it
@@ -80,9 +95,20 @@ export class AgentListener {
     });
   }
 
+  /** A Connect from `peer` (the call's getPeer()) authenticated: its connection is bounded no more. */
+  authenticated(peer: string): void {
+    this.bounds.pass(peer);
+  }
+
+  /** Whether the pre-authentication bounds closed this connection (they logged why). */
+  closedBeforeAuth(socket: TLSSocket): boolean {
+    return this.bounds.wasDropped(socket);
+  }
+
   /** Stops accepting; the gRPC server's shutdown then closes the sessions. */
   close(): void {
     this.listener.close();
+    this.bounds.close();
   }
 
   /** Drops sockets the gRPC shutdown did not close (a TLS handshake still under way). */
@@ -91,8 +117,19 @@ export class AgentListener {
   }
 }
 
-/** Raises the HTTP/2 receive windows of every session a grpc-js server accepts. */
-function widenReceiveWindows(server: grpc.Server, streamWindow: number, sessionWindow: number): void {
+/** kctl-tunnel/1 before authentication: every chunk read counts against the byte bound at once. */
+function watchLink(secure: TLSSocket, waiting: Waiting, bounds: PreAuthBounds): void {
+  const check = (): void => bounds.check(waiting);
+  secure.on('data', check);
+  waiting.onPass(() => secure.off('data', check));
+}
+
+/**
+ * The HTTP/2 sessions of a grpc-js server: each new stream counts against its connection's bounds,
+ * and the receive windows are raised once a Connect on it authenticated. Before that they stay at
+ * HTTP/2's 64 KiB, so a client nobody knows cannot make the server hold megabytes.
+ */
+function boundSessions(server: grpc.Server, bounds: PreAuthBounds): void {
   // grpc-js limitation: no server option and no public hook reach its HTTP/2 sessions (grpc/grpc-node#3058
   // would add one), so this reads its private http2Servers and checks what it finds instead of casting.
   const http2Servers: unknown = server['http2Servers'];
@@ -100,14 +137,31 @@ function widenReceiveWindows(server: grpc.Server, streamWindow: number, sessionW
   for (const h of http2Servers.keys()) {
     if (!(h instanceof EventEmitter)) continue;
     h.on('session', (session: ServerHttp2Session) => {
+      const waiting = bounds.find(session.socket?.remoteAddress, session.socket?.remotePort);
+      if (!waiting) return; // closed by the bounds already
+      const check = (): void => bounds.check(waiting);
+      session.on('stream', check);
+      let settled = false;
+      let passed = false;
       session.once('localSettings', () => {
-        try {
-          session.setLocalWindowSize(sessionWindow);
-          session.settings({ initialWindowSize: streamWindow });
-        } catch {
-          // the session closed already
-        }
+        settled = true;
+        if (passed) widenReceiveWindows(session);
+      });
+      waiting.onPass(() => {
+        session.off('stream', check);
+        passed = true;
+        if (settled) widenReceiveWindows(session);
       });
     });
+  }
+}
+
+/** Raises an HTTP/2 session's receive windows to the agent stream's. */
+function widenReceiveWindows(session: ServerHttp2Session): void {
+  try {
+    session.setLocalWindowSize(AGENT_SESSION_WINDOW);
+    session.settings({ initialWindowSize: AGENT_STREAM_WINDOW });
+  } catch {
+    // the session closed already
   }
 }

@@ -158,3 +158,22 @@ export async function authenticateUpstreamStyle(call: AuthSource, opts: { tokenR
   if (peer?.raw) return { method: 'certificate', user: commonName(peer.raw) };
   return { method: 'none', user: 'anonymous' };
 }
+
+/**
+ * The broker's key for an agent. In kctl's own mode it comes from authentication: a node
+ * certificate is `system:node:<name>`, a token `<user>/<agentid>` (many agents of one service
+ * account are told apart by the id they send, but never reach a node's key). The upstream-style
+ * standalone server keeps the agentid as sent, as upstream does.
+ */
+export function brokerId(identity: AgentIdentity, agentId: string, upstreamStyle: boolean): string {
+  if (upstreamStyle) return agentId;
+  if (identity.method === 'certificate') return identity.user;
+  return `${identity.user}/${agentId}`;
+}
+
+/** The agentid an agent sent, when it names anyone but the agent's node (kept as a label, never a key). */
+export function strayAgentId(identity: AgentIdentity, agentId: string): string | undefined {
+  return identity.method === 'certificate' && identity.node !== undefined && agentId !== identity.node && agentId !== identity.user
+    ? agentId
+    : undefined;
+}

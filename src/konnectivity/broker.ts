@@ -37,7 +37,6 @@ export interface BrokerOptions {
 
 export const NO_AGENT = 'No agent available';
 
-/** Agents that name the host exactly win over agents whose CIDR covers it (a site gateway). */
 /** Agents that name `host` exactly; else those whose CIDR holding it is the longest (a node's pod CIDR beats a gateway's wide one). */
 function destHostCandidates(ready: AgentBackend[], host: string): AgentBackend[] {
   const exact: AgentBackend[] = [];
@@ -153,11 +152,12 @@ export class Broker {
 
   private noAgentMessage(host: string): string {
     const n = this.agents.size;
-    const hint =
-      n === 0
-        ? `no agent is connected to konnectivity server ${this.o.serverId}`
-        : `none of the ${n} agents connected to konnectivity server ${this.o.serverId} matches ${host} (strategies ${this.o.strategies.join(',')})`;
-    return `${NO_AGENT}: ${hint}`;
+    const server = `konnectivity server ${this.o.serverId}`;
+    if (n === 0) return `${NO_AGENT}: no agent is connected to ${server}`;
+    // Without `default` a dial goes only to an agent that may serve its host: never to "any agent".
+    if (!this.o.strategies.includes('default'))
+      return `${NO_AGENT}: no agent may serve ${host} (${n} agent${n === 1 ? '' : 's'} connected to ${server}; strategies ${this.o.strategies.join(',')})`;
+    return `${NO_AGENT}: none of the ${n} agents connected to ${server} matches ${host} (strategies ${this.o.strategies.join(',')})`;
   }
 
   // ---- frontend -> broker ----

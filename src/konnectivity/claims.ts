@@ -1,9 +1,11 @@
-// Which routing identifiers an agent may claim. kube-apiserver dials a kubelet by one of its
-// Node's addresses; with the destHost strategy the agent that claims that address gets the
-// dial. So a claim is a request for another host's traffic, and only the Node that reports an
-// address (or a name) may have it. The serving-certificate approver asks the same question of a
-// CSR's SANs: `unownedBy` is the one rule for both.
-import { canonicalIp } from '../base/addresses.ts';
+// Which routing identifiers an agent may claim, and which names and addresses a node may own.
+// kube-apiserver dials a kubelet by one of its Node's addresses; with the destHost strategy the
+// agent that claims that address gets the dial. So a claim is a request for another host's
+// traffic, and a serving certificate for an address lets its holder pose as whatever lives there.
+// `ownershipProblem` is the one rule for both the tunnel claims and the serving-CSR approver: an
+// address or name is a node's only if its Node reports it, no other Node reported it first, and
+// it is not the control plane's or the cluster's virtual space (reserved).
+import { canonicalIp, cidrContains } from '../base/addresses.ts';
 import type { AgentIdentity } from './auth.ts';
 import type { AgentIdentifiers } from './protocol.ts';
 
@@ -18,14 +20,35 @@ export interface NodeRecord {
   addresses: NodeAddress[];
   /** The pod networks kube-controller-manager gave the Node: its pods' IPs are there. */
   podCIDRs?: string[];
+  /** The port its kubelet serves on (status.daemonEndpoints), when it says. */
+  kubeletPort?: number;
+}
+
+/** What no node may own, whatever its Node reports. */
+export interface ReservedSpace {
+  /** Whether a canonical address or lower-case name is a controller's (config, leases, certificates). */
+  isController(value: string): boolean;
+  /** The cluster's Service networks: a Service IP belongs to no node. */
+  serviceCIDRs: readonly string[];
+  /** The cluster's pod networks: a node owns only the part kube-controller-manager gave it. */
+  podCIDRs: readonly string[];
 }
 
 /** A live view of the cluster's Nodes (the controller keeps one from a watch). */
 export interface NodeDirectory {
   /** False until the first list arrived: claims are judged again once it has. */
   readonly synced: boolean;
+  /**
+   * The control plane's addresses and the cluster's virtual networks; with it, loopback,
+   * link-local, unspecified and multicast addresses are nobody's too. `kctl controller` always
+   * sets it; without it (tests, tools) only the Nodes decide.
+   */
+  readonly reserved?: ReservedSpace;
   get(name: string): NodeRecord | undefined;
-  /** Names of the Nodes that report this IP address or DNS name. */
+  /**
+   * Names of the Nodes that report this IP address or DNS name, the one that keeps it first: the
+   * Node of that name for a name, else the first to report it (while it keeps reporting it).
+   */
   owners(nameOrIp: string): string[];
   /** Runs after every change (and after the first list); returns an unsubscribe function. */
   onChange(listener: () => void): () => void;
@@ -46,20 +69,95 @@ export function canonicalIdentifier(v: string): string {
 
 const isIpType = (t: string): boolean => /IP$/.test(t);
 
-/** Everything a Node owns: its name, its DNS-type addresses and its IP addresses. */
+/** Everything a Node reports about itself: its name, its DNS-type addresses and its IP addresses. */
 export function ownedBy(node: NodeRecord): string[] {
   return [node.name, ...node.addresses.map((a) => a.address)].map(canonicalIdentifier);
 }
 
+/** Address ranges that never lead to one particular node, with the words a reason uses. */
+const SPECIAL_RANGES: { cidr: string; what: string }[] = [
+  { cidr: '127.0.0.0/8', what: 'a loopback address' },
+  { cidr: '::1/128', what: 'a loopback address' },
+  { cidr: '169.254.0.0/16', what: 'a link-local address' },
+  { cidr: 'fe80::/10', what: 'a link-local address' },
+  { cidr: '0.0.0.0/8', what: 'an unspecified address' },
+  { cidr: '::/128', what: 'an unspecified address' },
+  { cidr: '224.0.0.0/4', what: 'a multicast address' },
+  { cidr: 'ff00::/8', what: 'a multicast address' },
+  { cidr: '255.255.255.255/32', what: 'the broadcast address' },
+  // An IPv4 address spelled as IPv6 reaches the IPv4 host: it would dodge every rule above.
+  { cidr: '::ffff:0:0/96', what: 'an IPv4-mapped IPv6 address' },
+];
+
+/** Why no node may own this (canonical) IP or name whatever it reports, or undefined. */
+function reservedProblem(value: string, isName: boolean, node: NodeRecord | undefined, reserved: ReservedSpace | undefined): string | undefined {
+  if (!reserved) return undefined; // a directory without one (tests, tools) judges by the Nodes alone
+  // The most telling reason first: a Service IP is also in kube-apiserver's certificate.
+  if (isName) {
+    if (value === 'localhost' || value.endsWith('.localhost')) return 'a loopback name';
+    return reserved.isController(value) ? "a controller's name" : undefined;
+  }
+  const special = SPECIAL_RANGES.find((r) => cidrContains(r.cidr, value));
+  if (special) return special.what;
+  const service = reserved.serviceCIDRs.find((c) => cidrContains(c, value));
+  if (service) return `inside the service CIDR ${service}`;
+  const pods = reserved.podCIDRs.find((c) => cidrContains(c, value));
+  if (pods && !(node?.podCIDRs ?? []).some((c) => cidrContains(c, value)))
+    return `inside the pod CIDR ${pods} but not node ${node?.name ?? '(unregistered)'}'s own`;
+  return reserved.isController(value) ? "a controller's address" : undefined;
+}
+
 /**
- * The rule shared by agent claims and kubelet serving CSRs: which of these names and addresses
- * the Node does not own (DNS names must be its name or a Hostname/DNS address, IPs one of its
- * IP addresses). Empty means all are the Node's.
+ * The one ownership rule, shared by agent claims and kubelet serving CSRs: why node `nodeName`
+ * (its Node `node`, undefined when not registered) may not own `value` (a DNS name when `isName`,
+ * else an IP), or undefined when it does. A node owns its own name, and the names (Hostname,
+ * DNS addresses) and IPs its Node reports, unless another Node reported them first or they are
+ * reserved (ReservedSpace, loopback, link-local, unspecified, multicast).
  */
-export function unownedBy(node: NodeRecord, names: string[], ips: string[]): string[] {
-  const dns = new Set([node.name, ...node.addresses.filter((a) => !isIpType(a.type)).map((a) => a.address)].map(canonicalIdentifier));
-  const ipSet = new Set(node.addresses.filter((a) => isIpType(a.type)).map((a) => canonicalIdentifier(a.address)));
-  return [...names.filter((n) => !dns.has(canonicalIdentifier(n))), ...ips.filter((ip) => !ipSet.has(canonicalIdentifier(ip)))];
+export function ownershipProblem(
+  nodeName: string,
+  node: NodeRecord | undefined,
+  value: string,
+  isName: boolean,
+  nodes: NodeDirectory,
+): string | undefined {
+  const v = canonicalIdentifier(value);
+  if (!isName && canonicalIp(v) === null) return 'not an IP address';
+  const reserved = reservedProblem(v, isName, node, nodes.reserved);
+  if (reserved) return reserved;
+  const own = canonicalIdentifier(nodeName);
+  if (isName && v === own) return undefined; // its certificate (or its CSR's requester) says so
+  const reports = node !== undefined && node.addresses.some((a) => isIpType(a.type) !== isName && canonicalIdentifier(a.address) === v);
+  const owners = nodes.owners(v);
+  if (!reports) {
+    const others = owners.filter((n) => n !== node?.name);
+    if (others.length > 0) return `reported by node ${others.join(', ')}`;
+    if (!node) return nodes.synced ? `node ${nodeName} is not registered` : 'waiting for the Node list';
+    return `node ${nodeName} does not report it`;
+  }
+  const first = owners[0];
+  if (first !== undefined && first !== node.name) return `reported first by node ${first} (conflict)`;
+  return undefined;
+}
+
+/** What a node may not own among these names and IPs, each with its reason. Empty means all are the node's. */
+export function unownedBy(nodeName: string, node: NodeRecord | undefined, names: string[], ips: string[], nodes: NodeDirectory): DroppedValue[] {
+  const out: DroppedValue[] = [];
+  for (const [values, isName] of [
+    [names, true],
+    [ips, false],
+  ] as const) {
+    for (const value of values) {
+      const reason = ownershipProblem(nodeName, node, value, isName, nodes);
+      if (reason !== undefined) out.push({ value, reason });
+    }
+  }
+  return out;
+}
+
+export interface DroppedValue {
+  value: string;
+  reason: string;
 }
 
 export interface DroppedClaim {
@@ -98,9 +196,10 @@ export type OwnerAgent = (value: string) => string | undefined;
  * - a node-certificate agent: its node's name, and the names and addresses its Node reports;
  *   it also serves its Node's pod CIDRs without claiming them, so a dial to a pod (a webhook, an
  *   aggregated API) goes to the agent on the node that runs the pod, not to any agent;
- * - a service-account agent that is not trusted: nothing (it serves only the `default` strategy);
- * - a trusted agent also: CIDRs, default-route, and any other name or address, unless the agent
- *   of the Node that reports it claims it too: that Node's agent wins.
+ * - a service-account agent that is not trusted: nothing (it serves only the `default` strategy,
+ *   which `kctl controller` does not run);
+ * - a trusted agent also: CIDRs, default-route, and any other name or address that is not reserved,
+ *   unless the agent of the Node that reports it claims it too: that Node's agent wins.
  */
 export function judgeClaims(
   identity: AgentIdentity,
@@ -114,7 +213,7 @@ export function judgeClaims(
   const node = own === undefined ? undefined : nodes.get(own);
   const keep = (kind: 'host' | 'ipv4' | 'ipv6', values: string[]): string[] =>
     values.filter((v) => {
-      const why = ownershipProblem({ value: v, isName: kind === 'host', own, node, nodes, trusted, ownerAgent });
+      const why = claimProblem({ value: v, isName: kind === 'host', own, node, nodes, trusted, ownerAgent });
       if (why) dropped.push({ claim: `${kind}=${v}`, reason: why });
       return why === undefined;
     });
@@ -143,17 +242,18 @@ interface ClaimContext {
   ownerAgent: OwnerAgent;
 }
 
-function ownershipProblem(c: ClaimContext): string | undefined {
+/** Why the agent may not claim this value: the ownership rule for its node, then what trust adds. */
+function claimProblem(c: ClaimContext): string | undefined {
   const { value, isName, own, node, nodes } = c;
-  if (isName && own !== undefined && canonicalIdentifier(value) === canonicalIdentifier(own)) return undefined; // the certificate says so
-  if (node && unownedBy(node, isName ? [value] : [], isName ? [] : [value]).length === 0) return undefined;
-  const owners = nodes.owners(value).filter((n) => n !== own);
-  if (c.trusted) {
-    const winner = owners.length > 0 ? c.ownerAgent(value) : undefined;
-    return winner === undefined ? undefined : `agent ${winner} of node ${owners.join(', ')}, which reports it, claims it too`;
-  }
-  if (own === undefined) return 'a service-account agent claims nothing unless listed in spec.konnectivity.trustedAgents';
-  if (owners.length > 0) return `reported by node ${owners.join(', ')}`;
-  if (!node) return nodes.synced ? `node ${own} is not registered` : 'waiting for the Node list';
-  return `node ${own} does not report it`;
+  const problem = own === undefined ? undefined : ownershipProblem(own, node, value, isName, nodes);
+  if (own !== undefined && problem === undefined) return undefined;
+  if (!c.trusted) return problem ?? 'a service-account agent claims nothing unless listed in spec.konnectivity.trustedAgents';
+  // Trust widens a claim to addresses no Node keeps, never to the control plane's or virtual ones.
+  const v = canonicalIdentifier(value);
+  if (!isName && canonicalIp(v) === null) return 'not an IP address';
+  const reserved = reservedProblem(v, isName, node, nodes.reserved);
+  if (reserved) return reserved;
+  const owners = nodes.owners(v).filter((n) => n !== own);
+  const winner = owners.length > 0 ? c.ownerAgent(v) : undefined;
+  return winner === undefined ? undefined : `agent ${winner} of node ${owners.join(', ')}, which reports it, claims it too`;
 }

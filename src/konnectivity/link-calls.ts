@@ -77,17 +77,18 @@ export class LinkAgentCall extends EventEmitter {
     });
   }
 
-  /** Waits for the agent's HELLO; rejects (and closes the connection) on anything else. */
-  static accept(socket: TLSSocket, timeoutMs: number, keepalive: LinkKeepalive): Promise<LinkAgentCall> {
+  /**
+   * Waits for the agent's HELLO; rejects (and closes the connection) on anything else. How long it
+   * may take is the agent port's to bound (pre-auth.ts closes a connection that does not authenticate in time).
+   */
+  static accept(socket: TLSSocket, keepalive: LinkKeepalive): Promise<LinkAgentCall> {
     const link = new Link(socket);
     return new Promise((resolve, reject) => {
       const fail = (why: string): void => {
-        clearTimeout(timer);
         link.removeAllListeners();
         link.destroy();
         reject(new Error(why));
       };
-      const timer = setTimeout(() => fail(`no HELLO within ${timeoutMs / 1000} s`), timeoutMs);
       link.once('packet', () => fail('a packet before HELLO'));
       link.once('closed', (error?: string) => fail(error ?? 'closed before HELLO'));
       link.once('frame', (kind: number, body: Buffer) => {
@@ -98,7 +99,6 @@ export class LinkAgentCall extends EventEmitter {
         } catch (err) {
           return fail(err instanceof LinkProtocolError ? err.message : String(err));
         }
-        clearTimeout(timer);
         link.removeAllListeners();
         link.hold(); // until the server has authenticated the agent and listens (sendMetadata)
         resolve(new LinkAgentCall(link, md, keepalive));

@@ -25,6 +25,13 @@ export interface KonnectivityServerOptions {
   agentBindAddress?: string;
   /** 0 picks a free port (tests); see agentPort() after start. */
   agentPort: number;
+  /**
+   * Connections to the agent port that have not authenticated yet, at most; at the cap, a new one
+   * closes the one that has waited longest. Default 256.
+   */
+  maxUnauthenticatedAgents?: number;
+  /** From accept to an authenticated Connect (the TLS handshake included), at most. Default 10 s. */
+  agentAuthTimeoutMs?: number;
   /** Default 127.0.0.1. */
   adminBindAddress?: string;
   /** /healthz, /readyz, /metrics; no admin server when unset. 0 picks a free port. */

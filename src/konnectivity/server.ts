@@ -14,22 +14,15 @@ import type { Component, ComponentStatus, ComponentState } from '../base/compone
 import { listenAdmin } from './admin.ts';
 import { closeHttp, shutdownGrpc } from './listen.ts';
 import { AgentListener } from './agent-port.ts';
-import { AgentAuthError, authenticateAgent, authenticateUpstreamStyle, type AgentIdentity } from './auth.ts';
+import { AgentAuthError, authenticateAgent, authenticateUpstreamStyle, brokerId, strayAgentId, type AgentIdentity } from './auth.ts';
 import { Broker } from './broker.ts';
 import { AgentBackend, type AgentCall } from './tunnel.ts';
 import { LinkAgentCall, peerOf, type LinkKeepalive } from './link-calls.ts';
 import { LINK_ALPN } from './link.ts';
-import {
-  canonicalIdentifier,
-  isTrusted,
-  judgeClaims,
-  judgeWithoutNodes,
-  type ClaimVerdict,
-  type DroppedClaim,
-  type NodeDirectory,
-} from './claims.ts';
+import { canonicalIdentifier, isTrusted, judgeClaims, judgeWithoutNodes, type ClaimVerdict, type NodeDirectory } from './claims.ts';
 import { FrontendListeners, type TcpFrontend } from './frontend-listeners.ts';
 import type { KonnectivityServerOptions } from './server-options.ts';
+import type { AgentSnapshot, KonnectivityServerSnapshot, TunnelStats } from './server-snapshot.ts';
 import { ServerMetrics } from './metrics.ts';
 import {
   AgentServiceDefinition,
@@ -42,48 +35,8 @@ import {
 } from './protocol.ts';
 
 export const CONNECT_METHOD = AgentServiceDefinition.Connect.path;
-/** How long a kctl-tunnel/1 agent has to send its HELLO after the TLS handshake. */
-const LINK_HELLO_TIMEOUT_MS = 15_000;
 export type { KonnectivityServerOptions, TcpFrontend };
-
-export interface AgentSnapshot {
-  id: string;
-  node?: string;
-  user: string;
-  auth: AgentIdentity['method'];
-  /** What the agent sent, what routing uses, and why the rest was dropped. */
-  claimed: AgentIdentifiers;
-  accepted: AgentIdentifiers;
-  dropped: DroppedClaim[];
-  draining: boolean;
-  extensions: string[];
-  connections: number;
-  pendingDials: number;
-  connectedAt: string;
-}
-
-export interface KonnectivityServerSnapshot {
-  serverId: string;
-  serverCount: number;
-  agents: AgentSnapshot[];
-  pendingDials: number;
-  establishedConnections: number;
-  closingConnections: number;
-}
-
-/** Per-tunnel flow-control numbers, for tests and debugging. */
-export interface TunnelStats {
-  trace: string;
-  agent: string;
-  random: string;
-  connectID?: string;
-  address: string;
-  state: string;
-  unflushed: number;
-  peakUnflushed: number;
-  held: number;
-  peakHeld: number;
-}
+export type { AgentSnapshot, KonnectivityServerSnapshot, TunnelStats };
 
 const buf = (v: string | Buffer): Buffer => (typeof v === 'string' ? Buffer.from(v) : v);
 const sameClaims = (a: ClaimVerdict, b: ClaimVerdict): boolean => JSON.stringify(a) === JSON.stringify(b);
@@ -203,6 +156,7 @@ export class KonnectivityServer implements Component {
         // As upstream: a CA means a verified client certificate is required, unless tokens authenticate.
         requireClientCert: upstreamAuth && this.o.tls.ca !== undefined && !this.o.tokenReview,
       },
+      { limits: { maxConnections: this.o.maxUnauthenticatedAgents, timeoutMs: this.o.agentAuthTimeoutMs }, log: this.log },
       (this.o.extensions ?? true) ? (socket) => this.onLink(socket) : undefined,
     );
     this.agentListener = listener;
@@ -237,9 +191,12 @@ export class KonnectivityServer implements Component {
 
   /** A kctl agent chose kctl-tunnel/1: its HELLO carries what gRPC metadata would. */
   private onLink(socket: TLSSocket): void {
-    LinkAgentCall.accept(socket, LINK_HELLO_TIMEOUT_MS, this.keepalive).then(
+    LinkAgentCall.accept(socket, this.keepalive).then(
       (call) => void this.onAgentConnect(call),
-      (err: Error) => this.log.warn({ peer: peerOf(socket) }, `agent connection dropped: ${err.message}`),
+      (err: Error) => {
+        // A connection the agent port's pre-auth bounds closed was logged there, once per burst.
+        if (!this.agentListener?.closedBeforeAuth(socket)) this.log.warn({ peer: peerOf(socket) }, `agent connection dropped: ${err.message}`);
+      },
     );
   }
 
@@ -273,7 +230,10 @@ export class KonnectivityServer implements Component {
       return refuse(grpc.status.INTERNAL, `authentication failed: ${err instanceof Error ? err.message : String(err)}`, agentId);
     }
     if (call.cancelled) return;
+    this.agentListener?.authenticated(call.getPeer()); // its connection leaves the pre-auth bounds
 
+    // An agent is who authenticated, not what it calls itself: its id can never shadow another's stream.
+    const id = brokerId(identity, agentId, this.o.agentAuth === 'upstream' || !this.ca);
     const flowControl = (this.o.extensions ?? true) && offersFlowControl(call.metadata.get(META.extensions));
     const claimed = parseIdentifiers(call.metadata.get(META.agentIdentifiers).map(String)[0] ?? '');
     const verdict = this.judge(identity, claimed, undefined);
@@ -284,6 +244,7 @@ export class KonnectivityServer implements Component {
     call.sendMetadata(md);
 
     const backend = new AgentBackend(
+      id,
       agentId,
       claimed,
       verdict,
@@ -298,7 +259,8 @@ export class KonnectivityServer implements Component {
     this.rejudgeAgents('trusted'); // a Node's own agent wins its addresses from trusted agents
     this.log.info(
       {
-        agent: agentId,
+        agent: id,
+        agentIdClaimed: strayAgentId(identity, agentId),
         node: identity.node,
         user: identity.user,
         auth: identity.method,
@@ -317,7 +279,7 @@ export class KonnectivityServer implements Component {
     const gone = (why: string): void => {
       if (backend.gone) return;
       this.broker.removeAgent(backend, why);
-      this.log.info({ agent: agentId, why }, 'agent disconnected');
+      this.log.info({ agent: id, why }, 'agent disconnected');
       this.rejudgeAgents('trusted');
     };
     call.on('end', () => {
@@ -453,6 +415,7 @@ export class KonnectivityServer implements Component {
       serverCount: this.serverCount(),
       agents: [...this.broker.agents].map((a) => ({
         id: a.id,
+        agentIdClaimed: strayAgentId(a.identity, a.claimedId),
         node: a.identity.node,
         user: a.identity.user,
         auth: a.identity.method,

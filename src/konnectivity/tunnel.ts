@@ -93,7 +93,10 @@ export class AgentBackend {
   private cidrs: { bits: number; list: BlockList }[] | undefined;
 
   constructor(
+    /** Who the agent is (server.ts brokerId): one stream per id is used for dials. */
     readonly id: string,
+    /** The agentid the agent sent: shown, never used to route. */
+    readonly claimedId: string,
     /** What the agent sent in agentidentifiers; `identifiers` is what it was granted. */
     readonly claimed: AgentIdentifiers,
     verdict: ClaimVerdict,

@@ -115,7 +115,7 @@ test('upstream proxy-agent -> kctl server: GRPC and HTTP-CONNECT frontends carry
   const seen = await waitFor('upstream agent connected', () => server.snapshot().agents[0], 60_000).catch((err: Error) => {
     throw new Error(`${err.message}\n${agent.output()}`);
   });
-  assert.equal(seen.id, 'upstream-node');
+  assert.equal(seen.id, 'system:node:upstream-node', 'an agent is its certificate');
   assert.equal(seen.node, 'upstream-node');
   assert.deepEqual(seen.extensions, [], 'an upstream agent does not negotiate kctl extensions');
 
@@ -124,7 +124,7 @@ test('upstream proxy-agent -> kctl server: GRPC and HTTP-CONNECT frontends carry
     agentId: 'kctl-node',
     identifiers: { host: ['kctl-node', 'other-node'], ipv4: ['127.0.0.2', '127.0.0.9'], cidr: ['127.0.0.0/8'], defaultRoute: true },
   });
-  const kctlSeen = await waitFor('kctl agent connected', () => server.snapshot().agents.find((a) => a.id === 'kctl-node'));
+  const kctlSeen = await waitFor('kctl agent connected', () => server.snapshot().agents.find((a) => a.id === 'system:node:kctl-node'));
   assert.deepEqual(seen.accepted, { host: ['upstream-node'], ipv4: ['127.0.0.1'], ipv6: [], cidr: [], defaultRoute: false });
   assert.deepEqual(kctlSeen.accepted, { host: ['kctl-node'], ipv4: ['127.0.0.2'], ipv6: [], cidr: [], defaultRoute: false });
   assert.deepEqual(seen.dropped, kctlSeen.dropped);

@@ -37,3 +37,11 @@ test('spec.konnectivity.proxyProtocol: kube-apiserver dials through HTTP-CONNECT
   ]);
   assert.throws(() => egress({ proxyProtocol: 'grpc' }), /spec\.konnectivity\.proxyProtocol: .*"HTTPConnect".*"GRPC"/);
 });
+
+test('spec.konnectivity.maxUnauthenticatedAgents: 256 by default, a positive whole number when set', () => {
+  const cap = (konnectivity: unknown) => parseConfig({ spec: { konnectivity } }, 'kctl.yaml').spec.konnectivity.maxUnauthenticatedAgents;
+  assert.equal(cap({}), 256);
+  assert.equal(cap({ maxUnauthenticatedAgents: 1000 }), 1000);
+  for (const bad of [0, -1, 2.5, '256'])
+    assert.throws(() => cap({ maxUnauthenticatedAgents: bad }), /spec\.konnectivity\.maxUnauthenticatedAgents: /, String(bad));
+});

@@ -276,7 +276,7 @@ test('bad input is harmless: closes or errors on the offending stream only, no c
     // Still served: a ping is answered.
     mallory.send(packets.ping('31337'));
     assert.equal((await mallory.next('KCTL_PONG')).kctlPing?.nonce, '31337');
-    assert.ok(server.snapshot().agents.some((a) => a.id === 'mallory'));
+    assert.ok(server.snapshot().agents.some((a) => a.id === 'system:node:mallory'));
     await allOk('agent unknown/payload-less packets');
   });
 
@@ -306,7 +306,7 @@ test('bad input is harmless: closes or errors on the offending stream only, no c
   await t.test('agent: an oversized frame ends that agent stream with an error; the others carry on', async () => {
     mallory.send(packets.data('1', Buffer.alloc(SERVER_MAX_RECEIVE + MiB, 0x62)));
     assert.match(await mallory.ended, /larger than|exceed|message/i);
-    await waitFor('mallory dropped', () => !server.snapshot().agents.some((a) => a.id === 'mallory'));
+    await waitFor('mallory dropped', () => !server.snapshot().agents.some((a) => a.id === 'system:node:mallory'));
     await allOk('oversized agent frame');
   });
 
@@ -340,7 +340,7 @@ test('bad input is harmless: closes or errors on the offending stream only, no c
       s.agents
         .map((a) => a.id)
         .sort()
-        .join() === 'node-1,victim' &&
+        .join() === 'system:node:node-1,system:node:victim' &&
       s.pendingDials === 0 &&
       s.closingConnections === 0 &&
       s.establishedConnections === 2

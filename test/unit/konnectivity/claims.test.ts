@@ -3,7 +3,15 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { dialViaProxy } from '../../../src/konnectivity/client.ts';
-import { judgeClaims, judgeWithoutNodes, unownedBy, type TrustedAgents } from '../../../src/konnectivity/claims.ts';
+import {
+  judgeClaims,
+  judgeWithoutNodes,
+  ownershipProblem,
+  unownedBy,
+  type NodeRecord,
+  type ReservedSpace,
+  type TrustedAgents,
+} from '../../../src/konnectivity/claims.ts';
 import { packets, parseIdentifiers } from '../../../src/konnectivity/protocol.ts';
 import type { AgentIdentity } from '../../../src/konnectivity/auth.ts';
 import { captureLogger } from '../../helpers.ts';
@@ -94,9 +102,141 @@ test('without a Node directory a certificate vouches for its node name only; add
   assert.deepEqual(droppedClaims(v), ['host=edge-2']);
 });
 
-test('unownedBy: the names and addresses a Node does not report, in one spelling', () => {
+test('unownedBy: the names and addresses a Node does not report, in one spelling, each with its reason', () => {
   const n = nodes.get('edge-1')!;
-  assert.deepEqual(unownedBy(n, ['edge-1', 'Edge-1.site.example', 'edge-2'], ['10.0.0.1', 'fd00:0:0::1', '10.0.0.2']), ['edge-2', '10.0.0.2']);
+  assert.deepEqual(unownedBy('edge-1', n, ['edge-1', 'Edge-1.site.example', 'edge-2'], ['10.0.0.1', 'fd00:0:0::1', '10.0.0.2'], nodes), [
+    { value: 'edge-2', reason: 'reported by node edge-2' },
+    { value: '10.0.0.2', reason: 'reported by node edge-2' },
+  ]);
+});
+
+// The cluster of the ownership tests: a controller at 192.0.2.2 (name ctl.example), Services in
+// 10.96.0.0/12, pods in 10.244.0.0/16; n1 has pod CIDR 10.244.1.0/24.
+const reserved: ReservedSpace = {
+  isController: (v) => ['192.0.2.2', 'ctl.example', '2001:db8::2'].includes(v),
+  serviceCIDRs: ['10.96.0.0/12', 'fd00:96::/108'],
+  podCIDRs: ['10.244.0.0/16'],
+};
+const cluster = (...records: NodeRecord[]) => new FakeNodes(records, reserved);
+const n1: NodeRecord = {
+  name: 'n1',
+  addresses: [
+    { type: 'InternalIP', address: '10.0.0.1' },
+    { type: 'InternalIP', address: 'fd00::1' },
+  ],
+  podCIDRs: ['10.244.1.0/24'],
+};
+const reporting = (name: string, ...values: string[]): NodeRecord => ({
+  name,
+  addresses: values.map((v) => ({ type: /^[\d.:a-f]+$/i.test(v) ? 'InternalIP' : 'Hostname', address: v })),
+});
+
+test("no node owns a controller address or name, a Service IP, another node's pod range, loopback, link-local, unspecified, multicast or an IPv4-mapped IPv6 address, whatever it reports", () => {
+  const lies = [
+    '192.0.2.2',
+    '2001:db8::2',
+    '10.96.0.1',
+    '10.111.5.5',
+    'fd00:96::a',
+    '10.244.2.9',
+    '127.0.0.1',
+    '::1',
+    '169.254.169.254',
+    'fe80::1',
+    '0.0.0.0',
+    '::',
+    '224.0.0.251',
+    'ff02::1',
+    '255.255.255.255',
+    '::ffff:10.0.0.1',
+  ];
+  const node = {
+    ...n1,
+    addresses: [
+      ...n1.addresses,
+      ...lies.map((address) => ({ type: 'InternalIP', address })),
+      { type: 'Hostname', address: 'ctl.example' },
+      { type: 'Hostname', address: 'localhost' },
+    ],
+  };
+  const dir = cluster(node);
+  const verdict = Object.fromEntries(
+    unownedBy('n1', node, ['ctl.example', 'CTL.example', 'localhost', 'n1'], [...lies, '10.0.0.1', 'fd00:0::1'], dir).map((d) => [d.value, d.reason]),
+  );
+  assert.deepEqual(verdict, {
+    'ctl.example': "a controller's name",
+    'CTL.example': "a controller's name",
+    localhost: 'a loopback name',
+    '192.0.2.2': "a controller's address",
+    '2001:db8::2': "a controller's address",
+    '10.96.0.1': 'inside the service CIDR 10.96.0.0/12',
+    '10.111.5.5': 'inside the service CIDR 10.96.0.0/12',
+    'fd00:96::a': 'inside the service CIDR fd00:96::/108',
+    '10.244.2.9': "inside the pod CIDR 10.244.0.0/16 but not node n1's own",
+    '127.0.0.1': 'a loopback address',
+    '::1': 'a loopback address',
+    '169.254.169.254': 'a link-local address',
+    'fe80::1': 'a link-local address',
+    '0.0.0.0': 'an unspecified address',
+    '::': 'an unspecified address',
+    '224.0.0.251': 'a multicast address',
+    'ff02::1': 'a multicast address',
+    '255.255.255.255': 'the broadcast address',
+    '::ffff:10.0.0.1': 'an IPv4-mapped IPv6 address',
+  });
+  // What stays: its name, its own addresses (any spelling) and an address inside its own pod CIDR it reports.
+  assert.deepEqual(
+    unownedBy(
+      'n1',
+      { ...n1, addresses: [...n1.addresses, { type: 'InternalIP', address: '10.244.1.7' }] },
+      ['n1'],
+      ['10.0.0.1', 'fd00:0::1', '10.244.1.7'],
+      dir,
+    ),
+    [],
+  );
+});
+
+test('a conflict: the first Node to report an address keeps it, in either order, and the other is told who has it', () => {
+  for (const [first, second] of [
+    ['n1', 'n2'],
+    ['n2', 'n1'],
+  ] as const) {
+    const dir = cluster(reporting(first, '10.0.0.7', 'fd00::7'), reporting(second, '10.0.0.7', 'FD00:0::7'));
+    for (const value of ['10.0.0.7', 'fd00::7']) {
+      assert.equal(ownershipProblem(first, dir.get(first), value, false, dir), undefined, `${first} keeps ${value}`);
+      assert.equal(ownershipProblem(second, dir.get(second), value, false, dir), `reported first by node ${first} (conflict)`);
+    }
+  }
+});
+
+test("a Node's name is its own even when another Node reported it first as a Hostname", () => {
+  const dir = cluster(reporting('n2', 'n1', '10.0.0.2'), reporting('n1', '10.0.0.1'));
+  assert.equal(ownershipProblem('n1', dir.get('n1'), 'n1', true, dir), undefined);
+  assert.equal(ownershipProblem('n2', dir.get('n2'), 'n1', true, dir), 'reported first by node n1 (conflict)');
+});
+
+test('an address that moves from one Node to another follows it: the old Node loses it, the new one gains it', () => {
+  const dir = cluster(reporting('n1', '10.0.0.9'), reporting('n2', '10.0.0.2'));
+  assert.equal(ownershipProblem('n2', dir.get('n2'), '10.0.0.9', false, dir), 'reported by node n1');
+  dir.set('n1', '10.0.0.1');
+  dir.set('n2', '10.0.0.2', '10.0.0.9');
+  assert.equal(ownershipProblem('n2', dir.get('n2'), '10.0.0.9', false, dir), undefined);
+  assert.equal(ownershipProblem('n1', dir.get('n1'), '10.0.0.9', false, dir), 'reported by node n2');
+});
+
+test('an ipv4 or ipv6 claim that is not an IP is dropped, and a trusted agent never gets a reserved address', () => {
+  const dir = cluster(n1);
+  const v = judgeClaims(node('n1'), parseIdentifiers('ipv4=example.com&ipv4=10.96.0.1&ipv6=::1'), dir, true);
+  assert.deepEqual(v.accepted.ipv4, []);
+  assert.deepEqual(v.accepted.ipv6, []);
+  assert.deepEqual(
+    v.dropped.map((d) => `${d.claim}: ${d.reason}`),
+    ['ipv4=example.com: not an IP address', 'ipv4=10.96.0.1: inside the service CIDR 10.96.0.0/12', 'ipv6=::1: a loopback address'],
+  );
+  const gw = judgeClaims(node('gw'), parseIdentifiers('ipv4=192.0.2.2&host=ctl.example&ipv4=10.9.9.9'), dir, true);
+  assert.deepEqual(gw.accepted.ipv4, ['10.9.9.9']);
+  assert.deepEqual(gw.accepted.host, []);
 });
 
 test('routing follows the claims: the impostor never gets a dial for the owner address; a Node address change moves new dials, not open tunnels', async (t) => {
@@ -112,16 +252,16 @@ test('routing follows the claims: the impostor never gets a dial for the owner a
   });
   const impostor = await rawAgent(t, pki, server, { agentId: 'x1', creds: await pki.nodeCert('x1'), identifiers: 'host=victim&ipv4=10.0.0.1' });
   await waitFor('two agents', () => server.snapshot().agents.length === 2);
-  const snap = server.snapshot().agents.find((a) => a.id === 'x1')!;
+  const snap = server.snapshot().agents.find((a) => a.id === 'system:node:x1')!;
   assert.deepEqual(snap.claimed.ipv4, ['10.0.0.1']);
   assert.deepEqual(snap.accepted.ipv4, []);
   assert.deepEqual(
     snap.dropped.map((d) => `${d.claim}: ${d.reason}`),
     ['host=victim: node x1 is not registered', 'ipv4=10.0.0.1: reported by node node-a'],
   );
-  const warn = log.lines().find((l) => l.agent === 'x1' && l.level === 40);
-  assert.match(String(warn?.msg), /agent x1: dropped claims host=victim .*ipv4=10\.0\.0\.1 \(reported by node node-a\)/);
-  const ownerSnap = server.snapshot().agents.find((a) => a.id === 'node-a')!;
+  const warn = log.lines().find((l) => l.agent === 'system:node:x1' && l.level === 40);
+  assert.match(String(warn?.msg), /agent system:node:x1: dropped claims host=victim .*ipv4=10\.0\.0\.1 \(reported by node node-a\)/);
+  const ownerSnap = server.snapshot().agents.find((a) => a.id === 'system:node:node-a')!;
   assert.deepEqual(ownerSnap.accepted.ipv4, ['10.0.0.1'], "10.0.0.7 is not node-a's (yet)");
 
   const uds = udsOf(server).grpc;
@@ -144,7 +284,7 @@ test('routing follows the claims: the impostor never gets a dial for the owner a
     () =>
       server
         .snapshot()
-        .agents.find((a) => a.id === 'node-a')!
+        .agents.find((a) => a.id === 'system:node:node-a')!
         .accepted.ipv4.join() === '10.0.0.7',
   );
   tunnel.write('still here');
@@ -154,7 +294,7 @@ test('routing follows the claims: the impostor never gets a dial for the owner a
   assert.deepEqual(
     server
       .snapshot()
-      .agents.find((a) => a.id === 'x1')!
+      .agents.find((a) => a.id === 'system:node:x1')!
       .dropped.find((d) => d.claim === 'ipv4=10.0.0.1')?.reason,
     'node x1 is not registered',
   );
@@ -172,12 +312,12 @@ test("a trusted agent serves a Node's address only while that Node's own agent i
     tokenReview: async (token) => ({ ok: token === 'sa', user }),
   });
   await rawAgent(t, pki, server, { agentId: 'daemonset-pod', creds: null, token: 'sa', identifiers: 'ipv4=10.0.0.1&cidr=10.0.0.0/8' });
-  const pod = () => server.snapshot().agents.find((a) => a.id === 'daemonset-pod');
+  const pod = () => server.snapshot().agents.find((a) => a.id.endsWith('/daemonset-pod'));
   await waitFor('trusted agent holds 10.0.0.1', () => pod()?.accepted.ipv4.join() === '10.0.0.1');
   assert.deepEqual(pod()!.accepted.cidr, ['10.0.0.0/8']);
   const owner = await rawAgent(t, pki, server, { agentId: 'node-a', creds: await pki.nodeCert('node-a'), identifiers: 'ipv4=10.0.0.1' });
   await waitFor('the owner wins', () => pod()?.accepted.ipv4.length === 0);
-  assert.deepEqual(pod()!.dropped, [{ claim: 'ipv4=10.0.0.1', reason: 'agent node-a of node node-a, which reports it, claims it too' }]);
+  assert.deepEqual(pod()!.dropped, [{ claim: 'ipv4=10.0.0.1', reason: 'agent system:node:node-a of node node-a, which reports it, claims it too' }]);
   owner.close();
   await waitFor('back to the trusted agent', () => pod()?.accepted.ipv4.join() === '10.0.0.1');
 });

@@ -82,7 +82,7 @@ test('an agent that does not answer: the dial times out (504 over HTTP-CONNECT),
   await waitFor('agent', () => server.snapshot().agents.length === 1);
   await assert.rejects(
     dialViaProxy({ udsPath: udsOf(server).grpc, address: '127.0.0.1:9', random: '4611686018427387905' }),
-    /timed out after 300 ms waiting for agent raw-1/,
+    /timed out after 300 ms waiting for agent system:node:raw-1/,
   );
   const req = await agent.next('DIAL_REQ');
   assert.equal(req.dialRequest?.random, '4611686018427387905');
@@ -91,7 +91,10 @@ test('an agent that does not answer: the dial times out (504 over HTTP-CONNECT),
   agent.send(packets.dialRsp('4611686018427387905', '77'));
   const close = await agent.next('CLOSE_REQ');
   assert.equal(close.closeRequest?.connectID, '77', 'the late connection is closed on the agent');
-  assert.match(await httpConnect(udsOf(server).connect, '127.0.0.1:9'), /^HTTP\/1\.1 504 [^\r\n]*timed out after 300 ms waiting for agent raw-1\r\n/);
+  assert.match(
+    await httpConnect(udsOf(server).connect, '127.0.0.1:9'),
+    /^HTTP\/1\.1 504 [^\r\n]*timed out after 300 ms waiting for agent system:node:raw-1\r\n/,
+  );
   assert.equal(server.snapshot().pendingDials, 0);
   assert.equal(server.snapshot().establishedConnections, 0);
 });
@@ -146,7 +149,7 @@ test('a pending dial fails at once when its agent is killed (SIGKILL), not at th
   const dial = dialViaProxy({ udsPath: udsOf(server).grpc, address: '127.0.0.1:10250' });
   await waitFor('dial reached the agent', () => out.includes('DIAL'));
   child.kill('SIGKILL');
-  await assert.rejects(dial, /agent doomed disconnected before answering the dial to 127\.0\.0\.1:10250/);
+  await assert.rejects(dial, /agent system:node:doomed disconnected before answering the dial to 127\.0\.0\.1:10250/);
   assert.equal(server.snapshot().pendingDials, 0);
   assert.equal(server.snapshot().agents.length, 0);
 });
@@ -167,7 +170,7 @@ test('agent stream ends: every tunnel on it gets CLOSE_RSP; stray packets get a 
 
   agent.close();
   await once(tunnel, 'end');
-  assert.match(tunnel.closeError ?? '', /agent raw-1 disconnected/);
+  assert.match(tunnel.closeError ?? '', /agent system:node:raw-1 disconnected/);
   await waitFor('tables empty', () => server.snapshot().establishedConnections === 0 && server.snapshot().agents.length === 0);
 });
 
@@ -222,7 +225,7 @@ test('DRAIN moves new dials to other agents; destHost picks the agent of the dia
   await Promise.all([toA, toB]);
 
   a.send(packets.drain());
-  await waitFor('a draining', () => server.snapshot().agents.find((x) => x.id === 'node-a')?.draining);
+  await waitFor('a draining', () => server.snapshot().agents.find((x) => x.id === 'system:node:node-a')?.draining);
   const dials = Array.from({ length: 8 }, () => dialViaProxy({ udsPath: uds, address: 'example.internal:443' }).catch(() => {}));
   for (let i = 0; i < 8; i++) await b.next('DIAL_REQ');
   await Promise.all(dials);

@@ -14,7 +14,7 @@ import { ensurePki, pkiPaths } from '../../../src/pki/index.ts';
 import { generateKeyPem, issueCaCert, issueLeafCert, keyIdOf, parseCert, parseKey, type Signer } from '../../../src/pki/x509.ts';
 import { KonnectivityAgent, type KonnectivityAgentOptions } from '../../../src/konnectivity/agent.ts';
 import { KonnectivityServer, type KonnectivityServerOptions } from '../../../src/konnectivity/server.ts';
-import { canonicalIdentifier, ownedBy, type NodeDirectory, type NodeRecord } from '../../../src/konnectivity/claims.ts';
+import { canonicalIdentifier, ownedBy, type NodeDirectory, type NodeRecord, type ReservedSpace } from '../../../src/konnectivity/claims.ts';
 import { tempDir } from '../../helpers.ts';
 
 type T = { after: (fn: () => Promise<void> | void) => void };
@@ -343,7 +343,11 @@ export class FakeNodes implements NodeDirectory {
   private readonly nodes = new Map<string, NodeRecord>();
   private readonly listeners = new Set<() => void>();
 
-  constructor(records: NodeRecord[] = []) {
+  /** Nodes in the order they first reported their addresses: owners() lists the first reporter first. */
+  constructor(
+    records: NodeRecord[] = [],
+    readonly reserved?: ReservedSpace,
+  ) {
     for (const r of records) this.nodes.set(r.name, r);
   }
 
@@ -359,7 +363,8 @@ export class FakeNodes implements NodeDirectory {
 
   owners(nameOrIp: string): string[] {
     const v = canonicalIdentifier(nameOrIp);
-    return [...this.nodes.values()].filter((n) => ownedBy(n).includes(v)).map((n) => n.name);
+    const names = [...this.nodes.values()].filter((n) => ownedBy(n).includes(v)).map((n) => n.name);
+    return names.includes(v) ? [v, ...names.filter((n) => n !== v)] : names; // a Node's own name is its own
   }
 
   onChange(listener: () => void): () => void {

@@ -112,9 +112,9 @@ test('3 servers, 2 agents given all 3 addresses: all connected to all; SIGKILL o
   await waitFor(
     'every server sees both agents (no duplicates)',
     async () =>
-      agentIds(s1.snapshot()).join() === 'node-1,node-2' &&
-      agentIds(s2.snapshot()).join() === 'node-1,node-2' &&
-      agentIds(await s3.snapshot()).join() === 'node-1,node-2',
+      agentIds(s1.snapshot()).join() === 'system:node:node-1,system:node:node-2' &&
+      agentIds(s2.snapshot()).join() === 'system:node:node-1,system:node:node-2' &&
+      agentIds(await s3.snapshot()).join() === 'system:node:node-1,system:node:node-2',
   );
   assert.equal(s1.snapshot().serverCount, 3);
 
@@ -169,7 +169,9 @@ test('3 servers, 2 agents given all 3 addresses: all connected to all; SIGKILL o
   // ...and no duplicate streams are left behind on the survivors.
   await waitFor(
     'each survivor sees both agents once',
-    () => agentIds(s1.snapshot()).join() === 'node-1,node-2' && agentIds(s2.snapshot()).join() === 'node-1,node-2',
+    () =>
+      agentIds(s1.snapshot()).join() === 'system:node:node-1,system:node:node-2' &&
+      agentIds(s2.snapshot()).join() === 'system:node:node-1,system:node:node-2',
   );
 
   // A dial to the dead server's socket fails fast instead of hanging.

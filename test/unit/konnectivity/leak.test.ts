@@ -134,7 +134,7 @@ test(`${CYCLES} dial/close cycles of every kind leave no dial, tunnel, gauge or 
     // Other cycles' dials may land here too (any ready agent): they fail when it dies.
     for (let got = 0; got < 5;) if ((await raw.next('DIAL_REQ')).dialRequest?.address === 'black-hole:10250') got++;
     raw.close();
-    for (const r of await Promise.all(dials)) assert.match(r, /agent black-hole disconnected before answering/);
+    for (const r of await Promise.all(dials)) assert.match(r, /agent system:node:black-hole disconnected before answering/);
     note('agent killed mid-dial');
   }
 
