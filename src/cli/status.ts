@@ -46,7 +46,8 @@ export function renderStatus(r: AnyStatusReport): string {
     );
     if (k.agents.length === 0) out.push('  no agents connected: kube-apiserver answers "No agent available" for logs, exec and port-forward');
     for (const a of k.agents) {
-      out.push(`  ${a.id}  node=${a.node ?? '-'}  auth=${a.auth}${a.draining ? '  draining' : ''}  connections=${a.connections}`);
+      const label = a.agentIdClaimed === undefined ? '' : `  agentid=${a.agentIdClaimed}`;
+      out.push(`  ${a.id}  node=${a.node ?? '-'}  auth=${a.auth}${label}${a.draining ? '  draining' : ''}  connections=${a.connections}`);
       // What the agent asked to route and what it got: "why did this dial go there" in one place.
       out.push(`    claimed:  ${showIdentifiers(a.claimed) || '(nothing)'}`);
       out.push(`    accepted: ${showIdentifiers(a.accepted) || '(nothing: only dials any agent may take)'}`);
@@ -74,6 +75,20 @@ function renderCluster(r: ControllerStatusReport): string[] {
   if (r.agentServers?.length) {
     out.push('', 'Agents and the controllers they hold a stream to (from the leases):');
     for (const a of r.agentServers) out.push(`  ${a.agent}  ${a.servers.length}/${live.length}  ${a.servers.join(', ')}`);
+  }
+  if (r.addressConflicts?.length) {
+    out.push('', 'Address conflicts (more than one Node reports it; the first reporter keeps it):');
+    for (const c of r.addressConflicts) out.push(`  ${c.value}  kept by ${c.owner}  also reported by ${c.others.join(', ')}`);
+  }
+  const ks = r.kubeletServing;
+  if (ks && ks.trusted !== 'kubelet-serving CA') {
+    out.push('', `Kubelet serving certificates: kube-apiserver trusts the ${ks.trusted} while nodes move over`);
+    if (ks.checkedAt === undefined) out.push('  not checked yet');
+    else
+      out.push(
+        `  ${ks.onClusterCa.length} node(s) still on the cluster CA${ks.onClusterCa.length ? `: ${ks.onClusterCa.join(', ')} (restart kctl worker there)` : ''}; ${ks.unchecked.length} not reachable`,
+      );
+    for (const u of ks.unchecked) out.push(`  ${u.node}: ${u.error}`);
   }
   const s = r.storage;
   if (s?.type === 'kine')

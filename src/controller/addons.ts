@@ -37,6 +37,7 @@ function addons(cfg: ClusterConfig, pki: PkiPaths): Addon[] {
           caPem: await readFile(pki.addonsCaCert, 'utf8'),
           certPem: await readFile(pki.metricsServerCert, 'utf8'),
           keyPem: await readFile(pki.metricsServerKey, 'utf8'),
+          kubeletCaPem: await readFile(pki.kubeletCaBundle, 'utf8'),
         }),
     },
   ];

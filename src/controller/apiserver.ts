@@ -61,8 +61,9 @@ function nodeFlags(cfg: ClusterConfig, pki: PkiPaths): Record<string, string | b
     'kubelet-client-key': pki.kubeletClientKey,
     'kubelet-preferred-address-types': 'InternalIP,ExternalIP,Hostname',
     // Verify every kubelet's serving certificate: kube-controller-manager signs them with the
-    // cluster CA, and kctl's csr-approver approves them only for the node's own name and addresses.
-    'kubelet-certificate-authority': pki.caCert,
+    // kubelet-serving CA, and kctl's csr-approver approves them only for names and addresses the
+    // node owns (the bundle holds the cluster CA too while an older cluster's nodes move over).
+    'kubelet-certificate-authority': pki.kubeletCaBundle,
   };
 }
 

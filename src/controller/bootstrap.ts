@@ -1,9 +1,9 @@
 // Cluster objects kctl owns, applied at every start (server-side apply is idempotent):
-// node bootstrap and CSR auto-approval RBAC, the apiserver's kubelet access, cluster-info.
+// node bootstrap RBAC (kctl's own approver decides joins), the apiserver's kubelet access, cluster-info.
 import { readFile } from 'node:fs/promises';
 import { stringify } from 'yaml';
 import { httpsUrl } from '../base/addresses.ts';
-import type { KubeClient, KubeManifest } from '../kube/client.ts';
+import { KubeApiError, type KubeClient, type KubeManifest } from '../kube/client.ts';
 import type { Logger } from '../base/log.ts';
 import type { PkiPaths } from '../pki/index.ts';
 import type { Component } from '../base/component.ts';
@@ -35,12 +35,9 @@ export function bootstrapObjects(cfg: ClusterConfig, caPem: string): KubeManifes
     users: [],
   });
   return [
-    // Bootstrap tokens (group system:bootstrappers) may create node client CSRs, approved automatically.
+    // Bootstrap tokens (group system:bootstrappers) may create node client CSRs. kctl's CSR approver
+    // decides them (a token never takes a registered node's name), not kube-controller-manager.
     clusterRoleBinding('kctl:bootstrappers:node-bootstrapper', 'system:node-bootstrapper', { kind: 'Group', name: 'system:bootstrappers' }),
-    clusterRoleBinding('kctl:bootstrappers:nodeclient-autoapprove', 'system:certificates.k8s.io:certificatesigningrequests:nodeclient', {
-      kind: 'Group',
-      name: 'system:bootstrappers',
-    }),
     // Nodes renew their own client certificates.
     clusterRoleBinding('kctl:nodes:selfnodeclient-autoapprove', 'system:certificates.k8s.io:certificatesigningrequests:selfnodeclient', {
       kind: 'Group',
@@ -82,6 +79,12 @@ export function bootstrapObjects(cfg: ClusterConfig, caPem: string): KubeManifes
   ];
 }
 
+/**
+ * Objects earlier kctl versions made that must not stay: with this binding kube-controller-manager
+ * approved every bootstrap CSR, whatever node name it asked for.
+ */
+export const RETIRED_OBJECTS = ['/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/kctl:bootstrappers:nodeclient-autoapprove'];
+
 export class BootstrapComponent implements Component {
   readonly name = 'bootstrap';
 
@@ -100,6 +103,11 @@ export class BootstrapComponent implements Component {
       'bootstrap objects',
       async () => {
         for (const d of docs) await this.kube.apply(d, { fieldManager: 'kctl', force: true }, signal);
+        for (const path of RETIRED_OBJECTS) {
+          await this.kube.request('DELETE', path, undefined, { signal }).catch((err: unknown) => {
+            if (!(err instanceof KubeApiError && err.status === 404)) throw err;
+          });
+        }
       },
       1000,
     );

@@ -1,14 +1,20 @@
-// In-process approver for kubelet serving certificates (signer kubernetes.io/kubelet-serving).
-// kube-controller-manager approves node *client* CSRs itself; serving CSRs need someone to
-// check that a node asks only for its own name and addresses (the rule konnectivity agents'
-// claims follow too: unownedBy in konnectivity/claims.ts). Anything else is denied.
+// In-process approver for the CSRs that decide who a node is:
+// - kubelet serving certificates (signer kubernetes.io/kubelet-serving): a node may ask only for
+//   names and addresses it owns (konnectivity/claims.ts ownershipProblem, the rule konnectivity
+//   agents' claims follow too);
+// - kubelet client certificates asked with a worker token (signer
+//   kubernetes.io/kube-apiserver-client-kubelet, requester system:bootstrap:<id>): a token mints
+//   only a node name that is not registered (or the one it was made for), within its uses.
+// kube-controller-manager still approves a node's renewal of its own client certificate.
+// Anything else of these two signers is denied, with the reason in the CSR's condition.
 import type { Logger } from '../base/log.ts';
-import { unownedBy, type NodeRecord } from '../konnectivity/claims.ts';
+import { ownershipProblem, type NodeDirectory } from '../konnectivity/claims.ts';
 import { resourcePath, type KubeClient } from '../kube/client.ts';
 import { Informer, type ListWatchOptions } from '../kube/informer.ts';
 import type { Component, ComponentStatus } from '../base/component.ts';
-import { parseCsr } from './csr-request.ts';
+import { parseCsr, type CsrContents } from './csr-request.ts';
 import type { NodeWatchComponent } from './nodes.ts';
+import { NODE_NAME, tokenRefusal, WorkerTokenStore, type WorkerTokenRecord } from './worker-tokens.ts';
 
 export interface Csr {
   metadata: { name: string };
@@ -16,41 +22,109 @@ export interface Csr {
   status?: { conditions?: { type: string }[] };
 }
 
-const ALLOWED_USAGES = new Set(['digital signature', 'key encipherment', 'server auth']);
+export const SERVING_SIGNER = 'kubernetes.io/kubelet-serving';
+export const KUBELET_CLIENT_SIGNER = 'kubernetes.io/kube-apiserver-client-kubelet';
+
+const SERVING_USAGES = new Set(['digital signature', 'key encipherment', 'server auth']);
+const CLIENT_USAGES = new Set(['digital signature', 'key encipherment', 'client auth']);
+const BOOTSTRAP_USER = /^system:bootstrap:([a-z0-9]{6})$/;
 
 export type Verdict = { approve: true; reason: string } | { approve: false; reason: string } | null;
 
-/** Decide on one CSR; null means "not ours or not decidable yet" (e.g. the Node is not registered). */
-export function judgeServingCsr(csr: Csr, node: NodeRecord | undefined): Verdict {
-  if (csr.spec.signerName !== 'kubernetes.io/kubelet-serving') return null;
-  const m = /^system:node:(.+)$/.exec(csr.spec.username);
-  if (!m || !(csr.spec.groups ?? []).includes('system:nodes')) return { approve: false, reason: `requester ${csr.spec.username} is not a node` };
-  const nodeName = m[1]!;
-  let req;
+const deny = (reason: string): Verdict => ({ approve: false, reason });
+
+/** The request of a node certificate CSR, or why it is not one (subject, usages). */
+function nodeRequest(csr: Csr, usagesAllowed: Set<string>, usage: string): { req: CsrContents; nodeName: string } | string {
+  let req: CsrContents;
   try {
     req = parseCsr(Buffer.from(csr.spec.request, 'base64').toString('utf8'));
   } catch (err) {
-    return { approve: false, reason: `request does not parse: ${(err as Error).message}` };
+    return `request does not parse: ${(err as Error).message}`;
   }
-  if (req.commonName !== `system:node:${nodeName}`) return { approve: false, reason: `subject CN ${req.commonName} is not the requesting node` };
-  if (req.organizations.length !== 1 || req.organizations[0] !== 'system:nodes')
-    return { approve: false, reason: 'subject O must be exactly system:nodes' };
+  const nodeName = /^system:node:(.+)$/.exec(req.commonName)?.[1];
+  if (nodeName === undefined || !NODE_NAME.test(nodeName) || nodeName.length > 253)
+    return `subject CN ${req.commonName} is not system:node:<a valid node name>`;
+  if (req.organizations.length !== 1 || req.organizations[0] !== 'system:nodes') return 'subject O must be exactly system:nodes';
   const usages = csr.spec.usages ?? [];
-  if (!usages.includes('server auth') || usages.some((u) => !ALLOWED_USAGES.has(u)))
-    return { approve: false, reason: `usages ${usages.join(',')} are not a serving certificate's` };
-  if (req.otherNames > 0) return { approve: false, reason: 'only DNS and IP subject alternative names are allowed' };
-  if (req.dnsNames.length + req.ipAddresses.length === 0) return { approve: false, reason: 'no subject alternative names' };
+  if (!usages.includes(usage) || usages.some((u) => !usagesAllowed.has(u))) return `usages ${usages.join(',')} are not a node ${usage} certificate's`;
+  return { req, nodeName };
+}
+
+/** Decide on one serving CSR; null means "not ours or not decidable yet" (e.g. the Node is not registered). */
+export function judgeServingCsr(csr: Csr, nodes: NodeDirectory): Verdict {
+  if (csr.spec.signerName !== SERVING_SIGNER) return null;
+  const m = /^system:node:(.+)$/.exec(csr.spec.username);
+  if (!m || !(csr.spec.groups ?? []).includes('system:nodes')) return deny(`requester ${csr.spec.username} is not a node`);
+  const requester = m[1]!;
+  const parsed = nodeRequest(csr, SERVING_USAGES, 'server auth');
+  if (typeof parsed === 'string') return deny(parsed);
+  const { req, nodeName } = parsed;
+  if (nodeName !== requester) return deny(`subject CN ${req.commonName} is not the requesting node`);
+  if (req.otherNames > 0) return deny('only DNS and IP subject alternative names are allowed');
+  if (req.dnsNames.length + req.ipAddresses.length === 0) return deny('no subject alternative names');
+  const node = nodes.get(nodeName);
   if (!node) return null; // not registered yet: decide once the Node exists
-  const unowned = unownedBy(node, req.dnsNames, req.ipAddresses);
-  if (unowned.length) return { approve: false, reason: `names not owned by node ${nodeName}: ${unowned.join(', ')}` };
+  const problems = [
+    ...req.dnsNames.map((v) => [v, ownershipProblem(nodeName, node, v, true, nodes)] as const),
+    ...req.ipAddresses.map((v) => [v, ownershipProblem(nodeName, node, v, false, nodes)] as const),
+  ].filter(([, why]) => why !== undefined);
+  if (problems.length) return deny(`names not owned by node ${nodeName}: ${problems.map(([v, why]) => `${v} (${why})`).join(', ')}`);
   return { approve: true, reason: `serving certificate for node ${nodeName} (${[...req.dnsNames, ...req.ipAddresses].join(', ')})` };
+}
+
+/** What a bootstrap CSR is judged against besides the request itself. */
+export interface BootstrapContext {
+  nodes: NodeDirectory;
+  /** The requesting token's record; undefined when the token is gone (invalidated, used up, expired). */
+  token: WorkerTokenRecord | undefined;
+  /** Token ids whose bootstrap CSR for this node name was approved already. */
+  issuedTo: (nodeName: string) => string[];
+}
+
+/** The node name a CSR's subject asks for (CN=system:node:<name>), or undefined. */
+function nodeNameOf(csr: Csr): string | undefined {
+  try {
+    return /^system:node:(.+)$/.exec(parseCsr(Buffer.from(csr.spec.request, 'base64').toString('utf8')).commonName)?.[1];
+  } catch {
+    return undefined;
+  }
+}
+
+/** The token id of a bootstrap requester, or undefined when the CSR is not a worker token's. */
+export function bootstrapTokenId(csr: Csr): string | undefined {
+  if (csr.spec.signerName !== KUBELET_CLIENT_SIGNER) return undefined;
+  return BOOTSTRAP_USER.exec(csr.spec.username)?.[1];
+}
+
+/** Decide on a kubelet client CSR asked with a bootstrap token; null for any other CSR (renewals are kube-controller-manager's). */
+export function judgeBootstrapCsr(csr: Csr, ctx: BootstrapContext): Verdict {
+  const id = bootstrapTokenId(csr);
+  if (id === undefined) return null;
+  if (!(csr.spec.groups ?? []).includes('system:bootstrappers')) return deny(`requester ${csr.spec.username} is not in group system:bootstrappers`);
+  const parsed = nodeRequest(csr, CLIENT_USAGES, 'client auth');
+  if (typeof parsed === 'string') return deny(parsed);
+  const { req, nodeName } = parsed;
+  if (req.dnsNames.length + req.ipAddresses.length + req.otherNames > 0)
+    return deny('a node client certificate carries no subject alternative names');
+  if (!ctx.token) return deny(`token ${id} no longer exists (invalidated, expired or used up)`);
+  const refusal = tokenRefusal(ctx.token, nodeName);
+  if (refusal) return deny(refusal);
+  const rejoin = ctx.token.nodeName === nodeName;
+  if (!rejoin && ctx.nodes.get(nodeName))
+    return deny(
+      `node ${nodeName} is already registered; a worker token cannot take a registered name (to re-join that host: kctl token create --role worker --node-name ${nodeName})`,
+    );
+  const others = ctx.issuedTo(nodeName).filter((t) => t !== id);
+  if (!rejoin && others.length > 0)
+    return deny(`a client certificate for node ${nodeName} was already issued to a join with token ${others.join(', ')}`);
+  return { approve: true, reason: `node ${nodeName} joins with token ${id}${rejoin ? ' (made for this node)' : ''}` };
 }
 
 const CSRS = '/apis/certificates.k8s.io/v1/certificatesigningrequests';
 const RETRY_MS = 2000;
 
 /**
- * Watches kubelet-serving CSRs and Nodes (list + watch, no polling): a CSR is judged when it
+ * Watches CSRs and Nodes (list + watch, no polling): a CSR is judged when it
  * arrives, and again when its Node appears or changes addresses. One decision at a time.
  */
 export class CsrApproverComponent implements Component {
@@ -64,6 +138,7 @@ export class CsrApproverComponent implements Component {
   private lastError: string | undefined;
 
   private unwatchNodes: (() => void) | undefined;
+  private readonly tokens: WorkerTokenStore;
 
   constructor(
     private readonly kube: KubeClient,
@@ -74,10 +149,11 @@ export class CsrApproverComponent implements Component {
     const onError = (err: Error) => {
       this.lastError = err.message;
     };
+    this.tokens = new WorkerTokenStore(kube);
     this.csrs = new Informer<Csr>(
       kube,
       CSRS,
-      { ...watch, fieldSelector: 'spec.signerName=kubernetes.io/kubelet-serving' },
+      watch, // both signers (a field selector takes one); other CSRs are few and ignored
       (type, csr) => {
         if (type === 'LIST') {
           this.lastError = undefined;
@@ -125,12 +201,23 @@ export class CsrApproverComponent implements Component {
     const csr = this.csrs.store.get(name);
     if (!this.running || !csr || csr.status?.conditions?.length || this.decided.has(name)) return;
     if (!this.nodes.synced) return; // judged again once Nodes are listed
-    const nodeName = /^system:node:(.+)$/.exec(csr.spec.username)?.[1];
-    const verdict = judgeServingCsr(csr, nodeName ? this.nodes.get(nodeName) : undefined);
+    const tokenId = bootstrapTokenId(csr);
+    const kind = tokenId === undefined ? 'kubelet serving' : 'node join';
+    let token: Awaited<ReturnType<WorkerTokenStore['read']>>;
+    if (tokenId !== undefined) token = await this.tokens.read(tokenId);
+    const verdict =
+      tokenId === undefined
+        ? judgeServingCsr(csr, this.nodes)
+        : judgeBootstrapCsr(csr, { nodes: this.nodes, token, issuedTo: (node) => this.issuedTo(node) });
     if (!verdict) return;
+    // A join is written on its token before it is approved: a conflict (another join took the
+    // last use meanwhile) fails this decision, and the retry reads the token again.
+    const joining = verdict.approve && token ? nodeNameOf(csr) : undefined;
+    if (token && joining) await this.tokens.recordJoin(token, joining);
+    const reason = tokenId === undefined ? 'KctlServingCert' : 'KctlNodeJoin';
     const condition = verdict.approve
-      ? { type: 'Approved', status: 'True', reason: 'KctlServingCertApproved', message: verdict.reason }
-      : { type: 'Denied', status: 'True', reason: 'KctlServingCertDenied', message: verdict.reason };
+      ? { type: 'Approved', status: 'True', reason: `${reason}Approved`, message: verdict.reason }
+      : { type: 'Denied', status: 'True', reason: `${reason}Denied`, message: verdict.reason };
     await this.kube.request(
       'PUT',
       resourcePath({ apiVersion: 'certificates.k8s.io/v1', resource: 'certificatesigningrequests', name, subresource: 'approval' }),
@@ -139,10 +226,22 @@ export class CsrApproverComponent implements Component {
     this.decided.add(name);
     this.log[verdict.approve ? 'info' : 'warn'](
       { csr: name, requester: csr.spec.username },
-      `${verdict.approve ? 'approved' : 'denied'} kubelet serving CSR: ${verdict.reason}`,
+      `${verdict.approve ? 'approved' : 'denied'} ${kind} CSR: ${verdict.reason}`,
     );
     this.decisions += 1;
     this.lastError = undefined;
+    if (tokenId !== undefined && verdict.approve && (await this.tokens.consumeIfUsedUp(tokenId)))
+      this.log.info({ token: tokenId }, `token ${tokenId} is used up and was deleted`);
+  }
+
+  /** Token ids whose bootstrap CSR for `node` was approved (CSRs are kept an hour after approval). */
+  private issuedTo(node: string): string[] {
+    const ids: string[] = [];
+    for (const c of this.csrs.store.values()) {
+      const id = bootstrapTokenId(c);
+      if (id !== undefined && c.status?.conditions?.some((k) => k.type === 'Approved') && nodeNameOf(c) === node) ids.push(id);
+    }
+    return ids;
   }
 
   async stop(): Promise<void> {

@@ -38,6 +38,8 @@ import { ControllerLeaseComponent } from './lease.ts';
 import { joinController, leftMarker, type ControllerJoinState } from './join.ts';
 import { JoinServerComponent } from './join-server.ts';
 import { ManifestApplierComponent } from './manifests.ts';
+import { reservedSpace } from './reserved.ts';
+import { KubeletServingCheckComponent } from './kubelet-serving.ts';
 import { NodeWatchComponent } from './nodes.ts';
 import { KubeClient } from '../kube/client.ts';
 import { agentServers } from '../kube/controller-leases.ts';
@@ -118,8 +120,10 @@ export function controllerComponents(
   const child = (name: string) => componentLogger(log, name);
   // The one API client of this process (admin credentials), shared by every component that calls the API.
   const kube = KubeClient.fromKubeconfig(pki.adminConf);
-  // One watch of Nodes: agent claims and serving CSRs are judged against it with the same rule.
-  const nodes = new NodeWatchComponent(kube);
+  // One watch of Nodes: agent claims and serving CSRs are judged against it with the same rule,
+  // which keeps every controller's addresses and the cluster's virtual networks from any node.
+  const reserved = reservedSpace(cfg, { certificates: [pki.serverCert, pki.konnectivityCert], liveControllers: () => lease.liveControllers() });
+  const nodes = new NodeWatchComponent(kube, reserved, child('node-watch'));
   const storage =
     cfg.spec.storage.type === 'etcd'
       ? new EtcdComponent(etcdOptions(cfg, paths, pki, joined), child('etcd'))
@@ -168,6 +172,8 @@ export function controllerComponents(
     new SchedulerComponent(cfg, paths, pki, child('kube-scheduler')),
     new ControllerManagerComponent(cfg, paths, pki, child('kube-controller-manager')),
     new CsrApproverComponent(kube, nodes, child('csr-approver')),
+    // Which CA each kubelet's serving certificate comes from, while an older cluster's nodes move over.
+    new KubeletServingCheckComponent(pki, paths.konnectivitySocket, nodes, child('kubelet-serving-check')),
   ];
 }
 
@@ -256,6 +262,8 @@ async function prepareAndRun(
   const components = controllerComponents(cfg, paths, pki, log, joined);
   const konnectivity = components.find((c): c is KonnectivityServerComponent => c instanceof KonnectivityServerComponent);
   const lease = components.find((c): c is ControllerLeaseComponent => c instanceof ControllerLeaseComponent);
+  const nodes = components.find((c): c is NodeWatchComponent => c instanceof NodeWatchComponent);
+  const servingCheck = components.find((c): c is KubeletServingCheckComponent => c instanceof KubeletServingCheckComponent);
   let manager: ComponentManager | undefined;
   const status = new StatusServerComponent<ControllerStatusReport>(paths.statusSocket, async () => {
     const controllers = lease?.liveControllers();
@@ -269,6 +277,8 @@ async function prepareAndRun(
       controllers,
       agentServers: controllers && agentServers(controllers),
       storage: await storageStatus(cfg, pki),
+      addressConflicts: nodes?.conflicts(),
+      kubeletServing: servingCheck?.report(),
     };
   });
   // The status socket comes first, so `kctl status` shows progress while components come up.

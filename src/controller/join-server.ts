@@ -35,6 +35,8 @@ export const SHARED_PKI_FILES = [
   'etcd/ca.key',
   'addons-ca.crt',
   'addons-ca.key',
+  'kubelet-serving-ca.crt',
+  'kubelet-serving-ca.key',
 ] as const;
 
 /** What a joining controller says about itself. */

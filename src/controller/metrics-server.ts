@@ -1,11 +1,12 @@
 // The metrics-server add-on: the objects of stack "metrics-server", shaped like upstream's
 // components.yaml, with two differences that keep TLS verified on both sides:
-// - kubelets are scraped with their serving certificates checked against the cluster CA (the
-//   service-account ca.crt; kube-controller-manager signs kubelet serving certificates with it),
-//   never --kubelet-insecure-tls;
+// - kubelets are scraped with their serving certificates checked against the kubelet CA bundle
+//   (kctl's kubelet-serving CA, which kube-controller-manager signs them with), never
+//   --kubelet-insecure-tls; a change of the bundle rolls the pods (its hash is on the template);
 // - metrics-server serves a certificate from kctl's add-ons CA, which the APIService pins
 //   (upstream's manifest skips verification instead).
 // kube-apiserver reaches it through the konnectivity tunnel (egress "cluster") at its pod IP.
+import { createHash } from 'node:crypto';
 import type { KubeManifest } from '../kube/client.ts';
 import { METRICS_SERVER_IMAGE } from '../payload/images.ts';
 
@@ -14,6 +15,8 @@ export interface MetricsServerOptions {
   caPem: string;
   certPem: string;
   keyPem: string;
+  /** PEM of the CAs metrics-server trusts for kubelets' serving certificates. */
+  kubeletCaPem: string;
 }
 
 const NS = 'kube-system';
@@ -71,6 +74,12 @@ export function metricsServerObjects(o: MetricsServerOptions): KubeManifest[] {
     },
     {
       apiVersion: 'v1',
+      kind: 'ConfigMap',
+      metadata: { name: 'metrics-server-kubelet-ca', namespace: NS, labels: LABELS },
+      data: { 'ca.crt': o.kubeletCaPem },
+    },
+    {
+      apiVersion: 'v1',
       kind: 'Secret',
       metadata: { name: 'metrics-server-tls', namespace: NS, labels: LABELS },
       type: 'kubernetes.io/tls',
@@ -90,7 +99,7 @@ export function metricsServerObjects(o: MetricsServerOptions): KubeManifest[] {
         selector: { matchLabels: LABELS },
         strategy: { rollingUpdate: { maxUnavailable: 0 } },
         template: {
-          metadata: { labels: LABELS },
+          metadata: { labels: LABELS, annotations: { 'kctl.dev/kubelet-ca-sha256': createHash('sha256').update(o.kubeletCaPem).digest('hex') } },
           spec: {
             priorityClassName: 'system-cluster-critical',
             serviceAccountName: NAME,
@@ -105,7 +114,7 @@ export function metricsServerObjects(o: MetricsServerOptions): KubeManifest[] {
                   '--secure-port=10250',
                   '--tls-cert-file=/etc/metrics-server/tls.crt',
                   '--tls-private-key-file=/etc/metrics-server/tls.key',
-                  '--kubelet-certificate-authority=/var/run/secrets/kubernetes.io/serviceaccount/ca.crt',
+                  '--kubelet-certificate-authority=/etc/kubelet-ca/ca.crt',
                   '--kubelet-preferred-address-types=InternalIP,ExternalIP,Hostname',
                   '--kubelet-use-node-status-port',
                   '--metric-resolution=15s',
@@ -129,12 +138,14 @@ export function metricsServerObjects(o: MetricsServerOptions): KubeManifest[] {
                 volumeMounts: [
                   { name: 'tmp-dir', mountPath: '/tmp' },
                   { name: 'tls', mountPath: '/etc/metrics-server', readOnly: true },
+                  { name: 'kubelet-ca', mountPath: '/etc/kubelet-ca', readOnly: true },
                 ],
               },
             ],
             volumes: [
               { name: 'tmp-dir', emptyDir: {} },
               { name: 'tls', secret: { secretName: 'metrics-server-tls' } },
+              { name: 'kubelet-ca', configMap: { name: 'metrics-server-kubelet-ca' } },
             ],
           },
         },

@@ -1,50 +1,92 @@
 // One watch of the cluster's Nodes for the whole controller: the konnectivity server judges
 // agent claims against it and the serving-certificate approver judges CSRs against it, with the
-// same rule (konnectivity/claims.ts). Started after kube-apiserver; until its first list it is
-// not `synced` and both wait.
+// same rule (konnectivity/claims.ts ownershipProblem). Started after kube-apiserver; until its
+// first list it is not `synced` and both wait.
+//
+// It also remembers who reported an address first: when two Nodes report the same address or
+// name, the first keeps it while it keeps reporting it, and the conflict is shown (kctl status,
+// a Warning event on both Nodes). Order is what this watch saw; on its first list (a controller
+// start) the older Node counts as the first reporter.
 import type { Component, ComponentStatus } from '../base/component.ts';
-import type { NodeDirectory, NodeRecord } from '../konnectivity/claims.ts';
+import type { Logger } from '../base/log.ts';
+import type { NodeDirectory, NodeRecord, ReservedSpace } from '../konnectivity/claims.ts';
 import { canonicalIdentifier, ownedBy } from '../konnectivity/claims.ts';
 import type { KubeClient } from '../kube/client.ts';
 import { Informer, type ListWatchOptions } from '../kube/informer.ts';
 
 interface KubeNode {
-  metadata: { name: string };
+  metadata: { name: string; uid?: string; creationTimestamp?: string };
   spec?: { podCIDR?: string; podCIDRs?: string[] };
-  status?: { addresses?: NodeRecord['addresses'] };
+  status?: { addresses?: NodeRecord['addresses']; daemonEndpoints?: { kubeletEndpoint?: { Port?: number } } };
 }
 
 const nodeRecord = (n: KubeNode): NodeRecord => ({
   name: n.metadata.name,
   addresses: n.status?.addresses ?? [],
   podCIDRs: n.spec?.podCIDRs ?? (n.spec?.podCIDR ? [n.spec.podCIDR] : []),
+  kubeletPort: n.status?.daemonEndpoints?.kubeletEndpoint?.Port || undefined,
 });
 
 /** Listener argument: the Node that changed, or undefined after a (re)list. */
 export type NodeChangeListener = (node?: string) => void;
 
+/** Two or more Nodes report one address or name; `owner` keeps it. */
+export interface AddressConflict {
+  value: string;
+  owner: string;
+  others: string[];
+}
+
+/** Oldest first, then by name: the order a first list is read in. */
+const byAge = (a: KubeNode, b: KubeNode): number =>
+  (a.metadata.creationTimestamp ?? '').localeCompare(b.metadata.creationTimestamp ?? '') || a.metadata.name.localeCompare(b.metadata.name);
+
 export class NodeWatchComponent implements Component, NodeDirectory {
   readonly name = 'node-watch';
   private readonly informer: Informer<KubeNode>;
   private readonly listeners = new Set<NodeChangeListener>();
-  /** name or address -> Nodes that report it; rebuilt on the first question after a change. */
+  /** node -> (value it reports -> when this watch first saw it report it). */
+  private readonly firstSeen = new Map<string, Map<string, number>>();
+  private seq = 0;
+  /** value -> Nodes that report it, the keeper first; rebuilt on the first question after a change. */
   private index: Map<string, string[]> | undefined;
+  /** Conflicts already announced with events (value -> "owner,others"). */
+  private readonly announced = new Map<string, string>();
   private lastError: string | undefined;
 
-  constructor(kube: KubeClient, watch: ListWatchOptions = {}) {
+  constructor(
+    private readonly kube: KubeClient,
+    readonly reserved: ReservedSpace | undefined = undefined,
+    private readonly log: Logger | undefined = undefined,
+    watch: ListWatchOptions = {},
+  ) {
     this.informer = new Informer<KubeNode>(
       kube,
       '/api/v1/nodes',
       watch,
       (type, node) => {
         this.index = undefined;
-        if (type === 'LIST') this.lastError = undefined;
+        if (type === 'LIST') {
+          this.lastError = undefined;
+          for (const name of this.firstSeen.keys()) if (!this.informer.store.has(name)) this.firstSeen.delete(name);
+          for (const n of [...this.informer.store.values()].sort(byAge)) this.noteReports(n);
+        } else if (type === 'DELETED') this.firstSeen.delete(node!.metadata.name);
+        else this.noteReports(node!);
+        this.announceConflicts();
         for (const l of this.listeners) l(type === 'LIST' ? undefined : node?.metadata.name);
       },
       (err) => {
         this.lastError = err.message;
       },
     );
+  }
+
+  /** Keeps the first-seen mark of every value the Node still reports; a value it dropped loses its place. */
+  private noteReports(n: KubeNode): void {
+    const before = this.firstSeen.get(n.metadata.name) ?? new Map<string, number>();
+    const now = new Map<string, number>();
+    for (const v of new Set(ownedBy(nodeRecord(n)))) now.set(v, before.get(v) ?? this.seq++);
+    this.firstSeen.set(n.metadata.name, now);
   }
 
   get synced(): boolean {
@@ -56,22 +98,80 @@ export class NodeWatchComponent implements Component, NodeDirectory {
     return this.informer.store.size;
   }
 
+  /** The names of every Node. */
+  names(): string[] {
+    return [...this.informer.store.keys()];
+  }
+
   get(name: string): NodeRecord | undefined {
     const n = this.informer.get(name);
     return n && nodeRecord(n);
   }
 
   owners(nameOrIp: string): string[] {
-    if (!this.index) {
-      const index = new Map<string, string[]>();
-      for (const n of this.informer.store.values()) {
-        for (const v of new Set(ownedBy(nodeRecord(n)))) {
-          index.set(v, [...(index.get(v) ?? []), n.metadata.name]);
-        }
-      }
-      this.index = index;
+    return this.ownerIndex().get(canonicalIdentifier(nameOrIp)) ?? [];
+  }
+
+  private ownerIndex(): Map<string, string[]> {
+    if (this.index) return this.index;
+    const marks = new Map<string, { node: string; at: number }[]>();
+    for (const [node, values] of this.firstSeen) {
+      for (const [v, at] of values) marks.set(v, [...(marks.get(v) ?? []), { node, at }]);
     }
-    return this.index.get(canonicalIdentifier(nameOrIp)) ?? [];
+    const index = new Map<string, string[]>();
+    for (const [v, list] of marks) {
+      // A Node's own name is always its own, whoever else reports it.
+      const rank = (m: { node: string; at: number }) => (canonicalIdentifier(m.node) === v ? -1 : m.at);
+      index.set(
+        v,
+        list.sort((a, b) => rank(a) - rank(b)).map((m) => m.node),
+      );
+    }
+    this.index = index;
+    return index;
+  }
+
+  /** Every address or name more than one Node reports, with the Node that keeps it. */
+  conflicts(): AddressConflict[] {
+    const out: AddressConflict[] = [];
+    for (const [value, nodes] of this.ownerIndex()) {
+      if (nodes.length > 1) out.push({ value, owner: nodes[0]!, others: nodes.slice(1) });
+    }
+    return out.sort((a, b) => a.value.localeCompare(b.value));
+  }
+
+  /** One warn line and one Warning event on each Node involved, once per conflict as it appears. */
+  private announceConflicts(): void {
+    const current = new Map(this.conflicts().map((c) => [c.value, c] as const));
+    for (const v of this.announced.keys()) if (!current.has(v)) this.announced.delete(v);
+    for (const c of current.values()) {
+      const key = [c.owner, ...c.others].join(',');
+      if (this.announced.get(c.value) === key) continue;
+      this.announced.set(c.value, key);
+      const message = `${c.value} is reported by nodes ${key}; node ${c.owner} reported it first and keeps it (tunnel claims, serving certificates)`;
+      this.log?.warn({ address: c.value, owner: c.owner, others: c.others }, `address conflict: ${message}`);
+      for (const node of [c.owner, ...c.others]) void this.nodeEvent(node, 'AddressConflict', message);
+    }
+  }
+
+  private async nodeEvent(node: string, reason: string, message: string): Promise<void> {
+    const uid = this.informer.get(node)?.metadata.uid;
+    const now = new Date().toISOString();
+    await this.kube
+      .request('POST', '/api/v1/namespaces/default/events', {
+        apiVersion: 'v1',
+        kind: 'Event',
+        metadata: { generateName: `${node}.`, namespace: 'default' },
+        involvedObject: { apiVersion: 'v1', kind: 'Node', name: node, uid },
+        reason,
+        message,
+        type: 'Warning',
+        source: { component: 'kctl-controller' },
+        firstTimestamp: now,
+        lastTimestamp: now,
+        count: 1,
+      })
+      .catch((err: Error) => (this.lastError = `cannot record a ${reason} event on node ${node}: ${err.message}`));
   }
 
   onChange(listener: NodeChangeListener): () => void {

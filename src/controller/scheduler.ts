@@ -45,8 +45,16 @@ export function controllerManagerArgs(cfg: ClusterConfig, pki: PkiPaths): string
         { 'leader-elect': false, controllers: API_ONLY_CONTROLLERS.join(',') }
       : {
           'leader-elect': true,
-          'cluster-signing-cert-file': pki.caCert,
-          'cluster-signing-key-file': pki.caKey,
+          // One signer each: kubelet serving certificates come from their own CA, which nothing
+          // but kubelet's clients trusts; every other signer uses the cluster CA.
+          'cluster-signing-kubelet-serving-cert-file': pki.kubeletServingCaCert,
+          'cluster-signing-kubelet-serving-key-file': pki.kubeletServingCaKey,
+          'cluster-signing-kubelet-client-cert-file': pki.caCert,
+          'cluster-signing-kubelet-client-key-file': pki.caKey,
+          'cluster-signing-kube-apiserver-client-cert-file': pki.caCert,
+          'cluster-signing-kube-apiserver-client-key-file': pki.caKey,
+          'cluster-signing-legacy-unknown-cert-file': pki.caCert,
+          'cluster-signing-legacy-unknown-key-file': pki.caKey,
           'allocate-node-cidrs': true,
           'cluster-cidr': cfg.spec.network.podCIDR,
           'service-cluster-ip-range': cfg.spec.network.serviceCIDR,

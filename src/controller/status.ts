@@ -3,6 +3,8 @@ import type { StatusReport } from '../base/status-server.ts';
 import type { KonnectivityServerSnapshot } from '../konnectivity/index.ts';
 import type { EtcdMember } from '../etcd/members.ts';
 import type { LiveController } from '../kube/controller-leases.ts';
+import type { AddressConflict } from './nodes.ts';
+import type { KubeletServingStatus } from './kubelet-serving.ts';
 
 /** Where the cluster state lives: the etcd members as this controller's etcd sees them, or kine's datastore. */
 export type StorageStatus =
@@ -18,4 +20,8 @@ export interface ControllerStatusReport extends StatusReport {
   /** Per agent (id), the controllers (lease names) whose konnectivity servers hold a stream from it. */
   agentServers?: { agent: string; servers: string[] }[];
   storage?: StorageStatus;
+  /** Addresses or names more than one Node reports, and the Node that keeps each (the first reporter). */
+  addressConflicts?: AddressConflict[];
+  /** Which CAs kube-apiserver trusts for kubelets, and which nodes still serve a certificate of the cluster CA. */
+  kubeletServing?: KubeletServingStatus;
 }

@@ -2,7 +2,10 @@
 // checked on every start. CAs and the service-account key are never replaced; leafs and
 // kubeconfigs are (re)issued only when they no longer fit. Safe to run concurrently: a lock
 // on the directory serializes two starting controllers.
+import { existsSync } from 'node:fs';
+import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
+import { writeFileAtomic } from '../base/fs.ts';
 import { hostname as osHostname } from 'node:os';
 import lockfile from 'proper-lockfile';
 import type { Logger } from '../base/log.ts';
@@ -170,6 +173,18 @@ async function allSettledOrThrow<T>(steps: Promise<T>[]): Promise<T[]> {
   return results.map((r) => (r as PromiseFulfilledResult<T>).value);
 }
 
+/**
+ * What kube-apiserver and metrics-server trust for kubelets: the kubelet-serving CA, plus the
+ * cluster CA until `kubeletServingMoved` says no node serves one of its certificates any more.
+ */
+export async function writeKubeletCaBundle(paths: PkiPaths, fresh: boolean): Promise<void> {
+  if (fresh) await writeFileAtomic(paths.kubeletServingMoved, 'new cluster: no kubelet ever served a certificate of the cluster CA\n', 0o644);
+  const moved = existsSync(paths.kubeletServingMoved);
+  const pems = await Promise.all([readFile(paths.kubeletServingCaCert, 'utf8'), ...(moved ? [] : [readFile(paths.caCert, 'utf8')])]);
+  const bundle = pems.map((p) => p.trimEnd() + '\n').join('');
+  if ((await readFile(paths.kubeletCaBundle, 'utf8').catch(() => null)) !== bundle) await writeFileAtomic(paths.kubeletCaBundle, bundle, 0o644);
+}
+
 export async function ensurePki(opts: PkiOptions, log: Logger): Promise<PkiPaths> {
   const paths = pkiPaths(opts.dir);
   // Validate the options before touching the disk: a bad SAN must not leave a half-made PKI.
@@ -194,6 +209,7 @@ export async function ensurePki(opts: PkiOptions, log: Logger): Promise<PkiPaths
       { name: 'front-proxy-ca', certPath: paths.frontProxyCaCert, keyPath: paths.frontProxyCaKey },
       { name: 'etcd-ca', certPath: paths.etcdCaCert, keyPath: paths.etcdCaKey, for: 'etcd' as const },
       { name: 'addons-ca', certPath: paths.addonsCaCert, keyPath: paths.addonsCaKey, for: 'nodes' as const },
+      { name: 'kubelet-serving-ca', certPath: paths.kubeletServingCaCert, keyPath: paths.kubeletServingCaKey, for: 'nodes' as const },
     ];
     // A CA that is not wanted signs nothing here: the leaves it would sign are skipped alike.
     const caResults = await allSettledOrThrow(caSpecs.map((c) => (wanted(c.for) ? ensureCa(c, ctx) : Promise.resolve(undefined))));
@@ -211,6 +227,12 @@ export async function ensurePki(opts: PkiOptions, log: Logger): Promise<PkiPaths
         ensureServiceAccountKey(paths.saKey, paths.saPub, ctx),
       ])),
     ];
+    if (wanted('nodes')) {
+      // A new cluster's kubelets never had a serving certificate of the cluster CA; an older
+      // cluster's did, so kubelets trust it too until every node has a new one (kubelet-serving.ts).
+      const fresh = caResults[0]?.outcome === 'created' && caResults[4]?.outcome === 'created';
+      await writeKubeletCaBundle(paths, fresh);
+    }
     const count = (o: Outcome) => outcomes.filter((x) => x === o).length;
     log.info({ dir: paths.dir, created: count('created'), renewed: count('renewed'), unchanged: count('unchanged') }, 'pki ready');
     return paths;

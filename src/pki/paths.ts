@@ -36,6 +36,16 @@ export interface PkiPaths {
   addonsCaKey: string;
   metricsServerCert: string;
   metricsServerKey: string;
+  /**
+   * Signs kubelet serving certificates and nothing else: no kctl client trusts it, so no
+   * certificate a node can obtain passes as a control-plane server.
+   */
+  kubeletServingCaCert: string;
+  kubeletServingCaKey: string;
+  /** What kube-apiserver and metrics-server trust for kubelets: the kubelet-serving CA (and the cluster CA while nodes move over). */
+  kubeletCaBundle: string;
+  /** Present once no node serves a certificate of the cluster CA any more: the bundle then drops it. */
+  kubeletServingMoved: string;
   adminConf: string;
   schedulerConf: string;
   controllerManagerConf: string;
@@ -73,6 +83,10 @@ export function pkiPaths(dir: string): PkiPaths {
     addonsCaKey: at('addons-ca.key'),
     metricsServerCert: at('metrics-server.crt'),
     metricsServerKey: at('metrics-server.key'),
+    kubeletServingCaCert: at('kubelet-serving-ca.crt'),
+    kubeletServingCaKey: at('kubelet-serving-ca.key'),
+    kubeletCaBundle: at('kubelet-ca-bundle.crt'),
+    kubeletServingMoved: at('kubelet-serving-moved'),
     adminConf: at('admin.conf'),
     schedulerConf: at('scheduler.conf'),
     controllerManagerConf: at('controller-manager.conf'),

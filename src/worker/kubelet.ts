@@ -2,7 +2,8 @@
 // cgroupfs under its own cgroup root (/kctl/<node>), every directory under the data dir,
 // and a configuration that runs on the hosts we have (cgroup v1, little free disk).
 import { existsSync } from 'node:fs';
-import { mkdir, readdir, readFile, rmdir, writeFile } from 'node:fs/promises';
+import { X509Certificate } from 'node:crypto';
+import { mkdir, readdir, readFile, realpath, rm, rmdir, writeFile } from 'node:fs/promises';
 import { writeFileAtomic } from '../base/fs.ts';
 import { join } from 'node:path';
 import { stringify } from 'yaml';
@@ -179,10 +180,41 @@ export class KubeletComponent extends Supervisor {
     const { paths } = this.kopts;
     for (const d of [paths.kubeletDir, paths.kubeletCertDir, paths.podLogsDir]) await mkdir(d, { recursive: true, mode: 0o750 });
     await ensureCgroupRoot(kubeletCgroupRoot(this.kopts.nodeName));
+    await retireClusterCaServingCert(paths, this.kopts.log);
     // An empty resolvConf makes pods get no DNS config from the host at all.
     const resolvConf = existsSync('/etc/resolv.conf') ? '/etc/resolv.conf' : '';
     await writeFileAtomic(paths.kubeletConfig, stringify(kubeletConfiguration(this.kopts, resolvConf)), 0o600);
   }
+}
+
+/**
+ * Kubelet serving certificates come from their own CA. One an older kctl had signed by the
+ * cluster CA is removed before kubelet starts, so kubelet asks for a new one (serverTLSBootstrap);
+ * the controllers trust both while nodes move over. Returns whether it removed one.
+ */
+export async function retireClusterCaServingCert(paths: WorkerPaths, log: Logger): Promise<boolean> {
+  const current = join(paths.kubeletCertDir, 'kubelet-server-current.pem');
+  let pem: string;
+  let ca: X509Certificate;
+  try {
+    [pem, ca] = await Promise.all([readFile(current, 'utf8'), readFile(paths.caCert).then((b) => new X509Certificate(b))]);
+  } catch {
+    return false; // none yet (kubelet asks for one), or no cluster CA to compare with
+  }
+  let cert: X509Certificate;
+  try {
+    cert = new X509Certificate(pem);
+  } catch {
+    return false; // kubelet itself reports a damaged file
+  }
+  if (!cert.checkIssued(ca) || !cert.verify(ca.publicKey)) return false;
+  const target = await realpath(current).catch(() => current);
+  await Promise.all([rm(current, { force: true }), rm(target, { force: true })]);
+  log.info(
+    { file: target },
+    'kubelet serving certificate was signed by the cluster CA (an older kctl): removed, kubelet asks for one from the kubelet-serving CA',
+  );
+  return true;
 }
 
 /** For `kctl reset` and tests: kills every process left in the node's cgroup root (containers) and removes the cgroups. */

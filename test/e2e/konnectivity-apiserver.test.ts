@@ -46,7 +46,7 @@ test("kube-apiserver reaches an isolated node-side server only through the agent
   // The right name and address: only the signer is wrong.
   const selfSigned = selfSignedCert(dir, 'www', { cn: 'edge1', san: `DNS:edge1,IP:${edge.ip}` });
   // And a certificate for it signed by the cluster CA, as an approved kubelet serving certificate is.
-  const serving = await kubeletServingCert(join(dataDir, 'pki'), dir, 'edge1', edge.ip);
+  const serving = await kubeletServingCert(join(dataDir, 'pki'), dir, 'edge1', [edge.ip]);
   const serve = (cert: { cert: string; key: string }) =>
     edge.spawn('openssl', ['s_server', '-quiet', '-WWW', '-accept', '10250', '-cert', cert.cert, '-key', cert.key], { cwd: www });
   // First an impostor: a server whose certificate the cluster CA did not sign.

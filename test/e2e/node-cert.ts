@@ -1,13 +1,14 @@
-// Certificates signed with the cluster CA in <pkiDir>, as the cluster would issue them: a node
-// client certificate (O=system:nodes, CN=system:node:<name>), what kubelet TLS bootstrap would
-// give a node, for tests and benchmarks that run a standalone konnectivity agent; and a kubelet
-// serving certificate for the node's name and address, as kctl's approver would allow.
+// Certificates signed by a controller's CAs in <pkiDir>, as the cluster would issue them: a node
+// client certificate (O=system:nodes, CN=system:node:<name>, cluster CA), what kubelet TLS
+// bootstrap would give a node, for tests and benchmarks that run a standalone konnectivity agent;
+// and a kubelet serving certificate for the node's name and addresses, as kctl's approver would
+// allow (kubelet-serving CA; `ca: 'cluster'` makes the one an older kctl issued).
 import { execa } from 'execa';
 import { writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 
 export async function nodeCert(pkiDir: string, outDir: string, node: string): Promise<{ cert: string; key: string }> {
-  return signedByClusterCa(
+  return signedBy(
     pkiDir,
     outDir,
     node,
@@ -16,22 +17,30 @@ export async function nodeCert(pkiDir: string, outDir: string, node: string): Pr
   );
 }
 
-export async function kubeletServingCert(pkiDir: string, outDir: string, node: string, ...ips: string[]): Promise<{ cert: string; key: string }> {
-  return signedByClusterCa(
+export async function kubeletServingCert(
+  pkiDir: string,
+  outDir: string,
+  node: string,
+  ips: string[],
+  ca: 'kubelet-serving' | 'cluster' = 'kubelet-serving',
+): Promise<{ cert: string; key: string }> {
+  return signedBy(
     pkiDir,
     outDir,
-    `${node}-serving`,
+    `${node}-serving-${ca}`,
     `/O=system:nodes/CN=system:node:${node}`,
     `subjectAltName=${[`DNS:${node}`, ...ips.map((ip) => `IP:${ip}`)].join(',')}\nextendedKeyUsage=serverAuth\n`,
+    ca === 'cluster' ? 'ca' : 'kubelet-serving-ca',
   );
 }
 
-async function signedByClusterCa(
+async function signedBy(
   pkiDir: string,
   outDir: string,
   name: string,
   subject: string,
   extensions: string,
+  caName = 'ca',
 ): Promise<{ cert: string; key: string }> {
   const key = join(outDir, `${name}.key`);
   const csr = join(outDir, `${name}.csr`);
@@ -46,9 +55,9 @@ async function signedByClusterCa(
     '-in',
     csr,
     '-CA',
-    join(pkiDir, 'ca.crt'),
+    join(pkiDir, `${caName}.crt`),
     '-CAkey',
-    join(pkiDir, 'ca.key'),
+    join(pkiDir, `${caName}.key`),
     '-CAcreateserial',
     '-days',
     '1',

@@ -75,3 +75,38 @@ test("a controller's status shows the live controllers, the servers of every age
   const kine = renderStatus({ ...report, storage: { type: 'kine', datastore: 'postgres://db:5432/kine' } });
   assert.match(kine, /^Storage: kine on postgres:\/\/db:5432\/kine$/m);
 });
+
+test("a controller's status names each address conflict and who keeps it, and an agent's own id beside the one it sent", () => {
+  const report: ControllerStatusReport = {
+    ...controller,
+    addressConflicts: [{ value: '10.0.0.5', owner: 'n1', others: ['n2'] }],
+    konnectivity: {
+      serverId: 's',
+      serverCount: 1,
+      pendingDials: 0,
+      establishedConnections: 0,
+      closingConnections: 0,
+      agents: [
+        {
+          id: 'system:node:n2',
+          agentIdClaimed: 'n1',
+          node: 'n2',
+          user: 'system:node:n2',
+          auth: 'certificate',
+          claimed: { host: ['n1'], ipv4: [], ipv6: [], cidr: [], defaultRoute: false },
+          accepted: { host: [], ipv4: [], ipv6: [], cidr: [], defaultRoute: false },
+          dropped: [{ claim: 'host=n1', reason: 'reported by node n1' }],
+          draining: false,
+          extensions: [],
+          connections: 0,
+          pendingDials: 0,
+          connectedAt: '2026-01-01T00:00:00.000Z',
+        },
+      ],
+    },
+  };
+  const text = renderStatus(report);
+  assert.match(text, /^ {2}10\.0\.0\.5 {2}kept by n1 {2}also reported by n2$/m);
+  assert.match(text, /^ {2}system:node:n2 {2}node=n2 {2}auth=certificate {2}agentid=n1 {2}connections=0$/m);
+  assert.match(text, /^ {4}dropped: {2}host=n1 \(reported by node n1\)$/m);
+});

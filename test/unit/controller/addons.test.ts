@@ -43,6 +43,7 @@ async function fakePki(dir: string) {
   await writeFile(pki.addonsCaCert, 'CA PEM\n');
   await writeFile(pki.metricsServerCert, 'CERT PEM\n');
   await writeFile(pki.metricsServerKey, 'KEY PEM\n');
+  await writeFile(pki.kubeletCaBundle, 'KUBELET CA PEM\n');
   return pki;
 }
 
@@ -83,7 +84,11 @@ test('add-on stacks: written 0600 as valid stacks with the bundled images; a dis
   assert.equal(at(container, 'image'), METRICS_SERVER_IMAGE);
   const args = at(container, 'args') as string[];
   assert.ok(!args.some((a) => a.startsWith('--kubelet-insecure-tls')), args.join(' '));
-  assert.ok(args.includes('--kubelet-certificate-authority=/var/run/secrets/kubernetes.io/serviceaccount/ca.crt'));
+  // Kubelets are checked against the kubelet CA bundle (never the cluster CA a node's other certificates come from).
+  assert.ok(args.includes('--kubelet-certificate-authority=/etc/kubelet-ca/ca.crt'), args.join(' '));
+  const kubeletCa = ms.find((o) => o.kind === 'ConfigMap' && at(o, 'metadata', 'name') === 'metrics-server-kubelet-ca');
+  assert.equal(at(kubeletCa, 'data', 'ca.crt'), 'KUBELET CA PEM\n');
+  assert.match(String(at(of(ms, 'Deployment'), 'spec', 'template', 'metadata', 'annotations', 'kctl.dev/kubelet-ca-sha256')), /^[0-9a-f]{64}$/);
   assert.ok(!JSON.stringify(lines()).includes('KEY PEM'), 'the serving key reached the log');
 
   // Off: the stack directory goes (the applier then prunes its objects); the other stays.

@@ -21,12 +21,18 @@ test(
         first = false;
         return json(res, 503, { kind: 'Status', code: 503, reason: 'ServiceUnavailable', message: 'starting' });
       }
+      if (req.method === 'DELETE') return json(res, 404, { kind: 'Status', code: 404, reason: 'NotFound' });
       json(res, 200, JSON.parse(req.body) as unknown);
     });
     const bootstrap = new BootstrapComponent(cfg, pki, new KubeClient({ server: api.url }), captureLogger().log);
     await bootstrap.ready(AbortSignal.timeout(15_000));
     const want = bootstrapObjects(cfg, 'CA PEM\n');
-    const applied = api.requests.slice(-want.length);
+    const applied = api.requests.filter((r) => r.method !== 'DELETE').slice(-want.length);
+    // The binding that let kube-controller-manager approve every join is removed (absent is fine).
+    assert.deepEqual(
+      api.requests.filter((r) => r.method === 'DELETE').map((r) => r.path),
+      ['/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/kctl:bootstrappers:nodeclient-autoapprove'],
+    );
     assert.deepEqual(
       applied.map((r) => JSON.parse(r.body) as unknown),
       want,
@@ -44,7 +50,6 @@ test(
       applied.map((r) => decodeURIComponent(r.path)),
       [
         '/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/kctl:bootstrappers:node-bootstrapper',
-        '/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/kctl:bootstrappers:nodeclient-autoapprove',
         '/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/kctl:nodes:selfnodeclient-autoapprove',
         '/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/kctl:nodes:node-proxier',
         '/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/kctl:apiserver-kubelet-client',

@@ -2,6 +2,7 @@
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import { chmod, cp, mkdir, mkdtemp, readdir, readFile, rm, stat, writeFile } from 'node:fs/promises';
+import { existsSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, relative } from 'node:path';
 import { after, test } from 'node:test';
@@ -90,6 +91,7 @@ test('a fresh PKI has every file, with private modes, and logs no key material',
     p.konnectivityKey,
     p.addonsCaKey,
     p.metricsServerKey,
+    p.kubeletServingCaKey,
   ];
   const certs = [
     p.caCert,
@@ -105,6 +107,9 @@ test('a fresh PKI has every file, with private modes, and logs no key material',
     p.konnectivityCert,
     p.addonsCaCert,
     p.metricsServerCert,
+    p.kubeletServingCaCert,
+    p.kubeletCaBundle,
+    p.kubeletServingMoved,
   ];
   const confs = [p.adminConf, p.schedulerConf, p.controllerManagerConf];
   const mode = async (f: string) => (await stat(f)).mode & 0o777;
@@ -261,7 +266,7 @@ test('a second run changes nothing, byte for byte', async (t) => {
     lines().filter((l) => l.level === 30 && l.msg !== 'pki ready'),
     [],
   );
-  assert.equal(lines().find((l) => l.msg === 'pki ready')?.unchanged, 16);
+  assert.equal(lines().find((l) => l.msg === 'pki ready')?.unchanged, 17);
 });
 
 test('a SAN change renews the serving certs but keeps the CA', async (t) => {
@@ -455,4 +460,25 @@ test('two controllers starting at once end up with one CA', async (t) => {
   assert.match(openssl(['verify', '-CAfile', 'ca.crt', 'server.crt', 'konnectivity.crt'], dir), /server.crt: OK\nkonnectivity.crt: OK/);
   const kc = readKubeconfig(await readFile(join(dir, 'admin.conf'), 'utf8'), 'admin.conf');
   assert.equal(kc.caPem, await readFile(join(dir, 'ca.crt'), 'utf8'));
+});
+
+test('kubelets are trusted through the kubelet-serving CA alone on a new cluster, and also through the cluster CA on an older one until its nodes moved', async (t) => {
+  const certs = (pem: string) => pem.match(/-----BEGIN CERTIFICATE-----/g)?.length ?? 0;
+  const fresh = pkiPaths(join(templateRoot, 'pki'));
+  const bundle = await readFile(fresh.kubeletCaBundle, 'utf8');
+  assert.equal(certs(bundle), 1);
+  assert.equal(bundle.trim(), (await readFile(fresh.kubeletServingCaCert, 'utf8')).trim());
+  // An older cluster: a PKI from before the kubelet-serving CA existed.
+  const dir = await copyOfTemplate(t);
+  const p = pkiPaths(dir);
+  for (const f of [p.kubeletServingCaCert, p.kubeletServingCaKey, p.kubeletCaBundle, p.kubeletServingMoved]) await rm(f);
+  await ensurePki(options(dir), captureLogger().log);
+  const both = await readFile(p.kubeletCaBundle, 'utf8');
+  assert.equal(certs(both), 2);
+  assert.ok(both.includes((await readFile(p.caCert, 'utf8')).trim()), 'the cluster CA is trusted for kubelets while they move over');
+  assert.equal(existsSync(p.kubeletServingMoved), false);
+  // Once every node moved (the controller writes the mark), the next start drops the cluster CA.
+  await writeFile(p.kubeletServingMoved, 'moved\n');
+  await ensurePki(options(dir), captureLogger().log);
+  assert.equal(certs(await readFile(p.kubeletCaBundle, 'utf8')), 1);
 });

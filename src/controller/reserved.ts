@@ -1,0 +1,49 @@
+// What no node may own, whatever its Node reports (konnectivity/claims.ts ReservedSpace): every
+// controller's addresses and names (this one's config and serving certificates, the others'
+// leases) and the cluster's Service and pod networks. A node that owned one of them could get a
+// serving certificate for it or draw kube-apiserver's dials to it.
+import { X509Certificate } from 'node:crypto';
+import { readFileSync } from 'node:fs';
+import { splitHostPort, urlHost } from '../base/addresses.ts';
+import { canonicalIdentifier, type ReservedSpace } from '../konnectivity/claims.ts';
+import type { LiveController } from '../kube/controller-leases.ts';
+import type { ClusterConfig } from './config.ts';
+
+/** The DNS names and IPs of a certificate's subjectAltName ("DNS:a, IP Address:10.0.0.1"), canonical; none when unreadable. */
+export function certificateNames(file: string): string[] {
+  let san: string | undefined;
+  try {
+    san = new X509Certificate(readFileSync(file)).subjectAltName;
+  } catch {
+    return [];
+  }
+  return (san ?? '')
+    .split(/,\s*/)
+    .map((entry) => /^(?:DNS|IP Address):(.+)$/.exec(entry)?.[1])
+    .filter((v): v is string => v !== undefined)
+    .map(canonicalIdentifier);
+}
+
+export interface ReservedSources {
+  /** This controller's serving certificates (kube-apiserver, konnectivity): their SANs are its names. */
+  certificates: string[];
+  /** The live controllers, as their leases say now. */
+  liveControllers: () => LiveController[];
+}
+
+export function reservedSpace(cfg: ClusterConfig, sources: ReservedSources): ReservedSpace {
+  let own: Set<string> | undefined; // read once, on the first question (the certificates exist by then)
+  const ownNames = (): Set<string> =>
+    (own ??= new Set([cfg.spec.api.address, ...cfg.spec.api.sans, ...sources.certificates.flatMap(certificateNames)].map(canonicalIdentifier)));
+  return {
+    isController(value: string): boolean {
+      if (ownNames().has(value)) return true;
+      return sources.liveControllers().some((c) => {
+        const hosts = [urlHost(c.apiServer), splitHostPort(c.konnectivity)?.host ?? ''];
+        return hosts.some((h) => canonicalIdentifier(h) === value);
+      });
+    },
+    serviceCIDRs: [cfg.spec.network.serviceCIDR],
+    podCIDRs: [cfg.spec.network.podCIDR],
+  };
+}
