@@ -95,16 +95,28 @@ static void hex(const uint8_t *sha, char out[65]) {
   for (int i = 0; i < 32; i++) sprintf(out + 2 * i, "%02x", sha[i]);
 }
 
+/**
+ * mkdir, giving a directory it makes exactly `mode` whatever the umask: kctl runs with 0077 and
+ * starts itself again (the staging child), and the parents made here (/var/cache) are everyone's.
+ */
+static void make_dir(const char *path, mode_t mode) {
+  if (mkdir(path, mode) == 0) {
+    if (chmod(path, mode) != 0) die("cannot set the mode of %s: %s", path, strerror(errno));
+  } else if (errno != EEXIST) {
+    die("cannot create %s: %s; set KCTL_RUNTIME_DIR to a writable directory", path, strerror(errno));
+  }
+}
+
 static void mkdirs(const char *path, mode_t mode) {
   char buf[PATH_BUF];
   if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf) die("runtime directory %s: path too long", path);
   for (char *p = buf + 1; *p; p++) {
     if (*p != '/') continue;
     *p = 0;
-    if (mkdir(buf, 0755) != 0 && errno != EEXIST) die("cannot create %s: %s; set KCTL_RUNTIME_DIR to a writable directory", buf, strerror(errno));
+    make_dir(buf, 0755);
     *p = '/';
   }
-  if (mkdir(buf, mode) != 0 && errno != EEXIST) die("cannot create %s: %s; set KCTL_RUNTIME_DIR to a writable directory", buf, strerror(errno));
+  make_dir(buf, mode);
 }
 
 /** Where runtimes are unpacked: KCTL_RUNTIME_DIR, else a system cache for root, else the user's cache. */

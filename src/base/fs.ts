@@ -1,10 +1,12 @@
 // Atomic file writes for everything kctl writes (keys, kubeconfigs, component configs, state):
 // a temp file in the same dir, fsync, rename, fsync of the dir, so a crash or power cut never
-// leaves a half-written file that would block the next start. Also: removing a tree, and a
-// file's sha256 (staging and backups check files against the sums they carry).
+// leaves a half-written file that would block the next start. Also: removing a tree (never
+// through a mount point), the mount points below a dir, and a file's sha256 (staging and backups
+// check files against the sums they carry).
 import { createHash, randomBytes } from 'node:crypto';
-import { mkdir, open, readdir, rename, rm } from 'node:fs/promises';
+import { chmod, mkdir, open, readFile, readdir, realpath, rename, rm } from 'node:fs/promises';
 import { basename, dirname, join } from 'node:path';
+import { UserError } from './errors.ts';
 
 export async function writeFileAtomic(path: string, data: string | Buffer, mode: number): Promise<void> {
   const dir = dirname(path);
@@ -39,8 +41,38 @@ async function syncDir(dir: string): Promise<void> {
 }
 
 /**
+ * mkdir -p giving every directory it makes exactly `mode`, whatever the umask (kctl's is 0077):
+ * for directories other users must reach. Directories that exist keep their mode.
+ */
+export async function mkdirShared(dir: string, mode = 0o755): Promise<void> {
+  const first = await mkdir(dir, { recursive: true, mode });
+  if (first === undefined) return;
+  for (let d = dir; ; d = dirname(d)) {
+    await chmod(d, mode);
+    if (d === first || d === dirname(d)) return;
+  }
+}
+
+/** Mount points strictly below any of `dirs` (overlay rootfs, pod netns, kubelet volumes), deepest first. */
+export async function mountsUnder(dirs: string[]): Promise<string[]> {
+  // mountinfo names mount points by their real path: compare with the dirs' real paths too.
+  const real = await Promise.all(dirs.map((d) => realpath(d).catch(() => d)));
+  const prefixes = [...dirs, ...real].map((d) => (d.endsWith('/') ? d : `${d}/`));
+  const text = await readFile('/proc/self/mountinfo', 'utf8');
+  const points = text
+    .split('\n')
+    .map((l) => l.split(' ')[4])
+    .filter((p): p is string => !!p)
+    .map((p) => p.replace(/\\([0-7]{3})/g, (_, octal: string) => String.fromCharCode(parseInt(octal, 8))))
+    .filter((p) => prefixes.some((d) => p.startsWith(d)));
+  return [...new Set(points)].sort((a, b) => b.length - a.length);
+}
+
+/**
  * Removes each entry of `dir`, then `dir` itself; returns the paths removed (entries in name
- * order, then `dir`), so a caller can say what went. [] when `dir` does not exist.
+ * order, then `dir`), so a caller can say what went. [] when `dir` does not exist. Refuses,
+ * removing nothing, while anything is mounted below `dir`: a recursive delete would go on into
+ * the mounted file system (a pod's hostPath volume is a directory of the host).
  */
 export async function removeTree(dir: string): Promise<string[]> {
   let names: string[];
@@ -50,6 +82,9 @@ export async function removeTree(dir: string): Promise<string[]> {
     if ((err as NodeJS.ErrnoException).code === 'ENOENT') return [];
     throw err;
   }
+  // The shortest path is named: a mount that holds others comes before them.
+  const mounted = (await mountsUnder([dir])).at(-1);
+  if (mounted) throw new UserError(`${mounted} is still mounted: nothing under ${dir} was removed; unmount it (umount -R ${mounted}) and try again`);
   const removed: string[] = [];
   for (const name of names) {
     await rm(join(dir, name), { recursive: true, force: true });

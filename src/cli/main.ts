@@ -25,6 +25,9 @@ function dropInInvocation(argv: string[]): { args: string[]; cmd: string; load: 
 }
 
 export async function main(argv: string[]): Promise<void> {
+  // Private by default, whatever the caller's umask: keys, sockets, state and every child's files.
+  // What others must read (staged binaries, the proxy-agent image) is given its mode explicitly.
+  process.umask(0o077);
   if (argv[0] === STAGE_COMMAND) {
     // A staging child of kctl controller / worker (payload/stage-child.ts), not a user command.
     const { runStageChild } = await import('../payload/stage-child.ts');

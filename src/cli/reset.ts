@@ -7,6 +7,7 @@ import { controllerPaths } from '../controller/paths.ts';
 import { resetController, stopControllerLeftovers } from '../controller/reset.ts';
 import { componentLogger, type Logger } from '../base/log.ts';
 import { liveOwner, OWNER_FILE } from '../supervisor/owner.ts';
+import { RUN_DIR_MARKER } from '../supervisor/run-dir.ts';
 import { identityFile, readIdentity } from '../worker/index.ts';
 import { kubeletCgroupRoot } from '../worker/kubelet.ts';
 import { cleanupNetwork, CNI_BRIDGE } from '../worker/network.ts';
@@ -91,6 +92,8 @@ export function resetCommand(program: Command): void {
         '              etcd / kine data, PKI and CA keys, kubeconfigs, cluster-config.yaml.',
         '  worker:     removes containers, mounts, CNI bridge, routes and iptables rules kctl added,',
         '              then the run dir and the data dir.',
+        `The run dir is removed only if kctl made it (it holds ${RUN_DIR_MARKER}); another is left as it is.`,
+        'A mount point below either dir that cannot be unmounted stops reset before anything under that dir goes.',
         'Each removed file or directory is logged.',
       ].join('\n'),
     )

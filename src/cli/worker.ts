@@ -2,6 +2,7 @@ import type { Command } from 'commander';
 import { readFile } from 'node:fs/promises';
 import { isIP } from 'node:net';
 import { runWorker } from '../worker/index.ts';
+import { hideFromCommandLine } from '../base/command-line.ts';
 import { UserError } from '../base/errors.ts';
 import { globals, loggerFor } from './globals.ts';
 
@@ -54,8 +55,8 @@ export function workerCommand(program: Command): void {
   program
     .command('worker')
     .description('run a node: containerd, kubelet, kube-proxy and the konnectivity agent, joined with a token')
-    .option('--token <token>', 'join token from `kctl token create --role worker` (needed only the first time)')
-    .option('--token-file <file>', 'read the join token from a file instead')
+    .option('--token-file <file>', 'file with the join token from `kctl token create --role worker` (needed only the first time)')
+    .option('--token <token>', 'the join token itself; other users see it (ps) until kctl hides it: prefer --token-file')
     .option('--labels <k=v>', 'node labels (repeat or comma-separate)', collect, [])
     .option('--taints <key=value:Effect>', 'node taints (repeat or comma-separate)', collect, [])
     .option('--node-name <name>', 'node name (default: host name)')
@@ -65,6 +66,7 @@ export function workerCommand(program: Command): void {
       "\nThe worker dials out only: to the API server and to every controller's konnectivity port.\nkubectl logs / exec / port-forward reach this node through that tunnel.",
     )
     .action(async (f: WorkerFlags, cmd: Command) => {
+      if (f.token) hideFromCommandLine(f.token);
       const g = globals(cmd);
       if (g.tenant) throw new UserError('--name names a tenant control plane (kctl controller --name); a worker takes --node-name');
       if (f.token && f.tokenFile) throw new UserError('pass --token or --token-file, not both');

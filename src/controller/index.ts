@@ -26,6 +26,7 @@ import { KCTL_VERSION } from '../base/version.ts';
 import { ownPids, requireHost } from '../host/checks.ts';
 import { SystemdNotifier } from '../supervisor/notify.ts';
 import { liveOwner, refuseIfOwned, runOwning } from '../supervisor/owner.ts';
+import { prepareRunDir } from '../supervisor/run-dir.ts';
 import { ensurePostgresDatabase, isPostgres } from '../etcd/postgres.ts';
 import { prepareTenant, type TenantLayout } from './tenants.ts';
 import { writeAddonStacks } from './addons.ts';
@@ -220,7 +221,7 @@ export async function runController(opts: ControllerOptions, log: Logger): Promi
   if (!opts.tenant && cfg.spec.storage.type === 'kine' && isPostgres(cfg.spec.storage.kine.dataSource))
     await ensurePostgresDatabase(cfg.spec.storage.kine.dataSource);
   await mkdir(paths.dataDir, { recursive: true, mode: 0o755 });
-  await mkdir(paths.runDir, { recursive: true, mode: 0o755 });
+  await prepareRunDir(paths.runDir);
   // Marks the data and run dirs as in use, for `kctl reset` and for a second start. --init-only
   // only prepares files and exits (two may run at once: staging takes its own lock), so it does not.
   if (opts.initOnly) await prepareAndRun(cfg, paths, opts, joined, log);

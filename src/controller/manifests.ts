@@ -4,9 +4,13 @@
 // removed) are deleted. What was applied per stack is recorded in <data-dir>/manifest-state.json,
 // so pruning also works across restarts. A stack with bad YAML is logged with file and line and
 // left as it is (nothing applied, nothing pruned); the other stacks go on.
+// Whoever can change a manifest holds cluster-admin: a stack is applied only when root (or the
+// user kctl runs as) owns its directory and files and no one else can write them; any other is
+// skipped with one warning and left as it is, and so is every stack while the manifests
+// directory itself fails that rule (renaming a stack away would prune its objects).
 import { createHash } from 'node:crypto';
-import { watch, type FSWatcher } from 'node:fs';
-import { mkdir, readFile, readdir } from 'node:fs/promises';
+import { constants as fsConstants, watch, type FSWatcher } from 'node:fs';
+import { lstat, mkdir, open, readFile, readdir, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import { parseAllDocuments } from 'yaml';
 import type { Component, ComponentStatus } from '../base/component.ts';
@@ -83,6 +87,49 @@ export function parseStack(files: { name: string; text: string }[]): ParsedStack
   return { objects, errors };
 }
 
+/** Who may own a manifest besides root: the user kctl runs as (its add-on stacks; tests not run as root). */
+const kctlUid = (): number => process.geteuid?.() ?? 0;
+
+/** Why kctl must not apply a file or directory with this owner and mode, or undefined. */
+export function unsafeOwnership(st: { uid: number; mode: number }, uid = kctlUid()): string | undefined {
+  if (st.uid !== 0 && st.uid !== uid) return `is owned by uid ${st.uid}, not by ${uid === 0 ? 'root' : `root or uid ${uid} (kctl's user)`}`;
+  const writable = [st.mode & 0o020 ? 'group' : '', st.mode & 0o002 ? 'others' : ''].filter(Boolean);
+  if (writable.length) return `is writable by ${writable.join(' and ')} (mode ${(st.mode & 0o7777).toString(8).padStart(4, '0')})`;
+  return undefined;
+}
+
+type StackFiles = { files: { name: string; text: string }[] } | { problem: string };
+
+/**
+ * The *.yaml / *.yml files of the stack in `dir`, by name, if its directory and every file pass
+ * unsafeOwnership; otherwise the first problem, naming the path. Each file is checked on the
+ * descriptor it is read from, and never through a symbolic link.
+ */
+export async function readStackFiles(dir: string, stack: string): Promise<StackFiles> {
+  const dirProblem = unsafeOwnership(await lstat(dir));
+  if (dirProblem) return { problem: `${dir} ${dirProblem}` };
+  const files: { name: string; text: string }[] = [];
+  for (const name of (await readdir(dir)).filter((n) => /\.ya?ml$/.test(n)).sort()) {
+    const path = join(dir, name);
+    // O_NONBLOCK: a FIFO named *.yaml must not hang the applier.
+    const fh = await open(path, fsConstants.O_RDONLY | fsConstants.O_NOFOLLOW | fsConstants.O_NONBLOCK).catch((err: NodeJS.ErrnoException) => {
+      if (err.code === 'ELOOP') return undefined;
+      throw err;
+    });
+    if (!fh) return { problem: `${path} is a symbolic link (only regular files are applied)` };
+    try {
+      const st = await fh.stat();
+      if (!st.isFile()) return { problem: `${path} is not a regular file` };
+      const problem = unsafeOwnership(st);
+      if (problem) return { problem: `${path} ${problem}` };
+      files.push({ name: join(stack, name), text: await fh.readFile('utf8') });
+    } finally {
+      await fh.close();
+    }
+  }
+  return { files };
+}
+
 export class ManifestApplierComponent implements Component {
   readonly name = 'manifest-applier';
   private readonly kinds: KindResolver;
@@ -97,6 +144,8 @@ export class ManifestApplierComponent implements Component {
   private readonly applied = new Map<string, string>();
   /** Hash and problems of each stack whose YAML is bad: reported once per version of its files. */
   private readonly broken = new Map<string, { hash: string; problem: string }>();
+  /** Why each unsafe stack (or '' for the manifests directory) is skipped: warned once per problem. */
+  private readonly unsafe = new Map<string, string>();
   private lastError: string | undefined;
 
   constructor(
@@ -143,8 +192,26 @@ export class ManifestApplierComponent implements Component {
     }, delay);
   }
 
+  /** Warns when `what` (a stack, or '' for the whole directory) becomes unsafe or its problem changes; returns the problem. */
+  private skipUnsafe(what: string, problem: string): string {
+    if (this.unsafe.get(what) !== problem) {
+      const owner = kctlUid() === 0 ? 'root' : `root or uid ${kctlUid()}`;
+      const skipped = what ? `stack ${what}` : 'every stack';
+      this.log.warn({ stack: what || undefined }, `skipped ${skipped}: ${problem}; manifests must belong to ${owner} and be writable by no one else`);
+    }
+    this.unsafe.set(what, problem);
+    return problem;
+  }
+
   private async reconcile(): Promise<void> {
     if (!this.running) return;
+    // Nothing applied and nothing pruned while the directory itself is unsafe.
+    const dirProblem = unsafeOwnership(await stat(this.dir));
+    if (dirProblem) {
+      this.lastError = this.skipUnsafe('', `${this.dir} ${dirProblem}`);
+      return;
+    }
+    this.unsafe.delete('');
     const state = await this.readState();
     const entries = await readdir(this.dir, { withFileTypes: true });
     const stacks = entries.filter((e) => e.isDirectory() && !e.name.startsWith('.')).map((e) => e.name);
@@ -165,9 +232,10 @@ export class ManifestApplierComponent implements Component {
 
   /** Applies one stack if its files changed; returns a problem to report, or undefined. */
   private async applyStack(stack: string, state: State): Promise<string | undefined> {
-    const dir = join(this.dir, stack);
-    const names = (await readdir(dir)).filter((n) => /\.ya?ml$/.test(n)).sort();
-    const files = await Promise.all(names.map(async (name) => ({ name: join(stack, name), text: await readFile(join(dir, name), 'utf8') })));
+    const read = await readStackFiles(join(this.dir, stack), stack);
+    if ('problem' in read) return this.skipUnsafe(stack, read.problem);
+    this.unsafe.delete(stack);
+    const files = read.files;
     const hash = createHash('sha256').update(JSON.stringify(files)).digest('hex');
     if (this.applied.get(stack) === hash) return undefined;
     const known = this.broken.get(stack);

@@ -1,10 +1,12 @@
 // `kctl reset` on a stopped controller: stops the children a crashed kctl left behind (only
-// those whose pid files prove them ours), then removes the run dir (sockets, pid files) and the
-// data dir (staged binaries, etcd / kine data, PKI, kubeconfigs, cluster-config.yaml).
+// those whose pid files prove them ours), then removes the run dir (sockets, pid files; only if
+// kctl made it) and the data dir (staged binaries, etcd / kine data, PKI, kubeconfigs,
+// cluster-config.yaml).
 import { join } from 'node:path';
 import type { Logger } from '../base/log.ts';
 import { cleanupStalePidFile } from '../supervisor/pidfile.ts';
 import { removeTree } from '../base/fs.ts';
+import { removeRunDir } from '../supervisor/run-dir.ts';
 import type { ControllerPaths } from './paths.ts';
 
 /** Supervised children, last started first: pid file <run-dir>/<name>.pid, binary <bin>/<name>. */
@@ -19,8 +21,7 @@ export async function stopControllerLeftovers(paths: ControllerPaths, log: Logge
 
 export async function resetController(paths: ControllerPaths, log: Logger): Promise<void> {
   await stopControllerLeftovers(paths, log);
-  for (const dir of [paths.runDir, paths.dataDir]) {
-    for (const removed of await removeTree(dir)) log.info({ path: removed }, `removed ${removed}`);
-  }
+  await removeRunDir(paths.runDir, log);
+  for (const removed of await removeTree(paths.dataDir)) log.info({ path: removed }, `removed ${removed}`);
   log.info({ dataDir: paths.dataDir, runDir: paths.runDir }, 'controller reset: everything kctl made is removed');
 }

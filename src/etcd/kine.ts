@@ -35,6 +35,33 @@ export function datastoreIdentity(dataSource: string | undefined): string | unde
   return `${u.protocol}//${u.host}${u.pathname}`;
 }
 
+/**
+ * The secrets a data source holds: its password (as written and decoded) and a `password=` option.
+ * kine's output is logged with them replaced; kctl's own lines name a datastore by
+ * datastoreIdentity, which holds none.
+ */
+export function dataSourceSecrets(dataSource: string | undefined): string[] {
+  if (!dataSource) return [];
+  const found = new Set<string>();
+  // mysql's DSN form (user:pass@tcp(host:3306)/db) is no URL: the password is what lies between the first ':' and the '@'.
+  const userinfo = /^[a-z]+:\/\/[^:@/]*:([^@/]*)@/.exec(dataSource)?.[1];
+  if (userinfo) found.add(userinfo);
+  try {
+    const u = new URL(dataSource);
+    for (const p of [u.password, u.searchParams.get('password') ?? '']) if (p) found.add(p);
+  } catch {
+    /* not a URL: the userinfo above is all */
+  }
+  for (const p of [...found]) {
+    try {
+      found.add(decodeURIComponent(p));
+    } catch {
+      /* not percent-encoded */
+    }
+  }
+  return [...found].filter((p) => p !== '');
+}
+
 export function kineDataSource(o: Pick<KineOptions, 'dataSource' | 'dbDir'>): string {
   return o.dataSource ?? `sqlite://${join(o.dbDir, 'state.db')}?_journal=WAL&cache=shared&_busy_timeout=30000`;
 }
@@ -76,7 +103,11 @@ export class KineComponent extends Supervisor {
       name: 'kine',
       binary: join(o.binDir, 'kine'),
       // No metrics listener: a fixed :8080 would collide between controllers on one host.
-      args: [`--endpoint=${kineDataSource(o)}`, `--listen-address=${kineEndpoint(o.socket)}`, '--metrics-bind-address=0', '--log-format=json'],
+      args: [`--listen-address=${kineEndpoint(o.socket)}`, '--metrics-bind-address=0', '--log-format=json'],
+      // kine's --endpoint flag reads KINE_ENDPOINT: a database password in the environment is
+      // readable by root only, where every user sees the command line (ps, /proc/<pid>/cmdline).
+      env: { KINE_ENDPOINT: kineDataSource(o) },
+      secrets: dataSourceSecrets(o.dataSource),
       runDir: o.runDir,
       log,
       ready: kineReady(o),

@@ -2,11 +2,12 @@
 // grpc-js and http servers, each closed within a bound.
 import { randomUUID } from 'node:crypto';
 import { existsSync } from 'node:fs';
-import { chmod, mkdir, rename } from 'node:fs/promises';
+import { chmod, rename } from 'node:fs/promises';
 import type { Server as HttpServer } from 'node:http';
 import type { Server as NetServer } from 'node:net';
 import { dirname, join } from 'node:path';
 import type * as grpc from '@grpc/grpc-js';
+import { mkdirShared } from '../base/fs.ts';
 
 /**
  * Binds through a temporary name, then renames: the socket is never visible with a wider mode.
@@ -18,7 +19,8 @@ export async function bindPrivateSocket(
   bind: (tmp: string) => Promise<void>,
   o: { mode: number; replace: boolean } = { mode: 0o600, replace: true },
 ): Promise<void> {
-  await mkdir(dirname(path), { recursive: true, mode: 0o755 });
+  // The socket's own mode says who may connect; a directory made here lets them reach it.
+  await mkdirShared(dirname(path));
   if (!o.replace && existsSync(path))
     throw new Error(`konnectivity server cannot listen on ${path}: a file is already there (remove it, or allow replacing it)`);
   const tmp = join(dirname(path), `.${randomUUID().slice(0, 8)}.sock`);

@@ -3,12 +3,12 @@
 // agents connect to it (TLS on agentPort), and the broker ties the two together. Admin HTTP
 // (healthz, readyz, metrics) on loopback.
 import { X509Certificate, randomUUID } from 'node:crypto';
-import { mkdir } from 'node:fs/promises';
 import type { Server as HttpServer } from 'node:http';
 import { dirname } from 'node:path';
 import type { TLSSocket } from 'node:tls';
 import * as grpc from '@grpc/grpc-js';
 import { joinHostPort } from '../base/addresses.ts';
+import { mkdirShared } from '../base/fs.ts';
 import type { Logger } from '../base/log.ts';
 import type { Component, ComponentStatus, ComponentState } from '../base/component.ts';
 import { listenAdmin } from './admin.ts';
@@ -84,7 +84,7 @@ export class KonnectivityServer implements Component {
 
   async init(): Promise<void> {
     for (const p of [this.o.udsPath, this.o.httpConnectUdsPath]) {
-      if (p) await mkdir(dirname(p), { recursive: true, mode: 0o755 });
+      if (p) await mkdirShared(dirname(p)); // the socket's own mode says who may connect
     }
   }
 

@@ -3,7 +3,7 @@
 // for the images kctl ships and by `kctl airgap save-images` for the proxy-agent image, which
 // kctl makes from its own executable when asked.
 import { createHash } from 'node:crypto';
-import { mkdir, mkdtemp, readFile, rename, rm, writeFile } from 'node:fs/promises';
+import { chmod, mkdir, mkdtemp, readFile, rename, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { constants as zlib, gzipSync, zstdCompressSync } from 'node:zlib';
@@ -130,6 +130,7 @@ export async function buildImage(spec: OciImage, target: string): Promise<void> 
     const outer = await packTar(layout, ['oci-layout', 'index.json', 'blobs', 'blobs/sha256', ...blobNames.map((b) => `blobs/sha256/${b}`)]);
     await mkdir(dirname(target), { recursive: true });
     await writeFile(`${target}.tmp`, outer);
+    await chmod(`${target}.tmp`, 0o644); // an image to hand on, as staging writes the bundled ones
     await rename(`${target}.tmp`, target);
   } finally {
     await rm(work, { recursive: true, force: true });

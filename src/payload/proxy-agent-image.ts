@@ -35,13 +35,20 @@ export async function saveProxyAgentImage(payload: EmbeddedPayload, target: stri
       await mkdir(join(root, 'tmp'));
       await chmod(join(root, 'tmp'), 0o1777);
       const entries = new Set<string>(['proxy-agent', 'tmp']);
+      // The layer keeps each file's mode, and nobody must read what kctl's umask (0077) made private.
+      const dirs = new Set<string>();
       for (const lib of libs) {
         const rel = lib.slice(1);
         const parts = rel.split('/');
-        for (let i = 1; i < parts.length; i++) entries.add(parts.slice(0, i).join('/'));
+        for (let i = 1; i < parts.length; i++) dirs.add(parts.slice(0, i).join('/'));
         await mkdir(join(root, dirname(rel)), { recursive: true });
-        await writeFile(join(root, rel), await readFile(lib), { mode: 0o755 });
+        await writeFile(join(root, rel), await readFile(lib));
+        await chmod(join(root, rel), 0o755);
         entries.add(rel);
+      }
+      for (const d of dirs) {
+        await chmod(join(root, d), 0o755);
+        entries.add(d);
       }
       // Directories sort before their contents.
       return [...entries].sort();

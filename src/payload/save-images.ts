@@ -1,6 +1,6 @@
 // `kctl airgap save-images`: the carried images as they are staged, and the one made on demand.
-import { mkdir } from 'node:fs/promises';
 import { join } from 'node:path';
+import { mkdirShared } from '../base/fs.ts';
 import type { Logger } from '../base/log.ts';
 import { BUNDLED_IMAGES } from './images.ts';
 import { EmbeddedPayload, type Payload } from './payload.ts';
@@ -12,12 +12,13 @@ export async function saveBundledImages(payload: Payload, names: string[], dir: 
   const unknown = names.filter((n) => !BUNDLED_IMAGES.some((i) => i.name === n));
   if (unknown.length) throw new Error(`kctl carries no image ${unknown.join(', ')}; kctl airgap list-images names those it does`);
   const wanted = BUNDLED_IMAGES.filter((i) => names.length === 0 || names.includes(i.name));
+  // Images to hand on: a directory made here is readable by others, like the tarballs in it.
+  await mkdirShared(dir);
   const carried = wanted.filter((i) => !i.onDemand).map((i) => i.name);
   if (carried.length) await saveImages(payload, carried, dir, log);
   for (const image of wanted.filter((i) => i.onDemand)) {
     if (!(payload instanceof EmbeddedPayload))
       throw new Error(`${image.name} is made from the kctl executable itself; run save-images with the built kctl (dist/kctl)`);
-    await mkdir(dir, { recursive: true });
     log.info({ image: image.name }, 'making the image from this executable');
     await saveProxyAgentImage(payload, join(dir, image.file));
   }

@@ -52,6 +52,20 @@ export interface SupervisorOptions {
   readyTimeoutMs?: number;
   /** Longer output lines are truncated. Default 16 KiB. */
   maxLineLength?: number;
+  /** The child's umask; default kctl's own (0077). */
+  umask?: number;
+  /** Strings (passwords) replaced by *** in every line of the child's output before it is logged. */
+  secrets?: string[];
+}
+
+/** Each secret as written and as a JSON line of a Go program holds it (`"` and `\` escaped, `<>&` as \u003c...), longest first. */
+function secretForms(secrets: string[]): string[] {
+  const go = (s: string) =>
+    JSON.stringify(s)
+      .slice(1, -1)
+      .replace(/[<>&]/g, (c) => `\\u00${c.charCodeAt(0).toString(16)}`);
+  const forms = new Set(secrets.filter((s) => s !== '').flatMap((s) => [s, go(s)]));
+  return [...forms].sort((a, b) => b.length - a.length);
 }
 
 const DEFAULTS = {
@@ -238,14 +252,22 @@ export class Supervisor implements Component {
     }
     // Plain exec after prctl: no fork, so the pid we track is the real child's.
     const [file, argv] = this.usePdeathsig ? [SETPRIV, ['--pdeathsig', 'SIGKILL', '--', binary, ...args]] : [binary, args];
-    const child = spawn(file, argv, {
-      env: { PATH: CHILD_PATH, ...this.opts.env },
-      cwd: this.opts.cwd,
-      stdio: ['ignore', 'pipe', 'pipe'],
-      // Own session: a Ctrl-C on kctl's terminal must not reach children at once;
-      // kctl stops them itself, in reverse start order.
-      detached: true,
-    });
+    // A child takes the umask it is forked with, and spawn() forks before it returns: kctl's own
+    // is swapped for the child's for that moment only.
+    const umask = this.opts.umask === undefined ? undefined : process.umask(this.opts.umask);
+    let child: ChildProcess;
+    try {
+      child = spawn(file, argv, {
+        env: { PATH: CHILD_PATH, ...this.opts.env },
+        cwd: this.opts.cwd,
+        stdio: ['ignore', 'pipe', 'pipe'],
+        // Own session: a Ctrl-C on kctl's terminal must not reach children at once;
+        // kctl stops them itself, in reverse start order.
+        detached: true,
+      });
+    } finally {
+      if (umask !== undefined) process.umask(umask);
+    }
     const exited = new Promise<ExitStatus>((resolve) => {
       child.once('exit', (code, signal) => resolve({ code, signal }));
     });
@@ -268,10 +290,12 @@ export class Supervisor implements Component {
 
   private forwardOutput(run: Run): void {
     const max = this.opts.maxLineLength;
+    const secrets = secretForms(this.opts.secrets ?? []);
     for (const stream of ['stdout', 'stderr'] as const) {
       const source = run.child[stream];
       if (!source) continue;
-      const splitter = new LineSplitter((line, truncated) => {
+      const splitter = new LineSplitter((raw, truncated) => {
+        const line = secrets.reduce((l, secret) => l.replaceAll(secret, '***'), raw);
         if (stream === 'stderr') run.lastStderr = line;
         const { level, msg, fields } = parseChildLine(line);
         if (!this.log.isLevelEnabled(level)) return;

@@ -2,7 +2,7 @@
 // from <data-dir>/bin with cgroupfs, CNI from <data-dir>/bin/cni, the bundled pause image as
 // sandbox, and none of the host's /etc/containerd, /opt/cni or /etc/cni.
 import { mkdir, readdir, readFile } from 'node:fs/promises';
-import { writeFileAtomic } from '../base/fs.ts';
+import { mountsUnder, writeFileAtomic } from '../base/fs.ts';
 import { dirname, join } from 'node:path';
 import { execa } from 'execa';
 import type { Logger } from '../base/log.ts';
@@ -124,6 +124,8 @@ export class ContainerdComponent extends Supervisor {
       args: ['--config', paths.containerdConfig],
       // containerd finds containerd-shim-runc-v2 (and the shim finds runc) on PATH.
       env: { PATH: `${paths.binDir}:${CHILD_PATH}` },
+      // Not kctl's 0077: runc's mknod of /dev/null would give 0600, which a container not run as root cannot open.
+      umask: 0o022,
       runDir: paths.runDir,
       log: opts.log,
       ready: async (signal) => {
@@ -180,17 +182,7 @@ export async function shimPids(paths: WorkerPaths): Promise<number[]> {
   return pids;
 }
 
-/** Mount points strictly below any of `dirs` (overlay rootfs, pod netns, kubelet volumes), deepest first. */
-export async function mountsUnder(dirs: string[]): Promise<string[]> {
-  const text = await readFile('/proc/self/mountinfo', 'utf8');
-  const points = text
-    .split('\n')
-    .map((l) => l.split(' ')[4])
-    .filter((p): p is string => !!p)
-    .map((p) => p.replace(/\\040/g, ' '))
-    .filter((p) => dirs.some((d) => p.startsWith(d.endsWith('/') ? d : `${d}/`)));
-  return [...new Set(points)].sort((a, b) => b.length - a.length);
-}
+export { mountsUnder };
 
 /** For `kctl reset` and tests: kills this containerd's shims and unmounts what it and kubelet mounted under the worker's dirs. */
 export async function cleanupContainerd(paths: WorkerPaths): Promise<void> {
@@ -201,7 +193,8 @@ export async function cleanupContainerd(paths: WorkerPaths): Promise<void> {
       /* gone */
     }
   }
-  for (const point of await mountsUnder([paths.dataDir, paths.runDir])) {
+  // containerd's state dir, not the whole run dir: a mistaken --run-dir / must not unmount the host.
+  for (const point of await mountsUnder([paths.dataDir, paths.containerdState])) {
     const r = await execa('umount', [point], { reject: false });
     if (r.exitCode !== 0) await execa('umount', ['--lazy', point], { reject: false });
   }

@@ -3,7 +3,7 @@
 //   -> konnectivity agent (in-process, dials out to every controller) -> status socket
 import { execa } from 'execa';
 import { existsSync } from 'node:fs';
-import { mkdir, readFile } from 'node:fs/promises';
+import { readFile } from 'node:fs/promises';
 import { hostname } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -22,6 +22,7 @@ import { ComponentManager } from '../base/manager.ts';
 import { ownPids, requireHost } from '../host/checks.ts';
 import { SystemdNotifier } from '../supervisor/notify.ts';
 import { refuseIfOwned, runOwning } from '../supervisor/owner.ts';
+import { prepareRunDir } from '../supervisor/run-dir.ts';
 import { writeFileAtomic } from '../base/fs.ts';
 import { KCTL_VERSION } from '../base/version.ts';
 import { ContainerdComponent } from './containerd.ts';
@@ -161,7 +162,7 @@ export async function runWorker(opts: WorkerOptions, log: Logger): Promise<void>
   const state = await joinCluster(opts.token, paths, componentLogger(log, 'join'), async () => {
     await requireHost({ role: 'worker', dataDir: paths.dataDir, ports: WORKER_PORTS, ownPids: await ownPids(paths.runDir) });
   });
-  await mkdir(paths.runDir, { recursive: true, mode: 0o755 });
+  await prepareRunDir(paths.runDir);
   // Marks the data and run dirs as in use, for `kctl reset` and for a second start.
   await runOwning([paths.dataDir, paths.runDir], 'worker', () => stageAndRun(opts, paths, state, log));
 }

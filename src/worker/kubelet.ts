@@ -164,6 +164,8 @@ export class KubeletComponent extends Supervisor {
       args: kubeletArgs(opts),
       runDir: paths.runDir,
       log: opts.log,
+      // Not kctl's 0077: kubelet makes a volume's nested dirs (configMap items path a/b) under the umask, unreadable to a non-root container.
+      umask: 0o022,
       // Healthy and holding its own client certificate (TLS bootstrap done).
       ready: async () => {
         await kubeletHealthz();

@@ -1,5 +1,6 @@
 // `kctl reset` on a stopped worker: removes what kctl made — container processes and their
-// cgroups, mounts, network devices and rules, routes — and then the run and data dirs.
+// cgroups, mounts, network devices and rules, routes — and then the run dir (only if kctl made it)
+// and the data dir, never through a mount point that is still mounted.
 // Whether a kctl still runs on the data dir is the caller's check (src/cli/reset.ts).
 import { execa } from 'execa';
 import { existsSync, readdirSync, readlinkSync } from 'node:fs';
@@ -8,6 +9,7 @@ import { join } from 'node:path';
 import { MASQ_CHAIN } from './network.ts';
 import type { Logger } from '../base/log.ts';
 import { removeTree } from '../base/fs.ts';
+import { removeRunDir } from '../supervisor/run-dir.ts';
 import { cleanupContainerd } from './containerd.ts';
 import { removeCgroupRoot } from './kubelet.ts';
 import type { WorkerPaths } from './paths.ts';
@@ -77,9 +79,8 @@ export async function resetWorker(paths: WorkerPaths, opts: ResetOptions, log: L
     const r = await execa('ip', ['link', 'del', dev], { reject: false });
     if (r.exitCode === 0) log.info({ device: dev }, 'removed network device');
   }
-  for (const dir of [paths.runDir, paths.dataDir]) {
-    for (const removed of await removeTree(dir)) log.info({ path: removed }, `removed ${removed}`);
-  }
+  await removeRunDir(paths.runDir, log);
+  for (const removed of await removeTree(paths.dataDir)) log.info({ path: removed }, `removed ${removed}`);
   log.info({ dataDir: paths.dataDir, runDir: paths.runDir }, 'worker reset: everything kctl made is removed');
 }
 

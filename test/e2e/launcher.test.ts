@@ -6,7 +6,7 @@ import assert from 'node:assert/strict';
 import { execa } from 'execa';
 import { createHash } from 'node:crypto';
 import { chmod, chown, copyFile, mkdir, open, readdir, readFile, stat, truncate, writeFile } from 'node:fs/promises';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { test } from 'node:test';
 import { readEmbeddedPayload } from '../../src/payload/payload.ts';
 import { freePort, tempDir } from '../helpers.ts';
@@ -93,14 +93,19 @@ test('the launcher unpacks the runtime once, checked by sha256, and runs it with
   assert.equal((await readFile(`/proc/${pid}/cmdline`, 'utf8')).split('\0')[0], exe);
   assert.equal(await execa('readlink', [`/proc/${pid}/exe`]).then((x) => x.stdout), file);
   assert.ok((await readFile(`/proc/${pid}/environ`, 'utf8')).split('\0').includes(`KCTL_EXECUTABLE=${exe}`));
+  // Private files by default, whatever the umask it was started with.
+  assert.match(await readFile(`/proc/${pid}/status`, 'utf8'), /^Umask:\s+0077$/m);
 });
 
 test('an unpacked runtime that changed since it was checked is unpacked again', async (t) => {
   const dir = await tempDir(t);
-  const env = { KCTL_RUNTIME_DIR: join(dir, 'runtime') };
+  const env = { KCTL_RUNTIME_DIR: join(dir, 'cache', 'runtime') };
   const runtime = await runtimeOf(requireKctl());
   const file = join(env.KCTL_RUNTIME_DIR, runtime.sha256, 'kctl');
-  assert.equal((await kctl(['version'], { env })).exitCode, 0);
+  // Started under kctl's own umask (the staging child is): the directories it makes get their mode all the same.
+  const first = await execa('sh', ['-c', 'umask 077; exec "$0" "$@"', requireKctl(), 'version'], { env, reject: false });
+  assert.equal(first.exitCode, 0, String(first.stderr));
+  for (const d of [join(dir, 'cache'), env.KCTL_RUNTIME_DIR, dirname(file)]) assert.equal((await stat(d)).mode & 0o777, 0o755, d);
   await flipByte(file, Math.floor(runtime.size / 2));
   assert.notEqual(await sha(file), runtime.sha256);
   const r = await kctl(['version'], { env });

@@ -113,4 +113,5 @@ test('kctl reset --help says it works for both roles', () => {
   assert.equal(r.status, 0);
   assert.match(r.stdout, /on a stopped controller or worker/);
   assert.match(r.stdout, /Refuses, changing nothing, while a kctl controller or worker runs/);
+  assert.match(r.stdout, /The run dir is removed only if kctl made it \(it holds \.kctl-run-dir\)/);
 });

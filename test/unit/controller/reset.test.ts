@@ -7,13 +7,15 @@ import { join } from 'node:path';
 import { test } from 'node:test';
 import { controllerPaths } from '../../../src/controller/paths.ts';
 import { resetController } from '../../../src/controller/reset.ts';
+import { prepareRunDir, RUN_DIR_MARKER } from '../../../src/supervisor/run-dir.ts';
 import { captureLogger, tempDir } from '../../helpers.ts';
 import { isAlive, spawnProcess, waitFor } from '../supervisor/util.ts';
 
 test('reset stops a leftover child that runs our staged binary, leaves a foreign pid alone, removes and lists everything', async (t) => {
   const dir = await tempDir(t);
   const paths = controllerPaths(join(dir, 'data'), join(dir, 'run'));
-  for (const d of [paths.binDir, join(paths.pkiDir, 'etcd'), paths.kineDbDir, paths.runDir]) await mkdir(d, { recursive: true });
+  for (const d of [paths.binDir, join(paths.pkiDir, 'etcd'), paths.kineDbDir]) await mkdir(d, { recursive: true });
+  await prepareRunDir(paths.runDir);
   for (const f of [
     join(paths.pkiDir, 'ca.key'),
     join(paths.pkiDir, 'admin.conf'),
@@ -41,6 +43,7 @@ test('reset stops a leftover child that runs our staged binary, leaves a foreign
     .filter((l) => String(l.msg).startsWith('removed '))
     .map((l) => l.path);
   assert.deepEqual(removed, [
+    join(paths.runDir, RUN_DIR_MARKER),
     join(paths.runDir, 'status.sock'),
     paths.runDir,
     paths.binDir,
@@ -50,4 +53,20 @@ test('reset stops a leftover child that runs our staged binary, leaves a foreign
     paths.dataDir,
   ]);
   assert.ok(lines().some((l) => /stopping leftover .*kine/.test(String(l.msg))));
+});
+
+test('a --run-dir kctl did not make (here: a home directory) loses nothing; the data dir still goes', async (t) => {
+  const dir = await tempDir(t);
+  const home = join(dir, 'home-x');
+  await mkdir(home);
+  await writeFile(join(home, 'notes.txt'), 'x');
+  const paths = controllerPaths(join(dir, 'data'), home);
+  await mkdir(paths.pkiDir, { recursive: true });
+  await writeFile(join(paths.pkiDir, 'ca.key'), 'x');
+  const { log, lines } = captureLogger();
+  await resetController(paths, log);
+  assert.ok(existsSync(join(home, 'notes.txt')));
+  assert.equal(existsSync(paths.dataDir), false);
+  assert.equal(lines().filter((l) => String(l.msg).startsWith(`left ${home} as it is`)).length, 1);
+  assert.ok(!lines().some((l) => String(l.msg).startsWith(`removed ${home}`)));
 });

@@ -79,6 +79,47 @@ test('the child gets a clean environment: PATH plus its own variables only', { t
   assert.equal(line.msg, `secret=unset extra=given home=unset path=${CHILD_PATH}`);
 });
 
+test('a child gets the umask it is given, or else inherits the one of kctl, which keeps its own', { timeout: 15_000 }, async (t) => {
+  const runDir = await tempDir(t);
+  const own = process.umask(0o077);
+  t.after(() => {
+    process.umask(own);
+  });
+  const given = supervise(t, { name: 'umask-given', runDir, umask: 0o022, ...sh('echo "umask=$(umask)"; exec sleep 1000') });
+  const inherited = supervise(t, { name: 'umask-inherited', runDir, ...sh('echo "umask=$(umask)"; exec sleep 1000') });
+  await given.sup.start();
+  await inherited.sup.start();
+  assert.equal((await waitFor('the umask line', () => given.lines().find((l) => String(l.msg).startsWith('umask=')))).msg, 'umask=0022');
+  assert.equal((await waitFor('the umask line', () => inherited.lines().find((l) => String(l.msg).startsWith('umask=')))).msg, 'umask=0077');
+  assert.equal(process.umask(0o077), 0o077, "kctl's own umask is back after the spawn");
+});
+
+test('secrets never reach the log or the last error: every line of the child has them replaced', { timeout: 15_000 }, async (t) => {
+  const runDir = await tempDir(t);
+  const { sup, lines } = supervise(t, {
+    name: 'db',
+    runDir,
+    secrets: ['s3cr%40t', 's3cr@t', '', 'p&w'],
+    backoff: { initialMs: 60_000, maxMs: 60_000, resetAfterMs: 60_000 },
+    ...sh(
+      [
+        'echo "connecting to postgres://kine:s3cr%40t@db:5432/kine"',
+        // A Go program's JSON line: & is written \u0026.
+        `echo '{"level":"error","msg":"cannot connect","err":"password p\\u0026w refused"}'`,
+        'echo "password s3cr@t refused" >&2',
+        'exit 1',
+      ].join('\n'),
+    ),
+  });
+  await sup.start();
+  await waitFor('the exit', () => sup.status().state === 'restarting' && sup.status().lastError);
+  const text = JSON.stringify(lines());
+  assert.ok(!text.includes('s3cr') && !text.includes('p\\u0026w') && !text.includes('p&w'), text);
+  assert.ok(byMsg(lines(), 'connecting to postgres://kine:***@db:5432/kine'), text);
+  assert.deepEqual(byMsg(lines(), 'cannot connect')?.fields, { err: 'password *** refused' });
+  assert.equal(sup.status().lastError, 'exited with code 1: password *** refused');
+});
+
 test('a crashing child is restarted with capped exponential backoff that resets after a healthy run', { timeout: 20_000 }, async (t) => {
   const runDir = await tempDir(t);
   const counter = join(runDir, 'runs');
