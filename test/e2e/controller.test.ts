@@ -151,6 +151,7 @@ async function controllerScenario(t: TestContext, storage: 'etcd' | 'kine', extr
       'kube-scheduler',
       'kube-controller-manager',
       'csr-approver',
+      'kubelet-serving-check',
     ],
   );
   for (const c of s.components) assert.equal(c.state, 'running', `${c.name}: ${c.lastError ?? ''}`);
@@ -193,8 +194,11 @@ async function controllerScenario(t: TestContext, storage: 'etcd' | 'kine', extr
   // The real API (still up after the refused reset), through the bundled kubectl and the admin kubeconfig.
   const readyz = await kubectl('get', '--raw', '/readyz');
   assert.equal(String(readyz.stdout).trim(), 'ok', String(readyz.stderr));
-  const crb = await kubectl('get', 'clusterrolebinding', 'kctl:bootstrappers:nodeclient-autoapprove', '-o', 'name');
-  assert.equal(String(crb.stdout).trim(), 'clusterrolebinding.rbac.authorization.k8s.io/kctl:bootstrappers:nodeclient-autoapprove');
+  // kctl's bootstrap objects are there; joins are decided by kctl's approver, not auto-approved by kube-controller-manager.
+  const crb = await kubectl('get', 'clusterrolebinding', 'kctl:bootstrappers:node-bootstrapper', '-o', 'name');
+  assert.equal(String(crb.stdout).trim(), 'clusterrolebinding.rbac.authorization.k8s.io/kctl:bootstrappers:node-bootstrapper');
+  const auto = await kubectl('get', 'clusterrolebinding', 'kctl:bootstrappers:nodeclient-autoapprove', '-o', 'name');
+  assert.match(String(auto.stderr), /NotFound/);
   const cm = await kubectl('create', 'configmap', 'survives-restart', '--from-literal=k=v');
   assert.equal(cm.exitCode, 0, String(cm.stderr));
   // The controller is never a node.
@@ -227,6 +231,7 @@ async function controllerScenario(t: TestContext, storage: 'etcd' | 'kine', extr
   for (const pid of pids) assert.equal(alive(pid), false, `component pid ${pid} survived`);
   const stopOrder = r.lines.filter((l) => l.component === 'manager' && String(l.msg).startsWith('stopping ')).map((l) => l.msg);
   assert.deepEqual(stopOrder, [
+    'stopping kubelet-serving-check',
     'stopping csr-approver',
     'stopping kube-controller-manager',
     'stopping kube-scheduler',

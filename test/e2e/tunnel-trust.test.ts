@@ -321,6 +321,46 @@ test('a compromised node and a leaked worker token get nothing of anyone else; i
   assert.equal(await lab.canConnect(imp, w1, 10250), false);
   assert.equal(await lab.canConnect(imp2, w1, 10250), false);
   assert.equal(await lab.canConnect(w2, w1, 10250), false);
+
+  // Meanwhile a flood on the agent port from the compromised host: 300 TLS connections that never
+  // authenticate (over the cap of 256). The oldest make room, the rest are cut after 10 s, in a few
+  // warn lines (not one per connection); a new agent still connects, and the rounds below run.
+  // (The 64 KiB cap before authentication has its unit test: a real client's garbage is refused by
+  // the protocol first.)
+  const flood = track(
+    w2.spawn(process.execPath, [
+      '-e',
+      `const tls = require('node:tls');
+       const open = () => { const s = tls.connect({ host: '${ctl.ip}', port: 8132, rejectUnauthorized: false, ALPNProtocols: ['h2'] }); s.on('error', () => {}); return s; };
+       for (let i = 0; i < 300; i++) open();
+       setInterval(() => {}, 1000);`,
+    ]),
+  );
+  procs.push(flood);
+  await waitFor(
+    'the flood is refused with its reasons',
+    30_000,
+    async () => controller.saw('(the cap), so the one waiting longest made room') && controller.saw('not authenticated within 10 s'),
+    () => `cap: ${controller.saw('(the cap)')}, deadline: ${controller.saw('not authenticated within 10 s')}; flood: ${flood.log()}`,
+  );
+  const x4 = await nodeCert(pki, dir, 'x4');
+  const joinedAt = Date.now();
+  const lateAgent = track(
+    imp2.spawn(kctlBin, [
+      'konnectivity-agent',
+      `--proxy-server-host=${ctl.ip}`,
+      '--proxy-server-port=8132',
+      `--ca-cert=${join(pki, 'ca.crt')}`,
+      `--agent-cert=${x4.cert}`,
+      `--agent-key=${x4.key}`,
+      '--agent-id=x4',
+      '--health-server-port=18099',
+      '--admin-server-port=18100',
+    ]),
+  );
+  procs.push(lateAgent);
+  await waitFor('an agent connects during the flood', 60_000, async () => (await agent('system:node:x4')) !== undefined, lateAgent.log);
+  t.diagnostic(`an agent connected ${Date.now() - joinedAt} ms after it started, with 300 connections flooding the agent port`);
   for (let i = 0; i < ROUNDS; i++) {
     const logs = await c.kubectl(['logs', 'talker']);
     assert.equal(String(logs.stdout).trim(), 'started', `round ${i}: logs ${String(logs.stderr)}`);
@@ -330,6 +370,8 @@ test('a compromised node and a leaked worker token get nothing of anyone else; i
   assert.equal(impostorKctl.saw('"msg":"dialing target"'), false, 'the kctl impostor was sent a dial');
   assert.equal(stolen?.saw('"msg":"dialing target"'), false, "the agent with w2's credentials was sent a dial");
   t.diagnostic(`${ROUNDS} x (logs + exec) reached w1, none went to an impostor`);
+  flood.child.kill('SIGKILL');
+  lateAgent.child.kill('SIGTERM');
 
   // Node x2 registers with the impostor host's address: from then on that address is x2's.
   const serving = await kubeletServingCert(pki, dir, 'x2', [imp.ip, servingIp]);
