@@ -372,3 +372,44 @@ test('among CIDR matches the longest prefix wins: a pod dial goes to its node, n
   await routed('10.244.1.5:443', a, gw); // node-a's pod: the /24 beats the /16
   await routed('10.244.7.5:443', gw, a); // no node's pod CIDR: the gateway's /16
 });
+
+test("an agent is its certificate: another node's agentid is a label and never shadows that node's stream, connected first or not", async (t) => {
+  const pki = await makePki();
+  const fake = new FakeNodes();
+  fake.set('node-a', '10.0.0.1');
+  fake.set('x1', '10.0.0.9');
+  const server = await startServer(t, pki, { nodes: fake, dialTimeoutMs: 2_000 });
+  // The impostor connects first, calling itself node-a, with x1's certificate.
+  const impostor = await rawAgent(t, pki, server, { agentId: 'node-a', creds: await pki.nodeCert('x1'), identifiers: 'host=node-a&ipv4=10.0.0.1' });
+  await waitFor('impostor connected', () => server.snapshot().agents.length === 1);
+  const owner = await rawAgent(t, pki, server, { agentId: 'node-a', creds: await pki.nodeCert('node-a'), identifiers: 'host=node-a&ipv4=10.0.0.1' });
+  await waitFor('owner connected', () => server.snapshot().agents.length === 2);
+  const snap = server.snapshot().agents;
+  const imp = snap.find((a) => a.node === 'x1')!;
+  assert.equal(imp.id, 'system:node:x1');
+  assert.equal(imp.agentIdClaimed, 'node-a');
+  assert.deepEqual(imp.accepted.host, []);
+  const own = snap.find((a) => a.node === 'node-a')!;
+  assert.equal(own.id, 'system:node:node-a');
+  assert.equal(own.agentIdClaimed, undefined, 'an agentid that is its node name is no label');
+  assert.deepEqual(server.agentIds().sort(), ['system:node:node-a', 'system:node:x1']);
+  // Dials to node-a go to node-a's stream, never to the one that said it was node-a first.
+  for (let i = 0; i < 5; i++) {
+    const dial = dialViaProxy({ udsPath: udsOf(server).grpc, address: 'node-a:10250' }).catch(() => undefined);
+    const req = await owner.next('DIAL_REQ');
+    owner.send(packets.dialRsp(req.dialRequest!.random, String(i + 1)));
+    (await dial)?.destroy();
+  }
+  await assert.rejects(impostor.next('DIAL_REQ', 200), /no DIAL_REQ/);
+});
+
+test('broker ids come from authentication: a node certificate, a token user with its agentid, or (upstream style) the agentid as sent', async () => {
+  const { brokerId, strayAgentId } = await import('../../../src/konnectivity/auth.ts');
+  assert.equal(brokerId(node('edge-1'), 'anything', false), 'system:node:edge-1');
+  assert.equal(brokerId(sa, 'pod-7', false), `${sa.user}/pod-7`);
+  assert.equal(brokerId(sa, 'system:node:edge-1', false), `${sa.user}/system:node:edge-1`, 'a token agent never gets a node key');
+  assert.equal(brokerId(node('edge-1'), 'edge-2', true), 'edge-2');
+  assert.equal(strayAgentId(node('edge-1'), 'edge-1'), undefined);
+  assert.equal(strayAgentId(node('edge-1'), 'system:node:edge-1'), undefined);
+  assert.equal(strayAgentId(node('edge-1'), 'edge-2'), 'edge-2');
+});
