@@ -57,7 +57,11 @@ export async function haFigures(parent: string, log: (m: string) => void): Promi
     const kubectl1 = (args: string[], input?: string) => ha.kubectl(c1, args, input);
     await until('w1 Ready', 300_000, 500, () => nodeReady(kubectl1, 'w1'));
     await runPinnedPod(kubectl1, 'talker', 'w1', 'started');
-    const tokenFile = await ha.tokenFile('controller.token', String((await ha.run(c1, ['token', 'create', '--role', 'controller'])).stdout).trim());
+    // One token for both joining controllers (c2 and c3): controller tokens allow one join unless told more.
+    const tokenFile = await ha.tokenFile(
+      'controller.token',
+      String((await ha.run(c1, ['token', 'create', '--role', 'controller', '--uses', '2'])).stdout).trim(),
+    );
     await ha.start(c2, tokenFile);
     procs.push(c2.proc);
     await until("w1's agent on c2", 60_000, 250, async () => (await agents(c2)).includes('w1'));

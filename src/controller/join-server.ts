@@ -3,23 +3,25 @@
 // with their keys, and the service-account key pair) and, with etcd storage, is added to etcd as
 // a learner, which this controller promotes once it has caught up; with kine, it must name the
 // same database (credentials may differ), and a cluster on SQLite takes no second controller. HTTPS with this controller's
-// API serving certificate: the joiner trusts only the CA pinned in its token. The token is
-// checked against its bootstrap-token Secret (role controller, not expired). Keys travel only in
-// this answer; nothing here logs them.
-import { timingSafeEqual } from 'node:crypto';
+// API serving certificate, on spec.api.address only: the joiner trusts only the CA pinned in its
+// token. The token is checked against its hashed Secret (controller-tokens.ts) and a join takes
+// one of its uses before any key leaves; a join that fails after that gives the use back. A
+// source address with too many bad tokens is refused for a while (join-limiter.ts). Keys travel
+// only in this answer; nothing here logs them or the token's secret.
 import { readFile } from 'node:fs/promises';
 import { createServer, type Server } from 'node:https';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { join } from 'node:path';
 import type { Component } from '../base/component.ts';
-import { httpsUrl } from '../base/addresses.ts';
+import { httpsUrl, joinHostPort } from '../base/addresses.ts';
 import type { Logger } from '../base/log.ts';
 import { datastoreIdentity } from '../etcd/kine.ts';
 import { addLearner, initialCluster, listMembers, promoteMember, type EtcdClientTls } from '../etcd/members.ts';
-import { BOOTSTRAP_TOKEN_RE } from '../join/token.ts';
-import { KubeApiError, type KubeClient } from '../kube/client.ts';
+import type { KubeClient } from '../kube/client.ts';
 import type { PkiPaths } from '../pki/index.ts';
 import type { ClusterConfig } from './config.ts';
+import { ControllerTokenStore, TokenRejected, type ControllerToken } from './controller-tokens.ts';
+import { FailureLimiter, JOIN_LIMITS } from './join-limiter.ts';
 
 export const JOIN_PATH = '/v1/controller/join';
 
@@ -60,6 +62,8 @@ export interface JoinResponse {
 const PROMOTE_FOR_MS = 10 * 60_000;
 /** How long a join waits for etcd to call every member healthy (its health interval is 5 s). */
 const UNHEALTHY_WAIT_MS = 20_000;
+/** How often expired controller tokens are deleted (the tokencleaner does this for bootstrap tokens). */
+const PRUNE_EVERY_MS = 10 * 60_000;
 
 class Refusal extends Error {
   constructor(
@@ -94,29 +98,44 @@ export class JoinServerComponent implements Component {
   /** One etcd membership change at a time. */
   private queue: Promise<unknown> = Promise.resolve();
   private readonly aborts = new Set<AbortController>();
+  private readonly tokens: ControllerTokenStore;
+  private readonly limiter = new FailureLimiter();
+  private pruneTimer: NodeJS.Timeout | undefined;
 
   constructor(
     private readonly cfg: ClusterConfig,
     private readonly pki: PkiPaths,
-    private readonly kube: KubeClient,
+    kube: KubeClient,
     private readonly etcd: EtcdClientTls | undefined,
     private readonly log: Logger,
-  ) {}
+  ) {
+    this.tokens = new ControllerTokenStore(kube);
+  }
 
   async start(): Promise<void> {
     const [cert, key] = await Promise.all([readFile(this.pki.serverCert), readFile(this.pki.serverKey)]);
     const server = createServer({ cert, key }, (req, res) => void this.handle(req, res));
+    const { address, joinPort } = this.cfg.spec.api;
     await new Promise<void>((resolve, reject) => {
-      server.once('error', reject);
-      server.listen(this.cfg.spec.api.joinPort, '0.0.0.0', () => {
-        server.off('error', reject);
+      const failed = (err: NodeJS.ErrnoException) =>
+        reject(
+          new Error(
+            `the join endpoint cannot listen on ${joinHostPort(address, joinPort)} (${err.code ?? err.message}); spec.api.address must be an address of this host and spec.api.joinPort a free port`,
+          ),
+        );
+      server.once('error', failed);
+      server.listen(joinPort, address, () => {
+        server.off('error', failed);
         resolve();
       });
     });
     this.server = server;
+    void this.pruneTokens();
+    this.pruneTimer = setInterval(() => void this.pruneTokens(), PRUNE_EVERY_MS).unref();
   }
 
   async stop(): Promise<void> {
+    clearInterval(this.pruneTimer);
     for (const a of this.aborts) a.abort();
     await new Promise<void>((resolve) => (this.server ? this.server.close(() => resolve()) : resolve()));
     this.server?.closeAllConnections();
@@ -127,25 +146,65 @@ export class JoinServerComponent implements Component {
       res.writeHead(status, { 'content-type': 'application/json' });
       res.end(JSON.stringify(body));
     };
+    const source = req.socket.remoteAddress ?? 'unknown';
+    const blockedMs = this.limiter.blockedFor(source);
+    if (blockedMs > 0) {
+      // Logged once, when the block started; a request now costs no API call.
+      reply(429, { error: `too many failed join attempts from ${source}; try again in ${Math.ceil(blockedMs / 1000)} s` });
+      return;
+    }
+    let taken: ControllerToken | undefined;
     try {
       if (req.method !== 'POST' || req.url !== JOIN_PATH) throw new Refusal(404, `only POST ${JOIN_PATH} is served here`);
-      const tokenId = await this.checkToken(req.headers.authorization ?? '');
-      const body = await readBody(req);
-      const request = parseRequest(body);
+      const checked = await this.tokens.check((req.headers.authorization ?? '').replace(/^Bearer /, ''));
+      const request = parseRequest(await readBody(req));
       const mismatch = configMismatch(this.cfg, request);
       if (mismatch) throw new Refusal(409, mismatch);
       const files: Record<string, string> = {};
       for (const f of SHARED_PKI_FILES) files[f] = (await readFile(join(this.pki.dir, f))).toString('base64');
+      taken = await this.tokens.takeUse(checked);
       const response: JoinResponse = { files };
       if (this.etcd) response.etcd = await this.serialized(() => this.addToEtcd(request));
-      this.log.info({ tokenId, name: request.name, peerUrl: request.peerUrl }, `controller ${request.name} joined`);
+      this.log.info(
+        { tokenId: taken.id, usesLeft: taken.uses - taken.used, name: request.name, peerUrl: request.peerUrl, source },
+        `controller ${request.name} joined`,
+      );
       reply(200, response);
     } catch (err) {
-      const status = err instanceof Refusal ? err.status : 500;
+      if (taken && !res.headersSent) await this.giveBack(taken);
+      const status = err instanceof Refusal || err instanceof TokenRejected ? err.status : 500;
       const message = (err as Error).message;
-      if (status >= 500) this.log.warn({ err: message }, 'a controller join failed');
-      else this.log.info({ status, reason: message }, 'a controller join was refused');
+      if (status >= 500) this.log.warn({ err: message, source }, 'a controller join failed');
+      else this.log.info({ status, reason: message, source }, 'a controller join was refused');
+      if (status === 401 && this.limiter.fail(source))
+        this.log.warn(
+          { source },
+          `${JOIN_LIMITS.failures} join attempts with a bad token from ${source} within ${JOIN_LIMITS.windowMs / 1000} s: refusing that address for ${JOIN_LIMITS.blockMs / 1000} s`,
+        );
       reply(status, { error: message });
+    }
+  }
+
+  /** The join failed before its answer left: the use it took goes back to the token. */
+  private async giveBack(t: ControllerToken): Promise<void> {
+    try {
+      await this.tokens.giveBackUse(t.id);
+    } catch (err) {
+      this.log.warn({ tokenId: t.id, err: (err as Error).message }, `a failed join could not give its use back to join token ${t.id}`);
+    }
+  }
+
+  private async pruneTokens(): Promise<void> {
+    try {
+      const { expired, oldFormat } = await this.tokens.prune();
+      if (expired.length) this.log.info({ tokenIds: expired }, 'deleted expired controller join tokens');
+      if (oldFormat.length)
+        this.log.info(
+          { tokenIds: oldFormat },
+          'deleted controller join tokens an older kctl stored with their secret in plain (this version refuses them)',
+        );
+    } catch (err) {
+      this.log.debug({ err: (err as Error).message }, 'controller join tokens not pruned this time');
     }
   }
 
@@ -153,34 +212,6 @@ export class JoinServerComponent implements Component {
     const run = this.queue.then(fn, fn);
     this.queue = run.catch(() => undefined);
     return run;
-  }
-
-  /** Returns the token id of a valid controller token; refuses everything else. */
-  private async checkToken(header: string): Promise<string> {
-    const m = BOOTSTRAP_TOKEN_RE.exec(header.replace(/^Bearer /, ''));
-    const rejected = new Refusal(
-      401,
-      'the join token was rejected (expired, invalidated or never issued); create a new one with: kctl token create --role controller',
-    );
-    if (!m) throw rejected;
-    const id = m[1]!;
-    const secret = m[2]!;
-    let s: { metadata?: { labels?: Record<string, string> }; data?: Record<string, string> };
-    try {
-      s = await this.kube.get(`/api/v1/namespaces/kube-system/secrets/bootstrap-token-${id}`);
-    } catch (err) {
-      if (err instanceof KubeApiError && err.status === 404) throw rejected;
-      throw new Refusal(503, `cannot check the join token: ${(err as Error).message.split('\n')[0]}`);
-    }
-    const dec = (k: string) => Buffer.from(s.data?.[k] ?? '', 'base64');
-    const want = dec('token-secret');
-    const got = Buffer.from(secret);
-    if (want.length !== got.length || !timingSafeEqual(want, got)) throw rejected;
-    const expiration = dec('expiration').toString();
-    if (expiration && Date.parse(expiration) <= Date.now()) throw rejected;
-    if (s.metadata?.labels?.['kctl.dev/role'] !== 'controller')
-      throw new Refusal(401, 'this is not a controller join token; create one with: kctl token create --role controller');
-    return id;
   }
 
   private async addToEtcd(req: JoinRequest): Promise<{ initialCluster: string; memberId: string }> {

@@ -1,6 +1,7 @@
-// Join tokens on the controller side: bootstrap-token Secrets in kube-system (the
-// bootstrapsigner and tokencleaner controllers of kube-controller-manager handle signing
-// cluster-info and deleting expired tokens).
+// Join tokens on the controller side. Worker tokens are bootstrap-token Secrets in kube-system
+// (the bootstrapsigner and tokencleaner controllers of kube-controller-manager handle signing
+// cluster-info and deleting expired tokens); controller tokens are stored hashed by
+// controller-tokens.ts. Both kinds share the token text and the id space of `kctl token`.
 import { randomInt } from 'node:crypto';
 import { readFile } from 'node:fs/promises';
 import { joinHostPort } from '../base/addresses.ts';
@@ -10,7 +11,9 @@ import { encodeToken, type JoinRole } from '../join/token.ts';
 import { KubeApiError, type KubeClient } from '../kube/client.ts';
 import { apiServerUrl } from './bootstrap.ts';
 import type { ClusterConfig } from './config.ts';
+import { CONTROLLER_TOKEN_DEFAULT_USES, ControllerTokenStore } from './controller-tokens.ts';
 import { joinServerUrl } from './join-server.ts';
+import { workerTokenAnnotations, workerTokenRecord } from './worker-tokens.ts';
 
 const ALPHABET = 'abcdefghijklmnopqrstuvwxyz0123456789';
 const randomString = (n: number) => Array.from({ length: n }, () => ALPHABET[randomInt(ALPHABET.length)]).join('');
@@ -21,6 +24,12 @@ export interface TokenSummary {
   role: string;
   expires: string | null;
   description: string;
+  /** Joins left; null when the token counts none (a worker token made without --uses). */
+  usesLeft: number | null;
+  /** Worker tokens: the only node name it may join as (--node-name). */
+  nodeName?: string;
+  /** Worker tokens: the nodes that joined with it. */
+  joined?: string[];
 }
 
 /** "24h", "30m", "7d", "90s"; "0" means the token never expires. */
@@ -31,31 +40,55 @@ export function parseExpiry(text: string): number {
   return ms;
 }
 
+/** --uses: a whole number of joins, at least 1. */
+export function parseUses(text: string): number {
+  if (!/^[1-9]\d{0,5}$/.test(text)) throw new UserError(`--uses "${text}" is not a number of joins; use a whole number from 1`);
+  return Number(text);
+}
+
 export function konnectivityAddress(cfg: ClusterConfig): string {
   return joinHostPort(cfg.spec.api.address, cfg.spec.konnectivity.agentPort);
 }
 
-export async function createToken(kube: KubeClient, cfg: ClusterConfig, caFile: string, role: JoinRole, expiryMs: number): Promise<string> {
+/**
+ * `uses` counts joins: controller tokens default to 1 (controller-tokens.ts stores them), worker
+ * tokens to unlimited. `nodeName` binds a worker token to one node name (a re-join of a reset host).
+ */
+export async function createToken(
+  kube: KubeClient,
+  cfg: ClusterConfig,
+  caFile: string,
+  role: JoinRole,
+  expiryMs: number,
+  uses?: number,
+  nodeName?: string,
+): Promise<string> {
   const id = randomString(6);
   const secret = randomString(16);
   const expiration = expiryMs ? new Date(Date.now() + expiryMs).toISOString().replace(/\.\d+Z$/, 'Z') : undefined;
-  await kube.request('POST', '/api/v1/namespaces/kube-system/secrets', {
-    apiVersion: 'v1',
-    kind: 'Secret',
-    type: 'bootstrap.kubernetes.io/token',
-    metadata: { name: `bootstrap-token-${id}`, namespace: 'kube-system', labels: { 'kctl.dev/role': role } },
-    stringData: {
-      'token-id': id,
-      'token-secret': secret,
-      ...(expiration ? { expiration } : {}),
-      // A worker token authenticates kubelet's TLS bootstrap to the API server. A controller token
-      // authenticates to nothing but kctl's join endpoint, which reads this Secret itself.
-      ...(role === 'worker'
-        ? { 'usage-bootstrap-authentication': 'true', 'usage-bootstrap-signing': 'true', 'auth-extra-groups': ROLE_GROUP(role) }
-        : { 'usage-bootstrap-authentication': 'false', 'usage-bootstrap-signing': 'false' }),
-      description: `kctl ${role} join token`,
-    },
-  });
+  if (role === 'controller') await new ControllerTokenStore(kube).create({ id, secret, expiryMs, uses: uses ?? CONTROLLER_TOKEN_DEFAULT_USES });
+  else
+    await kube.request('POST', '/api/v1/namespaces/kube-system/secrets', {
+      apiVersion: 'v1',
+      kind: 'Secret',
+      type: 'bootstrap.kubernetes.io/token',
+      metadata: {
+        name: `bootstrap-token-${id}`,
+        namespace: 'kube-system',
+        labels: { 'kctl.dev/role': role },
+        annotations: workerTokenAnnotations({ nodeName, uses }),
+      },
+      stringData: {
+        'token-id': id,
+        'token-secret': secret,
+        ...(expiration ? { expiration } : {}),
+        // A worker token authenticates kubelet's TLS bootstrap to the API server.
+        'usage-bootstrap-authentication': 'true',
+        'usage-bootstrap-signing': 'true',
+        'auth-extra-groups': ROLE_GROUP(role),
+        description: `kctl ${role} join token`,
+      },
+    });
   return encodeToken({
     role,
     apiServers: [apiServerUrl(cfg)],
@@ -70,25 +103,41 @@ export async function createToken(kube: KubeClient, cfg: ClusterConfig, caFile: 
 }
 
 interface SecretList {
-  items: { metadata: { name: string; labels?: Record<string, string> }; data?: Record<string, string> }[];
+  items: { metadata: { name: string; labels?: Record<string, string>; annotations?: Record<string, string> }; data?: Record<string, string> }[];
 }
 
 export async function listTokens(kube: KubeClient): Promise<TokenSummary[]> {
   const list = await kube.get<SecretList>('/api/v1/namespaces/kube-system/secrets?fieldSelector=type%3Dbootstrap.kubernetes.io%2Ftoken');
   const dec = (v?: string) => (v ? Buffer.from(v, 'base64').toString('utf8') : '');
-  // Only id, role and expiry leave this function: never the token secret.
-  return list.items
-    .map((s) => ({
-      id: dec(s.data?.['token-id']),
-      role: s.metadata.labels?.['kctl.dev/role'] ?? (dec(s.data?.['auth-extra-groups']).includes('kctl:worker') ? 'worker' : '-'),
+  // Only id, role, expiry and uses leave this function: never the token secret or its hash.
+  const bootstrap = list.items.map((s) => {
+    const role = s.metadata.labels?.['kctl.dev/role'] ?? (dec(s.data?.['auth-extra-groups']).includes('kctl:worker') ? 'worker' : '-');
+    // A controller token an older kctl stored as a bootstrap token: the join endpoint refuses it.
+    const old = role === 'controller';
+    const id = dec(s.data?.['token-id']);
+    const rec = workerTokenRecord(id, s.metadata.annotations);
+    return {
+      id,
+      role,
       expires: dec(s.data?.expiration) || null,
-      description: dec(s.data?.description),
-    }))
-    .sort((a, b) => a.id.localeCompare(b.id));
+      description: old ? 'controller join token of an older kctl, refused: invalidate it' : dec(s.data?.description),
+      usesLeft: old ? 0 : rec.uses === undefined ? null : Math.max(0, rec.uses - rec.joined.length),
+      ...(old ? {} : { nodeName: rec.nodeName, joined: rec.joined }),
+    };
+  });
+  const controller = (await new ControllerTokenStore(kube).list()).map((t) => ({
+    id: t.id,
+    role: 'controller',
+    expires: t.expires,
+    description: 'kctl controller join token',
+    usesLeft: Math.max(0, t.uses - t.used),
+  }));
+  return [...bootstrap, ...controller].sort((a, b) => a.id.localeCompare(b.id));
 }
 
 export async function invalidateToken(kube: KubeClient, id: string): Promise<void> {
   if (!/^[a-z0-9]{6}$/.test(id)) throw new UserError(`"${id}" is not a token id (6 characters a-z0-9); see kctl token list`);
+  if (await new ControllerTokenStore(kube).delete(id)) return;
   try {
     await kube.request('DELETE', `/api/v1/namespaces/kube-system/secrets/bootstrap-token-${id}`);
   } catch (err) {

@@ -1,7 +1,8 @@
 // Two controllers on kine sharing one real PostgreSQL (on its own lab host), and a worker cut off
 // from both. The second controller joins with a controller token and needs only the keys: the
 // state is already in the database. A joiner configured for a local SQLite file or for another
-// database is refused with one line and nothing written. Both controllers serve the worker's
+// database is refused with one line and nothing written, and so is a second join with the
+// single-use token; the cluster keeps only the token's hash. Both controllers serve the worker's
 // pod through its agent; the first controller's host then loses all its processes: through the
 // second, exec, logs and port-forward work within seconds, a new pod is scheduled, the node keeps
 // its Ready condition, the server count drops to 1; the first comes back and the agent rejoins it.
@@ -42,7 +43,8 @@ test('two controllers on kine and PostgreSQL: a joiner must name the same databa
   await runPinnedPod((args, input) => ha.kubectl(c1, args, input), 'web', 'w1', 'started', true);
   await ha.agentsFollow([c1], ['w1']);
 
-  const tokenFile = await ha.tokenFile('controller.token', String((await ha.run(c1, ['token', 'create', '--role', 'controller'])).stdout).trim());
+  const ctoken = String((await ha.run(c1, ['token', 'create', '--role', 'controller'])).stdout).trim();
+  const tokenFile = await ha.tokenFile('controller.token', ctoken);
   // A joiner on its own SQLite file, or on another database of the same server: refused, nothing written.
   const c2host = lab.host('c2');
   await ha.refused(
@@ -59,6 +61,14 @@ test('two controllers on kine and PostgreSQL: a joiner must name the same databa
   const c2 = await ha.controller(c2host, kineSpec(c2host, shared));
   await ha.start(c2, tokenFile);
   procs.push(c2.proc);
+  // The token was single-use: another join with it (a fresh data dir on c2's host) is refused.
+  await ha.refused(
+    await ha.controller(c2host, kineSpec(c2host, shared), 'c2-again'),
+    tokenFile,
+    /refused the join: the join token is used up \(1 join\); create a new one with: kctl token create --role controller$/,
+  );
+  const used = await ha.storedControllerToken(c1, ctoken);
+  assert.deepEqual([used?.role, used?.usesLeft], ['controller', 0]);
   const storage = (await ha.status(c2)).storage;
   assert.deepEqual(storage, { type: 'kine', datastore: `postgres://${pg.host}:5432/kine` });
   assert.equal(String((await ha.kubectl(c2, ['get', 'pod', 'web', '-o', 'jsonpath={.spec.nodeName}'])).stdout), 'w1');

@@ -1,10 +1,14 @@
 // Controllers as lab hosts, for the HA tests (etcd and kine): start and stop them, join by token,
 // read their status, and wait until every worker agent holds a stream to every live controller.
 import assert from 'node:assert/strict';
+import { createHash } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import { writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
+import { CONTROLLER_TOKEN_TYPE, controllerTokenSecretName } from '../../src/controller/controller-tokens.ts';
 import type { ControllerStatusReport } from '../../src/controller/status.ts';
+import type { TokenSummary } from '../../src/controller/tokens.ts';
+import { decodeToken } from '../../src/join/token.ts';
 import { controllerLeaseName } from '../../src/kube/controller-leases.ts';
 import { track, type Tracked } from './cluster.ts';
 import type { LabHost } from './lab.ts';
@@ -24,11 +28,11 @@ export class HaLab {
     readonly dir: string,
   ) {}
 
-  /** A controller on `host` with data and run dirs under the lab dir and `spec` (YAML) as its config's spec. */
-  async controller(host: LabHost, spec: string): Promise<LabCtl> {
-    const config = join(this.dir, `${host.name}.yaml`);
+  /** A controller on `host` with data and run dirs under the lab dir (named `name`) and `spec` (YAML) as its config's spec. */
+  async controller(host: LabHost, spec: string, name = host.name): Promise<LabCtl> {
+    const config = join(this.dir, `${name}.yaml`);
     await writeFile(config, `spec:\n${spec}`);
-    return { host, dataDir: join(this.dir, `${host.name}-data`), runDir: join(this.dir, `${host.name}-run`), config };
+    return { host, dataDir: join(this.dir, `${name}-data`), runDir: join(this.dir, `${name}-run`), config };
   }
 
   run(c: LabCtl, args: string[], input?: string) {
@@ -70,6 +74,30 @@ export class HaLab {
     return f;
   }
 
+  /**
+   * What `kctl token list` on `c` says of controller token `token`, after checking that the cluster
+   * keeps only the SHA-256 of its secret: no Secret in kube-system holds the secret itself.
+   */
+  async storedControllerToken(c: LabCtl, token: string): Promise<TokenSummary | undefined> {
+    const [id, secret] = decodeToken(token).bootstrapToken.split('.') as [string, string];
+    const r = await this.kubectl(c, ['get', 'secrets', '-n', 'kube-system', '-o', 'json']);
+    assert.equal(r.exitCode, 0, String(r.stderr));
+    const all = String(r.stdout);
+    for (const plain of [secret, Buffer.from(secret).toString('base64'), Buffer.from(`${id}.${secret}`).toString('base64')])
+      assert.ok(!all.includes(plain), `a Secret in kube-system holds the secret of controller token ${id}`);
+    const items = (JSON.parse(all) as { items: { type: string; metadata: { name: string }; data?: Record<string, string> }[] }).items;
+    const stored = items.find((s) => s.metadata.name === controllerTokenSecretName(id));
+    if (stored) {
+      assert.equal(stored.type, CONTROLLER_TOKEN_TYPE);
+      assert.equal(Buffer.from(stored.data?.['secret-sha256'] ?? '', 'base64').toString(), createHash('sha256').update(secret).digest('hex'));
+    }
+    assert.ok(!items.some((s) => s.metadata.name === `bootstrap-token-${id}`), `controller token ${id} is a bootstrap token`);
+    const list = await this.run(c, ['token', 'list', '-o', 'json']);
+    assert.equal(list.exitCode, 0, String(list.stderr));
+    assert.ok(!String(list.stdout).includes(secret), 'token list printed a secret');
+    return (JSON.parse(String(list.stdout)) as TokenSummary[]).find((x) => x.id === id);
+  }
+
   /** A join that must fail with one line matching `expect` and leave the data dir unwritten. */
   async refused(c: LabCtl, tokenFile: string, expect: RegExp): Promise<void> {
     const r = await c.host.run(
@@ -95,8 +123,10 @@ export class HaLab {
         const s = await this.status(c);
         const held = (s.konnectivity?.agents ?? []).map((a) => a.id);
         if (s.konnectivity?.serverCount !== list.length || (s.controllers ?? []).map((x) => x.name).join() !== names.join()) return false;
-        if (!agents.every((a) => held.includes(a))) return false;
-        for (const a of agents) if (s.agentServers?.find((x) => x.agent === a)?.servers.join() !== names.join()) return false;
+        // A node's agent is known by its certificate's user, whatever agentid it sends.
+        const ids = agents.map((a) => `system:node:${a}`);
+        if (!ids.every((a) => held.includes(a))) return false;
+        for (const a of ids) if (s.agentServers?.find((x) => x.agent === a)?.servers.join() !== names.join()) return false;
       }
       return true;
     });

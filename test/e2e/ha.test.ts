@@ -4,8 +4,9 @@
 // join endpoint, etcd learner promoted when caught up); state written through one is read through
 // another; each worker's agent holds a stream to every live controller (their leases), so logs,
 // exec and port-forward to pods on both workers work through each, every server announces the
-// live count, and every controller's status shows each agent on all of them; bad tokens and a
-// join without etcd quorum are refused with one line and nothing written. The first controller's
+// live count, and every controller's status shows each agent on all of them; bad tokens, a second
+// join with a single-use token and a join without etcd quorum are refused with one line and
+// nothing written, and the cluster keeps only the hash of a controller token. The first controller's
 // host then loses all its processes: through the survivors logs, exec and port-forward work
 // within seconds, a new pod is scheduled, no node changes its Ready condition (their API
 // balancers moved kubelet), the server count drops to 2; the controller comes back as the same
@@ -119,15 +120,30 @@ test('controllers join by token and leave; losing one is invisible to the nodes;
   }
   assert.ok(!c2.proc!.saw('BEGIN EC PRIVATE KEY') && !c2.proc!.saw('BEGIN PRIVATE KEY'), 'a key reached the log');
 
+  // The token was single-use: a second join with it is refused; the cluster holds only its hash.
+  await ha.refused(
+    c3,
+    ctokenFile,
+    /refused the join: the join token is used up \(1 join\); create a new one with: kctl token create --role controller$/,
+  );
+  const used = await ha.storedControllerToken(c1, ctoken);
+  assert.deepEqual([used?.role, used?.usesLeft], ['controller', 0]);
+  const secret = decodeToken(ctoken).bootstrapToken.split('.')[1]!;
+  assert.ok(!c1.proc!.saw(secret) && !c2.proc!.saw(secret), 'the token secret reached a log');
+  // c3 and c4 join with one token of two uses.
+  const created2 = await run(c1, ['token', 'create', '--role', 'controller', '--uses', '2']);
+  assert.equal(created2.exitCode, 0, String(created2.stderr));
+  const ctoken2File = await ha.tokenFile('controller2.token', String(created2.stdout).trim());
+
   // No quorum (c2 stopped: 1 of 2 members up): c3 is refused, nothing written.
   await ha.stop(c2);
-  await ha.refused(c3, ctokenFile, /refused the join: .*(etcd cannot change its membership|cannot check the join token)/);
+  await ha.refused(c3, ctoken2File, /refused the join: .*(etcd cannot change its membership|cannot check the join token)/);
   // c2 restarts without a token and the cluster is whole again.
   await ha.start(c2);
   await voters(c1, ['c1', 'c2']);
 
   // c3 joins; what c1 writes, c3 reads.
-  await ha.start(c3, ctokenFile);
+  await ha.start(c3, ctoken2File);
   await voters(c2, ['c1', 'c2', 'c3']);
   assert.equal((await run(c1, ['kubectl', 'create', 'configmap', 'ha-check', '--from-literal=from=c1'])).exitCode, 0);
   const read = await run(c3, ['kubectl', 'get', 'configmap', 'ha-check', '-o', 'jsonpath={.data.from}']);
@@ -139,7 +155,7 @@ test('controllers join by token and leave; losing one is invisible to the nodes;
   assert.match(table, /^c3\s+\d+\s+https:\/\/\S+:2380\s+voter\s+\(this controller\)$/m, table);
   const text = String((await run(c3, ['status'])).stdout);
   assert.match(text, /^Storage: etcd, 3 member\(s\)$/m, text);
-  assert.match(text, /^ {2}w2 {2}3\/3 {2}kctl-controller-\S+, kctl-controller-\S+, kctl-controller-\S+$/m, text);
+  assert.match(text, /^ {2}system:node:w2 {2}3\/3 {2}kctl-controller-\S+, kctl-controller-\S+, kctl-controller-\S+$/m, text);
 
   // Each worker's API balancer has all three API servers, healthy.
   const balancer = async (w: (typeof workers)[number]) => {
@@ -198,7 +214,7 @@ test('controllers join by token and leave; losing one is invisible to the nodes;
     }
   };
   const loops = [loop(c2, (pod) => ['exec', pod, '--', 'cat', '/www/index.html'], /^web-w\d$/m), loop(c3, (pod) => ['logs', pod], /started/)];
-  await ha.start(c4, ctokenFile);
+  await ha.start(c4, ctoken2File);
   const c4Ready = Date.now();
   await voters(c1, ['c1', 'c2', 'c3', 'c4']);
   await ha.agentsFollow([c1, c2, c3, c4], agents, 30_000);
