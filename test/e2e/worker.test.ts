@@ -2,7 +2,7 @@
 // port-forward / attach reach them only through the konnectivity tunnel.
 import assert from 'node:assert/strict';
 import { existsSync } from 'node:fs';
-import { mkdtemp, rm } from 'node:fs/promises';
+import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test, type TestContext } from 'node:test';
@@ -83,6 +83,39 @@ const DEPLOYMENT = (name: string) => ({
   },
 });
 
+/** Runs as nobody on w1 and reads the files made for it: its hostname, resolv.conf and hosts, a nested volume path, its token. */
+const NONROOT = {
+  apiVersion: 'v1',
+  kind: 'List',
+  items: [
+    { apiVersion: 'v1', kind: 'ConfigMap', metadata: { name: 'nonroot' }, data: { key: 'value' } },
+    {
+      apiVersion: 'v1',
+      kind: 'Pod',
+      metadata: { name: 'nonroot' },
+      spec: {
+        nodeName: 'w1',
+        restartPolicy: 'Never',
+        securityContext: { runAsUser: 65534, runAsGroup: 65534 },
+        volumes: [{ name: 'cfg', configMap: { name: 'nonroot', items: [{ key: 'key', path: 'nested/key' }] } }],
+        containers: [
+          {
+            name: 'c',
+            image: 'docker.io/library/busybox:1.36',
+            imagePullPolicy: 'Never',
+            command: [
+              'sh',
+              '-c',
+              'cat /etc/hostname /etc/resolv.conf /etc/hosts /cfg/nested/key /var/run/secrets/kubernetes.io/serviceaccount/token >/dev/null && echo nonroot-ok',
+            ],
+            volumeMounts: [{ name: 'cfg', mountPath: '/cfg' }],
+          },
+        ],
+      },
+    },
+  ],
+};
+
 test('two isolated workers join, run pods, and are reachable only through the tunnel', async (t: TestContext) => {
   const lab: Lab = await createLab('wk', ['ctl', 'w1', 'w2'], { t });
   const [ctl, w1, w2] = ['ctl', 'w1', 'w2'].map((n) => lab.host(n)) as [LabHost, LabHost, LabHost];
@@ -135,11 +168,11 @@ test('two isolated workers join, run pods, and are reachable only through the tu
   await lab.isolate(w1, ctl);
   await lab.isolate(w2, ctl);
   const before = { w2: await hostState(w2, join(dir, 'w2-data')) };
-  const startWorker = (h: LabHost, withToken: boolean) => {
+  const startWorker = (h: LabHost, joinToken?: string) => {
     const p = track(
       h.spawn(kctlBin, [
         'worker',
-        ...(withToken ? ['--token', token] : []),
+        ...(joinToken ? ['--token', joinToken] : []),
         '--data-dir',
         join(dir, `${h.name}-data`),
         '--run-dir',
@@ -155,8 +188,8 @@ test('two isolated workers join, run pods, and are reachable only through the tu
     workers.push(p);
     return p;
   };
-  let p1 = startWorker(w1, true);
-  const p2 = startWorker(w2, true);
+  let p1 = startWorker(w1, token);
+  const p2 = startWorker(w2, token);
   const nodeReady = (n: string) => isNodeReady(kubectl, n);
   await waitFor(
     'both nodes Ready',
@@ -168,12 +201,31 @@ test('two isolated workers join, run pods, and are reachable only through the tu
     () => `w1:\n${p1.log()}\nw2:\n${p2.log()}`,
   );
 
+  // The join token given with --token is gone from the worker's command line (ps, /proc/<pid>/cmdline),
+  // and nothing else is; kctl runs with umask 0077, containerd and kubelet with 0022 (containers read what they write).
+  for (const [p, h] of [
+    [p1, w1],
+    [p2, w2],
+  ] as const) {
+    const pid = p.child.pid!;
+    const cmdline = await readFile(`/proc/${pid}/cmdline`, 'utf8');
+    assert.ok(!cmdline.includes(token), `the join token is in the worker's command line: ${cmdline}`);
+    assert.match(cmdline, new RegExp(`^${kctlBin} worker --token \\*\\*\\* --data-dir ${join(dir, `${h.name}-data`)} `));
+    // The thread name every kctl has (ps -o comm, pgrep), not the title's first bytes.
+    assert.equal(await readFile(`/proc/${pid}/comm`, 'utf8'), await readFile(`/proc/${controller.child.pid}/comm`, 'utf8'));
+    const umask = async (of: number) => /^Umask:\s+(\d+)$/m.exec(await readFile(`/proc/${of}/status`, 'utf8'))?.[1];
+    assert.equal(await umask(pid), '0077');
+    for (const child of ['containerd', 'kubelet'])
+      assert.equal(await umask(Number(await readFile(join(dir, `${h.name}-run`, `${child}.pid`), 'utf8'))), '0022', child);
+  }
+
   // The invalidated token is refused now (tokens are checked at join, not afterwards).
   assert.equal((await ctl.run(kctlBin, ['--data-dir', cData, 'token', 'invalidate', revokedId])).exitCode, 0);
   await refused(revoked, /rejected the join token/);
 
-  // A 2-replica busybox Deployment spreads over both workers.
+  // A 2-replica busybox Deployment spreads over both workers; a pod as nobody reads what kubelet and containerd wrote for it.
   assert.equal((await kubectl(['apply', '-f', '-'], JSON.stringify(DEPLOYMENT('bb')))).exitCode, 0);
+  assert.equal((await kubectl(['apply', '-f', '-'], JSON.stringify(NONROOT))).exitCode, 0);
   type Pod = {
     metadata: { name: string; uid: string };
     spec: { nodeName: string };
@@ -189,6 +241,16 @@ test('two isolated workers join, run pods, and are reachable only through the tu
     },
     () => String(controller.log()),
   );
+  let phase = '';
+  await waitFor('the pod running as nobody to finish', 60_000, async () => {
+    phase = (JSON.parse(String((await kubectl(['get', 'pod', 'nonroot', '-o', 'json'])).stdout)) as { status: { phase: string } }).status.phase;
+    return phase === 'Succeeded' || phase === 'Failed';
+  }).catch(() => undefined);
+  if (phase !== 'Succeeded') {
+    const why = await Promise.all([kubectl(['describe', 'pod', 'nonroot']), kubectl(['logs', 'nonroot'])]);
+    assert.fail(`the pod running as nobody is ${phase}:\n${why.map((r) => `${String(r.stdout)}${String(r.stderr)}`).join('\n')}`);
+  }
+  assert.match(String((await kubectl(['logs', 'nonroot'])).stdout), /^nonroot-ok$/m);
   const running = await pods();
   const podOn = (n: string) => running.find((x) => x.spec.nodeName === n)!;
   const a = podOn('w1');
@@ -241,7 +303,7 @@ test('two isolated workers join, run pods, and are reachable only through the tu
   // Restarting a worker's kctl keeps its pods running and the node Ready.
   p1.child.kill('SIGTERM');
   assert.equal(await p1.exited, 0);
-  p1 = startWorker(w1, false);
+  p1 = startWorker(w1);
   await waitFor('w1 worker back', 180_000, async () => p1.saw('"msg":"worker ready"'), p1.log);
   await waitFor('w1 Ready again', 120_000, () => nodeReady('w1'));
   const after = (await pods()).find((x) => x.metadata.uid === a.metadata.uid);
@@ -274,6 +336,38 @@ test('two isolated workers join, run pods, and are reachable only through the tu
   assert.match(String(reset.stdout), /"msg":"resetting the worker in /);
   assert.ok(String(reset.stdout).includes(`"msg":"removed ${join(dir, 'w2-data', 'kubelet')}"`), 'reset did not list what it removed');
   assert.equal(await hostState(w2, join(dir, 'w2-data')), before.w2);
+  assert.equal(existsSync(join(dir, 'w2-run')), false, 'reset left the run dir kctl made');
   const leftovers = String((await ctl.run('pgrep', ['-f', join(dir, 'w2-')])).stdout).trim();
   assert.equal(leftovers, '', 'processes of the reset worker are still running');
+
+  // The reset host joins again. The token it joined with first cannot take the name w2 any more:
+  // the Node is registered, and the join is denied with the reason (kubelet logs it). A token made
+  // for that name, for one join, can; it is gone after that join.
+  const refusedJoin = startWorker(w2, token);
+  await waitFor('the join as w2 denied', 120_000, async () => refusedJoin.saw('node w2 is already registered'), refusedJoin.log);
+  refusedJoin.child.kill('SIGTERM');
+  await refusedJoin.exited;
+  assert.equal((await w2.run(kctlBin, ['reset', '--data-dir', join(dir, 'w2-data'), '--run-dir', join(dir, 'w2-run')])).exitCode, 0);
+  const made = await ctl.run(kctlBin, ['--data-dir', cData, 'token', 'create', '--role', 'worker', '--node-name', 'w2', '--uses', '1']);
+  assert.equal(made.exitCode, 0, String(made.stderr));
+  const rejoinToken = String(made.stdout).trim();
+  const rejoinId = decodeToken(rejoinToken).bootstrapToken.split('.')[0]!;
+  const bound = JSON.parse(String((await ctl.run(kctlBin, ['--data-dir', cData, 'token', 'list', '-o', 'json'])).stdout)) as {
+    id: string;
+    nodeName?: string;
+    usesLeft: number | null;
+  }[];
+  assert.deepEqual(
+    bound.filter((x) => x.id === rejoinId).map((x) => [x.nodeName, x.usesLeft]),
+    [['w2', 1]],
+  );
+  const rejoined = startWorker(w2, rejoinToken);
+  await waitFor('w2 Ready after re-joining', 300_000, () => nodeReady('w2'), rejoined.log);
+  await waitFor('the single-use token gone', 30_000, async () => {
+    const l = JSON.parse(String((await ctl.run(kctlBin, ['--data-dir', cData, 'token', 'list', '-o', 'json'])).stdout)) as { id: string }[];
+    return !l.some((x) => x.id === rejoinId);
+  });
+  assert.ok(controller.saw(`token ${rejoinId} is used up and was deleted`));
+  rejoined.child.kill('SIGTERM');
+  assert.equal(await rejoined.exited, 0);
 });
