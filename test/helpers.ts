@@ -70,6 +70,32 @@ export function selfSignedCert(dir: string, name: string, o: { cn: string; ca?: 
   return { cert, key, pem: execFileSync('cat', [cert], { encoding: 'utf8' }) };
 }
 
+/**
+ * A P-256 certificate for `subject` (openssl -subj form) signed by `signer` (a CA from
+ * selfSignedCert), valid for a day: `<dir>/<name>.crt` and `<dir>/<name>.key`.
+ */
+export function signedCert(
+  dir: string,
+  name: string,
+  signer: { cert: string; key: string },
+  subject: string,
+): { cert: string; key: string; pem: string } {
+  const cert = join(dir, `${name}.crt`);
+  const key = join(dir, `${name}.key`);
+  const csr = join(dir, `${name}.csr`);
+  execFileSync(
+    'openssl',
+    ['req', '-new', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes', '-subj', subject, '-keyout', key, '-out', csr],
+    {
+      stdio: 'ignore',
+    },
+  );
+  execFileSync('openssl', ['x509', '-req', '-in', csr, '-CA', signer.cert, '-CAkey', signer.key, '-CAcreateserial', '-days', '1', '-out', cert], {
+    stdio: 'ignore',
+  });
+  return { cert, key, pem: execFileSync('cat', [cert], { encoding: 'utf8' }) };
+}
+
 /** A TCP port free on 127.0.0.1 right now (the kernel's pick). */
 export async function freePort(): Promise<number> {
   const s = createNetServer();
