@@ -1,14 +1,14 @@
 // In-process approver for the CSRs that decide who a node is:
 // - kubelet serving certificates (signer kubernetes.io/kubelet-serving): a node may ask only for
-//   names and addresses it owns (konnectivity/claims.ts ownershipProblem, the rule konnectivity
-//   agents' claims follow too);
+//   names and addresses it owns (konnectivity/claims.ts unownedBy: the ownership rule agents'
+//   claims follow too);
 // - kubelet client certificates asked with a worker token (signer
 //   kubernetes.io/kube-apiserver-client-kubelet, requester system:bootstrap:<id>): a token mints
 //   only a node name that is not registered (or the one it was made for), within its uses.
 // kube-controller-manager still approves a node's renewal of its own client certificate.
 // Anything else of these two signers is denied, with the reason in the CSR's condition.
 import type { Logger } from '../base/log.ts';
-import { ownershipProblem, type NodeDirectory } from '../konnectivity/claims.ts';
+import { unownedBy, type NodeDirectory } from '../konnectivity/claims.ts';
 import { resourcePath, type KubeClient } from '../kube/client.ts';
 import { Informer, type ListWatchOptions } from '../kube/informer.ts';
 import type { Component, ComponentStatus } from '../base/component.ts';
@@ -64,11 +64,8 @@ export function judgeServingCsr(csr: Csr, nodes: NodeDirectory): Verdict {
   if (req.dnsNames.length + req.ipAddresses.length === 0) return deny('no subject alternative names');
   const node = nodes.get(nodeName);
   if (!node) return null; // not registered yet: decide once the Node exists
-  const problems = [
-    ...req.dnsNames.map((v) => [v, ownershipProblem(nodeName, node, v, true, nodes)] as const),
-    ...req.ipAddresses.map((v) => [v, ownershipProblem(nodeName, node, v, false, nodes)] as const),
-  ].filter(([, why]) => why !== undefined);
-  if (problems.length) return deny(`names not owned by node ${nodeName}: ${problems.map(([v, why]) => `${v} (${why})`).join(', ')}`);
+  const problems = unownedBy(nodeName, node, req.dnsNames, req.ipAddresses, nodes);
+  if (problems.length) return deny(`names not owned by node ${nodeName}: ${problems.map((p) => `${p.value} (${p.reason})`).join(', ')}`);
   return { approve: true, reason: `serving certificate for node ${nodeName} (${[...req.dnsNames, ...req.ipAddresses].join(', ')})` };
 }
 
