@@ -107,6 +107,12 @@ function reservedProblem(value: string, isName: boolean, node: NodeRecord | unde
   return reserved.isController(value) ? "a controller's address" : undefined;
 }
 
+/** Why a (canonical) value can be nobody's whoever claims it: not an IP where one is due, or reserved. */
+function nobodysProblem(v: string, isName: boolean, node: NodeRecord | undefined, reserved: ReservedSpace | undefined): string | undefined {
+  if (!isName && canonicalIp(v) === null) return 'not an IP address';
+  return reservedProblem(v, isName, node, reserved);
+}
+
 /**
  * The one ownership rule, shared by agent claims and kubelet serving CSRs: why node `nodeName`
  * (its Node `node`, undefined when not registered) may not own `value` (a DNS name when `isName`,
@@ -122,9 +128,8 @@ export function ownershipProblem(
   nodes: NodeDirectory,
 ): string | undefined {
   const v = canonicalIdentifier(value);
-  if (!isName && canonicalIp(v) === null) return 'not an IP address';
-  const reserved = reservedProblem(v, isName, node, nodes.reserved);
-  if (reserved) return reserved;
+  const nobodys = nobodysProblem(v, isName, node, nodes.reserved);
+  if (nobodys) return nobodys;
   const own = canonicalIdentifier(nodeName);
   if (isName && v === own) return undefined; // its certificate (or its CSR's requester) says so
   const reports = node !== undefined && node.addresses.some((a) => isIpType(a.type) !== isName && canonicalIdentifier(a.address) === v);
@@ -250,9 +255,8 @@ function claimProblem(c: ClaimContext): string | undefined {
   if (!c.trusted) return problem ?? 'a service-account agent claims nothing unless listed in spec.konnectivity.trustedAgents';
   // Trust widens a claim to addresses no Node keeps, never to the control plane's or virtual ones.
   const v = canonicalIdentifier(value);
-  if (!isName && canonicalIp(v) === null) return 'not an IP address';
-  const reserved = reservedProblem(v, isName, node, nodes.reserved);
-  if (reserved) return reserved;
+  const nobodys = nobodysProblem(v, isName, node, nodes.reserved);
+  if (nobodys) return nobodys;
   const owners = nodes.owners(v).filter((n) => n !== own);
   const winner = owners.length > 0 ? c.ownerAgent(v) : undefined;
   return winner === undefined ? undefined : `agent ${winner} of node ${owners.join(', ')}, which reports it, claims it too`;

@@ -219,12 +219,13 @@ export class KonnectivityServer implements Component {
     const agentId = ids[0];
     if (ids.length !== 1 || !agentId)
       return refuse(grpc.status.INVALID_ARGUMENT, `metadata ${META.agentId} must be set exactly once (got ${ids.length})`);
+    // Upstream's rules (the standalone drop-in, or no CA to check node certificates against).
+    const upstreamStyle = this.o.agentAuth === 'upstream' || !this.ca;
     let identity;
     try {
-      identity =
-        this.o.agentAuth === 'upstream' || !this.ca
-          ? await authenticateUpstreamStyle(call, { tokenReview: this.o.tokenReview })
-          : await authenticateAgent(call, { ca: this.ca, tokenReview: this.o.tokenReview });
+      identity = upstreamStyle
+        ? await authenticateUpstreamStyle(call, { tokenReview: this.o.tokenReview })
+        : await authenticateAgent(call, { ca: this.ca, tokenReview: this.o.tokenReview });
     } catch (err) {
       if (err instanceof AgentAuthError) return refuse(err.code, err.message, agentId);
       return refuse(grpc.status.INTERNAL, `authentication failed: ${err instanceof Error ? err.message : String(err)}`, agentId);
@@ -233,7 +234,7 @@ export class KonnectivityServer implements Component {
     this.agentListener?.authenticated(call.getPeer()); // its connection leaves the pre-auth bounds
 
     // An agent is who authenticated, not what it calls itself: its id can never shadow another's stream.
-    const id = brokerId(identity, agentId, this.o.agentAuth === 'upstream' || !this.ca);
+    const id = brokerId(identity, agentId, upstreamStyle);
     const flowControl = (this.o.extensions ?? true) && offersFlowControl(call.metadata.get(META.extensions));
     const claimed = parseIdentifiers(call.metadata.get(META.agentIdentifiers).map(String)[0] ?? '');
     const verdict = this.judge(identity, claimed, undefined);
