@@ -12,6 +12,7 @@ import { createHash, timingSafeEqual } from 'node:crypto';
 import { UserError } from '../base/errors.ts';
 import { BOOTSTRAP_TOKEN_RE } from '../join/token.ts';
 import { KubeApiError, type KubeClient } from '../kube/client.ts';
+import { tokenSecretPath } from './worker-tokens.ts';
 
 export const CONTROLLER_TOKEN_TYPE = 'kctl.dev/controller-join-token';
 export const CONTROLLER_TOKEN_DEFAULT_EXPIRY = '1h';
@@ -21,7 +22,6 @@ export const CONTROLLER_TOKEN_MAX_EXPIRY_MS = 7 * 24 * 3_600_000;
 const SECRETS = '/api/v1/namespaces/kube-system/secrets';
 export const controllerTokenSecretName = (id: string): string => `kctl-controller-token-${id}`;
 const secretPath = (id: string) => `${SECRETS}/${controllerTokenSecretName(id)}`;
-const oldSecretPath = (id: string) => `${SECRETS}/bootstrap-token-${id}`;
 /** How often a join re-reads the Secret after another join changed it first. */
 const TAKE_ATTEMPTS = 5;
 
@@ -209,7 +209,7 @@ export class ControllerTokenStore {
         if (!(err instanceof KubeApiError && err.status === 404)) throw err;
       });
     for (const id of expired) await gone(secretPath(id));
-    for (const id of oldFormat) await gone(oldSecretPath(id));
+    for (const id of oldFormat) await gone(tokenSecretPath(id));
     return { expired, oldFormat };
   }
 
@@ -233,7 +233,7 @@ export class ControllerTokenStore {
   private async refuseOldFormat(id: string, plain: string): Promise<void> {
     let s: TokenSecret;
     try {
-      s = await this.kube.get<TokenSecret>(oldSecretPath(id));
+      s = await this.kube.get<TokenSecret>(tokenSecretPath(id));
     } catch (err) {
       if (err instanceof KubeApiError && err.status === 404) return;
       throw this.unavailable(err);

@@ -33,15 +33,28 @@ export type Verdict = { approve: true; reason: string } | { approve: false; reas
 
 const deny = (reason: string): Verdict => ({ approve: false, reason });
 
+const NODE_USER = /^system:node:(.+)$/;
+/** Each CSR object's request, parsed once: the approver asks again for every decision (issuedTo). */
+const parsedRequests = new WeakMap<Csr, CsrContents | Error>();
+
+function requestOf(csr: Csr): CsrContents | Error {
+  let req = parsedRequests.get(csr);
+  if (req === undefined) {
+    try {
+      req = parseCsr(Buffer.from(csr.spec.request, 'base64').toString('utf8'));
+    } catch (err) {
+      req = err instanceof Error ? err : new Error(String(err));
+    }
+    parsedRequests.set(csr, req);
+  }
+  return req;
+}
+
 /** The request of a node certificate CSR, or why it is not one (subject, usages). */
 function nodeRequest(csr: Csr, usagesAllowed: Set<string>, usage: string): { req: CsrContents; nodeName: string } | string {
-  let req: CsrContents;
-  try {
-    req = parseCsr(Buffer.from(csr.spec.request, 'base64').toString('utf8'));
-  } catch (err) {
-    return `request does not parse: ${(err as Error).message}`;
-  }
-  const nodeName = /^system:node:(.+)$/.exec(req.commonName)?.[1];
+  const req = requestOf(csr);
+  if (req instanceof Error) return `request does not parse: ${req.message}`;
+  const nodeName = NODE_USER.exec(req.commonName)?.[1];
   if (nodeName === undefined || !NODE_NAME.test(nodeName) || nodeName.length > 253)
     return `subject CN ${req.commonName} is not system:node:<a valid node name>`;
   if (req.organizations.length !== 1 || req.organizations[0] !== 'system:nodes') return 'subject O must be exactly system:nodes';
@@ -53,7 +66,7 @@ function nodeRequest(csr: Csr, usagesAllowed: Set<string>, usage: string): { req
 /** Decide on one serving CSR; null means "not ours or not decidable yet" (e.g. the Node is not registered). */
 export function judgeServingCsr(csr: Csr, nodes: NodeDirectory): Verdict {
   if (csr.spec.signerName !== SERVING_SIGNER) return null;
-  const m = /^system:node:(.+)$/.exec(csr.spec.username);
+  const m = NODE_USER.exec(csr.spec.username);
   if (!m || !(csr.spec.groups ?? []).includes('system:nodes')) return deny(`requester ${csr.spec.username} is not a node`);
   const requester = m[1]!;
   const parsed = nodeRequest(csr, SERVING_USAGES, 'server auth');
@@ -80,11 +93,8 @@ export interface BootstrapContext {
 
 /** The node name a CSR's subject asks for (CN=system:node:<name>), or undefined. */
 function nodeNameOf(csr: Csr): string | undefined {
-  try {
-    return /^system:node:(.+)$/.exec(parseCsr(Buffer.from(csr.spec.request, 'base64').toString('utf8')).commonName)?.[1];
-  } catch {
-    return undefined;
-  }
+  const req = requestOf(csr);
+  return req instanceof Error ? undefined : NODE_USER.exec(req.commonName)?.[1];
 }
 
 /** The token id of a bootstrap requester, or undefined when the CSR is not a worker token's. */

@@ -7,6 +7,7 @@ import { X509Certificate } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import { connect as tlsConnect } from 'node:tls';
+import { joinHostPort } from '../base/addresses.ts';
 import { writeFileAtomic } from '../base/fs.ts';
 import type { Logger } from '../base/log.ts';
 import type { Component, ComponentStatus } from '../base/component.ts';
@@ -19,6 +20,8 @@ const FIRST_CHECK_MS = 15_000;
 const SOON_AFTER_CHANGE_MS = 5_000;
 const MIN_GAP_MS = 10_000;
 const HANDSHAKE_TIMEOUT_MS = 10_000;
+/** Where a kubelet listens when its Node does not say (status.daemonEndpoints). */
+const KUBELET_PORT = 10250;
 
 /** What `kctl status` shows about kubelet serving certificates. */
 export interface KubeletServingStatus {
@@ -101,18 +104,15 @@ export class KubeletServingCheckComponent implements Component {
       this.pending = undefined;
       this.lastCheck = Date.now();
       this.running ??= this.check()
-        .then(
-          () => undefined,
-          (err: Error) => void (this.lastError = err.message),
-        )
+        .catch((err: Error) => void (this.lastError = err.message))
         .finally(() => (this.running = undefined));
     }, wait);
     this.pending.unref();
   }
 
   /** Looks at every Node's kubelet once; writes the mark when none serves a cluster-CA certificate. */
-  async check(): Promise<Omit<KubeletServingStatus, 'trusted'>> {
-    if (!this.nodes.synced) return this.last;
+  async check(): Promise<void> {
+    if (!this.nodes.synced) return;
     const [servingCa, clusterCa] = await Promise.all(
       [this.pki.kubeletServingCaCert, this.pki.caCert].map(async (f) => new X509Certificate(await readFile(f))),
     );
@@ -125,7 +125,7 @@ export class KubeletServingCheckComponent implements Component {
         unchecked.push({ node: name, error: 'no InternalIP' });
         continue;
       }
-      const address = ip.includes(':') ? `[${ip}]:${node.kubeletPort ?? 10250}` : `${ip}:${node.kubeletPort ?? 10250}`;
+      const address = joinHostPort(ip, node.kubeletPort ?? KUBELET_PORT);
       try {
         const issuer = servingIssuer(await peerCertificate(this.konnectivitySocket, address, name), servingCa!, clusterCa!);
         if (issuer === 'cluster CA') onClusterCa.push(name);
@@ -148,7 +148,6 @@ export class KubeletServingCheckComponent implements Component {
         `${onClusterCa.length} kubelet(s) still serve a certificate of the cluster CA (a kctl worker restart replaces it)`,
       );
     }
-    return this.last;
   }
 
   report(): KubeletServingStatus {

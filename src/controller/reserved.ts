@@ -2,26 +2,22 @@
 // controller's addresses and names (this one's config and serving certificates, the others'
 // leases) and the cluster's Service and pod networks. A node that owned one of them could get a
 // serving certificate for it or draw kube-apiserver's dials to it.
-import { X509Certificate } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { splitHostPort, urlHost } from '../base/addresses.ts';
 import { canonicalIdentifier, type ReservedSpace } from '../konnectivity/claims.ts';
 import type { LiveController } from '../kube/controller-leases.ts';
+import { parseCert, sansOf } from '../pki/index.ts';
 import type { ClusterConfig } from './config.ts';
 
-/** The DNS names and IPs of a certificate's subjectAltName ("DNS:a, IP Address:10.0.0.1"), canonical; none when unreadable. */
+/** The DNS names and IPs a certificate file names (its SANs), canonical; none when it cannot be read. */
 export function certificateNames(file: string): string[] {
-  let san: string | undefined;
   try {
-    san = new X509Certificate(readFileSync(file)).subjectAltName;
+    return sansOf(parseCert(readFileSync(file, 'utf8'), file, 'it is read again at the next start')).map((san) =>
+      canonicalIdentifier(san.slice(san.indexOf(':') + 1)),
+    );
   } catch {
     return [];
   }
-  return (san ?? '')
-    .split(/,\s*/)
-    .map((entry) => /^(?:DNS|IP Address):(.+)$/.exec(entry)?.[1])
-    .filter((v): v is string => v !== undefined)
-    .map(canonicalIdentifier);
 }
 
 export interface ReservedSources {

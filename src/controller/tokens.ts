@@ -13,7 +13,7 @@ import { apiServerUrl } from './bootstrap.ts';
 import type { ClusterConfig } from './config.ts';
 import { CONTROLLER_TOKEN_DEFAULT_USES, ControllerTokenStore } from './controller-tokens.ts';
 import { joinServerUrl } from './join-server.ts';
-import { workerTokenAnnotations, workerTokenRecord } from './worker-tokens.ts';
+import { tokenSecretPath, workerTokenAnnotations, workerTokenRecord } from './worker-tokens.ts';
 
 const ALPHABET = 'abcdefghijklmnopqrstuvwxyz0123456789';
 const randomString = (n: number) => Array.from({ length: n }, () => ALPHABET[randomInt(ALPHABET.length)]).join('');
@@ -139,7 +139,7 @@ export async function invalidateToken(kube: KubeClient, id: string): Promise<voi
   if (!/^[a-z0-9]{6}$/.test(id)) throw new UserError(`"${id}" is not a token id (6 characters a-z0-9); see kctl token list`);
   if (await new ControllerTokenStore(kube).delete(id)) return;
   try {
-    await kube.request('DELETE', `/api/v1/namespaces/kube-system/secrets/bootstrap-token-${id}`);
+    await kube.request('DELETE', tokenSecretPath(id));
   } catch (err) {
     if (err instanceof KubeApiError && err.status === 404) throw new UserError(`no token with id ${id}; see kctl token list`);
     throw err;

@@ -12,6 +12,7 @@ export const NODE_NAME_ANNOTATION = 'kctl.dev/node-name';
 export const USES_ANNOTATION = 'kctl.dev/uses';
 export const JOINED_ANNOTATION = 'kctl.dev/joined-nodes';
 
+/** Where a bootstrap token's Secret lives (worker tokens, and controller tokens of older kctl versions). */
 export const tokenSecretPath = (id: string): string => `/api/v1/namespaces/kube-system/secrets/bootstrap-token-${id}`;
 
 export interface WorkerTokenRecord {

@@ -4,5 +4,6 @@ export { ensurePki, wantedSans, type PkiOptions } from './ensure.ts';
 export { pkiPaths, type PkiPaths } from './paths.ts';
 export { writeKubeconfig, readKubeconfig, renderKubeconfig, type KubeconfigContent } from './kubeconfig.ts';
 export { firstServiceIps } from './addresses.ts';
+export { parseCert, sansOf } from './x509.ts';
 export { PkiError } from './errors.ts';
 export { issueUserCert } from './user-cert.ts';
