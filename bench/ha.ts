@@ -42,7 +42,8 @@ export async function haFigures(parent: string, log: (m: string) => void): Promi
   const lab = await createLab(LAB, ['c1', 'c2', 'c3', 'w1']);
   const procs: (Tracked | undefined)[] = [];
   const w1: LabHost = lab.host('w1');
-  const agents = async (c: LabCtl) => ((await ha.status(c)).konnectivity?.agents ?? []).map((a) => a.id);
+  // The nodes whose agents a controller holds (an agent's id is its certificate's user, system:node:<name>).
+  const agents = async (c: LabCtl) => ((await ha.status(c)).konnectivity?.agents ?? []).map((a) => a.node);
   try {
     const [c1, c2, c3] = (await Promise.all(
       ['c1', 'c2', 'c3'].map((n) =>
