@@ -9,6 +9,7 @@ import { createServer as createHttpServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { test } from 'node:test';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { execa, type ResultPromise } from 'execa';
 import { dialViaProxy } from '../../src/konnectivity/client.ts';
 import { KonnectivityAgent } from '../../src/konnectivity/agent.ts';
@@ -60,6 +61,10 @@ async function testClient(t: { diagnostic(m: string): void }, bin: string, args:
     reject: false,
     all: true,
     timeout: 60_000,
+    // proxy-test-client closes its proxy connection on any signal it receives (signal.Notify with no
+    // list), and Go's runtime signals itself (SIGURG) to preempt a busy goroutine: on a loaded
+    // machine a CONNECT failed with "use of closed network connection". No async preemption, no SIGURG.
+    env: { GODEBUG: 'asyncpreemptoff=1' },
   });
   assert.equal(r.exitCode, 0, `proxy-test-client ${args.join(' ')} failed:\n${r.all}`);
   assert.match(String(r.all), /success/, `proxy-test-client did not print the response:\n${r.all}`);
@@ -169,14 +174,31 @@ test('upstream proxy-agent -> kctl server: GRPC and HTTP-CONNECT frontends carry
     String(http),
   ]);
 
-  // A client that stops reading loses only its own connection (the upstream agent cannot be
-  // flow-controlled); the agent and other connections carry on.
+  // A client that stops reading loses only its own connection, with the reason (the upstream
+  // agent cannot be flow-controlled); the agent and other connections carry on.
+  // The server buffers only what the path to the client does not take first, and that is no fixed
+  // amount: the client's HTTP/2 window (1 MiB), its socket, and the 16 messages grpc-js queues for a
+  // paused call, each as large as the server coalesced in one I/O turn (up to 1 MiB). 2-3.5 MiB were
+  // measured; a busy machine coalesces more. So write until the cut instead of a fixed 4 MiB
+  // (which a busy run never cut); the byte bound only stops a server that never cuts.
   const flood = await echoServer(t);
   const stalled = await dialViaProxy({ udsPath: uds.grpc, address: flood.address });
   stalled.pause();
   const block = Buffer.alloc(64 * 1024, 1);
-  for (let i = 0; i < 64; i++) stalled.write(block); // 4 MiB echoed back into a reader that stopped
-  await waitFor('stalled connection closed', () => !server.tunnelStats().some((x) => x.connectID === stalled.connectID), 30_000);
+  let written = 0;
+  while (server.tunnelStats().some((x) => x.connectID === stalled.connectID)) {
+    assert.ok(written < 64 * 1024 * 1024, `a client that stopped reading was not cut after ${written} bytes echoed towards it`);
+    while (stalled.writableLength < 1024 * 1024) {
+      stalled.write(block);
+      written += block.length;
+    }
+    await sleep(20);
+  }
+  t.diagnostic(`stalled reader cut after ${written} bytes written`);
+  // The CLOSE_RSP with the reason comes behind the bytes already on their way to the client.
+  stalled.resume();
+  await waitFor('stalled client read to its end', () => stalled.readableEnded, 60_000);
+  assert.match(String(stalled.closeError), /^client is not reading: more than 1048576 bytes buffered/);
   await echoRoundTrip(uds.grpc, echo.address, 64 * 1024);
   stalled.destroy();
   await waitFor('tables empty', () => server.snapshot().establishedConnections === 0 && server.snapshot().pendingDials === 0, 15_000);
