@@ -10,7 +10,7 @@ import { UserError } from '../base/errors.ts';
 import { componentLogger, createLogger, type Logger } from '../base/log.ts';
 import { trimFreedMemory } from '../base/memory.ts';
 import { KonnectivityAgent, parseIdentifiers } from '../konnectivity/index.ts';
-import { serveAdmin, serveHealth } from '../konnectivity/endpoints.ts';
+import { serveAdmin, serveHealth } from '../konnectivity/dropin/upstream-ports.ts';
 import { KubeClient, credentialsFromKubeconfig, type KubeCredentials } from '../kube/client.ts';
 import { ServerLeaseCounter, inClusterCredentials } from '../kube/server-leases.ts';
 import { AGENT_FLAGS } from './agent-flags.ts';

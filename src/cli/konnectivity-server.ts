@@ -11,7 +11,7 @@ import { UserError } from '../base/errors.ts';
 import { componentLogger, createLogger, type Logger } from '../base/log.ts';
 import { trimFreedMemory } from '../base/memory.ts';
 import { KonnectivityServer, type ProxyStrategy, type TcpFrontend } from '../konnectivity/index.ts';
-import { serveAdmin, serveHealth } from '../konnectivity/endpoints.ts';
+import { serveAdmin, serveHealth } from '../konnectivity/dropin/upstream-ports.ts';
 import { KubeClient, credentialsFromKubeconfig, type KubeCredentials } from '../kube/client.ts';
 import { ServerLeasePublisher, inClusterCredentials, parseLeaseLabels } from '../kube/server-leases.ts';
 import { serviceAccountTokenReview, serviceAccountUser } from '../kube/token-review.ts';

@@ -5,9 +5,9 @@
 // `ownershipProblem` is the one rule for both the tunnel claims and the serving-CSR approver: an
 // address or name is a node's only if its Node reports it, no other Node reported it first, and
 // it is not the control plane's or the cluster's virtual space (reserved).
-import { canonicalIp, cidrContains } from '../base/addresses.ts';
+import { canonicalIp, cidrContains } from '../../base/addresses.ts';
 import type { AgentIdentity } from './auth.ts';
-import type { AgentIdentifiers } from './protocol.ts';
+import type { AgentIdentifiers } from '../wire/protocol.ts';
 
 export interface NodeAddress {
   type: string;

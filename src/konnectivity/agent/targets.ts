@@ -1,10 +1,10 @@
 // The agent's target side: dialing a target for a DIAL_REQ (PendingDial) and one established
 // target connection tunneled under its connectID (Target), with its flow control. Both belong
-// to one server connection (agent-connection.ts), reached through the TargetOwner interface.
+// to one server connection (connection.ts), reached through the TargetOwner interface.
 import { connect as netConnect, type Socket } from 'node:net';
-import type { Logger } from '../base/log.ts';
-import { ConnectionFlow, type WindowBudget } from './flow.ts';
-import { INITIAL_WINDOW, MAX_DATA_CHUNK, MAX_WINDOW, packets, type Int64, type Packet } from './protocol.ts';
+import type { Logger } from '../../base/log.ts';
+import { ConnectionFlow, type WindowBudget } from '../wire/flow.ts';
+import { INITIAL_WINDOW, MAX_DATA_CHUNK, MAX_WINDOW, packets, type Int64, type Packet } from '../wire/protocol.ts';
 
 /** The server connection a dial or a target belongs to: what the target side needs from it. */
 export interface TargetOwner {

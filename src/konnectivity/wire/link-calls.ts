@@ -6,7 +6,7 @@ import { EventEmitter } from 'node:events';
 import { checkServerIdentity, connect as tlsConnect, type PeerCertificate, type TLSSocket } from 'node:tls';
 import { isIP } from 'node:net';
 import * as grpc from '@grpc/grpc-js';
-import { joinHostPort } from '../base/addresses.ts';
+import { joinHostPort } from '../../base/addresses.ts';
 import { FRAME, LINK_ALPN, Link, LinkProtocolError, metadataFromJson, metadataJson } from './link.ts';
 import { newRandom, packets, type Packet } from './protocol.ts';
 
@@ -79,7 +79,7 @@ export class LinkAgentCall extends EventEmitter {
 
   /**
    * Waits for the agent's HELLO; rejects (and closes the connection) on anything else. How long it
-   * may take is the agent port's to bound (pre-auth.ts closes a connection that does not authenticate in time).
+   * may take is the agent port's to bound (server/pre-auth.ts closes a connection that does not authenticate in time).
    */
   static accept(socket: TLSSocket, keepalive: LinkKeepalive): Promise<LinkAgentCall> {
     const link = new Link(socket);

@@ -1,19 +1,19 @@
 // One agent stream to one konnectivity server: TLS credentials and metadata, the server's
 // serverid/servercount headers, keepalive (kctl servers), DRAIN, and the dispatch of the
-// server's packets to dials and target connections (agent-targets.ts). The agent (agent.ts)
+// server's packets to dials and target connections (targets.ts). The agent (agent.ts)
 // decides which servers to hold; this file knows one of them.
-import { splitHostPort } from '../base/addresses.ts';
+import { splitHostPort } from '../../base/addresses.ts';
 import { readFile } from 'node:fs/promises';
 import type { Socket } from 'node:net';
 import * as grpc from '@grpc/grpc-js';
-import type { Logger } from '../base/log.ts';
-import type { KonnectivityAgentOptions } from './agent-options.ts';
-import { PendingDial, Target, type TargetOwner } from './agent-targets.ts';
-import type { WindowBudget } from './flow.ts';
+import type { Logger } from '../../base/log.ts';
+import type { KonnectivityAgentOptions } from './options.ts';
+import { PendingDial, Target, type TargetOwner } from './targets.ts';
+import type { WindowBudget } from '../wire/flow.ts';
 import type { AgentDialFailure, AgentMetrics } from './metrics.ts';
-import { StreamWriter } from './stream-writer.ts';
-import { LINK_ALPN } from './link.ts';
-import { openLink, type CallError } from './link-calls.ts';
+import { StreamWriter } from '../wire/stream-writer.ts';
+import { LINK_ALPN } from '../wire/link.ts';
+import { openLink, type CallError } from '../wire/link-calls.ts';
 import {
   AgentServiceClient,
   FLOW_CONTROL_EXTENSION,
@@ -27,7 +27,7 @@ import {
   packets,
   type Int64,
   type Packet,
-} from './protocol.ts';
+} from '../wire/protocol.ts';
 
 /**
  * `creds` offering `protocols` before h2 in the TLS handshake. grpc-js always offers h2 alone; its

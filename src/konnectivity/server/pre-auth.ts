@@ -11,7 +11,7 @@
 // flood has to open the cap's worth of connections within the time an agent needs to
 // authenticate (milliseconds) to push it out.
 import type { Socket } from 'node:net';
-import type { Logger } from '../base/log.ts';
+import type { Logger } from '../../base/log.ts';
 
 export interface PreAuthLimits {
   /** Connections not authenticated yet, at most; at the cap a new one closes the oldest. */

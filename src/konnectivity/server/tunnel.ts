@@ -5,10 +5,10 @@ import { BlockList, isIPv4, isIPv6 } from 'node:net';
 import type * as grpc from '@grpc/grpc-js';
 import type { AgentIdentity, AuthSource } from './auth.ts';
 import type { ClaimVerdict, DroppedClaim } from './claims.ts';
-import { ConnectionFlow, type WindowBudget } from './flow.ts';
+import { ConnectionFlow, type WindowBudget } from '../wire/flow.ts';
 import type { DialFailureReason } from './metrics.ts';
-import { INITIAL_WINDOW, MAX_WINDOW, type AgentIdentifiers, type Int64, type Packet } from './protocol.ts';
-import { StreamWriter } from './stream-writer.ts';
+import { INITIAL_WINDOW, MAX_WINDOW, type AgentIdentifiers, type Int64, type Packet } from '../wire/protocol.ts';
+import { StreamWriter } from '../wire/stream-writer.ts';
 
 /**
  * One agent's Connect stream as the server uses it: a grpc-js ServerDuplexStream (h2), or a
@@ -93,7 +93,7 @@ export class AgentBackend {
   private cidrs: { bits: number; list: BlockList }[] | undefined;
 
   constructor(
-    /** Who the agent is (server.ts brokerId): one stream per id is used for dials. */
+    /** Who the agent is (auth.ts brokerId): one stream per id is used for dials. */
     readonly id: string,
     /** The agentid the agent sent: shown, never used to route. */
     readonly claimedId: string,

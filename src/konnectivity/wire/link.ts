@@ -4,7 +4,7 @@
 // goes out behind a few header bytes (no copy: TLS reads it from the caller's buffer) and comes
 // in as views of the received TLS records, delivered piece by piece as they arrive, so no frame
 // is ever reassembled. Upstream peers never see it: it is chosen by ALPN in the TLS handshake
-// (agent-port.ts, agent-connection.ts), and either side without it speaks h2 and gRPC.
+// (server/agent-port.ts, agent/connection.ts), and either side without it speaks h2 and gRPC.
 //
 // frame := length:u32be kind:u8 body        length = 1 + body length
 //   HELLO    agent -> server, first: the Connect metadata as JSON {name: [values]}

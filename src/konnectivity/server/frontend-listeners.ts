@@ -5,7 +5,7 @@ import { rm } from 'node:fs/promises';
 import { createServer as createHttpServer, type Server as HttpServer } from 'node:http';
 import { createServer as createHttpsServer } from 'node:https';
 import type { Duplex } from 'node:stream';
-import type { Logger } from '../base/log.ts';
+import type { Logger } from '../../base/log.ts';
 import type { Broker } from './broker.ts';
 import { PROXY_METHOD, refuseNonConnect, serveHttpConnect, serveProxyStream } from './frontends.ts';
 import { packetServer, securePacketServer, type PacketServer, type PacketServerOptions } from './grpc-h2.ts';

@@ -4,12 +4,12 @@
 // (when its agent-side credit runs out) never slows another.
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Duplex } from 'node:stream';
-import type { Logger } from '../base/log.ts';
+import type { Logger } from '../../base/log.ts';
 import { NO_AGENT, type Broker } from './broker.ts';
 import type { Frontend, Tunnel } from './tunnel.ts';
 import type { DialFailureReason, ServerMetrics } from './metrics.ts';
 import type { PacketCall } from './grpc-h2.ts';
-import { ProxyServiceDefinition, describePacket, isId, newRandom, packets, type Int64, type Packet } from './protocol.ts';
+import { ProxyServiceDefinition, describePacket, isId, newRandom, packets, type Int64, type Packet } from '../wire/protocol.ts';
 
 export const PROXY_METHOD = ProxyServiceDefinition.Proxy.path;
 

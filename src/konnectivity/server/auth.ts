@@ -4,7 +4,7 @@
 // Anything else is refused at Connect with a one-line reason the agent logs.
 import { X509Certificate } from 'node:crypto';
 import * as grpc from '@grpc/grpc-js';
-import { META } from './protocol.ts';
+import { META } from '../wire/protocol.ts';
 
 export interface AgentIdentity {
   /** 'none': a standalone server configured, as upstream allows, with no agent authentication. */

@@ -5,9 +5,9 @@
 // Invariants the leak test checks: every tunnel is in exactly one table (pending by random,
 // or its agent's conns by connectID) until `finish`, and every path out of a state ends in
 // `finish`: answered, failed, timed out, cancelled by either side, or its agent gone.
-import { splitHostPort } from '../base/addresses.ts';
-import type { Logger } from '../base/log.ts';
-import { WindowBudget } from './flow.ts';
+import { splitHostPort } from '../../base/addresses.ts';
+import type { Logger } from '../../base/log.ts';
+import { WindowBudget } from '../wire/flow.ts';
 import type { DialFailureReason, ServerMetrics } from './metrics.ts';
 import {
   MAX_DATA_CHUNK,
@@ -19,7 +19,7 @@ import {
   type DialRequest,
   type Int64,
   type Packet,
-} from './protocol.ts';
+} from '../wire/protocol.ts';
 import { Tunnel, type AgentBackend, type Frontend } from './tunnel.ts';
 
 export type ProxyStrategy = 'destHost' | 'defaultRoute' | 'default';

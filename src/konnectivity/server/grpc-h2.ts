@@ -8,10 +8,10 @@
 // limit, INTERNAL for a message that does not decode; no compression is offered or accepted.
 import { EventEmitter } from 'node:events';
 import http2 from 'node:http2';
-import * as wire from './wire.ts';
-import { WireWriter } from './wire.ts';
-import { PacketType } from './gen/konnectivity.ts';
-import { decodePacket, encodePacket, type Int64, type Packet } from './protocol.ts';
+import * as wire from '../wire/wire.ts';
+import { WireWriter } from '../wire/wire.ts';
+import { PacketType } from '../wire/gen/konnectivity.ts';
+import { decodePacket, encodePacket, type Int64, type Packet } from '../wire/protocol.ts';
 
 export const GrpcStatus = { OK: 0, CANCELLED: 1, RESOURCE_EXHAUSTED: 8, UNIMPLEMENTED: 12, INTERNAL: 13 } as const;
 

@@ -7,7 +7,7 @@ import type { Server as HttpServer } from 'node:http';
 import type { Server as NetServer } from 'node:net';
 import { dirname, join } from 'node:path';
 import type * as grpc from '@grpc/grpc-js';
-import { mkdirShared } from '../base/fs.ts';
+import { mkdirShared } from '../../base/fs.ts';
 
 /**
  * Binds through a temporary name, then renames: the socket is never visible with a wider mode.

@@ -9,8 +9,8 @@ import { createServer as createNetServer, type AddressInfo, type Server as NetSe
 import { createServer as createTlsServer, type TLSSocket } from 'node:tls';
 import type * as grpc from '@grpc/grpc-js';
 import { ServerCredentials } from '@grpc/grpc-js';
-import type { Logger } from '../base/log.ts';
-import { LINK_ALPN } from './link.ts';
+import type { Logger } from '../../base/log.ts';
+import { LINK_ALPN } from '../wire/link.ts';
 import { PreAuthBounds, type PreAuthLimits, type Waiting } from './pre-auth.ts';
 
 /** The agent stream is never paused (per-connection credit does that job). */

@@ -12,15 +12,15 @@
 //   often than upstream's 30 s enforcement floor.
 //
 // This file is the agent as a whole (which servers to hold, start/stop, snapshot);
-// agent-connection.ts is one stream to one server, agent-targets.ts the target side.
-import { joinHostPort } from '../base/addresses.ts';
-import type { Logger } from '../base/log.ts';
-import type { Component, ComponentState, ComponentStatus } from '../base/component.ts';
-import { ServerConnection, type ConnectionContext } from './agent-connection.ts';
-import { WindowBudget } from './flow.ts';
+// connection.ts is one stream to one server, targets.ts the target side.
+import { joinHostPort } from '../../base/addresses.ts';
+import type { Logger } from '../../base/log.ts';
+import type { Component, ComponentState, ComponentStatus } from '../../base/component.ts';
+import { ServerConnection, type ConnectionContext } from './connection.ts';
+import { WindowBudget } from '../wire/flow.ts';
 import { AgentMetrics } from './metrics.ts';
-import type { KonnectivityAgentOptions, ServerAddress } from './agent-options.ts';
-import { FLOW_CONTROL_EXTENSION, WINDOW_GROWTH_BUDGET } from './protocol.ts';
+import type { KonnectivityAgentOptions, ServerAddress } from './options.ts';
+import { FLOW_CONTROL_EXTENSION, WINDOW_GROWTH_BUDGET } from '../wire/protocol.ts';
 
 export type { KonnectivityAgentOptions, ServerAddress };
 

@@ -1,7 +1,7 @@
 // What a konnectivity agent is told at start: servers, credentials, identity, timings. Its own
 // file so the agent and its per-server connections both read it without importing each other.
-import type { Logger } from '../base/log.ts';
-import type { AgentIdentifiers } from './protocol.ts';
+import type { Logger } from '../../base/log.ts';
+import type { AgentIdentifiers } from '../wire/protocol.ts';
 
 export interface ServerAddress {
   host: string;

@@ -4,7 +4,7 @@
 // to end: `random` uses all 63 bits, which a JS number cannot hold.
 import { randomBytes } from 'node:crypto';
 import type * as grpc from '@grpc/grpc-js';
-import { canonicalIp } from '../base/addresses.ts';
+import { canonicalIp } from '../../base/addresses.ts';
 import type { Int64, Packet } from './gen/konnectivity.ts';
 
 export {

@@ -7,22 +7,22 @@ import type { Server as HttpServer } from 'node:http';
 import { dirname } from 'node:path';
 import type { TLSSocket } from 'node:tls';
 import * as grpc from '@grpc/grpc-js';
-import { joinHostPort } from '../base/addresses.ts';
-import { mkdirShared } from '../base/fs.ts';
-import type { Logger } from '../base/log.ts';
-import type { Component, ComponentStatus, ComponentState } from '../base/component.ts';
+import { joinHostPort } from '../../base/addresses.ts';
+import { mkdirShared } from '../../base/fs.ts';
+import type { Logger } from '../../base/log.ts';
+import type { Component, ComponentStatus, ComponentState } from '../../base/component.ts';
 import { listenAdmin } from './admin.ts';
 import { closeHttp, shutdownGrpc } from './listen.ts';
 import { AgentListener } from './agent-port.ts';
 import { AgentAuthError, authenticateAgent, authenticateUpstreamStyle, brokerId, strayAgentId, type AgentIdentity } from './auth.ts';
 import { Broker } from './broker.ts';
 import { AgentBackend, type AgentCall } from './tunnel.ts';
-import { LinkAgentCall, peerOf, type LinkKeepalive } from './link-calls.ts';
-import { LINK_ALPN } from './link.ts';
+import { LinkAgentCall, peerOf, type LinkKeepalive } from '../wire/link-calls.ts';
+import { LINK_ALPN } from '../wire/link.ts';
 import { canonicalIdentifier, isTrusted, judgeClaims, judgeWithoutNodes, type ClaimVerdict, type NodeDirectory } from './claims.ts';
 import { FrontendListeners, type TcpFrontend } from './frontend-listeners.ts';
-import type { KonnectivityServerOptions } from './server-options.ts';
-import type { AgentSnapshot, KonnectivityServerSnapshot, TunnelStats } from './server-snapshot.ts';
+import type { KonnectivityServerOptions } from './options.ts';
+import type { AgentSnapshot, KonnectivityServerSnapshot, TunnelStats } from './snapshot.ts';
 import { ServerMetrics } from './metrics.ts';
 import {
   AgentServiceDefinition,
@@ -32,7 +32,7 @@ import {
   parseIdentifiers,
   type AgentIdentifiers,
   type Packet,
-} from './protocol.ts';
+} from '../wire/protocol.ts';
 
 export const CONNECT_METHOD = AgentServiceDefinition.Connect.path;
 export type { KonnectivityServerOptions, TcpFrontend };

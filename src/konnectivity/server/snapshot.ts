@@ -2,7 +2,7 @@
 // each claimed, was granted and lost, and the per-tunnel flow-control numbers.
 import type { AgentIdentity } from './auth.ts';
 import type { DroppedClaim } from './claims.ts';
-import type { AgentIdentifiers } from './protocol.ts';
+import type { AgentIdentifiers } from '../wire/protocol.ts';
 
 export interface AgentSnapshot {
   /** Who the agent is: system:node:<name> for a node certificate, <user>/<agentid> for a token. */

@@ -1,6 +1,6 @@
 // What a konnectivity server is told at start: its identity and count, where kube-apiserver and
 // agents reach it, its certificates, how agents are authenticated and judged, and its timings.
-import type { Logger } from '../base/log.ts';
+import type { Logger } from '../../base/log.ts';
 import type { TokenReview } from './auth.ts';
 import type { ProxyStrategy } from './broker.ts';
 import type { NodeDirectory, TrustedAgents } from './claims.ts';
