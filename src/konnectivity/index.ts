@@ -19,7 +19,8 @@ export {
 export { dialViaProxy, openProxyStream, ProxyTunnel, ProxyDialError, type ProxyDialOptions } from './client.ts';
 export { type TokenReview, type AgentIdentity } from './server/auth.ts';
 export { type NodeDirectory, type NodeRecord, type TrustedAgents, type DroppedClaim } from './server/claims.ts';
-export { type ProxyStrategy, NO_AGENT } from './server/broker.ts';
+export { NO_AGENT } from './server/broker.ts';
+export { type ProxyStrategy } from './server/routing.ts';
 export {
   FLOW_CONTROL_EXTENSION,
   INITIAL_WINDOW,

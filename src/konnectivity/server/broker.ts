@@ -20,9 +20,8 @@ import {
   type Int64,
   type Packet,
 } from '../wire/protocol.ts';
+import { agentsByStrategy, pickAgent, type ProxyStrategy } from './routing.ts';
 import { Tunnel, type AgentBackend, type Frontend } from './tunnel.ts';
-
-export type ProxyStrategy = 'destHost' | 'defaultRoute' | 'default';
 
 export interface BrokerOptions {
   serverId: string;
@@ -35,24 +34,8 @@ export interface BrokerOptions {
   log: Logger;
 }
 
+/** How every message about a dial no agent can take begins (both frontends report it; clients match on it). */
 export const NO_AGENT = 'No agent available';
-
-/** Agents that name `host` exactly; else those whose CIDR holding it is the longest (a node's pod CIDR beats a gateway's wide one). */
-function destHostCandidates(ready: AgentBackend[], host: string): AgentBackend[] {
-  const exact: AgentBackend[] = [];
-  let cidr: AgentBackend[] = [];
-  let longest = -1;
-  for (const a of ready) {
-    const how = a.serves(host);
-    if (how === 'exact') exact.push(a);
-    else if (how !== null && how >= longest) {
-      if (how > longest) cidr = [];
-      longest = how;
-      cidr.push(a);
-    }
-  }
-  return exact.length > 0 ? exact : cidr;
-}
 
 export class Broker {
   readonly agents = new Set<AgentBackend>();
@@ -106,48 +89,9 @@ export class Broker {
     for (const t of a.conns.values()) this.maybeResumeFrontend(t);
   }
 
-  /**
-   * One backend per agent id: its oldest stream (preferring one that is not draining), as upstream
-   * does (backends[agentID][0]). A newer stream of the same agent is usually a duplicate the agent
-   * drops as soon as it reads serverid (HA resync after a server loss, discovery behind a load
-   * balancer); a dial sent on it would fail with "agent disconnected before answering".
-   */
-  private readyAgents(): AgentBackend[] {
-    const byId = new Map<string, AgentBackend>();
-    for (const a of this.agents) {
-      if (a.gone) continue;
-      const first = byId.get(a.id);
-      if (!first || (first.draining && !a.draining)) byId.set(a.id, a);
-    }
-    return [...byId.values()];
-  }
-
-  /**
-   * The ready_backends gauge, counted as upstream counts each strategy's backends: destHost by
-   * the distinct names and addresses agents claim, the others by distinct agent ids.
-   */
+  /** The ready_backends gauge: how many agents (destHost: names and addresses) each strategy can pick from. */
   agentsByStrategy(): Map<ProxyStrategy, number> {
-    const ready = this.readyAgents();
-    const out = new Map<ProxyStrategy, number>();
-    for (const s of this.o.strategies) {
-      if (s === 'destHost') out.set(s, new Set(ready.flatMap((a) => [...a.identifiers.host, ...a.identifiers.ipv4, ...a.identifiers.ipv6])).size);
-      else out.set(s, new Set((s === 'defaultRoute' ? ready.filter((a) => a.identifiers.defaultRoute) : ready).map((a) => a.id)).size);
-    }
-    return out;
-  }
-
-  private pickAgent(host: string): AgentBackend | null {
-    const ready = this.readyAgents();
-    for (const s of this.o.strategies) {
-      const candidates =
-        s === 'destHost' ? destHostCandidates(ready, host) : s === 'defaultRoute' ? ready.filter((a) => a.identifiers.defaultRoute) : ready;
-      if (candidates.length === 0) continue;
-      // DRAIN: an agent on its way out only gets dials nobody else can take.
-      const live = candidates.filter((a) => !a.draining);
-      const pool = live.length > 0 ? live : candidates;
-      return pool[Math.floor(Math.random() * pool.length)] as AgentBackend;
-    }
-    return null;
+    return agentsByStrategy(this.agents, this.o.strategies);
   }
 
   private noAgentMessage(host: string): string {
@@ -175,7 +119,7 @@ export class Broker {
     if (!target) return fail(`dial address ${JSON.stringify(req.address)} is not host:port`, 'bad_request');
     if (!isId(req.random)) return fail('dial id (random) must be a positive int64', 'bad_request');
     if (this.pendingByRandom.has(req.random)) return fail(`dial id ${req.random} is already pending`, 'bad_request');
-    const agent = this.pickAgent(target.host);
+    const agent = pickAgent(this.agents, this.o.strategies, target.host);
     if (!agent) return fail(this.noAgentMessage(target.host), 'no_agent');
 
     const t = new Tunnel(newTraceId(), req.random, req.address, agent, frontend, this.o.upstreamBufferLimit, this.windowBudget);

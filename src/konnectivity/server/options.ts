@@ -2,7 +2,7 @@
 // agents reach it, its certificates, how agents are authenticated and judged, and its timings.
 import type { Logger } from '../../base/log.ts';
 import type { TokenReview } from './auth.ts';
-import type { ProxyStrategy } from './broker.ts';
+import type { ProxyStrategy } from './routing.ts';
 import type { NodeDirectory, TrustedAgents } from './claims.ts';
 import type { TcpFrontend } from './frontend-listeners.ts';
 

@@ -1,7 +1,7 @@
 // The two kinds of entries in the broker's tables: a Tunnel (one tunneled connection, from its
 // frontend to its agent) and an AgentBackend (one agent's Connect stream, with the identifiers
-// routing may use). The broker (broker.ts) moves tunnels between states; nothing here routes.
-import { BlockList, isIPv4, isIPv6 } from 'node:net';
+// routing may use). The broker (broker.ts) moves tunnels between states and routing.ts picks
+// an agent for a dial; nothing here routes.
 import type * as grpc from '@grpc/grpc-js';
 import type { AgentIdentity, AuthSource } from './auth.ts';
 import type { ClaimVerdict, DroppedClaim } from './claims.ts';
@@ -89,8 +89,6 @@ export class AgentBackend {
   readonly pending = new Set<Tunnel>();
   private readonly writer = new StreamWriter<Packet>(() => this.onDrain(this));
   private verdict: ClaimVerdict;
-  /** The accepted CIDRs, longest prefix first; built on the first CIDR question after a verdict. */
-  private cidrs: { bits: number; list: BlockList }[] | undefined;
 
   constructor(
     /** Who the agent is (auth.ts brokerId): one stream per id is used for dials. */
@@ -122,7 +120,6 @@ export class AgentBackend {
   /** Nodes changed: new dials follow the new verdict; established tunnels are not touched. */
   rejudged(verdict: ClaimVerdict): void {
     this.verdict = verdict;
-    this.cidrs = undefined;
   }
 
   /** False while the stream's send buffer is full; frontends pause until it drains. */
@@ -144,32 +141,5 @@ export class AgentBackend {
   namesExactly(host: string): boolean {
     const ids = this.identifiers;
     return ids.host.includes(host) || ids.ipv4.includes(host) || ids.ipv6.includes(host);
-  }
-
-  /**
-   * destHost strategy: the dial host is one of this agent's names or addresses ('exact'), or lies
-   * in one of its CIDRs (the prefix length of the longest that holds it), or neither (null).
-   */
-  serves(host: string): 'exact' | number | null {
-    if (this.namesExactly(host)) return 'exact';
-    const ids = this.identifiers;
-    if (ids.cidr.length === 0 || !(isIPv4(host) || isIPv6(host))) return null;
-    if (this.cidrs === undefined) {
-      this.cidrs = [];
-      for (const c of ids.cidr) {
-        const [net, bits] = c.split('/');
-        if (net === undefined || bits === undefined) continue;
-        try {
-          const list = new BlockList();
-          list.addSubnet(net, Number(bits), isIPv6(net) ? 'ipv6' : 'ipv4');
-          this.cidrs.push({ bits: Number(bits), list });
-        } catch {
-          // a malformed cidr identifier matches nothing
-        }
-      }
-      this.cidrs.sort((a, b) => b.bits - a.bits);
-    }
-    const family = isIPv6(host) ? 'ipv6' : 'ipv4';
-    return this.cidrs.find((c) => c.list.check(host, family))?.bits ?? null;
   }
 }
