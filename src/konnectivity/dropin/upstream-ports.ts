@@ -6,6 +6,8 @@
 // - admin port (loopback by default): /metrics (the agent redirects it to the health port, the
 //   server serves it), and with profiling on, /debug/pprof/ serves Node's equivalents (CPU
 //   profile, heap snapshot, event-loop delay).
+// The commands open these beside the component; an in-process server's own admin port (the
+// controller's, server/admin.ts) is a different, smaller thing.
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { Session } from 'node:inspector/promises';
 import type { AddressInfo } from 'node:net';

@@ -1,5 +1,8 @@
-// The konnectivity server's admin HTTP endpoint (loopback by default): /healthz, /readyz and
-// /metrics with upstream's paths and answers, so upstream probes and scrapers work unchanged.
+// KonnectivityServer's own admin HTTP endpoint (option adminPort; loopback by default), as the
+// controller runs it: /healthz, /readyz and /metrics with upstream's paths and answers, so
+// upstream probes and scrapers work unchanged. The standalone binaries' health and admin ports
+// (process metrics, pprof, upstream's two-port layout) are dropin/upstream-ports.ts, which kctl
+// konnectivity-server and konnectivity-agent open themselves; the two stay apart on purpose.
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Registry } from 'prom-client';
