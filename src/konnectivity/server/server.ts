@@ -14,38 +14,28 @@ import type { Component, ComponentStatus, ComponentState } from '../../base/comp
 import { listenAdmin } from './admin.ts';
 import { closeHttp, shutdownGrpc } from './listen.ts';
 import { AgentListener } from './agent-port.ts';
-import { AgentAuthError, authenticateAgent, authenticateUpstreamStyle, brokerId, strayAgentId, type AgentIdentity } from './auth.ts';
+import { AgentStreams } from './agent-streams.ts';
+import { strayAgentId } from './auth.ts';
 import { Broker } from './broker.ts';
-import { AgentBackend, type AgentCall } from './tunnel.ts';
-import { LinkAgentCall, peerOf, type LinkKeepalive } from '../wire/link-calls.ts';
-import { LINK_ALPN } from '../wire/link.ts';
-import { canonicalIdentifier, isTrusted, judgeClaims, judgeWithoutNodes, type ClaimVerdict, type NodeDirectory } from './claims.ts';
 import { FrontendListeners, type TcpFrontend } from './frontend-listeners.ts';
 import type { KonnectivityServerOptions } from './options.ts';
 import type { AgentSnapshot, KonnectivityServerSnapshot, TunnelStats } from './snapshot.ts';
 import { ServerMetrics } from './metrics.ts';
-import {
-  AgentServiceDefinition,
-  FLOW_CONTROL_EXTENSION,
-  META,
-  offersFlowControl,
-  parseIdentifiers,
-  type AgentIdentifiers,
-  type Packet,
-} from '../wire/protocol.ts';
+import { LinkAgentCall, peerOf, type LinkKeepalive } from '../wire/link-calls.ts';
+import { AgentServiceDefinition, FLOW_CONTROL_EXTENSION, type Packet } from '../wire/protocol.ts';
 
 export const CONNECT_METHOD = AgentServiceDefinition.Connect.path;
 export type { KonnectivityServerOptions, TcpFrontend };
 export type { AgentSnapshot, KonnectivityServerSnapshot, TunnelStats };
 
 const buf = (v: string | Buffer): Buffer => (typeof v === 'string' ? Buffer.from(v) : v);
-const sameClaims = (a: ClaimVerdict, b: ClaimVerdict): boolean => JSON.stringify(a) === JSON.stringify(b);
 
 export class KonnectivityServer implements Component {
   readonly name = 'konnectivity';
   readonly serverId: string;
   readonly metrics: ServerMetrics;
   private readonly broker: Broker;
+  private readonly agentStreams: AgentStreams;
   private readonly log: Logger;
   private readonly ca: X509Certificate | undefined;
   private state: ComponentState = 'pending';
@@ -79,6 +69,16 @@ export class KonnectivityServer implements Component {
       upstreamBufferLimit: o.upstreamBufferLimit ?? 4 * 1024 * 1024,
       metrics: this.metrics,
       log: this.log,
+    });
+    this.agentStreams = new AgentStreams({
+      options: o,
+      ca: this.ca,
+      serverId: this.serverId,
+      serverCount: () => this.serverCount(),
+      broker: this.broker,
+      metrics: this.metrics,
+      log: this.log,
+      authenticated: (peer) => this.agentListener?.authenticated(peer),
     });
   }
 
@@ -143,7 +143,7 @@ export class KonnectivityServer implements Component {
       'grpc.max_receive_message_length': 16 * 1024 * 1024,
     });
     agents.addService(AgentServiceDefinition, {
-      Connect: (call: grpc.ServerDuplexStream<Packet, Packet>) => void this.onAgentConnect(call),
+      Connect: (call: grpc.ServerDuplexStream<Packet, Packet>) => void this.agentStreams.connect(call),
     });
     this.agentServer = agents;
     const upstreamAuth = this.o.agentAuth === 'upstream';
@@ -170,7 +170,7 @@ export class KonnectivityServer implements Component {
       this.adminServer = admin.server;
       this.boundAdminPort = admin.port;
     }
-    this.unwatchNodes = this.o.nodes?.onChange(() => this.rejudgeAgents('all'));
+    this.unwatchNodes = this.o.nodes?.onChange(() => this.agentStreams.rejudge('all'));
     this.log.info(
       {
         serverId: this.serverId,
@@ -192,147 +192,12 @@ export class KonnectivityServer implements Component {
   /** A kctl agent chose kctl-tunnel/1: its HELLO carries what gRPC metadata would. */
   private onLink(socket: TLSSocket): void {
     LinkAgentCall.accept(socket, this.keepalive).then(
-      (call) => void this.onAgentConnect(call),
+      (call) => void this.agentStreams.connect(call),
       (err: Error) => {
         // A connection the agent port's pre-auth bounds closed was logged there, once per burst.
         if (!this.agentListener?.closedBeforeAuth(socket)) this.log.warn({ peer: peerOf(socket) }, `agent connection dropped: ${err.message}`);
       },
     );
-  }
-
-  private async onAgentConnect(call: AgentCall): Promise<void> {
-    const gauge = this.metrics.grpcConnections.labels({ service_method: 'Connect' });
-    gauge.inc();
-    let counted = true;
-    const uncount = (): void => {
-      if (counted) gauge.dec();
-      counted = false;
-    };
-    call.once('close', uncount);
-    call.once('cancelled', uncount);
-    const refuse = (code: grpc.status, message: string, agentId?: string): void => {
-      this.log.warn({ agent: agentId, peer: call.getPeer() }, `agent refused: ${message}`);
-      call.emit('error', { code, details: message });
-    };
-
-    const ids = call.metadata.get(META.agentId).map(String);
-    const agentId = ids[0];
-    if (ids.length !== 1 || !agentId)
-      return refuse(grpc.status.INVALID_ARGUMENT, `metadata ${META.agentId} must be set exactly once (got ${ids.length})`);
-    // Upstream's rules (the standalone drop-in, or no CA to check node certificates against).
-    const upstreamStyle = this.o.agentAuth === 'upstream' || !this.ca;
-    let identity;
-    try {
-      identity = upstreamStyle
-        ? await authenticateUpstreamStyle(call, { tokenReview: this.o.tokenReview })
-        : await authenticateAgent(call, { ca: this.ca, tokenReview: this.o.tokenReview });
-    } catch (err) {
-      if (err instanceof AgentAuthError) return refuse(err.code, err.message, agentId);
-      return refuse(grpc.status.INTERNAL, `authentication failed: ${err instanceof Error ? err.message : String(err)}`, agentId);
-    }
-    if (call.cancelled) return;
-    this.agentListener?.authenticated(call.getPeer()); // its connection leaves the pre-auth bounds
-
-    // An agent is who authenticated, not what it calls itself: its id can never shadow another's stream.
-    const id = brokerId(identity, agentId, upstreamStyle);
-    const flowControl = (this.o.extensions ?? true) && offersFlowControl(call.metadata.get(META.extensions));
-    const claimed = parseIdentifiers(call.metadata.get(META.agentIdentifiers).map(String)[0] ?? '');
-    const verdict = this.judge(identity, claimed, undefined);
-    const md = new grpc.Metadata();
-    md.set(META.serverId, this.serverId);
-    md.set(META.serverCount, String(this.serverCount()));
-    if (flowControl) md.set(META.extensions, FLOW_CONTROL_EXTENSION);
-    call.sendMetadata(md);
-
-    const backend = new AgentBackend(
-      id,
-      agentId,
-      claimed,
-      verdict,
-      identity,
-      flowControl,
-      call,
-      (a) => this.broker.agentDrained(a),
-      (type) => this.metrics.packet('to_agent', type),
-    );
-    this.broker.addAgent(backend);
-    this.warnDropped(backend);
-    this.rejudgeAgents('trusted'); // a Node's own agent wins its addresses from trusted agents
-    this.log.info(
-      {
-        agent: id,
-        agentIdClaimed: strayAgentId(identity, agentId),
-        node: identity.node,
-        user: identity.user,
-        auth: identity.method,
-        identifiers: verdict.accepted,
-        extensions: flowControl ? [FLOW_CONTROL_EXTENSION] : [],
-        transport: call instanceof LinkAgentCall ? LINK_ALPN : 'grpc',
-        peer: call.getPeer(),
-      },
-      'agent connected',
-    );
-
-    call.on('data', (p: Packet) => {
-      this.metrics.packet('from_agent', p.type);
-      this.broker.fromAgent(backend, p);
-    });
-    const gone = (why: string): void => {
-      if (backend.gone) return;
-      this.broker.removeAgent(backend, why);
-      this.log.info({ agent: id, why }, 'agent disconnected');
-      this.rejudgeAgents('trusted');
-    };
-    call.on('end', () => {
-      gone('agent closed the stream');
-      call.end();
-    });
-    call.on('cancelled', () => gone('stream cancelled'));
-    call.on('error', (err: Error & { code?: number }) => {
-      this.metrics.streamFailed('from_agent', err.code);
-      gone(err.message);
-    });
-    call.on('close', () => gone('stream closed'));
-  }
-
-  private judge(identity: AgentIdentity, claimed: AgentIdentifiers, self: AgentBackend | undefined): ClaimVerdict {
-    const nodes = this.o.nodes;
-    if (!nodes) return judgeWithoutNodes(identity, claimed);
-    const trusted = isTrusted(identity, this.o.trustedAgents);
-    return judgeClaims(identity, claimed, nodes, trusted, (value) => this.ownerAgent(value, self, nodes));
-  }
-
-  /** A connected agent of a Node that reports `value`, holding it as an accepted identifier. */
-  private ownerAgent(value: string, self: AgentBackend | undefined, nodes: NodeDirectory): string | undefined {
-    const owners = nodes.owners(value);
-    const v = canonicalIdentifier(value);
-    for (const b of this.broker.agents) {
-      if (b !== self && b.identity.method === 'certificate' && owners.includes(b.identity.node ?? '') && b.namesExactly(v)) return b.id;
-    }
-    return undefined;
-  }
-
-  /** One warn line per agent whose claims were cut, naming agent, node and each dropped claim. */
-  private warnDropped(a: AgentBackend): void {
-    if (a.dropped.length === 0 || (this.o.nodes && !this.o.nodes.synced)) return;
-    const dropped = a.dropped.map((d) => `${d.claim} (${d.reason})`);
-    this.log.warn({ agent: a.id, node: a.identity.node, user: a.identity.user, dropped }, `agent ${a.id}: dropped claims ${dropped.join('; ')}`);
-  }
-
-  /**
-   * Nodes changed (all agents), or an agent came or went (trusted agents: only their verdicts
-   * depend on other agents). Routing of new dials follows; open tunnels stay.
-   */
-  private rejudgeAgents(which: 'all' | 'trusted'): void {
-    if (!this.o.nodes) return;
-    for (const a of this.broker.agents) {
-      if (which === 'trusted' && !isTrusted(a.identity, this.o.trustedAgents)) continue;
-      const verdict = this.judge(a.identity, a.claimed, a);
-      if (sameClaims(verdict, { accepted: a.identifiers, dropped: a.dropped })) continue;
-      a.rejudged(verdict);
-      this.log.info({ agent: a.id, node: a.identity.node, accepted: verdict.accepted }, 'agent claims follow a Node change');
-      this.warnDropped(a);
-    }
   }
 
   private serverCount(): number {
