@@ -1,86 +1,20 @@
-// One agent stream to one konnectivity server: TLS credentials and metadata, the server's
-// serverid/servercount headers, keepalive (kctl servers), DRAIN, and the dispatch of the
-// server's packets to dials and target connections (targets.ts). The agent (agent.ts)
-// decides which servers to hold; this file knows one of them.
-import { splitHostPort } from '../../base/addresses.ts';
-import { readFile } from 'node:fs/promises';
+// One agent stream to one konnectivity server: opened by server-stream.ts (credentials,
+// metadata, transport), then the server's serverid/servercount headers, keepalive (kctl
+// servers), DRAIN, and the dispatch of the server's packets to dials and target connections
+// (targets.ts). The agent (agent.ts) decides which servers to hold; this file knows one of them.
 import type { Socket } from 'node:net';
-import * as grpc from '@grpc/grpc-js';
+import type * as grpc from '@grpc/grpc-js';
+import { splitHostPort } from '../../base/addresses.ts';
 import type { Logger } from '../../base/log.ts';
-import type { KonnectivityAgentOptions } from './options.ts';
+import type { ConnectionOptions } from './options.ts';
+import { HEADER_TIMEOUT_MS, channelCredentials, connectMetadata, openServerStream, type ServerCall } from './server-stream.ts';
 import { PendingDial, Target, type TargetOwner } from './targets.ts';
 import type { WindowBudget } from '../wire/flow.ts';
 import type { AgentDialFailure, AgentMetrics } from './metrics.ts';
 import { StreamWriter } from '../wire/stream-writer.ts';
-import { LINK_ALPN } from '../wire/link.ts';
-import { openLink, type CallError } from '../wire/link-calls.ts';
-import {
-  AgentServiceClient,
-  FLOW_CONTROL_EXTENSION,
-  META,
-  describePacket,
-  formatIdentifiers,
-  isId,
-  newRandom,
-  newTraceId,
-  offersFlowControl,
-  packets,
-  type Int64,
-  type Packet,
-} from '../wire/protocol.ts';
-
-/**
- * `creds` offering `protocols` before h2 in the TLS handshake. grpc-js always offers h2 alone; its
- * connector keeps the options it passes to tls.connect, and those are amended here.
- */
-function withAlpn(creds: grpc.ChannelCredentials, protocols: string[]): grpc.ChannelCredentials {
-  if (protocols.length === 0) return creds;
-  const wrapped = Object.create(creds) as grpc.ChannelCredentials;
-  type Connector = ReturnType<grpc.ChannelCredentials['_createSecureConnector']> & { connectionOptions?: { ALPNProtocols?: string[] } };
-  wrapped._createSecureConnector = (...args) => {
-    const connector: Connector = creds._createSecureConnector(...args);
-    if (!connector.connectionOptions) throw new Error('this grpc-js cannot offer ALPN protocols (--alpn-proto); report a bug');
-    connector.connectionOptions.ALPNProtocols = [...protocols.filter((p) => p !== 'h2'), 'h2'];
-    return connector;
-  };
-  return wrapped;
-}
-
-function bufferOrUndefined(v: string | Buffer | undefined): Buffer | undefined {
-  return v === undefined ? undefined : typeof v === 'string' ? Buffer.from(v) : v;
-}
-
-function bufferOrNull(v: string | Buffer | undefined): Buffer | null {
-  return bufferOrUndefined(v) ?? null;
-}
-
-/** The agent stream on either transport: a grpc-js ClientDuplexStream or a LinkServerCall. */
-interface ServerCall {
-  write(p: Packet, flushed?: () => void): boolean;
-  end(): void;
-  cancel(): void;
-  on(event: 'data', listener: (p: Packet) => void): unknown;
-  on(event: 'error', listener: (err: CallError) => void): unknown;
-  on(event: 'end', listener: () => void): unknown;
-  once(event: 'metadata', listener: (h: grpc.Metadata) => void): unknown;
-  once(event: 'error', listener: (err: CallError) => void): unknown;
-  once(event: 'end' | 'status' | 'drain', listener: () => void): unknown;
-  off(event: 'metadata', listener: (h: grpc.Metadata) => void): unknown;
-  off(event: 'error', listener: (err: CallError) => void): unknown;
-  off(event: 'end', listener: () => void): unknown;
-}
-
-/** gRPC keepalive towards any server: upstream refuses pings more often than every 30 s. */
-const UPSTREAM_SAFE_KEEPALIVE_MS = 31_000;
-/** How long a server has to send its serverid/servercount headers. */
-const HEADER_TIMEOUT_MS = 15_000;
-
-/** The agent options a server connection reads, defaults applied. */
-export type ConnectionOptions = Pick<
-  KonnectivityAgentOptions,
-  'ca' | 'cert' | 'key' | 'serverName' | 'agentId' | 'identifiers' | 'extensions' | 'serviceAccountTokenPath' | 'alpnProtocols'
-> &
-  Required<Pick<KonnectivityAgentOptions, 'dialTimeoutMs' | 'keepaliveTimeMs' | 'keepaliveTimeoutMs' | 'upstreamBufferLimit'>>;
+import type { LINK_ALPN } from '../wire/link.ts';
+import type { CallError } from '../wire/link-calls.ts';
+import { META, describePacket, isId, newRandom, newTraceId, offersFlowControl, packets, type Int64, type Packet } from '../wire/protocol.ts';
 
 /** What every server connection of one agent shares. */
 export interface ConnectionContext {
@@ -142,30 +76,15 @@ export class ServerConnection implements TargetOwner {
   /** Connects and waits for the server's headers. */
   async open(): Promise<void> {
     const o = this.o;
-    const creds = withAlpn(grpc.credentials.createSsl(bufferOrNull(o.ca), bufferOrNull(o.key), bufferOrNull(o.cert)), o.alpnProtocols ?? []);
-    const options: grpc.ChannelOptions = {
-      // Every stream its own TCP connection: behind a load balancer that is how we reach
-      // the other servers, and a dead connection is closed with its stream.
-      'grpc.use_local_subchannel_pool': 1,
-      'grpc.enable_channelz': 0,
-      'grpc.keepalive_time_ms': UPSTREAM_SAFE_KEEPALIVE_MS,
-      'grpc.keepalive_timeout_ms': 10_000,
-      'grpc.max_receive_message_length': 16 * 1024 * 1024,
-      // Never paused (per-connection credit does that), so a small HTTP/2 window only adds
-      // round trips.
-      'grpc-node.flow_control_window': 8 * 1024 * 1024,
-      ...(o.serverName ? { 'grpc.ssl_target_name_override': o.serverName, 'grpc.default_authority': o.serverName } : {}),
-    };
-    const md = new grpc.Metadata();
-    md.set(META.agentId, o.agentId);
-    md.set(META.agentIdentifiers, formatIdentifiers(o.identifiers ?? {}));
-    const auth = await this.tokenMetadata();
-    if (auth) md.set(META.authorization, auth);
-    if (o.extensions ?? true) md.set(META.extensions, FLOW_CONTROL_EXTENSION);
+    const creds = channelCredentials(o);
+    const md = await connectMetadata(o);
     if (this.closed) throw new Error('agent stopping');
 
-    const call = (await this.openLink(md)) ?? this.openGrpc(creds, options, md);
-    this.call = call;
+    const opened = await openServerStream(this.address, o, creds, md);
+    this.call = opened.call;
+    this.client = opened.client;
+    this.transport = opened.transport;
+    const call = opened.call;
     if (this.closed) {
       call.cancel();
       throw new Error('agent stopping');
@@ -213,36 +132,6 @@ export class ServerConnection implements TargetOwner {
       this.pingTimer.unref();
     }
     this.held = true;
-  }
-
-  /**
-   * kctl-tunnel/1 first, unless extensions are off or the user set the ALPN protocols to offer:
-   * null when the server chose h2 (an upstream server), and gRPC is used instead.
-   */
-  private async openLink(md: grpc.Metadata): Promise<ServerCall | null> {
-    const o = this.o;
-    if (!(o.extensions ?? true) || (o.alpnProtocols ?? []).length > 0) return null;
-    const target = splitHostPort(this.address);
-    if (!target) return null;
-    const call = await openLink(
-      {
-        ...target,
-        ca: bufferOrUndefined(o.ca),
-        cert: bufferOrUndefined(o.cert),
-        key: bufferOrUndefined(o.key),
-        serverName: o.serverName,
-        timeoutMs: HEADER_TIMEOUT_MS,
-      },
-      md,
-    );
-    if (call) this.transport = LINK_ALPN;
-    return call;
-  }
-
-  private openGrpc(creds: grpc.ChannelCredentials, options: grpc.ChannelOptions, md: grpc.Metadata): ServerCall {
-    const client = new AgentServiceClient(this.address, creds, options);
-    this.client = client;
-    return client.Connect(md);
   }
 
   /** kctl servers only: ping when silent, give up when silent too long. */
@@ -372,14 +261,6 @@ export class ServerConnection implements TargetOwner {
     if (this.closed) return;
     this.close(why);
     if (this.held) this.onLost(why);
-  }
-
-  /** The service-account token, read on every connect (tokens rotate). */
-  private async tokenMetadata(): Promise<string | undefined> {
-    if (!this.o.serviceAccountTokenPath) return undefined;
-    const token = (await readFile(this.o.serviceAccountTokenPath, 'utf8')).trim();
-    if (!token) throw new Error(`${this.o.serviceAccountTokenPath} is empty`);
-    return `Bearer ${token}`;
   }
 
   /** DRAIN: the server should send new dials to other agents. */

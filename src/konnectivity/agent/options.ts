@@ -50,3 +50,10 @@ export interface KonnectivityAgentOptions {
   upstreamBufferLimit?: number;
   log: Logger;
 }
+
+/** The agent options a server connection reads, defaults applied. */
+export type ConnectionOptions = Pick<
+  KonnectivityAgentOptions,
+  'ca' | 'cert' | 'key' | 'serverName' | 'agentId' | 'identifiers' | 'extensions' | 'serviceAccountTokenPath' | 'alpnProtocols'
+> &
+  Required<Pick<KonnectivityAgentOptions, 'dialTimeoutMs' | 'keepaliveTimeMs' | 'keepaliveTimeoutMs' | 'upstreamBufferLimit'>>;
