@@ -141,8 +141,9 @@ test('only cli/ knows commander', () => {
   assert.deepEqual(users, []);
 });
 
-test('no source file is over 500 lines: a longer one mixes jobs that want their own files', () => {
-  const long = files.map((f) => [relative(root, f), readFileSync(f, 'utf8').split('\n').length] as const).filter(([, n]) => n > 500);
+test('no source file is over 400 lines (generated code aside): a longer one mixes jobs that want their own files', () => {
+  // sourceFiles skips gen/: konnectivity/wire/gen/konnectivity.ts is written by `npm run gen`.
+  const long = files.map((f) => [relative(root, f), readFileSync(f, 'utf8').split('\n').length] as const).filter(([, n]) => n > 400);
   assert.deepEqual(
     long.map(([f, n]) => `${f}: ${n} lines`),
     [],
