@@ -15,9 +15,9 @@ import { serveAdmin, serveHealth } from '../konnectivity/dropin/upstream-ports.t
 import { KubeClient, credentialsFromKubeconfig, type KubeCredentials } from '../kube/client.ts';
 import { ServerLeasePublisher, inClusterCredentials, parseLeaseLabels } from '../kube/server-leases.ts';
 import { serviceAccountTokenReview, serviceAccountUser } from '../kube/token-review.ts';
-import { inertFlagsSet, parsePflags, renderPflagHelp, type FlagSpec, type FlagValue } from './pflag.ts';
-import { SERVER_FLAGS } from './server-flags.ts';
-import { parseGoDuration, readFlagFile, standaloneCommand } from './standalone.ts';
+import { inertFlagsSet, parsePflags, renderPflagHelp, type FlagSpec, type FlagValue } from './flags/pflag.ts';
+import { SERVER_FLAGS } from './flags/server-flags.ts';
+import { parseGoDuration, readFlagFile, standaloneCommand } from './flags/standalone.ts';
 
 const KCTL_FLAGS: readonly FlagSpec[] = [
   { name: 'debug', kind: 'bool', default: 'false', help: 'kctl: debug logs (as -v=5 or more does)' },

@@ -162,7 +162,7 @@ test('the checks find a wrong import (a sibling, a row above, an upward room)', 
   const at = (from: string, spec: string): Import => ({ from: join(src, from), spec, line: 1 });
   const wrong = [
     at('worker/join.ts', '../controller/paths.ts'),
-    at('base/log.ts', '../cli/output.ts'),
+    at('base/log.ts', '../cli/support/output.ts'),
     at('konnectivity/agent/agent.ts', '../server/broker.ts'),
     at('konnectivity/wire/link.ts', '../agent/connection.ts'),
     at('konnectivity/server/broker.ts', '../client.ts'),

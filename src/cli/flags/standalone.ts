@@ -3,9 +3,9 @@
 // commander must not see, read the files their flags name, and parse Go durations.
 import type { Command } from 'commander';
 import { readFileSync } from 'node:fs';
-import { parseDuration } from '../base/duration.ts';
-import { UserError } from '../base/errors.ts';
-import { reportAndExit } from './errors.ts';
+import { parseDuration } from '../../base/duration.ts';
+import { UserError } from '../../base/errors.ts';
+import { reportAndExit } from '../support/errors.ts';
 
 /** A Go duration flag in milliseconds; a one-line error naming the flag otherwise. */
 export function parseGoDuration(flag: string, text: string): number {

@@ -2,7 +2,7 @@
 // programs (kctl konnectivity-agent for upstream's proxy-agent): manifests written for those
 // programs pass `--flag=value`, `--flag value`, bare booleans, `--flag=false`, `-v=4` and lists
 // as comma-separated values, and each must mean here what it means there.
-import { UserError } from '../base/errors.ts';
+import { UserError } from '../../base/errors.ts';
 
 export type FlagKind =
   'string' | 'int' | 'uint' | 'float32' | 'bool' | 'duration' | 'strings' | 'level' | 'severity' | 'traceLocation' | 'moduleSpec';
