@@ -1,7 +1,7 @@
 // The konnectivity server, in the controller process or standalone (kctl konnectivity-server):
 // kube-apiserver dials through it (GRPC or HTTP-CONNECT, on a unix socket or on mutual-TLS TCP),
-// agents connect to it (TLS on agentPort), and the broker ties the two together. Admin HTTP
-// (healthz, readyz, metrics) on loopback.
+// agents connect to it (TLS on agentPort; each stream is agent-streams.ts's), and the broker ties
+// the two together. Admin HTTP (healthz, readyz, metrics) on loopback.
 import { X509Certificate, randomUUID } from 'node:crypto';
 import type { Server as HttpServer } from 'node:http';
 import { dirname } from 'node:path';
@@ -134,7 +134,7 @@ export class KonnectivityServer implements Component {
     const tcp = this.o.tcpFrontend;
 
     // Backend: agents over TLS (agent-port.ts). The client certificate is requested but not required by TLS,
-    // so token-only agents get through the handshake; authenticateAgent then requires one.
+    // so token-only agents get through the handshake; agent-streams.ts then requires one.
     const agents = new grpc.Server({
       'grpc.enable_channelz': 0,
       'grpc.keepalive_time_ms': this.keepalive.timeMs,
