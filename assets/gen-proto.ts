@@ -1,11 +1,11 @@
-// `npm run gen` (run before typecheck and build): src/konnectivity/konnectivity.proto ->
-// src/konnectivity/gen/konnectivity.ts: the TypeScript types, the encode/decode of every
+// `npm run gen` (run before typecheck and build): src/konnectivity/wire/konnectivity.proto ->
+// src/konnectivity/wire/gen/konnectivity.ts: the TypeScript types, the encode/decode of every
 // message and the grpc-js service definitions and clients. The .proto is the only source.
 //
 // Written here rather than with pbjs/pbts: their static code types int64 as number|Long and
 // enums as numbers (what our code carries, decimal strings and names, only exists after an
 // untyped toObject pass), and protobufjs 8's Writer copies a DATA payload up to three times.
-// This emits exactly the types the tunnel uses over the primitives in src/konnectivity/wire.ts,
+// This emits exactly the types the tunnel uses over the primitives in src/konnectivity/wire/wire.ts,
 // and covers the proto3 subset konnectivity needs; anything else fails here, loudly.
 import { createHash } from 'node:crypto';
 import { mkdir, readFile, writeFile } from 'node:fs/promises';
@@ -13,8 +13,8 @@ import { dirname, join } from 'node:path';
 import protobuf from 'protobufjs';
 
 const root = new URL('..', import.meta.url).pathname;
-const PROTO = 'src/konnectivity/konnectivity.proto';
-const OUT = 'src/konnectivity/gen/konnectivity.ts';
+const PROTO = 'src/konnectivity/wire/konnectivity.proto';
+const OUT = 'src/konnectivity/wire/gen/konnectivity.ts';
 
 interface Scalar {
   ts: string;

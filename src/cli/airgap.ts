@@ -5,7 +5,7 @@ import { KCTL_VERSION } from '../base/version.ts';
 import { BUNDLED_IMAGES } from '../payload/images.ts';
 import { findPayload } from '../payload/payload.ts';
 import { saveBundledImages } from '../payload/save-images.ts';
-import { globals } from './globals.ts';
+import { globals } from './support/globals.ts';
 
 export function airgapCommand(program: Command): void {
   const a = program.command('airgap').description('what kctl carries for hosts without a registry');

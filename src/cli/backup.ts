@@ -4,7 +4,7 @@ import type { Command } from 'commander';
 import { resolve } from 'node:path';
 import { backupController, restoreController } from '../controller/backup.ts';
 import { componentLogger } from '../base/log.ts';
-import { globals, loggerFor } from './globals.ts';
+import { globals, loggerFor } from './support/globals.ts';
 
 export function backupCommands(program: Command): void {
   program

@@ -1,6 +1,6 @@
 import { Option, type Command } from 'commander';
 import { runController } from '../controller/index.ts';
-import { globals, loggerFor } from './globals.ts';
+import { globals, loggerFor } from './support/globals.ts';
 import { readTokenFile } from './worker.ts';
 import { UserError } from '../base/errors.ts';
 import { DEFAULT_PORT_RANGE, parsePortRange } from '../controller/tenants.ts';

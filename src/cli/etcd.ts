@@ -10,8 +10,8 @@ import { leftMarker } from '../controller/join.ts';
 import { controllerPaths } from '../controller/paths.ts';
 import { listMembers, removeMember, retryTransient, type EtcdMember } from '../etcd/members.ts';
 import { pkiPaths } from '../pki/index.ts';
-import { globals } from './globals.ts';
-import { outputOption, printJson, type OutputFormat } from './output.ts';
+import { globals } from './support/globals.ts';
+import { outputOption, printJson, type OutputFormat } from './support/output.ts';
 
 async function etcdConfig(dataDir: string): Promise<ClusterConfig> {
   const cfgFile = join(dataDir, 'cluster-config.yaml');

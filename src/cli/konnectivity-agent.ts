@@ -10,12 +10,12 @@ import { UserError } from '../base/errors.ts';
 import { componentLogger, createLogger, type Logger } from '../base/log.ts';
 import { trimFreedMemory } from '../base/memory.ts';
 import { KonnectivityAgent, parseIdentifiers } from '../konnectivity/index.ts';
-import { serveAdmin, serveHealth } from '../konnectivity/endpoints.ts';
+import { serveAdmin, serveHealth } from '../konnectivity/dropin/upstream-ports.ts';
 import { KubeClient, credentialsFromKubeconfig, type KubeCredentials } from '../kube/client.ts';
 import { ServerLeaseCounter, inClusterCredentials } from '../kube/server-leases.ts';
-import { AGENT_FLAGS } from './agent-flags.ts';
-import { parseGoDuration, readFlagFile, standaloneCommand } from './standalone.ts';
-import { inertFlagsSet, parsePflags, renderPflagHelp, type FlagSpec, type FlagValue } from './pflag.ts';
+import { AGENT_FLAGS } from './flags/agent-flags.ts';
+import { parseGoDuration, readFlagFile, standaloneCommand } from './flags/standalone.ts';
+import { inertFlagsSet, parsePflags, renderPflagHelp, type FlagSpec, type FlagValue } from './flags/pflag.ts';
 
 /** Flags kctl's agent adds to upstream's. */
 const KCTL_FLAGS: readonly FlagSpec[] = [{ name: 'debug', kind: 'bool', default: 'false', help: 'kctl: debug logs (as -v=5 or more does)' }];

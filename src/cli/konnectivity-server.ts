@@ -11,13 +11,13 @@ import { UserError } from '../base/errors.ts';
 import { componentLogger, createLogger, type Logger } from '../base/log.ts';
 import { trimFreedMemory } from '../base/memory.ts';
 import { KonnectivityServer, type ProxyStrategy, type TcpFrontend } from '../konnectivity/index.ts';
-import { serveAdmin, serveHealth } from '../konnectivity/endpoints.ts';
+import { serveAdmin, serveHealth } from '../konnectivity/dropin/upstream-ports.ts';
 import { KubeClient, credentialsFromKubeconfig, type KubeCredentials } from '../kube/client.ts';
 import { ServerLeasePublisher, inClusterCredentials, parseLeaseLabels } from '../kube/server-leases.ts';
 import { serviceAccountTokenReview, serviceAccountUser } from '../kube/token-review.ts';
-import { inertFlagsSet, parsePflags, renderPflagHelp, type FlagSpec, type FlagValue } from './pflag.ts';
-import { SERVER_FLAGS } from './server-flags.ts';
-import { parseGoDuration, readFlagFile, standaloneCommand } from './standalone.ts';
+import { inertFlagsSet, parsePflags, renderPflagHelp, type FlagSpec, type FlagValue } from './flags/pflag.ts';
+import { SERVER_FLAGS } from './flags/server-flags.ts';
+import { parseGoDuration, readFlagFile, standaloneCommand } from './flags/standalone.ts';
 
 const KCTL_FLAGS: readonly FlagSpec[] = [
   { name: 'debug', kind: 'bool', default: 'false', help: 'kctl: debug logs (as -v=5 or more does)' },

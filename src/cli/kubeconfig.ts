@@ -13,7 +13,7 @@ import { findPayload } from '../payload/payload.ts';
 import { stageComponents } from '../payload/stage.ts';
 import { KCTL_VERSION } from '../base/version.ts';
 import { UserError } from '../base/errors.ts';
-import { globals } from './globals.ts';
+import { globals } from './support/globals.ts';
 
 function adminConf(dataDir: string): string {
   return join(dataDir, 'pki', 'admin.conf');

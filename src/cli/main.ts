@@ -5,7 +5,7 @@
 // the controller; about 20 MiB of an idle agent's RSS, bench/README.md).
 import { basename } from 'node:path';
 import { STAGE_COMMAND } from '../payload/stage-command.ts';
-import { reportAndExit } from './errors.ts';
+import { reportAndExit } from './support/errors.ts';
 
 type DropIn = (argv: readonly string[], cmd: string) => Promise<void>;
 /** `invokedAs`: the name kctl answers to as upstream's agent or server (a symlink or hard link to the executable). */

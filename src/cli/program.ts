@@ -4,8 +4,8 @@
 // `kctl worker` so loads the worker and not the controller, PKI, etcd or backup code.
 import { Command, CommanderError } from 'commander';
 import { KCTL_VERSION } from '../base/version.ts';
-import { reportAndExit } from './errors.ts';
-import { DEFAULT_DATA_DIR, DEFAULT_RUN_DIR } from './globals.ts';
+import { reportAndExit } from './support/errors.ts';
+import { DEFAULT_DATA_DIR, DEFAULT_RUN_DIR } from './support/globals.ts';
 
 type Register = (program: Command) => void;
 

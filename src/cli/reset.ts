@@ -14,7 +14,7 @@ import { cleanupNetwork, CNI_BRIDGE } from '../worker/network.ts';
 import { workerPaths } from '../worker/paths.ts';
 import { resetWorker } from '../worker/reset.ts';
 import { UserError } from '../base/errors.ts';
-import { globals, loggerFor } from './globals.ts';
+import { globals, loggerFor } from './support/globals.ts';
 
 export interface DataDirRoles {
   /** The files that gave each role away, relative to the data dir. */

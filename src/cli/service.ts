@@ -24,7 +24,7 @@ import {
   type ServiceRole,
 } from '../supervisor/systemd.ts';
 import { DEFAULT_PORT_RANGE, parsePortRange } from '../controller/tenants.ts';
-import { globals, type GlobalOptions } from './globals.ts';
+import { globals, type GlobalOptions } from './support/globals.ts';
 import { checkNodeFlags, collect, parseLabels, parseTaints, readTokenFile } from './worker.ts';
 
 /** Where `kctl install worker` keeps the join token (0600); the unit names only this path. */

@@ -6,8 +6,8 @@ import type { ControllerStatusReport } from '../controller/status.ts';
 import type { WorkerStatusReport } from '../worker/index.ts';
 import { UserError } from '../base/errors.ts';
 import { formatIdentifiers } from '../konnectivity/index.ts';
-import { globals } from './globals.ts';
-import { outputOption, printJson, renderTable, type OutputFormat } from './output.ts';
+import { globals } from './support/globals.ts';
+import { outputOption, printJson, renderTable, type OutputFormat } from './support/output.ts';
 
 function formatDuration(s: number | undefined): string {
   if (s === undefined) return '-';

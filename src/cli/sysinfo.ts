@@ -5,8 +5,8 @@ import { controllerPorts } from '../controller/index.ts';
 import { loadConfig } from '../controller/config.ts';
 import { hostChecks, ownPids, type Check, type HostRole } from '../host/checks.ts';
 import { WORKER_PORTS } from '../worker/index.ts';
-import { globals } from './globals.ts';
-import { outputOption, printJson, type OutputFormat } from './output.ts';
+import { globals } from './support/globals.ts';
+import { outputOption, printJson, type OutputFormat } from './support/output.ts';
 
 export interface SysinfoReport {
   role: HostRole;

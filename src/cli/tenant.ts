@@ -6,8 +6,8 @@ import { httpsUrl } from '../base/addresses.ts';
 import { readStatus } from '../base/status-server.ts';
 import type { ControllerStatusReport } from '../controller/status.ts';
 import { readTenants, tenantApiAddress, tenantLayout } from '../controller/tenants.ts';
-import { globals } from './globals.ts';
-import { outputOption, printJson, renderTable, type OutputFormat } from './output.ts';
+import { globals } from './support/globals.ts';
+import { outputOption, printJson, renderTable, type OutputFormat } from './support/output.ts';
 
 export interface TenantListEntry {
   name: string;

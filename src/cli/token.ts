@@ -6,9 +6,9 @@ import { checkControllerTokenExpiry, CONTROLLER_TOKEN_DEFAULT_EXPIRY, CONTROLLER
 import { createToken, invalidateToken, listTokens, parseExpiry, parseUses } from '../controller/tokens.ts';
 import { credentialsFromKubeconfig, KubeClient } from '../kube/client.ts';
 import { UserError } from '../base/errors.ts';
-import { globals } from './globals.ts';
+import { globals } from './support/globals.ts';
 import { NODE_NAME } from '../controller/worker-tokens.ts';
-import { outputOption, printJson, type OutputFormat } from './output.ts';
+import { outputOption, printJson, type OutputFormat } from './support/output.ts';
 
 function adminClient(dataDir: string): KubeClient {
   const conf = join(dataDir, 'pki', 'admin.conf');

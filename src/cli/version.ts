@@ -1,7 +1,7 @@
 import type { Command } from 'commander';
 import { EmbeddedPayload, findPayload } from '../payload/payload.ts';
 import { KCTL_VERSION } from '../base/version.ts';
-import { outputOption, printJson, type OutputFormat } from './output.ts';
+import { outputOption, printJson, type OutputFormat } from './support/output.ts';
 
 export function versionCommand(program: Command): void {
   program

@@ -4,7 +4,7 @@ import { isIP } from 'node:net';
 import { runWorker } from '../worker/index.ts';
 import { hideFromCommandLine } from '../base/command-line.ts';
 import { UserError } from '../base/errors.ts';
-import { globals, loggerFor } from './globals.ts';
+import { globals, loggerFor } from './support/globals.ts';
 
 /** commander collector for repeatable, comma-separable list flags (--labels, --taints). */
 export const collect = (v: string, prev: string[]) => [...prev, ...v.split(',').filter(Boolean)];

@@ -3,7 +3,7 @@
 // then DATA both ways, CLOSE_REQ / CLOSE_RSP at the end. Used by tests and tools.
 import { Duplex } from 'node:stream';
 import * as grpc from '@grpc/grpc-js';
-import { MAX_DATA_CHUNK, ProxyServiceClient, newRandom, packets, type Int64, type Packet } from './protocol.ts';
+import { MAX_DATA_CHUNK, ProxyServiceClient, newRandom, packets, type Int64, type Packet } from './wire/protocol.ts';
 
 export interface ProxyDialOptions {
   /** The server's GRPC unix socket. */

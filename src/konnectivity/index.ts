@@ -1,5 +1,5 @@
 // Konnectivity: the tunnel that lets kube-apiserver reach nodes that only dial out.
-// server.ts runs in the controller, agent.ts in the worker; protocol.ts is the wire format.
+// server/ runs in the controller, agent/ in the worker; wire/ is the protocol both speak (README.md).
 export {
   KonnectivityServer,
   type KonnectivityServerOptions,
@@ -7,7 +7,7 @@ export {
   type KonnectivityServerSnapshot,
   type AgentSnapshot as ServerAgentSnapshot,
   type TunnelStats,
-} from './server.ts';
+} from './server/server.ts';
 export {
   KonnectivityAgent,
   type KonnectivityAgentOptions,
@@ -15,11 +15,12 @@ export {
   type AgentServerSnapshot,
   type ServerAddress,
   type TargetStats,
-} from './agent.ts';
+} from './agent/agent.ts';
 export { dialViaProxy, openProxyStream, ProxyTunnel, ProxyDialError, type ProxyDialOptions } from './client.ts';
-export { type TokenReview, type AgentIdentity } from './auth.ts';
-export { type NodeDirectory, type NodeRecord, type TrustedAgents, type DroppedClaim } from './claims.ts';
-export { type ProxyStrategy, NO_AGENT } from './broker.ts';
+export { type TokenReview, type AgentIdentity } from './server/auth.ts';
+export { type NodeDirectory, type NodeRecord, type TrustedAgents, type DroppedClaim } from './server/claims.ts';
+export { NO_AGENT } from './server/broker.ts';
+export { type ProxyStrategy } from './server/routing.ts';
 export {
   FLOW_CONTROL_EXTENSION,
   INITIAL_WINDOW,
@@ -34,4 +35,4 @@ export {
   type Packet,
   type PacketType,
   type AgentIdentifiers,
-} from './protocol.ts';
+} from './wire/protocol.ts';

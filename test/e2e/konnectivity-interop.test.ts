@@ -12,7 +12,7 @@ import { test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { execa, type ResultPromise } from 'execa';
 import { dialViaProxy } from '../../src/konnectivity/client.ts';
-import { KonnectivityAgent } from '../../src/konnectivity/agent.ts';
+import { KonnectivityAgent } from '../../src/konnectivity/agent/agent.ts';
 import { freePort, tempDir } from '../helpers.ts';
 import { upstreamBin } from './upstream.ts';
 import { echoServer, FakeNodes, makePki, quietLogger, readN, startAgent, startServer, udsOf, waitFor } from '../unit/konnectivity/fixtures.ts';

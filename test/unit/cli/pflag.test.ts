@@ -1,8 +1,8 @@
 // pflag-compatible parsing: every form a manifest written for a Go program may use.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { AGENT_FLAGS } from '../../../src/cli/agent-flags.ts';
-import { inertFlagsSet, parseGoBool, parsePflags, renderPflagHelp, splitCsv } from '../../../src/cli/pflag.ts';
+import { AGENT_FLAGS } from '../../../src/cli/flags/agent-flags.ts';
+import { inertFlagsSet, parseGoBool, parsePflags, renderPflagHelp, splitCsv } from '../../../src/cli/flags/pflag.ts';
 
 const parse = (argv: string[]) => parsePflags('konnectivity-agent', AGENT_FLAGS, argv);
 

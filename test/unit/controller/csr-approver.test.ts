@@ -5,7 +5,7 @@ import { test } from 'node:test';
 import { CsrApproverComponent, judgeBootstrapCsr, judgeServingCsr, type Csr } from '../../../src/controller/csr-approver.ts';
 import { tokenRefusal, type WorkerTokenRecord } from '../../../src/controller/worker-tokens.ts';
 import { NodeWatchComponent } from '../../../src/controller/nodes.ts';
-import { judgeClaims, type NodeRecord } from '../../../src/konnectivity/claims.ts';
+import { judgeClaims, type NodeRecord } from '../../../src/konnectivity/server/claims.ts';
 import { parseCsr } from '../../../src/controller/csr-request.ts';
 import { KubeClient } from '../../../src/kube/client.ts';
 import { captureLogger, tempDir } from '../../helpers.ts';

@@ -4,7 +4,7 @@
 import assert from 'node:assert/strict';
 import { createServer } from 'node:tls';
 import { test } from 'node:test';
-import { KonnectivityAgent } from '../../../src/konnectivity/agent.ts';
+import { KonnectivityAgent } from '../../../src/konnectivity/agent/agent.ts';
 import { makePki, quietLogger, waitFor } from './fixtures.ts';
 
 /** The protocol lists of the agent's first `handshakes` TLS handshakes with a server that always picks h2. */

@@ -10,9 +10,9 @@ import { connect } from 'node:net';
 import { test } from 'node:test';
 import * as grpc from '@grpc/grpc-js';
 import { dialViaProxy, type ProxyTunnel } from '../../../src/konnectivity/client.ts';
-import { PROXY_METHOD } from '../../../src/konnectivity/frontends.ts';
-import { decodePacket, encodePacket, packets, type Packet } from '../../../src/konnectivity/protocol.ts';
-import type { KonnectivityServer } from '../../../src/konnectivity/server.ts';
+import { PROXY_METHOD } from '../../../src/konnectivity/server/frontends.ts';
+import { decodePacket, encodePacket, packets, type Packet } from '../../../src/konnectivity/wire/protocol.ts';
+import type { KonnectivityServer } from '../../../src/konnectivity/server/server.ts';
 import { echoServer, makePki, rawAgent, readN, startAgent, startServer, udsOf, waitFor, type RawAgent } from './fixtures.ts';
 
 type T = Parameters<typeof startServer>[0];

@@ -11,9 +11,9 @@ import {
   type NodeRecord,
   type ReservedSpace,
   type TrustedAgents,
-} from '../../../src/konnectivity/claims.ts';
-import { packets, parseIdentifiers } from '../../../src/konnectivity/protocol.ts';
-import type { AgentIdentity } from '../../../src/konnectivity/auth.ts';
+} from '../../../src/konnectivity/server/claims.ts';
+import { packets, parseIdentifiers } from '../../../src/konnectivity/wire/protocol.ts';
+import type { AgentIdentity } from '../../../src/konnectivity/server/auth.ts';
 import { captureLogger } from '../../helpers.ts';
 import { FakeNodes, makePki, rawAgent, startServer, udsOf, waitFor } from './fixtures.ts';
 
@@ -85,7 +85,7 @@ test('a service-account agent claims nothing unless trusted; trusted, it is trea
 });
 
 test('trust is by node name for certificate agents and by user for token agents', async () => {
-  const { isTrusted } = await import('../../../src/konnectivity/claims.ts');
+  const { isTrusted } = await import('../../../src/konnectivity/server/claims.ts');
   const list: TrustedAgents = { nodes: ['gw'], users: ['system:serviceaccount:kube-system:konnectivity-agent'] };
   assert.equal(isTrusted(node('gw'), list), true);
   assert.equal(isTrusted(node('edge-1'), list), false);
@@ -404,7 +404,7 @@ test("an agent is its certificate: another node's agentid is a label and never s
 });
 
 test('broker ids come from authentication: a node certificate, a token user with its agentid, or (upstream style) the agentid as sent', async () => {
-  const { brokerId, strayAgentId } = await import('../../../src/konnectivity/auth.ts');
+  const { brokerId, strayAgentId } = await import('../../../src/konnectivity/server/auth.ts');
   assert.equal(brokerId(node('edge-1'), 'anything', false), 'system:node:edge-1');
   assert.equal(brokerId(sa, 'pod-7', false), `${sa.user}/pod-7`);
   assert.equal(brokerId(sa, 'system:node:edge-1', false), `${sa.user}/system:node:edge-1`, 'a token agent never gets a node key');

@@ -6,8 +6,8 @@ import { once } from 'node:events';
 import { connect } from 'node:net';
 import { test, type TestContext } from 'node:test';
 import { dialViaProxy } from '../../../src/konnectivity/client.ts';
-import { reasonPhrase } from '../../../src/konnectivity/frontends.ts';
-import { packets, type Packet } from '../../../src/konnectivity/protocol.ts';
+import { reasonPhrase } from '../../../src/konnectivity/server/frontends.ts';
+import { packets, type Packet } from '../../../src/konnectivity/wire/protocol.ts';
 import { captureLogger } from '../../helpers.ts';
 import { echoServer, makePki, rawAgent, readAll, readN, startAgent, startServer, udsOf, waitFor } from './fixtures.ts';
 

@@ -8,13 +8,13 @@ import { Writable } from 'node:stream';
 import { setTimeout as sleep } from 'node:timers/promises';
 import * as grpc from '@grpc/grpc-js';
 import { createLogger, type Logger } from '../../../src/base/log.ts';
-import { AgentServiceClient, type Packet } from '../../../src/konnectivity/protocol.ts';
-import { openLink, type CallError } from '../../../src/konnectivity/link-calls.ts';
+import { AgentServiceClient, type Packet } from '../../../src/konnectivity/wire/protocol.ts';
+import { openLink, type CallError } from '../../../src/konnectivity/wire/link-calls.ts';
 import { ensurePki, pkiPaths } from '../../../src/pki/index.ts';
 import { generateKeyPem, issueCaCert, issueLeafCert, keyIdOf, parseCert, parseKey, type Signer } from '../../../src/pki/x509.ts';
-import { KonnectivityAgent, type KonnectivityAgentOptions } from '../../../src/konnectivity/agent.ts';
-import { KonnectivityServer, type KonnectivityServerOptions } from '../../../src/konnectivity/server.ts';
-import { canonicalIdentifier, ownedBy, type NodeDirectory, type NodeRecord, type ReservedSpace } from '../../../src/konnectivity/claims.ts';
+import { KonnectivityAgent, type KonnectivityAgentOptions } from '../../../src/konnectivity/agent/agent.ts';
+import { KonnectivityServer, type KonnectivityServerOptions } from '../../../src/konnectivity/server/server.ts';
+import { canonicalIdentifier, ownedBy, type NodeDirectory, type NodeRecord, type ReservedSpace } from '../../../src/konnectivity/server/claims.ts';
 import { tempDir } from '../../helpers.ts';
 
 type T = { after: (fn: () => Promise<void> | void) => void };

@@ -1,7 +1,7 @@
 // The receive window grows only while the sink keeps up, and never past its cap.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { ConnectionFlow, WindowBudget } from '../../../src/konnectivity/flow.ts';
+import { ConnectionFlow, WindowBudget } from '../../../src/konnectivity/wire/flow.ts';
 
 const KiB = 1024;
 

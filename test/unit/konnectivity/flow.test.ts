@@ -5,8 +5,8 @@ import { once } from 'node:events';
 import type { Socket } from 'node:net';
 import { test } from 'node:test';
 import { dialViaProxy, type ProxyTunnel } from '../../../src/konnectivity/client.ts';
-import { INITIAL_WINDOW, MAX_DATA_CHUNK, MAX_WINDOW } from '../../../src/konnectivity/protocol.ts';
-import type { KonnectivityServer } from '../../../src/konnectivity/server.ts';
+import { INITIAL_WINDOW, MAX_DATA_CHUNK, MAX_WINDOW } from '../../../src/konnectivity/wire/protocol.ts';
+import type { KonnectivityServer } from '../../../src/konnectivity/server/server.ts';
 import { echoServer, listen, makePki, readN, startAgent, startServer, udsOf, waitFor } from './fixtures.ts';
 
 const MiB = 1024 * 1024;

@@ -10,9 +10,9 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import * as grpc from '@grpc/grpc-js';
-import { GrpcStatus, dataHeader, packetServer, type PacketCall } from '../../../src/konnectivity/grpc-h2.ts';
-import { listenHttp } from '../../../src/konnectivity/listen.ts';
-import { decodePacket, encodePacket, packets, type Packet } from '../../../src/konnectivity/protocol.ts';
+import { GrpcStatus, dataHeader, packetServer, type PacketCall } from '../../../src/konnectivity/server/grpc-h2.ts';
+import { listenHttp } from '../../../src/konnectivity/server/listen.ts';
+import { decodePacket, encodePacket, packets, type Packet } from '../../../src/konnectivity/wire/protocol.ts';
 
 test('a DATA header followed by its payload is exactly the gRPC message of that Packet', () => {
   for (const id of ['0', '1', '127', '128', '4611686018427387904', '9223372036854775807'])

@@ -4,7 +4,7 @@ import assert from 'node:assert/strict';
 import { connect, type Socket } from 'node:net';
 import { test } from 'node:test';
 import { dialViaProxy } from '../../../src/konnectivity/client.ts';
-import type { KonnectivityServer } from '../../../src/konnectivity/server.ts';
+import type { KonnectivityServer } from '../../../src/konnectivity/server/server.ts';
 import { echoServer, listen, makePki, readN, startAgent, startServer, udsOf, waitFor } from './fixtures.ts';
 
 /** A tiny TCP load balancer: round-robin per connection; freeze() black-holes open connections. */

@@ -10,8 +10,8 @@ import { once } from 'node:events';
 import { createInterface } from 'node:readline';
 import { test } from 'node:test';
 import { dialViaProxy, type ProxyTunnel } from '../../../src/konnectivity/client.ts';
-import type { KonnectivityAgent } from '../../../src/konnectivity/agent.ts';
-import type { KonnectivityServerSnapshot } from '../../../src/konnectivity/server.ts';
+import type { KonnectivityAgent } from '../../../src/konnectivity/agent/agent.ts';
+import type { KonnectivityServerSnapshot } from '../../../src/konnectivity/server/server.ts';
 import { tempDir } from '../../helpers.ts';
 import { echoServer, makePki, rawAgent, readN, startAgent, startServer, udsOf, waitFor, type TestPki } from './fixtures.ts';
 

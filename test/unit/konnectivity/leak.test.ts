@@ -5,7 +5,7 @@ import assert from 'node:assert/strict';
 import { readdirSync } from 'node:fs';
 import { test } from 'node:test';
 import { dialViaProxy, type ProxyTunnel } from '../../../src/konnectivity/client.ts';
-import type { KonnectivityAgent } from '../../../src/konnectivity/agent.ts';
+import type { KonnectivityAgent } from '../../../src/konnectivity/agent/agent.ts';
 import { echoServer, listen, makePki, rawAgent, readN, startAgent, startServer, udsOf, waitFor } from './fixtures.ts';
 
 const CYCLES = Number(process.env.KNP_LEAK_CYCLES ?? 10_000);

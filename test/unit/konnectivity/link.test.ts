@@ -8,8 +8,8 @@ import { Writable } from 'node:stream';
 import { test } from 'node:test';
 import { createLogger } from '../../../src/base/log.ts';
 import { dialViaProxy } from '../../../src/konnectivity/client.ts';
-import { FRAME, FrameReader, LINK_ALPN, LinkProtocolError, MAX_FRAME, encodeFrame } from '../../../src/konnectivity/link.ts';
-import { encodePacket, packets, type Packet } from '../../../src/konnectivity/protocol.ts';
+import { FRAME, FrameReader, LINK_ALPN, LinkProtocolError, MAX_FRAME, encodeFrame } from '../../../src/konnectivity/wire/link.ts';
+import { encodePacket, packets, type Packet } from '../../../src/konnectivity/wire/protocol.ts';
 import { echoServer, makePki, rawAgent, readN, startAgent, startServer, udsOf, waitFor } from './fixtures.ts';
 
 function dataFrame(connectID: string, payload: Buffer): Buffer {

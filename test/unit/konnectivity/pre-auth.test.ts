@@ -10,8 +10,8 @@ import { test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { connect as tlsConnect, type TLSSocket } from 'node:tls';
 import { createLogger } from '../../../src/base/log.ts';
-import type { KonnectivityServer } from '../../../src/konnectivity/server.ts';
-import { FRAME, LINK_ALPN } from '../../../src/konnectivity/link.ts';
+import type { KonnectivityServer } from '../../../src/konnectivity/server/server.ts';
+import { FRAME, LINK_ALPN } from '../../../src/konnectivity/wire/link.ts';
 import { makePki, startAgent, startServer, waitFor, type TestPki } from './fixtures.ts';
 
 type T = { after: (fn: () => Promise<void> | void) => void };

@@ -6,8 +6,8 @@ import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
 import { readFile } from 'node:fs/promises';
 import { test } from 'node:test';
-import { ConnectionFlow } from '../../../src/konnectivity/flow.ts';
-import { PROTO_SHA256, PacketType } from '../../../src/konnectivity/gen/konnectivity.ts';
+import { ConnectionFlow } from '../../../src/konnectivity/wire/flow.ts';
+import { PROTO_SHA256, PacketType } from '../../../src/konnectivity/wire/gen/konnectivity.ts';
 import {
   decodePacket,
   encodePacket,
@@ -16,7 +16,7 @@ import {
   parseIdentifiers,
   formatIdentifiers,
   type Packet,
-} from '../../../src/konnectivity/protocol.ts';
+} from '../../../src/konnectivity/wire/protocol.ts';
 
 const BIG = '9223372036854775807'; // 2^63 - 1
 const ABOVE_2_53 = '9007199254740993'; // 2^53 + 1: a JS number would round it
@@ -91,7 +91,7 @@ test('dial ids are positive 63-bit decimal strings', () => {
 });
 
 test('the generated code is current with konnectivity.proto (no package line)', async () => {
-  const file = await readFile(new URL('../../../src/konnectivity/konnectivity.proto', import.meta.url), 'utf8');
+  const file = await readFile(new URL('../../../src/konnectivity/wire/konnectivity.proto', import.meta.url), 'utf8');
   assert.equal(PROTO_SHA256, createHash('sha256').update(file).digest('hex'), 'konnectivity.proto changed: run `npm run gen`');
   assert.doesNotMatch(file, /^\s*package\s/m);
   assert.match(file, /service ProxyService/);

@@ -74,7 +74,7 @@ test('HTTP-CONNECT: 200 after the dial, bytes both ways; 405 for other methods',
 test('a taken agent port fails start with a clear error and leaves no socket behind', async (t) => {
   const pki = await makePki();
   const first = await startServer(t, pki);
-  const { KonnectivityServer } = await import('../../../src/konnectivity/server.ts');
+  const { KonnectivityServer } = await import('../../../src/konnectivity/server/server.ts');
   const { quietLogger } = await import('./fixtures.ts');
   const { tempDir } = await import('../../helpers.ts');
   const { existsSync } = await import('node:fs');

@@ -1,0 +1,210 @@
+// The agent's target side: dialing a target for a DIAL_REQ (PendingDial) and one established
+// target connection tunneled under its connectID (Target), with its flow control. Both belong
+// to one server connection (connection.ts), reached through the TargetOwner interface.
+import { connect as netConnect, type Socket } from 'node:net';
+import type { Logger } from '../../base/log.ts';
+import { ConnectionFlow, type WindowBudget } from '../wire/flow.ts';
+import { INITIAL_WINDOW, MAX_DATA_CHUNK, MAX_WINDOW, packets, type Int64, type Packet } from '../wire/protocol.ts';
+
+/** The server connection a dial or a target belongs to: what the target side needs from it. */
+export interface TargetOwner {
+  readonly serverId: string;
+  /** flow-control/1 negotiated with this server. */
+  readonly flowControl: boolean;
+  /** False while the stream's send buffer is full; targets pause until maybeResume. */
+  readonly writable: boolean;
+  readonly log: Logger;
+  readonly windowBudget: WindowBudget;
+  readonly dialTimeoutMs: number;
+  readonly upstreamBufferLimit: number;
+  send(p: Packet): void;
+  /** The dial reached its target: the socket is now the owner's to tunnel. */
+  dialed(d: PendingDial, socket: Socket): void;
+  dialFailed(d: PendingDial, error: string, reason: 'timeout' | 'error' | 'fd_exhausted'): void;
+  dialCancelled(d: PendingDial): void;
+  targetGone(t: Target): void;
+}
+
+const ERROR_TEXT: Record<string, string> = {
+  ECONNREFUSED: 'connect: connection refused',
+  ECONNRESET: 'connection reset by peer',
+  EHOSTUNREACH: 'connect: no route to host',
+  ENETUNREACH: 'connect: network is unreachable',
+  ETIMEDOUT: 'i/o timeout',
+  EMFILE: 'socket: too many open files',
+  ENFILE: 'socket: too many open files in system',
+  EADDRNOTAVAIL: 'connect: cannot assign requested address',
+};
+
+/** Go-style dial errors, the text kube-apiserver users see and search for. */
+function dialErrorText(address: string, host: string, err: NodeJS.ErrnoException): string {
+  if (err.code === 'ENOTFOUND' || err.code === 'EAI_AGAIN') return `dial tcp: lookup ${host}: no such host`;
+  return `dial tcp ${address}: ${ERROR_TEXT[err.code ?? ''] ?? err.message}`;
+}
+
+export class PendingDial {
+  readonly startedAt = Date.now();
+  private socket: Socket | undefined;
+  private timer: NodeJS.Timeout | undefined;
+  private settled = false;
+
+  constructor(
+    private readonly conn: TargetOwner,
+    readonly random: Int64,
+    readonly address: string,
+    private readonly host: string,
+    private readonly port: number,
+    readonly trace: string,
+  ) {}
+
+  start(): void {
+    const socket = netConnect({ host: this.host, port: this.port });
+    this.socket = socket;
+    this.timer = setTimeout(() => {
+      if (this.settle()) this.conn.dialFailed(this, `dial tcp ${this.address}: i/o timeout`, 'timeout');
+    }, this.conn.dialTimeoutMs);
+    socket.once('connect', () => {
+      if (!this.settle(false)) return;
+      this.conn.dialed(this, socket);
+    });
+    socket.once('error', (err: NodeJS.ErrnoException) => {
+      if (this.settle()) this.conn.dialFailed(this, dialErrorText(this.address, this.host, err), err.code === 'EMFILE' ? 'fd_exhausted' : 'error');
+    });
+  }
+
+  /** Marks the dial done; destroys the socket unless it is handed on. */
+  private settle(destroy = true): boolean {
+    if (this.settled) return false;
+    this.settled = true;
+    clearTimeout(this.timer);
+    if (destroy) this.socket?.destroy();
+    return true;
+  }
+
+  cancel(): void {
+    if (this.settle()) this.conn.dialCancelled(this);
+  }
+
+  abandon(): void {
+    this.settle();
+  }
+}
+
+/** One connection to a target, tunneled to the server under `connectID`. */
+export class Target {
+  readonly flow: ConnectionFlow;
+  private paused = false;
+  private ended = false;
+  private closed = false;
+  private closeTimer: NodeJS.Timeout | undefined;
+
+  constructor(
+    private readonly conn: TargetOwner,
+    private readonly socket: Socket,
+    readonly connectID: Int64,
+    readonly trace: string,
+    private readonly address: string,
+  ) {
+    this.flow = new ConnectionFlow({
+      negotiated: conn.flowControl,
+      window: INITIAL_WINDOW,
+      maxWindow: MAX_WINDOW,
+      budget: conn.windowBudget,
+      bufferLimit: conn.upstreamBufferLimit,
+    });
+  }
+
+  start(): void {
+    const s = this.socket;
+    s.setNoDelay(true);
+    s.on('data', (buf: Buffer) => this.fromTarget(buf));
+    s.on('end', () => {
+      this.ended = true;
+      if (this.flow.heldLength === 0) this.finish();
+    });
+    s.on('error', (err: NodeJS.ErrnoException) => this.finish(ERROR_TEXT[err.code ?? ''] ?? err.message));
+    s.on('close', () => {
+      // Ended with bytes still waiting for credit: finish once they are sent (grant).
+      if (this.ended && this.flow.heldLength > 0) return;
+      this.finish(this.ended ? undefined : 'connection closed');
+    });
+  }
+
+  private fromTarget(buf: Buffer): void {
+    for (let off = 0; off < buf.length; off += MAX_DATA_CHUNK) {
+      const part = this.flow.take(buf.length <= MAX_DATA_CHUNK ? buf : buf.subarray(off, off + MAX_DATA_CHUNK));
+      if (part) this.conn.send(packets.data(this.connectID, part));
+    }
+    if (!this.paused && (!this.flow.open || !this.conn.writable)) {
+      this.paused = true;
+      this.socket.pause();
+    }
+  }
+
+  maybeResume(): void {
+    if (this.paused && !this.closed && this.flow.open && this.conn.writable) {
+      this.paused = false;
+      this.socket.resume();
+    }
+  }
+
+  grant(bytes: number): void {
+    if (this.closed) return;
+    for (const part of this.flow.grant(bytes)) this.conn.send(packets.data(this.connectID, part));
+    if (this.ended && this.flow.heldLength === 0) this.finish();
+    else this.maybeResume();
+  }
+
+  fromServer(buf: Buffer): void {
+    if (this.closed || buf.length === 0) return;
+    const len = buf.length;
+    if (!this.flow.received(len)) {
+      this.conn.log.warn(
+        { trace: this.trace, serverId: this.conn.serverId, connectID: this.connectID, buffered: this.flow.unflushed },
+        'target is not reading; closing this connection to protect the others',
+      );
+      this.finish(`target is not reading: more than ${this.flow.opts.bufferLimit} bytes buffered for this connection`);
+      return;
+    }
+    this.socket.write(buf, () => {
+      const grant = this.flow.flushed(len);
+      if (grant > 0 && !this.closed) this.conn.send(packets.credit(this.connectID, grant));
+    });
+  }
+
+  /** CLOSE_REQ: close the target, confirm with CLOSE_RSP. */
+  closeByServer(): void {
+    if (this.closed) return;
+    this.conn.log.debug({ trace: this.trace, serverId: this.conn.serverId, connectID: this.connectID }, 'closing target on request');
+    this.markClosed();
+    this.conn.send(packets.closeRsp(this.connectID));
+    // Let written bytes reach the target, but do not wait on a target that stopped reading.
+    this.socket.end();
+    this.closeTimer = setTimeout(() => this.socket.destroy(), 2_000);
+    this.closeTimer.unref();
+    this.socket.once('close', () => clearTimeout(this.closeTimer));
+  }
+
+  /** The target closed (or failed): tell the server. */
+  private finish(error?: string): void {
+    if (this.closed) return;
+    this.conn.log.debug(
+      { trace: this.trace, serverId: this.conn.serverId, connectID: this.connectID, address: this.address, error },
+      'target closed',
+    );
+    this.markClosed();
+    this.conn.send(packets.closeRsp(this.connectID, error));
+    this.socket.destroy();
+  }
+
+  destroy(): void {
+    this.markClosed();
+    this.socket.destroy();
+  }
+
+  private markClosed(): void {
+    this.closed = true;
+    this.flow.release();
+    this.conn.targetGone(this);
+  }
+}
