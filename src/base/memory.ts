@@ -7,6 +7,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import * as sea from 'node:sea';
 import type { Logger } from './log.ts';
+import { messageOf } from './errors.ts';
 
 /** The addon's name among the executable's assets. */
 export const MALLOC_TRIM_ASSET = 'malloc-trim.node';
@@ -38,10 +39,7 @@ export function releaseFreedMemory(log?: Logger): boolean | undefined {
     } catch (err) {
       // e.g. a temporary directory mounted noexec: kctl runs as before, only with more RSS.
       trimFn = null;
-      log?.debug(
-        { err: err instanceof Error ? err.message : String(err) },
-        'cannot load the malloc-trim addon; freed heap memory stays with the process',
-      );
+      log?.debug({ err: messageOf(err) }, 'cannot load the malloc-trim addon; freed heap memory stays with the process');
     }
   }
   return trimFn ? trimFn() : undefined;

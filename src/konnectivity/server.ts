@@ -33,6 +33,7 @@ import {
   type AgentIdentifiers,
   type Packet,
 } from './protocol.ts';
+import { messageOf } from '../base/errors.ts';
 
 export const CONNECT_METHOD = AgentServiceDefinition.Connect.path;
 export type { KonnectivityServerOptions, TcpFrontend };
@@ -97,7 +98,7 @@ export class KonnectivityServer implements Component {
       async (err: unknown) => {
         await this.closeListeners(); // what did bind must not linger (e.g. agent port taken)
         this.state = 'failed';
-        this.lastError = err instanceof Error ? err.message : String(err);
+        this.lastError = messageOf(err);
         throw err;
       },
     );
@@ -228,7 +229,7 @@ export class KonnectivityServer implements Component {
         : await authenticateAgent(call, { ca: this.ca, tokenReview: this.o.tokenReview });
     } catch (err) {
       if (err instanceof AgentAuthError) return refuse(err.code, err.message, agentId);
-      return refuse(grpc.status.INTERNAL, `authentication failed: ${err instanceof Error ? err.message : String(err)}`, agentId);
+      return refuse(grpc.status.INTERNAL, `authentication failed: ${messageOf(err)}`, agentId);
     }
     if (call.cancelled) return;
     this.agentListener?.authenticated(call.getPeer()); // its connection leaves the pre-auth bounds
