@@ -1,5 +1,5 @@
 // Giving back the heap memory a start freed. glibc keeps free pages in the middle of its heap
-// until malloc_trim(0) is called, and a kctl process frees 10-20 MiB after its start (bench/README.md
+// until malloc_trim(0) is called, and a kctl process frees 10-20 MiB after its start (bench/HISTORY.md
 // has the measurements). dist/kctl carries a tiny Node-API addon for that call (assets/malloc-trim);
 // a run from a checkout has none, and trimming is then skipped.
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
