@@ -28,7 +28,6 @@ export interface Row {
 }
 
 interface Sizes {
-  reps: number;
   /** Repetitions of the throughput scenarios: cheap, and the noisiest figures on a shared host. */
   tputReps: number;
   /** Repetitions of the scenarios that need fresh processes each time. */
@@ -48,7 +47,6 @@ interface Sizes {
 const MiB = 1024 * 1024;
 const SIZES: Record<'full' | 'quick' | 'smoke', Sizes> = {
   full: {
-    reps: 5,
     tputReps: 11,
     freshReps: 3,
     fresh: true,
@@ -63,7 +61,6 @@ const SIZES: Record<'full' | 'quick' | 'smoke', Sizes> = {
     controller: true,
   },
   quick: {
-    reps: 3,
     tputReps: 5,
     freshReps: 1,
     fresh: true,
@@ -78,7 +75,6 @@ const SIZES: Record<'full' | 'quick' | 'smoke', Sizes> = {
     controller: true,
   },
   smoke: {
-    reps: 1,
     tputReps: 1,
     freshReps: 1,
     fresh: false,
@@ -166,8 +162,8 @@ async function main(): Promise<void> {
   const argv = process.argv.slice(2);
   const json = argv.includes('--json');
   const mode = argv.includes('--smoke') ? 'smoke' : argv.includes('--quick') ? 'quick' : 'full';
-  const unknown = argv.filter((a) => !['--json', '--quick', '--smoke'].includes(a));
-  if (unknown.length) throw new Error(`unknown option ${unknown.join(' ')}; use --quick, --smoke, --json`);
+  const unknown = argv.filter((a) => !['--json', '--quick', '--smoke', '--debug'].includes(a));
+  if (unknown.length) throw new Error(`unknown option ${unknown.join(' ')}; use --quick, --smoke, --json, --debug (stack on failure)`);
   const z = SIZES[mode];
   const started = Date.now();
   const dir = await mkdtemp(join(tmpdir(), 'kctl-bench-'));

@@ -6,7 +6,7 @@
 import { createHash, randomBytes } from 'node:crypto';
 import { chmod, mkdir, open, readFile, readdir, realpath, rename, rm } from 'node:fs/promises';
 import { basename, dirname, join } from 'node:path';
-import { UserError } from './errors.ts';
+import { errnoOf, UserError } from './errors.ts';
 
 export async function writeFileAtomic(path: string, data: string | Buffer, mode: number): Promise<void> {
   const dir = dirname(path);
@@ -79,7 +79,7 @@ export async function removeTree(dir: string): Promise<string[]> {
   try {
     names = (await readdir(dir)).sort();
   } catch (err) {
-    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return [];
+    if (errnoOf(err) === 'ENOENT') return [];
     throw err;
   }
   // The shortest path is named: a mount that holds others comes before them.
@@ -100,7 +100,7 @@ export async function sha256OfFile(path: string, buf: Buffer = Buffer.allocUnsaf
   try {
     fh = await open(path, 'r');
   } catch (err) {
-    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return null;
+    if (errnoOf(err) === 'ENOENT') return null;
     throw err;
   }
   try {

@@ -3,7 +3,8 @@
 // the hooks they need. Knows nothing about what the components are.
 import type { Logger } from './log.ts';
 import type { Component, ComponentState, ComponentStatus } from './component.ts';
-import { reasonOf, settlesWithin, untilAborted } from './wait.ts';
+import { settlesWithin, untilAborted } from './wait.ts';
+import { asError, reasonOf } from './errors.ts';
 
 export const DEFAULT_READY_TIMEOUT_MS = 120_000;
 /**
@@ -101,7 +102,7 @@ export class ComponentManager {
         this.throwIfStopping(); // stopped while this one started: the start is over, not done
       } catch (err) {
         this.throwIfStopping();
-        const failure = err instanceof Error ? err : new Error(String(err));
+        const failure = asError(err);
         this.mark(c, 'failed', failure.message);
         this.log.error({ name: c.name }, `${failure.message}; stopping the components already started`);
         this.onProgress(failure.message);

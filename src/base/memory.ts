@@ -1,5 +1,5 @@
 // Giving back the heap memory a start freed. glibc keeps free pages in the middle of its heap
-// until malloc_trim(0) is called, and a kctl process frees 10-20 MiB after its start (bench/README.md
+// until malloc_trim(0) is called, and a kctl process frees 10-20 MiB after its start (bench/HISTORY.md
 // has the measurements). dist/kctl carries a tiny Node-API addon for that call (assets/malloc-trim);
 // a run from a checkout has none, and trimming is then skipped.
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
@@ -7,6 +7,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import * as sea from 'node:sea';
 import type { Logger } from './log.ts';
+import { messageOf } from './errors.ts';
 
 /** The addon's name among the executable's assets. */
 export const MALLOC_TRIM_ASSET = 'malloc-trim.node';
@@ -38,10 +39,7 @@ export function releaseFreedMemory(log?: Logger): boolean | undefined {
     } catch (err) {
       // e.g. a temporary directory mounted noexec: kctl runs as before, only with more RSS.
       trimFn = null;
-      log?.debug(
-        { err: err instanceof Error ? err.message : String(err) },
-        'cannot load the malloc-trim addon; freed heap memory stays with the process',
-      );
+      log?.debug({ err: messageOf(err) }, 'cannot load the malloc-trim addon; freed heap memory stays with the process');
     }
   }
   return trimFn ? trimFn() : undefined;

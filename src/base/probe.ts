@@ -3,6 +3,7 @@ import { readFileSync } from 'node:fs';
 import { request as httpRequest, type IncomingMessage } from 'node:http';
 import { request as httpsRequest } from 'node:https';
 import { setTimeout as sleep } from 'node:timers/promises';
+import { reasonOf } from './errors.ts';
 
 export interface HttpsProbe {
   /** https://… or, for plain local health ports (kubelet, kube-proxy), http://… */
@@ -50,7 +51,7 @@ export async function pollUntil(signal: AbortSignal, what: string, check: () => 
       await check();
       return;
     } catch (err) {
-      last = (err as Error).message.split('\n')[0] ?? String(err);
+      last = reasonOf(err);
     }
     await sleep(intervalMs, undefined, { signal }).catch(() => undefined);
   }

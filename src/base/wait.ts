@@ -29,9 +29,3 @@ export async function settlesWithin(p: Promise<unknown>, ms: number): Promise<bo
     timer.abort();
   }
 }
-
-/** The first line of an error's message: what a one-line user-facing reason is made of. */
-export function reasonOf(err: unknown): string {
-  const msg = err instanceof Error ? err.message : String(err);
-  return (msg.split('\n')[0] ?? '').trim();
-}

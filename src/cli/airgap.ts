@@ -1,5 +1,5 @@
 import type { Command } from 'commander';
-import { UserError } from '../base/errors.ts';
+import { messageOf, UserError } from '../base/errors.ts';
 import { componentLogger, createLogger } from '../base/log.ts';
 import { KCTL_VERSION } from '../base/version.ts';
 import { BUNDLED_IMAGES } from '../payload/images.ts';
@@ -27,7 +27,7 @@ export function airgapCommand(program: Command): void {
         const saved = await saveBundledImages(await findPayload(KCTL_VERSION), names, o.dir, log);
         for (const e of saved) process.stdout.write(`${e.name}\t${e.file}\n`);
       } catch (err) {
-        throw new UserError((err as Error).message);
+        throw new UserError(messageOf(err));
       }
     });
 }

@@ -6,7 +6,7 @@
 import type { Command } from 'commander';
 import { randomUUID } from 'node:crypto';
 import type { Server } from 'node:http';
-import { UserError } from '../base/errors.ts';
+import { messageOf, UserError } from '../base/errors.ts';
 import { componentLogger, createLogger, type Logger } from '../base/log.ts';
 import { trimFreedMemory } from '../base/memory.ts';
 import { KonnectivityAgent, parseIdentifiers } from '../konnectivity/index.ts';
@@ -192,7 +192,7 @@ async function startLeaseCounter(
   try {
     creds = o.kubeconfig ? credentialsFromKubeconfig(o.kubeconfig) : inClusterCredentials();
   } catch (err) {
-    throw new UserError(`${cmd}: --count-server-leases: ${(err as Error).message}`);
+    throw new UserError(`${cmd}: --count-server-leases: ${messageOf(err)}`);
   }
   const m = agent.metrics;
   const counter = new ServerLeaseCounter(

@@ -7,7 +7,7 @@
 import type { Command } from 'commander';
 import { randomUUID } from 'node:crypto';
 import tls from 'node:tls';
-import { UserError } from '../base/errors.ts';
+import { messageOf, UserError } from '../base/errors.ts';
 import { componentLogger, createLogger, type Logger } from '../base/log.ts';
 import { trimFreedMemory } from '../base/memory.ts';
 import { KonnectivityServer, type ProxyStrategy, type TcpFrontend } from '../konnectivity/index.ts';
@@ -158,7 +158,7 @@ export function serverConfig(cmd: string, values: Map<string, FlagValue>, env = 
     try {
       leaseLabels = parseLeaseLabels(str('lease-label'));
     } catch (err) {
-      fail(`--lease-label: ${(err as Error).message}`);
+      fail(`--lease-label: ${messageOf(err)}`);
     }
   }
   // A Go duration here has no sign: a negative timeout is refused as not a duration.
@@ -209,7 +209,7 @@ function kubeClient(cmd: string, kubeconfig: string | undefined): KubeClient {
   try {
     creds = kubeconfig ? credentialsFromKubeconfig(kubeconfig) : inClusterCredentials();
   } catch (err) {
-    throw new UserError(`${cmd}: cannot build a Kubernetes client for token review or leases: ${(err as Error).message}`);
+    throw new UserError(`${cmd}: cannot build a Kubernetes client for token review or leases: ${messageOf(err)}`);
   }
   return new KubeClient(creds);
 }

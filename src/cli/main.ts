@@ -2,7 +2,7 @@
 // This file only dispatches, and loads what a command needs when it runs: the bundle is one
 // script, and every module in the static import graph runs its top-level code at start. The
 // drop-in agent and the staging child never load the commander tree (zod, node-forge, execa,
-// the controller; about 20 MiB of an idle agent's RSS, bench/README.md).
+// the controller; about 20 MiB of an idle agent's RSS, bench/HISTORY.md).
 import { basename } from 'node:path';
 import { STAGE_COMMAND } from '../payload/stage-command.ts';
 import { reportAndExit } from './support/errors.ts';

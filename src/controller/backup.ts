@@ -16,7 +16,7 @@ import { execa } from 'execa';
 import { parse } from 'yaml';
 import * as tar from 'tar';
 import { httpsUrl } from '../base/addresses.ts';
-import { UserError } from '../base/errors.ts';
+import { reasonOf, UserError } from '../base/errors.ts';
 import { sha256OfFile } from '../base/fs.ts';
 import type { Logger } from '../base/log.ts';
 import { KCTL_VERSION } from '../base/version.ts';
@@ -139,7 +139,7 @@ async function unpackVerified(archive: string, dir: string): Promise<BackupManif
   try {
     await tar.extract({ file: archive, cwd: dir, strict: true });
   } catch (err) {
-    throw bad(`it does not unpack (${(err as Error).message.split('\n')[0]}); it may be truncated or corrupt`);
+    throw bad(`it does not unpack (${reasonOf(err)}); it may be truncated or corrupt`);
   }
   let manifest: BackupManifest;
   try {

@@ -6,7 +6,7 @@ import { networkInterfaces } from 'node:os';
 import { parseDocument, stringify } from 'yaml';
 import { z } from 'zod';
 import { cidrAddress, cidrContains } from '../base/addresses.ts';
-import { UserError } from '../base/errors.ts';
+import { errnoOf, messageOf, UserError } from '../base/errors.ts';
 
 const port = (def: number) => z.number().int().min(1).max(65535).default(def);
 const cidr = (def: string) => z.string().refine(isCidr, { message: 'expected a CIDR such as 10.96.0.0/12' }).default(def);
@@ -231,7 +231,7 @@ export async function loadConfig(file: string | undefined, flags: ConfigFlags = 
   try {
     text = await readFile(file, 'utf8');
   } catch (err) {
-    throw new UserError(`cannot read config ${file}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`);
+    throw new UserError(`cannot read config ${file}: ${errnoOf(err) ?? messageOf(err)}`);
   }
   const doc = parseDocument(text);
   if (doc.errors.length) throw new UserError(`config ${file} is not valid YAML: ${doc.errors[0]!.message.split('\n')[0]}`);

@@ -9,7 +9,7 @@
 // Controller tokens made by older kctl versions were bootstrap-token Secrets holding the secret
 // in plain: the join endpoint refuses them with one line, and pruning deletes them.
 import { createHash, timingSafeEqual } from 'node:crypto';
-import { UserError } from '../base/errors.ts';
+import { reasonOf, UserError } from '../base/errors.ts';
 import { BOOTSTRAP_TOKEN_RE } from '../join/token.ts';
 import { KubeApiError, type KubeClient } from '../kube/client.ts';
 import { tokenSecretPath } from './worker-tokens.ts';
@@ -247,6 +247,6 @@ export class ControllerTokenStore {
   }
 
   private unavailable(err: unknown): TokenRejected {
-    return new TokenRejected(503, `cannot check the join token: ${(err as Error).message.split('\n')[0]}`);
+    return new TokenRejected(503, `cannot check the join token: ${reasonOf(err)}`);
   }
 }

@@ -8,6 +8,7 @@ import type { Component, ComponentStatus } from '../base/component.ts';
 import type { Logger } from '../base/log.ts';
 import { KubeApiError, type KubeClient } from '../kube/client.ts';
 import type { NodeWatchComponent } from './nodes.ts';
+import { messageOf } from '../base/errors.ts';
 
 const SCALE_PATH = '/apis/apps/v1/namespaces/kube-system/deployments/coredns/scale';
 /** Also re-checked on this period: the Deployment may be created (or scaled by hand) after a Node change. */
@@ -60,7 +61,7 @@ export class CorednsScalerComponent implements Component {
     } catch (err) {
       // Not there yet: the manifest applier creates it; the next check scales it.
       if (err instanceof KubeApiError && err.status === 404) return;
-      this.lastError = (err as Error).message;
+      this.lastError = messageOf(err);
     }
   }
 

@@ -15,6 +15,7 @@ import type { Component, ComponentStatus } from '../base/component.ts';
 import { parseCsr, type CsrContents } from './csr-request.ts';
 import type { NodeWatchComponent } from './nodes.ts';
 import { NODE_NAME, tokenRefusal, WorkerTokenStore, type WorkerTokenRecord } from './worker-tokens.ts';
+import { asError } from '../base/errors.ts';
 
 export interface Csr {
   metadata: { name: string };
@@ -43,7 +44,7 @@ function requestOf(csr: Csr): CsrContents | Error {
     try {
       req = parseCsr(Buffer.from(csr.spec.request, 'base64').toString('utf8'));
     } catch (err) {
-      req = err instanceof Error ? err : new Error(String(err));
+      req = asError(err);
     }
     parsedRequests.set(csr, req);
   }

@@ -15,7 +15,7 @@ import { stage } from '../payload/stage-child.ts';
 import { ensurePki, type PkiPaths } from '../pki/index.ts';
 import { EtcdComponent, etcdClientUrl, type EtcdOptions } from '../etcd/etcd.ts';
 import { listMembers, type EtcdClientTls } from '../etcd/members.ts';
-import { UserError } from '../base/errors.ts';
+import { messageOf, UserError } from '../base/errors.ts';
 import { datastoreIdentity, KineComponent } from '../etcd/kine.ts';
 import type { Component } from '../base/component.ts';
 import { httpsUrl } from '../base/addresses.ts';
@@ -184,7 +184,7 @@ async function storageStatus(cfg: ClusterConfig, pki: PkiPaths): Promise<Storage
   try {
     return { type: 'etcd', members: await listMembers(localEtcd(cfg, pki), 2000) };
   } catch (err) {
-    return { type: 'etcd', members: [], error: (err as Error).message };
+    return { type: 'etcd', members: [], error: messageOf(err) };
   }
 }
 

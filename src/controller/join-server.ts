@@ -22,6 +22,7 @@ import type { PkiPaths } from '../pki/index.ts';
 import type { ClusterConfig } from './config.ts';
 import { ControllerTokenStore, TokenRejected, type ControllerToken } from './controller-tokens.ts';
 import { FailureLimiter, JOIN_LIMITS } from './join-limiter.ts';
+import { messageOf } from '../base/errors.ts';
 
 export const JOIN_PATH = '/v1/controller/join';
 
@@ -173,7 +174,7 @@ export class JoinServerComponent implements Component {
     } catch (err) {
       if (taken && !res.headersSent) await this.giveBack(taken);
       const status = err instanceof Refusal || err instanceof TokenRejected ? err.status : 500;
-      const message = (err as Error).message;
+      const message = messageOf(err);
       if (status >= 500) this.log.warn({ err: message, source }, 'a controller join failed');
       else this.log.info({ status, reason: message, source }, 'a controller join was refused');
       if (status === 401 && this.limiter.fail(source))
@@ -190,7 +191,7 @@ export class JoinServerComponent implements Component {
     try {
       await this.tokens.giveBackUse(t.id);
     } catch (err) {
-      this.log.warn({ tokenId: t.id, err: (err as Error).message }, `a failed join could not give its use back to join token ${t.id}`);
+      this.log.warn({ tokenId: t.id, err: messageOf(err) }, `a failed join could not give its use back to join token ${t.id}`);
     }
   }
 
@@ -204,7 +205,7 @@ export class JoinServerComponent implements Component {
           'deleted controller join tokens an older kctl stored with their secret in plain (this version refuses them)',
         );
     } catch (err) {
-      this.log.debug({ err: (err as Error).message }, 'controller join tokens not pruned this time');
+      this.log.debug({ err: messageOf(err) }, 'controller join tokens not pruned this time');
     }
   }
 
@@ -220,7 +221,7 @@ export class JoinServerComponent implements Component {
     try {
       members = await listMembers(etcd);
     } catch (err) {
-      throw new Refusal(503, `etcd cannot change its membership now (${(err as Error).message}); is a quorum of controllers running?`);
+      throw new Refusal(503, `etcd cannot change its membership now (${messageOf(err)}); is a quorum of controllers running?`);
     }
     const same = members.find((m) => m.peerURLs.includes(req.peerUrl));
     if (same && (same.name !== '' || !same.isLearner))
@@ -258,7 +259,7 @@ export class JoinServerComponent implements Component {
       try {
         return await addLearner(this.etcd!, peerUrl);
       } catch (err) {
-        const message = (err as Error).message;
+        const message = messageOf(err);
         if (!/unhealthy cluster/.test(message))
           throw new Refusal(503, `etcd refused to add ${peerUrl} (${message}); is a quorum of controllers running?`);
         if (Date.now() > end)
@@ -284,7 +285,7 @@ export class JoinServerComponent implements Component {
         this.log.info({ name, memberId: id }, `etcd member ${name} promoted from learner to voting member`);
         this.aborts.delete(abort);
       } catch (err) {
-        const message = (err as Error).message;
+        const message = messageOf(err);
         if (/not a learner/i.test(message)) {
           this.aborts.delete(abort);
           return;

@@ -11,7 +11,7 @@ import { request } from 'node:https';
 import { hostname } from 'node:os';
 import { join } from 'node:path';
 import { httpsUrl } from '../base/addresses.ts';
-import { UserError } from '../base/errors.ts';
+import { messageOf, UserError } from '../base/errors.ts';
 import { writeFileAtomic } from '../base/fs.ts';
 import type { Logger } from '../base/log.ts';
 import { datastoreIdentity } from '../etcd/kine.ts';
@@ -85,7 +85,7 @@ export async function joinController(
       break;
     } catch (err) {
       if (err instanceof UserError) throw err;
-      unreachable.push(`${url}: ${(err as Error).message}`);
+      unreachable.push(`${url}: ${messageOf(err)}`);
     }
   }
   if (!answer)

@@ -13,6 +13,7 @@ import type { PkiPaths } from '../pki/index.ts';
 import type { Component, ComponentStatus } from '../base/component.ts';
 import type { ClusterConfig } from './config.ts';
 import type { ControllerPaths } from './paths.ts';
+import { messageOf } from '../base/errors.ts';
 
 /** The service account an upstream proxy-agent (in a pod) would use. */
 export const AGENT_SERVICE_ACCOUNT = 'system:serviceaccount:kube-system:konnectivity-agent';
@@ -88,7 +89,7 @@ export class KonnectivityServerComponent implements Component {
       await this.server.init();
       await this.server.start();
     } catch (err) {
-      this.lastError = (err as Error).message;
+      this.lastError = messageOf(err);
       throw err;
     }
     this.startedAt = Date.now();

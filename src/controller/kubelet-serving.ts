@@ -14,6 +14,7 @@ import type { Component, ComponentStatus } from '../base/component.ts';
 import { dialViaProxy } from '../konnectivity/client.ts';
 import type { PkiPaths } from '../pki/index.ts';
 import type { NodeWatchComponent } from './nodes.ts';
+import { messageOf } from '../base/errors.ts';
 
 const CHECK_EVERY_MS = 60_000;
 const FIRST_CHECK_MS = 15_000;
@@ -131,7 +132,7 @@ export class KubeletServingCheckComponent implements Component {
         if (issuer === 'cluster CA') onClusterCa.push(name);
         else if (issuer === 'another CA') unchecked.push({ node: name, error: 'its serving certificate is from neither CA' });
       } catch (err) {
-        unchecked.push({ node: name, error: (err as Error).message });
+        unchecked.push({ node: name, error: messageOf(err) });
       }
     }
     this.last = { onClusterCa, unchecked, checkedAt: new Date().toISOString() };

@@ -17,6 +17,7 @@ import type { KubeClient } from '../kube/client.ts';
 import { apiServerUrl } from './bootstrap.ts';
 import type { ClusterConfig } from './config.ts';
 import { konnectivityAddress } from './tokens.ts';
+import { messageOf } from '../base/errors.ts';
 
 /** An agent set as one comparable string. */
 const agentKey = (agents: string[]): string => [...agents].sort().join(',');
@@ -92,7 +93,7 @@ export class ControllerLeaseComponent implements Component {
       this.renewedAgents = agentKey(agents);
       this.lastError = undefined;
     } catch (err) {
-      this.lastError = `cannot renew lease ${this.leaseName}: ${(err as Error).message}`;
+      this.lastError = `cannot renew lease ${this.leaseName}: ${messageOf(err)}`;
     }
   }
 }

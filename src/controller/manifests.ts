@@ -18,6 +18,7 @@ import { writeFileAtomic } from '../base/fs.ts';
 import type { Logger } from '../base/log.ts';
 import { KubeApiError, type KubeClient, type KubeManifest } from '../kube/client.ts';
 import { KindResolver } from '../kube/discovery.ts';
+import { messageOf } from '../base/errors.ts';
 
 export const STACK_LABEL = 'kctl.dev/stack';
 const FIELD_MANAGER = 'kctl';
@@ -259,7 +260,7 @@ export class ManifestApplierComponent implements Component {
         refs.push(ref);
         kept.add(refKey(ref));
       } catch (err) {
-        failures.push(`${obj.kind} ${obj.metadata.name}: ${(err as Error).message}`);
+        failures.push(`${obj.kind} ${obj.metadata.name}: ${messageOf(err)}`);
       }
     }
     // Objects that failed to apply are still part of the stack: never prune them.

@@ -2,6 +2,7 @@
 // with a client certificate: list, add a learner, promote, remove. No etcdctl child per call.
 import { readFile } from 'node:fs/promises';
 import { request } from 'node:https';
+import { messageOf } from '../base/errors.ts';
 
 export interface EtcdClientTls {
   /** https://host:port of a member's client URL. */
@@ -77,7 +78,7 @@ export async function retryTransient<T>(fn: () => Promise<T>, forMs = 15_000): P
     try {
       return await fn();
     } catch (err) {
-      if (!TRANSIENT.test((err as Error).message) || Date.now() > end) throw err;
+      if (!TRANSIENT.test(messageOf(err)) || Date.now() > end) throw err;
       await new Promise((r) => setTimeout(r, 500));
     }
   }

@@ -3,6 +3,7 @@
 // (bookmarks included); 410 Expired or an ERROR event means list again; other failures back off.
 import { setTimeout as sleep } from 'node:timers/promises';
 import { KubeApiError, type KubeClient, type Selectors } from './client.ts';
+import { asError } from '../base/errors.ts';
 
 export type ChangeType = 'ADDED' | 'MODIFIED' | 'DELETED';
 
@@ -99,7 +100,7 @@ export async function listAndWatch<T extends WatchedObject>(
       resourceVersion = undefined;
       // 410 Expired (too old a resourceVersion) is routine: list again at once.
       if (err instanceof KubeApiError && err.status === 410) continue;
-      handler.onError?.(err as Error);
+      handler.onError?.(asError(err));
       await backOff();
     }
   }

@@ -20,6 +20,7 @@ import { createZstdDecompress } from 'node:zlib';
 import { kctlExecutable } from '../base/executable.ts';
 import { BUNDLED_IMAGES } from './images.ts';
 import { cacheRoot, isStagedBinary, loadManifest, manifestPath, type LockEntry, type PayloadLock, type Role } from './manifest.ts';
+import { errnoOf } from '../base/errors.ts';
 
 export const TRAILER_MAGIC = 'KCTLPAY2';
 export const TRAILER_SIZE = 80;
@@ -210,7 +211,7 @@ export function cachedPayload(kctlVersion: string): DirectoryPayload | null {
 /** The payload this kctl runs with: embedded in the executable, else the dev build cache. */
 export async function findPayload(kctlVersion: string): Promise<Payload> {
   const embedded = await readEmbeddedPayload(kctlExecutable() ?? process.execPath).catch((err: Error) => {
-    if ((err as NodeJS.ErrnoException).code) return null;
+    if (errnoOf(err)) return null;
     throw err;
   });
   if (embedded) return embedded;

@@ -14,6 +14,7 @@ import { findPayload } from './payload.ts';
 import { PayloadChecksumError, alreadyStaged, stageComponents, stageImages, workerImages, type StageResult } from './stage.ts';
 import { STAGE_COMMAND } from './stage-command.ts';
 import type { Payload } from './payload.ts';
+import { messageOf } from '../base/errors.ts';
 
 export type StageJob = { kind: 'components'; roles: Role[]; dir: string } | { kind: 'images'; dir: string };
 
@@ -82,7 +83,7 @@ export async function runStageChild(jobJson: string): Promise<void> {
     await post({ result });
   } catch (err) {
     await Promise.all(pending);
-    await post({ error: (err as Error).message, checksum: err instanceof PayloadChecksumError });
+    await post({ error: messageOf(err), checksum: err instanceof PayloadChecksumError });
   }
   process.disconnect?.();
 }

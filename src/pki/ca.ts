@@ -8,6 +8,7 @@ import { CERT_MODE, KEY_MODE, enforceMode, readIfExists, writeFileAtomic, type E
 
 export type { EnsureContext } from './files.ts';
 import { generateKeyPem, isCa, issueCaCert, keyIdOf, keyMatchesCert, parseCert, parseKey, type Signer } from './x509.ts';
+import { messageOf } from '../base/errors.ts';
 
 export const CA_YEARS = 10;
 // Warn this long before a CA expires: rotating a CA is a planned operation, not a restart.
@@ -114,7 +115,7 @@ function publicKeyPem(keyPem: string, keyPath: string): string {
     return createPublicKey(createPrivateKey(keyPem)).export({ type: 'spki', format: 'pem' }).toString();
   } catch (err) {
     throw new PkiError(
-      `${keyPath} is not a readable private key (${(err as Error).message}); restore it from a backup, or remove it and sa.pub to create a new pair (invalidates every service-account token)`,
+      `${keyPath} is not a readable private key (${messageOf(err)}); restore it from a backup, or remove it and sa.pub to create a new pair (invalidates every service-account token)`,
     );
   }
 }

@@ -2,6 +2,7 @@
 // leaves a half-written key or cert that would block the next start.
 import { chmod, mkdir, readFile, stat } from 'node:fs/promises';
 import type { Logger } from '../base/log.ts';
+import { errnoOf } from '../base/errors.ts';
 
 export { writeFileAtomic } from '../base/fs.ts';
 
@@ -25,7 +26,7 @@ export async function readIfExists(path: string): Promise<string | null> {
   try {
     return await readFile(path, 'utf8');
   } catch (err) {
-    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return null;
+    if (errnoOf(err) === 'ENOENT') return null;
     throw err;
   }
 }

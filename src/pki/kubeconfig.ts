@@ -6,6 +6,7 @@ import type { EnsureContext } from './ca.ts';
 import { PkiError } from './errors.ts';
 import { KUBECONFIG_MODE, enforceMode, readIfExists, writeFileAtomic } from './files.ts';
 import { issueLeaf, parseExisting, renewalReason, type LeafSpec, type Outcome } from './leaf.ts';
+import { reasonOf } from '../base/errors.ts';
 
 export interface KubeconfigContent {
   server: string;
@@ -53,9 +54,7 @@ export function readKubeconfig(text: string, path: string): Partial<KubeconfigCo
   try {
     doc = parse(text);
   } catch (err) {
-    throw new PkiError(
-      `${path} is not valid YAML (${(err as Error).message.split('\n')[0]}); remove it and start again to have kctl write a new one`,
-    );
+    throw new PkiError(`${path} is not valid YAML (${reasonOf(err)}); remove it and start again to have kctl write a new one`);
   }
   type Named<T> = { name?: string } & T;
   const d = (doc ?? {}) as {

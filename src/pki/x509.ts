@@ -11,6 +11,7 @@ import { canonicalIp } from '../base/addresses.ts';
 import type { San } from './addresses.ts';
 import * as der from './der.ts';
 import { PkiError } from './errors.ts';
+import { reasonOf } from '../base/errors.ts';
 
 const generateKeyPairAsync = promisify(generateKeyPair);
 
@@ -76,7 +77,7 @@ export function parseKey(pem: string, file: string, remedy: string): PrivateKey 
   try {
     key = createPrivateKey(pem);
   } catch (err) {
-    throw new PkiError(`${file} is not a readable private key (${oneLine(err)}); ${remedy}`);
+    throw new PkiError(`${file} is not a readable private key (${reasonOf(err)}); ${remedy}`);
   }
   if (key.asymmetricKeyType !== 'rsa' && key.asymmetricKeyType !== 'ec')
     throw new PkiError(`${file} is a ${key.asymmetricKeyType} key, kctl handles RSA and ECDSA keys; ${remedy}`);
@@ -87,12 +88,8 @@ export function parseCert(pem: string, file: string, remedy: string): Certificat
   try {
     return readCert(new X509Certificate(pem));
   } catch (err) {
-    throw new PkiError(`${file} is not a readable X.509 certificate (${oneLine(err)}); ${remedy}`);
+    throw new PkiError(`${file} is not a readable X.509 certificate (${reasonOf(err)}); ${remedy}`);
   }
-}
-
-function oneLine(err: unknown): string {
-  return (err instanceof Error ? err.message : String(err)).split('\n')[0] ?? '';
 }
 
 function readCert(x509: X509Certificate): Certificate {

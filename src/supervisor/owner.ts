@@ -6,7 +6,7 @@
 // counts as running, and a stale file never blocks anything.
 import { link, mkdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { UserError } from '../base/errors.ts';
+import { errnoOf, UserError } from '../base/errors.ts';
 import { processAlive } from './pidfile.ts';
 
 export type KctlRole = 'controller' | 'worker';
@@ -65,7 +65,7 @@ export async function liveOwner(dataDir: string): Promise<DataDirOwner | undefin
   try {
     text = await readFile(ownerFile(dataDir), 'utf8');
   } catch (err) {
-    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return undefined;
+    if (errnoOf(err) === 'ENOENT') return undefined;
     throw err;
   }
   const r = parseRecord(text);
@@ -98,7 +98,7 @@ export async function claimDataDir(dataDir: string, role: KctlRole): Promise<Dat
         await link(tmp, file);
         return undefined;
       } catch (err) {
-        if ((err as NodeJS.ErrnoException).code !== 'EEXIST' || attempt > 0) throw err;
+        if (errnoOf(err) !== 'EEXIST' || attempt > 0) throw err;
       }
       const other = await liveOwner(dataDir);
       if (other) return other;

@@ -4,6 +4,7 @@
 import { readFile, readlink, realpath, rename, rm, writeFile } from 'node:fs/promises';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Logger } from '../base/log.ts';
+import { errnoOf } from '../base/errors.ts';
 
 const POLL_MS = 25;
 
@@ -12,7 +13,7 @@ export async function readPidFile(path: string): Promise<number | undefined> {
   try {
     text = await readFile(path, 'utf8');
   } catch (err) {
-    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return undefined;
+    if (errnoOf(err) === 'ENOENT') return undefined;
     throw err;
   }
   const pid = Number.parseInt(text.trim(), 10);
@@ -35,7 +36,7 @@ export async function processAlive(pid: number): Promise<boolean> {
   try {
     process.kill(pid, 0);
   } catch (err) {
-    if ((err as NodeJS.ErrnoException).code !== 'EPERM') return false;
+    if (errnoOf(err) !== 'EPERM') return false;
   }
   try {
     const stat = await readFile(`/proc/${pid}/stat`, 'utf8');
@@ -92,7 +93,7 @@ function signalPid(pid: number, signal: NodeJS.Signals): void {
   try {
     process.kill(pid, signal);
   } catch (err) {
-    if ((err as NodeJS.ErrnoException).code !== 'ESRCH') throw err;
+    if (errnoOf(err) !== 'ESRCH') throw err;
   }
 }
 

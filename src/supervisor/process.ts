@@ -15,7 +15,8 @@ import { componentLogger, type Logger } from '../base/log.ts';
 import type { Component, ComponentState, ComponentStatus } from '../base/component.ts';
 import { LineSplitter, parseChildLine } from './output.ts';
 import { cleanupStalePidFile, removePidFile, writePidFile } from './pidfile.ts';
-import { reasonOf, settlesWithin, untilAborted } from '../base/wait.ts';
+import { settlesWithin, untilAborted } from '../base/wait.ts';
+import { reasonOf } from '../base/errors.ts';
 
 export const CHILD_PATH = '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin';
 /** util-linux; sets PR_SET_PDEATHSIG and execs, so the pid we track is the real child's. */

@@ -12,6 +12,7 @@ import { joinHostPort, urlHost } from '../base/addresses.ts';
 import type { Component, ComponentStatus } from '../base/component.ts';
 import type { Logger } from '../base/log.ts';
 import { httpsGet } from '../base/probe.ts';
+import { messageOf } from '../base/errors.ts';
 
 export const API_BALANCER_PORT = 7443;
 export const API_BALANCER_URL = `https://127.0.0.1:${API_BALANCER_PORT}`;
@@ -131,7 +132,7 @@ export class ApiBalancerComponent implements Component {
       healthy = r.status === 200;
       u.lastError = healthy ? undefined : `${u.url}/readyz: HTTP ${r.status}`;
     } catch (err) {
-      u.lastError = `${u.url}: ${(err as Error).message}`;
+      u.lastError = `${u.url}: ${messageOf(err)}`;
     }
     if (healthy === u.healthy) return;
     u.healthy = healthy;

@@ -6,9 +6,9 @@ import { join } from 'node:path';
 import { execa } from 'execa';
 import type { Logger } from '../base/log.ts';
 import type { Component } from '../base/component.ts';
-import { reasonOf } from '../base/wait.ts';
 import type { WorkerPaths } from './paths.ts';
 import { PAUSE_IMAGE } from '../payload/images.ts';
+import { reasonOf } from '../base/errors.ts';
 
 /** containerd namespace the CRI plugin uses. */
 export const CRI_NAMESPACE = 'k8s.io';

@@ -4,7 +4,7 @@
 import { existsSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import { writeFileAtomic } from '../base/fs.ts';
-import { UserError } from '../base/errors.ts';
+import { errnoOf, reasonOf, UserError } from '../base/errors.ts';
 import { TLS_TRUST_ERRORS } from '../join/tls.ts';
 import { decodeTokenFor, TokenError, tokenId, type JoinInfo } from '../join/token.ts';
 import { KubeApiError, KubeClient } from '../kube/client.ts';
@@ -34,7 +34,7 @@ export async function verifyWithCluster(info: JoinInfo): Promise<void> {
       kind: 'SelfSubjectReview',
     });
   } catch (err) {
-    const code = (err as NodeJS.ErrnoException).code ?? '';
+    const code = errnoOf(err) ?? '';
     if (err instanceof KubeApiError && err.status === 401) {
       throw new UserError(
         `the API server at ${server} rejected the join token (expired, invalidated or never issued); create a new one with: kctl token create --role worker`,
@@ -46,7 +46,7 @@ export async function verifyWithCluster(info: JoinInfo): Promise<void> {
       );
     }
     throw new UserError(
-      `cannot verify the join token with the API server at ${server}: ${(err as Error).message.split('\n')[0]}; check that the controller is running and reachable`,
+      `cannot verify the join token with the API server at ${server}: ${reasonOf(err)}; check that the controller is running and reachable`,
     );
   }
   const user = review.status?.userInfo?.username;

@@ -13,8 +13,8 @@ import type { KubeClient } from '../kube/client.ts';
 import { Informer, type ListWatchOptions } from '../kube/informer.ts';
 import type { Logger } from '../base/log.ts';
 import type { Component, ComponentStatus } from '../base/component.ts';
-import { reasonOf } from '../base/wait.ts';
 import type { WorkerPaths } from './paths.ts';
+import { reasonOf } from '../base/errors.ts';
 
 export const CNI_BRIDGE = 'kctl0';
 export const CNI_NETWORK_NAME = 'kctl';

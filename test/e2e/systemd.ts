@@ -15,6 +15,7 @@ import { chmod, mkdir, open, readFile, readdir, rm, rmdir, writeFile } from 'nod
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { execa, type Options, type Result } from 'execa';
+import { errnoOf } from '../../src/base/errors.ts';
 
 const STATE = '/var/lib/kctl-test-systemd';
 const SYSTEMD = '/lib/systemd/systemd';
@@ -218,7 +219,7 @@ async function removeCgroupTree(dir: string): Promise<void> {
       await rmdir(dir);
       return;
     } catch (err) {
-      if ((err as NodeJS.ErrnoException).code === 'ENOENT') return;
+      if (errnoOf(err) === 'ENOENT') return;
       await sleep(100); // processes leaving
     }
   }

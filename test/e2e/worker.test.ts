@@ -11,6 +11,7 @@ import { decodeToken } from '../../src/join/token.ts';
 import { controllerReady, cleanupWorkerHost, labController, nodeReady as isNodeReady, track, type Tracked } from './cluster.ts';
 import { requireKctl } from './kctl.ts';
 import { createLab, type Lab, type LabHost } from './lab.ts';
+import { messageOf } from '../../src/base/errors.ts';
 
 async function waitFor(what: string, timeoutMs: number, check: () => Promise<boolean>, log?: () => string): Promise<void> {
   const end = Date.now() + timeoutMs;
@@ -19,7 +20,7 @@ async function waitFor(what: string, timeoutMs: number, check: () => Promise<boo
     try {
       ok = await check();
     } catch (err) {
-      if ((err as Error).message === 'a worker exited') break;
+      if (messageOf(err) === 'a worker exited') break;
     }
     if (ok) return;
     await sleep(1000);

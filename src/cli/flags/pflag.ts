@@ -2,7 +2,7 @@
 // programs (kctl konnectivity-agent for upstream's proxy-agent): manifests written for those
 // programs pass `--flag=value`, `--flag value`, bare booleans, `--flag=false`, `-v=4` and lists
 // as comma-separated values, and each must mean here what it means there.
-import { UserError } from '../../base/errors.ts';
+import { messageOf, UserError } from '../../base/errors.ts';
 
 export type FlagKind =
   'string' | 'int' | 'uint' | 'float32' | 'bool' | 'duration' | 'strings' | 'level' | 'severity' | 'traceLocation' | 'moduleSpec';
@@ -113,7 +113,7 @@ export function parsePflags(command: string, specs: readonly FlagSpec[], argv: r
       try {
         items = splitCsv(text);
       } catch (err) {
-        throw new UserError(`${command}: invalid value for --${spec.name}: ${(err as Error).message}`);
+        throw new UserError(`${command}: invalid value for --${spec.name}: ${messageOf(err)}`);
       }
       // pflag: the first use replaces the default, later uses append.
       values.set(spec.name, set.has(spec.name) ? [...(values.get(spec.name) as string[]), ...items] : items);

@@ -4,7 +4,7 @@
 import type { Command } from 'commander';
 import { readFileSync } from 'node:fs';
 import { parseDuration } from '../../base/duration.ts';
-import { UserError } from '../../base/errors.ts';
+import { errnoOf, messageOf, UserError } from '../../base/errors.ts';
 import { reportAndExit } from '../support/errors.ts';
 
 /** A Go duration flag in milliseconds; a one-line error naming the flag otherwise. */
@@ -18,7 +18,7 @@ export function readFlagFile(cmd: string, flag: string, path: string): Buffer {
   try {
     return readFileSync(path);
   } catch (err) {
-    throw new UserError(`${cmd}: --${flag} ${path}: cannot read (${(err as NodeJS.ErrnoException).code ?? (err as Error).message})`);
+    throw new UserError(`${cmd}: --${flag} ${path}: cannot read (${errnoOf(err) ?? messageOf(err)})`);
   }
 }
 

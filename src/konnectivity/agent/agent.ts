@@ -21,6 +21,7 @@ import { WindowBudget } from '../wire/flow.ts';
 import { AgentMetrics } from './metrics.ts';
 import type { KonnectivityAgentOptions, ServerAddress } from './options.ts';
 import { FLOW_CONTROL_EXTENSION, WINDOW_GROWTH_BUDGET } from '../wire/protocol.ts';
+import { messageOf } from '../../base/errors.ts';
 
 export type { KonnectivityAgentOptions, ServerAddress };
 
@@ -347,7 +348,7 @@ export class KonnectivityAgent implements Component {
       }
       this.knownServerCount = c.serverCount;
     } catch (err) {
-      this.lastError = err instanceof Error ? err.message : String(err);
+      this.lastError = messageOf(err);
       if (!this.stopping) this.log.warn({ address: a.label }, `cannot connect to konnectivity server: ${this.lastError}`);
     } finally {
       this.dialingConns.delete(c);

@@ -14,6 +14,7 @@ import { AgentBackend, type AgentCall } from './tunnel.ts';
 import { LINK_ALPN } from '../wire/link.ts';
 import { LinkAgentCall } from '../wire/link-calls.ts';
 import { FLOW_CONTROL_EXTENSION, META, offersFlowControl, parseIdentifiers, type AgentIdentifiers, type Packet } from '../wire/protocol.ts';
+import { messageOf } from '../../base/errors.ts';
 
 const sameClaims = (a: ClaimVerdict, b: ClaimVerdict): boolean => JSON.stringify(a) === JSON.stringify(b);
 
@@ -63,7 +64,7 @@ export class AgentStreams {
         : await authenticateAgent(call, { ca: this.c.ca, tokenReview: this.c.options.tokenReview });
     } catch (err) {
       if (err instanceof AgentAuthError) return refuse(err.code, err.message, agentId);
-      return refuse(grpc.status.INTERNAL, `authentication failed: ${err instanceof Error ? err.message : String(err)}`, agentId);
+      return refuse(grpc.status.INTERNAL, `authentication failed: ${messageOf(err)}`, agentId);
     }
     if (call.cancelled) return;
     this.c.authenticated(call.getPeer()); // its connection leaves the pre-auth bounds

@@ -5,6 +5,7 @@
 import { X509Certificate } from 'node:crypto';
 import * as grpc from '@grpc/grpc-js';
 import { META } from '../wire/protocol.ts';
+import { messageOf } from '../../base/errors.ts';
 
 export interface AgentIdentity {
   /** 'none': a standalone server configured, as upstream allows, with no agent authentication. */
@@ -126,7 +127,7 @@ async function reviewedToken(tokenReview: TokenReview, token: string): Promise<A
   try {
     review = await tokenReview(token);
   } catch (err) {
-    throw new AgentAuthError(grpc.status.UNAVAILABLE, `token review failed: ${err instanceof Error ? err.message : String(err)}`);
+    throw new AgentAuthError(grpc.status.UNAVAILABLE, `token review failed: ${messageOf(err)}`);
   }
   if (!review.ok) throw new AgentAuthError(grpc.status.UNAUTHENTICATED, `service-account token rejected${review.error ? `: ${review.error}` : ''}`);
   return { method: 'token', user: review.user ?? 'unknown' };

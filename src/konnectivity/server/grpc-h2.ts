@@ -12,6 +12,7 @@ import * as wire from '../wire/wire.ts';
 import { WireWriter } from '../wire/wire.ts';
 import { PacketType } from '../wire/gen/konnectivity.ts';
 import { decodePacket, encodePacket, type Int64, type Packet } from '../wire/protocol.ts';
+import { messageOf } from '../../base/errors.ts';
 
 export const GrpcStatus = { OK: 0, CANCELLED: 1, RESOURCE_EXHAUSTED: 8, UNIMPLEMENTED: 12, INTERNAL: 13 } as const;
 
@@ -263,7 +264,7 @@ class H2PacketCall extends EventEmitter implements PacketCall {
       try {
         p = decodePacket(this.queue.shift()!);
       } catch (err) {
-        this.fail(new StatusError(GrpcStatus.INTERNAL, `Failed to deserialize a Packet: ${(err as Error).message}`));
+        this.fail(new StatusError(GrpcStatus.INTERNAL, `Failed to deserialize a Packet: ${messageOf(err)}`));
         return;
       }
       this.emit('data', p);

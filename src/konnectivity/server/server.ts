@@ -23,6 +23,7 @@ import type { AgentSnapshot, KonnectivityServerSnapshot, TunnelStats } from './s
 import { ServerMetrics } from './metrics.ts';
 import { LinkAgentCall, peerOf, type LinkKeepalive } from '../wire/link-calls.ts';
 import { AgentServiceDefinition, FLOW_CONTROL_EXTENSION, type Packet } from '../wire/protocol.ts';
+import { messageOf } from '../../base/errors.ts';
 
 export const CONNECT_METHOD = AgentServiceDefinition.Connect.path;
 export type { KonnectivityServerOptions, TcpFrontend };
@@ -97,7 +98,7 @@ export class KonnectivityServer implements Component {
       async (err: unknown) => {
         await this.closeListeners(); // what did bind must not linger (e.g. agent port taken)
         this.state = 'failed';
-        this.lastError = err instanceof Error ? err.message : String(err);
+        this.lastError = messageOf(err);
         throw err;
       },
     );

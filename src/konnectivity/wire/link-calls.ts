@@ -9,6 +9,7 @@ import * as grpc from '@grpc/grpc-js';
 import { joinHostPort } from '../../base/addresses.ts';
 import { FRAME, LINK_ALPN, Link, LinkProtocolError, metadataFromJson, metadataJson } from './link.ts';
 import { newRandom, packets, type Packet } from './protocol.ts';
+import { messageOf } from '../../base/errors.ts';
 
 /** A stream error as grpc-js reports it: a status code and its text. */
 export interface CallError {
@@ -146,7 +147,7 @@ export class LinkServerCall extends EventEmitter {
         try {
           this.emit('metadata', metadataFromJson(body));
         } catch (err) {
-          this.status = callError(grpc.status.INTERNAL, err instanceof Error ? err.message : String(err));
+          this.status = callError(grpc.status.INTERNAL, messageOf(err));
           link.destroy();
         }
       } else if (kind === FRAME.STATUS) {

@@ -16,6 +16,7 @@ import { EventEmitter } from 'node:events';
 import type { TLSSocket } from 'node:tls';
 import * as grpc from '@grpc/grpc-js';
 import { decodePacket, encodePacket, type Packet } from './protocol.ts';
+import { messageOf } from '../../base/errors.ts';
 
 /** The ALPN protocol id a kctl agent offers before h2, and a kctl server prefers. */
 export const LINK_ALPN = 'kctl-tunnel/1';
@@ -156,7 +157,7 @@ export function metadataFromJson(body: Buffer): grpc.Metadata {
     try {
       for (const v of values) md.add(k, v);
     } catch (err) {
-      throw new LinkProtocolError(`metadata ${k}: ${err instanceof Error ? err.message : String(err)}`);
+      throw new LinkProtocolError(`metadata ${k}: ${messageOf(err)}`);
     }
   }
   return md;
@@ -181,7 +182,7 @@ export class Link extends EventEmitter {
         try {
           p = decodePacket(body);
         } catch (err) {
-          throw new LinkProtocolError(`undecodable Packet: ${err instanceof Error ? err.message : String(err)}`);
+          throw new LinkProtocolError(`undecodable Packet: ${messageOf(err)}`);
         }
         this.emit('packet', p);
       },

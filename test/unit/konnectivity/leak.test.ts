@@ -7,6 +7,7 @@ import { test } from 'node:test';
 import { dialViaProxy, type ProxyTunnel } from '../../../src/konnectivity/client.ts';
 import type { KonnectivityAgent } from '../../../src/konnectivity/agent/agent.ts';
 import { echoServer, listen, makePki, rawAgent, readN, startAgent, startServer, udsOf, waitFor } from './fixtures.ts';
+import { messageOf } from '../../../src/base/errors.ts';
 
 const CYCLES = Number(process.env.KNP_LEAK_CYCLES ?? 10_000);
 const WORKERS = 32;
@@ -114,7 +115,7 @@ test(`${CYCLES} dial/close cycles of every kind leave no dial, tunnel, gauge or 
         note('target-closed');
       }
     } catch (err) {
-      const msg = err instanceof Error ? err.message : String(err);
+      const msg = messageOf(err);
       if (!allowed.test(msg)) throw err;
       note(`failed kind ${kind}`);
     }
