@@ -1,5 +1,5 @@
 // gRPC streams of Packets served on node:http2 directly, for kube-apiserver's ProxyService.
-// grpc-js spends ~40 µs per message (bench/README.md), and every tunneled byte to or from
+// grpc-js spends ~40 µs per message (bench/HISTORY.md), and every tunneled byte to or from
 // kube-apiserver crosses this frontend; here a message is its 5-byte gRPC prefix and the
 // protobuf, framed by hand. A DATA payload goes out as its own write behind a small header
 // (never copied) and comes in as a view into the received chunk. What a gRPC server owes a
