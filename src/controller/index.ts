@@ -17,7 +17,7 @@ import { EtcdComponent, etcdClientUrl, type EtcdOptions } from '../etcd/etcd.ts'
 import { listMembers, type EtcdClientTls } from '../etcd/members.ts';
 import { UserError } from '../base/errors.ts';
 import { datastoreIdentity, KineComponent } from '../etcd/kine.ts';
-import type { Component } from '../base/component.ts';
+import type { Component, ComponentStatus } from '../base/component.ts';
 import { httpsUrl } from '../base/addresses.ts';
 import { runUntilSignal } from '../base/lifecycle.ts';
 import { StatusServerComponent } from '../base/status-server.ts';
@@ -35,7 +35,7 @@ import { ApiserverComponent } from './apiserver.ts';
 import { BootstrapComponent } from './bootstrap.ts';
 import { KonnectivityServerComponent } from './konnectivity.ts';
 import { CsrApproverComponent } from './csr-approver.ts';
-import { ControllerLeaseComponent } from './lease.ts';
+import { ControllerLeaseComponent, LiveControllers } from './lease.ts';
 import { joinController, leftMarker, type ControllerJoinState } from './join.ts';
 import { JoinServerComponent } from './join-server.ts';
 import { ManifestApplierComponent } from './manifests.ts';
@@ -111,23 +111,30 @@ export function localEtcd(cfg: ClusterConfig, pki: PkiPaths): EtcdClientTls {
   };
 }
 
-export function controllerComponents(
-  cfg: ClusterConfig,
-  paths: ControllerPaths,
-  pki: PkiPaths,
-  log: Logger,
-  joined: ControllerJoinState | null = null,
-): Component[] {
-  const child = (name: string) => componentLogger(log, name);
+/** Everything a controller's list of components is built from. */
+export interface ControllerRoleOptions {
+  cfg: ClusterConfig;
+  paths: ControllerPaths;
+  pki: PkiPaths;
+  log: Logger;
+  /** Set when this controller joined a running cluster: its etcd member joins theirs. */
+  joined?: ControllerJoinState | null;
+}
+
+/**
+ * The controller's components in start order, the status socket first so `kctl status` shows
+ * progress while the rest come up. Components that talk are handed each other here: the live
+ * controllers (made first) to the konnectivity server, the reserved space and the lease; the
+ * konnectivity server's agents to the lease; the node watch to whatever judges nodes.
+ */
+export function controllerComponents(o: ControllerRoleOptions): Component[] {
+  const { cfg, paths, pki } = o;
+  const child = (name: string) => componentLogger(o.log, name);
   // The one API client of this process (admin credentials), shared by every component that calls the API.
   const kube = KubeClient.fromKubeconfig(pki.adminConf);
-  // One watch of Nodes: agent claims and serving CSRs are judged against it with the same rule,
-  // which keeps every controller's addresses and the cluster's virtual networks from any node.
-  const reserved = reservedSpace(cfg, { certificates: [pki.serverCert, pki.konnectivityCert], liveControllers: () => lease.liveControllers() });
-  const nodes = new NodeWatchComponent(kube, reserved, child('node-watch'));
   const storage =
     cfg.spec.storage.type === 'etcd'
-      ? new EtcdComponent(etcdOptions(cfg, paths, pki, joined), child('etcd'))
+      ? new EtcdComponent(etcdOptions(cfg, paths, pki, o.joined ?? null), child('etcd'))
       : new KineComponent(
           {
             binDir: paths.binDir,
@@ -138,26 +145,45 @@ export function controllerComponents(
           },
           child('kine'),
         );
-  if (cfg.spec.profile === 'api-only')
+  if (cfg.spec.profile === 'api-only') {
+    const status = new StatusServerComponent<ControllerStatusReport>(paths.statusSocket, async (components) => ({
+      ...processReport(components),
+      storage: await storageStatus(cfg, pki),
+    }));
     return [
+      status,
       storage,
       new ApiserverComponent(cfg, paths, pki, child('kube-apiserver'), { egress: false }),
       // Operators' stacks under <data-dir>/manifests/<stack>/ (CRDs, RBAC): kctl writes no add-ons here.
       new ManifestApplierComponent(paths.manifestsDir, paths.dataDir, kube, child('manifest-applier')),
       new ControllerManagerComponent(cfg, paths, pki, child('kube-controller-manager')),
     ];
-  // This controller's lease, and every live controller's: the konnectivity server count follows them.
-  // It also lists the agents this server holds, so every controller's status shows each agent's servers.
-  const konnectivity: KonnectivityServerComponent = new KonnectivityServerComponent(cfg, paths, pki, kube, nodes, child('konnectivity-server'), () =>
-    lease.serverCount(),
-  );
-  const lease: ControllerLeaseComponent = new ControllerLeaseComponent(
-    cfg,
-    kube,
-    child('controller-lease'),
-    () => konnectivity.server?.agentIds() ?? [],
-  );
+  }
+  // Every live controller, as their leases say: the konnectivity server count follows them, and
+  // no node may own their addresses.
+  const controllers = new LiveControllers(cfg, kube);
+  // One watch of Nodes: agent claims and serving CSRs are judged against it with the same rule,
+  // which keeps every controller's addresses and the cluster's virtual networks from any node.
+  const reserved = reservedSpace(cfg, { certificates: [pki.serverCert, pki.konnectivityCert], controllers });
+  const nodes = new NodeWatchComponent(kube, reserved, child('node-watch'));
+  const konnectivity = new KonnectivityServerComponent(cfg, paths, pki, kube, nodes, controllers);
+  // This controller's lease lists the agents its konnectivity server holds, so every controller's status shows each agent's servers.
+  const lease = new ControllerLeaseComponent({ cfg, kube, controllers, agents: konnectivity });
+  const servingCheck = new KubeletServingCheckComponent(pki, paths.konnectivitySocket, nodes, child('kubelet-serving-check'));
+  const status = new StatusServerComponent<ControllerStatusReport>(paths.statusSocket, async (components) => {
+    const live = controllers.liveControllers();
+    return {
+      ...processReport(components),
+      konnectivity: konnectivity.snapshot(),
+      controllers: live,
+      agentServers: agentServers(live),
+      storage: await storageStatus(cfg, pki),
+      addressConflicts: nodes.conflicts(),
+      kubeletServing: servingCheck.report(),
+    };
+  });
   return [
+    status,
     storage,
     // Before kube-apiserver: its egress selector dials this server's unix socket.
     konnectivity,
@@ -174,8 +200,13 @@ export function controllerComponents(
     new ControllerManagerComponent(cfg, paths, pki, child('kube-controller-manager')),
     new CsrApproverComponent(kube, nodes, child('csr-approver')),
     // Which CA each kubelet's serving certificate comes from, while an older cluster's nodes move over.
-    new KubeletServingCheckComponent(pki, paths.konnectivitySocket, nodes, child('kubelet-serving-check')),
+    servingCheck,
   ];
+}
+
+/** What every controller's status report starts with: this process and its components. */
+function processReport(components: ComponentStatus[]): Pick<ControllerStatusReport, 'role' | 'version' | 'pid' | 'uptimeSeconds' | 'components'> {
+  return { role: 'controller', version: KCTL_VERSION, pid: process.pid, uptimeSeconds: Math.round(process.uptime()), components };
 }
 
 /** The etcd members (asked with a short timeout: status must answer without quorum too), or kine's datastore. */
@@ -260,30 +291,9 @@ async function prepareAndRun(
     return;
   }
 
-  const components = controllerComponents(cfg, paths, pki, log, joined);
-  const konnectivity = components.find((c): c is KonnectivityServerComponent => c instanceof KonnectivityServerComponent);
-  const lease = components.find((c): c is ControllerLeaseComponent => c instanceof ControllerLeaseComponent);
-  const nodes = components.find((c): c is NodeWatchComponent => c instanceof NodeWatchComponent);
-  const servingCheck = components.find((c): c is KubeletServingCheckComponent => c instanceof KubeletServingCheckComponent);
-  let manager: ComponentManager | undefined;
-  const status = new StatusServerComponent<ControllerStatusReport>(paths.statusSocket, async () => {
-    const controllers = lease?.liveControllers();
-    return {
-      role: 'controller',
-      version: KCTL_VERSION,
-      pid: process.pid,
-      uptimeSeconds: Math.round(process.uptime()),
-      components: manager?.status().filter((c) => c.name !== 'status') ?? [],
-      konnectivity: konnectivity?.server?.snapshot(),
-      controllers,
-      agentServers: controllers && agentServers(controllers),
-      storage: await storageStatus(cfg, pki),
-      addressConflicts: nodes?.conflicts(),
-      kubeletServing: servingCheck?.report(),
-    };
+  const manager = new ComponentManager(controllerComponents({ cfg, paths, pki, log, joined }), componentLogger(log, 'manager'), {
+    onProgress: (text) => notifier?.status(text),
   });
-  // The status socket comes first, so `kctl status` shows progress while components come up.
-  manager = new ComponentManager([status, ...components], componentLogger(log, 'manager'), { onProgress: (text) => notifier?.status(text) });
   log.info({ address: cfg.spec.api.address, port: cfg.spec.api.port, storage: cfg.spec.storage.type }, 'starting controller');
   const url = httpsUrl(cfg.spec.api.address, cfg.spec.api.port);
   await runUntilSignal(manager, log, {

@@ -39,10 +39,15 @@ test('api-only runs storage, kube-apiserver, the manifest applier and a trimmed 
   await mkdir(join(dir, 'pki'));
   await writeFile(join(dir, 'pki', 'admin.conf'), 'clusters: [{ cluster: { server: "https://10.0.0.1:6443" } }]\nusers: [{ user: { token: x } }]\n');
   const pki = pkiPaths(join(dir, 'pki'));
-  const names = controllerComponents(cfg, paths, pki, captureLogger().log).map((c) => c.name);
-  assert.deepEqual(names, ['kine', 'kube-apiserver', 'manifest-applier', 'kube-controller-manager']);
+  const names = controllerComponents({ cfg, paths, pki, log: captureLogger().log }).map((c) => c.name);
+  assert.deepEqual(names, ['status', 'kine', 'kube-apiserver', 'manifest-applier', 'kube-controller-manager']);
   assert.deepEqual(Object.keys(controllerPorts(cfg)), ['kube-apiserver', 'kube-controller-manager']);
-  const full = controllerComponents(parseConfig({ spec: { api: { address: '10.0.0.1' } } }, 'kctl.yaml'), paths, pki, captureLogger().log);
+  const full = controllerComponents({
+    cfg: parseConfig({ spec: { api: { address: '10.0.0.1' } } }, 'kctl.yaml'),
+    paths,
+    pki,
+    log: captureLogger().log,
+  });
   assert.ok(['konnectivity-server', 'kube-scheduler', 'csr-approver'].every((n) => full.some((c) => c.name === n)));
 });
 
