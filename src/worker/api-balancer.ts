@@ -11,6 +11,8 @@ import { connect, createServer, type Server, type Socket } from 'node:net';
 import { joinHostPort, urlHost } from '../base/addresses.ts';
 import type { Component, ComponentStatus } from '../base/component.ts';
 import type { Logger } from '../base/log.ts';
+import type { LiveController } from '../kube/controller-leases.ts';
+import type { ControllerFollower } from './controller-watch.ts';
 import { httpsGet } from '../base/probe.ts';
 
 export const API_BALANCER_PORT = 7443;
@@ -51,7 +53,7 @@ function upstreamOf(url: string): Upstream | null {
   return { url: u.origin, host: urlHost(url), port: Number(u.port || 443), healthy: false, sockets: new Set() };
 }
 
-export class ApiBalancerComponent implements Component {
+export class ApiBalancerComponent implements Component, ControllerFollower {
   readonly name = 'api-balancer';
   private server: Server | undefined;
   private timer: NodeJS.Timeout | undefined;
@@ -63,6 +65,11 @@ export class ApiBalancerComponent implements Component {
   }
 
   /** The API servers now (from the controllers' leases); an empty list keeps the current ones. */
+  /** Every live controller's API server is an upstream. */
+  controllersChanged(live: LiveController[]): void {
+    this.setUpstreams(live.map((c) => c.apiServer));
+  }
+
   setUpstreams(urls: string[]): void {
     const wanted = urls.map(upstreamOf).filter((u): u is Upstream => u !== null);
     if (wanted.length === 0) return;
