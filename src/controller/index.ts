@@ -31,7 +31,7 @@ import { ensurePostgresDatabase, isPostgres } from '../etcd/postgres.ts';
 import { prepareTenant, type TenantLayout } from './tenants.ts';
 import { writeAddonStacks } from './addons.ts';
 import { CorednsScalerComponent } from './coredns-scaler.ts';
-import { ApiserverComponent } from './apiserver.ts';
+import { ApiserverComponent, KUBE_APISERVER } from './apiserver.ts';
 import { BootstrapComponent } from './bootstrap.ts';
 import { KonnectivityServerComponent } from './konnectivity.ts';
 import { CsrApproverComponent } from './csr-approver.ts';
@@ -46,7 +46,8 @@ import { KubeClient } from '../kube/client.ts';
 import { agentServers } from '../kube/controller-leases.ts';
 import { loadConfig, type ClusterConfig, type ConfigFlags } from './config.ts';
 import { controllerPaths, type ControllerPaths } from './paths.ts';
-import { ControllerManagerComponent, SchedulerComponent } from './scheduler.ts';
+import { ControllerManagerComponent, KUBE_CONTROLLER_MANAGER } from './controller-manager.ts';
+import { KUBE_SCHEDULER, SchedulerComponent } from './scheduler.ts';
 import type { ControllerStatusReport, StorageStatus } from './status.ts';
 
 export interface ControllerOptions extends ConfigFlags {
@@ -89,15 +90,15 @@ export function controllerPorts(cfg: ClusterConfig): Record<string, number> {
   const s = cfg.spec;
   const etcd: Record<string, number> =
     s.storage.type === 'etcd' ? { 'etcd client port': s.storage.etcd.clientPort, 'etcd peer port': s.storage.etcd.peerPort } : {};
-  if (s.profile === 'api-only') return { 'kube-apiserver': s.api.port, ...etcd, 'kube-controller-manager': s.controllerManager.port };
+  if (s.profile === 'api-only') return { [KUBE_APISERVER]: s.api.port, ...etcd, [KUBE_CONTROLLER_MANAGER]: s.controllerManager.port };
   return {
-    'kube-apiserver': s.api.port,
+    [KUBE_APISERVER]: s.api.port,
     'controller join endpoint': s.api.joinPort,
     'konnectivity agent port': s.konnectivity.agentPort,
     'konnectivity admin port': s.konnectivity.adminPort,
     ...etcd,
-    'kube-scheduler': s.scheduler.port,
-    'kube-controller-manager': s.controllerManager.port,
+    [KUBE_SCHEDULER]: s.scheduler.port,
+    [KUBE_CONTROLLER_MANAGER]: s.controllerManager.port,
   };
 }
 
@@ -134,17 +135,14 @@ export function controllerComponents(o: ControllerRoleOptions): Component[] {
   const kube = KubeClient.fromKubeconfig(pki.adminConf);
   const storage =
     cfg.spec.storage.type === 'etcd'
-      ? new EtcdComponent(etcdOptions(cfg, paths, pki, o.joined ?? null), child('etcd'))
-      : new KineComponent(
-          {
-            binDir: paths.binDir,
-            runDir: paths.runDir,
-            dbDir: paths.kineDbDir,
-            socket: paths.kineSocket,
-            dataSource: cfg.spec.storage.kine.dataSource,
-          },
-          child('kine'),
-        );
+      ? new EtcdComponent(etcdOptions(cfg, paths, pki, o.joined ?? null))
+      : new KineComponent({
+          binDir: paths.binDir,
+          runDir: paths.runDir,
+          dbDir: paths.kineDbDir,
+          socket: paths.kineSocket,
+          dataSource: cfg.spec.storage.kine.dataSource,
+        });
   if (cfg.spec.profile === 'api-only') {
     const status = new StatusServerComponent<ControllerStatusReport>(paths.statusSocket, async (components) => ({
       ...processReport(components),
@@ -153,10 +151,10 @@ export function controllerComponents(o: ControllerRoleOptions): Component[] {
     return [
       status,
       storage,
-      new ApiserverComponent(cfg, paths, pki, child('kube-apiserver'), { egress: false }),
+      new ApiserverComponent(cfg, paths, pki, { egress: false }),
       // Operators' stacks under <data-dir>/manifests/<stack>/ (CRDs, RBAC): kctl writes no add-ons here.
       new ManifestApplierComponent(paths.manifestsDir, paths.dataDir, kube, child('manifest-applier')),
-      new ControllerManagerComponent(cfg, paths, pki, child('kube-controller-manager')),
+      new ControllerManagerComponent(cfg, paths, pki),
     ];
   }
   // Every live controller, as their leases say: the konnectivity server count follows them, and
@@ -187,7 +185,7 @@ export function controllerComponents(o: ControllerRoleOptions): Component[] {
     storage,
     // Before kube-apiserver: its egress selector dials this server's unix socket.
     konnectivity,
-    new ApiserverComponent(cfg, paths, pki, child('kube-apiserver'), { egress: true }),
+    new ApiserverComponent(cfg, paths, pki, { egress: true }),
     nodes,
     new BootstrapComponent(cfg, pki, kube, child('bootstrap')),
     lease,
@@ -196,8 +194,8 @@ export function controllerComponents(o: ControllerRoleOptions): Component[] {
     // kctl's add-on stacks (written before the start) and operators' stacks under <data-dir>/manifests/<stack>/.
     new ManifestApplierComponent(paths.manifestsDir, paths.dataDir, kube, child('manifest-applier')),
     ...(cfg.spec.addons.coredns.enabled ? [new CorednsScalerComponent(kube, nodes, cfg.spec.addons.coredns.replicas, child('coredns-scaler'))] : []),
-    new SchedulerComponent(cfg, paths, pki, child('kube-scheduler')),
-    new ControllerManagerComponent(cfg, paths, pki, child('kube-controller-manager')),
+    new SchedulerComponent(cfg, paths, pki),
+    new ControllerManagerComponent(cfg, paths, pki),
     new CsrApproverComponent(kube, nodes, child('csr-approver')),
     // Which CA each kubelet's serving certificate comes from, while an older cluster's nodes move over.
     servingCheck,

@@ -162,11 +162,10 @@ export function workerComponents(o: WorkerRoleOptions): Component[] {
   return [
     status,
     balancer,
-    new ContainerdComponent({ paths, log: child('containerd') }),
+    new ContainerdComponent({ paths }),
     new ImagesComponent({ paths, log: child('images') }),
     new KubeletComponent({
       paths,
-      log: child('kubelet'),
       nodeName: id.nodeName,
       nodeIp: id.nodeIp,
       labels: opts.labels,
@@ -175,7 +174,7 @@ export function workerComponents(o: WorkerRoleOptions): Component[] {
       clusterDNS: state.clusterDNS ? [state.clusterDNS] : undefined,
     }),
     new NetworkComponent({ paths, log: child('network'), nodeName: id.nodeName, kube, clusterCIDR }),
-    new KubeProxyComponent({ paths, log: child('kube-proxy'), nodeName: id.nodeName, clusterCIDR }),
+    new KubeProxyComponent({ paths, nodeName: id.nodeName, clusterCIDR }),
     agent,
     // The token's controllers to start with; from then on their leases say which are alive.
     new ControllerWatchComponent(kube, [balancer, agent]),

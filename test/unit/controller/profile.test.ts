@@ -8,7 +8,7 @@ import { apiserverArgs } from '../../../src/controller/apiserver.ts';
 import { parseConfig } from '../../../src/controller/config.ts';
 import { controllerComponents, controllerPorts } from '../../../src/controller/index.ts';
 import { controllerPaths } from '../../../src/controller/paths.ts';
-import { API_ONLY_CONTROLLERS, controllerManagerArgs } from '../../../src/controller/scheduler.ts';
+import { API_ONLY_CONTROLLERS, controllerManagerArgs } from '../../../src/controller/controller-manager.ts';
 import { pkiPaths } from '../../../src/pki/index.ts';
 import { captureLogger, tempDir } from '../../helpers.ts';
 
