@@ -1,7 +1,7 @@
-// `kctl controller`: the control plane as an ordered list of components (k0s's shape).
+// `kctl controller`: the control plane as an ordered list of components (k0s's shape), built by controllerComponents().
 //   pki, stage (before the list), then: status socket -> storage (etcd|kine)
 //   -> konnectivity server -> kube-apiserver -> node watch -> bootstrap -> controller-lease -> join-server -> manifest applier
-//   -> coredns-scaler (unless CoreDNS is off) -> scheduler -> controller-manager -> csr-approver
+//   -> coredns-scaler (unless CoreDNS is off) -> scheduler -> controller-manager -> csr-approver -> kubelet-serving-check
 // The api-only profile (the Kubernetes API for CRDs and operators, no nodes): status socket ->
 //   storage -> kube-apiserver -> manifest applier -> controller-manager (its trimmed controller list).
 import { existsSync } from 'node:fs';
@@ -217,7 +217,6 @@ async function storageStatus(cfg: ClusterConfig, pki: PkiPaths): Promise<Storage
   }
 }
 
-/** Prepares the data dir; with initOnly, exits after; otherwise runs until SIGTERM/SIGINT. */
 /** A tenant already running is named as such; then its record (ports, database), made on its first start. */
 async function startTenant(tenant: NonNullable<ControllerOptions['tenant']>, cfg: ClusterConfig, log: Logger): Promise<ClusterConfig> {
   const running = await liveOwner(tenant.dataDir);
@@ -228,6 +227,7 @@ async function startTenant(tenant: NonNullable<ControllerOptions['tenant']>, cfg
   return (await prepareTenant(tenant, cfg, tenant.portRange, componentLogger(log, 'tenant'))).cfg;
 }
 
+/** Prepares the data dir; with initOnly, exits after; otherwise runs until SIGTERM/SIGINT. */
 export async function runController(opts: ControllerOptions, log: Logger): Promise<void> {
   let cfg = await loadConfig(opts.configFile, { ...opts, tenantName: opts.tenant?.name });
   const paths = controllerPaths(opts.dataDir, opts.runDir, opts.tenant?.binDir);

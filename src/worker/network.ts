@@ -275,7 +275,6 @@ export class NetworkComponent implements Component {
     return { lastError: this.routing ? (this.lastSyncError ?? this.lastWatchError) : undefined };
   }
 
-  /** Reconciles routes with the watched Nodes; a change during a sync runs one more. Errors are logged and retried. */
   /** This node's masquerade rule and CNI config for its podCIDR (at start, and when the podCIDR changes). */
   private async writePodNetwork(podCIDR: string): Promise<void> {
     const { log, paths, clusterCIDR } = this.opts;
@@ -285,6 +284,7 @@ export class NetworkComponent implements Component {
     }
   }
 
+  /** Reconciles routes with the watched Nodes; a change during a sync runs one more. Errors are logged and retried. */
   sync(): Promise<void> {
     if (this.syncing) {
       this.dirty = true;
