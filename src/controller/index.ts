@@ -117,7 +117,6 @@ export interface ControllerRoleOptions {
   cfg: ClusterConfig;
   paths: ControllerPaths;
   pki: PkiPaths;
-  log: Logger;
   /** Set when this controller joined a running cluster: its etcd member joins theirs. */
   joined?: ControllerJoinState | null;
 }
@@ -130,7 +129,6 @@ export interface ControllerRoleOptions {
  */
 export function controllerComponents(o: ControllerRoleOptions): Component[] {
   const { cfg, paths, pki } = o;
-  const child = (name: string) => componentLogger(o.log, name);
   // The one API client of this process (admin credentials), shared by every component that calls the API.
   const kube = KubeClient.fromKubeconfig(pki.adminConf);
   const storage =
@@ -153,7 +151,7 @@ export function controllerComponents(o: ControllerRoleOptions): Component[] {
       storage,
       new ApiserverComponent(cfg, paths, pki, { egress: false }),
       // Operators' stacks under <data-dir>/manifests/<stack>/ (CRDs, RBAC): kctl writes no add-ons here.
-      new ManifestApplierComponent(paths.manifestsDir, paths.dataDir, kube, child('manifest-applier')),
+      new ManifestApplierComponent(paths.manifestsDir, paths.dataDir, kube),
       new ControllerManagerComponent(cfg, paths, pki),
     ];
   }
@@ -163,11 +161,11 @@ export function controllerComponents(o: ControllerRoleOptions): Component[] {
   // One watch of Nodes: agent claims and serving CSRs are judged against it with the same rule,
   // which keeps every controller's addresses and the cluster's virtual networks from any node.
   const reserved = reservedSpace(cfg, { certificates: [pki.serverCert, pki.konnectivityCert], controllers });
-  const nodes = new NodeWatchComponent(kube, reserved, child('node-watch'));
+  const nodes = new NodeWatchComponent(kube, reserved);
   const konnectivity = new KonnectivityServerComponent(cfg, paths, pki, kube, nodes, controllers);
   // This controller's lease lists the agents its konnectivity server holds, so every controller's status shows each agent's servers.
   const lease = new ControllerLeaseComponent({ cfg, kube, controllers, agents: konnectivity });
-  const servingCheck = new KubeletServingCheckComponent(pki, paths.konnectivitySocket, nodes, child('kubelet-serving-check'));
+  const servingCheck = new KubeletServingCheckComponent(pki, paths.konnectivitySocket, nodes);
   const status = new StatusServerComponent<ControllerStatusReport>(paths.statusSocket, async (components) => {
     const live = controllers.liveControllers();
     return {
@@ -187,16 +185,16 @@ export function controllerComponents(o: ControllerRoleOptions): Component[] {
     konnectivity,
     new ApiserverComponent(cfg, paths, pki, { egress: true }),
     nodes,
-    new BootstrapComponent(cfg, pki, kube, child('bootstrap')),
+    new BootstrapComponent(cfg, pki, kube),
     lease,
     // Other controllers join through this one (kctl controller --token-file).
-    new JoinServerComponent(cfg, pki, kube, cfg.spec.storage.type === 'etcd' ? localEtcd(cfg, pki) : undefined, child('join-server')),
+    new JoinServerComponent(cfg, pki, kube, cfg.spec.storage.type === 'etcd' ? localEtcd(cfg, pki) : undefined),
     // kctl's add-on stacks (written before the start) and operators' stacks under <data-dir>/manifests/<stack>/.
-    new ManifestApplierComponent(paths.manifestsDir, paths.dataDir, kube, child('manifest-applier')),
-    ...(cfg.spec.addons.coredns.enabled ? [new CorednsScalerComponent(kube, nodes, cfg.spec.addons.coredns.replicas, child('coredns-scaler'))] : []),
+    new ManifestApplierComponent(paths.manifestsDir, paths.dataDir, kube),
+    ...(cfg.spec.addons.coredns.enabled ? [new CorednsScalerComponent(kube, nodes, cfg.spec.addons.coredns.replicas)] : []),
     new SchedulerComponent(cfg, paths, pki),
     new ControllerManagerComponent(cfg, paths, pki),
-    new CsrApproverComponent(kube, nodes, child('csr-approver')),
+    new CsrApproverComponent(kube, nodes),
     // Which CA each kubelet's serving certificate comes from, while an older cluster's nodes move over.
     servingCheck,
   ];
@@ -289,7 +287,7 @@ async function prepareAndRun(
     return;
   }
 
-  const manager = new ComponentManager(controllerComponents({ cfg, paths, pki, log, joined }), componentLogger(log, 'manager'), {
+  const manager = new ComponentManager(controllerComponents({ cfg, paths, pki, joined }), componentLogger(log, 'manager'), {
     onProgress: (text) => notifier?.status(text),
   });
   log.info({ address: cfg.spec.api.address, port: cfg.spec.api.port, storage: cfg.spec.storage.type }, 'starting controller');

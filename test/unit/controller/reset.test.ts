@@ -85,7 +85,7 @@ test('reset knows every program a controller supervises, in start order, for eve
   for (const profile of ['full', 'api-only'] as const)
     for (const storage of ['etcd', 'kine'] as const) {
       const cfg = parseConfig({ spec: { api: { address: '10.0.0.1' }, profile, storage: { type: storage } } }, 'kctl.yaml');
-      const supervised = controllerComponents({ cfg, paths, pki, log: captureLogger().log })
+      const supervised = controllerComponents({ cfg, paths, pki })
         .filter((c) => c instanceof Supervisor)
         .map((c) => c.name);
       assert.ok(supervised.length > 0);
