@@ -64,12 +64,12 @@ export class ApiBalancerComponent implements Component, ControllerFollower {
     this.setUpstreams(o.apiServers);
   }
 
-  /** The API servers now (from the controllers' leases); an empty list keeps the current ones. */
   /** Every live controller's API server is an upstream. */
   controllersChanged(live: LiveController[]): void {
     this.setUpstreams(live.map((c) => c.apiServer));
   }
 
+  /** The API servers now (from the controllers' leases); an empty list keeps the current ones. */
   setUpstreams(urls: string[]): void {
     const wanted = urls.map(upstreamOf).filter((u): u is Upstream => u !== null);
     if (wanted.length === 0) return;
