@@ -106,7 +106,7 @@ async function stageAndRun(opts: WorkerOptions, paths: WorkerPaths, state: JoinS
   // read per connection because kubelet rotates its client certificate.
   const kube = KubeClient.fromKubeconfig(paths.kubeletKubeconfig, { reload: true });
   await pointKubeconfigsAt(paths, API_BALANCER_URL);
-  const manager = new ComponentManager(workerComponents({ opts, paths, state, id, kube, log }), componentLogger(log, 'manager'), {
+  const manager = new ComponentManager(workerComponents({ opts, paths, state, id, kube }), componentLogger(log, 'manager'), {
     onProgress: (text) => notifier?.status(text),
   });
   const stopRequested = () => manager.stopRequested;
@@ -135,7 +135,6 @@ export interface WorkerRoleOptions {
   id: WorkerIdentity;
   /** The node's API client (through the balancer). */
   kube: KubeClient;
-  log: Logger;
 }
 
 /**
@@ -145,11 +144,10 @@ export interface WorkerRoleOptions {
  */
 export function workerComponents(o: WorkerRoleOptions): Component[] {
   const { opts, paths, state, id, kube } = o;
-  const child = (name: string) => componentLogger(o.log, name);
   // The cluster's pod CIDR from the join token (tokens from before it was carried: the default).
   const clusterCIDR = state.podCIDR ?? '10.244.0.0/16';
   // Everything on the node reaches the API through 127.0.0.1:7443, over every live controller.
-  const balancer = new ApiBalancerComponent({ caFile: paths.caCert, apiServers: state.apiServers, log: child('api-balancer') });
+  const balancer = new ApiBalancerComponent({ caFile: paths.caCert, apiServers: state.apiServers });
   const agent = new AgentComponent(paths, state, id);
   const status = new StatusServerComponent<WorkerStatusReport>(paths.statusSocket, (components) => ({
     role: 'worker',
@@ -163,7 +161,7 @@ export function workerComponents(o: WorkerRoleOptions): Component[] {
     status,
     balancer,
     new ContainerdComponent({ paths }),
-    new ImagesComponent({ paths, log: child('images') }),
+    new ImagesComponent({ paths }),
     new KubeletComponent({
       paths,
       nodeName: id.nodeName,
@@ -173,7 +171,7 @@ export function workerComponents(o: WorkerRoleOptions): Component[] {
       clusterDomain: state.clusterDomain,
       clusterDNS: state.clusterDNS ? [state.clusterDNS] : undefined,
     }),
-    new NetworkComponent({ paths, log: child('network'), nodeName: id.nodeName, kube, clusterCIDR }),
+    new NetworkComponent({ paths, nodeName: id.nodeName, kube, clusterCIDR }),
     new KubeProxyComponent({ paths, nodeName: id.nodeName, clusterCIDR }),
     agent,
     // The token's controllers to start with; from then on their leases say which are alive.
