@@ -12,8 +12,6 @@ export default tseslint.config(
     languageOptions: { globals: globals.node },
     rules: {
       '@typescript-eslint/no-unused-vars': ['error', { argsIgnorePattern: '^_', varsIgnorePattern: '^_', caughtErrors: 'none' }],
-      // A closure may read a variable that is assigned once, later (e.g. a status report and its manager).
-      'prefer-const': ['error', { ignoreReadBeforeAssign: true }],
       '@typescript-eslint/consistent-type-imports': ['error', { fixStyle: 'inline-type-imports' }],
       'no-restricted-syntax': ['error', { selector: 'TSAsExpression > TSAsExpression[typeAnnotation.type="TSUnknownKeyword"]', message: 'no `as unknown as`: fix the types, or give the one remaining cast a one-line reason and an eslint-disable comment' }],
     },

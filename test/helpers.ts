@@ -5,6 +5,7 @@ import { createServer as createNetServer, type AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Writable } from 'node:stream';
+import type { Component } from '../src/base/component.ts';
 import { createLogger, type Logger } from '../src/base/log.ts';
 
 export async function tempDir(t: { after: (fn: () => Promise<void>) => void }, prefix = 'kctl-test-'): Promise<string> {
@@ -13,6 +14,12 @@ export async function tempDir(t: { after: (fn: () => Promise<void>) => void }, p
   // (a supervised crash loop) still writes here: retry instead of failing on ENOTEMPTY.
   t.after(() => rm(dir, { recursive: true, force: true, maxRetries: 10, retryDelay: 100 }));
   return dir;
+}
+
+/** The component after its init, given `log` as the component manager gives each component its logger. */
+export async function initialised<C extends Component>(component: C, log: Logger): Promise<C> {
+  await component.init?.({ log, statuses: () => [] });
+  return component;
 }
 
 /** A logger whose JSON lines the test can read back. */

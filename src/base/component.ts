@@ -1,6 +1,7 @@
 // The shape every piece of kctl has (k0s's component manager): init, start, ready, stop, all
 // optional. A manager starts components in order, gating each on the previous one's readiness,
 // stops them in reverse, and keeps each one's state, so a component writes only the hooks it needs.
+import type { Logger } from './log.ts';
 
 export type ComponentState = 'pending' | 'initializing' | 'starting' | 'running' | 'restarting' | 'failed' | 'stopping' | 'stopped';
 
@@ -14,12 +15,20 @@ export interface ComponentStatus {
   uptimeSeconds?: number;
 }
 
+/** What the manager hands every component at init. */
+export interface ComponentContext {
+  /** This component's logger, named after the component. */
+  readonly log: Logger;
+  /** Every component's status as the manager keeps it (e.g. for the status socket). */
+  statuses(): ComponentStatus[];
+}
+
 export interface Component {
   readonly name: string;
   /** How long the manager waits for ready() (e.g. kube-apiserver on a cold etcd); default the manager's. */
   readonly readyTimeoutMs?: number;
   /** Prepare files and directories; must be idempotent. Runs for every component before any starts. */
-  init?(): Promise<void>;
+  init?(ctx: ComponentContext): Promise<void>;
   /** Start; returns once started (not necessarily ready). */
   start?(): Promise<void>;
   /** Resolves when ready; rejects with a one-line reason if it never becomes ready. */

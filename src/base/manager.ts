@@ -1,8 +1,8 @@
 // Starts components in order, each gated on the previous one's readiness, and stops them in
 // reverse (k0s pkg/component/manager). Keeps every component's state, so components only write
 // the hooks they need. Knows nothing about what the components are.
-import type { Logger } from './log.ts';
-import type { Component, ComponentState, ComponentStatus } from './component.ts';
+import { componentLogger, type Logger } from './log.ts';
+import type { Component, ComponentContext, ComponentState, ComponentStatus } from './component.ts';
 import { settlesWithin, untilAborted } from './wait.ts';
 import { asError, reasonOf } from './errors.ts';
 
@@ -73,7 +73,7 @@ export class ComponentManager {
       this.throwIfStopping();
       this.mark(c, 'initializing');
       try {
-        await c.init?.();
+        await c.init?.(this.contextOf(c));
       } catch (err) {
         this.mark(c, 'failed', reasonOf(err));
         throw new Error(`${c.name} failed to initialise: ${reasonOf(err)}`, { cause: err });
@@ -133,6 +133,11 @@ export class ComponentManager {
         ...definedOnly(own),
       };
     });
+  }
+
+  /** The component's logger is named after it here, once, so no component names its own. */
+  private contextOf(c: Component): ComponentContext {
+    return { log: componentLogger(this.log, c.name), statuses: () => this.status() };
   }
 
   private mark(c: Component, state: ComponentState, lastError?: string): void {

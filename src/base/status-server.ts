@@ -2,7 +2,7 @@
 // server is the first component a role starts, so the socket answers while the rest comes up.
 import { chmod, rm } from 'node:fs/promises';
 import { createServer, request, type Server } from 'node:http';
-import type { Component, ComponentStatus } from './component.ts';
+import type { Component, ComponentContext, ComponentStatus } from './component.ts';
 
 export interface StatusReport {
   role: 'controller' | 'worker';
@@ -15,11 +15,17 @@ export interface StatusReport {
 export class StatusServerComponent<R extends StatusReport = StatusReport> implements Component {
   readonly name = 'status';
   private server: Server | null = null;
+  private statuses: () => ComponentStatus[] = () => [];
 
   constructor(
     private readonly socket: string,
-    private readonly report: () => R | Promise<R>,
+    /** The report, given every other component's status as the manager keeps it. */
+    private readonly report: (components: ComponentStatus[]) => R | Promise<R>,
   ) {}
+
+  async init(ctx: ComponentContext): Promise<void> {
+    this.statuses = () => ctx.statuses().filter((c) => c.name !== this.name);
+  }
 
   async start(): Promise<void> {
     await rm(this.socket, { force: true });
@@ -29,7 +35,7 @@ export class StatusServerComponent<R extends StatusReport = StatusReport> implem
         return;
       }
       Promise.resolve()
-        .then(() => this.report())
+        .then(() => this.report(this.statuses()))
         .then(
           (r) => res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify(r)),
           (err: Error) => res.writeHead(500, { 'content-type': 'text/plain' }).end(err.message),

@@ -9,7 +9,9 @@ import { randomUUID } from 'node:crypto';
 import tls from 'node:tls';
 import { messageOf, UserError } from '../base/errors.ts';
 import { componentLogger, createLogger, type Logger } from '../base/log.ts';
-import { trimFreedMemory } from '../base/memory.ts';
+import type { Component } from '../base/component.ts';
+import { runUntilSignal } from '../base/lifecycle.ts';
+import { ComponentManager } from '../base/manager.ts';
 import { KonnectivityServer, type ProxyStrategy, type TcpFrontend } from '../konnectivity/index.ts';
 import { serveAdmin, serveHealth } from '../konnectivity/dropin/upstream-ports.ts';
 import { KubeClient, credentialsFromKubeconfig, type KubeCredentials } from '../kube/client.ts';
@@ -17,7 +19,7 @@ import { ServerLeasePublisher, inClusterCredentials, parseLeaseLabels } from '..
 import { serviceAccountTokenReview, serviceAccountUser } from '../kube/token-review.ts';
 import { inertFlagsSet, parsePflags, renderPflagHelp, type FlagSpec, type FlagValue } from './flags/pflag.ts';
 import { SERVER_FLAGS } from './flags/server-flags.ts';
-import { parseGoDuration, readFlagFile, standaloneCommand } from './flags/standalone.ts';
+import { endpointComponent, parseGoDuration, readFlagFile, standaloneCommand } from './flags/standalone.ts';
 
 const KCTL_FLAGS: readonly FlagSpec[] = [
   { name: 'debug', kind: 'bool', default: 'false', help: 'kctl: debug logs (as -v=5 or more does)' },
@@ -223,7 +225,8 @@ export async function runServerCli(argv: readonly string[], cmd: string): Promis
   }
   if (parsed.args.length > 0) throw new UserError(`${cmd}: unexpected argument "${parsed.args[0]}"; it takes only flags (see ${cmd} --help)`);
   const c = serverConfig(cmd, parsed.values);
-  const log = componentLogger(createLogger({ debug: c.debug }), 'konnectivity-server');
+  const root = createLogger({ debug: c.debug });
+  const log = componentLogger(root, 'konnectivity-server');
   const inert = inertFlagsSet(FLAGS, parsed);
   if (inert.length) log.warn({ flags: inert }, `accepted for compatibility, no effect in kctl: ${inert.join(', ')}`);
   if (c.tlsMinVersion === 'TLSv1' || c.tlsMinVersion === 'TLSv1.1') log.warn(`--tls-min-version below TLS 1.2 is considered insecure (RFC 8996)`);
@@ -235,6 +238,43 @@ export async function runServerCli(argv: readonly string[], cmd: string): Promis
   tls.DEFAULT_MIN_VERSION = c.tlsMinVersion;
   if (c.ciphers) tls.DEFAULT_CIPHERS = c.ciphers;
 
+  const { components, server, ports } = serverDropinComponents(cmd, c, log);
+  const manager = new ComponentManager(components, componentLogger(root, 'manager'));
+  // As upstream: the first SIGTERM or SIGINT shuts down (exit 0), a second exits 1 at once.
+  await runUntilSignal(manager, log, {
+    signalWhileStopping: { exitCode: 1 },
+    onReady: () =>
+      log.info(
+        {
+          serverId: c.serverId,
+          serverCount: c.serverCount,
+          mode: c.mode,
+          frontend: c.uds?.path ?? `${c.tcp?.host || '*'}:${c.tcp?.port}`,
+          agentPort: server.agentPort(),
+          ...ports(),
+        },
+        'konnectivity server started',
+      ),
+    onStopping: (signal) => {
+      if (c.gracefulShutdownTimeoutMs > 0) log.info({ signal }, 'shutting down gracefully');
+    },
+    onStopped: () => log.info('konnectivity server stopped'),
+  });
+}
+
+export interface ServerDropin {
+  components: Component[];
+  server: KonnectivityServer;
+  /** The endpoints' bound ports, once they listen. */
+  ports(): { health: number; admin: number };
+}
+
+/**
+ * The drop-in server as components, from its flags: the health and admin endpoints, then the
+ * server with its lease (--enable-lease-controller), so a stop ends the server (gracefully with
+ * --graceful-shutdown-timeout) and its lease before the endpoints close.
+ */
+export function serverDropinComponents(cmd: string, c: ServerCliConfig, log: Logger): ServerDropin {
   const kube = c.tokenAuth || c.leases ? kubeClient(cmd, c.kubeconfig) : undefined;
   const server = new KonnectivityServer({
     serverId: c.serverId,
@@ -258,50 +298,44 @@ export async function runServerCli(argv: readonly string[], cmd: string): Promis
     dialTimeoutMs: c.backendDialTimeoutMs,
     log,
   });
-  await server.init();
-  await server.start();
-  const health = await serveHealth({
-    ...c.health,
-    registry: server.metrics.registry,
-    readiness: 'server',
-    checks: [{ name: 'agents', check: () => server.notReadyReason() }],
-  });
-  const admin = await serveAdmin({
-    ...c.admin,
-    metrics: { registry: server.metrics.registry },
-    profiling: c.profiling,
-    contentionProfiling: c.contentionProfiling,
-  });
-  const leases = c.leases && kube ? startLeases(kube, c.serverId, c.leases, server, log) : undefined;
-  log.info(
-    {
-      serverId: c.serverId,
-      serverCount: c.serverCount,
-      mode: c.mode,
-      frontend: c.uds?.path ?? `${c.tcp?.host || '*'}:${c.tcp?.port}`,
-      agentPort: server.agentPort(),
-      health: health.port,
-      admin: admin.port,
-    },
-    'konnectivity server started',
+  const health = endpointComponent('health-server', () =>
+    serveHealth({
+      ...c.health,
+      registry: server.metrics.registry,
+      readiness: 'server',
+      checks: [{ name: 'agents', check: () => server.notReadyReason() }],
+    }),
   );
-
-  const stopTrimming = trimFreedMemory(log);
-  const signal = await firstSignal();
-  stopTrimming();
-  log.info({ signal }, `received ${signal}: shutting down${c.gracefulShutdownTimeoutMs > 0 ? ' gracefully' : ''}; send it again to exit at once`);
-  process.on(signal, () => process.exit(1));
-  const other = signal === 'SIGTERM' ? 'SIGINT' : 'SIGTERM';
-  process.on(other, () => process.exit(1));
-  if (c.gracefulShutdownTimeoutMs > 0) await server.stopGracefully(c.gracefulShutdownTimeoutMs);
-  else await server.stop();
-  admin.close();
-  for (const s of [health.server, admin.server]) {
-    s.closeAllConnections();
-    s.close();
-  }
-  await leases?.stop().catch((err: Error) => log.warn(`could not delete this server's lease: ${err.message}`));
-  log.info('konnectivity server stopped');
+  const admin = endpointComponent('admin-server', () =>
+    serveAdmin({
+      ...c.admin,
+      metrics: { registry: server.metrics.registry },
+      profiling: c.profiling,
+      contentionProfiling: c.contentionProfiling,
+    }),
+  );
+  let leases: ServerLeasePublisher | undefined;
+  return {
+    server,
+    ports: () => ({ health: health.port(), admin: admin.port() }),
+    components: [
+      health,
+      admin,
+      {
+        name: 'konnectivity-server',
+        start: async () => {
+          await server.init();
+          await server.start();
+          leases = c.leases && kube ? startLeases(kube, c.serverId, c.leases, server, log) : undefined;
+        },
+        stop: async () => {
+          if (c.gracefulShutdownTimeoutMs > 0) await server.stopGracefully(c.gracefulShutdownTimeoutMs);
+          else await server.stop();
+          await leases?.stop().catch((err: Error) => log.warn(`could not delete this server's lease: ${err.message}`));
+        },
+      },
+    ],
+  };
 }
 
 function startLeases(
@@ -332,18 +366,6 @@ function startLeases(
   publisher.start();
   log.info({ lease: publisher.leaseName, namespace: o.namespace, labels: o.labels }, "publishing this server's lease");
   return publisher;
-}
-
-function firstSignal(): Promise<NodeJS.Signals> {
-  return new Promise((resolve) => {
-    const keepAlive = setInterval(() => undefined, 1 << 30);
-    const handler = (signal: NodeJS.Signals): void => {
-      for (const s of ['SIGTERM', 'SIGINT'] as const) process.off(s, handler);
-      clearInterval(keepAlive);
-      resolve(signal);
-    };
-    for (const s of ['SIGTERM', 'SIGINT'] as const) process.on(s, handler);
-  });
 }
 
 /** `kctl konnectivity-server` in kctl --help. */

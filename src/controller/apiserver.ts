@@ -5,7 +5,6 @@ import { componentFlags } from '../base/argv.ts';
 import { join } from 'node:path';
 import { etcdClientUrl } from '../etcd/etcd.ts';
 import { kineEndpoint } from '../etcd/kine.ts';
-import type { Logger } from '../base/log.ts';
 import type { PkiPaths } from '../pki/index.ts';
 import { Supervisor } from '../supervisor/process.ts';
 import type { ClusterConfig } from './config.ts';
@@ -13,6 +12,9 @@ import type { ControllerPaths } from './paths.ts';
 import { httpsReady } from '../base/probe.ts';
 
 /** GOMEMLIMIT for a Go component, when the config sets one. */
+/** The program: its binary in <bin>, its pid file in <run>, its component's name. */
+export const KUBE_APISERVER = 'kube-apiserver';
+
 export function goMemoryLimit(limit: string | undefined): Record<string, string> {
   return limit ? { GOMEMLIMIT: limit } : {};
 }
@@ -112,16 +114,15 @@ export function apiserverArgs(cfg: ClusterConfig, paths: ControllerPaths, pki: P
 export class ApiserverComponent extends Supervisor {
   readonly readyTimeoutMs = 180_000;
 
-  constructor(cfg: ClusterConfig, paths: ControllerPaths, pki: PkiPaths, log: Logger, opts: { egress: boolean }) {
+  constructor(cfg: ClusterConfig, paths: ControllerPaths, pki: PkiPaths, opts: { egress: boolean }) {
     super({
-      name: 'kube-apiserver',
-      binary: join(paths.binDir, 'kube-apiserver'),
+      name: KUBE_APISERVER,
+      binary: join(paths.binDir, KUBE_APISERVER),
       args: apiserverArgs(cfg, paths, pki, opts),
       env: goMemoryLimit(cfg.spec.api.memoryLimit ?? (cfg.spec.profile === 'api-only' ? API_ONLY_MEMORY_LIMIT : undefined)),
       runDir: paths.runDir,
-      log,
       // /readyz is open to anonymous users (system:public-info-viewer).
-      ready: httpsReady({ url: `https://127.0.0.1:${cfg.spec.api.port}/readyz`, ca: pki.caCert }, 'kube-apiserver'),
+      ready: httpsReady({ url: `https://127.0.0.1:${cfg.spec.api.port}/readyz`, ca: pki.caCert }, KUBE_APISERVER),
     });
   }
 }

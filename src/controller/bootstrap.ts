@@ -6,7 +6,7 @@ import { httpsUrl } from '../base/addresses.ts';
 import { KubeApiError, type KubeClient, type KubeManifest } from '../kube/client.ts';
 import type { Logger } from '../base/log.ts';
 import type { PkiPaths } from '../pki/index.ts';
-import type { Component } from '../base/component.ts';
+import type { Component, ComponentContext } from '../base/component.ts';
 import type { ClusterConfig } from './config.ts';
 import { pollUntil } from '../base/probe.ts';
 
@@ -87,13 +87,17 @@ export const RETIRED_OBJECTS = ['/apis/rbac.authorization.k8s.io/v1/clusterroleb
 
 export class BootstrapComponent implements Component {
   readonly name = 'bootstrap';
+  private log!: Logger;
 
   constructor(
     private readonly cfg: ClusterConfig,
     private readonly pki: PkiPaths,
     private readonly kube: KubeClient,
-    private readonly log: Logger,
   ) {}
+
+  async init(ctx: ComponentContext): Promise<void> {
+    this.log = ctx.log;
+  }
 
   async ready(signal: AbortSignal): Promise<void> {
     const docs = bootstrapObjects(this.cfg, await readFile(this.pki.caCert, 'utf8'));

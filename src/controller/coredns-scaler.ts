@@ -4,7 +4,7 @@
 // replica starts on the second node as soon as it joins, instead of both piling onto the first
 // node that became Ready. The add-on's manifest leaves spec.replicas out, so the manifest applier
 // and this scaler never fight over it; the scaler writes it through the scale subresource.
-import type { Component, ComponentStatus } from '../base/component.ts';
+import type { Component, ComponentContext, ComponentStatus } from '../base/component.ts';
 import type { Logger } from '../base/log.ts';
 import { KubeApiError, type KubeClient } from '../kube/client.ts';
 import type { NodeWatchComponent } from './nodes.ts';
@@ -25,6 +25,7 @@ export function corednsReplicas(nodes: number, max: number): number {
 
 export class CorednsScalerComponent implements Component {
   readonly name = 'coredns-scaler';
+  private log!: Logger;
   private timer: NodeJS.Timeout | undefined;
   private unsubscribe: (() => void) | undefined;
   private running: Promise<void> | undefined;
@@ -34,8 +35,11 @@ export class CorednsScalerComponent implements Component {
     private readonly kube: KubeClient,
     private readonly nodes: NodeWatchComponent,
     private readonly max: number,
-    private readonly log: Logger,
   ) {}
+
+  async init(ctx: ComponentContext): Promise<void> {
+    this.log = ctx.log;
+  }
 
   async start(): Promise<void> {
     this.unsubscribe = this.nodes.onChange(() => void this.check());

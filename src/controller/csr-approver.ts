@@ -11,7 +11,7 @@ import type { Logger } from '../base/log.ts';
 import { unownedBy, type NodeDirectory } from '../konnectivity/server/claims.ts';
 import { resourcePath, type KubeClient } from '../kube/client.ts';
 import { Informer, type ListWatchOptions } from '../kube/informer.ts';
-import type { Component, ComponentStatus } from '../base/component.ts';
+import type { Component, ComponentContext, ComponentStatus } from '../base/component.ts';
 import { parseCsr, type CsrContents } from './csr-request.ts';
 import type { NodeWatchComponent } from './nodes.ts';
 import { NODE_NAME, tokenRefusal, WorkerTokenStore, type WorkerTokenRecord } from './worker-tokens.ts';
@@ -137,6 +137,7 @@ const RETRY_MS = 2000;
  */
 export class CsrApproverComponent implements Component {
   readonly name = 'csr-approver';
+  private log!: Logger;
   private readonly csrs: Informer<Csr>;
   private running = false;
   private queue: Promise<void> = Promise.resolve();
@@ -151,7 +152,6 @@ export class CsrApproverComponent implements Component {
   constructor(
     private readonly kube: KubeClient,
     private readonly nodes: NodeWatchComponent,
-    private readonly log: Logger,
     watch: ListWatchOptions = {},
   ) {
     const onError = (err: Error) => {
@@ -172,6 +172,10 @@ export class CsrApproverComponent implements Component {
       },
       onError,
     );
+  }
+
+  async init(ctx: ComponentContext): Promise<void> {
+    this.log = ctx.log;
   }
 
   async start(): Promise<void> {

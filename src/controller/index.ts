@@ -1,7 +1,7 @@
-// `kctl controller`: the control plane as an ordered list of components (k0s's shape).
+// `kctl controller`: the control plane as an ordered list of components (k0s's shape), built by controllerComponents().
 //   pki, stage (before the list), then: status socket -> storage (etcd|kine)
 //   -> konnectivity server -> kube-apiserver -> node watch -> bootstrap -> controller-lease -> join-server -> manifest applier
-//   -> coredns-scaler (unless CoreDNS is off) -> scheduler -> controller-manager -> csr-approver
+//   -> coredns-scaler (unless CoreDNS is off) -> scheduler -> controller-manager -> csr-approver -> kubelet-serving-check
 // The api-only profile (the Kubernetes API for CRDs and operators, no nodes): status socket ->
 //   storage -> kube-apiserver -> manifest applier -> controller-manager (its trimmed controller list).
 import { existsSync } from 'node:fs';
@@ -17,7 +17,7 @@ import { EtcdComponent, etcdClientUrl, type EtcdOptions } from '../etcd/etcd.ts'
 import { listMembers, type EtcdClientTls } from '../etcd/members.ts';
 import { messageOf, UserError } from '../base/errors.ts';
 import { datastoreIdentity, KineComponent } from '../etcd/kine.ts';
-import type { Component } from '../base/component.ts';
+import type { Component, ComponentStatus } from '../base/component.ts';
 import { httpsUrl } from '../base/addresses.ts';
 import { runUntilSignal } from '../base/lifecycle.ts';
 import { StatusServerComponent } from '../base/status-server.ts';
@@ -31,11 +31,11 @@ import { ensurePostgresDatabase, isPostgres } from '../etcd/postgres.ts';
 import { prepareTenant, type TenantLayout } from './tenants.ts';
 import { writeAddonStacks } from './addons.ts';
 import { CorednsScalerComponent } from './coredns-scaler.ts';
-import { ApiserverComponent } from './apiserver.ts';
+import { ApiserverComponent, KUBE_APISERVER } from './apiserver.ts';
 import { BootstrapComponent } from './bootstrap.ts';
 import { KonnectivityServerComponent } from './konnectivity.ts';
 import { CsrApproverComponent } from './csr-approver.ts';
-import { ControllerLeaseComponent } from './lease.ts';
+import { ControllerLeaseComponent, LiveControllers } from './lease.ts';
 import { joinController, leftMarker, type ControllerJoinState } from './join.ts';
 import { JoinServerComponent } from './join-server.ts';
 import { ManifestApplierComponent } from './manifests.ts';
@@ -46,7 +46,8 @@ import { KubeClient } from '../kube/client.ts';
 import { agentServers } from '../kube/controller-leases.ts';
 import { loadConfig, type ClusterConfig, type ConfigFlags } from './config.ts';
 import { controllerPaths, type ControllerPaths } from './paths.ts';
-import { ControllerManagerComponent, SchedulerComponent } from './scheduler.ts';
+import { ControllerManagerComponent, KUBE_CONTROLLER_MANAGER } from './controller-manager.ts';
+import { KUBE_SCHEDULER, SchedulerComponent } from './scheduler.ts';
 import type { ControllerStatusReport, StorageStatus } from './status.ts';
 
 export interface ControllerOptions extends ConfigFlags {
@@ -89,15 +90,15 @@ export function controllerPorts(cfg: ClusterConfig): Record<string, number> {
   const s = cfg.spec;
   const etcd: Record<string, number> =
     s.storage.type === 'etcd' ? { 'etcd client port': s.storage.etcd.clientPort, 'etcd peer port': s.storage.etcd.peerPort } : {};
-  if (s.profile === 'api-only') return { 'kube-apiserver': s.api.port, ...etcd, 'kube-controller-manager': s.controllerManager.port };
+  if (s.profile === 'api-only') return { [KUBE_APISERVER]: s.api.port, ...etcd, [KUBE_CONTROLLER_MANAGER]: s.controllerManager.port };
   return {
-    'kube-apiserver': s.api.port,
+    [KUBE_APISERVER]: s.api.port,
     'controller join endpoint': s.api.joinPort,
     'konnectivity agent port': s.konnectivity.agentPort,
     'konnectivity admin port': s.konnectivity.adminPort,
     ...etcd,
-    'kube-scheduler': s.scheduler.port,
-    'kube-controller-manager': s.controllerManager.port,
+    [KUBE_SCHEDULER]: s.scheduler.port,
+    [KUBE_CONTROLLER_MANAGER]: s.controllerManager.port,
   };
 }
 
@@ -111,71 +112,97 @@ export function localEtcd(cfg: ClusterConfig, pki: PkiPaths): EtcdClientTls {
   };
 }
 
-export function controllerComponents(
-  cfg: ClusterConfig,
-  paths: ControllerPaths,
-  pki: PkiPaths,
-  log: Logger,
-  joined: ControllerJoinState | null = null,
-): Component[] {
-  const child = (name: string) => componentLogger(log, name);
+/** Everything a controller's list of components is built from. */
+export interface ControllerRoleOptions {
+  cfg: ClusterConfig;
+  paths: ControllerPaths;
+  pki: PkiPaths;
+  /** Set when this controller joined a running cluster: its etcd member joins theirs. */
+  joined?: ControllerJoinState | null;
+}
+
+/**
+ * The controller's components in start order, the status socket first so `kctl status` shows
+ * progress while the rest come up. Components that talk are handed each other here: the live
+ * controllers (made first) to the konnectivity server, the reserved space and the lease; the
+ * konnectivity server's agents to the lease; the node watch to whatever judges nodes.
+ */
+export function controllerComponents(o: ControllerRoleOptions): Component[] {
+  const { cfg, paths, pki } = o;
   // The one API client of this process (admin credentials), shared by every component that calls the API.
   const kube = KubeClient.fromKubeconfig(pki.adminConf);
-  // One watch of Nodes: agent claims and serving CSRs are judged against it with the same rule,
-  // which keeps every controller's addresses and the cluster's virtual networks from any node.
-  const reserved = reservedSpace(cfg, { certificates: [pki.serverCert, pki.konnectivityCert], liveControllers: () => lease.liveControllers() });
-  const nodes = new NodeWatchComponent(kube, reserved, child('node-watch'));
   const storage =
     cfg.spec.storage.type === 'etcd'
-      ? new EtcdComponent(etcdOptions(cfg, paths, pki, joined), child('etcd'))
-      : new KineComponent(
-          {
-            binDir: paths.binDir,
-            runDir: paths.runDir,
-            dbDir: paths.kineDbDir,
-            socket: paths.kineSocket,
-            dataSource: cfg.spec.storage.kine.dataSource,
-          },
-          child('kine'),
-        );
-  if (cfg.spec.profile === 'api-only')
+      ? new EtcdComponent(etcdOptions(cfg, paths, pki, o.joined ?? null))
+      : new KineComponent({
+          binDir: paths.binDir,
+          runDir: paths.runDir,
+          dbDir: paths.kineDbDir,
+          socket: paths.kineSocket,
+          dataSource: cfg.spec.storage.kine.dataSource,
+        });
+  if (cfg.spec.profile === 'api-only') {
+    const status = new StatusServerComponent<ControllerStatusReport>(paths.statusSocket, async (components) => ({
+      ...processReport(components),
+      storage: await storageStatus(cfg, pki),
+    }));
     return [
+      status,
       storage,
-      new ApiserverComponent(cfg, paths, pki, child('kube-apiserver'), { egress: false }),
+      new ApiserverComponent(cfg, paths, pki, { egress: false }),
       // Operators' stacks under <data-dir>/manifests/<stack>/ (CRDs, RBAC): kctl writes no add-ons here.
-      new ManifestApplierComponent(paths.manifestsDir, paths.dataDir, kube, child('manifest-applier')),
-      new ControllerManagerComponent(cfg, paths, pki, child('kube-controller-manager')),
+      new ManifestApplierComponent(paths.manifestsDir, paths.dataDir, kube),
+      new ControllerManagerComponent(cfg, paths, pki),
     ];
-  // This controller's lease, and every live controller's: the konnectivity server count follows them.
-  // It also lists the agents this server holds, so every controller's status shows each agent's servers.
-  const konnectivity: KonnectivityServerComponent = new KonnectivityServerComponent(cfg, paths, pki, kube, nodes, child('konnectivity-server'), () =>
-    lease.serverCount(),
-  );
-  const lease: ControllerLeaseComponent = new ControllerLeaseComponent(
-    cfg,
-    kube,
-    child('controller-lease'),
-    () => konnectivity.server?.agentIds() ?? [],
-  );
+  }
+  // Every live controller, as their leases say: the konnectivity server count follows them, and
+  // no node may own their addresses.
+  const controllers = new LiveControllers(cfg, kube);
+  // One watch of Nodes: agent claims and serving CSRs are judged against it with the same rule,
+  // which keeps every controller's addresses and the cluster's virtual networks from any node.
+  const reserved = reservedSpace(cfg, { certificates: [pki.serverCert, pki.konnectivityCert], controllers });
+  const nodes = new NodeWatchComponent(kube, reserved);
+  const konnectivity = new KonnectivityServerComponent(cfg, paths, pki, kube, nodes, controllers);
+  // This controller's lease lists the agents its konnectivity server holds, so every controller's status shows each agent's servers.
+  const lease = new ControllerLeaseComponent({ cfg, kube, controllers, agents: konnectivity });
+  const servingCheck = new KubeletServingCheckComponent(pki, paths.konnectivitySocket, nodes);
+  const status = new StatusServerComponent<ControllerStatusReport>(paths.statusSocket, async (components) => {
+    const live = controllers.liveControllers();
+    return {
+      ...processReport(components),
+      konnectivity: konnectivity.snapshot(),
+      controllers: live,
+      agentServers: agentServers(live),
+      storage: await storageStatus(cfg, pki),
+      addressConflicts: nodes.conflicts(),
+      kubeletServing: servingCheck.report(),
+    };
+  });
   return [
+    status,
     storage,
     // Before kube-apiserver: its egress selector dials this server's unix socket.
     konnectivity,
-    new ApiserverComponent(cfg, paths, pki, child('kube-apiserver'), { egress: true }),
+    new ApiserverComponent(cfg, paths, pki, { egress: true }),
     nodes,
-    new BootstrapComponent(cfg, pki, kube, child('bootstrap')),
+    new BootstrapComponent(cfg, pki, kube),
     lease,
     // Other controllers join through this one (kctl controller --token-file).
-    new JoinServerComponent(cfg, pki, kube, cfg.spec.storage.type === 'etcd' ? localEtcd(cfg, pki) : undefined, child('join-server')),
+    new JoinServerComponent(cfg, pki, kube, cfg.spec.storage.type === 'etcd' ? localEtcd(cfg, pki) : undefined),
     // kctl's add-on stacks (written before the start) and operators' stacks under <data-dir>/manifests/<stack>/.
-    new ManifestApplierComponent(paths.manifestsDir, paths.dataDir, kube, child('manifest-applier')),
-    ...(cfg.spec.addons.coredns.enabled ? [new CorednsScalerComponent(kube, nodes, cfg.spec.addons.coredns.replicas, child('coredns-scaler'))] : []),
-    new SchedulerComponent(cfg, paths, pki, child('kube-scheduler')),
-    new ControllerManagerComponent(cfg, paths, pki, child('kube-controller-manager')),
-    new CsrApproverComponent(kube, nodes, child('csr-approver')),
+    new ManifestApplierComponent(paths.manifestsDir, paths.dataDir, kube),
+    ...(cfg.spec.addons.coredns.enabled ? [new CorednsScalerComponent(kube, nodes, cfg.spec.addons.coredns.replicas)] : []),
+    new SchedulerComponent(cfg, paths, pki),
+    new ControllerManagerComponent(cfg, paths, pki),
+    new CsrApproverComponent(kube, nodes),
     // Which CA each kubelet's serving certificate comes from, while an older cluster's nodes move over.
-    new KubeletServingCheckComponent(pki, paths.konnectivitySocket, nodes, child('kubelet-serving-check')),
+    servingCheck,
   ];
+}
+
+/** What every controller's status report starts with: this process and its components. */
+function processReport(components: ComponentStatus[]): Pick<ControllerStatusReport, 'role' | 'version' | 'pid' | 'uptimeSeconds' | 'components'> {
+  return { role: 'controller', version: KCTL_VERSION, pid: process.pid, uptimeSeconds: Math.round(process.uptime()), components };
 }
 
 /** The etcd members (asked with a short timeout: status must answer without quorum too), or kine's datastore. */
@@ -188,7 +215,6 @@ async function storageStatus(cfg: ClusterConfig, pki: PkiPaths): Promise<Storage
   }
 }
 
-/** Prepares the data dir; with initOnly, exits after; otherwise runs until SIGTERM/SIGINT. */
 /** A tenant already running is named as such; then its record (ports, database), made on its first start. */
 async function startTenant(tenant: NonNullable<ControllerOptions['tenant']>, cfg: ClusterConfig, log: Logger): Promise<ClusterConfig> {
   const running = await liveOwner(tenant.dataDir);
@@ -199,6 +225,7 @@ async function startTenant(tenant: NonNullable<ControllerOptions['tenant']>, cfg
   return (await prepareTenant(tenant, cfg, tenant.portRange, componentLogger(log, 'tenant'))).cfg;
 }
 
+/** Prepares the data dir; with initOnly, exits after; otherwise runs until SIGTERM/SIGINT. */
 export async function runController(opts: ControllerOptions, log: Logger): Promise<void> {
   let cfg = await loadConfig(opts.configFile, { ...opts, tenantName: opts.tenant?.name });
   const paths = controllerPaths(opts.dataDir, opts.runDir, opts.tenant?.binDir);
@@ -260,30 +287,9 @@ async function prepareAndRun(
     return;
   }
 
-  const components = controllerComponents(cfg, paths, pki, log, joined);
-  const konnectivity = components.find((c): c is KonnectivityServerComponent => c instanceof KonnectivityServerComponent);
-  const lease = components.find((c): c is ControllerLeaseComponent => c instanceof ControllerLeaseComponent);
-  const nodes = components.find((c): c is NodeWatchComponent => c instanceof NodeWatchComponent);
-  const servingCheck = components.find((c): c is KubeletServingCheckComponent => c instanceof KubeletServingCheckComponent);
-  let manager: ComponentManager | undefined;
-  const status = new StatusServerComponent<ControllerStatusReport>(paths.statusSocket, async () => {
-    const controllers = lease?.liveControllers();
-    return {
-      role: 'controller',
-      version: KCTL_VERSION,
-      pid: process.pid,
-      uptimeSeconds: Math.round(process.uptime()),
-      components: manager?.status().filter((c) => c.name !== 'status') ?? [],
-      konnectivity: konnectivity?.server?.snapshot(),
-      controllers,
-      agentServers: controllers && agentServers(controllers),
-      storage: await storageStatus(cfg, pki),
-      addressConflicts: nodes?.conflicts(),
-      kubeletServing: servingCheck?.report(),
-    };
+  const manager = new ComponentManager(controllerComponents({ cfg, paths, pki, joined }), componentLogger(log, 'manager'), {
+    onProgress: (text) => notifier?.status(text),
   });
-  // The status socket comes first, so `kctl status` shows progress while components come up.
-  manager = new ComponentManager([status, ...components], componentLogger(log, 'manager'), { onProgress: (text) => notifier?.status(text) });
   log.info({ address: cfg.spec.api.address, port: cfg.spec.api.port, storage: cfg.spec.storage.type }, 'starting controller');
   const url = httpsUrl(cfg.spec.api.address, cfg.spec.api.port);
   await runUntilSignal(manager, log, {

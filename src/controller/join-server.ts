@@ -12,7 +12,7 @@ import { readFile } from 'node:fs/promises';
 import { createServer, type Server } from 'node:https';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { join } from 'node:path';
-import type { Component } from '../base/component.ts';
+import type { Component, ComponentContext } from '../base/component.ts';
 import { httpsUrl, joinHostPort } from '../base/addresses.ts';
 import type { Logger } from '../base/log.ts';
 import { datastoreIdentity } from '../etcd/kine.ts';
@@ -95,6 +95,7 @@ export function configMismatch(cfg: ClusterConfig, req: JoinRequest): string | n
 
 export class JoinServerComponent implements Component {
   readonly name = 'join-server';
+  private log!: Logger;
   private server: Server | undefined;
   /** One etcd membership change at a time. */
   private queue: Promise<unknown> = Promise.resolve();
@@ -108,9 +109,12 @@ export class JoinServerComponent implements Component {
     private readonly pki: PkiPaths,
     kube: KubeClient,
     private readonly etcd: EtcdClientTls | undefined,
-    private readonly log: Logger,
   ) {
     this.tokens = new ControllerTokenStore(kube);
+  }
+
+  async init(ctx: ComponentContext): Promise<void> {
+    this.log = ctx.log;
   }
 
   async start(): Promise<void> {

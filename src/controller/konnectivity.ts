@@ -10,7 +10,8 @@ import type { KubeClient } from '../kube/client.ts';
 import { serviceAccountTokenReview } from '../kube/token-review.ts';
 import type { Logger } from '../base/log.ts';
 import type { PkiPaths } from '../pki/index.ts';
-import type { Component, ComponentStatus } from '../base/component.ts';
+import type { Component, ComponentContext, ComponentStatus } from '../base/component.ts';
+import type { HeldAgents } from './lease.ts';
 import type { ClusterConfig } from './config.ts';
 import type { ControllerPaths } from './paths.ts';
 import { messageOf } from '../base/errors.ts';
@@ -47,9 +48,10 @@ export function tokenReview(kube: KubeClient): TokenReview {
   return serviceAccountTokenReview(kube, 'system:konnectivity-server', AGENT_SERVICE_ACCOUNT);
 }
 
-export class KonnectivityServerComponent implements Component {
+export class KonnectivityServerComponent implements Component, HeldAgents {
   readonly name = 'konnectivity-server';
-  server: KonnectivityServer | null = null;
+  private server: KonnectivityServer | null = null;
+  private log!: Logger;
   private startedAt = 0;
   private lastError: string | undefined;
 
@@ -59,13 +61,23 @@ export class KonnectivityServerComponent implements Component {
     private readonly pki: PkiPaths,
     private readonly kube: KubeClient,
     private readonly nodes: NodeDirectory,
-    private readonly log: Logger,
     /** The live controllers (their leases): the server count every agent is told. */
-    private readonly serverCount: () => number = () => 1,
+    private readonly controllers: { serverCount(): number },
   ) {}
 
-  async init(): Promise<void> {
+  async init(ctx: ComponentContext): Promise<void> {
+    this.log = ctx.log;
     await writeEgressSelectorConfig(this.paths, this.cfg.spec.konnectivity.proxyProtocol);
+  }
+
+  /** The agents the server holds now (none before it runs). */
+  agentIds(): string[] {
+    return this.server?.agentIds() ?? [];
+  }
+
+  /** The tunnel's state for `kctl status`, once the server runs. */
+  snapshot(): ReturnType<KonnectivityServer['snapshot']> | undefined {
+    return this.server?.snapshot();
   }
 
   async start(): Promise<void> {
@@ -82,7 +94,7 @@ export class KonnectivityServerComponent implements Component {
       trustedAgents: trustedAgents(this.cfg),
       // A dial no agent may serve fails; it never goes to "any agent" (a node must not draw traffic it does not own).
       proxyStrategies: ['destHost'],
-      serverCount: this.serverCount,
+      serverCount: () => this.controllers.serverCount(),
       log: this.log,
     });
     try {

@@ -10,7 +10,7 @@ import { connect as tlsConnect } from 'node:tls';
 import { joinHostPort } from '../base/addresses.ts';
 import { writeFileAtomic } from '../base/fs.ts';
 import type { Logger } from '../base/log.ts';
-import type { Component, ComponentStatus } from '../base/component.ts';
+import type { Component, ComponentContext, ComponentStatus } from '../base/component.ts';
 import { dialViaProxy } from '../konnectivity/client.ts';
 import type { PkiPaths } from '../pki/index.ts';
 import type { NodeWatchComponent } from './nodes.ts';
@@ -68,6 +68,7 @@ async function peerCertificate(udsPath: string, address: string, serverName: str
 
 export class KubeletServingCheckComponent implements Component {
   readonly name = 'kubelet-serving-check';
+  private log!: Logger;
   private timer: NodeJS.Timeout | undefined;
   private running: Promise<void> | undefined;
   private last: Omit<KubeletServingStatus, 'trusted'> = { onClusterCa: [], unchecked: [] };
@@ -79,9 +80,12 @@ export class KubeletServingCheckComponent implements Component {
     private readonly pki: PkiPaths,
     private readonly konnectivitySocket: string,
     private readonly nodes: NodeWatchComponent,
-    private readonly log: Logger,
   ) {
     this.startedMoved = existsSync(pki.kubeletServingMoved);
+  }
+
+  async init(ctx: ComponentContext): Promise<void> {
+    this.log = ctx.log;
   }
 
   async start(): Promise<void> {

@@ -1,9 +1,9 @@
 // This controller's presence in the cluster (kube/controller-leases.ts): it holds its Lease
 // while it runs (renewed every 10 s, and within a second of its agent set changing; deleted on
-// stop) and watches the others', so its konnectivity server announces the number of live
-// controllers as the server count, and `kctl status` can say which controllers are alive and
-// which agents each holds.
-import type { Component, ComponentStatus } from '../base/component.ts';
+// stop) and watches the others' (LiveControllers, handed to whoever reads them), so its
+// konnectivity server announces the number of live controllers as the server count, and
+// `kctl status` can say which controllers are alive and which agents each holds.
+import type { Component, ComponentContext, ComponentStatus } from '../base/component.ts';
 import type { Logger } from '../base/log.ts';
 import {
   controllerLease,
@@ -22,32 +22,32 @@ import { messageOf } from '../base/errors.ts';
 /** An agent set as one comparable string. */
 const agentKey = (agents: string[]): string => [...agents].sort().join(',');
 
-export class ControllerLeaseComponent implements Component {
-  readonly name = 'controller-lease';
+/** The agents this controller's konnectivity server holds now: what its lease lists. */
+export interface HeldAgents {
+  agentIds(): string[];
+}
+
+/**
+ * Every live controller as the leases say: made before the components that read it (the
+ * konnectivity server's count, the reserved space, the status) and handed to each of them. The
+ * lease component runs its watch, after its first renewal.
+ */
+export class LiveControllers {
   private readonly leaseName: string;
   private readonly watch: ControllerLeaseWatch;
-  private timer: NodeJS.Timeout | undefined;
-  private lastError: string | undefined;
   private live: LiveController[] = [];
-  private renewedAt = 0;
-  private renewedAgents = '';
-  private renewing: Promise<void> | undefined;
+  private log: Logger | undefined;
+  private onError: (message: string) => void = () => undefined;
 
-  constructor(
-    private readonly cfg: ClusterConfig,
-    private readonly kube: KubeClient,
-    private readonly log: Logger,
-    /** The agent ids this controller's konnectivity server holds now. */
-    private readonly agents: () => string[] = () => [],
-  ) {
+  constructor(cfg: ClusterConfig, kube: KubeClient) {
     this.leaseName = controllerLeaseName(cfg.spec.api.address);
     this.watch = new ControllerLeaseWatch(
       kube,
       (live) => {
         this.live = live;
-        this.log.info({ controllers: live.map((c) => c.name) }, `${live.length} live controller(s)`);
+        this.log?.info({ controllers: live.map((c) => c.name) }, `${live.length} live controller(s)`);
       },
-      (err) => (this.lastError = err.message),
+      (err) => this.onError(err.message),
     );
   }
 
@@ -61,23 +61,62 @@ export class ControllerLeaseComponent implements Component {
     return this.watch.synced ? this.watch.live() : this.live;
   }
 
+  /** Watches the leases; changes are logged to `log`, the watch's errors go to `onError`. */
+  start(log: Logger, onError: (message: string) => void): void {
+    this.log = log;
+    this.onError = onError;
+    this.watch.start();
+  }
+
+  stop(): Promise<void> {
+    return this.watch.stop();
+  }
+}
+
+export interface ControllerLeaseOptions {
+  cfg: ClusterConfig;
+  kube: KubeClient;
+  /** Watched from the start on (the lease goes first: this controller is one of them). */
+  controllers: LiveControllers;
+  /** Listed in the lease, rewritten within a second of a change. */
+  agents: HeldAgents;
+}
+
+export class ControllerLeaseComponent implements Component {
+  readonly name = 'controller-lease';
+  private readonly leaseName: string;
+  private log!: Logger;
+  private timer: NodeJS.Timeout | undefined;
+  private lastError: string | undefined;
+  private renewedAt = 0;
+  private renewedAgents = '';
+  private renewing: Promise<void> | undefined;
+
+  constructor(private readonly o: ControllerLeaseOptions) {
+    this.leaseName = controllerLeaseName(o.cfg.spec.api.address);
+  }
+
+  async init(ctx: ComponentContext): Promise<void> {
+    this.log = ctx.log;
+  }
+
   async start(): Promise<void> {
     await this.renew();
     // Checked every second, written only when due or when the agent set changed.
     this.timer = setInterval(() => {
       if (this.renewing) return;
-      if (Date.now() - this.renewedAt < RENEW_EVERY_MS && agentKey(this.agents()) === this.renewedAgents) return;
+      if (Date.now() - this.renewedAt < RENEW_EVERY_MS && agentKey(this.o.agents.agentIds()) === this.renewedAgents) return;
       this.renewing = this.renew().finally(() => (this.renewing = undefined));
     }, 1000);
-    this.watch.start();
+    this.o.controllers.start(this.log, (message) => (this.lastError = message));
   }
 
   async stop(): Promise<void> {
     clearInterval(this.timer);
     await this.renewing;
-    await this.watch.stop();
+    await this.o.controllers.stop();
     // Leaving on purpose: the others' server counts and the agents follow at once, not after 30 s.
-    await this.kube.request('DELETE', `${LEASES_PATH}/${this.leaseName}`).catch(() => undefined);
+    await this.o.kube.request('DELETE', `${LEASES_PATH}/${this.leaseName}`).catch(() => undefined);
   }
 
   status(): Partial<ComponentStatus> {
@@ -85,10 +124,10 @@ export class ControllerLeaseComponent implements Component {
   }
 
   private async renew(): Promise<void> {
-    const agents = this.agents();
-    const lease = controllerLease(this.leaseName, { apiServer: apiServerUrl(this.cfg), konnectivity: konnectivityAddress(this.cfg), agents });
+    const agents = this.o.agents.agentIds();
+    const lease = controllerLease(this.leaseName, { apiServer: apiServerUrl(this.o.cfg), konnectivity: konnectivityAddress(this.o.cfg), agents });
     try {
-      await this.kube.apply(lease, { fieldManager: 'kctl', force: true });
+      await this.o.kube.apply(lease, { fieldManager: 'kctl', force: true });
       this.renewedAt = Date.now();
       this.renewedAgents = agentKey(agents);
       this.lastError = undefined;

@@ -13,7 +13,7 @@ import { constants as fsConstants, watch, type FSWatcher } from 'node:fs';
 import { lstat, mkdir, open, readFile, readdir, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import { parseAllDocuments } from 'yaml';
-import type { Component, ComponentStatus } from '../base/component.ts';
+import type { Component, ComponentContext, ComponentStatus } from '../base/component.ts';
 import { writeFileAtomic } from '../base/fs.ts';
 import type { Logger } from '../base/log.ts';
 import { KubeApiError, type KubeClient, type KubeManifest } from '../kube/client.ts';
@@ -133,6 +133,7 @@ export async function readStackFiles(dir: string, stack: string): Promise<StackF
 
 export class ManifestApplierComponent implements Component {
   readonly name = 'manifest-applier';
+  private log!: Logger;
   private readonly kinds: KindResolver;
   private readonly stateFile: string;
   private watcher: FSWatcher | undefined;
@@ -153,10 +154,13 @@ export class ManifestApplierComponent implements Component {
     private readonly dir: string,
     dataDir: string,
     private readonly kube: KubeClient,
-    private readonly log: Logger,
   ) {
     this.kinds = new KindResolver(kube);
     this.stateFile = join(dataDir, 'manifest-state.json');
+  }
+
+  async init(ctx: ComponentContext): Promise<void> {
+    this.log = ctx.log;
   }
 
   async start(): Promise<void> {

@@ -7,7 +7,7 @@
 // name, the first keeps it while it keeps reporting it, and the conflict is shown (kctl status,
 // a Warning event on both Nodes). Order is what this watch saw; on its first list (a controller
 // start) the older Node counts as the first reporter.
-import type { Component, ComponentStatus } from '../base/component.ts';
+import type { Component, ComponentContext, ComponentStatus } from '../base/component.ts';
 import type { Logger } from '../base/log.ts';
 import type { NodeDirectory, NodeRecord, ReservedSpace } from '../konnectivity/server/claims.ts';
 import { canonicalIdentifier, ownedBy } from '../konnectivity/server/claims.ts';
@@ -43,6 +43,7 @@ const byAge = (a: KubeNode, b: KubeNode): number =>
 
 export class NodeWatchComponent implements Component, NodeDirectory {
   readonly name = 'node-watch';
+  private log: Logger | undefined;
   private readonly informer: Informer<KubeNode>;
   private readonly listeners = new Set<NodeChangeListener>();
   /** node -> (value it reports -> when this watch first saw it report it). */
@@ -57,7 +58,6 @@ export class NodeWatchComponent implements Component, NodeDirectory {
   constructor(
     private readonly kube: KubeClient,
     readonly reserved: ReservedSpace | undefined = undefined,
-    private readonly log: Logger | undefined = undefined,
     watch: ListWatchOptions = {},
   ) {
     this.informer = new Informer<KubeNode>(
@@ -177,6 +177,10 @@ export class NodeWatchComponent implements Component, NodeDirectory {
   onChange(listener: NodeChangeListener): () => void {
     this.listeners.add(listener);
     return () => this.listeners.delete(listener);
+  }
+
+  async init(ctx: ComponentContext): Promise<void> {
+    this.log = ctx.log;
   }
 
   async start(): Promise<void> {

@@ -24,7 +24,7 @@ export interface ReservedSources {
   /** This controller's serving certificates (kube-apiserver, konnectivity): their SANs are its names. */
   certificates: string[];
   /** The live controllers, as their leases say now. */
-  liveControllers: () => LiveController[];
+  controllers: { liveControllers(): LiveController[] };
 }
 
 export function reservedSpace(cfg: ClusterConfig, sources: ReservedSources): ReservedSpace {
@@ -34,7 +34,7 @@ export function reservedSpace(cfg: ClusterConfig, sources: ReservedSources): Res
   return {
     isController(value: string): boolean {
       if (ownNames().has(value)) return true;
-      return sources.liveControllers().some((c) => {
+      return sources.controllers.liveControllers().some((c) => {
         const hosts = [urlHost(c.apiServer), splitHostPort(c.konnectivity)?.host ?? ''];
         return hosts.some((h) => canonicalIdentifier(h) === value);
       });

@@ -7,14 +7,26 @@ import type { Logger } from '../base/log.ts';
 import { cleanupStalePidFile } from '../supervisor/pidfile.ts';
 import { removeTree } from '../base/fs.ts';
 import { removeRunDir } from '../supervisor/run-dir.ts';
+import { ETCD } from '../etcd/etcd.ts';
+import { KINE } from '../etcd/kine.ts';
+import { KUBE_APISERVER } from './apiserver.ts';
+import { KUBE_CONTROLLER_MANAGER } from './controller-manager.ts';
 import type { ControllerPaths } from './paths.ts';
+import { KUBE_SCHEDULER } from './scheduler.ts';
 
-/** Supervised children, last started first: pid file <run-dir>/<name>.pid, binary <bin>/<name>. */
-export const CONTROLLER_CHILDREN = ['kube-controller-manager', 'kube-scheduler', 'kube-apiserver', 'kine', 'etcd'] as const;
+/**
+ * Every program a controller may supervise, in start order (storage is etcd or kine): pid file
+ * <run-dir>/<name>.pid, binary <bin>/<name>. The names are the components' own constants; a unit
+ * test builds every profile's list and fails when a supervised component is missing here.
+ */
+export const CONTROLLER_PROGRAMS = [ETCD, KINE, KUBE_APISERVER, KUBE_SCHEDULER, KUBE_CONTROLLER_MANAGER] as const;
 
-/** A pid file naming a live process that does not run our staged binary is dropped, the process left alone. */
+/**
+ * Stops the programs a crashed kctl left, last started first. A pid file naming a live process
+ * that does not run our staged binary is dropped, the process left alone.
+ */
 export async function stopControllerLeftovers(paths: ControllerPaths, log: Logger, stopTimeoutMs = 10_000): Promise<void> {
-  for (const name of CONTROLLER_CHILDREN) {
+  for (const name of [...CONTROLLER_PROGRAMS].reverse()) {
     await cleanupStalePidFile(join(paths.runDir, `${name}.pid`), join(paths.binDir, name), stopTimeoutMs, log);
   }
 }

@@ -5,7 +5,7 @@ import { hostname } from 'node:os';
 import { join } from 'node:path';
 import { httpsUrl } from '../base/addresses.ts';
 import { componentFlags } from '../base/argv.ts';
-import type { Logger } from '../base/log.ts';
+import type { ComponentContext } from '../base/component.ts';
 import { httpsReady } from '../base/probe.ts';
 import { Supervisor } from '../supervisor/process.ts';
 
@@ -70,17 +70,16 @@ export function etcdArgs(o: EtcdOptions): string[] {
   ).filter((a) => a !== '--listen-metrics-urls=');
 }
 
+/** The program: its binary in <bin>, its pid file in <run>, its component's name. */
+export const ETCD = 'etcd';
+
 export class EtcdComponent extends Supervisor {
-  constructor(
-    private readonly o: EtcdOptions,
-    log: Logger,
-  ) {
+  constructor(private readonly o: EtcdOptions) {
     super({
-      name: 'etcd',
-      binary: join(o.binDir, 'etcd'),
+      name: ETCD,
+      binary: join(o.binDir, ETCD),
       args: etcdArgs(o),
       runDir: o.runDir,
-      log,
       ready: httpsReady(
         {
           url: `${etcdClientUrl(o.clientPort)}/health`,
@@ -89,14 +88,14 @@ export class EtcdComponent extends Supervisor {
           key: o.certs.clientKey,
           expect: (status, body) => status === 200 && body.includes('"health":"true"'),
         },
-        'etcd',
+        ETCD,
       ),
     });
   }
 
-  override async init(): Promise<void> {
+  override async init(ctx?: ComponentContext): Promise<void> {
     await mkdir(this.o.dataDir, { recursive: true, mode: 0o700 });
     await chmod(this.o.dataDir, 0o700);
-    await super.init();
+    await super.init(ctx);
   }
 }

@@ -4,7 +4,7 @@ import { execa } from 'execa';
 import { existsSync } from 'node:fs';
 import { mkdir, rm } from 'node:fs/promises';
 import { join } from 'node:path';
-import type { Logger } from '../base/log.ts';
+import type { ComponentContext } from '../base/component.ts';
 import { pollUntil } from '../base/probe.ts';
 import { Supervisor } from '../supervisor/process.ts';
 
@@ -77,7 +77,7 @@ function kineReady(o: KineOptions): (signal: AbortSignal) => Promise<void> {
   return (signal) =>
     pollUntil(
       signal,
-      'kine',
+      KINE,
       async () => {
         // A fresh key each time: kine, like kube-apiserver's use of etcd, only creates with a plain put.
         // etcdctl's gRPC client waits a second before it retries a socket that was not there yet.
@@ -94,14 +94,14 @@ function kineReady(o: KineOptions): (signal: AbortSignal) => Promise<void> {
     ); // kine is up in well under a second, and kube-apiserver waits for this
 }
 
+/** The program: its binary in <bin>, its pid file in <run>, its component's name. */
+export const KINE = 'kine';
+
 export class KineComponent extends Supervisor {
-  constructor(
-    private readonly o: KineOptions,
-    log: Logger,
-  ) {
+  constructor(private readonly o: KineOptions) {
     super({
-      name: 'kine',
-      binary: join(o.binDir, 'kine'),
+      name: KINE,
+      binary: join(o.binDir, KINE),
       // No metrics listener: a fixed :8080 would collide between controllers on one host.
       args: [`--listen-address=${kineEndpoint(o.socket)}`, '--metrics-bind-address=0', '--log-format=json'],
       // kine's --endpoint flag reads KINE_ENDPOINT: a database password in the environment is
@@ -109,14 +109,13 @@ export class KineComponent extends Supervisor {
       env: { KINE_ENDPOINT: kineDataSource(o) },
       secrets: dataSourceSecrets(o.dataSource),
       runDir: o.runDir,
-      log,
       ready: kineReady(o),
     });
   }
 
-  override async init(): Promise<void> {
+  override async init(ctx?: ComponentContext): Promise<void> {
     if (!this.o.dataSource) await mkdir(this.o.dbDir, { recursive: true, mode: 0o700 });
     await rm(this.o.socket, { force: true }); // a socket left by a killed kine blocks the bind
-    await super.init();
+    await super.init(ctx);
   }
 }

@@ -11,8 +11,8 @@ import { constants as fsConstants, existsSync } from 'node:fs';
 import { access, mkdir } from 'node:fs/promises';
 import { isAbsolute, join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { componentLogger, type Logger } from '../base/log.ts';
-import type { Component, ComponentState, ComponentStatus } from '../base/component.ts';
+import type { Logger } from '../base/log.ts';
+import type { Component, ComponentContext, ComponentState, ComponentStatus } from '../base/component.ts';
 import { LineSplitter, parseChildLine } from './output.ts';
 import { cleanupStalePidFile, removePidFile, writePidFile } from './pidfile.ts';
 import { settlesWithin, untilAborted } from '../base/wait.ts';
@@ -30,7 +30,7 @@ export interface BackoffOptions {
 }
 
 export interface SupervisorOptions {
-  /** Component name; also the `component` field of every log line. */
+  /** Component name: the program's name, its pid file's, and (by the manager) its logger's. */
   name: string;
   /** Absolute path. */
   binary: string;
@@ -40,7 +40,8 @@ export interface SupervisorOptions {
   cwd?: string;
   /** Pid file at <runDir>/<name>.pid. */
   runDir: string;
-  log: Logger;
+  /** Outside a component manager (tests, fixtures): the logger, used as given. Under one, the manager's at init. */
+  log?: Logger;
   /** SIGTERM, then SIGKILL after this long. Default 10 s. */
   stopTimeoutMs?: number;
   /** Default 1 s, doubling, capped at 30 s, reset after 60 s of healthy running. */
@@ -98,7 +99,7 @@ export class Supervisor implements Component {
   readonly pidFile: string;
 
   private readonly opts: SupervisorOptions;
-  private readonly log: Logger;
+  private contextLog: Logger | undefined;
   private readonly stopTimeoutMs: number;
   private readonly backoff: BackoffOptions;
   private state: ComponentState = 'pending';
@@ -122,14 +123,21 @@ export class Supervisor implements Component {
     this.name = opts.name;
     this.readyTimeoutMs = opts.readyTimeoutMs;
     this.pidFile = join(opts.runDir, `${opts.name}.pid`);
-    // Callers often hand in componentLogger(log, name) already; a second binding would repeat the field.
-    this.log = opts.log.bindings().component === opts.name ? opts.log : componentLogger(opts.log, opts.name);
     this.stopTimeoutMs = opts.stopTimeoutMs ?? DEFAULTS.stopTimeoutMs;
     this.backoff = opts.backoff ?? DEFAULTS.backoff;
     this.nextDelayMs = this.backoff.initialMs;
   }
 
-  async init(): Promise<void> {
+  /** The manager's logger for this component, or the one given outside a manager. */
+  protected get log(): Logger {
+    const log = this.opts.log ?? this.contextLog;
+    if (!log) throw new Error(`${this.name}: no logger; run it under a component manager (init) or pass log`);
+    return log;
+  }
+
+  /** Also run again by start() without a context: the manager's logger stays. */
+  async init(ctx?: ComponentContext): Promise<void> {
+    if (ctx) this.contextLog = ctx.log;
     await mkdir(this.opts.runDir, { recursive: true, mode: 0o755 });
   }
 

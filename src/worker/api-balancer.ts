@@ -9,8 +9,10 @@
 // serving certificate names 127.0.0.1 on every controller.
 import { connect, createServer, type Server, type Socket } from 'node:net';
 import { joinHostPort, urlHost } from '../base/addresses.ts';
-import type { Component, ComponentStatus } from '../base/component.ts';
+import type { Component, ComponentContext, ComponentStatus } from '../base/component.ts';
 import type { Logger } from '../base/log.ts';
+import type { LiveController } from '../kube/controller-leases.ts';
+import type { ControllerFollower } from './controller-watch.ts';
 import { httpsGet } from '../base/probe.ts';
 import { messageOf } from '../base/errors.ts';
 
@@ -52,15 +54,26 @@ function upstreamOf(url: string): Upstream | null {
   return { url: u.origin, host: urlHost(url), port: Number(u.port || 443), healthy: false, sockets: new Set() };
 }
 
-export class ApiBalancerComponent implements Component {
+export class ApiBalancerComponent implements Component, ControllerFollower {
   readonly name = 'api-balancer';
   private server: Server | undefined;
   private timer: NodeJS.Timeout | undefined;
   private upstreams: Upstream[] = [];
   private next = 0;
 
-  constructor(private readonly o: { caFile: string; apiServers: string[]; log: Logger; port?: number }) {
-    this.setUpstreams(o.apiServers);
+  private log!: Logger;
+
+  constructor(private readonly o: { caFile: string; apiServers: string[]; port?: number }) {}
+
+  /** The join token's API servers to start with, logged as joining. */
+  async init(ctx: ComponentContext): Promise<void> {
+    this.log = ctx.log;
+    this.setUpstreams(this.o.apiServers);
+  }
+
+  /** Every live controller's API server is an upstream. */
+  controllersChanged(live: LiveController[]): void {
+    this.setUpstreams(live.map((c) => c.apiServer));
   }
 
   /** The API servers now (from the controllers' leases); an empty list keeps the current ones. */
@@ -69,11 +82,11 @@ export class ApiBalancerComponent implements Component {
     if (wanted.length === 0) return;
     const keep = this.upstreams.filter((u) => wanted.some((w) => w.url === u.url));
     for (const gone of this.upstreams.filter((u) => !keep.includes(u))) {
-      this.o.log.info({ upstream: gone.url }, 'API server left the cluster; closing its connections');
+      this.log.info({ upstream: gone.url }, 'API server left the cluster; closing its connections');
       for (const s of gone.sockets) s.destroy();
     }
     const added = wanted.filter((w) => !keep.some((u) => u.url === w.url));
-    if (added.length) this.o.log.info({ added: added.map((u) => u.url) }, 'API servers joined the cluster');
+    if (added.length) this.log.info({ added: added.map((u) => u.url) }, 'API servers joined the cluster');
     this.upstreams = [...keep, ...added];
     void this.checkAll();
   }
@@ -136,9 +149,9 @@ export class ApiBalancerComponent implements Component {
     }
     if (healthy === u.healthy) return;
     u.healthy = healthy;
-    if (healthy) this.o.log.info({ upstream: u.url }, 'API server healthy');
+    if (healthy) this.log.info({ upstream: u.url }, 'API server healthy');
     else {
-      this.o.log.warn({ upstream: u.url, err: u.lastError }, 'API server unhealthy; moving its connections to the others');
+      this.log.warn({ upstream: u.url, err: u.lastError }, 'API server unhealthy; moving its connections to the others');
       for (const s of u.sockets) s.destroy();
     }
   }

@@ -5,14 +5,13 @@ import { mkdir, readdir, readFile } from 'node:fs/promises';
 import { mountsUnder, writeFileAtomic } from '../base/fs.ts';
 import { dirname, join } from 'node:path';
 import { execa } from 'execa';
-import type { Logger } from '../base/log.ts';
+import type { ComponentContext } from '../base/component.ts';
 import { CHILD_PATH, Supervisor } from '../supervisor/process.ts';
 import { PAUSE_IMAGE } from '../payload/images.ts';
 import type { WorkerPaths } from './paths.ts';
 
 export interface ContainerdOptions {
   paths: WorkerPaths;
-  log: Logger;
   sandboxImage?: string;
   /** containerd's own log level (debug, info, warn, error). Default info. */
   logLevel?: string;
@@ -107,27 +106,28 @@ disabled_plugins = [${DISABLED_PLUGINS.map(q).join(', ')}]
 `;
 }
 
+/** The program: its binary in <bin>, its pid file in <run>, its component's name. */
+export const CONTAINERD = 'containerd';
+
 export class ContainerdComponent extends Supervisor {
   readonly readyTimeoutMs = 60_000;
   private readonly paths: WorkerPaths;
   private readonly sandboxImage?: string;
   private readonly logLevel?: string;
   private readonly restrictOomScoreAdj?: boolean;
-  private readonly clog: Logger;
 
   constructor(opts: ContainerdOptions) {
     const { paths } = opts;
     const ctr = join(paths.binDir, 'ctr');
     super({
-      name: 'containerd',
-      binary: join(paths.binDir, 'containerd'),
+      name: CONTAINERD,
+      binary: join(paths.binDir, CONTAINERD),
       args: ['--config', paths.containerdConfig],
       // containerd finds containerd-shim-runc-v2 (and the shim finds runc) on PATH.
       env: { PATH: `${paths.binDir}:${CHILD_PATH}` },
       // Not kctl's 0077: runc's mknod of /dev/null would give 0600, which a container not run as root cannot open.
       umask: 0o022,
       runDir: paths.runDir,
-      log: opts.log,
       ready: async (signal) => {
         const r = await execa(ctr, ['--address', paths.containerdSocket, 'version'], {
           reject: false,
@@ -143,11 +143,10 @@ export class ContainerdComponent extends Supervisor {
     this.sandboxImage = opts.sandboxImage;
     this.logLevel = opts.logLevel;
     this.restrictOomScoreAdj = opts.restrictOomScoreAdj;
-    this.clog = opts.log;
   }
 
-  override async init(): Promise<void> {
-    await super.init();
+  override async init(ctx?: ComponentContext): Promise<void> {
+    await super.init(ctx);
     const p = this.paths;
     await mkdir(join(p.containerdRoot, 'tmp'), { recursive: true, mode: 0o711 });
     await mkdir(p.containerdState, { recursive: true, mode: 0o711 });
@@ -158,7 +157,7 @@ export class ContainerdComponent extends Supervisor {
     let restrictOomScoreAdj = this.restrictOomScoreAdj;
     if (restrictOomScoreAdj === undefined && !(await canLowerOomScore())) {
       restrictOomScoreAdj = true;
-      this.clog.warn("no CAP_SYS_RESOURCE: containers keep oom_score_adj >= containerd's own (restrict_oom_score_adj)");
+      this.log.warn("no CAP_SYS_RESOURCE: containers keep oom_score_adj >= containerd's own (restrict_oom_score_adj)");
     }
     await writeFileAtomic(
       p.containerdConfig,

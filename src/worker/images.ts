@@ -5,7 +5,7 @@ import { open, readdir } from 'node:fs/promises';
 import { join } from 'node:path';
 import { execa } from 'execa';
 import type { Logger } from '../base/log.ts';
-import type { Component } from '../base/component.ts';
+import type { Component, ComponentContext } from '../base/component.ts';
 import type { WorkerPaths } from './paths.ts';
 import { PAUSE_IMAGE } from '../payload/images.ts';
 import { reasonOf } from '../base/errors.ts';
@@ -103,7 +103,8 @@ export function parseImageList(stdout: string): Map<string, string> {
 
 export interface ImagesOptions {
   paths: WorkerPaths;
-  log: Logger;
+  /** Outside a component manager (e.g. a test importing once): the logger. Under one, the manager's at init. */
+  log?: Logger;
   /** Images to pin against kubelet's image GC (default: the pause image). */
   pinned?: readonly string[];
 }
@@ -117,10 +118,15 @@ export class ImagesComponent implements Component {
   readonly readyTimeoutMs = 300_000;
   private readonly ctr: string;
   private readonly pinned: readonly string[];
+  private contextLog: Logger | undefined;
 
   constructor(private readonly opts: ImagesOptions) {
     this.ctr = join(opts.paths.binDir, 'ctr');
     this.pinned = opts.pinned ?? [PAUSE_IMAGE];
+  }
+
+  async init(ctx: ComponentContext): Promise<void> {
+    this.contextLog = ctx.log;
   }
 
   async ready(signal: AbortSignal): Promise<void> {
@@ -129,7 +135,9 @@ export class ImagesComponent implements Component {
 
   /** Imports what is missing or changed; returns the tarballs it imported. */
   async importAll(signal?: AbortSignal): Promise<string[]> {
-    const { log, paths } = this.opts;
+    const { paths } = this.opts;
+    const log = this.opts.log ?? this.contextLog;
+    if (!log) throw new Error('images: no logger; run it under a component manager (init) or pass log');
     const files = (await readdir(paths.imagesDir).catch(() => [] as string[])).filter((f) => f.endsWith('.tar')).sort();
     let present = await this.listImages(signal);
     const imported: string[] = [];

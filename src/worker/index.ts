@@ -1,23 +1,22 @@
-// `kctl worker`: a node as an ordered list of components (k0s's shape).
-//   join -> stage -> containerd -> images -> kubelet -> network -> kube-proxy
-//   -> konnectivity agent (in-process, dials out to every controller) -> status socket
+// `kctl worker`: a node as an ordered list of components (k0s's shape), built by workerComponents().
+//   join, stage (before the list), then: status socket -> api-balancer -> containerd -> images
+//   -> kubelet -> network -> kube-proxy -> konnectivity agent (in-process, dials out to every
+//   controller) -> controller-watch (the live controllers, for the balancer and the agent)
 import { execa } from 'execa';
 import { existsSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import { hostname } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { splitHostPort, urlHost } from '../base/addresses.ts';
+import { urlHost } from '../base/addresses.ts';
 import { UserError } from '../base/errors.ts';
 import { runUntilSignal } from '../base/lifecycle.ts';
 import { StatusServerComponent, type StatusReport } from '../base/status-server.ts';
-import { KonnectivityAgent } from '../konnectivity/index.ts';
 import { KubeClient } from '../kube/client.ts';
-import { ControllerLeaseWatch, type LiveController } from '../kube/controller-leases.ts';
 import { API_BALANCER_PORT, API_BALANCER_URL, ApiBalancerComponent, type ApiBalancerStatus } from './api-balancer.ts';
 import { componentLogger, type Logger } from '../base/log.ts';
 import { stage } from '../payload/stage-child.ts';
-import type { Component, ComponentStatus } from '../base/component.ts';
+import type { Component } from '../base/component.ts';
 import { ComponentManager } from '../base/manager.ts';
 import { ownPids, requireHost } from '../host/checks.ts';
 import { SystemdNotifier } from '../supervisor/notify.ts';
@@ -25,7 +24,9 @@ import { refuseIfOwned, runOwning } from '../supervisor/owner.ts';
 import { prepareRunDir } from '../supervisor/run-dir.ts';
 import { writeFileAtomic } from '../base/fs.ts';
 import { KCTL_VERSION } from '../base/version.ts';
+import { AgentComponent } from './agent.ts';
 import { ContainerdComponent } from './containerd.ts';
+import { ControllerWatchComponent } from './controller-watch.ts';
 import { ImagesComponent } from './images.ts';
 import { join as joinCluster, pointKubeconfigsAt, type JoinState } from './join.ts';
 import { KUBE_PROXY_HEALTHZ_PORT, KUBE_PROXY_METRICS_PORT, KubeProxyComponent } from './kube-proxy.ts';
@@ -68,85 +69,6 @@ export async function routeSource(url: string): Promise<string> {
   return m[1]!;
 }
 
-/** kubelet's client certificate file holds the certificate and its key in one PEM. */
-function splitPem(pem: string): { cert: string; key: string } {
-  const cert = pem.match(/-----BEGIN CERTIFICATE-----[\s\S]+?-----END CERTIFICATE-----\n?/g)?.join('') ?? '';
-  const key = /-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]+?-----END [A-Z ]*PRIVATE KEY-----\n?/.exec(pem)?.[0] ?? '';
-  return { cert, key };
-}
-
-function hostPort(addr: string): { host: string; port: number } {
-  const hp = splitHostPort(addr);
-  if (!hp) throw new Error(`bad konnectivity address ${addr}`);
-  return hp;
-}
-
-/** The in-process konnectivity agent, authenticated with the node's own client certificate. */
-/** The controllers' leases, read with the node's credentials through the balancer. */
-class ControllerWatchComponent implements Component {
-  readonly name = 'controller-watch';
-  private readonly watch: ControllerLeaseWatch;
-  private lastError: string | undefined;
-
-  constructor(kube: KubeClient, onChange: (live: LiveController[]) => void) {
-    this.watch = new ControllerLeaseWatch(kube, onChange, (err) => (this.lastError = err.message));
-  }
-
-  async start(): Promise<void> {
-    this.watch.start();
-  }
-
-  async stop(): Promise<void> {
-    await this.watch.stop();
-  }
-
-  status(): Partial<ComponentStatus> {
-    return { lastError: this.watch.synced ? undefined : this.lastError };
-  }
-}
-
-class AgentComponent implements Component {
-  readonly name = 'konnectivity-agent';
-  agent: KonnectivityAgent | null = null;
-
-  constructor(
-    private readonly paths: WorkerPaths,
-    private readonly state: JoinState,
-    private readonly id: WorkerIdentity,
-    private readonly log: Logger,
-  ) {}
-
-  async start(): Promise<void> {
-    const { cert, key } = splitPem(await readFile(join(this.paths.kubeletCertDir, 'kubelet-client-current.pem'), 'utf8'));
-    this.agent = new KonnectivityAgent({
-      servers: this.state.konnectivity.map(hostPort),
-      ca: await readFile(this.paths.caCert),
-      cert,
-      key,
-      agentId: this.id.nodeName,
-      identifiers: {
-        host: [this.id.nodeName],
-        ipv4: this.id.nodeIp.includes(':') ? [] : [this.id.nodeIp],
-        ipv6: this.id.nodeIp.includes(':') ? [this.id.nodeIp] : [],
-      },
-      log: this.log,
-    });
-    await this.agent.init();
-    await this.agent.start();
-  }
-
-  // No ready(): connections come and go; the agent keeps dialing every controller on its own.
-
-  async stop(): Promise<void> {
-    await this.agent?.stop();
-  }
-
-  status(): Partial<ComponentStatus> {
-    const servers = this.agent?.snapshot().servers.length ?? 0;
-    return { lastError: this.agent && servers === 0 ? 'not connected to any konnectivity server yet' : undefined };
-  }
-}
-
 /** The ports a worker listens on, by what uses them (kctl sysinfo checks they are free). */
 export const WORKER_PORTS: Record<string, number> = {
   'API balancer': API_BALANCER_PORT,
@@ -180,51 +102,14 @@ async function stageAndRun(opts: WorkerOptions, paths: WorkerPaths, state: JoinS
     nodeIp: opts.nodeIp ?? (await routeSource(state.apiServers[0]!)),
   };
   await writeFileAtomic(identityFile(paths), JSON.stringify(id) + '\n', 0o644);
-  const child = (name: string) => componentLogger(log, name);
   // The worker's one API client, as the node itself: the kubeconfig kubelet writes after TLS bootstrap,
   // read per connection because kubelet rotates its client certificate.
   const kube = KubeClient.fromKubeconfig(paths.kubeletKubeconfig, { reload: true });
-  // The cluster's pod CIDR from the join token (tokens from before it was carried: the default).
-  const clusterCIDR = state.podCIDR ?? '10.244.0.0/16';
-  // Everything on the node reaches the API through 127.0.0.1:7443, over every live controller.
-  const balancer = new ApiBalancerComponent({ caFile: paths.caCert, apiServers: state.apiServers, log: child('api-balancer') });
   await pointKubeconfigsAt(paths, API_BALANCER_URL);
-  const agent = new AgentComponent(paths, state, id, child('konnectivity-agent'));
-  const components: Component[] = [
-    balancer,
-    new ContainerdComponent({ paths, log: child('containerd') }),
-    new ImagesComponent({ paths, log: child('images') }),
-    new KubeletComponent({
-      paths,
-      log: child('kubelet'),
-      nodeName: id.nodeName,
-      nodeIp: id.nodeIp,
-      labels: opts.labels,
-      taints: opts.taints,
-      clusterDomain: state.clusterDomain,
-      clusterDNS: state.clusterDNS ? [state.clusterDNS] : undefined,
-    }),
-    new NetworkComponent({ paths, log: child('network'), nodeName: id.nodeName, kube, clusterCIDR }),
-    new KubeProxyComponent({ paths, log: child('kube-proxy'), nodeName: id.nodeName, clusterCIDR }),
-    agent,
-    // The token's controllers to start with; from then on their leases say which are alive.
-    new ControllerWatchComponent(kube, (live) => {
-      balancer.setUpstreams(live.map((c) => c.apiServer));
-      agent.agent?.setServers(live.map((c) => hostPort(c.konnectivity)));
-    }),
-  ];
-  let manager: ComponentManager | undefined;
-  const status = new StatusServerComponent<WorkerStatusReport>(paths.statusSocket, () => ({
-    role: 'worker',
-    version: KCTL_VERSION,
-    pid: process.pid,
-    uptimeSeconds: Math.round(process.uptime()),
-    components: manager?.status().filter((c) => c.name !== 'status') ?? [],
-    apiBalancer: balancer.snapshot(),
-  }));
-  // The status socket comes first, so `kctl status` shows progress while components come up.
-  manager = new ComponentManager([status, ...components], child('manager'), { onProgress: (text) => notifier?.status(text) });
-  const stopRequested = () => manager?.stopRequested ?? false;
+  const manager = new ComponentManager(workerComponents({ opts, paths, state, id, kube }), componentLogger(log, 'manager'), {
+    onProgress: (text) => notifier?.status(text),
+  });
+  const stopRequested = () => manager.stopRequested;
   log.info({ node: id.nodeName, nodeIp: id.nodeIp, apiServer: state.apiServers[0] }, 'starting worker');
   await runUntilSignal(manager, log, {
     // Ready means the node is Ready: what `systemctl start` waits for.
@@ -240,6 +125,58 @@ async function stageAndRun(opts: WorkerOptions, paths: WorkerPaths, state: JoinS
       await notifier?.close();
     },
   });
+}
+
+/** Everything a worker's list of components is built from. */
+export interface WorkerRoleOptions {
+  opts: WorkerOptions;
+  paths: WorkerPaths;
+  state: JoinState;
+  id: WorkerIdentity;
+  /** The node's API client (through the balancer). */
+  kube: KubeClient;
+}
+
+/**
+ * The worker's components in start order, the status socket first so `kctl status` shows
+ * progress while the rest come up. The controller watch is handed what follows the live
+ * controllers: the API balancer's upstreams and the agent's servers.
+ */
+export function workerComponents(o: WorkerRoleOptions): Component[] {
+  const { opts, paths, state, id, kube } = o;
+  // The cluster's pod CIDR from the join token (tokens from before it was carried: the default).
+  const clusterCIDR = state.podCIDR ?? '10.244.0.0/16';
+  // Everything on the node reaches the API through 127.0.0.1:7443, over every live controller.
+  const balancer = new ApiBalancerComponent({ caFile: paths.caCert, apiServers: state.apiServers });
+  const agent = new AgentComponent(paths, state, id);
+  const status = new StatusServerComponent<WorkerStatusReport>(paths.statusSocket, (components) => ({
+    role: 'worker',
+    version: KCTL_VERSION,
+    pid: process.pid,
+    uptimeSeconds: Math.round(process.uptime()),
+    components,
+    apiBalancer: balancer.snapshot(),
+  }));
+  return [
+    status,
+    balancer,
+    new ContainerdComponent({ paths }),
+    new ImagesComponent({ paths }),
+    new KubeletComponent({
+      paths,
+      nodeName: id.nodeName,
+      nodeIp: id.nodeIp,
+      labels: opts.labels,
+      taints: opts.taints,
+      clusterDomain: state.clusterDomain,
+      clusterDNS: state.clusterDNS ? [state.clusterDNS] : undefined,
+    }),
+    new NetworkComponent({ paths, nodeName: id.nodeName, kube, clusterCIDR }),
+    new KubeProxyComponent({ paths, nodeName: id.nodeName, clusterCIDR }),
+    agent,
+    // The token's controllers to start with; from then on their leases say which are alive.
+    new ControllerWatchComponent(kube, [balancer, agent]),
+  ];
 }
 
 /** Polls the node's Ready condition until it is True (true) or a stop was requested (false). */

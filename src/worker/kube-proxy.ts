@@ -6,7 +6,7 @@ import { join } from 'node:path';
 import { stringify } from 'yaml';
 import { probeOnce } from '../base/probe.ts';
 import { componentFlags } from '../base/argv.ts';
-import type { Logger } from '../base/log.ts';
+import type { ComponentContext } from '../base/component.ts';
 import { Supervisor } from '../supervisor/process.ts';
 import type { WorkerPaths } from './paths.ts';
 
@@ -15,7 +15,6 @@ export const KUBE_PROXY_METRICS_PORT = 10249;
 
 export interface KubeProxyOptions {
   paths: WorkerPaths;
-  log: Logger;
   nodeName: string;
   /** The cluster's pod network (spec.network.podCIDR), for telling pod traffic from outside traffic. */
   clusterCIDR: string;
@@ -42,6 +41,9 @@ export function kubeProxyConfiguration(o: KubeProxyOptions): Record<string, unkn
   };
 }
 
+/** The program: its binary in <bin>, its pid file in <run>, its component's name. */
+export const KUBE_PROXY = 'kube-proxy';
+
 export class KubeProxyComponent extends Supervisor {
   readonly readyTimeoutMs = 120_000;
   private readonly popts: KubeProxyOptions;
@@ -49,11 +51,10 @@ export class KubeProxyComponent extends Supervisor {
   constructor(opts: KubeProxyOptions) {
     const { paths } = opts;
     super({
-      name: 'kube-proxy',
-      binary: join(paths.binDir, 'kube-proxy'),
+      name: KUBE_PROXY,
+      binary: join(paths.binDir, KUBE_PROXY),
       args: componentFlags({ config: paths.kubeProxyConfig }, opts.extraArgs),
       runDir: paths.runDir,
-      log: opts.log,
       // 200 once the first full sync of the rules is done.
       ready: () => probeOnce({ url: `http://127.0.0.1:${KUBE_PROXY_HEALTHZ_PORT}/healthz` }),
       readyRetryMs: 1000,
@@ -61,8 +62,8 @@ export class KubeProxyComponent extends Supervisor {
     this.popts = opts;
   }
 
-  override async init(): Promise<void> {
-    await super.init();
+  override async init(ctx?: ComponentContext): Promise<void> {
+    await super.init(ctx);
     const file = this.popts.paths.kubeProxyConfig;
     await writeFileAtomic(file, stringify(kubeProxyConfiguration(this.popts)), 0o600);
   }

@@ -9,6 +9,7 @@ import { join } from 'node:path';
 import { stringify } from 'yaml';
 import { probeOnce } from '../base/probe.ts';
 import { componentFlags } from '../base/argv.ts';
+import type { ComponentContext } from '../base/component.ts';
 import type { Logger } from '../base/log.ts';
 import { Supervisor } from '../supervisor/process.ts';
 import type { WorkerPaths } from './paths.ts';
@@ -18,7 +19,6 @@ export const KUBELET_PORT = 10250;
 
 export interface KubeletOptions {
   paths: WorkerPaths;
-  log: Logger;
   nodeName: string;
   nodeIp: string;
   labels?: Record<string, string>;
@@ -151,6 +151,9 @@ export function kubeletHealthz(): Promise<void> {
   return probeOnce({ url: `http://127.0.0.1:${KUBELET_HEALTHZ_PORT}/healthz`, expect: (status, body) => status === 200 && body.trim() === 'ok' });
 }
 
+/** The program: its binary in <bin>, its pid file in <run>, its component's name. */
+export const KUBELET = 'kubelet';
+
 export class KubeletComponent extends Supervisor {
   /** TLS bootstrap waits for the controller to sign the client certificate. */
   readonly readyTimeoutMs = 180_000;
@@ -159,11 +162,10 @@ export class KubeletComponent extends Supervisor {
   constructor(opts: KubeletOptions) {
     const { paths } = opts;
     super({
-      name: 'kubelet',
-      binary: join(paths.binDir, 'kubelet'),
+      name: KUBELET,
+      binary: join(paths.binDir, KUBELET),
       args: kubeletArgs(opts),
       runDir: paths.runDir,
-      log: opts.log,
       // Not kctl's 0077: kubelet makes a volume's nested dirs (configMap items path a/b) under the umask, unreadable to a non-root container.
       umask: 0o022,
       // Healthy and holding its own client certificate (TLS bootstrap done).
@@ -177,12 +179,12 @@ export class KubeletComponent extends Supervisor {
     this.kopts = opts;
   }
 
-  override async init(): Promise<void> {
-    await super.init();
+  override async init(ctx?: ComponentContext): Promise<void> {
+    await super.init(ctx);
     const { paths } = this.kopts;
     for (const d of [paths.kubeletDir, paths.kubeletCertDir, paths.podLogsDir]) await mkdir(d, { recursive: true, mode: 0o750 });
     await ensureCgroupRoot(kubeletCgroupRoot(this.kopts.nodeName));
-    await retireClusterCaServingCert(paths, this.kopts.log);
+    await retireClusterCaServingCert(paths, this.log);
     // An empty resolvConf makes pods get no DNS config from the host at all.
     const resolvConf = existsSync('/etc/resolv.conf') ? '/etc/resolv.conf' : '';
     await writeFileAtomic(paths.kubeletConfig, stringify(kubeletConfiguration(this.kopts, resolvConf)), 0o600);

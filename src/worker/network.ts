@@ -12,7 +12,7 @@ import { execa } from 'execa';
 import type { KubeClient } from '../kube/client.ts';
 import { Informer, type ListWatchOptions } from '../kube/informer.ts';
 import type { Logger } from '../base/log.ts';
-import type { Component, ComponentStatus } from '../base/component.ts';
+import type { Component, ComponentContext, ComponentStatus } from '../base/component.ts';
 import type { WorkerPaths } from './paths.ts';
 import { reasonOf } from '../base/errors.ts';
 
@@ -30,7 +30,6 @@ export interface NodeInfo {
 
 export interface NetworkOptions {
   paths: WorkerPaths;
-  log: Logger;
   nodeName: string;
   /** The worker's API client, with the kubelet's credentials. */
   kube: KubeClient;
@@ -192,13 +191,16 @@ export class NetworkComponent implements Component {
   private podCIDR?: string;
   private lastSyncError?: string;
 
+  private log!: Logger;
+
   constructor(private readonly opts: NetworkOptions) {}
 
   get conflistPath(): string {
     return join(this.opts.paths.cniConfDir, CNI_CONFLIST);
   }
 
-  async init(): Promise<void> {
+  async init(ctx: ComponentContext): Promise<void> {
+    this.log = ctx.log;
     const { paths } = this.opts;
     for (const d of [paths.cniConfDir, paths.cniStateDir]) await mkdir(d, { recursive: true, mode: 0o755 });
   }
@@ -222,7 +224,8 @@ export class NetworkComponent implements Component {
   }
 
   async ready(signal: AbortSignal): Promise<void> {
-    const { log, nodeName } = this.opts;
+    const { nodeName } = this.opts;
+    const log = this.log;
     for (;;) {
       const self = this.nodes?.get(nodeName);
       if (self?.spec?.podCIDR) {
@@ -275,16 +278,17 @@ export class NetworkComponent implements Component {
     return { lastError: this.routing ? (this.lastSyncError ?? this.lastWatchError) : undefined };
   }
 
-  /** Reconciles routes with the watched Nodes; a change during a sync runs one more. Errors are logged and retried. */
   /** This node's masquerade rule and CNI config for its podCIDR (at start, and when the podCIDR changes). */
   private async writePodNetwork(podCIDR: string): Promise<void> {
-    const { log, paths, clusterCIDR } = this.opts;
+    const { paths, clusterCIDR } = this.opts;
+    const log = this.log;
     await ensureMasquerade(podCIDR, clusterCIDR, log);
     if (await writeIfChanged(this.conflistPath, JSON.stringify(cniConflist(podCIDR, paths), null, 2) + '\n')) {
       log.info({ podCIDR, file: this.conflistPath }, 'wrote CNI config');
     }
   }
 
+  /** Reconciles routes with the watched Nodes; a change during a sync runs one more. Errors are logged and retried. */
   sync(): Promise<void> {
     if (this.syncing) {
       this.dirty = true;
@@ -302,7 +306,8 @@ export class NetworkComponent implements Component {
   }
 
   private async doSync(): Promise<void> {
-    const { log, nodeName } = this.opts;
+    const { nodeName } = this.opts;
+    const log = this.log;
     try {
       const nodes = [...(this.nodes?.store.values() ?? [])].map(nodeInfo);
       const self = nodes.find((n) => n.name === nodeName);

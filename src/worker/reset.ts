@@ -11,6 +11,7 @@ import type { Logger } from '../base/log.ts';
 import { removeTree } from '../base/fs.ts';
 import { removeRunDir } from '../supervisor/run-dir.ts';
 import { cleanupContainerd } from './containerd.ts';
+import { KUBE_PROXY } from './kube-proxy.ts';
 import { removeCgroupRoot } from './kubelet.ts';
 import type { WorkerPaths } from './paths.ts';
 
@@ -30,7 +31,7 @@ function stagedBinaryPids(paths: WorkerPaths): number[] {
 }
 
 async function iptablesCleanup(paths: WorkerPaths, log: Logger): Promise<void> {
-  const kubeProxy = join(paths.binDir, 'kube-proxy');
+  const kubeProxy = join(paths.binDir, KUBE_PROXY);
   if (existsSync(kubeProxy)) await execa(kubeProxy, ['--cleanup'], { reject: false });
   // CNI bridge/portmap chains (CNI-*), kube-proxy leftovers (KUBE-*) and every rule that jumps
   // to them: filter iptables-save's text and load it back per table (rules carry quoted

@@ -87,7 +87,8 @@ test(
     const cdata = join(base, 'controller');
     const paths = workerPaths(join(base, 'worker'), join(base, 'worker-run'));
     const procs: Proc[] = [];
-    let worker: Proc | undefined;
+    /** The worker, once it runs: the cleanup below stops it first. */
+    const workers: Proc[] = [];
     // The admin kubeconfig points at the controller's lab address: kubectl runs on host ctl.
     const kubectl = (...args: string[]) => ctl.run(kctlBin, ['--data-dir', cdata, 'kubectl', ...args], { timeout: 60_000 });
     const applyYaml = (doc: object) =>
@@ -95,6 +96,7 @@ test(
 
     t.after(async () => {
       // Pods first (kubelet stops their containers), then the runtime, then whatever is left.
+      const [worker] = workers;
       if (worker && worker.proc.exitCode === null) {
         await kubectl('delete', 'pod', '--all', '--wait=true', '--timeout=30s').catch(() => undefined);
         worker.proc.kill('SIGTERM');
@@ -170,9 +172,10 @@ test(
       clusterCIDR: POD_CIDR,
       labels: { 'kctl.dev/test': 'worker-runtime' },
     };
-    worker = track(wrk.spawn(process.execPath, ['--import', 'tsx', fixture, JSON.stringify(opts)], { cwd: root }));
+    const worker = track(wrk.spawn(process.execPath, ['--import', 'tsx', fixture, JSON.stringify(opts)], { cwd: root }));
+    workers.push(worker);
     procs.push(worker);
-    await waitFor('worker runtime ready', 300_000, () => worker!.lines.some((l) => l.includes('"worker runtime ready"')), procs);
+    await waitFor('worker runtime ready', 300_000, () => worker.lines.some((l) => l.includes('"worker runtime ready"')), procs);
 
     // The bundled images are in containerd's CRI namespace, the sandbox image pinned; the proxy-agent image is not (it is for other clusters).
     const ctrImages = await wrk.run(join(paths.binDir, 'ctr'), ['--address', paths.containerdSocket, '-n', 'k8s.io', 'images', 'ls']);

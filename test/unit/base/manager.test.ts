@@ -224,13 +224,13 @@ test('a component writes only the hooks it needs; the manager keeps its state an
 
 test("fields a component reports win over the manager's, undefined ones do not erase them", { timeout: 10_000 }, async () => {
   const { log } = captureLogger();
-  let problem: string | undefined;
-  const c: Component = { name: 'agent', start: async () => undefined, status: () => ({ lastError: problem, pid: 42 }) };
+  const reported: { problem?: string } = {};
+  const c: Component = { name: 'agent', start: async () => undefined, status: () => ({ lastError: reported.problem, pid: 42 }) };
   const m = new ComponentManager([c], log);
   await m.start();
   assert.deepEqual(m.status()[0], { name: 'agent', state: 'running', restarts: 0, lastError: undefined, uptimeSeconds: 0, pid: 42 });
-  problem = 'not connected to any konnectivity server yet';
-  assert.equal(m.status()[0]?.lastError, problem);
+  reported.problem = 'not connected to any konnectivity server yet';
+  assert.equal(m.status()[0]?.lastError, reported.problem);
   await m.stop();
   assert.equal(m.status()[0]?.state, 'stopped');
 });

@@ -5,7 +5,7 @@ import { BootstrapComponent, bootstrapObjects } from '../../../src/controller/bo
 import { parseConfig } from '../../../src/controller/config.ts';
 import { KubeClient } from '../../../src/kube/client.ts';
 import { pkiPaths } from '../../../src/pki/index.ts';
-import { captureLogger, tempDir } from '../../helpers.ts';
+import { captureLogger, initialised, tempDir } from '../../helpers.ts';
 import { fakeApiServer, json } from '../kube/fake-apiserver.ts';
 
 test(
@@ -24,7 +24,7 @@ test(
       if (req.method === 'DELETE') return json(res, 404, { kind: 'Status', code: 404, reason: 'NotFound' });
       json(res, 200, JSON.parse(req.body) as unknown);
     });
-    const bootstrap = new BootstrapComponent(cfg, pki, new KubeClient({ server: api.url }), captureLogger().log);
+    const bootstrap = await initialised(new BootstrapComponent(cfg, pki, new KubeClient({ server: api.url })), captureLogger().log);
     await bootstrap.ready(AbortSignal.timeout(15_000));
     const want = bootstrapObjects(cfg, 'CA PEM\n');
     const applied = api.requests.filter((r) => r.method !== 'DELETE').slice(-want.length);

@@ -8,7 +8,7 @@ import { NodeWatchComponent } from '../../../src/controller/nodes.ts';
 import { judgeClaims, type NodeRecord } from '../../../src/konnectivity/server/claims.ts';
 import { parseCsr } from '../../../src/controller/csr-request.ts';
 import { KubeClient } from '../../../src/kube/client.ts';
-import { captureLogger, tempDir } from '../../helpers.ts';
+import { captureLogger, initialised, tempDir } from '../../helpers.ts';
 import { fakeApiServer, json, watchStream } from '../kube/fake-apiserver.ts';
 import { FakeNodes } from '../konnectivity/fixtures.ts';
 
@@ -107,7 +107,7 @@ test(
     });
     const kube = new KubeClient({ server: api.url });
     const nodes = new NodeWatchComponent(kube);
-    const approver = new CsrApproverComponent(kube, nodes, captureLogger().log);
+    const approver = await initialised(new CsrApproverComponent(kube, nodes), captureLogger().log);
     await nodes.start();
     await approver.start();
     t.after(async () => {
@@ -271,7 +271,7 @@ test('the approver writes each join on its token before approving, and deletes a
   const kube = new KubeClient({ server: api.url });
   const nodes = new NodeWatchComponent(kube);
   const log = captureLogger();
-  const approver = new CsrApproverComponent(kube, nodes, log.log);
+  const approver = await initialised(new CsrApproverComponent(kube, nodes), log.log);
   await nodes.start();
   await approver.start();
   t.after(async () => {

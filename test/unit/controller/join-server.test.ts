@@ -9,7 +9,7 @@ import { parseConfig } from '../../../src/controller/config.ts';
 import { ControllerTokenStore } from '../../../src/controller/controller-tokens.ts';
 import { JOIN_PATH, JoinServerComponent, SHARED_PKI_FILES, type JoinRequest } from '../../../src/controller/join-server.ts';
 import { pkiPaths } from '../../../src/pki/index.ts';
-import { captureLogger, freePort, selfSignedCert, tempDir } from '../../helpers.ts';
+import { captureLogger, freePort, initialised, selfSignedCert, tempDir } from '../../helpers.ts';
 import { fakeSecrets } from './fake-secrets.ts';
 
 const SECRET = '0123456789abcdef';
@@ -28,7 +28,7 @@ async function joinEndpoint(t: TestContext) {
   );
   const f = await fakeSecrets(t);
   const { log, lines, raw } = captureLogger();
-  const component = new JoinServerComponent(cfg, pki, f.kube, undefined, log);
+  const component = await initialised(new JoinServerComponent(cfg, pki, f.kube, undefined), log);
   await component.start();
   t.after(() => component.stop());
   const body: JoinRequest = {

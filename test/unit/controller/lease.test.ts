@@ -5,7 +5,7 @@ import assert from 'node:assert/strict';
 import type { ServerResponse } from 'node:http';
 import { test } from 'node:test';
 import { parseConfig } from '../../../src/controller/config.ts';
-import { ControllerLeaseComponent } from '../../../src/controller/lease.ts';
+import { ControllerLeaseComponent, LiveControllers } from '../../../src/controller/lease.ts';
 import { KubeClient } from '../../../src/kube/client.ts';
 import { controllerLease, type Lease } from '../../../src/kube/controller-leases.ts';
 import { captureLogger } from '../../helpers.ts';
@@ -69,14 +69,17 @@ test('the announced server count follows the live leases; the lease lists the he
   const fake = await leaseApi(t, [other, expired]);
   const cfg = parseConfig({ spec: { api: { address: '10.0.0.1' } } }, 'kctl.yaml');
   let agents = ['w1'];
-  const lease = new ControllerLeaseComponent(cfg, new KubeClient({ server: fake.api.url }), captureLogger().log, () => agents);
+  const kube = new KubeClient({ server: fake.api.url });
+  const controllers = new LiveControllers(cfg, kube);
+  const lease = new ControllerLeaseComponent({ cfg, kube, controllers, agents: { agentIds: () => agents } });
+  await lease.init({ log: captureLogger().log, statuses: () => [] });
   await lease.start();
   t.after(() => lease.stop());
 
-  // A konnectivity server wired as the controller wires it: servercount from the lease component.
+  // A konnectivity server wired as the controller wires it: servercount from the live controllers.
   const pki = await makePki();
-  const server = await startServer(t, pki, { serverId: 'a', serverCount: () => lease.serverCount() });
-  await waitFor('itself and b live, c expired', async () => lease.serverCount() === 2);
+  const server = await startServer(t, pki, { serverId: 'a', serverCount: () => controllers.serverCount() });
+  await waitFor('itself and b live, c expired', async () => controllers.serverCount() === 2);
   const first = await rawAgent(t, pki, server, { agentId: 'w1' });
   assert.deepEqual(first.headers.get('servercount'), ['2']);
   const own = fake.leases.get('kctl-controller-10-0-0-1');
@@ -85,11 +88,11 @@ test('the announced server count follows the live leases; the lease lists the he
 
   // b stops (its lease is deleted): the next agent is told one server, with no restart.
   fake.remove('kctl-controller-b');
-  await waitFor('b gone', async () => lease.serverCount() === 1);
+  await waitFor('b gone', async () => controllers.serverCount() === 1);
   const second = await rawAgent(t, pki, server, { agentId: 'w2' });
   assert.deepEqual(second.headers.get('servercount'), ['1']);
   assert.deepEqual(
-    lease.liveControllers().map((c) => c.name),
+    controllers.liveControllers().map((c) => c.name),
     ['kctl-controller-10-0-0-1'],
   );
 

@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import { test } from 'node:test';
 import { ManifestApplierComponent, parseStack } from '../../../src/controller/manifests.ts';
 import { KubeClient } from '../../../src/kube/client.ts';
-import { captureLogger, tempDir } from '../../helpers.ts';
+import { captureLogger, initialised, tempDir } from '../../helpers.ts';
 import { waitFor } from '../supervisor/util.ts';
 
 test('a stack parses into objects; bad YAML and non-objects are reported with file and line', () => {
@@ -42,13 +42,13 @@ test('stop() while start() is still making the directory leaves no watcher behin
   });
   const baseline = await watchers();
   // The usual order first: a watcher while running, none after stop().
-  const normal = new ManifestApplierComponent(join(dir, 'a', 'manifests'), join(dir, 'a'), noApi, captureLogger().log);
+  const normal = await initialised(new ManifestApplierComponent(join(dir, 'a', 'manifests'), join(dir, 'a'), noApi), captureLogger().log);
   await normal.start();
   assert.ok((await watchers()) > baseline, 'a running applier watches its directory');
   await normal.stop();
   assert.equal(await watchers(), baseline);
   // A signal during start: stop() runs before the directory exists.
-  const raced = new ManifestApplierComponent(join(dir, 'b', 'manifests'), join(dir, 'b'), noApi, captureLogger().log);
+  const raced = await initialised(new ManifestApplierComponent(join(dir, 'b', 'manifests'), join(dir, 'b'), noApi), captureLogger().log);
   const starting = raced.start();
   await raced.stop();
   await starting;
@@ -63,14 +63,14 @@ const skipWarnings = (a: { lines: () => Record<string, unknown>[] }): string[] =
     .filter((l) => l.level === 40)
     .map((l) => String(l.msg).replace(/; manifests must .*/, ''));
 
-function countingApplier(dir: string) {
+async function countingApplier(dir: string) {
   let calls = 0;
   const kube = new KubeClient(() => {
     calls++;
     throw new Error('no API server in this test');
   });
   const { log, lines } = captureLogger();
-  const applier = new ManifestApplierComponent(join(dir, 'manifests'), dir, kube, log);
+  const applier = await initialised(new ManifestApplierComponent(join(dir, 'manifests'), dir, kube), log);
   return { applier, lines, calls: () => calls };
 }
 
@@ -91,7 +91,7 @@ test('a stack that someone other than root (or kctl) could change is skipped wit
   const dir = await tempDir(t);
   const open = await stack(dir, 'open', { fileMode: 0o666 });
   const shared = await stack(dir, 'shared', { dirMode: 0o775 });
-  const a = countingApplier(dir);
+  const a = await countingApplier(dir);
   t.after(() => a.applier.stop());
   await a.applier.start();
   assert.equal(a.calls(), 0, 'an unsafe stack reached the API');
@@ -119,7 +119,7 @@ test('a stack file owned by another user, or a symbolic link, is skipped', { ski
   const linked = await stack(dir, 'linked');
   await writeFile(join(dir, 'elsewhere.yaml'), CONFIGMAP);
   await symlink(join(dir, 'elsewhere.yaml'), join(linked, 'b.yaml'));
-  const a = countingApplier(dir);
+  const a = await countingApplier(dir);
   t.after(() => a.applier.stop());
   await a.applier.start();
   assert.equal(a.calls(), 0);
@@ -138,7 +138,7 @@ test('while the manifests directory itself is writable by others nothing is appl
     join(dir, 'manifest-state.json'),
     JSON.stringify({ gone: [{ apiVersion: 'v1', kind: 'ConfigMap', name: 'x', namespace: 'default' }] }),
   );
-  const a = countingApplier(dir);
+  const a = await countingApplier(dir);
   t.after(() => a.applier.stop());
   await a.applier.start();
   assert.equal(a.calls(), 0);

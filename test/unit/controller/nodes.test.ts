@@ -5,7 +5,7 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { NodeWatchComponent } from '../../../src/controller/nodes.ts';
 import { KubeClient } from '../../../src/kube/client.ts';
-import { captureLogger } from '../../helpers.ts';
+import { captureLogger, initialised } from '../../helpers.ts';
 import { fakeApiServer, json, watchStream } from '../kube/fake-apiserver.ts';
 
 const kubeNode = (name: string, created: string, ...ips: string[]) => ({
@@ -31,7 +31,7 @@ async function watchNodes(t: Parameters<typeof fakeApiServer>[0], listed: Return
     json(res, 404, { kind: 'Status', code: 404 });
   });
   const log = captureLogger();
-  const nodes = new NodeWatchComponent(new KubeClient({ server: api.url }), undefined, log.log);
+  const nodes = await initialised(new NodeWatchComponent(new KubeClient({ server: api.url })), log.log);
   await nodes.start();
   t.after(() => nodes.stop());
   const until = async (ok: () => boolean) => {

@@ -8,9 +8,9 @@ import { apiserverArgs } from '../../../src/controller/apiserver.ts';
 import { parseConfig } from '../../../src/controller/config.ts';
 import { controllerComponents, controllerPorts } from '../../../src/controller/index.ts';
 import { controllerPaths } from '../../../src/controller/paths.ts';
-import { API_ONLY_CONTROLLERS, controllerManagerArgs } from '../../../src/controller/scheduler.ts';
+import { API_ONLY_CONTROLLERS, controllerManagerArgs } from '../../../src/controller/controller-manager.ts';
 import { pkiPaths } from '../../../src/pki/index.ts';
-import { captureLogger, tempDir } from '../../helpers.ts';
+import { tempDir } from '../../helpers.ts';
 
 const paths = controllerPaths('/var/lib/kctl', '/run/kctl');
 const pki = pkiPaths('/var/lib/kctl/pki');
@@ -39,10 +39,14 @@ test('api-only runs storage, kube-apiserver, the manifest applier and a trimmed 
   await mkdir(join(dir, 'pki'));
   await writeFile(join(dir, 'pki', 'admin.conf'), 'clusters: [{ cluster: { server: "https://10.0.0.1:6443" } }]\nusers: [{ user: { token: x } }]\n');
   const pki = pkiPaths(join(dir, 'pki'));
-  const names = controllerComponents(cfg, paths, pki, captureLogger().log).map((c) => c.name);
-  assert.deepEqual(names, ['kine', 'kube-apiserver', 'manifest-applier', 'kube-controller-manager']);
+  const names = controllerComponents({ cfg, paths, pki }).map((c) => c.name);
+  assert.deepEqual(names, ['status', 'kine', 'kube-apiserver', 'manifest-applier', 'kube-controller-manager']);
   assert.deepEqual(Object.keys(controllerPorts(cfg)), ['kube-apiserver', 'kube-controller-manager']);
-  const full = controllerComponents(parseConfig({ spec: { api: { address: '10.0.0.1' } } }, 'kctl.yaml'), paths, pki, captureLogger().log);
+  const full = controllerComponents({
+    cfg: parseConfig({ spec: { api: { address: '10.0.0.1' } } }, 'kctl.yaml'),
+    paths,
+    pki,
+  });
   assert.ok(['konnectivity-server', 'kube-scheduler', 'csr-approver'].every((n) => full.some((c) => c.name === n)));
 });
 

@@ -14,7 +14,7 @@ test("a controller's names come from its config, its serving certificates' SANs 
   assert.deepEqual(certificateNames(join(dir, 'missing.crt')), [], 'an unreadable file names nothing');
   const cfg = parseConfig({ spec: { api: { address: '192.0.2.2', sans: ['api.example'] } } }, 'kctl.yaml');
   const live = [{ name: 'c2', apiServer: 'https://[2001:db8::7]:6443', konnectivity: 'c2.example:8132', agents: [] }];
-  const r = reservedSpace(cfg, { certificates: [cert.cert], liveControllers: () => live });
+  const r = reservedSpace(cfg, { certificates: [cert.cert], controllers: { liveControllers: () => live } });
   for (const v of ['192.0.2.2', 'api.example', 'ctl-1.example', '10.0.0.9', 'fd00::9', '2001:db8::7', 'c2.example']) assert.ok(r.isController(v), v);
   for (const v of ['10.0.0.10', 'node-1', '2001:db8::8']) assert.equal(r.isController(v), false, v);
   assert.deepEqual([r.serviceCIDRs, r.podCIDRs], [['10.96.0.0/12'], ['10.244.0.0/16']]);

@@ -6,7 +6,11 @@ import { copyFile, mkdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { controllerPaths } from '../../../src/controller/paths.ts';
-import { resetController } from '../../../src/controller/reset.ts';
+import { parseConfig } from '../../../src/controller/config.ts';
+import { controllerComponents } from '../../../src/controller/index.ts';
+import { CONTROLLER_PROGRAMS, resetController } from '../../../src/controller/reset.ts';
+import { pkiPaths } from '../../../src/pki/index.ts';
+import { Supervisor } from '../../../src/supervisor/process.ts';
 import { prepareRunDir, RUN_DIR_MARKER } from '../../../src/supervisor/run-dir.ts';
 import { captureLogger, tempDir } from '../../helpers.ts';
 import { isAlive, spawnProcess, waitFor } from '../supervisor/util.ts';
@@ -69,4 +73,26 @@ test('a --run-dir kctl did not make (here: a home directory) loses nothing; the 
   assert.equal(existsSync(paths.dataDir), false);
   assert.equal(lines().filter((l) => String(l.msg).startsWith(`left ${home} as it is`)).length, 1);
   assert.ok(!lines().some((l) => String(l.msg).startsWith(`removed ${home}`)));
+});
+
+test('reset knows every program a controller supervises, in start order, for every profile and storage', async (t) => {
+  // Components are only built here, never started: an admin kubeconfig that names a server is enough.
+  const dir = await tempDir(t);
+  await mkdir(join(dir, 'pki'));
+  await writeFile(join(dir, 'pki', 'admin.conf'), 'clusters: [{ cluster: { server: "https://10.0.0.1:6443" } }]\nusers: [{ user: { token: x } }]\n');
+  const pki = pkiPaths(join(dir, 'pki'));
+  const paths = controllerPaths(join(dir, 'data'), join(dir, 'run'));
+  for (const profile of ['full', 'api-only'] as const)
+    for (const storage of ['etcd', 'kine'] as const) {
+      const cfg = parseConfig({ spec: { api: { address: '10.0.0.1' }, profile, storage: { type: storage } } }, 'kctl.yaml');
+      const supervised = controllerComponents({ cfg, paths, pki })
+        .filter((c) => c instanceof Supervisor)
+        .map((c) => c.name);
+      assert.ok(supervised.length > 0);
+      assert.deepEqual(
+        CONTROLLER_PROGRAMS.filter((p) => supervised.includes(p)),
+        supervised,
+        `${profile} on ${storage}: every supervised component is in CONTROLLER_PROGRAMS, in start order`,
+      );
+    }
 });

@@ -29,18 +29,15 @@ test('kine reads the data source from its environment; its command line and its 
   );
   await chmod(join(binDir, 'kine'), 0o755);
   const { log, raw, lines } = captureLogger();
-  const kine = new KineComponent(
-    {
-      binDir,
-      runDir: join(dir, 'run'),
-      dbDir: join(dir, 'db'),
-      socket: join(dir, 'run', 'kine.sock'),
-      dataSource: 'postgres://kine:s3cr%21t@db:5432/kine',
-    },
-    log,
-  );
+  const kine = new KineComponent({
+    binDir,
+    runDir: join(dir, 'run'),
+    dbDir: join(dir, 'db'),
+    socket: join(dir, 'run', 'kine.sock'),
+    dataSource: 'postgres://kine:s3cr%21t@db:5432/kine',
+  });
   t.after(() => kine.stop());
-  await kine.init();
+  await kine.init({ log, statuses: () => [] });
   await kine.start();
   const said = (prefix: string) => waitFor(prefix, () => lines().find((l) => String(l.msg).startsWith(prefix)));
   assert.equal((await said('endpoint:')).msg, 'endpoint: postgres://kine:***@db:5432/kine', 'KINE_ENDPOINT holds the data source');

@@ -3,6 +3,7 @@ import { copyFile, readFile, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
+import { componentLogger } from '../../../src/base/log.ts';
 import { readPidFile } from '../../../src/supervisor/pidfile.ts';
 import { CHILD_PATH, Supervisor, type SupervisorOptions } from '../../../src/supervisor/process.ts';
 import { captureLogger, tempDir } from '../../helpers.ts';
@@ -13,7 +14,8 @@ type TestContext = { after: (fn: () => Promise<void> | void) => void };
 /** A supervisor stopped when the test ends, pass or fail. */
 function supervise(t: TestContext, opts: Omit<SupervisorOptions, 'log'> & Partial<Pick<SupervisorOptions, 'log'>>) {
   const captured = captureLogger();
-  const sup = new Supervisor({ log: captured.log, stopTimeoutMs: 2000, ...opts });
+  // Named as the component manager names a component's logger.
+  const sup = new Supervisor({ stopTimeoutMs: 2000, ...opts, log: opts.log ?? componentLogger(captured.log, opts.name) });
   t.after(() => sup.stop());
   return { sup, lines: captured.lines };
 }

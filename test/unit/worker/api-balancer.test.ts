@@ -8,7 +8,7 @@ import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { ApiBalancerComponent } from '../../../src/worker/api-balancer.ts';
-import { captureLogger, tempDir } from '../../helpers.ts';
+import { captureLogger, initialised, tempDir } from '../../helpers.ts';
 import { makePki, waitFor } from '../konnectivity/fixtures.ts';
 
 async function apiServer(t: { after: (fn: () => Promise<void>) => void }, name: string, cert: string, key: string) {
@@ -50,7 +50,7 @@ test(
     const a = await apiServer(t, 'api-a', pki.serverCert, pki.serverKey);
     const b = await apiServer(t, 'api-b', pki.serverCert, pki.serverKey);
     const { log } = captureLogger();
-    const lb = new ApiBalancerComponent({ caFile, apiServers: [a.url, b.url], log, port: 0 });
+    const lb = await initialised(new ApiBalancerComponent({ caFile, apiServers: [a.url, b.url], port: 0 }), log);
     await lb.start();
     t.after(() => lb.stop());
     const port = lb.listenPort();

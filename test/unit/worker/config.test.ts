@@ -7,10 +7,8 @@ import { kubeletArgs, kubeletConfiguration } from '../../../src/worker/kubelet.t
 import { kubeProxyConfiguration } from '../../../src/worker/kube-proxy.ts';
 import { cniConflist, desiredRoutes, masqueradeRule } from '../../../src/worker/network.ts';
 import { workerPaths } from '../../../src/worker/paths.ts';
-import { createLogger } from '../../../src/base/log.ts';
 
 const paths = workerPaths('/data', '/run/w');
-const log = createLogger({ pretty: false, destination: process.stderr });
 
 test('containerd config keeps every path under the worker dirs and uses our runc, CNI and pause image', () => {
   const toml = containerdConfig(paths);
@@ -33,7 +31,7 @@ test('containerd config keeps every path under the worker dirs and uses our runc
 
 test('kubelet configuration: node-scoped cgroup root, cgroup v1 allowed, webhook auth, relaxed eviction', () => {
   const cfg = kubeletConfiguration(
-    { paths, log, nodeName: 'n1', nodeIp: '10.0.0.5', clusterDNS: ['10.96.0.10'], clusterDomain: 'example.local' },
+    { paths, nodeName: 'n1', nodeIp: '10.0.0.5', clusterDNS: ['10.96.0.10'], clusterDomain: 'example.local' },
     '/etc/resolv.conf',
   );
   assert.equal(cfg.cgroupRoot, '/kctl/n1');
@@ -53,13 +51,12 @@ test('kubelet configuration: node-scoped cgroup root, cgroup v1 allowed, webhook
   assert.deepEqual(cfg.clusterDNS, ['10.96.0.10']);
   assert.equal(cfg.clusterDomain, 'example.local');
   assert.equal((cfg.evictionHard as Record<string, string>)['nodefs.available'], '1%');
-  assert.equal(kubeletConfiguration({ paths, log, nodeName: 'n1', nodeIp: '10.0.0.5' }, '').clusterDNS, undefined);
+  assert.equal(kubeletConfiguration({ paths, nodeName: 'n1', nodeIp: '10.0.0.5' }, '').clusterDNS, undefined);
 });
 
 test('kubelet flags: bootstrap and node identity, labels and taints, extra args win', () => {
   const args = kubeletArgs({
     paths,
-    log,
     nodeName: 'n1',
     nodeIp: '10.0.0.5',
     labels: { 'kctl.dev/pool': 'edge', zone: 'a' },
@@ -79,9 +76,7 @@ test('kubelet flags: bootstrap and node identity, labels and taints, extra args 
     ['--node-ip=10.0.0.6'],
   );
   assert.ok(
-    !kubeletArgs({ paths, log, nodeName: 'n1', nodeIp: '10.0.0.5' }).some(
-      (a) => a.startsWith('--node-labels') || a.startsWith('--register-with-taints'),
-    ),
+    !kubeletArgs({ paths, nodeName: 'n1', nodeIp: '10.0.0.5' }).some((a) => a.startsWith('--node-labels') || a.startsWith('--register-with-taints')),
   );
 });
 
@@ -118,7 +113,7 @@ test('routes go to every other node that has a podCIDR and an InternalIP', () =>
 });
 
 test('kube-proxy: iptables mode, node credentials, loopback-only endpoints, global conntrack untouched', () => {
-  const cfg = kubeProxyConfiguration({ paths, log, nodeName: 'n1', clusterCIDR: '10.244.0.0/16' });
+  const cfg = kubeProxyConfiguration({ paths, nodeName: 'n1', clusterCIDR: '10.244.0.0/16' });
   assert.equal(cfg.mode, 'iptables');
   assert.equal(cfg.clusterCIDR, '10.244.0.0/16');
   assert.equal(cfg.hostnameOverride, 'n1');

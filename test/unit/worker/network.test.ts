@@ -12,13 +12,12 @@ async function network(t: Parameters<typeof tempDir>[0], server: string): Promis
   const dir = await tempDir(t);
   const net = new NetworkComponent({
     paths: workerPaths(dir, dir),
-    log: captureLogger().log,
     nodeName: 'edge-1',
     kube: new KubeClient({ server }),
     clusterCIDR: '10.244.0.0/16',
     watch: { backoffMinMs: 10 },
   });
-  await net.init();
+  await net.init({ log: captureLogger().log, statuses: () => [] });
   await net.start();
   t.after(() => net.stop());
   return net;

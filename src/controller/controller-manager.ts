@@ -1,0 +1,80 @@
+// kube-controller-manager: its own kubeconfig, leader election (none for api-only), the node
+// and signing controllers a full cluster needs, a loopback-only secure port (configurable so
+// several controllers can share a host in tests).
+import { join } from 'node:path';
+import { componentFlags, type FlagValue } from '../base/argv.ts';
+import { httpsReady } from '../base/probe.ts';
+import type { PkiPaths } from '../pki/index.ts';
+import { Supervisor } from '../supervisor/process.ts';
+import { goMemoryLimit } from './apiserver.ts';
+import type { ClusterConfig } from './config.ts';
+import type { ControllerPaths } from './paths.ts';
+
+/** The program: its binary in <bin>, its pid file in <run>, its component's name. */
+export const KUBE_CONTROLLER_MANAGER = 'kube-controller-manager';
+
+/**
+ * The controllers an api-only control plane runs: namespaces and garbage collection, service
+ * accounts and their tokens, aggregated cluster roles, and the root CA ConfigMap in every namespace.
+ */
+export const API_ONLY_CONTROLLERS = [
+  'clusterrole-aggregation',
+  'garbagecollector',
+  'namespace',
+  'serviceaccount',
+  'serviceaccount-token',
+  'root-ca-cert-publisher',
+];
+
+export function controllerManagerArgs(cfg: ClusterConfig, pki: PkiPaths): string[] {
+  const nodes: Record<string, FlagValue> =
+    cfg.spec.profile === 'api-only'
+      ? // One controller-manager, no nodes: nothing to elect, sign or allocate.
+        { 'leader-elect': false, controllers: API_ONLY_CONTROLLERS.join(',') }
+      : {
+          'leader-elect': true,
+          // One signer each: kubelet serving certificates come from their own CA, which nothing
+          // but kubelet's clients trusts; every other signer uses the cluster CA.
+          'cluster-signing-kubelet-serving-cert-file': pki.kubeletServingCaCert,
+          'cluster-signing-kubelet-serving-key-file': pki.kubeletServingCaKey,
+          'cluster-signing-kubelet-client-cert-file': pki.caCert,
+          'cluster-signing-kubelet-client-key-file': pki.caKey,
+          'cluster-signing-kube-apiserver-client-cert-file': pki.caCert,
+          'cluster-signing-kube-apiserver-client-key-file': pki.caKey,
+          'cluster-signing-legacy-unknown-cert-file': pki.caCert,
+          'cluster-signing-legacy-unknown-key-file': pki.caKey,
+          'allocate-node-cidrs': true,
+          'cluster-cidr': cfg.spec.network.podCIDR,
+          'service-cluster-ip-range': cfg.spec.network.serviceCIDR,
+          'node-cidr-mask-size': 24,
+          controllers: '*,bootstrapsigner,tokencleaner',
+        };
+  return componentFlags(
+    {
+      kubeconfig: pki.controllerManagerConf,
+      'authentication-kubeconfig': pki.controllerManagerConf,
+      'authorization-kubeconfig': pki.controllerManagerConf,
+      'bind-address': '127.0.0.1',
+      'secure-port': cfg.spec.controllerManager.port,
+      'root-ca-file': pki.caCert,
+      'service-account-private-key-file': pki.saKey,
+      'use-service-account-credentials': true,
+      ...nodes,
+      profiling: false,
+    },
+    cfg.spec.controllerManager.extraArgs,
+  );
+}
+
+export class ControllerManagerComponent extends Supervisor {
+  constructor(cfg: ClusterConfig, paths: ControllerPaths, pki: PkiPaths) {
+    super({
+      name: KUBE_CONTROLLER_MANAGER,
+      binary: join(paths.binDir, KUBE_CONTROLLER_MANAGER),
+      args: controllerManagerArgs(cfg, pki),
+      env: goMemoryLimit(cfg.spec.controllerManager.memoryLimit),
+      runDir: paths.runDir,
+      ready: httpsReady({ url: `https://127.0.0.1:${cfg.spec.controllerManager.port}/healthz` }, KUBE_CONTROLLER_MANAGER),
+    });
+  }
+}
