@@ -12,21 +12,10 @@ import { execa } from 'execa';
 import { dialViaProxy } from '../../../src/konnectivity/client.ts';
 import { tempDir } from '../../helpers.ts';
 import { echoServer, readN, waitFor } from '../../unit/konnectivity/fixtures.ts';
-import {
-  assertSameFamilies,
-  freeServicePort,
-  get,
-  helpFlags,
-  pkiFiles,
-  sample,
-  series,
-  start,
-  type Files,
-  type Proc,
-  type T,
-} from '../lab/dropin.ts';
+import { assertSameFamilies, get, helpFlags, pkiFiles, sample, series, start, type Files, type Proc, type T } from '../lab/dropin.ts';
 import { track } from '../lab/cluster.ts';
 import { kctl, requireKctl } from '../lab/kctl.ts';
+import { freePort } from '../../ports.ts';
 import { upstreamBin } from '../lab/upstream.ts';
 
 /** An upstream proxy-server: grpc frontend on a UDS, agents on `agentPort`. */
@@ -42,8 +31,8 @@ async function upstreamServer(t: T, f: Files, name: string, agentPort: number): 
     `--cluster-ca-cert=${f.ca}`,
     `--agent-port=${agentPort}`,
     '--agent-bind-address=127.0.0.1',
-    `--admin-port=${await freeServicePort()}`,
-    `--health-port=${await freeServicePort()}`,
+    `--admin-port=${await freePort()}`,
+    `--health-port=${await freePort()}`,
     '--health-bind-address=127.0.0.1',
     `--server-id=${name}`,
     '--server-count=1',
@@ -104,9 +93,9 @@ test(
   { timeout: 240_000 },
   async (t) => {
     const f = await pkiFiles(t);
-    const agentPorts = { up: await freeServicePort(), kc: await freeServicePort() };
-    const health = { up: await freeServicePort(), kc: await freeServicePort() };
-    const admin = { up: await freeServicePort(), kc: await freeServicePort() };
+    const agentPorts = { up: await freePort(), kc: await freePort() };
+    const health = { up: await freePort(), kc: await freePort() };
+    const admin = { up: await freePort(), kc: await freePort() };
     const upAgent = start(t, upstreamBin()['proxy-agent'], agentArgs(f, agentPorts.up, health.up, admin.up, 'agent-up'));
     const kcAgent = start(t, requireKctl(), ['konnectivity-agent', ...agentArgs(f, agentPorts.kc, health.kc, admin.kc, 'agent-kc')]);
     const outputs = () => `\nupstream agent:\n${upAgent.output()}\nkctl agent:\n${kcAgent.output()}`;
@@ -143,7 +132,7 @@ test(
 
     // The same dials through each: one that works, a refused port, an unknown name, one that never answers.
     const echo = await echoServer(t);
-    const closedPort = await freeServicePort();
+    const closedPort = await freePort();
     blackhole(t, '192.0.2.77');
     for (const name of ['up', 'kc'] as const) {
       const uds = servers[name].uds;
@@ -233,9 +222,9 @@ test(
   { timeout: 180_000 },
   async (t) => {
     const f = await pkiFiles(t);
-    const agentPort = await freeServicePort();
+    const agentPort = await freePort();
     const server = await upstreamServer(t, f, 'server-drain', agentPort);
-    const ports = { a: [await freeServicePort(), await freeServicePort()], b: [await freeServicePort(), await freeServicePort()] };
+    const ports = { a: [await freePort(), await freePort()], b: [await freePort(), await freePort()] };
     const a = start(t, requireKctl(), ['konnectivity-agent', ...agentArgs(f, agentPort, ports.a[0]!, ports.a[1]!, 'agent-a'), '--debug']);
     await waitFor('agent a ready', async () => (await get(`http://127.0.0.1:${ports.a[0]}/readyz`).catch(() => null))?.status === 200, 60_000).catch(
       (err: Error) => {
@@ -325,14 +314,14 @@ test(
     });
     assert.equal(applied.exitCode, 0, String(applied.stderr));
 
-    const agentPort = await freeServicePort();
+    const agentPort = await freePort();
     await upstreamServer(t, f, 'server-leases', agentPort); // says servercount 1; the leases say 2
     const args = (health: number, admin: number, id: string) => [
       ...agentArgs(f, agentPort, health, admin, id).filter((a) => !a.startsWith('--count-server-leases')),
       '--count-server-leases=true',
       `--kubeconfig=${kubeconfig}`,
     ];
-    const ports = { up: [await freeServicePort(), await freeServicePort()], kc: [await freeServicePort(), await freeServicePort()] };
+    const ports = { up: [await freePort(), await freePort()], kc: [await freePort(), await freePort()] };
     const up = start(t, upstreamBin()['proxy-agent'], args(ports.up[0]!, ports.up[1]!, 'lease-up'));
     const kc = start(t, requireKctl(), ['konnectivity-agent', ...args(ports.kc[0]!, ports.kc[1]!, 'lease-kc')]);
     const known = 'konnectivity_network_proxy_agent_known_server_count';

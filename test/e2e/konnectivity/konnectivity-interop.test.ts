@@ -12,7 +12,8 @@ import { test } from 'node:test';
 import { execa, type ResultPromise } from 'execa';
 import { dialViaProxy } from '../../../src/konnectivity/client.ts';
 import { KonnectivityAgent } from '../../../src/konnectivity/agent.ts';
-import { freePort, tempDir } from '../../helpers.ts';
+import { tempDir } from '../../helpers.ts';
+import { freePort } from '../../ports.ts';
 import { upstreamBin } from '../lab/upstream.ts';
 import { echoServer, FakeNodes, makePki, quietLogger, readN, startAgent, startServer, udsOf, waitFor } from '../../unit/konnectivity/fixtures.ts';
 

@@ -16,20 +16,9 @@ import { dialViaProxy } from '../../../src/konnectivity/client.ts';
 import { tempDir } from '../../helpers.ts';
 import { echoServer, readN, waitFor } from '../../unit/konnectivity/fixtures.ts';
 import { track } from '../lab/cluster.ts';
-import {
-  assertSameFamilies,
-  freeServicePort,
-  get,
-  helpFlags,
-  pkiFiles,
-  sample,
-  series,
-  start,
-  type Files,
-  type Proc,
-  type T,
-} from '../lab/dropin.ts';
+import { assertSameFamilies, get, helpFlags, pkiFiles, sample, series, start, type Files, type Proc, type T } from '../lab/dropin.ts';
 import { kctl, requireKctl } from '../lab/kctl.ts';
+import { freePort } from '../../ports.ts';
 import { upstreamBin } from '../lab/upstream.ts';
 
 interface ServerPorts {
@@ -39,7 +28,7 @@ interface ServerPorts {
 }
 
 async function serverPorts(): Promise<ServerPorts> {
-  return { agent: await freeServicePort(), health: await freeServicePort(), admin: await freeServicePort() };
+  return { agent: await freePort(), health: await freePort(), admin: await freePort() };
 }
 
 /** What a sidecar manifest passes to proxy-server, in --flag=value form (paths and ports aside, the same for both). */
@@ -93,8 +82,8 @@ async function kctlAgent(t: T, f: Files, agentPort: number, id: string, auth: { 
     `--proxy-server-port=${agentPort}`,
     `--agent-id=${id}`,
     '--agent-identifiers=host=dropin-node&ipv4=127.0.0.1',
-    `--health-server-port=${await freeServicePort()}`,
-    `--admin-server-port=${await freeServicePort()}`,
+    `--health-server-port=${await freePort()}`,
+    `--admin-server-port=${await freePort()}`,
   ]);
 }
 
@@ -159,7 +148,7 @@ test(
 
     // The same dials through each: one that works (held open), one to a refused port.
     const echo = await echoServer(t);
-    const refused = await freeServicePort();
+    const refused = await freePort();
     const held = [];
     for (const name of ['up', 'kc'] as const) {
       const tn = await dialViaProxy({ udsPath: uds[name], address: echo.address });
@@ -378,7 +367,7 @@ test(
 
       const auth = withTokens ? { token } : {};
       for (const which of ['kctl', 'upstream'] as const) {
-        const agentPorts = { health: await freeServicePort(), admin: await freeServicePort() };
+        const agentPorts = { health: await freePort(), admin: await freePort() };
         const agent =
           which === 'kctl'
             ? await kctlAgent(t, f, ports.agent, `${which}-${tn.mode}`, auth)

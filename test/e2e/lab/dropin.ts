@@ -1,34 +1,14 @@
 // What the drop-in tests (kctl konnectivity-agent and konnectivity-server beside upstream's
 // proxy-agent and proxy-server) share: processes with their output, a PKI on disk, scrapes
-// read as families and series, --help read as flag names, free ports.
+// read as families and series, --help read as flag names.
 import assert from 'node:assert/strict';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { writeFile } from 'node:fs/promises';
-import { createServer as createNetServer } from 'node:net';
 import { join } from 'node:path';
 import { tempDir } from '../../helpers.ts';
 import { makePki } from '../../unit/konnectivity/fixtures.ts';
 
 export type T = { after: (fn: () => Promise<void> | void) => void };
-
-/**
- * A free port upstream's proxy-server accepts: it refuses ephemeral ports (above 49151), where
- * the kernel's port 0 usually lands.
- */
-export async function freeServicePort(): Promise<number> {
-  for (;;) {
-    const port = 20000 + Math.floor(Math.random() * 20000);
-    const s = createNetServer();
-    const ok = await new Promise<boolean>((r) => {
-      s.once('error', () => r(false));
-      s.listen(port, '127.0.0.1', () => r(true));
-    });
-    if (ok) {
-      await new Promise<void>((r) => s.close(() => r()));
-      return port;
-    }
-  }
-}
 
 export interface Proc {
   child: ChildProcess;

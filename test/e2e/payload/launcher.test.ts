@@ -9,7 +9,8 @@ import { chmod, chown, copyFile, mkdir, open, readdir, readFile, stat, truncate,
 import { dirname, join } from 'node:path';
 import { test } from 'node:test';
 import { readEmbeddedPayload } from '../../../src/payload/payload.ts';
-import { freePort, tempDir } from '../../helpers.ts';
+import { tempDir } from '../../helpers.ts';
+import { freePort } from '../../ports.ts';
 import { kctl, requireKctl } from '../lab/kctl.ts';
 
 const sha = async (p: string) =>
