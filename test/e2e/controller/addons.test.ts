@@ -4,24 +4,13 @@
 // through the tunnel), a validating webhook served by a pod admits and denies through the
 // tunnel wherever its pod runs, and turning CoreDNS off in the config removes it.
 import assert from 'node:assert/strict';
-import { copyFile, mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
+import { copyFile, mkdir, readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { test, type TestContext } from 'node:test';
-import {
-  controllerReady,
-  cleanupWorkerHost,
-  labController,
-  nodeReady,
-  pinnedPod,
-  startLabWorker,
-  track,
-  type LabController,
-  type Tracked,
-} from '../lab/cluster.ts';
+import { controllerReady, labController, nodeReady, pinnedPod, startLabWorker, track, type LabController, type Tracked } from '../lab/cluster.ts';
 import { selfSignedCert } from '../../helpers.ts';
-import { requireKctl } from '../lab/kctl.ts';
-import { createLab, type LabHost } from '../lab/lab.ts';
+import { type LabHost } from '../lab/lab.ts';
+import { startLab } from '../lab/lab-test.ts';
 import { waitFor } from '../lab/wait.ts';
 import { TESTTOOL_IMAGE, TESTTOOL_TAR, testtoolImage } from '../lab/testtool-image.ts';
 
@@ -52,16 +41,10 @@ async function pods(c: LabController, ...selector: string[]): Promise<Pod[]> {
 }
 
 test('add-ons: CoreDNS on both workers, kubectl top through metrics-server, a webhook pod on either worker, CoreDNS off removes it', async (t: TestContext) => {
-  const lab = await createLab('ad', ['ctl', ...WORKERS], { t });
+  const { lab, dir, kctlBin } = await startLab(t, 'ad', ['ctl', ...WORKERS], { dir: 'kctl-addons-', workers: WORKERS });
   const [ctl, wa, wb] = ['ctl', ...WORKERS].map((n) => lab.host(n)) as [LabHost, LabHost, LabHost];
-  const dir = await mkdtemp(join(tmpdir(), 'kctl-addons-'));
+  // What the test started, for their last lines when a wait fails.
   const procs: Tracked[] = [];
-  t.after(async () => {
-    for (const p of procs) p.child.kill('SIGKILL');
-    for (const h of WORKERS) await cleanupWorkerHost(join(dir, `${h}-data`), join(dir, `${h}-run`), h);
-    await rm(dir, { recursive: true, force: true });
-  });
-  const kctlBin = requireKctl();
   const c = await labController(kctlBin, ctl, dir);
   const kubectl = c.kubectl;
   const ok = async (args: string[], input?: string) => {

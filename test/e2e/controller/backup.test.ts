@@ -4,14 +4,14 @@
 // bad paths are refused with one line and write nothing.
 import assert from 'node:assert/strict';
 import { existsSync } from 'node:fs';
-import { mkdir, mkdtemp, readdir, readFile, rm, stat, truncate, writeFile } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
+import { mkdir, readdir, readFile, stat, truncate, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { test, type TestContext } from 'node:test';
 import { execa } from 'execa';
-import { controllerReady, cleanupWorkerHost, labController, nodeReady, runPinnedPod, startLabWorker, track, type Tracked } from '../lab/cluster.ts';
+import { controllerReady, labController, nodeReady, runPinnedPod, startLabWorker, track, type Tracked } from '../lab/cluster.ts';
 import { requireKctl } from '../lab/kctl.ts';
-import { createLab, type LabHost } from '../lab/lab.ts';
+import { type LabHost } from '../lab/lab.ts';
+import { startLab } from '../lab/lab-test.ts';
 import { waitFor } from '../lab/wait.ts';
 
 async function stop(p: Tracked): Promise<void> {
@@ -20,13 +20,7 @@ async function stop(p: Tracked): Promise<void> {
 }
 
 /** Backs up, resets, restores and restarts the controller; returns the restarted process. */
-async function roundTrip(
-  t: TestContext,
-  ctl: LabHost,
-  dir: string,
-  c: Awaited<ReturnType<typeof labController>>,
-  running: Tracked,
-): Promise<Tracked> {
+async function roundTrip(ctl: LabHost, dir: string, c: Awaited<ReturnType<typeof labController>>, running: Tracked): Promise<Tracked> {
   const kctlBin = requireKctl();
   const g = ['--data-dir', c.dataDir, '--run-dir', c.runDir];
   const saveDir = join(dir, 'backups');
@@ -75,28 +69,16 @@ async function roundTrip(
   assert.equal((await stat(join(c.dataDir, 'pki/ca.key'))).mode & 0o777, 0o600);
 
   const back = track(ctl.spawn(kctlBin, c.args));
-  t.after(() => {
-    back.child.kill('SIGKILL');
-  });
   await controllerReady(back, 'controller ready after restore');
   return back;
 }
 
 test('backup, reset, restore with etcd: objects are back and the joined worker carries on without a new token', async (t: TestContext) => {
-  const lab = await createLab('bk', ['ctl', 'w1'], { t });
+  const { lab, dir, kctlBin } = await startLab(t, 'bk', ['ctl', 'w1'], { dir: 'kctl-backup-', workers: ['w1'] });
   const [ctl, w1] = [lab.host('ctl'), lab.host('w1')];
-  const dir = await mkdtemp(join(tmpdir(), 'kctl-backup-'));
-  const procs: Tracked[] = [];
-  t.after(async () => {
-    for (const p of procs) p.child.kill('SIGKILL');
-    await cleanupWorkerHost(join(dir, 'w1-data'), join(dir, 'w1-run'), 'w1');
-    await rm(dir, { recursive: true, force: true });
-  });
-  const kctlBin = requireKctl();
   const c = await labController(kctlBin, ctl, dir);
   c.args.splice(c.args.indexOf('--single'), 1, '--storage', 'etcd');
   const controller = track(ctl.spawn(kctlBin, c.args));
-  procs.push(controller);
   await controllerReady(controller);
 
   // Bad save paths: one line each, nothing written.
@@ -112,13 +94,11 @@ test('backup, reset, restore with etcd: objects are back and the joined worker c
   await lab.isolate(w1, ctl);
   const token = await c.createToken('1h');
   const worker = startLabWorker(kctlBin, w1, dir, token);
-  procs.push(worker);
   await waitFor('w1 Ready', 300_000, () => nodeReady(c.kubectl, 'w1'), worker.log);
   await runPinnedPod(c.kubectl, 'keeper', 'w1', 'kept');
   assert.equal((await c.kubectl(['create', 'configmap', 'precious', '--from-literal=k=v'])).exitCode, 0);
 
-  const back = await roundTrip(t, ctl, dir, c, controller);
-  procs.push(back);
+  await roundTrip(ctl, dir, c, controller);
   assert.equal(String((await c.kubectl(['get', 'configmap', 'precious', '-o', 'jsonpath={.data.k}'])).stdout), 'v');
   // The worker never stopped: with its old credentials it is Ready again, and the tunnel is back.
   await waitFor('w1 Ready after restore', 120_000, () => nodeReady(c.kubectl, 'w1'), worker.log);
@@ -127,22 +107,13 @@ test('backup, reset, restore with etcd: objects are back and the joined worker c
 });
 
 test('backup, reset, restore with kine on SQLite: objects are back', async (t: TestContext) => {
-  const lab = await createLab('bs', ['ctl'], { t });
+  const { lab, dir, kctlBin } = await startLab(t, 'bs', ['ctl'], { dir: 'kctl-backup-sqlite-' });
   const ctl = lab.host('ctl');
-  const dir = await mkdtemp(join(tmpdir(), 'kctl-backup-sqlite-'));
-  const procs: Tracked[] = [];
-  t.after(async () => {
-    for (const p of procs) p.child.kill('SIGKILL');
-    await rm(dir, { recursive: true, force: true });
-  });
-  const kctlBin = requireKctl();
   const c = await labController(kctlBin, ctl, dir);
   const controller = track(ctl.spawn(kctlBin, c.args));
-  procs.push(controller);
   await controllerReady(controller);
   for (let i = 0; i < 20; i++) assert.equal((await c.kubectl(['create', 'configmap', `cm-${i}`, `--from-literal=i=${i}`])).exitCode, 0);
-  const back = await roundTrip(t, ctl, dir, c, controller);
-  procs.push(back);
+  await roundTrip(ctl, dir, c, controller);
   const names = String((await c.kubectl(['get', 'configmaps', '-o', 'jsonpath={.items[*].metadata.name}'])).stdout).split(' ');
   for (let i = 0; i < 20; i++) assert.ok(names.includes(`cm-${i}`), `cm-${i} is missing after restore`);
 });

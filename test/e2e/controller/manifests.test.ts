@@ -2,28 +2,19 @@
 // applied and labelled, re-applied on change, pruned when objects or whole stacks go (also across
 // a restart), and a stack with bad YAML is reported with file and line without stopping others.
 import assert from 'node:assert/strict';
-import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
+import { mkdir, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { test, type TestContext } from 'node:test';
-import { controllerReady, labController, track, type Tracked } from '../lab/cluster.ts';
-import { requireKctl } from '../lab/kctl.ts';
-import { createLab } from '../lab/lab.ts';
+import { controllerReady, labController, track } from '../lab/cluster.ts';
+import { startLab } from '../lab/lab-test.ts';
 import { waitFor } from '../lab/wait.ts';
 
 const configMap = (name: string, value: string, namespace?: string) =>
   `apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: ${name}\n${namespace ? `  namespace: ${namespace}\n` : ''}data:\n  value: "${value}"\n`;
 
 test('manifest stacks: applied with a stack label, re-applied on change, pruned, bad YAML reported per stack', async (t: TestContext) => {
-  const lab = await createLab('mf', ['ctl'], { t });
+  const { lab, dir, kctlBin } = await startLab(t, 'mf', ['ctl'], { dir: 'kctl-manifests-' });
   const ctl = lab.host('ctl');
-  const dir = await mkdtemp(join(tmpdir(), 'kctl-manifests-'));
-  const procs: Tracked[] = [];
-  t.after(async () => {
-    for (const p of procs) p.child.kill('SIGKILL');
-    await rm(dir, { recursive: true, force: true });
-  });
-  const kctlBin = requireKctl();
   const c = await labController(kctlBin, ctl, dir);
   const stacks = join(c.dataDir, 'manifests');
   // Stacks written before the first start are applied at start.
@@ -59,11 +50,7 @@ metadata: { name: w1, namespace: default }
 spec: { size: 3 }
 `,
   );
-  const start = () => {
-    const p = track(ctl.spawn(kctlBin, c.args));
-    procs.push(p);
-    return p;
-  };
+  const start = () => track(ctl.spawn(kctlBin, c.args));
   let controller = start();
   await controllerReady(controller);
   const value = async (name: string, ns = 'demo') =>

@@ -2,22 +2,17 @@
 // tmpfs fail, and kctl controller refuses to start with the same line, writing nothing.
 import assert from 'node:assert/strict';
 import { existsSync } from 'node:fs';
-import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
+import { mkdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { test, type TestContext } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { execa } from 'execa';
 import type { SysinfoReport } from '../../../src/cli/sysinfo.ts';
-import { requireKctl } from '../lab/kctl.ts';
-import { createLab } from '../lab/lab.ts';
+import { startLab } from '../lab/lab-test.ts';
 
 test('sysinfo: -o json shape; a taken port and a full data dir fail, and kctl controller refuses with that line', async (t: TestContext) => {
-  const lab = await createLab('si', ['ctl'], { t });
+  const { lab, dir, kctlBin } = await startLab(t, 'si', ['ctl'], { dir: 'kctl-sysinfo-' });
   const ctl = lab.host('ctl');
-  const dir = await mkdtemp(join(tmpdir(), 'kctl-sysinfo-'));
-  t.after(() => rm(dir, { recursive: true, force: true }));
-  const kctlBin = requireKctl();
   const cfg = join(dir, 'kctl.yaml');
   await writeFile(cfg, `spec:\n  api: { address: ${ctl.ip} }\n`);
   const dataDir = join(dir, 'data');
@@ -42,9 +37,6 @@ test('sysinfo: -o json shape; a taken port and a full data dir fail, and kctl co
 
   // Someone else on the API port.
   const squatter = ctl.spawn('/bin/busybox', ['nc', '-l', '-p', '6443']);
-  t.after(() => {
-    squatter.kill('SIGKILL');
-  });
   let taken = await sysinfo();
   for (let i = 0; i < 20 && taken.code === 0; i++) {
     await sleep(100);

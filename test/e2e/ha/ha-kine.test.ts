@@ -7,38 +7,25 @@
 // second, exec, logs and port-forward work within seconds, a new pod is scheduled, the node keeps
 // its Ready condition, the server count drops to 1; the first comes back and the agent rejoins it.
 import assert from 'node:assert/strict';
-import { mkdtemp, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { test, type TestContext } from 'node:test';
-import { cleanupWorkerHost, killControllerProcesses, nodeReady, runPinnedPod, startLabWorker, type Tracked } from '../lab/cluster.ts';
+import { killControllerProcesses, nodeReady, runPinnedPod, startLabWorker } from '../lab/cluster.ts';
 import { HaLab, type LabCtl } from '../lab/ha-lab.ts';
-import { requireKctl } from '../lab/kctl.ts';
-import { createLab } from '../lab/lab.ts';
+import { startLab } from '../lab/lab-test.ts';
 import { startPostgres } from '../lab/postgres.ts';
 import { waitFor } from '../lab/wait.ts';
 
 test('two controllers on kine and PostgreSQL: a joiner must name the same database; losing one is invisible to the node', async (t: TestContext) => {
-  const lab = await createLab('hakine', ['db', 'c1', 'c2', 'w1'], { t });
+  const { lab, dir, kctlBin } = await startLab(t, 'hakine', ['db', 'c1', 'c2', 'w1'], { dir: 'kctl-hakine-', workers: ['w1'] });
   const w1 = lab.host('w1');
-  const dir = await mkdtemp(join(tmpdir(), 'kctl-hakine-'));
-  const ha = new HaLab(requireKctl(), dir);
-  const procs: (Tracked | undefined)[] = [];
-  t.after(async () => {
-    for (const p of procs) p?.child.kill('SIGKILL');
-    await cleanupWorkerHost(join(dir, 'w1-data'), join(dir, 'w1-run'), 'w1');
-    await rm(dir, { recursive: true, force: true });
-  });
+  const ha = new HaLab(kctlBin, dir);
   const pg = await startPostgres(t, 5432, { host: lab.host('db'), trust: lab.subnet });
   const shared = await pg.dataSource('kine');
   const kineSpec = (host: { ip: string }, dataSource?: string) =>
     `  api: { address: ${host.ip} }\n  storage:\n    type: kine\n${dataSource ? `    kine: { dataSource: '${dataSource}' }\n` : ''}`;
   const c1 = await ha.controller(lab.host('c1'), kineSpec(lab.host('c1'), shared));
   await ha.start(c1);
-  procs.push(c1.proc);
   await lab.isolate(w1, c1.host, lab.host('c2'));
   const worker = startLabWorker(ha.kctlBin, w1, dir, String((await ha.run(c1, ['token', 'create', '--role', 'worker'])).stdout).trim());
-  procs.push(worker);
   await waitFor('w1 Ready', 300_000, () => nodeReady((args) => ha.kubectl(c1, args), 'w1'), worker.log);
   await runPinnedPod((args, input) => ha.kubectl(c1, args, input), 'web', 'w1', 'started', true);
   await ha.agentsFollow([c1], ['w1']);
@@ -60,7 +47,6 @@ test('two controllers on kine and PostgreSQL: a joiner must name the same databa
   // On the same database it joins with the keys only: the cluster's objects are already there.
   const c2 = await ha.controller(c2host, kineSpec(c2host, shared));
   await ha.start(c2, tokenFile);
-  procs.push(c2.proc);
   // The token was single-use: another join with it (a fresh data dir on c2's host) is refused.
   await ha.refused(
     await ha.controller(c2host, kineSpec(c2host, shared), 'c2-again'),
@@ -96,7 +82,6 @@ test('two controllers on kine and PostgreSQL: a joiner must name the same databa
 
   // c1 comes back: the agent connects to it with no restart, two servers again, and it serves the pod.
   await ha.start(c1);
-  procs.push(c1.proc);
   await ha.agentsFollow([c1, c2], ['w1']);
   await reachPod(c1);
   assert.equal(await readySince(c1), readyBefore);

@@ -16,32 +16,24 @@
 // that left etcd refuses to start again.
 import assert from 'node:assert/strict';
 import { existsSync } from 'node:fs';
-import { mkdtemp, readFile, rm, stat } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
+import { readFile, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import { test, type TestContext } from 'node:test';
 import type { EtcdMember } from '../../../src/etcd/members.ts';
 import { decodeToken, encodeToken } from '../../../src/join/token.ts';
 import { selfSignedCert } from '../../helpers.ts';
 import type { WorkerStatusReport } from '../../../src/worker/index.ts';
-import { cleanupWorkerHost, killControllerProcesses, nodeReady, runPinnedPod, startLabWorker, type Tracked } from '../lab/cluster.ts';
+import { killControllerProcesses, nodeReady, runPinnedPod, startLabWorker, type Tracked } from '../lab/cluster.ts';
 import { HaLab, type LabCtl } from '../lab/ha-lab.ts';
-import { requireKctl } from '../lab/kctl.ts';
-import { createLab } from '../lab/lab.ts';
+import { startLab } from '../lab/lab-test.ts';
 import { waitFor } from '../lab/wait.ts';
 
 test('controllers join by token and leave; losing one is invisible to the nodes; bad tokens and no quorum refused; a member that left stays out', async (t: TestContext) => {
-  const lab = await createLab('ha', ['c1', 'c2', 'c3', 'c4', 'w1', 'w2'], { t });
+  const { lab, dir, kctlBin } = await startLab(t, 'ha', ['c1', 'c2', 'c3', 'c4', 'w1', 'w2'], { dir: 'kctl-ha-', workers: ['w1', 'w2'] });
   const workers = [lab.host('w1'), lab.host('w2')];
-  const dir = await mkdtemp(join(tmpdir(), 'kctl-ha-'));
-  const ha = new HaLab(requireKctl(), dir);
+  const ha = new HaLab(kctlBin, dir);
   const ctls: LabCtl[] = [];
   const workerProcs: Tracked[] = [];
-  t.after(async () => {
-    for (const p of [...ctls.map((c) => c.proc), ...workerProcs]) p?.child.kill('SIGKILL');
-    for (const w of workers) await cleanupWorkerHost(join(dir, `${w.name}-data`), join(dir, `${w.name}-run`), w.name);
-    await rm(dir, { recursive: true, force: true });
-  });
   for (const name of ['c1', 'c2', 'c3', 'c4']) {
     const host = lab.host(name);
     ctls.push(await ha.controller(host, `  api: { address: ${host.ip} }\n  storage: { type: etcd, etcd: { memberName: ${name} } }\n`));

@@ -6,17 +6,16 @@ import { join } from 'node:path';
 import { test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { ControllerStatusReport as StatusReport } from '../../../src/controller/status.ts';
-import { selfSignedCert, tempDir } from '../../helpers.ts';
+import { selfSignedCert } from '../../helpers.ts';
 import { kctl, requireKctl } from '../lab/kctl.ts';
-import { createLab } from '../lab/lab.ts';
+import { startLab } from '../lab/lab-test.ts';
 import { kubeletServingCert, nodeCert } from '../lab/node-cert.ts';
 import { waitFor } from '../lab/wait.ts';
 
 test("kube-apiserver reaches an isolated node-side server only through the agent's tunnel", async (t) => {
-  const lab = await createLab('kn', ['ctl', 'edge'], { t });
+  const { lab, dir } = await startLab(t, 'kn', ['ctl', 'edge']);
   const ctl = lab.host('ctl');
   const edge = lab.host('edge');
-  const dir = await tempDir(t);
   const dataDir = join(dir, 'data');
   const runDir = join(dir, 'run');
   const cfg = join(dir, 'kctl.yaml');

@@ -8,16 +8,16 @@
 // changes: the claim follows within seconds, with no restart.
 import assert from 'node:assert/strict';
 import { existsSync } from 'node:fs';
-import { mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { mkdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { execa } from 'execa';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test, type TestContext } from 'node:test';
 import type { ControllerStatusReport } from '../../../src/controller/status.ts';
 import type { ServerAgentSnapshot } from '../../../src/konnectivity/index.ts';
-import { controllerReady, cleanupWorkerHost, labController, nodeReady, runPinnedPod, startLabWorker, track, type Tracked } from '../lab/cluster.ts';
-import { kctl, requireKctl } from '../lab/kctl.ts';
-import { createLab, type LabHost } from '../lab/lab.ts';
+import { controllerReady, labController, nodeReady, runPinnedPod, startLabWorker, track, type Tracked } from '../lab/cluster.ts';
+import { kctl } from '../lab/kctl.ts';
+import { type LabHost } from '../lab/lab.ts';
+import { startLab } from '../lab/lab-test.ts';
 import { kubeletServingCert, nodeCert } from '../lab/node-cert.ts';
 import { decodeTokenFor } from '../../../src/join/token.ts';
 import { workerPaths } from '../../../src/worker/paths.ts';
@@ -56,20 +56,10 @@ async function csrObject(dir: string, name: string, subject: string, signerName:
 }
 
 test('a compromised node and a leaked worker token get nothing of anyone else; impostor agents are dropped; logs/exec always reach the real node; claims follow address changes', async (t: TestContext) => {
-  const lab = await createLab('tt', ['ctl', 'w1', 'w2', 'imp', 'imp2'], { t });
+  const { lab, dir, kctlBin } = await startLab(t, 'tt', ['ctl', 'w1', 'w2', 'imp', 'imp2'], { dir: 'kctl-trust-', workers: ['w1', 'w2'] });
   const [ctl, w1, w2, imp, imp2] = ['ctl', 'w1', 'w2', 'imp', 'imp2'].map((n) => lab.host(n)) as [LabHost, LabHost, LabHost, LabHost, LabHost];
-  const dir = await mkdtemp(join(tmpdir(), 'kctl-trust-'));
-  const procs: Tracked[] = [];
-  t.after(async () => {
-    for (const p of procs) p.child.kill('SIGKILL');
-    await cleanupWorkerHost(join(dir, 'w1-data'), join(dir, 'w1-run'), 'w1');
-    await cleanupWorkerHost(join(dir, 'w2-data'), join(dir, 'w2-run'), 'w2');
-    await rm(dir, { recursive: true, force: true });
-  });
-  const kctlBin = requireKctl();
   const c = await labController(kctlBin, ctl, dir);
   const controller = track(ctl.spawn(kctlBin, c.args));
-  procs.push(controller);
   await controllerReady(controller);
   const agents = async (): Promise<ServerAgentSnapshot[]> => {
     const s = await kctl(['status', '-o', 'json', '--run-dir', c.runDir]);
@@ -83,7 +73,6 @@ test('a compromised node and a leaked worker token get nothing of anyone else; i
   const token = await c.createToken('1h');
   const worker = startLabWorker(kctlBin, w1, dir, token);
   const worker2 = startLabWorker(kctlBin, w2, dir, token);
-  procs.push(worker, worker2);
   await waitFor('w1 Ready', 300_000, () => nodeReady(c.kubectl, 'w1'), worker.log);
   await waitFor('w2 Ready', 300_000, () => nodeReady(c.kubectl, 'w2'), worker2.log);
   await runPinnedPod(c.kubectl, 'talker', 'w1', 'started');
@@ -206,7 +195,6 @@ test('a compromised node and a leaked worker token get nothing of anyone else; i
         '--admin-server-port=18098',
       ]),
     );
-    procs.push(stolen);
     await waitFor('the stolen-credential agent connected', 60_000, async () => (await agents()).some((a) => a.agentIdClaimed === 'w1'), stolen.log);
     const posing = (await agents()).find((a) => a.agentIdClaimed === 'w1')!;
     t.diagnostic(
@@ -293,7 +281,6 @@ test('a compromised node and a leaked worker token get nothing of anyone else; i
       '--admin-server-port=18096',
     ]),
   );
-  procs.push(impostorKctl, impostorUpstream);
   await waitFor(
     'five agents connected',
     60_000,
@@ -336,7 +323,6 @@ test('a compromised node and a leaked worker token get nothing of anyone else; i
        setInterval(() => {}, 1000);`,
     ]),
   );
-  procs.push(flood);
   await waitFor(
     'the flood is refused with its reasons',
     30_000,
@@ -358,7 +344,6 @@ test('a compromised node and a leaked worker token get nothing of anyone else; i
       '--admin-server-port=18100',
     ]),
   );
-  procs.push(lateAgent);
   await waitFor('an agent connects during the flood', 60_000, async () => (await agent('system:node:x4')) !== undefined, lateAgent.log);
   t.diagnostic(`an agent connected ${Date.now() - joinedAt} ms after it started, with 300 connections flooding the agent port`);
   for (let i = 0; i < ROUNDS; i++) {
@@ -380,9 +365,7 @@ test('a compromised node and a leaked worker token get nothing of anyone else; i
   await writeFile(join(www, 'hello.txt'), 'hello from x2\n');
   // Only x2's agent (on imp itself) can reach imp now; a dial routed to any other agent fails.
   await lab.isolate(imp, ctl, w1, imp2);
-  procs.push(
-    track(imp.spawn('openssl', ['s_server', '-quiet', '-WWW', '-accept', '10250', '-cert', serving.cert, '-key', serving.key], { cwd: www })),
-  );
+  track(imp.spawn('openssl', ['s_server', '-quiet', '-WWW', '-accept', '10250', '-cert', serving.cert, '-key', serving.key], { cwd: www }));
   const setAddress = async (ip: string) => {
     const status = { addresses: [{ type: 'InternalIP', address: ip }], daemonEndpoints: { kubeletEndpoint: { Port: 10250 } } };
     const r = await c.kubectl(['patch', 'node', 'x2', '--subresource=status', '--type=merge', '-p', JSON.stringify({ status })]);
@@ -460,7 +443,6 @@ test('a compromised node and a leaked worker token get nothing of anyone else; i
 
   // The upgraded controller makes the kubelet-serving CA and trusts both for kubelets: logs and exec keep working.
   const upgraded = track(ctl.spawn(kctlBin, c.args));
-  procs.push(upgraded);
   await controllerReady(upgraded);
   await waitFor(
     'w1 agent back on the upgraded controller',
@@ -477,7 +459,6 @@ test('a compromised node and a leaked worker token get nothing of anyone else; i
   worker.child.kill('SIGTERM');
   assert.equal(await worker.exited, 0);
   const restarted = startLabWorker(kctlBin, w1, dir, token);
-  procs.push(restarted);
   await waitFor('w1 serves a kubelet-serving CA certificate', 120_000, async () => /kubelet-serving-ca/.test(await servedCa()), restarted.log);
   assert.ok(restarted.saw('kubelet serving certificate was signed by the cluster CA'), 'the worker did not say why it asked again');
   await waitFor(
@@ -496,7 +477,6 @@ test('a compromised node and a leaked worker token get nothing of anyone else; i
   upgraded.child.kill('SIGTERM');
   assert.equal(await upgraded.exited, 0);
   const afterMove = track(ctl.spawn(kctlBin, c.args));
-  procs.push(afterMove);
   await controllerReady(afterMove);
   await waitFor(
     'w1 agent back on the restarted controller',

@@ -6,7 +6,8 @@ import { once } from 'node:events';
 import { test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { execa } from 'execa';
-import { createLab, labNamespacesLeft, type LabHost } from './lab.ts';
+import { labNamespacesLeft, type LabHost } from './lab.ts';
+import { startLab } from './lab-test.ts';
 
 const PORT = 18080;
 
@@ -20,7 +21,7 @@ async function listen(host: LabHost, port = PORT): Promise<ChildProcess> {
 }
 
 test('lab hosts reach each other, isolation drops new connections from the controller only, destroy cleans up', { timeout: 120_000 }, async (t) => {
-  const lab = await createLab('labt', ['ctl', 'wrk'], { t });
+  const { lab } = await startLab(t, 'labt', ['ctl', 'wrk']);
   const ctl = lab.host('ctl');
   const wrk = lab.host('wrk');
   assert.notEqual(ctl.ip, wrk.ip);

@@ -46,11 +46,6 @@ export interface Lab {
   destroy(): Promise<void>;
 }
 
-export interface LabOptions {
-  /** A node:test context: destroy() is registered with t.after, so it runs when the test fails too. */
-  t?: { after: (fn: () => Promise<void>) => void };
-}
-
 function sh(cmd: string, args: string[], opts: Options = {}): Promise<Result> {
   return execa(cmd, args, { reject: false, timeout: 60_000, ...opts }) as Promise<Result>;
 }
@@ -99,7 +94,8 @@ async function killTree(pid: number): Promise<void> {
   for (let i = 0; i < 50 && alive(pid); i++) await sleep(100);
 }
 
-export async function createLab(name: string, hostNames: string[], opts: LabOptions = {}): Promise<Lab> {
+/** Tests start a lab with startLab (lab-test.ts), which destroys it when the test ends, passed or failed. */
+export async function createLab(name: string, hostNames: string[]): Promise<Lab> {
   if (!/^[a-z0-9]{1,6}$/.test(name)) throw new Error(`lab name must be 1-6 characters [a-z0-9], got ${name}`);
   for (const h of hostNames) if (!/^[a-z0-9]{1,12}$/.test(h) || h === 'sw') throw new Error(`bad lab host name ${h}`);
   if (process.getuid?.() !== 0) throw new Error('the test lab needs root (network namespaces)');
@@ -145,7 +141,6 @@ export async function createLab(name: string, hostNames: string[], opts: LabOpti
       await sh('ip', ['netns', 'del', ns]);
     }
   };
-  opts.t?.after(destroy);
 
   try {
     await must('ip', ['netns', 'add', sw]);

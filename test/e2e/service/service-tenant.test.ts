@@ -3,22 +3,18 @@
 // ready, is restarted alone after a crash with the same ports and data, stops without leaving its
 // components behind; the template goes with the last tenant's uninstall.
 import assert from 'node:assert/strict';
-import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { test, type TestContext } from 'node:test';
 import type { TenantListEntry } from '../../../src/cli/tenant.ts';
-import { requireKctl } from '../lab/kctl.ts';
-import { createLab } from '../lab/lab.ts';
+import { startLab } from '../lab/lab-test.ts';
 import { bootSystemd } from '../lab/systemd.ts';
 import { waitFor } from '../lab/wait.ts';
 
 test('kctl install controller --name: a template unit and an instance per tenant, each ready when started, restarted alone, stopped cleanly', async (t: TestContext) => {
-  const lab = await createLab('svt', ['ctl'], { t });
+  const { lab, dir, kctlBin } = await startLab(t, 'svt', ['ctl'], { dir: '/var/lib/kctl-test-svtenant-' }); // not /tmp: the systemd lab has its own
   const ctl = lab.host('ctl');
-  const dir = await mkdtemp('/var/lib/kctl-test-svtenant-'); // not /tmp: the systemd lab has its own
-  t.after(() => rm(dir, { recursive: true, force: true }));
   const sd = await bootSystemd('kctl-svt', ctl.netns, t);
-  const kctlBin = requireKctl();
   const dataDir = join(dir, 'data');
   const runDir = join(dir, 'run');
   const cfg = join(dir, 'alpha.yaml');

@@ -2,27 +2,20 @@
 // with a token file (the secret never shows in the unit, ps or the journal), runs a pod, keeps
 // the pod's container across `systemctl restart`, and uninstall + reset leave nothing behind.
 import assert from 'node:assert/strict';
-import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { test, type TestContext } from 'node:test';
 import { decodeToken } from '../../../src/join/token.ts';
 import { controllerReady, labController, nodeReady, runPinnedPod, track } from '../lab/cluster.ts';
-import { requireKctl } from '../lab/kctl.ts';
-import { createLab } from '../lab/lab.ts';
+import { startLab } from '../lab/lab-test.ts';
 import { bootSystemd } from '../lab/systemd.ts';
 import { waitFor } from '../lab/wait.ts';
 
 test('kctl install worker: joins from a token file, runs a pod, keeps it across a restart; uninstall and reset leave nothing', async (t: TestContext) => {
-  const lab = await createLab('sw', ['ctl', 'w1'], { t });
+  const { lab, dir, kctlBin } = await startLab(t, 'sw', ['ctl', 'w1'], { dir: '/var/lib/kctl-test-service-worker-' });
   const [ctl, w1] = [lab.host('ctl'), lab.host('w1')];
-  const dir = await mkdtemp('/var/lib/kctl-test-service-worker-');
-  t.after(() => rm(dir, { recursive: true, force: true }));
-  const kctlBin = requireKctl();
   const c = await labController(kctlBin, ctl, dir);
   const controller = track(ctl.spawn(kctlBin, c.args));
-  t.after(() => {
-    controller.child.kill('SIGKILL');
-  });
   await controllerReady(controller);
   await lab.isolate(w1, ctl);
 

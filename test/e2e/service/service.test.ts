@@ -3,11 +3,11 @@
 // SIGKILLed kctl restarted without duplicate components, a hung kctl restarted by the watchdog,
 // a clean stop, uninstall, and the refusals.
 import assert from 'node:assert/strict';
-import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { test, type TestContext } from 'node:test';
-import { kctl, requireKctl } from '../lab/kctl.ts';
-import { createLab } from '../lab/lab.ts';
+import { kctl } from '../lab/kctl.ts';
+import { startLab } from '../lab/lab-test.ts';
 import { bootSystemd, type SystemdLab } from '../lab/systemd.ts';
 import { waitFor } from '../lab/wait.ts';
 
@@ -22,13 +22,10 @@ async function counts(sd: SystemdLab): Promise<Record<string, number>> {
 }
 
 test('kctl install controller: a Type=notify service that is ready when started, restarts after a crash or a hang, stops cleanly', async (t: TestContext) => {
-  const lab = await createLab('sv', ['ctl'], { t });
-  const ctl = lab.host('ctl');
   // Not under /tmp: the systemd lab has its own /tmp.
-  const dir = await mkdtemp('/var/lib/kctl-test-service-');
-  t.after(() => rm(dir, { recursive: true, force: true }));
+  const { lab, dir, kctlBin } = await startLab(t, 'sv', ['ctl'], { dir: '/var/lib/kctl-test-service-' });
+  const ctl = lab.host('ctl');
   const sd = await bootSystemd('kctl-svc', ctl.netns, t);
-  const kctlBin = requireKctl();
   const dataDir = join(dir, 'data');
   const runDir = join(dir, 'run');
   const cfg = join(dir, 'kctl.yaml');

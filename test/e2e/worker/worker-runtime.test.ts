@@ -5,8 +5,7 @@
 import assert from 'node:assert/strict';
 import type { ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { copyFile, mkdir, mkdtemp, readFile, readdir, readlink, rm, writeFile } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
+import { copyFile, mkdir, readFile, readdir, readlink, rm, writeFile } from 'node:fs/promises';
 import { basename, join } from 'node:path';
 import { test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -16,13 +15,13 @@ import { createLogger } from '../../../src/base/log.ts';
 import { readEmbeddedPayload } from '../../../src/payload/payload.ts';
 import { stageComponents } from '../../../src/payload/stage.ts';
 import { renderKubeconfig } from '../../../src/pki/kubeconfig.ts';
-import { cleanupContainerd, mountsUnder, shimPids } from '../../../src/worker/containerd.ts';
+import { cleanupContainerd, shimPids } from '../../../src/worker/containerd.ts';
 import { BUNDLED_IMAGE_NAMES, PAUSE_IMAGE, WORKER_IMAGE_NAMES } from '../../../src/payload/images.ts';
 import { ImagesComponent } from '../../../src/worker/images.ts';
 import { kubeletCgroupRoot, removeCgroupRoot } from '../../../src/worker/kubelet.ts';
 import { workerPaths } from '../../../src/worker/paths.ts';
-import { requireKctl, root } from '../lab/kctl.ts';
-import { createLab } from '../lab/lab.ts';
+import { root } from '../lab/kctl.ts';
+import { startLab } from '../lab/lab-test.ts';
 
 const NODE = 'wrt-worker';
 const POD_CIDR = '10.244.0.0/16';
@@ -78,10 +77,8 @@ test(
   'worker runtime: node joins with a bootstrap token, becomes Ready, runs a bundled-image pod with logs and exec',
   { timeout: 600_000 },
   async (t) => {
-    const kctlBin = requireKctl();
     const images = await buildImages();
-    const base = await mkdtemp(join(tmpdir(), 'kctl-wrt-'));
-    const lab = await createLab('wrt', ['ctl', 'wrk']);
+    const { lab, dir: base, kctlBin, beforeTeardown } = await startLab(t, 'wrt', ['ctl', 'wrk'], { dir: 'kctl-wrt-' });
     const ctl = lab.host('ctl');
     const wrk = lab.host('wrk');
     const cdata = join(base, 'controller');
@@ -93,8 +90,8 @@ test(
     const applyYaml = (doc: object) =>
       ctl.run(kctlBin, ['--data-dir', cdata, 'kubectl', 'apply', '-f', '-'], { input: stringify(doc), timeout: 60_000 });
 
-    t.after(async () => {
-      // Pods first (kubelet stops their containers), then the runtime, then whatever is left.
+    beforeTeardown(async () => {
+      // Pods first (kubelet stops their containers), then the runtime, then whatever is left (the lab's teardown).
       if (worker && worker.proc.exitCode === null) {
         await kubectl('delete', 'pod', '--all', '--wait=true', '--timeout=30s').catch(() => undefined);
         worker.proc.kill('SIGTERM');
@@ -107,8 +104,6 @@ test(
         const target = await readlink(join('/var/log/containers', f)).catch(() => '');
         if (target.startsWith(base)) await rm(join('/var/log/containers', f), { force: true });
       }
-      await lab.destroy();
-      if ((await mountsUnder([base])).length === 0) await rm(base, { recursive: true, force: true });
     });
 
     // --- controller on host ctl

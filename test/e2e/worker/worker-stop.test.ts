@@ -3,13 +3,10 @@
 // as `systemctl stop` during a slow first join does.
 import assert from 'node:assert/strict';
 import { existsSync } from 'node:fs';
-import { mkdtemp, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
-import { cleanupWorkerHost, controllerReady, labController, startLabWorker, track, type Tracked } from '../lab/cluster.ts';
-import { requireKctl } from '../lab/kctl.ts';
-import { createLab } from '../lab/lab.ts';
+import { controllerReady, labController, startLabWorker, track } from '../lab/cluster.ts';
+import { startLab } from '../lab/lab-test.ts';
 import { waitFor } from '../lab/wait.ts';
 
 // The agent and the controller watch are left out: they start within milliseconds, so a signal
@@ -17,17 +14,9 @@ import { waitFor } from '../lab/wait.ts';
 const steps = ['containerd', 'images', 'kubelet', 'network', 'kube-proxy'];
 
 test(`a worker given SIGTERM as any of ${steps.join(', ')} starts: exit 0, none of its processes left, no status socket; then it starts whole`, async (t) => {
-  const lab = await createLab('ws', ['ctl', 'w1'], { t });
+  const { lab, dir, kctlBin } = await startLab(t, 'ws', ['ctl', 'w1'], { dir: 'kctl-worker-stop-', workers: ['w1'] });
   const ctl = lab.host('ctl');
   const w1 = lab.host('w1');
-  const dir = await mkdtemp(join(tmpdir(), 'kctl-worker-stop-'));
-  let worker: Tracked | undefined;
-  t.after(async () => {
-    worker?.child.kill('SIGKILL');
-    await cleanupWorkerHost(join(dir, 'w1-data'), join(dir, 'w1-run'), 'w1');
-    await rm(dir, { recursive: true, force: true });
-  });
-  const kctlBin = requireKctl();
   const c = await labController(kctlBin, ctl, dir);
   await controllerReady(track(ctl.spawn(kctlBin, c.args)));
   const token = await c.createToken('1h');
@@ -42,7 +31,7 @@ test(`a worker given SIGTERM as any of ${steps.join(', ')} starts: exit 0, none 
       .filter((l) => l.trim() !== '' && !/pgrep|containerd-shim/.test(l));
 
   for (const step of steps) {
-    const w = (worker = startLabWorker(kctlBin, w1, dir, token));
+    const w = startLabWorker(kctlBin, w1, dir, token);
     // The signal goes out as soon as the line is read, not at the next poll.
     const line = `"msg":"starting ${step}"`;
     let sent = false;
@@ -60,7 +49,7 @@ test(`a worker given SIGTERM as any of ${steps.join(', ')} starts: exit 0, none 
   }
 
   // None of those stops left anything in the way of a whole start.
-  const w = (worker = startLabWorker(kctlBin, w1, dir, token));
+  const w = startLabWorker(kctlBin, w1, dir, token);
   await waitFor('worker ready', 180_000, async () => w.saw('"msg":"worker ready"'), w.log);
   // The leftover check sees a running worker's processes.
   const running = (await leftovers()).join('\n');

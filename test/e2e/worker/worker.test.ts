@@ -2,15 +2,14 @@
 // port-forward / attach reach them only through the konnectivity tunnel.
 import assert from 'node:assert/strict';
 import { existsSync } from 'node:fs';
-import { mkdtemp, readFile, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
+import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { test, type TestContext } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { decodeToken } from '../../../src/join/token.ts';
-import { controllerReady, cleanupWorkerHost, labController, nodeReady as isNodeReady, track, type Tracked } from '../lab/cluster.ts';
-import { requireKctl } from '../lab/kctl.ts';
-import { createLab, type Lab, type LabHost } from '../lab/lab.ts';
+import { controllerReady, labController, nodeReady as isNodeReady, track } from '../lab/cluster.ts';
+import { type LabHost } from '../lab/lab.ts';
+import { startLab } from '../lab/lab-test.ts';
 
 async function waitFor(what: string, timeoutMs: number, check: () => Promise<boolean>, log?: () => string): Promise<void> {
   const end = Date.now() + timeoutMs;
@@ -117,17 +116,8 @@ const NONROOT = {
 };
 
 test('two isolated workers join, run pods, and are reachable only through the tunnel', async (t: TestContext) => {
-  const lab: Lab = await createLab('wk', ['ctl', 'w1', 'w2'], { t });
+  const { lab, dir, kctlBin } = await startLab(t, 'wk', ['ctl', 'w1', 'w2'], { dir: 'kctl-worker-', workers: ['w1', 'w2'] });
   const [ctl, w1, w2] = ['ctl', 'w1', 'w2'].map((n) => lab.host(n)) as [LabHost, LabHost, LabHost];
-  const dir = await mkdtemp(join(tmpdir(), 'kctl-worker-'));
-  const workers: Tracked[] = [];
-  // Workers leave mounts, shims and cgroups behind when killed; clear them before removing the dir.
-  t.after(async () => {
-    for (const w of workers) w.child.kill('SIGKILL');
-    for (const h of ['w1', 'w2']) await cleanupWorkerHost(join(dir, `${h}-data`), join(dir, `${h}-run`), h);
-    await rm(dir, { recursive: true, force: true });
-  });
-  const kctlBin = requireKctl();
   const c = await labController(kctlBin, ctl, dir);
   const cData = c.dataDir;
   const controller = track(ctl.spawn(kctlBin, c.args));
@@ -185,7 +175,6 @@ test('two isolated workers join, run pods, and are reachable only through the tu
         `kctl.dev/lab=${lab.name}`,
       ]),
     );
-    workers.push(p);
     return p;
   };
   let p1 = startWorker(w1, token);
