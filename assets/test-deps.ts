@@ -3,6 +3,6 @@
 // what workers and the network-namespace lab use (iptables for kube-proxy and CNI, conntrack,
 // busybox for probes inside lab hosts).
 import { ensureDebianPackages } from './debian.ts';
-import { LAB_PACKAGES } from '../test/e2e/lab.ts';
+import { LAB_PACKAGES } from '../test/e2e/lab/lab.ts';
 
 await ensureDebianPackages(['postgresql', 'procps', 'openssl', ...LAB_PACKAGES]);

@@ -7,8 +7,9 @@ import { request } from 'node:https';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { execa } from 'execa';
-import { freePort, freePorts, gauges, rssKiB, rssSplitKiB, startProc, waitUntil, type Proc } from './procs.ts';
-import { nodeCert } from '../test/e2e/node-cert.ts';
+import { gauges, rssKiB, rssSplitKiB, startProc, waitUntil, type Proc } from './procs.ts';
+import { freePort, freePorts } from '../test/ports.ts';
+import { nodeCert } from '../test/e2e/lab/node-cert.ts';
 
 export const KCTL = new URL('../dist/kctl', import.meta.url).pathname;
 

@@ -8,7 +8,7 @@ import { stat } from 'node:fs/promises';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import { execa } from 'execa';
-import { requireKctl } from '../test/e2e/kctl.ts';
+import { requireKctl } from '../test/e2e/lab/kctl.ts';
 
 export interface ExecutableFigures {
   sizeMiB: number;

@@ -1,4 +1,4 @@
-// HA figures in the network-namespace lab of test/e2e (lab `bha`): three controllers on etcd
+// HA figures in the network-namespace lab of test/e2e (lab/lab.ts; lab `bha`): three controllers on etcd
 // (the second and third joined by token) and one worker that joined through the first, with a
 // pod on it. Two figures, kctl only (upstream konnectivity has no peer for either):
 //
@@ -14,10 +14,10 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { mountsUnder } from '../src/worker/containerd.ts';
-import { cleanupWorkerHost, killControllerProcesses, nodeReady, runPinnedPod, startLabWorker, type Tracked } from '../test/e2e/cluster.ts';
-import { HaLab, type LabCtl } from '../test/e2e/ha-lab.ts';
-import { requireKctl } from '../test/e2e/kctl.ts';
-import { createLab, type LabHost } from '../test/e2e/lab.ts';
+import { cleanupWorkerHost, killControllerProcesses, nodeReady, runPinnedPod, startLabWorker, type Tracked } from '../test/e2e/lab/cluster.ts';
+import { HaLab, type LabCtl } from '../test/e2e/lab/ha-lab.ts';
+import { requireKctl } from '../test/e2e/lab/kctl.ts';
+import { createLab, type LabHost } from '../test/e2e/lab/lab.ts';
 
 const LAB = 'bha';
 

@@ -2,7 +2,6 @@
 // from /proc, stopped by their own pid.
 import { spawn, type ChildProcess } from 'node:child_process';
 import { readFileSync } from 'node:fs';
-import { createServer, type AddressInfo, type Server } from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
 
 export interface Proc {
@@ -85,33 +84,6 @@ export function cpuMs(pid: number): number {
   // Fields after the command name, which may itself hold spaces and parentheses.
   const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
   return (Number(f[11]) + Number(f[12])) * 10;
-}
-
-// Ports for the processes the bench starts are picked below Linux's ephemeral range (32768 and up
-// by default), where outgoing connections get their local ports: a port picked from that range
-// can be taken by some connect() before the process it was picked for listens on it.
-const PICK_FROM = 20_000;
-const PICK_TO = 32_767;
-
-/** `n` distinct ports free on 127.0.0.1 right now (all held open together while they are picked). */
-export async function freePorts(n: number): Promise<number[]> {
-  const servers: Server[] = [];
-  while (servers.length < n) {
-    const s = createServer();
-    const port = PICK_FROM + Math.floor(Math.random() * (PICK_TO - PICK_FROM + 1));
-    const bound = await new Promise<boolean>((r) => {
-      s.once('error', () => r(false));
-      s.listen(port, '127.0.0.1', () => r(true));
-    });
-    if (bound) servers.push(s);
-  }
-  const ports = servers.map((s) => (s.address() as AddressInfo).port);
-  await Promise.all(servers.map((s) => new Promise<void>((r) => s.close(() => r()))));
-  return ports;
-}
-
-export async function freePort(): Promise<number> {
-  return (await freePorts(1))[0]!;
 }
 
 /** Polls `check` until it is true; fails at the timeout, or at once when one of `watch` has exited. */

@@ -8,7 +8,8 @@ import { join } from 'node:path';
 import { KCTL_NODE_FLAGS } from '../assets/runtime-flags.ts';
 import { cacheRoot } from '../src/payload/manifest.ts';
 import { NODE, type BenchPki } from './pki.ts';
-import { firstJsonLine, freePort, gauges, startProc, waitUntil, type Proc } from './procs.ts';
+import { firstJsonLine, gauges, startProc, waitUntil, type Proc } from './procs.ts';
+import { freePort } from '../test/ports.ts';
 
 export type StackName = 'upstream' | 'upstream-connect' | 'kctl';
 

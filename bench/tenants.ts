@@ -19,8 +19,8 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { execa } from 'execa';
 import type { ControllerStatusReport } from '../src/controller/status.ts';
 import { readTenant } from '../src/controller/tenants.ts';
-import { requireKctl } from '../test/e2e/kctl.ts';
-import { apiStatus, createWidgets } from '../test/e2e/tenant-api.ts';
+import { requireKctl } from '../test/e2e/lab/kctl.ts';
+import { apiStatus, createWidgets } from '../test/e2e/lab/tenant-api.ts';
 
 const BASE_PORT = 13000;
 

@@ -1,5 +1,5 @@
 // worker-join-s: seconds from `kctl worker --token ...` starting on a fresh host until its Node
-// is Ready, in the network-namespace lab of test/e2e (lab.ts): one controller host and one
+// is Ready, in the network-namespace lab of test/e2e (lab/lab.ts): one controller host and one
 // worker host per repetition. Only lab namespaces and loopback see traffic; kubectl runs on
 // the controller host (lab addresses exist only in the lab).
 //
@@ -20,9 +20,9 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import type { Result } from 'execa';
 import { mountsUnder } from '../src/worker/containerd.ts';
 import { rssKiB, rssSplitKiB } from './procs.ts';
-import { cleanupWorkerHost, labController, nodeReady, track, type Tracked } from '../test/e2e/cluster.ts';
-import { requireKctl } from '../test/e2e/kctl.ts';
-import { createLab, type LabHost } from '../test/e2e/lab.ts';
+import { cleanupWorkerHost, labController, nodeReady, track, type Tracked } from '../test/e2e/lab/cluster.ts';
+import { requireKctl } from '../test/e2e/lab/kctl.ts';
+import { createLab, type LabHost } from '../test/e2e/lab/lab.ts';
 
 const LAB = 'bwj';
 const CONTROLLER_READY_MS = 300_000;

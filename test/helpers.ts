@@ -1,7 +1,6 @@
 // Small shared helpers for tests.
 import { execFileSync } from 'node:child_process';
 import { mkdtemp, rm } from 'node:fs/promises';
-import { createServer as createNetServer, type AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Writable } from 'node:stream';
@@ -101,13 +100,4 @@ export function signedCert(
     stdio: 'ignore',
   });
   return { cert, key, pem: execFileSync('cat', [cert], { encoding: 'utf8' }) };
-}
-
-/** A TCP port free on 127.0.0.1 right now (the kernel's pick). */
-export async function freePort(): Promise<number> {
-  const s = createNetServer();
-  await new Promise<void>((r) => s.listen(0, '127.0.0.1', r));
-  const port = (s.address() as AddressInfo).port;
-  await new Promise<void>((r) => s.close(() => r()));
-  return port;
 }

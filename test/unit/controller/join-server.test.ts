@@ -9,7 +9,8 @@ import { parseConfig } from '../../../src/controller/config.ts';
 import { ControllerTokenStore } from '../../../src/controller/controller-tokens.ts';
 import { JOIN_PATH, JoinServerComponent, SHARED_PKI_FILES, type JoinRequest } from '../../../src/controller/join-server.ts';
 import { pkiPaths } from '../../../src/pki/index.ts';
-import { captureLogger, freePort, initialised, selfSignedCert, tempDir } from '../../helpers.ts';
+import { captureLogger, initialised, selfSignedCert, tempDir } from '../../helpers.ts';
+import { freePort } from '../../ports.ts';
 import { fakeSecrets } from './fake-secrets.ts';
 
 const SECRET = '0123456789abcdef';

@@ -9,7 +9,7 @@ import { test } from 'node:test';
 import * as grpc from '@grpc/grpc-js';
 import { dialViaProxy } from '../../../src/konnectivity/client.ts';
 import type { KonnectivityServer } from '../../../src/konnectivity/index.ts';
-import { freePort } from '../../helpers.ts';
+import { freePort } from '../../ports.ts';
 import { echoServer, makePki, readN, startAgent, startServer, udsOf, waitFor } from './fixtures.ts';
 
 const agentsByStrategy = async (server: KonnectivityServer) =>

@@ -1,0 +1,154 @@
+// A kctl cluster in the test lab (lab.ts): the controller on one lab host, workers joining
+// from others. Shared by the lab tests and bench/worker.ts, bench/ha.ts.
+import type { ChildProcess } from 'node:child_process';
+import { writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import type { Result } from 'execa';
+import { cleanupContainerd } from '../../../src/worker/containerd.ts';
+import { kubeletCgroupRoot, removeCgroupRoot } from '../../../src/worker/kubelet.ts';
+import { workerPaths } from '../../../src/worker/paths.ts';
+import type { ControllerStatusReport } from '../../../src/controller/status.ts';
+import type { LabHost } from './lab.ts';
+import { waitFor } from './wait.ts';
+
+export interface Tracked {
+  child: ChildProcess;
+  /** The last lines of output, for error messages. */
+  log: () => string;
+  /** True once the output (the last MB or more of it) contained `text`. */
+  saw: (text: string) => boolean;
+  exited: Promise<number | null>;
+}
+
+/** Keeps a lab process's output (for error messages) and its exit. */
+export function track(child: ChildProcess): Tracked {
+  let out = '';
+  child.stdout?.on('data', (c: Buffer) => {
+    out += c.toString();
+    if (out.length > 2_000_000) out = out.slice(-1_000_000);
+  });
+  child.stderr?.on('data', (c: Buffer) => {
+    out += c.toString();
+  });
+  const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
+  return { child, log: () => out.split('\n').slice(-25).join('\n'), saw: (text) => out.includes(text), exited };
+}
+
+export interface LabController {
+  dataDir: string;
+  runDir: string;
+  /** `kctl controller --single ...` for this host (append `--init-only` to only stage and exit). */
+  args: string[];
+  /** kubectl (through `kctl kubectl`, admin kubeconfig) run on the controller host: lab addresses exist only in the lab. */
+  kubectl(args: string[], input?: string): Promise<Result>;
+  /** `kctl token create --role worker [--expiry E]` on the controller host; throws when it fails. */
+  createToken(expiry?: string): Promise<string>;
+}
+
+/** Writes the controller's config into `dir` (API on the host's lab address); starting it is the caller's. */
+export async function labController(kctlBin: string, ctl: LabHost, dir: string): Promise<LabController> {
+  const dataDir = join(dir, 'c-data');
+  const runDir = join(dir, 'c-run');
+  await writeFile(join(dir, 'kctl.yaml'), `spec:\n  api: { address: ${ctl.ip} }\n`);
+  return {
+    dataDir,
+    runDir,
+    args: ['controller', '--single', '--config', join(dir, 'kctl.yaml'), '--data-dir', dataDir, '--run-dir', runDir],
+    kubectl: (args, input) => ctl.run(kctlBin, ['--data-dir', dataDir, 'kubectl', ...args], { input, timeout: 60_000 }),
+    async createToken(expiry) {
+      const r = await ctl.run(kctlBin, ['--data-dir', dataDir, 'token', 'create', '--role', 'worker', ...(expiry ? ['--expiry', expiry] : [])], {
+        timeout: 60_000,
+      });
+      if (r.exitCode !== 0) throw new Error(`kctl token create failed (${r.exitCode}): ${String(r.stderr).trim()}`);
+      return String(r.stdout).trim();
+    },
+  };
+}
+
+/** Waits for a `kctl controller` started with track() to log "controller ready"; fails with its last lines. */
+export function controllerReady(p: Tracked, what = 'controller ready'): Promise<boolean> {
+  return waitFor(what, 180_000, async () => p.saw('"msg":"controller ready"'), p.log);
+}
+
+/**
+ * SIGKILLs a controller and every child it supervises at once, as a host that loses its
+ * processes would; `report` is its `kctl status -o json`.
+ */
+export function killControllerProcesses(report: ControllerStatusReport): void {
+  for (const pid of [report.pid, ...report.components.map((x) => x.pid).filter((p): p is number => !!p)]) {
+    try {
+      process.kill(pid, 'SIGKILL');
+    } catch {
+      /* already gone */
+    }
+  }
+}
+
+export const NODE_READY_JSONPATH = '{.status.conditions[?(@.type=="Ready")].status}';
+
+/** True when the Node exists and its Ready condition is True. */
+export async function nodeReady(kubectl: (args: string[]) => Promise<Result>, node: string): Promise<boolean> {
+  return String((await kubectl(['get', 'node', node, '-o', `jsonpath=${NODE_READY_JSONPATH}`])).stdout) === 'True';
+}
+
+/** A killed worker leaves containerd shims, mounts and the kubelet's cgroups behind: clears them (before its dirs are removed). */
+export async function cleanupWorkerHost(dataDir: string, runDir: string, nodeName: string): Promise<void> {
+  await cleanupContainerd(workerPaths(dataDir, runDir)).catch(() => undefined);
+  await removeCgroupRoot(kubeletCgroupRoot(nodeName)).catch(() => undefined);
+}
+
+/** `kctl worker --token T` on a lab host, data and run dirs under `dir` (<name>-data, <name>-run), node name = host name. */
+export function startLabWorker(kctlBin: string, host: LabHost, dir: string, token: string): Tracked {
+  return track(
+    host.spawn(kctlBin, [
+      'worker',
+      '--token',
+      token,
+      '--data-dir',
+      join(dir, `${host.name}-data`),
+      '--run-dir',
+      join(dir, `${host.name}-run`),
+      '--node-name',
+      host.name,
+      '--node-ip',
+      host.ip,
+    ]),
+  );
+}
+
+/** A one-container pod bound to `node` (no scheduler), with a bundled image it never pulls; `container` adds image, command... */
+export function pinnedPod(name: string, node: string, labels: Record<string, string>, container: Record<string, unknown>) {
+  return {
+    apiVersion: 'v1',
+    kind: 'Pod',
+    metadata: { name, labels },
+    spec: {
+      nodeName: node,
+      terminationGracePeriodSeconds: 1,
+      containers: [{ name: 'c', imagePullPolicy: 'Never', ...container } as Record<string, unknown>],
+    },
+  };
+}
+
+/**
+ * A busybox pod pinned to `node` that prints `line` once, then sleeps (with `serve`: answers
+ * GET / on port 8080 with its name); resolves once it runs.
+ */
+export async function runPinnedPod(
+  kubectl: (args: string[], input?: string) => Promise<Result>,
+  name: string,
+  node: string,
+  line: string,
+  serve = false,
+): Promise<void> {
+  const rest = serve ? `mkdir -p /www && echo ${name} > /www/index.html && exec httpd -f -p 8080 -h /www` : 'while true; do sleep 1; done';
+  const pod = pinnedPod(name, node, {}, { image: 'docker.io/library/busybox:1.36', command: ['sh', '-c', `echo ${line}; ${rest}`] });
+  const applied = await kubectl(['apply', '-f', '-'], JSON.stringify(pod));
+  if (applied.exitCode !== 0) throw new Error(`pod ${name}: ${String(applied.stderr)}`);
+  const end = Date.now() + 120_000;
+  while (Date.now() < end) {
+    if (String((await kubectl(['get', 'pod', name, '-o', 'jsonpath={.status.phase}'])).stdout) === 'Running') return;
+    await new Promise((r) => setTimeout(r, 500));
+  }
+  throw new Error(`pod ${name} did not run on ${node} within 120 s`);
+}

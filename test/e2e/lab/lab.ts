@@ -1,0 +1,209 @@
+// The test lab: "hosts" as network namespaces on one machine (DESIGN.md, Test lab).
+//
+//   switch netns  kctl-<lab>-sw : bridge br0, one veth end per host (h0, h1, ...)
+//   host netns    kctl-<lab>-<host> : eth0 = 10.77.<n>.<10+i>/24, lo up, ip_forward on,
+//                 default route on-link via eth0 (nothing beyond the lab bridge)
+//
+// The bridge lives in its own namespace, so the lab adds no link, address or route to the
+// machine's root namespace and deleting the namespaces removes every link with them.
+// Commands enter a host with `nsenter --net=/run/netns/NAME` (not `ip netns exec`, which
+// remounts /sys and hides the cgroup mounts kubelet and runc need).
+import { spawn, type ChildProcess, type SpawnOptions } from 'node:child_process';
+import { createHash } from 'node:crypto';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { execa, type Options, type Result } from 'execa';
+import { ensureDebianPackages } from '../../../assets/debian.ts';
+
+/** What the lab needs on the machine: ip, nsenter, iptables, and busybox for ping/nc. */
+export const LAB_PACKAGES = ['iproute2', 'util-linux', 'iptables', 'busybox-static', 'conntrack', 'curl'];
+const NSENTER = '/usr/bin/nsenter';
+const BUSYBOX = '/bin/busybox';
+const ISOLATE_CHAIN = 'KCTL-LAB-ISOLATE';
+
+export interface LabHost {
+  readonly name: string;
+  /** Network namespace name; the file is /run/netns/<netns>. */
+  readonly netns: string;
+  readonly ip: string;
+  /** Runs a command to completion inside the host's network namespace (never rejects). */
+  run(cmd: string, args: string[], opts?: Options): Promise<Result>;
+  /** Starts a long-running process inside the host; the lab kills it (by pid) on destroy(). */
+  spawn(cmd: string, args: string[], opts?: SpawnOptions): ChildProcess;
+}
+
+export interface Lab {
+  readonly name: string;
+  readonly subnet: string;
+  readonly hosts: readonly LabHost[];
+  host(name: string): LabHost;
+  /** On `worker`: drop NEW inbound connections (INPUT and FORWARD) from each of `from`; replies to worker-initiated ones still pass. */
+  isolate(worker: LabHost, ...from: LabHost[]): Promise<void>;
+  /** True when `from` can open a TCP connection to `to`'s address on `port` within `timeoutMs`. */
+  canConnect(from: LabHost, to: LabHost | string, port: number, timeoutMs?: number): Promise<boolean>;
+  /** True when `from` gets an ICMP echo reply from `to`. */
+  ping(from: LabHost, to: LabHost | string): Promise<boolean>;
+  /** Kills every process the lab started, deletes the namespaces (and with them the bridge and veths). Idempotent. */
+  destroy(): Promise<void>;
+}
+
+function sh(cmd: string, args: string[], opts: Options = {}): Promise<Result> {
+  return execa(cmd, args, { reject: false, timeout: 60_000, ...opts }) as Promise<Result>;
+}
+
+async function must(cmd: string, args: string[], opts: Options = {}): Promise<Result> {
+  const r = await sh(cmd, args, opts);
+  if (r.exitCode !== 0) throw new Error(`${cmd} ${args.join(' ')} failed (${r.exitCode}): ${String(r.stderr).trim()}`);
+  return r;
+}
+
+export function netnsName(lab: string, host: string): string {
+  return `kctl-${lab}-${host}`;
+}
+
+/** The third octet of 10.77.X.0/24, derived from the lab name: two labs with different names rarely share one. */
+function subnetOctet(lab: string): number {
+  return 1 + (createHash('sha256').update(lab).digest()[0]! % 250);
+}
+
+async function labNamespaces(lab: string): Promise<string[]> {
+  const r = await sh('ip', ['netns', 'list']);
+  return String(r.stdout)
+    .split('\n')
+    .map((l) => l.split(' ')[0] ?? '')
+    .filter((n) => n.startsWith(`kctl-${lab}-`));
+}
+
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/** Kills a process group we started (detached), then the pid itself, and waits for it to go. */
+async function killTree(pid: number): Promise<void> {
+  for (const target of [-pid, pid]) {
+    try {
+      process.kill(target, 'SIGKILL');
+    } catch {
+      /* gone */
+    }
+  }
+  for (let i = 0; i < 50 && alive(pid); i++) await sleep(100);
+}
+
+/** Tests start a lab with startLab (lab-test.ts), which destroys it when the test ends, passed or failed. */
+export async function createLab(name: string, hostNames: string[]): Promise<Lab> {
+  if (!/^[a-z0-9]{1,6}$/.test(name)) throw new Error(`lab name must be 1-6 characters [a-z0-9], got ${name}`);
+  for (const h of hostNames) if (!/^[a-z0-9]{1,12}$/.test(h) || h === 'sw') throw new Error(`bad lab host name ${h}`);
+  if (process.getuid?.() !== 0) throw new Error('the test lab needs root (network namespaces)');
+  await ensureDebianPackages(LAB_PACKAGES);
+
+  const octet = subnetOctet(name);
+  const subnet = `10.77.${octet}.0/24`;
+  const sw = netnsName(name, 'sw');
+  const children = new Set<ChildProcess>();
+  let destroyed = false;
+
+  // A previous run that was killed hard may have left namespaces with our names.
+  for (const ns of await labNamespaces(name)) await sh('ip', ['netns', 'del', ns]);
+
+  const makeHost = (host: string, i: number): LabHost => {
+    const netns = netnsName(name, host);
+    const enter = ['--net=/run/netns/' + netns, '--'];
+    return {
+      name: host,
+      netns,
+      ip: `10.77.${octet}.${10 + i}`,
+      run: (cmd, args, o = {}) => sh(NSENTER, [...enter, cmd, ...args], o),
+      spawn: (cmd, args, o = {}) => {
+        if (destroyed) throw new Error(`lab ${name} is destroyed`);
+        // Own process group, so destroy() also reaches what the process forks.
+        const child = spawn(NSENTER, [...enter, cmd, ...args], { stdio: ['ignore', 'pipe', 'pipe'], ...o, detached: true });
+        children.add(child);
+        child.once('exit', () => children.delete(child));
+        return child;
+      },
+    };
+  };
+  const hosts = hostNames.map(makeHost);
+
+  const destroy = async (): Promise<void> => {
+    destroyed = true;
+    for (const child of [...children]) if (child.pid) await killTree(child.pid);
+    children.clear();
+    // Anything else still holding one of our namespaces (e.g. a daemon a test process forked).
+    for (const ns of await labNamespaces(name)) {
+      const r = await sh('ip', ['netns', 'pids', ns]);
+      for (const pid of String(r.stdout).split('\n').filter(Boolean).map(Number)) await killTree(pid);
+      await sh('ip', ['netns', 'del', ns]);
+    }
+  };
+
+  try {
+    await must('ip', ['netns', 'add', sw]);
+    await must('ip', ['-n', sw, 'link', 'add', 'br0', 'type', 'bridge']);
+    await must('ip', ['-n', sw, 'link', 'set', 'br0', 'up']);
+    for (const [i, h] of hosts.entries()) {
+      await must('ip', ['netns', 'add', h.netns]);
+      await must('ip', ['-n', sw, 'link', 'add', `h${i}`, 'type', 'veth', 'peer', 'name', 'eth0', 'netns', h.netns]);
+      await must('ip', ['-n', sw, 'link', 'set', `h${i}`, 'master', 'br0', 'up']);
+      await must('ip', ['-n', h.netns, 'link', 'set', 'lo', 'up']);
+      await must('ip', ['-n', h.netns, 'addr', 'add', `${h.ip}/24`, 'dev', 'eth0']);
+      await must('ip', ['-n', h.netns, 'link', 'set', 'eth0', 'up']);
+      // A host has a default route; an on-link one keeps everything on the lab bridge (the switch
+      // has no uplink), and lets kube-proxy's OUTPUT DNAT see Service IPs instead of ENETUNREACH.
+      await must('ip', ['-n', h.netns, 'route', 'add', 'default', 'dev', 'eth0']);
+      await must(NSENTER, ['--net=/run/netns/' + h.netns, '--', 'sh', '-c', 'echo 1 > /proc/sys/net/ipv4/ip_forward']);
+    }
+  } catch (err) {
+    await destroy();
+    throw err;
+  }
+
+  const target = (to: LabHost | string) => (typeof to === 'string' ? to : to.ip);
+  return {
+    name,
+    subnet,
+    hosts,
+    host(n) {
+      const h = hosts.find((x) => x.name === n);
+      if (!h) throw new Error(`lab ${name} has no host ${n}`);
+      return h;
+    },
+    async isolate(worker, ...from) {
+      const ipt = (...a: string[]) => worker.run('iptables', ['-w', '5', ...a]);
+      await ipt('-N', ISOLATE_CHAIN);
+      await ipt('-F', ISOLATE_CHAIN);
+      for (const source of from) {
+        const add = await ipt('-A', ISOLATE_CHAIN, '-s', source.ip, '-m', 'conntrack', '--ctstate', 'NEW', '-j', 'DROP');
+        if (add.exitCode !== 0) throw new Error(`isolating ${worker.name} failed: ${String(add.stderr).trim()}`);
+      }
+      for (const chain of ['INPUT', 'FORWARD']) {
+        if ((await ipt('-C', chain, '-j', ISOLATE_CHAIN)).exitCode !== 0) {
+          const r = await ipt('-I', chain, '1', '-j', ISOLATE_CHAIN);
+          if (r.exitCode !== 0) throw new Error(`isolating ${worker.name} failed: ${String(r.stderr).trim()}`);
+        }
+      }
+    },
+    async canConnect(from, to, port, timeoutMs = 3000) {
+      // bash's /dev/tcp: no extra tool, and a refused or dropped connection both fail.
+      const r = await from.run('timeout', [String(timeoutMs / 1000), 'bash', '-c', `exec 3<>/dev/tcp/${target(to)}/${port}`], {
+        timeout: timeoutMs + 5000,
+      });
+      return r.exitCode === 0;
+    },
+    async ping(from, to) {
+      const r = await from.run(BUSYBOX, ['ping', '-c', '1', '-W', '2', target(to)], { timeout: 10_000 });
+      return r.exitCode === 0;
+    },
+    destroy,
+  };
+}
+
+/** Namespaces of a lab that still exist (for tests asserting cleanup). */
+export function labNamespacesLeft(name: string): Promise<string[]> {
+  return labNamespaces(name);
+}
