@@ -1,4 +1,4 @@
-// Builds the images kctl ships instead of pulling from a registry (DESIGN.md, Test lab):
+// Builds the images kctl ships instead of pulling from a registry (no registry is reachable from the test hosts):
 //   registry.k8s.io/pause:3.10      our own static pause (assets/images/pause.c)
 //   docker.io/library/busybox:1.36  Debian's busybox-static with its applet links
 //   CoreDNS and metrics-server      their static binaries (components.json, role "image") alone,

@@ -1,4 +1,4 @@
-// The test lab: "hosts" as network namespaces on one machine (DESIGN.md, Test lab).
+// The test lab: "hosts" as network namespaces on one machine (test/README.md has the layout).
 //
 //   switch netns  kctl-<lab>-sw : bridge br0, one veth end per host (h0, h1, ...)
 //   host netns    kctl-<lab>-<host> : eth0 = 10.77.<n>.<10+i>/24, lo up, ip_forward on,
