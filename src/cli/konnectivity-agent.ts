@@ -12,11 +12,11 @@ import type { Component } from '../base/component.ts';
 import { runUntilSignal } from '../base/lifecycle.ts';
 import { ComponentManager } from '../base/manager.ts';
 import { KonnectivityAgent, parseIdentifiers } from '../konnectivity/index.ts';
-import { serveAdmin, serveHealth } from '../konnectivity/dropin/upstream-ports.ts';
+import { endpointComponent, serveAdmin, serveHealth } from '../konnectivity/dropin/upstream-ports.ts';
 import { KubeClient, credentialsFromKubeconfig, type KubeCredentials } from '../kube/client.ts';
 import { ServerLeaseCounter, inClusterCredentials } from '../kube/server-leases.ts';
 import { AGENT_FLAGS } from './flags/agent-flags.ts';
-import { endpointComponent, parseGoDuration, readFlagFile, standaloneCommand } from './flags/standalone.ts';
+import { parseGoDuration, readFlagFile, standaloneCommand } from './flags/standalone.ts';
 import { inertFlagsSet, parsePflags, renderPflagHelp, type FlagSpec, type FlagValue } from './flags/pflag.ts';
 
 /** Flags kctl's agent adds to upstream's. */

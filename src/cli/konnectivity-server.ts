@@ -13,13 +13,13 @@ import type { Component } from '../base/component.ts';
 import { runUntilSignal } from '../base/lifecycle.ts';
 import { ComponentManager } from '../base/manager.ts';
 import { KonnectivityServer, type ProxyStrategy, type TcpFrontend } from '../konnectivity/index.ts';
-import { serveAdmin, serveHealth } from '../konnectivity/dropin/upstream-ports.ts';
+import { endpointComponent, serveAdmin, serveHealth } from '../konnectivity/dropin/upstream-ports.ts';
 import { KubeClient, credentialsFromKubeconfig, type KubeCredentials } from '../kube/client.ts';
 import { ServerLeasePublisher, inClusterCredentials, parseLeaseLabels } from '../kube/server-leases.ts';
 import { serviceAccountTokenReview, serviceAccountUser } from '../kube/token-review.ts';
 import { inertFlagsSet, parsePflags, renderPflagHelp, type FlagSpec, type FlagValue } from './flags/pflag.ts';
 import { SERVER_FLAGS } from './flags/server-flags.ts';
-import { endpointComponent, parseGoDuration, readFlagFile, standaloneCommand } from './flags/standalone.ts';
+import { parseGoDuration, readFlagFile, standaloneCommand } from './flags/standalone.ts';
 
 const KCTL_FLAGS: readonly FlagSpec[] = [
   { name: 'debug', kind: 'bool', default: 'false', help: 'kctl: debug logs (as -v=5 or more does)' },

@@ -1,11 +1,8 @@
 // What the drop-in commands (kctl konnectivity-agent and konnectivity-server, also invoked as
 // upstream's proxy-agent and proxy-server) share: they take upstream's Go command line, which
-// commander must not see, read the files their flags name, parse Go durations, and serve
-// their health and admin endpoints as components.
+// commander must not see, read the files their flags name, and parse Go durations.
 import type { Command } from 'commander';
 import { readFileSync } from 'node:fs';
-import type { Server } from 'node:http';
-import type { Component } from '../../base/component.ts';
 import { parseDuration } from '../../base/duration.ts';
 import { reportAndExit } from '../support/errors.ts';
 import { errnoOf, messageOf, UserError } from '../../base/errors.ts';
@@ -40,25 +37,4 @@ export function standaloneCommand(program: Command, name: string, description: s
         reportAndExit(err, command.args.includes('--debug'));
       }
     });
-}
-
-/** A health or admin endpoint server as a component: listens on start, closes every connection on stop. */
-export function endpointComponent(
-  name: string,
-  serve: () => Promise<{ server: Server; port: number; close?(): void }>,
-): Component & { port(): number } {
-  let served: { server: Server; port: number; close?(): void } | undefined;
-  return {
-    name,
-    port: () => served?.port ?? 0,
-    start: async () => {
-      served = await serve();
-    },
-    stop: async () => {
-      if (!served) return;
-      served.close?.();
-      served.server.closeAllConnections();
-      await new Promise((r) => served?.server.close(r));
-    },
-  };
 }

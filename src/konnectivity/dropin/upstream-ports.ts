@@ -6,8 +6,8 @@
 // - admin port (loopback by default): /metrics (the agent redirects it to the health port, the
 //   server serves it), and with profiling on, /debug/pprof/ serves Node's equivalents (CPU
 //   profile, heap snapshot, event-loop delay).
-// The commands open these beside the component; an in-process server's own admin port (the
-// controller's, server/admin.ts) is a different, smaller thing.
+// The commands run each as a component (`endpointComponent`); an in-process server's own admin
+// port (the controller's, server/admin.ts) is a different, smaller thing.
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { Session } from 'node:inspector/promises';
 import type { AddressInfo } from 'node:net';
@@ -15,6 +15,7 @@ import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { getHeapSnapshot } from 'node:v8';
 import { readFileSync } from 'node:fs';
 import { Counter, Gauge, collectDefaultMetrics, type Registry } from 'prom-client';
+import type { Component } from '../../base/component.ts';
 
 type IntervalHistogram = ReturnType<typeof monitorEventLoopDelay>;
 
@@ -231,4 +232,25 @@ async function pprof(url: URL, res: ServerResponse, delay: IntervalHistogram | u
     );
   }
   text(res, 404, '404 page not found\n');
+}
+
+/** A health or admin endpoint server as a component: listens on start, closes every connection on stop. */
+export function endpointComponent(
+  name: string,
+  serve: () => Promise<{ server: Server; port: number; close?(): void }>,
+): Component & { port(): number } {
+  let served: { server: Server; port: number; close?(): void } | undefined;
+  return {
+    name,
+    port: () => served?.port ?? 0,
+    start: async () => {
+      served = await serve();
+    },
+    stop: async () => {
+      if (!served) return;
+      served.close?.();
+      served.server.closeAllConnections();
+      await new Promise((r) => served?.server.close(r));
+    },
+  };
 }
