@@ -7,6 +7,7 @@ import { etcdClientUrl } from '../etcd/etcd.ts';
 import { kineEndpoint } from '../etcd/kine.ts';
 import type { PkiPaths } from '../pki/index.ts';
 import { Supervisor } from '../supervisor/process.ts';
+import { auditFlags } from './audit.ts';
 import type { ClusterConfig } from './config.ts';
 import type { ControllerPaths } from './paths.ts';
 import { httpsReady } from '../base/probe.ts';
@@ -105,6 +106,7 @@ export function apiserverArgs(cfg: ClusterConfig, paths: ControllerPaths, pki: P
       // any agent reaches a pod IP over the node routes, with no kube-proxy rule in between.
       ...(apiOnly ? {} : { 'enable-aggregator-routing': true }),
       profiling: false,
+      ...auditFlags(cfg, paths.dataDir),
       ...(opts.egress && !apiOnly ? { 'egress-selector-config-file': paths.egressConfig } : {}),
     },
     cfg.spec.api.extraArgs,

@@ -63,6 +63,18 @@ export const clusterConfigSchema = z.strictObject({
           /** Where joining controllers fetch the shared keys (kctl controller --token-file). */
           joinPort: port(9443),
           sans: z.array(hostOrIp).default([]),
+          /** kube-apiserver's audit log, <data-dir>/audit/audit.log (controller/audit.ts has the default policy). */
+          audit: z
+            .strictObject({
+              enabled: z.boolean().default(true),
+              /** An audit.k8s.io/v1 Policy of your own instead of kctl's default. */
+              policyFile: z.string().min(1).optional(),
+              /** Megabytes a log file reaches before it is rotated. */
+              maxSize: z.number().int().min(1).max(100_000).default(100),
+              /** Rotated files kept beside the current one; older ones are deleted. */
+              maxBackups: z.number().int().min(1).max(1000).default(5),
+            })
+            .prefault({}),
           memoryLimit,
           extraArgs,
         })

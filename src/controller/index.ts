@@ -30,6 +30,7 @@ import { prepareRunDir } from '../supervisor/run-dir.ts';
 import { ensurePostgresDatabase, isPostgres } from '../etcd/postgres.ts';
 import { prepareTenant, type TenantLayout } from './tenants.ts';
 import { writeAddonStacks } from './addons.ts';
+import { checkAuditPolicy, prepareAudit } from './audit.ts';
 import { CorednsScalerComponent } from './coredns-scaler.ts';
 import { ApiserverComponent, KUBE_APISERVER } from './apiserver.ts';
 import { BootstrapComponent } from './bootstrap.ts';
@@ -233,6 +234,7 @@ export async function runController(opts: ControllerOptions, log: Logger): Promi
     throw new UserError(
       `this controller left the etcd cluster (kctl etcd leave) and must not start on ${paths.dataDir} again; run kctl reset, then join with a new controller token`,
     );
+  await checkAuditPolicy(cfg);
   if (opts.tenant) cfg = await startTenant(opts.tenant, cfg, log);
   if (!opts.initOnly) await refuseIfOwned([paths.dataDir, paths.runDir]);
   const checkHost = async () => {
@@ -282,6 +284,7 @@ async function prepareAndRun(
     componentLogger(log, 'pki'),
   );
   await writeAddonStacks(cfg, paths.manifestsDir, pki, componentLogger(log, 'addons'));
+  await prepareAudit(cfg, paths.dataDir);
   if (opts.initOnly) {
     log.info({ dataDir: paths.dataDir, storage: cfg.spec.storage.type }, 'controller initialised (--init-only)');
     return;

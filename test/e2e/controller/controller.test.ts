@@ -278,7 +278,15 @@ async function controllerScenario(t: TestContext, storage: 'etcd' | 'kine', extr
     .map((l) => JSON.parse(l) as Record<string, unknown>)
     .filter((l) => String(l.msg).startsWith('removed '))
     .map((l) => String(l.path));
-  const expected = ['bin', 'pki', 'cluster-config.yaml', 'egress-selector.yaml', storage === 'etcd' ? 'etcd' : dataSource ? undefined : 'db'];
+  const expected = [
+    'bin',
+    'pki',
+    'audit',
+    'audit-policy.yaml',
+    'cluster-config.yaml',
+    'egress-selector.yaml',
+    storage === 'etcd' ? 'etcd' : dataSource ? undefined : 'db',
+  ];
   for (const e of expected.filter((x) => x !== undefined))
     assert.ok(removed.includes(join(dataDir, e)), `reset did not list ${e}: ${removed.join(' ')}`);
   assert.ok(removed.includes(dataDir) && removed.includes(runDir), removed.join(' '));
@@ -286,11 +294,11 @@ async function controllerScenario(t: TestContext, storage: 'etcd' | 'kine', extr
   assert.equal(existsSync(runDir), false);
 }
 
-/** Every file below `dir` with its size and mtime, but storage's own (it changes by itself): "changed nothing" made checkable. */
+/** Every file below `dir` with its size and mtime, but storage's and the audit log's (they change by themselves): "changed nothing" made checkable. */
 async function tree(dir: string): Promise<string[]> {
   const entries = await readdir(dir, { recursive: true });
   const out: string[] = [];
-  for (const e of entries.filter((x) => !/^(etcd|db)(\/|$)/.test(x)).sort()) {
+  for (const e of entries.filter((x) => !/^(etcd|db|audit)(\/|$)/.test(x)).sort()) {
     const s = await stat(join(dir, e)).catch(() => undefined);
     if (s && !s.isDirectory()) out.push(`${e} ${s.size} ${s.mtimeMs}`);
   }
