@@ -10,7 +10,7 @@ import { componentLogger } from '../base/log.ts';
 import { globals, loggerFor } from './support/globals.ts';
 
 const BACKUP_HELP = `
-What: etcd -> a snapshot through the running etcd. kine on SQLite -> an online copy of the database.
+Datastore: etcd -> a snapshot through the running etcd. kine on SQLite -> an online copy of the database.
 kine on PostgreSQL or MySQL -> back that database up with its own tools; the archive holds the rest.
 
 The archive holds the cluster CA keys. With an encryption key (--encryption-key-file, else
