@@ -43,7 +43,9 @@ export function backupCommands(program: Command): void {
       const key = keyFile ? await readBackupKey(keyFile) : undefined;
       let savePath = f.savePath ? resolve(f.savePath) : undefined;
       if (!savePath) await mkdir((savePath = defaultBackupPath(cfg, dataDir)), { recursive: true, mode: 0o700 });
-      if (!key) log.warn({}, 'the archive holds the cluster CA keys unencrypted: keep it like them, or give --encryption-key-file');
+      // One plain line on stderr (stdout carries only the archive's path, for scripts).
+      if (!key)
+        process.stderr.write('kctl: warning: the archive holds the cluster CA keys unencrypted: keep it like them, or give --encryption-key-file\n');
       const file = await backupController({ dataDir, runDir: g.runDir, savePath, log, key });
       process.stdout.write(`${file}\n`);
     });
