@@ -90,6 +90,7 @@ function renderCluster(r: ControllerStatusReport): string[] {
       );
     for (const u of ks.unchecked) out.push(`  ${u.node}: ${u.error}`);
   }
+  out.push(...renderBackup(r));
   const s = r.storage;
   if (s?.type === 'kine')
     out.push('', `Storage: kine on ${s.datastore === 'sqlite' ? 'a SQLite file in the data dir (one controller only)' : s.datastore}`);
@@ -98,6 +99,23 @@ function renderCluster(r: ControllerStatusReport): string[] {
     for (const m of s.members) out.push(`  ${m.name || '(not started)'}  ${m.id}  ${m.peerURLs.join(',')}  ${m.isLearner ? 'learner' : 'voter'}`);
   }
   return out;
+}
+
+/** Scheduled backups: the last run and its result, the next, and which controller makes them. */
+function renderBackup(r: ControllerStatusReport): string[] {
+  const b = r.backup;
+  if (!b) return [];
+  const l = b.last;
+  const last = l
+    ? [l.at, l.result === 'ok' ? 'ok' : `failed: ${l.reason ?? ''}`, l.file, `(by ${l.controller})`].filter(Boolean).join('  ')
+    : '(none yet)';
+  return [
+    '',
+    `Backups: every ${b.schedule}, keep ${b.retention}, ${b.encrypted ? 'encrypted' : 'NOT encrypted (CA keys in the clear)'}, in ${b.path}`,
+    `  lease holder: ${b.leaseHolder || '(none)'}`,
+    `  last:         ${last}`,
+    `  next due:     ${b.nextDue ?? '(known to the lease holder)'}`,
+  ];
 }
 
 export function statusCommand(program: Command): void {

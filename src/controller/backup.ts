@@ -7,7 +7,11 @@
 // etcdutl; kine on SQLite -> an online copy through SQLite's backup API (consistent while kine
 // writes); kine on another database -> not in the archive: that database is the operator's to
 // back up, and the manifest says so.
-import { existsSync } from 'node:fs';
+//
+// With an encryption key the archive is kctl-backup-<time>.tar.gz.enc: the same tar.gz, sealed
+// as backup-cipher.ts describes; restore needs the key and checks every chunk before unpacking.
+import { createReadStream, createWriteStream, existsSync } from 'node:fs';
+import { pipeline } from 'node:stream/promises';
 import { chmod, cp, mkdir, mkdtemp, open, readFile, readdir, rename, rm, rmdir, stat, writeFile } from 'node:fs/promises';
 import { hostname } from 'node:os';
 import { dirname, join, relative } from 'node:path';
@@ -25,6 +29,7 @@ import { findPayload } from '../payload/payload.ts';
 import { stageComponents } from '../payload/stage.ts';
 import { pkiPaths } from '../pki/index.ts';
 import { liveOwner } from '../supervisor/owner.ts';
+import { BackupCipherError, cipherStream, isEncryptedArchive, Opener, readBackupKey, Sealer } from './backup-cipher.ts';
 import { parseConfig, type ClusterConfig } from './config.ts';
 import { controllerPaths } from './paths.ts';
 
@@ -50,7 +55,7 @@ async function filesUnder(dir: string): Promise<string[]> {
   return out;
 }
 
-async function effectiveConfig(dataDir: string): Promise<ClusterConfig> {
+export async function effectiveConfig(dataDir: string): Promise<ClusterConfig> {
   const file = join(dataDir, CONFIG);
   const text = await readFile(file, 'utf8').catch(() => {
     throw new UserError(`${dataDir} holds no controller (no ${CONFIG}); give the controller's --data-dir`);
@@ -62,8 +67,22 @@ function isSqlite(cfg: ClusterConfig): boolean {
   return cfg.spec.storage.type === 'kine' && (cfg.spec.storage.kine.dataSource ?? 'sqlite://').startsWith('sqlite://');
 }
 
-/** Writes <savePath>/kctl-backup-<time>.tar.gz (0600, complete or not at all); returns its path. */
-export async function backupController(o: { dataDir: string; runDir: string; savePath: string; log: Logger }): Promise<string> {
+/** Where archives go when no --save-path is given: spec.backup.path, default <data-dir>/backups. */
+export function defaultBackupPath(cfg: ClusterConfig, dataDir: string): string {
+  return cfg.spec.backup.path ?? join(dataDir, 'backups');
+}
+
+export interface BackupOptions {
+  dataDir: string;
+  runDir: string;
+  savePath: string;
+  log: Logger;
+  /** Seal the archive with this key (kctl-backup-<time>.tar.gz.enc). */
+  key?: Buffer;
+}
+
+/** Writes <savePath>/kctl-backup-<time>.tar.gz[.enc] (0600, complete or not at all); returns its path. */
+export async function backupController(o: BackupOptions): Promise<string> {
   const cfg = await effectiveConfig(o.dataDir);
   const paths = controllerPaths(o.dataDir, o.runDir);
   const type = cfg.spec.storage.type;
@@ -76,7 +95,7 @@ export async function backupController(o: { dataDir: string; runDir: string; sav
     throw new UserError(`cannot write into --save-path ${o.savePath} (${err.code ?? err.message})`);
   });
   const stamp = new Date().toISOString().replace(/[:.]/g, '-');
-  const target = join(o.savePath, `kctl-backup-${stamp}.tar.gz`);
+  const target = join(o.savePath, `kctl-backup-${stamp}.tar.gz${o.key ? '.enc' : ''}`);
   const partial = `${target}.partial`;
   try {
     await chmod(staging, 0o700);
@@ -124,7 +143,14 @@ export async function backupController(o: { dataDir: string; runDir: string; sav
     await writeFile(join(staging, MANIFEST), JSON.stringify(manifest, null, 2) + '\n', { mode: 0o600 });
     // Created 0600 before a byte of key material goes in; renamed into place only when complete.
     await (await open(partial, 'wx', 0o600)).close();
-    await tar.create({ gzip: true, file: partial, cwd: staging, portable: true }, [MANIFEST, ...members.map((m) => m.path)]);
+    const files = [MANIFEST, ...members.map((m) => m.path)];
+    if (o.key) {
+      const plain = join(staging, 'archive.tar.gz');
+      await tar.create({ gzip: true, file: plain, cwd: staging, portable: true }, files);
+      await pipeline(createReadStream(plain), cipherStream(new Sealer(o.key)), createWriteStream(partial));
+    } else {
+      await tar.create({ gzip: true, file: partial, cwd: staging, portable: true }, files);
+    }
     await rename(partial, target);
     return target;
   } finally {
@@ -134,8 +160,8 @@ export async function backupController(o: { dataDir: string; runDir: string; sav
 }
 
 /** Unpacks and checks an archive into `dir`; one clear line when it is damaged or altered. */
-async function unpackVerified(archive: string, dir: string): Promise<BackupManifest> {
-  const bad = (why: string) => new UserError(`${archive} is not a usable kctl backup: ${why}; nothing was restored`);
+async function unpackVerified(archive: string, dir: string, shownAs = archive): Promise<BackupManifest> {
+  const bad = (why: string) => new UserError(`${shownAs} is not a usable kctl backup: ${why}; nothing was restored`);
   try {
     await tar.extract({ file: archive, cwd: dir, strict: true });
   } catch (err) {
@@ -161,9 +187,22 @@ async function unpackVerified(archive: string, dir: string): Promise<BackupManif
   return manifest;
 }
 
+/** Decrypts `archive` into `plain`, every chunk checked; one line when the key or the archive is wrong. */
+async function decryptArchive(archive: string, key: Buffer, plain: string): Promise<void> {
+  try {
+    await pipeline(createReadStream(archive), cipherStream(new Opener(key)), createWriteStream(plain, { mode: 0o600 }));
+  } catch (err) {
+    if (!(err instanceof BackupCipherError)) throw err;
+    throw new UserError(`${archive} cannot be decrypted: ${err.message}; nothing was restored`);
+  }
+}
+
 /** Restores an archive into an empty (or absent) data dir; refuses before writing there otherwise. */
-export async function restoreController(o: { archive: string; dataDir: string; log: Logger }): Promise<BackupManifest> {
+export async function restoreController(o: { archive: string; dataDir: string; log: Logger; keyFile?: string }): Promise<BackupManifest> {
   if (!existsSync(o.archive)) throw new UserError(`${o.archive} does not exist`);
+  const encrypted = await isEncryptedArchive(o.archive);
+  if (encrypted && !o.keyFile) throw new UserError(`${o.archive} is encrypted; give its key with --encryption-key-file FILE; nothing was restored`);
+  const key = encrypted && o.keyFile ? await readBackupKey(o.keyFile) : undefined;
   const entries = await readdir(o.dataDir).catch(() => undefined);
   if (entries && entries.length > 0)
     throw new UserError(`${o.dataDir} is not empty; restore goes into an empty data dir only (kctl reset empties it)`);
@@ -174,7 +213,12 @@ export async function restoreController(o: { archive: string; dataDir: string; l
     await chmod(staging, 0o700);
     const unpacked = join(staging, 'archive');
     await mkdir(unpacked, { mode: 0o700 });
-    const manifest = await unpackVerified(o.archive, unpacked);
+    let tarball = o.archive;
+    if (key) {
+      tarball = join(staging, 'archive.tar.gz');
+      await decryptArchive(o.archive, key, tarball);
+    }
+    const manifest = await unpackVerified(tarball, unpacked, o.archive);
     const data = join(staging, 'data');
     const paths = controllerPaths(data, '/nonexistent');
     await mkdir(data, { mode: 0o755 });

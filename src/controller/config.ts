@@ -2,10 +2,12 @@
 // unknown fields are rejected, and a bad value names its path and what is expected.
 import { readFile } from 'node:fs/promises';
 import { isIP } from 'node:net';
+import { isAbsolute } from 'node:path';
 import { networkInterfaces } from 'node:os';
 import { parseDocument, stringify } from 'yaml';
 import { z } from 'zod';
 import { cidrAddress, cidrContains } from '../base/addresses.ts';
+import { parseDuration } from '../base/duration.ts';
 import { errnoOf, messageOf, UserError } from '../base/errors.ts';
 
 const port = (def: number) => z.number().int().min(1).max(65535).default(def);
@@ -29,6 +31,13 @@ const hostOrIp = z
   .string()
   .min(1)
   .refine((s) => isIP(s) !== 0 || /^[a-zA-Z0-9]([a-zA-Z0-9.-]*[a-zA-Z0-9])?$/.test(s), { message: 'expected an IP address or DNS name' });
+
+const absolutePath = z.string().refine((s) => isAbsolute(s), { message: 'expected an absolute path' });
+/** The shortest interval between scheduled backups: a backup of a large etcd takes a while. */
+const MIN_BACKUP_INTERVAL_MS = 60_000;
+const backupSchedule = z.string().refine((s) => (parseDuration(s, { days: true }) ?? 0) >= MIN_BACKUP_INTERVAL_MS, {
+  message: 'expected an interval of at least 1m, such as 6h, 30m or 1d',
+});
 
 const dnsLabel = /^[a-z0-9]([a-z0-9.-]*[a-z0-9])?$/;
 /** An agent allowed CIDR, default-route and unowned-address claims: by node name or service account. */
@@ -132,6 +141,19 @@ export const clusterConfigSchema = z.strictObject({
         .strictObject({
           coredns: z.strictObject({ enabled: z.boolean().default(true), replicas: z.number().int().min(1).max(10).default(2) }).prefault({}),
           metricsServer: z.strictObject({ enabled: z.boolean().default(true) }).prefault({}),
+        })
+        .prefault({}),
+      /** Scheduled backups (controller/backup-schedule.ts); no schedule: none. */
+      backup: z
+        .strictObject({
+          /** The interval between backups, e.g. 6h. */
+          schedule: backupSchedule.optional(),
+          /** How many of kctl's archives to keep in path; older ones are deleted after a good backup. */
+          retention: z.number().int().min(1).max(1000).default(7),
+          /** Where archives go; default <data-dir>/backups. */
+          path: absolutePath.optional(),
+          /** Seal every archive with this key (32 random bytes, base64, mode 0600). */
+          encryptionKeyFile: absolutePath.optional(),
         })
         .prefault({}),
       scheduler: z.strictObject({ port: port(10259), extraArgs }).prefault({}),

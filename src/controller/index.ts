@@ -2,8 +2,10 @@
 //   pki, stage (before the list), then: status socket -> storage (etcd|kine)
 //   -> konnectivity server -> kube-apiserver -> node watch -> bootstrap -> controller-lease -> join-server -> manifest applier
 //   -> coredns-scaler (unless CoreDNS is off) -> scheduler -> controller-manager -> csr-approver -> kubelet-serving-check
+//   -> backup-scheduler (with spec.backup.schedule)
 // The api-only profile (the Kubernetes API for CRDs and operators, no nodes): status socket ->
-//   storage -> kube-apiserver -> manifest applier -> controller-manager (its trimmed controller list).
+//   storage -> kube-apiserver -> manifest applier -> controller-manager (its trimmed controller list)
+//   -> backup-scheduler (with spec.backup.schedule).
 import { existsSync } from 'node:fs';
 import { mkdir } from 'node:fs/promises';
 import { writeFileAtomic } from '../base/fs.ts';
@@ -42,6 +44,7 @@ import { JoinServerComponent } from './join-server.ts';
 import { ManifestApplierComponent } from './manifests.ts';
 import { reservedSpace } from './reserved.ts';
 import { KubeletServingCheckComponent } from './kubelet-serving.ts';
+import { BackupSchedulerComponent } from './backup-schedule.ts';
 import { NodeWatchComponent } from './nodes.ts';
 import { KubeClient } from '../kube/client.ts';
 import { agentServers } from '../kube/controller-leases.ts';
@@ -142,10 +145,14 @@ export function controllerComponents(o: ControllerRoleOptions): Component[] {
           socket: paths.kineSocket,
           dataSource: cfg.spec.storage.kine.dataSource,
         });
+  // Scheduled backups: on every controller, made by the one holding the backup lease.
+  const backups = cfg.spec.backup.schedule ? new BackupSchedulerComponent({ cfg, paths, kube }) : undefined;
+  const last = backups ? [backups] : [];
   if (cfg.spec.profile === 'api-only') {
     const status = new StatusServerComponent<ControllerStatusReport>(paths.statusSocket, async (components) => ({
       ...processReport(components),
       storage: await storageStatus(cfg, pki),
+      backup: backups?.report(),
     }));
     return [
       status,
@@ -154,6 +161,7 @@ export function controllerComponents(o: ControllerRoleOptions): Component[] {
       // Operators' stacks under <data-dir>/manifests/<stack>/ (CRDs, RBAC): kctl writes no add-ons here.
       new ManifestApplierComponent(paths.manifestsDir, paths.dataDir, kube),
       new ControllerManagerComponent(cfg, paths, pki),
+      ...last,
     ];
   }
   // Every live controller, as their leases say: the konnectivity server count follows them, and
@@ -177,6 +185,7 @@ export function controllerComponents(o: ControllerRoleOptions): Component[] {
       storage: await storageStatus(cfg, pki),
       addressConflicts: nodes.conflicts(),
       kubeletServing: servingCheck.report(),
+      backup: backups?.report(),
     };
   });
   return [
@@ -198,6 +207,7 @@ export function controllerComponents(o: ControllerRoleOptions): Component[] {
     new CsrApproverComponent(kube, nodes),
     // Which CA each kubelet's serving certificate comes from, while an older cluster's nodes move over.
     servingCheck,
+    ...last,
   ];
 }
 

@@ -5,6 +5,7 @@ import type { EtcdMember } from '../etcd/members.ts';
 import type { LiveController } from '../kube/controller-leases.ts';
 import type { AddressConflict } from './nodes.ts';
 import type { KubeletServingStatus } from './kubelet-serving.ts';
+import type { BackupStatus } from './backup-schedule.ts';
 
 /** Where the cluster state lives: the etcd members as this controller's etcd sees them, or kine's datastore. */
 export type StorageStatus =
@@ -24,4 +25,6 @@ export interface ControllerStatusReport extends StatusReport {
   addressConflicts?: AddressConflict[];
   /** Which CAs kube-apiserver trusts for kubelets, and which nodes still serve a certificate of the cluster CA. */
   kubeletServing?: KubeletServingStatus;
+  /** Scheduled backups (spec.backup.schedule): the last run, the next, who makes them. */
+  backup?: BackupStatus;
 }

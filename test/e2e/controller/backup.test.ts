@@ -4,7 +4,7 @@
 // bad paths are refused with one line and write nothing.
 import assert from 'node:assert/strict';
 import { existsSync } from 'node:fs';
-import { mkdir, readdir, readFile, stat, truncate, writeFile } from 'node:fs/promises';
+import { chmod, mkdir, readdir, readFile, stat, truncate, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { test, type TestContext } from 'node:test';
 import { execa } from 'execa';
@@ -29,6 +29,8 @@ async function roundTrip(ctl: LabHost, dir: string, c: Awaited<ReturnType<typeof
   assert.equal(b.exitCode, 0, String(b.stderr));
   const archive = String(b.stdout).trim();
   assert.match(archive, new RegExp(`^${saveDir}/kctl-backup-[0-9TZ-]+\\.tar\\.gz$`));
+  // Without a key: one warning that the CA keys are in the clear, once.
+  assert.equal(String(b.stderr).match(/CA keys unencrypted/g)?.length, 1, String(b.stderr));
   assert.equal((await stat(archive)).mode & 0o777, 0o600);
   assert.deepEqual(await readdir(saveDir), [archive.split('/').pop()], 'temporary files left next to the archive');
   const listing = String((await execa('tar', ['-tzf', archive])).stdout);
@@ -116,4 +118,32 @@ test('backup, reset, restore with kine on SQLite: objects are back', async (t: T
   await roundTrip(ctl, dir, c, controller);
   const names = String((await c.kubectl(['get', 'configmaps', '-o', 'jsonpath={.items[*].metadata.name}'])).stdout).split(' ');
   for (let i = 0; i < 20; i++) assert.ok(names.includes(`cm-${i}`), `cm-${i} is missing after restore`);
+
+  // --encryption-key-file on the manual command: a key open to others is refused with one line
+  // and nothing written; a good one seals the archive (into <data-dir>/backups by default), which
+  // restore will not read without the key.
+  const g = ['--data-dir', c.dataDir, '--run-dir', c.runDir];
+  const key = join(dir, 'backup.key');
+  assert.equal((await ctl.run(kctlBin, ['backup', 'key', 'create', key])).exitCode, 0);
+  const again = await ctl.run(kctlBin, ['backup', 'key', 'create', key]);
+  assert.match(String(again.stderr).trim(), /exists; a key is never replaced/);
+  await chmod(key, 0o644);
+  const open = await ctl.run(kctlBin, [...g, 'backup', '--encryption-key-file', key]);
+  assert.notEqual(open.exitCode, 0);
+  assert.deepEqual(String(open.stderr).trim().split('\n').length, 1, String(open.stderr));
+  assert.match(String(open.stderr).trim(), /encryption key file .*backup\.key is open to others \(mode 0644\); chmod 600 /);
+  assert.equal(existsSync(join(c.dataDir, 'backups')), false, 'a refused backup made its directory');
+  await chmod(key, 0o600);
+  const sealed = await ctl.run(kctlBin, [...g, 'backup', '--encryption-key-file', key]);
+  assert.equal(sealed.exitCode, 0, String(sealed.stderr));
+  assert.doesNotMatch(String(sealed.stderr), /unencrypted/);
+  const file = String(sealed.stdout).trim();
+  assert.match(file, new RegExp(`^${c.dataDir}/backups/kctl-backup-[0-9TZ-]+\\.tar\\.gz\\.enc$`));
+  assert.equal((await stat(file)).mode & 0o777, 0o600);
+  assert.equal((await readFile(file)).subarray(0, 8).toString(), 'KCTL-ENC');
+  const fresh = join(dir, 'fresh');
+  const noKey = await ctl.run(kctlBin, ['--data-dir', fresh, 'restore', file]);
+  assert.notEqual(noKey.exitCode, 0);
+  assert.match(String(noKey.stderr).trim(), /is encrypted; give its key with --encryption-key-file FILE; nothing was restored$/);
+  assert.equal(existsSync(fresh), false);
 });

@@ -110,3 +110,31 @@ test("a controller's status names each address conflict and who keeps it, and an
   assert.match(text, /^ {2}system:node:n2 {2}node=n2 {2}auth=certificate {2}agentid=n1 {2}connections=0$/m);
   assert.match(text, /^ {4}dropped: {2}host=n1 \(reported by node n1\)$/m);
 });
+
+test('kctl status shows scheduled backups: the last result with its reason, the next, the lease holder', () => {
+  const backup = { schedule: '6h', retention: 3, path: '/var/backups', encrypted: true, leaseHolder: 'kctl-controller-10-0-0-1' };
+  const ok = renderStatus({
+    ...controller,
+    backup: {
+      ...backup,
+      last: { at: '2026-11-26T03:00:00.000Z', controller: 'kctl-controller-10-0-0-1', result: 'ok', file: '/var/backups/kctl-backup-x.tar.gz.enc' },
+      nextDue: '2026-11-26T09:00:00.000Z',
+    },
+  });
+  assert.match(ok, /Backups: every 6h, keep 3, encrypted, in \/var\/backups\n {2}lease holder: kctl-controller-10-0-0-1\n/);
+  assert.match(ok, / {2}last: +2026-11-26T03:00:00.000Z {2}ok {2}\/var\/backups\/kctl-backup-x\.tar\.gz\.enc {2}\(by kctl-controller-10-0-0-1\)\n/);
+  assert.match(ok, / {2}next due: +2026-11-26T09:00:00.000Z\n/);
+  const failed = renderStatus({
+    ...controller,
+    backup: {
+      ...backup,
+      encrypted: false,
+      leaseHolder: 'kctl-controller-10-0-0-2',
+      last: { at: '2026-11-26T03:00:00.000Z', controller: 'kctl-controller-10-0-0-2', result: 'failed', reason: 'no space left on device' },
+    },
+  });
+  assert.match(failed, /NOT encrypted \(CA keys in the clear\)/);
+  assert.match(failed, /last: +2026-11-26T03:00:00.000Z {2}failed: no space left on device {2}\(by kctl-controller-10-0-0-2\)\n/);
+  assert.match(failed, /next due: +\(known to the lease holder\)/);
+  assert.doesNotMatch(renderStatus({ ...controller }), /Backups:/);
+});

@@ -2,6 +2,7 @@
 // by the test's handler, which may hold a watch stream open and write events to it.
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { KubeClient } from '../../../src/kube/client.ts';
 
 export interface SeenRequest {
   method: string;
@@ -77,4 +78,23 @@ export function node(
   podCIDR?: string,
 ): { apiVersion: string; kind: string; metadata: { name: string; resourceVersion: string }; spec: { podCIDR?: string } } {
   return { apiVersion: 'v1', kind: 'Node', metadata: { name, resourceVersion }, spec: { podCIDR } };
+}
+
+/** One Lease kept the way kube-apiserver keeps it: create fails when it exists, an update with a stale resourceVersion conflicts. */
+export async function fakeLeaseApi(t: Parameters<typeof fakeApiServer>[0]) {
+  let stored: { metadata: { resourceVersion: string } } | undefined;
+  let rv = 0;
+  const state = { down: false };
+  const api = await fakeApiServer(t, (req, res) => {
+    const reply = (code: number, body: unknown) => res.writeHead(code, { 'content-type': 'application/json' }).end(JSON.stringify(body));
+    if (state.down) return reply(503, { code: 503, message: 'unavailable' });
+    if (req.method === 'GET') return stored ? reply(200, stored) : reply(404, { code: 404, reason: 'NotFound', message: 'not found' });
+    const obj = JSON.parse(req.body) as { metadata: { resourceVersion?: string } };
+    if (req.method === 'POST' && stored) return reply(409, { code: 409, reason: 'AlreadyExists', message: 'exists' });
+    if (req.method === 'PUT' && obj.metadata.resourceVersion !== stored?.metadata.resourceVersion)
+      return reply(409, { code: 409, reason: 'Conflict', message: 'conflict' });
+    stored = { ...obj, metadata: { ...obj.metadata, resourceVersion: String(++rv) } };
+    reply(200, stored);
+  });
+  return { kube: new KubeClient({ server: api.url }), state, stored: () => stored as { spec?: { holderIdentity?: string } } | undefined };
 }
