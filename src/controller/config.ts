@@ -30,6 +30,18 @@ const hostOrIp = z
   .min(1)
   .refine((s) => isIP(s) !== 0 || /^[a-zA-Z0-9]([a-zA-Z0-9.-]*[a-zA-Z0-9])?$/.test(s), { message: 'expected an IP address or DNS name' });
 
+/** A resource as kube-apiserver's EncryptionConfiguration names it: plural, with its group unless core. */
+const encryptedResource = z
+  .string()
+  .regex(
+    /^[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9.-]*[a-z0-9])?)?$/,
+    'expected a resource such as secrets or widgets.example.com (no wildcards)',
+  )
+  .refine((r) => !r.endsWith('.events.k8s.io') && !r.endsWith('.extensions'), {
+    message: 'events and extensions cannot be encrypted by group; use events',
+  });
+const unique = (list: string[]): boolean => new Set(list).size === list.length;
+
 const dnsLabel = /^[a-z0-9]([a-z0-9.-]*[a-z0-9])?$/;
 /** An agent allowed CIDR, default-route and unowned-address claims: by node name or service account. */
 const trustedAgent = z
@@ -63,6 +75,14 @@ export const clusterConfigSchema = z.strictObject({
           /** Where joining controllers fetch the shared keys (kctl controller --token-file). */
           joinPort: port(9443),
           sans: z.array(hostOrIp).default([]),
+          /**
+           * Encryption at rest: the resources kube-apiserver stores encrypted (secretbox, key in the PKI
+           * dir). Empty: nothing is encrypted any more; objects an earlier setting encrypted stay readable
+           * and are written back in plain text.
+           */
+          encryption: z
+            .strictObject({ resources: z.array(encryptedResource).default(['secrets']).refine(unique, 'expected each resource once') })
+            .prefault({}),
           memoryLimit,
           extraArgs,
         })

@@ -1,9 +1,9 @@
 // `kctl controller`: the control plane as an ordered list of components (k0s's shape), built by controllerComponents().
 //   pki, stage (before the list), then: status socket -> storage (etcd|kine)
-//   -> konnectivity server -> kube-apiserver -> node watch -> bootstrap -> controller-lease -> join-server -> manifest applier
+//   -> konnectivity server -> kube-apiserver -> encryption keys -> node watch -> bootstrap -> controller-lease -> join-server -> manifest applier
 //   -> coredns-scaler (unless CoreDNS is off) -> scheduler -> controller-manager -> csr-approver -> kubelet-serving-check
 // The api-only profile (the Kubernetes API for CRDs and operators, no nodes): status socket ->
-//   storage -> kube-apiserver -> manifest applier -> controller-manager (its trimmed controller list).
+//   storage -> kube-apiserver -> encryption keys -> manifest applier -> controller-manager (its trimmed controller list).
 import { existsSync } from 'node:fs';
 import { mkdir } from 'node:fs/promises';
 import { writeFileAtomic } from '../base/fs.ts';
@@ -36,6 +36,7 @@ import { BootstrapComponent } from './bootstrap.ts';
 import { KonnectivityServerComponent } from './konnectivity.ts';
 import { CsrApproverComponent } from './csr-approver.ts';
 import { ControllerLeaseComponent, LiveControllers } from './lease.ts';
+import { EncryptionComponent } from './encryption.ts';
 import { joinController, leftMarker, type ControllerJoinState } from './join.ts';
 import { JoinServerComponent } from './join-server.ts';
 import { ManifestApplierComponent } from './manifests.ts';
@@ -150,6 +151,7 @@ export function controllerComponents(o: ControllerRoleOptions): Component[] {
       status,
       storage,
       new ApiserverComponent(cfg, paths, pki, { egress: false }),
+      new EncryptionComponent(cfg, pki, kube),
       // Operators' stacks under <data-dir>/manifests/<stack>/ (CRDs, RBAC): kctl writes no add-ons here.
       new ManifestApplierComponent(paths.manifestsDir, paths.dataDir, kube),
       new ControllerManagerComponent(cfg, paths, pki),
@@ -164,7 +166,8 @@ export function controllerComponents(o: ControllerRoleOptions): Component[] {
   const nodes = new NodeWatchComponent(kube, reserved);
   const konnectivity = new KonnectivityServerComponent(cfg, paths, pki, kube, nodes, controllers);
   // This controller's lease lists the agents its konnectivity server holds, so every controller's status shows each agent's servers.
-  const lease = new ControllerLeaseComponent({ cfg, kube, controllers, agents: konnectivity });
+  const encryption = new EncryptionComponent(cfg, pki, kube);
+  const lease = new ControllerLeaseComponent({ cfg, kube, controllers, agents: konnectivity, encryption });
   const servingCheck = new KubeletServingCheckComponent(pki, paths.konnectivitySocket, nodes);
   const status = new StatusServerComponent<ControllerStatusReport>(paths.statusSocket, async (components) => {
     const live = controllers.liveControllers();
@@ -184,6 +187,8 @@ export function controllerComponents(o: ControllerRoleOptions): Component[] {
     // Before kube-apiserver: its egress selector dials this server's unix socket.
     konnectivity,
     new ApiserverComponent(cfg, paths, pki, { egress: true }),
+    // Before anything reads a Secret: kube-apiserver has the cluster's encryption keys.
+    encryption,
     nodes,
     new BootstrapComponent(cfg, pki, kube),
     lease,
@@ -278,6 +283,7 @@ async function prepareAndRun(
       serviceCIDR: cfg.spec.network.serviceCIDR,
       clusterDomain: cfg.spec.network.clusterDomain,
       apiOnly: cfg.spec.profile === 'api-only' ? { etcd: cfg.spec.storage.type === 'etcd' } : undefined,
+      encryptedResources: cfg.spec.api.encryption.resources,
     },
     componentLogger(log, 'pki'),
   );

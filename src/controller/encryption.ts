@@ -1,0 +1,156 @@
+// Encryption at rest on a running controller: keeps the local encryption config (pki/encryption.ts)
+// equal to the cluster's key set (encryption-keys.ts), says which keys its kube-apiserver has
+// loaded (read from the kube-apiserver's metric, published in this controller's Lease), and
+// rewrites every object once when the configured resources change (the first start of a cluster
+// made before encryption at rest: its Secrets are then encrypted). Runs right after kube-apiserver.
+//
+// A controller that was down while a rotation dropped the key it has cannot read the key set
+// through its own kube-apiserver; it reads it through another live controller's.
+import { readFile } from 'node:fs/promises';
+import type { Component, ComponentContext, ComponentStatus } from '../base/component.ts';
+import type { Logger } from '../base/log.ts';
+import { messageOf } from '../base/errors.ts';
+import { credentialsFromKubeconfig, KubeApiError, KubeClient } from '../kube/client.ts';
+import { CONTROLLER_LEASE_LABEL, LEASES_PATH, liveControllers, type Lease } from '../kube/controller-leases.ts';
+import { rewriteResource } from '../kube/rewrite.ts';
+import { encryptionConfigHash, parseEncryptionKeys, readEncryptionKeys, writeEncryptionConfig, type PkiPaths } from '../pki/index.ts';
+import type { ClusterConfig } from './config.ts';
+import { keyNames, loadedConfigHash, readKeySet, resourcesToRewrite, updateKeySet, writeKeySet, type KeySet } from './encryption-keys.ts';
+
+const SYNC_EVERY_MS = 5_000;
+/** kube-apiserver polls its encryption config once a minute. */
+const LOAD_WAIT_MS = 150_000;
+
+/** The key names (in order) this controller's kube-apiserver has loaded, for its Lease. */
+export interface LoadedKeys {
+  loadedKeys(): string | undefined;
+}
+
+export class EncryptionComponent implements Component, LoadedKeys {
+  readonly name = 'encryption';
+  readonly readyTimeoutMs = LOAD_WAIT_MS + 30_000;
+  private log!: Logger;
+  private timer: NodeJS.Timeout | undefined;
+  private syncing: Promise<void> | undefined;
+  private loaded: { hash: string; names: string } | undefined;
+  private lastError: string | undefined;
+  private readonly abort = new AbortController();
+
+  constructor(
+    private readonly cfg: ClusterConfig,
+    private readonly pki: PkiPaths,
+    private readonly kube: KubeClient,
+  ) {}
+
+  async init(ctx: ComponentContext): Promise<void> {
+    this.log = ctx.log;
+  }
+
+  loadedKeys(): string | undefined {
+    return this.loaded?.names;
+  }
+
+  async start(): Promise<void> {
+    this.timer = setInterval(() => {
+      if (!this.syncing) this.syncing = this.sync(true).finally(() => (this.syncing = undefined));
+    }, SYNC_EVERY_MS);
+  }
+
+  /**
+   * Ready once kube-apiserver has loaded the cluster's keys, so the components after it can read
+   * Secrets; the rewrite of a first start follows from the timer, not holding the start up.
+   */
+  async ready(signal: AbortSignal): Promise<void> {
+    for (;;) {
+      this.syncing ??= this.sync(false).finally(() => (this.syncing = undefined));
+      await this.syncing;
+      if (this.loaded) return;
+      if (signal.aborted) throw new Error(this.lastError ?? 'kube-apiserver has not loaded the encryption config');
+      await new Promise((r) => setTimeout(r, 2_000));
+    }
+  }
+
+  async stop(): Promise<void> {
+    clearInterval(this.timer);
+    this.abort.abort();
+    await this.syncing;
+  }
+
+  status(): Partial<ComponentStatus> {
+    return { lastError: this.lastError };
+  }
+
+  private async sync(migrate: boolean): Promise<void> {
+    try {
+      const set = await this.keySet();
+      const file = this.pki.encryptionConfig;
+      if (await writeEncryptionConfig(file, set.keys, this.cfg.spec.api.encryption.resources))
+        this.log.info({ keys: keyNames(set.keys) }, 'encryption config written from the cluster key set; kube-apiserver loads it within a minute');
+      const text = await readFile(file);
+      const hash = encryptionConfigHash(text);
+      if (this.loaded?.hash !== hash) {
+        if ((await loadedConfigHash(this.kube, this.abort.signal)) !== hash) return;
+        this.loaded = { hash, names: keyNames(parseEncryptionKeys(text.toString('utf8'))) };
+        this.log.info({ keys: this.loaded.names }, 'kube-apiserver loaded the encryption keys');
+      }
+      if (migrate && this.loaded.names === keyNames(set.keys)) await this.migrate(set);
+      this.lastError = undefined;
+    } catch (err) {
+      if (this.abort.signal.aborted) return;
+      const message = `encryption keys: ${messageOf(err)}`;
+      if (message !== this.lastError) this.log.warn(message);
+      this.lastError = message;
+    }
+  }
+
+  /** The cluster's key set; published from this controller's file when no controller has yet. */
+  private async keySet(): Promise<KeySet> {
+    let set: KeySet | null;
+    try {
+      set = await readKeySet(this.kube);
+    } catch (err) {
+      // 500: this kube-apiserver cannot decrypt the Secret (its keys are older than the cluster's).
+      if (!(err instanceof KubeApiError && err.status === 500)) throw err;
+      set = await this.keySetFromOthers(err);
+    }
+    if (set) return set;
+    const keys = await readEncryptionKeys(this.pki.encryptionConfig);
+    if (!keys) throw new Error(`${this.pki.encryptionConfig} is missing`);
+    try {
+      const made = await writeKeySet(this.kube, { keys });
+      this.log.info({ keys: keyNames(keys) }, 'published the encryption key set');
+      return made;
+    } catch (err) {
+      if (err instanceof KubeApiError && err.status === 409) return (await readKeySet(this.kube))!;
+      throw err;
+    }
+  }
+
+  private async keySetFromOthers(cause: Error): Promise<KeySet | null> {
+    const leases = await this.kube.list<Lease>(LEASES_PATH, { labelSelector: `${CONTROLLER_LEASE_LABEL}=true` });
+    const own = credentialsFromKubeconfig(this.pki.adminConf);
+    for (const c of liveControllers(leases.items)) {
+      if (c.apiServer === own.server) continue;
+      try {
+        const set = await readKeySet(new KubeClient({ ...own, server: c.apiServer }));
+        this.log.info({ via: c.name }, 'read the encryption key set through another controller: this one missed a key rotation');
+        return set;
+      } catch {
+        /* the next one */
+      }
+    }
+    throw new Error(`kube-apiserver cannot read the key set (${cause.message}) and no other live controller could`);
+  }
+
+  /** Rewrites every object whose storage the configured resources changed, once; repeating it is harmless. */
+  private async migrate(set: KeySet): Promise<void> {
+    const wanted = this.cfg.spec.api.encryption.resources;
+    const rewrite = resourcesToRewrite(set.encryptedResources, wanted);
+    if (rewrite.length === 0 && set.encryptedResources) return;
+    for (const resource of rewrite) {
+      const n = await rewriteResource(this.kube, resource, this.abort.signal);
+      this.log.info({ resource, objects: n, encrypted: wanted.includes(resource) }, 'rewrote every object for the encryption config');
+    }
+    await updateKeySet(this.kube, (s) => ({ ...s, encryptedResources: [...wanted] }));
+  }
+}
