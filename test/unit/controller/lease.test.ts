@@ -69,7 +69,7 @@ test('the announced server count follows the live leases; the lease lists the he
   const fake = await leaseApi(t, [other, expired]);
   const cfg = parseConfig({ spec: { api: { address: '10.0.0.1' } } }, 'kctl.yaml');
   let agents = ['w1'];
-  let loadedKeys: string | undefined;
+  const loaded: { keys?: string } = {};
   const kube = new KubeClient({ server: fake.api.url });
   const controllers = new LiveControllers(cfg, kube);
   const lease = new ControllerLeaseComponent({
@@ -77,7 +77,7 @@ test('the announced server count follows the live leases; the lease lists the he
     kube,
     controllers,
     agents: { agentIds: () => agents },
-    encryption: { loadedKeys: () => loadedKeys },
+    encryption: { loadedKeys: () => loaded.keys },
   });
   await lease.init({ log: captureLogger().log, statuses: () => [] });
   await lease.start();
@@ -108,7 +108,7 @@ test('the announced server count follows the live leases; the lease lists the he
   agents = ['w1', 'w2'];
   await waitFor('agents rewritten', async () => fake.leases.get('kctl-controller-10-0-0-1')?.metadata.annotations?.['kctl.dev/agents'] === 'w1,w2');
   // So do the encryption keys kube-apiserver has loaded (names only), which rotate-key waits for.
-  loadedKeys = 'key-b,key-a';
+  loaded.keys = 'key-b,key-a';
   await waitFor(
     'keys named',
     async () => fake.leases.get('kctl-controller-10-0-0-1')?.metadata.annotations?.['kctl.dev/encryption-keys'] === 'key-b,key-a',
