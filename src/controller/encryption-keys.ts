@@ -15,6 +15,9 @@ const SECRET_PATH = `/api/v1/namespaces/${KEYS_NAMESPACE}/secrets`;
 const ROTATING_ANNOTATION = 'kctl.dev/rotating-to';
 /** The resources whose every object was last rewritten for the configured list (the first start's migration). */
 const ENCRYPTED_ANNOTATION = 'kctl.dev/encrypted-resources';
+/** Names of keys a rotation dropped: a controller that still has one drops it too, rather than offering it back. */
+const RETIRED_ANNOTATION = 'kctl.dev/retired-keys';
+const RETIRED_KEPT = 20;
 
 export interface KeySet {
   /** In provider order: the first encrypts, all decrypt. */
@@ -22,6 +25,8 @@ export interface KeySet {
   rotatingTo?: string;
   /** Unset until a controller has rewritten every object of its configured resources once. */
   encryptedResources?: string[];
+  /** The keys rotations dropped (names, newest last). */
+  retired?: string[];
   resourceVersion?: string;
 }
 
@@ -36,6 +41,7 @@ function toSecret(set: KeySet): SecretObject & { apiVersion: string; kind: strin
   const annotations: Record<string, string> = {};
   if (set.rotatingTo) annotations[ROTATING_ANNOTATION] = set.rotatingTo;
   if (set.encryptedResources) annotations[ENCRYPTED_ANNOTATION] = set.encryptedResources.join(',');
+  if (set.retired?.length) annotations[RETIRED_ANNOTATION] = set.retired.join(',');
   return {
     apiVersion: 'v1',
     kind: 'Secret',
@@ -60,6 +66,7 @@ function fromSecret(s: SecretObject): KeySet {
     keys,
     rotatingTo: a[ROTATING_ANNOTATION] || undefined,
     encryptedResources: encrypted === undefined ? undefined : encrypted.split(',').filter(Boolean),
+    retired: (a[RETIRED_ANNOTATION] ?? '').split(',').filter(Boolean),
     resourceVersion: s.metadata.resourceVersion,
   };
 }
@@ -114,7 +121,18 @@ export function promoteKey(set: KeySet): KeySet {
 export function dropOldKeys(set: KeySet): KeySet {
   const first = set.keys[0]!;
   if (set.rotatingTo !== first.name) throw new Error('the old keys are dropped only after the new key encrypts');
-  return { ...set, keys: [first], rotatingTo: undefined };
+  const retired = [...(set.retired ?? []), ...set.keys.slice(1).map((k) => k.name)].slice(-RETIRED_KEPT);
+  return { ...set, keys: [first], rotatingTo: undefined, retired };
+}
+
+/**
+ * Local keys the cluster does not know and never dropped: a controller that made its own key
+ * before it saw the cluster's (an HA cluster upgraded to encryption at rest one controller at a
+ * time) may have encrypted objects with it, so it joins the set as a decryption key until the
+ * next rotation rewrites those objects and drops it.
+ */
+export function unknownKeys(set: KeySet, local: EncryptionKey[]): EncryptionKey[] {
+  return local.filter((k) => !set.keys.some((c) => c.name === k.name) && !set.retired?.includes(k.name));
 }
 
 /** Where a rotation stands: which step comes next. */

@@ -81,8 +81,7 @@ export async function rotateKey(o: RotateOptions): Promise<RotateResult> {
   // Every controller has the current set before anything moves: a step must not strand one.
   await waitLoaded(o, names, `current keys ${names}`);
   if (rotationStep(set) === 'add') {
-    let key = newEncryptionKey();
-    while (set.keys.some((k) => k.name === key.name)) key = newEncryptionKey(new Date(Date.now() + 1000));
+    const key = newEncryptionKey();
     set = await updateKeySet(o.kube, (s) => addKey(s, key));
     o.progress(`added ${key.name} as a decryption key`);
     await waitLoaded(o, keyNames(set.keys), `keys ${keyNames(set.keys)}`);

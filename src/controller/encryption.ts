@@ -15,7 +15,16 @@ import { CONTROLLER_LEASE_LABEL, LEASES_PATH, liveControllers, type Lease } from
 import { rewriteResource } from '../kube/rewrite.ts';
 import { encryptionConfigHash, parseEncryptionKeys, readEncryptionKeys, writeEncryptionConfig, type PkiPaths } from '../pki/index.ts';
 import type { ClusterConfig } from './config.ts';
-import { keyNames, loadedConfigHash, readKeySet, resourcesToRewrite, updateKeySet, writeKeySet, type KeySet } from './encryption-keys.ts';
+import {
+  keyNames,
+  loadedConfigHash,
+  readKeySet,
+  resourcesToRewrite,
+  unknownKeys,
+  updateKeySet,
+  writeKeySet,
+  type KeySet,
+} from './encryption-keys.ts';
 
 const SYNC_EVERY_MS = 5_000;
 /** kube-apiserver polls its encryption config once a minute. */
@@ -82,8 +91,16 @@ export class EncryptionComponent implements Component, LoadedKeys {
 
   private async sync(migrate: boolean): Promise<void> {
     try {
-      const set = await this.keySet();
+      let set = await this.keySet();
       const file = this.pki.encryptionConfig;
+      const unknown = unknownKeys(set, (await readEncryptionKeys(file)) ?? []);
+      if (unknown.length) {
+        set = await updateKeySet(this.kube, (s) => ({ ...s, keys: [...s.keys, ...unknownKeys(s, unknown)] }));
+        this.log.warn(
+          { keys: keyNames(unknown) },
+          "offered this controller's own encryption keys to the cluster as decryption keys; kctl secrets rotate-key retires them",
+        );
+      }
       if (await writeEncryptionConfig(file, set.keys, this.cfg.spec.api.encryption.resources))
         this.log.info({ keys: keyNames(set.keys) }, 'encryption config written from the cluster key set; kube-apiserver loads it within a minute');
       const text = await readFile(file);

@@ -21,13 +21,13 @@ export interface EncryptionKey {
 
 const KEY_NAME = /^key-[0-9A-Za-z-]+$/;
 
-/** A fresh key, named after the moment it was made (key-20260101T120000Z). */
+/** A fresh key, named after the moment it was made and a random tag, so two hosts never make one name (key-20260101T120000Z-1a2b3c). */
 export function newEncryptionKey(now = new Date()): EncryptionKey {
   const stamp = now
     .toISOString()
     .replace(/[-:]/g, '')
     .replace(/\.\d+Z$/, 'Z');
-  return { name: `key-${stamp}`, secret: randomBytes(32).toString('base64') };
+  return { name: `key-${stamp}-${randomBytes(3).toString('hex')}`, secret: randomBytes(32).toString('base64') };
 }
 
 /**

@@ -67,7 +67,7 @@ test('Secrets on etcd: plain while encryption is off, encrypted on the next star
       controller.log,
     ),
   );
-  assert.match(first ?? '', /^key-\d{8}T\d{6}Z$/);
+  assert.match(first ?? '', /^key-\d{8}T\d{6}Z-[0-9a-f]{6}$/);
   assert.ok(!(await raw('old'))!.includes('plain-old-value'), 'the encrypted Secret shows its value');
   assert.equal((await c.kubectl(['create', 'secret', 'generic', 'new', '--from-literal=v=plain-new-value'])).exitCode, 0);
   const created = await raw('new');

@@ -11,6 +11,7 @@ import {
   readKeySet,
   resourcesToRewrite,
   rotationStep,
+  unknownKeys,
   updateKeySet,
   writeKeySet,
   type KeySet,
@@ -41,9 +42,17 @@ test('a rotation: add the new key second, make it first, then drop the old; each
   );
   assert.equal(rotationStep(set), 'rewrite');
   set = dropOldKeys(set);
-  assert.deepEqual(set, { keys: [newKey], rotatingTo: undefined, encryptedResources: ['secrets'] });
+  assert.deepEqual(set, { keys: [newKey], rotatingTo: undefined, encryptedResources: ['secrets'], retired: [oldKey.name] });
   assert.equal(rotationStep(set), 'add');
   assert.throws(() => promoteKey({ keys: [oldKey], rotatingTo: 'key-gone' }), /key-gone .* is not in the key set/);
+});
+
+test('a local key the cluster never had joins the set as a decryption key; a key a rotation dropped does not come back', () => {
+  const own = newEncryptionKey();
+  const set: KeySet = { keys: [newKey], retired: [oldKey.name] };
+  assert.deepEqual(unknownKeys(set, [newKey]), []);
+  assert.deepEqual(unknownKeys(set, [oldKey]), [], 'a controller that missed a rotation offered the dropped key back');
+  assert.deepEqual(unknownKeys(set, [own, newKey]), [own]);
 });
 
 test('what a change of the configured resources rewrites: all at first, then what was added or removed', () => {

@@ -19,7 +19,8 @@ const providerNames = (e: Entry) => e.providers.map((p) => Object.keys(p)[0]);
 
 test('the configured resources are written with the first key and read with every key or in plain text; all else is written plain', () => {
   const [a, b] = [newEncryptionKey(new Date('2026-01-01T00:00:00Z')), newEncryptionKey(new Date('2026-02-01T00:00:00Z'))];
-  assert.equal(a.name, 'key-20260101T000000Z');
+  assert.match(a.name, /^key-20260101T000000Z-[0-9a-f]{6}$/);
+  assert.notEqual(newEncryptionKey(new Date('2026-01-01T00:00:00Z')).name, a.name, 'two keys made in one second share a name');
   assert.equal(Buffer.from(a.secret, 'base64').length, 32);
   assert.notEqual(a.secret, b.secret);
   const text = renderEncryptionConfig([a, b], ['secrets', 'widgets.example.com']);
