@@ -2,7 +2,7 @@
 // equal to the cluster's key set (encryption-keys.ts), says which keys its kube-apiserver has
 // loaded (read from the kube-apiserver's metric, published in this controller's Lease), and
 // rewrites every object once when the configured resources change (the first start of a cluster
-// made before encryption at rest: its Secrets are then encrypted). Runs right after kube-apiserver.
+// made before encryption at rest: its Secrets are then encrypted). Starts just before kube-apiserver.
 //
 // A controller that was down while a rotation dropped the key it has cannot read the key set
 // through its own kube-apiserver; it reads it through another live controller's.
@@ -27,8 +27,6 @@ import {
 } from './encryption-keys.ts';
 
 const SYNC_EVERY_MS = 5_000;
-/** kube-apiserver polls its encryption config once a minute. */
-const LOAD_WAIT_MS = 150_000;
 
 /** The key names (in order) this controller's kube-apiserver has loaded, for its Lease. */
 export interface LoadedKeys {
@@ -37,11 +35,11 @@ export interface LoadedKeys {
 
 export class EncryptionComponent implements Component, LoadedKeys {
   readonly name = 'encryption';
-  readonly readyTimeoutMs = LOAD_WAIT_MS + 30_000;
   private log!: Logger;
   private timer: NodeJS.Timeout | undefined;
   private syncing: Promise<void> | undefined;
   private loaded: { hash: string; names: string } | undefined;
+  private reached = false;
   private lastError: string | undefined;
   private readonly abort = new AbortController();
 
@@ -59,24 +57,17 @@ export class EncryptionComponent implements Component, LoadedKeys {
     return this.loaded?.names;
   }
 
-  async start(): Promise<void> {
-    this.timer = setInterval(() => {
-      if (!this.syncing) this.syncing = this.sync(true).finally(() => (this.syncing = undefined));
-    }, SYNC_EVERY_MS);
-  }
-
   /**
-   * Ready once kube-apiserver has loaded the cluster's keys, so the components after it can read
-   * Secrets; the rewrite of a first start follows from the timer, not holding the start up.
+   * Starts before kube-apiserver and gates nothing: a kube-apiserver whose keys are older than the
+   * cluster's never becomes ready (its informers cannot read Secrets), so this must already be
+   * fetching the cluster's keys while it starts. Until it answers, the attempts fail quietly.
    */
-  async ready(signal: AbortSignal): Promise<void> {
-    for (;;) {
-      this.syncing ??= this.sync(false).finally(() => (this.syncing = undefined));
-      await this.syncing;
-      if (this.loaded) return;
-      if (signal.aborted) throw new Error(this.lastError ?? 'kube-apiserver has not loaded the encryption config');
-      await new Promise((r) => setTimeout(r, 2_000));
-    }
+  async start(): Promise<void> {
+    const tick = () => {
+      if (!this.syncing) this.syncing = this.sync().finally(() => (this.syncing = undefined));
+    };
+    tick();
+    this.timer = setInterval(tick, SYNC_EVERY_MS);
   }
 
   async stop(): Promise<void> {
@@ -89,7 +80,7 @@ export class EncryptionComponent implements Component, LoadedKeys {
     return { lastError: this.lastError };
   }
 
-  private async sync(migrate: boolean): Promise<void> {
+  private async sync(): Promise<void> {
     try {
       let set = await this.keySet();
       const file = this.pki.encryptionConfig;
@@ -110,12 +101,14 @@ export class EncryptionComponent implements Component, LoadedKeys {
         this.loaded = { hash, names: keyNames(parseEncryptionKeys(text.toString('utf8'))) };
         this.log.info({ keys: this.loaded.names }, 'kube-apiserver loaded the encryption keys');
       }
-      if (migrate && this.loaded.names === keyNames(set.keys)) await this.migrate(set);
+      if (this.loaded.names === keyNames(set.keys)) await this.migrate(set);
       this.lastError = undefined;
+      this.reached = true;
     } catch (err) {
       if (this.abort.signal.aborted) return;
       const message = `encryption keys: ${messageOf(err)}`;
-      if (message !== this.lastError) this.log.warn(message);
+      // kube-apiserver is not listening yet while the controller starts: not worth a warning.
+      if (message !== this.lastError && (this.reached || err instanceof KubeApiError)) this.log.warn(message);
       this.lastError = message;
     }
   }

@@ -1,9 +1,9 @@
 // `kctl controller`: the control plane as an ordered list of components (k0s's shape), built by controllerComponents().
 //   pki, stage (before the list), then: status socket -> storage (etcd|kine)
-//   -> konnectivity server -> kube-apiserver -> encryption keys -> node watch -> bootstrap -> controller-lease -> join-server -> manifest applier
+//   -> konnectivity server -> encryption keys -> kube-apiserver -> node watch -> bootstrap -> controller-lease -> join-server -> manifest applier
 //   -> coredns-scaler (unless CoreDNS is off) -> scheduler -> controller-manager -> csr-approver -> kubelet-serving-check
 // The api-only profile (the Kubernetes API for CRDs and operators, no nodes): status socket ->
-//   storage -> kube-apiserver -> encryption keys -> manifest applier -> controller-manager (its trimmed controller list).
+//   storage -> encryption keys -> kube-apiserver -> manifest applier -> controller-manager (its trimmed controller list).
 import { existsSync } from 'node:fs';
 import { mkdir } from 'node:fs/promises';
 import { writeFileAtomic } from '../base/fs.ts';
@@ -150,8 +150,8 @@ export function controllerComponents(o: ControllerRoleOptions): Component[] {
     return [
       status,
       storage,
-      new ApiserverComponent(cfg, paths, pki, { egress: false }),
       new EncryptionComponent(cfg, pki, kube),
+      new ApiserverComponent(cfg, paths, pki, { egress: false }),
       // Operators' stacks under <data-dir>/manifests/<stack>/ (CRDs, RBAC): kctl writes no add-ons here.
       new ManifestApplierComponent(paths.manifestsDir, paths.dataDir, kube),
       new ControllerManagerComponent(cfg, paths, pki),
@@ -186,9 +186,9 @@ export function controllerComponents(o: ControllerRoleOptions): Component[] {
     storage,
     // Before kube-apiserver: its egress selector dials this server's unix socket.
     konnectivity,
-    new ApiserverComponent(cfg, paths, pki, { egress: true }),
-    // Before anything reads a Secret: kube-apiserver has the cluster's encryption keys.
+    // Before kube-apiserver, which is ready only once it can read Secrets: this fetches the cluster's keys meanwhile.
     encryption,
+    new ApiserverComponent(cfg, paths, pki, { egress: true }),
     nodes,
     new BootstrapComponent(cfg, pki, kube),
     lease,
