@@ -119,8 +119,9 @@ export class EncryptionComponent implements Component, LoadedKeys {
     try {
       set = await readKeySet(this.kube);
     } catch (err) {
-      // 500: this kube-apiserver cannot decrypt the Secret (its keys are older than the cluster's).
-      if (!(err instanceof KubeApiError && err.status === 500)) throw err;
+      // 500 (or a cache not ready yet while it starts): this kube-apiserver may be unable to decrypt
+      // the Secret, its keys older than the cluster's.
+      if (!(err instanceof KubeApiError && (err.status >= 500 || err.status === 429))) throw err;
       set = await this.keySetFromOthers(err);
     }
     if (set) return set;
