@@ -90,6 +90,9 @@ export function apiserverArgs(cfg: ClusterConfig, paths: ControllerPaths, pki: P
       'tls-private-key-file': pki.serverKey,
       'client-ca-file': pki.caCert,
       ...storage,
+      // Encryption at rest (pki/encryption.ts); reloaded within a minute of a change (key rotation, controller/encryption.ts).
+      'encryption-provider-config': pki.encryptionConfig,
+      'encryption-provider-config-automatic-reload': true,
       'service-cluster-ip-range': cfg.spec.network.serviceCIDR,
       'service-account-issuer': serviceAccountIssuer(cfg),
       'service-account-key-file': pki.saPub,

@@ -38,6 +38,17 @@ const MIN_BACKUP_INTERVAL_MS = 60_000;
 const backupSchedule = z.string().refine((s) => (parseDuration(s, { days: true }) ?? 0) >= MIN_BACKUP_INTERVAL_MS, {
   message: 'expected an interval of at least 1m, such as 6h, 30m or 1d',
 });
+/** A resource as kube-apiserver's EncryptionConfiguration names it: plural, with its group unless core. */
+const encryptedResource = z
+  .string()
+  .regex(
+    /^[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9.-]*[a-z0-9])?)?$/,
+    'expected a resource such as secrets or widgets.example.com (no wildcards)',
+  )
+  .refine((r) => !r.endsWith('.events.k8s.io') && !r.endsWith('.extensions'), {
+    message: 'events and extensions cannot be encrypted by group; use events',
+  });
+const unique = (list: string[]): boolean => new Set(list).size === list.length;
 
 const dnsLabel = /^[a-z0-9]([a-z0-9.-]*[a-z0-9])?$/;
 /** An agent allowed CIDR, default-route and unowned-address claims: by node name or service account. */
@@ -83,6 +94,14 @@ export const clusterConfigSchema = z.strictObject({
               /** Rotated files kept beside the current one; older ones are deleted. */
               maxBackups: z.number().int().min(1).max(1000).default(5),
             })
+            .prefault({}),
+          /**
+           * Encryption at rest: the resources kube-apiserver stores encrypted (secretbox, key in the PKI
+           * dir). Empty: nothing is encrypted any more; objects an earlier setting encrypted stay readable
+           * and are written back in plain text.
+           */
+          encryption: z
+            .strictObject({ resources: z.array(encryptedResource).default(['secrets']).refine(unique, 'expected each resource once') })
             .prefault({}),
           memoryLimit,
           extraArgs,

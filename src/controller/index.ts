@@ -1,10 +1,10 @@
 // `kctl controller`: the control plane as an ordered list of components (k0s's shape), built by controllerComponents().
 //   pki, stage (before the list), then: status socket -> storage (etcd|kine)
-//   -> konnectivity server -> kube-apiserver -> node watch -> bootstrap -> controller-lease -> join-server -> manifest applier
+//   -> konnectivity server -> encryption keys -> kube-apiserver -> node watch -> bootstrap -> controller-lease -> join-server -> manifest applier
 //   -> coredns-scaler (unless CoreDNS is off) -> scheduler -> controller-manager -> csr-approver -> kubelet-serving-check
 //   -> backup-scheduler (with spec.backup.schedule)
 // The api-only profile (the Kubernetes API for CRDs and operators, no nodes): status socket ->
-//   storage -> kube-apiserver -> manifest applier -> controller-manager (its trimmed controller list)
+//   storage -> encryption keys -> kube-apiserver -> manifest applier -> controller-manager (its trimmed controller list)
 //   -> backup-scheduler (with spec.backup.schedule).
 import { existsSync } from 'node:fs';
 import { mkdir } from 'node:fs/promises';
@@ -39,6 +39,7 @@ import { BootstrapComponent } from './bootstrap.ts';
 import { KonnectivityServerComponent } from './konnectivity.ts';
 import { CsrApproverComponent } from './csr-approver.ts';
 import { ControllerLeaseComponent, LiveControllers } from './lease.ts';
+import { EncryptionComponent } from './encryption.ts';
 import { joinController, leftMarker, type ControllerJoinState } from './join.ts';
 import { JoinServerComponent } from './join-server.ts';
 import { ManifestApplierComponent } from './manifests.ts';
@@ -157,6 +158,7 @@ export function controllerComponents(o: ControllerRoleOptions): Component[] {
     return [
       status,
       storage,
+      new EncryptionComponent(cfg, pki, kube),
       new ApiserverComponent(cfg, paths, pki, { egress: false }),
       // Operators' stacks under <data-dir>/manifests/<stack>/ (CRDs, RBAC): kctl writes no add-ons here.
       new ManifestApplierComponent(paths.manifestsDir, paths.dataDir, kube),
@@ -172,8 +174,10 @@ export function controllerComponents(o: ControllerRoleOptions): Component[] {
   const reserved = reservedSpace(cfg, { certificates: [pki.serverCert, pki.konnectivityCert], controllers });
   const nodes = new NodeWatchComponent(kube, reserved);
   const konnectivity = new KonnectivityServerComponent(cfg, paths, pki, kube, nodes, controllers);
-  // This controller's lease lists the agents its konnectivity server holds, so every controller's status shows each agent's servers.
-  const lease = new ControllerLeaseComponent({ cfg, kube, controllers, agents: konnectivity });
+  const encryption = new EncryptionComponent(cfg, pki, kube);
+  // This controller's lease lists the agents its konnectivity server holds, so every controller's status shows each agent's servers,
+  // and the encryption keys its kube-apiserver has loaded, which kctl secrets rotate-key waits on.
+  const lease = new ControllerLeaseComponent({ cfg, kube, controllers, agents: konnectivity, encryption });
   const servingCheck = new KubeletServingCheckComponent(pki, paths.konnectivitySocket, nodes);
   const status = new StatusServerComponent<ControllerStatusReport>(paths.statusSocket, async (components) => {
     const live = controllers.liveControllers();
@@ -193,6 +197,8 @@ export function controllerComponents(o: ControllerRoleOptions): Component[] {
     storage,
     // Before kube-apiserver: its egress selector dials this server's unix socket.
     konnectivity,
+    // Before kube-apiserver, which is ready only once it can read Secrets: this fetches the cluster's keys meanwhile.
+    encryption,
     new ApiserverComponent(cfg, paths, pki, { egress: true }),
     nodes,
     new BootstrapComponent(cfg, pki, kube),
@@ -290,6 +296,7 @@ async function prepareAndRun(
       serviceCIDR: cfg.spec.network.serviceCIDR,
       clusterDomain: cfg.spec.network.clusterDomain,
       apiOnly: cfg.spec.profile === 'api-only' ? { etcd: cfg.spec.storage.type === 'etcd' } : undefined,
+      encryptedResources: cfg.spec.api.encryption.resources,
     },
     componentLogger(log, 'pki'),
   );

@@ -40,6 +40,8 @@ export const SHARED_PKI_FILES = [
   'addons-ca.key',
   'kubelet-serving-ca.crt',
   'kubelet-serving-ca.key',
+  // The encryption-at-rest keys: without them a joiner's kube-apiserver cannot read a Secret.
+  'encryption-config.yaml',
 ] as const;
 
 /** What a joining controller says about itself. */

@@ -97,7 +97,7 @@ export async function joinController(
   for (const f of SHARED_PKI_FILES) {
     const data = files[f];
     if (typeof data !== 'string') throw new UserError(`the controller at ${answer.url} sent no ${f}; is it the same kctl version?`);
-    await writeFileAtomic(join(paths.pkiDir, f), Buffer.from(data, 'base64'), f.endsWith('.key') ? 0o600 : 0o644);
+    await writeFileAtomic(join(paths.pkiDir, f), Buffer.from(data, 'base64'), f.endsWith('.key') || f.endsWith('.yaml') ? 0o600 : 0o644);
   }
   const state: ControllerJoinState = { joinedAt: new Date().toISOString(), via: answer.url, ...(etcd ? { etcd: { ...etcd, name } } : {}) };
   await writeFileAtomic(stateFile(paths), JSON.stringify(state, null, 2) + '\n', 0o600);

@@ -18,6 +18,7 @@ import { apiServerUrl } from './bootstrap.ts';
 import type { ClusterConfig } from './config.ts';
 import { konnectivityAddress } from './tokens.ts';
 import { messageOf } from '../base/errors.ts';
+import type { LoadedKeys } from './encryption.ts';
 
 /** An agent set as one comparable string. */
 const agentKey = (agents: string[]): string => [...agents].sort().join(',');
@@ -80,6 +81,8 @@ export interface ControllerLeaseOptions {
   controllers: LiveControllers;
   /** Listed in the lease, rewritten within a second of a change. */
   agents: HeldAgents;
+  /** The encryption keys kube-apiserver has loaded, named in the lease within a second of a change. */
+  encryption?: LoadedKeys;
 }
 
 export class ControllerLeaseComponent implements Component {
@@ -90,6 +93,7 @@ export class ControllerLeaseComponent implements Component {
   private lastError: string | undefined;
   private renewedAt = 0;
   private renewedAgents = '';
+  private renewedKeys: string | undefined;
   private renewing: Promise<void> | undefined;
 
   constructor(private readonly o: ControllerLeaseOptions) {
@@ -105,7 +109,8 @@ export class ControllerLeaseComponent implements Component {
     // Checked every second, written only when due or when the agent set changed.
     this.timer = setInterval(() => {
       if (this.renewing) return;
-      if (Date.now() - this.renewedAt < RENEW_EVERY_MS && agentKey(this.o.agents.agentIds()) === this.renewedAgents) return;
+      const due = Date.now() - this.renewedAt >= RENEW_EVERY_MS;
+      if (!due && agentKey(this.o.agents.agentIds()) === this.renewedAgents && this.o.encryption?.loadedKeys() === this.renewedKeys) return;
       this.renewing = this.renew().finally(() => (this.renewing = undefined));
     }, 1000);
     this.o.controllers.start(this.log, (message) => (this.lastError = message));
@@ -125,11 +130,18 @@ export class ControllerLeaseComponent implements Component {
 
   private async renew(): Promise<void> {
     const agents = this.o.agents.agentIds();
-    const lease = controllerLease(this.leaseName, { apiServer: apiServerUrl(this.o.cfg), konnectivity: konnectivityAddress(this.o.cfg), agents });
+    const encryptionKeys = this.o.encryption?.loadedKeys();
+    const lease = controllerLease(this.leaseName, {
+      apiServer: apiServerUrl(this.o.cfg),
+      konnectivity: konnectivityAddress(this.o.cfg),
+      agents,
+      encryptionKeys,
+    });
     try {
       await this.o.kube.apply(lease, { fieldManager: 'kctl', force: true });
       this.renewedAt = Date.now();
       this.renewedAgents = agentKey(agents);
+      this.renewedKeys = encryptionKeys;
       this.lastError = undefined;
     } catch (err) {
       this.lastError = `cannot renew lease ${this.leaseName}: ${messageOf(err)}`;

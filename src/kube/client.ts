@@ -182,6 +182,15 @@ export class KubeClient {
     }
   }
 
+  /** A GET whose answer is text, not JSON (kube-apiserver's /metrics). */
+  async getText(path: string, signal?: AbortSignal): Promise<string> {
+    const res = await this.open('GET', path, undefined, { accept: 'text/plain', signal, idleMs: this.timeoutMs });
+    const text = await readText(res);
+    const status = res.statusCode ?? 0;
+    if (status < 200 || status >= 300) throw apiError('GET', path.split('?')[0]!, status, text);
+    return text;
+  }
+
   get<T>(path: string, signal?: AbortSignal): Promise<T> {
     return this.request<T>('GET', path, undefined, { signal });
   }

@@ -14,6 +14,8 @@ export const LEASES_PATH = `/apis/coordination.k8s.io/v1/namespaces/${LEASE_NAME
 const API_ANNOTATION = 'kctl.dev/api-server';
 const KONNECTIVITY_ANNOTATION = 'kctl.dev/konnectivity';
 const AGENTS_ANNOTATION = 'kctl.dev/agents';
+/** The names of the encryption keys its kube-apiserver has loaded, in order (names only, never a key). */
+const ENCRYPTION_ANNOTATION = 'kctl.dev/encryption-keys';
 /** Annotations share a 256 KiB budget per object: past this many agents the list is cut (and says so). */
 export const MAX_LISTED_AGENTS = 5000;
 export const LEASE_DURATION_S = 30;
@@ -29,6 +31,8 @@ export interface LiveController {
   agents: string[];
   /** How many agents it held, when more than were listed. */
   agentsTotal?: number;
+  /** The encryption key names its kube-apiserver has loaded (comma-separated, first encrypts); absent until known. */
+  encryptionKeys?: string;
 }
 
 export interface Lease {
@@ -60,6 +64,7 @@ export function controllerLease(name: string, c: Omit<LiveController, 'name' | '
         [API_ANNOTATION]: c.apiServer,
         [KONNECTIVITY_ANNOTATION]: c.konnectivity,
         [AGENTS_ANNOTATION]: agents.length > MAX_LISTED_AGENTS ? `${listed};total=${agents.length}` : listed,
+        ...(c.encryptionKeys ? { [ENCRYPTION_ANNOTATION]: c.encryptionKeys } : {}),
       },
     },
     spec: { holderIdentity: name, leaseDurationSeconds: LEASE_DURATION_S, renewTime: microTime(now) },
@@ -82,6 +87,7 @@ export function liveControllers(leases: Iterable<Lease>, now = Date.now()): Live
       konnectivity: a[KONNECTIVITY_ANNOTATION],
       agents,
       ...(total ? { agentsTotal: Number(total) } : {}),
+      ...(a[ENCRYPTION_ANNOTATION] ? { encryptionKeys: a[ENCRYPTION_ANNOTATION] } : {}),
     });
   }
   return out.sort((x, y) => x.name.localeCompare(y.name));

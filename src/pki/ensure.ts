@@ -13,6 +13,7 @@ import { httpsUrl } from '../base/addresses.ts';
 import { firstServiceIps, localAddresses, sanSet, toSan, type San } from './addresses.ts';
 import { ensureCa, ensureServiceAccountKey, type EnsureContext } from './ca.ts';
 import { ensurePrivateDir } from './files.ts';
+import { ensureEncryptionConfig } from './encryption.ts';
 import { ensureKubeconfig } from './kubeconfig.ts';
 import { ensureLeafFiles, type LeafSpec, type Outcome } from './leaf.ts';
 import { pkiPaths, type PkiPaths } from './paths.ts';
@@ -43,6 +44,8 @@ export interface PkiOptions {
    * and check on every start.
    */
   apiOnly?: { etcd: boolean };
+  /** spec.api.encryption.resources: what the encryption config encrypts (its key is made once, here). */
+  encryptedResources?: string[];
 }
 
 /** The names each certificate must carry, derived from the options in one place. */
@@ -225,6 +228,7 @@ export async function ensurePki(opts: PkiOptions, log: Logger): Promise<PkiPaths
           .filter((k) => wanted(k.for))
           .map((k) => ensureKubeconfig(k.spec, k.path, server, ctx)),
         ensureServiceAccountKey(paths.saKey, paths.saPub, ctx),
+        ensureEncryptionConfig(paths.encryptionConfig, opts.encryptedResources ?? ['secrets'], log),
       ])),
     ];
     if (wanted('nodes')) {

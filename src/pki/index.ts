@@ -7,3 +7,11 @@ export { firstServiceIps } from './addresses.ts';
 export { parseCert, sansOf } from './x509.ts';
 export { PkiError } from './errors.ts';
 export { issueUserCert } from './user-cert.ts';
+export {
+  encryptionConfigHash,
+  newEncryptionKey,
+  parseEncryptionKeys,
+  readEncryptionKeys,
+  writeEncryptionConfig,
+  type EncryptionKey,
+} from './encryption.ts';

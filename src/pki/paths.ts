@@ -46,6 +46,8 @@ export interface PkiPaths {
   kubeletCaBundle: string;
   /** Present once no node serves a certificate of the cluster CA any more: the bundle then drops it. */
   kubeletServingMoved: string;
+  /** kube-apiserver's EncryptionConfiguration with kctl's encryption-at-rest keys (0600; pki/encryption.ts). */
+  encryptionConfig: string;
   adminConf: string;
   schedulerConf: string;
   controllerManagerConf: string;
@@ -87,6 +89,7 @@ export function pkiPaths(dir: string): PkiPaths {
     kubeletServingCaKey: at('kubelet-serving-ca.key'),
     kubeletCaBundle: at('kubelet-ca-bundle.crt'),
     kubeletServingMoved: at('kubelet-serving-moved'),
+    encryptionConfig: at('encryption-config.yaml'),
     adminConf: at('admin.conf'),
     schedulerConf: at('scheduler.conf'),
     controllerManagerConf: at('controller-manager.conf'),

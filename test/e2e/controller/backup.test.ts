@@ -1,6 +1,7 @@
 // kctl backup / restore with the real datastores: a cluster with objects (etcd with a joined
 // worker running a pod; kine on SQLite) is backed up, reset, restored and started again: the
-// objects are back and the worker carries on with its old credentials. Damaged archives and
+// objects are back, its Secrets (stored encrypted, read around kube-apiserver) readable with the
+// key the archive carries, and the worker carries on with its old credentials. Damaged archives and
 // bad paths are refused with one line and write nothing.
 import assert from 'node:assert/strict';
 import { existsSync } from 'node:fs';
@@ -13,6 +14,23 @@ import { requireKctl } from '../lab/kctl.ts';
 import { type LabHost } from '../lab/lab.ts';
 import { startLab } from '../lab/lab-test.ts';
 import { waitFor } from '../lab/wait.ts';
+import { etcdRaw, sqliteRaw } from '../lab/datastore.ts';
+
+/** Creates a Secret and returns a check that reads it back through kube-apiserver. */
+async function secretKept(c: Awaited<ReturnType<typeof labController>>, name: string, value: string): Promise<() => Promise<void>> {
+  assert.equal((await c.kubectl(['create', 'secret', 'generic', name, `--from-literal=v=${value}`])).exitCode, 0);
+  return async () => {
+    const got = await c.kubectl(['get', 'secret', name, '-o', 'jsonpath={.data.v}']);
+    assert.equal(Buffer.from(String(got.stdout), 'base64').toString(), value, `Secret ${name} after restore: ${String(got.stderr)}`);
+  };
+}
+
+/** Encrypted at rest: the stored bytes start with the provider prefix and do not hold the value. */
+function assertEncrypted(raw: Buffer | null, value: string): void {
+  assert.ok(raw, 'the Secret is not in the datastore');
+  assert.equal(raw.subarray(0, 21).toString(), 'k8s:enc:secretbox:v1:');
+  assert.ok(!raw.includes(value), 'the stored Secret holds its value in plain text');
+}
 
 async function stop(p: Tracked): Promise<void> {
   p.child.kill('SIGTERM');
@@ -36,6 +54,8 @@ async function roundTrip(ctl: LabHost, dir: string, c: Awaited<ReturnType<typeof
   const listing = String((await execa('tar', ['-tzf', archive])).stdout);
   assert.match(listing, /^manifest\.json$/m);
   assert.match(listing, /^pki\/ca\.key$/m);
+  // The encryption key goes along: without it the restored Secrets could not be read.
+  assert.match(listing, /^pki\/encryption-config\.yaml$/m);
 
   await stop(running);
   const reset = await ctl.run(kctlBin, [...g, 'reset']);
@@ -99,8 +119,11 @@ test('backup, reset, restore with etcd: objects are back and the joined worker c
   await waitFor('w1 Ready', 300_000, () => nodeReady(c.kubectl, 'w1'), worker.log);
   await runPinnedPod(c.kubectl, 'keeper', 'w1', 'kept');
   assert.equal((await c.kubectl(['create', 'configmap', 'precious', '--from-literal=k=v'])).exitCode, 0);
+  const secretBack = await secretKept(c, 'vault', 'etcd-secret-value');
+  assertEncrypted(await etcdRaw(ctl, c.dataDir, '/registry/secrets/default/vault'), 'etcd-secret-value');
 
   await roundTrip(ctl, dir, c, controller);
+  await secretBack();
   assert.equal(String((await c.kubectl(['get', 'configmap', 'precious', '-o', 'jsonpath={.data.k}'])).stdout), 'v');
   // The worker never stopped: with its old credentials it is Ready again, and the tunnel is back.
   await waitFor('w1 Ready after restore', 120_000, () => nodeReady(c.kubectl, 'w1'), worker.log);
@@ -115,7 +138,10 @@ test('backup, reset, restore with kine on SQLite: objects are back', async (t: T
   const controller = track(ctl.spawn(kctlBin, c.args));
   await controllerReady(controller);
   for (let i = 0; i < 20; i++) assert.equal((await c.kubectl(['create', 'configmap', `cm-${i}`, `--from-literal=i=${i}`])).exitCode, 0);
+  const secretBack = await secretKept(c, 'vault', 'sqlite-secret-value');
+  assertEncrypted(sqliteRaw(c.dataDir, '/registry/secrets/default/vault'), 'sqlite-secret-value');
   await roundTrip(ctl, dir, c, controller);
+  await secretBack();
   const names = String((await c.kubectl(['get', 'configmaps', '-o', 'jsonpath={.items[*].metadata.name}'])).stdout).split(' ');
   for (let i = 0; i < 20; i++) assert.ok(names.includes(`cm-${i}`), `cm-${i} is missing after restore`);
 

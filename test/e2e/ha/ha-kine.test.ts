@@ -6,10 +6,15 @@
 // pod through its agent; the first controller's host then loses all its processes: through the
 // second, exec, logs and port-forward work within seconds, a new pod is scheduled, the node keeps
 // its Ready condition, the server count drops to 1; the first comes back and the agent rejoins it.
+// Encryption at rest across both: a Secret written through one is read through the other;
+// `kctl secrets rotate-key` moves both to a new key while reads through both keep working; rotated
+// again while the first is down, the first comes back with only the dropped key, fetches the
+// cluster's keys through the second and serves Secrets again.
 import assert from 'node:assert/strict';
 import { test, type TestContext } from 'node:test';
 import { killControllerProcesses, nodeReady, runPinnedPod, startLabWorker } from '../lab/cluster.ts';
 import { HaLab, type LabCtl } from '../lab/ha-lab.ts';
+import { controllerLeaseName } from '../../../src/kube/controller-leases.ts';
 import { startLab } from '../lab/lab-test.ts';
 import { startPostgres } from '../lab/postgres.ts';
 import { waitFor } from '../lab/wait.ts';
@@ -66,6 +71,33 @@ test('two controllers on kine and PostgreSQL: a joiner must name the same databa
   };
   for (const c of [c1, c2]) await reachPod(c);
 
+  assert.equal((await ha.kubectl(c1, ['create', 'secret', 'generic', 'shared', '--from-literal=v=ha-secret'])).exitCode, 0);
+  const secretThrough = async (c: LabCtl) =>
+    Buffer.from(String((await ha.kubectl(c, ['get', 'secret', 'shared', '-o', 'jsonpath={.data.v}'])).stdout), 'base64').toString();
+  const keysInLeases = async (c: LabCtl) => ((await ha.status(c)).controllers ?? []).map((x) => `${x.name}=${x.encryptionKeys ?? ''}`);
+  const reads = { ok: 0, failed: [] as string[], on: true };
+  const reader = (async () => {
+    while (reads.on) {
+      for (const c of [c1, c2]) {
+        const v = await secretThrough(c);
+        if (v === 'ha-secret') reads.ok++;
+        else reads.failed.push(`${c.host.name}: ${JSON.stringify(v)}`);
+      }
+      await new Promise((r) => setTimeout(r, 1000));
+    }
+  })();
+  const first = await ha.rotateKey(c2);
+  reads.on = false;
+  await reader;
+  assert.deepEqual(first.controllers, [controllerLeaseName(c1.host.ip), controllerLeaseName(c2.host.ip)].sort());
+  assert.deepEqual(reads.failed, [], 'a read of the Secret failed during the rotation');
+  assert.ok(reads.ok >= 20, `only ${reads.ok} reads during the rotation`);
+  assert.match(first.progress, /waiting for kctl-controller-/);
+  assert.deepEqual(
+    await keysInLeases(c1),
+    first.controllers.map((n) => `${n}=${first.key}`),
+  );
+
   // c1's host loses all its processes: c2 alone serves the node, on the same database.
   const readySince = async (c: LabCtl) =>
     String((await ha.kubectl(c, ['get', 'node', 'w1', '-o', 'jsonpath={.status.conditions[?(@.type=="Ready")].lastTransitionTime}'])).stdout);
@@ -79,10 +111,21 @@ test('two controllers on kine and PostgreSQL: a joiner must name the same databa
   await ha.runNewPod(c2, 'after-loss', /^w1$/);
   await ha.agentsFollow([c2], ['w1']);
   assert.equal(await readySince(c2), readyBefore, 'node w1 changed its Ready condition while a controller was lost');
+  // The key moves on while c1 is down: c1 keeps only the key that is dropped now.
+  const second = await ha.rotateKey(c2);
+  assert.deepEqual(second.controllers, [controllerLeaseName(c2.host.ip)]);
+  assert.notEqual(second.key, first.key);
 
   // c1 comes back: the agent connects to it with no restart, two servers again, and it serves the pod.
   await ha.start(c1);
   await ha.agentsFollow([c1, c2], ['w1']);
   await reachPod(c1);
   assert.equal(await readySince(c1), readyBefore);
+  // It fetched the cluster's keys through c2 and reads Secrets with them.
+  assert.ok(c1.proc!.saw('read the encryption key set through another controller'), c1.proc!.log());
+  assert.equal(await secretThrough(c1), 'ha-secret');
+  await waitFor('both leases name the newest key', 60_000, async () => {
+    const names = await keysInLeases(c1);
+    return names.length === 2 && names.every((n) => n.endsWith(`=${second.key}`));
+  });
 });

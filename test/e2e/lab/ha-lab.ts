@@ -57,6 +57,15 @@ export class HaLab {
     if (outcome === 'exited') throw new Error(`${c.host.name} exited before it was ready:\n${proc.log()}`);
   }
 
+  /** `kctl secrets rotate-key -o json` on `c` (minutes: every step waits for kube-apiserver's reload): its result and progress lines. */
+  async rotateKey(c: LabCtl): Promise<{ key: string; controllers: string[]; progress: string }> {
+    const r = await c.host.run(this.kctlBin, ['--data-dir', c.dataDir, '--run-dir', c.runDir, 'secrets', 'rotate-key', '-o', 'json'], {
+      timeout: 900_000,
+    });
+    assert.equal(r.exitCode, 0, String(r.stderr));
+    return { ...(JSON.parse(String(r.stdout)) as { key: string; controllers: string[] }), progress: String(r.stderr) };
+  }
+
   async stop(c: LabCtl): Promise<void> {
     c.proc!.child.kill('SIGTERM');
     assert.equal(await c.proc!.exited, 0, c.proc!.log());

@@ -45,3 +45,14 @@ test('spec.konnectivity.maxUnauthenticatedAgents: 256 by default, a positive who
   for (const bad of [0, -1, 2.5, '256'])
     assert.throws(() => cap({ maxUnauthenticatedAgents: bad }), /spec\.konnectivity\.maxUnauthenticatedAgents: /, String(bad));
 });
+
+test('spec.api.encryption.resources: Secrets by default, an empty list allowed, wildcards and repeats refused with the path', () => {
+  const enc = (encryption: unknown) => parseConfig({ spec: { api: { encryption } } }, 'kctl.yaml').spec.api.encryption.resources;
+  assert.deepEqual(parseConfig({}, 'defaults').spec.api.encryption.resources, ['secrets']);
+  assert.deepEqual(enc({ resources: [] }), []);
+  assert.deepEqual(enc({ resources: ['secrets', 'configmaps', 'widgets.example.com'] }), ['secrets', 'configmaps', 'widgets.example.com']);
+  assert.throws(() => enc({ resources: ['*.*'] }), /spec\.api\.encryption\.resources\.0: expected a resource such as secrets/);
+  assert.throws(() => enc({ resources: ['Secrets'] }), /resources\.0: expected a resource/);
+  assert.throws(() => enc({ resources: ['secrets', 'secrets'] }), /spec\.api\.encryption\.resources: expected each resource once/);
+  assert.throws(() => enc({ provider: 'aescbc' }), /spec\.api\.encryption: unknown field\(s\) "provider"/);
+});

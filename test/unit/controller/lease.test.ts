@@ -69,9 +69,16 @@ test('the announced server count follows the live leases; the lease lists the he
   const fake = await leaseApi(t, [other, expired]);
   const cfg = parseConfig({ spec: { api: { address: '10.0.0.1' } } }, 'kctl.yaml');
   let agents = ['w1'];
+  const loaded: { keys?: string } = {};
   const kube = new KubeClient({ server: fake.api.url });
   const controllers = new LiveControllers(cfg, kube);
-  const lease = new ControllerLeaseComponent({ cfg, kube, controllers, agents: { agentIds: () => agents } });
+  const lease = new ControllerLeaseComponent({
+    cfg,
+    kube,
+    controllers,
+    agents: { agentIds: () => agents },
+    encryption: { loadedKeys: () => loaded.keys },
+  });
   await lease.init({ log: captureLogger().log, statuses: () => [] });
   await lease.start();
   t.after(() => lease.stop());
@@ -85,6 +92,7 @@ test('the announced server count follows the live leases; the lease lists the he
   const own = fake.leases.get('kctl-controller-10-0-0-1');
   assert.equal(own?.metadata.annotations?.['kctl.dev/agents'], 'w1');
   assert.equal(own?.metadata.annotations?.['kctl.dev/konnectivity'], '10.0.0.1:8132');
+  assert.equal(own?.metadata.annotations?.['kctl.dev/encryption-keys'], undefined, 'keys named before kube-apiserver loaded them');
 
   // b stops (its lease is deleted): the next agent is told one server, with no restart.
   fake.remove('kctl-controller-b');
@@ -99,6 +107,16 @@ test('the announced server count follows the live leases; the lease lists the he
   // The held agents change: the lease says so within seconds, not at the next 10 s renewal.
   agents = ['w1', 'w2'];
   await waitFor('agents rewritten', async () => fake.leases.get('kctl-controller-10-0-0-1')?.metadata.annotations?.['kctl.dev/agents'] === 'w1,w2');
+  // So do the encryption keys kube-apiserver has loaded (names only), which rotate-key waits for.
+  loaded.keys = 'key-b,key-a';
+  await waitFor(
+    'keys named',
+    async () => fake.leases.get('kctl-controller-10-0-0-1')?.metadata.annotations?.['kctl.dev/encryption-keys'] === 'key-b,key-a',
+  );
+  await waitFor(
+    'keys read back',
+    async () => controllers.liveControllers().find((c) => c.name === 'kctl-controller-10-0-0-1')?.encryptionKeys === 'key-b,key-a',
+  );
   const patches = fake.api.requests.filter((r) => r.method === 'PATCH').length;
   await new Promise((r) => setTimeout(r, 2500));
   assert.equal(fake.api.requests.filter((r) => r.method === 'PATCH').length, patches, 'rewritten although nothing changed');

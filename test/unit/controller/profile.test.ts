@@ -40,7 +40,7 @@ test('api-only runs storage, kube-apiserver, the manifest applier and a trimmed 
   await writeFile(join(dir, 'pki', 'admin.conf'), 'clusters: [{ cluster: { server: "https://10.0.0.1:6443" } }]\nusers: [{ user: { token: x } }]\n');
   const pki = pkiPaths(join(dir, 'pki'));
   const names = controllerComponents({ cfg, paths, pki }).map((c) => c.name);
-  assert.deepEqual(names, ['status', 'kine', 'kube-apiserver', 'manifest-applier', 'kube-controller-manager']);
+  assert.deepEqual(names, ['status', 'kine', 'encryption', 'kube-apiserver', 'manifest-applier', 'kube-controller-manager']);
   assert.deepEqual(Object.keys(controllerPorts(cfg)), ['kube-apiserver', 'kube-controller-manager']);
   const full = controllerComponents({
     cfg: parseConfig({ spec: { api: { address: '10.0.0.1' } } }, 'kctl.yaml'),

@@ -111,7 +111,7 @@ test('a fresh PKI has every file, with private modes, and logs no key material',
     p.kubeletCaBundle,
     p.kubeletServingMoved,
   ];
-  const confs = [p.adminConf, p.schedulerConf, p.controllerManagerConf];
+  const confs = [p.adminConf, p.schedulerConf, p.controllerManagerConf, p.encryptionConfig];
   const mode = async (f: string) => (await stat(f)).mode & 0o777;
   for (const f of [...keys, ...confs]) assert.equal(await mode(f), 0o600, f);
   for (const f of certs) assert.equal(await mode(f), 0o644, f);
@@ -145,6 +145,7 @@ test('an api-only PKI on kine has only what kube-apiserver and the controller-ma
     p.saPub,
     p.adminConf,
     p.controllerManagerConf,
+    p.encryptionConfig,
   ].map((f) => relative(dir, f));
   assert.deepEqual([...(await snapshot(dir)).keys()].filter((f) => !f.startsWith('.')).sort(), wanted.sort());
   await ensurePki({ ...options(dir), apiOnly: { etcd: true } }, captureLogger().log);
@@ -266,7 +267,7 @@ test('a second run changes nothing, byte for byte', async (t) => {
     lines().filter((l) => l.level === 30 && l.msg !== 'pki ready'),
     [],
   );
-  assert.equal(lines().find((l) => l.msg === 'pki ready')?.unchanged, 17);
+  assert.equal(lines().find((l) => l.msg === 'pki ready')?.unchanged, 18);
 });
 
 test('a SAN change renews the serving certs but keeps the CA', async (t) => {
