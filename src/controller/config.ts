@@ -7,6 +7,8 @@ import { parseDocument, stringify } from 'yaml';
 import { z } from 'zod';
 import { cidrAddress, cidrContains } from '../base/addresses.ts';
 import { errnoOf, messageOf, UserError } from '../base/errors.ts';
+import { parseDuration } from '../base/duration.ts';
+import { MIN_LEAF_VALIDITY_MS } from '../pki/index.ts';
 
 const port = (def: number) => z.number().int().min(1).max(65535).default(def);
 const cidr = (def: string) => z.string().refine(isCidr, { message: 'expected a CIDR such as 10.96.0.0/12' }).default(def);
@@ -120,6 +122,17 @@ export const clusterConfigSchema = z.strictObject({
         .strictObject({
           coredns: z.strictObject({ enabled: z.boolean().default(true), replicas: z.number().int().min(1).max(10).default(2) }).prefault({}),
           metricsServer: z.strictObject({ enabled: z.boolean().default(true) }).prefault({}),
+        })
+        .prefault({}),
+      pki: z
+        .strictObject({
+          /** The lifetime of every leaf certificate and component kubeconfig (the renewer renews them while kctl runs). */
+          leafValidity: z
+            .string()
+            .refine((s) => (parseDuration(s, { days: true }) ?? 0) >= MIN_LEAF_VALIDITY_MS, {
+              message: 'expected a duration of at least 10m, such as 8760h or 365d',
+            })
+            .default('8760h'),
         })
         .prefault({}),
       scheduler: z.strictObject({ port: port(10259), extraArgs }).prefault({}),
@@ -241,4 +254,9 @@ export async function loadConfig(file: string | undefined, flags: ConfigFlags = 
 export function defaultConfigYaml(): string {
   const c = parseConfig({}, '(defaults)');
   return stringify(c);
+}
+
+/** spec.pki.leafValidity in milliseconds (validated when the config was parsed). */
+export function leafValidityMs(cfg: ClusterConfig): number {
+  return parseDuration(cfg.spec.pki.leafValidity, { days: true })!;
 }

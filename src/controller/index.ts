@@ -2,8 +2,9 @@
 //   pki, stage (before the list), then: status socket -> storage (etcd|kine)
 //   -> konnectivity server -> kube-apiserver -> node watch -> bootstrap -> controller-lease -> join-server -> manifest applier
 //   -> coredns-scaler (unless CoreDNS is off) -> scheduler -> controller-manager -> csr-approver -> kubelet-serving-check
+//   -> pki-renewer
 // The api-only profile (the Kubernetes API for CRDs and operators, no nodes): status socket ->
-//   storage -> kube-apiserver -> manifest applier -> controller-manager (its trimmed controller list).
+//   storage -> kube-apiserver -> manifest applier -> controller-manager (its trimmed controller list) -> pki-renewer.
 import { existsSync } from 'node:fs';
 import { mkdir } from 'node:fs/promises';
 import { writeFileAtomic } from '../base/fs.ts';
@@ -43,8 +44,10 @@ import { reservedSpace } from './reserved.ts';
 import { KubeletServingCheckComponent } from './kubelet-serving.ts';
 import { NodeWatchComponent } from './nodes.ts';
 import { KubeClient } from '../kube/client.ts';
-import { agentServers } from '../kube/controller-leases.ts';
+import { agentServers, controllerLeaseName } from '../kube/controller-leases.ts';
 import { loadConfig, type ClusterConfig, type ConfigFlags } from './config.ts';
+import { PkiRenewerComponent, pkiOptions } from './pki-renewer.ts';
+import { LeaseTurn } from './pki-turn.ts';
 import { controllerPaths, type ControllerPaths } from './paths.ts';
 import { ControllerManagerComponent, KUBE_CONTROLLER_MANAGER } from './controller-manager.ts';
 import { KUBE_SCHEDULER, SchedulerComponent } from './scheduler.ts';
@@ -129,8 +132,9 @@ export interface ControllerRoleOptions {
  */
 export function controllerComponents(o: ControllerRoleOptions): Component[] {
   const { cfg, paths, pki } = o;
-  // The one API client of this process (admin credentials), shared by every component that calls the API.
-  const kube = KubeClient.fromKubeconfig(pki.adminConf);
+  // The one API client of this process (admin credentials), shared by every component that calls
+  // the API; admin.conf is read per request, so a renewed client certificate is used at once.
+  const kube = KubeClient.fromKubeconfig(pki.adminConf, { reload: true });
   const storage =
     cfg.spec.storage.type === 'etcd'
       ? new EtcdComponent(etcdOptions(cfg, paths, pki, o.joined ?? null))
@@ -142,9 +146,12 @@ export function controllerComponents(o: ControllerRoleOptions): Component[] {
           dataSource: cfg.spec.storage.kine.dataSource,
         });
   if (cfg.spec.profile === 'api-only') {
+    const controllerManager = new ControllerManagerComponent(cfg, paths, pki);
+    const renewer = new PkiRenewerComponent(pkiOptions(cfg, paths), pki, { controllerManager });
     const status = new StatusServerComponent<ControllerStatusReport>(paths.statusSocket, async (components) => ({
       ...processReport(components),
       storage: await storageStatus(cfg, pki),
+      certificates: renewer.certificates(),
     }));
     return [
       status,
@@ -152,7 +159,8 @@ export function controllerComponents(o: ControllerRoleOptions): Component[] {
       new ApiserverComponent(cfg, paths, pki, { egress: false }),
       // Operators' stacks under <data-dir>/manifests/<stack>/ (CRDs, RBAC): kctl writes no add-ons here.
       new ManifestApplierComponent(paths.manifestsDir, paths.dataDir, kube),
-      new ControllerManagerComponent(cfg, paths, pki),
+      controllerManager,
+      renewer,
     ];
   }
   // Every live controller, as their leases say: the konnectivity server count follows them, and
@@ -166,6 +174,21 @@ export function controllerComponents(o: ControllerRoleOptions): Component[] {
   // This controller's lease lists the agents its konnectivity server holds, so every controller's status shows each agent's servers.
   const lease = new ControllerLeaseComponent({ cfg, kube, controllers, agents: konnectivity });
   const servingCheck = new KubeletServingCheckComponent(pki, paths.konnectivitySocket, nodes);
+  const joinServer = new JoinServerComponent(cfg, pki, kube, cfg.spec.storage.type === 'etcd' ? localEtcd(cfg, pki) : undefined);
+  const scheduler = new SchedulerComponent(cfg, paths, pki);
+  const controllerManager = new ControllerManagerComponent(cfg, paths, pki);
+  const renewer = new PkiRenewerComponent(
+    pkiOptions(cfg, paths),
+    pki,
+    {
+      konnectivity,
+      joinServer,
+      scheduler,
+      controllerManager,
+      addons: (log) => writeAddonStacks(cfg, paths.manifestsDir, pki, log),
+    },
+    new LeaseTurn(kube, controllerLeaseName(cfg.spec.api.address)),
+  );
   const status = new StatusServerComponent<ControllerStatusReport>(paths.statusSocket, async (components) => {
     const live = controllers.liveControllers();
     return {
@@ -176,6 +199,8 @@ export function controllerComponents(o: ControllerRoleOptions): Component[] {
       storage: await storageStatus(cfg, pki),
       addressConflicts: nodes.conflicts(),
       kubeletServing: servingCheck.report(),
+      certificates: renewer.certificates(),
+      pkiRenewals: renewer.renewals(),
     };
   });
   return [
@@ -188,15 +213,17 @@ export function controllerComponents(o: ControllerRoleOptions): Component[] {
     new BootstrapComponent(cfg, pki, kube),
     lease,
     // Other controllers join through this one (kctl controller --token-file).
-    new JoinServerComponent(cfg, pki, kube, cfg.spec.storage.type === 'etcd' ? localEtcd(cfg, pki) : undefined),
+    joinServer,
     // kctl's add-on stacks (written before the start) and operators' stacks under <data-dir>/manifests/<stack>/.
     new ManifestApplierComponent(paths.manifestsDir, paths.dataDir, kube),
     ...(cfg.spec.addons.coredns.enabled ? [new CorednsScalerComponent(kube, nodes, cfg.spec.addons.coredns.replicas)] : []),
-    new SchedulerComponent(cfg, paths, pki),
-    new ControllerManagerComponent(cfg, paths, pki),
+    scheduler,
+    controllerManager,
     new CsrApproverComponent(kube, nodes),
     // Which CA each kubelet's serving certificate comes from, while an older cluster's nodes move over.
     servingCheck,
+    // Renews leaf certificates and kubeconfigs while the controller runs, and has them picked up.
+    renewer,
   ];
 }
 
@@ -269,18 +296,7 @@ async function prepareAndRun(
   // The effective config, for commands that run beside the controller (kctl token create).
   await writeFileAtomic(join(paths.dataDir, 'cluster-config.yaml'), stringify(cfg), 0o600);
   await stage({ kind: 'components', roles: ['controller'], dir: paths.binDir }, componentLogger(log, 'stage'));
-  const pki = await ensurePki(
-    {
-      dir: paths.pkiDir,
-      apiAddress: cfg.spec.api.address,
-      sans: cfg.spec.api.sans,
-      apiPort: cfg.spec.api.port,
-      serviceCIDR: cfg.spec.network.serviceCIDR,
-      clusterDomain: cfg.spec.network.clusterDomain,
-      apiOnly: cfg.spec.profile === 'api-only' ? { etcd: cfg.spec.storage.type === 'etcd' } : undefined,
-    },
-    componentLogger(log, 'pki'),
-  );
+  const pki = await ensurePki(pkiOptions(cfg, paths), componentLogger(log, 'pki'));
   await writeAddonStacks(cfg, paths.manifestsDir, pki, componentLogger(log, 'addons'));
   if (opts.initOnly) {
     log.info({ dataDir: paths.dataDir, storage: cfg.spec.storage.type }, 'controller initialised (--init-only)');

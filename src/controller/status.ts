@@ -5,6 +5,8 @@ import type { EtcdMember } from '../etcd/members.ts';
 import type { LiveController } from '../kube/controller-leases.ts';
 import type { AddressConflict } from './nodes.ts';
 import type { KubeletServingStatus } from './kubelet-serving.ts';
+import type { CertificateStatus } from '../pki/index.ts';
+import type { RenewalRun } from './pki-renewer.ts';
 
 /** Where the cluster state lives: the etcd members as this controller's etcd sees them, or kine's datastore. */
 export type StorageStatus =
@@ -24,4 +26,8 @@ export interface ControllerStatusReport extends StatusReport {
   addressConflicts?: AddressConflict[];
   /** Which CAs kube-apiserver trusts for kubelets, and which nodes still serve a certificate of the cluster CA. */
   kubeletServing?: KubeletServingStatus;
+  /** Every CA, leaf certificate and kubeconfig of this controller: expiry, next renewal, renewals seen. */
+  certificates?: CertificateStatus[];
+  /** The renewer's last runs that renewed something (in HA, controllers take turns: these never overlap). */
+  pkiRenewals?: RenewalRun[];
 }
