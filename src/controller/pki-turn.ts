@@ -1,9 +1,9 @@
 // Whose turn it is to renew certificates, in HA: one Lease (kube-system/kctl-pki-renewal) that a
 // controller holds while it renews and restarts what must pick up its new certificates, so the
 // controllers take turns and the others keep serving meanwhile. A lease left by a controller that
-// died expires after LEASE_S. The turn never blocks a renewal for good: when the API cannot be
-// reached (which an expiring certificate may be the cause of) or the turn does not come within
-// GIVE_UP_MS, the controller renews alone, as a single controller would.
+// died expires after LEASE_S. The turn never blocks a renewal for good: when the API does not
+// answer for 30 s (which an expiring certificate may be the cause of) or the turn does not come
+// within 10 minutes, the controller renews alone, as a single controller would.
 import { setTimeout as sleep } from 'node:timers/promises';
 import { messageOf } from '../base/errors.ts';
 import type { Logger } from '../base/log.ts';
@@ -14,19 +14,27 @@ import type { RenewalTurn } from './pki-renewer.ts';
 export const PKI_TURN_LEASE = 'kctl-pki-renewal';
 /** Long enough for a renewal and two component restarts; a holder that died frees the turn after this. */
 const LEASE_S = 300;
-const GIVE_UP_MS = 10 * 60_000;
-const RETRY_MS = 3_000;
+
+/** How long to wait for the turn, and for an API that does not answer; how often to ask. */
+export interface TurnTimings {
+  giveUpMs: number;
+  apiGiveUpMs: number;
+  retryMs: number;
+}
+const TIMINGS: TurnTimings = { giveUpMs: 10 * 60_000, apiGiveUpMs: 30_000, retryMs: 3_000 };
 
 export class LeaseTurn implements RenewalTurn {
   constructor(
-    private readonly kube: KubeClient,
+    private readonly kube: Pick<KubeClient, 'request'>,
     /** This controller's name in the lease (its controller lease name). */
     private readonly holder: string,
+    private readonly timings: TurnTimings = TIMINGS,
   ) {}
 
   async acquire(signal: AbortSignal, log: Logger): Promise<() => Promise<void>> {
-    const giveUp = Date.now() + GIVE_UP_MS;
+    const giveUp = Date.now() + this.timings.giveUpMs;
     let waitingFor: string | undefined;
+    let failingSince: number | undefined;
     for (;;) {
       let result: 'taken' | { heldBy: string } | { error: string };
       try {
@@ -39,12 +47,14 @@ export class LeaseTurn implements RenewalTurn {
         waitingFor = result.heldBy;
         log.info({ holder: result.heldBy }, 'another controller is renewing its certificates; waiting for its turn to end');
       }
-      if (Date.now() >= giveUp || signal.aborted) {
+      failingSince = 'error' in result ? (failingSince ?? Date.now()) : undefined;
+      const apiGone = failingSince !== undefined && Date.now() - failingSince >= this.timings.apiGiveUpMs;
+      if (Date.now() >= giveUp || apiGone || signal.aborted) {
         const why = 'error' in result ? `the API did not answer (${result.error})` : `${result.heldBy} kept the turn`;
         log.warn(`renewing without the turn: ${why}`);
         return async () => undefined;
       }
-      await sleep(RETRY_MS, undefined, { signal }).catch(() => undefined);
+      await sleep(this.timings.retryMs, undefined, { signal }).catch(() => undefined);
     }
   }
 

@@ -32,10 +32,15 @@ async function servedSerial(host: LabHost, address: string, extra: string[] = []
     '-c',
     `openssl s_client -connect ${address} ${extra.join(' ')} </dev/null 2>/dev/null | openssl x509 -noout -serial`,
   ]);
-  return String(r.stdout)
-    .trim()
-    .replace(/^serial=/, '');
+  return hex(
+    String(r.stdout)
+      .trim()
+      .replace(/^serial=/, ''),
+  );
 }
+
+/** A serial number as one hex spelling (no leading zeros, upper case), whoever printed it. */
+const hex = (serial: string | undefined): string => (serial ?? '').toUpperCase().replace(/^0+/, '');
 
 const restarts = (components: ComponentStatus[]) => Object.fromEntries(components.map((c) => [c.name, c.restarts]));
 
