@@ -45,9 +45,10 @@ const hex = (serial: string | undefined): string => (serial ?? '').toUpperCase()
 const restarts = (components: ComponentStatus[]) => Object.fromEntries(components.map((c) => [c.name, c.restarts]));
 
 test('with spec.pki.leafValidity 10m every certificate renews at least twice while logs and exec keep working', async (t) => {
-  const { lab, dir, kctlBin } = await startLab(t, 'pkr', ['ctl', 'w1'], { dir: 'kctl-pki-renewal-', workers: ['w1'] });
+  const { lab, dir, kctlBin } = await startLab(t, 'pkr', ['ctl', 'rnw'], { dir: 'kctl-pki-renewal-', workers: ['rnw'] });
   const ctl = lab.host('ctl');
-  const w1 = lab.host('w1');
+  // Its own node name: kubelet's cgroups are named after the node, and other tests' workers run beside this one.
+  const w1 = lab.host('rnw');
   const c = await labController(kctlBin, ctl, dir);
   // etcd storage (not --single's kine): etcd's serving certificates are renewed and reread too.
   await writeFile(join(dir, 'kctl.yaml'), `spec:\n  api: { address: ${ctl.ip} }\n  storage: { type: etcd }\n  pki: { leafValidity: 10m }\n`);
@@ -62,7 +63,7 @@ test('with spec.pki.leafValidity 10m every certificate renews at least twice whi
   await lab.isolate(w1, ctl);
   const worker = startLabWorker(kctlBin, w1, dir, token);
   await waitFor('worker ready', 240_000, async () => worker.saw('"msg":"worker ready"'), worker.log);
-  await runPinnedPod(c.kubectl, 'talker', 'w1', 'hello-renewal');
+  await runPinnedPod(c.kubectl, 'talker', 'rnw', 'hello-renewal');
 
   const status = async <T>(host: LabHost, runDir: string): Promise<T> => {
     const r = await host.run(kctlBin, ['status', '-o', 'json', '--run-dir', runDir], { timeout: 30_000 });
@@ -70,7 +71,7 @@ test('with spec.pki.leafValidity 10m every certificate renews at least twice whi
     return JSON.parse(String(r.stdout)) as T;
   };
   const controllerStatus = () => status<ControllerStatusReport>(ctl, c.runDir);
-  const workerStatus = () => status<WorkerStatusReport>(w1, join(dir, 'w1-run'));
+  const workerStatus = () => status<WorkerStatusReport>(w1, join(dir, 'rnw-run'));
   // The worker's kubelet certificates appear once its agent checked them.
   await waitFor('the worker lists kubelet certificates', 60_000, async () => ((await workerStatus()).certificates ?? []).length >= 3);
   const before = { controller: restarts((await controllerStatus()).components), worker: restarts((await workerStatus()).components) };

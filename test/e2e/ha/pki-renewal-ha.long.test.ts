@@ -22,13 +22,14 @@ const RESTARTED_ON_PURPOSE = ['kube-scheduler', 'kube-controller-manager'];
 const restarts = (components: ComponentStatus[]) => Object.fromEntries(components.map((c) => [c.name, c.restarts]));
 
 test('in HA with spec.pki.leafValidity 10m the controllers renew one at a time and no request fails', async (t) => {
-  const { lab, dir, kctlBin } = await startLab(t, 'pkrha', ['c1', 'c2', 'w1'], { dir: 'kctl-pki-renewal-ha-', workers: ['w1'] });
+  const { lab, dir, kctlBin } = await startLab(t, 'pkrha', ['c1', 'c2', 'rnhw'], { dir: 'kctl-pki-renewal-ha-', workers: ['rnhw'] });
   const ha = new HaLab(kctlBin, dir);
   const spec = (name: string, ip: string) =>
     `  api: { address: ${ip} }\n  storage: { type: etcd, etcd: { memberName: ${name} } }\n  pki: { leafValidity: 10m }\n`;
   const c1 = await ha.controller(lab.host('c1'), spec('c1', lab.host('c1').ip));
   const c2 = await ha.controller(lab.host('c2'), spec('c2', lab.host('c2').ip));
-  const w1 = lab.host('w1');
+  // Its own node name: kubelet's cgroups are named after the node, and other tests' workers run beside this one.
+  const w1 = lab.host('rnhw');
   await ha.start(c1);
   const ctoken = await ha.run(c1, ['token', 'create', '--role', 'controller', '--expiry', '1h']);
   assert.equal(ctoken.exitCode, 0, String(ctoken.stderr));
@@ -37,9 +38,9 @@ test('in HA with spec.pki.leafValidity 10m the controllers renew one at a time a
   const wtoken = String((await ha.run(c1, ['token', 'create', '--role', 'worker'])).stdout).trim();
   const worker = startLabWorker(kctlBin, w1, dir, wtoken);
   const kubectl1 = (args: string[], input?: string) => ha.kubectl(c1, args, input);
-  await waitFor('w1 Ready', 300_000, () => nodeReady(kubectl1, 'w1'), worker.log);
-  await runPinnedPod(kubectl1, 'talker', 'w1', 'hello-renewal');
-  await ha.agentsFollow([c1, c2], ['w1']);
+  await waitFor('rnhw Ready', 300_000, () => nodeReady(kubectl1, 'rnhw'), worker.log);
+  await runPinnedPod(kubectl1, 'talker', 'rnhw', 'hello-renewal');
+  await ha.agentsFollow([c1, c2], ['rnhw']);
   const before = new Map<LabCtl, Record<string, number>>();
   for (const c of [c1, c2]) before.set(c, restarts((await ha.status(c)).components));
 
