@@ -4,6 +4,7 @@ import { join } from 'node:path';
 import { readStatus } from '../base/status-server.ts';
 import type { ControllerStatusReport } from '../controller/status.ts';
 import type { WorkerStatusReport } from '../worker/index.ts';
+import type { CertificateStatus } from '../pki/index.ts';
 import { UserError } from '../base/errors.ts';
 import { formatIdentifiers } from '../konnectivity/index.ts';
 import { globals } from './support/globals.ts';
@@ -55,6 +56,7 @@ export function renderStatus(r: AnyStatusReport): string {
     }
   }
   if (r.role === 'controller') out.push(...renderCluster(r));
+  out.push(...renderCertificates(r.certificates ?? []));
   const lb = r.role === 'worker' ? r.apiBalancer : undefined;
   if (lb) {
     out.push('', `API balancer ${lb.listen} (kubelet, kube-proxy and kctl reach the API here):`);
@@ -62,6 +64,26 @@ export function renderStatus(r: AnyStatusReport): string {
       out.push(`  ${u.address}  ${u.healthy ? 'healthy' : 'unhealthy'}  connections=${u.connections}${u.lastError ? `  ${u.lastError}` : ''}`);
   }
   return out.join('\n') + '\n';
+}
+
+/** Every certificate of this host: when it expires, when it is renewed and how often it was since kctl started. */
+export function renderCertificates(certs: CertificateStatus[]): string[] {
+  if (certs.length === 0) return [];
+  const day = (iso?: string) => (iso ? iso.replace('T', ' ').replace(/\.\d+Z$/, 'Z') : '-');
+  const rows = certs.map((c) => [
+    c.name,
+    c.kind,
+    c.subject ?? '-',
+    day(c.notAfter),
+    c.kind === 'ca' ? 'rotated by the operator' : c.renewedBy ? `by ${c.renewedBy}` : day(c.renewAt),
+    String(c.renewals),
+  ]);
+  const out = ['', 'Certificates:', ...renderTable(['NAME', 'KIND', 'SUBJECT', 'EXPIRES', 'NEXT RENEWAL', 'RENEWALS'], rows)];
+  for (const c of certs) {
+    if (c.warning) out.push(`WARNING: ${c.name}: ${c.warning}`);
+    if (c.error) out.push(`ERROR: ${c.name}: ${c.error}`);
+  }
+  return out;
 }
 
 /** The controller's view of the whole control plane: live controllers, each agent's servers, the storage. */

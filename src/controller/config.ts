@@ -9,6 +9,7 @@ import { z } from 'zod';
 import { cidrAddress, cidrContains } from '../base/addresses.ts';
 import { parseDuration } from '../base/duration.ts';
 import { errnoOf, messageOf, UserError } from '../base/errors.ts';
+import { MIN_LEAF_VALIDITY_MS } from '../pki/index.ts';
 
 const port = (def: number) => z.number().int().min(1).max(65535).default(def);
 const cidr = (def: string) => z.string().refine(isCidr, { message: 'expected a CIDR such as 10.96.0.0/12' }).default(def);
@@ -175,6 +176,17 @@ export const clusterConfigSchema = z.strictObject({
           encryptionKeyFile: absolutePath.optional(),
         })
         .prefault({}),
+      pki: z
+        .strictObject({
+          /** The lifetime of every leaf certificate and component kubeconfig (the renewer renews them while kctl runs). */
+          leafValidity: z
+            .string()
+            .refine((s) => (parseDuration(s, { days: true }) ?? 0) >= MIN_LEAF_VALIDITY_MS, {
+              message: 'expected a duration of at least 10m, such as 8760h or 365d',
+            })
+            .default('8760h'),
+        })
+        .prefault({}),
       scheduler: z.strictObject({ port: port(10259), extraArgs }).prefault({}),
       controllerManager: z.strictObject({ port: port(10257), memoryLimit, extraArgs }).prefault({}),
     })
@@ -294,4 +306,9 @@ export async function loadConfig(file: string | undefined, flags: ConfigFlags = 
 export function defaultConfigYaml(): string {
   const c = parseConfig({}, '(defaults)');
   return stringify(c);
+}
+
+/** spec.pki.leafValidity in milliseconds (validated when the config was parsed). */
+export function leafValidityMs(cfg: ClusterConfig): number {
+  return parseDuration(cfg.spec.pki.leafValidity, { days: true })!;
 }

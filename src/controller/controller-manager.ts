@@ -7,7 +7,7 @@ import { httpsReady } from '../base/probe.ts';
 import type { PkiPaths } from '../pki/index.ts';
 import { Supervisor } from '../supervisor/process.ts';
 import { goMemoryLimit } from './apiserver.ts';
-import type { ClusterConfig } from './config.ts';
+import { leafValidityMs, type ClusterConfig } from './config.ts';
 import type { ControllerPaths } from './paths.ts';
 
 /** The program: its binary in <bin>, its pid file in <run>, its component's name. */
@@ -43,6 +43,8 @@ export function controllerManagerArgs(cfg: ClusterConfig, pki: PkiPaths): string
           'cluster-signing-kube-apiserver-client-key-file': pki.caKey,
           'cluster-signing-legacy-unknown-cert-file': pki.caCert,
           'cluster-signing-legacy-unknown-key-file': pki.caKey,
+          // Kubelet client and serving certificates live as long as kctl's own leaves.
+          'cluster-signing-duration': `${Math.round(leafValidityMs(cfg) / 1000)}s`,
           'allocate-node-cidrs': true,
           'cluster-cidr': cfg.spec.network.podCIDR,
           'service-cluster-ip-range': cfg.spec.network.serviceCIDR,

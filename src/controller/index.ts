@@ -2,10 +2,10 @@
 //   pki, stage (before the list), then: status socket -> storage (etcd|kine)
 //   -> konnectivity server -> encryption keys -> kube-apiserver -> node watch -> bootstrap -> controller-lease -> join-server -> manifest applier
 //   -> coredns-scaler (unless CoreDNS is off) -> scheduler -> controller-manager -> csr-approver -> kubelet-serving-check
-//   -> backup-scheduler (with spec.backup.schedule)
+//   -> backup-scheduler (with spec.backup.schedule) -> pki-renewer
 // The api-only profile (the Kubernetes API for CRDs and operators, no nodes): status socket ->
 //   storage -> encryption keys -> kube-apiserver -> manifest applier -> controller-manager (its trimmed controller list)
-//   -> backup-scheduler (with spec.backup.schedule).
+//   -> backup-scheduler (with spec.backup.schedule) -> pki-renewer.
 import { existsSync } from 'node:fs';
 import { mkdir } from 'node:fs/promises';
 import { writeFileAtomic } from '../base/fs.ts';
@@ -48,8 +48,10 @@ import { KubeletServingCheckComponent } from './kubelet-serving.ts';
 import { BackupSchedulerComponent } from './backup-schedule.ts';
 import { NodeWatchComponent } from './nodes.ts';
 import { KubeClient } from '../kube/client.ts';
-import { agentServers } from '../kube/controller-leases.ts';
+import { agentServers, controllerLeaseName } from '../kube/controller-leases.ts';
 import { loadConfig, type ClusterConfig, type ConfigFlags } from './config.ts';
+import { PkiRenewerComponent, pkiOptions } from './pki-renewer.ts';
+import { LeaseTurn } from './pki-turn.ts';
 import { controllerPaths, type ControllerPaths } from './paths.ts';
 import { ControllerManagerComponent, KUBE_CONTROLLER_MANAGER } from './controller-manager.ts';
 import { KUBE_SCHEDULER, SchedulerComponent } from './scheduler.ts';
@@ -134,8 +136,9 @@ export interface ControllerRoleOptions {
  */
 export function controllerComponents(o: ControllerRoleOptions): Component[] {
   const { cfg, paths, pki } = o;
-  // The one API client of this process (admin credentials), shared by every component that calls the API.
-  const kube = KubeClient.fromKubeconfig(pki.adminConf);
+  // The one API client of this process (admin credentials), shared by every component that calls
+  // the API; admin.conf is read per request, so a renewed client certificate is used at once.
+  const kube = KubeClient.fromKubeconfig(pki.adminConf, { reload: true });
   const storage =
     cfg.spec.storage.type === 'etcd'
       ? new EtcdComponent(etcdOptions(cfg, paths, pki, o.joined ?? null))
@@ -150,10 +153,13 @@ export function controllerComponents(o: ControllerRoleOptions): Component[] {
   const backups = cfg.spec.backup.schedule ? new BackupSchedulerComponent({ cfg, paths, kube }) : undefined;
   const last = backups ? [backups] : [];
   if (cfg.spec.profile === 'api-only') {
+    const controllerManager = new ControllerManagerComponent(cfg, paths, pki);
+    const renewer = new PkiRenewerComponent(pkiOptions(cfg, paths), pki, { controllerManager });
     const status = new StatusServerComponent<ControllerStatusReport>(paths.statusSocket, async (components) => ({
       ...processReport(components),
       storage: await storageStatus(cfg, pki),
       backup: backups?.report(),
+      certificates: renewer.certificates(),
     }));
     return [
       status,
@@ -162,8 +168,9 @@ export function controllerComponents(o: ControllerRoleOptions): Component[] {
       new ApiserverComponent(cfg, paths, pki, { egress: false }),
       // Operators' stacks under <data-dir>/manifests/<stack>/ (CRDs, RBAC): kctl writes no add-ons here.
       new ManifestApplierComponent(paths.manifestsDir, paths.dataDir, kube),
-      new ControllerManagerComponent(cfg, paths, pki),
+      controllerManager,
       ...last,
+      renewer,
     ];
   }
   // Every live controller, as their leases say: the konnectivity server count follows them, and
@@ -179,6 +186,21 @@ export function controllerComponents(o: ControllerRoleOptions): Component[] {
   // and the encryption keys its kube-apiserver has loaded, which kctl secrets rotate-key waits on.
   const lease = new ControllerLeaseComponent({ cfg, kube, controllers, agents: konnectivity, encryption });
   const servingCheck = new KubeletServingCheckComponent(pki, paths.konnectivitySocket, nodes);
+  const joinServer = new JoinServerComponent(cfg, pki, kube, cfg.spec.storage.type === 'etcd' ? localEtcd(cfg, pki) : undefined);
+  const scheduler = new SchedulerComponent(cfg, paths, pki);
+  const controllerManager = new ControllerManagerComponent(cfg, paths, pki);
+  const renewer = new PkiRenewerComponent(
+    pkiOptions(cfg, paths),
+    pki,
+    {
+      konnectivity,
+      joinServer,
+      scheduler,
+      controllerManager,
+      addons: (log) => writeAddonStacks(cfg, paths.manifestsDir, pki, log),
+    },
+    new LeaseTurn(kube, controllerLeaseName(cfg.spec.api.address)),
+  );
   const status = new StatusServerComponent<ControllerStatusReport>(paths.statusSocket, async (components) => {
     const live = controllers.liveControllers();
     return {
@@ -190,6 +212,8 @@ export function controllerComponents(o: ControllerRoleOptions): Component[] {
       addressConflicts: nodes.conflicts(),
       kubeletServing: servingCheck.report(),
       backup: backups?.report(),
+      certificates: renewer.certificates(),
+      pkiRenewals: renewer.renewals(),
     };
   });
   return [
@@ -204,16 +228,18 @@ export function controllerComponents(o: ControllerRoleOptions): Component[] {
     new BootstrapComponent(cfg, pki, kube),
     lease,
     // Other controllers join through this one (kctl controller --token-file).
-    new JoinServerComponent(cfg, pki, kube, cfg.spec.storage.type === 'etcd' ? localEtcd(cfg, pki) : undefined),
+    joinServer,
     // kctl's add-on stacks (written before the start) and operators' stacks under <data-dir>/manifests/<stack>/.
     new ManifestApplierComponent(paths.manifestsDir, paths.dataDir, kube),
     ...(cfg.spec.addons.coredns.enabled ? [new CorednsScalerComponent(kube, nodes, cfg.spec.addons.coredns.replicas)] : []),
-    new SchedulerComponent(cfg, paths, pki),
-    new ControllerManagerComponent(cfg, paths, pki),
+    scheduler,
+    controllerManager,
     new CsrApproverComponent(kube, nodes),
     // Which CA each kubelet's serving certificate comes from, while an older cluster's nodes move over.
     servingCheck,
     ...last,
+    // Renews leaf certificates and kubeconfigs while the controller runs, and has them picked up.
+    renewer,
   ];
 }
 
@@ -287,19 +313,8 @@ async function prepareAndRun(
   // The effective config, for commands that run beside the controller (kctl token create).
   await writeFileAtomic(join(paths.dataDir, 'cluster-config.yaml'), stringify(cfg), 0o600);
   await stage({ kind: 'components', roles: ['controller'], dir: paths.binDir }, componentLogger(log, 'stage'));
-  const pki = await ensurePki(
-    {
-      dir: paths.pkiDir,
-      apiAddress: cfg.spec.api.address,
-      sans: cfg.spec.api.sans,
-      apiPort: cfg.spec.api.port,
-      serviceCIDR: cfg.spec.network.serviceCIDR,
-      clusterDomain: cfg.spec.network.clusterDomain,
-      apiOnly: cfg.spec.profile === 'api-only' ? { etcd: cfg.spec.storage.type === 'etcd' } : undefined,
-      encryptedResources: cfg.spec.api.encryption.resources,
-    },
-    componentLogger(log, 'pki'),
-  );
+  // The encryption config is made here, at start only: afterwards the encryption component keeps it.
+  const pki = await ensurePki({ ...pkiOptions(cfg, paths), encryptedResources: cfg.spec.api.encryption.resources }, componentLogger(log, 'pki'));
   await writeAddonStacks(cfg, paths.manifestsDir, pki, componentLogger(log, 'addons'));
   await prepareAudit(cfg, paths.dataDir);
   if (opts.initOnly) {

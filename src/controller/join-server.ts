@@ -119,6 +119,12 @@ export class JoinServerComponent implements Component {
     this.log = ctx.log;
   }
 
+  /** After the renewer renewed server.crt: new handshakes get it, open connections stay. */
+  async reloadTls(): Promise<void> {
+    const [cert, key] = await Promise.all([readFile(this.pki.serverCert), readFile(this.pki.serverKey)]);
+    this.server?.setSecureContext({ cert, key });
+  }
+
   async start(): Promise<void> {
     const [cert, key] = await Promise.all([readFile(this.pki.serverCert), readFile(this.pki.serverKey)]);
     const server = createServer({ cert, key }, (req, res) => void this.handle(req, res));

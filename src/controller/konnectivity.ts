@@ -107,6 +107,12 @@ export class KonnectivityServerComponent implements Component, HeldAgents {
     this.startedAt = Date.now();
   }
 
+  /** After the renewer renewed konnectivity.crt: new agent handshakes get it, open tunnels stay. */
+  async reloadTls(): Promise<void> {
+    const [cert, key] = await Promise.all([readFile(this.pki.konnectivityCert), readFile(this.pki.konnectivityKey)]);
+    this.server?.setTls({ cert, key });
+  }
+
   async ready(signal: AbortSignal): Promise<void> {
     await this.server?.ready(signal);
   }

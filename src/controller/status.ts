@@ -6,6 +6,8 @@ import type { LiveController } from '../kube/controller-leases.ts';
 import type { AddressConflict } from './nodes.ts';
 import type { KubeletServingStatus } from './kubelet-serving.ts';
 import type { BackupStatus } from './backup-schedule.ts';
+import type { CertificateStatus } from '../pki/index.ts';
+import type { RenewalRun } from './pki-renewer.ts';
 
 /** Where the cluster state lives: the etcd members as this controller's etcd sees them, or kine's datastore. */
 export type StorageStatus =
@@ -27,4 +29,8 @@ export interface ControllerStatusReport extends StatusReport {
   kubeletServing?: KubeletServingStatus;
   /** Scheduled backups (spec.backup.schedule): the last run, the next, who makes them. */
   backup?: BackupStatus;
+  /** Every CA, leaf certificate and kubeconfig of this controller: expiry, next renewal, renewals seen. */
+  certificates?: CertificateStatus[];
+  /** The renewer's last runs that renewed something (in HA, controllers take turns: these never overlap). */
+  pkiRenewals?: RenewalRun[];
 }

@@ -38,13 +38,15 @@ export interface PkiOptions {
   localAddresses?: string[];
   /** Current time, for tests. */
   now?: Date;
+  /** spec.pki.leafValidity: the lifetime of new leaf certificates and kubeconfigs; default a year. */
+  leafValidityMs?: number;
   /**
    * An api-only control plane (no nodes): no kubelet client, konnectivity, scheduler or add-ons
    * certificates; without `etcd` no etcd CA and certificates either (kine). Fewer files to write
    * and check on every start.
    */
   apiOnly?: { etcd: boolean };
-  /** spec.api.encryption.resources: what the encryption config encrypts (its key is made once, here). */
+  /** spec.api.encryption.resources: what the encryption config encrypts (its key is made once, here). Given at start only. */
   encryptedResources?: string[];
 }
 
@@ -189,6 +191,11 @@ export async function writeKubeletCaBundle(paths: PkiPaths, fresh: boolean): Pro
 }
 
 export async function ensurePki(opts: PkiOptions, log: Logger): Promise<PkiPaths> {
+  return (await ensurePkiFiles(opts, log)).paths;
+}
+
+/** ensurePki, also saying which files it (re)wrote: the renewer reloads what uses them. */
+export async function ensurePkiFiles(opts: PkiOptions, log: Logger): Promise<{ paths: PkiPaths; changed: string[] }> {
   const paths = pkiPaths(opts.dir);
   // Validate the options before touching the disk: a bad SAN must not leave a half-made PKI.
   const sans = wantedSans(opts);
@@ -218,19 +225,22 @@ export async function ensurePki(opts: PkiOptions, log: Logger): Promise<PkiPaths
     const caResults = await allSettledOrThrow(caSpecs.map((c) => (wanted(c.for) ? ensureCa(c, ctx) : Promise.resolve(undefined))));
     const [cluster, frontProxy, etcd, addons] = caResults.map((r) => r?.signer);
     const cas: Cas = { cluster: cluster!, frontProxy: frontProxy!, etcd, addons };
+    const validity = (spec: LeafSpec): LeafSpec => ({ ...spec, validityMs: opts.leafValidityMs });
+    const leaves = leafFiles(paths, cas, sans).filter((l) => wanted(l.for));
+    const configs = kubeconfigs(paths, cas).filter((k) => wanted(k.for));
+    const leafOutcomes = await allSettledOrThrow([
+      ...leaves.map((l) => ensureLeafFiles(validity(l.spec), l.cert, l.key, ctx)),
+      ...configs.map((k) => ensureKubeconfig(validity(k.spec), k.path, server, ctx)),
+    ]);
     const outcomes: Outcome[] = [
       ...caResults.flatMap((r) => (r ? [r.outcome] : [])),
-      ...(await allSettledOrThrow([
-        ...leafFiles(paths, cas, sans)
-          .filter((l) => wanted(l.for))
-          .map((l) => ensureLeafFiles(l.spec, l.cert, l.key, ctx)),
-        ...kubeconfigs(paths, cas)
-          .filter((k) => wanted(k.for))
-          .map((k) => ensureKubeconfig(k.spec, k.path, server, ctx)),
-        ensureServiceAccountKey(paths.saKey, paths.saPub, ctx),
-        ensureEncryptionConfig(paths.encryptionConfig, opts.encryptedResources ?? ['secrets'], log),
-      ])),
+      ...leafOutcomes,
+      await ensureServiceAccountKey(paths.saKey, paths.saPub, ctx),
+      // Only when asked (at start): while kctl runs, the encryption component keeps this file.
+      ...(opts.encryptedResources ? [await ensureEncryptionConfig(paths.encryptionConfig, opts.encryptedResources, log)] : []),
     ];
+    const files = [...leaves.map((l) => l.cert), ...configs.map((k) => k.path)];
+    const changed = files.filter((_, i) => leafOutcomes[i] !== 'unchanged');
     if (wanted('nodes')) {
       // A new cluster's kubelets never had a serving certificate of the cluster CA; an older
       // cluster's did, so kubelets trust it too until every node has a new one (kubelet-serving.ts).
@@ -239,7 +249,7 @@ export async function ensurePki(opts: PkiOptions, log: Logger): Promise<PkiPaths
     }
     const count = (o: Outcome) => outcomes.filter((x) => x === o).length;
     log.info({ dir: paths.dir, created: count('created'), renewed: count('renewed'), unchanged: count('unchanged') }, 'pki ready');
-    return paths;
+    return { paths, changed };
   } finally {
     await release();
   }

@@ -24,12 +24,32 @@ import {
   type Subject,
 } from './x509.ts';
 
-export const LEAF_YEARS = 1;
-// Renew a month ahead: a controller restarted at least monthly never serves an expired cert.
-export const RENEW_BEFORE_MS = 30 * 24 * 3600 * 1000;
+const DAY_MS = 24 * 3600 * 1000;
+/** How long a leaf certificate lives unless spec.pki.leafValidity says otherwise. */
+export const DEFAULT_LEAF_VALIDITY_MS = 365 * DAY_MS;
+/** The shortest spec.pki.leafValidity: long enough for a renewal and its pick-up, short enough for tests to see real rotations. */
+export const MIN_LEAF_VALIDITY_MS = 10 * 60_000;
+const MONTH_MS = 30 * DAY_MS;
+
+/**
+ * When a certificate valid from `notBefore` to `notAfter` is due for renewal: two thirds into its
+ * lifetime, or 30 days before it expires when that is earlier, but never before half its lifetime.
+ * A year-long leaf renews after about 8 months; a 60-day one 30 days before expiry; a 10-minute
+ * one after two thirds (the 30 days would fall before it was issued, so they do not count).
+ * The one rule for the check at start (renewalReason) and for the renewer while running.
+ */
+export function renewalTime(notBefore: Date, notAfter: Date): Date {
+  const start = notBefore.getTime();
+  const life = notAfter.getTime() - start;
+  const twoThirds = start + (life * 2) / 3;
+  const monthBefore = notAfter.getTime() - MONTH_MS;
+  return new Date(monthBefore >= start + life / 2 ? Math.min(twoThirds, monthBefore) : twoThirds);
+}
 
 export interface LeafSpec extends LeafRequest {
   signer: Signer;
+  /** The lifetime of a new certificate (spec.pki.leafValidity); default a year. */
+  validityMs?: number;
 }
 
 /** Parsed existing credential; null parts are missing. */
@@ -49,14 +69,25 @@ export function renewalReason(existing: Existing, spec: LeafSpec, now: Date): st
   const { notBefore, notAfter } = cert.validity;
   const left = notAfter.getTime() - now.getTime();
   if (left <= 0) return `expired ${notAfter.toISOString()}`;
-  if (left < RENEW_BEFORE_MS) return `expires ${notAfter.toISOString()}, within 30 days`;
+  const due = renewalTime(notBefore, notAfter);
+  if (now.getTime() >= due.getTime()) return `due for renewal since ${due.toISOString()} (expires ${notAfter.toISOString()})`;
   if (notBefore.getTime() > now.getTime()) return `not valid before ${notBefore.toISOString()} (clock moved back?)`;
+  // A shorter spec.pki.leafValidity applies at once; a longer one at the next renewal.
+  const validity = spec.validityMs ?? DEFAULT_LEAF_VALIDITY_MS;
+  if (notAfter.getTime() - notBefore.getTime() > validity + Math.min(BACKDATE_SLACK_MS, validity))
+    return 'lifetime longer than spec.pki.leafValidity';
   if (!sameSubject(subjectOf(cert), spec.subject)) return `subject changed from ${formatSubject(subjectOf(cert))} to ${formatSubject(spec.subject)}`;
   if (usagesOf(cert).sort().join() !== [...spec.usages].sort().join()) return 'extended key usages changed';
   const have = sansOf(cert);
   if (!sameSans(have, spec.sans)) return `SANs changed (${describeSanChange(have, spec.sans)})`;
   return null;
 }
+
+/**
+ * notBefore is set a little in the past (clock skew between hosts) and a year may have a leap
+ * day: a lifetime may exceed the validity by that much before it counts as longer.
+ */
+const BACKDATE_SLACK_MS = 2 * DAY_MS;
 
 function formatSubject(s: Subject): string {
   return [`CN=${s.commonName}`, ...(s.organizations ?? []).map((o) => `O=${o}`)].join(',');
@@ -85,7 +116,8 @@ export function parseExisting(certPem: string | null, keyPem: string | null, whe
 export async function issueLeaf(spec: LeafSpec, existing: Existing, now: Date): Promise<{ certPem: string; keyPem: string }> {
   const keyPem = existing.keyPem ?? (await generateKeyPem());
   const key = existing.key ?? parseKey(keyPem, 'generated key', 'report a bug');
-  return { certPem: issueLeafCert({ ...spec, key, now, years: LEAF_YEARS }), keyPem };
+  const notAfter = new Date(now.getTime() + (spec.validityMs ?? DEFAULT_LEAF_VALIDITY_MS));
+  return { certPem: issueLeafCert({ ...spec, key, now, years: 0, notAfter }), keyPem };
 }
 
 /** A certificate + key file pair, e.g. server.crt / server.key. */

@@ -122,3 +122,13 @@ function fromJson(json: Record<string, unknown>, line: string): ChildLine {
   const text = typeof msg === 'string' ? msg : typeof message === 'string' ? message : line;
   return Object.keys(rest).length > 0 ? { level: lvl, msg: text, fields: rest } : { level: lvl, msg: text };
 }
+
+/** Each secret as written and as a JSON line of a Go program holds it (`"` and `\` escaped, `<>&` as \u003c...), longest first. */
+export function secretForms(secrets: string[]): string[] {
+  const go = (s: string) =>
+    JSON.stringify(s)
+      .slice(1, -1)
+      .replace(/[<>&]/g, (c) => `\\u00${c.charCodeAt(0).toString(16)}`);
+  const forms = new Set(secrets.filter((s) => s !== '').flatMap((s) => [s, go(s)]));
+  return [...forms].sort((a, b) => b.length - a.length);
+}

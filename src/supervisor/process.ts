@@ -13,7 +13,7 @@ import { isAbsolute, join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Logger } from '../base/log.ts';
 import type { Component, ComponentContext, ComponentState, ComponentStatus } from '../base/component.ts';
-import { LineSplitter, parseChildLine } from './output.ts';
+import { LineSplitter, parseChildLine, secretForms } from './output.ts';
 import { cleanupStalePidFile, removePidFile, writePidFile } from './pidfile.ts';
 import { settlesWithin, untilAborted } from '../base/wait.ts';
 import { reasonOf } from '../base/errors.ts';
@@ -60,16 +60,6 @@ export interface SupervisorOptions {
   secrets?: string[];
 }
 
-/** Each secret as written and as a JSON line of a Go program holds it (`"` and `\` escaped, `<>&` as \u003c...), longest first. */
-function secretForms(secrets: string[]): string[] {
-  const go = (s: string) =>
-    JSON.stringify(s)
-      .slice(1, -1)
-      .replace(/[<>&]/g, (c) => `\\u00${c.charCodeAt(0).toString(16)}`);
-  const forms = new Set(secrets.filter((s) => s !== '').flatMap((s) => [s, go(s)]));
-  return [...forms].sort((a, b) => b.length - a.length);
-}
-
 const DEFAULTS = {
   stopTimeoutMs: 10_000,
   backoff: { initialMs: 1000, maxMs: 30_000, resetAfterMs: 60_000 } satisfies BackoffOptions,
@@ -86,6 +76,7 @@ interface Run {
   /** Set the moment the process exits. */
   exit?: ExitStatus;
   lastStderr?: string;
+  planned?: boolean; // stopped by restart(): started again at once
 }
 
 interface ExitStatus {
@@ -185,6 +176,15 @@ export class Supervisor implements Component {
         await this.nextStateChange(signal);
       }
     }
+  }
+
+  /** A planned restart (new credentials read only at start): SIGTERM, started again at once, counted in `restarts`. */
+  async restart(reason: string): Promise<void> {
+    const run = this.run;
+    if (this.stopRequested || this.state !== 'running' || !run || run.exit) return;
+    run.planned = true;
+    this.log.info({ pid: run.pid, reason }, `restarting ${this.name}: ${reason}`);
+    await this.terminate(run);
   }
 
   /** SIGTERM, SIGKILL after stopTimeoutMs, pid file removed; never restarts afterwards. Idempotent. */
@@ -332,6 +332,7 @@ export class Supervisor implements Component {
     await settlesWithin(once(run.child, 'close'), 200);
     await removePidFile(this.pidFile).catch(() => undefined);
     if (this.stopRequested) return;
+    if (run.planned) return this.scheduleRestart(0);
     this.lastError = run.lastStderr ? `${exit}: ${run.lastStderr.slice(0, 300)}` : exit;
     if (ranMs >= this.backoff.resetAfterMs) this.nextDelayMs = this.backoff.initialMs;
     const delayMs = this.nextDelayMs;

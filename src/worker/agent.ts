@@ -1,10 +1,14 @@
 // The in-process konnectivity agent, authenticated with the node's own client certificate (the
 // one kubelet got at TLS bootstrap); it dials every live controller's konnectivity server.
+// kubelet renews that certificate itself (CSR); the file is checked every 10 s and a new one is
+// used for the connections made from then on (open streams stay: the server checked them once).
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { splitHostPort } from '../base/addresses.ts';
 import type { Component, ComponentContext, ComponentStatus } from '../base/component.ts';
 import type { Logger } from '../base/log.ts';
+import { messageOf } from '../base/errors.ts';
+import { CertificateWatch, type CertificateStatus } from '../pki/index.ts';
 import { KonnectivityAgent } from '../konnectivity/index.ts';
 import type { LiveController } from '../kube/controller-leases.ts';
 import type { ControllerFollower } from './controller-watch.ts';
@@ -24,24 +28,55 @@ function hostPort(addr: string): { host: string; port: number } {
   return hp;
 }
 
+const CHECK_EVERY_MS = 10_000;
+
 export class AgentComponent implements Component, ControllerFollower {
   readonly name = 'konnectivity-agent';
   private agent: KonnectivityAgent | null = null;
   private log!: Logger;
+  private readonly certs: CertificateWatch;
+  private checkTimer: NodeJS.Timeout | undefined;
+  private clientSerial: string | undefined;
 
   constructor(
     private readonly paths: WorkerPaths,
     private readonly state: JoinState,
     /** The node: the agent's id, and the name and address it serves. */
     private readonly id: { nodeName: string; nodeIp: string },
-  ) {}
+  ) {
+    const pki = this.paths.kubeletCertDir;
+    this.certs = new CertificateWatch([
+      { name: 'ca.crt', file: this.paths.caCert, kind: 'ca' },
+      { name: 'kubelet-client', file: join(pki, 'kubelet-client-current.pem'), kind: 'leaf', renewedBy: 'kubelet' },
+      { name: 'kubelet-serving', file: join(pki, 'kubelet-server-current.pem'), kind: 'leaf', renewedBy: 'kubelet' },
+    ]);
+  }
+
+  /** The node's CA and kubelet's certificates, for `kctl status`. */
+  certificates(): CertificateStatus[] {
+    return this.certs.report();
+  }
+
+  private clientCertFile(): string {
+    return join(this.paths.kubeletCertDir, 'kubelet-client-current.pem');
+  }
+
+  /** Checks the files; a renewed client certificate goes to the agent. */
+  private async checkCertificates(): Promise<void> {
+    const serial = (await this.certs.check()).find((c) => c.name === 'kubelet-client')?.serial;
+    if (!serial || serial === this.clientSerial || !this.agent) return;
+    const { cert, key } = splitPem(await readFile(this.clientCertFile(), 'utf8'));
+    this.agent.setClientCertificate(cert, key);
+    if (this.clientSerial !== undefined) this.log.info({ serial }, 'kubelet renewed the node client certificate; new connections use it');
+    this.clientSerial = serial;
+  }
 
   async init(ctx: ComponentContext): Promise<void> {
     this.log = ctx.log;
   }
 
   async start(): Promise<void> {
-    const { cert, key } = splitPem(await readFile(join(this.paths.kubeletCertDir, 'kubelet-client-current.pem'), 'utf8'));
+    const { cert, key } = splitPem(await readFile(this.clientCertFile(), 'utf8'));
     this.agent = new KonnectivityAgent({
       servers: this.state.konnectivity.map(hostPort),
       ca: await readFile(this.paths.caCert),
@@ -57,11 +92,17 @@ export class AgentComponent implements Component, ControllerFollower {
     });
     await this.agent.init();
     await this.agent.start();
+    await this.checkCertificates();
+    this.checkTimer = setInterval(
+      () => void this.checkCertificates().catch((err: unknown) => this.log.warn(`cannot check kubelet's certificates: ${messageOf(err)}`)),
+      CHECK_EVERY_MS,
+    );
   }
 
   // No ready(): connections come and go; the agent keeps dialing every controller on its own.
 
   async stop(): Promise<void> {
+    clearInterval(this.checkTimer);
     await this.agent?.stop();
   }
 

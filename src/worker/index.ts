@@ -13,6 +13,7 @@ import { UserError } from '../base/errors.ts';
 import { runUntilSignal } from '../base/lifecycle.ts';
 import { StatusServerComponent, type StatusReport } from '../base/status-server.ts';
 import { KubeClient } from '../kube/client.ts';
+import type { CertificateStatus } from '../pki/index.ts';
 import { API_BALANCER_PORT, API_BALANCER_URL, ApiBalancerComponent, type ApiBalancerStatus } from './api-balancer.ts';
 import { componentLogger, type Logger } from '../base/log.ts';
 import { stage } from '../payload/stage-child.ts';
@@ -48,6 +49,8 @@ export interface WorkerStatusReport extends StatusReport {
   role: 'worker';
   /** The node-local API balancer: its upstreams and their health. */
   apiBalancer?: ApiBalancerStatus;
+  /** The node's CA and kubelet's client and serving certificates (kubelet renews them): expiry, next renewal, renewals seen. */
+  certificates?: CertificateStatus[];
 }
 
 /** What reset needs to know about this worker after it stopped. */
@@ -156,6 +159,7 @@ export function workerComponents(o: WorkerRoleOptions): Component[] {
     uptimeSeconds: Math.round(process.uptime()),
     components,
     apiBalancer: balancer.snapshot(),
+    certificates: agent.certificates(),
   }));
   return [
     status,

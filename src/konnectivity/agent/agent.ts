@@ -144,6 +144,12 @@ export class KonnectivityAgent implements Component {
     };
   }
 
+  /** A renewed client certificate and key (kubelet rotated its own): used for every connection made from now on. */
+  setClientCertificate(cert: string | Buffer, key: string | Buffer): void {
+    this.o.cert = cert;
+    this.o.key = key;
+  }
+
   /** The servers' addresses now (HA: they follow the live controllers). New ones are dialed at once; dropped ones drain and close. */
   setServers(servers: ServerAddress[]): void {
     if (servers.length === 0) return; // keep what we have rather than hold nothing

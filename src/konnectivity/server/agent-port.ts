@@ -6,7 +6,7 @@
 import { EventEmitter } from 'node:events';
 import type { ServerHttp2Session } from 'node:http2';
 import { createServer as createNetServer, type AddressInfo, type Server as NetServer, type Socket } from 'node:net';
-import { createServer as createTlsServer, type TLSSocket } from 'node:tls';
+import { createServer as createTlsServer, type Server as TlsServer, type TLSSocket } from 'node:tls';
 import type * as grpc from '@grpc/grpc-js';
 import { ServerCredentials } from '@grpc/grpc-js';
 import type { Logger } from '../../base/log.ts';
@@ -35,6 +35,7 @@ export interface AgentPortTls {
  */
 export class AgentListener {
   private readonly listener: NetServer;
+  private readonly tlsServer: TlsServer;
   private readonly sockets = new Set<Socket>();
   private readonly bounds: PreAuthBounds;
 
@@ -72,6 +73,7 @@ export class AgentListener {
       },
     );
     tlsServer.on('tlsClientError', () => {}); // the socket is destroyed; the agent logs why
+    this.tlsServer = tlsServer;
     this.listener = createNetServer({ noDelay: true }, (socket) => {
       bounds.admit(socket);
       this.sockets.add(socket);
@@ -93,6 +95,11 @@ export class AgentListener {
         resolve((server.address() as AddressInfo).port);
       });
     });
+  }
+
+  /** A renewed certificate and key for new handshakes; connections made before keep theirs and stay open. */
+  setCredentials(tls: AgentPortTls): void {
+    this.tlsServer.setSecureContext({ key: tls.key, cert: tls.cert, ca: tls.ca });
   }
 
   /** A Connect from `peer` (the call's getPeer()) authenticated: its connection is bounded no more. */

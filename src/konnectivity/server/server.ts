@@ -260,6 +260,11 @@ export class KonnectivityServer implements Component {
     this.agentServer = this.adminServer = this.agentListener = this.frontends = undefined;
   }
 
+  /** A renewed serving certificate and key: new agent handshakes get them, open tunnels stay. */
+  setTls(tls: { cert: string | Buffer; key: string | Buffer }): void {
+    this.agentListener?.setCredentials({ ca: this.o.tls.ca === undefined ? undefined : buf(this.o.tls.ca), cert: buf(tls.cert), key: buf(tls.key) });
+  }
+
   status(): ComponentStatus {
     return {
       name: this.name,

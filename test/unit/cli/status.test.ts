@@ -138,3 +138,45 @@ test('kctl status shows scheduled backups: the last result with its reason, the 
   assert.match(failed, /next due: +\(known to the lease holder\)/);
   assert.doesNotMatch(renderStatus({ ...controller }), /Backups:/);
 });
+
+test('kctl status lists every certificate with its expiry, next renewal and renewals; a CA near expiry and an unreadable file get their own line', () => {
+  const text = renderStatus({
+    ...controller,
+    certificates: [
+      {
+        name: 'ca.crt',
+        kind: 'ca',
+        file: '/d/pki/ca.crt',
+        subject: 'kubernetes-ca',
+        notAfter: '2027-01-01T00:00:00.000Z',
+        renewals: 0,
+        warning: 'CA expires 2027-01-01T00:00:00.000Z, within a year: plan a CA rotation',
+      },
+      {
+        name: 'server.crt',
+        kind: 'leaf',
+        file: '/d/pki/server.crt',
+        subject: 'kube-apiserver',
+        notAfter: '2026-11-26T04:10:00.000Z',
+        renewAt: '2026-11-26T04:05:00.000Z',
+        renewals: 3,
+      },
+      {
+        name: 'kubelet-client',
+        kind: 'leaf',
+        file: '/k/pem',
+        subject: 'system:node:w1',
+        notAfter: '2026-11-26T04:10:00.000Z',
+        renewedBy: 'kubelet',
+        renewals: 2,
+      },
+      { name: 'admin.conf', kind: 'kubeconfig', file: '/d/pki/admin.conf', renewals: 0, error: 'no certificate in /d/pki/admin.conf' },
+    ],
+  });
+  assert.match(text, /^NAME +KIND +SUBJECT +EXPIRES +NEXT RENEWAL +RENEWALS$/m);
+  assert.match(text, /^ca\.crt +ca +kubernetes-ca +2027-01-01 00:00:00Z +rotated by the operator +0$/m);
+  assert.match(text, /^server\.crt +leaf +kube-apiserver +2026-11-26 04:10:00Z +2026-11-26 04:05:00Z +3$/m);
+  assert.match(text, /^kubelet-client +leaf +system:node:w1 +2026-11-26 04:10:00Z +by kubelet +2$/m);
+  assert.match(text, /^WARNING: ca\.crt: CA expires 2027-01-01T00:00:00\.000Z, within a year: plan a CA rotation$/m);
+  assert.match(text, /^ERROR: admin\.conf: no certificate in \/d\/pki\/admin\.conf$/m);
+});

@@ -1,7 +1,9 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { parse } from 'yaml';
-import { parseConfig } from '../../../src/controller/config.ts';
+import { leafValidityMs, parseConfig } from '../../../src/controller/config.ts';
+import { controllerManagerArgs } from '../../../src/controller/controller-manager.ts';
+import { pkiPaths } from '../../../src/pki/index.ts';
 import { egressSelectorConfig, trustedAgents } from '../../../src/controller/konnectivity.ts';
 import { controllerPaths } from '../../../src/controller/paths.ts';
 
@@ -55,4 +57,15 @@ test('spec.api.encryption.resources: Secrets by default, an empty list allowed, 
   assert.throws(() => enc({ resources: ['Secrets'] }), /resources\.0: expected a resource/);
   assert.throws(() => enc({ resources: ['secrets', 'secrets'] }), /spec\.api\.encryption\.resources: expected each resource once/);
   assert.throws(() => enc({ provider: 'aescbc' }), /spec\.api\.encryption: unknown field\(s\) "provider"/);
+});
+
+test('spec.pki.leafValidity: a year by default, at least 10m; kube-controller-manager signs kubelet certificates as long', () => {
+  const validity = (pki: unknown) => leafValidityMs(parseConfig({ spec: { pki } }, 'kctl.yaml'));
+  assert.equal(validity(undefined), 365 * 24 * 3600_000);
+  assert.equal(validity({ leafValidity: '10m' }), 600_000);
+  assert.equal(validity({ leafValidity: '90d' }), 90 * 24 * 3600_000);
+  for (const bad of ['9m59s', 'soon', '0'])
+    assert.throws(() => validity({ leafValidity: bad }), /invalid config kctl\.yaml: spec\.pki\.leafValidity: expected a duration of at least 10m/);
+  const args = controllerManagerArgs(parseConfig({ spec: { pki: { leafValidity: '10m' } } }, 'kctl.yaml'), pkiPaths('/tmp/pki'));
+  assert.ok(args.includes('--cluster-signing-duration=600s'), args.join(' '));
 });

@@ -32,7 +32,7 @@ test('api-only: from the config or the flag; kine by default (etcd when asked); 
   assert.throws(() => parseConfig({ spec: { profile: 'apionly' } }, 'kctl.yaml'), /spec\.profile: .*"full".*"api-only"/);
 });
 
-test('api-only runs storage, kube-apiserver, the manifest applier and a trimmed controller-manager, on their ports only', async (t) => {
+test('api-only runs storage, kube-apiserver, the manifest applier, a trimmed controller-manager and the certificate renewer, on their ports only', async (t) => {
   const cfg = parseConfig({ spec: { api: { address: '10.0.0.1' }, profile: 'api-only' } }, 'kctl.yaml');
   // Components are only built here, never started: an admin kubeconfig that names a server is enough.
   const dir = await tempDir(t);
@@ -40,14 +40,14 @@ test('api-only runs storage, kube-apiserver, the manifest applier and a trimmed 
   await writeFile(join(dir, 'pki', 'admin.conf'), 'clusters: [{ cluster: { server: "https://10.0.0.1:6443" } }]\nusers: [{ user: { token: x } }]\n');
   const pki = pkiPaths(join(dir, 'pki'));
   const names = controllerComponents({ cfg, paths, pki }).map((c) => c.name);
-  assert.deepEqual(names, ['status', 'kine', 'encryption', 'kube-apiserver', 'manifest-applier', 'kube-controller-manager']);
+  assert.deepEqual(names, ['status', 'kine', 'encryption', 'kube-apiserver', 'manifest-applier', 'kube-controller-manager', 'pki-renewer']);
   assert.deepEqual(Object.keys(controllerPorts(cfg)), ['kube-apiserver', 'kube-controller-manager']);
   const full = controllerComponents({
     cfg: parseConfig({ spec: { api: { address: '10.0.0.1' } } }, 'kctl.yaml'),
     paths,
     pki,
   });
-  assert.ok(['konnectivity-server', 'kube-scheduler', 'csr-approver'].every((n) => full.some((c) => c.name === n)));
+  assert.ok(['konnectivity-server', 'kube-scheduler', 'csr-approver', 'pki-renewer'].every((n) => full.some((c) => c.name === n)));
 });
 
 test('api-only kube-apiserver: no egress selector, RBAC only, no kubelet or bootstrap-token flags; controller-manager runs only its list', () => {

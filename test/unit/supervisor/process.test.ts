@@ -284,3 +284,32 @@ test('start fails with one line for a missing binary', { timeout: 15_000 }, asyn
   assert.equal(sup.status().state, 'failed');
   assert.throws(() => new Supervisor({ name: 'rel', binary: 'sleep', args: [], runDir, log: captureLogger().log }), /absolute path/);
 });
+
+test('restart() stops the child and starts it again at once, counted, without backoff or an error', { timeout: 15_000 }, async (t) => {
+  const runDir = await tempDir(t);
+  const { sup, lines } = supervise(t, {
+    name: 'renewed',
+    runDir,
+    ...sh('exec sleep 1000'),
+    backoff: { initialMs: 5000, maxMs: 5000, resetAfterMs: 60_000 },
+  });
+  await sup.start();
+  await sup.ready(AbortSignal.timeout(5000));
+  const first = sup.status().pid!;
+  const started = Date.now();
+  await sup.restart('new credentials');
+  await sup.ready(AbortSignal.timeout(5000));
+  // Well under the 5 s backoff a crash would wait.
+  assert.ok(Date.now() - started < 3000);
+  const s = sup.status();
+  assert.notEqual(s.pid, first);
+  assert.equal(await isAlive(first), false);
+  assert.equal(s.restarts, 1);
+  assert.equal(s.lastError, undefined);
+  assert.equal(await readPidFile(join(runDir, 'renewed.pid')), s.pid);
+  assert.ok(lines().some((l) => l.msg === 'restarting renewed: new credentials'));
+  // Not running: nothing to restart.
+  await sup.stop();
+  await sup.restart('again');
+  assert.equal(sup.status().state, 'stopped');
+});
