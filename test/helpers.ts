@@ -101,3 +101,18 @@ export function signedCert(
   });
   return { cert, key, pem: execFileSync('cat', [cert], { encoding: 'utf8' }) };
 }
+
+/** Every leaf certificate and kubeconfig of a full controller on etcd, by its path under <data-dir>/pki, sorted. */
+export const FULL_CONTROLLER_LEAVES = [
+  'admin.conf',
+  'apiserver-etcd-client.crt',
+  'apiserver-kubelet-client.crt',
+  'controller-manager.conf',
+  'etcd/peer.crt',
+  'etcd/server.crt',
+  'front-proxy-client.crt',
+  'konnectivity.crt',
+  'metrics-server.crt',
+  'scheduler.conf',
+  'server.crt',
+];

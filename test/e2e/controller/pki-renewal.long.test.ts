@@ -15,6 +15,7 @@ import type { ComponentStatus } from '../../../src/base/component.ts';
 import type { ControllerStatusReport } from '../../../src/controller/status.ts';
 import type { CertificateStatus } from '../../../src/pki/index.ts';
 import type { WorkerStatusReport } from '../../../src/worker/index.ts';
+import { FULL_CONTROLLER_LEAVES } from '../../helpers.ts';
 import { controllerReady, labController, runPinnedPod, startLabWorker, track } from '../lab/cluster.ts';
 import type { LabHost } from '../lab/lab.ts';
 import { startLab } from '../lab/lab-test.ts';
@@ -121,19 +122,7 @@ test('with spec.pki.leafValidity 10m every certificate renews at least twice whi
   t.diagnostic(`worker certificates:\n${listing(ws.certificates ?? [])}`);
   const leaves = (cs.certificates ?? []).filter((x) => x.kind !== 'ca');
   // Every leaf and kubeconfig of a full controller with etcd, the join endpoint's and konnectivity's included.
-  assert.deepEqual(leaves.map((x) => x.name).sort(), [
-    'admin.conf',
-    'apiserver-etcd-client.crt',
-    'apiserver-kubelet-client.crt',
-    'controller-manager.conf',
-    'etcd/peer.crt',
-    'etcd/server.crt',
-    'front-proxy-client.crt',
-    'konnectivity.crt',
-    'metrics-server.crt',
-    'scheduler.conf',
-    'server.crt',
-  ]);
+  assert.deepEqual(leaves.map((x) => x.name).sort(), FULL_CONTROLLER_LEAVES);
   for (const x of [...leaves, ...(ws.certificates ?? []).filter((y) => y.kind !== 'ca')]) {
     assert.ok(x.renewals >= 2, `${x.name} renewed ${x.renewals} time(s)`);
     assert.ok(new Date(x.notAfter!).getTime() > Date.now(), `${x.name} expired ${x.notAfter}`);

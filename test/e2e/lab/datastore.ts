@@ -4,22 +4,25 @@ import { join } from 'node:path';
 import { DatabaseSync } from 'node:sqlite';
 import type { LabHost } from './lab.ts';
 
-/** The value etcd stores at `key` (e.g. /registry/secrets/default/NAME), or null when there is none. */
-export async function etcdRaw(host: LabHost, dataDir: string, key: string, clientPort = 2379): Promise<Buffer | null> {
+/** etcdctl on `host` against its etcd, with kube-apiserver's etcd client certificate. */
+function etcdctl(host: LabHost, dataDir: string, clientPort: number, args: string[], encoding: 'buffer' | 'utf8') {
   const pki = join(dataDir, 'pki');
-  const r = await host.run(
+  return host.run(
     join(dataDir, 'bin', 'etcdctl'),
     [
       `--endpoints=https://127.0.0.1:${clientPort}`,
       `--cacert=${join(pki, 'etcd/ca.crt')}`,
       `--cert=${join(pki, 'apiserver-etcd-client.crt')}`,
       `--key=${join(pki, 'apiserver-etcd-client.key')}`,
-      'get',
-      key,
-      '--print-value-only',
+      ...args,
     ],
-    { encoding: 'buffer', timeout: 30_000 },
+    { encoding, timeout: 30_000 },
   );
+}
+
+/** The value etcd stores at `key` (e.g. /registry/secrets/default/NAME), or null when there is none. */
+export async function etcdRaw(host: LabHost, dataDir: string, key: string, clientPort = 2379): Promise<Buffer | null> {
+  const r = await etcdctl(host, dataDir, clientPort, ['get', key, '--print-value-only'], 'buffer');
   if (r.exitCode !== 0) throw new Error(`etcdctl get ${key}: ${Buffer.from(r.stderr as Uint8Array).toString()}`);
   const out = Buffer.from(r.stdout as Uint8Array);
   // etcdctl ends the value with a newline; nothing at all for a missing key.
@@ -28,21 +31,7 @@ export async function etcdRaw(host: LabHost, dataDir: string, key: string, clien
 
 /** Every key under `prefix` in etcd. */
 export async function etcdKeys(host: LabHost, dataDir: string, prefix: string, clientPort = 2379): Promise<string[]> {
-  const pki = join(dataDir, 'pki');
-  const r = await host.run(
-    join(dataDir, 'bin', 'etcdctl'),
-    [
-      `--endpoints=https://127.0.0.1:${clientPort}`,
-      `--cacert=${join(pki, 'etcd/ca.crt')}`,
-      `--cert=${join(pki, 'apiserver-etcd-client.crt')}`,
-      `--key=${join(pki, 'apiserver-etcd-client.key')}`,
-      'get',
-      prefix,
-      '--prefix',
-      '--keys-only',
-    ],
-    { timeout: 30_000 },
-  );
+  const r = await etcdctl(host, dataDir, clientPort, ['get', prefix, '--prefix', '--keys-only'], 'utf8');
   if (r.exitCode !== 0) throw new Error(`etcdctl get ${prefix} --prefix: ${String(r.stderr)}`);
   return String(r.stdout).split('\n').filter(Boolean);
 }

@@ -7,7 +7,7 @@ import { tmpdir } from 'node:os';
 import { join, relative } from 'node:path';
 import { after, test } from 'node:test';
 import { ensurePki, PkiError, pkiPaths, readKubeconfig, type PkiOptions } from '../../../src/pki/index.ts';
-import { captureLogger, tempDir } from '../../helpers.ts';
+import { captureLogger, FULL_CONTROLLER_LEAVES, tempDir } from '../../helpers.ts';
 
 const DAY = 24 * 3600 * 1000;
 
@@ -299,19 +299,7 @@ test('near expiry renews every leaf and kubeconfig but keeps every CA and the SA
   const now = new Date(templateStarted.getTime() + 340 * DAY);
   const { log, lines } = captureLogger();
   await ensurePki(options(dir, { now }), log);
-  assert.deepEqual(changed(before, await snapshot(dir)), [
-    'admin.conf',
-    'apiserver-etcd-client.crt',
-    'apiserver-kubelet-client.crt',
-    'controller-manager.conf',
-    'etcd/peer.crt',
-    'etcd/server.crt',
-    'front-proxy-client.crt',
-    'konnectivity.crt',
-    'metrics-server.crt',
-    'scheduler.conf',
-    'server.crt',
-  ]);
+  assert.deepEqual(changed(before, await snapshot(dir)), FULL_CONTROLLER_LEAVES);
   assert.match(String(lines().find((l) => l.file === 'server.crt')?.reason), /due for renewal since/);
   // The new cert is valid from `now` on (openssl checks at that time) for a year.
   const at = String(Math.floor(now.getTime() / 1000) + 60);

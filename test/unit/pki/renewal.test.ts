@@ -5,7 +5,7 @@ import { writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { CertificateWatch, controllerCertificates, ensurePkiFiles, pkiPaths, renewalTime, type PkiOptions } from '../../../src/pki/index.ts';
-import { captureLogger, tempDir } from '../../helpers.ts';
+import { captureLogger, FULL_CONTROLLER_LEAVES, tempDir } from '../../helpers.ts';
 
 const MIN = 60_000;
 const DAY = 24 * 60 * MIN;
@@ -63,19 +63,7 @@ test('leaves live spec.pki.leafValidity, renew when due, and the watch counts th
   assert.deepEqual(before.changed, []);
   const due = await ensurePkiFiles(options(dir, { now: new Date(next.getTime() + 1000), leafValidityMs: 10 * MIN }), log);
   const p = pkiPaths(dir);
-  assert.deepEqual(due.changed.map((f) => f.slice(p.dir.length + 1)).sort(), [
-    'admin.conf',
-    'apiserver-etcd-client.crt',
-    'apiserver-kubelet-client.crt',
-    'controller-manager.conf',
-    'etcd/peer.crt',
-    'etcd/server.crt',
-    'front-proxy-client.crt',
-    'konnectivity.crt',
-    'metrics-server.crt',
-    'scheduler.conf',
-    'server.crt',
-  ]);
+  assert.deepEqual(due.changed.map((f) => f.slice(p.dir.length + 1)).sort(), FULL_CONTROLLER_LEAVES);
   const again = await watch.check();
   for (const c of again) assert.equal(c.renewals, c.kind === 'ca' ? 0 : 1, c.name);
   assert.notEqual(again.find((c) => c.name === 'server.crt')?.serial, server.serial);
