@@ -141,6 +141,7 @@ async function controllerScenario(t: TestContext, storage: 'etcd' | 'kine', extr
     [
       storage,
       'konnectivity-server',
+      'encryption',
       'kube-apiserver',
       'node-watch',
       'bootstrap',
@@ -152,6 +153,7 @@ async function controllerScenario(t: TestContext, storage: 'etcd' | 'kine', extr
       'kube-controller-manager',
       'csr-approver',
       'kubelet-serving-check',
+      'pki-renewer',
     ],
   );
   for (const c of s.components) assert.equal(c.state, 'running', `${c.name}: ${c.lastError ?? ''}`);
@@ -231,6 +233,7 @@ async function controllerScenario(t: TestContext, storage: 'etcd' | 'kine', extr
   for (const pid of pids) assert.equal(alive(pid), false, `component pid ${pid} survived`);
   const stopOrder = r.lines.filter((l) => l.component === 'manager' && String(l.msg).startsWith('stopping ')).map((l) => l.msg);
   assert.deepEqual(stopOrder, [
+    'stopping pki-renewer',
     'stopping kubelet-serving-check',
     'stopping csr-approver',
     'stopping kube-controller-manager',
@@ -242,6 +245,7 @@ async function controllerScenario(t: TestContext, storage: 'etcd' | 'kine', extr
     'stopping bootstrap',
     'stopping node-watch',
     'stopping kube-apiserver',
+    'stopping encryption',
     'stopping konnectivity-server',
     `stopping ${storage}`,
     'stopping status',

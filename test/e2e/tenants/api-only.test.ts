@@ -72,7 +72,7 @@ test('api-only tenants: three at once, only storage, kube-apiserver and a trimme
     const status = JSON.parse(String((await kctl(['status', '-o', 'json', '--run-dir', x.runDir])).stdout)) as ControllerStatusReport;
     assert.deepEqual(
       status.components.map((c) => c.name),
-      ['kine', 'kube-apiserver', 'manifest-applier', 'kube-controller-manager'],
+      ['kine', 'encryption', 'kube-apiserver', 'manifest-applier', 'kube-controller-manager', 'pki-renewer'],
     );
     assert.equal(status.konnectivity, undefined);
     const children = await Promise.all(

@@ -143,7 +143,7 @@ test('ten tenants at once with --name: own ports, CA and data; CRD, 1,000 object
     const status = JSON.parse(String((await host.run(['--name', n, 'status', '-o', 'json'])).stdout)) as ControllerStatusReport;
     assert.deepEqual(
       status.components.map((c) => c.name),
-      ['kine', 'kube-apiserver', 'manifest-applier', 'kube-controller-manager'],
+      ['kine', 'encryption', 'kube-apiserver', 'manifest-applier', 'kube-controller-manager', 'pki-renewer'],
     );
     const children = await Promise.all(
       status.components.filter((c) => c.pid).map(async (c) => (await readFile(`/proc/${c.pid}/comm`, 'utf8')).trim()),
