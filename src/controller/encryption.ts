@@ -6,14 +6,13 @@
 //
 // A controller that was down while a rotation dropped the key it has cannot read the key set
 // through its own kube-apiserver; it reads it through another live controller's.
-import { readFile } from 'node:fs/promises';
 import type { Component, ComponentContext, ComponentStatus } from '../base/component.ts';
 import type { Logger } from '../base/log.ts';
 import { messageOf } from '../base/errors.ts';
 import { credentialsFromKubeconfig, KubeApiError, KubeClient } from '../kube/client.ts';
 import { CONTROLLER_LEASE_LABEL, LEASES_PATH, liveControllers, type Lease } from '../kube/controller-leases.ts';
 import { rewriteResource } from '../kube/rewrite.ts';
-import { encryptionConfigHash, parseEncryptionKeys, readEncryptionKeys, writeEncryptionConfig, type PkiPaths } from '../pki/index.ts';
+import { encryptionConfigHash, readEncryptionKeys, renderEncryptionConfig, writeEncryptionConfig, type PkiPaths } from '../pki/index.ts';
 import type { ClusterConfig } from './config.ts';
 import {
   keyNames,
@@ -92,13 +91,14 @@ export class EncryptionComponent implements Component, LoadedKeys {
           "offered this controller's own encryption keys to the cluster as decryption keys; kctl secrets rotate-key retires them",
         );
       }
-      if (await writeEncryptionConfig(file, set.keys, this.cfg.spec.api.encryption.resources))
+      const resources = this.cfg.spec.api.encryption.resources;
+      if (await writeEncryptionConfig(file, set.keys, resources))
         this.log.info({ keys: keyNames(set.keys) }, 'encryption config written from the cluster key set; kube-apiserver loads it within a minute');
-      const text = await readFile(file);
-      const hash = encryptionConfigHash(text);
+      // The file now holds exactly this rendering of the key set: no need to read it back.
+      const hash = encryptionConfigHash(renderEncryptionConfig(set.keys, resources));
       if (this.loaded?.hash !== hash) {
         if ((await loadedConfigHash(this.kube, this.abort.signal)) !== hash) return;
-        this.loaded = { hash, names: keyNames(parseEncryptionKeys(text.toString('utf8'))) };
+        this.loaded = { hash, names: keyNames(set.keys) };
         this.log.info({ keys: this.loaded.names }, 'kube-apiserver loaded the encryption keys');
       }
       if (this.loaded.names === keyNames(set.keys)) await this.migrate(set);

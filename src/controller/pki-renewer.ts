@@ -148,11 +148,12 @@ export class PkiRenewerComponent implements Component {
     const started = new Date();
     try {
       const { changed } = await ensurePkiFiles({ ...this.opts, now: new Date() }, this.log);
-      if (changed.length) await this.pickUp(changed);
-      if (changed.length)
+      if (changed.length) {
+        await this.pickUp(changed);
         this.history = [...this.history, { startedAt: started.toISOString(), finishedAt: new Date().toISOString(), files: changed.length }].slice(
           -HISTORY,
         );
+      }
       this.lastError = undefined;
     } finally {
       await this.watch.check();

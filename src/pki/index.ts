@@ -14,6 +14,7 @@ export {
   newEncryptionKey,
   parseEncryptionKeys,
   readEncryptionKeys,
+  renderEncryptionConfig,
   writeEncryptionConfig,
   type EncryptionKey,
 } from './encryption.ts';
