@@ -110,9 +110,24 @@ async function stopController(r: Running): Promise<number | null> {
   ]);
 }
 
-async function processNamed(name: string): Promise<number[]> {
-  const r = await execa('pgrep', ['-x', name], { reject: false });
-  return r.stdout.split('\n').filter(Boolean).map(Number);
+/**
+ * Processes called `name` among the descendants of `root`. Not host-wide: the long tests run
+ * workers (and their kubelets) beside this suite.
+ */
+async function descendantsNamed(root: number, name: string): Promise<number[]> {
+  const ps = await execa('ps', ['-e', '-o', 'pid=,ppid=,comm=']);
+  const rows = ps.stdout.split('\n').map((l) => l.trim().split(/\s+/));
+  const tree = new Set([root]);
+  for (let grew = true; grew; ) {
+    grew = false;
+    for (const [pid, ppid] of rows) {
+      if (tree.has(Number(ppid)) && !tree.has(Number(pid))) {
+        tree.add(Number(pid));
+        grew = true;
+      }
+    }
+  }
+  return rows.filter(([pid, , comm]) => comm === name && tree.has(Number(pid))).map(([pid]) => Number(pid));
 }
 
 /** The whole operator story, for one storage backend. */
@@ -205,7 +220,8 @@ async function controllerScenario(t: TestContext, storage: 'etcd' | 'kine', extr
   assert.equal(cm.exitCode, 0, String(cm.stderr));
   // The controller is never a node.
   assert.equal(String((await kubectl('get', 'nodes', '-o', 'name')).stdout).trim(), '');
-  assert.deepEqual(await processNamed('kubelet'), []);
+  assert.deepEqual(await descendantsNamed(r.proc.pid!, 'kubelet'), []);
+  assert.ok((await descendantsNamed(r.proc.pid!, 'kube-apiserver')).length > 0, 'the descendant check finds the controller’s own children');
   assert.equal((await stat(join(dataDir, 'pki/admin.conf'))).mode & 0o777, 0o600);
   assert.equal((await stat(join(dataDir, 'pki/ca.key'))).mode & 0o777, 0o600);
   if (storage === 'etcd') assert.equal((await stat(join(dataDir, 'etcd'))).mode & 0o777, 0o700);
