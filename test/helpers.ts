@@ -6,6 +6,7 @@ import { join } from 'node:path';
 import { Writable } from 'node:stream';
 import type { Component } from '../src/base/component.ts';
 import { createLogger, type Logger } from '../src/base/log.ts';
+import type { PkiOptions } from '../src/pki/index.ts';
 
 export async function tempDir(t: { after: (fn: () => Promise<void>) => void }, prefix = 'kctl-test-'): Promise<string> {
   const dir = await mkdtemp(join(tmpdir(), prefix));
@@ -116,3 +117,18 @@ export const FULL_CONTROLLER_LEAVES = [
   'scheduler.conf',
   'server.crt',
 ];
+
+/** PKI options for a controller at 192.0.2.10 with no extra names: unit tests of renewal and rotation. */
+export function smallPkiOptions(dir: string, over: Partial<PkiOptions> = {}): PkiOptions {
+  return {
+    dir,
+    apiAddress: '192.0.2.10',
+    sans: [],
+    apiPort: 6443,
+    serviceCIDR: '10.96.0.0/12',
+    clusterDomain: 'cluster.local',
+    hostname: 'ctrl-1',
+    localAddresses: ['192.0.2.10', '127.0.0.1'],
+    ...over,
+  };
+}

@@ -20,6 +20,7 @@ import { controllerReady, labController, runPinnedPod, startLabWorker, track } f
 import type { LabHost } from '../lab/lab.ts';
 import { startLab } from '../lab/lab-test.ts';
 import { waitFor } from '../lab/wait.ts';
+import { logsAndExec, longestFailureStreak, type ProbeResult } from '../lab/probe.ts';
 
 const RUN_MS = Number(process.env.KCTL_PKI_RENEWAL_MINUTES ?? 25) * 60_000;
 const EVERY_MS = 5_000;
@@ -80,36 +81,15 @@ test('with spec.pki.leafValidity 10m every certificate renews at least twice whi
   // The loop: logs and exec every 5 s; every failure is kept with its time.
   const kubectl = (args: string[]) =>
     ctl.run(kctlBin, ['--data-dir', c.dataDir, 'kubectl', '--request-timeout=8s', ...args], { timeout: 15_000, reject: false });
-  const results: { at: number; ok: boolean; what: string }[] = [];
+  const results: ProbeResult[] = [];
   const end = Date.now() + RUN_MS;
   while (Date.now() < end) {
     const started = Date.now();
-    const logs = await kubectl(['logs', 'talker']);
-    results.push({
-      at: started,
-      ok: logs.exitCode === 0 && String(logs.stdout).includes('hello-renewal'),
-      what: `logs: ${String(logs.stderr).trim()}`,
-    });
-    const exec = await kubectl(['exec', 'talker', '--', 'echo', 'exec-ok']);
-    results.push({
-      at: Date.now(),
-      ok: exec.exitCode === 0 && String(exec.stdout).trim() === 'exec-ok',
-      what: `exec: ${String(exec.stderr).trim()}`,
-    });
+    results.push(...(await logsAndExec(kubectl, 'talker', 'hello-renewal')));
     await sleep(Math.max(0, started + EVERY_MS - Date.now()));
   }
 
-  // The longest run of failures: from the first failed request to the next one that succeeded.
-  let longest = 0;
-  let since: number | undefined;
-  for (const r of results) {
-    if (!r.ok) since ??= r.at;
-    else if (since !== undefined) {
-      longest = Math.max(longest, r.at - since);
-      since = undefined;
-    }
-  }
-  if (since !== undefined) longest = Math.max(longest, Date.now() - since);
+  const { longest } = longestFailureStreak(results);
   const failures = results.filter((r) => !r.ok);
   t.diagnostic(`${results.length} requests, ${failures.length} failed, longest failure streak ${longest} ms`);
   for (const f of failures.slice(0, 10)) t.diagnostic(`${new Date(f.at).toISOString()} ${f.what}`);

@@ -4,25 +4,13 @@ import assert from 'node:assert/strict';
 import { writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { test } from 'node:test';
-import { CertificateWatch, controllerCertificates, ensurePkiFiles, pkiPaths, renewalTime, type PkiOptions } from '../../../src/pki/index.ts';
-import { captureLogger, FULL_CONTROLLER_LEAVES, tempDir } from '../../helpers.ts';
+import { CertificateWatch, controllerCertificates, ensurePkiFiles, pkiPaths, renewalTime } from '../../../src/pki/index.ts';
+import { captureLogger, FULL_CONTROLLER_LEAVES, tempDir, smallPkiOptions } from '../../helpers.ts';
 
 const MIN = 60_000;
 const DAY = 24 * 60 * MIN;
 
-function options(dir: string, over: Partial<PkiOptions> = {}): PkiOptions {
-  return {
-    dir,
-    apiAddress: '192.0.2.10',
-    sans: [],
-    apiPort: 6443,
-    serviceCIDR: '10.96.0.0/12',
-    clusterDomain: 'cluster.local',
-    hostname: 'ctrl-1',
-    localAddresses: ['192.0.2.10', '127.0.0.1'],
-    ...over,
-  };
-}
+const options = smallPkiOptions;
 
 const at = (ms: number) => new Date(Date.UTC(2030, 0, 1) + ms);
 const after = (notBefore: number, notAfter: number) => renewalTime(at(notBefore), at(notAfter)).getTime() - at(0).getTime();

@@ -1,0 +1,39 @@
+// `kubectl logs` and `kubectl exec` against one pod, as a user checking that the tunnel works,
+// with every answer kept and timed: for tests that run them in a loop while something changes
+// underneath (certificate renewals, a CA rotation) and bound how long they may fail in a row.
+import type { Result } from 'execa';
+
+export interface ProbeResult {
+  at: number;
+  ok: boolean;
+  what: string;
+}
+
+/** One round: logs (must hold `line`), then exec of `echo exec-ok`. */
+export async function logsAndExec(kubectl: (args: string[]) => Promise<Result>, pod: string, line: string): Promise<ProbeResult[]> {
+  const started = Date.now();
+  const logs = await kubectl(['logs', pod]);
+  const first = { at: started, ok: logs.exitCode === 0 && String(logs.stdout).includes(line), what: `logs: ${String(logs.stderr).trim()}` };
+  const exec = await kubectl(['exec', pod, '--', 'echo', 'exec-ok']);
+  return [
+    first,
+    { at: Date.now(), ok: exec.exitCode === 0 && String(exec.stdout).trim() === 'exec-ok', what: `exec: ${String(exec.stderr).trim()}` },
+  ];
+}
+
+/**
+ * The longest run of failures, from the first failed request to the next one that succeeded;
+ * `stillFailing` is the start of a run no success ended.
+ */
+export function longestFailureStreak(results: ProbeResult[], now = Date.now()): { longest: number; stillFailing?: number } {
+  let longest = 0;
+  let since: number | undefined;
+  for (const r of results) {
+    if (!r.ok) since ??= r.at;
+    else if (since !== undefined) {
+      longest = Math.max(longest, r.at - since);
+      since = undefined;
+    }
+  }
+  return since === undefined ? { longest } : { longest: Math.max(longest, now - since), stillFailing: since };
+}
