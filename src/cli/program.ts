@@ -27,6 +27,7 @@ export const COMMANDS: readonly { names: readonly string[]; load: () => Promise<
   { names: ['reset'], load: async () => (await import('./reset.ts')).resetCommand },
   { names: ['install', 'uninstall', 'start', 'stop', 'restart'], load: async () => (await import('./service.ts')).serviceCommands },
   { names: ['sysinfo'], load: async () => (await import('./sysinfo.ts')).sysinfoCommand },
+  { names: ['pki'], load: async () => (await import('./pki.ts')).pkiCommand },
   { names: ['secrets'], load: async () => (await import('./secrets.ts')).secretsCommand },
   { names: ['backup', 'restore'], load: async () => (await import('./backup.ts')).backupCommands },
 ];

@@ -26,14 +26,28 @@ export function apiServerUrl(cfg: ClusterConfig): string {
   return httpsUrl(cfg.spec.api.address, cfg.spec.api.port);
 }
 
-export function bootstrapObjects(cfg: ClusterConfig, caPem: string): KubeManifest[] {
-  const clusterInfo = stringify({
+/**
+ * kube-public/cluster-info: the API address and the cluster's trust bundle (ca.crt), signed by the
+ * bootstrapsigner controller. Readable without credentials, and by nodes, which take a rotated
+ * CA bundle from it (src/worker/ca-trust.ts).
+ */
+export function clusterInfo(cfg: ClusterConfig, caPem: string): KubeManifest {
+  const kubeconfig = stringify({
     apiVersion: 'v1',
     kind: 'Config',
     clusters: [{ name: '', cluster: { server: apiServerUrl(cfg), 'certificate-authority-data': Buffer.from(caPem).toString('base64') } }],
     contexts: [],
     users: [],
   });
+  return { apiVersion: 'v1', kind: 'ConfigMap', metadata: { name: 'cluster-info', namespace: 'kube-public' }, data: { kubeconfig } };
+}
+
+/** Writes cluster-info with this CA bundle (after a CA rotation step). */
+export async function publishClusterInfo(kube: KubeClient, cfg: ClusterConfig, caPem: string): Promise<void> {
+  await kube.apply(clusterInfo(cfg, caPem), { fieldManager: 'kctl', force: true });
+}
+
+export function bootstrapObjects(cfg: ClusterConfig, caPem: string): KubeManifest[] {
   return [
     // Bootstrap tokens (group system:bootstrappers) may create node client CSRs. kctl's CSR approver
     // decides them (a token never takes a registered node's name), not kube-controller-manager.
@@ -47,8 +61,7 @@ export function bootstrapObjects(cfg: ClusterConfig, caPem: string): KubeManifes
     clusterRoleBinding('kctl:nodes:node-proxier', 'system:node-proxier', { kind: 'Group', name: 'system:nodes' }),
     // kube-apiserver -> kubelet (logs, exec, port-forward) authenticates as this user.
     clusterRoleBinding('kctl:apiserver-kubelet-client', 'system:kubelet-api-admin', { kind: 'User', name: 'kube-apiserver-kubelet-client' }),
-    // cluster-info, signed by the bootstrapsigner controller, readable without credentials.
-    { apiVersion: 'v1', kind: 'ConfigMap', metadata: { name: 'cluster-info', namespace: 'kube-public' }, data: { kubeconfig: clusterInfo } },
+    clusterInfo(cfg, caPem),
     // Workers read the controllers' leases to hold a konnectivity stream to every live controller.
     {
       apiVersion: `${rbac}/v1`,
@@ -74,7 +87,10 @@ export function bootstrapObjects(cfg: ClusterConfig, caPem: string): KubeManifes
       kind: 'RoleBinding',
       metadata: { name: 'kctl:cluster-info-reader', namespace: 'kube-public' },
       roleRef: { apiGroup: rbac, kind: 'Role', name: 'kctl:cluster-info-reader' },
-      subjects: [{ apiGroup: rbac, kind: 'User', name: 'system:anonymous' }],
+      subjects: [
+        { apiGroup: rbac, kind: 'User', name: 'system:anonymous' },
+        { apiGroup: rbac, kind: 'Group', name: 'system:nodes' },
+      ],
     },
   ];
 }

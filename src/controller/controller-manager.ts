@@ -37,11 +37,11 @@ export function controllerManagerArgs(cfg: ClusterConfig, pki: PkiPaths): string
           // but kubelet's clients trusts; every other signer uses the cluster CA.
           'cluster-signing-kubelet-serving-cert-file': pki.kubeletServingCaCert,
           'cluster-signing-kubelet-serving-key-file': pki.kubeletServingCaKey,
-          'cluster-signing-kubelet-client-cert-file': pki.caCert,
+          'cluster-signing-kubelet-client-cert-file': pki.caSigningCert,
           'cluster-signing-kubelet-client-key-file': pki.caKey,
-          'cluster-signing-kube-apiserver-client-cert-file': pki.caCert,
+          'cluster-signing-kube-apiserver-client-cert-file': pki.caSigningCert,
           'cluster-signing-kube-apiserver-client-key-file': pki.caKey,
-          'cluster-signing-legacy-unknown-cert-file': pki.caCert,
+          'cluster-signing-legacy-unknown-cert-file': pki.caSigningCert,
           'cluster-signing-legacy-unknown-key-file': pki.caKey,
           // Kubelet client and serving certificates live as long as kctl's own leaves.
           'cluster-signing-duration': `${Math.round(leafValidityMs(cfg) / 1000)}s`,

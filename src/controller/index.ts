@@ -35,7 +35,7 @@ import { writeAddonStacks } from './addons.ts';
 import { checkAuditPolicy, prepareAudit } from './audit.ts';
 import { CorednsScalerComponent } from './coredns-scaler.ts';
 import { ApiserverComponent, KUBE_APISERVER } from './apiserver.ts';
-import { BootstrapComponent } from './bootstrap.ts';
+import { BootstrapComponent, publishClusterInfo } from './bootstrap.ts';
 import { KonnectivityServerComponent } from './konnectivity.ts';
 import { CsrApproverComponent } from './csr-approver.ts';
 import { ControllerLeaseComponent, LiveControllers } from './lease.ts';
@@ -154,7 +154,10 @@ export function controllerComponents(o: ControllerRoleOptions): Component[] {
   const last = backups ? [backups] : [];
   if (cfg.spec.profile === 'api-only') {
     const controllerManager = new ControllerManagerComponent(cfg, paths, pki);
-    const renewer = new PkiRenewerComponent(pkiOptions(cfg, paths), pki, { controllerManager });
+    const renewer = new PkiRenewerComponent(pkiOptions(cfg, paths), pki, {
+      controllerManager,
+      caRotation: { kube, publishCa: async () => undefined },
+    });
     const status = new StatusServerComponent<ControllerStatusReport>(paths.statusSocket, async (components) => ({
       ...processReport(components),
       storage: await storageStatus(cfg, pki),
@@ -184,7 +187,6 @@ export function controllerComponents(o: ControllerRoleOptions): Component[] {
   const encryption = new EncryptionComponent(cfg, pki, kube);
   // This controller's lease lists the agents its konnectivity server holds, so every controller's status shows each agent's servers,
   // and the encryption keys its kube-apiserver has loaded, which kctl secrets rotate-key waits on.
-  const lease = new ControllerLeaseComponent({ cfg, kube, controllers, agents: konnectivity, encryption });
   const servingCheck = new KubeletServingCheckComponent(pki, paths.konnectivitySocket, nodes);
   const joinServer = new JoinServerComponent(cfg, pki, kube, cfg.spec.storage.type === 'etcd' ? localEtcd(cfg, pki) : undefined);
   const scheduler = new SchedulerComponent(cfg, paths, pki);
@@ -198,9 +200,11 @@ export function controllerComponents(o: ControllerRoleOptions): Component[] {
       scheduler,
       controllerManager,
       addons: (log) => writeAddonStacks(cfg, paths.manifestsDir, pki, log),
+      caRotation: { kube, publishCa: (caPem) => publishClusterInfo(kube, cfg, caPem) },
     },
     new LeaseTurn(kube, controllerLeaseName(cfg.spec.api.address)),
   );
+  const lease = new ControllerLeaseComponent({ cfg, kube, controllers, agents: konnectivity, encryption, caBundle: renewer });
   const status = new StatusServerComponent<ControllerStatusReport>(paths.statusSocket, async (components) => {
     const live = controllers.liveControllers();
     return {

@@ -83,6 +83,8 @@ export interface ControllerLeaseOptions {
   agents: HeldAgents;
   /** The encryption keys kube-apiserver has loaded, named in the lease within a second of a change. */
   encryption?: LoadedKeys;
+  /** The CA trust bundle this controller uses, named in the lease within a second of a change. */
+  caBundle?: { loadedCaBundle(): string | undefined };
 }
 
 export class ControllerLeaseComponent implements Component {
@@ -94,6 +96,7 @@ export class ControllerLeaseComponent implements Component {
   private renewedAt = 0;
   private renewedAgents = '';
   private renewedKeys: string | undefined;
+  private renewedBundle: string | undefined;
   private renewing: Promise<void> | undefined;
 
   constructor(private readonly o: ControllerLeaseOptions) {
@@ -110,7 +113,13 @@ export class ControllerLeaseComponent implements Component {
     this.timer = setInterval(() => {
       if (this.renewing) return;
       const due = Date.now() - this.renewedAt >= RENEW_EVERY_MS;
-      if (!due && agentKey(this.o.agents.agentIds()) === this.renewedAgents && this.o.encryption?.loadedKeys() === this.renewedKeys) return;
+      if (
+        !due &&
+        agentKey(this.o.agents.agentIds()) === this.renewedAgents &&
+        this.o.encryption?.loadedKeys() === this.renewedKeys &&
+        this.o.caBundle?.loadedCaBundle() === this.renewedBundle
+      )
+        return;
       this.renewing = this.renew().finally(() => (this.renewing = undefined));
     }, 1000);
     this.o.controllers.start(this.log, (message) => (this.lastError = message));
@@ -131,17 +140,20 @@ export class ControllerLeaseComponent implements Component {
   private async renew(): Promise<void> {
     const agents = this.o.agents.agentIds();
     const encryptionKeys = this.o.encryption?.loadedKeys();
+    const caBundle = this.o.caBundle?.loadedCaBundle();
     const lease = controllerLease(this.leaseName, {
       apiServer: apiServerUrl(this.o.cfg),
       konnectivity: konnectivityAddress(this.o.cfg),
       agents,
       encryptionKeys,
+      caBundle,
     });
     try {
       await this.o.kube.apply(lease, { fieldManager: 'kctl', force: true });
       this.renewedAt = Date.now();
       this.renewedAgents = agentKey(agents);
       this.renewedKeys = encryptionKeys;
+      this.renewedBundle = caBundle;
       this.lastError = undefined;
     } catch (err) {
       this.lastError = `cannot renew lease ${this.leaseName}: ${messageOf(err)}`;

@@ -11,6 +11,7 @@
 //   restarted through the supervisor: kube-scheduler and kube-controller-manager, which keep an
 //     embedded kubeconfig client certificate for their life (both leader-elected: nothing that
 //     serves requests stops).
+import { readFile } from 'node:fs/promises';
 import type { Component, ComponentContext, ComponentStatus } from '../base/component.ts';
 import { messageOf } from '../base/errors.ts';
 import type { Logger } from '../base/log.ts';
@@ -18,6 +19,8 @@ import { CertificateWatch, controllerCertificates, ensurePkiFiles, type Certific
 import type { ClusterConfig } from './config.ts';
 import { leafValidityMs } from './config.ts';
 import type { ControllerPaths } from './paths.ts';
+import { CaRotationFollower, FOLLOW_EVERY_MS } from './ca-rotation.ts';
+import type { KubeClient } from '../kube/client.ts';
 
 /** Never sleep longer than this: a clock that jumps is noticed within the hour. */
 const MAX_SLEEP_MS = 3600_000;
@@ -44,6 +47,8 @@ export interface RenewalTargets {
   controllerManager?: Restartable;
   /** Rewrites the add-on stacks (metrics-server's serving certificate is in its Secret). */
   addons?: (log: Logger) => Promise<void>;
+  /** Follows a cluster CA rotation (ca-rotation.ts): the API client, and what publishes the new trust bundle to nodes. */
+  caRotation?: { kube: KubeClient; publishCa: (caPem: string) => Promise<void> };
 }
 
 export interface Restartable {
@@ -80,6 +85,10 @@ export class PkiRenewerComponent implements Component {
   private running: Promise<void> = Promise.resolve();
   private lastError: string | undefined;
   private history: RenewalRun[] = [];
+  private readonly follower: CaRotationFollower | undefined;
+  private followTimer: NodeJS.Timeout | undefined;
+  /** Renewals and CA rotation steps run one after the other. */
+  private serial: Promise<unknown> = Promise.resolve();
 
   constructor(
     private readonly opts: PkiOptions,
@@ -88,6 +97,8 @@ export class PkiRenewerComponent implements Component {
     private readonly turn?: RenewalTurn,
   ) {
     this.watch = new CertificateWatch(controllerCertificates(pki));
+    const rotation = targets.caRotation;
+    if (rotation) this.follower = new CaRotationFollower(rotation.kube, pki, (reason, write) => this.rotationStep(reason, write));
   }
 
   async init(ctx: ComponentContext): Promise<void> {
@@ -97,16 +108,58 @@ export class PkiRenewerComponent implements Component {
   async start(): Promise<void> {
     await this.watch.check();
     this.schedule();
+    if (this.follower) await this.follow();
   }
 
   async stop(): Promise<void> {
     this.abort.abort();
     clearTimeout(this.timer);
-    await this.running;
+    clearTimeout(this.followTimer);
+    await Promise.allSettled([this.running, this.serial]);
   }
 
   status(): Partial<ComponentStatus> {
-    return { lastError: this.lastError };
+    return { lastError: this.lastError ?? this.follower?.lastError };
+  }
+
+  /** The trust bundle (ca.crt) this controller uses, by bundleHash: named in its lease for `kctl pki rotate-ca`. */
+  loadedCaBundle(): string | undefined {
+    return this.follower?.loadedBundle();
+  }
+
+  private async follow(): Promise<void> {
+    if (this.abort.signal.aborted || !this.follower) return;
+    const check = () => this.follower!.check(this.log, this.abort.signal);
+    this.serial = this.serial.then(check, check);
+    await this.serial;
+    if (!this.abort.signal.aborted) this.followTimer = setTimeout(() => void this.follow(), FOLLOW_EVERY_MS);
+  }
+
+  /**
+   * One CA rotation step on this controller, in its renewal turn: the phase's CA files, then every
+   * leaf and kubeconfig the new signer or bundle makes stale, to its users as renewals go; the
+   * konnectivity port and join endpoint take the new trust, and nodes get it through cluster-info.
+   */
+  private async rotationStep(reason: string, write: () => Promise<boolean>): Promise<void> {
+    const release = await this.turn?.acquire(this.abort.signal, this.log);
+    const started = new Date();
+    try {
+      await write();
+      const { changed } = await ensurePkiFiles({ ...this.opts, now: new Date() }, this.log);
+      await this.pickUp(changed);
+      await this.targets.konnectivity?.reloadTls();
+      await this.targets.joinServer?.reloadTls();
+      await this.targets.caRotation?.publishCa(await readFile(this.pki.caCert, 'utf8'));
+      this.record(started, changed.length);
+      this.log.info({ reason, files: changed.length }, 'CA rotation step reached every component');
+    } finally {
+      await this.watch.check();
+      await release?.();
+    }
+  }
+
+  private record(started: Date, files: number): void {
+    this.history = [...this.history, { startedAt: started.toISOString(), finishedAt: new Date().toISOString(), files }].slice(-HISTORY);
   }
 
   /** The last renewals (when each ran, from the turn taken to the last component picking up): HA turns are seen not to overlap. */
@@ -126,7 +179,9 @@ export class PkiRenewerComponent implements Component {
     const wait = delayMs ?? (next ? Math.min(MAX_SLEEP_MS, Math.max(1000, next.getTime() - Date.now() + 1000)) : MAX_SLEEP_MS);
     if (next && delayMs === undefined) this.log.debug({ next: next.toISOString() }, 'next certificate renewal');
     this.timer = setTimeout(() => {
-      this.running = this.renew().then(
+      const renew = () => this.renew();
+      this.running = this.serial = this.serial.then(renew, renew);
+      this.running.then(
         () => this.schedule(),
         (err: unknown) => {
           if (this.abort.signal.aborted) return;
@@ -150,9 +205,7 @@ export class PkiRenewerComponent implements Component {
       const { changed } = await ensurePkiFiles({ ...this.opts, now: new Date() }, this.log);
       if (changed.length) {
         await this.pickUp(changed);
-        this.history = [...this.history, { startedAt: started.toISOString(), finishedAt: new Date().toISOString(), files: changed.length }].slice(
-          -HISTORY,
-        );
+        this.record(started, changed.length);
       }
       this.lastError = undefined;
     } finally {

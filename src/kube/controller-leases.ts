@@ -16,6 +16,8 @@ const KONNECTIVITY_ANNOTATION = 'kctl.dev/konnectivity';
 const AGENTS_ANNOTATION = 'kctl.dev/agents';
 /** The names of the encryption keys its kube-apiserver has loaded, in order (names only, never a key). */
 const ENCRYPTION_ANNOTATION = 'kctl.dev/encryption-keys';
+/** On a controller's lease and on a Node: the cluster CA trust bundle it uses (bundleHash of ca.crt). */
+export const CA_BUNDLE_ANNOTATION = 'kctl.dev/ca-bundle';
 /** Annotations share a 256 KiB budget per object: past this many agents the list is cut (and says so). */
 export const MAX_LISTED_AGENTS = 5000;
 export const LEASE_DURATION_S = 30;
@@ -33,6 +35,8 @@ export interface LiveController {
   agentsTotal?: number;
   /** The encryption key names its kube-apiserver has loaded (comma-separated, first encrypts); absent until known. */
   encryptionKeys?: string;
+  /** The cluster CA trust bundle it uses (a short hash of ca.crt; see kctl pki rotate-ca); absent until known. */
+  caBundle?: string;
 }
 
 export interface Lease {
@@ -65,6 +69,7 @@ export function controllerLease(name: string, c: Omit<LiveController, 'name' | '
         [KONNECTIVITY_ANNOTATION]: c.konnectivity,
         [AGENTS_ANNOTATION]: agents.length > MAX_LISTED_AGENTS ? `${listed};total=${agents.length}` : listed,
         ...(c.encryptionKeys ? { [ENCRYPTION_ANNOTATION]: c.encryptionKeys } : {}),
+        ...(c.caBundle ? { [CA_BUNDLE_ANNOTATION]: c.caBundle } : {}),
       },
     },
     spec: { holderIdentity: name, leaseDurationSeconds: LEASE_DURATION_S, renewTime: microTime(now) },
@@ -88,6 +93,7 @@ export function liveControllers(leases: Iterable<Lease>, now = Date.now()): Live
       agents,
       ...(total ? { agentsTotal: Number(total) } : {}),
       ...(a[ENCRYPTION_ANNOTATION] ? { encryptionKeys: a[ENCRYPTION_ANNOTATION] } : {}),
+      ...(a[CA_BUNDLE_ANNOTATION] ? { caBundle: a[CA_BUNDLE_ANNOTATION] } : {}),
     });
   }
   return out.sort((x, y) => x.name.localeCompare(y.name));

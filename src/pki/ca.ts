@@ -7,7 +7,8 @@ import { PkiError } from './errors.ts';
 import { CERT_MODE, KEY_MODE, enforceMode, readIfExists, writeFileAtomic, type EnsureContext, type Outcome } from './files.ts';
 
 export type { EnsureContext } from './files.ts';
-import { generateKeyPem, isCa, issueCaCert, keyIdOf, keyMatchesCert, parseCert, parseKey, type Signer } from './x509.ts';
+import { bundleOf, splitCertificates } from './bundle.ts';
+import { generateKeyPem, isCa, issueCaCert, keyIdOf, keyMatchesCert, parseCert, parseKey, type PrivateKey, type Signer } from './x509.ts';
 import { messageOf } from '../base/errors.ts';
 
 export const CA_YEARS = 10;
@@ -50,12 +51,28 @@ export async function ensureCa(spec: CaSpec, ctx: EnsureContext): Promise<{ sign
     return { signer: signerFrom(spec, pem, keyPem), outcome: 'renewed' };
   }
 
-  const signer = signerFrom(spec, certPem, keyPem);
+  const signer = signerFrom(spec, await signerFirst(spec, certPem, key, ctx), keyPem);
   if (!isCa(signer.cert)) throw new PkiError(`${spec.certPath} is not a CA certificate (basicConstraints CA:false); ${RESTORE}`);
   if (!keyMatchesCert(key, signer.cert)) throw new PkiError(`${spec.keyPath} does not belong to ${certFile}; ${RESTORE}`);
   await Promise.all([enforceMode(spec.keyPath, KEY_MODE, ctx.log), enforceMode(spec.certPath, CERT_MODE, ctx.log)]);
   warnIfExpiring(signer, certFile, ctx);
   return { signer, outcome: 'unchanged' };
+}
+
+/**
+ * A CA file may be a bundle (during a CA rotation, src/pki/ca-rotation.ts): the certificate of
+ * the key comes first. A rotation step interrupted between writing the key and the bundle left
+ * it second; it is put first again here.
+ */
+async function signerFirst(spec: CaSpec, certPem: string, key: PrivateKey, ctx: EnsureContext): Promise<string> {
+  const certs = splitCertificates(certPem);
+  if (certs.length < 2) return certPem;
+  const at = certs.findIndex((c) => keyMatchesCert(key, parseCert(c, spec.certPath, RESTORE)));
+  if (at <= 0) return certPem;
+  const fixed = bundleOf([certs[at]!, ...certs.filter((_, i) => i !== at)]);
+  await writeFileAtomic(spec.certPath, fixed, CERT_MODE);
+  ctx.log.warn({ file: relative(ctx.dir, spec.certPath) }, 'put the certificate of the CA key first in its bundle (an interrupted CA rotation step)');
+  return fixed;
 }
 
 /** An existing CA as a signer, read from its files (a missing or damaged one is a PkiError). */

@@ -35,6 +35,8 @@ export const integer = (n: number): Node => asn1.create(U, T.INTEGER, false, asn
 export const implicit = (n: number, bytes: string): Node => asn1.create(asn1.Class.CONTEXT_SPECIFIC, n, false, bytes);
 /** [n] EXPLICIT (version, extensions). */
 export const explicit = (n: number, inner: Node): Node => asn1.create(asn1.Class.CONTEXT_SPECIFIC, n, true, [inner]);
+/** [n] with nothing inside, constructed (a PKCS#10 request's empty attribute set). */
+export const explicitEmpty = (n: number): Node => asn1.create(asn1.Class.CONTEXT_SPECIFIC, n, true, []);
 /** RFC 5280 4.1.2.5: UTCTime through 2049, GeneralizedTime after. */
 export function time(d: Date): Node {
   return d.getUTCFullYear() < 2050

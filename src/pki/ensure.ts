@@ -4,10 +4,10 @@
 // on the directory serializes two starting controllers.
 import { existsSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
-import { join } from 'node:path';
 import { writeFileAtomic } from '../base/fs.ts';
 import { hostname as osHostname } from 'node:os';
-import lockfile from 'proper-lockfile';
+import { withPkiLock } from './lock.ts';
+import { splitCertificates } from './bundle.ts';
 import type { Logger } from '../base/log.ts';
 import { httpsUrl } from '../base/addresses.ts';
 import { firstServiceIps, localAddresses, sanSet, toSan, type San } from './addresses.ts';
@@ -204,13 +204,7 @@ export async function ensurePkiFiles(opts: PkiOptions, log: Logger): Promise<{ p
 
   await ensurePrivateDir(paths.dir, log);
   await ensurePrivateDir(paths.etcdDir, log);
-  const release = await lockfile.lock(paths.dir, {
-    lockfilePath: join(paths.dir, '.pki.lock'),
-    stale: 30_000,
-    update: 5_000,
-    retries: { retries: 600, factor: 1, minTimeout: 100, maxTimeout: 250 },
-  });
-  try {
+  return withPkiLock(paths.dir, async () => {
     // Independent steps run together: key generation is native and runs off the main thread,
     // so a fresh PKI costs about as long as its slowest few keys.
     const wanted = (what?: 'nodes' | 'etcd') => !opts.apiOnly || what === undefined || (what === 'etcd' && opts.apiOnly.etcd);
@@ -241,6 +235,9 @@ export async function ensurePkiFiles(opts: PkiOptions, log: Logger): Promise<{ p
     ];
     const files = [...leaves.map((l) => l.cert), ...configs.map((k) => k.path)];
     const changed = files.filter((_, i) => leafOutcomes[i] !== 'unchanged');
+    // kube-controller-manager signs with exactly one certificate: ca.crt's first.
+    const signing = splitCertificates(cas.cluster.certPem)[0]!;
+    if ((await readFile(paths.caSigningCert, 'utf8').catch(() => null)) !== signing) await writeFileAtomic(paths.caSigningCert, signing, 0o644);
     if (wanted('nodes')) {
       // A new cluster's kubelets never had a serving certificate of the cluster CA; an older
       // cluster's did, so kubelets trust it too until every node has a new one (kubelet-serving.ts).
@@ -250,7 +247,5 @@ export async function ensurePkiFiles(opts: PkiOptions, log: Logger): Promise<{ p
     const count = (o: Outcome) => outcomes.filter((x) => x === o).length;
     log.info({ dir: paths.dir, created: count('created'), renewed: count('renewed'), unchanged: count('unchanged') }, 'pki ready');
     return { paths, changed };
-  } finally {
-    await release();
-  }
+  });
 }

@@ -18,3 +18,15 @@ export {
   writeEncryptionConfig,
   type EncryptionKey,
 } from './encryption.ts';
+export {
+  bundleHash,
+  CA_ROTATION_PHASES,
+  caFilesFor,
+  newClusterCa,
+  signedByFirst,
+  writeCaPhase,
+  type CaRotation,
+  type CaRotationPhase,
+} from './ca-rotation.ts';
+export { bundleOf, splitCertificates } from './bundle.ts';
+export { certificateRequestPem, generateKeyPem, parseKey } from './x509.ts';

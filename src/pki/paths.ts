@@ -5,8 +5,11 @@ import { join, resolve } from 'node:path';
 export interface PkiPaths {
   dir: string;
   etcdDir: string;
+  /** The cluster CA's trust bundle: its signing certificate first, then any CA still trusted during a rotation. */
   caCert: string;
   caKey: string;
+  /** The signing certificate of ca.key alone (kube-controller-manager's signers refuse a bundle). */
+  caSigningCert: string;
   /** kube-apiserver serving certificate. */
   serverCert: string;
   serverKey: string;
@@ -61,6 +64,7 @@ export function pkiPaths(dir: string): PkiPaths {
     etcdDir: at('etcd'),
     caCert: at('ca.crt'),
     caKey: at('ca.key'),
+    caSigningCert: at('ca-signing.crt'),
     serverCert: at('server.crt'),
     serverKey: at('server.key'),
     kubeletClientCert: at('apiserver-kubelet-client.crt'),

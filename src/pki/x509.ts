@@ -338,3 +338,16 @@ export function issueLeafCert(o: LeafRequest & { key: PrivateKey; signer: Signer
     extensions,
   });
 }
+
+/** A PKCS#10 certificate request for `key` (kubelet's shape: the subject only, no extensions). */
+export function certificateRequestPem(subject: Subject, key: PrivateKey): string {
+  const info = der.seq([
+    der.integer(0),
+    nameOf(subject),
+    der.fromDer(spkiDer(key)),
+    der.explicitEmpty(0), // attributes: none
+  ]);
+  const infoDer = der.toDer(info);
+  const body = der.toDer(der.seq([info, signatureAlgorithm(key), der.bits(sign('sha256', infoDer, key))]));
+  return `-----BEGIN CERTIFICATE REQUEST-----\n${body.toString('base64').replace(/(.{64})/g, '$1\n').trimEnd()}\n-----END CERTIFICATE REQUEST-----\n`;
+}

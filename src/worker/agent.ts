@@ -106,6 +106,11 @@ export class AgentComponent implements Component, ControllerFollower {
     await this.agent?.stop();
   }
 
+  /** The cluster's CA bundle changed (a CA rotation): new connections verify the servers with it. */
+  trustChanged(caPem: string): void {
+    this.agent?.setTrust(caPem);
+  }
+
   /** The live controllers' konnectivity servers are the ones to hold a stream to. */
   controllersChanged(live: LiveController[]): void {
     this.agent?.setServers(live.map((c) => hostPort(c.konnectivity)));

@@ -29,6 +29,7 @@ import { AgentComponent } from './agent.ts';
 import { ContainerdComponent } from './containerd.ts';
 import { ControllerWatchComponent } from './controller-watch.ts';
 import { ImagesComponent } from './images.ts';
+import { CaTrustComponent } from './ca-trust.ts';
 import { join as joinCluster, pointKubeconfigsAt, type JoinState } from './join.ts';
 import { KUBE_PROXY_HEALTHZ_PORT, KUBE_PROXY_METRICS_PORT, KubeProxyComponent } from './kube-proxy.ts';
 import { KUBELET_PORT, KubeletComponent } from './kubelet.ts';
@@ -152,6 +153,16 @@ export function workerComponents(o: WorkerRoleOptions): Component[] {
   // Everything on the node reaches the API through 127.0.0.1:7443, over every live controller.
   const balancer = new ApiBalancerComponent({ caFile: paths.caCert, apiServers: state.apiServers });
   const agent = new AgentComponent(paths, state, id);
+  const kubelet = new KubeletComponent({
+    paths,
+    nodeName: id.nodeName,
+    nodeIp: id.nodeIp,
+    labels: opts.labels,
+    taints: opts.taints,
+    clusterDomain: state.clusterDomain,
+    clusterDNS: state.clusterDNS ? [state.clusterDNS] : undefined,
+  });
+  const kubeProxy = new KubeProxyComponent({ paths, nodeName: id.nodeName, clusterCIDR });
   const status = new StatusServerComponent<WorkerStatusReport>(paths.statusSocket, (components) => ({
     role: 'worker',
     version: KCTL_VERSION,
@@ -166,20 +177,13 @@ export function workerComponents(o: WorkerRoleOptions): Component[] {
     balancer,
     new ContainerdComponent({ paths }),
     new ImagesComponent({ paths }),
-    new KubeletComponent({
-      paths,
-      nodeName: id.nodeName,
-      nodeIp: id.nodeIp,
-      labels: opts.labels,
-      taints: opts.taints,
-      clusterDomain: state.clusterDomain,
-      clusterDNS: state.clusterDNS ? [state.clusterDNS] : undefined,
-    }),
+    kubelet,
     new NetworkComponent({ paths, nodeName: id.nodeName, kube, clusterCIDR }),
-    new KubeProxyComponent({ paths, nodeName: id.nodeName, clusterCIDR }),
+    kubeProxy,
     agent,
     // The token's controllers to start with; from then on their leases say which are alive.
     new ControllerWatchComponent(kube, [balancer, agent]),
+    new CaTrustComponent({ paths, kube, nodeName: id.nodeName, restart: [kubelet, kubeProxy], agent }),
   ];
 }
 

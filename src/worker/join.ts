@@ -72,6 +72,19 @@ export async function pointKubeconfigsAt(paths: WorkerPaths, server: string): Pr
   }
 }
 
+/** Sets the CA every kubeconfig of the node embeds (after a CA rotation step, src/worker/ca-trust.ts). */
+export async function setKubeconfigsCa(paths: WorkerPaths, caPem: string): Promise<void> {
+  const data = Buffer.from(caPem).toString('base64');
+  for (const file of [paths.bootstrapKubeconfig, paths.kubeletKubeconfig]) {
+    if (!existsSync(file)) continue;
+    const doc = parse(await readFile(file, 'utf8')) as { clusters?: { cluster?: Record<string, unknown> }[] } | null;
+    const clusters = doc?.clusters ?? [];
+    if (clusters.every((c) => c.cluster?.['certificate-authority-data'] === data)) continue;
+    for (const c of clusters) if (c.cluster) c.cluster['certificate-authority-data'] = data;
+    await writeFileAtomic(file, stringify(doc), 0o600);
+  }
+}
+
 function stateFile(paths: WorkerPaths): string {
   return `${paths.joinMarker}.json`;
 }

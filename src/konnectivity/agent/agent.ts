@@ -150,6 +150,11 @@ export class KonnectivityAgent implements Component {
     this.o.key = key;
   }
 
+  /** The CA bundle servers are verified with, for the connections made from now on (a CA rotation). */
+  setTrust(ca: string | Buffer): void {
+    this.o.ca = ca;
+  }
+
   /** The servers' addresses now (HA: they follow the live controllers). New ones are dialed at once; dropped ones drain and close. */
   setServers(servers: ServerAddress[]): void {
     if (servers.length === 0) return; // keep what we have rather than hold nothing

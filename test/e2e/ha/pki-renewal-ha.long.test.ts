@@ -3,9 +3,14 @@
 // every 5 s through each controller in turn. No request fails; every leaf and kubeconfig of both
 // controllers is renewed at least twice; the controllers' renewal runs (from taking the turn to
 // the last restarted component being ready) never overlap; nothing restarts but kube-scheduler
-// and kube-controller-manager, once per renewal of their kubeconfig. KCTL_PKI_RENEWAL_MINUTES
-// shortens the run while developing.
+// and kube-controller-manager, once per renewal of their kubeconfig. Then `kctl pki rotate-ca` on
+// c1: c2 and the worker follow through the API, while renewals go on; afterwards both controllers
+// and the worker hold the new CA alone, their leaves are its, and logs and exec work through either
+// controller. KCTL_PKI_RENEWAL_MINUTES shortens the run while developing.
 import assert from 'node:assert/strict';
+import { X509Certificate } from 'node:crypto';
+import { readFile } from 'node:fs/promises';
+import { join } from 'node:path';
 import { test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { ComponentStatus } from '../../../src/base/component.ts';
@@ -14,6 +19,7 @@ import { nodeReady, runPinnedPod, startLabWorker } from '../lab/cluster.ts';
 import { HaLab, type LabCtl } from '../lab/ha-lab.ts';
 import { startLab } from '../lab/lab-test.ts';
 import { waitFor } from '../lab/wait.ts';
+import { logsAndExec } from '../lab/probe.ts';
 
 const RUN_MS = Number(process.env.KCTL_PKI_RENEWAL_MINUTES ?? 25) * 60_000;
 const EVERY_MS = 5_000;
@@ -92,4 +98,27 @@ test('in HA with spec.pki.leafValidity 10m the controllers renew one at a time a
   for (const a of runs)
     for (const b of runs)
       if (a.who < b.who) assert.ok(a.to <= b.from || b.to <= a.from, `renewals overlap: ${JSON.stringify(a)} and ${JSON.stringify(b)}`);
+
+  // The CA rotates, run on c1 only.
+  const oldCa = new X509Certificate(await readFile(join(c1.dataDir, 'pki/ca.crt')));
+  const rotated = await ha.rotateCa(c1);
+  t.diagnostic(rotated.progress);
+  assert.equal(rotated.controllers.length, 2, rotated.progress);
+  assert.deepEqual(rotated.nodes, ['rnhw']);
+  const bundle = await readFile(join(c1.dataDir, 'pki/ca.crt'), 'utf8');
+  const newCa = new X509Certificate(bundle);
+  assert.equal(newCa.subject, `CN=${rotated.newCa}`);
+  assert.notEqual(newCa.fingerprint256, oldCa.fingerprint256);
+  for (const file of [join(c2.dataDir, 'pki/ca.crt'), join(dir, 'rnhw-data/pki/ca.crt')]) assert.equal(await readFile(file, 'utf8'), bundle, file);
+  for (const c of [c1, c2]) {
+    for (const leaf of ['server.crt', 'konnectivity.crt', 'apiserver-kubelet-client.crt']) {
+      const cert = new X509Certificate(await readFile(join(c.dataDir, 'pki', leaf)));
+      assert.ok(cert.checkIssued(newCa) && cert.verify(newCa.publicKey), `${c.host.name}: ${leaf} is not the new CA's`);
+    }
+    const kubectl = (args: string[]) =>
+      c.host.run(kctlBin, ['--data-dir', c.dataDir, 'kubectl', '--request-timeout=8s', ...args], { timeout: 15_000, reject: false });
+    await waitFor(`logs and exec through ${c.host.name} after the rotation`, 60_000, async () =>
+      (await logsAndExec(kubectl, 'talker', 'hello-renewal')).every((r) => r.ok),
+    );
+  }
 });

@@ -66,6 +66,18 @@ export class HaLab {
     return { ...(JSON.parse(String(r.stdout)) as { key: string; controllers: string[] }), progress: String(r.stderr) };
   }
 
+  /** `kctl pki rotate-ca -o json` on `c`: its result and progress lines. */
+  async rotateCa(c: LabCtl): Promise<{ oldCa: string; newCa: string; controllers: string[]; nodes: string[]; progress: string }> {
+    const r = await c.host.run(this.kctlBin, ['--data-dir', c.dataDir, '--run-dir', c.runDir, 'pki', 'rotate-ca', '--timeout', '5m', '-o', 'json'], {
+      timeout: 1_200_000,
+    });
+    assert.equal(r.exitCode, 0, String(r.stderr));
+    return {
+      ...(JSON.parse(String(r.stdout)) as { oldCa: string; newCa: string; controllers: string[]; nodes: string[] }),
+      progress: String(r.stderr),
+    };
+  }
+
   async stop(c: LabCtl): Promise<void> {
     c.proc!.child.kill('SIGTERM');
     assert.equal(await c.proc!.exited, 0, c.proc!.log());

@@ -97,6 +97,7 @@ test('a fresh PKI has every file, with private modes, and logs no key material',
   ];
   const certs = [
     p.caCert,
+    p.caSigningCert,
     p.serverCert,
     p.kubeletClientCert,
     p.frontProxyCaCert,
@@ -137,6 +138,7 @@ test('an api-only PKI on kine has only what kube-apiserver and the controller-ma
   const wanted = [
     p.caCert,
     p.caKey,
+    p.caSigningCert,
     p.frontProxyCaCert,
     p.frontProxyCaKey,
     p.serverCert,
@@ -387,7 +389,7 @@ test('a lost ca.crt is re-created from ca.key and existing leafs stay valid', as
   await ensurePki(options(dir), captureLogger().log);
   assert.notEqual(await readFile(join(dir, 'ca.crt'), 'utf8'), oldCa);
   // Same key, same name: no leaf needed reissuing, and the old CA cert still verifies them.
-  assert.deepEqual(changed(before, await snapshot(dir)), ['admin.conf', 'ca.crt', 'controller-manager.conf', 'scheduler.conf']);
+  assert.deepEqual(changed(before, await snapshot(dir)), ['admin.conf', 'ca-signing.crt', 'ca.crt', 'controller-manager.conf', 'scheduler.conf']);
   await writeFile(join(dir, 'old-ca.crt'), oldCa);
   assert.match(openssl(['verify', '-CAfile', 'old-ca.crt', 'server.crt'], dir), /OK/);
   assert.match(openssl(['verify', '-CAfile', 'ca.crt', 'server.crt'], dir), /OK/);

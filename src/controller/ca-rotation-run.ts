@@ -1,0 +1,116 @@
+// `kctl pki rotate-ca`: moves the cluster to a new CA without a restart or a node rejoining.
+// Each phase (src/pki/ca-rotation.ts) goes to the Secret, then the command waits until every live
+// controller (its lease) and every node (its Node annotation) uses that phase's bundle:
+//   trust  every trust bundle holds the old and the new CA; the old one still signs
+//   sign   the new CA signs: controllers reissue their leaves and kubeconfigs, nodes their client
+//          certificate (a CSR with their own credentials, signed by kube-controller-manager)
+//   drop   the old CA leaves every bundle
+// The phase is kept in the API, so an interrupted rotation resumes when the command runs again.
+import { existsSync } from 'node:fs';
+import { readFile } from 'node:fs/promises';
+import { X509Certificate } from 'node:crypto';
+import { UserError } from '../base/errors.ts';
+import type { KubeClient } from '../kube/client.ts';
+import { CA_BUNDLE_ANNOTATION, CONTROLLER_LEASE_LABEL, LEASES_PATH, liveControllers, type Lease } from '../kube/controller-leases.ts';
+import { bundleHash, CA_ROTATION_PHASES, caFilesFor, newClusterCa, splitCertificates, type CaRotationPhase, type PkiPaths } from '../pki/index.ts';
+import { CA_ROTATION_NAMESPACE, CA_ROTATION_SECRET, deleteCaRotation, readCaRotation, writeCaRotation } from './ca-rotation.ts';
+
+export interface RotateCaOptions {
+  kube: KubeClient;
+  /** This controller's PKI: the current CA comes from here, and an api-only control plane (no leases) is checked here. */
+  pki: PkiPaths;
+  /** A full cluster has nodes to wait for; an api-only control plane has none. */
+  nodes: boolean;
+  /** How long each phase may wait for the controllers and nodes. */
+  timeoutMs: number;
+  progress: (line: string) => void;
+}
+
+export interface RotateCaResult {
+  oldCa: string;
+  newCa: string;
+  controllers: string[];
+  nodes: string[];
+}
+
+const WHAT: Record<CaRotationPhase, string> = {
+  trust: 'both CAs trusted',
+  sign: 'new CA signs, leaves reissued',
+  drop: 'old CA dropped',
+};
+
+interface Node {
+  metadata: { name: string; annotations?: Record<string, string> };
+}
+
+/** Who does not use `bundle` yet: every live controller (by lease; without leases this one) and every node. */
+async function lagging(o: RotateCaOptions, bundle: string): Promise<{ all: string[]; behind: string[] }> {
+  const leases = await o.kube.list<Lease>(LEASES_PATH, { labelSelector: `${CONTROLLER_LEASE_LABEL}=true` });
+  const live = liveControllers(leases.items);
+  const controllers = live.length
+    ? live.map((c) => ({ name: c.name, bundle: c.caBundle }))
+    : [{ name: 'this controller', bundle: bundleHash(await readFile(o.pki.caCert, 'utf8')) }];
+  const nodes = o.nodes
+    ? (await o.kube.list<Node>('/api/v1/nodes')).items.map((n) => ({
+        name: `node ${n.metadata.name}`,
+        bundle: n.metadata.annotations?.[CA_BUNDLE_ANNOTATION],
+      }))
+    : [];
+  const all = [...controllers, ...nodes];
+  return { all: all.map((x) => x.name), behind: all.filter((x) => x.bundle !== bundle).map((x) => x.name) };
+}
+
+async function waitFor(o: RotateCaOptions, bundle: string, what: string): Promise<string[]> {
+  const deadline = Date.now() + o.timeoutMs;
+  let said = '';
+  for (;;) {
+    const { all, behind } = await lagging(o, bundle);
+    if (behind.length === 0) {
+      o.progress(`${what}: done on ${all.join(', ')}`);
+      return all;
+    }
+    const line = `${what}: waiting for ${behind.join(', ')} (${all.length - behind.length}/${all.length} done)`;
+    if (line !== said) o.progress(line);
+    said = line;
+    if (Date.now() > deadline)
+      throw new UserError(
+        `${behind.join(', ')} did not reach "${what}" in time; check them with kctl status (a node that is down must come back, or be deleted with kubectl delete node), then run kctl pki rotate-ca again to resume`,
+      );
+    await new Promise((r) => setTimeout(r, 2_000));
+  }
+}
+
+const subjectOf = (pem: string) => new X509Certificate(pem).subject.replace(/^CN=/, '');
+
+export async function rotateCa(o: RotateCaOptions): Promise<RotateCaResult> {
+  if (o.nodes && !existsSync(o.pki.kubeletServingMoved))
+    throw new UserError(
+      'some nodes still serve a kubelet certificate of the cluster CA (from an older kctl); wait until every node has one of the kubelet-serving CA (kctl status on the controller), then rotate',
+    );
+  let rotation = await readCaRotation(o.kube);
+  if (!rotation) {
+    const [cert, key] = await Promise.all([readFile(o.pki.caCert, 'utf8'), readFile(o.pki.caKey, 'utf8')]);
+    const certs = splitCertificates(cert);
+    if (certs.length !== 1)
+      throw new UserError(
+        `${o.pki.caCert} holds ${certs.length} certificates but no rotation is recorded (Secret ${CA_ROTATION_NAMESPACE}/${CA_ROTATION_SECRET}); restore the PKI from a backup`,
+      );
+    // Every controller and node uses the current CA before anything moves: none is left behind.
+    await waitFor(o, bundleHash(cert), 'current CA');
+    const next = await newClusterCa(new Date());
+    rotation = await writeCaRotation(o.kube, { phase: 'trust', oldCert: cert, oldKey: key, newCert: next.cert, newKey: next.key });
+    o.progress(`new CA ${subjectOf(next.cert)} made; replacing ${subjectOf(cert)}`);
+  } else o.progress(`resuming the CA rotation to ${subjectOf(rotation.newCert)} at phase ${rotation.phase}`);
+  let seen: string[] = [];
+  for (const phase of CA_ROTATION_PHASES.slice(CA_ROTATION_PHASES.indexOf(rotation.phase))) {
+    if (rotation.phase !== phase) rotation = await writeCaRotation(o.kube, { ...rotation, phase });
+    seen = await waitFor(o, bundleHash(caFilesFor(rotation).cert), `${phase} (${WHAT[phase]})`);
+  }
+  await deleteCaRotation(o.kube);
+  return {
+    oldCa: subjectOf(rotation.oldCert),
+    newCa: subjectOf(rotation.newCert),
+    controllers: seen.filter((n) => !n.startsWith('node ')),
+    nodes: seen.filter((n) => n.startsWith('node ')).map((n) => n.slice(5)),
+  };
+}
