@@ -40,3 +40,10 @@ export interface Component {
    */
   status?(): Partial<ComponentStatus>;
 }
+
+/** A component restarted on purpose (new credentials it reads only at start), then awaited until ready: a supervised process. */
+export interface Restartable {
+  readonly name: string;
+  restart(reason: string): Promise<void>;
+  ready(signal: AbortSignal): Promise<void>;
+}

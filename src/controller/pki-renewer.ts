@@ -12,7 +12,7 @@
 //     embedded kubeconfig client certificate for their life (both leader-elected: nothing that
 //     serves requests stops).
 import { readFile } from 'node:fs/promises';
-import type { Component, ComponentContext, ComponentStatus } from '../base/component.ts';
+import type { Component, ComponentContext, ComponentStatus, Restartable } from '../base/component.ts';
 import { messageOf } from '../base/errors.ts';
 import type { Logger } from '../base/log.ts';
 import { CertificateWatch, controllerCertificates, ensurePkiFiles, type CertificateStatus, type PkiOptions, type PkiPaths } from '../pki/index.ts';
@@ -49,12 +49,6 @@ export interface RenewalTargets {
   addons?: (log: Logger) => Promise<void>;
   /** Follows a cluster CA rotation (ca-rotation.ts): the API client, and what publishes the new trust bundle to nodes. */
   caRotation?: { kube: KubeClient; publishCa: (caPem: string) => Promise<void> };
-}
-
-export interface Restartable {
-  readonly name: string;
-  restart(reason: string): Promise<void>;
-  ready(signal: AbortSignal): Promise<void>;
 }
 
 /** In HA, whose turn it is: held while one controller renews and restarts, so controllers take turns. */

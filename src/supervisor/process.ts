@@ -12,7 +12,7 @@ import { access, mkdir } from 'node:fs/promises';
 import { isAbsolute, join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Logger } from '../base/log.ts';
-import type { Component, ComponentContext, ComponentState, ComponentStatus } from '../base/component.ts';
+import type { Component, ComponentContext, ComponentState, ComponentStatus, Restartable } from '../base/component.ts';
 import { LineSplitter, parseChildLine, secretForms } from './output.ts';
 import { cleanupStalePidFile, removePidFile, writePidFile } from './pidfile.ts';
 import { settlesWithin, untilAborted } from '../base/wait.ts';
@@ -84,7 +84,7 @@ interface ExitStatus {
   signal: NodeJS.Signals | null;
 }
 
-export class Supervisor implements Component {
+export class Supervisor implements Component, Restartable {
   readonly name: string;
   readonly readyTimeoutMs?: number;
   readonly pidFile: string;

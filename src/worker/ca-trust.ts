@@ -13,7 +13,7 @@ import { readdir, readFile, rename, rm, symlink } from 'node:fs/promises';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { parse } from 'yaml';
-import type { Component, ComponentContext, ComponentStatus } from '../base/component.ts';
+import type { Component, ComponentContext, ComponentStatus, Restartable } from '../base/component.ts';
 import { messageOf } from '../base/errors.ts';
 import { writeFileAtomic } from '../base/fs.ts';
 import type { Logger } from '../base/log.ts';
@@ -27,12 +27,6 @@ const CHECK_EVERY_MS = 10_000;
 const CSR_WAIT_MS = 60_000;
 const CSRS = '/apis/certificates.k8s.io/v1/certificatesigningrequests';
 const KUBELET_CLIENT_SIGNER = 'kubernetes.io/kube-apiserver-client-kubelet';
-
-export interface Restartable {
-  readonly name: string;
-  restart(reason: string): Promise<void>;
-  ready(signal: AbortSignal): Promise<void>;
-}
 
 export interface CaTrustOptions {
   paths: WorkerPaths;
