@@ -1,7 +1,8 @@
 // `kctl pki rotate-ca`: moves the cluster to a new CA without a restart or a node rejoining.
 // Each phase (src/pki/ca-rotation.ts) goes to the Secret, then the command waits until every live
 // controller (its lease) and every node (its Node annotation) uses that phase's bundle:
-//   trust  every trust bundle holds the old and the new CA; the old one still signs
+//   trust  every trust bundle holds the old and the new CA; the old one still signs; kctl's
+//          add-ons (CoreDNS, metrics-server) are restarted so their pods mount both
 //   sign   the new CA signs: controllers reissue their leaves and kubeconfigs, nodes their client
 //          certificate (a CSR with their own credentials, signed by kube-controller-manager)
 //   drop   the old CA leaves every bundle
@@ -10,7 +11,7 @@ import { existsSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import { X509Certificate } from 'node:crypto';
 import { UserError } from '../base/errors.ts';
-import type { KubeClient } from '../kube/client.ts';
+import { KubeApiError, type KubeClient } from '../kube/client.ts';
 import { CA_BUNDLE_ANNOTATION, CONTROLLER_LEASE_LABEL, LEASES_PATH, liveControllers, type Lease } from '../kube/controller-leases.ts';
 import { bundleHash, CA_ROTATION_PHASES, caFilesFor, newClusterCa, splitCertificates, type CaRotationPhase, type PkiPaths } from '../pki/index.ts';
 import { CA_ROTATION_NAMESPACE, CA_ROTATION_SECRET, deleteCaRotation, readCaRotation, writeCaRotation } from './ca-rotation.ts';
@@ -80,6 +81,56 @@ async function waitFor(o: RotateCaOptions, bundle: string, what: string): Promis
   }
 }
 
+interface Deployment {
+  metadata: { generation?: number };
+  spec?: { replicas?: number };
+  status?: { observedGeneration?: number; replicas?: number; updatedReplicas?: number; availableReplicas?: number };
+}
+
+/** kctl's add-ons reach the API with the CA bundle their pods mounted when they started. */
+const ADDON_DEPLOYMENTS = ['coredns', 'metrics-server'];
+const KUBE_SYSTEM = '/api/v1/namespaces/kube-system';
+
+const rolledOut = (d: Deployment) =>
+  (d.status?.observedGeneration ?? 0) >= (d.metadata.generation ?? 0) &&
+  (d.status?.updatedReplicas ?? 0) === (d.spec?.replicas ?? 1) &&
+  (d.status?.availableReplicas ?? 0) === (d.spec?.replicas ?? 1) &&
+  (d.status?.replicas ?? 0) === (d.spec?.replicas ?? 1);
+
+async function until(o: RotateCaOptions, what: string, done: () => Promise<boolean>): Promise<void> {
+  const deadline = Date.now() + o.timeoutMs;
+  while (!(await done())) {
+    if (Date.now() > deadline)
+      throw new UserError(`${what} did not happen in time; check it with kctl kubectl, then run kctl pki rotate-ca again to resume`);
+    await new Promise((r) => setTimeout(r, 2_000));
+  }
+}
+
+/**
+ * Once every controller and node trusts both CAs, and before the new one signs: the add-ons' pods
+ * are replaced so they mount both (kube-root-ca.crt, which kube-controller-manager republishes),
+ * and keep reaching kube-apiserver when its certificate changes CA. One that was not running
+ * fully before is left as it is.
+ */
+async function restartAddons(o: RotateCaOptions, bundle: string): Promise<void> {
+  await until(o, 'kube-root-ca.crt holding both CAs', async () => {
+    const cm = await o.kube.get<{ data?: Record<string, string> }>(`${KUBE_SYSTEM}/configmaps/kube-root-ca.crt`);
+    return bundleHash(cm.data?.['ca.crt'] ?? '') === bundle;
+  });
+  for (const name of ADDON_DEPLOYMENTS) {
+    const path = `/apis/apps/v1/namespaces/kube-system/deployments/${name}`;
+    const before = await o.kube.get<Deployment>(path).catch((err: unknown) => {
+      if (err instanceof KubeApiError && err.status === 404) return null;
+      throw err;
+    });
+    if (!before) continue;
+    await o.kube.request('PATCH', path, { spec: { template: { metadata: { annotations: { [CA_BUNDLE_ANNOTATION]: bundle } } } } });
+    if (!rolledOut(before) || (before.spec?.replicas ?? 1) === 0) continue;
+    o.progress(`restarting ${name}: its new pods trust both CAs`);
+    await until(o, `the restart of ${name}`, async () => rolledOut(await o.kube.get<Deployment>(path)));
+  }
+}
+
 const subjectOf = (pem: string) => new X509Certificate(pem).subject.replace(/^CN=/, '');
 
 export async function rotateCa(o: RotateCaOptions): Promise<RotateCaResult> {
@@ -104,7 +155,9 @@ export async function rotateCa(o: RotateCaOptions): Promise<RotateCaResult> {
   let seen: string[] = [];
   for (const phase of CA_ROTATION_PHASES.slice(CA_ROTATION_PHASES.indexOf(rotation.phase))) {
     if (rotation.phase !== phase) rotation = await writeCaRotation(o.kube, { ...rotation, phase });
-    seen = await waitFor(o, bundleHash(caFilesFor(rotation).cert), `${phase} (${WHAT[phase]})`);
+    const bundle = bundleHash(caFilesFor(rotation).cert);
+    seen = await waitFor(o, bundle, `${phase} (${WHAT[phase]})`);
+    if (phase === 'trust' && o.nodes) await restartAddons(o, bundle);
   }
   await deleteCaRotation(o.kube);
   return {

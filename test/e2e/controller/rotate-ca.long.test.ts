@@ -2,8 +2,8 @@
 // `kubectl logs` and `kubectl exec` reach (through the tunnel) every 2 s while the CA rotates.
 // Afterwards: no certificate in either data dir is signed by the old CA and none of their trust
 // bundles holds it; kube-apiserver, the join endpoint and the konnectivity port serve
-// certificates of the new CA; credentials of the old CA are refused; logs and exec work; and the
-// worker never joined again (same join marker, same Node object, no second join in its log).
+// certificates of the new CA; credentials of the old CA are refused; CoreDNS was restarted onto
+// both CAs; logs and exec work; and the worker never joined again (same join marker, same Node object, no second join in its log).
 // Long only to run beside the main suite: it has its own lab (rca) and node name (rcw).
 import assert from 'node:assert/strict';
 import { X509Certificate } from 'node:crypto';
@@ -101,6 +101,7 @@ test('kctl pki rotate-ca: a new cluster CA everywhere, the old one nowhere, whil
       await sleep(Math.max(0, started + 2_000 - Date.now()));
     }
   })();
+  const rotationStart = Date.now();
   const rotated = await ctl.run(kctlBin, ['--data-dir', c.dataDir, 'pki', 'rotate-ca', '--timeout', '5m', '-o', 'json'], {
     timeout: 20 * 60_000,
     reject: false,
@@ -162,6 +163,20 @@ test('kctl pki rotate-ca: a new cluster CA everywhere, the old one nowhere, whil
     const pems = String(r.stdout).match(PEM) ?? [];
     return pems.length === 1 && new X509Certificate(pems[0]!).subject === newCa.subject;
   });
+
+  // kctl's add-ons were restarted during the rotation (their pods mount the CA bundle when they start) and run.
+  const coredns = JSON.parse(String((await c.kubectl(['-n', 'kube-system', 'get', 'pods', '-l', 'k8s-app=kube-dns', '-o', 'json'])).stdout)) as {
+    items: { metadata: { creationTimestamp: string }; status: { phase: string } }[];
+  };
+  assert.ok(coredns.items.length > 0, 'no CoreDNS pod');
+  for (const pod of coredns.items) {
+    assert.ok(
+      Date.parse(pod.metadata.creationTimestamp) >= Math.floor(rotationStart / 1000) * 1000,
+      `CoreDNS pod from ${pod.metadata.creationTimestamp}`,
+    );
+    assert.equal(pod.status.phase, 'Running');
+  }
+  assert.match(String(rotated.stderr), /restarting coredns: its new pods trust both CAs/);
 
   // Still the same node, never joined again, and logs/exec work.
   assert.equal(String((await c.kubectl(['get', 'node', 'rcw', '-o', 'jsonpath={.metadata.uid}'])).stdout), nodeUid);
