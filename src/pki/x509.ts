@@ -349,5 +349,8 @@ export function certificateRequestPem(subject: Subject, key: PrivateKey): string
   ]);
   const infoDer = der.toDer(info);
   const body = der.toDer(der.seq([info, signatureAlgorithm(key), der.bits(sign('sha256', infoDer, key))]));
-  return `-----BEGIN CERTIFICATE REQUEST-----\n${body.toString('base64').replace(/(.{64})/g, '$1\n').trimEnd()}\n-----END CERTIFICATE REQUEST-----\n`;
+  return `-----BEGIN CERTIFICATE REQUEST-----\n${body
+    .toString('base64')
+    .replace(/(.{64})/g, '$1\n')
+    .trimEnd()}\n-----END CERTIFICATE REQUEST-----\n`;
 }

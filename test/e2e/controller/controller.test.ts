@@ -118,7 +118,7 @@ async function descendantsNamed(root: number, name: string): Promise<number[]> {
   const ps = await execa('ps', ['-e', '-o', 'pid=,ppid=,comm=']);
   const rows = ps.stdout.split('\n').map((l) => l.trim().split(/\s+/));
   const tree = new Set([root]);
-  for (let grew = true; grew; ) {
+  for (let grew = true; grew;) {
     grew = false;
     for (const [pid, ppid] of rows) {
       if (tree.has(Number(ppid)) && !tree.has(Number(pid))) {
