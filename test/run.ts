@@ -2,7 +2,8 @@
 // real component binaries. `npm test` builds what it needs first (see package.json pretest).
 //
 // Files named *.long.test.ts spend most of their time waiting on the clock (certificate
-// renewals, scheduled backups): they run side by side with the rest, all at once, in a second
+// renewals, scheduled backups) or on the restarts of a long scenario (a CA rotation): they run
+// side by side with the rest, all at once, in a second
 // test process whose report is printed when the main run is done. Such a file uses its own lab
 // (its own names, nothing in the root namespace) and never touches processes it did not start.
 import { spawn } from 'node:child_process';
