@@ -12,20 +12,29 @@ import { existsSync } from 'node:fs';
 import { readdir, readFile, rename, rm, symlink } from 'node:fs/promises';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { parse } from 'yaml';
 import type { Component, ComponentContext, ComponentStatus, Restartable } from '../base/component.ts';
 import { messageOf } from '../base/errors.ts';
 import { writeFileAtomic } from '../base/fs.ts';
 import type { Logger } from '../base/log.ts';
 import type { KubeClient } from '../kube/client.ts';
 import { CA_BUNDLE_ANNOTATION } from '../kube/controller-leases.ts';
-import { bundleHash, bundleOf, certificateRequestPem, generateKeyPem, parseKey, signedByFirst, splitCertificates } from '../pki/index.ts';
+import {
+  bundleHash,
+  bundleOf,
+  certificateRequestPem,
+  generateKeyPem,
+  parseKey,
+  readKubeconfig,
+  signedByFirst,
+  splitCertificates,
+} from '../pki/index.ts';
 import { setKubeconfigsCa } from './join.ts';
 import type { WorkerPaths } from './paths.ts';
 
 const CHECK_EVERY_MS = 10_000;
 const CSR_WAIT_MS = 60_000;
 const CSRS = '/apis/certificates.k8s.io/v1/certificatesigningrequests';
+const CLUSTER_INFO = '/api/v1/namespaces/kube-public/configmaps/cluster-info';
 const KUBELET_CLIENT_SIGNER = 'kubernetes.io/kube-apiserver-client-kubelet';
 
 export interface CaTrustOptions {
@@ -51,6 +60,8 @@ export class CaTrustComponent implements Component {
   private readonly abort = new AbortController();
   private lastError: string | undefined;
   private published: string | undefined;
+  /** Why kubelet and kube-proxy must restart; kept until they did, so a failed restart is tried again. */
+  private restartsDue: string[] = [];
 
   constructor(private readonly o: CaTrustOptions) {}
 
@@ -96,21 +107,23 @@ export class CaTrustComponent implements Component {
     const bundle = await this.clusterBundle();
     if (!bundle) return;
     const { paths } = this.o;
-    const restarts: string[] = [];
     if (bundleOf(splitCertificates(await readFile(paths.caCert, 'utf8'))) !== bundle) {
       await writeFileAtomic(paths.caCert, bundle, 0o644);
       await setKubeconfigsCa(paths, bundle);
       this.o.agent.trustChanged(bundle);
       this.log.info({ cas: splitCertificates(bundle).length }, 'the cluster CA bundle changed: the node trusts the new one');
-      restarts.push('the cluster CA bundle changed');
+      this.restartsDue.push('the cluster CA bundle changed');
     }
     const client = await readFile(this.clientCertFile(), 'utf8').catch(() => null);
     // No client certificate yet: kubelet's own bootstrap gets one from the CA that signs now.
     if (client !== null && !signedByFirst(client, bundle)) {
       await this.renewClientCertificate(bundle);
-      restarts.push('the node client certificate was reissued by the new CA');
+      this.restartsDue.push('the node client certificate was reissued by the new CA');
     }
-    if (restarts.length) await this.restartAll(restarts.join('; '));
+    if (this.restartsDue.length) {
+      await this.restartAll(this.restartsDue.join('; '));
+      this.restartsDue = [];
+    }
     const hash = bundleHash(bundle);
     if (this.published !== hash) {
       await this.o.kube.request('PATCH', `/api/v1/nodes/${encodeURIComponent(this.o.nodeName)}`, {
@@ -122,10 +135,8 @@ export class CaTrustComponent implements Component {
 
   /** The CA bundle in cluster-info, normalized; null when it names none. */
   private async clusterBundle(): Promise<string | null> {
-    const cm = await this.o.kube.get<{ data?: { kubeconfig?: string } }>('/api/v1/namespaces/kube-public/configmaps/cluster-info', this.abort.signal);
-    const doc = parse(cm.data?.kubeconfig ?? '') as { clusters?: { cluster?: Record<string, string> }[] } | null;
-    const data = doc?.clusters?.[0]?.cluster?.['certificate-authority-data'];
-    const certs = data ? splitCertificates(Buffer.from(data, 'base64').toString('utf8')) : [];
+    const cm = await this.o.kube.get<{ data?: { kubeconfig?: string } }>(CLUSTER_INFO, this.abort.signal);
+    const certs = splitCertificates(readKubeconfig(cm.data?.kubeconfig ?? '', CLUSTER_INFO).caPem ?? '');
     return certs.length ? bundleOf(certs) : null;
   }
 

@@ -57,32 +57,26 @@ export async function verifyWithCluster(info: JoinInfo): Promise<void> {
   }
 }
 
-/**
- * Points the node's kubeconfigs (the bootstrap one and the one kubelet wrote after TLS bootstrap)
- * at `server`: workers that joined before the balancer existed move onto it at their next start.
- */
-export async function pointKubeconfigsAt(paths: WorkerPaths, server: string): Promise<void> {
-  for (const file of [paths.bootstrapKubeconfig, paths.kubeletKubeconfig]) {
-    if (!existsSync(file)) continue;
-    const doc = parse(await readFile(file, 'utf8')) as { clusters?: { cluster?: { server?: string } }[] } | null;
-    const clusters = doc?.clusters ?? [];
-    if (clusters.every((c) => c.cluster?.server === server)) continue;
-    for (const c of clusters) if (c.cluster) c.cluster.server = server;
-    await writeFileAtomic(file, stringify(doc), 0o600);
-  }
-}
-
-/** Sets the CA every kubeconfig of the node embeds (after a CA rotation step, src/worker/ca-trust.ts). */
-export async function setKubeconfigsCa(paths: WorkerPaths, caPem: string): Promise<void> {
-  const data = Buffer.from(caPem).toString('base64');
+/** Sets one field of every cluster in the node's kubeconfigs (the bootstrap one and the one kubelet wrote after TLS bootstrap). */
+async function setKubeconfigsCluster(paths: WorkerPaths, field: 'server' | 'certificate-authority-data', value: string): Promise<void> {
   for (const file of [paths.bootstrapKubeconfig, paths.kubeletKubeconfig]) {
     if (!existsSync(file)) continue;
     const doc = parse(await readFile(file, 'utf8')) as { clusters?: { cluster?: Record<string, unknown> }[] } | null;
     const clusters = doc?.clusters ?? [];
-    if (clusters.every((c) => c.cluster?.['certificate-authority-data'] === data)) continue;
-    for (const c of clusters) if (c.cluster) c.cluster['certificate-authority-data'] = data;
+    if (clusters.every((c) => c.cluster?.[field] === value)) continue;
+    for (const c of clusters) if (c.cluster) c.cluster[field] = value;
     await writeFileAtomic(file, stringify(doc), 0o600);
   }
+}
+
+/** Points the node's kubeconfigs at `server`: workers that joined before the balancer existed move onto it at their next start. */
+export function pointKubeconfigsAt(paths: WorkerPaths, server: string): Promise<void> {
+  return setKubeconfigsCluster(paths, 'server', server);
+}
+
+/** Sets the CA every kubeconfig of the node embeds (after a CA rotation step, src/worker/ca-trust.ts). */
+export function setKubeconfigsCa(paths: WorkerPaths, caPem: string): Promise<void> {
+  return setKubeconfigsCluster(paths, 'certificate-authority-data', Buffer.from(caPem).toString('base64'));
 }
 
 function stateFile(paths: WorkerPaths): string {
