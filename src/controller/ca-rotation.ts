@@ -7,7 +7,7 @@ import { readFile } from 'node:fs/promises';
 import { messageOf } from '../base/errors.ts';
 import type { Logger } from '../base/log.ts';
 import { KubeApiError, type KubeClient } from '../kube/client.ts';
-import { bundleHash, CA_ROTATION_PHASES, caFilesFor, writeCaPhase, type CaRotation, type CaRotationPhase, type PkiPaths } from '../pki/index.ts';
+import { bundleHash, CA_ROTATION_PHASES, caPhaseOnDisk, writeCaPhase, type CaRotation, type CaRotationPhase, type PkiPaths } from '../pki/index.ts';
 
 export const CA_ROTATION_NAMESPACE = 'kube-system';
 export const CA_ROTATION_SECRET = 'kctl-ca-rotation';
@@ -104,7 +104,7 @@ export class CaRotationFollower {
     try {
       const rotation = await readCaRotation(this.kube, signal);
       // A step that failed half-way is run again until it is done.
-      if (rotation && (this.pending || (await this.differs(rotation)))) {
+      if (rotation && (this.pending || !(await caPhaseOnDisk(this.pki, rotation)))) {
         this.pending = true;
         await this.reissue(`CA rotation, phase ${rotation.phase}`, () => writeCaPhase(this.pki, rotation));
         this.pending = false;
@@ -117,11 +117,5 @@ export class CaRotationFollower {
       this.lastError = `CA rotation: ${messageOf(err)}`;
       log.warn(this.lastError);
     }
-  }
-
-  private async differs(rotation: CaRotation): Promise<boolean> {
-    const want = caFilesFor(rotation);
-    const [cert, key] = await Promise.all([readFile(this.pki.caCert, 'utf8'), readFile(this.pki.caKey, 'utf8')]);
-    return cert !== want.cert || key !== want.key;
   }
 }

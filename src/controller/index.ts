@@ -154,10 +154,8 @@ export function controllerComponents(o: ControllerRoleOptions): Component[] {
   const last = backups ? [backups] : [];
   if (cfg.spec.profile === 'api-only') {
     const controllerManager = new ControllerManagerComponent(cfg, paths, pki);
-    const renewer = new PkiRenewerComponent(pkiOptions(cfg, paths), pki, {
-      controllerManager,
-      caRotation: { kube, publishCa: async () => undefined },
-    });
+    // No nodes: nothing to publish the CA bundle to.
+    const renewer = new PkiRenewerComponent(pkiOptions(cfg, paths), pki, { controllerManager, caRotation: { kube } });
     const status = new StatusServerComponent<ControllerStatusReport>(paths.statusSocket, async (components) => ({
       ...processReport(components),
       storage: await storageStatus(cfg, pki),

@@ -48,7 +48,7 @@ export interface RenewalTargets {
   /** Rewrites the add-on stacks (metrics-server's serving certificate is in its Secret). */
   addons?: (log: Logger) => Promise<void>;
   /** Follows a cluster CA rotation (ca-rotation.ts): the API client, and what publishes the new trust bundle to nodes. */
-  caRotation?: { kube: KubeClient; publishCa: (caPem: string) => Promise<void> };
+  caRotation?: { kube: KubeClient; publishCa?: (caPem: string) => Promise<void> };
 }
 
 /** In HA, whose turn it is: held while one controller renews and restarts, so controllers take turns. */
@@ -143,7 +143,8 @@ export class PkiRenewerComponent implements Component {
       await this.pickUp(changed);
       await this.targets.konnectivity?.reloadTls();
       await this.targets.joinServer?.reloadTls();
-      await this.targets.caRotation?.publishCa(await readFile(this.pki.caCert, 'utf8'));
+      const publish = this.targets.caRotation?.publishCa;
+      if (publish) await publish(await readFile(this.pki.caCert, 'utf8'));
       this.record(started, changed.length);
       this.log.info({ reason, files: changed.length }, 'CA rotation step reached every component');
     } finally {

@@ -72,6 +72,13 @@ export function signedByFirst(certPem: string, bundle: string): boolean {
   return cert.checkIssued(ca) && cert.verify(ca.publicKey);
 }
 
+/** Whether ca.crt and ca.key hold the phase's files already. */
+export async function caPhaseOnDisk(paths: PkiPaths, r: CaRotation): Promise<boolean> {
+  const want = caFilesFor(r);
+  const [cert, key] = await Promise.all([readIfExists(paths.caCert), readIfExists(paths.caKey)]);
+  return cert === want.cert && key === want.key;
+}
+
 /**
  * Writes the phase's ca.crt and ca.key under the PKI lock (key first: a crash between the two
  * leaves a key that belongs to a certificate of the bundle, which ensureCa puts first again).
@@ -80,8 +87,8 @@ export function signedByFirst(certPem: string, bundle: string): boolean {
 export async function writeCaPhase(paths: PkiPaths, r: CaRotation): Promise<boolean> {
   const want = caFilesFor(r);
   return withPkiLock(paths.dir, async () => {
+    if (await caPhaseOnDisk(paths, r)) return false;
     const [cert, key] = await Promise.all([readIfExists(paths.caCert), readIfExists(paths.caKey)]);
-    if (cert === want.cert && key === want.key) return false;
     if (cert === null || key === null)
       throw new PkiError(`${paths.caCert} or its key is missing; restore the PKI from a backup before rotating the CA`);
     if (key !== want.key) await writeFileAtomic(paths.caKey, want.key, KEY_MODE);

@@ -12,7 +12,7 @@ import type { Logger } from '../base/log.ts';
 import { httpsUrl } from '../base/addresses.ts';
 import { firstServiceIps, localAddresses, sanSet, toSan, type San } from './addresses.ts';
 import { ensureCa, ensureServiceAccountKey, type EnsureContext } from './ca.ts';
-import { ensurePrivateDir } from './files.ts';
+import { CERT_MODE, ensurePrivateDir, readIfExists } from './files.ts';
 import { ensureEncryptionConfig } from './encryption.ts';
 import { ensureKubeconfig } from './kubeconfig.ts';
 import { ensureLeafFiles, type LeafSpec, type Outcome } from './leaf.ts';
@@ -187,7 +187,7 @@ export async function writeKubeletCaBundle(paths: PkiPaths, fresh: boolean): Pro
   const moved = existsSync(paths.kubeletServingMoved);
   const pems = await Promise.all([readFile(paths.kubeletServingCaCert, 'utf8'), ...(moved ? [] : [readFile(paths.caCert, 'utf8')])]);
   const bundle = pems.map((p) => p.trimEnd() + '\n').join('');
-  if ((await readFile(paths.kubeletCaBundle, 'utf8').catch(() => null)) !== bundle) await writeFileAtomic(paths.kubeletCaBundle, bundle, 0o644);
+  if ((await readIfExists(paths.kubeletCaBundle)) !== bundle) await writeFileAtomic(paths.kubeletCaBundle, bundle, 0o644);
 }
 
 export async function ensurePki(opts: PkiOptions, log: Logger): Promise<PkiPaths> {
@@ -237,7 +237,7 @@ export async function ensurePkiFiles(opts: PkiOptions, log: Logger): Promise<{ p
     const changed = files.filter((_, i) => leafOutcomes[i] !== 'unchanged');
     // kube-controller-manager signs with exactly one certificate: ca.crt's first.
     const signing = splitCertificates(cas.cluster.certPem)[0]!;
-    if ((await readFile(paths.caSigningCert, 'utf8').catch(() => null)) !== signing) await writeFileAtomic(paths.caSigningCert, signing, 0o644);
+    if ((await readIfExists(paths.caSigningCert)) !== signing) await writeFileAtomic(paths.caSigningCert, signing, CERT_MODE);
     if (wanted('nodes')) {
       // A new cluster's kubelets never had a serving certificate of the cluster CA; an older
       // cluster's did, so kubelets trust it too until every node has a new one (kubelet-serving.ts).

@@ -22,6 +22,7 @@ export {
   bundleHash,
   CA_ROTATION_PHASES,
   caFilesFor,
+  caPhaseOnDisk,
   newClusterCa,
   signedByFirst,
   writeCaPhase,
