@@ -29,3 +29,15 @@ export async function settlesWithin(p: Promise<unknown>, ms: number): Promise<bo
     timer.abort();
   }
 }
+
+/**
+ * Calls `done` until it returns true, `everyMs` apart; once `timeoutMs` have passed since the
+ * first call, a false answer throws what `onTimeout` makes (it may name what is still missing).
+ */
+export async function pollWithin(timeoutMs: number, everyMs: number, done: () => Promise<boolean>, onTimeout: () => Error): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!(await done())) {
+    if (Date.now() > deadline) throw onTimeout();
+    await sleep(everyMs);
+  }
+}

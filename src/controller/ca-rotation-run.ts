@@ -11,6 +11,7 @@ import { existsSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import { X509Certificate } from 'node:crypto';
 import { UserError } from '../base/errors.ts';
+import { pollWithin } from '../base/wait.ts';
 import { KubeApiError, type KubeClient } from '../kube/client.ts';
 import { CA_BUNDLE_ANNOTATION, CONTROLLER_LEASE_LABEL, LEASES_PATH, liveControllers, type Lease } from '../kube/controller-leases.ts';
 import { bundleHash, CA_ROTATION_PHASES, caFilesFor, newClusterCa, splitCertificates, type CaRotationPhase, type PkiPaths } from '../pki/index.ts';
@@ -61,24 +62,29 @@ async function lagging(o: RotateCaOptions, bundle: string): Promise<{ all: strin
   return { all: all.map((x) => x.name), behind: all.filter((x) => x.bundle !== bundle).map((x) => x.name) };
 }
 
+const POLL_MS = 2_000;
+
 async function waitFor(o: RotateCaOptions, bundle: string, what: string): Promise<string[]> {
-  const deadline = Date.now() + o.timeoutMs;
   let said = '';
-  for (;;) {
-    const { all, behind } = await lagging(o, bundle);
-    if (behind.length === 0) {
-      o.progress(`${what}: done on ${all.join(', ')}`);
-      return all;
-    }
-    const line = `${what}: waiting for ${behind.join(', ')} (${all.length - behind.length}/${all.length} done)`;
-    if (line !== said) o.progress(line);
-    said = line;
-    if (Date.now() > deadline)
-      throw new UserError(
-        `${behind.join(', ')} did not reach "${what}" in time; check them with kctl status (a node that is down must come back, or be deleted with kubectl delete node), then run kctl pki rotate-ca again to resume`,
-      );
-    await new Promise((r) => setTimeout(r, 2_000));
-  }
+  let now = { all: [] as string[], behind: [] as string[] };
+  await pollWithin(
+    o.timeoutMs,
+    POLL_MS,
+    async () => {
+      now = await lagging(o, bundle);
+      if (now.behind.length === 0) return true;
+      const line = `${what}: waiting for ${now.behind.join(', ')} (${now.all.length - now.behind.length}/${now.all.length} done)`;
+      if (line !== said) o.progress(line);
+      said = line;
+      return false;
+    },
+    () =>
+      new UserError(
+        `${now.behind.join(', ')} did not reach "${what}" in time; check them with kctl status (a node that is down must come back, or be deleted with kubectl delete node), then run kctl pki rotate-ca again to resume`,
+      ),
+  );
+  o.progress(`${what}: done on ${now.all.join(', ')}`);
+  return now.all;
 }
 
 interface Deployment {
@@ -97,13 +103,13 @@ const rolledOut = (d: Deployment) =>
   (d.status?.availableReplicas ?? 0) === (d.spec?.replicas ?? 1) &&
   (d.status?.replicas ?? 0) === (d.spec?.replicas ?? 1);
 
-async function until(o: RotateCaOptions, what: string, done: () => Promise<boolean>): Promise<void> {
-  const deadline = Date.now() + o.timeoutMs;
-  while (!(await done())) {
-    if (Date.now() > deadline)
-      throw new UserError(`${what} did not happen in time; check it with kctl kubectl, then run kctl pki rotate-ca again to resume`);
-    await new Promise((r) => setTimeout(r, 2_000));
-  }
+function until(o: RotateCaOptions, what: string, done: () => Promise<boolean>): Promise<void> {
+  return pollWithin(
+    o.timeoutMs,
+    POLL_MS,
+    done,
+    () => new UserError(`${what} did not happen in time; check it with kctl kubectl, then run kctl pki rotate-ca again to resume`),
+  );
 }
 
 /**

@@ -6,6 +6,7 @@
 // where it stopped when the command runs again.
 import { readFile } from 'node:fs/promises';
 import { UserError } from '../base/errors.ts';
+import { pollWithin } from '../base/wait.ts';
 import type { KubeClient } from '../kube/client.ts';
 import { CONTROLLER_LEASE_LABEL, LEASES_PATH, liveControllers, type Lease } from '../kube/controller-leases.ts';
 import { rewriteResource } from '../kube/rewrite.ts';
@@ -52,23 +53,26 @@ async function lagging(o: RotateOptions, names: string): Promise<{ all: string[]
 }
 
 async function waitLoaded(o: RotateOptions, names: string, what: string): Promise<string[]> {
-  const deadline = Date.now() + o.timeoutMs;
   let said = '';
-  for (;;) {
-    const { all, behind } = await lagging(o, names);
-    if (behind.length === 0) {
-      o.progress(`${what}: loaded by ${all.join(', ')}`);
-      return all;
-    }
-    const line = `${what}: waiting for ${behind.join(', ')} (${all.length - behind.length}/${all.length} done; kube-apiserver reloads within a minute)`;
-    if (line !== said) o.progress(line);
-    said = line;
-    if (Date.now() > deadline)
-      throw new UserError(
-        `${behind.join(', ')} did not load the encryption keys ${names} in time; check them with kctl status (a controller of an older kctl never does), then run kctl secrets rotate-key again to resume`,
-      );
-    await new Promise((r) => setTimeout(r, 2_000));
-  }
+  let now = { all: [] as string[], behind: [] as string[] };
+  await pollWithin(
+    o.timeoutMs,
+    2_000,
+    async () => {
+      now = await lagging(o, names);
+      if (now.behind.length === 0) return true;
+      const line = `${what}: waiting for ${now.behind.join(', ')} (${now.all.length - now.behind.length}/${now.all.length} done; kube-apiserver reloads within a minute)`;
+      if (line !== said) o.progress(line);
+      said = line;
+      return false;
+    },
+    () =>
+      new UserError(
+        `${now.behind.join(', ')} did not load the encryption keys ${names} in time; check them with kctl status (a controller of an older kctl never does), then run kctl secrets rotate-key again to resume`,
+      ),
+  );
+  o.progress(`${what}: loaded by ${now.all.join(', ')}`);
+  return now.all;
 }
 
 export async function rotateKey(o: RotateOptions): Promise<RotateResult> {
