@@ -16,7 +16,7 @@ import type { ControllerStatusReport } from '../../../src/controller/status.ts';
 import type { CertificateStatus } from '../../../src/pki/index.ts';
 import type { WorkerStatusReport } from '../../../src/worker/index.ts';
 import { FULL_CONTROLLER_LEAVES } from '../../helpers.ts';
-import { controllerReady, labController, runPinnedPod, startLabWorker, track } from '../lab/cluster.ts';
+import { controllerReady, labController, runPinnedPod, startIsolatedWorker, track } from '../lab/cluster.ts';
 import type { LabHost } from '../lab/lab.ts';
 import { startLab } from '../lab/lab-test.ts';
 import { waitFor } from '../lab/wait.ts';
@@ -61,10 +61,7 @@ test('with spec.pki.leafValidity 10m every certificate renews at least twice whi
     ),
   );
   await controllerReady(controller);
-  const token = await c.createToken('1h');
-  await lab.isolate(w1, ctl);
-  const worker = startLabWorker(kctlBin, w1, dir, token);
-  await waitFor('worker ready', 240_000, async () => worker.saw('"msg":"worker ready"'), worker.log);
+  await startIsolatedWorker(kctlBin, lab, c, ctl, w1, dir);
   await runPinnedPod(c.kubectl, 'talker', 'rnw', 'hello-renewal');
 
   const status = async <T>(host: LabHost, runDir: string): Promise<T> => {

@@ -12,7 +12,7 @@ import { join } from 'node:path';
 import { test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { parse } from 'yaml';
-import { controllerReady, labController, runPinnedPod, startLabWorker, track } from '../lab/cluster.ts';
+import { controllerReady, labController, runPinnedPod, startIsolatedWorker, track } from '../lab/cluster.ts';
 import type { LabHost } from '../lab/lab.ts';
 import { startLab } from '../lab/lab-test.ts';
 import { waitFor } from '../lab/wait.ts';
@@ -75,10 +75,7 @@ test('kctl pki rotate-ca: a new cluster CA everywhere, the old one nowhere, whil
   await writeFile(join(dir, 'kctl.yaml'), `spec:\n  api: { address: ${ctl.ip} }\n`);
   const controller = track(ctl.spawn(kctlBin, c.args));
   await controllerReady(controller);
-  const token = await c.createToken('1h');
-  await lab.isolate(w, ctl);
-  const worker = startLabWorker(kctlBin, w, dir, token);
-  await waitFor('worker ready', 240_000, async () => worker.saw('"msg":"worker ready"'), worker.log);
+  const worker = await startIsolatedWorker(kctlBin, lab, c, ctl, w, dir);
   await runPinnedPod(c.kubectl, 'talker', 'rcw', 'hello-rotation');
 
   const workerData = join(dir, 'rcw-data');

@@ -8,7 +8,7 @@ import { cleanupContainerd } from '../../../src/worker/containerd.ts';
 import { kubeletCgroupRoot, removeCgroupRoot } from '../../../src/worker/kubelet.ts';
 import { workerPaths } from '../../../src/worker/paths.ts';
 import type { ControllerStatusReport } from '../../../src/controller/status.ts';
-import type { LabHost } from './lab.ts';
+import type { Lab, LabHost } from './lab.ts';
 import { waitFor } from './wait.ts';
 
 export interface Tracked {
@@ -114,6 +114,18 @@ export function startLabWorker(kctlBin: string, host: LabHost, dir: string, toke
       host.ip,
     ]),
   );
+}
+
+/**
+ * A worker on `host` that only dials out to the controller on `ctl` (lab.isolate: nothing reaches
+ * it from there), joined with a fresh token of `c`; resolves once it says it is ready.
+ */
+export async function startIsolatedWorker(kctlBin: string, lab: Lab, c: LabController, ctl: LabHost, host: LabHost, dir: string): Promise<Tracked> {
+  const token = await c.createToken('1h');
+  await lab.isolate(host, ctl);
+  const worker = startLabWorker(kctlBin, host, dir, token);
+  await waitFor('worker ready', 240_000, async () => worker.saw('"msg":"worker ready"'), worker.log);
+  return worker;
 }
 
 /** A one-container pod bound to `node` (no scheduler), with a bundled image it never pulls; `container` adds image, command... */
