@@ -13,8 +13,24 @@ import type { KonnectivityServerOptions } from './options.ts';
 import { AgentBackend, type AgentCall } from './tunnel.ts';
 import { LINK_ALPN } from '../wire/link.ts';
 import { LinkAgentCall } from '../wire/link-calls.ts';
-import { FLOW_CONTROL_EXTENSION, META, offersFlowControl, parseIdentifiers, type AgentIdentifiers, type Packet } from '../wire/protocol.ts';
+import {
+  FLOW_CONTROL_EXTENSION,
+  META,
+  newRandom,
+  offersFlowControl,
+  packets,
+  parseIdentifiers,
+  type AgentIdentifiers,
+  type Packet,
+} from '../wire/protocol.ts';
 import { messageOf } from '../../base/errors.ts';
+
+/**
+ * An older stream of a reconnecting agent silent this long is suspected dead. A kctl agent pings
+ * after 5 s of silence from the server (checked every 2.5 s), so a live stream is rarely silent
+ * longer than that for long; 3 s catches a stream cut by a partition without ever reaching past it.
+ */
+const STALE_STREAM_MS = 3_000;
 
 const sameClaims = (a: ClaimVerdict, b: ClaimVerdict): boolean => JSON.stringify(a) === JSON.stringify(b);
 
@@ -92,6 +108,7 @@ export class AgentStreams {
       (type) => this.c.metrics.packet('to_agent', type),
     );
     this.c.broker.addAgent(backend);
+    this.probeOlderStreams(backend);
     this.warnDropped(backend);
     this.rejudge('trusted'); // a Node's own agent wins its addresses from trusted agents
     this.c.log.info(
@@ -110,6 +127,7 @@ export class AgentStreams {
     );
 
     call.on('data', (p: Packet) => {
+      backend.heard();
       this.c.metrics.packet('from_agent', p.type);
       this.c.broker.fromAgent(backend, p);
     });
@@ -129,6 +147,25 @@ export class AgentStreams {
       gone(err.message);
     });
     call.on('close', () => gone('stream closed'));
+  }
+
+  /**
+   * An agent that reconnects after a partition often does so before this side noticed its old
+   * stream die: that stream would keep getting its dials (routing prefers the oldest) until the
+   * keepalive drops it. Older streams of the same agent that have been silent a while are pinged
+   * and avoided until they answer. kctl agents only: they ping every few seconds, so silence means
+   * something; an idle upstream agent is silent for its whole 1 h keepalive.
+   */
+  private probeOlderStreams(fresh: AgentBackend): void {
+    for (const old of this.c.broker.agents) {
+      if (old === fresh || old.id !== fresh.id || old.gone || !old.flowControl || old.silentMs < STALE_STREAM_MS) continue;
+      old.suspect = true;
+      old.send(packets.ping(newRandom()));
+      this.c.log.info(
+        { agent: old.id, silentSeconds: Math.round(old.silentMs / 1000) },
+        'agent reconnected; its older stream is silent, pinged and avoided until it answers',
+      );
+    }
   }
 
   private judge(identity: AgentIdentity, claimed: AgentIdentifiers, self: AgentBackend | undefined): ClaimVerdict {

@@ -135,7 +135,9 @@ export class Broker {
   private dialTimedOut(t: Tunnel): void {
     if (t.state !== 'pending') return;
     t.agent.send(packets.dialCls(t.random));
-    this.fail(t, `dial to ${t.address} timed out after ${this.o.dialTimeoutMs} ms waiting for agent ${t.agent.id}`, 'timeout');
+    // Say when the agent has gone quiet: over a bad link that is the likely reason, not the target.
+    const silent = t.agent.silentMs >= 2_000 ? ` (nothing heard from it for ${Math.round(t.agent.silentMs / 1000)} s)` : '';
+    this.fail(t, `dial to ${t.address} timed out after ${this.o.dialTimeoutMs} ms waiting for agent ${t.agent.id}${silent}`, 'timeout');
   }
 
   /** Bytes from the client for the target. */

@@ -66,17 +66,20 @@ function destHostCandidates(ready: AgentBackend[], host: string): AgentBackend[]
 }
 
 /**
- * One backend per agent id: its oldest stream (preferring one that is not draining), as upstream
- * does (backends[agentID][0]). A newer stream of the same agent is usually a duplicate the agent
- * drops as soon as it reads serverid (HA resync after a server loss, discovery behind a load
- * balancer); a dial sent on it would fail with "agent disconnected before answering".
+ * One backend per agent id: its oldest stream, as upstream does (backends[agentID][0]),
+ * preferring one that is not suspected dead and not draining. A newer stream of the same agent is
+ * usually a duplicate the agent drops as soon as it reads serverid (HA resync after a server loss,
+ * discovery behind a load balancer); a dial sent on it would fail with "agent disconnected before
+ * answering". But after a partition the agent's new stream is the live one: the older one is then
+ * suspect (agent-streams.ts) until it answers a ping.
  */
 function readyAgents(agents: Iterable<AgentBackend>): AgentBackend[] {
   const byId = new Map<string, AgentBackend>();
+  const rank = (a: AgentBackend): number => (a.suspect ? 2 : 0) + (a.draining ? 1 : 0);
   for (const a of agents) {
     if (a.gone) continue;
     const first = byId.get(a.id);
-    if (!first || (first.draining && !a.draining)) byId.set(a.id, a);
+    if (!first || rank(a) < rank(first)) byId.set(a.id, a);
   }
   return [...byId.values()];
 }

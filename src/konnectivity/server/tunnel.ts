@@ -85,6 +85,13 @@ export class AgentBackend {
   draining = false;
   gone = false;
   readonly connectedAt = new Date();
+  /** When the agent last sent anything on this stream (ms since the epoch). */
+  lastReceived = Date.now();
+  /**
+   * The agent opened a newer stream while this one was silent: probably a stream whose peer
+   * vanished (a partition the agent noticed first). Pinged; routing avoids it until it answers.
+   */
+  suspect = false;
   readonly conns = new Map<Int64, Tunnel>();
   readonly pending = new Set<Tunnel>();
   private readonly writer = new StreamWriter<Packet>(() => this.onDrain(this));
@@ -135,6 +142,17 @@ export class AgentBackend {
 
   end(): void {
     this.call.end();
+  }
+
+  /** Anything arrived from the agent: the stream is alive. */
+  heard(): void {
+    this.lastReceived = Date.now();
+    this.suspect = false;
+  }
+
+  /** Milliseconds since the agent last sent anything on this stream. */
+  get silentMs(): number {
+    return Date.now() - this.lastReceived;
   }
 
   /** One of this agent's accepted names or addresses is exactly `host` (canonical spelling). */

@@ -56,7 +56,8 @@ export class LinkAgentCall extends EventEmitter {
         if (silent >= keepalive.timeMs + keepalive.timeoutMs) link.fail(`no answer from the agent for ${Math.round(silent / 1000)} s`);
         else if (silent >= keepalive.timeMs) link.write(packets.ping(newRandom()));
       },
-      Math.max(100, Math.floor(keepalive.timeMs / 2)),
+      // Checked every second: a dead agent is dropped at most 1 s after the bound, not timeMs/2 after.
+      Math.max(50, Math.min(1_000, Math.floor(keepalive.timeMs / 2))),
     );
     pinger.unref();
     link.on('packet', (p: Packet) => this.emit('data', p));

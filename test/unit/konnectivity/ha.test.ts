@@ -5,6 +5,7 @@ import { connect, type Socket } from 'node:net';
 import { test } from 'node:test';
 import { dialViaProxy } from '../../../src/konnectivity/client.ts';
 import type { KonnectivityServer } from '../../../src/konnectivity/server/server.ts';
+import { freePort } from '../../ports.ts';
 import { echoServer, listen, makePki, readN, startAgent, startServer, udsOf, waitFor } from './fixtures.ts';
 
 /** A tiny TCP load balancer: round-robin per connection; freeze() black-holes open connections. */
@@ -124,6 +125,34 @@ test('a dead link (no FIN, no RST) is noticed in seconds by both the agent and t
   );
   const echo = await echoServer(t);
   await echoThrough(server, echo.address);
+});
+
+test('an agent that reconnects before the server noticed its dead stream gets the dials on its fresh stream', async (t) => {
+  const pki = await makePki();
+  // The server notices silence only after 30 s; the agent after 4 s. (A worker's agent gives up
+  // after 15 s of silence: its old stream is then long silent when the new one arrives.)
+  const server = await startServer(t, pki, { serverId: 'ctrl-1', keepaliveTimeMs: 20_000, keepaliveTimeoutMs: 10_000 });
+  const lb = await roundRobin(t, () => [server.agentPort()]);
+  const agent = await startAgent(t, pki, [{ host: '127.0.0.1', port: lb.port }], { keepaliveTimeMs: 3_000, keepaliveTimeoutMs: 1_000 });
+  await waitFor('connected', () => agent.snapshot().servers.length === 1 && server.snapshot().agents.length === 1);
+  lb.freeze();
+  await waitFor('the agent reconnected while the server still holds the frozen stream', () => server.snapshot().agents.length === 2, 10_000);
+  // Upstream's rule (oldest stream first) would send this dial into the frozen stream, where it
+  // would wait the whole dial timeout (10 s by default, longer than this test's wait).
+  const echo = await echoServer(t);
+  await echoThrough(server, echo.address);
+});
+
+test("a server the worker reaches again is dialed at once, not at the backoff's next turn", async (t) => {
+  const pki = await makePki();
+  const port = await freePort();
+  // Nothing listens yet: the first attempt is refused and the next would come 30-60 s later.
+  const agent = await startAgent(t, pki, [{ host: '127.0.0.1', port }], { syncIntervalMs: 60_000, syncIntervalCapMs: 60_000 });
+  await waitFor('the first attempt failed', () => agent.status().lastError);
+  const server = await startServer(t, pki, { serverId: 'ctrl-1', agentPort: port });
+  agent.retrySoon('127.0.0.1');
+  await waitFor('connected long before the backoff ends', () => agent.snapshot().servers.length === 1, 10_000);
+  assert.equal(server.snapshot().agents.length, 1);
 });
 
 test('the server list follows the cluster: a server added later is dialed at once, a removed one is dropped, no restart', async (t) => {
