@@ -111,6 +111,11 @@ export class AgentComponent implements Component, ControllerFollower {
     this.agent?.setTrust(caPem);
   }
 
+  /** A controller's host answers again (the API balancer saw it): retry its konnectivity server now. */
+  hostAnswers(host: string): void {
+    this.agent?.retrySoon(host);
+  }
+
   /** The live controllers' konnectivity servers are the ones to hold a stream to. */
   controllersChanged(live: LiveController[]): void {
     this.agent?.setServers(live.map((c) => hostPort(c.konnectivity)));

@@ -151,8 +151,10 @@ export function workerComponents(o: WorkerRoleOptions): Component[] {
   // The cluster's pod CIDR from the join token (tokens from before it was carried: the default).
   const clusterCIDR = state.podCIDR ?? '10.244.0.0/16';
   // Everything on the node reaches the API through 127.0.0.1:7443, over every live controller.
-  const balancer = new ApiBalancerComponent({ caFile: paths.caCert, apiServers: state.apiServers });
   const agent = new AgentComponent(paths, state, id);
+  // After a partition the balancer's check is the first to see a controller again; the agent,
+  // perhaps deep in its backoff, hears of it and dials that controller's konnectivity port.
+  const balancer = new ApiBalancerComponent({ caFile: paths.caCert, apiServers: state.apiServers, onHealthy: (host) => agent.hostAnswers(host) });
   const kubelet = new KubeletComponent({
     paths,
     nodeName: id.nodeName,

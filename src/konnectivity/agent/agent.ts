@@ -5,7 +5,8 @@
 // - HA without a load balancer: it holds a stream to every listed server address, and like
 //   upstream it also discovers servers behind one address: each server tells its serverid
 //   and servercount, and the agent dials until it holds servercount distinct servers
-//   (duplicates dropped, backoff 1 s x1.5 with jitter, capped).
+//   (duplicates dropped, backoff 1 s x1.5 capped at 10 s, each wait drawn from
+//   [b/2, b] so agents never retry in lockstep).
 // - With a kctl server (kctl-extensions: flow-control/1 answered), per-connection credit
 //   windows, trace ids from the server, and app-level pings that notice a dead server in
 //   seconds. With an upstream server, none of that: plain protocol, gRPC keepalive no more
@@ -20,10 +21,12 @@ import { ServerConnection, type ConnectionContext } from './connection.ts';
 import { WindowBudget } from '../wire/flow.ts';
 import { AgentMetrics } from './metrics.ts';
 import type { KonnectivityAgentOptions, ServerAddress } from './options.ts';
+import type { AgentServerSnapshot, AgentSnapshot, TargetStats } from './snapshot.ts';
 import { FLOW_CONTROL_EXTENSION, WINDOW_GROWTH_BUDGET } from '../wire/protocol.ts';
 import { messageOf } from '../../base/errors.ts';
 
 export type { KonnectivityAgentOptions, ServerAddress };
+export type { AgentServerSnapshot, AgentSnapshot, TargetStats };
 
 interface AddressState {
   readonly addr: ServerAddress;
@@ -38,35 +41,12 @@ interface AddressState {
   removed: boolean;
 }
 
-export interface AgentServerSnapshot {
-  address: string;
-  serverId: string;
-  serverCount: number;
-  extensions: string[];
-  /** kctl-tunnel/1 with a kctl server that offers it, else grpc (the upstream protocol). */
-  transport: 'grpc' | 'kctl-tunnel/1';
-  connections: number;
-  pendingDials: number;
-}
-
-export interface AgentSnapshot {
-  agentId: string;
-  knownServerCount: number;
-  servers: AgentServerSnapshot[];
-}
-
-export interface TargetStats {
-  trace: string;
-  serverId: string;
-  connectID: string;
-  unflushed: number;
-  peakUnflushed: number;
-  held: number;
-  peakHeld: number;
-}
-
+/**
+ * A wait drawn from [ms/2, ms] ("equal jitter"). Jitter applied after the cap, never clamped
+ * back to it: agents that lost the same server do not retry it in lockstep, at the cap included.
+ */
 function jittered(ms: number): number {
-  return Math.round(ms * (1 + Math.random() * 0.5));
+  return Math.round(ms * (0.5 + Math.random() * 0.5));
 }
 
 export class KonnectivityAgent implements Component {
@@ -323,7 +303,23 @@ export class KonnectivityAgent implements Component {
   private retryLater(a: AddressState, grow: boolean): void {
     if (grow) a.backoffMs = Math.min(this.o.syncIntervalCapMs, a.backoffMs * 1.5);
     else a.backoffMs = this.o.syncIntervalMs;
-    a.nextAttemptAt = Date.now() + Math.min(this.o.syncIntervalCapMs, jittered(a.backoffMs));
+    a.nextAttemptAt = Date.now() + jittered(a.backoffMs);
+  }
+
+  /**
+   * Something else on this host just reached `host` (the worker's API balancer: a controller
+   * answers again after a partition). A server there we hold no stream to is dialed within
+   * half a second instead of at its backoff's next turn, which may be 10 s away.
+   */
+  retrySoon(host: string): void {
+    let due = false;
+    for (const a of this.addresses) {
+      if (a.addr.host !== host || a.conns > 0 || a.dialing || a.removed) continue;
+      a.backoffMs = this.o.syncIntervalMs;
+      a.nextAttemptAt = Math.min(a.nextAttemptAt, Date.now() + Math.round(Math.random() * 500));
+      due = true;
+    }
+    if (due) this.tick();
   }
 
   private async connectTo(a: AddressState): Promise<void> {

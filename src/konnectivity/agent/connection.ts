@@ -128,7 +128,8 @@ export class ServerConnection implements TargetOwner {
     });
     call.on('end', () => this.lost('server ended the stream'));
     if (this.flowControl) {
-      this.pingTimer = setInterval(() => this.keepalive(), Math.max(100, Math.floor(o.keepaliveTimeMs / 2)));
+      // Checked every second (at most): a dead server is dropped at most 1 s after the bound.
+      this.pingTimer = setInterval(() => this.keepalive(), Math.max(50, Math.min(1_000, Math.floor(o.keepaliveTimeMs / 2))));
       this.pingTimer.unref();
     }
     this.held = true;

@@ -28,7 +28,7 @@ export interface KonnectivityAgentOptions {
   keepaliveTimeMs?: number;
   /** kctl servers: declared dead when silent this much longer. Default 10 s. */
   keepaliveTimeoutMs?: number;
-  /** First retry delay; grows x1.5 with jitter up to the cap. Default 1 s and 10 s. */
+  /** First retry delay; grows x1.5 up to the cap, each wait drawn from [b/2, b]. Default 1 s and 10 s. */
   syncIntervalMs?: number;
   syncIntervalCapMs?: number;
   /** Keep probing for new servers even when holding servercount of them. Default false. */

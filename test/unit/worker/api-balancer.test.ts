@@ -1,6 +1,7 @@
 // The node-local API balancer with two stand-in API servers (HTTPS, the test cluster's serving
 // certificate): connections spread over the healthy ones, an unhealthy one loses its open
-// connections and gets no new ones, and the upstream list follows setUpstreams.
+// connections and gets no new ones, and the upstream list follows setUpstreams; an upstream
+// that stops answering is cut only after several silent checks in a row.
 import assert from 'node:assert/strict';
 import { writeFile } from 'node:fs/promises';
 import { createServer, request, type Server } from 'node:https';
@@ -12,9 +13,11 @@ import { captureLogger, initialised, tempDir } from '../../helpers.ts';
 import { makePki, waitFor } from '../konnectivity/fixtures.ts';
 
 async function apiServer(t: { after: (fn: () => Promise<void>) => void }, name: string, cert: string, key: string) {
-  const state = { ready: true };
+  const state = { ready: true, silent: false, checks: 0 };
   const server: Server = createServer({ cert, key }, (req, res) => {
     if (req.url === '/readyz') {
+      state.checks++;
+      if (state.silent) return; // a controller behind a partition: the check gets no answer
       res.writeHead(state.ready ? 200 : 500).end(state.ready ? 'ok' : 'etcd down');
       return;
     }
@@ -88,5 +91,46 @@ test(
     for (let i = 0; i < 3; i++) assert.equal(await get(port, pki.ca), 'api-a');
     lb.setUpstreams([]);
     assert.equal(lb.snapshot().upstreams.length, 1, 'an empty list must keep the current upstreams');
+  },
+);
+
+test(
+  'an API server that stops answering is cut after three silent checks, not one, and reported when it answers again',
+  { timeout: 30_000 },
+  async (t) => {
+    const pki = await makePki();
+    const dir = await tempDir(t);
+    const caFile = join(dir, 'ca.crt');
+    await writeFile(caFile, pki.ca);
+    const a = await apiServer(t, 'api-a', pki.serverCert, pki.serverKey);
+    const { log, raw } = captureLogger();
+    const answered: string[] = [];
+    const timings = { checkEveryMs: 200, checkTimeoutMs: 300, recheckAfterFailureMs: 100, silentChecksToCut: 3 };
+    const lb = await initialised(
+      new ApiBalancerComponent({ caFile, apiServers: [a.url], port: 0, timings, onHealthy: (h) => answered.push(h) }),
+      log,
+    );
+    await lb.start();
+    t.after(() => lb.stop());
+    assert.deepEqual(answered, ['127.0.0.1'], 'the first good check reports the host');
+    let cut = false;
+    const req = request({ host: '127.0.0.1', port: lb.listenPort(), path: '/hang', ca: pki.ca, agent: false }, () => undefined);
+    req.on('error', () => (cut = true));
+    req.end();
+    await waitFor('the long request through the balancer', () => lb.snapshot().upstreams[0]?.connections === 1);
+
+    a.state.silent = true;
+    const before = a.state.checks;
+    // The second silent check has begun, so the first one already failed: the connection must still be up.
+    await waitFor('two silent checks', () => a.state.checks >= before + 2, 5_000);
+    assert.equal(cut, false, 'one silent check must not cut the connections');
+    assert.equal(lb.snapshot().upstreams[0]?.healthy, true);
+    await waitFor('the connection is cut', () => cut, 5_000);
+    assert.ok(a.state.checks >= before + 3, `cut after ${a.state.checks - before} checks`);
+    assert.match(raw(), /API server unhealthy \(3 checks in a row without an answer\)/);
+
+    a.state.silent = false;
+    await waitFor('healthy again', () => lb.snapshot().upstreams[0]?.healthy, 5_000);
+    assert.deepEqual(answered, ['127.0.0.1', '127.0.0.1'], 'answering again is reported (the agent retries that host)');
   },
 );
