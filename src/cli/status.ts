@@ -57,6 +57,13 @@ export function renderStatus(r: AnyStatusReport): string {
   }
   if (r.role === 'controller') out.push(...renderCluster(r));
   out.push(...renderCertificates(r.certificates ?? []));
+  const agent = r.role === 'worker' ? r.konnectivityAgent : undefined;
+  if (agent) {
+    out.push('', `Konnectivity agent ${agent.agentId}: streams to ${agent.servers.length} of ${agent.knownServerCount} server(s)`);
+    if (agent.servers.length === 0) out.push('  no server connected: logs, exec and port-forward to this node fail until one is');
+    for (const s of agent.servers)
+      out.push(`  ${s.address}  server=${s.serverId}  transport=${s.transport}  connections=${s.connections}  pending=${s.pendingDials}`);
+  }
   const lb = r.role === 'worker' ? r.apiBalancer : undefined;
   if (lb) {
     out.push('', `API balancer ${lb.listen} (kubelet, kube-proxy and kctl reach the API here):`);

@@ -9,7 +9,7 @@ import type { Component, ComponentContext, ComponentStatus } from '../base/compo
 import type { Logger } from '../base/log.ts';
 import { messageOf } from '../base/errors.ts';
 import { CertificateWatch, type CertificateStatus } from '../pki/index.ts';
-import { KonnectivityAgent } from '../konnectivity/index.ts';
+import { KonnectivityAgent, type AgentSnapshot } from '../konnectivity/index.ts';
 import type { LiveController } from '../kube/controller-leases.ts';
 import type { ControllerFollower } from './controller-watch.ts';
 import type { JoinState } from './join.ts';
@@ -109,6 +109,11 @@ export class AgentComponent implements Component, ControllerFollower {
   /** The cluster's CA bundle changed (a CA rotation): new connections verify the servers with it. */
   trustChanged(caPem: string): void {
     this.agent?.setTrust(caPem);
+  }
+
+  /** The servers the agent holds a stream to (none before it started). */
+  snapshot(): AgentSnapshot | undefined {
+    return this.agent?.snapshot();
   }
 
   /** A controller's host answers again (the API balancer saw it): retry its konnectivity server now. */

@@ -26,6 +26,7 @@ import { prepareRunDir } from '../supervisor/run-dir.ts';
 import { writeFileAtomic } from '../base/fs.ts';
 import { KCTL_VERSION } from '../base/version.ts';
 import { AgentComponent } from './agent.ts';
+import type { AgentSnapshot } from '../konnectivity/index.ts';
 import { ContainerdComponent } from './containerd.ts';
 import { ControllerWatchComponent } from './controller-watch.ts';
 import { ImagesComponent } from './images.ts';
@@ -52,6 +53,8 @@ export interface WorkerStatusReport extends StatusReport {
   apiBalancer?: ApiBalancerStatus;
   /** The node's CA and kubelet's client and serving certificates (kubelet renews them): expiry, next renewal, renewals seen. */
   certificates?: CertificateStatus[];
+  /** The konnectivity agent: the servers (controllers) it holds a stream to, and its connections on each. */
+  konnectivityAgent?: AgentSnapshot;
 }
 
 /** What reset needs to know about this worker after it stopped. */
@@ -173,6 +176,7 @@ export function workerComponents(o: WorkerRoleOptions): Component[] {
     components,
     apiBalancer: balancer.snapshot(),
     certificates: agent.certificates(),
+    konnectivityAgent: agent.snapshot(),
   }));
   return [
     status,

@@ -180,3 +180,26 @@ test('kctl status lists every certificate with its expiry, next renewal and rene
   assert.match(text, /^WARNING: ca\.crt: CA expires 2027-01-01T00:00:00\.000Z, within a year: plan a CA rotation$/m);
   assert.match(text, /^ERROR: admin\.conf: no certificate in \/d\/pki\/admin\.conf$/m);
 });
+
+test("a worker's status shows the servers its agent holds and each API upstream's health, and says so when it holds none", () => {
+  const worker = { role: 'worker' as const, version: 'test', pid: 1, uptimeSeconds: 5, components: [] };
+  const server = { serverId: 'c1', serverCount: 2, extensions: [], transport: 'kctl-tunnel/1' as const, connections: 3, pendingDials: 0 };
+  const out = renderStatus({
+    ...worker,
+    konnectivityAgent: { agentId: 'w1', knownServerCount: 2, servers: [{ ...server, address: '10.0.0.1:8132' }] },
+    apiBalancer: {
+      listen: '127.0.0.1:7443',
+      upstreams: [
+        { address: '10.0.0.1:6443', healthy: true, connections: 4 },
+        { address: '10.0.0.2:6443', healthy: false, connections: 0, lastError: 'https://10.0.0.2:6443: no answer within 4 s' },
+      ],
+    },
+  });
+  assert.match(
+    out,
+    /Konnectivity agent w1: streams to 1 of 2 server\(s\)\n {2}10\.0\.0\.1:8132 {2}server=c1 {2}transport=kctl-tunnel\/1 {2}connections=3 {2}pending=0/,
+  );
+  assert.match(out, /10\.0\.0\.2:6443 {2}unhealthy {2}connections=0 {2}https:\/\/10\.0\.0\.2:6443: no answer within 4 s/);
+  const alone = renderStatus({ ...worker, konnectivityAgent: { agentId: 'w1', knownServerCount: 1, servers: [] } });
+  assert.match(alone, /no server connected: logs, exec and port-forward to this node fail until one is/);
+});
