@@ -1,19 +1,38 @@
 // kctl's konnectivity agent alone in a process, with /metrics on an admin port, for the bench.
-// argv[2]: JSON {serverPort, adminPort, ca, cert, key, agentId}. Prints {"ready":true} once connected.
+// argv[2]: JSON {serverPort, adminPort, ca, cert, key, agentId}, and optionally serverHost
+// (default 127.0.0.1), keepaliveTimeMs / keepaliveTimeoutMs and syncIntervalMs / syncIntervalCapMs
+// (tests that cut links want them short). Prints {"ready":true} once connected; answers "gc" on
+// stdin like kctl-server.ts.
 import { readFileSync } from 'node:fs';
 import { createServer } from 'node:http';
 import { KonnectivityAgent } from '../src/konnectivity/index.ts';
 import { createLogger } from '../src/base/log.ts';
+import { answerGc } from './gc-line.ts';
 
-const o = JSON.parse(process.argv[2] ?? '{}') as { serverPort: number; adminPort: number; ca: string; cert: string; key: string; agentId: string };
+const o = JSON.parse(process.argv[2] ?? '{}') as {
+  serverPort: number;
+  adminPort: number;
+  ca: string;
+  cert: string;
+  key: string;
+  agentId: string;
+  serverHost?: string;
+  keepaliveTimeMs?: number;
+  keepaliveTimeoutMs?: number;
+  syncIntervalMs?: number;
+  syncIntervalCapMs?: number;
+};
 const agent = new KonnectivityAgent({
-  servers: [{ host: '127.0.0.1', port: o.serverPort }],
+  servers: [{ host: o.serverHost ?? '127.0.0.1', port: o.serverPort }],
   ca: readFileSync(o.ca),
   cert: readFileSync(o.cert),
   key: readFileSync(o.key),
   agentId: o.agentId,
   identifiers: { host: [o.agentId] },
-  syncIntervalMs: 200,
+  syncIntervalMs: o.syncIntervalMs ?? 200,
+  syncIntervalCapMs: o.syncIntervalCapMs,
+  keepaliveTimeMs: o.keepaliveTimeMs,
+  keepaliveTimeoutMs: o.keepaliveTimeoutMs,
   log: createLogger({ destination: process.stderr, pretty: false }),
 });
 const admin = createServer((req, res) => {
@@ -21,6 +40,7 @@ const admin = createServer((req, res) => {
   void agent.metricsText().then((body) => res.writeHead(200, { 'content-type': 'text/plain' }).end(body));
 });
 await new Promise<void>((r) => admin.listen(o.adminPort, '127.0.0.1', r));
+answerGc();
 await agent.init();
 await agent.start();
 await agent.ready(AbortSignal.timeout(30_000));

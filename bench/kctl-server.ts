@@ -1,8 +1,12 @@
 // kctl's konnectivity server alone in a process (so its RSS is its own), for the bench.
-// argv[2]: JSON {udsPath, connectUdsPath, agentPort, adminPort, cert, key, ca}. Prints {"ready":true}.
+// argv[2]: JSON {udsPath, connectUdsPath, agentPort, adminPort, cert, key, ca}, and optionally
+// bindAddress (agent port, default 127.0.0.1) and keepaliveTimeMs / keepaliveTimeoutMs (tests
+// that cut links want them short). Prints {"ready":true}. A "gc" line on stdin (with --expose-gc)
+// collects garbage and prints {"rssKiB":…,"heapUsedKiB":…}: memory figures without the heap's slack.
 import { readFileSync } from 'node:fs';
 import { KonnectivityServer } from '../src/konnectivity/index.ts';
 import { createLogger } from '../src/base/log.ts';
+import { answerGc } from './gc-line.ts';
 
 const o = JSON.parse(process.argv[2] ?? '{}') as {
   udsPath: string;
@@ -12,17 +16,23 @@ const o = JSON.parse(process.argv[2] ?? '{}') as {
   cert: string;
   key: string;
   ca: string;
+  bindAddress?: string;
+  keepaliveTimeMs?: number;
+  keepaliveTimeoutMs?: number;
 };
 const server = new KonnectivityServer({
   serverId: 'bench-kctl',
   udsPath: o.udsPath,
   httpConnectUdsPath: o.connectUdsPath,
-  agentBindAddress: '127.0.0.1',
+  agentBindAddress: o.bindAddress ?? '127.0.0.1',
+  keepaliveTimeMs: o.keepaliveTimeMs,
+  keepaliveTimeoutMs: o.keepaliveTimeoutMs,
   agentPort: o.agentPort,
   adminPort: o.adminPort,
   tls: { cert: readFileSync(o.cert), key: readFileSync(o.key), ca: readFileSync(o.ca) },
   log: createLogger({ destination: process.stderr, pretty: false }),
 });
+answerGc();
 await server.init();
 await server.start();
 process.stdout.write(`${JSON.stringify({ ready: true })}\n`);

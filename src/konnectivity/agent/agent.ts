@@ -89,7 +89,8 @@ export class KonnectivityAgent implements Component {
       syncIntervalCapMs: 10_000,
       drainTimeoutMs: 0,
       upstreamBufferLimit: 4 * 1024 * 1024,
-      ...opts,
+      // An option given as undefined keeps its default.
+      ...(Object.fromEntries(Object.entries(opts).filter(([, v]) => v !== undefined)) as KonnectivityAgentOptions),
     };
     this.log = opts.log;
     this.addresses = opts.servers.map((addr) => this.addressState(addr));
