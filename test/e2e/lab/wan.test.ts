@@ -94,7 +94,17 @@ test('the WAN lab delays, drops, caps and partitions worker <-> controller traff
   let stats = await link.stats();
   assert.ok(stats.up.forwarded >= edge.received && stats.down.forwarded >= edge.received, JSON.stringify(stats));
   assert.ok(stats.up.passed > 0, 'worker <-> worker frames pass the emulator untouched');
-  process.stderr.write(`# edge: RTT median ${rtt.toFixed(1)} ms over ${edge.received}/20 pings; LAN ${median(lan.rttMs).toFixed(2)} ms\n`);
+  process.stderr.write(`# edge: RTT median ${rtt.toFixed(1)} ms over ${edge.received}/20 pings; LAN ${lan.rttMs.join(', ')} ms\n`);
+
+  // satellite: 300 ms each way.
+  await link.set('satellite');
+  const sat = await pings(w1, ctl, 5, 0.2);
+  assert.ok(sat.received >= 3, `satellite answers most pings (2 % loss each way), got ${sat.received}/5`);
+  assert.ok(median(sat.rttMs) >= 580 && median(sat.rttMs) <= 700, `satellite RTT ${sat.rttMs.join(', ')} ms, want about 600`);
+  process.stderr.write(`# satellite: RTT ${sat.rttMs.join(', ')} ms\n`);
+
+  // A bad parameter is refused with the reason and changes nothing.
+  await assert.rejects(link.set({ loss: 2 }), /WAN emulator for w1: loss is a probability from 0 to 1, got 2/);
 
   // A partition: silence both ways (no ICMP error, ping just times out), the LAN still works.
   await link.set('clean');
