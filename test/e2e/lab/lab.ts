@@ -5,7 +5,8 @@
 //                 default route on-link via eth0 (nothing beyond the lab bridge)
 //
 // The bridge lives in its own namespace, so the lab adds no link, address or route to the
-// machine's root namespace and deleting the namespaces removes every link with them.
+// machine's root namespace and deleting the namespaces removes every link with them. wan.ts may
+// move a host's veth end from br0 behind a WAN emulator, also in the switch namespace (lab.sw).
 // Commands enter a host with `nsenter --net=/run/netns/NAME` (not `ip netns exec`, which
 // remounts /sys and hides the cgroup mounts kubelet and runc need).
 import { spawn, type ChildProcess, type SpawnOptions } from 'node:child_process';
@@ -31,10 +32,26 @@ export interface LabHost {
   spawn(cmd: string, args: string[], opts?: SpawnOptions): ChildProcess;
 }
 
+/**
+ * The switch namespace, for lab tools that rewire a host's port (wan.ts puts a WAN emulator
+ * between a host and br0); tests use the Lab's own methods.
+ */
+export interface LabSwitch {
+  readonly netns: string;
+  /** The switch's end of `host`'s veth (h<i>), a port of br0 unless a tool moved it. */
+  port(host: LabHost): string;
+  run(cmd: string, args: string[], opts?: Options): Promise<Result>;
+  /** Like LabHost.spawn: destroy() kills it. */
+  spawn(cmd: string, args: string[], opts?: SpawnOptions): ChildProcess;
+  /** True once destroy() has begun: a lab process that ends then was ended by it. */
+  readonly destroyed: boolean;
+}
+
 export interface Lab {
   readonly name: string;
   readonly subnet: string;
   readonly hosts: readonly LabHost[];
+  readonly sw: LabSwitch;
   host(name: string): LabHost;
   /** On `worker`: drop NEW inbound connections (INPUT and FORWARD) from each of `from`; replies to worker-initiated ones still pass. */
   isolate(worker: LabHost, ...from: LabHost[]): Promise<void>;
@@ -110,25 +127,39 @@ export async function createLab(name: string, hostNames: string[]): Promise<Lab>
   // A previous run that was killed hard may have left namespaces with our names.
   for (const ns of await labNamespaces(name)) await sh('ip', ['netns', 'del', ns]);
 
-  const makeHost = (host: string, i: number): LabHost => {
-    const netns = netnsName(name, host);
-    const enter = ['--net=/run/netns/' + netns, '--'];
+  /** run and spawn inside namespace `netns`. */
+  const enter = (netns: string): Pick<LabHost, 'run' | 'spawn'> => {
+    const into = ['--net=/run/netns/' + netns, '--'];
     return {
-      name: host,
-      netns,
-      ip: `10.77.${octet}.${10 + i}`,
-      run: (cmd, args, o = {}) => sh(NSENTER, [...enter, cmd, ...args], o),
+      run: (cmd, args, o = {}) => sh(NSENTER, [...into, cmd, ...args], o),
       spawn: (cmd, args, o = {}) => {
         if (destroyed) throw new Error(`lab ${name} is destroyed`);
         // Own process group, so destroy() also reaches what the process forks.
-        const child = spawn(NSENTER, [...enter, cmd, ...args], { stdio: ['ignore', 'pipe', 'pipe'], ...o, detached: true });
+        const child = spawn(NSENTER, [...into, cmd, ...args], { stdio: ['ignore', 'pipe', 'pipe'], ...o, detached: true });
         children.add(child);
         child.once('exit', () => children.delete(child));
         return child;
       },
     };
   };
-  const hosts = hostNames.map(makeHost);
+  const hosts = hostNames.map((host, i): LabHost => ({
+    name: host,
+    netns: netnsName(name, host),
+    ip: `10.77.${octet}.${10 + i}`,
+    ...enter(netnsName(name, host)),
+  }));
+  const labSwitch: LabSwitch = {
+    netns: sw,
+    port(host) {
+      const i = hosts.findIndex((h) => h.name === host.name);
+      if (i < 0) throw new Error(`lab ${name} has no host ${host.name}`);
+      return `h${i}`;
+    },
+    ...enter(sw),
+    get destroyed() {
+      return destroyed;
+    },
+  };
 
   const destroy = async (): Promise<void> => {
     destroyed = true;
@@ -146,10 +177,11 @@ export async function createLab(name: string, hostNames: string[]): Promise<Lab>
     await must('ip', ['netns', 'add', sw]);
     await must('ip', ['-n', sw, 'link', 'add', 'br0', 'type', 'bridge']);
     await must('ip', ['-n', sw, 'link', 'set', 'br0', 'up']);
-    for (const [i, h] of hosts.entries()) {
+    for (const h of hosts) {
       await must('ip', ['netns', 'add', h.netns]);
-      await must('ip', ['-n', sw, 'link', 'add', `h${i}`, 'type', 'veth', 'peer', 'name', 'eth0', 'netns', h.netns]);
-      await must('ip', ['-n', sw, 'link', 'set', `h${i}`, 'master', 'br0', 'up']);
+      const port = labSwitch.port(h);
+      await must('ip', ['-n', sw, 'link', 'add', port, 'type', 'veth', 'peer', 'name', 'eth0', 'netns', h.netns]);
+      await must('ip', ['-n', sw, 'link', 'set', port, 'master', 'br0', 'up']);
       await must('ip', ['-n', h.netns, 'link', 'set', 'lo', 'up']);
       await must('ip', ['-n', h.netns, 'addr', 'add', `${h.ip}/24`, 'dev', 'eth0']);
       await must('ip', ['-n', h.netns, 'link', 'set', 'eth0', 'up']);
@@ -168,6 +200,7 @@ export async function createLab(name: string, hostNames: string[]): Promise<Lab>
     name,
     subnet,
     hosts,
+    sw: labSwitch,
     host(n) {
       const h = hosts.find((x) => x.name === n);
       if (!h) throw new Error(`lab ${name} has no host ${n}`);
