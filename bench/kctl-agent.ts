@@ -1,13 +1,13 @@
 // kctl's konnectivity agent alone in a process, with /metrics on an admin port, for the bench.
 // argv[2]: JSON {serverPort, adminPort, ca, cert, key, agentId}, and optionally serverHost
 // (default 127.0.0.1), keepaliveTimeMs / keepaliveTimeoutMs and syncIntervalMs / syncIntervalCapMs
-// (tests that cut links want them short). Prints {"ready":true} once connected; answers "gc" on
+// (tests that cut links want them short). Prints {"ready":true} once connected; answers "stats" on
 // stdin like kctl-server.ts.
 import { readFileSync } from 'node:fs';
 import { createServer } from 'node:http';
 import { KonnectivityAgent } from '../src/konnectivity/index.ts';
 import { createLogger } from '../src/base/log.ts';
-import { answerGc } from './gc-line.ts';
+import { answerStats } from './stats-line.ts';
 
 const o = JSON.parse(process.argv[2] ?? '{}') as {
   serverPort: number;
@@ -40,7 +40,15 @@ const admin = createServer((req, res) => {
   void agent.metricsText().then((body) => res.writeHead(200, { 'content-type': 'text/plain' }).end(body));
 });
 await new Promise<void>((r) => admin.listen(o.adminPort, '127.0.0.1', r));
-answerGc();
+answerStats(() => {
+  const servers = agent.snapshot().servers;
+  return {
+    servers: servers.length,
+    targets: servers.reduce((n, s) => n + s.connections, 0),
+    dials: servers.reduce((n, s) => n + s.pendingDials, 0),
+    windowGrowth: agent.windowGrowthInUse(),
+  };
+});
 await agent.init();
 await agent.start();
 await agent.ready(AbortSignal.timeout(30_000));

@@ -1,12 +1,12 @@
 // kctl's konnectivity server alone in a process (so its RSS is its own), for the bench.
 // argv[2]: JSON {udsPath, connectUdsPath, agentPort, adminPort, cert, key, ca}, and optionally
 // bindAddress (agent port, default 127.0.0.1) and keepaliveTimeMs / keepaliveTimeoutMs (tests
-// that cut links want them short). Prints {"ready":true}. A "gc" line on stdin (with --expose-gc)
-// collects garbage and prints {"rssKiB":…,"heapUsedKiB":…}: memory figures without the heap's slack.
+// that cut links want them short). Prints {"ready":true}. A "stats" line on stdin answers with
+// memory (after a collection, with --expose-gc), descriptors and tables (stats-line.ts).
 import { readFileSync } from 'node:fs';
 import { KonnectivityServer } from '../src/konnectivity/index.ts';
 import { createLogger } from '../src/base/log.ts';
-import { answerGc } from './gc-line.ts';
+import { answerStats } from './stats-line.ts';
 
 const o = JSON.parse(process.argv[2] ?? '{}') as {
   udsPath: string;
@@ -32,7 +32,10 @@ const server = new KonnectivityServer({
   tls: { cert: readFileSync(o.cert), key: readFileSync(o.key), ca: readFileSync(o.ca) },
   log: createLogger({ destination: process.stderr, pretty: false }),
 });
-answerGc();
+answerStats(() => {
+  const snap = server.snapshot();
+  return { agents: snap.agents.length, established: snap.establishedConnections, pending: snap.pendingDials, closing: snap.closingConnections };
+});
 await server.init();
 await server.start();
 process.stdout.write(`${JSON.stringify({ ready: true })}\n`);

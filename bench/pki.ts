@@ -17,7 +17,8 @@ export interface BenchPki {
 
 export const NODE = 'bench-node';
 
-export async function makePki(dir: string): Promise<BenchPki> {
+/** `address`: where the konnectivity server listens (its certificate names it); loopback unless in the lab. */
+export async function makePki(dir: string, address = '127.0.0.1'): Promise<BenchPki> {
   const log = createLogger({
     destination: new Writable({
       write(_c, _e, cb) {
@@ -29,13 +30,13 @@ export async function makePki(dir: string): Promise<BenchPki> {
   await ensurePki(
     {
       dir,
-      apiAddress: '127.0.0.1',
+      apiAddress: address,
       sans: [],
       apiPort: 6443,
       serviceCIDR: '10.96.0.0/12',
       clusterDomain: 'cluster.local',
       hostname: 'bench-ctrl',
-      localAddresses: ['127.0.0.1'],
+      localAddresses: [...new Set(['127.0.0.1', address])],
     },
     log,
   );
