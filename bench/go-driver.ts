@@ -15,7 +15,7 @@ import { cacheRoot } from '../src/payload/manifest.ts';
 export type GoPath = { mode: 'grpc' | 'connect'; uds: string } | { mode: 'direct' | 'floor' };
 
 const SRC = new URL('go-driver/', import.meta.url).pathname;
-const FILES = ['go.mod', 'go.sum', 'main.go', 'floor.go'];
+const FILES = ['go.mod', 'go.sum', 'main.go', 'floor.go', 'cancel.go'];
 const run = promisify(execFile);
 const log = (m: string): void => void process.stderr.write(`[bench] ${m}\n`);
 
@@ -84,4 +84,25 @@ export async function throughput(p: GoPath, source: string, conns: number, bytes
 /** Milliseconds for each of `count` sequential short connections to `echo`: dial, 1 KiB round trip, close. */
 export async function dialLatencies(p: GoPath, echo: string, count: number): Promise<number[]> {
   return (await drive<{ ms: number[] }>('dial-latency', p, ['--echo', echo, '--count', String(count)])).ms;
+}
+
+/** What `http.Client.Do` returned in go-driver's `cancel` runs (go-driver/cancel.go). */
+export interface CancelCounts {
+  canceled: number;
+  eof: number;
+  answered: number;
+  other: number;
+  /** The tunnel's stream had already ended when Do returned. */
+  tunnelEndedFirst: number;
+  /** Each error text but "context canceled", with its count. */
+  messages: Record<string, number>;
+}
+
+/**
+ * `count` GET requests, each through a new single-use GRPC tunnel to a target in the driver that
+ * answers right after the client canceled: in kube-apiserver's shape (the tunnel outlives the
+ * request's context) or in upstream's test's (one context for both).
+ */
+export function cancelCounts(uds: string, count: number, shape: 'apiserver' | 'test'): Promise<CancelCounts> {
+  return drive<CancelCounts>('cancel', { mode: 'grpc', uds }, ['--count', String(count), '--shape', shape]);
 }

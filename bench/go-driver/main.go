@@ -12,6 +12,9 @@
 //
 //	go-driver throughput   --mode M [--uds PATH] --source HOST:PORT --conns N --bytes B   -> {"mibps": X}
 //	go-driver dial-latency --mode M [--uds PATH] --echo HOST:PORT --count N               -> {"ms": [...]}
+//	go-driver cancel --mode grpc --uds PATH --count N [--shape S] [--answer-after D]      -> cancel.go
+//
+// --klog-v N shows konnectivity-client's log on stderr.
 package main
 
 import (
@@ -257,7 +260,7 @@ func dialLatencies(dial dialer, echo string, count int) ([]float64, error) {
 
 func run(args []string) (any, error) {
 	if len(args) == 0 {
-		return nil, errors.New("usage: go-driver throughput|dial-latency --mode grpc|connect|direct|floor [--uds PATH] ...")
+		return nil, errors.New("usage: go-driver throughput|dial-latency|cancel --mode grpc|connect|direct|floor [--uds PATH] ...")
 	}
 	fs := flag.NewFlagSet(args[0], flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
@@ -268,12 +271,18 @@ func run(args []string) (any, error) {
 	conns := fs.Int("conns", 1, "throughput: connections at once")
 	bytesEach := fs.Int64("bytes", 0, "throughput: bytes per connection")
 	echo := fs.String("echo", "", "dial-latency: HOST:PORT of the echo port")
-	count := fs.Int("count", 0, "dial-latency: connections, one after another")
+	count := fs.Int("count", 0, "dial-latency, cancel: connections, one after another")
+	shape := fs.String("shape", "test", "cancel: test (one ctx for tunnel and request) or apiserver (tunnel ctx Background)")
+	answerAfter := fs.Duration("answer-after", 0, "cancel: how long after the cancel the target answers (negative: never)")
+	verbose := fs.Int("klog-v", 0, "konnectivity-client's klog verbosity, to stderr (0: none; 5 traces every packet)")
 	if err := fs.Parse(args[1:]); err != nil {
 		return nil, err
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	if *verbose > 0 {
+		klogToStderr(*verbose)
 	}
 	if *mode == "floor" {
 		floorUDS, stop, err := startFloorProxy()
@@ -304,8 +313,22 @@ func run(args []string) (any, error) {
 		}
 		ms, err := dialLatencies(dial, *echo, *count)
 		return map[string][]float64{"ms": ms}, err
+	case "cancel":
+		if *mode != "grpc" || *count < 1 {
+			return nil, errors.New("cancel needs --mode grpc, --uds and --count >= 1")
+		}
+		return cancelRuns(*uds, *shape, *count, *answerAfter)
 	}
-	return nil, fmt.Errorf("unknown command %q (throughput or dial-latency)", args[0])
+	return nil, fmt.Errorf("unknown command %q (throughput, dial-latency or cancel)", args[0])
+}
+
+// klogToStderr shows konnectivity-client's own log (and cancel's per-request lines) at verbosity v.
+func klogToStderr(v int) {
+	fs := flag.NewFlagSet("klog", flag.ContinueOnError)
+	klog.InitFlags(fs)
+	fs.Set("v", fmt.Sprint(v))
+	klog.LogToStderr(true)
+	klog.SetOutput(os.Stderr)
 }
 
 func main() {
