@@ -9,6 +9,7 @@ import { controllerFigures } from './controller.ts';
 import { connectDialer, directDialer, grpcDialer, type Dialer, type PathName } from './driver.ts';
 import { dialLatencies, goDriver, throughput, type GoPath } from './go-driver.ts';
 import { makePki, type BenchPki } from './pki.ts';
+import { median, reportRows, type Row } from './rows.ts';
 import { cpuMs, firstJsonLine, startProc, type Proc } from './procs.ts';
 import { freePort } from '../test/ports.ts';
 import { executableFigures } from './executable.ts';
@@ -17,16 +18,6 @@ import { startKctl, startUpstream, type Stack, type StackName } from './stacks.t
 import { haFigures } from './ha.ts';
 import { tenantFigures } from './tenants.ts';
 import { workerJoinSeconds } from './worker.ts';
-
-export interface Row {
-  scenario: string;
-  unit: string;
-  kctl: number | null;
-  upstream: number | null;
-  direct: number | null;
-  /** Why a figure is null, when it is. */
-  note?: string;
-}
 
 interface Sizes {
   /** Repetitions of the throughput scenarios: cheap, and the noisiest figures on a shared host. */
@@ -100,12 +91,6 @@ const VIA: Record<Exclude<PathName, 'direct'>, { stack: StackName; mode: 'grpc' 
   'kctl-connect': { stack: 'kctl', mode: 'connect' },
 };
 const log = (m: string): void => void process.stderr.write(`[bench] ${m}\n`);
-
-function median(xs: number[]): number {
-  const s = [...xs].sort((a, b) => a - b);
-  const m = s.length >> 1;
-  return s.length % 2 ? s[m]! : (s[m - 1]! + s[m]!) / 2;
-}
 
 function percentile(xs: number[], p: number): number {
   const s = [...xs].sort((a, b) => a - b);
@@ -410,19 +395,7 @@ async function main(): Promise<void> {
     await rm(dir, { recursive: true, force: true });
   }
   log(`done in ${((Date.now() - started) / 1000).toFixed(0)} s`);
-  const fmt = (x: number | null): string => (x === null ? '-' : x >= 100 ? x.toFixed(0) : x.toFixed(x >= 10 ? 1 : 3));
-  const ratio = (a: number | null, b: number | null): string => (a === null || b === null || b === 0 ? '-' : `${(a / b).toFixed(2)}x`);
-  const table = [
-    '| scenario | unit | kctl | upstream | direct | kctl/upstream | kctl/direct |',
-    '|---|---|---:|---:|---:|---:|---:|',
-    ...out.map(
-      (r) =>
-        `| ${r.scenario} | ${r.unit} | ${fmt(r.kctl)} | ${fmt(r.upstream)} | ${fmt(r.direct)} | ${ratio(r.kctl, r.upstream)} | ${ratio(r.kctl, r.direct)} |`,
-    ),
-  ].join('\n');
-  const notes = out.filter((r) => r.note && r.kctl !== null).map((r) => `- ${r.scenario}: ${r.note}`);
-  process.stderr.write(`${table}\n${notes.length ? `\n${notes.join('\n')}\n` : ''}`);
-  if (json) process.stdout.write(`${JSON.stringify({ runs: out })}\n`);
+  reportRows(out, json);
 }
 
 main().then(
