@@ -1,7 +1,8 @@
-// `npm run bench [-- --quick | --smoke] [--json]`: the konnectivity tunnel benchmark (direct
+// `npm run bench [-- --quick | --smoke] [--wan] [--json]`: the konnectivity tunnel benchmark (direct
 // TCP vs upstream ANP vs kctl, the same driver for every path: the Go konnectivity-client driver
 // for the speed scenarios, the TypeScript one for the rest; paths alternating, medians of
-// repetitions) and kctl's controller figures. Progress on stderr; with --json the results on stdout.
+// repetitions) and kctl's controller figures; with --wan instead, the WAN-profile section
+// (wan.ts). Progress on stderr; with --json the results on stdout.
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -18,6 +19,7 @@ import { startKctl, startUpstream, type Stack, type StackName } from './stacks.t
 import { haFigures } from './ha.ts';
 import { tenantFigures } from './tenants.ts';
 import { workerJoinSeconds } from './worker.ts';
+import { WAN_SIZES, wanFigures } from './wan.ts';
 
 interface Sizes {
   /** Repetitions of the throughput scenarios: cheap, and the noisiest figures on a shared host. */
@@ -147,17 +149,31 @@ function rows(scenario: string, unit: string, by: Partial<Record<PathName, numbe
 async function main(): Promise<void> {
   const argv = process.argv.slice(2);
   const json = argv.includes('--json');
+  const wan = argv.includes('--wan');
   const mode = argv.includes('--smoke') ? 'smoke' : argv.includes('--quick') ? 'quick' : 'full';
-  const unknown = argv.filter((a) => !['--json', '--quick', '--smoke', '--debug'].includes(a));
-  if (unknown.length) throw new Error(`unknown option ${unknown.join(' ')}; use --quick, --smoke, --json, --debug (stack on failure)`);
-  const z = SIZES[mode];
+  const unknown = argv.filter((a) => !['--json', '--quick', '--smoke', '--wan', '--debug'].includes(a));
+  if (unknown.length) throw new Error(`unknown option ${unknown.join(' ')}; use --quick, --smoke, --wan, --json, --debug (stack on failure)`);
   const started = Date.now();
   const dir = await mkdtemp(join(tmpdir(), 'kctl-bench-'));
+  let out: Row[];
+  try {
+    log(`mode ${mode}${wan ? ', WAN section' : ''}; workdir ${dir}`);
+    const pki = await makePki(dir);
+    out = wan ? await wanFigures({ dir, pki, sizes: WAN_SIZES[mode], log }) : await sections(mode, dir, pki);
+  } finally {
+    await rm(dir, { recursive: true, force: true });
+  }
+  log(`done in ${((Date.now() - started) / 1000).toFixed(0)} s`);
+  reportRows(out, json);
+}
+
+/** Every section but the WAN one, in order. */
+async function sections(mode: keyof typeof SIZES, dir: string, pki: BenchPki): Promise<Row[]> {
+  const z = SIZES[mode];
   const procs: Proc[] = [];
-  const bench = new Bench(await makePki(dir), dir);
+  const bench = new Bench(pki, dir);
   const out: Row[] = [];
   try {
-    log(`mode ${mode}; workdir ${dir}`);
     await goDriver();
     const target = startProc('target', process.execPath, ['--import', 'tsx', new URL('target.ts', import.meta.url).pathname]);
     procs.push(target);
@@ -392,10 +408,8 @@ async function main(): Promise<void> {
   } finally {
     await bench.stop().catch(() => {});
     for (const p of procs) await p.stop();
-    await rm(dir, { recursive: true, force: true });
   }
-  log(`done in ${((Date.now() - started) / 1000).toFixed(0)} s`);
-  reportRows(out, json);
+  return out;
 }
 
 main().then(
