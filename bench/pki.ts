@@ -1,11 +1,12 @@
 // One throwaway PKI for a bench run: the cluster CA, the konnectivity server certificate and a
-// node client certificate, written as files both kctl and the upstream binaries read.
+// node client certificate, written as files both kctl and the upstream binaries read; and, for
+// figures with many agents, a node certificate per agent.
 import { readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { Writable } from 'node:stream';
 import { createLogger } from '../src/base/log.ts';
 import { ensurePki, pkiPaths } from '../src/pki/index.ts';
-import { generateKeyPem, issueLeafCert, keyIdOf, parseCert, parseKey } from '../src/pki/x509.ts';
+import { generateKeyPem, issueLeafCert, keyIdOf, parseCert, parseKey, type Signer } from '../src/pki/x509.ts';
 
 export interface BenchPki {
   ca: string;
@@ -41,19 +42,7 @@ export async function makePki(dir: string, address = '127.0.0.1'): Promise<Bench
     log,
   );
   const p = pkiPaths(dir);
-  const [ca, caKey] = await Promise.all([readFile(p.caCert, 'utf8'), readFile(p.caKey, 'utf8')]);
-  const caParsed = parseCert(ca, 'ca.crt', '');
-  const signer = { name: 'kubernetes-ca', cert: caParsed, certPem: ca, key: parseKey(caKey, 'ca.key', ''), keyId: keyIdOf(caParsed) };
   const nodeKey = await generateKeyPem();
-  const nodeCert = issueLeafCert({
-    subject: { commonName: `system:node:${NODE}`, organizations: ['system:nodes'] },
-    usages: ['clientAuth'],
-    sans: [],
-    key: parseKey(nodeKey, 'node.key', ''),
-    signer,
-    now: new Date(),
-    years: 1,
-  });
   const out: BenchPki = {
     ca: p.caCert,
     serverCert: p.konnectivityCert,
@@ -61,7 +50,48 @@ export async function makePki(dir: string, address = '127.0.0.1'): Promise<Bench
     nodeCert: join(dir, 'node.crt'),
     nodeKey: join(dir, 'node.key'),
   };
-  await writeFile(out.nodeCert, nodeCert);
+  await writeFile(out.nodeCert, nodeCertPem(await caSigner(dir), NODE, nodeKey));
   await writeFile(out.nodeKey, nodeKey, { mode: 0o600 });
   return out;
+}
+
+export interface NodeCredentials {
+  name: string;
+  cert: string;
+  key: string;
+}
+
+/**
+ * A node client certificate per name (CN=system:node:<name>), signed by the CA of `makePki(dir)`:
+ * one JSON file of {name, cert, key} (PEM), 0600, whose path is returned.
+ */
+export async function makeNodeCerts(dir: string, names: string[]): Promise<string> {
+  const signer = await caSigner(dir);
+  const nodes: NodeCredentials[] = [];
+  for (const name of names) {
+    const key = await generateKeyPem();
+    nodes.push({ name, cert: nodeCertPem(signer, name, key), key });
+  }
+  const file = join(dir, `nodes-${names.length}.json`);
+  await writeFile(file, JSON.stringify(nodes), { mode: 0o600 });
+  return file;
+}
+
+async function caSigner(dir: string): Promise<Signer> {
+  const p = pkiPaths(dir);
+  const [ca, caKey] = await Promise.all([readFile(p.caCert, 'utf8'), readFile(p.caKey, 'utf8')]);
+  const cert = parseCert(ca, 'ca.crt', '');
+  return { name: 'kubernetes-ca', cert, certPem: ca, key: parseKey(caKey, 'ca.key', ''), keyId: keyIdOf(cert) };
+}
+
+function nodeCertPem(signer: Signer, name: string, key: string): string {
+  return issueLeafCert({
+    subject: { commonName: `system:node:${name}`, organizations: ['system:nodes'] },
+    usages: ['clientAuth'],
+    sans: [],
+    key: parseKey(key, `${name}.key`, ''),
+    signer,
+    now: new Date(),
+    years: 1,
+  });
 }

@@ -62,7 +62,7 @@ export function firstJsonLine<T>(p: Proc, timeoutMs = 60_000): Promise<T> {
 }
 
 /** One `<field>: N kB` line of /proc/<pid>/status, KiB. */
-function statusKiB(pid: number, field: 'VmRSS' | 'RssAnon' | 'RssFile'): number {
+function statusKiB(pid: number, field: 'VmRSS' | 'VmHWM' | 'RssAnon' | 'RssFile'): number {
   const m = new RegExp(`${field}:\\s+(\\d+)\\s+kB`).exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
   if (!m) throw new Error(`no ${field} for pid ${pid}`);
   return Number(m[1]);
@@ -71,6 +71,22 @@ function statusKiB(pid: number, field: 'VmRSS' | 'RssAnon' | 'RssFile'): number 
 /** Resident set size of one process, KiB. */
 export function rssKiB(pid: number): number {
   return statusKiB(pid, 'VmRSS');
+}
+
+/** The highest resident set size of one process since it started (the kernel's own record), KiB. */
+export function peakRssKiB(pid: number): number {
+  return statusKiB(pid, 'VmHWM');
+}
+
+/** Whether a socket listens on 127.0.0.1:`port` (IPv4, this network namespace), from /proc/net/tcp: no connection made. */
+export function listeningOnLoopback(port: number): boolean {
+  const local = `0100007F:${port.toString(16).toUpperCase().padStart(4, '0')}`;
+  return readFileSync('/proc/net/tcp', 'utf8')
+    .split('\n')
+    .some((line) => {
+      const f = line.trim().split(/\s+/);
+      return f[1] === local && f[3] === '0A'; // 0A: LISTEN
+    });
 }
 
 /** RSS split into anonymous (heaps: this process's own) and file-backed (mapped executable code, shared) KiB. */

@@ -1,7 +1,8 @@
-// `npm run bench [-- --quick | --smoke] [--json]`: the konnectivity tunnel benchmark (direct
+// `npm run bench [-- --quick | --smoke] [--wan] [--json]`: the konnectivity tunnel benchmark (direct
 // TCP vs upstream ANP vs kctl, the same driver for every path: the Go konnectivity-client driver
 // for the speed scenarios, the TypeScript one for the rest; paths alternating, medians of
-// repetitions) and kctl's controller figures. Progress on stderr; with --json the results on stdout.
+// repetitions) and kctl's controller figures; with --wan instead, the WAN-profile section
+// (wan.ts). Progress on stderr; with --json the results on stdout.
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -9,6 +10,7 @@ import { controllerFigures } from './controller.ts';
 import { connectDialer, directDialer, grpcDialer, type Dialer, type PathName } from './driver.ts';
 import { dialLatencies, goDriver, throughput, type GoPath } from './go-driver.ts';
 import { makePki, type BenchPki } from './pki.ts';
+import { median, reportRows, type Row } from './rows.ts';
 import { cpuMs, firstJsonLine, startProc, type Proc } from './procs.ts';
 import { freePort } from '../test/ports.ts';
 import { executableFigures } from './executable.ts';
@@ -17,16 +19,7 @@ import { startKctl, startUpstream, type Stack, type StackName } from './stacks.t
 import { haFigures } from './ha.ts';
 import { tenantFigures } from './tenants.ts';
 import { workerJoinSeconds } from './worker.ts';
-
-export interface Row {
-  scenario: string;
-  unit: string;
-  kctl: number | null;
-  upstream: number | null;
-  direct: number | null;
-  /** Why a figure is null, when it is. */
-  note?: string;
-}
+import { WAN_SIZES, wanFigures } from './wan.ts';
 
 interface Sizes {
   /** Repetitions of the throughput scenarios: cheap, and the noisiest figures on a shared host. */
@@ -101,12 +94,6 @@ const VIA: Record<Exclude<PathName, 'direct'>, { stack: StackName; mode: 'grpc' 
 };
 const log = (m: string): void => void process.stderr.write(`[bench] ${m}\n`);
 
-function median(xs: number[]): number {
-  const s = [...xs].sort((a, b) => a - b);
-  const m = s.length >> 1;
-  return s.length % 2 ? s[m]! : (s[m - 1]! + s[m]!) / 2;
-}
-
 function percentile(xs: number[], p: number): number {
   const s = [...xs].sort((a, b) => a - b);
   return s[Math.min(s.length - 1, Math.ceil((p / 100) * s.length) - 1)]!;
@@ -162,17 +149,31 @@ function rows(scenario: string, unit: string, by: Partial<Record<PathName, numbe
 async function main(): Promise<void> {
   const argv = process.argv.slice(2);
   const json = argv.includes('--json');
+  const wan = argv.includes('--wan');
   const mode = argv.includes('--smoke') ? 'smoke' : argv.includes('--quick') ? 'quick' : 'full';
-  const unknown = argv.filter((a) => !['--json', '--quick', '--smoke', '--debug'].includes(a));
-  if (unknown.length) throw new Error(`unknown option ${unknown.join(' ')}; use --quick, --smoke, --json, --debug (stack on failure)`);
-  const z = SIZES[mode];
+  const unknown = argv.filter((a) => !['--json', '--quick', '--smoke', '--wan', '--debug'].includes(a));
+  if (unknown.length) throw new Error(`unknown option ${unknown.join(' ')}; use --quick, --smoke, --wan, --json, --debug (stack on failure)`);
   const started = Date.now();
   const dir = await mkdtemp(join(tmpdir(), 'kctl-bench-'));
+  let out: Row[];
+  try {
+    log(`mode ${mode}${wan ? ', WAN section' : ''}; workdir ${dir}`);
+    const pki = await makePki(dir);
+    out = wan ? await wanFigures({ dir, pki, sizes: WAN_SIZES[mode], log }) : await sections(mode, dir, pki);
+  } finally {
+    await rm(dir, { recursive: true, force: true });
+  }
+  log(`done in ${((Date.now() - started) / 1000).toFixed(0)} s`);
+  reportRows(out, json);
+}
+
+/** Every section but the WAN one, in order. */
+async function sections(mode: keyof typeof SIZES, dir: string, pki: BenchPki): Promise<Row[]> {
+  const z = SIZES[mode];
   const procs: Proc[] = [];
-  const bench = new Bench(await makePki(dir), dir);
+  const bench = new Bench(pki, dir);
   const out: Row[] = [];
   try {
-    log(`mode ${mode}; workdir ${dir}`);
     await goDriver();
     const target = startProc('target', process.execPath, ['--import', 'tsx', new URL('target.ts', import.meta.url).pathname]);
     procs.push(target);
@@ -407,22 +408,8 @@ async function main(): Promise<void> {
   } finally {
     await bench.stop().catch(() => {});
     for (const p of procs) await p.stop();
-    await rm(dir, { recursive: true, force: true });
   }
-  log(`done in ${((Date.now() - started) / 1000).toFixed(0)} s`);
-  const fmt = (x: number | null): string => (x === null ? '-' : x >= 100 ? x.toFixed(0) : x.toFixed(x >= 10 ? 1 : 3));
-  const ratio = (a: number | null, b: number | null): string => (a === null || b === null || b === 0 ? '-' : `${(a / b).toFixed(2)}x`);
-  const table = [
-    '| scenario | unit | kctl | upstream | direct | kctl/upstream | kctl/direct |',
-    '|---|---|---:|---:|---:|---:|---:|',
-    ...out.map(
-      (r) =>
-        `| ${r.scenario} | ${r.unit} | ${fmt(r.kctl)} | ${fmt(r.upstream)} | ${fmt(r.direct)} | ${ratio(r.kctl, r.upstream)} | ${ratio(r.kctl, r.direct)} |`,
-    ),
-  ].join('\n');
-  const notes = out.filter((r) => r.note && r.kctl !== null).map((r) => `- ${r.scenario}: ${r.note}`);
-  process.stderr.write(`${table}\n${notes.length ? `\n${notes.join('\n')}\n` : ''}`);
-  if (json) process.stdout.write(`${JSON.stringify({ runs: out })}\n`);
+  return out;
 }
 
 main().then(

@@ -73,3 +73,33 @@ test('bench --smoke --json reports every scenario for kctl, upstream and direct'
     if (/^dial-latency-p\d+$/.test(row.scenario)) assert.match(row.note ?? '', /^client floor \d+\.\d\d ms/, row.scenario);
   }
 });
+
+test('bench --wan --smoke --json reports the WAN section for kctl and upstream alone', { timeout: 60_000 }, async () => {
+  const r = await execa(process.execPath, ['--import', 'tsx', new URL('run.ts', import.meta.url).pathname, '--wan', '--smoke', '--json'], {
+    reject: false,
+    timeout: 55_000,
+  });
+  assert.equal(r.exitCode, 0, `bench failed:\n${String(r.stderr).slice(-3000)}`);
+  const { runs } = JSON.parse(String(r.stdout)) as { runs: Row[] };
+  const restart = 'restart-20-agents';
+  const suffixes = ['s', 'after-listen-s', 'spread-s', 'server-cpu-ms', 'agents-cpu-ms', 'server-peak-mb', 'server-growth-mb'];
+  assert.deepEqual(
+    runs.map((x) => x.scenario),
+    suffixes.map((s) => `${restart}-${s}`),
+  );
+  const by = new Map(runs.map((x) => [x.scenario.slice(restart.length + 1), x]));
+  for (const s of ['s', 'after-listen-s', 'spread-s', 'server-peak-mb'] as const)
+    for (const k of ['kctl', 'upstream'] as const) assert.ok(by.get(s)![k]! > 0, `${s}: ${k} is ${by.get(s)![k]}`);
+  for (const row of runs) {
+    assert.equal(row.direct, null, row.scenario);
+    for (const k of ['kctl', 'upstream'] as const) {
+      const v = row[k];
+      assert.ok(typeof v === 'number' && Number.isFinite(v) && v >= 0, `${row.scenario}: ${k} is ${v}`);
+    }
+  }
+  for (const k of ['kctl', 'upstream'] as const) {
+    const v = (s: string): number => by.get(s)![k]!;
+    // Agents come back after the new server's spawn: the harness's clock and the agents' agree.
+    assert.ok(v('after-listen-s') <= v('s'), `${k}: ${JSON.stringify(runs)}`);
+  }
+});

@@ -47,21 +47,23 @@ async function stopAll(procs: Proc[]): Promise<void> {
   for (const p of procs.reverse()) await p.stop();
 }
 
-export async function startUpstream(pki: BenchPki, dir: string, mode: 'grpc' | 'http-connect' = 'grpc'): Promise<Stack> {
-  const bin = upstreamBinDir();
-  const uds = join(dir, `upstream-${mode}-${Date.now()}.sock`);
-  const [agentPort, serverAdmin, serverHealth, agentAdmin, agentHealth] = await Promise.all([
-    freePort(),
-    freePort(),
-    freePort(),
-    freePort(),
-    freePort(),
-  ]);
-  const server = startProc('proxy-server', join(bin, 'proxy-server'), [
+export interface UpstreamServerOptions {
+  mode: 'grpc' | 'http-connect';
+  /** The frontend's unix socket. */
+  uds: string;
+  agentPort: number;
+  adminPort: number;
+  healthPort: number;
+  id: string;
+}
+
+/** Upstream's proxy-server alone, just spawned: ready once its health port answers /healthz. */
+export function spawnUpstreamServer(pki: BenchPki, o: UpstreamServerOptions): Proc {
+  return startProc('proxy-server', join(upstreamBinDir(), 'proxy-server'), [
     '--mode',
-    mode,
+    o.mode,
     '--uds-name',
-    uds,
+    o.uds,
     '--delete-existing-uds-file',
     '--server-port',
     '0',
@@ -72,20 +74,33 @@ export async function startUpstream(pki: BenchPki, dir: string, mode: 'grpc' | '
     '--cluster-ca-cert',
     pki.ca,
     '--agent-port',
-    String(agentPort),
+    String(o.agentPort),
     '--agent-bind-address',
     '127.0.0.1',
     '--admin-port',
-    String(serverAdmin),
+    String(o.adminPort),
     '--health-port',
-    String(serverHealth),
+    String(o.healthPort),
     '--health-bind-address',
     '127.0.0.1',
     '--server-id',
-    `bench-upstream-${mode}`,
+    o.id,
     '--server-count',
     '1',
   ]);
+}
+
+export async function startUpstream(pki: BenchPki, dir: string, mode: 'grpc' | 'http-connect' = 'grpc'): Promise<Stack> {
+  const bin = upstreamBinDir();
+  const uds = join(dir, `upstream-${mode}-${Date.now()}.sock`);
+  const [agentPort, serverAdmin, serverHealth, agentAdmin, agentHealth] = await Promise.all([
+    freePort(),
+    freePort(),
+    freePort(),
+    freePort(),
+    freePort(),
+  ]);
+  const server = spawnUpstreamServer(pki, { mode, uds, agentPort, adminPort: serverAdmin, healthPort: serverHealth, id: `bench-upstream-${mode}` });
   const agent = startProc('proxy-agent', join(bin, 'proxy-agent'), [
     '--proxy-server-host',
     '127.0.0.1',
@@ -133,10 +148,26 @@ export async function startUpstream(pki: BenchPki, dir: string, mode: 'grpc' | '
   };
 }
 
+/** What bench/kctl-server.ts is started with (its argv[2], as JSON). */
+export interface KctlServerOptions {
+  udsPath: string;
+  connectUdsPath: string;
+  agentPort: number;
+  adminPort: number;
+  cert: string;
+  key: string;
+  ca: string;
+}
+
+/** kctl's server alone (bench/kctl-server.ts), just spawned: ready at its first stdout line. */
+export function spawnKctlServer(o: KctlServerOptions, nodeFlags = KCTL_NODE_FLAGS): Proc {
+  return startProc('kctl-server', process.execPath, [...nodeFlags, '--import', 'tsx', join(here, 'kctl-server.ts'), JSON.stringify(o)]);
+}
+
 /** kctl's server and agent, run with the V8 flags dist/kctl bakes in unless `nodeFlags` says otherwise. */
 export async function startKctl(pki: BenchPki, dir: string, nodeFlags = KCTL_NODE_FLAGS): Promise<Stack> {
   const stamp = Date.now();
-  const o = {
+  const o: KctlServerOptions = {
     udsPath: join(dir, `kctl-${stamp}.sock`),
     connectUdsPath: join(dir, `kctl-connect-${stamp}.sock`),
     agentPort: await freePort(),
@@ -147,7 +178,7 @@ export async function startKctl(pki: BenchPki, dir: string, nodeFlags = KCTL_NOD
   };
   const agentAdmin = await freePort();
   const node = process.execPath;
-  const server = startProc('kctl-server', node, [...nodeFlags, '--import', 'tsx', join(here, 'kctl-server.ts'), JSON.stringify(o)]);
+  const server = spawnKctlServer(o, nodeFlags);
   try {
     await firstJsonLine(server);
   } catch (err) {
