@@ -112,7 +112,9 @@ test('1,000 partition/heal cycles of one agent leave no connection, descriptor o
   let hungDials = 0;
   const started = Date.now();
   for (let i = 1; i <= CYCLES; i++) {
-    const tn = await dialViaProxy({ udsPath: uds, address });
+    const tn = await dialViaProxy({ udsPath: uds, address }).catch((err: unknown) => {
+      throw new Error(`cycle ${i}: dial before the partition: ${String(err)}\n${logs()}`);
+    });
     const ended = once(tn, 'close');
     tn.on('error', () => undefined);
     tn.write('ping');
