@@ -113,6 +113,9 @@ export class ServerConnection implements TargetOwner {
         }
         this.serverId = ids[0];
         this.serverCount = Number(counts[0]);
+        // Silence counts from here: an open that took longer than the keepalive bound (SYN
+        // retries into a partition that just healed) must not be dropped at its first check.
+        this.lastReceived = Date.now();
         this.flowControl = (o.extensions ?? true) && offersFlowControl(h.get(META.extensions));
         resolve();
       };
@@ -140,7 +143,7 @@ export class ServerConnection implements TargetOwner {
     const silent = Date.now() - this.lastReceived;
     const o = this.o;
     if (silent >= o.keepaliveTimeMs + o.keepaliveTimeoutMs) {
-      this.lost(`no answer for ${Math.round(silent / 1000)} s`);
+      this.lost(`no answer for ${(silent / 1000).toFixed(1)} s`);
     } else if (silent >= o.keepaliveTimeMs) {
       this.send(packets.ping(newRandom()));
     }

@@ -53,7 +53,7 @@ export class LinkAgentCall extends EventEmitter {
     const pinger = setInterval(
       () => {
         const silent = Date.now() - lastReceived;
-        if (silent >= keepalive.timeMs + keepalive.timeoutMs) link.fail(`no answer from the agent for ${Math.round(silent / 1000)} s`);
+        if (silent >= keepalive.timeMs + keepalive.timeoutMs) link.fail(`no answer from the agent for ${(silent / 1000).toFixed(1)} s`);
         else if (silent >= keepalive.timeMs) link.write(packets.ping(newRandom()));
       },
       // Checked every second: a dead agent is dropped at most 1 s after the bound, not timeMs/2 after.

@@ -155,6 +155,31 @@ test("a server the worker reaches again is dialed at once, not at the backoff's 
   assert.equal(server.snapshot().agents.length, 1);
 });
 
+test('a stream whose opening took longer than the keepalive bound is kept, not dropped at its first check', async (t) => {
+  const pki = await makePki();
+  const server = await startServer(t, pki, { serverId: 'ctrl-1' });
+  // A relay that holds each connection 1.5 s before passing it on: a SYN retried into a healed partition.
+  const slow = await listen(t, (client) => {
+    client.pause();
+    setTimeout(() => {
+      const upstream = connect(server.agentPort(), '127.0.0.1');
+      upstream.on('error', () => client.destroy());
+      client.on('error', () => upstream.destroy());
+      client.on('close', () => upstream.destroy());
+      upstream.on('close', () => client.destroy());
+      client.pipe(upstream);
+      upstream.pipe(client);
+      client.resume();
+    }, 1_500);
+  });
+  const agent = await startAgent(t, pki, [{ host: '127.0.0.1', port: slow.port }], { keepaliveTimeMs: 300, keepaliveTimeoutMs: 300 });
+  await waitFor('connected', () => agent.snapshot().servers.length === 1, 10_000);
+  const since = server.snapshot().agents[0]?.connectedAt;
+  await new Promise((r) => setTimeout(r, 1_000));
+  assert.equal(agent.snapshot().servers.length, 1, 'the agent dropped the stream it had just opened');
+  assert.equal(server.snapshot().agents[0]?.connectedAt, since, 'the agent reconnected');
+});
+
 test('the server list follows the cluster: a server added later is dialed at once, a removed one is dropped, no restart', async (t) => {
   const pki = await makePki();
   let count = 1;
