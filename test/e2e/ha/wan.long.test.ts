@@ -18,7 +18,7 @@ import { join } from 'node:path';
 import { test, type TestContext } from 'node:test';
 import type { WorkerStatusReport } from '../../../src/worker/index.ts';
 import { runPinnedPod, startLabWorker, type Tracked } from '../lab/cluster.ts';
-import { HaLab, type LabCtl } from '../lab/ha-lab.ts';
+import { HaLab } from '../lab/ha-lab.ts';
 import type { LabHost } from '../lab/lab.ts';
 import { startLab } from '../lab/lab-test.ts';
 import { startPostgres } from '../lab/postgres.ts';
