@@ -1,12 +1,12 @@
 // For the standalone bench processes (kctl-server.ts, kctl-agent.ts): a "stats" line on stdin
-// collects garbage (when the process runs with --expose-gc) and answers with one JSON line: the
-// memory it then holds, its open file descriptors and its connection tables. A leak check then
-// compares what is live rather than how much the heap happened to grow.
+// answers with one JSON line: memory, open file descriptors and the connection tables. "stats gc"
+// first collects garbage (when the process runs with --expose-gc), so a leak check compares what
+// is live rather than how much the heap happened to grow; plain "stats" is cheap enough to poll.
 import { readdirSync } from 'node:fs';
 import { createInterface } from 'node:readline';
 
 export interface ProcessStats {
-  /** False when the process runs without --expose-gc: memory is then measured without a collection. */
+  /** True when garbage was collected first ("stats gc" in a process run with --expose-gc). */
   gc: boolean;
   rssKiB: number;
   heapUsedKiB: number;
@@ -18,11 +18,13 @@ export interface ProcessStats {
 export function answerStats(tables: () => Record<string, number>): void {
   const gc = (globalThis as { gc?: () => void }).gc;
   createInterface({ input: process.stdin }).on('line', (line) => {
-    if (line.trim() !== 'stats') return;
-    gc?.();
+    const words = line.trim().split(/\s+/);
+    if (words[0] !== 'stats') return;
+    const collect = words[1] === 'gc' && gc !== undefined;
+    if (collect) gc();
     const m = process.memoryUsage();
     const stats: ProcessStats = {
-      gc: gc !== undefined,
+      gc: collect,
       rssKiB: Math.round(m.rss / 1024),
       heapUsedKiB: Math.round(m.heapUsed / 1024),
       fds: readdirSync('/proc/self/fd').length,
