@@ -180,6 +180,21 @@ test('a stream whose opening took longer than the keepalive bound is kept, not d
   assert.equal(server.snapshot().agents[0]?.connectedAt, since, 'the agent reconnected');
 });
 
+test('a dial to an agent gone silent fails at the dial timeout and says how long the agent has been silent', async (t) => {
+  const pki = await makePki();
+  const server = await startServer(t, pki, { serverId: 'ctrl-1', dialTimeoutMs: 1_500 });
+  const lb = await roundRobin(t, () => [server.agentPort()]);
+  await startAgent(t, pki, [{ host: '127.0.0.1', port: lb.port }]);
+  await waitFor('connected', () => server.snapshot().agents.length === 1);
+  lb.freeze();
+  await new Promise((r) => setTimeout(r, 1_000));
+  const echo = await echoServer(t);
+  await assert.rejects(
+    dialViaProxy({ udsPath: udsOf(server).grpc, address: echo.address }),
+    /dial to 127\.0\.0\.1:\d+ timed out after 1500 ms waiting for agent system:node:node-1 \(nothing heard from it for [23] s\)/,
+  );
+});
+
 test('the server list follows the cluster: a server added later is dialed at once, a removed one is dropped, no restart', async (t) => {
   const pki = await makePki();
   let count = 1;
