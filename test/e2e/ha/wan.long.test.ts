@@ -10,6 +10,9 @@
 //    its stream to c2 and the API balancer marks c2 unhealthy and cuts its connections, so
 //    kubelet's watches move to c1, within the 20 s bound; logs and exec through c1 keep working
 //    and the nodes stay Ready. Healed, c2 is held again.
+// 3. w1 is partitioned for 5 minutes: the node turns Unknown, a pod tolerating the unreachable
+//    taint for 30 s is evicted, the pod with the default 300 s toleration is not; after the heal it
+//    answers logs and exec again.
 //
 // The figures (how long each move took) are printed as diagnostics; the bounds asserted are the
 // promises kctl makes in the README ("Over real networks"), not speed targets.
@@ -17,7 +20,7 @@ import assert from 'node:assert/strict';
 import { join } from 'node:path';
 import { test, type TestContext } from 'node:test';
 import type { WorkerStatusReport } from '../../../src/worker/index.ts';
-import { runPinnedPod, startLabWorker, type Tracked } from '../lab/cluster.ts';
+import { NODE_READY_JSONPATH, pinnedPod, runPinnedPod, startLabWorker, type Tracked } from '../lab/cluster.ts';
 import { HaLab } from '../lab/ha-lab.ts';
 import type { LabHost } from '../lab/lab.ts';
 import { startLab } from '../lab/lab-test.ts';
@@ -32,7 +35,7 @@ const EXEC_AFTER_HEAL_MS = 5_000;
 /** A controller that vanished is left by the agents and the API balancers within this (README). */
 const MOVE_BOUND_MS = 20_000;
 
-test('over an edge link: a 30 s partition keeps the node Ready and exec works within 5 s of the heal; a vanished controller is left within 20 s', async (t: TestContext) => {
+test('over an edge link: a 30 s partition keeps the node Ready and exec works within 5 s of the heal; a vanished controller is left within 20 s; a 5-minute partition evicts only what tolerates less', async (t: TestContext) => {
   const workers = ['w1', 'w2'];
   const { lab, dir, kctlBin } = await startLab(t, 'wanha', ['db', 'c1', 'c2', ...workers], { dir: 'kctl-wanha-', workers });
   const [c1host, c2host] = [lab.host('c1'), lab.host('c2')];
@@ -177,5 +180,55 @@ test('over an edge link: a 30 s partition keeps the node Ready and exec works wi
   // c2 comes back: the agents hold it again with no restart.
   await c2link.partition(false);
   await ha.agentsFollow([c1, c2], workers, 120_000);
+
+  // ---- 3. w1 partitioned for 5 minutes ----
+  // The node turns Unknown and gets the unreachable taint; a pod that tolerates it for 30 s only is
+  // evicted, the pod with the default toleration (300 s, added at admission) is not: the link is
+  // back before its time runs out.
+  const shortToleration = pinnedPod(
+    'p-short',
+    'w1',
+    {},
+    { image: 'docker.io/library/busybox:1.36', command: ['sh', '-c', 'while true; do sleep 1; done'] },
+  );
+  const effects = ['node.kubernetes.io/unreachable', 'node.kubernetes.io/not-ready'].map((key) => ({
+    key,
+    operator: 'Exists',
+    effect: 'NoExecute',
+    tolerationSeconds: 30,
+  }));
+  assert.equal(
+    (await kubectl(['apply', '-f', '-'], JSON.stringify({ ...shortToleration, spec: { ...shortToleration.spec, tolerations: effects } }))).exitCode,
+    0,
+  );
+  await waitFor(
+    'p-short running',
+    120_000,
+    async () => String((await kubectl(['get', 'pod', 'p-short', '-o', 'jsonpath={.status.phase}'])).stdout) === 'Running',
+  );
+  const uid = async (pod: string) =>
+    String((await kubectl(['get', 'pod', pod, '-o', 'jsonpath={.metadata.uid}/{.metadata.deletionTimestamp}'])).stdout);
+  const keptUid = await uid('p-w1');
+  await links.w1!.partition(true);
+  const longCut = Date.now();
+  const readyOf = async () => String((await kubectl(['get', 'node', 'w1', '-o', `jsonpath=${NODE_READY_JSONPATH}`])).stdout);
+  String((await kubectl(['get', 'node', 'w1', '-o', `jsonpath=${'{.status.conditions[?(@.type=="Ready")].status}'}`])).stdout);
+  await waitFor('w1 turns Unknown', 120_000, async () => (await readyOf()) === 'Unknown', undefined, 1_000);
+  const unknownAfter = Date.now() - longCut;
+  await waitFor('p-short evicted', 180_000, async () => /\/.+/.test(await uid('p-short')), undefined, 1_000);
+  const evictedAfter = Date.now() - longCut;
+  await new Promise((r) => setTimeout(r, Math.max(0, 300_000 - (Date.now() - longCut))));
+  assert.equal(await uid('p-w1'), keptUid, 'the pod with the default toleration was evicted during a 5-minute partition');
+  await links.w1!.partition(false);
+  t.diagnostic(
+    `5-minute partition of w1: Unknown after ${(unknownAfter / 1000).toFixed(0)} s, the 30 s-toleration pod evicted after ${(evictedAfter / 1000).toFixed(0)} s, the default pod kept`,
+  );
+  await waitFor('w1 Ready again', 120_000, async () => (await readyOf()) === 'True', undefined, 1_000);
+  assert.equal(await uid('p-w1'), keptUid, 'the pod with the default toleration is still there after the heal');
+  assert.ok(
+    (await logsAndExec(kubectl, 'p-w1', 'hello-w1')).every((r) => r.ok),
+    "logs and exec on w1's kept pod after the heal",
+  );
+  await waitFor('the evicted pod is gone once its node hears of it', 120_000, async () => (await kubectl(['get', 'pod', 'p-short'])).exitCode !== 0);
   for (const name of workers) assert.equal(procs[name]!.child.exitCode, null, `${name}'s kctl worker kept running`);
 });
