@@ -12,7 +12,19 @@ import { execa } from 'execa';
 import { dialViaProxy } from '../../../src/konnectivity/client.ts';
 import { tempDir } from '../../helpers.ts';
 import { echoServer, readN, waitFor } from '../../unit/konnectivity/fixtures.ts';
-import { assertSameFamilies, get, helpFlags, pkiFiles, sample, series, start, type Files, type Proc, type T } from '../lab/dropin.ts';
+import {
+  assertSameFamilies,
+  get,
+  grpcServerFlags,
+  helpFlags,
+  pkiFiles,
+  sample,
+  series,
+  start,
+  type Files,
+  type Proc,
+  type T,
+} from '../lab/dropin.ts';
 import { track } from '../lab/cluster.ts';
 import { kctl, requireKctl } from '../lab/kctl.ts';
 import { freePort } from '../../ports.ts';
@@ -22,15 +34,7 @@ import { upstreamBin } from '../lab/upstream.ts';
 async function upstreamServer(t: T, f: Files, name: string, agentPort: number): Promise<{ uds: string; proc: Proc }> {
   const uds = join(f.dir, `${name}.sock`);
   const proc = start(t, upstreamBin()['proxy-server'], [
-    '--mode=grpc',
-    `--uds-name=${uds}`,
-    '--delete-existing-uds-file',
-    '--server-port=0',
-    `--cluster-cert=${f.serverCert}`,
-    `--cluster-key=${f.serverKey}`,
-    `--cluster-ca-cert=${f.ca}`,
-    `--agent-port=${agentPort}`,
-    '--agent-bind-address=127.0.0.1',
+    ...grpcServerFlags(f, uds, agentPort),
     `--admin-port=${await freePort()}`,
     `--health-port=${await freePort()}`,
     '--health-bind-address=127.0.0.1',

@@ -16,7 +16,7 @@ import { join } from 'node:path';
 import { before, test } from 'node:test';
 import { cancelCounts, goDriver, type CancelCounts } from '../../../bench/go-driver.ts';
 import { waitFor } from '../../unit/konnectivity/fixtures.ts';
-import { get, pkiFiles, sample, start, type Files, type T } from '../lab/dropin.ts';
+import { get, grpcServerFlags, pkiFiles, sample, start, type Files, type T } from '../lab/dropin.ts';
 import { requireKctl } from '../lab/kctl.ts';
 import { freePort } from '../../ports.ts';
 import { upstreamBin } from '../lab/upstream.ts';
@@ -39,15 +39,7 @@ async function startStack(t: T, f: Files, name: Stack['name']): Promise<Stack> {
     freePort(),
   ]);
   const serverArgs = [
-    '--mode=grpc',
-    `--uds-name=${uds}`,
-    '--delete-existing-uds-file',
-    '--server-port=0',
-    `--cluster-cert=${f.serverCert}`,
-    `--cluster-key=${f.serverKey}`,
-    `--cluster-ca-cert=${f.ca}`,
-    `--agent-port=${agentPort}`,
-    '--agent-bind-address=127.0.0.1',
+    ...grpcServerFlags(f, uds, agentPort),
     `--health-port=${serverHealth}`,
     `--admin-port=${serverAdmin}`,
     `--server-id=cancel-${name}`,

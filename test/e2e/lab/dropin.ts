@@ -60,6 +60,24 @@ export async function pkiFiles(t: T): Promise<Files> {
   return f;
 }
 
+/**
+ * The flags a proxy-server (or `kctl konnectivity-server`) needs for a GRPC frontend on `uds` and
+ * agents on 127.0.0.1:`agentPort`, with the PKI of `f`; the caller adds health, admin and id flags.
+ */
+export function grpcServerFlags(f: Files, uds: string, agentPort: number): string[] {
+  return [
+    '--mode=grpc',
+    `--uds-name=${uds}`,
+    '--delete-existing-uds-file',
+    '--server-port=0',
+    `--cluster-cert=${f.serverCert}`,
+    `--cluster-key=${f.serverKey}`,
+    `--cluster-ca-cert=${f.ca}`,
+    `--agent-port=${agentPort}`,
+    '--agent-bind-address=127.0.0.1',
+  ];
+}
+
 export async function get(url: string): Promise<{ status: number; body: string }> {
   const r = await fetch(url);
   return { status: r.status, body: await r.text() };

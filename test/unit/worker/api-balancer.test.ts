@@ -30,6 +30,14 @@ async function apiServer(t: { after: (fn: () => Promise<void>) => void }, name: 
   return { url: `https://127.0.0.1:${(server.address() as AddressInfo).port}`, state, server };
 }
 
+/** The test cluster's PKI, with its CA also in a file (the balancer reads the CA from one). */
+async function balancerPki(t: Parameters<typeof tempDir>[0]) {
+  const pki = await makePki();
+  const caFile = join(await tempDir(t), 'ca.crt');
+  await writeFile(caFile, pki.ca);
+  return { pki, caFile };
+}
+
 function get(port: number, ca: string, path = '/'): Promise<string> {
   return new Promise((resolve, reject) => {
     const req = request({ host: '127.0.0.1', port, path, ca, agent: false }, (res) => {
@@ -46,10 +54,7 @@ test(
   'the API balancer spreads over healthy API servers, cuts an unhealthy one off, and follows its upstream list',
   { timeout: 30_000 },
   async (t) => {
-    const pki = await makePki();
-    const dir = await tempDir(t);
-    const caFile = join(dir, 'ca.crt');
-    await writeFile(caFile, pki.ca);
+    const { pki, caFile } = await balancerPki(t);
     const a = await apiServer(t, 'api-a', pki.serverCert, pki.serverKey);
     const b = await apiServer(t, 'api-b', pki.serverCert, pki.serverKey);
     const { log } = captureLogger();
@@ -98,10 +103,7 @@ test(
   'an API server that stops answering is cut after three silent checks, not one, and reported when it answers again',
   { timeout: 30_000 },
   async (t) => {
-    const pki = await makePki();
-    const dir = await tempDir(t);
-    const caFile = join(dir, 'ca.crt');
-    await writeFile(caFile, pki.ca);
+    const { pki, caFile } = await balancerPki(t);
     const a = await apiServer(t, 'api-a', pki.serverCert, pki.serverKey);
     const { log, raw } = captureLogger();
     const answered: string[] = [];
