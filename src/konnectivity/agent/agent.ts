@@ -310,14 +310,15 @@ export class KonnectivityAgent implements Component {
   /**
    * Something else on this host just reached `host` (the worker's API balancer: a controller
    * answers again after a partition). A server there we hold no stream to is dialed within
-   * half a second instead of at its backoff's next turn, which may be 10 s away.
+   * 0.2 s instead of at its backoff's next turn, which may be 10 s away.
    */
   retrySoon(host: string): void {
     let due = false;
     for (const a of this.addresses) {
       if (a.addr.host !== host || a.conns > 0 || a.dialing || a.removed) continue;
       a.backoffMs = this.o.syncIntervalMs;
-      a.nextAttemptAt = Math.min(a.nextAttemptAt, Date.now() + Math.round(Math.random() * 500));
+      // Little jitter: each worker's balancer checks on its own clock, which already spreads a site's agents.
+      a.nextAttemptAt = Math.min(a.nextAttemptAt, Date.now() + Math.round(Math.random() * 200));
       due = true;
     }
     if (due) this.tick();

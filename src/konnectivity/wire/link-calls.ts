@@ -3,7 +3,8 @@
 // the agent a LinkServerCall where it would get a ClientDuplexStream. Metadata, authentication,
 // refusal with a status and the order of events are the same on both transports.
 import { EventEmitter } from 'node:events';
-import { checkServerIdentity, connect as tlsConnect, type PeerCertificate, type TLSSocket } from 'node:tls';
+import { createHash } from 'node:crypto';
+import { checkServerIdentity, createSecureContext, connect as tlsConnect, type PeerCertificate, type SecureContext, type TLSSocket } from 'node:tls';
 import { isIP } from 'node:net';
 import * as grpc from '@grpc/grpc-js';
 import { joinHostPort } from '../../base/addresses.ts';
@@ -203,6 +204,32 @@ export interface LinkDial {
   timeoutMs: number;
 }
 
+/** TLS contexts by the credentials they hold; a worker has one set (a new one after a renewal). */
+const contexts = new Map<string, SecureContext>();
+const MAX_CONTEXTS = 16;
+
+/**
+ * The TLS context for these credentials, made once: a context per connection parses the CA, the
+ * certificate and the key again on every reconnect, and holds native memory until the garbage
+ * collector gets to it.
+ */
+function secureContextFor(d: LinkDial): SecureContext {
+  const id = createHash('sha256')
+    .update(d.ca ?? '-')
+    .update('\0')
+    .update(d.cert ?? '-')
+    .update('\0')
+    .update(d.key ?? '-')
+    .digest('hex');
+  let ctx = contexts.get(id);
+  if (!ctx) {
+    ctx = createSecureContext({ ca: d.ca, cert: d.cert, key: d.key });
+    contexts.set(id, ctx);
+    if (contexts.size > MAX_CONTEXTS) contexts.delete(contexts.keys().next().value!);
+  }
+  return ctx;
+}
+
 /**
  * Connects offering kctl-tunnel/1 before h2 and sends HELLO with `md`. Null when the server chose
  * h2 (an upstream server, or a kctl server with extensions off): the caller speaks gRPC instead.
@@ -213,9 +240,7 @@ export function openLink(d: LinkDial, md: grpc.Metadata): Promise<LinkServerCall
     const socket = tlsConnect({
       host: d.host,
       port: d.port,
-      ca: d.ca,
-      cert: d.cert,
-      key: d.key,
+      secureContext: secureContextFor(d),
       servername: name,
       ALPNProtocols: [LINK_ALPN, 'h2'],
       // grpc-js's ssl_target_name_override: the certificate is checked against that name instead.
