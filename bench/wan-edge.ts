@@ -24,7 +24,7 @@ import { PEERS, peerRow, skippedRow, type Peer, type WanContext } from './wan-ro
 /** The silent partition of the dead-peer and heal figures; also how long the dead-peer figure waits. */
 const PARTITION_MS = 30_000;
 /** After the heal, dials are tried this long, one every 250 ms, each given TRY_MS. */
-const HEAL_GIVE_UP_MS = 30_000;
+const HEAL_GIVE_UP_MS = 20_000;
 const TRY_MS = 2_000;
 /** A dial asked for during a partition is waited for this long (konnectivity-client gives up at 30 s). */
 const DIAL_GIVE_UP_MS = 45_000;

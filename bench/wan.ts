@@ -16,8 +16,8 @@ import { edgeFigures } from './wan-edge.ts';
 import { PEERS, peerRow, type Figure, type Peer, type WanContext, type WanSizes } from './wan-rows.ts';
 
 export const WAN_SIZES: Record<'full' | 'quick' | 'smoke', WanSizes> = {
-  full: { agents: 200, runs: 3, downloadBytes: 20 << 20, dials: 10, partitions: true },
-  quick: { agents: 200, runs: 1, downloadBytes: 20 << 20, dials: 10, partitions: true },
+  full: { agents: 200, runs: 3, downloadBytes: 50 << 20, dials: 10, partitions: true },
+  quick: { agents: 200, runs: 1, downloadBytes: 50 << 20, dials: 10, partitions: true },
   smoke: { agents: 20, runs: 1, downloadBytes: 1 << 20, dials: 3, partitions: false },
 };
 
