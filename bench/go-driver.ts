@@ -15,7 +15,7 @@ import { cacheRoot } from '../src/payload/manifest.ts';
 export type GoPath = { mode: 'grpc' | 'connect'; uds: string } | { mode: 'direct' | 'floor' };
 
 const SRC = new URL('go-driver/', import.meta.url).pathname;
-const FILES = ['go.mod', 'go.sum', 'main.go', 'floor.go', 'cancel.go'];
+const FILES = ['go.mod', 'go.sum', 'main.go', 'floor.go', 'cancel.go', 'probe.go'];
 const run = promisify(execFile);
 const log = (m: string): void => void process.stderr.write(`[bench] ${m}\n`);
 
@@ -66,24 +66,64 @@ function pathArgs(p: GoPath): string[] {
   return 'uds' in p ? ['--mode', p.mode, '--uds', p.uds] : ['--mode', p.mode];
 }
 
-async function drive<T>(sub: string, p: GoPath, args: string[]): Promise<T> {
+/**
+ * Runs the driver binary with its arguments and resolves to its stdout; on failure rejects with an
+ * error carrying `stderr` (and `code`, the exit status). Here by default; the WAN figures run it
+ * inside a lab host.
+ */
+export type Runner = (bin: string, args: string[]) => Promise<string>;
+
+const here: Runner = async (bin, args) => (await run(bin, args, { maxBuffer: 64 << 20 })).stdout;
+
+async function drive<T>(sub: string, p: GoPath, args: string[], runner = here): Promise<T> {
   const bin = await goDriver();
   try {
-    const { stdout } = await run(bin, [sub, ...pathArgs(p), ...args], { maxBuffer: 64 << 20 });
-    return JSON.parse(stdout) as T;
+    return JSON.parse(await runner(bin, [sub, ...pathArgs(p), ...args])) as T;
   } catch (err) {
     throw new Error(`go-driver ${sub} (${p.mode}): ${why(err)}`, { cause: err });
   }
 }
 
 /** MiB/s in total for `conns` parallel downloads of `bytesEach` from `source`, timed from the requests to the last byte. */
-export async function throughput(p: GoPath, source: string, conns: number, bytesEach: number): Promise<number> {
-  return (await drive<{ mibps: number }>('throughput', p, ['--source', source, '--conns', String(conns), '--bytes', String(bytesEach)])).mibps;
+export async function throughput(p: GoPath, source: string, conns: number, bytesEach: number, runner?: Runner): Promise<number> {
+  return (await drive<{ mibps: number }>('throughput', p, ['--source', source, '--conns', String(conns), '--bytes', String(bytesEach)], runner))
+    .mibps;
 }
 
 /** Milliseconds for each of `count` sequential short connections to `echo`: dial, 1 KiB round trip, close. */
-export async function dialLatencies(p: GoPath, echo: string, count: number): Promise<number[]> {
-  return (await drive<{ ms: number[] }>('dial-latency', p, ['--echo', echo, '--count', String(count)])).ms;
+export async function dialLatencies(p: GoPath, echo: string, count: number, runner?: Runner): Promise<number[]> {
+  return (await drive<{ ms: number[] }>('dial-latency', p, ['--echo', echo, '--count', String(count)], runner)).ms;
+}
+
+/** What a probe saw (go-driver/probe.go); times are wall-clock Unix ms. */
+export interface ProbeResult {
+  ok: boolean;
+  tries: number;
+  startedMs: number;
+  /** The working try's echo back, or the last try's failure. */
+  endedMs: number;
+  /** The last failure, absent after a try that worked. */
+  error?: string;
+}
+
+export interface ProbeOptions {
+  /** Stop trying this long after the start. */
+  giveUpMs: number;
+  /** At most this long per try; default giveUpMs: one try. */
+  tryTimeoutMs?: number;
+  /** A new try this long after the last one started; default 250 ms. */
+  everyMs?: number;
+}
+
+/** Dial and a 1 KiB echo through the path, tried until one works or the time is up. */
+export function probe(p: GoPath, echo: string, o: ProbeOptions, runner?: Runner): Promise<ProbeResult> {
+  const ms = (x: number): string => `${Math.round(x)}ms`;
+  return drive<ProbeResult>(
+    'probe',
+    p,
+    ['--echo', echo, '--give-up', ms(o.giveUpMs), '--try-timeout', ms(o.tryTimeoutMs ?? o.giveUpMs), '--every', ms(o.everyMs ?? 250)],
+    runner,
+  );
 }
 
 /** What `http.Client.Do` returned in go-driver's `cancel` runs (go-driver/cancel.go). */

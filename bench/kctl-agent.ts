@@ -1,7 +1,8 @@
 // kctl's konnectivity agent alone in a process, with /metrics on an admin port, for the bench.
 // argv[2]: JSON {serverPort, adminPort, ca, cert, key, agentId}, and optionally serverHost
 // (default 127.0.0.1), keepaliveTimeMs / keepaliveTimeoutMs and syncIntervalMs / syncIntervalCapMs
-// (tests that cut links want them short). Prints {"ready":true} once connected; answers "stats" on
+// (tests that cut links want them short; syncIntervalMs is 200 ms unless given, null for the
+// agent's own default, as a kctl worker runs it). Prints {"ready":true} once connected; answers "stats" on
 // stdin like kctl-server.ts.
 import { readFileSync } from 'node:fs';
 import { createServer } from 'node:http';
@@ -19,7 +20,7 @@ const o = JSON.parse(process.argv[2] ?? '{}') as {
   serverHost?: string;
   keepaliveTimeMs?: number;
   keepaliveTimeoutMs?: number;
-  syncIntervalMs?: number;
+  syncIntervalMs?: number | null;
   syncIntervalCapMs?: number;
 };
 const agent = new KonnectivityAgent({
@@ -29,7 +30,7 @@ const agent = new KonnectivityAgent({
   key: readFileSync(o.key),
   agentId: o.agentId,
   identifiers: { host: [o.agentId] },
-  syncIntervalMs: o.syncIntervalMs ?? 200,
+  syncIntervalMs: o.syncIntervalMs === null ? undefined : (o.syncIntervalMs ?? 200),
   syncIntervalCapMs: o.syncIntervalCapMs,
   keepaliveTimeMs: o.keepaliveTimeMs,
   keepaliveTimeoutMs: o.keepaliveTimeoutMs,

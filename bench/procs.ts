@@ -15,7 +15,11 @@ export interface Proc {
 }
 
 export function startProc(name: string, cmd: string, args: string[], env: NodeJS.ProcessEnv = {}): Proc {
-  const child = spawn(cmd, args, { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, ...env } });
+  return procOf(name, spawn(cmd, args, { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, ...env } }));
+}
+
+/** A child already started (e.g. in a lab host, by `LabHost.spawn`) with its stdout and stderr piped. */
+export function procOf(name: string, child: ChildProcess): Proc {
   let out = '';
   let buf = '';
   const listeners: ((l: string) => void)[] = [];
@@ -127,7 +131,11 @@ export async function waitUntil(
 
 /** Sum of the named gauges in a Prometheus text page (all label sets). */
 export async function gauges(url: string, names: string[]): Promise<number> {
-  const text = await (await fetch(url)).text();
+  return sumGauges(await (await fetch(url)).text(), names);
+}
+
+/** Sum of the named gauges in the text of a Prometheus page (all label sets). */
+export function sumGauges(text: string, names: string[]): number {
   let sum = 0;
   for (const line of text.split('\n')) {
     if (line.startsWith('#')) continue;

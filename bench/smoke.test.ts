@@ -83,23 +83,37 @@ test('bench --wan --smoke --json reports the WAN section for kctl and upstream a
   const { runs } = JSON.parse(String(r.stdout)) as { runs: Row[] };
   const restart = 'restart-20-agents';
   const suffixes = ['s', 'after-listen-s', 'spread-s', 'server-cpu-ms', 'agents-cpu-ms', 'server-peak-mb', 'server-growth-mb'];
+  // The partition figures take 30 s and more: --smoke names them without figures.
+  const partitions = ['wan-dead-server-s', 'wan-dead-agent-s', 'wan-first-dial-after-heal-s', 'wan-dial-during-partition-s'];
+  const edge = ['wan-throughput-1-mibs', 'wan-dial-p50-ms'];
   assert.deepEqual(
     runs.map((x) => x.scenario),
-    suffixes.map((s) => `${restart}-${s}`),
+    [...suffixes.map((s) => `${restart}-${s}`), ...partitions, ...edge],
   );
-  const by = new Map(runs.map((x) => [x.scenario.slice(restart.length + 1), x]));
+  const by = new Map(runs.map((x) => [x.scenario.startsWith(restart) ? x.scenario.slice(restart.length + 1) : x.scenario, x]));
   for (const s of ['s', 'after-listen-s', 'spread-s', 'server-peak-mb'] as const)
     for (const k of ['kctl', 'upstream'] as const) assert.ok(by.get(s)![k]! > 0, `${s}: ${k} is ${by.get(s)![k]}`);
   for (const row of runs) {
-    assert.equal(row.direct, null, row.scenario);
-    for (const k of ['kctl', 'upstream'] as const) {
+    if (partitions.includes(row.scenario)) {
+      assert.deepEqual([row.kctl, row.upstream, row.direct], [null, null, null], row.scenario);
+      assert.match(row.note ?? '', /not measured with --smoke/, row.scenario);
+      continue;
+    }
+    const columns = edge.includes(row.scenario) ? (['kctl', 'upstream', 'direct'] as const) : (['kctl', 'upstream'] as const);
+    if (!edge.includes(row.scenario)) assert.equal(row.direct, null, row.scenario);
+    for (const k of columns) {
       const v = row[k];
       assert.ok(typeof v === 'number' && Number.isFinite(v) && v >= 0, `${row.scenario}: ${k} is ${v}`);
+      if (edge.includes(row.scenario)) assert.ok(v > 0, `${row.scenario}: ${k} is ${v}`);
     }
   }
   for (const k of ['kctl', 'upstream'] as const) {
     const v = (s: string): number => by.get(s)![k]!;
     // Agents come back after the new server's spawn: the harness's clock and the agents' agree.
     assert.ok(v('after-listen-s') <= v('s'), `${k}: ${JSON.stringify(runs)}`);
+    // A dial across the edge link takes at least its round trips (RTT 150 ± 20 ms): to the agent and back, the echo.
+    assert.ok(v('wan-dial-p50-ms') >= 250, `${k}: wan-dial-p50-ms ${v('wan-dial-p50-ms')}`);
   }
+  // No download across a 20 Mbit/s link gets more than 2.38 MiB/s.
+  for (const k of ['kctl', 'upstream', 'direct'] as const) assert.ok(by.get('wan-throughput-1-mibs')![k]! < 2.4, `throughput ${k}`);
 });

@@ -55,11 +55,18 @@ export interface UpstreamServerOptions {
   adminPort: number;
   healthPort: number;
   id: string;
+  /** Where the agent port listens; 127.0.0.1 unless given. */
+  agentBindAddress?: string;
 }
 
 /** Upstream's proxy-server alone, just spawned: ready once its health port answers /healthz. */
 export function spawnUpstreamServer(pki: BenchPki, o: UpstreamServerOptions): Proc {
-  return startProc('proxy-server', join(upstreamBinDir(), 'proxy-server'), [
+  return startProc('proxy-server', join(upstreamBinDir(), 'proxy-server'), upstreamServerArgs(pki, o));
+}
+
+/** Upstream proxy-server's arguments: one frontend on a unix socket, health and admin ports on 127.0.0.1, every timing upstream's default. */
+export function upstreamServerArgs(pki: BenchPki, o: UpstreamServerOptions): string[] {
+  return [
     '--mode',
     o.mode,
     '--uds-name',
@@ -76,7 +83,7 @@ export function spawnUpstreamServer(pki: BenchPki, o: UpstreamServerOptions): Pr
     '--agent-port',
     String(o.agentPort),
     '--agent-bind-address',
-    '127.0.0.1',
+    o.agentBindAddress ?? '127.0.0.1',
     '--admin-port',
     String(o.adminPort),
     '--health-port',
@@ -87,25 +94,25 @@ export function spawnUpstreamServer(pki: BenchPki, o: UpstreamServerOptions): Pr
     o.id,
     '--server-count',
     '1',
-  ]);
+  ];
 }
 
-export async function startUpstream(pki: BenchPki, dir: string, mode: 'grpc' | 'http-connect' = 'grpc'): Promise<Stack> {
-  const bin = upstreamBinDir();
-  const uds = join(dir, `upstream-${mode}-${Date.now()}.sock`);
-  const [agentPort, serverAdmin, serverHealth, agentAdmin, agentHealth] = await Promise.all([
-    freePort(),
-    freePort(),
-    freePort(),
-    freePort(),
-    freePort(),
-  ]);
-  const server = spawnUpstreamServer(pki, { mode, uds, agentPort, adminPort: serverAdmin, healthPort: serverHealth, id: `bench-upstream-${mode}` });
-  const agent = startProc('proxy-agent', join(bin, 'proxy-agent'), [
+export interface UpstreamAgentOptions {
+  serverHost: string;
+  serverPort: number;
+  healthPort: number;
+  adminPort: number;
+  /** --sync-interval (the first retry after a lost stream); upstream's default (1 s) unless given. */
+  syncInterval?: string;
+}
+
+/** Upstream proxy-agent's arguments: the bench node's certificate, ports on 127.0.0.1, every timing upstream's default but `syncInterval`. */
+export function upstreamAgentArgs(pki: BenchPki, o: UpstreamAgentOptions): string[] {
+  return [
     '--proxy-server-host',
-    '127.0.0.1',
+    o.serverHost,
     '--proxy-server-port',
-    String(agentPort),
+    String(o.serverPort),
     '--ca-cert',
     pki.ca,
     '--agent-cert',
@@ -119,12 +126,29 @@ export async function startUpstream(pki: BenchPki, dir: string, mode: 'grpc' | '
     '--health-server-host',
     '127.0.0.1',
     '--health-server-port',
-    String(agentHealth),
+    String(o.healthPort),
     '--admin-server-port',
-    String(agentAdmin),
-    '--sync-interval',
-    '200ms',
+    String(o.adminPort),
+    ...(o.syncInterval ? ['--sync-interval', o.syncInterval] : []),
+  ];
+}
+
+export async function startUpstream(pki: BenchPki, dir: string, mode: 'grpc' | 'http-connect' = 'grpc'): Promise<Stack> {
+  const bin = upstreamBinDir();
+  const uds = join(dir, `upstream-${mode}-${Date.now()}.sock`);
+  const [agentPort, serverAdmin, serverHealth, agentAdmin, agentHealth] = await Promise.all([
+    freePort(),
+    freePort(),
+    freePort(),
+    freePort(),
+    freePort(),
   ]);
+  const server = spawnUpstreamServer(pki, { mode, uds, agentPort, adminPort: serverAdmin, healthPort: serverHealth, id: `bench-upstream-${mode}` });
+  const agent = startProc(
+    'proxy-agent',
+    join(bin, 'proxy-agent'),
+    upstreamAgentArgs(pki, { serverHost: '127.0.0.1', serverPort: agentPort, healthPort: agentHealth, adminPort: agentAdmin, syncInterval: '200ms' }),
+  );
   try {
     await waitUntil(
       'upstream proxy-server ready with its agent',

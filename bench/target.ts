@@ -1,5 +1,5 @@
-// The target every path reaches: a TCP server on 127.0.0.1, in its own process so that it
-// costs the same for every path. Two ports:
+// The target every path reaches: a TCP server on 127.0.0.1 (or the address in argv[2]), in its
+// own process so that it costs the same for every path. Two ports:
 //   source: the client sends "<bytes>\n"; the target answers that many bytes and closes.
 //   echo:   everything is sent back.
 // Prints {"source": port, "echo": port} when listening.
@@ -29,13 +29,15 @@ function source(s: Socket): void {
   s.on('data', onData);
 }
 
+const host = process.argv[2] ?? '127.0.0.1';
+
 function listen(onConn: (s: Socket) => void): Promise<number> {
   const server: Server = createServer((s) => {
     s.on('error', () => {});
     s.setNoDelay(true);
     onConn(s);
   });
-  return new Promise((r) => server.listen(0, '127.0.0.1', 4096, () => r((server.address() as { port: number }).port)));
+  return new Promise((r) => server.listen(0, host, 4096, () => r((server.address() as { port: number }).port)));
 }
 
 const [src, echo] = await Promise.all([listen(source), listen((s) => s.pipe(s))]);

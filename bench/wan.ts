@@ -1,62 +1,32 @@
 // `npm run bench -- --wan`: the WAN-profile section, kctl against upstream apiserver-network-proxy
 // v0.36.0 under the same profile. A run of its own: with --wan no other section runs. Each figure
 // is one function returning its rows; FIGURES lists them in the order they run. A figure runs
-// `runs` times, kctl and upstream alternating, and reports the median with min-max.
+// `runs` times, kctl and upstream alternating, and reports the median with min-max. The figures
+// across the edge link (wan-edge.ts) share one lab and its partitions, so they are one entry.
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { KCTL_NODE_FLAGS } from '../assets/runtime-flags.ts';
 import { freePort } from '../test/ports.ts';
 import type { AgentEvent } from './many-agents.ts';
-import { makeNodeCerts, type BenchPki } from './pki.ts';
+import { makeNodeCerts } from './pki.ts';
 import { cpuMs, firstJsonLine, gauges, listeningOnLoopback, peakRssKiB, rssKiB, startProc, waitUntil, type Proc } from './procs.ts';
 import { median, type Row } from './rows.ts';
 import { spawnKctlServer, spawnUpstreamServer } from './stacks.ts';
-
-export interface WanSizes {
-  /** Agents in the restart figure. */
-  agents: number;
-  /** Repetitions of each figure, per server. */
-  runs: number;
-}
+import { edgeFigures } from './wan-edge.ts';
+import { PEERS, peerRow, type Figure, type Peer, type WanContext, type WanSizes } from './wan-rows.ts';
 
 export const WAN_SIZES: Record<'full' | 'quick' | 'smoke', WanSizes> = {
-  full: { agents: 200, runs: 3 },
-  quick: { agents: 200, runs: 1 },
-  smoke: { agents: 20, runs: 1 },
+  full: { agents: 200, runs: 3, downloadBytes: 50 << 20, dials: 10, partitions: true },
+  quick: { agents: 200, runs: 1, downloadBytes: 50 << 20, dials: 10, partitions: true },
+  smoke: { agents: 20, runs: 1, downloadBytes: 1 << 20, dials: 3, partitions: false },
 };
 
-interface WanContext {
-  dir: string;
-  pki: BenchPki;
-  sizes: WanSizes;
-  log: (m: string) => void;
-}
-
-type Figure = (c: WanContext) => Promise<Row[]>;
-
-const FIGURES: Figure[] = [restartWithManyAgents];
+const FIGURES: Figure[] = [restartWithManyAgents, edgeFigures];
 
 export async function wanFigures(c: WanContext): Promise<Row[]> {
   const out: Row[] = [];
   for (const figure of FIGURES) out.push(...(await figure(c)));
   return out;
-}
-
-type Peer = 'kctl' | 'upstream';
-const PEERS: Peer[] = ['kctl', 'upstream'];
-
-/** A row of kctl's and upstream's medians, with the range of the runs. */
-function peerRow(scenario: string, unit: string, by: Record<Peer, number[]>, note: string): Row {
-  const range = (xs: number[]): [number, number] => [Math.min(...xs), Math.max(...xs)];
-  return {
-    scenario,
-    unit,
-    kctl: median(by.kctl),
-    upstream: median(by.upstream),
-    direct: null,
-    ...(by.kctl.length > 1 ? { range: { kctl: range(by.kctl), upstream: range(by.upstream) } } : {}),
-    note,
-  };
 }
 
 // ---- controller restart with many agents ----

@@ -13,6 +13,7 @@
 //	go-driver throughput   --mode M [--uds PATH] --source HOST:PORT --conns N --bytes B   -> {"mibps": X}
 //	go-driver dial-latency --mode M [--uds PATH] --echo HOST:PORT --count N               -> {"ms": [...]}
 //	go-driver cancel --mode grpc --uds PATH --count N [--shape S] [--answer-after D]      -> cancel.go
+//	go-driver probe --mode M [--uds PATH] --echo HOST:PORT --give-up D [--try-timeout D] [--every D] -> probe.go
 //
 // --klog-v N shows konnectivity-client's log on stderr.
 package main
@@ -260,7 +261,7 @@ func dialLatencies(dial dialer, echo string, count int) ([]float64, error) {
 
 func run(args []string) (any, error) {
 	if len(args) == 0 {
-		return nil, errors.New("usage: go-driver throughput|dial-latency|cancel --mode grpc|connect|direct|floor [--uds PATH] ...")
+		return nil, errors.New("usage: go-driver throughput|dial-latency|cancel|probe --mode grpc|connect|direct|floor [--uds PATH] ...")
 	}
 	fs := flag.NewFlagSet(args[0], flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
@@ -274,6 +275,9 @@ func run(args []string) (any, error) {
 	count := fs.Int("count", 0, "dial-latency, cancel: connections, one after another")
 	shape := fs.String("shape", "test", "cancel: test (one ctx for tunnel and request) or apiserver (tunnel ctx Background)")
 	answerAfter := fs.Duration("answer-after", 0, "cancel: how long after the cancel the target answers (negative: never)")
+	giveUp := fs.Duration("give-up", 0, "probe: stop trying after this long")
+	tryTimeout := fs.Duration("try-timeout", 0, "probe: at most this long per try (default: --give-up, one try)")
+	every := fs.Duration("every", 250*time.Millisecond, "probe: a new try this long after the last one started")
 	verbose := fs.Int("klog-v", 0, "konnectivity-client's klog verbosity, to stderr (0: none; 5 traces every packet)")
 	if err := fs.Parse(args[1:]); err != nil {
 		return nil, err
@@ -318,8 +322,19 @@ func run(args []string) (any, error) {
 			return nil, errors.New("cancel needs --mode grpc, --uds and --count >= 1")
 		}
 		return cancelRuns(*uds, *shape, *count, *answerAfter)
+	case "probe":
+		if *tryTimeout == 0 {
+			*tryTimeout = *giveUp
+		}
+		if *echo == "" {
+			return nil, errors.New("probe needs --echo")
+		}
+		if err := probeArgs(*every, *tryTimeout, *giveUp); err != nil {
+			return nil, err
+		}
+		return probe(dial, *echo, *every, *tryTimeout, *giveUp), nil
 	}
-	return nil, fmt.Errorf("unknown command %q (throughput, dial-latency or cancel)", args[0])
+	return nil, fmt.Errorf("unknown command %q (throughput, dial-latency, cancel or probe)", args[0])
 }
 
 // klogToStderr shows konnectivity-client's own log (and cancel's per-request lines) at verbosity v.
