@@ -1,25 +1,14 @@
 // kctl's konnectivity server alone in a process (so its RSS is its own), for the bench.
-// argv[2]: JSON {udsPath, connectUdsPath, agentPort, adminPort, cert, key, ca}, and optionally
-// bindAddress (agent port, default 127.0.0.1) and keepaliveTimeMs / keepaliveTimeoutMs (tests
-// that cut links want them short). Prints {"ready":true}. A "stats" line on stdin answers with
+// argv[2]: JSON KctlServerOptions (stacks.ts). Prints {"ready":true}. A "stats" line on stdin answers with
 // memory (after a collection, with --expose-gc), descriptors and tables (stats-line.ts).
 import { readFileSync } from 'node:fs';
 import { KonnectivityServer } from '../src/konnectivity/index.ts';
 import { createLogger } from '../src/base/log.ts';
 import { answerStats } from './stats-line.ts';
+// Type only: erased at run time, so this process loads nothing of stacks.ts.
+import type { KctlServerOptions } from './stacks.ts';
 
-const o = JSON.parse(process.argv[2] ?? '{}') as {
-  udsPath: string;
-  connectUdsPath: string;
-  agentPort: number;
-  adminPort: number;
-  cert: string;
-  key: string;
-  ca: string;
-  bindAddress?: string;
-  keepaliveTimeMs?: number;
-  keepaliveTimeoutMs?: number;
-};
+const o = JSON.parse(process.argv[2] ?? '{}') as KctlServerOptions;
 const server = new KonnectivityServer({
   serverId: 'bench-kctl',
   udsPath: o.udsPath,

@@ -181,6 +181,11 @@ export interface KctlServerOptions {
   cert: string;
   key: string;
   ca: string;
+  /** The agent port's address; 127.0.0.1 unless given. */
+  bindAddress?: string;
+  /** Shorter keepalive bounds, for tests that cut links. */
+  keepaliveTimeMs?: number;
+  keepaliveTimeoutMs?: number;
 }
 
 /** kctl's server alone (bench/kctl-server.ts), just spawned: ready at its first stdout line. */
