@@ -15,7 +15,7 @@ import { cacheRoot } from '../src/payload/manifest.ts';
 export type GoPath = { mode: 'grpc' | 'connect'; uds: string } | { mode: 'direct' | 'floor' };
 
 const SRC = new URL('go-driver/', import.meta.url).pathname;
-const FILES = ['go.mod', 'go.sum', 'main.go', 'floor.go', 'cancel.go', 'probe.go'];
+const FILES = ['go.mod', 'go.sum', 'main.go', 'floor.go', 'cancel.go', 'probe.go', 'stalled.go'];
 const run = promisify(execFile);
 const log = (m: string): void => void process.stderr.write(`[bench] ${m}\n`);
 
@@ -124,6 +124,38 @@ export function probe(p: GoPath, echo: string, o: ProbeOptions, runner?: Runner)
     ['--echo', echo, '--give-up', ms(o.giveUpMs), '--try-timeout', ms(o.tryTimeoutMs ?? o.giveUpMs), '--every', ms(o.everyMs ?? 250)],
     runner,
   );
+}
+
+/** A download beside streams nobody reads (go-driver/stalled.go): its rate counts what arrived within the give-up. */
+export interface BesideStalled {
+  mibps: number;
+  complete: boolean;
+  bytes: number;
+}
+
+/**
+ * `stalled` connections ask `source` for data and are never read; after `fillMs`, one download of
+ * `bytes` through the same path, given `giveUpMs`.
+ */
+export function besideStalled(
+  p: GoPath,
+  source: string,
+  o: { stalled: number; fillMs: number; bytes: number; giveUpMs: number },
+  runner?: Runner,
+): Promise<BesideStalled> {
+  const args = [
+    '--source',
+    source,
+    '--stalled',
+    String(o.stalled),
+    '--fill',
+    `${o.fillMs}ms`,
+    '--bytes',
+    String(o.bytes),
+    '--give-up',
+    `${o.giveUpMs}ms`,
+  ];
+  return drive<BesideStalled>('beside-stalled', p, args, runner);
 }
 
 /** What `http.Client.Do` returned in go-driver's `cancel` runs (go-driver/cancel.go). */

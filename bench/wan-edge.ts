@@ -8,6 +8,8 @@
 //            the heal, and how long until a dial works again (first dial after heal).
 //   stack 2: a partition and a dial asked for as it begins: how long until the dial fails, and
 //            with what error (dial during partition).
+//   stack 3: one stream asks for data and is never read; beside it, one download through the
+//            same agent (a stream nobody reads must not hold up the others).
 //
 // Each run measures kctl, then upstream, then direct TCP across the same link (dials and the
 // download). Stack 2 is fresh because a partition can leave a stack broken: upstream's agent
@@ -16,10 +18,10 @@
 // what it measures (an unanswered packet makes upstream's server give up sooner), so the dial
 // figure has its own.
 import { setTimeout as sleep } from 'node:timers/promises';
-import { dialLatencies, probe, throughput, type GoPath } from './go-driver.ts';
+import { besideStalled, dialLatencies, probe, throughput, type BesideStalled, type GoPath } from './go-driver.ts';
 import { median, type Row } from './rows.ts';
 import { edgeLab, secondsUntil, startEdgeStack, type EdgeLab, type EdgeStack } from './wan-lab.ts';
-import { PEERS, peerRow, skippedRow, type Peer, type WanContext } from './wan-rows.ts';
+import { EDGE_LINK_MIBPS, linkShare, PEERS, peerRow, skippedRow, type Peer, type WanContext } from './wan-rows.ts';
 
 /** The silent partition of the dead-peer and heal figures; also how long the dead-peer figure waits. */
 const PARTITION_MS = 30_000;
@@ -30,8 +32,6 @@ const TRY_MS = 2_000;
 const DIAL_GIVE_UP_MS = 45_000;
 /** Silence on the link before each partition (nothing measured crosses it), the same in every run. */
 const QUIET_MS = 1_000;
-/** The edge profile's rate, 20 Mbit/s, in MiB/s. */
-const LINK_MIBPS = 20e6 / 8 / 2 ** 20;
 
 interface PartitionResults {
   /** Seconds into the idle partition until the agent dropped its stream; null: not within PARTITION_MS. */
@@ -55,9 +55,14 @@ interface PartitionResults {
 interface PathRun {
   dialP50Ms: number;
   downloadMiBps: number;
+  /** The download beside a stream nobody reads. */
+  beside: BesideStalled;
 }
 
 type PeerRun = PathRun & { partition?: PartitionResults };
+
+/** The stalled streams' requests are left this long before the download beside them starts. */
+const FILL_MS = 3_000;
 
 export async function edgeFigures(c: WanContext): Promise<Row[]> {
   const z = c.sizes;
@@ -69,7 +74,8 @@ export async function edgeFigures(c: WanContext): Promise<Row[]> {
     for (let run = 1; run <= z.runs; run++) {
       const label = `run ${run}/${z.runs}`;
       for (const peer of PEERS) got[peer].push(await peerRun(c, l, peer, label));
-      direct.push(await pathRun(c, l, { mode: 'direct' }, `${label} direct`));
+      const directPath = { mode: 'direct' } as const;
+      direct.push({ ...(await pathRun(c, l, directPath, `${label} direct`)), beside: await stalledRun(c, l, directPath, `${label} direct`) });
     }
     const { up, down } = await l.link.stats();
     c.log(`edge: the link carried ${up.forwarded} frames up (${up.lost} lost) and ${down.forwarded} down (${down.lost} lost)`);
@@ -84,38 +90,62 @@ export async function edgeFigures(c: WanContext): Promise<Row[]> {
         ['wan-first-dial-after-heal-s', 's'],
         ['wan-dial-during-partition-s', 's'],
       ].map(([name, unit]) => skippedRow(name!, unit!, 'not measured with --smoke: its partitions take 30 s and more'));
-  return [...partitionRows, throughputRow(got, direct, z.downloadBytes), dialLatencyRow(got, direct, z.dials)];
+  return [...partitionRows, throughputRow(got, direct, z.downloadBytes), besideStalledRow(got, direct, c), dialLatencyRow(got, direct, z.dials)];
 }
 
 /** Dial latency and the download through one path. */
-async function pathRun(c: WanContext, l: EdgeLab, path: GoPath, label: string): Promise<PathRun> {
+async function pathRun(c: WanContext, l: EdgeLab, path: GoPath, label: string): Promise<Omit<PathRun, 'beside'>> {
   const dialP50Ms = median(await dialLatencies(path, l.echo, c.sizes.dials, l.driver));
   const downloadMiBps = await throughput(path, l.source, 1, c.sizes.downloadBytes, l.driver);
   c.log(`edge ${label}: dial p50 ${dialP50Ms.toFixed(0)} ms, download ${downloadMiBps.toFixed(2)} MiB/s`);
   return { dialP50Ms, downloadMiBps };
 }
 
+const stallOptions = (c: WanContext) => ({
+  stalled: 1,
+  fillMs: Math.min(FILL_MS, c.sizes.stallGiveUpMs / 5),
+  bytes: Math.round(c.sizes.downloadBytes / 5),
+  giveUpMs: c.sizes.stallGiveUpMs,
+});
+
+/** One download beside a stream nobody reads, through one path. */
+async function stalledRun(c: WanContext, l: EdgeLab, path: GoPath, label: string): Promise<BesideStalled> {
+  const r = await besideStalled(path, l.source, stallOptions(c), l.driver);
+  c.log(
+    `edge ${label}: beside a stalled stream, ${r.complete ? 'a download' : `${(r.bytes / 2 ** 20).toFixed(2)} MiB of a download in ${c.sizes.stallGiveUpMs / 1000} s`} at ${r.mibps.toFixed(2)} MiB/s`,
+  );
+  return r;
+}
+
 async function peerRun(c: WanContext, l: EdgeLab, peer: Peer, label: string): Promise<PeerRun> {
   const log = (m: string): void => c.log(`edge ${label} ${peer}: ${m}`);
   let stack = await startEdgeStack(l, c.dir, peer);
+  const fresh = async (): Promise<EdgeStack> => {
+    await l.link.partition(false);
+    await stack.stop();
+    return (stack = await startEdgeStack(l, c.dir, peer));
+  };
   try {
     const speed = await pathRun(c, l, { mode: 'grpc', uds: stack.uds }, `${label} ${peer}`);
-    if (!c.sizes.partitions) return speed;
-    const dead = await deadPeer(l, stack);
-    log(`idle partition: the agent dropped its stream after ${dead.agentDropS ?? '-'} s, the server its agent after ${dead.serverDropS ?? '-'} s`);
-    const heal = await firstDialAfterHeal(l, stack);
-    log(
-      `heal: ${heal.firstDialS === null ? `no dial within ${HEAL_GIVE_UP_MS / 1000} s (${heal.healError})` : `a dial worked after ${heal.firstDialS} s`}; ` +
-        `agent streams ${heal.afterHeal.agentStreams}, server agents ${heal.afterHeal.serverAgents}`,
-    );
-    await stack.stop();
-    stack = await startEdgeStack(l, c.dir, peer);
-    const busy = await dialDuringPartition(l, stack);
-    log(
-      `dial during a partition: ${busy.dialOk ? 'worked' : `failed (${busy.dialError})`} after ${busy.dialS} s; ` +
-        `the server dropped its agent after ${busy.busyServerDropS ?? '-'} s`,
-    );
-    return { ...speed, partition: { ...dead, ...heal, ...busy } };
+    let partition: PartitionResults | undefined;
+    if (c.sizes.partitions) {
+      const dead = await deadPeer(l, stack);
+      log(`idle partition: the agent dropped its stream after ${dead.agentDropS ?? '-'} s, the server its agent after ${dead.serverDropS ?? '-'} s`);
+      const heal = await firstDialAfterHeal(l, stack);
+      log(
+        `heal: ${heal.firstDialS === null ? `no dial within ${HEAL_GIVE_UP_MS / 1000} s (${heal.healError})` : `a dial worked after ${heal.firstDialS} s`}; ` +
+          `agent streams ${heal.afterHeal.agentStreams}, server agents ${heal.afterHeal.serverAgents}`,
+      );
+      const busy = await dialDuringPartition(l, await fresh());
+      log(
+        `dial during a partition: ${busy.dialOk ? 'worked' : `failed (${busy.dialError})`} after ${busy.dialS} s; ` +
+          `the server dropped its agent after ${busy.busyServerDropS ?? '-'} s`,
+      );
+      partition = { ...dead, ...heal, ...busy };
+    }
+    // Last, on a stack of its own: a stream nobody reads may leave a stack stuck.
+    const beside = await stalledRun(c, l, { mode: 'grpc', uds: (await fresh()).uds }, `${label} ${peer}`);
+    return { ...speed, beside, ...(partition && { partition }) };
   } finally {
     await l.link.partition(false);
     await stack.stop();
@@ -229,12 +259,24 @@ function throughputRow(got: Record<Peer, PeerRun[]>, direct: PathRun[], bytes: n
     upstream: got.upstream.map((r) => r.downloadMiBps),
     direct: direct.map((r) => r.downloadMiBps),
   };
-  const pct = (xs: number[]): string => `${((median(xs) / LINK_MIBPS) * 100).toFixed(0)} %`;
   return peerRow(
     'wan-throughput-1-mibs',
     'MiB/s',
     by,
-    `one ${bytes / 2 ** 20} MiB download per run through the tunnel (the agent's stream crosses the link); direct: TCP across the same link; of the link's ${LINK_MIBPS.toFixed(2)} MiB/s: kctl ${pct(by.kctl)}, upstream ${pct(by.upstream)}, direct ${pct(by.direct)}`,
+    `one ${bytes / 2 ** 20} MiB download per run through the tunnel (the agent's stream crosses the link); direct: TCP across the same link; of the link's ${EDGE_LINK_MIBPS.toFixed(2)} MiB/s: kctl ${linkShare(by.kctl)}, upstream ${linkShare(by.upstream)}, direct ${linkShare(by.direct)}`,
+  );
+}
+
+function besideStalledRow(got: Record<Peer, PeerRun[]>, direct: PathRun[], c: WanContext): Row {
+  const o = stallOptions(c);
+  const rate = (runs: PathRun[]): number[] => runs.map((r) => r.beside.mibps);
+  const complete = (runs: PathRun[]): string => `${runs.filter((r) => r.beside.complete).length}/${runs.length}`;
+  return peerRow(
+    'wan-throughput-beside-stalled-mibs',
+    'MiB/s',
+    { kctl: rate(got.kctl), upstream: rate(got.upstream), direct: rate(direct) },
+    `a fresh stack; one tunnel asks the target for data and is never read; ${o.fillMs / 1000} s later one ${(o.bytes / 2 ** 20).toFixed(0)} MiB download through the same agent, ` +
+      `given ${o.giveUpMs / 1000} s (the rate counts what arrived by then); finished: kctl ${complete(got.kctl)}, upstream ${complete(got.upstream)}, direct ${complete(direct)}; direct: two TCP connections across the same link`,
   );
 }
 

@@ -18,6 +18,10 @@ export interface WanSizes {
   dials: number;
   /** Edge figures: whether the partition figures run (they take a minute and more per run). */
   partitions: boolean;
+  /** Edge figures: how long the download beside a stalled stream is given. */
+  stallGiveUpMs: number;
+  /** Whether the cluster figures (kubectl cp, logs -f) run: they start a real cluster. */
+  cluster: boolean;
 }
 
 export interface WanContext {
@@ -31,20 +35,28 @@ export interface WanContext {
 /** One figure: runs its repetitions, returns its rows. */
 export type Figure = (c: WanContext) => Promise<Row[]>;
 
+/** The edge profile's rate, 20 Mbit/s each way, in MiB/s. */
+export const EDGE_LINK_MIBPS = 20e6 / 8 / 2 ** 20;
+
+/** The median of a figure's runs as a share of the edge link's rate: "87 %". */
+export const linkShare = (xs: number[]): string => (xs.length ? `${((median(xs) / EDGE_LINK_MIBPS) * 100).toFixed(0)} %` : '-');
+
 const range = (xs: number[]): [number, number] => [Math.min(...xs), Math.max(...xs)];
 
-/** A row of kctl's and upstream's medians (and direct TCP's, where the figure has it), with the range of the runs. */
+/**
+ * A row of kctl's and upstream's medians (and direct TCP's, where the figure has it), with the range
+ * of the runs; a column with no figures (none of its runs gave one) is null.
+ */
 export function peerRow(scenario: string, unit: string, by: Record<Peer, number[]> & { direct?: number[] }, note: string): Row {
-  const direct = by.direct?.length ? by.direct : undefined;
+  const columns = { kctl: by.kctl, upstream: by.upstream, ...(by.direct?.length ? { direct: by.direct } : {}) };
+  const ranged = Object.entries(columns).filter(([, xs]) => xs.length > 1);
   return {
     scenario,
     unit,
-    kctl: median(by.kctl),
-    upstream: median(by.upstream),
-    direct: direct ? median(direct) : null,
-    ...(by.kctl.length > 1
-      ? { range: { kctl: range(by.kctl), upstream: range(by.upstream), ...(direct && direct.length > 1 ? { direct: range(direct) } : {}) } }
-      : {}),
+    kctl: by.kctl.length ? median(by.kctl) : null,
+    upstream: by.upstream.length ? median(by.upstream) : null,
+    direct: columns.direct ? median(columns.direct) : null,
+    ...(ranged.length ? { range: Object.fromEntries(ranged.map(([k, xs]) => [k, range(xs)])) } : {}),
     note,
   };
 }

@@ -12,16 +12,17 @@ import { makeNodeCerts } from './pki.ts';
 import { cpuMs, firstJsonLine, gauges, listeningOnLoopback, peakRssKiB, rssKiB, startProc, waitUntil, type Proc } from './procs.ts';
 import { median, type Row } from './rows.ts';
 import { spawnKctlServer, spawnUpstreamServer } from './stacks.ts';
+import { clusterFigures } from './wan-cluster.ts';
 import { edgeFigures } from './wan-edge.ts';
 import { PEERS, peerRow, type Figure, type Peer, type WanContext, type WanSizes } from './wan-rows.ts';
 
 export const WAN_SIZES: Record<'full' | 'quick' | 'smoke', WanSizes> = {
-  full: { agents: 200, runs: 3, downloadBytes: 50 << 20, dials: 10, partitions: true },
-  quick: { agents: 200, runs: 1, downloadBytes: 50 << 20, dials: 10, partitions: true },
-  smoke: { agents: 20, runs: 1, downloadBytes: 1 << 20, dials: 3, partitions: false },
+  full: { agents: 200, runs: 3, downloadBytes: 50 << 20, dials: 10, partitions: true, stallGiveUpMs: 30_000, cluster: true },
+  quick: { agents: 200, runs: 1, downloadBytes: 50 << 20, dials: 10, partitions: true, stallGiveUpMs: 30_000, cluster: true },
+  smoke: { agents: 20, runs: 1, downloadBytes: 1 << 20, dials: 3, partitions: false, stallGiveUpMs: 5_000, cluster: false },
 };
 
-const FIGURES: Figure[] = [restartWithManyAgents, edgeFigures];
+const FIGURES: Figure[] = [restartWithManyAgents, edgeFigures, clusterFigures];
 
 export async function wanFigures(c: WanContext): Promise<Row[]> {
   const out: Row[] = [];

@@ -62,7 +62,7 @@ function withDeadline<T>(what: string, ms: number, p: Promise<T>): Promise<T> {
 }
 
 /** SIGTERM, then SIGKILL to the process group (lab.spawn starts each process in its own) after `STOP_MS`. */
-async function stop(p: Tracked): Promise<void> {
+export async function stopTracked(p: Tracked): Promise<void> {
   const { child } = p;
   if (gone(p)) return;
   child.kill('SIGTERM');
@@ -171,12 +171,12 @@ export async function workerJoinSeconds(
       }
       log(`worker-join: ${name} Ready after ${seconds.toFixed(1)} s (${[...phases].map(([k, v]) => `${k} ${v.toFixed(1)} s`).join(', ')})`);
       // The next join should not share the machine with this worker.
-      await stop(worker);
+      await stopTracked(worker);
       await cleanupWorkerHost(d.data, d.run, name);
     }
     return { joins: out, corednsReadySeconds, workerRssMiB };
   } finally {
-    for (const p of procs.reverse()) await stop(p).catch(() => undefined);
+    for (const p of procs.reverse()) await stopTracked(p).catch(() => undefined);
     await lab.destroy().catch((err: Error) => log(`worker-join: destroying the lab failed: ${err.message}`));
     for (const name of workerNames) {
       const d = workerDirs(name);

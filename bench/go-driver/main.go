@@ -14,6 +14,7 @@
 //	go-driver dial-latency --mode M [--uds PATH] --echo HOST:PORT --count N               -> {"ms": [...]}
 //	go-driver cancel --mode grpc --uds PATH --count N [--shape S] [--answer-after D]      -> cancel.go
 //	go-driver probe --mode M [--uds PATH] --echo HOST:PORT --give-up D [--try-timeout D] [--every D] -> probe.go
+//	go-driver beside-stalled --mode M [--uds PATH] --source HOST:PORT --stalled N --fill D --bytes B --give-up D -> stalled.go
 //
 // --klog-v N shows konnectivity-client's log on stderr.
 package main
@@ -261,7 +262,7 @@ func dialLatencies(dial dialer, echo string, count int) ([]float64, error) {
 
 func run(args []string) (any, error) {
 	if len(args) == 0 {
-		return nil, errors.New("usage: go-driver throughput|dial-latency|cancel|probe --mode grpc|connect|direct|floor [--uds PATH] ...")
+		return nil, errors.New("usage: go-driver throughput|dial-latency|cancel|probe|beside-stalled --mode grpc|connect|direct|floor [--uds PATH] ...")
 	}
 	fs := flag.NewFlagSet(args[0], flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
@@ -275,8 +276,10 @@ func run(args []string) (any, error) {
 	count := fs.Int("count", 0, "dial-latency, cancel: connections, one after another")
 	shape := fs.String("shape", "test", "cancel: test (one ctx for tunnel and request) or apiserver (tunnel ctx Background)")
 	answerAfter := fs.Duration("answer-after", 0, "cancel: how long after the cancel the target answers (negative: never)")
-	giveUp := fs.Duration("give-up", 0, "probe: stop trying after this long")
+	giveUp := fs.Duration("give-up", 0, "probe: stop trying after this long; beside-stalled: count what arrived within this long")
 	tryTimeout := fs.Duration("try-timeout", 0, "probe: at most this long per try (default: --give-up, one try)")
+	stalled := fs.Int("stalled", 1, "beside-stalled: connections asked for data and never read")
+	fill := fs.Duration("fill", 3*time.Second, "beside-stalled: wait this long after the stalled requests")
 	every := fs.Duration("every", 250*time.Millisecond, "probe: a new try this long after the last one started")
 	verbose := fs.Int("klog-v", 0, "konnectivity-client's klog verbosity, to stderr (0: none; 5 traces every packet)")
 	if err := fs.Parse(args[1:]); err != nil {
@@ -333,8 +336,13 @@ func run(args []string) (any, error) {
 			return nil, err
 		}
 		return probe(dial, *echo, *every, *tryTimeout, *giveUp), nil
+	case "beside-stalled":
+		if *source == "" || *stalled < 1 || *bytesEach < 1 || *giveUp <= 0 {
+			return nil, errors.New("beside-stalled needs --source, --stalled >= 1, --bytes >= 1 and --give-up > 0")
+		}
+		return besideStalled(dial, *source, *stalled, *fill, *bytesEach, *giveUp)
 	}
-	return nil, fmt.Errorf("unknown command %q (throughput, dial-latency, cancel or probe)", args[0])
+	return nil, fmt.Errorf("unknown command %q (throughput, dial-latency, cancel, probe or beside-stalled)", args[0])
 }
 
 // klogToStderr shows konnectivity-client's own log (and cancel's per-request lines) at verbosity v.
