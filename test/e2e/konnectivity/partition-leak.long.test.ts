@@ -15,7 +15,7 @@
 //
 // What the RSS did before: the server's grew ~5 KiB per cycle, all of it in the brk heap, because
 // Node 24's TLS server keeps ~6 KiB of every client certificate it receives (a plain Node TLS
-// server, 27,000 handshakes: +155 MiB; without a client certificate, or on Node 20, flat) and
+// server, 27,000 handshakes: +150 MiB; without a client certificate, or on Node 20, flat) and
 // the agent made a full handshake per reconnect (server brk 7.5 → 12.2 MiB, RSS +6.4 % over 1,000
 // cycles). The agent now resumes its TLS session (link-calls.ts): brk 5.3 → 5.6 MiB, RSS +0.9 %.
 import assert from 'node:assert/strict';
