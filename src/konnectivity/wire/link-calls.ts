@@ -206,21 +206,27 @@ export interface LinkDial {
 
 /** TLS contexts by the credentials they hold; a worker has one set (a new one after a renewal). */
 const contexts = new Map<string, SecureContext>();
+/** The last TLS session of each server, by credentials and address: a reconnect resumes it. */
+const sessions = new Map<string, Buffer>();
 const MAX_CONTEXTS = 16;
+const MAX_SESSIONS = 64;
 
-/**
- * The TLS context for these credentials, made once: a context per connection parses the CA, the
- * certificate and the key again on every reconnect, and holds native memory until the garbage
- * collector gets to it.
- */
-function secureContextFor(d: LinkDial): SecureContext {
-  const id = createHash('sha256')
+function credentialsId(d: LinkDial): string {
+  return createHash('sha256')
     .update(d.ca ?? '-')
     .update('\0')
     .update(d.cert ?? '-')
     .update('\0')
     .update(d.key ?? '-')
     .digest('hex');
+}
+
+/**
+ * The TLS context for these credentials, made once: a context per connection parses the CA, the
+ * certificate and the key again on every reconnect, and holds native memory until the garbage
+ * collector gets to it.
+ */
+function secureContextFor(id: string, d: LinkDial): SecureContext {
   let ctx = contexts.get(id);
   if (!ctx) {
     ctx = createSecureContext({ ca: d.ca, cert: d.cert, key: d.key });
@@ -231,27 +237,47 @@ function secureContextFor(d: LinkDial): SecureContext {
 }
 
 /**
+ * Remembers the session tickets a server sends, so that the next connection to it resumes: the
+ * client certificate is not sent again, which spares the server the certificate's parsing and
+ * verification, and the memory Node 24's TLS server keeps of every client certificate it receives
+ * (about 6 KiB, never freed). Sessions are kept per credentials, so new credentials always make a
+ * full handshake; the server refuses a ticket it cannot use (restarted, expired) with a full one.
+ */
+function rememberSessions(socket: TLSSocket, key: string): void {
+  socket.on('session', (session: Buffer) => {
+    sessions.delete(key);
+    sessions.set(key, session);
+    if (sessions.size > MAX_SESSIONS) sessions.delete(sessions.keys().next().value!);
+  });
+}
+
+/**
  * Connects offering kctl-tunnel/1 before h2 and sends HELLO with `md`. Null when the server chose
  * h2 (an upstream server, or a kctl server with extensions off): the caller speaks gRPC instead.
  */
 export function openLink(d: LinkDial, md: grpc.Metadata): Promise<LinkServerCall | null> {
   return new Promise((resolve, reject) => {
     const name = d.serverName ?? (isIP(d.host) ? undefined : d.host);
+    const id = credentialsId(d);
+    const sessionKey = `${id} ${joinHostPort(d.host, d.port)} ${d.serverName ?? ''}`;
     const socket = tlsConnect({
       host: d.host,
       port: d.port,
-      secureContext: secureContextFor(d),
+      secureContext: secureContextFor(id, d),
+      session: sessions.get(sessionKey),
       servername: name,
       ALPNProtocols: [LINK_ALPN, 'h2'],
       // grpc-js's ssl_target_name_override: the certificate is checked against that name instead.
       ...(d.serverName ? { checkServerIdentity: (_host: string, cert: PeerCertificate) => checkServerIdentity(d.serverName!, cert) } : {}),
     });
+    rememberSessions(socket, sessionKey);
     const timer = setTimeout(() => {
       socket.destroy();
       reject(new Error(`no TLS connection to ${d.host}:${d.port} within ${d.timeoutMs / 1000} s`));
     }, d.timeoutMs);
     socket.once('error', (err) => {
       clearTimeout(timer);
+      if (!socket.connecting) sessions.delete(sessionKey); // a failed handshake starts from nothing next time
       reject(err);
     });
     socket.once('secureConnect', () => {
