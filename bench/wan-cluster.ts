@@ -23,7 +23,8 @@ import { createLab, type Lab, type LabHost } from '../test/e2e/lab/lab.ts';
 import { waitFor } from '../test/e2e/lab/wait.ts';
 import { wan } from '../test/e2e/lab/wan.ts';
 import { makePki } from './pki.ts';
-import { procOf, sumGauges, type Proc } from './procs.ts';
+import { procOf, type Proc } from './procs.ts';
+import { hostGauge } from './wan-lab.ts';
 import type { Row } from './rows.ts';
 import { upstreamAgentArgs, upstreamBinDir, upstreamServerArgs } from './stacks.ts';
 import { stopTracked } from './worker.ts';
@@ -191,10 +192,7 @@ async function withCluster(c: WanContext, body: (k: Cluster) => Promise<void>): 
     await waitFor(
       'the upstream proxy-agent connected',
       60_000,
-      async () => {
-        const r = await ctl.run('curl', ['-sf', '--max-time', '2', `http://127.0.0.1:${UPSTREAM_ADMIN}/metrics`], { timeout: 5_000 });
-        return r.exitCode === 0 && sumGauges(String(r.stdout), ['konnectivity_network_proxy_server_ready_backend_connections']) === 1;
-      },
+      async () => (await hostGauge(ctl, UPSTREAM_ADMIN, 'konnectivity_network_proxy_server_ready_backend_connections')) === 1,
       upstreamOutput,
     );
 

@@ -76,7 +76,7 @@ export interface EdgeStack {
 }
 
 /** Sum of the named gauges on a host's loopback /metrics page, read with curl inside the host. */
-async function hostGauge(host: LabHost, port: number, name: string): Promise<number | null> {
+export async function hostGauge(host: LabHost, port: number, name: string): Promise<number | null> {
   const r = await host.run('curl', ['-sfL', '--max-time', '2', `http://127.0.0.1:${port}/metrics`], { timeout: 5_000 });
   return r.exitCode === 0 ? sumGauges(String(r.stdout), [name]) : null;
 }
