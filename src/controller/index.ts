@@ -26,6 +26,7 @@ import { StatusServerComponent } from '../base/status-server.ts';
 import { ComponentManager } from '../base/manager.ts';
 import { KCTL_VERSION } from '../base/version.ts';
 import { ownPids, requireHost } from '../host/checks.ts';
+import { raiseKernelLimits } from '../host/limits.ts';
 import { SystemdNotifier } from '../supervisor/notify.ts';
 import { liveOwner, refuseIfOwned, runOwning } from '../supervisor/owner.ts';
 import { prepareRunDir } from '../supervisor/run-dir.ts';
@@ -323,6 +324,7 @@ async function prepareAndRun(
     log.info({ dataDir: paths.dataDir, storage: cfg.spec.storage.type }, 'controller initialised (--init-only)');
     return;
   }
+  await raiseKernelLimits(componentLogger(log, 'host'));
 
   const manager = new ComponentManager(controllerComponents({ cfg, paths, pki, joined }), componentLogger(log, 'manager'), {
     onProgress: (text) => notifier?.status(text),

@@ -8,6 +8,7 @@ import { release } from 'node:os';
 import { UserError } from '../base/errors.ts';
 import { readPidFile } from '../supervisor/pidfile.ts';
 import { initProcessName } from '../supervisor/systemd.ts';
+import { KERNEL_LIMITS, readSysctl } from './limits.ts';
 import { portHolders } from './ports.ts';
 
 export type HostRole = 'controller' | 'worker';
@@ -157,6 +158,17 @@ async function ipForward(role: HostRole): Promise<Check> {
   return check('ip_forward', 'pass', `net.ipv4.ip_forward=${v}; kctl worker sets it to 1 at start`);
 }
 
+async function kernelLimits(): Promise<Check> {
+  const low: string[] = [];
+  const all: string[] = [];
+  for (const [key, floor] of Object.entries(KERNEL_LIMITS)) {
+    const v = await readSysctl(key);
+    all.push(`${key}=${v ?? '?'}`);
+    if (v !== undefined && v < floor) low.push(`${key} to ${floor}`);
+  }
+  return check('kernel limits', 'pass', low.length ? `${all.join(', ')}; kctl raises ${low.join(' and ')} at start` : all.join(', '));
+}
+
 function clock(): Check {
   const now = new Date();
   if (now.getTime() < EARLIEST_SANE_CLOCK)
@@ -180,6 +192,7 @@ export async function hostChecks(o: HostCheckOptions): Promise<Check[]> {
     ...(await disk(o)),
     await memory(o.role),
     await ipForward(o.role),
+    await kernelLimits(),
     clock(),
     await systemd(),
   ];

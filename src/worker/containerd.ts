@@ -106,6 +106,19 @@ disabled_plugins = [${DISABLED_PLUGINS.map(q).join(', ')}]
 `;
 }
 
+const CRI_RESTART_MS = 20_000;
+
+/**
+ * The error of containerd's CRI plugin in `ctr plugins ls --detailed` output, or undefined when
+ * it loaded. Blocks start with "Type:"; a failed plugin's block has "Error:" and "Message:".
+ */
+export function criPluginError(detailed: string): string | undefined {
+  const block = detailed.split(/^(?=Type:)/m).find((b) => /^Type:\s+io\.containerd\.grpc\.v1\s*$/m.test(b) && /^ID:\s+cri\s*$/m.test(b));
+  if (!block) return 'containerd lists no CRI plugin (io.containerd.grpc.v1 cri)';
+  if (!/^Error:/m.test(block)) return undefined;
+  return /^\s*Message:\s*(.+?)\s*$/m.exec(block)?.[1] ?? 'unknown error';
+}
+
 /** The program: its binary in <bin>, its pid file in <run>, its component's name. */
 export const CONTAINERD = 'containerd';
 
@@ -115,10 +128,13 @@ export class ContainerdComponent extends Supervisor {
   private readonly sandboxImage?: string;
   private readonly logLevel?: string;
   private readonly restrictOomScoreAdj?: boolean;
+  private lastCriRestart = 0;
 
   constructor(opts: ContainerdOptions) {
     const { paths } = opts;
     const ctr = join(paths.binDir, 'ctr');
+    // The probe restarts containerd, and runs before `this` exists.
+    const self: { component?: ContainerdComponent } = {};
     super({
       name: CONTAINERD,
       binary: join(paths.binDir, CONTAINERD),
@@ -129,20 +145,41 @@ export class ContainerdComponent extends Supervisor {
       umask: 0o022,
       runDir: paths.runDir,
       ready: async (signal) => {
-        const r = await execa(ctr, ['--address', paths.containerdSocket, 'version'], {
-          reject: false,
-          extendEnv: false,
-          env: {},
-          timeout: 5000,
-          cancelSignal: signal,
-        });
-        if (r.exitCode !== 0) throw new Error(`${paths.containerdSocket} does not answer: ${r.stderr.trim().split('\n').pop() ?? ''}`);
+        const ctrCall = async (args: string[]) => {
+          const r = await execa(ctr, ['--address', paths.containerdSocket, ...args], {
+            reject: false,
+            extendEnv: false,
+            env: {},
+            timeout: 5000,
+            cancelSignal: signal,
+          });
+          if (r.exitCode !== 0) throw new Error(`${paths.containerdSocket} does not answer: ${r.stderr.trim().split('\n').pop() ?? ''}`);
+          return r.stdout;
+        };
+        await ctrCall(['version']);
+        // containerd serves without a plugin that failed to load; kubelet then only says "unknown service".
+        const criError = criPluginError(await ctrCall(['plugins', 'ls', '--detailed']));
+        if (criError === undefined) return;
+        await self.component?.restartForCri(criError);
+        throw new Error(`containerd's CRI plugin did not load: ${criError}`);
       },
     });
+    self.component = this;
     this.paths = paths;
     this.sandboxImage = opts.sandboxImage;
     this.logLevel = opts.logLevel;
     this.restrictOomScoreAdj = opts.restrictOomScoreAdj;
+  }
+
+  /**
+   * A CRI plugin that failed to load stays failed until containerd restarts; its causes
+   * (inotify instances used up, a snapshotter missing for a moment) may pass. At most one
+   * restart per CRI_RESTART_MS, so a lasting cause is reported, not looped on.
+   */
+  private async restartForCri(reason: string): Promise<void> {
+    if (Date.now() - this.lastCriRestart < CRI_RESTART_MS) return;
+    this.lastCriRestart = Date.now();
+    await this.restart(`its CRI plugin did not load: ${reason}`);
   }
 
   override async init(ctx?: ComponentContext): Promise<void> {

@@ -20,6 +20,7 @@ import { stage } from '../payload/stage-child.ts';
 import type { Component } from '../base/component.ts';
 import { ComponentManager } from '../base/manager.ts';
 import { ownPids, requireHost } from '../host/checks.ts';
+import { raiseKernelLimits } from '../host/limits.ts';
 import { SystemdNotifier } from '../supervisor/notify.ts';
 import { refuseIfOwned, runOwning } from '../supervisor/owner.ts';
 import { prepareRunDir } from '../supervisor/run-dir.ts';
@@ -103,6 +104,7 @@ async function stageAndRun(opts: WorkerOptions, paths: WorkerPaths, state: JoinS
   notifier?.status('staging component binaries and images');
   await stage({ kind: 'components', roles: ['worker'], dir: paths.binDir }, componentLogger(log, 'stage'));
   await stage({ kind: 'images', dir: paths.imagesDir }, componentLogger(log, 'stage'));
+  await raiseKernelLimits(componentLogger(log, 'host'));
 
   const id: WorkerIdentity = {
     nodeName: opts.nodeName ?? hostname().toLowerCase(),
