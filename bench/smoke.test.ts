@@ -42,13 +42,19 @@ interface Row {
   note?: string;
 }
 
+/**
+ * Only a guard against a hang: a smoke run takes 50-80 s on a quiet machine, and well over 100 s
+ * while the long e2e tests start their clusters beside it (CI killed one at 110 s).
+ */
+const SMOKE_TIMEOUT_MS = 300_000;
+
 // The Go driver's first build on a machine (module downloads, compile) is not the run's to pay.
 before(() => goDriver(), { timeout: 600_000 });
 
-test('bench --smoke --json reports every scenario for kctl, upstream and direct', { timeout: 120_000 }, async () => {
+test('bench --smoke --json reports every scenario for kctl, upstream and direct', { timeout: SMOKE_TIMEOUT_MS + 10_000 }, async () => {
   const r = await execa(process.execPath, ['--import', 'tsx', new URL('run.ts', import.meta.url).pathname, '--smoke', '--json'], {
     reject: false,
-    timeout: 110_000,
+    timeout: SMOKE_TIMEOUT_MS,
   });
   assert.equal(r.exitCode, 0, `bench failed:\n${String(r.stderr).slice(-3000)}`);
   const { runs } = JSON.parse(String(r.stdout)) as { runs: Row[] };
@@ -74,10 +80,10 @@ test('bench --smoke --json reports every scenario for kctl, upstream and direct'
   }
 });
 
-test('bench --wan --smoke --json reports the WAN section for kctl and upstream alone', { timeout: 100_000 }, async () => {
+test('bench --wan --smoke --json reports the WAN section for kctl and upstream alone', { timeout: SMOKE_TIMEOUT_MS + 10_000 }, async () => {
   const r = await execa(process.execPath, ['--import', 'tsx', new URL('run.ts', import.meta.url).pathname, '--wan', '--smoke', '--json'], {
     reject: false,
-    timeout: 95_000,
+    timeout: SMOKE_TIMEOUT_MS,
   });
   assert.equal(r.exitCode, 0, `bench failed:\n${String(r.stderr).slice(-3000)}`);
   const { runs } = JSON.parse(String(r.stdout)) as { runs: Row[] };
