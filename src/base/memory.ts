@@ -1,48 +1,23 @@
 // Giving back the heap memory a start freed. glibc keeps free pages in the middle of its heap
 // until malloc_trim(0) is called, and a kctl process frees 10-20 MiB after its start (bench/HISTORY.md
-// has the measurements). dist/kctl carries a tiny Node-API addon for that call (assets/malloc-trim);
-// a run from a checkout has none, and trimming is then skipped.
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import * as sea from 'node:sea';
+// has the measurements). dist/kctl carries a tiny Node-API addon for that call (assets/native,
+// base/native.ts); a run from a checkout has none, and trimming is then skipped.
 import type { Logger } from './log.ts';
-import { messageOf } from './errors.ts';
+import { nativeAddon, nativeAddonError } from './native.ts';
 
-/** The addon's name among the executable's assets. */
-export const MALLOC_TRIM_ASSET = 'malloc-trim.node';
 /** A trim now and then, for what later work (add-ons applied, a child restarted, a big list) frees. */
 const TRIM_EVERY_MS = 60_000;
-
-let trimFn: (() => boolean) | null | undefined;
-
-function loadTrim(): (() => boolean) | null {
-  if (!sea.isSea()) return null;
-  // Node loads addons from files only: write it to a private directory, load it, remove it.
-  const dir = mkdtempSync(join(tmpdir(), 'kctl-addon-'));
-  try {
-    const file = join(dir, MALLOC_TRIM_ASSET);
-    writeFileSync(file, Buffer.from(sea.getRawAsset(MALLOC_TRIM_ASSET)), { mode: 0o700 });
-    const mod: { exports: { trim?: () => boolean } } = { exports: {} };
-    process.dlopen(mod, file);
-    return mod.exports.trim ?? null;
-  } finally {
-    rmSync(dir, { recursive: true, force: true });
-  }
-}
+let reported = false;
 
 /** malloc_trim(0): true if memory went back to the system, undefined when this runtime cannot. */
 export function releaseFreedMemory(log?: Logger): boolean | undefined {
-  if (trimFn === undefined) {
-    try {
-      trimFn = loadTrim();
-    } catch (err) {
-      // e.g. a temporary directory mounted noexec: kctl runs as before, only with more RSS.
-      trimFn = null;
-      log?.debug({ err: messageOf(err) }, 'cannot load the malloc-trim addon; freed heap memory stays with the process');
-    }
+  const native = nativeAddon();
+  if (!native && !reported && nativeAddonError()) {
+    // e.g. a temporary directory mounted noexec: kctl runs as before, only with more RSS.
+    reported = true;
+    log?.debug({ err: nativeAddonError() }, 'cannot load the native addon; freed heap memory stays with the process');
   }
-  return trimFn ? trimFn() : undefined;
+  return native ? native.trim() : undefined;
 }
 
 /** Trims once now (logging what it gave back) and then every minute, until the returned stop is called. */

@@ -3,6 +3,7 @@
 // to one server connection (connection.ts), reached through the TargetOwner interface.
 import { connect as netConnect, type Socket } from 'node:net';
 import type { Logger } from '../../base/log.ts';
+import { tcpQuiet } from '../../base/native.ts';
 import { ConnectionFlow, type WindowBudget } from '../wire/flow.ts';
 import { INITIAL_WINDOW, MAX_DATA_CHUNK, MAX_WINDOW, packets, type Int64, type Packet } from '../wire/protocol.ts';
 
@@ -90,10 +91,20 @@ export class PendingDial {
   }
 }
 
+/**
+ * How long a target must stay quiet (nothing unread, not closed) after paused reading before
+ * held bytes are written to it: the time its kernel takes to send what our closed window held
+ * back, on the same host or its network.
+ */
+const QUIET_MS = 2;
+
 /** One connection to a target, tunneled to the server under `connectID`. */
 export class Target {
   readonly flow: ConnectionFlow;
   private paused = false;
+  /** Bytes from the server held back from the target (see fromServer); within the window granted. */
+  private toTarget: Buffer[] = [];
+  private flushQueued = false;
   private ended = false;
   private closed = false;
   private closeTimer: NodeJS.Timeout | undefined;
@@ -120,6 +131,8 @@ export class Target {
     s.on('data', (buf: Buffer) => this.fromTarget(buf));
     s.on('end', () => {
       this.ended = true;
+      // It closed: what it had not been sent yet it would never read.
+      this.toTarget = [];
       if (this.flow.heldLength === 0) this.finish();
     });
     s.on('error', (err: NodeJS.ErrnoException) => this.finish(ERROR_TEXT[err.code ?? ''] ?? err.message));
@@ -139,12 +152,14 @@ export class Target {
       this.paused = true;
       this.socket.pause();
     }
+    if (this.toTarget.length > 0) this.queueFlush();
   }
 
   maybeResume(): void {
     if (this.paused && !this.closed && this.flow.open && this.conn.writable) {
       this.paused = false;
       this.socket.resume();
+      if (this.toTarget.length > 0) this.queueFlush();
     }
   }
 
@@ -166,10 +181,45 @@ export class Target {
       this.finish(`target is not reading: more than ${this.flow.opts.bufferLimit} bytes buffered for this connection`);
       return;
     }
-    this.socket.write(buf, () => {
-      const grant = this.flow.flushed(len);
-      if (grant > 0 && !this.closed) this.conn.send(packets.credit(this.connectID, grant));
-    });
+    // A target may close while its last bytes still wait, in its kernel or ours, behind our
+    // paused reading (no credit: a slow link). A write to it then draws a reset, which throws
+    // those bytes away on both sides: kubectl cp over a slow link ended short. So while reading
+    // is paused, what the server sends for the target is held (no more than the window it was
+    // granted), and written once reading has caught up with a target that is still open.
+    if (this.toTarget.length > 0 || (this.paused && tcpQuiet(this.socket) !== undefined)) {
+      this.toTarget.push(buf);
+      return;
+    }
+    this.write(buf);
+  }
+
+  private write(buf: Buffer): void {
+    const len = buf.length;
+    this.socket.write(buf, () => this.flushed(len));
+  }
+
+  /** In QUIET_MS, after the reads that brings: write what is held if the target is quiet. */
+  private queueFlush(): void {
+    if (this.flushQueued) return;
+    this.flushQueued = true;
+    setTimeout(() => {
+      this.flushQueued = false;
+      if (this.closed || this.ended || this.paused || this.toTarget.length === 0) return;
+      // Unread bytes: their 'data' queues the next try. The target's FIN: 'end' drops the rest.
+      if (tcpQuiet(this.socket) === false) return;
+      this.writeHeld();
+    }, QUIET_MS);
+  }
+
+  private writeHeld(): void {
+    const held = this.toTarget;
+    this.toTarget = [];
+    for (const buf of held) this.write(buf);
+  }
+
+  private flushed(len: number): void {
+    const grant = this.flow.flushed(len);
+    if (grant > 0 && !this.closed) this.conn.send(packets.credit(this.connectID, grant));
   }
 
   /** CLOSE_REQ: close the target, confirm with CLOSE_RSP. */
@@ -179,6 +229,7 @@ export class Target {
     this.markClosed();
     this.conn.send(packets.closeRsp(this.connectID));
     // Let written bytes reach the target, but do not wait on a target that stopped reading.
+    this.writeHeld();
     this.socket.end();
     this.closeTimer = setTimeout(() => this.socket.destroy(), 2_000);
     this.closeTimer.unref();

@@ -1,0 +1,123 @@
+// A target that sends its last bytes and closes while its client is slow (kubelet at the end of
+// `kubectl cp` over a slow link). The agent is not reading it then (no credit), so those bytes
+// wait in the kernel, the target's and the agent's. A write to the closed target meanwhile (the
+// client's SPDY window updates) draws a reset, and the reset throws the waiting bytes away on
+// both sides: the copy ends short. While its reading is paused the agent holds what the client
+// sends, and writes it once it has read the target dry and the target is still open (kctl's
+// native addon tells it both).
+import assert from 'node:assert/strict';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { connect } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, before, test, type TestContext } from 'node:test';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { buildNativeAddon } from '../../../assets/native/build.ts';
+import { useNativeAddon } from '../../../src/base/native.ts';
+import { echoServer, listen, makePki, startAgent, startServer, udsOf, waitFor } from './fixtures.ts';
+
+const MiB = 1024 * 1024;
+const ESTABLISHED = 'HTTP/1.1 200 Connection Established\r\n\r\n';
+let addonDir = '';
+
+before(async () => {
+  addonDir = await mkdtemp(join(tmpdir(), 'kctl-native-'));
+  useNativeAddon(await buildNativeAddon(addonDir));
+});
+after(async () => {
+  useNativeAddon(null);
+  await rm(addonDir, { recursive: true, force: true });
+});
+
+async function stack(t: TestContext) {
+  const pki = await makePki();
+  const server = await startServer(t, pki);
+  await startAgent(t, pki, [server]);
+  await waitFor('agent', () => server.snapshot().agents.length === 1);
+  return server;
+}
+
+/** A client through the server's HTTP-CONNECT socket, as kube-apiserver's HTTPConnect mode. */
+function tunnelTo(server: Awaited<ReturnType<typeof stack>>, address: string) {
+  const s = connect(udsOf(server).connect);
+  s.write(`CONNECT ${address} HTTP/1.1\r\nHost: ${address}\r\n\r\n`);
+  return s;
+}
+
+test('a target that sends its last bytes and closes while the client is paused and writing: every byte arrives', async (t) => {
+  const server = await stack(t);
+  // Reads "N\n", sends N bytes, then closes at once, its last bytes still in its kernel (as Go's Close does).
+  const target = await listen(t, (s) => {
+    let line = '';
+    s.on('data', (c: Buffer) => {
+      if (line.includes('\n')) return;
+      line += c.toString();
+      if (line.includes('\n')) s.end(Buffer.alloc(Number(line.split('\n')[0]), 0x5a), () => s.destroy());
+    });
+  });
+  for (const size of [2 * MiB, 8 * MiB]) {
+    const tunnel = tunnelTo(server, target.address);
+    let received = -ESTABLISHED.length;
+    tunnel.on('data', (c: Buffer) => (received += c.length));
+    tunnel.on('error', () => undefined);
+    const closed = new Promise<void>((resolve) => tunnel.once('close', () => resolve()));
+    // A slow client: it reads nothing for 600 ms; once the agent has stopped reading the target
+    // for it, it writes a byte every 10 ms, as kubectl's window updates do.
+    tunnel.pause();
+    tunnel.write(`${size}\n`);
+    await sleep(100);
+    for (let i = 0; i < 50; i++) {
+      tunnel.write('.');
+      await sleep(10);
+    }
+    tunnel.resume();
+    await Promise.race([closed, sleep(20_000)]);
+    assert.equal(received, size, `${received} of ${size} bytes arrived`);
+  }
+});
+
+test('what the client sent while the agent was not reading a target that stays open reaches it, in order', async (t) => {
+  const server = await stack(t);
+  // Reads "N\n", sends N bytes, then answers the client's 50 numbered lines with "ok".
+  const target = await listen(t, (s) => {
+    let text = '';
+    s.on('data', (c: Buffer) => {
+      const first = !text.includes('\n');
+      text += c.toString();
+      if (first && text.includes('\n')) s.write(Buffer.alloc(Number(text.split('\n')[0]), 0x5a));
+      const lines = text.split('\n').slice(1, -1);
+      if (lines.length === 50) s.end(lines.every((l, i) => l === String(i)) ? 'ok' : `out of order: ${lines.join(',')}`);
+    });
+  });
+  const size = 8 * MiB;
+  const tunnel = tunnelTo(server, target.address);
+  const chunks: Buffer[] = [];
+  tunnel.on('data', (c: Buffer) => chunks.push(c));
+  const closed = new Promise<void>((resolve) => tunnel.once('close', () => resolve()));
+  tunnel.pause();
+  tunnel.write(`${size}\n`);
+  await sleep(100);
+  for (let i = 0; i < 50; i++) {
+    tunnel.write(`${i}\n`);
+    await sleep(5);
+  }
+  tunnel.resume();
+  await Promise.race([closed, sleep(20_000)]);
+  const all = Buffer.concat(chunks);
+  assert.equal(all.length, ESTABLISHED.length + size + 2, `${all.length - ESTABLISHED.length} bytes arrived`);
+  assert.equal(all.subarray(-2).toString(), 'ok');
+});
+
+test('while the agent reads a target, what the client sends reaches it at once', async (t) => {
+  const server = await stack(t);
+  const echo = await echoServer(t);
+  const tunnel = tunnelTo(server, echo.address);
+  let text = '';
+  tunnel.on('data', (c: Buffer) => (text += c.toString()));
+  await waitFor('the tunnel', () => text.startsWith(ESTABLISHED));
+  for (let i = 0; i < 20; i++) {
+    tunnel.write(`ping ${i}\n`);
+    await waitFor(`echo of ping ${i}`, () => text.endsWith(`ping ${i}\n`), 2_000);
+  }
+  tunnel.destroy();
+});
