@@ -24,32 +24,35 @@ static napi_value trim(napi_env env, napi_callback_info info) {
   return released;
 }
 
-static napi_value tcp_state(napi_env env, napi_callback_info info) {
+/* The first argument as a descriptor; -1 when it is missing or not a number. */
+static int32_t fd_arg(napi_env env, napi_callback_info info) {
   size_t argc = 1;
   napi_value argv[1];
   int32_t fd = -1;
-  if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok) return NULL;
-  if (argc < 1 || napi_get_value_int32(env, argv[0], &fd) != napi_ok) fd = -1;
-  struct tcp_info ti;
-  socklen_t len = sizeof(ti);
-  int32_t state = -1;
-  if (fd >= 0 && getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) == 0) state = ti.tcpi_state;
-  napi_value out;
-  if (napi_create_int32(env, state, &out) != napi_ok) return NULL;
-  return out;
+  if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok || argc < 1) return -1;
+  if (napi_get_value_int32(env, argv[0], &fd) != napi_ok) return -1;
+  return fd;
 }
 
-static napi_value unread_bytes(napi_env env, napi_callback_info info) {
-  size_t argc = 1;
-  napi_value argv[1];
-  int32_t fd = -1;
-  if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok) return NULL;
-  if (argc < 1 || napi_get_value_int32(env, argv[0], &fd) != napi_ok) fd = -1;
-  int n = -1;
-  if (fd < 0 || ioctl(fd, SIOCINQ, &n) != 0) n = -1;
+static napi_value int32_value(napi_env env, int32_t n) {
   napi_value out;
   if (napi_create_int32(env, n, &out) != napi_ok) return NULL;
   return out;
+}
+
+static napi_value tcp_state(napi_env env, napi_callback_info info) {
+  int32_t fd = fd_arg(env, info);
+  struct tcp_info ti;
+  socklen_t len = sizeof(ti);
+  if (fd < 0 || getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0) return int32_value(env, -1);
+  return int32_value(env, ti.tcpi_state);
+}
+
+static napi_value unread_bytes(napi_env env, napi_callback_info info) {
+  int32_t fd = fd_arg(env, info);
+  int n = -1;
+  if (fd < 0 || ioctl(fd, SIOCINQ, &n) != 0) n = -1;
+  return int32_value(env, n);
 }
 
 NAPI_MODULE_INIT() {
