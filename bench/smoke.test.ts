@@ -48,14 +48,32 @@ interface Row {
  */
 const SMOKE_TIMEOUT_MS = 300_000;
 
+/**
+ * bench/run.ts in its own process group; whatever of the group is left afterwards (the servers
+ * and agents of a run killed at the timeout) is killed with it.
+ */
+async function benchRun(args: string[]) {
+  const run = execa(process.execPath, ['--import', 'tsx', new URL('run.ts', import.meta.url).pathname, ...args], {
+    reject: false,
+    timeout: SMOKE_TIMEOUT_MS,
+    detached: true,
+  });
+  try {
+    return await run;
+  } finally {
+    try {
+      if (run.pid) process.kill(-run.pid, 'SIGKILL');
+    } catch {
+      // the group is empty: nothing was left
+    }
+  }
+}
+
 // The Go driver's first build on a machine (module downloads, compile) is not the run's to pay.
 before(() => goDriver(), { timeout: 600_000 });
 
 test('bench --smoke --json reports every scenario for kctl, upstream and direct', { timeout: SMOKE_TIMEOUT_MS + 10_000 }, async () => {
-  const r = await execa(process.execPath, ['--import', 'tsx', new URL('run.ts', import.meta.url).pathname, '--smoke', '--json'], {
-    reject: false,
-    timeout: SMOKE_TIMEOUT_MS,
-  });
+  const r = await benchRun(['--smoke', '--json']);
   assert.equal(r.exitCode, 0, `bench failed:\n${String(r.stderr).slice(-3000)}`);
   const { runs } = JSON.parse(String(r.stdout)) as { runs: Row[] };
   assert.deepEqual(runs.map((x) => x.scenario).sort(), [...SCENARIOS.flatMap((s) => [s, `${s} (http-connect)`]), ...KCTL_ONLY].sort());
@@ -81,10 +99,7 @@ test('bench --smoke --json reports every scenario for kctl, upstream and direct'
 });
 
 test('bench --wan --smoke --json reports the WAN section for kctl and upstream alone', { timeout: SMOKE_TIMEOUT_MS + 10_000 }, async () => {
-  const r = await execa(process.execPath, ['--import', 'tsx', new URL('run.ts', import.meta.url).pathname, '--wan', '--smoke', '--json'], {
-    reject: false,
-    timeout: SMOKE_TIMEOUT_MS,
-  });
+  const r = await benchRun(['--wan', '--smoke', '--json']);
   assert.equal(r.exitCode, 0, `bench failed:\n${String(r.stderr).slice(-3000)}`);
   const { runs } = JSON.parse(String(r.stdout)) as { runs: Row[] };
   const restart = 'restart-20-agents';
