@@ -37,13 +37,13 @@ const UPSTREAM_HEALTH = 8144;
 const AGENT_ADMIN = 8094;
 const AGENT_HEALTH = 8093;
 /**
- * `kubectl cp` tries per run. Across this link a copy through either tunnel often ends early:
- * kubelet closes its connection as soon as the exec's process exits, the agent's next write to it
- * (the API server's SPDY window updates) is answered with a reset, and what the agent had
- * received from kubelet but not yet sent on is lost with the socket ("unexpected EOF", or the API
- * server's websocket closing abnormally, with 47-49 of 50 MiB). kubectl's own --retries does not
- * resume after the second kind. So a run tries up to CP_TRIES copies; the rate is the first
- * complete one's, and the note counts the copies that ended early.
+ * `kubectl cp` tries per run. Across this link a copy through either tunnel may end early:
+ * kubelet closes its connection as soon as the exec's process exits, and a write to it after that
+ * (the API server's SPDY window updates) draws a reset that throws away what was not yet read
+ * ("unexpected EOF", or the API server's websocket closing abnormally, with 46-49 of 50 MiB).
+ * kctl's agent holds such writes while it is not reading kubelet; copies still end early at times.
+ * kubectl's own --retries does not resume after the second kind. So a run tries up to CP_TRIES
+ * copies; the rate is the first complete one's, and the note counts the copies that ended early.
  */
 const CP_TRIES = 4;
 /** How long `kubectl logs -f` is read. */
