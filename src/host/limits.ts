@@ -21,7 +21,8 @@ export interface LimitChange {
   to: number;
 }
 
-const sysctlFile = (key: string, procSys: string) => join(procSys, ...key.split('.'));
+/** A sysctl's file: fs.inotify.max_user_instances is <procSys>/fs/inotify/max_user_instances. */
+export const sysctlFile = (key: string, procSys = '/proc/sys') => join(procSys, ...key.split('.'));
 
 /** The current value of a numeric sysctl, or undefined when it cannot be read. */
 export async function readSysctl(key: string, procSys = '/proc/sys'): Promise<number | undefined> {

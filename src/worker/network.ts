@@ -15,6 +15,7 @@ import type { Logger } from '../base/log.ts';
 import type { Component, ComponentContext, ComponentStatus } from '../base/component.ts';
 import type { WorkerPaths } from './paths.ts';
 import { reasonOf } from '../base/errors.ts';
+import { sysctlFile } from '../host/limits.ts';
 
 export const CNI_BRIDGE = 'kctl0';
 export const CNI_NETWORK_NAME = 'kctl';
@@ -166,7 +167,7 @@ async function writeIfChanged(file: string, text: string, mode = 0o644): Promise
 
 /** Best effort: a sysctl that cannot be set is logged, not fatal (the host may set it already). */
 async function setSysctl(key: string, value: string, log: Logger): Promise<void> {
-  const file = join('/proc/sys', ...key.split('.'));
+  const file = sysctlFile(key);
   try {
     if ((await readFile(file, 'utf8')).trim() === value) return;
     await writeFile(file, value);

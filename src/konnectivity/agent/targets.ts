@@ -3,7 +3,7 @@
 // to one server connection (connection.ts), reached through the TargetOwner interface.
 import { connect as netConnect, type Socket } from 'node:net';
 import type { Logger } from '../../base/log.ts';
-import { tcpQuiet } from '../../base/native.ts';
+import { nativeAddon, tcpQuiet } from '../../base/native.ts';
 import { ConnectionFlow, type WindowBudget } from '../wire/flow.ts';
 import { INITIAL_WINDOW, MAX_DATA_CHUNK, MAX_WINDOW, packets, type Int64, type Packet } from '../wire/protocol.ts';
 
@@ -186,7 +186,8 @@ export class Target {
     // those bytes away on both sides: kubectl cp over a slow link ended short. So while reading
     // is paused, what the server sends for the target is held (no more than the window it was
     // granted), and written once reading has caught up with a target that is still open.
-    if (this.toTarget.length > 0 || (this.paused && tcpQuiet(this.socket) !== undefined)) {
+    // Only where the addon can tell later when the target is quiet (no kernel calls per packet).
+    if (this.toTarget.length > 0 || (this.paused && nativeAddon() !== null)) {
       this.toTarget.push(buf);
       return;
     }
