@@ -30,6 +30,7 @@ export const COMMANDS: readonly { names: readonly string[]; load: () => Promise<
   { names: ['pki'], load: async () => (await import('./pki.ts')).pkiCommand },
   { names: ['secrets'], load: async () => (await import('./secrets.ts')).secretsCommand },
   { names: ['backup', 'restore'], load: async () => (await import('./backup.ts')).backupCommands },
+  { names: ['upgrade'], load: async () => (await import('./upgrade.ts')).upgradeCommand },
 ];
 
 /** Global options that take a value: the word after them is not the command. */

@@ -1,5 +1,6 @@
 // Cluster objects kctl owns, applied at every start (server-side apply is idempotent):
 // node bootstrap RBAC (kctl's own approver decides joins), the apiserver's kubelet access, cluster-info.
+import { UPGRADE_NAMESPACE, UPGRADE_PLAN_NAME } from '../kube/upgrade-plan.ts';
 import { readFile } from 'node:fs/promises';
 import { stringify } from 'yaml';
 import { httpsUrl } from '../base/addresses.ts';
@@ -74,6 +75,20 @@ export function bootstrapObjects(cfg: ClusterConfig, caPem: string): KubeManifes
       kind: 'RoleBinding',
       metadata: { name: 'kctl:controller-lease-reader', namespace: 'kube-system' },
       roleRef: { apiGroup: rbac, kind: 'Role', name: 'kctl:controller-lease-reader' },
+      subjects: [{ apiGroup: rbac, kind: 'Group', name: 'system:nodes' }],
+    },
+    // Nodes read the upgrade plan (this one ConfigMap, nothing else in kube-system) to pull a new kctl.
+    {
+      apiVersion: `${rbac}/v1`,
+      kind: 'Role',
+      metadata: { name: 'kctl:upgrade-plan-reader', namespace: UPGRADE_NAMESPACE },
+      rules: [{ apiGroups: [''], resources: ['configmaps'], resourceNames: [UPGRADE_PLAN_NAME], verbs: ['get', 'list', 'watch'] }],
+    },
+    {
+      apiVersion: `${rbac}/v1`,
+      kind: 'RoleBinding',
+      metadata: { name: 'kctl:upgrade-plan-reader', namespace: UPGRADE_NAMESPACE },
+      roleRef: { apiGroup: rbac, kind: 'Role', name: 'kctl:upgrade-plan-reader' },
       subjects: [{ apiGroup: rbac, kind: 'Group', name: 'system:nodes' }],
     },
     {

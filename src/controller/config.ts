@@ -33,6 +33,8 @@ const hostOrIp = z
   .min(1)
   .refine((s) => isIP(s) !== 0 || /^[a-zA-Z0-9]([a-zA-Z0-9.-]*[a-zA-Z0-9])?$/.test(s), { message: 'expected an IP address or DNS name' });
 
+/** A duration (Go's form, 30s, 5m, 1h) of at least a second. */
+const duration = (message: string) => z.string().refine((s) => (parseDuration(s) ?? 0) >= 1000, { message });
 const absolutePath = z.string().refine((s) => isAbsolute(s), { message: 'expected an absolute path' });
 /** The shortest interval between scheduled backups: a backup of a large etcd takes a while. */
 const MIN_BACKUP_INTERVAL_MS = 60_000;
@@ -174,6 +176,19 @@ export const clusterConfigSchema = z.strictObject({
           path: absolutePath.optional(),
           /** Seal every archive with this key (32 random bytes, base64, mode 0600). */
           encryptionKeyFile: absolutePath.optional(),
+        })
+        .prefault({}),
+      /** How `kctl upgrade plan` rolls the cluster (copied into each plan, which every node reads). */
+      upgrade: z
+        .strictObject({
+          /** Each node cordons and drains itself (PodDisruptionBudgets respected) before it swaps its executable. */
+          drain: z.boolean().default(true),
+          /** How long a node's drain may take; past it, the node's upgrade fails and the plan stops. */
+          drainTimeout: duration('expected a duration such as 5m').default('5m'),
+          /** At most this many nodes upgrade at once. */
+          maxUnavailable: z.number().int().min(1).max(1000).default(1),
+          /** A controller or node not ready at the new version within this rolls back to its previous executable. */
+          readyTimeout: duration('expected a duration such as 5m').default('5m'),
         })
         .prefault({}),
       pki: z

@@ -14,6 +14,7 @@ import { stringify } from 'yaml';
 import type { Logger } from '../base/log.ts';
 import { componentLogger } from '../base/log.ts';
 import { stage } from '../payload/stage-child.ts';
+import { findPayload, releaseOf } from '../payload/payload.ts';
 import { ensurePki, type PkiPaths } from '../pki/index.ts';
 import { EtcdComponent, etcdClientUrl, type EtcdOptions } from '../etcd/etcd.ts';
 import { listMembers, type EtcdClientTls } from '../etcd/members.ts';
@@ -24,9 +25,10 @@ import { httpsUrl } from '../base/addresses.ts';
 import { runUntilSignal } from '../base/lifecycle.ts';
 import { StatusServerComponent } from '../base/status-server.ts';
 import { ComponentManager } from '../base/manager.ts';
-import { KCTL_VERSION } from '../base/version.ts';
+import { KCTL_VERSION, type Release } from '../base/version.ts';
 import { ownPids, requireHost } from '../host/checks.ts';
 import { raiseKernelLimits } from '../host/limits.ts';
+import { migrateDataDir, refuseNewerDataDir } from '../host/data-format.ts';
 import { SystemdNotifier } from '../supervisor/notify.ts';
 import { liveOwner, refuseIfOwned, runOwning } from '../supervisor/owner.ts';
 import { prepareRunDir } from '../supervisor/run-dir.ts';
@@ -43,6 +45,7 @@ import { ControllerLeaseComponent, LiveControllers } from './lease.ts';
 import { EncryptionComponent } from './encryption.ts';
 import { joinController, leftMarker, type ControllerJoinState } from './join.ts';
 import { JoinServerComponent } from './join-server.ts';
+import { ExecutableFiles } from './executables.ts';
 import { ManifestApplierComponent } from './manifests.ts';
 import { reservedSpace } from './reserved.ts';
 import { KubeletServingCheckComponent } from './kubelet-serving.ts';
@@ -127,6 +130,8 @@ export interface ControllerRoleOptions {
   pki: PkiPaths;
   /** Set when this controller joined a running cluster: its etcd member joins theirs. */
   joined?: ControllerJoinState | null;
+  /** The release this controller runs (its lease names it). */
+  release: Release;
 }
 
 /**
@@ -187,7 +192,13 @@ export function controllerComponents(o: ControllerRoleOptions): Component[] {
   // This controller's lease lists the agents its konnectivity server holds, so every controller's status shows each agent's servers,
   // and the encryption keys its kube-apiserver has loaded, which kctl secrets rotate-key waits on.
   const servingCheck = new KubeletServingCheckComponent(pki, paths.konnectivitySocket, nodes);
-  const joinServer = new JoinServerComponent(cfg, pki, kube, cfg.spec.storage.type === 'etcd' ? localEtcd(cfg, pki) : undefined);
+  const joinServer = new JoinServerComponent(
+    cfg,
+    pki,
+    kube,
+    cfg.spec.storage.type === 'etcd' ? localEtcd(cfg, pki) : undefined,
+    new ExecutableFiles(paths.dataDir),
+  );
   const scheduler = new SchedulerComponent(cfg, paths, pki);
   const controllerManager = new ControllerManagerComponent(cfg, paths, pki);
   const renewer = new PkiRenewerComponent(
@@ -203,7 +214,7 @@ export function controllerComponents(o: ControllerRoleOptions): Component[] {
     },
     new LeaseTurn(kube, controllerLeaseName(cfg.spec.api.address)),
   );
-  const lease = new ControllerLeaseComponent({ cfg, kube, controllers, agents: konnectivity, encryption, caBundle: renewer });
+  const lease = new ControllerLeaseComponent({ cfg, kube, controllers, agents: konnectivity, encryption, caBundle: renewer, release: o.release });
   const status = new StatusServerComponent<ControllerStatusReport>(paths.statusSocket, async (components) => {
     const live = controllers.liveControllers();
     return {
@@ -280,6 +291,8 @@ export async function runController(opts: ControllerOptions, log: Logger): Promi
       `this controller left the etcd cluster (kctl etcd leave) and must not start on ${paths.dataDir} again; run kctl reset, then join with a new controller token`,
     );
   await checkAuditPolicy(cfg);
+  // A data dir a newer kctl wrote is refused before anything in it changes.
+  await refuseNewerDataDir(paths.dataDir, KCTL_VERSION);
   if (opts.tenant) cfg = await startTenant(opts.tenant, cfg, log);
   if (!opts.initOnly) await refuseIfOwned([paths.dataDir, paths.runDir]);
   const checkHost = async () => {
@@ -313,6 +326,7 @@ async function prepareAndRun(
   const notifier = opts.initOnly ? undefined : SystemdNotifier.fromEnv({ log: componentLogger(log, 'systemd') });
   notifier?.startWatchdog();
   notifier?.status('staging component binaries');
+  await migrateDataDir(paths.dataDir, KCTL_VERSION, componentLogger(log, 'data-dir'));
   // The effective config, for commands that run beside the controller (kctl token create).
   await writeFileAtomic(join(paths.dataDir, 'cluster-config.yaml'), stringify(cfg), 0o600);
   await stage({ kind: 'components', roles: ['controller'], dir: paths.binDir }, componentLogger(log, 'stage'));
@@ -326,9 +340,13 @@ async function prepareAndRun(
   }
   await raiseKernelLimits(componentLogger(log, 'host'));
 
-  const manager = new ComponentManager(controllerComponents({ cfg, paths, pki, joined }), componentLogger(log, 'manager'), {
-    onProgress: (text) => notifier?.status(text),
-  });
+  const manager = new ComponentManager(
+    controllerComponents({ cfg, paths, pki, joined, release: releaseOf((await findPayload(KCTL_VERSION)).index) }),
+    componentLogger(log, 'manager'),
+    {
+      onProgress: (text) => notifier?.status(text),
+    },
+  );
   log.info({ address: cfg.spec.api.address, port: cfg.spec.api.port, storage: cfg.spec.storage.type }, 'starting controller');
   const url = httpsUrl(cfg.spec.api.address, cfg.spec.api.port);
   await runUntilSignal(manager, log, {

@@ -23,6 +23,7 @@ import type { ClusterConfig } from './config.ts';
 import { ControllerTokenStore, TokenRejected, type ControllerToken } from './controller-tokens.ts';
 import { FailureLimiter, JOIN_LIMITS } from './join-limiter.ts';
 import { messageOf } from '../base/errors.ts';
+import type { ExecutableFiles } from './executables.ts';
 
 export const JOIN_PATH = '/v1/controller/join';
 
@@ -111,6 +112,8 @@ export class JoinServerComponent implements Component {
     private readonly pki: PkiPaths,
     kube: KubeClient,
     private readonly etcd: EtcdClientTls | undefined,
+    /** kctl executables for upgrades, served beside the join (executables.ts). */
+    private readonly executables?: ExecutableFiles,
   ) {
     this.tokens = new ControllerTokenStore(kube);
   }
@@ -121,13 +124,23 @@ export class JoinServerComponent implements Component {
 
   /** After the renewer renewed server.crt: new handshakes get it, open connections stay. */
   async reloadTls(): Promise<void> {
-    const [cert, key] = await Promise.all([readFile(this.pki.serverCert), readFile(this.pki.serverKey)]);
-    this.server?.setSecureContext({ cert, key });
+    this.server?.setSecureContext(await this.tlsOptions());
+  }
+
+  /**
+   * This controller's API serving certificate; a client certificate is asked for (the cluster CA's,
+   * for executables) but not required: a joining controller has none, its token is its credential.
+   */
+  private async tlsOptions() {
+    const [cert, key, ca] = await Promise.all([readFile(this.pki.serverCert), readFile(this.pki.serverKey), readFile(this.pki.caCert)]);
+    return { cert, key, ca, requestCert: true, rejectUnauthorized: false };
   }
 
   async start(): Promise<void> {
-    const [cert, key] = await Promise.all([readFile(this.pki.serverCert), readFile(this.pki.serverKey)]);
-    const server = createServer({ cert, key }, (req, res) => void this.handle(req, res));
+    const server = createServer(await this.tlsOptions(), (req, res) => {
+      if (this.executables?.matches(req)) void this.executables.handle(req, res, this.log).catch((err: Error) => res.destroy(err));
+      else void this.handle(req, res);
+    });
     const { address, joinPort } = this.cfg.spec.api;
     await new Promise<void>((resolve, reject) => {
       const failed = (err: NodeJS.ErrnoException) =>

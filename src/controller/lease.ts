@@ -14,11 +14,16 @@ import {
   type LiveController,
 } from '../kube/controller-leases.ts';
 import type { KubeClient } from '../kube/client.ts';
+import type { MemberUpgrade } from '../kube/upgrade-plan.ts';
+import type { Release } from '../base/version.ts';
 import { apiServerUrl } from './bootstrap.ts';
 import type { ClusterConfig } from './config.ts';
 import { konnectivityAddress } from './tokens.ts';
+import { joinServerUrl } from './join-server.ts';
 import { messageOf } from '../base/errors.ts';
 import type { LoadedKeys } from './encryption.ts';
+
+const upgradeKey = (u: MemberUpgrade | undefined): string | undefined => (u ? JSON.stringify(u) : undefined);
 
 /** An agent set as one comparable string. */
 const agentKey = (agents: string[]): string => [...agents].sort().join(',');
@@ -85,6 +90,10 @@ export interface ControllerLeaseOptions {
   encryption?: LoadedKeys;
   /** The CA trust bundle this controller uses, named in the lease within a second of a change. */
   caBundle?: { loadedCaBundle(): string | undefined };
+  /** The release this controller runs. */
+  release: Release;
+  /** Its upgrade state, named in the lease within a second of a change. */
+  upgrade?: { memberUpgrade(): MemberUpgrade | undefined };
 }
 
 export class ControllerLeaseComponent implements Component {
@@ -97,6 +106,7 @@ export class ControllerLeaseComponent implements Component {
   private renewedAgents = '';
   private renewedKeys: string | undefined;
   private renewedBundle: string | undefined;
+  private renewedUpgrade: string | undefined;
   private renewing: Promise<void> | undefined;
 
   constructor(private readonly o: ControllerLeaseOptions) {
@@ -117,7 +127,8 @@ export class ControllerLeaseComponent implements Component {
         !due &&
         agentKey(this.o.agents.agentIds()) === this.renewedAgents &&
         this.o.encryption?.loadedKeys() === this.renewedKeys &&
-        this.o.caBundle?.loadedCaBundle() === this.renewedBundle
+        this.o.caBundle?.loadedCaBundle() === this.renewedBundle &&
+        upgradeKey(this.o.upgrade?.memberUpgrade()) === this.renewedUpgrade
       )
         return;
       this.renewing = this.renew().finally(() => (this.renewing = undefined));
@@ -141,12 +152,16 @@ export class ControllerLeaseComponent implements Component {
     const agents = this.o.agents.agentIds();
     const encryptionKeys = this.o.encryption?.loadedKeys();
     const caBundle = this.o.caBundle?.loadedCaBundle();
+    const upgrade = this.o.upgrade?.memberUpgrade();
     const lease = controllerLease(this.leaseName, {
       apiServer: apiServerUrl(this.o.cfg),
       konnectivity: konnectivityAddress(this.o.cfg),
       agents,
       encryptionKeys,
       caBundle,
+      release: this.o.release,
+      upgrade,
+      executables: joinServerUrl(this.o.cfg),
     });
     try {
       await this.o.kube.apply(lease, { fieldManager: 'kctl', force: true });
@@ -154,6 +169,7 @@ export class ControllerLeaseComponent implements Component {
       this.renewedAgents = agentKey(agents);
       this.renewedKeys = encryptionKeys;
       this.renewedBundle = caBundle;
+      this.renewedUpgrade = upgradeKey(upgrade);
       this.lastError = undefined;
     } catch (err) {
       this.lastError = `cannot renew lease ${this.leaseName}: ${messageOf(err)}`;

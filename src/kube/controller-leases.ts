@@ -5,8 +5,10 @@
 // every live controller's konnectivity address. No load balancer, no static count in a file.
 // The lease also lists the agents its konnectivity server holds, so any controller's `kctl
 // status` can show, per agent, every controller it has a stream to.
+import type { Release } from '../base/version.ts';
 import type { KubeClient, KubeManifest } from './client.ts';
 import { Informer } from './informer.ts';
+import { parseMemberUpgrade, parseReleaseString, releaseString, UPGRADE_ANNOTATION, VERSION_ANNOTATION, type MemberUpgrade } from './upgrade-plan.ts';
 
 export const CONTROLLER_LEASE_LABEL = 'kctl.dev/controller';
 export const LEASE_NAMESPACE = 'kube-system';
@@ -18,6 +20,8 @@ const AGENTS_ANNOTATION = 'kctl.dev/agents';
 const ENCRYPTION_ANNOTATION = 'kctl.dev/encryption-keys';
 /** On a controller's lease and on a Node: the cluster CA trust bundle it uses (bundleHash of ca.crt). */
 export const CA_BUNDLE_ANNOTATION = 'kctl.dev/ca-bundle';
+/** Where this controller serves kctl executables to nodes and controllers (its join endpoint's https URL). */
+const EXECUTABLES_ANNOTATION = 'kctl.dev/executables';
 /** Annotations share a 256 KiB budget per object: past this many agents the list is cut (and says so). */
 export const MAX_LISTED_AGENTS = 5000;
 export const LEASE_DURATION_S = 30;
@@ -37,6 +41,12 @@ export interface LiveController {
   encryptionKeys?: string;
   /** The cluster CA trust bundle it uses (a short hash of ca.crt; see kctl pki rotate-ca); absent until known. */
   caBundle?: string;
+  /** The release it runs; absent on a lease written by a kctl from before upgrades. */
+  release?: Release;
+  /** Its upgrade, when it has one under way or finished. */
+  upgrade?: MemberUpgrade;
+  /** https URL of its join endpoint, which serves kctl executables. */
+  executables?: string;
 }
 
 export interface Lease {
@@ -70,11 +80,16 @@ export function controllerLease(name: string, c: Omit<LiveController, 'name' | '
         [AGENTS_ANNOTATION]: agents.length > MAX_LISTED_AGENTS ? `${listed};total=${agents.length}` : listed,
         ...(c.encryptionKeys ? { [ENCRYPTION_ANNOTATION]: c.encryptionKeys } : {}),
         ...(c.caBundle ? { [CA_BUNDLE_ANNOTATION]: c.caBundle } : {}),
+        ...(c.release ? { [VERSION_ANNOTATION]: releaseString(c.release) } : {}),
+        ...(c.upgrade ? { [UPGRADE_ANNOTATION]: JSON.stringify(c.upgrade) } : {}),
+        ...(c.executables ? { [EXECUTABLES_ANNOTATION]: c.executables } : {}),
       },
     },
     spec: { holderIdentity: name, leaseDurationSeconds: LEASE_DURATION_S, renewTime: microTime(now) },
   };
 }
+
+const optional = <K extends string, V>(key: K, v: V | undefined): Partial<Record<K, V>> => (v === undefined ? {} : ({ [key]: v } as Record<K, V>));
 
 /** The controllers whose leases have not expired at `now`, by name. */
 export function liveControllers(leases: Iterable<Lease>, now = Date.now()): LiveController[] {
@@ -94,6 +109,9 @@ export function liveControllers(leases: Iterable<Lease>, now = Date.now()): Live
       ...(total ? { agentsTotal: Number(total) } : {}),
       ...(a[ENCRYPTION_ANNOTATION] ? { encryptionKeys: a[ENCRYPTION_ANNOTATION] } : {}),
       ...(a[CA_BUNDLE_ANNOTATION] ? { caBundle: a[CA_BUNDLE_ANNOTATION] } : {}),
+      ...optional('release', parseReleaseString(a[VERSION_ANNOTATION])),
+      ...optional('upgrade', parseMemberUpgrade(a[UPGRADE_ANNOTATION])),
+      ...(a[EXECUTABLES_ANNOTATION] ? { executables: a[EXECUTABLES_ANNOTATION] } : {}),
     });
   }
   return out.sort((x, y) => x.name.localeCompare(y.name));

@@ -18,6 +18,7 @@ import { join } from 'node:path';
 import type { Readable } from 'node:stream';
 import { createZstdDecompress } from 'node:zlib';
 import { kctlExecutable } from '../base/executable.ts';
+import type { Release } from '../base/version.ts';
 import { BUNDLED_IMAGES } from './images.ts';
 import { cacheRoot, isStagedBinary, loadManifest, manifestPath, type LockEntry, type PayloadLock, type Role } from './manifest.ts';
 import { errnoOf } from '../base/errors.ts';
@@ -218,4 +219,14 @@ export async function findPayload(kctlVersion: string): Promise<Payload> {
   const cached = cachedPayload(kctlVersion);
   if (cached) return cached;
   throw new Error('no component payload: this kctl was not built with `npm run build`, and no components are cached; run `npm run components`');
+}
+
+/** The release a payload index describes: kctl's version, and the Kubernetes and etcd versions it carries. */
+export function releaseOf(index: PayloadIndex): Release {
+  const version = (name: string): string => {
+    const c = index.components.find((e) => e.name === name);
+    if (!c) throw new Error(`the payload has no ${name}; rebuild kctl`);
+    return c.version;
+  };
+  return { version: index.kctl, kubernetes: version('kube-apiserver'), etcd: version('etcd') };
 }

@@ -21,6 +21,7 @@ import type { Component } from '../base/component.ts';
 import { ComponentManager } from '../base/manager.ts';
 import { ownPids, requireHost } from '../host/checks.ts';
 import { raiseKernelLimits } from '../host/limits.ts';
+import { migrateDataDir, refuseNewerDataDir } from '../host/data-format.ts';
 import { SystemdNotifier } from '../supervisor/notify.ts';
 import { refuseIfOwned, runOwning } from '../supervisor/owner.ts';
 import { prepareRunDir } from '../supervisor/run-dir.ts';
@@ -88,6 +89,7 @@ export const WORKER_PORTS: Record<string, number> = {
 export async function runWorker(opts: WorkerOptions, log: Logger): Promise<void> {
   const paths = workerPaths(opts.dataDir, opts.runDir);
   await refuseIfOwned([paths.dataDir, paths.runDir]); // before the join writes anything
+  await refuseNewerDataDir(paths.dataDir, KCTL_VERSION);
   // Validates the token against the cluster, then the host, before anything is written.
   const state = await joinCluster(opts.token, paths, componentLogger(log, 'join'), async () => {
     await requireHost({ role: 'worker', dataDir: paths.dataDir, ports: WORKER_PORTS, ownPids: await ownPids(paths.runDir) });
@@ -102,6 +104,7 @@ async function stageAndRun(opts: WorkerOptions, paths: WorkerPaths, state: JoinS
   const notifier = SystemdNotifier.fromEnv({ log: componentLogger(log, 'systemd') });
   notifier?.startWatchdog();
   notifier?.status('staging component binaries and images');
+  await migrateDataDir(paths.dataDir, KCTL_VERSION, componentLogger(log, 'data-dir'));
   await stage({ kind: 'components', roles: ['worker'], dir: paths.binDir }, componentLogger(log, 'stage'));
   await stage({ kind: 'images', dir: paths.imagesDir }, componentLogger(log, 'stage'));
   await raiseKernelLimits(componentLogger(log, 'host'));

@@ -56,6 +56,8 @@ test(
         '/api/v1/namespaces/kube-public/configmaps/cluster-info',
         '/apis/rbac.authorization.k8s.io/v1/namespaces/kube-system/roles/kctl:controller-lease-reader',
         '/apis/rbac.authorization.k8s.io/v1/namespaces/kube-system/rolebindings/kctl:controller-lease-reader',
+        '/apis/rbac.authorization.k8s.io/v1/namespaces/kube-system/roles/kctl:upgrade-plan-reader',
+        '/apis/rbac.authorization.k8s.io/v1/namespaces/kube-system/rolebindings/kctl:upgrade-plan-reader',
         '/apis/rbac.authorization.k8s.io/v1/namespaces/kube-public/roles/kctl:cluster-info-reader',
         '/apis/rbac.authorization.k8s.io/v1/namespaces/kube-public/rolebindings/kctl:cluster-info-reader',
       ],

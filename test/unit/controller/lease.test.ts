@@ -12,6 +12,8 @@ import { captureLogger } from '../../helpers.ts';
 import { makePki, rawAgent, startServer, waitFor } from '../konnectivity/fixtures.ts';
 import { fakeApiServer, json, watchStream } from '../kube/fake-apiserver.ts';
 
+const RELEASE = { version: '0.1.0', kubernetes: 'v1.36.3', etcd: 'v3.6.14' };
+
 const LEASES = '/apis/coordination.k8s.io/v1/namespaces/kube-system/leases';
 
 /** An API server that keeps leases in memory and tells open watches about every change. */
@@ -78,6 +80,7 @@ test('the announced server count follows the live leases; the lease lists the he
     controllers,
     agents: { agentIds: () => agents },
     encryption: { loadedKeys: () => loaded.keys },
+    release: RELEASE,
   });
   await lease.init({ log: captureLogger().log, statuses: () => [] });
   await lease.start();

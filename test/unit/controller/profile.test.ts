@@ -12,6 +12,8 @@ import { API_ONLY_CONTROLLERS, controllerManagerArgs } from '../../../src/contro
 import { pkiPaths } from '../../../src/pki/index.ts';
 import { tempDir } from '../../helpers.ts';
 
+const RELEASE = { version: '0.1.0', kubernetes: 'v1.36.3', etcd: 'v3.6.14' };
+
 const paths = controllerPaths('/var/lib/kctl', '/run/kctl');
 const pki = pkiPaths('/var/lib/kctl/pki');
 const flag = (args: string[], name: string) => args.find((a) => a.startsWith(`--${name}=`))?.slice(name.length + 3);
@@ -39,13 +41,14 @@ test('api-only runs storage, kube-apiserver, the manifest applier, a trimmed con
   await mkdir(join(dir, 'pki'));
   await writeFile(join(dir, 'pki', 'admin.conf'), 'clusters: [{ cluster: { server: "https://10.0.0.1:6443" } }]\nusers: [{ user: { token: x } }]\n');
   const pki = pkiPaths(join(dir, 'pki'));
-  const names = controllerComponents({ cfg, paths, pki }).map((c) => c.name);
+  const names = controllerComponents({ cfg, paths, pki, release: RELEASE }).map((c) => c.name);
   assert.deepEqual(names, ['status', 'kine', 'encryption', 'kube-apiserver', 'manifest-applier', 'kube-controller-manager', 'pki-renewer']);
   assert.deepEqual(Object.keys(controllerPorts(cfg)), ['kube-apiserver', 'kube-controller-manager']);
   const full = controllerComponents({
     cfg: parseConfig({ spec: { api: { address: '10.0.0.1' } } }, 'kctl.yaml'),
     paths,
     pki,
+    release: RELEASE,
   });
   assert.ok(['konnectivity-server', 'kube-scheduler', 'csr-approver', 'pki-renewer'].every((n) => full.some((c) => c.name === n)));
 });

@@ -15,6 +15,8 @@ import { prepareRunDir, RUN_DIR_MARKER } from '../../../src/supervisor/run-dir.t
 import { captureLogger, tempDir } from '../../helpers.ts';
 import { isAlive, spawnProcess, waitFor } from '../supervisor/util.ts';
 
+const RELEASE = { version: '0.1.0', kubernetes: 'v1.36.3', etcd: 'v3.6.14' };
+
 test('reset stops a leftover child that runs our staged binary, leaves a foreign pid alone, removes and lists everything', async (t) => {
   const dir = await tempDir(t);
   const paths = controllerPaths(join(dir, 'data'), join(dir, 'run'));
@@ -85,7 +87,7 @@ test('reset knows every program a controller supervises, in start order, for eve
   for (const profile of ['full', 'api-only'] as const)
     for (const storage of ['etcd', 'kine'] as const) {
       const cfg = parseConfig({ spec: { api: { address: '10.0.0.1' }, profile, storage: { type: storage } } }, 'kctl.yaml');
-      const supervised = controllerComponents({ cfg, paths, pki })
+      const supervised = controllerComponents({ cfg, paths, pki, release: RELEASE })
         .filter((c) => c instanceof Supervisor)
         .map((c) => c.name);
       assert.ok(supervised.length > 0);

@@ -1,0 +1,161 @@
+// `kctl upgrade plan` and `kctl upgrade status`, run on a controller host with its admin
+// credentials. A plan names the target (read from the new executable itself: `<file> version -o
+// json`), its sha256 and size; the executable is kept under this controller's data dir, from where
+// it serves it to the other controllers (executables.ts). Every member of the cluster must be
+// able to take the step (version-skew.ts) before anything is written.
+import { execa } from 'execa';
+import { chmod, copyFile, mkdir, rename, rm, stat } from 'node:fs/promises';
+import { dirname } from 'node:path';
+import { parseDuration } from '../base/duration.ts';
+import { messageOf, UserError } from '../base/errors.ts';
+import { kctlExecutable } from '../base/executable.ts';
+import { sha256OfFile } from '../base/fs.ts';
+import { KCTL_VERSION, type Release } from '../base/version.ts';
+import type { KubeClient } from '../kube/client.ts';
+import { CONTROLLER_LEASE_LABEL, LEASES_PATH, liveControllers, type Lease } from '../kube/controller-leases.ts';
+import {
+  parseMemberUpgrade,
+  parseReleaseString,
+  readUpgradePlan,
+  UPGRADE_ANNOTATION,
+  VERSION_ANNOTATION,
+  writeUpgradePlan,
+  type MemberUpgrade,
+  type UpgradePlan,
+} from '../kube/upgrade-plan.ts';
+import { parseSemVer, skewProblem } from '../kube/version-skew.ts';
+import type { ClusterConfig } from './config.ts';
+import { keptExecutable } from './executables.ts';
+
+/** One controller or node as `kctl upgrade status` shows it. */
+export interface MemberStatus {
+  kind: 'controller' | 'node';
+  name: string;
+  /** The release it runs; absent when it does not say (a kctl from before upgrades, or a node not yet reporting). */
+  release?: Release;
+  /** A node's kubelet version (status.nodeInfo), which every node reports. */
+  kubelet?: string;
+  upgrade?: MemberUpgrade;
+}
+
+export interface UpgradeStatus {
+  plan: UpgradePlan | null;
+  members: MemberStatus[];
+}
+
+interface NodeObject {
+  metadata: { name: string; annotations?: Record<string, string> };
+  status?: { nodeInfo?: { kubeletVersion?: string } };
+}
+
+export async function upgradeStatus(kube: KubeClient): Promise<UpgradeStatus> {
+  const [plan, leases, nodes] = await Promise.all([
+    readUpgradePlan(kube),
+    kube.get<{ items: Lease[] }>(`${LEASES_PATH}?labelSelector=${encodeURIComponent(`${CONTROLLER_LEASE_LABEL}=true`)}`),
+    kube.get<{ items: NodeObject[] }>('/api/v1/nodes'),
+  ]);
+  const controllers: MemberStatus[] = liveControllers(leases.items).map((c) => ({
+    kind: 'controller',
+    name: c.name,
+    ...(c.release ? { release: c.release } : {}),
+    ...(c.upgrade ? { upgrade: c.upgrade } : {}),
+  }));
+  const workers: MemberStatus[] = nodes.items.map((n) => {
+    const a = n.metadata.annotations ?? {};
+    const release = parseReleaseString(a[VERSION_ANNOTATION]);
+    const upgrade = parseMemberUpgrade(a[UPGRADE_ANNOTATION]);
+    const kubelet = n.status?.nodeInfo?.kubeletVersion;
+    return { kind: 'node', name: n.metadata.name, ...(release ? { release } : {}), ...(kubelet ? { kubelet } : {}), ...(upgrade ? { upgrade } : {}) };
+  });
+  return { plan, members: [...controllers, ...workers.sort((x, y) => x.name.localeCompare(y.name))] };
+}
+
+/** The release a kctl executable carries, from its own `version -o json`. */
+export async function releaseOfExecutable(file: string): Promise<Release> {
+  const out = await execa(file, ['version', '-o', 'json'], { timeout: 120_000, reject: false });
+  if (out.exitCode !== 0)
+    throw new UserError(
+      `${file} is not a kctl executable that runs here: \`version -o json\` failed (${(out.stderr || out.stdout).split('\n')[0] || `exit ${out.exitCode}`})`,
+    );
+  try {
+    const v = JSON.parse(out.stdout) as { kctl?: string; components?: Record<string, { version?: string }> };
+    const kubernetes = v.components?.['kube-apiserver']?.version;
+    const etcd = v.components?.etcd?.version;
+    if (!v.kctl || !parseSemVer(v.kctl) || !kubernetes || !etcd) throw new Error('no kctl, kube-apiserver or etcd version');
+    return { version: v.kctl, kubernetes, etcd };
+  } catch (err) {
+    throw new UserError(`${file} did not describe itself as a kctl executable (${messageOf(err)})`);
+  }
+}
+
+export interface PlanOptions {
+  kube: KubeClient;
+  cfg: ClusterConfig;
+  dataDir: string;
+  /** The new executable; default the one running this command. */
+  executable?: string;
+  /** The version the user expects it to be (--version). */
+  version?: string;
+  progress: (line: string) => void;
+}
+
+/** Writes the plan for the given executable, after checking that every member can take the step. */
+export async function createUpgradePlan(o: PlanOptions): Promise<UpgradePlan> {
+  const file = o.executable ?? kctlExecutable();
+  if (!file) throw new UserError('this kctl does not run from a kctl executable; give the new one with --executable PATH');
+  const release = await releaseOfExecutable(file);
+  if (o.version && o.version.replace(/^v/, '') !== release.version.replace(/^v/, ''))
+    throw new UserError(`${file} is kctl ${release.version}, not ${o.version}; give the executable of ${o.version} with --executable`);
+  const status = await upgradeStatus(o.kube);
+  const current = status.plan;
+  if (current?.state === 'active' && current.target.version !== release.version)
+    throw new UserError(
+      `an upgrade to ${current.target.version} is under way; wait until kctl upgrade status shows it done or stopped, then plan ${release.version}`,
+    );
+  const members = status.members.map((m) => ({
+    name: `${m.kind} ${m.name}`,
+    version: m.release?.version ?? release.version,
+    kubernetes: m.release?.kubernetes ?? m.kubelet ?? release.kubernetes,
+    etcd: m.release?.etcd ?? release.etcd,
+  }));
+  const unknown = status.members.filter((m) => m.kind === 'controller' && !m.release);
+  if (unknown.length) throw new UserError(`${unknown.map((m) => m.name).join(', ')} run a kctl without upgrades; upgrade them by hand first`);
+  if (current?.state !== 'active' && status.members.every((m) => m.release?.version === release.version))
+    throw new UserError(`every controller and node already runs kctl ${release.version}; nothing to upgrade`);
+  const problem = skewProblem(members, release);
+  if (problem) throw new UserError(`cannot upgrade to kctl ${release.version} (Kubernetes ${release.kubernetes}): ${problem}`);
+  o.progress(`kctl ${release.version} carries Kubernetes ${release.kubernetes} and etcd ${release.etcd}; checking ${file}`);
+  const sha256 = await sha256OfFile(file);
+  const size = (await stat(file)).size;
+  if (!sha256) throw new UserError(`cannot read ${file}`);
+  // The running executable is served as it is; another file is kept under the data dir.
+  if (file !== kctlExecutable() || release.version !== KCTL_VERSION) await keepExecutable(file, keptExecutable(o.dataDir, release.version));
+  const u = o.cfg.spec.upgrade;
+  const plan = await writeUpgradePlan(o.kube, {
+    target: { ...release, sha256, size },
+    created: new Date().toISOString(),
+    drain: u.drain,
+    drainTimeoutS: Math.round((parseDuration(u.drainTimeout) ?? 0) / 1000),
+    maxUnavailable: u.maxUnavailable,
+    readyTimeoutS: Math.round((parseDuration(u.readyTimeout) ?? 0) / 1000),
+    state: 'active',
+    ...(current?.resourceVersion ? { resourceVersion: current.resourceVersion } : {}),
+  });
+  o.progress(`plan written: controllers upgrade one at a time, then nodes (at most ${plan.maxUnavailable} at once)`);
+  return plan;
+}
+
+/** A copy of `file` at `target` (0755), written beside it and renamed into place. */
+async function keepExecutable(file: string, target: string): Promise<void> {
+  if (file === target) return;
+  await mkdir(dirname(target), { recursive: true, mode: 0o755 });
+  const tmp = `${target}.${process.pid}.tmp`;
+  try {
+    await copyFile(file, tmp);
+    await chmod(tmp, 0o755);
+    await rename(tmp, target);
+  } catch (err) {
+    await rm(tmp, { force: true });
+    throw new UserError(`cannot keep a copy of ${file} at ${target}: ${messageOf(err)}`);
+  }
+}

@@ -1,0 +1,156 @@
+// Controllers serve kctl executables to the cluster's own hosts (node or admin client
+// certificates of the cluster CA, nobody else), and a download that breaks off goes on from
+// where it stopped, at the same or the next controller, until the file is the plan's.
+import assert from 'node:assert/strict';
+import { createHash, randomBytes } from 'node:crypto';
+import { mkdir, readFile, stat, writeFile } from 'node:fs/promises';
+import { createServer, request, type Server } from 'node:https';
+import type { AddressInfo } from 'node:net';
+import { join } from 'node:path';
+import { test, type TestContext } from 'node:test';
+import { ExecutableFiles, keptExecutable, parseRange } from '../../../src/controller/executables.ts';
+import { downloadExecutable } from '../../../src/payload/download.ts';
+import { tempDir } from '../../helpers.ts';
+import { makePki, quietLogger } from '../konnectivity/fixtures.ts';
+
+const VERSION = '0.2.0';
+const SIZE = 3 * 1024 * 1024 + 17;
+
+/** A controller's executables endpoint on loopback, with `cut` deciding how many bytes a response may send before its connection is cut. */
+async function served(t: TestContext, cut: (n: number) => number | undefined = () => undefined) {
+  const pki = await makePki();
+  const dataDir = await tempDir(t, 'kctl-exec-');
+  const content = randomBytes(SIZE);
+  await mkdir(join(dataDir, 'upgrade'));
+  await writeFile(keptExecutable(dataDir, VERSION), content);
+  const files = new ExecutableFiles(dataDir);
+  const ranges: (string | undefined)[] = [];
+  const { serverCert: cert, serverKey: key, ca } = pki;
+  const server: Server = createServer({ cert, key, ca, requestCert: true, rejectUnauthorized: false }, (req, res) => {
+    ranges.push(req.headers.range);
+    const limit = cut(ranges.length);
+    if (limit !== undefined) {
+      let sent = 0;
+      const write = res.write.bind(res);
+      res.write = ((chunk: Buffer, ...rest: never[]) => {
+        sent += chunk.length;
+        if (sent > limit) {
+          res.destroy();
+          return false;
+        }
+        return write(chunk, ...rest);
+      }) as typeof res.write;
+    }
+    void files.handle(req, res, quietLogger());
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  t.after(() => new Promise<void>((resolve) => server.close(() => resolve())));
+  server.unref();
+  const url = `https://127.0.0.1:${(server.address() as AddressInfo).port}/v1/executables/${VERSION}`;
+  return { pki, url, content, sha256: createHash('sha256').update(content).digest('hex'), ranges, dataDir };
+}
+
+/** One GET with node:https (fetch cannot present a client certificate). */
+function get(url: string, tls: { ca: string; cert?: string; key?: string }, headers: Record<string, string> = {}) {
+  return new Promise<{ status: number; body: Buffer; headers: Record<string, unknown> }>((resolve, reject) => {
+    const req = request(url, { ...tls, headers }, (res) => {
+      const chunks: Buffer[] = [];
+      res.on('data', (c: Buffer) => chunks.push(c));
+      res.on('end', () => resolve({ status: res.statusCode ?? 0, body: Buffer.concat(chunks), headers: res.headers }));
+    });
+    req.on('error', reject);
+    req.end();
+  });
+}
+
+test('a node certificate gets the file, whole or one range; strangers, foreign CAs and other groups get nothing', async (t) => {
+  const s = await served(t);
+  const ca = s.pki.ca;
+  const node = await s.pki.nodeCert('w1');
+  const whole = await get(s.url, { ca, ...node });
+  assert.equal(whole.status, 200);
+  assert.ok(whole.body.equals(s.content));
+  const part = await get(s.url, { ca, ...node }, { range: 'bytes=1000-' });
+  assert.equal(part.status, 206);
+  assert.equal(part.headers['content-range'], `bytes 1000-${SIZE - 1}/${SIZE}`);
+  assert.ok(part.body.equals(s.content.subarray(1000)));
+  assert.equal((await get(s.url, { ca, ...node }, { range: `bytes=${SIZE}-` })).status, 416);
+  assert.equal((await get(s.url.replace(VERSION, '9.9.9'), { ca, ...node })).status, 404);
+  assert.equal((await get(s.url.replace(VERSION, '..%2F..%2Fetc'), { ca, ...node })).status, 400);
+  // No client certificate, one of a foreign CA, one of the cluster CA outside the allowed groups.
+  assert.equal((await get(s.url, { ca })).status, 401);
+  const foreign = await s.pki.clientCert({ commonName: 'system:node:w1', organizations: ['system:nodes'], signer: await s.pki.foreignCa() });
+  assert.equal((await get(s.url, { ca, ...foreign })).status, 401);
+  const user = await s.pki.clientCert({ commonName: 'jane', organizations: ['developers'] });
+  const refused = await get(s.url, { ca, ...user });
+  assert.equal(refused.status, 403);
+  assert.match(refused.body.toString(), /only system:nodes and system:masters may fetch kctl executables/);
+  const admin = await s.pki.clientCert({ commonName: 'kctl-admin', organizations: ['system:masters'] });
+  assert.equal((await get(s.url, { ca, ...admin })).status, 200);
+});
+
+test('ranges: open-ended and closed ones are served, anything else is refused', () => {
+  assert.equal(parseRange(undefined, 10), null);
+  assert.deepEqual(parseRange('bytes=3-', 10), { start: 3, end: 9 });
+  assert.deepEqual(parseRange('bytes=3-5', 10), { start: 3, end: 5 });
+  assert.deepEqual(parseRange('bytes=3-50', 10), { start: 3, end: 9 });
+  for (const bad of ['bytes=10-', 'bytes=5-3', 'bytes=-5', 'bytes=1-2,4-5', 'items=1-']) assert.equal(parseRange(bad, 10), 'bad', bad);
+});
+
+test('a download cut off twice goes on from where it stopped, and ends with the plan file', async (t) => {
+  // The first two responses break off after about a third of the file each.
+  const s = await served(t, (n) => (n <= 2 ? Math.floor(SIZE / 3) : undefined));
+  const target = join(s.dataDir, 'kctl-new');
+  const node = await s.pki.nodeCert('w1');
+  const ca = s.pki.ca;
+  const errors: string[] = [];
+  const r = await downloadExecutable({
+    urls: () => [s.url],
+    target,
+    sha256: s.sha256,
+    size: SIZE,
+    tls: async () => ({ ca, ...node }),
+    retryMs: 10,
+    onError: (_url, reason) => errors.push(reason),
+  });
+  assert.equal(r.resumed, 2);
+  assert.ok(r.received < SIZE * 1.2, `${r.received} bytes received for a ${SIZE}-byte file`);
+  assert.equal(s.ranges[0], undefined);
+  assert.match(s.ranges[1]!, /^bytes=\d+-$/);
+  assert.equal(Number(/\d+/.exec(s.ranges[2]!)![0]) > Number(/\d+/.exec(s.ranges[1]!)![0]), true);
+  assert.ok((await readFile(target)).equals(s.content));
+  assert.equal((await stat(target)).mode & 0o777, 0o755);
+  assert.equal(errors.length, 2);
+  // Asked again: the file is there, nothing is fetched.
+  const before = s.ranges.length;
+  assert.deepEqual(await downloadExecutable({ urls: () => [s.url], target, sha256: s.sha256, size: SIZE, tls: async () => ({ ca, ...node }) }), {
+    resumed: 0,
+    received: 0,
+  });
+  assert.equal(s.ranges.length, before);
+});
+
+test('a controller that is down is skipped for the next, and a file that is not the plan is never put in place', async (t) => {
+  const s = await served(t);
+  const node = await s.pki.nodeCert('w1');
+  const ca = s.pki.ca;
+  const target = join(s.dataDir, 'kctl-new');
+  const down = 'https://127.0.0.1:1/v1/executables/0.2.0';
+  await downloadExecutable({ urls: () => [down, s.url], target, sha256: s.sha256, size: SIZE, tls: async () => ({ ca, ...node }), retryMs: 10 });
+  assert.ok((await readFile(target)).equals(s.content));
+  const other = join(s.dataDir, 'kctl-other');
+  await assert.rejects(
+    downloadExecutable({
+      urls: () => [s.url],
+      target: other,
+      sha256: 'b'.repeat(64),
+      size: SIZE,
+      tls: async () => ({ ca, ...node }),
+      retryMs: 10,
+      rounds: 2,
+    }),
+    /after 2 rounds over every controller \(last: .*the file's sha256 is not the plan's\)/,
+  );
+  await assert.rejects(stat(other), /ENOENT/);
+  await assert.rejects(stat(`${other}.part`), /ENOENT/);
+});
