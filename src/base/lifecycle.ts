@@ -27,6 +27,8 @@ export interface RunOptions {
    * own action: the handlers are gone), or exit at once with this code.
    */
   signalWhileStopping?: 'ignore' | 'default' | { exitCode: number };
+  /** Stops everything as a signal would when it resolves (its value is logged): an upgrade's restart. */
+  stopWhen?: Promise<string>;
 }
 
 /** Resolves after a signal stopped everything; rejects when the start failed. */
@@ -63,6 +65,13 @@ export async function runUntilSignal(manager: ComponentManager, log: Logger, opt
     for (const s of signals) process.off(s, handler);
   };
   for (const s of signals) process.on(s, handler);
+  void opts.stopWhen?.then((why) => {
+    if (stopping) return;
+    // Not onStopping: the role goes on (in a new process), so systemd must not hear STOPPING.
+    log.info(`${why}: stopping`);
+    stopping = manager.stop();
+    onSignalled();
+  });
   // Waiting for a signal must hold the process open even if no socket or child does.
   const keepAlive = setInterval(() => undefined, 1 << 30);
   let stopTrimming = (): void => undefined;

@@ -3,6 +3,7 @@
 import { chmod, rm } from 'node:fs/promises';
 import { createServer, request, type Server } from 'node:http';
 import type { Component, ComponentContext, ComponentStatus } from './component.ts';
+import { pollUntil } from './probe.ts';
 
 export interface StatusReport {
   role: 'controller' | 'worker';
@@ -82,4 +83,22 @@ export function readStatus<R extends StatusReport = StatusReport>(socket: string
     });
     req.end();
   });
+}
+
+/**
+ * Resolves once the kctl behind `socket` runs `version` with every component running (what an
+ * upgrade waits for before it keeps the new executable); polls until `signal` aborts.
+ */
+export async function readyAtVersion(socket: string, version: string, signal: AbortSignal): Promise<void> {
+  await pollUntil(
+    signal,
+    `kctl ${version} ready`,
+    async () => {
+      const r = await readStatus(socket, 2_000);
+      if (r.version !== version) throw new Error(`it runs ${r.version}`);
+      const waiting = r.components.filter((c) => c.state !== 'running').map((c) => `${c.name} ${c.state}`);
+      if (waiting.length) throw new Error(`not running yet: ${waiting.join(', ')}`);
+    },
+    1_000,
+  );
 }

@@ -46,6 +46,9 @@ import { EncryptionComponent } from './encryption.ts';
 import { joinController, leftMarker, type ControllerJoinState } from './join.ts';
 import { JoinServerComponent } from './join-server.ts';
 import { ExecutableFiles } from './executables.ts';
+import { ControllerUpgradeComponent, writeOutcome } from './upgrade.ts';
+import { RestartRequest, restartForUpgrade } from '../supervisor/handover.ts';
+import { readyAtVersion } from '../base/status-server.ts';
 import { ManifestApplierComponent } from './manifests.ts';
 import { reservedSpace } from './reserved.ts';
 import { KubeletServingCheckComponent } from './kubelet-serving.ts';
@@ -132,6 +135,8 @@ export interface ControllerRoleOptions {
   joined?: ControllerJoinState | null;
   /** The release this controller runs (its lease names it). */
   release: Release;
+  /** Where an upgrade asks for the restart into a new executable; no upgrades without it. */
+  restart?: RestartRequest;
 }
 
 /**
@@ -214,7 +219,19 @@ export function controllerComponents(o: ControllerRoleOptions): Component[] {
     },
     new LeaseTurn(kube, controllerLeaseName(cfg.spec.api.address)),
   );
-  const lease = new ControllerLeaseComponent({ cfg, kube, controllers, agents: konnectivity, encryption, caBundle: renewer, release: o.release });
+  const upgrade = o.restart
+    ? new ControllerUpgradeComponent({ cfg, dataDir: paths.dataDir, pki, kube, release: o.release, controllers, restart: o.restart })
+    : undefined;
+  const lease = new ControllerLeaseComponent({
+    cfg,
+    kube,
+    controllers,
+    agents: konnectivity,
+    encryption,
+    caBundle: renewer,
+    release: o.release,
+    upgrade,
+  });
   const status = new StatusServerComponent<ControllerStatusReport>(paths.statusSocket, async (components) => {
     const live = controllers.liveControllers();
     return {
@@ -254,6 +271,8 @@ export function controllerComponents(o: ControllerRoleOptions): Component[] {
     ...last,
     // Renews leaf certificates and kubeconfigs while the controller runs, and has them picked up.
     renewer,
+    // Follows the upgrade plan: this controller's turn, its restart into the target.
+    ...(upgrade ? [upgrade] : []),
   ];
 }
 
@@ -311,8 +330,18 @@ export async function runController(opts: ControllerOptions, log: Logger): Promi
   await prepareRunDir(paths.runDir);
   // Marks the data and run dirs as in use, for `kctl reset` and for a second start. --init-only
   // only prepares files and exits (two may run at once: staging takes its own lock), so it does not.
-  if (opts.initOnly) await prepareAndRun(cfg, paths, opts, joined, log);
-  else await runOwning([paths.dataDir, paths.runDir], 'controller', () => prepareAndRun(cfg, paths, opts, joined, log));
+  if (opts.initOnly) return prepareAndRun(cfg, paths, opts, joined, log);
+  const restart = new RestartRequest();
+  await runOwning([paths.dataDir, paths.runDir], 'controller', () => prepareAndRun(cfg, paths, opts, joined, log, restart));
+  // An upgrade stopped everything to restart into the new kctl (the dirs are released by now).
+  if (restart.pending)
+    await restartForUpgrade(restart.pending, {
+      log: componentLogger(log, 'upgrade'),
+      ready: (signal) => readyAtVersion(paths.statusSocket, restart.pending!.target, signal),
+      systemd: SystemdNotifier.fromEnv({ log: componentLogger(log, 'systemd') }),
+      onRollback: (reason) =>
+        writeOutcome(paths.dataDir, { target: restart.pending!.target, state: 'rolled back', reason, at: new Date().toISOString() }),
+    });
 }
 
 async function prepareAndRun(
@@ -321,6 +350,7 @@ async function prepareAndRun(
   opts: ControllerOptions,
   joined: ControllerJoinState | null,
   log: Logger,
+  restart?: RestartRequest,
 ): Promise<void> {
   // Under a Type=notify unit (kctl install): progress, readiness and watchdog pings for systemd.
   const notifier = opts.initOnly ? undefined : SystemdNotifier.fromEnv({ log: componentLogger(log, 'systemd') });
@@ -341,7 +371,7 @@ async function prepareAndRun(
   await raiseKernelLimits(componentLogger(log, 'host'));
 
   const manager = new ComponentManager(
-    controllerComponents({ cfg, paths, pki, joined, release: releaseOf((await findPayload(KCTL_VERSION)).index) }),
+    controllerComponents({ cfg, paths, pki, joined, restart, release: releaseOf((await findPayload(KCTL_VERSION)).index) }),
     componentLogger(log, 'manager'),
     {
       onProgress: (text) => notifier?.status(text),
@@ -355,6 +385,7 @@ async function prepareAndRun(
       notifier?.ready(`controller ready: API at ${url}`);
     },
     onStopping: () => notifier?.stopping(),
+    stopWhen: restart?.requested,
     onStopped: async () => {
       log.info('controller stopped');
       await notifier?.close();

@@ -4,7 +4,7 @@
 // it serves it to the other controllers (executables.ts). Every member of the cluster must be
 // able to take the step (version-skew.ts) before anything is written.
 import { execa } from 'execa';
-import { chmod, copyFile, mkdir, rename, rm, stat } from 'node:fs/promises';
+import { mkdir, stat } from 'node:fs/promises';
 import { dirname } from 'node:path';
 import { parseDuration } from '../base/duration.ts';
 import { messageOf, UserError } from '../base/errors.ts';
@@ -24,6 +24,7 @@ import {
   type UpgradePlan,
 } from '../kube/upgrade-plan.ts';
 import { parseSemVer, skewProblem } from '../kube/version-skew.ts';
+import { installExecutable } from '../supervisor/handover.ts';
 import type { ClusterConfig } from './config.ts';
 import { keptExecutable } from './executables.ts';
 
@@ -129,7 +130,10 @@ export async function createUpgradePlan(o: PlanOptions): Promise<UpgradePlan> {
   const size = (await stat(file)).size;
   if (!sha256) throw new UserError(`cannot read ${file}`);
   // The running executable is served as it is; another file is kept under the data dir.
-  if (file !== kctlExecutable() || release.version !== KCTL_VERSION) await keepExecutable(file, keptExecutable(o.dataDir, release.version));
+  if (file !== kctlExecutable() || release.version !== KCTL_VERSION) {
+    await mkdir(dirname(keptExecutable(o.dataDir, release.version)), { recursive: true, mode: 0o755 });
+    await installExecutable(file, keptExecutable(o.dataDir, release.version));
+  }
   const u = o.cfg.spec.upgrade;
   const plan = await writeUpgradePlan(o.kube, {
     target: { ...release, sha256, size },
@@ -143,19 +147,4 @@ export async function createUpgradePlan(o: PlanOptions): Promise<UpgradePlan> {
   });
   o.progress(`plan written: controllers upgrade one at a time, then nodes (at most ${plan.maxUnavailable} at once)`);
   return plan;
-}
-
-/** A copy of `file` at `target` (0755), written beside it and renamed into place. */
-async function keepExecutable(file: string, target: string): Promise<void> {
-  if (file === target) return;
-  await mkdir(dirname(target), { recursive: true, mode: 0o755 });
-  const tmp = `${target}.${process.pid}.tmp`;
-  try {
-    await copyFile(file, tmp);
-    await chmod(tmp, 0o755);
-    await rename(tmp, target);
-  } catch (err) {
-    await rm(tmp, { force: true });
-    throw new UserError(`cannot keep a copy of ${file} at ${target}: ${messageOf(err)}`);
-  }
 }

@@ -31,6 +31,8 @@ export class LeaderLease {
     private readonly name: string,
     readonly identity: string,
     private readonly now: () => number = Date.now,
+    /** How long the lease lasts unrenewed. */
+    private readonly durationS: number = LEADER_LEASE_DURATION_S,
   ) {
     this.path = `${LEASES_PATH}/${name}`;
   }
@@ -70,7 +72,7 @@ export class LeaderLease {
         metadata: { name: this.name, namespace: LEASE_NAMESPACE, annotations },
         spec: {
           holderIdentity: this.identity,
-          leaseDurationSeconds: LEADER_LEASE_DURATION_S,
+          leaseDurationSeconds: this.durationS,
           acquireTime: renewTime,
           renewTime,
           leaseTransitions: 0,
@@ -82,7 +84,7 @@ export class LeaderLease {
       const key = `${spec.holderIdentity ?? ''}@${spec.renewTime ?? ''}`;
       if (this.observed?.key !== key) this.observed = { key, at: started };
       const mine = spec.holderIdentity === this.identity;
-      const free = !spec.holderIdentity || started >= this.observed.at + (spec.leaseDurationSeconds ?? LEADER_LEASE_DURATION_S) * 1000;
+      const free = !spec.holderIdentity || started >= this.observed.at + (spec.leaseDurationSeconds ?? this.durationS) * 1000;
       if (!mine && !free) {
         this.heldUntil = 0;
         return false;
@@ -93,7 +95,7 @@ export class LeaderLease {
         spec: {
           ...spec,
           holderIdentity: this.identity,
-          leaseDurationSeconds: LEADER_LEASE_DURATION_S,
+          leaseDurationSeconds: this.durationS,
           renewTime,
           ...(mine ? {} : { acquireTime: renewTime, leaseTransitions: (spec.leaseTransitions ?? 0) + 1 }),
         },
@@ -111,13 +113,26 @@ export class LeaderLease {
       }
       throw err;
     }
-    this.heldUntil = started + LEADER_LEASE_DURATION_S * 1000 - SAFETY_MARGIN_MS;
+    this.heldUntil = started + this.durationS * 1000 - SAFETY_MARGIN_MS;
     return true;
   }
 
-  /** Gives the lease up at once (on stop), keeping its annotations; quiet when it is not held or the API is gone. */
-  async release(): Promise<void> {
-    if (!this.holding() || !this.last) return;
+  /** Whether the lease names this identity as its holder now (as the API says; a process that restarted may hold it). */
+  async heldByMe(): Promise<boolean> {
+    const current = await this.kube.get<LeaseObject>(this.path).catch((err: unknown) => {
+      if (err instanceof KubeApiError && err.status === 404) return undefined;
+      throw err;
+    });
+    if (current) this.last = current;
+    return current?.spec?.holderIdentity === this.identity;
+  }
+
+  /**
+   * Gives the lease up at once (on stop), keeping its annotations; quiet when it is not held or the
+   * API is gone. `asRecorded`: also when this process did not take it (its holder before a restart).
+   */
+  async release(asRecorded = false): Promise<void> {
+    if (!this.last || (!this.holding() && !(asRecorded && this.last.spec?.holderIdentity === this.identity))) return;
     this.heldUntil = 0;
     const spec = { ...this.last.spec };
     delete spec.holderIdentity;

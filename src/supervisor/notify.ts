@@ -47,6 +47,12 @@ export class SystemdNotifier {
     this.send('READY=1', `STATUS=${status}`);
   }
 
+  /** The unit's main process is now `pid` (an upgrade handed the role to it); resolves once systemd has it. */
+  async mainPid(pid: number): Promise<void> {
+    this.send(`MAINPID=${pid}`);
+    await this.queue;
+  }
+
   stopping(): void {
     this.send('STOPPING=1', 'STATUS=stopping');
   }

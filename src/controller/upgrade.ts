@@ -1,0 +1,228 @@
+// A controller's part in an upgrade plan (kube/upgrade-plan.ts). Every few seconds it reads the
+// plan; while it runs an older release than the target it waits for its turn: every other live
+// controller ready and not upgrading, and the upgrade lease (kube-system/kctl-upgrade) taken. The
+// lease lasts the plan's ready timeout and more, so nobody else starts while this controller is
+// away restarting. Then it fetches the target (kept under <data-dir>/upgrade/ by `kctl upgrade
+// plan` on this host, or from another controller that has it), checks it describes itself as the
+// plan says, keeps its own executable for a rollback, and asks the role to restart into the new
+// one (upgrade-handover.ts). Back at the target, it releases the lease. A rollback's outcome
+// (written before the previous executable started again) stops the plan with its reason.
+import { mkdir, readFile, rm, stat } from 'node:fs/promises';
+import { dirname, join } from 'node:path';
+import type { Component, ComponentContext, ComponentStatus } from '../base/component.ts';
+import { messageOf } from '../base/errors.ts';
+import { kctlExecutable } from '../base/executable.ts';
+import { writeFileAtomic } from '../base/fs.ts';
+import type { Logger } from '../base/log.ts';
+import type { Release } from '../base/version.ts';
+import { credentialsFromKubeconfig, type KubeClient } from '../kube/client.ts';
+import { controllerLeaseName, type LiveController } from '../kube/controller-leases.ts';
+import { LeaderLease } from '../kube/leader-lease.ts';
+import {
+  parseReleaseString,
+  readUpgradePlan,
+  VERSION_ANNOTATION,
+  writeUpgradePlan,
+  type MemberUpgrade,
+  type UpgradePlan,
+} from '../kube/upgrade-plan.ts';
+import { skewProblem } from '../kube/version-skew.ts';
+import { downloadExecutable } from '../payload/download.ts';
+import type { PkiPaths } from '../pki/index.ts';
+import { installExecutable, type RestartRequest } from '../supervisor/handover.ts';
+import type { ClusterConfig } from './config.ts';
+import { EXECUTABLES_PATH, keptExecutable, UPGRADE_DIR } from './executables.ts';
+import { releaseOfExecutable } from './upgrade-plan-run.ts';
+
+export const UPGRADE_LEASE = 'kctl-upgrade';
+const CHECK_EVERY_MS = 5_000;
+/** The lease outlasts the restart's ready timeout by this much. */
+const LEASE_SLACK_S = 120;
+
+/** What a rollback leaves for the previous executable to report: <data-dir>/upgrade/outcome.json. */
+export interface UpgradeOutcome {
+  target: string;
+  state: 'rolled back' | 'failed';
+  reason: string;
+  at: string;
+}
+
+export const outcomeFile = (dataDir: string): string => join(dataDir, UPGRADE_DIR, 'outcome.json');
+
+export async function writeOutcome(dataDir: string, o: UpgradeOutcome): Promise<void> {
+  await writeFileAtomic(outcomeFile(dataDir), JSON.stringify(o) + '\n', 0o644);
+}
+
+async function readOutcome(dataDir: string): Promise<UpgradeOutcome | undefined> {
+  const text = await readFile(outcomeFile(dataDir), 'utf8').catch(() => undefined);
+  try {
+    return text ? (JSON.parse(text) as UpgradeOutcome) : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+export interface ControllerUpgradeOptions {
+  cfg: ClusterConfig;
+  dataDir: string;
+  pki: PkiPaths;
+  kube: KubeClient;
+  release: Release;
+  controllers: { liveControllers(): LiveController[] };
+  restart: RestartRequest;
+}
+
+export class ControllerUpgradeComponent implements Component {
+  readonly name = 'upgrade';
+  private log!: Logger;
+  private timer: NodeJS.Timeout | undefined;
+  private ticking: Promise<void> | undefined;
+  private state: MemberUpgrade | undefined;
+  private lastError: string | undefined;
+  private readonly identity: string;
+  private lease: LeaderLease | undefined;
+
+  constructor(private readonly o: ControllerUpgradeOptions) {
+    this.identity = controllerLeaseName(o.cfg.spec.api.address);
+  }
+
+  async init(ctx: ComponentContext): Promise<void> {
+    this.log = ctx.log;
+  }
+
+  /** For this controller's lease. */
+  memberUpgrade(): MemberUpgrade | undefined {
+    return this.state;
+  }
+
+  async start(): Promise<void> {
+    this.timer = setInterval(() => {
+      this.ticking ??= this.tick()
+        .catch((err: unknown) => {
+          this.lastError = messageOf(err);
+        })
+        .finally(() => (this.ticking = undefined));
+    }, CHECK_EVERY_MS);
+  }
+
+  async stop(): Promise<void> {
+    clearInterval(this.timer);
+    await this.ticking;
+  }
+
+  status(): Partial<ComponentStatus> {
+    return { lastError: this.lastError };
+  }
+
+  private report(target: string, state: MemberUpgrade['state'], extra: Partial<MemberUpgrade> = {}): void {
+    if (this.state?.target !== target || this.state.state !== state || extra.reason !== this.state.reason)
+      this.log.info({ target, state, ...extra }, `upgrade to ${target}: ${state}${extra.reason ? `: ${extra.reason}` : ''}`);
+    this.state = { target, state, at: new Date().toISOString(), ...extra };
+  }
+
+  private upgradeLease(plan: UpgradePlan): LeaderLease {
+    this.lease ??= new LeaderLease(this.o.kube, UPGRADE_LEASE, this.identity, Date.now, plan.readyTimeoutS + LEASE_SLACK_S);
+    return this.lease;
+  }
+
+  private async tick(): Promise<void> {
+    const plan = await readUpgradePlan(this.o.kube);
+    this.lastError = undefined;
+    if (!plan) return;
+    const target = plan.target.version;
+    const outcome = await readOutcome(this.o.dataDir);
+    if (outcome?.target === target) this.report(target, outcome.state, { reason: outcome.reason });
+    if (plan.state !== 'active') return;
+    const lease = this.upgradeLease(plan);
+    if (this.o.release.version === target) {
+      if (this.state?.state !== 'done') this.report(target, 'done');
+      // Back at the target after a restart: the turn this controller took ends here.
+      if (await lease.heldByMe()) await lease.release(true);
+      await this.finishWhenAllThere(plan);
+      return;
+    }
+    if (outcome?.target === target) {
+      await this.stopPlan(plan, `${this.identity}: ${outcome.reason}; rolled back to ${this.o.release.version}`);
+      if (await lease.heldByMe()) await lease.release(true);
+      return;
+    }
+    if (this.state?.state !== 'waiting' && this.state?.state !== 'downloading') this.report(target, 'waiting');
+    const busy = this.o.controllers
+      .liveControllers()
+      .filter(
+        (c) => c.name !== this.identity && (!c.release || (c.upgrade?.target === target && ['downloading', 'restarting'].includes(c.upgrade.state))),
+      );
+    if (busy.length) return;
+    if (!(await lease.tryAcquireOrRenew())) return;
+    await this.takeTurn(plan);
+  }
+
+  /** This controller's turn: fetch, check, keep the previous executable, restart into the new one. */
+  private async takeTurn(plan: UpgradePlan): Promise<void> {
+    const t = plan.target;
+    const installed = kctlExecutable();
+    if (!installed) {
+      await this.stopPlan(plan, `${this.identity} does not run from a kctl executable and cannot swap it`);
+      return;
+    }
+    const file = keptExecutable(this.o.dataDir, t.version);
+    await mkdir(dirname(file), { recursive: true, mode: 0o755 });
+    this.report(t.version, 'downloading', { bytes: 0 });
+    const creds = credentialsFromKubeconfig(this.o.pki.adminConf);
+    await downloadExecutable({
+      urls: () =>
+        this.o.controllers
+          .liveControllers()
+          .filter((c) => c.name !== this.identity && c.executables)
+          .map((c) => `${c.executables}${EXECUTABLES_PATH}${encodeURIComponent(t.version)}`),
+      target: file,
+      sha256: t.sha256,
+      size: t.size,
+      tls: async () => ({ ca: await readFile(this.o.pki.caCert), cert: creds.cert, key: creds.key }),
+      progress: (bytes) => (this.state = { ...this.state!, bytes }),
+      onError: (url, reason) => this.log.warn({ url, reason }, 'kctl download failed; trying again'),
+      rounds: 5,
+    });
+    const described = await releaseOfExecutable(file);
+    const problem =
+      described.version !== t.version || described.kubernetes !== t.kubernetes || described.etcd !== t.etcd
+        ? `the target executable describes itself as kctl ${described.version} (Kubernetes ${described.kubernetes}, etcd ${described.etcd}), not as the plan says`
+        : skewProblem([{ name: this.identity, ...this.o.release }], t);
+    if (problem) {
+      await this.stopPlan(plan, problem);
+      return;
+    }
+    // The executable running now stays for a rollback (and for `kctl reset` to remove).
+    const previous = keptExecutable(this.o.dataDir, this.o.release.version);
+    if (!(await stat(previous).catch(() => null))) await installExecutable(installed, previous);
+    await rm(outcomeFile(this.o.dataDir), { force: true });
+    this.report(t.version, 'restarting');
+    await this.upgradeLease(plan).tryAcquireOrRenew();
+    this.o.restart.request(
+      { installed, next: file, previous, target: t.version, timeoutMs: plan.readyTimeoutS * 1000 },
+      `upgrading to kctl ${t.version}`,
+    );
+  }
+
+  /** Marks the plan done once every live controller and every node reports the target. */
+  private async finishWhenAllThere(plan: UpgradePlan): Promise<void> {
+    const target = plan.target.version;
+    if (!this.o.controllers.liveControllers().every((c) => c.release?.version === target)) return;
+    const nodes = await this.o.kube.get<{ items: { metadata: { annotations?: Record<string, string> } }[] }>('/api/v1/nodes');
+    if (!nodes.items.every((n) => parseReleaseString(n.metadata.annotations?.[VERSION_ANNOTATION])?.version === target)) return;
+    this.log.info({ target }, `upgrade to ${target} done: every controller and node runs it`);
+    await writeUpgradePlan(this.o.kube, { ...plan, state: 'done', reason: `every controller and node runs kctl ${target}` }).catch((err: unknown) =>
+      this.log.warn({ err: messageOf(err) }, 'cannot mark the upgrade plan done (changed meanwhile?); checking again'),
+    );
+  }
+
+  /** Stops the plan with `reason` (once; another controller may have done it first). */
+  private async stopPlan(plan: UpgradePlan, reason: string): Promise<void> {
+    this.log.error({ reason }, 'upgrade plan stopped');
+    try {
+      await writeUpgradePlan(this.o.kube, { ...plan, state: 'stopped', reason });
+    } catch (err) {
+      this.log.warn({ err: messageOf(err) }, 'cannot stop the upgrade plan (changed meanwhile?); checking again');
+    }
+  }
+}
