@@ -4,7 +4,7 @@
 // zstd-compressed; then the component payload, its binaries zstd-compressed too (cached by
 // sha256 outside the checkout, so a rebuild does not compress them again).
 // buildKctl() makes other kctl executables from the same code too (build-test-kctls.ts): with
-// another pin set, another version.
+// another pin set, another version, a build that cannot start.
 import { build } from 'esbuild';
 import { execa } from 'execa';
 import { once } from 'node:events';
@@ -40,6 +40,8 @@ export interface KctlBuild {
   components: ComponentSet;
   /** Components this set shares with another set come from that set's cache (build-components.ts). */
   reuse?: ComponentSet;
+  /** A test build whose controller and worker refuse to start (src/base/version.ts). */
+  cannotStart?: boolean;
 }
 
 /** The build's scratch files: one directory per executable, so two builds never share one. */
@@ -62,7 +64,7 @@ async function bundle(b: KctlBuild): Promise<string> {
     format: 'cjs',
     target: 'node24',
     outfile: out,
-    define: { __KCTL_VERSION__: JSON.stringify(b.version) },
+    define: { __KCTL_VERSION__: JSON.stringify(b.version), __KCTL_CANNOT_START__: JSON.stringify(b.cannotStart === true) },
     // The SEA keeps the whole script as one heap string: whitespace/comment-free and ASCII-only
     // (a single non-ASCII byte makes V8 store it two bytes per character) halves the idle heap it costs.
     minifyWhitespace: true,
