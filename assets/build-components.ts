@@ -1,18 +1,23 @@
 // `npm run components`: build the pinned component set from its Go modules (default), or
 // take the official release downloads (`-- --download`). Output goes to a cache outside the
-// checkout, keyed by assets/components.json, and ends with payload.lock.json (sha256 list).
+// checkout, keyed by the pin set (assets/components.json, or one derived from it in code:
+// build-test-kctls.ts), and ends with payload.lock.json (sha256 list).
 import { execa } from 'execa';
 import { createHash } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import { copyFile, cp, link, mkdir, readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
+import lockfile from 'proper-lockfile';
+import { errnoOf } from '../src/base/errors.ts';
 import {
   cacheRoot,
   componentRelPath,
+  componentsDir,
   componentVersion,
   loadManifest,
   multiCallMain,
   type ComponentPin,
+  type ComponentSet,
   type LockEntry,
   type Manifest,
   type PayloadLock,
@@ -23,9 +28,23 @@ import { downloadComponents } from './download-components.ts';
 import { progress } from './progress.ts';
 import { checkVersion } from '../src/payload/verify.ts';
 
-const { manifest, key } = loadManifest();
-const outDir = join(cacheRoot(), 'components', key);
-const lockPath = join(outDir, 'payload.lock.json');
+/** A component set's build: its cache directory, and the multi-call binaries built so far in this run. */
+interface Build extends ComponentSet {
+  outDir: string;
+  lockPath: string;
+  multiCall: Map<string, Promise<string>>;
+}
+
+/** Where a component set is built and what it built, once complete. */
+export interface BuiltComponents {
+  lock: PayloadLock;
+  binDir: string;
+}
+
+function buildOf(set: ComponentSet): Build {
+  const outDir = componentsDir(set.key);
+  return { ...set, outDir, lockPath: join(outDir, 'payload.lock.json'), multiCall: new Map() };
+}
 
 async function sha256File(path: string): Promise<string> {
   return createHash('sha256')
@@ -86,37 +105,40 @@ async function goBuild(name: string, pin: SourcePin, src: PreparedSource, pkg: s
 }
 
 /** The source's multi-call binary, built once: its main file goes into the module as cmd/kctl-multicall. */
-const multiCallBuilds = new Map<string, Promise<string>>();
-function multiCallBinary(source: string, pin: SourcePin, src: PreparedSource, main: string): Promise<string> {
-  let built = multiCallBuilds.get(source);
+function multiCallBinary(b: Build, source: string, pin: SourcePin, src: PreparedSource, main: string): Promise<string> {
+  let built = b.multiCall.get(source);
   if (!built) {
     built = (async () => {
-      const out = join(outDir, 'bin', '.multicall', source);
+      const out = join(b.outDir, 'bin', '.multicall', source);
       await mkdir(join(src.dir, 'cmd', 'kctl-multicall'), { recursive: true });
       await copyFile(main, join(src.dir, 'cmd', 'kctl-multicall', 'main.go'));
       await goBuild(`${source} (multi-call)`, pin, src, './cmd/kctl-multicall', out);
       return out;
     })();
-    multiCallBuilds.set(source, built);
+    b.multiCall.set(source, built);
   }
   return built;
 }
 
-async function buildComponent(c: ComponentPin, pin: SourcePin, src: PreparedSource): Promise<string> {
-  const out = join(outDir, 'bin', componentRelPath(c));
+async function buildComponent(b: Build, c: ComponentPin, pin: SourcePin, src: PreparedSource): Promise<string> {
+  const out = join(b.outDir, 'bin', componentRelPath(c));
   const main = multiCallMain(pin);
   if (!main) {
     await goBuild(c.name, pin, src, c.package, out);
     return out;
   }
   // One binary, one hard link per component name (the name selects the component).
-  const binary = await multiCallBinary(c.source, pin, src, main);
-  await rm(out, { force: true });
-  await link(binary, out);
+  await linkOrCopy(await multiCallBinary(b, c.source, pin, src, main), out);
   return out;
 }
 
-async function readLock(): Promise<PayloadLock | null> {
+async function linkOrCopy(from: string, to: string): Promise<void> {
+  await mkdir(dirname(to), { recursive: true });
+  await rm(to, { force: true });
+  await link(from, to).catch(() => copyFile(from, to));
+}
+
+async function readLock(lockPath: string): Promise<PayloadLock | null> {
   try {
     return JSON.parse(await readFile(lockPath, 'utf8')) as PayloadLock;
   } catch {
@@ -135,57 +157,132 @@ async function lockEntry(m: Manifest, c: ComponentPin, path: string): Promise<Lo
   };
 }
 
-async function buildAll(): Promise<void> {
-  const prev = await readLock();
-  const entries: LockEntry[] = [];
-  const todo = manifest.components.filter((c) => {
-    const have = prev?.components.find((e) => e.name === c.name);
-    return !(have && existsSync(join(outDir, 'bin', have.path)));
-  });
-  if (todo.length === 0) {
-    process.stdout.write(`components: all ${manifest.components.length} up to date in ${outDir}\n`);
-    return;
+/** The lock entry of `set` for each component whose file is in place. */
+async function builtEntries(b: Build): Promise<Map<string, LockEntry>> {
+  const lock = await readLock(b.lockPath);
+  const have = (lock?.components ?? []).filter((e) => existsSync(join(b.outDir, 'bin', e.path)));
+  return new Map(have.map((e) => [e.name, e]));
+}
+
+/**
+ * Another set's build of `c`, when it was built from the very same pins (source and component),
+ * so a derived set (build-test-kctls.ts) rebuilds only the sources it changed.
+ */
+function sameBuild(from: ComponentSet, to: ComponentSet, c: ComponentPin): boolean {
+  const pinOf = (set: ComponentSet) => {
+    const comp = set.manifest.components.find((x) => x.name === c.name);
+    return comp && JSON.stringify([comp.source, comp.package, comp.dir, set.manifest.sources[comp.source], set.manifest.platform]);
+  };
+  return pinOf(from) !== undefined && pinOf(from) === pinOf(to);
+}
+
+/**
+ * Builds what `set` lacks into its cache directory (nothing when complete). With `reuse`, the
+ * components that set built from the same pins are taken from its cache (built first if need be)
+ * instead of being built again.
+ */
+export async function buildComponents(set: ComponentSet, reuse?: ComponentSet): Promise<BuiltComponents> {
+  const b = buildOf(set);
+  const binDir = join(b.outDir, 'bin');
+  const complete = async () => {
+    const done = await builtEntries(b);
+    return set.manifest.components.every((c) => done.has(c.name)) ? done : null;
+  };
+  const ready = await complete();
+  if (ready) {
+    process.stdout.write(`components: all ${set.manifest.components.length} up to date in ${b.outDir}\n`);
+    return { lock: lockOf(b, ready), binDir };
   }
-  const needsCgo = todo.some((c) => manifest.sources[c.source]?.cgo);
-  if (needsCgo) await ensureDebianPackages(['libseccomp-dev', 'pkg-config']);
+  return withBuildLock(b, async () => {
+    // Another build may have finished what this one waited for.
+    const done = (await complete()) ?? (await builtEntries(b));
+    const todo = set.manifest.components.filter((c) => !done.has(c.name));
+    const shared = reuse ? todo.filter((c) => sameBuild(reuse, set, c)) : [];
+    if (reuse && shared.length) await reuseBuilt(b, await buildComponents(reuse), shared, done);
+    const rest = todo.filter((c) => !done.has(c.name));
+    await buildMissing(b, rest, done);
+    return { lock: await writeLock(b, done), binDir };
+  });
+}
+
+/** One build of a set at a time (two `npm test` runs at once): the second waits, then finds it done. */
+async function withBuildLock<T>(b: Build, fn: () => Promise<T>): Promise<T> {
+  await mkdir(b.outDir, { recursive: true });
+  const options = { lockfilePath: join(b.outDir, '.build.lock'), stale: 30_000, update: 5_000 };
+  const release = await lockfile.lock(b.outDir, options).catch(async (err: unknown) => {
+    if (errnoOf(err) !== 'ELOCKED') throw err;
+    process.stdout.write(`components: waiting for another build of ${b.outDir}\n`);
+    return lockfile.lock(b.outDir, { ...options, retries: { retries: 3600, factor: 1, minTimeout: 1000, maxTimeout: 1000 } });
+  });
+  try {
+    return await fn();
+  } finally {
+    await release();
+  }
+}
+
+/** Hard links to `from`'s files for `components`, their lock entries added to `done`. */
+async function reuseBuilt(b: Build, from: BuiltComponents, components: ComponentPin[], done: Map<string, LockEntry>): Promise<void> {
+  for (const c of components) {
+    const entry = from.lock.components.find((e) => e.name === c.name)!;
+    await linkOrCopy(join(from.binDir, entry.path), join(b.outDir, 'bin', entry.path));
+    done.set(c.name, entry);
+  }
+  await writeLock(b, done);
+  process.stdout.write(`components: ${components.length} taken from ${from.binDir} (same pins)\n`);
+}
+
+/** Builds `todo` from source, each one's lock entry added to `done` (and to the lock file at once). */
+async function buildMissing(b: Build, todo: ComponentPin[], done: Map<string, LockEntry>): Promise<void> {
+  if (todo.length === 0) return;
+  const { manifest } = b;
+  if (todo.some((c) => manifest.sources[c.source]?.cgo)) await ensureDebianPackages(['libseccomp-dev', 'pkg-config']);
   const bar = progress(todo.length, 'components');
   const prepared = new Map<string, PreparedSource>();
-  for (const c of manifest.components) {
-    const have = prev?.components.find((e) => e.name === c.name);
-    if (have && !todo.includes(c)) {
-      entries.push(have);
-      continue;
-    }
+  for (const c of todo) {
     const pin = manifest.sources[c.source]!;
     bar.step(`${c.name} ${pin.version}`);
     if (!prepared.has(c.source)) prepared.set(c.source, await prepareSource(c.source, pin));
-    const out = await buildComponent(c, pin, prepared.get(c.source)!);
-    await checkVersion(c, out);
-    entries.push(await lockEntry(manifest, c, out));
-    await writeLock(entries); // partial progress survives an interrupted build
+    const path = await buildComponent(b, c, pin, prepared.get(c.source)!);
+    await checkVersion(c, path);
+    done.set(c.name, await lockEntry(manifest, c, path));
+    await writeLock(b, done); // partial progress survives an interrupted build
   }
   bar.done();
 }
 
-async function writeLock(components: LockEntry[]): Promise<void> {
-  const lock: PayloadLock = { key, platform: manifest.platform, components };
-  await mkdir(outDir, { recursive: true });
-  await writeFile(`${lockPath}.tmp`, JSON.stringify(lock, null, 2) + '\n');
-  await rename(`${lockPath}.tmp`, lockPath);
+/** The lock of what is done, in the manifest's order (the order dist/kctl's payload takes). */
+function lockOf(b: Build, done: Map<string, LockEntry>): PayloadLock {
+  const components = b.manifest.components.flatMap((c) => done.get(c.name) ?? []);
+  return { key: b.key, platform: b.manifest.platform, components };
+}
+
+async function writeLock(b: Build, done: Map<string, LockEntry>): Promise<PayloadLock> {
+  const lock = lockOf(b, done);
+  await mkdir(b.outDir, { recursive: true });
+  await writeFile(`${b.lockPath}.tmp`, JSON.stringify(lock, null, 2) + '\n');
+  await rename(`${b.lockPath}.tmp`, b.lockPath);
+  return lock;
+}
+
+/** The official release downloads of `set` into its cache directory. */
+export async function downloadComponentSet(set: ComponentSet): Promise<BuiltComponents> {
+  const b = buildOf(set);
+  const binDir = join(b.outDir, 'bin');
+  const entries = await downloadComponents(set.manifest, binDir, (c, p) => lockEntry(set.manifest, c, p), checkVersion);
+  return { lock: await writeLock(b, new Map(entries.map((e) => [e.name, e]))), binDir };
 }
 
 async function main(): Promise<void> {
-  const download = process.argv.includes('--download');
-  if (download) {
-    const entries = await downloadComponents(manifest, join(outDir, 'bin'), (c, p) => lockEntry(manifest, c, p), checkVersion);
-    await writeLock(entries);
-  } else {
-    await buildAll();
-  }
-  process.stdout.write(`${lockPath}\n`);
+  const set = loadManifest();
+  if (process.argv.includes('--download')) await downloadComponentSet(set);
+  else await buildComponents(set);
+  process.stdout.write(`${join(componentsDir(set.key), 'payload.lock.json')}\n`);
 }
 
-main().catch((err: unknown) => {
-  process.stderr.write(`components: ${err instanceof Error ? err.message : String(err)}\n`);
-  process.exit(1);
-});
+if (process.argv[1] && import.meta.url.endsWith(process.argv[1].split('/').pop()!)) {
+  main().catch((err: unknown) => {
+    process.stderr.write(`components: ${err instanceof Error ? err.message : String(err)}\n`);
+    process.exit(1);
+  });
+}

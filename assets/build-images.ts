@@ -12,7 +12,7 @@ import { existsSync } from 'node:fs';
 import { chmod, mkdir, readFile, symlink, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { execa } from 'execa';
-import { cacheRoot, loadManifest } from '../src/payload/manifest.ts';
+import { cacheRoot, componentsDir, loadManifest } from '../src/payload/manifest.ts';
 import { BUNDLED_IMAGES, BUSYBOX_IMAGE, COREDNS_IMAGE, METRICS_SERVER_IMAGE, PAUSE_IMAGE } from '../src/payload/images.ts';
 import { buildImage, PATH_ENV, sha256, type OciImage } from '../src/payload/oci.ts';
 import { ensureDebianPackages } from './debian.ts';
@@ -108,7 +108,7 @@ export async function staticBinarySpec(o: { name: string; file: string; binary: 
 
 /** The component build dir of this checkout's manifest (where build-components.ts put the binaries). */
 function componentBinDir(): string {
-  return join(cacheRoot(), 'components', loadManifest().key, 'bin');
+  return join(componentsDir(loadManifest().key), 'bin');
 }
 
 /** Builds what is missing or stale; returns the tarball paths, in BUNDLED_IMAGES order. */

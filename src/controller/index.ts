@@ -25,7 +25,7 @@ import { httpsUrl } from '../base/addresses.ts';
 import { runUntilSignal } from '../base/lifecycle.ts';
 import { StatusServerComponent } from '../base/status-server.ts';
 import { ComponentManager } from '../base/manager.ts';
-import { KCTL_VERSION, type Release } from '../base/version.ts';
+import { KCTL_VERSION, refuseTestBuildStart, type Release } from '../base/version.ts';
 import { ownPids, requireHost } from '../host/checks.ts';
 import { raiseKernelLimits } from '../host/limits.ts';
 import { migrateDataDir, refuseNewerDataDir } from '../host/data-format.ts';
@@ -304,6 +304,7 @@ async function startTenant(tenant: NonNullable<ControllerOptions['tenant']>, cfg
 /** Prepares the data dir; with initOnly, exits after; otherwise runs until SIGTERM/SIGINT. */
 export async function runController(opts: ControllerOptions, log: Logger): Promise<void> {
   let cfg = await loadConfig(opts.configFile, { ...opts, tenantName: opts.tenant?.name });
+  refuseTestBuildStart();
   const paths = controllerPaths(opts.dataDir, opts.runDir, opts.tenant?.binDir);
   if (existsSync(leftMarker(paths)))
     throw new UserError(

@@ -10,7 +10,7 @@ import { parseDuration } from '../base/duration.ts';
 import { messageOf, UserError } from '../base/errors.ts';
 import { kctlExecutable } from '../base/executable.ts';
 import { sha256OfFile } from '../base/fs.ts';
-import { KCTL_VERSION, type Release } from '../base/version.ts';
+import { KCTL_VERSION, parseVersion, type Release } from '../base/version.ts';
 import type { KubeClient } from '../kube/client.ts';
 import { CONTROLLER_LEASE_LABEL, LEASES_PATH, liveControllers, type Lease } from '../kube/controller-leases.ts';
 import {
@@ -23,7 +23,7 @@ import {
   type MemberUpgrade,
   type UpgradePlan,
 } from '../kube/upgrade-plan.ts';
-import { parseSemVer, skewProblem } from '../kube/version-skew.ts';
+import { skewProblem } from '../kube/version-skew.ts';
 import { installExecutable } from '../supervisor/handover.ts';
 import type { ClusterConfig } from './config.ts';
 import { keptExecutable } from './executables.ts';
@@ -82,7 +82,8 @@ export async function releaseOfExecutable(file: string): Promise<Release> {
     const v = JSON.parse(out.stdout) as { kctl?: string; components?: Record<string, { version?: string }> };
     const kubernetes = v.components?.['kube-apiserver']?.version;
     const etcd = v.components?.etcd?.version;
-    if (!v.kctl || !parseSemVer(v.kctl) || !kubernetes || !etcd) throw new Error('no kctl, kube-apiserver or etcd version');
+    if (!v.kctl || !kubernetes || !etcd) throw new Error('no kctl, kube-apiserver or etcd version');
+    parseVersion(v.kctl);
     return { version: v.kctl, kubernetes, etcd };
   } catch (err) {
     throw new UserError(`${file} did not describe itself as a kctl executable (${messageOf(err)})`);

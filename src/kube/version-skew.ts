@@ -4,55 +4,26 @@
 // kubelet no newer than kube-apiserver, and no downgrade; etcd likewise moves one minor at a time
 // and never back. kctl keeps the order by construction: controllers first, each starting its new
 // etcd before its new kube-apiserver, and nodes only once every controller runs the target.
-import type { Release } from './upgrade-plan.ts';
+import { compareVersions, parseVersion, type Release } from '../base/version.ts';
 
-export interface SemVer {
-  major: number;
-  minor: number;
-  patch: number;
-  /** Pre-release identifiers ('' when none). */
-  pre: string;
-}
-
-/** A semantic version, with or without a leading v; undefined if it is not one. */
-export function parseSemVer(s: string): SemVer | undefined {
-  const m = /^v?(\d+)\.(\d+)\.(\d+)(?:-([0-9A-Za-z.-]+))?(?:\+[0-9A-Za-z.-]+)?$/.exec(s.trim());
-  if (!m) return undefined;
-  return { major: Number(m[1]), minor: Number(m[2]), patch: Number(m[3]), pre: m[4] ?? '' };
-}
-
-function comparePre(a: string, b: string): number {
-  if (a === b) return 0;
-  if (a === '') return 1; // a release sorts after its pre-releases
-  if (b === '') return -1;
-  const x = a.split('.');
-  const y = b.split('.');
-  for (let i = 0; i < Math.max(x.length, y.length); i++) {
-    if (x[i] === undefined) return -1;
-    if (y[i] === undefined) return 1;
-    const [nx, ny] = [/^\d+$/.test(x[i]!), /^\d+$/.test(y[i]!)];
-    if (nx && ny && Number(x[i]) !== Number(y[i])) return Number(x[i]) - Number(y[i]);
-    if (nx !== ny) return nx ? -1 : 1;
-    if (!nx && x[i] !== y[i]) return x[i]! < y[i]! ? -1 : 1;
+/** [major, minor] of a version, or undefined if it is not one. */
+function majorMinor(v: string): [number, number] | undefined {
+  try {
+    const [major, minor] = parseVersion(v).core as [number, number];
+    return [major, minor];
+  } catch {
+    return undefined;
   }
-  return 0;
-}
-
-/** <0, 0, >0 as a sorts before, with or after b (semver precedence). Throws on a string that is not a version. */
-export function compareVersions(a: string, b: string): number {
-  const [x, y] = [parseSemVer(a), parseSemVer(b)];
-  if (!x || !y) throw new Error(`"${x ? b : a}" is not a version (expected MAJOR.MINOR.PATCH)`);
-  return x.major - y.major || x.minor - y.minor || x.patch - y.patch || comparePre(x.pre, y.pre);
 }
 
 /** Why `from` -> `to` is not one allowed step of a component, or undefined. */
 function stepProblem(component: string, from: string, to: string): string | undefined {
-  const [x, y] = [parseSemVer(from), parseSemVer(to)];
+  const [x, y] = [majorMinor(from), majorMinor(to)];
   if (!x || !y) return `${component} version "${x ? to : from}" is not a version`;
   if (compareVersions(to, from) < 0) return `${component} ${to} is older than the running ${from} (no downgrades)`;
-  if (y.major !== x.major) return `${component} ${from} -> ${to} changes the major version`;
-  if (y.minor - x.minor > 1)
-    return `${component} ${from} -> ${to} skips minor version ${x.major}.${x.minor + 1} (upgrade to a ${x.major}.${x.minor + 1} release first)`;
+  if (y[0] !== x[0]) return `${component} ${from} -> ${to} changes the major version`;
+  if (y[1] - x[1] > 1)
+    return `${component} ${from} -> ${to} skips minor version ${x[0]}.${x[1] + 1} (upgrade to a ${x[0]}.${x[1] + 1} release first)`;
   return undefined;
 }
 

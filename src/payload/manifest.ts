@@ -85,7 +85,13 @@ export function buildKey(m: Manifest): string {
     .slice(0, 16);
 }
 
-export function loadManifest(path = manifestPath()): { manifest: Manifest; key: string } {
+/** A pin set and its build cache key. */
+export interface ComponentSet {
+  manifest: Manifest;
+  key: string;
+}
+
+export function loadManifest(path = manifestPath()): ComponentSet {
   const manifest = JSON.parse(readFileSync(path, 'utf8')) as Manifest;
   return { manifest, key: buildKey(manifest) };
 }
@@ -93,6 +99,11 @@ export function loadManifest(path = manifestPath()): { manifest: Manifest; key: 
 /** Outside the checkout, so fresh clones on the same machine reuse builds. */
 export function cacheRoot(): string {
   return process.env.KCTL_CACHE_DIR ?? join(process.env.XDG_CACHE_HOME ?? join(homedir(), '.cache'), 'kctl');
+}
+
+/** Where the build of the pin set with this key is cached (bin/ and payload.lock.json). */
+export function componentsDir(key: string): string {
+  return join(cacheRoot(), 'components', key);
 }
 
 export function componentVersion(manifest: Manifest, c: ComponentPin): string {

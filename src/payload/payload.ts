@@ -20,7 +20,7 @@ import { createZstdDecompress } from 'node:zlib';
 import { kctlExecutable } from '../base/executable.ts';
 import type { Release } from '../base/version.ts';
 import { BUNDLED_IMAGES } from './images.ts';
-import { cacheRoot, isStagedBinary, loadManifest, manifestPath, type LockEntry, type PayloadLock, type Role } from './manifest.ts';
+import { cacheRoot, componentsDir, isStagedBinary, loadManifest, manifestPath, type LockEntry, type PayloadLock, type Role } from './manifest.ts';
 import { errnoOf } from '../base/errors.ts';
 
 export const TRAILER_MAGIC = 'KCTLPAY2';
@@ -198,7 +198,7 @@ export function cachedImageEntries(dir: string, files: readonly { name: string; 
 export function cachedPayload(kctlVersion: string): DirectoryPayload | null {
   if (!existsSync(manifestPath())) return null;
   const { key } = loadManifest();
-  const dir = join(cacheRoot(), 'components', key);
+  const dir = componentsDir(key);
   const lockFile = join(dir, 'payload.lock.json');
   if (!existsSync(lockFile)) return null;
   return directoryPayload(

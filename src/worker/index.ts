@@ -26,7 +26,7 @@ import { SystemdNotifier } from '../supervisor/notify.ts';
 import { refuseIfOwned, runOwning } from '../supervisor/owner.ts';
 import { prepareRunDir } from '../supervisor/run-dir.ts';
 import { writeFileAtomic } from '../base/fs.ts';
-import { KCTL_VERSION } from '../base/version.ts';
+import { KCTL_VERSION, refuseTestBuildStart } from '../base/version.ts';
 import { AgentComponent } from './agent.ts';
 import type { AgentSnapshot } from '../konnectivity/index.ts';
 import { ContainerdComponent } from './containerd.ts';
@@ -87,6 +87,7 @@ export const WORKER_PORTS: Record<string, number> = {
 };
 
 export async function runWorker(opts: WorkerOptions, log: Logger): Promise<void> {
+  refuseTestBuildStart(); // its config is the token, read by now
   const paths = workerPaths(opts.dataDir, opts.runDir);
   await refuseIfOwned([paths.dataDir, paths.runDir]); // before the join writes anything
   await refuseNewerDataDir(paths.dataDir, KCTL_VERSION);

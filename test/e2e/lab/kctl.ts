@@ -1,7 +1,9 @@
-// Running the built executable in end-to-end tests.
+// Running the built executables in end-to-end tests: dist/kctl, and the test builds beside it
+// (assets/test-kctls.ts: an older kctl with the previous Kubernetes release, one that cannot start).
 import { execa, type Options, type Result } from 'execa';
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
+import { BROKEN_KCTL, PREVIOUS_KCTL, type TestKctl } from '../../../assets/test-kctls.ts';
 
 export const root = new URL('../../..', import.meta.url).pathname;
 export const KCTL = process.env.KCTL_BIN ?? join(root, 'dist/kctl');
@@ -9,6 +11,21 @@ export const KCTL = process.env.KCTL_BIN ?? join(root, 'dist/kctl');
 export function requireKctl(): string {
   if (!existsSync(KCTL)) throw new Error(`${KCTL} is missing; run npm run build (npm test does it first)`);
   return KCTL;
+}
+
+function requireTestKctl(t: TestKctl): TestKctl {
+  if (!existsSync(t.path)) throw new Error(`${t.path} is missing; run npm run build, then npm run test-builds (npm test does both first)`);
+  return t;
+}
+
+/** dist/kctl-previous: its path, the version it reports, the Kubernetes version it carries. */
+export function requirePreviousKctl(): TestKctl {
+  return requireTestKctl(PREVIOUS_KCTL);
+}
+
+/** dist/kctl-broken: its path and version; its controller and worker exit at start. */
+export function requireBrokenKctl(): TestKctl {
+  return requireTestKctl(BROKEN_KCTL);
 }
 
 export function kctl(args: string[], opts: Options = {}): Promise<Result> {

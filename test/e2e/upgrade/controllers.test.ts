@@ -40,7 +40,12 @@ test('controllers roll to the planned kctl one at a time while the API answers; 
     await copyFile(previous.path, bin);
     labs[name] = new HaLab(bin, dir);
     const host = lab.host(name);
-    ctls.push(await labs[name].controller(host, `  api: { address: ${host.ip} }\n  storage: { type: etcd, etcd: { memberName: ${name} } }\n  upgrade: { readyTimeout: 3m }\n`));
+    ctls.push(
+      await labs[name].controller(
+        host,
+        `  api: { address: ${host.ip} }\n  storage: { type: etcd, etcd: { memberName: ${name} } }\n  upgrade: { readyTimeout: 3m }\n`,
+      ),
+    );
   }
   const [c1, c2] = ctls as [LabCtl, LabCtl];
   const ha = (c: LabCtl) => labs[c.host.name]!;
@@ -69,7 +74,9 @@ test('controllers roll to the planned kctl one at a time while the API answers; 
   const probe = (async () => {
     for (let i = 0; probing; i++) {
       const c = ctls[i % 2]!;
-      const r = await ha(c).kubectl(c, ['get', 'namespace', 'kube-system', '-o', 'name', '--request-timeout', '2s']).catch(() => null);
+      const r = await ha(c)
+        .kubectl(c, ['get', 'namespace', 'kube-system', '-o', 'name', '--request-timeout', '2s'])
+        .catch(() => null);
       if (r?.exitCode === 0) answered.push(Date.now());
       await sleep(250);
     }
@@ -96,7 +103,9 @@ test('controllers roll to the planned kctl one at a time while the API answers; 
   assert.equal(bothRestarting, false, 'two controllers were upgrading at once');
   const gaps = [started, ...answered.filter((x) => x >= started)].map((x, i, a) => (i ? x - a[i - 1]! : 0));
   assert.ok(Math.max(...gaps) < 10_000, `the API did not answer for ${Math.max(...gaps)} ms during the upgrade`);
-  const nextVersion = String((await ha(c1).run(c1, ['version'])).stdout).split('\n')[0]!.replace('kctl ', '');
+  const nextVersion = String((await ha(c1).run(c1, ['version'])).stdout)
+    .split('\n')[0]!
+    .replace('kctl ', '');
   assert.deepEqual(
     done.members.map((m) => [m.release?.version, m.release?.kubernetes, m.upgrade?.state]),
     [

@@ -1,7 +1,8 @@
 // The upgrade steps kctl takes and refuses: one Kubernetes (and etcd) minor at a time, nothing back.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { compareVersions, skewProblem } from '../../../src/kube/version-skew.ts';
+import { compareVersions } from '../../../src/base/version.ts';
+import { skewProblem } from '../../../src/kube/version-skew.ts';
 
 test('versions sort by semver precedence: pre-releases before their release, numeric identifiers as numbers', () => {
   const sorted = ['0.1.0', '0.1.0-prev.1', '0.1.0-prev.10', '0.1.0-prev.2', '0.1.0-alpha', '0.0.9', 'v0.1.1', '1.0.0'].sort(compareVersions);
