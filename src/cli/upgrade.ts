@@ -55,6 +55,7 @@ function renderStatus(s: UpgradeStatus): string[] {
       ]
     : ['plan: none (kctl upgrade plan writes one)'];
   const state = (m: MemberStatus): string => {
+    if (m.down) return 'not running (no live lease)';
     if (!m.upgrade) return p && m.release?.version === p.target.version ? 'done' : p?.state === 'active' ? 'waiting' : '-';
     const bytes =
       m.upgrade.state === 'downloading' && m.upgrade.bytes !== undefined && p ? ` ${Math.floor((m.upgrade.bytes / p.target.size) * 100)} %` : '';

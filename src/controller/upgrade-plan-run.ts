@@ -37,6 +37,8 @@ export interface MemberStatus {
   /** A node's kubelet version (status.nodeInfo), which every node reports. */
   kubelet?: string;
   upgrade?: MemberUpgrade;
+  /** A controller of the plan with no live lease (stopped, restarting or lost). */
+  down?: boolean;
 }
 
 export interface UpgradeStatus {
@@ -68,7 +70,14 @@ export async function upgradeStatus(kube: KubeClient): Promise<UpgradeStatus> {
     const kubelet = n.status?.nodeInfo?.kubeletVersion;
     return { kind: 'node', name: n.metadata.name, ...(release ? { release } : {}), ...(kubelet ? { kubelet } : {}), ...(upgrade ? { upgrade } : {}) };
   });
-  return { plan, members: [...controllers, ...workers.sort((x, y) => x.name.localeCompare(y.name))] };
+  // A controller of the plan whose lease is gone is down (restarting, or lost): shown as such.
+  const down: MemberStatus[] = (plan?.controllers ?? [])
+    .filter((name) => !controllers.some((c) => c.name === name))
+    .map((name) => ({ kind: 'controller', name, down: true }));
+  return {
+    plan,
+    members: [...[...controllers, ...down].sort((x, y) => x.name.localeCompare(y.name)), ...workers.sort((x, y) => x.name.localeCompare(y.name))],
+  };
 }
 
 /** The release a kctl executable carries, from its own `version -o json`. */
@@ -76,7 +85,7 @@ export async function releaseOfExecutable(file: string): Promise<Release> {
   const out = await execa(file, ['version', '-o', 'json'], { timeout: 120_000, reject: false });
   if (out.exitCode !== 0)
     throw new UserError(
-      `${file} is not a kctl executable that runs here: \`version -o json\` failed (${(out.stderr || out.stdout).split('\n')[0] || `exit ${out.exitCode}`})`,
+      `${file} is not a kctl executable that runs here: \`version -o json\` failed (${String(out.stderr || out.stdout).split('\n')[0] || (out.exitCode === undefined ? out.shortMessage : `exit ${out.exitCode}`)})`,
     );
   try {
     const v = JSON.parse(out.stdout) as { kctl?: string; components?: Record<string, { version?: string }> };
@@ -144,6 +153,7 @@ export async function createUpgradePlan(o: PlanOptions): Promise<UpgradePlan> {
     maxUnavailable: u.maxUnavailable,
     readyTimeoutS: Math.round((parseDuration(u.readyTimeout) ?? 0) / 1000),
     state: 'active',
+    controllers: status.members.filter((m) => m.kind === 'controller').map((m) => m.name),
     ...(current?.resourceVersion ? { resourceVersion: current.resourceVersion } : {}),
   });
   o.progress(`plan written: controllers upgrade one at a time, then nodes (at most ${plan.maxUnavailable} at once)`);

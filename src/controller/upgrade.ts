@@ -132,10 +132,10 @@ export class ControllerUpgradeComponent implements Component {
     const target = plan.target.version;
     const outcome = await readOutcome(this.o.dataDir);
     if (outcome?.target === target) this.report(target, outcome.state, { reason: outcome.reason });
+    if (this.o.release.version === target && this.state?.state !== 'done') this.report(target, 'done');
     if (plan.state !== 'active') return;
     const lease = this.upgradeLease(plan);
     if (this.o.release.version === target) {
-      if (this.state?.state !== 'done') this.report(target, 'done');
       // Back at the target after a restart: the turn this controller took ends here.
       if (await lease.heldByMe()) await lease.release(true);
       await this.finishWhenAllThere(plan);
@@ -147,12 +147,13 @@ export class ControllerUpgradeComponent implements Component {
       return;
     }
     if (this.state?.state !== 'waiting' && this.state?.state !== 'downloading') this.report(target, 'waiting');
-    const busy = this.o.controllers
-      .liveControllers()
-      .filter(
-        (c) => c.name !== this.identity && (!c.release || (c.upgrade?.target === target && ['downloading', 'restarting'].includes(c.upgrade.state))),
-      );
-    if (busy.length) return;
+    // Every other controller of the plan must be up (its lease live) and not upgrading itself.
+    const live = new Map(this.o.controllers.liveControllers().map((c) => [c.name, c]));
+    const notReady = plan.controllers.filter((name) => {
+      const c = live.get(name);
+      return name !== this.identity && (!c?.release || (c.upgrade?.target === target && ['downloading', 'restarting'].includes(c.upgrade.state)));
+    });
+    if (notReady.length) return;
     if (!(await lease.tryAcquireOrRenew())) return;
     await this.takeTurn(plan);
   }
@@ -207,7 +208,10 @@ export class ControllerUpgradeComponent implements Component {
   /** Marks the plan done once every live controller and every node reports the target. */
   private async finishWhenAllThere(plan: UpgradePlan): Promise<void> {
     const target = plan.target.version;
-    if (!this.o.controllers.liveControllers().every((c) => c.release?.version === target)) return;
+    const live = this.o.controllers.liveControllers();
+    // Done as each says it (its lease), not only running the release: it has checked its own readiness.
+    const reportsDone = (c: LiveController) => c.release?.version === target && c.upgrade?.target === target && c.upgrade.state === 'done';
+    if (!plan.controllers.every((name) => live.some((c) => c.name === name && reportsDone(c))) || !live.every(reportsDone)) return;
     const nodes = await this.o.kube.get<{ items: { metadata: { annotations?: Record<string, string> } }[] }>('/api/v1/nodes');
     if (!nodes.items.every((n) => parseReleaseString(n.metadata.annotations?.[VERSION_ANNOTATION])?.version === target)) return;
     this.log.info({ target }, `upgrade to ${target} done: every controller and node runs it`);

@@ -40,6 +40,8 @@ export interface UpgradePlan {
   /** A member not ready at the new version within this rolls back. */
   readyTimeoutS: number;
   state: PlanState;
+  /** The controllers (their lease names) when the plan was made: each must run the target before the plan is done. */
+  controllers: string[];
   /** Why it stopped, or who finished it. */
   reason?: string;
   resourceVersion?: string;
@@ -111,6 +113,7 @@ export function planToConfigMap(p: UpgradePlan): ConfigMap & { apiVersion: strin
       maxUnavailable: String(p.maxUnavailable),
       readyTimeoutS: String(p.readyTimeoutS),
       state: p.state,
+      controllers: p.controllers.join(','),
       ...(p.reason ? { reason: p.reason } : {}),
     },
   };
@@ -137,6 +140,7 @@ export function planFromConfigMap(cm: ConfigMap): UpgradePlan {
     maxUnavailable: int('maxUnavailable', 1),
     readyTimeoutS: int('readyTimeoutS', 1),
     state,
+    controllers: (d.controllers ?? '').split(',').filter(Boolean),
     ...(d.reason ? { reason: d.reason } : {}),
     ...(cm.metadata.resourceVersion ? { resourceVersion: cm.metadata.resourceVersion } : {}),
   };

@@ -17,6 +17,8 @@ import type { CertificateStatus } from '../pki/index.ts';
 import { API_BALANCER_PORT, API_BALANCER_URL, ApiBalancerComponent, type ApiBalancerStatus } from './api-balancer.ts';
 import { componentLogger, type Logger } from '../base/log.ts';
 import { stage } from '../payload/stage-child.ts';
+import { findPayload, releaseOf } from '../payload/payload.ts';
+import { NodeReleaseComponent } from './upgrade.ts';
 import type { Component } from '../base/component.ts';
 import { ComponentManager } from '../base/manager.ts';
 import { ownPids, requireHost } from '../host/checks.ts';
@@ -26,7 +28,7 @@ import { SystemdNotifier } from '../supervisor/notify.ts';
 import { refuseIfOwned, runOwning } from '../supervisor/owner.ts';
 import { prepareRunDir } from '../supervisor/run-dir.ts';
 import { writeFileAtomic } from '../base/fs.ts';
-import { KCTL_VERSION, refuseTestBuildStart } from '../base/version.ts';
+import { KCTL_VERSION, refuseTestBuildStart, type Release } from '../base/version.ts';
 import { AgentComponent } from './agent.ts';
 import type { AgentSnapshot } from '../konnectivity/index.ts';
 import { ContainerdComponent } from './containerd.ts';
@@ -119,9 +121,13 @@ async function stageAndRun(opts: WorkerOptions, paths: WorkerPaths, state: JoinS
   // read per connection because kubelet rotates its client certificate.
   const kube = KubeClient.fromKubeconfig(paths.kubeletKubeconfig, { reload: true });
   await pointKubeconfigsAt(paths, API_BALANCER_URL);
-  const manager = new ComponentManager(workerComponents({ opts, paths, state, id, kube }), componentLogger(log, 'manager'), {
-    onProgress: (text) => notifier?.status(text),
-  });
+  const manager = new ComponentManager(
+    workerComponents({ opts, paths, state, id, kube, release: releaseOf((await findPayload(KCTL_VERSION)).index) }),
+    componentLogger(log, 'manager'),
+    {
+      onProgress: (text) => notifier?.status(text),
+    },
+  );
   const stopRequested = () => manager.stopRequested;
   log.info({ node: id.nodeName, nodeIp: id.nodeIp, apiServer: state.apiServers[0] }, 'starting worker');
   await runUntilSignal(manager, log, {
@@ -148,6 +154,8 @@ export interface WorkerRoleOptions {
   id: WorkerIdentity;
   /** The node's API client (through the balancer). */
   kube: KubeClient;
+  /** The release this worker runs (named on its Node). */
+  release: Release;
 }
 
 /**
@@ -196,6 +204,7 @@ export function workerComponents(o: WorkerRoleOptions): Component[] {
     // The token's controllers to start with; from then on their leases say which are alive.
     new ControllerWatchComponent(kube, [balancer, agent]),
     new CaTrustComponent({ paths, kube, nodeName: id.nodeName, restart: [kubelet, kubeProxy], agent }),
+    new NodeReleaseComponent(kube, id.nodeName, o.release),
   ];
 }
 

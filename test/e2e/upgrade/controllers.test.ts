@@ -1,11 +1,11 @@
-// Controllers upgrade themselves from a plan, one at a time, with the real parts: two controller
-// hosts on etcd start on the previous kctl (dist/kctl-previous, Kubernetes v1.36.1), each from its
+// Controllers upgrade themselves from a plan, one at a time, with the real parts: three controller
+// hosts on etcd (one may be away: quorum holds) start on the previous kctl (dist/kctl-previous, Kubernetes v1.36.1), each from its
 // own copy of the executable (an upgrade replaces the file it runs from). `kctl upgrade plan
 // --executable dist/kctl` on the first: each controller in turn fetches it, restarts into it and
-// releases its turn; the plan ends done, both run the new kctl and Kubernetes, the API answered
-// through one of them all along, and never were both restarting. Then a plan to a build whose
+// releases its turn; the plan ends done, all run the new kctl and Kubernetes, the API answered
+// through them all along, and never were two restarting at once. Then a plan to a build whose
 // controller cannot start (dist/kctl-broken): the first controller to try it rolls back to the
-// kctl it ran, the plan stops with the reason, `kctl upgrade status` shows it, and both serve.
+// kctl it ran, the plan stops with the reason, `kctl upgrade status` shows it, and all serve.
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
 import { createReadStream } from 'node:fs';
@@ -30,10 +30,10 @@ test('controllers roll to the planned kctl one at a time while the API answers; 
   const next = requireKctl();
   const previous = requirePreviousKctl();
   const broken = requireBrokenKctl();
-  const { lab, dir } = await startLab(t, 'upg', ['c1', 'c2'], { dir: 'kctl-upgrade-' });
+  const { lab, dir } = await startLab(t, 'upg', ['c1', 'c2', 'c3'], { dir: 'kctl-upgrade-' });
   const labs: Record<string, HaLab> = {};
   const ctls: LabCtl[] = [];
-  for (const name of ['c1', 'c2']) {
+  for (const name of ['c1', 'c2', 'c3']) {
     // Each controller host runs its own copy, as an installed kctl would be.
     const bin = join(dir, `${name}-bin`, 'kctl');
     await mkdir(join(dir, `${name}-bin`));
@@ -47,11 +47,14 @@ test('controllers roll to the planned kctl one at a time while the API answers; 
       ),
     );
   }
-  const [c1, c2] = ctls as [LabCtl, LabCtl];
+  const [c1, c2, c3] = ctls as [LabCtl, LabCtl, LabCtl];
   const ha = (c: LabCtl) => labs[c.host.name]!;
   await ha(c1).start(c1);
   const ctoken = String((await ha(c1).run(c1, ['token', 'create', '--role', 'controller'])).stdout).trim();
   await ha(c2).start(c2, await ha(c2).tokenFile('c2.token', ctoken));
+  const ctoken3 = String((await ha(c1).run(c1, ['token', 'create', '--role', 'controller'])).stdout).trim();
+  await ha(c3).start(c3, await ha(c3).tokenFile('c3.token', ctoken3));
+  const logs = () => ctls.map((c) => `--- ${c.host.name}\n${c.proc!.log().slice(-3000)}`).join('\n');
 
   const status = async (): Promise<UpgradeStatus> => {
     const r = await ha(c1).run(c1, ['upgrade', 'status', '-o', 'json']);
@@ -62,18 +65,28 @@ test('controllers roll to the planned kctl one at a time while the API answers; 
   assert.equal(before.plan, null);
   assert.deepEqual(
     before.members.map((m) => [m.kind, m.release?.version, m.release?.kubernetes]),
-    [
-      ['controller', previous.version, previous.kubernetes],
-      ['controller', previous.version, previous.kubernetes],
-    ],
+    ctls.map(() => ['controller', previous.version, previous.kubernetes]),
   );
 
-  // The API through either controller, every 250 ms, from the start of the plan to its end.
+  // Refused with one line each, nothing written: not a kctl, not the version asked for, nothing to do.
+  for (const [args, expect] of [
+    [['--executable', '/etc/hostname'], /\/etc\/hostname is not a kctl executable that runs here/],
+    [['--executable', next, '--version', '9.9.9'], /is kctl \S+, not 9\.9\.9; give the executable of 9\.9\.9 with --executable/],
+    [['--executable', previous.path], /every controller and node already runs kctl .*; nothing to upgrade/],
+  ] as const) {
+    const r = await ha(c1).run(c1, ['upgrade', 'plan', ...args]);
+    assert.notEqual(r.exitCode, 0, `upgrade plan ${args.join(' ')} was accepted`);
+    assert.equal(String(r.stderr).trim().split('\n').length, 1, String(r.stderr));
+    assert.match(String(r.stderr), expect);
+  }
+  assert.equal((await status()).plan, null);
+
+  // The API through any controller, every 250 ms, from the start of the plan to its end.
   const answered: number[] = [];
   let probing = true;
   const probe = (async () => {
     for (let i = 0; probing; i++) {
-      const c = ctls[i % 2]!;
+      const c = ctls[i % 3]!;
       const r = await ha(c)
         .kubectl(c, ['get', 'namespace', 'kube-system', '-o', 'name', '--request-timeout', '2s'])
         .catch(() => null);
@@ -84,7 +97,7 @@ test('controllers roll to the planned kctl one at a time while the API answers; 
   const planned = await ha(c1).run(c1, ['upgrade', 'plan', '--executable', next]);
   assert.equal(planned.exitCode, 0, String(planned.stderr));
   const started = Date.now();
-  let bothRestarting = false;
+  let twoAtOnce = false;
   const done = await waitFor(
     'the plan done',
     900_000,
@@ -92,15 +105,15 @@ test('controllers roll to the planned kctl one at a time while the API answers; 
       const s = await status().catch(() => null);
       if (!s) return false;
       const restarting = s.members.filter((m) => m.upgrade?.state === 'restarting' || m.upgrade?.state === 'downloading');
-      if (restarting.length > 1) bothRestarting = true;
+      if (restarting.length > 1) twoAtOnce = true;
       if (s.plan?.state === 'stopped') throw new Error(`the plan stopped: ${s.plan.reason}`);
       return s.plan?.state === 'done' && s;
     },
-    () => `${c1.proc!.log().slice(-3000)}\n---\n${c2.proc!.log().slice(-3000)}`,
+    logs,
   );
   probing = false;
   await probe;
-  assert.equal(bothRestarting, false, 'two controllers were upgrading at once');
+  assert.equal(twoAtOnce, false, 'two controllers were upgrading at once');
   const gaps = [started, ...answered.filter((x) => x >= started)].map((x, i, a) => (i ? x - a[i - 1]! : 0));
   assert.ok(Math.max(...gaps) < 10_000, `the API did not answer for ${Math.max(...gaps)} ms during the upgrade`);
   const nextVersion = String((await ha(c1).run(c1, ['version'])).stdout)
@@ -108,10 +121,7 @@ test('controllers roll to the planned kctl one at a time while the API answers; 
     .replace('kctl ', '');
   assert.deepEqual(
     done.members.map((m) => [m.release?.version, m.release?.kubernetes, m.upgrade?.state]),
-    [
-      [nextVersion, 'v1.36.3', 'done'],
-      [nextVersion, 'v1.36.3', 'done'],
-    ],
+    ctls.map(() => [nextVersion, 'v1.36.3', 'done']),
   );
   const nextSha = await sha256(next);
   for (const c of ctls) {
@@ -132,7 +142,7 @@ test('controllers roll to the planned kctl one at a time while the API answers; 
       const s = await status().catch(() => null);
       return s?.plan?.state === 'stopped' && s.members.some((m) => m.upgrade?.state === 'rolled back') && s;
     },
-    () => `${c1.proc!.log().slice(-3000)}\n---\n${c2.proc!.log().slice(-3000)}`,
+    logs,
   );
   assert.match(stopped.plan!.reason!, /kctl-controller-.*: it exited \(code \d+\) before it was ready; rolled back to /);
   const rolled = stopped.members.filter((m) => m.upgrade?.state === 'rolled back');
@@ -141,9 +151,9 @@ test('controllers roll to the planned kctl one at a time while the API answers; 
   const text = String((await ha(c1).run(c1, ['upgrade', 'status'])).stdout);
   assert.match(text, /plan: kctl .*-broken .* stopped: /);
   assert.match(text, /rolled back: it exited/);
-  await waitFor('both controllers serve at the kctl they ran', 300_000, async () => {
+  await waitFor('every controller serves at the kctl it ran', 300_000, async () => {
     const s = await status().catch(() => null);
-    return s?.members.every((m) => m.release?.version === nextVersion) && s.members.length === 2;
+    return s?.members.every((m) => m.release?.version === nextVersion) && s.members.length === 3;
   });
   for (const c of ctls) {
     assert.equal(await sha256(ha(c).kctlBin), nextSha, `${c.host.name} was not put back to the kctl it ran`);

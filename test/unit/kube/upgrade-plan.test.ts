@@ -18,6 +18,7 @@ const plan: UpgradePlan = {
   maxUnavailable: 1,
   readyTimeoutS: 300,
   state: 'active',
+  controllers: ['kctl-controller-10-0-0-1', 'kctl-controller-10-0-0-2'],
 };
 
 test('a plan survives the ConfigMap both ways, its reason and resourceVersion too', () => {
