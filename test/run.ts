@@ -2,7 +2,7 @@
 // real component binaries. `npm test` builds what it needs first (see package.json pretest).
 //
 // Files named *.long.test.ts spend most of their time waiting on the clock (certificate
-// renewals, scheduled backups) or on the restarts of a long scenario (a CA rotation): they run
+// renewals, scheduled backups) or on the restarts of a long scenario (a CA rotation, an upgrade): they run
 // side by side with the rest, all at once, in a second
 // test process whose report is printed when the main run is done. Such a file uses its own lab
 // (its own names, nothing in the root namespace) and never touches processes it did not start.
@@ -45,19 +45,36 @@ const files = suites.flatMap((s) => (s.endsWith('.ts') ? [s] : testFiles(join(ro
 const long = files.filter((f) => f.endsWith('.long.test.ts'));
 const rest = files.filter((f) => !f.endsWith('.long.test.ts'));
 
-let longDone: Promise<{ status: number; report: string }> = Promise.resolve({ status: 0, report: '' });
-if (long.length) {
-  process.stdout.write(`# running beside the others, report at the end: ${long.join(', ')}\n`);
-  const child = spawn(process.execPath, testArgs(LONG_TEST_TIMEOUT_MS, long.length, long), {
-    cwd: root,
-    stdio: ['ignore', 'pipe', 'pipe'],
-    env: { ...process.env, FORCE_COLOR: '0' },
-  });
+/** A test process beside the main one (after `before`, if given); its report is kept for the end. */
+function besideMain(group: string[], before?: string[]): Promise<{ status: number; report: string }> {
   const chunks: Buffer[] = [];
-  child.stdout.on('data', (c: Buffer) => chunks.push(c));
-  child.stderr.on('data', (c: Buffer) => chunks.push(c));
-  longDone = new Promise((resolve) => child.on('close', (code) => resolve({ status: code ?? 1, report: Buffer.concat(chunks).toString() })));
+  const run = (command: string, args: string[]) =>
+    new Promise<number>((resolve) => {
+      const child = spawn(command, args, { cwd: root, stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, FORCE_COLOR: '0' } });
+      child.stdout.on('data', (c: Buffer) => chunks.push(c));
+      child.stderr.on('data', (c: Buffer) => chunks.push(c));
+      child.on('close', (code) => resolve(code ?? 1));
+    });
+  const done = (async () => {
+    const built = before ? await run(before[0]!, before.slice(1)) : 0;
+    return built !== 0 ? built : run(process.execPath, testArgs(LONG_TEST_TIMEOUT_MS, group.length, group));
+  })();
+  return done.then((status) => ({ status, report: Buffer.concat(chunks).toString() }));
 }
+
+// The upgrade tests need the test builds (an older kctl with the previous Kubernetes release, one
+// that cannot start: assets/build-test-kctls.ts). On a fresh machine the older Kubernetes takes
+// about 10 minutes to compile, so it is built here beside the main run, not before it.
+const needsTestBuilds = (f: string): boolean => f.startsWith('test/e2e/upgrade/');
+const groups = [
+  { files: long.filter((f) => !needsTestBuilds(f)) },
+  { files: long.filter(needsTestBuilds), before: ['npx', 'tsx', 'assets/build-test-kctls.ts'] },
+].filter((g) => g.files.length);
+if (long.length) process.stdout.write(`# running beside the others, report at the end: ${long.join(', ')}\n`);
+const longDone = Promise.all(groups.map((g) => besideMain(g.files, g.before))).then((rs) => ({
+  status: rs.find((r) => r.status !== 0)?.status ?? 0,
+  report: rs.map((r) => r.report).join('\n'),
+}));
 // Asynchronous, so the long tests' report keeps draining while this runs.
 const main = rest.length
   ? await new Promise<number>((resolve) =>

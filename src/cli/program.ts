@@ -48,9 +48,11 @@ export function commandOf(argv: readonly string[]): string | undefined {
 
 /** The tree with the command `argv` runs, or with every command when it names none. */
 export async function buildProgram(argv: readonly string[] = []): Promise<Command> {
-  const program = new Command('kctl')
-    .description('kctl: a single-binary Kubernetes distribution for remote control planes')
-    .version(KCTL_VERSION, '--version', 'print the kctl version')
+  const name = commandOf(argv);
+  const program = new Command('kctl').description('kctl: a single-binary Kubernetes distribution for remote control planes');
+  // Only without a command: commander would otherwise take `kctl upgrade plan --version V` as its own.
+  if (name === undefined) program.version(KCTL_VERSION, '--version', 'print the kctl version');
+  program
     .option('--data-dir <dir>', 'where kctl keeps its state', DEFAULT_DATA_DIR)
     .option('--run-dir <dir>', 'pid files and sockets (status.sock)', DEFAULT_RUN_DIR)
     .option(
@@ -65,7 +67,6 @@ export async function buildProgram(argv: readonly string[] = []): Promise<Comman
       outputError: (str, write) => write(`kctl: ${str.replace(/^error: /, '').trim()}\n`),
     });
   program.showHelpAfterError(`usage: kctl ${program.usage()}  (kctl --help for more)`);
-  const name = commandOf(argv);
   const one = COMMANDS.find((c) => name !== undefined && c.names.includes(name));
   for (const c of one ? [one] : COMMANDS) (await c.load())(program);
   for (const c of program.commands) c.exitOverride().showHelpAfterError(`usage: kctl ${c.name()} ${c.usage()}`);

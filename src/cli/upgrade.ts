@@ -56,6 +56,8 @@ function renderStatus(s: UpgradeStatus): string[] {
     : ['plan: none (kctl upgrade plan writes one)'];
   const state = (m: MemberStatus): string => {
     if (m.down) return 'not running (no live lease)';
+    // A plan that ended left those that never took their turn with nothing to wait for.
+    if (p?.state !== 'active' && (m.upgrade?.state === 'waiting' || m.upgrade?.state === 'downloading')) return '-';
     if (!m.upgrade) return p && m.release?.version === p.target.version ? 'done' : p?.state === 'active' ? 'waiting' : '-';
     const bytes =
       m.upgrade.state === 'downloading' && m.upgrade.bytes !== undefined && p ? ` ${Math.floor((m.upgrade.bytes / p.target.size) * 100)} %` : '';

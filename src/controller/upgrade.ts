@@ -133,7 +133,11 @@ export class ControllerUpgradeComponent implements Component {
     const outcome = await readOutcome(this.o.dataDir);
     if (outcome?.target === target) this.report(target, outcome.state, { reason: outcome.reason });
     if (this.o.release.version === target && this.state?.state !== 'done') this.report(target, 'done');
-    if (plan.state !== 'active') return;
+    if (plan.state !== 'active') {
+      // A plan that ended without this controller's turn: it has nothing to wait for.
+      if (this.state?.state === 'waiting' || this.state?.state === 'downloading') this.state = undefined;
+      return;
+    }
     const lease = this.upgradeLease(plan);
     if (this.o.release.version === target) {
       // Back at the target after a restart: the turn this controller took ends here.

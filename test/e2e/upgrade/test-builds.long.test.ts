@@ -12,6 +12,11 @@ import { controllerReady, labController, track } from '../lab/cluster.ts';
 import { requireBrokenKctl, requireKctl, requirePreviousKctl } from '../lab/kctl.ts';
 import { startLab } from '../lab/lab-test.ts';
 
+// The three builds unpack three runtimes; each kctl prunes runtimes no process runs when it unpacks
+// its own. This file keeps its runtimes apart, so it never prunes one that the main run's dist/kctl
+// is about to start (that run goes on beside it).
+process.env.KCTL_RUNTIME_DIR = '/var/cache/kctl/runtime-upgrade-test-builds';
+
 interface VersionReport {
   kctl: string;
   components: Record<string, { version: string; sha256: string }>;

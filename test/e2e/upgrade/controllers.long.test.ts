@@ -20,6 +20,11 @@ import { requireBrokenKctl, requireKctl, requirePreviousKctl } from '../lab/kctl
 import { startLab } from '../lab/lab-test.ts';
 import { waitFor } from '../lab/wait.ts';
 
+// The three builds unpack three runtimes; each kctl prunes runtimes no process runs when it unpacks
+// its own. This file keeps its runtimes apart, so it never prunes one that the main run's dist/kctl
+// is about to start (that run goes on beside it).
+process.env.KCTL_RUNTIME_DIR = '/var/cache/kctl/runtime-upgrade-controllers';
+
 async function sha256(file: string): Promise<string> {
   const h = createHash('sha256');
   await pipeline(createReadStream(file), h);
@@ -149,6 +154,7 @@ test('controllers roll to the planned kctl one at a time while the API answers; 
   assert.equal(rolled.length, 1);
   assert.match(rolled[0]!.upgrade!.reason!, /it exited \(code \d+\) before it was ready/);
   const text = String((await ha(c1).run(c1, ['upgrade', 'status'])).stdout);
+  t.diagnostic(`kctl upgrade status after the rollback:\n${text}`);
   assert.match(text, /plan: kctl .*-broken .* stopped: /);
   assert.match(text, /rolled back: it exited/);
   await waitFor('every controller serves at the kctl it ran', 300_000, async () => {
