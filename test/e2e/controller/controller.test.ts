@@ -169,6 +169,7 @@ async function controllerScenario(t: TestContext, storage: 'etcd' | 'kine', extr
       'csr-approver',
       'kubelet-serving-check',
       'pki-renewer',
+      'upgrade',
     ],
   );
   for (const c of s.components) assert.equal(c.state, 'running', `${c.name}: ${c.lastError ?? ''}`);
@@ -249,6 +250,7 @@ async function controllerScenario(t: TestContext, storage: 'etcd' | 'kine', extr
   for (const pid of pids) assert.equal(alive(pid), false, `component pid ${pid} survived`);
   const stopOrder = r.lines.filter((l) => l.component === 'manager' && String(l.msg).startsWith('stopping ')).map((l) => l.msg);
   assert.deepEqual(stopOrder, [
+    'stopping upgrade',
     'stopping pki-renewer',
     'stopping kubelet-serving-check',
     'stopping csr-approver',
