@@ -2,7 +2,7 @@
 // real component binaries. `npm test` builds what it needs first (see package.json pretest).
 //
 // Files named *.long.test.ts spend most of their time waiting on the clock (certificate
-// renewals, scheduled backups) or on the restarts of a long scenario (a CA rotation, an upgrade): they run
+// renewals, scheduled backups) or on the restarts of a long scenario (a CA rotation): they run
 // side by side with the rest, all at once, in a second
 // test process whose report is printed when the main run is done. Such a file uses its own lab
 // (its own names, nothing in the root namespace) and never touches processes it did not start.
@@ -42,45 +42,50 @@ const testArgs = (timeoutMs: number, concurrency: number, files: string[]): stri
 const only = process.argv.slice(2);
 const suites = only.length ? only : ['test/unit', 'test/e2e', 'bench'];
 const files = suites.flatMap((s) => (s.endsWith('.ts') ? [s] : testFiles(join(root, s))));
+const needsTestBuilds = (f: string): boolean => f.startsWith('test/e2e/upgrade/');
 const long = files.filter((f) => f.endsWith('.long.test.ts'));
-const rest = files.filter((f) => !f.endsWith('.long.test.ts'));
+const upgrade = files.filter((f) => needsTestBuilds(f) && !long.includes(f));
+const rest = files.filter((f) => !f.endsWith('.long.test.ts') && !upgrade.includes(f));
 
-/** A test process beside the main one (after `before`, if given); its report is kept for the end. */
-function besideMain(group: string[], before?: string[]): Promise<{ status: number; report: string }> {
+let longDone: Promise<{ status: number; report: string }> = Promise.resolve({ status: 0, report: '' });
+if (long.length) {
+  process.stdout.write(`# running beside the others, report at the end: ${long.join(', ')}\n`);
+  const child = spawn(process.execPath, testArgs(LONG_TEST_TIMEOUT_MS, long.length, long), {
+    cwd: root,
+    stdio: ['ignore', 'pipe', 'pipe'],
+    env: { ...process.env, FORCE_COLOR: '0' },
+  });
   const chunks: Buffer[] = [];
-  const run = (command: string, args: string[]) =>
-    new Promise<number>((resolve) => {
-      const child = spawn(command, args, { cwd: root, stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, FORCE_COLOR: '0' } });
-      child.stdout.on('data', (c: Buffer) => chunks.push(c));
-      child.stderr.on('data', (c: Buffer) => chunks.push(c));
-      child.on('close', (code) => resolve(code ?? 1));
-    });
-  const done = (async () => {
-    const built = before ? await run(before[0]!, before.slice(1)) : 0;
-    return built !== 0 ? built : run(process.execPath, testArgs(LONG_TEST_TIMEOUT_MS, group.length, group));
-  })();
-  return done.then((status) => ({ status, report: Buffer.concat(chunks).toString() }));
+  child.stdout.on('data', (c: Buffer) => chunks.push(c));
+  child.stderr.on('data', (c: Buffer) => chunks.push(c));
+  longDone = new Promise((resolve) => child.on('close', (code) => resolve({ status: code ?? 1, report: Buffer.concat(chunks).toString() })));
 }
-
 // The upgrade tests need the test builds (an older kctl with the previous Kubernetes release, one
 // that cannot start: assets/build-test-kctls.ts). On a fresh machine the older Kubernetes takes
-// about 10 minutes to compile, so it is built here beside the main run, not before it.
-const needsTestBuilds = (f: string): boolean => f.startsWith('test/e2e/upgrade/');
-const groups = [
-  { files: long.filter((f) => !needsTestBuilds(f)) },
-  { files: long.filter(needsTestBuilds), before: ['npx', 'tsx', 'assets/build-test-kctls.ts'] },
-].filter((g) => g.files.length);
-if (long.length) process.stdout.write(`# running beside the others, report at the end: ${long.join(', ')}\n`);
-const longDone = Promise.all(groups.map((g) => besideMain(g.files, g.before))).then((rs) => ({
-  status: rs.find((r) => r.status !== 0)?.status ?? 0,
-  report: rs.map((r) => r.report).join('\n'),
-}));
+// about 10 minutes to compile, so they are built beside the main run from its start, and the
+// upgrade tests run after the main run, one at a time like it (they start three controllers each:
+// beside the long tests they would load the machine more than those tests allow).
+const built = upgrade.length
+  ? new Promise<{ status: number; output: string }>((resolve) => {
+      const child = spawn('npx', ['tsx', 'assets/build-test-kctls.ts'], { cwd: root, stdio: ['ignore', 'pipe', 'pipe'] });
+      let output = '';
+      child.stdout.on('data', (c: Buffer) => (output += c.toString()));
+      child.stderr.on('data', (c: Buffer) => (output += c.toString()));
+      child.on('close', (code) => resolve({ status: code ?? 1, output }));
+    })
+  : Promise.resolve({ status: 0, output: '' });
+const serially = (group: string[]) =>
+  new Promise<number>((resolve) =>
+    spawn(process.execPath, testArgs(TEST_TIMEOUT_MS, 1, group), { cwd: root, stdio: 'inherit' }).on('close', (code) => resolve(code ?? 1)),
+  );
 // Asynchronous, so the long tests' report keeps draining while this runs.
-const main = rest.length
-  ? await new Promise<number>((resolve) =>
-      spawn(process.execPath, testArgs(TEST_TIMEOUT_MS, 1, rest), { cwd: root, stdio: 'inherit' }).on('close', (code) => resolve(code ?? 1)),
-    )
-  : 0;
+let main = rest.length ? await serially(rest) : 0;
+if (upgrade.length) {
+  const b = await built;
+  process.stdout.write(`\n# the test builds (for ${upgrade.join(', ')}):\n${b.output.split('\n').slice(-6).join('\n')}\n`);
+  const ran = b.status === 0 ? await serially(upgrade) : b.status;
+  if (main === 0) main = ran;
+}
 const side = await longDone;
 if (long.length) process.stdout.write(`\n# long tests (${long.join(', ')}):\n${side.report}`);
 process.exit(main !== 0 ? main : side.status);
