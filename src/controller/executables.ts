@@ -25,11 +25,12 @@ export const keptExecutable = (dataDir: string, version: string): string => join
 /** A version as it may appear in a path: semver characters only. */
 const VERSION = /^[0-9A-Za-z.+-]{1,64}$/;
 
-/** Who a verified client certificate names: its groups (O), or null when it is not verified by the cluster CA. */
-function verifiedGroups(socket: TLSSocket): string[] | null {
+/** Who a verified client certificate names (CN, groups from O), or null when it is not verified by the cluster CA. */
+function verifiedClient(socket: TLSSocket): { name?: string | string[]; groups: string[] } | null {
   if (!socket.authorized) return null;
-  const o = socket.getPeerCertificate().subject?.O;
-  return o === undefined ? [] : Array.isArray(o) ? o : [o];
+  const subject = socket.getPeerCertificate().subject;
+  const o = subject?.O;
+  return { name: subject?.CN, groups: o === undefined ? [] : Array.isArray(o) ? o : [o] };
 }
 
 /** "bytes=N-" or "bytes=N-M": the first and last byte, or null when absent; 'bad' when it is not one range within size. */
@@ -62,9 +63,9 @@ export class ExecutableFiles {
       res.writeHead(status, { 'content-type': 'application/json' });
       res.end(JSON.stringify({ error }));
     };
-    const groups = verifiedGroups(req.socket as TLSSocket);
-    if (groups === null) return fail(401, 'a client certificate of this cluster is required');
-    if (!groups.some((g) => ALLOWED_GROUPS.includes(g))) return fail(403, `only ${ALLOWED_GROUPS.join(' and ')} may fetch kctl executables`);
+    const client = verifiedClient(req.socket as TLSSocket);
+    if (client === null) return fail(401, 'a client certificate of this cluster is required');
+    if (!client.groups.some((g) => ALLOWED_GROUPS.includes(g))) return fail(403, `only ${ALLOWED_GROUPS.join(' and ')} may fetch kctl executables`);
     if (req.method !== 'GET') return fail(405, `only GET ${EXECUTABLES_PATH}<version> is served here`);
     const version = decodeURIComponent((req.url ?? '').slice(EXECUTABLES_PATH.length));
     if (!VERSION.test(version)) return fail(400, `"${version}" is not a kctl version`);
@@ -84,8 +85,7 @@ export class ExecutableFiles {
       'accept-ranges': 'bytes',
       ...(range ? { 'content-range': `bytes ${start}-${end}/${size}` } : {}),
     });
-    const subject = (req.socket as TLSSocket).getPeerCertificate().subject?.CN;
-    log.info({ version, client: subject, from: start, bytes: end - start + 1 }, 'serving a kctl executable');
+    log.info({ version, client: client.name, from: start, bytes: end - start + 1 }, 'serving a kctl executable');
     const stream = createReadStream(file, { start, end });
     stream.on('error', (err) => res.destroy(err));
     res.on('close', () => stream.destroy());

@@ -5,7 +5,7 @@
 // away restarting. Then it fetches the target (kept under <data-dir>/upgrade/ by `kctl upgrade
 // plan` on this host, or from another controller that has it), checks it describes itself as the
 // plan says, keeps its own executable for a rollback, and asks the role to restart into the new
-// one (upgrade-handover.ts). Back at the target, it releases the lease. A rollback's outcome
+// one (supervisor/handover.ts). Back at the target, it releases the lease. A rollback's outcome
 // (written before the previous executable started again) stops the plan with its reason.
 import { mkdir, readFile, rm, stat } from 'node:fs/promises';
 import { dirname, join } from 'node:path';

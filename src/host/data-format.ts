@@ -51,14 +51,18 @@ export async function readDataFormat(dataDir: string): Promise<DataFormat | null
   return { format: v.format!, ...(typeof v.writtenBy === 'string' ? { writtenBy: v.writtenBy } : {}) };
 }
 
-/** Refuses a data dir written by a newer format than `steps` reach, with one line. Reads only. */
-export async function refuseNewerDataDir(dataDir: string, version: string, steps = DATA_FORMAT_STEPS): Promise<void> {
+/** The one-line refusal of a record newer than `steps` reach, if it is. */
+function refuseNewer(found: DataFormat | null, dataDir: string, version: string, steps: readonly DataFormatStep[]): void {
   const known = steps.at(-1)?.to ?? 0;
-  const found = await readDataFormat(dataDir);
   if (found && found.format > known)
     throw new UserError(
       `${dataDir} was written by kctl ${found.writtenBy ?? '(unknown)'} (data format ${found.format}); this kctl ${version} reads up to format ${known}: run the newer kctl, or restore a backup made by this version`,
     );
+}
+
+/** Refuses a data dir written by a newer format than `steps` reach, with one line. Reads only. */
+export async function refuseNewerDataDir(dataDir: string, version: string, steps = DATA_FORMAT_STEPS): Promise<void> {
+  refuseNewer(await readDataFormat(dataDir), dataDir, version, steps);
 }
 
 /**
@@ -66,8 +70,8 @@ export async function refuseNewerDataDir(dataDir: string, version: string, steps
  * the record follows each step (a step that fails leaves the record at the last finished one).
  */
 export async function migrateDataDir(dataDir: string, version: string, log: Logger, steps = DATA_FORMAT_STEPS): Promise<DataFormat> {
-  await refuseNewerDataDir(dataDir, version, steps);
   const recorded = await readDataFormat(dataDir);
+  refuseNewer(recorded, dataDir, version, steps);
   const record = (format: number) => writeFileAtomic(join(dataDir, DATA_FORMAT_FILE), JSON.stringify({ format, writtenBy: version }) + '\n', 0o644);
   let format = recorded?.format ?? 0;
   for (const step of steps) {

@@ -3,14 +3,14 @@
 // connection) goes on from where the part ends, at the same or the next controller, with a Range
 // request. Only a file whose size and sha256 are the plan's is renamed into place; a part that
 // cannot belong to it (longer than the file, or wrong once complete) is started again.
-import { createHash } from 'node:crypto';
-import { createReadStream, createWriteStream } from 'node:fs';
+import { createWriteStream } from 'node:fs';
 import { chmod, rename, rm, stat } from 'node:fs/promises';
 import { request, type RequestOptions } from 'node:https';
 import type { IncomingMessage } from 'node:http';
 import { pipeline } from 'node:stream/promises';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { messageOf } from '../base/errors.ts';
+import { sha256OfFile } from '../base/fs.ts';
 
 export interface DownloadOptions {
   /** https URLs of the same file, tried in turn. */
@@ -44,12 +44,6 @@ const partOf = (target: string): string => `${target}.part`;
 
 async function sizeOf(file: string): Promise<number> {
   return (await stat(file).catch(() => null))?.size ?? 0;
-}
-
-async function sha256Of(file: string): Promise<string> {
-  const hash = createHash('sha256');
-  await pipeline(createReadStream(file), hash);
-  return hash.digest('hex');
 }
 
 /** One GET from `from` on, appended to the part; resolves when the response ended. */
@@ -103,7 +97,7 @@ async function attempt(url: string, part: string, from: number, o: DownloadOptio
  * so a download cut off in one process goes on in the next.
  */
 export async function downloadExecutable(o: DownloadOptions): Promise<DownloadResult> {
-  if ((await sizeOf(o.target)) === o.size && (await sha256Of(o.target)) === o.sha256) return { resumed: 0, received: 0 };
+  if ((await sizeOf(o.target)) === o.size && (await sha256OfFile(o.target)) === o.sha256) return { resumed: 0, received: 0 };
   const part = partOf(o.target);
   let resumed = 0;
   let received = 0;
@@ -131,7 +125,7 @@ export async function downloadExecutable(o: DownloadOptions): Promise<DownloadRe
         }
       }
       if ((await sizeOf(part)) !== o.size) continue;
-      if ((await sha256Of(part)) !== o.sha256) {
+      if ((await sha256OfFile(part)) !== o.sha256) {
         // Complete but not the plan's file: nothing of it can be kept.
         await rm(part, { force: true });
         lastError = `${url}: the file's sha256 is not the plan's`;

@@ -7,13 +7,11 @@
 // controller cannot start (dist/kctl-broken): the first controller to try it rolls back to the
 // kctl it ran, the plan stops with the reason, `kctl upgrade status` shows it, and all serve.
 import assert from 'node:assert/strict';
-import { createHash } from 'node:crypto';
-import { createReadStream } from 'node:fs';
 import { copyFile, mkdir } from 'node:fs/promises';
 import { join } from 'node:path';
-import { pipeline } from 'node:stream/promises';
 import { test, type TestContext } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
+import { sha256OfFile } from '../../../src/base/fs.ts';
 import type { UpgradeStatus } from '../../../src/controller/upgrade-plan-run.ts';
 import { HaLab, type LabCtl } from '../lab/ha-lab.ts';
 import { requireBrokenKctl, requireKctl, requirePreviousKctl } from '../lab/kctl.ts';
@@ -24,12 +22,6 @@ import { waitFor } from '../lab/wait.ts';
 // its own. This file keeps its runtimes apart, so it never prunes one that the main run's dist/kctl
 // is about to start (that run goes on beside it).
 process.env.KCTL_RUNTIME_DIR = '/var/cache/kctl/runtime-upgrade-controllers';
-
-async function sha256(file: string): Promise<string> {
-  const h = createHash('sha256');
-  await pipeline(createReadStream(file), h);
-  return h.digest('hex');
-}
 
 test('controllers roll to the planned kctl one at a time while the API answers; a build that cannot start is rolled back and stops the plan', async (t: TestContext) => {
   const next = requireKctl();
@@ -128,12 +120,16 @@ test('controllers roll to the planned kctl one at a time while the API answers; 
     done.members.map((m) => [m.release?.version, m.release?.kubernetes, m.upgrade?.state]),
     ctls.map(() => [nextVersion, 'v1.36.3', 'done']),
   );
-  const nextSha = await sha256(next);
+  const nextSha = await sha256OfFile(next);
   for (const c of ctls) {
     const v = await ha(c).kubectl(c, ['version', '-o', 'json']);
     assert.equal((JSON.parse(String(v.stdout)) as { serverVersion: { gitVersion: string } }).serverVersion.gitVersion, 'v1.36.3');
-    assert.equal(await sha256(ha(c).kctlBin), nextSha, `${c.host.name} runs from a file that is not the plan's`);
-    assert.equal(await sha256(join(c.dataDir, 'upgrade', `kctl-${previous.version}`)), await sha256(previous.path), 'the previous kctl is kept');
+    assert.equal(await sha256OfFile(ha(c).kctlBin), nextSha, `${c.host.name} runs from a file that is not the plan's`);
+    assert.equal(
+      await sha256OfFile(join(c.dataDir, 'upgrade', `kctl-${previous.version}`)),
+      await sha256OfFile(previous.path),
+      'the previous kctl is kept',
+    );
     assert.equal(c.proc!.child.exitCode, null, `${c.host.name}'s kctl ended`);
   }
 
@@ -162,7 +158,7 @@ test('controllers roll to the planned kctl one at a time while the API answers; 
     return s?.members.every((m) => m.release?.version === nextVersion) && s.members.length === 3;
   });
   for (const c of ctls) {
-    assert.equal(await sha256(ha(c).kctlBin), nextSha, `${c.host.name} was not put back to the kctl it ran`);
+    assert.equal(await sha256OfFile(ha(c).kctlBin), nextSha, `${c.host.name} was not put back to the kctl it ran`);
     const r = await ha(c).kubectl(c, ['get', 'namespace', 'kube-system', '-o', 'name']);
     assert.equal(r.exitCode, 0, `${c.host.name}: ${String(r.stderr)}`);
   }
