@@ -120,8 +120,10 @@ export class ControllerUpgradeComponent implements Component {
     this.state = { target, state, at: new Date().toISOString(), ...extra };
   }
 
+  /** The upgrade lease, lasting this plan's ready timeout and the slack (a later plan may set another). */
   private upgradeLease(plan: UpgradePlan): LeaderLease {
-    this.lease ??= new LeaderLease(this.o.kube, UPGRADE_LEASE, this.identity, Date.now, plan.readyTimeoutS + LEASE_SLACK_S);
+    const durationS = plan.readyTimeoutS + LEASE_SLACK_S;
+    if (this.lease?.durationS !== durationS) this.lease = new LeaderLease(this.o.kube, UPGRADE_LEASE, this.identity, Date.now, durationS);
     return this.lease;
   }
 

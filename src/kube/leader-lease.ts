@@ -32,7 +32,7 @@ export class LeaderLease {
     readonly identity: string,
     private readonly now: () => number = Date.now,
     /** How long the lease lasts unrenewed. */
-    private readonly durationS: number = LEADER_LEASE_DURATION_S,
+    readonly durationS: number = LEADER_LEASE_DURATION_S,
   ) {
     this.path = `${LEASES_PATH}/${name}`;
   }

@@ -10,6 +10,7 @@
 //     SIGINT on and ends with its exit code, so whoever started kctl still holds one process.
 import { spawn, type ChildProcess } from 'node:child_process';
 import { chmod, copyFile, rename, rm } from 'node:fs/promises';
+import { constants } from 'node:os';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { messageOf } from '../base/errors.ts';
 import type { Logger } from '../base/log.ts';
@@ -114,7 +115,10 @@ async function stopChild(child: ChildProcess, timeoutMs: number): Promise<void> 
 export async function parentUntilExit(child: ChildProcess): Promise<never> {
   const pass = (signal: NodeJS.Signals) => child.kill(signal);
   for (const s of ['SIGTERM', 'SIGINT', 'SIGHUP'] as const) process.on(s, pass);
-  const code = await new Promise<number>((resolve) => child.once('exit', (c, signal) => resolve(c ?? (signal ? 128 + 15 : 1))));
+  // A child killed by a signal ends this process as a shell reports it: 128 + the signal's number.
+  const code = await new Promise<number>((resolve) =>
+    child.once('exit', (c, signal) => resolve(c ?? (signal ? 128 + (constants.signals[signal] ?? 15) : 1))),
+  );
   process.exit(code);
 }
 
