@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zstd.h>
@@ -246,6 +247,25 @@ static const char *unpack(int exe_fd, const struct trailer *t, const char file[P
   return why;
 }
 
+/**
+ * Creates `path` and holds a shared lock on it until exec, so that another build's launcher does not
+ * prune it between this one's check and its exec (after exec, /proc/<pid>/exe marks it in use). A
+ * pruner may have removed the directory between mkdir and the lock: then it is made again.
+ */
+static void hold_version_dir(const char *path) {
+  for (int attempt = 0; attempt < 20; attempt++) {
+    mkdirs(path, 0755);
+    int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0 && errno == ENOENT) continue;
+    if (fd < 0) die("cannot open %s: %s; set KCTL_RUNTIME_DIR to a writable directory", path, strerror(errno));
+    if (flock(fd, LOCK_SH) != 0) die("cannot lock %s: %s", path, strerror(errno));
+    struct stat held, now;
+    if (fstat(fd, &held) == 0 && stat(path, &now) == 0 && held.st_ino == now.st_ino && held.st_dev == now.st_dev) return; // fd stays open: the lock lasts until exec
+    close(fd);
+  }
+  die("%s keeps being removed while kctl starts; set KCTL_RUNTIME_DIR to a directory only kctl uses", path);
+}
+
 /** Whether any process runs `file` (its /proc/<pid>/exe). */
 static int in_use(const char *file) {
   DIR *proc = opendir("/proc");
@@ -280,12 +300,17 @@ static void prune_others(const char *dir, const char *keep) {
   while ((e = readdir(d))) {
     if (strlen(e->d_name) != 64 || strspn(e->d_name, "0123456789abcdef") != 64 || strcmp(e->d_name, keep) == 0) continue;
     snprintf(other, sizeof other, "%s/%s", dir, e->d_name);
+    // A launcher of that build between its check and its exec holds a shared lock: leave it be.
+    int fd = open(other, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) continue;
     snprintf(file, sizeof file, "%s/kctl", other);
-    if (in_use(file)) continue;
-    unlink(file);
-    snprintf(file, sizeof file, "%s/kctl.stamp", other);
-    unlink(file);
-    rmdir(other);
+    if (flock(fd, LOCK_EX | LOCK_NB) == 0 && !in_use(file)) {
+      unlink(file);
+      snprintf(file, sizeof file, "%s/kctl.stamp", other);
+      unlink(file);
+      rmdir(other);
+    }
+    close(fd);
   }
   closedir(d);
 }
@@ -308,7 +333,7 @@ int main(int argc, char **argv) {
   char sha[65], version_dir[PATH_BUF - 16], file[PATH_BUF], stamp[PATH_BUF];
   hex(t.sha256, sha);
   snprintf(version_dir, sizeof version_dir, "%s/%s", dir, sha);
-  mkdirs(version_dir, 0755);
+  hold_version_dir(version_dir);
   check_private(version_dir);
   snprintf(file, sizeof file, "%s/kctl", version_dir);
   snprintf(stamp, sizeof stamp, "%s/kctl.stamp", version_dir);

@@ -39,22 +39,37 @@ function oneLine(stderr: unknown): string {
   return lines[0]!;
 }
 
+/** Waits until some process holds a lock on `dir` (the flock command has taken it). */
+async function waitForLock(dir: string): Promise<void> {
+  for (let i = 0; i < 100; i++) {
+    const probe = await execa('flock', ['--exclusive', '--nonblock', dir, 'true'], { reject: false });
+    if (probe.exitCode !== 0) return;
+    await new Promise((res) => setTimeout(res, 50));
+  }
+  assert.fail(`nothing took the lock on ${dir}`);
+}
+
 test('the launcher unpacks the runtime once, checked by sha256, and runs it with the command line the user typed', async (t) => {
   const dir = await tempDir(t);
   const env = { KCTL_RUNTIME_DIR: join(dir, 'runtime') };
   const exe = requireKctl();
   const runtime = await runtimeOf(exe);
   const file = join(env.KCTL_RUNTIME_DIR, runtime.sha256, 'kctl');
-  // What earlier builds left: one runtime that no process runs, one that a process still runs.
+  // What earlier builds left: one runtime that no process runs, one that a process still runs, and
+  // one whose launcher is between its check and its exec (it holds a shared lock on the directory).
   const stale = join(env.KCTL_RUNTIME_DIR, 'a'.repeat(64));
   const running = join(env.KCTL_RUNTIME_DIR, 'b'.repeat(64));
-  for (const d of [stale, running]) {
+  const starting = join(env.KCTL_RUNTIME_DIR, 'c'.repeat(64));
+  for (const d of [stale, running, starting]) {
     await mkdir(d, { recursive: true });
     await copyFile('/bin/sleep', join(d, 'kctl'));
     await writeFile(join(d, 'kctl.stamp'), 'old\n');
   }
   const sleeper = execa(join(running, 'kctl'), ['300'], { reject: false });
   t.after(() => sleeper.kill('SIGKILL'));
+  const locker = execa('flock', ['--shared', starting, 'sleep', '300'], { reject: false });
+  t.after(() => locker.kill('SIGKILL'));
+  await waitForLock(starting);
 
   const r = await kctl(['version', '-o', 'json'], { env });
   assert.equal(r.exitCode, 0, String(r.stderr));
@@ -63,9 +78,9 @@ test('the launcher unpacks the runtime once, checked by sha256, and runs it with
   assert.equal(await sha(file), runtime.sha256);
   assert.equal((await stat(file)).mode & 0o777, 0o755);
   assert.ok(runtime.stored!.size < runtime.size / 2, `runtime stored in ${runtime.stored!.size} bytes for ${runtime.size}`);
-  // Unpacking a new build removed the old runtime nobody runs, and kept the one in use.
-  assert.deepEqual((await readdir(env.KCTL_RUNTIME_DIR)).sort(), [runtime.sha256, 'b'.repeat(64)].sort());
-  assert.deepEqual((await readdir(running)).sort(), ['kctl', 'kctl.stamp']);
+  // Unpacking a new build removed the old runtime nobody runs, and kept the one in use and the one starting.
+  assert.deepEqual((await readdir(env.KCTL_RUNTIME_DIR)).sort(), [runtime.sha256, 'b'.repeat(64), 'c'.repeat(64)].sort());
+  for (const d of [running, starting]) assert.deepEqual((await readdir(d)).sort(), ['kctl', 'kctl.stamp'], d);
 
   // A second start neither unpacks (same inode) nor hashes again (the stamp is not rewritten).
   const before = { file: (await stat(file)).ino, stamp: (await stat(`${file}.stamp`)).ino };
