@@ -10,8 +10,9 @@ export async function ensureDebianPackages(pkgs: string[]): Promise<void> {
   const missing: string[] = [];
   for (const p of pkgs) if (!(await installed(p))) missing.push(p);
   if (missing.length === 0) return;
-  process.stdout.write(`installing Debian packages: ${missing.join(' ')}\n`);
+  // Progress goes to stderr, apt-get's too: a command that prints JSON (bench --json) keeps stdout clean.
+  process.stderr.write(`installing Debian packages: ${missing.join(' ')}\n`);
   const env = { DEBIAN_FRONTEND: 'noninteractive' };
-  await execa('apt-get', ['update', '-qq'], { env, stdio: 'inherit' });
-  await execa('apt-get', ['install', '-y', '-qq', '--no-install-recommends', ...missing], { env, stdio: 'inherit' });
+  await execa('apt-get', ['update', '-qq'], { env, stdin: 'ignore', stdout: 2, stderr: 'inherit' });
+  await execa('apt-get', ['install', '-y', '-qq', '--no-install-recommends', ...missing], { env, stdin: 'ignore', stdout: 2, stderr: 'inherit' });
 }
