@@ -11,6 +11,7 @@
 import { readFile } from 'node:fs/promises';
 import { createServer, type Server } from 'node:https';
 import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { Socket } from 'node:net';
 import { join } from 'node:path';
 import type { Component, ComponentContext } from '../base/component.ts';
 import { httpsUrl, joinHostPort } from '../base/addresses.ts';
@@ -100,6 +101,8 @@ export class JoinServerComponent implements Component {
   readonly name = 'join-server';
   private log!: Logger;
   private server: Server | undefined;
+  /** Open connections, cut at stop. */
+  private readonly sockets = new Set<Socket>();
   /** One etcd membership change at a time. */
   private queue: Promise<unknown> = Promise.resolve();
   private readonly aborts = new Set<AbortController>();
@@ -155,6 +158,10 @@ export class JoinServerComponent implements Component {
         resolve();
       });
     });
+    server.on('connection', (socket: Socket) => {
+      this.sockets.add(socket);
+      socket.once('close', () => this.sockets.delete(socket));
+    });
     this.server = server;
     void this.pruneTokens();
     this.pruneTimer = setInterval(() => void this.pruneTokens(), PRUNE_EVERY_MS).unref();
@@ -163,8 +170,12 @@ export class JoinServerComponent implements Component {
   async stop(): Promise<void> {
     clearInterval(this.pruneTimer);
     for (const a of this.aborts) a.abort();
-    await new Promise<void>((resolve) => (this.server ? this.server.close(() => resolve()) : resolve()));
-    this.server?.closeAllConnections();
+    const closed = new Promise<void>((resolve) => (this.server ? this.server.close(() => resolve()) : resolve()));
+    // Cut what is still open (an executable download, perhaps to a node that vanished mid-way and
+    // whose bytes wait for a window that never opens): the client goes on at another controller.
+    // (the server's own closeAllConnections misses a TLS connection whose request is still unfinished)
+    for (const socket of this.sockets) socket.destroy();
+    await closed;
   }
 
   private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
