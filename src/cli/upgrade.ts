@@ -56,6 +56,7 @@ function renderStatus(s: UpgradeStatus): string[] {
     : ['plan: none (kctl upgrade plan writes one)'];
   const state = (m: MemberStatus): string => {
     if (m.down) return 'not running (no live lease)';
+    if (m.draining) return 'draining';
     // A plan that ended left those that never took their turn with nothing to wait for.
     if (p?.state !== 'active' && (m.upgrade?.state === 'waiting' || m.upgrade?.state === 'downloading')) return '-';
     if (!m.upgrade) return p && m.release?.version === p.target.version ? 'done' : p?.state === 'active' ? 'waiting' : '-';

@@ -8,19 +8,14 @@
 import { createReadStream } from 'node:fs';
 import { stat } from 'node:fs/promises';
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { join } from 'node:path';
 import type { TLSSocket } from 'node:tls';
 import { kctlExecutable } from '../base/executable.ts';
 import type { Logger } from '../base/log.ts';
 import { KCTL_VERSION } from '../base/version.ts';
+import { EXECUTABLES_PATH, keptExecutable } from '../payload/upgrade-files.ts';
 
-export const EXECUTABLES_PATH = '/v1/executables/';
-/** Under the data dir: executables of other versions (a plan's target, the previous one). */
-export const UPGRADE_DIR = 'upgrade';
 /** The groups whose client certificates may fetch an executable. */
 const ALLOWED_GROUPS = ['system:nodes', 'system:masters'];
-
-export const keptExecutable = (dataDir: string, version: string): string => join(dataDir, UPGRADE_DIR, `kctl-${version}`);
 
 /** A version as it may appear in a path: semver characters only. */
 const VERSION = /^[0-9A-Za-z.+-]{1,64}$/;
@@ -44,7 +39,11 @@ export function parseRange(header: string | undefined, size: number): { start: n
 }
 
 export class ExecutableFiles {
-  constructor(private readonly dataDir: string) {}
+  constructor(
+    private readonly dataDir: string,
+    /** A download whose client reads nothing for this long is dropped (it resumes with a range request). */
+    private readonly sendIdleMs = 60_000,
+  ) {}
 
   matches(req: IncomingMessage): boolean {
     return (req.url ?? '').startsWith(EXECUTABLES_PATH);
@@ -86,6 +85,8 @@ export class ExecutableFiles {
       ...(range ? { 'content-range': `bytes ${start}-${end}/${size}` } : {}),
     });
     log.info({ version, client: client.name, from: start, bytes: end - start + 1 }, 'serving a kctl executable');
+    // A client that takes nothing for this long (gone, or holding the connection on purpose) is cut off.
+    res.setTimeout(this.sendIdleMs, () => res.destroy());
     const stream = createReadStream(file, { start, end });
     stream.on('error', (err) => res.destroy(err));
     res.on('close', () => stream.destroy());

@@ -3,14 +3,13 @@
 // json`), its sha256 and size; the executable is kept under this controller's data dir, from where
 // it serves it to the other controllers (executables.ts). Every member of the cluster must be
 // able to take the step (version-skew.ts) before anything is written.
-import { execa } from 'execa';
 import { mkdir, stat } from 'node:fs/promises';
 import { dirname } from 'node:path';
 import { parseDuration } from '../base/duration.ts';
-import { messageOf, UserError } from '../base/errors.ts';
+import { UserError } from '../base/errors.ts';
 import { kctlExecutable } from '../base/executable.ts';
 import { sha256OfFile } from '../base/fs.ts';
-import { KCTL_VERSION, parseVersion, type Release } from '../base/version.ts';
+import { KCTL_VERSION, type Release } from '../base/version.ts';
 import type { KubeClient } from '../kube/client.ts';
 import { CONTROLLER_LEASE_LABEL, LEASES_PATH, liveControllers, type Lease } from '../kube/controller-leases.ts';
 import {
@@ -26,7 +25,8 @@ import {
 import { skewProblem } from '../kube/version-skew.ts';
 import { installExecutable } from '../supervisor/handover.ts';
 import type { ClusterConfig } from './config.ts';
-import { keptExecutable } from './executables.ts';
+import { keptExecutable, releaseOfExecutable } from '../payload/upgrade-files.ts';
+import { CORDON_ANNOTATION } from './upgrade-nodes.ts';
 
 /** One controller or node as `kctl upgrade status` shows it. */
 export interface MemberStatus {
@@ -39,6 +39,8 @@ export interface MemberStatus {
   upgrade?: MemberUpgrade;
   /** A controller of the plan with no live lease (stopped, restarting or lost). */
   down?: boolean;
+  /** A node cordoned for the plan and being drained before its turn. */
+  draining?: boolean;
 }
 
 export interface UpgradeStatus {
@@ -68,7 +70,19 @@ export async function upgradeStatus(kube: KubeClient): Promise<UpgradeStatus> {
     const release = parseReleaseString(a[VERSION_ANNOTATION]);
     const upgrade = parseMemberUpgrade(a[UPGRADE_ANNOTATION]);
     const kubelet = n.status?.nodeInfo?.kubeletVersion;
-    return { kind: 'node', name: n.metadata.name, ...(release ? { release } : {}), ...(kubelet ? { kubelet } : {}), ...(upgrade ? { upgrade } : {}) };
+    const draining =
+      plan?.state === 'active' &&
+      a[CORDON_ANNOTATION] !== undefined &&
+      !(n.metadata.name in plan.admitted) &&
+      release?.version !== plan.target.version;
+    return {
+      kind: 'node',
+      name: n.metadata.name,
+      ...(release ? { release } : {}),
+      ...(kubelet ? { kubelet } : {}),
+      ...(upgrade ? { upgrade } : {}),
+      ...(draining ? { draining } : {}),
+    };
   });
   // A controller of the plan whose lease is gone is down (restarting, or lost): shown as such.
   const down: MemberStatus[] = (plan?.controllers ?? [])
@@ -78,25 +92,6 @@ export async function upgradeStatus(kube: KubeClient): Promise<UpgradeStatus> {
     plan,
     members: [...[...controllers, ...down].sort((x, y) => x.name.localeCompare(y.name)), ...workers.sort((x, y) => x.name.localeCompare(y.name))],
   };
-}
-
-/** The release a kctl executable carries, from its own `version -o json`. */
-export async function releaseOfExecutable(file: string): Promise<Release> {
-  const out = await execa(file, ['version', '-o', 'json'], { timeout: 120_000, reject: false });
-  if (out.exitCode !== 0)
-    throw new UserError(
-      `${file} is not a kctl executable that runs here: \`version -o json\` failed (${String(out.stderr || out.stdout).split('\n')[0] || (out.exitCode === undefined ? out.shortMessage : `exit ${out.exitCode}`)})`,
-    );
-  try {
-    const v = JSON.parse(out.stdout) as { kctl?: string; components?: Record<string, { version?: string }> };
-    const kubernetes = v.components?.['kube-apiserver']?.version;
-    const etcd = v.components?.etcd?.version;
-    if (!v.kctl || !kubernetes || !etcd) throw new Error('no kctl, kube-apiserver or etcd version');
-    parseVersion(v.kctl);
-    return { version: v.kctl, kubernetes, etcd };
-  } catch (err) {
-    throw new UserError(`${file} did not describe itself as a kctl executable (${messageOf(err)})`);
-  }
 }
 
 export interface PlanOptions {
@@ -154,6 +149,7 @@ export async function createUpgradePlan(o: PlanOptions): Promise<UpgradePlan> {
     readyTimeoutS: Math.round((parseDuration(u.readyTimeout) ?? 0) / 1000),
     state: 'active',
     controllers: status.members.filter((m) => m.kind === 'controller').map((m) => m.name),
+    admitted: {},
     ...(current?.resourceVersion ? { resourceVersion: current.resourceVersion } : {}),
   });
   o.progress(`plan written: controllers upgrade one at a time, then nodes (at most ${plan.maxUnavailable} at once)`);

@@ -6,61 +6,32 @@
 // plan` on this host, or from another controller that has it), checks it describes itself as the
 // plan says, keeps its own executable for a rollback, and asks the role to restart into the new
 // one (supervisor/handover.ts). Back at the target, it releases the lease. A rollback's outcome
-// (written before the previous executable started again) stops the plan with its reason.
+// (written before the previous executable started again) stops the plan with its reason. Once
+// every controller runs the target, one of them takes the lease again and lets the nodes go
+// (upgrade-nodes.ts); when every node runs it too, the plan is done.
 import { mkdir, readFile, rm, stat } from 'node:fs/promises';
-import { dirname, join } from 'node:path';
+import { dirname } from 'node:path';
 import type { Component, ComponentContext, ComponentStatus } from '../base/component.ts';
 import { messageOf } from '../base/errors.ts';
 import { kctlExecutable } from '../base/executable.ts';
-import { writeFileAtomic } from '../base/fs.ts';
 import type { Logger } from '../base/log.ts';
 import type { Release } from '../base/version.ts';
 import { credentialsFromKubeconfig, type KubeClient } from '../kube/client.ts';
 import { controllerLeaseName, type LiveController } from '../kube/controller-leases.ts';
 import { LeaderLease } from '../kube/leader-lease.ts';
-import {
-  parseReleaseString,
-  readUpgradePlan,
-  VERSION_ANNOTATION,
-  writeUpgradePlan,
-  type MemberUpgrade,
-  type UpgradePlan,
-} from '../kube/upgrade-plan.ts';
+import { readUpgradePlan, writeUpgradePlan, type MemberUpgrade, type UpgradePlan } from '../kube/upgrade-plan.ts';
 import { skewProblem } from '../kube/version-skew.ts';
 import { downloadExecutable } from '../payload/download.ts';
+import { describedProblem, executableUrl, keptExecutable, outcomeFile, readOutcome, releaseOfExecutable } from '../payload/upgrade-files.ts';
 import type { PkiPaths } from '../pki/index.ts';
 import { installExecutable, type RestartRequest } from '../supervisor/handover.ts';
 import type { ClusterConfig } from './config.ts';
-import { EXECUTABLES_PATH, keptExecutable, UPGRADE_DIR } from './executables.ts';
-import { releaseOfExecutable } from './upgrade-plan-run.ts';
+import { NodeUpgrades } from './upgrade-nodes.ts';
 
 export const UPGRADE_LEASE = 'kctl-upgrade';
 const CHECK_EVERY_MS = 5_000;
 /** The lease outlasts the restart's ready timeout by this much. */
 const LEASE_SLACK_S = 120;
-
-/** What a rollback leaves for the previous executable to report: <data-dir>/upgrade/outcome.json. */
-export interface UpgradeOutcome {
-  target: string;
-  state: 'rolled back' | 'failed';
-  reason: string;
-  at: string;
-}
-
-export const outcomeFile = (dataDir: string): string => join(dataDir, UPGRADE_DIR, 'outcome.json');
-
-export async function writeOutcome(dataDir: string, o: UpgradeOutcome): Promise<void> {
-  await writeFileAtomic(outcomeFile(dataDir), JSON.stringify(o) + '\n', 0o644);
-}
-
-async function readOutcome(dataDir: string): Promise<UpgradeOutcome | undefined> {
-  const text = await readFile(outcomeFile(dataDir), 'utf8').catch(() => undefined);
-  try {
-    return text ? (JSON.parse(text) as UpgradeOutcome) : undefined;
-  } catch {
-    return undefined;
-  }
-}
 
 export interface ControllerUpgradeOptions {
   cfg: ClusterConfig;
@@ -81,6 +52,7 @@ export class ControllerUpgradeComponent implements Component {
   private lastError: string | undefined;
   private readonly identity: string;
   private lease: LeaderLease | undefined;
+  private nodes!: NodeUpgrades;
 
   constructor(private readonly o: ControllerUpgradeOptions) {
     this.identity = controllerLeaseName(o.cfg.spec.api.address);
@@ -88,6 +60,7 @@ export class ControllerUpgradeComponent implements Component {
 
   async init(ctx: ComponentContext): Promise<void> {
     this.log = ctx.log;
+    this.nodes = new NodeUpgrades(this.o.kube, ctx.log);
   }
 
   /** For this controller's lease. */
@@ -142,9 +115,11 @@ export class ControllerUpgradeComponent implements Component {
     }
     const lease = this.upgradeLease(plan);
     if (this.o.release.version === target) {
-      // Back at the target after a restart: the turn this controller took ends here.
-      if (await lease.heldByMe()) await lease.release(true);
-      await this.finishWhenAllThere(plan);
+      // Back at the target after a restart: the turn this controller took ends here, unless
+      // every controller is done: then the lease is for letting the nodes go.
+      if (!this.controllersDone(plan)) {
+        if (await lease.heldByMe()) await lease.release(true);
+      } else if (await lease.tryAcquireOrRenew()) await this.nodesTurn(plan, lease);
       return;
     }
     if (outcome?.target === target) {
@@ -181,7 +156,7 @@ export class ControllerUpgradeComponent implements Component {
         this.o.controllers
           .liveControllers()
           .filter((c) => c.name !== this.identity && c.executables)
-          .map((c) => `${c.executables}${EXECUTABLES_PATH}${encodeURIComponent(t.version)}`),
+          .map((c) => executableUrl(c.executables!, t.version)),
       target: file,
       sha256: t.sha256,
       size: t.size,
@@ -190,11 +165,7 @@ export class ControllerUpgradeComponent implements Component {
       onError: (url, reason) => this.log.warn({ url, reason }, 'kctl download failed; trying again'),
       rounds: 5,
     });
-    const described = await releaseOfExecutable(file);
-    const problem =
-      described.version !== t.version || described.kubernetes !== t.kubernetes || described.etcd !== t.etcd
-        ? `the target executable describes itself as kctl ${described.version} (Kubernetes ${described.kubernetes}, etcd ${described.etcd}), not as the plan says`
-        : skewProblem([{ name: this.identity, ...this.o.release }], t);
+    const problem = describedProblem(await releaseOfExecutable(file), t) ?? skewProblem([{ name: this.identity, ...this.o.release }], t);
     if (problem) {
       await this.stopPlan(plan, problem);
       return;
@@ -211,19 +182,28 @@ export class ControllerUpgradeComponent implements Component {
     );
   }
 
-  /** Marks the plan done once every live controller and every node reports the target. */
-  private async finishWhenAllThere(plan: UpgradePlan): Promise<void> {
+  /** Every controller of the plan, and every live one, reports itself done at the target (on its lease). */
+  private controllersDone(plan: UpgradePlan): boolean {
     const target = plan.target.version;
     const live = this.o.controllers.liveControllers();
-    // Done as each says it (its lease), not only running the release: it has checked its own readiness.
+    // Done as each says it, not only running the release: it has checked its own readiness.
     const reportsDone = (c: LiveController) => c.release?.version === target && c.upgrade?.target === target && c.upgrade.state === 'done';
-    if (!plan.controllers.every((name) => live.some((c) => c.name === name && reportsDone(c))) || !live.every(reportsDone)) return;
-    const nodes = await this.o.kube.get<{ items: { metadata: { annotations?: Record<string, string> } }[] }>('/api/v1/nodes');
-    if (!nodes.items.every((n) => parseReleaseString(n.metadata.annotations?.[VERSION_ANNOTATION])?.version === target)) return;
-    this.log.info({ target }, `upgrade to ${target} done: every controller and node runs it`);
-    await writeUpgradePlan(this.o.kube, { ...plan, state: 'done', reason: `every controller and node runs kctl ${target}` }).catch((err: unknown) =>
-      this.log.warn({ err: messageOf(err) }, 'cannot mark the upgrade plan done (changed meanwhile?); checking again'),
-    );
+    return plan.controllers.every((name) => live.some((c) => c.name === name && reportsDone(c))) && live.every(reportsDone);
+  }
+
+  /** With the lease, after the controllers: the nodes' turns; the plan is done when every node runs the target. */
+  private async nodesTurn(plan: UpgradePlan, lease: LeaderLease): Promise<void> {
+    const target = plan.target.version;
+    const r = await this.nodes.pass(plan);
+    const next = { ...plan, admitted: r.admitted };
+    if (r.stop) {
+      await this.stopPlan(next, r.stop);
+      await lease.release(true);
+    } else if (r.done) {
+      this.log.info({ target }, `upgrade to ${target} done: every controller and node runs it`);
+      await writeUpgradePlan(this.o.kube, { ...next, state: 'done', reason: `every controller and node runs kctl ${target}` });
+      await lease.release(true);
+    } else if (JSON.stringify(r.admitted) !== JSON.stringify(plan.admitted)) await writeUpgradePlan(this.o.kube, next);
   }
 
   /** Stops the plan with `reason` (once; another controller may have done it first). */

@@ -42,6 +42,8 @@ export interface UpgradePlan {
   state: PlanState;
   /** The controllers (their lease names) when the plan was made: each must run the target before the plan is done. */
   controllers: string[];
+  /** The nodes whose turn it is, each with when it was let go (ISO): at most maxUnavailable. */
+  admitted: Record<string, string>;
   /** Why it stopped, or who finished it. */
   reason?: string;
   resourceVersion?: string;
@@ -114,9 +116,23 @@ export function planToConfigMap(p: UpgradePlan): ConfigMap & { apiVersion: strin
       readyTimeoutS: String(p.readyTimeoutS),
       state: p.state,
       controllers: p.controllers.join(','),
+      admitted: JSON.stringify(p.admitted),
       ...(p.reason ? { reason: p.reason } : {}),
     },
   };
+}
+
+function parseAdmitted(text: string | undefined, bad: (field: string, what: string) => Error): Record<string, string> {
+  if (!text) return {};
+  let v: unknown;
+  try {
+    v = JSON.parse(text);
+  } catch {
+    throw bad('admitted', 'is not JSON');
+  }
+  if (typeof v !== 'object' || v === null || Array.isArray(v) || !Object.values(v).every((t) => typeof t === 'string'))
+    throw bad('admitted', 'is not an object of node names and times');
+  return v as Record<string, string>;
 }
 
 export function planFromConfigMap(cm: ConfigMap): UpgradePlan {
@@ -141,6 +157,7 @@ export function planFromConfigMap(cm: ConfigMap): UpgradePlan {
     readyTimeoutS: int('readyTimeoutS', 1),
     state,
     controllers: (d.controllers ?? '').split(',').filter(Boolean),
+    admitted: parseAdmitted(d.admitted, bad),
     ...(d.reason ? { reason: d.reason } : {}),
     ...(cm.metadata.resourceVersion ? { resourceVersion: cm.metadata.resourceVersion } : {}),
   };

@@ -51,6 +51,8 @@ async function attempt(url: string, part: string, from: number, o: DownloadOptio
   const tls = await o.tls();
   const res = await new Promise<IncomingMessage>((resolve, reject) => {
     const req = request(url, { ...tls, headers: from > 0 ? { range: `bytes=${from}-` } : {}, signal: o.signal }, resolve);
+    // A controller that does not answer at all (a silent partition) is left as a stalled one is.
+    req.setTimeout(o.stallMs ?? 30_000, () => req.destroy(new Error(`no answer for ${(o.stallMs ?? 30_000) / 1000} s`)));
     req.on('error', reject);
     req.end();
   });

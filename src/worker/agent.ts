@@ -47,7 +47,7 @@ export class AgentComponent implements Component, ControllerFollower {
     const pki = this.paths.kubeletCertDir;
     this.certs = new CertificateWatch([
       { name: 'ca.crt', file: this.paths.caCert, kind: 'ca' },
-      { name: 'kubelet-client', file: join(pki, 'kubelet-client-current.pem'), kind: 'leaf', renewedBy: 'kubelet' },
+      { name: 'kubelet-client', file: this.paths.kubeletClientPem, kind: 'leaf', renewedBy: 'kubelet' },
       { name: 'kubelet-serving', file: join(pki, 'kubelet-server-current.pem'), kind: 'leaf', renewedBy: 'kubelet' },
     ]);
   }
@@ -58,7 +58,7 @@ export class AgentComponent implements Component, ControllerFollower {
   }
 
   private clientCertFile(): string {
-    return join(this.paths.kubeletCertDir, 'kubelet-client-current.pem');
+    return this.paths.kubeletClientPem;
   }
 
   /** Checks the files; a renewed client certificate goes to the agent. */

@@ -98,7 +98,7 @@ export class CaTrustComponent implements Component {
   }
 
   private clientCertFile(): string {
-    return join(this.o.paths.kubeletCertDir, 'kubelet-client-current.pem');
+    return this.o.paths.kubeletClientPem;
   }
 
   private async check(): Promise<void> {

@@ -1,7 +1,8 @@
 // `kctl worker`: a node as an ordered list of components (k0s's shape), built by workerComponents().
 //   join, stage (before the list), then: status socket -> api-balancer -> containerd -> images
 //   -> kubelet -> network -> kube-proxy -> konnectivity agent (in-process, dials out to every
-//   controller) -> controller-watch (the live controllers, for the balancer and the agent)
+//   controller) -> controller-watch (the live controllers, for the balancer, the agent and the
+//   node's upgrade) -> ca-trust -> node-upgrade
 import { execa } from 'execa';
 import { existsSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
@@ -11,14 +12,18 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { urlHost } from '../base/addresses.ts';
 import { UserError } from '../base/errors.ts';
 import { runUntilSignal } from '../base/lifecycle.ts';
-import { StatusServerComponent, type StatusReport } from '../base/status-server.ts';
 import { KubeClient } from '../kube/client.ts';
 import type { CertificateStatus } from '../pki/index.ts';
 import { API_BALANCER_PORT, API_BALANCER_URL, ApiBalancerComponent, type ApiBalancerStatus } from './api-balancer.ts';
 import { componentLogger, type Logger } from '../base/log.ts';
 import { stage } from '../payload/stage-child.ts';
 import { findPayload, releaseOf } from '../payload/payload.ts';
-import { NodeReleaseComponent } from './upgrade.ts';
+import { NodeUpgradeComponent } from './upgrade.ts';
+import { writeOutcome } from '../payload/upgrade-files.ts';
+import { RestartRequest, restartForUpgrade } from '../supervisor/handover.ts';
+import { pollUntil } from '../base/probe.ts';
+import { parseMemberUpgrade, UPGRADE_ANNOTATION } from '../kube/upgrade-plan.ts';
+import { readyAtVersion, StatusServerComponent, type StatusReport } from '../base/status-server.ts';
 import type { Component } from '../base/component.ts';
 import { ComponentManager } from '../base/manager.ts';
 import { ownPids, requireHost } from '../host/checks.ts';
@@ -99,10 +104,40 @@ export async function runWorker(opts: WorkerOptions, log: Logger): Promise<void>
   });
   await prepareRunDir(paths.runDir);
   // Marks the data and run dirs as in use, for `kctl reset` and for a second start.
-  await runOwning([paths.dataDir, paths.runDir], 'worker', () => stageAndRun(opts, paths, state, log));
+  const restart = new RestartRequest();
+  let kube: KubeClient | undefined;
+  await runOwning([paths.dataDir, paths.runDir], 'worker', async () => void (kube = await stageAndRun(opts, paths, state, log, restart)));
+  // An upgrade stopped everything to restart into the new kctl (containers keep running meanwhile).
+  if (restart.pending && kube) {
+    const { target } = restart.pending;
+    const nodeName = (await readIdentity(paths))!.nodeName;
+    await restartForUpgrade(restart.pending, {
+      log: componentLogger(log, 'upgrade'),
+      ready: (signal) => nodeReadyAt(kube!, nodeName, paths.statusSocket, target, signal),
+      systemd: SystemdNotifier.fromEnv({ log: componentLogger(log, 'systemd') }),
+      onRollback: (reason) => writeOutcome(paths.dataDir, { target, state: 'rolled back', reason, at: new Date().toISOString() }),
+    });
+  }
 }
 
-async function stageAndRun(opts: WorkerOptions, paths: WorkerPaths, state: JoinState, log: Logger): Promise<void> {
+/** The new process runs `target` with every component running, and says on its Node that it is done (it is Ready). */
+async function nodeReadyAt(kube: KubeClient, nodeName: string, socket: string, target: string, signal: AbortSignal): Promise<void> {
+  await readyAtVersion(socket, target, signal);
+  type Node = { metadata: { annotations?: Record<string, string> } };
+  await pollUntil(
+    signal,
+    `node ${nodeName} Ready at kctl ${target}`,
+    async () => {
+      const n = await kube.get<Node>(`/api/v1/nodes/${encodeURIComponent(nodeName)}`);
+      const u = parseMemberUpgrade(n.metadata.annotations?.[UPGRADE_ANNOTATION]);
+      if (u?.target !== target || u.state !== 'done') throw new Error(`the node says ${u ? `${u.state} (${u.target})` : 'nothing'}`);
+    },
+    1_000,
+  );
+}
+
+/** Runs the worker until it stops; returns its API client (an upgrade's restart uses it to see the new process ready). */
+async function stageAndRun(opts: WorkerOptions, paths: WorkerPaths, state: JoinState, log: Logger, restart: RestartRequest): Promise<KubeClient> {
   // Under a Type=notify unit (kctl install): progress, readiness and watchdog pings for systemd.
   const notifier = SystemdNotifier.fromEnv({ log: componentLogger(log, 'systemd') });
   notifier?.startWatchdog();
@@ -122,7 +157,7 @@ async function stageAndRun(opts: WorkerOptions, paths: WorkerPaths, state: JoinS
   const kube = KubeClient.fromKubeconfig(paths.kubeletKubeconfig, { reload: true });
   await pointKubeconfigsAt(paths, API_BALANCER_URL);
   const manager = new ComponentManager(
-    workerComponents({ opts, paths, state, id, kube, release: releaseOf((await findPayload(KCTL_VERSION)).index) }),
+    workerComponents({ opts, paths, state, id, kube, restart, release: releaseOf((await findPayload(KCTL_VERSION)).index) }),
     componentLogger(log, 'manager'),
     {
       onProgress: (text) => notifier?.status(text),
@@ -139,11 +174,13 @@ async function stageAndRun(opts: WorkerOptions, paths: WorkerPaths, state: JoinS
       notifier?.ready(`worker ready: node ${id.nodeName} is Ready`);
     },
     onStopping: () => notifier?.stopping(),
+    stopWhen: restart.requested,
     onStopped: async () => {
       log.info('worker stopped; containers keep running until the next start or kctl reset');
       await notifier?.close();
     },
   });
+  return kube;
 }
 
 /** Everything a worker's list of components is built from. */
@@ -156,6 +193,8 @@ export interface WorkerRoleOptions {
   kube: KubeClient;
   /** The release this worker runs (named on its Node). */
   release: Release;
+  /** Where an upgrade asks for the restart into a new executable. */
+  restart: RestartRequest;
 }
 
 /**
@@ -182,6 +221,15 @@ export function workerComponents(o: WorkerRoleOptions): Component[] {
     clusterDNS: state.clusterDNS ? [state.clusterDNS] : undefined,
   });
   const kubeProxy = new KubeProxyComponent({ paths, nodeName: id.nodeName, clusterCIDR });
+  const upgrade = new NodeUpgradeComponent({
+    kube,
+    nodeName: id.nodeName,
+    release: o.release,
+    dataDir: paths.dataDir,
+    caCert: paths.caCert,
+    clientPem: paths.kubeletClientPem,
+    restart: o.restart,
+  });
   const status = new StatusServerComponent<WorkerStatusReport>(paths.statusSocket, (components) => ({
     role: 'worker',
     version: KCTL_VERSION,
@@ -202,9 +250,10 @@ export function workerComponents(o: WorkerRoleOptions): Component[] {
     kubeProxy,
     agent,
     // The token's controllers to start with; from then on their leases say which are alive.
-    new ControllerWatchComponent(kube, [balancer, agent]),
+    new ControllerWatchComponent(kube, [balancer, agent, upgrade]),
     new CaTrustComponent({ paths, kube, nodeName: id.nodeName, restart: [kubelet, kubeProxy], agent }),
-    new NodeReleaseComponent(kube, id.nodeName, o.release),
+    // Names the release on the Node and follows the upgrade plan: this node's turn, its restart.
+    upgrade,
   ];
 }
 

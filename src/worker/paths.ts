@@ -15,6 +15,8 @@ export interface WorkerPaths {
   kubeletKubeconfig: string; // written by kubelet's TLS bootstrap
   kubeletDir: string; // kubelet --root-dir
   kubeletCertDir: string; // kubelet-client-current.pem, kubelet-server-current.pem
+  /** kubelet's client certificate and key in one file (it rotates them): the node's own identity. */
+  kubeletClientPem: string;
   kubeletConfig: string;
   podLogsDir: string;
   containerdRoot: string;
@@ -43,6 +45,7 @@ export function workerPaths(dataDir: string, runDir: string): WorkerPaths {
     kubeletKubeconfig: join(dataDir, 'kubelet.conf'),
     kubeletDir,
     kubeletCertDir: join(kubeletDir, 'pki'),
+    kubeletClientPem: join(kubeletDir, 'pki', 'kubelet-client-current.pem'),
     kubeletConfig: join(dataDir, 'kubelet-config.yaml'),
     podLogsDir: join(dataDir, 'pod-logs'),
     containerdRoot: join(dataDir, 'containerd'),

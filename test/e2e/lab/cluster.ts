@@ -17,6 +17,8 @@ export interface Tracked {
   log: () => string;
   /** True once the output (the last MB or more of it) contained `text`. */
   saw: (text: string) => boolean;
+  /** The lines of the output (the last MB or more of it) that match `re`. */
+  lines: (re: RegExp) => string[];
   exited: Promise<number | null>;
 }
 
@@ -31,7 +33,13 @@ export function track(child: ChildProcess): Tracked {
     out += c.toString();
   });
   const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
-  return { child, log: () => out.split('\n').slice(-25).join('\n'), saw: (text) => out.includes(text), exited };
+  return {
+    child,
+    log: () => out.split('\n').slice(-25).join('\n'),
+    saw: (text) => out.includes(text),
+    lines: (re) => out.split('\n').filter((l) => re.test(l)),
+    exited,
+  };
 }
 
 export interface LabController {

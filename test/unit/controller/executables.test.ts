@@ -8,7 +8,8 @@ import { createServer, request, type Server } from 'node:https';
 import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { test, type TestContext } from 'node:test';
-import { ExecutableFiles, keptExecutable, parseRange } from '../../../src/controller/executables.ts';
+import { ExecutableFiles, parseRange } from '../../../src/controller/executables.ts';
+import { keptExecutable } from '../../../src/payload/upgrade-files.ts';
 import { downloadExecutable } from '../../../src/payload/download.ts';
 import { tempDir } from '../../helpers.ts';
 import { makePki, quietLogger } from '../konnectivity/fixtures.ts';
@@ -153,4 +154,29 @@ test('a controller that is down is skipped for the next, and a file that is not 
   );
   await assert.rejects(stat(other), /ENOENT/);
   await assert.rejects(stat(`${other}.part`), /ENOENT/);
+});
+
+test('a client that reads nothing is cut off after the idle bound', async (t) => {
+  const pki = await makePki();
+  const dataDir = await tempDir(t, 'kctl-exec-');
+  await mkdir(join(dataDir, 'upgrade'));
+  // Bigger than what the loopback socket buffers hold, so the server has bytes left to send.
+  await writeFile(keptExecutable(dataDir, VERSION), randomBytes(64 * 1024 * 1024));
+  const files = new ExecutableFiles(dataDir, 500);
+  const { serverCert: cert, serverKey: key, ca } = pki;
+  let served!: (finished: boolean) => void;
+  const ended = new Promise<boolean>((resolve) => (served = resolve));
+  const server: Server = createServer({ cert, key, ca, requestCert: true, rejectUnauthorized: false }, (req, res) => {
+    res.on('close', () => served(res.writableFinished));
+    void files.handle(req, res, quietLogger());
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  t.after(() => new Promise<void>((resolve) => server.close(() => resolve())));
+  const url = `https://127.0.0.1:${(server.address() as AddressInfo).port}/v1/executables/${VERSION}`;
+  const node = await pki.nodeCert('w1');
+  const req = request(url, { ca, ...node }, (res) => res.pause()); // a client that stops reading
+  req.on('error', () => undefined);
+  req.end();
+  assert.equal(await ended, false, 'the server sent it all to a client that read nothing');
+  req.destroy();
 });

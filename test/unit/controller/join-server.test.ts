@@ -54,7 +54,7 @@ async function joinEndpoint(t: TestContext) {
       req.on('error', reject);
       req.end(payload);
     });
-  return { port, f, post, lines, raw, store: new ControllerTokenStore(f.kube) };
+  return { port, f, post, lines, raw, store: new ControllerTokenStore(f.kube), component };
 }
 
 test('the join endpoint listens on spec.api.address only', async (t) => {
@@ -108,4 +108,20 @@ test('after 10 bad tokens from one address within a minute it is refused (429) e
   assert.match(String(warns[0]!.msg), /^10 join attempts with a bad token from 127\.0\.0\.1 within 60 s: refusing that address for 60 s$/);
   // The token itself was not used by any of this.
   assert.equal((await store.check(`abc123.${SECRET}`)).token.used, 0);
+});
+
+test('stopping does not wait for a client that keeps a request open (a node gone in the middle of a download)', async (t) => {
+  const { port, component } = await joinEndpoint(t);
+  const { connect: tlsConnect } = await import('node:tls');
+  // Half a request, never finished: the server holds an active connection for it.
+  const socket = tlsConnect({ host: '127.0.0.1', port, rejectUnauthorized: false });
+  await new Promise<void>((resolve, reject) => socket.once('secureConnect', () => resolve()).once('error', reject));
+  socket.write('GET /v1/executables/0.2.0 HTTP/1.1\r\nhost: x\r\n');
+  const closed = new Promise<void>((resolve) => socket.once('close', () => resolve()));
+  socket.on('error', () => undefined);
+  // Node's own bound on an unfinished request is a minute and more; a stop that waited for it would hang here.
+  const HANG_MS = 20_000;
+  const outcome = await Promise.race([component.stop().then(() => 'stopped'), new Promise((r) => setTimeout(r, HANG_MS, 'hung')).then(() => 'hung')]);
+  assert.equal(outcome, 'stopped');
+  await closed;
 });

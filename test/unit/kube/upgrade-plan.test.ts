@@ -19,12 +19,18 @@ const plan: UpgradePlan = {
   readyTimeoutS: 300,
   state: 'active',
   controllers: ['kctl-controller-10-0-0-1', 'kctl-controller-10-0-0-2'],
+  admitted: {},
 };
 
 test('a plan survives the ConfigMap both ways, its reason and resourceVersion too', () => {
   assert.deepEqual(planFromConfigMap(planToConfigMap(plan)), plan);
   const stopped = { ...plan, state: 'stopped' as const, reason: 'c1 was not ready at 0.2.0 within 300 s; rolled back', resourceVersion: '42' };
   assert.deepEqual(planFromConfigMap(planToConfigMap(stopped)), stopped);
+  const nodes = { ...plan, admitted: { w1: '2026-11-26T20:10:00.000Z' } };
+  assert.deepEqual(planFromConfigMap(planToConfigMap(nodes)), nodes);
+  // A plan written before nodes took turns has no admitted field: nobody is admitted.
+  const { admitted: _a, ...older } = planToConfigMap(plan).data!;
+  assert.deepEqual(planFromConfigMap({ metadata: { name: 'kctl-upgrade-plan' }, data: older }).admitted, {});
 });
 
 test('a damaged plan names the field and what to do', () => {
@@ -35,6 +41,7 @@ test('a damaged plan names the field and what to do', () => {
   );
   assert.throws(() => planFromConfigMap({ ...cm, data: { ...cm.data, maxUnavailable: '0' } }), /maxUnavailable is "0", not an integer >= 1/);
   assert.throws(() => planFromConfigMap({ ...cm, data: { ...cm.data, state: 'paused' } }), /state is "paused", not active, done or stopped/);
+  assert.throws(() => planFromConfigMap({ ...cm, data: { ...cm.data, admitted: '["w1"]' } }), /admitted is not an object of node names and times/);
   const { size: _size, ...noSize } = cm.data!;
   assert.throws(() => planFromConfigMap({ ...cm, data: noSize }), /size is missing/);
 });
