@@ -128,19 +128,15 @@ export function nodeView(n: NodeObject): NodeView {
 }
 
 /**
- * Pods a drain evicts: those a controller other than a DaemonSet makes again elsewhere, and not
- * finished or going. A pod of no controller would be gone for good, and a DaemonSet's comes back:
- * they stay, and keep running through the node's restart as every container does.
+ * Pods a drain moves off the node: those a controller other than a DaemonSet makes again
+ * elsewhere, not finished. A pod of no controller would be gone for good, and a DaemonSet's comes
+ * back: they stay, and keep running through the node's restart as every container does. A pod
+ * already going still counts until it is gone: until its kubelet confirms, clients (kubectl exec
+ * deploy/..., Services) may still pick it, so the node must not restart under it.
  */
-export function evictable(p: PodObject): boolean {
+export function drainable(p: PodObject): boolean {
   const owner = p.metadata.ownerReferences?.find((o) => o.controller === true);
-  return (
-    owner !== undefined &&
-    owner.kind !== 'DaemonSet' &&
-    !p.metadata.deletionTimestamp &&
-    p.status?.phase !== 'Succeeded' &&
-    p.status?.phase !== 'Failed'
-  );
+  return owner !== undefined && owner.kind !== 'DaemonSet' && p.status?.phase !== 'Succeeded' && p.status?.phase !== 'Failed';
 }
 
 /** Carries out the nodes' part of a plan with the controller's admin client. */
@@ -195,14 +191,18 @@ export class NodeUpgrades {
     if (n.cordon?.cordoned) this.log.info({ node: n.name }, `node ${n.name}: uncordoned`);
   }
 
-  /** Evicts what may go; true once nothing evictable is left, or the drain timeout has passed. */
+  /** Evicts what may go; true once every drainable pod is gone (deleted, not only going), or the drain timeout has passed. */
   private async drained(node: string, since: string, timeoutS: number): Promise<boolean> {
     const pods = (
       await this.kube.get<{ items: PodObject[] }>(`/api/v1/pods?fieldSelector=${encodeURIComponent(`spec.nodeName=${node}`)}`)
-    ).items.filter(evictable);
+    ).items.filter(drainable);
     if (!pods.length) return true;
     const blocked: string[] = [];
     for (const p of pods) {
+      if (p.metadata.deletionTimestamp) {
+        blocked.push(`${p.metadata.namespace}/${p.metadata.name} (terminating)`);
+        continue;
+      }
       const { namespace, name } = p.metadata;
       try {
         await this.kube.request('POST', `/api/v1/namespaces/${encodeURIComponent(namespace)}/pods/${encodeURIComponent(name)}/eviction`, {

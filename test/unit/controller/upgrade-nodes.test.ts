@@ -2,7 +2,7 @@
 // when the plan stops or is done (controller/upgrade-nodes.ts's nodeStep, decisions only).
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { evictable, nodeStep, nodeView, SILENCE_SLACK_S, type NodeView } from '../../../src/controller/upgrade-nodes.ts';
+import { drainable, nodeStep, nodeView, SILENCE_SLACK_S, type NodeView } from '../../../src/controller/upgrade-nodes.ts';
 import type { UpgradePlan } from '../../../src/kube/upgrade-plan.ts';
 
 const OLD = { version: '0.1.0', kubernetes: 'v1.36.1', etcd: 'v3.6.14' };
@@ -105,7 +105,7 @@ test('NotReady nodes and nodes that do not name a release wait; the plan is done
   assert.equal(left.done, true);
 });
 
-test('a Node object reads into its view; drains evict pods a controller makes again, not DaemonSet pods, pods of no controller or finished ones', () => {
+test('a Node object reads into its view; drains move pods a controller makes again (and wait until they are gone), not DaemonSet pods, pods of no controller or finished ones', () => {
   const v = nodeView({
     metadata: {
       name: 'w1',
@@ -126,10 +126,11 @@ test('a Node object reads into its view; drains evict pods a controller makes ag
   });
   const rs = [{ kind: 'ReplicaSet', controller: true }];
   const pod = (over: object, phase = 'Running') => ({ metadata: { name: 'p', namespace: 'n', ownerReferences: rs, ...over }, status: { phase } });
-  assert.equal(evictable(pod({})), true);
-  assert.equal(evictable(pod({ ownerReferences: [{ kind: 'DaemonSet', controller: true }] })), false);
-  assert.equal(evictable(pod({ ownerReferences: undefined })), false);
-  assert.equal(evictable(pod({ ownerReferences: [{ kind: 'ReplicaSet' }] })), false);
-  assert.equal(evictable(pod({ deletionTimestamp: ago(1) })), false);
-  assert.equal(evictable(pod({}, 'Succeeded')), false);
+  assert.equal(drainable(pod({})), true);
+  assert.equal(drainable(pod({ ownerReferences: [{ kind: 'DaemonSet', controller: true }] })), false);
+  assert.equal(drainable(pod({ ownerReferences: undefined })), false);
+  assert.equal(drainable(pod({ ownerReferences: [{ kind: 'ReplicaSet' }] })), false);
+  // Going, but not gone: the drain waits for it.
+  assert.equal(drainable(pod({ deletionTimestamp: ago(1) })), true);
+  assert.equal(drainable(pod({}, 'Succeeded')), false);
 });
