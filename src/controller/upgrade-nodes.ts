@@ -10,6 +10,7 @@
 import { messageOf } from '../base/errors.ts';
 import type { Logger } from '../base/log.ts';
 import { KubeApiError, type KubeClient } from '../kube/client.ts';
+import { isNodeReady, nodePath, type NodeConditions } from '../kube/nodes.ts';
 import {
   parseMemberUpgrade,
   parseReleaseString,
@@ -87,10 +88,9 @@ export function nodeStep(plan: UpgradePlan, nodes: NodeView[], now: number): Nod
   return step;
 }
 
-interface NodeObject {
+export interface NodeObject extends NodeConditions {
   metadata: { name: string; annotations?: Record<string, string> };
   spec?: { unschedulable?: boolean };
-  status?: { conditions?: { type: string; status: string }[] };
 }
 
 interface PodObject {
@@ -120,7 +120,7 @@ export function nodeView(n: NodeObject): NodeView {
   const cordon = parseCordon(a[CORDON_ANNOTATION]);
   return {
     name: n.metadata.name,
-    ready: n.status?.conditions?.some((c) => c.type === 'Ready' && c.status === 'True') === true,
+    ready: isNodeReady(n),
     ...(release ? { release } : {}),
     ...(upgrade ? { upgrade } : {}),
     ...(cordon ? { cordon } : {}),
@@ -170,9 +170,9 @@ export class NodeUpgrades {
   }
 
   private async cordon(name: string): Promise<void> {
-    const n = await this.kube.get<NodeObject>(`/api/v1/nodes/${encodeURIComponent(name)}`);
+    const n = await this.kube.get<NodeObject>(nodePath(name));
     const cordoned = n.spec?.unschedulable !== true;
-    await this.kube.request('PATCH', `/api/v1/nodes/${encodeURIComponent(name)}`, {
+    await this.kube.request('PATCH', nodePath(name), {
       metadata: { annotations: { [CORDON_ANNOTATION]: JSON.stringify({ since: new Date().toISOString(), cordoned }) } },
       ...(cordoned ? { spec: { unschedulable: true } } : {}),
     });
@@ -181,7 +181,7 @@ export class NodeUpgrades {
 
   private async uncordon(n: NodeView): Promise<void> {
     await this.kube
-      .request('PATCH', `/api/v1/nodes/${encodeURIComponent(n.name)}`, {
+      .request('PATCH', nodePath(n.name), {
         metadata: { annotations: { [CORDON_ANNOTATION]: null } },
         ...(n.cordon?.cordoned ? { spec: { unschedulable: false } } : {}),
       })

@@ -12,21 +12,12 @@ import { sha256OfFile } from '../base/fs.ts';
 import { KCTL_VERSION, type Release } from '../base/version.ts';
 import type { KubeClient } from '../kube/client.ts';
 import { CONTROLLER_LEASE_LABEL, LEASES_PATH, liveControllers, type Lease } from '../kube/controller-leases.ts';
-import {
-  parseMemberUpgrade,
-  parseReleaseString,
-  readUpgradePlan,
-  UPGRADE_ANNOTATION,
-  VERSION_ANNOTATION,
-  writeUpgradePlan,
-  type MemberUpgrade,
-  type UpgradePlan,
-} from '../kube/upgrade-plan.ts';
+import { readUpgradePlan, writeUpgradePlan, type MemberUpgrade, type UpgradePlan } from '../kube/upgrade-plan.ts';
 import { skewProblem } from '../kube/version-skew.ts';
 import { installExecutable } from '../supervisor/handover.ts';
 import type { ClusterConfig } from './config.ts';
 import { keptExecutable, releaseOfExecutable } from '../payload/upgrade-files.ts';
-import { CORDON_ANNOTATION } from './upgrade-nodes.ts';
+import { nodeView, type NodeObject } from './upgrade-nodes.ts';
 
 /** One controller or node as `kctl upgrade status` shows it. */
 export interface MemberStatus {
@@ -48,16 +39,15 @@ export interface UpgradeStatus {
   members: MemberStatus[];
 }
 
-interface NodeObject {
-  metadata: { name: string; annotations?: Record<string, string> };
-  status?: { nodeInfo?: { kubeletVersion?: string } };
+interface NodeWithInfo extends NodeObject {
+  status?: NodeObject['status'] & { nodeInfo?: { kubeletVersion?: string } };
 }
 
 export async function upgradeStatus(kube: KubeClient): Promise<UpgradeStatus> {
   const [plan, leases, nodes] = await Promise.all([
     readUpgradePlan(kube),
     kube.get<{ items: Lease[] }>(`${LEASES_PATH}?labelSelector=${encodeURIComponent(`${CONTROLLER_LEASE_LABEL}=true`)}`),
-    kube.get<{ items: NodeObject[] }>('/api/v1/nodes'),
+    kube.get<{ items: NodeWithInfo[] }>('/api/v1/nodes'),
   ]);
   const controllers: MemberStatus[] = liveControllers(leases.items).map((c) => ({
     kind: 'controller',
@@ -66,15 +56,11 @@ export async function upgradeStatus(kube: KubeClient): Promise<UpgradeStatus> {
     ...(c.upgrade ? { upgrade: c.upgrade } : {}),
   }));
   const workers: MemberStatus[] = nodes.items.map((n) => {
-    const a = n.metadata.annotations ?? {};
-    const release = parseReleaseString(a[VERSION_ANNOTATION]);
-    const upgrade = parseMemberUpgrade(a[UPGRADE_ANNOTATION]);
+    // Read as the controller letting nodes go reads it (upgrade-nodes.ts).
+    const { release, upgrade, cordon } = nodeView(n);
     const kubelet = n.status?.nodeInfo?.kubeletVersion;
     const draining =
-      plan?.state === 'active' &&
-      a[CORDON_ANNOTATION] !== undefined &&
-      !(n.metadata.name in plan.admitted) &&
-      release?.version !== plan.target.version;
+      plan?.state === 'active' && cordon !== undefined && !(n.metadata.name in plan.admitted) && release?.version !== plan.target.version;
     return {
       kind: 'node',
       name: n.metadata.name,

@@ -9,7 +9,7 @@
 // (written before the previous executable started again) stops the plan with its reason. Once
 // every controller runs the target, one of them takes the lease again and lets the nodes go
 // (upgrade-nodes.ts); when every node runs it too, the plan is done.
-import { mkdir, readFile, rm, stat } from 'node:fs/promises';
+import { mkdir, readFile } from 'node:fs/promises';
 import { dirname } from 'node:path';
 import type { Component, ComponentContext, ComponentStatus } from '../base/component.ts';
 import { messageOf } from '../base/errors.ts';
@@ -22,9 +22,9 @@ import { LeaderLease } from '../kube/leader-lease.ts';
 import { readUpgradePlan, writeUpgradePlan, type MemberUpgrade, type UpgradePlan } from '../kube/upgrade-plan.ts';
 import { skewProblem } from '../kube/version-skew.ts';
 import { downloadExecutable } from '../payload/download.ts';
-import { describedProblem, executableUrl, keptExecutable, outcomeFile, readOutcome, releaseOfExecutable } from '../payload/upgrade-files.ts';
+import { describedProblem, executableUrl, keepForRollback, keptExecutable, readOutcome, releaseOfExecutable } from '../payload/upgrade-files.ts';
 import type { PkiPaths } from '../pki/index.ts';
-import { installExecutable, type RestartRequest } from '../supervisor/handover.ts';
+import type { RestartRequest } from '../supervisor/handover.ts';
 import type { ClusterConfig } from './config.ts';
 import { NodeUpgrades } from './upgrade-nodes.ts';
 
@@ -171,9 +171,7 @@ export class ControllerUpgradeComponent implements Component {
       return;
     }
     // The executable running now stays for a rollback (and for `kctl reset` to remove).
-    const previous = keptExecutable(this.o.dataDir, this.o.release.version);
-    if (!(await stat(previous).catch(() => null))) await installExecutable(installed, previous);
-    await rm(outcomeFile(this.o.dataDir), { force: true });
+    const previous = await keepForRollback(this.o.dataDir, installed, this.o.release.version);
     this.report(t.version, 'restarting');
     await this.upgradeLease(plan).tryAcquireOrRenew();
     this.o.restart.request(

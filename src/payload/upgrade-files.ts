@@ -3,11 +3,12 @@
 // plan`, and the previous one, kept for a rollback), and outcome.json, which a rollback writes
 // before the previous executable starts again so that it can report why.
 import { execa } from 'execa';
-import { readFile } from 'node:fs/promises';
+import { readFile, rm, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import { messageOf, UserError } from '../base/errors.ts';
 import { writeFileAtomic } from '../base/fs.ts';
 import { parseVersion, type Release } from '../base/version.ts';
+import { installExecutable } from '../supervisor/handover.ts';
 
 /** Where a controller's join endpoint serves executables (controller/executables.ts). */
 export const EXECUTABLES_PATH = '/v1/executables/';
@@ -41,6 +42,18 @@ export async function readOutcome(dataDir: string): Promise<UpgradeOutcome | und
   } catch {
     return undefined;
   }
+}
+
+/**
+ * Before a restart into another version: keeps `installed` (the executable running now, at
+ * `version`) under the data dir for a rollback, unless a copy is there already, and clears the
+ * last outcome. Returns the kept copy's path.
+ */
+export async function keepForRollback(dataDir: string, installed: string, version: string): Promise<string> {
+  const previous = keptExecutable(dataDir, version);
+  if (!(await stat(previous).catch(() => null))) await installExecutable(installed, previous);
+  await rm(outcomeFile(dataDir), { force: true });
+  return previous;
 }
 
 /** The release a kctl executable carries, from its own `version -o json`. */

@@ -17,6 +17,7 @@ import { messageOf } from '../base/errors.ts';
 import { writeFileAtomic } from '../base/fs.ts';
 import type { Logger } from '../base/log.ts';
 import type { KubeClient } from '../kube/client.ts';
+import { nodePath } from '../kube/nodes.ts';
 import { CA_BUNDLE_ANNOTATION } from '../kube/controller-leases.ts';
 import {
   bundleHash,
@@ -126,7 +127,7 @@ export class CaTrustComponent implements Component {
     }
     const hash = bundleHash(bundle);
     if (this.published !== hash) {
-      await this.o.kube.request('PATCH', `/api/v1/nodes/${encodeURIComponent(this.o.nodeName)}`, {
+      await this.o.kube.request('PATCH', nodePath(this.o.nodeName), {
         metadata: { annotations: { [CA_BUNDLE_ANNOTATION]: hash } },
       });
       this.published = hash;

@@ -23,6 +23,7 @@ import { writeOutcome } from '../payload/upgrade-files.ts';
 import { RestartRequest, restartForUpgrade } from '../supervisor/handover.ts';
 import { pollUntil } from '../base/probe.ts';
 import { parseMemberUpgrade, UPGRADE_ANNOTATION } from '../kube/upgrade-plan.ts';
+import { isNodeReady, nodePath, type NodeConditions } from '../kube/nodes.ts';
 import { readyAtVersion, StatusServerComponent, type StatusReport } from '../base/status-server.ts';
 import type { Component } from '../base/component.ts';
 import { ComponentManager } from '../base/manager.ts';
@@ -128,7 +129,7 @@ async function nodeReadyAt(kube: KubeClient, nodeName: string, socket: string, t
     signal,
     `node ${nodeName} Ready at kctl ${target}`,
     async () => {
-      const n = await kube.get<Node>(`/api/v1/nodes/${encodeURIComponent(nodeName)}`);
+      const n = await kube.get<Node>(nodePath(nodeName));
       const u = parseMemberUpgrade(n.metadata.annotations?.[UPGRADE_ANNOTATION]);
       if (u?.target !== target || u.state !== 'done') throw new Error(`the node says ${u ? `${u.state} (${u.target})` : 'nothing'}`);
     },
@@ -259,10 +260,8 @@ export function workerComponents(o: WorkerRoleOptions): Component[] {
 
 /** Polls the node's Ready condition until it is True (true) or a stop was requested (false). */
 async function waitNodeReady(kube: KubeClient, nodeName: string, stopRequested: () => boolean): Promise<boolean> {
-  type Node = { status?: { conditions?: { type: string; status: string }[] } };
   while (!stopRequested()) {
-    const node = await kube.request<Node>('GET', `/api/v1/nodes/${encodeURIComponent(nodeName)}`).catch(() => undefined);
-    if (node?.status?.conditions?.some((c) => c.type === 'Ready' && c.status === 'True')) return true;
+    if (isNodeReady(await kube.get<NodeConditions>(nodePath(nodeName)).catch(() => undefined))) return true;
     await sleep(1000);
   }
   return false;

@@ -7,8 +7,7 @@
 // as the target, keeps its own executable for a rollback, and asks the role to restart into the
 // new one. Back at the target and Ready, it reports done. Every report goes on the node's own
 // Node object, with the node's own credentials: a hostile node can lie about itself only.
-import { mkdir, rm, stat } from 'node:fs/promises';
-import { readFile } from 'node:fs/promises';
+import { mkdir, readFile, rm } from 'node:fs/promises';
 import { dirname } from 'node:path';
 import type { Component, ComponentContext, ComponentStatus } from '../base/component.ts';
 import { messageOf } from '../base/errors.ts';
@@ -17,6 +16,7 @@ import type { Logger } from '../base/log.ts';
 import type { Release } from '../base/version.ts';
 import type { KubeClient } from '../kube/client.ts';
 import type { LiveController } from '../kube/controller-leases.ts';
+import { isNodeReady, nodePath, type NodeConditions } from '../kube/nodes.ts';
 import {
   readUpgradePlan,
   releaseString,
@@ -27,8 +27,8 @@ import {
 } from '../kube/upgrade-plan.ts';
 import { skewProblem } from '../kube/version-skew.ts';
 import { downloadExecutable } from '../payload/download.ts';
-import { describedProblem, executableUrl, keptExecutable, outcomeFile, readOutcome, releaseOfExecutable } from '../payload/upgrade-files.ts';
-import { installExecutable, type RestartRequest } from '../supervisor/handover.ts';
+import { describedProblem, executableUrl, keepForRollback, keptExecutable, readOutcome, releaseOfExecutable } from '../payload/upgrade-files.ts';
+import type { RestartRequest } from '../supervisor/handover.ts';
 import type { ControllerFollower } from './controller-watch.ts';
 
 const CHECK_EVERY_MS = 5_000;
@@ -46,10 +46,6 @@ export interface NodeUpgradeOptions {
   caCert: string;
   clientPem: string;
   restart: RestartRequest;
-}
-
-interface NodeObject {
-  status?: { conditions?: { type: string; status: string }[] };
 }
 
 export class NodeUpgradeComponent implements Component, ControllerFollower {
@@ -110,15 +106,14 @@ export class NodeUpgradeComponent implements Component, ControllerFollower {
     };
     const text = JSON.stringify({ ...annotations, [UPGRADE_ANNOTATION]: this.state && { ...this.state, at: undefined } });
     if (!force && text === this.reported && Date.now() - this.reportedAt < RENAME_EVERY_MS) return;
-    await this.o.kube.request('PATCH', `/api/v1/nodes/${encodeURIComponent(this.o.nodeName)}`, { metadata: { annotations } });
+    await this.o.kube.request('PATCH', nodePath(this.o.nodeName), { metadata: { annotations } });
     if (!this.reported) this.log.info({ release: annotations[VERSION_ANNOTATION] }, 'the node names the kctl release it runs');
     this.reported = text;
     this.reportedAt = Date.now();
   }
 
   private async nodeReady(): Promise<boolean> {
-    const n = await this.o.kube.get<NodeObject>(`/api/v1/nodes/${encodeURIComponent(this.o.nodeName)}`);
-    return n.status?.conditions?.some((c) => c.type === 'Ready' && c.status === 'True') === true;
+    return isNodeReady(await this.o.kube.get<NodeConditions>(nodePath(this.o.nodeName)));
   }
 
   private async tick(): Promise<void> {
@@ -195,9 +190,7 @@ export class NodeUpgradeComponent implements Component, ControllerFollower {
     // The turn may have been given to another node meanwhile (this one was cut off): wait for the next.
     const now = await readUpgradePlan(this.o.kube, this.abort.signal);
     if (now?.state !== 'active' || now.target.version !== t.version || !(this.o.nodeName in now.admitted)) return;
-    const previous = keptExecutable(this.o.dataDir, this.o.release.version);
-    if (!(await stat(previous).catch(() => null))) await installExecutable(installed, previous);
-    await rm(outcomeFile(this.o.dataDir), { force: true });
+    const previous = await keepForRollback(this.o.dataDir, installed, this.o.release.version);
     this.set(t.version, 'restarting');
     await this.report(true);
     this.o.restart.request(
