@@ -6,9 +6,10 @@
 // side by side with the rest, all at once, in a second
 // test process whose report is printed when the main run is done. Such a file uses its own lab
 // (its own names, nothing in the root namespace) and never touches processes it did not start.
-import { spawn } from 'node:child_process';
+import { type ChildProcess, spawn } from 'node:child_process';
 import { readdirSync, statSync } from 'node:fs';
 import { join, relative } from 'node:path';
+import { failureSummary } from './failures.ts';
 
 const root = new URL('..', import.meta.url).pathname;
 
@@ -39,6 +40,20 @@ const testArgs = (timeoutMs: number, concurrency: number, files: string[]): stri
   ...files,
 ];
 
+/** A test process's exit status and output; `echo` also passes the output on as it comes. */
+function collect(child: ChildProcess, echo = false): Promise<{ status: number; output: string }> {
+  const chunks: Buffer[] = [];
+  child.stdout!.on('data', (c: Buffer) => {
+    chunks.push(c);
+    if (echo) process.stdout.write(c);
+  });
+  child.stderr!.on('data', (c: Buffer) => {
+    chunks.push(c);
+    if (echo) process.stderr.write(c);
+  });
+  return new Promise((resolve) => child.on('close', (code) => resolve({ status: code ?? 1, output: Buffer.concat(chunks).toString() })));
+}
+
 const only = process.argv.slice(2);
 const suites = only.length ? only : ['test/unit', 'test/e2e', 'bench'];
 const files = suites.flatMap((s) => (s.endsWith('.ts') ? [s] : testFiles(join(root, s))));
@@ -55,10 +70,7 @@ if (long.length) {
     stdio: ['ignore', 'pipe', 'pipe'],
     env: { ...process.env, FORCE_COLOR: '0' },
   });
-  const chunks: Buffer[] = [];
-  child.stdout.on('data', (c: Buffer) => chunks.push(c));
-  child.stderr.on('data', (c: Buffer) => chunks.push(c));
-  longDone = new Promise((resolve) => child.on('close', (code) => resolve({ status: code ?? 1, report: Buffer.concat(chunks).toString() })));
+  longDone = collect(child).then(({ status, output }) => ({ status, report: output }));
 }
 // The upgrade tests need the test builds (an older kctl with the previous Kubernetes release, one
 // that cannot start: assets/build-test-kctls.ts). On a fresh machine the older Kubernetes takes
@@ -79,18 +91,25 @@ const built = upgrade.length
       child.on('close', (code) => resolve({ status: code ?? 1, output }));
     })
   : Promise.resolve({ status: 0, output: '' });
-const serially = (group: string[]) =>
-  new Promise<number>((resolve) =>
-    spawn(process.execPath, testArgs(TEST_TIMEOUT_MS, 1, group), { cwd: root, stdio: 'inherit' }).on('close', (code) => resolve(code ?? 1)),
-  );
+/** What each group's failures said, printed again at the very end, where a log's tail shows them. */
+const failures: string[] = [];
+const serially = async (name: string, group: string[]): Promise<number> => {
+  const child = spawn(process.execPath, testArgs(TEST_TIMEOUT_MS, 1, group), { cwd: root, stdio: ['ignore', 'pipe', 'pipe'] });
+  const { status, output } = await collect(child, true);
+  if (status !== 0) failures.push(failureSummary(name, output));
+  return status;
+};
 // Asynchronous, so the long tests' report keeps draining while this runs.
-let main = rest.length ? await serially(rest) : 0;
+let main = rest.length ? await serially('main run', rest) : 0;
 if (upgrade.length) {
   const b = await built;
   process.stdout.write(`\n# the test builds (for ${upgrade.join(', ')}):\n${b.output.split('\n').slice(-6).join('\n')}\n`);
-  const ran = b.status === 0 ? await serially(upgrade) : b.status;
+  if (b.status !== 0) failures.push(`# the test builds failed (exit ${b.status}):\n${b.output.split('\n').slice(-20).join('\n')}`);
+  const ran = b.status === 0 ? await serially('upgrade tests', upgrade) : b.status;
   if (main === 0) main = ran;
 }
 const side = await longDone;
 if (long.length) process.stdout.write(`\n# long tests (${long.join(', ')}):\n${side.report}`);
+if (side.status !== 0) failures.push(failureSummary('long tests', side.report));
+if (failures.length) process.stdout.write(`\n# what failed, in short (stack frames left out):\n${failures.join('\n')}\n`);
 process.exit(main !== 0 ? main : side.status);
