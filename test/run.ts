@@ -62,54 +62,60 @@ const long = files.filter((f) => f.endsWith('.long.test.ts'));
 const upgrade = files.filter((f) => needsTestBuilds(f) && !long.includes(f));
 const rest = files.filter((f) => !f.endsWith('.long.test.ts') && !upgrade.includes(f));
 
-let longDone: Promise<{ status: number; report: string }> = Promise.resolve({ status: 0, report: '' });
-if (long.length) {
-  process.stdout.write(`# running beside the others, report at the end: ${long.join(', ')}\n`);
-  const child = spawn(process.execPath, testArgs(LONG_TEST_TIMEOUT_MS, long.length, long), {
+/** What each group's failures said, printed again at the very end, where a log's tail shows them. */
+const failures: string[] = [];
+/** One test process; `echo` passes its output on as it comes, else it is printed as a report at the end. */
+async function testRun(
+  name: string,
+  group: string[],
+  opts: { timeoutMs: number; concurrency: number; echo: boolean },
+): Promise<{ status: number; report: string }> {
+  if (!group.length) return { status: 0, report: '' };
+  const child = spawn(process.execPath, testArgs(opts.timeoutMs, opts.concurrency, group), {
     cwd: root,
     stdio: ['ignore', 'pipe', 'pipe'],
     env: { ...process.env, FORCE_COLOR: '0' },
   });
-  longDone = collect(child).then(({ status, output }) => ({ status, report: output }));
+  const { status, output } = await collect(child, opts.echo);
+  if (status !== 0) failures.push(failureSummary(name, output));
+  return { status, report: opts.echo ? '' : `\n# ${name} (${group.join(', ')}):\n${output}` };
 }
+
 // The upgrade tests need the test builds (an older kctl with the previous Kubernetes release, one
 // that cannot start: assets/build-test-kctls.ts). On a fresh machine the older Kubernetes takes
 // about 10 minutes to compile, so they are built beside the main run from its start, at the lowest
 // CPU and I/O priority: at full priority, writing three 160 MB executables stalled the tests that
 // start their clusters at the same time (two long tests saw logs and exec fail for 35 s at once).
-// The upgrade tests run after the main run, one at a time like it: they start five hosts and
-// restart every member of a cluster, which loads the machine more than the tests beside allow.
 const built = upgrade.length
   ? new Promise<{ status: number; output: string }>((resolve) => {
       const child = spawn('nice', ['-n', '19', 'ionice', '-c', '3', 'npx', 'tsx', 'assets/build-test-kctls.ts'], {
         cwd: root,
         stdio: ['ignore', 'pipe', 'pipe'],
       });
-      let output = '';
-      child.stdout.on('data', (c: Buffer) => (output += c.toString()));
-      child.stderr.on('data', (c: Buffer) => (output += c.toString()));
-      child.on('close', (code) => resolve({ status: code ?? 1, output }));
+      collect(child).then(resolve, (e: Error) => resolve({ status: 1, output: e.message }));
     })
   : Promise.resolve({ status: 0, output: '' });
-/** What each group's failures said, printed again at the very end, where a log's tail shows them. */
-const failures: string[] = [];
-const serially = async (name: string, group: string[]): Promise<number> => {
-  const child = spawn(process.execPath, testArgs(TEST_TIMEOUT_MS, 1, group), { cwd: root, stdio: ['ignore', 'pipe', 'pipe'] });
-  const { status, output } = await collect(child, true);
-  if (status !== 0) failures.push(failureSummary(name, output));
-  return status;
-};
-// Asynchronous, so the long tests' report keeps draining while this runs.
-let main = rest.length ? await serially('main run', rest) : 0;
-if (upgrade.length) {
+
+// Beside the main run: the long tests all at once (they mostly wait on the clock), then the
+// upgrade tests one at a time. Those start five hosts and restart every member of a cluster, so
+// they wait until the long tests' clusters are gone; the main run is then about half done.
+if (long.length || upgrade.length) process.stdout.write(`# running beside the others, report at the end: ${[...long, ...upgrade].join(', ')}\n`);
+const beside = (async () => {
+  const longRun = await testRun('long tests', long, { timeoutMs: LONG_TEST_TIMEOUT_MS, concurrency: long.length, echo: false });
+  if (!upgrade.length) return { status: longRun.status, report: longRun.report };
   const b = await built;
-  process.stdout.write(`\n# the test builds (for ${upgrade.join(', ')}):\n${b.output.split('\n').slice(-6).join('\n')}\n`);
-  if (b.status !== 0) failures.push(`# the test builds failed (exit ${b.status}):\n${b.output.split('\n').slice(-20).join('\n')}`);
-  const ran = b.status === 0 ? await serially('upgrade tests', upgrade) : b.status;
-  if (main === 0) main = ran;
-}
-const side = await longDone;
-if (long.length) process.stdout.write(`\n# long tests (${long.join(', ')}):\n${side.report}`);
-if (side.status !== 0) failures.push(failureSummary('long tests', side.report));
+  let report = `${longRun.report}\n# the test builds (for ${upgrade.join(', ')}):\n${b.output.split('\n').slice(-6).join('\n')}\n`;
+  if (b.status !== 0) {
+    failures.push(`## the test builds failed (exit ${b.status}):\n${b.output.split('\n').slice(-20).join('\n')}`);
+    return { status: b.status, report };
+  }
+  const upgradeRun = await testRun('upgrade tests', upgrade, { timeoutMs: TEST_TIMEOUT_MS, concurrency: 1, echo: false });
+  report += upgradeRun.report;
+  return { status: longRun.status || upgradeRun.status, report };
+})();
+// Asynchronous, so the reports beside keep draining while this runs.
+const main = await testRun('main run', rest, { timeoutMs: TEST_TIMEOUT_MS, concurrency: 1, echo: true });
+const side = await beside;
+process.stdout.write(side.report);
 if (failures.length) process.stdout.write(`\n# what failed, in short (stack frames left out):\n${failures.join('\n')}\n`);
-process.exit(main !== 0 ? main : side.status);
+process.exit(main.status || side.status);

@@ -37,6 +37,15 @@ const PARTITION_MS = 30_000;
  * `npm run bench -- --wan`, where timing belongs.
  */
 const EXEC_AFTER_HEAL_MS = 30_000;
+
+/** True for a log line (pino JSON) written at `since` or later. */
+function loggedSince(line: string, since: number): boolean {
+  try {
+    return Date.parse((JSON.parse(line) as { time?: string }).time ?? '') >= since;
+  } catch {
+    return false;
+  }
+}
 const MOVE_BOUND_MS = 40_000;
 
 test('over an edge link: a 30 s partition keeps the node Ready and exec works again soon after the heal; a vanished controller is left; a 5-minute partition evicts only what tolerates less', async (t: TestContext) => {
@@ -246,12 +255,29 @@ test('over an edge link: a 30 s partition keeps the node Ready and exec works ag
   assert.equal(await uid('p-w1'), keptUid, 'the pod with the default toleration is still there after the heal');
   // Ready comes through the API balancer; the tunnel may come back a little later (within the
   // same bound as after the 30 s partition).
+  const afterLongHeal: string[] = [];
+  const longHealedAt = Date.now();
   await waitFor(
     "logs and exec on w1's kept pod after the heal",
     EXEC_AFTER_HEAL_MS,
-    async () => (await logsAndExec(kubectl, 'p-w1', 'hello-w1')).every((r) => r.ok),
-    undefined,
+    async () => {
+      const results = await logsAndExec(kubectl, 'p-w1', 'hello-w1');
+      for (const r of results.filter((r) => !r.ok)) afterLongHeal.push(`${((r.at - longHealedAt) / 1000).toFixed(1)} s after Ready: ${r.what}`);
+      return results.every((r) => r.ok);
+    },
+    () =>
+      [
+        ...afterLongHeal.slice(-8),
+        "w1's konnectivity agent and API balancer since the heal:",
+        ...procs
+          .w1!.lines(/konnectivity-agent|api-balancer/)
+          .filter((l) => loggedSince(l, longHealedAt - 60_000))
+          .slice(-30),
+      ].join('\n'),
     1_000,
+  );
+  t.diagnostic(
+    `after the 5-minute partition: w1 Ready and its pod answering logs and exec ${((Date.now() - longHealedAt) / 1000).toFixed(1)} s after Ready`,
   );
   await waitFor('the evicted pod is gone once its node hears of it', 120_000, async () => (await kubectl(['get', 'pod', 'p-short'])).exitCode !== 0);
   for (const name of workers) assert.equal(procs[name]!.child.exitCode, null, `${name}'s kctl worker kept running`);
