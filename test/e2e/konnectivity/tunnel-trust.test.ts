@@ -23,6 +23,7 @@ import { decodeTokenFor } from '../../../src/join/token.ts';
 import { workerPaths } from '../../../src/worker/paths.ts';
 import { pkiPaths } from '../../../src/pki/index.ts';
 import { upstreamBin } from '../lab/upstream.ts';
+import { podStory } from '../lab/probe.ts';
 import { waitFor } from '../lab/wait.ts';
 
 const ROUNDS = 50;
@@ -350,7 +351,13 @@ test('a compromised node and a leaked worker token get nothing of anyone else; i
     const logs = await c.kubectl(['logs', 'talker']);
     assert.equal(String(logs.stdout).trim(), 'started', `round ${i}: logs ${String(logs.stderr)}`);
     const exec = await c.kubectl(['exec', 'talker', '--', 'echo', `round-${i}`]);
-    assert.equal(String(exec.stdout).trim(), `round-${i}`, `round ${i}: exec ${String(exec.stderr)}`);
+    if (String(exec.stdout).trim() !== `round-${i}`)
+      assert.fail(
+        `round ${i}: exec ${String(exec.stderr)}\n${await podStory(c.kubectl, 'talker')}\nw1's worker on its components:\n${worker
+          .lines(/restart|exited|probe/i)
+          .slice(-15)
+          .join('\n')}`,
+      );
   }
   assert.equal(impostorKctl.saw('"msg":"dialing target"'), false, 'the kctl impostor was sent a dial');
   assert.equal(stolen?.saw('"msg":"dialing target"'), false, "the agent with w2's credentials was sent a dial");
@@ -437,7 +444,13 @@ test('a compromised node and a leaked worker token get nothing of anyone else; i
       const logs = await c.kubectl(['logs', 'talker']);
       assert.equal(String(logs.stdout).trim(), 'started', `${what} ${i}: logs ${String(logs.stderr)}`);
       const exec = await c.kubectl(['exec', 'talker', '--', 'echo', `${what}-${i}`]);
-      assert.equal(String(exec.stdout).trim(), `${what}-${i}`, `${what} ${i}: exec ${String(exec.stderr)}`);
+      if (String(exec.stdout).trim() !== `${what}-${i}`)
+        assert.fail(
+          `${what} ${i}: exec ${String(exec.stderr)}\n${await podStory(c.kubectl, 'talker')}\nw1's worker on its components:\n${worker
+            .lines(/restart|exited|probe/i)
+            .slice(-15)
+            .join('\n')}`,
+        );
     }
   };
 

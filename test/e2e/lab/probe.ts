@@ -37,3 +37,13 @@ export function longestFailureStreak(results: ProbeResult[], now = Date.now()): 
   }
   return since === undefined ? { longest } : { longest: Math.max(longest, now - since), stillFailing: since };
 }
+
+/**
+ * What became of a pod, for a failure message: its containers' states, restarts and last
+ * termination, and its events (a container that restarted or a sandbox made again shows here).
+ */
+export async function podStory(kubectl: (args: string[]) => Promise<Result>, pod: string): Promise<string> {
+  const statuses = await kubectl(['get', 'pod', pod, '-o', 'jsonpath={.status.containerStatuses}']);
+  const events = await kubectl(['get', 'events', '--field-selector', `involvedObject.name=${pod}`, '--sort-by=.lastTimestamp']);
+  return `pod ${pod}'s containers: ${String(statuses.stdout || statuses.stderr).trim()}\nits events:\n${String(events.stdout || events.stderr).trim()}`;
+}
