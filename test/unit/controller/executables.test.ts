@@ -180,3 +180,78 @@ test('a client that reads nothing is cut off after the idle bound', async (t) =>
   assert.equal(await ended, false, 'the server sent it all to a client that read nothing');
   req.destroy();
 });
+
+/** An executables endpoint on loopback serving `bytes` random bytes, with the given limits. */
+async function limited(t: TestContext, bytes: number, limits: ConstructorParameters<typeof ExecutableFiles>[2]) {
+  const pki = await makePki();
+  const dataDir = await tempDir(t, 'kctl-exec-');
+  await mkdir(join(dataDir, 'upgrade'));
+  await writeFile(keptExecutable(dataDir, VERSION), randomBytes(bytes));
+  const files = new ExecutableFiles(dataDir, 60_000, limits);
+  const closed: boolean[] = [];
+  const { serverCert: cert, serverKey: key, ca } = pki;
+  const server: Server = createServer({ cert, key, ca, requestCert: true, rejectUnauthorized: false }, (req, res) => {
+    res.on('close', () => closed.push(res.writableFinished));
+    void files.handle(req, res, quietLogger());
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  t.after(() => new Promise<void>((resolve) => server.close(() => resolve())));
+  server.unref();
+  const url = `https://127.0.0.1:${(server.address() as AddressInfo).port}/v1/executables/${VERSION}`;
+  /** A download that stops reading after its first bytes: it stays in progress on the server. */
+  const stalled = (tls: { ca: string; cert: string; key: string }) =>
+    new Promise<() => void>((resolve) => {
+      const req = request(url, tls, (res) => res.once('data', () => (res.pause(), resolve(() => req.destroy()))));
+      req.on('error', () => undefined);
+      req.end();
+    });
+  return { pki, url, ca, closed, stalled };
+}
+
+test('one download per client: a new request replaces the one in progress; a controller serves a bounded number at once', async (t) => {
+  const s = await limited(t, 64 * 1024 * 1024, { maxDownloads: 2 });
+  const w1 = { ca: s.ca, ...(await s.pki.nodeCert('w1')) };
+  const w2 = { ca: s.ca, ...(await s.pki.nodeCert('w2')) };
+  const w3 = { ca: s.ca, ...(await s.pki.nodeCert('w3')) };
+  const first = await s.stalled(w1);
+  t.after(first);
+  const again = await s.stalled(w1); // the same node again (a resume, or a leaked certificate)
+  t.after(again);
+  await waitUntil(() => s.closed.length === 1);
+  assert.deepEqual(s.closed, [false], 'the earlier download of w1 was cut when its next began');
+  const other = await s.stalled(w2);
+  t.after(other);
+  const busy = await get(s.url, w3);
+  assert.equal(busy.status, 429);
+  assert.equal(busy.headers['retry-after'], '15');
+  assert.match(busy.body.toString(), /serves 2 downloads already; retry in 15 s or at another controller/);
+  other();
+  await waitUntil(() => s.closed.length === 3);
+  assert.equal((await get(s.url, w3, { range: 'bytes=0-99' })).status, 206, 'a place came free');
+  first();
+  again();
+});
+
+test("a client fetches at most the hour's budget of bytes; other clients and the next hour are not held back", async (t) => {
+  let now = 1_000_000;
+  const s = await limited(t, 1024 * 1024, { filesPerHour: 2, now: () => now });
+  const w1 = { ca: s.ca, ...(await s.pki.nodeCert('w1')) };
+  const w2 = { ca: s.ca, ...(await s.pki.nodeCert('w2')) };
+  for (let i = 0; i < 2; i++) assert.equal((await get(s.url, w1)).status, 200, `download ${i}`);
+  now += 60_000;
+  const refused = await get(s.url, w1, { range: 'bytes=1000-' });
+  assert.equal(refused.status, 429);
+  assert.equal(refused.headers['retry-after'], String(3600 - 60));
+  assert.match(refused.body.toString(), /system:node:w1 fetched 2 files' worth of kctl executables in the last hour; retry in 3540 s/);
+  assert.equal((await get(s.url, w2)).status, 200, 'another node is not held back');
+  // The controllers' shared admin certificate counts towards nothing but the cap.
+  const admin = { ca: s.ca, ...(await s.pki.clientCert({ commonName: 'kctl-admin', organizations: ['system:masters'] })) };
+  for (let i = 0; i < 3; i++) assert.equal((await get(s.url, admin)).status, 200, `admin download ${i}`);
+  now += 3_540_000;
+  assert.equal((await get(s.url, w1)).status, 200, 'a new hour');
+});
+
+async function waitUntil(check: () => boolean): Promise<void> {
+  for (let i = 0; i < 200 && !check(); i++) await new Promise((r) => setTimeout(r, 25));
+  assert.ok(check(), 'timed out');
+}
