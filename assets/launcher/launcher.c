@@ -287,18 +287,46 @@ static int in_use(const char *file) {
   return used;
 }
 
+static int is_build_dir(const char *name) { return strlen(name) == 64 && strspn(name, "0123456789abcdef") == 64; }
+
+/**
+ * The other build whose runtime was checked last (the newest stamp): the build an upgrade came
+ * from, which a rollback starts again. Empty when there is none.
+ */
+static void newest_other(const char *dir, const char *self, char out[65]) {
+  out[0] = 0;
+  DIR *d = opendir(dir);
+  if (!d) return;
+  struct dirent *e;
+  struct stat st;
+  char stamp[PATH_BUF];
+  struct timespec newest = {0, 0};
+  while ((e = readdir(d))) {
+    if (!is_build_dir(e->d_name) || strcmp(e->d_name, self) == 0) continue;
+    snprintf(stamp, sizeof stamp, "%s/%s/kctl.stamp", dir, e->d_name);
+    if (stat(stamp, &st) != 0) continue;
+    if (!out[0] || st.st_mtim.tv_sec > newest.tv_sec || (st.st_mtim.tv_sec == newest.tv_sec && st.st_mtim.tv_nsec > newest.tv_nsec)) {
+      newest = st.st_mtim;
+      memcpy(out, e->d_name, 65);
+    }
+  }
+  closedir(d);
+}
+
 /**
  * After an upgrade unpacked a new runtime: removes the runtimes of other kctl builds that no
- * process runs, so upgrades do not pile up ~110 MB each. A build started later unpacks its own
- * again.
+ * process runs, so upgrades do not pile up ~110 MB each, but keeps the previous build's (a
+ * rollback starts it without unpacking). A build started later unpacks its own again.
  */
 static void prune_others(const char *dir, const char *keep) {
+  char previous[65];
+  newest_other(dir, keep, previous);
   DIR *d = opendir(dir);
   if (!d) return;
   struct dirent *e;
   char file[PATH_BUF], other[PATH_BUF - 16];
   while ((e = readdir(d))) {
-    if (strlen(e->d_name) != 64 || strspn(e->d_name, "0123456789abcdef") != 64 || strcmp(e->d_name, keep) == 0) continue;
+    if (!is_build_dir(e->d_name) || strcmp(e->d_name, keep) == 0 || strcmp(e->d_name, previous) == 0) continue;
     snprintf(other, sizeof other, "%s/%s", dir, e->d_name);
     // A launcher of that build between its check and its exec holds a shared lock: leave it be.
     int fd = open(other, O_RDONLY | O_DIRECTORY | O_CLOEXEC);

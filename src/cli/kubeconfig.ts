@@ -9,9 +9,8 @@ import { parseExpiry } from '../controller/tokens.ts';
 import { credentialsFromKubeconfig, KubeClient } from '../kube/client.ts';
 import { pkiPaths } from '../pki/index.ts';
 import { componentLogger, createLogger } from '../base/log.ts';
-import { findPayload } from '../payload/payload.ts';
-import { stageComponents } from '../payload/stage.ts';
-import { KCTL_VERSION } from '../base/version.ts';
+import { stageOwn } from '../payload/stage-child.ts';
+import { CURRENT } from '../payload/versions.ts';
 import { UserError } from '../base/errors.ts';
 import { globals } from './support/globals.ts';
 
@@ -125,11 +124,11 @@ export function kubectlCommand(program: Command): void {
     .action(async (_args: string[], _opts: unknown, cmd: Command) => {
       const args = kubectlArgs;
       const g = globals(cmd);
-      const kubectl = join(g.binDir, 'kubectl');
+      let kubectl = join(g.binRoot, CURRENT, 'kubectl');
       if (!existsSync(kubectl)) {
         // Logs on stderr: stdout is kubectl's.
         const log = createLogger({ debug: g.debug, destination: process.stderr });
-        await stageComponents(await findPayload(KCTL_VERSION), g.binDir, ['controller'], componentLogger(log, 'stage'));
+        kubectl = join(await stageOwn(g.binRoot, ['controller'], componentLogger(log, 'stage')), 'kubectl');
       }
       const env: Record<string, string> = {};
       const explicit = process.env.KUBECONFIG || args.some((a) => a === '--kubeconfig' || a.startsWith('--kubeconfig='));

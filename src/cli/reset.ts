@@ -113,7 +113,7 @@ export function resetCommand(program: Command): void {
             await resetWorker(
               wp,
               {
-                cgroupRoot: id ? kubeletCgroupRoot(id.nodeName) : '/kctl/none',
+                cgroupRoot: id ? kubeletCgroupRoot(wp, id.nodeName) : '/kctl/none',
                 bridge: CNI_BRIDGE,
                 removeRoutes: () => cleanupNetwork(wp),
               },

@@ -25,8 +25,7 @@ import { sha256OfFile } from '../base/fs.ts';
 import type { Logger } from '../base/log.ts';
 import { KCTL_VERSION } from '../base/version.ts';
 import { etcdClientUrl } from '../etcd/etcd.ts';
-import { findPayload } from '../payload/payload.ts';
-import { stageComponents } from '../payload/stage.ts';
+import { stageOwn } from '../payload/stage-child.ts';
 import { pkiPaths } from '../pki/index.ts';
 import { liveOwner } from '../supervisor/owner.ts';
 import { BackupCipherError, cipherStream, isEncryptedArchive, Opener, readBackupKey, Sealer } from './backup-cipher.ts';
@@ -226,11 +225,11 @@ export async function restoreController(o: { archive: string; dataDir: string; l
     await cp(join(unpacked, CONFIG), join(data, CONFIG));
     const cfg = await effectiveConfig(data);
     if (manifest.storage.datastore === 'etcd-snapshot') {
-      await stageComponents(await findPayload(KCTL_VERSION), paths.binDir, ['controller'], o.log);
+      const binDir = await stageOwn(paths.binRoot, ['controller'], o.log);
       const peer = httpsUrl(cfg.spec.api.address, cfg.spec.storage.etcd.peerPort);
       const name = hostname();
       const r = await execa(
-        join(paths.binDir, 'etcdutl'),
+        join(binDir, 'etcdutl'),
         [
           'snapshot',
           'restore',

@@ -13,7 +13,7 @@ import { join } from 'node:path';
 import { stringify } from 'yaml';
 import type { Logger } from '../base/log.ts';
 import { componentLogger } from '../base/log.ts';
-import { stage } from '../payload/stage-child.ts';
+import { stageForStart } from '../payload/stage-child.ts';
 import { findPayload, releaseOf } from '../payload/payload.ts';
 import { ensurePki, type PkiPaths } from '../pki/index.ts';
 import { EtcdComponent, etcdClientUrl, type EtcdOptions } from '../etcd/etcd.ts';
@@ -221,7 +221,7 @@ export function controllerComponents(o: ControllerRoleOptions): Component[] {
     new LeaseTurn(kube, controllerLeaseName(cfg.spec.api.address)),
   );
   const upgrade = o.restart
-    ? new ControllerUpgradeComponent({ cfg, dataDir: paths.dataDir, pki, kube, release: o.release, controllers, restart: o.restart })
+    ? new ControllerUpgradeComponent({ cfg, paths, pki, kube, release: o.release, controllers, restart: o.restart })
     : undefined;
   const lease = new ControllerLeaseComponent({
     cfg,
@@ -306,7 +306,7 @@ async function startTenant(tenant: NonNullable<ControllerOptions['tenant']>, cfg
 export async function runController(opts: ControllerOptions, log: Logger): Promise<void> {
   let cfg = await loadConfig(opts.configFile, { ...opts, tenantName: opts.tenant?.name });
   refuseTestBuildStart();
-  const paths = controllerPaths(opts.dataDir, opts.runDir, opts.tenant?.binDir);
+  const paths = controllerPaths(opts.dataDir, opts.runDir, opts.tenant?.binRoot);
   if (existsSync(leftMarker(paths)))
     throw new UserError(
       `this controller left the etcd cluster (kctl etcd leave) and must not start on ${paths.dataDir} again; run kctl reset, then join with a new controller token`,
@@ -361,7 +361,7 @@ async function prepareAndRun(
   await migrateDataDir(paths.dataDir, KCTL_VERSION, componentLogger(log, 'data-dir'));
   // The effective config, for commands that run beside the controller (kctl token create).
   await writeFileAtomic(join(paths.dataDir, 'cluster-config.yaml'), stringify(cfg), 0o600);
-  await stage({ kind: 'components', roles: ['controller'], dir: paths.binDir }, componentLogger(log, 'stage'));
+  await stageForStart(paths.binRoot, ['controller'], componentLogger(log, 'stage'));
   // The encryption config is made here, at start only: afterwards the encryption component keeps it.
   const pki = await ensurePki({ ...pkiOptions(cfg, paths), encryptedResources: cfg.spec.api.encryption.resources }, componentLogger(log, 'pki'));
   await writeAddonStacks(cfg, paths.manifestsDir, pki, componentLogger(log, 'addons'));

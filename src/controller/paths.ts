@@ -1,9 +1,13 @@
 // Every path the controller uses, derived from --data-dir and --run-dir in one place.
 import { join } from 'node:path';
+import { CURRENT } from '../payload/versions.ts';
 
 export interface ControllerPaths {
   dataDir: string;
   runDir: string;
+  /** The staged versions of the components (payload/versions.ts). */
+  binRoot: string;
+  /** The current version's components: `current` under binRoot. */
   binDir: string;
   pkiDir: string;
   etcdDataDir: string;
@@ -18,12 +22,13 @@ export interface ControllerPaths {
   manifestsDir: string;
 }
 
-/** `binDir`: tenants (kctl controller --name) share the host's one staged copy. */
-export function controllerPaths(dataDir: string, runDir: string, binDir = join(dataDir, 'bin')): ControllerPaths {
+/** `binRoot`: tenants (kctl controller --name) share the host's staged versions. */
+export function controllerPaths(dataDir: string, runDir: string, binRoot = join(dataDir, 'bin')): ControllerPaths {
   return {
     dataDir,
     runDir,
-    binDir,
+    binRoot,
+    binDir: join(binRoot, CURRENT),
     pkiDir: join(dataDir, 'pki'),
     etcdDataDir: join(dataDir, 'etcd'),
     kineDbDir: join(dataDir, 'db'),

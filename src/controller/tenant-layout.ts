@@ -11,8 +11,8 @@ export interface TenantLayout {
   tenantsDir: string;
   dataDir: string;
   runDir: string;
-  /** The host's one staged bin dir. */
-  binDir: string;
+  /** The host's staged versions of the components, shared by its tenants. */
+  binRoot: string;
 }
 
 export function checkTenantName(name: string): void {
@@ -25,5 +25,5 @@ export function checkTenantName(name: string): void {
 export function tenantLayout(rootDataDir: string, rootRunDir: string, name: string): TenantLayout {
   checkTenantName(name);
   const tenantsDir = join(rootDataDir, 'tenants');
-  return { name, tenantsDir, dataDir: join(tenantsDir, name), runDir: join(rootRunDir, 'tenants', name), binDir: join(rootDataDir, 'bin') };
+  return { name, tenantsDir, dataDir: join(tenantsDir, name), runDir: join(rootRunDir, 'tenants', name), binRoot: join(rootDataDir, 'bin') };
 }

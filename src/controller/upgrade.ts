@@ -23,7 +23,9 @@ import { readUpgradePlan, writeUpgradePlan, type MemberUpgrade, type UpgradePlan
 import { skewProblem } from '../kube/version-skew.ts';
 import { downloadExecutable } from '../payload/download.ts';
 import { describedProblem, executableUrl, keepForRollback, keptExecutable, readOutcome, releaseOfExecutable } from '../payload/upgrade-files.ts';
+import { upgradeDone } from '../payload/versions.ts';
 import type { PkiPaths } from '../pki/index.ts';
+import type { ControllerPaths } from './paths.ts';
 import type { RestartRequest } from '../supervisor/handover.ts';
 import type { ClusterConfig } from './config.ts';
 import { NodeUpgrades } from './upgrade-nodes.ts';
@@ -35,7 +37,8 @@ const LEASE_SLACK_S = 120;
 
 export interface ControllerUpgradeOptions {
   cfg: ClusterConfig;
-  dataDir: string;
+  /** binRoot: the staged versions of the components; the previous one goes once the plan is done. */
+  paths: Pick<ControllerPaths, 'dataDir' | 'binRoot'>;
   pki: PkiPaths;
   kube: KubeClient;
   release: Release;
@@ -105,9 +108,10 @@ export class ControllerUpgradeComponent implements Component {
     this.lastError = undefined;
     if (!plan) return;
     const target = plan.target.version;
-    const outcome = await readOutcome(this.o.dataDir);
+    const outcome = await readOutcome(this.o.paths.dataDir);
     if (outcome?.target === target) this.report(target, outcome.state, { reason: outcome.reason });
     if (this.o.release.version === target && this.state?.state !== 'done') this.report(target, 'done');
+    if (plan.state === 'done' && this.o.release.version === target) await upgradeDone(this.o.paths.binRoot, this.log);
     if (plan.state !== 'active') {
       // A plan that ended without this controller's turn: it has nothing to wait for.
       if (this.state?.state === 'waiting' || this.state?.state === 'downloading') this.state = undefined;
@@ -147,7 +151,7 @@ export class ControllerUpgradeComponent implements Component {
       await this.stopPlan(plan, `${this.identity} does not run from a kctl executable and cannot swap it`);
       return;
     }
-    const file = keptExecutable(this.o.dataDir, t.version);
+    const file = keptExecutable(this.o.paths.dataDir, t.version);
     await mkdir(dirname(file), { recursive: true, mode: 0o755 });
     this.report(t.version, 'downloading', { bytes: 0 });
     const creds = credentialsFromKubeconfig(this.o.pki.adminConf);
@@ -171,7 +175,7 @@ export class ControllerUpgradeComponent implements Component {
       return;
     }
     // The executable running now stays for a rollback (and for `kctl reset` to remove).
-    const previous = await keepForRollback(this.o.dataDir, installed, this.o.release.version);
+    const previous = await keepForRollback(this.o.paths.dataDir, installed, this.o.release.version);
     this.report(t.version, 'restarting');
     await this.upgradeLease(plan).tryAcquireOrRenew();
     this.o.restart.request(

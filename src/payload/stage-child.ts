@@ -4,6 +4,7 @@
 // when it exits, so the long-lived worker and controller never hold it. The child reports its
 // log lines and its result over the IPC channel; the parent logs them as its own.
 import { spawn } from 'node:child_process';
+import { basename, join } from 'node:path';
 import { isSea } from 'node:sea';
 import { pino } from 'pino';
 import { kctlExecutable } from '../base/executable.ts';
@@ -13,10 +14,11 @@ import type { Role } from './manifest.ts';
 import { findPayload } from './payload.ts';
 import { PayloadChecksumError, alreadyStaged, stageComponents, stageImages, workerImages, type StageResult } from './stage.ts';
 import { STAGE_COMMAND } from './stage-command.ts';
+import { currentStage, pruneStages, stageId, turnCurrent } from './versions.ts';
 import type { Payload } from './payload.ts';
 import { messageOf } from '../base/errors.ts';
 
-export type StageJob = { kind: 'components'; roles: Role[]; dir: string } | { kind: 'images'; dir: string };
+export type StageJob = { kind: 'components'; roles: Role[]; dir: string; seed?: string } | { kind: 'images'; dir: string };
 
 type ChildMessage = { log: Record<string, unknown> } | { result: StageResult } | { error: string; checksum: boolean };
 
@@ -31,7 +33,7 @@ function selfInvocation(): { file: string; args: string[] } | null {
 
 async function runJob(job: StageJob, log: Logger, payload?: Payload): Promise<StageResult> {
   payload ??= await findPayload(KCTL_VERSION);
-  return job.kind === 'components' ? stageComponents(payload, job.dir, job.roles, log) : stageImages(payload, job.dir, log);
+  return job.kind === 'components' ? stageComponents(payload, job.dir, job.roles, log, job.seed) : stageImages(payload, job.dir, log);
 }
 
 const LEVELS: Record<number, 'debug' | 'info' | 'warn' | 'error'> = { 20: 'debug', 30: 'info', 40: 'warn', 50: 'error', 60: 'error' };
@@ -86,4 +88,30 @@ export async function runStageChild(jobJson: string): Promise<void> {
     await post({ error: messageOf(err), checksum: err instanceof PayloadChecksumError });
   }
   process.disconnect?.();
+}
+
+/**
+ * This kctl's components for a role, staged in their own directory under the bin root (see
+ * versions.ts), linked where they equal the version `current` names. `current` is not turned:
+ * for commands that need a component (kubectl, etcdctl) beside whatever kctl runs the host.
+ */
+export async function stageOwn(root: string, roles: Role[], log: Logger): Promise<string> {
+  const dir = join(root, stageId(await findPayload(KCTL_VERSION)));
+  const current = await currentStage(root);
+  const seed = current ? join(root, current) : root; // the older layout's files lie in the root
+  await stage({ kind: 'components', roles, dir, seed }, log);
+  return dir;
+}
+
+/**
+ * A starting controller's or worker's components: staged as stageOwn does, then `current` turned
+ * to them. The version it named before stays as `previous` until the upgrade is done (a rollback
+ * stages nothing); versions older than that, which no process runs, go.
+ */
+export async function stageForStart(root: string, roles: Role[], log: Logger): Promise<void> {
+  const id = basename(await stageOwn(root, roles, log));
+  const previous = await turnCurrent(root, id);
+  if (previous !== undefined)
+    log.info({ version: id, previous }, "this kctl's components are now the current ones; the previous stay until the upgrade is done");
+  await pruneStages(root, log);
 }

@@ -65,8 +65,9 @@ export async function copyVerified(payload: Payload, entry: PayloadEntry, target
   }
 }
 
-export async function stageComponents(payload: Payload, binDir: string, roles: Role[], log: Logger): Promise<StageResult> {
-  return stageEntries(payload, payload.forRoles(roles), binDir, log, { manifest: true, mode: 0o755 });
+/** `seed`: a directory staged before (the previous version's), whose unchanged binaries are linked, not decompressed. */
+export async function stageComponents(payload: Payload, binDir: string, roles: Role[], log: Logger, seed?: string): Promise<StageResult> {
+  return stageEntries(payload, payload.forRoles(roles), binDir, log, { manifest: true, mode: 0o755, seed });
 }
 
 /** Worker image bundles into <data-dir>/images, with the same checks. */
@@ -145,7 +146,7 @@ async function stageEntries(
   entries: PayloadEntry[],
   binDir: string,
   log: Logger,
-  o: { manifest: boolean; mode: number },
+  o: { manifest: boolean; mode: number; seed?: string },
 ): Promise<StageResult> {
   await mkdir(binDir, { recursive: true, mode: 0o755 });
   const release = await lockfile.lock(binDir, {
@@ -183,6 +184,15 @@ async function stageEntries(
       if (!sameStamp(stamp, await stampOf(join(binDir, path), stamp.sha256))) continue;
       stillValid.push(path);
       if (!twins.has(stamp.sha256)) twins.set(stamp.sha256, join(binDir, path));
+    }
+    // The previous version's files of the same bytes: linked, so an upgrade decompresses only
+    // what changed. Their stamps there go stale (a link changes the inode's ctime), so a rollback
+    // hashes them again, but decompresses nothing.
+    if (o.seed !== undefined && o.seed !== binDir) {
+      for (const [path, stamp] of Object.entries(await readStamps(o.seed))) {
+        if (!twins.has(stamp.sha256) && sameStamp(stamp, await stampOf(join(o.seed, path), stamp.sha256)))
+          twins.set(stamp.sha256, join(o.seed, path));
+      }
     }
     for (const entry of entries) {
       const target = join(binDir, entry.path);

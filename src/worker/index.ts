@@ -16,7 +16,7 @@ import { KubeClient } from '../kube/client.ts';
 import type { CertificateStatus } from '../pki/index.ts';
 import { API_BALANCER_PORT, API_BALANCER_URL, ApiBalancerComponent, type ApiBalancerStatus } from './api-balancer.ts';
 import { componentLogger, type Logger } from '../base/log.ts';
-import { stage } from '../payload/stage-child.ts';
+import { stage, stageForStart } from '../payload/stage-child.ts';
 import { findPayload, releaseOf } from '../payload/payload.ts';
 import { NodeUpgradeComponent } from './upgrade.ts';
 import { writeOutcome } from '../payload/upgrade-files.ts';
@@ -144,7 +144,7 @@ async function stageAndRun(opts: WorkerOptions, paths: WorkerPaths, state: JoinS
   notifier?.startWatchdog();
   notifier?.status('staging component binaries and images');
   await migrateDataDir(paths.dataDir, KCTL_VERSION, componentLogger(log, 'data-dir'));
-  await stage({ kind: 'components', roles: ['worker'], dir: paths.binDir }, componentLogger(log, 'stage'));
+  await stageForStart(paths.binRoot, ['worker'], componentLogger(log, 'stage'));
   await stage({ kind: 'images', dir: paths.imagesDir }, componentLogger(log, 'stage'));
   await raiseKernelLimits(componentLogger(log, 'host'));
 
@@ -227,6 +227,7 @@ export function workerComponents(o: WorkerRoleOptions): Component[] {
     nodeName: id.nodeName,
     release: o.release,
     dataDir: paths.dataDir,
+    binRoot: paths.binRoot,
     caCert: paths.caCert,
     clientPem: paths.kubeletClientPem,
     restart: o.restart,

@@ -1,11 +1,11 @@
 // kubelet: TLS bootstrap from the join's bootstrap kubeconfig, containerd's CRI socket,
-// cgroupfs under its own cgroup root (/kctl/<node>), every directory under the data dir,
+// cgroupfs under its own cgroup root (/kctl/<node>-<data dir digest>), every directory under the data dir,
 // and a configuration that runs on the hosts we have (cgroup v1, little free disk).
-import { existsSync } from 'node:fs';
-import { X509Certificate } from 'node:crypto';
+import { existsSync, readFileSync } from 'node:fs';
+import { createHash, X509Certificate } from 'node:crypto';
 import { mkdir, readdir, readFile, realpath, rm, rmdir, writeFile } from 'node:fs/promises';
 import { writeFileAtomic } from '../base/fs.ts';
-import { join } from 'node:path';
+import { join, resolve } from 'node:path';
 import { stringify } from 'yaml';
 import { probeOnce } from '../base/probe.ts';
 import { componentFlags } from '../base/argv.ts';
@@ -30,9 +30,30 @@ export interface KubeletOptions {
   extraArgs?: Record<string, string>;
 }
 
-/** The cgroup (relative to each hierarchy's root) under which kubelet puts kubepods. */
-export function kubeletCgroupRoot(nodeName: string): string {
-  return `/kctl/${nodeName}`;
+/**
+ * The cgroup (relative to each hierarchy's root) under which kubelet puts kubepods:
+ * /kctl/<node>-<8 hex digits naming the data dir>. Two workers on one host (two clusters, each with
+ * a node named after the host) must never share one: a kubelet kills what runs in the pod cgroups
+ * under its root that are not its pods', and `kctl reset` kills all of it. Recorded in the data dir
+ * at the first start; a worker whose kubelet ran before the record existed keeps /kctl/<node>,
+ * where its running pods are.
+ */
+export function kubeletCgroupRoot(paths: WorkerPaths, nodeName: string): string {
+  try {
+    const recorded = readFileSync(paths.cgroupRootFile, 'utf8').trim();
+    if (/^\/kctl\/[^/\s]+$/.test(recorded)) return recorded;
+  } catch {
+    // not recorded yet
+  }
+  if (existsSync(join(paths.kubeletDir, 'pods'))) return `/kctl/${nodeName}`;
+  return `/kctl/${nodeName}-${createHash('sha256').update(resolve(paths.dataDir)).digest('hex').slice(0, 8)}`;
+}
+
+/** kubeletCgroupRoot, recorded in the data dir if it was not (before kubelet first runs). */
+export async function recordCgroupRoot(paths: WorkerPaths, nodeName: string): Promise<string> {
+  const root = kubeletCgroupRoot(paths, nodeName);
+  if (!existsSync(paths.cgroupRootFile)) await writeFileAtomic(paths.cgroupRootFile, `${root}\n`, 0o644);
+  return root;
 }
 
 export function kubeletConfiguration(o: KubeletOptions, resolvConf: string): Record<string, unknown> {
@@ -53,7 +74,7 @@ export function kubeletConfiguration(o: KubeletOptions, resolvConf: string): Rec
     authorization: { mode: 'Webhook', webhook: { cacheAuthorizedTTL: '5m0s', cacheUnauthorizedTTL: '30s' } },
     containerRuntimeEndpoint: `unix://${paths.containerdSocket}`,
     cgroupDriver: 'cgroupfs',
-    cgroupRoot: kubeletCgroupRoot(o.nodeName),
+    cgroupRoot: kubeletCgroupRoot(paths, o.nodeName),
     cgroupsPerQOS: true,
     // The hosts we run on still have cgroup v1; kubelet 1.35+ refuses it unless told otherwise.
     failCgroupV1: false,
@@ -183,7 +204,7 @@ export class KubeletComponent extends Supervisor {
     await super.init(ctx);
     const { paths } = this.kopts;
     for (const d of [paths.kubeletDir, paths.kubeletCertDir, paths.podLogsDir]) await mkdir(d, { recursive: true, mode: 0o750 });
-    await ensureCgroupRoot(kubeletCgroupRoot(this.kopts.nodeName));
+    await ensureCgroupRoot(await recordCgroupRoot(paths, this.kopts.nodeName));
     await retireClusterCaServingCert(paths, this.log);
     // An empty resolvConf makes pods get no DNS config from the host at all.
     const resolvConf = existsSync('/etc/resolv.conf') ? '/etc/resolv.conf' : '';

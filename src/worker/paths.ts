@@ -1,10 +1,14 @@
 // Every path a worker uses lives under its --data-dir and --run-dir, so two workers can run
 // on one host (in separate network namespaces) and `kctl reset` can remove all of it.
 import { join } from 'node:path';
+import { CURRENT } from '../payload/versions.ts';
 
 export interface WorkerPaths {
   dataDir: string;
   runDir: string;
+  /** The staged versions of the components (payload/versions.ts). */
+  binRoot: string;
+  /** The current version's components: `current` under binRoot. */
   binDir: string;
   cniBinDir: string;
   cniConfDir: string;
@@ -18,6 +22,8 @@ export interface WorkerPaths {
   /** kubelet's client certificate and key in one file (it rotates them): the node's own identity. */
   kubeletClientPem: string;
   kubeletConfig: string;
+  /** The cgroup root kubelet was given at the first start (kubelet.ts kubeletCgroupRoot). */
+  cgroupRootFile: string;
   podLogsDir: string;
   containerdRoot: string;
   containerdState: string;
@@ -35,8 +41,9 @@ export function workerPaths(dataDir: string, runDir: string): WorkerPaths {
   return {
     dataDir,
     runDir,
-    binDir: join(dataDir, 'bin'),
-    cniBinDir: join(dataDir, 'bin', 'cni'),
+    binRoot: join(dataDir, 'bin'),
+    binDir: join(dataDir, 'bin', CURRENT),
+    cniBinDir: join(dataDir, 'bin', CURRENT, 'cni'),
     cniConfDir: join(dataDir, 'cni', 'net.d'),
     cniStateDir: join(dataDir, 'cni', 'state'),
     pkiDir: join(dataDir, 'pki'),
@@ -47,6 +54,7 @@ export function workerPaths(dataDir: string, runDir: string): WorkerPaths {
     kubeletCertDir: join(kubeletDir, 'pki'),
     kubeletClientPem: join(kubeletDir, 'pki', 'kubelet-client-current.pem'),
     kubeletConfig: join(dataDir, 'kubelet-config.yaml'),
+    cgroupRootFile: join(dataDir, 'kubelet-cgroup-root'),
     podLogsDir: join(dataDir, 'pod-logs'),
     containerdRoot: join(dataDir, 'containerd'),
     containerdState: join(runDir, 'containerd'),

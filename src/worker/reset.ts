@@ -22,7 +22,7 @@ function stagedBinaryPids(paths: WorkerPaths): number[] {
     if (!/^\d+$/.test(entry) || Number(entry) === process.pid) continue;
     try {
       const exe = readlinkSync(`/proc/${entry}/exe`).replace(/ \(deleted\)$/, '');
-      if (exe.startsWith(paths.binDir + '/')) pids.push(Number(entry));
+      if (exe.startsWith(paths.binRoot + '/')) pids.push(Number(entry));
     } catch {
       /* gone or kernel thread */
     }

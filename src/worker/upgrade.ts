@@ -28,6 +28,7 @@ import {
 import { skewProblem } from '../kube/version-skew.ts';
 import { downloadExecutable } from '../payload/download.ts';
 import { describedProblem, executableUrl, keepForRollback, keptExecutable, readOutcome, releaseOfExecutable } from '../payload/upgrade-files.ts';
+import { upgradeDone } from '../payload/versions.ts';
 import type { RestartRequest } from '../supervisor/handover.ts';
 import type { ControllerFollower } from './controller-watch.ts';
 
@@ -42,6 +43,8 @@ export interface NodeUpgradeOptions {
   nodeName: string;
   release: Release;
   dataDir: string;
+  /** The staged versions of the components: the previous one goes once the plan is done. */
+  binRoot: string;
   /** The cluster CA, and the node's client certificate and key (kubelet-client-current.pem: both in one file). */
   caCert: string;
   clientPem: string;
@@ -135,6 +138,7 @@ export class NodeUpgradeComponent implements Component, ControllerFollower {
     if (outcome?.target === target) this.set(target, outcome.state, { reason: outcome.reason });
     if (this.o.release.version === target) {
       if (this.state?.state !== 'done' && (await this.nodeReady())) this.set(target, 'done');
+      if (plan.state === 'done') await upgradeDone(this.o.binRoot, this.log);
       return;
     }
     if (plan.state !== 'active' || outcome?.target === target) return;

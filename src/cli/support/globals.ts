@@ -10,8 +10,8 @@ export interface GlobalOptions {
   debug: boolean;
   /** --name: a tenant control plane under <data-dir>/tenants/NAME and <run-dir>/tenants/NAME. */
   tenant?: TenantLayout;
-  /** The staged binaries: <data-dir>/bin, which tenants share. */
-  binDir: string;
+  /** The staged versions of the components: <data-dir>/bin, which tenants share. */
+  binRoot: string;
   /** --data-dir and --run-dir as given (the host's, where tenants/ lives). */
   rootDataDir: string;
   rootRunDir: string;
@@ -30,7 +30,7 @@ export function globals(cmd: Command): GlobalOptions {
     runDir: tenant?.runDir ?? rootRunDir,
     debug: o.debug === true,
     tenant,
-    binDir: tenant?.binDir ?? join(rootDataDir, 'bin'),
+    binRoot: tenant?.binRoot ?? join(rootDataDir, 'bin'),
     rootDataDir,
     rootRunDir,
   };

@@ -102,7 +102,7 @@ export async function nodeReady(kubectl: (args: string[]) => Promise<Result>, no
 /** A killed worker leaves containerd shims, mounts and the kubelet's cgroups behind: clears them (before its dirs are removed). */
 export async function cleanupWorkerHost(dataDir: string, runDir: string, nodeName: string): Promise<void> {
   await cleanupContainerd(workerPaths(dataDir, runDir)).catch(() => undefined);
-  await removeCgroupRoot(kubeletCgroupRoot(nodeName)).catch(() => undefined);
+  await removeCgroupRoot(kubeletCgroupRoot(workerPaths(dataDir, runDir), nodeName)).catch(() => undefined);
 }
 
 /** `kctl worker --token T` on a lab host, data and run dirs under `dir` (<name>-data, <name>-run), node name = host name. */

@@ -5,7 +5,7 @@
 import assert from 'node:assert/strict';
 import { execa } from 'execa';
 import { createHash } from 'node:crypto';
-import { chmod, chown, copyFile, mkdir, open, readdir, readFile, stat, truncate, writeFile } from 'node:fs/promises';
+import { chmod, chown, copyFile, mkdir, open, readdir, readFile, stat, truncate, utimes, writeFile } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import { test } from 'node:test';
 import { readEmbeddedPayload } from '../../../src/payload/payload.ts';
@@ -55,15 +55,20 @@ test('the launcher unpacks the runtime once, checked by sha256, and runs it with
   const exe = requireKctl();
   const runtime = await runtimeOf(exe);
   const file = join(env.KCTL_RUNTIME_DIR, runtime.sha256, 'kctl');
-  // What earlier builds left: one runtime that no process runs, one that a process still runs, and
-  // one whose launcher is between its check and its exec (it holds a shared lock on the directory).
+  // What earlier builds left: one runtime that no process runs, one that a process still runs,
+  // one whose launcher is between its check and its exec (it holds a shared lock on the
+  // directory), all checked an hour ago, and the previous build's, checked last (an upgrade's
+  // rollback starts it again).
   const stale = join(env.KCTL_RUNTIME_DIR, 'a'.repeat(64));
   const running = join(env.KCTL_RUNTIME_DIR, 'b'.repeat(64));
   const starting = join(env.KCTL_RUNTIME_DIR, 'c'.repeat(64));
-  for (const d of [stale, running, starting]) {
+  const previous = join(env.KCTL_RUNTIME_DIR, 'd'.repeat(64));
+  const hourAgo = new Date(Date.now() - 3600_000);
+  for (const d of [stale, running, starting, previous]) {
     await mkdir(d, { recursive: true });
     await copyFile('/bin/sleep', join(d, 'kctl'));
     await writeFile(join(d, 'kctl.stamp'), 'old\n');
+    if (d !== previous) await utimes(join(d, 'kctl.stamp'), hourAgo, hourAgo);
   }
   const sleeper = execa(join(running, 'kctl'), ['300'], { reject: false });
   t.after(() => sleeper.kill('SIGKILL'));
@@ -78,9 +83,10 @@ test('the launcher unpacks the runtime once, checked by sha256, and runs it with
   assert.equal(await sha(file), runtime.sha256);
   assert.equal((await stat(file)).mode & 0o777, 0o755);
   assert.ok(runtime.stored!.size < runtime.size / 2, `runtime stored in ${runtime.stored!.size} bytes for ${runtime.size}`);
-  // Unpacking a new build removed the old runtime nobody runs, and kept the one in use and the one starting.
-  assert.deepEqual((await readdir(env.KCTL_RUNTIME_DIR)).sort(), [runtime.sha256, 'b'.repeat(64), 'c'.repeat(64)].sort());
-  for (const d of [running, starting]) assert.deepEqual((await readdir(d)).sort(), ['kctl', 'kctl.stamp'], d);
+  // Unpacking a new build removed the old runtime nobody runs, and kept the one in use, the one
+  // starting and the previous build's.
+  assert.deepEqual((await readdir(env.KCTL_RUNTIME_DIR)).sort(), [runtime.sha256, 'b'.repeat(64), 'c'.repeat(64), 'd'.repeat(64)].sort());
+  for (const d of [running, starting, previous]) assert.deepEqual((await readdir(d)).sort(), ['kctl', 'kctl.stamp'], d);
 
   // A second start neither unpacks (same inode) nor hashes again (the stamp is not rewritten).
   const before = { file: (await stat(file)).ino, stamp: (await stat(`${file}.stamp`)).ino };

@@ -13,7 +13,7 @@
 // (dist/kctl-broken): the first controller to try it rolls back to the kctl it ran, the plan stops
 // with the reason, `kctl upgrade status` shows it, and all serve.
 import assert from 'node:assert/strict';
-import { copyFile, mkdir } from 'node:fs/promises';
+import { copyFile, mkdir, readdir, readlink } from 'node:fs/promises';
 import { join } from 'node:path';
 import { test, type TestContext } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -262,6 +262,18 @@ test(
     const previousSha = await sha256OfFile(previous.path);
     for (const d of [...ctls.map((c) => c.dataDir), ...WORKERS.map((w) => join(dir, `${w}-data`))])
       assert.equal(await sha256OfFile(join(d, 'upgrade', `kctl-${previous.version}`)), previousSha, `the previous kctl is kept in ${d}`);
+    // The plan done, each member's bin dir holds the new version's components alone (the previous
+    // version's stayed until then, for a rollback that decompresses nothing).
+    for (const d of [...ctls.map((c) => c.dataDir), ...WORKERS.map((w) => join(dir, `${w}-data`))])
+      await waitFor(
+        `only the new version's components staged in ${d}`,
+        60_000,
+        async () => {
+          const names = (await readdir(join(d, 'bin'))).sort();
+          return names.length === 2 && names[1] === 'current' && (await readlink(join(d, 'bin', 'current'))) === names[0];
+        },
+        async () => `${d}/bin: ${(await readdir(join(d, 'bin'))).join(', ')}`,
+      );
     assert.equal(
       String((await kubectl(['get', 'nodes', '-o', 'jsonpath={range .items[*]}{.status.nodeInfo.kubeletVersion} {end}'])).stdout).trim(),
       'v1.36.3 v1.36.3',

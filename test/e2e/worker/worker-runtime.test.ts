@@ -100,7 +100,7 @@ test(
         await Promise.race([worker.exited, sleep(45_000, undefined, { ref: false })]);
       }
       await cleanupContainerd(paths);
-      await removeCgroupRoot(kubeletCgroupRoot(NODE));
+      await removeCgroupRoot(kubeletCgroupRoot(paths, NODE));
       // kubelet links container logs into the host's /var/log/containers; ours point into the data dir.
       for (const f of await readdir('/var/log/containers').catch(() => [] as string[])) {
         const target = await readlink(join('/var/log/containers', f)).catch(() => '');

@@ -52,7 +52,7 @@ test('reset stops a leftover child that runs our staged binary, leaves a foreign
     join(paths.runDir, RUN_DIR_MARKER),
     join(paths.runDir, 'status.sock'),
     paths.runDir,
-    paths.binDir,
+    paths.binRoot,
     join(paths.dataDir, 'cluster-config.yaml'),
     paths.kineDbDir,
     paths.pkiDir,

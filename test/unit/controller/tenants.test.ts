@@ -20,7 +20,7 @@ test('a tenant lives in <data-dir>/tenants/NAME and <run-dir>/tenants/NAME and s
     tenantsDir: '/var/lib/kctl/tenants',
     dataDir: '/var/lib/kctl/tenants/team-a',
     runDir: '/run/kctl/tenants/team-a',
-    binDir: '/var/lib/kctl/bin',
+    binRoot: '/var/lib/kctl/bin',
   });
   for (const bad of ['Team', '-a', 'a-', '../x', 'a'.repeat(33), ''])
     assert.throws(() => tenantLayout('/d', '/r', bad), /is not a tenant name: use 1 to 32 lower-case letters/);

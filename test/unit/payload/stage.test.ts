@@ -1,28 +1,17 @@
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
-import { chmod, mkdir, readdir, readFile, rename, stat, utimes, writeFile } from 'node:fs/promises';
+import { chmod, readdir, readFile, rename, stat, utimes, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { test } from 'node:test';
-import type { LockEntry, Role } from '../../../src/payload/manifest.ts';
-import { DirectoryPayload, type PayloadIndex } from '../../../src/payload/payload.ts';
+import type { Role } from '../../../src/payload/manifest.ts';
+import { DirectoryPayload } from '../../../src/payload/payload.ts';
 import { PayloadChecksumError, stageComponents, stageImages } from '../../../src/payload/stage.ts';
 import { saveBundledImages } from '../../../src/payload/save-images.ts';
 import { BUSYBOX_IMAGE, PAUSE_IMAGE, PROXY_AGENT_IMAGE } from '../../../src/payload/images.ts';
 import { captureLogger, tempDir } from '../../helpers.ts';
+import { fakePayload } from './fake-payload.ts';
 
 const sha = (b: Buffer | string) => createHash('sha256').update(b).digest('hex');
-
-async function fakePayload(dir: string, files: { name: string; body: string; roles: Role[]; path?: string }[]): Promise<DirectoryPayload> {
-  const components: LockEntry[] = [];
-  for (const f of files) {
-    const path = f.path ?? f.name;
-    await mkdir(join(dir, path, '..'), { recursive: true });
-    await writeFile(join(dir, path), f.body);
-    components.push({ name: f.name, version: 'v1.0.0', sha256: sha(f.body), size: Buffer.byteLength(f.body), path, roles: f.roles });
-  }
-  const index: PayloadIndex = { kctl: '0.0.0-test', platform: 'linux/amd64', components };
-  return new DirectoryPayload(dir, index);
-}
 
 const files = [
   { name: 'etcd', body: 'etcd-binary-'.repeat(5000), roles: ['controller'] as Role[] },

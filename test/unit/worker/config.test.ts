@@ -1,12 +1,15 @@
 // What the worker components write for containerd, kubelet, CNI and kube-proxy: every path
 // under the worker's own dirs, and the settings the hosts we run on need.
 import assert from 'node:assert/strict';
+import { mkdir, readFile, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
 import { test } from 'node:test';
 import { containerdConfig } from '../../../src/worker/containerd.ts';
-import { kubeletArgs, kubeletConfiguration } from '../../../src/worker/kubelet.ts';
+import { kubeletArgs, kubeletCgroupRoot, kubeletConfiguration, recordCgroupRoot } from '../../../src/worker/kubelet.ts';
 import { kubeProxyConfiguration } from '../../../src/worker/kube-proxy.ts';
 import { cniConflist, desiredRoutes, masqueradeRule } from '../../../src/worker/network.ts';
 import { workerPaths } from '../../../src/worker/paths.ts';
+import { tempDir } from '../../helpers.ts';
 
 const paths = workerPaths('/data', '/run/w');
 
@@ -16,9 +19,11 @@ test('containerd config keeps every path under the worker dirs and uses our runc
   assert.match(toml, /^root = '\/data\/containerd'$/m);
   assert.match(toml, /^state = '\/run\/w\/containerd'$/m);
   assert.match(toml, /\[plugins\.'io\.containerd\.server\.v1\.grpc'\]\n\s+address = '\/run\/w\/containerd\/containerd\.sock'/);
-  assert.match(toml, /BinaryName = '\/data\/bin\/runc'/);
+  // Through `current`: the shim of a container that outlived an upgrade keeps a runc path that
+  // still exists once the previous version's directory is gone.
+  assert.match(toml, /BinaryName = '\/data\/bin\/current\/runc'/);
   assert.match(toml, /SystemdCgroup = false/);
-  assert.match(toml, /bin_dirs = \['\/data\/bin\/cni'\]/);
+  assert.match(toml, /bin_dirs = \['\/data\/bin\/current\/cni'\]/);
   assert.match(toml, /conf_dir = '\/data\/cni\/net\.d'/);
   assert.match(toml, /sandbox = 'registry\.k8s\.io\/pause:3\.10'/);
   assert.match(toml, /restrict_oom_score_adj = false/);
@@ -34,7 +39,7 @@ test('kubelet configuration: node-scoped cgroup root, cgroup v1 allowed, webhook
     { paths, nodeName: 'n1', nodeIp: '10.0.0.5', clusterDNS: ['10.96.0.10'], clusterDomain: 'example.local' },
     '/etc/resolv.conf',
   );
-  assert.equal(cfg.cgroupRoot, '/kctl/n1');
+  assert.match(String(cfg.cgroupRoot), /^\/kctl\/n1-[0-9a-f]{8}$/);
   assert.equal(cfg.cgroupDriver, 'cgroupfs');
   assert.equal(cfg.failCgroupV1, false);
   assert.equal(cfg.containerRuntimeEndpoint, 'unix:///run/w/containerd/containerd.sock');
@@ -139,4 +144,26 @@ test("masquerade only for traffic leaving the cluster CIDR, from this node's pod
     '-j',
     'MASQUERADE',
   ]);
+});
+
+test("kubelet's cgroup root: one per data dir, so two workers named alike on one host never share one; recorded; an older worker keeps /kctl/<node>", async (t) => {
+  const dir = await tempDir(t);
+  const [a, b] = [workerPaths(join(dir, 'a'), join(dir, 'run-a')), workerPaths(join(dir, 'b'), join(dir, 'run-b'))];
+  for (const p of [a, b]) await mkdir(p.dataDir, { recursive: true });
+  const rootA = await recordCgroupRoot(a, 'w1');
+  const rootB = await recordCgroupRoot(b, 'w1');
+  assert.match(rootA, /^\/kctl\/w1-[0-9a-f]{8}$/);
+  assert.notEqual(rootA, rootB, 'two workers with one node name on one host share a cgroup root');
+  assert.equal(await readFile(a.cgroupRootFile, 'utf8'), `${rootA}\n`);
+  // Recorded: kubelet's own dirs appearing later change nothing.
+  await mkdir(join(a.kubeletDir, 'pods'), { recursive: true });
+  assert.equal(kubeletCgroupRoot(a, 'w1'), rootA);
+  // A worker whose kubelet ran before the record existed: its pods live under /kctl/<node>.
+  const old = workerPaths(join(dir, 'old'), join(dir, 'run-old'));
+  await mkdir(join(old.kubeletDir, 'pods'), { recursive: true });
+  assert.equal(await recordCgroupRoot(old, 'w1'), '/kctl/w1');
+  assert.equal(kubeletCgroupRoot(old, 'w1'), '/kctl/w1');
+  // A damaged record is not used as a path.
+  await writeFile(b.cgroupRootFile, '/kctl/../../etc\n');
+  assert.equal(kubeletCgroupRoot(b, 'w1'), rootB);
 });
