@@ -21,6 +21,7 @@
 import assert from 'node:assert/strict';
 import { once } from 'node:events';
 import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { createInterface } from 'node:readline';
 import { test } from 'node:test';
 import type { ChildProcess } from 'node:child_process';
@@ -133,17 +134,32 @@ test('1,000 partition/heal cycles of one agent leave no connection, descriptor o
     // With keepalive bounds of 100 ms a loaded machine can make the agent flap between the check
     // and the dial: that is not a leak, so the dial is tried again once the agent is back.
     let tn: Awaited<ReturnType<typeof dialViaProxy>> | undefined;
+    let ended!: Promise<unknown>;
     for (let attempt = 1; !tn; attempt++) {
-      tn = await dialViaProxy({ udsPath: uds, address }).catch(async (err: unknown) => {
-        if (attempt >= 3) throw new Error(`cycle ${i}: dial before the partition: ${String(err)}\n${logs()}`);
+      const retry = async (why: string) => {
+        if (attempt >= 3) throw new Error(`cycle ${i}: before the partition: ${why}\n${logs()}`);
         await waitFor(`cycle ${i}: connected again before the dial`, 20_000, connected, logs, 20);
         return undefined;
-      });
+      };
+      tn = await dialViaProxy({ udsPath: uds, address }).catch((err: unknown) => retry(`dial: ${String(err)}`));
+      if (!tn) continue;
+      ended = once(tn, 'close');
+      tn.on('error', () => undefined);
+      tn.write('ping');
+      // The echo, or the tunnel's end (a flap), within a bound: never a wait without end.
+      const echoed = await Promise.race([
+        once(tn, 'data').then(
+          () => 'echo',
+          () => 'error',
+        ),
+        ended.then(() => 'closed'),
+        sleep(20_000, 'no echo within 20 s', { ref: false }),
+      ]);
+      if (echoed !== 'echo') {
+        tn.destroy();
+        tn = await retry(`the tunnel gave no echo: ${echoed}`);
+      }
     }
-    const ended = once(tn, 'close');
-    tn.on('error', () => undefined);
-    tn.write('ping');
-    await once(tn, 'data');
 
     await link.partition(true);
     const during = dialViaProxy({ udsPath: uds, address }).then(

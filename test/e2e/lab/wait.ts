@@ -1,6 +1,6 @@
 // Polling for an end-to-end condition: `check` until it gives a truthy value (a throw counts as
 // "not yet"), which is returned, or a failure naming what was awaited plus whatever `log` shows
-// (a process's last lines).
+// (a process's last lines). A check still pending when the time is up counts as "not yet".
 import { setTimeout as sleep } from 'node:timers/promises';
 
 export async function waitFor<T>(
@@ -12,7 +12,8 @@ export async function waitFor<T>(
 ): Promise<T> {
   const end = Date.now() + timeoutMs;
   while (Date.now() < end) {
-    const v = await check().catch(() => undefined);
+    // A check that never settles (a process that stopped answering) ends with the wait, not never.
+    const v = await Promise.race([check().catch(() => undefined), sleep(Math.max(0, end - Date.now()), undefined, { ref: false })]);
     if (v) return v;
     await sleep(intervalMs);
   }
