@@ -84,39 +84,23 @@ export async function turnCurrent(root: string, id: string): Promise<string | un
   return older ?? 'none';
 }
 
-/** The first path segment under `root` of every running process's executable. */
-async function inUse(root: string): Promise<Set<string>> {
-  const used = new Set<string>();
-  for (const pid of await readdir('/proc').catch(() => [] as string[])) {
-    if (!/^\d+$/.test(pid)) continue;
-    const exe = await readlink(`/proc/${pid}/exe`).catch(() => '');
-    if (exe.startsWith(`${root}/`))
-      used.add(
-        exe
-          .slice(root.length + 1)
-          .split('/')[0]!
-          .replace(/ \(deleted\)$/, ''),
-      );
-  }
-  return used;
-}
-
 /**
- * Removes every staged version but those `current` and `previous` name, and none a running
- * process executes from. Returns what it removed.
+ * Removes every staged version but those `current` and `previous` name. One whose binaries still
+ * run goes all the same (the shim of a container that outlived an upgrade, say): a running
+ * process keeps its file, and nothing starts from an old version's directory again (every start
+ * goes through `current`). Returns what it removed.
  */
 export async function pruneStages(root: string, log: Logger): Promise<string[]> {
   const keep = [await currentStage(root), await previousStage(root)];
   if (keep[0] === undefined) return []; // the older layout alone: nothing of this kctl's yet
-  const used = await inUse(root);
   const { stages, loose } = await rootEntries(root);
   const removed: string[] = [];
   for (const name of stages) {
-    if (keep.includes(name) || used.has(name)) continue;
+    if (keep.includes(name)) continue;
     await rm(join(root, name), { recursive: true, force: true });
     removed.push(name);
   }
-  if (!keep.includes(OLDER_LAYOUT) && loose.length && !loose.some((n) => used.has(n))) {
+  if (!keep.includes(OLDER_LAYOUT) && loose.length) {
     for (const name of loose) await rm(join(root, name), { recursive: true, force: true });
     removed.push(OLDER_LAYOUT);
   }
@@ -124,7 +108,7 @@ export async function pruneStages(root: string, log: Logger): Promise<string[]> 
   return removed;
 }
 
-/** The upgrade to `current` is done: the previous version's binaries go (unless a process runs them). */
+/** The upgrade to `current` is done: the previous version's binaries go. */
 export async function upgradeDone(root: string, log: Logger): Promise<string[]> {
   if ((await previousStage(root)) === undefined) return [];
   await rm(join(root, PREVIOUS), { force: true });
