@@ -2,13 +2,14 @@
 // with the API server's etcd client certificate, kine's SQLite file through node:sqlite.
 import { join } from 'node:path';
 import { DatabaseSync } from 'node:sqlite';
+import { controllerPaths } from '../../../src/controller/paths.ts';
 import type { LabHost } from './lab.ts';
 
 /** etcdctl on `host` against its etcd, with kube-apiserver's etcd client certificate. */
 function etcdctl(host: LabHost, dataDir: string, clientPort: number, args: string[], encoding: 'buffer' | 'utf8') {
   const pki = join(dataDir, 'pki');
   return host.run(
-    join(dataDir, 'bin', 'etcdctl'),
+    join(controllerPaths(dataDir, '/nonexistent').binDir, 'etcdctl'),
     [
       `--endpoints=https://127.0.0.1:${clientPort}`,
       `--cacert=${join(pki, 'etcd/ca.crt')}`,
