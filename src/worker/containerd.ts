@@ -1,5 +1,5 @@
 // containerd 2.x for kubelet's CRI: every path under the worker's data and run dirs, runc
-// from <data-dir>/bin with cgroupfs, CNI from <data-dir>/bin/cni, the bundled pause image as
+// from <data-dir>/bin/current with cgroupfs, CNI from <data-dir>/bin/current/cni, the bundled pause image as
 // sandbox, and none of the host's /etc/containerd, /opt/cni or /etc/cni.
 import { mkdir, readdir, readFile } from 'node:fs/promises';
 import { mountsUnder, writeFileAtomic } from '../base/fs.ts';
