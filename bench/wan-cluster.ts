@@ -154,7 +154,7 @@ async function withCluster(c: WanContext, body: (k: Cluster) => Promise<void>): 
     await waitFor('controller ready', 300_000, async () => controller.saw('"msg":"controller ready"'), controller.log);
     c.log('cluster: the worker joins (it only dials out)');
     tracked.push(await startIsolatedWorker(kctlBin, lab, ctlr, ctl, wrk, dir));
-    const kubectlBin = join(ctlr.dataDir, 'bin', 'kubectl');
+    const kubectlBin = join(ctlr.dataDir, 'bin', 'current', 'kubectl');
     const kubectl = (args: string[], input?: string, timeout = 60_000): Promise<Result> =>
       ctl.run(kubectlBin, ['--kubeconfig', join(ctlr.dataDir, 'pki', 'admin.conf'), ...args], { input, timeout });
     await waitFor('node wrk Ready', 120_000, () => nodeReady(kubectl, 'wrk'));

@@ -115,7 +115,7 @@ export async function workerJoinSeconds(
       return controllerReady;
     });
     // The staged kubectl with the admin kubeconfig, not `kctl kubectl`: a poll costs one Go process, not a Node one too.
-    const kubectlBin = join(c.dataDir, 'bin', 'kubectl');
+    const kubectlBin = join(c.dataDir, 'bin', 'current', 'kubectl');
     if (!existsSync(kubectlBin)) throw new Error(`${kubectlBin} is missing after --init-only`);
     const kubectl = (args: string[]): Promise<Result> =>
       ctl.run(kubectlBin, ['--kubeconfig', join(c.dataDir, 'pki', 'admin.conf'), '--request-timeout=5s', ...args], { timeout: 10_000 });

@@ -92,14 +92,17 @@ export async function runStageChild(jobJson: string): Promise<void> {
 
 /**
  * This kctl's components for a role, staged in their own directory under the bin root (see
- * versions.ts), linked where they equal the version `current` names. `current` is not turned:
- * for commands that need a component (kubectl, etcdctl) beside whatever kctl runs the host.
+ * versions.ts), linked where they equal the version `current` names. `current` is not turned
+ * unless there is none: for commands that need a component (kubectl, etcdctl) beside whatever
+ * kctl runs the host.
  */
 export async function stageOwn(root: string, roles: Role[], log: Logger): Promise<string> {
   const dir = join(root, stageId(await findPayload(KCTL_VERSION)));
   const current = await currentStage(root);
   const seed = current ? join(root, current) : root; // the older layout's files lie in the root
   await stage({ kind: 'components', roles, dir, seed }, log);
+  // Nothing current yet (a host where no controller or worker ran): this version becomes it.
+  if (!current) await turnCurrent(root, basename(dir));
   return dir;
 }
 

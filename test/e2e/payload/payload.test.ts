@@ -4,7 +4,7 @@ import assert from 'node:assert/strict';
 import { execa } from 'execa';
 import { createHash } from 'node:crypto';
 import { existsSync } from 'node:fs';
-import { copyFile, open, readFile, stat, writeFile } from 'node:fs/promises';
+import { copyFile, open, readFile, realpath, stat, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { pino } from 'pino';
@@ -40,13 +40,13 @@ test('controller --init-only stages the controller binaries; every staged binary
   const r = await kctl(['controller', '--init-only', '--data-dir', dataDir]);
   assert.equal(r.exitCode, 0, String(r.stderr));
   const controller = shipped.filter((c) => c.roles.includes('controller'));
-  for (const c of controller) await checkVersion(c, join(dataDir, 'bin', c.dir ? `${c.dir}/${c.name}` : c.name));
+  for (const c of controller) await checkVersion(c, join(dataDir, 'bin', 'current', c.dir ? `${c.dir}/${c.name}` : c.name));
   // Worker-side binaries, staged from the same executable's payload.
   const payload = await readEmbeddedPayload(requireKctl());
   assert.ok(payload, 'dist/kctl carries no payload');
-  await stageComponents(payload, join(dataDir, 'bin'), ['worker'], pino({ level: 'silent' }));
+  await stageComponents(payload, join(dataDir, 'bin', 'current'), ['worker'], pino({ level: 'silent' }));
   for (const c of shipped.filter((x) => x.roles.includes('worker'))) {
-    await checkVersion(c, join(dataDir, 'bin', c.dir ? `${c.dir}/${c.name}` : c.name));
+    await checkVersion(c, join(dataDir, 'bin', 'current', c.dir ? `${c.dir}/${c.name}` : c.name));
   }
 });
 
@@ -80,7 +80,7 @@ test('kctl kubectl stages kubectl into the --data-dir it is given, also when the
   const r = await kctl(['kubectl', 'version', '--client', '--data-dir', dataDir]);
   assert.equal(r.exitCode, 0, String(r.stderr));
   assert.match(String(r.stdout), /Client Version: v\d+\.\d+/);
-  assert.ok(existsSync(join(dataDir, 'bin', 'kubectl')), 'kubectl was not staged into --data-dir');
+  assert.ok(existsSync(join(dataDir, 'bin', 'current', 'kubectl')), 'kubectl was not staged into --data-dir');
   // Only provable on a host without a real kctl data dir (never touch one that exists).
   if (!defaultExisted) assert.equal(existsSync(defaultDir), false, `${defaultDir} was created`);
 });
@@ -88,20 +88,21 @@ test('kctl kubectl stages kubectl into the --data-dir it is given, also when the
 test('a tampered staged binary is replaced on the next start, and the log says so', async (t) => {
   const dataDir = await tempDir(t);
   assert.equal((await kctl(['controller', '--init-only', '--data-dir', dataDir])).exitCode, 0);
-  const target = join(dataDir, 'bin', 'kube-scheduler');
+  const target = join(dataDir, 'bin', 'current', 'kube-scheduler');
   const good = await sha(target);
   await writeFile(target, '#!/bin/sh\necho not kube-scheduler\n');
   const r = await kctl(['controller', '--init-only', '--data-dir', dataDir]);
   assert.equal(r.exitCode, 0, String(r.stderr));
   assert.equal(await sha(target), good);
+  // The log names the file in its version's directory (bin/current is a symlink to it).
+  const file = await realpath(target);
   const line = String(r.stdout)
     .split('\n')
     .filter(Boolean)
     .map((l) => JSON.parse(l) as Record<string, unknown>)
-    .find((l) => l.msg === 'replaced a corrupted or foreign component binary' && l.file === target);
-  assert.ok(line, 'no log line names the replacement');
+    .find((l) => l.msg === 'replaced a corrupted or foreign component binary' && l.file === file);
+  assert.ok(line, `no log line names the replacement of ${file}`);
   assert.equal(line.component, 'stage');
-  assert.equal(line.file, target);
 });
 
 test('two kctl processes staging into one data dir at once both succeed with correct files', async (t) => {
@@ -110,7 +111,7 @@ test('two kctl processes staging into one data dir at once both succeed with cor
   assert.equal(a!.exitCode, 0, String(a!.stderr));
   assert.equal(b!.exitCode, 0, String(b!.stderr));
   const payload = (await readEmbeddedPayload(requireKctl()))!;
-  for (const e of payload.forRoles(['controller'])) assert.equal(await sha(join(dataDir, 'bin', e.path)), e.sha256, e.name);
+  for (const e of payload.forRoles(['controller'])) assert.equal(await sha(join(dataDir, 'bin', 'current', e.path)), e.sha256, e.name);
 });
 
 test('an executable whose payload checksum does not match refuses to stage, with one clear line', async (t) => {
@@ -135,5 +136,5 @@ test('an executable whose payload checksum does not match refuses to stage, with
   const errLines = String(cmd.stderr).trim().split('\n');
   assert.equal(errLines.length, 1);
   assert.match(errLines[0]!, /^kctl: payload component kube-apiserver is corrupt .* reinstall or rebuild kctl$/);
-  for (const name of ['kube-apiserver', 'kube-scheduler']) await assert.rejects(stat(join(dataDir, 'bin', name)), { code: 'ENOENT' });
+  for (const name of ['kube-apiserver', 'kube-scheduler']) await assert.rejects(stat(join(dataDir, 'bin', 'current', name)), { code: 'ENOENT' });
 });

@@ -132,7 +132,7 @@ test('ten tenants at once with --name: own ports, CA and data; CRD, 1,000 object
   assert.match(text, /^NAME\s+STATE\s+API\s+PID\s+STORAGE$/m);
   assert.match(text, new RegExp(`^team-0\\s+running\\s+https://127\\.0\\.0\\.1:${apiPorts[0]}\\s+\\d+\\s+kine \\(sqlite\\)$`, 'm'));
   // One staged copy of the binaries for all of them.
-  assert.ok(existsSync(join(host.dataDir, 'bin', 'kube-apiserver')));
+  assert.ok(existsSync(join(host.dataDir, 'bin', 'current', 'kube-apiserver')));
   assert.equal(existsSync(join(host.tenantDir('team-0'), 'bin')), false);
 
   const cas = new Map<string, string>();

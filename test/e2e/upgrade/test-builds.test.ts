@@ -89,5 +89,5 @@ test('kctl-previous runs a controller on the previous Kubernetes; kctl-broken re
   }
   const left = (await readdir(dir)).filter((f) => /^bw?-(data|run)$/.test(f));
   assert.deepEqual(left, [], 'no data or run dir made, nothing staged');
-  assert.ok(existsSync(join(c.dataDir, 'bin', 'kube-apiserver')), 'a start stages into its data dir, as kctl-previous did');
+  assert.ok(existsSync(join(c.dataDir, 'bin', 'current', 'kube-apiserver')), 'a start stages into its data dir, as kctl-previous did');
 });
