@@ -148,7 +148,7 @@ test('kctl pki rotate-ca: a new cluster CA everywhere, the old one nowhere, whil
   for (const port of [6443, 9443, 8132])
     assert.match(await servedIssuer(w, `${ctl.ip}:${port}`), new RegExp(`^issuer=\\s*CN\\s*=\\s*${result.newCa}$`), `port ${port}`);
   // Credentials of the old CA are refused.
-  const old = await ctl.run(join(c.dataDir, 'bin/kubectl'), ['--kubeconfig', oldAdmin, '--request-timeout=10s', 'get', 'ns'], { reject: false });
+  const old = await ctl.run(join(c.dataDir, 'bin/current/kubectl'), ['--kubeconfig', oldAdmin, '--request-timeout=10s', 'get', 'ns'], { reject: false });
   assert.notEqual(old.exitCode, 0, 'a kubeconfig of the old CA still works');
   // Pods get the new CA only: the ConfigMap, and (kubelet refreshes projected volumes) the pod's mounted bundle.
   await waitFor('kube-root-ca.crt holds the new CA only', 120_000, async () => {
@@ -186,7 +186,7 @@ test('kctl pki rotate-ca: a new cluster CA everywhere, the old one nowhere, whil
   // A node's credentials read neither the rotation's Secret (both CA keys while it runs) nor the encryption keys.
   for (const secret of ['kctl-ca-rotation', 'kctl-encryption-keys']) {
     const asNode = await w.run(
-      join(c.dataDir, 'bin/kubectl'),
+      join(c.dataDir, 'bin/current/kubectl'),
       ['--kubeconfig', join(workerData, 'kubelet.conf'), '-n', 'kube-system', 'get', 'secret', secret],
       {
         reject: false,
