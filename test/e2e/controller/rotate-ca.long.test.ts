@@ -148,7 +148,9 @@ test('kctl pki rotate-ca: a new cluster CA everywhere, the old one nowhere, whil
   for (const port of [6443, 9443, 8132])
     assert.match(await servedIssuer(w, `${ctl.ip}:${port}`), new RegExp(`^issuer=\\s*CN\\s*=\\s*${result.newCa}$`), `port ${port}`);
   // Credentials of the old CA are refused.
-  const old = await ctl.run(join(c.dataDir, 'bin/current/kubectl'), ['--kubeconfig', oldAdmin, '--request-timeout=10s', 'get', 'ns'], { reject: false });
+  const old = await ctl.run(join(c.dataDir, 'bin/current/kubectl'), ['--kubeconfig', oldAdmin, '--request-timeout=10s', 'get', 'ns'], {
+    reject: false,
+  });
   assert.notEqual(old.exitCode, 0, 'a kubeconfig of the old CA still works');
   // Pods get the new CA only: the ConfigMap, and (kubelet refreshes projected volumes) the pod's mounted bundle.
   await waitFor('kube-root-ca.crt holds the new CA only', 120_000, async () => {
