@@ -90,29 +90,33 @@ export async function runStageChild(jobJson: string): Promise<void> {
   process.disconnect?.();
 }
 
-/**
- * This kctl's components for a role, staged in their own directory under the bin root (see
- * versions.ts), linked where they equal the version `current` names. `current` is not turned
- * unless there is none: for commands that need a component (kubectl, etcdctl) beside whatever
- * kctl runs the host.
- */
-export async function stageOwn(root: string, roles: Role[], log: Logger): Promise<string> {
+/** This kctl's components for a role, staged in their own directory under the bin root, linked where they equal the current version's. */
+async function stageInto(root: string, roles: Role[], log: Logger): Promise<{ dir: string; current?: string }> {
   const dir = join(root, stageId(await findPayload(KCTL_VERSION)));
   const current = await currentStage(root);
   const seed = current ? join(root, current) : root; // the older layout's files lie in the root
   await stage({ kind: 'components', roles, dir, seed }, log);
-  // Nothing current yet (a host where no controller or worker ran): this version becomes it.
+  return { dir, current };
+}
+
+/**
+ * This kctl's components (see versions.ts), for commands that need one (kubectl, etcdctl) beside
+ * whatever kctl runs the host: `current` is turned to them only when there is none (a host where
+ * no controller or worker ran).
+ */
+export async function stageOwn(root: string, roles: Role[], log: Logger): Promise<string> {
+  const { dir, current } = await stageInto(root, roles, log);
   if (!current) await turnCurrent(root, basename(dir));
   return dir;
 }
 
 /**
- * A starting controller's or worker's components: staged as stageOwn does, then `current` turned
- * to them. The version it named before stays as `previous` until the upgrade is done (a rollback
- * stages nothing); versions older than that, which no process runs, go.
+ * A starting controller's or worker's components: staged, then `current` turned to them. The
+ * version it named before stays as `previous` until the upgrade is done (a rollback stages
+ * nothing); versions older than that go.
  */
 export async function stageForStart(root: string, roles: Role[], log: Logger): Promise<void> {
-  const id = basename(await stageOwn(root, roles, log));
+  const id = basename((await stageInto(root, roles, log)).dir);
   const previous = await turnCurrent(root, id);
   if (previous !== undefined)
     log.info({ version: id, previous }, "this kctl's components are now the current ones; the previous stay until the upgrade is done");
