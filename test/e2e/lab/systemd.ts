@@ -126,8 +126,12 @@ for c in $(awk -F: '$2 != "" {print $2}' /proc/1/cgroup); do
 done
 if grep -q '^0::' /proc/1/cgroup; then mkdir -p /sys/fs/cgroup/unified; mount -t cgroup2 cgroup2 /sys/fs/cgroup/unified; fi
 hostname kctl-test-${name}
+# The kernel's log is the host's, shared by every lab: journald must not import it (its lines
+# from other labs and earlier runs would read as this lab's), and systemd logs to the journal.
+mkdir -p /run/systemd/journald.conf.d
+printf '[Journal]\\nReadKMsg=no\\n' > /run/systemd/journald.conf.d/kctl-test.conf
 export SYSTEMD_UNIT_PATH=${units}:/etc/systemd/system
-exec ${SYSTEMD} --system --unit=default.target --log-target=kmsg --log-level=notice </dev/null >>${dir}/systemd.log 2>&1
+exec ${SYSTEMD} --system --unit=default.target --log-target=journal-or-kmsg --log-level=notice </dev/null >>${dir}/systemd.log 2>&1
 `,
   );
   await chmod(join(dir, 'boot'), 0o755);
