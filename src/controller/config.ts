@@ -184,11 +184,11 @@ export const clusterConfigSchema = z.strictObject({
           /** Each node cordons and drains itself (PodDisruptionBudgets respected) before it swaps its executable. */
           drain: z.boolean().default(true),
           /** How long a node's drain may take; past it, the node's upgrade fails and the plan stops. */
-          drainTimeout: duration('expected a duration such as 5m').default('5m'),
+          drainTimeout: duration('expected a duration of at least 1s, such as 5m').default('5m'),
           /** At most this many nodes upgrade at once. */
           maxUnavailable: z.number().int().min(1).max(1000).default(1),
           /** A controller or node not ready at the new version within this rolls back to its previous executable. */
-          readyTimeout: duration('expected a duration such as 5m').default('5m'),
+          readyTimeout: duration('expected a duration of at least 1s, such as 5m').default('5m'),
         })
         .prefault({}),
       pki: z

@@ -12,7 +12,7 @@ import { sha256OfFile } from '../base/fs.ts';
 import { KCTL_VERSION, type Release } from '../base/version.ts';
 import type { KubeClient } from '../kube/client.ts';
 import { CONTROLLER_LEASE_LABEL, LEASES_PATH, liveControllers, type Lease } from '../kube/controller-leases.ts';
-import { readUpgradePlan, writeUpgradePlan, type MemberUpgrade, type UpgradePlan } from '../kube/upgrade-plan.ts';
+import { readUpgradePlan, UnreadablePlanError, writeUpgradePlan, type MemberUpgrade, type UpgradePlan } from '../kube/upgrade-plan.ts';
 import { skewProblem } from '../kube/version-skew.ts';
 import { installExecutable } from '../supervisor/handover.ts';
 import type { ClusterConfig } from './config.ts';
@@ -43,9 +43,17 @@ interface NodeWithInfo extends NodeObject {
   status?: NodeObject['status'] & { nodeInfo?: { kubeletVersion?: string } };
 }
 
-export async function upgradeStatus(kube: KubeClient): Promise<UpgradeStatus> {
+/**
+ * The plan and every member. A plan object that is not a plan throws (UnreadablePlanError), unless
+ * `onUnreadablePlan` takes it: then the plan reads as none (kctl upgrade plan replaces it).
+ */
+export async function upgradeStatus(kube: KubeClient, o: { onUnreadablePlan?: (err: UnreadablePlanError) => void } = {}): Promise<UpgradeStatus> {
   const [plan, leases, nodes] = await Promise.all([
-    readUpgradePlan(kube),
+    readUpgradePlan(kube).catch((err: unknown) => {
+      if (!(err instanceof UnreadablePlanError) || !o.onUnreadablePlan) throw err;
+      o.onUnreadablePlan(err);
+      return null;
+    }),
     kube.get<{ items: Lease[] }>(`${LEASES_PATH}?labelSelector=${encodeURIComponent(`${CONTROLLER_LEASE_LABEL}=true`)}`),
     kube.get<{ items: NodeWithInfo[] }>('/api/v1/nodes'),
   ]);
@@ -98,7 +106,7 @@ export async function createUpgradePlan(o: PlanOptions): Promise<UpgradePlan> {
   const release = await releaseOfExecutable(file);
   if (o.version && o.version.replace(/^v/, '') !== release.version.replace(/^v/, ''))
     throw new UserError(`${file} is kctl ${release.version}, not ${o.version}; give the executable of ${o.version} with --executable`);
-  const status = await upgradeStatus(o.kube);
+  const status = await upgradeStatus(o.kube, { onUnreadablePlan: (err) => o.progress(`replacing the unreadable plan: ${err.message}`) });
   const current = status.plan;
   if (current?.state === 'active' && current.target.version !== release.version)
     throw new UserError(

@@ -135,10 +135,13 @@ function parseAdmitted(text: string | undefined, bad: (field: string, what: stri
   return v as Record<string, string>;
 }
 
+/** The plan object exists but is not a plan (edited by hand, or written by something else). */
+export class UnreadablePlanError extends Error {}
+
 export function planFromConfigMap(cm: ConfigMap): UpgradePlan {
   const d = cm.data ?? {};
   const bad = (field: string, what: string) =>
-    new Error(`ConfigMap ${UPGRADE_NAMESPACE}/${UPGRADE_PLAN_NAME}: ${field} ${what}; run kctl upgrade plan again to replace it`);
+    new UnreadablePlanError(`ConfigMap ${UPGRADE_NAMESPACE}/${UPGRADE_PLAN_NAME}: ${field} ${what}; run kctl upgrade plan again to replace it`);
   for (const f of FIELDS) if (d[f] === undefined) throw bad(f, 'is missing');
   const int = (f: string, min: number): number => {
     const n = Number(d[f]);
@@ -146,6 +149,8 @@ export function planFromConfigMap(cm: ConfigMap): UpgradePlan {
     return n;
   };
   if (!/^[0-9a-f]{64}$/.test(d.sha256!)) throw bad('sha256', 'is not 64 hex digits');
+  // Read strictly: a hand-edited "yes" must not quietly turn the drain off.
+  if (d.drain !== 'true' && d.drain !== 'false') throw bad('drain', `is "${d.drain}", not true or false`);
   const state = d.state as PlanState;
   if (!['active', 'done', 'stopped'].includes(state)) throw bad('state', `is "${d.state}", not active, done or stopped`);
   return {

@@ -386,6 +386,25 @@ describe('controller config errors', () => {
     assert.equal(existsSync(join(dir, 'run')), false);
   });
 
+  test('bad spec.upgrade values are refused in one line naming each, before anything is written', async (t) => {
+    const dir = await tempDir(t);
+    const file = join(dir, 'upgrade.yaml');
+    await writeFile(
+      file,
+      'spec:\n  upgrade:\n    drain: yes\n    drainTimeout: soon\n    maxUnavailable: 0\n    readyTimeout: 500ms\n    maxSurge: 2\n',
+    );
+    const r = await kctl(['controller', '--config', file, '--data-dir', join(dir, 'data'), '--run-dir', join(dir, 'run')]);
+    assert.notEqual(r.exitCode, 0);
+    const lines = String(r.stderr).trim().split('\n');
+    assert.equal(lines.length, 1, String(r.stderr));
+    for (const field of ['drain', 'drainTimeout', 'maxUnavailable', 'readyTimeout'])
+      assert.match(lines[0]!, new RegExp(`spec\\.upgrade\\.${field}: `));
+    assert.match(lines[0]!, /spec\.upgrade\.readyTimeout: expected a duration of at least 1s, such as 5m/);
+    assert.match(lines[0]!, /spec\.upgrade: unknown field\(s\) "maxSurge"/);
+    assert.equal(existsSync(join(dir, 'data')), false);
+    assert.equal(existsSync(join(dir, 'run')), false);
+  });
+
   test('kctl config create prints a config that kctl accepts', async (t) => {
     const dir = await tempDir(t);
     const r = await kctl(['config', 'create']);

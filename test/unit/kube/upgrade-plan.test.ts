@@ -42,6 +42,8 @@ test('a damaged plan names the field and what to do', () => {
   assert.throws(() => planFromConfigMap({ ...cm, data: { ...cm.data, maxUnavailable: '0' } }), /maxUnavailable is "0", not an integer >= 1/);
   assert.throws(() => planFromConfigMap({ ...cm, data: { ...cm.data, state: 'paused' } }), /state is "paused", not active, done or stopped/);
   assert.throws(() => planFromConfigMap({ ...cm, data: { ...cm.data, admitted: '["w1"]' } }), /admitted is not an object of node names and times/);
+  assert.throws(() => planFromConfigMap({ ...cm, data: { ...cm.data, drain: 'yes' } }), /drain is "yes", not true or false/);
+  assert.equal(planFromConfigMap({ ...cm, data: { ...cm.data, drain: 'false' } }).drain, false);
   const { size: _size, ...noSize } = cm.data!;
   assert.throws(() => planFromConfigMap({ ...cm, data: noSize }), /size is missing/);
 });
