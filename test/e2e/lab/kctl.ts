@@ -2,6 +2,7 @@
 // (assets/test-kctls.ts: an older kctl with the previous Kubernetes release, one that cannot start).
 import { execa, type Options, type Result } from 'execa';
 import { existsSync } from 'node:fs';
+import { copyFile, mkdir } from 'node:fs/promises';
 import { join } from 'node:path';
 import { BROKEN_KCTL, PREVIOUS_KCTL, type TestKctl } from '../../../assets/test-kctls.ts';
 
@@ -30,4 +31,12 @@ export function requireBrokenKctl(): TestKctl {
 
 export function kctl(args: string[], opts: Options = {}): Promise<Result> {
   return execa(requireKctl(), args, { reject: false, all: false, timeout: 300_000, ...opts }) as Promise<Result>;
+}
+
+/** Copies `source` to `<dir>/<name>-bin/kctl`: each host runs its own file, as an installed kctl would (an upgrade replaces it). */
+export async function ownCopy(dir: string, name: string, source: string): Promise<string> {
+  const bin = join(dir, `${name}-bin`, 'kctl');
+  await mkdir(join(dir, `${name}-bin`));
+  await copyFile(source, bin);
+  return bin;
 }

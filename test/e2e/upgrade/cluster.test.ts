@@ -13,7 +13,7 @@
 // (dist/kctl-broken): the first controller to try it rolls back to the kctl it ran, the plan stops
 // with the reason, `kctl upgrade status` shows it, and all serve.
 import assert from 'node:assert/strict';
-import { copyFile, mkdir, readdir, readlink } from 'node:fs/promises';
+import { readdir, readlink } from 'node:fs/promises';
 import { join } from 'node:path';
 import { test, type TestContext } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -21,7 +21,7 @@ import { sha256OfFile } from '../../../src/base/fs.ts';
 import type { UpgradeStatus } from '../../../src/controller/upgrade-plan-run.ts';
 import { runPinnedPod, startLabWorker, type Tracked } from '../lab/cluster.ts';
 import { HaLab, type LabCtl } from '../lab/ha-lab.ts';
-import { requireBrokenKctl, requireKctl, requirePreviousKctl } from '../lab/kctl.ts';
+import { ownCopy, requireBrokenKctl, requireKctl, requirePreviousKctl } from '../lab/kctl.ts';
 import { startLab } from '../lab/lab-test.ts';
 import { longestFailureStreak, type ProbeResult } from '../lab/probe.ts';
 import { waitFor } from '../lab/wait.ts';
@@ -68,14 +68,6 @@ const pdb = {
   metadata: { name: 'web' },
   spec: { minAvailable: 1, selector: { matchLabels: { app: 'web' } } },
 };
-
-/** Copies `source` to `<dir>/<name>-bin/kctl`: each host runs its own file, as an installed kctl would. */
-async function ownCopy(dir: string, name: string, source: string): Promise<string> {
-  const bin = join(dir, `${name}-bin`, 'kctl');
-  await mkdir(join(dir, `${name}-bin`));
-  await copyFile(source, bin);
-  return bin;
-}
 
 test(
   'the cluster rolls to the planned kctl, controllers then nodes, one at a time, while exec answers; a build that cannot start is rolled back and stops the plan',

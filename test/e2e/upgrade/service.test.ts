@@ -1,0 +1,247 @@
+// An upgrade under systemd, with the units `kctl install` writes, each in a real systemd
+// (systemd.ts): a controller on one lab host and a worker on another (isolated: it only dials
+// out), both installed from the previous kctl (dist/kctl-previous) with a 4 s watchdog (a
+// handover takes 5-7 s here). Before the plan, a damaged plan object is reported in one line and
+// `kctl upgrade plan` replaces it. Then `kctl upgrade plan --executable dist/kctl`: each member
+// hands its role to the new kctl without systemd seeing a stop. The unit stays active, its main
+// PID moves once (MAINPID=) to the new process, NRestarts stays 0, and the old process pings the
+// watchdog while the new one starts. Afterwards the new process keeps the watchdog fed, and when
+// its event loop is blocked (the test hook), the watchdog restarts it: systemd watches the new
+// process, not the one that started it.
+import assert from 'node:assert/strict';
+import { writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { test, type TestContext } from 'node:test';
+import { setTimeout as sleep } from 'node:timers/promises';
+import type { UpgradeStatus } from '../../../src/controller/upgrade-plan-run.ts';
+import { UPGRADE_NAMESPACE, UPGRADE_PLAN_NAME } from '../../../src/kube/upgrade-plan.ts';
+import { nodeReady, runPinnedPod } from '../lab/cluster.ts';
+import { ownCopy, requireKctl, requirePreviousKctl } from '../lab/kctl.ts';
+import { startLab } from '../lab/lab-test.ts';
+import { bootSystemd, type SystemdLab } from '../lab/systemd.ts';
+import { waitFor } from '../lab/wait.ts';
+
+// Runtimes apart from the main run's, which goes on beside this file (see cluster.test.ts).
+const RUNTIME_DIR = '/var/cache/kctl/runtime-upgrade-service';
+process.env.KCTL_RUNTIME_DIR = RUNTIME_DIR;
+const WATCHDOG_S = 4;
+
+interface UnitState {
+  mainPid: number;
+  active: string;
+  restarts: number;
+}
+
+/** One installed kctl unit in its systemd lab. */
+class Unit {
+  constructor(
+    readonly sd: SystemdLab,
+    readonly name: 'kctl-controller' | 'kctl-worker',
+    readonly kctlBin: string,
+    private readonly dirs: string[],
+  ) {}
+
+  kctl(args: string[], input?: string) {
+    return this.sd.exec(this.kctlBin, [...this.dirs, ...args], { input, timeout: 120_000 });
+  }
+
+  async state(): Promise<UnitState> {
+    const out = String((await this.sd.exec('systemctl', ['show', '-p', 'MainPID,ActiveState,NRestarts', this.name])).stdout);
+    const v = Object.fromEntries(out.split('\n').map((l) => l.split('=') as [string, string]));
+    return { mainPid: Number(v.MainPID), active: v.ActiveState ?? '?', restarts: Number(v.NRestarts) };
+  }
+
+  async journal(): Promise<string> {
+    return String((await this.sd.exec('journalctl', ['-u', this.name, '--no-pager', '-o', 'cat'])).stdout);
+  }
+
+  async tail(): Promise<string> {
+    return `--- ${this.name}\n${(await this.journal()).split('\n').slice(-20).join('\n')}`;
+  }
+
+  /** systemd's own lines about the unit (watchdog timeouts, restarts, notifications it refused). */
+  async systemdLines(): Promise<string[]> {
+    const all = String((await this.sd.exec('journalctl', ['--no-pager', '-o', 'cat'])).stdout);
+    return all.split('\n').filter((l) => l.includes(`${this.name}.service: `));
+  }
+
+  /** A short watchdog for this test (the unit's own is 60 s). */
+  async shortWatchdog(): Promise<void> {
+    const d = `/etc/systemd/system/${this.name}.service.d`;
+    const r = await this.sd.exec('sh', [
+      '-c',
+      `mkdir -p ${d} && printf "[Service]\\nWatchdogSec=${WATCHDOG_S}\\n" > ${d}/test.conf && systemctl daemon-reload`,
+    ]);
+    assert.equal(r.exitCode, 0, String(r.stderr));
+  }
+}
+
+test(
+  'under systemd, an upgrade hands each unit to the new kctl (MAINPID=, no restart, the watchdog fed throughout) and systemd then watches the new process',
+  { timeout: 20 * 60_000 },
+  async (t: TestContext) => {
+    const next = requireKctl();
+    const previous = requirePreviousKctl();
+    // Not under /tmp: each systemd lab has its own /tmp.
+    const { lab, dir } = await startLab(t, 'us', ['ctl', 'w1'], { dir: '/var/lib/kctl-test-upgrade-service-', workers: ['w1'] });
+    const [ctlHost, w1Host] = [lab.host('ctl'), lab.host('w1')];
+    const env = ['--env', `KCTL_RUNTIME_DIR=${RUNTIME_DIR}`, '--env', 'KCTL_TEST_HANG_ON_SIGNAL=SIGUSR1'];
+
+    const ctl = new Unit(await bootSystemd('kctl-upg-ctl', ctlHost.netns, t), 'kctl-controller', await ownCopy(dir, 'ctl', previous.path), [
+      '--data-dir',
+      join(dir, 'c-data'),
+      '--run-dir',
+      join(dir, 'c-run'),
+    ]);
+    const cfg = join(dir, 'kctl.yaml');
+    await writeFile(cfg, `spec:\n  api: { address: ${ctlHost.ip} }\n  upgrade: { readyTimeout: 3m, drainTimeout: 1m }\n`);
+    const installed = await ctl.kctl(['install', 'controller', '--single', '--config', cfg, ...env]);
+    assert.equal(installed.exitCode, 0, String(installed.stderr));
+    await ctl.shortWatchdog();
+    const started = await ctl.kctl(['start']);
+    assert.equal(started.exitCode, 0, `${String(started.stderr)}\n${await ctl.tail()}`);
+    const kubectl = (args: string[], input?: string) => ctl.kctl(['kubectl', ...args], input);
+
+    await lab.isolate(w1Host, ctlHost);
+    const token = await ctl.kctl(['token', 'create', '--role', 'worker', '--expiry', '1h']);
+    assert.equal(token.exitCode, 0, String(token.stderr));
+    const tokenFile = join(dir, 'token');
+    await writeFile(tokenFile, String(token.stdout).trim() + '\n', { mode: 0o600 });
+    const worker = new Unit(await bootSystemd('kctl-upg-w1', w1Host.netns, t), 'kctl-worker', await ownCopy(dir, 'w1', previous.path), [
+      '--data-dir',
+      join(dir, 'w1-data'),
+      '--run-dir',
+      join(dir, 'w1-run'),
+    ]);
+    const joined = await worker.kctl(['install', 'worker', '--token-file', tokenFile, '--node-name', 'w1', '--node-ip', w1Host.ip, ...env]);
+    assert.equal(joined.exitCode, 0, String(joined.stderr));
+    await worker.shortWatchdog();
+    const workerStarted = await worker.kctl(['start']);
+    assert.equal(workerStarted.exitCode, 0, `${String(workerStarted.stderr)}\n${await worker.tail()}`);
+    assert.equal(await nodeReady(kubectl, 'w1'), true);
+    await runPinnedPod(kubectl, 'steady', 'w1', 'up');
+    const containerId = async () =>
+      String((await kubectl(['get', 'pod', 'steady', '-o', 'jsonpath={.status.containerStatuses[0].containerID}'])).stdout);
+    const container = await containerId();
+    const units = [ctl, worker];
+    const tails = async () => (await Promise.all(units.map((u) => u.tail()))).join('\n');
+
+    const status = async (): Promise<UpgradeStatus> => {
+      const r = await ctl.kctl(['upgrade', 'status', '-o', 'json']);
+      assert.equal(r.exitCode, 0, String(r.stderr));
+      return JSON.parse(String(r.stdout)) as UpgradeStatus;
+    };
+
+    // A plan object damaged by hand: status names the field in one line and what to do; a new plan replaces it.
+    const damaged = await kubectl(
+      ['apply', '-f', '-'],
+      JSON.stringify({
+        apiVersion: 'v1',
+        kind: 'ConfigMap',
+        metadata: { name: UPGRADE_PLAN_NAME, namespace: UPGRADE_NAMESPACE },
+        data: {
+          ...Object.fromEntries(['version', 'kubernetes', 'etcd', 'created'].map((f) => [f, 'x'])),
+          ...Object.fromEntries(['size', 'drainTimeoutS', 'maxUnavailable', 'readyTimeoutS'].map((f) => [f, '60'])),
+          sha256: 'f'.repeat(64),
+          state: 'active',
+          drain: 'yes',
+        },
+      }),
+    );
+    assert.equal(damaged.exitCode, 0, String(damaged.stderr));
+    const unreadable = await ctl.kctl(['upgrade', 'status']);
+    assert.notEqual(unreadable.exitCode, 0);
+    assert.equal(
+      String(unreadable.stderr).trim(),
+      `kctl: ConfigMap ${UPGRADE_NAMESPACE}/${UPGRADE_PLAN_NAME}: drain is "yes", not true or false; run kctl upgrade plan again to replace it`,
+    );
+
+    const before = await Promise.all(units.map((u) => u.state()));
+    for (const [i, s] of before.entries()) assert.equal(s.active, 'active', `${units[i]!.name}: ${JSON.stringify(s)}`);
+    // Watch both units from the plan to its end: every main PID, any state but active, the restart count.
+    const seen = units.map((_, i) => ({ pids: [before[i]!.mainPid], notActive: [] as string[], restarts: before[i]!.restarts }));
+    let watching = true;
+    const watch = (async () => {
+      while (watching) {
+        const now = await Promise.all(units.map((u) => u.state()));
+        for (const [i, s] of now.entries()) {
+          const w = seen[i]!;
+          if (s.mainPid > 0 && s.mainPid !== w.pids.at(-1)) w.pids.push(s.mainPid);
+          if (s.active !== 'active') w.notActive.push(`${s.active} (main pid ${s.mainPid})`);
+          w.restarts = Math.max(w.restarts, s.restarts);
+        }
+        await sleep(250);
+      }
+    })();
+
+    const planned = await ctl.kctl(['upgrade', 'plan', '--executable', next]);
+    assert.equal(planned.exitCode, 0, String(planned.stderr));
+    assert.match(String(planned.stderr), /replacing the unreadable plan: .*drain is "yes"/);
+    const nextVersion = (await status()).plan!.target.version;
+    await waitFor(
+      'the plan done',
+      900_000,
+      async () => {
+        const s = await status().catch(() => null);
+        if (s?.plan?.state === 'stopped') throw new Error(`the plan stopped: ${s.plan.reason}`);
+        return s?.plan?.state === 'done';
+      },
+      tails,
+    );
+    // A node reports done once Ready at the new version, which can be a moment before its old
+    // process's readiness check passes and it hands the unit over: the watch goes on until then.
+    await waitFor('both units handed over', 120_000, async () => seen.every((w) => w.pids.length >= 2), tails);
+    watching = false;
+    await watch;
+
+    for (const [i, u] of units.entries()) {
+      const w = seen[i]!;
+      const [oldPid, newPid] = w.pids;
+      assert.equal(w.pids.length, 2, `${u.name}: main PIDs ${w.pids.join(' → ')}, expected one handover\n${await tails()}`);
+      assert.deepEqual(w.notActive, [], `${u.name} left the active state during the upgrade`);
+      assert.equal(w.restarts, 0, `${u.name} was restarted by systemd during the upgrade`);
+      const lines = await u.systemdLines();
+      assert.ok(!lines.some((l) => /Watchdog timeout/.test(l)), `${u.name}: ${lines.join('\n')}`);
+      // The new main process is the one that logged it was ready, started by the old one; the old one is gone.
+      assert.match(await u.journal(), new RegExp(`"pid":${newPid},"msg":"the new kctl is ready"`));
+      assert.notEqual((await u.sd.exec('kill', ['-0', String(oldPid)])).exitCode, 0, `${u.name}: the old kctl (${oldPid}) still runs`);
+      const at = (j: string, msg: string) =>
+        Date.parse((j.split('\n').find((l) => l.includes(`"msg":"${msg}"`)) ?? '').replace(/^.*"time":"([^"]+)".*$/, '$1'));
+      const j = await u.journal();
+      t.diagnostic(
+        `${u.name}: handed over in ${((at(j, 'the new kctl is ready') - at(j, 'starting the new kctl')) / 1000).toFixed(1)} s (watchdog ${WATCHDOG_S} s)`,
+      );
+      const v = await u.kctl(['version']);
+      assert.equal(String(v.stdout).split('\n')[0], `kctl ${nextVersion}`);
+    }
+    assert.equal(await containerId(), container, "the pod's container did not run on through the worker's upgrade");
+
+    // The new processes feed the watchdog: three intervals later, no timeout and the same main PIDs.
+    await sleep(3 * WATCHDOG_S * 1000);
+    for (const [i, u] of units.entries()) {
+      const s = await u.state();
+      assert.deepEqual(s, { mainPid: seen[i]!.pids[1]!, active: 'active', restarts: 0 }, `${u.name} after ${3 * WATCHDOG_S} s\n${await u.tail()}`);
+    }
+
+    // A new process whose event loop blocks stops the pings: systemd's watchdog restarts it.
+    await Promise.all(
+      units.map(async (u, i) => {
+        const hung = seen[i]!.pids[1]!;
+        await u.sd.exec('kill', ['-USR1', String(hung)]);
+        await waitFor(
+          `the watchdog to restart ${u.name}`,
+          240_000,
+          async () => {
+            const s = await u.state();
+            return s.mainPid > 0 && s.mainPid !== hung && s.active === 'active' && s.restarts === 1;
+          },
+          () => u.tail(),
+        );
+        assert.ok((await u.systemdLines()).some((l) => /Watchdog timeout/.test(l)));
+      }),
+    );
+    await waitFor('w1 Ready after the watchdog restart', 180_000, () => nodeReady(kubectl, 'w1'), tails);
+    assert.equal(await containerId(), container, "the pod's container did not run on through the watchdog restart");
+    for (const u of units) assert.equal(String((await u.kctl(['version'])).stdout).split('\n')[0], `kctl ${nextVersion}`);
+  },
+);
