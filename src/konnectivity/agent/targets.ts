@@ -241,7 +241,17 @@ export class Target {
   private finish(error?: string): void {
     if (this.closed) return;
     this.conn.log.debug(
-      { trace: this.trace, serverId: this.conn.serverId, connectID: this.connectID, address: this.address, error },
+      {
+        trace: this.trace,
+        serverId: this.conn.serverId,
+        connectID: this.connectID,
+        address: this.address,
+        error,
+        // Where its bytes stood: reading paused, held for the target, read but not yet credited.
+        paused: this.paused,
+        heldForTarget: this.toTarget.length,
+        heldFromTarget: this.flow.heldLength,
+      },
       'target closed',
     );
     this.markClosed();
