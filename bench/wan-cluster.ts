@@ -39,7 +39,7 @@ const AGENT_HEALTH = 8093;
 /**
  * `kubectl cp` tries per run. Across this link a copy through either tunnel may end early:
  * kubelet closes its connection as soon as the exec's process exits, and a write to it after that
- * (the API server's SPDY window updates) draws a reset that throws away what was not yet read
+ * (the API server's SPDY ping, every 5 s) draws a reset that throws away what was not yet read
  * ("unexpected EOF", or the API server's websocket closing abnormally, with 46-49 of 50 MiB).
  * kctl's agent holds such writes while it is not reading kubelet; copies still end early at times.
  * kubectl's own --retries does not resume after the second kind. So a run tries up to CP_TRIES

@@ -1,7 +1,7 @@
 // A target that sends its last bytes and closes while its client is slow (kubelet at the end of
 // `kubectl cp` over a slow link). The agent is not reading it then (no credit), so those bytes
 // wait in the kernel, the target's and the agent's. A write to the closed target meanwhile (the
-// client's SPDY window updates) draws a reset, and the reset throws the waiting bytes away on
+// API server's SPDY pings) draws a reset, and the reset throws the waiting bytes away on
 // both sides: the copy ends short. While its reading is paused the agent holds what the client
 // sends, and writes it once it has read the target dry and the target is still open (kctl's
 // native addon tells it both).
@@ -62,7 +62,7 @@ test('a target that sends its last bytes and closes while the client is paused a
     tunnel.on('error', () => undefined);
     const closed = new Promise<void>((resolve) => tunnel.once('close', () => resolve()));
     // A slow client: it reads nothing for 600 ms; once the agent has stopped reading the target
-    // for it, it writes a byte every 10 ms, as kubectl's window updates do.
+    // for it, it writes a byte every 10 ms, as the API server's pings would (faster, to hit the moment).
     tunnel.pause();
     tunnel.write(`${size}\n`);
     await sleep(100);
