@@ -197,11 +197,16 @@ test('over an edge link: a 30 s partition keeps the node Ready and exec works ag
     assert.ok(moved[name]!.agent! <= MOVE_BOUND_MS, `${name}'s agent left c2 after ${moved[name]!.agent} ms`);
     assert.ok(moved[name]!.balancer! <= MOVE_BOUND_MS, `${name}'s API balancer left c2 after ${moved[name]!.balancer} ms`);
   }
-  for (const name of workers)
+  for (const name of workers) {
+    const got = await logsAndExec(kubectl, `p-${name}`, `hello-${name}`);
     assert.ok(
-      (await logsAndExec(kubectl, `p-${name}`, `hello-${name}`)).every((r) => r.ok),
-      `logs and exec on ${name} through c1 alone`,
+      got.every((r) => r.ok),
+      `logs and exec on ${name} through c1 alone: ${got
+        .filter((r) => !r.ok)
+        .map((r) => r.what)
+        .join(' | ')}`,
     );
+  }
   for (const name of workers)
     assert.equal(await readySince(name), readyBefore[name as 'w1' | 'w2'], `${name}'s Ready condition changed while c2 was gone`);
 
