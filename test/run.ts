@@ -101,8 +101,9 @@ const built = upgrade.length
 // they wait until the long tests' clusters are gone; the main run is then about half done.
 if (long.length || upgrade.length) process.stdout.write(`# running beside the others, report at the end: ${[...long, ...upgrade].join(', ')}\n`);
 // The long tests start once the test builds are done, or after LONG_TESTS_WAIT_MS at the latest.
-// Writing the test builds' executables stalled two long tests' clusters at once (20-23 s without
-// an answer, 2026-11-27), and `ionice -c 3` does nothing on a disk whose scheduler is not BFQ.
+// Two long tests' clusters stalled at once (20-23 s without an answer, 2026-11-27) while the test
+// builds wrote their executables, the likely cause (not proven); and `ionice -c 3` does nothing
+// on a disk whose scheduler is not BFQ.
 // Where the builds are cached (their Go parts) they take 3-4 minutes, so the long tests then run
 // without them; on a fresh machine the long tests start after the wait, beside the compile. The
 // lane beside stays shorter than the main run either way.

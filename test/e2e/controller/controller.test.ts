@@ -370,39 +370,38 @@ describe('controller stopped while it starts', () => {
 });
 
 describe('controller config errors', () => {
-  test('a bad field exits non-zero with its path, and nothing is started or written', async (t) => {
+  /** `kctl controller --config <file>` with `yaml` in it: must exit non-zero with one line and write nothing; returns that line. */
+  async function refusedConfig(t: TestContext, name: string, yaml: string): Promise<string> {
     const dir = await tempDir(t);
-    const file = join(dir, 'bad.yaml');
-    await writeFile(
-      file,
-      'apiVersion: kctl.dev/v1alpha1\nkind: ClusterConfig\nspec:\n  api:\n    port: 99999\n  network:\n    podCIDRs: 10.0.0.0/8\n',
-    );
-    const r = await kctl(['controller', '--config', file, '--data-dir', join(dir, 'data'), '--run-dir', join(dir, 'run')]);
-    assert.notEqual(r.exitCode, 0);
-    const lines = String(r.stderr).trim().split('\n');
-    assert.equal(lines.length, 1);
-    assert.match(lines[0]!, /invalid config .*bad\.yaml: spec\.api\.port: .*65535.*; spec\.network: unknown field\(s\) "podCIDRs"/);
-    assert.equal(existsSync(join(dir, 'data')), false);
-    assert.equal(existsSync(join(dir, 'run')), false);
-  });
-
-  test('bad spec.upgrade values are refused in one line naming each, before anything is written', async (t) => {
-    const dir = await tempDir(t);
-    const file = join(dir, 'upgrade.yaml');
-    await writeFile(
-      file,
-      'spec:\n  upgrade:\n    drain: yes\n    drainTimeout: soon\n    maxUnavailable: 0\n    readyTimeout: 500ms\n    maxSurge: 2\n',
-    );
+    const file = join(dir, name);
+    await writeFile(file, yaml);
     const r = await kctl(['controller', '--config', file, '--data-dir', join(dir, 'data'), '--run-dir', join(dir, 'run')]);
     assert.notEqual(r.exitCode, 0);
     const lines = String(r.stderr).trim().split('\n');
     assert.equal(lines.length, 1, String(r.stderr));
-    for (const field of ['drain', 'drainTimeout', 'maxUnavailable', 'readyTimeout'])
-      assert.match(lines[0]!, new RegExp(`spec\\.upgrade\\.${field}: `));
-    assert.match(lines[0]!, /spec\.upgrade\.readyTimeout: expected a duration of at least 1s, such as 5m/);
-    assert.match(lines[0]!, /spec\.upgrade: unknown field\(s\) "maxSurge"/);
     assert.equal(existsSync(join(dir, 'data')), false);
     assert.equal(existsSync(join(dir, 'run')), false);
+    return lines[0]!;
+  }
+
+  test('a bad field exits non-zero with its path, and nothing is started or written', async (t) => {
+    const line = await refusedConfig(
+      t,
+      'bad.yaml',
+      'apiVersion: kctl.dev/v1alpha1\nkind: ClusterConfig\nspec:\n  api:\n    port: 99999\n  network:\n    podCIDRs: 10.0.0.0/8\n',
+    );
+    assert.match(line, /invalid config .*bad\.yaml: spec\.api\.port: .*65535.*; spec\.network: unknown field\(s\) "podCIDRs"/);
+  });
+
+  test('bad spec.upgrade values are refused in one line naming each, before anything is written', async (t) => {
+    const line = await refusedConfig(
+      t,
+      'upgrade.yaml',
+      'spec:\n  upgrade:\n    drain: yes\n    drainTimeout: soon\n    maxUnavailable: 0\n    readyTimeout: 500ms\n    maxSurge: 2\n',
+    );
+    for (const field of ['drain', 'drainTimeout', 'maxUnavailable', 'readyTimeout']) assert.match(line, new RegExp(`spec\\.upgrade\\.${field}: `));
+    assert.match(line, /spec\.upgrade\.readyTimeout: expected a duration of at least 1s, such as 5m/);
+    assert.match(line, /spec\.upgrade: unknown field\(s\) "maxSurge"/);
   });
 
   test('kctl config create prints a config that kctl accepts', async (t) => {

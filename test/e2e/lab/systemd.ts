@@ -185,6 +185,16 @@ exec unshare --cgroup --pid --fork --mount --uts --propagation private --mount-p
   throw new Error(`systemd in lab ${name} is not running (state ${state || '?'}):\n${await logs()}`);
 }
 
+/** Gives an installed unit a watchdog of `seconds` (a drop-in in the lab's /etc/systemd/system) and reloads systemd. */
+export async function setWatchdog(lab: SystemdLab, unit: string, seconds: number): Promise<void> {
+  const d = `/etc/systemd/system/${unit}.service.d`;
+  const r = await lab.exec('sh', [
+    '-c',
+    `mkdir -p ${d} && printf "[Service]\\nWatchdogSec=${seconds}\\n" > ${d}/test.conf && systemctl daemon-reload`,
+  ]);
+  if (r.exitCode !== 0) throw new Error(`cannot set the watchdog of ${unit}: ${String(r.stderr).trim()}`);
+}
+
 /** The host pid of the systemd process in the lab's cgroup tree (its PID 1). */
 async function systemdPidIn(cgroup: string): Promise<number | undefined> {
   const pids = await readdir(cgroup, { recursive: true })

@@ -8,7 +8,7 @@ import { join } from 'node:path';
 import { test, type TestContext } from 'node:test';
 import { kctl } from '../lab/kctl.ts';
 import { startLab } from '../lab/lab-test.ts';
-import { bootSystemd, type SystemdLab } from '../lab/systemd.ts';
+import { bootSystemd, setWatchdog, type SystemdLab } from '../lab/systemd.ts';
 import { waitFor } from '../lab/wait.ts';
 
 const COMPONENTS = ['kine', 'kube-apiserver', 'kube-scheduler', 'kube-controller-manager'];
@@ -54,10 +54,7 @@ test('kctl install controller: a Type=notify service that is ready when started,
     'kctl: /etc/systemd/system/kctl-controller.service already exists; kctl uninstall first, or install --force to replace it',
   );
   // A short watchdog for this test (the unit's own is 60 s).
-  await sd.exec('sh', [
-    '-c',
-    'mkdir -p /etc/systemd/system/kctl-controller.service.d && printf "[Service]\\nWatchdogSec=6\\n" > /etc/systemd/system/kctl-controller.service.d/test.conf && systemctl daemon-reload',
-  ]);
+  await setWatchdog(sd, 'kctl-controller', 6);
 
   // 1. start returns once the API is ready; status shows kctl's STATUS; the journal has kctl's JSON lines.
   // kctl start / stop are systemctl on the installed unit.

@@ -18,7 +18,7 @@ import { UPGRADE_NAMESPACE, UPGRADE_PLAN_NAME } from '../../../src/kube/upgrade-
 import { nodeReady, runPinnedPod } from '../lab/cluster.ts';
 import { ownCopy, requireKctl, requirePreviousKctl } from '../lab/kctl.ts';
 import { startLab } from '../lab/lab-test.ts';
-import { bootSystemd, type SystemdLab } from '../lab/systemd.ts';
+import { bootSystemd, setWatchdog, type SystemdLab } from '../lab/systemd.ts';
 import { waitFor } from '../lab/wait.ts';
 
 // Runtimes apart from the main run's, which goes on beside this file (see cluster.test.ts).
@@ -64,16 +64,6 @@ class Unit {
     const all = String((await this.sd.exec('journalctl', ['--no-pager', '-o', 'cat'])).stdout);
     return all.split('\n').filter((l) => l.includes(`${this.name}.service: `));
   }
-
-  /** A short watchdog for this test (the unit's own is 60 s). */
-  async shortWatchdog(): Promise<void> {
-    const d = `/etc/systemd/system/${this.name}.service.d`;
-    const r = await this.sd.exec('sh', [
-      '-c',
-      `mkdir -p ${d} && printf "[Service]\\nWatchdogSec=${WATCHDOG_S}\\n" > ${d}/test.conf && systemctl daemon-reload`,
-    ]);
-    assert.equal(r.exitCode, 0, String(r.stderr));
-  }
 }
 
 test(
@@ -97,7 +87,7 @@ test(
     await writeFile(cfg, `spec:\n  api: { address: ${ctlHost.ip} }\n  upgrade: { readyTimeout: 3m, drainTimeout: 1m }\n`);
     const installed = await ctl.kctl(['install', 'controller', '--single', '--config', cfg, ...env]);
     assert.equal(installed.exitCode, 0, String(installed.stderr));
-    await ctl.shortWatchdog();
+    await setWatchdog(ctl.sd, ctl.name, WATCHDOG_S); // the unit's own is 60 s
     const started = await ctl.kctl(['start']);
     assert.equal(started.exitCode, 0, `${String(started.stderr)}\n${await ctl.tail()}`);
     const kubectl = (args: string[], input?: string) => ctl.kctl(['kubectl', ...args], input);
@@ -115,7 +105,7 @@ test(
     ]);
     const joined = await worker.kctl(['install', 'worker', '--token-file', tokenFile, '--node-name', 'w1', '--node-ip', w1Host.ip, ...env]);
     assert.equal(joined.exitCode, 0, String(joined.stderr));
-    await worker.shortWatchdog();
+    await setWatchdog(worker.sd, worker.name, WATCHDOG_S);
     const workerStarted = await worker.kctl(['start']);
     assert.equal(workerStarted.exitCode, 0, `${String(workerStarted.stderr)}\n${await worker.tail()}`);
     assert.equal(await nodeReady(kubectl, 'w1'), true);
@@ -203,13 +193,12 @@ test(
       const lines = await u.systemdLines();
       assert.ok(!lines.some((l) => /Watchdog timeout/.test(l)), `${u.name}: ${lines.join('\n')}`);
       // The new main process is the one that logged it was ready, started by the old one; the old one is gone.
-      assert.match(await u.journal(), new RegExp(`"pid":${newPid},"msg":"the new kctl is ready"`));
-      assert.notEqual((await u.sd.exec('kill', ['-0', String(oldPid)])).exitCode, 0, `${u.name}: the old kctl (${oldPid}) still runs`);
-      const at = (j: string, msg: string) =>
-        Date.parse((j.split('\n').find((l) => l.includes(`"msg":"${msg}"`)) ?? '').replace(/^.*"time":"([^"]+)".*$/, '$1'));
       const j = await u.journal();
+      assert.match(j, new RegExp(`"pid":${newPid},"msg":"the new kctl is ready"`));
+      assert.notEqual((await u.sd.exec('kill', ['-0', String(oldPid)])).exitCode, 0, `${u.name}: the old kctl (${oldPid}) still runs`);
+      const at = (msg: string) => Date.parse((j.split('\n').find((l) => l.includes(`"msg":"${msg}"`)) ?? '').replace(/^.*"time":"([^"]+)".*$/, '$1'));
       t.diagnostic(
-        `${u.name}: handed over in ${((at(j, 'the new kctl is ready') - at(j, 'starting the new kctl')) / 1000).toFixed(1)} s (watchdog ${WATCHDOG_S} s)`,
+        `${u.name}: handed over in ${((at('the new kctl is ready') - at('starting the new kctl')) / 1000).toFixed(1)} s (watchdog ${WATCHDOG_S} s)`,
       );
       const v = await u.kctl(['version']);
       assert.equal(String(v.stdout).split('\n')[0], `kctl ${nextVersion}`);
