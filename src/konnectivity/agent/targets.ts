@@ -106,6 +106,8 @@ export class Target {
   private toTarget: Buffer[] = [];
   private flushQueued = false;
   private ended = false;
+  /** How the target ended when it failed (a reset) with bytes still held: sent with the CLOSE. */
+  private endError: string | undefined;
   private closed = false;
   private closeTimer: NodeJS.Timeout | undefined;
 
@@ -135,11 +137,22 @@ export class Target {
       this.toTarget = [];
       if (this.flow.heldLength === 0) this.finish();
     });
-    s.on('error', (err: NodeJS.ErrnoException) => this.finish(ERROR_TEXT[err.code ?? ''] ?? err.message));
+    s.on('error', (err: NodeJS.ErrnoException) => {
+      const error = ERROR_TEXT[err.code ?? ''] ?? err.message;
+      // A reset after its last bytes (a target closing with unread bytes): what was read is
+      // still sent, as after 'end', and then the error with the CLOSE (none after a clean 'end').
+      if (this.flow.heldLength > 0) {
+        if (!this.ended) this.endError = error;
+        this.ended = true;
+        this.toTarget = [];
+        return;
+      }
+      this.finish(error);
+    });
     s.on('close', () => {
       // Ended with bytes still waiting for credit: finish once they are sent (grant).
       if (this.ended && this.flow.heldLength > 0) return;
-      this.finish(this.ended ? undefined : 'connection closed');
+      this.finish(this.ended ? this.endError : 'connection closed');
     });
   }
 
@@ -166,7 +179,7 @@ export class Target {
   grant(bytes: number): void {
     if (this.closed) return;
     for (const part of this.flow.grant(bytes)) this.conn.send(packets.data(this.connectID, part));
-    if (this.ended && this.flow.heldLength === 0) this.finish();
+    if (this.ended && this.flow.heldLength === 0) this.finish(this.endError);
     else this.maybeResume();
   }
 
