@@ -10,6 +10,8 @@ import type { PkiPaths } from '../pki/index.ts';
 import type { Component, ComponentContext } from '../base/component.ts';
 import type { ClusterConfig } from './config.ts';
 import { pollUntil } from '../base/probe.ts';
+import { POD_NETWORK_NAME, POD_NETWORK_NAMESPACE } from '../kube/pod-network.ts';
+import { publishPodNetwork } from './pod-network.ts';
 
 const rbac = 'rbac.authorization.k8s.io';
 
@@ -91,6 +93,20 @@ export function bootstrapObjects(cfg: ClusterConfig, caPem: string): KubeManifes
       roleRef: { apiGroup: rbac, kind: 'Role', name: 'kctl:upgrade-plan-reader' },
       subjects: [{ apiGroup: rbac, kind: 'Group', name: 'system:nodes' }],
     },
+    // Nodes follow the pod network mode (this one ConfigMap).
+    {
+      apiVersion: `${rbac}/v1`,
+      kind: 'Role',
+      metadata: { name: 'kctl:pod-network-reader', namespace: POD_NETWORK_NAMESPACE },
+      rules: [{ apiGroups: [''], resources: ['configmaps'], resourceNames: [POD_NETWORK_NAME], verbs: ['get', 'list', 'watch'] }],
+    },
+    {
+      apiVersion: `${rbac}/v1`,
+      kind: 'RoleBinding',
+      metadata: { name: 'kctl:pod-network-reader', namespace: POD_NETWORK_NAMESPACE },
+      roleRef: { apiGroup: rbac, kind: 'Role', name: 'kctl:pod-network-reader' },
+      subjects: [{ apiGroup: rbac, kind: 'Group', name: 'system:nodes' }],
+    },
     {
       apiVersion: `${rbac}/v1`,
       kind: 'Role',
@@ -137,6 +153,8 @@ export class BootstrapComponent implements Component {
       signal,
       'bootstrap objects',
       async () => {
+        // First: on a new cluster, cluster-info does not exist yet (publishPodNetwork reads that).
+        if (this.cfg.spec.profile === 'full') await publishPodNetwork(this.kube, this.cfg, this.log, signal);
         for (const d of docs) await this.kube.apply(d, { fieldManager: 'kctl', force: true }, signal);
         for (const path of RETIRED_OBJECTS) {
           await this.kube.request('DELETE', path, undefined, { signal }).catch((err: unknown) => {

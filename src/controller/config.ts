@@ -10,6 +10,7 @@ import { cidrAddress, cidrContains } from '../base/addresses.ts';
 import { parseDuration } from '../base/duration.ts';
 import { errnoOf, messageOf, UserError } from '../base/errors.ts';
 import { MIN_LEAF_VALIDITY_MS } from '../pki/index.ts';
+import { NETWORK_MODES, VXLAN_DEFAULTS } from '../kube/pod-network.ts';
 
 const port = (def: number) => z.number().int().min(1).max(65535).default(def);
 const cidr = (def: string) => z.string().refine(isCidr, { message: 'expected a CIDR such as 10.96.0.0/12' }).default(def);
@@ -157,6 +158,17 @@ export const clusterConfigSchema = z.strictObject({
             .string()
             .refine((s) => isIP(s) !== 0, { message: 'expected an IP address in spec.network.serviceCIDR (default: its 10th address)' })
             .optional(),
+          /**
+           * How pod traffic crosses between nodes (kube/pod-network.ts). Unset: what the cluster runs
+           * already, and routes for a new one.
+           */
+          mode: z.enum(NETWORK_MODES).optional(),
+          vxlan: z
+            .strictObject({
+              vni: z.number().int().min(1).max(16_777_215).default(VXLAN_DEFAULTS.vni),
+              port: port(VXLAN_DEFAULTS.port),
+            })
+            .prefault({}),
         })
         .prefault({}),
       addons: z

@@ -55,7 +55,7 @@ export interface JoinRequest {
   storage: 'etcd' | 'kine';
   /** With kine: the database its data source names, without credentials (etcd/kine.ts datastoreIdentity); absent for SQLite. */
   datastore?: string;
-  network: { podCIDR: string; serviceCIDR: string; clusterDomain: string };
+  network: { podCIDR: string; serviceCIDR: string; clusterDomain: string; mode?: string };
 }
 
 export interface JoinResponse {
@@ -94,6 +94,9 @@ export function configMismatch(cfg: ClusterConfig, req: JoinRequest): string | n
   for (const k of ['podCIDR', 'serviceCIDR', 'clusterDomain'] as const)
     if (req.network[k] !== n[k])
       return `spec.network.${k} is ${n[k]} in the cluster but ${req.network[k]} on the joining controller; use the cluster's value`;
+  // Each controller publishes its mode at start: two that disagree would switch the nodes back and forth.
+  if (req.network.mode && n.mode && req.network.mode !== n.mode)
+    return `spec.network.mode is ${n.mode} in the cluster but ${req.network.mode} on the joining controller; use the cluster's value`;
   return null;
 }
 

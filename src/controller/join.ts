@@ -75,7 +75,12 @@ export async function joinController(
     peerUrl: httpsUrl(cfg.spec.api.address, cfg.spec.storage.etcd.peerPort),
     storage: cfg.spec.storage.type,
     ...(cfg.spec.storage.type === 'kine' ? { datastore: datastoreIdentity(cfg.spec.storage.kine.dataSource) } : {}),
-    network: { podCIDR: cfg.spec.network.podCIDR, serviceCIDR: cfg.spec.network.serviceCIDR, clusterDomain: cfg.spec.network.clusterDomain },
+    network: {
+      podCIDR: cfg.spec.network.podCIDR,
+      serviceCIDR: cfg.spec.network.serviceCIDR,
+      clusterDomain: cfg.spec.network.clusterDomain,
+      mode: cfg.spec.network.mode,
+    },
   };
   let answer: { url: string; response: JoinResponse } | undefined;
   const unreachable: string[] = [];

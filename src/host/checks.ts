@@ -48,7 +48,7 @@ async function modules(role: HostRole): Promise<Check[]> {
   const loaded = new Set((await readFile('/proc/modules', 'utf8').catch(() => '')).split('\n').map((l) => l.split(' ')[0]));
   const filesystems = await readFile('/proc/filesystems', 'utf8').catch(() => '');
   const out: Check[] = [];
-  for (const m of ['overlay', 'br_netfilter', 'veth', 'nf_conntrack']) {
+  for (const m of ['overlay', 'br_netfilter', 'veth', 'nf_conntrack', 'vxlan']) {
     const present =
       loaded.has(m) ||
       existsSync(`/sys/module/${m}`) ||
@@ -57,6 +57,8 @@ async function modules(role: HostRole): Promise<Check[]> {
     if (present) out.push(check(`module ${m}`, 'pass', 'loaded or built in'));
     else if (role === 'controller') out.push(check(`module ${m}`, 'pass', 'not needed on a controller'));
     else if (m === 'overlay') out.push(check(`module ${m}`, 'fail', 'overlay file system not available; modprobe overlay (containerd needs it)'));
+    else if (m === 'vxlan')
+      out.push(check(`module ${m}`, 'warn', 'not seen loaded; modprobe vxlan (needed when the cluster runs spec.network.mode: vxlan)'));
     else out.push(check(`module ${m}`, 'warn', `not seen loaded; modprobe ${m} (ignore if it is built into the kernel)`));
   }
   return out;

@@ -1,14 +1,36 @@
-// Pod networking without an overlay: a CNI bridge for this node's podCIDR (assigned by
-// kube-controller-manager), and a route to every other node's podCIDR via that node's
-// InternalIP (nodes share an L2 network or routed underlay, like kubenet / k3s host-gw).
+// The pod network between nodes: a CNI bridge for this node's podCIDR (assigned by
+// kube-controller-manager, cni.ts), and a route to every other node's podCIDR, in the mode the
+// cluster publishes (kube/pod-network.ts):
+//   routes  via that node's InternalIP (one L2 network or a routed underlay, like k3s host-gw);
+//   vxlan   via that node's VTEP on kctl's VXLAN device (host/vxlan.ts), over any IP path.
 //
 // Watches Nodes with the kubelet's own credentials (the Node authorizer allows a node to
-// get/list/watch Nodes): a node's podCIDR or address change reroutes at once. Routes carry protocol ROUTE_PROTO so a sync only ever touches
-// routes kctl made; stop() leaves them (pods keep running across restarts), cleanup() removes them.
-import { existsSync } from 'node:fs';
-import { mkdir, readFile, rename, rm, writeFile } from 'node:fs/promises';
-import { basename, dirname, join } from 'node:path';
+// get/list/watch Nodes) and the mode's ConfigMap: a node's podCIDR or address change, or a new
+// mode, reroutes at once. Routes carry protocol ROUTE_PROTO so a sync only ever touches routes
+// kctl made; stop() leaves them (pods keep running across restarts), cleanupNetwork() removes them.
+import { mkdir, readFile, rm, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
 import { execa } from 'execa';
+import { ip, ipJson, SYSTEM_PATH_ENV } from '../host/ip.ts';
+import {
+  allowVxlanFrom,
+  cidrNetwork,
+  ensureVxlanDevice,
+  interfaceMtu,
+  removeVxlan,
+  syncVxlanPeers,
+  VXLAN_DEVICE,
+  VXLAN_OVERHEAD,
+} from '../host/vxlan.ts';
+import {
+  LEGACY_POD_NETWORK,
+  parsePodNetwork,
+  POD_NETWORK_COLLECTION,
+  POD_NETWORK_NAME,
+  type NetworkMode,
+  type PodNetwork,
+} from '../kube/pod-network.ts';
+import { CNI_BRIDGE, CNI_CONFLIST, cniConflist, ensureMasquerade, writeIfChanged } from './cni.ts';
 import type { KubeClient } from '../kube/client.ts';
 import { Informer, type ListWatchOptions } from '../kube/informer.ts';
 import type { Logger } from '../base/log.ts';
@@ -17,9 +39,6 @@ import type { WorkerPaths } from './paths.ts';
 import { reasonOf } from '../base/errors.ts';
 import { sysctlFile } from '../host/limits.ts';
 
-export const CNI_BRIDGE = 'kctl0';
-export const CNI_NETWORK_NAME = 'kctl';
-export const CNI_CONFLIST = '10-kctl.conflist';
 /** Routing protocol number on kctl's routes (unassigned in rtnetlink; see /etc/iproute2/rt_protos). */
 export const ROUTE_PROTO = '177';
 
@@ -42,81 +61,21 @@ export interface NetworkOptions {
   watch?: ListWatchOptions;
 }
 
-export function cniConflist(podCIDR: string, paths: WorkerPaths): Record<string, unknown> {
-  return {
-    cniVersion: '1.0.0',
-    name: CNI_NETWORK_NAME,
-    plugins: [
-      {
-        type: 'bridge',
-        bridge: CNI_BRIDGE,
-        isGateway: true,
-        // Not the bridge plugin's masquerade (it rewrites traffic to other nodes' pods too): kctl's
-        // own rule masquerades only traffic that leaves the cluster CIDR (masqueradeRule).
-        ipMasq: false,
-        hairpinMode: true,
-        ipam: {
-          type: 'host-local',
-          ranges: [[{ subnet: podCIDR }]],
-          routes: [{ dst: '0.0.0.0/0' }],
-          dataDir: paths.cniStateDir,
-        },
-      },
-      { type: 'portmap', capabilities: { portMappings: true }, snat: true },
-    ],
-  };
+type Peer = Required<NodeInfo>;
+
+/** The other nodes this one routes to: each with a podCIDR and an InternalIP (IPv4 only for now). */
+export function peerNodes(nodes: NodeInfo[], self: string): Peer[] {
+  return nodes.filter((n): n is Peer => n.name !== self && !!n.podCIDR && !!n.internalIP && !n.podCIDR.includes(':') && !n.internalIP.includes(':'));
 }
 
-/** nat-table chain with kctl's masquerade rule; `kctl reset` removes it (and only it of the KCTL-* names). */
-export const MASQ_CHAIN = 'KCTL-POSTROUTING';
-
-/** The iptables rule (nat table) that makes this node's pods masquerade only outside the cluster CIDR. */
-export function masqueradeRule(podCIDR: string, clusterCIDR: string): string[] {
-  return [
-    '-A',
-    MASQ_CHAIN,
-    '-s',
-    podCIDR,
-    '!',
-    '-d',
-    clusterCIDR,
-    '-m',
-    'comment',
-    '--comment',
-    'kctl: pods leaving the cluster CIDR',
-    '-j',
-    'MASQUERADE',
-  ];
+/** Routes this node needs, podCIDR -> gateway: the node's InternalIP (routes), or its VTEP (vxlan, on VXLAN_DEVICE). */
+export function desiredRoutes(nodes: NodeInfo[], self: string, mode: NetworkMode = 'routes'): Map<string, string> {
+  return new Map(peerNodes(nodes, self).map((n) => [n.podCIDR, mode === 'vxlan' ? cidrNetwork(n.podCIDR) : n.internalIP]));
 }
 
-async function iptables(args: string[]): Promise<{ ok: boolean; stderr: string }> {
-  const r = await execa('iptables', ['-w', '5', '-t', 'nat', ...args], { reject: false, extendEnv: false, env: IP_ENV });
-  return { ok: r.exitCode === 0, stderr: String(r.stderr).trim() };
-}
-
-/** (Re)writes kctl's masquerade chain and hooks it into POSTROUTING once. */
-async function ensureMasquerade(podCIDR: string, clusterCIDR: string, log: Logger): Promise<void> {
-  await iptables(['-N', MASQ_CHAIN]); // exists already on a restart
-  await iptables(['-F', MASQ_CHAIN]);
-  const rule = masqueradeRule(podCIDR, clusterCIDR);
-  const added = await iptables(rule);
-  if (!added.ok) throw new Error(`iptables ${rule.join(' ')}: ${added.stderr}`);
-  if (!(await iptables(['-C', 'POSTROUTING', '-j', MASQ_CHAIN])).ok) {
-    const r = await iptables(['-A', 'POSTROUTING', '-j', MASQ_CHAIN]);
-    if (!r.ok) throw new Error(`iptables -A POSTROUTING -j ${MASQ_CHAIN}: ${r.stderr}`);
-  }
-  log.info({ podCIDR, clusterCIDR }, 'pod traffic is masqueraded only when it leaves the cluster CIDR');
-}
-
-/** Routes this node needs: every other node that has a podCIDR and an InternalIP. */
-export function desiredRoutes(nodes: NodeInfo[], self: string): Map<string, string> {
-  const routes = new Map<string, string>();
-  for (const n of nodes) {
-    if (n.name === self || !n.podCIDR || !n.internalIP) continue;
-    if (n.podCIDR.includes(':') || n.internalIP.includes(':')) continue; // IPv4 only for now
-    routes.set(n.podCIDR, n.internalIP);
-  }
-  return routes;
+interface KubeConfigMap {
+  metadata: { name: string; namespace?: string };
+  data?: Record<string, string>;
 }
 
 interface KubeNode {
@@ -133,36 +92,10 @@ function nodeInfo(n: KubeNode): NodeInfo {
   };
 }
 
-const IP_ENV = { PATH: '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' };
-
-async function ip(args: string[]): Promise<string> {
-  const r = await execa('ip', args, { reject: false, extendEnv: false, env: IP_ENV, timeout: 10_000 });
-  if (r.exitCode !== 0) throw new Error(`ip ${args.join(' ')}: ${r.stderr.trim()}`);
-  return r.stdout;
-}
-
 /** kctl's routes in this network namespace: podCIDR -> gateway. */
 export async function currentRoutes(): Promise<Map<string, string>> {
-  const out = JSON.parse((await ip(['-j', '-4', 'route', 'show', 'proto', ROUTE_PROTO])) || '[]') as { dst: string; gateway?: string }[];
+  const out = ipJson<{ dst: string; gateway?: string }>(await ip(['-j', '-4', 'route', 'show', 'proto', ROUTE_PROTO]));
   return new Map(out.map((r) => [r.dst, r.gateway ?? '']));
-}
-
-/**
- * Writes the CNI config so that containerd notices: its conf dir watcher ignores Create events
- * (a rename into the dir is one) and reloads on Write and Rename. A first config is written in
- * place (one small write: Create, then Write with the whole content); a changed one through a
- * temp file in the same dir (libcni skips *.tmp) renamed over it.
- */
-async function writeIfChanged(file: string, text: string, mode = 0o644): Promise<boolean> {
-  if (!existsSync(file)) {
-    await writeFile(file, text, { mode });
-    return true;
-  }
-  if ((await readFile(file, 'utf8')) === text) return false;
-  const tmp = join(dirname(file), `.${basename(file)}.tmp`);
-  await writeFile(tmp, text, { mode });
-  await rename(tmp, file);
-  return true;
 }
 
 /** Best effort: a sysctl that cannot be set is logged, not fatal (the host may set it already). */
@@ -182,6 +115,12 @@ export class NetworkComponent implements Component {
   readonly readyTimeoutMs = 180_000;
   private timer?: NodeJS.Timeout;
   private nodes?: Informer<KubeNode>;
+  /** The cluster's pod network mode (kube/pod-network.ts). */
+  private podNetworks?: Informer<KubeConfigMap>;
+  /** Why the mode could not be listed (an older controller has no rule for nodes to read it). */
+  private podNetworkError?: string;
+  /** The mode the last sync applied. */
+  private applied?: PodNetwork;
   /** Wakes ready() when the watch brings a change or an error. */
   private changed: () => void = () => undefined;
   private lastWatchError?: string;
@@ -222,6 +161,34 @@ export class NetworkComponent implements Component {
       },
     );
     this.nodes.start();
+    this.podNetworks ??= new Informer<KubeConfigMap>(
+      this.opts.kube,
+      POD_NETWORK_COLLECTION,
+      { ...this.opts.watch, fieldSelector: `metadata.name=${POD_NETWORK_NAME}` },
+      () => {
+        this.podNetworkError = undefined;
+        this.changed();
+        if (this.routing) void this.sync();
+      },
+      (err) => {
+        this.podNetworkError = reasonOf(err);
+        this.changed();
+      },
+    );
+    this.podNetworks.start();
+  }
+
+  /** The mode the cluster publishes; without one (a cluster from before modes), routes. A damaged one keeps what runs. */
+  private podNetwork(): PodNetwork {
+    const cm = this.podNetworks?.store.values().next().value;
+    if (!cm) return LEGACY_POD_NETWORK;
+    try {
+      return parsePodNetwork(cm.data);
+    } catch (err) {
+      if (!this.applied) throw err;
+      this.log.warn(`${reasonOf(err)}; keeping mode ${this.applied.mode}`);
+      return this.applied;
+    }
   }
 
   async ready(signal: AbortSignal): Promise<void> {
@@ -229,7 +196,10 @@ export class NetworkComponent implements Component {
     const log = this.log;
     for (;;) {
       const self = this.nodes?.get(nodeName);
-      if (self?.spec?.podCIDR) {
+      // The mode is known once listed, or when listing it fails (then the cluster's controllers
+      // predate modes, and nodes keep routes).
+      const modeKnown = this.podNetworks?.hasSynced || this.podNetworkError !== undefined;
+      if (self?.spec?.podCIDR && modeKnown) {
         this.podCIDR = self.spec.podCIDR;
         break;
       }
@@ -238,9 +208,11 @@ export class NetworkComponent implements Component {
           this.lastWatchError ??
           (!this.nodes?.hasSynced
             ? 'Nodes not listed yet'
-            : self
-              ? 'not assigned yet (is kube-controller-manager running with --allocate-node-cidrs?)'
-              : 'the node is not registered yet');
+            : !modeKnown
+              ? `the pod network mode is not known yet (${POD_NETWORK_NAME} not listed)`
+              : self
+                ? 'not assigned yet (is kube-controller-manager running with --allocate-node-cidrs?)'
+                : 'the node is not registered yet');
         throw new Error(`node ${nodeName} has no podCIDR: ${why}`);
       }
       await new Promise<void>((resolve) => {
@@ -255,9 +227,10 @@ export class NetworkComponent implements Component {
     }
     await setSysctl('net.ipv4.ip_forward', '1', log);
     // br_netfilter: bridged pod traffic must pass iptables for Service DNAT on hairpin paths.
-    await execa('modprobe', ['br_netfilter'], { reject: false, extendEnv: false, env: IP_ENV });
+    await execa('modprobe', ['br_netfilter'], { reject: false, extendEnv: false, env: SYSTEM_PATH_ENV });
     await setSysctl('net.bridge.bridge-nf-call-iptables', '1', log);
-    await this.writePodNetwork(this.podCIDR);
+    if (!this.podNetworks?.hasSynced) log.warn(`cannot read the pod network mode (${this.podNetworkError}); using routes`);
+    await ensureMasquerade(this.podCIDR, this.opts.clusterCIDR, log);
     this.routing = true;
     await this.sync();
     this.timer = setInterval(() => {
@@ -271,6 +244,7 @@ export class NetworkComponent implements Component {
     this.timer = undefined;
     this.routing = false;
     await this.nodes?.stop();
+    await this.podNetworks?.stop();
     await this.syncing;
   }
 
@@ -279,14 +253,33 @@ export class NetworkComponent implements Component {
     return { lastError: this.routing ? (this.lastSyncError ?? this.lastWatchError) : undefined };
   }
 
-  /** This node's masquerade rule and CNI config for its podCIDR (at start, and when the podCIDR changes). */
-  private async writePodNetwork(podCIDR: string): Promise<void> {
-    const { paths, clusterCIDR } = this.opts;
-    const log = this.log;
-    await ensureMasquerade(podCIDR, clusterCIDR, log);
-    if (await writeIfChanged(this.conflistPath, JSON.stringify(cniConflist(podCIDR, paths), null, 2) + '\n')) {
-      log.info({ podCIDR, file: this.conflistPath }, 'wrote CNI config');
+  /** The CNI config for this node's podCIDR, with the pods' MTU when the mode needs one (rewritten on a change). */
+  private async writeCniConfig(podCIDR: string, mtu: number | undefined): Promise<void> {
+    if (await writeIfChanged(this.conflistPath, JSON.stringify(cniConflist(podCIDR, this.opts.paths, mtu), null, 2) + '\n')) {
+      this.log.info({ podCIDR, mtu, file: this.conflistPath }, 'wrote CNI config');
     }
+  }
+
+  /**
+   * The device and entries of the mode (vxlan), or their removal (routes); returns the pods' MTU
+   * (undefined: the kernel's default) and the errors of peer entries that could not be set.
+   */
+  private async applyMode(net: PodNetwork, nodes: NodeInfo[], podCIDR: string): Promise<{ mtu?: number; errors: string[] }> {
+    const self = nodes.find((n) => n.name === this.opts.nodeName);
+    if (net.mode === 'routes') {
+      if (this.applied?.mode !== 'routes') await removeVxlan();
+      return { errors: [] };
+    }
+    if (!self?.internalIP) throw new Error('this node has no InternalIP on its Node yet');
+    const mtu = (await interfaceMtu(self.internalIP)) - VXLAN_OVERHEAD;
+    await ensureVxlanDevice({ vni: net.vxlan.vni, port: net.vxlan.port, localIP: self.internalIP, mtu, vtep: cidrNetwork(podCIDR) });
+    const peers = peerNodes(nodes, this.opts.nodeName);
+    const errors = await syncVxlanPeers(peers.map((p) => ({ vtep: cidrNetwork(p.podCIDR), podCIDR: p.podCIDR, underlayIP: p.internalIP })));
+    await allowVxlanFrom(
+      net.vxlan.port,
+      peers.map((p) => p.internalIP),
+    );
+    return { mtu, errors };
   }
 
   /** Reconciles routes with the watched Nodes; a change during a sync runs one more. Errors are logged and retried. */
@@ -318,15 +311,25 @@ export class NetworkComponent implements Component {
           'podCIDR of this node changed; rewriting the CNI config (running pods keep their old addresses)',
         );
         this.podCIDR = self.podCIDR;
-        await this.writePodNetwork(this.podCIDR);
+        await ensureMasquerade(this.podCIDR, this.opts.clusterCIDR, log);
       }
-      const want = desiredRoutes(nodes, nodeName);
+      const podCIDR = this.podCIDR!;
+      const net = this.podNetwork();
+      const { mtu, errors } = await this.applyMode(net, nodes, podCIDR);
+      if (this.applied?.mode !== net.mode)
+        log.info(
+          { mode: net.mode, ...(net.mode === 'vxlan' ? { vni: net.vxlan.vni, port: net.vxlan.port, mtu } : {}) },
+          `pod network mode ${net.mode}`,
+        );
+      this.applied = net;
+      await this.writeCniConfig(podCIDR, mtu);
+      const want = desiredRoutes(nodes, nodeName, net.mode);
       const have = await currentRoutes();
-      const errors: string[] = [];
+      const onDevice = net.mode === 'vxlan' ? ['dev', VXLAN_DEVICE, 'onlink'] : [];
       for (const [cidr, via] of want) {
         if (have.get(cidr) === via) continue;
         try {
-          await ip(['route', 'replace', cidr, 'via', via, 'proto', ROUTE_PROTO]);
+          await ip(['route', 'replace', cidr, 'via', via, ...onDevice, 'proto', ROUTE_PROTO]);
           log.info({ podCIDR: cidr, via }, 'route to node pod network');
         } catch (err) {
           errors.push(reasonOf(err));
@@ -347,7 +350,7 @@ export class NetworkComponent implements Component {
   }
 }
 
-/** For `kctl reset`: removes kctl's routes, the CNI config and IPAM state, and the bridge. */
+/** For `kctl reset`: removes kctl's routes, the VXLAN device and filter, the CNI config and IPAM state, and the bridge. */
 export async function cleanupNetwork(paths: WorkerPaths): Promise<void> {
   for (const cidr of (await currentRoutes().catch(() => new Map<string, string>())).keys()) {
     await ip(['route', 'del', cidr, 'proto', ROUTE_PROTO]).catch(() => undefined);
@@ -355,4 +358,5 @@ export async function cleanupNetwork(paths: WorkerPaths): Promise<void> {
   await rm(join(paths.cniConfDir, CNI_CONFLIST), { force: true });
   await rm(paths.cniStateDir, { recursive: true, force: true });
   await ip(['link', 'del', CNI_BRIDGE]).catch(() => undefined);
+  await removeVxlan();
 }

@@ -6,7 +6,7 @@ import { execa } from 'execa';
 import { existsSync, readdirSync, readlinkSync } from 'node:fs';
 import { rm } from 'node:fs/promises';
 import { join } from 'node:path';
-import { MASQ_CHAIN } from './network.ts';
+import { MASQ_CHAIN } from './cni.ts';
 import type { Logger } from '../base/log.ts';
 import { removeTree } from '../base/fs.ts';
 import { removeRunDir } from '../supervisor/run-dir.ts';

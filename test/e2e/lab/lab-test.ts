@@ -14,7 +14,7 @@ import { isAbsolute, join } from 'node:path';
 import { mountsUnder } from '../../../src/base/fs.ts';
 import { cleanupWorkerHost } from './cluster.ts';
 import { requireKctl } from './kctl.ts';
-import { createLab, type Lab } from './lab.ts';
+import { createLab, type Lab, type LabOptions } from './lab.ts';
 
 export interface LabTestOptions {
   /**
@@ -24,6 +24,9 @@ export interface LabTestOptions {
   dir?: string;
   /** Hosts that run `kctl worker` with `<dir>/<host>-data` and `<dir>/<host>-run` (startLabWorker's layout). */
   workers?: readonly string[];
+  /** Subnets and their router (lab.ts LabOptions). */
+  sites?: LabOptions['sites'];
+  router?: string;
 }
 
 export interface LabTest {
@@ -44,7 +47,7 @@ export async function startLab(
   o: LabTestOptions = {},
 ): Promise<LabTest> {
   const kctlBin = requireKctl();
-  const lab = await createLab(name, hosts);
+  const lab = await createLab(name, hosts, { sites: o.sites, router: o.router });
   const steps: (() => Promise<void>)[] = [];
   // The cleanup is registered before the directory exists, so a failed mkdtemp still tears the lab down.
   const made: { dir?: string } = {};

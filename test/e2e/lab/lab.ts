@@ -4,6 +4,10 @@
 //   host netns    kctl-<lab>-<host> : eth0 = 10.77.<n>.<10+i>/24, lo up, ip_forward on,
 //                 default route on-link via eth0 (nothing beyond the lab bridge)
 //
+// With `sites`, hosts sit in separate subnets (site s: bridge br<s>, 10.<77+s>.<n>.0/24) joined
+// only by a router host with a leg in each (10.<77+s>.<n>.1) and no default route: it forwards
+// between the sites' addresses and knows nothing else (no pod CIDRs).
+//
 // The bridge lives in its own namespace, so the lab adds no link, address or route to the
 // machine's root namespace and deleting the namespaces removes every link with them. wan.ts may
 // move a host's veth end from br0 behind a WAN emulator, also in the switch namespace (lab.sw).
@@ -111,8 +115,15 @@ async function killTree(pid: number): Promise<void> {
   for (let i = 0; i < 50 && alive(pid); i++) await sleep(100);
 }
 
+export interface LabOptions {
+  /** Host name -> site number (absent: 0); every site but 0 is its own subnet, reached through `router`. */
+  sites?: Record<string, number>;
+  /** The host (in site 0) that routes between the sites. */
+  router?: string;
+}
+
 /** Tests start a lab with startLab (lab-test.ts), which destroys it when the test ends, passed or failed. */
-export async function createLab(name: string, hostNames: string[]): Promise<Lab> {
+export async function createLab(name: string, hostNames: string[], opts: LabOptions = {}): Promise<Lab> {
   if (!/^[a-z0-9]{1,6}$/.test(name)) throw new Error(`lab name must be 1-6 characters [a-z0-9], got ${name}`);
   for (const h of hostNames) if (!/^[a-z0-9]{1,12}$/.test(h) || h === 'sw') throw new Error(`bad lab host name ${h}`);
   if (process.getuid?.() !== 0) throw new Error('the test lab needs root (network namespaces)');
@@ -142,10 +153,15 @@ export async function createLab(name: string, hostNames: string[]): Promise<Lab>
       },
     };
   };
+  const siteOf = (host: string): number => opts.sites?.[host] ?? 0;
+  const siteNet = (site: number): string => `10.${77 + site}.${octet}`;
+  const otherSites = [...new Set(hostNames.map(siteOf))].filter((s) => s !== 0).sort((a, b) => a - b);
+  if (otherSites.length && (!opts.router || !hostNames.includes(opts.router) || siteOf(opts.router) !== 0))
+    throw new Error(`lab ${name}: hosts in sites other than 0 need a router host in site 0`);
   const hosts = hostNames.map((host, i): LabHost => ({
     name: host,
     netns: netnsName(name, host),
-    ip: `10.77.${octet}.${10 + i}`,
+    ip: `${siteNet(siteOf(host))}.${10 + i}`,
     ...enter(netnsName(name, host)),
   }));
   const labSwitch: LabSwitch = {
@@ -177,18 +193,36 @@ export async function createLab(name: string, hostNames: string[]): Promise<Lab>
     await must('ip', ['netns', 'add', sw]);
     await must('ip', ['-n', sw, 'link', 'add', 'br0', 'type', 'bridge']);
     await must('ip', ['-n', sw, 'link', 'set', 'br0', 'up']);
+    for (const site of otherSites) {
+      await must('ip', ['-n', sw, 'link', 'add', `br${site}`, 'type', 'bridge']);
+      await must('ip', ['-n', sw, 'link', 'set', `br${site}`, 'up']);
+    }
+    const router = hosts.find((h) => h.name === opts.router);
     for (const h of hosts) {
       await must('ip', ['netns', 'add', h.netns]);
       const port = labSwitch.port(h);
+      const site = siteOf(h.name);
       await must('ip', ['-n', sw, 'link', 'add', port, 'type', 'veth', 'peer', 'name', 'eth0', 'netns', h.netns]);
-      await must('ip', ['-n', sw, 'link', 'set', port, 'master', 'br0', 'up']);
+      await must('ip', ['-n', sw, 'link', 'set', port, 'master', `br${site}`, 'up']);
       await must('ip', ['-n', h.netns, 'link', 'set', 'lo', 'up']);
       await must('ip', ['-n', h.netns, 'addr', 'add', `${h.ip}/24`, 'dev', 'eth0']);
       await must('ip', ['-n', h.netns, 'link', 'set', 'eth0', 'up']);
-      // A host has a default route; an on-link one keeps everything on the lab bridge (the switch
-      // has no uplink), and lets kube-proxy's OUTPUT DNAT see Service IPs instead of ENETUNREACH.
-      await must('ip', ['-n', h.netns, 'route', 'add', 'default', 'dev', 'eth0']);
+      if (site !== 0) {
+        await must('ip', ['-n', h.netns, 'route', 'add', 'default', 'via', `${siteNet(site)}.1`]);
+      } else if (h !== router || !otherSites.length) {
+        // A host has a default route; an on-link one keeps everything on the lab bridge (the switch
+        // has no uplink), and lets kube-proxy's OUTPUT DNAT see Service IPs instead of ENETUNREACH.
+        await must('ip', ['-n', h.netns, 'route', 'add', 'default', 'dev', 'eth0']);
+        for (const other of otherSites) await must('ip', ['-n', h.netns, 'route', 'add', `${siteNet(other)}.0/24`, 'via', router!.ip]);
+      }
       await must(NSENTER, ['--net=/run/netns/' + h.netns, '--', 'sh', '-c', 'echo 1 > /proc/sys/net/ipv4/ip_forward']);
+    }
+    // The router's legs into the other sites (r<site> on br<site>, eth<site> inside).
+    for (const site of otherSites) {
+      await must('ip', ['-n', sw, 'link', 'add', `r${site}`, 'type', 'veth', 'peer', 'name', `eth${site}`, 'netns', router!.netns]);
+      await must('ip', ['-n', sw, 'link', 'set', `r${site}`, 'master', `br${site}`, 'up']);
+      await must('ip', ['-n', router!.netns, 'addr', 'add', `${siteNet(site)}.1/24`, 'dev', `eth${site}`]);
+      await must('ip', ['-n', router!.netns, 'link', 'set', `eth${site}`, 'up']);
     }
   } catch (err) {
     await destroy();

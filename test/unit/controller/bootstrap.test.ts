@@ -21,13 +21,13 @@ test(
         first = false;
         return json(res, 503, { kind: 'Status', code: 503, reason: 'ServiceUnavailable', message: 'starting' });
       }
-      if (req.method === 'DELETE') return json(res, 404, { kind: 'Status', code: 404, reason: 'NotFound' });
+      if (req.method !== 'PATCH') return json(res, 404, { kind: 'Status', code: 404, reason: 'NotFound' });
       json(res, 200, JSON.parse(req.body) as unknown);
     });
     const bootstrap = await initialised(new BootstrapComponent(cfg, pki, new KubeClient({ server: api.url })), captureLogger().log);
     await bootstrap.ready(AbortSignal.timeout(15_000));
     const want = bootstrapObjects(cfg, 'CA PEM\n');
-    const applied = api.requests.filter((r) => r.method !== 'DELETE').slice(-want.length);
+    const applied = api.requests.filter((r) => r.method === 'PATCH').slice(-want.length);
     // The binding that let kube-controller-manager approve every join is removed (absent is fine).
     assert.deepEqual(
       api.requests.filter((r) => r.method === 'DELETE').map((r) => r.path),
@@ -58,6 +58,8 @@ test(
         '/apis/rbac.authorization.k8s.io/v1/namespaces/kube-system/rolebindings/kctl:controller-lease-reader',
         '/apis/rbac.authorization.k8s.io/v1/namespaces/kube-system/roles/kctl:upgrade-plan-reader',
         '/apis/rbac.authorization.k8s.io/v1/namespaces/kube-system/rolebindings/kctl:upgrade-plan-reader',
+        '/apis/rbac.authorization.k8s.io/v1/namespaces/kube-system/roles/kctl:pod-network-reader',
+        '/apis/rbac.authorization.k8s.io/v1/namespaces/kube-system/rolebindings/kctl:pod-network-reader',
         '/apis/rbac.authorization.k8s.io/v1/namespaces/kube-public/roles/kctl:cluster-info-reader',
         '/apis/rbac.authorization.k8s.io/v1/namespaces/kube-public/rolebindings/kctl:cluster-info-reader',
       ],

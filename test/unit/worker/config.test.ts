@@ -7,7 +7,8 @@ import { test } from 'node:test';
 import { containerdConfig } from '../../../src/worker/containerd.ts';
 import { kubeletArgs, kubeletCgroupRoot, kubeletConfiguration, recordCgroupRoot } from '../../../src/worker/kubelet.ts';
 import { kubeProxyConfiguration } from '../../../src/worker/kube-proxy.ts';
-import { cniConflist, desiredRoutes, masqueradeRule } from '../../../src/worker/network.ts';
+import { desiredRoutes } from '../../../src/worker/network.ts';
+import { cniConflist, masqueradeRule } from '../../../src/worker/cni.ts';
 import { workerPaths } from '../../../src/worker/paths.ts';
 import { tempDir } from '../../helpers.ts';
 
@@ -115,6 +116,27 @@ test('routes go to every other node that has a podCIDR and an InternalIP', () =>
     'self',
   );
   assert.deepEqual([...routes], [['10.244.1.0/24', '10.0.0.2']]);
+});
+
+test("in vxlan mode a node routes each pod CIDR via that node's VTEP, its pod CIDR's network address", () => {
+  const nodes = [
+    { name: 'self', podCIDR: '10.244.0.0/24', internalIP: '10.0.0.1' },
+    { name: 'b', podCIDR: '10.244.1.0/24', internalIP: '10.9.0.2' },
+    { name: 'c', podCIDR: '10.244.7.0/24', internalIP: '10.8.0.3' },
+  ];
+  assert.deepEqual(
+    [...desiredRoutes(nodes, 'self', 'vxlan')],
+    [
+      ['10.244.1.0/24', '10.244.1.0'],
+      ['10.244.7.0/24', '10.244.7.0'],
+    ],
+  );
+});
+
+test("the pods' MTU goes into the bridge config only when the mode sets one", () => {
+  const bridge = (mtu?: number) => (cniConflist('10.244.3.0/24', paths, mtu).plugins as Record<string, unknown>[])[0]!;
+  assert.equal(bridge(1450).mtu, 1450);
+  assert.equal('mtu' in bridge(), false);
 });
 
 test('kube-proxy: iptables mode, node credentials, loopback-only endpoints, global conntrack untouched', () => {

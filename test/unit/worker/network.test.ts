@@ -34,7 +34,7 @@ test('waits on the Node watch for a podCIDR and says why when it gives up', { ti
     net.ready(AbortSignal.timeout(500)),
     /^Error: node edge-1 has no podCIDR: not assigned yet \(is kube-controller-manager running with --allocate-node-cidrs\?\)$/,
   );
-  assert.equal(api.requests.filter((r) => !r.query.get('watch')).length, 1, 'one list, then the watch: no polling');
+  assert.equal(api.requests.filter((r) => r.path === '/api/v1/nodes' && !r.query.get('watch')).length, 1, 'one list, then the watch: no polling');
 });
 
 test('reports the API error while the Nodes cannot be read', { timeout: 20_000 }, async (t) => {

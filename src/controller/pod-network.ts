@@ -1,0 +1,55 @@
+// The controller's side of the pod network mode (kube/pod-network.ts): at every start it writes
+// the mode nodes follow. An unset spec.network.mode keeps what the cluster runs; a cluster made by
+// a kctl from before modes (cluster-info exists, the ConfigMap does not) runs routes, so an
+// upgrade never moves its pods onto another network.
+import { KubeApiError, type KubeClient } from '../kube/client.ts';
+import type { Logger } from '../base/log.ts';
+import {
+  LEGACY_POD_NETWORK,
+  parsePodNetwork,
+  podNetworkConfigMap,
+  POD_NETWORK_PATH,
+  type NetworkMode,
+  type PodNetwork,
+} from '../kube/pod-network.ts';
+import { messageOf } from '../base/errors.ts';
+import type { ClusterConfig } from './config.ts';
+
+/** The mode of a new cluster whose config does not name one. */
+export const DEFAULT_NETWORK_MODE: NetworkMode = 'routes';
+
+async function getOrUndefined<T>(kube: KubeClient, path: string, signal?: AbortSignal): Promise<T | undefined> {
+  return kube.get<T>(path, signal).catch((err: unknown) => {
+    if (err instanceof KubeApiError && err.status === 404) return undefined;
+    throw err;
+  });
+}
+
+/** What the cluster runs now: its ConfigMap, or undefined with the reason it could not be read. */
+async function recordedPodNetwork(kube: KubeClient, signal?: AbortSignal): Promise<{ recorded?: PodNetwork; exists: boolean; unreadable?: string }> {
+  const cm = await getOrUndefined<{ data?: Record<string, string> }>(kube, POD_NETWORK_PATH, signal);
+  if (!cm) return { exists: false };
+  try {
+    return { recorded: parsePodNetwork(cm.data), exists: true };
+  } catch (err) {
+    return { exists: true, unreadable: messageOf(err) };
+  }
+}
+
+/** Writes the pod network nodes follow and returns it; runs before cluster-info is written on a new cluster. */
+export async function publishPodNetwork(kube: KubeClient, cfg: ClusterConfig, log: Logger, signal?: AbortSignal): Promise<PodNetwork> {
+  const { recorded, exists, unreadable } = await recordedPodNetwork(kube, signal);
+  let mode = cfg.spec.network.mode ?? recorded?.mode;
+  if (!mode && !exists) {
+    const older = await getOrUndefined(kube, '/api/v1/namespaces/kube-public/configmaps/cluster-info', signal);
+    mode = older ? LEGACY_POD_NETWORK.mode : DEFAULT_NETWORK_MODE;
+  }
+  const want: PodNetwork = { mode: mode ?? DEFAULT_NETWORK_MODE, vxlan: { vni: cfg.spec.network.vxlan.vni, port: cfg.spec.network.vxlan.port } };
+  if (unreadable) log.warn(`${unreadable}; writing mode ${want.mode} from this controller's config`);
+  if (recorded && JSON.stringify(recorded) === JSON.stringify(want)) return want;
+  await kube.apply(podNetworkConfigMap(want), { fieldManager: 'kctl', force: true }, signal);
+  if (recorded && recorded.mode !== want.mode)
+    log.warn({ was: recorded.mode, now: want.mode }, `pod network mode switched from ${recorded.mode} to ${want.mode}; nodes follow it live`);
+  else log.info({ ...want }, 'pod network published for the nodes');
+  return want;
+}

@@ -1,0 +1,27 @@
+// iproute2 and iptables as kctl runs them: a fixed PATH and no inherited environment, a bounded
+// time, and the command's own words in the error.
+import { execa } from 'execa';
+
+export const SYSTEM_PATH_ENV = { PATH: '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' };
+
+async function run(cmd: string, args: string[]): Promise<string> {
+  const r = await execa(cmd, args, { reject: false, extendEnv: false, env: SYSTEM_PATH_ENV, timeout: 10_000 });
+  if (r.exitCode !== 0) throw new Error(`${cmd} ${args.join(' ')}: ${String(r.stderr).trim() || `exit ${r.exitCode}`}`);
+  return String(r.stdout);
+}
+
+/** `ip ARGS`; resolves to its output, rejects with its error text. */
+export const ip = (args: string[]): Promise<string> => run('ip', args);
+/** `bridge ARGS` (iproute2's FDB tool). */
+export const bridgeTool = (args: string[]): Promise<string> => run('bridge', args);
+
+/** `iptables -w 5 -t TABLE ARGS`, never rejects: ok, its output and its error text. */
+export async function iptables(table: string, args: string[]): Promise<{ ok: boolean; stdout: string; stderr: string }> {
+  const r = await execa('iptables', ['-w', '5', '-t', table, ...args], { reject: false, extendEnv: false, env: SYSTEM_PATH_ENV });
+  return { ok: r.exitCode === 0, stdout: String(r.stdout), stderr: String(r.stderr).trim() };
+}
+
+/** Parses `ip -j ...` output (empty output is an empty list). */
+export function ipJson<T>(out: string): T[] {
+  return out.trim() ? (JSON.parse(out) as T[]) : [];
+}

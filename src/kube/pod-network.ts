@@ -1,0 +1,57 @@
+// How the cluster's pod network carries traffic between nodes, as the controllers publish it for
+// the workers: one ConfigMap, kube-system/kctl-pod-network, which nodes may read (an RBAC rule
+// naming this one object) and not write. A worker follows it while it runs, so a mode switch
+// reaches every node without a restart. A cluster without it (made by a kctl before modes) runs
+// `routes`.
+import type { KubeManifest } from './client.ts';
+
+export const POD_NETWORK_NAMESPACE = 'kube-system';
+export const POD_NETWORK_NAME = 'kctl-pod-network';
+export const POD_NETWORK_COLLECTION = `/api/v1/namespaces/${POD_NETWORK_NAMESPACE}/configmaps`;
+export const POD_NETWORK_PATH = `${POD_NETWORK_COLLECTION}/${POD_NETWORK_NAME}`;
+
+/**
+ * routes: a host route to each node's pod CIDR via its address (one L2 or a routed underlay).
+ * vxlan: kernel VXLAN between the nodes' addresses, over any IP path (not encrypted).
+ */
+export const NETWORK_MODES = ['routes', 'vxlan'] as const;
+export type NetworkMode = (typeof NETWORK_MODES)[number];
+
+export interface PodNetwork {
+  mode: NetworkMode;
+  vxlan: { vni: number; port: number };
+}
+
+/** The VXLAN id and UDP port flannel and k3s use: a firewall opened for them fits kctl too. */
+export const VXLAN_DEFAULTS = { vni: 1, port: 8472 } as const;
+
+/** What a worker runs when the cluster says nothing (a cluster from before modes). */
+export const LEGACY_POD_NETWORK: PodNetwork = { mode: 'routes', vxlan: { ...VXLAN_DEFAULTS } };
+
+export function podNetworkConfigMap(n: PodNetwork): KubeManifest & { data: Record<string, string> } {
+  return {
+    apiVersion: 'v1',
+    kind: 'ConfigMap',
+    metadata: { name: POD_NETWORK_NAME, namespace: POD_NETWORK_NAMESPACE, labels: { 'app.kubernetes.io/managed-by': 'kctl' } },
+    data: { mode: n.mode, vxlanVNI: String(n.vxlan.vni), vxlanPort: String(n.vxlan.port) },
+  };
+}
+
+function intIn(s: string | undefined, min: number, max: number): number | undefined {
+  if (s === undefined || !/^\d+$/.test(s)) return undefined;
+  const v = Number(s);
+  return v >= min && v <= max ? v : undefined;
+}
+
+/** The ConfigMap's data as a PodNetwork; throws naming the bad key (a worker keeps what it runs). */
+export function parsePodNetwork(data: Record<string, string> | undefined): PodNetwork {
+  const d = data ?? {};
+  const mode = d.mode as NetworkMode;
+  if (!NETWORK_MODES.includes(mode))
+    throw new Error(`${POD_NETWORK_NAME}: mode is ${JSON.stringify(d.mode)}, expected one of ${NETWORK_MODES.join(', ')}`);
+  const vni = intIn(d.vxlanVNI, 1, 16_777_215);
+  const port = intIn(d.vxlanPort, 1, 65_535);
+  if (vni === undefined) throw new Error(`${POD_NETWORK_NAME}: vxlanVNI is ${JSON.stringify(d.vxlanVNI)}, expected 1-16777215`);
+  if (port === undefined) throw new Error(`${POD_NETWORK_NAME}: vxlanPort is ${JSON.stringify(d.vxlanPort)}, expected 1-65535`);
+  return { mode, vxlan: { vni, port } };
+}
