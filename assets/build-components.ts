@@ -4,8 +4,8 @@
 // build-test-kctls.ts), and ends with payload.lock.json (sha256 list).
 import { execa } from 'execa';
 import { createHash } from 'node:crypto';
-import { existsSync } from 'node:fs';
-import { copyFile, cp, link, mkdir, readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
+import { existsSync, readFileSync } from 'node:fs';
+import { copyFile, cp, link, mkdir, readdir, readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import lockfile from 'proper-lockfile';
 import { errnoOf } from '../src/base/errors.ts';
@@ -171,9 +171,44 @@ async function builtEntries(b: Build): Promise<Map<string, LockEntry>> {
 function sameBuild(from: ComponentSet, to: ComponentSet, c: ComponentPin): boolean {
   const pinOf = (set: ComponentSet) => {
     const comp = set.manifest.components.find((x) => x.name === c.name);
-    return comp && JSON.stringify([comp.source, comp.package, comp.dir, set.manifest.sources[comp.source], set.manifest.platform]);
+    const pin = comp && set.manifest.sources[comp.source];
+    if (!comp || !pin) return undefined;
+    // A multi-call binary is made of its main file too: by content, as the cache key has it.
+    const main = multiCallMain(pin);
+    const mainHash = main && existsSync(main) ? createHash('sha256').update(readFileSync(main)).digest('hex') : '';
+    return JSON.stringify([comp.source, comp.package, comp.dir, pin, mainHash, set.manifest.platform]);
   };
   return pinOf(from) !== undefined && pinOf(from) === pinOf(to);
+}
+
+/** The other cached sets that say what they were built from (manifest.json beside their lock). */
+async function cachedSets(b: Build): Promise<{ set: ComponentSet; built: BuiltComponents }[]> {
+  const root = join(cacheRoot(), 'components');
+  const out: { set: ComponentSet; built: BuiltComponents }[] = [];
+  for (const key of await readdir(root).catch(() => [] as string[])) {
+    const dir = join(root, key);
+    if (dir === b.outDir) continue;
+    const manifest = await readFile(join(dir, MANIFEST_FILE), 'utf8').catch(() => undefined);
+    const lock = await readLock(join(dir, 'payload.lock.json'));
+    if (manifest && lock) out.push({ set: { key, manifest: JSON.parse(manifest) as Manifest }, built: { lock, binDir: join(dir, 'bin') } });
+  }
+  return out;
+}
+
+/**
+ * Hard links to another cached set's build of each of `todo` made from the very same pins, so a
+ * change of one pin rebuilds that source only; returns what is left to build.
+ */
+async function reuseCached(b: Build, todo: ComponentPin[], done: Map<string, LockEntry>): Promise<ComponentPin[]> {
+  if (!todo.length) return todo;
+  for (const { set, built } of await cachedSets(b)) {
+    const same = todo.filter(
+      (c) =>
+        !done.has(c.name) && sameBuild(set, b, c) && built.lock.components.some((e) => e.name === c.name && existsSync(join(built.binDir, e.path))),
+    );
+    if (same.length) await reuseBuilt(b, built, same, done);
+  }
+  return todo.filter((c) => !done.has(c.name));
 }
 
 /**
@@ -190,6 +225,7 @@ export async function buildComponents(set: ComponentSet, reuse?: ComponentSet): 
   };
   const ready = await complete();
   if (ready) {
+    await describeSet(b);
     process.stdout.write(`components: all ${set.manifest.components.length} up to date in ${b.outDir}\n`);
     return { lock: lockOf(b, ready), binDir };
   }
@@ -199,7 +235,11 @@ export async function buildComponents(set: ComponentSet, reuse?: ComponentSet): 
     const todo = set.manifest.components.filter((c) => !done.has(c.name));
     const shared = reuse ? todo.filter((c) => sameBuild(reuse, set, c)) : [];
     if (reuse && shared.length) await reuseBuilt(b, await buildComponents(reuse), shared, done);
-    const rest = todo.filter((c) => !done.has(c.name));
+    const rest = await reuseCached(
+      b,
+      todo.filter((c) => !done.has(c.name)),
+      done,
+    );
     await buildMissing(b, rest, done);
     return { lock: await writeLock(b, done), binDir };
   });
@@ -257,9 +297,20 @@ function lockOf(b: Build, done: Map<string, LockEntry>): PayloadLock {
   return { key: b.key, platform: b.manifest.platform, components };
 }
 
+/** The pins a set was built from, beside its lock: other sets take what they share with it (reuseCached). */
+const MANIFEST_FILE = 'manifest.json';
+
+async function describeSet(b: Build): Promise<void> {
+  const path = join(b.outDir, MANIFEST_FILE);
+  if (existsSync(path)) return;
+  await writeFile(`${path}.tmp`, JSON.stringify(b.manifest, null, 2) + '\n');
+  await rename(`${path}.tmp`, path);
+}
+
 async function writeLock(b: Build, done: Map<string, LockEntry>): Promise<PayloadLock> {
   const lock = lockOf(b, done);
   await mkdir(b.outDir, { recursive: true });
+  await describeSet(b);
   await writeFile(`${b.lockPath}.tmp`, JSON.stringify(lock, null, 2) + '\n');
   await rename(`${b.lockPath}.tmp`, b.lockPath);
   return lock;
