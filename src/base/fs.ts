@@ -6,7 +6,27 @@
 import { createHash, randomBytes } from 'node:crypto';
 import { chmod, mkdir, open, readFile, readdir, realpath, rename, rm } from 'node:fs/promises';
 import { basename, dirname, join } from 'node:path';
+import lockfile from 'proper-lockfile';
 import { errnoOf, UserError } from './errors.ts';
+
+/**
+ * Runs `fn` holding the lock file `<dir>/<name>` (`dir` must exist), waiting up to
+ * `waitMs` for another holder. proper-lockfile: a holder that dies leaves a lock that goes stale
+ * after 30 s.
+ */
+export async function withDirLock<T>(dir: string, name: string, fn: () => Promise<T>, waitMs = 60_000): Promise<T> {
+  const release = await lockfile.lock(dir, {
+    lockfilePath: join(dir, name),
+    stale: 30_000,
+    update: 5_000,
+    retries: { retries: Math.ceil(waitMs / 100), factor: 1, minTimeout: 50, maxTimeout: 150 },
+  });
+  try {
+    return await fn();
+  } finally {
+    await release();
+  }
+}
 
 export async function writeFileAtomic(path: string, data: string | Buffer, mode: number): Promise<void> {
   const dir = dirname(path);

@@ -64,6 +64,17 @@ export function renderStatus(r: AnyStatusReport): string {
     for (const s of agent.servers)
       out.push(`  ${s.address}  server=${s.serverId}  transport=${s.transport}  connections=${s.connections}  pending=${s.pendingDials}`);
   }
+  const net = r.role === 'worker' ? r.podNetwork : undefined;
+  if (net?.mode) {
+    out.push('', `Pod network: mode ${net.mode}${net.mtu ? `, pod MTU ${net.mtu}` : ''}, ${net.peers.length} peer(s)`);
+    const bytes = (n?: number) => (n === undefined ? '-' : String(n));
+    for (const p of net.peers)
+      out.push(
+        net.mode === 'wireguard'
+          ? `  ${p.node}  ${p.endpoint ?? 'no endpoint yet'}  handshake=${p.lastHandshakeSecondsAgo === undefined ? 'none' : `${p.lastHandshakeSecondsAgo}s ago`}  rx=${bytes(p.rxBytes)}  tx=${bytes(p.txBytes)}`
+          : `  ${p.node}  ${p.address ?? '-'}`,
+      );
+  }
   const lb = r.role === 'worker' ? r.apiBalancer : undefined;
   if (lb) {
     out.push('', `API balancer ${lb.listen} (kubelet, kube-proxy and kctl reach the API here):`);

@@ -10,7 +10,7 @@ import { cidrAddress, cidrContains } from '../base/addresses.ts';
 import { parseDuration } from '../base/duration.ts';
 import { errnoOf, messageOf, UserError } from '../base/errors.ts';
 import { MIN_LEAF_VALIDITY_MS } from '../pki/index.ts';
-import { NETWORK_MODES, VXLAN_DEFAULTS } from '../kube/pod-network.ts';
+import { NETWORK_MODES, VXLAN_DEFAULTS, WIREGUARD_DEFAULTS } from '../kube/pod-network.ts';
 
 const port = (def: number) => z.number().int().min(1).max(65535).default(def);
 const cidr = (def: string) => z.string().refine(isCidr, { message: 'expected a CIDR such as 10.96.0.0/12' }).default(def);
@@ -169,6 +169,7 @@ export const clusterConfigSchema = z.strictObject({
               port: port(VXLAN_DEFAULTS.port),
             })
             .prefault({}),
+          wireguard: z.strictObject({ port: port(WIREGUARD_DEFAULTS.port) }).prefault({}),
         })
         .prefault({}),
       addons: z

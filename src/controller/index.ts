@@ -30,10 +30,10 @@ import { ownPids, requireHost } from '../host/checks.ts';
 import { raiseKernelLimits } from '../host/limits.ts';
 import { migrateDataDir, refuseNewerDataDir } from '../host/data-format.ts';
 import { SystemdNotifier } from '../supervisor/notify.ts';
-import { liveOwner, refuseIfOwned, runOwning } from '../supervisor/owner.ts';
+import { refuseIfOwned, runOwning } from '../supervisor/owner.ts';
 import { prepareRunDir } from '../supervisor/run-dir.ts';
 import { ensurePostgresDatabase, isPostgres } from '../etcd/postgres.ts';
-import { prepareTenant, type TenantLayout } from './tenants.ts';
+import { startTenant, tenantPortAdvice, type TenantLayout } from './tenants.ts';
 import { writeAddonStacks } from './addons.ts';
 import { checkAuditPolicy, prepareAudit } from './audit.ts';
 import { CorednsScalerComponent } from './coredns-scaler.ts';
@@ -292,16 +292,6 @@ async function storageStatus(cfg: ClusterConfig, pki: PkiPaths): Promise<Storage
   }
 }
 
-/** A tenant already running is named as such; then its record (ports, database), made on its first start. */
-async function startTenant(tenant: NonNullable<ControllerOptions['tenant']>, cfg: ClusterConfig, log: Logger): Promise<ClusterConfig> {
-  const running = await liveOwner(tenant.dataDir);
-  if (running)
-    throw new UserError(
-      `tenant "${tenant.name}" is already running here (pid ${running.pid}); kctl status --name ${tenant.name} shows it, a new tenant needs another --name`,
-    );
-  return (await prepareTenant(tenant, cfg, tenant.portRange, componentLogger(log, 'tenant'))).cfg;
-}
-
 /** Prepares the data dir; with initOnly, exits after; otherwise runs until SIGTERM/SIGINT. */
 export async function runController(opts: ControllerOptions, log: Logger): Promise<void> {
   let cfg = await loadConfig(opts.configFile, { ...opts, tenantName: opts.tenant?.name });
@@ -314,11 +304,18 @@ export async function runController(opts: ControllerOptions, log: Logger): Promi
   await checkAuditPolicy(cfg);
   // A data dir a newer kctl wrote is refused before anything in it changes.
   await refuseNewerDataDir(paths.dataDir, KCTL_VERSION);
-  if (opts.tenant) cfg = await startTenant(opts.tenant, cfg, log);
+  if (opts.tenant) cfg = await startTenant(opts.tenant, opts.tenant.portRange, cfg, componentLogger(log, 'tenant'));
   if (!opts.initOnly) await refuseIfOwned([paths.dataDir, paths.runDir]);
+  const portAdvice = opts.tenant && tenantPortAdvice(opts.tenant.name);
   const checkHost = async () => {
     if (!opts.initOnly)
-      await requireHost({ role: 'controller', dataDir: paths.dataDir, ports: controllerPorts(cfg), ownPids: await ownPids(paths.runDir) });
+      await requireHost({
+        role: 'controller',
+        dataDir: paths.dataDir,
+        ports: controllerPorts(cfg),
+        ownPids: await ownPids(paths.runDir),
+        portAdvice,
+      });
   };
   if (opts.token && cfg.spec.profile === 'api-only')
     throw new UserError('an api-only control plane (spec.profile: api-only) runs alone: it cannot join another cluster with --token-file');

@@ -44,7 +44,8 @@ export async function publishPodNetwork(kube: KubeClient, cfg: ClusterConfig, lo
     const older = await getOrUndefined(kube, '/api/v1/namespaces/kube-public/configmaps/cluster-info', signal);
     mode = older ? LEGACY_POD_NETWORK.mode : DEFAULT_NETWORK_MODE;
   }
-  const want: PodNetwork = { mode: mode ?? DEFAULT_NETWORK_MODE, vxlan: { vni: cfg.spec.network.vxlan.vni, port: cfg.spec.network.vxlan.port } };
+  const n = cfg.spec.network;
+  const want: PodNetwork = { mode: mode ?? DEFAULT_NETWORK_MODE, vxlan: { ...n.vxlan }, wireguard: { ...n.wireguard } };
   if (unreadable) log.warn(`${unreadable}; writing mode ${want.mode} from this controller's config`);
   if (recorded && JSON.stringify(recorded) === JSON.stringify(want)) return want;
   await kube.apply(podNetworkConfigMap(want), { fieldManager: 'kctl', force: true }, signal);

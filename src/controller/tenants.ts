@@ -4,14 +4,15 @@
 //   <data-dir>/bin/                ONE staged copy of the binaries that every tenant runs
 // tenant.json records the ports chosen on the first start, so they stay the same across restarts.
 // The first start of every tenant takes a lock on <data-dir>/tenants, so ten starting at once
-// never pick the same port or database.
+// never pick the same database, and claims its ports host-wide (host/port-claims.ts), so tenants
+// under different --data-dirs never pick the same port.
 import { mkdir, readdir, readFile } from 'node:fs/promises';
-import { createServer } from 'node:net';
 import { join } from 'node:path';
-import lockfile from 'proper-lockfile';
 import { parse } from 'yaml';
 import { UserError } from '../base/errors.ts';
-import { writeFileAtomic } from '../base/fs.ts';
+import { liveOwner } from '../supervisor/owner.ts';
+import { claimPorts, PortClaimConflict, type PortClaim } from '../host/port-claims.ts';
+import { withDirLock, writeFileAtomic } from '../base/fs.ts';
 import type { Logger } from '../base/log.ts';
 import { datastoreIdentity } from '../etcd/kine.ts';
 import { ensurePostgresDatabase, isPostgres, postgresDatabase, withPostgresDatabase } from '../etcd/postgres.ts';
@@ -75,18 +76,31 @@ export async function tenantApiAddress(dataDir: string): Promise<string | undefi
   return cfg?.spec?.api?.address;
 }
 
-async function portFree(port: number): Promise<boolean> {
-  return new Promise((resolve) => {
-    const s = createServer();
-    s.once('error', () => resolve(false));
-    s.listen({ port, host: '0.0.0.0', exclusive: true }, () => s.close(() => resolve(true)));
-  });
+/** What a tenant does about a recorded port in use: its ports are its record's, not the config's. */
+export const tenantPortAdvice = (name: string): string =>
+  `free it, or stop tenant "${name}" and reset it (kctl --name ${name} reset) so that it picks new ports`;
+
+/** A claim stands while the tenant that made it exists and records the port. */
+async function tenantHolds(claim: PortClaim): Promise<boolean> {
+  const record = await readTenant(claim.owner);
+  return !!record && (Object.values(record.ports) as number[]).includes(claim.port);
 }
 
-async function pickPorts(count: number, range: [number, number], taken: Set<number>): Promise<number[]> {
-  const out: number[] = [];
-  for (let p = range[0]; p <= range[1] && out.length < count; p++) if (!taken.has(p) && (await portFree(p))) out.push(p);
-  return out;
+/** Claims the tenant's recorded ports host-wide again (tenants from before claims, and after a reboot of the file). */
+async function reclaimPorts(layout: TenantLayout, record: TenantRecord): Promise<void> {
+  try {
+    await claimPorts({
+      owner: layout.dataDir,
+      label: `tenant "${layout.name}"`,
+      recorded: Object.values(record.ports) as number[],
+      stillHeld: tenantHolds,
+    });
+  } catch (err) {
+    if (!(err instanceof PortClaimConflict)) throw err;
+    throw new UserError(
+      `tenant "${layout.name}" records port ${err.port}, which ${err.holder.label} (${err.holder.owner}) holds too; ${tenantPortAdvice(layout.name).replace(/^free it, or /, '')}`,
+    );
+  }
 }
 
 /** The config as this tenant runs it: its recorded ports, and its own database on a shared PostgreSQL. */
@@ -133,13 +147,7 @@ export interface TenantStart {
  */
 export async function prepareTenant(layout: TenantLayout, cfg: ClusterConfig, range: [number, number], log: Logger): Promise<TenantStart> {
   await mkdir(layout.tenantsDir, { recursive: true, mode: 0o755 });
-  const release = await lockfile.lock(layout.tenantsDir, {
-    lockfilePath: join(layout.tenantsDir, '.lock'),
-    stale: 30_000,
-    update: 5_000,
-    retries: { retries: 600, factor: 1, minTimeout: 50, maxTimeout: 200 },
-  });
-  try {
+  return withDirLock(layout.tenantsDir, '.lock', async () => {
     const others = (await readTenants(layout.tenantsDir)).filter((r) => r.name !== layout.name);
     const existing = await readTenant(layout.dataDir);
     const dataSource = tenantDataSource(cfg.spec.storage.kine.dataSource, layout.name);
@@ -150,11 +158,20 @@ export async function prepareTenant(layout: TenantLayout, cfg: ClusterConfig, ra
         `tenant "${sharing.name}" already keeps its state in ${datastore}; tenants never share a database: name another one, or none (kctl_NAME)`,
       );
     let ports = existing?.ports;
+    if (existing) await reclaimPorts(layout, existing);
     if (!ports) {
       const etcd = cfg.spec.storage.type === 'etcd';
       const taken = new Set(others.flatMap((r) => Object.values(r.ports) as number[]));
       const want = etcd ? 4 : 2;
-      const got = await pickPorts(want, range, taken);
+      // Host-wide: tenants under other --data-dirs pick from the same ports.
+      const got = await claimPorts({
+        owner: layout.dataDir,
+        label: `tenant "${layout.name}"`,
+        count: want,
+        range,
+        exclude: taken,
+        stillHeld: tenantHolds,
+      });
       if (got.length < want)
         throw new UserError(
           `no ${want} free ports left in --port-range ${range[0]}-${range[1]} for tenant "${layout.name}" (${others.length} other tenant(s) hold ${taken.size}); give a wider --port-range`,
@@ -177,7 +194,15 @@ export async function prepareTenant(layout: TenantLayout, cfg: ClusterConfig, ra
       log.info({ tenant: layout.name, ports: record.ports }, 'tenant created');
     }
     return { cfg: tenantConfig(cfg, record, dataSource), record, created: !existing };
-  } finally {
-    await release();
-  }
+  });
+}
+
+/** A tenant already running is named as such; then its record (ports, database), made on its first start. */
+export async function startTenant(layout: TenantLayout, range: [number, number], cfg: ClusterConfig, log: Logger): Promise<ClusterConfig> {
+  const running = await liveOwner(layout.dataDir);
+  if (running)
+    throw new UserError(
+      `tenant "${layout.name}" is already running here (pid ${running.pid}); kctl status --name ${layout.name} shows it, a new tenant needs another --name`,
+    );
+  return (await prepareTenant(layout, cfg, range, log)).cfg;
 }

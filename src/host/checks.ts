@@ -27,6 +27,8 @@ export interface HostCheckOptions {
   ports: Record<string, number>;
   /** Pids whose ports do not count as taken (stale children of an earlier kctl, stopped at start). */
   ownPids?: ReadonlySet<number>;
+  /** What to do about a port in use; default: free it, or pick another port in the config. */
+  portAdvice?: string;
 }
 
 const GiB = 1024 ** 3;
@@ -98,6 +100,8 @@ function executables(role: HostRole): Check[] {
       ? check('executables', 'fail', `${missing.join(', ')} not on PATH; install iproute2 / util-linux`)
       : check('executables', 'pass', 'ip, mount, umount found'),
   );
+  if (role === 'worker' && !existsSync('/dev/net/tun'))
+    out.push(check('TUN device', 'warn', '/dev/net/tun is missing; modprobe tun (needed when the cluster runs spec.network.mode: wireguard)'));
   if (!onPath('modprobe')) out.push(check('modprobe', 'warn', 'not on PATH; kernel modules must be loaded by hand'));
   return out;
 }
@@ -111,7 +115,7 @@ async function ports(o: HostCheckOptions): Promise<Check[]> {
       continue;
     }
     const by = holders.map((h) => (h.pid ? `pid ${h.pid}${h.name ? ` (${h.name})` : ''}` : 'a process in another namespace')).join(', ');
-    out.push(check(`port ${port}`, 'fail', `in use by ${by}; ${what} needs it (free it, or pick another port in the config)`));
+    out.push(check(`port ${port}`, 'fail', `in use by ${by}; ${what} needs it (${o.portAdvice ?? 'free it, or pick another port in the config'})`));
   }
   return out;
 }

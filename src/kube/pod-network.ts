@@ -13,27 +13,31 @@ export const POD_NETWORK_PATH = `${POD_NETWORK_COLLECTION}/${POD_NETWORK_NAME}`;
 /**
  * routes: a host route to each node's pod CIDR via its address (one L2 or a routed underlay).
  * vxlan: kernel VXLAN between the nodes' addresses, over any IP path (not encrypted).
+ * wireguard: WireGuard between the nodes (encrypted, authenticated per node, crosses NAT).
  */
-export const NETWORK_MODES = ['routes', 'vxlan'] as const;
+export const NETWORK_MODES = ['routes', 'vxlan', 'wireguard'] as const;
 export type NetworkMode = (typeof NETWORK_MODES)[number];
 
 export interface PodNetwork {
   mode: NetworkMode;
   vxlan: { vni: number; port: number };
+  wireguard: { port: number };
 }
 
 /** The VXLAN id and UDP port flannel and k3s use: a firewall opened for them fits kctl too. */
 export const VXLAN_DEFAULTS = { vni: 1, port: 8472 } as const;
+/** WireGuard's usual UDP port. */
+export const WIREGUARD_DEFAULTS = { port: 51820 } as const;
 
 /** What a worker runs when the cluster says nothing (a cluster from before modes). */
-export const LEGACY_POD_NETWORK: PodNetwork = { mode: 'routes', vxlan: { ...VXLAN_DEFAULTS } };
+export const LEGACY_POD_NETWORK: PodNetwork = { mode: 'routes', vxlan: { ...VXLAN_DEFAULTS }, wireguard: { ...WIREGUARD_DEFAULTS } };
 
 export function podNetworkConfigMap(n: PodNetwork): KubeManifest & { data: Record<string, string> } {
   return {
     apiVersion: 'v1',
     kind: 'ConfigMap',
     metadata: { name: POD_NETWORK_NAME, namespace: POD_NETWORK_NAMESPACE, labels: { 'app.kubernetes.io/managed-by': 'kctl' } },
-    data: { mode: n.mode, vxlanVNI: String(n.vxlan.vni), vxlanPort: String(n.vxlan.port) },
+    data: { mode: n.mode, vxlanVNI: String(n.vxlan.vni), vxlanPort: String(n.vxlan.port), wireguardPort: String(n.wireguard.port) },
   };
 }
 
@@ -53,5 +57,7 @@ export function parsePodNetwork(data: Record<string, string> | undefined): PodNe
   const port = intIn(d.vxlanPort, 1, 65_535);
   if (vni === undefined) throw new Error(`${POD_NETWORK_NAME}: vxlanVNI is ${JSON.stringify(d.vxlanVNI)}, expected 1-16777215`);
   if (port === undefined) throw new Error(`${POD_NETWORK_NAME}: vxlanPort is ${JSON.stringify(d.vxlanPort)}, expected 1-65535`);
-  return { mode, vxlan: { vni, port } };
+  const wgPort = d.wireguardPort === undefined ? WIREGUARD_DEFAULTS.port : intIn(d.wireguardPort, 1, 65_535);
+  if (wgPort === undefined) throw new Error(`${POD_NETWORK_NAME}: wireguardPort is ${JSON.stringify(d.wireguardPort)}, expected 1-65535`);
+  return { mode, vxlan: { vni, port }, wireguard: { port: wgPort } };
 }

@@ -45,6 +45,7 @@ import { join as joinCluster, pointKubeconfigsAt, type JoinState } from './join.
 import { KUBE_PROXY_HEALTHZ_PORT, KUBE_PROXY_METRICS_PORT, KubeProxyComponent } from './kube-proxy.ts';
 import { KUBELET_PORT, KubeletComponent } from './kubelet.ts';
 import { NetworkComponent } from './network.ts';
+import type { PodNetworkStatus } from './overlay.ts';
 import { workerPaths, type WorkerPaths } from './paths.ts';
 
 export interface WorkerOptions {
@@ -65,6 +66,8 @@ export interface WorkerStatusReport extends StatusReport {
   certificates?: CertificateStatus[];
   /** The konnectivity agent: the servers (controllers) it holds a stream to, and its connections on each. */
   konnectivityAgent?: AgentSnapshot;
+  /** The pod network's mode and this node's peers (in wireguard mode with handshake age and bytes). */
+  podNetwork?: PodNetworkStatus;
 }
 
 /** What reset needs to know about this worker after it stopped. */
@@ -222,6 +225,7 @@ export function workerComponents(o: WorkerRoleOptions): Component[] {
     clusterDNS: state.clusterDNS ? [state.clusterDNS] : undefined,
   });
   const kubeProxy = new KubeProxyComponent({ paths, nodeName: id.nodeName, clusterCIDR });
+  const network = new NetworkComponent({ paths, nodeName: id.nodeName, kube, clusterCIDR });
   const upgrade = new NodeUpgradeComponent({
     kube,
     nodeName: id.nodeName,
@@ -232,7 +236,7 @@ export function workerComponents(o: WorkerRoleOptions): Component[] {
     clientPem: paths.kubeletClientPem,
     restart: o.restart,
   });
-  const status = new StatusServerComponent<WorkerStatusReport>(paths.statusSocket, (components) => ({
+  const status = new StatusServerComponent<WorkerStatusReport>(paths.statusSocket, async (components) => ({
     role: 'worker',
     version: KCTL_VERSION,
     pid: process.pid,
@@ -241,6 +245,7 @@ export function workerComponents(o: WorkerRoleOptions): Component[] {
     apiBalancer: balancer.snapshot(),
     certificates: agent.certificates(),
     konnectivityAgent: agent.snapshot(),
+    podNetwork: await network.snapshot(),
   }));
   return [
     status,
@@ -248,7 +253,7 @@ export function workerComponents(o: WorkerRoleOptions): Component[] {
     new ContainerdComponent({ paths }),
     new ImagesComponent({ paths }),
     kubelet,
-    new NetworkComponent({ paths, nodeName: id.nodeName, kube, clusterCIDR }),
+    network,
     kubeProxy,
     agent,
     // The token's controllers to start with; from then on their leases say which are alive.

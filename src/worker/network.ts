@@ -2,7 +2,8 @@
 // kube-controller-manager, cni.ts), and a route to every other node's podCIDR, in the mode the
 // cluster publishes (kube/pod-network.ts):
 //   routes  via that node's InternalIP (one L2 network or a routed underlay, like k3s host-gw);
-//   vxlan   via that node's VTEP on kctl's VXLAN device (host/vxlan.ts), over any IP path.
+//   vxlan   via that node's VTEP on kctl's VXLAN device (host/vxlan.ts), over any IP path;
+//   wireguard  on kctl-wg (wireguard.ts), encrypted; overlay.ts holds what each mode puts in place.
 //
 // Watches Nodes with the kubelet's own credentials (the Node authorizer allows a node to
 // get/list/watch Nodes) and the mode's ConfigMap: a node's podCIDR or address change, or a new
@@ -12,27 +13,13 @@ import { mkdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { execa } from 'execa';
 import { ip, ipJson, SYSTEM_PATH_ENV } from '../host/ip.ts';
-import {
-  allowVxlanFrom,
-  cidrNetwork,
-  ensureVxlanDevice,
-  interfaceMtu,
-  removeVxlan,
-  syncVxlanPeers,
-  VXLAN_DEVICE,
-  VXLAN_OVERHEAD,
-} from '../host/vxlan.ts';
-import {
-  LEGACY_POD_NETWORK,
-  parsePodNetwork,
-  POD_NETWORK_COLLECTION,
-  POD_NETWORK_NAME,
-  type NetworkMode,
-  type PodNetwork,
-} from '../kube/pod-network.ts';
+import { removeVxlan } from '../host/vxlan.ts';
+import { removePodToNodeRoutes } from './wireguard.ts';
+import { desiredRoutes, nodeInfo, Overlay, routeArgs, type KubeNode, type PodNetworkStatus, type PodRoute } from './overlay.ts';
+import { LEGACY_POD_NETWORK, parsePodNetwork, POD_NETWORK_COLLECTION, POD_NETWORK_NAME, type PodNetwork } from '../kube/pod-network.ts';
 import { CNI_BRIDGE, CNI_CONFLIST, cniConflist, ensureMasquerade, writeIfChanged } from './cni.ts';
 import type { KubeClient } from '../kube/client.ts';
-import { Informer, type ListWatchOptions } from '../kube/informer.ts';
+import { Informer, type ListWatchOptions, type WatchedObject } from '../kube/informer.ts';
 import type { Logger } from '../base/log.ts';
 import type { Component, ComponentContext, ComponentStatus } from '../base/component.ts';
 import type { WorkerPaths } from './paths.ts';
@@ -41,12 +28,6 @@ import { sysctlFile } from '../host/limits.ts';
 
 /** Routing protocol number on kctl's routes (unassigned in rtnetlink; see /etc/iproute2/rt_protos). */
 export const ROUTE_PROTO = '177';
-
-export interface NodeInfo {
-  name: string;
-  podCIDR?: string;
-  internalIP?: string;
-}
 
 export interface NetworkOptions {
   paths: WorkerPaths;
@@ -61,42 +42,20 @@ export interface NetworkOptions {
   watch?: ListWatchOptions;
 }
 
-type Peer = Required<NodeInfo>;
-
-/** The other nodes this one routes to: each with a podCIDR and an InternalIP (IPv4 only for now). */
-export function peerNodes(nodes: NodeInfo[], self: string): Peer[] {
-  return nodes.filter((n): n is Peer => n.name !== self && !!n.podCIDR && !!n.internalIP && !n.podCIDR.includes(':') && !n.internalIP.includes(':'));
-}
-
-/** Routes this node needs, podCIDR -> gateway: the node's InternalIP (routes), or its VTEP (vxlan, on VXLAN_DEVICE). */
-export function desiredRoutes(nodes: NodeInfo[], self: string, mode: NetworkMode = 'routes'): Map<string, string> {
-  return new Map(peerNodes(nodes, self).map((n) => [n.podCIDR, mode === 'vxlan' ? cidrNetwork(n.podCIDR) : n.internalIP]));
-}
-
 interface KubeConfigMap {
   metadata: { name: string; namespace?: string };
   data?: Record<string, string>;
 }
 
-interface KubeNode {
-  metadata: { name: string };
-  spec?: { podCIDR?: string };
-  status?: { addresses?: { type: string; address: string }[] };
+/** kctl's routes in this network namespace: podCIDR -> gateway and device. */
+export async function currentRoutes(): Promise<Map<string, { gateway?: string; dev?: string }>> {
+  const out = ipJson<{ dst: string; gateway?: string; dev?: string }>(await ip(['-j', '-4', 'route', 'show', 'proto', ROUTE_PROTO]));
+  return new Map(out.map((r) => [r.dst, { gateway: r.gateway, dev: r.dev }]));
 }
 
-function nodeInfo(n: KubeNode): NodeInfo {
-  return {
-    name: n.metadata.name,
-    podCIDR: n.spec?.podCIDR,
-    internalIP: n.status?.addresses?.find((a) => a.type === 'InternalIP')?.address,
-  };
-}
-
-/** kctl's routes in this network namespace: podCIDR -> gateway. */
-export async function currentRoutes(): Promise<Map<string, string>> {
-  const out = ipJson<{ dst: string; gateway?: string }>(await ip(['-j', '-4', 'route', 'show', 'proto', ROUTE_PROTO]));
-  return new Map(out.map((r) => [r.dst, r.gateway ?? '']));
-}
+/** True when the route in place is the one wanted (a route via a gateway alone may sit on any device). */
+const sameRoute = (want: PodRoute, have: { gateway?: string; dev?: string } | undefined): boolean =>
+  !!have && want.via === have.gateway && (!want.dev || want.dev === have.dev);
 
 /** Best effort: a sysctl that cannot be set is logged, not fatal (the host may set it already). */
 async function setSysctl(key: string, value: string, log: Logger): Promise<void> {
@@ -121,6 +80,9 @@ export class NetworkComponent implements Component {
   private podNetworkError?: string;
   /** The mode the last sync applied. */
   private applied?: PodNetwork;
+  private overlay?: Overlay;
+  /** The pods' MTU the last sync set. */
+  private mtu?: number;
   /** Wakes ready() when the watch brings a change or an error. */
   private changed: () => void = () => undefined;
   private lastWatchError?: string;
@@ -146,36 +108,33 @@ export class NetworkComponent implements Component {
   }
 
   async start(): Promise<void> {
-    this.nodes ??= new Informer<KubeNode>(
-      this.opts.kube,
-      '/api/v1/nodes',
-      this.opts.watch ?? {},
-      () => {
-        this.lastWatchError = undefined;
-        this.changed();
-        if (this.routing) void this.sync();
-      },
-      (err) => {
-        this.lastWatchError = reasonOf(err);
-        this.changed();
-      },
-    );
-    this.nodes.start();
-    this.podNetworks ??= new Informer<KubeConfigMap>(
-      this.opts.kube,
+    this.nodes ??= this.watch<KubeNode>('/api/v1/nodes', this.opts.watch ?? {}, (e) => (this.lastWatchError = e));
+    this.podNetworks ??= this.watch<KubeConfigMap>(
       POD_NETWORK_COLLECTION,
       { ...this.opts.watch, fieldSelector: `metadata.name=${POD_NETWORK_NAME}` },
+      (e) => (this.podNetworkError = e),
+    );
+    this.nodes.start();
+    this.podNetworks.start();
+  }
+
+  /** A watch whose changes wake ready() and, once routing, sync; `setError` keeps its last error (cleared by a change). */
+  private watch<T extends WatchedObject>(path: string, opts: ListWatchOptions, setError: (reason: string | undefined) => void): Informer<T> {
+    const informer = new Informer<T>(
+      this.opts.kube,
+      path,
+      opts,
       () => {
-        this.podNetworkError = undefined;
+        setError(undefined);
         this.changed();
         if (this.routing) void this.sync();
       },
       (err) => {
-        this.podNetworkError = reasonOf(err);
+        setError(reasonOf(err));
         this.changed();
       },
     );
-    this.podNetworks.start();
+    return informer;
   }
 
   /** The mode the cluster publishes; without one (a cluster from before modes), routes. A damaged one keeps what runs. */
@@ -246,6 +205,13 @@ export class NetworkComponent implements Component {
     await this.nodes?.stop();
     await this.podNetworks?.stop();
     await this.syncing;
+    await this.overlay?.stop();
+  }
+
+  /** The mode and the peers, for `kctl status`. */
+  async snapshot(): Promise<PodNetworkStatus | undefined> {
+    const nodes = [...(this.nodes?.store.values() ?? [])].map(nodeInfo);
+    return this.overlay?.status(nodes, this.mtu);
   }
 
   /** A problem while running (routes, the Node watch); failures to start are the manager's to report. */
@@ -258,28 +224,6 @@ export class NetworkComponent implements Component {
     if (await writeIfChanged(this.conflistPath, JSON.stringify(cniConflist(podCIDR, this.opts.paths, mtu), null, 2) + '\n')) {
       this.log.info({ podCIDR, mtu, file: this.conflistPath }, 'wrote CNI config');
     }
-  }
-
-  /**
-   * The device and entries of the mode (vxlan), or their removal (routes); returns the pods' MTU
-   * (undefined: the kernel's default) and the errors of peer entries that could not be set.
-   */
-  private async applyMode(net: PodNetwork, nodes: NodeInfo[], podCIDR: string): Promise<{ mtu?: number; errors: string[] }> {
-    const self = nodes.find((n) => n.name === this.opts.nodeName);
-    if (net.mode === 'routes') {
-      if (this.applied?.mode !== 'routes') await removeVxlan();
-      return { errors: [] };
-    }
-    if (!self?.internalIP) throw new Error('this node has no InternalIP on its Node yet');
-    const mtu = (await interfaceMtu(self.internalIP)) - VXLAN_OVERHEAD;
-    await ensureVxlanDevice({ vni: net.vxlan.vni, port: net.vxlan.port, localIP: self.internalIP, mtu, vtep: cidrNetwork(podCIDR) });
-    const peers = peerNodes(nodes, this.opts.nodeName);
-    const errors = await syncVxlanPeers(peers.map((p) => ({ vtep: cidrNetwork(p.podCIDR), podCIDR: p.podCIDR, underlayIP: p.internalIP })));
-    await allowVxlanFrom(
-      net.vxlan.port,
-      peers.map((p) => p.internalIP),
-    );
-    return { mtu, errors };
   }
 
   /** Reconciles routes with the watched Nodes; a change during a sync runs one more. Errors are logged and retried. */
@@ -315,22 +259,23 @@ export class NetworkComponent implements Component {
       }
       const podCIDR = this.podCIDR!;
       const net = this.podNetwork();
-      const { mtu, errors } = await this.applyMode(net, nodes, podCIDR);
+      this.overlay ??= new Overlay(this.opts.paths, nodeName, this.opts.kube, log);
+      const { mtu, errors } = await this.overlay.apply(net, nodes, podCIDR);
       if (this.applied?.mode !== net.mode)
         log.info(
-          { mode: net.mode, ...(net.mode === 'vxlan' ? { vni: net.vxlan.vni, port: net.vxlan.port, mtu } : {}) },
+          { mode: net.mode, mtu, ...(net.mode === 'vxlan' ? net.vxlan : net.mode === 'wireguard' ? net.wireguard : {}) },
           `pod network mode ${net.mode}`,
         );
       this.applied = net;
+      this.mtu = mtu;
       await this.writeCniConfig(podCIDR, mtu);
       const want = desiredRoutes(nodes, nodeName, net.mode);
       const have = await currentRoutes();
-      const onDevice = net.mode === 'vxlan' ? ['dev', VXLAN_DEVICE, 'onlink'] : [];
-      for (const [cidr, via] of want) {
-        if (have.get(cidr) === via) continue;
+      for (const [cidr, route] of want) {
+        if (sameRoute(route, have.get(cidr))) continue;
         try {
-          await ip(['route', 'replace', cidr, 'via', via, ...onDevice, 'proto', ROUTE_PROTO]);
-          log.info({ podCIDR: cidr, via }, 'route to node pod network');
+          await ip(['route', 'replace', cidr, ...routeArgs(route), 'proto', ROUTE_PROTO]);
+          log.info({ podCIDR: cidr, ...route }, 'route to node pod network');
         } catch (err) {
           errors.push(reasonOf(err));
         }
@@ -352,11 +297,12 @@ export class NetworkComponent implements Component {
 
 /** For `kctl reset`: removes kctl's routes, the VXLAN device and filter, the CNI config and IPAM state, and the bridge. */
 export async function cleanupNetwork(paths: WorkerPaths): Promise<void> {
-  for (const cidr of (await currentRoutes().catch(() => new Map<string, string>())).keys()) {
+  for (const cidr of (await currentRoutes().catch(() => new Map())).keys()) {
     await ip(['route', 'del', cidr, 'proto', ROUTE_PROTO]).catch(() => undefined);
   }
   await rm(join(paths.cniConfDir, CNI_CONFLIST), { force: true });
   await rm(paths.cniStateDir, { recursive: true, force: true });
   await ip(['link', 'del', CNI_BRIDGE]).catch(() => undefined);
   await removeVxlan();
+  await removePodToNodeRoutes();
 }

@@ -34,6 +34,10 @@ export interface WorkerPaths {
   kubeProxyKubeconfig: string;
   joinMarker: string; // present once the token was accepted
   statusSocket: string;
+  /** wireguard-go's working directory: its UAPI socket (kctl-wg.sock) lives there. */
+  wireguardRunDir: string;
+  /** This node's WireGuard private key (0600; it never leaves the node). */
+  wireguardKey: string;
 }
 
 export function workerPaths(dataDir: string, runDir: string): WorkerPaths {
@@ -65,5 +69,7 @@ export function workerPaths(dataDir: string, runDir: string): WorkerPaths {
     kubeProxyKubeconfig: join(dataDir, 'kube-proxy.conf'),
     joinMarker: join(dataDir, 'joined'),
     statusSocket: join(runDir, 'status.sock'),
+    wireguardRunDir: join(runDir, 'wireguard'),
+    wireguardKey: join(dataDir, 'wireguard', 'private.key'),
   };
 }

@@ -10,6 +10,7 @@ import { spawn } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import { readdir, readFile, writeFile } from 'node:fs/promises';
+import { createServer } from 'node:net';
 import { join } from 'node:path';
 import { test, type TestContext } from 'node:test';
 import type { TenantListEntry } from '../../../src/cli/tenant.ts';
@@ -205,6 +206,33 @@ test('ten tenants at once with --name: own ports, CA and data; CRD, 1,000 object
     assert.equal(await host.caDigest(n), cas.get(n), `${n}'s CA changed on restart`);
     assert.equal(await count(host, n, ['get', 'widgets']), 1000, `${n} lost widgets on restart`);
   }
+});
+
+test('five tenants started at once under five --data-dirs pick their ports host-wide: none shares one; a recorded port another process holds is refused naming it', async (t) => {
+  const range: [number, number] = [RANGE_BASE + 840, RANGE_BASE + 859];
+  const hosts = await Promise.all([1, 2, 3, 4, 5].map(async (i) => tenantHost(t, await tempDir(t, `kctl-tenants-dd${i}-`), range, '')));
+  for (const h of hosts) h.start('same');
+  await Promise.all(hosts.map((h) => h.ready('same')));
+  const ports = await Promise.all(hosts.map(async (h) => (await h.list())[0]!.ports));
+  const all = ports.flatMap((p) => Object.values(p) as number[]);
+  assert.equal(new Set(all).size, all.length, `two tenants share a port: ${JSON.stringify(ports)}`);
+  assert.ok(
+    all.every((p) => p >= range[0] && p <= range[1]),
+    JSON.stringify(ports),
+  );
+
+  // A process of someone else's listens on a stopped tenant's recorded API port: its start says who.
+  const [first] = hosts;
+  await first!.stop('same');
+  const squatter = createServer();
+  await new Promise<void>((resolve) => squatter.listen(ports[0]!.api, '0.0.0.0', resolve));
+  t.after(() => new Promise<void>((resolve) => squatter.close(() => resolve())));
+  await first!.refused(
+    'same',
+    new RegExp(
+      `^kctl: host check failed: port ${ports[0]!.api}: in use by pid ${process.pid} \\(.+\\); kube-apiserver needs it \\(free it, or stop tenant "same" and reset it \\(kctl --name same reset\\) so that it picks new ports\\)`,
+    ),
+  );
 });
 
 test('tenants on one PostgreSQL: a database each, separate data, kept across restarts; bad data sources, shared databases and exhausted port ranges are refused with one line', async (t) => {

@@ -1,14 +1,17 @@
 // Pods across sites: three workers in three subnets that only a router joins, and the router
-// knows nothing of the pod CIDRs. In vxlan mode every pod reaches every other (ICMP, TCP) and a
-// ClusterIP Service whose pods sit on the other sites; the router forwards only VXLAN between
-// the nodes, never a pod address. Then the mode is switched live to routes (the controller
-// restarted with the new mode; the workers follow without a restart), which cannot cross the
-// router: the pods lose each other, and the switch back brings them together again.
+// knows nothing of the pod CIDRs. In vxlan mode, and after a live switch to wireguard mode (the
+// controller restarted with the new mode; the workers follow without a restart), every pod
+// reaches every other (ICMP, TCP) and a ClusterIP Service whose pods sit on the other sites, and
+// everything the router forwards between the nodes is the mode's UDP (never a pod address). In
+// wireguard mode one worker sits behind NAT (masquerade, no port forwarding) and is reached through
+// the endpoint its handshakes reveal. A switch to routes, which cannot cross the router, parts the
+// pods again.
 import assert from 'node:assert/strict';
 import { writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { test, type TestContext } from 'node:test';
 import type { Result } from 'execa';
+import type { WorkerStatusReport } from '../../../src/worker/index.ts';
 import { controllerReady, labController, runPinnedPod, startIsolatedWorker, track, type Tracked } from '../lab/cluster.ts';
 import { startLab } from '../lab/lab-test.ts';
 import type { LabHost } from '../lab/lab.ts';
@@ -17,7 +20,7 @@ import { waitFor } from '../lab/wait.ts';
 const WORKERS = ['w1', 'w2', 'w3'] as const;
 const text = (r: Result) => String(r.stdout).trim();
 
-test('vxlan mode: pods on three sites behind one router reach each other and a Service; a live switch to routes and back', async (t: TestContext) => {
+test('pods on three sites behind one router: vxlan, then wireguard (switched live) carry pod and Service traffic; routes cannot', async (t: TestContext) => {
   const { lab, dir, kctlBin } = await startLab(t, 'podnet', ['ctl', 'router', ...WORKERS], {
     dir: 'kctl-podnet-',
     workers: WORKERS,
@@ -36,42 +39,18 @@ test('vxlan mode: pods on three sites behind one router reach each other and a S
   let controller: Tracked = track(ctl.spawn(kctlBin, c.args));
   await controllerReady(controller);
   await Promise.all(workers.map((w) => startIsolatedWorker(kctlBin, lab, c, ctl, w, dir)));
+  const restart = async (mode: string) => {
+    controller.child.kill('SIGTERM');
+    await controller.exited;
+    await config(mode);
+    controller = track(ctl.spawn(kctlBin, c.args));
+    await controllerReady(controller);
+  };
 
   const kubectl = c.kubectl;
   for (const w of workers) await runPinnedPod(kubectl, `p-${w.name}`, w.name, 'up', true);
-  const r = await kubectl(['label', 'pod', ...workers.map((w) => `p-${w.name}`), 'app=web']);
-  assert.equal(r.exitCode, 0, String(r.stderr));
-  const podIP = new Map<string, string>();
-  for (const w of workers) podIP.set(w.name, text(await kubectl(['get', 'pod', `p-${w.name}`, '-o', 'jsonpath={.status.podIP}'])));
-  const inPod = (from: LabHost, script: string) => kubectl(['exec', `p-${from.name}`, '--', 'sh', '-c', script]);
-
-  // The router has no route to any pod: whatever crosses it between the sites is the overlay's.
-  for (const ip of podIP.values()) assert.notEqual((await router.run('ip', ['route', 'get', ip])).exitCode, 0, `the router has a route to ${ip}`);
-  const count = ['FORWARD', '-m', 'comment', '--comment'];
-  await router.run('iptables', ['-w', '5', '-I', ...count, 'pod-in-clear', '-s', '10.244.0.0/16']);
-  await router.run('iptables', ['-w', '5', '-I', ...count, 'vxlan', '-p', 'udp', '--dport', '8472']);
-  const forwarded = async (rule: string): Promise<number> => {
-    const out = text(await router.run('iptables', ['-w', '5', '-L', 'FORWARD', '-v', '-n', '-x']));
-    const line = out.split('\n').find((l) => l.includes(`/* ${rule} */`));
-    return Number(line?.trim().split(/\s+/)[0] ?? NaN);
-  };
-
-  // busybox-static's wget -T crashes (SIGSEGV); timeout bounds it instead.
-  const reachable = async (from: LabHost, to: LabHost): Promise<{ ping: boolean; http: string }> => {
-    const ip = podIP.get(to.name)!;
-    const ping = (await inPod(from, `ping -c 1 -W 2 ${ip}`)).exitCode === 0;
-    return { ping, http: text(await inPod(from, `timeout 5 wget -q -O - http://${ip}:8080/ || true`)) };
-  };
-  for (const from of workers)
-    for (const to of workers.filter((w) => w !== from)) {
-      const got = await reachable(from, to);
-      assert.deepEqual(got, { ping: true, http: `p-${to.name}` }, `pod on ${from.name} -> pod on ${to.name} (${podIP.get(to.name)})`);
-    }
-
-  // The pods take the MTU of the path: the node's 1500 less VXLAN's 50.
-  assert.equal(text(await inPod(workers[0]!, 'cat /sys/class/net/eth0/mtu')), '1450');
-
-  // A ClusterIP Service over the three pods: from each pod, both other sites' pods answer through it.
+  const labelled = await kubectl(['label', 'pod', ...workers.map((w) => `p-${w.name}`), 'app=web']);
+  assert.equal(labelled.exitCode, 0, String(labelled.stderr));
   const svc = {
     apiVersion: 'v1',
     kind: 'Service',
@@ -80,40 +59,132 @@ test('vxlan mode: pods on three sites behind one router reach each other and a S
   };
   assert.equal((await kubectl(['apply', '-f', '-'], JSON.stringify(svc))).exitCode, 0);
   const clusterIP = text(await kubectl(['get', 'svc', 'web', '-o', 'jsonpath={.spec.clusterIP}']));
-  for (const from of workers) {
-    const others = workers.filter((w) => w !== from).map((w) => `p-${w.name}`);
-    const seen = new Set<string>();
-    await waitFor(`${from.name}'s pod reaches ${others.join(' and ')} through ${clusterIP}`, 60_000, async () => {
-      const out = text(await inPod(from, `for i in 1 2 3 4 5 6 7 8 9 10; do timeout 3 wget -q -O - http://${clusterIP}/; done`));
-      for (const name of out.split('\n')) seen.add(name.trim());
-      return others.every((o) => seen.has(o));
-    });
-  }
-  assert.ok((await forwarded('vxlan')) > 0, 'the router forwarded VXLAN between the nodes');
-  assert.equal(await forwarded('pod-in-clear'), 0, 'the router never saw a pod address');
+  const podIP = new Map<string, string>();
+  for (const w of workers) podIP.set(w.name, text(await kubectl(['get', 'pod', `p-${w.name}`, '-o', 'jsonpath={.status.podIP}'])));
+  const inPod = (from: LabHost, script: string) => kubectl(['exec', `p-${from.name}`, '--', 'sh', '-c', script]);
+
+  // The router has no route to any pod. It counts what it forwards between the nodes: all of it,
+  // the VXLAN and WireGuard packets among it, and any packet from a pod address.
+  for (const ip of podIP.values()) assert.notEqual((await router.run('ip', ['route', 'get', ip])).exitCode, 0, `the router has a route to ${ip}`);
+  const ipt = (...args: string[]) => router.run('iptables', ['-w', '5', ...args]);
+  await ipt('-I', 'FORWARD', '-m', 'comment', '--comment', 'pod-in-clear', '-s', '10.244.0.0/16');
+  for (const a of workers)
+    for (const b of workers.filter((w) => w !== a)) {
+      const pair = ['-s', a.ip, '-d', b.ip];
+      await ipt('-I', 'FORWARD', ...pair, '-m', 'comment', '--comment', 'nodes');
+      await ipt('-I', 'FORWARD', ...pair, '-p', 'udp', '--dport', '8472', '-m', 'comment', '--comment', 'vxlan');
+      await ipt('-I', 'FORWARD', ...pair, '-p', 'udp', '--dport', '51820', '-m', 'comment', '--comment', 'wireguard');
+      await ipt('-I', 'FORWARD', ...pair, '-p', 'icmp', '-m', 'comment', '--comment', 'icmp');
+      await ipt('-I', 'FORWARD', ...pair, '-p', 'tcp', '-m', 'comment', '--comment', 'tcp');
+    }
+  const COUNTERS = ['nodes', 'vxlan', 'wireguard', 'icmp', 'tcp', 'pod-in-clear'] as const;
+  const forwarded = async (): Promise<Record<(typeof COUNTERS)[number], number>> => {
+    const sums = { nodes: 0, vxlan: 0, wireguard: 0, icmp: 0, tcp: 0, 'pod-in-clear': 0 };
+    for (const line of text(await ipt('-L', 'FORWARD', '-v', '-n', '-x')).split('\n')) {
+      const name = COUNTERS.find((n) => line.includes(`/* ${n} */`));
+      if (name) sums[name] += Number(line.trim().split(/\s+/)[0]);
+    }
+    return sums;
+  };
+
+  // busybox-static's wget -T crashes (SIGSEGV); timeout bounds it instead.
+  const reachable = async (from: LabHost, to: LabHost): Promise<{ ping: boolean; http: string }> => {
+    const ip = podIP.get(to.name)!;
+    const ping = (await inPod(from, `ping -c 1 -W 2 ${ip}`)).exitCode === 0;
+    return { ping, http: text(await inPod(from, `timeout 5 wget -q -O - http://${ip}:8080/ || true`)) };
+  };
+  /** Every pod reaches every other and, through the Service, both other sites' pods. */
+  const everyPathWorks = async (mode: string) => {
+    for (const from of workers)
+      for (const to of workers.filter((w) => w !== from))
+        assert.deepEqual(await reachable(from, to), { ping: true, http: `p-${to.name}` }, `${mode}: pod on ${from.name} -> pod on ${to.name}`);
+    for (const from of workers) {
+      const others = workers.filter((w) => w !== from).map((w) => `p-${w.name}`);
+      const seen = new Set<string>();
+      await waitFor(`${mode}: ${from.name}'s pod reaches ${others.join(' and ')} through ${clusterIP}`, 60_000, async () => {
+        const out = text(await inPod(from, `for i in 1 2 3 4 5 6 7 8 9 10; do timeout 3 wget -q -O - http://${clusterIP}/; done`));
+        for (const name of out.split('\n')) seen.add(name.trim());
+        return others.every((o) => seen.has(o));
+      });
+    }
+  };
+
+  await ipt('-Z', 'FORWARD');
+  await everyPathWorks('vxlan');
+  // The pods take the MTU of the path: the node's 1500 less VXLAN's 50.
+  assert.equal(text(await inPod(workers[0]!, 'cat /sys/class/net/eth0/mtu')), '1450');
+  const inVxlan = await forwarded();
+  // Pods' traffic to other nodes' own addresses (metrics-server scraping kubelets, masqueraded) is
+  // all that crosses outside VXLAN in this mode; wireguard mode below takes that into the tunnel too.
+  assert.ok(inVxlan.vxlan > 0, `vxlan: the router forwarded VXLAN between the nodes: ${JSON.stringify(inVxlan)}`);
+  assert.equal(inVxlan['pod-in-clear'], 0, 'vxlan: the router saw a pod address');
 
   // A host that is not a node cannot inject into the overlay: the nodes drop its VXLAN packets.
   const w1 = workers[0]!;
   await router.run('bash', ['-c', `echo injected > /dev/udp/${w1.ip}/8472`]);
-  const dropped = text(await w1.run('iptables', ['-w', '5', '-L', 'KCTL-VXLAN-IN', '-v', '-n', '-x']));
-  const dropLine = dropped.split('\n').find((l) => /\bDROP\b/.test(l));
-  assert.ok(Number(dropLine?.trim().split(/\s+/)[0]) >= 1, `w1 dropped the router's VXLAN packet:\n${dropped}`);
+  const filter = text(await w1.run('iptables', ['-w', '5', '-L', 'KCTL-VXLAN-IN', '-v', '-n', '-x']));
+  const dropLine = filter.split('\n').find((l) => /\bDROP\b/.test(l));
+  assert.ok(Number(dropLine?.trim().split(/\s+/)[0]) >= 1, `w1 dropped the router's VXLAN packet:\n${filter}`);
 
-  // Live switch: the controller restarts with routes; the workers follow without a restart.
-  const restart = async (mode: string) => {
-    controller.child.kill('SIGTERM');
-    await controller.exited;
-    await config(mode);
-    controller = track(ctl.spawn(kctlBin, c.args));
-    await controllerReady(controller);
-  };
-  const [a, b] = workers as [LabHost, LabHost];
+  // w3's site goes behind NAT (masquerade on the router, nothing inbound opened): its peers cannot
+  // reach the endpoint it publishes, so they must learn its NAT-mapped one from its handshakes.
+  const w3 = workers[2]!;
+  const site3 = w3.ip.replace(/\.\d+$/, '.0/24');
+  await ipt('-t', 'nat', '-A', 'POSTROUTING', '-s', site3, '!', '-d', site3, '-j', 'MASQUERADE');
+  await ipt('-I', 'FORWARD', '-d', site3, '-m', 'conntrack', '--ctstate', 'NEW', '-j', 'DROP');
+  await router.run('conntrack', ['-F']);
+
+  // Live switch to wireguard: the workers start wireguard-go, publish their keys, and drop VXLAN.
+  await restart('wireguard');
+  await waitFor('the workers swap the VXLAN device for WireGuard', 90_000, async () => {
+    const vxlan = await Promise.all(workers.map((w) => w.run('ip', ['link', 'show', 'kctl-vxlan'])));
+    const wg = await Promise.all(workers.map((w) => w.run('ip', ['link', 'show', 'kctl-wg'])));
+    return vxlan.every((l) => l.exitCode !== 0) && wg.every((l) => l.exitCode === 0);
+  });
+  await waitFor('pods reach each other over WireGuard, w3 behind NAT included', 90_000, async () => {
+    for (const [from, to] of [
+      [w1, workers[1]!],
+      [w1, w3],
+      [workers[1]!, w3],
+    ] as const)
+      if (!(await reachable(from, to)).ping) return false;
+    return true;
+  });
+  await ipt('-Z', 'FORWARD');
+  await everyPathWorks('wireguard');
+  const inWireguard = await forwarded();
+  assert.ok(
+    inWireguard.nodes > 0 && inWireguard.wireguard === inWireguard.nodes && inWireguard.vxlan === 0,
+    `wireguard: the router forwarded only WireGuard between the nodes: ${JSON.stringify(inWireguard)}`,
+  );
+  assert.equal(inWireguard['pod-in-clear'], 0, 'wireguard: the router saw a pod address');
+  assert.equal(text(await inPod(w1, 'cat /sys/class/net/eth0/mtu')), '1450', 'pods keep the MTU they started with');
+  // Each node published its key on its own Node, and the private key stays on the node (0600).
+  for (const w of workers) {
+    const key = text(await kubectl(['get', 'node', w.name, '-o', 'jsonpath={.metadata.annotations.kctl\\.dev/wireguard-public-key}']));
+    assert.match(key, /^[A-Za-z0-9+/]{43}=$/, `${w.name}'s public key`);
+    const mode = text(await w.run('stat', ['-c', '%a', join(dir, `${w.name}-data`, 'wireguard', 'private.key')]));
+    assert.equal(mode, '600');
+  }
+
+  // kctl status on a node: the mode and each peer with its handshake and bytes, as WireGuard sees them.
+  const status = await w1.run(kctlBin, ['--data-dir', join(dir, 'w1-data'), '--run-dir', join(dir, 'w1-run'), 'status', '-o', 'json']);
+  const net = (JSON.parse(text(status)) as WorkerStatusReport).podNetwork;
+  assert.equal(net?.mode, 'wireguard', text(status));
+  assert.deepEqual(net.peers.map((p) => p.node).sort(), ['w2', 'w3']);
+  // w3's endpoint is the router's address on w1's side: learnt from w3's handshake through the NAT.
+  const natted = net.peers.find((p) => p.node === 'w3');
+  assert.match(natted?.endpoint ?? '', new RegExp(`^${w1.ip.replace(/\.\d+$/, '.1').replaceAll('.', '\\.')}:\\d+$`), JSON.stringify(natted));
+  for (const p of net.peers) {
+    assert.ok(p.lastHandshakeSecondsAgo !== undefined && p.lastHandshakeSecondsAgo < 300, `${p.node}: ${JSON.stringify(p)}`);
+    assert.ok((p.rxBytes ?? 0) > 0 && (p.txBytes ?? 0) > 0, `${p.node}: ${JSON.stringify(p)}`);
+  }
+
+  // Routes cannot cross a router that does not know the pod CIDRs: the pods part.
   await restart('routes');
-  await waitFor('the workers drop the VXLAN device', 60_000, async () => {
-    const links = await Promise.all(workers.map((w) => w.run('ip', ['link', 'show', 'kctl-vxlan'])));
+  await waitFor('the workers stop WireGuard', 60_000, async () => {
+    const links = await Promise.all(workers.map((w) => w.run('ip', ['link', 'show', 'kctl-wg'])));
     return links.every((l) => l.exitCode !== 0);
   });
-  assert.deepEqual(await reachable(a, b), { ping: false, http: '' }, 'routes mode cannot cross a router that does not know the pod CIDRs');
-  await restart('vxlan');
-  await waitFor('pods reach each other again in vxlan mode', 60_000, async () => (await reachable(a, b)).http === `p-${b.name}`);
+  assert.deepEqual(await reachable(workers[0]!, workers[1]!), { ping: false, http: '' }, 'routes mode crossed the router');
 });

@@ -3,16 +3,19 @@ import assert from 'node:assert/strict';
 import { parsePodNetwork, podNetworkConfigMap } from '../../../src/kube/pod-network.ts';
 
 test('the pod network ConfigMap reads back as it was written', () => {
-  const n = { mode: 'vxlan' as const, vxlan: { vni: 42, port: 4789 } };
+  const n = { mode: 'vxlan' as const, vxlan: { vni: 42, port: 4789 }, wireguard: { port: 51999 } };
   const cm = podNetworkConfigMap(n);
   assert.deepEqual(parsePodNetwork(cm.data), n);
 });
 
 test('a damaged pod network ConfigMap is refused naming the key', () => {
   const good = { mode: 'vxlan', vxlanVNI: '1', vxlanPort: '8472' };
-  assert.throws(() => parsePodNetwork({ ...good, mode: 'gre' }), /mode is "gre", expected one of routes, vxlan/);
+  assert.throws(() => parsePodNetwork({ ...good, mode: 'gre' }), /mode is "gre", expected one of routes, vxlan, wireguard/);
   assert.throws(() => parsePodNetwork({ ...good, vxlanVNI: '0' }), /vxlanVNI is "0", expected 1-16777215/);
   assert.throws(() => parsePodNetwork({ ...good, vxlanPort: '70000' }), /vxlanPort is "70000"/);
   assert.throws(() => parsePodNetwork({ ...good, vxlanPort: '8472x' }), /vxlanPort/);
+  assert.throws(() => parsePodNetwork({ ...good, wireguardPort: '0' }), /wireguardPort is "0"/);
   assert.throws(() => parsePodNetwork(undefined), /mode is undefined/);
+  // Written before the wireguard mode existed: its port is the default.
+  assert.equal(parsePodNetwork(good).wireguard.port, 51820);
 });

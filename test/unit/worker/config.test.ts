@@ -7,7 +7,7 @@ import { test } from 'node:test';
 import { containerdConfig } from '../../../src/worker/containerd.ts';
 import { kubeletArgs, kubeletCgroupRoot, kubeletConfiguration, recordCgroupRoot } from '../../../src/worker/kubelet.ts';
 import { kubeProxyConfiguration } from '../../../src/worker/kube-proxy.ts';
-import { desiredRoutes } from '../../../src/worker/network.ts';
+import { desiredRoutes, nodeInfo, routeArgs } from '../../../src/worker/overlay.ts';
 import { cniConflist, masqueradeRule } from '../../../src/worker/cni.ts';
 import { workerPaths } from '../../../src/worker/paths.ts';
 import { tempDir } from '../../helpers.ts';
@@ -115,22 +115,27 @@ test('routes go to every other node that has a podCIDR and an InternalIP', () =>
     ],
     'self',
   );
-  assert.deepEqual([...routes], [['10.244.1.0/24', '10.0.0.2']]);
+  assert.deepEqual([...routes], [['10.244.1.0/24', { via: '10.0.0.2' }]]);
 });
 
-test("in vxlan mode a node routes each pod CIDR via that node's VTEP, its pod CIDR's network address", () => {
+test("in vxlan mode a node routes each pod CIDR via that node's VTEP on kctl-vxlan; in wireguard mode on kctl-wg, to nodes with a key", () => {
+  const key = Buffer.alloc(32, 7).toString('base64');
   const nodes = [
-    { name: 'self', podCIDR: '10.244.0.0/24', internalIP: '10.0.0.1' },
-    { name: 'b', podCIDR: '10.244.1.0/24', internalIP: '10.9.0.2' },
+    { name: 'self', podCIDR: '10.244.0.0/24', internalIP: '10.0.0.1', wireguardKey: key },
+    { name: 'b', podCIDR: '10.244.1.0/24', internalIP: '10.9.0.2', wireguardKey: key },
     { name: 'c', podCIDR: '10.244.7.0/24', internalIP: '10.8.0.3' },
   ];
   assert.deepEqual(
     [...desiredRoutes(nodes, 'self', 'vxlan')],
     [
-      ['10.244.1.0/24', '10.244.1.0'],
-      ['10.244.7.0/24', '10.244.7.0'],
+      ['10.244.1.0/24', { via: '10.244.1.0', dev: 'kctl-vxlan' }],
+      ['10.244.7.0/24', { via: '10.244.7.0', dev: 'kctl-vxlan' }],
     ],
   );
+  assert.deepEqual([...desiredRoutes(nodes, 'self', 'wireguard')], [['10.244.1.0/24', { dev: 'kctl-wg' }]]);
+  assert.deepEqual(routeArgs({ via: '10.244.1.0', dev: 'kctl-vxlan' }), ['via', '10.244.1.0', 'dev', 'kctl-vxlan', 'onlink']);
+  assert.deepEqual(routeArgs({ dev: 'kctl-wg' }), ['dev', 'kctl-wg']);
+  assert.deepEqual(routeArgs({ via: '10.0.0.2' }), ['via', '10.0.0.2']);
 });
 
 test("the pods' MTU goes into the bridge config only when the mode sets one", () => {
@@ -188,4 +193,24 @@ test("kubelet's cgroup root: one per data dir, so two workers named alike on one
   // A damaged record is not used as a path.
   await writeFile(b.cgroupRootFile, '/kctl/../../etc\n');
   assert.equal(kubeletCgroupRoot(b, 'w1'), rootB);
+});
+
+test("a Node's WireGuard key and endpoint count only when well formed (a node writes its own annotations)", () => {
+  const key = Buffer.alloc(32, 7).toString('base64');
+  const node = (annotations: Record<string, string>) =>
+    nodeInfo({
+      metadata: { name: 'n', annotations },
+      spec: { podCIDR: '10.244.1.0/24' },
+      status: { addresses: [{ type: 'InternalIP', address: '10.0.0.2' }] },
+    });
+  assert.deepEqual(node({ 'kctl.dev/wireguard-public-key': key, 'kctl.dev/wireguard-endpoint': '10.0.0.2:51820' }), {
+    name: 'n',
+    podCIDR: '10.244.1.0/24',
+    internalIP: '10.0.0.2',
+    wireguardKey: key,
+    wireguardEndpoint: '10.0.0.2:51820',
+  });
+  const bad = node({ 'kctl.dev/wireguard-public-key': 'not-a-key', 'kctl.dev/wireguard-endpoint': 'evil.example:51820' });
+  assert.equal(bad.wireguardKey, undefined);
+  assert.equal(bad.wireguardEndpoint, undefined);
 });

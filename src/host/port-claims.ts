@@ -1,0 +1,107 @@
+// Ports that kctl processes picked on this host, whatever their --data-dir: one claims file at a
+// fixed host path, read and written under its own lock. Two tenants that start at once with
+// different data dirs otherwise both see a port free (neither listens yet) and both take it; the
+// loser's kube-apiserver cannot bind and is restarted for ever. A claim names its owner (a tenant's
+// data dir); the owner's own record says whether the claim still stands, so a tenant that was
+// reset or deleted gives its ports back without a command.
+import { mkdir, readFile } from 'node:fs/promises';
+import { createServer } from 'node:net';
+import { join } from 'node:path';
+import { withDirLock, writeFileAtomic } from '../base/fs.ts';
+
+/** The host-wide state dir; KCTL_HOST_STATE_DIR moves it (tests). */
+export function hostStateDir(): string {
+  return process.env.KCTL_HOST_STATE_DIR || '/var/lib/kctl-host';
+}
+
+export interface PortClaim {
+  port: number;
+  /** Who holds it: a tenant's data dir. */
+  owner: string;
+  /** For messages: e.g. `tenant "a"`. */
+  label: string;
+  at: string;
+}
+
+export interface ClaimRequest {
+  owner: string;
+  label: string;
+  /** Ports the owner has recorded already: claimed again as they are (refused if another owner holds one). */
+  recorded?: number[];
+  /** Otherwise: this many new ports from `range`. */
+  count?: number;
+  range?: [number, number];
+  /** Ports not to pick besides the claimed ones (recorded by owners from before claims). */
+  exclude?: Set<number>;
+  /** True while `claim` still stands (its owner exists and still records the port). */
+  stillHeld(claim: PortClaim): Promise<boolean>;
+}
+
+export class PortClaimConflict extends Error {
+  constructor(
+    readonly port: number,
+    readonly holder: PortClaim,
+  ) {
+    super(`port ${port} is claimed by ${holder.label} (${holder.owner})`);
+  }
+}
+
+/**
+ * A claim stands this long whatever its owner's record says: the owner writes its record after
+ * claiming, and a claim seen in between must not look abandoned.
+ */
+export const CLAIM_GRACE_MS = 10 * 60_000;
+
+const claimsFile = (): string => join(hostStateDir(), 'port-claims.json');
+
+async function readClaims(): Promise<PortClaim[]> {
+  const text = await readFile(claimsFile(), 'utf8').catch(() => '[]');
+  try {
+    const list = JSON.parse(text) as PortClaim[];
+    return Array.isArray(list) ? list.filter((c) => Number.isInteger(c.port) && typeof c.owner === 'string') : [];
+  } catch {
+    return []; // a damaged file: the owners' records still hold their ports, and each re-claims at its start
+  }
+}
+
+/** True when nothing listens on `port` on any address. */
+export function portFree(port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const s = createServer();
+    s.once('error', () => resolve(false));
+    s.listen({ port, host: '0.0.0.0', exclusive: true }, () => s.close(() => resolve(true)));
+  });
+}
+
+/**
+ * Under the host lock: drops claims that no longer stand, then claims the owner's recorded ports
+ * (PortClaimConflict when another owner holds one) or `count` new ones from `range` that no claim
+ * holds and nothing listens on. Returns the ports (fewer than `count` when the range ran out:
+ * nothing is claimed then).
+ */
+export async function claimPorts(req: ClaimRequest): Promise<number[]> {
+  await mkdir(hostStateDir(), { recursive: true, mode: 0o755 });
+  return withDirLock(hostStateDir(), 'port-claims.lock', async () => {
+    const standing: PortClaim[] = [];
+    const now = Date.now();
+    for (const c of await readClaims()) {
+      if (c.owner === req.owner) continue;
+      if (now - Date.parse(c.at) < CLAIM_GRACE_MS || (await req.stillHeld(c))) standing.push(c);
+    }
+    const held = new Map(standing.map((c) => [c.port, c]));
+    let ports: number[] = [];
+    if (req.recorded) {
+      for (const p of req.recorded) if (held.has(p)) throw new PortClaimConflict(p, held.get(p)!);
+      ports = req.recorded;
+    } else {
+      const [lo, hi] = req.range ?? [0, -1];
+      for (let p = lo; p <= hi && ports.length < (req.count ?? 0); p++)
+        if (!held.has(p) && !req.exclude?.has(p) && (await portFree(p))) ports.push(p);
+      if (ports.length < (req.count ?? 0)) return ports;
+    }
+    const at = new Date().toISOString();
+    const mine = ports.map((port) => ({ port, owner: req.owner, label: req.label, at }));
+    await writeFileAtomic(claimsFile(), JSON.stringify([...standing, ...mine], null, 2) + '\n', 0o644);
+    return ports;
+  });
+}

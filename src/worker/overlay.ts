@@ -1,0 +1,178 @@
+// What each pod network mode puts on a node (network.ts runs it on every sync): the other nodes
+// as peers, the route to each peer's pod CIDR, and the mode's device:
+//   routes     none: via the peer's InternalIP;
+//   vxlan      kernel VXLAN (host/vxlan.ts): via the peer's VTEP, on-link on kctl-vxlan;
+//   wireguard  wireguard-go (wireguard.ts): on kctl-wg, which picks the peer by its pod CIDR.
+// Leaving a mode removes its device (and with it the routes through it).
+import type { KubeClient } from '../kube/client.ts';
+import type { Logger } from '../base/log.ts';
+import type { NetworkMode, PodNetwork } from '../kube/pod-network.ts';
+import {
+  allowVxlanFrom,
+  cidrNetwork,
+  ensureVxlanDevice,
+  interfaceMtu,
+  removeVxlan,
+  syncVxlanPeers,
+  VXLAN_DEVICE,
+  VXLAN_OVERHEAD,
+} from '../host/vxlan.ts';
+import { isWireguardKey, type WireguardDeviceState } from '../host/wireguard.ts';
+import type { WorkerPaths } from './paths.ts';
+import {
+  ENDPOINT_ANNOTATION,
+  nodeKeyPair,
+  PUBLIC_KEY_ANNOTATION,
+  routePodsToNodes,
+  WIREGUARD_DEVICE,
+  WIREGUARD_OVERHEAD,
+  WireguardTunnel,
+} from './wireguard.ts';
+
+export interface NodeInfo {
+  name: string;
+  podCIDR?: string;
+  internalIP?: string;
+  /** Its WireGuard public key and endpoint, as it publishes them (annotations). */
+  wireguardKey?: string;
+  wireguardEndpoint?: string;
+}
+
+export interface KubeNode {
+  metadata: { name: string; annotations?: Record<string, string> };
+  spec?: { podCIDR?: string };
+  status?: { addresses?: { type: string; address: string }[] };
+}
+
+const ENDPOINT = /^(\d{1,3}\.){3}\d{1,3}:\d{1,5}$/;
+
+export function nodeInfo(n: KubeNode): NodeInfo {
+  const a = n.metadata.annotations ?? {};
+  return {
+    name: n.metadata.name,
+    podCIDR: n.spec?.podCIDR,
+    internalIP: n.status?.addresses?.find((x) => x.type === 'InternalIP')?.address,
+    wireguardKey: isWireguardKey(a[PUBLIC_KEY_ANNOTATION]) ? a[PUBLIC_KEY_ANNOTATION] : undefined,
+    wireguardEndpoint: ENDPOINT.test(a[ENDPOINT_ANNOTATION] ?? '') ? a[ENDPOINT_ANNOTATION] : undefined,
+  };
+}
+
+type Peer = NodeInfo & { podCIDR: string; internalIP: string };
+
+/** The other nodes this one routes to: each with a podCIDR and an InternalIP (IPv4 only for now). */
+export function peerNodes(nodes: NodeInfo[], self: string): Peer[] {
+  return nodes.filter((n): n is Peer => n.name !== self && !!n.podCIDR && !!n.internalIP && !n.podCIDR.includes(':') && !n.internalIP.includes(':'));
+}
+
+/** A route to a peer's pod CIDR: a gateway, a device, or both (on-link). */
+export interface PodRoute {
+  via?: string;
+  dev?: string;
+}
+
+/** Routes this node needs, podCIDR -> route; in wireguard mode only to peers that published a key. */
+export function desiredRoutes(nodes: NodeInfo[], self: string, mode: NetworkMode = 'routes'): Map<string, PodRoute> {
+  const peers = peerNodes(nodes, self).filter((n) => mode !== 'wireguard' || n.wireguardKey);
+  const route = (n: Peer): PodRoute =>
+    mode === 'vxlan' ? { via: cidrNetwork(n.podCIDR), dev: VXLAN_DEVICE } : mode === 'wireguard' ? { dev: WIREGUARD_DEVICE } : { via: n.internalIP };
+  return new Map(peers.map((n) => [n.podCIDR, route(n)]));
+}
+
+/** `ip route replace` arguments after the destination. */
+export function routeArgs(r: PodRoute): string[] {
+  return [...(r.via ? ['via', r.via] : []), ...(r.dev ? ['dev', r.dev] : []), ...(r.via && r.dev ? ['onlink'] : [])];
+}
+
+/** What `kctl status` shows of the pod network on a node. */
+export interface PodNetworkStatus {
+  mode?: NetworkMode;
+  /** The pods' MTU the mode sets (none: the kernel's default). */
+  mtu?: number;
+  /** The other nodes: in wireguard mode with handshake age and bytes (WireGuard's view). */
+  peers: { node: string; address?: string; endpoint?: string; lastHandshakeSecondsAgo?: number; rxBytes?: number; txBytes?: number }[];
+}
+
+export class Overlay {
+  private mode?: NetworkMode;
+  private wireguard?: WireguardTunnel;
+
+  constructor(
+    private readonly paths: WorkerPaths,
+    private readonly nodeName: string,
+    private readonly kube: KubeClient,
+    private readonly log: Logger,
+  ) {}
+
+  /** Puts `net`'s device and peers in place (and takes the previous mode's away); returns the pods' MTU (undefined: the kernel's default) and per-peer errors. */
+  async apply(net: PodNetwork, nodes: NodeInfo[], podCIDR: string): Promise<{ mtu?: number; errors: string[] }> {
+    const previous = this.mode;
+    // The first sync after a start does not know what an earlier run left: clear the others.
+    if (net.mode !== 'vxlan' && previous !== net.mode) await removeVxlan();
+    if (net.mode !== 'wireguard' && this.wireguard) await this.wireguard.stop();
+    this.mode = net.mode;
+    if (net.mode === 'routes') return { errors: [] };
+    const self = nodes.find((n) => n.name === this.nodeName);
+    if (!self?.internalIP) throw new Error('this node has no InternalIP on its Node yet');
+    const peers = peerNodes(nodes, this.nodeName);
+    if (net.mode === 'vxlan') {
+      const mtu = (await interfaceMtu(self.internalIP)) - VXLAN_OVERHEAD;
+      await ensureVxlanDevice({ vni: net.vxlan.vni, port: net.vxlan.port, localIP: self.internalIP, mtu, vtep: cidrNetwork(podCIDR) });
+      const errors = await syncVxlanPeers(peers.map((p) => ({ vtep: cidrNetwork(p.podCIDR), podCIDR: p.podCIDR, underlayIP: p.internalIP })));
+      await allowVxlanFrom(
+        net.vxlan.port,
+        peers.map((p) => p.internalIP),
+      );
+      return { mtu, errors };
+    }
+    const mtu = (await interfaceMtu(self.internalIP)) - WIREGUARD_OVERHEAD;
+    const keys = await nodeKeyPair(this.paths);
+    this.wireguard ??= new WireguardTunnel(this.paths, this.log);
+    await this.wireguard.ensure({ ...keys, port: net.wireguard.port, mtu, address: cidrNetwork(podCIDR) });
+    await this.publish(self, keys.publicKey, `${self.internalIP}:${net.wireguard.port}`);
+    const keyed = peers.flatMap((p) =>
+      p.wireguardKey ? [{ node: p.name, publicKey: p.wireguardKey, endpoint: p.wireguardEndpoint, podCIDR: p.podCIDR, address: p.internalIP }] : [],
+    );
+    await this.wireguard.syncPeers(keyed);
+    await routePodsToNodes(
+      podCIDR,
+      keyed.map((p) => p.address),
+    );
+    return { mtu, errors: [] };
+  }
+
+  /** The node's public key and endpoint on its own Node (the Node authorizer lets a node patch only itself). */
+  private async publish(self: NodeInfo, publicKey: string, endpoint: string): Promise<void> {
+    if (self.wireguardKey === publicKey && self.wireguardEndpoint === endpoint) return;
+    const patch = { metadata: { annotations: { [PUBLIC_KEY_ANNOTATION]: publicKey, [ENDPOINT_ANNOTATION]: endpoint } } };
+    await this.kube.request('PATCH', `/api/v1/nodes/${this.nodeName}`, patch);
+    this.log.info({ publicKey, endpoint }, "published this node's WireGuard key and endpoint");
+  }
+
+  /** The mode and each peer as the device sees it (`nodes`: the watched Nodes). */
+  async status(nodes: NodeInfo[], mtu: number | undefined): Promise<PodNetworkStatus> {
+    const peers = peerNodes(nodes, this.nodeName);
+    if (this.mode !== 'wireguard') return { mode: this.mode, mtu, peers: peers.map((p) => ({ node: p.name, address: p.internalIP })) };
+    const state: WireguardDeviceState | undefined = await this.wireguard?.state();
+    const now = Date.now() / 1000;
+    return {
+      mode: this.mode,
+      mtu,
+      peers: peers.map((p) => {
+        const wg = state?.peers.find((x) => x.publicKey === p.wireguardKey);
+        return {
+          node: p.name,
+          address: p.internalIP,
+          endpoint: wg?.endpoint,
+          lastHandshakeSecondsAgo: wg?.lastHandshake ? Math.round(now - wg.lastHandshake) : undefined,
+          rxBytes: wg?.rxBytes,
+          txBytes: wg?.txBytes,
+        };
+      }),
+    };
+  }
+
+  /** At the worker's stop: wireguard-go goes with it (routes and the VXLAN device stay for the next start). */
+  async stop(): Promise<void> {
+    await this.wireguard?.stop();
+  }
+}

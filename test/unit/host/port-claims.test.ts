@@ -1,0 +1,60 @@
+// Host-wide port claims: owners under different data dirs that pick at once never share a port;
+// a claim whose owner is gone is given back; a recorded port another owner holds is refused.
+import assert from 'node:assert/strict';
+import { mkdtempSync } from 'node:fs';
+import { writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { test } from 'node:test';
+import { CLAIM_GRACE_MS, claimPorts, hostStateDir, PortClaimConflict, type PortClaim } from '../../../src/host/port-claims.ts';
+
+process.env.KCTL_HOST_STATE_DIR = mkdtempSync(join(tmpdir(), 'kctl-host-'));
+/** A range of its own for each test (ports nothing on this host uses while it runs, most likely). */
+let next = 24_000 + Math.floor(Math.random() * 200) * 20;
+const range = (size: number): [number, number] => {
+  const r: [number, number] = [next, next + size - 1];
+  next += size;
+  return r;
+};
+const always = async () => true;
+
+test('five owners picking at once from one range get five disjoint pairs of ports', async () => {
+  const r = range(10);
+  const picked = await Promise.all(
+    ['a', 'b', 'c', 'd', 'e'].map((n) => claimPorts({ owner: `/data/${n}`, label: n, count: 2, range: r, stillHeld: always })),
+  );
+  const all = picked.flat();
+  assert.equal(all.length, 10);
+  assert.equal(new Set(all).size, 10, JSON.stringify(picked));
+  // The range is used up: a sixth gets fewer than it asked for, and claims nothing.
+  assert.deepEqual(await claimPorts({ owner: '/data/f', label: 'f', count: 2, range: r, stillHeld: always }), []);
+});
+
+test('a claim whose owner no longer records the port is given back once past the grace period', async () => {
+  const r = range(2);
+  const old = new Date(Date.now() - CLAIM_GRACE_MS - 1000).toISOString();
+  const claims: PortClaim[] = [
+    { port: r[0], owner: '/data/gone', label: 'gone', at: old },
+    { port: r[1], owner: '/data/young', label: 'young', at: new Date().toISOString() },
+  ];
+  await writeFile(join(hostStateDir(), 'port-claims.json'), JSON.stringify(claims));
+  const gone = async (c: PortClaim) => c.owner !== '/data/gone' && c.owner !== '/data/young';
+  // Only the gone owner's port comes back: the young claim stands although its owner records
+  // nothing yet (an owner writes its record after claiming). Two asked, one free: none claimed.
+  assert.deepEqual(await claimPorts({ owner: '/data/new', label: 'new', count: 2, range: r, stillHeld: gone }), [r[0]]);
+  assert.deepEqual(await claimPorts({ owner: '/data/new', label: 'new', count: 1, range: r, stillHeld: gone }), [r[0]]);
+  assert.deepEqual(await claimPorts({ owner: '/data/other', label: 'other', count: 1, range: r, stillHeld: gone }), []);
+});
+
+test('a recorded port another owner holds is refused naming that owner; its own recorded ports are claimed as they are', async () => {
+  const r = range(3);
+  const [p] = await claimPorts({ owner: '/data/first', label: 'tenant "first"', count: 1, range: r, stillHeld: always });
+  await assert.rejects(
+    claimPorts({ owner: '/data/second', label: 'tenant "second"', recorded: [p!], stillHeld: always }),
+    (err: unknown) => err instanceof PortClaimConflict && err.port === p && err.holder.label === 'tenant "first"',
+  );
+  assert.deepEqual(await claimPorts({ owner: '/data/first', label: 'tenant "first"', recorded: [p!], stillHeld: always }), [p]);
+  // ... and not picked for anyone else.
+  const others = await claimPorts({ owner: '/data/third', label: 'third', count: 2, range: r, stillHeld: always });
+  assert.ok(!others.includes(p!), JSON.stringify(others));
+});
