@@ -58,7 +58,8 @@ export function cidrAddress(cidr: string, n: number): string {
   const width = ip?.includes(':') ? 128 : 32;
   if (ip === null || !/^\d+$/.test(bitsText ?? '') || bits > width) throw new Error(`"${cidr}" is not a CIDR`);
   const hostBits = BigInt(width - bits);
-  if (BigInt(n) >= (1n << hostBits) - 1n) throw new Error(`"${cidr}" has no room for address number ${n}`);
+  // The network address (n = 0) always exists, even in a /32.
+  if (n > 0 && BigInt(n) >= (1n << hostBits) - 1n) throw new Error(`"${cidr}" has no room for address number ${n}`);
   const network = (ipToBigInt(ip) >> hostBits) << hostBits;
   return bigIntToIp(network + BigInt(n), width);
 }

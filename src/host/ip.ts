@@ -15,6 +15,25 @@ export const ip = (args: string[]): Promise<string> => run('ip', args);
 /** `bridge ARGS` (iproute2's FDB tool). */
 export const bridgeTool = (args: string[]): Promise<string> => run('bridge', args);
 
+/** Gives `dev` exactly one IPv4 address, `address`/32 (flushing any other). */
+export async function setOnlyAddress(dev: string, address: string): Promise<void> {
+  const addrs = ipJson<{ addr_info?: { local: string; prefixlen: number }[] }>(await ip(['-j', '-4', 'addr', 'show', 'dev', dev]));
+  const local = (addrs[0]?.addr_info ?? []).map((a) => `${a.local}/${a.prefixlen}`);
+  if (local.length === 1 && local[0] === `${address}/32`) return;
+  await ip(['addr', 'flush', 'dev', dev]);
+  await ip(['addr', 'add', `${address}/32`, 'dev', dev]);
+}
+
+/** `ip ARGS` that says whether it succeeded instead of rejecting. */
+export const ipSucceeds = (args: string[]): Promise<boolean> =>
+  ip(args).then(
+    () => true,
+    () => false,
+  );
+
+/** True when the link exists (in this network namespace). */
+export const linkExists = (dev: string): Promise<boolean> => ipSucceeds(['link', 'show', dev]);
+
 /** `iptables -w 5 -t TABLE ARGS`, never rejects: ok, its output and its error text. */
 export async function iptables(table: string, args: string[]): Promise<{ ok: boolean; stdout: string; stderr: string }> {
   const r = await execa('iptables', ['-w', '5', '-t', table, ...args], { reject: false, extendEnv: false, env: SYSTEM_PATH_ENV });

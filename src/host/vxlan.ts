@@ -7,7 +7,7 @@
 //
 // The kernel takes VXLAN packets from anyone who can reach the port; a filter chain lets in only
 // the current nodes' addresses, so a host outside the cluster cannot inject pod traffic.
-import { bridgeTool, ip, ipJson, iptables } from './ip.ts';
+import { bridgeTool, ip, ipJson, iptables, setOnlyAddress } from './ip.ts';
 
 export const VXLAN_DEVICE = 'kctl-vxlan';
 export const VXLAN_FILTER_CHAIN = 'KCTL-VXLAN-IN';
@@ -29,8 +29,6 @@ export interface VxlanDevice {
 export interface VxlanPeer {
   /** The node's VTEP address (its pod CIDR's network address). */
   vtep: string;
-  /** Its pod CIDR. */
-  podCIDR: string;
   /** The node's own address: where its VXLAN packets go. */
   underlayIP: string;
 }
@@ -41,22 +39,11 @@ export function vtepMac(vtep: string): string {
   return [MAC_PREFIX, ...hex].join(':');
 }
 
-/** The network address of an IPv4 CIDR (10.244.3.0/24 -> 10.244.3.0). */
-export function cidrNetwork(cidr: string): string {
-  const [addr, bits] = cidr.split('/') as [string, string];
-  const n = addr.split('.').reduce((acc, o) => (acc << 8) | Number(o), 0) >>> 0;
-  const mask = Number(bits) === 0 ? 0 : (~0 << (32 - Number(bits))) >>> 0;
-  const net = (n & mask) >>> 0;
-  return [24, 16, 8, 0].map((s) => (net >>> s) & 255).join('.');
-}
-
 interface LinkJson {
   ifname: string;
   mtu: number;
   address?: string;
-  operstate?: string;
-  flags?: string[];
-  linkinfo?: { info_kind?: string; info_data?: { id?: number; local?: string; port?: number; learning?: boolean } };
+  linkinfo?: { info_kind?: string; info_data?: { id?: number; local?: string; port?: number } };
 }
 
 /** The MTU of the interface that holds `address` (the path a node's VXLAN packets leave by). */
@@ -67,37 +54,22 @@ export async function interfaceMtu(address: string): Promise<number> {
   return link.mtu;
 }
 
-/** Creates or corrects the device; true when it had to be (re)made. */
-export async function ensureVxlanDevice(d: VxlanDevice): Promise<boolean> {
+/** Creates or corrects the device (made again when its VNI, address or port differ). */
+export async function ensureVxlanDevice(d: VxlanDevice): Promise<void> {
   const mac = vtepMac(d.vtep);
   const links = ipJson<LinkJson>(await ip(['-d', '-j', 'link', 'show']).catch(() => '[]'));
   const have = links.find((l) => l.ifname === VXLAN_DEVICE);
   const info = have?.linkinfo?.info_data;
-  let made = false;
   if (!have || have.linkinfo?.info_kind !== 'vxlan' || info?.id !== d.vni || info.local !== d.localIP || info.port !== d.port) {
     if (have) await ip(['link', 'del', VXLAN_DEVICE]);
-    await ip(
-      ['link', 'add', VXLAN_DEVICE, 'address', mac, 'mtu', String(d.mtu), 'type', 'vxlan', 'id', String(d.vni)].concat([
-        'local',
-        d.localIP,
-        'dstport',
-        String(d.port),
-        'nolearning',
-      ]),
-    );
-    made = true;
+    const vxlan = ['id', String(d.vni), 'local', d.localIP, 'dstport', String(d.port), 'nolearning'];
+    await ip(['link', 'add', VXLAN_DEVICE, 'address', mac, 'mtu', String(d.mtu), 'type', 'vxlan', ...vxlan]);
   } else {
     if (have.address !== mac) await ip(['link', 'set', VXLAN_DEVICE, 'address', mac]);
     if (have.mtu !== d.mtu) await ip(['link', 'set', VXLAN_DEVICE, 'mtu', String(d.mtu)]);
   }
-  const addrs = ipJson<{ addr_info?: { local: string; prefixlen: number }[] }>(await ip(['-j', '-4', 'addr', 'show', 'dev', VXLAN_DEVICE]));
-  const local = (addrs[0]?.addr_info ?? []).map((a) => `${a.local}/${a.prefixlen}`);
-  if (local.length !== 1 || local[0] !== `${d.vtep}/32`) {
-    await ip(['addr', 'flush', 'dev', VXLAN_DEVICE]);
-    await ip(['addr', 'add', `${d.vtep}/32`, 'dev', VXLAN_DEVICE]);
-  }
+  await setOnlyAddress(VXLAN_DEVICE, d.vtep);
   await ip(['link', 'set', VXLAN_DEVICE, 'up']);
-  return made;
 }
 
 /** Sets the neighbour and FDB entries to exactly `peers`; returns the errors of entries it could not set. */

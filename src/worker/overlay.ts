@@ -4,19 +4,11 @@
 //   vxlan      kernel VXLAN (host/vxlan.ts): via the peer's VTEP, on-link on kctl-vxlan;
 //   wireguard  wireguard-go (wireguard.ts): on kctl-wg, which picks the peer by its pod CIDR.
 // Leaving a mode removes its device (and with it the routes through it).
+import { cidrAddress } from '../base/addresses.ts';
 import type { KubeClient } from '../kube/client.ts';
 import type { Logger } from '../base/log.ts';
 import type { NetworkMode, PodNetwork } from '../kube/pod-network.ts';
-import {
-  allowVxlanFrom,
-  cidrNetwork,
-  ensureVxlanDevice,
-  interfaceMtu,
-  removeVxlan,
-  syncVxlanPeers,
-  VXLAN_DEVICE,
-  VXLAN_OVERHEAD,
-} from '../host/vxlan.ts';
+import { allowVxlanFrom, ensureVxlanDevice, interfaceMtu, removeVxlan, syncVxlanPeers, VXLAN_DEVICE, VXLAN_OVERHEAD } from '../host/vxlan.ts';
 import { isWireguardKey, type WireguardDeviceState } from '../host/wireguard.ts';
 import type { WorkerPaths } from './paths.ts';
 import {
@@ -28,6 +20,9 @@ import {
   WIREGUARD_OVERHEAD,
   WireguardTunnel,
 } from './wireguard.ts';
+
+/** A node's VTEP / tunnel address: its pod CIDR's network address. */
+const networkAddress = (cidr: string): string => cidrAddress(cidr, 0);
 
 export interface NodeInfo {
   name: string;
@@ -74,7 +69,11 @@ export interface PodRoute {
 export function desiredRoutes(nodes: NodeInfo[], self: string, mode: NetworkMode = 'routes'): Map<string, PodRoute> {
   const peers = peerNodes(nodes, self).filter((n) => mode !== 'wireguard' || n.wireguardKey);
   const route = (n: Peer): PodRoute =>
-    mode === 'vxlan' ? { via: cidrNetwork(n.podCIDR), dev: VXLAN_DEVICE } : mode === 'wireguard' ? { dev: WIREGUARD_DEVICE } : { via: n.internalIP };
+    mode === 'vxlan'
+      ? { via: networkAddress(n.podCIDR), dev: VXLAN_DEVICE }
+      : mode === 'wireguard'
+        ? { dev: WIREGUARD_DEVICE }
+        : { via: n.internalIP };
   return new Map(peers.map((n) => [n.podCIDR, route(n)]));
 }
 
@@ -116,8 +115,8 @@ export class Overlay {
     const peers = peerNodes(nodes, this.nodeName);
     if (net.mode === 'vxlan') {
       const mtu = (await interfaceMtu(self.internalIP)) - VXLAN_OVERHEAD;
-      await ensureVxlanDevice({ vni: net.vxlan.vni, port: net.vxlan.port, localIP: self.internalIP, mtu, vtep: cidrNetwork(podCIDR) });
-      const errors = await syncVxlanPeers(peers.map((p) => ({ vtep: cidrNetwork(p.podCIDR), podCIDR: p.podCIDR, underlayIP: p.internalIP })));
+      await ensureVxlanDevice({ vni: net.vxlan.vni, port: net.vxlan.port, localIP: self.internalIP, mtu, vtep: networkAddress(podCIDR) });
+      const errors = await syncVxlanPeers(peers.map((p) => ({ vtep: networkAddress(p.podCIDR), underlayIP: p.internalIP })));
       await allowVxlanFrom(
         net.vxlan.port,
         peers.map((p) => p.internalIP),
@@ -127,12 +126,12 @@ export class Overlay {
     const mtu = (await interfaceMtu(self.internalIP)) - WIREGUARD_OVERHEAD;
     const keys = await nodeKeyPair(this.paths);
     this.wireguard ??= new WireguardTunnel(this.paths, this.log);
-    await this.wireguard.ensure({ ...keys, port: net.wireguard.port, mtu, address: cidrNetwork(podCIDR) });
+    const state = await this.wireguard.ensure({ ...keys, port: net.wireguard.port, mtu, address: networkAddress(podCIDR) });
     await this.publish(self, keys.publicKey, `${self.internalIP}:${net.wireguard.port}`);
     const keyed = peers.flatMap((p) =>
-      p.wireguardKey ? [{ node: p.name, publicKey: p.wireguardKey, endpoint: p.wireguardEndpoint, podCIDR: p.podCIDR, address: p.internalIP }] : [],
+      p.wireguardKey ? [{ publicKey: p.wireguardKey, endpoint: p.wireguardEndpoint, podCIDR: p.podCIDR, address: p.internalIP }] : [],
     );
-    await this.wireguard.syncPeers(keyed);
+    await this.wireguard.syncPeers(keyed, state);
     await routePodsToNodes(
       podCIDR,
       keyed.map((p) => p.address),

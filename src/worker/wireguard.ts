@@ -16,7 +16,7 @@ import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { writeFileAtomic } from '../base/fs.ts';
 import type { Logger } from '../base/log.ts';
-import { ip, ipJson } from '../host/ip.ts';
+import { ip, ipJson, ipSucceeds, linkExists, setOnlyAddress } from '../host/ip.ts';
 import {
   generatePrivateKey,
   isWireguardKey,
@@ -58,19 +58,12 @@ export async function routePodsToNodes(podCIDR: string, addresses: string[]): Pr
 
 /** Removes the rule and the table (nothing there is fine). */
 export async function removePodToNodeRoutes(): Promise<void> {
-  for (let i = 0; i < 8; i++)
-    if (
-      !(await ip(['-4', 'rule', 'del', 'table', POD_TO_NODE_TABLE]).then(
-        () => true,
-        () => false,
-      ))
-    )
-      break;
+  // One rule per pod CIDR this node had; deleting fails once none is left.
+  for (let i = 0; i < 8 && (await ipSucceeds(['-4', 'rule', 'del', 'table', POD_TO_NODE_TABLE])); i++);
   await ip(['-4', 'route', 'flush', 'table', POD_TO_NODE_TABLE]).catch(() => undefined);
 }
 
 export interface WireguardPeer {
-  node: string;
   publicKey: string;
   endpoint?: string;
   podCIDR: string;
@@ -117,12 +110,11 @@ export class WireguardTunnel {
     });
   }
 
-  pid(): number | undefined {
-    return this.process.status().pid;
-  }
-
-  /** wireguard-go running, its device up with this node's key, port, MTU and VTEP address. */
-  async ensure(o: { privateKey: string; publicKey: string; port: number; mtu: number; address: string }, signal?: AbortSignal): Promise<void> {
+  /** wireguard-go running, its device up with this node's key, port, MTU and VTEP address; returns its peers as they are. */
+  async ensure(
+    o: { privateKey: string; publicKey: string; port: number; mtu: number; address: string },
+    signal?: AbortSignal,
+  ): Promise<WireguardDeviceState> {
     await mkdir(this.paths.wireguardRunDir, { recursive: true, mode: 0o700 });
     await this.process.init();
     await this.process.start();
@@ -135,18 +127,14 @@ export class WireguardTunnel {
     }
     const link = ipJson<{ mtu: number; flags?: string[] }>(await ip(['-j', 'link', 'show', WIREGUARD_DEVICE]))[0];
     if (link?.mtu !== o.mtu) await ip(['link', 'set', WIREGUARD_DEVICE, 'mtu', String(o.mtu)]);
-    const addrs = ipJson<{ addr_info?: { local: string; prefixlen: number }[] }>(await ip(['-j', '-4', 'addr', 'show', 'dev', WIREGUARD_DEVICE]));
-    const local = (addrs[0]?.addr_info ?? []).map((a) => `${a.local}/${a.prefixlen}`);
-    if (local.length !== 1 || local[0] !== `${o.address}/32`) {
-      await ip(['addr', 'flush', 'dev', WIREGUARD_DEVICE]);
-      await ip(['addr', 'add', `${o.address}/32`, 'dev', WIREGUARD_DEVICE]);
-    }
+    await setOnlyAddress(WIREGUARD_DEVICE, o.address);
     if (!link?.flags?.includes('UP')) await ip(['link', 'set', WIREGUARD_DEVICE, 'up']);
+    // Setting the key and port leaves the peers as they were.
+    return state;
   }
 
-  /** Sets the peers to exactly `peers`: removed ones go, each allowed its pod CIDR only. */
-  async syncPeers(peers: WireguardPeer[]): Promise<void> {
-    const state = await wireguardGet(this.socket);
+  /** Sets the peers to exactly `peers` (`state`: the device's, from ensure): removed ones go, each allowed allowedIPsOf. */
+  async syncPeers(peers: WireguardPeer[], state: WireguardDeviceState): Promise<void> {
     const want = new Map(peers.map((p) => [p.publicKey, p]));
     const remove = state.peers.map((p) => p.publicKey).filter((k) => !want.has(k));
     const changes: WireguardPeerConfig[] = [];
@@ -179,15 +167,6 @@ export class WireguardTunnel {
     await removePodToNodeRoutes();
     await this.process.stop();
     this.endpoints.clear();
-    for (
-      let i = 0;
-      i < 20 &&
-      (await ip(['link', 'show', WIREGUARD_DEVICE]).then(
-        () => true,
-        () => false,
-      ));
-      i++
-    )
-      await sleep(100);
+    for (let i = 0; i < 20 && (await linkExists(WIREGUARD_DEVICE)); i++) await sleep(100);
   }
 }

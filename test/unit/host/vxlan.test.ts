@@ -1,6 +1,9 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { cidrNetwork, vtepMac } from '../../../src/host/vxlan.ts';
+import { cidrAddress } from '../../../src/base/addresses.ts';
+import { vtepMac } from '../../../src/host/vxlan.ts';
+
+const cidrNetwork = (cidr: string) => cidrAddress(cidr, 0);
 
 test('a VTEP MAC is locally administered, unicast, and carries the VTEP address', () => {
   const mac = vtepMac('10.244.3.0');
