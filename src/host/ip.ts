@@ -44,3 +44,12 @@ export async function iptables(table: string, args: string[]): Promise<{ ok: boo
 export function ipJson<T>(out: string): T[] {
   return out.trim() ? (JSON.parse(out) as T[]) : [];
 }
+
+/**
+ * Drops the conntrack entries of connections from `source` (a CIDR) to `destination`, so their next
+ * packets are routed and translated afresh. Best effort: without the conntrack tool (kube-proxy
+ * wants it too) or with nothing to drop, nothing happens.
+ */
+export async function forgetConnections(source: string, destination: string): Promise<void> {
+  await execa('conntrack', ['-D', '-s', source, '-d', destination], { reject: false, extendEnv: false, env: SYSTEM_PATH_ENV, timeout: 10_000 });
+}

@@ -16,7 +16,7 @@ import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { writeFileAtomic } from '../base/fs.ts';
 import type { Logger } from '../base/log.ts';
-import { ip, ipJson, ipSucceeds, linkExists, setOnlyAddress } from '../host/ip.ts';
+import { forgetConnections, ip, ipJson, ipSucceeds, linkExists, setOnlyAddress } from '../host/ip.ts';
 import {
   generatePrivateKey,
   isWireguardKey,
@@ -52,7 +52,14 @@ export async function routePodsToNodes(podCIDR: string, addresses: string[]): Pr
   // The table exists once it holds a route.
   const listed = await ip(['-j', '-4', 'route', 'show', 'table', POD_TO_NODE_TABLE]).catch(() => '[]');
   const have = ipJson<{ dst: string }>(listed).map((r) => r.dst.replace(/\/32$/, ''));
-  for (const a of addresses) if (!have.includes(a)) await ip(['route', 'replace', `${a}/32`, 'dev', WIREGUARD_DEVICE, 'table', POD_TO_NODE_TABLE]);
+  for (const a of addresses) {
+    if (have.includes(a)) continue;
+    await ip(['route', 'replace', `${a}/32`, 'dev', WIREGUARD_DEVICE, 'table', POD_TO_NODE_TABLE]);
+    // A connection opened before (another mode) keeps its masquerade to the node's own address:
+    // its packets would now go through the tunnel and the peer's replies around it. Forgotten,
+    // it is reset and reopened through the tunnel (metrics-server's keep-alive to each kubelet).
+    await forgetConnections(podCIDR, a);
+  }
   for (const h of have) if (!addresses.includes(h)) await ip(['route', 'del', `${h}/32`, 'table', POD_TO_NODE_TABLE]);
 }
 
