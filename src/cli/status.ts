@@ -75,6 +75,11 @@ export function renderStatus(r: AnyStatusReport): string {
           : `  ${p.node}  ${p.address ?? '-'}`,
       );
   }
+  const policy = r.role === 'worker' ? r.networkPolicy : undefined;
+  if (policy)
+    out.push(
+      `NetworkPolicy: ${policy.enforced ? `enforced, ${policy.isolatedPods} pod(s) isolated` : 'none published for this node'}${policy.lastError ? ` (${policy.lastError})` : ''}`,
+    );
   const lb = r.role === 'worker' ? r.apiBalancer : undefined;
   if (lb) {
     out.push('', `API balancer ${lb.listen} (kubelet, kube-proxy and kctl reach the API here):`);

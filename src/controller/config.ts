@@ -170,6 +170,11 @@ export const clusterConfigSchema = z.strictObject({
             })
             .prefault({}),
           wireguard: z.strictObject({ port: port(WIREGUARD_DEFAULTS.port) }).prefault({}),
+          /**
+           * NetworkPolicy enforced on every worker (nftables); false: policies are stored and ignored.
+           * Unset: what the cluster does already; on for a new cluster.
+           */
+          policy: z.boolean().optional(),
         })
         .prefault({}),
       addons: z

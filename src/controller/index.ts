@@ -40,6 +40,7 @@ import { CorednsScalerComponent } from './coredns-scaler.ts';
 import { ApiserverComponent, KUBE_APISERVER } from './apiserver.ts';
 import { BootstrapComponent, publishClusterInfo } from './bootstrap.ts';
 import { KonnectivityServerComponent } from './konnectivity.ts';
+import { NetworkPolicyPublisherComponent } from './network-policy.ts';
 import { CsrApproverComponent } from './csr-approver.ts';
 import { ControllerLeaseComponent, LiveControllers } from './lease.ts';
 import { EncryptionComponent } from './encryption.ts';
@@ -267,6 +268,7 @@ export function controllerComponents(o: ControllerRoleOptions): Component[] {
     scheduler,
     controllerManager,
     new CsrApproverComponent(kube, nodes),
+    new NetworkPolicyPublisherComponent(kube),
     // Which CA each kubelet's serving certificate comes from, while an older cluster's nodes move over.
     servingCheck,
     ...last,

@@ -36,19 +36,26 @@ async function recordedPodNetwork(kube: KubeClient, signal?: AbortSignal): Promi
   }
 }
 
+/** A cluster made before this controller's start (by any kctl) has cluster-info. */
+async function clusterExists(kube: KubeClient, signal?: AbortSignal): Promise<boolean> {
+  return (await getOrUndefined(kube, '/api/v1/namespaces/kube-public/configmaps/cluster-info', signal)) !== undefined;
+}
+
 /** Writes the pod network nodes follow and returns it; runs before cluster-info is written on a new cluster. */
 export async function publishPodNetwork(kube: KubeClient, cfg: ClusterConfig, log: Logger, signal?: AbortSignal): Promise<PodNetwork> {
   const { recorded, exists, unreadable } = await recordedPodNetwork(kube, signal);
   let mode = cfg.spec.network.mode ?? recorded?.mode;
-  if (!mode && !exists) {
-    const older = await getOrUndefined(kube, '/api/v1/namespaces/kube-public/configmaps/cluster-info', signal);
-    mode = older ? LEGACY_POD_NETWORK.mode : DEFAULT_NETWORK_MODE;
-  }
+  if (!mode && !exists) mode = (await clusterExists(kube, signal)) ? LEGACY_POD_NETWORK.mode : DEFAULT_NETWORK_MODE;
   const n = cfg.spec.network;
-  const want: PodNetwork = { mode: mode ?? DEFAULT_NETWORK_MODE, vxlan: { ...n.vxlan }, wireguard: { ...n.wireguard } };
+  // A cluster that ran without policies (an older kctl) keeps ignoring them until told otherwise:
+  // an upgrade must not start dropping traffic that policies written for elsewhere would block.
+  const policy = n.policy ?? recorded?.policy ?? !(exists || (await clusterExists(kube, signal)));
+  const want: PodNetwork = { mode: mode ?? DEFAULT_NETWORK_MODE, policy, vxlan: { ...n.vxlan }, wireguard: { ...n.wireguard } };
   if (unreadable) log.warn(`${unreadable}; writing mode ${want.mode} from this controller's config`);
   if (recorded && JSON.stringify(recorded) === JSON.stringify(want)) return want;
   await kube.apply(podNetworkConfigMap(want), { fieldManager: 'kctl', force: true }, signal);
+  if (recorded && recorded.policy !== want.policy)
+    log.warn({ policy: want.policy }, `NetworkPolicy enforcement switched ${want.policy ? 'on' : 'off'}; nodes follow it live`);
   if (recorded && recorded.mode !== want.mode)
     log.warn({ was: recorded.mode, now: want.mode }, `pod network mode switched from ${recorded.mode} to ${want.mode}; nodes follow it live`);
   else log.info({ ...want }, 'pod network published for the nodes');

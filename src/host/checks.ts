@@ -100,6 +100,8 @@ function executables(role: HostRole): Check[] {
       ? check('executables', 'fail', `${missing.join(', ')} not on PATH; install iproute2 / util-linux`)
       : check('executables', 'pass', 'ip, mount, umount found'),
   );
+  if (role === 'worker' && !onPath('nft'))
+    out.push(check('nft', 'warn', 'not on PATH; install the nftables package (NetworkPolicy is enforced with it: spec.network.policy)'));
   if (role === 'worker' && !existsSync('/dev/net/tun'))
     out.push(check('TUN device', 'warn', '/dev/net/tun is missing; modprobe tun (needed when the cluster runs spec.network.mode: wireguard)'));
   if (!onPath('modprobe')) out.push(check('modprobe', 'warn', 'not on PATH; kernel modules must be loaded by hand'));

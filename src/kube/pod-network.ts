@@ -20,6 +20,8 @@ export type NetworkMode = (typeof NETWORK_MODES)[number];
 
 export interface PodNetwork {
   mode: NetworkMode;
+  /** NetworkPolicy enforced on the nodes (kube/network-policy.ts). */
+  policy: boolean;
   vxlan: { vni: number; port: number };
   wireguard: { port: number };
 }
@@ -30,14 +32,20 @@ export const VXLAN_DEFAULTS = { vni: 1, port: 8472 } as const;
 export const WIREGUARD_DEFAULTS = { port: 51820 } as const;
 
 /** What a worker runs when the cluster says nothing (a cluster from before modes). */
-export const LEGACY_POD_NETWORK: PodNetwork = { mode: 'routes', vxlan: { ...VXLAN_DEFAULTS }, wireguard: { ...WIREGUARD_DEFAULTS } };
+export const LEGACY_POD_NETWORK: PodNetwork = { mode: 'routes', policy: false, vxlan: { ...VXLAN_DEFAULTS }, wireguard: { ...WIREGUARD_DEFAULTS } };
 
 export function podNetworkConfigMap(n: PodNetwork): KubeManifest & { data: Record<string, string> } {
   return {
     apiVersion: 'v1',
     kind: 'ConfigMap',
     metadata: { name: POD_NETWORK_NAME, namespace: POD_NETWORK_NAMESPACE, labels: { 'app.kubernetes.io/managed-by': 'kctl' } },
-    data: { mode: n.mode, vxlanVNI: String(n.vxlan.vni), vxlanPort: String(n.vxlan.port), wireguardPort: String(n.wireguard.port) },
+    data: {
+      mode: n.mode,
+      policy: String(n.policy),
+      vxlanVNI: String(n.vxlan.vni),
+      vxlanPort: String(n.vxlan.port),
+      wireguardPort: String(n.wireguard.port),
+    },
   };
 }
 
@@ -59,5 +67,8 @@ export function parsePodNetwork(data: Record<string, string> | undefined): PodNe
   if (port === undefined) throw new Error(`${POD_NETWORK_NAME}: vxlanPort is ${JSON.stringify(d.vxlanPort)}, expected 1-65535`);
   const wgPort = d.wireguardPort === undefined ? WIREGUARD_DEFAULTS.port : intIn(d.wireguardPort, 1, 65_535);
   if (wgPort === undefined) throw new Error(`${POD_NETWORK_NAME}: wireguardPort is ${JSON.stringify(d.wireguardPort)}, expected 1-65535`);
-  return { mode, vxlan: { vni, port }, wireguard: { port: wgPort } };
+  // Absent: written by a kctl from before policies, whose clusters never enforced them.
+  if (d.policy !== undefined && d.policy !== 'true' && d.policy !== 'false')
+    throw new Error(`${POD_NETWORK_NAME}: policy is ${JSON.stringify(d.policy)}, expected true or false`);
+  return { mode, policy: d.policy === 'true', vxlan: { vni, port }, wireguard: { port: wgPort } };
 }

@@ -45,6 +45,7 @@ import { join as joinCluster, pointKubeconfigsAt, type JoinState } from './join.
 import { KUBE_PROXY_HEALTHZ_PORT, KUBE_PROXY_METRICS_PORT, KubeProxyComponent } from './kube-proxy.ts';
 import { KUBELET_PORT, KubeletComponent } from './kubelet.ts';
 import { NetworkComponent } from './network.ts';
+import { NetworkPolicyComponent, type NetworkPolicyStatus } from './network-policy.ts';
 import type { PodNetworkStatus } from './overlay.ts';
 import { workerPaths, type WorkerPaths } from './paths.ts';
 
@@ -68,6 +69,8 @@ export interface WorkerStatusReport extends StatusReport {
   konnectivityAgent?: AgentSnapshot;
   /** The pod network's mode and this node's peers (in wireguard mode with handshake age and bytes). */
   podNetwork?: PodNetworkStatus;
+  /** NetworkPolicy on this node: the nftables table in place, how many pods it isolates. */
+  networkPolicy?: NetworkPolicyStatus;
 }
 
 /** What reset needs to know about this worker after it stopped. */
@@ -226,6 +229,7 @@ export function workerComponents(o: WorkerRoleOptions): Component[] {
   });
   const kubeProxy = new KubeProxyComponent({ paths, nodeName: id.nodeName, clusterCIDR });
   const network = new NetworkComponent({ paths, nodeName: id.nodeName, kube, clusterCIDR });
+  const networkPolicy = new NetworkPolicyComponent({ nodeName: id.nodeName, kube });
   const upgrade = new NodeUpgradeComponent({
     kube,
     nodeName: id.nodeName,
@@ -246,6 +250,7 @@ export function workerComponents(o: WorkerRoleOptions): Component[] {
     certificates: agent.certificates(),
     konnectivityAgent: agent.snapshot(),
     podNetwork: await network.snapshot(),
+    networkPolicy: networkPolicy.snapshot(),
   }));
   return [
     status,
@@ -254,6 +259,7 @@ export function workerComponents(o: WorkerRoleOptions): Component[] {
     new ImagesComponent({ paths }),
     kubelet,
     network,
+    networkPolicy,
     kubeProxy,
     agent,
     // The token's controllers to start with; from then on their leases say which are alive.

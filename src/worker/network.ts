@@ -15,6 +15,7 @@ import { execa } from 'execa';
 import { ip, ipJson, SYSTEM_PATH_ENV } from '../host/ip.ts';
 import { removeVxlan } from '../host/vxlan.ts';
 import { removePodToNodeRoutes } from './wireguard.ts';
+import { cleanupNetworkPolicy } from './network-policy.ts';
 import { desiredRoutes, nodeInfo, Overlay, routeArgs, type KubeNode, type PodNetworkStatus, type PodRoute } from './overlay.ts';
 import { LEGACY_POD_NETWORK, parsePodNetwork, POD_NETWORK_COLLECTION, POD_NETWORK_NAME, type PodNetwork } from '../kube/pod-network.ts';
 import { CNI_BRIDGE, CNI_CONFLIST, cniConflist, ensureMasquerade, writeIfChanged } from './cni.ts';
@@ -295,7 +296,7 @@ export class NetworkComponent implements Component {
   }
 }
 
-/** For `kctl reset`: removes kctl's routes, the VXLAN device and filter, the CNI config and IPAM state, and the bridge. */
+/** For `kctl reset`: removes kctl's routes, the VXLAN device and filter, the policy table, the CNI config and IPAM state, and the bridge. */
 export async function cleanupNetwork(paths: WorkerPaths): Promise<void> {
   for (const cidr of (await currentRoutes().catch(() => new Map())).keys()) {
     await ip(['route', 'del', cidr, 'proto', ROUTE_PROTO]).catch(() => undefined);
@@ -305,4 +306,5 @@ export async function cleanupNetwork(paths: WorkerPaths): Promise<void> {
   await ip(['link', 'del', CNI_BRIDGE]).catch(() => undefined);
   await removeVxlan();
   await removePodToNodeRoutes();
+  await cleanupNetworkPolicy();
 }

@@ -66,3 +66,21 @@ test('spec.network.mode and spec.network.vxlan: bad values name the field', () =
   assert.throws(() => config({ vxlan: { port: 70000 } }), /spec\.network\.vxlan\.port/);
   assert.throws(() => config({ vxlan: { group: '239.1.1.1' } }), /spec\.network\.vxlan: unknown field\(s\) "group"/);
 });
+
+test('NetworkPolicy: on for a new cluster; a cluster from before policies keeps ignoring them until spec.network.policy says otherwise', async (t) => {
+  const fresh = await apiWith(t, {});
+  assert.equal((await publishPodNetwork(fresh.kube, config(), captureLogger().log)).policy, true);
+  const policyIn = (store: Map<string, unknown>) => (store.get(POD_NETWORK_PATH) as { data: { policy: string } } | undefined)?.data.policy;
+  assert.equal(policyIn(fresh.store), 'true');
+
+  const older = await apiWith(t, { [CLUSTER_INFO]: { data: {} } });
+  assert.equal((await publishPodNetwork(older.kube, config(), captureLogger().log)).policy, false);
+  // Made by a kctl with modes but before policies: its record has no policy key.
+  const withModes = await apiWith(t, { [CLUSTER_INFO]: { data: {} }, [POD_NETWORK_PATH]: recorded('wireguard') });
+  const { log, raw } = captureLogger();
+  assert.equal((await publishPodNetwork(withModes.kube, config(), log)).policy, false);
+  assert.equal((await publishPodNetwork(withModes.kube, config({ policy: true }), log)).policy, true);
+  assert.equal(policyIn(withModes.store), 'true');
+  assert.match(raw(), /NetworkPolicy enforcement switched on/);
+  assert.equal((await publishPodNetwork(withModes.kube, config(), log)).policy, true, 'an unset policy keeps what the cluster does');
+});

@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import { parsePodNetwork, podNetworkConfigMap } from '../../../src/kube/pod-network.ts';
 
 test('the pod network ConfigMap reads back as it was written', () => {
-  const n = { mode: 'vxlan' as const, vxlan: { vni: 42, port: 4789 }, wireguard: { port: 51999 } };
+  const n = { mode: 'vxlan' as const, policy: true, vxlan: { vni: 42, port: 4789 }, wireguard: { port: 51999 } };
   const cm = podNetworkConfigMap(n);
   assert.deepEqual(parsePodNetwork(cm.data), n);
 });
@@ -16,6 +16,9 @@ test('a damaged pod network ConfigMap is refused naming the key', () => {
   assert.throws(() => parsePodNetwork({ ...good, vxlanPort: '8472x' }), /vxlanPort/);
   assert.throws(() => parsePodNetwork({ ...good, wireguardPort: '0' }), /wireguardPort is "0"/);
   assert.throws(() => parsePodNetwork(undefined), /mode is undefined/);
+  assert.throws(() => parsePodNetwork({ ...good, policy: 'yes' }), /policy is "yes", expected true or false/);
+  // Written before policies existed: that cluster never enforced them, and still does not.
+  assert.equal(parsePodNetwork(good).policy, false);
   // Written before the wireguard mode existed: its port is the default.
   assert.equal(parsePodNetwork(good).wireguard.port, 51820);
 });
