@@ -9,7 +9,7 @@ import { UserError } from '../base/errors.ts';
 import { readPidFile } from '../supervisor/pidfile.ts';
 import { initProcessName } from '../supervisor/systemd.ts';
 import { KERNEL_LIMITS, readSysctl } from './limits.ts';
-import { portHolders } from './ports.ts';
+import { portHolders } from '../supervisor/port-holders.ts';
 
 export type HostRole = 'controller' | 'worker';
 export type CheckResult = 'pass' | 'warn' | 'fail';

@@ -17,6 +17,7 @@ import { LineSplitter, parseChildLine, secretForms } from './output.ts';
 import { cleanupStalePidFile, removePidFile, writePidFile } from './pidfile.ts';
 import { settlesWithin, untilAborted } from '../base/wait.ts';
 import { reasonOf } from '../base/errors.ts';
+import { bindConflict, busyPortReason } from './port-holders.ts';
 
 export const CHILD_PATH = '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin';
 /** util-linux; sets PR_SET_PDEATHSIG and execs, so the pid we track is the real child's. */
@@ -76,6 +77,8 @@ interface Run {
   /** Set the moment the process exits. */
   exit?: ExitStatus;
   lastStderr?: string;
+  /** The address a Go program said it could not listen on ("bind: address already in use"). */
+  busyAddress?: { address: string; port: number };
   planned?: boolean; // stopped by restart(): started again at once
 }
 
@@ -306,6 +309,7 @@ export class Supervisor implements Component, Restartable {
       const splitter = new LineSplitter((raw, truncated) => {
         const line = secrets.reduce((l, secret) => l.replaceAll(secret, '***'), raw);
         if (stream === 'stderr') run.lastStderr = line;
+        run.busyAddress = bindConflict(line) ?? run.busyAddress;
         const { level, msg, fields } = parseChildLine(line);
         if (!this.log.isLevelEnabled(level)) return;
         const obj: Record<string, unknown> = {};
@@ -333,14 +337,16 @@ export class Supervisor implements Component, Restartable {
     await removePidFile(this.pidFile).catch(() => undefined);
     if (this.stopRequested) return;
     if (run.planned) return this.scheduleRestart(0);
-    this.lastError = run.lastStderr ? `${exit}: ${run.lastStderr.slice(0, 300)}` : exit;
+    const why = run.busyAddress ? await busyPortReason(run.busyAddress) : run.lastStderr?.slice(0, 300);
+    this.lastError = why ? `${exit}: ${why}` : exit;
+    if (this.stopRequested) return;
     if (ranMs >= this.backoff.resetAfterMs) this.nextDelayMs = this.backoff.initialMs;
     const delayMs = this.nextDelayMs;
     this.nextDelayMs = Math.min(delayMs * 2, this.backoff.maxMs);
-    this.log.warn(
-      { pid: run.pid, code: how.code, signal: how.signal, delayMs, restarts: this.restarts },
-      `${this.name} ${exit}, restarting in ${formatMs(delayMs)}`,
-    );
+    // A taken port is not the child's fault and will not heal by itself: said at error level, with the holder.
+    const [level, what] = run.busyAddress ? (['error', this.lastError] as const) : (['warn', exit] as const);
+    const fields = { pid: run.pid, code: how.code, signal: how.signal, delayMs, restarts: this.restarts };
+    this.log[level](fields, `${this.name} ${what}, restarting in ${formatMs(delayMs)}`);
     this.scheduleRestart(delayMs);
   }
 

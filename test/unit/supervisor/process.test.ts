@@ -1,5 +1,6 @@
 import assert from 'node:assert/strict';
 import { copyFile, readFile, rm, writeFile } from 'node:fs/promises';
+import { createServer, type AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -121,6 +122,34 @@ test('secrets never reach the log or the last error: every line of the child has
   assert.deepEqual(byMsg(lines(), 'cannot connect')?.fields, { err: 'password *** refused' });
   assert.equal(sup.status().lastError, 'exited with code 1: password *** refused');
 });
+
+test(
+  'a child that cannot listen because another process holds its port says which port and which process, at error level',
+  { timeout: 15_000 },
+  async (t) => {
+    const runDir = await tempDir(t);
+    // The stranger: this test's own process holds the port.
+    const holder = createServer();
+    await new Promise<void>((resolve) => holder.listen(0, '127.0.0.1', resolve));
+    t.after(() => new Promise<void>((resolve) => holder.close(() => resolve())));
+    const port = (holder.address() as AddressInfo).port;
+    const { sup, lines } = supervise(t, {
+      name: 'apiserver',
+      runDir,
+      backoff: { initialMs: 60_000, maxMs: 60_000, resetAfterMs: 60_000 },
+      // kube-apiserver's words, then more lines after them, as it prints them.
+      ...sh(`echo "E1127 failed to listen on 127.0.0.1:${port}: listen tcp 127.0.0.1:${port}: bind: address already in use" >&2
+      echo "Error: failed to run the server" >&2; exit 1`),
+    });
+    await sup.start();
+    await waitFor('the exit', () => sup.status().state === 'restarting' && sup.status().lastError);
+    const why = sup.status().lastError ?? '';
+    assert.match(why, new RegExp(`^exited with code 1: port ${port} \\(127\\.0\\.0\\.1\\) is held by pid ${process.pid}\\b`), why);
+    const logged = lines().find((l) => typeof l.delayMs === 'number');
+    assert.equal(logged?.level, 50);
+    assert.match(String(logged?.msg), new RegExp(`^apiserver exited with code 1: port ${port} `));
+  },
+);
 
 test('a crashing child is restarted with capped exponential backoff that resets after a healthy run', { timeout: 20_000 }, async (t) => {
   const runDir = await tempDir(t);

@@ -1,6 +1,7 @@
 // Who listens on a TCP port: /proc/net/tcp{,6} give the listening socket's inode, /proc/<pid>/fd
 // the process holding it. Used to say "port 6443 is in use by pid 812 (kube-apiserver)" and to
-// tell a port held by a stale child of kctl itself (cleaned up at start) from a stranger's.
+// tell a port held by a stale child of kctl itself (cleaned up at start) from a stranger's; and,
+// when a supervised child exits because its port is taken, which process took it.
 import { readFile, readdir, readlink } from 'node:fs/promises';
 
 const LISTEN = '0A';
@@ -45,4 +46,22 @@ export async function portHolders(port: number): Promise<PortHolder[]> {
   }
   // A socket in another pid namespace (or a process gone meanwhile) still holds the port.
   return out.length > 0 ? out : [{ pid: 0 }];
+}
+
+/** Go's net.Listen error, as kube-apiserver, etcd, kine and kubelet print it. */
+const BIND_IN_USE = /listen tcp[46]? (\S+):(\d+): bind: address already in use/;
+
+/** "port 16000 (0.0.0.0) is held by pid 812 (nc)": what stops a child from listening, for its error. */
+export async function busyPortReason(busy: { address: string; port: number }): Promise<string> {
+  const holders = (await portHolders(busy.port).catch(() => [])).filter((h) => h.pid > 0);
+  const by = holders.length
+    ? holders.map((h) => `pid ${h.pid}${h.name ? ` (${h.name})` : ''}`).join(', ')
+    : 'a process kctl cannot see (another network namespace, or one that already exited)';
+  return `port ${busy.port} (${busy.address}) is held by ${by}; free it`;
+}
+
+/** The address in a Go program's "bind: address already in use" line, or undefined. */
+export function bindConflict(line: string): { address: string; port: number } | undefined {
+  const m = BIND_IN_USE.exec(line);
+  return m ? { address: m[1]!, port: Number(m[2]) } : undefined;
 }
