@@ -1,12 +1,12 @@
 // Tenants (kctl controller --name): layout, ports picked once and kept, one database each on a
 // shared PostgreSQL, and the refusals that leave nothing behind.
 import assert from 'node:assert/strict';
-import { existsSync, mkdtempSync } from 'node:fs';
+import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { readdir, readFile } from 'node:fs/promises';
 import { createServer, type Server } from 'node:net';
 import { join } from 'node:path';
-import { test } from 'node:test';
+import { after, test } from 'node:test';
 import { parseConfig } from '../../../src/controller/config.ts';
 import { parsePortRange, prepareTenant, readTenants, tenantDataSource, tenantLayout } from '../../../src/controller/tenants.ts';
 import { postgresDatabase, withPostgresDatabase } from '../../../src/etcd/postgres.ts';
@@ -14,6 +14,7 @@ import { captureLogger, tempDir } from '../../helpers.ts';
 
 // Host-wide port claims go to a directory of this test run, not the host's.
 process.env.KCTL_HOST_STATE_DIR = mkdtempSync(join(tmpdir(), 'kctl-host-'));
+after(() => rmSync(process.env.KCTL_HOST_STATE_DIR!, { recursive: true, force: true }));
 
 const cfg = parseConfig({ spec: { api: { address: '127.0.0.1' } } }, 'kctl.yaml', { tenantName: 'a' });
 

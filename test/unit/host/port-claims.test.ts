@@ -1,14 +1,15 @@
 // Host-wide port claims: owners under different data dirs that pick at once never share a port;
 // a claim whose owner is gone is given back; a recorded port another owner holds is refused.
 import assert from 'node:assert/strict';
-import { mkdtempSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { test } from 'node:test';
+import { after, test } from 'node:test';
 import { CLAIM_GRACE_MS, claimPorts, hostStateDir, PortClaimConflict, type PortClaim } from '../../../src/host/port-claims.ts';
 
 process.env.KCTL_HOST_STATE_DIR = mkdtempSync(join(tmpdir(), 'kctl-host-'));
+after(() => rmSync(process.env.KCTL_HOST_STATE_DIR!, { recursive: true, force: true }));
 /** A range of its own for each test (ports nothing on this host uses while it runs, most likely). */
 let next = 24_000 + Math.floor(Math.random() * 200) * 20;
 const range = (size: number): [number, number] => {
