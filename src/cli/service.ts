@@ -172,6 +172,7 @@ interface WorkerInstallFlags extends CommonFlags {
   nodeIp?: string;
   labels: string[];
   taints: string[];
+  networkRelay?: boolean;
 }
 
 function installWorker(install: Command): void {
@@ -183,7 +184,8 @@ function installWorker(install: Command): void {
       .option('--node-name <name>', 'node name (default: host name)')
       .option('--node-ip <ip>', "node address (default: this host's address towards the API server)")
       .option('--labels <k=v>', 'node labels (repeat or comma-separate)', collect, [])
-      .option('--taints <key=value:Effect>', 'node taints (repeat or comma-separate)', collect, []),
+      .option('--taints <key=value:Effect>', 'node taints (repeat or comma-separate)', collect, [])
+      .option('--network-relay', 'in wireguard mode, carry pod traffic between nodes that cannot reach each other (see kctl worker --help)'),
   ).action(async (f: WorkerInstallFlags, cmd: Command) => {
     const g = globals(cmd);
     const { exe, unit } = await preflight('worker', f);
@@ -212,6 +214,7 @@ function installWorker(install: Command): void {
     if (f.nodeIp) args.push('--node-ip', f.nodeIp);
     if (labels.length) args.push('--labels', labels.join(','));
     if (f.taints.length) args.push('--taints', f.taints.join(','));
+    if (f.networkRelay) args.push('--network-relay');
     await writeAndEnable(unitName('worker'), [[unit, renderUnit({ role: 'worker', execStart: [exe, ...args], env })]], written, 'kctl start');
   });
 }

@@ -4,6 +4,7 @@ import { join } from 'node:path';
 import { readStatus } from '../base/status-server.ts';
 import type { ControllerStatusReport } from '../controller/status.ts';
 import type { WorkerStatusReport } from '../worker/index.ts';
+import { RELAY_LABEL } from '../worker/wireguard.ts';
 import type { CertificateStatus } from '../pki/index.ts';
 import { UserError } from '../base/errors.ts';
 import { formatIdentifiers } from '../konnectivity/index.ts';
@@ -66,12 +67,15 @@ export function renderStatus(r: AnyStatusReport): string {
   }
   const net = r.role === 'worker' ? r.podNetwork : undefined;
   if (net?.mode) {
-    out.push('', `Pod network: mode ${net.mode}${net.mtu ? `, pod MTU ${net.mtu}` : ''}, ${net.peers.length} peer(s)`);
+    out.push(
+      '',
+      `Pod network: mode ${net.mode}${net.mtu ? `, pod MTU ${net.mtu}` : ''}, ${net.peers.length} peer(s)${net.relay ? (net.relay.approved ? ', relays for others' : `, offers to relay (not used until approved: kubectl label node NODE ${RELAY_LABEL}=true)`) : ''}`,
+    );
     const bytes = (n?: number) => (n === undefined ? '-' : String(n));
     for (const p of net.peers)
       out.push(
         net.mode === 'wireguard'
-          ? `  ${p.node}  ${p.endpoint ?? 'no endpoint yet'}  handshake=${p.lastHandshakeSecondsAgo === undefined ? 'none' : `${p.lastHandshakeSecondsAgo}s ago`}  rx=${bytes(p.rxBytes)}  tx=${bytes(p.txBytes)}`
+          ? `  ${p.node}  ${p.endpoint ?? 'no endpoint yet'}  handshake=${p.lastHandshakeSecondsAgo === undefined ? 'none' : `${p.lastHandshakeSecondsAgo}s ago`}  rx=${bytes(p.rxBytes)}  tx=${bytes(p.txBytes)}${p.via ? `  via=${p.via} (not heard from directly)` : ''}`
           : `  ${p.node}  ${p.address ?? '-'}`,
       );
   }

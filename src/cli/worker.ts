@@ -49,6 +49,7 @@ interface WorkerFlags {
   taints: string[];
   nodeName?: string;
   nodeIp?: string;
+  networkRelay?: boolean;
 }
 
 export function workerCommand(program: Command): void {
@@ -61,6 +62,10 @@ export function workerCommand(program: Command): void {
     .option('--taints <key=value:Effect>', 'node taints (repeat or comma-separate)', collect, [])
     .option('--node-name <name>', 'node name (default: host name)')
     .option('--node-ip <ip>', "node address (default: this host's address towards the API server)")
+    .option(
+      '--network-relay',
+      'in wireguard mode, carry pod traffic between nodes that cannot reach each other (both behind NAT); give it to nodes with a reachable address',
+    )
     .addHelpText(
       'after',
       "\nThe worker dials out only: to the API server and to every controller's konnectivity port.\nkubectl logs / exec / port-forward reach this node through that tunnel.",
@@ -81,6 +86,7 @@ export function workerCommand(program: Command): void {
           nodeIp: f.nodeIp,
           labels: parseLabels(f.labels),
           taints: parseTaints(f.taints),
+          networkRelay: f.networkRelay,
         },
         loggerFor(cmd),
       );

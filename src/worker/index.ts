@@ -57,6 +57,8 @@ export interface WorkerOptions {
   nodeIp?: string;
   labels: Record<string, string>;
   taints: string[];
+  /** Relay WireGuard traffic between nodes behind NAT (wireguard mode). */
+  networkRelay?: boolean;
 }
 
 export interface WorkerStatusReport extends StatusReport {
@@ -228,7 +230,7 @@ export function workerComponents(o: WorkerRoleOptions): Component[] {
     clusterDNS: state.clusterDNS ? [state.clusterDNS] : undefined,
   });
   const kubeProxy = new KubeProxyComponent({ paths, nodeName: id.nodeName, clusterCIDR });
-  const network = new NetworkComponent({ paths, nodeName: id.nodeName, kube, clusterCIDR });
+  const network = new NetworkComponent({ paths, nodeName: id.nodeName, kube, clusterCIDR, relay: opts.networkRelay });
   const networkPolicy = new NetworkPolicyComponent({ nodeName: id.nodeName, kube });
   const upgrade = new NodeUpgradeComponent({
     kube,

@@ -37,7 +37,12 @@ export interface NetworkOptions {
   kube: KubeClient;
   /** The cluster's pod CIDR (all nodes): pod traffic inside it keeps its source address. */
   clusterCIDR: string;
-  /** How often routes are re-checked against the watched Nodes without a change (repairs routes removed by hand, retries a failed sync). Default 30 s. */
+  /** In wireguard mode, relay traffic between nodes that cannot reach each other (kctl worker --network-relay). */
+  relay?: boolean;
+  /**
+   * How often routes are re-checked against the watched Nodes without a change (repairs routes
+   * removed by hand, retries a failed sync, moves a silent WireGuard peer to a relay). Default 10 s.
+   */
   syncIntervalMs?: number;
   /** Watch tuning (tests). */
   watch?: ListWatchOptions;
@@ -195,7 +200,7 @@ export class NetworkComponent implements Component {
     await this.sync();
     this.timer = setInterval(() => {
       void this.sync();
-    }, this.opts.syncIntervalMs ?? 30_000);
+    }, this.opts.syncIntervalMs ?? 10_000);
     this.timer.unref();
   }
 
@@ -260,7 +265,13 @@ export class NetworkComponent implements Component {
       }
       const podCIDR = this.podCIDR!;
       const net = this.podNetwork();
-      this.overlay ??= new Overlay(this.opts.paths, nodeName, this.opts.kube, log);
+      this.overlay ??= new Overlay(
+        this.opts.paths,
+        nodeName,
+        this.opts.kube,
+        log,
+        this.opts.relay ? { clusterCIDR: this.opts.clusterCIDR } : undefined,
+      );
       const { mtu, errors } = await this.overlay.apply(net, nodes, podCIDR);
       if (this.applied?.mode !== net.mode)
         log.info(

@@ -2,7 +2,8 @@
 // as peers, the route to each peer's pod CIDR, and the mode's device:
 //   routes     none: via the peer's InternalIP;
 //   vxlan      kernel VXLAN (host/vxlan.ts): via the peer's VTEP, on-link on kctl-vxlan;
-//   wireguard  wireguard-go (wireguard.ts): on kctl-wg, which picks the peer by its pod CIDR.
+//   wireguard  wireguard-go (wireguard.ts): on kctl-wg, which picks the peer by its pod CIDR,
+//              or a relay for a peer it has not heard from (relay.ts).
 // Leaving a mode removes its device (and with it the routes through it).
 import { cidrAddress } from '../base/addresses.ts';
 import type { KubeClient } from '../kube/client.ts';
@@ -11,10 +12,14 @@ import type { NetworkMode, PodNetwork } from '../kube/pod-network.ts';
 import { allowVxlanFrom, ensureVxlanDevice, interfaceMtu, removeVxlan, syncVxlanPeers, VXLAN_DEVICE, VXLAN_OVERHEAD } from '../host/vxlan.ts';
 import { isWireguardKey, type WireguardDeviceState } from '../host/wireguard.ts';
 import type { WorkerPaths } from './paths.ts';
+import { PeerLiveness, planRelays } from './relay.ts';
 import {
+  allowedIPsOf,
   ENDPOINT_ANNOTATION,
   nodeKeyPair,
   PUBLIC_KEY_ANNOTATION,
+  RELAY_ANNOTATION,
+  RELAY_LABEL,
   routePodsToNodes,
   WIREGUARD_DEVICE,
   WIREGUARD_OVERHEAD,
@@ -31,10 +36,14 @@ export interface NodeInfo {
   /** Its WireGuard public key and endpoint, as it publishes them (annotations). */
   wireguardKey?: string;
   wireguardEndpoint?: string;
+  /** It relays WireGuard traffic between nodes that cannot reach each other: it offers (kctl worker --network-relay) and an admin approved (RELAY_LABEL). */
+  relay?: boolean;
+  /** It offers to relay (its annotation), approved or not. */
+  offersRelay?: boolean;
 }
 
 export interface KubeNode {
-  metadata: { name: string; annotations?: Record<string, string> };
+  metadata: { name: string; labels?: Record<string, string>; annotations?: Record<string, string> };
   spec?: { podCIDR?: string };
   status?: { addresses?: { type: string; address: string }[] };
 }
@@ -49,6 +58,9 @@ export function nodeInfo(n: KubeNode): NodeInfo {
     internalIP: n.status?.addresses?.find((x) => x.type === 'InternalIP')?.address,
     wireguardKey: isWireguardKey(a[PUBLIC_KEY_ANNOTATION]) ? a[PUBLIC_KEY_ANNOTATION] : undefined,
     wireguardEndpoint: ENDPOINT.test(a[ENDPOINT_ANNOTATION] ?? '') ? a[ENDPOINT_ANNOTATION] : undefined,
+    // Offered by the node and approved by an admin (a label no node can set on itself).
+    relay: a[RELAY_ANNOTATION] === 'true' && n.metadata.labels?.[RELAY_LABEL] === 'true',
+    offersRelay: a[RELAY_ANNOTATION] === 'true',
   };
 }
 
@@ -88,18 +100,34 @@ export interface PodNetworkStatus {
   /** The pods' MTU the mode sets (none: the kernel's default). */
   mtu?: number;
   /** The other nodes: in wireguard mode with handshake age and bytes (WireGuard's view). */
-  peers: { node: string; address?: string; endpoint?: string; lastHandshakeSecondsAgo?: number; rxBytes?: number; txBytes?: number }[];
+  peers: {
+    node: string;
+    address?: string;
+    endpoint?: string;
+    lastHandshakeSecondsAgo?: number;
+    rxBytes?: number;
+    txBytes?: number;
+    /** The relay this node's traffic with the peer goes through (not heard from directly). */
+    via?: string;
+  }[];
+  /** This node offers to relay for others (kctl worker --network-relay); approved: an admin's label says the others may use it. */
+  relay?: { approved: boolean };
 }
 
 export class Overlay {
   private mode?: NetworkMode;
   private wireguard?: WireguardTunnel;
+  private readonly liveness = new PeerLiveness();
+  /** Relayed peer -> relay, as the last sync set them. */
+  private via = new Map<string, string>();
 
   constructor(
     private readonly paths: WorkerPaths,
     private readonly nodeName: string,
     private readonly kube: KubeClient,
     private readonly log: Logger,
+    /** This node relays for others (kctl worker --network-relay), for the pods of `clusterCIDR`. */
+    private readonly relay?: { clusterCIDR: string },
   ) {}
 
   /** Puts `net`'s device and peers in place (and takes the previous mode's away); returns the pods' MTU (undefined: the kernel's default) and per-peer errors. */
@@ -129,11 +157,24 @@ export class Overlay {
     const state = await this.wireguard.ensure({ ...keys, port: net.wireguard.port, mtu, address: networkAddress(podCIDR) });
     await this.publish(self, keys.publicKey, `${self.internalIP}:${net.wireguard.port}`);
     const keyed = peers.flatMap((p) =>
-      p.wireguardKey ? [{ publicKey: p.wireguardKey, endpoint: p.wireguardEndpoint, podCIDR: p.podCIDR, address: p.internalIP }] : [],
+      p.wireguardKey
+        ? [{ name: p.name, relay: !!p.relay, publicKey: p.wireguardKey, endpoint: p.wireguardEndpoint, podCIDR: p.podCIDR, address: p.internalIP }]
+        : [],
     );
-    await this.wireguard.syncPeers(keyed, state);
+    this.liveness.update(state);
+    const plan = planRelays(
+      keyed.map((p) => ({ ...p, allowedIPs: allowedIPsOf(p) })),
+      (key) => this.liveness.direct(key),
+    );
+    for (const [peer, relay] of plan.via)
+      if (this.via.get(peer) !== relay) this.log.warn({ peer, relay }, `nothing heard from ${peer}: its traffic goes through ${relay}`);
+    for (const peer of this.via.keys()) if (!plan.via.has(peer)) this.log.info({ peer }, `${peer} answers directly again`);
+    this.via = plan.via;
+    await this.wireguard.syncPeers(keyed, state, plan.allowedIPs);
+    // A relay also carries other nodes' pods' traffic to a peer's own address (metrics-server to a
+    // kubelet behind NAT): the rule then takes the whole cluster's pod CIDR.
     await routePodsToNodes(
-      podCIDR,
+      this.relay?.clusterCIDR ?? podCIDR,
       keyed.map((p) => p.address),
     );
     return { mtu, errors: [] };
@@ -141,10 +182,10 @@ export class Overlay {
 
   /** The node's public key and endpoint on its own Node (the Node authorizer lets a node patch only itself). */
   private async publish(self: NodeInfo, publicKey: string, endpoint: string): Promise<void> {
-    if (self.wireguardKey === publicKey && self.wireguardEndpoint === endpoint) return;
-    const patch = { metadata: { annotations: { [PUBLIC_KEY_ANNOTATION]: publicKey, [ENDPOINT_ANNOTATION]: endpoint } } };
-    await this.kube.request('PATCH', `/api/v1/nodes/${this.nodeName}`, patch);
-    this.log.info({ publicKey, endpoint }, "published this node's WireGuard key and endpoint");
+    if (self.wireguardKey === publicKey && self.wireguardEndpoint === endpoint && !!self.offersRelay === !!this.relay) return;
+    const annotations = { [PUBLIC_KEY_ANNOTATION]: publicKey, [ENDPOINT_ANNOTATION]: endpoint, [RELAY_ANNOTATION]: this.relay ? 'true' : null };
+    await this.kube.request('PATCH', `/api/v1/nodes/${this.nodeName}`, { metadata: { annotations } });
+    this.log.info({ publicKey, endpoint, relay: !!this.relay }, "published this node's WireGuard key and endpoint");
   }
 
   /** The mode and each peer as the device sees it (`nodes`: the watched Nodes). */
@@ -165,8 +206,10 @@ export class Overlay {
           lastHandshakeSecondsAgo: wg?.lastHandshake ? Math.round(now - wg.lastHandshake) : undefined,
           rxBytes: wg?.rxBytes,
           txBytes: wg?.txBytes,
+          ...(this.via.has(p.name) ? { via: this.via.get(p.name) } : {}),
         };
       }),
+      ...(this.relay ? { relay: { approved: !!nodes.find((n) => n.name === this.nodeName)?.relay } } : {}),
     };
   }
 

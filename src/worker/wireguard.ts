@@ -38,6 +38,14 @@ export const KEEPALIVE_SECONDS = 25;
 /** On a node's Node: its WireGuard public key, and where its peers send to (absent: it has no reachable address). */
 export const PUBLIC_KEY_ANNOTATION = 'kctl.dev/wireguard-public-key';
 export const ENDPOINT_ANNOTATION = 'kctl.dev/wireguard-endpoint';
+/** "true" on the Node of a worker started with --network-relay (relay.ts): it offers to relay. */
+export const RELAY_ANNOTATION = 'kctl.dev/network-relay';
+/**
+ * "true", set by an admin: the cluster trusts the node as a relay. A node cannot set a label of
+ * this prefix on itself (NodeRestriction), so a compromised node or a leaked worker token cannot
+ * make a node that attracts other nodes' traffic.
+ */
+export const RELAY_LABEL = 'node-restriction.kubernetes.io/kctl-network-relay';
 
 /** The routing table (and rule priority) that sends this node's pods' traffic to other nodes through kctl-wg. */
 export const POD_TO_NODE_TABLE = '1770';
@@ -140,16 +148,20 @@ export class WireguardTunnel {
     return state;
   }
 
-  /** Sets the peers to exactly `peers` (`state`: the device's, from ensure): removed ones go, each allowed allowedIPsOf. */
-  async syncPeers(peers: WireguardPeer[], state: WireguardDeviceState): Promise<void> {
+  /**
+   * Sets the peers to exactly `peers` (`state`: the device's, from ensure): removed ones go; each
+   * is allowed `allowedIPs` (relay.ts: its own, none while relayed, or a relay's with its relayed peers').
+   */
+  async syncPeers(peers: WireguardPeer[], state: WireguardDeviceState, allowed: Map<string, string[]>): Promise<void> {
     const want = new Map(peers.map((p) => [p.publicKey, p]));
     const remove = state.peers.map((p) => p.publicKey).filter((k) => !want.has(k));
     const changes: WireguardPeerConfig[] = [];
     for (const p of peers) {
       const have = state.peers.find((x) => x.publicKey === p.publicKey);
       const endpointChanged = p.endpoint !== undefined && this.endpoints.get(p.publicKey) !== p.endpoint;
-      const allowedIPs = allowedIPsOf(p);
-      if (have && !endpointChanged && have.allowedIPs.join() === allowedIPs.join() && have.keepaliveSeconds === KEEPALIVE_SECONDS) continue;
+      const allowedIPs = allowed.get(p.publicKey) ?? allowedIPsOf(p);
+      const same = have && [...have.allowedIPs].sort().join() === [...allowedIPs].sort().join();
+      if (same && !endpointChanged && have.keepaliveSeconds === KEEPALIVE_SECONDS) continue;
       changes.push({
         publicKey: p.publicKey,
         endpoint: endpointChanged ? p.endpoint : undefined,

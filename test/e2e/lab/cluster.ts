@@ -106,10 +106,11 @@ export async function cleanupWorkerHost(dataDir: string, runDir: string, nodeNam
 }
 
 /** `kctl worker --token T` on a lab host, data and run dirs under `dir` (<name>-data, <name>-run), node name = host name. */
-export function startLabWorker(kctlBin: string, host: LabHost, dir: string, token: string): Tracked {
+export function startLabWorker(kctlBin: string, host: LabHost, dir: string, token: string, extraArgs: string[] = []): Tracked {
   return track(
     host.spawn(kctlBin, [
       'worker',
+      ...extraArgs,
       '--token',
       token,
       '--data-dir',
@@ -128,10 +129,18 @@ export function startLabWorker(kctlBin: string, host: LabHost, dir: string, toke
  * A worker on `host` that only dials out to the controller on `ctl` (lab.isolate: nothing reaches
  * it from there), joined with a fresh token of `c`; resolves once it says it is ready.
  */
-export async function startIsolatedWorker(kctlBin: string, lab: Lab, c: LabController, ctl: LabHost, host: LabHost, dir: string): Promise<Tracked> {
+export async function startIsolatedWorker(
+  kctlBin: string,
+  lab: Lab,
+  c: LabController,
+  ctl: LabHost,
+  host: LabHost,
+  dir: string,
+  extraArgs: string[] = [],
+): Promise<Tracked> {
   const token = await c.createToken('1h');
   await lab.isolate(host, ctl);
-  const worker = startLabWorker(kctlBin, host, dir, token);
+  const worker = startLabWorker(kctlBin, host, dir, token, extraArgs);
   await waitFor('worker ready', 240_000, async () => worker.saw('"msg":"worker ready"'), worker.log);
   return worker;
 }

@@ -5,14 +5,16 @@
 // everything the router forwards between the nodes is the mode's UDP (never a pod address). In
 // wireguard mode one worker sits behind NAT (masquerade, no port forwarding) and is reached through
 // the endpoint its handshakes reveal. There, NetworkPolicy: default-deny, an allow by label (exactly
-// that path), a node reading only its own share, and removal restoring traffic. A switch to
-// routes, which cannot cross the router, parts the pods again.
+// that path), a node reading only its own share, and removal restoring traffic. Then w2 goes
+// behind NAT too, and w2 and w3 reach each other through w1, the relay. A switch to routes, which
+// cannot cross the router, parts the pods again.
 import assert from 'node:assert/strict';
 import { writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { test, type TestContext } from 'node:test';
 import type { Result } from 'execa';
 import type { WorkerStatusReport } from '../../../src/worker/index.ts';
+import { RELAY_LABEL } from '../../../src/worker/wireguard.ts';
 import { controllerReady, labController, runPinnedPod, startIsolatedWorker, track, type Tracked } from '../lab/cluster.ts';
 import { startLab } from '../lab/lab-test.ts';
 import type { LabHost } from '../lab/lab.ts';
@@ -39,7 +41,8 @@ test('pods on three sites behind one router: vxlan, then wireguard (switched liv
   await config('vxlan');
   let controller: Tracked = track(ctl.spawn(kctlBin, c.args));
   await controllerReady(controller);
-  await Promise.all(workers.map((w) => startIsolatedWorker(kctlBin, lab, c, ctl, w, dir)));
+  // w1 (never behind NAT) relays for nodes that cannot reach each other.
+  await Promise.all(workers.map((w) => startIsolatedWorker(kctlBin, lab, c, ctl, w, dir, w.name === 'w1' ? ['--network-relay'] : [])));
   const restart = async (mode: string) => {
     controller.child.kill('SIGTERM');
     await controller.exited;
@@ -217,21 +220,11 @@ test('pods on three sites behind one router: vxlan, then wireguard (switched liv
   assert.deepEqual(await reachable(w1, w3), { ping: false, http: 'p-w3' }, 'allow-client: the labelled pod reaches the pod behind NAT too');
   assert.deepEqual(await reachable(w3, w2), { ping: false, http: '' }, 'allow-client: an unlabelled pod stays out');
   // A node reads its own share of the policy, never another node's.
-  const asNode = (w: LabHost, name: string) =>
-    w.run(kctlBin, [
-      '--data-dir',
-      join(dir, `${w.name}-data`),
-      'kubectl',
-      '--kubeconfig',
-      join(dir, `${w.name}-data`, 'kubelet.conf'),
-      '-n',
-      'kube-system',
-      'get',
-      'configmap',
-      name,
-    ]);
-  assert.equal((await asNode(w2, 'kctl-netpol-w2')).exitCode, 0, 'w2 reads its own policy');
-  assert.match(String((await asNode(w2, 'kctl-netpol-w1')).stderr), /forbidden/i, "w2 cannot read w1's policy");
+  const asNode = (w: LabHost, args: string[]) =>
+    w.run(kctlBin, ['--data-dir', join(dir, `${w.name}-data`), 'kubectl', '--kubeconfig', join(dir, `${w.name}-data`, 'kubelet.conf'), ...args]);
+  const policyOf = (w: LabHost, name: string) => asNode(w, ['-n', 'kube-system', 'get', 'configmap', name]);
+  assert.equal((await policyOf(w2, 'kctl-netpol-w2')).exitCode, 0, 'w2 reads its own policy');
+  assert.match(String((await policyOf(w2, 'kctl-netpol-w1')).stderr), /forbidden/i, "w2 cannot read w1's policy");
   // Removing the policies restores traffic within 5 s (the issue's bound): measured at w2's table.
   const removedAt = Date.now();
   assert.equal((await kubectl(['delete', 'networkpolicy', 'default-deny', 'allow-client'])).exitCode, 0);
@@ -242,6 +235,40 @@ test('pods on three sites behind one router: vxlan, then wireguard (switched liv
   );
   t.diagnostic(`policies removed: w2 enforced it ${Date.now() - removedAt} ms after kubectl delete started`);
   assert.deepEqual(await reachable(w3, w2), { ping: true, http: 'p-w2' }, 'after removal: pod on w3 -> pod on w2');
+
+  // A relay is one an admin approved: w1 offers (--network-relay) and gets the label; a node cannot
+  // give itself that label, so a compromised node cannot draw other nodes' traffic.
+  const selfApproved = await asNode(w2, ['label', 'node', 'w2', `${RELAY_LABEL}=true`]);
+  assert.notEqual(selfApproved.exitCode, 0, 'w2 labelled itself a relay');
+  assert.match(String(selfApproved.stderr), /forbidden|not allowed|cannot modify/i, String(selfApproved.stderr));
+  assert.equal((await kubectl(['label', 'node', 'w1', `${RELAY_LABEL}=true`])).exitCode, 0);
+  // w2's site goes behind NAT too: w2 and w3 cannot reach each other any more (neither NAT lets the
+  // other's handshake in). Once each has heard nothing from the other for a minute, both send
+  // that traffic through w1, the relay, and their pods reach each other again.
+  const site2 = w2.ip.replace(/\.\d+$/, '.0/24');
+  await ipt('-t', 'nat', '-A', 'POSTROUTING', '-s', site2, '!', '-d', site2, '-j', 'MASQUERADE');
+  await ipt('-I', 'FORWARD', '-d', site2, '-m', 'conntrack', '--ctstate', 'NEW', '-j', 'DROP');
+  await router.run('conntrack', ['-F']);
+  const natAt = Date.now();
+  await waitFor("w2's and w3's pods reach each other through the relay", 180_000, async () => {
+    const [there, back] = [await reachable(w2, w3), await reachable(w3, w2)];
+    return there.http === 'p-w3' && back.http === 'p-w2';
+  });
+  t.diagnostic(`both sites behind NAT: pods reach each other through w1 ${Math.round((Date.now() - natAt) / 1000)} s after the NAT`);
+  const peersOf = async (w: LabHost) => {
+    const r = await w.run(kctlBin, ['--data-dir', join(dir, `${w.name}-data`), '--run-dir', join(dir, `${w.name}-run`), 'status', '-o', 'json']);
+    return (JSON.parse(text(r)) as WorkerStatusReport).podNetwork;
+  };
+  const w2net = await peersOf(w2);
+  assert.equal(w2net?.peers.find((p) => p.node === 'w3')?.via, 'w1', JSON.stringify(w2net));
+  assert.equal(w2net?.peers.find((p) => p.node === 'w1')?.via, undefined, JSON.stringify(w2net));
+  assert.deepEqual((await peersOf(w1))?.relay, { approved: true });
+  // What crosses the router stays WireGuard between the nodes (now all of it to or from w1's site).
+  await ipt('-Z', 'FORWARD');
+  assert.deepEqual(await reachable(w2, w3), { ping: true, http: 'p-w3' }, 'relayed: pod on w2 -> pod on w3');
+  const relayed = await forwarded();
+  assert.equal(relayed['pod-in-clear'], 0, 'relayed: the router saw a pod address');
+  assert.equal(relayed['tcp-opened'], 0, `relayed: a connection between nodes outside the tunnel: ${JSON.stringify(relayed)}`);
 
   // Routes cannot cross a router that does not know the pod CIDRs: the pods part.
   await restart('routes');

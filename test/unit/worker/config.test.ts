@@ -8,6 +8,7 @@ import { containerdConfig } from '../../../src/worker/containerd.ts';
 import { kubeletArgs, kubeletCgroupRoot, kubeletConfiguration, recordCgroupRoot } from '../../../src/worker/kubelet.ts';
 import { kubeProxyConfiguration } from '../../../src/worker/kube-proxy.ts';
 import { desiredRoutes, nodeInfo, routeArgs } from '../../../src/worker/overlay.ts';
+import { RELAY_ANNOTATION, RELAY_LABEL } from '../../../src/worker/wireguard.ts';
 import { cniConflist, masqueradeRule } from '../../../src/worker/cni.ts';
 import { workerPaths } from '../../../src/worker/paths.ts';
 import { tempDir } from '../../helpers.ts';
@@ -209,8 +210,20 @@ test("a Node's WireGuard key and endpoint count only when well formed (a node wr
     internalIP: '10.0.0.2',
     wireguardKey: key,
     wireguardEndpoint: '10.0.0.2:51820',
+    relay: false,
+    offersRelay: false,
   });
   const bad = node({ 'kctl.dev/wireguard-public-key': 'not-a-key', 'kctl.dev/wireguard-endpoint': 'evil.example:51820' });
   assert.equal(bad.wireguardKey, undefined);
   assert.equal(bad.wireguardEndpoint, undefined);
+});
+
+test('a relay is one that offers (its own annotation) and that an admin approved (a label no node can set on itself)', () => {
+  const node = (annotations: Record<string, string>, labels: Record<string, string>) =>
+    nodeInfo({ metadata: { name: 'r', annotations, labels }, spec: { podCIDR: '10.244.1.0/24' } });
+  const offer = { [RELAY_ANNOTATION]: 'true' };
+  const approval = { [RELAY_LABEL]: 'true' };
+  assert.deepEqual([node(offer, approval).relay, node(offer, approval).offersRelay], [true, true]);
+  assert.deepEqual([node(offer, {}).relay, node(offer, {}).offersRelay], [false, true], 'offered, not approved');
+  assert.equal(node({}, approval).relay, false, 'approved, but the node does not offer');
 });
