@@ -33,6 +33,14 @@ export interface ListWatchOptions extends Selectors {
   };
 }
 
+/**
+ * For a node's watches: they end and reopen every minute, so one carried by a connection that a
+ * NAT on the way dropped silently (its mapping expired or was flushed) is noticed when it stays
+ * silent past its end (a minute and 30 s) instead of after the default 5-10 minutes. One request a
+ * minute per watch is the cost.
+ */
+export const NODE_WATCH: ListWatchOptions = { watchTimeoutSeconds: 60 };
+
 /** The HTTP status and Status reason of a failed request (0 when it never got an answer). */
 function outcome(err: unknown): [number, string] {
   return err instanceof KubeApiError ? [err.status, err.reason] : [0, ''];

@@ -20,7 +20,7 @@ import {
   type PolicyPort,
 } from '../kube/network-policy.ts';
 import type { KubeClient } from '../kube/client.ts';
-import { Informer, type ListWatchOptions } from '../kube/informer.ts';
+import { Informer, NODE_WATCH, type ListWatchOptions } from '../kube/informer.ts';
 import { removeInetTable, replaceInetTable } from '../host/nftables.ts';
 import type { Logger } from '../base/log.ts';
 import type { Component, ComponentContext, ComponentStatus } from '../base/component.ts';
@@ -181,7 +181,7 @@ export class NetworkPolicyComponent implements Component {
     this.informer ??= new Informer<KubeConfigMap>(
       this.opts.kube,
       NETPOL_COLLECTION,
-      { ...this.opts.watch, fieldSelector: `metadata.name=${name}` },
+      { ...NODE_WATCH, ...this.opts.watch, fieldSelector: `metadata.name=${name}` },
       () => this.sync(),
       (err) => (this.lastError = `cannot watch ${name}: ${reasonOf(err)}`),
     );

@@ -20,7 +20,7 @@ import { desiredRoutes, nodeInfo, Overlay, routeArgs, type KubeNode, type PodNet
 import { LEGACY_POD_NETWORK, parsePodNetwork, POD_NETWORK_COLLECTION, POD_NETWORK_NAME, type PodNetwork } from '../kube/pod-network.ts';
 import { CNI_BRIDGE, CNI_CONFLIST, cniConflist, ensureMasquerade, writeIfChanged } from './cni.ts';
 import type { KubeClient } from '../kube/client.ts';
-import { Informer, type ListWatchOptions, type WatchedObject } from '../kube/informer.ts';
+import { Informer, NODE_WATCH, type ListWatchOptions, type WatchedObject } from '../kube/informer.ts';
 import type { Logger } from '../base/log.ts';
 import type { Component, ComponentContext, ComponentStatus } from '../base/component.ts';
 import type { WorkerPaths } from './paths.ts';
@@ -114,10 +114,11 @@ export class NetworkComponent implements Component {
   }
 
   async start(): Promise<void> {
-    this.nodes ??= this.watch<KubeNode>('/api/v1/nodes', this.opts.watch ?? {}, (e) => (this.lastWatchError = e));
+    const watch = { ...NODE_WATCH, ...this.opts.watch };
+    this.nodes ??= this.watch<KubeNode>('/api/v1/nodes', watch, (e) => (this.lastWatchError = e));
     this.podNetworks ??= this.watch<KubeConfigMap>(
       POD_NETWORK_COLLECTION,
-      { ...this.opts.watch, fieldSelector: `metadata.name=${POD_NETWORK_NAME}` },
+      { ...watch, fieldSelector: `metadata.name=${POD_NETWORK_NAME}` },
       (e) => (this.podNetworkError = e),
     );
     this.nodes.start();
