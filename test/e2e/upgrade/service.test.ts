@@ -167,7 +167,9 @@ test(
     const planned = await ctl.kctl(['upgrade', 'plan', '--executable', next]);
     assert.equal(planned.exitCode, 0, String(planned.stderr));
     assert.match(String(planned.stderr), /replacing the unreadable plan: .*drain is "yes"/);
-    const nextVersion = (await status()).plan!.target.version;
+    // The controller may take its turn at once: its kube-apiserver then restarts, and status
+    // is refused for that moment.
+    const nextVersion = (await waitFor('the plan readable', 60_000, () => status().catch(() => null), tails)).plan!.target.version;
     await waitFor(
       'the plan done',
       900_000,
