@@ -132,24 +132,16 @@ export async function podNetworkFigures(o: { sizes: PodNetworkSizes; log: (msg: 
       const hosts = await measure(probeIn(hostEnter(w1)), w2.ip, o.sizes);
       const pods = await measure(probeIn(['-t', pidA, '-n']), ipB, o.sizes);
       const note = mode === 'wireguard' ? 'userspace WireGuard (wireguard-go): this kernel has no WireGuard module' : undefined;
-      rows.push({
-        scenario: `pod-tcp-throughput ${mode}`,
-        unit: 'Mbit/s',
-        kctl: median(pods.mbps),
+      const row = (scenario: string, unit: string, key: 'mbps' | 'rttUs'): Row => ({
+        scenario: `${scenario} ${mode}`,
+        unit,
+        kctl: median(pods[key]),
         upstream: null,
-        direct: median(hosts.mbps),
-        range: { kctl: range(pods.mbps), direct: range(hosts.mbps) },
+        direct: median(hosts[key]),
+        range: { kctl: range(pods[key]), direct: range(hosts[key]) },
         ...(note ? { note } : {}),
       });
-      rows.push({
-        scenario: `pod-tcp-rtt ${mode}`,
-        unit: 'µs',
-        kctl: median(pods.rttUs),
-        upstream: null,
-        direct: median(hosts.rttUs),
-        range: { kctl: range(pods.rttUs), direct: range(hosts.rttUs) },
-        ...(note ? { note } : {}),
-      });
+      rows.push(row('pod-tcp-throughput', 'Mbit/s', 'mbps'), row('pod-tcp-rtt', 'µs', 'rttUs'));
     }
     controller.child.kill('SIGTERM');
     await controller.exited;
