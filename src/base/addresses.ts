@@ -74,6 +74,23 @@ export function cidrContains(cidr: string, ip: string): boolean {
   return list.check(ip, family(ip));
 }
 
+/**
+ * An IPv4 CIDR (a bare address: its /32) as its prefix length and its first and last address as
+ * numbers, for interval work (nft sets); undefined for anything else, IPv6 and zone ids included.
+ */
+export function ipv4Range(cidr: string): { bits: number; first: bigint; last: bigint } | undefined {
+  const [addr = '', bitsText] = cidr.split('/');
+  const ip = addr.includes('%') ? null : canonicalIp(addr);
+  const bits = bitsText === undefined ? 32 : /^\d{1,2}$/.test(bitsText) ? Number(bitsText) : 33;
+  if (ip === null || ip.includes(':') || bits > 32) return undefined;
+  const hostBits = BigInt(32 - bits);
+  const first = (ipToBigInt(ip) >> hostBits) << hostBits;
+  return { bits, first, last: first + (1n << hostBits) - 1n };
+}
+
+/** The dotted quad of an IPv4 address given as a number (ipv4Range's). */
+export const ipv4FromNumber = (n: bigint): string => bigIntToIp(n, 32);
+
 // Node has no public IP <-> integer conversion; these two stay small because the input is
 // already canonical (no embedded IPv4 in IPv6 after canonicalIp).
 function ipToBigInt(ip: string): bigint {

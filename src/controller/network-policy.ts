@@ -149,8 +149,9 @@ export class NetworkPolicyPublisherComponent implements Component {
         await this.kube.apply(cm, { fieldManager: 'kctl', force: true });
         this.log.debug({ node }, 'network policy published');
       }
+      const wanted = new Set([...want.values()].map((cm) => cm.metadata.name));
       for (const cm of this.published.store.values()) {
-        if (want.has(cm.metadata.name.replace(/^kctl-netpol-/, ''))) continue;
+        if (wanted.has(cm.metadata.name)) continue;
         await this.kube.request('DELETE', `${NETPOL_COLLECTION}/${cm.metadata.name}`).catch((err: unknown) => {
           if (!(err instanceof KubeApiError && err.status === 404)) throw err;
         });

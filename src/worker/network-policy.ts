@@ -25,6 +25,7 @@ import { removeInetTable, replaceInetTable } from '../host/nftables.ts';
 import type { Logger } from '../base/log.ts';
 import type { Component, ComponentContext, ComponentStatus } from '../base/component.ts';
 import { reasonOf } from '../base/errors.ts';
+import { ipv4FromNumber, ipv4Range } from '../base/addresses.ts';
 
 export const NETPOL_TABLE = 'kctl_netpol';
 
@@ -35,34 +36,17 @@ interface KubeConfigMap {
 
 // ---- rendering (validated again here: the object came over the network) ----
 
-const IPV4_CIDR = /^(\d{1,3})\.(\d{1,3})\.(\d{1,3})\.(\d{1,3})(?:\/(\d{1,2}))?$/;
-
-/** [first, last] of an IPv4 CIDR, or undefined for anything else (IPv6 included: this network is IPv4). */
-function range(cidr: string): [number, number] | undefined {
-  const m = IPV4_CIDR.exec(cidr);
-  if (!m) return undefined;
-  const octets = m.slice(1, 5).map(Number);
-  const bits = m[5] === undefined ? 32 : Number(m[5]);
-  if (octets.some((o) => o > 255) || bits > 32) return undefined;
-  const addr = octets.reduce((a, o) => a * 256 + o, 0);
-  const size = 2 ** (32 - bits);
-  const first = addr - (addr % size);
-  return [first, first + size - 1];
-}
-
-const dotted = (n: number): string => [24, 16, 8, 0].map((s) => Math.floor(n / 2 ** s) % 256).join('.');
-
 /** The CIDRs as nft set elements: network addresses, and none inside another (nft refuses overlapping intervals). */
 export function cidrSet(cidrs: string[]): string[] {
-  const ranges = cidrs.map(range).filter((r): r is [number, number] => !!r);
-  ranges.sort((a, b) => a[0] - b[0] || b[1] - a[1]);
+  const ranges = cidrs.map(ipv4Range).filter((r) => r !== undefined);
+  // IPv4 addresses fit a double exactly: the differences compare as numbers.
+  ranges.sort((a, b) => Number(a.first - b.first) || Number(b.last - a.last));
   const out: string[] = [];
-  let end = -1;
-  for (const [first, last] of ranges) {
-    if (last <= end) continue;
-    end = last;
-    const bits = 32 - Math.log2(last - first + 1);
-    out.push(`${dotted(first)}/${bits}`);
+  let end = -1n;
+  for (const r of ranges) {
+    if (r.last <= end) continue;
+    end = r.last;
+    out.push(`${ipv4FromNumber(r.first)}/${r.bits}`);
   }
   return out;
 }
@@ -121,15 +105,16 @@ export function renderNodePolicy(policy: NodePolicy): string {
   const egress: string[] = [];
   const ingress: string[] = [];
   policy.pods.forEach((p, i) => {
-    const r = range(p.ip);
-    if (!r || r[0] !== r[1]) return;
+    const r = ipv4Range(p.ip);
+    if (r?.bits !== 32) return;
+    const ip = ipv4FromNumber(r.first);
     if (p.egress) {
       chains.push(chain(`egress-${i}`, p.egress, 'daddr', 'return'));
-      egress.push(`${p.ip} : jump egress-${i}`);
+      egress.push(`${ip} : jump egress-${i}`);
     }
     if (p.ingress) {
       chains.push(chain(`ingress-${i}`, p.ingress, 'saddr', 'accept'));
-      ingress.push(`${p.ip} : jump ingress-${i}`);
+      ingress.push(`${ip} : jump ingress-${i}`);
     }
   });
   const base = [

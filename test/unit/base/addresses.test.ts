@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { canonicalIp, cidrAddress, httpsUrl, joinHostPort, splitHostPort, urlHost } from '../../../src/base/addresses.ts';
+import { canonicalIp, cidrAddress, httpsUrl, ipv4FromNumber, ipv4Range, joinHostPort, splitHostPort, urlHost } from '../../../src/base/addresses.ts';
 
 test('IP addresses compare in one canonical spelling', () => {
   assert.equal(canonicalIp('2001:DB8:0:0::10'), '2001:db8::10');
@@ -38,4 +38,17 @@ test('the n-th address of a CIDR counts from the network address', () => {
   assert.throws(() => cidrAddress('10.0.0.0/24', 255), /no room for address number 255/);
   assert.throws(() => cidrAddress('10.0.0.0', 1), /"10\.0\.0\.0" is not a CIDR/);
   assert.throws(() => cidrAddress('10.0.0.0/33', 1), /is not a CIDR/);
+});
+
+test('ipv4Range: an IPv4 CIDR or address as numbers (network address first); anything else is undefined', () => {
+  const r = ipv4Range('10.0.1.7/24');
+  assert.deepEqual(r && { bits: r.bits, first: ipv4FromNumber(r.first), last: ipv4FromNumber(r.last) }, {
+    bits: 24,
+    first: '10.0.1.0',
+    last: '10.0.1.255',
+  });
+  assert.equal(ipv4Range('192.0.2.5')?.bits, 32);
+  assert.equal(ipv4Range('0.0.0.0/0')?.last, 2n ** 32n - 1n);
+  for (const bad of ['10.0.0.1/33', '10.0.0.1/', '10.0.0.1%eth0', '2001:db8::/32', '300.1.1.1', '10.0.0.1; drop', ''])
+    assert.equal(ipv4Range(bad), undefined, bad);
 });
