@@ -287,7 +287,12 @@ export function netpolConfigMap(node: string, policy: NodePolicy, owner: { uid: 
 export function parseNodePolicy(data: Record<string, string> | undefined): NodePolicy {
   const raw = data?.policy;
   if (raw === undefined) throw new Error('network policy: the ConfigMap has no policy key');
-  const v = JSON.parse(raw) as NodePolicy;
+  let v: NodePolicy;
+  try {
+    v = JSON.parse(raw) as NodePolicy;
+  } catch (err) {
+    throw new Error(`network policy: the policy key is not JSON (${(err as Error).message})`, { cause: err });
+  }
   if (!v || !Array.isArray(v.pods)) throw new Error('network policy: policy.pods is not a list');
   for (const p of v.pods)
     if (typeof p.ip !== 'string' || !/^\d+\.\d+\.\d+\.\d+$/.test(p.ip)) throw new Error(`network policy: pod ${p.pod} has no IPv4 address`);

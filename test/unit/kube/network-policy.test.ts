@@ -1,7 +1,7 @@
 // NetworkPolicy resolved per node: which pods are isolated, and the peers and ports each may use.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { resolveNetworkPolicies, selects, type KubeNetworkPolicy, type KubePod } from '../../../src/kube/network-policy.ts';
+import { parseNodePolicy, resolveNetworkPolicies, selects, type KubeNetworkPolicy, type KubePod } from '../../../src/kube/network-policy.ts';
 
 const pod = (
   ns: string,
@@ -134,4 +134,14 @@ test('equal inputs in any order give the same result (the controllers compare wh
   const one = JSON.stringify([...resolveNetworkPolicies(pols, PODS, NAMESPACES)]);
   const two = JSON.stringify([...resolveNetworkPolicies([...pols].reverse(), [...PODS].reverse(), [...NAMESPACES].reverse())].sort());
   assert.equal(JSON.stringify(JSON.parse(one).sort()), two);
+});
+
+test("a node's share that is damaged is refused in one line naming what is wrong (the node keeps what it enforces)", () => {
+  assert.deepEqual(parseNodePolicy({ policy: '{"pods":[{"pod":"a/b","ip":"10.244.1.2","ingress":[]}]}' }), {
+    pods: [{ pod: 'a/b', ip: '10.244.1.2', ingress: [] }],
+  });
+  assert.throws(() => parseNodePolicy({}), /^Error: network policy: the ConfigMap has no policy key$/);
+  assert.throws(() => parseNodePolicy({ policy: '{"pods": [' }), /^Error: network policy: the policy key is not JSON \([^\n]+\)$/);
+  assert.throws(() => parseNodePolicy({ policy: '{"pods": 3}' }), /policy\.pods is not a list/);
+  assert.throws(() => parseNodePolicy({ policy: '{"pods":[{"pod":"a/b","ip":"fd00::1"}]}' }), /pod a\/b has no IPv4 address/);
 });
