@@ -296,6 +296,8 @@ async function storageStatus(cfg: ClusterConfig, pki: PkiPaths): Promise<Storage
 
 /** Prepares the data dir; with initOnly, exits after; otherwise runs until SIGTERM/SIGINT. */
 export async function runController(opts: ControllerOptions, log: Logger): Promise<void> {
+  // Under a Type=notify unit (kctl install): progress, readiness and watchdog pings for systemd.
+  const notifier = opts.initOnly ? undefined : SystemdNotifier.forRole({ log: componentLogger(log, 'systemd') });
   let cfg = await loadConfig(opts.configFile, { ...opts, tenantName: opts.tenant?.name });
   refuseTestBuildStart();
   const paths = controllerPaths(opts.dataDir, opts.runDir, opts.tenant?.binRoot);
@@ -331,9 +333,9 @@ export async function runController(opts: ControllerOptions, log: Logger): Promi
   await prepareRunDir(paths.runDir);
   // Marks the data and run dirs as in use, for `kctl reset` and for a second start. --init-only
   // only prepares files and exits (two may run at once: staging takes its own lock), so it does not.
-  if (opts.initOnly) return prepareAndRun(cfg, paths, opts, joined, log);
+  if (opts.initOnly) return prepareAndRun(cfg, paths, opts, joined, log, undefined);
   const restart = new RestartRequest();
-  await runOwning([paths.dataDir, paths.runDir], 'controller', () => prepareAndRun(cfg, paths, opts, joined, log, restart));
+  await runOwning([paths.dataDir, paths.runDir], 'controller', () => prepareAndRun(cfg, paths, opts, joined, log, notifier, restart));
   // An upgrade stopped everything to restart into the new kctl (the dirs are released by now).
   if (restart.pending)
     await restartForUpgrade(restart.pending, {
@@ -351,11 +353,9 @@ async function prepareAndRun(
   opts: ControllerOptions,
   joined: ControllerJoinState | null,
   log: Logger,
+  notifier: SystemdNotifier | undefined,
   restart?: RestartRequest,
 ): Promise<void> {
-  // Under a Type=notify unit (kctl install): progress, readiness and watchdog pings for systemd.
-  const notifier = opts.initOnly ? undefined : SystemdNotifier.fromEnv({ log: componentLogger(log, 'systemd') });
-  notifier?.startWatchdog();
   notifier?.status('staging component binaries');
   await migrateDataDir(paths.dataDir, KCTL_VERSION, componentLogger(log, 'data-dir'));
   // The effective config, for commands that run beside the controller (kctl token create).

@@ -38,6 +38,16 @@ export class SystemdNotifier {
     return env.NOTIFY_SOCKET ? new SystemdNotifier(env, o) : undefined;
   }
 
+  /**
+   * The notifier of a role's process, its watchdog fed from now on: made first thing, since
+   * systemd's watchdog runs from the exec on, through the host checks and a worker's join.
+   */
+  static forRole(o: NotifyOptions): SystemdNotifier | undefined {
+    const n = SystemdNotifier.fromEnv(o);
+    n?.startWatchdog();
+    return n;
+  }
+
   /** One line of progress for `systemctl status` (newlines would end the message). */
   status(text: string): void {
     this.send(`STATUS=${text.replace(/\s+/g, ' ').slice(0, 200)}`);
@@ -58,14 +68,17 @@ export class SystemdNotifier {
   }
 
   /**
-   * Pings at half the interval systemd set (WATCHDOG_USEC), from a timer on the event loop: a
-   * loop that stops turning stops the pings. Does nothing without a watchdog for this process.
+   * Pings now, then at half the interval systemd set (WATCHDOG_USEC), from a timer on the event
+   * loop: a loop that stops turning stops the pings. The first ping is not left to the timer: the
+   * interval runs from the exec, and a start under load spends seconds before this is called.
+   * Does nothing without a watchdog for this process.
    */
   startWatchdog(): void {
     const usec = Number(this.env.WATCHDOG_USEC);
     const pid = this.env.WATCHDOG_PID;
     if (!Number.isFinite(usec) || usec <= 0 || (pid !== undefined && Number(pid) !== process.pid)) return;
     const everyMs = Math.max(Math.floor(usec / 1000 / 2), 100);
+    this.send('WATCHDOG=1');
     this.watchdog = setInterval(() => this.send('WATCHDOG=1'), everyMs);
     this.watchdog.unref();
     this.log.info({ intervalMs: everyMs }, 'pinging the systemd watchdog');

@@ -103,6 +103,8 @@ export const WORKER_PORTS: Record<string, number> = {
 };
 
 export async function runWorker(opts: WorkerOptions, log: Logger): Promise<void> {
+  // Under a Type=notify unit (kctl install): progress, readiness and watchdog pings for systemd.
+  const notifier = SystemdNotifier.forRole({ log: componentLogger(log, 'systemd') });
   refuseTestBuildStart(); // its config is the token, read by now
   const paths = workerPaths(opts.dataDir, opts.runDir);
   await refuseIfOwned([paths.dataDir, paths.runDir]); // before the join writes anything
@@ -115,7 +117,7 @@ export async function runWorker(opts: WorkerOptions, log: Logger): Promise<void>
   // Marks the data and run dirs as in use, for `kctl reset` and for a second start.
   const restart = new RestartRequest();
   let kube: KubeClient | undefined;
-  await runOwning([paths.dataDir, paths.runDir], 'worker', async () => void (kube = await stageAndRun(opts, paths, state, log, restart)));
+  await runOwning([paths.dataDir, paths.runDir], 'worker', async () => void (kube = await stageAndRun(opts, paths, state, log, notifier, restart)));
   // An upgrade stopped everything to restart into the new kctl (containers keep running meanwhile).
   if (restart.pending && kube) {
     const { target } = restart.pending;
@@ -146,10 +148,14 @@ async function nodeReadyAt(kube: KubeClient, nodeName: string, socket: string, t
 }
 
 /** Runs the worker until it stops; returns its API client (an upgrade's restart uses it to see the new process ready). */
-async function stageAndRun(opts: WorkerOptions, paths: WorkerPaths, state: JoinState, log: Logger, restart: RestartRequest): Promise<KubeClient> {
-  // Under a Type=notify unit (kctl install): progress, readiness and watchdog pings for systemd.
-  const notifier = SystemdNotifier.fromEnv({ log: componentLogger(log, 'systemd') });
-  notifier?.startWatchdog();
+async function stageAndRun(
+  opts: WorkerOptions,
+  paths: WorkerPaths,
+  state: JoinState,
+  log: Logger,
+  notifier: SystemdNotifier | undefined,
+  restart: RestartRequest,
+): Promise<KubeClient> {
   notifier?.status('staging component binaries and images');
   await migrateDataDir(paths.dataDir, KCTL_VERSION, componentLogger(log, 'data-dir'));
   await stageForStart(paths.binRoot, ['worker'], componentLogger(log, 'stage'));

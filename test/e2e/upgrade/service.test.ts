@@ -56,7 +56,9 @@ class Unit {
   }
 
   async tail(): Promise<string> {
-    return `--- ${this.name}\n${(await this.journal()).split('\n').slice(-20).join('\n')}`;
+    // systemd's "Killing process" lines would crowd out kctl's own last words.
+    const lines = (await this.journal()).split('\n').filter((l) => !l.includes(': Killing process '));
+    return `--- ${this.name}\n${lines.slice(-40).join('\n')}`;
   }
 
   /** systemd's own lines about the unit (watchdog timeouts, restarts, notifications it refused). */
