@@ -36,10 +36,13 @@ export function controllerCommand(program: Command): void {
         'garbage-collector, service-account and cluster-role-aggregation controllers; no scheduler, no',
         'konnectivity, no workers.',
         '',
-        'Tenants: `kctl controller --name NAME` runs one api-only control plane of many on this host, in',
+        'Tenants: `kctl controller --name NAME` runs one control plane of many on this host, in',
         '<data-dir>/tenants/NAME and <run-dir>/tenants/NAME with its own CA and keys, sharing the one staged',
-        '<data-dir>/bin. Its first start picks free ports from --port-range and records them in tenant.json;',
-        'every restart keeps them. With kine on PostgreSQL and no database in spec.storage.kine.dataSource,',
+        '<data-dir>/bin. A tenant is api-only unless its --config says spec.profile: full: then it is a whole',
+        'cluster (scheduler, konnectivity server, join endpoint, add-ons) whose workers join with a token from',
+        '`kctl --name NAME token create --role worker`. Its first start picks free ports from --port-range',
+        '(API, controller-manager; for full also join, agent, admin and scheduler; for etcd its two) and',
+        'records them in tenant.json; every restart keeps them. A tenant keeps its profile. With kine on PostgreSQL and no database in spec.storage.kine.dataSource,',
         'each tenant gets its own database kctl_NAME (created if the role may). kctl tenant list shows all',
         'tenants; kctl --name NAME status, kctl --name NAME kubectl ..., kctl --name NAME kubeconfig create work',
         'on one. Under systemd: kctl install controller --name NAME (unit kctl-controller@NAME.service).',
@@ -61,7 +64,7 @@ export function controllerCommand(program: Command): void {
         const g = globals(cmd);
         const portRange = parsePortRange(opts.portRange);
         if (g.tenant && opts.tokenFile)
-          throw new UserError('a tenant (--name) is an api-only control plane that runs alone: it cannot join a cluster with --token-file');
+          throw new UserError('a tenant (--name) runs on one controller host: it cannot join a cluster with --token-file');
         const token = opts.tokenFile ? (await readTokenFile(opts.tokenFile)).trim() : undefined;
         await runController(
           {

@@ -265,7 +265,7 @@ Examples:
   kctl install worker --token-file ./token --node-name edge-1 && kctl start
   kctl stop | kctl restart | kctl uninstall      (data stays; kctl reset removes it)
 
-Tenants (api-only control planes, kctl controller --name): one template unit,
+Tenants (control planes of many on one host, kctl controller --name): one template unit,
 kctl-controller@.service, and an instance per tenant, with the tenant's own flags in a drop-in
 (kctl-controller@NAME.service.d/10-kctl.conf):
   kctl install controller --name team-a --config /etc/kctl/team-a.yaml && kctl start --name team-a

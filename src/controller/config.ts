@@ -243,13 +243,17 @@ export interface ConfigFlags {
   storage?: 'etcd' | 'kine';
   /** kctl controller --api-only: spec.profile api-only. */
   apiOnly?: boolean;
-  /** kctl controller --name: a tenant, api-only, whose ports kctl picks and records. */
+  /** kctl controller --name: a tenant (api-only unless spec.profile: full), whose ports kctl picks and records. */
   tenantName?: string;
 }
 
 /** Ports a tenant (--name) gets from --port-range; a config must not set them. */
 const TENANT_PORT_FIELDS = [
   ['spec', 'api', 'port'],
+  ['spec', 'api', 'joinPort'],
+  ['spec', 'konnectivity', 'agentPort'],
+  ['spec', 'konnectivity', 'adminPort'],
+  ['spec', 'scheduler', 'port'],
   ['spec', 'controllerManager', 'port'],
   ['spec', 'storage', 'etcd', 'clientPort'],
   ['spec', 'storage', 'etcd', 'peerPort'],
@@ -284,17 +288,15 @@ export function parseConfig(input: unknown, source: string, flags: ConfigFlags =
   }
   const c = r.data;
   if (flags.tenantName !== undefined) {
-    if (rawField(input, ['spec', 'profile']) === 'full')
-      throw new UserError(
-        `invalid config ${source}: spec.profile: a tenant (--name) is an api-only control plane; remove spec.profile or set it to api-only`,
-      );
     for (const path of TENANT_PORT_FIELDS)
       if (rawField(input, path) !== undefined)
         throw new UserError(
           `invalid config ${source}: ${path.join('.')}: a tenant (--name) gets its ports from --port-range, chosen on its first start and kept; remove the field`,
         );
   }
-  const profile = flags.apiOnly || flags.tenantName !== undefined ? 'api-only' : c.spec.profile;
+  // A tenant is api-only unless its config asks for a full cluster (spec.profile: full).
+  const tenantProfile = rawField(input, ['spec', 'profile']) === 'full' ? 'full' : 'api-only';
+  const profile = flags.apiOnly ? 'api-only' : flags.tenantName !== undefined ? tenantProfile : c.spec.profile;
   if (profile === 'api-only')
     for (const addon of ['coredns', 'metricsServer'])
       if (rawField(input, ['spec', 'addons', addon, 'enabled']) === true)

@@ -1,4 +1,5 @@
-// Tenant control planes: many api-only controllers on one host, each `kctl controller --name NAME`.
+// Tenant control planes: many controllers on one host, each `kctl controller --name NAME`: api-only
+// by default, or a full cluster with its own nodes (spec.profile: full).
 //   <data-dir>/tenants/NAME/       the tenant's data dir (PKI with its own CA, kine or etcd, tenant.json)
 //   <run-dir>/tenants/NAME/        its run dir (status.sock, pid files)
 //   <data-dir>/bin/                ONE staged copy of the binaries that every tenant runs
@@ -30,10 +31,20 @@ export interface TenantPorts {
   controllerManager: number;
   etcdClient?: number;
   etcdPeer?: number;
+  /** A full cluster's (spec.profile: full): where its nodes and controllers reach it, and its scheduler. */
+  join?: number;
+  agent?: number;
+  admin?: number;
+  scheduler?: number;
 }
+
+/** The ports of a full cluster beyond an api-only control plane's, in the order they are picked. */
+const FULL_PORTS = ['join', 'agent', 'admin', 'scheduler'] as const;
 
 export interface TenantRecord {
   name: string;
+  /** Absent in records from before full clusters: api-only. */
+  profile?: 'api-only' | 'full';
   ports: TenantPorts;
   /** The shared database (kine on PostgreSQL), without credentials; two tenants never share one. */
   datastore?: string;
@@ -110,7 +121,13 @@ export function tenantConfig(cfg: ClusterConfig, record: TenantRecord, dataSourc
     ...cfg,
     spec: {
       ...s,
-      api: { ...s.api, port: record.ports.api },
+      api: { ...s.api, port: record.ports.api, joinPort: record.ports.join ?? s.api.joinPort },
+      konnectivity: {
+        ...s.konnectivity,
+        agentPort: record.ports.agent ?? s.konnectivity.agentPort,
+        adminPort: record.ports.admin ?? s.konnectivity.adminPort,
+      },
+      scheduler: { ...s.scheduler, port: record.ports.scheduler ?? s.scheduler.port },
       controllerManager: { ...s.controllerManager, port: record.ports.controllerManager },
       storage: {
         ...s.storage,
@@ -157,12 +174,18 @@ export async function prepareTenant(layout: TenantLayout, cfg: ClusterConfig, ra
       throw new UserError(
         `tenant "${sharing.name}" already keeps its state in ${datastore}; tenants never share a database: name another one, or none (kctl_NAME)`,
       );
+    const profile = cfg.spec.profile === 'full' ? 'full' : 'api-only';
+    if (existing && (existing.profile ?? 'api-only') !== profile)
+      throw new UserError(
+        `tenant "${layout.name}" is ${existing.profile ?? 'api-only'} (${TENANT_FILE}) and its config now says spec.profile: ${profile}; a tenant keeps its profile: undo the change, or reset it (kctl --name ${layout.name} reset) and start it anew`,
+      );
     let ports = existing?.ports;
     if (existing) await reclaimPorts(layout, existing);
     if (!ports) {
       const etcd = cfg.spec.storage.type === 'etcd';
+      const full = profile === 'full';
       const taken = new Set(others.flatMap((r) => Object.values(r.ports) as number[]));
-      const want = etcd ? 4 : 2;
+      const want = 2 + (etcd ? 2 : 0) + (full ? FULL_PORTS.length : 0);
       // Host-wide: tenants under other --data-dirs pick from the same ports.
       const got = await claimPorts({
         owner: layout.dataDir,
@@ -176,7 +199,10 @@ export async function prepareTenant(layout: TenantLayout, cfg: ClusterConfig, ra
         throw new UserError(
           `no ${want} free ports left in --port-range ${range[0]}-${range[1]} for tenant "${layout.name}" (${others.length} other tenant(s) hold ${taken.size}); give a wider --port-range`,
         );
-      ports = { api: got[0]!, controllerManager: got[1]!, ...(etcd ? { etcdClient: got[2]!, etcdPeer: got[3]! } : {}) };
+      const [api, controllerManager, ...rest] = got as [number, number, ...number[]];
+      ports = { api, controllerManager };
+      if (etcd) [ports.etcdClient, ports.etcdPeer] = rest.splice(0, 2);
+      if (full) for (const k of FULL_PORTS) ports[k] = rest.shift()!;
     }
     if (isPostgres(dataSource) && cfg.spec.storage.type === 'kine') {
       const db = await ensurePostgresDatabase(dataSource);
@@ -187,7 +213,13 @@ export async function prepareTenant(layout: TenantLayout, cfg: ClusterConfig, ra
         );
       if (db.created) log.info({ datastore }, 'created the tenant database');
     }
-    const record: TenantRecord = existing ?? { name: layout.name, ports, ...(datastore ? { datastore } : {}), created: new Date().toISOString() };
+    const record: TenantRecord = existing ?? {
+      name: layout.name,
+      profile,
+      ports,
+      ...(datastore ? { datastore } : {}),
+      created: new Date().toISOString(),
+    };
     if (!existing) {
       await mkdir(layout.dataDir, { recursive: true, mode: 0o700 });
       await writeFileAtomic(join(layout.dataDir, TENANT_FILE), JSON.stringify(record, null, 2) + '\n', 0o644);

@@ -62,7 +62,7 @@ export function renderUnit(spec: UnitSpec): string {
     '# Written by kctl install; kctl uninstall removes it.',
     '[Unit]',
     spec.template
-      ? 'Description=kctl tenant %i: api-only Kubernetes control plane (kine, kube-apiserver, controller-manager)'
+      ? 'Description=kctl tenant %i: one of many Kubernetes control planes on this host (kctl controller --name)'
       : controller
         ? 'Description=kctl controller: Kubernetes control plane (storage, kube-apiserver, scheduler, controller-manager, konnectivity server)'
         : 'Description=kctl worker: Kubernetes node (containerd, kubelet, kube-proxy, konnectivity agent)',

@@ -31,7 +31,7 @@ test('a tenant lives in <data-dir>/tenants/NAME and <run-dir>/tenants/NAME and s
     assert.throws(() => tenantLayout('/d', '/r', bad), /is not a tenant name: use 1 to 32 lower-case letters/);
 });
 
-test('a tenant is api-only; a config that sets its ports or the full profile is refused with the field', () => {
+test('a tenant is api-only unless its config says spec.profile: full; a config that sets its ports is refused with the field', () => {
   assert.equal(cfg.spec.profile, 'api-only');
   assert.equal(cfg.spec.storage.type, 'kine');
   assert.throws(
@@ -39,7 +39,39 @@ test('a tenant is api-only; a config that sets its ports or the full profile is 
     /^Error: invalid config a\.yaml: spec\.api\.port: a tenant \(--name\) gets its ports from --port-range/,
   );
   assert.throws(() => parseConfig({ spec: { controllerManager: { port: 7443 } } }, 'a.yaml', { tenantName: 'a' }), /spec\.controllerManager\.port/);
-  assert.throws(() => parseConfig({ spec: { profile: 'full' } }, 'a.yaml', { tenantName: 'a' }), /spec\.profile: a tenant \(--name\) is an api-only/);
+  for (const field of [{ api: { joinPort: 1 } }, { konnectivity: { agentPort: 1 } }, { konnectivity: { adminPort: 1 } }, { scheduler: { port: 1 } }])
+    assert.throws(() => parseConfig({ spec: { profile: 'full', ...field } }, 'a.yaml', { tenantName: 'a' }), /gets its ports from --port-range/);
+  const full = parseConfig({ spec: { profile: 'full' } }, 'a.yaml', { tenantName: 'a' });
+  assert.equal(full.spec.profile, 'full');
+  assert.equal(full.spec.addons.coredns.enabled, true);
+  assert.equal(parseConfig({ spec: { profile: 'full' } }, 'a.yaml', { tenantName: 'a', apiOnly: true }).spec.profile, 'api-only');
+});
+
+test('a full tenant gets every port of a cluster with nodes, all distinct and kept; a tenant cannot change its profile', async (t) => {
+  const root = await tempDir(t);
+  const { log } = captureLogger();
+  const range: [number, number] = [40000 + Math.floor(Math.random() * 20000), 0];
+  range[1] = range[0] + 40;
+  const fullCfg = parseConfig({ spec: { profile: 'full', api: { address: '127.0.0.1' } } }, 'kctl.yaml', { tenantName: 'f' });
+  const layout = tenantLayout(root, join(root, 'run'), 'f');
+  const f = await prepareTenant(layout, fullCfg, range, log);
+  assert.equal(f.record.profile, 'full');
+  const s = f.cfg.spec;
+  const ports = [s.api.port, s.api.joinPort, s.konnectivity.agentPort, s.konnectivity.adminPort, s.scheduler.port, s.controllerManager.port];
+  assert.equal(new Set(ports).size, 6, `ports picked twice: ${ports.join(',')}`);
+  assert.ok(
+    ports.every((p) => p >= range[0] && p <= range[1]),
+    ports.join(','),
+  );
+  assert.deepEqual((await prepareTenant(layout, fullCfg, range, log)).cfg.spec.konnectivity, s.konnectivity);
+  await assert.rejects(
+    prepareTenant(layout, cfg, range, log),
+    /^Error: tenant "f" is full \(tenant\.json\) and its config now says spec\.profile: api-only; a tenant keeps its profile/,
+  );
+  // An api-only tenant records its profile and no node ports.
+  const a = await prepareTenant(tenantLayout(root, join(root, 'run'), 'a'), cfg, range, log);
+  assert.equal(a.record.profile, 'api-only');
+  assert.equal(a.record.ports.agent, undefined);
 });
 
 test('--port-range: FROM-TO inside 1-65535', () => {
