@@ -19,6 +19,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { execa } from 'execa';
 import type { ControllerStatusReport } from '../src/controller/status.ts';
 import { readTenant } from '../src/controller/tenants.ts';
+import { totalPssKiB } from '../src/host/memory.ts';
 import { requireKctl } from '../test/e2e/lab/kctl.ts';
 import { apiStatus, createWidgets } from '../test/e2e/lab/tenant-api.ts';
 
@@ -44,11 +45,6 @@ interface Tenant {
   child?: ChildProcess;
 }
 
-async function pssKiB(pid: number): Promise<number> {
-  const text = await readFile(`/proc/${pid}/smaps_rollup`, 'utf8').catch(() => '');
-  return Number(/^Pss:\s+(\d+) kB/m.exec(text)?.[1] ?? 0);
-}
-
 async function status(kctlBin: string, t: Tenant): Promise<ControllerStatusReport | undefined> {
   const r = await execa(kctlBin, [...t.cli, 'status', '-o', 'json'], { reject: false });
   return r.exitCode === 0 ? (JSON.parse(r.stdout) as ControllerStatusReport) : undefined;
@@ -57,9 +53,7 @@ async function status(kctlBin: string, t: Tenant): Promise<ControllerStatusRepor
 async function tenantPssMiB(kctlBin: string, t: Tenant): Promise<number> {
   const s = await status(kctlBin, t);
   const pids = s ? [s.pid, ...s.components.flatMap((c) => (c.pid ? [c.pid] : []))] : [];
-  let kib = 0;
-  for (const pid of pids) kib += await pssKiB(pid);
-  return kib / 1024;
+  return (await totalPssKiB(pids)) / 1024;
 }
 
 /**

@@ -116,6 +116,7 @@ export function renderCertificates(certs: CertificateStatus[]): string[] {
 /** The controller's view of the whole control plane: live controllers, each agent's servers, the storage. */
 function renderCluster(r: ControllerStatusReport): string[] {
   const out: string[] = [];
+  if (r.nodes) out.push('', `Nodes: ${r.nodes.ready}/${r.nodes.total} Ready`);
   const live = r.controllers ?? [];
   if (live.length) {
     out.push('', `Controllers (live leases): ${live.length}`);

@@ -242,6 +242,7 @@ export function controllerComponents(o: ControllerRoleOptions): Component[] {
       controllers: live,
       agentServers: agentServers(live),
       storage: await storageStatus(cfg, pki),
+      nodes: nodes.counts(),
       addressConflicts: nodes.conflicts(),
       kubeletServing: servingCheck.report(),
       backup: backups?.report(),

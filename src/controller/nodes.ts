@@ -17,7 +17,11 @@ import { Informer, type ListWatchOptions } from '../kube/informer.ts';
 interface KubeNode {
   metadata: { name: string; uid?: string; creationTimestamp?: string };
   spec?: { podCIDR?: string; podCIDRs?: string[] };
-  status?: { addresses?: NodeRecord['addresses']; daemonEndpoints?: { kubeletEndpoint?: { Port?: number } } };
+  status?: {
+    addresses?: NodeRecord['addresses'];
+    daemonEndpoints?: { kubeletEndpoint?: { Port?: number } };
+    conditions?: { type: string; status: string }[];
+  };
 }
 
 const nodeRecord = (n: KubeNode): NodeRecord => ({
@@ -26,6 +30,11 @@ const nodeRecord = (n: KubeNode): NodeRecord => ({
   podCIDRs: n.spec?.podCIDRs ?? (n.spec?.podCIDR ? [n.spec.podCIDR] : []),
   kubeletPort: n.status?.daemonEndpoints?.kubeletEndpoint?.Port || undefined,
 });
+
+export interface NodeCounts {
+  ready: number;
+  total: number;
+}
 
 /** Listener argument: the Node that changed, or undefined after a (re)list. */
 export type NodeChangeListener = (node?: string) => void;
@@ -96,6 +105,13 @@ export class NodeWatchComponent implements Component, NodeDirectory {
   /** How many Nodes the cluster has. */
   get size(): number {
     return this.informer.store.size;
+  }
+
+  /** How many Nodes are Ready, of how many (kctl status, kctl tenant list). */
+  counts(): NodeCounts {
+    const all = [...this.informer.store.values()];
+    const ready = all.filter((n) => n.status?.conditions?.some((c) => c.type === 'Ready' && c.status === 'True')).length;
+    return { ready, total: all.length };
   }
 
   /** The names of every Node. */

@@ -3,7 +3,7 @@ import type { StatusReport } from '../base/status-server.ts';
 import type { KonnectivityServerSnapshot } from '../konnectivity/index.ts';
 import type { EtcdMember } from '../etcd/members.ts';
 import type { LiveController } from '../kube/controller-leases.ts';
-import type { AddressConflict } from './nodes.ts';
+import type { AddressConflict, NodeCounts } from './nodes.ts';
 import type { KubeletServingStatus } from './kubelet-serving.ts';
 import type { BackupStatus } from './backup-schedule.ts';
 import type { CertificateStatus } from '../pki/index.ts';
@@ -23,6 +23,8 @@ export interface ControllerStatusReport extends StatusReport {
   /** Per agent (id), the controllers (lease names) whose konnectivity servers hold a stream from it. */
   agentServers?: { agent: string; servers: string[] }[];
   storage?: StorageStatus;
+  /** The cluster's Nodes, Ready of all (a full cluster's controllers). */
+  nodes?: NodeCounts;
   /** Addresses or names more than one Node reports, and the Node that keeps each (the first reporter). */
   addressConflicts?: AddressConflict[];
   /** Which CAs kube-apiserver trusts for kubelets, and which nodes still serve a certificate of the cluster CA. */

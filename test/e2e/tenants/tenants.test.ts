@@ -130,8 +130,19 @@ test('ten tenants at once with --name: own ports, CA and data; CRD, 1,000 object
   assert.equal(new Set(allPorts).size, 20, `ports picked twice: ${allPorts.join(',')}`);
   assert.ok(allPorts.every((p) => p >= RANGE_BASE && p <= RANGE_BASE + 19));
   const text = String((await host.run(['tenant', 'list'])).stdout);
-  assert.match(text, /^NAME\s+STATE\s+API\s+PID\s+STORAGE$/m);
-  assert.match(text, new RegExp(`^team-0\\s+running\\s+https://127\\.0\\.0\\.1:${apiPorts[0]}\\s+\\d+\\s+kine \\(sqlite\\)$`, 'm'));
+  assert.match(text, /^NAME\s+PROFILE\s+STATE\s+VERSION\s+API\s+NODES\s+AGENTS\s+STORAGE\s+MEMORY\s+PID$/m);
+  assert.match(
+    text,
+    new RegExp(
+      `^team-0\\s+api-only\\s+running\\s+\\S+\\s+https://127\\.0\\.0\\.1:${apiPorts[0]}\\s+-\\s+-\\s+kine \\(sqlite\\)\\s+\\d+Mi\\s+\\d+$`,
+      'm',
+    ),
+  );
+  // Memory is each tenant's own share (PSS): well under what ten copies of the binaries would take.
+  assert.ok(
+    list.every((e) => e.memoryMiB! > 20 && e.memoryMiB! < 1024),
+    list.map((e) => e.memoryMiB).join(','),
+  );
   // One staged copy of the binaries for all of them.
   assert.ok(existsSync(join(host.dataDir, 'bin', 'current', 'kube-apiserver')));
   assert.equal(existsSync(join(host.tenantDir('team-0'), 'bin')), false);
