@@ -2,7 +2,6 @@ import { Option, type Command } from 'commander';
 import { runController } from '../controller/index.ts';
 import { globals, loggerFor } from './support/globals.ts';
 import { readTokenFile } from './worker.ts';
-import { UserError } from '../base/errors.ts';
 import { DEFAULT_PORT_RANGE, parsePortRange } from '../controller/tenants.ts';
 
 export function controllerCommand(program: Command): void {
@@ -42,7 +41,9 @@ export function controllerCommand(program: Command): void {
         'cluster (scheduler, konnectivity server, join endpoint, add-ons) whose workers join with a token from',
         '`kctl --name NAME token create --role worker`. Its first start picks free ports from --port-range',
         '(API, controller-manager; for full also join, agent, admin and scheduler; for etcd its two) and',
-        'records them in tenant.json; every restart keeps them. A tenant keeps its profile. With kine on PostgreSQL and no database in spec.storage.kine.dataSource,',
+        'records them in tenant.json; every restart keeps them. A tenant keeps its profile. A full one can run',
+        'on several controller hosts (kine on a shared PostgreSQL): `kctl --name NAME token create --role',
+        'controller` on one, then `kctl --name NAME controller --config F --token-file T` on another. With kine on PostgreSQL and no database in spec.storage.kine.dataSource,',
         'each tenant gets its own database kctl_NAME (created if the role may). kctl tenant list shows all',
         'tenants; kctl --name NAME status, kctl --name NAME kubectl ..., kctl --name NAME kubeconfig create work',
         'on one. Under systemd: kctl install controller --name NAME (unit kctl-controller@NAME.service).',
@@ -63,8 +64,6 @@ export function controllerCommand(program: Command): void {
       ) => {
         const g = globals(cmd);
         const portRange = parsePortRange(opts.portRange);
-        if (g.tenant && opts.tokenFile)
-          throw new UserError('a tenant (--name) runs on one controller host: it cannot join a cluster with --token-file');
         const token = opts.tokenFile ? (await readTokenFile(opts.tokenFile)).trim() : undefined;
         await runController(
           {

@@ -33,7 +33,7 @@ import { SystemdNotifier } from '../supervisor/notify.ts';
 import { refuseIfOwned, runOwning } from '../supervisor/owner.ts';
 import { prepareRunDir } from '../supervisor/run-dir.ts';
 import { ensurePostgresDatabase, isPostgres } from '../etcd/postgres.ts';
-import { startTenant, tenantPortAdvice, type TenantLayout } from './tenants.ts';
+import { startTenant, tenantPortAdvice, undoNewTenant, type TenantLayout } from './tenants.ts';
 import { writeAddonStacks } from './addons.ts';
 import { checkAuditPolicy, prepareAudit } from './audit.ts';
 import { CorednsScalerComponent } from './coredns-scaler.ts';
@@ -309,7 +309,11 @@ export async function runController(opts: ControllerOptions, log: Logger): Promi
   await checkAuditPolicy(cfg);
   // A data dir a newer kctl wrote is refused before anything in it changes.
   await refuseNewerDataDir(paths.dataDir, KCTL_VERSION);
-  if (opts.tenant) cfg = await startTenant(opts.tenant, opts.tenant.portRange, cfg, componentLogger(log, 'tenant'));
+  if (opts.token && cfg.spec.profile === 'api-only')
+    throw new UserError('an api-only control plane (spec.profile: api-only) runs alone: it cannot join another cluster with --token-file');
+  const tenant =
+    opts.tenant && (await startTenant(opts.tenant, opts.tenant.portRange, cfg, componentLogger(log, 'tenant'), { joining: !!opts.token }));
+  if (tenant) cfg = tenant.cfg;
   if (!opts.initOnly) await refuseIfOwned([paths.dataDir, paths.runDir]);
   const portAdvice = opts.tenant && tenantPortAdvice(opts.tenant.name);
   const checkHost = async () => {
@@ -322,10 +326,9 @@ export async function runController(opts: ControllerOptions, log: Logger): Promi
         portAdvice,
       });
   };
-  if (opts.token && cfg.spec.profile === 'api-only')
-    throw new UserError('an api-only control plane (spec.profile: api-only) runs alone: it cannot join another cluster with --token-file');
   // A joining controller: the token is checked by a running controller before the host checks and before anything is written.
-  const joined = await joinController(opts.token, cfg, paths, componentLogger(log, 'join'), checkHost);
+  const join = () => joinController(opts.token, cfg, paths, componentLogger(log, 'join'), checkHost);
+  const joined = opts.tenant ? await undoNewTenant(opts.tenant, tenant, join) : await join();
   if (!joined) await checkHost();
   // kine on PostgreSQL: the database exists (made if the role may), or one line says why not.
   if (!opts.tenant && cfg.spec.storage.type === 'kine' && isPostgres(cfg.spec.storage.kine.dataSource))

@@ -7,7 +7,7 @@
 // The first start of every tenant takes a lock on <data-dir>/tenants, so ten starting at once
 // never pick the same database, and claims its ports host-wide (host/port-claims.ts), so tenants
 // under different --data-dirs never pick the same port.
-import { mkdir, readdir, readFile } from 'node:fs/promises';
+import { mkdir, readdir, readFile, rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import { parse } from 'yaml';
 import { UserError } from '../base/errors.ts';
@@ -151,6 +151,11 @@ export function tenantDataSource(dataSource: string | undefined, name: string): 
   return withPostgresDatabase(dataSource, `kctl_${name.replace(/-/g, '_')}`);
 }
 
+export interface TenantStartOptions {
+  /** A controller joining the named cluster on other hosts (--token-file): its database holds the cluster's state already. */
+  joining?: boolean;
+}
+
 export interface TenantStart {
   cfg: ClusterConfig;
   record: TenantRecord;
@@ -162,7 +167,13 @@ export interface TenantStart {
  * recorded, and its database when kine is on PostgreSQL. Everything is checked before the record
  * is written, so a refusal leaves no tenant behind.
  */
-export async function prepareTenant(layout: TenantLayout, cfg: ClusterConfig, range: [number, number], log: Logger): Promise<TenantStart> {
+export async function prepareTenant(
+  layout: TenantLayout,
+  cfg: ClusterConfig,
+  range: [number, number],
+  log: Logger,
+  o: TenantStartOptions = {},
+): Promise<TenantStart> {
   await mkdir(layout.tenantsDir, { recursive: true, mode: 0o755 });
   return withDirLock(layout.tenantsDir, '.lock', async () => {
     const others = (await readTenants(layout.tenantsDir)).filter((r) => r.name !== layout.name);
@@ -207,7 +218,7 @@ export async function prepareTenant(layout: TenantLayout, cfg: ClusterConfig, ra
     if (isPostgres(dataSource) && cfg.spec.storage.type === 'kine') {
       const db = await ensurePostgresDatabase(dataSource);
       // A new tenant meeting a database that already holds a control plane: another host's tenant of that name, or a reset one's.
-      if (!existing && db.inUse)
+      if (!existing && db.inUse && !o.joining)
         throw new UserError(
           `database ${datastore} already holds a control plane's state and this host has no tenant "${layout.name}"; tenants never share a database: pick another --name, or drop that database if it is left over`,
         );
@@ -230,11 +241,30 @@ export async function prepareTenant(layout: TenantLayout, cfg: ClusterConfig, ra
 }
 
 /** A tenant already running is named as such; then its record (ports, database), made on its first start. */
-export async function startTenant(layout: TenantLayout, range: [number, number], cfg: ClusterConfig, log: Logger): Promise<ClusterConfig> {
+export async function startTenant(
+  layout: TenantLayout,
+  range: [number, number],
+  cfg: ClusterConfig,
+  log: Logger,
+  o: TenantStartOptions = {},
+): Promise<TenantStart> {
   const running = await liveOwner(layout.dataDir);
   if (running)
     throw new UserError(
       `tenant "${layout.name}" is already running here (pid ${running.pid}); kctl status --name ${layout.name} shows it, a new tenant needs another --name`,
     );
-  return (await prepareTenant(layout, cfg, range, log)).cfg;
+  return prepareTenant(layout, cfg, range, log, o);
+}
+
+/**
+ * A tenant this start made is removed again when what follows fails (a join the cluster refused):
+ * a refused start leaves no tenant behind. Its port claims lapse on their own without the record.
+ */
+export async function undoNewTenant<T>(layout: TenantLayout, start: TenantStart | undefined, step: () => Promise<T>): Promise<T> {
+  try {
+    return await step();
+  } catch (err) {
+    if (start?.created) await rm(layout.dataDir, { recursive: true, force: true });
+    throw err;
+  }
 }

@@ -19,8 +19,16 @@ export interface LabCtl {
   dataDir: string;
   runDir: string;
   config: string;
+  /** A named control plane on the host (--name): its dirs are under dataDir/tenants and runDir/tenants. */
+  tenant?: string;
   proc?: Tracked;
 }
+
+/** kctl's global flags that address controller `c`. */
+const root = (c: LabCtl): string[] => ['--data-dir', c.dataDir, '--run-dir', c.runDir, ...(c.tenant ? ['--name', c.tenant] : [])];
+
+/** Where `c` keeps its state: its data dir, or its tenant's under it. */
+const stateDir = (c: LabCtl): string => (c.tenant ? join(c.dataDir, 'tenants', c.tenant) : c.dataDir);
 
 export class HaLab {
   constructor(
@@ -29,14 +37,14 @@ export class HaLab {
   ) {}
 
   /** A controller on `host` with data and run dirs under the lab dir (named `name`) and `spec` (YAML) as its config's spec. */
-  async controller(host: LabHost, spec: string, name = host.name): Promise<LabCtl> {
+  async controller(host: LabHost, spec: string, name = host.name, tenant?: string): Promise<LabCtl> {
     const config = join(this.dir, `${name}.yaml`);
     await writeFile(config, `spec:\n${spec}`);
-    return { host, dataDir: join(this.dir, `${name}-data`), runDir: join(this.dir, `${name}-run`), config };
+    return { host, dataDir: join(this.dir, `${name}-data`), runDir: join(this.dir, `${name}-run`), config, tenant };
   }
 
   run(c: LabCtl, args: string[], input?: string) {
-    return c.host.run(this.kctlBin, ['--data-dir', c.dataDir, '--run-dir', c.runDir, ...args], { input, timeout: 120_000 });
+    return c.host.run(this.kctlBin, [...root(c), ...args], { input, timeout: 120_000 });
   }
 
   kubectl(c: LabCtl, args: string[], input?: string) {
@@ -45,7 +53,7 @@ export class HaLab {
 
   /** `kctl controller` on its host (joining with `tokenFile`), resolved once it logs ready. */
   async start(c: LabCtl, tokenFile?: string): Promise<void> {
-    const args = ['controller', '--config', c.config, '--data-dir', c.dataDir, '--run-dir', c.runDir];
+    const args = [...root(c), 'controller', '--config', c.config];
     const proc = track(c.host.spawn(this.kctlBin, [...args, ...(tokenFile ? ['--token-file', tokenFile] : [])]));
     c.proc = proc;
     const outcome = await waitFor(
@@ -59,7 +67,7 @@ export class HaLab {
 
   /** `kctl secrets rotate-key -o json` on `c` (minutes: every step waits for kube-apiserver's reload): its result and progress lines. */
   async rotateKey(c: LabCtl): Promise<{ key: string; controllers: string[]; progress: string }> {
-    const r = await c.host.run(this.kctlBin, ['--data-dir', c.dataDir, '--run-dir', c.runDir, 'secrets', 'rotate-key', '-o', 'json'], {
+    const r = await c.host.run(this.kctlBin, [...root(c), 'secrets', 'rotate-key', '-o', 'json'], {
       timeout: 900_000,
     });
     assert.equal(r.exitCode, 0, String(r.stderr));
@@ -68,7 +76,7 @@ export class HaLab {
 
   /** `kctl pki rotate-ca -o json` on `c`: its result and progress lines. */
   async rotateCa(c: LabCtl): Promise<{ oldCa: string; newCa: string; controllers: string[]; nodes: string[]; progress: string }> {
-    const r = await c.host.run(this.kctlBin, ['--data-dir', c.dataDir, '--run-dir', c.runDir, 'pki', 'rotate-ca', '--timeout', '5m', '-o', 'json'], {
+    const r = await c.host.run(this.kctlBin, [...root(c), 'pki', 'rotate-ca', '--timeout', '5m', '-o', 'json'], {
       timeout: 1_200_000,
     });
     assert.equal(r.exitCode, 0, String(r.stderr));
@@ -121,16 +129,12 @@ export class HaLab {
 
   /** A join that must fail with one line matching `expect` and leave the data dir unwritten. */
   async refused(c: LabCtl, tokenFile: string, expect: RegExp): Promise<void> {
-    const r = await c.host.run(
-      this.kctlBin,
-      ['controller', '--config', c.config, '--data-dir', c.dataDir, '--run-dir', c.runDir, '--token-file', tokenFile],
-      { timeout: 120_000 },
-    );
+    const r = await c.host.run(this.kctlBin, [...root(c), 'controller', '--config', c.config, '--token-file', tokenFile], { timeout: 120_000 });
     assert.notEqual(r.exitCode, 0, `${c.host.name} joined with ${tokenFile}`);
     const lines = String(r.stderr).trim().split('\n');
     assert.equal(lines.length, 1, String(r.stderr));
     assert.match(lines[0]!, expect);
-    assert.equal(existsSync(c.dataDir), false, `a refused join wrote ${c.dataDir}`);
+    assert.equal(existsSync(stateDir(c)), false, `a refused join wrote ${stateDir(c)}`);
   }
 
   /**
@@ -184,7 +188,7 @@ export class HaLab {
 
   /** `kubectl port-forward` on controller `c` to `pod`:`port`; resolves with what GET / answered through it. */
   async portForward(c: LabCtl, pod: string, port: number): Promise<string> {
-    const pf = track(c.host.spawn(this.kctlBin, ['--data-dir', c.dataDir, 'kubectl', 'port-forward', `pod/${pod}`, `:${port}`]));
+    const pf = track(c.host.spawn(this.kctlBin, [...root(c), 'kubectl', 'port-forward', `pod/${pod}`, `:${port}`]));
     try {
       const local = await waitFor(
         `port-forward to ${pod} through ${c.host.name}`,

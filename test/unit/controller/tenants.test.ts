@@ -8,7 +8,7 @@ import { createServer, type Server } from 'node:net';
 import { join } from 'node:path';
 import { after, test } from 'node:test';
 import { parseConfig } from '../../../src/controller/config.ts';
-import { parsePortRange, prepareTenant, readTenants, tenantDataSource, tenantLayout } from '../../../src/controller/tenants.ts';
+import { parsePortRange, prepareTenant, readTenants, tenantDataSource, tenantLayout, undoNewTenant } from '../../../src/controller/tenants.ts';
 import { postgresDatabase, withPostgresDatabase } from '../../../src/etcd/postgres.ts';
 import { captureLogger, tempDir } from '../../helpers.ts';
 
@@ -135,4 +135,23 @@ test('an exhausted port range is refused with one line and no tenant dir', async
     (await readdir(join(root, 'tenants'))).filter((n) => !n.startsWith('.')),
     ['a'],
   );
+});
+
+test('a tenant made by a start whose join then fails is removed again; one that existed before is kept', async (t) => {
+  const root = await tempDir(t);
+  const { log } = captureLogger();
+  const layout = tenantLayout(root, join(root, 'run'), 'j');
+  const range: [number, number] = [41000 + Math.floor(Math.random() * 10000), 0];
+  range[1] = range[0] + 10;
+  const refused = () => Promise.reject(new Error('the cluster refused the join'));
+  const made = await prepareTenant(layout, cfg, range, log, { joining: true });
+  assert.equal(made.created, true);
+  await assert.rejects(undoNewTenant(layout, made, refused), /refused the join/);
+  assert.equal(existsSync(layout.dataDir), false);
+  await prepareTenant(layout, cfg, range, log);
+  const again = await prepareTenant(layout, cfg, range, log, { joining: true });
+  assert.equal(again.created, false);
+  await assert.rejects(undoNewTenant(layout, again, refused), /refused the join/);
+  assert.equal(existsSync(join(layout.dataDir, 'tenant.json')), true);
+  assert.equal(await undoNewTenant(layout, again, async () => 'joined'), 'joined');
 });
