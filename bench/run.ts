@@ -1,8 +1,9 @@
-// `npm run bench [-- --quick | --smoke] [--wan | --pod-network] [--json]`: the konnectivity tunnel benchmark (direct
+// `npm run bench [-- --quick | --smoke] [--wan | --pod-network | --hosted] [--json]`: the konnectivity tunnel benchmark (direct
 // TCP vs upstream ANP vs kctl, the same driver for every path: the Go konnectivity-client driver
 // for the speed scenarios, the TypeScript one for the rest; paths alternating, medians of
 // repetitions) and kctl's controller figures; with --wan instead, the WAN-profile section
-// (wan.ts); with --pod-network, pod-to-pod figures per network mode (pod-network.ts). Progress on
+// (wan.ts); with --pod-network, pod-to-pod figures per network mode (pod-network.ts); with
+// --hosted, many full clusters on one controller host (hosted.ts). Progress on
 // stderr; with --json the results on stdout.
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -22,6 +23,7 @@ import { tenantFigures } from './tenants.ts';
 import { workerJoinSeconds } from './worker.ts';
 import { WAN_SIZES, wanFigures } from './wan.ts';
 import { POD_NETWORK_SIZES, podNetworkFigures } from './pod-network.ts';
+import { HOSTED_CLUSTERS, hostedFigures } from './hosted.ts';
 
 interface Sizes {
   /** Repetitions of the throughput scenarios: cheap, and the noisiest figures on a shared host. */
@@ -153,22 +155,25 @@ async function main(): Promise<void> {
   const json = argv.includes('--json');
   const wan = argv.includes('--wan');
   const podNetwork = argv.includes('--pod-network');
+  const hosted = argv.includes('--hosted');
   const mode = argv.includes('--smoke') ? 'smoke' : argv.includes('--quick') ? 'quick' : 'full';
-  const unknown = argv.filter((a) => !['--json', '--quick', '--smoke', '--wan', '--pod-network', '--debug'].includes(a));
+  const unknown = argv.filter((a) => !['--json', '--quick', '--smoke', '--wan', '--pod-network', '--hosted', '--debug'].includes(a));
   if (unknown.length)
-    throw new Error(`unknown option ${unknown.join(' ')}; use --quick, --smoke, --wan, --pod-network, --json, --debug (stack on failure)`);
-  if (wan && podNetwork) throw new Error('--wan and --pod-network are separate runs; give one of them');
+    throw new Error(`unknown option ${unknown.join(' ')}; use --quick, --smoke, --wan, --pod-network, --hosted, --json, --debug (stack on failure)`);
+  if ([wan, podNetwork, hosted].filter(Boolean).length > 1) throw new Error('--wan, --pod-network and --hosted are separate runs; give one of them');
   const started = Date.now();
   const dir = await mkdtemp(join(tmpdir(), 'kctl-bench-'));
   let out: Row[];
   try {
-    log(`mode ${mode}${wan ? ', WAN section' : podNetwork ? ', pod network section' : ''}; workdir ${dir}`);
+    log(`mode ${mode}${wan ? ', WAN section' : podNetwork ? ', pod network section' : hosted ? ', hosted section' : ''}; workdir ${dir}`);
     const pki = await makePki(dir);
     out = wan
       ? await wanFigures({ dir, pki, sizes: WAN_SIZES[mode], log })
       : podNetwork
         ? await podNetworkFigures({ sizes: POD_NETWORK_SIZES[mode], log })
-        : await sections(mode, dir, pki);
+        : hosted
+          ? await hostedFigures({ clusters: HOSTED_CLUSTERS[mode], log })
+          : await sections(mode, dir, pki);
   } finally {
     await rm(dir, { recursive: true, force: true });
   }
