@@ -10,6 +10,8 @@
 //   clusters share (the one staged copy of the binaries) between them.
 // hosted-ready-s: on a host running n clusters, seconds from spawning the next cluster's
 //   `kctl controller --name` (nothing staged: the host's copy is used) to its "controller ready".
+// A second pass measures the same with kube-apiserver's Go soft memory limit (spec.api.memoryLimit)
+// at 120MiB, the api-only profile's default: what an operator trades for density.
 // Columns: kctl only; no hosted-control-plane system runs here to compare with.
 import { writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
@@ -26,7 +28,11 @@ export const HOSTED_CLUSTERS: Record<'full' | 'quick' | 'smoke', number> = { ful
 /** Workers joining at once: more starve the two cores and time out their joins. */
 const JOIN_BATCH = 3;
 
-export async function hostedFigures(o: { clusters: number; log: (msg: string) => void }): Promise<Row[]> {
+/**
+ * One pass: `clusters` clusters, then the next one. With `apiMemoryLimit`, every cluster's
+ * kube-apiserver runs with that Go soft memory limit (spec.api.memoryLimit), and the rows say so.
+ */
+export async function hostedFigures(o: { clusters: number; log: (msg: string) => void; apiMemoryLimit?: string }): Promise<Row[]> {
   const cleanups: (() => Promise<void>)[] = [];
   const procs: Tracked[] = [];
   const n = o.clusters;
@@ -39,7 +45,10 @@ export async function hostedFigures(o: { clusters: number; log: (msg: string) =>
     const ctl = lab.host('ctl');
     const root = ['--data-dir', join(dir, 'c-data'), '--run-dir', join(dir, 'c-run')];
     const config = join(dir, 'full.yaml');
-    await writeFile(config, `spec:\n  profile: full\n  api: { address: ${ctl.ip} }\n`);
+    const limit = o.apiMemoryLimit ? `, memoryLimit: ${o.apiMemoryLimit}` : '';
+    await writeFile(config, `spec:\n  profile: full\n  api: { address: ${ctl.ip}${limit} }\n`);
+    const pass = o.apiMemoryLimit ? `, spec.api.memoryLimit ${o.apiMemoryLimit}` : '';
+    const label = (scenario: string) => (o.apiMemoryLimit ? `${scenario.replace(/\)$/, '')}, api ${o.apiMemoryLimit})` : scenario);
     const kctl = async (args: string[]) => {
       const r = await ctl.run(kctlBin, [...root, ...args], { timeout: 120_000 });
       if (r.exitCode !== 0) throw new Error(`kctl ${args.join(' ')}: ${String(r.stderr).trim()}`);
@@ -81,20 +90,20 @@ export async function hostedFigures(o: { clusters: number; log: (msg: string) =>
     await joinWorker(1);
     await settled(['c1']);
     const one = (await memory())[0]!;
-    o.log(`hosted: one cluster ready ${firstReady.toFixed(1)} s after its spawn (binaries staged then); ${one} MiB PSS with its node`);
+    o.log(`hosted${pass}: one cluster ready ${firstReady.toFixed(1)} s after its spawn (binaries staged then); ${one} MiB PSS with its node`);
 
     const readyTimes: number[] = [];
     for (let i = 2; i <= n; i++) readyTimes.push(await startCluster(`c${i}`));
     for (let i = 2; i <= n; i += JOIN_BATCH) await Promise.all(Array.from({ length: Math.min(JOIN_BATCH, n - i + 1) }, (_, k) => joinWorker(i + k)));
     await settled(Array.from({ length: n }, (_, i) => `c${i + 1}`));
     const many = await memory();
-    o.log(`hosted: ${n} clusters, PSS per cluster ${many.join(', ')} MiB (mean ${mean(many).toFixed(0)})`);
+    o.log(`hosted${pass}: ${n} clusters, PSS per cluster ${many.join(', ')} MiB (mean ${mean(many).toFixed(0)})`);
 
     const next = await startCluster(`c${n + 1}`);
-    o.log(`hosted: cluster ${n + 1} ready ${next.toFixed(1)} s after its spawn, on a host running ${n}`);
+    o.log(`hosted${pass}: cluster ${n + 1} ready ${next.toFixed(1)} s after its spawn, on a host running ${n}`);
     return [
       {
-        scenario: 'hosted-memory-mb (1)',
+        scenario: label('hosted-memory-mb (1)'),
         unit: 'MiB',
         kctl: one,
         upstream: null,
@@ -102,7 +111,7 @@ export async function hostedFigures(o: { clusters: number; log: (msg: string) =>
         note: 'one full named cluster with its node Ready: PSS of its kctl, kine, kube-apiserver, kube-scheduler, kube-controller-manager (kctl tenant list)',
       },
       {
-        scenario: `hosted-memory-mb (${n})`,
+        scenario: label(`hosted-memory-mb (${n})`),
         unit: 'MiB',
         kctl: mean(many),
         upstream: null,
@@ -111,7 +120,7 @@ export async function hostedFigures(o: { clusters: number; log: (msg: string) =>
         note: `${n} full named clusters on one host, each with its node Ready: PSS per cluster, mean (range over the clusters)`,
       },
       {
-        scenario: `hosted-ready-s (${n + 1}th)`,
+        scenario: label(`hosted-ready-s (${n + 1}th)`),
         unit: 's',
         kctl: next,
         upstream: null,

@@ -172,7 +172,10 @@ async function main(): Promise<void> {
       : podNetwork
         ? await podNetworkFigures({ sizes: POD_NETWORK_SIZES[mode], log })
         : hosted
-          ? await hostedFigures({ clusters: HOSTED_CLUSTERS[mode], log })
+          ? [
+              ...(await hostedFigures({ clusters: HOSTED_CLUSTERS[mode], log })),
+              ...(await hostedFigures({ clusters: HOSTED_CLUSTERS[mode], log, apiMemoryLimit: '120MiB' })),
+            ]
           : await sections(mode, dir, pki);
   } finally {
     await rm(dir, { recursive: true, force: true });
