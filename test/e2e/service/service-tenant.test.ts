@@ -1,7 +1,8 @@
 // Tenants under a real systemd: kctl install controller --name writes one template unit
-// (kctl-controller@.service) and a drop-in per tenant with its own flags; each instance starts
-// ready, is restarted alone after a crash with the same ports and data, stops without leaving its
-// components behind; the template goes with the last tenant's uninstall.
+// (kctl-controller@.service) and a drop-in per tenant with its own flags; each instance (alpha a
+// full cluster, beta api-only) starts ready, is restarted alone after a crash with the same ports
+// and data, stops without leaving its components behind; the template goes with the last
+// tenant's uninstall.
 import assert from 'node:assert/strict';
 import { writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
@@ -18,14 +19,16 @@ test('kctl install controller --name: a template unit and an instance per tenant
   const dataDir = join(dir, 'data');
   const runDir = join(dir, 'run');
   const cfg = join(dir, 'alpha.yaml');
-  await writeFile(cfg, `spec:\n  api: { address: ${ctl.ip} }\n`);
+  // alpha is a full cluster (scheduler, konnectivity server, join endpoint; etcd), beta api-only.
+  await writeFile(cfg, `spec:\n  profile: full\n  api: { address: ${ctl.ip} }\n`);
   const inLab = (args: string[]) => sd.exec(kctlBin, ['--data-dir', dataDir, '--run-dir', runDir, ...args]);
   const systemctl = (...args: string[]) => sd.exec('systemctl', args);
   const mainPid = async (unit: string) => Number(String((await systemctl('show', '-p', 'MainPID', '--value', unit)).stdout).trim());
-  const apiservers = async () =>
+  const running = async (program: string) =>
     String((await sd.exec('ps', ['-eo', 'args', '--no-headers'])).stdout)
       .split('\n')
-      .filter((l) => l.trim().split(' ')[0]!.endsWith('/kube-apiserver')).length;
+      .filter((l) => l.trim().split(' ')[0]!.endsWith(`/${program}`)).length;
+  const apiservers = () => running('kube-apiserver');
   const list = async () => JSON.parse(String((await inLab(['tenant', 'list', '-o', 'json'])).stdout)) as TenantListEntry[];
   const journal = async (unit: string) =>
     String((await sd.exec('journalctl', ['-u', unit, '--no-pager', '-o', 'cat'])).stdout)
@@ -33,10 +36,25 @@ test('kctl install controller --name: a template unit and an instance per tenant
       .slice(-15)
       .join('\n');
 
-  const alpha = await inLab(['--name', 'alpha', 'install', 'controller', '--config', cfg, '--port-range', '17100-17109', '--env', 'KCTL_TEST=1']);
+  // The tenants' host-wide port claims in the test's own dir: a rerun within the claims' 10-minute
+  // grace (a deleted tenant's claims stand that long) would otherwise find alpha's range taken.
+  const hostState = ['--env', `KCTL_HOST_STATE_DIR=${join(dir, 'host-state')}`];
+  const alpha = await inLab([
+    '--name',
+    'alpha',
+    'install',
+    'controller',
+    '--config',
+    cfg,
+    '--port-range',
+    '17100-17109',
+    '--env',
+    'KCTL_TEST=1',
+    ...hostState,
+  ]);
   assert.equal(alpha.exitCode, 0, String(alpha.stderr));
   assert.match(String(alpha.stdout), /^installed kctl-controller@alpha\.service \(enabled\); start it with: kctl start --name alpha$/m);
-  const beta = await inLab(['--name', 'beta', 'install', 'controller', '--port-range', '17110-17119']);
+  const beta = await inLab(['--name', 'beta', 'install', 'controller', '--port-range', '17110-17119', ...hostState]);
   assert.equal(beta.exitCode, 0, String(beta.stderr));
   const template = String((await sd.exec('cat', ['/etc/systemd/system/kctl-controller@.service'])).stdout);
   assert.ok(template.includes(`ExecStart=${kctlBin} controller --data-dir ${dataDir} --run-dir ${runDir} --name %i`), template);
@@ -61,15 +79,17 @@ test('kctl install controller --name: a template unit and an instance per tenant
   }
   const tenants = await list();
   assert.deepEqual(
-    tenants.map((e) => [e.name, e.state, e.ports.api]),
+    tenants.map((e) => [e.name, e.profile, e.state, e.ports.api]),
     [
-      ['alpha', 'running', 17100],
-      ['beta', 'running', 17110],
+      ['alpha', 'full', 'running', 17100],
+      ['beta', 'api-only', 'running', 17110],
     ],
   );
+  assert.deepEqual(tenants[0]!.nodes, { ready: 0, total: 0 });
   const status = String((await systemctl('status', '--no-pager', 'kctl-controller@alpha')).stdout);
   assert.match(status, new RegExp(`Status: "controller ready: API at https://${ctl.ip.replace(/\./g, '\\.')}:17100"`), status);
   assert.equal(await apiservers(), 2);
+  assert.equal(await running('kube-scheduler'), 1, "alpha's scheduler");
   assert.equal((await inLab(['--name', 'alpha', 'kubectl', 'create', 'configmap', 'survivor', '--from-literal=k=v'])).exitCode, 0);
 
   // alpha's kctl SIGKILLed: systemd restarts alpha alone, on the same port, with its data.
@@ -96,6 +116,7 @@ test('kctl install controller --name: a template unit and an instance per tenant
   assert.equal((await inLab(['--name', 'alpha', 'stop'])).exitCode, 0);
   assert.equal(String((await systemctl('is-active', 'kctl-controller@alpha')).stdout).trim(), 'inactive');
   assert.equal(await apiservers(), 1);
+  assert.deepEqual([await running('kube-scheduler'), await running('etcd')], [0, 0], "alpha's scheduler or etcd left behind");
   assert.deepEqual(
     (await list()).map((e) => [e.name, e.state]),
     [
