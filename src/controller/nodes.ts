@@ -13,6 +13,7 @@ import type { NodeDirectory, NodeRecord, ReservedSpace } from '../konnectivity/s
 import { canonicalIdentifier, ownedBy } from '../konnectivity/server/claims.ts';
 import type { KubeClient } from '../kube/client.ts';
 import { Informer, type ListWatchOptions } from '../kube/informer.ts';
+import { isNodeReady } from '../kube/nodes.ts';
 
 interface KubeNode {
   metadata: { name: string; uid?: string; creationTimestamp?: string };
@@ -110,7 +111,7 @@ export class NodeWatchComponent implements Component, NodeDirectory {
   /** How many Nodes are Ready, of how many (kctl status, kctl tenant list). */
   counts(): NodeCounts {
     const all = [...this.informer.store.values()];
-    const ready = all.filter((n) => n.status?.conditions?.some((c) => c.type === 'Ready' && c.status === 'True')).length;
+    const ready = all.filter(isNodeReady).length;
     return { ready, total: all.length };
   }
 

@@ -18,6 +18,7 @@ import { controllerReady, nodeReady, runPinnedPod, startLabWorker, track, type T
 import type { LabHost } from '../lab/lab.ts';
 import { startLab } from '../lab/lab-test.ts';
 import { nodeCert } from '../lab/node-cert.ts';
+import { HaLab, type LabCtl } from '../lab/ha-lab.ts';
 import { waitFor } from '../lab/wait.ts';
 
 const RANGE_BASE = 19900 + Math.floor(Math.random() * 40) * 20;
@@ -91,16 +92,8 @@ test('two full named clusters on one controller host: each its own worker, pod a
     await runPinnedPod(k, `web-${n}`, node, `hello-${n}`, true);
     assert.match(String((await k(['logs', `web-${n}`])).stdout), new RegExp(`^hello-${n}$`, 'm'), `logs in ${n}`);
     assert.equal(String((await k(['exec', `web-${n}`, '--', 'hostname'])).stdout).trim(), `web-${n}`, `exec in ${n}`);
-    const pf = track(ctl.spawn(kctlBin, [...root, '--name', n, 'kubectl', 'port-forward', `pod/web-${n}`, ':8080']));
-    try {
-      const local = await waitFor(`port-forward in ${n}`, 30_000, async () => /127\.0\.0\.1:(\d+) ->/.exec(pf.log())?.[1], pf.log);
-      const body = await waitFor(`GET / through port-forward in ${n}`, 20_000, async () =>
-        String((await ctl.run('/bin/busybox', ['wget', '-qO-', `http://127.0.0.1:${local}/`], { timeout: 10_000 })).stdout).trim(),
-      );
-      assert.equal(body, `web-${n}`);
-    } finally {
-      pf.child.kill('SIGTERM');
-    }
+    const asCtl: LabCtl = { host: ctl, dataDir: join(dir, 'c-data'), runDir: join(dir, 'c-run'), config, tenant: n };
+    assert.equal(await new HaLab(kctlBin, dir).portForward(asCtl, `web-${n}`, 8080), `web-${n}`, `port-forward in ${n}`);
   }
 
   const status = async (n: Name): Promise<ControllerStatusReport> => {
