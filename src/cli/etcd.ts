@@ -5,7 +5,7 @@ import { httpsUrl } from '../base/addresses.ts';
 import { UserError } from '../base/errors.ts';
 import { writeFileAtomic } from '../base/fs.ts';
 import { loadConfig, type ClusterConfig } from '../controller/config.ts';
-import { localEtcd } from '../controller/index.ts';
+import { localEtcd } from '../controller/storage.ts';
 import { leftMarker } from '../controller/join.ts';
 import { controllerPaths } from '../controller/paths.ts';
 import { listMembers, removeMember, retryTransient, type EtcdMember } from '../etcd/members.ts';

@@ -16,10 +16,7 @@ import { componentLogger } from '../base/log.ts';
 import { stageForStart } from '../payload/stage-child.ts';
 import { findPayload, releaseOf } from '../payload/payload.ts';
 import { ensurePki, type PkiPaths } from '../pki/index.ts';
-import { EtcdComponent, etcdClientUrl, type EtcdOptions } from '../etcd/etcd.ts';
-import { listMembers, type EtcdClientTls } from '../etcd/members.ts';
-import { messageOf, UserError } from '../base/errors.ts';
-import { datastoreIdentity, KineComponent } from '../etcd/kine.ts';
+import { UserError } from '../base/errors.ts';
 import type { Component, ComponentStatus } from '../base/component.ts';
 import { httpsUrl } from '../base/addresses.ts';
 import { runUntilSignal } from '../base/lifecycle.ts';
@@ -64,7 +61,8 @@ import { LeaseTurn } from './pki-turn.ts';
 import { controllerPaths, type ControllerPaths } from './paths.ts';
 import { ControllerManagerComponent, KUBE_CONTROLLER_MANAGER } from './controller-manager.ts';
 import { KUBE_SCHEDULER, SchedulerComponent } from './scheduler.ts';
-import type { ControllerStatusReport, StorageStatus } from './status.ts';
+import type { ControllerStatusReport } from './status.ts';
+import { localEtcd, storageComponent, storageStatus } from './storage.ts';
 
 export interface ControllerOptions extends ConfigFlags {
   configFile?: string;
@@ -75,30 +73,6 @@ export interface ControllerOptions extends ConfigFlags {
   initOnly?: boolean;
   /** kctl controller --name: a tenant in its own dirs (dataDir, runDir are the tenant's), ports from portRange. */
   tenant?: TenantLayout & { portRange: [number, number] };
-}
-
-function etcdOptions(cfg: ClusterConfig, paths: ControllerPaths, pki: PkiPaths, joined: ControllerJoinState | null): EtcdOptions {
-  const etcd = cfg.spec.storage.etcd;
-  return {
-    binDir: paths.binDir,
-    runDir: paths.runDir,
-    dataDir: paths.etcdDataDir,
-    clientPort: etcd.clientPort,
-    peerHost: cfg.spec.api.address,
-    peerPort: etcd.peerPort,
-    name: etcd.memberName,
-    joinCluster: joined?.etcd?.initialCluster,
-    extraArgs: etcd.extraArgs,
-    certs: {
-      caCert: pki.etcdCaCert,
-      serverCert: pki.etcdServerCert,
-      serverKey: pki.etcdServerKey,
-      peerCert: pki.etcdPeerCert,
-      peerKey: pki.etcdPeerKey,
-      clientCert: pki.apiserverEtcdClientCert,
-      clientKey: pki.apiserverEtcdClientKey,
-    },
-  };
 }
 
 /** The ports a controller listens on, by what uses them (kctl sysinfo checks they are free). */
@@ -115,16 +89,6 @@ export function controllerPorts(cfg: ClusterConfig): Record<string, number> {
     ...etcd,
     [KUBE_SCHEDULER]: s.scheduler.port,
     [KUBE_CONTROLLER_MANAGER]: s.controllerManager.port,
-  };
-}
-
-/** This controller's client view of its local etcd member (kctl etcd, the join endpoint). */
-export function localEtcd(cfg: ClusterConfig, pki: PkiPaths): EtcdClientTls {
-  return {
-    url: etcdClientUrl(cfg.spec.storage.etcd.clientPort),
-    caCert: pki.etcdCaCert,
-    clientCert: pki.apiserverEtcdClientCert,
-    clientKey: pki.apiserverEtcdClientKey,
   };
 }
 
@@ -152,16 +116,7 @@ export function controllerComponents(o: ControllerRoleOptions): Component[] {
   // The one API client of this process (admin credentials), shared by every component that calls
   // the API; admin.conf is read per request, so a renewed client certificate is used at once.
   const kube = KubeClient.fromKubeconfig(pki.adminConf, { reload: true });
-  const storage =
-    cfg.spec.storage.type === 'etcd'
-      ? new EtcdComponent(etcdOptions(cfg, paths, pki, o.joined ?? null))
-      : new KineComponent({
-          binDir: paths.binDir,
-          runDir: paths.runDir,
-          dbDir: paths.kineDbDir,
-          socket: paths.kineSocket,
-          dataSource: cfg.spec.storage.kine.dataSource,
-        });
+  const storage = storageComponent(cfg, paths, pki, o.joined ?? null);
   // Scheduled backups: on every controller, made by the one holding the backup lease.
   const backups = cfg.spec.backup.schedule ? new BackupSchedulerComponent({ cfg, paths, kube }) : undefined;
   const last = backups ? [backups] : [];
@@ -283,16 +238,6 @@ export function controllerComponents(o: ControllerRoleOptions): Component[] {
 /** What every controller's status report starts with: this process and its components. */
 function processReport(components: ComponentStatus[]): Pick<ControllerStatusReport, 'role' | 'version' | 'pid' | 'uptimeSeconds' | 'components'> {
   return { role: 'controller', version: KCTL_VERSION, pid: process.pid, uptimeSeconds: Math.round(process.uptime()), components };
-}
-
-/** The etcd members (asked with a short timeout: status must answer without quorum too), or kine's datastore. */
-async function storageStatus(cfg: ClusterConfig, pki: PkiPaths): Promise<StorageStatus> {
-  if (cfg.spec.storage.type === 'kine') return { type: 'kine', datastore: datastoreIdentity(cfg.spec.storage.kine.dataSource) ?? 'sqlite' };
-  try {
-    return { type: 'etcd', members: await listMembers(localEtcd(cfg, pki), 2000) };
-  } catch (err) {
-    return { type: 'etcd', members: [], error: messageOf(err) };
-  }
 }
 
 /** Prepares the data dir; with initOnly, exits after; otherwise runs until SIGTERM/SIGINT. */
