@@ -8,17 +8,12 @@ import { kineEndpoint } from '../etcd/kine.ts';
 import type { PkiPaths } from '../pki/index.ts';
 import { Supervisor } from '../supervisor/process.ts';
 import { auditFlags } from './audit.ts';
-import type { ClusterConfig } from './config.ts';
+import { goRuntimeEnv, type ClusterConfig } from './config.ts';
 import type { ControllerPaths } from './paths.ts';
 import { httpsReady } from '../base/probe.ts';
 
-/** GOMEMLIMIT for a Go component, when the config sets one. */
 /** The program: its binary in <bin>, its pid file in <run>, its component's name. */
 export const KUBE_APISERVER = 'kube-apiserver';
-
-export function goMemoryLimit(limit: string | undefined): Record<string, string> {
-  return limit ? { GOMEMLIMIT: limit } : {};
-}
 
 export function serviceAccountIssuer(cfg: ClusterConfig): string {
   return `https://kubernetes.default.svc.${cfg.spec.network.clusterDomain}`;
@@ -124,7 +119,7 @@ export class ApiserverComponent extends Supervisor {
       name: KUBE_APISERVER,
       binary: join(paths.binDir, KUBE_APISERVER),
       args: apiserverArgs(cfg, paths, pki, opts),
-      env: goMemoryLimit(cfg.spec.api.memoryLimit ?? (cfg.spec.profile === 'api-only' ? API_ONLY_MEMORY_LIMIT : undefined)),
+      env: goRuntimeEnv(cfg, cfg.spec.api.memoryLimit ?? (cfg.spec.profile === 'api-only' ? API_ONLY_MEMORY_LIMIT : undefined)),
       runDir: paths.runDir,
       // /readyz is open to anonymous users (system:public-info-viewer).
       ready: httpsReady({ url: `https://127.0.0.1:${cfg.spec.api.port}/readyz`, ca: pki.caCert }, KUBE_APISERVER),

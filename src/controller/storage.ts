@@ -5,7 +5,7 @@ import { EtcdComponent, etcdClientUrl, type EtcdOptions } from '../etcd/etcd.ts'
 import { datastoreIdentity, KineComponent } from '../etcd/kine.ts';
 import { listMembers, type EtcdClientTls } from '../etcd/members.ts';
 import type { PkiPaths } from '../pki/index.ts';
-import type { ClusterConfig } from './config.ts';
+import { goRuntimeEnv, type ClusterConfig } from './config.ts';
 import type { ControllerJoinState } from './join.ts';
 import type { ControllerPaths } from './paths.ts';
 import type { StorageStatus } from './status.ts';
@@ -22,6 +22,7 @@ function etcdOptions(cfg: ClusterConfig, paths: ControllerPaths, pki: PkiPaths, 
     name: etcd.memberName,
     joinCluster: joined?.etcd?.initialCluster,
     extraArgs: etcd.extraArgs,
+    env: goRuntimeEnv(cfg),
     certs: {
       caCert: pki.etcdCaCert,
       serverCert: pki.etcdServerCert,
@@ -48,6 +49,7 @@ export function storageComponent(
     dbDir: paths.kineDbDir,
     socket: paths.kineSocket,
     dataSource: cfg.spec.storage.kine.dataSource,
+    env: goRuntimeEnv(cfg),
   });
 }
 

@@ -34,6 +34,8 @@ export interface EtcdOptions {
   name?: string;
   /** Joining a running cluster as a learner: its --initial-cluster (then the state is "existing"). */
   joinCluster?: string;
+  /** etcd's environment (the Go runtime's GOGC). */
+  env?: Record<string, string>;
 }
 
 export function etcdClientUrl(clientPort: number): string {
@@ -79,6 +81,7 @@ export class EtcdComponent extends Supervisor {
       name: ETCD,
       binary: join(o.binDir, ETCD),
       args: etcdArgs(o),
+      env: o.env,
       runDir: o.runDir,
       ready: httpsReady(
         {

@@ -16,6 +16,8 @@ export interface KineOptions {
   socket: string;
   /** A kine data source URL (postgres://, mysql://, sqlite://); default SQLite under dbDir. */
   dataSource?: string;
+  /** More of kine's environment (the Go runtime's GOGC). */
+  env?: Record<string, string>;
 }
 
 /**
@@ -106,7 +108,7 @@ export class KineComponent extends Supervisor {
       args: [`--listen-address=${kineEndpoint(o.socket)}`, '--metrics-bind-address=0', '--log-format=json'],
       // kine's --endpoint flag reads KINE_ENDPOINT: a database password in the environment is
       // readable by root only, where every user sees the command line (ps, /proc/<pid>/cmdline).
-      env: { KINE_ENDPOINT: kineDataSource(o) },
+      env: { ...o.env, KINE_ENDPOINT: kineDataSource(o) },
       secrets: dataSourceSecrets(o.dataSource),
       runDir: o.runDir,
       ready: kineReady(o),

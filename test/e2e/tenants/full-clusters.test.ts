@@ -5,7 +5,8 @@
 // logs, exec and port-forward reach it through that cluster's own tunnel. Across the clusters,
 // each way: a worker token aimed at the other cluster is rejected, the admin certificate gets 401,
 // and an agent with the other cluster's node certificate is refused by the konnectivity server.
-// kctl tenant list shows both as full clusters with 1/1 nodes and one agent.
+// kctl tenant list shows both as full clusters with 1/1 nodes and one agent; their kube-apiservers
+// and kines run with GOGC=25.
 import assert from 'node:assert/strict';
 import { readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
@@ -201,6 +202,13 @@ test('two full named clusters on one controller host: each its own worker, pod a
       ),
     );
   t.diagnostic(`tenant list:\n${text}`);
+  // A named cluster's kube-apiserver and kine collect garbage at GOGC=25 (spec.gcPercent's default there).
+  for (const n of NAMES)
+    for (const program of ['kube-apiserver', 'kine']) {
+      const pid = (await readFile(join(dir, 'c-run', 'tenants', n, `${program}.pid`), 'utf8')).trim();
+      const env = (await readFile(`/proc/${pid}/environ`, 'utf8')).split('\0');
+      assert.ok(env.includes('GOGC=25'), `${n}'s ${program} runs with ${env.filter((e) => e.startsWith('GO')).join(' ') || 'no Go settings'}`);
+    }
 
   for (const w of workers) w.child.kill('SIGTERM');
   await Promise.all(workers.map((w) => w.exited));

@@ -7,7 +7,7 @@ import { readdir, readFile } from 'node:fs/promises';
 import { createServer, type Server } from 'node:net';
 import { join } from 'node:path';
 import { after, test } from 'node:test';
-import { parseConfig } from '../../../src/controller/config.ts';
+import { goRuntimeEnv, parseConfig, TENANT_GC_PERCENT } from '../../../src/controller/config.ts';
 import { parsePortRange, prepareTenant, readTenants, tenantDataSource, tenantLayout, undoNewTenant } from '../../../src/controller/tenants.ts';
 import { postgresDatabase, withPostgresDatabase } from '../../../src/etcd/postgres.ts';
 import { captureLogger, tempDir } from '../../helpers.ts';
@@ -154,4 +154,19 @@ test('a tenant made by a start whose join then fails is removed again; one that 
   await assert.rejects(undoNewTenant(layout, again, refused), /refused the join/);
   assert.equal(existsSync(join(layout.dataDir, 'tenant.json')), true);
   assert.equal(await undoNewTenant(layout, again, async () => 'joined'), 'joined');
+});
+
+test('a named full cluster collects garbage at GOGC=25 unless spec.gcPercent says otherwise; api-only tenants and a controller of its own keep the Go default', () => {
+  const named = parseConfig({ spec: { profile: 'full' } }, 'kctl.yaml', { tenantName: 'a' });
+  assert.equal(named.spec.gcPercent, TENANT_GC_PERCENT);
+  assert.deepEqual(goRuntimeEnv(named), { GOGC: '25' });
+  assert.deepEqual(goRuntimeEnv(named, '300MiB'), { GOGC: '25', GOMEMLIMIT: '300MiB' });
+  assert.equal(parseConfig({}, 'kctl.yaml', { tenantName: 'a' }).spec.gcPercent, undefined, 'api-only: its memory limit governs');
+  assert.deepEqual(goRuntimeEnv(parseConfig({ spec: { gcPercent: 100 } }, 'kctl.yaml', { tenantName: 'a' })), { GOGC: '100' });
+  const own = parseConfig({}, 'kctl.yaml');
+  assert.equal(own.spec.gcPercent, undefined);
+  assert.deepEqual(goRuntimeEnv(own), {});
+  assert.deepEqual(goRuntimeEnv(parseConfig({ spec: { gcPercent: 30 } }, 'kctl.yaml')), { GOGC: '30' });
+  assert.throws(() => parseConfig({ spec: { gcPercent: 5 } }, 'kctl.yaml'), /spec\.gcPercent: .*10/);
+  assert.throws(() => parseConfig({ spec: { gcPercent: 'off' } }, 'kctl.yaml'), /spec\.gcPercent: /);
 });
