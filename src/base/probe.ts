@@ -43,9 +43,26 @@ export function httpsGet(p: HttpsProbe, timeoutMs = 3000): Promise<{ status: num
   });
 }
 
+/** The first pause of pollUntil, which then grows by half each time up to its interval. */
+const FIRST_POLL_MS = 50;
+
+/**
+ * The pauses between pollUntil's checks: short at first, growing to `intervalMs`. Most components
+ * answer a few hundred milliseconds after their start, so a fixed interval would make every step
+ * of a start wait most of an interval for nothing.
+ */
+export function* pollPauses(intervalMs: number): Generator<number, never> {
+  let pause = Math.min(FIRST_POLL_MS, intervalMs);
+  for (;;) {
+    yield pause;
+    pause = Math.min(intervalMs, Math.round(pause * 1.5));
+  }
+}
+
 /** Polls until the check passes; rejects with the last reason when the signal aborts. */
 export async function pollUntil(signal: AbortSignal, what: string, check: () => Promise<void>, intervalMs = 500): Promise<void> {
   let last = 'not checked yet';
+  const pauses = pollPauses(intervalMs);
   while (!signal.aborted) {
     try {
       await check();
@@ -53,7 +70,7 @@ export async function pollUntil(signal: AbortSignal, what: string, check: () => 
     } catch (err) {
       last = reasonOf(err);
     }
-    await sleep(intervalMs, undefined, { signal }).catch(() => undefined);
+    await sleep(pauses.next().value, undefined, { signal }).catch(() => undefined);
   }
   throw new Error(`${what} did not become ready: ${last}`);
 }
