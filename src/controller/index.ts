@@ -16,7 +16,7 @@ import { componentLogger } from '../base/log.ts';
 import { stageForStart } from '../payload/stage-child.ts';
 import { findPayload, releaseOf } from '../payload/payload.ts';
 import { ensurePki, type PkiPaths } from '../pki/index.ts';
-import { UserError } from '../base/errors.ts';
+import { messageOf, UserError } from '../base/errors.ts';
 import type { Component, ComponentStatus } from '../base/component.ts';
 import { httpsUrl } from '../base/addresses.ts';
 import { runUntilSignal } from '../base/lifecycle.ts';
@@ -25,6 +25,7 @@ import { ComponentManager } from '../base/manager.ts';
 import { KCTL_VERSION, refuseTestBuildStart, type Release } from '../base/version.ts';
 import { ownPids, requireHost } from '../host/checks.ts';
 import { raiseKernelLimits } from '../host/limits.ts';
+import { boostStart } from '../host/priority.ts';
 import { migrateDataDir, refuseNewerDataDir } from '../host/data-format.ts';
 import { SystemdNotifier } from '../supervisor/notify.ts';
 import { refuseIfOwned, runOwning } from '../supervisor/owner.ts';
@@ -319,6 +320,8 @@ async function prepareAndRun(
     return;
   }
   await raiseKernelLimits(componentLogger(log, 'host'));
+  // A named cluster starting beside others gets the CPU first until it is ready.
+  const endBoost = opts.tenant ? boostStart(componentLogger(log, 'host')) : undefined;
 
   const manager = new ComponentManager(
     controllerComponents({ cfg, paths, pki, joined, restart, release: releaseOf((await findPayload(KCTL_VERSION)).index) }),
@@ -333,6 +336,7 @@ async function prepareAndRun(
     onReady: () => {
       log.info({ url }, 'controller ready');
       notifier?.ready(`controller ready: API at ${url}`);
+      endBoost?.().catch((err: unknown) => log.warn({ reason: messageOf(err) }, 'could not lower the CPU priority of the start again'));
     },
     onStopping: () => notifier?.stopping(),
     stopWhen: restart?.requested,
