@@ -174,7 +174,7 @@ async function main(): Promise<void> {
         : hosted
           ? [
               ...(await hostedFigures({ clusters: HOSTED_CLUSTERS[mode], log })),
-              ...(await hostedFigures({ clusters: HOSTED_CLUSTERS[mode], log, apiMemoryLimit: '120MiB' })),
+              ...(await hostedFigures({ clusters: HOSTED_CLUSTERS[mode], log, gcPercent: 100 })),
             ]
           : await sections(mode, dir, pki);
   } finally {
