@@ -12,7 +12,7 @@ import { join } from 'node:path';
 import { parse } from 'yaml';
 import { UserError } from '../base/errors.ts';
 import { liveOwner } from '../supervisor/owner.ts';
-import { claimPorts, PortClaimConflict, type PortClaim } from '../host/port-claims.ts';
+import { CLAIM_GRACE_MS, claimPorts, PortClaimConflict, type PortClaim, type RangeUse } from '../host/port-claims.ts';
 import { withDirLock, writeFileAtomic } from '../base/fs.ts';
 import type { Logger } from '../base/log.ts';
 import { datastoreIdentity } from '../etcd/kine.ts';
@@ -95,6 +95,17 @@ export const tenantPortAdvice = (name: string): string =>
 async function tenantHolds(claim: PortClaim): Promise<boolean> {
   const record = await readTenant(claim.owner);
   return !!record && (Object.values(record.ports) as number[]).includes(claim.port);
+}
+
+/** "no 6 free ports left in --port-range A-B for tenant "x": 12 claimed by other tenants (...), 1 in use by another program". */
+function rangeUsedUp(want: number, range: [number, number], name: string, use: RangeUse): string {
+  const why = [
+    use.claimed &&
+      `${use.claimed} claimed by other tenants on this host${use.inGrace ? ` (${use.inGrace} of them by tenants removed in the last ${CLAIM_GRACE_MS / 60_000} minutes, free after that)` : ''}`,
+    use.excluded && `${use.excluded} recorded by tenants of this data dir`,
+    use.listening && `${use.listening} in use by another program`,
+  ].filter(Boolean);
+  return `no ${want} free ports left in --port-range ${range[0]}-${range[1]} for tenant "${name}"${why.length ? `: ${why.join(', ')}` : ''}`;
 }
 
 /** Claims the tenant's recorded ports host-wide again (tenants from before claims, and after a reboot of the file). */
@@ -198,7 +209,7 @@ export async function prepareTenant(
       const taken = new Set(others.flatMap((r) => Object.values(r.ports) as number[]));
       const want = 2 + (etcd ? 2 : 0) + (full ? FULL_PORTS.length : 0);
       // Host-wide: tenants under other --data-dirs pick from the same ports.
-      const got = await claimPorts({
+      const { ports: got, use } = await claimPorts({
         owner: layout.dataDir,
         label: `tenant "${layout.name}"`,
         count: want,
@@ -206,10 +217,7 @@ export async function prepareTenant(
         exclude: taken,
         stillHeld: tenantHolds,
       });
-      if (got.length < want)
-        throw new UserError(
-          `no ${want} free ports left in --port-range ${range[0]}-${range[1]} for tenant "${layout.name}" (${others.length} other tenant(s) hold ${taken.size}); give a wider --port-range`,
-        );
+      if (got.length < want) throw new UserError(`${rangeUsedUp(want, range, layout.name, use)}; give a wider --port-range`);
       const [api, controllerManager, ...rest] = got as [number, number, ...number[]];
       ports = { api, controllerManager };
       if (etcd) [ports.etcdClient, ports.etcdPeer] = rest.splice(0, 2);

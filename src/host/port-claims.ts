@@ -73,35 +73,66 @@ export function portFree(port: number): Promise<boolean> {
   });
 }
 
+/** Why the ports of a range were not picked: what a "range used up" message says. */
+export interface RangeUse {
+  /** Claimed by other owners: standing, or within CLAIM_GRACE_MS of their claim. */
+  claimed: number;
+  /** Of those, the ones that stand only for the grace period (their owner records them no more). */
+  inGrace: number;
+  /** Something listens on them. */
+  listening: number;
+  /** Recorded by owners from before claims (ClaimRequest.exclude). */
+  excluded: number;
+}
+
+export interface ClaimResult {
+  /** The ports claimed; fewer than asked for when the range ran out (nothing is claimed then). */
+  ports: number[];
+  /** For new ports: why the others in the range went unpicked. */
+  use: RangeUse;
+}
+
 /**
  * Under the host lock: drops claims that no longer stand, then claims the owner's recorded ports
  * (PortClaimConflict when another owner holds one) or `count` new ones from `range` that no claim
- * holds and nothing listens on. Returns the ports (fewer than `count` when the range ran out:
- * nothing is claimed then).
+ * holds and nothing listens on.
  */
-export async function claimPorts(req: ClaimRequest): Promise<number[]> {
+export async function claimPorts(req: ClaimRequest): Promise<ClaimResult> {
   await mkdir(hostStateDir(), { recursive: true, mode: 0o755 });
   return withDirLock(hostStateDir(), 'port-claims.lock', async () => {
     const standing: PortClaim[] = [];
+    const inGrace = new Set<number>();
     const now = Date.now();
     for (const c of await readClaims()) {
       if (c.owner === req.owner) continue;
-      if (now - Date.parse(c.at) < CLAIM_GRACE_MS || (await req.stillHeld(c))) standing.push(c);
+      const young = now - Date.parse(c.at) < CLAIM_GRACE_MS;
+      if (!(await req.stillHeld(c))) {
+        if (!young) continue;
+        inGrace.add(c.port);
+      }
+      standing.push(c);
     }
     const held = new Map(standing.map((c) => [c.port, c]));
+    const use: RangeUse = { claimed: 0, inGrace: 0, listening: 0, excluded: 0 };
     let ports: number[] = [];
     if (req.recorded) {
       for (const p of req.recorded) if (held.has(p)) throw new PortClaimConflict(p, held.get(p)!);
       ports = req.recorded;
     } else {
       const [lo, hi] = req.range ?? [0, -1];
-      for (let p = lo; p <= hi && ports.length < (req.count ?? 0); p++)
-        if (!held.has(p) && !req.exclude?.has(p) && (await portFree(p))) ports.push(p);
-      if (ports.length < (req.count ?? 0)) return ports;
+      for (let p = lo; p <= hi && ports.length < (req.count ?? 0); p++) {
+        if (held.has(p)) {
+          use.claimed++;
+          if (inGrace.has(p)) use.inGrace++;
+        } else if (req.exclude?.has(p)) use.excluded++;
+        else if (!(await portFree(p))) use.listening++;
+        else ports.push(p);
+      }
+      if (ports.length < (req.count ?? 0)) return { ports, use };
     }
     const at = new Date().toISOString();
     const mine = ports.map((port) => ({ port, owner: req.owner, label: req.label, at }));
     await writeFileAtomic(claimsFile(), JSON.stringify([...standing, ...mine], null, 2) + '\n', 0o644);
-    return ports;
+    return { ports, use };
   });
 }

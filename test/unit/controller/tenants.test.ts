@@ -127,13 +127,19 @@ test('an exhausted port range is refused with one line and no tenant dir', async
   await assert.rejects(
     prepareTenant(tenantLayout(root, join(root, 'run'), 'b'), cfg, [base, base + 2], log),
     new RegExp(
-      `^Error: no 2 free ports left in --port-range ${base}-${base + 2} for tenant "b" \\(1 other tenant\\(s\\) hold 2\\); give a wider --port-range$`,
+      `^Error: no 2 free ports left in --port-range ${base}-${base + 2} for tenant "b": 2 claimed by other tenants on this host; give a wider --port-range$`,
     ),
   );
   assert.equal(existsSync(join(root, 'tenants', 'b')), false);
   assert.deepEqual(
     (await readdir(join(root, 'tenants'))).filter((n) => !n.startsWith('.')),
     ['a'],
+  );
+  // a removed: its claims stand for the grace period, and the refusal says so.
+  rmSync(join(root, 'tenants', 'a'), { recursive: true });
+  await assert.rejects(
+    prepareTenant(tenantLayout(root, join(root, 'run'), 'b'), cfg, [base, base + 2], log),
+    /: 2 claimed by other tenants on this host \(2 of them by tenants removed in the last 10 minutes, free after that\); give a wider --port-range$/,
   );
 });
 

@@ -22,13 +22,16 @@ const always = async () => true;
 test('five owners picking at once from one range get five disjoint pairs of ports', async () => {
   const r = range(10);
   const picked = await Promise.all(
-    ['a', 'b', 'c', 'd', 'e'].map((n) => claimPorts({ owner: `/data/${n}`, label: n, count: 2, range: r, stillHeld: always })),
+    ['a', 'b', 'c', 'd', 'e'].map(async (n) => (await claimPorts({ owner: `/data/${n}`, label: n, count: 2, range: r, stillHeld: always })).ports),
   );
   const all = picked.flat();
   assert.equal(all.length, 10);
   assert.equal(new Set(all).size, 10, JSON.stringify(picked));
-  // The range is used up: a sixth gets fewer than it asked for, and claims nothing.
-  assert.deepEqual(await claimPorts({ owner: '/data/f', label: 'f', count: 2, range: r, stillHeld: always }), []);
+  // The range is used up: a sixth gets fewer than it asked for, claims nothing, and learns why.
+  assert.deepEqual(await claimPorts({ owner: '/data/f', label: 'f', count: 2, range: r, stillHeld: always }), {
+    ports: [],
+    use: { claimed: 10, inGrace: 0, listening: 0, excluded: 0 },
+  });
 });
 
 test('a claim whose owner no longer records the port is given back once past the grace period', async () => {
@@ -42,20 +45,23 @@ test('a claim whose owner no longer records the port is given back once past the
   const gone = async (c: PortClaim) => c.owner !== '/data/gone' && c.owner !== '/data/young';
   // Only the gone owner's port comes back: the young claim stands although its owner records
   // nothing yet (an owner writes its record after claiming). Two asked, one free: none claimed.
-  assert.deepEqual(await claimPorts({ owner: '/data/new', label: 'new', count: 2, range: r, stillHeld: gone }), [r[0]]);
-  assert.deepEqual(await claimPorts({ owner: '/data/new', label: 'new', count: 1, range: r, stillHeld: gone }), [r[0]]);
-  assert.deepEqual(await claimPorts({ owner: '/data/other', label: 'other', count: 1, range: r, stillHeld: gone }), []);
+  assert.deepEqual(await claimPorts({ owner: '/data/new', label: 'new', count: 2, range: r, stillHeld: gone }), {
+    ports: [r[0]],
+    use: { claimed: 1, inGrace: 1, listening: 0, excluded: 0 },
+  });
+  assert.deepEqual((await claimPorts({ owner: '/data/new', label: 'new', count: 1, range: r, stillHeld: gone })).ports, [r[0]]);
+  assert.deepEqual((await claimPorts({ owner: '/data/other', label: 'other', count: 1, range: r, stillHeld: gone })).ports, []);
 });
 
 test('a recorded port another owner holds is refused naming that owner; its own recorded ports are claimed as they are', async () => {
   const r = range(3);
-  const [p] = await claimPorts({ owner: '/data/first', label: 'tenant "first"', count: 1, range: r, stillHeld: always });
+  const [p] = (await claimPorts({ owner: '/data/first', label: 'tenant "first"', count: 1, range: r, stillHeld: always })).ports;
   await assert.rejects(
     claimPorts({ owner: '/data/second', label: 'tenant "second"', recorded: [p!], stillHeld: always }),
     (err: unknown) => err instanceof PortClaimConflict && err.port === p && err.holder.label === 'tenant "first"',
   );
-  assert.deepEqual(await claimPorts({ owner: '/data/first', label: 'tenant "first"', recorded: [p!], stillHeld: always }), [p]);
+  assert.deepEqual((await claimPorts({ owner: '/data/first', label: 'tenant "first"', recorded: [p!], stillHeld: always })).ports, [p]);
   // ... and not picked for anyone else.
-  const others = await claimPorts({ owner: '/data/third', label: 'third', count: 2, range: r, stillHeld: always });
+  const others = (await claimPorts({ owner: '/data/third', label: 'third', count: 2, range: r, stillHeld: always })).ports;
   assert.ok(!others.includes(p!), JSON.stringify(others));
 });
