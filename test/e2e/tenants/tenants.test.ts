@@ -312,7 +312,7 @@ test('tenants on one PostgreSQL: a database each, separate data, kept across res
   // pa and pb hold 4 of the range's 10 ports; a range of 5 with 4 taken has room for no tenant.
   await host.refused(
     'pg',
-    /^kctl: no 2 free ports left in --port-range \d+-\d+ for tenant "pg" \(2 other tenant\(s\) hold 4\); give a wider --port-range$/,
+    /^kctl: no 2 free ports left in --port-range \d+-\d+ for tenant "pg": 4 claimed by other tenants on this host; give a wider --port-range$/,
     ['--port-range', `${RANGE_BASE + 800}-${RANGE_BASE + 804}`],
   );
 
