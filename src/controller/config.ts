@@ -260,12 +260,14 @@ export interface ConfigFlags {
  */
 export const TENANT_GC_PERCENT = 25;
 
+/** GOMEMLIMIT for a Go component, when the config sets one. */
+export function goMemoryLimit(limit: string | undefined): Record<string, string> {
+  return limit ? { GOMEMLIMIT: limit } : {};
+}
+
 /** The Go runtime's environment for kube-apiserver and the datastore: GOGC, and GOMEMLIMIT when given. */
 export function goRuntimeEnv(cfg: ClusterConfig, memoryLimit?: string): Record<string, string> {
-  return {
-    ...(cfg.spec.gcPercent === undefined ? {} : { GOGC: String(cfg.spec.gcPercent) }),
-    ...(memoryLimit ? { GOMEMLIMIT: memoryLimit } : {}),
-  };
+  return { ...(cfg.spec.gcPercent === undefined ? {} : { GOGC: String(cfg.spec.gcPercent) }), ...goMemoryLimit(memoryLimit) };
 }
 
 /** Ports a tenant (--name) gets from --port-range; a config must not set them. */

@@ -6,7 +6,7 @@ import { componentFlags, type FlagValue } from '../base/argv.ts';
 import { httpsReady } from '../base/probe.ts';
 import type { PkiPaths } from '../pki/index.ts';
 import { Supervisor } from '../supervisor/process.ts';
-import { leafValidityMs, type ClusterConfig } from './config.ts';
+import { goMemoryLimit, leafValidityMs, type ClusterConfig } from './config.ts';
 import type { ControllerPaths } from './paths.ts';
 
 /** The program: its binary in <bin>, its pid file in <run>, its component's name. */
@@ -73,7 +73,7 @@ export class ControllerManagerComponent extends Supervisor {
       name: KUBE_CONTROLLER_MANAGER,
       binary: join(paths.binDir, KUBE_CONTROLLER_MANAGER),
       args: controllerManagerArgs(cfg, pki),
-      env: cfg.spec.controllerManager.memoryLimit ? { GOMEMLIMIT: cfg.spec.controllerManager.memoryLimit } : {},
+      env: goMemoryLimit(cfg.spec.controllerManager.memoryLimit),
       runDir: paths.runDir,
       ready: httpsReady({ url: `https://127.0.0.1:${cfg.spec.controllerManager.port}/healthz` }, KUBE_CONTROLLER_MANAGER),
     });
