@@ -8,6 +8,7 @@ import { getPriority, setPriority } from 'node:os';
 import { readdir, readFile } from 'node:fs/promises';
 import { reasonOf } from '../base/errors.ts';
 import type { Logger } from '../base/log.ts';
+import { statFields } from '../supervisor/pidfile.ts';
 
 /** How much nicer than before a starting cluster runs: nice -5 weighs about three times nice 0. */
 export const START_BOOST = 5;
@@ -50,17 +51,16 @@ function trySetPriority(tid: number, nice: number): void {
 async function niceOf(pid: number, tid: string): Promise<number | undefined> {
   const stat = await readFile(`/proc/${pid}/task/${tid}/stat`, 'utf8').catch(() => undefined);
   if (stat === undefined) return undefined;
-  // After the command name in parentheses: state is field 3, so nice (19) is the 17th from there.
-  return Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[16]);
+  return Number(statFields(stat)[19 - 3]);
 }
 
 /** `root` and every process below it, from the parent pids in /proc. */
-export async function descendants(root: number, proc = '/proc'): Promise<number[]> {
+export async function descendants(root: number): Promise<number[]> {
   const children = new Map<number, number[]>();
-  for (const entry of await readdir(proc)) {
+  for (const entry of await readdir('/proc')) {
     if (!/^\d+$/.test(entry)) continue;
-    const stat = await readFile(`${proc}/${entry}/stat`, 'utf8').catch(() => '');
-    const ppid = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
+    const stat = await readFile(`/proc/${entry}/stat`, 'utf8').catch(() => '');
+    const ppid = Number(statFields(stat)[4 - 3]);
     children.set(ppid, [...(children.get(ppid) ?? []), Number(entry)]);
   }
   const tree = [root];

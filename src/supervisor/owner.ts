@@ -7,7 +7,7 @@
 import { link, mkdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { errnoOf, UserError } from '../base/errors.ts';
-import { processAlive } from './pidfile.ts';
+import { processAlive, statFields } from './pidfile.ts';
 
 export type KctlRole = 'controller' | 'worker';
 
@@ -36,9 +36,7 @@ async function bootId(): Promise<string> {
 export async function processStartTime(pid: number): Promise<string | undefined> {
   try {
     const stat = await readFile(`/proc/${pid}/stat`, 'utf8');
-    // "pid (comm) state ppid ...": comm may hold spaces and ')', so count fields after the last ')'.
-    // The field after ')' is field 3 (state); starttime is field 22.
-    return stat.slice(stat.lastIndexOf(')') + 2).split(' ')[19];
+    return statFields(stat)[22 - 3]; // starttime
   } catch {
     return undefined;
   }

@@ -31,6 +31,14 @@ export async function removePidFile(path: string): Promise<void> {
   await rm(path, { force: true });
 }
 
+/**
+ * The fields of a /proc/PID/stat line from field 3 (state) on: the command name before them, in
+ * parentheses, may hold spaces and ')', so they are counted from the last ')'. Field N is [N - 3].
+ */
+export function statFields(stat: string): string[] {
+  return stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+}
+
 /** Alive and not a zombie (a zombie has exited; it only waits for its parent to reap it). */
 export async function processAlive(pid: number): Promise<boolean> {
   try {
@@ -40,8 +48,7 @@ export async function processAlive(pid: number): Promise<boolean> {
   }
   try {
     const stat = await readFile(`/proc/${pid}/stat`, 'utf8');
-    // "pid (comm) S ..." — comm may contain spaces and parentheses, so read after the last ')'.
-    const state = stat.slice(stat.lastIndexOf(')') + 2, stat.lastIndexOf(')') + 3);
+    const state = statFields(stat)[0];
     return state !== 'Z' && state !== 'X';
   } catch {
     return false;

@@ -6,6 +6,7 @@ import { readdir, readFile } from 'node:fs/promises';
 import { getPriority } from 'node:os';
 import { test } from 'node:test';
 import { boostStart, descendants, START_BOOST } from '../../../src/host/priority.ts';
+import { statFields } from '../../../src/supervisor/pidfile.ts';
 import { captureLogger } from '../../helpers.ts';
 
 /** The nice value of every thread of `pid`. */
@@ -13,8 +14,7 @@ async function threadNices(pid: number): Promise<number[]> {
   const tids = await readdir(`/proc/${pid}/task`);
   return Promise.all(
     tids.map(async (tid) => {
-      const stat = await readFile(`/proc/${pid}/task/${tid}/stat`, 'utf8');
-      return Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[16]);
+      return Number(statFields(await readFile(`/proc/${pid}/task/${tid}/stat`, 'utf8'))[19 - 3]);
     }),
   );
 }
