@@ -17,13 +17,14 @@
 // A second pass measures the same with spec.gcPercent: 100 (Go's own GOGC) instead of a named
 // full cluster's default 25: what that default saves, and what it costs at start.
 // Columns: kctl only; no hosted-control-plane system runs here to compare with.
-import { mkdir, readdir, readFile, rmdir, writeFile } from 'node:fs/promises';
+import { mkdir, readdir, rmdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { TenantListEntry } from '../src/cli/tenant.ts';
 import type { Row } from './rows.ts';
 import { pssKiB } from '../src/host/memory.ts';
 import { descendants } from '../src/host/priority.ts';
+import { readPidFile } from '../src/supervisor/pidfile.ts';
 import { controllerReady, startLabWorker, track, type Tracked } from '../test/e2e/lab/cluster.ts';
 import { startLab } from '../test/e2e/lab/lab-test.ts';
 import { waitFor } from '../test/e2e/lab/wait.ts';
@@ -156,8 +157,8 @@ async function perProgram(runDirs: string, clusters: Tracked[]): Promise<string>
   const kib = new Map<string, number[]>([['kctl', await Promise.all(clusters.map((c) => pssKiB(c.child.pid!)))]]);
   for (const name of await readdir(runDirs))
     for (const file of (await readdir(join(runDirs, name))).filter((f) => f.endsWith('.pid'))) {
-      const pid = Number(await readFile(join(runDirs, name, file), 'utf8'));
-      kib.set(file.slice(0, -4), [...(kib.get(file.slice(0, -4)) ?? []), await pssKiB(pid)]);
+      const pid = await readPidFile(join(runDirs, name, file));
+      if (pid !== undefined) kib.set(file.slice(0, -4), [...(kib.get(file.slice(0, -4)) ?? []), await pssKiB(pid)]);
     }
   return [...kib]
     .map(([program, xs]) => [program, xs.reduce((a, b) => a + b, 0) / xs.length / 1024] as const)
