@@ -6,6 +6,7 @@ import { join } from 'node:path';
 import type { Logger } from '../base/log.ts';
 import { cleanupStalePidFile } from '../supervisor/pidfile.ts';
 import { removeTree } from '../base/fs.ts';
+import { releasePorts } from '../host/port-claims.ts';
 import { removeRunDir } from '../supervisor/run-dir.ts';
 import { ETCD } from '../etcd/etcd.ts';
 import { KINE } from '../etcd/kine.ts';
@@ -35,5 +36,7 @@ export async function resetController(paths: ControllerPaths, log: Logger): Prom
   await stopControllerLeftovers(paths, log);
   await removeRunDir(paths.runDir, log);
   for (const removed of await removeTree(paths.dataDir)) log.info({ path: removed }, `removed ${removed}`);
+  const ports = await releasePorts(paths.dataDir); // a tenant's: free for the next at once
+  if (ports.length) log.info({ ports }, `gave back the ports claimed host-wide: ${ports.join(', ')}`);
   log.info({ dataDir: paths.dataDir, runDir: paths.runDir }, 'controller reset: everything kctl made is removed');
 }

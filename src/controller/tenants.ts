@@ -12,7 +12,7 @@ import { join } from 'node:path';
 import { parse } from 'yaml';
 import { UserError } from '../base/errors.ts';
 import { liveOwner } from '../supervisor/owner.ts';
-import { CLAIM_GRACE_MS, claimPorts, PortClaimConflict, type PortClaim, type RangeUse } from '../host/port-claims.ts';
+import { CLAIM_GRACE_MS, claimPorts, PortClaimConflict, releasePorts, type PortClaim, type RangeUse } from '../host/port-claims.ts';
 import { withDirLock, writeFileAtomic } from '../base/fs.ts';
 import type { Logger } from '../base/log.ts';
 import { datastoreIdentity } from '../etcd/kine.ts';
@@ -223,29 +223,42 @@ export async function prepareTenant(
       if (etcd) [ports.etcdClient, ports.etcdPeer] = rest.splice(0, 2);
       if (full) for (const k of FULL_PORTS) ports[k] = rest.shift()!;
     }
-    if (isPostgres(dataSource) && cfg.spec.storage.type === 'kine') {
-      const db = await ensurePostgresDatabase(dataSource);
-      // A new tenant meeting a database that already holds a control plane: another host's tenant of that name, or a reset one's.
-      if (!existing && db.inUse && !o.joining)
-        throw new UserError(
-          `database ${datastore} already holds a control plane's state and this host has no tenant "${layout.name}"; tenants never share a database: pick another --name, or drop that database if it is left over`,
-        );
-      if (db.created) log.info({ datastore }, 'created the tenant database');
-    }
-    const record: TenantRecord = existing ?? {
-      name: layout.name,
-      profile,
-      ports,
-      ...(datastore ? { datastore } : {}),
-      created: new Date().toISOString(),
-    };
-    if (!existing) {
-      await mkdir(layout.dataDir, { recursive: true, mode: 0o700 });
-      await writeFileAtomic(join(layout.dataDir, TENANT_FILE), JSON.stringify(record, null, 2) + '\n', 0o644);
-      log.info({ tenant: layout.name, ports: record.ports }, 'tenant created');
-    }
-    return { cfg: tenantConfig(cfg, record, dataSource), record, created: !existing };
+    const claimed = ports;
+    // A new tenant refused below gives its claims back at once; nothing else of it exists yet.
+    return releasedOnError(existing ? undefined : layout.dataDir, async () => {
+      if (isPostgres(dataSource) && cfg.spec.storage.type === 'kine') {
+        const db = await ensurePostgresDatabase(dataSource);
+        // A new tenant meeting a database that already holds a control plane: another host's tenant of that name, or a reset one's.
+        if (!existing && db.inUse && !o.joining)
+          throw new UserError(
+            `database ${datastore} already holds a control plane's state and this host has no tenant "${layout.name}"; tenants never share a database: pick another --name, or drop that database if it is left over`,
+          );
+        if (db.created) log.info({ datastore }, 'created the tenant database');
+      }
+      const record: TenantRecord = existing ?? {
+        name: layout.name,
+        profile,
+        ports: claimed,
+        ...(datastore ? { datastore } : {}),
+        created: new Date().toISOString(),
+      };
+      if (!existing) {
+        await mkdir(layout.dataDir, { recursive: true, mode: 0o700 });
+        await writeFileAtomic(join(layout.dataDir, TENANT_FILE), JSON.stringify(record, null, 2) + '\n', 0o644);
+        log.info({ tenant: layout.name, ports: record.ports }, 'tenant created');
+      }
+      return { cfg: tenantConfig(cfg, record, dataSource), record, created: !existing };
+    });
   });
+}
+
+async function releasedOnError<T>(owner: string | undefined, step: () => Promise<T>): Promise<T> {
+  try {
+    return await step();
+  } catch (err) {
+    if (owner) await releasePorts(owner);
+    throw err;
+  }
 }
 
 /** A tenant already running is named as such; then its record (ports, database), made on its first start. */
@@ -265,14 +278,18 @@ export async function startTenant(
 }
 
 /**
- * A tenant this start made is removed again when what follows fails (a join the cluster refused):
- * a refused start leaves no tenant behind. Its port claims lapse on their own without the record.
+ * A tenant this start made is removed again when what follows fails (a database that holds another
+ * control plane, a join the cluster refused): a refused start leaves no tenant behind, and its
+ * ports are free for the next start at once.
  */
-export async function undoNewTenant<T>(layout: TenantLayout, start: TenantStart | undefined, step: () => Promise<T>): Promise<T> {
+export async function undoNewTenant<T>(layout: TenantLayout, start: Pick<TenantStart, 'created'> | undefined, step: () => Promise<T>): Promise<T> {
   try {
     return await step();
   } catch (err) {
-    if (start?.created) await rm(layout.dataDir, { recursive: true, force: true });
+    if (start?.created) {
+      await rm(layout.dataDir, { recursive: true, force: true });
+      await releasePorts(layout.dataDir);
+    }
     throw err;
   }
 }

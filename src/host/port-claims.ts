@@ -4,6 +4,7 @@
 // loser's kube-apiserver cannot bind and is restarted for ever. A claim names its owner (a tenant's
 // data dir); the owner's own record says whether the claim still stands, so a tenant that was
 // reset or deleted gives its ports back without a command.
+import { existsSync } from 'node:fs';
 import { mkdir, readFile } from 'node:fs/promises';
 import { createServer } from 'node:net';
 import { join } from 'node:path';
@@ -134,5 +135,28 @@ export async function claimPorts(req: ClaimRequest): Promise<ClaimResult> {
     const mine = ports.map((port) => ({ port, owner: req.owner, label: req.label, at }));
     await writeFileAtomic(claimsFile(), JSON.stringify([...standing, ...mine], null, 2) + '\n', 0o644);
     return { ports, use };
+  });
+}
+
+/**
+ * Drops every claim of `owner` at once (no grace): for a start that was refused after it claimed,
+ * and for a reset data dir. Returns the ports given back.
+ */
+export async function releasePorts(owner: string): Promise<number[]> {
+  if (!existsSync(claimsFile())) return [];
+  return withDirLock(hostStateDir(), 'port-claims.lock', async () => {
+    const claims = await readClaims();
+    const mine = claims.filter((c) => c.owner === owner).map((c) => c.port);
+    if (mine.length)
+      await writeFileAtomic(
+        claimsFile(),
+        JSON.stringify(
+          claims.filter((c) => c.owner !== owner),
+          null,
+          2,
+        ) + '\n',
+        0o644,
+      );
+    return mine;
   });
 }

@@ -26,9 +26,11 @@ import {
   type T,
 } from '../lab/dropin.ts';
 import { track } from '../lab/cluster.ts';
-import { kctl, requireKctl } from '../lab/kctl.ts';
+import { kctl, requireKctl, ownHostState } from '../lab/kctl.ts';
 import { freePort } from '../../ports.ts';
 import { upstreamBin } from '../lab/upstream.ts';
+
+ownHostState();
 
 /** An upstream proxy-server: grpc frontend on a UDS, agents on `agentPort`. */
 async function upstreamServer(t: T, f: Files, name: string, agentPort: number): Promise<{ uds: string; proc: Proc }> {

@@ -17,9 +17,11 @@ import { tempDir } from '../../helpers.ts';
 import { echoServer, readN, waitFor } from '../../unit/konnectivity/fixtures.ts';
 import { track } from '../lab/cluster.ts';
 import { assertSameFamilies, get, helpFlags, pkiFiles, sample, series, start, type Files, type Proc, type T } from '../lab/dropin.ts';
-import { kctl, requireKctl } from '../lab/kctl.ts';
+import { kctl, requireKctl, ownHostState } from '../lab/kctl.ts';
 import { freePort } from '../../ports.ts';
 import { upstreamBin } from '../lab/upstream.ts';
+
+ownHostState();
 
 interface ServerPorts {
   agent: number;

@@ -1,8 +1,9 @@
 // Running the built executables in end-to-end tests: dist/kctl, and the test builds beside it
 // (assets/test-kctls.ts: an older kctl with the previous Kubernetes release, one that cannot start).
 import { execa, type Options, type Result } from 'execa';
-import { existsSync } from 'node:fs';
+import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { copyFile, mkdir } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { BROKEN_KCTL, PREVIOUS_KCTL, type TestKctl } from '../../../assets/test-kctls.ts';
 
@@ -27,6 +28,19 @@ export function requirePreviousKctl(): TestKctl {
 /** dist/kctl-broken: its path and version; its controller and worker exit at start. */
 export function requireBrokenKctl(): TestKctl {
   return requireTestKctl(BROKEN_KCTL);
+}
+
+/**
+ * Gives the kctl processes of this test file a host state dir of their own (KCTL_HOST_STATE_DIR,
+ * where named control planes claim their ports host-wide). A removed tenant's claims stand for a
+ * grace period, so with the host's shared dir one file's removed tenants could fill the next file's
+ * port range. Call it once at the top of a file that starts tenants.
+ */
+export function ownHostState(): string {
+  const dir = mkdtempSync(join(tmpdir(), 'kctl-host-state-'));
+  process.env.KCTL_HOST_STATE_DIR = dir;
+  process.once('exit', () => rmSync(dir, { recursive: true, force: true }));
+  return dir;
 }
 
 export function kctl(args: string[], opts: Options = {}): Promise<Result> {

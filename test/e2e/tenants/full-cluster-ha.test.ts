@@ -12,7 +12,10 @@ import { HaLab, type LabCtl } from '../lab/ha-lab.ts';
 import type { LabHost } from '../lab/lab.ts';
 import { startLab } from '../lab/lab-test.ts';
 import { startPostgres } from '../lab/postgres.ts';
+import { ownHostState } from '../lab/kctl.ts';
 import { waitFor } from '../lab/wait.ts';
+
+ownHostState();
 
 test('a full named cluster on two controller hosts (kine on PostgreSQL): the second joins by token; losing the first is invisible to exec and logs', async (t: TestContext) => {
   const { lab, dir, kctlBin } = await startLab(t, 'fcha', ['db', 'c1', 'c2', 'w1'], { dir: 'kctl-fcha-', workers: ['w1'] });

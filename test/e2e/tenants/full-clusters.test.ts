@@ -20,7 +20,10 @@ import type { LabHost } from '../lab/lab.ts';
 import { startLab } from '../lab/lab-test.ts';
 import { nodeCert } from '../lab/node-cert.ts';
 import { HaLab, type LabCtl } from '../lab/ha-lab.ts';
+import { ownHostState } from '../lab/kctl.ts';
 import { waitFor } from '../lab/wait.ts';
+
+ownHostState();
 
 const RANGE_BASE = 19900 + Math.floor(Math.random() * 40) * 20;
 const NAMES = ['alpha', 'beta'] as const;

@@ -15,12 +15,15 @@ import { join } from 'node:path';
 import { test, type TestContext } from 'node:test';
 import type { TenantListEntry } from '../../../src/cli/tenant.ts';
 import type { ControllerStatusReport } from '../../../src/controller/status.ts';
+import type { PortClaim } from '../../../src/host/port-claims.ts';
 import { tempDir } from '../../helpers.ts';
 import { track, type Tracked } from '../lab/cluster.ts';
-import { kctl, requireKctl } from '../lab/kctl.ts';
+import { kctl, requireKctl, ownHostState } from '../lab/kctl.ts';
 import { startPostgres } from '../lab/postgres.ts';
 import { apiStatus, createWidgets, widgets } from '../lab/tenant-api.ts';
 import { waitFor } from '../lab/wait.ts';
+
+const hostState = ownHostState();
 
 const RANGE_BASE = 19100 + Math.floor(Math.random() * 40) * 20;
 
@@ -219,7 +222,7 @@ test('ten tenants at once with --name: own ports, CA and data; CRD, 1,000 object
   }
 });
 
-test('five tenants started at once under five --data-dirs pick their ports host-wide: none shares one; a recorded port another process holds is refused naming it', async (t) => {
+test('five tenants started at once under five --data-dirs pick their ports host-wide: none shares one; a recorded port another process holds is refused naming it; a reset gives its ports back at once', async (t) => {
   const range: [number, number] = [RANGE_BASE + 840, RANGE_BASE + 859];
   const hosts = await Promise.all([1, 2, 3, 4, 5].map(async (i) => tenantHost(t, await tempDir(t, `kctl-tenants-dd${i}-`), range, '')));
   for (const h of hosts) h.start('same');
@@ -244,6 +247,14 @@ test('five tenants started at once under five --data-dirs pick their ports host-
       `^kctl: host check failed: port ${ports[0]!.api}: in use by pid ${process.pid} \\(.+\\); kube-apiserver needs it \\(free it, or stop tenant "same" and reset it \\(kctl --name same reset\\) so that it picks new ports\\)`,
     ),
   );
+  // Its reset gives its host-wide claims back at once, not after the grace period.
+  const claimsOf = async (owner: string) =>
+    (JSON.parse(await readFile(join(hostState, 'port-claims.json'), 'utf8')) as PortClaim[]).filter((c) => c.owner === owner).map((c) => c.port);
+  assert.deepEqual((await claimsOf(first!.tenantDir('same'))).sort(), Object.values(ports[0]!).sort());
+  const reset = await first!.run(['--name', 'same', 'reset']);
+  assert.equal(reset.exitCode, 0, String(reset.stderr));
+  assert.deepEqual(await claimsOf(first!.tenantDir('same')), []);
+  assert.deepEqual((await claimsOf(hosts[1]!.tenantDir('same'))).sort(), Object.values(ports[1]!).sort());
 });
 
 test('tenants on one PostgreSQL: a database each, separate data, kept across restarts; bad data sources, shared databases and exhausted port ranges are refused with one line', async (t) => {
@@ -309,11 +320,11 @@ test('tenants on one PostgreSQL: a database each, separate data, kept across res
     host.args('pf').map((a) => (a === host.config ? ds(`postgres://postgres:secret-pw@127.0.0.1:${pgPort + 1}/?sslmode=disable`) : a)),
   );
   assert.doesNotMatch(String(bad.stderr) + String(bad.stdout), /secret-pw/);
-  // pa and pb hold 4 of the range's 10 ports, and the fifth is claimed by a refused start above
-  // (its claim stands for the grace period): a range of those 5 has room for no tenant.
+  // pa and pb hold 4 of the range's 10 ports. The starts refused above after they had claimed ports
+  // (pc, pd, pf) gave them back at once, so a range of those 5 has one port free: room for no tenant.
   await host.refused(
     'pg',
-    /^kctl: no 2 free ports left in --port-range \d+-\d+ for tenant "pg": 5 claimed by other tenants on this host \(1 of them by tenants removed in the last 10 minutes, free after that\); give a wider --port-range$/,
+    /^kctl: no 2 free ports left in --port-range \d+-\d+ for tenant "pg": 4 claimed by other tenants on this host; give a wider --port-range$/,
     ['--port-range', `${RANGE_BASE + 800}-${RANGE_BASE + 804}`],
   );
 

@@ -1,12 +1,13 @@
 // Host-wide port claims: owners under different data dirs that pick at once never share a port;
-// a claim whose owner is gone is given back; a recorded port another owner holds is refused.
+// a claim whose owner is gone is given back; a recorded port another owner holds is refused; an
+// owner that releases its claims frees them at once.
 import assert from 'node:assert/strict';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, test } from 'node:test';
-import { CLAIM_GRACE_MS, claimPorts, hostStateDir, PortClaimConflict, type PortClaim } from '../../../src/host/port-claims.ts';
+import { CLAIM_GRACE_MS, claimPorts, hostStateDir, PortClaimConflict, releasePorts, type PortClaim } from '../../../src/host/port-claims.ts';
 
 process.env.KCTL_HOST_STATE_DIR = mkdtempSync(join(tmpdir(), 'kctl-host-'));
 after(() => rmSync(process.env.KCTL_HOST_STATE_DIR!, { recursive: true, force: true }));
@@ -64,4 +65,16 @@ test('a recorded port another owner holds is refused naming that owner; its own 
   // ... and not picked for anyone else.
   const others = (await claimPorts({ owner: '/data/third', label: 'third', count: 2, range: r, stillHeld: always })).ports;
   assert.ok(!others.includes(p!), JSON.stringify(others));
+});
+
+test('an owner that releases its claims frees them at once, within the grace period, and only its own', async () => {
+  const r = range(4);
+  const a = (await claimPorts({ owner: '/data/refused', label: 'refused', count: 2, range: r, stillHeld: always })).ports;
+  const b = (await claimPorts({ owner: '/data/kept', label: 'kept', count: 2, range: r, stillHeld: always })).ports;
+  assert.deepEqual((await releasePorts('/data/refused')).sort(), [...a].sort());
+  assert.deepEqual(await releasePorts('/data/refused'), []);
+  // Even for an owner whose claims would otherwise stand (stillHeld says so), the two are free now.
+  const next = (await claimPorts({ owner: '/data/next', label: 'next', count: 2, range: r, stillHeld: always })).ports;
+  assert.deepEqual([...next].sort(), [...a].sort());
+  assert.ok(!next.some((p) => b.includes(p)), JSON.stringify({ next, b }));
 });
