@@ -1,6 +1,7 @@
 // The shape every piece of kctl has (k0s's component manager): init, start, ready, stop, all
-// optional. A manager starts components in order, gating each on the previous one's readiness,
-// stops them in reverse, and keeps each one's state, so a component writes only the hooks it needs.
+// optional. A manager starts components in order, gating each on the previous one's readiness
+// (or an earlier one's, named by startAfter), stops them in reverse, and keeps each one's state,
+// so a component writes only the hooks it needs.
 import type { Logger } from './log.ts';
 
 export type ComponentState = 'pending' | 'initializing' | 'starting' | 'running' | 'restarting' | 'failed' | 'stopping' | 'stopped';
@@ -27,6 +28,12 @@ export interface Component {
   readonly name: string;
   /** How long the manager waits for ready() (e.g. kube-apiserver on a cold etcd); default the manager's. */
   readonly readyTimeoutMs?: number;
+  /**
+   * The name of an earlier component: this one starts as soon as that one is ready, beside the
+   * components listed between them, instead of after the one just before it. The manager still
+   * waits for its readiness at its own place in the list, and stops it in list order.
+   */
+  readonly startAfter?: string;
   /** Prepare files and directories; must be idempotent. Runs for every component before any starts. */
   init?(ctx: ComponentContext): Promise<void>;
   /** Start; returns once started (not necessarily ready). */

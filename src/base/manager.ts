@@ -1,5 +1,5 @@
-// Starts components in order, each gated on the previous one's readiness, and stops them in
-// reverse (k0s pkg/component/manager). Keeps every component's state, so components only write
+// Starts components in order, each gated on the previous one's readiness (or on an earlier one's:
+// Component.startAfter), and stops them in reverse (k0s pkg/component/manager). Keeps every component's state, so components only write
 // the hooks they need. Knows nothing about what the components are.
 import { componentLogger, type Logger } from './log.ts';
 import type { Component, ComponentContext, ComponentState, ComponentStatus } from './component.ts';
@@ -37,8 +37,10 @@ export class ComponentManager {
   /** Aborted by stop(): a start in progress gives up waiting for readiness. */
   private readonly startAbort = new AbortController();
   private startCalled = false;
-  /** The start() still running, if any (only one at a time). */
-  private inStart?: { component: Component; done: Promise<unknown> };
+  /** The start() calls still running (more than one while components start ahead of their turn). */
+  private readonly inStart = new Map<Component, Promise<unknown>>();
+  /** Aborted when start() fails: components starting ahead of their turn stop waiting for readiness. */
+  private readonly startFailed = new AbortController();
   private stopping?: Promise<void>;
 
   constructor(
@@ -49,6 +51,8 @@ export class ComponentManager {
     const names = new Set<string>();
     for (const c of components) {
       if (names.has(c.name)) throw new Error(`component ${c.name} is listed twice`);
+      if (c.startAfter !== undefined && !names.has(c.startAfter))
+        throw new Error(`component ${c.name} starts after ${c.startAfter}, which is not listed before it`);
       names.add(c.name);
       this.tracked.set(c, { state: 'pending' });
     }
@@ -63,7 +67,8 @@ export class ComponentManager {
   }
 
   /**
-   * init() of all, in order; then start() and ready() of each before the next. On failure the
+   * init() of all, in order; then start() and ready() of each before the next (a component with
+   * startAfter begins once that one is ready, and is waited for at its place). On failure the
    * components already started are stopped in reverse and the error names the component.
    */
   async start(): Promise<void> {
@@ -80,28 +85,16 @@ export class ComponentManager {
       }
       this.mark(c, 'pending');
     }
+    // Components started ahead of their turn (startAfter): the loop waits for them at their place.
+    const ahead = new Map<Component, Promise<void>>();
     for (const [i, c] of this.components.entries()) {
       this.throwIfStopping();
-      const t0 = performance.now();
-      this.log.info({ name: c.name }, `starting ${c.name}`);
-      this.onProgress(`starting ${c.name} (${i + 1}/${this.components.length})`);
-      // Recorded before start() so a component that half-started is stopped too.
-      this.started.push(c);
-      this.mark(c, 'starting');
       try {
-        const starting = (async () => c.start?.())();
-        this.inStart = { component: c, done: starting.catch(() => undefined) };
-        try {
-          await starting;
-        } catch (err) {
-          throw new Error(`${c.name} failed to start: ${reasonOf(err)}`, { cause: err });
-        } finally {
-          this.inStart = undefined;
-        }
-        await this.waitReady(c);
+        await (ahead.get(c) ?? this.startOne(c, i));
         this.throwIfStopping(); // stopped while this one started: the start is over, not done
       } catch (err) {
         this.throwIfStopping();
+        this.startFailed.abort();
         const failure = asError(err);
         this.mark(c, 'failed', failure.message);
         this.log.error({ name: c.name }, `${failure.message}; stopping the components already started`);
@@ -109,9 +102,39 @@ export class ComponentManager {
         await this.stopStarted();
         throw failure;
       }
-      this.mark(c, 'running');
-      this.log.info({ name: c.name, seconds: round1((performance.now() - t0) / 1000) }, `${c.name} ready in ${seconds(performance.now() - t0)}`);
+      for (const [j, d] of this.components.entries())
+        if (j > i && d.startAfter === c.name) {
+          const started = this.startOne(d, j);
+          started.catch(() => undefined); // reported when the loop reaches it
+          ahead.set(d, started);
+        }
     }
+  }
+
+  /** start() then ready() of one component; marks it running and logs how long it took. */
+  private async startOne(c: Component, i: number): Promise<void> {
+    const t0 = performance.now();
+    this.log.info({ name: c.name }, `starting ${c.name}`);
+    this.onProgress(`starting ${c.name} (${i + 1}/${this.components.length})`);
+    // Recorded before start() so a component that half-started is stopped too.
+    this.started.push(c);
+    this.mark(c, 'starting');
+    const starting = (async () => c.start?.())();
+    this.inStart.set(
+      c,
+      starting.catch(() => undefined),
+    );
+    try {
+      await starting;
+    } catch (err) {
+      throw new Error(`${c.name} failed to start: ${reasonOf(err)}`, { cause: err });
+    } finally {
+      this.inStart.delete(c);
+    }
+    await this.waitReady(c);
+    if (this.startAbort.signal.aborted || this.startFailed.signal.aborted) return;
+    this.mark(c, 'running');
+    this.log.info({ name: c.name, seconds: round1((performance.now() - t0) / 1000) }, `${c.name} ready in ${seconds(performance.now() - t0)}`);
   }
 
   /** Stops what was started, in reverse; a failing stop is logged and the rest still stop. */
@@ -152,7 +175,7 @@ export class ComponentManager {
     // component that never answers would let the process exit with nothing said.
     const timeout = new AbortController();
     const timer = setTimeout(() => timeout.abort(new Error(`timed out after ${seconds(timeoutMs)}`)), timeoutMs);
-    const signal = AbortSignal.any([timeout.signal, this.startAbort.signal]);
+    const signal = AbortSignal.any([timeout.signal, this.startAbort.signal, this.startFailed.signal]);
     const ready = c.ready(signal);
     try {
       await untilAborted(ready, signal);
@@ -175,12 +198,15 @@ export class ComponentManager {
   /** One stop sequence at a time: stop() during a failing start() joins the same sequence. */
   private stopStarted(): Promise<void> {
     this.stopping ??= (async () => {
+      // In reverse list order, whatever order they started in (startAfter).
+      const index = (c: Component) => this.components.indexOf(c);
+      this.started.sort((a, b) => index(a) - index(b));
       for (let c = this.started.pop(); c !== undefined; c = this.started.pop()) {
         const before = this.tracked.get(c);
         this.log.info({ name: c.name }, `stopping ${c.name}`);
         this.onProgress(`stopping ${c.name}`);
         this.mark(c, 'stopping');
-        const inStart = this.inStart?.component === c ? this.inStart.done : undefined;
+        const inStart = this.inStart.get(c);
         if (inStart && !(await settlesWithin(inStart, START_SETTLE_MS)))
           this.log.warn({ name: c.name }, `${c.name} is still starting after ${seconds(START_SETTLE_MS)}; stopping it anyway`);
         try {

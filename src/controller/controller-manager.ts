@@ -5,6 +5,7 @@ import { join } from 'node:path';
 import { componentFlags, type FlagValue } from '../base/argv.ts';
 import { httpsReady } from '../base/probe.ts';
 import type { PkiPaths } from '../pki/index.ts';
+import { KUBE_APISERVER } from './apiserver.ts';
 import { Supervisor } from '../supervisor/process.ts';
 import { goMemoryLimit, leafValidityMs, type ClusterConfig } from './config.ts';
 import type { ControllerPaths } from './paths.ts';
@@ -68,6 +69,9 @@ export function controllerManagerArgs(cfg: ClusterConfig, pki: PkiPaths): string
 }
 
 export class ControllerManagerComponent extends Supervisor {
+  // It needs only the API, not kctl's bootstrap objects or add-ons: it starts beside those.
+  readonly startAfter = KUBE_APISERVER;
+
   constructor(cfg: ClusterConfig, paths: ControllerPaths, pki: PkiPaths) {
     super({
       name: KUBE_CONTROLLER_MANAGER,

@@ -3,6 +3,7 @@
 import { componentFlags } from '../base/argv.ts';
 import { join } from 'node:path';
 import type { PkiPaths } from '../pki/index.ts';
+import { KUBE_APISERVER } from './apiserver.ts';
 import { Supervisor } from '../supervisor/process.ts';
 import type { ClusterConfig } from './config.ts';
 import type { ControllerPaths } from './paths.ts';
@@ -27,6 +28,9 @@ export function schedulerArgs(cfg: ClusterConfig, pki: PkiPaths): string[] {
 }
 
 export class SchedulerComponent extends Supervisor {
+  // It needs only the API, not kctl's bootstrap objects or add-ons: it starts beside those.
+  readonly startAfter = KUBE_APISERVER;
+
   constructor(cfg: ClusterConfig, paths: ControllerPaths, pki: PkiPaths) {
     super({
       name: KUBE_SCHEDULER,

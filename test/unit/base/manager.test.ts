@@ -13,10 +13,20 @@ class Fake implements Component {
   constructor(
     readonly name: string,
     private readonly journal: string[],
-    private readonly behaviour: { readyAfterMs?: number; neverReady?: boolean; failStart?: string; failStop?: string; readyTimeoutMs?: number } = {},
+    private readonly behaviour: {
+      readyAfterMs?: number;
+      neverReady?: boolean;
+      failStart?: string;
+      failStop?: string;
+      readyTimeoutMs?: number;
+      startAfter?: string;
+    } = {},
   ) {}
   get readyTimeoutMs(): number | undefined {
     return this.behaviour.readyTimeoutMs;
+  }
+  get startAfter(): string | undefined {
+    return this.behaviour.startAfter;
   }
   async init(): Promise<void> {
     this.journal.push(`init ${this.name}`);
@@ -75,6 +85,94 @@ test('starts in order, each after the previous is ready; stops in reverse', { ti
   journal.length = 0;
   await m.stop();
   assert.deepEqual(journal, ['stop scheduler', 'stop apiserver', 'stop storage']);
+});
+
+test(
+  'a component with startAfter starts once that one is ready, beside the ones between; it is waited for at its place and stopped in list order',
+  { timeout: 10_000 },
+  async () => {
+    const journal: string[] = [];
+    const { log } = captureLogger();
+    const m = new ComponentManager(
+      [
+        new Fake('storage', journal),
+        new Fake('apiserver', journal, { readyAfterMs: 20 }),
+        new Fake('bootstrap', journal, { readyAfterMs: 300 }),
+        new Fake('addons', journal, { readyAfterMs: 20 }),
+        new Fake('scheduler', journal, { startAfter: 'apiserver', readyAfterMs: 100 }),
+        new Fake('controller-manager', journal, { startAfter: 'apiserver', readyAfterMs: 50 }),
+      ],
+      log,
+    );
+    await m.start();
+    assert.deepEqual(
+      journal.filter((e) => !e.startsWith('init')),
+      [
+        'start storage',
+        'ready storage',
+        'start apiserver',
+        'ready apiserver',
+        'start scheduler',
+        'start controller-manager',
+        'start bootstrap',
+        'ready controller-manager',
+        'ready scheduler',
+        'ready bootstrap',
+        'start addons',
+        'ready addons',
+      ],
+    );
+    assert.ok(m.status().every((s) => s.state === 'running'));
+    journal.length = 0;
+    await m.stop();
+    assert.deepEqual(journal, ['stop controller-manager', 'stop scheduler', 'stop addons', 'stop bootstrap', 'stop apiserver', 'stop storage']);
+  },
+);
+
+test(
+  'a component started ahead that fails fails start at its turn; one still waiting stops waiting when another fails',
+  { timeout: 10_000 },
+  async () => {
+    const journal: string[] = [];
+    const { log } = captureLogger();
+    const early = new ComponentManager(
+      [
+        new Fake('apiserver', journal),
+        new Fake('bootstrap', journal, { readyAfterMs: 50 }),
+        new Fake('scheduler', journal, { startAfter: 'apiserver', failStart: 'unknown flag: --bad' }),
+      ],
+      log,
+    );
+    await assert.rejects(early.start(), { message: 'scheduler failed to start: unknown flag: --bad' });
+    assert.deepEqual(
+      journal.filter((e) => e.startsWith('stop')),
+      ['stop scheduler', 'stop bootstrap', 'stop apiserver'],
+    );
+
+    journal.length = 0;
+    const waiting = new ComponentManager(
+      [
+        new Fake('apiserver', journal),
+        new Fake('bootstrap', journal, { failStart: 'forbidden' }),
+        // Never ready, and its wait would last the manager's default 120 s.
+        new Fake('scheduler', journal, { startAfter: 'apiserver', neverReady: true }),
+      ],
+      log,
+    );
+    await assert.rejects(waiting.start(), { message: 'bootstrap failed to start: forbidden' });
+    assert.deepEqual(
+      journal.filter((e) => e.startsWith('stop')),
+      ['stop scheduler', 'stop bootstrap', 'stop apiserver'],
+    );
+    assert.equal(waiting.status().find((s) => s.name === 'bootstrap')?.lastError, 'bootstrap failed to start: forbidden');
+  },
+);
+
+test('startAfter must name a component listed before', () => {
+  const { log } = captureLogger();
+  assert.throws(() => new ComponentManager([new Fake('scheduler', [], { startAfter: 'apiserver' }), new Fake('apiserver', [])], log), {
+    message: 'component scheduler starts after apiserver, which is not listed before it',
+  });
 });
 
 test('a component that never becomes ready fails start with its name; earlier ones are stopped in reverse', { timeout: 10_000 }, async () => {

@@ -51,6 +51,14 @@ test('api-only runs storage, kube-apiserver, the manifest applier, a trimmed con
     release: RELEASE,
   });
   assert.ok(['konnectivity-server', 'kube-scheduler', 'csr-approver', 'pki-renewer'].every((n) => full.some((c) => c.name === n)));
+  // kube-scheduler and kube-controller-manager start once kube-apiserver is ready, beside kctl's bootstrap and add-ons.
+  assert.deepEqual(
+    full.filter((c) => c.startAfter).map((c) => [c.name, c.startAfter]),
+    [
+      ['kube-scheduler', 'kube-apiserver'],
+      ['kube-controller-manager', 'kube-apiserver'],
+    ],
+  );
 });
 
 test('api-only kube-apiserver: no egress selector, RBAC only, no kubelet or bootstrap-token flags; controller-manager runs only its list', () => {
