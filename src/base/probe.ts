@@ -82,6 +82,7 @@ export async function probeOnce(p: HttpsProbe): Promise<void> {
   if (!ok) throw new Error(`${p.url} answered ${r.status} ${r.body.slice(0, 200).replace(/\s+/g, ' ')}`);
 }
 
-export function httpsReady(p: HttpsProbe, what: string): (signal: AbortSignal) => Promise<void> {
-  return (signal) => pollUntil(signal, what, () => probeOnce(p));
+/** Polls `p` until it answers as expected; `intervalMs` caps the pause between probes (pollUntil's). */
+export function httpsReady(p: HttpsProbe, what: string, intervalMs?: number): (signal: AbortSignal) => Promise<void> {
+  return (signal) => pollUntil(signal, what, () => probeOnce(p), intervalMs);
 }

@@ -19,6 +19,7 @@ import type { Logger } from '../base/log.ts';
 import { KubeApiError, type KubeClient, type KubeManifest } from '../kube/client.ts';
 import { KindResolver } from '../kube/discovery.ts';
 import { messageOf } from '../base/errors.ts';
+import { KUBE_APISERVER } from './apiserver.ts';
 
 export const STACK_LABEL = 'kctl.dev/stack';
 const FIELD_MANAGER = 'kctl';
@@ -133,6 +134,8 @@ export async function readStackFiles(dir: string, stack: string): Promise<StackF
 
 export class ManifestApplierComponent implements Component {
   readonly name = 'manifest-applier';
+  // Add-ons and operators' stacks need only the API, not kctl's bootstrap objects: applied beside those.
+  readonly startAfter = KUBE_APISERVER;
   private log!: Logger;
   private readonly kinds: KindResolver;
   private readonly stateFile: string;

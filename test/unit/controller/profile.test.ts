@@ -51,10 +51,11 @@ test('api-only runs storage, kube-apiserver, the manifest applier, a trimmed con
     release: RELEASE,
   });
   assert.ok(['konnectivity-server', 'kube-scheduler', 'csr-approver', 'pki-renewer'].every((n) => full.some((c) => c.name === n)));
-  // kube-scheduler and kube-controller-manager start once kube-apiserver is ready, beside kctl's bootstrap and add-ons.
+  // The add-ons, kube-scheduler and kube-controller-manager start once kube-apiserver is ready, beside kctl's bootstrap.
   assert.deepEqual(
     full.filter((c) => c.startAfter).map((c) => [c.name, c.startAfter]),
     [
+      ['manifest-applier', 'kube-apiserver'],
       ['kube-scheduler', 'kube-apiserver'],
       ['kube-controller-manager', 'kube-apiserver'],
     ],
