@@ -1,6 +1,7 @@
 // Starts components in order, each gated on the previous one's readiness (or on an earlier one's:
-// Component.startAfter), and stops them in reverse (k0s pkg/component/manager). Keeps every component's state, so components only write
-// the hooks they need. Knows nothing about what the components are.
+// Component.startAfter), and stops them in reverse (k0s pkg/component/manager). Keeps every
+// component's state, so components only write the hooks they need. Knows nothing about what the
+// components are.
 import { componentLogger, type Logger } from './log.ts';
 import type { Component, ComponentContext, ComponentState, ComponentStatus } from './component.ts';
 import { settlesWithin, untilAborted } from './wait.ts';

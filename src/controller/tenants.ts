@@ -225,7 +225,7 @@ export async function prepareTenant(
     }
     const claimed = ports;
     // A new tenant refused below gives its claims back at once; nothing else of it exists yet.
-    return releasedOnError(existing ? undefined : layout.dataDir, async () => {
+    return undoneOnError(existing ? undefined : () => releasePorts(layout.dataDir), async () => {
       if (isPostgres(dataSource) && cfg.spec.storage.type === 'kine') {
         const db = await ensurePostgresDatabase(dataSource);
         // A new tenant meeting a database that already holds a control plane: another host's tenant of that name, or a reset one's.
@@ -252,11 +252,12 @@ export async function prepareTenant(
   });
 }
 
-async function releasedOnError<T>(owner: string | undefined, step: () => Promise<T>): Promise<T> {
+/** Runs `step`; when it fails, `undo` (if any) runs before the error goes on. */
+async function undoneOnError<T>(undo: (() => Promise<unknown>) | undefined, step: () => Promise<T>): Promise<T> {
   try {
     return await step();
   } catch (err) {
-    if (owner) await releasePorts(owner);
+    await undo?.();
     throw err;
   }
 }
@@ -282,14 +283,10 @@ export async function startTenant(
  * control plane, a join the cluster refused): a refused start leaves no tenant behind, and its
  * ports are free for the next start at once.
  */
-export async function undoNewTenant<T>(layout: TenantLayout, start: Pick<TenantStart, 'created'> | undefined, step: () => Promise<T>): Promise<T> {
-  try {
-    return await step();
-  } catch (err) {
-    if (start?.created) {
-      await rm(layout.dataDir, { recursive: true, force: true });
-      await releasePorts(layout.dataDir);
-    }
-    throw err;
-  }
+export function undoNewTenant<T>(layout: TenantLayout, start: Pick<TenantStart, 'created'> | undefined, step: () => Promise<T>): Promise<T> {
+  const undo = async () => {
+    await rm(layout.dataDir, { recursive: true, force: true });
+    await releasePorts(layout.dataDir);
+  };
+  return undoneOnError(start?.created ? undo : undefined, step);
 }

@@ -65,6 +65,15 @@ async function readClaims(): Promise<PortClaim[]> {
   }
 }
 
+/** The claims file is read and written only under its own lock (the host state dir exists). */
+function underClaimsLock<T>(fn: () => Promise<T>): Promise<T> {
+  return withDirLock(hostStateDir(), 'port-claims.lock', fn);
+}
+
+async function writeClaims(claims: PortClaim[]): Promise<void> {
+  await writeFileAtomic(claimsFile(), JSON.stringify(claims, null, 2) + '\n', 0o644);
+}
+
 /** True when nothing listens on `port` on any address. */
 export function portFree(port: number): Promise<boolean> {
   return new Promise((resolve) => {
@@ -100,7 +109,7 @@ export interface ClaimResult {
  */
 export async function claimPorts(req: ClaimRequest): Promise<ClaimResult> {
   await mkdir(hostStateDir(), { recursive: true, mode: 0o755 });
-  return withDirLock(hostStateDir(), 'port-claims.lock', async () => {
+  return underClaimsLock(async () => {
     const standing: PortClaim[] = [];
     const inGrace = new Set<number>();
     const now = Date.now();
@@ -133,7 +142,7 @@ export async function claimPorts(req: ClaimRequest): Promise<ClaimResult> {
     }
     const at = new Date().toISOString();
     const mine = ports.map((port) => ({ port, owner: req.owner, label: req.label, at }));
-    await writeFileAtomic(claimsFile(), JSON.stringify([...standing, ...mine], null, 2) + '\n', 0o644);
+    await writeClaims([...standing, ...mine]);
     return { ports, use };
   });
 }
@@ -144,19 +153,10 @@ export async function claimPorts(req: ClaimRequest): Promise<ClaimResult> {
  */
 export async function releasePorts(owner: string): Promise<number[]> {
   if (!existsSync(claimsFile())) return [];
-  return withDirLock(hostStateDir(), 'port-claims.lock', async () => {
+  return underClaimsLock(async () => {
     const claims = await readClaims();
     const mine = claims.filter((c) => c.owner === owner).map((c) => c.port);
-    if (mine.length)
-      await writeFileAtomic(
-        claimsFile(),
-        JSON.stringify(
-          claims.filter((c) => c.owner !== owner),
-          null,
-          2,
-        ) + '\n',
-        0o644,
-      );
+    if (mine.length) await writeClaims(claims.filter((c) => c.owner !== owner));
     return mine;
   });
 }
