@@ -22,7 +22,7 @@ import { WindowBudget } from '../wire/flow.ts';
 import { AgentMetrics } from './metrics.ts';
 import type { KonnectivityAgentOptions, ServerAddress } from './options.ts';
 import type { AgentServerSnapshot, AgentSnapshot, TargetStats } from './snapshot.ts';
-import { FLOW_CONTROL_EXTENSION, WINDOW_GROWTH_BUDGET } from '../wire/protocol.ts';
+import { FLOW_CONTROL_EXTENSION, WINDOW_GROWTH_BUDGET, packets } from '../wire/protocol.ts';
 import { messageOf } from '../../base/errors.ts';
 
 export type { KonnectivityAgentOptions, ServerAddress };
@@ -109,6 +109,7 @@ export class KonnectivityAgent implements Component {
       metrics: this.metrics,
       windowBudget: new WindowBudget(WINDOW_GROWTH_BUDGET),
       draining: () => this.isDraining,
+      datagram: (fromNode, data) => this.o.onDatagram?.(fromNode, data),
     };
   }
 
@@ -198,6 +199,20 @@ export class KonnectivityAgent implements Component {
 
   get draining(): boolean {
     return this.isDraining;
+  }
+
+  /**
+   * A datagram for another node, through a kctl server that relays them (one stream is enough:
+   * every node holds one to every server). False when no stream can take it now: lost, as
+   * datagrams may be.
+   */
+  sendDatagram(toNode: string, data: Buffer): boolean {
+    for (const c of this.conns.values())
+      if (c.flowControl && c.writable) {
+        c.send(packets.datagram(toNode, data));
+        return true;
+      }
+    return false;
   }
 
   /** DRAIN every server (new dials go elsewhere), optionally let connections finish, then close. */

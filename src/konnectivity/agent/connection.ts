@@ -25,6 +25,8 @@ export interface ConnectionContext {
   readonly windowBudget: WindowBudget;
   /** The agent is draining: new dials are refused so the server picks another agent. */
   draining(): boolean;
+  /** A datagram from another node, relayed by a kctl server. */
+  datagram(fromNode: string, data: Buffer): void;
 }
 
 /** One stream to one server: its dials and the target connections made for it. */
@@ -51,6 +53,7 @@ export class ServerConnection implements TargetOwner {
   private readonly o: ConnectionOptions;
   private readonly metrics: AgentMetrics;
   private readonly draining: () => boolean;
+  private readonly datagram: (fromNode: string, data: Buffer) => void;
 
   /** `onLost` runs once when a stream that was open (headers received) ends. */
   constructor(
@@ -63,6 +66,7 @@ export class ServerConnection implements TargetOwner {
     this.metrics = agent.metrics;
     this.windowBudget = agent.windowBudget;
     this.draining = () => agent.draining();
+    this.datagram = (fromNode, data) => agent.datagram(fromNode, data);
   }
 
   get dialTimeoutMs(): number {
@@ -201,6 +205,11 @@ export class ServerConnection implements TargetOwner {
         return;
       case 'KCTL_PONG':
         return;
+      case 'KCTL_DATAGRAM': {
+        const d = p.kctlDatagram;
+        if (d && this.flowControl && d.node) this.datagram(d.node, d.data);
+        return;
+      }
       default:
         this.log.debug({ serverId: this.serverId, ...describePacket(p) }, 'ignoring unexpected packet from server');
     }

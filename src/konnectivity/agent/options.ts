@@ -48,6 +48,8 @@ export interface KonnectivityAgentOptions {
   extensions?: boolean;
   /** Per-connection buffer towards a stalled target when the server sends without credit. Default 4 MiB. */
   upstreamBufferLimit?: number;
+  /** A datagram another node sent this one through a kctl server (sendDatagram); `fromNode` as the server vouches. */
+  onDatagram?: (fromNode: string, data: Buffer) => void;
   log: Logger;
 }
 

@@ -20,6 +20,7 @@ import {
   type Int64,
   type Packet,
 } from '../wire/protocol.ts';
+import type { DatagramRelay } from './datagrams.ts';
 import { agentsByStrategy, pickAgent, type ProxyStrategy } from './routing.ts';
 import { Tunnel, type AgentBackend, type Frontend } from './tunnel.ts';
 
@@ -32,6 +33,8 @@ export interface BrokerOptions {
   upstreamBufferLimit: number;
   metrics: ServerMetrics;
   log: Logger;
+  /** Relays datagrams between node agents; without it they are dropped. */
+  datagrams?: DatagramRelay;
 }
 
 /** How every message about a dial no agent can take begins (both frontends report it; clients match on it). */
@@ -211,6 +214,10 @@ export class Broker {
         return this.agentCredit(a, p);
       case 'KCTL_PING':
         if (a.flowControl) a.send(packets.pong(p.kctlPing?.nonce ?? '0'));
+        return;
+      case 'KCTL_DATAGRAM':
+        if (p.kctlDatagram && this.o.datagrams) this.o.datagrams.forward(a, p.kctlDatagram);
+        else this.log.debug({ agent: a.id, ...describePacket(p) }, 'dropping a datagram: this server does not relay (spec.network.relay)');
         return;
       case 'DRAIN':
         if (!a.draining) this.log.info({ agent: a.id }, 'agent is draining; new dials go to other agents');

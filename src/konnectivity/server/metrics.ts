@@ -2,6 +2,7 @@
 // keep working. Each server has its own Registry; gauges that mirror a table are read
 // from that table at scrape time, so they cannot drift from it.
 import { Counter, Gauge, Histogram, Registry } from 'prom-client';
+import type { RelayOutcome } from './datagrams.ts';
 import { PacketCounts, grpcCodeName, streamErrorsFamily } from '../wire/stream-metrics.ts';
 
 const SERVER = 'konnectivity_network_proxy_server_';
@@ -50,6 +51,8 @@ export class ServerMetrics {
   readonly leaseDeletes: Counter<'http_status_code' | 'reason'>;
   readonly leaseListLatency: Histogram<'http_status_code'>;
   readonly leaseLists: Counter<'http_status_code' | 'reason'>;
+  private readonly relayDatagrams: Counter<'result'>;
+  private readonly relayBytes: Counter<'result'>;
 
   constructor(src: ServerMetricSources) {
     const registers = [this.registry];
@@ -149,6 +152,25 @@ export class ServerMetrics {
       labelNames: ['http_status_code', 'reason'],
       registers,
     });
+    // kctl's own: what relaying between nodes costs the server (spec.network.relay: controllers).
+    this.relayDatagrams = new Counter({
+      name: 'kctl_konnectivity_relay_datagrams_total',
+      help: 'Datagrams between nodes this server received, by result (forwarded, rate_limited, no_route, not_allowed, too_large).',
+      labelNames: ['result'],
+      registers,
+    });
+    this.relayBytes = new Counter({
+      name: 'kctl_konnectivity_relay_bytes_total',
+      help: 'Bytes of the datagrams between nodes this server received, by result.',
+      labelNames: ['result'],
+      registers,
+    });
+  }
+
+  /** A datagram between nodes (datagrams.ts): passed on or dropped, and its bytes. */
+  relayed(result: RelayOutcome, bytes: number): void {
+    this.relayDatagrams.inc({ result });
+    this.relayBytes.inc({ result }, bytes);
   }
 
   dialFailed(reason: DialFailureReason): void {

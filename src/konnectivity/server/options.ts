@@ -68,5 +68,10 @@ export interface KonnectivityServerOptions {
   extensions?: boolean;
   /** Per-connection buffer towards a stalled client when the agent is upstream. Default 4 MiB. */
   upstreamBufferLimit?: number;
+  /**
+   * Relay datagrams between node agents (datagrams.ts; spec.network.relay: controllers), with
+   * each node's rate bound. Off when unset: datagrams are dropped.
+   */
+  datagramRelay?: { rateBytesPerS?: number; burstBytes?: number };
   log: Logger;
 }

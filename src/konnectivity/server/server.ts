@@ -16,6 +16,7 @@ import { closeHttp, shutdownGrpc } from './listen.ts';
 import { AgentListener } from './agent-port.ts';
 import { AgentStreams } from './agent-streams.ts';
 import { strayAgentId } from './auth.ts';
+import { DatagramRelay } from './datagrams.ts';
 import { Broker } from './broker.ts';
 import { FrontendListeners, type TcpFrontend } from './frontend-listeners.ts';
 import type { KonnectivityServerOptions } from './options.ts';
@@ -70,6 +71,14 @@ export class KonnectivityServer implements Component {
       upstreamBufferLimit: o.upstreamBufferLimit ?? 4 * 1024 * 1024,
       metrics: this.metrics,
       log: this.log,
+      datagrams: o.datagramRelay
+        ? new DatagramRelay({
+            ...o.datagramRelay,
+            agents: () => this.broker.agents,
+            log: this.log,
+            counted: (outcome, bytes) => this.metrics.relayed(outcome, bytes),
+          })
+        : undefined,
     });
     this.agentStreams = new AgentStreams({
       options: o,

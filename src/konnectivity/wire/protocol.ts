@@ -23,6 +23,7 @@ export {
   type DialResponse,
   type Int64,
   type KctlCredit,
+  type KctlDatagram,
   type KctlPing,
   type Packet,
   type PacketType,
@@ -65,6 +66,8 @@ export const packets = {
   credit: (connectID: Int64, bytes: number): Packet => ({ type: 'KCTL_CREDIT', kctlCredit: { connectID, bytes: String(bytes) } }),
   ping: (nonce: Int64): Packet => ({ type: 'KCTL_PING', kctlPing: { nonce } }),
   pong: (nonce: Int64): Packet => ({ type: 'KCTL_PONG', kctlPing: { nonce } }),
+  /** To the server: `node` is the destination; from the server: the node it came from. */
+  datagram: (node: string, data: Buffer): Packet => ({ type: 'KCTL_DATAGRAM', kctlDatagram: { node, data } }),
 };
 
 /** Short description of a packet for debug logs (never the payload). */
@@ -82,6 +85,8 @@ export function describePacket(p: Packet): Record<string, unknown> {
       return { type: p.type, connectID: p.closeResponse?.connectID, error: p.closeResponse?.error || undefined };
     case 'DIAL_CLS':
       return { type: p.type, random: p.closeDial?.random };
+    case 'KCTL_DATAGRAM':
+      return { type: p.type, node: p.kctlDatagram?.node, bytes: p.kctlDatagram?.data?.length ?? 0 };
     default:
       return { type: p.type };
   }

@@ -1,0 +1,103 @@
+// Datagrams between nodes, relayed by the server (spec.network.relay: controllers). Two workers
+// that cannot reach each other (both behind NAT, no relay node) still both hold a stream to every
+// controller, so a node's pod network hands the server a datagram for another node and the server
+// passes it to that node's agent. What passes here is WireGuard's own packets, encrypted and
+// authenticated end to end by the two nodes' keys: the server sees neither the pods' traffic nor
+// anything it could forge. It only carries datagrams between agents that authenticated with a node
+// certificate, stamps each with the sender's node as the certificate names it, and bounds what
+// each node may send per second, so one node cannot spend the controller's bandwidth.
+import type { Logger } from '../../base/log.ts';
+import { packets, type KctlDatagram } from '../wire/protocol.ts';
+import type { AgentBackend } from './tunnel.ts';
+
+/** What one node may send through the server, on average and at once. */
+export const RELAY_RATE_BYTES_PER_S = 4 * 1024 * 1024;
+export const RELAY_BURST_BYTES = 1024 * 1024;
+/** Larger than any WireGuard packet a pod network with a 1500-byte path sends, far below a frame. */
+export const MAX_DATAGRAM = 64 * 1024;
+
+export type RelayOutcome = 'forwarded' | 'rate_limited' | 'no_route' | 'not_allowed' | 'too_large';
+
+export interface DatagramRelayOptions {
+  /** The server's connected agents, now. */
+  agents(): Iterable<AgentBackend>;
+  log: Logger;
+  /** Each datagram's fate and size (metrics). */
+  counted?(outcome: RelayOutcome, bytes: number): void;
+  rateBytesPerS?: number;
+  burstBytes?: number;
+}
+
+interface Bucket {
+  tokens: number;
+  at: number;
+}
+
+export class DatagramRelay {
+  private readonly buckets = new WeakMap<AgentBackend, Bucket>();
+  private readonly rate: number;
+  private readonly burst: number;
+  /** Outcomes not worth a line each, logged once a minute at most per kind. */
+  private readonly warnedAt = new Map<string, number>();
+
+  constructor(private readonly o: DatagramRelayOptions) {
+    this.rate = o.rateBytesPerS ?? RELAY_RATE_BYTES_PER_S;
+    this.burst = o.burstBytes ?? RELAY_BURST_BYTES;
+  }
+
+  /** One datagram from agent `from` for the node `d.node`: passed on, or dropped (datagrams may be lost). */
+  forward(from: AgentBackend, d: KctlDatagram): RelayOutcome {
+    const bytes = d.data.length;
+    const outcome = this.route(from, d);
+    this.o.counted?.(outcome, bytes);
+    if (outcome !== 'forwarded') this.warn(outcome, from, d.node);
+    return outcome;
+  }
+
+  private route(from: AgentBackend, d: KctlDatagram): RelayOutcome {
+    const source = from.identity.node;
+    // Only node agents of kctl workers (node certificate, kctl extensions) may use it.
+    if (!source || !from.flowControl || !d.node || d.node === source) return 'not_allowed';
+    if (d.data.length > MAX_DATAGRAM) return 'too_large';
+    if (!this.take(from, d.data.length)) return 'rate_limited';
+    const to = this.agentOf(d.node);
+    if (!to) return 'no_route';
+    to.send(packets.datagram(source, d.data));
+    return 'forwarded';
+  }
+
+  /** The node's agent stream that can take a datagram now (a full stream drops it, like a full queue). */
+  private agentOf(node: string): AgentBackend | undefined {
+    for (const a of this.o.agents()) if (a.identity.node === node && a.flowControl && !a.gone && a.writable) return a;
+    return undefined;
+  }
+
+  /** A token bucket per agent stream: `rate` bytes per second, at most `burst` at once. */
+  private take(a: AgentBackend, bytes: number): boolean {
+    const now = Date.now();
+    const b = this.buckets.get(a) ?? { tokens: this.burst, at: now };
+    b.tokens = Math.min(this.burst, b.tokens + ((now - b.at) / 1000) * this.rate);
+    b.at = now;
+    this.buckets.set(a, b);
+    if (b.tokens < bytes) return false;
+    b.tokens -= bytes;
+    return true;
+  }
+
+  private warn(outcome: RelayOutcome, from: AgentBackend, to: string): void {
+    const key = `${outcome}:${from.id}`;
+    const now = Date.now();
+    if (now - (this.warnedAt.get(key) ?? 0) < 60_000) return;
+    this.warnedAt.set(key, now);
+    const why: Record<Exclude<RelayOutcome, 'forwarded'>, string> = {
+      not_allowed: 'only node agents of kctl workers may relay, to another node',
+      too_large: `a datagram is at most ${MAX_DATAGRAM} bytes`,
+      rate_limited: `a node may relay ${(this.rate / 2 ** 20).toFixed(1)} MiB/s at most`,
+      no_route: 'that node has no agent connected to this server',
+    };
+    this.o.log.warn(
+      { agent: from.id, node: from.identity.node, to },
+      `relayed datagrams dropped (${outcome}): ${why[outcome as Exclude<RelayOutcome, 'forwarded'>]}`,
+    );
+  }
+}
