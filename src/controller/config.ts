@@ -10,7 +10,7 @@ import { cidrAddress, cidrContains } from '../base/addresses.ts';
 import { parseDuration } from '../base/duration.ts';
 import { errnoOf, messageOf, UserError } from '../base/errors.ts';
 import { MIN_LEAF_VALIDITY_MS } from '../pki/index.ts';
-import { NETWORK_MODES, VXLAN_DEFAULTS, WIREGUARD_DEFAULTS } from '../kube/pod-network.ts';
+import { NETWORK_MODES, POD_NETWORK_RELAYS, VXLAN_DEFAULTS, WIREGUARD_DEFAULTS } from '../kube/pod-network.ts';
 
 const port = (def: number) => z.number().int().min(1).max(65535).default(def);
 const cidr = (def: string) => z.string().refine(isCidr, { message: 'expected a CIDR such as 10.96.0.0/12' }).default(def);
@@ -175,6 +175,12 @@ export const clusterConfigSchema = z.strictObject({
            * Unset: what the cluster does already; on for a new cluster.
            */
           policy: z.boolean().optional(),
+          /**
+           * wireguard mode: two nodes that cannot reach each other and have no relay node send their
+           * (encrypted) WireGuard packets through the controllers (konnectivity/server/datagrams.ts).
+           * Set it on every controller.
+           */
+          relay: z.enum(POD_NETWORK_RELAYS).default('none'),
         })
         .prefault({}),
       addons: z

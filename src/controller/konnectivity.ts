@@ -95,6 +95,8 @@ export class KonnectivityServerComponent implements Component, HeldAgents {
       // A dial no agent may serve fails; it never goes to "any agent" (a node must not draw traffic it does not own).
       proxyStrategies: ['destHost'],
       serverCount: () => this.controllers.serverCount(),
+      // Node to node, for the pod network of nodes that reach nothing but the controllers (datagrams.ts).
+      datagramRelay: this.cfg.spec.network.relay === 'controllers' ? {} : undefined,
       log: this.log,
     });
     try {

@@ -50,7 +50,7 @@ export async function publishPodNetwork(kube: KubeClient, cfg: ClusterConfig, lo
   // A cluster that ran without policies (an older kctl) keeps ignoring them until told otherwise:
   // an upgrade must not start dropping traffic that policies written for elsewhere would block.
   const policy = n.policy ?? recorded?.policy ?? !(exists || (await clusterExists(kube, signal)));
-  const want: PodNetwork = { mode: mode ?? DEFAULT_NETWORK_MODE, policy, vxlan: { ...n.vxlan }, wireguard: { ...n.wireguard } };
+  const want: PodNetwork = { mode: mode ?? DEFAULT_NETWORK_MODE, relay: n.relay, policy, vxlan: { ...n.vxlan }, wireguard: { ...n.wireguard } };
   if (unreadable) log.warn(`${unreadable}; writing mode ${want.mode} from this controller's config`);
   if (recorded && JSON.stringify(recorded) === JSON.stringify(want)) return want;
   await kube.apply(podNetworkConfigMap(want), { fieldManager: 'kctl', force: true }, signal);

@@ -18,8 +18,14 @@ export const POD_NETWORK_PATH = `${POD_NETWORK_COLLECTION}/${POD_NETWORK_NAME}`;
 export const NETWORK_MODES = ['routes', 'vxlan', 'wireguard'] as const;
 export type NetworkMode = (typeof NETWORK_MODES)[number];
 
+/** none: nodes that cannot reach each other use relay nodes only; controllers: the controllers too. */
+export const POD_NETWORK_RELAYS = ['none', 'controllers'] as const;
+export type PodNetworkRelay = (typeof POD_NETWORK_RELAYS)[number];
+
 export interface PodNetwork {
   mode: NetworkMode;
+  /** Where wireguard traffic between two nodes that cannot reach each other may go besides relay nodes. */
+  relay: PodNetworkRelay;
   /** NetworkPolicy enforced on the nodes (kube/network-policy.ts). */
   policy: boolean;
   vxlan: { vni: number; port: number };
@@ -32,7 +38,13 @@ export const VXLAN_DEFAULTS = { vni: 1, port: 8472 } as const;
 export const WIREGUARD_DEFAULTS = { port: 51820 } as const;
 
 /** What a worker runs when the cluster says nothing (a cluster from before modes). */
-export const LEGACY_POD_NETWORK: PodNetwork = { mode: 'routes', policy: false, vxlan: { ...VXLAN_DEFAULTS }, wireguard: { ...WIREGUARD_DEFAULTS } };
+export const LEGACY_POD_NETWORK: PodNetwork = {
+  mode: 'routes',
+  relay: 'none',
+  policy: false,
+  vxlan: { ...VXLAN_DEFAULTS },
+  wireguard: { ...WIREGUARD_DEFAULTS },
+};
 
 export function podNetworkConfigMap(n: PodNetwork): KubeManifest & { data: Record<string, string> } {
   return {
@@ -41,6 +53,7 @@ export function podNetworkConfigMap(n: PodNetwork): KubeManifest & { data: Recor
     metadata: { name: POD_NETWORK_NAME, namespace: POD_NETWORK_NAMESPACE, labels: { 'app.kubernetes.io/managed-by': 'kctl' } },
     data: {
       mode: n.mode,
+      relay: n.relay,
       policy: String(n.policy),
       vxlanVNI: String(n.vxlan.vni),
       vxlanPort: String(n.vxlan.port),
@@ -70,5 +83,9 @@ export function parsePodNetwork(data: Record<string, string> | undefined): PodNe
   // Absent: written by a kctl from before policies, whose clusters never enforced them.
   if (d.policy !== undefined && d.policy !== 'true' && d.policy !== 'false')
     throw new Error(`${POD_NETWORK_NAME}: policy is ${JSON.stringify(d.policy)}, expected true or false`);
-  return { mode, policy: d.policy === 'true', vxlan: { vni, port }, wireguard: { port: wgPort } };
+  // Absent: written by a kctl from before relaying through the controllers.
+  const relay = (d.relay ?? 'none') as PodNetworkRelay;
+  if (!POD_NETWORK_RELAYS.includes(relay))
+    throw new Error(`${POD_NETWORK_NAME}: relay is ${JSON.stringify(d.relay)}, expected one of ${POD_NETWORK_RELAYS.join(', ')}`);
+  return { mode, relay, policy: d.policy === 'true', vxlan: { vni, port }, wireguard: { port: wgPort } };
 }

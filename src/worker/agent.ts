@@ -43,6 +43,8 @@ export class AgentComponent implements Component, ControllerFollower {
     private readonly state: JoinState,
     /** The node: the agent's id, and the name and address it serves. */
     private readonly id: { nodeName: string; nodeIp: string },
+    /** Datagrams other nodes sent this one through the controllers (the pod network's relay). */
+    private readonly onDatagram?: (fromNode: string, data: Buffer) => void,
   ) {
     const pki = this.paths.kubeletCertDir;
     this.certs = new CertificateWatch([
@@ -88,6 +90,7 @@ export class AgentComponent implements Component, ControllerFollower {
         ipv4: this.id.nodeIp.includes(':') ? [] : [this.id.nodeIp],
         ipv6: this.id.nodeIp.includes(':') ? [this.id.nodeIp] : [],
       },
+      onDatagram: this.onDatagram,
       log: this.log,
     });
     await this.agent.init();
@@ -114,6 +117,11 @@ export class AgentComponent implements Component, ControllerFollower {
   /** The servers the agent holds a stream to (none before it started). */
   snapshot(): AgentSnapshot | undefined {
     return this.agent?.snapshot();
+  }
+
+  /** A datagram for another node, through the controllers; false when no controller stream can take it now. */
+  sendDatagram(toNode: string, data: Buffer): boolean {
+    return this.agent?.sendDatagram(toNode, data) ?? false;
   }
 
   /** A controller's host answers again (the API balancer saw it): retry its konnectivity server now. */

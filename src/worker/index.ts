@@ -222,7 +222,8 @@ export function workerComponents(o: WorkerRoleOptions): Component[] {
   // The cluster's pod CIDR from the join token (tokens from before it was carried: the default).
   const clusterCIDR = state.podCIDR ?? '10.244.0.0/16';
   // Everything on the node reaches the API through 127.0.0.1:7443, over every live controller.
-  const agent = new AgentComponent(paths, state, id);
+  // Pod network datagrams through the controllers go out and come in over the agent's streams.
+  const agent = new AgentComponent(paths, state, id, (fromNode, data) => network.datagram(fromNode, data));
   // After a partition the balancer's check is the first to see a controller again; the agent,
   // perhaps deep in its backoff, hears of it and dials that controller's konnectivity port.
   const balancer = new ApiBalancerComponent({ caFile: paths.caCert, apiServers: state.apiServers, onHealthy: (host) => agent.hostAnswers(host) });
@@ -236,7 +237,14 @@ export function workerComponents(o: WorkerRoleOptions): Component[] {
     clusterDNS: state.clusterDNS ? [state.clusterDNS] : undefined,
   });
   const kubeProxy = new KubeProxyComponent({ paths, nodeName: id.nodeName, clusterCIDR });
-  const network = new NetworkComponent({ paths, nodeName: id.nodeName, kube, clusterCIDR, relay: opts.networkRelay });
+  const network = new NetworkComponent({
+    paths,
+    nodeName: id.nodeName,
+    kube,
+    clusterCIDR,
+    relay: opts.networkRelay,
+    datagrams: { send: (toNode, data) => agent.sendDatagram(toNode, data) },
+  });
   const networkPolicy = new NetworkPolicyComponent({ nodeName: id.nodeName, kube });
   const upgrade = new NodeUpgradeComponent({
     kube,

@@ -16,6 +16,7 @@ import { ip, ipJson, SYSTEM_PATH_ENV } from '../host/ip.ts';
 import { removeVxlan } from '../host/vxlan.ts';
 import { removePodToNodeRoutes } from './wireguard.ts';
 import { cleanupNetworkPolicy } from './network-policy.ts';
+import { ControllerRelay, type DatagramLink } from './controller-relay.ts';
 import { desiredRoutes, nodeInfo, Overlay, routeArgs, type KubeNode, type PodNetworkStatus, type PodRoute } from './overlay.ts';
 import { LEGACY_POD_NETWORK, parsePodNetwork, POD_NETWORK_COLLECTION, POD_NETWORK_NAME, type PodNetwork } from '../kube/pod-network.ts';
 import { CNI_BRIDGE, CNI_CONFLIST, cniConflist, ensureMasquerade, writeIfChanged } from './cni.ts';
@@ -39,6 +40,8 @@ export interface NetworkOptions {
   clusterCIDR: string;
   /** In wireguard mode, relay traffic between nodes that cannot reach each other (kctl worker --network-relay). */
   relay?: boolean;
+  /** The way to the controllers' relay (the konnectivity agent), for spec.network.relay: controllers. */
+  datagrams?: DatagramLink;
   /**
    * How often routes are re-checked against the watched Nodes without a change (repairs routes
    * removed by hand, retries a failed sync, moves a silent WireGuard peer to a relay). Default 10 s.
@@ -216,6 +219,11 @@ export class NetworkComponent implements Component {
   }
 
   /** The mode and the peers, for `kctl status`. */
+  /** A datagram another node sent through the controllers (controller-relay.ts). */
+  datagram(fromNode: string, data: Buffer): void {
+    this.overlay?.deliver(fromNode, data);
+  }
+
   async snapshot(): Promise<PodNetworkStatus | undefined> {
     const nodes = [...(this.nodes?.store.values() ?? [])].map(nodeInfo);
     return this.overlay?.status(nodes, this.mtu);
@@ -272,6 +280,7 @@ export class NetworkComponent implements Component {
         this.opts.kube,
         log,
         this.opts.relay ? { clusterCIDR: this.opts.clusterCIDR } : undefined,
+        this.opts.datagrams ? new ControllerRelay(this.opts.datagrams, log) : undefined,
       );
       const { mtu, errors } = await this.overlay.apply(net, nodes, podCIDR);
       if (this.applied?.mode !== net.mode)

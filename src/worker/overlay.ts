@@ -3,7 +3,8 @@
 //   routes     none: via the peer's InternalIP;
 //   vxlan      kernel VXLAN (host/vxlan.ts): via the peer's VTEP, on-link on kctl-vxlan;
 //   wireguard  wireguard-go (wireguard.ts): on kctl-wg, which picks the peer by its pod CIDR,
-//              or a relay for a peer it has not heard from (relay.ts).
+//              or a relay for a peer it has not heard from (relay.ts), or the controllers
+//              (controller-relay.ts).
 // Leaving a mode removes its device (and with it the routes through it).
 import { cidrAddress } from '../base/addresses.ts';
 import type { KubeClient } from '../kube/client.ts';
@@ -12,7 +13,8 @@ import type { NetworkMode, PodNetwork } from '../kube/pod-network.ts';
 import { allowVxlanFrom, ensureVxlanDevice, interfaceMtu, removeVxlan, syncVxlanPeers, VXLAN_DEVICE, VXLAN_OVERHEAD } from '../host/vxlan.ts';
 import { isWireguardKey, type WireguardDeviceState } from '../host/wireguard.ts';
 import type { WorkerPaths } from './paths.ts';
-import { PeerLiveness, planRelays } from './relay.ts';
+import { CONTROLLERS, PeerLiveness, planRelays } from './relay.ts';
+import type { ControllerRelay } from './controller-relay.ts';
 import {
   allowedIPsOf,
   ENDPOINT_ANNOTATION,
@@ -107,7 +109,7 @@ export interface PodNetworkStatus {
     lastHandshakeSecondsAgo?: number;
     rxBytes?: number;
     txBytes?: number;
-    /** The relay this node's traffic with the peer goes through (not heard from directly). */
+    /** The relay this node's traffic with the peer goes through (not heard from directly): a node, or "controllers". */
     via?: string;
   }[];
   /** This node offers to relay for others (kctl worker --network-relay); approved: an admin's label says the others may use it. */
@@ -120,6 +122,8 @@ export class Overlay {
   private readonly liveness = new PeerLiveness();
   /** Relayed peer -> relay, as the last sync set them. */
   private via = new Map<string, string>();
+  /** Peers (public keys) whose packets go through the controllers since the last sync. */
+  private throughControllers = new Set<string>();
 
   constructor(
     private readonly paths: WorkerPaths,
@@ -128,7 +132,14 @@ export class Overlay {
     private readonly log: Logger,
     /** This node relays for others (kctl worker --network-relay), for the pods of `clusterCIDR`. */
     private readonly relay?: { clusterCIDR: string },
+    /** Its end of relaying through the controllers (spec.network.relay: controllers). */
+    private readonly controllerRelay?: ControllerRelay,
   ) {}
+
+  /** A datagram the controllers relayed from another node. */
+  deliver(fromNode: string, data: Buffer): void {
+    if (this.mode === 'wireguard') this.controllerRelay?.deliver(fromNode, data);
+  }
 
   /** Puts `net`'s device and peers in place (and takes the previous mode's away); returns the pods' MTU (undefined: the kernel's default) and per-peer errors. */
   async apply(net: PodNetwork, nodes: NodeInfo[], podCIDR: string): Promise<{ mtu?: number; errors: string[] }> {
@@ -136,6 +147,7 @@ export class Overlay {
     // The first sync after a start does not know what an earlier run left: clear the others.
     if (net.mode !== 'vxlan' && previous !== net.mode) await removeVxlan();
     if (net.mode !== 'wireguard' && this.wireguard) await this.wireguard.stop();
+    if (net.mode !== 'wireguard') this.controllerRelay?.close();
     this.mode = net.mode;
     if (net.mode === 'routes') return { errors: [] };
     const self = nodes.find((n) => n.name === this.nodeName);
@@ -162,15 +174,27 @@ export class Overlay {
         : [],
     );
     this.liveness.update(state);
+    const controllers = net.relay === 'controllers' && !!this.controllerRelay;
+    this.controllerRelay?.update(
+      keyed.map((p) => p.name),
+      net.wireguard.port,
+    );
     const plan = planRelays(
       keyed.map((p) => ({ ...p, allowedIPs: allowedIPsOf(p) })),
       (key) => this.liveness.direct(key),
+      { controllers, throughControllers: this.throughControllers },
     );
     for (const [peer, relay] of plan.via)
-      if (this.via.get(peer) !== relay) this.log.warn({ peer, relay }, `nothing heard from ${peer}: its traffic goes through ${relay}`);
+      if (this.via.get(peer) !== relay)
+        this.log.warn({ peer, relay }, `nothing heard from ${peer}: its traffic goes through ${relay === CONTROLLERS ? 'the controllers' : relay}`);
     for (const peer of this.via.keys()) if (!plan.via.has(peer)) this.log.info({ peer }, `${peer} answers directly again`);
     this.via = plan.via;
-    await this.wireguard.syncPeers(keyed, state, plan.allowedIPs);
+    this.throughControllers = new Set(keyed.filter((p) => plan.via.get(p.name) === CONTROLLERS).map((p) => p.publicKey));
+    // A peer through the controllers is sent to this node's local socket for it.
+    const endpoints = await Promise.all(
+      keyed.map(async (p) => (this.throughControllers.has(p.publicKey) ? { ...p, endpoint: await this.controllerRelay!.endpointFor(p.name) } : p)),
+    );
+    await this.wireguard.syncPeers(endpoints, state, plan.allowedIPs);
     // A relay also carries other nodes' pods' traffic to a peer's own address (metrics-server to a
     // kubelet behind NAT): the rule then takes the whole cluster's pod CIDR.
     await routePodsToNodes(
@@ -206,7 +230,8 @@ export class Overlay {
           lastHandshakeSecondsAgo: wg?.lastHandshake ? Math.round(now - wg.lastHandshake) : undefined,
           rxBytes: wg?.rxBytes,
           txBytes: wg?.txBytes,
-          ...(this.via.has(p.name) ? { via: this.via.get(p.name) } : {}),
+          // A peer that chose the controllers for both is answered there too (WireGuard roaming).
+          ...(this.via.has(p.name) ? { via: this.via.get(p.name) } : this.controllerRelay?.owns(wg?.endpoint) ? { via: CONTROLLERS } : {}),
         };
       }),
       ...(this.relay ? { relay: { approved: !!nodes.find((n) => n.name === this.nodeName)?.relay } } : {}),
@@ -216,5 +241,6 @@ export class Overlay {
   /** At the worker's stop: wireguard-go goes with it (routes and the VXLAN device stay for the next start). */
   async stop(): Promise<void> {
     await this.wireguard?.stop();
+    this.controllerRelay?.close();
   }
 }

@@ -6,7 +6,8 @@
 // own address) move to the relay's WireGuard peer entry, which carries them both ways; the relay
 // routes between its peers like any router. The peer stays configured with its keepalive, so
 // the moment a direct handshake succeeds again (the NAT opened, the node moved) its addresses
-// come back to it.
+// come back to it. Without a relay node, and where the cluster allows it, the silent peer's
+// packets go through the controllers instead (controller-relay.ts).
 import type { WireguardDeviceState } from '../host/wireguard.ts';
 
 /**
@@ -50,23 +51,42 @@ export class PeerLiveness {
 export interface RelayPlan {
   /** Allowed IPs per peer (public key): its own, or none while it is relayed; a relay's carry its relayed peers' too. */
   allowedIPs: Map<string, string[]>;
-  /** Relayed peer (node name) -> the relay (node name) its traffic goes through. */
+  /** Relayed peer (node name) -> the relay (node name, or CONTROLLERS) its traffic goes through. */
   via: Map<string, string>;
+}
+
+/** `via` of a peer whose WireGuard packets go through the controllers (controller-relay.ts). */
+export const CONTROLLERS = 'controllers';
+
+export interface RelayChoices {
+  /** The cluster lets nodes relay through the controllers (spec.network.relay: controllers). */
+  controllers?: boolean;
+  /**
+   * Peers (public keys) already going through the controllers. They stay there (their packets
+   * then come through the controllers, so hearing from them says nothing about a direct path)
+   * until a relay node is heard or relaying through the controllers is switched off.
+   */
+  throughControllers?: ReadonlySet<string>;
 }
 
 /**
  * Who carries whose addresses. A peer heard from directly keeps its own; a silent one moves to
  * the first relay (by name: every node picks the same) that is heard from and is not the peer
- * itself; with no such relay it keeps its own and waits for a direct handshake.
+ * itself; with no such relay it goes through the controllers when the cluster allows that (it
+ * keeps its addresses: only its endpoint moves), else it keeps its own and waits for a direct
+ * handshake.
  */
-export function planRelays(peers: RelayCandidate[], direct: (publicKey: string) => boolean): RelayPlan {
-  const relays = peers.filter((p) => p.relay && direct(p.publicKey)).sort((a, b) => a.name.localeCompare(b.name));
+export function planRelays(peers: RelayCandidate[], direct: (publicKey: string) => boolean, choices: RelayChoices = {}): RelayPlan {
+  const sticky = choices.controllers ? (choices.throughControllers ?? new Set<string>()) : new Set<string>();
+  const heard = (p: RelayCandidate): boolean => !sticky.has(p.publicKey) && direct(p.publicKey);
+  const relays = peers.filter((p) => p.relay && heard(p)).sort((a, b) => a.name.localeCompare(b.name));
   const allowedIPs = new Map(peers.map((p) => [p.publicKey, [] as string[]]));
   const via = new Map<string, string>();
   for (const p of peers) {
-    const relay = direct(p.publicKey) ? undefined : relays.find((r) => r.publicKey !== p.publicKey);
+    const relay = heard(p) ? undefined : relays.find((r) => r.publicKey !== p.publicKey);
     allowedIPs.get(relay?.publicKey ?? p.publicKey)!.push(...p.allowedIPs);
     if (relay) via.set(p.name, relay.name);
+    else if (!heard(p) && choices.controllers) via.set(p.name, CONTROLLERS);
   }
   return { allowedIPs, via };
 }

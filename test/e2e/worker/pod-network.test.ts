@@ -37,16 +37,17 @@ test('pods on three sites behind one router: vxlan, then wireguard (switched liv
   for (const w of workers) assert.ok(await lab.ping(workers[0]!, w), `${w.name} (${w.ip}) answers from w1 through the router`);
 
   const c = await labController(kctlBin, ctl, dir);
-  const config = (mode: string) => writeFile(join(dir, 'kctl.yaml'), `spec:\n  api: { address: ${ctl.ip} }\n  network: { mode: ${mode} }\n`);
+  const config = (mode: string, relay = 'none') =>
+    writeFile(join(dir, 'kctl.yaml'), `spec:\n  api: { address: ${ctl.ip} }\n  network: { mode: ${mode}, relay: ${relay} }\n`);
   await config('vxlan');
   let controller: Tracked = track(ctl.spawn(kctlBin, c.args));
   await controllerReady(controller);
   // w1 (never behind NAT) relays for nodes that cannot reach each other.
   await Promise.all(workers.map((w) => startIsolatedWorker(kctlBin, lab, c, ctl, w, dir, w.name === 'w1' ? ['--network-relay'] : [])));
-  const restart = async (mode: string) => {
+  const restart = async (mode: string, relay?: string) => {
     controller.child.kill('SIGTERM');
     await controller.exited;
-    await config(mode);
+    await config(mode, relay);
     controller = track(ctl.spawn(kctlBin, c.args));
     await controllerReady(controller);
   };
@@ -269,6 +270,24 @@ test('pods on three sites behind one router: vxlan, then wireguard (switched liv
   const relayed = await forwarded();
   assert.equal(relayed['pod-in-clear'], 0, 'relayed: the router saw a pod address');
   assert.equal(relayed['tcp-opened'], 0, `relayed: a connection between nodes outside the tunnel: ${JSON.stringify(relayed)}`);
+
+  // With no relay node, through the controllers (spec.network.relay: controllers): the controller
+  // restarts with it and w1's approval is taken back. w2 and w3 then hand their WireGuard packets
+  // (still encrypted for each other) to their konnectivity agents, and the controller passes
+  // them on; nothing else could carry them (the router drops new flows into site 2).
+  await restart('wireguard', 'controllers');
+  assert.equal((await kubectl(['label', 'node', 'w1', `${RELAY_LABEL}-`])).exitCode, 0);
+  const unapprovedAt = Date.now();
+  await waitFor("w2's and w3's pods reach each other through the controllers", 180_000, async () => {
+    if ((await peersOf(w2))?.peers.find((p) => p.node === 'w3')?.via !== 'controllers') return false;
+    const [there, back] = [await reachable(w2, w3), await reachable(w3, w2)];
+    return there.http === 'p-w3' && back.http === 'p-w2';
+  });
+  t.diagnostic(`relay node unapproved: pods reach each other through the controllers ${Math.round((Date.now() - unapprovedAt) / 1000)} s later`);
+  assert.deepEqual(await reachable(w2, w3), { ping: true, http: 'p-w3' }, 'through the controllers: pod on w2 -> pod on w3');
+  const w3net = await peersOf(w3);
+  assert.equal(w3net?.peers.find((p) => p.node === 'w2')?.via, 'controllers', JSON.stringify(w3net));
+  assert.match(w3net?.peers.find((p) => p.node === 'w2')?.endpoint ?? '', /^127\.0\.0\.1:\d+$/, JSON.stringify(w3net));
 
   // Routes cannot cross a router that does not know the pod CIDRs: the pods part.
   await restart('routes');

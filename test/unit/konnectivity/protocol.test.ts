@@ -34,6 +34,7 @@ test('every packet type round-trips, int64 ids stay exact decimal strings', () =
     packets.credit(ABOVE_2_53, 262144),
     packets.ping(BIG),
     packets.pong(BIG),
+    packets.datagram('node-b', Buffer.from([0, 255, 1])),
   ];
   assert.deepEqual(new Set(cases.map((p) => p.type)), new Set(Object.keys(PacketType)), 'a case for every PacketType in the .proto');
   for (const p of cases) {

@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import { parsePodNetwork, podNetworkConfigMap } from '../../../src/kube/pod-network.ts';
 
 test('the pod network ConfigMap reads back as it was written', () => {
-  const n = { mode: 'vxlan' as const, policy: true, vxlan: { vni: 42, port: 4789 }, wireguard: { port: 51999 } };
+  const n = { mode: 'vxlan' as const, relay: 'controllers' as const, policy: true, vxlan: { vni: 42, port: 4789 }, wireguard: { port: 51999 } };
   const cm = podNetworkConfigMap(n);
   assert.deepEqual(parsePodNetwork(cm.data), n);
 });
@@ -21,4 +21,7 @@ test('a damaged pod network ConfigMap is refused naming the key', () => {
   assert.equal(parsePodNetwork(good).policy, false);
   // Written before the wireguard mode existed: its port is the default.
   assert.equal(parsePodNetwork(good).wireguard.port, 51820);
+  // Written before relaying through the controllers: relay nodes only.
+  assert.equal(parsePodNetwork(good).relay, 'none');
+  assert.throws(() => parsePodNetwork({ ...good, relay: 'everyone' }), /relay is "everyone", expected one of none, controllers/);
 });

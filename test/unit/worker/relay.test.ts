@@ -1,7 +1,7 @@
 // Relays in wireguard mode: who carries whose addresses, and when a peer counts as heard from.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { PeerLiveness, planRelays, RELAY_AFTER_SILENT_MS, type RelayCandidate } from '../../../src/worker/relay.ts';
+import { CONTROLLERS, PeerLiveness, planRelays, RELAY_AFTER_SILENT_MS, type RelayCandidate } from '../../../src/worker/relay.ts';
 import type { WireguardDeviceState } from '../../../src/host/wireguard.ts';
 
 const peer = (name: string, relay = false): RelayCandidate => ({
@@ -47,6 +47,25 @@ test('every node picks the same relay: the first by name among those heard from'
   const plan2 = planRelays(peers, (k) => k === 'key-r2');
   assert.equal(plan2.via.get('silent'), 'r2');
   assert.equal(plan2.via.get('r1'), 'r2');
+});
+
+test('through the controllers: only without a relay node heard from, keeping its own addresses, and it sticks', () => {
+  const [a, b, r] = [peer('a'), peer('bb'), peer('relay', true)];
+  // Off: a silent peer waits, as before.
+  assert.equal(planRelays([a, b], () => false).via.size, 0);
+  const silentB = (k: string): boolean => k !== 'key-bb';
+  const plan = planRelays([a, b], silentB, { controllers: true });
+  assert.deepEqual([...plan.via], [['bb', CONTROLLERS]]);
+  assert.deepEqual(plan.allowedIPs.get('key-bb'), b.allowedIPs, 'its addresses stay: only its endpoint moves');
+  // Its packets now come through the controllers, so hearing from it says nothing: it stays.
+  const sticky = new Set(['key-bb']);
+  assert.equal(planRelays([a, b], () => true, { controllers: true, throughControllers: sticky }).via.get('bb'), CONTROLLERS);
+  // A relay node heard from wins (the controllers carry only what no node can).
+  const withRelay = planRelays([a, b, r], (k) => k !== 'key-bb', { controllers: true, throughControllers: sticky });
+  assert.equal(withRelay.via.get('bb'), 'relay');
+  assert.deepEqual(withRelay.allowedIPs.get('key-relay'), [...b.allowedIPs, ...r.allowedIPs]);
+  // Switched off: the sticky peer is judged by what is heard again.
+  assert.equal(planRelays([a, b], () => true, { controllers: false, throughControllers: sticky }).via.size, 0);
 });
 
 test('liveness: received bytes moving mean heard from; a new peer has its grace; silence past the bound means not', () => {
