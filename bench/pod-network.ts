@@ -11,6 +11,7 @@
 // Columns: kctl = pods, direct = hosts; upstream is empty (no other distribution's pod network
 // runs here).
 import { spawn, type ChildProcess } from 'node:child_process';
+import { readFileSync } from 'node:fs';
 import { writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -37,7 +38,17 @@ export const POD_NETWORK_SIZES: Record<'full' | 'quick' | 'smoke', PodNetworkSiz
   smoke: { bytes: 8 * MiB, roundTrips: 100, reps: 1 },
 };
 
-const MODES = ['routes', 'vxlan', 'wireguard'] as const;
+/**
+ * The modes in order; the last is wireguard again with the two workers unable to reach each other
+ * directly (WireGuard's port dropped between them, as between two sites behind NAT) and
+ * spec.network.relay: controllers, so their pods' packets go through the controller.
+ */
+const STEPS = [
+  { name: 'routes', mode: 'routes' },
+  { name: 'vxlan', mode: 'vxlan' },
+  { name: 'wireguard', mode: 'wireguard' },
+  { name: 'wireguard-via-controllers', mode: 'wireguard', relay: 'controllers' },
+] as const;
 const TOOL = new URL('./pod-network-tool.mjs', import.meta.url).pathname;
 const PORT = 5201;
 
@@ -61,14 +72,19 @@ function serveIn(enter: string[]): ChildProcess {
   return spawn('nsenter', [...enter, process.execPath, TOOL, 'serve', String(PORT)], { stdio: 'ignore', detached: true });
 }
 
-/** Throughput and round-trip medians from `from` to `host`, once its server answers. */
-async function measure(from: Probe, host: string, s: PodNetworkSizes): Promise<{ mbps: number[]; rttUs: number[] }> {
-  await waitFor(`the probe server on ${host} answers`, 30_000, async () =>
+/** Waits for the probe server on `host` to answer from `from`. */
+async function answers(from: Probe, host: string, withinMs: number): Promise<void> {
+  await waitFor(`the probe server on ${host} answers`, withinMs, async () =>
     from.client(['rtt', host, String(PORT + 1), '1']).then(
       () => true,
       () => false,
     ),
   );
+}
+
+/** Throughput and round-trip medians from `from` to `host`, once its server answers. */
+async function measure(from: Probe, host: string, s: PodNetworkSizes): Promise<{ mbps: number[]; rttUs: number[] }> {
+  await answers(from, host, 30_000);
   const mbps: number[] = [];
   const rttUs: number[] = [];
   for (let i = 0; i < s.reps; i++) {
@@ -76,6 +92,28 @@ async function measure(from: Probe, host: string, s: PodNetworkSizes): Promise<{
     rttUs.push((await from.client(['rtt', host, String(PORT + 1), String(s.roundTrips)])).medianUs!);
   }
   return { mbps, rttUs };
+}
+
+/** Both workers drop WireGuard's packets from the other: no direct path, as between two sites behind NAT. */
+async function cutWireguard(a: LabHost, b: LabHost, port: number): Promise<void> {
+  for (const [self, other] of [
+    [a, b],
+    [b, a],
+  ] as const) {
+    const r = await self.run('iptables', ['-w', '5', '-I', 'INPUT', '-p', 'udp', '-s', other.ip, '--dport', String(port), '-j', 'DROP']);
+    if (r.exitCode !== 0) throw new Error(`iptables on ${self.name}: ${String(r.stderr).trim()}`);
+  }
+}
+
+/** The controller process's CPU so far (ms) and the bytes its konnectivity server relayed between nodes. */
+async function controllerCost(ctl: LabHost, pid: number): Promise<{ cpuMs: number; relayedBytes: number }> {
+  const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  // utime and stime (fields 14 and 15 of the whole line), in clock ticks of 10 ms.
+  const cpuMs = (Number(fields[11]) + Number(fields[12])) * 10;
+  const metrics = String((await ctl.run('curl', ['-s', 'http://127.0.0.1:8133/metrics'])).stdout);
+  const relayedBytes = Number(/kctl_konnectivity_relay_bytes_total\{result="forwarded"\} (\d+)/.exec(metrics)?.[1] ?? 0);
+  return { cpuMs, relayedBytes };
 }
 
 /** The host PID of the pod's container: its shell, found by the line it was started with. */
@@ -98,7 +136,8 @@ export async function podNetworkFigures(o: { sizes: PodNetworkSizes; log: (msg: 
     });
     const [ctl, w1, w2] = ['ctl', 'w1', 'w2'].map((n) => lab.host(n)) as [LabHost, LabHost, LabHost];
     const c = await labController(kctlBin, ctl, dir);
-    const config = (mode: string) => writeFile(join(dir, 'kctl.yaml'), `spec:\n  api: { address: ${ctl.ip} }\n  network: { mode: ${mode} }\n`);
+    const config = (mode: string, relay = 'none') =>
+      writeFile(join(dir, 'kctl.yaml'), `spec:\n  api: { address: ${ctl.ip} }\n  network: { mode: ${mode}, relay: ${relay} }\n`);
     await config('routes');
     let controller: Tracked = track(ctl.spawn(kctlBin, c.args));
     await controllerReady(controller);
@@ -109,18 +148,21 @@ export async function podNetworkFigures(o: { sizes: PodNetworkSizes; log: (msg: 
     children.push(serveIn(hostEnter(w2)));
 
     const rows: Row[] = [];
-    for (const mode of MODES) {
+    for (const step of STEPS) {
+      const { name: mode } = step;
+      const relay = 'relay' in step ? step.relay : undefined;
       if (mode !== 'routes') {
         controller.child.kill('SIGTERM');
         await controller.exited;
-        await config(mode);
+        await config(step.mode, relay);
         controller = track(ctl.spawn(kctlBin, c.args));
         await controllerReady(controller);
-        const device = mode === 'vxlan' ? 'kctl-vxlan' : 'kctl-wg';
-        await waitFor(`the workers switch to ${mode}`, 120_000, async () =>
+        const device = step.mode === 'vxlan' ? 'kctl-vxlan' : 'kctl-wg';
+        await waitFor(`the workers switch to ${step.mode}`, 120_000, async () =>
           (await Promise.all([w1, w2].map((w) => w.run('ip', ['link', 'show', device])))).every((r) => r.exitCode === 0),
         );
       }
+      if (relay) await cutWireguard(w1, w2, 51820);
       await c.kubectl(['delete', 'pod', '--all', '--wait=true', '--grace-period=1']);
       await runPinnedPod(c.kubectl, `pa-${mode}`, 'w1', `pn-a-${mode}`);
       await runPinnedPod(c.kubectl, `pb-${mode}`, 'w2', `pn-b-${mode}`);
@@ -130,8 +172,29 @@ export async function podNetworkFigures(o: { sizes: PodNetworkSizes; log: (msg: 
       // The hosts' figures again beside each mode's: the shared machine's load moves between them.
       o.log(`pod network: hosts, then pods in ${mode} mode`);
       const hosts = await measure(probeIn(hostEnter(w1)), w2.ip, o.sizes);
-      const pods = await measure(probeIn(['-t', pidA, '-n']), ipB, o.sizes);
-      const note = mode === 'wireguard' ? 'userspace WireGuard (wireguard-go): this kernel has no WireGuard module' : undefined;
+      const podProbe = probeIn(['-t', pidA, '-n']);
+      // Through the controllers, the pods reach each other once a node has heard nothing from the other for a minute.
+      if (relay) await answers(podProbe, ipB, 180_000);
+      const before = relay ? await controllerCost(ctl, controller.child.pid!) : undefined;
+      const pods = await measure(podProbe, ipB, o.sizes);
+      const note =
+        step.mode === 'wireguard'
+          ? `userspace WireGuard (wireguard-go): this kernel has no WireGuard module${relay ? "; no direct path between the workers, every packet through the controller's konnectivity server" : ''}`
+          : undefined;
+      if (before) {
+        const after = await controllerCost(ctl, controller.child.pid!);
+        const mib = (after.relayedBytes - before.relayedBytes) / MiB;
+        const cpuMs = after.cpuMs - before.cpuMs;
+        o.log(`pod network: the controller relayed ${mib.toFixed(0)} MiB in ${cpuMs} ms of its CPU`);
+        rows.push({
+          scenario: 'pod-relay-controller-cpu-ms-per-mib',
+          unit: 'ms/MiB',
+          kctl: mib > 0 ? cpuMs / mib : null,
+          upstream: null,
+          direct: null,
+          note: `the kctl controller process's CPU (user + system) per MiB it relayed between the two workers (kctl_konnectivity_relay_bytes_total), over this step's pod figures: ${mib.toFixed(0)} MiB in ${(cpuMs / 1000).toFixed(1)} s of CPU`,
+        });
+      }
       const row = (scenario: string, unit: string, key: 'mbps' | 'rttUs'): Row => ({
         scenario: `${scenario} ${mode}`,
         unit,

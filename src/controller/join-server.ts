@@ -55,7 +55,7 @@ export interface JoinRequest {
   storage: 'etcd' | 'kine';
   /** With kine: the database its data source names, without credentials (etcd/kine.ts datastoreIdentity); absent for SQLite. */
   datastore?: string;
-  network: { podCIDR: string; serviceCIDR: string; clusterDomain: string; mode?: string };
+  network: { podCIDR: string; serviceCIDR: string; clusterDomain: string; mode?: string; relay?: string };
 }
 
 export interface JoinResponse {
@@ -97,6 +97,9 @@ export function configMismatch(cfg: ClusterConfig, req: JoinRequest): string | n
   // Each controller publishes its mode at start: two that disagree would switch the nodes back and forth.
   if (req.network.mode && n.mode && req.network.mode !== n.mode)
     return `spec.network.mode is ${n.mode} in the cluster but ${req.network.mode} on the joining controller; use the cluster's value`;
+  // Likewise the relay (a joiner from before relays sends none); a controller that does not relay drops what nodes hand it.
+  if (req.network.relay && req.network.relay !== n.relay)
+    return `spec.network.relay is ${n.relay} in the cluster but ${req.network.relay} on the joining controller; use the cluster's value`;
   return null;
 }
 

@@ -80,6 +80,7 @@ export async function joinController(
       serviceCIDR: cfg.spec.network.serviceCIDR,
       clusterDomain: cfg.spec.network.clusterDomain,
       mode: cfg.spec.network.mode,
+      relay: cfg.spec.network.relay,
     },
   };
   let answer: { url: string; response: JoinResponse } | undefined;

@@ -24,6 +24,11 @@ test('a joining controller with another storage or network than the cluster is r
     configMismatch(cfg, request({ network: { ...request().network, serviceCIDR: '10.100.0.0/16' } }))!,
     /spec\.network\.serviceCIDR is 10\.96\.0\.0\/12 in the cluster but 10\.100\.0\.0\/16 on the joining controller/,
   );
+  assert.match(
+    configMismatch(cfg, request({ network: { ...request().network, relay: 'controllers' } }))!,
+    /spec\.network\.relay is none in the cluster but controllers on the joining controller; use the cluster's value/,
+  );
+  assert.equal(configMismatch(cfg, request({ network: { ...request().network, relay: 'none' } })), null);
 });
 
 test('kine: a joiner must name the same database (credentials and options aside); a SQLite cluster takes no second controller', () => {
