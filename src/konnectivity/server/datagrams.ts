@@ -8,6 +8,7 @@
 // each node may send per second, so one node cannot spend the controller's bandwidth.
 import type { Logger } from '../../base/log.ts';
 import { packets, type KctlDatagram } from '../wire/protocol.ts';
+import type { RelayOutcome } from './metrics.ts';
 import type { AgentBackend } from './tunnel.ts';
 
 /** What one node may send through the server, on average and at once. */
@@ -15,8 +16,6 @@ export const RELAY_RATE_BYTES_PER_S = 4 * 1024 * 1024;
 export const RELAY_BURST_BYTES = 1024 * 1024;
 /** Larger than any WireGuard packet a pod network with a 1500-byte path sends, far below a frame. */
 export const MAX_DATAGRAM = 64 * 1024;
-
-export type RelayOutcome = 'forwarded' | 'rate_limited' | 'no_route' | 'not_allowed' | 'too_large';
 
 export interface DatagramRelayOptions {
   /** The server's connected agents, now. */

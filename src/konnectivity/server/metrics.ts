@@ -2,7 +2,6 @@
 // keep working. Each server has its own Registry; gauges that mirror a table are read
 // from that table at scrape time, so they cannot drift from it.
 import { Counter, Gauge, Histogram, Registry } from 'prom-client';
-import type { RelayOutcome } from './datagrams.ts';
 import { PacketCounts, grpcCodeName, streamErrorsFamily } from '../wire/stream-metrics.ts';
 
 const SERVER = 'konnectivity_network_proxy_server_';
@@ -11,6 +10,9 @@ const SERVER = 'konnectivity_network_proxy_server_';
 const SERVER_LATENCY_BUCKETS = [0.000001, 0.00001, 0.0001, 0.005, 0.025, 0.1, 0.5, 2.5, 12.5];
 
 export type DialFailureReason = 'no_agent' | 'error_response' | 'timeout' | 'backend_close' | 'frontend_close' | 'bad_request';
+
+/** What became of a datagram between nodes (datagrams.ts): the `result` label of kctl's relay metrics. */
+export type RelayOutcome = 'forwarded' | 'rate_limited' | 'no_route' | 'not_allowed' | 'too_large';
 
 /** Upstream's label values for kctl's reasons ("timeout" is backend_dial_timeout there). */
 const UPSTREAM_DIAL_FAILURE: Record<DialFailureReason, string> = {
