@@ -16,6 +16,8 @@ export const RELAY_RATE_BYTES_PER_S = 4 * 1024 * 1024;
 export const RELAY_BURST_BYTES = 1024 * 1024;
 /** Larger than any WireGuard packet a pod network with a 1500-byte path sends, far below a frame. */
 export const MAX_DATAGRAM = 64 * 1024;
+/** Nodes whose buckets are kept before the quiet ones are forgotten. */
+const MAX_REMEMBERED_NODES = 1024;
 
 export interface DatagramRelayOptions {
   /** The server's connected agents, now. */
@@ -33,7 +35,8 @@ interface Bucket {
 }
 
 export class DatagramRelay {
-  private readonly buckets = new WeakMap<AgentBackend, Bucket>();
+  /** Per node, not per stream: a node holding several streams to this server shares one bound. */
+  private readonly buckets = new Map<string, Bucket>();
   private readonly rate: number;
   private readonly burst: number;
   /** Outcomes not worth a line each, logged once a minute at most per kind. */
@@ -58,7 +61,7 @@ export class DatagramRelay {
     // Only node agents of kctl workers (node certificate, kctl extensions) may use it.
     if (!source || !from.flowControl || !d.node || d.node === source) return 'not_allowed';
     if (d.data.length > MAX_DATAGRAM) return 'too_large';
-    if (!this.take(from, d.data.length)) return 'rate_limited';
+    if (!this.take(source, d.data.length)) return 'rate_limited';
     const to = this.agentOf(d.node);
     if (!to) return 'no_route';
     to.send(packets.datagram(source, d.data));
@@ -71,13 +74,16 @@ export class DatagramRelay {
     return undefined;
   }
 
-  /** A token bucket per agent stream: `rate` bytes per second, at most `burst` at once. */
-  private take(a: AgentBackend, bytes: number): boolean {
+  /** A token bucket per node: `rate` bytes per second, at most `burst` at once. */
+  private take(node: string, bytes: number): boolean {
     const now = Date.now();
-    const b = this.buckets.get(a) ?? { tokens: this.burst, at: now };
+    const b = this.buckets.get(node) ?? { tokens: this.burst, at: now };
     b.tokens = Math.min(this.burst, b.tokens + ((now - b.at) / 1000) * this.rate);
     b.at = now;
-    this.buckets.set(a, b);
+    this.buckets.set(node, b);
+    // A full bucket is what a new one would be: forget nodes quiet long enough to have refilled.
+    if (this.buckets.size > MAX_REMEMBERED_NODES)
+      for (const [n, x] of this.buckets) if (now - x.at > (this.burst / this.rate) * 1000) this.buckets.delete(n);
     if (b.tokens < bytes) return false;
     b.tokens -= bytes;
     return true;

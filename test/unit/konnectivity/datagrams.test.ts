@@ -97,3 +97,23 @@ test('a node sends at most its rate: the rest is dropped and counted', async (t)
   assert.ok(forwarded >= 4 && forwarded <= 5, `${forwarded} of 10 relayed`);
   await waitFor('the relayed ones arrive', () => gotB.length === forwarded);
 });
+
+test('a node holding two streams to the server shares one bound', async (t) => {
+  const pki = await makePki();
+  const server = await startServer(t, pki, { datagramRelay: { rateBytesPerS: 1_000, burstBytes: 4_000 } });
+  const gotB: Got = [];
+  await nodeAgent(t, server, 'node-b', gotB);
+  const creds = await pki.nodeCert('node-a');
+  const first = await rawAgent(t, pki, server, { agentId: 'node-a', creds, extensions: true, transport: 'link' });
+  const second = await rawAgent(t, pki, server, { agentId: 'node-a', creds, extensions: true, transport: 'link' });
+  const kib = Buffer.alloc(1_000, 1);
+  for (let i = 0; i < 5; i++) {
+    first.send(packets.datagram('node-b', kib));
+    second.send(packets.datagram('node-b', kib));
+  }
+  const count = async (r: string): Promise<number> =>
+    Number(new RegExp(`kctl_konnectivity_relay_datagrams_total\\{result="${r}"\\} (\\d+)`).exec(await server.metrics.registry.metrics())?.[1] ?? 0);
+  await waitFor('all ten judged', async () => (await count('forwarded')) + (await count('rate_limited')) === 10);
+  const forwarded = await count('forwarded');
+  assert.ok(forwarded >= 4 && forwarded <= 5, `${forwarded} of 10 relayed from two streams of one node`);
+});
