@@ -220,7 +220,7 @@ export class ManifestApplierComponent implements Component {
       return;
     }
     this.unsafe.delete('');
-    const state = await this.readState();
+    const { state, text: recorded } = await this.readState();
     const entries = await readdir(this.dir, { withFileTypes: true });
     const stacks = entries.filter((e) => e.isDirectory() && !e.name.startsWith('.')).map((e) => e.name);
     const problems: string[] = [];
@@ -234,7 +234,9 @@ export class ManifestApplierComponent implements Component {
       this.applied.delete(gone);
       this.log.info({ stack: gone }, `stack ${gone} removed: its objects were deleted`);
     }
-    await writeFileAtomic(this.stateFile, JSON.stringify(state, null, 2) + '\n', 0o600);
+    // Written only when it changed: a rescan that found nothing new leaves the data dir as it was.
+    const text = JSON.stringify(state, null, 2) + '\n';
+    if (text !== recorded) await writeFileAtomic(this.stateFile, text, 0o600);
     this.lastError = problems.length ? problems.join('; ') : undefined;
   }
 
@@ -300,11 +302,13 @@ export class ManifestApplierComponent implements Component {
     }
   }
 
-  private async readState(): Promise<State> {
+  /** What was applied per stack, and the file's text as read ('' when absent or unreadable). */
+  private async readState(): Promise<{ state: State; text: string }> {
     try {
-      return JSON.parse(await readFile(this.stateFile, 'utf8')) as State;
+      const text = await readFile(this.stateFile, 'utf8');
+      return { state: JSON.parse(text) as State, text };
     } catch {
-      return {};
+      return { state: {}, text: '' };
     }
   }
 
