@@ -9,6 +9,12 @@ import { makePki, rawAgent, startAgent, startServer, waitFor } from './fixtures.
 
 type Got = { from: string; data: string }[];
 
+/** The server's count of datagrams with this result. */
+async function relayed(server: Awaited<ReturnType<typeof startServer>>, result: string): Promise<number> {
+  const m = await server.metrics.registry.metrics();
+  return Number(new RegExp(`kctl_konnectivity_relay_datagrams_total\\{result="${result}"\\} (\\d+)`).exec(m)?.[1] ?? 0);
+}
+
 async function nodeAgent(
   t: Parameters<typeof startAgent>[0],
   server: Awaited<ReturnType<typeof startServer>>,
@@ -89,8 +95,7 @@ test('a node sends at most its rate: the rest is dropped and counted', async (t)
   await nodeAgent(t, server, 'node-b', gotB);
   const kib = Buffer.alloc(1_000, 1);
   for (let i = 0; i < 10; i++) a.sendDatagram('node-b', kib);
-  const count = async (r: string): Promise<number> =>
-    Number(new RegExp(`kctl_konnectivity_relay_datagrams_total\\{result="${r}"\\} (\\d+)`).exec(await server.metrics.registry.metrics())?.[1] ?? 0);
+  const count = (result: string): Promise<number> => relayed(server, result);
   await waitFor('all ten judged', async () => (await count('forwarded')) + (await count('rate_limited')) === 10);
   const forwarded = await count('forwarded');
   // The burst (4), and one more only if the ten took 10 s to arrive (100 bytes per second refill): never all 10.
@@ -111,8 +116,7 @@ test('a node holding two streams to the server shares one bound', async (t) => {
     first.send(packets.datagram('node-b', kib));
     second.send(packets.datagram('node-b', kib));
   }
-  const count = async (r: string): Promise<number> =>
-    Number(new RegExp(`kctl_konnectivity_relay_datagrams_total\\{result="${r}"\\} (\\d+)`).exec(await server.metrics.registry.metrics())?.[1] ?? 0);
+  const count = (result: string): Promise<number> => relayed(server, result);
   await waitFor('all ten judged', async () => (await count('forwarded')) + (await count('rate_limited')) === 10);
   const forwarded = await count('forwarded');
   assert.ok(forwarded >= 4 && forwarded <= 5, `${forwarded} of 10 relayed from two streams of one node`);
