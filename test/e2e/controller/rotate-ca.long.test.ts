@@ -77,6 +77,15 @@ test('kctl pki rotate-ca: a new cluster CA everywhere, the old one nowhere, whil
   await controllerReady(controller);
   const worker = await startIsolatedWorker(kctlBin, lab, c, ctl, w, dir);
   await runPinnedPod(c.kubectl, 'talker', 'rcw', 'hello-rotation');
+  // CoreDNS runs fully before the rotation starts, so the rotation restarts it and says so (an
+  // add-on still coming up is only patched: its pods start on both CAs anyway). On a loaded
+  // machine its pod can still be starting when the talker runs.
+  await waitFor(
+    'CoreDNS rolled out',
+    300_000,
+    async () => (await c.kubectl(['-n', 'kube-system', 'rollout', 'status', 'deployment/coredns', '--timeout=20s'])).exitCode === 0,
+    () => controller.log().slice(-3000),
+  );
 
   const workerData = join(dir, 'rcw-data');
   const oldCa = new X509Certificate(await readFile(join(c.dataDir, 'pki/ca.crt')));
