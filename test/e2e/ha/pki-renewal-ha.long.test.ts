@@ -58,12 +58,8 @@ test('in HA with spec.pki.leafValidity 10m the controllers renew one at a time a
     const c = i % 2 === 0 ? c1 : c2;
     const kubectl = (args: string[]) =>
       c.host.run(kctlBin, ['--data-dir', c.dataDir, 'kubectl', '--request-timeout=8s', ...args], { timeout: 15_000, reject: false });
-    const logs = await kubectl(['logs', 'talker']);
-    if (logs.exitCode !== 0 || !String(logs.stdout).includes('hello-renewal'))
-      failures.push(`${new Date().toISOString()} logs via ${c.host.name}: ${String(logs.stderr).trim()}`);
-    const exec = await kubectl(['exec', 'talker', '--', 'echo', 'exec-ok']);
-    if (exec.exitCode !== 0 || String(exec.stdout).trim() !== 'exec-ok')
-      failures.push(`${new Date().toISOString()} exec via ${c.host.name}: ${String(exec.stderr).trim()}`);
+    for (const r of await logsAndExec(kubectl, 'talker', 'hello-renewal'))
+      if (!r.ok) failures.push(`${new Date(r.at).toISOString()} ${r.what.replace(':', ` via ${c.host.name} (${(r.tookMs / 1000).toFixed(1)} s):`)}`);
     requests += 2;
     await sleep(Math.max(0, started + EVERY_MS - Date.now()));
   }

@@ -4,20 +4,29 @@
 import type { Result } from 'execa';
 
 export interface ProbeResult {
+  /** When the request started (ms since the epoch). */
   at: number;
+  tookMs: number;
   ok: boolean;
   what: string;
 }
 
+/** What a failed request said: its stderr, or how it ended when it said nothing (killed at its timeout). */
+function said(r: Result): string {
+  const err = String(r.stderr ?? '').trim();
+  if (err) return err;
+  return r.timedOut ? 'no answer before the timeout' : `exit ${r.exitCode ?? r.signal ?? '?'}, nothing on stderr`;
+}
+
 /** One round: logs (must hold `line`), then exec of `echo exec-ok`. */
 export async function logsAndExec(kubectl: (args: string[]) => Promise<Result>, pod: string, line: string): Promise<ProbeResult[]> {
-  const started = Date.now();
+  const logsAt = Date.now();
   const logs = await kubectl(['logs', pod]);
-  const first = { at: started, ok: logs.exitCode === 0 && String(logs.stdout).includes(line), what: `logs: ${String(logs.stderr).trim()}` };
+  const execAt = Date.now();
   const exec = await kubectl(['exec', pod, '--', 'echo', 'exec-ok']);
   return [
-    first,
-    { at: Date.now(), ok: exec.exitCode === 0 && String(exec.stdout).trim() === 'exec-ok', what: `exec: ${String(exec.stderr).trim()}` },
+    { at: logsAt, tookMs: execAt - logsAt, ok: logs.exitCode === 0 && String(logs.stdout).includes(line), what: `logs: ${said(logs)}` },
+    { at: execAt, tookMs: Date.now() - execAt, ok: exec.exitCode === 0 && String(exec.stdout).trim() === 'exec-ok', what: `exec: ${said(exec)}` },
   ];
 }
 

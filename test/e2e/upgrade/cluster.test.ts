@@ -173,11 +173,13 @@ test(
     const probe = (async () => {
       for (let i = 0; probing; i++) {
         const c = ctls[i % 3]!;
+        const at = Date.now();
         const r = await ha(c)
           .kubectl(c, ['exec', 'deploy/web', '--request-timeout', '5s', '--', 'echo', 'exec-ok'])
           .catch(() => null);
         execs.push({
-          at: Date.now(),
+          at,
+          tookMs: Date.now() - at,
           ok: r?.exitCode === 0 && String(r.stdout).trim() === 'exec-ok',
           what: `${c.host.name}: ${String(r?.stderr ?? 'no answer').trim()}`,
         });
