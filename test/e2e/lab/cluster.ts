@@ -1,9 +1,10 @@
 // A kctl cluster in the test lab (lab.ts): the controller on one lab host, workers joining
 // from others. Shared by the lab tests and bench/worker.ts, bench/ha.ts.
 import type { ChildProcess } from 'node:child_process';
+import { existsSync } from 'node:fs';
 import { writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import type { Result } from 'execa';
+import type { Options, Result } from 'execa';
 import { cleanupContainerd } from '../../../src/worker/containerd.ts';
 import { kubeletCgroupRoot, removeCgroupRoot } from '../../../src/worker/kubelet.ts';
 import { workerPaths } from '../../../src/worker/paths.ts';
@@ -47,10 +48,24 @@ export interface LabController {
   runDir: string;
   /** `kctl controller --single ...` for this host (append `--init-only` to only stage and exit). */
   args: string[];
-  /** kubectl (through `kctl kubectl`, admin kubeconfig) run on the controller host: lab addresses exist only in the lab. */
+  /** kubectl with the admin kubeconfig (adminKubectl) run on the controller host: lab addresses exist only in the lab. */
   kubectl(args: string[], input?: string): Promise<Result>;
   /** `kctl token create --role worker [--expiry E]` on the controller host; throws when it fails. */
   createToken(expiry?: string): Promise<string>;
+}
+
+/**
+ * kubectl with the admin kubeconfig of the controller whose data dir is `dataDir`, run on `host`:
+ * what `kctl kubectl` runs, without starting kctl first when the controller has staged kubectl.
+ * Each kctl start costs about half a second of CPU, and the tests poll with kubectl every second or
+ * two, four clusters at once beside each other: that was the machine's largest single load.
+ */
+export function adminKubectl(kctlBin: string, host: LabHost, dataDir: string, opts: Options = {}) {
+  const staged = join(dataDir, 'bin', 'current', 'kubectl');
+  return (args: string[], input?: string): Promise<Result> =>
+    existsSync(staged)
+      ? host.run(staged, ['--kubeconfig', join(dataDir, 'pki', 'admin.conf'), ...args], { timeout: 60_000, ...opts, input })
+      : host.run(kctlBin, ['--data-dir', dataDir, 'kubectl', ...args], { timeout: 60_000, ...opts, input });
 }
 
 /** Writes the controller's config into `dir` (API on the host's lab address); starting it is the caller's. */
@@ -62,7 +77,7 @@ export async function labController(kctlBin: string, ctl: LabHost, dir: string):
     dataDir,
     runDir,
     args: ['controller', '--single', '--config', join(dir, 'kctl.yaml'), '--data-dir', dataDir, '--run-dir', runDir],
-    kubectl: (args, input) => ctl.run(kctlBin, ['--data-dir', dataDir, 'kubectl', ...args], { input, timeout: 60_000 }),
+    kubectl: adminKubectl(kctlBin, ctl, dataDir),
     async createToken(expiry) {
       const r = await ctl.run(kctlBin, ['--data-dir', dataDir, 'token', 'create', '--role', 'worker', ...(expiry ? ['--expiry', expiry] : [])], {
         timeout: 60_000,
