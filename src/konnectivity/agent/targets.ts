@@ -110,6 +110,9 @@ export class Target {
   private endError: string | undefined;
   private closed = false;
   private closeTimer: NodeJS.Timeout | undefined;
+  /** Bytes read from the target and written to it, for the debug line when it closes. */
+  private readBytes = 0;
+  private writtenBytes = 0;
 
   constructor(
     private readonly conn: TargetOwner,
@@ -157,6 +160,7 @@ export class Target {
   }
 
   private fromTarget(buf: Buffer): void {
+    this.readBytes += buf.length;
     for (let off = 0; off < buf.length; off += MAX_DATA_CHUNK) {
       const part = this.flow.take(buf.length <= MAX_DATA_CHUNK ? buf : buf.subarray(off, off + MAX_DATA_CHUNK));
       if (part) this.conn.send(packets.data(this.connectID, part));
@@ -209,6 +213,7 @@ export class Target {
 
   private write(buf: Buffer): void {
     const len = buf.length;
+    this.writtenBytes += len;
     this.socket.write(buf, () => this.flushed(len));
   }
 
@@ -239,7 +244,10 @@ export class Target {
   /** CLOSE_REQ: close the target, confirm with CLOSE_RSP. */
   closeByServer(): void {
     if (this.closed) return;
-    this.conn.log.debug({ trace: this.trace, serverId: this.conn.serverId, connectID: this.connectID }, 'closing target on request');
+    this.conn.log.debug(
+      { trace: this.trace, serverId: this.conn.serverId, connectID: this.connectID, read: this.readBytes, written: this.writtenBytes },
+      'closing target on request',
+    );
     this.markClosed();
     this.conn.send(packets.closeRsp(this.connectID));
     // Let written bytes reach the target, but do not wait on a target that stopped reading.
@@ -264,6 +272,8 @@ export class Target {
         paused: this.paused,
         heldForTarget: this.toTarget.length,
         heldFromTarget: this.flow.heldLength,
+        read: this.readBytes,
+        written: this.writtenBytes,
       },
       'target closed',
     );
