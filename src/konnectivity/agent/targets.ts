@@ -98,12 +98,24 @@ export class PendingDial {
  */
 const QUIET_MS = 2;
 
+/**
+ * The longest the client's bytes are held back from a target: then they are written whatever the
+ * target does. A target that never stops sending (a shell's `yes`, a `cat` of a large file) is
+ * never read dry across a slow link, and the client's Ctrl-C must still reach it. Five seconds
+ * covers the tail a closed target can leave behind (its send buffer and our receive buffer, some
+ * 10 MB) across a 20 Mbit/s link; across slower links a write after the bound can again draw a
+ * reset that ends a download short (kubectl cp then says "unexpected EOF").
+ */
+const HOLD_MAX_MS = 5_000;
+
 /** One connection to a target, tunneled to the server under `connectID`. */
 export class Target {
   readonly flow: ConnectionFlow;
   private paused = false;
   /** Bytes from the server held back from the target (see fromServer); within the window granted. */
   private toTarget: Buffer[] = [];
+  /** Writes what is held once it has waited HOLD_MAX_MS. */
+  private holdTimer: NodeJS.Timeout | undefined;
   private flushQueued = false;
   private ended = false;
   /** How the target ended when it failed (a reset) with bytes still held: sent with the CLOSE. */
@@ -137,7 +149,7 @@ export class Target {
     s.on('end', () => {
       this.ended = true;
       // It closed: what it had not been sent yet it would never read.
-      this.toTarget = [];
+      this.dropHeld();
       if (this.flow.heldLength === 0) this.finish();
     });
     s.on('error', (err: NodeJS.ErrnoException) => {
@@ -147,7 +159,7 @@ export class Target {
       if (this.flow.heldLength > 0) {
         if (!this.ended) this.endError = error;
         this.ended = true;
-        this.toTarget = [];
+        this.dropHeld();
         return;
       }
       this.finish(error);
@@ -202,10 +214,14 @@ export class Target {
     // paused reading (no credit: a slow link). A write to it then draws a reset, which throws
     // those bytes away on both sides: kubectl cp over a slow link ended short. So while reading
     // is paused, what the server sends for the target is held (no more than the window it was
-    // granted), and written once reading has caught up with a target that is still open.
-    // Only where the addon can tell later when the target is quiet (no kernel calls per packet).
+    // granted), and written once reading has caught up with a target that is still open, or
+    // after HOLD_MAX_MS whatever the target does (it may never stop sending). Only where the
+    // addon can tell later when the target is quiet (no kernel calls per packet).
     if (this.toTarget.length > 0 || (this.paused && nativeAddon() !== null)) {
       this.toTarget.push(buf);
+      this.holdTimer ??= setTimeout(() => {
+        if (!this.closed && !this.ended) this.writeHeld();
+      }, HOLD_MAX_MS);
       return;
     }
     this.write(buf);
@@ -232,8 +248,15 @@ export class Target {
 
   private writeHeld(): void {
     const held = this.toTarget;
-    this.toTarget = [];
+    this.dropHeld();
     for (const buf of held) this.write(buf);
+  }
+
+  /** Forgets what is held (written, or the target is gone) and stops its bound. */
+  private dropHeld(): void {
+    this.toTarget = [];
+    clearTimeout(this.holdTimer);
+    this.holdTimer = undefined;
   }
 
   private flushed(len: number): void {
@@ -289,6 +312,7 @@ export class Target {
 
   private markClosed(): void {
     this.closed = true;
+    clearTimeout(this.holdTimer);
     this.flow.release();
     this.conn.targetGone(this);
   }

@@ -4,7 +4,8 @@
 // API server's SPDY pings) draws a reset, and the reset throws the waiting bytes away on
 // both sides: the copy ends short. While its reading is paused the agent holds what the client
 // sends, and writes it once it has read the target dry and the target is still open (kctl's
-// native addon tells it both).
+// native addon tells it both), or after five seconds at the latest: a target that never stops
+// sending is never read dry, and a client's Ctrl-C must still reach it.
 import assert from 'node:assert/strict';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { connect } from 'node:net';
@@ -120,4 +121,38 @@ test('while the agent reads a target, what the client sends reaches it at once',
     await waitFor(`echo of ping ${i}`, () => text.endsWith(`ping ${i}\n`), 2_000);
   }
   tunnel.destroy();
+});
+
+test('a target that never stops sending still gets what a slow client writes (held five seconds at most)', async (t) => {
+  const server = await stack(t);
+  // Sends 64 KiB chunks for as long as it may write (a shell running `yes`), and keeps what it reads.
+  let got = '';
+  let flooding = true;
+  const chunk = Buffer.alloc(64 * 1024, 0x5a);
+  const target = await listen(t, (s) => {
+    s.on('data', (c: Buffer) => (got += c.toString()));
+    s.on('close', () => (flooding = false));
+    const pump = (): void => {
+      while (flooding && s.write(chunk));
+      if (flooding) s.once('drain', pump);
+    };
+    pump();
+  });
+  const tunnel = tunnelTo(server, target.address);
+  tunnel.on('error', () => undefined);
+  // A slow client: it reads 5 ms in every 100, so the agent keeps running out of credit.
+  tunnel.pause();
+  const reading = setInterval(() => {
+    tunnel.resume();
+    setTimeout(() => tunnel.pause(), 5);
+  }, 100);
+  t.after(() => {
+    clearInterval(reading);
+    flooding = false;
+    tunnel.destroy();
+  });
+  await sleep(1_000);
+  tunnel.write('interrupt\n');
+  await waitFor("the client's write at the flooding target", () => got.includes('interrupt\n'), 30_000);
+  assert.equal(flooding, true, 'the target stopped sending before the write arrived');
 });
