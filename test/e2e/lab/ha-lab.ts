@@ -10,7 +10,7 @@ import type { ControllerStatusReport } from '../../../src/controller/status.ts';
 import type { TokenSummary } from '../../../src/controller/tokens.ts';
 import { decodeToken } from '../../../src/join/token.ts';
 import { controllerLeaseName } from '../../../src/kube/controller-leases.ts';
-import { adminKubectl, track, type Tracked } from './cluster.ts';
+import { track, type Tracked } from './cluster.ts';
 import type { LabHost } from './lab.ts';
 import { waitFor } from './wait.ts';
 
@@ -48,7 +48,6 @@ export class HaLab {
   }
 
   kubectl(c: LabCtl, args: string[], input?: string) {
-    if (!c.tenant) return adminKubectl(this.kctlBin, c.host, c.dataDir, { timeout: 120_000 })(args, input);
     return this.run(c, ['kubectl', ...args], input);
   }
 
