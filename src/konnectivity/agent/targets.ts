@@ -219,9 +219,8 @@ export class Target {
     // addon can tell later when the target is quiet (no kernel calls per packet).
     if (this.toTarget.length > 0 || (this.paused && nativeAddon() !== null)) {
       this.toTarget.push(buf);
-      this.holdTimer ??= setTimeout(() => {
-        if (!this.closed && !this.ended) this.writeHeld();
-      }, HOLD_MAX_MS);
+      // Ending and closing stop this timer (dropHeld, markClosed).
+      this.holdTimer ??= setTimeout(() => this.writeHeld(), HOLD_MAX_MS);
       return;
     }
     this.write(buf);

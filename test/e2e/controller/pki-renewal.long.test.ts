@@ -16,7 +16,7 @@ import type { ControllerStatusReport } from '../../../src/controller/status.ts';
 import type { CertificateStatus } from '../../../src/pki/index.ts';
 import type { WorkerStatusReport } from '../../../src/worker/index.ts';
 import { FULL_CONTROLLER_LEAVES } from '../../helpers.ts';
-import { adminKubectl, controllerReady, labController, runPinnedPod, startIsolatedWorker, track } from '../lab/cluster.ts';
+import { controllerReady, labController, probeKubectl, runPinnedPod, startIsolatedWorker, track } from '../lab/cluster.ts';
 import type { LabHost } from '../lab/lab.ts';
 import { startLab } from '../lab/lab-test.ts';
 import { waitFor } from '../lab/wait.ts';
@@ -76,7 +76,7 @@ test('with spec.pki.leafValidity 10m every certificate renews at least twice whi
   const before = { controller: restarts((await controllerStatus()).components), worker: restarts((await workerStatus()).components) };
 
   // The loop: logs and exec every 5 s; every failure is kept with its time.
-  const kubectl = (args: string[]) => adminKubectl(kctlBin, ctl, c.dataDir, { timeout: 15_000 })(['--request-timeout=8s', ...args]);
+  const kubectl = probeKubectl(kctlBin, ctl, c.dataDir);
   const results: ProbeResult[] = [];
   const end = Date.now() + RUN_MS;
   while (Date.now() < end) {

@@ -12,7 +12,7 @@ import { join } from 'node:path';
 import { test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { parse } from 'yaml';
-import { adminKubectl, controllerReady, labController, runPinnedPod, startIsolatedWorker, track } from '../lab/cluster.ts';
+import { controllerReady, labController, probeKubectl, runPinnedPod, startIsolatedWorker, track } from '../lab/cluster.ts';
 import type { LabHost } from '../lab/lab.ts';
 import { startLab } from '../lab/lab-test.ts';
 import { waitFor } from '../lab/wait.ts';
@@ -96,7 +96,7 @@ test('kctl pki rotate-ca: a new cluster CA everywhere, the old one nowhere, whil
   await copyFile(join(c.dataDir, 'pki/admin.conf'), oldAdmin);
 
   // Logs and exec every 2 s while the rotation runs; every failure is kept with its time.
-  const kubectl = (args: string[]) => adminKubectl(kctlBin, ctl, c.dataDir, { timeout: 15_000 })(['--request-timeout=8s', ...args]);
+  const kubectl = probeKubectl(kctlBin, ctl, c.dataDir);
   const results: ProbeResult[] = [];
   let rotating = true;
   const loop = (async () => {

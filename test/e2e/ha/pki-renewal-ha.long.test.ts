@@ -15,7 +15,7 @@ import { test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { ComponentStatus } from '../../../src/base/component.ts';
 import type { ControllerStatusReport } from '../../../src/controller/status.ts';
-import { adminKubectl, nodeReady, runPinnedPod, startLabWorker } from '../lab/cluster.ts';
+import { nodeReady, probeKubectl, runPinnedPod, startLabWorker } from '../lab/cluster.ts';
 import { HaLab, type LabCtl } from '../lab/ha-lab.ts';
 import { startLab } from '../lab/lab-test.ts';
 import { waitFor } from '../lab/wait.ts';
@@ -56,7 +56,7 @@ test('in HA with spec.pki.leafValidity 10m the controllers renew one at a time a
   for (let i = 0; Date.now() < end; i++) {
     const started = Date.now();
     const c = i % 2 === 0 ? c1 : c2;
-    const kubectl = (args: string[]) => adminKubectl(kctlBin, c.host, c.dataDir, { timeout: 15_000 })(['--request-timeout=8s', ...args]);
+    const kubectl = probeKubectl(kctlBin, c.host, c.dataDir);
     for (const r of await logsAndExec(kubectl, 'talker', 'hello-renewal'))
       if (!r.ok) failures.push(`${new Date(r.at).toISOString()} ${r.what.replace(':', ` via ${c.host.name} (${(r.tookMs / 1000).toFixed(1)} s):`)}`);
     requests += 2;
@@ -110,7 +110,7 @@ test('in HA with spec.pki.leafValidity 10m the controllers renew one at a time a
       const cert = new X509Certificate(await readFile(join(c.dataDir, 'pki', leaf)));
       assert.ok(cert.checkIssued(newCa) && cert.verify(newCa.publicKey), `${c.host.name}: ${leaf} is not the new CA's`);
     }
-    const kubectl = (args: string[]) => adminKubectl(kctlBin, c.host, c.dataDir, { timeout: 15_000 })(['--request-timeout=8s', ...args]);
+    const kubectl = probeKubectl(kctlBin, c.host, c.dataDir);
     await waitFor(`logs and exec through ${c.host.name} after the rotation`, 60_000, async () =>
       (await logsAndExec(kubectl, 'talker', 'hello-renewal')).every((r) => r.ok),
     );

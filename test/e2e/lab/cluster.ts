@@ -68,6 +68,12 @@ export function adminKubectl(kctlBin: string, host: LabHost, dataDir: string, op
       : host.run(kctlBin, ['--data-dir', dataDir, 'kubectl', ...args], { timeout: 60_000, ...opts, input });
 }
 
+/** adminKubectl for a probe in a loop: kubectl gives up after 8 s, its process is killed after 15 s. */
+export function probeKubectl(kctlBin: string, host: LabHost, dataDir: string): (args: string[]) => Promise<Result> {
+  const kubectl = adminKubectl(kctlBin, host, dataDir, { timeout: 15_000 });
+  return (args) => kubectl(['--request-timeout=8s', ...args]);
+}
+
 /** Writes the controller's config into `dir` (API on the host's lab address); starting it is the caller's. */
 export async function labController(kctlBin: string, ctl: LabHost, dir: string): Promise<LabController> {
   const dataDir = join(dir, 'c-data');
