@@ -75,7 +75,10 @@ export async function stage(job: StageJob, log: Logger): Promise<StageResult> {
 export async function runStageChild(jobJson: string): Promise<void> {
   const send = process.send?.bind(process);
   if (!send) throw new Error(`kctl ${STAGE_COMMAND} is run by kctl itself while it stages; run kctl controller or kctl worker instead`);
-  const post = (m: ChildMessage) => new Promise<void>((resolve) => send(m, undefined, undefined, () => resolve()));
+  // When the kctl that started this child stopped (killed, or its command timed out), nobody waits
+  // for the messages: staging still finishes (each file is written under a temporary name and
+  // renamed), so the next start finds it done.
+  const post = (m: ChildMessage) => new Promise<void>((resolve) => (process.connected ? send(m, undefined, undefined, () => resolve()) : resolve()));
   const pending: Promise<void>[] = [];
   const destination = { write: (line: string) => void pending.push(post({ log: JSON.parse(line) as Record<string, unknown> })) };
   const log = pino({ level: process.env.KCTL_LOG_LEVEL ?? 'info', base: {} }, destination);
@@ -87,7 +90,7 @@ export async function runStageChild(jobJson: string): Promise<void> {
     await Promise.all(pending);
     await post({ error: messageOf(err), checksum: err instanceof PayloadChecksumError });
   }
-  process.disconnect?.();
+  if (process.connected) process.disconnect?.();
 }
 
 /** This kctl's components for a role, staged in their own directory under the bin root, linked where they equal the current version's. */

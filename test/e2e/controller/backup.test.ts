@@ -83,7 +83,9 @@ async function roundTrip(ctl: LabHost, dir: string, c: Awaited<ReturnType<typeof
     assert.equal(existsSync(c.dataDir), false, 'a refused restore wrote the data dir');
   }
 
-  const restored = await ctl.run(kctlBin, [...g, 'restore', archive]);
+  // Into an emptied data dir, restore stages the controller's binaries first (etcdutl): on a loaded
+  // machine that alone took over a minute, past the lab's default command timeout.
+  const restored = await ctl.run(kctlBin, [...g, 'restore', archive], { timeout: 300_000 });
   assert.equal(restored.exitCode, 0, String(restored.stderr));
   const again = await ctl.run(kctlBin, [...g, 'restore', archive]);
   assert.notEqual(again.exitCode, 0);

@@ -12,9 +12,11 @@ import { componentVersion, isStagedBinary, loadManifest } from '../../../src/pay
 import { readEmbeddedPayload } from '../../../src/payload/payload.ts';
 import { PROXY_AGENT_IMAGE } from '../../../src/payload/images.ts';
 import { stageComponents } from '../../../src/payload/stage.ts';
+import { STAGE_COMMAND } from '../../../src/payload/stage-command.ts';
 import { checkVersion } from '../../../src/payload/verify.ts';
 import { tempDir } from '../../helpers.ts';
 import { kctl, requireKctl } from '../lab/kctl.ts';
+import { waitFor } from '../lab/wait.ts';
 
 const { manifest } = loadManifest();
 const shipped = manifest.components.filter(isStagedBinary);
@@ -112,6 +114,45 @@ test('two kctl processes staging into one data dir at once both succeed with cor
   assert.equal(b!.exitCode, 0, String(b!.stderr));
   const payload = (await readEmbeddedPayload(requireKctl()))!;
   for (const e of payload.forRoles(['controller'])) assert.equal(await sha(join(dataDir, 'bin', 'current', e.path)), e.sha256, e.name);
+});
+
+/** A process's state and parent pid (from /proc/PID/stat), or undefined once it is gone. */
+const procStat = async (pid: number): Promise<[string, string] | undefined> =>
+  readFile(`/proc/${pid}/stat`, 'utf8').then(
+    (s) => s.slice(s.lastIndexOf(')') + 2).split(' ', 2) as [string, string],
+    () => undefined,
+  );
+/** Running, not gone and not a zombie its parent has yet to reap. */
+const alive = async (pid: number): Promise<boolean> => ((await procStat(pid))?.[0] ?? 'Z') !== 'Z';
+
+test('a kctl killed while its staging child runs: the child finishes the staging quietly, and the next start finds it done', async (t) => {
+  const dataDir = await tempDir(t);
+  // kctl kubectl on an empty data dir stages the controller's binaries in a child kctl; its parent
+  // is killed while the child runs, as a command timeout would.
+  const parent = execa(requireKctl(), ['kubectl', '--data-dir', dataDir, 'version', '--client'], { reject: false, all: true });
+  // The child's command line names the job, whose dir is under this data dir.
+  const childPid = async (): Promise<number | undefined> => {
+    const r = await execa('pgrep', ['-f', `${STAGE_COMMAND} .*${dataDir}`], { reject: false });
+    return Number(String(r.stdout).trim().split('\n')[0]) || undefined;
+  };
+  let child: number | undefined;
+  while (!child && parent.exitCode === null) child = await childPid();
+  if (!child) assert.fail(`no staging child appeared: ${String((await parent).all)}`);
+  // Held still while its parent kctl is killed (staging takes only seconds on a quiet machine), so
+  // that it learns of that in the middle of its work.
+  process.kill(child, 'SIGSTOP');
+  const ppid = Number((await procStat(child))![1]);
+  process.kill(ppid, 'SIGKILL');
+  parent.kill('SIGKILL');
+  await waitFor('the parent gone', 10_000, async () => !(await alive(ppid)));
+  process.kill(child, 'SIGCONT');
+  const { all } = await parent;
+  // The orphaned child goes on; it must end on its own, without an error on the shared stderr.
+  await waitFor('the staging child ends on its own', 120_000, async () => !(await alive(child)));
+  assert.doesNotMatch(String(all), /IPC channel|ERR_/, String(all));
+  const again = await kctl(['kubectl', '--data-dir', dataDir, 'version', '--client']);
+  assert.equal(again.exitCode, 0, String(again.stderr));
+  assert.match(String(again.stderr), /"staged":0,"replaced":0,/, `the next start staged again: ${String(again.stderr)}`);
 });
 
 test('an executable whose payload checksum does not match refuses to stage, with one clear line', async (t) => {
