@@ -117,7 +117,10 @@ async function seaExecutable(mainJs: string, target: string): Promise<void> {
       main: mainJs,
       output: blob,
       disableExperimentalSEAWarning: true,
-      useCodeCache: false,
+      // V8's compiled code for the bundle, made here by the same node that runs it: every kctl
+      // command starts ~90 ms of CPU sooner (kctl version 0.18 -> 0.10 s of user time), and the
+      // e2e tests and the users' scripts start kctl thousands of times.
+      useCodeCache: true,
       useSnapshot: false,
       execArgv: KCTL_NODE_FLAGS,
       assets: { [NATIVE_ASSET]: addon },
