@@ -110,8 +110,9 @@ if (long.length || upgrade.length) process.stdout.write(`# running beside the ot
 const LONG_TESTS_WAIT_MS = 5 * 60_000;
 // Three long tests at a time, not all six: with six clusters coming up at once beside the main run,
 // a kubelet restarted by the CA rotation answered exec with "pod does not exist" for 25 s
-// (2026-11-27). In order, the three longest (20-29 min) start as the short ones end, and the lane
-// (about 36 min, then the upgrade tests) stays within the main run's 50.
+// (2026-11-27). In order, the two short ones (backup schedule, CA rotation: 4-8 min) and the HA
+// renewal (about 20 min) start first; the WAN and leak tests (17-20 min) start as the short ones
+// end, so the lane takes about 25 min, then the upgrade tests about 17.
 const LONG_CONCURRENCY = 3;
 const beside = (async () => {
   if (long.length && upgrade.length) await Promise.race([built, new Promise((resolve) => setTimeout(resolve, LONG_TESTS_WAIT_MS).unref())]);
