@@ -188,6 +188,8 @@ test('over an edge link: a 30 s partition keeps the node Ready and exec works ag
   await c2link.partition(true);
   const vanishedAt = Date.now();
   const moved: Record<string, { agent?: number; balancer?: number }> = { w1: {}, w2: {} };
+  /** What each worker said last about c2, for a failure: its agent's servers and its balancer's upstream. */
+  const lastSaid: Record<string, string> = {};
   await waitFor(
     `agents and API balancers leave c2 (bound ${MOVE_BOUND_MS / 1000} s)`,
     60_000,
@@ -199,11 +201,15 @@ test('over an edge link: a 30 s partition keeps the node Ready and exec works ag
           m.agent = Date.now() - vanishedAt;
         const up = s.apiBalancer?.upstreams.find((u) => u.address === c2api);
         if (m.balancer === undefined && up && !up.healthy && up.connections === 0) m.balancer = Date.now() - vanishedAt;
+        lastSaid[name] =
+          `${((Date.now() - vanishedAt) / 1000).toFixed(1)} s: agent servers ${JSON.stringify(s.konnectivityAgent?.servers)}, c2 upstream ${JSON.stringify(up)}`;
       }
       return Object.values(moved).every((m) => m.agent !== undefined && m.balancer !== undefined);
     },
-    undefined,
-    250,
+    () =>
+      `moved: ${JSON.stringify(moved)}\n${Object.entries(lastSaid)
+        .map(([w, x]) => `${w} last said at ${x}`)
+        .join('\n')}`,
   );
   t.diagnostic(
     `c2 vanished: ${workers.map((w) => `${w} agent left it after ${(moved[w]!.agent! / 1000).toFixed(1)} s, balancer after ${(moved[w]!.balancer! / 1000).toFixed(1)} s`).join('; ')}`,
