@@ -58,9 +58,15 @@ const only = process.argv.slice(2);
 const suites = only.length ? only : ['test/unit', 'test/e2e', 'bench'];
 const files = suites.flatMap((s) => (s.endsWith('.ts') ? [s] : testFiles(join(root, s))));
 const needsTestBuilds = (f: string): boolean => f.startsWith('test/e2e/upgrade/');
+// Two of the longest files of the main run (10-13 min each on a loaded machine), run in the lane
+// beside once its long and upgrade tests are done: that lane is then idle for the last ~40 minutes
+// of the main run. Like the long tests, each has its own lab (its own names, nothing in the root
+// namespace) and kills only processes it started.
+const LAST_BESIDE = ['test/e2e/ha/ha.test.ts', 'test/e2e/ha/ha-kine.test.ts'];
 const long = files.filter((f) => f.endsWith('.long.test.ts'));
 const upgrade = files.filter((f) => needsTestBuilds(f) && !long.includes(f));
-const rest = files.filter((f) => !f.endsWith('.long.test.ts') && !upgrade.includes(f));
+const lastBeside = files.filter((f) => LAST_BESIDE.includes(f));
+const rest = files.filter((f) => !f.endsWith('.long.test.ts') && !upgrade.includes(f) && !lastBeside.includes(f));
 
 /** What each group's failures said, printed again at the very end, where a log's tail shows them. */
 const failures: string[] = [];
@@ -96,10 +102,11 @@ const built = upgrade.length
     })
   : Promise.resolve({ status: 0, output: '' });
 
-// Beside the main run: the long tests all at once (they mostly wait on the clock), then the
-// upgrade tests one at a time. Those start five hosts and restart every member of a cluster, so
-// they wait until the long tests' clusters are gone; the main run is then about half done.
-if (long.length || upgrade.length) process.stdout.write(`# running beside the others, report at the end: ${[...long, ...upgrade].join(', ')}\n`);
+// Beside the main run: the long tests (they mostly wait on the clock), then the upgrade tests one
+// at a time, then LAST_BESIDE one at a time. The upgrade tests start five hosts and restart every
+// member of a cluster, so they wait until the long tests' clusters are gone.
+if (long.length || upgrade.length || lastBeside.length)
+  process.stdout.write(`# running beside the others, report at the end: ${[...long, ...upgrade, ...lastBeside].join(', ')}\n`);
 // The long tests start once the test builds are done, or after LONG_TESTS_WAIT_MS at the latest.
 // Two long tests' clusters stalled at once (20-23 s without an answer, 2026-11-27) while the test
 // builds wrote their executables, the likely cause (not proven); and `ionice -c 3` does nothing
@@ -114,20 +121,27 @@ const LONG_TESTS_WAIT_MS = 5 * 60_000;
 // renewal (about 20 min) start first; the WAN and leak tests (17-20 min) start as the short ones
 // end, so the lane takes about 25 min, then the upgrade tests about 17.
 const LONG_CONCURRENCY = 3;
-const beside = (async () => {
+/** The long tests, then the upgrade tests (once their builds are done), then LAST_BESIDE. */
+async function besideLane(): Promise<{ status: number; report: string }> {
   if (long.length && upgrade.length) await Promise.race([built, new Promise((resolve) => setTimeout(resolve, LONG_TESTS_WAIT_MS).unref())]);
   const longRun = await testRun('long tests', long, { timeoutMs: LONG_TEST_TIMEOUT_MS, concurrency: LONG_CONCURRENCY, echo: false });
-  if (!upgrade.length) return { status: longRun.status, report: longRun.report };
-  const b = await built;
-  let report = `${longRun.report}\n# the test builds (for ${upgrade.join(', ')}):\n${b.output.split('\n').slice(-6).join('\n')}\n`;
-  if (b.status !== 0) {
-    failures.push(`## the test builds failed (exit ${b.status}):\n${b.output.split('\n').slice(-20).join('\n')}`);
-    return { status: b.status, report };
+  let { status, report } = longRun;
+  if (upgrade.length) {
+    const b = await built;
+    report += `\n# the test builds (for ${upgrade.join(', ')}):\n${b.output.split('\n').slice(-6).join('\n')}\n`;
+    if (b.status !== 0) {
+      failures.push(`## the test builds failed (exit ${b.status}):\n${b.output.split('\n').slice(-20).join('\n')}`);
+      status ||= b.status;
+    } else {
+      const upgradeRun = await testRun('upgrade tests', upgrade, { timeoutMs: TEST_TIMEOUT_MS, concurrency: 1, echo: false });
+      report += upgradeRun.report;
+      status ||= upgradeRun.status;
+    }
   }
-  const upgradeRun = await testRun('upgrade tests', upgrade, { timeoutMs: TEST_TIMEOUT_MS, concurrency: 1, echo: false });
-  report += upgradeRun.report;
-  return { status: longRun.status || upgradeRun.status, report };
-})();
+  const lastRun = await testRun('HA tests beside', lastBeside, { timeoutMs: TEST_TIMEOUT_MS, concurrency: 1, echo: false });
+  return { status: status || lastRun.status, report: report + lastRun.report };
+}
+const beside = besideLane();
 // Asynchronous, so the reports beside keep draining while this runs.
 const main = await testRun('main run', rest, { timeoutMs: TEST_TIMEOUT_MS, concurrency: 1, echo: true });
 const side = await beside;
