@@ -113,10 +113,18 @@ function until(o: RotateCaOptions, what: string, done: () => Promise<boolean>): 
 }
 
 /**
+ * How long an add-on gets to be fully running again before the rotation restarts it: the trust
+ * phase has just restarted every kubelet, and a restarted kubelet counts its pods unready until
+ * their next readiness probe passes.
+ */
+const ADDON_SETTLE_MS = 60_000;
+
+/**
  * Once every controller and node trusts both CAs, and before the new one signs: the add-ons' pods
  * are replaced so they mount both (kube-root-ca.crt, which kube-controller-manager republishes),
- * and keep reaching kube-apiserver when its certificate changes CA. One that was not running
- * fully before is left as it is.
+ * and keep reaching kube-apiserver when its certificate changes CA. The rotation waits for the
+ * restart of one that runs fully (within ADDON_SETTLE_MS); one that does not (no node can run it)
+ * gets the same change, and its pods start on both CAs whenever they start.
  */
 async function restartAddons(o: RotateCaOptions, bundle: string): Promise<void> {
   await until(o, 'kube-root-ca.crt holding both CAs', async () => {
@@ -130,8 +138,23 @@ async function restartAddons(o: RotateCaOptions, bundle: string): Promise<void> 
       throw err;
     });
     if (!before) continue;
+    const wanted = (before.spec?.replicas ?? 1) > 0;
+    const settled = () =>
+      pollWithin(
+        Math.min(ADDON_SETTLE_MS, o.timeoutMs),
+        POLL_MS,
+        async () => rolledOut(await o.kube.get<Deployment>(path)),
+        () => new Error(),
+      ).then(
+        () => true,
+        () => false,
+      );
+    const running = wanted && (rolledOut(before) || (await settled()));
     await o.kube.request('PATCH', path, { spec: { template: { metadata: { annotations: { [CA_BUNDLE_ANNOTATION]: bundle } } } } });
-    if (!rolledOut(before) || (before.spec?.replicas ?? 1) === 0) continue;
+    if (!running) {
+      if (wanted) o.progress(`${name} is not fully running: changed so that its pods start on both CAs, not waited for`);
+      continue;
+    }
     o.progress(`restarting ${name}: its new pods trust both CAs`);
     await until(o, `the restart of ${name}`, async () => rolledOut(await o.kube.get<Deployment>(path)));
   }
