@@ -188,7 +188,14 @@ test(
     })();
     const planned = await ha(c1).run(c1, ['upgrade', 'plan', '--executable', next]);
     assert.equal(planned.exitCode, 0, String(planned.stderr));
-    const nextSize = (await status()).plan!.target.size;
+    // From here on c1 may be the first to restart (CI, 2026-11-28: ECONNREFUSED on c1's API right
+    // after the plan was made), so every status read through it may fail for a while.
+    const nextSize = await waitFor(
+      'the plan in kctl upgrade status',
+      120_000,
+      async () => (await status().catch(() => null))?.plan?.target.size,
+      logs,
+    );
     let twoAtOnce = false;
     let cut = false;
     const done = await waitFor(
