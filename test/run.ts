@@ -112,14 +112,15 @@ if (long.length || upgrade.length || lastBeside.length)
 // builds wrote their executables, the likely cause (not proven); and `ionice -c 3` does nothing
 // on a disk whose scheduler is not BFQ.
 // Where the builds are cached (their Go parts) they take 3-4 minutes, so the long tests then run
-// without them; on a fresh machine the long tests start after the wait, beside the compile. The
-// lane beside stays shorter than the main run either way.
+// without them; on a fresh machine the long tests start after the wait, beside the compile. With
+// the builds cached, both lanes ended within minutes of each other (a fresh-clone run of the whole
+// suite: 61 min, 2026-11-28).
 const LONG_TESTS_WAIT_MS = 5 * 60_000;
 // Three long tests at a time, not all six: with six clusters coming up at once beside the main run,
 // a kubelet restarted by the CA rotation answered exec with "pod does not exist" for 25 s
 // (2026-11-27). In order, the two short ones (backup schedule, CA rotation: 4-8 min) and the HA
 // renewal (about 20 min) start first; the WAN and leak tests (17-20 min) start as the short ones
-// end, so the lane takes about 25 min, then the upgrade tests about 17.
+// end, so the lane takes about 27 min, then the upgrade tests 7-17 and LAST_BESIDE about 25.
 const LONG_CONCURRENCY = 3;
 /** The long tests, then the upgrade tests (once their builds are done), then LAST_BESIDE. */
 async function besideLane(): Promise<{ status: number; report: string }> {
