@@ -31,13 +31,19 @@ export async function settlesWithin(p: Promise<unknown>, ms: number): Promise<bo
 }
 
 /**
- * Calls `done` until it returns true, `everyMs` apart; once `timeoutMs` have passed since the
- * first call, a false answer throws what `onTimeout` makes (it may name what is still missing).
+ * Calls `done` until it returns true (then true), `everyMs` apart; once `timeoutMs` have passed
+ * since the first call, a false answer ends it with false. An error of `done` goes to the caller.
  */
-export async function pollWithin(timeoutMs: number, everyMs: number, done: () => Promise<boolean>, onTimeout: () => Error): Promise<void> {
+export async function pollFor(timeoutMs: number, everyMs: number, done: () => Promise<boolean>): Promise<boolean> {
   const deadline = Date.now() + timeoutMs;
   while (!(await done())) {
-    if (Date.now() > deadline) throw onTimeout();
+    if (Date.now() > deadline) return false;
     await sleep(everyMs);
   }
+  return true;
+}
+
+/** pollFor, where running out of time is an error: what `onTimeout` makes (it may name what is still missing). */
+export async function pollWithin(timeoutMs: number, everyMs: number, done: () => Promise<boolean>, onTimeout: () => Error): Promise<void> {
+  if (!(await pollFor(timeoutMs, everyMs, done))) throw onTimeout();
 }

@@ -11,7 +11,7 @@ import { existsSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import { X509Certificate } from 'node:crypto';
 import { UserError } from '../base/errors.ts';
-import { pollWithin } from '../base/wait.ts';
+import { pollFor, pollWithin } from '../base/wait.ts';
 import { KubeApiError, type KubeClient } from '../kube/client.ts';
 import { CA_BUNDLE_ANNOTATION, CONTROLLER_LEASE_LABEL, LEASES_PATH, liveControllers, type Lease } from '../kube/controller-leases.ts';
 import { bundleHash, CA_ROTATION_PHASES, caFilesFor, newClusterCa, splitCertificates, type CaRotationPhase, type PkiPaths } from '../pki/index.ts';
@@ -139,17 +139,10 @@ async function restartAddons(o: RotateCaOptions, bundle: string): Promise<void> 
     });
     if (!before) continue;
     const wanted = (before.spec?.replicas ?? 1) > 0;
-    const settled = () =>
-      pollWithin(
-        Math.min(ADDON_SETTLE_MS, o.timeoutMs),
-        POLL_MS,
-        async () => rolledOut(await o.kube.get<Deployment>(path)),
-        () => new Error(),
-      ).then(
-        () => true,
-        () => false,
-      );
-    const running = wanted && (rolledOut(before) || (await settled()));
+    const running =
+      wanted &&
+      (rolledOut(before) ||
+        (await pollFor(Math.min(ADDON_SETTLE_MS, o.timeoutMs), POLL_MS, async () => rolledOut(await o.kube.get<Deployment>(path)))));
     await o.kube.request('PATCH', path, { spec: { template: { metadata: { annotations: { [CA_BUNDLE_ANNOTATION]: bundle } } } } });
     if (!running) {
       if (wanted) o.progress(`${name} is not fully running: changed so that its pods start on both CAs, not waited for`);
