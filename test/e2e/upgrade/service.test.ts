@@ -1,11 +1,11 @@
 // An upgrade under systemd, with the units `kctl install` writes, each in a real systemd
 // (systemd.ts): a controller on one lab host and a worker on another (isolated: it only dials
-// out), both installed from the previous kctl (dist/kctl-previous) with a 4 s watchdog (a
-// handover takes 5-7 s here). Before the plan, a damaged plan object is reported in one line and
+// out), both installed from the previous kctl (dist/kctl-previous) with a 10 s watchdog. Before the plan, a damaged plan object is reported in one line and
 // `kctl upgrade plan` replaces it. Then `kctl upgrade plan --executable dist/kctl`: each member
 // hands its role to the new kctl without systemd seeing a stop. The unit stays active, its main
 // PID moves once (MAINPID=) to the new process, NRestarts stays 0, and the old process pings the
-// watchdog while the new one starts. Afterwards the new process keeps the watchdog fed, and when
+// watchdog while the new one starts: the test stops the new process (SIGSTOP) for longer than the
+// watchdog's interval while it starts, so only the old one's pings keep the unit alive. Afterwards the new process keeps the watchdog fed, and when
 // its event loop is blocked (the test hook), the watchdog restarts it: systemd watches the new
 // process, not the one that started it.
 import assert from 'node:assert/strict';
@@ -24,7 +24,12 @@ import { waitFor } from '../lab/wait.ts';
 // Runtimes apart from the main run's, which goes on beside this file (see cluster.test.ts).
 const RUNTIME_DIR = '/var/cache/kctl/runtime-upgrade-service';
 process.env.KCTL_RUNTIME_DIR = RUNTIME_DIR;
-const WATCHDOG_S = 4;
+// Long enough for a kctl restarted by it to send its first ping on a loaded machine: with 4 s, a
+// loaded CI run saw the controller's main PID change twice in one upgrade, and here a restart by
+// the watchdog was restarted again before it pinged.
+const WATCHDOG_S = 10;
+/** How long the new kctl is held stopped while it starts: only the old one pings meanwhile. */
+const HOLD_MS = (WATCHDOG_S + 5) * 1000;
 
 interface UnitState {
   mainPid: number;
@@ -65,6 +70,45 @@ class Unit {
   async systemdLines(): Promise<string[]> {
     const all = String((await this.sd.exec('journalctl', ['--no-pager', '-o', 'cat'])).stdout);
     return all.split('\n').filter((l) => l.includes(`${this.name}.service: `));
+  }
+
+  /** What systemd said about the unit, kctl's lines about the handover (every process's) and the unit's last lines. */
+  async story(): Promise<string> {
+    const handover = (await this.journal())
+      .split('\n')
+      .filter((l) => /"msg":"(starting the new kctl|the new kctl|pinging the systemd watchdog|cannot notify)/.test(l));
+    return `systemd on ${this.name}:\n${(await this.systemdLines()).slice(-30).join('\n')}\nkctl on the handover:\n${handover.join('\n')}\n${await this.tail()}`;
+  }
+
+  /**
+   * The new kctl the main process `parent` started for the handover, if any: its child with the
+   * same command line (the launcher execs the runtime with the same argv). Not another kctl it runs
+   * meanwhile, such as the version check of the downloaded executable.
+   */
+  async newKctl(parent: number): Promise<number | undefined> {
+    const r = await this.sd.exec('sh', [
+      '-c',
+      `m=$(tr '\\0' ' ' < /proc/${parent}/cmdline); for p in $(pgrep -P ${parent}); do [ "$(tr '\\0' ' ' < /proc/$p/cmdline)" = "$m" ] && echo $p; done`,
+    ]);
+    const pid = Number(String(r.stdout).trim().split('\n')[0]);
+    return pid > 0 ? pid : undefined;
+  }
+
+  /**
+   * Holds the new kctl stopped for HOLD_MS while it starts (the old main process still the unit's),
+   * then lets it go on: the watchdog then lives on the old process's pings alone. Says how long it held.
+   */
+  async holdNewKctl(parent: number, child: number): Promise<string> {
+    await this.sd.exec('kill', ['-STOP', String(child)]);
+    const held = Date.now();
+    const during = await this.state();
+    if (during.mainPid !== parent) {
+      await this.sd.exec('kill', ['-CONT', String(child)]);
+      return `too late: the main PID was already ${during.mainPid}`;
+    }
+    await sleep(HOLD_MS);
+    await this.sd.exec('kill', ['-CONT', String(child)]);
+    return `held ${((Date.now() - held) / 1000).toFixed(1)} s`;
   }
 }
 
@@ -151,7 +195,12 @@ test(
     const before = await Promise.all(units.map((u) => u.state()));
     for (const [i, s] of before.entries()) assert.equal(s.active, 'active', `${units[i]!.name}: ${JSON.stringify(s)}`);
     // Watch both units from the plan to its end: every main PID, any state but active, the restart count.
-    const seen = units.map((_, i) => ({ pids: [before[i]!.mainPid], notActive: [] as string[], restarts: before[i]!.restarts }));
+    const seen = units.map((_, i) => ({
+      pids: [before[i]!.mainPid],
+      notActive: [] as string[],
+      restarts: before[i]!.restarts,
+      hold: undefined as Promise<string> | undefined,
+    }));
     let watching = true;
     const watch = (async () => {
       while (watching) {
@@ -161,6 +210,10 @@ test(
           if (s.mainPid > 0 && s.mainPid !== w.pids.at(-1)) w.pids.push(s.mainPid);
           if (s.active !== 'active') w.notActive.push(`${s.active} (main pid ${s.mainPid})`);
           w.restarts = Math.max(w.restarts, s.restarts);
+          if (!w.hold && w.pids.length === 1) {
+            const child = await units[i]!.newKctl(w.pids[0]!);
+            if (child) w.hold = units[i]!.holdNewKctl(w.pids[0]!, child);
+          }
         }
         await sleep(250);
       }
@@ -191,34 +244,40 @@ test(
     for (const [i, u] of units.entries()) {
       const w = seen[i]!;
       const [oldPid, newPid] = w.pids;
-      assert.equal(w.pids.length, 2, `${u.name}: main PIDs ${w.pids.join(' → ')}, expected one handover\n${await tails()}`);
       const lines = await u.systemdLines();
-      // What systemd and the unit said, for any of the checks below.
-      const story = async () => `systemd on ${u.name}:\n${lines.slice(-30).join('\n')}\n${await u.tail()}`;
+      const story = () => u.story();
+      if (w.pids.length !== 2)
+        assert.fail(
+          `${u.name}: main PIDs ${w.pids.join(' → ')}, expected one handover (${w.restarts} restart(s), not active: ${[...new Set(w.notActive)].join(', ') || 'never'})\n${await story()}`,
+        );
       if (w.notActive.length)
         assert.fail(
           `${u.name} left the active state during the upgrade: ${[...new Set(w.notActive)].join(', ')} (main PIDs ${w.pids.join(' → ')}, ${w.restarts} restart(s))\n${await story()}`,
         );
       assert.equal(w.restarts, 0, `${u.name} was restarted by systemd during the upgrade\n${await story()}`);
       assert.ok(!lines.some((l) => /Watchdog timeout/.test(l)), await story());
+      // The old process alone kept the watchdog fed while the new one was held stopped.
+      const hold = await w.hold;
+      assert.match(String(hold), /^held /, `${u.name}: the new kctl was not held while it started (${String(hold)})`);
       // The new main process is the one that logged it was ready, started by the old one; the old one is gone.
       const j = await u.journal();
       assert.match(j, new RegExp(`"pid":${newPid},"msg":"the new kctl is ready"`));
       assert.notEqual((await u.sd.exec('kill', ['-0', String(oldPid)])).exitCode, 0, `${u.name}: the old kctl (${oldPid}) still runs`);
       const at = (msg: string) => Date.parse((j.split('\n').find((l) => l.includes(`"msg":"${msg}"`)) ?? '').replace(/^.*"time":"([^"]+)".*$/, '$1'));
-      t.diagnostic(
-        `${u.name}: handed over in ${((at('the new kctl is ready') - at('starting the new kctl')) / 1000).toFixed(1)} s (watchdog ${WATCHDOG_S} s)`,
-      );
+      const handoverMs = at('the new kctl is ready') - at('starting the new kctl');
+      t.diagnostic(`${u.name}: handed over in ${(handoverMs / 1000).toFixed(1)} s, the new kctl ${hold} (watchdog ${WATCHDOG_S} s)`);
+      // A new kctl held stopped cannot be ready: the handover outlasted the hold, or another process was held.
+      assert.ok(handoverMs >= HOLD_MS, `${u.name}: handed over in ${handoverMs} ms though its new kctl was ${hold}\n${await story()}`);
       const v = await u.kctl(['version']);
       assert.equal(String(v.stdout).split('\n')[0], `kctl ${nextVersion}`);
     }
     assert.equal(await containerId(), container, "the pod's container did not run on through the worker's upgrade");
 
-    // The new processes feed the watchdog: three intervals later, no timeout and the same main PIDs.
-    await sleep(3 * WATCHDOG_S * 1000);
+    // The new processes feed the watchdog: two intervals later, no timeout and the same main PIDs.
+    await sleep(2 * WATCHDOG_S * 1000);
     for (const [i, u] of units.entries()) {
       const s = await u.state();
-      assert.deepEqual(s, { mainPid: seen[i]!.pids[1]!, active: 'active', restarts: 0 }, `${u.name} after ${3 * WATCHDOG_S} s\n${await u.tail()}`);
+      assert.deepEqual(s, { mainPid: seen[i]!.pids[1]!, active: 'active', restarts: 0 }, `${u.name} after ${2 * WATCHDOG_S} s\n${await u.story()}`);
     }
 
     // A new process whose event loop blocks stops the pings: systemd's watchdog restarts it.
@@ -233,7 +292,7 @@ test(
             const s = await u.state();
             return s.mainPid > 0 && s.mainPid !== hung && s.active === 'active' && s.restarts === 1;
           },
-          () => u.tail(),
+          () => u.story(),
         );
         assert.ok((await u.systemdLines()).some((l) => /Watchdog timeout/.test(l)));
       }),
