@@ -70,18 +70,31 @@ export function useNativeAddon(file: string | null): void {
 
 const TCP_ESTABLISHED = 1;
 
+/** The addon and a socket's descriptor, or undefined when this runtime cannot tell (no addon, no descriptor). */
+function nativeFd(socket: Socket): { native: NativeAddon; fd: number } | undefined {
+  // Node keeps a TCP socket's descriptor on its internal handle and has no public way to it.
+  // eslint-disable-next-line no-restricted-syntax
+  const fd = (socket as unknown as { _handle?: { fd?: number } })._handle?.fd;
+  const native = nativeAddon();
+  return native && typeof fd === 'number' && fd >= 0 ? { native, fd } : undefined;
+}
+
 /**
  * Whether a connected TCP socket is quiet: established (the peer has not closed), nothing unread
  * in its receive queue. Undefined when this runtime cannot tell (no addon, no descriptor).
  */
 export function tcpQuiet(socket: Socket): boolean | undefined {
-  // Node keeps a TCP socket's descriptor on its internal handle and has no public way to it.
-  // eslint-disable-next-line no-restricted-syntax
-  const fd = (socket as unknown as { _handle?: { fd?: number } })._handle?.fd;
-  const native = nativeAddon();
-  if (!native || typeof fd !== 'number' || fd < 0) return undefined;
-  const state = native.tcpState(fd);
-  const unread = native.unreadBytes(fd);
+  const n = nativeFd(socket);
+  if (!n) return undefined;
+  const state = n.native.tcpState(n.fd);
+  const unread = n.native.unreadBytes(n.fd);
   if (state < 0 || unread < 0) return undefined;
   return state === TCP_ESTABLISHED && unread === 0;
+}
+
+/** Whether bytes the peer sent wait unread in a TCP socket's receive queue; undefined when this runtime cannot tell. */
+export function tcpUnread(socket: Socket): boolean | undefined {
+  const n = nativeFd(socket);
+  const unread = n ? n.native.unreadBytes(n.fd) : -1;
+  return unread < 0 ? undefined : unread > 0;
 }

@@ -3,7 +3,7 @@
 // to one server connection (connection.ts), reached through the TargetOwner interface.
 import { connect as netConnect, type Socket } from 'node:net';
 import type { Logger } from '../../base/log.ts';
-import { nativeAddon, tcpQuiet } from '../../base/native.ts';
+import { nativeAddon, tcpQuiet, tcpUnread } from '../../base/native.ts';
 import { ConnectionFlow, type WindowBudget } from '../wire/flow.ts';
 import { INITIAL_WINDOW, MAX_DATA_CHUNK, MAX_WINDOW, packets, type Int64, type Packet } from '../wire/protocol.ts';
 
@@ -211,13 +211,14 @@ export class Target {
       return;
     }
     // A target may close while its last bytes still wait, in its kernel or ours, behind our
-    // paused reading (no credit: a slow link). A write to it then draws a reset, which throws
-    // those bytes away on both sides: kubectl cp over a slow link ended short. So while reading
-    // is paused, what the server sends for the target is held (no more than the window it was
-    // granted), and written once reading has caught up with a target that is still open, or
-    // after HOLD_MAX_MS whatever the target does (it may never stop sending). Only where the
-    // addon can tell later when the target is quiet (no kernel calls per packet).
-    if (this.toTarget.length > 0 || (this.paused && nativeAddon() !== null)) {
+    // paused reading (no credit: a slow link) or behind reads still under way. A write to it then
+    // draws a reset, which throws those bytes away on both sides: kubectl cp over a slow link
+    // ended short. So while reading is paused, or bytes from the target wait unread, what the
+    // server sends for the target is held (no more than the window it was granted), and written
+    // once reading has caught up with a target that is still open, or after HOLD_MAX_MS whatever
+    // the target does (it may never stop sending). Only where the addon can tell when the target
+    // is quiet (one ioctl per packet from the server while reading runs).
+    if (this.toTarget.length > 0 || (this.paused ? nativeAddon() !== null : tcpUnread(this.socket) === true)) {
       this.toTarget.push(buf);
       // Ending and closing stop this timer (dropHeld, markClosed).
       this.holdTimer ??= setTimeout(() => this.writeHeld(), HOLD_MAX_MS);
