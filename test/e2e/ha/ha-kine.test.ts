@@ -12,7 +12,7 @@
 // cluster's keys through the second and serves Secrets again.
 import assert from 'node:assert/strict';
 import { test, type TestContext } from 'node:test';
-import { killControllerProcesses, nodeReady, runPinnedPod, startLabWorker } from '../lab/cluster.ts';
+import { nodeReady, runPinnedPod, startLabWorker } from '../lab/cluster.ts';
 import { HaLab, type LabCtl } from '../lab/ha-lab.ts';
 import { controllerLeaseName } from '../../../src/kube/controller-leases.ts';
 import { startLab } from '../lab/lab-test.ts';
@@ -111,11 +111,8 @@ test(
     const readySince = async (c: LabCtl) =>
       String((await ha.kubectl(c, ['get', 'node', 'w1', '-o', 'jsonpath={.status.conditions[?(@.type=="Ready")].lastTransitionTime}'])).stdout);
     const readyBefore = await readySince(c2);
-    const killed = Date.now();
-    killControllerProcesses(await ha.status(c1));
-    await c1.proc!.exited;
-    const execOk = await ha.firstExec(c2, 'web');
-    t.diagnostic(`first kubectl exec through the survivor ${((execOk - killed) / 1000).toFixed(1)} s after c1 was killed`);
+    const { execAfterS } = await ha.loseController(c1, c2, 'web');
+    t.diagnostic(`first kubectl exec through the survivor ${execAfterS.toFixed(1)} s after c1 was killed`);
     await reachPod(c2);
     await ha.runNewPod(c2, 'after-loss', /^w1$/);
     await ha.agentsFollow([c2], ['w1']);

@@ -184,12 +184,9 @@ test(
       return String(r.stdout).trim();
     };
     const readyBefore = await readySince(c2);
-    const killed = Date.now();
-    killControllerProcesses(await ha.status(c1));
-    await c1.proc!.exited;
     // Within 30 s, through the survivors: exec reaches the pod on w1 ...
-    const execOk = await ha.firstExec(c2, 'web-w1');
-    t.diagnostic(`first kubectl exec through a survivor ${((execOk - killed) / 1000).toFixed(1)} s after c1 was killed`);
+    const { killedAt: killed, execAfterS } = await ha.loseController(c1, c2, 'web-w1');
+    t.diagnostic(`first kubectl exec through a survivor ${execAfterS.toFixed(1)} s after c1 was killed`);
     // ... and logs, exec and port-forward through both survivors to both workers ...
     for (const c of [c2, c3]) await reachPods(c);
     t.diagnostic(

@@ -10,7 +10,7 @@ import type { ControllerStatusReport } from '../../../src/controller/status.ts';
 import type { TokenSummary } from '../../../src/controller/tokens.ts';
 import { decodeToken } from '../../../src/join/token.ts';
 import { controllerLeaseName } from '../../../src/kube/controller-leases.ts';
-import { track, type Tracked } from './cluster.ts';
+import { killControllerProcesses, track, type Tracked } from './cluster.ts';
 import type { LabHost } from './lab.ts';
 import { waitFor } from './wait.ts';
 
@@ -166,6 +166,18 @@ export class HaLab {
       undefined,
       o.intervalMs,
     );
+  }
+
+  /**
+   * Controller `lost` loses every process at once (its host gone); then exec in `pod` is polled
+   * through `via` until it works. When it was killed, and how many seconds later exec worked.
+   */
+  async loseController(lost: LabCtl, via: LabCtl, pod: string, o: { intervalMs?: number } = {}): Promise<{ killedAt: number; execAfterS: number }> {
+    const killedAt = Date.now();
+    killControllerProcesses(await this.status(lost));
+    await lost.proc!.exited;
+    const execOk = await this.firstExec(via, pod, o);
+    return { killedAt, execAfterS: (execOk - killedAt) / 1000 };
   }
 
   /** `kubectl run NAME` through `c` (bundled busybox, never pulled), resolved once it runs on a node whose name matches `node`. */

@@ -7,7 +7,7 @@
 import assert from 'node:assert/strict';
 import { test, type TestContext } from 'node:test';
 import type { TenantListEntry } from '../../../src/cli/tenant.ts';
-import { killControllerProcesses, nodeReady, runPinnedPod, startLabWorker } from '../lab/cluster.ts';
+import { nodeReady, runPinnedPod, startLabWorker } from '../lab/cluster.ts';
 import { HaLab, type LabCtl } from '../lab/ha-lab.ts';
 import type { LabHost } from '../lab/lab.ts';
 import { startLab } from '../lab/lab-test.ts';
@@ -54,11 +54,8 @@ test('a full named cluster on two controller hosts (kine on PostgreSQL): the sec
   for (const c of [c1, c2]) await reachPod(c);
 
   // c1's host loses all its processes: c2 alone serves the node.
-  const killed = Date.now();
-  killControllerProcesses(await ha.status(c1));
-  await c1.proc!.exited;
-  const execOk = await ha.firstExec(c2, 'web', { intervalMs: 250 });
-  t.diagnostic(`first kubectl exec through the survivor ${((execOk - killed) / 1000).toFixed(1)} s after c1 was killed`);
+  const { execAfterS } = await ha.loseController(c1, c2, 'web', { intervalMs: 250 });
+  t.diagnostic(`first kubectl exec through the survivor ${execAfterS.toFixed(1)} s after c1 was killed`);
   await reachPod(c2);
   await ha.agentsFollow([c2], ['w1']);
 
