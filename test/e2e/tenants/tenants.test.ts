@@ -9,14 +9,14 @@ import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { existsSync } from 'node:fs';
-import { readdir, readFile, writeFile } from 'node:fs/promises';
+import { mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test, type TestContext } from 'node:test';
 import type { TenantListEntry } from '../../../src/cli/tenant.ts';
 import type { ControllerStatusReport } from '../../../src/controller/status.ts';
 import type { PortClaim } from '../../../src/host/port-claims.ts';
-import { tempDir } from '../../helpers.ts';
 import { track, type Tracked } from '../lab/cluster.ts';
 import { kctl, requireKctl, ownHostState } from '../lab/kctl.ts';
 import { startPostgres } from '../lab/postgres.ts';
@@ -101,11 +101,20 @@ class TenantHost {
   }
 }
 
-async function tenantHost(t: TestContext, dir: string, range: [number, number], spec: string): Promise<TenantHost> {
+/**
+ * A tenant host in a new temporary directory named from `prefix`. One after-hook stops its
+ * tenants, then removes the directory: removed first (a separate tempDir's hook, added earlier,
+ * runs earlier), it was written again by tenants still running (their encryption config).
+ */
+async function tenantHost(t: TestContext, prefix: string, range: [number, number], spec: string): Promise<TenantHost> {
+  const dir = await mkdtemp(join(tmpdir(), prefix));
   const config = join(dir, 'tenant.yaml');
-  await writeFile(config, `spec:\n  api: { address: 127.0.0.1 }\n${spec}`);
   const host = new TenantHost(dir, `${range[0]}-${range[1]}`, config);
-  t.after(() => host.stopAll());
+  t.after(async () => {
+    await host.stopAll();
+    await rm(dir, { recursive: true, force: true, maxRetries: 10, retryDelay: 100 });
+  });
+  await writeFile(config, `spec:\n  api: { address: 127.0.0.1 }\n${spec}`);
   return host;
 }
 
@@ -116,7 +125,7 @@ const count = async (host: TenantHost, name: string, args: string[]) =>
     .filter(Boolean).length;
 
 test('ten tenants at once with --name: own ports, CA and data; CRD, 1,000 objects and namespace GC in each; tenant list; restart keeps data, CA and ports', async (t) => {
-  const host = await tenantHost(t, await tempDir(t, 'kctl-tenants-'), [RANGE_BASE, RANGE_BASE + 19], '');
+  const host = await tenantHost(t, 'kctl-tenants-', [RANGE_BASE, RANGE_BASE + 19], '');
   const names = Array.from({ length: 10 }, (_, i) => `team-${i}`);
   const started = Date.now();
   for (const n of names) host.start(n);
@@ -224,7 +233,7 @@ test('ten tenants at once with --name: own ports, CA and data; CRD, 1,000 object
 
 test('five tenants started at once under five --data-dirs pick their ports host-wide: none shares one; a recorded port another process holds is refused naming it; a reset gives its ports back at once', async (t) => {
   const range: [number, number] = [RANGE_BASE + 840, RANGE_BASE + 859];
-  const hosts = await Promise.all([1, 2, 3, 4, 5].map(async (i) => tenantHost(t, await tempDir(t, `kctl-tenants-dd${i}-`), range, '')));
+  const hosts = await Promise.all([1, 2, 3, 4, 5].map((i) => tenantHost(t, `kctl-tenants-dd${i}-`, range, '')));
   for (const h of hosts) h.start('same');
   await Promise.all(hosts.map((h) => h.ready('same')));
   const ports = await Promise.all(hosts.map(async (h) => (await h.list())[0]!.ports));
@@ -258,14 +267,13 @@ test('five tenants started at once under five --data-dirs pick their ports host-
 });
 
 test('tenants on one PostgreSQL: a database each, separate data, kept across restarts; bad data sources, shared databases and exhausted port ranges are refused with one line', async (t) => {
-  const dir = await tempDir(t, 'kctl-tenants-pg-');
   const pgPort = RANGE_BASE + 900;
   const pg = await startPostgres(t, pgPort);
   // A role that may log in but not create databases.
   await pg.sql('CREATE ROLE tenant_nocreate LOGIN');
   const host = await tenantHost(
     t,
-    dir,
+    'kctl-tenants-pg-',
     [RANGE_BASE + 800, RANGE_BASE + 809],
     `  storage:\n    kine: { dataSource: "postgres://postgres@127.0.0.1:${pgPort}/?sslmode=disable" }\n`,
   );
@@ -290,7 +298,7 @@ test('tenants on one PostgreSQL: a database each, separate data, kept across res
   assert.deepEqual(await seen('pb'), ['only-in-pb']);
 
   // Bad input, each refused with one line before anything is written.
-  const ds = (url: string) => join(dir, `${createHash('sha1').update(url).digest('hex').slice(0, 8)}.yaml`);
+  const ds = (url: string) => join(host.dir, `${createHash('sha1').update(url).digest('hex').slice(0, 8)}.yaml`);
   const withSource = async (url: string) => {
     const f = ds(url);
     await writeFile(f, `spec:\n  api: { address: 127.0.0.1 }\n  storage:\n    kine: { dataSource: "${url}" }\n`);
