@@ -41,7 +41,8 @@ const AGENT_HEALTH = 8093;
  * kubelet closes its connection as soon as the exec's process exits, and a write to it after that
  * (the API server's SPDY ping, every 5 s) draws a reset that throws away what was not yet read
  * ("unexpected EOF", or the API server's websocket closing abnormally, with 46-49 of 50 MiB).
- * kctl's agent holds such writes (five seconds at most) while it is not reading kubelet; copies still end early at times.
+ * kctl's agent holds such writes (five seconds at most) while it is not reading kubelet or bytes from it wait unread;
+ * copies still end early, through upstream's agent as often (2026-11-28).
  * kubectl's own --retries does not resume after the second kind. So a run tries up to CP_TRIES
  * copies; the rate is the first complete one's, and the note counts the copies that ended early.
  */
