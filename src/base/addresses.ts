@@ -91,6 +91,17 @@ export function ipv4Range(cidr: string): { bits: number; first: bigint; last: bi
 /** The dotted quad of an IPv4 address given as a number (ipv4Range's). */
 export const ipv4FromNumber = (n: bigint): string => bigIntToIp(n, 32);
 
+/**
+ * An IP address as the 32 hex digits of its 16 bytes, IPv4 as IPv4-mapped IPv6 (::ffff:a.b.c.d),
+ * so that an IPv4 peer seen by a dual-stack socket compares equal; null when `ip` is not an IP.
+ */
+export function ipKey(ip: string): string | null {
+  const c = canonicalIp(ip);
+  if (c === null) return null;
+  const n = c.includes(':') ? ipToBigInt(c) : (0xffffn << 32n) | ipToBigInt(c);
+  return n.toString(16).padStart(32, '0');
+}
+
 // Node has no public IP <-> integer conversion; these two stay small because the input is
 // already canonical (no embedded IPv4 in IPv6 after canonicalIp).
 function ipToBigInt(ip: string): bigint {

@@ -1,23 +1,13 @@
-// Who listens on a TCP port: /proc/net/tcp{,6} give the listening socket's inode, /proc/<pid>/fd
-// the process holding it. Used to say "port 6443 is in use by pid 812 (kube-apiserver)" and to
+// Who listens on a TCP port: the kernel's TCP table gives the listening socket's inode,
+// /proc/<pid>/fd the process holding it. Used to say "port 6443 is in use by pid 812 (kube-apiserver)" and to
 // tell a port held by a stale child of kctl itself (cleaned up at start) from a stranger's; and,
 // when a supervised child exits because its port is taken, which process took it.
 import { readFile, readdir, readlink } from 'node:fs/promises';
-
-const LISTEN = '0A';
+import { tcpTable, TcpState } from '../base/tcp-table.ts';
 
 async function listeningInodes(port: number): Promise<Set<string>> {
-  const inodes = new Set<string>();
-  for (const table of ['/proc/net/tcp', '/proc/net/tcp6']) {
-    const text = await readFile(table, 'utf8').catch(() => '');
-    for (const line of text.split('\n').slice(1)) {
-      const f = line.trim().split(/\s+/);
-      const local = f[1];
-      if (!local || f[3] !== LISTEN) continue;
-      if (Number.parseInt(local.slice(local.lastIndexOf(':') + 1), 16) === port && f[9]) inodes.add(f[9]);
-    }
-  }
-  return inodes;
+  const listening = (await tcpTable()).filter((e) => e.state === TcpState.LISTEN && e.local.port === port);
+  return new Set(listening.map((e) => e.inode));
 }
 
 export interface PortHolder {

@@ -72,7 +72,14 @@ export class KonnectivityAgent implements Component {
   private readonly o: Required<
     Pick<
       KonnectivityAgentOptions,
-      'dialTimeoutMs' | 'keepaliveTimeMs' | 'keepaliveTimeoutMs' | 'syncIntervalMs' | 'syncIntervalCapMs' | 'drainTimeoutMs' | 'upstreamBufferLimit'
+      | 'dialTimeoutMs'
+      | 'keepaliveTimeMs'
+      | 'keepaliveTimeoutMs'
+      | 'syncIntervalMs'
+      | 'syncIntervalCapMs'
+      | 'drainTimeoutMs'
+      | 'upstreamBufferLimit'
+      | 'holdMaxMs'
     >
   > &
     KonnectivityAgentOptions;
@@ -89,6 +96,7 @@ export class KonnectivityAgent implements Component {
       syncIntervalCapMs: 10_000,
       drainTimeoutMs: 0,
       upstreamBufferLimit: 4 * 1024 * 1024,
+      holdMaxMs: 5_000,
       // An option given as undefined keeps its default.
       ...(Object.fromEntries(Object.entries(opts).filter(([, v]) => v !== undefined)) as KonnectivityAgentOptions),
     };

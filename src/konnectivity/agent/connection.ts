@@ -77,6 +77,10 @@ export class ServerConnection implements TargetOwner {
     return this.o.upstreamBufferLimit;
   }
 
+  get holdMaxMs(): number {
+    return this.o.holdMaxMs;
+  }
+
   /** Connects and waits for the server's headers. */
   async open(): Promise<void> {
     const o = this.o;

@@ -48,6 +48,11 @@ export interface KonnectivityAgentOptions {
   extensions?: boolean;
   /** Per-connection buffer towards a stalled target when the server sends without credit. Default 4 MiB. */
   upstreamBufferLimit?: number;
+  /**
+   * The longest the client's bytes are held back from a target that keeps sending while the agent
+   * cannot forward it all (see Target.fromServer). Default 5 s.
+   */
+  holdMaxMs?: number;
   /** A datagram another node sent this one through a kctl server (sendDatagram); `fromNode` as the server vouches. */
   onDatagram?: (fromNode: string, data: Buffer) => void;
   log: Logger;
@@ -58,4 +63,4 @@ export type ConnectionOptions = Pick<
   KonnectivityAgentOptions,
   'ca' | 'cert' | 'key' | 'serverName' | 'agentId' | 'identifiers' | 'extensions' | 'serviceAccountTokenPath' | 'alpnProtocols'
 > &
-  Required<Pick<KonnectivityAgentOptions, 'dialTimeoutMs' | 'keepaliveTimeMs' | 'keepaliveTimeoutMs' | 'upstreamBufferLimit'>>;
+  Required<Pick<KonnectivityAgentOptions, 'dialTimeoutMs' | 'keepaliveTimeMs' | 'keepaliveTimeoutMs' | 'upstreamBufferLimit' | 'holdMaxMs'>>;

@@ -4,6 +4,7 @@
 import { connect as netConnect, type Socket } from 'node:net';
 import type { Logger } from '../../base/log.ts';
 import { nativeAddon, tcpQuiet, tcpUnread } from '../../base/native.ts';
+import { peerClosedByProgram } from '../../base/tcp-table.ts';
 import { ConnectionFlow, type WindowBudget } from '../wire/flow.ts';
 import { INITIAL_WINDOW, MAX_DATA_CHUNK, MAX_WINDOW, packets, type Int64, type Packet } from '../wire/protocol.ts';
 
@@ -18,6 +19,8 @@ export interface TargetOwner {
   readonly windowBudget: WindowBudget;
   readonly dialTimeoutMs: number;
   readonly upstreamBufferLimit: number;
+  /** The longest the client's bytes are held back from a target that is still open (see Target.fromServer). */
+  readonly holdMaxMs: number;
   send(p: Packet): void;
   /** The dial reached its target: the socket is now the owner's to tunnel. */
   dialed(d: PendingDial, socket: Socket): void;
@@ -99,14 +102,10 @@ export class PendingDial {
 const QUIET_MS = 2;
 
 /**
- * The longest the client's bytes are held back from a target: then they are written whatever the
- * target does. A target that never stops sending (a shell's `yes`, a `cat` of a large file) is
- * never read dry across a slow link, and the client's Ctrl-C must still reach it. Five seconds
- * covers the tail a closed target can leave behind (its send buffer and our receive buffer, some
- * 10 MB) across a 20 Mbit/s link; across slower links a write after the bound can again draw a
- * reset that ends a download short (kubectl cp then says "unexpected EOF").
+ * Once the hold's bound has passed, how often the agent looks again at a target whose program has
+ * closed while its last bytes are still on their way to us (until they have all come, or it ends).
  */
-const HOLD_MAX_MS = 5_000;
+const CLOSED_RECHECK_MS = 1_000;
 
 /** One connection to a target, tunneled to the server under `connectID`. */
 export class Target {
@@ -114,7 +113,7 @@ export class Target {
   private paused = false;
   /** Bytes from the server held back from the target (see fromServer); within the window granted. */
   private toTarget: Buffer[] = [];
-  /** Writes what is held once it has waited HOLD_MAX_MS. */
+  /** Writes what is held once it has waited holdMaxMs (boundReached). */
   private holdTimer: NodeJS.Timeout | undefined;
   private flushQueued = false;
   private ended = false;
@@ -125,6 +124,8 @@ export class Target {
   /** Bytes read from the target and written to it, for the debug line when it closes. */
   private readBytes = 0;
   private writtenBytes = 0;
+  /** Bytes were held past the bound because the target's program had closed (the debug line). */
+  private heldPastBound = false;
 
   constructor(
     private readonly conn: TargetOwner,
@@ -215,13 +216,13 @@ export class Target {
     // draws a reset, which throws those bytes away on both sides: kubectl cp over a slow link
     // ended short. So while reading is paused, or bytes from the target wait unread, what the
     // server sends for the target is held (no more than the window it was granted), and written
-    // once reading has caught up with a target that is still open, or after HOLD_MAX_MS whatever
-    // the target does (it may never stop sending). Only where the addon can tell when the target
-    // is quiet (one ioctl per packet from the server while reading runs).
+    // once reading has caught up with a target that is still open, or after holdMaxMs if it keeps
+    // sending (see boundReached). Only where the addon can tell when the target is quiet (one
+    // ioctl per packet from the server while reading runs).
     if (this.toTarget.length > 0 || (this.paused ? nativeAddon() !== null : tcpUnread(this.socket) === true)) {
       this.toTarget.push(buf);
       // Ending and closing stop this timer (dropHeld, markClosed).
-      this.holdTimer ??= setTimeout(() => this.writeHeld(), HOLD_MAX_MS);
+      this.holdTimer ??= setTimeout(() => void this.boundReached(), this.conn.holdMaxMs);
       return;
     }
     this.write(buf);
@@ -244,6 +245,31 @@ export class Target {
       if (tcpQuiet(this.socket) === false) return;
       this.writeHeld();
     }, QUIET_MS);
+  }
+
+  /**
+   * The hold's bound: a target that never stops sending (a shell's `yes`, a `cat` of a large file)
+   * is never read dry across a slow link, and the client's Ctrl-C must still reach it. But a
+   * target whose program has closed while megabytes are still on their way to us (kubelet once a
+   * copy's tar exited, the link slower than the copy) would answer with a reset that throws them
+   * away; the kernel's table tells that apart where the target is on this host (kubelet is), and
+   * its bytes are held until its end arrives.
+   */
+  private async boundReached(): Promise<void> {
+    this.holdTimer = undefined;
+    const s = this.socket;
+    const closedByProgram = await peerClosedByProgram(
+      { address: s.localAddress ?? '', port: s.localPort ?? 0 },
+      { address: s.remoteAddress ?? '', port: s.remotePort ?? 0 },
+    );
+    // Meanwhile it may have ended, been closed, or had what was held written.
+    if (this.closed || this.ended || this.toTarget.length === 0 || this.holdTimer) return;
+    if (closedByProgram === true) {
+      this.heldPastBound = true;
+      this.holdTimer = setTimeout(() => void this.boundReached(), CLOSED_RECHECK_MS);
+      return;
+    }
+    this.writeHeld();
   }
 
   private writeHeld(): void {
@@ -291,9 +317,11 @@ export class Target {
         connectID: this.connectID,
         address: this.address,
         error,
-        // Where its bytes stood: reading paused, held for the target, read but not yet credited.
+        // Where its bytes stood: reading paused, held for the target (past the bound: its program had
+        // closed), read but not yet credited.
         paused: this.paused,
         heldForTarget: this.toTarget.length,
+        heldPastBound: this.heldPastBound,
         heldFromTarget: this.flow.heldLength,
         read: this.readBytes,
         written: this.writtenBytes,

@@ -25,6 +25,7 @@ function fakeOwner() {
     windowBudget: new WindowBudget(64 * 1024 * 1024),
     dialTimeoutMs: 5_000,
     upstreamBufferLimit: 4 * 1024 * 1024,
+    holdMaxMs: 5_000,
     send: (p) => void sent.push(p),
     dialed: () => assert.fail('no dials here'),
     dialFailed: () => assert.fail('no dials here'),
