@@ -37,14 +37,15 @@ const UPSTREAM_HEALTH = 8144;
 const AGENT_ADMIN = 8094;
 const AGENT_HEALTH = 8093;
 /**
- * `kubectl cp` tries per run. Across this link a copy through either tunnel may end early:
- * kubelet closes its connection as soon as the exec's process exits, and a write to it after that
- * (the API server's SPDY ping, every 5 s) draws a reset that throws away what was not yet read
- * ("unexpected EOF", or the API server's websocket closing abnormally, with 46-49 of 50 MiB).
- * kctl's agent holds such writes (five seconds at most) while it is not reading kubelet or bytes from it wait unread;
- * copies still end early, through upstream's agent as often (2026-11-28).
- * kubectl's own --retries does not resume after the second kind. So a run tries up to CP_TRIES
- * copies; the rate is the first complete one's, and the note counts the copies that ended early.
+ * `kubectl cp` tries per run. Across this link a copy can end short through either tunnel: when
+ * tar exits, kubelet and containerd's streaming server on wrk close their connections with
+ * megabytes still queued behind the link, and a write that reaches a closed socket draws a reset
+ * that throws the queue away. Captures on wrk found two (2026-11-28), each every 5 s: kubectl's
+ * websocket ping, passed through the tunnel to kubelet (kctl's agent holds it; upstream's
+ * forwards it), and kubelet's own SPDY ping to containerd, which no tunnel carries (both alike).
+ * kubectl's --retries does not resume after a websocket that closed abnormally. So a run tries
+ * up to CP_TRIES copies; the rate is the first complete one's, and the note counts the copies
+ * that ended early.
  */
 const CP_TRIES = 4;
 /** How long `kubectl logs -f` is read. */
@@ -98,7 +99,7 @@ export async function clusterFigures(c: WanContext): Promise<Row[]> {
       'MiB/s',
       cp,
       `a real cluster across the edge link; kubectl cp of a ${bytes / 2 ** 20} MiB file of random bytes out of a pod on the worker, timed around kubectl, the first complete copy of up to ${CP_TRIES} per run; ${share(cp)}; ` +
-        `kctl ${early(got.kctl)}, upstream ${early(got.upstream)} (the end of the file lost when kubelet closes; bench/README.md)`,
+        `kctl ${early(got.kctl)}, upstream ${early(got.upstream)} (the end of the file lost when a program on the worker closes with it still queued; bench/README.md)`,
     ),
     peerRow(
       'wan-kubectl-logs-f-mibs',

@@ -1,12 +1,12 @@
 // A target that sends its last bytes and closes while its client is slow (kubelet at the end of
 // `kubectl cp` over a slow link). The agent is not reading it then (no credit), so those bytes
-// wait in the kernel, the target's and the agent's. A write to the closed target meanwhile (the
-// API server's SPDY pings) draws a reset, and the reset throws the waiting bytes away on
+// wait in the kernel, the target's and the agent's. A write to the closed target meanwhile
+// (kubectl's websocket pings) draws a reset, and the reset throws the waiting bytes away on
 // both sides: the copy ends short. While its reading is paused, or bytes from the target wait
 // unread, the agent holds what the client sends, and writes it once it has read the target dry
-// and the target is still open (kctl's native addon tells it both), or after five seconds at the
-// latest: a target that never stops sending is never read dry, and a client's Ctrl-C must still
-// reach it.
+// and the target is still open (kctl's native addon tells it both), or after five seconds if the
+// target keeps sending (a client's Ctrl-C must reach a target that never stops), but not while
+// the kernel's TCP table shows the target's program has closed its socket.
 import assert from 'node:assert/strict';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { connect } from 'node:net';
