@@ -20,7 +20,7 @@ import type { Component, ComponentState, ComponentStatus } from '../../base/comp
 import { ServerConnection, type ConnectionContext } from './connection.ts';
 import { WindowBudget } from '../wire/flow.ts';
 import { AgentMetrics } from './metrics.ts';
-import type { KonnectivityAgentOptions, ServerAddress } from './options.ts';
+import { AGENT_DEFAULTS, type AgentOptionsWithDefaults, type KonnectivityAgentOptions, type ServerAddress } from './options.ts';
 import type { AgentServerSnapshot, AgentSnapshot, TargetStats } from './snapshot.ts';
 import { FLOW_CONTROL_EXTENSION, WINDOW_GROWTH_BUDGET, packets } from '../wire/protocol.ts';
 import { messageOf } from '../../base/errors.ts';
@@ -69,34 +69,14 @@ export class KonnectivityAgent implements Component {
   /** What every server connection shares: options, log, metrics, the window budget. */
   private readonly context: ConnectionContext;
   /** Options with defaults applied. */
-  private readonly o: Required<
-    Pick<
-      KonnectivityAgentOptions,
-      | 'dialTimeoutMs'
-      | 'keepaliveTimeMs'
-      | 'keepaliveTimeoutMs'
-      | 'syncIntervalMs'
-      | 'syncIntervalCapMs'
-      | 'drainTimeoutMs'
-      | 'upstreamBufferLimit'
-      | 'holdMaxMs'
-    >
-  > &
-    KonnectivityAgentOptions;
+  private readonly o: AgentOptionsWithDefaults;
 
   constructor(opts: KonnectivityAgentOptions) {
     if (opts.servers.length === 0) throw new Error('konnectivity agent needs at least one server address');
     if (!opts.cert !== !opts.key) throw new Error('konnectivity agent needs both a client certificate and its key, or neither');
     if (!opts.cert && !opts.serviceAccountTokenPath) throw new Error('konnectivity agent needs a client certificate or a service-account token path');
     this.o = {
-      dialTimeoutMs: 5_000,
-      keepaliveTimeMs: 5_000,
-      keepaliveTimeoutMs: 10_000,
-      syncIntervalMs: 1_000,
-      syncIntervalCapMs: 10_000,
-      drainTimeoutMs: 0,
-      upstreamBufferLimit: 4 * 1024 * 1024,
-      holdMaxMs: 5_000,
+      ...AGENT_DEFAULTS,
       // An option given as undefined keeps its default.
       ...(Object.fromEntries(Object.entries(opts).filter(([, v]) => v !== undefined)) as KonnectivityAgentOptions),
     };

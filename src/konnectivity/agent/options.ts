@@ -58,6 +58,21 @@ export interface KonnectivityAgentOptions {
   log: Logger;
 }
 
+/** The agent's defaults, for every option that has one. */
+export const AGENT_DEFAULTS = {
+  dialTimeoutMs: 5_000,
+  keepaliveTimeMs: 5_000,
+  keepaliveTimeoutMs: 10_000,
+  syncIntervalMs: 1_000,
+  syncIntervalCapMs: 10_000,
+  drainTimeoutMs: 0,
+  upstreamBufferLimit: 4 * 1024 * 1024,
+  holdMaxMs: 5_000,
+} satisfies Partial<KonnectivityAgentOptions>;
+
+/** The agent's options with AGENT_DEFAULTS applied. */
+export type AgentOptionsWithDefaults = Required<Pick<KonnectivityAgentOptions, keyof typeof AGENT_DEFAULTS>> & KonnectivityAgentOptions;
+
 /** The agent options a server connection reads, defaults applied. */
 export type ConnectionOptions = Pick<
   KonnectivityAgentOptions,
