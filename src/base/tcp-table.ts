@@ -2,6 +2,7 @@
 // state of sockets kctl does not hold, such as who listens on a port, or the other end of a
 // connection to a program on this host.
 import { readFile } from 'node:fs/promises';
+import { endianness } from 'node:os';
 import { ipKey } from './addresses.ts';
 
 /** The kernel's TCP states (include/net/tcp_states.h), as the table numbers them. */
@@ -35,11 +36,14 @@ export async function tcpTable(): Promise<TcpEntry[]> {
   return out;
 }
 
-/** "0100007F:1F90" (IPv4) or 32 hex digits and a port (IPv6): each 32-bit word in this host's order. */
+/** The table prints each 32-bit word of an address as this host stores it: bytes reversed on x86 and arm64. */
+const REVERSE_WORDS = endianness() === 'LE';
+
+/** "0100007F:1F90" (IPv4, 127.0.0.1 port 8080) or 32 hex digits and a port (IPv6). */
 function endpoint(text: string | undefined): TcpEndpoint | undefined {
   const m = /^([0-9A-F]{8}|[0-9A-F]{32}):([0-9A-F]{4})$/.exec(text ?? '');
   if (!m) return undefined;
-  const words = m[1]!.match(/.{8}/g)!.map((w) => Buffer.from(w, 'hex').reverse().toString('hex'));
+  const words = m[1]!.match(/.{8}/g)!.map((w) => (REVERSE_WORDS ? Buffer.from(w, 'hex').reverse().toString('hex') : w.toLowerCase()));
   const ip = words.length === 1 ? `${'0'.repeat(20)}ffff${words[0]}` : words.join('');
   return { ip, port: Number.parseInt(m[2]!, 16) };
 }
