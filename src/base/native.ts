@@ -8,6 +8,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import * as sea from 'node:sea';
 import { messageOf } from './errors.ts';
+import { TcpState } from './tcp-table.ts';
 
 /** The addon's name among the executable's assets. */
 export const NATIVE_ASSET = 'kctl-native.node';
@@ -68,8 +69,6 @@ export function useNativeAddon(file: string | null): void {
   loadError = undefined;
 }
 
-const TCP_ESTABLISHED = 1;
-
 /** The addon and a socket's descriptor, or undefined when this runtime cannot tell (no addon, no descriptor). */
 function nativeFd(socket: Socket): { native: NativeAddon; fd: number } | undefined {
   // Node keeps a TCP socket's descriptor on its internal handle and has no public way to it.
@@ -89,7 +88,7 @@ export function tcpQuiet(socket: Socket): boolean | undefined {
   const state = n.native.tcpState(n.fd);
   const unread = n.native.unreadBytes(n.fd);
   if (state < 0 || unread < 0) return undefined;
-  return state === TCP_ESTABLISHED && unread === 0;
+  return state === TcpState.ESTABLISHED && unread === 0;
 }
 
 /** Whether bytes the peer sent wait unread in a TCP socket's receive queue; undefined when this runtime cannot tell. */

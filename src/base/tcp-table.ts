@@ -5,8 +5,8 @@ import { readFile } from 'node:fs/promises';
 import { endianness } from 'node:os';
 import { ipKey } from './addresses.ts';
 
-/** The kernel's TCP states (include/net/tcp_states.h), as the table numbers them. */
-export const TcpState = { ESTABLISHED: 1, FIN_WAIT1: 4, FIN_WAIT2: 5, TIME_WAIT: 6, LAST_ACK: 9, LISTEN: 10, CLOSING: 11 } as const;
+/** The kernel's TCP states kctl looks for (include/net/tcp_states.h): the table's numbers, TCP_INFO's too. */
+export const TcpState = { ESTABLISHED: 1, FIN_WAIT1: 4, FIN_WAIT2: 5, LAST_ACK: 9, LISTEN: 10, CLOSING: 11 } as const;
 
 export interface TcpEndpoint {
   /** ipKey's form: IPv4 as IPv4-mapped IPv6, 32 hex digits. */

@@ -1,7 +1,8 @@
 // Who listens on a TCP port: the kernel's TCP table gives the listening socket's inode,
-// /proc/<pid>/fd the process holding it. Used to say "port 6443 is in use by pid 812 (kube-apiserver)" and to
-// tell a port held by a stale child of kctl itself (cleaned up at start) from a stranger's; and,
-// when a supervised child exits because its port is taken, which process took it.
+// /proc/<pid>/fd the process holding it. Used to say "port 6443 is in use by pid 812
+// (kube-apiserver)" and to tell a port held by a stale child of kctl itself (cleaned up at start)
+// from a stranger's; and, when a supervised child exits because its port is taken, which process
+// took it.
 import { readFile, readdir, readlink } from 'node:fs/promises';
 import { tcpTable, TcpState } from '../base/tcp-table.ts';
 
