@@ -1,6 +1,6 @@
 // In-process approver for the CSRs that decide who a node is:
 // - kubelet serving certificates (signer kubernetes.io/kubelet-serving): a node may ask only for
-//   names and addresses it owns (konnectivity/server/claims.ts unownedBy: the ownership rule agents'
+//   names and addresses it owns (base/ownership.ts unownedBy: the ownership rule agents'
 //   claims follow too);
 // - kubelet client certificates asked with a worker token (signer
 //   kubernetes.io/kube-apiserver-client-kubelet, requester system:bootstrap:<id>): a token mints
@@ -8,7 +8,7 @@
 // kube-controller-manager still approves a node's renewal of its own client certificate.
 // Anything else of these two signers is denied, with the reason in the CSR's condition.
 import type { Logger } from '../base/log.ts';
-import { unownedBy, type NodeDirectory } from '../konnectivity/server/claims.ts';
+import { unownedBy, type NodeDirectory } from '../base/ownership.ts';
 import { resourcePath, type KubeClient } from '../kube/client.ts';
 import { Informer, type ListWatchOptions } from '../kube/informer.ts';
 import type { Component, ComponentContext, ComponentStatus } from '../base/component.ts';

@@ -1,6 +1,6 @@
 // One watch of the cluster's Nodes for the whole controller: the konnectivity server judges
 // agent claims against it and the serving-certificate approver judges CSRs against it, with the
-// same rule (konnectivity/server/claims.ts ownershipProblem). Started after kube-apiserver; until its
+// same rule (base/ownership.ts ownershipProblem). Started after kube-apiserver; until its
 // first list it is not `synced` and both wait.
 //
 // It also remembers who reported an address first: when two Nodes report the same address or
@@ -9,8 +9,7 @@
 // start) the older Node counts as the first reporter.
 import type { Component, ComponentContext, ComponentStatus } from '../base/component.ts';
 import type { Logger } from '../base/log.ts';
-import type { NodeDirectory, NodeRecord, ReservedSpace } from '../konnectivity/server/claims.ts';
-import { canonicalIdentifier, ownedBy } from '../konnectivity/server/claims.ts';
+import { canonicalIdentifier, ownedBy, type NodeDirectory, type NodeRecord, type ReservedSpace } from '../base/ownership.ts';
 import type { KubeClient } from '../kube/client.ts';
 import { Informer, type ListWatchOptions } from '../kube/informer.ts';
 import { isNodeReady } from '../kube/nodes.ts';

@@ -1,10 +1,10 @@
-// What no node may own, whatever its Node reports (konnectivity/server/claims.ts ReservedSpace): every
+// What no node may own, whatever its Node reports (base/ownership.ts ReservedSpace): every
 // controller's addresses and names (this one's config and serving certificates, the others'
 // leases) and the cluster's Service and pod networks. A node that owned one of them could get a
 // serving certificate for it or draw kube-apiserver's dials to it.
 import { readFileSync } from 'node:fs';
 import { splitHostPort, urlHost } from '../base/addresses.ts';
-import { canonicalIdentifier, type ReservedSpace } from '../konnectivity/server/claims.ts';
+import { canonicalIdentifier, type ReservedSpace } from '../base/ownership.ts';
 import type { LiveController } from '../kube/controller-leases.ts';
 import { parseCert, sansOf } from '../pki/index.ts';
 import type { ClusterConfig } from './config.ts';

@@ -18,7 +18,8 @@ export {
 } from './agent/agent.ts';
 export { dialViaProxy, openProxyStream, ProxyTunnel, ProxyDialError, type ProxyDialOptions } from './client.ts';
 export { type TokenReview, type AgentIdentity } from './server/auth.ts';
-export { type NodeDirectory, type NodeRecord, type TrustedAgents, type DroppedClaim } from './server/claims.ts';
+export { type NodeDirectory, type NodeRecord } from '../base/ownership.ts';
+export { type TrustedAgents, type DroppedClaim } from './server/claims.ts';
 export { NO_AGENT } from './server/broker.ts';
 export { type ProxyStrategy } from './server/routing.ts';
 export {

@@ -3,7 +3,8 @@
 import type { Logger } from '../../base/log.ts';
 import type { TokenReview } from './auth.ts';
 import type { ProxyStrategy } from './routing.ts';
-import type { NodeDirectory, TrustedAgents } from './claims.ts';
+import type { NodeDirectory } from '../../base/ownership.ts';
+import type { TrustedAgents } from './claims.ts';
 import type { TcpFrontend } from './frontend-listeners.ts';
 
 export interface KonnectivityServerOptions {
@@ -48,7 +49,7 @@ export interface KonnectivityServerOptions {
    */
   agentAuth?: 'nodes' | 'upstream';
   /**
-   * The cluster's Nodes: agents keep only the identifiers their own Node reports (claims.ts),
+   * The cluster's Nodes: agents keep only the identifiers their own Node reports (base/ownership.ts),
    * judged again whenever Nodes change. Without it a node certificate vouches for its own node
    * name only and addresses are taken as claimed (upstream's behaviour).
    */

@@ -3,15 +3,8 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { dialViaProxy } from '../../../src/konnectivity/client.ts';
-import {
-  judgeClaims,
-  judgeWithoutNodes,
-  ownershipProblem,
-  unownedBy,
-  type NodeRecord,
-  type ReservedSpace,
-  type TrustedAgents,
-} from '../../../src/konnectivity/server/claims.ts';
+import { judgeClaims, judgeWithoutNodes, type TrustedAgents } from '../../../src/konnectivity/server/claims.ts';
+import { ownershipProblem, unownedBy, type NodeRecord, type ReservedSpace } from '../../../src/base/ownership.ts';
 import { packets, parseIdentifiers } from '../../../src/konnectivity/wire/protocol.ts';
 import type { AgentIdentity } from '../../../src/konnectivity/server/auth.ts';
 import { captureLogger } from '../../helpers.ts';

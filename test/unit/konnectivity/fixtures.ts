@@ -14,7 +14,7 @@ import { ensurePki, pkiPaths } from '../../../src/pki/index.ts';
 import { generateKeyPem, issueCaCert, issueLeafCert, keyIdOf, parseCert, parseKey, type Signer } from '../../../src/pki/x509.ts';
 import { KonnectivityAgent, type KonnectivityAgentOptions } from '../../../src/konnectivity/agent/agent.ts';
 import { KonnectivityServer, type KonnectivityServerOptions } from '../../../src/konnectivity/server/server.ts';
-import { canonicalIdentifier, ownedBy, type NodeDirectory, type NodeRecord, type ReservedSpace } from '../../../src/konnectivity/server/claims.ts';
+import { canonicalIdentifier, ownedBy, type NodeDirectory, type NodeRecord, type ReservedSpace } from '../../../src/base/ownership.ts';
 import { tempDir } from '../../helpers.ts';
 
 type T = { after: (fn: () => Promise<void> | void) => void };

@@ -1,0 +1,156 @@
+// Who owns a name, an address or a pod range of the node network: the one rule for every consumer
+// (the tunnel's claims, the serving-CSR approver, and the pod network's routes, VXLAN and
+// WireGuard peers on every worker). What the cluster assigned (a pod range from
+// kube-controller-manager's allocator) or a credential proves (a certificate's node name) decides;
+// what a Node reports about itself decides only where nobody else reports the same and nothing
+// reserved (the control plane, the cluster's virtual networks, loopback, link-local) is at stake.
+import { canonicalIp, cidrContains } from './addresses.ts';
+
+export interface NodeAddress {
+  type: string;
+  address: string;
+}
+
+/** What a Node object says about itself: metadata.name, status.addresses and spec.podCIDRs. */
+export interface NodeRecord {
+  name: string;
+  addresses: NodeAddress[];
+  /** The pod networks kube-controller-manager gave the Node: its pods' IPs are there. */
+  podCIDRs?: string[];
+  /** The port its kubelet serves on (status.daemonEndpoints), when it says. */
+  kubeletPort?: number;
+}
+
+/** What no node may own, whatever its Node reports. */
+export interface ReservedSpace {
+  /** Whether a canonical address or lower-case name is a controller's (config, leases, certificates). */
+  isController(value: string): boolean;
+  /** The cluster's Service networks: a Service IP belongs to no node. */
+  serviceCIDRs: readonly string[];
+  /** The cluster's pod networks: a node owns only the part kube-controller-manager gave it. */
+  podCIDRs: readonly string[];
+}
+
+/** A live view of the cluster's Nodes (the controller keeps one from a watch). */
+export interface NodeDirectory {
+  /** False until the first list arrived: claims are judged again once it has. */
+  readonly synced: boolean;
+  /**
+   * The control plane's addresses and the cluster's virtual networks; with it, loopback,
+   * link-local, unspecified and multicast addresses are nobody's too. `kctl controller` always
+   * sets it; without it (tests, tools) only the Nodes decide.
+   */
+  readonly reserved?: ReservedSpace;
+  get(name: string): NodeRecord | undefined;
+  /**
+   * Names of the Nodes that report this IP address or DNS name, the one that keeps it first: the
+   * Node of that name for a name, else the first to report it (while it keeps reporting it).
+   */
+  owners(nameOrIp: string): string[];
+  /** Runs after every change (and after the first list); returns an unsubscribe function. */
+  onChange(listener: () => void): () => void;
+}
+
+/** One spelling per identifier: lower-case names, canonical IPs ("0:0::1" is "::1"). */
+export function canonicalIdentifier(v: string): string {
+  return canonicalIp(v) ?? v.toLowerCase();
+}
+
+const isIpType = (t: string): boolean => /IP$/.test(t);
+
+/** Everything a Node reports about itself: its name, its DNS-type addresses and its IP addresses. */
+export function ownedBy(node: NodeRecord): string[] {
+  return [node.name, ...node.addresses.map((a) => a.address)].map(canonicalIdentifier);
+}
+
+/** Address ranges that never lead to one particular node, with the words a reason uses. */
+const SPECIAL_RANGES: { cidr: string; what: string }[] = [
+  { cidr: '127.0.0.0/8', what: 'a loopback address' },
+  { cidr: '::1/128', what: 'a loopback address' },
+  { cidr: '169.254.0.0/16', what: 'a link-local address' },
+  { cidr: 'fe80::/10', what: 'a link-local address' },
+  { cidr: '0.0.0.0/8', what: 'an unspecified address' },
+  { cidr: '::/128', what: 'an unspecified address' },
+  { cidr: '224.0.0.0/4', what: 'a multicast address' },
+  { cidr: 'ff00::/8', what: 'a multicast address' },
+  { cidr: '255.255.255.255/32', what: 'the broadcast address' },
+  // An IPv4 address spelled as IPv6 reaches the IPv4 host: it would dodge every rule above.
+  { cidr: '::ffff:0:0/96', what: 'an IPv4-mapped IPv6 address' },
+];
+
+/** Why no node may own this (canonical) IP or name whatever it reports, or undefined. */
+function reservedProblem(value: string, isName: boolean, node: NodeRecord | undefined, reserved: ReservedSpace | undefined): string | undefined {
+  if (!reserved) return undefined; // a directory without one (tests, tools) judges by the Nodes alone
+  // The most telling reason first: a Service IP is also in kube-apiserver's certificate.
+  if (isName) {
+    if (value === 'localhost' || value.endsWith('.localhost')) return 'a loopback name';
+    return reserved.isController(value) ? "a controller's name" : undefined;
+  }
+  const special = SPECIAL_RANGES.find((r) => cidrContains(r.cidr, value));
+  if (special) return special.what;
+  const service = reserved.serviceCIDRs.find((c) => cidrContains(c, value));
+  if (service) return `inside the service CIDR ${service}`;
+  const pods = reserved.podCIDRs.find((c) => cidrContains(c, value));
+  if (pods && !(node?.podCIDRs ?? []).some((c) => cidrContains(c, value)))
+    return `inside the pod CIDR ${pods} but not node ${node?.name ?? '(unregistered)'}'s own`;
+  return reserved.isController(value) ? "a controller's address" : undefined;
+}
+
+/** Why a (canonical) value can be nobody's whoever claims it: not an IP where one is due, or reserved. */
+export function nobodysProblem(v: string, isName: boolean, node: NodeRecord | undefined, reserved: ReservedSpace | undefined): string | undefined {
+  if (!isName && canonicalIp(v) === null) return 'not an IP address';
+  return reservedProblem(v, isName, node, reserved);
+}
+
+/**
+ * The one ownership rule, shared by agent claims and kubelet serving CSRs: why node `nodeName`
+ * (its Node `node`, undefined when not registered) may not own `value` (a DNS name when `isName`,
+ * else an IP), or undefined when it does. A node owns its own name, and the names (Hostname,
+ * DNS addresses) and IPs its Node reports, unless another Node reported them first or they are
+ * reserved (ReservedSpace, loopback, link-local, unspecified, multicast).
+ */
+export function ownershipProblem(
+  nodeName: string,
+  node: NodeRecord | undefined,
+  value: string,
+  isName: boolean,
+  nodes: NodeDirectory,
+): string | undefined {
+  const v = canonicalIdentifier(value);
+  const nobodys = nobodysProblem(v, isName, node, nodes.reserved);
+  if (nobodys) return nobodys;
+  const own = canonicalIdentifier(nodeName);
+  if (isName && v === own) return undefined; // its certificate (or its CSR's requester) says so
+  const reports = node !== undefined && node.addresses.some((a) => isIpType(a.type) !== isName && canonicalIdentifier(a.address) === v);
+  const owners = nodes.owners(v);
+  if (!reports) {
+    const others = owners.filter((n) => n !== node?.name);
+    if (others.length > 0) return `reported by node ${others.join(', ')}`;
+    if (!node) return nodes.synced ? `node ${nodeName} is not registered` : 'waiting for the Node list';
+    return `node ${nodeName} does not report it`;
+  }
+  const first = owners[0];
+  if (first !== undefined && first !== node.name) return `reported first by node ${first} (conflict)`;
+  return undefined;
+}
+
+/** What a node may not own among these names and IPs, each with its reason. Empty means all are the node's. */
+export function unownedBy(nodeName: string, node: NodeRecord | undefined, names: string[], ips: string[], nodes: NodeDirectory): DroppedValue[] {
+  const out: DroppedValue[] = [];
+  for (const [values, isName] of [
+    [names, true],
+    [ips, false],
+  ] as const) {
+    for (const value of values) {
+      const reason = ownershipProblem(nodeName, node, value, isName, nodes);
+      if (reason !== undefined) out.push({ value, reason });
+    }
+  }
+  return out;
+}
+
+export interface DroppedValue {
+  value: string;
+  reason: string;
+}
+
