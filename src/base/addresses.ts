@@ -88,6 +88,25 @@ export function ipv4Range(cidr: string): { bits: number; first: bigint; last: bi
   return { bits, first, last: first + (1n << hostBits) - 1n };
 }
 
+/**
+ * A CIDR of either family as its prefix length and its first and last address as numbers, for
+ * overlap checks; undefined when it is not `address/bits` or its address is not the network's
+ * own (10.244.1.7/24 is a host in a range, not a range).
+ */
+export function cidrRange(cidr: string): { family: 4 | 6; bits: number; first: bigint; last: bigint } | undefined {
+  const m = /^([^/%]+)\/(\d{1,3})$/.exec(cidr);
+  const ip = m ? canonicalIp(m[1]!) : null;
+  if (!m || ip === null) return undefined;
+  const width = ip.includes(':') ? 128 : 32;
+  const bits = Number(m[2]);
+  if (bits > width) return undefined;
+  const n = ipToBigInt(ip);
+  const hostBits = BigInt(width - bits);
+  const first = (n >> hostBits) << hostBits;
+  if (first !== n) return undefined;
+  return { family: width === 32 ? 4 : 6, bits, first, last: first + (1n << hostBits) - 1n };
+}
+
 /** The dotted quad of an IPv4 address given as a number (ipv4Range's). */
 export const ipv4FromNumber = (n: bigint): string => bigIntToIp(n, 32);
 

@@ -4,7 +4,7 @@
 // kube-controller-manager's allocator) or a credential proves (a certificate's node name) decides;
 // what a Node reports about itself decides only where nobody else reports the same and nothing
 // reserved (the control plane, the cluster's virtual networks, loopback, link-local) is at stake.
-import { canonicalIp, cidrContains } from './addresses.ts';
+import { canonicalIp, cidrContains, cidrRange } from './addresses.ts';
 
 export interface NodeAddress {
   type: string;
@@ -15,7 +15,10 @@ export interface NodeAddress {
 export interface NodeRecord {
   name: string;
   addresses: NodeAddress[];
-  /** The pod networks kube-controller-manager gave the Node: its pods' IPs are there. */
+  /**
+   * The pod networks kube-controller-manager gave the Node: its pods' IPs are there. From a
+   * NodeDirectory, only the ranges judgePodRanges leaves it (never what the Node merely says).
+   */
   podCIDRs?: string[];
   /** The port its kubelet serves on (status.daemonEndpoints), when it says. */
   kubeletPort?: number;
@@ -29,6 +32,8 @@ export interface ReservedSpace {
   serviceCIDRs: readonly string[];
   /** The cluster's pod networks: a node owns only the part kube-controller-manager gave it. */
   podCIDRs: readonly string[];
+  /** The prefix length of each node's pod range (judgePodRanges); undefined: any size inside podCIDRs. */
+  podRangeBits?: number;
 }
 
 /** A live view of the cluster's Nodes (the controller keeps one from a watch). */
@@ -99,6 +104,8 @@ function reservedProblem(value: string, isName: boolean, node: NodeRecord | unde
 /** Why a (canonical) value can be nobody's whoever claims it: not an IP where one is due, or reserved. */
 export function nobodysProblem(v: string, isName: boolean, node: NodeRecord | undefined, reserved: ReservedSpace | undefined): string | undefined {
   if (!isName && canonicalIp(v) === null) return 'not an IP address';
+  // A wildcard names every host under it: no node owns that, whatever it reports.
+  if (isName && v.includes('*')) return 'a wildcard name';
   return reservedProblem(v, isName, node, reserved);
 }
 
@@ -154,3 +161,84 @@ export interface DroppedValue {
   reason: string;
 }
 
+/** The prefix length kctl has kube-controller-manager give each node's pod range (--node-cidr-mask-size). */
+export const NODE_POD_RANGE_BITS = 24;
+
+/** What the cluster lets kube-controller-manager hand out: its pod CIDRs, and the size of each node's range when known. */
+export type PodRangeSpace = Pick<ReservedSpace, 'podCIDRs' | 'podRangeBits'>;
+
+export interface RefusedPodRange {
+  node: string;
+  range: string;
+  reason: string;
+}
+
+export interface PodRangeVerdict {
+  /** Node name -> the pod ranges traffic may be routed to it for (nodes without one are absent). */
+  ranges: Map<string, string[]>;
+  /** Every range no node may be routed, with why. */
+  refused: RefusedPodRange[];
+}
+
+/** Why a range cannot be any node's, whoever holds it; undefined when its shape is one the allocator gives. */
+function podRangeShapeProblem(range: string, space: PodRangeSpace | undefined): string | undefined {
+  const r = cidrRange(range);
+  if (!r) return 'not a network in CIDR form';
+  if (!space) return undefined;
+  const inside = space.podCIDRs.some((c) => {
+    const cluster = cidrRange(c);
+    return cluster !== undefined && cluster.family === r.family && cluster.first <= r.first && r.last <= cluster.last;
+  });
+  if (!inside) return `outside the cluster's pod CIDR ${space.podCIDRs.join(', ')}`;
+  if (space.podRangeBits !== undefined && r.bits !== space.podRangeBits)
+    return `a /${r.bits}, not the /${space.podRangeBits} kube-controller-manager gives each node`;
+  return undefined;
+}
+
+/**
+ * The pod ranges each node may be routed. kube-controller-manager gives every node one range of
+ * the node size inside the cluster's pod CIDR, never one range to two nodes; a range of another
+ * size, outside the cluster CIDR, or held by two nodes is nobody's (a node could write its own
+ * before kctl's admission policy, an admin still can): the tunnel, routes, VXLAN and WireGuard
+ * leave it alone, and a refused range takes nothing from the node whose range it overlaps.
+ * Without `space` (a server that knows no cluster config) only overlaps count.
+ */
+export function judgePodRanges(nodes: Iterable<{ name: string; podCIDRs?: readonly string[] }>, space?: PodRangeSpace): PodRangeVerdict {
+  const refused: RefusedPodRange[] = [];
+  const shaped: { node: string; range: string; family: number; first: bigint; last: bigint }[] = [];
+  for (const n of nodes) {
+    for (const range of new Set(n.podCIDRs ?? [])) {
+      const why = podRangeShapeProblem(range, space);
+      const r = cidrRange(range);
+      if (why !== undefined || !r) refused.push({ node: n.name, range, reason: why ?? 'not a network in CIDR form' });
+      else shaped.push({ node: n.name, range, family: r.family, first: r.first, last: r.last });
+    }
+  }
+  // In address order, a range that starts before the furthest end so far overlaps its group.
+  shaped.sort((a, b) => a.family - b.family || (a.first < b.first ? -1 : a.first > b.first ? 1 : 0));
+  const ranges = new Map<string, string[]>();
+  const settle = (group: typeof shaped): void => {
+    const owners = new Set(group.map((g) => g.node));
+    for (const g of group) {
+      if (owners.size === 1) ranges.set(g.node, [...(ranges.get(g.node) ?? []), g.range]);
+      else {
+        const others = group.filter((o) => o.node !== g.node).map((o) => `node ${o.node}'s ${o.range}`);
+        refused.push({ node: g.node, range: g.range, reason: `overlaps ${others.join(', ')} (nobody's until an admin resolves it)` });
+      }
+    }
+  };
+  let group: typeof shaped = [];
+  let end = -1n;
+  for (const s of shaped) {
+    const joins = group.length > 0 && group[0]!.family === s.family && s.first <= end;
+    if (!joins) {
+      settle(group);
+      group = [];
+      end = -1n;
+    }
+    group.push(s);
+    if (s.last > end) end = s.last;
+  }
+  settle(group);
+  return { ranges, refused };
+}

@@ -78,6 +78,7 @@ export function renderStatus(r: AnyStatusReport): string {
           ? `  ${p.node}  ${p.endpoint ?? 'no endpoint yet'}  handshake=${p.lastHandshakeSecondsAgo === undefined ? 'none' : `${p.lastHandshakeSecondsAgo}s ago`}  rx=${bytes(p.rxBytes)}  tx=${bytes(p.txBytes)}${p.via ? `  via=${p.via} (not heard from directly)` : ''}`
           : `  ${p.node}  ${p.address ?? '-'}`,
       );
+    for (const x of net.refusedRanges ?? []) out.push(`  not routed: ${x.range} of ${x.node}  ${x.reason}`);
   }
   const policy = r.role === 'worker' ? r.networkPolicy : undefined;
   if (policy)
@@ -129,6 +130,10 @@ function renderCluster(r: ControllerStatusReport): string[] {
   if (r.addressConflicts?.length) {
     out.push('', 'Address conflicts (more than one Node reports it; the first reporter keeps it):');
     for (const c of r.addressConflicts) out.push(`  ${c.value}  kept by ${c.owner}  also reported by ${c.others.join(', ')}`);
+  }
+  if (r.refusedPodRanges?.length) {
+    out.push('', 'Refused pod ranges (the tunnel and the pod network route nothing to them):');
+    for (const p of r.refusedPodRanges) out.push(`  ${p.range}  of ${p.node}  ${p.reason}`);
   }
   const ks = r.kubeletServing;
   if (ks && ks.trusted !== 'kubelet-serving CA') {

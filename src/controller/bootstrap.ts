@@ -50,8 +50,51 @@ export async function publishClusterInfo(kube: KubeClient, cfg: ClusterConfig, c
   await kube.apply(clusterInfo(cfg, caPem), { fieldManager: 'kctl', force: true });
 }
 
+/** The admission policy (and its binding) that keeps pod ranges the allocator's: its name. */
+export const NODE_POD_RANGE_POLICY = 'kctl-node-pod-ranges';
+
+/**
+ * Nodes may not write their own pod range: NodeRestriction lets a node create its Node with any
+ * spec.podCIDR(s), and every consumer would then have to tell the lie from the allocator's. With
+ * this built-in policy only kube-controller-manager (or an admin) sets them; the consumers still
+ * judge what they read (base/ownership.ts judgePodRanges), for Nodes written before it.
+ */
+export function nodePodRangePolicy(): KubeManifest[] {
+  const group = 'admissionregistration.k8s.io/v1';
+  const field = (obj: string, f: string, none: string) => `(has(${obj}.spec) && has(${obj}.spec.${f}) ? ${obj}.spec.${f} : ${none})`;
+  const unchanged = (f: string, none: string) =>
+    `${field('object', f, none)} == (request.operation == 'UPDATE' && oldObject != null ? ${field('oldObject', f, none)} : ${none})`;
+  const message = (f: string) =>
+    `a node may not set its own spec.${f}: pod ranges come from kube-controller-manager's allocator (kctl policy ${NODE_POD_RANGE_POLICY})`;
+  return [
+    {
+      apiVersion: group,
+      kind: 'ValidatingAdmissionPolicy',
+      metadata: { name: NODE_POD_RANGE_POLICY, labels: { 'app.kubernetes.io/managed-by': 'kctl' } },
+      spec: {
+        failurePolicy: 'Fail',
+        matchConstraints: {
+          resourceRules: [{ apiGroups: [''], apiVersions: ['v1'], operations: ['CREATE', 'UPDATE'], resources: ['nodes'] }],
+        },
+        matchConditions: [{ name: 'written-by-a-node', expression: "request.userInfo.groups.exists(g, g == 'system:nodes')" }],
+        validations: [
+          { expression: unchanged('podCIDR', "''"), message: message('podCIDR'), reason: 'Forbidden' },
+          { expression: unchanged('podCIDRs', '[]'), message: message('podCIDRs'), reason: 'Forbidden' },
+        ],
+      },
+    },
+    {
+      apiVersion: group,
+      kind: 'ValidatingAdmissionPolicyBinding',
+      metadata: { name: NODE_POD_RANGE_POLICY, labels: { 'app.kubernetes.io/managed-by': 'kctl' } },
+      spec: { policyName: NODE_POD_RANGE_POLICY, validationActions: ['Deny'] },
+    },
+  ];
+}
+
 export function bootstrapObjects(cfg: ClusterConfig, caPem: string): KubeManifest[] {
   return [
+    ...nodePodRangePolicy(),
     // Bootstrap tokens (group system:bootstrappers) may create node client CSRs. kctl's CSR approver
     // decides them (a token never takes a registered node's name), not kube-controller-manager.
     clusterRoleBinding('kctl:bootstrappers:node-bootstrapper', 'system:node-bootstrapper', { kind: 'Group', name: 'system:bootstrappers' }),

@@ -4,6 +4,7 @@
 import { join } from 'node:path';
 import { componentFlags, type FlagValue } from '../base/argv.ts';
 import { httpsReady } from '../base/probe.ts';
+import { NODE_POD_RANGE_BITS } from '../base/ownership.ts';
 import type { PkiPaths } from '../pki/index.ts';
 import { KUBE_APISERVER } from './apiserver.ts';
 import { Supervisor } from '../supervisor/process.ts';
@@ -25,6 +26,21 @@ export const API_ONLY_CONTROLLERS = [
   'serviceaccount-token',
   'root-ca-cert-publisher',
 ];
+
+/**
+ * The prefix length of each node's pod range as kube-controller-manager will give it: kctl's
+ * default, or what extraArgs set (the pod network and the tunnel refuse ranges of any other size).
+ */
+export function nodePodRangeBits(cfg: ClusterConfig): number {
+  const extra = cfg.spec.controllerManager.extraArgs;
+  const family = cfg.spec.network.podCIDR.includes(':') ? 'ipv6' : 'ipv4';
+  const set =
+    extra[`node-cidr-mask-size-${family}`] ??
+    extra[`--node-cidr-mask-size-${family}`] ??
+    extra['node-cidr-mask-size'] ??
+    extra['--node-cidr-mask-size'];
+  return set !== undefined && /^\d{1,3}$/.test(set) ? Number(set) : NODE_POD_RANGE_BITS;
+}
 
 export function controllerManagerArgs(cfg: ClusterConfig, pki: PkiPaths): string[] {
   const nodes: Record<string, FlagValue> =
@@ -48,7 +64,7 @@ export function controllerManagerArgs(cfg: ClusterConfig, pki: PkiPaths): string
           'allocate-node-cidrs': true,
           'cluster-cidr': cfg.spec.network.podCIDR,
           'service-cluster-ip-range': cfg.spec.network.serviceCIDR,
-          'node-cidr-mask-size': 24,
+          'node-cidr-mask-size': NODE_POD_RANGE_BITS,
           controllers: '*,bootstrapsigner,tokencleaner',
         };
   return componentFlags(

@@ -200,6 +200,7 @@ export function controllerComponents(o: ControllerRoleOptions): Component[] {
       storage: await storageStatus(cfg, pki),
       nodes: nodes.counts(),
       addressConflicts: nodes.conflicts(),
+      refusedPodRanges: nodes.refusedPodRanges(),
       kubeletServing: servingCheck.report(),
       backup: backups?.report(),
       certificates: renewer.certificates(),

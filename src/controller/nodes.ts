@@ -9,7 +9,16 @@
 // start) the older Node counts as the first reporter.
 import type { Component, ComponentContext, ComponentStatus } from '../base/component.ts';
 import type { Logger } from '../base/log.ts';
-import { canonicalIdentifier, ownedBy, type NodeDirectory, type NodeRecord, type ReservedSpace } from '../base/ownership.ts';
+import {
+  canonicalIdentifier,
+  judgePodRanges,
+  ownedBy,
+  type NodeDirectory,
+  type NodeRecord,
+  type PodRangeVerdict,
+  type RefusedPodRange,
+  type ReservedSpace,
+} from '../base/ownership.ts';
 import type { KubeClient } from '../kube/client.ts';
 import { Informer, type ListWatchOptions } from '../kube/informer.ts';
 import { isNodeReady } from '../kube/nodes.ts';
@@ -60,6 +69,10 @@ export class NodeWatchComponent implements Component, NodeDirectory {
   private seq = 0;
   /** value -> Nodes that report it, the keeper first; rebuilt on the first question after a change. */
   private index: Map<string, string[]> | undefined;
+  /** Each Node's pod ranges as the one rule judges them; rebuilt on the first question after a change. */
+  private ranges: PodRangeVerdict | undefined;
+  /** Refused ranges already announced (node + range -> reason). */
+  private readonly announcedRanges = new Map<string, string>();
   /** Conflicts already announced with events (value -> "owner,others"). */
   private readonly announced = new Map<string, string>();
   private lastError: string | undefined;
@@ -75,6 +88,7 @@ export class NodeWatchComponent implements Component, NodeDirectory {
       watch,
       (type, node) => {
         this.index = undefined;
+        this.ranges = undefined;
         if (type === 'LIST') {
           this.lastError = undefined;
           for (const name of this.firstSeen.keys()) if (!this.informer.store.has(name)) this.firstSeen.delete(name);
@@ -82,6 +96,7 @@ export class NodeWatchComponent implements Component, NodeDirectory {
         } else if (type === 'DELETED') this.firstSeen.delete(node!.metadata.name);
         else this.noteReports(node!);
         this.announceConflicts();
+        this.announceRefusedRanges();
         for (const l of this.listeners) l(type === 'LIST' ? undefined : node?.metadata.name);
       },
       (err) => {
@@ -119,9 +134,20 @@ export class NodeWatchComponent implements Component, NodeDirectory {
     return [...this.informer.store.keys()];
   }
 
+  /** The Node as the ownership rule lets others believe it: its pod ranges only as judgePodRanges leaves them. */
   get(name: string): NodeRecord | undefined {
     const n = this.informer.get(name);
-    return n && nodeRecord(n);
+    return n && { ...nodeRecord(n), podCIDRs: this.podRanges().ranges.get(name) ?? [] };
+  }
+
+  private podRanges(): PodRangeVerdict {
+    this.ranges ??= judgePodRanges([...this.informer.store.values()].map(nodeRecord), this.reserved);
+    return this.ranges;
+  }
+
+  /** Every pod range a Node holds that no traffic is routed to, with why (kctl status). */
+  refusedPodRanges(): RefusedPodRange[] {
+    return [...this.podRanges().refused].sort((a, b) => a.node.localeCompare(b.node) || a.range.localeCompare(b.range));
   }
 
   owners(nameOrIp: string): string[] {
@@ -167,6 +193,19 @@ export class NodeWatchComponent implements Component, NodeDirectory {
       const message = `${c.value} is reported by nodes ${key}; node ${c.owner} reported it first and keeps it (tunnel claims, serving certificates)`;
       this.log?.warn({ address: c.value, owner: c.owner, others: c.others }, `address conflict: ${message}`);
       for (const node of [c.owner, ...c.others]) void this.nodeEvent(node, 'AddressConflict', message);
+    }
+  }
+
+  /** One warn line and one Warning event on the Node, once per refused range as it appears. */
+  private announceRefusedRanges(): void {
+    const current = new Map<string, RefusedPodRange>(this.refusedPodRanges().map((r) => [`${r.node} ${r.range}`, r]));
+    for (const k of this.announcedRanges.keys()) if (!current.has(k)) this.announcedRanges.delete(k);
+    for (const [k, r] of current) {
+      if (this.announcedRanges.get(k) === r.reason) continue;
+      this.announcedRanges.set(k, r.reason);
+      const message = `pod range ${r.range} of node ${r.node} is refused: ${r.reason}; the tunnel and the pod network route nothing to it`;
+      this.log?.warn({ node: r.node, podCIDR: r.range }, message);
+      void this.nodeEvent(r.node, 'PodRangeRefused', message);
     }
   }
 

@@ -14,6 +14,7 @@ import {
 } from '../kube/pod-network.ts';
 import { messageOf } from '../base/errors.ts';
 import type { ClusterConfig } from './config.ts';
+import { nodePodRangeBits } from './controller-manager.ts';
 
 /** The mode of a new cluster whose config does not name one. */
 export const DEFAULT_NETWORK_MODE: NetworkMode = 'routes';
@@ -50,7 +51,14 @@ export async function publishPodNetwork(kube: KubeClient, cfg: ClusterConfig, lo
   // A cluster that ran without policies (an older kctl) keeps ignoring them until told otherwise:
   // an upgrade must not start dropping traffic that policies written for elsewhere would block.
   const policy = n.policy ?? recorded?.policy ?? !(exists || (await clusterExists(kube, signal)));
-  const want: PodNetwork = { mode: mode ?? DEFAULT_NETWORK_MODE, relay: n.relay, policy, vxlan: { ...n.vxlan }, wireguard: { ...n.wireguard } };
+  const want: PodNetwork = {
+    mode: mode ?? DEFAULT_NETWORK_MODE,
+    relay: n.relay,
+    policy,
+    vxlan: { ...n.vxlan },
+    wireguard: { ...n.wireguard },
+    ranges: { clusterCIDR: n.podCIDR, nodeBits: nodePodRangeBits(cfg) },
+  };
   if (unreadable) log.warn(`${unreadable}; writing mode ${want.mode} from this controller's config`);
   if (recorded && JSON.stringify(recorded) === JSON.stringify(want)) return want;
   await kube.apply(podNetworkConfigMap(want), { fieldManager: 'kctl', force: true }, signal);

@@ -8,6 +8,7 @@ import { canonicalIdentifier, type ReservedSpace } from '../base/ownership.ts';
 import type { LiveController } from '../kube/controller-leases.ts';
 import { parseCert, sansOf } from '../pki/index.ts';
 import type { ClusterConfig } from './config.ts';
+import { nodePodRangeBits } from './controller-manager.ts';
 
 /** The DNS names and IPs a certificate file names (its SANs), canonical; none when it cannot be read. */
 export function certificateNames(file: string): string[] {
@@ -41,5 +42,6 @@ export function reservedSpace(cfg: ClusterConfig, sources: ReservedSources): Res
     },
     serviceCIDRs: [cfg.spec.network.serviceCIDR],
     podCIDRs: [cfg.spec.network.podCIDR],
+    podRangeBits: nodePodRangeBits(cfg),
   };
 }

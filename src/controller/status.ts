@@ -4,6 +4,7 @@ import type { KonnectivityServerSnapshot } from '../konnectivity/index.ts';
 import type { EtcdMember } from '../etcd/members.ts';
 import type { LiveController } from '../kube/controller-leases.ts';
 import type { AddressConflict, NodeCounts } from './nodes.ts';
+import type { RefusedPodRange } from '../base/ownership.ts';
 import type { KubeletServingStatus } from './kubelet-serving.ts';
 import type { BackupStatus } from './backup-schedule.ts';
 import type { CertificateStatus } from '../pki/index.ts';
@@ -27,6 +28,8 @@ export interface ControllerStatusReport extends StatusReport {
   nodes?: NodeCounts;
   /** Addresses or names more than one Node reports, and the Node that keeps each (the first reporter). */
   addressConflicts?: AddressConflict[];
+  /** Pod ranges Nodes hold that nothing is routed to (base/ownership.ts judgePodRanges), with why. */
+  refusedPodRanges?: RefusedPodRange[];
   /** Which CAs kube-apiserver trusts for kubelets, and which nodes still serve a certificate of the cluster CA. */
   kubeletServing?: KubeletServingStatus;
   /** Scheduled backups (spec.backup.schedule): the last run, the next, who makes them. */

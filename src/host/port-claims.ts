@@ -71,7 +71,7 @@ function underClaimsLock<T>(fn: () => Promise<T>): Promise<T> {
 }
 
 async function writeClaims(claims: PortClaim[]): Promise<void> {
-  await writeFileAtomic(claimsFile(), JSON.stringify(claims, null, 2) + '\n', 0o644);
+  await writeFileAtomic(claimsFile(), JSON.stringify(claims, null, 2) + '\n', 0o600);
 }
 
 /** True when nothing listens on `port` on any address. */

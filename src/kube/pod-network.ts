@@ -4,6 +4,7 @@
 // reaches every node without a restart. A cluster without it (made by a kctl before modes) runs
 // `routes`.
 import type { KubeManifest } from './client.ts';
+import { cidrRange } from '../base/addresses.ts';
 
 export const POD_NETWORK_NAMESPACE = 'kube-system';
 export const POD_NETWORK_NAME = 'kctl-pod-network';
@@ -30,6 +31,12 @@ export interface PodNetwork {
   policy: boolean;
   vxlan: { vni: number; port: number };
   wireguard: { port: number };
+  /**
+   * The cluster's pod CIDR and the prefix length of each node's range, as the controllers run
+   * kube-controller-manager: a node routes another node's range only when it has this shape
+   * (base/ownership.ts judgePodRanges). Absent from a ConfigMap an older controller wrote.
+   */
+  ranges?: { clusterCIDR: string; nodeBits: number };
 }
 
 /** The VXLAN id and UDP port flannel and k3s use: a firewall opened for them fits kctl too. */
@@ -58,6 +65,7 @@ export function podNetworkConfigMap(n: PodNetwork): KubeManifest & { data: Recor
       vxlanVNI: String(n.vxlan.vni),
       vxlanPort: String(n.vxlan.port),
       wireguardPort: String(n.wireguard.port),
+      ...(n.ranges ? { clusterCIDR: n.ranges.clusterCIDR, nodeRangeBits: String(n.ranges.nodeBits) } : {}),
     },
   };
 }
@@ -87,5 +95,14 @@ export function parsePodNetwork(data: Record<string, string> | undefined): PodNe
   const relay = (d.relay ?? 'none') as PodNetworkRelay;
   if (!POD_NETWORK_RELAYS.includes(relay))
     throw new Error(`${POD_NETWORK_NAME}: relay is ${JSON.stringify(d.relay)}, expected one of ${POD_NETWORK_RELAYS.join(', ')}`);
-  return { mode, relay, policy: d.policy === 'true', vxlan: { vni, port }, wireguard: { port: wgPort } };
+  // Absent: written by a kctl from before pod ranges were judged (the join token's CIDR stands in).
+  let ranges: PodNetwork['ranges'];
+  if (d.clusterCIDR !== undefined || d.nodeRangeBits !== undefined) {
+    const nodeBits = intIn(d.nodeRangeBits, 1, 128);
+    if (d.clusterCIDR === undefined || !cidrRange(d.clusterCIDR))
+      throw new Error(`${POD_NETWORK_NAME}: clusterCIDR is ${JSON.stringify(d.clusterCIDR)}, expected a CIDR such as 10.244.0.0/16`);
+    if (nodeBits === undefined) throw new Error(`${POD_NETWORK_NAME}: nodeRangeBits is ${JSON.stringify(d.nodeRangeBits)}, expected 1-128`);
+    ranges = { clusterCIDR: d.clusterCIDR, nodeBits };
+  }
+  return { mode, relay, policy: d.policy === 'true', vxlan: { vni, port }, wireguard: { port: wgPort }, ...(ranges ? { ranges } : {}) };
 }

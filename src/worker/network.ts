@@ -17,7 +17,8 @@ import { removeVxlan } from '../host/vxlan.ts';
 import { removePodToNodeRoutes } from './wireguard.ts';
 import { cleanupNetworkPolicy } from './network-policy.ts';
 import { ControllerRelay, type DatagramLink } from './controller-relay.ts';
-import { desiredRoutes, nodeInfo, Overlay, routeArgs, type KubeNode, type PodNetworkStatus, type PodRoute } from './overlay.ts';
+import { desiredRoutes, Overlay, routableNodes, routeArgs, type KubeNode, type NodeInfo, type PodNetworkStatus, type PodRoute } from './overlay.ts';
+import type { RefusedPodRange } from '../base/ownership.ts';
 import { LEGACY_POD_NETWORK, parsePodNetwork, POD_NETWORK_COLLECTION, POD_NETWORK_NAME, type PodNetwork } from '../kube/pod-network.ts';
 import { CNI_BRIDGE, CNI_CONFLIST, cniConflist, ensureMasquerade, writeIfChanged } from './cni.ts';
 import type { KubeClient } from '../kube/client.ts';
@@ -101,6 +102,9 @@ export class NetworkComponent implements Component {
   private dirty = false;
   private podCIDR?: string;
   private lastSyncError?: string;
+  /** The pod ranges the last sync refused, and their warn line's key. */
+  private refused: RefusedPodRange[] = [];
+  private refusedKey = '';
 
   private log!: Logger;
 
@@ -225,8 +229,24 @@ export class NetworkComponent implements Component {
   }
 
   async snapshot(): Promise<PodNetworkStatus | undefined> {
-    const nodes = [...(this.nodes?.store.values() ?? [])].map(nodeInfo);
-    return this.overlay?.status(nodes, this.mtu);
+    const status = await this.overlay?.status(this.believedNodes(this.applied ?? this.podNetwork()), this.mtu);
+    return status && (this.refused.length ? { ...status, refusedRanges: this.refused } : status);
+  }
+
+  /**
+   * The watched Nodes, each pod range judged against the cluster's shape: as the controllers
+   * publish it, else (a controller from before it was published) the join token's cluster CIDR.
+   */
+  private believedNodes(net: PodNetwork): NodeInfo[] {
+    const space = net.ranges ? { podCIDRs: [net.ranges.clusterCIDR], podRangeBits: net.ranges.nodeBits } : { podCIDRs: [this.opts.clusterCIDR] };
+    const { nodes, refused } = routableNodes([...(this.nodes?.store.values() ?? [])], this.opts.nodeName, space);
+    this.refused = refused;
+    const key = JSON.stringify(refused);
+    if (key !== this.refusedKey) {
+      this.refusedKey = key;
+      for (const r of refused) this.log.warn({ node: r.node, podCIDR: r.range }, `pod range ${r.range} of node ${r.node} is not routed: ${r.reason}`);
+    }
+    return nodes;
   }
 
   /** A problem while running (routes, the Node watch); failures to start are the manager's to report. */
@@ -262,7 +282,8 @@ export class NetworkComponent implements Component {
     const { nodeName } = this.opts;
     const log = this.log;
     try {
-      const nodes = [...(this.nodes?.store.values() ?? [])].map(nodeInfo);
+      const net = this.podNetwork();
+      const nodes = this.believedNodes(net);
       const self = nodes.find((n) => n.name === nodeName);
       if (self?.podCIDR && this.podCIDR && self.podCIDR !== this.podCIDR) {
         log.warn(
@@ -273,7 +294,6 @@ export class NetworkComponent implements Component {
         await ensureMasquerade(this.podCIDR, this.opts.clusterCIDR, log);
       }
       const podCIDR = this.podCIDR!;
-      const net = this.podNetwork();
       this.overlay ??= new Overlay(
         this.opts.paths,
         nodeName,

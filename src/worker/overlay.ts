@@ -7,6 +7,7 @@
 //              (controller-relay.ts).
 // Leaving a mode removes its device (and with it the routes through it).
 import { cidrAddress } from '../base/addresses.ts';
+import { judgePodRanges, type PodRangeSpace, type RefusedPodRange } from '../base/ownership.ts';
 import type { KubeClient } from '../kube/client.ts';
 import type { Logger } from '../base/log.ts';
 import type { NetworkMode, PodNetwork } from '../kube/pod-network.ts';
@@ -46,7 +47,7 @@ export interface NodeInfo {
 
 export interface KubeNode {
   metadata: { name: string; labels?: Record<string, string>; annotations?: Record<string, string> };
-  spec?: { podCIDR?: string };
+  spec?: { podCIDR?: string; podCIDRs?: string[] };
   status?: { addresses?: { type: string; address: string }[] };
 }
 
@@ -64,6 +65,25 @@ export function nodeInfo(n: KubeNode): NodeInfo {
     relay: a[RELAY_ANNOTATION] === 'true' && n.metadata.labels?.[RELAY_LABEL] === 'true',
     offersRelay: a[RELAY_ANNOTATION] === 'true',
   };
+}
+
+/**
+ * The Nodes as this node may believe them: another node's pod range only as the ownership rule
+ * leaves it (base/ownership.ts judgePodRanges: the allocator's size, inside the cluster CIDR, held
+ * by no other node), so no Node can draw pods' traffic with a range it wrote itself; its own range
+ * as its Node says (the CNI config follows it). `refused` says which ranges were left out, and why.
+ */
+export function routableNodes(nodes: KubeNode[], self: string, space: PodRangeSpace): { nodes: NodeInfo[]; refused: RefusedPodRange[] } {
+  const ranges = (n: KubeNode): string[] => n.spec?.podCIDRs ?? (n.spec?.podCIDR ? [n.spec.podCIDR] : []);
+  const verdict = judgePodRanges(
+    nodes.map((n) => ({ name: n.metadata.name, podCIDRs: ranges(n) })),
+    space,
+  );
+  const infos = nodes.map((n) => {
+    const info = nodeInfo(n);
+    return info.name === self ? info : { ...info, podCIDR: verdict.ranges.get(info.name)?.find((c) => !c.includes(':')) };
+  });
+  return { nodes: infos, refused: verdict.refused };
 }
 
 type Peer = NodeInfo & { podCIDR: string; internalIP: string };
@@ -112,6 +132,8 @@ export interface PodNetworkStatus {
     /** The relay this node's traffic with the peer goes through (not heard from directly): a node, or "controllers". */
     via?: string;
   }[];
+  /** Pod ranges of Nodes this node routes nothing to, with why (routableNodes). */
+  refusedRanges?: RefusedPodRange[];
   /** This node offers to relay for others (kctl worker --network-relay); approved: an admin's label says the others may use it. */
   relay?: { approved: boolean };
 }

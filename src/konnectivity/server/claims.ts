@@ -2,13 +2,7 @@
 // Node's addresses; with the destHost strategy the agent that claims that address gets the dial.
 // So a claim is a request for another host's traffic: an agent keeps only what the ownership rule
 // (base/ownership.ts, shared with the serving-CSR approver and the pod network) gives its node.
-import {
-  canonicalIdentifier,
-  nobodysProblem,
-  ownershipProblem,
-  type NodeDirectory,
-  type NodeRecord,
-} from '../../base/ownership.ts';
+import { canonicalIdentifier, nobodysProblem, ownershipProblem, type NodeDirectory, type NodeRecord } from '../../base/ownership.ts';
 import type { AgentIdentity } from './auth.ts';
 import type { AgentIdentifiers } from '../wire/protocol.ts';
 

@@ -2,7 +2,7 @@
 // real worker w2 that is "compromised": the test uses its kubelet credentials and a leaked worker
 // token to try each known way of becoming someone else (a serving certificate for other
 // addresses, w1's address or agent id on the tunnel, a registered node's name from the token, a
-// dial no agent may serve). Two more impostor agents (kctl's and upstream's proxy-agent) hold
+// dial no agent may serve, a pod range of its own choosing). Two more impostor agents (kctl's and upstream's proxy-agent) hold
 // valid node certificates of other nodes and claim w1's address. Every attempt is refused with
 // its reason visible, and kubectl logs / exec keep reaching w1. Then a Node whose address
 // changes: the claim follows within seconds, with no restart.
@@ -232,6 +232,78 @@ test('a compromised node and a leaked worker token get nothing of anyone else; i
     '',
     'a certificate was issued',
   );
+
+  // 4b. Pod ranges are the allocator's. The leaked token mints a certificate for a new node name
+  //    (allowed: the name is not registered), and that node tries to create its Node with ranges
+  //    of its own choosing inside w1's, or over everything: kctl's admission policy refuses each.
+  const w1Range = String((await c.kubectl(['get', 'node', 'w1', '-o', 'jsonpath={.spec.podCIDR}'])).stdout);
+  const mint = await csrObject(dir, 'token-mint-evil', '/O=system:nodes/CN=system:node:evil', 'kubernetes.io/kube-apiserver-client-kubelet', [
+    'digital signature',
+    'client auth',
+  ]);
+  assert.equal((await hostile(asToken, ['create', '-f', '-'], mint)).exitCode, 0);
+  assert.equal((await csrCondition('token-mint-evil')).type, 'Approved');
+  let minted = '';
+  await waitFor('the minted certificate', 30_000, async () => {
+    minted = String((await c.kubectl(['get', 'csr', 'token-mint-evil', '-o', 'jsonpath={.status.certificate}'])).stdout);
+    return minted !== '';
+  });
+  const evilPem = join(dir, 'evil.pem');
+  await writeFile(evilPem, Buffer.from(minted, 'base64').toString() + (await readFile(join(dir, 'token-mint-evil.key'), 'utf8')), { mode: 0o600 });
+  const asEvil = await kubeconfig(join(dir, 'evil.conf'), api, caFile, { pem: evilPem });
+  const half = w1Range.replace(/\/24$/, '/25');
+  for (const lie of [half, w1Pod.replace(/\.9$/, '.5') + '/32', '0.0.0.0/0']) {
+    const node = { apiVersion: 'v1', kind: 'Node', metadata: { name: 'evil' }, spec: { podCIDR: lie, podCIDRs: [lie] } };
+    const r = await hostile(asEvil, ['create', '-f', '-'], JSON.stringify(node));
+    t.diagnostic(`node evil with spec.podCIDR ${lie}: ${String(r.stderr).trim()}`);
+    assert.notEqual(r.exitCode, 0, `Node evil created with ${lie}`);
+    assert.match(String(r.stderr), /a node may not set its own spec\.podCIDR/);
+  }
+  // Registering without a range is what a kubelet does: allowed. Setting one later is refused too.
+  const bare = await hostile(asEvil, ['create', '-f', '-'], JSON.stringify({ apiVersion: 'v1', kind: 'Node', metadata: { name: 'evil' } }));
+  assert.equal(bare.exitCode, 0, String(bare.stderr));
+  const later = await hostile(asEvil, ['patch', 'node', 'evil', '--type=merge', '-p', JSON.stringify({ spec: { podCIDR: half, podCIDRs: [half] } })]);
+  t.diagnostic(`node evil setting its range later: ${String(later.stderr).trim()}`);
+  assert.notEqual(later.exitCode, 0);
+  assert.match(String(later.stderr), /a node may not set its own spec\.podCIDR/);
+  // A range an admin wrote (or one from before the policy) is still judged by whoever reads it:
+  // nothing is routed to it, the tunnel serves it from no agent, and w1 keeps its own.
+  assert.equal(
+    (await c.kubectl(['patch', 'node', 'evil', '--type=merge', '-p', JSON.stringify({ spec: { podCIDR: half, podCIDRs: [half] } })])).exitCode,
+    0,
+  );
+  await waitFor('the refused range in kctl status', 30_000, async () =>
+    ((await controllerStatus()).refusedPodRanges ?? []).some((x) => x.node === 'evil' && x.range === half && /a \/25, not the \/24/.test(x.reason)),
+  );
+  const evilAgent = track(
+    imp.spawn(kctlBin, [
+      'konnectivity-agent',
+      `--proxy-server-host=${ctl.ip}`,
+      '--proxy-server-port=8132',
+      `--ca-cert=${caFile}`,
+      `--agent-cert=${evilPem}`,
+      `--agent-key=${evilPem}`,
+      '--agent-id=evil',
+      '--health-server-port=18101',
+      '--admin-server-port=18102',
+    ]),
+  );
+  await waitFor('the agent of node evil connected', 60_000, async () => (await agent('system:node:evil')) !== undefined, evilAgent.log);
+  assert.deepEqual((await agent('system:node:evil'))!.accepted.cidr, [], 'node evil serves its self-declared range');
+  assert.deepEqual((await agent('system:node:w1'))!.accepted.cidr, [w1Range]);
+  const w2Network = async () =>
+    (
+      JSON.parse(String((await kctl(['status', '-o', 'json', '--run-dir', join(dir, 'w2-run')])).stdout)) as {
+        podNetwork?: { refusedRanges?: { node: string; range: string }[] };
+      }
+    ).podNetwork;
+  await waitFor('w2 routes nothing to the range', 30_000, async () =>
+    ((await w2Network())?.refusedRanges ?? []).some((x) => x.node === 'evil' && x.range === half),
+  );
+  const w2Routes = String((await w2.run('ip', ['-4', 'route', 'show', 'proto', '177'])).stdout);
+  assert.ok(w2Routes.includes(w1Range) && !w2Routes.includes(half), w2Routes);
+  evilAgent.child.kill('SIGTERM');
+  assert.equal((await c.kubectl(['delete', 'node', 'evil'])).exitCode, 0);
 
   // 5. A dial no agent may serve fails at once, naming the host; it never goes to "any agent".
   const ghostIp = lab.subnet.replace(/\.0\/24$/, '.201');

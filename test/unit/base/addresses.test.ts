@@ -52,3 +52,12 @@ test('ipv4Range: an IPv4 CIDR or address as numbers (network address first); any
   for (const bad of ['10.0.0.1/33', '10.0.0.1/', '10.0.0.1%eth0', '2001:db8::/32', '300.1.1.1', '10.0.0.1; drop', ''])
     assert.equal(ipv4Range(bad), undefined, bad);
 });
+
+test('a CIDR as a numeric range, only when its address is the network', async () => {
+  const { cidrRange } = await import('../../../src/base/addresses.ts');
+  assert.deepEqual(cidrRange('10.244.1.0/24'), { family: 4, bits: 24, first: 0x0af40100n, last: 0x0af401ffn });
+  assert.deepEqual(cidrRange('0.0.0.0/0'), { family: 4, bits: 0, first: 0n, last: 0xffffffffn });
+  assert.equal(cidrRange('fd00::/64')?.last, (0xfd00n << 112n) + (1n << 64n) - 1n);
+  for (const bad of ['10.244.1.7/24', '10.244.1.0', '10.244.1.0/33', 'fd00::/129', 'x/8', 'fe80::/64%eth0', '10.0.0.0/024x'])
+    assert.equal(cidrRange(bad), undefined, bad);
+});

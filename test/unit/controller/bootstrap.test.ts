@@ -49,6 +49,8 @@ test(
     assert.deepEqual(
       applied.map((r) => decodeURIComponent(r.path)),
       [
+        '/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies/kctl-node-pod-ranges',
+        '/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings/kctl-node-pod-ranges',
         '/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/kctl:bootstrappers:node-bootstrapper',
         '/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/kctl:nodes:selfnodeclient-autoapprove',
         '/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/kctl:nodes:node-proxier',
@@ -66,3 +68,21 @@ test(
     );
   },
 );
+
+test('nodes may not write their own pod range: a built-in admission policy for requests by system:nodes, bound to deny', () => {
+  const objects = bootstrapObjects(parseConfig({ spec: { api: { address: '10.0.0.1' } } }, 'test'), 'CA PEM\n');
+  interface Policy {
+    metadata: { name: string };
+    spec: { matchConditions: { expression: string }[]; validations: { expression: string; message: string }[] };
+  }
+  const byKind = (kind: string): unknown => JSON.parse(JSON.stringify(objects.find((o) => o.kind === kind)));
+  const policy = byKind('ValidatingAdmissionPolicy') as Policy;
+  const binding = byKind('ValidatingAdmissionPolicyBinding') as { spec: { policyName: string; validationActions: string[] } };
+  assert.equal(binding.spec.policyName, policy.metadata.name);
+  assert.deepEqual(binding.spec.validationActions, ['Deny']);
+  assert.match(policy.spec.matchConditions[0]!.expression, /'system:nodes'/);
+  assert.deepEqual(
+    policy.spec.validations.map((v) => /spec\.(podCIDRs?)/.exec(v.message)?.[1]),
+    ['podCIDR', 'podCIDRs'],
+  );
+});

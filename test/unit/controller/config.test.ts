@@ -69,3 +69,16 @@ test('spec.pki.leafValidity: a year by default, at least 10m; kube-controller-ma
   const args = controllerManagerArgs(parseConfig({ spec: { pki: { leafValidity: '10m' } } }, 'kctl.yaml'), pkiPaths('/tmp/pki'));
   assert.ok(args.includes('--cluster-signing-duration=600s'), args.join(' '));
 });
+
+test("each node's pod range size: kctl's /24, or what kube-controller-manager's extraArgs set (the tunnel and pod network judge by it)", async () => {
+  const { nodePodRangeBits } = await import('../../../src/controller/controller-manager.ts');
+  const bits = (extraArgs?: Record<string, string>) => nodePodRangeBits(parseConfig({ spec: { controllerManager: { extraArgs } } }, 'kctl.yaml'));
+  assert.equal(bits(), 24);
+  assert.equal(bits({ 'node-cidr-mask-size': '26' }), 26);
+  assert.equal(bits({ '--node-cidr-mask-size-ipv4': '23', 'node-cidr-mask-size': '26' }), 23);
+  const args = controllerManagerArgs(
+    parseConfig({ spec: { controllerManager: { extraArgs: { 'node-cidr-mask-size': '26' } } } }, 'kctl.yaml'),
+    pkiPaths('/tmp/pki'),
+  );
+  assert.ok(args.includes('--node-cidr-mask-size=26'), args.join(' '));
+});

@@ -2,7 +2,7 @@
 // a claim whose owner is gone is given back; a recorded port another owner holds is refused; an
 // owner that releases its claims frees them at once.
 import assert from 'node:assert/strict';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, rmSync, statSync } from 'node:fs';
 import { writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -27,6 +27,8 @@ test('five owners picking at once from one range get five disjoint pairs of port
   );
   const all = picked.flat();
   assert.equal(all.length, 10);
+  // Which data dirs hold which ports is for root alone to read.
+  assert.equal(statSync(join(hostStateDir(), 'port-claims.json')).mode & 0o777, 0o600);
   assert.equal(new Set(all).size, 10, JSON.stringify(picked));
   // The range is used up: a sixth gets fewer than it asked for, claims nothing, and learns why.
   assert.deepEqual(await claimPorts({ owner: '/data/f', label: 'f', count: 2, range: r, stillHeld: always }), {

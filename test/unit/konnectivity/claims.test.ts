@@ -406,3 +406,29 @@ test('broker ids come from authentication: a node certificate, a token user with
   assert.equal(strayAgentId(node('edge-1'), 'system:node:edge-1'), undefined);
   assert.equal(strayAgentId(node('edge-1'), 'edge-2'), 'edge-2');
 });
+
+test("a range a Node wrote for itself serves nothing: dials to the victim's pods stay the victim's, and a dial no honest node may serve fails", async (t) => {
+  const shaped = { ...reserved, podRangeBits: 24 };
+  const victim: NodeRecord = { name: 'node-a', addresses: [{ type: 'InternalIP', address: '10.0.0.1' }], podCIDRs: ['10.244.1.0/24'] };
+  const liar = (podCIDRs: string[]): NodeRecord => ({ name: 'evil', addresses: [{ type: 'InternalIP', address: '10.0.0.66' }], podCIDRs });
+  for (const lie of [['10.244.1.0/25'], ['10.244.1.5/32'], ['0.0.0.0/0']]) {
+    const v = judgeClaims(node('evil'), parseIdentifiers('host=evil&ipv4=10.0.0.66'), new FakeNodes([victim, liar(lie)], shaped), false);
+    assert.deepEqual(v.accepted.cidr, [], `${lie.join()} was served`);
+  }
+  const fake = new FakeNodes([victim, liar(['10.244.1.0/25', '0.0.0.0/0'])], shaped);
+  const pki = await makePki();
+  // The strategy `kctl controller` runs: destHost alone, so a dial nobody may serve fails.
+  const server = await startServer(t, pki, { nodes: fake, dialTimeoutMs: 2_000, proxyStrategies: ['destHost'] });
+  const a = await rawAgent(t, pki, server, { agentId: 'node-a', creds: await pki.nodeCert('node-a'), identifiers: 'host=node-a&ipv4=10.0.0.1' });
+  const evil = await rawAgent(t, pki, server, { agentId: 'evil', creds: await pki.nodeCert('evil'), identifiers: 'host=evil&ipv4=10.0.0.66' });
+  await waitFor('two agents', () => server.snapshot().agents.length === 2);
+  const uds = udsOf(server).grpc;
+  for (let i = 0; i < 10; i++) {
+    const d = dialViaProxy({ udsPath: uds, address: '10.244.1.5:443' }).catch(() => {});
+    const req = await a.next('DIAL_REQ');
+    a.send(packets.dialRsp(req.dialRequest!.random!, '0', 'refused by test'));
+    await d;
+  }
+  await assert.rejects(dialViaProxy({ udsPath: uds, address: '10.9.9.9:443' }), /no agent may serve 10\.9\.9\.9/);
+  await assert.rejects(evil.next('DIAL_REQ', 100), /no DIAL_REQ/, 'a dial went to the node with the self-declared ranges');
+});

@@ -14,7 +14,14 @@ import { ensurePki, pkiPaths } from '../../../src/pki/index.ts';
 import { generateKeyPem, issueCaCert, issueLeafCert, keyIdOf, parseCert, parseKey, type Signer } from '../../../src/pki/x509.ts';
 import { KonnectivityAgent, type KonnectivityAgentOptions } from '../../../src/konnectivity/agent/agent.ts';
 import { KonnectivityServer, type KonnectivityServerOptions } from '../../../src/konnectivity/server/server.ts';
-import { canonicalIdentifier, ownedBy, type NodeDirectory, type NodeRecord, type ReservedSpace } from '../../../src/base/ownership.ts';
+import {
+  canonicalIdentifier,
+  judgePodRanges,
+  ownedBy,
+  type NodeDirectory,
+  type NodeRecord,
+  type ReservedSpace,
+} from '../../../src/base/ownership.ts';
 import { tempDir } from '../../helpers.ts';
 
 type T = { after: (fn: () => Promise<void> | void) => void };
@@ -357,8 +364,10 @@ export class FakeNodes implements NodeDirectory {
     for (const l of this.listeners) l();
   }
 
+  /** As the controller's directory does: pod ranges only as judgePodRanges leaves them. */
   get(name: string): NodeRecord | undefined {
-    return this.nodes.get(name);
+    const n = this.nodes.get(name);
+    return n && { ...n, podCIDRs: judgePodRanges(this.nodes.values(), this.reserved).ranges.get(name) ?? [] };
   }
 
   owners(nameOrIp: string): string[] {

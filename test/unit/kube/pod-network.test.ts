@@ -25,3 +25,22 @@ test('a damaged pod network ConfigMap is refused naming the key', () => {
   assert.equal(parsePodNetwork(good).relay, 'none');
   assert.throws(() => parsePodNetwork({ ...good, relay: 'everyone' }), /relay is "everyone", expected one of none, controllers/);
 });
+
+test("the cluster's pod range shape reads back, and a damaged one is refused naming the key", () => {
+  const n = {
+    mode: 'wireguard' as const,
+    relay: 'none' as const,
+    policy: true,
+    vxlan: { vni: 1, port: 8472 },
+    wireguard: { port: 51820 },
+    ranges: { clusterCIDR: '10.244.0.0/16', nodeBits: 24 },
+  };
+  const cm = podNetworkConfigMap(n);
+  assert.equal(cm.data.clusterCIDR, '10.244.0.0/16');
+  assert.deepEqual(parsePodNetwork(cm.data), n);
+  assert.throws(() => parsePodNetwork({ ...cm.data, clusterCIDR: '10.244.0.1/16' }), /clusterCIDR is "10.244.0.1\/16", expected a CIDR/);
+  assert.throws(() => parsePodNetwork({ ...cm.data, nodeRangeBits: '0' }), /nodeRangeBits is "0", expected 1-128/);
+  // Written before ranges were published: the worker falls back to its join token's CIDR.
+  const { clusterCIDR: _c, nodeRangeBits: _b, ...older } = cm.data;
+  assert.equal(parsePodNetwork(older).ranges, undefined);
+});

@@ -49,3 +49,29 @@ test('reports the API error while the Nodes cannot be read', { timeout: 20_000 }
   const net = await network(t, api.url);
   await assert.rejects(net.ready(AbortSignal.timeout(300)), /node edge-1 has no podCIDR: GET \/api\/v1\/nodes: 403 nodes is forbidden/);
 });
+
+test("a peer's self-declared pod range is not routed: the honest node keeps the route to its own, in every mode", async () => {
+  const { desiredRoutes, routableNodes } = await import('../../../src/worker/overlay.ts');
+  const kubeNode = (name: string, ip: string, ...podCIDRs: string[]) => ({
+    metadata: { name },
+    spec: { podCIDR: podCIDRs[0], podCIDRs },
+    status: { addresses: [{ type: 'InternalIP', address: ip }] },
+  });
+  const space = { podCIDRs: ['10.244.0.0/16'], podRangeBits: 24 };
+  for (const lie of ['10.244.1.0/25', '10.244.1.5/32', '0.0.0.0/0']) {
+    const { nodes, refused } = routableNodes(
+      [kubeNode('self', '192.0.2.1', '10.244.0.0/24'), kubeNode('w1', '192.0.2.2', '10.244.1.0/24'), kubeNode('evil', '192.0.2.3', lie)],
+      'self',
+      space,
+    );
+    for (const mode of ['routes', 'vxlan'] as const)
+      assert.deepEqual([...desiredRoutes(nodes, 'self', mode).keys()], ['10.244.1.0/24'], `${lie} ${mode}`);
+    assert.deepEqual(
+      refused.map((r) => [r.node, r.range]),
+      [['evil', lie]],
+    );
+  }
+  // Without the published shape (an older controller), the join token's CIDR still keeps 0.0.0.0/0 out.
+  const { nodes } = routableNodes([kubeNode('evil', '192.0.2.3', '0.0.0.0/0')], 'self', { podCIDRs: ['10.244.0.0/16'] });
+  assert.equal(nodes[0]?.podCIDR, undefined);
+});
