@@ -8,7 +8,7 @@
 // konnectivity port, join tokens, nodes) trusts the whole bundle; everything that signs with it
 // (kube-controller-manager, kctl's leaf issuance) uses its first certificate.
 import { createHash, X509Certificate } from 'node:crypto';
-import { bundleOf, splitCertificates } from './bundle.ts';
+import { bundleOf, splitCertificates } from '../base/pem.ts';
 import { PkiError } from './errors.ts';
 import { CERT_MODE, KEY_MODE, readIfExists, writeFileAtomic } from './files.ts';
 import { withPkiLock } from './lock.ts';

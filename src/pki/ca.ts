@@ -7,7 +7,7 @@ import { PkiError } from './errors.ts';
 import { CERT_MODE, KEY_MODE, enforceMode, readIfExists, writeFileAtomic, type EnsureContext, type Outcome } from './files.ts';
 
 export type { EnsureContext } from './files.ts';
-import { bundleOf, splitCertificates } from './bundle.ts';
+import { bundleOf, splitCertificates } from '../base/pem.ts';
 import { generateKeyPem, isCa, issueCaCert, keyIdOf, keyMatchesCert, parseCert, parseKey, type PrivateKey, type Signer } from './x509.ts';
 import { messageOf } from '../base/errors.ts';
 

@@ -7,7 +7,7 @@ import { readFile } from 'node:fs/promises';
 import { writeFileAtomic } from '../base/fs.ts';
 import { hostname as osHostname } from 'node:os';
 import { withPkiLock } from './lock.ts';
-import { splitCertificates } from './bundle.ts';
+import { splitCertificates } from '../base/pem.ts';
 import type { Logger } from '../base/log.ts';
 import { httpsUrl } from '../base/addresses.ts';
 import { firstServiceIps, localAddresses, sanSet, toSan, type San } from './addresses.ts';

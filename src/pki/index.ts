@@ -29,5 +29,5 @@ export {
   type CaRotation,
   type CaRotationPhase,
 } from './ca-rotation.ts';
-export { bundleOf, splitCertificates } from './bundle.ts';
+export { bundleOf, splitCertificates } from '../base/pem.ts';
 export { certificateRequestPem, generateKeyPem, parseKey } from './x509.ts';

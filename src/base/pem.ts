@@ -1,4 +1,5 @@
-// PEM bundles: several certificates in one file, the first one first.
+// PEM bundles: several certificates in one file, the first one first (used by the PKI, and by the
+// konnectivity server, which reads the trust bundle it checks agents against).
 
 /** The certificates of a PEM bundle, each as its own PEM block (normalized line ends). */
 export function splitCertificates(pem: string): string[] {
