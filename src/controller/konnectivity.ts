@@ -111,8 +111,9 @@ export class KonnectivityServerComponent implements Component, HeldAgents {
 
   /** After the renewer renewed konnectivity.crt: new agent handshakes get it, open tunnels stay. */
   async reloadTls(): Promise<void> {
-    const [cert, key] = await Promise.all([readFile(this.pki.konnectivityCert), readFile(this.pki.konnectivityKey)]);
-    this.server?.setTls({ cert, key });
+    // ca.crt too: a CA rotation's phase changes which node certificates the agent port accepts.
+    const [cert, key, ca] = await Promise.all([readFile(this.pki.konnectivityCert), readFile(this.pki.konnectivityKey), readFile(this.pki.caCert)]);
+    this.server?.setTls({ cert, key, ca });
   }
 
   async ready(signal: AbortSignal): Promise<void> {

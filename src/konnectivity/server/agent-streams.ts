@@ -5,7 +5,7 @@
 import type { X509Certificate } from 'node:crypto';
 import * as grpc from '@grpc/grpc-js';
 import type { Logger } from '../../base/log.ts';
-import { AgentAuthError, authenticateAgent, authenticateUpstreamStyle, brokerId, strayAgentId, type AgentIdentity } from './auth.ts';
+import { AgentAuthError, authenticateAgent, authenticateUpstreamStyle, brokerId, issuerOf, strayAgentId, type AgentIdentity } from './auth.ts';
 import type { Broker } from './broker.ts';
 import { canonicalIdentifier, type NodeDirectory } from '../../base/ownership.ts';
 import { isTrusted, judgeClaims, judgeWithoutNodes, type ClaimVerdict } from './claims.ts';
@@ -38,8 +38,8 @@ const sameClaims = (a: ClaimVerdict, b: ClaimVerdict): boolean => JSON.stringify
 /** What the agent streams of one server share with it. */
 export interface AgentStreamsContext {
   readonly options: KonnectivityServerOptions;
-  /** The cluster CA node certificates are checked against (none: upstream's rules). */
-  readonly ca: X509Certificate | undefined;
+  /** The cluster CAs node certificates are checked against, as trusted now (none: upstream's rules). */
+  cas(): readonly X509Certificate[] | undefined;
   readonly serverId: string;
   serverCount(): number;
   readonly broker: Broker;
@@ -73,12 +73,13 @@ export class AgentStreams {
     if (ids.length !== 1 || !agentId)
       return refuse(grpc.status.INVALID_ARGUMENT, `metadata ${META.agentId} must be set exactly once (got ${ids.length})`);
     // Upstream's rules (the standalone drop-in, or no CA to check node certificates against).
-    const upstreamStyle = this.c.options.agentAuth === 'upstream' || !this.c.ca;
+    const cas = this.c.options.agentAuth === 'upstream' ? undefined : this.c.cas();
+    const upstreamStyle = cas === undefined;
     let identity;
     try {
-      identity = upstreamStyle
-        ? await authenticateUpstreamStyle(call, { tokenReview: this.c.options.tokenReview })
-        : await authenticateAgent(call, { ca: this.c.ca, tokenReview: this.c.options.tokenReview });
+      identity = cas
+        ? await authenticateAgent(call, { cas, tokenReview: this.c.options.tokenReview })
+        : await authenticateUpstreamStyle(call, { tokenReview: this.c.options.tokenReview });
     } catch (err) {
       if (err instanceof AgentAuthError) return refuse(err.code, err.message, agentId);
       return refuse(grpc.status.INTERNAL, `authentication failed: ${messageOf(err)}`, agentId);
@@ -148,6 +149,22 @@ export class AgentStreams {
       gone(err.message);
     });
     call.on('close', () => gone('stream closed'));
+  }
+
+  /**
+   * The trusted CAs changed (a CA rotation's phase): a node agent whose certificate no CA of the
+   * new bundle issued is cut off now, with its tunnels; its next Connect is refused, on a new
+   * connection by TLS and on an open one by the second look (auth.ts).
+   */
+  trustChanged(cas: readonly X509Certificate[]): void {
+    for (const a of [...this.c.broker.agents]) {
+      const cert = a.identity.certificate;
+      if (!cert || issuerOf(cert, cas)) continue;
+      const why = `its client certificate's CA (${cert.issuer.replace(/\n/g, ',')}) is no longer trusted`;
+      this.c.log.warn({ agent: a.id, node: a.identity.node }, `agent ${a.id}: stream closed: ${why}`);
+      this.c.broker.removeAgent(a, why);
+      a.end();
+    }
   }
 
   /**

@@ -14,6 +14,13 @@ export interface AgentIdentity {
   user: string;
   /** Node name, for certificate-authenticated agents. */
   node?: string;
+  /** The client certificate a node agent authenticated with: checked again when the trusted CAs change. */
+  certificate?: X509Certificate;
+}
+
+/** The CA of `cas` that issued and signed `cert`, if any. */
+export function issuerOf(cert: X509Certificate, cas: readonly X509Certificate[]): X509Certificate | undefined {
+  return cas.find((ca) => cert.checkIssued(ca) && cert.verify(ca.publicKey));
 }
 
 /** Checks a service-account token (TokenReview, audience system:konnectivity-server). */
@@ -45,18 +52,19 @@ function dnAttributes(dn: string): { key: string; value: string }[] {
 }
 
 /**
- * Checks a peer certificate (DER) against the cluster CA: issuer, signature, validity, client
- * usage, node subject. TLS already verified the chain (grpc-js only reports authorized peers);
- * this is the second look that does not depend on how the TLS layer was configured.
+ * Checks a peer certificate (DER) against the cluster CAs trusted now (the trust bundle: two
+ * while a CA rotation runs): issuer, signature, validity, client usage, node subject. TLS already
+ * verified the chain (grpc-js only reports authorized peers); this is the second look that does
+ * not depend on how the TLS layer was configured, nor on when the connection was made.
  */
-export function nodeIdentityFromCert(der: Buffer, ca: X509Certificate, now = new Date()): AgentIdentity {
+export function nodeIdentityFromCert(der: Buffer, cas: readonly X509Certificate[], now = new Date()): AgentIdentity {
   let cert: X509Certificate;
   try {
     cert = new X509Certificate(der);
   } catch {
     throw new AgentAuthError(grpc.status.UNAUTHENTICATED, 'client certificate is not readable');
   }
-  if (!cert.checkIssued(ca) || !cert.verify(ca.publicKey)) {
+  if (!issuerOf(cert, cas)) {
     throw new AgentAuthError(grpc.status.UNAUTHENTICATED, 'client certificate is not signed by the cluster CA');
   }
   if (now < new Date(cert.validFrom) || now > new Date(cert.validTo)) {
@@ -73,7 +81,7 @@ export function nodeIdentityFromCert(der: Buffer, ca: X509Certificate, now = new
     const subject = [`CN=${cn}`, ...orgs.map((o) => `O=${o}`)].join(',');
     throw new AgentAuthError(grpc.status.PERMISSION_DENIED, `client certificate ${subject} is not a node certificate; agents need ${WANT}`);
   }
-  return { method: 'certificate', user: cn, node };
+  return { method: 'certificate', user: cn, node, certificate: cert };
 }
 
 function bearerToken(md: grpc.Metadata): string | undefined {
@@ -84,7 +92,8 @@ function bearerToken(md: grpc.Metadata): string | undefined {
 }
 
 export interface AgentAuthOptions {
-  ca: X509Certificate;
+  /** The cluster CAs trusted now. */
+  cas: readonly X509Certificate[];
   tokenReview?: TokenReview;
 }
 
@@ -101,7 +110,7 @@ export async function authenticateAgent(call: AuthSource, opts: AgentAuthOptions
   let certError: AgentAuthError | undefined;
   if (peer?.raw) {
     try {
-      return nodeIdentityFromCert(peer.raw, opts.ca);
+      return nodeIdentityFromCert(peer.raw, opts.cas);
     } catch (err) {
       if (!(err instanceof AgentAuthError) || token === undefined) throw err;
       certError = err; // a token may still identify the agent

@@ -7,6 +7,7 @@ import type { Server as HttpServer } from 'node:http';
 import { dirname } from 'node:path';
 import type { TLSSocket } from 'node:tls';
 import * as grpc from '@grpc/grpc-js';
+import { splitCertificates } from '../../base/pem.ts';
 import { joinHostPort } from '../../base/addresses.ts';
 import { mkdirShared } from '../../base/fs.ts';
 import type { Logger } from '../../base/log.ts';
@@ -32,6 +33,13 @@ export type { AgentSnapshot, KonnectivityServerSnapshot, TunnelStats };
 
 const buf = (v: string | Buffer): Buffer => (typeof v === 'string' ? Buffer.from(v) : v);
 
+/** Every certificate of a PEM trust bundle; throws naming the problem when there is none. */
+function certificatesOf(pem: string | Buffer): X509Certificate[] {
+  const certs = splitCertificates(String(pem)).map((c) => new X509Certificate(c));
+  if (certs.length === 0) throw new Error('konnectivity server: tls.ca holds no certificate');
+  return certs;
+}
+
 export class KonnectivityServer implements Component {
   readonly name = 'konnectivity';
   readonly serverId: string;
@@ -39,7 +47,10 @@ export class KonnectivityServer implements Component {
   private readonly broker: Broker;
   private readonly agentStreams: AgentStreams;
   private readonly log: Logger;
-  private readonly ca: X509Certificate | undefined;
+  /** The cluster CAs agents' certificates are checked against: the trust bundle's, as it is now. */
+  private cas: X509Certificate[] | undefined;
+  /** The trust bundle handshakes verify client certificates with (tls.ca, or the last setTls's). */
+  private caPem: string | Buffer | undefined;
   private state: ComponentState = 'pending';
   private lastError: string | undefined;
   private startedAt = 0;
@@ -55,8 +66,9 @@ export class KonnectivityServer implements Component {
   constructor(private readonly o: KonnectivityServerOptions) {
     this.serverId = o.serverId ?? randomUUID();
     this.log = o.log;
-    this.ca = o.tls.ca === undefined ? undefined : new X509Certificate(buf(o.tls.ca));
-    if (!this.ca && (o.agentAuth ?? 'nodes') === 'nodes') throw new Error('konnectivity server: tls.ca is needed to check node certificates');
+    this.cas = o.tls.ca === undefined ? undefined : certificatesOf(o.tls.ca);
+    this.caPem = o.tls.ca;
+    if (!this.cas && (o.agentAuth ?? 'nodes') === 'nodes') throw new Error('konnectivity server: tls.ca is needed to check node certificates');
     this.metrics = new ServerMetrics({
       readyBackends: () => this.broker.agents.size,
       readyBackendsByStrategy: () => this.broker.agentsByStrategy(),
@@ -82,7 +94,7 @@ export class KonnectivityServer implements Component {
     });
     this.agentStreams = new AgentStreams({
       options: o,
-      ca: this.ca,
+      cas: () => this.cas,
       serverId: this.serverId,
       serverCount: () => this.serverCount(),
       broker: this.broker,
@@ -160,7 +172,7 @@ export class KonnectivityServer implements Component {
     const listener = new AgentListener(
       agents,
       {
-        ca: this.o.tls.ca === undefined ? undefined : buf(this.o.tls.ca),
+        ca: this.caPem === undefined ? undefined : buf(this.caPem),
         cert: buf(this.o.tls.cert),
         key: buf(this.o.tls.key),
         // As upstream: a CA means a verified client certificate is required, unless tokens authenticate.
@@ -270,8 +282,19 @@ export class KonnectivityServer implements Component {
   }
 
   /** A renewed serving certificate and key: new agent handshakes get them, open tunnels stay. */
-  setTls(tls: { cert: string | Buffer; key: string | Buffer }): void {
-    this.agentListener?.setCredentials({ ca: this.o.tls.ca === undefined ? undefined : buf(this.o.tls.ca), cert: buf(tls.cert), key: buf(tls.key) });
+  /**
+   * A renewed certificate and key for new handshakes; with `ca`, a new trust bundle (a CA
+   * rotation's phase): new handshakes verify against it, and agents whose certificate no CA of it
+   * issued are cut off at once (a dropped CA's certificates stop working now, not at a restart).
+   */
+  setTls(tls: { cert: string | Buffer; key: string | Buffer; ca?: string | Buffer }): void {
+    if (tls.ca !== undefined) {
+      if (this.cas) this.cas = certificatesOf(tls.ca);
+      this.caPem = tls.ca;
+    }
+    const ca = this.caPem;
+    this.agentListener?.setCredentials({ ca: ca === undefined ? undefined : buf(ca), cert: buf(tls.cert), key: buf(tls.key) });
+    if (tls.ca !== undefined && this.cas) this.agentStreams.trustChanged(this.cas);
   }
 
   status(): ComponentStatus {

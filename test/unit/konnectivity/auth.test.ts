@@ -107,3 +107,34 @@ test('a kctl agent with a foreign certificate never connects and says why', asyn
   const agent = await startAgent(t, pki, [server], { ...forged });
   await assert.rejects(agent.ready(AbortSignal.timeout(1_500)), /reached no server .*no client certificate signed by the cluster CA/);
 });
+
+test("a CA rotation reaches the agent port: the new CA's node certificates are accepted once trusted, and the dropped CA's streams are cut at once", async (t) => {
+  const pki = await makePki();
+  const server = await startServer(t, pki);
+  const next = await pki.foreignCa();
+  const fromNext = await pki.clientCert({ commonName: 'system:node:node-n', organizations: ['system:nodes'], signer: next });
+  const old = await rawAgent(t, pki, server, { agentId: 'node-o', creds: await pki.nodeCert('node-o') });
+  await assert.rejects(rawAgent(t, pki, server, { agentId: 'node-n', creds: fromNext }), /no client certificate signed by the cluster CA/);
+
+  // trust: both CAs (the old one still first); nobody is cut off and the new CA's nodes get in.
+  server.setTls({ cert: pki.serverCert, key: pki.serverKey, ca: pki.ca + next.certPem });
+  const renewed = await rawAgent(t, pki, server, { agentId: 'node-n', creds: fromNext });
+  assert.deepEqual(
+    server
+      .snapshot()
+      .agents.map((a) => a.id)
+      .sort(),
+    ['system:node:node-n', 'system:node:node-o'],
+  );
+
+  // drop: only the new CA. The old CA's stream ends now, and it cannot come back.
+  server.setTls({ cert: pki.serverCert, key: pki.serverKey, ca: next.certPem });
+  await waitFor('the old CA agent cut off', () => server.snapshot().agents.length === 1);
+  assert.equal(server.snapshot().agents[0]?.id, 'system:node:node-n');
+  await Promise.race([old.ended, new Promise((_, reject) => setTimeout(() => reject(new Error('the stream did not end')), 5_000))]);
+  await assert.rejects(
+    rawAgent(t, pki, server, { agentId: 'node-o', creds: await pki.nodeCert('node-o') }),
+    /no client certificate signed by the cluster CA/,
+  );
+  renewed.close();
+});
