@@ -12,6 +12,7 @@ import type { ClusterConfig } from './config.ts';
 import { pollUntil } from '../base/probe.ts';
 import { POD_NETWORK_NAME, POD_NETWORK_NAMESPACE } from '../kube/pod-network.ts';
 import { publishPodNetwork } from './pod-network.ts';
+import { CA_PROOF_KEY } from '../kube/cluster-info.ts';
 
 const rbac = 'rbac.authorization.k8s.io';
 
@@ -32,9 +33,9 @@ export function apiServerUrl(cfg: ClusterConfig): string {
 /**
  * kube-public/cluster-info: the API address and the cluster's trust bundle (ca.crt), signed by the
  * bootstrapsigner controller. Readable without credentials, and by nodes, which take a rotated
- * CA bundle from it (src/worker/ca-trust.ts).
+ * CA bundle from it (src/worker/ca-trust.ts) only with the rotation's cross-signature (`proof`).
  */
-export function clusterInfo(cfg: ClusterConfig, caPem: string): KubeManifest {
+export function clusterInfo(cfg: ClusterConfig, caPem: string, proof?: string): KubeManifest {
   const kubeconfig = stringify({
     apiVersion: 'v1',
     kind: 'Config',
@@ -42,12 +43,18 @@ export function clusterInfo(cfg: ClusterConfig, caPem: string): KubeManifest {
     contexts: [],
     users: [],
   });
-  return { apiVersion: 'v1', kind: 'ConfigMap', metadata: { name: 'cluster-info', namespace: 'kube-public' }, data: { kubeconfig } };
+  const data = { kubeconfig, ...(proof ? { [CA_PROOF_KEY]: proof } : {}) };
+  return { apiVersion: 'v1', kind: 'ConfigMap', metadata: { name: 'cluster-info', namespace: 'kube-public' }, data };
 }
 
-/** Writes cluster-info with this CA bundle (after a CA rotation step). */
-export async function publishClusterInfo(kube: KubeClient, cfg: ClusterConfig, caPem: string): Promise<void> {
-  await kube.apply(clusterInfo(cfg, caPem), { fieldManager: 'kctl', force: true });
+/** The last CA rotation's cross-signature this controller keeps, if any. */
+export async function caProof(pki: PkiPaths): Promise<string | undefined> {
+  return readFile(pki.caProof, 'utf8').catch(() => undefined);
+}
+
+/** Writes cluster-info with this CA bundle and the PKI's cross-signature (after a CA rotation step). */
+export async function publishClusterInfo(kube: KubeClient, cfg: ClusterConfig, caPem: string, pki: PkiPaths): Promise<void> {
+  await kube.apply(clusterInfo(cfg, caPem, await caProof(pki)), { fieldManager: 'kctl', force: true });
 }
 
 /** The admission policy (and its binding) that keeps pod ranges the allocator's: its name. */
@@ -92,7 +99,7 @@ export function nodePodRangePolicy(): KubeManifest[] {
   ];
 }
 
-export function bootstrapObjects(cfg: ClusterConfig, caPem: string): KubeManifest[] {
+export function bootstrapObjects(cfg: ClusterConfig, caPem: string, proof?: string): KubeManifest[] {
   return [
     ...nodePodRangePolicy(),
     // Bootstrap tokens (group system:bootstrappers) may create node client CSRs. kctl's CSR approver
@@ -107,7 +114,7 @@ export function bootstrapObjects(cfg: ClusterConfig, caPem: string): KubeManifes
     clusterRoleBinding('kctl:nodes:node-proxier', 'system:node-proxier', { kind: 'Group', name: 'system:nodes' }),
     // kube-apiserver -> kubelet (logs, exec, port-forward) authenticates as this user.
     clusterRoleBinding('kctl:apiserver-kubelet-client', 'system:kubelet-api-admin', { kind: 'User', name: 'kube-apiserver-kubelet-client' }),
-    clusterInfo(cfg, caPem),
+    clusterInfo(cfg, caPem, proof),
     // Workers read the controllers' leases to hold a konnectivity stream to every live controller.
     {
       apiVersion: `${rbac}/v1`,
@@ -190,7 +197,7 @@ export class BootstrapComponent implements Component {
   }
 
   async ready(signal: AbortSignal): Promise<void> {
-    const docs = bootstrapObjects(this.cfg, await readFile(this.pki.caCert, 'utf8'));
+    const docs = bootstrapObjects(this.cfg, await readFile(this.pki.caCert, 'utf8'), await caProof(this.pki));
     // Server-side apply, field manager kctl, conflicts forced: kctl owns these objects.
     await pollUntil(
       signal,

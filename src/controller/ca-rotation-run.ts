@@ -14,7 +14,16 @@ import { UserError } from '../base/errors.ts';
 import { pollFor, pollWithin } from '../base/wait.ts';
 import { KubeApiError, type KubeClient } from '../kube/client.ts';
 import { CA_BUNDLE_ANNOTATION, CONTROLLER_LEASE_LABEL, LEASES_PATH, liveControllers, type Lease } from '../kube/controller-leases.ts';
-import { bundleHash, CA_ROTATION_PHASES, caFilesFor, newClusterCa, splitCertificates, type CaRotationPhase, type PkiPaths } from '../pki/index.ts';
+import {
+  bundleHash,
+  CA_ROTATION_PHASES,
+  caFilesFor,
+  newClusterCa,
+  splitCertificates,
+  vouchFor,
+  type CaRotationPhase,
+  type PkiPaths,
+} from '../pki/index.ts';
 import { CA_ROTATION_NAMESPACE, CA_ROTATION_SECRET, deleteCaRotation, readCaRotation, writeCaRotation } from './ca-rotation.ts';
 
 export interface RotateCaOptions {
@@ -171,9 +180,21 @@ export async function rotateCa(o: RotateCaOptions): Promise<RotateCaResult> {
     // Every controller and node uses the current CA before anything moves: none is left behind.
     await waitFor(o, bundleHash(cert), 'current CA');
     const next = await newClusterCa(new Date());
-    rotation = await writeCaRotation(o.kube, { phase: 'trust', oldCert: cert, oldKey: key, newCert: next.cert, newKey: next.key });
+    rotation = await writeCaRotation(o.kube, {
+      phase: 'trust',
+      oldCert: cert,
+      oldKey: key,
+      newCert: next.cert,
+      newKey: next.key,
+      proof: vouchFor(next.cert, key),
+    });
     o.progress(`new CA ${subjectOf(next.cert)} made; replacing ${subjectOf(cert)}`);
-  } else o.progress(`resuming the CA rotation to ${subjectOf(rotation.newCert)} at phase ${rotation.phase}`);
+  } else {
+    o.progress(`resuming the CA rotation to ${subjectOf(rotation.newCert)} at phase ${rotation.phase}`);
+    // Begun by a kctl from before cross-signatures: the old key the Secret holds vouches now (if it
+    // is not the CA the controllers trust, they refuse the proof as they would any other).
+    if (!rotation.proof) rotation = await writeCaRotation(o.kube, { ...rotation, proof: vouchFor(rotation.newCert, rotation.oldKey) });
+  }
   let seen: string[] = [];
   for (const phase of CA_ROTATION_PHASES.slice(CA_ROTATION_PHASES.indexOf(rotation.phase))) {
     if (rotation.phase !== phase) rotation = await writeCaRotation(o.kube, { ...rotation, phase });

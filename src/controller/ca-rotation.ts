@@ -1,13 +1,26 @@
 // The cluster CA rotation's state in the API, and how a controller follows it. `kctl pki
 // rotate-ca` (ca-rotation-run.ts) keeps the phase and both CAs in one Secret in kube-system
 // (nodes cannot read it; it carries the new CA key). Every controller checks it every few
-// seconds, writes the phase's ca.crt/ca.key (src/pki/ca-rotation.ts), reissues what the change
-// makes stale through the certificate renewer, and names the bundle it now uses in its lease.
+// seconds, writes the phase's ca.crt/ca.key (src/pki/ca-rotation.ts) if a CA it trusts now vouches
+// for the new one (the Secret's cross-signature: a Secret written by anyone else changes nothing),
+// reissues what the change makes stale through the certificate renewer, and names the bundle it
+// now uses in its lease.
 import { readFile } from 'node:fs/promises';
 import { messageOf } from '../base/errors.ts';
 import type { Logger } from '../base/log.ts';
 import { KubeApiError, type KubeClient } from '../kube/client.ts';
-import { bundleHash, CA_ROTATION_PHASES, caPhaseOnDisk, writeCaPhase, type CaRotation, type CaRotationPhase, type PkiPaths } from '../pki/index.ts';
+import { warningEvent } from '../kube/events.ts';
+import {
+  bundleHash,
+  CA_ROTATION_PHASES,
+  caPhaseOnDisk,
+  PkiError,
+  rotationProblem,
+  writeCaPhase,
+  type CaRotation,
+  type CaRotationPhase,
+  type PkiPaths,
+} from '../pki/index.ts';
 
 export const CA_ROTATION_NAMESPACE = 'kube-system';
 export const CA_ROTATION_SECRET = 'kctl-ca-rotation';
@@ -33,7 +46,14 @@ function toSecret(r: StoredRotation): SecretObject & { apiVersion: string; kind:
     kind: 'Secret',
     type: 'Opaque',
     metadata: { name: CA_ROTATION_SECRET, resourceVersion: r.resourceVersion },
-    data: { phase: b64(r.phase), 'old.crt': b64(r.oldCert), 'old.key': b64(r.oldKey), 'new.crt': b64(r.newCert), 'new.key': b64(r.newKey) },
+    data: {
+      phase: b64(r.phase),
+      'old.crt': b64(r.oldCert),
+      'old.key': b64(r.oldKey),
+      'new.crt': b64(r.newCert),
+      'new.key': b64(r.newKey),
+      ...(r.proof ? { 'new.proof': b64(r.proof) } : {}),
+    },
   };
 }
 
@@ -50,6 +70,7 @@ function fromSecret(s: SecretObject): StoredRotation {
     oldKey: unb64(d['old.key']),
     newCert: unb64(d['new.crt']),
     newKey: unb64(d['new.key']),
+    ...(d['new.proof'] ? { proof: unb64(d['new.proof']) } : {}),
     resourceVersion: s.metadata.resourceVersion,
   };
 }
@@ -105,6 +126,9 @@ export class CaRotationFollower {
       const rotation = await readCaRotation(this.kube, signal);
       // A step that failed half-way is run again until it is done.
       if (rotation && (this.pending || !(await caPhaseOnDisk(this.pki, rotation)))) {
+        // Checked before this controller takes a renewal turn for it (writeCaPhase checks again).
+        const problem = rotationProblem(rotation, await readFile(this.pki.caCert, 'utf8'));
+        if (problem) throw new PkiError(`CA rotation refused: ${problem}; ca.crt is unchanged`);
         this.pending = true;
         await this.reissue(`CA rotation, phase ${rotation.phase}`, () => writeCaPhase(this.pki, rotation));
         this.pending = false;
@@ -114,8 +138,20 @@ export class CaRotationFollower {
       this.lastError = undefined;
     } catch (err) {
       if (signal.aborted) return;
-      this.lastError = `CA rotation: ${messageOf(err)}`;
-      log.warn(this.lastError);
+      const error = `CA rotation: ${messageOf(err)}`;
+      // One line and one event per refusal, not one every check.
+      if (error !== this.lastError) {
+        log.warn(error);
+        if (err instanceof PkiError && error.includes('refused'))
+          await warningEvent(
+            this.kube,
+            { kind: 'Secret', namespace: CA_ROTATION_NAMESPACE, name: CA_ROTATION_SECRET },
+            'CaRotationRefused',
+            error,
+            'kctl-controller',
+          ).catch(() => undefined);
+      }
+      this.lastError = error;
     }
   }
 }

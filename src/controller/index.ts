@@ -173,7 +173,7 @@ export function controllerComponents(o: ControllerRoleOptions): Component[] {
       scheduler,
       controllerManager,
       addons: (log) => writeAddonStacks(cfg, paths.manifestsDir, pki, log),
-      caRotation: { kube, publishCa: (caPem) => publishClusterInfo(kube, cfg, caPem) },
+      caRotation: { kube, publishCa: (caPem) => publishClusterInfo(kube, cfg, caPem, pki) },
     },
     new LeaseTurn(kube, controllerLeaseName(cfg.spec.api.address)),
   );

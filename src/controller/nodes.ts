@@ -21,6 +21,7 @@ import {
 } from '../base/ownership.ts';
 import type { KubeClient } from '../kube/client.ts';
 import { Informer, type ListWatchOptions } from '../kube/informer.ts';
+import { warningEvent } from '../kube/events.ts';
 import { isNodeReady } from '../kube/nodes.ts';
 
 interface KubeNode {
@@ -211,22 +212,9 @@ export class NodeWatchComponent implements Component, NodeDirectory {
 
   private async nodeEvent(node: string, reason: string, message: string): Promise<void> {
     const uid = this.informer.get(node)?.metadata.uid;
-    const now = new Date().toISOString();
-    await this.kube
-      .request('POST', '/api/v1/namespaces/default/events', {
-        apiVersion: 'v1',
-        kind: 'Event',
-        metadata: { generateName: `${node}.`, namespace: 'default' },
-        involvedObject: { apiVersion: 'v1', kind: 'Node', name: node, uid },
-        reason,
-        message,
-        type: 'Warning',
-        source: { component: 'kctl-controller' },
-        firstTimestamp: now,
-        lastTimestamp: now,
-        count: 1,
-      })
-      .catch((err: Error) => (this.lastError = `cannot record a ${reason} event on node ${node}: ${err.message}`));
+    await warningEvent(this.kube, { kind: 'Node', name: node, uid }, reason, message, 'kctl-controller').catch(
+      (err: Error) => (this.lastError = `cannot record a ${reason} event on node ${node}: ${err.message}`),
+    );
   }
 
   onChange(listener: NodeChangeListener): () => void {

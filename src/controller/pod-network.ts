@@ -15,6 +15,7 @@ import {
 import { messageOf } from '../base/errors.ts';
 import type { ClusterConfig } from './config.ts';
 import { nodePodRangeBits } from './controller-manager.ts';
+import { CLUSTER_INFO_PATH } from '../kube/cluster-info.ts';
 
 /** The mode of a new cluster whose config does not name one. */
 export const DEFAULT_NETWORK_MODE: NetworkMode = 'routes';
@@ -39,7 +40,7 @@ async function recordedPodNetwork(kube: KubeClient, signal?: AbortSignal): Promi
 
 /** A cluster made before this controller's start (by any kctl) has cluster-info. */
 async function clusterExists(kube: KubeClient, signal?: AbortSignal): Promise<boolean> {
-  return (await getOrUndefined(kube, '/api/v1/namespaces/kube-public/configmaps/cluster-info', signal)) !== undefined;
+  return (await getOrUndefined(kube, CLUSTER_INFO_PATH, signal)) !== undefined;
 }
 
 /** Writes the pod network nodes follow and returns it; runs before cluster-info is written on a new cluster. */

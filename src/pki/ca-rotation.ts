@@ -7,7 +7,11 @@
 // Everything that reads ca.crt as its trust (kube-apiserver's client CA, kubeconfigs, the
 // konnectivity port, join tokens, nodes) trusts the whole bundle; everything that signs with it
 // (kube-controller-manager, kctl's leaf issuance) uses its first certificate.
-import { createHash, X509Certificate } from 'node:crypto';
+// A new CA is trusted only with proof: a cross-signature by the key of a CA trusted now (vouchFor,
+// made by `kctl pki rotate-ca`), checked by every controller before it writes a phase and by
+// every node before it takes a new bundle from cluster-info (unvouched). Whoever can write the
+// rotation Secret or cluster-info but holds no CA key cannot add a CA.
+import { createHash, createPrivateKey, createPublicKey, sign, verify, X509Certificate } from 'node:crypto';
 import { bundleOf, splitCertificates } from '../base/pem.ts';
 import { PkiError } from './errors.ts';
 import { CERT_MODE, KEY_MODE, readIfExists, writeFileAtomic } from './files.ts';
@@ -27,6 +31,65 @@ export interface CaRotation {
   newKey: string;
   /** The old CA's key: the trust phase still signs with it. */
   oldKey: string;
+  /** The old CA's key vouching for the new CA (vouchFor); absent in a rotation an older kctl began. */
+  proof?: string;
+}
+
+/** What a cross-signature signs: its purpose, then the new CA certificate (DER). */
+const PROOF_PURPOSE = Buffer.from('kctl.dev/ca-rotation-proof/v1\n');
+
+/** The key of a CA trusted now vouches for a new CA certificate (base64; public, like a certificate). */
+export function vouchFor(newCertPem: string, currentKeyPem: string): string {
+  const data = Buffer.concat([PROOF_PURPOSE, new X509Certificate(newCertPem).raw]);
+  return sign('sha256', data, createPrivateKey(currentKeyPem)).toString('base64');
+}
+
+/**
+ * The certificates of `bundle` that whoever trusts `trusted` must not start trusting: those it
+ * does not trust yet and that no proof, signed with the key of a CA it trusts, vouches for (their
+ * subjects, for the reason). Dropping a CA needs no proof.
+ */
+export function unvouched(bundle: string, trusted: string, proofs: readonly string[]): string[] {
+  const have = splitCertificates(trusted).map((c) => new X509Certificate(c));
+  const haveDer = new Set(have.map((c) => c.raw.toString('base64')));
+  const signedBy = (data: Buffer, proof: string) => (ca: X509Certificate) => {
+    try {
+      return verify('sha256', data, ca.publicKey, Buffer.from(proof, 'base64'));
+    } catch {
+      return false; // a proof of the wrong kind for this key
+    }
+  };
+  const out: string[] = [];
+  for (const pem of splitCertificates(bundle)) {
+    const cert = new X509Certificate(pem);
+    if (haveDer.has(cert.raw.toString('base64'))) continue;
+    const data = Buffer.concat([PROOF_PURPOSE, cert.raw]);
+    if (!proofs.some((p) => have.some(signedBy(data, p)))) out.push(cert.subject.replace(/\n/g, ','));
+  }
+  return out;
+}
+
+/** Whether a private key (PEM) is the one of a certificate (PEM, its first). */
+function keyOf(keyPem: string, certPem: string): boolean {
+  const spki = (k: ReturnType<typeof createPublicKey>) => k.export({ type: 'spki', format: 'der' });
+  return spki(createPublicKey(keyPem)).equals(spki(new X509Certificate(certPem).publicKey));
+}
+
+/**
+ * Why this host may not write a rotation's phase over the CA it trusts now (`trusted`, its
+ * ca.crt), or undefined: the new CA needs a cross-signature by a CA trusted now, and each key
+ * must belong to its certificate (else the phase would sign with a key nobody trusts).
+ */
+export function rotationProblem(r: CaRotation, trusted: string): string | undefined {
+  const files = caFilesFor(r);
+  const missing = unvouched(files.cert, trusted, r.proof ? [r.proof] : []);
+  if (missing.length > 0) return `no CA trusted now vouches for ${missing.join('; ')} (the rotation's cross-signature is missing or wrong)`;
+  try {
+    if (!keyOf(r.oldKey, r.oldCert) || !keyOf(r.newKey, r.newCert)) return 'a CA key does not belong to its certificate';
+  } catch {
+    return 'a CA key or certificate cannot be read';
+  }
+  return undefined;
 }
 
 /** A short, stable name for a bundle's content: what controllers and nodes publish as loaded. */
@@ -81,8 +144,9 @@ export async function caPhaseOnDisk(paths: PkiPaths, r: CaRotation): Promise<boo
 
 /**
  * Writes the phase's ca.crt and ca.key under the PKI lock (key first: a crash between the two
- * leaves a key that belongs to a certificate of the bundle, which ensureCa puts first again).
- * Returns whether anything changed.
+ * leaves a key that belongs to a certificate of the bundle, which ensureCa puts first again),
+ * and keeps the rotation's cross-signature beside them for cluster-info. Returns whether anything
+ * changed; refuses (PkiError) a rotation that rotationProblem finds fault with.
  */
 export async function writeCaPhase(paths: PkiPaths, r: CaRotation): Promise<boolean> {
   const want = caFilesFor(r);
@@ -91,6 +155,9 @@ export async function writeCaPhase(paths: PkiPaths, r: CaRotation): Promise<bool
     const [cert, key] = await Promise.all([readIfExists(paths.caCert), readIfExists(paths.caKey)]);
     if (cert === null || key === null)
       throw new PkiError(`${paths.caCert} or its key is missing; restore the PKI from a backup before rotating the CA`);
+    const problem = rotationProblem(r, cert);
+    if (problem) throw new PkiError(`CA rotation refused: ${problem}; ca.crt is unchanged`);
+    if (r.proof && (await readIfExists(paths.caProof)) !== r.proof) await writeFileAtomic(paths.caProof, r.proof, CERT_MODE);
     if (key !== want.key) await writeFileAtomic(paths.caKey, want.key, KEY_MODE);
     if (cert !== want.cert) await writeFileAtomic(paths.caCert, want.cert, CERT_MODE);
     return true;

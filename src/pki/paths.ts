@@ -10,6 +10,11 @@ export interface PkiPaths {
   caKey: string;
   /** The signing certificate of ca.key alone (kube-controller-manager's signers refuse a bundle). */
   caSigningCert: string;
+  /**
+   * The last CA rotation's cross-signature (base64): the old CA's key vouching for the new CA.
+   * Public; published in cluster-info so that a node that missed the rotation can follow it.
+   */
+  caProof: string;
   /** kube-apiserver serving certificate. */
   serverCert: string;
   serverKey: string;
@@ -65,6 +70,7 @@ export function pkiPaths(dir: string): PkiPaths {
     caCert: at('ca.crt'),
     caKey: at('ca.key'),
     caSigningCert: at('ca-signing.crt'),
+    caProof: at('ca-rotation.proof'),
     serverCert: at('server.crt'),
     serverKey: at('server.key'),
     kubeletClientCert: at('apiserver-kubelet-client.crt'),

@@ -1,6 +1,10 @@
 // ca-trust: keeps the node's trust in the cluster CA in step with the controllers, so a CA
 // rotation (kctl pki rotate-ca) needs no rejoin. Every 10 s it reads the cluster's trust bundle
 // from kube-public/cluster-info with the node's own credentials, and:
+//   - a new bundle is taken only if every CA it adds is vouched for by a CA the node trusts now
+//     (the rotation's cross-signature, published beside it): whoever can write cluster-info but
+//     holds no CA key cannot make nodes trust a CA of theirs. A refusal is one warn line and a
+//     Warning event on the Node, and changes nothing;
 //   - a new bundle goes to ca.crt (kubelet's client CA and the API balancer's probes reread it),
 //     to the kubeconfigs' embedded CA and to the konnectivity agent; kubelet and kube-proxy are
 //     restarted once, since they load a kubeconfig's CA when they start (containers keep running);
@@ -28,14 +32,16 @@ import {
   readKubeconfig,
   signedByFirst,
   splitCertificates,
+  unvouched,
 } from '../pki/index.ts';
+import { warningEvent } from '../kube/events.ts';
+import { CA_PROOF_KEY, CLUSTER_INFO_PATH as CLUSTER_INFO } from '../kube/cluster-info.ts';
 import { setKubeconfigsCa } from './join.ts';
 import type { WorkerPaths } from './paths.ts';
 
 const CHECK_EVERY_MS = 10_000;
 const CSR_WAIT_MS = 60_000;
 const CSRS = '/apis/certificates.k8s.io/v1/certificatesigningrequests';
-const CLUSTER_INFO = '/api/v1/namespaces/kube-public/configmaps/cluster-info';
 const KUBELET_CLIENT_SIGNER = 'kubernetes.io/kube-apiserver-client-kubelet';
 
 export interface CaTrustOptions {
@@ -61,6 +67,8 @@ export class CaTrustComponent implements Component {
   private readonly abort = new AbortController();
   private lastError: string | undefined;
   private published: string | undefined;
+  /** The last refusal of cluster-info's bundle, said once. */
+  private refused: string | undefined;
   /** Why kubelet and kube-proxy must restart; kept until they did, so a failed restart is tried again. */
   private restartsDue: string[] = [];
 
@@ -77,8 +85,9 @@ export class CaTrustComponent implements Component {
           () => (this.lastError = undefined),
           (err: unknown) => {
             if (this.abort.signal.aborted) return;
-            this.lastError = `cannot follow the cluster CA: ${messageOf(err)}`;
-            this.log.warn(this.lastError);
+            const error = `cannot follow the cluster CA: ${messageOf(err)}`;
+            if (error !== this.lastError && this.refused === undefined) this.log.warn(error); // a refusal said its own line
+            this.lastError = error;
           },
         )
         .finally(() => {
@@ -105,10 +114,23 @@ export class CaTrustComponent implements Component {
   private async check(): Promise<void> {
     // Before kubelet's TLS bootstrap the node has no credentials of its own yet.
     if (!existsSync(this.o.paths.kubeletKubeconfig)) return;
-    const bundle = await this.clusterBundle();
-    if (!bundle) return;
+    const published = await this.clusterBundle();
+    if (!published) return;
+    const { bundle, proofs } = published;
     const { paths } = this.o;
-    if (bundleOf(splitCertificates(await readFile(paths.caCert, 'utf8'))) !== bundle) {
+    const trusted = bundleOf(splitCertificates(await readFile(paths.caCert, 'utf8')));
+    if (trusted !== bundle) {
+      const missing = unvouched(bundle, trusted, proofs);
+      if (missing.length > 0) {
+        const why = `the cluster CA bundle in cluster-info adds ${missing.join('; ')}, which no CA this node trusts vouches for; the node keeps trusting what it does`;
+        if (why !== this.refused) {
+          this.log.warn(why);
+          await warningEvent(this.o.kube, { kind: 'Node', name: this.o.nodeName }, 'CaBundleRefused', why, 'kctl-worker').catch(() => undefined);
+        }
+        this.refused = why;
+        throw new Error(why);
+      }
+      this.refused = undefined;
       await writeFileAtomic(paths.caCert, bundle, 0o644);
       await setKubeconfigsCa(paths, bundle);
       this.o.agent.trustChanged(bundle);
@@ -135,10 +157,12 @@ export class CaTrustComponent implements Component {
   }
 
   /** The CA bundle in cluster-info, normalized; null when it names none. */
-  private async clusterBundle(): Promise<string | null> {
-    const cm = await this.o.kube.get<{ data?: { kubeconfig?: string } }>(CLUSTER_INFO, this.abort.signal);
+  /** The bundle cluster-info publishes, and the cross-signature published beside it. */
+  private async clusterBundle(): Promise<{ bundle: string; proofs: string[] } | null> {
+    const cm = await this.o.kube.get<{ data?: Record<string, string> }>(CLUSTER_INFO, this.abort.signal);
     const certs = splitCertificates(readKubeconfig(cm.data?.kubeconfig ?? '', CLUSTER_INFO).caPem ?? '');
-    return certs.length ? bundleOf(certs) : null;
+    const proof = cm.data?.[CA_PROOF_KEY];
+    return certs.length ? { bundle: bundleOf(certs), proofs: proof ? [proof] : [] } : null;
   }
 
   /** A new client certificate from the CA that signs now, asked with the node's current one; kubelet's file layout. */

@@ -7,7 +7,7 @@
 // Long only to run beside the main suite: it has its own lab (rca) and node name (rcw).
 import assert from 'node:assert/strict';
 import { X509Certificate } from 'node:crypto';
-import { copyFile, readdir, readFile, stat, writeFile } from 'node:fs/promises';
+import { copyFile, mkdir, readdir, readFile, stat, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -16,6 +16,8 @@ import { controllerReady, labController, probeKubectl, runPinnedPod, startIsolat
 import type { LabHost } from '../lab/lab.ts';
 import { startLab } from '../lab/lab-test.ts';
 import { waitFor } from '../lab/wait.ts';
+import { nodeCert } from '../lab/node-cert.ts';
+import { unvouched } from '../../../src/pki/index.ts';
 import { logsAndExec, longestFailureStreak, type ProbeResult } from '../lab/probe.ts';
 
 const MAX_STREAK_MS = 10_000;
@@ -94,6 +96,26 @@ test('kctl pki rotate-ca: a new cluster CA everywhere, the old one nowhere, whil
   assert.notEqual(nodeUid, '');
   const oldAdmin = join(dir, 'old-admin.conf');
   await copyFile(join(c.dataDir, 'pki/admin.conf'), oldAdmin);
+  // An agent with a node certificate of the old CA (a node that never renewed, or a stolen one):
+  // connected now, cut off when the old CA is dropped, not at the next controller restart.
+  const oldPki = join(dir, 'old-pki');
+  await mkdir(oldPki);
+  for (const f of ['ca.crt', 'ca.key']) await copyFile(join(c.dataDir, 'pki', f), join(oldPki, f));
+  const staleCert = await nodeCert(oldPki, dir, 'stale');
+  const staleAgent = track(
+    ctl.spawn(kctlBin, [
+      'konnectivity-agent',
+      `--proxy-server-host=${ctl.ip}`,
+      '--proxy-server-port=8132',
+      `--ca-cert=${join(oldPki, 'ca.crt')}`,
+      `--agent-cert=${staleCert.cert}`,
+      `--agent-key=${staleCert.key}`,
+      '--agent-id=stale',
+      '--health-server-port=18191',
+      '--admin-server-port=18192',
+    ]),
+  );
+  await waitFor('the old-CA agent connected', 60_000, async () => controller.saw('"agent":"system:node:stale"'), staleAgent.log);
 
   // Logs and exec every 2 s while the rotation runs; every failure is kept with its time.
   const kubectl = probeKubectl(kctlBin, ctl, c.dataDir);
@@ -204,6 +226,20 @@ test('kctl pki rotate-ca: a new cluster CA everywhere, the old one nowhere, whil
     );
     assert.match(String(asNode.stderr), /Forbidden.*system:node:rcw/, secret);
   }
+  // The old CA's agent was cut off when the old CA was dropped, and stays out.
+  assert.ok(
+    controller.saw("agent system:node:stale: stream closed: its client certificate's CA"),
+    `no cut-off line:\n${controller.lines(/stale/).slice(-5).join('\n')}`,
+  );
+  const agentsNow = JSON.parse(String((await ctl.run(kctlBin, ['status', '-o', 'json', '--run-dir', c.runDir])).stdout)) as {
+    konnectivity?: { agents?: { id: string }[] };
+  };
+  assert.ok(!(agentsNow.konnectivity?.agents ?? []).some((a) => a.id === 'system:node:stale'), 'the old-CA agent is still connected');
+  // cluster-info carries the rotation's cross-signature: the old CA's key vouching for the new CA.
+  const proof = String((await c.kubectl(['-n', 'kube-public', 'get', 'configmap', 'cluster-info', '-o', 'jsonpath={.data.kctl-ca-proof}'])).stdout);
+  assert.deepEqual(unvouched(await readFile(join(c.dataDir, 'pki/ca.crt'), 'utf8'), oldCa.toString(), [proof]), []);
+  assert.equal(unvouched(await readFile(join(c.dataDir, 'pki/ca.crt'), 'utf8'), oldCa.toString(), []).length, 1);
+  staleAgent.child.kill('SIGTERM');
   // No rotation left behind.
   const secret = await c.kubectl(['-n', 'kube-system', 'get', 'secret', 'kctl-ca-rotation']);
   assert.match(String(secret.stderr), /NotFound/);

@@ -10,6 +10,7 @@ import assert from 'node:assert/strict';
 import { existsSync } from 'node:fs';
 import { mkdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { execa } from 'execa';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { join } from 'node:path';
 import { test, type TestContext } from 'node:test';
 import type { ControllerStatusReport } from '../../../src/controller/status.ts';
@@ -304,6 +305,87 @@ test('a compromised node and a leaked worker token get nothing of anyone else; i
   assert.ok(w2Routes.includes(w1Range) && !w2Routes.includes(half), w2Routes);
   evilAgent.child.kill('SIGTERM');
   assert.equal((await c.kubectl(['delete', 'node', 'evil'])).exitCode, 0);
+
+  // 4c. Trust anchors need proof. Whoever can write Secrets in kube-system (not a node) writes a
+  //    rotation to a CA of their own making, and cluster-info with that CA added: the controller
+  //    and the worker each refuse it with one line and an event, and trust what they did.
+  await execa('openssl', [
+    'req',
+    '-x509',
+    '-newkey',
+    'ec',
+    '-pkeyopt',
+    'ec_paramgen_curve:P-256',
+    '-nodes',
+    '-subj',
+    '/CN=forged-ca',
+    '-days',
+    '30',
+    '-keyout',
+    join(dir, 'forged-ca.key'),
+    '-out',
+    join(dir, 'forged-ca.crt'),
+  ]);
+  const [forgedCa, forgedKey, caBefore] = await Promise.all([
+    readFile(join(dir, 'forged-ca.crt'), 'utf8'),
+    readFile(join(dir, 'forged-ca.key'), 'utf8'),
+    readFile(caFile, 'utf8'),
+  ]);
+  const b64 = (x: string) => Buffer.from(x).toString('base64');
+  const forgedRotation = {
+    apiVersion: 'v1',
+    kind: 'Secret',
+    metadata: { name: 'kctl-ca-rotation', namespace: 'kube-system' },
+    data: { phase: b64('trust'), 'old.crt': b64(caBefore), 'old.key': b64(forgedKey), 'new.crt': b64(forgedCa), 'new.key': b64(forgedKey) },
+  };
+  assert.equal((await c.kubectl(['create', '-f', '-'], JSON.stringify(forgedRotation))).exitCode, 0);
+  await waitFor(
+    'the forged rotation refused',
+    30_000,
+    async () => controller.saw('CA rotation refused: no CA trusted now vouches for CN=forged-ca'),
+    () => controller.log().slice(-2000),
+  );
+  await waitFor(
+    'a CaRotationRefused event',
+    30_000,
+    async () =>
+      String(
+        (await c.kubectl(['get', 'events', '-n', 'kube-system', '--field-selector', 'reason=CaRotationRefused', '-o', 'name'])).stdout,
+      ).trim() !== '',
+  );
+  await sleep(6_000); // one more follow round (5 s): still refused, still one line
+  assert.equal(await readFile(caFile, 'utf8'), caBefore, 'the controller trusts the forged CA');
+  assert.equal(controller.lines(/CA rotation refused/).length, 1, 'the refusal was said more than once');
+  assert.equal((await c.kubectl(['-n', 'kube-system', 'delete', 'secret', 'kctl-ca-rotation'])).exitCode, 0);
+  const info = JSON.parse(String((await c.kubectl(['-n', 'kube-public', 'get', 'configmap', 'cluster-info', '-o', 'json'])).stdout)) as {
+    data: Record<string, string>;
+  };
+  const forgedInfo = info.data.kubeconfig!.replace(
+    /certificate-authority-data: (\S+)/,
+    (_, d: string) => `certificate-authority-data: ${b64(Buffer.from(d, 'base64').toString() + forgedCa)}`,
+  );
+  const setInfo = (kubeconfig: string) =>
+    c.kubectl(['-n', 'kube-public', 'patch', 'configmap', 'cluster-info', '--type=merge', '-p', JSON.stringify({ data: { kubeconfig } })]);
+  assert.equal((await setInfo(forgedInfo)).exitCode, 0);
+  const w1Ca = join(dir, 'w1-data', 'pki', 'ca.crt');
+  const w1CaBefore = await readFile(w1Ca, 'utf8');
+  await waitFor(
+    'w1 refuses the forged bundle',
+    60_000,
+    async () => worker.saw('no CA this node trusts vouches for'),
+    () => worker.log().slice(-2000),
+  );
+  await waitFor(
+    'a CaBundleRefused event on w1',
+    30_000,
+    async () =>
+      String(
+        (await c.kubectl(['get', 'events', '--field-selector', 'reason=CaBundleRefused,involvedObject.name=w1', '-o', 'name'])).stdout,
+      ).trim() !== '',
+  );
+  assert.equal(await readFile(w1Ca, 'utf8'), w1CaBefore, 'w1 trusts the forged CA');
+  assert.equal((await setInfo(info.data.kubeconfig!)).exitCode, 0);
+  t.diagnostic(`forged trust anchors refused: ${controller.lines(/CA rotation refused/)[0]?.slice(0, 200)}`);
 
   // 5. A dial no agent may serve fails at once, naming the host; it never goes to "any agent".
   const ghostIp = lab.subnet.replace(/\.0\/24$/, '.201');

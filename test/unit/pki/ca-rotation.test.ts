@@ -18,6 +18,8 @@ import {
   pkiPaths,
   signedByFirst,
   splitCertificates,
+  unvouched,
+  vouchFor,
   writeCaPhase,
   type CaRotation,
 } from '../../../src/pki/index.ts';
@@ -28,12 +30,14 @@ const options = smallPkiOptions;
 async function rotationFor(dir: string): Promise<CaRotation> {
   const p = pkiPaths(dir);
   const next = await newClusterCa(new Date());
+  const oldKey = await readFile(p.caKey, 'utf8');
   return {
     phase: 'trust',
     oldCert: await readFile(p.caCert, 'utf8'),
-    oldKey: await readFile(p.caKey, 'utf8'),
+    oldKey,
     newCert: next.cert,
     newKey: next.key,
+    proof: vouchFor(next.cert, oldKey),
   };
 }
 
@@ -116,4 +120,65 @@ test('the node’s CSR is what kubelet asks for renewal: its subject, verified b
   assert.equal(parsed.commonName, 'system:node:w1');
   assert.deepEqual(parsed.organizations, ['system:nodes']);
   assert.equal(parsed.dnsNames.length + parsed.ipAddresses.length, 0);
+});
+
+test("a rotation nobody trusted vouched for is refused and changes nothing: no proof, another key's proof, or a CA made with openssl", async (t) => {
+  const dir = await tempDir(t);
+  const { log } = captureLogger();
+  const p = pkiPaths(dir);
+  await ensurePkiFiles(options(dir), log);
+  const real = await rotationFor(dir);
+  const [cert, key] = [await readFile(p.caCert, 'utf8'), await readFile(p.caKey, 'utf8')];
+  // What whoever can write the Secret could make: a CA of their own, the current CA's public half.
+  execFileSync(
+    'openssl',
+    [
+      'req',
+      '-x509',
+      '-newkey',
+      'ec',
+      '-pkeyopt',
+      'ec_paramgen_curve:P-256',
+      '-nodes',
+      '-subj',
+      '/CN=forged-ca',
+      '-days',
+      '30',
+      '-keyout',
+      join(dir, 'forged.key'),
+      '-out',
+      join(dir, 'forged.crt'),
+    ],
+    { stdio: 'pipe' },
+  );
+  const forged = { cert: await readFile(join(dir, 'forged.crt'), 'utf8'), key: await readFile(join(dir, 'forged.key'), 'utf8') };
+  const attempts: [string, CaRotation][] = [
+    ['no proof', { ...real, newCert: forged.cert, newKey: forged.key, proof: undefined }],
+    ["the forged CA's own proof", { ...real, newCert: forged.cert, newKey: forged.key, proof: vouchFor(forged.cert, forged.key) }],
+    ['a real proof for another CA', { ...real, newCert: forged.cert, newKey: forged.key }],
+    ['a real proof, the wrong new key', { ...real, newKey: forged.key }],
+  ];
+  for (const [what, r] of attempts) {
+    for (const phase of ['trust', 'sign', 'drop'] as const)
+      await assert.rejects(writeCaPhase(p, { ...r, phase }), /CA rotation refused: .*ca\.crt is unchanged/, `${what}, ${phase}`);
+    assert.equal(await readFile(p.caCert, 'utf8'), cert, what);
+    assert.equal(await readFile(p.caKey, 'utf8'), key, what);
+  }
+  assert.equal(await writeCaPhase(p, real), true);
+  assert.equal(await readFile(p.caProof, 'utf8'), real.proof);
+});
+
+test('a node takes a new bundle only where a CA it trusts vouches for every CA added; dropping one needs no proof', async () => {
+  const oldCa = await newClusterCa(new Date());
+  const next = await newClusterCa(new Date());
+  const stranger = await newClusterCa(new Date());
+  const proof = vouchFor(next.cert, oldCa.key);
+  const both = oldCa.cert + next.cert;
+  assert.deepEqual(unvouched(both, oldCa.cert, [proof]), []);
+  // A node that missed the whole rotation follows it straight to the new CA alone.
+  assert.deepEqual(unvouched(next.cert, oldCa.cert, [proof]), []);
+  assert.deepEqual(unvouched(next.cert, both, []), []);
+  assert.equal(unvouched(both, oldCa.cert, []).length, 1);
+  assert.match(unvouched(oldCa.cert + stranger.cert, oldCa.cert, [proof, vouchFor(stranger.cert, stranger.key)])[0] ?? '', /^CN=kubernetes-ca-/);
+  assert.equal(unvouched(oldCa.cert + stranger.cert, oldCa.cert, ['not base64 at all', '']).length, 1);
 });
