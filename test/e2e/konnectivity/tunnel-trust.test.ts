@@ -26,6 +26,7 @@ import { pkiPaths } from '../../../src/pki/index.ts';
 import { upstreamBin } from '../lab/upstream.ts';
 import { podStory } from '../lab/probe.ts';
 import { waitFor } from '../lab/wait.ts';
+import { selfSignedCert } from '../../helpers.ts';
 
 const ROUNDS = 50;
 
@@ -309,28 +310,8 @@ test('a compromised node and a leaked worker token get nothing of anyone else; i
   // 4c. Trust anchors need proof. Whoever can write Secrets in kube-system (not a node) writes a
   //    rotation to a CA of their own making, and cluster-info with that CA added: the controller
   //    and the worker each refuse it with one line and an event, and trust what they did.
-  await execa('openssl', [
-    'req',
-    '-x509',
-    '-newkey',
-    'ec',
-    '-pkeyopt',
-    'ec_paramgen_curve:P-256',
-    '-nodes',
-    '-subj',
-    '/CN=forged-ca',
-    '-days',
-    '30',
-    '-keyout',
-    join(dir, 'forged-ca.key'),
-    '-out',
-    join(dir, 'forged-ca.crt'),
-  ]);
-  const [forgedCa, forgedKey, caBefore] = await Promise.all([
-    readFile(join(dir, 'forged-ca.crt'), 'utf8'),
-    readFile(join(dir, 'forged-ca.key'), 'utf8'),
-    readFile(caFile, 'utf8'),
-  ]);
+  const forgedMade = selfSignedCert(dir, 'forged-ca', { cn: 'forged-ca', ca: true });
+  const [forgedCa, forgedKey, caBefore] = [forgedMade.pem, await readFile(forgedMade.key, 'utf8'), await readFile(caFile, 'utf8')];
   const b64 = (x: string) => Buffer.from(x).toString('base64');
   const forgedRotation = {
     apiVersion: 'v1',

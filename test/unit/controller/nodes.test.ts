@@ -4,6 +4,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { NodeWatchComponent } from '../../../src/controller/nodes.ts';
+import type { ReservedSpace } from '../../../src/base/ownership.ts';
 import { KubeClient } from '../../../src/kube/client.ts';
 import { captureLogger, initialised } from '../../helpers.ts';
 import { fakeApiServer, json, watchStream } from '../kube/fake-apiserver.ts';
@@ -13,7 +14,7 @@ const kubeNode = (name: string, created: string, ...ips: string[]) => ({
   status: { addresses: ips.map((address) => ({ type: 'InternalIP', address })) },
 });
 
-async function watchNodes(t: Parameters<typeof fakeApiServer>[0], listed: ReturnType<typeof kubeNode>[]) {
+async function watchNodes(t: Parameters<typeof fakeApiServer>[0], listed: ReturnType<typeof kubeNode>[], reserved?: ReservedSpace) {
   let stream: ReturnType<typeof watchStream> | undefined;
   const events: { node: string; reason: string; message: string; type: string }[] = [];
   const api = await fakeApiServer(t, (req, res) => {
@@ -31,7 +32,7 @@ async function watchNodes(t: Parameters<typeof fakeApiServer>[0], listed: Return
     json(res, 404, { kind: 'Status', code: 404 });
   });
   const log = captureLogger();
-  const nodes = await initialised(new NodeWatchComponent(new KubeClient({ server: api.url })), log.log);
+  const nodes = await initialised(new NodeWatchComponent(new KubeClient({ server: api.url }), reserved), log.log);
   await nodes.start();
   t.after(() => nodes.stop());
   const until = async (ok: () => boolean) => {
@@ -89,46 +90,30 @@ test('after the first list the first reporter keeps it, whatever the ages; when 
 
 test('a pod range no allocator gave is left out of the Node the directory hands on, and announced once on its Node', async (t) => {
   const withRange = (n: ReturnType<typeof kubeNode>, podCIDR: string) => ({ ...n, spec: { podCIDR, podCIDRs: [podCIDR] } });
-  const listed = [
-    withRange(kubeNode('w1', '2026-01-01T00:00:00Z', '10.0.0.1'), '10.244.1.0/24'),
-    withRange(kubeNode('evil', '2026-02-01T00:00:00Z', '10.0.0.66'), '10.244.1.0/25'),
-  ];
-  let stream: ReturnType<typeof watchStream> | undefined;
-  const events: { node: string; reason: string; message: string }[] = [];
-  const api = await fakeApiServer(t, (req, res) => {
-    if (req.path === '/api/v1/nodes') {
-      if (req.query.get('watch') !== 'true') return json(res, 200, { metadata: { resourceVersion: '2' }, items: listed });
-      stream = watchStream(res);
-      return;
-    }
-    if (req.method === 'POST' && req.path === '/api/v1/namespaces/default/events') {
-      const e = JSON.parse(req.body) as { involvedObject: { name: string }; reason: string; message: string };
-      events.push({ node: e.involvedObject.name, reason: e.reason, message: e.message });
-      return json(res, 201, e);
-    }
-    json(res, 404, { kind: 'Status', code: 404 });
-  });
   const reserved = { isController: () => false, serviceCIDRs: ['10.96.0.0/12'], podCIDRs: ['10.244.0.0/16'], podRangeBits: 24 };
-  const log = captureLogger();
-  const nodes = await initialised(new NodeWatchComponent(new KubeClient({ server: api.url }), reserved), log.log);
-  await nodes.start();
-  t.after(() => nodes.stop());
-  while (!nodes.synced || stream === undefined) await new Promise((r) => setTimeout(r, 5));
-  assert.deepEqual(nodes.get('w1')?.podCIDRs, ['10.244.1.0/24']);
-  assert.deepEqual(nodes.get('evil')?.podCIDRs, []);
-  assert.deepEqual(nodes.refusedPodRanges(), [
+  const w = await watchNodes(
+    t,
+    [
+      withRange(kubeNode('w1', '2026-01-01T00:00:00Z', '10.0.0.1'), '10.244.1.0/24'),
+      withRange(kubeNode('evil', '2026-02-01T00:00:00Z', '10.0.0.66'), '10.244.1.0/25'),
+    ],
+    reserved,
+  );
+  assert.deepEqual(w.nodes.get('w1')?.podCIDRs, ['10.244.1.0/24']);
+  assert.deepEqual(w.nodes.get('evil')?.podCIDRs, []);
+  assert.deepEqual(w.nodes.refusedPodRanges(), [
     { node: 'evil', range: '10.244.1.0/25', reason: 'a /25, not the /24 kube-controller-manager gives each node' },
   ]);
-  while (events.length < 1) await new Promise((r) => setTimeout(r, 5));
+  await w.until(() => w.events.length >= 1);
   assert.deepEqual(
-    events.map((e) => [e.node, e.reason]),
+    w.events.map((e) => [e.node, e.reason]),
     [['evil', 'PodRangeRefused']],
   );
-  assert.match(events[0]!.message, /^pod range 10\.244\.1\.0\/25 of node evil is refused: a \/25/);
+  assert.match(w.events[0]!.message, /^pod range 10\.244\.1\.0\/25 of node evil is refused: a \/25/);
   // A later change to another Node announces nothing new.
-  stream.event('MODIFIED', withRange(kubeNode('w1', '2026-01-01T00:00:00Z', '10.0.0.1', '10.0.0.2'), '10.244.1.0/24'));
-  while (nodes.owners('10.0.0.2').length === 0) await new Promise((r) => setTimeout(r, 5));
+  w.event('MODIFIED', withRange(kubeNode('w1', '2026-01-01T00:00:00Z', '10.0.0.1', '10.0.0.2'), '10.244.1.0/24'));
+  await w.until(() => w.nodes.owners('10.0.0.2').length === 1);
   await new Promise((r) => setTimeout(r, 50));
-  assert.equal(events.length, 1);
-  assert.equal(log.lines().filter((l) => String(l.msg).startsWith('pod range 10.244.1.0/25 of node evil is refused')).length, 1);
+  assert.equal(w.events.length, 1);
+  assert.equal(w.log.lines().filter((l) => String(l.msg).startsWith('pod range 10.244.1.0/25 of node evil is refused')).length, 1);
 });

@@ -23,7 +23,7 @@ import {
   writeCaPhase,
   type CaRotation,
 } from '../../../src/pki/index.ts';
-import { captureLogger, tempDir, smallPkiOptions } from '../../helpers.ts';
+import { captureLogger, selfSignedCert, tempDir, smallPkiOptions } from '../../helpers.ts';
 
 const options = smallPkiOptions;
 
@@ -130,28 +130,8 @@ test("a rotation nobody trusted vouched for is refused and changes nothing: no p
   const real = await rotationFor(dir);
   const [cert, key] = [await readFile(p.caCert, 'utf8'), await readFile(p.caKey, 'utf8')];
   // What whoever can write the Secret could make: a CA of their own, the current CA's public half.
-  execFileSync(
-    'openssl',
-    [
-      'req',
-      '-x509',
-      '-newkey',
-      'ec',
-      '-pkeyopt',
-      'ec_paramgen_curve:P-256',
-      '-nodes',
-      '-subj',
-      '/CN=forged-ca',
-      '-days',
-      '30',
-      '-keyout',
-      join(dir, 'forged.key'),
-      '-out',
-      join(dir, 'forged.crt'),
-    ],
-    { stdio: 'pipe' },
-  );
-  const forged = { cert: await readFile(join(dir, 'forged.crt'), 'utf8'), key: await readFile(join(dir, 'forged.key'), 'utf8') };
+  const made = selfSignedCert(dir, 'forged', { cn: 'forged-ca', ca: true });
+  const forged = { cert: made.pem, key: await readFile(made.key, 'utf8') };
   const attempts: [string, CaRotation][] = [
     ['no proof', { ...real, newCert: forged.cert, newKey: forged.key, proof: undefined }],
     ["the forged CA's own proof", { ...real, newCert: forged.cert, newKey: forged.key, proof: vouchFor(forged.cert, forged.key) }],
