@@ -79,6 +79,7 @@ export function renderStatus(r: AnyStatusReport): string {
           : `  ${p.node}  ${p.address ?? '-'}`,
       );
     for (const x of net.refusedRanges ?? []) out.push(`  not routed: ${x.range} of ${x.node}  ${x.reason}`);
+    for (const x of net.refusedPeers ?? []) out.push(`  not believed: ${x.what} of ${x.node}  ${x.reason}`);
   }
   const policy = r.role === 'worker' ? r.networkPolicy : undefined;
   if (policy)

@@ -58,7 +58,7 @@ export async function publishPodNetwork(kube: KubeClient, cfg: ClusterConfig, lo
     policy,
     vxlan: { ...n.vxlan },
     wireguard: { ...n.wireguard },
-    ranges: { clusterCIDR: n.podCIDR, nodeBits: nodePodRangeBits(cfg) },
+    ranges: { clusterCIDR: n.podCIDR, nodeBits: nodePodRangeBits(cfg), serviceCIDR: n.serviceCIDR },
   };
   if (unreadable) log.warn(`${unreadable}; writing mode ${want.mode} from this controller's config`);
   if (recorded && JSON.stringify(recorded) === JSON.stringify(want)) return want;

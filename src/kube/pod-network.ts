@@ -32,11 +32,12 @@ export interface PodNetwork {
   vxlan: { vni: number; port: number };
   wireguard: { port: number };
   /**
-   * The cluster's pod CIDR and the prefix length of each node's range, as the controllers run
-   * kube-controller-manager: a node routes another node's range only when it has this shape
-   * (base/ownership.ts judgePodRanges). Absent from a ConfigMap an older controller wrote.
+   * The cluster's pod CIDR, the prefix length of each node's range (as the controllers run
+   * kube-controller-manager) and the Service CIDR: a node routes another node's range only when
+   * it has this shape, and to its address only when it is not reserved (base/ownership.ts).
+   * Absent from a ConfigMap an older controller wrote.
    */
-  ranges?: { clusterCIDR: string; nodeBits: number };
+  ranges?: { clusterCIDR: string; nodeBits: number; serviceCIDR: string };
 }
 
 /** The VXLAN id and UDP port flannel and k3s use: a firewall opened for them fits kctl too. */
@@ -65,7 +66,9 @@ export function podNetworkConfigMap(n: PodNetwork): KubeManifest & { data: Recor
       vxlanVNI: String(n.vxlan.vni),
       vxlanPort: String(n.vxlan.port),
       wireguardPort: String(n.wireguard.port),
-      ...(n.ranges ? { clusterCIDR: n.ranges.clusterCIDR, nodeRangeBits: String(n.ranges.nodeBits) } : {}),
+      ...(n.ranges
+        ? { clusterCIDR: n.ranges.clusterCIDR, nodeRangeBits: String(n.ranges.nodeBits), serviceCIDR: n.ranges.serviceCIDR }
+        : {}),
     },
   };
 }
@@ -97,12 +100,13 @@ export function parsePodNetwork(data: Record<string, string> | undefined): PodNe
     throw new Error(`${POD_NETWORK_NAME}: relay is ${JSON.stringify(d.relay)}, expected one of ${POD_NETWORK_RELAYS.join(', ')}`);
   // Absent: written by a kctl from before pod ranges were judged (the join token's CIDR stands in).
   let ranges: PodNetwork['ranges'];
-  if (d.clusterCIDR !== undefined || d.nodeRangeBits !== undefined) {
+  if (d.clusterCIDR !== undefined || d.nodeRangeBits !== undefined || d.serviceCIDR !== undefined) {
     const nodeBits = intIn(d.nodeRangeBits, 1, 128);
-    if (d.clusterCIDR === undefined || !cidrRange(d.clusterCIDR))
-      throw new Error(`${POD_NETWORK_NAME}: clusterCIDR is ${JSON.stringify(d.clusterCIDR)}, expected a CIDR such as 10.244.0.0/16`);
+    for (const key of ['clusterCIDR', 'serviceCIDR'] as const)
+      if (d[key] === undefined || !cidrRange(d[key]))
+        throw new Error(`${POD_NETWORK_NAME}: ${key} is ${JSON.stringify(d[key])}, expected a CIDR such as 10.244.0.0/16`);
     if (nodeBits === undefined) throw new Error(`${POD_NETWORK_NAME}: nodeRangeBits is ${JSON.stringify(d.nodeRangeBits)}, expected 1-128`);
-    ranges = { clusterCIDR: d.clusterCIDR, nodeBits };
+    ranges = { clusterCIDR: d.clusterCIDR!, nodeBits, serviceCIDR: d.serviceCIDR! };
   }
   return { mode, relay, policy: d.policy === 'true', vxlan: { vni, port }, wireguard: { port: wgPort }, ...(ranges ? { ranges } : {}) };
 }

@@ -9,7 +9,7 @@ import { readFile } from 'node:fs/promises';
 import { hostname } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { urlHost } from '../base/addresses.ts';
+import { splitHostPort, urlHost } from '../base/addresses.ts';
 import { UserError } from '../base/errors.ts';
 import { runUntilSignal } from '../base/lifecycle.ts';
 import { KubeClient } from '../kube/client.ts';
@@ -242,6 +242,7 @@ export function workerComponents(o: WorkerRoleOptions): Component[] {
     nodeName: id.nodeName,
     kube,
     clusterCIDR,
+    controllers: [...state.apiServers, ...state.konnectivity.map((k) => splitHostPort(k)?.host ?? k)],
     relay: opts.networkRelay,
     datagrams: { send: (toNode, data) => agent.sendDatagram(toNode, data) },
   });
@@ -279,7 +280,7 @@ export function workerComponents(o: WorkerRoleOptions): Component[] {
     kubeProxy,
     agent,
     // The token's controllers to start with; from then on their leases say which are alive.
-    new ControllerWatchComponent(kube, [balancer, agent, upgrade]),
+    new ControllerWatchComponent(kube, [balancer, agent, upgrade, network]),
     new CaTrustComponent({ paths, kube, nodeName: id.nodeName, restart: [kubelet, kubeProxy], agent }),
     // Names the release on the Node and follows the upgrade plan: this node's turn, its restart.
     upgrade,

@@ -17,8 +17,20 @@ import { removeVxlan } from '../host/vxlan.ts';
 import { removePodToNodeRoutes } from './wireguard.ts';
 import { cleanupNetworkPolicy } from './network-policy.ts';
 import { ControllerRelay, type DatagramLink } from './controller-relay.ts';
-import { desiredRoutes, Overlay, routableNodes, routeArgs, type KubeNode, type NodeInfo, type PodNetworkStatus, type PodRoute } from './overlay.ts';
-import type { RefusedPodRange } from '../base/ownership.ts';
+import {
+  desiredRoutes,
+  Overlay,
+  routableNodes,
+  routeArgs,
+  type KubeNode,
+  type NodeInfo,
+  type PodNetworkStatus,
+  type PodRoute,
+  type RefusedPeer,
+} from './overlay.ts';
+import { canonicalIdentifier, type RefusedPodRange, type ReservedSpace } from '../base/ownership.ts';
+import { splitHostPort, urlHost } from '../base/addresses.ts';
+import type { LiveController } from '../kube/controller-leases.ts';
 import { LEGACY_POD_NETWORK, parsePodNetwork, POD_NETWORK_COLLECTION, POD_NETWORK_NAME, type PodNetwork } from '../kube/pod-network.ts';
 import { CNI_BRIDGE, CNI_CONFLIST, cniConflist, ensureMasquerade, writeIfChanged } from './cni.ts';
 import type { KubeClient } from '../kube/client.ts';
@@ -39,6 +51,8 @@ export interface NetworkOptions {
   kube: KubeClient;
   /** The cluster's pod CIDR (all nodes): pod traffic inside it keeps its source address. */
   clusterCIDR: string;
+  /** The controllers' hosts as the join token names them (API servers, konnectivity servers): no node's address. */
+  controllers: string[];
   /** In wireguard mode, relay traffic between nodes that cannot reach each other (kctl worker --network-relay). */
   relay?: boolean;
   /** The way to the controllers' relay (the konnectivity agent), for spec.network.relay: controllers. */
@@ -104,7 +118,10 @@ export class NetworkComponent implements Component {
   private lastSyncError?: string;
   /** The pod ranges the last sync refused, and their warn line's key. */
   private refused: RefusedPodRange[] = [];
+  private refusedPeers: RefusedPeer[] = [];
   private refusedKey = '';
+  /** The live controllers' hosts, from their leases (controllersChanged). */
+  private liveControllers = new Set<string>();
 
   private log!: Logger;
 
@@ -230,21 +247,46 @@ export class NetworkComponent implements Component {
 
   async snapshot(): Promise<PodNetworkStatus | undefined> {
     const status = await this.overlay?.status(this.believedNodes(this.applied ?? this.podNetwork()), this.mtu);
-    return status && (this.refused.length ? { ...status, refusedRanges: this.refused } : status);
+    if (!status) return undefined;
+    return {
+      ...status,
+      ...(this.refused.length ? { refusedRanges: this.refused } : {}),
+      ...(this.refusedPeers.length ? { refusedPeers: this.refusedPeers } : {}),
+    };
+  }
+
+  /** The live controllers changed (their leases): their addresses are no node's. */
+  controllersChanged(live: LiveController[]): void {
+    this.liveControllers = new Set(live.flatMap((c) => [urlHost(c.apiServer), splitHostPort(c.konnectivity)?.host ?? '']).filter(Boolean));
   }
 
   /**
-   * The watched Nodes, each pod range judged against the cluster's shape: as the controllers
-   * publish it, else (a controller from before it was published) the join token's cluster CIDR.
+   * What no node's pod range or address may be, as this node knows it: the cluster's shape as the
+   * controllers publish it (else, from a controller from before it was published, the join
+   * token's cluster CIDR), and the controllers' addresses (the join token's and the live ones).
    */
+  private reserved(net: PodNetwork): ReservedSpace {
+    const controllers = new Set(
+      [...this.opts.controllers, ...this.liveControllers].map((h) => canonicalIdentifier(h.includes('://') ? urlHost(h) : h)),
+    );
+    return {
+      isController: (v) => controllers.has(v),
+      serviceCIDRs: net.ranges ? [net.ranges.serviceCIDR] : [],
+      podCIDRs: [net.ranges?.clusterCIDR ?? this.opts.clusterCIDR],
+      podRangeBits: net.ranges?.nodeBits,
+    };
+  }
+
+  /** The watched Nodes as the ownership rule lets this node believe them (overlay.ts routableNodes); what it refuses is said once. */
   private believedNodes(net: PodNetwork): NodeInfo[] {
-    const space = net.ranges ? { podCIDRs: [net.ranges.clusterCIDR], podRangeBits: net.ranges.nodeBits } : { podCIDRs: [this.opts.clusterCIDR] };
-    const { nodes, refused } = routableNodes([...(this.nodes?.store.values() ?? [])], this.opts.nodeName, space);
+    const { nodes, refused, refusedPeers } = routableNodes([...(this.nodes?.store.values() ?? [])], this.opts.nodeName, this.reserved(net));
     this.refused = refused;
-    const key = JSON.stringify(refused);
+    this.refusedPeers = refusedPeers;
+    const key = JSON.stringify([refused, refusedPeers]);
     if (key !== this.refusedKey) {
       this.refusedKey = key;
       for (const r of refused) this.log.warn({ node: r.node, podCIDR: r.range }, `pod range ${r.range} of node ${r.node} is not routed: ${r.reason}`);
+      for (const r of refusedPeers) this.log.warn({ node: r.node }, `node ${r.node}: its ${r.what} is not believed: ${r.reason}`);
     }
     return nodes;
   }

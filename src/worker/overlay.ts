@@ -7,7 +7,7 @@
 //              (controller-relay.ts).
 // Leaving a mode removes its device (and with it the routes through it).
 import { cidrAddress } from '../base/addresses.ts';
-import { judgePodRanges, type PodRangeSpace, type RefusedPodRange } from '../base/ownership.ts';
+import { canonicalIdentifier, judgePodRanges, nobodysProblem, type RefusedPodRange, type ReservedSpace } from '../base/ownership.ts';
 import type { KubeClient } from '../kube/client.ts';
 import type { Logger } from '../base/log.ts';
 import type { NetworkMode, PodNetwork } from '../kube/pod-network.ts';
@@ -67,23 +67,63 @@ export function nodeInfo(n: KubeNode): NodeInfo {
   };
 }
 
+/** A peer left out of the pod network, or a part of what it publishes, with why. */
+export interface RefusedPeer {
+  node: string;
+  /** What is refused: its address (`address 10.0.0.1`) or its WireGuard key (`wireguard key`). */
+  what: string;
+  reason: string;
+}
+
 /**
- * The Nodes as this node may believe them: another node's pod range only as the ownership rule
- * leaves it (base/ownership.ts judgePodRanges: the allocator's size, inside the cluster CIDR, held
- * by no other node), so no Node can draw pods' traffic with a range it wrote itself; its own range
- * as its Node says (the CNI config follows it). `refused` says which ranges were left out, and why.
+ * The Nodes as this node may believe them, by the ownership rule (base/ownership.ts):
+ * - another node's pod range only as judgePodRanges leaves it (the allocator's size, inside the
+ *   cluster CIDR, held by no other node), so no Node can draw pods' traffic with a range it wrote;
+ * - its address only if it is nobody's reserved space (a controller's, a Service IP, loopback,
+ *   link-local, another node's pod range): a node reporting a controller's address would
+ *   otherwise be given the pods' traffic to the API (a WireGuard allowed IP, a route's gateway);
+ * - its WireGuard key only if no other Node publishes the same (a copied key is nobody's).
+ * Its own Node as it says (the CNI config follows its range). `refused` and `refusedPeers` say
+ * what was left out, and why.
  */
-export function routableNodes(nodes: KubeNode[], self: string, space: PodRangeSpace): { nodes: NodeInfo[]; refused: RefusedPodRange[] } {
+export function routableNodes(
+  nodes: KubeNode[],
+  self: string,
+  reserved: ReservedSpace,
+): { nodes: NodeInfo[]; refused: RefusedPodRange[]; refusedPeers: RefusedPeer[] } {
   const ranges = (n: KubeNode): string[] => n.spec?.podCIDRs ?? (n.spec?.podCIDR ? [n.spec.podCIDR] : []);
   const verdict = judgePodRanges(
     nodes.map((n) => ({ name: n.metadata.name, podCIDRs: ranges(n) })),
-    space,
+    reserved,
   );
-  const infos = nodes.map((n) => {
-    const info = nodeInfo(n);
-    return info.name === self ? info : { ...info, podCIDR: verdict.ranges.get(info.name)?.find((c) => !c.includes(':')) };
+  const refusedPeers: RefusedPeer[] = [];
+  const infos = nodes.map(nodeInfo);
+  const keyHolders = new Map<string, string[]>();
+  for (const i of infos) if (i.wireguardKey) keyHolders.set(i.wireguardKey, [...(keyHolders.get(i.wireguardKey) ?? []), i.name]);
+  const believed = infos.map((info): NodeInfo => {
+    if (info.name === self) return info;
+    const podCIDRs = verdict.ranges.get(info.name) ?? [];
+    const out: NodeInfo = { ...info, podCIDR: podCIDRs.find((c) => !c.includes(':')) };
+    if (info.internalIP) {
+      const ip = canonicalIdentifier(info.internalIP);
+      const problem = nobodysProblem(ip, false, { name: info.name, addresses: [], podCIDRs }, reserved);
+      if (problem) {
+        refusedPeers.push({ node: info.name, what: `address ${info.internalIP}`, reason: problem });
+        out.internalIP = undefined;
+      }
+    }
+    const holders = info.wireguardKey ? (keyHolders.get(info.wireguardKey) ?? []) : [];
+    if (holders.length > 1) {
+      refusedPeers.push({
+        node: info.name,
+        what: 'wireguard key',
+        reason: `also published by node ${holders.filter((h) => h !== info.name).join(', ')}`,
+      });
+      out.wireguardKey = undefined;
+    }
+    return out;
   });
-  return { nodes: infos, refused: verdict.refused };
+  return { nodes: believed, refused: verdict.refused, refusedPeers };
 }
 
 type Peer = NodeInfo & { podCIDR: string; internalIP: string };
@@ -134,6 +174,8 @@ export interface PodNetworkStatus {
   }[];
   /** Pod ranges of Nodes this node routes nothing to, with why (routableNodes). */
   refusedRanges?: RefusedPodRange[];
+  /** Addresses and WireGuard keys of Nodes this node does not believe, with why (routableNodes). */
+  refusedPeers?: RefusedPeer[];
   /** This node offers to relay for others (kctl worker --network-relay); approved: an admin's label says the others may use it. */
   relay?: { approved: boolean };
 }

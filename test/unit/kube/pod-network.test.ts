@@ -33,7 +33,7 @@ test("the cluster's pod range shape reads back, and a damaged one is refused nam
     policy: true,
     vxlan: { vni: 1, port: 8472 },
     wireguard: { port: 51820 },
-    ranges: { clusterCIDR: '10.244.0.0/16', nodeBits: 24 },
+    ranges: { clusterCIDR: '10.244.0.0/16', nodeBits: 24, serviceCIDR: '10.96.0.0/12' },
   };
   const cm = podNetworkConfigMap(n);
   assert.equal(cm.data.clusterCIDR, '10.244.0.0/16');
@@ -41,6 +41,7 @@ test("the cluster's pod range shape reads back, and a damaged one is refused nam
   assert.throws(() => parsePodNetwork({ ...cm.data, clusterCIDR: '10.244.0.1/16' }), /clusterCIDR is "10.244.0.1\/16", expected a CIDR/);
   assert.throws(() => parsePodNetwork({ ...cm.data, nodeRangeBits: '0' }), /nodeRangeBits is "0", expected 1-128/);
   // Written before ranges were published: the worker falls back to its join token's CIDR.
-  const { clusterCIDR: _c, nodeRangeBits: _b, ...older } = cm.data;
+  assert.throws(() => parsePodNetwork({ ...cm.data, serviceCIDR: 'ten' }), /serviceCIDR is "ten", expected a CIDR/);
+  const { clusterCIDR: _c, nodeRangeBits: _b, serviceCIDR: _s, ...older } = cm.data;
   assert.equal(parsePodNetwork(older).ranges, undefined);
 });

@@ -15,6 +15,7 @@ async function network(t: Parameters<typeof tempDir>[0], server: string): Promis
     nodeName: 'edge-1',
     kube: new KubeClient({ server }),
     clusterCIDR: '10.244.0.0/16',
+    controllers: [],
     watch: { backoffMinMs: 10 },
   });
   await net.init({ log: captureLogger().log, statuses: () => [] });
@@ -57,7 +58,7 @@ test("a peer's self-declared pod range is not routed: the honest node keeps the 
     spec: { podCIDR: podCIDRs[0], podCIDRs },
     status: { addresses: [{ type: 'InternalIP', address: ip }] },
   });
-  const space = { podCIDRs: ['10.244.0.0/16'], podRangeBits: 24 };
+  const space = { isController: (v: string) => v === '192.0.2.10', serviceCIDRs: ['10.96.0.0/12'], podCIDRs: ['10.244.0.0/16'], podRangeBits: 24 };
   for (const lie of ['10.244.1.0/25', '10.244.1.5/32', '0.0.0.0/0']) {
     const { nodes, refused } = routableNodes(
       [kubeNode('self', '192.0.2.1', '10.244.0.0/24'), kubeNode('w1', '192.0.2.2', '10.244.1.0/24'), kubeNode('evil', '192.0.2.3', lie)],
@@ -72,6 +73,40 @@ test("a peer's self-declared pod range is not routed: the honest node keeps the 
     );
   }
   // Without the published shape (an older controller), the join token's CIDR still keeps 0.0.0.0/0 out.
-  const { nodes } = routableNodes([kubeNode('evil', '192.0.2.3', '0.0.0.0/0')], 'self', { podCIDRs: ['10.244.0.0/16'] });
+  const older = { isController: () => false, serviceCIDRs: [], podCIDRs: ['10.244.0.0/16'] };
+  const { nodes } = routableNodes([kubeNode('evil', '192.0.2.3', '0.0.0.0/0')], 'self', older);
   assert.equal(nodes[0]?.podCIDR, undefined);
+});
+
+test("a peer that reports a controller's or a reserved address is no peer; a WireGuard key two Nodes publish is nobody's", async () => {
+  const { desiredRoutes, routableNodes } = await import('../../../src/worker/overlay.ts');
+  const kubeNode = (name: string, ip: string, podCIDR: string, key: string) => ({
+    metadata: { name, annotations: { 'kctl.dev/wireguard-public-key': key } },
+    spec: { podCIDR, podCIDRs: [podCIDR] },
+    status: { addresses: [{ type: 'InternalIP', address: ip }] },
+  });
+  const reserved = { isController: (v: string) => v === '192.0.2.10', serviceCIDRs: ['10.96.0.0/12'], podCIDRs: ['10.244.0.0/16'], podRangeBits: 24 };
+  const key = (c: string) => Buffer.alloc(32, c).toString('base64');
+  const { nodes, refusedPeers } = routableNodes(
+    [
+      kubeNode('self', '192.0.2.1', '10.244.0.0/24', key('s')),
+      kubeNode('w1', '192.0.2.2', '10.244.1.0/24', key('a')),
+      kubeNode('liar', '192.0.2.10', '10.244.2.0/24', key('b')),
+      kubeNode('svc', '10.96.0.1', '10.244.3.0/24', key('c')),
+      kubeNode('copy', '192.0.2.5', '10.244.4.0/24', key('a')),
+    ],
+    'self',
+    reserved,
+  );
+  for (const mode of ['routes', 'vxlan', 'wireguard'] as const)
+    assert.deepEqual([...desiredRoutes(nodes, 'self', mode).keys()], mode === 'wireguard' ? [] : ['10.244.1.0/24', '10.244.4.0/24'], mode);
+  assert.deepEqual(
+    refusedPeers.map((r) => `${r.node}: ${r.what}: ${r.reason}`),
+    [
+      'w1: wireguard key: also published by node copy',
+      "liar: address 192.0.2.10: a controller's address",
+      'svc: address 10.96.0.1: inside the service CIDR 10.96.0.0/12',
+      'copy: wireguard key: also published by node w1',
+    ],
+  );
 });
