@@ -239,7 +239,7 @@ test('kctl pki rotate-ca: a new cluster CA everywhere, the old one nowhere, whil
   const proof = String((await c.kubectl(['-n', 'kube-public', 'get', 'configmap', 'cluster-info', '-o', 'jsonpath={.data.kctl-ca-proof}'])).stdout);
   assert.deepEqual(unvouched(await readFile(join(c.dataDir, 'pki/ca.crt'), 'utf8'), oldCa.toString(), [proof]), []);
   assert.equal(unvouched(await readFile(join(c.dataDir, 'pki/ca.crt'), 'utf8'), oldCa.toString(), []).length, 1);
-  staleAgent.child.kill('SIGTERM');
+  staleAgent.child.kill('SIGKILL'); // SIGTERM only drains a drop-in agent
   // No rotation left behind.
   const secret = await c.kubectl(['-n', 'kube-system', 'get', 'secret', 'kctl-ca-rotation']);
   assert.match(String(secret.stderr), /NotFound/);

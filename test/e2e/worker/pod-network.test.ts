@@ -193,6 +193,55 @@ test('pods on three sites behind one router: vxlan, then wireguard (switched liv
     assert.ok((p.rxBytes ?? 0) > 0 && (p.txBytes ?? 0) > 0, `${p.node}: ${JSON.stringify(p)}`);
   }
 
+  // Two Nodes that lie (written as a node with leaked credentials could write its own): one reports
+  // the controller's address, one publishes w2's WireGuard key. No node makes the first a peer
+  // (it would be given the pods' traffic to the API), and w2's key, published twice, is nobody's
+  // until the copy is gone; then w2 is a peer again and every path works.
+  const w2Key = text(await kubectl(['get', 'node', 'w2', '-o', 'jsonpath={.metadata.annotations.kctl\\.dev/wireguard-public-key}']));
+  const otherKey = Buffer.alloc(32, 7).toString('base64');
+  for (const [name, address, key, range] of [
+    ['liar', ctl.ip, otherKey, '10.244.250.0/24'],
+    ['copycat', '192.0.2.77', w2Key, '10.244.251.0/24'],
+  ] as const) {
+    const node = {
+      apiVersion: 'v1',
+      kind: 'Node',
+      metadata: { name, annotations: { 'kctl.dev/wireguard-public-key': key, 'kctl.dev/wireguard-endpoint': `${address}:51820` } },
+      spec: { podCIDR: range, podCIDRs: [range] },
+    };
+    assert.equal((await kubectl(['create', '-f', '-'], JSON.stringify(node))).exitCode, 0);
+    const addresses = { status: { addresses: [{ type: 'InternalIP', address }] } };
+    assert.equal((await kubectl(['patch', 'node', name, '--subresource=status', '--type=merge', '-p', JSON.stringify(addresses)])).exitCode, 0);
+  }
+  const w1Network = async () =>
+    (
+      JSON.parse(
+        text(await w1.run(kctlBin, ['--data-dir', join(dir, 'w1-data'), '--run-dir', join(dir, 'w1-run'), 'status', '-o', 'json'])),
+      ) as WorkerStatusReport
+    ).podNetwork;
+  await waitFor('w1 believes neither lie', 60_000, async () => {
+    const refused = (await w1Network())?.refusedPeers ?? [];
+    return (
+      refused.some((r) => r.node === 'liar' && r.reason === "a controller's address") &&
+      refused.some((r) => r.node === 'copycat' && r.what === 'wireguard key') &&
+      refused.some((r) => r.node === 'w2' && r.what === 'wireguard key')
+    );
+  });
+  const whileLied = await w1Network();
+  t.diagnostic(`w1 refuses: ${JSON.stringify(whileLied?.refusedPeers)}`);
+  assert.deepEqual(whileLied?.peers.map((p) => p.node).sort(), ['w3'], 'a lie made a peer, or w2 kept a key published twice');
+  const routes = text(await w1.run('ip', ['-4', 'route', 'show', 'proto', '177']));
+  assert.ok(!routes.includes('10.244.250.0/24') && !routes.includes('10.244.251.0/24'), routes);
+  for (const name of ['liar', 'copycat']) assert.equal((await kubectl(['delete', 'node', name])).exitCode, 0);
+  await waitFor('w2 a peer of w1 again', 60_000, async () => ((await w1Network())?.peers ?? []).some((p) => p.node === 'w2'));
+  // The peer is added back on w1's next sync; its first packet makes the handshake.
+  await waitFor(
+    'pods on w1 and w2 reach each other again',
+    60_000,
+    async () => (await reachable(w1, workers[1]!)).ping && (await reachable(workers[1]!, w1)).ping,
+  );
+  await everyPathWorks('wireguard, after the lies');
+
   // NetworkPolicy across sites (WireGuard, w3 behind NAT): each node enforces what the
   // controllers resolved for its own pods, and may read only its own share of it.
   const apply = async (o: object) => assert.equal((await kubectl(['apply', '-f', '-'], JSON.stringify(o))).exitCode, 0);
