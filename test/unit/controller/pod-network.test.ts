@@ -26,7 +26,9 @@ async function apiWith(t: TestContext, objects: Record<string, unknown>) {
 
 const config = (network: Record<string, unknown> = {}) => parseConfig({ spec: { api: { address: '10.0.0.1' }, network } }, 'test');
 /** What a controller of today records (the test config's pod CIDR and kctl's node range size). */
-const recorded = (mode: string) => ({ data: { mode, vxlanVNI: '1', vxlanPort: '8472', clusterCIDR: '10.244.0.0/16', nodeRangeBits: '24', serviceCIDR: '10.96.0.0/12' } });
+const recorded = (mode: string) => ({
+  data: { mode, vxlanVNI: '1', vxlanPort: '8472', clusterCIDR: '10.244.0.0/16', nodeRangeBits: '24', serviceCIDR: '10.96.0.0/12' },
+});
 const modeIn = (store: Map<string, unknown>) => (store.get(POD_NETWORK_PATH) as { data: { mode: string } } | undefined)?.data.mode;
 
 test('a new cluster without spec.network.mode runs routes, and says so to its nodes', async (t) => {
