@@ -66,9 +66,7 @@ export function podNetworkConfigMap(n: PodNetwork): KubeManifest & { data: Recor
       vxlanVNI: String(n.vxlan.vni),
       vxlanPort: String(n.vxlan.port),
       wireguardPort: String(n.wireguard.port),
-      ...(n.ranges
-        ? { clusterCIDR: n.ranges.clusterCIDR, nodeRangeBits: String(n.ranges.nodeBits), serviceCIDR: n.ranges.serviceCIDR }
-        : {}),
+      ...(n.ranges ? { clusterCIDR: n.ranges.clusterCIDR, nodeRangeBits: String(n.ranges.nodeBits), serviceCIDR: n.ranges.serviceCIDR } : {}),
     },
   };
 }
