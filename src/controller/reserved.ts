@@ -3,9 +3,8 @@
 // leases) and the cluster's Service and pod networks. A node that owned one of them could get a
 // serving certificate for it or draw kube-apiserver's dials to it.
 import { readFileSync } from 'node:fs';
-import { splitHostPort, urlHost } from '../base/addresses.ts';
 import { canonicalIdentifier, type ReservedSpace } from '../base/ownership.ts';
-import type { LiveController } from '../kube/controller-leases.ts';
+import { controllerHosts, type LiveController } from '../kube/controller-leases.ts';
 import { parseCert, sansOf } from '../pki/index.ts';
 import type { ClusterConfig } from './config.ts';
 import { nodePodRangeBits } from './controller-manager.ts';
@@ -35,10 +34,7 @@ export function reservedSpace(cfg: ClusterConfig, sources: ReservedSources): Res
   return {
     isController(value: string): boolean {
       if (ownNames().has(value)) return true;
-      return sources.controllers.liveControllers().some((c) => {
-        const hosts = [urlHost(c.apiServer), splitHostPort(c.konnectivity)?.host ?? ''];
-        return hosts.some((h) => canonicalIdentifier(h) === value);
-      });
+      return sources.controllers.liveControllers().some((c) => controllerHosts(c).some((h) => canonicalIdentifier(h) === value));
     },
     serviceCIDRs: [cfg.spec.network.serviceCIDR],
     podCIDRs: [cfg.spec.network.podCIDR],

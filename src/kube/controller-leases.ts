@@ -6,6 +6,7 @@
 // The lease also lists the agents its konnectivity server holds, so any controller's `kctl
 // status` can show, per agent, every controller it has a stream to.
 import type { Release } from '../base/version.ts';
+import { splitHostPort, urlHost } from '../base/addresses.ts';
 import type { KubeClient, KubeManifest } from './client.ts';
 import { Informer } from './informer.ts';
 import { parseMemberUpgrade, parseReleaseString, releaseString, UPGRADE_ANNOTATION, VERSION_ANNOTATION, type MemberUpgrade } from './upgrade-plan.ts';
@@ -90,6 +91,11 @@ export function controllerLease(name: string, c: Omit<LiveController, 'name' | '
 }
 
 const optional = <K extends string, V>(key: K, v: V | undefined): Partial<Record<K, V>> => (v === undefined ? {} : ({ [key]: v } as Record<K, V>));
+
+/** The hosts a live controller is reached at (its API server and its konnectivity port): no node's address. */
+export function controllerHosts(c: LiveController): string[] {
+  return [urlHost(c.apiServer), splitHostPort(c.konnectivity)?.host ?? ''].filter(Boolean);
+}
 
 /** The controllers whose leases have not expired at `now`, by name. */
 export function liveControllers(leases: Iterable<Lease>, now = Date.now()): LiveController[] {

@@ -29,8 +29,8 @@ import {
   type RefusedPeer,
 } from './overlay.ts';
 import { canonicalIdentifier, type RefusedPodRange, type ReservedSpace } from '../base/ownership.ts';
-import { splitHostPort, urlHost } from '../base/addresses.ts';
-import type { LiveController } from '../kube/controller-leases.ts';
+import { urlHost } from '../base/addresses.ts';
+import { controllerHosts, type LiveController } from '../kube/controller-leases.ts';
 import { LEGACY_POD_NETWORK, parsePodNetwork, POD_NETWORK_COLLECTION, POD_NETWORK_NAME, type PodNetwork } from '../kube/pod-network.ts';
 import { CNI_BRIDGE, CNI_CONFLIST, cniConflist, ensureMasquerade, writeIfChanged } from './cni.ts';
 import type { KubeClient } from '../kube/client.ts';
@@ -257,7 +257,7 @@ export class NetworkComponent implements Component {
 
   /** The live controllers changed (their leases): their addresses are no node's. */
   controllersChanged(live: LiveController[]): void {
-    this.liveControllers = new Set(live.flatMap((c) => [urlHost(c.apiServer), splitHostPort(c.konnectivity)?.host ?? '']).filter(Boolean));
+    this.liveControllers = new Set(live.flatMap(controllerHosts));
   }
 
   /**
