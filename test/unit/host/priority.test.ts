@@ -19,25 +19,29 @@ async function threadNices(pid: number): Promise<number[]> {
   );
 }
 
-test('a boosted start: children inherit the raised priority, and its end brings them and this thread back', async (t) => {
-  const before = getPriority(0);
-  const { log, lines } = captureLogger();
-  const end = boostStart(log);
-  t.after(end);
-  assert.equal(getPriority(0), before - START_BOOST, 'this thread runs boosted');
-  // A shell with a child of its own: grandchildren are found too.
-  const child = spawn('sh', ['-c', 'sleep 30 & wait'], { stdio: 'ignore' });
-  t.after(() => child.kill('SIGKILL'));
-  await new Promise((r) => setTimeout(r, 200));
-  const tree = await descendants(child.pid!);
-  assert.equal(tree.length, 2, `sh and its sleep: ${tree.join(' ')}`);
-  for (const pid of tree) assert.deepEqual([...new Set(await threadNices(pid))], [before - START_BOOST]);
+test(
+  'a boosted start: children inherit the raised priority, and its end brings them and this thread back',
+  { skip: process.getuid?.() !== 0 && 'needs root: raising a priority takes CAP_SYS_NICE' },
+  async (t) => {
+    const before = getPriority(0);
+    const { log, lines } = captureLogger();
+    const end = boostStart(log);
+    t.after(end);
+    assert.equal(getPriority(0), before - START_BOOST, 'this thread runs boosted');
+    // A shell with a child of its own: grandchildren are found too.
+    const child = spawn('sh', ['-c', 'sleep 30 & wait'], { stdio: 'ignore' });
+    t.after(() => child.kill('SIGKILL'));
+    await new Promise((r) => setTimeout(r, 200));
+    const tree = await descendants(child.pid!);
+    assert.equal(tree.length, 2, `sh and its sleep: ${tree.join(' ')}`);
+    for (const pid of tree) assert.deepEqual([...new Set(await threadNices(pid))], [before - START_BOOST]);
 
-  await end();
-  assert.equal(getPriority(0), before);
-  for (const pid of tree) assert.deepEqual([...new Set(await threadNices(pid))], [before]);
-  assert.ok(lines().some((l) => /back at their normal CPU priority/.test(String(l.msg))));
-  const sleepPid = tree[1]!;
-  child.kill('SIGKILL');
-  process.kill(sleepPid, 'SIGKILL');
-});
+    await end();
+    assert.equal(getPriority(0), before);
+    for (const pid of tree) assert.deepEqual([...new Set(await threadNices(pid))], [before]);
+    assert.ok(lines().some((l) => /back at their normal CPU priority/.test(String(l.msg))));
+    const sleepPid = tree[1]!;
+    child.kill('SIGKILL');
+    process.kill(sleepPid, 'SIGKILL');
+  },
+);
