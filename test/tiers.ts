@@ -30,9 +30,9 @@ export const SLOW_UNIT_FILES = [
   'test/unit/supervisor/handover.test.ts',
   'test/unit/konnectivity/target-close.test.ts',
   'test/unit/konnectivity/leak.test.ts',
-  'test/unit/controller/join-server.test.ts',
+  'test/unit/controller/join/join-server.test.ts',
   'test/unit/konnectivity/flow.test.ts',
-  'test/unit/controller/backup-schedule.test.ts',
+  'test/unit/controller/backups/backup-schedule.test.ts',
   'test/unit/konnectivity/ha.test.ts',
   'test/unit/konnectivity/pre-auth.test.ts',
 ];

@@ -1,11 +1,11 @@
 // kctl backup [--save-path DIR] [--encryption-key-file F] / kctl backup key create FILE /
 // kctl restore ARCHIVE [--encryption-key-file F]: a controller's PKI, config and datastore in one
-// archive (see controller/backup.ts), sealed with a key when one is given (controller/backup-cipher.ts).
+// archive (see controller/backups/backup.ts), sealed with a key when one is given (controller/backups/backup-cipher.ts).
 import type { Command } from 'commander';
 import { mkdir } from 'node:fs/promises';
 import { resolve } from 'node:path';
-import { backupController, defaultBackupPath, effectiveConfig, restoreController } from '../controller/backup.ts';
-import { createBackupKey, readBackupKey } from '../controller/backup-cipher.ts';
+import { backupController, defaultBackupPath, effectiveConfig, restoreController } from '../controller/backups/backup.ts';
+import { createBackupKey, readBackupKey } from '../controller/backups/backup-cipher.ts';
 import { componentLogger } from '../base/log.ts';
 import { globals, loggerFor } from './support/globals.ts';
 

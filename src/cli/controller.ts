@@ -2,7 +2,7 @@ import { Option, type Command } from 'commander';
 import { runController } from '../controller/index.ts';
 import { globals, loggerFor } from './support/globals.ts';
 import { readTokenFile } from './worker.ts';
-import { DEFAULT_PORT_RANGE, parsePortRange } from '../controller/tenants.ts';
+import { DEFAULT_PORT_RANGE, parsePortRange } from '../controller/tenants/tenants.ts';
 
 export function controllerCommand(program: Command): void {
   program

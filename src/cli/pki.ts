@@ -1,5 +1,5 @@
 import type { Command } from 'commander';
-import { rotateCa } from '../controller/ca-rotation-run.ts';
+import { rotateCa } from '../controller/pki/ca-rotation-run.ts';
 import { KubeClient } from '../kube/client.ts';
 import { localController, progressToStderr, timeoutMs } from './support/controller-host.ts';
 import { outputOption, printJson, type OutputFormat } from './support/output.ts';

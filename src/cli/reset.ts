@@ -3,8 +3,8 @@
 import type { Command } from 'commander';
 import { existsSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
-import { controllerPaths } from '../controller/paths.ts';
-import { resetController, stopControllerLeftovers } from '../controller/reset.ts';
+import { controllerPaths } from '../controller/config/paths.ts';
+import { resetController, stopControllerLeftovers } from '../controller/components/reset.ts';
 import { componentLogger, type Logger } from '../base/log.ts';
 import { liveOwner, OWNER_FILE } from '../supervisor/owner.ts';
 import { RUN_DIR_MARKER } from '../supervisor/run-dir.ts';

@@ -1,5 +1,5 @@
 import type { Command } from 'commander';
-import { rotateKey } from '../controller/encryption-rotation.ts';
+import { rotateKey } from '../controller/encryption/encryption-rotation.ts';
 import { KubeClient } from '../kube/client.ts';
 import { localController, progressToStderr, timeoutMs } from './support/controller-host.ts';
 import { outputOption, printJson, type OutputFormat } from './support/output.ts';

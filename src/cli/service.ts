@@ -6,7 +6,7 @@ import { dirname, isAbsolute, join, resolve } from 'node:path';
 import { UserError } from '../base/errors.ts';
 import { kctlExecutable } from '../base/executable.ts';
 import { writeFileAtomic } from '../base/fs.ts';
-import { loadConfig } from '../controller/config.ts';
+import { loadConfig } from '../controller/config/config.ts';
 import { decodeToken, TokenError } from '../join/token.ts';
 import {
   DEFAULT_UNIT_DIR,
@@ -23,7 +23,7 @@ import {
   unitPath,
   type ServiceRole,
 } from '../supervisor/systemd.ts';
-import { DEFAULT_PORT_RANGE, parsePortRange } from '../controller/tenants.ts';
+import { DEFAULT_PORT_RANGE, parsePortRange } from '../controller/tenants/tenants.ts';
 import { globals, type GlobalOptions } from './support/globals.ts';
 import { checkNodeFlags, collect, parseLabels, parseTaints, readTokenFile } from './worker.ts';
 

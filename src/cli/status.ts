@@ -2,7 +2,7 @@ import type { Command } from 'commander';
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { readStatus } from '../base/status-server.ts';
-import type { ControllerStatusReport } from '../controller/status.ts';
+import type { ControllerStatusReport } from '../controller/leases/status.ts';
 import type { WorkerStatusReport } from '../worker/index.ts';
 import { RELAY_LABEL } from '../worker/wireguard.ts';
 import type { CertificateStatus } from '../pki/index.ts';

@@ -2,7 +2,7 @@
 // each; exits non-zero when any fails. kctl controller / worker refuse on the same failures.
 import { Option, type Command } from 'commander';
 import { controllerPorts } from '../controller/index.ts';
-import { loadConfig } from '../controller/config.ts';
+import { loadConfig } from '../controller/config/config.ts';
 import { hostChecks, ownPids, type Check, type HostRole } from '../host/checks.ts';
 import { WORKER_PORTS } from '../worker/index.ts';
 import { globals } from './support/globals.ts';

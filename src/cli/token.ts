@@ -1,13 +1,13 @@
 import type { Command } from 'commander';
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
-import { loadConfig } from '../controller/config.ts';
-import { checkControllerTokenExpiry, CONTROLLER_TOKEN_DEFAULT_EXPIRY, CONTROLLER_TOKEN_DEFAULT_USES } from '../controller/controller-tokens.ts';
-import { createToken, invalidateToken, listTokens, parseExpiry, parseUses } from '../controller/tokens.ts';
+import { loadConfig } from '../controller/config/config.ts';
+import { checkControllerTokenExpiry, CONTROLLER_TOKEN_DEFAULT_EXPIRY, CONTROLLER_TOKEN_DEFAULT_USES } from '../controller/join/controller-tokens.ts';
+import { createToken, invalidateToken, listTokens, parseExpiry, parseUses } from '../controller/join/tokens.ts';
 import { credentialsFromKubeconfig, KubeClient } from '../kube/client.ts';
 import { UserError } from '../base/errors.ts';
 import { globals } from './support/globals.ts';
-import { NODE_NAME } from '../controller/worker-tokens.ts';
+import { NODE_NAME } from '../controller/join/worker-tokens.ts';
 import { outputOption, printJson, type OutputFormat } from './support/output.ts';
 
 function adminClient(dataDir: string): KubeClient {

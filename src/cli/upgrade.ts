@@ -1,6 +1,6 @@
 import type { Command } from 'commander';
 import { globals } from './support/globals.ts';
-import { createUpgradePlan, upgradeStatus, type MemberStatus, type UpgradeStatus } from '../controller/upgrade-plan-run.ts';
+import { createUpgradePlan, upgradeStatus, type MemberStatus, type UpgradeStatus } from '../controller/upgrades/upgrade-plan-run.ts';
 import { KubeClient } from '../kube/client.ts';
 import { localController, progressToStderr } from './support/controller-host.ts';
 import { outputOption, printJson, renderTable, type OutputFormat } from './support/output.ts';

@@ -10,7 +10,7 @@ import { writeFileAtomic } from '../base/fs.ts';
 import { parseVersion, type Release } from '../base/version.ts';
 import { installExecutable } from '../supervisor/handover.ts';
 
-/** Where a controller's join endpoint serves executables (controller/executables.ts). */
+/** Where a controller's join endpoint serves executables (controller/upgrades/executables.ts). */
 export const EXECUTABLES_PATH = '/v1/executables/';
 
 /** The URL of `version`'s executable at a controller whose executables base URL is `base` (its Lease says). */

@@ -1,6 +1,6 @@
 // Encryption at rest: kube-apiserver's EncryptionConfiguration under <data-dir>/pki (0600), with
 // kctl's keys in it. The first key is created once, at init, like the CA keys; later keys come
-// from `kctl secrets rotate-key` through the cluster (controller/encryption.ts). The file is the
+// from `kctl secrets rotate-key` through the cluster (controller/encryption/encryption.ts). The file is the
 // one place a controller keeps its keys: a joining controller receives it, a backup carries it.
 //
 // Provider: secretbox (XSalsa20-Poly1305, 32-byte keys): authenticated, no nonce-reuse limit per

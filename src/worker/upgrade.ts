@@ -1,6 +1,6 @@
 // A node's part in upgrades. It names the release it runs on its own Node object
 // (kctl.dev/version), and follows the upgrade plan (kube/upgrade-plan.ts), which nodes may read.
-// When a controller names this node in the plan's `admitted` (controller/upgrade-nodes.ts: every
+// When a controller names this node in the plan's `admitted` (controller/upgrades/upgrade-nodes.ts: every
 // controller runs the target, the node's drain is over), the node downloads the target from the
 // live controllers over its own outbound connection, with its kubelet client certificate and
 // resuming after a cut (payload/download.ts), checks the file is the plan's and describes itself

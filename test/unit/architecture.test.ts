@@ -13,6 +13,15 @@
 //   index.ts client.ts                            the folder's entry; a ProxyService client
 //   server/  agent/  dropin/                      the two ends, side by side; the drop-in ports
 //   wire/                                         the protocol both ends speak
+//
+// Inside controller/ the rooms go by job (CONTROLLER_ROOM below; src/controller/README.md):
+//
+//   index.ts                                      the controller's list of components
+//   cluster/  leases/                             what it publishes in the cluster; leases and status
+//   components/                                   the programs it runs: storage, API, scheduler, ...
+//   join/                                         tokens, the join endpoint, node certificates
+//   encryption/ backups/ pki/ upgrades/ tenants/ nodes/   day-2 jobs and the node directory
+//   config/                                       the config, its paths and URLs
 import assert from 'node:assert/strict';
 import { readdirSync, readFileSync, statSync } from 'node:fs';
 import { dirname, join, relative, resolve } from 'node:path';
@@ -49,6 +58,23 @@ const ROOM: Record<string, number> = {
   agent: 1,
   dropin: 1,
   '': 2,
+};
+
+/** Rooms of src/controller/ ('' for index.ts): imports point down, never to a sibling room. */
+const CONTROLLER = join(src, 'controller');
+const CONTROLLER_ROOM: Record<string, number> = {
+  config: 0,
+  encryption: 1,
+  backups: 1,
+  pki: 1,
+  upgrades: 1,
+  tenants: 1,
+  nodes: 1,
+  join: 2,
+  components: 3,
+  cluster: 4,
+  leases: 4,
+  '': 5,
 };
 
 interface Import {
@@ -128,6 +154,17 @@ test('inside konnectivity, imports point down only: server and agent share wire,
   assert.deepEqual(wrongImports(imports, KONNECTIVITY, ROOM), []);
 });
 
+test('every controller file lives in a known room', () => {
+  const unknown = files
+    .filter((f) => f.startsWith(CONTROLLER + '/') && !(folderUnder(CONTROLLER, f) in CONTROLLER_ROOM))
+    .map((f) => relative(root, f));
+  assert.deepEqual(unknown, [], `add these rooms to the CONTROLLER_ROOM table or move the files: ${unknown.join(', ')}`);
+});
+
+test('inside controller, imports point down only: a job uses the config and the jobs below it, never a sibling', () => {
+  assert.deepEqual(wrongImports(imports, CONTROLLER, CONTROLLER_ROOM), []);
+});
+
 test('nothing in src/ points outside it', () => {
   const outside = imports
     .filter((i) => i.spec.startsWith('.') && !resolve(dirname(i.from), i.spec).startsWith(src + '/'))
@@ -154,6 +191,7 @@ test('the check sees imports (it would catch a wrong one)', () => {
   // Guards the regex above: if it stopped matching, every other test here would pass vacuously.
   assert.ok(imports.length > 200, `only ${imports.length} imports found`);
   assert.ok(imports.some((i) => i.from.endsWith('/controller/index.ts') && i.spec === '../base/manager.ts'));
+  assert.ok(imports.some((i) => i.from.startsWith(join(CONTROLLER, 'join') + '/') && i.spec.startsWith('../config/')));
   assert.ok(imports.some((i) => i.spec === 'commander'));
   assert.ok(imports.some((i) => i.from.startsWith(join(KONNECTIVITY, 'agent') + '/') && i.spec.startsWith('../wire/')));
 });
@@ -179,4 +217,16 @@ test('the checks find a wrong import (a sibling, a row above, an upward room)', 
   // and lets through what the tables allow
   const right = [at('konnectivity/agent/agent.ts', '../wire/flow.ts'), at('konnectivity/index.ts', './server/server.ts')];
   assert.deepEqual(wrongImports(right, KONNECTIVITY, ROOM), []);
+  assert.deepEqual(
+    wrongImports(
+      [at('controller/pki/pki-renewer.ts', '../backups/backup.ts'), at('controller/config/config.ts', '../join/tokens.ts')],
+      CONTROLLER,
+      CONTROLLER_ROOM,
+    ).length,
+    2,
+  );
+  assert.deepEqual(
+    wrongImports([at('controller/join/tokens.ts', '../config/urls.ts'), at('controller/index.ts', './leases/lease.ts')], CONTROLLER, CONTROLLER_ROOM),
+    [],
+  );
 });

@@ -1,7 +1,7 @@
 // The CI rule for the files beyond `npm test` (test/tiers.ts, test/README.md "Tiers").
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { CORE_E2E, LAST_BESIDE, pickForBudget, runsBeside, slowFirst, testFiles, type History } from '../tiers.ts';
+import { CORE_E2E, LAST_BESIDE, pickForBudget, runsBeside, SLOW_UNIT_FILES, slowFirst, testFiles, type History } from '../tiers.ts';
 
 const MIN = 60_000;
 const ran = (at: string, minutes: number, passed = true) => ({ at, durationMs: minutes * MIN, passed });
@@ -37,6 +37,7 @@ test('the tier lists name files that exist; the slow unit files start first', ()
     'core files run in the main lane',
   );
   const units = testFiles('test/unit');
+  for (const f of SLOW_UNIT_FILES) assert.ok(units.includes(f), `${f} is listed in tiers.ts but does not exist`);
   const ordered = slowFirst(units);
   assert.equal(ordered.length, units.length);
   assert.equal(ordered[0], 'test/unit/supervisor/handover.test.ts');

@@ -3,7 +3,7 @@ import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { parseDuration } from '../../base/duration.ts';
 import { UserError } from '../../base/errors.ts';
-import { loadConfig, type ClusterConfig } from '../../controller/config.ts';
+import { loadConfig, type ClusterConfig } from '../../controller/config/config.ts';
 import { pkiPaths, type PkiPaths } from '../../pki/index.ts';
 import { globals } from './globals.ts';
 

@@ -1,7 +1,7 @@
 import type { Command } from 'commander';
 import { join } from 'node:path';
 import { createLogger, type Logger } from '../../base/log.ts';
-import { tenantLayout, type TenantLayout } from '../../controller/tenant-layout.ts';
+import { tenantLayout, type TenantLayout } from '../../controller/tenants/tenant-layout.ts';
 
 export interface GlobalOptions {
   /** The data and run dirs this command works on: the tenant's with --name. */

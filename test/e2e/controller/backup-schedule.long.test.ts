@@ -11,7 +11,7 @@ import { join } from 'node:path';
 import { test, type TestContext } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { execa } from 'execa';
-import type { ControllerStatusReport } from '../../../src/controller/status.ts';
+import type { ControllerStatusReport } from '../../../src/controller/leases/status.ts';
 import { controllerLeaseName } from '../../../src/kube/controller-leases.ts';
 import { controllerReady, labController, track, type Tracked } from '../lab/cluster.ts';
 import { startLab } from '../lab/lab-test.ts';

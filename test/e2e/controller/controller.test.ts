@@ -8,7 +8,7 @@ import { join } from 'node:path';
 import { describe, test, type TestContext } from 'node:test';
 import { execa } from 'execa';
 import { setTimeout as sleep } from 'node:timers/promises';
-import type { ControllerStatusReport as StatusReport } from '../../../src/controller/status.ts';
+import type { ControllerStatusReport as StatusReport } from '../../../src/controller/leases/status.ts';
 import { tempDir } from '../../helpers.ts';
 import { kctl, requireKctl } from '../lab/kctl.ts';
 import { startPostgres } from '../lab/postgres.ts';

@@ -17,7 +17,7 @@ import { join } from 'node:path';
 import { test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { ComponentStatus } from '../../../src/base/component.ts';
-import type { ControllerStatusReport } from '../../../src/controller/status.ts';
+import type { ControllerStatusReport } from '../../../src/controller/leases/status.ts';
 import type { CertificateStatus } from '../../../src/pki/index.ts';
 import type { WorkerStatusReport } from '../../../src/worker/index.ts';
 import { FULL_CONTROLLER_LEAVES } from '../../helpers.ts';

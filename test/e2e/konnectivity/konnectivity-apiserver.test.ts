@@ -5,7 +5,7 @@ import { mkdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
-import type { ControllerStatusReport as StatusReport } from '../../../src/controller/status.ts';
+import type { ControllerStatusReport as StatusReport } from '../../../src/controller/leases/status.ts';
 import { selfSignedCert } from '../../helpers.ts';
 import { kctl, requireKctl } from '../lab/kctl.ts';
 import { startLab } from '../lab/lab-test.ts';

@@ -13,7 +13,7 @@ import { execa } from 'execa';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { join } from 'node:path';
 import { test, type TestContext } from 'node:test';
-import type { ControllerStatusReport } from '../../../src/controller/status.ts';
+import type { ControllerStatusReport } from '../../../src/controller/leases/status.ts';
 import type { ServerAgentSnapshot } from '../../../src/konnectivity/index.ts';
 import { controllerReady, labController, nodeReady, runPinnedPod, startLabWorker, track, type Tracked } from '../lab/cluster.ts';
 import { kctl } from '../lab/kctl.ts';

@@ -8,7 +8,7 @@ import type { Options, Result } from 'execa';
 import { cleanupContainerd } from '../../../src/worker/containerd.ts';
 import { kubeletCgroupRoot, removeCgroupRoot } from '../../../src/worker/kubelet.ts';
 import { workerPaths } from '../../../src/worker/paths.ts';
-import type { ControllerStatusReport } from '../../../src/controller/status.ts';
+import type { ControllerStatusReport } from '../../../src/controller/leases/status.ts';
 import type { Lab, LabHost } from './lab.ts';
 import { waitFor } from './wait.ts';
 

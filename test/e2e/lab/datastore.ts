@@ -2,7 +2,7 @@
 // with the API server's etcd client certificate, kine's SQLite file through node:sqlite.
 import { join } from 'node:path';
 import { DatabaseSync } from 'node:sqlite';
-import { controllerPaths } from '../../../src/controller/paths.ts';
+import { controllerPaths } from '../../../src/controller/config/paths.ts';
 import type { LabHost } from './lab.ts';
 
 /** etcdctl on `host` against its etcd, with kube-apiserver's etcd client certificate. */

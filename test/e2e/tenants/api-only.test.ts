@@ -14,7 +14,7 @@ import { existsSync } from 'node:fs';
 import { readdir, readFile, stat, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { test } from 'node:test';
-import type { ControllerStatusReport } from '../../../src/controller/status.ts';
+import type { ControllerStatusReport } from '../../../src/controller/leases/status.ts';
 import { tempDir } from '../../helpers.ts';
 import { track, type Tracked } from '../lab/cluster.ts';
 import { kctl, requireKctl } from '../lab/kctl.ts';

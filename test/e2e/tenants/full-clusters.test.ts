@@ -13,7 +13,7 @@ import { join } from 'node:path';
 import { test, type TestContext } from 'node:test';
 import { parse } from 'yaml';
 import type { TenantListEntry } from '../../../src/cli/tenant.ts';
-import type { ControllerStatusReport } from '../../../src/controller/status.ts';
+import type { ControllerStatusReport } from '../../../src/controller/leases/status.ts';
 import { decodeTokenFor, encodeToken } from '../../../src/join/token.ts';
 import { controllerReady, nodeReady, runPinnedPod, startLabWorker, track, type Tracked } from '../lab/cluster.ts';
 import type { LabHost } from '../lab/lab.ts';

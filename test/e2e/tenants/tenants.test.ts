@@ -15,7 +15,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test, type TestContext } from 'node:test';
 import type { TenantListEntry } from '../../../src/cli/tenant.ts';
-import type { ControllerStatusReport } from '../../../src/controller/status.ts';
+import type { ControllerStatusReport } from '../../../src/controller/leases/status.ts';
 import type { PortClaim } from '../../../src/host/port-claims.ts';
 import { track, type Tracked } from '../lab/cluster.ts';
 import { kctl, requireKctl, ownHostState } from '../lab/kctl.ts';

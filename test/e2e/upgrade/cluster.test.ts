@@ -18,7 +18,7 @@ import { join } from 'node:path';
 import { test, type TestContext } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { sha256OfFile } from '../../../src/base/fs.ts';
-import type { UpgradeStatus } from '../../../src/controller/upgrade-plan-run.ts';
+import type { UpgradeStatus } from '../../../src/controller/upgrades/upgrade-plan-run.ts';
 import { runPinnedPod, startLabWorker, type Tracked } from '../lab/cluster.ts';
 import { HaLab, type LabCtl } from '../lab/ha-lab.ts';
 import { ownCopy, requireBrokenKctl, requireKctl, requirePreviousKctl } from '../lab/kctl.ts';

@@ -15,7 +15,7 @@ import { join } from 'node:path';
 import { test, type TestContext } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { isDeepStrictEqual } from 'node:util';
-import type { UpgradeStatus } from '../../../src/controller/upgrade-plan-run.ts';
+import type { UpgradeStatus } from '../../../src/controller/upgrades/upgrade-plan-run.ts';
 import { UPGRADE_NAMESPACE, UPGRADE_PLAN_NAME } from '../../../src/kube/upgrade-plan.ts';
 import { nodeReady, runPinnedPod } from '../lab/cluster.ts';
 import { ownCopy, requireKctl, requirePreviousKctl } from '../lab/kctl.ts';

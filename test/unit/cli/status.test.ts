@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { renderStatus } from '../../../src/cli/status.ts';
-import type { ControllerStatusReport } from '../../../src/controller/status.ts';
+import type { ControllerStatusReport } from '../../../src/controller/leases/status.ts';
 
 const none = { host: [], ipv4: [], ipv6: [], cidr: [], defaultRoute: false };
 /** What every controller report carries besides the part a test is about. */

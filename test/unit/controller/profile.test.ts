@@ -4,11 +4,11 @@ import assert from 'node:assert/strict';
 import { mkdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { test } from 'node:test';
-import { apiserverArgs } from '../../../src/controller/apiserver.ts';
-import { parseConfig } from '../../../src/controller/config.ts';
+import { apiserverArgs } from '../../../src/controller/components/apiserver.ts';
+import { parseConfig } from '../../../src/controller/config/config.ts';
 import { controllerComponents, controllerPorts } from '../../../src/controller/index.ts';
-import { controllerPaths } from '../../../src/controller/paths.ts';
-import { API_ONLY_CONTROLLERS, controllerManagerArgs } from '../../../src/controller/controller-manager.ts';
+import { controllerPaths } from '../../../src/controller/config/paths.ts';
+import { API_ONLY_CONTROLLERS, controllerManagerArgs } from '../../../src/controller/components/controller-manager.ts';
 import { pkiPaths } from '../../../src/pki/index.ts';
 import { tempDir } from '../../helpers.ts';
 

@@ -6,7 +6,7 @@ import { X509Certificate } from 'node:crypto';
 import { readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { test } from 'node:test';
-import { parseCsr } from '../../../src/controller/csr-request.ts';
+import { parseCsr } from '../../../src/controller/join/csr-request.ts';
 import {
   bundleHash,
   caFilesFor,
