@@ -37,3 +37,4 @@ export {
   type PacketType,
   type AgentIdentifiers,
 } from './wire/protocol.ts';
+export { endpointComponent, serveAdmin, serveHealth } from './dropin/upstream-ports.ts';

@@ -5,6 +5,7 @@
 // node never sees other pods' specs, labels or policies: at most the addresses its pods may reach.
 // Enforcement on the node is worker/network-policy.ts.
 import type { KubeManifest } from './client.ts';
+import { messageOf } from '../base/errors.ts';
 
 export const NETPOL_NAMESPACE = 'kube-system';
 export const NETPOL_COMPONENT = 'network-policy';
@@ -291,7 +292,7 @@ export function parseNodePolicy(data: Record<string, string> | undefined): NodeP
   try {
     v = JSON.parse(raw) as NodePolicy;
   } catch (err) {
-    throw new Error(`network policy: the policy key is not JSON (${(err as Error).message})`, { cause: err });
+    throw new Error(`network policy: the policy key is not JSON (${messageOf(err)})`, { cause: err });
   }
   if (!v || !Array.isArray(v.pods)) throw new Error('network policy: policy.pods is not a list');
   for (const p of v.pods)

@@ -165,12 +165,28 @@ test('inside controller, imports point down only: a job uses the config and the 
   assert.deepEqual(wrongImports(imports, CONTROLLER, CONTROLLER_ROOM), []);
 });
 
+test('the rest of src/ enters konnectivity/ only through its index.ts', () => {
+  const around = imports
+    .filter((i) => i.spec.startsWith('.') && !i.from.startsWith(KONNECTIVITY + '/'))
+    .filter((i) => {
+      const target = resolve(dirname(i.from), i.spec);
+      return target.startsWith(KONNECTIVITY + '/') && target !== join(KONNECTIVITY, 'index.ts');
+    })
+    .map((i) => `${relative(root, i.from)}:${i.line} ${i.spec}`);
+  assert.deepEqual(around, [], 'export what is needed from src/konnectivity/index.ts and import it from there');
+});
+
 test('nothing in src/ points outside it', () => {
   const outside = imports
     .filter((i) => i.spec.startsWith('.') && !resolve(dirname(i.from), i.spec).startsWith(src + '/'))
     .filter((i) => !/\/package\.json$/.test(i.spec))
     .map((i) => `${relative(root, i.from)}:${i.line} ${i.spec}`);
   assert.deepEqual(outside, []);
+});
+
+test("no 'as Error' cast: an error kctl did not make is read with base/errors.ts (messageOf, asError, errnoOf)", () => {
+  const casts = files.filter((f) => /\bas Error\b/.test(readFileSync(f, 'utf8'))).map((f) => relative(root, f));
+  assert.deepEqual(casts, []);
 });
 
 test('only cli/ knows commander', () => {

@@ -20,7 +20,7 @@
 import { createCipheriv, createDecipheriv, hkdfSync, randomBytes, timingSafeEqual } from 'node:crypto';
 import { open, readFile, stat, writeFile } from 'node:fs/promises';
 import { Transform, type TransformCallback } from 'node:stream';
-import { errnoOf, UserError } from '../../base/errors.ts';
+import { asError, errnoOf, UserError } from '../../base/errors.ts';
 
 export const MAGIC = Buffer.from('KCTL-ENC');
 const VERSION = 1;
@@ -199,7 +199,7 @@ export function cipherStream(c: Sealer | Opener): Transform {
       for (const b of fn()) push(b);
       cb();
     } catch (err) {
-      cb(err as Error);
+      cb(asError(err));
     }
   };
   return new Transform({

@@ -11,7 +11,7 @@ import { joinHostPort } from '../../base/addresses.ts';
 import { writeFileAtomic } from '../../base/fs.ts';
 import type { Logger } from '../../base/log.ts';
 import type { Component, ComponentContext, ComponentStatus } from '../../base/component.ts';
-import { dialViaProxy } from '../../konnectivity/client.ts';
+import { dialViaProxy } from '../../konnectivity/index.ts';
 import type { PkiPaths } from '../../pki/index.ts';
 import type { NodeWatchComponent } from './nodes.ts';
 import { messageOf } from '../../base/errors.ts';
