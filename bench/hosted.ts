@@ -27,7 +27,7 @@ import { descendants } from '../src/host/priority.ts';
 import { readPidFile } from '../src/supervisor/pidfile.ts';
 import { controllerReady, startLabWorker, track, type Tracked } from '../test/e2e/lab/cluster.ts';
 import { startLab } from '../test/e2e/lab/lab-test.ts';
-import { waitFor } from '../test/e2e/lab/wait.ts';
+import { waitFor } from '../test/wait.ts';
 
 /** Clusters on the host before the next one is started: the 10, fewer in the shorter modes. */
 export const HOSTED_CLUSTERS: Record<'full' | 'quick' | 'smoke', number> = { full: 10, quick: 3, smoke: 2 };

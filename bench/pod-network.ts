@@ -20,7 +20,7 @@ import { median, type Row } from './rows.ts';
 import { controllerReady, labController, runPinnedPod, startIsolatedWorker, track, type Tracked } from '../test/e2e/lab/cluster.ts';
 import { startLab } from '../test/e2e/lab/lab-test.ts';
 import type { LabHost } from '../test/e2e/lab/lab.ts';
-import { waitFor } from '../test/e2e/lab/wait.ts';
+import { waitFor } from '../test/wait.ts';
 
 export interface PodNetworkSizes {
   /** Bytes per throughput measurement. */

@@ -20,7 +20,7 @@ import { mountsUnder } from '../src/worker/containerd.ts';
 import { cleanupWorkerHost, labController, nodeReady, pinnedPod, startIsolatedWorker, track, type Tracked } from '../test/e2e/lab/cluster.ts';
 import { requireKctl } from '../test/e2e/lab/kctl.ts';
 import { createLab, type Lab, type LabHost } from '../test/e2e/lab/lab.ts';
-import { waitFor } from '../test/e2e/lab/wait.ts';
+import { waitFor } from '../test/wait.ts';
 import { wan } from '../test/e2e/lab/wan.ts';
 import { makePki } from './pki.ts';
 import { procOf, type Proc } from './procs.ts';
@@ -252,7 +252,7 @@ async function withCluster(c: WanContext, body: (k: Cluster) => Promise<void>): 
 async function runPod(kubectl: (args: string[], input?: string) => Promise<Result>, name: string, script: string): Promise<void> {
   const applied = await kubectl(['apply', '-f', '-'], JSON.stringify(pinnedPod(name, 'wrk', {}, { image: BUSYBOX, command: ['sh', '-c', script] })));
   if (applied.exitCode !== 0) throw new Error(`pod ${name}: ${String(applied.stderr).trim()}`);
-  await waitFor(`pod ${name} ready`, 300_000, async () => String((await kubectl(['logs', name])).stdout).startsWith('ready'), undefined, 1_000);
+  await waitFor(`pod ${name} ready`, 300_000, async () => String((await kubectl(['logs', name])).stdout).startsWith('ready'), { intervalMs: 1_000 });
 }
 
 /** `kubectl logs -f chatty --tail 0` for LOGS_MS: MiB/s from the first byte to the last. */

@@ -13,6 +13,7 @@
 // (the worker's own "worker ready" is logged as a phase, not timed). Outside the window: lab
 // set-up, controller staging (`--init-only`), controller start until "controller ready",
 // token creation, stopping and cleaning up the worker.
+import { waitFor } from '../test/wait.ts';
 import { existsSync, readFileSync, readlinkSync } from 'node:fs';
 import { mkdir, rm } from 'node:fs/promises';
 import { join } from 'node:path';
@@ -52,14 +53,6 @@ function onLines(p: Tracked, fn: (line: string) => void): void {
 }
 
 const gone = (p: Tracked): boolean => p.child.exitCode !== null || p.child.signalCode !== null;
-
-function withDeadline<T>(what: string, ms: number, p: Promise<T>): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  const deadline = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`timed out after ${ms} ms: ${what}`)), ms);
-  });
-  return Promise.race([p, deadline]).finally(() => clearTimeout(timer));
-}
 
 /** SIGTERM, then SIGKILL to the process group (lab.spawn starts each process in its own) after `STOP_MS`. */
 export async function stopTracked(p: Tracked): Promise<void> {
@@ -109,11 +102,16 @@ export async function workerJoinSeconds(
     onLines(controller, (line) => {
       if (line.includes('"msg":"controller ready"')) controllerReady = true;
     });
-    await waitFor('controller ready', CONTROLLER_READY_MS, 200, async () => {
-      if (gone(controller))
-        throw new Error(`the controller exited (${controller.child.exitCode ?? controller.child.signalCode})\n${controller.log()}`);
-      return controllerReady;
-    });
+    await waitFor(
+      'controller ready',
+      CONTROLLER_READY_MS,
+      async () => {
+        if (gone(controller))
+          throw new Error(`the controller exited (${controller.child.exitCode ?? controller.child.signalCode})\n${controller.log()}`);
+        return controllerReady;
+      },
+      { intervalMs: 200 },
+    );
     // The staged kubectl with the admin kubeconfig, not `kctl kubectl`: a poll costs one Go process, not a Node one too.
     const kubectlBin = join(c.dataDir, 'bin', 'current', 'kubectl');
     if (!existsSync(kubectlBin)) throw new Error(`${kubectlBin} is missing after --init-only`);
@@ -143,25 +141,29 @@ export async function workerJoinSeconds(
       await waitFor(
         `Node ${name} Ready`,
         NODE_READY_MS,
-        POLL_MS,
         async () => {
           if (gone(worker)) throw new Error(`the worker exited (${worker.child.exitCode ?? worker.child.signalCode})\n${worker.log()}`);
           return nodeReady(kubectl, name);
         },
-        () => `worker:\n${worker.log()}\ncontroller:\n${controller.log()}`,
+        { intervalMs: POLL_MS, log: () => `worker:\n${worker.log()}\ncontroller:\n${controller.log()}` },
       );
       const seconds = (Date.now() - start) / 1000;
       out.push(seconds);
       if (corednsReadySeconds === null) {
-        await waitFor('a CoreDNS replica Ready', NODE_READY_MS, POLL_MS, async () => {
-          const r = await kubectl(['-n', 'kube-system', 'get', 'deployment', 'coredns', '-o', 'jsonpath={.status.readyReplicas}']);
-          return Number(String(r.stdout)) >= 1;
-        });
+        await waitFor(
+          'a CoreDNS replica Ready',
+          NODE_READY_MS,
+          async () => {
+            const r = await kubectl(['-n', 'kube-system', 'get', 'deployment', 'coredns', '-o', 'jsonpath={.status.readyReplicas}']);
+            return Number(String(r.stdout)) >= 1;
+          },
+          { intervalMs: POLL_MS },
+        );
         corednsReadySeconds = (Date.now() - controllerStart) / 1000;
         log(`coredns-ready: ${corednsReadySeconds.toFixed(1)} s after the controller started`);
       }
       // Not timed: for the log, when the worker itself reported every component ready (kube-proxy and the agent may come after the Node is Ready).
-      await waitFor('worker ready', 30_000, 100, async () => phases.has('worker-ready')).catch(() => undefined);
+      await waitFor('worker ready', 30_000, async () => phases.has('worker-ready'), { intervalMs: 100 }).catch(() => undefined);
       // worker-rss-mb: the kctl worker process itself, idle.
       if (phases.has('worker-ready') && worker.child.pid) {
         await sleep(10_000);
@@ -194,14 +196,4 @@ function execedPid(pid: number): number {
   if (!readlinkSync(`/proc/${pid}/exe`).endsWith('nsenter')) return pid;
   const child = readFileSync(`/proc/${pid}/task/${pid}/children`, 'utf8').trim().split(/\s+/)[0];
   return child ? Number(child) : pid;
-}
-
-/** Polls `check` every `everyMs` until true; throws after `timeoutMs` or when `check` throws. */
-async function waitFor(what: string, timeoutMs: number, everyMs: number, check: () => Promise<boolean>, detail = (): string => ''): Promise<void> {
-  const end = Date.now() + timeoutMs;
-  for (;;) {
-    if (await withDeadline(what, Math.max(1, end - Date.now()) + 15_000, check())) return;
-    if (Date.now() > end) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}\n${detail()}`);
-    await sleep(everyMs);
-  }
 }

@@ -49,3 +49,27 @@ export async function freePorts(n: number): Promise<number[]> {
 export async function freePort(): Promise<number> {
   return (await freePorts(1))[0]!;
 }
+
+/** `n` consecutive ports free on all addresses right now, below the ephemeral range: the first. */
+export async function freePortRange(n: number): Promise<number> {
+  const pickTo = ephemeralStart() - n;
+  for (let attempt = 0; attempt < 100; attempt++) {
+    const first = PICK_FROM + Math.floor(Math.random() * (pickTo - PICK_FROM + 1));
+    const servers: Server[] = [];
+    try {
+      for (let p = first; p < first + n; p++) {
+        const s = createServer();
+        const bound = await new Promise<boolean>((r) => {
+          s.once('error', () => r(false));
+          s.listen(p, '0.0.0.0', () => r(true));
+        });
+        if (!bound) break;
+        servers.push(s);
+      }
+      if (servers.length === n) return first;
+    } finally {
+      await Promise.all(servers.map((s) => new Promise<void>((r) => s.close(() => r()))));
+    }
+  }
+  throw new Error(`no ${n} consecutive free ports found from ${PICK_FROM}`);
+}

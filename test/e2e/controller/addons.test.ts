@@ -11,7 +11,7 @@ import { controllerReady, labController, nodeReady, pinnedPod, startLabWorker, t
 import { selfSignedCert } from '../../helpers.ts';
 import { type LabHost } from '../lab/lab.ts';
 import { startLab } from '../lab/lab-test.ts';
-import { waitFor } from '../lab/wait.ts';
+import { waitFor } from '../../wait.ts';
 import { TESTTOOL_IMAGE, TESTTOOL_TAR, testtoolImage } from '../lab/testtool-image.ts';
 
 const WORKERS = ['wa', 'wb'] as const;

@@ -13,7 +13,7 @@ import { controllerReady, labController, nodeReady, runPinnedPod, startLabWorker
 import { requireKctl } from '../lab/kctl.ts';
 import { type LabHost } from '../lab/lab.ts';
 import { startLab } from '../lab/lab-test.ts';
-import { waitFor } from '../lab/wait.ts';
+import { waitFor } from '../../wait.ts';
 import { etcdRaw, sqliteRaw } from '../lab/datastore.ts';
 
 /** Creates a Secret and returns a check that reads it back through kube-apiserver. */

@@ -1,4 +1,5 @@
 // `kctl controller` with the real etcd / kine, kube-apiserver, scheduler and controller-manager.
+import { alive, waitFor, type WaitOptions } from '../../wait.ts';
 import assert from 'node:assert/strict';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { createHash } from 'node:crypto';
@@ -65,37 +66,24 @@ function startController(args: string[]): Running {
   return { proc, lines, exited };
 }
 
-async function waitFor(what: string, timeoutMs: number, check: () => boolean | Promise<boolean>, r?: Running): Promise<void> {
-  const end = Date.now() + timeoutMs;
-  while (Date.now() < end) {
-    if (await check()) return;
-    if (r && r.proc.exitCode !== null) break;
-    await sleep(500);
-  }
-  const tail = r
-    ? r.lines
+/** Waiting on a kctl this test started: a failure shows its last lines, and its exit ends the wait. */
+function whileRunning(r: Running): WaitOptions {
+  return {
+    stopIf: () => r.proc.exitCode !== null && `kctl exited (${r.proc.exitCode})`,
+    log: () =>
+      r.lines
         .slice(-15)
         .map((l) => JSON.stringify(l))
-        .join('\n')
-    : '';
-  throw new Error(`timed out waiting for ${what}\n${tail}`);
+        .join('\n'),
+  };
 }
 
-const ready = (r: Running) => waitFor('controller ready', 300_000, () => r.lines.some((l) => l.msg === 'controller ready'), r);
+const ready = (r: Running) => waitFor('controller ready', 300_000, () => r.lines.some((l) => l.msg === 'controller ready'), whileRunning(r));
 
 async function status(runDir: string): Promise<StatusReport> {
   const r = await kctl(['status', '-o', 'json', '--run-dir', runDir]);
   assert.equal(r.exitCode, 0, String(r.stderr));
   return JSON.parse(String(r.stdout)) as StatusReport;
-}
-
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch {
-    return false;
-  }
 }
 
 async function stopController(r: Running): Promise<number | null> {
@@ -145,7 +133,7 @@ async function controllerScenario(t: TestContext, storage: 'etcd' | 'kine', extr
   await ready(r);
   // dist/kctl carries the malloc-trim addon: once ready, the memory the start freed goes back.
   const isTrim = (l: Record<string, unknown>): boolean => l.msg === 'gave the heap memory the start freed back to the system';
-  await waitFor('the trim after the start', 10_000, () => r.lines.some(isTrim), r);
+  await waitFor('the trim after the start', 10_000, () => r.lines.some(isTrim), whileRunning(r));
   const trimmed = r.lines.find(isTrim)!;
   assert.ok(Number(trimmed.rssAfterMiB) <= Number(trimmed.rssBeforeMiB), JSON.stringify(trimmed));
 
@@ -240,15 +228,15 @@ async function controllerScenario(t: TestContext, storage: 'etcd' | 'kine', extr
       const c = (await status(runDir)).components.find((x) => x.name === 'kube-apiserver')!;
       return c.restarts >= 1 && c.state === 'running' && c.pid !== api.pid;
     },
-    r,
+    whileRunning(r),
   );
-  await waitFor('API back', 120_000, async () => String((await kubectl('get', '--raw', '/readyz')).stdout).trim() === 'ok', r);
+  await waitFor('API back', 120_000, async () => String((await kubectl('get', '--raw', '/readyz')).stdout).trim() === 'ok', whileRunning(r));
 
   // SIGTERM stops everything in reverse order (the status socket, started first, goes last),
   // exits 0, and leaves no child behind.
   const pids = (await status(runDir)).components.map((c) => c.pid).filter((p): p is number => !!p);
   assert.equal(await stopController(r), 0);
-  for (const pid of pids) assert.equal(alive(pid), false, `component pid ${pid} survived`);
+  for (const pid of pids) assert.equal(await alive(pid), false, `component pid ${pid} survived`);
   const stopOrder = r.lines.filter((l) => l.component === 'manager' && String(l.msg).startsWith('stopping ')).map((l) => l.msg);
   assert.deepEqual(stopOrder, [
     'stopping upgrade',
@@ -290,7 +278,7 @@ async function controllerScenario(t: TestContext, storage: 'etcd' | 'kine', extr
   const pids2 = (await status(runDir)).components.map((c) => c.pid).filter((p): p is number => !!p);
   r.proc.kill('SIGKILL');
   await r.exited;
-  await waitFor('children to die with kctl', 15_000, () => pids2.every((p) => !alive(p)));
+  await waitFor('children to die with kctl', 15_000, async () => (await Promise.all(pids2.map(alive))).every((a) => !a));
 
   // Stopped (here: killed, so its owner record and pid files are stale): reset removes everything
   // it made and says what.
@@ -353,7 +341,7 @@ describe('controller stopped while it starts', () => {
     for (const step of steps) {
       const r = startController(args);
       t.after(() => void r.proc.kill('SIGKILL'));
-      await waitFor(`starting ${step}`, 180_000, () => r.lines.some((l) => l.msg === `starting ${step}`), r);
+      await waitFor(`starting ${step}`, 180_000, () => r.lines.some((l) => l.msg === `starting ${step}`), whileRunning(r));
       r.proc.kill('SIGTERM');
       assert.equal(
         await stopController(r),

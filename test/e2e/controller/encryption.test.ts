@@ -11,7 +11,7 @@ import { parse } from 'yaml';
 import { controllerReady, labController, track, type Tracked } from '../lab/cluster.ts';
 import { etcdKeys, etcdRaw } from '../lab/datastore.ts';
 import { startLab } from '../lab/lab-test.ts';
-import { waitFor } from '../lab/wait.ts';
+import { waitFor } from '../../wait.ts';
 
 const PREFIX = 'k8s:enc:secretbox:v1:';
 

@@ -7,7 +7,7 @@ import { join } from 'node:path';
 import { test, type TestContext } from 'node:test';
 import { controllerReady, labController, track } from '../lab/cluster.ts';
 import { startLab } from '../lab/lab-test.ts';
-import { waitFor } from '../lab/wait.ts';
+import { waitFor } from '../../wait.ts';
 
 const configMap = (name: string, value: string, namespace?: string) =>
   `apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: ${name}\n${namespace ? `  namespace: ${namespace}\n` : ''}data:\n  value: "${value}"\n`;

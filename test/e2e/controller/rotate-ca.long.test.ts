@@ -15,7 +15,7 @@ import { parse } from 'yaml';
 import { controllerReady, labController, probeKubectl, runPinnedPod, startIsolatedWorker, track } from '../lab/cluster.ts';
 import type { LabHost } from '../lab/lab.ts';
 import { startLab } from '../lab/lab-test.ts';
-import { waitFor } from '../lab/wait.ts';
+import { waitFor } from '../../wait.ts';
 import { nodeCert } from '../lab/node-cert.ts';
 import { unvouched } from '../../../src/pki/index.ts';
 import { logsAndExec, longestFailureStreak, type ProbeResult } from '../lab/probe.ts';

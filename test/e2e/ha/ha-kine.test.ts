@@ -17,7 +17,7 @@ import { HaLab, type LabCtl } from '../lab/ha-lab.ts';
 import { controllerLeaseName } from '../../../src/kube/controller-leases.ts';
 import { startLab } from '../lab/lab-test.ts';
 import { startPostgres } from '../lab/postgres.ts';
-import { waitFor } from '../lab/wait.ts';
+import { waitFor } from '../../wait.ts';
 
 // 8.4 min in a full run with the long tests beside it (2026-11-27), near the run's 10-minute
 // default: its own bound, against a hang only.

@@ -27,7 +27,7 @@ import type { WorkerStatusReport } from '../../../src/worker/index.ts';
 import { killControllerProcesses, nodeReady, runPinnedPod, startLabWorker, type Tracked } from '../lab/cluster.ts';
 import { HaLab, type LabCtl } from '../lab/ha-lab.ts';
 import { startLab } from '../lab/lab-test.ts';
-import { waitFor } from '../lab/wait.ts';
+import { waitFor } from '../../wait.ts';
 
 // 6-8 minutes here beside another test; beside the main run on a loaded CI machine it ran out of
 // ten, and beside the tenants e2e it took 13.5 (2026-11-28).

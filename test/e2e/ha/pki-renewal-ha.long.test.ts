@@ -25,7 +25,7 @@ import { nodeReady, probeKubectl, runPinnedPod, startLabWorker, type Tracked } f
 import { HaLab, type LabCtl } from '../lab/ha-lab.ts';
 import type { LabHost } from '../lab/lab.ts';
 import { startLab } from '../lab/lab-test.ts';
-import { waitFor } from '../lab/wait.ts';
+import { waitFor } from '../../wait.ts';
 import { logsAndExec } from '../lab/probe.ts';
 
 const MAX_RUN_MS = Number(process.env.KCTL_PKI_RENEWAL_MINUTES ?? 25) * 60_000;

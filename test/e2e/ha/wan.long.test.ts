@@ -26,7 +26,7 @@ import type { LabHost } from '../lab/lab.ts';
 import { startLab } from '../lab/lab-test.ts';
 import { startPostgres } from '../lab/postgres.ts';
 import { logsAndExec, longestFailureStreak, type ProbeResult } from '../lab/probe.ts';
-import { waitFor } from '../lab/wait.ts';
+import { waitFor } from '../../wait.ts';
 import { wan } from '../lab/wan.ts';
 
 const PARTITION_MS = 30_000;
@@ -267,9 +267,9 @@ test('over an edge link: a 30 s partition keeps the node Ready and exec works ag
   const longCut = Date.now();
   const readyOf = async () => String((await kubectl(['get', 'node', 'w1', '-o', `jsonpath=${NODE_READY_JSONPATH}`])).stdout);
   String((await kubectl(['get', 'node', 'w1', '-o', `jsonpath=${'{.status.conditions[?(@.type=="Ready")].status}'}`])).stdout);
-  await waitFor('w1 turns Unknown', 120_000, async () => (await readyOf()) === 'Unknown', undefined, 1_000);
+  await waitFor('w1 turns Unknown', 120_000, async () => (await readyOf()) === 'Unknown', { intervalMs: 1_000 });
   const unknownAfter = Date.now() - longCut;
-  await waitFor('p-short evicted', 180_000, async () => /\/.+/.test(await uid('p-short')), undefined, 1_000);
+  await waitFor('p-short evicted', 180_000, async () => /\/.+/.test(await uid('p-short')), { intervalMs: 1_000 });
   const evictedAfter = Date.now() - longCut;
   await new Promise((r) => setTimeout(r, Math.max(0, 300_000 - (Date.now() - longCut))));
   assert.equal(await uid('p-w1'), keptUid, 'the pod with the default toleration was evicted during a 5-minute partition');
@@ -277,7 +277,7 @@ test('over an edge link: a 30 s partition keeps the node Ready and exec works ag
   t.diagnostic(
     `5-minute partition of w1: Unknown after ${(unknownAfter / 1000).toFixed(0)} s, the 30 s-toleration pod evicted after ${(evictedAfter / 1000).toFixed(0)} s, the default pod kept`,
   );
-  await waitFor('w1 Ready again', 120_000, async () => (await readyOf()) === 'True', undefined, 1_000);
+  await waitFor('w1 Ready again', 120_000, async () => (await readyOf()) === 'True', { intervalMs: 1_000 });
   assert.equal(await uid('p-w1'), keptUid, 'the pod with the default toleration is still there after the heal');
   // Ready comes through the API balancer; the tunnel may come back a little later (within the
   // same bound as after the 30 s partition).
@@ -291,16 +291,18 @@ test('over an edge link: a 30 s partition keeps the node Ready and exec works ag
       for (const r of results.filter((r) => !r.ok)) afterLongHeal.push(`${((r.at - longHealedAt) / 1000).toFixed(1)} s after Ready: ${r.what}`);
       return results.every((r) => r.ok);
     },
-    () =>
-      [
-        ...afterLongHeal.slice(-8),
-        "w1's konnectivity agent and API balancer since the heal:",
-        ...procs
-          .w1!.lines(/konnectivity-agent|api-balancer/)
-          .filter((l) => loggedSince(l, longHealedAt - 60_000))
-          .slice(-30),
-      ].join('\n'),
-    1_000,
+    {
+      log: () =>
+        [
+          ...afterLongHeal.slice(-8),
+          "w1's konnectivity agent and API balancer since the heal:",
+          ...procs
+            .w1!.lines(/konnectivity-agent|api-balancer/)
+            .filter((l) => loggedSince(l, longHealedAt - 60_000))
+            .slice(-30),
+        ].join('\n'),
+      intervalMs: 1_000,
+    },
   );
   t.diagnostic(
     `after the 5-minute partition: w1 Ready and its pod answering logs and exec ${((Date.now() - longHealedAt) / 1000).toFixed(1)} s after Ready`,

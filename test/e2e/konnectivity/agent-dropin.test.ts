@@ -11,7 +11,8 @@ import { test } from 'node:test';
 import { execa } from 'execa';
 import { dialViaProxy } from '../../../src/konnectivity/client.ts';
 import { tempDir } from '../../helpers.ts';
-import { echoServer, readN, waitFor } from '../../unit/konnectivity/fixtures.ts';
+import { echoServer, readN } from '../../unit/konnectivity/fixtures.ts';
+import { waitFor } from '../../wait.ts';
 import {
   assertSameFamilies,
   get,
@@ -43,7 +44,7 @@ async function upstreamServer(t: T, f: Files, name: string, agentPort: number): 
     `--server-id=${name}`,
     '--server-count=1',
   ]);
-  await waitFor(`upstream server ${name}`, () => existsSync(uds), 30_000).catch((err: Error) => {
+  await waitFor(`upstream server ${name}`, 30_000, () => existsSync(uds)).catch((err: Error) => {
     throw new Error(`${err.message}\n${proc.output()}`);
   });
   return { uds, proc };
@@ -105,13 +106,8 @@ test(
     const upAgent = start(t, upstreamBin()['proxy-agent'], agentArgs(f, agentPorts.up, health.up, admin.up, 'agent-up'));
     const kcAgent = start(t, requireKctl(), ['konnectivity-agent', ...agentArgs(f, agentPorts.kc, health.kc, admin.kc, 'agent-kc')]);
     const outputs = () => `\nupstream agent:\n${upAgent.output()}\nkctl agent:\n${kcAgent.output()}`;
-    await waitFor(
-      'both health ports',
-      async () =>
-        (await Promise.all([health.up, health.kc].map((p) => get(`http://127.0.0.1:${p}/healthz`).catch(() => null)))).every(
-          (r) => r?.status === 200,
-        ),
-      30_000,
+    await waitFor('both health ports', 30_000, async () =>
+      (await Promise.all([health.up, health.kc].map((p) => get(`http://127.0.0.1:${p}/healthz`).catch(() => null)))).every((r) => r?.status === 200),
     ).catch((err: Error) => {
       throw new Error(`${err.message}${outputs()}`);
     });
@@ -124,10 +120,8 @@ test(
 
     // Each agent gets its own upstream server, configured alike.
     const servers = { up: await upstreamServer(t, f, 'server-up', agentPorts.up), kc: await upstreamServer(t, f, 'server-kc', agentPorts.kc) };
-    await waitFor(
-      'both agents ready',
-      async () => (await Promise.all([health.up, health.kc].map((p) => get(`http://127.0.0.1:${p}/readyz`)))).every((r) => r.status === 200),
-      60_000,
+    await waitFor('both agents ready', 60_000, async () =>
+      (await Promise.all([health.up, health.kc].map((p) => get(`http://127.0.0.1:${p}/readyz`)))).every((r) => r.status === 200),
     ).catch((err: Error) => {
       throw new Error(`${err.message}${outputs()}`);
     });
@@ -232,7 +226,7 @@ test(
     const server = await upstreamServer(t, f, 'server-drain', agentPort);
     const ports = { a: [await freePort(), await freePort()], b: [await freePort(), await freePort()] };
     const a = start(t, requireKctl(), ['konnectivity-agent', ...agentArgs(f, agentPort, ports.a[0]!, ports.a[1]!, 'agent-a'), '--debug']);
-    await waitFor('agent a ready', async () => (await get(`http://127.0.0.1:${ports.a[0]}/readyz`).catch(() => null))?.status === 200, 60_000).catch(
+    await waitFor('agent a ready', 60_000, async () => (await get(`http://127.0.0.1:${ports.a[0]}/readyz`).catch(() => null))?.status === 200).catch(
       (err: Error) => {
         throw new Error(`${err.message}\n${a.output()}\n${server.proc.output()}`);
       },
@@ -258,15 +252,15 @@ test(
 
     // A second agent, upstream's, for the server to send new dials to.
     const b = start(t, upstreamBin()['proxy-agent'], agentArgs(f, agentPort, ports.b[0]!, ports.b[1]!, 'agent-b'));
-    await waitFor('agent b ready', async () => (await get(`http://127.0.0.1:${ports.b[0]}/readyz`).catch(() => null))?.status === 200, 60_000);
+    await waitFor('agent b ready', 60_000, async () => (await get(`http://127.0.0.1:${ports.b[0]}/readyz`).catch(() => null))?.status === 200);
     const metricsOf = async (p: number[]) => (await get(`http://127.0.0.1:${p[0]}/metrics`)).body;
     const dialsDone = 'konnectivity_network_proxy_agent_dial_duration_seconds_count';
     const [aBefore, bBefore] = [sample(await metricsOf(ports.a), dialsDone), sample(await metricsOf(ports.b), dialsDone)];
     assert.equal(aBefore, 1);
 
     a.child.kill('SIGTERM');
-    await waitFor('agent a draining', () => /draining; send it again to stop/.test(a.output()), 10_000);
-    await waitFor('DRAIN sent', () => /"type":"DRAIN"|draining: new dials go to other agents/.test(a.output()), 10_000);
+    await waitFor('agent a draining', 10_000, () => /draining; send it again to stop/.test(a.output()));
+    await waitFor('DRAIN sent', 10_000, () => /"type":"DRAIN"|draining: new dials go to other agents/.test(a.output()));
     await new Promise((r) => setTimeout(r, 500)); // the server reads DRAIN from the stream
     for (let i = 0; i < 10; i++) {
       const tn = await dialViaProxy({ udsPath: server.uds, address: echo.address });
@@ -299,7 +293,7 @@ test(
       ctl.child.kill('SIGTERM');
       await ctl.exited;
     });
-    await waitFor('tenant ready', () => ctl.child.exitCode !== null || ctl.saw('"msg":"controller ready"'), 240_000);
+    await waitFor('tenant ready', 240_000, () => ctl.child.exitCode !== null || ctl.saw('"msg":"controller ready"'));
     assert.equal(ctl.child.exitCode, null, ctl.log());
     const kubeconfig = join(f.dir, 'data', 'tenants', 'leases', 'pki', 'admin.conf');
     const now = Date.now();
@@ -332,7 +326,7 @@ test(
     const kc = start(t, requireKctl(), ['konnectivity-agent', ...args(ports.kc[0]!, ports.kc[1]!, 'lease-kc')]);
     const known = 'konnectivity_network_proxy_agent_known_server_count';
     const count = async (p: number[]) => sample((await get(`http://127.0.0.1:${p[0]}/metrics`).catch(() => ({ body: '' }))).body, known);
-    await waitFor('both agents count 2 servers', async () => (await count(ports.up)) === 2 && (await count(ports.kc)) === 2, 60_000).catch(
+    await waitFor('both agents count 2 servers', 60_000, async () => (await count(ports.up)) === 2 && (await count(ports.kc)) === 2).catch(
       async (err: Error) => {
         throw new Error(`${err.message}: upstream ${await count(ports.up)}, kctl ${await count(ports.kc)}\n${up.output()}\n${kc.output()}`);
       },
@@ -344,7 +338,7 @@ test(
     // A third server's lease appears: both follow it.
     const more = await kctl([...root, '--name', 'leases', 'kubectl', 'apply', '-f', '-'], { input: JSON.stringify(lease('server-3', 0, 3600)) });
     assert.equal(more.exitCode, 0, String(more.stderr));
-    await waitFor('both agents count 3 servers', async () => (await count(ports.up)) === 3 && (await count(ports.kc)) === 3, 60_000);
+    await waitFor('both agents count 3 servers', 60_000, async () => (await count(ports.up)) === 3 && (await count(ports.kc)) === 3);
   },
 );
 

@@ -15,7 +15,7 @@ import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { before, test } from 'node:test';
 import { cancelCounts, goDriver, type CancelCounts } from '../../../bench/go-driver.ts';
-import { waitFor } from '../../unit/konnectivity/fixtures.ts';
+import { waitFor } from '../../wait.ts';
 import { get, grpcServerFlags, pkiFiles, sample, start, type Files, type T } from '../lab/dropin.ts';
 import { requireKctl } from '../lab/kctl.ts';
 import { freePort } from '../../ports.ts';
@@ -61,8 +61,8 @@ async function startStack(t: T, f: Files, name: Stack['name']): Promise<Stack> {
   const agent = name === 'kctl' ? start(t, requireKctl(), ['konnectivity-agent', ...agentArgs]) : start(t, bin['proxy-agent'], agentArgs);
   await waitFor(
     `${name} server ready with its agent`,
-    async () => existsSync(uds) && (await get(`http://127.0.0.1:${serverHealth}/readyz`).catch(() => null))?.status === 200,
     60_000,
+    async () => existsSync(uds) && (await get(`http://127.0.0.1:${serverHealth}/readyz`).catch(() => null))?.status === 200,
   ).catch((err: Error) => {
     throw new Error(`${err.message}\nserver:\n${server.output()}\nagent:\n${agent.output()}`);
   });
@@ -149,13 +149,9 @@ test(
     const kctl = stacks[0]!;
     const empty = { proxyStreams: 0, pendingDials: 0, established: 0, targetConnections: 0 };
     let last = {};
-    await waitFor(
-      'kctl tables empty',
-      async () => {
-        last = await tables(kctl);
-        return JSON.stringify(last) === JSON.stringify(empty);
-      },
-      10_000,
-    ).catch(() => assert.deepEqual(last, empty, 'kctl: a Proxy stream, dial or connection left after the cancels'));
+    await waitFor('kctl tables empty', 10_000, async () => {
+      last = await tables(kctl);
+      return JSON.stringify(last) === JSON.stringify(empty);
+    }).catch(() => assert.deepEqual(last, empty, 'kctl: a Proxy stream, dial or connection left after the cancels'));
   },
 );

@@ -10,7 +10,7 @@ import { selfSignedCert } from '../../helpers.ts';
 import { kctl, requireKctl } from '../lab/kctl.ts';
 import { startLab } from '../lab/lab-test.ts';
 import { kubeletServingCert, nodeCert } from '../lab/node-cert.ts';
-import { waitFor } from '../lab/wait.ts';
+import { waitFor } from '../../wait.ts';
 
 test("kube-apiserver reaches an isolated node-side server only through the agent's tunnel", async (t) => {
   const { lab, dir } = await startLab(t, 'kn', ['ctl', 'edge']);

@@ -16,7 +16,8 @@ import { KonnectivityAgent } from '../../../src/konnectivity/agent/agent.ts';
 import { tempDir } from '../../helpers.ts';
 import { freePort } from '../../ports.ts';
 import { upstreamBin } from '../lab/upstream.ts';
-import { echoServer, FakeNodes, makePki, quietLogger, readN, startAgent, startServer, udsOf, waitFor } from '../../unit/konnectivity/fixtures.ts';
+import { echoServer, FakeNodes, makePki, quietLogger, readN, startAgent, startServer, udsOf } from '../../unit/konnectivity/fixtures.ts';
+import { waitFor } from '../../wait.ts';
 
 type T = { after: (fn: () => Promise<void> | void) => void };
 /** Starts an upstream binary; its output is kept for failure messages; killed after the test. */
@@ -118,7 +119,7 @@ test('upstream proxy-agent -> kctl server: GRPC and HTTP-CONNECT frontends carry
     '--sync-interval',
     '200ms',
   ]);
-  const seen = await waitFor('upstream agent connected', () => server.snapshot().agents[0], 60_000).catch((err: Error) => {
+  const seen = await waitFor('upstream agent connected', 60_000, () => server.snapshot().agents[0]).catch((err: Error) => {
     throw new Error(`${err.message}\n${agent.output()}`);
   });
   assert.equal(seen.id, 'system:node:upstream-node', 'an agent is its certificate');
@@ -130,7 +131,7 @@ test('upstream proxy-agent -> kctl server: GRPC and HTTP-CONNECT frontends carry
     agentId: 'kctl-node',
     identifiers: { host: ['kctl-node', 'other-node'], ipv4: ['127.0.0.2', '127.0.0.9'], cidr: ['127.0.0.0/8'], defaultRoute: true },
   });
-  const kctlSeen = await waitFor('kctl agent connected', () => server.snapshot().agents.find((a) => a.id === 'system:node:kctl-node'));
+  const kctlSeen = await waitFor('kctl agent connected', 10_000, () => server.snapshot().agents.find((a) => a.id === 'system:node:kctl-node'));
   assert.deepEqual(seen.accepted, { host: ['upstream-node'], ipv4: ['127.0.0.1'], ipv6: [], cidr: [], defaultRoute: false });
   assert.deepEqual(kctlSeen.accepted, { host: ['kctl-node'], ipv4: ['127.0.0.2'], ipv6: [], cidr: [], defaultRoute: false });
   assert.deepEqual(seen.dropped, kctlSeen.dropped);
@@ -139,7 +140,7 @@ test('upstream proxy-agent -> kctl server: GRPC and HTTP-CONNECT frontends carry
     ['cidr=127.0.0.0/8', 'default-route=true', 'host=other-node', 'ipv4=127.0.0.9'],
   );
   await twin.stop({ drain: false });
-  await waitFor('kctl agent gone', () => server.snapshot().agents.length === 1);
+  await waitFor('kctl agent gone', 10_000, () => server.snapshot().agents.length === 1);
 
   const uds = udsOf(server);
   const echo = await echoServer(t);
@@ -198,11 +199,11 @@ test('upstream proxy-agent -> kctl server: GRPC and HTTP-CONNECT frontends carry
   t.diagnostic(`stalled reader cut after ${written} bytes written`);
   // The CLOSE_RSP with the reason comes behind the bytes already on their way to the client.
   stalled.resume();
-  await waitFor('stalled client read to its end', () => stalled.readableEnded, 60_000);
+  await waitFor('stalled client read to its end', 60_000, () => stalled.readableEnded);
   assert.match(String(stalled.closeError), /^client is not reading: more than 1048576 bytes buffered/);
   await echoRoundTrip(uds.grpc, echo.address, 64 * 1024);
   stalled.destroy();
-  await waitFor('tables empty', () => server.snapshot().establishedConnections === 0 && server.snapshot().pendingDials === 0, 15_000);
+  await waitFor('tables empty', 15_000, () => server.snapshot().establishedConnections === 0 && server.snapshot().pendingDials === 0);
   assert.equal(server.snapshot().agents.length, 1, 'the upstream agent is still connected');
 });
 
@@ -246,7 +247,7 @@ test('kctl agent -> upstream proxy-server: plain protocol, real bytes', { timeou
     '--server-count',
     '1',
   ]);
-  await waitFor('upstream server listening', () => existsSync(uds), 30_000).catch((err: Error) => {
+  await waitFor('upstream server listening', 30_000, () => existsSync(uds)).catch((err: Error) => {
     throw new Error(`${err.message}\n${server.output()}`);
   });
 
@@ -268,7 +269,7 @@ test('kctl agent -> upstream proxy-server: plain protocol, real bytes', { timeou
   const held = agent.snapshot().servers[0];
   assert.equal(held?.serverId, 'upstream-1');
   assert.deepEqual(held?.extensions, [], 'an upstream server does not answer the kctl extension');
-  await waitFor('upstream /readyz ok', async () => (await fetch(`http://127.0.0.1:${healthPort}/readyz`).catch(() => null))?.status === 200, 30_000);
+  await waitFor('upstream /readyz ok', 30_000, async () => (await fetch(`http://127.0.0.1:${healthPort}/readyz`).catch(() => null))?.status === 200);
 
   const echo = await echoServer(t);
   await echoRoundTrip(uds, echo.address, 4 * 1024 * 1024 + 3);
@@ -288,7 +289,7 @@ test('kctl agent -> upstream proxy-server: plain protocol, real bytes', { timeou
   ]);
   await waitFor(
     'agent tables empty',
-    () => agent.snapshot().servers[0]?.connections === 0 && agent.snapshot().servers[0]?.pendingDials === 0,
     15_000,
+    () => agent.snapshot().servers[0]?.connections === 0 && agent.snapshot().servers[0]?.pendingDials === 0,
   );
 });

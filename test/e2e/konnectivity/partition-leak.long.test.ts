@@ -31,7 +31,7 @@ import type { ProcessStats } from '../../../bench/stats-line.ts';
 import { dialViaProxy } from '../../../src/konnectivity/index.ts';
 import type { LabHost } from '../lab/lab.ts';
 import { startLab } from '../lab/lab-test.ts';
-import { waitFor } from '../lab/wait.ts';
+import { waitFor } from '../../wait.ts';
 import { wan } from '../lab/wan.ts';
 
 /**
@@ -124,7 +124,7 @@ test('1,000 partition/heal cycles of one agent leave no connection, descriptor o
   await agent.ready;
   const logs = () => `server:\n${server.log()}\nagent:\n${agent.log()}`;
   const connected = async () => (await agent.stats()).tables.servers === 1 && (await server.stats()).tables.agents === 1;
-  await waitFor('the agent connected', 30_000, connected, logs, 50);
+  await waitFor('the agent connected', 30_000, connected, { log: logs, intervalMs: 50 });
 
   const address = `${wrk.ip}:${ECHO_PORT}`;
   let baseline: { server: ProcessStats; agent: ProcessStats } | undefined;
@@ -138,7 +138,7 @@ test('1,000 partition/heal cycles of one agent leave no connection, descriptor o
     for (let attempt = 1; !tn; attempt++) {
       const retry = async (why: string) => {
         if (attempt >= 3) throw new Error(`cycle ${i}: before the partition: ${why}\n${logs()}`);
-        await waitFor(`cycle ${i}: connected again before the dial`, 20_000, connected, logs, 20);
+        await waitFor(`cycle ${i}: connected again before the dial`, 20_000, connected, { log: logs, intervalMs: 20 });
         return undefined;
       };
       tn = await dialViaProxy({ udsPath: uds, address }).catch((err: unknown) => retry(`dial: ${String(err)}`));
@@ -169,17 +169,22 @@ test('1,000 partition/heal cycles of one agent leave no connection, descriptor o
       },
       () => 'failed',
     );
-    await waitFor(`cycle ${i}: the agent noticed the silence`, 20_000, async () => (await agent.stats()).tables.servers === 0, logs, 20);
+    await waitFor(`cycle ${i}: the agent noticed the silence`, 20_000, async () => (await agent.stats()).tables.servers === 0, {
+      log: logs,
+      intervalMs: 20,
+    });
     if (i % SERVER_DETECTS_EVERY === 0)
-      await waitFor(`cycle ${i}: the server noticed the silence`, 20_000, async () => (await server.stats()).tables.agents === 0, logs, 20);
+      await waitFor(`cycle ${i}: the server noticed the silence`, 20_000, async () => (await server.stats()).tables.agents === 0, {
+        log: logs,
+        intervalMs: 20,
+      });
     await link.partition(false);
-    await waitFor(`cycle ${i}: reconnected, the old stream gone`, 20_000, connected, logs, 20);
+    await waitFor(`cycle ${i}: reconnected, the old stream gone`, 20_000, connected, { log: logs, intervalMs: 20 });
     await waitFor(
       `cycle ${i}: the open tunnel ended on the client's side`,
       20_000,
       async () => tn.destroyed || (await Promise.race([ended.then(() => true), new Promise((r) => setTimeout(() => r(false), 10))])),
-      logs,
-      20,
+      { log: logs, intervalMs: 20 },
     );
     // A dial asked for during the silence fails (its agent's stream is gone) or, made after the heal, works; it never hangs.
     const outcome = await Promise.race([during, new Promise((r) => setTimeout(() => r('hung'), 15_000))]);
@@ -189,7 +194,7 @@ test('1,000 partition/heal cycles of one agent leave no connection, descriptor o
     if (i === WARMUP) {
       baseline = { server: await server.stats(true), agent: await agent.stats(true) };
       // A full collection can stall a process past the 200 ms keepalive bound: start the next cycle connected.
-      await waitFor('connected after the baseline', 20_000, connected, logs, 20);
+      await waitFor('connected after the baseline', 20_000, connected, { log: logs, intervalMs: 20 });
     }
     if (i % 100 === 0) {
       const [s, a] = [await server.stats(), await agent.stats()];
@@ -203,7 +208,7 @@ test('1,000 partition/heal cycles of one agent leave no connection, descriptor o
   // Tables settle at once; give descriptors of the last closes a moment.
   await new Promise((r) => setTimeout(r, 2_000));
   const end = { server: await server.stats(true), agent: await agent.stats(true) };
-  await waitFor('connected after the collection', 20_000, connected, logs, 20);
+  await waitFor('connected after the collection', 20_000, connected, { log: logs, intervalMs: 20 });
   const tables = { server: (await server.stats()).tables, agent: (await agent.stats()).tables };
   assert.deepEqual(tables.server, { agents: 1, established: 0, pending: 0, closing: 0 }, 'server tables after the cycles');
   assert.deepEqual(tables.agent, { servers: 1, targets: 0, dials: 0, windowGrowth: 0 }, 'agent tables after the cycles');

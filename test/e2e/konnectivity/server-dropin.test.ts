@@ -14,7 +14,8 @@ import { test } from 'node:test';
 import { execa } from 'execa';
 import { dialViaProxy } from '../../../src/konnectivity/client.ts';
 import { tempDir } from '../../helpers.ts';
-import { echoServer, readN, waitFor } from '../../unit/konnectivity/fixtures.ts';
+import { echoServer, readN } from '../../unit/konnectivity/fixtures.ts';
+import { waitFor } from '../../wait.ts';
 import { track } from '../lab/cluster.ts';
 import { assertSameFamilies, get, helpFlags, pkiFiles, sample, series, start, type Files, type Proc, type T } from '../lab/dropin.ts';
 import { kctl, requireKctl, ownHostState } from '../lab/kctl.ts';
@@ -116,13 +117,13 @@ test(
     const outputs = () => `\nupstream server:\n${up.output()}\nkctl server:\n${kc.output()}`;
     await waitFor(
       'both servers listening',
+      30_000,
       async () =>
         existsSync(uds.up) &&
         existsSync(uds.kc) &&
         (await Promise.all([ports.up.health, ports.kc.health].map((p) => get(`http://127.0.0.1:${p}/healthz`).catch(() => null)))).every(
           (r) => r?.status === 200,
         ),
-      30_000,
     ).catch((err: Error) => {
       throw new Error(`${err.message}${outputs()}`);
     });
@@ -136,11 +137,8 @@ test(
     // A kctl agent on each (upstream's rules: any certificate of --cluster-ca-cert is an agent).
     await kctlAgent(t, f, ports.up.agent, 'agent-up');
     await kctlAgent(t, f, ports.kc.agent, 'agent-kc');
-    await waitFor(
-      'both servers ready',
-      async () =>
-        (await Promise.all([ports.up.health, ports.kc.health].map((p) => get(`http://127.0.0.1:${p}/readyz`)))).every((r) => r.status === 200),
-      60_000,
+    await waitFor('both servers ready', 60_000, async () =>
+      (await Promise.all([ports.up.health, ports.kc.health].map((p) => get(`http://127.0.0.1:${p}/readyz`)))).every((r) => r.status === 200),
     ).catch((err: Error) => {
       throw new Error(`${err.message}${outputs()}`);
     });
@@ -163,10 +161,8 @@ test(
     const scrape = async (port: number) => (await get(`http://127.0.0.1:${port}/metrics`)).body;
     // A failed dial's Proxy stream ends when the client cancels it: let both servers see that.
     const proxyStreams = async (port: number) => series(await scrape(port), 'konnectivity_network_proxy_server_grpc_connections');
-    await waitFor(
-      'only the held Proxy streams left',
-      async () => (await proxyStreams(ports.up.health)).includes('konnectivity_network_proxy_server_grpc_connections{service_method="Proxy"} 1'),
-      10_000,
+    await waitFor('only the held Proxy streams left', 10_000, async () =>
+      (await proxyStreams(ports.up.health)).includes('konnectivity_network_proxy_server_grpc_connections{service_method="Proxy"} 1'),
     );
     const texts = { up: { health: await scrape(ports.up.health), admin: await scrape(ports.up.admin) }, kc: { health: '', admin: '' } };
     texts.kc = { health: await scrape(ports.kc.health), admin: await scrape(ports.kc.admin) };
@@ -299,7 +295,7 @@ test(
       }),
     );
     for (const tn of tenants) {
-      await waitFor(`tenant ${tn.name} ready`, () => tn.ctl.child.exitCode !== null || tn.ctl.saw('"msg":"controller ready"'), 240_000);
+      await waitFor(`tenant ${tn.name} ready`, 240_000, () => tn.ctl.child.exitCode !== null || tn.ctl.saw('"msg":"controller ready"'));
       assert.equal(tn.ctl.child.exitCode, null, tn.ctl.log());
     }
     const kubectl = (name: string, args: string[], input?: string) => kctl([...root, '--name', name, 'kubectl', ...args], input ? { input } : {});
@@ -352,7 +348,7 @@ test(
           '--enable-lease-controller=true',
         );
       const server = start(t, requireKctl(), ['konnectivity-server', ...args]);
-      await waitFor(`${tn.mode} server listening`, () => existsSync(tn.uds), 30_000).catch((err: Error) => {
+      await waitFor(`${tn.mode} server listening`, 30_000, () => existsSync(tn.uds)).catch((err: Error) => {
         throw new Error(`${err.message}\n${server.output()}`);
       });
       const proxied = () => kubectl(tn.name, ['get', '--raw', `/api/v1/nodes/http:edge1:${port}/proxy/hello`]);
@@ -376,8 +372,8 @@ test(
             : upstreamAgent(t, f, ports.agent, `${which}-${tn.mode}`, agentPorts, auth);
         await waitFor(
           `${tn.mode}: ${which} agent connected`,
-          async () => (await get(`http://127.0.0.1:${ports.health}/readyz`)).status === 200,
           60_000,
+          async () => (await get(`http://127.0.0.1:${ports.health}/readyz`)).status === 200,
         ).catch((err: Error) => {
           throw new Error(`${err.message}\nserver:\n${server.output()}\nagent:\n${agent.output()}`);
         });
@@ -395,7 +391,7 @@ test(
         await new Promise((r) => setTimeout(r, 300));
         agent.child.kill('SIGTERM');
         assert.equal(await agent.exited, 0, agent.output());
-        await waitFor(`${tn.mode}: ${which} agent gone`, async () => (await get(`http://127.0.0.1:${ports.health}/readyz`)).status === 500, 30_000);
+        await waitFor(`${tn.mode}: ${which} agent gone`, 30_000, async () => (await get(`http://127.0.0.1:${ports.health}/readyz`)).status === 500);
       }
 
       if (withTokens) {
@@ -410,10 +406,8 @@ test(
         const wrong = join(f.dir, 'wrong.token');
         await writeFile(wrong, String(other.stdout).trim(), { mode: 0o600 });
         await kctlAgent(t, f, ports.agent, 'wrong-sa', { token: wrong });
-        await waitFor(
-          'the wrong service account refused',
-          () => /system:serviceaccount:default:default is not system:serviceaccount:kube-system:konnectivity-agent/.test(server.output()),
-          30_000,
+        await waitFor('the wrong service account refused', 30_000, () =>
+          /system:serviceaccount:default:default is not system:serviceaccount:kube-system:konnectivity-agent/.test(server.output()),
         );
         assert.equal((await get(`http://127.0.0.1:${ports.health}/readyz`)).status, 500);
       }

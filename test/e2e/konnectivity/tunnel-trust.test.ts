@@ -25,7 +25,7 @@ import { workerPaths } from '../../../src/worker/paths.ts';
 import { pkiPaths } from '../../../src/pki/index.ts';
 import { upstreamBin } from '../lab/upstream.ts';
 import { podStory } from '../lab/probe.ts';
-import { waitFor } from '../lab/wait.ts';
+import { waitFor } from '../../wait.ts';
 import { selfSignedCert } from '../../helpers.ts';
 
 const ROUNDS = 50;
@@ -514,7 +514,7 @@ test('a compromised node and a leaked worker token get nothing of anyone else; i
   };
   const follows = async (ip: string, what: string) => {
     const from = Date.now();
-    await waitFor(what, 30_000, async () => (await agent('system:node:x2'))?.accepted.ipv4.join() === ip, undefined, 250);
+    await waitFor(what, 30_000, async () => (await agent('system:node:x2'))?.accepted.ipv4.join() === ip, { intervalMs: 250 });
     t.diagnostic(`${what}: ${Date.now() - from} ms after the Node changed`);
   };
   const throughX2 = async (n: number) => {

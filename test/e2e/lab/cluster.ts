@@ -10,7 +10,7 @@ import { kubeletCgroupRoot, removeCgroupRoot } from '../../../src/worker/kubelet
 import { workerPaths } from '../../../src/worker/paths.ts';
 import type { ControllerStatusReport } from '../../../src/controller/leases/status.ts';
 import type { Lab, LabHost } from './lab.ts';
-import { waitFor } from './wait.ts';
+import { waitFor } from '../../wait.ts';
 
 export interface Tracked {
   child: ChildProcess;

@@ -12,7 +12,7 @@ import { decodeToken } from '../../../src/join/token.ts';
 import { controllerLeaseName } from '../../../src/kube/controller-leases.ts';
 import { killControllerProcesses, track, type Tracked } from './cluster.ts';
 import type { LabHost } from './lab.ts';
-import { waitFor } from './wait.ts';
+import { waitFor } from '../../wait.ts';
 
 export interface LabCtl {
   host: LabHost;
@@ -163,8 +163,7 @@ export class HaLab {
       `exec in ${pod} through ${c.host.name}`,
       o.timeoutMs ?? 30_000,
       async () => (String((await this.kubectl(c, ['exec', pod, '--', 'echo', 'survived'])).stdout).trim() === 'survived' ? Date.now() : undefined),
-      undefined,
-      o.intervalMs,
+      { intervalMs: o.intervalMs },
     );
   }
 

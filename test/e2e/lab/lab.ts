@@ -13,6 +13,7 @@
 // move a host's veth end from br0 behind a WAN emulator, also in the switch namespace (lab.sw).
 // Commands enter a host with `nsenter --net=/run/netns/NAME` (not `ip netns exec`, which
 // remounts /sys and hides the cgroup mounts kubelet and runc need).
+import { alive } from '../../wait.ts';
 import { spawn, type ChildProcess, type SpawnOptions } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -94,15 +95,6 @@ async function labNamespaces(lab: string): Promise<string[]> {
     .filter((n) => n.startsWith(`kctl-${lab}-`));
 }
 
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch {
-    return false;
-  }
-}
-
 /** Kills a process group we started (detached), then the pid itself, and waits for it to go. */
 async function killTree(pid: number): Promise<void> {
   for (const target of [-pid, pid]) {
@@ -112,7 +104,7 @@ async function killTree(pid: number): Promise<void> {
       /* gone */
     }
   }
-  for (let i = 0; i < 50 && alive(pid); i++) await sleep(100);
+  for (let i = 0; i < 50 && (await alive(pid)); i++) await sleep(100);
 }
 
 export interface LabOptions {

@@ -16,7 +16,7 @@ import { STAGE_COMMAND } from '../../../src/payload/stage-command.ts';
 import { checkVersion } from '../../../src/payload/verify.ts';
 import { tempDir } from '../../helpers.ts';
 import { kctl, requireKctl } from '../lab/kctl.ts';
-import { waitFor } from '../lab/wait.ts';
+import { alive, waitFor } from '../../wait.ts';
 
 const { manifest } = loadManifest();
 const shipped = manifest.components.filter(isStagedBinary);
@@ -123,7 +123,6 @@ const procStat = async (pid: number): Promise<[string, string] | undefined> =>
     () => undefined,
   );
 /** Running, not gone and not a zombie its parent has yet to reap. */
-const alive = async (pid: number): Promise<boolean> => ((await procStat(pid))?.[0] ?? 'Z') !== 'Z';
 
 test('a kctl killed while its staging child runs: the child finishes the staging quietly, and the next start finds it done', async (t) => {
   const dataDir = await tempDir(t);

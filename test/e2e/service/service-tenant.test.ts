@@ -10,7 +10,7 @@ import { test, type TestContext } from 'node:test';
 import type { TenantListEntry } from '../../../src/cli/tenant.ts';
 import { startLab } from '../lab/lab-test.ts';
 import { bootSystemd } from '../lab/systemd.ts';
-import { waitFor } from '../lab/wait.ts';
+import { waitFor } from '../../wait.ts';
 
 test('kctl install controller --name: a template unit and an instance per tenant, each ready when started, restarted alone, stopped cleanly', async (t: TestContext) => {
   const { lab, dir, kctlBin } = await startLab(t, 'svt', ['ctl'], { dir: '/var/lib/kctl-test-svtenant-' }); // not /tmp: the systemd lab has its own

@@ -9,7 +9,7 @@ import { decodeToken } from '../../../src/join/token.ts';
 import { controllerReady, labController, nodeReady, runPinnedPod, track } from '../lab/cluster.ts';
 import { startLab } from '../lab/lab-test.ts';
 import { bootSystemd } from '../lab/systemd.ts';
-import { waitFor } from '../lab/wait.ts';
+import { waitFor } from '../../wait.ts';
 
 test('kctl install worker: joins from a token file, runs a pod, keeps it across a restart; uninstall and reset leave nothing', async (t: TestContext) => {
   const { lab, dir, kctlBin } = await startLab(t, 'sw', ['ctl', 'w1'], { dir: '/var/lib/kctl-test-service-worker-' });

@@ -9,7 +9,7 @@ import { test, type TestContext } from 'node:test';
 import { kctl } from '../lab/kctl.ts';
 import { startLab } from '../lab/lab-test.ts';
 import { bootSystemd, setWatchdog, type SystemdLab } from '../lab/systemd.ts';
-import { waitFor } from '../lab/wait.ts';
+import { waitFor } from '../../wait.ts';
 
 const COMPONENTS = ['kine', 'kube-apiserver', 'kube-scheduler', 'kube-controller-manager'];
 

@@ -19,7 +19,7 @@ import { tempDir } from '../../helpers.ts';
 import { track, type Tracked } from '../lab/cluster.ts';
 import { kctl, requireKctl } from '../lab/kctl.ts';
 import { apiStatus, createWidgets, widgets } from '../lab/tenant-api.ts';
-import { waitFor } from '../lab/wait.ts';
+import { waitFor } from '../../wait.ts';
 
 const BASE_PORT = 12000 + Math.floor(Math.random() * 700) * 10;
 

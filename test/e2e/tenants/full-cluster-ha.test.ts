@@ -13,7 +13,7 @@ import type { LabHost } from '../lab/lab.ts';
 import { startLab } from '../lab/lab-test.ts';
 import { startPostgres } from '../lab/postgres.ts';
 import { ownHostState } from '../lab/kctl.ts';
-import { waitFor } from '../lab/wait.ts';
+import { waitFor } from '../../wait.ts';
 
 ownHostState();
 

@@ -21,7 +21,7 @@ import { startLab } from '../lab/lab-test.ts';
 import { nodeCert } from '../lab/node-cert.ts';
 import { HaLab, type LabCtl } from '../lab/ha-lab.ts';
 import { ownHostState } from '../lab/kctl.ts';
-import { waitFor } from '../lab/wait.ts';
+import { waitFor } from '../../wait.ts';
 
 ownHostState();
 

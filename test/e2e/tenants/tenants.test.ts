@@ -21,7 +21,7 @@ import { track, type Tracked } from '../lab/cluster.ts';
 import { kctl, requireKctl, ownHostState } from '../lab/kctl.ts';
 import { startPostgres } from '../lab/postgres.ts';
 import { apiStatus, createWidgets, widgets } from '../lab/tenant-api.ts';
-import { waitFor } from '../lab/wait.ts';
+import { waitFor } from '../../wait.ts';
 
 const hostState = ownHostState();
 

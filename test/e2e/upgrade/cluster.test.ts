@@ -24,7 +24,7 @@ import { HaLab, type LabCtl } from '../lab/ha-lab.ts';
 import { ownCopy, requireBrokenKctl, requireKctl, requirePreviousKctl } from '../lab/kctl.ts';
 import { startLab } from '../lab/lab-test.ts';
 import { longestFailureStreak, type ProbeResult } from '../lab/probe.ts';
-import { waitFor } from '../lab/wait.ts';
+import { waitFor } from '../../wait.ts';
 import { wan } from '../lab/wan.ts';
 
 // The three builds unpack three runtimes; each kctl prunes runtimes no process runs when it unpacks

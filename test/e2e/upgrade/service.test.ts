@@ -21,7 +21,7 @@ import { nodeReady, runPinnedPod } from '../lab/cluster.ts';
 import { ownCopy, requireKctl, requirePreviousKctl } from '../lab/kctl.ts';
 import { startLab } from '../lab/lab-test.ts';
 import { bootSystemd, setWatchdog, type SystemdLab } from '../lab/systemd.ts';
-import { waitFor } from '../lab/wait.ts';
+import { waitFor } from '../../wait.ts';
 
 // Runtimes apart from the main run's, which goes on beside this file (see cluster.test.ts).
 const RUNTIME_DIR = '/var/cache/kctl/runtime-upgrade-service';

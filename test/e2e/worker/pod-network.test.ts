@@ -18,7 +18,7 @@ import { RELAY_LABEL } from '../../../src/worker/wireguard.ts';
 import { controllerReady, labController, runPinnedPod, startIsolatedWorker, track, type Tracked } from '../lab/cluster.ts';
 import { startLab } from '../lab/lab-test.ts';
 import type { LabHost } from '../lab/lab.ts';
-import { waitFor } from '../lab/wait.ts';
+import { waitFor } from '../../wait.ts';
 
 const WORKERS = ['w1', 'w2', 'w3'] as const;
 const text = (r: Result) => String(r.stdout).trim();

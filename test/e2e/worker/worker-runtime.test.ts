@@ -2,6 +2,7 @@
 // the bundled images, kubelet (TLS bootstrap with a bootstrap token), the CNI bridge for the
 // node's podCIDR and kube-proxy. A busybox pod runs without any registry, and logs and exec
 // work (direct API server -> kubelet here; through the tunnel is another test's business).
+import { waitFor, type WaitOptions } from '../../wait.ts';
 import assert from 'node:assert/strict';
 import type { ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
@@ -49,23 +50,23 @@ function track(proc: ChildProcess): Proc {
   return { proc, lines, exited };
 }
 
-async function waitFor(what: string, timeoutMs: number, check: () => boolean | Promise<boolean>, procs: Proc[] = []): Promise<void> {
-  const end = Date.now() + timeoutMs;
-  while (Date.now() < end) {
-    if (await check()) return;
-    const dead = procs.find((p) => p.proc.exitCode !== null || p.proc.signalCode !== null);
-    if (dead) throw new Error(`process exited while waiting for ${what}:\n${dead.lines.slice(-25).join('\n')}`);
-    await sleep(1000);
-  }
-  const tails = procs
-    .map((p) =>
-      p.lines
-        .filter((l) => /"level":(40|50|60)/.test(l))
-        .slice(-15)
-        .join('\n'),
-    )
-    .join('\n---\n');
-  throw new Error(`timed out after ${timeoutMs / 1000}s waiting for ${what}\n${tails}`);
+/** Waiting on these processes: a failure shows their warnings and errors, and one that exits ends the wait. */
+function whileRunning(procs: Proc[]): WaitOptions {
+  return {
+    stopIf: () => {
+      const dead = procs.find((p) => p.proc.exitCode !== null || p.proc.signalCode !== null);
+      return dead && `a process exited:\n${dead.lines.slice(-25).join('\n')}`;
+    },
+    log: () =>
+      procs
+        .map((p) =>
+          p.lines
+            .filter((l) => /"level":(40|50|60)/.test(l))
+            .slice(-15)
+            .join('\n'),
+        )
+        .join('\n---\n'),
+  };
 }
 
 const randomId = (n: number) => {
@@ -119,7 +120,7 @@ test(
       ctl.spawn(kctlBin, ['controller', '--config', cfg, '--data-dir', cdata, '--run-dir', join(base, 'controller-run')], { cwd: base }),
     );
     procs.push(controller);
-    await waitFor('controller ready', 300_000, () => controller.lines.some((l) => l.includes('"controller ready"')), procs);
+    await waitFor('controller ready', 300_000, () => controller.lines.some((l) => l.includes('"controller ready"')), whileRunning(procs));
 
     // --- what `kctl worker --token` will do: a bootstrap token, and its kubeconfig + CA on the worker
     const tokenId = randomId(6);
@@ -170,7 +171,7 @@ test(
     const worker = track(wrk.spawn(process.execPath, ['--import', 'tsx', fixture, JSON.stringify(opts)], { cwd: root }));
     workers.push(worker);
     procs.push(worker);
-    await waitFor('worker runtime ready', 300_000, () => worker.lines.some((l) => l.includes('"worker runtime ready"')), procs);
+    await waitFor('worker runtime ready', 300_000, () => worker.lines.some((l) => l.includes('"worker runtime ready"')), whileRunning(procs));
 
     // The bundled images are in containerd's CRI namespace, the sandbox image pinned; the proxy-agent image is not (it is for other clusters).
     const ctrImages = await wrk.run(join(paths.binDir, 'ctr'), ['--address', paths.containerdSocket, '-n', 'k8s.io', 'images', 'ls']);
@@ -197,7 +198,7 @@ test(
         const r = await kubectl('get', 'node', NODE, '-o', 'jsonpath={.status.conditions[?(@.type=="Ready")].status}');
         return String(r.stdout) === 'True';
       },
-      procs,
+      whileRunning(procs),
     );
     const node = JSON.parse(String((await kubectl('get', 'node', NODE, '-o', 'json')).stdout)) as {
       metadata: { labels: Record<string, string> };
@@ -228,7 +229,7 @@ test(
         for (const c of serving) if (!c.status?.conditions?.length) await kubectl('certificate', 'approve', c.metadata.name);
         return (await readdir(paths.kubeletCertDir)).includes('kubelet-server-current.pem');
       },
-      procs,
+      whileRunning(procs),
     );
 
     // A pod from the bundled busybox image, no registry.
@@ -258,7 +259,7 @@ test(
         const r = await kubectl('get', 'pod', 'hello', '-o', 'jsonpath={.status.phase}');
         return String(r.stdout) === 'Running';
       },
-      procs,
+      whileRunning(procs),
     );
 
     const podIp = String((await kubectl('get', 'pod', 'hello', '-o', 'jsonpath={.status.podIP}')).stdout);
@@ -277,7 +278,12 @@ test(
     assert.ok(await lab.ping(wrk, podIp), `node cannot reach its pod at ${podIp}`);
     // (Debian's busybox wget has no -T: execa's timeout bounds it.)
     const wget = async (url: string) => String((await wrk.run('/bin/busybox', ['wget', '-q', '-O', '-', url], { timeout: 5000 })).stdout).trim();
-    await waitFor(`pod answers on ${podIp}:8080`, 30_000, async () => (await wget(`http://${podIp}:8080/`)) === 'served-by-hello', procs);
+    await waitFor(
+      `pod answers on ${podIp}:8080`,
+      30_000,
+      async () => (await wget(`http://${podIp}:8080/`)) === 'served-by-hello',
+      whileRunning(procs),
+    );
     // ... and through a Service's cluster IP: kube-proxy's iptables rules in the worker's netns.
     const svc = await applyYaml({
       apiVersion: 'v1',
@@ -287,7 +293,12 @@ test(
     });
     assert.equal(svc.exitCode, 0, String(svc.stderr));
     const clusterIp = String((await kubectl('get', 'service', 'hello', '-o', 'jsonpath={.spec.clusterIP}')).stdout);
-    await waitFor('service answers on its cluster IP', 60_000, async () => (await wget(`http://${clusterIp}/`)) === 'served-by-hello', procs);
+    await waitFor(
+      'service answers on its cluster IP',
+      60_000,
+      async () => (await wget(`http://${clusterIp}/`)) === 'served-by-hello',
+      whileRunning(procs),
+    );
     assert.ok((await shimPids(paths)).length > 0);
 
     // Routes to other nodes' pod networks follow the Node objects: a (fake) second node on the
@@ -306,8 +317,13 @@ test(
     );
     assert.equal(patch.exitCode, 0, String(patch.stderr));
     const routes = async () => String((await wrk.run('ip', ['-4', 'route', 'show', 'proto', '177'])).stdout).trim();
-    await waitFor('route to the peer node pod network', 30_000, async () => (await routes()) === `10.244.200.0/24 via ${peerIp} dev eth0`, procs);
+    await waitFor(
+      'route to the peer node pod network',
+      30_000,
+      async () => (await routes()) === `10.244.200.0/24 via ${peerIp} dev eth0`,
+      whileRunning(procs),
+    );
     assert.equal((await kubectl('delete', 'node', 'wrt-peer')).exitCode, 0);
-    await waitFor('route to the deleted node removed', 30_000, async () => (await routes()) === '', procs);
+    await waitFor('route to the deleted node removed', 30_000, async () => (await routes()) === '', whileRunning(procs));
   },
 );

@@ -7,7 +7,7 @@ import { join } from 'node:path';
 import { test } from 'node:test';
 import { controllerReady, labController, startLabWorker, track } from '../lab/cluster.ts';
 import { startLab } from '../lab/lab-test.ts';
-import { waitFor } from '../lab/wait.ts';
+import { waitFor } from '../../wait.ts';
 
 // The agent and the controller watch are left out: they start within milliseconds, so a signal
 // sent on their line lands after the start (the worker test covers a SIGTERM after start).

@@ -1,5 +1,6 @@
 // The whole loop: two isolated workers join with tokens, run pods, and logs / exec /
 // port-forward / attach reach them only through the konnectivity tunnel.
+import { waitFor } from '../../wait.ts';
 import assert from 'node:assert/strict';
 import { existsSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
@@ -10,22 +11,6 @@ import { decodeToken } from '../../../src/join/token.ts';
 import { controllerReady, labController, nodeReady as isNodeReady, track } from '../lab/cluster.ts';
 import { type LabHost } from '../lab/lab.ts';
 import { startLab } from '../lab/lab-test.ts';
-import { messageOf } from '../../../src/base/errors.ts';
-
-async function waitFor(what: string, timeoutMs: number, check: () => Promise<boolean>, log?: () => string): Promise<void> {
-  const end = Date.now() + timeoutMs;
-  while (Date.now() < end) {
-    let ok = false;
-    try {
-      ok = await check();
-    } catch (err) {
-      if (messageOf(err) === 'a worker exited') break;
-    }
-    if (ok) return;
-    await sleep(1000);
-  }
-  throw new Error(`timed out waiting for ${what}${log ? `\n${log()}` : ''}`);
-}
 
 /** What a worker host looks like, for "reset leaves it as it was". */
 async function hostState(h: LabHost, dataDir: string): Promise<string> {
@@ -181,15 +166,10 @@ test('two isolated workers join, run pods, and are reachable only through the tu
   let p1 = startWorker(w1, token);
   const p2 = startWorker(w2, token);
   const nodeReady = (n: string) => isNodeReady(kubectl, n);
-  await waitFor(
-    'both nodes Ready',
-    300_000,
-    async () => {
-      if (p1.child.exitCode !== null || p2.child.exitCode !== null) throw new Error('a worker exited');
-      return (await nodeReady('w1')) && (await nodeReady('w2'));
-    },
-    () => `w1:\n${p1.log()}\nw2:\n${p2.log()}`,
-  );
+  await waitFor('both nodes Ready', 300_000, async () => (await nodeReady('w1')) && (await nodeReady('w2')), {
+    log: () => `w1:\n${p1.log()}\nw2:\n${p2.log()}`,
+    stopIf: () => (p1.child.exitCode !== null || p2.child.exitCode !== null) && 'a worker exited',
+  });
 
   // The join token given with --token is gone from the worker's command line (ps, /proc/<pid>/cmdline),
   // and nothing else is; kctl runs with umask 0077, containerd and kubelet with 0022 (containers read what they write).

@@ -5,7 +5,7 @@ import type { Component, ComponentState, ComponentStatus } from '../../../src/ba
 import { ComponentManager } from '../../../src/base/manager.ts';
 import { Supervisor } from '../../../src/supervisor/process.ts';
 import { captureLogger, tempDir } from '../../helpers.ts';
-import { isAlive } from '../supervisor/util.ts';
+import { alive } from '../../wait.ts';
 
 /** A component that records what was asked of it, in one shared journal. */
 class Fake implements Component {
@@ -262,7 +262,7 @@ test('stop() during start() cancels the wait and stops what was started', { time
   const cancelled = assert.rejects(starting, { message: 'start cancelled: stopping' });
   await m.stop();
   await cancelled;
-  for (const pid of pids) assert.equal(await isAlive(pid), false);
+  for (const pid of pids) assert.equal(await alive(pid), false);
 });
 
 test('stop() while a start() is still running stops that component after its start settles', { timeout: 10_000 }, async () => {

@@ -6,7 +6,7 @@ import { join } from 'node:path';
 import { test } from 'node:test';
 import { dataSourceSecrets, datastoreIdentity, KineComponent } from '../../../src/etcd/kine.ts';
 import { captureLogger, tempDir } from '../../helpers.ts';
-import { waitFor } from '../supervisor/util.ts';
+import { waitFor } from '../../wait.ts';
 
 test('the password of a data source, as written and decoded, and a password option', () => {
   assert.deepEqual(dataSourceSecrets('postgres://kine:p%40ss@db:5432/kine?sslmode=disable'), ['p%40ss', 'p@ss']);
@@ -39,7 +39,7 @@ test('kine reads the data source from its environment; its command line and its 
   t.after(() => kine.stop());
   await kine.init({ log, statuses: () => [] });
   await kine.start();
-  const said = (prefix: string) => waitFor(prefix, () => lines().find((l) => String(l.msg).startsWith(prefix)));
+  const said = (prefix: string) => waitFor(prefix, 5_000, () => lines().find((l) => String(l.msg).startsWith(prefix)));
   assert.equal((await said('endpoint:')).msg, 'endpoint: postgres://kine:***@db:5432/kine', 'KINE_ENDPOINT holds the data source');
   assert.equal(
     (await said('args:')).msg,

@@ -5,7 +5,8 @@ import assert from 'node:assert/strict';
 import { createServer } from 'node:tls';
 import { test } from 'node:test';
 import { KonnectivityAgent } from '../../../src/konnectivity/agent/agent.ts';
-import { makePki, quietLogger, waitFor } from './fixtures.ts';
+import { makePki, quietLogger, OWN_LOOPBACK } from './fixtures.ts';
+import { waitFor } from '../../wait.ts';
 
 /** The protocol lists of the agent's first `handshakes` TLS handshakes with a server that always picks h2. */
 async function offeredBy(alpnProtocols: string[] | undefined, handshakes: number, extensions?: boolean): Promise<string[][]> {
@@ -20,10 +21,10 @@ async function offeredBy(alpnProtocols: string[] | undefined, handshakes: number
     },
   });
   server.on('secureConnection', (s) => s.destroy());
-  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  await new Promise<void>((r) => server.listen(0, OWN_LOOPBACK, r));
   const port = (server.address() as { port: number }).port;
   const agent = new KonnectivityAgent({
-    servers: [{ host: '127.0.0.1', port }],
+    servers: [{ host: OWN_LOOPBACK, port }],
     ca: pki.ca,
     ...(await pki.nodeCert('alpn-node')),
     agentId: 'alpn-node',
@@ -34,7 +35,7 @@ async function offeredBy(alpnProtocols: string[] | undefined, handshakes: number
   });
   await agent.start();
   try {
-    return await waitFor(`${handshakes} TLS handshakes`, () => (offered.length >= handshakes ? offered.slice(0, handshakes) : undefined), 10_000);
+    return await waitFor(`${handshakes} TLS handshakes`, 10_000, () => (offered.length >= handshakes ? offered.slice(0, handshakes) : undefined));
   } finally {
     await agent.stop({ drain: false });
     server.close();

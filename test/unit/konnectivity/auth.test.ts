@@ -5,7 +5,8 @@ import { writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { tempDir } from '../../helpers.ts';
-import { makePki, rawAgent, startAgent, startServer, waitFor } from './fixtures.ts';
+import { makePki, rawAgent, startAgent, startServer } from './fixtures.ts';
+import { waitFor } from '../../wait.ts';
 
 test('a node certificate is accepted; headers carry serverid, the live servercount and the extension answer', async (t) => {
   const pki = await makePki();
@@ -19,7 +20,7 @@ test('a node certificate is accepted; headers carry serverid, the live servercou
   assert.deepEqual(a.headers.get('serverid'), ['ctrl-a']);
   assert.deepEqual(a.headers.get('servercount'), ['1']);
   assert.deepEqual(a.headers.get('kctl-extensions'), [], 'not offered, not answered (upstream agents see no extension)');
-  const snap = await waitFor('agent listed', () => server.snapshot().agents[0]);
+  const snap = await waitFor('agent listed', 10_000, () => server.snapshot().agents[0]);
   assert.equal(snap.node, 'node-7');
   assert.equal(snap.auth, 'certificate');
   assert.deepEqual(snap.accepted.ipv4, ['10.0.0.7'], 'a server without a Node directory takes addresses as claimed');
@@ -74,7 +75,7 @@ test('service-account tokens go through the TokenReview callback', async (t) => 
   await assert.rejects(rawAgent(t, pki, server, { creds: null, token: 'bad' }), /service-account token rejected: token expired/);
   const a = await rawAgent(t, pki, server, { creds: null, token: 'good', agentId: 'pod-agent' });
   assert.equal(a.headers.get('serverid').length, 1);
-  const snap = await waitFor('agent listed', () => server.snapshot().agents[0]);
+  const snap = await waitFor('agent listed', 10_000, () => server.snapshot().agents[0]);
   assert.equal(snap.auth, 'token');
   assert.equal(snap.user, 'system:serviceaccount:kube-system:konnectivity-agent');
   assert.deepEqual(seen, ['bad', 'good']);
@@ -97,7 +98,7 @@ test('a kctl agent with a service-account token file (no client certificate) con
   await writeFile(tokenPath, 'sa-token\n');
   const agent = await startAgent(t, pki, [server], { agentId: 'pod-agent', cert: undefined, key: undefined, serviceAccountTokenPath: tokenPath });
   await agent.ready(AbortSignal.timeout(10_000));
-  assert.equal((await waitFor('agent listed', () => server.snapshot().agents[0])).auth, 'token');
+  assert.equal((await waitFor('agent listed', 10_000, () => server.snapshot().agents[0])).auth, 'token');
 });
 
 test('a kctl agent with a foreign certificate never connects and says why', async (t) => {
@@ -129,7 +130,7 @@ test("a CA rotation reaches the agent port: the new CA's node certificates are a
 
   // drop: only the new CA. The old CA's stream ends now, and it cannot come back.
   server.setTls({ cert: pki.serverCert, key: pki.serverKey, ca: next.certPem });
-  await waitFor('the old CA agent cut off', () => server.snapshot().agents.length === 1);
+  await waitFor('the old CA agent cut off', 10_000, () => server.snapshot().agents.length === 1);
   assert.equal(server.snapshot().agents[0]?.id, 'system:node:node-n');
   await Promise.race([old.ended, new Promise((_, reject) => setTimeout(() => reject(new Error('the stream did not end')), 5_000))]);
   await assert.rejects(

@@ -13,7 +13,8 @@ import { dialViaProxy, type ProxyTunnel } from '../../../src/konnectivity/client
 import { PROXY_METHOD } from '../../../src/konnectivity/server/frontends.ts';
 import { decodePacket, encodePacket, packets, type Packet } from '../../../src/konnectivity/wire/protocol.ts';
 import type { KonnectivityServer } from '../../../src/konnectivity/server/server.ts';
-import { echoServer, makePki, rawAgent, readN, startAgent, startServer, udsOf, waitFor, type RawAgent } from './fixtures.ts';
+import { echoServer, makePki, rawAgent, readN, startAgent, startServer, udsOf, type RawAgent } from './fixtures.ts';
+import { waitFor } from '../../wait.ts';
 
 type T = Parameters<typeof startServer>[0];
 const MiB = 1024 * 1024;
@@ -57,7 +58,7 @@ function rawFrontend(t: T, udsPath: string): RawFrontend {
     send: (p) => call.write(Buffer.isBuffer(p) ? p : encodePacket(p)),
     // Bounds only against a packet that never comes: the unit suite runs while the long tests
     // start their clusters beside it, and one run here missed a 5 s bound twice.
-    next: (type, timeoutMs = 20_000) => waitFor(`${type ?? 'a packet'} on the raw Proxy stream`, () => take(type), timeoutMs),
+    next: (type, timeoutMs = 20_000) => waitFor(`${type ?? 'a packet'} on the raw Proxy stream`, timeoutMs, () => take(type)),
     async silent(ms, type) {
       await new Promise((r) => setTimeout(r, ms));
       const p = take(type);
@@ -113,7 +114,7 @@ test('bad input is harmless: closes or errors on the offending stream only, no c
   // connectIDs collide across agents on purpose.
   const agent = await startAgent(t, pki, [server], { agentId: 'node-1', identifiers: { host: ['node-1'], ipv4: ['127.0.0.1'] } });
   const victim = await rawAgent(t, pki, server, { agentId: 'victim', creds: await pki.nodeCert('victim'), identifiers: 'host=victim' });
-  await waitFor('two agents', () => server.snapshot().agents.length === 2 && agent.snapshot().servers.length === 1);
+  await waitFor('two agents', 10_000, () => server.snapshot().agents.length === 2 && agent.snapshot().servers.length === 1);
 
   // The healthy tunnel, carrying data throughout.
   const healthy = await dialViaProxy({ udsPath: uds.grpc, address: echo.address });
@@ -224,16 +225,17 @@ test('bad input is harmless: closes or errors on the offending stream only, no c
     const fe = rawFrontend(t, uds.grpc);
     fe.send(packets.dialReq(echo.address, '8888888'));
     const id = (await fe.next('DIAL_RSP')).dialResponse?.connectID ?? '';
-    await waitFor('its target is open', () => agent.snapshot().servers[0]?.connections === 2);
+    await waitFor('its target is open', 10_000, () => agent.snapshot().servers[0]?.connections === 2);
     fe.send(packets.data(id, Buffer.alloc(SERVER_MAX_RECEIVE + MiB, 0x61)));
     const st = await fe.status;
     assert.equal(st.code, grpc.status.RESOURCE_EXHAUSTED, st.details);
     // Its tunnel is cleaned up on both ends; the bytes never reached the target.
     await waitFor(
       "oversized stream's tunnel gone",
+      10_000,
       () => server.snapshot().establishedConnections === 2 && server.snapshot().closingConnections === 0,
     );
-    await waitFor('its target closed on the agent', () => agent.snapshot().servers[0]?.connections === 1);
+    await waitFor('its target closed on the agent', 10_000, () => agent.snapshot().servers[0]?.connections === 1);
     await allOk('oversized frontend frame');
 
     const junk = rawFrontend(t, uds.grpc);
@@ -271,7 +273,7 @@ test('bad input is harmless: closes or errors on the offending stream only, no c
       identifiers: 'host=mallory',
       extensions: true,
     });
-    await waitFor('mallory connected', () => server.snapshot().agents.length === 3);
+    await waitFor('mallory connected', 10_000, () => server.snapshot().agents.length === 3);
     mallory.send({ type: 42 as never });
     for (const type of ['DATA', 'CLOSE_RSP', 'DIAL_RSP', 'KCTL_CREDIT', 'CLOSE_REQ', 'DIAL_REQ', 'DIAL_CLS', 'KCTL_PONG'] as const)
       mallory.send({ type });
@@ -308,7 +310,7 @@ test('bad input is harmless: closes or errors on the offending stream only, no c
   await t.test('agent: an oversized frame ends that agent stream with an error; the others carry on', async () => {
     mallory.send(packets.data('1', Buffer.alloc(SERVER_MAX_RECEIVE + MiB, 0x62)));
     assert.match(await mallory.ended, /larger than|exceed|message/i);
-    await waitFor('mallory dropped', () => !server.snapshot().agents.some((a) => a.id === 'system:node:mallory'));
+    await waitFor('mallory dropped', 10_000, () => !server.snapshot().agents.some((a) => a.id === 'system:node:mallory'));
     await allOk('oversized agent frame');
   });
 
@@ -336,7 +338,7 @@ test('bad input is harmless: closes or errors on the offending stream only, no c
   await echoRoundTrip(fresh, 'a new dial');
   fresh.destroy();
 
-  await waitFor('server tables back to baseline (healthy + victim tunnels only)', () => {
+  await waitFor('server tables back to baseline (healthy + victim tunnels only)', 10_000, () => {
     const s = server.snapshot();
     return (
       s.agents
@@ -348,12 +350,13 @@ test('bad input is harmless: closes or errors on the offending stream only, no c
       s.establishedConnections === 2
     );
   });
-  await waitFor('agent tables back to baseline', () => {
+  await waitFor('agent tables back to baseline', 10_000, () => {
     const s = agent.snapshot().servers[0];
     return s?.connections === 1 && s.pendingDials === 0 && echo.sockets.size === 1;
   });
   await waitFor(
     'gRPC stream gauges back to baseline',
+    10_000,
     async () =>
       (await metric(server, /grpc_connections\{service_method="Proxy"\}/))?.endsWith(' 2') &&
       (await metric(server, /grpc_connections\{service_method="Connect"\}/))?.endsWith(' 2'),

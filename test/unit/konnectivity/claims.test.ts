@@ -8,7 +8,8 @@ import { ownershipProblem, unownedBy, type NodeRecord, type ReservedSpace } from
 import { packets, parseIdentifiers } from '../../../src/konnectivity/wire/protocol.ts';
 import type { AgentIdentity } from '../../../src/konnectivity/server/auth.ts';
 import { captureLogger } from '../../helpers.ts';
-import { FakeNodes, makePki, rawAgent, startServer, udsOf, waitFor } from './fixtures.ts';
+import { FakeNodes, makePki, rawAgent, startServer, udsOf } from './fixtures.ts';
+import { waitFor } from '../../wait.ts';
 
 const nodes = new FakeNodes([
   {
@@ -244,7 +245,7 @@ test('routing follows the claims: the impostor never gets a dial for the owner a
     identifiers: 'host=node-a&ipv4=10.0.0.1&ipv4=10.0.0.7',
   });
   const impostor = await rawAgent(t, pki, server, { agentId: 'x1', creds: await pki.nodeCert('x1'), identifiers: 'host=victim&ipv4=10.0.0.1' });
-  await waitFor('two agents', () => server.snapshot().agents.length === 2);
+  await waitFor('two agents', 10_000, () => server.snapshot().agents.length === 2);
   const snap = server.snapshot().agents.find((a) => a.id === 'system:node:x1')!;
   assert.deepEqual(snap.claimed.ipv4, ['10.0.0.1']);
   assert.deepEqual(snap.accepted.ipv4, []);
@@ -274,6 +275,7 @@ test('routing follows the claims: the impostor never gets a dial for the owner a
   fake.set('node-a', '10.0.0.7');
   await waitFor(
     'claims follow',
+    10_000,
     () =>
       server
         .snapshot()
@@ -306,13 +308,13 @@ test("a trusted agent serves a Node's address only while that Node's own agent i
   });
   await rawAgent(t, pki, server, { agentId: 'daemonset-pod', creds: null, token: 'sa', identifiers: 'ipv4=10.0.0.1&cidr=10.0.0.0/8' });
   const pod = () => server.snapshot().agents.find((a) => a.id.endsWith('/daemonset-pod'));
-  await waitFor('trusted agent holds 10.0.0.1', () => pod()?.accepted.ipv4.join() === '10.0.0.1');
+  await waitFor('trusted agent holds 10.0.0.1', 10_000, () => pod()?.accepted.ipv4.join() === '10.0.0.1');
   assert.deepEqual(pod()!.accepted.cidr, ['10.0.0.0/8']);
   const owner = await rawAgent(t, pki, server, { agentId: 'node-a', creds: await pki.nodeCert('node-a'), identifiers: 'ipv4=10.0.0.1' });
-  await waitFor('the owner wins', () => pod()?.accepted.ipv4.length === 0);
+  await waitFor('the owner wins', 10_000, () => pod()?.accepted.ipv4.length === 0);
   assert.deepEqual(pod()!.dropped, [{ claim: 'ipv4=10.0.0.1', reason: 'agent system:node:node-a of node node-a, which reports it, claims it too' }]);
   owner.close();
-  await waitFor('back to the trusted agent', () => pod()?.accepted.ipv4.join() === '10.0.0.1');
+  await waitFor('back to the trusted agent', 10_000, () => pod()?.accepted.ipv4.join() === '10.0.0.1');
 });
 
 test("a node agent serves its Node's pod CIDRs without claiming them: dials to a pod go to the node that runs it", async (t) => {
@@ -328,7 +330,7 @@ test("a node agent serves its Node's pod CIDRs without claiming them: dials to a
   const server = await startServer(t, pki, { nodes: withPods, dialTimeoutMs: 2_000 });
   const a = await rawAgent(t, pki, server, { agentId: 'node-a', creds: await pki.nodeCert('node-a'), identifiers: 'host=node-a&ipv4=10.0.0.1' });
   const b = await rawAgent(t, pki, server, { agentId: 'node-b', creds: await pki.nodeCert('node-b'), identifiers: 'host=node-b&ipv4=10.0.0.2' });
-  await waitFor('two agents', () => server.snapshot().agents.length === 2);
+  await waitFor('two agents', 10_000, () => server.snapshot().agents.length === 2);
   const uds = udsOf(server).grpc;
   for (const [pod, owner, other] of [
     ['10.244.1.7:8443', a, b],
@@ -351,7 +353,7 @@ test('among CIDR matches the longest prefix wins: a pod dial goes to its node, n
   const server = await startServer(t, pki, { nodes: withPods, dialTimeoutMs: 2_000, trustedAgents: { nodes: ['gw'], users: [] } });
   const a = await rawAgent(t, pki, server, { agentId: 'node-a', creds: await pki.nodeCert('node-a'), identifiers: 'host=node-a&ipv4=10.0.0.1' });
   const gw = await rawAgent(t, pki, server, { agentId: 'gw', creds: await pki.nodeCert('gw'), identifiers: 'host=gw&cidr=10.244.0.0/16' });
-  await waitFor('two agents', () => server.snapshot().agents.length === 2);
+  await waitFor('two agents', 10_000, () => server.snapshot().agents.length === 2);
   const uds = udsOf(server).grpc;
   const routed = async (address: string, to: typeof a, not: typeof a) => {
     for (let i = 0; i < 10; i++) {
@@ -374,9 +376,9 @@ test("an agent is its certificate: another node's agentid is a label and never s
   const server = await startServer(t, pki, { nodes: fake, dialTimeoutMs: 2_000 });
   // The impostor connects first, calling itself node-a, with x1's certificate.
   const impostor = await rawAgent(t, pki, server, { agentId: 'node-a', creds: await pki.nodeCert('x1'), identifiers: 'host=node-a&ipv4=10.0.0.1' });
-  await waitFor('impostor connected', () => server.snapshot().agents.length === 1);
+  await waitFor('impostor connected', 10_000, () => server.snapshot().agents.length === 1);
   const owner = await rawAgent(t, pki, server, { agentId: 'node-a', creds: await pki.nodeCert('node-a'), identifiers: 'host=node-a&ipv4=10.0.0.1' });
-  await waitFor('owner connected', () => server.snapshot().agents.length === 2);
+  await waitFor('owner connected', 10_000, () => server.snapshot().agents.length === 2);
   const snap = server.snapshot().agents;
   const imp = snap.find((a) => a.node === 'x1')!;
   assert.equal(imp.id, 'system:node:x1');
@@ -421,7 +423,7 @@ test("a range a Node wrote for itself serves nothing: dials to the victim's pods
   const server = await startServer(t, pki, { nodes: fake, dialTimeoutMs: 2_000, proxyStrategies: ['destHost'] });
   const a = await rawAgent(t, pki, server, { agentId: 'node-a', creds: await pki.nodeCert('node-a'), identifiers: 'host=node-a&ipv4=10.0.0.1' });
   const evil = await rawAgent(t, pki, server, { agentId: 'evil', creds: await pki.nodeCert('evil'), identifiers: 'host=evil&ipv4=10.0.0.66' });
-  await waitFor('two agents', () => server.snapshot().agents.length === 2);
+  await waitFor('two agents', 10_000, () => server.snapshot().agents.length === 2);
   const uds = udsOf(server).grpc;
   for (let i = 0; i < 10; i++) {
     const d = dialViaProxy({ udsPath: uds, address: '10.244.1.5:443' }).catch(() => {});

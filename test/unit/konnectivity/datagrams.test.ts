@@ -5,7 +5,8 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { packets } from '../../../src/konnectivity/wire/protocol.ts';
 import type { KonnectivityAgent } from '../../../src/konnectivity/agent/agent.ts';
-import { makePki, rawAgent, startAgent, startServer, waitFor } from './fixtures.ts';
+import { makePki, rawAgent, startAgent, startServer } from './fixtures.ts';
+import { waitFor } from '../../wait.ts';
 
 type Got = { from: string; data: string }[];
 
@@ -23,7 +24,7 @@ async function nodeAgent(
 ): Promise<KonnectivityAgent> {
   const pki = await makePki();
   const agent = await startAgent(t, pki, [server], { agentId: node, onDatagram: (from, data) => got.push({ from, data: data.toString() }) });
-  await waitFor(`${node} connected`, () => agent.snapshot().servers.length === 1);
+  await waitFor(`${node} connected`, 10_000, () => agent.snapshot().servers.length === 1);
   return agent;
 }
 
@@ -35,10 +36,10 @@ test('a datagram from one node reaches the other, named by the sender certificat
   const a = await nodeAgent(t, server, 'node-a', gotA);
   const b = await nodeAgent(t, server, 'node-b', gotB);
   assert.equal(a.sendDatagram('node-b', Buffer.from('hello b')), true);
-  await waitFor('b got it', () => gotB.length === 1);
+  await waitFor('b got it', 10_000, () => gotB.length === 1);
   assert.deepEqual(gotB, [{ from: 'node-a', data: 'hello b' }]);
   b.sendDatagram('node-a', Buffer.from('hello a'));
-  await waitFor('a got it', () => gotA.length === 1);
+  await waitFor('a got it', 10_000, () => gotA.length === 1);
   assert.deepEqual(gotA, [{ from: 'node-b', data: 'hello a' }]);
   const metrics = await server.metrics.registry.metrics();
   assert.match(metrics, /kctl_konnectivity_relay_datagrams_total\{result="forwarded"\} 2/);
@@ -54,12 +55,12 @@ test('the sender cannot name itself: the server stamps the node its certificate 
   // forged "from" does not exist in the message: the node field is the destination.
   const raw = await rawAgent(t, pki, server, { agentId: 'node-x', creds: await pki.nodeCert('node-x'), extensions: true, transport: 'link' });
   raw.send(packets.datagram('node-b', Buffer.from('from x')));
-  await waitFor('b got it', () => gotB.length === 1);
+  await waitFor('b got it', 10_000, () => gotB.length === 1);
   assert.deepEqual(gotB, [{ from: 'node-x', data: 'from x' }]);
   // To itself, or to a node with no agent: dropped and counted.
   raw.send(packets.datagram('node-x', Buffer.from('loop')));
   raw.send(packets.datagram('node-nobody', Buffer.from('lost')));
-  await waitFor('drops counted', async () => {
+  await waitFor('drops counted', 10_000, async () => {
     const m = await server.metrics.registry.metrics();
     return /result="not_allowed"\} 1/.test(m) && /result="no_route"\} 1/.test(m);
   });
@@ -79,7 +80,7 @@ test('a stream without kctl extensions, or a server not asked to relay, relays n
   await nodeAgent(t, relaying, 'node-c', gotC);
   const upstreamLike = await rawAgent(t, pki, relaying, { agentId: 'node-d', creds: await pki.nodeCert('node-d'), extensions: false });
   upstreamLike.send(packets.datagram('node-c', Buffer.from('y')));
-  await waitFor('refusal counted', async () => /result="not_allowed"\} 1/.test(await relaying.metrics.registry.metrics()));
+  await waitFor('refusal counted', 10_000, async () => /result="not_allowed"\} 1/.test(await relaying.metrics.registry.metrics()));
   // Give a wrongly relayed datagram time to arrive before saying none did.
   await new Promise((r) => setTimeout(r, 300));
   assert.deepEqual(gotB, []);
@@ -96,11 +97,11 @@ test('a node sends at most its rate: the rest is dropped and counted', async (t)
   const kib = Buffer.alloc(1_000, 1);
   for (let i = 0; i < 10; i++) a.sendDatagram('node-b', kib);
   const count = (result: string): Promise<number> => relayed(server, result);
-  await waitFor('all ten judged', async () => (await count('forwarded')) + (await count('rate_limited')) === 10);
+  await waitFor('all ten judged', 10_000, async () => (await count('forwarded')) + (await count('rate_limited')) === 10);
   const forwarded = await count('forwarded');
   // The burst (4), and one more only if the ten took 10 s to arrive (100 bytes per second refill): never all 10.
   assert.ok(forwarded >= 4 && forwarded <= 5, `${forwarded} of 10 relayed`);
-  await waitFor('the relayed ones arrive', () => gotB.length === forwarded);
+  await waitFor('the relayed ones arrive', 10_000, () => gotB.length === forwarded);
 });
 
 test('a node holding two streams to the server shares one bound', async (t) => {
@@ -117,7 +118,7 @@ test('a node holding two streams to the server shares one bound', async (t) => {
     second.send(packets.datagram('node-b', kib));
   }
   const count = (result: string): Promise<number> => relayed(server, result);
-  await waitFor('all ten judged', async () => (await count('forwarded')) + (await count('rate_limited')) === 10);
+  await waitFor('all ten judged', 10_000, async () => (await count('forwarded')) + (await count('rate_limited')) === 10);
   const forwarded = await count('forwarded');
   assert.ok(forwarded >= 4 && forwarded <= 5, `${forwarded} of 10 relayed from two streams of one node`);
 });

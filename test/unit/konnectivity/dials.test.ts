@@ -9,7 +9,8 @@ import { dialViaProxy } from '../../../src/konnectivity/client.ts';
 import { reasonPhrase } from '../../../src/konnectivity/server/frontends.ts';
 import { packets, type Packet } from '../../../src/konnectivity/wire/protocol.ts';
 import { captureLogger } from '../../helpers.ts';
-import { echoServer, makePki, rawAgent, readAll, readN, startAgent, startServer, udsOf, waitFor } from './fixtures.ts';
+import { echoServer, makePki, rawAgent, readAll, readN, startAgent, startServer, udsOf } from './fixtures.ts';
+import { waitFor } from '../../wait.ts';
 
 const root = new URL('../../..', import.meta.url).pathname;
 
@@ -24,7 +25,7 @@ async function establishedThroughRawAgent(t: TestContext, connectID: string) {
   const pki = await makePki();
   const server = await startServer(t, pki);
   const agent = await rawAgent(t, pki, server);
-  await waitFor('agent', () => server.snapshot().agents.length === 1);
+  await waitFor('agent', 10_000, () => server.snapshot().agents.length === 1);
   const dial = dialViaProxy({ udsPath: udsOf(server).grpc, address: '127.0.0.1:10250' });
   const req = await agent.next('DIAL_REQ');
   agent.send(packets.dialRsp(req.dialRequest?.random ?? '', connectID));
@@ -51,7 +52,7 @@ test('no agent: "No agent available" on both frontends, and /readyz says so', as
   assert.deepEqual(await get(server.adminPort(), '/healthz'), { status: 200, body: 'ok' });
   assert.deepEqual(await get(server.adminPort(), '/readyz'), { status: 500, body: 'no connection to any proxy agent' });
   await rawAgent(t, pki, server);
-  await waitFor('readyz ok', async () => (await get(server.adminPort(), '/readyz')).status === 200);
+  await waitFor('readyz ok', 10_000, async () => (await get(server.adminPort(), '/readyz')).status === 200);
   const metrics = (await get(server.adminPort(), '/metrics')).body;
   assert.match(metrics, /konnectivity_network_proxy_server_dial_failure_count\{reason="no_agent"\} 2/);
   assert.match(metrics, /konnectivity_network_proxy_server_ready_backend_connections 1/);
@@ -61,7 +62,7 @@ test("agent dial errors: the agent's error text over GRPC, and as a 502's reason
   const pki = await makePki();
   const server = await startServer(t, pki);
   await startAgent(t, pki, [server]);
-  await waitFor('agent', () => server.snapshot().agents.length === 1);
+  await waitFor('agent', 10_000, () => server.snapshot().agents.length === 1);
   const closed = await echoServer(t);
   closed.server.close(); // nothing listens there any more
   await new Promise((r) => setTimeout(r, 50));
@@ -79,7 +80,7 @@ test('an agent that does not answer: the dial times out (504 over HTTP-CONNECT),
   const pki = await makePki();
   const server = await startServer(t, pki, { dialTimeoutMs: 300 });
   const agent = await rawAgent(t, pki, server);
-  await waitFor('agent', () => server.snapshot().agents.length === 1);
+  await waitFor('agent', 10_000, () => server.snapshot().agents.length === 1);
   await assert.rejects(
     dialViaProxy({ udsPath: udsOf(server).grpc, address: '127.0.0.1:9', random: '4611686018427387905' }),
     /timed out after 300 ms waiting for agent system:node:raw-1/,
@@ -103,7 +104,7 @@ test('a client that gives up a dial (DIAL_CLS) leaves nothing behind, even when 
   const pki = await makePki();
   const server = await startServer(t, pki);
   const agent = await rawAgent(t, pki, server);
-  await waitFor('agent', () => server.snapshot().agents.length === 1);
+  await waitFor('agent', 10_000, () => server.snapshot().agents.length === 1);
   const ac = new AbortController();
   const dial = dialViaProxy({ udsPath: udsOf(server).grpc, address: '127.0.0.1:9', signal: ac.signal });
   const req = await agent.next('DIAL_REQ');
@@ -112,7 +113,7 @@ test('a client that gives up a dial (DIAL_CLS) leaves nothing behind, even when 
   await assert.rejects(dial, /cancelled/);
   const cls = await agent.next('DIAL_CLS');
   assert.equal(cls.closeDial?.random, req.dialRequest?.random);
-  await waitFor('no pending dial', () => server.snapshot().pendingDials === 0);
+  await waitFor('no pending dial', 10_000, () => server.snapshot().pendingDials === 0);
   agent.send(packets.dialRsp(req.dialRequest?.random ?? '', '5'));
   assert.equal((await agent.next('CLOSE_REQ')).closeRequest?.connectID, '5');
   assert.equal(server.snapshot().establishedConnections, 0);
@@ -127,7 +128,7 @@ test('a client that gives up a dial (DIAL_CLS) leaves nothing behind, even when 
   raw.call.cancel();
   raw.client.close();
   assert.equal((await agent.next('DIAL_CLS')).closeDial?.random, '12345');
-  await waitFor('no pending dial', () => server.snapshot().pendingDials === 0);
+  await waitFor('no pending dial', 10_000, () => server.snapshot().pendingDials === 0);
   ac2.abort();
 });
 
@@ -145,9 +146,9 @@ test('a pending dial fails at once when its agent is killed (SIGKILL), not at th
   });
   let out = '';
   child.stdout.on('data', (c: Buffer) => (out += c.toString()));
-  await waitFor('child agent connected', () => out.includes('CONNECTED') && server.snapshot().agents.length === 1, 30_000);
+  await waitFor('child agent connected', 30_000, () => out.includes('CONNECTED') && server.snapshot().agents.length === 1);
   const dial = dialViaProxy({ udsPath: udsOf(server).grpc, address: '127.0.0.1:10250' });
-  await waitFor('dial reached the agent', () => out.includes('DIAL'));
+  await waitFor('dial reached the agent', 10_000, () => out.includes('DIAL'));
   child.kill('SIGKILL');
   await assert.rejects(dial, /agent system:node:doomed disconnected before answering the dial to 127\.0\.0\.1:10250/);
   assert.equal(server.snapshot().pendingDials, 0);
@@ -171,14 +172,14 @@ test('agent stream ends: every tunnel on it gets CLOSE_RSP; stray packets get a 
   agent.close();
   await once(tunnel, 'end');
   assert.match(tunnel.closeError ?? '', /agent system:node:raw-1 disconnected/);
-  await waitFor('tables empty', () => server.snapshot().establishedConnections === 0 && server.snapshot().agents.length === 0);
+  await waitFor('tables empty', 10_000, () => server.snapshot().establishedConnections === 0 && server.snapshot().agents.length === 0);
 });
 
 test('a client that sends DATA for another connection id gets CLOSE_RSP for it, and the tunnel is closed', async (t) => {
   const pki = await makePki();
   const server = await startServer(t, pki);
   const agent = await rawAgent(t, pki, server);
-  await waitFor('agent', () => server.snapshot().agents.length === 1);
+  await waitFor('agent', 10_000, () => server.snapshot().agents.length === 1);
   const { openProxyStream } = await import('../../../src/konnectivity/client.ts');
   const { client, call } = openProxyStream(udsOf(server).grpc);
   t.after(() => {
@@ -191,14 +192,14 @@ test('a client that sends DATA for another connection id gets CLOSE_RSP for it, 
   call.write(packets.dialReq('127.0.0.1:10250', '42'));
   await agent.next('DIAL_REQ');
   agent.send(packets.dialRsp('42', '8'));
-  await waitFor('DIAL_RSP', () => got.some((p) => p.type === 'DIAL_RSP'));
+  await waitFor('DIAL_RSP', 10_000, () => got.some((p) => p.type === 'DIAL_RSP'));
   call.write(packets.data('9', Buffer.from('wrong id')));
-  await waitFor('CLOSE_RSP for the stray id', () => got.find((p) => p.type === 'CLOSE_RSP' && p.closeResponse?.connectID === '9'));
+  await waitFor('CLOSE_RSP for the stray id', 10_000, () => got.find((p) => p.type === 'CLOSE_RSP' && p.closeResponse?.connectID === '9'));
   assert.equal((await agent.next('CLOSE_REQ')).closeRequest?.connectID, '8', "the stream's own connection is closed on the agent");
   agent.send(packets.closeRsp('8'));
-  await waitFor('CLOSE_RSP for the real id', () => got.find((p) => p.type === 'CLOSE_RSP' && p.closeResponse?.connectID === '8'));
+  await waitFor('CLOSE_RSP for the real id', 10_000, () => got.find((p) => p.type === 'CLOSE_RSP' && p.closeResponse?.connectID === '8'));
   await assert.rejects(agent.next('DATA', 200), /no DATA/, 'the stray bytes never reached the agent');
-  await waitFor('tables empty', () => server.snapshot().closingConnections === 0 && server.snapshot().establishedConnections === 0);
+  await waitFor('tables empty', 10_000, () => server.snapshot().closingConnections === 0 && server.snapshot().establishedConnections === 0);
 });
 
 test('a client that disappears from an established tunnel makes the server send CLOSE_REQ', async (t) => {
@@ -207,7 +208,7 @@ test('a client that disappears from an established tunnel makes the server send 
   assert.equal((await agent.next('CLOSE_REQ')).closeRequest?.connectID, '3');
   assert.equal(server.snapshot().closingConnections, 1);
   agent.send(packets.closeRsp('3'));
-  await waitFor('tables empty', () => server.snapshot().closingConnections === 0 && server.snapshot().establishedConnections === 0);
+  await waitFor('tables empty', 10_000, () => server.snapshot().closingConnections === 0 && server.snapshot().establishedConnections === 0);
 });
 
 test('DRAIN moves new dials to other agents; destHost picks the agent of the dialed node', async (t) => {
@@ -215,7 +216,7 @@ test('DRAIN moves new dials to other agents; destHost picks the agent of the dia
   const server = await startServer(t, pki, { dialTimeoutMs: 500 });
   const a = await rawAgent(t, pki, server, { agentId: 'node-a', creds: await pki.nodeCert('node-a'), identifiers: 'host=node-a&ipv4=10.0.0.1' });
   const b = await rawAgent(t, pki, server, { agentId: 'node-b', creds: await pki.nodeCert('node-b'), identifiers: 'host=node-b&ipv4=10.0.0.2' });
-  await waitFor('two agents', () => server.snapshot().agents.length === 2);
+  await waitFor('two agents', 10_000, () => server.snapshot().agents.length === 2);
   const uds = udsOf(server).grpc;
 
   const toB = dialViaProxy({ udsPath: uds, address: '10.0.0.2:10250' }).catch(() => {});
@@ -225,7 +226,7 @@ test('DRAIN moves new dials to other agents; destHost picks the agent of the dia
   await Promise.all([toA, toB]);
 
   a.send(packets.drain());
-  await waitFor('a draining', () => server.snapshot().agents.find((x) => x.id === 'system:node:node-a')?.draining);
+  await waitFor('a draining', 10_000, () => server.snapshot().agents.find((x) => x.id === 'system:node:node-a')?.draining);
   const dials = Array.from({ length: 8 }, () => dialViaProxy({ udsPath: uds, address: 'example.internal:443' }).catch(() => {}));
   for (let i = 0; i < 8; i++) await b.next('DIAL_REQ');
   await Promise.all(dials);
@@ -238,7 +239,7 @@ test('one trace id per dial appears in the server and the agent logs', async (t)
   const agentLog = captureLogger();
   const server = await startServer(t, pki, { log: serverLog.log });
   await startAgent(t, pki, [server], { log: agentLog.log });
-  await waitFor('agent', () => server.snapshot().agents.length === 1);
+  await waitFor('agent', 10_000, () => server.snapshot().agents.length === 1);
   const echo = await echoServer(t);
   const tunnel = await dialViaProxy({ udsPath: udsOf(server).grpc, address: echo.address });
   tunnel.end('x');

@@ -5,7 +5,6 @@ import { createServer, type Server, type Socket } from 'node:net';
 import { join } from 'node:path';
 import { after } from 'node:test';
 import { Writable } from 'node:stream';
-import { setTimeout as sleep } from 'node:timers/promises';
 import * as grpc from '@grpc/grpc-js';
 import { createLogger, type Logger } from '../../../src/base/log.ts';
 import { AgentServiceClient, type Packet } from '../../../src/konnectivity/wire/protocol.ts';
@@ -71,7 +70,7 @@ async function createPki(t: T): Promise<TestPki> {
     {
       dir,
       apiAddress: '127.0.0.1',
-      sans: [],
+      sans: [OWN_LOOPBACK],
       apiPort: 6443,
       serviceCIDR: '10.96.0.0/12',
       clusterDomain: 'cluster.local',
@@ -113,6 +112,13 @@ async function createPki(t: T): Promise<TestPki> {
   };
 }
 
+/**
+ * A loopback address of this test process's own (127.x.y.z, x from 1): unit files run side by side, and a
+ * client another file left reconnecting to a port the kernel has since handed to this file's server
+ * (on 127.0.0.1) would reach it. A test that counts the connections its server sees binds here.
+ */
+export const OWN_LOOPBACK = `127.${1 + Math.floor(Math.random() * 254)}.${Math.floor(Math.random() * 256)}.${1 + Math.floor(Math.random() * 254)}`;
+
 /** The options each test server was started with (its socket paths). */
 const serverOptions = new WeakMap<KonnectivityServer, KonnectivityServerOptions>();
 
@@ -151,7 +157,9 @@ export async function startAgent(
   const node = over.agentId ?? 'node-1';
   const creds = over.cert ? { cert: over.cert, key: over.key } : over.serviceAccountTokenPath ? {} : await pki.nodeCert(node);
   const agent = new KonnectivityAgent({
-    servers: servers.map((s) => (s instanceof KonnectivityServer ? { host: '127.0.0.1', port: s.agentPort() } : s)),
+    servers: servers.map((s) =>
+      s instanceof KonnectivityServer ? { host: serverOptions.get(s)?.agentBindAddress ?? '127.0.0.1', port: s.agentPort() } : s,
+    ),
     ca: pki.ca,
     ...creds,
     agentId: node,
@@ -164,17 +172,6 @@ export async function startAgent(
   await agent.start();
   t.after(() => agent.stop({ drain: false }));
   return agent;
-}
-
-/** Polls until `check` is truthy; fails with `what` after `timeoutMs`. */
-export async function waitFor<V>(what: string, check: () => V | Promise<V>, timeoutMs = 10_000): Promise<NonNullable<V>> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const v = await check();
-    if (v) return v as NonNullable<V>;
-    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
-    await sleep(20);
-  }
 }
 
 export async function listen(

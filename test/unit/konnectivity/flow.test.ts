@@ -7,7 +7,8 @@ import { test } from 'node:test';
 import { dialViaProxy, type ProxyTunnel } from '../../../src/konnectivity/client.ts';
 import { INITIAL_WINDOW, MAX_DATA_CHUNK, MAX_WINDOW } from '../../../src/konnectivity/wire/protocol.ts';
 import type { KonnectivityServer } from '../../../src/konnectivity/server/server.ts';
-import { echoServer, listen, makePki, readN, startAgent, startServer, udsOf, waitFor } from './fixtures.ts';
+import { echoServer, listen, makePki, readN, startAgent, startServer, udsOf } from './fixtures.ts';
+import { waitFor } from '../../wait.ts';
 
 const MiB = 1024 * 1024;
 
@@ -83,7 +84,7 @@ test('one stalled reader does not slow 100 other connections on the same agent, 
     { ip: '127.0.0.2', agent: await startAgent(t, pki, [server], { agentId: 'node-a', identifiers: { ipv4: ['127.0.0.2'] } }) },
     { ip: '127.0.0.3', agent: await startAgent(t, pki, [server], { agentId: 'node-b', identifiers: { ipv4: ['127.0.0.3'] } }) },
   ];
-  await waitFor('agents', () => server.snapshot().agents.length === 2);
+  await waitFor('agents', 10_000, () => server.snapshot().agents.length === 2);
   const sources = [await sourceServer(t, sides[0]!.ip), await sourceServer(t, sides[1]!.ip)];
   const CONNS = 100;
   const SIZE = 2 * MiB;
@@ -93,7 +94,7 @@ test('one stalled reader does not slow 100 other connections on the same agent, 
     tunnel.pause(); // the reader stops; nothing consumes this tunnel from now on
     tunnel.write('inf\n');
     // Saturated: the server holds the window for it and the agent has stopped reading.
-    await waitFor('stalled connection saturated', () => {
+    await waitFor('stalled connection saturated', 10_000, () => {
       const s = server.tunnelStats().find((x) => x.random === tunnel.random);
       return s !== undefined && s.unflushed >= INITIAL_WINDOW / 2;
     });
@@ -131,6 +132,7 @@ test('one stalled reader does not slow 100 other connections on the same agent, 
     stalled.destroy();
     await waitFor(
       'stalled connection closed',
+      10_000,
       () => !server.tunnelStats().some((x) => x.random === stalled.random) && sides[s]!.agent.targetStats().length === 0,
     );
   }
@@ -152,14 +154,14 @@ test('one stalled reader does not slow 100 other connections on the same agent, 
     assert.ok(p.sourceAccepted < 32 * MiB, `the stalled target could push only ${p.sourceAccepted} B before backpressure reached it`);
   }
   // Window growth is returned when the connections close: the next ones can grow again.
-  await waitFor('window growth returned', () => server.windowGrowthInUse() === 0 && sides.every((x) => x.agent.windowGrowthInUse() === 0));
+  await waitFor('window growth returned', 10_000, () => server.windowGrowthInUse() === 0 && sides.every((x) => x.agent.windowGrowthInUse() === 0));
 });
 
 test('a target that stops reading backpressures its client, and the agent buffers at most a window', async (t) => {
   const pki = await makePki();
   const server = await startServer(t, pki);
   const agent = await startAgent(t, pki, [server]);
-  await waitFor('agent', () => server.snapshot().agents.length === 1);
+  await waitFor('agent', 10_000, () => server.snapshot().agents.length === 1);
   const sink = await listen(t, (s) => s.pause()); // accepts, never reads
   const echo = await echoServer(t);
 
@@ -195,14 +197,14 @@ test('with an agent that has no flow control (upstream), a stalled reader loses 
   const pki = await makePki();
   const server = await startServer(t, pki, { upstreamBufferLimit: 1 * MiB });
   await startAgent(t, pki, [server], { extensions: false });
-  await waitFor('agent', () => server.snapshot().agents[0]?.extensions.length === 0);
+  await waitFor('agent', 10_000, () => server.snapshot().agents[0]?.extensions.length === 0);
   const source = await sourceServer(t);
   const echo = await echoServer(t);
 
   const stalled = await dialViaProxy({ udsPath: udsOf(server).grpc, address: source.address });
   stalled.pause();
   stalled.write('inf\n');
-  await waitFor('stalled connection closed by the server', () => !server.tunnelStats().some((x) => x.connectID === stalled.connectID));
+  await waitFor('stalled connection closed by the server', 10_000, () => !server.tunnelStats().some((x) => x.connectID === stalled.connectID));
   const other = await dialViaProxy({ udsPath: udsOf(server).grpc, address: echo.address });
   other.write('fine');
   assert.equal((await readN(other, 4)).toString(), 'fine');

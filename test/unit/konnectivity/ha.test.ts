@@ -6,7 +6,8 @@ import { test } from 'node:test';
 import { dialViaProxy } from '../../../src/konnectivity/client.ts';
 import type { KonnectivityServer } from '../../../src/konnectivity/server/server.ts';
 import { freePort } from '../../ports.ts';
-import { echoServer, listen, makePki, readN, startAgent, startServer, udsOf, waitFor } from './fixtures.ts';
+import { echoServer, listen, makePki, readN, startAgent, startServer, udsOf } from './fixtures.ts';
+import { waitFor } from '../../wait.ts';
 
 /** A tiny TCP load balancer: round-robin per connection; freeze() black-holes open connections. */
 async function roundRobin(t: Parameters<typeof listen>[0], backends: () => number[]) {
@@ -56,7 +57,7 @@ test('an agent given two server addresses holds a stream to both', async (t) => 
   const s1 = await startServer(t, pki, { serverId: 'ctrl-1', serverCount: () => 2 });
   const s2 = await startServer(t, pki, { serverId: 'ctrl-2', serverCount: () => 2 });
   const agent = await startAgent(t, pki, [s1, s2]);
-  await waitFor('both servers held', () => agent.snapshot().servers.length === 2);
+  await waitFor('both servers held', 10_000, () => agent.snapshot().servers.length === 2);
   assert.deepEqual(
     agent
       .snapshot()
@@ -76,10 +77,10 @@ test('an agent given two server addresses holds a stream to both', async (t) => 
   // One controller goes away and comes back on the same port: the agent reconnects.
   const port2 = s2.agentPort();
   await s2.stop();
-  await waitFor('ctrl-2 dropped', () => agent.snapshot().servers.length === 1);
+  await waitFor('ctrl-2 dropped', 10_000, () => agent.snapshot().servers.length === 1);
   await echoThrough(s1, echo.address);
   const s2b = await startServer(t, pki, { serverId: 'ctrl-2b', serverCount: () => 2, agentPort: port2 });
-  await waitFor('ctrl-2b held', () => agent.snapshot().servers.some((s) => s.serverId === 'ctrl-2b'), 15_000);
+  await waitFor('ctrl-2b held', 15_000, () => agent.snapshot().servers.some((s) => s.serverId === 'ctrl-2b'));
   await echoThrough(s2b, echo.address);
 });
 
@@ -90,7 +91,7 @@ test('an agent behind one address discovers servercount=2 servers and drops dupl
   // Skewed on purpose: three of every four connections reach ctrl-1, so duplicates happen.
   const lb = await roundRobin(t, () => [s1.agentPort(), s1.agentPort(), s1.agentPort(), s2.agentPort()]);
   const agent = await startAgent(t, pki, [{ host: '127.0.0.1', port: lb.port }], { syncIntervalMs: 50, syncIntervalCapMs: 200 });
-  await waitFor('both servers discovered', () => agent.snapshot().servers.length === 2, 20_000);
+  await waitFor('both servers discovered', 20_000, () => agent.snapshot().servers.length === 2);
   assert.deepEqual(
     agent
       .snapshot()
@@ -100,7 +101,7 @@ test('an agent behind one address discovers servercount=2 servers and drops dupl
   );
   assert.equal(agent.snapshot().knownServerCount, 2);
   // Duplicates were dropped: each server sees the agent once.
-  await waitFor('one stream per server', () => s1.snapshot().agents.length === 1 && s2.snapshot().agents.length === 1);
+  await waitFor('one stream per server', 10_000, () => s1.snapshot().agents.length === 1 && s2.snapshot().agents.length === 1);
   const echo = await echoServer(t);
   await echoThrough(s1, echo.address);
   await echoThrough(s2, echo.address);
@@ -111,18 +112,14 @@ test('a dead link (no FIN, no RST) is noticed in seconds by both the agent and t
   const server = await startServer(t, pki, { serverId: 'ctrl-1', keepaliveTimeMs: 1_000, keepaliveTimeoutMs: 1_000 });
   const lb = await roundRobin(t, () => [server.agentPort()]);
   const agent = await startAgent(t, pki, [{ host: '127.0.0.1', port: lb.port }], { keepaliveTimeMs: 500, keepaliveTimeoutMs: 1_000 });
-  await waitFor('connected', () => agent.snapshot().servers.length === 1 && server.snapshot().agents.length === 1);
+  await waitFor('connected', 10_000, () => agent.snapshot().servers.length === 1 && server.snapshot().agents.length === 1);
   const firstConnectedAt = server.snapshot().agents[0]?.connectedAt;
   lb.freeze();
   // Both ends give up on the frozen connection, and the agent comes back on a fresh one.
-  await waitFor(
-    'server dropped the silent agent and the agent reconnected',
-    () => {
-      const agents = server.snapshot().agents;
-      return agents.length === 1 && agents[0]?.connectedAt !== firstConnectedAt && agent.snapshot().servers.length === 1;
-    },
-    20_000,
-  );
+  await waitFor('server dropped the silent agent and the agent reconnected', 20_000, () => {
+    const agents = server.snapshot().agents;
+    return agents.length === 1 && agents[0]?.connectedAt !== firstConnectedAt && agent.snapshot().servers.length === 1;
+  });
   const echo = await echoServer(t);
   await echoThrough(server, echo.address);
 });
@@ -134,13 +131,13 @@ test('an agent that reconnects before the server noticed its dead stream gets th
   const server = await startServer(t, pki, { serverId: 'ctrl-1', keepaliveTimeMs: 20_000, keepaliveTimeoutMs: 10_000 });
   const lb = await roundRobin(t, () => [server.agentPort()]);
   const agent = await startAgent(t, pki, [{ host: '127.0.0.1', port: lb.port }], { keepaliveTimeMs: 3_000, keepaliveTimeoutMs: 1_000 });
-  await waitFor('connected', () => agent.snapshot().servers.length === 1 && server.snapshot().agents.length === 1);
+  await waitFor('connected', 10_000, () => agent.snapshot().servers.length === 1 && server.snapshot().agents.length === 1);
   lb.freeze();
   // The agent reconnects about 5 s after the freeze (4 s of silence, checked every second, then a
   // 0.5-1 s backoff); the server drops the frozen stream only at 30 s. A machine busy with other
   // clusters has been seen to take past 10 s, so the wait is bounded by the server's 30 s, not the
   // agent's usual pace: two streams at any time before it show the reconnect came first.
-  await waitFor('the agent reconnected while the server still holds the frozen stream', () => server.snapshot().agents.length === 2, 25_000).catch(
+  await waitFor('the agent reconnected while the server still holds the frozen stream', 25_000, () => server.snapshot().agents.length === 2).catch(
     (err: unknown) => {
       throw new Error(`${String(err)}; agent: ${JSON.stringify(agent.status())}, server streams: ${server.snapshot().agents.length}`);
     },
@@ -156,10 +153,10 @@ test("a server the worker reaches again is dialed at once, not at the backoff's 
   const port = await freePort();
   // Nothing listens yet: the first attempt is refused and the next would come 30-60 s later.
   const agent = await startAgent(t, pki, [{ host: '127.0.0.1', port }], { syncIntervalMs: 60_000, syncIntervalCapMs: 60_000 });
-  await waitFor('the first attempt failed', () => agent.status().lastError);
+  await waitFor('the first attempt failed', 10_000, () => agent.status().lastError);
   const server = await startServer(t, pki, { serverId: 'ctrl-1', agentPort: port });
   agent.retrySoon('127.0.0.1');
-  await waitFor('connected long before the backoff ends', () => agent.snapshot().servers.length === 1, 10_000);
+  await waitFor('connected long before the backoff ends', 10_000, () => agent.snapshot().servers.length === 1);
   assert.equal(server.snapshot().agents.length, 1);
 });
 
@@ -181,7 +178,7 @@ test('a stream whose opening took longer than the keepalive bound is kept, not d
     }, 1_500);
   });
   const agent = await startAgent(t, pki, [{ host: '127.0.0.1', port: slow.port }], { keepaliveTimeMs: 300, keepaliveTimeoutMs: 300 });
-  await waitFor('connected', () => agent.snapshot().servers.length === 1, 10_000);
+  await waitFor('connected', 10_000, () => agent.snapshot().servers.length === 1);
   const since = server.snapshot().agents[0]?.connectedAt;
   await new Promise((r) => setTimeout(r, 1_000));
   assert.equal(agent.snapshot().servers.length, 1, 'the agent dropped the stream it had just opened');
@@ -193,7 +190,7 @@ test('a dial to an agent gone silent fails at the dial timeout and says how long
   const server = await startServer(t, pki, { serverId: 'ctrl-1', dialTimeoutMs: 1_500 });
   const lb = await roundRobin(t, () => [server.agentPort()]);
   await startAgent(t, pki, [{ host: '127.0.0.1', port: lb.port }]);
-  await waitFor('connected', () => server.snapshot().agents.length === 1);
+  await waitFor('connected', 10_000, () => server.snapshot().agents.length === 1);
   lb.freeze();
   await new Promise((r) => setTimeout(r, 1_000));
   const echo = await echoServer(t);
@@ -208,7 +205,7 @@ test('the server list follows the cluster: a server added later is dialed at onc
   let count = 1;
   const s1 = await startServer(t, pki, { serverId: 'ctrl-1', serverCount: () => count });
   const agent = await startAgent(t, pki, [s1]);
-  await waitFor('ctrl-1 held', () => agent.snapshot().servers.length === 1);
+  await waitFor('ctrl-1 held', 10_000, () => agent.snapshot().servers.length === 1);
   const echo = await echoServer(t);
 
   // A second controller joins: its lease makes the list grow, and the count with it.
@@ -216,7 +213,7 @@ test('the server list follows the cluster: a server added later is dialed at onc
   const s2 = await startServer(t, pki, { serverId: 'ctrl-2', serverCount: () => count });
   const at = (s: KonnectivityServer) => ({ host: '127.0.0.1', port: s.agentPort() });
   agent.setServers([at(s1), at(s2)]);
-  await waitFor('ctrl-2 held', () => agent.snapshot().servers.some((s) => s.serverId === 'ctrl-2'));
+  await waitFor('ctrl-2 held', 10_000, () => agent.snapshot().servers.some((s) => s.serverId === 'ctrl-2'));
   assert.equal(s2.snapshot().agents.length, 1);
   await echoThrough(s1, echo.address);
   await echoThrough(s2, echo.address);
@@ -225,8 +222,8 @@ test('the server list follows the cluster: a server added later is dialed at onc
   // not dial it again although it still listens.
   count = 1;
   agent.setServers([at(s2)]);
-  await waitFor('ctrl-1 dropped', () => agent.snapshot().servers.every((s) => s.serverId === 'ctrl-2'));
-  await waitFor('ctrl-1 has no agent', () => s1.snapshot().agents.length === 0);
+  await waitFor('ctrl-1 dropped', 10_000, () => agent.snapshot().servers.every((s) => s.serverId === 'ctrl-2'));
+  await waitFor('ctrl-1 has no agent', 10_000, () => s1.snapshot().agents.length === 0);
   await new Promise((r) => setTimeout(r, 500));
   assert.equal(s1.snapshot().agents.length, 0, 'the agent dialed a removed server again');
   await echoThrough(s2, echo.address);
@@ -243,7 +240,7 @@ test('an agent holding streams to several servers answers each dial on the strea
     await startServer(t, pki, { serverId: 'ctrl-c', serverCount: () => 3 }),
   ];
   const agent = await startAgent(t, pki, servers);
-  await waitFor('three servers held', () => agent.snapshot().servers.length === 3);
+  await waitFor('three servers held', 10_000, () => agent.snapshot().servers.length === 3);
   const echo = await echoServer(t);
   for (const s of servers) {
     const tn = await dialViaProxy({ udsPath: udsOf(s).grpc, address: echo.address });
@@ -253,6 +250,6 @@ test('an agent holding streams to several servers answers each dial on the strea
     const open = agent.targetStats().map((x) => x.serverId);
     assert.deepEqual(open, [s.serverId], `open on ${open.join(',')} for a dial from ${s.serverId}`);
     tn.destroy();
-    await waitFor('tunnel closed', () => agent.targetStats().length === 0);
+    await waitFor('tunnel closed', 10_000, () => agent.targetStats().length === 0);
   }
 });

@@ -13,7 +13,8 @@ import { dialViaProxy, type ProxyTunnel } from '../../../src/konnectivity/client
 import type { KonnectivityAgent } from '../../../src/konnectivity/agent/agent.ts';
 import type { KonnectivityServerSnapshot } from '../../../src/konnectivity/server/server.ts';
 import { tempDir } from '../../helpers.ts';
-import { echoServer, makePki, rawAgent, readN, startAgent, startServer, udsOf, waitFor, type TestPki } from './fixtures.ts';
+import { echoServer, makePki, rawAgent, readN, startAgent, startServer, udsOf, type TestPki } from './fixtures.ts';
+import { waitFor } from '../../wait.ts';
 
 const root = new URL('../../..', import.meta.url).pathname;
 type T = Parameters<typeof startServer>[0];
@@ -47,7 +48,7 @@ async function startChildServer(t: T, pki: TestPki, serverId: string, serverCoun
     lines.push(l);
     for (const w of waiters.splice(0)) w();
   });
-  const nextLine = (): Promise<string> => waitFor(`a line from child server ${serverId}`, () => lines.shift(), 20_000);
+  const nextLine = (): Promise<string> => waitFor(`a line from child server ${serverId}`, 20_000, () => lines.shift());
   const hello = JSON.parse(await nextLine()) as { agentPort: number; uds: string };
   return {
     serverId,
@@ -105,12 +106,13 @@ test('3 servers, 2 agents given all 3 addresses: all connected to all; SIGKILL o
 
   // ---- all connected to all ----
   for (const a of agents) {
-    await waitFor(`${a.snapshot().agentId} holds all 3 servers`, () => ids(a).join() === 'ctrl-1,ctrl-2,ctrl-3', 15_000);
+    await waitFor(`${a.snapshot().agentId} holds all 3 servers`, 15_000, () => ids(a).join() === 'ctrl-1,ctrl-2,ctrl-3');
     assert.equal(a.snapshot().knownServerCount, 3);
     for (const s of a.snapshot().servers) assert.equal(s.serverCount, 3);
   }
   await waitFor(
     'every server sees both agents (no duplicates)',
+    10_000,
     async () =>
       agentIds(s1.snapshot()).join() === 'system:node:node-1,system:node:node-2' &&
       agentIds(s2.snapshot()).join() === 'system:node:node-1,system:node:node-2' &&
@@ -132,7 +134,7 @@ test('3 servers, 2 agents given all 3 addresses: all connected to all; SIGKILL o
     for (const tn of Object.values(held)) tn.destroy();
   });
   for (const [id, tn] of Object.entries(held)) await roundTrip(tn, `before kill via ${id}`);
-  await waitFor('3 held targets on the agents', () => agents.reduce((n, a) => n + a.targetStats().length, 0) === 3);
+  await waitFor('3 held targets on the agents', 10_000, () => agents.reduce((n, a) => n + a.targetStats().length, 0) === 3);
 
   // ---- SIGKILL ctrl-3 ----
   live = 2;
@@ -146,29 +148,30 @@ test('3 servers, 2 agents given all 3 addresses: all connected to all; SIGKILL o
 
   // The tunnel through the dead server ends; the ones through the survivors carry on.
   held['ctrl-3'].resume();
-  await waitFor('tunnel through ctrl-3 ended', () => held['ctrl-3'].readableEnded || held['ctrl-3'].destroyed, 10_000);
+  await waitFor('tunnel through ctrl-3 ended', 10_000, () => held['ctrl-3'].readableEnded || held['ctrl-3'].destroyed);
   await roundTrip(held['ctrl-1'], 'after kill via ctrl-1');
   await roundTrip(held['ctrl-2'], 'after kill via ctrl-2');
 
   // The agents notice the loss (a closed TCP connection: no keepalive timeout involved) and
   // drop the target connection made for the dead server.
   for (const a of agents) {
-    await waitFor(`${a.snapshot().agentId} dropped ctrl-3`, () => ids(a).join() === 'ctrl-1,ctrl-2', 10_000);
+    await waitFor(`${a.snapshot().agentId} dropped ctrl-3`, 10_000, () => ids(a).join() === 'ctrl-1,ctrl-2');
   }
   assert.ok(Date.now() - killedAt < 10_000, 'noticed in seconds');
-  await waitFor('no target left for ctrl-3', () => agents.every((a) => a.targetStats().every((s) => s.serverId !== 'ctrl-3')));
-  await waitFor('the echo target sees only the 2 held connections', () => echo.sockets.size === 2);
+  await waitFor('no target left for ctrl-3', 10_000, () => agents.every((a) => a.targetStats().every((s) => s.serverId !== 'ctrl-3')));
+  await waitFor('the echo target sees only the 2 held connections', 10_000, () => echo.sockets.size === 2);
 
   // The server count follows the live controllers: the survivors report 2, and the agents
   // (which look for more servers while they hold fewer than they know of) learn it.
   assert.equal(s1.snapshot().serverCount, 2);
   assert.equal(s2.snapshot().serverCount, 2);
   for (const a of agents) {
-    await waitFor(`${a.snapshot().agentId} knownServerCount follows to 2`, () => a.snapshot().knownServerCount === 2, 10_000);
+    await waitFor(`${a.snapshot().agentId} knownServerCount follows to 2`, 10_000, () => a.snapshot().knownServerCount === 2);
   }
   // ...and no duplicate streams are left behind on the survivors.
   await waitFor(
     'each survivor sees both agents once',
+    10_000,
     () =>
       agentIds(s1.snapshot()).join() === 'system:node:node-1,system:node:node-2' &&
       agentIds(s2.snapshot()).join() === 'system:node:node-1,system:node:node-2',
@@ -191,7 +194,7 @@ test('3 servers, 2 agents given all 3 addresses: all connected to all; SIGKILL o
   probe.close();
 
   // Tables return to what is really open: the two held tunnels, nothing pending or closing.
-  await waitFor('survivor tables settle', () =>
+  await waitFor('survivor tables settle', 10_000, () =>
     [s1, s2].every((s) => {
       const snap = s.snapshot();
       return snap.pendingDials === 0 && snap.closingConnections === 0 && snap.establishedConnections === 1 && snap.agents.length === 2;
@@ -199,6 +202,7 @@ test('3 servers, 2 agents given all 3 addresses: all connected to all; SIGKILL o
   );
   await waitFor(
     'agent tables settle',
+    10_000,
     () =>
       agents.every((a) => a.snapshot().servers.every((s) => s.pendingDials === 0)) && agents.reduce((n, a) => n + a.targetStats().length, 0) === 2,
   );

@@ -6,7 +6,9 @@ import { readdirSync } from 'node:fs';
 import { test } from 'node:test';
 import { dialViaProxy, type ProxyTunnel } from '../../../src/konnectivity/client.ts';
 import type { KonnectivityAgent } from '../../../src/konnectivity/agent/agent.ts';
-import { echoServer, listen, makePki, rawAgent, readN, startAgent, startServer, udsOf, waitFor } from './fixtures.ts';
+import { echoServer, listen, makePki, rawAgent, readN, startAgent, startServer, udsOf } from './fixtures.ts';
+import { waitFor } from '../../wait.ts';
+import { freePorts } from '../../ports.ts';
 import { messageOf } from '../../../src/base/errors.ts';
 
 const CYCLES = Number(process.env.KNP_LEAK_CYCLES ?? 10_000);
@@ -52,15 +54,15 @@ test(`${CYCLES} dial/close cycles of every kind leave no dial, tunnel, gauge or 
   const reset = await listen(t, (s) => s.resetAndDestroy());
   const resetLater = await listen(t, (s) => s.once('data', () => s.resetAndDestroy()));
   const hello = await listen(t, (s) => s.end('hello'));
-  const refused = await listen(t, () => {});
-  const refusedAddress = refused.address;
-  refused.server.close();
+  // A port below the kernel's ephemeral range that nothing listens on: a port a listener of this
+  // process had and closed could be handed to another test file's listener meanwhile.
+  const refusedAddress = `127.0.0.1:${(await freePorts(1))[0]}`;
 
   const agents: KonnectivityAgent[] = [
     await startAgent(t, pki, [server], { agentId: 'kctl-agent' }),
     await startAgent(t, pki, [server], { agentId: 'plain-agent', extensions: false }),
   ];
-  await waitFor('two agents', () => server.snapshot().agents.length === 2);
+  await waitFor('two agents', 10_000, () => server.snapshot().agents.length === 2);
   const baselineFds = openFds();
 
   const counts: Record<string, number> = {};
@@ -164,39 +166,29 @@ test(`${CYCLES} dial/close cycles of every kind leave no dial, tunnel, gauge or 
   await Promise.all(Array.from({ length: WORKERS }, worker));
   const seconds = (Date.now() - started) / 1000;
 
-  await waitFor(
-    'server tables empty',
-    () => {
-      const s = server.snapshot();
-      return s.pendingDials === 0 && s.establishedConnections === 0 && s.closingConnections === 0;
-    },
-    15_000,
+  await waitFor('server tables empty', 15_000, () => {
+    const s = server.snapshot();
+    return s.pendingDials === 0 && s.establishedConnections === 0 && s.closingConnections === 0;
+  });
+  await waitFor('agent tables empty', 15_000, () =>
+    agents.every((a) => a.snapshot().servers.every((x) => x.connections === 0 && x.pendingDials === 0)),
   );
-  await waitFor(
-    'agent tables empty',
-    () => agents.every((a) => a.snapshot().servers.every((x) => x.connections === 0 && x.pendingDials === 0)),
-    15_000,
-  );
-  await waitFor('target sockets closed', () => echo.sockets.size + reset.sockets.size + resetLater.sockets.size + hello.sockets.size === 0, 15_000);
+  await waitFor('target sockets closed', 15_000, () => echo.sockets.size + reset.sockets.size + resetLater.sockets.size + hello.sockets.size === 0);
   const metrics = await server.metrics.registry.metrics();
   assert.equal(gauge(metrics, 'konnectivity_network_proxy_server_pending_backend_dials'), 0);
   assert.equal(gauge(metrics, 'konnectivity_network_proxy_server_established_connections'), 0);
   await waitFor(
     'no Proxy streams open',
-    async () => gauge(await server.metrics.registry.metrics(), 'konnectivity_network_proxy_server_grpc_connections{service_method="Proxy"}') === 0,
     15_000,
+    async () => gauge(await server.metrics.registry.metrics(), 'konnectivity_network_proxy_server_grpc_connections{service_method="Proxy"}') === 0,
   );
   assert.equal(gauge(metrics, 'konnectivity_network_proxy_server_grpc_connections{service_method="Connect"}'), 2, 'only the two live agents');
   assert.equal(gauge(metrics, 'konnectivity_network_proxy_server_ready_backend_connections'), 2);
   for (const a of agents) assert.equal(gauge(await a.metricsText(), 'konnectivity_network_proxy_agent_open_endpoint_connections'), 0);
-  const fds = await waitFor(
-    'fds back to the baseline',
-    () => {
-      const n = openFds();
-      return n <= baselineFds + 2 ? n : 0;
-    },
-    15_000,
-  );
+  const fds = await waitFor('fds back to the baseline', 15_000, () => {
+    const n = openFds();
+    return n <= baselineFds + 2 ? n : 0;
+  });
   t.diagnostic(`${CYCLES} cycles in ${seconds.toFixed(1)} s: ${JSON.stringify(counts)}; fds ${baselineFds} before, ${fds} after`);
   assert.ok((counts.echo ?? 0) >= CYCLES * 0.3, 'most echo cycles succeeded');
   assert.equal(counts['agent killed mid-dial'], Math.floor((CYCLES - 1) / 1000));

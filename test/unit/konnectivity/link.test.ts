@@ -10,7 +10,8 @@ import { createLogger } from '../../../src/base/log.ts';
 import { dialViaProxy } from '../../../src/konnectivity/client.ts';
 import { FRAME, FrameReader, LINK_ALPN, LinkProtocolError, MAX_FRAME, encodeFrame } from '../../../src/konnectivity/wire/link.ts';
 import { encodePacket, packets, type Packet } from '../../../src/konnectivity/wire/protocol.ts';
-import { echoServer, makePki, rawAgent, readN, startAgent, startServer, udsOf, waitFor } from './fixtures.ts';
+import { echoServer, makePki, rawAgent, readN, startAgent, startServer, udsOf } from './fixtures.ts';
+import { waitFor } from '../../wait.ts';
 
 function dataFrame(connectID: string, payload: Buffer): Buffer {
   return encodeFrame(FRAME.DATA, Buffer.concat([Buffer.from([connectID.length]), Buffer.from(connectID, 'latin1'), payload]));
@@ -95,7 +96,7 @@ test('a kctl agent and a kctl server choose kctl-tunnel/1 and carry bytes both w
   const pki = await makePki();
   const server = await startServer(t, pki);
   const agent = await startAgent(t, pki, [server]);
-  await waitFor('agent connected', () => agent.snapshot().servers.length === 1);
+  await waitFor('agent connected', 10_000, () => agent.snapshot().servers.length === 1);
   assert.equal(agent.snapshot().servers[0]?.transport, LINK_ALPN);
   assert.deepEqual(agent.snapshot().servers[0]?.extensions, ['flow-control/1']);
   const echo = await echoServer(t);
@@ -106,7 +107,7 @@ test('a kctl agent and a kctl server choose kctl-tunnel/1 and carry bytes both w
   tn.destroy();
 
   const off = await startAgent(t, pki, [server], { agentId: 'plain', extensions: false });
-  await waitFor('plain agent connected', () => off.snapshot().servers.length === 1);
+  await waitFor('plain agent connected', 10_000, () => off.snapshot().servers.length === 1);
   assert.equal(off.snapshot().servers[0]?.transport, 'grpc');
 });
 
@@ -137,7 +138,7 @@ test('a peer that breaks the framing is dropped with a warning; the other agents
   const log = createLogger({ destination: new Writable({ write: (c: Buffer, _e, cb) => (lines.push(c.toString()), cb()) }), pretty: false });
   const server = await startServer(t, pki, { log });
   const agent = await startAgent(t, pki, [server]);
-  await waitFor('agent connected', () => server.snapshot().agents.length === 1);
+  await waitFor('agent connected', 10_000, () => server.snapshot().agents.length === 1);
   const node = await pki.nodeCert('mallory');
   const garbage = [
     Buffer.from('GET / HTTP/1.1\r\n\r\n'), // length 0x47455420: far over the limit
@@ -191,7 +192,7 @@ test('a second HELLO on kctl-tunnel/1, even in the bytes of the first, drops tha
     () => {},
   ).push(Buffer.concat(received));
   assert.deepEqual(frames, [FRAME.HEADERS], 'the agent was accepted before the second HELLO was read');
-  await waitFor('agent gone', () => server.snapshot().agents.length === 0);
+  await waitFor('agent gone', 10_000, () => server.snapshot().agents.length === 0);
   const gone = lines.filter((l) => l.includes('agent disconnected'));
   assert.equal(gone.length, 1, lines.join(''));
   assert.match(gone[0]!, /protocol error: frame kind 1 after HELLO/);

@@ -12,7 +12,11 @@ import { connect as tlsConnect, type TLSSocket } from 'node:tls';
 import { createLogger } from '../../../src/base/log.ts';
 import type { KonnectivityServer } from '../../../src/konnectivity/server/server.ts';
 import { FRAME, LINK_ALPN } from '../../../src/konnectivity/wire/link.ts';
-import { makePki, startAgent, startServer, waitFor, type TestPki } from './fixtures.ts';
+import { makePki, OWN_LOOPBACK, startAgent, startServer, type TestPki } from './fixtures.ts';
+import { waitFor } from '../../wait.ts';
+
+/** Every server here counts the connections it sees: on an address no other test file uses. */
+const HOST = OWN_LOOPBACK;
 
 type T = { after: (fn: () => Promise<void> | void) => void };
 
@@ -45,12 +49,12 @@ function held<S extends { once(e: 'close', f: () => void): unknown; on(e: 'error
 
 /** Resolves once every connection in `cs` is closed; fails after 10 s. */
 function allClosed(what: string, cs: Held<unknown>[]): Promise<unknown> {
-  return waitFor(what, () => cs.every((c) => c.isClosed()));
+  return waitFor(what, 10_000, () => cs.every((c) => c.isClosed()));
 }
 
 /** A TCP connection that never starts TLS. */
 async function silentTcp(t: T, port: number): Promise<Held<Socket>> {
-  const s = tcpConnect({ host: '127.0.0.1', port });
+  const s = tcpConnect({ host: HOST, port });
   const h = held(t, s, () => s.destroy());
   await new Promise<void>((resolve, reject) => {
     s.once('connect', resolve);
@@ -61,7 +65,7 @@ async function silentTcp(t: T, port: number): Promise<Held<Socket>> {
 
 /** A TLS connection that chose `alpn`; it says nothing unless the test writes to it. */
 async function tlsClient(t: T, pki: TestPki, port: number, alpn: string): Promise<Held<TLSSocket>> {
-  const s = tlsConnect({ host: '127.0.0.1', port, ca: pki.ca, servername: 'localhost', ALPNProtocols: [alpn] });
+  const s = tlsConnect({ host: HOST, port, ca: pki.ca, servername: 'localhost', ALPNProtocols: [alpn] });
   const h = held(t, s, () => s.destroy());
   await new Promise<void>((resolve, reject) => {
     s.once('secureConnect', resolve);
@@ -73,7 +77,7 @@ async function tlsClient(t: T, pki: TestPki, port: number, alpn: string): Promis
 
 /** An HTTP/2 session (TLS done, preface and SETTINGS exchanged) that opens no stream yet. */
 async function h2Client(t: T, pki: TestPki, port: number): Promise<Held<ClientHttp2Session>> {
-  const s = h2Connect(`https://127.0.0.1:${port}`, { ca: pki.ca, servername: 'localhost' });
+  const s = h2Connect(`https://${HOST}:${port}`, { ca: pki.ca, servername: 'localhost' });
   const h = held(t, s, () => s.destroy());
   await new Promise<void>((resolve, reject) => {
     s.once('connect', () => resolve());
@@ -109,12 +113,12 @@ const neverReviewed = (): Promise<{ ok: boolean }> => new Promise(() => {});
  */
 const CHURN = `
 const net = require('node:net');
-const [port, perTick] = process.argv.slice(1).map(Number);
+const [host, port, perTick] = process.argv.slice(1);
 let opened = 0;
 setInterval(() => process.stdout.write(opened + '\\n'), 100);
 setInterval(() => {
-  for (let i = 0; i < perTick; i++) {
-    const s = net.connect({ host: '127.0.0.1', port });
+  for (let i = 0; i < Number(perTick); i++) {
+    const s = net.connect({ host, port: Number(port) });
     s.on('error', () => {});
     s.once('connect', () => opened++);
   }
@@ -126,17 +130,17 @@ async function connectMs(t: T, pki: TestPki, server: KonnectivityServer, node: s
   const cert = minted ?? (await pki.nodeCert(node)); // minted first: only the connect is timed
   const started = performance.now();
   const agent = await startAgent(t, pki, [server], { agentId: node, ...cert });
-  await waitFor(`${node} connected`, () => agent.snapshot().servers.length === 1, 30_000);
+  await waitFor(`${node} connected`, 30_000, () => agent.snapshot().servers.length === 1);
   const ms = performance.now() - started;
   await agent.stop({ drain: false });
-  await waitFor(`${node} gone from the server`, () => server.snapshot().agents.every((a) => a.node !== node));
+  await waitFor(`${node} gone from the server`, 10_000, () => server.snapshot().agents.every((a) => a.node !== node));
   return ms;
 }
 
 test('at the cap, a new connection closes the one that has waited longest, with one warn line for the burst', async (t) => {
   const pki = await makePki();
   const { log, lines } = capturedLog();
-  const server = await startServer(t, pki, { maxUnauthenticatedAgents: 4, log });
+  const server = await startServer(t, pki, { agentBindAddress: HOST, maxUnauthenticatedAgents: 4, log });
   const port = server.agentPort();
   // Opened one after the other, so accepted in this order.
   const first = [await silentTcp(t, port), await silentTcp(t, port), await tlsClient(t, pki, port, LINK_ALPN), await h2Client(t, pki, port)];
@@ -164,11 +168,11 @@ test('at the cap, a new connection closes the one that has waited longest, with 
 test('a connection that has not authenticated by the deadline is closed, whatever it got to; authenticated agents stay', async (t) => {
   const pki = await makePki();
   const { log, lines } = capturedLog();
-  const server = await startServer(t, pki, { agentAuthTimeoutMs: 500, tokenReview: neverReviewed, log });
+  const server = await startServer(t, pki, { agentBindAddress: HOST, agentAuthTimeoutMs: 500, tokenReview: neverReviewed, log });
   const port = server.agentPort();
   const linkAgent = await startAgent(t, pki, [server], { agentId: 'node-link' });
   const grpcAgent = await startAgent(t, pki, [server], { agentId: 'node-grpc', extensions: false });
-  await waitFor('both agents connected', () => server.snapshot().agents.length === 2);
+  await waitFor('both agents connected', 10_000, () => server.snapshot().agents.length === 2);
   const since = server.snapshot().agents.map((a) => a.connectedAt);
 
   const tcp = await silentTcp(t, port); // no TLS at all
@@ -227,7 +231,7 @@ test('more than 64 KiB before authentication closes the connection: kctl-tunnel/
   ];
   for (const [what, send] of cases) {
     const { log, lines } = capturedLog();
-    const server = await startServer(t, pki, { tokenReview: neverReviewed, log });
+    const server = await startServer(t, pki, { agentBindAddress: HOST, tokenReview: neverReviewed, log });
     const client = await send(server.agentPort());
     await allClosed(what, [client]);
     const warned = portLines(lines);
@@ -245,7 +249,7 @@ test('more than 64 KiB before authentication closes the connection: kctl-tunnel/
 
 test('HTTP/2 receive windows stay at 64 KiB until a Connect on the connection authenticated, then widen', async (t) => {
   const pki = await makePki();
-  const server = await startServer(t, pki, { tokenReview: neverReviewed });
+  const server = await startServer(t, pki, { agentBindAddress: HOST, tokenReview: neverReviewed });
   const port = server.agentPort();
   const settledWindow = async (s: ClientHttp2Session): Promise<number | undefined> => {
     await sleep(200); // a SETTINGS frame the server sent is in by then
@@ -257,18 +261,18 @@ test('HTTP/2 receive windows stay at 64 KiB until a Connect on the connection au
   assert.equal(await settledWindow(stranger.socket), 65_535);
 
   const node = await pki.nodeCert('node-h2');
-  const agent = h2Connect(`https://127.0.0.1:${port}`, { ca: pki.ca, servername: 'localhost', ...node });
+  const agent = h2Connect(`https://${HOST}:${port}`, { ca: pki.ca, servername: 'localhost', ...node });
   held(t, agent, () => agent.destroy());
   const stream = connectStream(agent, { agentid: 'node-h2' });
   const headers = await new Promise<Record<string, unknown>>((resolve) => stream.once('response', resolve));
   assert.equal(typeof headers.serverid, 'string', 'the agent was accepted');
-  await waitFor('the agent session widened', () => agent.remoteSettings.initialWindowSize === 8 * 1024 * 1024);
+  await waitFor('the agent session widened', 10_000, () => agent.remoteSettings.initialWindowSize === 8 * 1024 * 1024);
   assert.equal(await settledWindow(stranger.socket), 65_535);
 });
 
 test('a real agent connects while a flood of connections that never authenticate fills the port', async (t) => {
   const pki = await makePki();
-  const server = await startServer(t, pki, { tokenReview: neverReviewed });
+  const server = await startServer(t, pki, { agentBindAddress: HOST, tokenReview: neverReviewed });
   const port = server.agentPort();
   const quiet = await connectMs(t, pki, server, 'node-quiet');
 
@@ -292,11 +296,11 @@ test('a real agent connects while a flood of connections that never authenticate
 
   // And while new connections keep arriving from another process, each pushing out the oldest.
   const cert = await pki.nodeCert('node-churned');
-  const churn = spawn(process.execPath, ['-e', CHURN, String(port), '8'], { stdio: ['ignore', 'pipe', 'ignore'] });
+  const churn = spawn(process.execPath, ['-e', CHURN, HOST, String(port), '8'], { stdio: ['ignore', 'pipe', 'ignore'] });
   t.after(() => churn.kill());
   let opened = 0;
   churn.stdout.on('data', (c: Buffer) => (opened = Number(c.toString().trim().split('\n').pop()) || opened));
-  await waitFor('the churn going', () => opened > 256);
+  await waitFor('the churn going', 10_000, () => opened > 256);
   const [before, started] = [opened, performance.now()];
   await sleep(1_000);
   const rate = ((opened - before) * 1000) / (performance.now() - started);

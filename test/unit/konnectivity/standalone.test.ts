@@ -10,7 +10,8 @@ import * as grpc from '@grpc/grpc-js';
 import { dialViaProxy } from '../../../src/konnectivity/client.ts';
 import type { KonnectivityServer } from '../../../src/konnectivity/index.ts';
 import { freePort } from '../../ports.ts';
-import { echoServer, makePki, readN, startAgent, startServer, udsOf, waitFor } from './fixtures.ts';
+import { echoServer, makePki, readN, startAgent, startServer, udsOf } from './fixtures.ts';
+import { waitFor } from '../../wait.ts';
 
 const agentsByStrategy = async (server: KonnectivityServer) =>
   (await server.metrics.registry.metrics())
@@ -32,7 +33,7 @@ test('TCP frontends with mutual TLS: GRPC and HTTP-CONNECT carry bytes for a cli
       agentAuth: 'upstream',
     });
     await startAgent(t, pki, [server]);
-    await waitFor('agent connected', () => server.snapshot().agents.length === 1);
+    await waitFor('agent connected', 10_000, () => server.snapshot().agents.length === 1);
     if (mode === 'grpc') {
       const credentials = grpc.credentials.createSsl(tlsFiles.ca, Buffer.from(client.key), Buffer.from(client.cert));
       const tn = await dialViaProxy({ udsPath: '', tcp: { address: `127.0.0.1:${port}`, credentials }, address: echo.address });
@@ -47,9 +48,9 @@ test('TCP frontends with mutual TLS: GRPC and HTTP-CONNECT carry bytes for a cli
       s.on('data', (c: Buffer) => (got += c.toString()));
       await once(s, 'secureConnect');
       s.write(`CONNECT ${echo.address} HTTP/1.1\r\nHost: ${echo.address}\r\n\r\n`);
-      await waitFor('200 Connection Established', () => got === 'HTTP/1.1 200 Connection Established\r\n\r\n');
+      await waitFor('200 Connection Established', 10_000, () => got === 'HTTP/1.1 200 Connection Established\r\n\r\n');
       s.write('connect over mTLS');
-      await waitFor('the echo', () => got.endsWith('\r\n\r\nconnect over mTLS'));
+      await waitFor('the echo', 10_000, () => got.endsWith('\r\n\r\nconnect over mTLS'));
       s.destroy();
       // Without a client certificate the handshake fails: no tunnel, no answer.
       const anonymous = tlsConnect({ host: '127.0.0.1', port, ca: pki.ca });
@@ -77,7 +78,7 @@ test("upstream's agent rules: any certificate of the CA is an agent; readiness a
     agentId: 'plain',
     identifiers: { host: [], ipv4: [], ipv6: [], cidr: [], defaultRoute: false },
   });
-  await waitFor('agent connected', () => server.snapshot().agents.length === 1);
+  await waitFor('agent connected', 10_000, () => server.snapshot().agents.length === 1);
   assert.deepEqual(
     server.snapshot().agents.map((a) => [a.id, a.auth, a.user]),
     [['plain', 'certificate', 'konnectivity-agent']],
@@ -94,7 +95,7 @@ test("upstream's agent rules: any certificate of the CA is an agent; readiness a
     agentId: 'named',
     identifiers: { host: ['node-a'], ipv4: ['10.0.0.5'], ipv6: [], cidr: [], defaultRoute: false },
   });
-  await waitFor('second agent connected', () => server.snapshot().agents.length === 2);
+  await waitFor('second agent connected', 10_000, () => server.snapshot().agents.length === 2);
   assert.equal(server.notReadyReason(), null);
   // destHost counts the names and addresses claimed, default the agents.
   assert.deepEqual(await agentsByStrategy(server), [
@@ -109,7 +110,7 @@ test('without a CA and token review, upstream-style servers take any agent that 
   const foreign = await pki.foreignCa();
   const stranger = await pki.clientCert({ commonName: 'stranger', signer: foreign });
   await startAgent(t, pki, [server], { cert: stranger.cert, key: stranger.key, agentId: 'anyone' });
-  await waitFor('agent connected', () => server.snapshot().agents.length === 1);
+  await waitFor('agent connected', 10_000, () => server.snapshot().agents.length === 1);
   assert.equal(server.snapshot().agents[0]!.auth, 'none');
 });
 
@@ -117,19 +118,19 @@ test('a graceful stop waits for the open tunnel to end, then stops', async (t) =
   const pki = await makePki();
   const server = await startServer(t, pki);
   await startAgent(t, pki, [server]);
-  await waitFor('agent connected', () => server.snapshot().agents.length === 1);
+  await waitFor('agent connected', 10_000, () => server.snapshot().agents.length === 1);
   const echo = await echoServer(t);
   const tn = await dialViaProxy({ udsPath: udsOf(server).grpc, address: echo.address });
   let echoed = '';
   tn.on('data', (c: Buffer) => (echoed += c.toString()));
   tn.write('hi');
-  await waitFor('first echo', () => echoed === 'hi');
+  await waitFor('first echo', 10_000, () => echoed === 'hi');
   let stopped = false;
   const stopping = server.stopGracefully(60_000).then(() => (stopped = true));
   await new Promise((r) => setTimeout(r, 300));
   assert.equal(stopped, false, 'stopped while a tunnel was open');
   tn.write('still');
-  await waitFor('the open tunnel keeps working during a graceful stop', () => echoed === 'histill');
+  await waitFor('the open tunnel keeps working during a graceful stop', 10_000, () => echoed === 'histill');
   tn.destroy();
   await stopping;
   assert.equal(server.status().state, 'stopped');

@@ -17,7 +17,8 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { buildNativeAddon } from '../../../assets/native/build.ts';
 import { useNativeAddon } from '../../../src/base/native.ts';
 import type { KonnectivityAgentOptions } from '../../../src/konnectivity/agent/options.ts';
-import { echoServer, listen, makePki, startAgent, startServer, udsOf, waitFor } from './fixtures.ts';
+import { echoServer, listen, makePki, startAgent, startServer, udsOf } from './fixtures.ts';
+import { waitFor } from '../../wait.ts';
 
 const MiB = 1024 * 1024;
 const ESTABLISHED = 'HTTP/1.1 200 Connection Established\r\n\r\n';
@@ -36,7 +37,7 @@ async function stack(t: TestContext, agent: Partial<KonnectivityAgentOptions> = 
   const pki = await makePki();
   const server = await startServer(t, pki);
   await startAgent(t, pki, [server], agent);
-  await waitFor('agent', () => server.snapshot().agents.length === 1);
+  await waitFor('agent', 10_000, () => server.snapshot().agents.length === 1);
   return server;
 }
 
@@ -158,10 +159,10 @@ test('while the agent reads a target, what the client sends reaches it at once',
   const tunnel = tunnelTo(server, echo.address);
   let text = '';
   tunnel.on('data', (c: Buffer) => (text += c.toString()));
-  await waitFor('the tunnel', () => text.startsWith(ESTABLISHED));
+  await waitFor('the tunnel', 10_000, () => text.startsWith(ESTABLISHED));
   for (let i = 0; i < 20; i++) {
     tunnel.write(`ping ${i}\n`);
-    await waitFor(`echo of ping ${i}`, () => text.endsWith(`ping ${i}\n`), 2_000);
+    await waitFor(`echo of ping ${i}`, 2_000, () => text.endsWith(`ping ${i}\n`));
   }
   tunnel.destroy();
 });
@@ -196,7 +197,7 @@ test('a target that never stops sending still gets what a slow client writes (he
   });
   await sleep(1_000);
   tunnel.write('interrupt\n');
-  await waitFor("the client's write at the flooding target", () => got.includes('interrupt\n'), 30_000);
+  await waitFor("the client's write at the flooding target", 30_000, () => got.includes('interrupt\n'));
   assert.equal(flooding, true, 'the target stopped sending before the write arrived');
 });
 
@@ -231,7 +232,7 @@ test('a target whose program closed with its last bytes still on their way gets 
     tunnel.on('error', () => undefined);
     const closed = new Promise<void>((resolve) => tunnel.once('close', () => resolve()));
     tunnel.write(`warm ${warm}\n`);
-    await waitFor('the warm-up bytes', () => received === warm, 20_000);
+    await waitFor('the warm-up bytes', 20_000, () => received === warm);
     // The client reads nothing for longer than the bound and writes once meanwhile (a ping).
     const closesBefore = closes;
     tunnel.pause();

@@ -11,7 +11,8 @@ import { test, type TestContext } from 'node:test';
 import { Target, type TargetOwner } from '../../../src/konnectivity/agent/targets.ts';
 import { WindowBudget } from '../../../src/konnectivity/wire/flow.ts';
 import { INITIAL_WINDOW, type Packet } from '../../../src/konnectivity/wire/protocol.ts';
-import { listen, quietLogger, waitFor } from './fixtures.ts';
+import { listen, quietLogger } from './fixtures.ts';
+import { waitFor } from '../../wait.ts';
 
 /** A server connection with flow-control/1 that records what the target sends it. */
 function fakeOwner() {
@@ -51,7 +52,7 @@ async function resetWithHeldBytes(t: TestContext) {
   const socket = connect(target.port, '127.0.0.1');
   socket.on('error', () => undefined);
   await once(socket, 'connect');
-  const peer = await waitFor('the target accepted', () => targetSide);
+  const peer = await waitFor('the target accepted', 10_000, () => targetSide);
   t.after(() => socket.destroy());
 
   const fake = fakeOwner();
@@ -61,17 +62,17 @@ async function resetWithHeldBytes(t: TestContext) {
   // All but 1000 bytes of the initial window, sent on at once.
   const first = INITIAL_WINDOW - 1_000;
   peer.write(pattern(0, first));
-  await waitFor('the first bytes sent as DATA', () => fake.dataBytes() === first);
+  await waitFor('the first bytes sent as DATA', 10_000, () => fake.dataBytes() === first);
   // The last bytes, in one read: 1000 go now, the rest waits for credit and reading pauses.
   const tail = 20_000;
   peer.write(pattern(first, tail));
-  await waitFor('the agent read the last bytes, holding the rest', () => tgt.flow.heldLength === tail - 1_000);
+  await waitFor('the agent read the last bytes, holding the rest', 10_000, () => tgt.flow.heldLength === tail - 1_000);
   assert.equal(fake.dataBytes(), INITIAL_WINDOW);
   assert.equal(socket.readableLength, 0, 'nothing else read but not yet seen');
 
   // Then the target resets instead of closing cleanly.
   peer.resetAndDestroy();
-  await waitFor('the reset reached the agent', () => socket.destroyed);
+  await waitFor('the reset reached the agent', 10_000, () => socket.destroyed);
   return { ...fake, tgt, total: first + tail };
 }
 
@@ -79,7 +80,7 @@ test('a target that resets after its last bytes, some of them held for credit: e
   const { tgt, sent, gone, total } = await resetWithHeldBytes(t);
   // Credit comes later (a slow link).
   tgt.grant(64 * 1024);
-  const close = await waitFor('CLOSE_RSP', () => sent.find((p) => p.type === 'CLOSE_RSP'));
+  const close = await waitFor('CLOSE_RSP', 10_000, () => sent.find((p) => p.type === 'CLOSE_RSP'));
   const before = sent.slice(0, sent.indexOf(close));
   const data = Buffer.concat(before.filter((p) => p.type === 'DATA').map((p) => p.data?.data ?? Buffer.alloc(0)));
   assert.equal(data.length, total, `${data.length} of ${total} bytes reached the server before the CLOSE`);

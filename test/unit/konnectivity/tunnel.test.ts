@@ -6,13 +6,14 @@ import { stat } from 'node:fs/promises';
 import { connect } from 'node:net';
 import { test } from 'node:test';
 import { dialViaProxy } from '../../../src/konnectivity/client.ts';
-import { echoServer, makePki, readAll, readN, startAgent, startServer, udsOf, waitFor } from './fixtures.ts';
+import { echoServer, makePki, readAll, readN, startAgent, startServer, udsOf } from './fixtures.ts';
+import { waitFor } from '../../wait.ts';
 
 test('bytes travel both ways through the GRPC frontend, and a close reaches the target', async (t) => {
   const pki = await makePki();
   const server = await startServer(t, pki);
   const agent = await startAgent(t, pki, [server]);
-  await waitFor('agent connected', () => server.snapshot().agents.length === 1);
+  await waitFor('agent connected', 10_000, () => server.snapshot().agents.length === 1);
   const echo = await echoServer(t);
   // Only kube-apiserver (same user) may dial through the server.
   for (const sock of Object.values(udsOf(server))) assert.equal((await stat(sock)).mode & 0o777, 0o600, sock);
@@ -25,9 +26,10 @@ test('bytes travel both ways through the GRPC frontend, and a close reaches the 
   assert.equal(server.snapshot().establishedConnections, 1);
   assert.equal(agent.snapshot().servers[0]?.connections, 1);
   tunnel.end();
-  await waitFor('target socket closed', () => echo.sockets.size === 0);
+  await waitFor('target socket closed', 10_000, () => echo.sockets.size === 0);
   await waitFor(
     'tables empty',
+    10_000,
     () =>
       server.snapshot().establishedConnections === 0 && server.snapshot().closingConnections === 0 && agent.snapshot().servers[0]?.connections === 0,
   );
@@ -37,20 +39,20 @@ test('the target closing ends the tunnel with CLOSE_RSP', async (t) => {
   const pki = await makePki();
   const server = await startServer(t, pki);
   await startAgent(t, pki, [server]);
-  await waitFor('agent connected', () => server.snapshot().agents.length === 1);
+  await waitFor('agent connected', 10_000, () => server.snapshot().agents.length === 1);
   const { listen } = await import('./fixtures.ts');
   const hello = await listen(t, (s) => s.end('hello and goodbye'));
   const tunnel = await dialViaProxy({ udsPath: udsOf(server).grpc, address: hello.address });
   const all = await readAll(tunnel);
   assert.equal(all.toString(), 'hello and goodbye');
-  await waitFor('tables empty', () => server.snapshot().establishedConnections === 0);
+  await waitFor('tables empty', 10_000, () => server.snapshot().establishedConnections === 0);
 });
 
 test('HTTP-CONNECT: 200 after the dial, bytes both ways; 405 for other methods', async (t) => {
   const pki = await makePki();
   const server = await startServer(t, pki);
   await startAgent(t, pki, [server]);
-  await waitFor('agent connected', () => server.snapshot().agents.length === 1);
+  await waitFor('agent connected', 10_000, () => server.snapshot().agents.length === 1);
   const echo = await echoServer(t);
 
   const s = connect(udsOf(server).connect);
@@ -63,7 +65,7 @@ test('HTTP-CONNECT: 200 after the dial, bytes both ways; 405 for other methods',
   const back = await readN(s, payload.length);
   assert.ok(back.equals(payload));
   s.end();
-  await waitFor('tables empty', () => server.snapshot().establishedConnections === 0 && server.snapshot().closingConnections === 0);
+  await waitFor('tables empty', 10_000, () => server.snapshot().establishedConnections === 0 && server.snapshot().closingConnections === 0);
 
   const g = connect(udsOf(server).connect);
   g.end('GET / HTTP/1.1\r\nHost: x\r\n\r\n');

@@ -9,7 +9,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { SystemdNotifier } from '../../../src/supervisor/notify.ts';
 import { tempDir } from '../../helpers.ts';
 import { quietLogger } from '../konnectivity/fixtures.ts';
-import { waitFor } from './util.ts';
+import { waitFor } from '../../wait.ts';
 
 /** A systemd-notify that appends its arguments, one call per line, to `sent`. */
 async function fakeNotify(t: TestContext): Promise<{ command: string; sent: () => Promise<string[]> }> {
@@ -28,9 +28,9 @@ test('the watchdog is pinged as soon as it starts, before any later message', as
   const n = SystemdNotifier.forRole({ env: { NOTIFY_SOCKET: '/x', WATCHDOG_USEC: '20000000' }, command, log: quietLogger() });
   assert.ok(n);
   t.after(() => n.close());
-  await waitFor('the first WATCHDOG=1', async () => (await sent()).includes('WATCHDOG=1'), 3000);
+  await waitFor('the first WATCHDOG=1', 3000, async () => (await sent()).includes('WATCHDOG=1'));
   n.status('up');
-  await waitFor('STATUS=up after the ping', async () => (await sent()).includes('STATUS=up'), 3000);
+  await waitFor('STATUS=up after the ping', 3000, async () => (await sent()).includes('STATUS=up'));
   assert.deepEqual(await sent(), ['WATCHDOG=1', 'STATUS=up']);
 });
 
@@ -40,7 +40,7 @@ test('a watchdog meant for another process (WATCHDOG_PID) is not pinged; no NOTI
   const n = SystemdNotifier.forRole({ env, command, log: quietLogger() });
   assert.ok(n);
   n.status('up');
-  await waitFor('STATUS=up', async () => (await sent()).includes('STATUS=up'), 3000);
+  await waitFor('STATUS=up', 3000, async () => (await sent()).includes('STATUS=up'));
   await sleep(300); // three intervals of a 200 ms watchdog
   await n.close();
   assert.deepEqual(await sent(), ['STATUS=up']);

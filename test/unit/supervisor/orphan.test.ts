@@ -7,7 +7,8 @@ import { createInterface } from 'node:readline';
 import { test } from 'node:test';
 import { runsBinary } from '../../../src/supervisor/pidfile.ts';
 import { tempDir } from '../../helpers.ts';
-import { isAlive, killAfter, waitFor } from './util.ts';
+import { killAfter } from './util.ts';
+import { alive, waitFor } from '../../wait.ts';
 
 const parentScript = new URL('./fixtures/supervising-parent.ts', import.meta.url).pathname;
 
@@ -28,12 +29,12 @@ test('no orphan: when the supervising process is SIGKILLed, its child dies too',
   const child = Number(value);
   killAfter(t, child);
   assert.ok(Number.isInteger(child) && child > 1, `child pid from parent: ${value}`);
-  assert.equal(await isAlive(child), true);
+  assert.equal(await alive(child), true);
   // The tracked pid is the real child, not setpriv: setpriv execs the binary in place, which a
   // loaded machine may not have done yet when the pid is printed; a wrapper that forked never would.
-  await waitFor('the tracked pid to run the binary, not setpriv', () => runsBinary(child, binary), 5_000);
+  await waitFor('the tracked pid to run the binary, not setpriv', 5_000, () => runsBinary(child, binary));
 
   parent.kill('SIGKILL');
   await once(parent, 'exit');
-  await waitFor('the orphaned child to die', async () => !(await isAlive(child)), 10_000);
+  await waitFor('the orphaned child to die', 10_000, async () => !(await alive(child)));
 });

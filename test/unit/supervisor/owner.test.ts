@@ -6,7 +6,8 @@ import { join } from 'node:path';
 import { test } from 'node:test';
 import { claimDataDir, liveOwner, ownerFile, ownerRecord, releaseDataDir, runOwning } from '../../../src/supervisor/owner.ts';
 import { tempDir } from '../../helpers.ts';
-import { isAlive, spawnProcess, waitFor } from './util.ts';
+import { spawnProcess } from './util.ts';
+import { alive, waitFor } from '../../wait.ts';
 
 test('a claim records this pid and role (0644); a second claim names the holder; release removes it', async (t) => {
   const dir = join(await tempDir(t), 'data');
@@ -26,7 +27,7 @@ test('a live process that wrote the record owns the dir; once it exits the recor
   await writeFile(ownerFile(dir), await ownerRecord(pid, 'worker'));
   assert.deepEqual(await liveOwner(dir), { pid, role: 'worker' });
   process.kill(pid, 'SIGKILL');
-  await waitFor('the owner to exit', async () => !(await isAlive(pid)));
+  await waitFor('the owner to exit', 5_000, async () => !(await alive(pid)));
   assert.equal(await liveOwner(dir), undefined);
   assert.equal(await claimDataDir(dir, 'controller'), undefined);
   assert.deepEqual(await liveOwner(dir), { pid: process.pid, role: 'controller' });

@@ -8,7 +8,8 @@ import { componentLogger } from '../../../src/base/log.ts';
 import { readPidFile } from '../../../src/supervisor/pidfile.ts';
 import { CHILD_PATH, Supervisor, type SupervisorOptions } from '../../../src/supervisor/process.ts';
 import { captureLogger, tempDir } from '../../helpers.ts';
-import { isAlive, spawnProcess, waitFor } from './util.ts';
+import { spawnProcess } from './util.ts';
+import { alive, waitFor } from '../../wait.ts';
 
 type TestContext = { after: (fn: () => Promise<void> | void) => void };
 
@@ -43,7 +44,7 @@ test('forwards stdout and stderr line by line with the component field and a lev
     ),
   });
   await sup.start();
-  await waitFor('the last line', () => byMsg(lines(), 'after-long'));
+  await waitFor('the last line', 5_000, () => byMsg(lines(), 'after-long'));
 
   const hello = byMsg(lines(), 'hello from child');
   assert.equal(hello?.component, 'chatty');
@@ -78,7 +79,7 @@ test('the child gets a clean environment: PATH plus its own variables only', { t
     ...sh('echo "secret=${KCTL_SUPERVISOR_TEST_SECRET:-unset} extra=$EXTRA home=${HOME:-unset} path=$PATH"; exec sleep 1000'),
   });
   await sup.start();
-  const line = await waitFor('the env line', () => lines().find((l) => String(l.msg).startsWith('secret=')));
+  const line = await waitFor('the env line', 5_000, () => lines().find((l) => String(l.msg).startsWith('secret=')));
   assert.equal(line.msg, `secret=unset extra=given home=unset path=${CHILD_PATH}`);
 });
 
@@ -92,8 +93,8 @@ test('a child gets the umask it is given, or else inherits the one of kctl, whic
   const inherited = supervise(t, { name: 'umask-inherited', runDir, ...sh('echo "umask=$(umask)"; exec sleep 1000') });
   await given.sup.start();
   await inherited.sup.start();
-  assert.equal((await waitFor('the umask line', () => given.lines().find((l) => String(l.msg).startsWith('umask=')))).msg, 'umask=0022');
-  assert.equal((await waitFor('the umask line', () => inherited.lines().find((l) => String(l.msg).startsWith('umask=')))).msg, 'umask=0077');
+  assert.equal((await waitFor('the umask line', 5_000, () => given.lines().find((l) => String(l.msg).startsWith('umask=')))).msg, 'umask=0022');
+  assert.equal((await waitFor('the umask line', 5_000, () => inherited.lines().find((l) => String(l.msg).startsWith('umask=')))).msg, 'umask=0077');
   assert.equal(process.umask(0o077), 0o077, "kctl's own umask is back after the spawn");
 });
 
@@ -115,7 +116,7 @@ test('secrets never reach the log or the last error: every line of the child has
     ),
   });
   await sup.start();
-  await waitFor('the exit', () => sup.status().state === 'restarting' && sup.status().lastError);
+  await waitFor('the exit', 5_000, () => sup.status().state === 'restarting' && sup.status().lastError);
   const text = JSON.stringify(lines());
   assert.ok(!text.includes('s3cr') && !text.includes('p\\u0026w') && !text.includes('p&w'), text);
   assert.ok(byMsg(lines(), 'connecting to postgres://kine:***@db:5432/kine'), text);
@@ -142,7 +143,7 @@ test(
       echo "Error: failed to run the server" >&2; exit 1`),
     });
     await sup.start();
-    await waitFor('the exit', () => sup.status().state === 'restarting' && sup.status().lastError);
+    await waitFor('the exit', 5_000, () => sup.status().state === 'restarting' && sup.status().lastError);
     const why = sup.status().lastError ?? '';
     assert.match(why, new RegExp(`^exited with code 1: port ${port} \\(127\\.0\\.0\\.1\\) is held by pid ${process.pid}\\b`), why);
     const logged = lines().find((l) => typeof l.delayMs === 'number');
@@ -163,7 +164,7 @@ test('a crashing child is restarted with capped exponential backoff that resets 
       echo "run $n"; if [ $n -eq 4 ]; then sleep 1; fi; echo "boom $n" >&2; exit 3`),
   });
   await sup.start();
-  await waitFor('six runs', () => lines().some((l) => l.msg === 'run 6'), 15_000);
+  await waitFor('six runs', 15_000, () => lines().some((l) => l.msg === 'run 6'));
   await sup.stop();
 
   const delays = lines()
@@ -194,13 +195,13 @@ test('stop escalates to SIGKILL for a child that ignores SIGTERM, removes the pi
     ...sh('trap "" TERM; echo trapped; exec sleep 1000'),
   });
   await sup.start();
-  await waitFor('the trap', () => byMsg(lines(), 'trapped'));
+  await waitFor('the trap', 5_000, () => byMsg(lines(), 'trapped'));
   const pid = sup.status().pid as number;
   assert.equal(await readPidFile(join(runDir, 'stubborn.pid')), pid);
 
   await Promise.all([sup.stop(), sup.stop()]);
   await sup.stop();
-  assert.equal(await isAlive(pid), false);
+  assert.equal(await alive(pid), false);
   assert.equal(await readPidFile(join(runDir, 'stubborn.pid')), undefined);
   assert.ok(lines().some((l) => String(l.msg).includes('after SIGTERM, sending SIGKILL')));
   assert.ok(lines().some((l) => l.signal === 'SIGKILL'));
@@ -234,7 +235,7 @@ test('on start, a leftover of our binary is stopped; a foreign process behind a 
   await writeFile(pidFile, `${leftover}\n`);
   const first = supervise(t, { name: 'daemon', runDir, binary, args: ['1000'], stopTimeoutMs: 1000 });
   await first.sup.start();
-  assert.equal(await isAlive(leftover), false, 'the leftover of our binary is gone');
+  assert.equal(await alive(leftover), false, 'the leftover of our binary is gone');
   const ours = first.sup.status().pid;
   assert.notEqual(ours, leftover);
   assert.equal(await readPidFile(pidFile), ours);
@@ -246,7 +247,7 @@ test('on start, a leftover of our binary is stopped; a foreign process behind a 
   await writeFile(pidFile, `${foreign}\n`);
   const second = supervise(t, { name: 'daemon', runDir, binary, args: ['1000'] });
   await second.sup.start();
-  assert.equal(await isAlive(foreign), true, 'the foreign process is untouched');
+  assert.equal(await alive(foreign), true, 'the foreign process is untouched');
   assert.equal(await readPidFile(pidFile), second.sup.status().pid);
   assert.ok(second.lines().some((l) => String(l.msg).includes('is another program, leaving it alone') && l.pid === foreign));
   await second.sup.stop();
@@ -299,7 +300,7 @@ test('ready() rejects with the last probe error and the crash reason when the si
     ready: () => Promise.reject(new Error('connect ECONNREFUSED 127.0.0.1:2379')),
   }).sup;
   await crashing.start();
-  await waitFor('a restart', () => crashing.status().restarts > 0);
+  await waitFor('a restart', 5_000, () => crashing.status().restarts > 0);
   await assert.rejects(crashing.ready(AbortSignal.timeout(300)), /restarts, last: exited with code 2: bad flag --foo/);
   // Stop the crash loop before the run dir is removed (after-hooks run first-added first).
   await crashing.stop();
@@ -332,7 +333,7 @@ test('restart() stops the child and starts it again at once, counted, without ba
   assert.ok(Date.now() - started < 3000);
   const s = sup.status();
   assert.notEqual(s.pid, first);
-  assert.equal(await isAlive(first), false);
+  assert.equal(await alive(first), false);
   assert.equal(s.restarts, 1);
   assert.equal(s.lastError, undefined);
   assert.equal(await readPidFile(join(runDir, 'renewed.pid')), s.pid);

@@ -10,7 +10,8 @@ import { join } from 'node:path';
 import { test } from 'node:test';
 import { ApiBalancerComponent } from '../../../src/worker/api-balancer.ts';
 import { captureLogger, initialised, tempDir } from '../../helpers.ts';
-import { makePki, waitFor } from '../konnectivity/fixtures.ts';
+import { makePki } from '../konnectivity/fixtures.ts';
+import { waitFor } from '../../wait.ts';
 
 async function apiServer(t: { after: (fn: () => Promise<void>) => void }, name: string, cert: string, key: string) {
   const state = { ready: true, silent: false, checks: 0 };
@@ -78,14 +79,14 @@ test(
       });
     const hanging = [hang(), hang()];
     const connections = (url: string) => lb.snapshot().upstreams.find((u) => url.endsWith(`:${u.address.split(':')[1]}`))?.connections ?? 0;
-    await waitFor('a long request on each upstream', () => connections(a.url) === 1 && connections(b.url) === 1);
+    await waitFor('a long request on each upstream', 10_000, () => connections(a.url) === 1 && connections(b.url) === 1);
     a.state.ready = false;
     assert.match(await Promise.race(hanging), /^closed: socket hang up/);
     assert.equal(connections(a.url), 0);
     assert.equal(connections(b.url), 1, "api-b's connection must stay");
     for (let i = 0; i < 4; i++) assert.equal(await get(port, pki.ca), 'api-b');
     a.state.ready = true;
-    await waitFor('api-a healthy again', () => lb.snapshot().upstreams.every((u) => u.healthy), 5_000);
+    await waitFor('api-a healthy again', 5_000, () => lb.snapshot().upstreams.every((u) => u.healthy));
 
     // The controllers' leases now name only api-a.
     lb.setUpstreams([a.url]);
@@ -119,20 +120,20 @@ test(
     const req = request({ host: '127.0.0.1', port: lb.listenPort(), path: '/hang', ca: pki.ca, agent: false }, () => undefined);
     req.on('error', () => (cut = true));
     req.end();
-    await waitFor('the long request through the balancer', () => lb.snapshot().upstreams[0]?.connections === 1);
+    await waitFor('the long request through the balancer', 10_000, () => lb.snapshot().upstreams[0]?.connections === 1);
 
     a.state.silent = true;
     const before = a.state.checks;
     // The second silent check has begun, so the first one already failed: the connection must still be up.
-    await waitFor('two silent checks', () => a.state.checks >= before + 2, 5_000);
+    await waitFor('two silent checks', 5_000, () => a.state.checks >= before + 2);
     assert.equal(cut, false, 'one silent check must not cut the connections');
     assert.equal(lb.snapshot().upstreams[0]?.healthy, true);
-    await waitFor('the connection is cut', () => cut, 5_000);
+    await waitFor('the connection is cut', 5_000, () => cut);
     assert.ok(a.state.checks >= before + 3, `cut after ${a.state.checks - before} checks`);
     assert.match(raw(), /API server unhealthy \(3 checks in a row without an answer\)/);
 
     a.state.silent = false;
-    await waitFor('healthy again', () => lb.snapshot().upstreams[0]?.healthy, 5_000);
+    await waitFor('healthy again', 5_000, () => lb.snapshot().upstreams[0]?.healthy);
     assert.deepEqual(answered, ['127.0.0.1', '127.0.0.1'], 'answering again is reported (the agent retries that host)');
   },
 );

@@ -6,7 +6,7 @@ import { archivesToPrune, archiveTime, BackupSchedulerComponent } from '../../..
 import { createBackupKey } from '../../../../src/controller/backups/backup-cipher.ts';
 import { parseConfig } from '../../../../src/controller/config/config.ts';
 import { controllerPaths } from '../../../../src/controller/config/paths.ts';
-import { waitFor } from '../../../e2e/lab/wait.ts';
+import { waitFor } from '../../../wait.ts';
 import { captureLogger, tempDir } from '../../../helpers.ts';
 import { fakeLeaseApi } from '../../kube/fake-apiserver.ts';
 
@@ -77,7 +77,12 @@ test('the scheduler: the lease holder backs up one interval after start, keeps `
   await writeFile(other, 'not kctl');
   await s.start();
   t.after(() => s.stop());
-  await waitFor('the lease', 10_000, async () => s.report().leaseHolder === 'kctl-controller-10-0-0-1');
+  // The holder is published a moment before its first due time: wait for both.
+  await waitFor(
+    'the lease and the first due time',
+    10_000,
+    async () => s.report().leaseHolder === 'kctl-controller-10-0-0-1' && s.report().nextDue !== undefined,
+  );
   assert.equal(s.report().nextDue, '2026-11-26T00:01:00.000Z', 'one interval after start when there is no archive');
   for (let i = 1; i <= 4; i++) {
     now += 60_000;

@@ -5,7 +5,7 @@ import { test } from 'node:test';
 import { ManifestApplierComponent, parseStack } from '../../../../src/controller/cluster/manifests.ts';
 import { KubeClient } from '../../../../src/kube/client.ts';
 import { captureLogger, initialised, tempDir } from '../../../helpers.ts';
-import { waitFor } from '../../supervisor/util.ts';
+import { waitFor } from '../../../wait.ts';
 
 test('a stack parses into objects; bad YAML and non-objects are reported with file and line', () => {
   const ok = parseStack([
@@ -108,7 +108,7 @@ test('a stack that someone other than root (or kctl) could change is skipped wit
   // Fixing the modes lets the stacks through (the watcher sees the change); the warnings are not repeated.
   await chmod(join(open, 'a.yaml'), 0o644);
   await chmod(shared, 0o755);
-  await waitFor('the fixed stacks to reach the API', () => a.calls() > 0);
+  await waitFor('the fixed stacks to reach the API', 5_000, () => a.calls() > 0);
   await a.applier.settled();
   assert.equal(a.lines().filter((l) => l.level === 40).length, 2);
 });

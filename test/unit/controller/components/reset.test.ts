@@ -13,7 +13,8 @@ import { pkiPaths } from '../../../../src/pki/index.ts';
 import { Supervisor } from '../../../../src/supervisor/process.ts';
 import { prepareRunDir, RUN_DIR_MARKER } from '../../../../src/supervisor/run-dir.ts';
 import { captureLogger, tempDir } from '../../../helpers.ts';
-import { isAlive, spawnProcess, waitFor } from '../../supervisor/util.ts';
+import { spawnProcess } from '../../supervisor/util.ts';
+import { alive, waitFor } from '../../../wait.ts';
 
 const RELEASE = { version: '0.1.0', kubernetes: 'v1.36.3', etcd: 'v3.6.14' };
 
@@ -41,8 +42,8 @@ test('reset stops a leftover child that runs our staged binary, leaves a foreign
   const { log, lines } = captureLogger();
   await resetController(paths, log);
 
-  await waitFor('the leftover kine to exit', async () => !(await isAlive(leftover)));
-  assert.equal(await isAlive(foreign), true, 'reset stopped a process that is not ours');
+  await waitFor('the leftover kine to exit', 5_000, async () => !(await alive(leftover)));
+  assert.equal(await alive(foreign), true, 'reset stopped a process that is not ours');
   assert.equal(existsSync(paths.dataDir), false);
   assert.equal(existsSync(paths.runDir), false);
   const removed = lines()

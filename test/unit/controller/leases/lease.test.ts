@@ -9,7 +9,8 @@ import { ControllerLeaseComponent, LiveControllers } from '../../../../src/contr
 import { KubeClient } from '../../../../src/kube/client.ts';
 import { controllerLease, type Lease } from '../../../../src/kube/controller-leases.ts';
 import { captureLogger } from '../../../helpers.ts';
-import { makePki, rawAgent, startServer, waitFor } from '../../konnectivity/fixtures.ts';
+import { makePki, rawAgent, startServer } from '../../konnectivity/fixtures.ts';
+import { waitFor } from '../../../wait.ts';
 import { fakeApiServer, json, watchStream } from '../../kube/fake-apiserver.ts';
 
 const RELEASE = { version: '0.1.0', kubernetes: 'v1.36.3', etcd: 'v3.6.14' };
@@ -89,7 +90,7 @@ test('the announced server count follows the live leases; the lease lists the he
   // A konnectivity server wired as the controller wires it: servercount from the live controllers.
   const pki = await makePki();
   const server = await startServer(t, pki, { serverId: 'a', serverCount: () => controllers.serverCount() });
-  await waitFor('itself and b live, c expired', async () => controllers.serverCount() === 2);
+  await waitFor('itself and b live, c expired', 10_000, async () => controllers.serverCount() === 2);
   const first = await rawAgent(t, pki, server, { agentId: 'w1' });
   assert.deepEqual(first.headers.get('servercount'), ['2']);
   const own = fake.leases.get('kctl-controller-10-0-0-1');
@@ -99,7 +100,7 @@ test('the announced server count follows the live leases; the lease lists the he
 
   // b stops (its lease is deleted): the next agent is told one server, with no restart.
   fake.remove('kctl-controller-b');
-  await waitFor('b gone', async () => controllers.serverCount() === 1);
+  await waitFor('b gone', 10_000, async () => controllers.serverCount() === 1);
   const second = await rawAgent(t, pki, server, { agentId: 'w2' });
   assert.deepEqual(second.headers.get('servercount'), ['1']);
   assert.deepEqual(
@@ -109,15 +110,21 @@ test('the announced server count follows the live leases; the lease lists the he
 
   // The held agents change: the lease says so within seconds, not at the next 10 s renewal.
   agents = ['w1', 'w2'];
-  await waitFor('agents rewritten', async () => fake.leases.get('kctl-controller-10-0-0-1')?.metadata.annotations?.['kctl.dev/agents'] === 'w1,w2');
+  await waitFor(
+    'agents rewritten',
+    10_000,
+    async () => fake.leases.get('kctl-controller-10-0-0-1')?.metadata.annotations?.['kctl.dev/agents'] === 'w1,w2',
+  );
   // So do the encryption keys kube-apiserver has loaded (names only), which rotate-key waits for.
   loaded.keys = 'key-b,key-a';
   await waitFor(
     'keys named',
+    10_000,
     async () => fake.leases.get('kctl-controller-10-0-0-1')?.metadata.annotations?.['kctl.dev/encryption-keys'] === 'key-b,key-a',
   );
   await waitFor(
     'keys read back',
+    10_000,
     async () => controllers.liveControllers().find((c) => c.name === 'kctl-controller-10-0-0-1')?.encryptionKeys === 'key-b,key-a',
   );
   const patches = fake.api.requests.filter((r) => r.method === 'PATCH').length;

@@ -5,6 +5,7 @@ import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { readdir, readFile } from 'node:fs/promises';
 import { createServer, type Server } from 'node:net';
+import { freePortRange } from '../../../ports.ts';
 import { join } from 'node:path';
 import { after, test } from 'node:test';
 import { goRuntimeEnv, parseConfig, TENANT_GC_PERCENT } from '../../../../src/controller/config/config.ts';
@@ -99,10 +100,10 @@ test('a postgres data source without a database gets kctl_NAME; one with a datab
 test('tenants starting at once get distinct free ports, recorded once and kept; a held port is skipped', async (t) => {
   const root = await tempDir(t);
   // Someone else holds the first port of the range.
+  const first = await freePortRange(31);
   const held: Server = createServer();
-  await new Promise<void>((r) => held.listen(0, '0.0.0.0', () => r()));
+  await new Promise<void>((r) => held.listen(first, '0.0.0.0', () => r()));
   t.after(() => held.close());
-  const first = (held.address() as { port: number }).port;
   const range: [number, number] = [first, first + 30];
   const { log } = captureLogger();
   const names = ['t0', 't1', 't2', 't3', 't4', 't5'];
@@ -126,10 +127,8 @@ test('tenants starting at once get distinct free ports, recorded once and kept; 
 test('an exhausted port range is refused with one line and no tenant dir', async (t) => {
   const root = await tempDir(t);
   const { log } = captureLogger();
-  const probe = createServer();
-  await new Promise<void>((r) => probe.listen(0, '0.0.0.0', () => r()));
-  const base = (probe.address() as { port: number }).port;
-  await new Promise((r) => probe.close(r));
+  // Below the kernel's ephemeral range: a port a listener here had and closed could go to another test file's listener.
+  const base = await freePortRange(3);
   await prepareTenant(tenantLayout(root, join(root, 'run'), 'a'), cfg, [base, base + 2], log);
   await assert.rejects(
     prepareTenant(tenantLayout(root, join(root, 'run'), 'b'), cfg, [base, base + 2], log),
