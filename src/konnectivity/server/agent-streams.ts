@@ -10,7 +10,7 @@ import type { Broker } from './broker.ts';
 import { canonicalIdentifier, type NodeDirectory } from '../../base/ownership.ts';
 import { isTrusted, judgeClaims, judgeWithoutNodes, type ClaimVerdict } from './claims.ts';
 import type { ServerMetrics } from './metrics.ts';
-import type { KonnectivityServerOptions } from './options.ts';
+import type { ServerOptionsWithDefaults } from './options.ts';
 import { AgentBackend, type AgentCall } from './tunnel.ts';
 import { LINK_ALPN } from '../wire/link.ts';
 import { LinkAgentCall } from '../wire/link-calls.ts';
@@ -37,7 +37,7 @@ const sameClaims = (a: ClaimVerdict, b: ClaimVerdict): boolean => JSON.stringify
 
 /** What the agent streams of one server share with it. */
 export interface AgentStreamsContext {
-  readonly options: KonnectivityServerOptions;
+  readonly options: ServerOptionsWithDefaults;
   /** The cluster CAs node certificates are checked against, as trusted now (none: upstream's rules). */
   cas(): readonly X509Certificate[] | undefined;
   readonly serverId: string;
@@ -89,7 +89,7 @@ export class AgentStreams {
 
     // An agent is who authenticated, not what it calls itself: its id can never shadow another's stream.
     const id = brokerId(identity, agentId, upstreamStyle);
-    const flowControl = (this.c.options.extensions ?? true) && offersFlowControl(call.metadata.get(META.extensions));
+    const flowControl = this.c.options.extensions && offersFlowControl(call.metadata.get(META.extensions));
     const claimed = parseIdentifiers(call.metadata.get(META.agentIdentifiers).map(String)[0] ?? '');
     const verdict = this.judge(identity, claimed, undefined);
     const md = new grpc.Metadata();

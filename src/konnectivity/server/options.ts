@@ -76,3 +76,27 @@ export interface KonnectivityServerOptions {
   datagramRelay?: { rateBytesPerS?: number; burstBytes?: number };
   log: Logger;
 }
+
+/** Every default of the server's options, in one place (the agent's are AGENT_DEFAULTS). */
+export const SERVER_DEFAULTS = {
+  udsMode: 0o600,
+  replaceSockets: true,
+  agentBindAddress: '0.0.0.0',
+  adminBindAddress: '127.0.0.1',
+  agentAuth: 'nodes' as const,
+  proxyStrategies: ['destHost', 'default'] as ProxyStrategy[],
+  dialTimeoutMs: 10_000,
+  closeTimeoutMs: 10_000,
+  keepaliveTimeMs: 10_000,
+  keepaliveTimeoutMs: 5_000,
+  extensions: true,
+  upstreamBufferLimit: 4 * 1024 * 1024,
+} satisfies Partial<KonnectivityServerOptions>;
+
+/** The server's options with SERVER_DEFAULTS applied. */
+export type ServerOptionsWithDefaults = Required<Pick<KonnectivityServerOptions, keyof typeof SERVER_DEFAULTS>> & KonnectivityServerOptions;
+
+/** The options as given, an option given as undefined keeping its default. */
+export function withServerDefaults(o: KonnectivityServerOptions): ServerOptionsWithDefaults {
+  return { ...SERVER_DEFAULTS, ...(Object.fromEntries(Object.entries(o).filter(([, v]) => v !== undefined)) as KonnectivityServerOptions) };
+}

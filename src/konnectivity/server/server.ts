@@ -20,7 +20,7 @@ import { strayAgentId } from './auth.ts';
 import { DatagramRelay } from './datagrams.ts';
 import { Broker } from './broker.ts';
 import { FrontendListeners, type TcpFrontend } from './frontend-listeners.ts';
-import type { KonnectivityServerOptions } from './options.ts';
+import { withServerDefaults, type KonnectivityServerOptions, type ServerOptionsWithDefaults } from './options.ts';
 import type { AgentSnapshot, KonnectivityServerSnapshot, TunnelStats } from './snapshot.ts';
 import { ServerMetrics } from './metrics.ts';
 import { LinkAgentCall, peerOf, type LinkKeepalive } from '../wire/link-calls.ts';
@@ -63,12 +63,16 @@ export class KonnectivityServer implements Component {
   private started: Promise<void> | undefined;
   private unwatchNodes: (() => void) | undefined;
 
-  constructor(private readonly o: KonnectivityServerOptions) {
+  /** Options with SERVER_DEFAULTS applied. */
+  private readonly o: ServerOptionsWithDefaults;
+
+  constructor(options: KonnectivityServerOptions) {
+    const o = (this.o = withServerDefaults(options));
     this.serverId = o.serverId ?? randomUUID();
     this.log = o.log;
     this.cas = o.tls.ca === undefined ? undefined : certificatesOf(o.tls.ca);
     this.caPem = o.tls.ca;
-    if (!this.cas && (o.agentAuth ?? 'nodes') === 'nodes') throw new Error('konnectivity server: tls.ca is needed to check node certificates');
+    if (!this.cas && o.agentAuth === 'nodes') throw new Error('konnectivity server: tls.ca is needed to check node certificates');
     this.metrics = new ServerMetrics({
       readyBackends: () => this.broker.agents.size,
       readyBackendsByStrategy: () => this.broker.agentsByStrategy(),
@@ -77,10 +81,10 @@ export class KonnectivityServer implements Component {
     });
     this.broker = new Broker({
       serverId: this.serverId,
-      strategies: o.proxyStrategies ?? ['destHost', 'default'],
-      dialTimeoutMs: o.dialTimeoutMs ?? 10_000,
-      closeTimeoutMs: o.closeTimeoutMs ?? 10_000,
-      upstreamBufferLimit: o.upstreamBufferLimit ?? 4 * 1024 * 1024,
+      strategies: o.proxyStrategies,
+      dialTimeoutMs: o.dialTimeoutMs,
+      closeTimeoutMs: o.closeTimeoutMs,
+      upstreamBufferLimit: o.upstreamBufferLimit,
       metrics: this.metrics,
       log: this.log,
       datagrams: o.datagramRelay
@@ -143,10 +147,10 @@ export class KonnectivityServer implements Component {
       {
         udsPath: this.o.udsPath,
         httpConnectUdsPath: this.o.httpConnectUdsPath,
-        udsMode: this.o.udsMode ?? 0o600,
-        replaceSockets: this.o.replaceSockets ?? true,
+        udsMode: this.o.udsMode,
+        replaceSockets: this.o.replaceSockets,
         tcp: this.o.tcpFrontend,
-        closeGraceMs: this.o.closeTimeoutMs ?? 10_000,
+        closeGraceMs: this.o.closeTimeoutMs,
       },
       this.broker,
       this.metrics,
@@ -179,13 +183,13 @@ export class KonnectivityServer implements Component {
         requireClientCert: upstreamAuth && this.o.tls.ca !== undefined && !this.o.tokenReview,
       },
       { limits: { maxConnections: this.o.maxUnauthenticatedAgents, timeoutMs: this.o.agentAuthTimeoutMs }, log: this.log },
-      (this.o.extensions ?? true) ? (socket) => this.onLink(socket) : undefined,
+      this.o.extensions ? (socket) => this.onLink(socket) : undefined,
     );
     this.agentListener = listener;
-    this.boundAgentPort = await listener.listen(this.o.agentPort, this.o.agentBindAddress ?? '0.0.0.0');
+    this.boundAgentPort = await listener.listen(this.o.agentPort, this.o.agentBindAddress);
 
     if (this.o.adminPort !== undefined) {
-      const admin = await listenAdmin(this.o.adminPort, this.o.adminBindAddress ?? '127.0.0.1', {
+      const admin = await listenAdmin(this.o.adminPort, this.o.adminBindAddress, {
         hasAgents: () => this.broker.agents.size > 0,
         registry: this.metrics.registry,
       });
@@ -208,7 +212,7 @@ export class KonnectivityServer implements Component {
 
   /** How long an agent may be silent before it is pinged, and then before it is dropped (both transports). */
   private get keepalive(): LinkKeepalive {
-    return { timeMs: this.o.keepaliveTimeMs ?? 10_000, timeoutMs: this.o.keepaliveTimeoutMs ?? 5_000 };
+    return { timeMs: this.o.keepaliveTimeMs, timeoutMs: this.o.keepaliveTimeoutMs };
   }
 
   /** A kctl agent chose kctl-tunnel/1: its HELLO carries what gRPC metadata would. */
