@@ -21,6 +21,20 @@ function ephemeralStart(): number {
   return 32_768;
 }
 
+/** A server listening on `port` of `host`, or undefined when the port is taken there. */
+function holdPort(port: number, host: string): Promise<Server | undefined> {
+  const s = createServer();
+  return new Promise((r) => {
+    s.once('error', () => r(undefined));
+    s.listen(port, host, () => r(s));
+  });
+}
+
+const release = (servers: Server[]): Promise<unknown> => Promise.all(servers.map((s) => new Promise<void>((r) => s.close(() => r()))));
+
+/** A random port from PICK_FROM to `last`. */
+const pick = (last: number): number => PICK_FROM + Math.floor(Math.random() * (last - PICK_FROM + 1));
+
 /** `n` distinct ports free on 127.0.0.1 right now (all held open together while they are picked). */
 export async function freePorts(n: number): Promise<number[]> {
   const pickTo = ephemeralStart() - 1;
@@ -31,17 +45,12 @@ export async function freePorts(n: number): Promise<number[]> {
   const servers: Server[] = [];
   try {
     while (servers.length < n) {
-      const s = createServer();
-      const port = PICK_FROM + Math.floor(Math.random() * (pickTo - PICK_FROM + 1));
-      const bound = await new Promise<boolean>((r) => {
-        s.once('error', () => r(false));
-        s.listen(port, '127.0.0.1', () => r(true));
-      });
-      if (bound) servers.push(s);
+      const s = await holdPort(pick(pickTo), '127.0.0.1');
+      if (s) servers.push(s);
     }
     return servers.map((s) => (s.address() as AddressInfo).port);
   } finally {
-    await Promise.all(servers.map((s) => new Promise<void>((r) => s.close(() => r()))));
+    await release(servers);
   }
 }
 
@@ -52,23 +61,18 @@ export async function freePort(): Promise<number> {
 
 /** `n` consecutive ports free on all addresses right now, below the ephemeral range: the first. */
 export async function freePortRange(n: number): Promise<number> {
-  const pickTo = ephemeralStart() - n;
   for (let attempt = 0; attempt < 100; attempt++) {
-    const first = PICK_FROM + Math.floor(Math.random() * (pickTo - PICK_FROM + 1));
+    const first = pick(ephemeralStart() - n);
     const servers: Server[] = [];
     try {
       for (let p = first; p < first + n; p++) {
-        const s = createServer();
-        const bound = await new Promise<boolean>((r) => {
-          s.once('error', () => r(false));
-          s.listen(p, '0.0.0.0', () => r(true));
-        });
-        if (!bound) break;
+        const s = await holdPort(p, '0.0.0.0');
+        if (!s) break;
         servers.push(s);
       }
       if (servers.length === n) return first;
     } finally {
-      await Promise.all(servers.map((s) => new Promise<void>((r) => s.close(() => r()))));
+      await release(servers);
     }
   }
   throw new Error(`no ${n} consecutive free ports found from ${PICK_FROM}`);
