@@ -6,6 +6,7 @@ import { componentLogger, type Logger } from './log.ts';
 import type { Component, ComponentContext, ComponentState, ComponentStatus } from './component.ts';
 import { settlesWithin, untilAborted } from './wait.ts';
 import { asError, reasonOf } from './errors.ts';
+import { definedOnly } from './defined.ts';
 
 export const DEFAULT_READY_TIMEOUT_MS = 120_000;
 /**
@@ -229,11 +230,6 @@ export class ComponentManager {
   private throwIfStopping(): void {
     if (this.startAbort.signal.aborted) throw new Error('start cancelled: stopping');
   }
-}
-
-/** `{...a, ...b}` where b's undefined fields do not erase a's. */
-function definedOnly<T extends object>(o: T): Partial<T> {
-  return Object.fromEntries(Object.entries(o).filter(([, v]) => v !== undefined)) as Partial<T>;
 }
 
 function round1(n: number): number {

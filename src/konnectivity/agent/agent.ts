@@ -24,6 +24,7 @@ import { AGENT_DEFAULTS, type AgentOptionsWithDefaults, type KonnectivityAgentOp
 import type { AgentServerSnapshot, AgentSnapshot, TargetStats } from './snapshot.ts';
 import { FLOW_CONTROL_EXTENSION, WINDOW_GROWTH_BUDGET, packets } from '../wire/protocol.ts';
 import { messageOf } from '../../base/errors.ts';
+import { definedOnly } from '../../base/defined.ts';
 
 export type { KonnectivityAgentOptions, ServerAddress };
 export type { AgentServerSnapshot, AgentSnapshot, TargetStats };
@@ -78,7 +79,7 @@ export class KonnectivityAgent implements Component {
     this.o = {
       ...AGENT_DEFAULTS,
       // An option given as undefined keeps its default.
-      ...(Object.fromEntries(Object.entries(opts).filter(([, v]) => v !== undefined)) as KonnectivityAgentOptions),
+      ...definedOnly(opts),
     };
     this.log = opts.log;
     this.addresses = opts.servers.map((addr) => this.addressState(addr));

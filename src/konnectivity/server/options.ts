@@ -6,6 +6,7 @@ import type { ProxyStrategy } from './routing.ts';
 import type { NodeDirectory } from '../../base/ownership.ts';
 import type { TrustedAgents } from './claims.ts';
 import type { TcpFrontend } from './frontend-listeners.ts';
+import { definedOnly } from '../../base/defined.ts';
 
 export interface KonnectivityServerOptions {
   /** Unique per controller; default a random UUID. Agents use it to tell servers apart. */
@@ -98,5 +99,5 @@ export type ServerOptionsWithDefaults = Required<Pick<KonnectivityServerOptions,
 
 /** The options as given, an option given as undefined keeping its default. */
 export function withServerDefaults(o: KonnectivityServerOptions): ServerOptionsWithDefaults {
-  return { ...SERVER_DEFAULTS, ...(Object.fromEntries(Object.entries(o).filter(([, v]) => v !== undefined)) as KonnectivityServerOptions) };
+  return { ...SERVER_DEFAULTS, ...definedOnly(o) };
 }
