@@ -90,6 +90,8 @@ export class AgentComponent implements Component, ControllerFollower {
         ipv4: this.id.nodeIp.includes(':') ? [] : [this.id.nodeIp],
         ipv6: this.id.nodeIp.includes(':') ? [this.id.nodeIp] : [],
       },
+      // kube-apiserver dials this kubelet by the node's name: the agent takes it to the node's address.
+      localNames: { [this.id.nodeName.toLowerCase()]: this.id.nodeIp },
       onDatagram: this.onDatagram,
       log: this.log,
     });

@@ -57,7 +57,9 @@ function nodeFlags(cfg: ClusterConfig, pki: PkiPaths): Record<string, string | b
     'allow-privileged': true,
     'kubelet-client-certificate': pki.kubeletClientCert,
     'kubelet-client-key': pki.kubeletClientKey,
-    'kubelet-preferred-address-types': 'InternalIP,ExternalIP,Hostname',
+    // A kubelet by its node's name first: the tunnel routes the name to the agent whose certificate
+    // is that node, so two nodes behind two NATs with the same address are still told apart.
+    'kubelet-preferred-address-types': 'Hostname,InternalIP,ExternalIP',
     // Verify every kubelet's serving certificate: kube-controller-manager signs them with the
     // kubelet-serving CA, and kctl's csr-approver approves them only for names and addresses the
     // node owns (the bundle holds the cluster CA too while an older cluster's nodes move over).

@@ -125,12 +125,9 @@ export class KubeletServingCheckComponent implements Component {
     const unchecked: { node: string; error: string }[] = [];
     for (const name of this.nodes.names()) {
       const node = this.nodes.get(name);
-      const ip = node?.addresses.find((a) => a.type === 'InternalIP')?.address;
-      if (!node || !ip) {
-        unchecked.push({ node: name, error: 'no InternalIP' });
-        continue;
-      }
-      const address = joinHostPort(ip, node.kubeletPort ?? KUBELET_PORT);
+      if (!node) continue; // deleted since the list
+      // By name, as kube-apiserver dials it: the tunnel takes it to the agent of that node.
+      const address = joinHostPort(name, node.kubeletPort ?? KUBELET_PORT);
       try {
         const issuer = servingIssuer(await peerCertificate(this.konnectivitySocket, address, name), servingCa!, clusterCa!);
         if (issuer === 'cluster CA') onClusterCa.push(name);

@@ -14,7 +14,18 @@ import type { AgentDialFailure, AgentMetrics } from './metrics.ts';
 import { StreamWriter } from '../wire/stream-writer.ts';
 import type { LINK_ALPN } from '../wire/link.ts';
 import type { CallError } from '../wire/link-calls.ts';
-import { META, describePacket, isId, newRandom, newTraceId, offersFlowControl, packets, type Int64, type Packet } from '../wire/protocol.ts';
+import {
+  FLOW_CONTROL_EXTENSION,
+  META,
+  describePacket,
+  isId,
+  newRandom,
+  newTraceId,
+  offersExtension,
+  packets,
+  type Int64,
+  type Packet,
+} from '../wire/protocol.ts';
 
 /** What every server connection of one agent shares. */
 export interface ConnectionContext {
@@ -124,7 +135,7 @@ export class ServerConnection implements TargetOwner {
         // Silence counts from here: an open that took longer than the keepalive bound (SYN
         // retries into a partition that just healed) must not be dropped at its first check.
         this.lastReceived = Date.now();
-        this.flowControl = (o.extensions ?? true) && offersFlowControl(h.get(META.extensions));
+        this.flowControl = (o.extensions ?? true) && offersExtension(h.get(META.extensions), FLOW_CONTROL_EXTENSION);
         resolve();
       };
       call.once('metadata', onMetadata);
@@ -240,7 +251,8 @@ export class ServerConnection implements TargetOwner {
       return;
     }
     this.log.debug(fields, 'dialing target');
-    const d = new PendingDial(this, req.random, req.address, target.host, target.port, trace);
+    const host = this.o.localNames?.[target.host.toLowerCase()] ?? target.host;
+    const d = new PendingDial(this, req.random, req.address, host, target.port, trace);
     this.dials.set(req.random, d);
     d.start();
   }

@@ -53,6 +53,12 @@ export interface KonnectivityAgentOptions {
    * cannot forward it all (see Target.fromServer). Default 5 s.
    */
   holdMaxMs?: number;
+  /**
+   * Names this agent dials at another address instead of looking them up: a kctl worker's agent
+   * maps its node's name to the node's address, where kubelet serves (kube-apiserver dials kubelets
+   * by node name). With any, the agent offers node-name/1 to kctl servers. Keys in lower case.
+   */
+  localNames?: Record<string, string>;
   /** A datagram another node sent this one through a kctl server (sendDatagram); `fromNode` as the server vouches. */
   onDatagram?: (fromNode: string, data: Buffer) => void;
   log: Logger;
@@ -76,6 +82,6 @@ export type AgentOptionsWithDefaults = Required<Pick<KonnectivityAgentOptions, k
 /** The agent options a server connection reads, defaults applied. */
 export type ConnectionOptions = Pick<
   KonnectivityAgentOptions,
-  'ca' | 'cert' | 'key' | 'serverName' | 'agentId' | 'identifiers' | 'extensions' | 'serviceAccountTokenPath' | 'alpnProtocols'
+  'ca' | 'cert' | 'key' | 'serverName' | 'agentId' | 'identifiers' | 'extensions' | 'serviceAccountTokenPath' | 'alpnProtocols' | 'localNames'
 > &
   Required<Pick<KonnectivityAgentOptions, 'dialTimeoutMs' | 'keepaliveTimeMs' | 'keepaliveTimeoutMs' | 'upstreamBufferLimit' | 'holdMaxMs'>>;

@@ -8,7 +8,7 @@ import { splitHostPort } from '../../base/addresses.ts';
 import type { ConnectionOptions } from './options.ts';
 import { LINK_ALPN } from '../wire/link.ts';
 import { openLink, type CallError } from '../wire/link-calls.ts';
-import { AgentServiceClient, FLOW_CONTROL_EXTENSION, META, formatIdentifiers, type Packet } from '../wire/protocol.ts';
+import { AgentServiceClient, FLOW_CONTROL_EXTENSION, NODE_NAME_EXTENSION, META, formatIdentifiers, type Packet } from '../wire/protocol.ts';
 
 /**
  * `creds` offering `protocols` before h2 in the TLS handshake. grpc-js always offers h2 alone; its
@@ -74,7 +74,8 @@ export async function connectMetadata(o: ConnectionOptions): Promise<grpc.Metada
   md.set(META.agentIdentifiers, formatIdentifiers(o.identifiers ?? {}));
   const auth = await tokenMetadata(o);
   if (auth) md.set(META.authorization, auth);
-  if (o.extensions ?? true) md.set(META.extensions, FLOW_CONTROL_EXTENSION);
+  const names = Object.keys(o.localNames ?? {}).length > 0 ? [NODE_NAME_EXTENSION] : [];
+  if (o.extensions ?? true) md.set(META.extensions, [FLOW_CONTROL_EXTENSION, ...names].join(','));
   return md;
 }
 

@@ -17,14 +17,18 @@ import { LinkAgentCall } from '../wire/link-calls.ts';
 import {
   FLOW_CONTROL_EXTENSION,
   META,
+  NODE_NAME_EXTENSION,
   newRandom,
-  offersFlowControl,
+  offersExtension,
   packets,
   parseIdentifiers,
   type AgentIdentifiers,
   type Packet,
 } from '../wire/protocol.ts';
 import { messageOf } from '../../base/errors.ts';
+
+/** The kctl extensions this server agrees to when an agent offers them. */
+const KCTL_EXTENSIONS = [FLOW_CONTROL_EXTENSION, NODE_NAME_EXTENSION];
 
 /**
  * An older stream of a reconnecting agent silent this long is suspected dead. A kctl agent pings
@@ -89,13 +93,14 @@ export class AgentStreams {
 
     // An agent is who authenticated, not what it calls itself: its id can never shadow another's stream.
     const id = brokerId(identity, agentId, upstreamStyle);
-    const flowControl = this.c.options.extensions && offersFlowControl(call.metadata.get(META.extensions));
+    const offered = call.metadata.get(META.extensions);
+    const extensions = this.c.options.extensions ? KCTL_EXTENSIONS.filter((e) => offersExtension(offered, e)) : [];
     const claimed = parseIdentifiers(call.metadata.get(META.agentIdentifiers).map(String)[0] ?? '');
     const verdict = this.judge(identity, claimed, undefined);
     const md = new grpc.Metadata();
     md.set(META.serverId, this.c.serverId);
     md.set(META.serverCount, String(this.c.serverCount()));
-    if (flowControl) md.set(META.extensions, FLOW_CONTROL_EXTENSION);
+    if (extensions.length > 0) md.set(META.extensions, extensions.join(','));
     call.sendMetadata(md);
 
     const backend = new AgentBackend(
@@ -104,7 +109,7 @@ export class AgentStreams {
       claimed,
       verdict,
       identity,
-      flowControl,
+      extensions,
       call,
       (a) => this.c.broker.agentDrained(a),
       (type) => this.c.metrics.packet('to_agent', type),
@@ -121,7 +126,7 @@ export class AgentStreams {
         user: identity.user,
         auth: identity.method,
         identifiers: verdict.accepted,
-        extensions: flowControl ? [FLOW_CONTROL_EXTENSION] : [],
+        extensions,
         transport: call instanceof LinkAgentCall ? LINK_ALPN : 'grpc',
         peer: call.getPeer(),
       },

@@ -21,7 +21,7 @@ import {
   type Packet,
 } from '../wire/protocol.ts';
 import type { DatagramRelay } from './datagrams.ts';
-import { agentsByStrategy, pickAgent, type ProxyStrategy } from './routing.ts';
+import { agentsByStrategy, dialAddress, pickAgent, type ProxyStrategy } from './routing.ts';
 import { Tunnel, type AgentBackend, type Frontend } from './tunnel.ts';
 
 export interface BrokerOptions {
@@ -124,13 +124,19 @@ export class Broker {
     if (this.pendingByRandom.has(req.random)) return fail(`dial id ${req.random} is already pending`, 'bad_request');
     const agent = pickAgent(this.agents, this.o.strategies, target.host);
     if (!agent) return fail(this.noAgentMessage(target.host), 'no_agent');
+    const address = dialAddress(agent, target.host, target.port, req.address);
+    if (address === undefined)
+      return fail(
+        `the agent of node ${target.host} cannot dial its node's name (an older kctl worker or an upstream agent) and holds no address of it`,
+        'no_agent',
+      );
 
     const t = new Tunnel(newTraceId(), req.random, req.address, agent, frontend, this.o.upstreamBufferLimit, this.windowBudget);
     this.pendingByRandom.set(t.random, t);
     agent.pending.add(t);
     if (this.o.dialTimeoutMs > 0) t.timer = setTimeout(() => this.dialTimedOut(t), this.o.dialTimeoutMs);
     // The trace id travels only to kctl agents; upstream agents are matched by (agent, random).
-    agent.send(packets.dialReq(req.address, req.random, agent.flowControl ? t.trace : undefined));
+    agent.send(packets.dialReq(address, req.random, agent.flowControl ? t.trace : undefined));
     this.log.debug(t.logFields(), 'dial sent to agent');
     return t;
   }

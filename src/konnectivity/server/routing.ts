@@ -3,6 +3,7 @@
 // can take the dial. The broker (broker.ts) asks; the agents' identifiers are what their
 // claims kept (claims.ts), held on each AgentBackend (tunnel.ts).
 import { BlockList, isIPv4, isIPv6 } from 'node:net';
+import { joinHostPort } from '../../base/addresses.ts';
 import type { AgentIdentifiers } from '../wire/protocol.ts';
 import type { AgentBackend } from './tunnel.ts';
 
@@ -111,4 +112,18 @@ export function pickAgent(agents: Iterable<AgentBackend>, strategies: ProxyStrat
     return pool[Math.floor(Math.random() * pool.length)] as AgentBackend;
   }
   return null;
+}
+
+/**
+ * The address an agent is sent for a dial to `host:port`. kube-apiserver dials a kubelet by its
+ * node's name (the Hostname address); an agent that dials its own name itself (node-name/1) gets
+ * the dial as it came, another agent of that node (an older kctl worker, an upstream agent with a
+ * node certificate) gets the node's own address in its place: the first address its claims kept,
+ * which the ownership rule gave that node. Undefined: the agent could not reach the name.
+ */
+export function dialAddress(agent: AgentBackend, host: string, port: number, address: string): string | undefined {
+  const node = agent.identity.node?.toLowerCase();
+  if (node === undefined || host.toLowerCase() !== node || agent.dialsOwnName) return address;
+  const ip = agent.identifiers.ipv4[0] ?? agent.identifiers.ipv6[0];
+  return ip === undefined ? undefined : joinHostPort(ip, port);
 }

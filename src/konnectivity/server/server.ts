@@ -24,7 +24,7 @@ import { withServerDefaults, type KonnectivityServerOptions, type ServerOptionsW
 import type { AgentSnapshot, KonnectivityServerSnapshot, TunnelStats } from './snapshot.ts';
 import { ServerMetrics } from './metrics.ts';
 import { LinkAgentCall, peerOf, type LinkKeepalive } from '../wire/link-calls.ts';
-import { AgentServiceDefinition, FLOW_CONTROL_EXTENSION, type Packet } from '../wire/protocol.ts';
+import { AgentServiceDefinition, type Packet } from '../wire/protocol.ts';
 import { messageOf } from '../../base/errors.ts';
 
 export const CONNECT_METHOD = AgentServiceDefinition.Connect.path;
@@ -331,7 +331,7 @@ export class KonnectivityServer implements Component {
         accepted: a.identifiers,
         dropped: a.dropped,
         draining: a.draining,
-        extensions: a.flowControl ? [FLOW_CONTROL_EXTENSION] : [],
+        extensions: [...a.extensions],
         connections: a.conns.size,
         pendingDials: a.pending.size,
         connectedAt: a.connectedAt.toISOString(),

@@ -7,7 +7,15 @@ import type { AgentIdentity, AuthSource } from './auth.ts';
 import type { ClaimVerdict, DroppedClaim } from './claims.ts';
 import { ConnectionFlow, type WindowBudget } from '../wire/flow.ts';
 import type { DialFailureReason } from './metrics.ts';
-import { INITIAL_WINDOW, MAX_WINDOW, type AgentIdentifiers, type Int64, type Packet } from '../wire/protocol.ts';
+import {
+  FLOW_CONTROL_EXTENSION,
+  INITIAL_WINDOW,
+  MAX_WINDOW,
+  NODE_NAME_EXTENSION,
+  type AgentIdentifiers,
+  type Int64,
+  type Packet,
+} from '../wire/protocol.ts';
 import { StreamWriter } from '../wire/stream-writer.ts';
 
 /**
@@ -106,13 +114,24 @@ export class AgentBackend {
     readonly claimed: AgentIdentifiers,
     verdict: ClaimVerdict,
     readonly identity: AgentIdentity,
-    readonly flowControl: boolean,
+    /** The kctl extensions this stream agreed on (protocol.ts: flow-control/1, node-name/1). */
+    readonly extensions: readonly string[],
     private readonly call: AgentCall,
     private readonly onDrain: (a: AgentBackend) => void,
     /** Counts each packet sent to the agent (metrics: segment to_agent). */
     private readonly countSent: (packetType: string | number) => void = () => {},
   ) {
     this.verdict = verdict;
+  }
+
+  /** A kctl agent that takes credit and trace ids (flow-control/1). */
+  get flowControl(): boolean {
+    return this.extensions.includes(FLOW_CONTROL_EXTENSION);
+  }
+
+  /** An agent that dials its own node's name itself (node-name/1); others get the node's address instead. */
+  get dialsOwnName(): boolean {
+    return this.extensions.includes(NODE_NAME_EXTENSION);
   }
 
   /** The identifiers routing uses: the claims that survived the claim rules (claims.ts). */

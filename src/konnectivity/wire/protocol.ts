@@ -107,6 +107,14 @@ export const META = {
 export const FLOW_CONTROL_EXTENSION = 'flow-control/1';
 
 /**
+ * node-name/1: the agent dials its own node's name itself (to the address its kubelet serves on),
+ * so a server sends a dial for that name as it came. kube-apiserver dials kubelets by node name;
+ * for an agent without it (an older kctl worker, an upstream agent) the server puts the node's
+ * address in its place.
+ */
+export const NODE_NAME_EXTENSION = 'node-name/1';
+
+/**
  * flow-control/1: every established connection starts with this many bytes of credit in each
  * direction; the receiver grants more (KCTL_CREDIT) as its local sink drains.
  */
@@ -124,12 +132,13 @@ export const WINDOW_GROWTH_BUDGET = 32 * 1024 * 1024;
 /** Largest DATA payload we send: one read of a target socket (grpc-js costs ~40 µs per message). */
 export const MAX_DATA_CHUNK = 64 * 1024;
 
-export function offersFlowControl(value: grpc.MetadataValue[] | undefined): boolean {
+/** Whether a kctl-extensions header (a comma-separated list, possibly repeated) names `extension`. */
+export function offersExtension(value: grpc.MetadataValue[] | undefined, extension: string): boolean {
   return (value ?? []).some((v) =>
     String(v)
       .split(',')
       .map((s) => s.trim())
-      .includes(FLOW_CONTROL_EXTENSION),
+      .includes(extension),
   );
 }
 
