@@ -22,6 +22,25 @@ export interface NodeRecord {
   podCIDRs?: string[];
   /** The port its kubelet serves on (status.daemonEndpoints), when it says. */
   kubeletPort?: number;
+  /**
+   * Addresses an admin said this node keeps when other Nodes report them too (the annotation
+   * KEEPS_ADDRESSES_ANNOTATION, which kctl's admission policy lets no node write), canonical.
+   */
+  keeps?: string[];
+}
+
+/** On a Node, set by an admin: the addresses (comma-separated) this node keeps though others report them too. */
+export const KEEPS_ADDRESSES_ANNOTATION = 'kctl.dev/keeps-addresses';
+
+/** The addresses a Node's annotations say an admin gave it, canonical. */
+export function keptAddresses(annotations: Record<string, string> | undefined): string[] {
+  const v = annotations?.[KEEPS_ADDRESSES_ANNOTATION];
+  return v
+    ? v
+        .split(',')
+        .map((a) => canonicalIdentifier(a.trim()))
+        .filter((a) => a !== '')
+    : [];
 }
 
 /** What no node may own, whatever its Node reports. */
@@ -48,8 +67,8 @@ export interface NodeDirectory {
   readonly reserved?: ReservedSpace;
   get(name: string): NodeRecord | undefined;
   /**
-   * Names of the Nodes that report this IP address or DNS name, the one that keeps it first: the
-   * Node of that name for a name, else the first to report it (while it keeps reporting it).
+   * Names of the Nodes that report this IP address or DNS name; for a name, the Node of that name
+   * first (a Node's own name is its own). More than one: a conflict (ownershipProblem).
    */
   owners(nameOrIp: string): string[];
   /** Runs after every change (and after the first list); returns an unsubscribe function. */
@@ -110,11 +129,21 @@ export function nobodysProblem(v: string, isName: boolean, node: NodeRecord | un
 }
 
 /**
- * The one ownership rule, shared by agent claims and kubelet serving CSRs: why node `nodeName`
- * (its Node `node`, undefined when not registered) may not own `value` (a DNS name when `isName`,
- * else an IP), or undefined when it does. A node owns its own name, and the names (Hostname,
- * DNS addresses) and IPs its Node reports, unless another Node reported them first or they are
- * reserved (ReservedSpace, loopback, link-local, unspecified, multicast).
+ * How an IP several Nodes report is judged: `nobody` (routing: the tunnel, the pod network) or
+ * `each` (a serving certificate: kube-apiserver dials kubelets by name and routing gives a shared
+ * address to nobody, so naming it in a certificate draws no traffic; two nodes behind two NATs
+ * with the same address each still get one). A name several Nodes report is nobody's either way.
+ */
+export type Sharing = 'nobody' | 'each';
+
+/**
+ * The one ownership rule, shared by agent claims, kubelet serving CSRs and the pod network: why
+ * node `nodeName` (its Node `node`, undefined when not registered) may not own `value` (a DNS name
+ * when `isName`, else an IP), or undefined when it does. A node owns its own name, and the names
+ * (Hostname, DNS addresses) and IPs its Node reports, unless they are reserved (ReservedSpace,
+ * loopback, link-local, unspecified, multicast) or another Node reports them too: then nobody owns
+ * them (no first-reporter privilege) until an admin resolves it, by deleting the Node that lies or
+ * by naming the keeper (KEEPS_ADDRESSES_ANNOTATION on its Node).
  */
 export function ownershipProblem(
   nodeName: string,
@@ -122,6 +151,7 @@ export function ownershipProblem(
   value: string,
   isName: boolean,
   nodes: NodeDirectory,
+  sharing: Sharing = 'nobody',
 ): string | undefined {
   const v = canonicalIdentifier(value);
   const nobodys = nobodysProblem(v, isName, node, nodes.reserved);
@@ -129,27 +159,42 @@ export function ownershipProblem(
   const own = canonicalIdentifier(nodeName);
   if (isName && v === own) return undefined; // its certificate (or its CSR's requester) says so
   const reports = node !== undefined && node.addresses.some((a) => isIpType(a.type) !== isName && canonicalIdentifier(a.address) === v);
-  const owners = nodes.owners(v);
+  const others = nodes.owners(v).filter((n) => n !== node?.name);
   if (!reports) {
-    const others = owners.filter((n) => n !== node?.name);
     if (others.length > 0) return `reported by node ${others.join(', ')}`;
     if (!node) return nodes.synced ? `node ${nodeName} is not registered` : 'waiting for the Node list';
     return `node ${nodeName} does not report it`;
   }
-  const first = owners[0];
-  if (first !== undefined && first !== node.name) return `reported first by node ${first} (conflict)`;
-  return undefined;
+  if (others.length === 0) return undefined;
+  const keeper = keeperOf(v, [node.name, ...others], nodes);
+  if (keeper === node.name) return undefined;
+  if (keeper !== undefined) return `kept by node ${keeper} (${KEEPS_ADDRESSES_ANNOTATION}, set by an admin)`;
+  // A name is never shared: kube-apiserver verifies kubelets by name.
+  return sharing === 'each' && !isName ? undefined : `also reported by node ${others.join(', ')} (conflict: nobody's until an admin resolves it)`;
+}
+
+/** The one Node among `reporters` an admin said keeps `v` (KEEPS_ADDRESSES_ANNOTATION); undefined when none or several. */
+export function keeperOf(v: string, reporters: string[], nodes: Pick<NodeDirectory, 'get'>): string | undefined {
+  const keepers = reporters.filter((n) => nodes.get(n)?.keeps?.includes(v));
+  return keepers.length === 1 ? keepers[0] : undefined;
 }
 
 /** What a node may not own among these names and IPs, each with its reason. Empty means all are the node's. */
-export function unownedBy(nodeName: string, node: NodeRecord | undefined, names: string[], ips: string[], nodes: NodeDirectory): DroppedValue[] {
+export function unownedBy(
+  nodeName: string,
+  node: NodeRecord | undefined,
+  names: string[],
+  ips: string[],
+  nodes: NodeDirectory,
+  sharing: Sharing = 'nobody',
+): DroppedValue[] {
   const out: DroppedValue[] = [];
   for (const [values, isName] of [
     [names, true],
     [ips, false],
   ] as const) {
     for (const value of values) {
-      const reason = ownershipProblem(nodeName, node, value, isName, nodes);
+      const reason = ownershipProblem(nodeName, node, value, isName, nodes, sharing);
       if (reason !== undefined) out.push({ value, reason });
     }
   }

@@ -7,6 +7,7 @@ import type { WorkerStatusReport } from '../worker/index.ts';
 import { RELAY_LABEL } from '../worker/wireguard.ts';
 import type { CertificateStatus } from '../pki/index.ts';
 import { UserError } from '../base/errors.ts';
+import { KEEPS_ADDRESSES_ANNOTATION } from '../base/ownership.ts';
 import { formatIdentifiers } from '../konnectivity/index.ts';
 import { globals } from './support/globals.ts';
 import { outputOption, printJson, renderTable, type OutputFormat } from './support/output.ts';
@@ -129,8 +130,9 @@ function renderCluster(r: ControllerStatusReport): string[] {
     for (const a of r.agentServers) out.push(`  ${a.agent}  ${a.servers.length}/${live.length}  ${a.servers.join(', ')}`);
   }
   if (r.addressConflicts?.length) {
-    out.push('', 'Address conflicts (more than one Node reports it; the first reporter keeps it):');
-    for (const c of r.addressConflicts) out.push(`  ${c.value}  kept by ${c.owner}  also reported by ${c.others.join(', ')}`);
+    out.push('', `Address conflicts (more than one Node reports it: nobody's until an admin resolves it):`);
+    for (const c of r.addressConflicts)
+      out.push(`  ${c.value}  reported by ${c.nodes.join(', ')}  ${c.keeper ? `kept by ${c.keeper} (${KEEPS_ADDRESSES_ANNOTATION})` : "nobody's"}`);
   }
   if (r.refusedPodRanges?.length) {
     out.push('', 'Refused pod ranges (the tunnel and the pod network route nothing to them):');

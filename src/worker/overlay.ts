@@ -7,7 +7,15 @@
 //              (controller-relay.ts).
 // Leaving a mode removes its device (and with it the routes through it).
 import { cidrAddress } from '../base/addresses.ts';
-import { canonicalIdentifier, judgePodRanges, nobodysProblem, type RefusedPodRange, type ReservedSpace } from '../base/ownership.ts';
+import {
+  canonicalIdentifier,
+  judgePodRanges,
+  keptAddresses,
+  KEEPS_ADDRESSES_ANNOTATION,
+  nobodysProblem,
+  type RefusedPodRange,
+  type ReservedSpace,
+} from '../base/ownership.ts';
 import type { KubeClient } from '../kube/client.ts';
 import type { Logger } from '../base/log.ts';
 import type { NetworkMode, PodNetwork } from '../kube/pod-network.ts';
@@ -43,6 +51,8 @@ export interface NodeInfo {
   relay?: boolean;
   /** It offers to relay (its annotation), approved or not. */
   offersRelay?: boolean;
+  /** Addresses an admin said it keeps though other Nodes report them too (KEEPS_ADDRESSES_ANNOTATION). */
+  keeps?: string[];
 }
 
 export interface KubeNode {
@@ -64,6 +74,7 @@ export function nodeInfo(n: KubeNode): NodeInfo {
     // Offered by the node and approved by an admin (a label no node can set on itself).
     relay: a[RELAY_ANNOTATION] === 'true' && n.metadata.labels?.[RELAY_LABEL] === 'true',
     offersRelay: a[RELAY_ANNOTATION] === 'true',
+    keeps: keptAddresses(a),
   };
 }
 
@@ -82,6 +93,9 @@ export interface RefusedPeer {
  * - its address only if it is nobody's reserved space (a controller's, a Service IP, loopback,
  *   link-local, another node's pod range): a node reporting a controller's address would
  *   otherwise be given the pods' traffic to the API (a WireGuard allowed IP, a route's gateway);
+ *   and only if no other Node reports it too (two sites with one private range, or a squatter),
+ *   unless an admin named it the keeper: a shared address is nobody's, no first reporter;
+ * - its WireGuard endpoint only at that address (else WireGuard learns it from handshakes);
  * - its WireGuard key only if no other Node publishes the same (a copied key is nobody's).
  * Its own Node as it says (the CNI config follows its range). `refused` and `refusedPeers` say
  * what was left out, and why.
@@ -100,17 +114,27 @@ export function routableNodes(
   const infos = nodes.map(nodeInfo);
   const keyHolders = new Map<string, string[]>();
   for (const i of infos) if (i.wireguardKey) keyHolders.set(i.wireguardKey, [...(keyHolders.get(i.wireguardKey) ?? []), i.name]);
+  const reporters = new Map<string, NodeInfo[]>();
+  for (const i of infos)
+    if (i.internalIP) reporters.set(canonicalIdentifier(i.internalIP), [...(reporters.get(canonicalIdentifier(i.internalIP)) ?? []), i]);
   const believed = infos.map((info): NodeInfo => {
     if (info.name === self) return info;
     const podCIDRs = verdict.ranges.get(info.name) ?? [];
     const out: NodeInfo = { ...info, podCIDR: podCIDRs.find((c) => !c.includes(':')) };
     if (info.internalIP) {
       const ip = canonicalIdentifier(info.internalIP);
-      const problem = nobodysProblem(ip, false, { name: info.name, addresses: [], podCIDRs }, reserved);
+      const problem =
+        nobodysProblem(ip, false, { name: info.name, addresses: [], podCIDRs }, reserved) ?? sharedAddressProblem(info, reporters.get(ip) ?? []);
       if (problem) {
         refusedPeers.push({ node: info.name, what: `address ${info.internalIP}`, reason: problem });
         out.internalIP = undefined;
       }
+    }
+    const endpointHost = info.wireguardEndpoint?.replace(/:\d+$/, '');
+    if (endpointHost !== undefined && endpointHost !== out.internalIP) {
+      if (out.internalIP)
+        refusedPeers.push({ node: info.name, what: `wireguard endpoint ${info.wireguardEndpoint}`, reason: `not its address ${out.internalIP}` });
+      out.wireguardEndpoint = undefined;
     }
     const holders = info.wireguardKey ? (keyHolders.get(info.wireguardKey) ?? []) : [];
     if (holders.length > 1) {
@@ -126,6 +150,17 @@ export function routableNodes(
   return { nodes: believed, refused: verdict.refused, refusedPeers };
 }
 
+/** Why a node may not be routed its address because other Nodes report it too (undefined: it may). */
+function sharedAddressProblem(info: NodeInfo, reporters: NodeInfo[]): string | undefined {
+  const others = reporters.filter((r) => r.name !== info.name);
+  if (others.length === 0) return undefined;
+  const ip = canonicalIdentifier(info.internalIP ?? '');
+  const keepers = reporters.filter((r) => r.keeps?.includes(ip));
+  if (keepers.length === 1)
+    return keepers[0]!.name === info.name ? undefined : `kept by node ${keepers[0]!.name} (${KEEPS_ADDRESSES_ANNOTATION}, set by an admin)`;
+  return `also reported by node ${others.map((o) => o.name).join(', ')} (conflict: nobody's until an admin resolves it)`;
+}
+
 type Peer = NodeInfo & { podCIDR: string; internalIP: string };
 
 /** The other nodes this one routes to: each with a podCIDR and an InternalIP (IPv4 only for now). */
@@ -139,15 +174,18 @@ export interface PodRoute {
   dev?: string;
 }
 
+type KeyedPeer = NodeInfo & { podCIDR: string; wireguardKey: string };
+
+/** The other nodes WireGuard carries pods to: each with a podCIDR and a key; an address only if this node believes it. */
+export function wireguardPeers(nodes: NodeInfo[], self: string): KeyedPeer[] {
+  return nodes.filter((n): n is KeyedPeer => n.name !== self && !!n.podCIDR && !n.podCIDR.includes(':') && !!n.wireguardKey);
+}
+
 /** Routes this node needs, podCIDR -> route; in wireguard mode only to peers that published a key. */
 export function desiredRoutes(nodes: NodeInfo[], self: string, mode: NetworkMode = 'routes'): Map<string, PodRoute> {
-  const peers = peerNodes(nodes, self).filter((n) => mode !== 'wireguard' || n.wireguardKey);
-  const route = (n: Peer): PodRoute =>
-    mode === 'vxlan'
-      ? { via: networkAddress(n.podCIDR), dev: VXLAN_DEVICE }
-      : mode === 'wireguard'
-        ? { dev: WIREGUARD_DEVICE }
-        : { via: n.internalIP };
+  if (mode === 'wireguard') return new Map(wireguardPeers(nodes, self).map((n) => [n.podCIDR, { dev: WIREGUARD_DEVICE }]));
+  const peers = peerNodes(nodes, self);
+  const route = (n: Peer): PodRoute => (mode === 'vxlan' ? { via: networkAddress(n.podCIDR), dev: VXLAN_DEVICE } : { via: n.internalIP });
   return new Map(peers.map((n) => [n.podCIDR, route(n)]));
 }
 
@@ -232,11 +270,14 @@ export class Overlay {
     this.wireguard ??= new WireguardTunnel(this.paths, this.log);
     const state = await this.wireguard.ensure({ ...keys, port: net.wireguard.port, mtu, address: networkAddress(podCIDR) });
     await this.publish(self, keys.publicKey, `${self.internalIP}:${net.wireguard.port}`);
-    const keyed = peers.flatMap((p) =>
-      p.wireguardKey
-        ? [{ name: p.name, relay: !!p.relay, publicKey: p.wireguardKey, endpoint: p.wireguardEndpoint, podCIDR: p.podCIDR, address: p.internalIP }]
-        : [],
-    );
+    const keyed = wireguardPeers(nodes, this.nodeName).map((p) => ({
+      name: p.name,
+      relay: !!p.relay,
+      publicKey: p.wireguardKey,
+      endpoint: p.wireguardEndpoint,
+      podCIDR: p.podCIDR,
+      address: p.internalIP,
+    }));
     this.liveness.update(state);
     const controllers = net.relay === 'controllers' && !!this.controllerRelay;
     this.controllerRelay?.update(
@@ -263,7 +304,7 @@ export class Overlay {
     // kubelet behind NAT): the rule then takes the whole cluster's pod CIDR.
     await routePodsToNodes(
       this.relay?.clusterCIDR ?? podCIDR,
-      keyed.map((p) => p.address),
+      keyed.flatMap((p) => (p.address ? [p.address] : [])),
     );
     return { mtu, errors: [] };
   }
@@ -278,8 +319,9 @@ export class Overlay {
 
   /** The mode and each peer as the device sees it (`nodes`: the watched Nodes). */
   async status(nodes: NodeInfo[], mtu: number | undefined): Promise<PodNetworkStatus> {
-    const peers = peerNodes(nodes, this.nodeName);
-    if (this.mode !== 'wireguard') return { mode: this.mode, mtu, peers: peers.map((p) => ({ node: p.name, address: p.internalIP })) };
+    if (this.mode !== 'wireguard')
+      return { mode: this.mode, mtu, peers: peerNodes(nodes, this.nodeName).map((p) => ({ node: p.name, address: p.internalIP })) };
+    const peers = wireguardPeers(nodes, this.nodeName);
     const state: WireguardDeviceState | undefined = await this.wireguard?.state();
     const now = Date.now() / 1000;
     return {

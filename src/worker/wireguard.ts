@@ -82,12 +82,15 @@ export interface WireguardPeer {
   publicKey: string;
   endpoint?: string;
   podCIDR: string;
-  /** The node's own address: its pods' traffic to it (kubelet's port, for metrics-server) goes through the tunnel too. */
-  address: string;
+  /**
+   * The node's own address: its pods' traffic to it (kubelet's port, for metrics-server) goes
+   * through the tunnel too. None when this node does not believe it (another Node reports it too).
+   */
+  address?: string;
 }
 
 /** What a peer may send and receive: its pods' addresses, and its own address for traffic with pods. */
-export const allowedIPsOf = (p: WireguardPeer): string[] => [p.podCIDR, `${p.address}/32`];
+export const allowedIPsOf = (p: WireguardPeer): string[] => [p.podCIDR, ...(p.address ? [`${p.address}/32`] : [])];
 
 /** This node's key pair: made once, kept in the data dir. */
 export async function nodeKeyPair(paths: WorkerPaths): Promise<{ privateKey: string; publicKey: string }> {

@@ -1,7 +1,7 @@
 // In-process approver for the CSRs that decide who a node is:
 // - kubelet serving certificates (signer kubernetes.io/kubelet-serving): a node may ask only for
 //   names and addresses it owns (base/ownership.ts unownedBy: the ownership rule agents'
-//   claims follow too);
+//   claims follow too), or IPs other nodes report too (routed to nobody, so harmless in a certificate);
 // - kubelet client certificates asked with a worker token (signer
 //   kubernetes.io/kube-apiserver-client-kubelet, requester system:bootstrap:<id>): a token mints
 //   only a node name that is not registered (or the one it was made for), within its uses.
@@ -78,7 +78,8 @@ export function judgeServingCsr(csr: Csr, nodes: NodeDirectory): Verdict {
   if (req.dnsNames.length + req.ipAddresses.length === 0) return deny('no subject alternative names');
   const node = nodes.get(nodeName);
   if (!node) return null; // not registered yet: decide once the Node exists
-  const problems = unownedBy(nodeName, node, req.dnsNames, req.ipAddresses, nodes);
+  // An IP the node shares with others (two sites, one private range) may be in its certificate: nothing is routed to it.
+  const problems = unownedBy(nodeName, node, req.dnsNames, req.ipAddresses, nodes, 'each');
   if (problems.length) return deny(`names not owned by node ${nodeName}: ${problems.map((p) => `${p.value} (${p.reason})`).join(', ')}`);
   return { approve: true, reason: `serving certificate for node ${nodeName} (${[...req.dnsNames, ...req.ipAddresses].join(', ')})` };
 }

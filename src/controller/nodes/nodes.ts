@@ -3,15 +3,17 @@
 // same rule (base/ownership.ts ownershipProblem). Started after kube-apiserver; until its
 // first list it is not `synced` and both wait.
 //
-// It also remembers who reported an address first: when two Nodes report the same address or
-// name, the first keeps it while it keeps reporting it, and the conflict is shown (kctl status,
-// a Warning event on both Nodes). Order is what this watch saw; on its first list (a controller
-// start) the older Node counts as the first reporter.
+// When two Nodes report the same address or name, neither keeps it (no first-reporter privilege:
+// a node could otherwise squat the address a future node will have) until an admin resolves it;
+// the conflict is shown (kctl status, a Warning event on each Node involved).
 import type { Component, ComponentContext, ComponentStatus } from '../../base/component.ts';
 import type { Logger } from '../../base/log.ts';
 import {
   canonicalIdentifier,
   judgePodRanges,
+  keeperOf,
+  keptAddresses,
+  KEEPS_ADDRESSES_ANNOTATION,
   ownedBy,
   type NodeDirectory,
   type NodeRecord,
@@ -25,7 +27,7 @@ import { warningEvent } from '../../kube/events.ts';
 import { isNodeReady } from '../../kube/nodes.ts';
 
 interface KubeNode {
-  metadata: { name: string; uid?: string; creationTimestamp?: string };
+  metadata: { name: string; uid?: string; annotations?: Record<string, string> };
   spec?: { podCIDR?: string; podCIDRs?: string[] };
   status?: {
     addresses?: NodeRecord['addresses'];
@@ -39,6 +41,7 @@ const nodeRecord = (n: KubeNode): NodeRecord => ({
   addresses: n.status?.addresses ?? [],
   podCIDRs: n.spec?.podCIDRs ?? (n.spec?.podCIDR ? [n.spec.podCIDR] : []),
   kubeletPort: n.status?.daemonEndpoints?.kubeletEndpoint?.Port || undefined,
+  keeps: keptAddresses(n.metadata.annotations),
 });
 
 export interface NodeCounts {
@@ -49,26 +52,19 @@ export interface NodeCounts {
 /** Listener argument: the Node that changed, or undefined after a (re)list. */
 export type NodeChangeListener = (node?: string) => void;
 
-/** Two or more Nodes report one address or name; `owner` keeps it. */
+/** Two or more Nodes report one address or name: nobody's, unless an admin named its `keeper`. */
 export interface AddressConflict {
   value: string;
-  owner: string;
-  others: string[];
+  nodes: string[];
+  keeper?: string;
 }
-
-/** Oldest first, then by name: the order a first list is read in. */
-const byAge = (a: KubeNode, b: KubeNode): number =>
-  (a.metadata.creationTimestamp ?? '').localeCompare(b.metadata.creationTimestamp ?? '') || a.metadata.name.localeCompare(b.metadata.name);
 
 export class NodeWatchComponent implements Component, NodeDirectory {
   readonly name = 'node-watch';
   private log: Logger | undefined;
   private readonly informer: Informer<KubeNode>;
   private readonly listeners = new Set<NodeChangeListener>();
-  /** node -> (value it reports -> when this watch first saw it report it). */
-  private readonly firstSeen = new Map<string, Map<string, number>>();
-  private seq = 0;
-  /** value -> Nodes that report it, the keeper first; rebuilt on the first question after a change. */
+  /** value -> Nodes that report it (for a name, the Node of that name first); rebuilt on the first question after a change. */
   private index: Map<string, string[]> | undefined;
   /** Each Node's pod ranges as the one rule judges them; rebuilt on the first question after a change. */
   private ranges: PodRangeVerdict | undefined;
@@ -90,12 +86,7 @@ export class NodeWatchComponent implements Component, NodeDirectory {
       (type, node) => {
         this.index = undefined;
         this.ranges = undefined;
-        if (type === 'LIST') {
-          this.lastError = undefined;
-          for (const name of this.firstSeen.keys()) if (!this.informer.store.has(name)) this.firstSeen.delete(name);
-          for (const n of [...this.informer.store.values()].sort(byAge)) this.noteReports(n);
-        } else if (type === 'DELETED') this.firstSeen.delete(node!.metadata.name);
-        else this.noteReports(node!);
+        if (type === 'LIST') this.lastError = undefined;
         this.announceConflicts();
         this.announceRefusedRanges();
         for (const l of this.listeners) l(type === 'LIST' ? undefined : node?.metadata.name);
@@ -104,14 +95,6 @@ export class NodeWatchComponent implements Component, NodeDirectory {
         this.lastError = err.message;
       },
     );
-  }
-
-  /** Keeps the first-seen mark of every value the Node still reports; a value it dropped loses its place. */
-  private noteReports(n: KubeNode): void {
-    const before = this.firstSeen.get(n.metadata.name) ?? new Map<string, number>();
-    const now = new Map<string, number>();
-    for (const v of new Set(ownedBy(nodeRecord(n)))) now.set(v, before.get(v) ?? this.seq++);
-    this.firstSeen.set(n.metadata.name, now);
   }
 
   get synced(): boolean {
@@ -157,28 +140,24 @@ export class NodeWatchComponent implements Component, NodeDirectory {
 
   private ownerIndex(): Map<string, string[]> {
     if (this.index) return this.index;
-    const marks = new Map<string, { node: string; at: number }[]>();
-    for (const [node, values] of this.firstSeen) {
-      for (const [v, at] of values) marks.set(v, [...(marks.get(v) ?? []), { node, at }]);
-    }
     const index = new Map<string, string[]>();
-    for (const [v, list] of marks) {
-      // A Node's own name is always its own, whoever else reports it.
-      const rank = (m: { node: string; at: number }) => (canonicalIdentifier(m.node) === v ? -1 : m.at);
-      index.set(
-        v,
-        list.sort((a, b) => rank(a) - rank(b)).map((m) => m.node),
-      );
+    const names = [...this.informer.store.keys()].sort();
+    for (const name of names) {
+      for (const v of new Set(ownedBy(nodeRecord(this.informer.get(name)!)))) index.set(v, [...(index.get(v) ?? []), name]);
     }
+    // A Node's own name is always its own, whoever else reports it.
+    for (const [v, list] of index) if (list.includes(v) && list[0] !== v) index.set(v, [v, ...list.filter((n) => n !== v)]);
     this.index = index;
     return index;
   }
 
-  /** Every address or name more than one Node reports, with the Node that keeps it. */
+  /** Every address or name more than one Node reports, with the Node an admin said keeps it, if any. */
   conflicts(): AddressConflict[] {
     const out: AddressConflict[] = [];
     for (const [value, nodes] of this.ownerIndex()) {
-      if (nodes.length > 1) out.push({ value, owner: nodes[0]!, others: nodes.slice(1) });
+      if (nodes.length < 2) continue;
+      const keeper = keeperOf(value, nodes, this);
+      out.push({ value, nodes, ...(keeper ? { keeper } : {}) });
     }
     return out.sort((a, b) => a.value.localeCompare(b.value));
   }
@@ -188,12 +167,14 @@ export class NodeWatchComponent implements Component, NodeDirectory {
     const current = new Map(this.conflicts().map((c) => [c.value, c] as const));
     for (const v of this.announced.keys()) if (!current.has(v)) this.announced.delete(v);
     for (const c of current.values()) {
-      const key = [c.owner, ...c.others].join(',');
+      const key = `${c.nodes.join(',')} ${c.keeper ?? ''}`;
       if (this.announced.get(c.value) === key) continue;
       this.announced.set(c.value, key);
-      const message = `${c.value} is reported by nodes ${key}; node ${c.owner} reported it first and keeps it (tunnel claims, serving certificates)`;
-      this.log?.warn({ address: c.value, owner: c.owner, others: c.others }, `address conflict: ${message}`);
-      for (const node of [c.owner, ...c.others]) void this.nodeEvent(node, 'AddressConflict', message);
+      const message = c.keeper
+        ? `${c.value} is reported by nodes ${c.nodes.join(', ')}; node ${c.keeper} keeps it (${KEEPS_ADDRESSES_ANNOTATION}, set by an admin)`
+        : `${c.value} is reported by nodes ${c.nodes.join(', ')}: nobody's (tunnel, pod network) until an admin deletes the Node that lies or names the keeper (kubectl annotate node NAME ${KEEPS_ADDRESSES_ANNOTATION}=${c.value})`;
+      this.log?.warn({ address: c.value, nodes: c.nodes, keeper: c.keeper }, `address conflict: ${message}`);
+      for (const node of c.nodes) void this.nodeEvent(node, 'AddressConflict', message);
     }
   }
 

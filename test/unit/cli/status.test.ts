@@ -76,10 +76,13 @@ test("a controller's status shows the live controllers, the servers of every age
   assert.match(kine, /^Storage: kine on postgres:\/\/db:5432\/kine$/m);
 });
 
-test("a controller's status names each address conflict and who keeps it, and an agent's own id beside the one it sent", () => {
+test("a controller's status names each address conflict, nobody's or kept by an admin's choice, and an agent's own id beside the one it sent", () => {
   const report: ControllerStatusReport = {
     ...controller,
-    addressConflicts: [{ value: '10.0.0.5', owner: 'n1', others: ['n2'] }],
+    addressConflicts: [
+      { value: '10.0.0.5', nodes: ['n1', 'n2'] },
+      { value: '10.0.0.6', nodes: ['n1', 'n3'], keeper: 'n3' },
+    ],
     konnectivity: {
       serverId: 's',
       serverCount: 1,
@@ -106,7 +109,8 @@ test("a controller's status names each address conflict and who keeps it, and an
     },
   };
   const text = renderStatus(report);
-  assert.match(text, /^ {2}10\.0\.0\.5 {2}kept by n1 {2}also reported by n2$/m);
+  assert.match(text, /^ {2}10\.0\.0\.5 {2}reported by n1, n2 {2}nobody's$/m);
+  assert.match(text, /^ {2}10\.0\.0\.6 {2}reported by n1, n3 {2}kept by n3 \(kctl\.dev\/keeps-addresses\)$/m);
   assert.match(text, /^ {2}system:node:n2 {2}node=n2 {2}auth=certificate {2}agentid=n1 {2}connections=0$/m);
   assert.match(text, /^ {4}dropped: {2}host=n1 \(reported by node n1\)$/m);
 });

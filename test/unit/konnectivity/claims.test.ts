@@ -191,23 +191,45 @@ test("no node owns a controller address or name, a Service IP, another node's po
   );
 });
 
-test('a conflict: the first Node to report an address keeps it, in either order, and the other is told who has it', () => {
+test("a conflict: an address two Nodes report is nobody's for routing, in either order, and each is told who else reports it", () => {
   for (const [first, second] of [
     ['n1', 'n2'],
     ['n2', 'n1'],
   ] as const) {
     const dir = cluster(reporting(first, '10.0.0.7', 'fd00::7'), reporting(second, '10.0.0.7', 'FD00:0::7'));
     for (const value of ['10.0.0.7', 'fd00::7']) {
-      assert.equal(ownershipProblem(first, dir.get(first), value, false, dir), undefined, `${first} keeps ${value}`);
-      assert.equal(ownershipProblem(second, dir.get(second), value, false, dir), `reported first by node ${first} (conflict)`);
+      for (const [who, other] of [
+        [first, second],
+        [second, first],
+      ] as const) {
+        assert.equal(
+          ownershipProblem(who, dir.get(who), value, false, dir),
+          `also reported by node ${other} (conflict: nobody's until an admin resolves it)`,
+        );
+        // In a serving certificate the shared IP is no problem: nothing is routed to it.
+        assert.equal(ownershipProblem(who, dir.get(who), value, false, dir, 'each'), undefined);
+      }
     }
   }
 });
 
-test("a Node's name is its own even when another Node reported it first as a Hostname", () => {
+test('an admin names the keeper of a shared address (kctl.dev/keeps-addresses): it keeps it, the other is told who does', () => {
+  const dir = cluster({ ...reporting('n1', '10.0.0.7'), keeps: ['10.0.0.7'] }, reporting('n2', '10.0.0.7'));
+  assert.equal(ownershipProblem('n1', dir.get('n1'), '10.0.0.7', false, dir), undefined);
+  const kept = 'kept by node n1 (kctl.dev/keeps-addresses, set by an admin)';
+  assert.equal(ownershipProblem('n2', dir.get('n2'), '10.0.0.7', false, dir), kept);
+  assert.equal(ownershipProblem('n2', dir.get('n2'), '10.0.0.7', false, dir, 'each'), kept, 'and may no longer name it in a certificate');
+  // Two keepers are no keeper.
+  const both = cluster({ ...reporting('n1', '10.0.0.7'), keeps: ['10.0.0.7'] }, { ...reporting('n2', '10.0.0.7'), keeps: ['10.0.0.7'] });
+  assert.match(ownershipProblem('n1', both.get('n1'), '10.0.0.7', false, both) ?? '', /conflict/);
+});
+
+test("a Node's name is its own even when another Node reports it as a Hostname, which no certificate of the other may name", () => {
   const dir = cluster(reporting('n2', 'n1', '10.0.0.2'), reporting('n1', '10.0.0.1'));
   assert.equal(ownershipProblem('n1', dir.get('n1'), 'n1', true, dir), undefined);
-  assert.equal(ownershipProblem('n2', dir.get('n2'), 'n1', true, dir), 'reported first by node n1 (conflict)');
+  const conflict = "also reported by node n1 (conflict: nobody's until an admin resolves it)";
+  assert.equal(ownershipProblem('n2', dir.get('n2'), 'n1', true, dir), conflict);
+  assert.equal(ownershipProblem('n2', dir.get('n2'), 'n1', true, dir, 'each'), conflict);
 });
 
 test('an address that moves from one Node to another follows it: the old Node loses it, the new one gains it', () => {

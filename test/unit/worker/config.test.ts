@@ -212,6 +212,7 @@ test("a Node's WireGuard key and endpoint count only when well formed (a node wr
     wireguardEndpoint: '10.0.0.2:51820',
     relay: false,
     offersRelay: false,
+    keeps: [],
   });
   const bad = node({ 'kctl.dev/wireguard-public-key': 'not-a-key', 'kctl.dev/wireguard-endpoint': 'evil.example:51820' });
   assert.equal(bad.wireguardKey, undefined);

@@ -78,7 +78,7 @@ test("a peer's self-declared pod range is not routed: the honest node keeps the 
   assert.equal(nodes[0]?.podCIDR, undefined);
 });
 
-test("a peer that reports a controller's or a reserved address is no peer; a WireGuard key two Nodes publish is nobody's", async () => {
+test("a peer's controller or reserved address is refused (WireGuard still carries its own pods); a WireGuard key two Nodes publish is nobody's", async () => {
   const { desiredRoutes, routableNodes } = await import('../../../src/worker/overlay.ts');
   const kubeNode = (name: string, ip: string, podCIDR: string, key: string) => ({
     metadata: { name, annotations: { 'kctl.dev/wireguard-public-key': key } },
@@ -99,7 +99,16 @@ test("a peer that reports a controller's or a reserved address is no peer; a Wir
     reserved,
   );
   for (const mode of ['routes', 'vxlan', 'wireguard'] as const)
-    assert.deepEqual([...desiredRoutes(nodes, 'self', mode).keys()], mode === 'wireguard' ? [] : ['10.244.1.0/24', '10.244.4.0/24'], mode);
+    assert.deepEqual(
+      [...desiredRoutes(nodes, 'self', mode).keys()],
+      mode === 'wireguard' ? ['10.244.2.0/24', '10.244.3.0/24'] : ['10.244.1.0/24', '10.244.4.0/24'],
+      mode,
+    );
+  // In wireguard mode such a peer is allowed only its pod range: never the address it lied about.
+  assert.deepEqual(
+    nodes.filter((n) => n.name === 'liar' || n.name === 'svc').map((n) => n.internalIP),
+    [undefined, undefined],
+  );
   assert.deepEqual(
     refusedPeers.map((r) => `${r.node}: ${r.what}: ${r.reason}`),
     [
@@ -109,4 +118,46 @@ test("a peer that reports a controller's or a reserved address is no peer; a Wir
       'copy: wireguard key: also published by node w1',
     ],
   );
+});
+
+test("two sites, one address: neither node is routed the other's address (routes and VXLAN leave it out, saying why); WireGuard carries its pods, endpoint from handshakes; an admin's keeper gets it back", async () => {
+  const { desiredRoutes, routableNodes } = await import('../../../src/worker/overlay.ts');
+  const kubeNode = (name: string, podCIDR: string, keeps?: string) => ({
+    metadata: {
+      name,
+      annotations: {
+        'kctl.dev/wireguard-public-key': Buffer.alloc(32, name).toString('base64'),
+        'kctl.dev/wireguard-endpoint': '192.168.50.10:51820',
+        ...(keeps ? { 'kctl.dev/keeps-addresses': keeps } : {}),
+      },
+    },
+    spec: { podCIDR, podCIDRs: [podCIDR] },
+    status: { addresses: [{ type: 'InternalIP', address: '192.168.50.10' }] },
+  });
+  const reserved = { isController: () => false, serviceCIDRs: ['10.96.0.0/12'], podCIDRs: ['10.244.0.0/16'], podRangeBits: 24 };
+  const { nodes, refusedPeers } = routableNodes([kubeNode('site-a', '10.244.1.0/24'), kubeNode('site-b', '10.244.2.0/24')], 'site-a', reserved);
+  assert.deepEqual([...desiredRoutes(nodes, 'site-a', 'routes').keys()], []);
+  assert.deepEqual([...desiredRoutes(nodes, 'site-a', 'vxlan').keys()], []);
+  assert.deepEqual([...desiredRoutes(nodes, 'site-a', 'wireguard')], [['10.244.2.0/24', { dev: 'kctl-wg' }]]);
+  const b = nodes.find((n) => n.name === 'site-b');
+  assert.equal(b?.internalIP, undefined);
+  assert.equal(b?.wireguardEndpoint, undefined, "its published endpoint is this node's own address: left to the handshakes");
+  assert.deepEqual(
+    refusedPeers.map((r) => `${r.node}: ${r.what}: ${r.reason}`),
+    ["site-b: address 192.168.50.10: also reported by node site-a (conflict: nobody's until an admin resolves it)"],
+  );
+  const kept = routableNodes(
+    [kubeNode('site-a', '10.244.1.0/24'), kubeNode('site-b', '10.244.2.0/24', '192.168.50.10'), kubeNode('c', '10.244.3.0/24')],
+    'c',
+    reserved,
+  );
+  assert.deepEqual(
+    kept.nodes.map((n) => [n.name, n.internalIP]),
+    [
+      ['site-a', undefined],
+      ['site-b', '192.168.50.10'],
+      ['c', '192.168.50.10'],
+    ],
+  );
+  assert.match(kept.refusedPeers[0]?.reason ?? '', /^kept by node site-b/);
 });

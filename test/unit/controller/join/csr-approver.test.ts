@@ -165,6 +165,30 @@ test('a serving CSR is approved exactly when a konnectivity agent of that node m
   }
 });
 
+test("two sites, one address: each node gets a serving certificate for its name and the shared IP (routed to nobody), never for the other's name", async (t) => {
+  const site = (name: string, keeps?: string[]): NodeRecord => ({
+    name,
+    addresses: [
+      { type: 'InternalIP', address: '192.168.50.10' },
+      { type: 'Hostname', address: name },
+    ],
+    keeps,
+  });
+  const dir = new FakeNodes([site('site-a'), site('site-b')]);
+  const ask = async (requester: string, san: string) =>
+    judgeServingCsr(csr(await csrPem(t, `/O=system:nodes/CN=system:node:${requester}`, san), { username: `system:node:${requester}` }), dir);
+  for (const n of ['site-a', 'site-b']) assert.equal((await ask(n, `DNS:${n},IP:192.168.50.10`))?.approve, true, n);
+  const other = await ask('site-a', 'DNS:site-a,DNS:site-b,IP:192.168.50.10');
+  assert.deepEqual(other, { approve: false, reason: 'names not owned by node site-a: site-b (reported by node site-b)' });
+  // Once an admin names site-b the keeper, site-a may no longer name the address.
+  const kept = new FakeNodes([site('site-a'), site('site-b', ['192.168.50.10'])]);
+  const a = judgeServingCsr(
+    csr(await csrPem(t, '/O=system:nodes/CN=system:node:site-a', 'DNS:site-a,IP:192.168.50.10'), { username: 'system:node:site-a' }),
+    kept,
+  );
+  assert.match(a?.reason ?? '', /192\.168\.50\.10 \(kept by node site-b/);
+});
+
 // ---- bootstrap CSRs: what a worker token may mint ----
 
 async function clientCsrPem(t: Parameters<typeof tempDir>[0], subject: string): Promise<string> {

@@ -1,10 +1,10 @@
-// The controller's Node watch: who keeps an address two Nodes report (the first reporter, while
-// it keeps reporting it; on a first list the older Node), and the conflict shown once as a warn
-// line and a Warning event on each Node involved.
+// The controller's Node watch: an address two Nodes report is nobody's (no first reporter) until an
+// admin resolves it, and the conflict is shown once as a warn line and a Warning event on each
+// Node involved.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { NodeWatchComponent } from '../../../../src/controller/nodes/nodes.ts';
-import type { ReservedSpace } from '../../../../src/base/ownership.ts';
+import { ownershipProblem, type ReservedSpace } from '../../../../src/base/ownership.ts';
 import { KubeClient } from '../../../../src/kube/client.ts';
 import { captureLogger, initialised } from '../../../helpers.ts';
 import { fakeApiServer, json, watchStream } from '../../kube/fake-apiserver.ts';
@@ -42,22 +42,19 @@ async function watchNodes(t: Parameters<typeof fakeApiServer>[0], listed: Return
   return { nodes, events, log, until, event: (type: string, n: object) => stream!.event(type, n) };
 }
 
-test('on the first list the older Node keeps an address both report; the conflict is announced once on both Nodes', async (t) => {
+test('an address two Nodes report is a conflict, whichever reported it first; announced once on both Nodes', async (t) => {
   const w = await watchNodes(t, [
     kubeNode('young', '2026-02-01T00:00:00Z', '10.0.0.5'),
     kubeNode('old', '2026-01-01T00:00:00Z', '10.0.0.5', '10.0.0.6'),
   ]);
   assert.deepEqual(w.nodes.owners('10.0.0.5'), ['old', 'young']);
-  assert.deepEqual(w.nodes.conflicts(), [{ value: '10.0.0.5', owner: 'old', others: ['young'] }]);
+  assert.deepEqual(w.nodes.conflicts(), [{ value: '10.0.0.5', nodes: ['old', 'young'] }]);
   await w.until(() => w.events.length === 2);
-  assert.deepEqual(
-    w.events.map((e) => [e.node, e.type, e.reason]),
-    [
-      ['old', 'Warning', 'AddressConflict'],
-      ['young', 'Warning', 'AddressConflict'],
-    ],
-  );
-  assert.match(w.events[0]!.message, /^10\.0\.0\.5 is reported by nodes old,young; node old reported it first and keeps it/);
+  assert.deepEqual(w.events.map((e) => [e.node, e.type, e.reason]).sort(), [
+    ['old', 'Warning', 'AddressConflict'],
+    ['young', 'Warning', 'AddressConflict'],
+  ]);
+  assert.match(w.events[0]!.message, /^10\.0\.0\.5 is reported by nodes old, young: nobody's \(tunnel, pod network\) until an admin/);
   assert.equal(w.log.lines().filter((l) => String(l.msg).startsWith('address conflict:')).length, 1);
   // Another change that leaves the conflict as it is announces nothing new.
   w.event('MODIFIED', kubeNode('young', '2026-02-01T00:00:00Z', '10.0.0.5', '10.0.0.9'));
@@ -66,25 +63,27 @@ test('on the first list the older Node keeps an address both report; the conflic
   assert.equal(w.events.length, 2);
 });
 
-test('after the first list the first reporter keeps it, whatever the ages; when it stops reporting it the other Node gets it, and keeps it', async (t) => {
+test("a squatter gains nothing by reporting first: the address is nobody's once its real node reports it, the real node's once the squatter stops or an admin names the keeper", async (t) => {
   const w = await watchNodes(t, [kubeNode('old', '2026-01-01T00:00:00Z', '10.0.0.1'), kubeNode('young', '2026-02-01T00:00:00Z', '10.0.0.2')]);
+  const problem = (node: string) => ownershipProblem(node, w.nodes.get(node), '10.0.0.7', false, w.nodes);
   // young lies first: it reports old's future address before old does.
   w.event('MODIFIED', kubeNode('young', '2026-02-01T00:00:00Z', '10.0.0.2', '10.0.0.7'));
   await w.until(() => w.nodes.owners('10.0.0.7').length === 1);
+  assert.equal(problem('young'), undefined, "alone, a reported address is the reporter's");
   w.event('MODIFIED', kubeNode('old', '2026-01-01T00:00:00Z', '10.0.0.1', '10.0.0.7'));
   await w.until(() => w.nodes.owners('10.0.0.7').length === 2);
-  assert.deepEqual(w.nodes.owners('10.0.0.7'), ['young', 'old']);
-  // The address moves: young stops reporting it, old keeps it, and keeps it when young reports it again.
-  w.event('MODIFIED', kubeNode('young', '2026-02-01T00:00:00Z', '10.0.0.2'));
+  assert.match(problem('young') ?? '', /^also reported by node old \(conflict/);
+  assert.match(problem('old') ?? '', /^also reported by node young \(conflict/);
+  // An admin names the keeper on its Node.
+  const kept = { ...kubeNode('old', '2026-01-01T00:00:00Z', '10.0.0.1', '10.0.0.7') };
+  w.event('MODIFIED', { ...kept, metadata: { ...kept.metadata, annotations: { 'kctl.dev/keeps-addresses': '10.0.0.7' } } });
+  await w.until(() => w.nodes.conflicts()[0]?.keeper === 'old');
+  assert.equal(problem('old'), undefined);
+  assert.equal(problem('young'), 'kept by node old (kctl.dev/keeps-addresses, set by an admin)');
+  // A deleted Node gives up everything it reported.
+  w.event('DELETED', kubeNode('young', '2026-02-01T00:00:00Z', '10.0.0.2', '10.0.0.7'));
   await w.until(() => w.nodes.owners('10.0.0.7').length === 1);
   assert.deepEqual(w.nodes.owners('10.0.0.7'), ['old']);
-  w.event('MODIFIED', kubeNode('young', '2026-02-01T00:00:00Z', '10.0.0.2', '10.0.0.7'));
-  await w.until(() => w.nodes.owners('10.0.0.7').length === 2);
-  assert.deepEqual(w.nodes.owners('10.0.0.7'), ['old', 'young']);
-  // A deleted Node gives up everything it reported.
-  w.event('DELETED', kubeNode('old', '2026-01-01T00:00:00Z', '10.0.0.1', '10.0.0.7'));
-  await w.until(() => w.nodes.owners('10.0.0.7').length === 1);
-  assert.deepEqual(w.nodes.owners('10.0.0.7'), ['young']);
   assert.deepEqual(w.nodes.conflicts(), []);
 });
 
