@@ -13,6 +13,7 @@ import { POD_NETWORK_NAME, POD_NETWORK_NAMESPACE } from '../../kube/pod-network.
 import { publishPodNetwork } from './pod-network.ts';
 import { apiServerUrl } from '../config/urls.ts';
 import { CA_PROOF_KEY } from '../../kube/cluster-info.ts';
+import { KEEPS_ADDRESSES_ANNOTATION } from '../../base/ownership.ts';
 
 const rbac = 'rbac.authorization.k8s.io';
 
@@ -55,6 +56,41 @@ export async function publishClusterInfo(kube: KubeClient, cfg: ClusterConfig, c
 
 /** The admission policy (and its binding) that keeps pod ranges the allocator's: its name. */
 export const NODE_POD_RANGE_POLICY = 'kctl-node-pod-ranges';
+/** The admission policy (and its binding) that leaves the keeper of a shared address to admins: its name. */
+export const NODE_ADDRESS_KEEPER_POLICY = 'kctl-node-address-keepers';
+
+type Validation = { expression: string; message: string; reason: 'Forbidden' };
+
+/** A built-in admission policy for what a node writes to a Node (group system:nodes), and its binding. */
+function nodeWritePolicy(name: string, validations: Validation[]): KubeManifest[] {
+  const group = 'admissionregistration.k8s.io/v1';
+  const labels = { 'app.kubernetes.io/managed-by': 'kctl' };
+  return [
+    {
+      apiVersion: group,
+      kind: 'ValidatingAdmissionPolicy',
+      metadata: { name, labels },
+      spec: {
+        failurePolicy: 'Fail',
+        matchConstraints: {
+          resourceRules: [{ apiGroups: [''], apiVersions: ['v1'], operations: ['CREATE', 'UPDATE'], resources: ['nodes'] }],
+        },
+        matchConditions: [{ name: 'written-by-a-node', expression: "request.userInfo.groups.exists(g, g == 'system:nodes')" }],
+        validations,
+      },
+    },
+    {
+      apiVersion: group,
+      kind: 'ValidatingAdmissionPolicyBinding',
+      metadata: { name, labels },
+      spec: { policyName: name, validationActions: ['Deny'] },
+    },
+  ];
+}
+
+/** CEL: `value(obj)` is what it was before this write (nothing on a create). */
+const unchangedBy = (value: (obj: string) => string, none: string): string =>
+  `${value('object')} == (request.operation == 'UPDATE' && oldObject != null ? ${value('oldObject')} : ${none})`;
 
 /**
  * Nodes may not write their own pod range: NodeRestriction lets a node create its Node with any
@@ -63,41 +99,36 @@ export const NODE_POD_RANGE_POLICY = 'kctl-node-pod-ranges';
  * judge what they read (base/ownership.ts judgePodRanges), for Nodes written before it.
  */
 export function nodePodRangePolicy(): KubeManifest[] {
-  const group = 'admissionregistration.k8s.io/v1';
-  const field = (obj: string, f: string, none: string) => `(has(${obj}.spec) && has(${obj}.spec.${f}) ? ${obj}.spec.${f} : ${none})`;
-  const unchanged = (f: string, none: string) =>
-    `${field('object', f, none)} == (request.operation == 'UPDATE' && oldObject != null ? ${field('oldObject', f, none)} : ${none})`;
+  const field = (f: string, none: string) => (obj: string) => `(has(${obj}.spec) && has(${obj}.spec.${f}) ? ${obj}.spec.${f} : ${none})`;
   const message = (f: string) =>
     `a node may not set its own spec.${f}: pod ranges come from kube-controller-manager's allocator (kctl policy ${NODE_POD_RANGE_POLICY})`;
-  return [
+  return nodeWritePolicy(NODE_POD_RANGE_POLICY, [
+    { expression: unchangedBy(field('podCIDR', "''"), "''"), message: message('podCIDR'), reason: 'Forbidden' },
+    { expression: unchangedBy(field('podCIDRs', '[]'), '[]'), message: message('podCIDRs'), reason: 'Forbidden' },
+  ]);
+}
+
+/**
+ * An address two Nodes report is nobody's until an admin names its keeper with an annotation on
+ * that Node (base/ownership.ts KEEPS_ADDRESSES_ANNOTATION); a node could otherwise name itself.
+ */
+export function nodeAddressKeeperPolicy(): KubeManifest[] {
+  const a = KEEPS_ADDRESSES_ANNOTATION;
+  const annotation = (obj: string) =>
+    `(has(${obj}.metadata.annotations) && '${a}' in ${obj}.metadata.annotations ? ${obj}.metadata.annotations['${a}'] : '')`;
+  return nodeWritePolicy(NODE_ADDRESS_KEEPER_POLICY, [
     {
-      apiVersion: group,
-      kind: 'ValidatingAdmissionPolicy',
-      metadata: { name: NODE_POD_RANGE_POLICY, labels: { 'app.kubernetes.io/managed-by': 'kctl' } },
-      spec: {
-        failurePolicy: 'Fail',
-        matchConstraints: {
-          resourceRules: [{ apiGroups: [''], apiVersions: ['v1'], operations: ['CREATE', 'UPDATE'], resources: ['nodes'] }],
-        },
-        matchConditions: [{ name: 'written-by-a-node', expression: "request.userInfo.groups.exists(g, g == 'system:nodes')" }],
-        validations: [
-          { expression: unchanged('podCIDR', "''"), message: message('podCIDR'), reason: 'Forbidden' },
-          { expression: unchanged('podCIDRs', '[]'), message: message('podCIDRs'), reason: 'Forbidden' },
-        ],
-      },
+      expression: unchangedBy(annotation, "''"),
+      message: `a node may not set its own ${a}: only an admin names the keeper of an address two nodes report (kctl policy ${NODE_ADDRESS_KEEPER_POLICY})`,
+      reason: 'Forbidden',
     },
-    {
-      apiVersion: group,
-      kind: 'ValidatingAdmissionPolicyBinding',
-      metadata: { name: NODE_POD_RANGE_POLICY, labels: { 'app.kubernetes.io/managed-by': 'kctl' } },
-      spec: { policyName: NODE_POD_RANGE_POLICY, validationActions: ['Deny'] },
-    },
-  ];
+  ]);
 }
 
 export function bootstrapObjects(cfg: ClusterConfig, caPem: string, proof?: string): KubeManifest[] {
   return [
     ...nodePodRangePolicy(),
+    ...nodeAddressKeeperPolicy(),
     // Bootstrap tokens (group system:bootstrappers) may create node client CSRs. kctl's CSR approver
     // decides them (a token never takes a registered node's name), not kube-controller-manager.
     clusterRoleBinding('kctl:bootstrappers:node-bootstrapper', 'system:node-bootstrapper', { kind: 'Group', name: 'system:bootstrappers' }),

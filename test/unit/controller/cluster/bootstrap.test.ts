@@ -51,6 +51,8 @@ test(
       [
         '/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies/kctl-node-pod-ranges',
         '/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings/kctl-node-pod-ranges',
+        '/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies/kctl-node-address-keepers',
+        '/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings/kctl-node-address-keepers',
         '/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/kctl:bootstrappers:node-bootstrapper',
         '/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/kctl:nodes:selfnodeclient-autoapprove',
         '/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/kctl:nodes:node-proxier',
