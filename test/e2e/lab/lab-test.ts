@@ -27,6 +27,8 @@ export interface LabTestOptions {
   /** Subnets and their router (lab.ts LabOptions). */
   sites?: LabOptions['sites'];
   router?: string;
+  /** NATed hosts and their gateways (lab.ts LabOptions). */
+  nat?: LabOptions['nat'];
 }
 
 export interface LabTest {
@@ -47,7 +49,7 @@ export async function startLab(
   o: LabTestOptions = {},
 ): Promise<LabTest> {
   const kctlBin = requireKctl();
-  const lab = await createLab(name, hosts, { sites: o.sites, router: o.router });
+  const lab = await createLab(name, hosts, { sites: o.sites, router: o.router, nat: o.nat });
   const steps: (() => Promise<void>)[] = [];
   // The cleanup is registered before the directory exists, so a failed mkdtemp still tears the lab down.
   const made: { dir?: string } = {};

@@ -112,7 +112,17 @@ export interface LabOptions {
   sites?: Record<string, number>;
   /** The host (in site 0) that routes between the sites. */
   router?: string;
+  /**
+   * Host name -> the site-0 host that is its NAT gateway. Such a host has no port on the switch:
+   * it sits alone behind its gateway at NAT_HOST_IP (every NATed host has that same address, as
+   * edge sites reuse one private range), and its gateway masquerades it to the gateway's address.
+   */
+  nat?: Record<string, string>;
 }
+
+/** The address of every host behind a NAT gateway (LabOptions.nat), and its gateway's inner address. */
+export const NAT_HOST_IP = '192.168.77.10';
+const NAT_GATEWAY_INNER_IP = '192.168.77.1';
 
 /** Tests start a lab with startLab (lab-test.ts), which destroys it when the test ends, passed or failed. */
 export async function createLab(name: string, hostNames: string[], opts: LabOptions = {}): Promise<Lab> {
@@ -150,10 +160,14 @@ export async function createLab(name: string, hostNames: string[], opts: LabOpti
   const otherSites = [...new Set(hostNames.map(siteOf))].filter((s) => s !== 0).sort((a, b) => a - b);
   if (otherSites.length && (!opts.router || !hostNames.includes(opts.router) || siteOf(opts.router) !== 0))
     throw new Error(`lab ${name}: hosts in sites other than 0 need a router host in site 0`);
+  const gatewayOf = (host: string): string | undefined => opts.nat?.[host];
+  for (const [host, gw] of Object.entries(opts.nat ?? {}))
+    if (!hostNames.includes(host) || !hostNames.includes(gw) || siteOf(gw) !== 0 || gatewayOf(gw) || siteOf(host) !== 0)
+      throw new Error(`lab ${name}: NATed host ${host} needs a gateway host in site 0 that is not NATed itself (got ${gw})`);
   const hosts = hostNames.map((host, i): LabHost => ({
     name: host,
     netns: netnsName(name, host),
-    ip: `${siteNet(siteOf(host))}.${10 + i}`,
+    ip: gatewayOf(host) ? NAT_HOST_IP : `${siteNet(siteOf(host))}.${10 + i}`,
     ...enter(netnsName(name, host)),
   }));
   const labSwitch: LabSwitch = {
@@ -192,6 +206,7 @@ export async function createLab(name: string, hostNames: string[], opts: LabOpti
     const router = hosts.find((h) => h.name === opts.router);
     for (const h of hosts) {
       await must('ip', ['netns', 'add', h.netns]);
+      if (gatewayOf(h.name)) continue; // wired to its gateway below
       const port = labSwitch.port(h);
       const site = siteOf(h.name);
       await must('ip', ['-n', sw, 'link', 'add', port, 'type', 'veth', 'peer', 'name', 'eth0', 'netns', h.netns]);
@@ -215,6 +230,37 @@ export async function createLab(name: string, hostNames: string[], opts: LabOpti
       await must('ip', ['-n', sw, 'link', 'set', `r${site}`, 'master', `br${site}`, 'up']);
       await must('ip', ['-n', router!.netns, 'addr', 'add', `${siteNet(site)}.1/24`, 'dev', `eth${site}`]);
       await must('ip', ['-n', router!.netns, 'link', 'set', `eth${site}`, 'up']);
+    }
+    // NATed hosts: one veth to their gateway, which masquerades them out of its own eth0.
+    for (const h of hosts) {
+      const gw = hosts.find((x) => x.name === gatewayOf(h.name));
+      if (!gw) continue;
+      const inner = `n${labSwitch.port(h)}`;
+      await must('ip', ['-n', gw.netns, 'link', 'add', inner, 'type', 'veth', 'peer', 'name', 'eth0', 'netns', h.netns]);
+      await must('ip', ['-n', gw.netns, 'addr', 'add', `${NAT_GATEWAY_INNER_IP}/24`, 'dev', inner]);
+      await must('ip', ['-n', gw.netns, 'link', 'set', inner, 'up']);
+      await must(NSENTER, [
+        '--net=/run/netns/' + gw.netns,
+        '--',
+        'iptables',
+        '-w',
+        '5',
+        '-t',
+        'nat',
+        '-A',
+        'POSTROUTING',
+        '-s',
+        `${NAT_HOST_IP}/32`,
+        '-o',
+        'eth0',
+        '-j',
+        'MASQUERADE',
+      ]);
+      await must('ip', ['-n', h.netns, 'link', 'set', 'lo', 'up']);
+      await must('ip', ['-n', h.netns, 'addr', 'add', `${h.ip}/24`, 'dev', 'eth0']);
+      await must('ip', ['-n', h.netns, 'link', 'set', 'eth0', 'up']);
+      await must('ip', ['-n', h.netns, 'route', 'add', 'default', 'via', NAT_GATEWAY_INNER_IP]);
+      await must(NSENTER, ['--net=/run/netns/' + h.netns, '--', 'sh', '-c', 'echo 1 > /proc/sys/net/ipv4/ip_forward']);
     }
   } catch (err) {
     await destroy();
