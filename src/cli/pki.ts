@@ -1,4 +1,5 @@
 import type { Command } from 'commander';
+import { resignKeySet } from '../controller/encryption/encryption-keys.ts';
 import { rotateCa } from '../controller/pki/ca-rotation-run.ts';
 import { KubeClient } from '../kube/client.ts';
 import { localController, progressToStderr, timeoutMs } from './support/controller-host.ts';
@@ -16,13 +17,17 @@ export function pkiCommand(program: Command): void {
     .action(async (opts: { timeout: string; output: OutputFormat }, cmd: Command) => {
       const timeout = timeoutMs(opts.timeout, '10m');
       const { cfg, pki } = await localController(cmd);
+      // Reread per request: this rotation replaces admin.conf's certificate and CA while it runs.
+      const kube = KubeClient.fromKubeconfig(pki.adminConf, { reload: true });
       const result = await rotateCa({
-        // Reread per request: this rotation replaces admin.conf's certificate and CA while it runs.
-        kube: KubeClient.fromKubeconfig(pki.adminConf, { reload: true }),
+        kube,
         pki,
         nodes: cfg.spec.profile !== 'api-only',
         timeoutMs: timeout,
         progress: progressToStderr,
+        beforeDrop: async (signing) => {
+          if (await resignKeySet(kube, signing)) progressToStderr('encryption key set signed with the new CA');
+        },
       });
       if (opts.output === 'json') printJson(result);
       else

@@ -1,4 +1,5 @@
 import type { Command } from 'commander';
+import { keySetTrust } from '../controller/encryption/encryption-keys.ts';
 import { rotateKey } from '../controller/encryption/encryption-rotation.ts';
 import { KubeClient } from '../kube/client.ts';
 import { localController, progressToStderr, timeoutMs } from './support/controller-host.ts';
@@ -18,6 +19,7 @@ export function secretsCommand(program: Command): void {
         kube: KubeClient.fromKubeconfig(pki.adminConf),
         localConfig: pki.encryptionConfig,
         resources: cfg.spec.api.encryption.resources,
+        trust: await keySetTrust(pki),
         timeoutMs: timeout,
         progress: progressToStderr,
       });

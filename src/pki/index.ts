@@ -33,4 +33,5 @@ export {
   type CaRotationPhase,
 } from './ca-rotation.ts';
 export { bundleOf, splitCertificates } from '../base/pem.ts';
+export { caSign, caSigner } from './ca-signature.ts';
 export { certificateRequestPem, generateKeyPem, parseKey } from './x509.ts';

@@ -4,9 +4,12 @@
 // (encryption.ts) and says in its Lease which keys its kube-apiserver has loaded; `kctl secrets
 // rotate-key` (encryption-rotation.ts) moves the set one step at a time and waits for them all.
 // Nodes cannot read the Secret: the Node authorizer gives a node only the Secrets its own pods
-// name, and NodeRestriction lets no node create a pod that names a Secret.
+// name, and NodeRestriction lets no node create a pod that names a Secret. Whoever else can write
+// Secrets in kube-system still cannot hand the controllers a key: the set carries a signature by
+// the cluster CA's key, which only controllers hold, and a set without a valid one is refused.
+import { readFile } from 'node:fs/promises';
 import { KubeApiError, type KubeClient } from '../../kube/client.ts';
-import { parseEncryptionKeys, type EncryptionKey } from '../../pki/index.ts';
+import { caSign, caSigner, parseEncryptionKeys, type EncryptionKey, type PkiPaths } from '../../pki/index.ts';
 
 export const KEYS_NAMESPACE = 'kube-system';
 export const KEYS_SECRET = 'kctl-encryption-keys';
@@ -18,6 +21,9 @@ const ENCRYPTED_ANNOTATION = 'kctl.dev/encrypted-resources';
 /** Names of keys a rotation dropped: a controller that still has one drops it too, rather than offering it back. */
 const RETIRED_ANNOTATION = 'kctl.dev/retired-keys';
 const RETIRED_KEPT = 20;
+/** The set's signature (pki caSign) by the key of a CA the controllers trust. */
+const SIGNATURE_ANNOTATION = 'kctl.dev/key-set-signature';
+const SIGNATURE_PURPOSE = 'kctl.dev/encryption-key-set/v1';
 
 export interface KeySet {
   /** In provider order: the first encrypts, all decrypt. */
@@ -28,6 +34,49 @@ export interface KeySet {
   /** The keys rotations dropped (names, newest last). */
   retired?: string[];
   resourceVersion?: string;
+  /** As read: the signature it carries (writeKeySet signs what it writes). */
+  signature?: string;
+}
+
+/** What signs the set and checks it: this host's CA key, and the CAs it trusts now (its ca.crt, the signing CA first). */
+export interface KeySetTrust {
+  caKey: string;
+  caBundle: string;
+}
+
+export async function keySetTrust(pki: PkiPaths): Promise<KeySetTrust> {
+  const [caKey, caBundle] = await Promise.all([readFile(pki.caKey, 'utf8'), readFile(pki.caCert, 'utf8')]);
+  return { caKey, caBundle };
+}
+
+/** Everything a signature covers: all but the resourceVersion, in one spelling. */
+const signedContent = (set: KeySet): string =>
+  JSON.stringify({
+    keys: set.keys.map((k) => [k.name, k.secret]),
+    rotatingTo: set.rotatingTo ?? null,
+    encryptedResources: set.encryptedResources ?? null,
+    retired: set.retired ?? [],
+  });
+
+/** Which CA of the trusted bundle signed the set: 0 the signing CA, more an older one still trusted, -1 none. */
+export function keySetSigner(set: KeySet, trust: KeySetTrust): number {
+  return caSigner(SIGNATURE_PURPOSE, signedContent(set), set.signature, trust.caBundle);
+}
+
+/** Why the set may not be believed, or undefined when a CA this host trusts signed it. */
+export function keySetProblem(set: KeySet, trust: KeySetTrust): string | undefined {
+  if (keySetSigner(set, trust) >= 0) return undefined;
+  return set.signature ? 'its signature is not by a CA this controller trusts' : 'it carries no signature of the cluster CA';
+}
+
+/** A key set written without a valid signature: whoever wrote it, no controller takes its keys. */
+export class KeySetRefused extends Error {
+  constructor(
+    readonly set: KeySet,
+    readonly problem: string,
+  ) {
+    super(`the encryption key set in Secret ${KEYS_NAMESPACE}/${KEYS_SECRET} is refused: ${problem}; the controllers keep the keys they have`);
+  }
 }
 
 interface SecretObject {
@@ -42,6 +91,7 @@ function toSecret(set: KeySet): SecretObject & { apiVersion: string; kind: strin
   if (set.rotatingTo) annotations[ROTATING_ANNOTATION] = set.rotatingTo;
   if (set.encryptedResources) annotations[ENCRYPTED_ANNOTATION] = set.encryptedResources.join(',');
   if (set.retired?.length) annotations[RETIRED_ANNOTATION] = set.retired.join(',');
+  if (set.signature) annotations[SIGNATURE_ANNOTATION] = set.signature;
   return {
     apiVersion: 'v1',
     kind: 'Secret',
@@ -68,6 +118,7 @@ function fromSecret(s: SecretObject): KeySet {
     encryptedResources: encrypted === undefined ? undefined : encrypted.split(',').filter(Boolean),
     retired: (a[RETIRED_ANNOTATION] ?? '').split(',').filter(Boolean),
     resourceVersion: s.metadata.resourceVersion,
+    signature: a[SIGNATURE_ANNOTATION] || undefined,
   };
 }
 
@@ -81,22 +132,44 @@ export async function readKeySet(kube: KubeClient): Promise<KeySet | null> {
   }
 }
 
-/** Writes the set: created when it has no resourceVersion, else replaced (409 when someone wrote it since it was read). */
-export async function writeKeySet(kube: KubeClient, set: KeySet): Promise<KeySet> {
-  const body = toSecret(set);
+/** The cluster's key set if a CA this host trusts signed it; null before the first controller published it. */
+export async function readTrustedKeySet(kube: KubeClient, trust: KeySetTrust): Promise<KeySet | null> {
+  const set = await readKeySet(kube);
+  const problem = set && keySetProblem(set, trust);
+  if (set && problem) throw new KeySetRefused(set, problem);
+  return set;
+}
+
+/**
+ * Writes the set, signed with this host's CA key: created when it has no resourceVersion, else
+ * replaced (409 when someone wrote it since it was read).
+ */
+export async function writeKeySet(kube: KubeClient, set: KeySet, trust: KeySetTrust): Promise<KeySet> {
+  const body = toSecret({ ...set, signature: caSign(SIGNATURE_PURPOSE, signedContent(set), trust.caKey) });
   const saved = set.resourceVersion
     ? await kube.request<SecretObject>('PUT', `${SECRET_PATH}/${KEYS_SECRET}`, body)
     : await kube.request<SecretObject>('POST', SECRET_PATH, body);
   return fromSecret(saved);
 }
 
-/** Reads, changes and writes the set, again when another writer came in between. */
-export async function updateKeySet(kube: KubeClient, change: (set: KeySet) => KeySet): Promise<KeySet> {
+/**
+ * Signs the set again with `trust`'s key when another CA `trust` still holds signed it (a CA
+ * rotation, before the old CA is dropped). True when it wrote; a set no trusted CA signed is refused.
+ */
+export async function resignKeySet(kube: KubeClient, trust: KeySetTrust): Promise<boolean> {
+  const set = await readTrustedKeySet(kube, trust);
+  if (!set || keySetSigner(set, trust) === 0) return false;
+  await writeKeySet(kube, set, trust);
+  return true;
+}
+
+/** Reads (believing only a signed set), changes and writes the set, again when another writer came in between. */
+export async function updateKeySet(kube: KubeClient, trust: KeySetTrust, change: (set: KeySet) => KeySet): Promise<KeySet> {
   for (let attempt = 0; ; attempt++) {
-    const current = await readKeySet(kube);
+    const current = await readTrustedKeySet(kube, trust);
     if (!current) throw new Error(`the Secret ${KEYS_NAMESPACE}/${KEYS_SECRET} is missing`);
     try {
-      return await writeKeySet(kube, change(current));
+      return await writeKeySet(kube, change(current), trust);
     } catch (err) {
       if (!(err instanceof KubeApiError && err.status === 409) || attempt >= 5) throw err;
     }

@@ -19,9 +19,10 @@ import {
   keyNames,
   loadedConfigHash,
   promoteKey,
-  readKeySet,
+  readTrustedKeySet,
   rotationStep,
   updateKeySet,
+  type KeySetTrust,
 } from './encryption-keys.ts';
 
 export interface RotateOptions {
@@ -30,6 +31,8 @@ export interface RotateOptions {
   localConfig: string;
   /** spec.api.encryption.resources of this controller. */
   resources: string[];
+  /** This host's CA key and trusted CAs: the set is believed only when signed, and signed when written. */
+  trust: KeySetTrust;
   /** How long each step may wait for the controllers. */
   timeoutMs: number;
   progress: (line: string) => void;
@@ -76,7 +79,7 @@ async function waitLoaded(o: RotateOptions, names: string, what: string): Promis
 }
 
 export async function rotateKey(o: RotateOptions): Promise<RotateResult> {
-  let set = await readKeySet(o.kube);
+  let set = await readTrustedKeySet(o.kube, o.trust);
   if (!set)
     throw new UserError(
       `the cluster has no encryption key set yet (Secret ${KEYS_NAMESPACE}/${KEYS_SECRET}); start this kctl's controller and wait until it is ready`,
@@ -86,12 +89,12 @@ export async function rotateKey(o: RotateOptions): Promise<RotateResult> {
   await waitLoaded(o, names, `current keys ${names}`);
   if (rotationStep(set) === 'add') {
     const key = newEncryptionKey();
-    set = await updateKeySet(o.kube, (s) => addKey(s, key));
+    set = await updateKeySet(o.kube, o.trust, (s) => addKey(s, key));
     o.progress(`added ${key.name} as a decryption key`);
     await waitLoaded(o, keyNames(set.keys), `keys ${keyNames(set.keys)}`);
   } else o.progress(`resuming the rotation to ${set.rotatingTo}`);
   if (rotationStep(set) === 'promote') {
-    set = await updateKeySet(o.kube, promoteKey);
+    set = await updateKeySet(o.kube, o.trust, promoteKey);
     o.progress(`${set.rotatingTo} now encrypts`);
     await waitLoaded(o, keyNames(set.keys), `keys ${keyNames(set.keys)}`);
   }
@@ -100,7 +103,7 @@ export async function rotateKey(o: RotateOptions): Promise<RotateResult> {
     rewritten[resource] = await rewriteResource(o.kube, resource);
     o.progress(`rewrote ${rewritten[resource]} ${resource} with ${set.rotatingTo}`);
   }
-  set = await updateKeySet(o.kube, dropOldKeys);
+  set = await updateKeySet(o.kube, o.trust, dropOldKeys);
   o.progress(`dropped the old keys; ${set.keys[0]!.name} is the only key`);
   const controllers = await waitLoaded(o, keyNames(set.keys), `keys ${keyNames(set.keys)}`);
   return { key: set.keys[0]!.name, rewritten, controllers };

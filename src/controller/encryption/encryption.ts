@@ -6,6 +6,11 @@
 //
 // A controller that was down while a rotation dropped the key it has cannot read the key set
 // through its own kube-apiserver; it reads it through another live controller's.
+//
+// It believes the set only when a CA it trusts signed it (encryption-keys.ts): a forged set is
+// refused with one warn line and an event on the Secret, and nothing changes. A set signed by a CA
+// it still trusts but no longer signs with (a CA rotation) is signed again with its own key; an
+// unsigned set (written by an older kctl) only when it holds exactly this controller's keys.
 import type { Component, ComponentContext, ComponentStatus } from '../../base/component.ts';
 import type { Logger } from '../../base/log.ts';
 import { messageOf } from '../../base/errors.ts';
@@ -14,8 +19,14 @@ import { CONTROLLER_LEASE_LABEL, LEASES_PATH, liveControllers, type Lease } from
 import { rewriteResource } from '../../kube/rewrite.ts';
 import { encryptionConfigHash, readEncryptionKeys, renderEncryptionConfig, writeEncryptionConfig, type PkiPaths } from '../../pki/index.ts';
 import type { ClusterConfig } from '../config/config.ts';
+import { warningEvent } from '../../kube/events.ts';
 import {
+  KEYS_NAMESPACE,
+  KEYS_SECRET,
   keyNames,
+  keySetProblem,
+  keySetSigner,
+  keySetTrust,
   loadedConfigHash,
   readKeySet,
   resourcesToRewrite,
@@ -23,6 +34,7 @@ import {
   updateKeySet,
   writeKeySet,
   type KeySet,
+  type KeySetTrust,
 } from './encryption-keys.ts';
 
 const SYNC_EVERY_MS = 5_000;
@@ -41,6 +53,8 @@ export class EncryptionComponent implements Component, LoadedKeys {
   private reached = false;
   private lastError: string | undefined;
   private readonly abort = new AbortController();
+  /** The resourceVersion of the last refused set: announced once. */
+  private refused: string | undefined;
 
   constructor(
     private readonly cfg: ClusterConfig,
@@ -81,11 +95,12 @@ export class EncryptionComponent implements Component, LoadedKeys {
 
   private async sync(): Promise<void> {
     try {
-      let set = await this.keySet();
+      const trust = await keySetTrust(this.pki);
+      let set = await this.keySet(trust);
       const file = this.pki.encryptionConfig;
       const unknown = unknownKeys(set, (await readEncryptionKeys(file)) ?? []);
       if (unknown.length) {
-        set = await updateKeySet(this.kube, (s) => ({ ...s, keys: [...s.keys, ...unknownKeys(s, unknown)] }));
+        set = await updateKeySet(this.kube, trust, (s) => ({ ...s, keys: [...s.keys, ...unknownKeys(s, unknown)] }));
         this.log.warn(
           { keys: keyNames(unknown) },
           "offered this controller's own encryption keys to the cluster as decryption keys; kctl secrets rotate-key retires them",
@@ -101,7 +116,7 @@ export class EncryptionComponent implements Component, LoadedKeys {
         this.loaded = { hash, names: keyNames(set.keys) };
         this.log.info({ keys: this.loaded.names }, 'kube-apiserver loaded the encryption keys');
       }
-      if (this.loaded.names === keyNames(set.keys)) await this.migrate(set);
+      if (this.loaded.names === keyNames(set.keys)) await this.migrate(set, trust);
       this.lastError = undefined;
       this.reached = true;
     } catch (err) {
@@ -113,8 +128,40 @@ export class EncryptionComponent implements Component, LoadedKeys {
     }
   }
 
-  /** The cluster's key set; published from this controller's file when no controller has yet. */
-  private async keySet(): Promise<KeySet> {
+  /** The cluster's key set as this controller may believe it; published from its file when no controller has yet. */
+  private async keySet(trust: KeySetTrust): Promise<KeySet> {
+    const set = await this.readSet(trust);
+    const signer = keySetSigner(set, trust);
+    if (signer === 0) return set;
+    if (signer > 0) {
+      this.log.info('signed the encryption key set again with the CA this controller signs with now (a CA rotation)');
+      return writeKeySet(this.kube, set, trust);
+    }
+    const local = await readEncryptionKeys(this.pki.encryptionConfig);
+    if (!set.signature && local && keyNames(local) === keyNames(set.keys) && local.every((k, i) => k.secret === set.keys[i]!.secret)) {
+      this.log.info(
+        { keys: keyNames(set.keys) },
+        'signed the encryption key set an older kctl wrote (it holds exactly the keys this controller has)',
+      );
+      return writeKeySet(this.kube, set, trust);
+    }
+    const problem = keySetProblem(set, trust)!;
+    const message = `refused the encryption key set in Secret ${KEYS_NAMESPACE}/${KEYS_SECRET}: ${problem}; this controller keeps the keys it has`;
+    if (this.refused !== set.resourceVersion) {
+      this.refused = set.resourceVersion;
+      this.log.warn({ resourceVersion: set.resourceVersion }, message);
+      await warningEvent(
+        this.kube,
+        { kind: 'Secret', namespace: KEYS_NAMESPACE, name: KEYS_SECRET },
+        'EncryptionKeysRefused',
+        message,
+        'kctl-controller',
+      ).catch(() => undefined);
+    }
+    throw new Error(message);
+  }
+
+  private async readSet(trust: KeySetTrust): Promise<KeySet> {
     let set: KeySet | null;
     try {
       set = await readKeySet(this.kube);
@@ -128,7 +175,7 @@ export class EncryptionComponent implements Component, LoadedKeys {
     const keys = await readEncryptionKeys(this.pki.encryptionConfig);
     if (!keys) throw new Error(`${this.pki.encryptionConfig} is missing`);
     try {
-      const made = await writeKeySet(this.kube, { keys });
+      const made = await writeKeySet(this.kube, { keys }, trust);
       this.log.info({ keys: keyNames(keys) }, 'published the encryption key set');
       return made;
     } catch (err) {
@@ -154,7 +201,7 @@ export class EncryptionComponent implements Component, LoadedKeys {
   }
 
   /** Rewrites every object whose storage the configured resources changed, once; repeating it is harmless. */
-  private async migrate(set: KeySet): Promise<void> {
+  private async migrate(set: KeySet, trust: KeySetTrust): Promise<void> {
     const wanted = this.cfg.spec.api.encryption.resources;
     const rewrite = resourcesToRewrite(set.encryptedResources, wanted);
     if (rewrite.length === 0 && set.encryptedResources) return;
@@ -162,6 +209,6 @@ export class EncryptionComponent implements Component, LoadedKeys {
       const n = await rewriteResource(this.kube, resource, this.abort.signal);
       this.log.info({ resource, objects: n, encrypted: wanted.includes(resource) }, 'rewrote every object for the encryption config');
     }
-    await updateKeySet(this.kube, (s) => ({ ...s, encryptedResources: [...wanted] }));
+    await updateKeySet(this.kube, trust, (s) => ({ ...s, encryptedResources: [...wanted] }));
   }
 }

@@ -35,6 +35,11 @@ export interface RotateCaOptions {
   /** How long each phase may wait for the controllers and nodes. */
   timeoutMs: number;
   progress: (line: string) => void;
+  /**
+   * Runs before the old CA is dropped, with the new CA's key and the bundle of both: what the old
+   * CA signed and must outlive it (the encryption key set) is signed again with the new one.
+   */
+  beforeDrop?: (signing: { caKey: string; caBundle: string }) => Promise<void>;
 }
 
 export interface RotateCaResult {
@@ -197,6 +202,7 @@ export async function rotateCa(o: RotateCaOptions): Promise<RotateCaResult> {
   }
   let seen: string[] = [];
   for (const phase of CA_ROTATION_PHASES.slice(CA_ROTATION_PHASES.indexOf(rotation.phase))) {
+    if (phase === 'drop') await o.beforeDrop?.({ caKey: rotation.newKey, caBundle: caFilesFor({ ...rotation, phase: 'sign' }).cert });
     if (rotation.phase !== phase) rotation = await writeCaRotation(o.kube, { ...rotation, phase });
     const bundle = bundleHash(caFilesFor(rotation).cert);
     seen = await waitFor(o, bundle, `${phase} (${WHAT[phase]})`);

@@ -7,6 +7,7 @@
 // its reason visible, and kubectl logs / exec keep reaching w1. Then a Node whose address
 // changes: the claim follows within seconds, with no restart.
 import assert from 'node:assert/strict';
+import { randomBytes } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import { mkdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { execa } from 'execa';
@@ -379,6 +380,38 @@ test('a compromised node and a leaked worker token get nothing of anyone else; i
   );
   assert.equal(await readFile(w1Ca, 'utf8'), w1CaBefore, 'w1 trusts the forged CA');
   assert.equal((await setInfo(info.data.kubeconfig!)).exitCode, 0);
+  // The encryption key set with a key of the writer's own added: it carries no valid signature of
+  // the cluster CA, so the controller refuses it and its kube-apiserver keeps the keys it had.
+  const encConfig = pkiPaths(join(c.dataDir, 'pki')).encryptionConfig;
+  const encBefore = await readFile(encConfig, 'utf8');
+  const keysSecret = JSON.parse(String((await c.kubectl(['-n', 'kube-system', 'get', 'secret', 'kctl-encryption-keys', '-o', 'json'])).stdout)) as {
+    data: { keys: string };
+  };
+  const keySet = JSON.parse(Buffer.from(keysSecret.data.keys, 'base64').toString()) as { secretbox: { name: string; secret: string }[] };
+  const forgedKeys = b64(JSON.stringify({ secretbox: [{ name: 'key-forged', secret: randomBytes(32).toString('base64') }, ...keySet.secretbox] }));
+  const setKeys = (keys: string) =>
+    c.kubectl(['-n', 'kube-system', 'patch', 'secret', 'kctl-encryption-keys', '--type=merge', '-p', JSON.stringify({ data: { keys } })]);
+  assert.equal((await setKeys(forgedKeys)).exitCode, 0);
+  const refusedKeys =
+    'refused the encryption key set in Secret kube-system/kctl-encryption-keys: its signature is not by a CA this controller trusts';
+  await waitFor(
+    'the forged key set refused',
+    30_000,
+    async () => controller.saw(refusedKeys),
+    () => controller.log().slice(-2000),
+  );
+  await waitFor(
+    'an EncryptionKeysRefused event',
+    30_000,
+    async () =>
+      String(
+        (await c.kubectl(['get', 'events', '-n', 'kube-system', '--field-selector', 'reason=EncryptionKeysRefused', '-o', 'name'])).stdout,
+      ).trim() !== '',
+  );
+  await sleep(6_000); // one more sync (5 s): still refused, still one line
+  assert.equal(await readFile(encConfig, 'utf8'), encBefore, 'the controller took the forged key');
+  assert.equal(controller.lines(/refused the encryption key set/).length, 1, 'the refusal was said more than once');
+  assert.equal((await setKeys(keysSecret.data.keys)).exitCode, 0);
   t.diagnostic(`forged trust anchors refused: ${controller.lines(/CA rotation refused/)[0]?.slice(0, 200)}`);
 
   // 5. A dial no agent may serve fails at once, naming the host; it never goes to "any agent".

@@ -8,7 +8,7 @@ export interface StoredSecret {
   apiVersion?: string;
   kind?: string;
   type?: string;
-  metadata: { name: string; namespace?: string; resourceVersion?: string; labels?: Record<string, string> };
+  metadata: { name: string; namespace?: string; resourceVersion?: string; labels?: Record<string, string>; annotations?: Record<string, string> };
   data?: Record<string, string>;
   stringData?: Record<string, string>;
 }

@@ -6,9 +6,12 @@ import {
   addKey,
   dropOldKeys,
   KEYS_SECRET,
+  KeySetRefused,
+  keySetSigner,
   loadedConfigHash,
   promoteKey,
   readKeySet,
+  readTrustedKeySet,
   resourcesToRewrite,
   rotationStep,
   unknownKeys,
@@ -17,7 +20,7 @@ import {
   type KeySet,
 } from '../../../../src/controller/encryption/encryption-keys.ts';
 import { KubeClient } from '../../../../src/kube/client.ts';
-import { newEncryptionKey } from '../../../../src/pki/index.ts';
+import { bundleOf, newClusterCa, newEncryptionKey } from '../../../../src/pki/index.ts';
 import { fakeApiServer } from '../../kube/fake-apiserver.ts';
 import { fakeSecrets } from '../fake-secrets.ts';
 
@@ -63,22 +66,25 @@ test('what a change of the configured resources rewrites: all at first, then wha
   assert.deepEqual(resourcesToRewrite(['secrets', 'configmaps'], ['secrets', 'widgets.example.com']), ['widgets.example.com', 'configmaps']);
 });
 
+const ca = await newClusterCa(new Date());
+const trust = { caKey: ca.key, caBundle: ca.cert };
+
 test('the key set round-trips through its Secret, and a writer that lost a race applies its change again', async (t) => {
   const { kube, secrets, conflicts } = await fakeSecrets(t);
   assert.equal(await readKeySet(kube), null);
-  const made = await writeKeySet(kube, { keys: [oldKey] });
-  assert.deepEqual((await readKeySet(kube))?.keys, [oldKey]);
+  const made = await writeKeySet(kube, { keys: [oldKey] }, trust);
+  assert.deepEqual((await readTrustedKeySet(kube, trust))?.keys, [oldKey]);
   assert.equal((await readKeySet(kube))?.encryptedResources, undefined);
-  // Another controller records its rewrite after this one read the set: the rotation step lands on top of it.
+  // What another controller writes (its rewrite recorded), kept aside to land between this one's read and write.
+  const before = secrets.get(KEYS_SECRET)!;
+  await writeKeySet(kube, { ...made, encryptedResources: ['secrets'] }, trust);
+  const racer = secrets.get(KEYS_SECRET)!;
+  secrets.set(KEYS_SECRET, before);
   let raced = false;
-  const after = await updateKeySet(kube, (s) => {
+  const after = await updateKeySet(kube, trust, (s) => {
     if (!raced) {
       raced = true;
-      const stored = secrets.get(KEYS_SECRET)!;
-      secrets.set(KEYS_SECRET, {
-        ...stored,
-        metadata: { ...stored.metadata, resourceVersion: '99', annotations: { 'kctl.dev/encrypted-resources': 'secrets' } } as never,
-      });
+      secrets.set(KEYS_SECRET, { ...racer, metadata: { ...racer.metadata, resourceVersion: '99' } as never });
     }
     return addKey(s, newKey);
   });
@@ -107,4 +113,44 @@ test('the loaded config is read from kube-apiserver metrics; absent until it rep
   const hash = `sha256:${'ab'.repeat(32)}`;
   body += `apiserver_encryption_config_controller_last_config_info{apiserver_id_hash="sha256:${'0'.repeat(64)}",hash="${hash}"} 1\n`;
   assert.equal(await loadedConfigHash(kube), hash);
+});
+
+test('only a set a trusted CA signed is believed: unsigned, forged or changed after signing, it is refused and nothing is written', async (t) => {
+  const { kube, secrets } = await fakeSecrets(t);
+  const other = await newClusterCa(new Date());
+  await writeKeySet(kube, { keys: [oldKey] }, { caKey: other.key, caBundle: other.cert });
+  await assert.rejects(readTrustedKeySet(kube, trust), (err: unknown) => {
+    assert.ok(err instanceof KeySetRefused);
+    assert.equal(
+      err.message,
+      `the encryption key set in Secret kube-system/${KEYS_SECRET} is refused: its signature is not by a CA this controller trusts; the controllers keep the keys they have`,
+    );
+    return true;
+  });
+  await assert.rejects(
+    updateKeySet(kube, trust, (s) => addKey(s, newKey)),
+    KeySetRefused,
+  );
+  assert.deepEqual((await readKeySet(kube))?.keys, [oldKey], 'a refused set was changed');
+  // Signed by the trusted CA, then a key added by someone without it: the signature no longer fits.
+  await writeKeySet(kube, { ...(await readKeySet(kube))!, keys: [oldKey] }, trust);
+  const signed = secrets.get(KEYS_SECRET)!;
+  signed.data = { keys: Buffer.from(JSON.stringify({ secretbox: [oldKey, newKey] })).toString('base64') };
+  await assert.rejects(readTrustedKeySet(kube, trust), /its signature is not by a CA this controller trusts/);
+  // No signature at all (what an older kctl wrote).
+  delete secrets.get(KEYS_SECRET)!.metadata.annotations?.['kctl.dev/key-set-signature'];
+  await assert.rejects(readTrustedKeySet(kube, trust), /it carries no signature of the cluster CA/);
+});
+
+test('a CA rotation: a set signed by the old CA is still believed while both are trusted, and no longer once the old one is dropped', async (t) => {
+  const { kube } = await fakeSecrets(t);
+  const next = await newClusterCa(new Date());
+  await writeKeySet(kube, { keys: [oldKey] }, trust);
+  const signPhase = { caKey: next.key, caBundle: bundleOf([next.cert, ca.cert]) };
+  const dropPhase = { caKey: next.key, caBundle: bundleOf([next.cert]) };
+  assert.equal(keySetSigner((await readKeySet(kube))!, signPhase), 1, 'signed by the CA trusted but no longer signing');
+  assert.equal(keySetSigner((await readKeySet(kube))!, dropPhase), -1);
+  await writeKeySet(kube, (await readTrustedKeySet(kube, signPhase))!, signPhase);
+  assert.equal(keySetSigner((await readKeySet(kube))!, signPhase), 0);
+  assert.deepEqual((await readTrustedKeySet(kube, dropPhase))?.keys, [oldKey]);
 });
