@@ -113,7 +113,7 @@ test('bad input is harmless: closes or errors on the offending stream only, no c
   // pending dial the abusers aim at. Both agents number their connections from 1, so foreign
   // connectIDs collide across agents on purpose.
   const agent = await startAgent(t, pki, [server], { agentId: 'node-1', identifiers: { host: ['node-1'], ipv4: ['127.0.0.1'] } });
-  const victim = await rawAgent(t, pki, server, { agentId: 'victim', creds: await pki.nodeCert('victim'), identifiers: 'host=victim' });
+  const victim = await rawAgent(t, pki, server, { agentId: 'victim', creds: await pki.nodeCert('victim'), identifiers: 'host=victim&ipv4=10.9.9.9' });
   await waitFor('two agents', 10_000, () => server.snapshot().agents.length === 2 && agent.snapshot().servers.length === 1);
 
   // The healthy tunnel, carrying data throughout.

@@ -127,7 +127,8 @@ test(`${CYCLES} dial/close cycles of every kind leave no dial, tunnel, gauge or 
   // answers, then its stream is cut; and every 2,500 cycles a real agent is stopped cold
   // with traffic in flight and replaced.
   async function blackHole(): Promise<void> {
-    const raw = await rawAgent(t, pki, server, { agentId: 'black-hole', identifiers: 'host=black-hole' });
+    // Like an upstream agent: no node-name/1, so the server sends it its node's address for its name.
+    const raw = await rawAgent(t, pki, server, { agentId: 'black-hole', identifiers: 'host=black-hole&ipv4=10.99.0.1' });
     const dials = Array.from({ length: 5 }, () =>
       dialViaProxy({ udsPath: uds, address: 'black-hole:10250' }).then(
         () => 'answered',
@@ -135,7 +136,7 @@ test(`${CYCLES} dial/close cycles of every kind leave no dial, tunnel, gauge or 
       ),
     );
     // Other cycles' dials may land here too (any ready agent): they fail when it dies.
-    for (let got = 0; got < 5;) if ((await raw.next('DIAL_REQ')).dialRequest?.address === 'black-hole:10250') got++;
+    for (let got = 0; got < 5;) if ((await raw.next('DIAL_REQ')).dialRequest?.address === '10.99.0.1:10250') got++;
     raw.close();
     for (const r of await Promise.all(dials)) assert.match(r, /agent system:node:black-hole disconnected before answering/);
     note('agent killed mid-dial');
