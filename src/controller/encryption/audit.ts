@@ -5,8 +5,10 @@
 // kctl's default policy records every request at Metadata (who, what, when, the answer's code),
 // RBAC changes with their request and response bodies, and nothing of a Secret, ConfigMap or
 // token beyond its metadata, so no secret value ever lands in the log. Health probes and lease
-// heartbeats (every node and controller, every few seconds) are left out: they change nothing
-// an operator asks about and would be most of the log.
+// renewals by their own holders (nodes' heartbeats, the leader elections, each controller's lease,
+// every few seconds) are left out: they change nothing an operator asks about and would be most
+// of the log. Anyone else's read or write of a lease is recorded: workers follow the controllers'
+// leases, so a lease written by someone else is worth finding later.
 import { mkdir, readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { parseDocument, stringify } from 'yaml';
@@ -32,6 +34,10 @@ const METADATA_ONLY = [
   { group: 'certificates.k8s.io', resources: ['certificatesigningrequests'] },
 ];
 
+const LEASES = [{ group: 'coordination.k8s.io', resources: ['leases'] }];
+/** Who renews leases in kube-system every few seconds: the leader elections, and kctl's controllers (their own leases). */
+const LEASE_HOLDERS = ['system:kube-scheduler', 'system:kube-controller-manager', 'kubernetes-admin'];
+
 /** kctl's default audit policy (audit.k8s.io/v1); the first rule that matches a request decides. */
 export function defaultAuditPolicy(): object {
   return {
@@ -41,7 +47,8 @@ export function defaultAuditPolicy(): object {
     omitStages: ['RequestReceived'],
     rules: [
       { level: 'None', nonResourceURLs: ['/healthz*', '/livez*', '/readyz*', '/version'] },
-      { level: 'None', verbs: ['get', 'update'], resources: [{ group: 'coordination.k8s.io', resources: ['leases'] }] },
+      { level: 'None', verbs: ['get', 'update'], namespaces: ['kube-node-lease'], resources: LEASES },
+      { level: 'None', verbs: ['get', 'update'], users: LEASE_HOLDERS, namespaces: ['kube-system'], resources: LEASES },
       // Bodies of these hold secret values or credentials: metadata only, whoever asks.
       { level: 'Metadata', resources: METADATA_ONLY },
       // Who granted what to whom, with the rules themselves.

@@ -37,24 +37,38 @@ test('audit: on by default for both profiles, into <data-dir>/audit with size ro
   assert.throws(() => parseConfig({ spec: { api: { audit: { maxsize: 1 } } } }, 'kctl.yaml'), /spec\.api\.audit: unknown field\(s\) "maxsize"/);
 });
 
-test('audit: the default policy keeps Secret, ConfigMap and token bodies out, records RBAC bodies, and drops probes and lease heartbeats', () => {
-  type Rule = { level: string; resources?: { group: string; resources?: string[] }[]; verbs?: string[]; nonResourceURLs?: string[] };
+test("audit: the default policy keeps Secret, ConfigMap and token bodies out, records RBAC bodies, and drops probes and leases renewed by their holders, not others' lease reads and writes", () => {
+  type Rule = {
+    level: string;
+    resources?: { group: string; resources?: string[] }[];
+    verbs?: string[];
+    users?: string[];
+    namespaces?: string[];
+    nonResourceURLs?: string[];
+  };
   const rules = (defaultAuditPolicy() as { rules: Rule[] }).rules;
   /** The level of the first rule that matches, as kube-apiserver picks it. */
-  const levelOf = (group: string, resource: string, verb: string) =>
+  const levelOf = (group: string, resource: string, verb: string, who = { user: 'alice', namespace: 'default' }) =>
     rules.find(
       (r) =>
         !r.nonResourceURLs &&
         (!r.verbs || r.verbs.includes(verb)) &&
+        (!r.users || r.users.includes(who.user)) &&
+        (!r.namespaces || r.namespaces.includes(who.namespace)) &&
         (!r.resources || r.resources.some((g) => g.group === group && (!g.resources || g.resources.includes(resource)))),
     )?.level;
+  const lease = (verb: string, user: string, namespace: string) => levelOf('coordination.k8s.io', 'leases', verb, { user, namespace });
+  assert.equal(lease('update', 'system:node:w1', 'kube-node-lease'), 'None', 'node heartbeats');
+  assert.equal(lease('update', 'system:kube-scheduler', 'kube-system'), 'None', 'leader election');
+  assert.equal(lease('update', 'kubernetes-admin', 'kube-system'), 'None', "a controller's own lease");
+  assert.equal(lease('update', 'system:serviceaccount:kube-system:evil', 'kube-system'), 'Metadata', "anyone else writing kctl's controller leases");
+  assert.equal(lease('get', 'system:node:w1', 'kube-system'), 'Metadata', "a node reading a controller's lease");
   assert.equal(levelOf('', 'secrets', 'create'), 'Metadata');
   assert.equal(levelOf('', 'configmaps', 'update'), 'Metadata');
   assert.equal(levelOf('', 'serviceaccounts/token', 'create'), 'Metadata');
   assert.equal(levelOf('rbac.authorization.k8s.io', 'clusterrolebindings', 'create'), 'RequestResponse');
   assert.equal(levelOf('', 'pods/exec', 'create'), 'Metadata');
-  assert.equal(levelOf('coordination.k8s.io', 'leases', 'update'), 'None');
-  assert.equal(levelOf('coordination.k8s.io', 'leases', 'delete'), 'Metadata');
+  assert.equal(lease('delete', 'kubernetes-admin', 'kube-system'), 'Metadata');
   // No rule anywhere records a request or response body of the secret-bearing kinds.
   for (const r of rules.filter((x) => x.level === 'Request' || x.level === 'RequestResponse'))
     assert.ok(
