@@ -5,7 +5,8 @@
 // authenticated end to end by the two nodes' keys: the server sees neither the pods' traffic nor
 // anything it could forge. It only carries datagrams between agents that authenticated with a node
 // certificate, stamps each with the sender's node as the certificate names it, and bounds what
-// each node may send per second, so one node cannot spend the controller's bandwidth.
+// each node may send and be sent per second: one node cannot spend the controller's bandwidth, and
+// many (names minted with a leaked token) cannot flood one node through it.
 import type { Logger } from '../../base/log.ts';
 import { packets, type KctlDatagram } from '../wire/protocol.ts';
 import type { RelayOutcome } from './metrics.ts';
@@ -34,17 +35,50 @@ interface Bucket {
   at: number;
 }
 
+/** A token bucket per node: `rate` bytes per second, at most `burst` at once. */
+class Buckets {
+  private readonly buckets = new Map<string, Bucket>();
+
+  constructor(
+    private readonly rate: number,
+    private readonly burst: number,
+  ) {}
+
+  take(node: string, bytes: number): boolean {
+    const now = Date.now();
+    const b = this.buckets.get(node) ?? { tokens: this.burst, at: now };
+    b.tokens = Math.min(this.burst, b.tokens + ((now - b.at) / 1000) * this.rate);
+    b.at = now;
+    this.buckets.set(node, b);
+    // A full bucket is what a new one would be: forget nodes quiet long enough to have refilled.
+    if (this.buckets.size > MAX_REMEMBERED_NODES)
+      for (const [n, x] of this.buckets) if (now - x.at > (this.burst / this.rate) * 1000) this.buckets.delete(n);
+    if (b.tokens < bytes) return false;
+    b.tokens -= bytes;
+    return true;
+  }
+
+  /** Gives back what `take` took for a datagram that was not sent after all. */
+  refund(node: string, bytes: number): void {
+    const b = this.buckets.get(node);
+    if (b) b.tokens = Math.min(this.burst, b.tokens + bytes);
+  }
+}
+
 export class DatagramRelay {
   /** Per node, not per stream: a node holding several streams to this server shares one bound. */
-  private readonly buckets = new Map<string, Bucket>();
+  private readonly sent: Buckets;
+  /** Per destination node: what all senders together may hand it. */
+  private readonly received: Buckets;
   private readonly rate: number;
-  private readonly burst: number;
   /** Outcomes not worth a line each, logged once a minute at most per kind. */
   private readonly warnedAt = new Map<string, number>();
 
   constructor(private readonly o: DatagramRelayOptions) {
     this.rate = o.rateBytesPerS ?? RELAY_RATE_BYTES_PER_S;
-    this.burst = o.burstBytes ?? RELAY_BURST_BYTES;
+    const burst = o.burstBytes ?? RELAY_BURST_BYTES;
+    this.sent = new Buckets(this.rate, burst);
+    this.received = new Buckets(this.rate, burst);
   }
 
   /** One datagram from agent `from` for the node `d.node`: passed on, or dropped (datagrams may be lost). */
@@ -61,7 +95,11 @@ export class DatagramRelay {
     // Only node agents of kctl workers (node certificate, kctl extensions) may use it.
     if (!source || !from.flowControl || !d.node || d.node === source) return 'not_allowed';
     if (d.data.length > MAX_DATAGRAM) return 'too_large';
-    if (!this.take(source, d.data.length)) return 'rate_limited';
+    if (!this.sent.take(source, d.data.length)) return 'rate_limited';
+    if (!this.received.take(d.node, d.data.length)) {
+      this.sent.refund(source, d.data.length);
+      return 'rate_limited';
+    }
     const to = this.agentOf(d.node);
     if (!to) return 'no_route';
     to.send(packets.datagram(source, d.data));
@@ -74,21 +112,6 @@ export class DatagramRelay {
     return undefined;
   }
 
-  /** A token bucket per node: `rate` bytes per second, at most `burst` at once. */
-  private take(node: string, bytes: number): boolean {
-    const now = Date.now();
-    const b = this.buckets.get(node) ?? { tokens: this.burst, at: now };
-    b.tokens = Math.min(this.burst, b.tokens + ((now - b.at) / 1000) * this.rate);
-    b.at = now;
-    this.buckets.set(node, b);
-    // A full bucket is what a new one would be: forget nodes quiet long enough to have refilled.
-    if (this.buckets.size > MAX_REMEMBERED_NODES)
-      for (const [n, x] of this.buckets) if (now - x.at > (this.burst / this.rate) * 1000) this.buckets.delete(n);
-    if (b.tokens < bytes) return false;
-    b.tokens -= bytes;
-    return true;
-  }
-
   private warn(outcome: RelayOutcome, from: AgentBackend, to: string): void {
     const key = `${outcome}:${from.id}`;
     const now = Date.now();
@@ -97,7 +120,7 @@ export class DatagramRelay {
     const why: Record<Exclude<RelayOutcome, 'forwarded'>, string> = {
       not_allowed: 'only node agents of kctl workers may relay, to another node',
       too_large: `a datagram is at most ${MAX_DATAGRAM} bytes`,
-      rate_limited: `a node may relay ${(this.rate / 2 ** 20).toFixed(1)} MiB/s at most`,
+      rate_limited: `a node may relay, and be relayed, ${(this.rate / 2 ** 20).toFixed(1)} MiB/s at most`,
       no_route: 'that node has no agent connected to this server',
     };
     this.o.log.warn(

@@ -122,3 +122,24 @@ test('a node holding two streams to the server shares one bound', async (t) => {
   const forwarded = await count('forwarded');
   assert.ok(forwarded >= 4 && forwarded <= 5, `${forwarded} of 10 relayed from two streams of one node`);
 });
+
+test('many nodes sending to one share its bound: a flood through the server reaches a node at its rate at most', async (t) => {
+  const pki = await makePki();
+  const server = await startServer(t, pki, { datagramRelay: { rateBytesPerS: 100, burstBytes: 4_000 } });
+  const gotB: Got = [];
+  const gotC: Got = [];
+  await nodeAgent(t, server, 'node-b', gotB);
+  await nodeAgent(t, server, 'node-c', gotC);
+  const [x, y] = await Promise.all(['node-x', 'node-y'].map((n) => nodeAgent(t, server, n, [])));
+  const kib = Buffer.alloc(1_000, 1);
+  const count = (result: string): Promise<number> => relayed(server, result);
+  // node-x spends node-b's whole burst; node-y, within its own bound, finds node-b's spent.
+  for (let i = 0; i < 4; i++) x!.sendDatagram('node-b', kib);
+  await waitFor("node-x's four arrive", 10_000, () => gotB.length === 4);
+  for (let i = 0; i < 4; i++) y!.sendDatagram('node-b', kib);
+  await waitFor('all eight judged', 10_000, async () => (await count('forwarded')) + (await count('rate_limited')) === 8);
+  assert.ok(gotB.length <= 5, `${gotB.length} of 8 reached node-b`);
+  // What node-b could not take cost node-y nothing: its own burst still carries four to node-c.
+  for (let i = 0; i < 4; i++) y!.sendDatagram('node-c', kib);
+  await waitFor("node-y's four reach node-c", 10_000, () => gotC.length === 4);
+});
