@@ -5,11 +5,13 @@
 // before it does. Drops are logged one line per burst, so a flood of connections does not become a
 // flood of log lines.
 //
-// At the cap, the connection that has waited longest is closed to make room for the new one,
-// rather than the new one being turned away: whoever keeps the cap's worth of connections open
-// would otherwise keep every new agent out with a few dozen connections a second. This way a
-// flood has to open the cap's worth of connections within the time an agent needs to
-// authenticate (milliseconds) to push it out.
+// At the cap, a waiting connection is closed to make room for the new one, rather than the new
+// one being turned away: whoever keeps the cap's worth of connections open would otherwise keep
+// every new agent out with a few dozen connections a second. The one closed is the oldest of the
+// source address that holds the most waiting connections: a flood from one address (or a few)
+// pushes out its own connections first, so an agent across a slow link, which needs several round
+// trips to authenticate (a second and more), is not pushed out by a flood that reconnects at once.
+// A flood from as many addresses as the cap still can; the deadline then bounds what it holds.
 import type { Socket } from 'node:net';
 import type { Logger } from '../../base/log.ts';
 
@@ -51,6 +53,8 @@ export class Waiting {
   constructor(
     readonly socket: Socket,
     readonly peer: string,
+    /** The remote address alone: what the cap counts connections by. */
+    readonly address: string,
   ) {}
 
   /** Runs `hook` when the connection authenticates (e.g. to stop watching it, or to widen its windows). */
@@ -87,14 +91,14 @@ export class PreAuthBounds {
     };
   }
 
-  /** A connection just accepted: it waits to authenticate, and at the cap the oldest waiting one is closed. */
+  /** A connection just accepted: it waits to authenticate, and at the cap one waiting connection is closed (evictee). */
   admit(socket: Socket): Waiting {
     const peer = peerKey(`${socket.remoteAddress ?? ''}:${socket.remotePort ?? 0}`);
     if (this.waiting.size >= this.limits.maxConnections) {
-      const [oldest] = this.waiting; // a Set iterates in insertion order
-      if (oldest) this.drop(oldest, 'cap');
+      const victim = this.evictee();
+      if (victim) this.drop(victim, 'cap');
     }
-    const w = new Waiting(socket, peer);
+    const w = new Waiting(socket, peer, socket.remoteAddress ?? '');
     this.waiting.add(w);
     // From accept, so the TLS handshake counts; the TLS server's own handshake timeout is set later than this.
     w.timer = setTimeout(() => this.drop(w, 'timeout'), this.limits.timeoutMs);
@@ -104,6 +108,17 @@ export class PreAuthBounds {
     });
     this.sweeper ??= setInterval(() => this.sweep(), SWEEP_MS).unref();
     return w;
+  }
+
+  /** The oldest waiting connection of the address that has the most waiting (a Set iterates in insertion order). */
+  private evictee(): Waiting | undefined {
+    const count = new Map<string, number>();
+    for (const w of this.waiting) count.set(w.address, (count.get(w.address) ?? 0) + 1);
+    let top = '';
+    let most = 0;
+    for (const [address, n] of count) if (n > most) [top, most] = [address, n];
+    for (const w of this.waiting) if (w.address === top) return w;
+    return undefined;
   }
 
   /** The waiting connection with this remote end (remoteAddress, remotePort), if any. */
@@ -194,7 +209,7 @@ export class PreAuthBounds {
   private why(reason: DropReason): string {
     switch (reason) {
       case 'cap':
-        return `${this.limits.maxConnections} connections were waiting to authenticate (the cap), so the one waiting longest made room for a new one`;
+        return `${this.limits.maxConnections} connections were waiting to authenticate (the cap), so the one waiting longest made room for a new one (of the address with the most waiting)`;
       case 'timeout':
         return `not authenticated within ${this.limits.timeoutMs / 1000} s`;
       case 'size':

@@ -4,7 +4,7 @@
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { connect as h2Connect, constants as h2c, type ClientHttp2Session } from 'node:http2';
-import { connect as tcpConnect, type Socket } from 'node:net';
+import { createServer, connect as tcpConnect, type Socket } from 'node:net';
 import { Writable } from 'node:stream';
 import { test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -310,4 +310,55 @@ test('a real agent connects while a flood of connections that never authenticate
     `kctl agent connect: ${quiet.toFixed(0)} ms on a quiet port; ${full.toFixed(0)} ms with the cap (256) full of connections ` +
       `that never authenticate; ${churned.toFixed(0)} ms while new ones arrived at about ${rate.toFixed(0)}/s`,
   );
+});
+
+/**
+ * A TCP relay on a loopback address of its own that holds every chunk `delayMs` before passing it
+ * on, each way, and dials the server from `source`: an agent across a slow link, from its own address.
+ */
+async function slowLink(t: T, to: { host: string; port: number }, source: string, delayMs: number): Promise<{ host: string; port: number }> {
+  const host = '127.0.0.1';
+  const relay = createServer((client) => {
+    const upstream = tcpConnect({ host: to.host, port: to.port, localAddress: source });
+    const pass = (from: Socket, into: Socket) => from.on('data', (chunk: Buffer) => setTimeout(() => into.destroyed || into.write(chunk), delayMs));
+    pass(client, upstream);
+    pass(upstream, client);
+    for (const [a, b] of [
+      [client, upstream],
+      [upstream, client],
+    ] as const) {
+      a.on('error', () => b.destroy());
+      a.on('close', () => setTimeout(() => b.destroy(), delayMs));
+    }
+  });
+  await new Promise<void>((resolve) => relay.listen(0, host, resolve));
+  t.after(() => new Promise<void>((resolve) => relay.close(() => resolve())));
+  return { host, port: (relay.address() as { port: number }).port };
+}
+
+test('a flood that reconnects from one address does not keep out an agent 300 ms away on another: the flood pushes out its own', async (t) => {
+  const pki = await makePki();
+  const { log, lines } = capturedLog();
+  const server = await startServer(t, pki, { agentBindAddress: HOST, maxUnauthenticatedAgents: 32, log });
+  const port = server.agentPort();
+  // The flood: from the default source address, the cap refilled every 10 ms for as long as it runs.
+  const churn = spawn(process.execPath, ['-e', CHURN, HOST, String(port), '8'], { stdio: ['ignore', 'pipe', 'ignore'] });
+  t.after(() => churn.kill());
+  let opened = 0;
+  churn.stdout.on('data', (c: Buffer) => (opened = Number(c.toString().trim().split('\n').pop()) || opened));
+  await waitFor('the churn past the cap', 10_000, () => opened > 64);
+  // The agent: 150 ms each way (300 ms round trips), from a loopback address of its own.
+  const source = OWN_LOOPBACK.replace(/\.\d+$/, (last) => `.${(Number(last.slice(1)) % 250) + 2}`);
+  const link = await slowLink(t, { host: HOST, port }, source, 150);
+  const started = performance.now();
+  const agent = await startAgent(t, pki, [link], { agentId: 'node-far' });
+  await waitFor('the far agent connected during the flood', 30_000, () => agent.snapshot().servers.length === 1);
+  const ms = performance.now() - started;
+  const during = opened;
+  churn.kill();
+  assert.ok(
+    portLines(lines).some((l) => /\(the cap\)/.test(l)),
+    'the flood never reached the cap',
+  );
+  t.diagnostic(`an agent 300 ms away connected in ${ms.toFixed(0)} ms while a flood opened ${during} connections at the cap of 32`);
 });
