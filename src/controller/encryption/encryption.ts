@@ -24,6 +24,7 @@ import {
   KEYS_NAMESPACE,
   KEYS_SECRET,
   keyNames,
+  KeySetRefused,
   keySetProblem,
   keySetSigner,
   keySetTrust,
@@ -123,7 +124,7 @@ export class EncryptionComponent implements Component, LoadedKeys {
       if (this.abort.signal.aborted) return;
       const message = `encryption keys: ${messageOf(err)}`;
       // kube-apiserver is not listening yet while the controller starts: not worth a warning.
-      if (message !== this.lastError && (this.reached || err instanceof KubeApiError)) this.log.warn(message);
+      if (message !== this.lastError && (this.reached || err instanceof KubeApiError || err instanceof KeySetRefused)) this.log.warn(message);
       this.lastError = message;
     }
   }
@@ -145,20 +146,19 @@ export class EncryptionComponent implements Component, LoadedKeys {
       );
       return writeKeySet(this.kube, set, trust);
     }
-    const problem = keySetProblem(set, trust)!;
-    const message = `refused the encryption key set in Secret ${KEYS_NAMESPACE}/${KEYS_SECRET}: ${problem}; this controller keeps the keys it has`;
+    // Said once (sync's warn line, like any error), and one event per version of the Secret.
+    const refused = new KeySetRefused(set, keySetProblem(set, trust)!);
     if (this.refused !== set.resourceVersion) {
       this.refused = set.resourceVersion;
-      this.log.warn({ resourceVersion: set.resourceVersion }, message);
       await warningEvent(
         this.kube,
         { kind: 'Secret', namespace: KEYS_NAMESPACE, name: KEYS_SECRET },
         'EncryptionKeysRefused',
-        message,
+        refused.message,
         'kctl-controller',
       ).catch(() => undefined);
     }
-    throw new Error(message);
+    throw refused;
   }
 
   private async readSet(trust: KeySetTrust): Promise<KeySet> {

@@ -393,7 +393,7 @@ test('a compromised node and a leaked worker token get nothing of anyone else; i
     c.kubectl(['-n', 'kube-system', 'patch', 'secret', 'kctl-encryption-keys', '--type=merge', '-p', JSON.stringify({ data: { keys } })]);
   assert.equal((await setKeys(forgedKeys)).exitCode, 0);
   const refusedKeys =
-    'refused the encryption key set in Secret kube-system/kctl-encryption-keys: its signature is not by a CA this controller trusts';
+    'the encryption key set in Secret kube-system/kctl-encryption-keys is refused: its signature is not by a CA this controller trusts';
   await waitFor(
     'the forged key set refused',
     30_000,
@@ -410,7 +410,7 @@ test('a compromised node and a leaked worker token get nothing of anyone else; i
   );
   await sleep(6_000); // one more sync (5 s): still refused, still one line
   assert.equal(await readFile(encConfig, 'utf8'), encBefore, 'the controller took the forged key');
-  assert.equal(controller.lines(/refused the encryption key set/).length, 1, 'the refusal was said more than once');
+  assert.equal(controller.lines(/kctl-encryption-keys is refused/).length, 1, 'the refusal was said more than once');
   assert.equal((await setKeys(keysSecret.data.keys)).exitCode, 0);
   t.diagnostic(`forged trust anchors refused: ${controller.lines(/CA rotation refused/)[0]?.slice(0, 200)}`);
 
