@@ -128,6 +128,22 @@ test('kctl pki rotate-ca: a new cluster CA everywhere, the old one nowhere, whil
       await sleep(Math.max(0, started + 2_000 - Date.now()));
     }
   })();
+  const keySetSignature = async () =>
+    String(
+      (
+        await c.kubectl([
+          '-n',
+          'kube-system',
+          'get',
+          'secret',
+          'kctl-encryption-keys',
+          '-o',
+          'jsonpath={.metadata.annotations.kctl\\.dev/key-set-signature}',
+        ])
+      ).stdout,
+    );
+  const signedBefore = await keySetSignature();
+  assert.notEqual(signedBefore, '', 'the encryption key set carries no signature');
   const rotationStart = Date.now();
   const rotated = await ctl.run(kctlBin, ['--data-dir', c.dataDir, 'pki', 'rotate-ca', '--timeout', '5m', '-o', 'json'], {
     timeout: 20 * 60_000,
@@ -142,6 +158,18 @@ test('kctl pki rotate-ca: a new cluster CA everywhere, the old one nowhere, whil
     `${String(rotated.stderr)}\ncontroller:\n${controller.log().slice(-3000)}\nworker:\n${worker.log().slice(-3000)}`,
   );
   const result = JSON.parse(String(rotated.stdout)) as { oldCa: string; newCa: string; controllers: string[]; nodes: string[] };
+  // The encryption key set outlives the old CA: signed again with the new one before the drop, and
+  // still believed after it (a sync every 5 s would say otherwise).
+  assert.notEqual(await keySetSignature(), signedBefore, 'the key set was not signed again');
+  await sleep(6_000);
+  assert.equal(
+    controller.saw('kctl-encryption-keys is refused'),
+    false,
+    controller
+      .lines(/encryption/)
+      .slice(-3)
+      .join('\n'),
+  );
   assert.deepEqual(result.nodes, ['rcw']);
   assert.equal(result.controllers.length, 1);
   assert.match(result.newCa, /^kubernetes-ca-\d{8}T\d{4}$/);
