@@ -92,7 +92,8 @@ export interface RefusedPeer {
  *   cluster CIDR, held by no other node), so no Node can draw pods' traffic with a range it wrote;
  * - its address only if it is nobody's reserved space (a controller's, a Service IP, loopback,
  *   link-local, another node's pod range): a node reporting a controller's address would
- *   otherwise be given the pods' traffic to the API (a WireGuard allowed IP, a route's gateway);
+ *   otherwise be given the pods' traffic to the API (a WireGuard allowed IP, a route's gateway),
+ *   and such a node is no peer at all;
  *   and only if no other Node reports it too (two sites with one private range, or a squatter),
  *   unless an admin named it the keeper: a shared address is nobody's, no first reporter;
  * - its WireGuard endpoint only at that address (else WireGuard learns it from handshakes);
@@ -123,11 +124,14 @@ export function routableNodes(
     const out: NodeInfo = { ...info, podCIDR: podCIDRs.find((c) => !c.includes(':')) };
     if (info.internalIP) {
       const ip = canonicalIdentifier(info.internalIP);
-      const problem =
-        nobodysProblem(ip, false, { name: info.name, addresses: [], podCIDRs }, reserved) ?? sharedAddressProblem(info, reporters.get(ip) ?? []);
+      const reservedProblem = nobodysProblem(ip, false, { name: info.name, addresses: [], podCIDRs }, reserved);
+      const problem = reservedProblem ?? sharedAddressProblem(info, reporters.get(ip) ?? []);
       if (problem) {
         refusedPeers.push({ node: info.name, what: `address ${info.internalIP}`, reason: problem });
         out.internalIP = undefined;
+        // A node that reports reserved space lies: it is no peer at all. One whose address another
+        // Node reports too may be honest (two sites, one private range): WireGuard still carries its pods.
+        if (reservedProblem) out.podCIDR = undefined;
       }
     }
     const endpointHost = info.wireguardEndpoint?.replace(/:\d+$/, '');

@@ -78,7 +78,7 @@ test("a peer's self-declared pod range is not routed: the honest node keeps the 
   assert.equal(nodes[0]?.podCIDR, undefined);
 });
 
-test("a peer's controller or reserved address is refused (WireGuard still carries its own pods); a WireGuard key two Nodes publish is nobody's", async () => {
+test("a peer that reports a controller's or a reserved address is no peer; a WireGuard key two Nodes publish is nobody's", async () => {
   const { desiredRoutes, routableNodes } = await import('../../../src/worker/overlay.ts');
   const kubeNode = (name: string, ip: string, podCIDR: string, key: string) => ({
     metadata: { name, annotations: { 'kctl.dev/wireguard-public-key': key } },
@@ -99,15 +99,13 @@ test("a peer's controller or reserved address is refused (WireGuard still carrie
     reserved,
   );
   for (const mode of ['routes', 'vxlan', 'wireguard'] as const)
-    assert.deepEqual(
-      [...desiredRoutes(nodes, 'self', mode).keys()],
-      mode === 'wireguard' ? ['10.244.2.0/24', '10.244.3.0/24'] : ['10.244.1.0/24', '10.244.4.0/24'],
-      mode,
-    );
-  // In wireguard mode such a peer is allowed only its pod range: never the address it lied about.
+    assert.deepEqual([...desiredRoutes(nodes, 'self', mode).keys()], mode === 'wireguard' ? [] : ['10.244.1.0/24', '10.244.4.0/24'], mode);
   assert.deepEqual(
-    nodes.filter((n) => n.name === 'liar' || n.name === 'svc').map((n) => n.internalIP),
-    [undefined, undefined],
+    nodes.filter((n) => n.name === 'liar' || n.name === 'svc').map((n) => [n.internalIP, n.podCIDR]),
+    [
+      [undefined, undefined],
+      [undefined, undefined],
+    ],
   );
   assert.deepEqual(
     refusedPeers.map((r) => `${r.node}: ${r.what}: ${r.reason}`),
