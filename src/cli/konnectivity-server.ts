@@ -8,16 +8,14 @@ import type { Command } from 'commander';
 import { randomUUID } from 'node:crypto';
 import tls from 'node:tls';
 import { messageOf, UserError } from '../base/errors.ts';
-import { componentLogger, createLogger, type Logger } from '../base/log.ts';
-import type { Component } from '../base/component.ts';
+import { componentLogger, createLogger } from '../base/log.ts';
 import { runUntilSignal } from '../base/lifecycle.ts';
 import { ComponentManager } from '../base/manager.ts';
-import { endpointComponent, KonnectivityServer, serveAdmin, serveHealth, type ProxyStrategy, type TcpFrontend } from '../konnectivity/index.ts';
-import { KubeClient, credentialsFromKubeconfig, type KubeCredentials } from '../kube/client.ts';
-import { ServerLeasePublisher, inClusterCredentials, parseLeaseLabels } from '../kube/server-leases.ts';
-import { serviceAccountTokenReview, serviceAccountUser } from '../kube/token-review.ts';
+import type { ProxyStrategy, TcpFrontend } from '../konnectivity/index.ts';
+import { parseLeaseLabels } from '../kube/server-leases.ts';
 import { inertFlagsSet, parsePflags, renderPflagHelp, type FlagSpec, type FlagValue } from './flags/pflag.ts';
 import { SERVER_FLAGS } from './flags/server-flags.ts';
+import { serverDropinComponents, type DropinServerConfig } from '../dropin/server.ts';
 import { parseGoDuration, readFlagFile, standaloneCommand } from './flags/standalone.ts';
 
 const KCTL_FLAGS: readonly FlagSpec[] = [
@@ -62,33 +60,7 @@ const TLS_VERSIONS: Record<string, tls.SecureVersion> = {
 };
 const STRATEGIES: readonly ProxyStrategy[] = ['default', 'destHost', 'defaultRoute'];
 
-/** What the flags ask for, checked as upstream's Validate checks them. */
-export interface ServerCliConfig {
-  serverId: string;
-  serverCount: number;
-  mode: 'grpc' | 'http-connect';
-  /** Unix socket frontend, or TCP with mutual TLS. */
-  uds?: { path: string; replace: boolean };
-  tcp?: TcpFrontend;
-  agent: { host: string; port: number; cert: Buffer; key: Buffer; ca?: Buffer };
-  maxUnauthenticatedAgents: number;
-  /** Service-account token authentication of agents. */
-  tokenAuth?: { namespace: string; serviceAccount: string; audience: string };
-  kubeconfig?: string;
-  proxyStrategies: ProxyStrategy[];
-  backendDialTimeoutMs: number;
-  gracefulShutdownTimeoutMs: number;
-  health: { host: string; port: number };
-  admin: { host: string; port: number };
-  profiling: boolean;
-  contentionProfiling: boolean;
-  leases?: { namespace: string; labels: Record<string, string> };
-  tlsMinVersion: tls.SecureVersion;
-  ciphers?: string;
-  debug: boolean;
-}
-
-export function serverConfig(cmd: string, values: Map<string, FlagValue>, env = process.env): ServerCliConfig {
+export function serverConfig(cmd: string, values: Map<string, FlagValue>, env = process.env): DropinServerConfig {
   const str = (n: string) => String(values.get(n) ?? '');
   const bool = (n: string) => values.get(n) === true;
   const int = (n: string) => Number(str(n));
@@ -173,7 +145,7 @@ export function serverConfig(cmd: string, values: Map<string, FlagValue>, env = 
   return {
     serverId: str('server-id') || env.PROXY_SERVER_ID || randomUUID(),
     serverCount,
-    mode: mode as ServerCliConfig['mode'],
+    mode: mode as DropinServerConfig['mode'],
     uds: uds ? { path: uds, replace: bool('delete-existing-uds-file') } : undefined,
     tcp:
       !uds && server.cert && server.key && serverCa
@@ -205,16 +177,6 @@ export function serverConfig(cmd: string, values: Map<string, FlagValue>, env = 
   };
 }
 
-function kubeClient(cmd: string, kubeconfig: string | undefined): KubeClient {
-  let creds: KubeCredentials | (() => KubeCredentials);
-  try {
-    creds = kubeconfig ? credentialsFromKubeconfig(kubeconfig) : inClusterCredentials();
-  } catch (err) {
-    throw new UserError(`${cmd}: cannot build a Kubernetes client for token review or leases: ${messageOf(err)}`);
-  }
-  return new KubeClient(creds);
-}
-
 /** Runs the server until a signal: the first shuts it down, a second exits 1 at once. */
 export async function runServerCli(argv: readonly string[], cmd: string): Promise<void> {
   const parsed = parsePflags(cmd, FLAGS, argv);
@@ -237,7 +199,7 @@ export async function runServerCli(argv: readonly string[], cmd: string): Promis
   tls.DEFAULT_MIN_VERSION = c.tlsMinVersion;
   if (c.ciphers) tls.DEFAULT_CIPHERS = c.ciphers;
 
-  const { components, server, ports } = serverDropinComponents(cmd, c, log);
+  const { components, server, ports } = serverDropinComponents(c, log);
   const manager = new ComponentManager(components, componentLogger(root, 'manager'));
   // As upstream: the first SIGTERM or SIGINT shuts down (exit 0), a second exits 1 at once.
   await runUntilSignal(manager, log, {
@@ -259,112 +221,6 @@ export async function runServerCli(argv: readonly string[], cmd: string): Promis
     },
     onStopped: () => log.info('konnectivity server stopped'),
   });
-}
-
-export interface ServerDropin {
-  components: Component[];
-  server: KonnectivityServer;
-  /** The endpoints' bound ports, once they listen. */
-  ports(): { health: number; admin: number };
-}
-
-/**
- * The drop-in server as components, from its flags: the health and admin endpoints, then the
- * server with its lease (--enable-lease-controller), so a stop ends the server (gracefully with
- * --graceful-shutdown-timeout) and its lease before the endpoints close.
- */
-export function serverDropinComponents(cmd: string, c: ServerCliConfig, log: Logger): ServerDropin {
-  const kube = c.tokenAuth || c.leases ? kubeClient(cmd, c.kubeconfig) : undefined;
-  const server = new KonnectivityServer({
-    serverId: c.serverId,
-    serverCount: () => c.serverCount,
-    udsPath: c.uds && c.mode === 'grpc' ? c.uds.path : undefined,
-    httpConnectUdsPath: c.uds && c.mode === 'http-connect' ? c.uds.path : undefined,
-    // As upstream (umask 0007): kube-apiserver in another container of the pod may share the group.
-    udsMode: 0o770,
-    replaceSockets: c.uds?.replace ?? true,
-    tcpFrontend: c.tcp,
-    agentBindAddress: c.agent.host,
-    agentPort: c.agent.port,
-    maxUnauthenticatedAgents: c.maxUnauthenticatedAgents,
-    tls: { cert: c.agent.cert, key: c.agent.key, ca: c.agent.ca },
-    agentAuth: 'upstream',
-    tokenReview:
-      kube && c.tokenAuth
-        ? serviceAccountTokenReview(kube, c.tokenAuth.audience, serviceAccountUser(c.tokenAuth.namespace, c.tokenAuth.serviceAccount))
-        : undefined,
-    proxyStrategies: c.proxyStrategies,
-    dialTimeoutMs: c.backendDialTimeoutMs,
-    log,
-  });
-  const health = endpointComponent('health-server', () =>
-    serveHealth({
-      ...c.health,
-      registry: server.metrics.registry,
-      readiness: 'server',
-      checks: [{ name: 'agents', check: () => server.notReadyReason() }],
-    }),
-  );
-  const admin = endpointComponent('admin-server', () =>
-    serveAdmin({
-      ...c.admin,
-      metrics: { registry: server.metrics.registry },
-      profiling: c.profiling,
-      contentionProfiling: c.contentionProfiling,
-    }),
-  );
-  let leases: ServerLeasePublisher | undefined;
-  return {
-    server,
-    ports: () => ({ health: health.port(), admin: admin.port() }),
-    components: [
-      health,
-      admin,
-      {
-        name: 'konnectivity-server',
-        start: async () => {
-          await server.init();
-          await server.start();
-          leases = c.leases && kube ? startLeases(kube, c.serverId, c.leases, server, log) : undefined;
-        },
-        stop: async () => {
-          if (c.gracefulShutdownTimeoutMs > 0) await server.stopGracefully(c.gracefulShutdownTimeoutMs);
-          else await server.stop();
-          await leases?.stop().catch((err: Error) => log.warn(`could not delete this server's lease: ${err.message}`));
-        },
-      },
-    ],
-  };
-}
-
-function startLeases(
-  kube: KubeClient,
-  serverId: string,
-  o: NonNullable<ServerCliConfig['leases']>,
-  server: KonnectivityServer,
-  log: Logger,
-): ServerLeasePublisher {
-  const m = server.metrics;
-  const publisher = new ServerLeasePublisher(kube, {
-    serverId,
-    namespace: o.namespace,
-    labels: o.labels,
-    observe: {
-      list: (code, reason, s) => {
-        m.leaseLists.inc({ http_status_code: String(code), reason });
-        m.leaseListLatency.observe({ http_status_code: String(code) }, s);
-      },
-      delete: (code, reason, s) => {
-        m.leaseDeletes.inc({ http_status_code: String(code), reason });
-        m.leaseDeleteLatency.observe({ http_status_code: String(code) }, s);
-      },
-      culled: () => m.culledLeases.inc(),
-    },
-    onError: (err) => log.warn({ namespace: o.namespace }, `server lease: ${err.message}`),
-  });
-  publisher.start();
-  log.info({ lease: publisher.leaseName, namespace: o.namespace, labels: o.labels }, "publishing this server's lease");
-  return publisher;
 }
 
 /** `kctl konnectivity-server` in kctl --help. */

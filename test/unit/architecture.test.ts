@@ -2,7 +2,7 @@
 // folder and from rows below it, never from a sibling in its row or a row above.
 //
 //   cli/                                          commands, commander, exit codes, output formats
-//   controller/  worker/                          roles: ordered lists of components
+//   controller/  worker/  dropin/                 roles: ordered lists of components (dropin: the standalone agent and server)
 //   etcd/ konnectivity/ payload/ pki/ kube/ join/ host/  building blocks, each usable on its own
 //   supervisor/                                   child processes
 //   base/                                         errors, addresses, flags, durations, logs, probes,
@@ -42,6 +42,7 @@ const ROW: Record<string, number> = {
   host: 2,
   controller: 3,
   worker: 3,
+  dropin: 3,
   cli: 4,
 };
 /** Folders that may import from fewer rows than their own row allows. */
