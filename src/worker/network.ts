@@ -17,17 +17,8 @@ import { removeVxlan } from '../host/vxlan.ts';
 import { removePodToNodeRoutes } from './wireguard.ts';
 import { cleanupNetworkPolicy } from './network-policy.ts';
 import { ControllerRelay, type DatagramLink } from './controller-relay.ts';
-import {
-  desiredRoutes,
-  Overlay,
-  routableNodes,
-  routeArgs,
-  type KubeNode,
-  type NodeInfo,
-  type PodNetworkStatus,
-  type PodRoute,
-  type RefusedPeer,
-} from './overlay.ts';
+import { desiredRoutes, Overlay, routeArgs, type PodNetworkStatus, type PodRoute } from './overlay.ts';
+import { routableNodes, type KubeNode, type NodeInfo, type RefusedPeer } from './peers.ts';
 import { canonicalIdentifier, type RefusedPodRange, type ReservedSpace } from '../base/ownership.ts';
 import { urlHost } from '../base/addresses.ts';
 import { controllerHosts, type LiveController } from '../kube/controller-leases.ts';

@@ -52,7 +52,10 @@ test('reports the API error while the Nodes cannot be read', { timeout: 20_000 }
 });
 
 test("a peer's self-declared pod range is not routed: the honest node keeps the route to its own, in every mode", async () => {
-  const { desiredRoutes, routableNodes } = await import('../../../src/worker/overlay.ts');
+  const [{ desiredRoutes }, { routableNodes }] = await Promise.all([
+    import('../../../src/worker/overlay.ts'),
+    import('../../../src/worker/peers.ts'),
+  ]);
   const kubeNode = (name: string, ip: string, ...podCIDRs: string[]) => ({
     metadata: { name },
     spec: { podCIDR: podCIDRs[0], podCIDRs },
@@ -79,7 +82,10 @@ test("a peer's self-declared pod range is not routed: the honest node keeps the 
 });
 
 test("a peer that reports a controller's or a reserved address is no peer; a WireGuard key two Nodes publish is nobody's", async () => {
-  const { desiredRoutes, routableNodes } = await import('../../../src/worker/overlay.ts');
+  const [{ desiredRoutes }, { routableNodes }] = await Promise.all([
+    import('../../../src/worker/overlay.ts'),
+    import('../../../src/worker/peers.ts'),
+  ]);
   const kubeNode = (name: string, ip: string, podCIDR: string, key: string) => ({
     metadata: { name, annotations: { 'kctl.dev/wireguard-public-key': key } },
     spec: { podCIDR, podCIDRs: [podCIDR] },
@@ -119,7 +125,10 @@ test("a peer that reports a controller's or a reserved address is no peer; a Wir
 });
 
 test("two sites, one address: neither node is routed the other's address (routes and VXLAN leave it out, saying why); WireGuard carries its pods, endpoint from handshakes; an admin's keeper gets it back", async () => {
-  const { desiredRoutes, routableNodes } = await import('../../../src/worker/overlay.ts');
+  const [{ desiredRoutes }, { routableNodes }] = await Promise.all([
+    import('../../../src/worker/overlay.ts'),
+    import('../../../src/worker/peers.ts'),
+  ]);
   const kubeNode = (name: string, podCIDR: string, keeps?: string) => ({
     metadata: {
       name,
