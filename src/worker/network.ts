@@ -12,12 +12,13 @@
 import { mkdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { execa } from 'execa';
-import { ip, ipJson, SYSTEM_PATH_ENV } from '../host/ip.ts';
+import { ip, SYSTEM_PATH_ENV } from '../host/ip.ts';
 import { removeVxlan } from '../host/vxlan.ts';
 import { removePodToNodeRoutes } from './wireguard.ts';
 import { cleanupNetworkPolicy } from './network-policy.ts';
 import { ControllerRelay, type DatagramLink } from './controller-relay.ts';
-import { desiredRoutes, Overlay, routeArgs, type PodNetworkStatus, type PodRoute } from './overlay.ts';
+import { desiredRoutes, Overlay, type PodNetworkStatus } from './overlay.ts';
+import { removePodRoutes, syncPodRoutes } from './pod-routes.ts';
 import { routableNodes, type KubeNode, type NodeInfo, type RefusedPeer } from './peers.ts';
 import { canonicalIdentifier, type RefusedPodRange, type ReservedSpace } from '../base/ownership.ts';
 import { urlHost } from '../base/addresses.ts';
@@ -31,9 +32,6 @@ import type { Component, ComponentContext, ComponentStatus } from '../base/compo
 import type { WorkerPaths } from './paths.ts';
 import { reasonOf } from '../base/errors.ts';
 import { sysctlFile } from '../host/limits.ts';
-
-/** Routing protocol number on kctl's routes (unassigned in rtnetlink; see /etc/iproute2/rt_protos). */
-export const ROUTE_PROTO = '177';
 
 export interface NetworkOptions {
   paths: WorkerPaths;
@@ -61,16 +59,6 @@ interface KubeConfigMap {
   metadata: { name: string; namespace?: string };
   data?: Record<string, string>;
 }
-
-/** kctl's routes in this network namespace: podCIDR -> gateway and device. */
-export async function currentRoutes(): Promise<Map<string, { gateway?: string; dev?: string }>> {
-  const out = ipJson<{ dst: string; gateway?: string; dev?: string }>(await ip(['-j', '-4', 'route', 'show', 'proto', ROUTE_PROTO]));
-  return new Map(out.map((r) => [r.dst, { gateway: r.gateway, dev: r.dev }]));
-}
-
-/** True when the route in place is the one wanted (a route via a gateway alone may sit on any device). */
-const sameRoute = (want: PodRoute, have: { gateway?: string; dev?: string } | undefined): boolean =>
-  !!have && want.via === have.gateway && (!want.dev || want.dev === have.dev);
 
 /** Best effort: a sysctl that cannot be set is logged, not fatal (the host may set it already). */
 async function setSysctl(key: string, value: string, log: Logger): Promise<void> {
@@ -344,22 +332,7 @@ export class NetworkComponent implements Component {
       this.applied = net;
       this.mtu = mtu;
       await this.writeCniConfig(podCIDR, mtu);
-      const want = desiredRoutes(nodes, nodeName, net.mode);
-      const have = await currentRoutes();
-      for (const [cidr, route] of want) {
-        if (sameRoute(route, have.get(cidr))) continue;
-        try {
-          await ip(['route', 'replace', cidr, ...routeArgs(route), 'proto', ROUTE_PROTO]);
-          log.info({ podCIDR: cidr, ...route }, 'route to node pod network');
-        } catch (err) {
-          errors.push(reasonOf(err));
-        }
-      }
-      for (const cidr of have.keys()) {
-        if (want.has(cidr)) continue;
-        await ip(['route', 'del', cidr, 'proto', ROUTE_PROTO]).catch((err: unknown) => errors.push(reasonOf(err)));
-        log.info({ podCIDR: cidr }, 'removed route to a node that is gone');
-      }
+      errors.push(...(await syncPodRoutes(desiredRoutes(nodes, nodeName, net.mode), log)));
       if (errors.length) throw new Error(errors.join('; '));
       this.lastSyncError = undefined;
     } catch (err) {
@@ -372,9 +345,7 @@ export class NetworkComponent implements Component {
 
 /** For `kctl reset`: removes kctl's routes, the VXLAN device and filter, the policy table, the CNI config and IPAM state, and the bridge. */
 export async function cleanupNetwork(paths: WorkerPaths): Promise<void> {
-  for (const cidr of (await currentRoutes().catch(() => new Map())).keys()) {
-    await ip(['route', 'del', cidr, 'proto', ROUTE_PROTO]).catch(() => undefined);
-  }
+  await removePodRoutes();
   await rm(join(paths.cniConfDir, CNI_CONFLIST), { force: true });
   await rm(paths.cniStateDir, { recursive: true, force: true });
   await ip(['link', 'del', CNI_BRIDGE]).catch(() => undefined);

@@ -9,6 +9,7 @@
 import { cidrAddress } from '../base/addresses.ts';
 import type { RefusedPodRange } from '../base/ownership.ts';
 import type { NodeInfo, RefusedPeer } from './peers.ts';
+import type { PodRoute } from './pod-routes.ts';
 import type { KubeClient } from '../kube/client.ts';
 import type { Logger } from '../base/log.ts';
 import type { NetworkMode, PodNetwork } from '../kube/pod-network.ts';
@@ -39,12 +40,6 @@ export function peerNodes(nodes: NodeInfo[], self: string): Peer[] {
   return nodes.filter((n): n is Peer => n.name !== self && !!n.podCIDR && !!n.internalIP && !n.podCIDR.includes(':') && !n.internalIP.includes(':'));
 }
 
-/** A route to a peer's pod CIDR: a gateway, a device, or both (on-link). */
-export interface PodRoute {
-  via?: string;
-  dev?: string;
-}
-
 type KeyedPeer = NodeInfo & { podCIDR: string; wireguardKey: string };
 
 /** The other nodes WireGuard carries pods to: each with a podCIDR and a key; an address only if this node believes it. */
@@ -58,11 +53,6 @@ export function desiredRoutes(nodes: NodeInfo[], self: string, mode: NetworkMode
   const peers = peerNodes(nodes, self);
   const route = (n: Peer): PodRoute => (mode === 'vxlan' ? { via: networkAddress(n.podCIDR), dev: VXLAN_DEVICE } : { via: n.internalIP });
   return new Map(peers.map((n) => [n.podCIDR, route(n)]));
-}
-
-/** `ip route replace` arguments after the destination. */
-export function routeArgs(r: PodRoute): string[] {
-  return [...(r.via ? ['via', r.via] : []), ...(r.dev ? ['dev', r.dev] : []), ...(r.via && r.dev ? ['onlink'] : [])];
 }
 
 /** What `kctl status` shows of the pod network on a node. */
