@@ -60,7 +60,11 @@ interface PreparedSource {
 /** Go refuses `go install` on modules with in-repo replaces; copy the module and pin those to published versions. */
 async function prepareSource(name: string, pin: SourcePin): Promise<PreparedSource> {
   const env = goEnv(pin);
-  const dl = await execa('go', ['mod', 'download', '-json', `${pin.module}@${pin.version}`], { env, cwd: '/', reject: false });
+  const dl = await execa('go', ['mod', 'download', '-json', `${pin.module}@${pin.version}`], {
+    env,
+    cwd: '/',
+    reject: false,
+  });
   const info = JSON.parse(dl.stdout || '{}') as { Dir?: string; Time?: string; Error?: string };
   if (!info.Dir) throw new Error(`go mod download ${pin.module}@${pin.version} failed: ${info.Error ?? dl.stderr}`);
   const dir = join(cacheRoot(), 'src', `${name}@${pin.version}`);
@@ -69,7 +73,8 @@ async function prepareSource(name: string, pin: SourcePin): Promise<PreparedSour
   await rm(dir, { recursive: true, force: true });
   await cp(info.Dir, dir, { recursive: true });
   await execa('chmod', ['-R', 'u+w', dir]);
-  for (const stray of ['go.work', 'go.work.sum', 'vendor']) await rm(join(dir, stray), { recursive: true, force: true });
+  for (const stray of ['go.work', 'go.work.sum', 'vendor'])
+    await rm(join(dir, stray), { recursive: true, force: true });
   const mod = JSON.parse((await execa('go', ['mod', 'edit', '-json'], { cwd: dir, env })).stdout) as {
     Require?: { Path: string; Version: string }[];
     Replace?: { Old: { Path: string }; New: { Path: string; Version?: string } }[];
@@ -79,7 +84,8 @@ async function prepareSource(name: string, pin: SourcePin): Promise<PreparedSour
     if (!r.New.Path.startsWith('./') && !r.New.Path.startsWith('../')) continue;
     edits.push(`-dropreplace=${r.Old.Path}`);
     const req = mod.Require?.find((q) => q.Path === r.Old.Path);
-    if (req && req.Version === 'v0.0.0' && pin.stagingVersion) edits.push(`-require=${r.Old.Path}@${pin.stagingVersion}`);
+    if (req && req.Version === 'v0.0.0' && pin.stagingVersion)
+      edits.push(`-require=${r.Old.Path}@${pin.stagingVersion}`);
   }
   if (edits.length) await execa('go', ['mod', 'edit', ...edits], { cwd: dir, env });
   await writeFile(marker, `${pin.module}@${pin.version}\n`);
@@ -87,7 +93,11 @@ async function prepareSource(name: string, pin: SourcePin): Promise<PreparedSour
 }
 
 function goEnv(pin: SourcePin): Record<string, string> {
-  const env: Record<string, string> = { GOFLAGS: '-mod=mod -buildvcs=false', GOWORK: 'off', CGO_ENABLED: pin.cgo ? '1' : '0' };
+  const env: Record<string, string> = {
+    GOFLAGS: '-mod=mod -buildvcs=false',
+    GOWORK: 'off',
+    CGO_ENABLED: pin.cgo ? '1' : '0',
+  };
   if (pin.noSumDb) env.GONOSUMDB = pin.module;
   if (pin.cflags) env.CGO_CFLAGS = pin.cflags;
   return env;
@@ -190,7 +200,8 @@ async function cachedSets(b: Build): Promise<{ set: ComponentSet; built: BuiltCo
     if (dir === b.outDir) continue;
     const manifest = await readFile(join(dir, MANIFEST_FILE), 'utf8').catch(() => undefined);
     const lock = await readLock(join(dir, 'payload.lock.json'));
-    if (manifest && lock) out.push({ set: { key, manifest: JSON.parse(manifest) as Manifest }, built: { lock, binDir: join(dir, 'bin') } });
+    if (manifest && lock)
+      out.push({ set: { key, manifest: JSON.parse(manifest) as Manifest }, built: { lock, binDir: join(dir, 'bin') } });
   }
   return out;
 }
@@ -204,7 +215,9 @@ async function reuseCached(b: Build, todo: ComponentPin[], done: Map<string, Loc
   for (const { set, built } of await cachedSets(b)) {
     const same = todo.filter(
       (c) =>
-        !done.has(c.name) && sameBuild(set, b, c) && built.lock.components.some((e) => e.name === c.name && existsSync(join(built.binDir, e.path))),
+        !done.has(c.name) &&
+        sameBuild(set, b, c) &&
+        built.lock.components.some((e) => e.name === c.name && existsSync(join(built.binDir, e.path))),
     );
     if (same.length) await reuseBuilt(b, built, same, done);
   }
@@ -252,7 +265,10 @@ async function withBuildLock<T>(b: Build, fn: () => Promise<T>): Promise<T> {
   const release = await lockfile.lock(b.outDir, options).catch(async (err: unknown) => {
     if (errnoOf(err) !== 'ELOCKED') throw err;
     process.stdout.write(`components: waiting for another build of ${b.outDir}\n`);
-    return lockfile.lock(b.outDir, { ...options, retries: { retries: 3600, factor: 1, minTimeout: 1000, maxTimeout: 1000 } });
+    return lockfile.lock(b.outDir, {
+      ...options,
+      retries: { retries: 3600, factor: 1, minTimeout: 1000, maxTimeout: 1000 },
+    });
   });
   try {
     return await fn();
@@ -262,7 +278,12 @@ async function withBuildLock<T>(b: Build, fn: () => Promise<T>): Promise<T> {
 }
 
 /** Hard links to `from`'s files for `components`, their lock entries added to `done`. */
-async function reuseBuilt(b: Build, from: BuiltComponents, components: ComponentPin[], done: Map<string, LockEntry>): Promise<void> {
+async function reuseBuilt(
+  b: Build,
+  from: BuiltComponents,
+  components: ComponentPin[],
+  done: Map<string, LockEntry>,
+): Promise<void> {
   for (const c of components) {
     const entry = from.lock.components.find((e) => e.name === c.name)!;
     await linkOrCopy(join(from.binDir, entry.path), join(b.outDir, 'bin', entry.path));

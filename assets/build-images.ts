@@ -13,7 +13,13 @@ import { chmod, mkdir, readFile, symlink, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { execa } from 'execa';
 import { cacheRoot, componentsDir, loadManifest } from '../src/payload/manifest.ts';
-import { BUNDLED_IMAGES, BUSYBOX_IMAGE, COREDNS_IMAGE, METRICS_SERVER_IMAGE, PAUSE_IMAGE } from '../src/payload/images.ts';
+import {
+  BUNDLED_IMAGES,
+  BUSYBOX_IMAGE,
+  COREDNS_IMAGE,
+  METRICS_SERVER_IMAGE,
+  PAUSE_IMAGE,
+} from '../src/payload/images.ts';
 import { buildImage, PATH_ENV, sha256, type OciImage } from '../src/payload/oci.ts';
 import { ensureDebianPackages } from './debian.ts';
 
@@ -77,17 +83,33 @@ async function busyboxSpec(): Promise<ImageSpec> {
       await writeFile(join(root, 'bin', 'busybox'), binary, { mode: 0o755 });
       for (const a of applets) await symlink('busybox', join(root, 'bin', a));
       await symlink('../../bin/busybox', join(root, 'usr', 'bin', 'env'));
-      await writeFile(join(root, 'etc', 'passwd'), 'root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n', {
-        mode: 0o644,
-      });
+      await writeFile(
+        join(root, 'etc', 'passwd'),
+        'root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n',
+        {
+          mode: 0o644,
+        },
+      );
       await writeFile(join(root, 'etc', 'group'), 'root:x:0:\nnogroup:x:65534:\n', { mode: 0o644 });
-      return [...dirs.map(([d]) => d), 'bin/busybox', ...applets.map((a) => `bin/${a}`), 'usr/bin/env', 'etc/passwd', 'etc/group'].sort();
+      return [
+        ...dirs.map(([d]) => d),
+        'bin/busybox',
+        ...applets.map((a) => `bin/${a}`),
+        'usr/bin/env',
+        'etc/passwd',
+        'etc/group',
+      ].sort();
     },
   };
 }
 
 /** An image of one static binary at /<name> (built by build-components.ts), its entrypoint, with /tmp. */
-export async function staticBinarySpec(o: { name: string; file: string; binary: string; config: Record<string, unknown> }): Promise<ImageSpec> {
+export async function staticBinarySpec(o: {
+  name: string;
+  file: string;
+  binary: string;
+  config: Record<string, unknown>;
+}): Promise<ImageSpec> {
   const bytes = await readFile(o.binary);
   const exe = o.binary.slice(o.binary.lastIndexOf('/') + 1);
   return {
@@ -118,7 +140,12 @@ export async function buildImages(outDir = join(cacheRoot(), 'images'), binDir =
     await pauseSpec(),
     await busyboxSpec(),
     // CoreDNS binds :53; the add-on's manifest grants NET_BIND_SERVICE and nothing else.
-    await staticBinarySpec({ name: COREDNS_IMAGE, file: fileOf(COREDNS_IMAGE), binary: join(binDir, 'coredns'), config: {} }),
+    await staticBinarySpec({
+      name: COREDNS_IMAGE,
+      file: fileOf(COREDNS_IMAGE),
+      binary: join(binDir, 'coredns'),
+      config: {},
+    }),
     // Upstream's image runs metrics-server as an unprivileged user; so does this one.
     await staticBinarySpec({
       name: METRICS_SERVER_IMAGE,

@@ -15,8 +15,20 @@ import { pipeline } from 'node:stream/promises';
 import { constants as zlib, createZstdCompress } from 'node:zlib';
 import { createRequire } from 'node:module';
 import { basename, dirname, join, relative } from 'node:path';
-import { cacheRoot, isStagedBinary, loadManifest, type ComponentSet, type PayloadLock } from '../src/payload/manifest.ts';
-import { cachedImageEntries, encodeTrailer, type PayloadEntry, type PayloadIndex, type Trailer } from '../src/payload/payload.ts';
+import {
+  cacheRoot,
+  isStagedBinary,
+  loadManifest,
+  type ComponentSet,
+  type PayloadLock,
+} from '../src/payload/manifest.ts';
+import {
+  cachedImageEntries,
+  encodeTrailer,
+  type PayloadEntry,
+  type PayloadIndex,
+  type Trailer,
+} from '../src/payload/payload.ts';
 import { BUNDLED_IMAGES } from '../src/payload/images.ts';
 import { buildComponents, type BuiltComponents } from './build-components.ts';
 import { buildImages } from './build-images.ts';
@@ -51,7 +63,8 @@ const workDir = (b: KctlBuild) => join(dirname(b.out), '.build', basename(b.out)
 async function componentsLock(b: KctlBuild): Promise<BuiltComponents> {
   const built = await buildComponents(b.components, b.reuse);
   const missing = b.components.manifest.components.filter((c) => !built.lock.components.some((e) => e.name === c.name));
-  if (missing.length) throw new Error(`components are still incomplete after the build: ${missing.map((c) => c.name).join(', ')}`);
+  if (missing.length)
+    throw new Error(`components are still incomplete after the build: ${missing.map((c) => c.name).join(', ')}`);
   return built;
 }
 
@@ -64,7 +77,10 @@ async function bundle(b: KctlBuild): Promise<string> {
     format: 'cjs',
     target: 'node24',
     outfile: out,
-    define: { __KCTL_VERSION__: JSON.stringify(b.version), __KCTL_CANNOT_START__: JSON.stringify(b.cannotStart === true) },
+    define: {
+      __KCTL_VERSION__: JSON.stringify(b.version),
+      __KCTL_CANNOT_START__: JSON.stringify(b.cannotStart === true),
+    },
     // The SEA keeps the whole script as one heap string: whitespace/comment-free and ASCII-only
     // (a single non-ASCII byte makes V8 store it two bytes per character) halves the idle heap it costs.
     minifyWhitespace: true,
@@ -90,7 +106,18 @@ function nodeRuntime(): string {
 async function launcher(target: string): Promise<void> {
   await ensureDebianPackages(['gcc', 'libc6-dev', 'libzstd-dev']);
   const src = join(root, 'assets/launcher');
-  await execa('gcc', ['-O2', '-static', '-s', '-Wall', '-Werror', '-o', target, join(src, 'launcher.c'), join(src, 'sha256.c'), '-lzstd']);
+  await execa('gcc', [
+    '-O2',
+    '-static',
+    '-s',
+    '-Wall',
+    '-Werror',
+    '-o',
+    target,
+    join(src, 'launcher.c'),
+    join(src, 'sha256.c'),
+    '-lzstd',
+  ]);
 }
 
 /**
@@ -102,7 +129,12 @@ async function packedRuntime(runtime: string): Promise<{ path: string; size: num
   const out = `${runtime}.zst`;
   await zstdFile(runtime, out, 9);
   const bytes = await readFile(runtime);
-  return { path: out, size: bytes.length, sha256: createHash('sha256').update(bytes).digest('hex'), stored: (await stat(out)).size };
+  return {
+    path: out,
+    size: bytes.length,
+    sha256: createHash('sha256').update(bytes).digest('hex'),
+    stored: (await stat(out)).size,
+  };
 }
 
 async function seaExecutable(mainJs: string, target: string): Promise<void> {
@@ -133,7 +165,11 @@ async function seaExecutable(mainJs: string, target: string): Promise<void> {
   // reads (the dynamic symbols that native addons link against stay).
   await ensureDebianPackages(['binutils']);
   await execa('strip', ['--strip-all', target]);
-  await execa('npx', ['postject', target, 'NODE_SEA_BLOB', blob, '--sentinel-fuse', 'NODE_SEA_FUSE_fce680ab2cc467b6e072b8b5df1996b2'], { cwd: root });
+  await execa(
+    'npx',
+    ['postject', target, 'NODE_SEA_BLOB', blob, '--sentinel-fuse', 'NODE_SEA_FUSE_fce680ab2cc467b6e072b8b5df1996b2'],
+    { cwd: root },
+  );
 }
 
 /**
@@ -160,7 +196,10 @@ async function zstdFile(file: string, out: string, level: number): Promise<void>
 }
 
 /** Every distinct shipped binary compressed, two at a time (zlib works on libuv's thread pool); keyed by sha256. */
-async function compressAll(shipped: PayloadLock['components'], binDir: string): Promise<Map<string, { path: string; size: number }>> {
+async function compressAll(
+  shipped: PayloadLock['components'],
+  binDir: string,
+): Promise<Map<string, { path: string; size: number }>> {
   const out = new Map<string, { path: string; size: number }>();
   const queue = [...new Map(shipped.map((c) => [c.sha256, c])).values()];
   const bar = progress(queue.length, 'compress');
@@ -254,7 +293,9 @@ export async function buildKctl(b: KctlBuild): Promise<void> {
     sha256: runtime.sha256,
   });
   await rename(tmp, b.out);
-  process.stdout.write(`${relative(root, b.out)}: kctl ${b.version} with ${n} components and ${images.length} images\n`);
+  process.stdout.write(
+    `${relative(root, b.out)}: kctl ${b.version} with ${n} components and ${images.length} images\n`,
+  );
 }
 
 if (process.argv[1] && import.meta.url.endsWith(process.argv[1].split('/').pop()!)) {

@@ -31,7 +31,13 @@ async function sha256File(path: string): Promise<string> {
 async function inputsOf(t: TestKctl, components: ComponentSet, base: ComponentSet, kctlSha: string): Promise<string> {
   const { lock } = await buildComponents(components, base);
   const builders = await Promise.all(BUILDERS.map((f) => sha256File(join(root, f))));
-  const inputs = { kctl: kctlSha, components: lock.components, version: t.version, cannotStart: t.cannotStart === true, builders };
+  const inputs = {
+    kctl: kctlSha,
+    components: lock.components,
+    version: t.version,
+    cannotStart: t.cannotStart === true,
+    builders,
+  };
   return createHash('sha256').update(JSON.stringify(inputs)).digest('hex');
 }
 
@@ -45,7 +51,9 @@ async function buildIfStale(t: TestKctl, base: ComponentSet, kctlSha: string): P
     return;
   }
   const started = Date.now();
-  const what = [t.kubernetes && `Kubernetes ${t.kubernetes}`, t.cannotStart && 'cannot start'].filter(Boolean).join(', ');
+  const what = [t.kubernetes && `Kubernetes ${t.kubernetes}`, t.cannotStart && 'cannot start']
+    .filter(Boolean)
+    .join(', ');
   process.stdout.write(`${name}: building kctl ${t.version}${what ? ` (${what})` : ''}\n`);
   await buildKctl({ out: t.path, version: t.version, components, reuse: base, cannotStart: t.cannotStart });
   await writeFile(stamp, `${inputs}\n`);
@@ -53,7 +61,8 @@ async function buildIfStale(t: TestKctl, base: ComponentSet, kctlSha: string): P
 }
 
 async function main(): Promise<void> {
-  if (!existsSync(mainKctl)) throw new Error('dist/kctl is missing; run npm run build first (the test builds are made from the same code)');
+  if (!existsSync(mainKctl))
+    throw new Error('dist/kctl is missing; run npm run build first (the test builds are made from the same code)');
   const base = loadManifest();
   const kctlSha = await sha256File(mainKctl);
   for (const t of TEST_KCTLS) await buildIfStale(t, base, kctlSha);

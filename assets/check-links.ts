@@ -75,7 +75,8 @@ function check(): string[] {
   }
   const readme = readFileSync(join(root, 'README.md'), 'utf8');
   for (const page of readdirSync(join(root, 'docs')).filter((n) => n.endsWith('.md')))
-    if (!linksOf(readme).includes(`docs/${page}`)) problems.push(`docs/${page}: not linked from README.md; add it to the documentation table`);
+    if (!linksOf(readme).includes(`docs/${page}`))
+      problems.push(`docs/${page}: not linked from README.md; add it to the documentation table`);
   return problems;
 }
 

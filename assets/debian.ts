@@ -14,5 +14,10 @@ export async function ensureDebianPackages(pkgs: string[]): Promise<void> {
   process.stderr.write(`installing Debian packages: ${missing.join(' ')}\n`);
   const env = { DEBIAN_FRONTEND: 'noninteractive' };
   await execa('apt-get', ['update', '-qq'], { env, stdin: 'ignore', stdout: 2, stderr: 'inherit' });
-  await execa('apt-get', ['install', '-y', '-qq', '--no-install-recommends', ...missing], { env, stdin: 'ignore', stdout: 2, stderr: 'inherit' });
+  await execa('apt-get', ['install', '-y', '-qq', '--no-install-recommends', ...missing], {
+    env,
+    stdin: 'ignore',
+    stdout: 2,
+    stderr: 'inherit',
+  });
 }

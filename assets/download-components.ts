@@ -14,11 +14,15 @@ async function fetchArtifact(url: string): Promise<Buffer> {
     res = await fetch(url, { signal: AbortSignal.timeout(15_000) });
   } catch (err) {
     const cause = (err as { cause?: { code?: string } }).cause?.code ?? (err as Error).message;
-    throw new Error(`cannot download ${url} (${cause}); release downloads need internet, build from Go modules instead with: npm run components`, {
-      cause: err,
-    });
+    throw new Error(
+      `cannot download ${url} (${cause}); release downloads need internet, build from Go modules instead with: npm run components`,
+      {
+        cause: err,
+      },
+    );
   }
-  if (!res.ok) throw new Error(`download ${url} answered HTTP ${res.status}; check the URL pinned in assets/components.json`);
+  if (!res.ok)
+    throw new Error(`download ${url} answered HTTP ${res.status}; check the URL pinned in assets/components.json`);
   return Buffer.from(await res.arrayBuffer());
 }
 

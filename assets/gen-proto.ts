@@ -47,7 +47,15 @@ const SCALARS: Record<string, Scalar> = {
     write: (v) => `w.bytes(${v})`,
     read: 'wire.bytes(r)',
   },
-  bool: { ts: 'boolean', zero: 'false', present: (v) => v, wireType: 0, size: () => '1', write: (v) => `w.varint(${v} ? 1 : 0)`, read: 'r.bool()' },
+  bool: {
+    ts: 'boolean',
+    zero: 'false',
+    present: (v) => v,
+    wireType: 0,
+    size: () => '1',
+    write: (v) => `w.varint(${v} ? 1 : 0)`,
+    read: 'r.bool()',
+  },
   int32: {
     ts: 'number',
     zero: '0',
@@ -141,7 +149,8 @@ interface FieldPlan {
 function planField(t: protobuf.Type, f: protobuf.Field): FieldPlan {
   const where = `${t.name}.${f.name}`;
   if (f.repeated || f.map) unsupported(where, 'a repeated or map field');
-  if (f.partOf && f.partOf.name.startsWith('_') && f.partOf.fieldsArray.length === 1) unsupported(where, 'proto3 optional');
+  if (f.partOf && f.partOf.name.startsWith('_') && f.partOf.fieldsArray.length === 1)
+    unsupported(where, 'proto3 optional');
   const oneof = f.partOf !== null;
   const resolved = f.resolvedType;
   let plan: Omit<FieldPlan, 'tag' | 'tagSize'>;
@@ -193,8 +202,12 @@ function genMessage(t: protobuf.Type, top: boolean): string {
   for (const p of plans) {
     const v = `m.${p.f.name}`;
     if (p.messageName) {
-      size.push(`  if (${v} !== undefined) { const s = size${p.messageName}(${v}); n += ${p.tagSize} + wire.sizeVarint(s) + s; }`);
-      write.push(`  if (${v} !== undefined) { w.varint(${p.tag}); w.varint(size${p.messageName}(${v})); write${p.messageName}(w, ${v}); }`);
+      size.push(
+        `  if (${v} !== undefined) { const s = size${p.messageName}(${v}); n += ${p.tagSize} + wire.sizeVarint(s) + s; }`,
+      );
+      write.push(
+        `  if (${v} !== undefined) { w.varint(${p.tag}); w.varint(size${p.messageName}(${v})); write${p.messageName}(w, ${v}); }`,
+      );
       read.push(`      case ${p.tag}: { const len = r.uint32(); ${v} = read${p.messageName}(r, r.pos + len); break; }`);
     } else if (p.enumName) {
       const cond = p.oneof ? `${v} !== undefined` : `e !== 0`;
@@ -261,7 +274,8 @@ function genService(s: protobuf.Service): string {
   const methods = s.methodsArray;
   const path = (m: protobuf.Method): string => `/${s.fullName.replace(/^\./, '')}/${m.name}`;
   for (const m of methods) {
-    if (!m.requestStream || !m.responseStream) unsupported(`${s.name}.${m.name}`, 'a method that is not bidirectional streaming');
+    if (!m.requestStream || !m.responseStream)
+      unsupported(`${s.name}.${m.name}`, 'a method that is not bidirectional streaming');
   }
   const types = (m: protobuf.Method): [string, string] => [
     m.resolvedRequestType?.name ?? m.requestType,
@@ -313,7 +327,9 @@ function generate(protoText: string): string {
   const r = parsed.root;
   r.resolveAll();
   const rpcTypes = new Set(
-    r.nestedArray.flatMap((o) => (o instanceof protobuf.Service ? o.methodsArray.flatMap((m) => [m.requestType, m.responseType]) : [])),
+    r.nestedArray.flatMap((o) =>
+      o instanceof protobuf.Service ? o.methodsArray.flatMap((m) => [m.requestType, m.responseType]) : [],
+    ),
   );
   const enums: string[] = [];
   const messages: string[] = [];

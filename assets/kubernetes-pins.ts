@@ -22,7 +22,9 @@ export function withKubernetesVersion(set: ComponentSet, version: string): Compo
   const source = set.manifest.sources[KUBERNETES];
   if (!source?.stagingVersion) throw new Error(`the pin set has no ${KUBERNETES} source with a stagingVersion`);
   if (source.stagingVersion !== stagingVersionOf(source.version))
-    throw new Error(`${KUBERNETES} ${source.version} pins staging modules ${source.stagingVersion}; cannot derive another version from that`);
+    throw new Error(
+      `${KUBERNETES} ${source.version} pins staging modules ${source.stagingVersion}; cannot derive another version from that`,
+    );
   const swap = (text: string) => text.replaceAll(source.version, version);
   const manifest: Manifest = {
     ...set.manifest,

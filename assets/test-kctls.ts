@@ -31,7 +31,10 @@ export interface TestKctl {
 /** `0.1.0` → `0.1.1`: a version above `v` whatever pre-release follows it. */
 function nextPatch(v: string): string {
   const m = /^(\d+)\.(\d+)\.(\d+)$/.exec(v);
-  if (!m) throw new Error(`package.json's version ${v} is not MAJOR.MINOR.PATCH; the test builds' versions are derived from it`);
+  if (!m)
+    throw new Error(
+      `package.json's version ${v} is not MAJOR.MINOR.PATCH; the test builds' versions are derived from it`,
+    );
   return `${m[1]}.${m[2]}.${Number(m[3]) + 1}`;
 }
 

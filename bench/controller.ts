@@ -15,11 +15,14 @@ export const KCTL = new URL('../dist/kctl', import.meta.url).pathname;
 
 function readyz(port: number): Promise<boolean> {
   return new Promise((resolve) => {
-    const req = request({ host: '127.0.0.1', port, path: '/readyz', rejectUnauthorized: false, timeout: 2_000 }, (res) => {
-      let body = '';
-      res.on('data', (c: Buffer) => (body += c.toString()));
-      res.on('end', () => resolve(res.statusCode === 200 && body.trim() === 'ok'));
-    });
+    const req = request(
+      { host: '127.0.0.1', port, path: '/readyz', rejectUnauthorized: false, timeout: 2_000 },
+      (res) => {
+        let body = '';
+        res.on('data', (c: Buffer) => (body += c.toString()));
+        res.on('end', () => resolve(res.statusCode === 200 && body.trim() === 'ok'));
+      },
+    );
     req.on('error', () => resolve(false));
     req.on('timeout', () => req.destroy());
     req.end();
@@ -97,7 +100,10 @@ export async function controllerFigures(dir: string, log: (m: string) => void): 
     procs.push(agent);
     await waitUntil(
       'agent connected to the controller',
-      async () => (await gauges(`http://127.0.0.1:${ports.admin}/metrics`, ['konnectivity_network_proxy_server_ready_backend_connections'])) === 1,
+      async () =>
+        (await gauges(`http://127.0.0.1:${ports.admin}/metrics`, [
+          'konnectivity_network_proxy_server_ready_backend_connections',
+        ])) === 1,
       60_000,
       () => agent.output(),
       [ctl, agent],

@@ -22,13 +22,18 @@ export async function executableFigures(dir: string, log: (m: string) => void, r
   for (let i = 0; i < reps; i++) {
     const d = await mkdtemp(join(dir, 'stage-'));
     const t0 = Date.now();
-    const r = await execa(kctl, ['controller', '--init-only', '--data-dir', join(d, 'data'), '--run-dir', join(d, 'run')], {
-      reject: false,
-      all: true,
-      env: { KCTL_RUNTIME_DIR: join(d, 'runtime') },
-    });
+    const r = await execa(
+      kctl,
+      ['controller', '--init-only', '--data-dir', join(d, 'data'), '--run-dir', join(d, 'run')],
+      {
+        reject: false,
+        all: true,
+        env: { KCTL_RUNTIME_DIR: join(d, 'runtime') },
+      },
+    );
     const s = (Date.now() - t0) / 1000;
-    if (r.exitCode !== 0) throw new Error(`kctl controller --init-only failed (${r.exitCode}):\n${String(r.all).slice(-2000)}`);
+    if (r.exitCode !== 0)
+      throw new Error(`kctl controller --init-only failed (${r.exitCode}):\n${String(r.all).slice(-2000)}`);
     stagingSeconds.push(s);
     log(`first-start staging ${i + 1}/${reps}: ${s.toFixed(2)} s`);
     await rm(d, { recursive: true, force: true });

@@ -48,14 +48,25 @@ async function build(): Promise<string> {
   log(`building the Go driver (go build in bench/go-driver; the first build downloads its Go modules) -> ${bin}`);
   const started = Date.now();
   try {
-    await run('go', ['build', '-trimpath', '-buildvcs=false', '-mod=readonly', '-o', tmp, '.'], { cwd: SRC, maxBuffer: 16 << 20 });
+    await run('go', ['build', '-trimpath', '-buildvcs=false', '-mod=readonly', '-o', tmp, '.'], {
+      cwd: SRC,
+      maxBuffer: 16 << 20,
+    });
   } catch (err) {
     rmSync(tmp, { force: true });
     if ((err as { code?: unknown }).code === 'ENOENT')
-      throw new Error('the Go toolchain (`go`) is not on PATH: the bench builds its Go client driver (bench/go-driver) with it', { cause: err });
-    const lines = ((err as { stderr?: string }).stderr ?? '').split('\n').filter((l) => l.trim() && !l.startsWith('go: downloading'));
+      throw new Error(
+        'the Go toolchain (`go`) is not on PATH: the bench builds its Go client driver (bench/go-driver) with it',
+        { cause: err },
+      );
+    const lines = ((err as { stderr?: string }).stderr ?? '')
+      .split('\n')
+      .filter((l) => l.trim() && !l.startsWith('go: downloading'));
     for (const l of lines) log(`go build: ${l}`);
-    throw new Error(`go build of bench/go-driver failed: ${lines.find((l) => !l.startsWith('# '))?.trim() ?? why(err)}`, { cause: err });
+    throw new Error(
+      `go build of bench/go-driver failed: ${lines.find((l) => !l.startsWith('# '))?.trim() ?? why(err)}`,
+      { cause: err },
+    );
   }
   renameSync(tmp, bin);
   log(`Go driver built in ${((Date.now() - started) / 1000).toFixed(0)} s`);
@@ -85,9 +96,21 @@ async function drive<T>(sub: string, p: GoPath, args: string[], runner = here): 
 }
 
 /** MiB/s in total for `conns` parallel downloads of `bytesEach` from `source`, timed from the requests to the last byte. */
-export async function throughput(p: GoPath, source: string, conns: number, bytesEach: number, runner?: Runner): Promise<number> {
-  return (await drive<{ mibps: number }>('throughput', p, ['--source', source, '--conns', String(conns), '--bytes', String(bytesEach)], runner))
-    .mibps;
+export async function throughput(
+  p: GoPath,
+  source: string,
+  conns: number,
+  bytesEach: number,
+  runner?: Runner,
+): Promise<number> {
+  return (
+    await drive<{ mibps: number }>(
+      'throughput',
+      p,
+      ['--source', source, '--conns', String(conns), '--bytes', String(bytesEach)],
+      runner,
+    )
+  ).mibps;
 }
 
 /** Milliseconds for each of `count` sequential short connections to `echo`: dial, 1 KiB round trip, close. */
@@ -121,7 +144,16 @@ export function probe(p: GoPath, echo: string, o: ProbeOptions, runner?: Runner)
   return drive<ProbeResult>(
     'probe',
     p,
-    ['--echo', echo, '--give-up', ms(o.giveUpMs), '--try-timeout', ms(o.tryTimeoutMs ?? o.giveUpMs), '--every', ms(o.everyMs ?? 250)],
+    [
+      '--echo',
+      echo,
+      '--give-up',
+      ms(o.giveUpMs),
+      '--try-timeout',
+      ms(o.tryTimeoutMs ?? o.giveUpMs),
+      '--every',
+      ms(o.everyMs ?? 250),
+    ],
     runner,
   );
 }

@@ -14,14 +14,26 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { mountsUnder } from '../src/worker/containerd.ts';
-import { cleanupWorkerHost, killControllerProcesses, nodeReady, runPinnedPod, startLabWorker, type Tracked } from '../test/e2e/lab/cluster.ts';
+import {
+  cleanupWorkerHost,
+  killControllerProcesses,
+  nodeReady,
+  runPinnedPod,
+  startLabWorker,
+  type Tracked,
+} from '../test/e2e/lab/cluster.ts';
 import { HaLab, type LabCtl } from '../test/e2e/lab/ha-lab.ts';
 import { requireKctl } from '../test/e2e/lab/kctl.ts';
 import { createLab, type LabHost } from '../test/e2e/lab/lab.ts';
 
 const LAB = 'bha';
 
-async function until<T>(what: string, timeoutMs: number, everyMs: number, check: () => Promise<T | undefined | false>): Promise<T> {
+async function until<T>(
+  what: string,
+  timeoutMs: number,
+  everyMs: number,
+  check: () => Promise<T | undefined | false>,
+): Promise<T> {
   const end = Date.now() + timeoutMs;
   while (Date.now() < end) {
     const v = await check().catch(() => undefined);
@@ -47,13 +59,21 @@ export async function haFigures(parent: string, log: (m: string) => void): Promi
   try {
     const [c1, c2, c3] = (await Promise.all(
       ['c1', 'c2', 'c3'].map((n) =>
-        ha.controller(lab.host(n), `  api: { address: ${lab.host(n).ip} }\n  storage: { type: etcd, etcd: { memberName: ${n} } }\n`),
+        ha.controller(
+          lab.host(n),
+          `  api: { address: ${lab.host(n).ip} }\n  storage: { type: etcd, etcd: { memberName: ${n} } }\n`,
+        ),
       ),
     )) as [LabCtl, LabCtl, LabCtl];
     await ha.start(c1);
     procs.push(c1.proc);
     await lab.isolate(w1, c1.host, c2.host, c3.host);
-    const worker = startLabWorker(ha.kctlBin, w1, dir, String((await ha.run(c1, ['token', 'create', '--role', 'worker'])).stdout).trim());
+    const worker = startLabWorker(
+      ha.kctlBin,
+      w1,
+      dir,
+      String((await ha.run(c1, ['token', 'create', '--role', 'worker'])).stdout).trim(),
+    );
     procs.push(worker);
     const kubectl1 = (args: string[], input?: string) => ha.kubectl(c1, args, input);
     await until('w1 Ready', 300_000, 500, () => nodeReady(kubectl1, 'w1'));
@@ -80,7 +100,8 @@ export async function haFigures(parent: string, log: (m: string) => void): Promi
     const s1 = await ha.status(c1);
     const killed = Date.now();
     killControllerProcesses(s1);
-    const failoverExecSeconds = ((await ha.firstExec(c2, 'talker', { timeoutMs: 120_000, intervalMs: 250 })) - killed) / 1000;
+    const failoverExecSeconds =
+      ((await ha.firstExec(c2, 'talker', { timeoutMs: 120_000, intervalMs: 250 })) - killed) / 1000;
     log(`ha: first exec through a survivor ${failoverExecSeconds.toFixed(1)} s after the first controller was killed`);
     return { agentJoinSeconds, failoverExecSeconds };
   } finally {

@@ -39,7 +39,11 @@ const JOIN_BATCH = 3;
  * One pass: `clusters` clusters, then the next one. With `gcPercent`, every cluster's config sets
  * spec.gcPercent (kube-apiserver's and kine's GOGC), and the rows say so.
  */
-export async function hostedFigures(o: { clusters: number; log: (msg: string) => void; gcPercent?: number }): Promise<Row[]> {
+export async function hostedFigures(o: {
+  clusters: number;
+  log: (msg: string) => void;
+  gcPercent?: number;
+}): Promise<Row[]> {
   const cleanups: (() => Promise<void>)[] = [];
   const procs: Tracked[] = [];
   const clusters: Tracked[] = [];
@@ -56,7 +60,8 @@ export async function hostedFigures(o: { clusters: number; log: (msg: string) =>
     const gc = o.gcPercent ? `  gcPercent: ${o.gcPercent}\n` : '';
     await writeFile(config, `spec:\n  profile: full\n${gc}  api: { address: ${ctl.ip} }\n`);
     const pass = o.gcPercent ? `, spec.gcPercent ${o.gcPercent}` : '';
-    const label = (scenario: string) => (o.gcPercent ? `${scenario.replace(/\)$/, '')}, gcPercent ${o.gcPercent})` : scenario);
+    const label = (scenario: string) =>
+      o.gcPercent ? `${scenario.replace(/\)$/, '')}, gcPercent ${o.gcPercent})` : scenario;
     const kctl = async (args: string[]) => {
       const r = await ctl.run(kctlBin, [...root, ...args], { timeout: 120_000 });
       if (r.exitCode !== 0) throw new Error(`kctl ${args.join(' ')}: ${String(r.stderr).trim()}`);
@@ -82,7 +87,11 @@ export async function hostedFigures(o: { clusters: number; log: (msg: string) =>
     const settled = async (names: string[]): Promise<void> => {
       for (const name of names)
         await waitFor(`every pod of ${name} running`, 300_000, async () => {
-          const phases = (await kctl(['--name', name, 'kubectl', 'get', 'pods', '-A', '-o', 'jsonpath={.items[*].status.phase}'])).trim().split(' ');
+          const phases = (
+            await kctl(['--name', name, 'kubectl', 'get', 'pods', '-A', '-o', 'jsonpath={.items[*].status.phase}'])
+          )
+            .trim()
+            .split(' ');
           return phases.length >= 2 && phases.every((p) => p === 'Running');
         });
       await sleep(20_000);
@@ -99,11 +108,14 @@ export async function hostedFigures(o: { clusters: number; log: (msg: string) =>
     await joinWorker(1);
     await settled(['c1']);
     const one = (await memory())[0]!;
-    o.log(`hosted${pass}: one cluster ready ${firstReady.toFixed(1)} s after its spawn (binaries staged then); ${one} MiB PSS with its node`);
+    o.log(
+      `hosted${pass}: one cluster ready ${firstReady.toFixed(1)} s after its spawn (binaries staged then); ${one} MiB PSS with its node`,
+    );
 
     const readyTimes: number[] = [];
     for (let i = 2; i <= n; i++) readyTimes.push(await startCluster(`c${i}`));
-    for (let i = 2; i <= n; i += JOIN_BATCH) await Promise.all(Array.from({ length: Math.min(JOIN_BATCH, n - i + 1) }, (_, k) => joinWorker(i + k)));
+    for (let i = 2; i <= n; i += JOIN_BATCH)
+      await Promise.all(Array.from({ length: Math.min(JOIN_BATCH, n - i + 1) }, (_, k) => joinWorker(i + k)));
     await settled(Array.from({ length: n }, (_, i) => `c${i + 1}`));
     const many = await memory();
     o.log(`hosted${pass}: ${n} clusters, PSS per cluster ${many.join(', ')} MiB (mean ${mean(many).toFixed(0)})`);

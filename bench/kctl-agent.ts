@@ -54,4 +54,5 @@ await agent.init();
 await agent.start();
 await agent.ready(AbortSignal.timeout(30_000));
 process.stdout.write(`${JSON.stringify({ ready: true })}\n`);
-for (const sig of ['SIGTERM', 'SIGINT'] as const) process.once(sig, () => void agent.stop({ drain: false }).finally(() => process.exit(0)));
+for (const sig of ['SIGTERM', 'SIGINT'] as const)
+  process.once(sig, () => void agent.stop({ drain: false }).finally(() => process.exit(0)));

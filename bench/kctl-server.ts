@@ -23,9 +23,15 @@ const server = new KonnectivityServer({
 });
 answerStats(() => {
   const snap = server.snapshot();
-  return { agents: snap.agents.length, established: snap.establishedConnections, pending: snap.pendingDials, closing: snap.closingConnections };
+  return {
+    agents: snap.agents.length,
+    established: snap.establishedConnections,
+    pending: snap.pendingDials,
+    closing: snap.closingConnections,
+  };
 });
 await server.init();
 await server.start();
 process.stdout.write(`${JSON.stringify({ ready: true })}\n`);
-for (const sig of ['SIGTERM', 'SIGINT'] as const) process.once(sig, () => void server.stop().finally(() => process.exit(0)));
+for (const sig of ['SIGTERM', 'SIGINT'] as const)
+  process.once(sig, () => void server.stop().finally(() => process.exit(0)));

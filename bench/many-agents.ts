@@ -20,7 +20,12 @@ export interface AgentEvent {
 
 const POLL_MS = 10;
 
-const o = JSON.parse(process.argv[2] ?? '{}') as { serverPort: number; ca: string; nodes: string; extensions?: boolean };
+const o = JSON.parse(process.argv[2] ?? '{}') as {
+  serverPort: number;
+  ca: string;
+  nodes: string;
+  extensions?: boolean;
+};
 const ca = readFileSync(o.ca);
 const nodes = JSON.parse(readFileSync(o.nodes, 'utf8')) as NodeCredentials[];
 const log = createLogger({ destination: process.stderr, pretty: false });

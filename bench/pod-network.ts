@@ -17,7 +17,14 @@ import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { execa } from 'execa';
 import { median, type Row } from './rows.ts';
-import { controllerReady, labController, runPinnedPod, startIsolatedWorker, track, type Tracked } from '../test/e2e/lab/cluster.ts';
+import {
+  controllerReady,
+  labController,
+  runPinnedPod,
+  startIsolatedWorker,
+  track,
+  type Tracked,
+} from '../test/e2e/lab/cluster.ts';
 import { startLab } from '../test/e2e/lab/lab-test.ts';
 import type { LabHost } from '../test/e2e/lab/lab.ts';
 import { waitFor } from '../test/wait.ts';
@@ -61,15 +68,22 @@ interface Probe {
 function probeIn(enter: string[]): Probe {
   return {
     async client(args) {
-      const r = await execa('nsenter', [...enter, process.execPath, TOOL, ...args], { reject: false, timeout: 300_000 });
-      if (r.exitCode !== 0) throw new Error(`probe ${args.join(' ')}: ${String(r.stderr).trim() || `exit ${r.exitCode}`}`);
+      const r = await execa('nsenter', [...enter, process.execPath, TOOL, ...args], {
+        reject: false,
+        timeout: 300_000,
+      });
+      if (r.exitCode !== 0)
+        throw new Error(`probe ${args.join(' ')}: ${String(r.stderr).trim() || `exit ${r.exitCode}`}`);
       return JSON.parse(String(r.stdout).trim()) as Record<string, number>;
     },
   };
 }
 
 function serveIn(enter: string[]): ChildProcess {
-  return spawn('nsenter', [...enter, process.execPath, TOOL, 'serve', String(PORT)], { stdio: 'ignore', detached: true });
+  return spawn('nsenter', [...enter, process.execPath, TOOL, 'serve', String(PORT)], {
+    stdio: 'ignore',
+    detached: true,
+  });
 }
 
 /** Waits for the probe server on `host` to answer from `from`. */
@@ -100,7 +114,20 @@ async function cutWireguard(a: LabHost, b: LabHost, port: number): Promise<void>
     [a, b],
     [b, a],
   ] as const) {
-    const r = await self.run('iptables', ['-w', '5', '-I', 'INPUT', '-p', 'udp', '-s', other.ip, '--dport', String(port), '-j', 'DROP']);
+    const r = await self.run('iptables', [
+      '-w',
+      '5',
+      '-I',
+      'INPUT',
+      '-p',
+      'udp',
+      '-s',
+      other.ip,
+      '--dport',
+      String(port),
+      '-j',
+      'DROP',
+    ]);
     if (r.exitCode !== 0) throw new Error(`iptables on ${self.name}: ${String(r.stderr).trim()}`);
   }
 }
@@ -112,7 +139,9 @@ async function controllerCost(ctl: LabHost, pid: number): Promise<{ cpuMs: numbe
   // utime and stime (fields 14 and 15 of the whole line), in clock ticks of 10 ms.
   const cpuMs = (Number(fields[11]) + Number(fields[12])) * 10;
   const metrics = String((await ctl.run('curl', ['-s', 'http://127.0.0.1:8133/metrics'])).stdout);
-  const relayedBytes = Number(/kctl_konnectivity_relay_bytes_total\{result="forwarded"\} (\d+)/.exec(metrics)?.[1] ?? 0);
+  const relayedBytes = Number(
+    /kctl_konnectivity_relay_bytes_total\{result="forwarded"\} (\d+)/.exec(metrics)?.[1] ?? 0,
+  );
   return { cpuMs, relayedBytes };
 }
 
@@ -137,7 +166,10 @@ export async function podNetworkFigures(o: { sizes: PodNetworkSizes; log: (msg: 
     const [ctl, w1, w2] = ['ctl', 'w1', 'w2'].map((n) => lab.host(n)) as [LabHost, LabHost, LabHost];
     const c = await labController(kctlBin, ctl, dir);
     const config = (mode: string, relay = 'none') =>
-      writeFile(join(dir, 'kctl.yaml'), `spec:\n  api: { address: ${ctl.ip} }\n  network: { mode: ${mode}, relay: ${relay} }\n`);
+      writeFile(
+        join(dir, 'kctl.yaml'),
+        `spec:\n  api: { address: ${ctl.ip} }\n  network: { mode: ${mode}, relay: ${relay} }\n`,
+      );
     await config('routes');
     let controller: Tracked = track(ctl.spawn(kctlBin, c.args));
     await controllerReady(controller);
@@ -159,14 +191,18 @@ export async function podNetworkFigures(o: { sizes: PodNetworkSizes; log: (msg: 
         await controllerReady(controller);
         const device = step.mode === 'vxlan' ? 'kctl-vxlan' : 'kctl-wg';
         await waitFor(`the workers switch to ${step.mode}`, 120_000, async () =>
-          (await Promise.all([w1, w2].map((w) => w.run('ip', ['link', 'show', device])))).every((r) => r.exitCode === 0),
+          (await Promise.all([w1, w2].map((w) => w.run('ip', ['link', 'show', device])))).every(
+            (r) => r.exitCode === 0,
+          ),
         );
       }
       if (relay) await cutWireguard(w1, w2, 51820);
       await c.kubectl(['delete', 'pod', '--all', '--wait=true', '--grace-period=1']);
       await runPinnedPod(c.kubectl, `pa-${mode}`, 'w1', `pn-a-${mode}`);
       await runPinnedPod(c.kubectl, `pb-${mode}`, 'w2', `pn-b-${mode}`);
-      const ipB = String((await c.kubectl(['get', 'pod', `pb-${mode}`, '-o', 'jsonpath={.status.podIP}'])).stdout).trim();
+      const ipB = String(
+        (await c.kubectl(['get', 'pod', `pb-${mode}`, '-o', 'jsonpath={.status.podIP}'])).stdout,
+      ).trim();
       const [pidA, pidB] = [await podPid(`pn-a-${mode}`), await podPid(`pn-b-${mode}`)];
       children.push(serveIn(['-t', pidB, '-n']));
       // The hosts' figures again beside each mode's: the shared machine's load moves between them.

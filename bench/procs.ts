@@ -55,7 +55,10 @@ export function procOf(name: string, child: ChildProcess): Proc {
 /** The first stdout line that parses as JSON, e.g. a child's "ready" report. */
 export function firstJsonLine<T>(p: Proc, timeoutMs = 60_000): Promise<T> {
   return new Promise((resolve, reject) => {
-    const t = setTimeout(() => reject(new Error(`${p.name}: no ready line within ${timeoutMs} ms\n${p.output()}`)), timeoutMs);
+    const t = setTimeout(
+      () => reject(new Error(`${p.name}: no ready line within ${timeoutMs} ms\n${p.output()}`)),
+      timeoutMs,
+    );
     p.child.once('exit', (code) => reject(new Error(`${p.name} exited (${code}) before it was ready\n${p.output()}`)));
     p.onLine((l) => {
       if (!l.startsWith('{')) return;
@@ -123,7 +126,10 @@ export async function waitUntil(
     )
       return;
     const dead = watch.find((p) => p.child.exitCode !== null || p.child.signalCode !== null);
-    if (dead) throw new Error(`${dead.name} exited (${dead.child.exitCode ?? dead.child.signalCode}) while waiting for ${what}\n${detail()}`);
+    if (dead)
+      throw new Error(
+        `${dead.name} exited (${dead.child.exitCode ?? dead.child.signalCode}) while waiting for ${what}\n${detail()}`,
+      );
     if (Date.now() > end) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}\n${detail()}`);
     await sleep(100);
   }

@@ -29,7 +29,8 @@ function cell(r: Row, c: Column): string {
 }
 
 export function reportRows(out: Row[], json: boolean): void {
-  const ratio = (a: number | null, b: number | null): string => (a === null || b === null || b === 0 ? '-' : `${(a / b).toFixed(2)}x`);
+  const ratio = (a: number | null, b: number | null): string =>
+    a === null || b === null || b === 0 ? '-' : `${(a / b).toFixed(2)}x`;
   const table = [
     '| scenario | unit | kctl | upstream | direct | kctl/upstream | kctl/direct |',
     '|---|---|---:|---:|---:|---:|---:|',

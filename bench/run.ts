@@ -115,7 +115,9 @@ class Bench {
     if (have && !fresh) return have;
     if (have) await have.stop();
     const s =
-      name === 'kctl' ? await startKctl(this.pki, this.dir) : await startUpstream(this.pki, this.dir, name === 'upstream' ? 'grpc' : 'http-connect');
+      name === 'kctl'
+        ? await startKctl(this.pki, this.dir)
+        : await startUpstream(this.pki, this.dir, name === 'upstream' ? 'grpc' : 'http-connect');
     this.stacks.set(name, s);
     return s;
   }
@@ -123,7 +125,8 @@ class Bench {
   async dialer(path: PathName, fresh = false): Promise<{ d: Dialer; stack?: Stack }> {
     if (path === 'direct') return { d: directDialer() };
     const stack = await this.stack(VIA[path].stack, fresh);
-    if (path === 'kctl-connect' || path === 'upstream-connect') return { d: connectDialer(path, stack.connectUds!), stack };
+    if (path === 'kctl-connect' || path === 'upstream-connect')
+      return { d: connectDialer(path, stack.connectUds!), stack };
     return { d: grpcDialer(path, stack.grpcUds!), stack };
   }
 
@@ -146,7 +149,13 @@ function rows(scenario: string, unit: string, by: Partial<Record<PathName, numbe
   const v = (p: PathName): number | null => by[p] ?? null;
   return [
     { scenario, unit, kctl: v('kctl'), upstream: v('upstream'), direct: direct ? v('direct') : null },
-    { scenario: `${scenario} (http-connect)`, unit, kctl: v('kctl-connect'), upstream: v('upstream-connect'), direct: direct ? v('direct') : null },
+    {
+      scenario: `${scenario} (http-connect)`,
+      unit,
+      kctl: v('kctl-connect'),
+      upstream: v('upstream-connect'),
+      direct: direct ? v('direct') : null,
+    },
   ];
 }
 
@@ -157,15 +166,22 @@ async function main(): Promise<void> {
   const podNetwork = argv.includes('--pod-network');
   const hosted = argv.includes('--hosted');
   const mode = argv.includes('--smoke') ? 'smoke' : argv.includes('--quick') ? 'quick' : 'full';
-  const unknown = argv.filter((a) => !['--json', '--quick', '--smoke', '--wan', '--pod-network', '--hosted', '--debug'].includes(a));
+  const unknown = argv.filter(
+    (a) => !['--json', '--quick', '--smoke', '--wan', '--pod-network', '--hosted', '--debug'].includes(a),
+  );
   if (unknown.length)
-    throw new Error(`unknown option ${unknown.join(' ')}; use --quick, --smoke, --wan, --pod-network, --hosted, --json, --debug (stack on failure)`);
-  if ([wan, podNetwork, hosted].filter(Boolean).length > 1) throw new Error('--wan, --pod-network and --hosted are separate runs; give one of them');
+    throw new Error(
+      `unknown option ${unknown.join(' ')}; use --quick, --smoke, --wan, --pod-network, --hosted, --json, --debug (stack on failure)`,
+    );
+  if ([wan, podNetwork, hosted].filter(Boolean).length > 1)
+    throw new Error('--wan, --pod-network and --hosted are separate runs; give one of them');
   const started = Date.now();
   const dir = await mkdtemp(join(tmpdir(), 'kctl-bench-'));
   let out: Row[];
   try {
-    log(`mode ${mode}${wan ? ', WAN section' : podNetwork ? ', pod network section' : hosted ? ', hosted section' : ''}; workdir ${dir}`);
+    log(
+      `mode ${mode}${wan ? ', WAN section' : podNetwork ? ', pod network section' : hosted ? ', hosted section' : ''}; workdir ${dir}`,
+    );
     const pki = await makePki(dir);
     out = wan
       ? await wanFigures({ dir, pki, sizes: WAN_SIZES[mode], log })
@@ -192,10 +208,18 @@ async function sections(mode: keyof typeof SIZES, dir: string, pki: BenchPki): P
   const out: Row[] = [];
   try {
     await goDriver();
-    const target = startProc('target', process.execPath, ['--import', 'tsx', new URL('target.ts', import.meta.url).pathname]);
+    const target = startProc('target', process.execPath, [
+      '--import',
+      'tsx',
+      new URL('target.ts', import.meta.url).pathname,
+    ]);
     procs.push(target);
     const ports = await firstJsonLine<{ source: number; echo: number }>(target);
-    const t: Targets = { source: `127.0.0.1:${ports.source}`, echo: `127.0.0.1:${ports.echo}`, refused: `127.0.0.1:${await freePort()}` };
+    const t: Targets = {
+      source: `127.0.0.1:${ports.source}`,
+      echo: `127.0.0.1:${ports.echo}`,
+      refused: `127.0.0.1:${await freePort()}`,
+    };
 
     /** Runs `measure` for every path, alternating paths within each repetition; medians per path. */
     const alternate = async (
@@ -231,15 +255,21 @@ async function sections(mode: keyof typeof SIZES, dir: string, pki: BenchPki): P
       const pids = d.path === 'direct' ? [] : (await bench.stack(VIA[d.path].stack)).pids;
       const before = pids.map(cpuMs);
       const v = await bulk(1, z.bulk1)(d);
-      pids.forEach((pid, i) => (cpuPerMiB[i === 0 ? 'server' : 'agent'][d.path] ??= []).push((cpuMs(pid) - before[i]!) / (z.bulk1 / MiB)));
+      pids.forEach((pid, i) =>
+        (cpuPerMiB[i === 0 ? 'server' : 'agent'][d.path] ??= []).push((cpuMs(pid) - before[i]!) / (z.bulk1 / MiB)),
+      );
       return v;
     };
     out.push(...rows('throughput-1', 'MiB/s', await alternate('throughput-1', z.tputReps, false, PATHS, bulk1)));
     for (const side of ['server', 'agent'] as const) {
-      const m = Object.fromEntries(Object.entries(cpuPerMiB[side]).map(([p, xs]) => [p, median(xs)])) as Partial<Record<PathName, number>>;
+      const m = Object.fromEntries(Object.entries(cpuPerMiB[side]).map(([p, xs]) => [p, median(xs)])) as Partial<
+        Record<PathName, number>
+      >;
       out.push(...rows(`throughput-1 cpu (${side})`, 'ms/MiB', m, false));
     }
-    out.push(...rows('throughput-16', 'MiB/s', await alternate('throughput-16', z.tputReps, false, PATHS, bulk(16, z.bulk16))));
+    out.push(
+      ...rows('throughput-16', 'MiB/s', await alternate('throughput-16', z.tputReps, false, PATHS, bulk(16, z.bulk16))),
+    );
 
     // The floor: the same client dialing a ProxyService inside the driver that answers at once
     // (go-driver/floor.go). What a proxy adds to a dial is its figure minus the floor.
@@ -252,7 +282,9 @@ async function sections(mode: keyof typeof SIZES, dir: string, pki: BenchPki): P
       log(`dial-latency ${done + n}/${z.dials} per path`);
     }
     const pct = (p: number) =>
-      Object.fromEntries(Object.entries(samples).map(([k, xs]) => [k, percentile(xs, p)])) as Partial<Record<PathName, number>>;
+      Object.fromEntries(Object.entries(samples).map(([k, xs]) => [k, percentile(xs, p)])) as Partial<
+        Record<PathName, number>
+      >;
     for (const p of [50, 99]) {
       const [grpc, connect] = rows(`dial-latency-p${p}`, 'ms', pct(p));
       grpc!.note = `client floor ${percentile(floor, p).toFixed(2)} ms: the same Go client dialing an in-process ProxyService that answers at once`;
@@ -264,7 +296,9 @@ async function sections(mode: keyof typeof SIZES, dir: string, pki: BenchPki): P
       ...rows(
         'idle-memory-per-conn',
         'KiB',
-        await alternate('idle-memory-per-conn', z.freshReps, z.fresh, tunnels, (d, s) => idleMemoryPerConn(s!, d, t, z.idleConns)),
+        await alternate('idle-memory-per-conn', z.freshReps, z.fresh, tunnels, (d, s) =>
+          idleMemoryPerConn(s!, d, t, z.idleConns),
+        ),
         false,
       ),
     );
@@ -297,7 +331,9 @@ async function sections(mode: keyof typeof SIZES, dir: string, pki: BenchPki): P
       ...rows(
         'hol-others-ratio',
         'ratio',
-        await alternate('hol-others-ratio', z.freshReps, z.fresh, PATHS, (d) => holOthersRatio(d, t, z.holConns, z.holWindowMs)),
+        await alternate('hol-others-ratio', z.freshReps, z.fresh, PATHS, (d) =>
+          holOthersRatio(d, t, z.holConns, z.holWindowMs),
+        ),
       ),
     );
     await bench.stop();
@@ -338,14 +374,20 @@ async function sections(mode: keyof typeof SIZES, dir: string, pki: BenchPki): P
     }
     if (mode !== 'smoke') {
       // ~30 s per lab plus ~6 s per join: 3 joins (median) in the full run, 1 in --quick.
-      const { joins, corednsReadySeconds, workerRssMiB } = await workerJoinSeconds(await mkdtemp(join(dir, 'worker-')), log, mode === 'full' ? 3 : 1);
+      const { joins, corednsReadySeconds, workerRssMiB } = await workerJoinSeconds(
+        await mkdtemp(join(dir, 'worker-')),
+        log,
+        mode === 'full' ? 3 : 1,
+      );
       out.push({
         scenario: 'worker-join-s',
         unit: 's',
         kctl: median(joins),
         upstream: null,
         direct: null,
-        ...(joins.length > 1 ? { note: `median of ${joins.length} joins: ${joins.map((s) => s.toFixed(1)).join(', ')} s` } : {}),
+        ...(joins.length > 1
+          ? { note: `median of ${joins.length} joins: ${joins.map((s) => s.toFixed(1)).join(', ')} s` }
+          : {}),
       });
       out.push({
         scenario: 'worker-rss-mb',

@@ -34,13 +34,21 @@ export function upstreamBinDir(): string {
   for (const d of existsSync(root) ? readdirSync(root) : []) {
     const lock = join(root, d, 'payload.lock.json');
     if (!existsSync(lock)) continue;
-    const names = (JSON.parse(readFileSync(lock, 'utf8')) as { components: { name: string }[] }).components.map((c) => c.name);
-    if (['proxy-server', 'proxy-agent'].every((n) => names.includes(n) && existsSync(join(root, d, 'bin', n)))) return join(root, d, 'bin');
+    const names = (JSON.parse(readFileSync(lock, 'utf8')) as { components: { name: string }[] }).components.map(
+      (c) => c.name,
+    );
+    if (['proxy-server', 'proxy-agent'].every((n) => names.includes(n) && existsSync(join(root, d, 'bin', n))))
+      return join(root, d, 'bin');
   }
-  throw new Error(`upstream proxy-server/proxy-agent not found under ${root}; build the component payload first (npm run components)`);
+  throw new Error(
+    `upstream proxy-server/proxy-agent not found under ${root}; build the component payload first (npm run components)`,
+  );
 }
 
-const SERVER_TABLES = ['konnectivity_network_proxy_server_pending_backend_dials', 'konnectivity_network_proxy_server_established_connections'];
+const SERVER_TABLES = [
+  'konnectivity_network_proxy_server_pending_backend_dials',
+  'konnectivity_network_proxy_server_established_connections',
+];
 const AGENT_TABLES = ['konnectivity_network_proxy_agent_open_endpoint_connections'];
 
 async function stopAll(procs: Proc[]): Promise<void> {
@@ -133,7 +141,11 @@ export function upstreamAgentArgs(pki: BenchPki, o: UpstreamAgentOptions): strin
   ];
 }
 
-export async function startUpstream(pki: BenchPki, dir: string, mode: 'grpc' | 'http-connect' = 'grpc'): Promise<Stack> {
+export async function startUpstream(
+  pki: BenchPki,
+  dir: string,
+  mode: 'grpc' | 'http-connect' = 'grpc',
+): Promise<Stack> {
   const bin = upstreamBinDir();
   const uds = join(dir, `upstream-${mode}-${Date.now()}.sock`);
   const [agentPort, serverAdmin, serverHealth, agentAdmin, agentHealth] = await Promise.all([
@@ -143,11 +155,24 @@ export async function startUpstream(pki: BenchPki, dir: string, mode: 'grpc' | '
     freePort(),
     freePort(),
   ]);
-  const server = spawnUpstreamServer(pki, { mode, uds, agentPort, adminPort: serverAdmin, healthPort: serverHealth, id: `bench-upstream-${mode}` });
+  const server = spawnUpstreamServer(pki, {
+    mode,
+    uds,
+    agentPort,
+    adminPort: serverAdmin,
+    healthPort: serverHealth,
+    id: `bench-upstream-${mode}`,
+  });
   const agent = startProc(
     'proxy-agent',
     join(bin, 'proxy-agent'),
-    upstreamAgentArgs(pki, { serverHost: '127.0.0.1', serverPort: agentPort, healthPort: agentHealth, adminPort: agentAdmin, syncInterval: '200ms' }),
+    upstreamAgentArgs(pki, {
+      serverHost: '127.0.0.1',
+      serverPort: agentPort,
+      healthPort: agentHealth,
+      adminPort: agentAdmin,
+      syncInterval: '200ms',
+    }),
   );
   try {
     await waitUntil(
@@ -190,7 +215,13 @@ export interface KctlServerOptions {
 
 /** kctl's server alone (bench/kctl-server.ts), just spawned: ready at its first stdout line. */
 export function spawnKctlServer(o: KctlServerOptions, nodeFlags = KCTL_NODE_FLAGS): Proc {
-  return startProc('kctl-server', process.execPath, [...nodeFlags, '--import', 'tsx', join(here, 'kctl-server.ts'), JSON.stringify(o)]);
+  return startProc('kctl-server', process.execPath, [
+    ...nodeFlags,
+    '--import',
+    'tsx',
+    join(here, 'kctl-server.ts'),
+    JSON.stringify(o),
+  ]);
 }
 
 /** kctl's server and agent, run with the V8 flags dist/kctl bakes in unless `nodeFlags` says otherwise. */

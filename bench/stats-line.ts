@@ -45,7 +45,12 @@ function residentByMapping(): { brkKiB: number; anonKiB: number; fileKiB: number
     const header = /^[0-9a-f]+-[0-9a-f]+ \S+ \S+ \S+ \d+\s*(.*)$/.exec(line);
     if (header) {
       const name = header[1]!;
-      kind = name === '[heap]' ? 'brkKiB' : name === '' || name.startsWith('[anon') || name.startsWith('[stack') ? 'anonKiB' : 'fileKiB';
+      kind =
+        name === '[heap]'
+          ? 'brkKiB'
+          : name === '' || name.startsWith('[anon') || name.startsWith('[stack')
+            ? 'anonKiB'
+            : 'fileKiB';
       continue;
     }
     const rss = /^Rss:\s+(\d+) kB/.exec(line);

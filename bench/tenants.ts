@@ -67,7 +67,16 @@ async function tenantsOfHost(kctlBin: string, dir: string, n: number): Promise<T
   await writeFile(config, 'spec:\n  api: { address: 127.0.0.1 }\n');
   return Array.from({ length: n }, (_, i) => ({
     cli: [...root, '--name', `t${i}`],
-    args: [...root, '--name', `t${i}`, 'controller', '--config', config, '--port-range', `${BASE_PORT}-${BASE_PORT + 999}`],
+    args: [
+      ...root,
+      '--name',
+      `t${i}`,
+      'controller',
+      '--config',
+      config,
+      '--port-range',
+      `${BASE_PORT}-${BASE_PORT + 999}`,
+    ],
     port: 0,
     dataDir: join(dir, 'host', 'tenants', `t${i}`),
   }));
@@ -100,7 +109,8 @@ async function startAll(kctlBin: string, tenants: Tenant[]): Promise<number> {
         if (Date.now() - spawned > 300_000) throw new Error(`tenant ${t.dataDir} not ready in 300 s`);
         t.port ||= (await readTenant(t.dataDir))?.ports.api ?? 0;
         const ca = t.port && existsSync(caFile) ? await readFile(caFile, 'utf8') : null;
-        if (ca && (await apiStatus(t.port, '/readyz', { ca, timeoutMs: 2000 }).catch(() => 0)) === 200) return Date.now();
+        if (ca && (await apiStatus(t.port, '/readyz', { ca, timeoutMs: 2000 }).catch(() => 0)) === 200)
+          return Date.now();
         await sleep(50);
       }
     }),
@@ -110,11 +120,21 @@ async function startAll(kctlBin: string, tenants: Tenant[]): Promise<number> {
 
 async function stopAll(tenants: Tenant[]): Promise<void> {
   for (const t of tenants) t.child?.kill('SIGTERM');
-  await Promise.all(tenants.map((t) => (t.child && t.child.exitCode === null ? new Promise((r) => t.child!.once('exit', r)) : undefined)));
+  await Promise.all(
+    tenants.map((t) =>
+      t.child && t.child.exitCode === null ? new Promise((r) => t.child!.once('exit', r)) : undefined,
+    ),
+  );
 }
 
 /** One round: `n` tenants (profile `profile`) started together, filled, measured, restarted, stopped. */
-async function round(kctlBin: string, parent: string, n: number, profile: 'api-only' | 'full', log: (m: string) => void): Promise<TenantRound> {
+async function round(
+  kctlBin: string,
+  parent: string,
+  n: number,
+  profile: 'api-only' | 'full',
+  log: (m: string) => void,
+): Promise<TenantRound> {
   const dir = await mkdtemp(join(parent, `tenants-${n}-`));
   const tenants = profile === 'api-only' ? await tenantsOfHost(kctlBin, dir, n) : await fullController(kctlBin, dir);
   try {
@@ -131,7 +151,12 @@ async function round(kctlBin: string, parent: string, n: number, profile: 'api-o
       await Promise.all(
         tenants
           .slice(i, i + 5)
-          .map((t) => createWidgets((args, input) => execa(kctlBin, [...t.cli, 'kubectl', ...args], { input, reject: false }), 1000)),
+          .map((t) =>
+            createWidgets(
+              (args, input) => execa(kctlBin, [...t.cli, 'kubectl', ...args], { input, reject: false }),
+              1000,
+            ),
+          ),
       );
     await sleep(15_000);
     let total = 0;

@@ -17,7 +17,15 @@ import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Result } from 'execa';
 import { mountsUnder } from '../src/worker/containerd.ts';
-import { cleanupWorkerHost, labController, nodeReady, pinnedPod, startIsolatedWorker, track, type Tracked } from '../test/e2e/lab/cluster.ts';
+import {
+  cleanupWorkerHost,
+  labController,
+  nodeReady,
+  pinnedPod,
+  startIsolatedWorker,
+  track,
+  type Tracked,
+} from '../test/e2e/lab/cluster.ts';
 import { requireKctl } from '../test/e2e/lab/kctl.ts';
 import { createLab, type Lab, type LabHost } from '../test/e2e/lab/lab.ts';
 import { waitFor } from '../test/wait.ts';
@@ -65,7 +73,8 @@ export async function clusterFigures(c: WanContext): Promise<Row[]> {
     ['wan-kubectl-cp-mibs', 'MiB/s'],
     ['wan-kubectl-logs-f-mibs', 'MiB/s'],
   ];
-  if (!c.sizes.cluster) return rows.map(([name, unit]) => skippedRow(name!, unit!, 'not measured with --smoke: it starts a cluster'));
+  if (!c.sizes.cluster)
+    return rows.map(([name, unit]) => skippedRow(name!, unit!, 'not measured with --smoke: it starts a cluster'));
   const got: Record<Peer, ClusterRun[]> = { kctl: [], upstream: [] };
   const bytes = c.sizes.downloadBytes;
   await withCluster(c, async (k) => {
@@ -130,7 +139,10 @@ async function withCluster(c: WanContext, body: (k: Cluster) => Promise<void>): 
   try {
     const egressLink = join(dir, 'egress.sock');
     const ctlr = await labController(kctlBin, ctl, dir);
-    const sockets: Record<Peer, string> = { kctl: join(ctlr.runDir, 'konnectivity-server.sock'), upstream: join(dir, 'upstream.sock') };
+    const sockets: Record<Peer, string> = {
+      kctl: join(ctlr.runDir, 'konnectivity-server.sock'),
+      upstream: join(dir, 'upstream.sock'),
+    };
     const point = (peer: Peer): void => {
       const tmp = `${egressLink}.${process.pid}.tmp`;
       symlinkSync(sockets[peer], tmp);
@@ -143,7 +155,9 @@ async function withCluster(c: WanContext, body: (k: Cluster) => Promise<void>): 
       JSON.stringify({
         apiVersion: 'apiserver.k8s.io/v1beta1',
         kind: 'EgressSelectorConfiguration',
-        egressSelections: [{ name: 'cluster', connection: { proxyProtocol: 'GRPC', transport: { uds: { udsName: egressLink } } } }],
+        egressSelections: [
+          { name: 'cluster', connection: { proxyProtocol: 'GRPC', transport: { uds: { udsName: egressLink } } } },
+        ],
       }),
     );
     await writeFile(
@@ -186,7 +200,12 @@ async function withCluster(c: WanContext, body: (k: Cluster) => Promise<void>): 
         'proxy-agent',
         wrk.spawn(
           join(bin, 'proxy-agent'),
-          upstreamAgentArgs(pki, { serverHost: ctl.ip, serverPort: UPSTREAM_AGENT_PORT, healthPort: AGENT_HEALTH, adminPort: AGENT_ADMIN }),
+          upstreamAgentArgs(pki, {
+            serverHost: ctl.ip,
+            serverPort: UPSTREAM_AGENT_PORT,
+            healthPort: AGENT_HEALTH,
+            adminPort: AGENT_ADMIN,
+          }),
         ),
       ),
     );
@@ -194,13 +213,18 @@ async function withCluster(c: WanContext, body: (k: Cluster) => Promise<void>): 
     await waitFor(
       'the upstream proxy-agent connected',
       60_000,
-      async () => (await hostGauge(ctl, UPSTREAM_ADMIN, 'konnectivity_network_proxy_server_ready_backend_connections')) === 1,
+      async () =>
+        (await hostGauge(ctl, UPSTREAM_ADMIN, 'konnectivity_network_proxy_server_ready_backend_connections')) === 1,
       upstreamOutput,
     );
 
     const link = await wan(lab, wrk, { peers: [ctl], profile: 'edge' });
     c.log('cluster: the edge profile is on; two pods on the worker');
-    await runPod(kubectl, 'bulk', `head -c ${c.sizes.downloadBytes} /dev/urandom > /bulk.bin && echo ready && while true; do sleep 1; done`);
+    await runPod(
+      kubectl,
+      'bulk',
+      `head -c ${c.sizes.downloadBytes} /dev/urandom > /bulk.bin && echo ready && while true; do sleep 1; done`,
+    );
     // Lines of 1,000 bytes, about 5 MiB/s while /go exists (more than the link's 2.38 MiB/s); idle otherwise.
     await runPod(
       kubectl,
@@ -221,7 +245,9 @@ async function withCluster(c: WanContext, body: (k: Cluster) => Promise<void>): 
           if (r.exitCode === 0 && size === bytes) return { mibps: bytes / 2 ** 20 / secs, early };
           early++;
           const said = String(r.stderr).trim().split('\n').at(-1);
-          c.log(`cluster: kubectl cp (${tag}) ended early: exit ${r.exitCode}, ${(size / 2 ** 20).toFixed(1)} of ${bytes / 2 ** 20} MiB: ${said}`);
+          c.log(
+            `cluster: kubectl cp (${tag}) ended early: exit ${r.exitCode}, ${(size / 2 ** 20).toFixed(1)} of ${bytes / 2 ** 20} MiB: ${said}`,
+          );
         }
         return { mibps: null, early };
       },
@@ -237,7 +263,9 @@ async function withCluster(c: WanContext, body: (k: Cluster) => Promise<void>): 
       },
     });
     const { up, down } = await link.stats();
-    c.log(`cluster: the link carried ${up.forwarded} frames up (${up.lost} lost) and ${down.forwarded} down (${down.lost} lost)`);
+    c.log(
+      `cluster: the link carried ${up.forwarded} frames up (${up.lost} lost) and ${down.forwarded} down (${down.lost} lost)`,
+    );
   } finally {
     for (const p of procs.reverse()) await p.stop();
     for (const t of tracked.reverse()) await stopTracked(t).catch(() => undefined);
@@ -249,10 +277,22 @@ async function withCluster(c: WanContext, body: (k: Cluster) => Promise<void>): 
   }
 }
 
-async function runPod(kubectl: (args: string[], input?: string) => Promise<Result>, name: string, script: string): Promise<void> {
-  const applied = await kubectl(['apply', '-f', '-'], JSON.stringify(pinnedPod(name, 'wrk', {}, { image: BUSYBOX, command: ['sh', '-c', script] })));
+async function runPod(
+  kubectl: (args: string[], input?: string) => Promise<Result>,
+  name: string,
+  script: string,
+): Promise<void> {
+  const applied = await kubectl(
+    ['apply', '-f', '-'],
+    JSON.stringify(pinnedPod(name, 'wrk', {}, { image: BUSYBOX, command: ['sh', '-c', script] })),
+  );
   if (applied.exitCode !== 0) throw new Error(`pod ${name}: ${String(applied.stderr).trim()}`);
-  await waitFor(`pod ${name} ready`, 300_000, async () => String((await kubectl(['logs', name])).stdout).startsWith('ready'), { intervalMs: 1_000 });
+  await waitFor(
+    `pod ${name} ready`,
+    300_000,
+    async () => String((await kubectl(['logs', name])).stdout).startsWith('ready'),
+    { intervalMs: 1_000 },
+  );
 }
 
 /** `kubectl logs -f chatty --tail 0` for LOGS_MS: MiB/s from the first byte to the last. */
@@ -270,6 +310,7 @@ async function followFor(ctl: LabHost, kubectlBin: string, kubeconfig: string): 
   child.stderr!.on('data', (b: Buffer) => (err = (err + b.toString()).slice(-2000)));
   await sleep(LOGS_MS);
   child.kill('SIGKILL');
-  if (!first || last - first < LOGS_MS / 2) throw new Error(`kubectl logs -f chatty: ${bytes} bytes, ${last - first} ms of output: ${err.trim()}`);
+  if (!first || last - first < LOGS_MS / 2)
+    throw new Error(`kubectl logs -f chatty: ${bytes} bytes, ${last - first} ms of output: ${err.trim()}`);
   return bytes / 2 ** 20 / ((last - first) / 1000);
 }

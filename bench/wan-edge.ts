@@ -75,10 +75,15 @@ export async function edgeFigures(c: WanContext): Promise<Row[]> {
       const label = `run ${run}/${z.runs}`;
       for (const peer of PEERS) got[peer].push(await peerRun(c, l, peer, label));
       const directPath = { mode: 'direct' } as const;
-      direct.push({ ...(await pathRun(c, l, directPath, `${label} direct`)), beside: await stalledRun(c, l, directPath, `${label} direct`) });
+      direct.push({
+        ...(await pathRun(c, l, directPath, `${label} direct`)),
+        beside: await stalledRun(c, l, directPath, `${label} direct`),
+      });
     }
     const { up, down } = await l.link.stats();
-    c.log(`edge: the link carried ${up.forwarded} frames up (${up.lost} lost) and ${down.forwarded} down (${down.lost} lost)`);
+    c.log(
+      `edge: the link carried ${up.forwarded} frames up (${up.lost} lost) and ${down.forwarded} down (${down.lost} lost)`,
+    );
   } finally {
     await l.destroy();
   }
@@ -90,7 +95,12 @@ export async function edgeFigures(c: WanContext): Promise<Row[]> {
         ['wan-first-dial-after-heal-s', 's'],
         ['wan-dial-during-partition-s', 's'],
       ].map(([name, unit]) => skippedRow(name!, unit!, 'not measured with --smoke: its partitions take 30 s and more'));
-  return [...partitionRows, throughputRow(got, direct, z.downloadBytes), besideStalledRow(got, direct, c), dialLatencyRow(got, direct, z.dials)];
+  return [
+    ...partitionRows,
+    throughputRow(got, direct, z.downloadBytes),
+    besideStalledRow(got, direct, c),
+    dialLatencyRow(got, direct, z.dials),
+  ];
 }
 
 /** Dial latency and the download through one path. */
@@ -130,7 +140,9 @@ async function peerRun(c: WanContext, l: EdgeLab, peer: Peer, label: string): Pr
     let partition: PartitionResults | undefined;
     if (c.sizes.partitions) {
       const dead = await deadPeer(l, stack);
-      log(`idle partition: the agent dropped its stream after ${dead.agentDropS ?? '-'} s, the server its agent after ${dead.serverDropS ?? '-'} s`);
+      log(
+        `idle partition: the agent dropped its stream after ${dead.agentDropS ?? '-'} s, the server its agent after ${dead.serverDropS ?? '-'} s`,
+      );
       const heal = await firstDialAfterHeal(l, stack);
       log(
         `heal: ${heal.firstDialS === null ? `no dial within ${HEAL_GIVE_UP_MS / 1000} s (${heal.healError})` : `a dial worked after ${heal.firstDialS} s`}; ` +
@@ -158,22 +170,38 @@ async function deadPeer(l: EdgeLab, s: EdgeStack): Promise<Pick<PartitionResults
   await l.link.partition(true);
   const at = Date.now();
   const until = at + PARTITION_MS;
-  const [agentDropS, serverDropS] = await Promise.all([secondsUntil(s.agentStreams, 0, at, until), secondsUntil(s.serverAgents, 0, at, until)]);
+  const [agentDropS, serverDropS] = await Promise.all([
+    secondsUntil(s.agentStreams, 0, at, until),
+    secondsUntil(s.serverAgents, 0, at, until),
+  ]);
   await sleep(Math.max(0, until - Date.now()));
   return { agentDropS, serverDropS };
 }
 
 /** Heals the link; dials until one works. */
-async function firstDialAfterHeal(l: EdgeLab, s: EdgeStack): Promise<Pick<PartitionResults, 'firstDialS' | 'healError' | 'afterHeal'>> {
+async function firstDialAfterHeal(
+  l: EdgeLab,
+  s: EdgeStack,
+): Promise<Pick<PartitionResults, 'firstDialS' | 'healError' | 'afterHeal'>> {
   await l.link.partition(false);
   const healedAt = Date.now();
-  const r = await probe({ mode: 'grpc', uds: s.uds }, l.echo, { giveUpMs: HEAL_GIVE_UP_MS, tryTimeoutMs: TRY_MS, everyMs: 250 }, l.driver);
+  const r = await probe(
+    { mode: 'grpc', uds: s.uds },
+    l.echo,
+    { giveUpMs: HEAL_GIVE_UP_MS, tryTimeoutMs: TRY_MS, everyMs: 250 },
+    l.driver,
+  );
   const afterHeal = { agentStreams: await s.agentStreams(), serverAgents: await s.serverAgents() };
-  return r.ok ? { firstDialS: (r.endedMs - healedAt) / 1000, afterHeal } : { firstDialS: null, healError: r.error, afterHeal };
+  return r.ok
+    ? { firstDialS: (r.endedMs - healedAt) / 1000, afterHeal }
+    : { firstDialS: null, healError: r.error, afterHeal };
 }
 
 /** Partitions the link and asks for one dial at once; heals once the dial has ended. */
-async function dialDuringPartition(l: EdgeLab, s: EdgeStack): Promise<Pick<PartitionResults, 'dialS' | 'dialOk' | 'dialError' | 'busyServerDropS'>> {
+async function dialDuringPartition(
+  l: EdgeLab,
+  s: EdgeStack,
+): Promise<Pick<PartitionResults, 'dialS' | 'dialOk' | 'dialError' | 'busyServerDropS'>> {
   await sleep(QUIET_MS);
   await l.link.partition(true);
   const at = Date.now();
@@ -182,7 +210,12 @@ async function dialDuringPartition(l: EdgeLab, s: EdgeStack): Promise<Pick<Parti
   try {
     const r = await probe({ mode: 'grpc', uds: s.uds }, l.echo, { giveUpMs: DIAL_GIVE_UP_MS }, l.driver);
     dialEnded.abort();
-    return { dialS: (r.endedMs - r.startedMs) / 1000, dialOk: r.ok, dialError: r.error, busyServerDropS: await serverDrop };
+    return {
+      dialS: (r.endedMs - r.startedMs) / 1000,
+      dialOk: r.ok,
+      dialError: r.error,
+      busyServerDropS: await serverDrop,
+    };
   } finally {
     dialEnded.abort();
     await serverDrop;
@@ -206,7 +239,10 @@ const plain = (e: string | undefined): string => (e ?? '').replace(/\d+\.\d+\.\d
 
 function partitionFigures(got: Record<Peer, PeerRun[]>): Row[] {
   const p = (peer: Peer): PartitionResults[] => got[peer].map((r) => r.partition!);
-  const of = <T>(f: (r: PartitionResults) => T): Record<Peer, T[]> => ({ kctl: p('kctl').map(f), upstream: p('upstream').map(f) });
+  const of = <T>(f: (r: PartitionResults) => T): Record<Peer, T[]> => ({
+    kctl: p('kctl').map(f),
+    upstream: p('upstream').map(f),
+  });
   const cap = PARTITION_MS / 1000;
   const agentDrop = of((r) => r.agentDropS);
   const serverDrop = of((r) => r.serverDropS);
@@ -215,13 +251,20 @@ function partitionFigures(got: Record<Peer, PeerRun[]>): Row[] {
   const afterHeal = (peer: Peer): string => {
     const stuck = p(peer).filter((r) => r.firstDialS === null);
     if (!stuck.length) return '';
-    const gauges = [...new Set(stuck.map((r) => `agent ${r.afterHeal.agentStreams} stream, server ${r.afterHeal.serverAgents} agents`))].join(' / ');
+    const gauges = [
+      ...new Set(
+        stuck.map((r) => `agent ${r.afterHeal.agentStreams} stream, server ${r.afterHeal.serverAgents} agents`),
+      ),
+    ].join(' / ');
     return `; ${peer} after ${HEAL_GIVE_UP_MS / 1000} s: "${[...new Set(stuck.map((r) => plain(r.healError)))].join('" / "')}", ${gauges}`;
   };
-  const errors = (peer: Peer): string => [...new Set(p(peer).map((r) => (r.dialOk ? 'worked' : plain(r.dialError))))].join('" / "');
+  const errors = (peer: Peer): string =>
+    [...new Set(p(peer).map((r) => (r.dialOk ? 'worked' : plain(r.dialError))))].join('" / "');
   const busyDrop = (peer: Peer): string => {
     const xs = p(peer).map((r) => r.busyServerDropS);
-    return xs.every((x) => x === null) ? 'not while it waited' : `after ${xs.map((x) => (x === null ? '-' : x.toFixed(1))).join(' / ')} s`;
+    return xs.every((x) => x === null)
+      ? 'not while it waited'
+      : `after ${xs.map((x) => (x === null ? '-' : x.toFixed(1))).join(' / ')} s`;
   };
   return [
     peerRow(
@@ -239,7 +282,10 @@ function partitionFigures(got: Record<Peer, PeerRun[]>): Row[] {
     peerRow(
       'wan-first-dial-after-heal-s',
       's',
-      { kctl: capped(firstDial.kctl, HEAL_GIVE_UP_MS / 1000), upstream: capped(firstDial.upstream, HEAL_GIVE_UP_MS / 1000) },
+      {
+        kctl: capped(firstDial.kctl, HEAL_GIVE_UP_MS / 1000),
+        upstream: capped(firstDial.upstream, HEAL_GIVE_UP_MS / 1000),
+      },
       `that partition healed: seconds from the heal to the first dial and 1 KiB echo that worked through the server's GRPC socket (a try every 250 ms, each given ${TRY_MS / 1000} s)` +
         `${capNote(firstDial, `none within ${HEAL_GIVE_UP_MS / 1000} s`)}${afterHeal('kctl')}${afterHeal('upstream')}`,
     ),
@@ -284,7 +330,11 @@ function dialLatencyRow(got: Record<Peer, PeerRun[]>, direct: PathRun[], dials: 
   return peerRow(
     'wan-dial-p50-ms',
     'ms',
-    { kctl: got.kctl.map((r) => r.dialP50Ms), upstream: got.upstream.map((r) => r.dialP50Ms), direct: direct.map((r) => r.dialP50Ms) },
+    {
+      kctl: got.kctl.map((r) => r.dialP50Ms),
+      upstream: got.upstream.map((r) => r.dialP50Ms),
+      direct: direct.map((r) => r.dialP50Ms),
+    },
     `${dials} sequential dials per run (dial, 1 KiB echoed, close), median per run; direct: TCP across the same link`,
   );
 }

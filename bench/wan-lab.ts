@@ -44,16 +44,29 @@ export async function edgeLab(dir: string): Promise<EdgeLab> {
   const lab: Lab = await createLab(LAB, ['ctl', 'wrk']);
   try {
     const [ctl, wrk] = [lab.host('ctl'), lab.host('wrk')];
-    const target = procOf('target', wrk.spawn(process.execPath, ['--import', 'tsx', join(repo, 'bench', 'target.ts'), wrk.ip], { cwd: repo }));
+    const target = procOf(
+      'target',
+      wrk.spawn(process.execPath, ['--import', 'tsx', join(repo, 'bench', 'target.ts'), wrk.ip], { cwd: repo }),
+    );
     const ports = await firstJsonLine<{ source: number; echo: number }>(target);
     const pki = await makePki(join(dir, 'edge-pki'), ctl.ip);
     const link = await wan(lab, wrk, { peers: [ctl], profile: 'edge' });
     const driver: Runner = async (bin, args) => {
       const r = await ctl.run(bin, args, { timeout: 600_000 });
-      if (r.exitCode !== 0) throw Object.assign(new Error(`exit ${r.exitCode}`), { stderr: String(r.stderr), code: r.exitCode });
+      if (r.exitCode !== 0)
+        throw Object.assign(new Error(`exit ${r.exitCode}`), { stderr: String(r.stderr), code: r.exitCode });
       return String(r.stdout);
     };
-    return { ctl, wrk, link, pki, source: `${wrk.ip}:${ports.source}`, echo: `${wrk.ip}:${ports.echo}`, driver, destroy: () => lab.destroy() };
+    return {
+      ctl,
+      wrk,
+      link,
+      pki,
+      source: `${wrk.ip}:${ports.source}`,
+      echo: `${wrk.ip}:${ports.echo}`,
+      driver,
+      destroy: () => lab.destroy(),
+    };
   } catch (err) {
     await lab.destroy();
     throw err;
@@ -92,7 +105,11 @@ export async function startEdgeStack(l: EdgeLab, dir: string, peer: Peer): Promi
   const node = (host: LabHost, name: string, script: string, options: object): Proc =>
     procOf(
       name,
-      host.spawn(process.execPath, [...KCTL_NODE_FLAGS, '--import', 'tsx', join(repo, 'bench', script), JSON.stringify(options)], { cwd: repo }),
+      host.spawn(
+        process.execPath,
+        [...KCTL_NODE_FLAGS, '--import', 'tsx', join(repo, 'bench', script), JSON.stringify(options)],
+        { cwd: repo },
+      ),
     );
   const procs: Proc[] = [];
   const output = (): string => procs.map((p) => `${p.name}:\n${p.output()}`).join('\n');
@@ -145,7 +162,9 @@ export async function startEdgeStack(l: EdgeLab, dir: string, peer: Peer): Promi
       procs.push(server);
       await waitUntil(
         'upstream proxy-server healthy',
-        async () => (await ctl.run('curl', ['-sf', '--max-time', '2', `http://127.0.0.1:${SERVER_HEALTH}/healthz`])).exitCode === 0,
+        async () =>
+          (await ctl.run('curl', ['-sf', '--max-time', '2', `http://127.0.0.1:${SERVER_HEALTH}/healthz`])).exitCode ===
+          0,
         30_000,
         output,
         procs,
@@ -155,7 +174,12 @@ export async function startEdgeStack(l: EdgeLab, dir: string, peer: Peer): Promi
           'proxy-agent',
           wrk.spawn(
             join(bin, 'proxy-agent'),
-            upstreamAgentArgs(pki, { serverHost: ctl.ip, serverPort: AGENT_PORT, healthPort: AGENT_HEALTH, adminPort: AGENT_ADMIN }),
+            upstreamAgentArgs(pki, {
+              serverHost: ctl.ip,
+              serverPort: AGENT_PORT,
+              healthPort: AGENT_HEALTH,
+              adminPort: AGENT_ADMIN,
+            }),
           ),
         ),
       );

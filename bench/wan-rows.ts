@@ -39,7 +39,8 @@ export type Figure = (c: WanContext) => Promise<Row[]>;
 export const EDGE_LINK_MIBPS = 20e6 / 8 / 2 ** 20;
 
 /** The median of a figure's runs as a share of the edge link's rate: "87 %". */
-export const linkShare = (xs: number[]): string => (xs.length ? `${((median(xs) / EDGE_LINK_MIBPS) * 100).toFixed(0)} %` : '-');
+export const linkShare = (xs: number[]): string =>
+  xs.length ? `${((median(xs) / EDGE_LINK_MIBPS) * 100).toFixed(0)} %` : '-';
 
 const range = (xs: number[]): [number, number] => [Math.min(...xs), Math.max(...xs)];
 
@@ -47,7 +48,12 @@ const range = (xs: number[]): [number, number] => [Math.min(...xs), Math.max(...
  * A row of kctl's and upstream's medians (and direct TCP's, where the figure has it), with the range
  * of the runs; a column with no figures (none of its runs gave one) is null.
  */
-export function peerRow(scenario: string, unit: string, by: Record<Peer, number[]> & { direct?: number[] }, note: string): Row {
+export function peerRow(
+  scenario: string,
+  unit: string,
+  by: Record<Peer, number[]> & { direct?: number[] },
+  note: string,
+): Row {
   const columns = { kctl: by.kctl, upstream: by.upstream, ...(by.direct?.length ? { direct: by.direct } : {}) };
   const ranged = Object.entries(columns).filter(([, xs]) => xs.length > 1);
   return {

@@ -9,7 +9,17 @@ import { KCTL_NODE_FLAGS } from '../assets/runtime-flags.ts';
 import { freePort } from '../test/ports.ts';
 import type { AgentEvent } from './many-agents.ts';
 import { makeNodeCerts } from './pki.ts';
-import { cpuMs, firstJsonLine, gauges, listeningOnLoopback, peakRssKiB, rssKiB, startProc, waitUntil, type Proc } from './procs.ts';
+import {
+  cpuMs,
+  firstJsonLine,
+  gauges,
+  listeningOnLoopback,
+  peakRssKiB,
+  rssKiB,
+  startProc,
+  waitUntil,
+  type Proc,
+} from './procs.ts';
 import { median, type Row } from './rows.ts';
 import { spawnKctlServer, spawnUpstreamServer } from './stacks.ts';
 import { clusterFigures } from './wan-cluster.ts';
@@ -17,9 +27,33 @@ import { edgeFigures } from './wan-edge.ts';
 import { PEERS, peerRow, type Figure, type Peer, type WanContext, type WanSizes } from './wan-rows.ts';
 
 export const WAN_SIZES: Record<'full' | 'quick' | 'smoke', WanSizes> = {
-  full: { agents: 200, runs: 3, downloadBytes: 50 << 20, dials: 10, partitions: true, stallGiveUpMs: 30_000, cluster: true },
-  quick: { agents: 200, runs: 1, downloadBytes: 50 << 20, dials: 10, partitions: true, stallGiveUpMs: 30_000, cluster: true },
-  smoke: { agents: 20, runs: 1, downloadBytes: 1 << 20, dials: 3, partitions: false, stallGiveUpMs: 5_000, cluster: false },
+  full: {
+    agents: 200,
+    runs: 3,
+    downloadBytes: 50 << 20,
+    dials: 10,
+    partitions: true,
+    stallGiveUpMs: 30_000,
+    cluster: true,
+  },
+  quick: {
+    agents: 200,
+    runs: 1,
+    downloadBytes: 50 << 20,
+    dials: 10,
+    partitions: true,
+    stallGiveUpMs: 30_000,
+    cluster: true,
+  },
+  smoke: {
+    agents: 20,
+    runs: 1,
+    downloadBytes: 1 << 20,
+    dials: 3,
+    partitions: false,
+    stallGiveUpMs: 5_000,
+    cluster: false,
+  },
 };
 
 const FIGURES: Figure[] = [restartWithManyAgents, edgeFigures, clusterFigures];
@@ -75,7 +109,15 @@ async function serverUnderTest(c: WanContext, peer: Peer): Promise<ServerUnderTe
         const stamp = `${Date.now()}-${starts++}`;
         const { serverCert: cert, serverKey: key, ca } = c.pki;
         const uds = (kind: string): string => join(c.dir, `wan-kctl-${kind}${stamp}.sock`);
-        return spawnKctlServer({ udsPath: uds(''), connectUdsPath: uds('connect-'), agentPort, adminPort, cert, key, ca });
+        return spawnKctlServer({
+          udsPath: uds(''),
+          connectUdsPath: uds('connect-'),
+          agentPort,
+          adminPort,
+          cert,
+          key,
+          ca,
+        });
       },
       ready: (p) => firstJsonLine(p).then(() => undefined),
     };
@@ -93,7 +135,13 @@ async function serverUnderTest(c: WanContext, peer: Peer): Promise<ServerUnderTe
         id: 'bench-wan-upstream',
       }),
     ready: (p) =>
-      waitUntil('upstream proxy-server healthy', async () => (await fetch(`http://127.0.0.1:${healthPort}/healthz`)).ok, 30_000, p.output, [p]),
+      waitUntil(
+        'upstream proxy-server healthy',
+        async () => (await fetch(`http://127.0.0.1:${healthPort}/healthz`)).ok,
+        30_000,
+        p.output,
+        [p],
+      ),
   };
 }
 
@@ -128,7 +176,13 @@ async function restartOnce(c: WanContext, peer: Peer, nodes: string, n: number):
     });
     const a = agents;
     const detail = (): string => `${server.output()}\n${a.output()}`;
-    await waitUntil(`${n} agents connected to the ${peer} server`, () => upAt.every((t) => t !== null), 60_000, detail, [server, a]);
+    await waitUntil(
+      `${n} agents connected to the ${peer} server`,
+      () => upAt.every((t) => t !== null),
+      60_000,
+      detail,
+      [server, a],
+    );
 
     const killedAt = Date.now();
     const agentsCpuAtKill = cpuMs(a.pid);
@@ -149,22 +203,29 @@ async function restartOnce(c: WanContext, peer: Peer, nodes: string, n: number):
     };
     // Polled every 2 ms (waitUntil's 100 ms would miss the first agents' handshakes).
     while (!listeningOnLoopback(s.agentPort)) {
-      if (server.child.exitCode !== null || Date.now() - spawnedAt > 30_000) throw new Error(`the new ${peer} server did not listen\n${detail()}`);
+      if (server.child.exitCode !== null || Date.now() - spawnedAt > 30_000)
+        throw new Error(`the new ${peer} server did not listen\n${detail()}`);
       await sleep(2);
     }
     const listenedAt = Date.now();
     const cpuAtListen = cpuMs(pid);
     const rssAtListen = rssKiB(pid);
-    await waitUntil(`${n} agents connected to the new ${peer} server`, () => end !== undefined, 60_000, detail, [server, a]);
+    await waitUntil(`${n} agents connected to the new ${peer} server`, () => end !== undefined, 60_000, detail, [
+      server,
+      a,
+    ]);
     const { cpu, peakKiB, agentsCpu } = end!;
     const want = peer === 'kctl' ? 'kctl-tunnel/1' : 'grpc';
-    if ([...transports].some((t) => t !== want)) throw new Error(`agents of the ${peer} server on ${[...transports].join(', ')}, not ${want} alone`);
+    if ([...transports].some((t) => t !== want))
+      throw new Error(`agents of the ${peer} server on ${[...transports].join(', ')}, not ${want} alone`);
     const back = upAt as number[];
     const [firstAt, lastAt] = [Math.min(...back), Math.max(...back)];
     // On a loaded host the harness may see the port listening after the first agents were back;
     // it listened before any of them.
     if (firstAt < listenedAt)
-      c.log(`restart-${n}-agents ${peer}: the port was seen listening ${listenedAt - firstAt} ms after the first agent was back`);
+      c.log(
+        `restart-${n}-agents ${peer}: the port was seen listening ${listenedAt - firstAt} ms after the first agent was back`,
+      );
     const listenAt = Math.min(listenedAt, firstAt);
     await waitUntil(
       `the ${peer} server's ready-backend gauge at ${n}`,
@@ -210,7 +271,10 @@ async function restartWithManyAgents(c: WanContext): Promise<Row[]> {
       got[peer].push(await restartOnce(c, peer, nodes, n));
     }
   }
-  const of = (k: keyof RestartResult): Record<Peer, number[]> => ({ kctl: got.kctl.map((r) => r[k]), upstream: got.upstream.map((r) => r[k]) });
+  const of = (k: keyof RestartResult): Record<Peer, number[]> => ({
+    kctl: got.kctl.map((r) => r[k]),
+    upstream: got.upstream.map((r) => r[k]),
+  });
   const med = (k: keyof RestartResult, p: Peer, digits: number): string => median(of(k)[p]).toFixed(digits);
   const growth = (p: Peer): number[] => got[p].map((r) => r.peakMiB - r.listenMiB);
   const name = `restart-${n}-agents`;
@@ -222,7 +286,12 @@ async function restartWithManyAgents(c: WanContext): Promise<Row[]> {
       of('reconnectS'),
       `${agentsNote}; server SIGKILLed and a new one spawned on the same port at once: spawn to the last agent connected again (the new server listened after ${med('listenS', 'kctl', 2)} s kctl, ${med('listenS', 'upstream', 2)} s upstream)`,
     ),
-    peerRow(`${name}-after-listen-s`, 's', of('afterListenS'), "the new server's agent port listening to the last agent connected again"),
+    peerRow(
+      `${name}-after-listen-s`,
+      's',
+      of('afterListenS'),
+      "the new server's agent port listening to the last agent connected again",
+    ),
     peerRow(`${name}-spread-s`, 's', of('spreadS'), 'first to last agent connected again'),
     peerRow(
       `${name}-server-cpu-ms`,

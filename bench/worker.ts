@@ -92,7 +92,8 @@ export async function workerJoinSeconds(
   try {
     const c = await labController(kctlBin, ctl, dir);
     const init = await ctl.run(kctlBin, [...c.args, '--init-only'], { timeout: CONTROLLER_READY_MS, all: true });
-    if (init.exitCode !== 0) throw new Error(`kctl controller --init-only failed (${init.exitCode}):\n${String(init.all).slice(-3000)}`);
+    if (init.exitCode !== 0)
+      throw new Error(`kctl controller --init-only failed (${init.exitCode}):\n${String(init.all).slice(-3000)}`);
     log('worker-join: controller staged, starting');
     const controllerStart = Date.now();
     let corednsReadySeconds: number | null = null;
@@ -107,7 +108,9 @@ export async function workerJoinSeconds(
       CONTROLLER_READY_MS,
       async () => {
         if (gone(controller))
-          throw new Error(`the controller exited (${controller.child.exitCode ?? controller.child.signalCode})\n${controller.log()}`);
+          throw new Error(
+            `the controller exited (${controller.child.exitCode ?? controller.child.signalCode})\n${controller.log()}`,
+          );
         return controllerReady;
       },
       { intervalMs: 200 },
@@ -116,7 +119,9 @@ export async function workerJoinSeconds(
     const kubectlBin = join(c.dataDir, 'bin', 'current', 'kubectl');
     if (!existsSync(kubectlBin)) throw new Error(`${kubectlBin} is missing after --init-only`);
     const kubectl = (args: string[]): Promise<Result> =>
-      ctl.run(kubectlBin, ['--kubeconfig', join(c.dataDir, 'pki', 'admin.conf'), '--request-timeout=5s', ...args], { timeout: 10_000 });
+      ctl.run(kubectlBin, ['--kubeconfig', join(c.dataDir, 'pki', 'admin.conf'), '--request-timeout=5s', ...args], {
+        timeout: 10_000,
+      });
 
     const out: number[] = [];
     const workerRssMiB: number[] = [];
@@ -127,7 +132,19 @@ export async function workerJoinSeconds(
       log(`worker-join: starting worker ${name} (${out.length + 1}/${reps})`);
       const start = Date.now();
       const worker = track(
-        h.spawn(kctlBin, ['worker', '--token', token, '--data-dir', d.data, '--run-dir', d.run, '--node-name', name, '--node-ip', h.ip]),
+        h.spawn(kctlBin, [
+          'worker',
+          '--token',
+          token,
+          '--data-dir',
+          d.data,
+          '--run-dir',
+          d.run,
+          '--node-name',
+          name,
+          '--node-ip',
+          h.ip,
+        ]),
       );
       procs.push(worker);
       const phases = new Map<string, number>();
@@ -142,7 +159,8 @@ export async function workerJoinSeconds(
         `Node ${name} Ready`,
         NODE_READY_MS,
         async () => {
-          if (gone(worker)) throw new Error(`the worker exited (${worker.child.exitCode ?? worker.child.signalCode})\n${worker.log()}`);
+          if (gone(worker))
+            throw new Error(`the worker exited (${worker.child.exitCode ?? worker.child.signalCode})\n${worker.log()}`);
           return nodeReady(kubectl, name);
         },
         { intervalMs: POLL_MS, log: () => `worker:\n${worker.log()}\ncontroller:\n${controller.log()}` },
@@ -154,7 +172,15 @@ export async function workerJoinSeconds(
           'a CoreDNS replica Ready',
           NODE_READY_MS,
           async () => {
-            const r = await kubectl(['-n', 'kube-system', 'get', 'deployment', 'coredns', '-o', 'jsonpath={.status.readyReplicas}']);
+            const r = await kubectl([
+              '-n',
+              'kube-system',
+              'get',
+              'deployment',
+              'coredns',
+              '-o',
+              'jsonpath={.status.readyReplicas}',
+            ]);
             return Number(String(r.stdout)) >= 1;
           },
           { intervalMs: POLL_MS },
@@ -163,15 +189,21 @@ export async function workerJoinSeconds(
         log(`coredns-ready: ${corednsReadySeconds.toFixed(1)} s after the controller started`);
       }
       // Not timed: for the log, when the worker itself reported every component ready (kube-proxy and the agent may come after the Node is Ready).
-      await waitFor('worker ready', 30_000, async () => phases.has('worker-ready'), { intervalMs: 100 }).catch(() => undefined);
+      await waitFor('worker ready', 30_000, async () => phases.has('worker-ready'), { intervalMs: 100 }).catch(
+        () => undefined,
+      );
       // worker-rss-mb: the kctl worker process itself, idle.
       if (phases.has('worker-ready') && worker.child.pid) {
         await sleep(10_000);
         const pid = execedPid(worker.child.pid);
         workerRssMiB.push(rssKiB(pid) / 1024);
-        log(`worker-rss: ${workerRssMiB.at(-1)!.toFixed(1)} MiB, of which ${(rssSplitKiB(pid).anon / 1024).toFixed(1)} MiB anonymous`);
+        log(
+          `worker-rss: ${workerRssMiB.at(-1)!.toFixed(1)} MiB, of which ${(rssSplitKiB(pid).anon / 1024).toFixed(1)} MiB anonymous`,
+        );
       }
-      log(`worker-join: ${name} Ready after ${seconds.toFixed(1)} s (${[...phases].map(([k, v]) => `${k} ${v.toFixed(1)} s`).join(', ')})`);
+      log(
+        `worker-join: ${name} Ready after ${seconds.toFixed(1)} s (${[...phases].map(([k, v]) => `${k} ${v.toFixed(1)} s`).join(', ')})`,
+      );
       // The next join should not share the machine with this worker.
       await stopTracked(worker);
       await cleanupWorkerHost(d.data, d.run, name);
@@ -186,7 +218,8 @@ export async function workerJoinSeconds(
     }
     // Never recurse into something still mounted (a container rootfs, a pod's netns).
     const left = await mountsUnder([dir]);
-    if (left.length) log(`worker-join: ${left.length} mounts left under ${dir}, not removing it: ${left.slice(0, 5).join(' ')}`);
+    if (left.length)
+      log(`worker-join: ${left.length} mounts left under ${dir}, not removing it: ${left.slice(0, 5).join(' ')}`);
     else await rm(dir, { recursive: true, force: true });
   }
 }

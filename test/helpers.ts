@@ -48,7 +48,11 @@ export function captureLogger(): { log: Logger; lines: () => Record<string, unkn
  * A self-signed P-256 certificate made by openssl, valid for a day: `<dir>/<name>.crt` and
  * `<dir>/<name>.key`. `ca` makes it a CA; `san` is an openssl subjectAltName value.
  */
-export function selfSignedCert(dir: string, name: string, o: { cn: string; ca?: boolean; san?: string }): { cert: string; key: string; pem: string } {
+export function selfSignedCert(
+  dir: string,
+  name: string,
+  o: { cn: string; ca?: boolean; san?: string },
+): { cert: string; key: string; pem: string } {
   const cert = join(dir, `${name}.crt`);
   const key = join(dir, `${name}.key`);
   execFileSync(
@@ -92,14 +96,46 @@ export function signedCert(
   const csr = join(dir, `${name}.csr`);
   execFileSync(
     'openssl',
-    ['req', '-new', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes', '-subj', subject, '-keyout', key, '-out', csr],
+    [
+      'req',
+      '-new',
+      '-newkey',
+      'ec',
+      '-pkeyopt',
+      'ec_paramgen_curve:prime256v1',
+      '-nodes',
+      '-subj',
+      subject,
+      '-keyout',
+      key,
+      '-out',
+      csr,
+    ],
     {
       stdio: 'ignore',
     },
   );
-  execFileSync('openssl', ['x509', '-req', '-in', csr, '-CA', signer.cert, '-CAkey', signer.key, '-CAcreateserial', '-days', '1', '-out', cert], {
-    stdio: 'ignore',
-  });
+  execFileSync(
+    'openssl',
+    [
+      'x509',
+      '-req',
+      '-in',
+      csr,
+      '-CA',
+      signer.cert,
+      '-CAkey',
+      signer.key,
+      '-CAcreateserial',
+      '-days',
+      '1',
+      '-out',
+      cert,
+    ],
+    {
+      stdio: 'ignore',
+    },
+  );
   return { cert, key, pem: execFileSync('cat', [cert], { encoding: 'utf8' }) };
 }
 

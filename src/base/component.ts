@@ -4,7 +4,8 @@
 // so a component writes only the hooks it needs.
 import type { Logger } from './log.ts';
 
-export type ComponentState = 'pending' | 'initializing' | 'starting' | 'running' | 'restarting' | 'failed' | 'stopping' | 'stopped';
+export type ComponentState =
+  'pending' | 'initializing' | 'starting' | 'running' | 'restarting' | 'failed' | 'stopping' | 'stopped';
 
 export interface ComponentStatus {
   name: string;

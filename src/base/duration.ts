@@ -1,7 +1,16 @@
 // Durations as Go (and so every upstream flag) spells them: "500ms", "1m30s", "1.5h".
 // Days ("7d") are kctl's own addition for token expiry and must be asked for.
 
-const UNIT_MS: Record<string, number> = { ns: 1e-6, us: 1e-3, µs: 1e-3, ms: 1, s: 1000, m: 60_000, h: 3_600_000, d: 86_400_000 };
+const UNIT_MS: Record<string, number> = {
+  ns: 1e-6,
+  us: 1e-3,
+  µs: 1e-3,
+  ms: 1,
+  s: 1000,
+  m: 60_000,
+  h: 3_600_000,
+  d: 86_400_000,
+};
 
 export interface DurationOptions {
   /** Accept "d" (24 h) as a unit. Go does not. */

@@ -104,7 +104,10 @@ export async function removeTree(dir: string): Promise<string[]> {
   }
   // The shortest path is named: a mount that holds others comes before them.
   const mounted = (await mountsUnder([dir])).at(-1);
-  if (mounted) throw new UserError(`${mounted} is still mounted: nothing under ${dir} was removed; unmount it (umount -R ${mounted}) and try again`);
+  if (mounted)
+    throw new UserError(
+      `${mounted} is still mounted: nothing under ${dir} was removed; unmount it (umount -R ${mounted}) and try again`,
+    );
   const removed: string[] = [];
   for (const name of names) {
     await rm(join(dir, name), { recursive: true, force: true });
@@ -115,7 +118,10 @@ export async function removeTree(dir: string): Promise<string[]> {
 }
 
 /** sha256 (hex) of a file, or null when it does not exist; `buf` is the read buffer (reuse one for many files). */
-export async function sha256OfFile(path: string, buf: Buffer = Buffer.allocUnsafe(1024 * 1024)): Promise<string | null> {
+export async function sha256OfFile(
+  path: string,
+  buf: Buffer = Buffer.allocUnsafe(1024 * 1024),
+): Promise<string | null> {
   let fh;
   try {
     fh = await open(path, 'r');

@@ -54,7 +54,8 @@ export async function runUntilSignal(manager: ComponentManager, log: Logger, opt
       return;
     }
     if (drained) log.info({ signal }, `received ${signal} again, stopping`);
-    else if (typeof whileStopping === 'object') log.info({ signal }, `received ${signal}, stopping; send it again to exit at once`);
+    else if (typeof whileStopping === 'object')
+      log.info({ signal }, `received ${signal}, stopping; send it again to exit at once`);
     else log.info({ signal }, `received ${signal}, stopping`);
     if (whileStopping === 'default') removeHandlers();
     opts.onStopping?.(signal);

@@ -28,7 +28,10 @@ export function createLogger(opts: LogOptions = {}): Logger {
     return withComponent(pino({ level, base }, stream), 'kctl');
   }
   return withComponent(
-    pino({ level, base, timestamp: pino.stdTimeFunctions.isoTime }, (opts.destination ?? pino.destination({ sync: true })) as pino.DestinationStream),
+    pino(
+      { level, base, timestamp: pino.stdTimeFunctions.isoTime },
+      (opts.destination ?? pino.destination({ sync: true })) as pino.DestinationStream,
+    ),
     'kctl',
   );
 }

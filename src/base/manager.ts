@@ -136,7 +136,10 @@ export class ComponentManager {
     await this.waitReady(c);
     if (this.startAbort.signal.aborted || this.startFailed.signal.aborted) return;
     this.mark(c, 'running');
-    this.log.info({ name: c.name, seconds: round1((performance.now() - t0) / 1000) }, `${c.name} ready in ${seconds(performance.now() - t0)}`);
+    this.log.info(
+      { name: c.name, seconds: round1((performance.now() - t0) / 1000) },
+      `${c.name} ready in ${seconds(performance.now() - t0)}`,
+    );
   }
 
   /** Stops what was started, in reverse; a failing stop is logged and the rest still stop. */
@@ -167,7 +170,11 @@ export class ComponentManager {
 
   private mark(c: Component, state: ComponentState, lastError?: string): void {
     const prev = this.tracked.get(c);
-    this.tracked.set(c, { state, lastError, runningSince: state === 'running' ? (prev?.runningSince ?? Date.now()) : undefined });
+    this.tracked.set(c, {
+      state,
+      lastError,
+      runningSince: state === 'running' ? (prev?.runningSince ?? Date.now()) : undefined,
+    });
   }
 
   private async waitReady(c: Component): Promise<void> {
@@ -182,7 +189,8 @@ export class ComponentManager {
     try {
       await untilAborted(ready, signal);
     } catch (err) {
-      if (!timeout.signal.aborted) throw new Error(`${c.name} failed to become ready: ${reasonOf(err)}`, { cause: err });
+      if (!timeout.signal.aborted)
+        throw new Error(`${c.name} failed to become ready: ${reasonOf(err)}`, { cause: err });
       // The component's own reason (its last probe error) says more than "timed out", if it gives one promptly.
       let reason: string | undefined;
       await settlesWithin(
@@ -191,7 +199,9 @@ export class ComponentManager {
         }),
         1000,
       );
-      throw new Error(`${c.name} did not become ready within ${seconds(timeoutMs)}${reason ? `: ${reason}` : ''}`, { cause: err });
+      throw new Error(`${c.name} did not become ready within ${seconds(timeoutMs)}${reason ? `: ${reason}` : ''}`, {
+        cause: err,
+      });
     } finally {
       clearTimeout(timer);
     }
@@ -210,7 +220,10 @@ export class ComponentManager {
         this.mark(c, 'stopping');
         const inStart = this.inStart.get(c);
         if (inStart && !(await settlesWithin(inStart, START_SETTLE_MS)))
-          this.log.warn({ name: c.name }, `${c.name} is still starting after ${seconds(START_SETTLE_MS)}; stopping it anyway`);
+          this.log.warn(
+            { name: c.name },
+            `${c.name} is still starting after ${seconds(START_SETTLE_MS)}; stopping it anyway`,
+          );
         try {
           await c.stop?.();
           // A component that failed keeps saying why after its stop.

@@ -25,7 +25,10 @@ export function trimFreedMemory(log: Logger): () => void {
   const before = process.memoryUsage.rss();
   if (releaseFreedMemory(log) === undefined) return () => undefined;
   const mib = (n: number): number => Math.round((n / 2 ** 20) * 10) / 10;
-  log.info({ rssBeforeMiB: mib(before), rssAfterMiB: mib(process.memoryUsage.rss()) }, 'gave the heap memory the start freed back to the system');
+  log.info(
+    { rssBeforeMiB: mib(before), rssAfterMiB: mib(process.memoryUsage.rss()) },
+    'gave the heap memory the start freed back to the system',
+  );
   const timer = setInterval(() => releaseFreedMemory(log), TRIM_EVERY_MS);
   timer.unref();
   return () => clearInterval(timer);

@@ -29,7 +29,8 @@ function loadFile(file: string): NativeAddon {
   const mod: { exports: Partial<NativeAddon> } = { exports: {} };
   process.dlopen(mod, file);
   const { trim, tcpState, unreadBytes } = mod.exports;
-  if (!trim || !tcpState || !unreadBytes) throw new Error(`${file} is not kctl's native addon (no trim, tcpState or unreadBytes)`);
+  if (!trim || !tcpState || !unreadBytes)
+    throw new Error(`${file} is not kctl's native addon (no trim, tcpState or unreadBytes)`);
   return { trim, tcpState, unreadBytes };
 }
 

@@ -103,7 +103,12 @@ const SPECIAL_RANGES: { cidr: string; what: string }[] = [
 ];
 
 /** Why no node may own this (canonical) IP or name whatever it reports, or undefined. */
-function reservedProblem(value: string, isName: boolean, node: NodeRecord | undefined, reserved: ReservedSpace | undefined): string | undefined {
+function reservedProblem(
+  value: string,
+  isName: boolean,
+  node: NodeRecord | undefined,
+  reserved: ReservedSpace | undefined,
+): string | undefined {
   if (!reserved) return undefined; // a directory without one (tests, tools) judges by the Nodes alone
   // The most telling reason first: a Service IP is also in kube-apiserver's certificate.
   if (isName) {
@@ -121,7 +126,12 @@ function reservedProblem(value: string, isName: boolean, node: NodeRecord | unde
 }
 
 /** Why a (canonical) value can be nobody's whoever claims it: not an IP where one is due, or reserved. */
-export function nobodysProblem(v: string, isName: boolean, node: NodeRecord | undefined, reserved: ReservedSpace | undefined): string | undefined {
+export function nobodysProblem(
+  v: string,
+  isName: boolean,
+  node: NodeRecord | undefined,
+  reserved: ReservedSpace | undefined,
+): string | undefined {
   if (!isName && canonicalIp(v) === null) return 'not an IP address';
   // A wildcard names every host under it: no node owns that, whatever it reports.
   if (isName && v.includes('*')) return 'a wildcard name';
@@ -158,7 +168,9 @@ export function ownershipProblem(
   if (nobodys) return nobodys;
   const own = canonicalIdentifier(nodeName);
   if (isName && v === own) return undefined; // its certificate (or its CSR's requester) says so
-  const reports = node !== undefined && node.addresses.some((a) => isIpType(a.type) !== isName && canonicalIdentifier(a.address) === v);
+  const reports =
+    node !== undefined &&
+    node.addresses.some((a) => isIpType(a.type) !== isName && canonicalIdentifier(a.address) === v);
   const others = nodes.owners(v).filter((n) => n !== node?.name);
   if (!reports) {
     if (others.length > 0) return `reported by node ${others.join(', ')}`;
@@ -170,7 +182,9 @@ export function ownershipProblem(
   if (keeper === node.name) return undefined;
   if (keeper !== undefined) return `kept by node ${keeper} (${KEEPS_ADDRESSES_ANNOTATION}, set by an admin)`;
   // A name is never shared: kube-apiserver verifies kubelets by name.
-  return sharing === 'each' && !isName ? undefined : `also reported by node ${others.join(', ')} (conflict: nobody's until an admin resolves it)`;
+  return sharing === 'each' && !isName
+    ? undefined
+    : `also reported by node ${others.join(', ')} (conflict: nobody's until an admin resolves it)`;
 }
 
 /** The one Node among `reporters` an admin said keeps `v` (KEEPS_ADDRESSES_ANNOTATION); undefined when none or several. */
@@ -248,7 +262,10 @@ function podRangeShapeProblem(range: string, space: PodRangeSpace | undefined): 
  * leave it alone, and a refused range takes nothing from the node whose range it overlaps.
  * Without `space` (a server that knows no cluster config) only overlaps count.
  */
-export function judgePodRanges(nodes: Iterable<{ name: string; podCIDRs?: readonly string[] }>, space?: PodRangeSpace): PodRangeVerdict {
+export function judgePodRanges(
+  nodes: Iterable<{ name: string; podCIDRs?: readonly string[] }>,
+  space?: PodRangeSpace,
+): PodRangeVerdict {
   const refused: RefusedPodRange[] = [];
   const shaped: { node: string; range: string; family: number; first: bigint; last: bigint }[] = [];
   for (const n of nodes) {
@@ -268,7 +285,11 @@ export function judgePodRanges(nodes: Iterable<{ name: string; podCIDRs?: readon
       if (owners.size === 1) ranges.set(g.node, [...(ranges.get(g.node) ?? []), g.range]);
       else {
         const others = group.filter((o) => o.node !== g.node).map((o) => `node ${o.node}'s ${o.range}`);
-        refused.push({ node: g.node, range: g.range, reason: `overlaps ${others.join(', ')} (nobody's until an admin resolves it)` });
+        refused.push({
+          node: g.node,
+          range: g.range,
+          reason: `overlaps ${others.join(', ')} (nobody's until an admin resolves it)`,
+        });
       }
     }
   };

@@ -3,7 +3,9 @@
 
 /** The certificates of a PEM bundle, each as its own PEM block (normalized line ends). */
 export function splitCertificates(pem: string): string[] {
-  return [...pem.matchAll(/-----BEGIN CERTIFICATE-----[\s\S]*?-----END CERTIFICATE-----/g)].map((m) => `${m[0].replace(/\r\n/g, '\n').trim()}\n`);
+  return [...pem.matchAll(/-----BEGIN CERTIFICATE-----[\s\S]*?-----END CERTIFICATE-----/g)].map(
+    (m) => `${m[0].replace(/\r\n/g, '\n').trim()}\n`,
+  );
 }
 
 /** A bundle of certificates, in the order given. */

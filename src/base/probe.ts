@@ -60,7 +60,12 @@ export function* pollPauses(intervalMs: number): Generator<number, never> {
 }
 
 /** Polls until the check passes; rejects with the last reason when the signal aborts. */
-export async function pollUntil(signal: AbortSignal, what: string, check: () => Promise<void>, intervalMs = 500): Promise<void> {
+export async function pollUntil(
+  signal: AbortSignal,
+  what: string,
+  check: () => Promise<void>,
+  intervalMs = 500,
+): Promise<void> {
   let last = 'not checked yet';
   const pauses = pollPauses(intervalMs);
   while (!signal.aborted) {

@@ -78,7 +78,11 @@ export function readStatus<R extends StatusReport = StatusReport>(socket: string
     req.on('timeout', () => req.destroy(new Error(`status socket ${socket} did not answer within ${timeoutMs} ms`)));
     req.on('error', (err: NodeJS.ErrnoException) => {
       if (err.code === 'ENOENT' || err.code === 'ECONNREFUSED')
-        reject(new Error(`kctl is not running (no status socket at ${socket}); start it, or pass the --run-dir it runs with`));
+        reject(
+          new Error(
+            `kctl is not running (no status socket at ${socket}); start it, or pass the --run-dir it runs with`,
+          ),
+        );
       else reject(err);
     });
     req.end();

@@ -43,13 +43,20 @@ const REVERSE_WORDS = endianness() === 'LE';
 function endpoint(text: string | undefined): TcpEndpoint | undefined {
   const m = /^([0-9A-F]{8}|[0-9A-F]{32}):([0-9A-F]{4})$/.exec(text ?? '');
   if (!m) return undefined;
-  const words = m[1]!.match(/.{8}/g)!.map((w) => (REVERSE_WORDS ? Buffer.from(w, 'hex').reverse().toString('hex') : w.toLowerCase()));
+  const words = m[1]!
+    .match(/.{8}/g)!
+    .map((w) => (REVERSE_WORDS ? Buffer.from(w, 'hex').reverse().toString('hex') : w.toLowerCase()));
   const ip = words.length === 1 ? `${'0'.repeat(20)}ffff${words[0]}` : words.join('');
   return { ip, port: Number.parseInt(m[2]!, 16) };
 }
 
 /** States in which a socket's program has closed it (orphaned, inode 0) with its FIN sent or queued. */
-const CLOSED_BY_PROGRAM = new Set<number>([TcpState.FIN_WAIT1, TcpState.FIN_WAIT2, TcpState.CLOSING, TcpState.LAST_ACK]);
+const CLOSED_BY_PROGRAM = new Set<number>([
+  TcpState.FIN_WAIT1,
+  TcpState.FIN_WAIT2,
+  TcpState.CLOSING,
+  TcpState.LAST_ACK,
+]);
 
 /**
  * Whether the other end of our connection from `local` to `remote` is a socket of this network
@@ -65,7 +72,11 @@ export async function peerClosedByProgram(
   if (ours === null || theirs === null) return undefined;
   const peer = (await tcpTable()).find(
     (e) =>
-      e.local.ip === theirs && e.local.port === remote.port && e.remote.ip === ours && e.remote.port === local.port && e.state !== TcpState.LISTEN,
+      e.local.ip === theirs &&
+      e.local.port === remote.port &&
+      e.remote.ip === ours &&
+      e.remote.port === local.port &&
+      e.state !== TcpState.LISTEN,
   );
   return peer ? peer.inode === '0' && CLOSED_BY_PROGRAM.has(peer.state) : undefined;
 }

@@ -28,7 +28,9 @@ export interface Release {
  */
 export function refuseTestBuildStart(): void {
   if (typeof __KCTL_CANNOT_START__ === 'boolean' && __KCTL_CANNOT_START__)
-    throw new UserError(`this is a test build that cannot start (kctl ${KCTL_VERSION}, made to test upgrade rollbacks); run a release build of kctl`);
+    throw new UserError(
+      `this is a test build that cannot start (kctl ${KCTL_VERSION}, made to test upgrade rollbacks); run a release build of kctl`,
+    );
 }
 
 /**

@@ -44,6 +44,11 @@ export async function pollFor(timeoutMs: number, everyMs: number, done: () => Pr
 }
 
 /** pollFor, where running out of time is an error: what `onTimeout` makes (it may name what is still missing). */
-export async function pollWithin(timeoutMs: number, everyMs: number, done: () => Promise<boolean>, onTimeout: () => Error): Promise<void> {
+export async function pollWithin(
+  timeoutMs: number,
+  everyMs: number,
+  done: () => Promise<boolean>,
+  onTimeout: () => Error,
+): Promise<void> {
   if (!(await pollFor(timeoutMs, everyMs, done))) throw onTimeout();
 }

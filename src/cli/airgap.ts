@@ -10,7 +10,9 @@ import { globals } from './support/globals.ts';
 export function airgapCommand(program: Command): void {
   const a = program.command('airgap').description('what kctl carries for hosts without a registry');
   a.command('list-images')
-    .description('print the names of the images bundled in kctl (workers import all but the proxy-agent image at start)')
+    .description(
+      'print the names of the images bundled in kctl (workers import all but the proxy-agent image at start)',
+    )
     .action(() => {
       process.stdout.write(BUNDLED_IMAGES.map((i) => i.name).join('\n') + '\n');
     });

@@ -4,7 +4,12 @@
 import type { Command } from 'commander';
 import { mkdir } from 'node:fs/promises';
 import { resolve } from 'node:path';
-import { backupController, defaultBackupPath, effectiveConfig, restoreController } from '../controller/backups/backup.ts';
+import {
+  backupController,
+  defaultBackupPath,
+  effectiveConfig,
+  restoreController,
+} from '../controller/backups/backup.ts';
 import { createBackupKey, readBackupKey } from '../controller/backups/backup-cipher.ts';
 import { componentLogger } from '../base/log.ts';
 import { globals, loggerFor } from './support/globals.ts';
@@ -30,8 +35,13 @@ Then start the controller with the same config (kctl controller or kctl start); 
 export function backupCommands(program: Command): void {
   const backup = program
     .command('backup')
-    .description("save a controller's PKI (CA keys included), config and datastore to kctl-backup-<time>.tar.gz[.enc] (0600)")
-    .option('--save-path <dir>', 'directory to write the archive into (default: spec.backup.path, else <data-dir>/backups)')
+    .description(
+      "save a controller's PKI (CA keys included), config and datastore to kctl-backup-<time>.tar.gz[.enc] (0600)",
+    )
+    .option(
+      '--save-path <dir>',
+      'directory to write the archive into (default: spec.backup.path, else <data-dir>/backups)',
+    )
     .option('--encryption-key-file <file>', 'seal the archive with this key (default: spec.backup.encryptionKeyFile)')
     .addHelpText('after', BACKUP_HELP)
     .action(async (f: { savePath?: string; encryptionKeyFile?: string }, cmd: Command) => {
@@ -45,7 +55,9 @@ export function backupCommands(program: Command): void {
       if (!savePath) await mkdir((savePath = defaultBackupPath(cfg, dataDir)), { recursive: true, mode: 0o700 });
       // One plain line on stderr (stdout carries only the archive's path, for scripts).
       if (!key)
-        process.stderr.write('kctl: warning: the archive holds the cluster CA keys unencrypted: keep it like them, or give --encryption-key-file\n');
+        process.stderr.write(
+          'kctl: warning: the archive holds the cluster CA keys unencrypted: keep it like them, or give --encryption-key-file\n',
+        );
       const file = await backupController({ dataDir, runDir: g.runDir, savePath, log, key });
       process.stdout.write(`${file}\n`);
     });

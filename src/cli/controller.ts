@@ -7,17 +7,28 @@ import { DEFAULT_PORT_RANGE, parsePortRange } from '../controller/tenants/tenant
 export function controllerCommand(program: Command): void {
   program
     .command('controller')
-    .description('run the control plane on this host: etcd or kine, kube-apiserver, kube-scheduler, kube-controller-manager')
+    .description(
+      'run the control plane on this host: etcd or kine, kube-apiserver, kube-scheduler, kube-controller-manager',
+    )
     .option('--config <file>', 'ClusterConfig YAML file (see: kctl config create)')
     .option('--single', 'single-host control plane; storage defaults to kine (SQLite)')
-    .addOption(new Option('--storage <type>', 'storage backend (overrides spec.storage.type)').choices(['etcd', 'kine']))
+    .addOption(
+      new Option('--storage <type>', 'storage backend (overrides spec.storage.type)').choices(['etcd', 'kine']),
+    )
     .option(
       '--api-only',
       'the Kubernetes API alone, for CRDs and operators: no scheduler, no konnectivity, no workers (spec.profile: api-only; storage defaults to kine)',
     )
-    .option('--port-range <from-to>', `with --name: where a new tenant's ports are picked (kept across restarts)`, DEFAULT_PORT_RANGE)
+    .option(
+      '--port-range <from-to>',
+      `with --name: where a new tenant's ports are picked (kept across restarts)`,
+      DEFAULT_PORT_RANGE,
+    )
     .option('--init-only', 'prepare everything (staged binaries, PKI, kubeconfigs) and exit')
-    .option('--token-file <file>', 'join a running cluster as one more controller, with a token from `kctl token create --role controller`')
+    .option(
+      '--token-file <file>',
+      'join a running cluster as one more controller, with a token from `kctl token create --role controller`',
+    )
     .addHelpText(
       'after',
       [

@@ -15,10 +15,13 @@ import { outputOption, printJson, type OutputFormat } from './support/output.ts'
 
 async function etcdConfig(dataDir: string): Promise<ClusterConfig> {
   const cfgFile = join(dataDir, 'cluster-config.yaml');
-  if (!existsSync(cfgFile)) throw new UserError(`no controller config at ${cfgFile}; run this on a controller host (or pass its --data-dir)`);
+  if (!existsSync(cfgFile))
+    throw new UserError(`no controller config at ${cfgFile}; run this on a controller host (or pass its --data-dir)`);
   const cfg = await loadConfig(cfgFile);
   if (cfg.spec.storage.type !== 'etcd')
-    throw new UserError(`this controller stores its state in ${cfg.spec.storage.type}, not etcd: there are no etcd members`);
+    throw new UserError(
+      `this controller stores its state in ${cfg.spec.storage.type}, not etcd: there are no etcd members`,
+    );
   return cfg;
 }
 
@@ -85,16 +88,22 @@ export function etcdCommands(program: Command): void {
       const selfUrl = selfPeerUrl(cfg);
       const wanted = opts.peerAddress;
       const target = wanted
-        ? members.find((m) => m.peerURLs.some((u) => new URL(u).hostname.replace(/^\[|\]$/g, '') === wanted.replace(/^\[|\]$/g, '')))
+        ? members.find((m) =>
+            m.peerURLs.some((u) => new URL(u).hostname.replace(/^\[|\]$/g, '') === wanted.replace(/^\[|\]$/g, '')),
+          )
         : members.find((m) => m.peerURLs.includes(selfUrl));
       if (!target)
         throw new UserError(
-          wanted ? `no etcd member has peer address ${wanted}; see kctl etcd member-list` : `this controller (${selfUrl}) is not an etcd member`,
+          wanted
+            ? `no etcd member has peer address ${wanted}; see kctl etcd member-list`
+            : `this controller (${selfUrl}) is not an etcd member`,
         );
       if (wanted && target.peerURLs.includes(selfUrl))
         throw new UserError(`${wanted} is this controller; run kctl etcd leave without --peer-address to remove it`);
       if (members.length === 1)
-        throw new UserError('this controller is the only etcd member; leaving would lose the cluster (use kctl reset to end it)');
+        throw new UserError(
+          'this controller is the only etcd member; leaving would lose the cluster (use kctl reset to end it)',
+        );
       await retryTransient(() => removeMember(tls, target.id)).catch((err: Error) => {
         // A member removing itself through its own endpoint may stop before it answers: etcd stops
         // a member once it has applied that member's removal, so "server stopped" means it is out.
@@ -102,10 +111,16 @@ export function etcdCommands(program: Command): void {
         throw new UserError(`etcd refused to remove member ${target.name || target.id}: ${err.message}`);
       });
       if (wanted) {
-        process.stdout.write(`removed etcd member ${target.name || '(not started)'} (${target.id}, ${target.peerURLs.join(',')})\n`);
+        process.stdout.write(
+          `removed etcd member ${target.name || '(not started)'} (${target.id}, ${target.peerURLs.join(',')})\n`,
+        );
         return;
       }
-      await writeFileAtomic(leftMarker(controllerPaths(dataDir, runDir)), `${new Date().toISOString()} ${target.id}\n`, 0o600);
+      await writeFileAtomic(
+        leftMarker(controllerPaths(dataDir, runDir)),
+        `${new Date().toISOString()} ${target.id}\n`,
+        0o600,
+      );
       process.stdout.write(`left the etcd cluster (member ${target.name}, ${target.id}); stop this controller now\n`);
     });
 }

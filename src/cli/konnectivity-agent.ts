@@ -16,7 +16,9 @@ import { parseGoDuration, readFlagFile, standaloneCommand } from './flags/standa
 import { inertFlagsSet, parsePflags, renderPflagHelp, type FlagSpec, type FlagValue } from './flags/pflag.ts';
 
 /** Flags kctl's agent adds to upstream's. */
-const KCTL_FLAGS: readonly FlagSpec[] = [{ name: 'debug', kind: 'bool', default: 'false', help: 'kctl: debug logs (as -v=5 or more does)' }];
+const KCTL_FLAGS: readonly FlagSpec[] = [
+  { name: 'debug', kind: 'bool', default: 'false', help: 'kctl: debug logs (as -v=5 or more does)' },
+];
 const FLAGS = [...AGENT_FLAGS, ...KCTL_FLAGS];
 
 const DESCRIPTION = `A gRPC agent, Connects to the proxy and then allows traffic to be forwarded to it.
@@ -30,7 +32,8 @@ export function agentConfig(cmd: string, values: Map<string, FlagValue>, env = p
   const bool = (n: string) => values.get(n) === true;
   const port = (n: string): number => {
     const p = Number(str(n));
-    if (!Number.isInteger(p) || p <= 0 || p > 65535) throw new UserError(`${cmd}: --${n} ${str(n)} must be a port between 1 and 65535`);
+    if (!Number.isInteger(p) || p <= 0 || p > 65535)
+      throw new UserError(`${cmd}: --${n} ${str(n)} must be a port between 1 and 65535`);
     return p;
   };
   const duration = (n: string) => parseGoDuration(`${cmd}: --${n}`, str(n));
@@ -40,7 +43,8 @@ export function agentConfig(cmd: string, values: Map<string, FlagValue>, env = p
     .split(',')
     .map((h) => h.trim())
     .filter(Boolean);
-  if (hosts.length === 0) throw new UserError(`${cmd}: --proxy-server-host is empty; give the konnectivity server's address`);
+  if (hosts.length === 0)
+    throw new UserError(`${cmd}: --proxy-server-host is empty; give the konnectivity server's address`);
   const serverPort = port('proxy-server-port');
   const cert = file('agent-cert');
   const key = file('agent-key');
@@ -49,21 +53,27 @@ export function agentConfig(cmd: string, values: Map<string, FlagValue>, env = p
   const tokenPath = str('service-account-token-path') || undefined;
   if (tokenPath) readFlagFile(cmd, 'service-account-token-path', tokenPath);
   if (!cert && !tokenPath)
-    throw new UserError(`${cmd}: pass --agent-cert and --agent-key (a node certificate) or --service-account-token-path to prove who this agent is`);
+    throw new UserError(
+      `${cmd}: pass --agent-cert and --agent-key (a node certificate) or --service-account-token-path to prove who this agent is`,
+    );
   if (str('kubeconfig')) readFlagFile(cmd, 'kubeconfig', str('kubeconfig'));
-  if (Number(str('xfr-channel-size')) <= 0) throw new UserError(`${cmd}: --xfr-channel-size ${str('xfr-channel-size')} must be greater than 0`);
+  if (Number(str('xfr-channel-size')) <= 0)
+    throw new UserError(`${cmd}: --xfr-channel-size ${str('xfr-channel-size')} must be greater than 0`);
   if (bool('enable-contention-profiling') && !bool('enable-profiling'))
     throw new UserError(`${cmd}: --enable-contention-profiling needs --enable-profiling too`);
   const syncIntervalMs = duration('sync-interval');
   const syncIntervalCapMs = duration('sync-interval-cap');
   if (syncIntervalMs > syncIntervalCapMs)
-    throw new UserError(`${cmd}: --sync-interval ${str('sync-interval')} must not be longer than --sync-interval-cap ${str('sync-interval-cap')}`);
+    throw new UserError(
+      `${cmd}: --sync-interval ${str('sync-interval')} must not be longer than --sync-interval-cap ${str('sync-interval-cap')}`,
+    );
   duration('probe-interval');
   duration('keepalive-time');
   const identifiers = str('agent-identifiers') || undefined;
   if (identifiers) parseIdentifiers(identifiers);
   const source = str('server-count-source');
-  if (source !== 'default' && source !== 'max') throw new UserError(`${cmd}: --server-count-source "${source}" must be default or max`);
+  if (source !== 'default' && source !== 'max')
+    throw new UserError(`${cmd}: --server-count-source "${source}" must be default or max`);
 
   return {
     servers: hosts.map((host) => ({ host, port: serverPort })),
@@ -83,7 +93,12 @@ export function agentConfig(cmd: string, values: Map<string, FlagValue>, env = p
     contentionProfiling: bool('enable-contention-profiling'),
     debug: bool('debug') || Number(str('v')) >= 5,
     leases: bool('count-server-leases')
-      ? { kubeconfig: str('kubeconfig') || undefined, namespace: str('lease-namespace'), label: str('lease-label'), source }
+      ? {
+          kubeconfig: str('kubeconfig') || undefined,
+          namespace: str('lease-namespace'),
+          label: str('lease-label'),
+          source,
+        }
       : undefined,
   };
 }
@@ -99,7 +114,8 @@ export async function runAgentCli(argv: readonly string[], cmd: string): Promise
     process.stdout.write(renderPflagHelp(cmd, DESCRIPTION, FLAGS));
     return;
   }
-  if (parsed.args.length > 0) throw new UserError(`${cmd}: unexpected argument "${parsed.args[0]}"; it takes only flags (see ${cmd} --help)`);
+  if (parsed.args.length > 0)
+    throw new UserError(`${cmd}: unexpected argument "${parsed.args[0]}"; it takes only flags (see ${cmd} --help)`);
   const c = agentConfig(cmd, parsed.values);
   const root = createLogger({ debug: c.debug });
   const log = componentLogger(root, 'konnectivity-agent');
@@ -112,7 +128,11 @@ export async function runAgentCli(argv: readonly string[], cmd: string): Promise
   await runUntilSignal(manager, log, {
     drain: () => agent.drain(),
     signalWhileStopping: 'default',
-    onReady: () => log.info({ servers: c.servers.map((s) => `${s.host}:${s.port}`), agentId: c.agentId, ...ports() }, 'konnectivity agent started'),
+    onReady: () =>
+      log.info(
+        { servers: c.servers.map((s) => `${s.host}:${s.port}`), agentId: c.agentId, ...ports() },
+        'konnectivity agent started',
+      ),
     onStopped: () => log.info('konnectivity agent stopped'),
   });
 }

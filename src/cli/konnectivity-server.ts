@@ -84,10 +84,15 @@ export function serverConfig(cmd: string, values: Map<string, FlagValue>, env = 
   if (mode !== 'grpc' && mode !== 'http-connect') fail(`--mode "${mode}" must be grpc or http-connect`);
   const uds = str('uds-name');
   if (uds) {
-    if (int('server-port') !== 0) fail(`--server-port must be 0 with --uds-name (the frontend is the unix socket), not ${str('server-port')}`);
-    if (server.cert || serverCa) fail('--server-cert, --server-key and --server-ca-cert are for a TCP frontend; leave them empty with --uds-name');
+    if (int('server-port') !== 0)
+      fail(`--server-port must be 0 with --uds-name (the frontend is the unix socket), not ${str('server-port')}`);
+    if (server.cert || serverCa)
+      fail('--server-cert, --server-key and --server-ca-cert are for a TCP frontend; leave them empty with --uds-name');
   } else {
-    if (!serverCa) fail('--server-ca-cert is needed for a TCP frontend (kube-apiserver must present a client certificate); or use --uds-name');
+    if (!serverCa)
+      fail(
+        '--server-ca-cert is needed for a TCP frontend (kube-apiserver must present a client certificate); or use --uds-name',
+      );
     if (!server.cert) fail('--server-cert and --server-key are needed for a TCP frontend: it serves TLS');
   }
   const port = (n: string, reservedOk = false): number => {
@@ -100,14 +105,19 @@ export function serverConfig(cmd: string, values: Map<string, FlagValue>, env = 
   const agentPort = port('agent-port');
   const adminPort = port('admin-port');
   const healthPort = port('health-port');
-  if (bool('enable-contention-profiling') && !bool('enable-profiling')) fail('--enable-contention-profiling needs --enable-profiling too');
+  if (bool('enable-contention-profiling') && !bool('enable-profiling'))
+    fail('--enable-contention-profiling needs --enable-profiling too');
 
   const tokenFlags = ['agent-namespace', 'agent-service-account', 'authentication-audience'];
   const usingTokens = tokenFlags.some((n) => str(n) !== '');
   if (usingTokens) {
-    if (clusterCa) fail('--cluster-ca-cert cannot be used with service-account token authentication of agents (--agent-namespace and friends)');
+    if (clusterCa)
+      fail(
+        '--cluster-ca-cert cannot be used with service-account token authentication of agents (--agent-namespace and friends)',
+      );
     for (const n of tokenFlags)
-      if (!str(n)) fail(`--${n} is empty; token authentication of agents needs ${tokenFlags.map((f) => `--${f}`).join(', ')}`);
+      if (!str(n))
+        fail(`--${n} is empty; token authentication of agents needs ${tokenFlags.map((f) => `--${f}`).join(', ')}`);
   }
   if (str('kubeconfig')) readFlagFile(cmd, 'kubeconfig', str('kubeconfig'));
   if (!cluster.cert || !cluster.key) fail('--cluster-cert and --cluster-key are needed: the agent port serves TLS');
@@ -118,14 +128,16 @@ export function serverConfig(cmd: string, values: Map<string, FlagValue>, env = 
     .filter(Boolean);
   if (strategies.length === 0) fail('--proxy-strategies is empty; give one or more of default, destHost, defaultRoute');
   for (const s of strategies)
-    if (!STRATEGIES.includes(s as ProxyStrategy)) fail(`--proxy-strategies: unknown strategy "${s}"; use default, destHost or defaultRoute`);
+    if (!STRATEGIES.includes(s as ProxyStrategy))
+      fail(`--proxy-strategies: unknown strategy "${s}"; use default, destHost or defaultRoute`);
   if (int('xfr-channel-size') <= 0) fail(`--xfr-channel-size ${str('xfr-channel-size')} must be greater than 0`);
 
   const minVersion = str('tls-min-version');
   if (minVersion && !TLS_VERSIONS[minVersion])
     fail(`--tls-min-version "${minVersion}" must be VersionTLS10, VersionTLS11, VersionTLS12 or VersionTLS13`);
   const suites = values.get('cipher-suites') as string[];
-  for (const c of suites) if (!CIPHERS[c]) fail(`--cipher-suites: ${c} is not supported, does not exist or is insecure`);
+  for (const c of suites)
+    if (!CIPHERS[c]) fail(`--cipher-suites: ${c} is not supported, does not exist or is insecure`);
   let leaseLabels: Record<string, string> = {};
   if (bool('enable-lease-controller')) {
     try {
@@ -159,7 +171,11 @@ export function serverConfig(cmd: string, values: Map<string, FlagValue>, env = 
     agent: { host: str('agent-bind-address'), port: agentPort, cert: cluster.cert!, key: cluster.key!, ca: clusterCa },
     maxUnauthenticatedAgents: maxUnauthenticated,
     tokenAuth: usingTokens
-      ? { namespace: str('agent-namespace'), serviceAccount: str('agent-service-account'), audience: str('authentication-audience') }
+      ? {
+          namespace: str('agent-namespace'),
+          serviceAccount: str('agent-service-account'),
+          audience: str('authentication-audience'),
+        }
       : undefined,
     kubeconfig: str('kubeconfig') || undefined,
     proxyStrategies: strategies as ProxyStrategy[],
@@ -184,13 +200,15 @@ export async function runServerCli(argv: readonly string[], cmd: string): Promis
     process.stdout.write(renderPflagHelp(cmd, DESCRIPTION, FLAGS));
     return;
   }
-  if (parsed.args.length > 0) throw new UserError(`${cmd}: unexpected argument "${parsed.args[0]}"; it takes only flags (see ${cmd} --help)`);
+  if (parsed.args.length > 0)
+    throw new UserError(`${cmd}: unexpected argument "${parsed.args[0]}"; it takes only flags (see ${cmd} --help)`);
   const c = serverConfig(cmd, parsed.values);
   const root = createLogger({ debug: c.debug });
   const log = componentLogger(root, 'konnectivity-server');
   const inert = inertFlagsSet(FLAGS, parsed);
   if (inert.length) log.warn({ flags: inert }, `accepted for compatibility, no effect in kctl: ${inert.join(', ')}`);
-  if (c.tlsMinVersion === 'TLSv1' || c.tlsMinVersion === 'TLSv1.1') log.warn(`--tls-min-version below TLS 1.2 is considered insecure (RFC 8996)`);
+  if (c.tlsMinVersion === 'TLSv1' || c.tlsMinVersion === 'TLSv1.1')
+    log.warn(`--tls-min-version below TLS 1.2 is considered insecure (RFC 8996)`);
   if (!c.agent.ca && !c.tokenAuth)
     log.warn(
       'agents are not authenticated: any client that reaches the agent port may serve tunnels; pass --cluster-ca-cert, or --agent-namespace, --agent-service-account and --authentication-audience',

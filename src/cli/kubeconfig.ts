@@ -24,12 +24,20 @@ export function kubeconfigCommand(program: Command): void {
     .description('print the cluster-admin kubeconfig (keep it secret: it grants full access)')
     .action(async (_opts: unknown, cmd: Command) => {
       const file = adminConf(globals(cmd).dataDir);
-      if (!existsSync(file)) throw new UserError(`no admin kubeconfig at ${file}; run kctl controller (or --init-only) with this --data-dir first`);
+      if (!existsSync(file))
+        throw new UserError(
+          `no admin kubeconfig at ${file}; run kctl controller (or --init-only) with this --data-dir first`,
+        );
       process.stdout.write(await readFile(file, 'utf8'));
     });
   kc.command('create')
-    .description('print a kubeconfig for someone outside the control plane: an operator (service-account token) or a person (client certificate)')
-    .option('--service-account <ns/name>', "a bound token of this service account (TokenRequest); it can do what the account's RBAC allows")
+    .description(
+      'print a kubeconfig for someone outside the control plane: an operator (service-account token) or a person (client certificate)',
+    )
+    .option(
+      '--service-account <ns/name>',
+      "a bound token of this service account (TokenRequest); it can do what the account's RBAC allows",
+    )
     .option('--user <name>', 'a client certificate from the cluster CA with this user name (CN)')
     .option('--groups <list>', 'with --user: comma-separated groups (O), e.g. team-a,viewers', '')
     .option('--expiry <duration>', 'lifetime, e.g. 10m, 24h, 30d (default: 24h for a token, 720h for a certificate)')
@@ -47,8 +55,10 @@ export function kubeconfigCommand(program: Command): void {
       ].join('\n'),
     )
     .action(async (opts: { serviceAccount?: string; user?: string; groups: string; expiry?: string }, cmd: Command) => {
-      if (!!opts.serviceAccount === !!opts.user) throw new UserError('give exactly one of --service-account NS/NAME or --user NAME');
-      if (opts.groups && !opts.user) throw new UserError("--groups goes with --user (a service account's groups come from its namespace)");
+      if (!!opts.serviceAccount === !!opts.user)
+        throw new UserError('give exactly one of --service-account NS/NAME or --user NAME');
+      if (opts.groups && !opts.user)
+        throw new UserError("--groups goes with --user (a service account's groups come from its namespace)");
       const { dataDir } = globals(cmd);
       const cfgFile = join(dataDir, 'cluster-config.yaml');
       if (!existsSync(cfgFile) || !existsSync(adminConf(dataDir)))
@@ -63,7 +73,12 @@ export function kubeconfigCommand(program: Command): void {
             parseServiceAccount(opts.serviceAccount),
             parseExpiry(opts.expiry ?? '24h'),
           )
-        : await userKubeconfig(cfg, pki, { name: opts.user!, groups: opts.groups.split(',').filter(Boolean) }, parseExpiry(opts.expiry ?? '720h'));
+        : await userKubeconfig(
+            cfg,
+            pki,
+            { name: opts.user!, groups: opts.groups.split(',').filter(Boolean) },
+            parseExpiry(opts.expiry ?? '720h'),
+          );
       process.stdout.write(text);
     });
 }
@@ -131,7 +146,8 @@ export function kubectlCommand(program: Command): void {
         kubectl = join(await stageOwn(g.binRoot, ['controller'], componentLogger(log, 'stage')), 'kubectl');
       }
       const env: Record<string, string> = {};
-      const explicit = process.env.KUBECONFIG || args.some((a) => a === '--kubeconfig' || a.startsWith('--kubeconfig='));
+      const explicit =
+        process.env.KUBECONFIG || args.some((a) => a === '--kubeconfig' || a.startsWith('--kubeconfig='));
       if (!explicit && existsSync(adminConf(g.dataDir))) env.KUBECONFIG = adminConf(g.dataDir);
       const r = await execa(kubectl, args, { stdio: 'inherit', reject: false, env });
       process.exitCode = r.exitCode ?? 1;

@@ -10,8 +10,16 @@ import { reportAndExit } from './support/errors.ts';
 type DropIn = (argv: readonly string[], cmd: string) => Promise<void>;
 /** `invokedAs`: the name kctl answers to as upstream's agent or server (a symlink or hard link to the executable). */
 const DROP_INS: { name: string; invokedAs: string; load: () => Promise<DropIn> }[] = [
-  { name: 'konnectivity-agent', invokedAs: 'proxy-agent', load: async () => (await import('./konnectivity-agent.ts')).runAgentCli },
-  { name: 'konnectivity-server', invokedAs: 'proxy-server', load: async () => (await import('./konnectivity-server.ts')).runServerCli },
+  {
+    name: 'konnectivity-agent',
+    invokedAs: 'proxy-agent',
+    load: async () => (await import('./konnectivity-agent.ts')).runAgentCli,
+  },
+  {
+    name: 'konnectivity-server',
+    invokedAs: 'proxy-server',
+    load: async () => (await import('./konnectivity-server.ts')).runServerCli,
+  },
 ];
 
 /** The drop-in agent and server take upstream's command line, which commander must not see. */

@@ -21,11 +21,20 @@ export const COMMANDS: readonly { names: readonly string[]; load: () => Promise<
   { names: ['token'], load: async () => (await import('./token.ts')).tokenCommand },
   { names: ['etcd'], load: async () => (await import('./etcd.ts')).etcdCommands },
   { names: ['tenant'], load: async () => (await import('./tenant.ts')).tenantCommands },
-  { names: ['konnectivity-agent'], load: async () => (await import('./konnectivity-agent.ts')).konnectivityAgentCommand },
-  { names: ['konnectivity-server'], load: async () => (await import('./konnectivity-server.ts')).konnectivityServerCommand },
+  {
+    names: ['konnectivity-agent'],
+    load: async () => (await import('./konnectivity-agent.ts')).konnectivityAgentCommand,
+  },
+  {
+    names: ['konnectivity-server'],
+    load: async () => (await import('./konnectivity-server.ts')).konnectivityServerCommand,
+  },
   { names: ['airgap'], load: async () => (await import('./airgap.ts')).airgapCommand },
   { names: ['reset'], load: async () => (await import('./reset.ts')).resetCommand },
-  { names: ['install', 'uninstall', 'start', 'stop', 'restart'], load: async () => (await import('./service.ts')).serviceCommands },
+  {
+    names: ['install', 'uninstall', 'start', 'stop', 'restart'],
+    load: async () => (await import('./service.ts')).serviceCommands,
+  },
   { names: ['sysinfo'], load: async () => (await import('./sysinfo.ts')).sysinfoCommand },
   { names: ['pki'], load: async () => (await import('./pki.ts')).pkiCommand },
   { names: ['secrets'], load: async () => (await import('./secrets.ts')).secretsCommand },
@@ -49,7 +58,9 @@ export function commandOf(argv: readonly string[]): string | undefined {
 /** The tree with the command `argv` runs, or with every command when it names none. */
 export async function buildProgram(argv: readonly string[] = []): Promise<Command> {
   const name = commandOf(argv);
-  const program = new Command('kctl').description('kctl: a single-binary Kubernetes distribution for remote control planes');
+  const program = new Command('kctl').description(
+    'kctl: a single-binary Kubernetes distribution for remote control planes',
+  );
   // Only without a command: commander would otherwise take `kctl upgrade plan --version V` as its own.
   if (name === undefined) program.version(KCTL_VERSION, '--version', 'print the kctl version');
   program

@@ -55,7 +55,10 @@ export async function reset(dataDir: string, runDir: string, steps: ResetSteps, 
   }
   const roles = dataDirRoles(dataDir, runDir);
   if (roles.controller.length && roles.worker.length) {
-    log.info({ controller: roles.controller, worker: roles.worker }, `${dataDir} holds both a controller and a worker: resetting both`);
+    log.info(
+      { controller: roles.controller, worker: roles.worker },
+      `${dataDir} holds both a controller and a worker: resetting both`,
+    );
     await steps.controllerLeftovers();
     await steps.worker();
   } else if (roles.controller.length) {

@@ -9,7 +9,9 @@ export function secretsCommand(program: Command): void {
   const secrets = program.command('secrets').description('encryption at rest of Secrets (spec.api.encryption)');
   secrets
     .command('rotate-key')
-    .description('encrypt every Secret with a new key on every live controller, then drop the old key (resumes an interrupted rotation)')
+    .description(
+      'encrypt every Secret with a new key on every live controller, then drop the old key (resumes an interrupted rotation)',
+    )
     .option('--timeout <duration>', 'how long each step waits for every controller to load the keys', '5m')
     .addOption(outputOption())
     .action(async (opts: { timeout: string; output: OutputFormat }, cmd: Command) => {

@@ -51,7 +51,8 @@ function parseEnv(items: string[]): Record<string, string> {
 /** The kctl executable the unit will run: the single-file kctl, not node running a script nor its unpacked runtime. */
 async function unitExecutable(): Promise<string> {
   const exe = kctlExecutable();
-  if (!exe) throw new UserError('kctl install must run from the kctl executable (dist/kctl), not from node and a script');
+  if (!exe)
+    throw new UserError('kctl install must run from the kctl executable (dist/kctl), not from node and a script');
   return realpath(exe);
 }
 
@@ -61,13 +62,19 @@ async function preflight(role: ServiceRole, f: CommonFlags): Promise<{ exe: stri
   const exe = await unitExecutable();
   await requireDurableExecutable(exe);
   const unit = unitPath(f.unitDir, role);
-  if (existsSync(unit) && !f.force) throw new UserError(`${unit} already exists; kctl uninstall first, or install --force to replace it`);
+  if (existsSync(unit) && !f.force)
+    throw new UserError(`${unit} already exists; kctl uninstall first, or install --force to replace it`);
   if (!existsSync(f.unitDir)) throw new UserError(`unit directory ${f.unitDir} does not exist`);
   return { exe, unit };
 }
 
 /** Writes the unit files, reloads systemd and enables `name`; a failure removes what this install wrote. */
-async function writeAndEnable(name: string, files: [path: string, text: string][], written: string[], start: string): Promise<void> {
+async function writeAndEnable(
+  name: string,
+  files: [path: string, text: string][],
+  written: string[],
+  start: string,
+): Promise<void> {
   try {
     for (const [path, text] of files) {
       await mkdir(dirname(path), { recursive: true, mode: 0o755 });
@@ -114,13 +121,17 @@ async function installTenant(g: GlobalOptions, f: ControllerInstallFlags): Promi
   const unit = tenantUnitName(name);
   const dropIn = tenantDropIn(f.unitDir, name);
   if (!f.force && (existsSync(dropIn) || (await systemctl(['is-enabled', unit], { reject: false })).ok))
-    throw new UserError(`${unit} is already installed; kctl uninstall --name ${name} first, or install --force to replace it`);
+    throw new UserError(
+      `${unit} is already installed; kctl uninstall --name ${name} first, or install --force to replace it`,
+    );
   const template = join(f.unitDir, TENANT_TEMPLATE);
   const base = [exe, 'controller', '--data-dir', abs(g.rootDataDir), '--run-dir', abs(g.rootRunDir)];
   const text = renderUnit({ role: 'controller', execStart: base, env: {}, template: true });
   const current = await readFile(template, 'utf8').catch(() => undefined);
   if (current !== undefined && current !== text && !f.force)
-    throw new UserError(`${template} exists with other settings (another kctl executable or data dir); install --force replaces it for every tenant`);
+    throw new UserError(
+      `${template} exists with other settings (another kctl executable or data dir); install --force replaces it for every tenant`,
+    );
   const own = [
     ...(config ? ['--config', config] : []),
     ...(f.storage ? ['--storage', f.storage] : []),
@@ -128,7 +139,8 @@ async function installTenant(g: GlobalOptions, f: ControllerInstallFlags): Promi
   ];
   const files: [string, string][] = [];
   if (current !== text) files.push([template, text]);
-  if (own.length || Object.keys(env).length) files.push([dropIn, renderTenantDropIn([...base, '--name', name, ...own], env)]);
+  if (own.length || Object.keys(env).length)
+    files.push([dropIn, renderTenantDropIn([...base, '--name', name, ...own], env)]);
   else await rm(dropIn, { force: true });
   await writeAndEnable(unit, files, [], `kctl start --name ${name}`);
 }
@@ -149,8 +161,13 @@ function installController(install: Command): void {
       .description('install kctl-controller.service: the control plane on this host, started at boot')
       .option('--config <file>', 'ClusterConfig YAML file (checked now; the service reads it at every start)')
       .option('--single', 'single-host control plane; storage defaults to kine (SQLite)')
-      .addOption(new Option('--storage <type>', 'storage backend (overrides spec.storage.type)').choices(['etcd', 'kine']))
-      .option('--port-range <from-to>', `with --name: where the tenant's ports are picked on its first start (default ${DEFAULT_PORT_RANGE})`),
+      .addOption(
+        new Option('--storage <type>', 'storage backend (overrides spec.storage.type)').choices(['etcd', 'kine']),
+      )
+      .option(
+        '--port-range <from-to>',
+        `with --name: where the tenant's ports are picked on its first start (default ${DEFAULT_PORT_RANGE})`,
+      ),
   ).action(async (f: ControllerInstallFlags, cmd: Command) => {
     const g = globals(cmd);
     if (g.tenant) return installTenant(g, f);
@@ -162,7 +179,12 @@ function installController(install: Command): void {
     if (config) args.push('--config', config);
     if (f.single) args.push('--single');
     if (f.storage) args.push('--storage', f.storage);
-    await writeAndEnable(unitName('controller'), [[unit, renderUnit({ role: 'controller', execStart: [exe, ...args], env })]], [], 'kctl start');
+    await writeAndEnable(
+      unitName('controller'),
+      [[unit, renderUnit({ role: 'controller', execStart: [exe, ...args], env })]],
+      [],
+      'kctl start',
+    );
   });
 }
 
@@ -180,12 +202,18 @@ function installWorker(install: Command): void {
     install
       .command('worker')
       .description('install kctl-worker.service: a node joined with a token, started at boot')
-      .requiredOption('--token-file <file>', 'join token file (kctl token create --role worker); copied once into the data dir, 0600')
+      .requiredOption(
+        '--token-file <file>',
+        'join token file (kctl token create --role worker); copied once into the data dir, 0600',
+      )
       .option('--node-name <name>', 'node name (default: host name)')
       .option('--node-ip <ip>', "node address (default: this host's address towards the API server)")
       .option('--labels <k=v>', 'node labels (repeat or comma-separate)', collect, [])
       .option('--taints <key=value:Effect>', 'node taints (repeat or comma-separate)', collect, [])
-      .option('--network-relay', 'in wireguard mode, carry pod traffic between nodes that cannot reach each other (see kctl worker --help)'),
+      .option(
+        '--network-relay',
+        'in wireguard mode, carry pod traffic between nodes that cannot reach each other (see kctl worker --help)',
+      ),
   ).action(async (f: WorkerInstallFlags, cmd: Command) => {
     const g = globals(cmd);
     const { exe, unit } = await preflight('worker', f);
@@ -203,7 +231,10 @@ function installWorker(install: Command): void {
     const dataDir = abs(g.dataDir);
     // The secret stays in the data dir; the unit, ps and the logs see only its path.
     const tokenFile = join(dataDir, TOKEN_FILE);
-    if (g.tenant) throw new UserError('--name names a tenant control plane (kctl install controller --name); a worker takes --node-name');
+    if (g.tenant)
+      throw new UserError(
+        '--name names a tenant control plane (kctl install controller --name); a worker takes --node-name',
+      );
     const written: string[] = [];
     if (!existsSync(tokenFile) || f.force) {
       await writeFileAtomic(tokenFile, tokenText.trim() + '\n', 0o600);
@@ -215,23 +246,35 @@ function installWorker(install: Command): void {
     if (labels.length) args.push('--labels', labels.join(','));
     if (f.taints.length) args.push('--taints', f.taints.join(','));
     if (f.networkRelay) args.push('--network-relay');
-    await writeAndEnable(unitName('worker'), [[unit, renderUnit({ role: 'worker', execStart: [exe, ...args], env })]], written, 'kctl start');
+    await writeAndEnable(
+      unitName('worker'),
+      [[unit, renderUnit({ role: 'worker', execStart: [exe, ...args], env })]],
+      written,
+      'kctl start',
+    );
   });
 }
 
 /** The role whose unit is installed in `unitDir`; one clear line when none or both are. */
 function installedRole(unitDir: string): ServiceRole {
   const roles = SERVICE_ROLES.filter((r) => existsSync(unitPath(unitDir, r)));
-  if (roles.length === 0) throw new UserError(`no kctl service is installed in ${unitDir}; run kctl install controller or kctl install worker first`);
+  if (roles.length === 0)
+    throw new UserError(
+      `no kctl service is installed in ${unitDir}; run kctl install controller or kctl install worker first`,
+    );
   if (roles.length > 1)
-    throw new UserError(`both ${roles.map(unitName).join(' and ')} are installed in ${unitDir}; use systemctl with the unit name`);
+    throw new UserError(
+      `both ${roles.map(unitName).join(' and ')} are installed in ${unitDir}; use systemctl with the unit name`,
+    );
   return roles[0]!;
 }
 
 /** The tenant's instance, when the template is installed in `unitDir`. */
 function installedTenant(unitDir: string, tenant: string): string {
   if (!existsSync(join(unitDir, TENANT_TEMPLATE)))
-    throw new UserError(`${tenantUnitName(tenant)} is not installed in ${unitDir}; run kctl install controller --name ${tenant} first`);
+    throw new UserError(
+      `${tenantUnitName(tenant)} is not installed in ${unitDir}; run kctl install controller --name ${tenant} first`,
+    );
   return tenantUnitName(tenant);
 }
 

@@ -20,7 +20,8 @@ function formatDuration(s: number | undefined): string {
 }
 
 /** The agentidentifiers query as an operator would type it (IPv6 colons not escaped). */
-const showIdentifiers = (ids: Parameters<typeof formatIdentifiers>[0]): string => decodeURIComponent(formatIdentifiers(ids));
+const showIdentifiers = (ids: Parameters<typeof formatIdentifiers>[0]): string =>
+  decodeURIComponent(formatIdentifiers(ids));
 
 export type AnyStatusReport = ControllerStatusReport | WorkerStatusReport;
 
@@ -47,10 +48,13 @@ export function renderStatus(r: AnyStatusReport): string {
       '',
       `Konnectivity server ${k.serverId} (servercount ${k.serverCount}): ${k.agents.length} agent(s), ${k.establishedConnections} open tunnel(s), ${k.pendingDials} pending dial(s)`,
     );
-    if (k.agents.length === 0) out.push('  no agents connected: kube-apiserver answers "No agent available" for logs, exec and port-forward');
+    if (k.agents.length === 0)
+      out.push('  no agents connected: kube-apiserver answers "No agent available" for logs, exec and port-forward');
     for (const a of k.agents) {
       const label = a.agentIdClaimed === undefined ? '' : `  agentid=${a.agentIdClaimed}`;
-      out.push(`  ${a.id}  node=${a.node ?? '-'}  auth=${a.auth}${label}${a.draining ? '  draining' : ''}  connections=${a.connections}`);
+      out.push(
+        `  ${a.id}  node=${a.node ?? '-'}  auth=${a.auth}${label}${a.draining ? '  draining' : ''}  connections=${a.connections}`,
+      );
       // What the agent asked to route and what it got: "why did this dial go there" in one place.
       out.push(`    claimed:  ${showIdentifiers(a.claimed) || '(nothing)'}`);
       out.push(`    accepted: ${showIdentifiers(a.accepted) || '(nothing: only dials any agent may take)'}`);
@@ -61,10 +65,16 @@ export function renderStatus(r: AnyStatusReport): string {
   out.push(...renderCertificates(r.certificates ?? []));
   const agent = r.role === 'worker' ? r.konnectivityAgent : undefined;
   if (agent) {
-    out.push('', `Konnectivity agent ${agent.agentId}: streams to ${agent.servers.length} of ${agent.knownServerCount} server(s)`);
-    if (agent.servers.length === 0) out.push('  no server connected: logs, exec and port-forward to this node fail until one is');
+    out.push(
+      '',
+      `Konnectivity agent ${agent.agentId}: streams to ${agent.servers.length} of ${agent.knownServerCount} server(s)`,
+    );
+    if (agent.servers.length === 0)
+      out.push('  no server connected: logs, exec and port-forward to this node fail until one is');
     for (const s of agent.servers)
-      out.push(`  ${s.address}  server=${s.serverId}  transport=${s.transport}  connections=${s.connections}  pending=${s.pendingDials}`);
+      out.push(
+        `  ${s.address}  server=${s.serverId}  transport=${s.transport}  connections=${s.connections}  pending=${s.pendingDials}`,
+      );
   }
   const net = r.role === 'worker' ? r.podNetwork : undefined;
   if (net?.mode) {
@@ -91,7 +101,9 @@ export function renderStatus(r: AnyStatusReport): string {
   if (lb) {
     out.push('', `API balancer ${lb.listen} (kubelet, kube-proxy and kctl reach the API here):`);
     for (const u of lb.upstreams)
-      out.push(`  ${u.address}  ${u.healthy ? 'healthy' : 'unhealthy'}  connections=${u.connections}${u.lastError ? `  ${u.lastError}` : ''}`);
+      out.push(
+        `  ${u.address}  ${u.healthy ? 'healthy' : 'unhealthy'}  connections=${u.connections}${u.lastError ? `  ${u.lastError}` : ''}`,
+      );
   }
   return out.join('\n') + '\n';
 }
@@ -108,7 +120,11 @@ export function renderCertificates(certs: CertificateStatus[]): string[] {
     c.kind === 'ca' ? 'rotated by the operator' : c.renewedBy ? `by ${c.renewedBy}` : day(c.renewAt),
     String(c.renewals),
   ]);
-  const out = ['', 'Certificates:', ...renderTable(['NAME', 'KIND', 'SUBJECT', 'EXPIRES', 'NEXT RENEWAL', 'RENEWALS'], rows)];
+  const out = [
+    '',
+    'Certificates:',
+    ...renderTable(['NAME', 'KIND', 'SUBJECT', 'EXPIRES', 'NEXT RENEWAL', 'RENEWALS'], rows),
+  ];
   for (const c of certs) {
     if (c.warning) out.push(`WARNING: ${c.name}: ${c.warning}`);
     if (c.error) out.push(`ERROR: ${c.name}: ${c.error}`);
@@ -123,16 +139,22 @@ function renderCluster(r: ControllerStatusReport): string[] {
   const live = r.controllers ?? [];
   if (live.length) {
     out.push('', `Controllers (live leases): ${live.length}`);
-    for (const c of live) out.push(`  ${c.name}  api=${c.apiServer}  konnectivity=${c.konnectivity}  agents=${c.agentsTotal ?? c.agents.length}`);
+    for (const c of live)
+      out.push(
+        `  ${c.name}  api=${c.apiServer}  konnectivity=${c.konnectivity}  agents=${c.agentsTotal ?? c.agents.length}`,
+      );
   }
   if (r.agentServers?.length) {
     out.push('', 'Agents and the controllers they hold a stream to (from the leases):');
-    for (const a of r.agentServers) out.push(`  ${a.agent}  ${a.servers.length}/${live.length}  ${a.servers.join(', ')}`);
+    for (const a of r.agentServers)
+      out.push(`  ${a.agent}  ${a.servers.length}/${live.length}  ${a.servers.join(', ')}`);
   }
   if (r.addressConflicts?.length) {
     out.push('', `Address conflicts (more than one Node reports it: nobody's until an admin resolves it):`);
     for (const c of r.addressConflicts)
-      out.push(`  ${c.value}  reported by ${c.nodes.join(', ')}  ${c.keeper ? `kept by ${c.keeper} (${KEEPS_ADDRESSES_ANNOTATION})` : "nobody's"}`);
+      out.push(
+        `  ${c.value}  reported by ${c.nodes.join(', ')}  ${c.keeper ? `kept by ${c.keeper} (${KEEPS_ADDRESSES_ANNOTATION})` : "nobody's"}`,
+      );
   }
   if (r.refusedPodRanges?.length) {
     out.push('', 'Refused pod ranges (the tunnel and the pod network route nothing to them):');
@@ -151,10 +173,16 @@ function renderCluster(r: ControllerStatusReport): string[] {
   out.push(...renderBackup(r));
   const s = r.storage;
   if (s?.type === 'kine')
-    out.push('', `Storage: kine on ${s.datastore === 'sqlite' ? 'a SQLite file in the data dir (one controller only)' : s.datastore}`);
+    out.push(
+      '',
+      `Storage: kine on ${s.datastore === 'sqlite' ? 'a SQLite file in the data dir (one controller only)' : s.datastore}`,
+    );
   if (s?.type === 'etcd') {
     out.push('', `Storage: etcd, ${s.members.length} member(s)${s.error ? ` (cannot list members: ${s.error})` : ''}`);
-    for (const m of s.members) out.push(`  ${m.name || '(not started)'}  ${m.id}  ${m.peerURLs.join(',')}  ${m.isLearner ? 'learner' : 'voter'}`);
+    for (const m of s.members)
+      out.push(
+        `  ${m.name || '(not started)'}  ${m.id}  ${m.peerURLs.join(',')}  ${m.isLearner ? 'learner' : 'voter'}`,
+      );
   }
   return out;
 }
@@ -165,7 +193,9 @@ function renderBackup(r: ControllerStatusReport): string[] {
   if (!b) return [];
   const l = b.last;
   const last = l
-    ? [l.at, l.result === 'ok' ? 'ok' : `failed: ${l.reason ?? ''}`, l.file, `(by ${l.controller})`].filter(Boolean).join('  ')
+    ? [l.at, l.result === 'ok' ? 'ok' : `failed: ${l.reason ?? ''}`, l.file, `(by ${l.controller})`]
+        .filter(Boolean)
+        .join('  ')
     : '(none yet)';
   return [
     '',

@@ -35,7 +35,9 @@ export interface TenantListEntry {
 async function entry(rootDataDir: string, rootRunDir: string, r: TenantRecord): Promise<TenantListEntry> {
   const layout = tenantLayout(rootDataDir, rootRunDir, r.name);
   const ports: Record<string, number> = { ...r.ports };
-  const report = await readStatus<ControllerStatusReport>(join(layout.runDir, 'status.sock'), 2000).catch(() => undefined);
+  const report = await readStatus<ControllerStatusReport>(join(layout.runDir, 'status.sock'), 2000).catch(
+    () => undefined,
+  );
   const address = await tenantApiAddress(layout.dataDir);
   const running = report && report.components.length > 0 && report.components.every((c) => c.state === 'running');
   const pids = report ? [report.pid, ...report.components.flatMap((c) => (c.pid ? [c.pid] : []))] : [];
@@ -58,10 +60,14 @@ async function entry(rootDataDir: string, rootRunDir: string, r: TenantRecord): 
 const orDash = (v: string | number | undefined): string => (v === undefined ? '-' : String(v));
 
 export function tenantCommands(program: Command): void {
-  const tenant = program.command('tenant').description('tenant control planes on this host (kctl controller --name NAME)');
+  const tenant = program
+    .command('tenant')
+    .description('tenant control planes on this host (kctl controller --name NAME)');
   tenant
     .command('list')
-    .description('every tenant on this host: profile, state, version, API URL, nodes Ready/total, agents, storage, memory (PSS), pid')
+    .description(
+      'every tenant on this host: profile, state, version, API URL, nodes Ready/total, agents, storage, memory (PSS), pid',
+    )
     .addOption(outputOption())
     .action(async (opts: { output: OutputFormat }, cmd: Command) => {
       const g = globals(cmd);
@@ -69,7 +75,9 @@ export function tenantCommands(program: Command): void {
       const list = await Promise.all(records.map((r) => entry(g.rootDataDir, g.rootRunDir, r)));
       if (opts.output === 'json') return printJson(list);
       if (list.length === 0) {
-        process.stdout.write(`no tenants under ${join(g.rootDataDir, 'tenants')}; start one with: kctl controller --name NAME\n`);
+        process.stdout.write(
+          `no tenants under ${join(g.rootDataDir, 'tenants')}; start one with: kctl controller --name NAME\n`,
+        );
         return;
       }
       const rows = list.map((t) => [

@@ -2,7 +2,11 @@ import type { Command } from 'commander';
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { loadConfig } from '../controller/config/config.ts';
-import { checkControllerTokenExpiry, CONTROLLER_TOKEN_DEFAULT_EXPIRY, CONTROLLER_TOKEN_DEFAULT_USES } from '../controller/join/controller-tokens.ts';
+import {
+  checkControllerTokenExpiry,
+  CONTROLLER_TOKEN_DEFAULT_EXPIRY,
+  CONTROLLER_TOKEN_DEFAULT_USES,
+} from '../controller/join/controller-tokens.ts';
 import { createToken, invalidateToken, listTokens, parseExpiry, parseUses } from '../controller/join/tokens.ts';
 import { credentialsFromKubeconfig, KubeClient } from '../kube/client.ts';
 import { UserError } from '../base/errors.ts';
@@ -12,7 +16,8 @@ import { outputOption, printJson, type OutputFormat } from './support/output.ts'
 
 function adminClient(dataDir: string): KubeClient {
   const conf = join(dataDir, 'pki', 'admin.conf');
-  if (!existsSync(conf)) throw new UserError(`no admin kubeconfig at ${conf}; run this on a controller host (or pass its --data-dir)`);
+  if (!existsSync(conf))
+    throw new UserError(`no admin kubeconfig at ${conf}; run this on a controller host (or pass its --data-dir)`);
   return new KubeClient(credentialsFromKubeconfig(conf));
 }
 
@@ -20,7 +25,9 @@ export function tokenCommand(program: Command): void {
   const token = program.command('token').description('join tokens for workers and controllers');
   token
     .command('create')
-    .description('print a new join token (worker: for `kctl worker --token-file`; controller: for `kctl controller --token-file`)')
+    .description(
+      'print a new join token (worker: for `kctl worker --token-file`; controller: for `kctl controller --token-file`)',
+    )
     .requiredOption('--role <role>', 'what the token joins as: worker or controller')
     .option(
       '--expiry <duration>',
@@ -30,7 +37,10 @@ export function tokenCommand(program: Command): void {
       '--uses <n>',
       `joins the token allows, then it is deleted (controller: default ${CONTROLLER_TOKEN_DEFAULT_USES}; worker: default unlimited)`,
     )
-    .option('--node-name <name>', 'worker: the only node name the token may join as; it may be registered already (re-joining a reset host)')
+    .option(
+      '--node-name <name>',
+      'worker: the only node name the token may join as; it may be registered already (re-joining a reset host)',
+    )
     .action(async (opts: { role: string; expiry?: string; uses?: string; nodeName?: string }, cmd: Command) => {
       if (opts.role !== 'worker' && opts.role !== 'controller')
         throw new UserError(`--role "${opts.role}" is not a role; use --role worker or --role controller`);
@@ -46,7 +56,8 @@ export function tokenCommand(program: Command): void {
         );
       const g = globals(cmd);
       const cfgFile = join(g.dataDir, 'cluster-config.yaml');
-      if (!existsSync(cfgFile)) throw new UserError(`no controller config at ${cfgFile}; start kctl controller with this --data-dir first`);
+      if (!existsSync(cfgFile))
+        throw new UserError(`no controller config at ${cfgFile}; start kctl controller with this --data-dir first`);
       const cfg = await loadConfig(cfgFile);
       if (cfg.spec.profile === 'api-only')
         throw new UserError(
@@ -55,7 +66,15 @@ export function tokenCommand(program: Command): void {
             : 'this is an api-only control plane (spec.profile: api-only): it serves no join endpoint, so no other controller can join it',
         );
       process.stdout.write(
-        (await createToken(adminClient(g.dataDir), cfg, join(g.dataDir, 'pki', 'ca.crt'), opts.role, expiryMs, uses, opts.nodeName)) + '\n',
+        (await createToken(
+          adminClient(g.dataDir),
+          cfg,
+          join(g.dataDir, 'pki', 'ca.crt'),
+          opts.role,
+          expiryMs,
+          uses,
+          opts.nodeName,
+        )) + '\n',
       );
     });
   token
@@ -80,7 +99,10 @@ export function tokenCommand(program: Command): void {
         ]),
       ];
       const w = rows[0]!.map((_, i) => Math.max(...rows.map((r) => r[i]!.length)));
-      process.stdout.write(rows.map((r) => r.map((cell, i) => (i === r.length - 1 ? cell : cell.padEnd(w[i]!))).join('  ')).join('\n') + '\n');
+      process.stdout.write(
+        rows.map((r) => r.map((cell, i) => (i === r.length - 1 ? cell : cell.padEnd(w[i]!))).join('  ')).join('\n') +
+          '\n',
+      );
     });
   token
     .command('invalidate')

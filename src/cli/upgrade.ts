@@ -1,6 +1,11 @@
 import type { Command } from 'commander';
 import { globals } from './support/globals.ts';
-import { createUpgradePlan, upgradeStatus, type MemberStatus, type UpgradeStatus } from '../controller/upgrades/upgrade-plan-run.ts';
+import {
+  createUpgradePlan,
+  upgradeStatus,
+  type MemberStatus,
+  type UpgradeStatus,
+} from '../controller/upgrades/upgrade-plan-run.ts';
 import { KubeClient } from '../kube/client.ts';
 import { localController, progressToStderr } from './support/controller-host.ts';
 import { outputOption, printJson, renderTable, type OutputFormat } from './support/output.ts';
@@ -8,7 +13,9 @@ import { outputOption, printJson, renderTable, type OutputFormat } from './suppo
 export function upgradeCommand(program: Command): void {
   const upgrade = program
     .command('upgrade')
-    .description('upgrade the cluster to a new kctl: controllers one at a time, then every node pulls it over its own connection');
+    .description(
+      'upgrade the cluster to a new kctl: controllers one at a time, then every node pulls it over its own connection',
+    );
   upgrade
     .command('plan')
     .description(
@@ -59,9 +66,12 @@ function renderStatus(s: UpgradeStatus): string[] {
     if (m.draining) return 'draining';
     // A plan that ended left those that never took their turn with nothing to wait for.
     if (p?.state !== 'active' && (m.upgrade?.state === 'waiting' || m.upgrade?.state === 'downloading')) return '-';
-    if (!m.upgrade) return p && m.release?.version === p.target.version ? 'done' : p?.state === 'active' ? 'waiting' : '-';
+    if (!m.upgrade)
+      return p && m.release?.version === p.target.version ? 'done' : p?.state === 'active' ? 'waiting' : '-';
     const bytes =
-      m.upgrade.state === 'downloading' && m.upgrade.bytes !== undefined && p ? ` ${Math.floor((m.upgrade.bytes / p.target.size) * 100)} %` : '';
+      m.upgrade.state === 'downloading' && m.upgrade.bytes !== undefined && p
+        ? ` ${Math.floor((m.upgrade.bytes / p.target.size) * 100)} %`
+        : '';
     return `${m.upgrade.state}${bytes}${m.upgrade.reason ? `: ${m.upgrade.reason}` : ''}`;
   };
   const rows = s.members.map((m) => [

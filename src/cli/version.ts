@@ -10,7 +10,9 @@ export function versionCommand(program: Command): void {
     .addOption(outputOption())
     .action(async (opts: { output: OutputFormat }) => {
       const payload = await findPayload(KCTL_VERSION);
-      const components = Object.fromEntries(payload.index.components.map((c) => [c.name, { version: c.version, sha256: c.sha256 }]));
+      const components = Object.fromEntries(
+        payload.index.components.map((c) => [c.name, { version: c.version, sha256: c.sha256 }]),
+      );
       if (opts.output === 'json') {
         // The executable's Node runtime, as its launcher unpacked it (absent in a checkout run).
         const runtime =
@@ -21,7 +23,10 @@ export function versionCommand(program: Command): void {
         return;
       }
       const width = Math.max(...payload.index.components.map((c) => c.name.length));
-      const lines = [`kctl ${KCTL_VERSION}`, ...payload.index.components.map((c) => `  ${c.name.padEnd(width)}  ${c.version}`)];
+      const lines = [
+        `kctl ${KCTL_VERSION}`,
+        ...payload.index.components.map((c) => `  ${c.name.padEnd(width)}  ${c.version}`),
+      ];
       process.stdout.write(lines.join('\n') + '\n');
     });
 }

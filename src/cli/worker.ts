@@ -56,8 +56,14 @@ export function workerCommand(program: Command): void {
   program
     .command('worker')
     .description('run a node: containerd, kubelet, kube-proxy and the konnectivity agent, joined with a token')
-    .option('--token-file <file>', 'file with the join token from `kctl token create --role worker` (needed only the first time)')
-    .option('--token <token>', 'the join token itself; other users see it (ps) until kctl hides it: prefer --token-file')
+    .option(
+      '--token-file <file>',
+      'file with the join token from `kctl token create --role worker` (needed only the first time)',
+    )
+    .option(
+      '--token <token>',
+      'the join token itself; other users see it (ps) until kctl hides it: prefer --token-file',
+    )
     .option('--labels <k=v>', 'node labels (repeat or comma-separate)', collect, [])
     .option('--taints <key=value:Effect>', 'node taints (repeat or comma-separate)', collect, [])
     .option('--node-name <name>', 'node name (default: host name)')
@@ -73,7 +79,8 @@ export function workerCommand(program: Command): void {
     .action(async (f: WorkerFlags, cmd: Command) => {
       if (f.token) hideFromCommandLine(f.token);
       const g = globals(cmd);
-      if (g.tenant) throw new UserError('--name names a tenant control plane (kctl controller --name); a worker takes --node-name');
+      if (g.tenant)
+        throw new UserError('--name names a tenant control plane (kctl controller --name); a worker takes --node-name');
       if (f.token && f.tokenFile) throw new UserError('pass --token or --token-file, not both');
       const token = f.tokenFile ? await readTokenFile(f.tokenFile) : f.token;
       checkNodeFlags(f);

@@ -80,8 +80,11 @@ export interface ControllerOptions extends ConfigFlags {
 export function controllerPorts(cfg: ClusterConfig): Record<string, number> {
   const s = cfg.spec;
   const etcd: Record<string, number> =
-    s.storage.type === 'etcd' ? { 'etcd client port': s.storage.etcd.clientPort, 'etcd peer port': s.storage.etcd.peerPort } : {};
-  if (s.profile === 'api-only') return { [KUBE_APISERVER]: s.api.port, ...etcd, [KUBE_CONTROLLER_MANAGER]: s.controllerManager.port };
+    s.storage.type === 'etcd'
+      ? { 'etcd client port': s.storage.etcd.clientPort, 'etcd peer port': s.storage.etcd.peerPort }
+      : {};
+  if (s.profile === 'api-only')
+    return { [KUBE_APISERVER]: s.api.port, ...etcd, [KUBE_CONTROLLER_MANAGER]: s.controllerManager.port };
   return {
     [KUBE_APISERVER]: s.api.port,
     'controller join endpoint': s.api.joinPort,
@@ -222,7 +225,9 @@ export function controllerComponents(o: ControllerRoleOptions): Component[] {
     joinServer,
     // kctl's add-on stacks (written before the start) and operators' stacks under <data-dir>/manifests/<stack>/.
     new ManifestApplierComponent(paths.manifestsDir, paths.dataDir, kube),
-    ...(cfg.spec.addons.coredns.enabled ? [new CorednsScalerComponent(kube, nodes, cfg.spec.addons.coredns.replicas)] : []),
+    ...(cfg.spec.addons.coredns.enabled
+      ? [new CorednsScalerComponent(kube, nodes, cfg.spec.addons.coredns.replicas)]
+      : []),
     scheduler,
     controllerManager,
     new CsrApproverComponent(kube, nodes),
@@ -238,8 +243,16 @@ export function controllerComponents(o: ControllerRoleOptions): Component[] {
 }
 
 /** What every controller's status report starts with: this process and its components. */
-function processReport(components: ComponentStatus[]): Pick<ControllerStatusReport, 'role' | 'version' | 'pid' | 'uptimeSeconds' | 'components'> {
-  return { role: 'controller', version: KCTL_VERSION, pid: process.pid, uptimeSeconds: Math.round(process.uptime()), components };
+function processReport(
+  components: ComponentStatus[],
+): Pick<ControllerStatusReport, 'role' | 'version' | 'pid' | 'uptimeSeconds' | 'components'> {
+  return {
+    role: 'controller',
+    version: KCTL_VERSION,
+    pid: process.pid,
+    uptimeSeconds: Math.round(process.uptime()),
+    components,
+  };
 }
 
 /** Prepares the data dir; with initOnly, exits after; otherwise runs until SIGTERM/SIGINT. */
@@ -257,9 +270,14 @@ export async function runController(opts: ControllerOptions, log: Logger): Promi
   // A data dir a newer kctl wrote is refused before anything in it changes.
   await refuseNewerDataDir(paths.dataDir, KCTL_VERSION);
   if (opts.token && cfg.spec.profile === 'api-only')
-    throw new UserError('an api-only control plane (spec.profile: api-only) runs alone: it cannot join another cluster with --token-file');
+    throw new UserError(
+      'an api-only control plane (spec.profile: api-only) runs alone: it cannot join another cluster with --token-file',
+    );
   const tenant =
-    opts.tenant && (await startTenant(opts.tenant, opts.tenant.portRange, cfg, componentLogger(log, 'tenant'), { joining: !!opts.token }));
+    opts.tenant &&
+    (await startTenant(opts.tenant, opts.tenant.portRange, cfg, componentLogger(log, 'tenant'), {
+      joining: !!opts.token,
+    }));
   if (tenant) cfg = tenant.cfg;
   if (!opts.initOnly) await refuseIfOwned([paths.dataDir, paths.runDir]);
   const portAdvice = opts.tenant && tenantPortAdvice(opts.tenant.name);
@@ -286,7 +304,9 @@ export async function runController(opts: ControllerOptions, log: Logger): Promi
   // only prepares files and exits (two may run at once: staging takes its own lock), so it does not.
   if (opts.initOnly) return prepareAndRun(cfg, paths, opts, joined, log, undefined);
   const restart = new RestartRequest();
-  await runOwning([paths.dataDir, paths.runDir], 'controller', () => prepareAndRun(cfg, paths, opts, joined, log, notifier, restart));
+  await runOwning([paths.dataDir, paths.runDir], 'controller', () =>
+    prepareAndRun(cfg, paths, opts, joined, log, notifier, restart),
+  );
   // An upgrade stopped everything to restart into the new kctl (the dirs are released by now).
   if (restart.pending)
     await restartForUpgrade(restart.pending, {
@@ -294,7 +314,12 @@ export async function runController(opts: ControllerOptions, log: Logger): Promi
       ready: (signal) => readyAtVersion(paths.statusSocket, restart.pending!.target, signal),
       systemd: SystemdNotifier.fromEnv({ log: componentLogger(log, 'systemd') }),
       onRollback: (reason) =>
-        writeOutcome(paths.dataDir, { target: restart.pending!.target, state: 'rolled back', reason, at: new Date().toISOString() }),
+        writeOutcome(paths.dataDir, {
+          target: restart.pending!.target,
+          state: 'rolled back',
+          reason,
+          at: new Date().toISOString(),
+        }),
     });
 }
 
@@ -313,7 +338,10 @@ async function prepareAndRun(
   await writeFileAtomic(join(paths.dataDir, 'cluster-config.yaml'), stringify(cfg), 0o600);
   await stageForStart(paths.binRoot, ['controller'], componentLogger(log, 'stage'));
   // The encryption config is made here, at start only: afterwards the encryption component keeps it.
-  const pki = await ensurePki({ ...pkiOptions(cfg, paths), encryptedResources: cfg.spec.api.encryption.resources }, componentLogger(log, 'pki'));
+  const pki = await ensurePki(
+    { ...pkiOptions(cfg, paths), encryptedResources: cfg.spec.api.encryption.resources },
+    componentLogger(log, 'pki'),
+  );
   await writeAddonStacks(cfg, paths.manifestsDir, pki, componentLogger(log, 'addons'));
   await prepareAudit(cfg, paths.dataDir);
   if (opts.initOnly) {
@@ -325,19 +353,31 @@ async function prepareAndRun(
   const endBoost = opts.tenant ? boostStart(componentLogger(log, 'host')) : undefined;
 
   const manager = new ComponentManager(
-    controllerComponents({ cfg, paths, pki, joined, restart, release: releaseOf((await findPayload(KCTL_VERSION)).index) }),
+    controllerComponents({
+      cfg,
+      paths,
+      pki,
+      joined,
+      restart,
+      release: releaseOf((await findPayload(KCTL_VERSION)).index),
+    }),
     componentLogger(log, 'manager'),
     {
       onProgress: (text) => notifier?.status(text),
     },
   );
-  log.info({ address: cfg.spec.api.address, port: cfg.spec.api.port, storage: cfg.spec.storage.type }, 'starting controller');
+  log.info(
+    { address: cfg.spec.api.address, port: cfg.spec.api.port, storage: cfg.spec.storage.type },
+    'starting controller',
+  );
   const url = httpsUrl(cfg.spec.api.address, cfg.spec.api.port);
   await runUntilSignal(manager, log, {
     onReady: () => {
       log.info({ url }, 'controller ready');
       notifier?.ready(`controller ready: API at ${url}`);
-      endBoost?.().catch((err: unknown) => log.warn({ reason: messageOf(err) }, 'could not lower the CPU priority of the start again'));
+      endBoost?.().catch((err: unknown) =>
+        log.warn({ reason: messageOf(err) }, 'could not lower the CPU priority of the start again'),
+      );
     },
     onStopping: () => notifier?.stopping(),
     stopWhen: restart?.requested,

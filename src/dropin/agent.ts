@@ -6,7 +6,13 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { messageOf, UserError } from '../base/errors.ts';
 import type { Logger } from '../base/log.ts';
 import type { Component } from '../base/component.ts';
-import { endpointComponent, KonnectivityAgent, parseIdentifiers, serveAdmin, serveHealth } from '../konnectivity/index.ts';
+import {
+  endpointComponent,
+  KonnectivityAgent,
+  parseIdentifiers,
+  serveAdmin,
+  serveHealth,
+} from '../konnectivity/index.ts';
 import { KubeClient, credentialsFromKubeconfig, type KubeCredentials } from '../kube/client.ts';
 import { ServerLeaseCounter, inClusterCredentials } from '../kube/server-leases.ts';
 
@@ -62,7 +68,10 @@ export function agentDropinComponents(c: DropinAgentConfig, log: Logger): AgentD
       registry: agent.metrics.registry,
       checks: [
         { name: 'ping', check: () => null },
-        { name: 'server-connected', check: () => (agent.snapshot().servers.length > 0 ? null : 'no servers connected') },
+        {
+          name: 'server-connected',
+          check: () => (agent.snapshot().servers.length > 0 ? null : 'no servers connected'),
+        },
       ],
     }),
   );
@@ -78,7 +87,9 @@ export function agentDropinComponents(c: DropinAgentConfig, log: Logger): AgentD
     agent,
     ports: () => ({ health: health.port(), admin: admin.port() }),
     components: [
-      ...(c.leases ? [leaseCounterComponent(leaseCredentials(c.leases), c.leases, leaseCount, agent.metrics, log)] : []),
+      ...(c.leases
+        ? [leaseCounterComponent(leaseCredentials(c.leases), c.leases, leaseCount, agent.metrics, log)]
+        : []),
       health,
       admin,
       {
@@ -141,7 +152,11 @@ function leaseCounterComponent(
           },
           watch: (code, reason) => m.leaseWatches.inc({ http_response_code: String(code), reason }),
         },
-        (err) => log.warn({ namespace: o.namespace, label: o.label }, `cannot read the konnectivity servers' leases: ${err.message}`),
+        (err) =>
+          log.warn(
+            { namespace: o.namespace, label: o.label },
+            `cannot read the konnectivity servers' leases: ${err.message}`,
+          ),
       );
       count.counter = counter;
       counter.start();
@@ -156,10 +171,16 @@ function leaseCounterComponent(
         await sleep(100, undefined, { signal });
         if (Date.now() - told >= 10_000) {
           told = Date.now();
-          log.info({ waitedSeconds: Math.round((told - since) / 1000) }, "waiting for the first list of the servers' leases");
+          log.info(
+            { waitedSeconds: Math.round((told - since) / 1000) },
+            "waiting for the first list of the servers' leases",
+          );
         }
       }
-      log.info({ namespace: o.namespace, label: o.label, servers: counter.count() }, 'counting konnectivity servers by their leases');
+      log.info(
+        { namespace: o.namespace, label: o.label, servers: counter.count() },
+        'counting konnectivity servers by their leases',
+      );
     },
     stop: async () => {
       await count.counter?.stop();

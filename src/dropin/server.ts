@@ -6,7 +6,14 @@ import type tls from 'node:tls';
 import { messageOf, UserError } from '../base/errors.ts';
 import type { Logger } from '../base/log.ts';
 import type { Component } from '../base/component.ts';
-import { endpointComponent, KonnectivityServer, serveAdmin, serveHealth, type ProxyStrategy, type TcpFrontend } from '../konnectivity/index.ts';
+import {
+  endpointComponent,
+  KonnectivityServer,
+  serveAdmin,
+  serveHealth,
+  type ProxyStrategy,
+  type TcpFrontend,
+} from '../konnectivity/index.ts';
 import { KubeClient, credentialsFromKubeconfig, type KubeCredentials } from '../kube/client.ts';
 import { ServerLeasePublisher, inClusterCredentials } from '../kube/server-leases.ts';
 import { serviceAccountTokenReview, serviceAccountUser } from '../kube/token-review.ts';
@@ -77,7 +84,11 @@ export function serverDropinComponents(c: DropinServerConfig, log: Logger): Serv
     agentAuth: 'upstream',
     tokenReview:
       kube && c.tokenAuth
-        ? serviceAccountTokenReview(kube, c.tokenAuth.audience, serviceAccountUser(c.tokenAuth.namespace, c.tokenAuth.serviceAccount))
+        ? serviceAccountTokenReview(
+            kube,
+            c.tokenAuth.audience,
+            serviceAccountUser(c.tokenAuth.namespace, c.tokenAuth.serviceAccount),
+          )
         : undefined,
     proxyStrategies: c.proxyStrategies,
     dialTimeoutMs: c.backendDialTimeoutMs,

@@ -90,7 +90,8 @@ function kineReady(o: KineOptions): (signal: AbortSignal) => Promise<void> {
         await execa(etcdctl, [...base, 'put', key, value], opts);
         const got = await execa(etcdctl, [...base, 'get', '--print-value-only', key], opts);
         await execa(etcdctl, [...base, 'del', key], { ...opts, reject: false });
-        if (got.stdout.trim() !== value) throw new Error(`probe key read back "${got.stdout.trim()}", wrote "${value}"`);
+        if (got.stdout.trim() !== value)
+          throw new Error(`probe key read back "${got.stdout.trim()}", wrote "${value}"`);
       },
       100,
     ); // kine is up in well under a second, and kube-apiserver waits for this

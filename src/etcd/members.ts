@@ -45,7 +45,14 @@ async function call<T>(tls: EtcdClientTls, path: string, body: object, timeoutMs
   return new Promise<T>((resolve, reject) => {
     const req = request(
       new URL(path, tls.url),
-      { method: 'POST', ca, cert, key, headers: { 'content-type': 'application/json', 'content-length': payload.length }, timeout: timeoutMs },
+      {
+        method: 'POST',
+        ca,
+        cert,
+        key,
+        headers: { 'content-type': 'application/json', 'content-length': payload.length },
+        timeout: timeoutMs,
+      },
       (res) => {
         let text = '';
         res.on('data', (c: Buffer) => (text += c.toString()));
@@ -57,12 +64,15 @@ async function call<T>(tls: EtcdClientTls, path: string, body: object, timeoutMs
             reject(new EtcdError(`etcd ${path}: HTTP ${res.statusCode ?? '?'}: ${text.slice(0, 200)}`));
             return;
           }
-          if (res.statusCode !== 200) reject(new EtcdError(`etcd ${path}: ${parsed.message ?? parsed.error ?? `HTTP ${res.statusCode ?? '?'}`}`));
+          if (res.statusCode !== 200)
+            reject(new EtcdError(`etcd ${path}: ${parsed.message ?? parsed.error ?? `HTTP ${res.statusCode ?? '?'}`}`));
           else resolve(parsed as T);
         });
       },
     );
-    req.on('timeout', () => req.destroy(new EtcdError(`etcd ${path}: no answer from ${tls.url} within ${timeoutMs / 1000} s`)));
+    req.on('timeout', () =>
+      req.destroy(new EtcdError(`etcd ${path}: no answer from ${tls.url} within ${timeoutMs / 1000} s`)),
+    );
     req.on('error', (err) => reject(err instanceof EtcdError ? err : new EtcdError(`etcd ${path}: ${err.message}`)));
     req.end(payload);
   });
@@ -91,8 +101,14 @@ export async function listMembers(tls: EtcdClientTls, timeoutMs?: number): Promi
 }
 
 /** Adds a learner with `peerUrl`; returns it and the members after the change. */
-export async function addLearner(tls: EtcdClientTls, peerUrl: string): Promise<{ added: EtcdMember; members: EtcdMember[] }> {
-  const r = await call<{ member?: RawMember; members?: RawMember[] }>(tls, '/v3/cluster/member/add', { peerURLs: [peerUrl], isLearner: true });
+export async function addLearner(
+  tls: EtcdClientTls,
+  peerUrl: string,
+): Promise<{ added: EtcdMember; members: EtcdMember[] }> {
+  const r = await call<{ member?: RawMember; members?: RawMember[] }>(tls, '/v3/cluster/member/add', {
+    peerURLs: [peerUrl],
+    isLearner: true,
+  });
   if (!r.member) throw new EtcdError('etcd member add: no member in the answer');
   return { added: member(r.member), members: (r.members ?? []).map(member) };
 }

@@ -23,7 +23,8 @@ export function withPostgresDatabase(dataSource: string, database: string): stri
   return u.toString();
 }
 
-export const isPostgres = (dataSource: string | undefined): dataSource is string => !!dataSource && /^postgres(ql)?:\/\//.test(dataSource);
+export const isPostgres = (dataSource: string | undefined): dataSource is string =>
+  !!dataSource && /^postgres(ql)?:\/\//.test(dataSource);
 
 /** host:port and role, never the password: what an error line may name. */
 function describe(dataSource: string): { where: string; role: string } {
@@ -43,7 +44,9 @@ function failure(err: unknown, dataSource: string, database: string): UserError 
   switch (e.code) {
     case '28P01':
     case '28000':
-      return new UserError(`PostgreSQL at ${where} refused role "${role}" (${msg}); fix the user or password in spec.storage.kine.dataSource`);
+      return new UserError(
+        `PostgreSQL at ${where} refused role "${role}" (${msg}); fix the user or password in spec.storage.kine.dataSource`,
+      );
     case '42501':
       return new UserError(
         `role "${role}" may not create database "${database}" on PostgreSQL at ${where} (${msg}); create it for that role (CREATE DATABASE "${database}" OWNER "${role}") or grant the role CREATEDB`,
@@ -53,9 +56,13 @@ function failure(err: unknown, dataSource: string, database: string): UserError 
     case 'EHOSTUNREACH':
     case 'ETIMEDOUT':
     case 'CONNECT_TIMEOUT':
-      return new UserError(`cannot reach PostgreSQL at ${where} (${e.code}); check spec.storage.kine.dataSource and that the server runs`);
+      return new UserError(
+        `cannot reach PostgreSQL at ${where} (${e.code}); check spec.storage.kine.dataSource and that the server runs`,
+      );
     default:
-      return new UserError(`PostgreSQL at ${where}, database "${database}": ${msg}; check spec.storage.kine.dataSource`);
+      return new UserError(
+        `PostgreSQL at ${where}, database "${database}": ${msg}; check spec.storage.kine.dataSource`,
+      );
   }
 }
 
@@ -65,7 +72,8 @@ function failure(err: unknown, dataSource: string, database: string): UserError 
  */
 export async function ensurePostgresDatabase(dataSource: string): Promise<DatabaseCheck> {
   const database = postgresDatabase(dataSource);
-  if (!database) throw new UserError(`spec.storage.kine.dataSource names no database; add one (postgres://user@host:5432/NAME)`);
+  if (!database)
+    throw new UserError(`spec.storage.kine.dataSource names no database; add one (postgres://user@host:5432/NAME)`);
   let created = false;
   const target = client(dataSource);
   try {

@@ -47,7 +47,9 @@ function kernel(): Check {
 }
 
 async function modules(role: HostRole): Promise<Check[]> {
-  const loaded = new Set((await readFile('/proc/modules', 'utf8').catch(() => '')).split('\n').map((l) => l.split(' ')[0]));
+  const loaded = new Set(
+    (await readFile('/proc/modules', 'utf8').catch(() => '')).split('\n').map((l) => l.split(' ')[0]),
+  );
   const filesystems = await readFile('/proc/filesystems', 'utf8').catch(() => '');
   const out: Check[] = [];
   for (const m of ['overlay', 'br_netfilter', 'veth', 'nf_conntrack', 'vxlan']) {
@@ -58,10 +60,20 @@ async function modules(role: HostRole): Promise<Check[]> {
       (m === 'br_netfilter' && existsSync('/proc/sys/net/bridge'));
     if (present) out.push(check(`module ${m}`, 'pass', 'loaded or built in'));
     else if (role === 'controller') out.push(check(`module ${m}`, 'pass', 'not needed on a controller'));
-    else if (m === 'overlay') out.push(check(`module ${m}`, 'fail', 'overlay file system not available; modprobe overlay (containerd needs it)'));
+    else if (m === 'overlay')
+      out.push(
+        check(`module ${m}`, 'fail', 'overlay file system not available; modprobe overlay (containerd needs it)'),
+      );
     else if (m === 'vxlan')
-      out.push(check(`module ${m}`, 'warn', 'not seen loaded; modprobe vxlan (needed when the cluster runs spec.network.mode: vxlan)'));
-    else out.push(check(`module ${m}`, 'warn', `not seen loaded; modprobe ${m} (ignore if it is built into the kernel)`));
+      out.push(
+        check(
+          `module ${m}`,
+          'warn',
+          'not seen loaded; modprobe vxlan (needed when the cluster runs spec.network.mode: vxlan)',
+        ),
+      );
+    else
+      out.push(check(`module ${m}`, 'warn', `not seen loaded; modprobe ${m} (ignore if it is built into the kernel)`));
   }
   return out;
 }
@@ -73,16 +85,25 @@ async function cgroups(role: HostRole): Promise<Check> {
     .map((l) => l.split('\t'))
     .filter((f) => f[3] === '1')
     .map((f) => f[0]!);
-  const v2 = (await readFile('/sys/fs/cgroup/cgroup.controllers', 'utf8').catch(() => '')).trim().split(/\s+/).filter(Boolean);
+  const v2 = (await readFile('/sys/fs/cgroup/cgroup.controllers', 'utf8').catch(() => ''))
+    .trim()
+    .split(/\s+/)
+    .filter(Boolean);
   const have = new Set([...v1, ...v2]);
   const version = v2.length > 0 ? 'v2' : 'v1';
   const missing = ['cpu', 'memory', 'pids'].filter((c) => !have.has(c));
   if (missing.length === 0) return check('cgroups', 'pass', `${version}: ${[...have].sort().join(', ')}`);
-  return check('cgroups', role === 'worker' ? 'fail' : 'warn', `${version}: controller(s) ${missing.join(', ')} not enabled; kubelet needs them`);
+  return check(
+    'cgroups',
+    role === 'worker' ? 'fail' : 'warn',
+    `${version}: controller(s) ${missing.join(', ')} not enabled; kubelet needs them`,
+  );
 }
 
 function onPath(cmd: string): boolean {
-  return (process.env.PATH ?? '/usr/sbin:/usr/bin:/sbin:/bin').split(delimiter).some((d) => d && existsSync(join(d, cmd)));
+  return (process.env.PATH ?? '/usr/sbin:/usr/bin:/sbin:/bin')
+    .split(delimiter)
+    .some((d) => d && existsSync(join(d, cmd)));
 }
 
 function executables(role: HostRole): Check[] {
@@ -101,9 +122,21 @@ function executables(role: HostRole): Check[] {
       : check('executables', 'pass', 'ip, mount, umount found'),
   );
   if (role === 'worker' && !onPath('nft'))
-    out.push(check('nft', 'warn', 'not on PATH; install the nftables package (NetworkPolicy is enforced with it: spec.network.policy)'));
+    out.push(
+      check(
+        'nft',
+        'warn',
+        'not on PATH; install the nftables package (NetworkPolicy is enforced with it: spec.network.policy)',
+      ),
+    );
   if (role === 'worker' && !existsSync('/dev/net/tun'))
-    out.push(check('TUN device', 'warn', '/dev/net/tun is missing; modprobe tun (needed when the cluster runs spec.network.mode: wireguard)'));
+    out.push(
+      check(
+        'TUN device',
+        'warn',
+        '/dev/net/tun is missing; modprobe tun (needed when the cluster runs spec.network.mode: wireguard)',
+      ),
+    );
   if (!onPath('modprobe')) out.push(check('modprobe', 'warn', 'not on PATH; kernel modules must be loaded by hand'));
   return out;
 }
@@ -116,8 +149,16 @@ async function ports(o: HostCheckOptions): Promise<Check[]> {
       out.push(check(`port ${port}`, 'pass', `free (${what})`));
       continue;
     }
-    const by = holders.map((h) => (h.pid ? `pid ${h.pid}${h.name ? ` (${h.name})` : ''}` : 'a process in another namespace')).join(', ');
-    out.push(check(`port ${port}`, 'fail', `in use by ${by}; ${what} needs it (${o.portAdvice ?? 'free it, or pick another port in the config'})`));
+    const by = holders
+      .map((h) => (h.pid ? `pid ${h.pid}${h.name ? ` (${h.name})` : ''}` : 'a process in another namespace'))
+      .join(', ');
+    out.push(
+      check(
+        `port ${port}`,
+        'fail',
+        `in use by ${by}; ${what} needs it (${o.portAdvice ?? 'free it, or pick another port in the config'})`,
+      ),
+    );
   }
   return out;
 }
@@ -174,20 +215,32 @@ async function kernelLimits(): Promise<Check> {
     all.push(`${key}=${v ?? '?'}`);
     if (v !== undefined && v < floor) low.push(`${key} to ${floor}`);
   }
-  return check('kernel limits', 'pass', low.length ? `${all.join(', ')}; kctl raises ${low.join(' and ')} at start` : all.join(', '));
+  return check(
+    'kernel limits',
+    'pass',
+    low.length ? `${all.join(', ')}; kctl raises ${low.join(' and ')} at start` : all.join(', '),
+  );
 }
 
 function clock(): Check {
   const now = new Date();
   if (now.getTime() < EARLIEST_SANE_CLOCK)
-    return check('clock', 'fail', `the clock says ${now.toISOString()}; certificates would not be valid yet; set the time (NTP)`);
+    return check(
+      'clock',
+      'fail',
+      `the clock says ${now.toISOString()}; certificates would not be valid yet; set the time (NTP)`,
+    );
   return check('clock', 'pass', now.toISOString());
 }
 
 async function systemd(): Promise<Check> {
   const init = await initProcessName();
   if (init === 'systemd') return check('systemd', 'pass', 'PID 1 is systemd: kctl install works');
-  return check('systemd', 'warn', `PID 1 is ${init || 'unknown'}: kctl install needs systemd; running kctl in the foreground works`);
+  return check(
+    'systemd',
+    'warn',
+    `PID 1 is ${init || 'unknown'}: kctl install needs systemd; running kctl in the foreground works`,
+  );
 }
 
 export async function hostChecks(o: HostCheckOptions): Promise<Check[]> {

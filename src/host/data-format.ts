@@ -47,12 +47,19 @@ export async function readDataFormat(dataDir: string): Promise<DataFormat | null
     v = {};
   }
   if (!Number.isInteger(v.format) || v.format! < 0)
-    throw new UserError(`${file} is damaged (no integer "format"); restore it from a backup, or remove it if this data dir was made by kctl 0.1.0`);
+    throw new UserError(
+      `${file} is damaged (no integer "format"); restore it from a backup, or remove it if this data dir was made by kctl 0.1.0`,
+    );
   return { format: v.format!, ...(typeof v.writtenBy === 'string' ? { writtenBy: v.writtenBy } : {}) };
 }
 
 /** The one-line refusal of a record newer than `steps` reach, if it is. */
-function refuseNewer(found: DataFormat | null, dataDir: string, version: string, steps: readonly DataFormatStep[]): void {
+function refuseNewer(
+  found: DataFormat | null,
+  dataDir: string,
+  version: string,
+  steps: readonly DataFormatStep[],
+): void {
   const known = steps.at(-1)?.to ?? 0;
   if (found && found.format > known)
     throw new UserError(
@@ -69,10 +76,16 @@ export async function refuseNewerDataDir(dataDir: string, version: string, steps
  * Brings a data dir to the newest format: each step past the recorded one runs, in order, and
  * the record follows each step (a step that fails leaves the record at the last finished one).
  */
-export async function migrateDataDir(dataDir: string, version: string, log: Logger, steps = DATA_FORMAT_STEPS): Promise<DataFormat> {
+export async function migrateDataDir(
+  dataDir: string,
+  version: string,
+  log: Logger,
+  steps = DATA_FORMAT_STEPS,
+): Promise<DataFormat> {
   const recorded = await readDataFormat(dataDir);
   refuseNewer(recorded, dataDir, version, steps);
-  const record = (format: number) => writeFileAtomic(join(dataDir, DATA_FORMAT_FILE), JSON.stringify({ format, writtenBy: version }) + '\n', 0o644);
+  const record = (format: number) =>
+    writeFileAtomic(join(dataDir, DATA_FORMAT_FILE), JSON.stringify({ format, writtenBy: version }) + '\n', 0o644);
   let format = recorded?.format ?? 0;
   for (const step of steps) {
     if (step.to <= format) continue;

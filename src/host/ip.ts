@@ -17,7 +17,9 @@ export const bridgeTool = (args: string[]): Promise<string> => run('bridge', arg
 
 /** Gives `dev` exactly one IPv4 address, `address`/32 (flushing any other). */
 export async function setOnlyAddress(dev: string, address: string): Promise<void> {
-  const addrs = ipJson<{ addr_info?: { local: string; prefixlen: number }[] }>(await ip(['-j', '-4', 'addr', 'show', 'dev', dev]));
+  const addrs = ipJson<{ addr_info?: { local: string; prefixlen: number }[] }>(
+    await ip(['-j', '-4', 'addr', 'show', 'dev', dev]),
+  );
   const local = (addrs[0]?.addr_info ?? []).map((a) => `${a.local}/${a.prefixlen}`);
   if (local.length === 1 && local[0] === `${address}/32`) return;
   await ip(['addr', 'flush', 'dev', dev]);
@@ -35,8 +37,15 @@ export const ipSucceeds = (args: string[]): Promise<boolean> =>
 export const linkExists = (dev: string): Promise<boolean> => ipSucceeds(['link', 'show', dev]);
 
 /** `iptables -w 5 -t TABLE ARGS`, never rejects: ok, its output and its error text. */
-export async function iptables(table: string, args: string[]): Promise<{ ok: boolean; stdout: string; stderr: string }> {
-  const r = await execa('iptables', ['-w', '5', '-t', table, ...args], { reject: false, extendEnv: false, env: SYSTEM_PATH_ENV });
+export async function iptables(
+  table: string,
+  args: string[],
+): Promise<{ ok: boolean; stdout: string; stderr: string }> {
+  const r = await execa('iptables', ['-w', '5', '-t', table, ...args], {
+    reject: false,
+    extendEnv: false,
+    env: SYSTEM_PATH_ENV,
+  });
   return { ok: r.exitCode === 0, stdout: String(r.stdout), stderr: String(r.stderr).trim() };
 }
 
@@ -51,5 +60,10 @@ export function ipJson<T>(out: string): T[] {
  * wants it too) or with nothing to drop, nothing happens.
  */
 export async function forgetConnections(source: string, destination: string): Promise<void> {
-  await execa('conntrack', ['-D', '-s', source, '-d', destination], { reject: false, extendEnv: false, env: SYSTEM_PATH_ENV, timeout: 10_000 });
+  await execa('conntrack', ['-D', '-s', source, '-d', destination], {
+    reject: false,
+    extendEnv: false,
+    env: SYSTEM_PATH_ENV,
+    timeout: 10_000,
+  });
 }

@@ -8,7 +8,8 @@ const INSTALL_HINT = 'install the nftables package (it provides nft)';
 async function nft(args: string[], input?: string): Promise<void> {
   const r = await execa('nft', args, { input, reject: false, extendEnv: false, env: SYSTEM_PATH_ENV, timeout: 10_000 });
   if ((r as { code?: string }).code === 'ENOENT') throw new Error(`nft not found: ${INSTALL_HINT}`);
-  if (r.exitCode !== 0) throw new Error(`nft ${args.join(' ')}: ${String(r.stderr).trim().split('\n')[0] || `exit ${r.exitCode}`}`);
+  if (r.exitCode !== 0)
+    throw new Error(`nft ${args.join(' ')}: ${String(r.stderr).trim().split('\n')[0] || `exit ${r.exitCode}`}`);
 }
 
 /** Replaces `table inet NAME` with `body` (its chains and rules), atomically. */
@@ -24,7 +25,12 @@ export function removeInetTable(name: string): Promise<void> {
 
 /** Why nftables cannot be used here, or undefined when `nft` runs. */
 export async function nftablesProblem(): Promise<string | undefined> {
-  const r = await execa('nft', ['--version'], { reject: false, extendEnv: false, env: SYSTEM_PATH_ENV, timeout: 10_000 });
+  const r = await execa('nft', ['--version'], {
+    reject: false,
+    extendEnv: false,
+    env: SYSTEM_PATH_ENV,
+    timeout: 10_000,
+  });
   if ((r as { code?: string }).code === 'ENOENT') return `nft not found: ${INSTALL_HINT}`;
   return r.exitCode === 0 ? undefined : String(r.stderr).trim() || `nft --version: exit ${r.exitCode}`;
 }

@@ -48,7 +48,9 @@ interface LinkJson {
 
 /** The MTU of the interface that holds `address` (the path a node's VXLAN packets leave by). */
 export async function interfaceMtu(address: string): Promise<number> {
-  const links = ipJson<{ ifname: string; mtu: number; addr_info?: { local: string }[] }>(await ip(['-j', 'addr', 'show']));
+  const links = ipJson<{ ifname: string; mtu: number; addr_info?: { local: string }[] }>(
+    await ip(['-j', 'addr', 'show']),
+  );
   const link = links.find((l) => l.addr_info?.some((a) => a.local === address));
   if (!link) throw new Error(`no interface holds ${address}, the node's address`);
   return link.mtu;
@@ -60,7 +62,13 @@ export async function ensureVxlanDevice(d: VxlanDevice): Promise<void> {
   const links = ipJson<LinkJson>(await ip(['-d', '-j', 'link', 'show']).catch(() => '[]'));
   const have = links.find((l) => l.ifname === VXLAN_DEVICE);
   const info = have?.linkinfo?.info_data;
-  if (!have || have.linkinfo?.info_kind !== 'vxlan' || info?.id !== d.vni || info.local !== d.localIP || info.port !== d.port) {
+  if (
+    !have ||
+    have.linkinfo?.info_kind !== 'vxlan' ||
+    info?.id !== d.vni ||
+    info.local !== d.localIP ||
+    info.port !== d.port
+  ) {
     if (have) await ip(['link', 'del', VXLAN_DEVICE]);
     const vxlan = ['id', String(d.vni), 'local', d.localIP, 'dstport', String(d.port), 'nolearning'];
     await ip(['link', 'add', VXLAN_DEVICE, 'address', mac, 'mtu', String(d.mtu), 'type', 'vxlan', ...vxlan]);
@@ -75,7 +83,8 @@ export async function ensureVxlanDevice(d: VxlanDevice): Promise<void> {
 /** Sets the neighbour and FDB entries to exactly `peers`; returns the errors of entries it could not set. */
 export async function syncVxlanPeers(peers: VxlanPeer[]): Promise<string[]> {
   const errors: string[] = [];
-  const attempt = (p: Promise<unknown>) => p.catch((err: unknown) => errors.push(err instanceof Error ? err.message : String(err)));
+  const attempt = (p: Promise<unknown>) =>
+    p.catch((err: unknown) => errors.push(err instanceof Error ? err.message : String(err)));
   const wantFdb = new Map(peers.map((p) => [vtepMac(p.vtep), p.underlayIP]));
   const wantNeigh = new Map(peers.map((p) => [p.vtep, vtepMac(p.vtep)]));
   const fdb = ipJson<{ mac: string; dst?: string }>(await bridgeTool(['-j', 'fdb', 'show', 'dev', VXLAN_DEVICE]));
@@ -85,7 +94,9 @@ export async function syncVxlanPeers(peers: VxlanPeer[]): Promise<string[]> {
   for (const e of fdb)
     if (e.mac.startsWith(MAC_PREFIX + ':') && e.dst && wantFdb.get(e.mac) !== e.dst)
       await attempt(bridgeTool(['fdb', 'del', e.mac, 'dev', VXLAN_DEVICE, 'dst', e.dst, 'self']));
-  const neigh = ipJson<{ dst: string; lladdr?: string; state?: string[] }>(await ip(['-j', '-4', 'neigh', 'show', 'dev', VXLAN_DEVICE]));
+  const neigh = ipJson<{ dst: string; lladdr?: string; state?: string[] }>(
+    await ip(['-j', '-4', 'neigh', 'show', 'dev', VXLAN_DEVICE]),
+  );
   for (const [dst, mac] of wantNeigh)
     if (!neigh.some((n) => n.dst === dst && n.lladdr === mac && n.state?.includes('PERMANENT')))
       await attempt(ip(['neigh', 'replace', dst, 'lladdr', mac, 'dev', VXLAN_DEVICE, 'nud', 'permanent']));
@@ -113,7 +124,10 @@ export async function allowVxlanFrom(port: number, sources: string[]): Promise<v
   if (!have || have.join(' ') !== want.join(' ')) {
     await filter(['-N', VXLAN_FILTER_CHAIN]); // exists already on a restart
     await filter(['-F', VXLAN_FILTER_CHAIN]);
-    const rules = [...want.map((s) => ['-s', `${s}/32`, '-j', 'RETURN']), ['-m', 'comment', '--comment', DROP_COMMENT, '-j', 'DROP']];
+    const rules = [
+      ...want.map((s) => ['-s', `${s}/32`, '-j', 'RETURN']),
+      ['-m', 'comment', '--comment', DROP_COMMENT, '-j', 'DROP'],
+    ];
     for (const r of rules) {
       const added = await filter(['-A', VXLAN_FILTER_CHAIN, ...r]);
       if (!added.ok) throw new Error(`iptables -A ${VXLAN_FILTER_CHAIN} ${r.join(' ')}: ${added.stderr}`);

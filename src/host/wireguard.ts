@@ -20,7 +20,11 @@ export function isWireguardKey(s: string | undefined): s is string {
 
 /** The public key of a base64 private key. */
 export function publicKeyOf(privateKey: string): string {
-  const key = createPrivateKey({ key: Buffer.concat([PKCS8_X25519_PREFIX, Buffer.from(privateKey, 'base64')]), format: 'der', type: 'pkcs8' });
+  const key = createPrivateKey({
+    key: Buffer.concat([PKCS8_X25519_PREFIX, Buffer.from(privateKey, 'base64')]),
+    format: 'der',
+    type: 'pkcs8',
+  });
   const spki = createPublicKey(key).export({ format: 'der', type: 'spki' });
   return spki.subarray(spki.length - 32).toString('base64');
 }
@@ -65,7 +69,8 @@ async function uapi(socket: string, request: string, timeoutMs = 5000): Promise<
   });
   const lines = answer.split('\n').filter(Boolean);
   const errno = lines.find((l) => l.startsWith('errno='));
-  if (errno !== 'errno=0') throw new Error(`wireguard ${request.split('\n')[0]} on ${socket} failed: ${errno ?? 'no answer'}`);
+  if (errno !== 'errno=0')
+    throw new Error(`wireguard ${request.split('\n')[0]} on ${socket} failed: ${errno ?? 'no answer'}`);
   return lines.filter((l) => !l.startsWith('errno='));
 }
 
@@ -79,7 +84,16 @@ export async function wireguardGet(socket: string): Promise<WireguardDeviceState
     if (k === 'private_key') state.publicKey = publicKeyOf(keyBase64(v));
     else if (k === 'listen_port') state.listenPort = Number(v);
     else if (k === 'public_key')
-      state.peers.push((peer = { publicKey: keyBase64(v), allowedIPs: [], lastHandshake: 0, rxBytes: 0, txBytes: 0, keepaliveSeconds: 0 }));
+      state.peers.push(
+        (peer = {
+          publicKey: keyBase64(v),
+          allowedIPs: [],
+          lastHandshake: 0,
+          rxBytes: 0,
+          txBytes: 0,
+          keepaliveSeconds: 0,
+        }),
+      );
     else if (!peer) continue;
     else if (k === 'endpoint') peer.endpoint = v;
     else if (k === 'allowed_ip') peer.allowedIPs.push(v);
@@ -100,7 +114,12 @@ export interface WireguardPeerConfig {
 }
 
 /** The `set=1` request for these changes (exported for tests). */
-export function wireguardSetRequest(o: { privateKey?: string; listenPort?: number; peers?: WireguardPeerConfig[]; remove?: string[] }): string {
+export function wireguardSetRequest(o: {
+  privateKey?: string;
+  listenPort?: number;
+  peers?: WireguardPeerConfig[];
+  remove?: string[];
+}): string {
   const lines = ['set=1'];
   if (o.privateKey) lines.push(`private_key=${keyHex(o.privateKey)}`);
   if (o.listenPort !== undefined) lines.push(`listen_port=${o.listenPort}`);

@@ -106,7 +106,8 @@ export function encodeToken(info: JoinInfo): string {
   return TOKEN_PREFIX + gzipSync(stringify(kc), { level: 9 }).toString('base64url');
 }
 
-const malformed = (why: string) => new TokenError(`the join token is malformed (${why}); copy it again from \`kctl token create\` without changes`);
+const malformed = (why: string) =>
+  new TokenError(`the join token is malformed (${why}); copy it again from \`kctl token create\` without changes`);
 
 /** Decodes and checks the shape of a token; says nothing yet about whether the cluster accepts it. */
 export function decodeToken(text: string): JoinInfo {
@@ -151,7 +152,8 @@ export function decodeToken(text: string): JoinInfo {
   }
   const konnectivity = Array.isArray(ext.konnectivity) ? ext.konnectivity.map(String) : [];
   for (const k of konnectivity)
-    if (!/^(\[[0-9a-fA-F:.]+\]|[^:\s]+):\d{1,5}$/.test(k)) throw malformed(`konnectivity address "${k}" is not host:port`);
+    if (!/^(\[[0-9a-fA-F:.]+\]|[^:\s]+):\d{1,5}$/.test(k))
+      throw malformed(`konnectivity address "${k}" is not host:port`);
   const out: JoinInfo = { role: ext.role, apiServers: servers, caPem, konnectivity, bootstrapToken: token };
   if (ext.role === 'controller') {
     const join = Array.isArray(ext.joinServers) ? ext.joinServers.map(String) : [];

@@ -76,7 +76,13 @@ interface KubeStatus {
 interface KubeconfigFile {
   clusters?: { cluster: { server: string; 'certificate-authority-data'?: string; 'certificate-authority'?: string } }[];
   users?: {
-    user: { 'client-certificate-data'?: string; 'client-key-data'?: string; 'client-certificate'?: string; 'client-key'?: string; token?: string };
+    user: {
+      'client-certificate-data'?: string;
+      'client-key-data'?: string;
+      'client-certificate'?: string;
+      'client-key'?: string;
+      token?: string;
+    };
   }[];
 }
 
@@ -86,7 +92,8 @@ export function credentialsFromKubeconfig(path: string): KubeCredentials {
   const cluster = kc.clusters?.[0]?.cluster;
   const user = kc.users?.[0]?.user;
   if (!cluster || !user) throw new Error(`${path} is not a usable kubeconfig (no cluster or user)`);
-  const data = (b64?: string, file?: string) => (b64 ? Buffer.from(b64, 'base64') : file ? readFileSync(file) : undefined);
+  const data = (b64?: string, file?: string) =>
+    b64 ? Buffer.from(b64, 'base64') : file ? readFileSync(file) : undefined;
   return {
     server: cluster.server,
     ca: data(cluster['certificate-authority-data'], cluster['certificate-authority']) ?? '',
@@ -135,7 +142,10 @@ export class KubeClient {
 
   /** A client for a kubeconfig file; with reload, the file (and the files it names) is read per connection. */
   static fromKubeconfig(path: string, opts: { reload?: boolean; timeoutMs?: number } = {}): KubeClient {
-    return new KubeClient(opts.reload ? () => credentialsFromKubeconfig(path) : credentialsFromKubeconfig(path), opts.timeoutMs);
+    return new KubeClient(
+      opts.reload ? () => credentialsFromKubeconfig(path) : credentialsFromKubeconfig(path),
+      opts.timeoutMs,
+    );
   }
 
   /** Opens one request and resolves with the response head; the caller reads (or discards) the body. */
@@ -158,10 +168,20 @@ export class KubeClient {
           ? httpRequest(url, { method, headers, timeout: o.idleMs, signal: o.signal }, resolve)
           : httpsRequest(
               url,
-              { method, headers, timeout: o.idleMs, signal: o.signal, ca: creds.ca || undefined, cert: creds.cert, key: creds.key },
+              {
+                method,
+                headers,
+                timeout: o.idleMs,
+                signal: o.signal,
+                ca: creds.ca || undefined,
+                cert: creds.cert,
+                key: creds.key,
+              },
               resolve,
             );
-      req.on('timeout', () => req.destroy(new Error(`${method} ${url.host}${url.pathname}: no answer within ${o.idleMs} ms`)));
+      req.on('timeout', () =>
+        req.destroy(new Error(`${method} ${url.host}${url.pathname}: no answer within ${o.idleMs} ms`)),
+      );
       req.on('error', reject);
       req.end(body);
     });
@@ -196,7 +216,10 @@ export class KubeClient {
   }
 
   list<T>(path: string, sel: Selectors = {}, signal?: AbortSignal): Promise<KubeList<T>> {
-    return this.get<KubeList<T>>(withQuery(path, { fieldSelector: sel.fieldSelector, labelSelector: sel.labelSelector }), signal);
+    return this.get<KubeList<T>>(
+      withQuery(path, { fieldSelector: sel.fieldSelector, labelSelector: sel.labelSelector }),
+      signal,
+    );
   }
 
   /**
@@ -209,7 +232,10 @@ export class KubeClient {
 
   /** Server-side apply to a path found elsewhere (e.g. by discovery, for kinds kctl does not know). */
   applyAt<T extends KubeObject>(objectPath: string, obj: T, opts: ApplyOptions = {}, signal?: AbortSignal): Promise<T> {
-    const path = withQuery(objectPath, { fieldManager: opts.fieldManager ?? 'kctl', force: opts.force === false ? undefined : 'true' });
+    const path = withQuery(objectPath, {
+      fieldManager: opts.fieldManager ?? 'kctl',
+      force: opts.force === false ? undefined : 'true',
+    });
     return this.request<T>('PATCH', path, obj, { contentType: 'application/apply-patch+yaml', signal });
   }
 
@@ -218,7 +244,12 @@ export class KubeClient {
    * stream until it settles. Resolves when the server ends the stream (or signal aborts);
    * rejects with KubeApiError on an HTTP error or an ERROR event (410 Expired: list again).
    */
-  async watch<T>(path: string, opts: WatchOptions, onEvent: (e: WatchEvent<T>) => void | Promise<void>, signal?: AbortSignal): Promise<void> {
+  async watch<T>(
+    path: string,
+    opts: WatchOptions,
+    onEvent: (e: WatchEvent<T>) => void | Promise<void>,
+    signal?: AbortSignal,
+  ): Promise<void> {
     const timeoutSeconds = opts.timeoutSeconds ?? Math.round(300 * (1 + Math.random()));
     const url = withQuery(path, {
       watch: 'true',
@@ -251,7 +282,11 @@ export class KubeClient {
           const e = JSON.parse(line) as { type: WatchEventType | 'ERROR'; object: T };
           if (e.type === 'ERROR') {
             const st = e.object as KubeStatus;
-            throw new KubeApiError(st.code ?? 500, st.reason ?? '', `GET ${where} (watch): ${st.code ?? ''} ${st.message ?? 'error event'}`);
+            throw new KubeApiError(
+              st.code ?? 500,
+              st.reason ?? '',
+              `GET ${where} (watch): ${st.code ?? ''} ${st.message ?? 'error event'}`,
+            );
           }
           await onEvent({ type: e.type, object: e.object });
         }

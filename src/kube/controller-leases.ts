@@ -9,7 +9,14 @@ import type { Release } from '../base/version.ts';
 import { splitHostPort, urlHost } from '../base/addresses.ts';
 import type { KubeClient, KubeManifest } from './client.ts';
 import { Informer } from './informer.ts';
-import { parseMemberUpgrade, parseReleaseString, releaseString, UPGRADE_ANNOTATION, VERSION_ANNOTATION, type MemberUpgrade } from './upgrade-plan.ts';
+import {
+  parseMemberUpgrade,
+  parseReleaseString,
+  releaseString,
+  UPGRADE_ANNOTATION,
+  VERSION_ANNOTATION,
+  type MemberUpgrade,
+} from './upgrade-plan.ts';
 
 export const CONTROLLER_LEASE_LABEL = 'kctl.dev/controller';
 export const LEASE_NAMESPACE = 'kube-system';
@@ -65,7 +72,11 @@ export function microTime(d: Date): string {
   return d.toISOString().replace(/\.(\d{3})Z$/, '.$1000Z');
 }
 
-export function controllerLease(name: string, c: Omit<LiveController, 'name' | 'agentsTotal'>, now = new Date()): KubeManifest {
+export function controllerLease(
+  name: string,
+  c: Omit<LiveController, 'name' | 'agentsTotal'>,
+  now = new Date(),
+): KubeManifest {
   const agents = [...c.agents].sort();
   const listed = agents.slice(0, MAX_LISTED_AGENTS).join(',');
   return {
@@ -90,7 +101,8 @@ export function controllerLease(name: string, c: Omit<LiveController, 'name' | '
   };
 }
 
-const optional = <K extends string, V>(key: K, v: V | undefined): Partial<Record<K, V>> => (v === undefined ? {} : ({ [key]: v } as Record<K, V>));
+const optional = <K extends string, V>(key: K, v: V | undefined): Partial<Record<K, V>> =>
+  v === undefined ? {} : ({ [key]: v } as Record<K, V>);
 
 /** The hosts a live controller is reached at (its API server and its konnectivity port): no node's address. */
 export function controllerHosts(c: LiveController): string[] {
@@ -104,7 +116,8 @@ export function liveControllers(leases: Iterable<Lease>, now = Date.now()): Live
     const renewed = Date.parse(l.spec?.renewTime ?? '');
     const duration = (l.spec?.leaseDurationSeconds ?? LEASE_DURATION_S) * 1000;
     const a = l.metadata.annotations ?? {};
-    if (!Number.isFinite(renewed) || renewed + duration <= now || !a[API_ANNOTATION] || !a[KONNECTIVITY_ANNOTATION]) continue;
+    if (!Number.isFinite(renewed) || renewed + duration <= now || !a[API_ANNOTATION] || !a[KONNECTIVITY_ANNOTATION])
+      continue;
     const [listed = '', total] = (a[AGENTS_ANNOTATION] ?? '').split(';total=');
     const agents = listed.split(',').filter(Boolean);
     out.push({
@@ -137,7 +150,13 @@ export class ControllerLeaseWatch {
     private readonly onChange: (live: LiveController[]) => void,
     private readonly onError?: (err: Error) => void,
   ) {
-    this.informer = new Informer<Lease>(kube, LEASES_PATH, { labelSelector: `${CONTROLLER_LEASE_LABEL}=true` }, () => this.check(), onError);
+    this.informer = new Informer<Lease>(
+      kube,
+      LEASES_PATH,
+      { labelSelector: `${CONTROLLER_LEASE_LABEL}=true` },
+      () => this.check(),
+      onError,
+    );
   }
 
   get synced(): boolean {
@@ -173,5 +192,7 @@ export class ControllerLeaseWatch {
 export function agentServers(live: LiveController[]): { agent: string; servers: string[] }[] {
   const byAgent = new Map<string, string[]>();
   for (const c of live) for (const a of c.agents) byAgent.set(a, [...(byAgent.get(a) ?? []), c.name]);
-  return [...byAgent].sort(([x], [y]) => x.localeCompare(y)).map(([agent, servers]) => ({ agent, servers: servers.sort() }));
+  return [...byAgent]
+    .sort(([x], [y]) => x.localeCompare(y))
+    .map(([agent, servers]) => ({ agent, servers: servers.sort() }));
 }

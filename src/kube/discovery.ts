@@ -22,7 +22,8 @@ export class KindResolver {
     const kinds = new Map<string, KindInfo>();
     try {
       const list = await this.kube.get<ResourceList>(path);
-      for (const r of list.resources ?? []) if (!r.name.includes('/')) kinds.set(r.kind, { resource: r.name, namespaced: r.namespaced });
+      for (const r of list.resources ?? [])
+        if (!r.name.includes('/')) kinds.set(r.kind, { resource: r.name, namespaced: r.namespaced });
     } catch (err) {
       if (!(err instanceof KubeApiError && err.status === 404)) throw err;
     }
@@ -43,6 +44,9 @@ export class KindResolver {
   async objectPath(obj: KubeObject): Promise<{ path: string; namespace?: string }> {
     const info = await this.resolve(obj.apiVersion, obj.kind);
     const namespace = info.namespaced ? (obj.metadata.namespace ?? 'default') : undefined;
-    return { path: resourcePath({ apiVersion: obj.apiVersion, resource: info.resource, namespace, name: obj.metadata.name }), namespace };
+    return {
+      path: resourcePath({ apiVersion: obj.apiVersion, resource: info.resource, namespace, name: obj.metadata.name }),
+      namespace,
+    };
   }
 }

@@ -11,7 +11,13 @@ export interface InvolvedObject {
 }
 
 /** One Warning event on `involved`; resolves when written, rejects with the API's error. */
-export async function warningEvent(kube: KubeClient, involved: InvolvedObject, reason: string, message: string, component: string): Promise<void> {
+export async function warningEvent(
+  kube: KubeClient,
+  involved: InvolvedObject,
+  reason: string,
+  message: string,
+  component: string,
+): Promise<void> {
   const namespace = involved.namespace ?? 'default';
   const now = new Date().toISOString();
   await kube.request('POST', `/api/v1/namespaces/${namespace}/events`, {

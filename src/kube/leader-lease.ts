@@ -16,7 +16,13 @@ interface LeaseObject {
   apiVersion?: string;
   kind?: string;
   metadata: { name: string; namespace?: string; resourceVersion?: string; annotations?: Record<string, string> };
-  spec?: { holderIdentity?: string; leaseDurationSeconds?: number; acquireTime?: string; renewTime?: string; leaseTransitions?: number };
+  spec?: {
+    holderIdentity?: string;
+    leaseDurationSeconds?: number;
+    acquireTime?: string;
+    renewTime?: string;
+    leaseTransitions?: number;
+  };
 }
 
 export class LeaderLease {
@@ -84,7 +90,8 @@ export class LeaderLease {
       const key = `${spec.holderIdentity ?? ''}@${spec.renewTime ?? ''}`;
       if (this.observed?.key !== key) this.observed = { key, at: started };
       const mine = spec.holderIdentity === this.identity;
-      const free = !spec.holderIdentity || started >= this.observed.at + (spec.leaseDurationSeconds ?? this.durationS) * 1000;
+      const free =
+        !spec.holderIdentity || started >= this.observed.at + (spec.leaseDurationSeconds ?? this.durationS) * 1000;
       if (!mine && !free) {
         this.heldUntil = 0;
         return false;
@@ -136,6 +143,8 @@ export class LeaderLease {
     this.heldUntil = 0;
     const spec = { ...this.last.spec };
     delete spec.holderIdentity;
-    await this.kube.request('PUT', this.path, { ...this.last, spec: { ...spec, leaseDurationSeconds: 1 } }).catch(() => undefined);
+    await this.kube
+      .request('PUT', this.path, { ...this.last, spec: { ...spec, leaseDurationSeconds: 1 } })
+      .catch(() => undefined);
   }
 }

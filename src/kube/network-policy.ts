@@ -43,7 +43,11 @@ export interface KubeNetworkPolicy {
 
 export interface KubePod {
   metadata: { name: string; namespace?: string; labels?: Record<string, string> };
-  spec?: { nodeName?: string; hostNetwork?: boolean; containers?: { ports?: { name?: string; containerPort: number; protocol?: string }[] }[] };
+  spec?: {
+    nodeName?: string;
+    hostNetwork?: boolean;
+    containers?: { ports?: { name?: string; containerPort: number; protocol?: string }[] }[];
+  };
   status?: { phase?: string; podIP?: string };
 }
 
@@ -115,13 +119,20 @@ const protocolOf = (p: string | undefined): PolicyProtocol | undefined =>
 
 /** A pod that takes part in the pod network: scheduled, has its address, not on the host's network, not finished. */
 function networked(p: KubePod): p is KubePod & { status: { podIP: string } } {
-  return !!p.status?.podIP && !p.spec?.hostNetwork && p.status.phase !== 'Succeeded' && p.status.phase !== 'Failed' && p.status.podIP.includes('.');
+  return (
+    !!p.status?.podIP &&
+    !p.spec?.hostNetwork &&
+    p.status.phase !== 'Succeeded' &&
+    p.status.phase !== 'Failed' &&
+    p.status.podIP.includes('.')
+  );
 }
 
 /** The container port of `pod` named `name` with `protocol`. */
 function namedPort(pod: KubePod, name: string, protocol: PolicyProtocol): number | undefined {
   for (const c of pod.spec?.containers ?? []) {
-    for (const p of c.ports ?? []) if (p.name === name && (protocolOf(p.protocol) ?? 'TCP') === protocol) return p.containerPort;
+    for (const p of c.ports ?? [])
+      if (p.name === name && (protocolOf(p.protocol) ?? 'TCP') === protocol) return p.containerPort;
   }
   return undefined;
 }
@@ -134,7 +145,9 @@ function resolvePorts(specs: PolicyPortSpec[], pod: KubePod | undefined): Policy
     if (!protocol) continue;
     if (s.port === undefined) out.push({ protocol });
     else if (typeof s.port === 'number')
-      out.push(s.endPort && s.endPort > s.port ? { protocol, port: s.port, endPort: s.endPort } : { protocol, port: s.port });
+      out.push(
+        s.endPort && s.endPort > s.port ? { protocol, port: s.port, endPort: s.endPort } : { protocol, port: s.port },
+      );
     else if (/^\d+$/.test(s.port)) out.push({ protocol, port: Number(s.port) });
     else {
       const n = pod && namedPort(pod, s.port, protocol);
@@ -151,7 +164,8 @@ class ClusterView {
   readonly pods: (KubePod & { status: { podIP: string } })[];
 
   constructor(pods: Iterable<KubePod>, namespaces: Iterable<KubeNamespace>) {
-    for (const n of namespaces) this.nsLabels.set(n.metadata.name, { 'kubernetes.io/metadata.name': n.metadata.name, ...n.metadata.labels });
+    for (const n of namespaces)
+      this.nsLabels.set(n.metadata.name, { 'kubernetes.io/metadata.name': n.metadata.name, ...n.metadata.labels });
     this.pods = [...pods].filter(networked);
   }
 
@@ -160,7 +174,8 @@ class ClusterView {
     if (!peer.podSelector && !peer.namespaceSelector) return [];
     return this.pods.filter((p) => {
       const ns = p.metadata.namespace ?? 'default';
-      if (peer.namespaceSelector ? !selects(peer.namespaceSelector, this.nsLabels.get(ns)) : ns !== namespace) return false;
+      if (peer.namespaceSelector ? !selects(peer.namespaceSelector, this.nsLabels.get(ns)) : ns !== namespace)
+        return false;
       return selects(peer.podSelector, p.metadata.labels);
     });
   }
@@ -180,7 +195,11 @@ function ruleAllows(
   const pods: KubePod[] = [];
   for (const peer of peers ?? []) {
     if (peer.ipBlock)
-      ipPeers.push(peer.ipBlock.except?.length ? { cidr: peer.ipBlock.cidr, except: [...peer.ipBlock.except] } : { cidr: peer.ipBlock.cidr });
+      ipPeers.push(
+        peer.ipBlock.except?.length
+          ? { cidr: peer.ipBlock.cidr, except: [...peer.ipBlock.except] }
+          : { cidr: peer.ipBlock.cidr },
+      );
     else pods.push(...view.peerPods(peer, namespace));
   }
   const anyPeer = !peers || peers.length === 0;
@@ -222,10 +241,18 @@ function normalize(allows: PolicyAllow[]): PolicyAllow[] {
   const norm = allows
     .filter((a) => !a.peers || a.peers.length > 0)
     .map((a) => ({
-      ...(a.peers ? { peers: [...new Map(a.peers.map((p) => [JSON.stringify(p), p])).values()].sort((x, y) => x.cidr.localeCompare(y.cidr)) } : {}),
+      ...(a.peers
+        ? {
+            peers: [...new Map(a.peers.map((p) => [JSON.stringify(p), p])).values()].sort((x, y) =>
+              x.cidr.localeCompare(y.cidr),
+            ),
+          }
+        : {}),
       ...(a.ports ? { ports: [...a.ports].sort((x, y) => JSON.stringify(x).localeCompare(JSON.stringify(y))) } : {}),
     }));
-  return [...new Map(norm.map((a) => [JSON.stringify(a), a])).values()].sort((x, y) => JSON.stringify(x).localeCompare(JSON.stringify(y)));
+  return [...new Map(norm.map((a) => [JSON.stringify(a), a])).values()].sort((x, y) =>
+    JSON.stringify(x).localeCompare(JSON.stringify(y)),
+  );
 }
 
 /** For each node that runs pods, what it enforces (nodes without pods are absent). */
@@ -250,11 +277,13 @@ export function resolveNetworkPolicies(
       if (!selects(pol.spec?.podSelector, pod.metadata.labels)) continue;
       if (appliesTo(pol, 'Ingress')) {
         entry.ingress ??= [];
-        for (const r of pol.spec?.ingress ?? []) entry.ingress.push(...ruleAllows(view, ns, r.from, r.ports, pod, 'ingress'));
+        for (const r of pol.spec?.ingress ?? [])
+          entry.ingress.push(...ruleAllows(view, ns, r.from, r.ports, pod, 'ingress'));
       }
       if (appliesTo(pol, 'Egress')) {
         entry.egress ??= [];
-        for (const r of pol.spec?.egress ?? []) entry.egress.push(...ruleAllows(view, ns, r.to, r.ports, pod, 'egress'));
+        for (const r of pol.spec?.egress ?? [])
+          entry.egress.push(...ruleAllows(view, ns, r.to, r.ports, pod, 'egress'));
       }
     }
     if (entry.ingress) entry.ingress = normalize(entry.ingress);
@@ -269,7 +298,11 @@ export function resolveNetworkPolicies(
 
 // ---- the per-node object ----
 
-export function netpolConfigMap(node: string, policy: NodePolicy, owner: { uid: string }): KubeManifest & { data: Record<string, string> } {
+export function netpolConfigMap(
+  node: string,
+  policy: NodePolicy,
+  owner: { uid: string },
+): KubeManifest & { data: Record<string, string> } {
   return {
     apiVersion: 'v1',
     kind: 'ConfigMap',
@@ -296,6 +329,7 @@ export function parseNodePolicy(data: Record<string, string> | undefined): NodeP
   }
   if (!v || !Array.isArray(v.pods)) throw new Error('network policy: policy.pods is not a list');
   for (const p of v.pods)
-    if (typeof p.ip !== 'string' || !/^\d+\.\d+\.\d+\.\d+$/.test(p.ip)) throw new Error(`network policy: pod ${p.pod} has no IPv4 address`);
+    if (typeof p.ip !== 'string' || !/^\d+\.\d+\.\d+\.\d+$/.test(p.ip))
+      throw new Error(`network policy: pod ${p.pod} has no IPv4 address`);
   return v;
 }

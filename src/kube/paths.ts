@@ -34,8 +34,14 @@ const KNOWN_KINDS: Record<string, KindInfo> = {
   'rbac.authorization.k8s.io/v1 Role': { resource: 'roles', namespaced: true },
   'rbac.authorization.k8s.io/v1 RoleBinding': { resource: 'rolebindings', namespaced: true },
   'coordination.k8s.io/v1 Lease': { resource: 'leases', namespaced: true },
-  'admissionregistration.k8s.io/v1 ValidatingAdmissionPolicy': { resource: 'validatingadmissionpolicies', namespaced: false },
-  'admissionregistration.k8s.io/v1 ValidatingAdmissionPolicyBinding': { resource: 'validatingadmissionpolicybindings', namespaced: false },
+  'admissionregistration.k8s.io/v1 ValidatingAdmissionPolicy': {
+    resource: 'validatingadmissionpolicies',
+    namespaced: false,
+  },
+  'admissionregistration.k8s.io/v1 ValidatingAdmissionPolicyBinding': {
+    resource: 'validatingadmissionpolicybindings',
+    namespaced: false,
+  },
 };
 
 export interface ResourceRef {
@@ -61,8 +67,11 @@ export function resourcePath(r: ResourceRef): string {
 export function objectPath(obj: KubeObject): string {
   const info = KNOWN_KINDS[`${obj.apiVersion} ${obj.kind}`];
   if (!info)
-    throw new Error(`kctl's API client does not know the REST path of ${obj.kind} (${obj.apiVersion}); add it to KNOWN_KINDS in src/kube/paths.ts`);
-  if (info.namespaced && !obj.metadata.namespace) throw new Error(`${obj.kind} ${obj.metadata.name} needs metadata.namespace`);
+    throw new Error(
+      `kctl's API client does not know the REST path of ${obj.kind} (${obj.apiVersion}); add it to KNOWN_KINDS in src/kube/paths.ts`,
+    );
+  if (info.namespaced && !obj.metadata.namespace)
+    throw new Error(`${obj.kind} ${obj.metadata.name} needs metadata.namespace`);
   return resourcePath({
     apiVersion: obj.apiVersion,
     resource: info.resource,

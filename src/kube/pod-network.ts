@@ -58,7 +58,11 @@ export function podNetworkConfigMap(n: PodNetwork): KubeManifest & { data: Recor
   return {
     apiVersion: 'v1',
     kind: 'ConfigMap',
-    metadata: { name: POD_NETWORK_NAME, namespace: POD_NETWORK_NAMESPACE, labels: { 'app.kubernetes.io/managed-by': 'kctl' } },
+    metadata: {
+      name: POD_NETWORK_NAME,
+      namespace: POD_NETWORK_NAMESPACE,
+      labels: { 'app.kubernetes.io/managed-by': 'kctl' },
+    },
     data: {
       mode: n.mode,
       relay: n.relay,
@@ -66,7 +70,13 @@ export function podNetworkConfigMap(n: PodNetwork): KubeManifest & { data: Recor
       vxlanVNI: String(n.vxlan.vni),
       vxlanPort: String(n.vxlan.port),
       wireguardPort: String(n.wireguard.port),
-      ...(n.ranges ? { clusterCIDR: n.ranges.clusterCIDR, nodeRangeBits: String(n.ranges.nodeBits), serviceCIDR: n.ranges.serviceCIDR } : {}),
+      ...(n.ranges
+        ? {
+            clusterCIDR: n.ranges.clusterCIDR,
+            nodeRangeBits: String(n.ranges.nodeBits),
+            serviceCIDR: n.ranges.serviceCIDR,
+          }
+        : {}),
     },
   };
 }
@@ -82,29 +92,46 @@ export function parsePodNetwork(data: Record<string, string> | undefined): PodNe
   const d = data ?? {};
   const mode = d.mode as NetworkMode;
   if (!NETWORK_MODES.includes(mode))
-    throw new Error(`${POD_NETWORK_NAME}: mode is ${JSON.stringify(d.mode)}, expected one of ${NETWORK_MODES.join(', ')}`);
+    throw new Error(
+      `${POD_NETWORK_NAME}: mode is ${JSON.stringify(d.mode)}, expected one of ${NETWORK_MODES.join(', ')}`,
+    );
   const vni = intIn(d.vxlanVNI, 1, 16_777_215);
   const port = intIn(d.vxlanPort, 1, 65_535);
-  if (vni === undefined) throw new Error(`${POD_NETWORK_NAME}: vxlanVNI is ${JSON.stringify(d.vxlanVNI)}, expected 1-16777215`);
-  if (port === undefined) throw new Error(`${POD_NETWORK_NAME}: vxlanPort is ${JSON.stringify(d.vxlanPort)}, expected 1-65535`);
+  if (vni === undefined)
+    throw new Error(`${POD_NETWORK_NAME}: vxlanVNI is ${JSON.stringify(d.vxlanVNI)}, expected 1-16777215`);
+  if (port === undefined)
+    throw new Error(`${POD_NETWORK_NAME}: vxlanPort is ${JSON.stringify(d.vxlanPort)}, expected 1-65535`);
   const wgPort = d.wireguardPort === undefined ? WIREGUARD_DEFAULTS.port : intIn(d.wireguardPort, 1, 65_535);
-  if (wgPort === undefined) throw new Error(`${POD_NETWORK_NAME}: wireguardPort is ${JSON.stringify(d.wireguardPort)}, expected 1-65535`);
+  if (wgPort === undefined)
+    throw new Error(`${POD_NETWORK_NAME}: wireguardPort is ${JSON.stringify(d.wireguardPort)}, expected 1-65535`);
   // Absent: written by a kctl from before policies, whose clusters never enforced them.
   if (d.policy !== undefined && d.policy !== 'true' && d.policy !== 'false')
     throw new Error(`${POD_NETWORK_NAME}: policy is ${JSON.stringify(d.policy)}, expected true or false`);
   // Absent: written by a kctl from before relaying through the controllers.
   const relay = (d.relay ?? 'none') as PodNetworkRelay;
   if (!POD_NETWORK_RELAYS.includes(relay))
-    throw new Error(`${POD_NETWORK_NAME}: relay is ${JSON.stringify(d.relay)}, expected one of ${POD_NETWORK_RELAYS.join(', ')}`);
+    throw new Error(
+      `${POD_NETWORK_NAME}: relay is ${JSON.stringify(d.relay)}, expected one of ${POD_NETWORK_RELAYS.join(', ')}`,
+    );
   // Absent: written by a kctl from before pod ranges were judged (the join token's CIDR stands in).
   let ranges: PodNetwork['ranges'];
   if (d.clusterCIDR !== undefined || d.nodeRangeBits !== undefined || d.serviceCIDR !== undefined) {
     const nodeBits = intIn(d.nodeRangeBits, 1, 128);
     for (const key of ['clusterCIDR', 'serviceCIDR'] as const)
       if (d[key] === undefined || !cidrRange(d[key]))
-        throw new Error(`${POD_NETWORK_NAME}: ${key} is ${JSON.stringify(d[key])}, expected a CIDR such as 10.244.0.0/16`);
-    if (nodeBits === undefined) throw new Error(`${POD_NETWORK_NAME}: nodeRangeBits is ${JSON.stringify(d.nodeRangeBits)}, expected 1-128`);
+        throw new Error(
+          `${POD_NETWORK_NAME}: ${key} is ${JSON.stringify(d[key])}, expected a CIDR such as 10.244.0.0/16`,
+        );
+    if (nodeBits === undefined)
+      throw new Error(`${POD_NETWORK_NAME}: nodeRangeBits is ${JSON.stringify(d.nodeRangeBits)}, expected 1-128`);
     ranges = { clusterCIDR: d.clusterCIDR!, nodeBits, serviceCIDR: d.serviceCIDR! };
   }
-  return { mode, relay, policy: d.policy === 'true', vxlan: { vni, port }, wireguard: { port: wgPort }, ...(ranges ? { ranges } : {}) };
+  return {
+    mode,
+    relay,
+    policy: d.policy === 'true',
+    vxlan: { vni, port },
+    wireguard: { port: wgPort },
+    ...(ranges ? { ranges } : {}),
+  };
 }

@@ -12,7 +12,10 @@ interface Listed {
 }
 
 /** Where a resource (secrets, or plural.group as EncryptionConfiguration names it) is served; null when it is not. */
-async function resourceBase(kube: KubeClient, resource: string): Promise<{ base: string; apiVersion: string; plural: string } | null> {
+async function resourceBase(
+  kube: KubeClient,
+  resource: string,
+): Promise<{ base: string; apiVersion: string; plural: string } | null> {
   const dot = resource.indexOf('.');
   if (dot < 0) return { base: '/api/v1', apiVersion: 'v1', plural: resource };
   const [plural, group] = [resource.slice(0, dot), resource.slice(dot + 1)];
@@ -36,7 +39,10 @@ export async function rewriteResource(kube: KubeClient, resource: string, signal
   let written = 0;
   let next: string | undefined;
   do {
-    const page = await kube.get<Listed>(`${where.base}/${where.plural}?limit=250${next ? `&continue=${encodeURIComponent(next)}` : ''}`, signal);
+    const page = await kube.get<Listed>(
+      `${where.base}/${where.plural}?limit=250${next ? `&continue=${encodeURIComponent(next)}` : ''}`,
+      signal,
+    );
     const kind = (page.kind ?? '').replace(/List$/, '');
     for (const item of page.items) {
       const { name, namespace } = item.metadata;

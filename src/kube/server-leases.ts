@@ -28,8 +28,20 @@ export class ServerLeaseCounter {
   private readonly informer: Informer<ServerLease>;
   private last = 1;
 
-  constructor(kube: KubeClient, namespace: string, labelSelector: string, observe?: ListWatchOptions['observe'], onError?: (err: Error) => void) {
-    this.informer = new Informer<ServerLease>(kube, leasePath(namespace), { labelSelector, observe }, () => undefined, onError);
+  constructor(
+    kube: KubeClient,
+    namespace: string,
+    labelSelector: string,
+    observe?: ListWatchOptions['observe'],
+    onError?: (err: Error) => void,
+  ) {
+    this.informer = new Informer<ServerLease>(
+      kube,
+      leasePath(namespace),
+      { labelSelector, observe },
+      () => undefined,
+      onError,
+    );
   }
 
   start(): void {
@@ -63,7 +75,10 @@ const SA_DIR = '/var/run/secrets/kubernetes.io/serviceaccount';
 export function inClusterCredentials(env = process.env): () => KubeCredentials {
   const host = env.KUBERNETES_SERVICE_HOST;
   const port = env.KUBERNETES_SERVICE_PORT;
-  if (!host || !port) throw new Error('not running in a pod (KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT are unset); pass --kubeconfig');
+  if (!host || !port)
+    throw new Error(
+      'not running in a pod (KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT are unset); pass --kubeconfig',
+    );
   const ca = readFileSync(`${SA_DIR}/ca.crt`);
   const server = `https://${host.includes(':') ? `[${host}]` : host}:${port}`;
   return () => ({ server, ca, token: readFileSync(`${SA_DIR}/token`, 'utf8').trim() });
@@ -99,7 +114,10 @@ export interface ServerLeasePublisherOptions {
   onError?: (err: Error) => void;
 }
 
-async function timed(call: () => Promise<unknown>, report: (code: number, reason: string, seconds: number) => void): Promise<void> {
+async function timed(
+  call: () => Promise<unknown>,
+  report: (code: number, reason: string, seconds: number) => void,
+): Promise<void> {
   const t0 = process.hrtime.bigint();
   const seconds = () => Number(process.hrtime.bigint() - t0) / 1e9;
   try {
@@ -152,7 +170,11 @@ export class ServerLeasePublisher {
         apiVersion: 'coordination.k8s.io/v1',
         kind: 'Lease',
         metadata: { name: this.leaseName, namespace: this.o.namespace, labels: this.o.labels },
-        spec: { holderIdentity: this.o.serverId, leaseDurationSeconds: this.o.durationSeconds ?? 30, renewTime: microTime(new Date()) },
+        spec: {
+          holderIdentity: this.o.serverId,
+          leaseDurationSeconds: this.o.durationSeconds ?? 30,
+          renewTime: microTime(new Date()),
+        },
       },
       { fieldManager: 'kctl-konnectivity-server' },
     );
@@ -165,7 +187,8 @@ export class ServerLeasePublisher {
       .join(',');
     let leases: ServerLease[] = [];
     await timed(
-      async () => (leases = (await this.kube.list<ServerLease>(leasePath(this.o.namespace), { labelSelector: selector })).items),
+      async () =>
+        (leases = (await this.kube.list<ServerLease>(leasePath(this.o.namespace), { labelSelector: selector })).items),
       (code, reason, s) => this.o.observe?.list(code, reason, s),
     );
     for (const l of leases) {

@@ -9,16 +9,23 @@ export interface TokenVerdict {
 }
 
 /** `system:serviceaccount:NS:NAME` for a namespace and a service account name. */
-export const serviceAccountUser = (namespace: string, name: string): string => `system:serviceaccount:${namespace}:${name}`;
+export const serviceAccountUser = (namespace: string, name: string): string =>
+  `system:serviceaccount:${namespace}:${name}`;
 
 /** A checker that accepts only `user`'s tokens issued for `audience`. */
-export function serviceAccountTokenReview(kube: KubeClient, audience: string, user: string): (token: string) => Promise<TokenVerdict> {
+export function serviceAccountTokenReview(
+  kube: KubeClient,
+  audience: string,
+  user: string,
+): (token: string) => Promise<TokenVerdict> {
   return async (token) => {
-    const r = await kube.request<{ status?: { authenticated?: boolean; user?: { username?: string }; error?: string } }>(
-      'POST',
-      '/apis/authentication.k8s.io/v1/tokenreviews',
-      { apiVersion: 'authentication.k8s.io/v1', kind: 'TokenReview', spec: { token, audiences: [audience] } },
-    );
+    const r = await kube.request<{
+      status?: { authenticated?: boolean; user?: { username?: string }; error?: string };
+    }>('POST', '/apis/authentication.k8s.io/v1/tokenreviews', {
+      apiVersion: 'authentication.k8s.io/v1',
+      kind: 'TokenReview',
+      spec: { token, audiences: [audience] },
+    });
     const got = r.status?.user?.username;
     if (r.status?.error) return { ok: false, error: r.status.error };
     if (!r.status?.authenticated) return { ok: false, error: 'token not authenticated' };

@@ -51,7 +51,15 @@ export interface UpgradePlan {
 
 /** A member's upgrade, as it reports it (annotation UPGRADE_ANNOTATION). */
 export type MemberState = 'waiting' | 'downloading' | 'draining' | 'restarting' | 'done' | 'rolled back' | 'failed';
-export const MEMBER_STATES: readonly MemberState[] = ['waiting', 'downloading', 'draining', 'restarting', 'done', 'rolled back', 'failed'];
+export const MEMBER_STATES: readonly MemberState[] = [
+  'waiting',
+  'downloading',
+  'draining',
+  'restarting',
+  'done',
+  'rolled back',
+  'failed',
+];
 
 export interface MemberUpgrade {
   /** The plan's target version this state is about. */
@@ -77,7 +85,8 @@ export function parseMemberUpgrade(s: string | undefined): MemberUpgrade | undef
   if (!s) return undefined;
   try {
     const v = JSON.parse(s) as Partial<MemberUpgrade>;
-    if (typeof v.target !== 'string' || !MEMBER_STATES.includes(v.state as MemberState) || typeof v.at !== 'string') return undefined;
+    if (typeof v.target !== 'string' || !MEMBER_STATES.includes(v.state as MemberState) || typeof v.at !== 'string')
+      return undefined;
     return {
       target: v.target,
       state: v.state as MemberState,
@@ -95,7 +104,19 @@ interface ConfigMap {
   data?: Record<string, string>;
 }
 
-const FIELDS = ['version', 'kubernetes', 'etcd', 'sha256', 'size', 'created', 'drain', 'drainTimeoutS', 'maxUnavailable', 'readyTimeoutS', 'state'];
+const FIELDS = [
+  'version',
+  'kubernetes',
+  'etcd',
+  'sha256',
+  'size',
+  'created',
+  'drain',
+  'drainTimeoutS',
+  'maxUnavailable',
+  'readyTimeoutS',
+  'state',
+];
 
 export function planToConfigMap(p: UpgradePlan): ConfigMap & { apiVersion: string; kind: string } {
   const t = p.target;
@@ -141,7 +162,9 @@ export class UnreadablePlanError extends Error {}
 export function planFromConfigMap(cm: ConfigMap): UpgradePlan {
   const d = cm.data ?? {};
   const bad = (field: string, what: string) =>
-    new UnreadablePlanError(`ConfigMap ${UPGRADE_NAMESPACE}/${UPGRADE_PLAN_NAME}: ${field} ${what}; run kctl upgrade plan again to replace it`);
+    new UnreadablePlanError(
+      `ConfigMap ${UPGRADE_NAMESPACE}/${UPGRADE_PLAN_NAME}: ${field} ${what}; run kctl upgrade plan again to replace it`,
+    );
   for (const f of FIELDS) if (d[f] === undefined) throw bad(f, 'is missing');
   const int = (f: string, min: number): number => {
     const n = Number(d[f]);
@@ -152,7 +175,8 @@ export function planFromConfigMap(cm: ConfigMap): UpgradePlan {
   // Read strictly: a hand-edited "yes" must not quietly turn the drain off.
   if (d.drain !== 'true' && d.drain !== 'false') throw bad('drain', `is "${d.drain}", not true or false`);
   const state = d.state as PlanState;
-  if (!['active', 'done', 'stopped'].includes(state)) throw bad('state', `is "${d.state}", not active, done or stopped`);
+  if (!['active', 'done', 'stopped'].includes(state))
+    throw bad('state', `is "${d.state}", not active, done or stopped`);
   return {
     target: { version: d.version!, kubernetes: d.kubernetes!, etcd: d.etcd!, sha256: d.sha256!, size: int('size', 1) },
     created: d.created!,

@@ -37,7 +37,8 @@ export function skewProblem(running: Iterable<Release & { name: string }>, targe
       compareVersions(target.version, m.version) < 0
         ? `kctl ${target.version} is older than ${m.version}, which ${m.name} runs (no downgrades)`
         : undefined;
-    const problem = kctl ?? stepProblem('Kubernetes', m.kubernetes, target.kubernetes) ?? stepProblem('etcd', m.etcd, target.etcd);
+    const problem =
+      kctl ?? stepProblem('Kubernetes', m.kubernetes, target.kubernetes) ?? stepProblem('etcd', m.etcd, target.etcd);
     if (problem) return kctl ? problem : `${m.name}: ${problem}`;
   }
   return undefined;

@@ -47,12 +47,24 @@ async function sizeOf(file: string): Promise<number> {
 }
 
 /** One GET from `from` on, appended to the part; resolves when the response ended. */
-async function attempt(url: string, part: string, from: number, o: DownloadOptions, count: (n: number) => void): Promise<void> {
+async function attempt(
+  url: string,
+  part: string,
+  from: number,
+  o: DownloadOptions,
+  count: (n: number) => void,
+): Promise<void> {
   const tls = await o.tls();
   const res = await new Promise<IncomingMessage>((resolve, reject) => {
-    const req = request(url, { ...tls, headers: from > 0 ? { range: `bytes=${from}-` } : {}, signal: o.signal }, resolve);
+    const req = request(
+      url,
+      { ...tls, headers: from > 0 ? { range: `bytes=${from}-` } : {}, signal: o.signal },
+      resolve,
+    );
     // A controller that does not answer at all (a silent partition) is left as a stalled one is.
-    req.setTimeout(o.stallMs ?? 30_000, () => req.destroy(new Error(`no answer for ${(o.stallMs ?? 30_000) / 1000} s`)));
+    req.setTimeout(o.stallMs ?? 30_000, () =>
+      req.destroy(new Error(`no answer for ${(o.stallMs ?? 30_000) / 1000} s`)),
+    );
     req.on('error', reject);
     req.end();
   });
@@ -99,7 +111,8 @@ async function attempt(url: string, part: string, from: number, o: DownloadOptio
  * so a download cut off in one process goes on in the next.
  */
 export async function downloadExecutable(o: DownloadOptions): Promise<DownloadResult> {
-  if ((await sizeOf(o.target)) === o.size && (await sha256OfFile(o.target)) === o.sha256) return { resumed: 0, received: 0 };
+  if ((await sizeOf(o.target)) === o.size && (await sha256OfFile(o.target)) === o.sha256)
+    return { resumed: 0, received: 0 };
   const part = partOf(o.target);
   let resumed = 0;
   let received = 0;
@@ -141,5 +154,7 @@ export async function downloadExecutable(o: DownloadOptions): Promise<DownloadRe
     await sleep(wait, undefined, { signal: o.signal });
     wait = Math.min(wait * 2, 30_000);
   }
-  throw new Error(`cannot download the kctl executable after ${rounds} rounds over every controller (last: ${lastError})`);
+  throw new Error(
+    `cannot download the kctl executable after ${rounds} rounds over every controller (last: ${lastError})`,
+  );
 }

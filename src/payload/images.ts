@@ -39,7 +39,9 @@ export const BUNDLED_IMAGES: readonly BundledImage[] = [
 ];
 
 /** The images kctl workers import at start. */
-export const WORKER_IMAGE_NAMES: ReadonlySet<string> = new Set(BUNDLED_IMAGES.filter((i) => i.workers !== false).map((i) => i.name));
+export const WORKER_IMAGE_NAMES: ReadonlySet<string> = new Set(
+  BUNDLED_IMAGES.filter((i) => i.workers !== false).map((i) => i.name),
+);
 
 export const BUNDLED_IMAGE_NAMES: readonly string[] = BUNDLED_IMAGES.map((i) => i.name);
 

@@ -47,7 +47,11 @@ async function packTar(cwd: string, entries: string[]): Promise<Buffer> {
   // node-tar's `portable` would also clear group/other write bits (a 1777 /tmp becomes 1755),
   // so each entry is normalised here instead: owner root, no user name, the file's own mode.
   const normalise = (e: unknown) => {
-    const entry = e as { portable: boolean; myuid: number; stat: { uid: number; gid: number; atime: Date; ctime: Date } };
+    const entry = e as {
+      portable: boolean;
+      myuid: number;
+      stat: { uid: number; gid: number; atime: Date; ctime: Date };
+    };
     entry.portable = false;
     entry.myuid = -1;
     entry.stat.uid = 0;
@@ -77,7 +81,9 @@ export async function buildImage(spec: OciImage, target: string): Promise<void> 
     const layerTar = await packTar(rootfs, await spec.populate(rootfs));
     // Both depend on the tar bytes only (zlib writes gzip's mtime 0 and a fixed OS byte).
     const zstd = spec.layerCodec === 'zstd';
-    const packed = zstd ? zstdCompressSync(layerTar, { params: { [zlib.ZSTD_c_compressionLevel]: 19 } }) : gzipSync(layerTar, { level: 9 });
+    const packed = zstd
+      ? zstdCompressSync(layerTar, { params: { [zlib.ZSTD_c_compressionLevel]: 19 } })
+      : gzipSync(layerTar, { level: 9 });
 
     const layout = join(work, 'layout');
     const blobs = join(layout, 'blobs', 'sha256');
@@ -127,7 +133,13 @@ export async function buildImage(spec: OciImage, target: string): Promise<void> 
       }),
     );
     const blobNames = [layer, config, manifest].map((d) => d.digest.slice('sha256:'.length)).sort();
-    const outer = await packTar(layout, ['oci-layout', 'index.json', 'blobs', 'blobs/sha256', ...blobNames.map((b) => `blobs/sha256/${b}`)]);
+    const outer = await packTar(layout, [
+      'oci-layout',
+      'index.json',
+      'blobs',
+      'blobs/sha256',
+      ...blobNames.map((b) => `blobs/sha256/${b}`),
+    ]);
     await mkdir(dirname(target), { recursive: true });
     await writeFile(`${target}.tmp`, outer);
     await chmod(`${target}.tmp`, 0o644); // an image to hand on, as staging writes the bundled ones

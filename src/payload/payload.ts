@@ -20,7 +20,16 @@ import { createZstdDecompress } from 'node:zlib';
 import { kctlExecutable } from '../base/executable.ts';
 import type { Release } from '../base/version.ts';
 import { BUNDLED_IMAGES } from './images.ts';
-import { cacheRoot, componentsDir, isStagedBinary, loadManifest, manifestPath, type LockEntry, type PayloadLock, type Role } from './manifest.ts';
+import {
+  cacheRoot,
+  componentsDir,
+  isStagedBinary,
+  loadManifest,
+  manifestPath,
+  type LockEntry,
+  type PayloadLock,
+  type Role,
+} from './manifest.ts';
 import { errnoOf } from '../base/errors.ts';
 
 export const TRAILER_MAGIC = 'KCTLPAY2';
@@ -57,7 +66,9 @@ export function decodeTrailer(raw: Buffer): Trailer | null {
   return {
     indexOffset: num(8),
     indexLength: num(16),
-    runtime: stored ? { offset: num(24), stored, size: num(40), sha256: raw.subarray(48, 80).toString('hex') } : undefined,
+    runtime: stored
+      ? { offset: num(24), stored, size: num(40), sha256: raw.subarray(48, 80).toString('hex') }
+      : undefined,
   };
 }
 
@@ -118,7 +129,9 @@ export class EmbeddedPayload implements Payload {
     const raw = createReadStream(this.origin, { start: entry.offset, end: entry.offset + length - 1 });
     if (!entry.stored) return raw;
     if (entry.stored.codec !== 'zstd')
-      throw new Error(`payload entry ${entry.name} is stored as ${String(entry.stored.codec)}, which this kctl cannot read`);
+      throw new Error(
+        `payload entry ${entry.name} is stored as ${String(entry.stored.codec)}, which this kctl cannot read`,
+      );
     const inflate = createZstdDecompress();
     raw.on('error', (err) => inflate.destroy(err));
     return raw.pipe(inflate);
@@ -165,7 +178,12 @@ export async function readEmbeddedPayload(file: string): Promise<EmbeddedPayload
   }
 }
 
-export function directoryPayload(binDir: string, lock: PayloadLock, kctlVersion: string, images: PayloadEntry[] = []): DirectoryPayload {
+export function directoryPayload(
+  binDir: string,
+  lock: PayloadLock,
+  kctlVersion: string,
+  images: PayloadEntry[] = [],
+): DirectoryPayload {
   return new DirectoryPayload(binDir, {
     kctl: kctlVersion,
     platform: lock.platform,
@@ -218,7 +236,9 @@ export async function findPayload(kctlVersion: string): Promise<Payload> {
   if (embedded) return embedded;
   const cached = cachedPayload(kctlVersion);
   if (cached) return cached;
-  throw new Error('no component payload: this kctl was not built with `npm run build`, and no components are cached; run `npm run components`');
+  throw new Error(
+    'no component payload: this kctl was not built with `npm run build`, and no components are cached; run `npm run components`',
+  );
 }
 
 /** The release a payload index describes: kctl's version, and the Kubernetes and etcd versions it carries. */

@@ -24,7 +24,9 @@ async function sharedLibraries(binary: string): Promise<string[]> {
 export async function saveProxyAgentImage(payload: EmbeddedPayload, target: string): Promise<void> {
   const runtime = payload.runtime;
   if (!runtime)
-    throw new Error(`${payload.origin} carries no runtime to make ${PROXY_AGENT_IMAGE} from; run save-images with the built kctl (dist/kctl)`);
+    throw new Error(
+      `${payload.origin} carries no runtime to make ${PROXY_AGENT_IMAGE} from; run save-images with the built kctl (dist/kctl)`,
+    );
   const spec: OciImage = {
     name: PROXY_AGENT_IMAGE,
     config: { Entrypoint: ['/proxy-agent'], Env: [PATH_ENV], WorkingDir: '/', User: '65534:65534' },

@@ -12,13 +12,21 @@ import { KCTL_VERSION } from '../base/version.ts';
 import type { Logger } from '../base/log.ts';
 import type { Role } from './manifest.ts';
 import { findPayload } from './payload.ts';
-import { PayloadChecksumError, alreadyStaged, stageComponents, stageImages, workerImages, type StageResult } from './stage.ts';
+import {
+  PayloadChecksumError,
+  alreadyStaged,
+  stageComponents,
+  stageImages,
+  workerImages,
+  type StageResult,
+} from './stage.ts';
 import { STAGE_COMMAND } from './stage-command.ts';
 import { currentStage, pruneStages, stageId, turnCurrent } from './versions.ts';
 import type { Payload } from './payload.ts';
 import { messageOf } from '../base/errors.ts';
 
-export type StageJob = { kind: 'components'; roles: Role[]; dir: string; seed?: string } | { kind: 'images'; dir: string };
+export type StageJob =
+  { kind: 'components'; roles: Role[]; dir: string; seed?: string } | { kind: 'images'; dir: string };
 
 type ChildMessage = { log: Record<string, unknown> } | { result: StageResult } | { error: string; checksum: boolean };
 
@@ -27,16 +35,25 @@ function selfInvocation(): { file: string; args: string[] } | null {
   // The launcher, not the unpacked runtime: it unpacks the runtime again if it went away meanwhile.
   if (isSea()) return { file: kctlExecutable() ?? process.execPath, args: [] };
   const script = process.argv[1] ?? '';
-  if (/[/\\]src[/\\]cli[/\\]index\.ts$/.test(script)) return { file: process.execPath, args: [...process.execArgv, script] };
+  if (/[/\\]src[/\\]cli[/\\]index\.ts$/.test(script))
+    return { file: process.execPath, args: [...process.execArgv, script] };
   return null; // a library caller (unit tests): no kctl entry point to start
 }
 
 async function runJob(job: StageJob, log: Logger, payload?: Payload): Promise<StageResult> {
   payload ??= await findPayload(KCTL_VERSION);
-  return job.kind === 'components' ? stageComponents(payload, job.dir, job.roles, log, job.seed) : stageImages(payload, job.dir, log);
+  return job.kind === 'components'
+    ? stageComponents(payload, job.dir, job.roles, log, job.seed)
+    : stageImages(payload, job.dir, log);
 }
 
-const LEVELS: Record<number, 'debug' | 'info' | 'warn' | 'error'> = { 20: 'debug', 30: 'info', 40: 'warn', 50: 'error', 60: 'error' };
+const LEVELS: Record<number, 'debug' | 'info' | 'warn' | 'error'> = {
+  20: 'debug',
+  30: 'info',
+  40: 'warn',
+  50: 'error',
+  60: 'error',
+};
 
 function relog(log: Logger, line: Record<string, unknown>): void {
   const { level, msg, time: _time, component: _component, pid: _pid, hostname: _hostname, ...fields } = line;
@@ -67,20 +84,29 @@ export async function stage(job: StageJob, log: Logger): Promise<StageResult> {
     child.once('exit', (c, signal) => resolve(signal ? null : c));
   });
   if (outcome && 'result' in outcome) return outcome.result;
-  if (outcome && 'error' in outcome) throw outcome.checksum ? new PayloadChecksumError(outcome.error) : new Error(outcome.error);
-  throw new Error(`staging stopped before it finished (child kctl exit ${code ?? 'by signal'}); see the lines above and start again`);
+  if (outcome && 'error' in outcome)
+    throw outcome.checksum ? new PayloadChecksumError(outcome.error) : new Error(outcome.error);
+  throw new Error(
+    `staging stopped before it finished (child kctl exit ${code ?? 'by signal'}); see the lines above and start again`,
+  );
 }
 
 /** The child's side: run one job, send every log line and the outcome to the parent, exit. */
 export async function runStageChild(jobJson: string): Promise<void> {
   const send = process.send?.bind(process);
-  if (!send) throw new Error(`kctl ${STAGE_COMMAND} is run by kctl itself while it stages; run kctl controller or kctl worker instead`);
+  if (!send)
+    throw new Error(
+      `kctl ${STAGE_COMMAND} is run by kctl itself while it stages; run kctl controller or kctl worker instead`,
+    );
   // When the kctl that started this child stopped (killed, or its command timed out), nobody waits
   // for the messages: staging still finishes (each file is written under a temporary name and
   // renamed), so the next start finds it done.
-  const post = (m: ChildMessage) => new Promise<void>((resolve) => (process.connected ? send(m, undefined, undefined, () => resolve()) : resolve()));
+  const post = (m: ChildMessage) =>
+    new Promise<void>((resolve) => (process.connected ? send(m, undefined, undefined, () => resolve()) : resolve()));
   const pending: Promise<void>[] = [];
-  const destination = { write: (line: string) => void pending.push(post({ log: JSON.parse(line) as Record<string, unknown> })) };
+  const destination = {
+    write: (line: string) => void pending.push(post({ log: JSON.parse(line) as Record<string, unknown> })),
+  };
   const log = pino({ level: process.env.KCTL_LOG_LEVEL ?? 'info', base: {} }, destination);
   try {
     const result = await runJob(JSON.parse(jobJson) as StageJob, log);
@@ -122,6 +148,9 @@ export async function stageForStart(root: string, roles: Role[], log: Logger): P
   const id = basename((await stageInto(root, roles, log)).dir);
   const previous = await turnCurrent(root, id);
   if (previous !== undefined)
-    log.info({ version: id, previous }, "this kctl's components are now the current ones; the previous stay until the upgrade is done");
+    log.info(
+      { version: id, previous },
+      "this kctl's components are now the current ones; the previous stay until the upgrade is done",
+    );
   await pruneStages(root, log);
 }

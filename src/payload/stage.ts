@@ -66,7 +66,13 @@ export async function copyVerified(payload: Payload, entry: PayloadEntry, target
 }
 
 /** `seed`: a directory staged before (the previous version's), whose unchanged binaries are linked, not decompressed. */
-export async function stageComponents(payload: Payload, binDir: string, roles: Role[], log: Logger, seed?: string): Promise<StageResult> {
+export async function stageComponents(
+  payload: Payload,
+  binDir: string,
+  roles: Role[],
+  log: Logger,
+  seed?: string,
+): Promise<StageResult> {
   return stageEntries(payload, payload.forRoles(roles), binDir, log, { manifest: true, mode: 0o755, seed });
 }
 
@@ -75,7 +81,8 @@ export async function stageImages(payload: Payload, imagesDir: string, log: Logg
   return stageEntries(payload, workerImages(payload), imagesDir, log, { manifest: false, mode: 0o644 });
 }
 
-export const workerImages = (payload: Payload): PayloadEntry[] => (payload.index.images ?? []).filter((e) => WORKER_IMAGE_NAMES.has(e.name));
+export const workerImages = (payload: Payload): PayloadEntry[] =>
+  (payload.index.images ?? []).filter((e) => WORKER_IMAGE_NAMES.has(e.name));
 
 /**
  * The named image bundles into `dir`, each checked against its sha256 as staging checks it. An
@@ -85,7 +92,8 @@ export const workerImages = (payload: Payload): PayloadEntry[] => (payload.index
 export async function saveImages(payload: Payload, names: string[], dir: string, log: Logger): Promise<PayloadEntry[]> {
   const all = payload.index.images ?? [];
   const unknown = names.filter((n) => !all.some((e) => e.name === n));
-  if (unknown.length) throw new Error(`kctl carries no image ${unknown.join(', ')}; kctl airgap list-images names those it does`);
+  if (unknown.length)
+    throw new Error(`kctl carries no image ${unknown.join(', ')}; kctl airgap list-images names those it does`);
   const chosen = all.filter((e) => names.includes(e.name));
   await mkdir(dir, { recursive: true, mode: 0o755 });
   for (const entry of chosen) {
@@ -235,10 +243,19 @@ async function stageEntries(
     if (o.manifest) {
       const manifest = entries.map(({ name, version, sha256, path }) => ({ name, version, sha256, path }));
       const manifestFile = join(binDir, 'manifest.json');
-      await writeFileAtomic(manifestFile, JSON.stringify({ kctl: payload.index.kctl, components: manifest }, null, 2) + '\n', 0o644);
+      await writeFileAtomic(
+        manifestFile,
+        JSON.stringify({ kctl: payload.index.kctl, components: manifest }, null, 2) + '\n',
+        0o644,
+      );
     }
     log.info(
-      { staged: result.staged.length, replaced: result.replaced.length, unchanged: result.unchanged.length, dir: binDir },
+      {
+        staged: result.staged.length,
+        replaced: result.replaced.length,
+        unchanged: result.unchanged.length,
+        dir: binDir,
+      },
       'components staged',
     );
     return result;

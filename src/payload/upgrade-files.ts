@@ -14,12 +14,14 @@ import { installExecutable } from '../supervisor/handover.ts';
 export const EXECUTABLES_PATH = '/v1/executables/';
 
 /** The URL of `version`'s executable at a controller whose executables base URL is `base` (its Lease says). */
-export const executableUrl = (base: string, version: string): string => `${base}${EXECUTABLES_PATH}${encodeURIComponent(version)}`;
+export const executableUrl = (base: string, version: string): string =>
+  `${base}${EXECUTABLES_PATH}${encodeURIComponent(version)}`;
 
 /** Under the data dir: executables of other versions, and the last rollback's outcome. */
 export const UPGRADE_DIR = 'upgrade';
 
-export const keptExecutable = (dataDir: string, version: string): string => join(dataDir, UPGRADE_DIR, `kctl-${version}`);
+export const keptExecutable = (dataDir: string, version: string): string =>
+  join(dataDir, UPGRADE_DIR, `kctl-${version}`);
 
 /** What a rollback leaves for the previous executable to report. */
 export interface UpgradeOutcome {
@@ -77,7 +79,9 @@ export async function releaseOfExecutable(file: string): Promise<Release> {
 
 /** Why `described` is not the plan's `target`, or undefined when it is. */
 export function describedProblem(described: Release, target: Release): string | undefined {
-  return described.version !== target.version || described.kubernetes !== target.kubernetes || described.etcd !== target.etcd
+  return described.version !== target.version ||
+    described.kubernetes !== target.kubernetes ||
+    described.etcd !== target.etcd
     ? `the target executable describes itself as kctl ${described.version} (Kubernetes ${described.kubernetes}, etcd ${described.etcd}), not as the plan says`
     : undefined;
 }

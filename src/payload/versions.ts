@@ -29,7 +29,8 @@ const LINKS = [CURRENT, PREVIOUS];
 /** The directory name of a payload's components: its kctl version and a digest of every component's path and bytes. */
 export function stageId(payload: Payload): string {
   const h = createHash('sha256');
-  for (const e of [...payload.index.components].sort((a, b) => (a.path < b.path ? -1 : 1))) h.update(`${e.path} ${e.sha256}\n`);
+  for (const e of [...payload.index.components].sort((a, b) => (a.path < b.path ? -1 : 1)))
+    h.update(`${e.path} ${e.sha256}\n`);
   return `${payload.index.kctl.replace(/[^0-9A-Za-z.+_~-]/g, '_')}-${h.digest('hex').slice(0, 12)}`;
 }
 
@@ -78,7 +79,11 @@ async function rootEntries(root: string): Promise<{ stages: string[]; loose: str
 export async function turnCurrent(root: string, id: string): Promise<string | undefined> {
   const current = await currentStage(root);
   if (current === id) return undefined;
-  const older = current ?? ((await rootEntries(root)).loose.some((n) => !n.startsWith('.') && n !== 'manifest.json') ? OLDER_LAYOUT : undefined);
+  const older =
+    current ??
+    ((await rootEntries(root)).loose.some((n) => !n.startsWith('.') && n !== 'manifest.json')
+      ? OLDER_LAYOUT
+      : undefined);
   if (older !== undefined) await pointLink(root, PREVIOUS, older === OLDER_LAYOUT ? '.' : older);
   await pointLink(root, CURRENT, id);
   return older ?? 'none';

@@ -46,7 +46,9 @@ export function firstServiceIps(serviceCIDR: string): string[] {
       try {
         return cidrAddress(cidr, 1);
       } catch {
-        throw new PkiError(`spec.network.serviceCIDR: "${cidr}" is not a CIDR with room for a service IP (e.g. 10.96.0.0/12); fix the config`);
+        throw new PkiError(
+          `spec.network.serviceCIDR: "${cidr}" is not a CIDR with room for a service IP (e.g. 10.96.0.0/12); fix the config`,
+        );
       }
     });
 }

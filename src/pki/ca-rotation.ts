@@ -83,9 +83,11 @@ function keyOf(keyPem: string, certPem: string): boolean {
 export function rotationProblem(r: CaRotation, trusted: string): string | undefined {
   const files = caFilesFor(r);
   const missing = unvouched(files.cert, trusted, r.proof ? [r.proof] : []);
-  if (missing.length > 0) return `no CA trusted now vouches for ${missing.join('; ')} (the rotation's cross-signature is missing or wrong)`;
+  if (missing.length > 0)
+    return `no CA trusted now vouches for ${missing.join('; ')} (the rotation's cross-signature is missing or wrong)`;
   try {
-    if (!keyOf(r.oldKey, r.oldCert) || !keyOf(r.newKey, r.newCert)) return 'a CA key does not belong to its certificate';
+    if (!keyOf(r.oldKey, r.oldCert) || !keyOf(r.newKey, r.newCert))
+      return 'a CA key does not belong to its certificate';
   } catch {
     return 'a CA key or certificate cannot be read';
   }
@@ -157,7 +159,8 @@ export async function writeCaPhase(paths: PkiPaths, r: CaRotation): Promise<bool
       throw new PkiError(`${paths.caCert} or its key is missing; restore the PKI from a backup before rotating the CA`);
     const problem = rotationProblem(r, cert);
     if (problem) throw new PkiError(`CA rotation refused: ${problem}; ca.crt is unchanged`);
-    if (r.proof && (await readIfExists(paths.caProof)) !== r.proof) await writeFileAtomic(paths.caProof, r.proof, CERT_MODE);
+    if (r.proof && (await readIfExists(paths.caProof)) !== r.proof)
+      await writeFileAtomic(paths.caProof, r.proof, CERT_MODE);
     if (key !== want.key) await writeFileAtomic(paths.caKey, want.key, KEY_MODE);
     if (cert !== want.cert) await writeFileAtomic(paths.caCert, want.cert, CERT_MODE);
     return true;

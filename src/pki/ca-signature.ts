@@ -5,7 +5,8 @@
 import { createPrivateKey, sign, verify, X509Certificate } from 'node:crypto';
 import { splitCertificates } from '../base/pem.ts';
 
-const signedData = (purpose: string, data: string | Buffer): Buffer => Buffer.concat([Buffer.from(`${purpose}\n`), Buffer.from(data)]);
+const signedData = (purpose: string, data: string | Buffer): Buffer =>
+  Buffer.concat([Buffer.from(`${purpose}\n`), Buffer.from(data)]);
 
 /** `data` signed for `purpose` with a CA's private key (PEM), base64. */
 export function caSign(purpose: string, data: string | Buffer, caKeyPem: string): string {
@@ -16,7 +17,12 @@ export function caSign(purpose: string, data: string | Buffer, caKeyPem: string)
  * Which CA of `bundle` (PEM, in order) signed `data` for `purpose`: its index, or -1 when none did
  * (a missing, malformed or foreign signature).
  */
-export function caSigner(purpose: string, data: string | Buffer, signature: string | undefined, bundle: string): number {
+export function caSigner(
+  purpose: string,
+  data: string | Buffer,
+  signature: string | undefined,
+  bundle: string,
+): number {
   if (!signature) return -1;
   const sig = Buffer.from(signature, 'base64');
   const msg = signedData(purpose, data);

@@ -4,11 +4,29 @@
 import { createPrivateKey, createPublicKey } from 'node:crypto';
 import { relative } from 'node:path';
 import { PkiError } from './errors.ts';
-import { CERT_MODE, KEY_MODE, enforceMode, readIfExists, writeFileAtomic, type EnsureContext, type Outcome } from './files.ts';
+import {
+  CERT_MODE,
+  KEY_MODE,
+  enforceMode,
+  readIfExists,
+  writeFileAtomic,
+  type EnsureContext,
+  type Outcome,
+} from './files.ts';
 
 export type { EnsureContext } from './files.ts';
 import { bundleOf, splitCertificates } from '../base/pem.ts';
-import { generateKeyPem, isCa, issueCaCert, keyIdOf, keyMatchesCert, parseCert, parseKey, type PrivateKey, type Signer } from './x509.ts';
+import {
+  generateKeyPem,
+  isCa,
+  issueCaCert,
+  keyIdOf,
+  keyMatchesCert,
+  parseCert,
+  parseKey,
+  type PrivateKey,
+  type Signer,
+} from './x509.ts';
 import { messageOf } from '../base/errors.ts';
 
 export const CA_YEARS = 10;
@@ -35,7 +53,12 @@ export async function ensureCa(spec: CaSpec, ctx: EnsureContext): Promise<{ sign
     const newKeyPem = await generateKeyPem();
     // Key first: a crash before the cert lands leaves a key we can still self-sign below.
     await writeFileAtomic(spec.keyPath, newKeyPem, KEY_MODE);
-    const pem = issueCaCert({ subject: { commonName: spec.name }, key: parseKey(newKeyPem, spec.keyPath, RESTORE), now: ctx.now, years: CA_YEARS });
+    const pem = issueCaCert({
+      subject: { commonName: spec.name },
+      key: parseKey(newKeyPem, spec.keyPath, RESTORE),
+      now: ctx.now,
+      years: CA_YEARS,
+    });
     await writeFileAtomic(spec.certPath, pem, CERT_MODE);
     ctx.log.info({ file: certFile, key: keyFile, reason: 'missing' }, 'created certificate authority');
     return { signer: signerFrom(spec, pem, newKeyPem), outcome: 'created' };
@@ -47,13 +70,18 @@ export async function ensureCa(spec: CaSpec, ctx: EnsureContext): Promise<{ sign
     // every certificate signed before, and workers holding the old ca.crt still trust new ones.
     const pem = issueCaCert({ subject: { commonName: spec.name }, key, now: ctx.now, years: CA_YEARS });
     await writeFileAtomic(spec.certPath, pem, CERT_MODE);
-    ctx.log.warn({ file: certFile, reason: 'certificate missing, key present' }, 're-created CA certificate from its existing key');
+    ctx.log.warn(
+      { file: certFile, reason: 'certificate missing, key present' },
+      're-created CA certificate from its existing key',
+    );
     return { signer: signerFrom(spec, pem, keyPem), outcome: 'renewed' };
   }
 
   const signer = signerFrom(spec, await signerFirst(spec, certPem, key, ctx), keyPem);
-  if (!isCa(signer.cert)) throw new PkiError(`${spec.certPath} is not a CA certificate (basicConstraints CA:false); ${RESTORE}`);
-  if (!keyMatchesCert(key, signer.cert)) throw new PkiError(`${spec.keyPath} does not belong to ${certFile}; ${RESTORE}`);
+  if (!isCa(signer.cert))
+    throw new PkiError(`${spec.certPath} is not a CA certificate (basicConstraints CA:false); ${RESTORE}`);
+  if (!keyMatchesCert(key, signer.cert))
+    throw new PkiError(`${spec.keyPath} does not belong to ${certFile}; ${RESTORE}`);
   await Promise.all([enforceMode(spec.keyPath, KEY_MODE, ctx.log), enforceMode(spec.certPath, CERT_MODE, ctx.log)]);
   warnIfExpiring(signer, certFile, ctx);
   return { signer, outcome: 'unchanged' };
@@ -71,14 +99,18 @@ async function signerFirst(spec: CaSpec, certPem: string, key: PrivateKey, ctx: 
   if (at <= 0) return certPem;
   const fixed = bundleOf([certs[at]!, ...certs.filter((_, i) => i !== at)]);
   await writeFileAtomic(spec.certPath, fixed, CERT_MODE);
-  ctx.log.warn({ file: relative(ctx.dir, spec.certPath) }, 'put the certificate of the CA key first in its bundle (an interrupted CA rotation step)');
+  ctx.log.warn(
+    { file: relative(ctx.dir, spec.certPath) },
+    'put the certificate of the CA key first in its bundle (an interrupted CA rotation step)',
+  );
   return fixed;
 }
 
 /** An existing CA as a signer, read from its files (a missing or damaged one is a PkiError). */
 export async function loadSigner(spec: CaSpec): Promise<Signer> {
   const [certPem, keyPem] = await Promise.all([readIfExists(spec.certPath), readIfExists(spec.keyPath)]);
-  if (certPem === null || keyPem === null) throw new PkiError(`${certPem === null ? spec.certPath : spec.keyPath} is missing; ${RESTORE}`);
+  if (certPem === null || keyPem === null)
+    throw new PkiError(`${certPem === null ? spec.certPath : spec.keyPath} is missing; ${RESTORE}`);
   return signerFrom(spec, certPem, keyPem);
 }
 
@@ -123,7 +155,10 @@ export async function ensureServiceAccountKey(keyPath: string, pubPath: string, 
     return 'unchanged';
   }
   await writeFileAtomic(pubPath, wantPub, CERT_MODE);
-  ctx.log.info({ file: pubFile, reason: pubPem === null ? 'missing' : `does not match ${keyFile}` }, 'wrote service-account public key');
+  ctx.log.info(
+    { file: pubFile, reason: pubPem === null ? 'missing' : `does not match ${keyFile}` },
+    'wrote service-account public key',
+  );
   return keyPem === null ? 'created' : 'renewed';
 }
 

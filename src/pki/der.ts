@@ -53,7 +53,8 @@ export function children(n: Node | undefined): Node[] {
 }
 export const bytesOf = (n: Node | undefined): string => (n && typeof n.value === 'string' ? n.value : '');
 export const oidOf = (n: Node | undefined): string => asn1.derToOid(bytesOf(n));
-export const isContext = (n: Node | undefined, tag: number): boolean => n?.tagClass === asn1.Class.CONTEXT_SPECIFIC && n.type === tag;
+export const isContext = (n: Node | undefined, tag: number): boolean =>
+  n?.tagClass === asn1.Class.CONTEXT_SPECIFIC && n.type === tag;
 
 export function dateOf(n: Node | undefined): Date {
   return n?.type === T.GENERALIZEDTIME ? asn1.generalizedTimeToDate(bytesOf(n)) : asn1.utcTimeToDate(bytesOf(n));

@@ -49,7 +49,10 @@ export function renderEncryptionConfig(keys: EncryptionKey[], resources: string[
 }
 
 interface ConfigFile {
-  resources?: { resources?: string[]; providers?: { secretbox?: { keys?: { name?: unknown; secret?: unknown }[] } }[] }[];
+  resources?: {
+    resources?: string[];
+    providers?: { secretbox?: { keys?: { name?: unknown; secret?: unknown }[] } }[];
+  }[];
 }
 
 /** The keys of a file kctl wrote, in order (the first encrypts); throws with what is wrong. */
@@ -60,7 +63,8 @@ export function parseEncryptionKeys(text: string): EncryptionKey[] {
   if (!keys?.length) throw new Error('it has no secretbox keys for *.*');
   return keys.map((k, i) => {
     if (typeof k.name !== 'string' || !KEY_NAME.test(k.name)) throw new Error(`key ${i + 1} has no valid name`);
-    if (typeof k.secret !== 'string' || Buffer.from(k.secret, 'base64').length !== 32) throw new Error(`key ${k.name} is not 32 bytes of base64`);
+    if (typeof k.secret !== 'string' || Buffer.from(k.secret, 'base64').length !== 32)
+      throw new Error(`key ${k.name} is not 32 bytes of base64`);
     return { name: k.name, secret: k.secret };
   });
 }
@@ -77,12 +81,18 @@ export async function readEncryptionKeys(path: string): Promise<EncryptionKey[] 
   try {
     return parseEncryptionKeys(text);
   } catch (err) {
-    throw new PkiError(`${path} is not a usable encryption config (${messageOf(err)}); restore it from a backup or another controller`);
+    throw new PkiError(
+      `${path} is not a usable encryption config (${messageOf(err)}); restore it from a backup or another controller`,
+    );
   }
 }
 
 /** Writes the file for `keys` and `resources` when its content differs; true when it did. */
-export async function writeEncryptionConfig(path: string, keys: EncryptionKey[], resources: string[]): Promise<boolean> {
+export async function writeEncryptionConfig(
+  path: string,
+  keys: EncryptionKey[],
+  resources: string[],
+): Promise<boolean> {
   const text = renderEncryptionConfig(keys, resources);
   if ((await readIfExists(path)) === text) return false;
   await writeFileAtomic(path, text, KEY_MODE);

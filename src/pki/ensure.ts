@@ -95,7 +95,12 @@ function leafFiles(p: PkiPaths, cas: Cas, sans: ReturnType<typeof wantedSans>): 
     {
       cert: p.serverCert,
       key: p.serverKey,
-      spec: { signer: cas.cluster, subject: { commonName: 'kube-apiserver' }, usages: ['serverAuth'], sans: sans.apiserver },
+      spec: {
+        signer: cas.cluster,
+        subject: { commonName: 'kube-apiserver' },
+        usages: ['serverAuth'],
+        sans: sans.apiserver,
+      },
     },
     {
       for: 'nodes',
@@ -117,13 +122,23 @@ function leafFiles(p: PkiPaths, cas: Cas, sans: ReturnType<typeof wantedSans>): 
       for: 'etcd',
       cert: p.etcdServerCert,
       key: p.etcdServerKey,
-      spec: { signer: cas.etcd!, subject: { commonName: 'etcd-server' }, usages: ['serverAuth', 'clientAuth'], sans: sans.etcd },
+      spec: {
+        signer: cas.etcd!,
+        subject: { commonName: 'etcd-server' },
+        usages: ['serverAuth', 'clientAuth'],
+        sans: sans.etcd,
+      },
     },
     {
       for: 'etcd',
       cert: p.etcdPeerCert,
       key: p.etcdPeerKey,
-      spec: { signer: cas.etcd!, subject: { commonName: 'etcd-peer' }, usages: ['serverAuth', 'clientAuth'], sans: sans.etcd },
+      spec: {
+        signer: cas.etcd!,
+        subject: { commonName: 'etcd-peer' },
+        usages: ['serverAuth', 'clientAuth'],
+        sans: sans.etcd,
+      },
     },
     {
       for: 'etcd',
@@ -148,7 +163,12 @@ function leafFiles(p: PkiPaths, cas: Cas, sans: ReturnType<typeof wantedSans>): 
       for: 'nodes',
       cert: p.konnectivityCert,
       key: p.konnectivityKey,
-      spec: { signer: cas.cluster, subject: { commonName: 'konnectivity-server' }, usages: ['serverAuth'], sans: sans.konnectivity },
+      spec: {
+        signer: cas.cluster,
+        subject: { commonName: 'konnectivity-server' },
+        usages: ['serverAuth'],
+        sans: sans.konnectivity,
+      },
     },
   ];
 }
@@ -183,11 +203,20 @@ async function allSettledOrThrow<T>(steps: Promise<T>[]): Promise<T[]> {
  * cluster CA until `kubeletServingMoved` says no node serves one of its certificates any more.
  */
 export async function writeKubeletCaBundle(paths: PkiPaths, fresh: boolean): Promise<void> {
-  if (fresh) await writeFileAtomic(paths.kubeletServingMoved, 'new cluster: no kubelet ever served a certificate of the cluster CA\n', 0o644);
+  if (fresh)
+    await writeFileAtomic(
+      paths.kubeletServingMoved,
+      'new cluster: no kubelet ever served a certificate of the cluster CA\n',
+      0o644,
+    );
   const moved = existsSync(paths.kubeletServingMoved);
-  const pems = await Promise.all([readFile(paths.kubeletServingCaCert, 'utf8'), ...(moved ? [] : [readFile(paths.caCert, 'utf8')])]);
+  const pems = await Promise.all([
+    readFile(paths.kubeletServingCaCert, 'utf8'),
+    ...(moved ? [] : [readFile(paths.caCert, 'utf8')]),
+  ]);
   const bundle = pems.map((p) => p.trimEnd() + '\n').join('');
-  if ((await readIfExists(paths.kubeletCaBundle)) !== bundle) await writeFileAtomic(paths.kubeletCaBundle, bundle, 0o644);
+  if ((await readIfExists(paths.kubeletCaBundle)) !== bundle)
+    await writeFileAtomic(paths.kubeletCaBundle, bundle, 0o644);
 }
 
 export async function ensurePki(opts: PkiOptions, log: Logger): Promise<PkiPaths> {
@@ -207,16 +236,24 @@ export async function ensurePkiFiles(opts: PkiOptions, log: Logger): Promise<{ p
   return withPkiLock(paths.dir, async () => {
     // Independent steps run together: key generation is native and runs off the main thread,
     // so a fresh PKI costs about as long as its slowest few keys.
-    const wanted = (what?: 'nodes' | 'etcd') => !opts.apiOnly || what === undefined || (what === 'etcd' && opts.apiOnly.etcd);
+    const wanted = (what?: 'nodes' | 'etcd') =>
+      !opts.apiOnly || what === undefined || (what === 'etcd' && opts.apiOnly.etcd);
     const caSpecs = [
       { name: 'kubernetes-ca', certPath: paths.caCert, keyPath: paths.caKey },
       { name: 'front-proxy-ca', certPath: paths.frontProxyCaCert, keyPath: paths.frontProxyCaKey },
       { name: 'etcd-ca', certPath: paths.etcdCaCert, keyPath: paths.etcdCaKey, for: 'etcd' as const },
       { name: 'addons-ca', certPath: paths.addonsCaCert, keyPath: paths.addonsCaKey, for: 'nodes' as const },
-      { name: 'kubelet-serving-ca', certPath: paths.kubeletServingCaCert, keyPath: paths.kubeletServingCaKey, for: 'nodes' as const },
+      {
+        name: 'kubelet-serving-ca',
+        certPath: paths.kubeletServingCaCert,
+        keyPath: paths.kubeletServingCaKey,
+        for: 'nodes' as const,
+      },
     ];
     // A CA that is not wanted signs nothing here: the leaves it would sign are skipped alike.
-    const caResults = await allSettledOrThrow(caSpecs.map((c) => (wanted(c.for) ? ensureCa(c, ctx) : Promise.resolve(undefined))));
+    const caResults = await allSettledOrThrow(
+      caSpecs.map((c) => (wanted(c.for) ? ensureCa(c, ctx) : Promise.resolve(undefined))),
+    );
     const [cluster, frontProxy, etcd, addons] = caResults.map((r) => r?.signer);
     const cas: Cas = { cluster: cluster!, frontProxy: frontProxy!, etcd, addons };
     const validity = (spec: LeafSpec): LeafSpec => ({ ...spec, validityMs: opts.leafValidityMs });
@@ -231,13 +268,16 @@ export async function ensurePkiFiles(opts: PkiOptions, log: Logger): Promise<{ p
       ...leafOutcomes,
       await ensureServiceAccountKey(paths.saKey, paths.saPub, ctx),
       // Only when asked (at start): while kctl runs, the encryption component keeps this file.
-      ...(opts.encryptedResources ? [await ensureEncryptionConfig(paths.encryptionConfig, opts.encryptedResources, log)] : []),
+      ...(opts.encryptedResources
+        ? [await ensureEncryptionConfig(paths.encryptionConfig, opts.encryptedResources, log)]
+        : []),
     ];
     const files = [...leaves.map((l) => l.cert), ...configs.map((k) => k.path)];
     const changed = files.filter((_, i) => leafOutcomes[i] !== 'unchanged');
     // kube-controller-manager signs with exactly one certificate: ca.crt's first.
     const signing = splitCertificates(cas.cluster.certPem)[0]!;
-    if ((await readIfExists(paths.caSigningCert)) !== signing) await writeFileAtomic(paths.caSigningCert, signing, CERT_MODE);
+    if ((await readIfExists(paths.caSigningCert)) !== signing)
+      await writeFileAtomic(paths.caSigningCert, signing, CERT_MODE);
     if (wanted('nodes')) {
       // A new cluster's kubelets never had a serving certificate of the cluster CA; an older
       // cluster's did, so kubelets trust it too until every node has a new one (kubelet-serving.ts).
@@ -245,7 +285,10 @@ export async function ensurePkiFiles(opts: PkiOptions, log: Logger): Promise<{ p
       await writeKubeletCaBundle(paths, fresh);
     }
     const count = (o: Outcome) => outcomes.filter((x) => x === o).length;
-    log.info({ dir: paths.dir, created: count('created'), renewed: count('renewed'), unchanged: count('unchanged') }, 'pki ready');
+    log.info(
+      { dir: paths.dir, created: count('created'), renewed: count('renewed'), unchanged: count('unchanged') },
+      'pki ready',
+    );
     return { paths, changed };
   });
 }

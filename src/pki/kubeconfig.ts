@@ -20,11 +20,14 @@ export interface KubeconfigContent {
 const CLUSTER = 'kubernetes';
 
 const b64 = (s: string): string => Buffer.from(s, 'utf8').toString('base64');
-const unb64 = (s: unknown): string | undefined => (typeof s === 'string' ? Buffer.from(s, 'base64').toString('utf8') : undefined);
+const unb64 = (s: unknown): string | undefined =>
+  typeof s === 'string' ? Buffer.from(s, 'base64').toString('utf8') : undefined;
 
 export function renderKubeconfig(o: KubeconfigContent): string {
-  if ((o.certPem === undefined) !== (o.keyPem === undefined)) throw new Error('kubeconfig needs both certPem and keyPem, or neither');
-  if (o.certPem === undefined && o.token === undefined) throw new Error('kubeconfig needs a client certificate or a token');
+  if ((o.certPem === undefined) !== (o.keyPem === undefined))
+    throw new Error('kubeconfig needs both certPem and keyPem, or neither');
+  if (o.certPem === undefined && o.token === undefined)
+    throw new Error('kubeconfig needs a client certificate or a token');
   const user: Record<string, string> = {};
   if (o.certPem !== undefined && o.keyPem !== undefined) {
     user['client-certificate-data'] = b64(o.certPem);
@@ -54,7 +57,9 @@ export function readKubeconfig(text: string, path: string): Partial<KubeconfigCo
   try {
     doc = parse(text);
   } catch (err) {
-    throw new PkiError(`${path} is not valid YAML (${reasonOf(err)}); remove it and start again to have kctl write a new one`);
+    throw new PkiError(
+      `${path} is not valid YAML (${reasonOf(err)}); remove it and start again to have kctl write a new one`,
+    );
   }
   type Named<T> = { name?: string } & T;
   const d = (doc ?? {}) as {
@@ -82,7 +87,12 @@ export function readKubeconfig(text: string, path: string): Partial<KubeconfigCo
  * certificate would be (see renewalReason); rewritten with the same credentials when only
  * the server URL or the embedded CA changed.
  */
-export async function ensureKubeconfig(spec: LeafSpec, path: string, server: string, ctx: EnsureContext): Promise<Outcome> {
+export async function ensureKubeconfig(
+  spec: LeafSpec,
+  path: string,
+  server: string,
+  ctx: EnsureContext,
+): Promise<Outcome> {
   const text = await readIfExists(path);
   const file = relative(ctx.dir, path);
   const found = text === null ? {} : readKubeconfig(text, path);
@@ -115,7 +125,13 @@ export async function ensureKubeconfig(spec: LeafSpec, path: string, server: str
     await enforceMode(path, KUBECONFIG_MODE, ctx.log);
     return 'unchanged';
   }
-  await writeKubeconfig(path, { server, caPem: spec.signer.certPem, user, certPem: found.certPem, keyPem: found.keyPem });
+  await writeKubeconfig(path, {
+    server,
+    caPem: spec.signer.certPem,
+    user,
+    certPem: found.certPem,
+    keyPem: found.keyPem,
+  });
   ctx.log.info({ file, reason: drift }, 'rewrote kubeconfig');
   return 'renewed';
 }

@@ -3,7 +3,15 @@
 // churn certificates that running components or operators have pinned.
 import { relative } from 'node:path';
 import { sameSans, type San } from './addresses.ts';
-import { CERT_MODE, KEY_MODE, enforceMode, readIfExists, writeFileAtomic, type EnsureContext, type Outcome } from './files.ts';
+import {
+  CERT_MODE,
+  KEY_MODE,
+  enforceMode,
+  readIfExists,
+  writeFileAtomic,
+  type EnsureContext,
+  type Outcome,
+} from './files.ts';
 
 export type { Outcome } from './files.ts';
 import {
@@ -70,13 +78,15 @@ export function renewalReason(existing: Existing, spec: LeafSpec, now: Date): st
   const left = notAfter.getTime() - now.getTime();
   if (left <= 0) return `expired ${notAfter.toISOString()}`;
   const due = renewalTime(notBefore, notAfter);
-  if (now.getTime() >= due.getTime()) return `due for renewal since ${due.toISOString()} (expires ${notAfter.toISOString()})`;
+  if (now.getTime() >= due.getTime())
+    return `due for renewal since ${due.toISOString()} (expires ${notAfter.toISOString()})`;
   if (notBefore.getTime() > now.getTime()) return `not valid before ${notBefore.toISOString()} (clock moved back?)`;
   // A shorter spec.pki.leafValidity applies at once; a longer one at the next renewal.
   const validity = spec.validityMs ?? DEFAULT_LEAF_VALIDITY_MS;
   if (notAfter.getTime() - notBefore.getTime() > validity + Math.min(BACKDATE_SLACK_MS, validity))
     return 'lifetime longer than spec.pki.leafValidity';
-  if (!sameSubject(subjectOf(cert), spec.subject)) return `subject changed from ${formatSubject(subjectOf(cert))} to ${formatSubject(spec.subject)}`;
+  if (!sameSubject(subjectOf(cert), spec.subject))
+    return `subject changed from ${formatSubject(subjectOf(cert))} to ${formatSubject(spec.subject)}`;
   if (usagesOf(cert).sort().join() !== [...spec.usages].sort().join()) return 'extended key usages changed';
   const have = sansOf(cert);
   if (!sameSans(have, spec.sans)) return `SANs changed (${describeSanChange(have, spec.sans)})`;
@@ -96,11 +106,17 @@ function formatSubject(s: Subject): string {
 function describeSanChange(have: readonly San[], want: readonly San[]): string {
   const added = want.filter((s) => !have.includes(s));
   const removed = have.filter((s) => !want.includes(s));
-  return [added.length ? `added ${added.join(' ')}` : '', removed.length ? `removed ${removed.join(' ')}` : ''].filter(Boolean).join('; ');
+  return [added.length ? `added ${added.join(' ')}` : '', removed.length ? `removed ${removed.join(' ')}` : '']
+    .filter(Boolean)
+    .join('; ');
 }
 
 /** Parses what is on disk; anything unreadable is an error naming the file, never silently replaced. */
-export function parseExisting(certPem: string | null, keyPem: string | null, where: { cert: string; key: string }): Existing {
+export function parseExisting(
+  certPem: string | null,
+  keyPem: string | null,
+  where: { cert: string; key: string },
+): Existing {
   const remedy = (file: string) => `remove ${file} and start again to have kctl issue a new one`;
   return {
     cert: certPem === null ? null : parseCert(certPem, where.cert, remedy(where.cert)),
@@ -113,7 +129,11 @@ export function parseExisting(certPem: string | null, keyPem: string | null, whe
  * A fresh certificate for `spec`. The existing key is kept when there is one (as `kubeadm certs
  * renew` does), which also saves generating a key on every renewal.
  */
-export async function issueLeaf(spec: LeafSpec, existing: Existing, now: Date): Promise<{ certPem: string; keyPem: string }> {
+export async function issueLeaf(
+  spec: LeafSpec,
+  existing: Existing,
+  now: Date,
+): Promise<{ certPem: string; keyPem: string }> {
   const keyPem = existing.keyPem ?? (await generateKeyPem());
   const key = existing.key ?? parseKey(keyPem, 'generated key', 'report a bug');
   const notAfter = new Date(now.getTime() + (spec.validityMs ?? DEFAULT_LEAF_VALIDITY_MS));
@@ -121,7 +141,12 @@ export async function issueLeaf(spec: LeafSpec, existing: Existing, now: Date): 
 }
 
 /** A certificate + key file pair, e.g. server.crt / server.key. */
-export async function ensureLeafFiles(spec: LeafSpec, certPath: string, keyPath: string, ctx: EnsureContext): Promise<Outcome> {
+export async function ensureLeafFiles(
+  spec: LeafSpec,
+  certPath: string,
+  keyPath: string,
+  ctx: EnsureContext,
+): Promise<Outcome> {
   const [certPem, keyPem] = await Promise.all([readIfExists(certPath), readIfExists(keyPath)]);
   const existing = parseExisting(certPem, keyPem, { cert: certPath, key: keyPath });
   const reason = renewalReason(existing, spec, ctx.now);
@@ -135,6 +160,9 @@ export async function ensureLeafFiles(spec: LeafSpec, certPath: string, keyPath:
   else await enforceMode(keyPath, KEY_MODE, ctx.log);
   await writeFileAtomic(certPath, issued.certPem, CERT_MODE);
   const outcome: Outcome = certPem === null ? 'created' : 'renewed';
-  ctx.log.info({ file: relative(ctx.dir, certPath), reason }, outcome === 'created' ? 'issued certificate' : 'renewed certificate');
+  ctx.log.info(
+    { file: relative(ctx.dir, certPath), reason },
+    outcome === 'created' ? 'issued certificate' : 'renewed certificate',
+  );
   return outcome;
 }

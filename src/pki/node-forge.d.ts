@@ -5,6 +5,9 @@ import 'node-forge';
 
 declare module 'node-forge' {
   namespace asn1 {
-    function fromDer(bytes: string, options: { strict?: boolean; parseAllBytes?: boolean; decodeBitStrings?: boolean }): Asn1;
+    function fromDer(
+      bytes: string,
+      options: { strict?: boolean; parseAllBytes?: boolean; decodeBitStrings?: boolean },
+    ): Asn1;
   }
 }

@@ -39,7 +39,8 @@ export interface CertificateStatus {
   error?: string;
 }
 
-const firstCertificate = (text: string): string | undefined => /-----BEGIN CERTIFICATE-----[\s\S]+?-----END CERTIFICATE-----/.exec(text)?.[0];
+const firstCertificate = (text: string): string | undefined =>
+  /-----BEGIN CERTIFICATE-----[\s\S]+?-----END CERTIFICATE-----/.exec(text)?.[0];
 
 async function readCertificate(w: WatchedCertificate): Promise<X509Certificate> {
   const text = await readFile(w.file, 'utf8');
@@ -105,7 +106,11 @@ export class CertificateWatch {
 
 /** Every certificate of a controller's PKI; those an api-only control plane lacks are skipped when checked. */
 export function controllerCertificates(p: PkiPaths): WatchedCertificate[] {
-  const at = (kind: WatchedCertificate['kind'], file: string): WatchedCertificate => ({ name: file.slice(p.dir.length + 1), file, kind });
+  const at = (kind: WatchedCertificate['kind'], file: string): WatchedCertificate => ({
+    name: file.slice(p.dir.length + 1),
+    file,
+    kind,
+  });
   return [
     ...[p.caCert, p.frontProxyCaCert, p.etcdCaCert, p.addonsCaCert, p.kubeletServingCaCert].map((f) => at('ca', f)),
     ...[

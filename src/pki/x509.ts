@@ -5,7 +5,16 @@
 // 16 keys) and ten tenants starting at once pay in full. Existing RSA keys, CAs brought by the
 // operator and certificates issued by earlier kctl versions keep working: both kinds are read,
 // and a CA signs with whatever key it has.
-import { X509Certificate, createHash, createPrivateKey, createPublicKey, generateKeyPair, randomBytes, sign, type KeyObject } from 'node:crypto';
+import {
+  X509Certificate,
+  createHash,
+  createPrivateKey,
+  createPublicKey,
+  generateKeyPair,
+  randomBytes,
+  sign,
+  type KeyObject,
+} from 'node:crypto';
 import { promisify } from 'node:util';
 import { canonicalIp } from '../base/addresses.ts';
 import type { San } from './addresses.ts';
@@ -256,7 +265,9 @@ const CRL_SIGN = 6;
 
 function signatureAlgorithm(key: PrivateKey): der.Node {
   // RFC 5758: ECDSA algorithm identifiers have no parameters; RSA's carry NULL (RFC 4055).
-  return key.asymmetricKeyType === 'ec' ? der.seq([der.oid(OID.ecdsaWithSha256)]) : der.seq([der.oid(OID.sha256WithRsa), der.nullNode()]);
+  return key.asymmetricKeyType === 'ec'
+    ? der.seq([der.oid(OID.ecdsaWithSha256)])
+    : der.seq([der.oid(OID.sha256WithRsa), der.nullNode()]);
 }
 
 interface TbsFields {
@@ -312,7 +323,9 @@ export interface LeafRequest {
 }
 
 /** A leaf certificate for `key`, signed by `signer`. */
-export function issueLeafCert(o: LeafRequest & { key: PrivateKey; signer: Signer; now: Date; years: number; notAfter?: Date }): string {
+export function issueLeafCert(
+  o: LeafRequest & { key: PrivateKey; signer: Signer; now: Date; years: number; notAfter?: Date },
+): string {
   // keyEncipherment only means something for RSA key transport; ECDSA keys only sign.
   const usage = o.key.asymmetricKeyType === 'rsa' ? [DIGITAL_SIGNATURE, KEY_ENCIPHERMENT] : [DIGITAL_SIGNATURE];
   const extensions = [
@@ -326,7 +339,11 @@ export function issueLeafCert(o: LeafRequest & { key: PrivateKey; signer: Signer
     extensions.push(
       extension(
         OID.subjectAltName,
-        der.seq(o.sans.map((s) => (s.startsWith('IP:') ? der.implicit(7, der.bin(ipToBytes(s.slice(3)))) : der.implicit(2, s.slice(4))))),
+        der.seq(
+          o.sans.map((s) =>
+            s.startsWith('IP:') ? der.implicit(7, der.bin(ipToBytes(s.slice(3)))) : der.implicit(2, s.slice(4)),
+          ),
+        ),
       ),
     );
   return issue({

@@ -138,7 +138,8 @@ export async function installExecutable(source: string, installed: string): Prom
 /** Replaces this process with `executable` (same PID: systemd and a parent see one process). */
 export function restartInPlace(executable: string, args: readonly string[]): never {
   // A kctl executable's runtime has it (Node 24); a checkout run on an older Node has not.
-  if (typeof process.execve !== 'function') throw new Error('this Node runtime cannot replace its process (process.execve); restart kctl by hand');
+  if (typeof process.execve !== 'function')
+    throw new Error('this Node runtime cannot replace its process (process.execve); restart kctl by hand');
   process.execve(executable, [executable, ...args], process.env);
   throw new Error(`${executable} did not start in place of this process`);
 }
@@ -162,7 +163,14 @@ export async function restartForUpgrade(p: PendingRestart, o: UpgradeRestartOpti
   const args = process.argv.slice(2);
   o.systemd?.startWatchdog();
   await installExecutable(p.next, p.installed);
-  const r = await handOver({ executable: p.installed, args, ready: o.ready, timeoutMs: p.timeoutMs, log: o.log, systemd: o.systemd });
+  const r = await handOver({
+    executable: p.installed,
+    args,
+    ready: o.ready,
+    timeoutMs: p.timeoutMs,
+    log: o.log,
+    systemd: o.systemd,
+  });
   if (r.ok) {
     if (!o.systemd) return parentUntilExit(r.child);
     await o.systemd.close();

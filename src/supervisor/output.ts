@@ -118,7 +118,8 @@ function fromJson(json: Record<string, unknown>, line: string): ChildLine {
   const { level, msg, message, ts: _ts, time: _time, ...rest } = json;
   let lvl = typeof level === 'string' ? namedLevel(level) : undefined;
   // zap/logr JSON from kube-* components: no level, verbosity `v`, errors carry `err`.
-  if (lvl === undefined) lvl = typeof rest.err === 'string' ? 'error' : typeof rest.v === 'number' && rest.v > 0 ? 'debug' : 'info';
+  if (lvl === undefined)
+    lvl = typeof rest.err === 'string' ? 'error' : typeof rest.v === 'number' && rest.v > 0 ? 'debug' : 'info';
   const text = typeof msg === 'string' ? msg : typeof message === 'string' ? message : line;
   return Object.keys(rest).length > 0 ? { level: lvl, msg: text, fields: rest } : { level: lvl, msg: text };
 }

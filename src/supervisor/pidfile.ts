@@ -108,7 +108,12 @@ function signalPid(pid: number, signal: NodeJS.Signals): void {
  * Deals with the pid file a previous kctl left behind: a live process running `binary` is
  * terminated; anything else (dead pid, reused pid, garbage) only loses its pid file.
  */
-export async function cleanupStalePidFile(path: string, binary: string, stopTimeoutMs: number, log: Logger): Promise<void> {
+export async function cleanupStalePidFile(
+  path: string,
+  binary: string,
+  stopTimeoutMs: number,
+  log: Logger,
+): Promise<void> {
   const pid = await readPidFile(path);
   if (pid === undefined) {
     await removePidFile(path);

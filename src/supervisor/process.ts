@@ -18,54 +18,7 @@ import { cleanupStalePidFile, removePidFile, writePidFile } from './pidfile.ts';
 import { settlesWithin, untilAborted } from '../base/wait.ts';
 import { reasonOf } from '../base/errors.ts';
 import { bindConflict, busyPortReason } from './port-holders.ts';
-
-export const CHILD_PATH = '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin';
-/** util-linux; sets PR_SET_PDEATHSIG and execs, so the pid we track is the real child's. */
-export const SETPRIV = '/usr/bin/setpriv';
-
-export interface BackoffOptions {
-  initialMs: number;
-  maxMs: number;
-  /** A child that ran this long before exiting restarts after `initialMs` again. */
-  resetAfterMs: number;
-}
-
-export interface SupervisorOptions {
-  /** Component name: the program's name, its pid file's, and (by the manager) its logger's. */
-  name: string;
-  /** Absolute path. */
-  binary: string;
-  args: string[];
-  /** The child gets only PATH (CHILD_PATH) plus these; nothing leaks from kctl's environment. */
-  env?: Record<string, string>;
-  cwd?: string;
-  /** Pid file at <runDir>/<name>.pid. */
-  runDir: string;
-  /** Outside a component manager (tests, fixtures): the logger, used as given. Under one, the manager's at init. */
-  log?: Logger;
-  /** SIGTERM, then SIGKILL after this long. Default 10 s. */
-  stopTimeoutMs?: number;
-  /** Default 1 s, doubling, capped at 30 s, reset after 60 s of healthy running. */
-  backoff?: BackoffOptions;
-  /** Readiness probe run by ready(); retried until it resolves or the signal aborts. */
-  ready?: (signal: AbortSignal) => Promise<void>;
-  /** Pause between failed readiness probes. Default 500 ms. */
-  readyRetryMs?: number;
-  /** How long the component manager waits for ready(). Default: the manager's. */
-  readyTimeoutMs?: number;
-  /** Longer output lines are truncated. Default 16 KiB. */
-  maxLineLength?: number;
-  /** The child's umask; default kctl's own (0077). */
-  umask?: number;
-  /** Strings (passwords) replaced by *** in every line of the child's output before it is logged. */
-  secrets?: string[];
-}
-
-const DEFAULTS = {
-  stopTimeoutMs: 10_000,
-  backoff: { initialMs: 1000, maxMs: 30_000, resetAfterMs: 60_000 } satisfies BackoffOptions,
-  readyRetryMs: 500,
-};
+import { CHILD_PATH, SETPRIV, SUPERVISOR_DEFAULTS, type BackoffOptions, type SupervisorOptions } from './options.ts';
 
 /** One spawned child, from spawn to exit. */
 interface Run {
@@ -117,8 +70,8 @@ export class Supervisor implements Component, Restartable {
     this.name = opts.name;
     this.readyTimeoutMs = opts.readyTimeoutMs;
     this.pidFile = join(opts.runDir, `${opts.name}.pid`);
-    this.stopTimeoutMs = opts.stopTimeoutMs ?? DEFAULTS.stopTimeoutMs;
-    this.backoff = opts.backoff ?? DEFAULTS.backoff;
+    this.stopTimeoutMs = opts.stopTimeoutMs ?? SUPERVISOR_DEFAULTS.stopTimeoutMs;
+    this.backoff = opts.backoff ?? SUPERVISOR_DEFAULTS.backoff;
     this.nextDelayMs = this.backoff.initialMs;
   }
 
@@ -152,7 +105,7 @@ export class Supervisor implements Component, Restartable {
 
   /** Resolves when the process runs and (if given) the readiness probe passes; rejects with the reason once `signal` aborts. */
   async ready(signal: AbortSignal): Promise<void> {
-    const retryMs = this.opts.readyRetryMs ?? DEFAULTS.readyRetryMs;
+    const retryMs = this.opts.readyRetryMs ?? SUPERVISOR_DEFAULTS.readyRetryMs;
     let probeError: string | undefined;
     for (;;) {
       if (this.stopRequested || this.state === 'stopped') throw new Error('stopped before it became ready');
@@ -243,7 +196,10 @@ export class Supervisor implements Component, Restartable {
     if (run.exit) return;
     run.child.kill('SIGTERM');
     if (await settlesWithin(run.exited, this.stopTimeoutMs)) return;
-    this.log.warn({ pid: run.pid }, `${this.name} (pid ${run.pid}) still running ${this.stopTimeoutMs}ms after SIGTERM, sending SIGKILL`);
+    this.log.warn(
+      { pid: run.pid },
+      `${this.name} (pid ${run.pid}) still running ${this.stopTimeoutMs}ms after SIGTERM, sending SIGKILL`,
+    );
     run.child.kill('SIGKILL');
     await run.exited;
   }
@@ -263,7 +219,9 @@ export class Supervisor implements Component, Restartable {
       if (!this.usePdeathsig) this.log.warn(`${SETPRIV} not found: ${this.name} may outlive kctl if kctl is killed`);
     }
     // Plain exec after prctl: no fork, so the pid we track is the real child's.
-    const [file, argv] = this.usePdeathsig ? [SETPRIV, ['--pdeathsig', 'SIGKILL', '--', binary, ...args]] : [binary, args];
+    const [file, argv] = this.usePdeathsig
+      ? [SETPRIV, ['--pdeathsig', 'SIGKILL', '--', binary, ...args]]
+      : [binary, args];
     // A child takes the umask it is forked with, and spawn() forks before it returns: kctl's own
     // is swapped for the child's for that moment only.
     const umask = this.opts.umask === undefined ? undefined : process.umask(this.opts.umask);
@@ -389,7 +347,8 @@ export class Supervisor implements Component, Restartable {
     if (probeError) parts.push(`last probe error: ${probeError}`);
     else if (this.state !== 'running') parts.push(`process is ${this.state}`);
     else parts.push('readiness probe did not answer');
-    if (this.restarts > 0 || this.state === 'restarting') parts.push(`${this.restarts} restarts, last: ${this.lastError ?? 'unknown'}`);
+    if (this.restarts > 0 || this.state === 'restarting')
+      parts.push(`${this.restarts} restarts, last: ${this.lastError ?? 'unknown'}`);
     return parts.join('; ');
   }
 }

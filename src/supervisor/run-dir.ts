@@ -16,11 +16,12 @@ export const RUN_DIR_MARKER = '.kctl-run-dir';
 export async function prepareRunDir(dir: string): Promise<void> {
   if (existsSync(dir)) return;
   await mkdir(dir, { recursive: true, mode: 0o700 });
-  await writeFile(join(dir, RUN_DIR_MARKER), 'made by kctl: kctl reset removes this directory\n', { mode: 0o600, flag: 'wx' }).catch(
-    (err: NodeJS.ErrnoException) => {
-      if (err.code !== 'EEXIST') throw err; // another kctl made it at the same moment
-    },
-  );
+  await writeFile(join(dir, RUN_DIR_MARKER), 'made by kctl: kctl reset removes this directory\n', {
+    mode: 0o600,
+    flag: 'wx',
+  }).catch((err: NodeJS.ErrnoException) => {
+    if (err.code !== 'EEXIST') throw err; // another kctl made it at the same moment
+  });
 }
 
 /** Whether `dir` is a run dir kctl made: the marker is a regular file in it. */

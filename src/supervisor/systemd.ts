@@ -23,7 +23,8 @@ export const unitPath = (unitDir: string, role: ServiceRole): string => join(uni
 export const TENANT_TEMPLATE = 'kctl-controller@.service';
 export const tenantUnitName = (tenant: string): string => `kctl-controller@${tenant}.service`;
 /** A tenant's own flags (--config, --port-range) and environment: a drop-in beside the template. */
-export const tenantDropIn = (unitDir: string, tenant: string): string => join(unitDir, `${tenantUnitName(tenant)}.d`, '10-kctl.conf');
+export const tenantDropIn = (unitDir: string, tenant: string): string =>
+  join(unitDir, `${tenantUnitName(tenant)}.d`, '10-kctl.conf');
 
 export interface UnitSpec {
   role: ServiceRole;
@@ -34,8 +35,10 @@ export interface UnitSpec {
   template?: boolean;
 }
 
-const execLine = (words: string[], template = false): string => `ExecStart=${words.map(unitWord).join(' ')}${template ? ' --name %i' : ''}`;
-const envLines = (env: Record<string, string>): string[] => Object.entries(env).map(([k, v]) => `Environment=${unitWord(`${k}=${v}`)}`);
+const execLine = (words: string[], template = false): string =>
+  `ExecStart=${words.map(unitWord).join(' ')}${template ? ' --name %i' : ''}`;
+const envLines = (env: Record<string, string>): string[] =>
+  Object.entries(env).map(([k, v]) => `Environment=${unitWord(`${k}=${v}`)}`);
 
 /** A tenant instance's drop-in: its own ExecStart (the template's is cleared first) and environment. */
 export function renderTenantDropIn(execStart: string[], env: Record<string, string>): string {
@@ -131,7 +134,10 @@ export async function requireDurableExecutable(path: string): Promise<void> {
 }
 
 /** Runs systemctl; a failure is one line with systemctl's own words. */
-export async function systemctl(args: string[], opts: { reject?: boolean } = {}): Promise<{ ok: boolean; stdout: string }> {
+export async function systemctl(
+  args: string[],
+  opts: { reject?: boolean } = {},
+): Promise<{ ok: boolean; stdout: string }> {
   const r = await execa('systemctl', args, { reject: false, stdin: 'ignore' });
   const ok = r.exitCode === 0;
   if (!ok && opts.reject !== false) {

@@ -69,7 +69,8 @@ export class AgentComponent implements Component, ControllerFollower {
     if (!serial || serial === this.clientSerial || !this.agent) return;
     const { cert, key } = splitPem(await readFile(this.clientCertFile(), 'utf8'));
     this.agent.setClientCertificate(cert, key);
-    if (this.clientSerial !== undefined) this.log.info({ serial }, 'kubelet renewed the node client certificate; new connections use it');
+    if (this.clientSerial !== undefined)
+      this.log.info({ serial }, 'kubelet renewed the node client certificate; new connections use it');
     this.clientSerial = serial;
   }
 
@@ -99,7 +100,10 @@ export class AgentComponent implements Component, ControllerFollower {
     await this.agent.start();
     await this.checkCertificates();
     this.checkTimer = setInterval(
-      () => void this.checkCertificates().catch((err: unknown) => this.log.warn(`cannot check kubelet's certificates: ${messageOf(err)}`)),
+      () =>
+        void this.checkCertificates().catch((err: unknown) =>
+          this.log.warn(`cannot check kubelet's certificates: ${messageOf(err)}`),
+        ),
       CHECK_EVERY_MS,
     );
   }

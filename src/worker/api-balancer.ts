@@ -84,7 +84,14 @@ function upstreamOf(url: string): Upstream | null {
     return null;
   }
   if (u.protocol !== 'https:') return null;
-  return { url: u.origin, host: urlHost(url), port: Number(u.port || 443), healthy: false, sockets: new Set(), silentChecks: 0 };
+  return {
+    url: u.origin,
+    host: urlHost(url),
+    port: Number(u.port || 443),
+    healthy: false,
+    sockets: new Set(),
+    silentChecks: 0,
+  };
 }
 
 export class ApiBalancerComponent implements Component, ControllerFollower {
@@ -164,7 +171,12 @@ export class ApiBalancerComponent implements Component, ControllerFollower {
 
   status(): Partial<ComponentStatus> {
     const healthy = this.upstreams.filter((u) => u.healthy).length;
-    return { lastError: healthy === 0 ? `no healthy API server (${this.upstreams.map((u) => u.lastError ?? u.url).join('; ')})` : undefined };
+    return {
+      lastError:
+        healthy === 0
+          ? `no healthy API server (${this.upstreams.map((u) => u.lastError ?? u.url).join('; ')})`
+          : undefined,
+    };
   }
 
   /** The port it listens on (the configured one, or the one the OS chose for port 0). */
@@ -199,7 +211,10 @@ export class ApiBalancerComponent implements Component, ControllerFollower {
     clearTimeout(u.recheck);
     let verdict: 'healthy' | 'refused' | 'silent';
     try {
-      const r = await withDeadline(httpsGet({ url: `${u.url}/readyz`, ca: this.o.caFile }, this.t.checkTimeoutMs), this.t.checkTimeoutMs);
+      const r = await withDeadline(
+        httpsGet({ url: `${u.url}/readyz`, ca: this.o.caFile }, this.t.checkTimeoutMs),
+        this.t.checkTimeoutMs,
+      );
       verdict = r.status === 200 ? 'healthy' : 'refused';
       u.lastError = r.status === 200 ? undefined : `${u.url}/readyz: HTTP ${r.status}`;
     } catch (err) {
@@ -209,7 +224,8 @@ export class ApiBalancerComponent implements Component, ControllerFollower {
     if (!this.upstreams.includes(u) || this.stopped) return;
     u.silentChecks = verdict === 'silent' ? u.silentChecks + 1 : 0;
     if (verdict !== 'healthy') u.recheck = setTimeout(() => void this.check(u), this.t.recheckAfterFailureMs);
-    const healthy = verdict === 'healthy' || (verdict === 'silent' && u.healthy && u.silentChecks < this.t.silentChecksToCut);
+    const healthy =
+      verdict === 'healthy' || (verdict === 'silent' && u.healthy && u.silentChecks < this.t.silentChecksToCut);
     if (healthy === u.healthy) return;
     u.healthy = healthy;
     if (healthy) {
@@ -217,7 +233,10 @@ export class ApiBalancerComponent implements Component, ControllerFollower {
       this.o.onHealthy?.(u.host);
     } else {
       const why = verdict === 'silent' ? ` (${u.silentChecks} checks in a row without an answer)` : '';
-      this.log.warn({ upstream: u.url, err: u.lastError }, `API server unhealthy${why}; moving its connections to the others`);
+      this.log.warn(
+        { upstream: u.url, err: u.lastError },
+        `API server unhealthy${why}; moving its connections to the others`,
+      );
       for (const s of u.sockets) s.destroy();
     }
   }

@@ -125,7 +125,13 @@ export class CaTrustComponent implements Component {
         const why = `the cluster CA bundle in cluster-info adds ${missing.join('; ')}, which no CA this node trusts vouches for; the node keeps trusting what it does`;
         if (why !== this.refused) {
           this.log.warn(why);
-          await warningEvent(this.o.kube, { kind: 'Node', name: this.o.nodeName }, 'CaBundleRefused', why, 'kctl-worker').catch(() => undefined);
+          await warningEvent(
+            this.o.kube,
+            { kind: 'Node', name: this.o.nodeName },
+            'CaBundleRefused',
+            why,
+            'kctl-worker',
+          ).catch(() => undefined);
         }
         this.refused = why;
         throw new Error(why);
@@ -134,7 +140,10 @@ export class CaTrustComponent implements Component {
       await writeFileAtomic(paths.caCert, bundle, 0o644);
       await setKubeconfigsCa(paths, bundle);
       this.o.agent.trustChanged(bundle);
-      this.log.info({ cas: splitCertificates(bundle).length }, 'the cluster CA bundle changed: the node trusts the new one');
+      this.log.info(
+        { cas: splitCertificates(bundle).length },
+        'the cluster CA bundle changed: the node trusts the new one',
+      );
       this.restartsDue.push('the cluster CA bundle changed');
     }
     const client = await readFile(this.clientCertFile(), 'utf8').catch(() => null);
@@ -176,21 +185,31 @@ export class CaTrustComponent implements Component {
       apiVersion: 'certificates.k8s.io/v1',
       kind: 'CertificateSigningRequest',
       metadata: { generateName: 'csr-kctl-ca-rotation-' },
-      spec: { request: Buffer.from(request).toString('base64'), signerName: KUBELET_CLIENT_SIGNER, usages: ['digital signature', 'client auth'] },
+      spec: {
+        request: Buffer.from(request).toString('base64'),
+        signerName: KUBELET_CLIENT_SIGNER,
+        usages: ['digital signature', 'client auth'],
+      },
     });
     const deadline = Date.now() + CSR_WAIT_MS;
     let cert: string | undefined;
     while (!cert) {
       const csr = await this.o.kube.get<Csr>(`${CSRS}/${created.metadata.name}`, this.abort.signal);
       const refused = csr.status?.conditions?.find((c) => c.type === 'Denied' || c.type === 'Failed');
-      if (refused) throw new Error(`CSR ${created.metadata.name} was ${refused.type.toLowerCase()}: ${refused.message ?? 'no reason given'}`);
+      if (refused)
+        throw new Error(
+          `CSR ${created.metadata.name} was ${refused.type.toLowerCase()}: ${refused.message ?? 'no reason given'}`,
+        );
       if (csr.status?.certificate) cert = Buffer.from(csr.status.certificate, 'base64').toString('utf8');
-      else if (Date.now() > deadline) throw new Error(`CSR ${created.metadata.name} was not signed within ${CSR_WAIT_MS / 1000} s`);
+      else if (Date.now() > deadline)
+        throw new Error(`CSR ${created.metadata.name} was not signed within ${CSR_WAIT_MS / 1000} s`);
       else await sleep(1000, undefined, { signal: this.abort.signal });
     }
     // Not yet the new CA's (kube-controller-manager still on the old one): asked again at the next check.
     if (!signedByFirst(cert, bundle))
-      throw new Error(`CSR ${created.metadata.name} was signed by another CA than the one that signs now; asking again`);
+      throw new Error(
+        `CSR ${created.metadata.name} was signed by another CA than the one that signs now; asking again`,
+      );
     const stamp = new Date().toISOString().replace(/T/, '-').replace(/[:]/g, '-').slice(0, 19);
     const file = join(this.o.paths.kubeletCertDir, `kubelet-client-${stamp}.pem`);
     await writeFileAtomic(file, `${cert.trim()}\n${keyPem.trim()}\n`, 0o600);
@@ -201,9 +220,13 @@ export class CaTrustComponent implements Component {
     // Earlier client certificates (kubelet keeps them) were signed by a CA on its way out: gone with it.
     const dir = this.o.paths.kubeletCertDir;
     for (const name of await readdir(dir)) {
-      if (/^kubelet-client-\d{4}-.*\.pem$/.test(name) && join(dir, name) !== file) await rm(join(dir, name), { force: true });
+      if (/^kubelet-client-\d{4}-.*\.pem$/.test(name) && join(dir, name) !== file)
+        await rm(join(dir, name), { force: true });
     }
-    this.log.info({ csr: created.metadata.name, file }, 'the node client certificate was reissued by the cluster CA that signs now');
+    this.log.info(
+      { csr: created.metadata.name, file },
+      'the node client certificate was reissued by the cluster CA that signs now',
+    );
   }
 
   private async restartAll(reason: string): Promise<void> {

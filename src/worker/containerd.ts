@@ -6,7 +6,8 @@ import { mountsUnder, writeFileAtomic } from '../base/fs.ts';
 import { dirname, join } from 'node:path';
 import { execa } from 'execa';
 import type { ComponentContext } from '../base/component.ts';
-import { CHILD_PATH, Supervisor } from '../supervisor/process.ts';
+import { CHILD_PATH } from '../supervisor/options.ts';
+import { Supervisor } from '../supervisor/process.ts';
 import { PAUSE_IMAGE } from '../payload/images.ts';
 import type { WorkerPaths } from './paths.ts';
 
@@ -51,7 +52,10 @@ export const DISABLED_PLUGINS = [
 ];
 
 /** containerd config: version 4, containerd 2.3's own (a version 3 file is migrated at every start, with a warning). */
-export function containerdConfig(paths: WorkerPaths, opts: { sandboxImage?: string; logLevel?: string; restrictOomScoreAdj?: boolean } = {}): string {
+export function containerdConfig(
+  paths: WorkerPaths,
+  opts: { sandboxImage?: string; logLevel?: string; restrictOomScoreAdj?: boolean } = {},
+): string {
   const cri = (p: string) => `plugins.'io.containerd.cri.v1.${p}'`;
   return `# Written by kctl at every start; edits are overwritten.
 version = 4
@@ -113,7 +117,9 @@ const CRI_RESTART_MS = 20_000;
  * it loaded. Blocks start with "Type:"; a failed plugin's block has "Error:" and "Message:".
  */
 export function criPluginError(detailed: string): string | undefined {
-  const block = detailed.split(/^(?=Type:)/m).find((b) => /^Type:\s+io\.containerd\.grpc\.v1\s*$/m.test(b) && /^ID:\s+cri\s*$/m.test(b));
+  const block = detailed
+    .split(/^(?=Type:)/m)
+    .find((b) => /^Type:\s+io\.containerd\.grpc\.v1\s*$/m.test(b) && /^ID:\s+cri\s*$/m.test(b));
   if (!block) return 'containerd lists no CRI plugin (io.containerd.grpc.v1 cri)';
   if (!/^Error:/m.test(block)) return undefined;
   return /^\s*Message:\s*(.+?)\s*$/m.exec(block)?.[1] ?? 'unknown error';
@@ -153,7 +159,8 @@ export class ContainerdComponent extends Supervisor {
             timeout: 5000,
             cancelSignal: signal,
           });
-          if (r.exitCode !== 0) throw new Error(`${paths.containerdSocket} does not answer: ${r.stderr.trim().split('\n').pop() ?? ''}`);
+          if (r.exitCode !== 0)
+            throw new Error(`${paths.containerdSocket} does not answer: ${r.stderr.trim().split('\n').pop() ?? ''}`);
           return r.stdout;
         };
         await ctrCall(['version']);

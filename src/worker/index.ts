@@ -90,7 +90,10 @@ export async function routeSource(url: string): Promise<string> {
   const host = urlHost(url);
   const r = await execa('ip', ['route', 'get', host], { reject: false });
   const m = /\bsrc (\S+)/.exec(r.stdout);
-  if (!m) throw new UserError(`cannot tell this host's address towards ${host} (${r.stderr.trim() || 'no route'}); pass --node-ip`);
+  if (!m)
+    throw new UserError(
+      `cannot tell this host's address towards ${host} (${r.stderr.trim() || 'no route'}); pass --node-ip`,
+    );
   return m[1]!;
 }
 
@@ -111,13 +114,22 @@ export async function runWorker(opts: WorkerOptions, log: Logger): Promise<void>
   await refuseNewerDataDir(paths.dataDir, KCTL_VERSION);
   // Validates the token against the cluster, then the host, before anything is written.
   const state = await joinCluster(opts.token, paths, componentLogger(log, 'join'), async () => {
-    await requireHost({ role: 'worker', dataDir: paths.dataDir, ports: WORKER_PORTS, ownPids: await ownPids(paths.runDir) });
+    await requireHost({
+      role: 'worker',
+      dataDir: paths.dataDir,
+      ports: WORKER_PORTS,
+      ownPids: await ownPids(paths.runDir),
+    });
   });
   await prepareRunDir(paths.runDir);
   // Marks the data and run dirs as in use, for `kctl reset` and for a second start.
   const restart = new RestartRequest();
   let kube: KubeClient | undefined;
-  await runOwning([paths.dataDir, paths.runDir], 'worker', async () => void (kube = await stageAndRun(opts, paths, state, log, notifier, restart)));
+  await runOwning(
+    [paths.dataDir, paths.runDir],
+    'worker',
+    async () => void (kube = await stageAndRun(opts, paths, state, log, notifier, restart)),
+  );
   // An upgrade stopped everything to restart into the new kctl (containers keep running meanwhile).
   if (restart.pending && kube) {
     const { target } = restart.pending;
@@ -126,13 +138,20 @@ export async function runWorker(opts: WorkerOptions, log: Logger): Promise<void>
       log: componentLogger(log, 'upgrade'),
       ready: (signal) => nodeReadyAt(kube!, nodeName, paths.statusSocket, target, signal),
       systemd: SystemdNotifier.fromEnv({ log: componentLogger(log, 'systemd') }),
-      onRollback: (reason) => writeOutcome(paths.dataDir, { target, state: 'rolled back', reason, at: new Date().toISOString() }),
+      onRollback: (reason) =>
+        writeOutcome(paths.dataDir, { target, state: 'rolled back', reason, at: new Date().toISOString() }),
     });
   }
 }
 
 /** The new process runs `target` with every component running, and says on its Node that it is done (it is Ready). */
-async function nodeReadyAt(kube: KubeClient, nodeName: string, socket: string, target: string, signal: AbortSignal): Promise<void> {
+async function nodeReadyAt(
+  kube: KubeClient,
+  nodeName: string,
+  socket: string,
+  target: string,
+  signal: AbortSignal,
+): Promise<void> {
   await readyAtVersion(socket, target, signal);
   type Node = { metadata: { annotations?: Record<string, string> } };
   await pollUntil(
@@ -141,7 +160,8 @@ async function nodeReadyAt(kube: KubeClient, nodeName: string, socket: string, t
     async () => {
       const n = await kube.get<Node>(nodePath(nodeName));
       const u = parseMemberUpgrade(n.metadata.annotations?.[UPGRADE_ANNOTATION]);
-      if (u?.target !== target || u.state !== 'done') throw new Error(`the node says ${u ? `${u.state} (${u.target})` : 'nothing'}`);
+      if (u?.target !== target || u.state !== 'done')
+        throw new Error(`the node says ${u ? `${u.state} (${u.target})` : 'nothing'}`);
     },
     1_000,
   );
@@ -172,7 +192,15 @@ async function stageAndRun(
   const kube = KubeClient.fromKubeconfig(paths.kubeletKubeconfig, { reload: true });
   await pointKubeconfigsAt(paths, API_BALANCER_URL);
   const manager = new ComponentManager(
-    workerComponents({ opts, paths, state, id, kube, restart, release: releaseOf((await findPayload(KCTL_VERSION)).index) }),
+    workerComponents({
+      opts,
+      paths,
+      state,
+      id,
+      kube,
+      restart,
+      release: releaseOf((await findPayload(KCTL_VERSION)).index),
+    }),
     componentLogger(log, 'manager'),
     {
       onProgress: (text) => notifier?.status(text),
@@ -226,7 +254,11 @@ export function workerComponents(o: WorkerRoleOptions): Component[] {
   const agent = new AgentComponent(paths, state, id, (fromNode, data) => network.datagram(fromNode, data));
   // After a partition the balancer's check is the first to see a controller again; the agent,
   // perhaps deep in its backoff, hears of it and dials that controller's konnectivity port.
-  const balancer = new ApiBalancerComponent({ caFile: paths.caCert, apiServers: state.apiServers, onHealthy: (host) => agent.hostAnswers(host) });
+  const balancer = new ApiBalancerComponent({
+    caFile: paths.caCert,
+    apiServers: state.apiServers,
+    onHealthy: (host) => agent.hostAnswers(host),
+  });
   const kubelet = new KubeletComponent({
     paths,
     nodeName: id.nodeName,

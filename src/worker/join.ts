@@ -58,7 +58,11 @@ export async function verifyWithCluster(info: JoinInfo): Promise<void> {
 }
 
 /** Sets one field of every cluster in the node's kubeconfigs (the bootstrap one and the one kubelet wrote after TLS bootstrap). */
-async function setKubeconfigsCluster(paths: WorkerPaths, field: 'server' | 'certificate-authority-data', value: string): Promise<void> {
+async function setKubeconfigsCluster(
+  paths: WorkerPaths,
+  field: 'server' | 'certificate-authority-data',
+  value: string,
+): Promise<void> {
   for (const file of [paths.bootstrapKubeconfig, paths.kubeletKubeconfig]) {
     if (!existsSync(file)) continue;
     const doc = parse(await readFile(file, 'utf8')) as { clusters?: { cluster?: Record<string, unknown> }[] } | null;
@@ -102,7 +106,9 @@ export async function join(
     return existing;
   }
   if (!tokenText)
-    throw new UserError('this worker has not joined a cluster yet: pass --token or --token-file (from kctl token create --role worker)');
+    throw new UserError(
+      'this worker has not joined a cluster yet: pass --token or --token-file (from kctl token create --role worker)',
+    );
   let info: JoinInfo;
   try {
     info = decodeTokenFor(tokenText, 'worker');

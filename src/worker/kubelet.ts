@@ -88,7 +88,12 @@ export function kubeletConfiguration(o: KubeletOptions, resolvConf: string): Rec
     ...(o.clusterDNS?.length ? { clusterDNS: o.clusterDNS } : {}),
     // Test and edge hosts often have little free disk: evict only when it is really gone,
     // and never garbage-collect the (registry-less) bundled images.
-    evictionHard: { 'memory.available': '100Mi', 'nodefs.available': '1%', 'nodefs.inodesFree': '1%', 'imagefs.available': '1%' },
+    evictionHard: {
+      'memory.available': '100Mi',
+      'nodefs.available': '1%',
+      'nodefs.inodesFree': '1%',
+      'imagefs.available': '1%',
+    },
     imageGCHighThresholdPercent: 100,
     imageGCLowThresholdPercent: 99,
   };
@@ -152,15 +157,22 @@ export async function ensureCgroupRoot(cgroupRoot: string): Promise<void> {
       for (const f of ['cpuset.cpus', 'cpuset.mems']) {
         const file = join(dir, f);
         if (!existsSync(file)) continue;
-        if ((await readFile(file, 'utf8')).trim() === '') await writeFile(file, await readFile(join(parent, f), 'utf8'));
+        if ((await readFile(file, 'utf8')).trim() === '')
+          await writeFile(file, await readFile(join(parent, f), 'utf8'));
       }
     }
   }
   if (v2) {
     let dir = v2;
     for (const part of parts) {
-      const controllers = (await readFile(join(dir, 'cgroup.controllers'), 'utf8').catch(() => '')).trim().split(/\s+/).filter(Boolean);
-      if (controllers.length) await writeFile(join(dir, 'cgroup.subtree_control'), controllers.map((c) => `+${c}`).join(' ')).catch(() => undefined);
+      const controllers = (await readFile(join(dir, 'cgroup.controllers'), 'utf8').catch(() => ''))
+        .trim()
+        .split(/\s+/)
+        .filter(Boolean);
+      if (controllers.length)
+        await writeFile(join(dir, 'cgroup.subtree_control'), controllers.map((c) => `+${c}`).join(' ')).catch(
+          () => undefined,
+        );
       dir = join(dir, part);
       await mkdir(dir, { recursive: true });
     }
@@ -169,7 +181,10 @@ export async function ensureCgroupRoot(cgroupRoot: string): Promise<void> {
 
 /** GET http://127.0.0.1:10248/healthz and expect `ok`. */
 export function kubeletHealthz(): Promise<void> {
-  return probeOnce({ url: `http://127.0.0.1:${KUBELET_HEALTHZ_PORT}/healthz`, expect: (status, body) => status === 200 && body.trim() === 'ok' });
+  return probeOnce({
+    url: `http://127.0.0.1:${KUBELET_HEALTHZ_PORT}/healthz`,
+    expect: (status, body) => status === 200 && body.trim() === 'ok',
+  });
 }
 
 /** The program: its binary in <bin>, its pid file in <run>, its component's name. */
@@ -193,7 +208,9 @@ export class KubeletComponent extends Supervisor {
       ready: async () => {
         await kubeletHealthz();
         if (!existsSync(paths.kubeletKubeconfig))
-          throw new Error(`kubelet has no client certificate yet (${paths.kubeletKubeconfig} is missing; is the CSR approved?)`);
+          throw new Error(
+            `kubelet has no client certificate yet (${paths.kubeletKubeconfig} is missing; is the CSR approved?)`,
+          );
       },
       readyRetryMs: 1000,
     });
@@ -203,7 +220,8 @@ export class KubeletComponent extends Supervisor {
   override async init(ctx?: ComponentContext): Promise<void> {
     await super.init(ctx);
     const { paths } = this.kopts;
-    for (const d of [paths.kubeletDir, paths.kubeletCertDir, paths.podLogsDir]) await mkdir(d, { recursive: true, mode: 0o750 });
+    for (const d of [paths.kubeletDir, paths.kubeletCertDir, paths.podLogsDir])
+      await mkdir(d, { recursive: true, mode: 0o750 });
     await ensureCgroupRoot(await recordCgroupRoot(paths, this.kopts.nodeName));
     await retireClusterCaServingCert(paths, this.log);
     // An empty resolvConf makes pods get no DNS config from the host at all.
@@ -222,7 +240,10 @@ export async function retireClusterCaServingCert(paths: WorkerPaths, log: Logger
   let pem: string;
   let ca: X509Certificate;
   try {
-    [pem, ca] = await Promise.all([readFile(current, 'utf8'), readFile(paths.caCert).then((b) => new X509Certificate(b))]);
+    [pem, ca] = await Promise.all([
+      readFile(current, 'utf8'),
+      readFile(paths.caCert).then((b) => new X509Certificate(b)),
+    ]);
   } catch {
     return false; // none yet (kubelet asks for one), or no cluster CA to compare with
   }
@@ -256,7 +277,10 @@ export async function removeCgroupRoot(cgroupRoot: string): Promise<void> {
     let left = 0;
     for (const root of roots) {
       for (const dir of await walk(root)) {
-        const pids = (await readFile(join(dir, 'cgroup.procs'), 'utf8').catch(() => '')).split('\n').filter(Boolean).map(Number);
+        const pids = (await readFile(join(dir, 'cgroup.procs'), 'utf8').catch(() => ''))
+          .split('\n')
+          .filter(Boolean)
+          .map(Number);
         for (const pid of pids) {
           try {
             process.kill(pid, 'SIGKILL');

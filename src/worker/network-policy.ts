@@ -189,7 +189,8 @@ export class NetworkPolicyComponent implements Component {
     try {
       if (!cm) {
         // At the first sync a table left by an earlier run goes too; a host without nft has none.
-        if (this.applied !== null) await removeInetTable(NETPOL_TABLE).catch((err: unknown) => (this.applied ? Promise.reject(err) : undefined));
+        if (this.applied !== null)
+          await removeInetTable(NETPOL_TABLE).catch((err: unknown) => (this.applied ? Promise.reject(err) : undefined));
         if (this.applied) this.log.info('no network policy published for this node; table removed');
         this.applied = null;
         this.isolated = 0;
@@ -213,7 +214,11 @@ export class NetworkPolicyComponent implements Component {
   }
 
   snapshot(): NetworkPolicyStatus {
-    return { enforced: !!this.applied, isolatedPods: this.isolated, ...(this.lastError ? { lastError: this.lastError } : {}) };
+    return {
+      enforced: !!this.applied,
+      isolatedPods: this.isolated,
+      ...(this.lastError ? { lastError: this.lastError } : {}),
+    };
   }
 
   status(): Partial<ComponentStatus> {

@@ -23,7 +23,13 @@ import { routableNodes, type KubeNode, type NodeInfo, type RefusedPeer } from '.
 import { canonicalIdentifier, type RefusedPodRange, type ReservedSpace } from '../base/ownership.ts';
 import { urlHost } from '../base/addresses.ts';
 import { controllerHosts, type LiveController } from '../kube/controller-leases.ts';
-import { LEGACY_POD_NETWORK, parsePodNetwork, POD_NETWORK_COLLECTION, POD_NETWORK_NAME, type PodNetwork } from '../kube/pod-network.ts';
+import {
+  LEGACY_POD_NETWORK,
+  parsePodNetwork,
+  POD_NETWORK_COLLECTION,
+  POD_NETWORK_NAME,
+  type PodNetwork,
+} from '../kube/pod-network.ts';
 import { CNI_BRIDGE, CNI_CONFLIST, cniConflist, ensureMasquerade, writeIfChanged } from './cni.ts';
 import type { KubeClient } from '../kube/client.ts';
 import { Informer, NODE_WATCH, type ListWatchOptions, type WatchedObject } from '../kube/informer.ts';
@@ -129,7 +135,11 @@ export class NetworkComponent implements Component {
   }
 
   /** A watch whose changes wake ready() and, once routing, sync; `setError` keeps its last error (cleared by a change). */
-  private watch<T extends WatchedObject>(path: string, opts: ListWatchOptions, setError: (reason: string | undefined) => void): Informer<T> {
+  private watch<T extends WatchedObject>(
+    path: string,
+    opts: ListWatchOptions,
+    setError: (reason: string | undefined) => void,
+  ): Informer<T> {
     const informer = new Informer<T>(
       this.opts.kube,
       path,
@@ -198,7 +208,8 @@ export class NetworkComponent implements Component {
     // br_netfilter: bridged pod traffic must pass iptables for Service DNAT on hairpin paths.
     await execa('modprobe', ['br_netfilter'], { reject: false, extendEnv: false, env: SYSTEM_PATH_ENV });
     await setSysctl('net.bridge.bridge-nf-call-iptables', '1', log);
-    if (!this.podNetworks?.hasSynced) log.warn(`cannot read the pod network mode (${this.podNetworkError}); using routes`);
+    if (!this.podNetworks?.hasSynced)
+      log.warn(`cannot read the pod network mode (${this.podNetworkError}); using routes`);
     await ensureMasquerade(this.podCIDR, this.opts.clusterCIDR, log);
     this.routing = true;
     await this.sync();
@@ -246,7 +257,9 @@ export class NetworkComponent implements Component {
    */
   private reserved(net: PodNetwork): ReservedSpace {
     const controllers = new Set(
-      [...this.opts.controllers, ...this.liveControllers].map((h) => canonicalIdentifier(h.includes('://') ? urlHost(h) : h)),
+      [...this.opts.controllers, ...this.liveControllers].map((h) =>
+        canonicalIdentifier(h.includes('://') ? urlHost(h) : h),
+      ),
     );
     return {
       isController: (v) => controllers.has(v),
@@ -258,14 +271,23 @@ export class NetworkComponent implements Component {
 
   /** The watched Nodes as the ownership rule lets this node believe them (overlay.ts routableNodes); what it refuses is said once. */
   private believedNodes(net: PodNetwork): NodeInfo[] {
-    const { nodes, refused, refusedPeers } = routableNodes([...(this.nodes?.store.values() ?? [])], this.opts.nodeName, this.reserved(net));
+    const { nodes, refused, refusedPeers } = routableNodes(
+      [...(this.nodes?.store.values() ?? [])],
+      this.opts.nodeName,
+      this.reserved(net),
+    );
     this.refused = refused;
     this.refusedPeers = refusedPeers;
     const key = JSON.stringify([refused, refusedPeers]);
     if (key !== this.refusedKey) {
       this.refusedKey = key;
-      for (const r of refused) this.log.warn({ node: r.node, podCIDR: r.range }, `pod range ${r.range} of node ${r.node} is not routed: ${r.reason}`);
-      for (const r of refusedPeers) this.log.warn({ node: r.node }, `node ${r.node}: its ${r.what} is not believed: ${r.reason}`);
+      for (const r of refused)
+        this.log.warn(
+          { node: r.node, podCIDR: r.range },
+          `pod range ${r.range} of node ${r.node} is not routed: ${r.reason}`,
+        );
+      for (const r of refusedPeers)
+        this.log.warn({ node: r.node }, `node ${r.node}: its ${r.what} is not believed: ${r.reason}`);
     }
     return nodes;
   }
@@ -277,7 +299,12 @@ export class NetworkComponent implements Component {
 
   /** The CNI config for this node's podCIDR, with the pods' MTU when the mode needs one (rewritten on a change). */
   private async writeCniConfig(podCIDR: string, mtu: number | undefined): Promise<void> {
-    if (await writeIfChanged(this.conflistPath, JSON.stringify(cniConflist(podCIDR, this.opts.paths, mtu), null, 2) + '\n')) {
+    if (
+      await writeIfChanged(
+        this.conflistPath,
+        JSON.stringify(cniConflist(podCIDR, this.opts.paths, mtu), null, 2) + '\n',
+      )
+    ) {
       this.log.info({ podCIDR, mtu, file: this.conflistPath }, 'wrote CNI config');
     }
   }
@@ -326,7 +353,11 @@ export class NetworkComponent implements Component {
       const { mtu, errors } = await this.overlay.apply(net, nodes, podCIDR);
       if (this.applied?.mode !== net.mode)
         log.info(
-          { mode: net.mode, mtu, ...(net.mode === 'vxlan' ? net.vxlan : net.mode === 'wireguard' ? net.wireguard : {}) },
+          {
+            mode: net.mode,
+            mtu,
+            ...(net.mode === 'vxlan' ? net.vxlan : net.mode === 'wireguard' ? net.wireguard : {}),
+          },
           `pod network mode ${net.mode}`,
         );
       this.applied = net;

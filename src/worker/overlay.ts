@@ -13,7 +13,15 @@ import type { PodRoute } from './pod-routes.ts';
 import type { KubeClient } from '../kube/client.ts';
 import type { Logger } from '../base/log.ts';
 import type { NetworkMode, PodNetwork } from '../kube/pod-network.ts';
-import { allowVxlanFrom, ensureVxlanDevice, interfaceMtu, removeVxlan, syncVxlanPeers, VXLAN_DEVICE, VXLAN_OVERHEAD } from '../host/vxlan.ts';
+import {
+  allowVxlanFrom,
+  ensureVxlanDevice,
+  interfaceMtu,
+  removeVxlan,
+  syncVxlanPeers,
+  VXLAN_DEVICE,
+  VXLAN_OVERHEAD,
+} from '../host/vxlan.ts';
 import type { WireguardDeviceState } from '../host/wireguard.ts';
 import type { WorkerPaths } from './paths.ts';
 import { CONTROLLERS, PeerLiveness, planRelays } from './relay.ts';
@@ -37,21 +45,28 @@ type Peer = NodeInfo & { podCIDR: string; internalIP: string };
 
 /** The other nodes this one routes to: each with a podCIDR and an InternalIP (IPv4 only for now). */
 export function peerNodes(nodes: NodeInfo[], self: string): Peer[] {
-  return nodes.filter((n): n is Peer => n.name !== self && !!n.podCIDR && !!n.internalIP && !n.podCIDR.includes(':') && !n.internalIP.includes(':'));
+  return nodes.filter(
+    (n): n is Peer =>
+      n.name !== self && !!n.podCIDR && !!n.internalIP && !n.podCIDR.includes(':') && !n.internalIP.includes(':'),
+  );
 }
 
 type KeyedPeer = NodeInfo & { podCIDR: string; wireguardKey: string };
 
 /** The other nodes WireGuard carries pods to: each with a podCIDR and a key; an address only if this node believes it. */
 export function wireguardPeers(nodes: NodeInfo[], self: string): KeyedPeer[] {
-  return nodes.filter((n): n is KeyedPeer => n.name !== self && !!n.podCIDR && !n.podCIDR.includes(':') && !!n.wireguardKey);
+  return nodes.filter(
+    (n): n is KeyedPeer => n.name !== self && !!n.podCIDR && !n.podCIDR.includes(':') && !!n.wireguardKey,
+  );
 }
 
 /** Routes this node needs, podCIDR -> route; in wireguard mode only to peers that published a key. */
 export function desiredRoutes(nodes: NodeInfo[], self: string, mode: NetworkMode = 'routes'): Map<string, PodRoute> {
-  if (mode === 'wireguard') return new Map(wireguardPeers(nodes, self).map((n) => [n.podCIDR, { dev: WIREGUARD_DEVICE }]));
+  if (mode === 'wireguard')
+    return new Map(wireguardPeers(nodes, self).map((n) => [n.podCIDR, { dev: WIREGUARD_DEVICE }]));
   const peers = peerNodes(nodes, self);
-  const route = (n: Peer): PodRoute => (mode === 'vxlan' ? { via: networkAddress(n.podCIDR), dev: VXLAN_DEVICE } : { via: n.internalIP });
+  const route = (n: Peer): PodRoute =>
+    mode === 'vxlan' ? { via: networkAddress(n.podCIDR), dev: VXLAN_DEVICE } : { via: n.internalIP };
   return new Map(peers.map((n) => [n.podCIDR, route(n)]));
 }
 
@@ -118,8 +133,16 @@ export class Overlay {
     const peers = peerNodes(nodes, this.nodeName);
     if (net.mode === 'vxlan') {
       const mtu = (await interfaceMtu(self.internalIP)) - VXLAN_OVERHEAD;
-      await ensureVxlanDevice({ vni: net.vxlan.vni, port: net.vxlan.port, localIP: self.internalIP, mtu, vtep: networkAddress(podCIDR) });
-      const errors = await syncVxlanPeers(peers.map((p) => ({ vtep: networkAddress(p.podCIDR), underlayIP: p.internalIP })));
+      await ensureVxlanDevice({
+        vni: net.vxlan.vni,
+        port: net.vxlan.port,
+        localIP: self.internalIP,
+        mtu,
+        vtep: networkAddress(podCIDR),
+      });
+      const errors = await syncVxlanPeers(
+        peers.map((p) => ({ vtep: networkAddress(p.podCIDR), underlayIP: p.internalIP })),
+      );
       await allowVxlanFrom(
         net.vxlan.port,
         peers.map((p) => p.internalIP),
@@ -129,7 +152,12 @@ export class Overlay {
     const mtu = (await interfaceMtu(self.internalIP)) - WIREGUARD_OVERHEAD;
     const keys = await nodeKeyPair(this.paths);
     this.wireguard ??= new WireguardTunnel(this.paths, this.log);
-    const state = await this.wireguard.ensure({ ...keys, port: net.wireguard.port, mtu, address: networkAddress(podCIDR) });
+    const state = await this.wireguard.ensure({
+      ...keys,
+      port: net.wireguard.port,
+      mtu,
+      address: networkAddress(podCIDR),
+    });
     await this.publish(self, keys.publicKey, `${self.internalIP}:${net.wireguard.port}`);
     const keyed = wireguardPeers(nodes, this.nodeName).map((p) => ({
       name: p.name,
@@ -152,13 +180,23 @@ export class Overlay {
     );
     for (const [peer, relay] of plan.via)
       if (this.via.get(peer) !== relay)
-        this.log.warn({ peer, relay }, `nothing heard from ${peer}: its traffic goes through ${relay === CONTROLLERS ? 'the controllers' : relay}`);
-    for (const peer of this.via.keys()) if (!plan.via.has(peer)) this.log.info({ peer }, `${peer} answers directly again`);
+        this.log.warn(
+          { peer, relay },
+          `nothing heard from ${peer}: its traffic goes through ${relay === CONTROLLERS ? 'the controllers' : relay}`,
+        );
+    for (const peer of this.via.keys())
+      if (!plan.via.has(peer)) this.log.info({ peer }, `${peer} answers directly again`);
     this.via = plan.via;
-    this.throughControllers = new Set(keyed.filter((p) => plan.via.get(p.name) === CONTROLLERS).map((p) => p.publicKey));
+    this.throughControllers = new Set(
+      keyed.filter((p) => plan.via.get(p.name) === CONTROLLERS).map((p) => p.publicKey),
+    );
     // A peer through the controllers is sent to this node's local socket for it.
     const endpoints = await Promise.all(
-      keyed.map(async (p) => (this.throughControllers.has(p.publicKey) ? { ...p, endpoint: await this.controllerRelay!.endpointFor(p.name) } : p)),
+      keyed.map(async (p) =>
+        this.throughControllers.has(p.publicKey)
+          ? { ...p, endpoint: await this.controllerRelay!.endpointFor(p.name) }
+          : p,
+      ),
     );
     await this.wireguard.syncPeers(endpoints, state, plan.allowedIPs);
     // A relay also carries other nodes' pods' traffic to a peer's own address (metrics-server to a
@@ -172,8 +210,13 @@ export class Overlay {
 
   /** The node's public key and endpoint on its own Node (the Node authorizer lets a node patch only itself). */
   private async publish(self: NodeInfo, publicKey: string, endpoint: string): Promise<void> {
-    if (self.wireguardKey === publicKey && self.wireguardEndpoint === endpoint && !!self.offersRelay === !!this.relay) return;
-    const annotations = { [PUBLIC_KEY_ANNOTATION]: publicKey, [ENDPOINT_ANNOTATION]: endpoint, [RELAY_ANNOTATION]: this.relay ? 'true' : null };
+    if (self.wireguardKey === publicKey && self.wireguardEndpoint === endpoint && !!self.offersRelay === !!this.relay)
+      return;
+    const annotations = {
+      [PUBLIC_KEY_ANNOTATION]: publicKey,
+      [ENDPOINT_ANNOTATION]: endpoint,
+      [RELAY_ANNOTATION]: this.relay ? 'true' : null,
+    };
     await this.kube.request('PATCH', `/api/v1/nodes/${this.nodeName}`, { metadata: { annotations } });
     this.log.info({ publicKey, endpoint, relay: !!this.relay }, "published this node's WireGuard key and endpoint");
   }
@@ -181,7 +224,11 @@ export class Overlay {
   /** The mode and each peer as the device sees it (`nodes`: the watched Nodes). */
   async status(nodes: NodeInfo[], mtu: number | undefined): Promise<PodNetworkStatus> {
     if (this.mode !== 'wireguard')
-      return { mode: this.mode, mtu, peers: peerNodes(nodes, this.nodeName).map((p) => ({ node: p.name, address: p.internalIP })) };
+      return {
+        mode: this.mode,
+        mtu,
+        peers: peerNodes(nodes, this.nodeName).map((p) => ({ node: p.name, address: p.internalIP })),
+      };
     const peers = wireguardPeers(nodes, this.nodeName);
     const state: WireguardDeviceState | undefined = await this.wireguard?.state();
     const now = Date.now() / 1000;
@@ -198,7 +245,11 @@ export class Overlay {
           rxBytes: wg?.rxBytes,
           txBytes: wg?.txBytes,
           // A peer that chose the controllers for both is answered there too (WireGuard roaming).
-          ...(this.via.has(p.name) ? { via: this.via.get(p.name) } : this.controllerRelay?.owns(wg?.endpoint) ? { via: CONTROLLERS } : {}),
+          ...(this.via.has(p.name)
+            ? { via: this.via.get(p.name) }
+            : this.controllerRelay?.owns(wg?.endpoint)
+              ? { via: CONTROLLERS }
+              : {}),
         };
       }),
       ...(this.relay ? { relay: { approved: !!nodes.find((n) => n.name === this.nodeName)?.relay } } : {}),

@@ -88,10 +88,15 @@ export function routableNodes(
   const refusedPeers: RefusedPeer[] = [];
   const infos = nodes.map(nodeInfo);
   const keyHolders = new Map<string, string[]>();
-  for (const i of infos) if (i.wireguardKey) keyHolders.set(i.wireguardKey, [...(keyHolders.get(i.wireguardKey) ?? []), i.name]);
+  for (const i of infos)
+    if (i.wireguardKey) keyHolders.set(i.wireguardKey, [...(keyHolders.get(i.wireguardKey) ?? []), i.name]);
   const reporters = new Map<string, NodeInfo[]>();
   for (const i of infos)
-    if (i.internalIP) reporters.set(canonicalIdentifier(i.internalIP), [...(reporters.get(canonicalIdentifier(i.internalIP)) ?? []), i]);
+    if (i.internalIP)
+      reporters.set(canonicalIdentifier(i.internalIP), [
+        ...(reporters.get(canonicalIdentifier(i.internalIP)) ?? []),
+        i,
+      ]);
   const believed = infos.map((info): NodeInfo => {
     if (info.name === self) return info;
     const podCIDRs = verdict.ranges.get(info.name) ?? [];
@@ -111,7 +116,11 @@ export function routableNodes(
     const endpointHost = info.wireguardEndpoint?.replace(/:\d+$/, '');
     if (endpointHost !== undefined && endpointHost !== out.internalIP) {
       if (out.internalIP)
-        refusedPeers.push({ node: info.name, what: `wireguard endpoint ${info.wireguardEndpoint}`, reason: `not its address ${out.internalIP}` });
+        refusedPeers.push({
+          node: info.name,
+          what: `wireguard endpoint ${info.wireguardEndpoint}`,
+          reason: `not its address ${out.internalIP}`,
+        });
       out.wireguardEndpoint = undefined;
     }
     const holders = info.wireguardKey ? (keyHolders.get(info.wireguardKey) ?? []) : [];
@@ -135,6 +144,8 @@ function sharedAddressProblem(info: NodeInfo, reporters: NodeInfo[]): string | u
   const ip = canonicalIdentifier(info.internalIP ?? '');
   const keepers = reporters.filter((r) => r.keeps?.includes(ip));
   if (keepers.length === 1)
-    return keepers[0]!.name === info.name ? undefined : `kept by node ${keepers[0]!.name} (${KEEPS_ADDRESSES_ANNOTATION}, set by an admin)`;
+    return keepers[0]!.name === info.name
+      ? undefined
+      : `kept by node ${keepers[0]!.name} (${KEEPS_ADDRESSES_ANNOTATION}, set by an admin)`;
   return `also reported by node ${others.map((o) => o.name).join(', ')} (conflict: nobody's until an admin resolves it)`;
 }

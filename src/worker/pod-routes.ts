@@ -21,7 +21,9 @@ export function routeArgs(r: PodRoute): string[] {
 
 /** kctl's routes in this network namespace: podCIDR -> gateway and device. */
 export async function currentRoutes(): Promise<Map<string, { gateway?: string; dev?: string }>> {
-  const out = ipJson<{ dst: string; gateway?: string; dev?: string }>(await ip(['-j', '-4', 'route', 'show', 'proto', ROUTE_PROTO]));
+  const out = ipJson<{ dst: string; gateway?: string; dev?: string }>(
+    await ip(['-j', '-4', 'route', 'show', 'proto', ROUTE_PROTO]),
+  );
   return new Map(out.map((r) => [r.dst, { gateway: r.gateway, dev: r.dev }]));
 }
 

@@ -76,7 +76,11 @@ export interface RelayChoices {
  * keeps its addresses: only its endpoint moves), else it keeps its own and waits for a direct
  * handshake.
  */
-export function planRelays(peers: RelayCandidate[], direct: (publicKey: string) => boolean, choices: RelayChoices = {}): RelayPlan {
+export function planRelays(
+  peers: RelayCandidate[],
+  direct: (publicKey: string) => boolean,
+  choices: RelayChoices = {},
+): RelayPlan {
   const sticky = choices.controllers ? (choices.throughControllers ?? new Set<string>()) : new Set<string>();
   const heard = (p: RelayCandidate): boolean => !sticky.has(p.publicKey) && direct(p.publicKey);
   const relays = peers.filter((p) => p.relay && heard(p)).sort((a, b) => a.name.localeCompare(b.name));

@@ -27,7 +27,14 @@ import {
 } from '../kube/upgrade-plan.ts';
 import { skewProblem } from '../kube/version-skew.ts';
 import { downloadExecutable } from '../payload/download.ts';
-import { describedProblem, executableUrl, keepForRollback, keptExecutable, readOutcome, releaseOfExecutable } from '../payload/upgrade-files.ts';
+import {
+  describedProblem,
+  executableUrl,
+  keepForRollback,
+  keptExecutable,
+  readOutcome,
+  releaseOfExecutable,
+} from '../payload/upgrade-files.ts';
 import { upgradeDone } from '../payload/versions.ts';
 import type { RestartRequest } from '../supervisor/handover.ts';
 import type { ControllerFollower } from './controller-watch.ts';
@@ -97,7 +104,10 @@ export class NodeUpgradeComponent implements Component, ControllerFollower {
 
   private set(target: string, state: MemberUpgrade['state'], extra: Partial<MemberUpgrade> = {}): void {
     if (this.state?.target !== target || this.state.state !== state || extra.reason !== this.state.reason)
-      this.log.info({ target, state, ...extra }, `upgrade to ${target}: ${state}${extra.reason ? `: ${extra.reason}` : ''}`);
+      this.log.info(
+        { target, state, ...extra },
+        `upgrade to ${target}: ${state}${extra.reason ? `: ${extra.reason}` : ''}`,
+      );
     this.state = { target, state, at: new Date().toISOString(), ...extra };
   }
 
@@ -107,10 +117,14 @@ export class NodeUpgradeComponent implements Component, ControllerFollower {
       [VERSION_ANNOTATION]: releaseString(this.o.release),
       ...(this.state ? { [UPGRADE_ANNOTATION]: JSON.stringify(this.state) } : {}),
     };
-    const text = JSON.stringify({ ...annotations, [UPGRADE_ANNOTATION]: this.state && { ...this.state, at: undefined } });
+    const text = JSON.stringify({
+      ...annotations,
+      [UPGRADE_ANNOTATION]: this.state && { ...this.state, at: undefined },
+    });
     if (!force && text === this.reported && Date.now() - this.reportedAt < RENAME_EVERY_MS) return;
     await this.o.kube.request('PATCH', nodePath(this.o.nodeName), { metadata: { annotations } });
-    if (!this.reported) this.log.info({ release: annotations[VERSION_ANNOTATION] }, 'the node names the kctl release it runs');
+    if (!this.reported)
+      this.log.info({ release: annotations[VERSION_ANNOTATION] }, 'the node names the kctl release it runs');
     this.reported = text;
     this.reportedAt = Date.now();
   }
@@ -129,7 +143,9 @@ export class NodeUpgradeComponent implements Component, ControllerFollower {
       this.lastError = undefined;
       if (plan) await this.follow(plan);
     }
-    await this.report().catch((err: unknown) => (this.lastError = `cannot report on node ${this.o.nodeName}: ${messageOf(err)}`));
+    await this.report().catch(
+      (err: unknown) => (this.lastError = `cannot report on node ${this.o.nodeName}: ${messageOf(err)}`),
+    );
   }
 
   private async follow(plan: UpgradePlan): Promise<void> {
@@ -185,7 +201,9 @@ export class NodeUpgradeComponent implements Component, ControllerFollower {
       rounds: 1_000,
     });
     this.log.info({ target: t.version, size: t.size, ...got }, `kctl ${t.version} downloaded and checked (sha256)`);
-    const problem = describedProblem(await releaseOfExecutable(file), t) ?? skewProblem([{ name: this.o.nodeName, ...this.o.release }], t);
+    const problem =
+      describedProblem(await releaseOfExecutable(file), t) ??
+      skewProblem([{ name: this.o.nodeName, ...this.o.release }], t);
     if (problem) {
       this.set(t.version, 'failed', { reason: problem });
       await rm(file, { force: true });

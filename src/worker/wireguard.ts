@@ -52,9 +52,12 @@ export const POD_TO_NODE_TABLE = '1770';
 
 /** Pods' traffic to each of `addresses` (the peers' own) through kctl-wg: one rule for this node's pod CIDR, one route per peer. */
 export async function routePodsToNodes(podCIDR: string, addresses: string[]): Promise<void> {
-  const rules = ipJson<{ src?: string; srclen?: number }>(await ip(['-j', '-4', 'rule', 'show', 'table', POD_TO_NODE_TABLE]));
+  const rules = ipJson<{ src?: string; srclen?: number }>(
+    await ip(['-j', '-4', 'rule', 'show', 'table', POD_TO_NODE_TABLE]),
+  );
   for (const r of rules)
-    if (`${r.src}/${r.srclen}` !== podCIDR) await ip(['-4', 'rule', 'del', 'from', `${r.src}/${r.srclen}`, 'table', POD_TO_NODE_TABLE]);
+    if (`${r.src}/${r.srclen}` !== podCIDR)
+      await ip(['-4', 'rule', 'del', 'from', `${r.src}/${r.srclen}`, 'table', POD_TO_NODE_TABLE]);
   if (!rules.some((r) => `${r.src}/${r.srclen}` === podCIDR))
     await ip(['-4', 'rule', 'add', 'from', podCIDR, 'lookup', POD_TO_NODE_TABLE, 'priority', POD_TO_NODE_TABLE]);
   // The table exists once it holds a route.
@@ -96,7 +99,9 @@ export const allowedIPsOf = (p: WireguardPeer): string[] => [p.podCIDR, ...(p.ad
 export async function nodeKeyPair(paths: WorkerPaths): Promise<{ privateKey: string; publicKey: string }> {
   const text = existsSync(paths.wireguardKey) ? (await readFile(paths.wireguardKey, 'utf8')).trim() : undefined;
   if (text !== undefined && !isWireguardKey(text))
-    throw new Error(`${paths.wireguardKey} is not a WireGuard private key; remove it and restart the worker to make a new one`);
+    throw new Error(
+      `${paths.wireguardKey} is not a WireGuard private key; remove it and restart the worker to make a new one`,
+    );
   const privateKey = text ?? generatePrivateKey();
   if (text === undefined) await writeFileAtomic(paths.wireguardKey, privateKey + '\n', 0o600);
   return { privateKey, publicKey: publicKeyOf(privateKey) };

@@ -119,7 +119,12 @@ function folderOf(path: string): string {
  * Relative imports that break a layer table among the folders under `base`: one that points to
  * a sibling in its row or a row above. Imports leaving `base` are the caller's to judge.
  */
-function wrongImports(list: Import[], base: string, rows: Record<string, number>, only: Record<string, readonly string[]> = {}): string[] {
+function wrongImports(
+  list: Import[],
+  base: string,
+  rows: Record<string, number>,
+  only: Record<string, readonly string[]> = {},
+): string[] {
   const wrong: string[] = [];
   for (const imp of list) {
     if (!imp.spec.startsWith('.') || !imp.from.startsWith(base + '/')) continue;
@@ -129,7 +134,10 @@ function wrongImports(list: Import[], base: string, rows: Record<string, number>
     const to = folderUnder(base, target);
     if (from === to) continue;
     const allowed = only[from] ? only[from].includes(to) : (rows[to] ?? Infinity) < (rows[from] ?? -Infinity);
-    if (!allowed) wrong.push(`${relative(root, imp.from)}:${imp.line} imports ${relative(root, target)} (${from || '.'} -> ${to || '.'})`);
+    if (!allowed)
+      wrong.push(
+        `${relative(root, imp.from)}:${imp.line} imports ${relative(root, target)} (${from || '.'} -> ${to || '.'})`,
+      );
   }
   return wrong;
 }
@@ -147,7 +155,9 @@ test('imports point down only: own folder or a lower row', () => {
 });
 
 test('every konnectivity file lives in a known room', () => {
-  const unknown = files.filter((f) => f.startsWith(KONNECTIVITY + '/') && !(folderUnder(KONNECTIVITY, f) in ROOM)).map((f) => relative(root, f));
+  const unknown = files
+    .filter((f) => f.startsWith(KONNECTIVITY + '/') && !(folderUnder(KONNECTIVITY, f) in ROOM))
+    .map((f) => relative(root, f));
   assert.deepEqual(unknown, [], `add these rooms to the ROOM table or move the files: ${unknown.join(', ')}`);
 });
 
@@ -159,7 +169,11 @@ test('every controller file lives in a known room', () => {
   const unknown = files
     .filter((f) => f.startsWith(CONTROLLER + '/') && !(folderUnder(CONTROLLER, f) in CONTROLLER_ROOM))
     .map((f) => relative(root, f));
-  assert.deepEqual(unknown, [], `add these rooms to the CONTROLLER_ROOM table or move the files: ${unknown.join(', ')}`);
+  assert.deepEqual(
+    unknown,
+    [],
+    `add these rooms to the CONTROLLER_ROOM table or move the files: ${unknown.join(', ')}`,
+  );
 });
 
 test('inside controller, imports point down only: a job uses the config and the jobs below it, never a sibling', () => {
@@ -191,13 +205,17 @@ test("no 'as Error' cast: an error kctl did not make is read with base/errors.ts
 });
 
 test('only cli/ knows commander', () => {
-  const users = imports.filter((i) => i.spec === 'commander' && folderOf(i.from) !== 'cli').map((i) => relative(root, i.from));
+  const users = imports
+    .filter((i) => i.spec === 'commander' && folderOf(i.from) !== 'cli')
+    .map((i) => relative(root, i.from));
   assert.deepEqual(users, []);
 });
 
 test('no source file is over 400 lines (generated code aside): a longer one mixes jobs that want their own files', () => {
   // sourceFiles skips gen/: konnectivity/wire/gen/konnectivity.ts is written by `npm run gen`.
-  const long = files.map((f) => [relative(root, f), readFileSync(f, 'utf8').split('\n').length] as const).filter(([, n]) => n > 400);
+  const long = files
+    .map((f) => [relative(root, f), readFileSync(f, 'utf8').split('\n').length] as const)
+    .filter(([, n]) => n > 400);
   assert.deepEqual(
     long.map(([f, n]) => `${f}: ${n} lines`),
     [],
@@ -232,18 +250,28 @@ test('the checks find a wrong import (a sibling, a row above, an upward room)', 
     ],
   );
   // and lets through what the tables allow
-  const right = [at('konnectivity/agent/agent.ts', '../wire/flow.ts'), at('konnectivity/index.ts', './server/server.ts')];
+  const right = [
+    at('konnectivity/agent/agent.ts', '../wire/flow.ts'),
+    at('konnectivity/index.ts', './server/server.ts'),
+  ];
   assert.deepEqual(wrongImports(right, KONNECTIVITY, ROOM), []);
   assert.deepEqual(
     wrongImports(
-      [at('controller/pki/pki-renewer.ts', '../backups/backup.ts'), at('controller/config/config.ts', '../join/tokens.ts')],
+      [
+        at('controller/pki/pki-renewer.ts', '../backups/backup.ts'),
+        at('controller/config/config.ts', '../join/tokens.ts'),
+      ],
       CONTROLLER,
       CONTROLLER_ROOM,
     ).length,
     2,
   );
   assert.deepEqual(
-    wrongImports([at('controller/join/tokens.ts', '../config/urls.ts'), at('controller/index.ts', './leases/lease.ts')], CONTROLLER, CONTROLLER_ROOM),
+    wrongImports(
+      [at('controller/join/tokens.ts', '../config/urls.ts'), at('controller/index.ts', './leases/lease.ts')],
+      CONTROLLER,
+      CONTROLLER_ROOM,
+    ),
     [],
   );
 });

@@ -52,7 +52,13 @@ test('the kctl status sample in docs/install.md is what the renderer prints for 
     pid: 20829,
     uptimeSeconds: 13,
     // Started in order: storage, tunnel and API first, then the rest once kube-apiserver is ready.
-    components: names.map((name, i) => ({ name, state: 'running', pid: supervised.get(name), restarts: 0, uptimeSeconds: i < 4 ? 9 : 5 })),
+    components: names.map((name, i) => ({
+      name,
+      state: 'running',
+      pid: supervised.get(name),
+      restarts: 0,
+      uptimeSeconds: i < 4 ? 9 : 5,
+    })),
     konnectivity: {
       serverId: 'db375696-37cb-4b89-883c-441707945e8d',
       serverCount: 1,
@@ -61,12 +67,23 @@ test('the kctl status sample in docs/install.md is what the renderer prints for 
       pendingDials: 0,
       closingConnections: 0,
     },
-    controllers: [{ name: 'kctl-controller-192-0-2-2', apiServer: 'https://192.0.2.2:6443', konnectivity: '192.0.2.2:8132', agents: [] }],
+    controllers: [
+      {
+        name: 'kctl-controller-192-0-2-2',
+        apiServer: 'https://192.0.2.2:6443',
+        konnectivity: '192.0.2.2:8132',
+        agents: [],
+      },
+    ],
     nodes: { ready: 0, total: 0 },
     storage: { type: 'kine', datastore: 'sqlite' },
     certificates,
   };
   const expected = renderStatus(report);
   const doc = await readFile(DOC, 'utf8');
-  assert.equal(sampleOf(doc), expected, `docs/install.md's kctl status sample differs from what kctl prints; replace it with:\n${expected}`);
+  assert.equal(
+    sampleOf(doc),
+    expected,
+    `docs/install.md's kctl status sample differs from what kctl prints; replace it with:\n${expected}`,
+  );
 });

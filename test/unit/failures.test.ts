@@ -11,7 +11,10 @@ test('the failure summary keeps the failing-tests section without stack frames',
     '  AssertionError [ERR_ASSERTION]: bench failed:',
     '  cannot start',
   ];
-  const stack = ['      at TestContext.<anonymous> (/x/bench/smoke.test.ts:3:4)', '      at async Test.run (node:internal/test_runner/test:1409:7)'];
+  const stack = [
+    '      at TestContext.<anonymous> (/x/bench/smoke.test.ts:3:4)',
+    '      at async Test.run (node:internal/test_runner/test:1409:7)',
+  ];
   const output = ['✔ passes (10ms)', '✖ fails (20ms)', 'ℹ fail 1', '', ...section, ...stack].join('\n');
   assert.equal(failureSummary('main run', output), ['## main run:', ...section].join('\n'));
 });

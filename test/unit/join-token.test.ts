@@ -31,19 +31,35 @@ test('a cluster DNS address that is not an IP makes the token malformed', async 
     bootstrapToken: 'abcdef.0123456789abcdef',
   };
   assert.equal(decodeToken(encodeToken({ ...info, clusterDNS: 'fd00::a' })).clusterDNS, 'fd00::a');
-  assert.throws(() => decodeToken(encodeToken({ ...info, clusterDNS: 'dns.local' })), /malformed \(cluster DNS "dns\.local" is not an IP address\)/);
+  assert.throws(
+    () => decodeToken(encodeToken({ ...info, clusterDNS: 'dns.local' })),
+    /malformed \(cluster DNS "dns\.local" is not an IP address\)/,
+  );
 });
 
 test('a controller token carries the join endpoints; each role refuses the other role’s token with one line', async (t) => {
   const caPem = await ca(t);
-  const base = { apiServers: ['https://10.77.0.10:6443'], caPem, konnectivity: [], bootstrapToken: 'abcdef.0123456789abcdef' };
-  const controller = decodeToken(encodeToken({ ...base, role: 'controller', joinServers: ['https://10.77.0.10:9443'] }));
+  const base = {
+    apiServers: ['https://10.77.0.10:6443'],
+    caPem,
+    konnectivity: [],
+    bootstrapToken: 'abcdef.0123456789abcdef',
+  };
+  const controller = decodeToken(
+    encodeToken({ ...base, role: 'controller', joinServers: ['https://10.77.0.10:9443'] }),
+  );
   assert.deepEqual(controller.joinServers, ['https://10.77.0.10:9443']);
   assert.equal(wrongRole(controller, 'controller'), null);
-  assert.match(wrongRole(controller, 'worker')!.message, /^this is a controller join token: use it with `kctl controller --token-file`/);
+  assert.match(
+    wrongRole(controller, 'worker')!.message,
+    /^this is a controller join token: use it with `kctl controller --token-file`/,
+  );
   const worker = decodeToken(encodeToken({ ...base, role: 'worker' }));
   assert.match(wrongRole(worker, 'controller')!.message, /^this is a worker join token: use it with `kctl worker`/);
-  assert.throws(() => decodeToken(encodeToken({ ...base, role: 'controller' })), /malformed \(a controller token without join endpoints\)/);
+  assert.throws(
+    () => decodeToken(encodeToken({ ...base, role: 'controller' })),
+    /malformed \(a controller token without join endpoints\)/,
+  );
 });
 
 test('malformed and tampered tokens give one clear line', async (t) => {
@@ -59,10 +75,18 @@ test('malformed and tampered tokens give one clear line', async (t) => {
     assert.throws(
       () => decodeToken(bad),
       (err: Error) =>
-        err instanceof TokenError && /^the join token is malformed \(.+\); copy it again/.test(err.message) && !err.message.includes('\n'),
+        err instanceof TokenError &&
+        /^the join token is malformed \(.+\); copy it again/.test(err.message) &&
+        !err.message.includes('\n'),
       `accepted: ${bad.slice(0, 20)}`,
     );
   }
-  const badSecret = encodeToken({ role: 'worker', apiServers: ['https://x:6443'], caPem: await ca(t), konnectivity: [], bootstrapToken: 'ABC.def' });
+  const badSecret = encodeToken({
+    role: 'worker',
+    apiServers: ['https://x:6443'],
+    caPem: await ca(t),
+    konnectivity: [],
+    bootstrapToken: 'ABC.def',
+  });
   assert.throws(() => decodeToken(badSecret), /bootstrap token is not/);
 });

@@ -1,7 +1,16 @@
 // The CI rule for the files beyond `npm test` (test/tiers.ts, test/README.md "Tiers").
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { CORE_E2E, LAST_BESIDE, pickForBudget, runsBeside, SLOW_UNIT_FILES, slowFirst, testFiles, type History } from '../tiers.ts';
+import {
+  CORE_E2E,
+  LAST_BESIDE,
+  pickForBudget,
+  runsBeside,
+  SLOW_UNIT_FILES,
+  slowFirst,
+  testFiles,
+  type History,
+} from '../tiers.ts';
 
 const MIN = 60_000;
 const ran = (at: string, minutes: number, passed = true) => ({ at, durationMs: minutes * MIN, passed });
@@ -11,7 +20,11 @@ test('files this machine ran least recently come first; never-run ones before al
     'test/e2e/a.test.ts': ran('2026-11-29T08:00:00Z', 2),
     'test/e2e/b.test.ts': ran('2026-11-28T08:00:00Z', 2),
   };
-  const picked = pickForBudget(['test/e2e/a.test.ts', 'test/e2e/b.test.ts', 'test/e2e/d.test.ts', 'test/e2e/c.test.ts'], history, 100 * MIN);
+  const picked = pickForBudget(
+    ['test/e2e/a.test.ts', 'test/e2e/b.test.ts', 'test/e2e/d.test.ts', 'test/e2e/c.test.ts'],
+    history,
+    100 * MIN,
+  );
   assert.deepEqual(picked, ['test/e2e/c.test.ts', 'test/e2e/d.test.ts', 'test/e2e/b.test.ts', 'test/e2e/a.test.ts']);
 });
 
@@ -31,7 +44,8 @@ test('a file that does not fit is passed over and a shorter one behind it still 
 
 test('the tier lists name files that exist; the slow unit files start first', () => {
   const e2e = testFiles('test/e2e');
-  for (const f of [...CORE_E2E, ...LAST_BESIDE]) assert.ok(e2e.includes(f), `${f} is listed in tiers.ts but does not exist`);
+  for (const f of [...CORE_E2E, ...LAST_BESIDE])
+    assert.ok(e2e.includes(f), `${f} is listed in tiers.ts but does not exist`);
   assert.ok(
     CORE_E2E.every((f) => !runsBeside(f)),
     'core files run in the main lane',

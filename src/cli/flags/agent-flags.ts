@@ -54,7 +54,8 @@ export const AGENT_FLAGS: readonly FlagSpec[] = [
     kind: 'duration',
     default: '1h0m0s',
     help: 'Time for gRPC agent server keepalive.',
-    inert: 'kctl pings every server every 31 s, the most often upstream servers allow: an hour would leave a dead link unnoticed for an hour',
+    inert:
+      'kctl pings every server every 31 s, the most often upstream servers allow: an hour would leave a dead link unnoticed for an hour',
   },
   {
     name: 'kube-api-content-type',
@@ -64,8 +65,18 @@ export const AGENT_FLAGS: readonly FlagSpec[] = [
     inert: 'kctl reads leases as JSON; the answer is the same',
   },
   { name: 'kubeconfig', kind: 'string', default: '', help: 'Path to the kubeconfig file' },
-  { name: 'lease-label', kind: 'string', default: 'k8s-app=konnectivity-server', help: 'The labels on which the lease objects are managed.' },
-  { name: 'lease-namespace', kind: 'string', default: 'kube-system', help: 'Namespace where lease objects are managed.' },
+  {
+    name: 'lease-label',
+    kind: 'string',
+    default: 'k8s-app=konnectivity-server',
+    help: 'The labels on which the lease objects are managed.',
+  },
+  {
+    name: 'lease-namespace',
+    kind: 'string',
+    default: 'kube-system',
+    help: 'Namespace where lease objects are managed.',
+  },
   {
     name: 'probe-interval',
     kind: 'duration',
@@ -73,7 +84,12 @@ export const AGENT_FLAGS: readonly FlagSpec[] = [
     help: 'The interval by which the agent periodically checks if its connections to the proxy server are ready.',
     inert: 'kctl notices a lost server from the stream itself and its keepalive, with no polling',
   },
-  { name: 'proxy-server-host', kind: 'string', default: '127.0.0.1', help: 'The hostname to use to connect to the proxy-server.' },
+  {
+    name: 'proxy-server-host',
+    kind: 'string',
+    default: '127.0.0.1',
+    help: 'The hostname to use to connect to the proxy-server.',
+  },
   { name: 'proxy-server-port', kind: 'int', default: '8091', help: 'The port the proxy server is listening on.' },
   {
     name: 'server-count-source',
@@ -87,7 +103,12 @@ export const AGENT_FLAGS: readonly FlagSpec[] = [
     default: '',
     help: 'If non-empty proxy agent uses this token to prove its identity to the proxy server.',
   },
-  { name: 'sync-forever', kind: 'bool', default: 'false', help: 'If true, the agent continues syncing, in order to support server count changes.' },
+  {
+    name: 'sync-forever',
+    kind: 'bool',
+    default: 'false',
+    help: 'If true, the agent continues syncing, in order to support server count changes.',
+  },
   {
     name: 'sync-interval',
     kind: 'duration',

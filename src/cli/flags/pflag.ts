@@ -5,7 +5,17 @@
 import { messageOf, UserError } from '../../base/errors.ts';
 
 export type FlagKind =
-  'string' | 'int' | 'uint' | 'float32' | 'bool' | 'duration' | 'strings' | 'level' | 'severity' | 'traceLocation' | 'moduleSpec';
+  | 'string'
+  | 'int'
+  | 'uint'
+  | 'float32'
+  | 'bool'
+  | 'duration'
+  | 'strings'
+  | 'level'
+  | 'severity'
+  | 'traceLocation'
+  | 'moduleSpec';
 
 export interface FlagSpec {
   name: string;
@@ -85,7 +95,11 @@ function checkValue(command: string, spec: FlagSpec, text: string): void {
     !/^\+?\d+$/.test(text) &&
     !(spec.kind === 'severity' && /^(INFO|WARNING|ERROR|FATAL)$/i.test(text))
   )
-    throw bad(spec.kind === 'severity' ? 'expected a severity (INFO, WARNING, ERROR, FATAL) or its number' : 'expected a non-negative integer');
+    throw bad(
+      spec.kind === 'severity'
+        ? 'expected a severity (INFO, WARNING, ERROR, FATAL) or its number'
+        : 'expected a non-negative integer',
+    );
   if (spec.kind === 'duration' && !/^[+-]?((\d+(\.\d*)?|\.\d+)(ns|us|\u00b5s|\u03bcs|ms|s|m|h))+$|^0$/.test(text))
     throw bad('expected a Go duration such as 500ms, 1s, 5m, 1h0m0s');
 }
@@ -101,12 +115,14 @@ export function parsePflags(command: string, specs: readonly FlagSpec[], argv: r
   const set = new Set<string>();
   const args: string[] = [];
   let help = false;
-  const unknown = (flag: string) => new UserError(`${command}: unknown flag ${flag}; see ${command} --help for the flags it takes`);
+  const unknown = (flag: string) =>
+    new UserError(`${command}: unknown flag ${flag}; see ${command} --help for the flags it takes`);
 
   const assign = (spec: FlagSpec, text: string): void => {
     if (spec.kind === 'bool') {
       const b = parseGoBool(text);
-      if (b === null) throw new UserError(`${command}: invalid value "${text}" for --${spec.name}: expected true or false`);
+      if (b === null)
+        throw new UserError(`${command}: invalid value "${text}" for --${spec.name}: expected true or false`);
       values.set(spec.name, b);
     } else if (spec.kind === 'strings') {
       let items: string[];
@@ -190,12 +206,18 @@ const TYPE_NAMES: Partial<Record<FlagKind, string>> = {
 
 /** --help in pflag's layout: the same flags, types and defaults a user of the Go program knows. */
 export function renderPflagHelp(usage: string, description: string, specs: readonly FlagSpec[]): string {
-  const rows = [...specs.filter((s) => !s.hidden), { name: 'help', short: 'h', kind: 'bool' as const, default: '', help: 'help for this command' }]
+  const rows = [
+    ...specs.filter((s) => !s.hidden),
+    { name: 'help', short: 'h', kind: 'bool' as const, default: '', help: 'help for this command' },
+  ]
     .sort((a, b) => a.name.localeCompare(b.name))
     .map((s) => {
       const left = `${s.short ? `-${s.short}, ` : '    '}--${s.name}${TYPE_NAMES[s.kind] ? ` ${TYPE_NAMES[s.kind]}` : ''}`;
       const shown = 'shownDefault' in s && s.shownDefault !== undefined ? s.shownDefault : s.default;
-      const def = shown === '' || (s.kind === 'bool' && shown === 'false') ? '' : ` (default ${s.kind === 'string' ? `"${shown}"` : shown})`;
+      const def =
+        shown === '' || (s.kind === 'bool' && shown === 'false')
+          ? ''
+          : ` (default ${s.kind === 'string' ? `"${shown}"` : shown})`;
       const inert = 'inert' in s && s.inert ? ` [kctl: accepted, no effect: ${s.inert}]` : '';
       return [left, `${s.help}${def}${inert}`] as const;
     });

@@ -5,7 +5,8 @@ import { KLOG_FLAGS } from './klog-flags.ts';
 import type { FlagSpec } from './pflag.ts';
 
 const NO_CHANNEL = 'kctl has no transfer channel: each connection has its own credit window';
-const NO_RATE_LIMIT = 'kctl makes one TokenReview per agent connection and one lease call per renewal, with no client-side rate limit';
+const NO_RATE_LIMIT =
+  'kctl makes one TokenReview per agent connection and one lease call per renewal, with no client-side rate limit';
 
 export const SERVER_FLAGS: readonly FlagSpec[] = [
   {
@@ -15,7 +16,12 @@ export const SERVER_FLAGS: readonly FlagSpec[] = [
     help: 'Bind address for admin connections. If empty, we will bind to localhost.',
   },
   { name: 'admin-port', kind: 'int', default: '8095', help: 'Port we listen for admin connections on.' },
-  { name: 'agent-bind-address', kind: 'string', default: '', help: 'Bind address for agent connections. If empty, we will bind to all interfaces.' },
+  {
+    name: 'agent-bind-address',
+    kind: 'string',
+    default: '',
+    help: 'Bind address for agent connections. If empty, we will bind to all interfaces.',
+  },
   {
     name: 'agent-namespace',
     kind: 'string',
@@ -47,7 +53,12 @@ export const SERVER_FLAGS: readonly FlagSpec[] = [
     default: '',
     help: 'The comma separated list of allowed cipher suites. Has no effect on TLS1.3. Empty means allow default list.',
   },
-  { name: 'cluster-ca-cert', kind: 'string', default: '', help: 'If non-empty the CA we use to validate Agent clients.' },
+  {
+    name: 'cluster-ca-cert',
+    kind: 'string',
+    default: '',
+    help: 'If non-empty the CA we use to validate Agent clients.',
+  },
   { name: 'cluster-cert', kind: 'string', default: '', help: 'If non-empty secure communication with this cert.' },
   { name: 'cluster-key', kind: 'string', default: '', help: 'If non-empty secure communication with this key.' },
   {
@@ -94,7 +105,8 @@ export const SERVER_FLAGS: readonly FlagSpec[] = [
     kind: 'duration',
     default: '1h0m0s',
     help: 'Time for gRPC agent server keepalive.',
-    inert: 'kctl pings every agent every 10 s and drops it after 5 s without an answer: an hour would leave a dead agent routed to for an hour',
+    inert:
+      'kctl pings every agent every 10 s and drops it after 5 s without an answer: an hour would leave a dead agent routed to for an hour',
   },
   {
     name: 'kube-api-content-type',
@@ -123,8 +135,18 @@ export const SERVER_FLAGS: readonly FlagSpec[] = [
     help: 'Maximum client QPS (proxy server uses this client to authenticate agent tokens).',
     inert: NO_RATE_LIMIT,
   },
-  { name: 'lease-label', kind: 'string', default: 'k8s-app=konnectivity-server', help: 'The labels on which the lease objects are managed.' },
-  { name: 'lease-namespace', kind: 'string', default: 'kube-system', help: 'The namespace where lease objects are managed by the controller.' },
+  {
+    name: 'lease-label',
+    kind: 'string',
+    default: 'k8s-app=konnectivity-server',
+    help: 'The labels on which the lease objects are managed.',
+  },
+  {
+    name: 'lease-namespace',
+    kind: 'string',
+    default: 'kube-system',
+    help: 'The namespace where lease objects are managed by the controller.',
+  },
   { name: 'mode', kind: 'string', default: 'grpc', help: "mode can be either 'grpc' or 'http-connect'." },
   {
     name: 'proxy-strategies',
@@ -140,7 +162,12 @@ export const SERVER_FLAGS: readonly FlagSpec[] = [
   },
   { name: 'server-ca-cert', kind: 'string', default: '', help: 'If non-empty the CA we use to validate KAS clients.' },
   { name: 'server-cert', kind: 'string', default: '', help: 'If non-empty secure communication with this cert.' },
-  { name: 'server-count', kind: 'int', default: '1', help: 'The number of proxy server instances, should be 1 unless it is an HA server.' },
+  {
+    name: 'server-count',
+    kind: 'int',
+    default: '1',
+    help: 'The number of proxy server instances, should be 1 unless it is an HA server.',
+  },
   {
     name: 'server-id',
     kind: 'string',
@@ -149,14 +176,24 @@ export const SERVER_FLAGS: readonly FlagSpec[] = [
     help: "The unique ID of this server. Can also be set by the 'PROXY_SERVER_ID' environment variable.",
   },
   { name: 'server-key', kind: 'string', default: '', help: 'If non-empty secure communication with this key.' },
-  { name: 'server-port', kind: 'int', default: '8090', help: 'Port we listen for server connections on. Set to 0 for UDS.' },
+  {
+    name: 'server-port',
+    kind: 'int',
+    default: '8090',
+    help: 'Port we listen for server connections on. Set to 0 for UDS.',
+  },
   {
     name: 'tls-min-version',
     kind: 'string',
     default: '',
     help: 'Minimum TLS version for server connections. Accepted values: VersionTLS10, VersionTLS11, VersionTLS12, VersionTLS13. Empty defaults to VersionTLS12.',
   },
-  { name: 'uds-name', kind: 'string', default: '', help: 'uds-name should be empty for TCP traffic. For UDS set to its name.' },
+  {
+    name: 'uds-name',
+    kind: 'string',
+    default: '',
+    help: 'uds-name should be empty for TCP traffic. For UDS set to its name.',
+  },
   {
     name: 'warn-on-channel-limit',
     kind: 'bool',

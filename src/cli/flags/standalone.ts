@@ -23,7 +23,12 @@ export function readFlagFile(cmd: string, flag: string, path: string): Buffer {
 }
 
 /** Lists the command in kctl --help; main() hands its arguments to `run` unparsed. */
-export function standaloneCommand(program: Command, name: string, description: string, run: (argv: string[], cmd: string) => Promise<void>): void {
+export function standaloneCommand(
+  program: Command,
+  name: string,
+  description: string,
+  run: (argv: string[], cmd: string) => Promise<void>,
+): void {
   program
     .command(name)
     .description(description)

@@ -13,7 +13,9 @@ export async function localController(cmd: Command): Promise<{ cfg: ClusterConfi
   const cfgFile = join(g.dataDir, 'cluster-config.yaml');
   const pki = pkiPaths(join(g.dataDir, 'pki'));
   if (!existsSync(cfgFile) || !existsSync(pki.adminConf))
-    throw new UserError(`no controller at ${g.dataDir}; run this on a controller host (or pass its --data-dir / --name)`);
+    throw new UserError(
+      `no controller at ${g.dataDir}; run this on a controller host (or pass its --data-dir / --name)`,
+    );
   return { cfg: await loadConfig(cfgFile), pki };
 }
 

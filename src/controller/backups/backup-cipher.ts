@@ -155,13 +155,19 @@ export class Opener {
   private readHeader(header: Buffer): void {
     if (!header.subarray(0, MAGIC.length).equals(MAGIC)) throw notEncrypted();
     if (header[8] !== VERSION)
-      throw new BackupCipherError('unsupported', `it is encrypted in format version ${header[8]}, which this kctl does not read; use a newer kctl`);
+      throw new BackupCipherError(
+        'unsupported',
+        `it is encrypted in format version ${header[8]}, which this kctl does not read; use a newer kctl`,
+      );
     const chunkSize = header.readUInt32BE(9);
     if (chunkSize < 1 || chunkSize > MAX_CHUNK_SIZE) throw damaged('its header is altered or damaged');
     const salt = header.subarray(13, 45);
     const check = derive(this.key, salt, 'kctl backup key check v1', 16);
     if (!timingSafeEqual(check, header.subarray(52, 68)))
-      throw new BackupCipherError('wrong-key', 'the encryption key file does not match it (another key, or its header is altered)');
+      throw new BackupCipherError(
+        'wrong-key',
+        'the encryption key file does not match it (another key, or its header is altered)',
+      );
     this.chunkSize = chunkSize;
     this.s = {
       header: Buffer.from(header),
@@ -182,7 +188,9 @@ export class Opener {
       d.final();
     } catch {
       throw damaged(
-        last ? `its last chunk (${at}) does not authenticate: altered, cut off or extended` : `chunk ${at} does not authenticate: altered`,
+        last
+          ? `its last chunk (${at}) does not authenticate: altered, cut off or extended`
+          : `chunk ${at} does not authenticate: altered`,
       );
     }
     return plain;
@@ -232,7 +240,8 @@ export async function isEncryptedArchive(file: string): Promise<boolean> {
   }
 }
 
-const KEY_HINT = 'a backup key is 32 random bytes in base64 on one line, mode 0600: make one with kctl backup key create FILE';
+const KEY_HINT =
+  'a backup key is 32 random bytes in base64 on one line, mode 0600: make one with kctl backup key create FILE';
 
 /** The key in a key file; refuses (one line) a missing file, one others may read, or one that is not a key. */
 export async function readBackupKey(file: string): Promise<Buffer> {
@@ -241,21 +250,26 @@ export async function readBackupKey(file: string): Promise<Buffer> {
   });
   if (!st.isFile()) throw new UserError(`encryption key file ${file} is not a file; ${KEY_HINT}`);
   if (st.mode & 0o077)
-    throw new UserError(`encryption key file ${file} is open to others (mode ${(st.mode & 0o777).toString(8).padStart(4, '0')}); chmod 600 ${file}`);
+    throw new UserError(
+      `encryption key file ${file} is open to others (mode ${(st.mode & 0o777).toString(8).padStart(4, '0')}); chmod 600 ${file}`,
+    );
   const text = (await readFile(file, 'utf8')).trim();
   const key = /^[A-Za-z0-9+/]{43}=$/.test(text) ? Buffer.from(text, 'base64') : undefined;
-  if (key?.length !== KEY_SIZE) throw new UserError(`encryption key file ${file} does not hold a backup key; ${KEY_HINT}`);
+  if (key?.length !== KEY_SIZE)
+    throw new UserError(`encryption key file ${file} does not hold a backup key; ${KEY_HINT}`);
   return key;
 }
 
 /** Writes a new key file (0600); refuses to replace one. */
 export async function createBackupKey(file: string): Promise<void> {
-  await writeFile(file, randomBytes(KEY_SIZE).toString('base64') + '\n', { mode: 0o600, flag: 'wx' }).catch((err: unknown) => {
-    const code = errnoOf(err);
-    throw new UserError(
-      code === 'EEXIST'
-        ? `${file} exists; a key is never replaced (archives made with it need it): choose another file name`
-        : `cannot write ${file} (${code ?? 'error'})`,
-    );
-  });
+  await writeFile(file, randomBytes(KEY_SIZE).toString('base64') + '\n', { mode: 0o600, flag: 'wx' }).catch(
+    (err: unknown) => {
+      const code = errnoOf(err);
+      throw new UserError(
+        code === 'EEXIST'
+          ? `${file} exists; a key is never replaced (archives made with it need it): choose another file name`
+          : `cannot write ${file} (${code ?? 'error'})`,
+      );
+    },
+  );
 }

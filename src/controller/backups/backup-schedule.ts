@@ -66,7 +66,9 @@ export function archiveTime(name: string): number | undefined {
 
 /** Of the names in a directory, kctl's archives beyond the newest `keep`, oldest first. */
 export function archivesToPrune(names: string[], keep: number): string[] {
-  const archives = names.filter((n) => archiveTime(n) !== undefined).sort((a, b) => archiveTime(b)! - archiveTime(a)! || b.localeCompare(a));
+  const archives = names
+    .filter((n) => archiveTime(n) !== undefined)
+    .sort((a, b) => archiveTime(b)! - archiveTime(a)! || b.localeCompare(a));
   return archives.slice(keep).reverse();
 }
 
@@ -110,7 +112,11 @@ export class BackupSchedulerComponent implements Component {
     const keyFile = this.o.cfg.spec.backup.encryptionKeyFile;
     // A bad key file stops the controller here, with one line, rather than every backup later.
     if (keyFile) await readBackupKey(keyFile);
-    else this.log.warn({ path: this.path }, 'scheduled backups hold the cluster CA keys unencrypted: set spec.backup.encryptionKeyFile');
+    else
+      this.log.warn(
+        { path: this.path },
+        'scheduled backups hold the cluster CA keys unencrypted: set spec.backup.encryptionKeyFile',
+      );
     await mkdir(this.path, { recursive: true, mode: 0o700 });
   }
 
@@ -159,7 +165,8 @@ export class BackupSchedulerComponent implements Component {
   }
 
   private tick(): void {
-    if (!this.renewing && this.now() - this.renewedAt >= RENEW_EVERY_MS) this.renewing = this.renew().finally(() => (this.renewing = undefined));
+    if (!this.renewing && this.now() - this.renewedAt >= RENEW_EVERY_MS)
+      this.renewing = this.renew().finally(() => (this.renewing = undefined));
     const due = this.dueAt();
     if (!this.running && this.lease.holding() && due !== undefined && this.now() >= due)
       this.running = this.run().finally(() => (this.running = undefined));
@@ -169,18 +176,24 @@ export class BackupSchedulerComponent implements Component {
     this.renewedAt = this.now();
     const record = this.last ?? this.published();
     try {
-      const held = await this.lease.tryAcquireOrRenew(record ? { [LAST_BACKUP_ANNOTATION]: JSON.stringify(record) } : {});
+      const held = await this.lease.tryAcquireOrRenew(
+        record ? { [LAST_BACKUP_ANNOTATION]: JSON.stringify(record) } : {},
+      );
       this.leaseError = undefined;
       if (held && !this.wasHolding) {
         this.newestArchive = await this.newestArchiveTime();
         this.log.info({ path: this.path }, 'holding the backup lease: this controller makes the scheduled backups');
       }
-      if (!held && this.wasHolding) this.log.info({ holder: this.lease.holder() }, 'the backup lease went to another controller');
+      if (!held && this.wasHolding)
+        this.log.info({ holder: this.lease.holder() }, 'the backup lease went to another controller');
       this.wasHolding = held;
     } catch (err) {
       this.leaseError = `cannot renew the backup lease: ${messageOf(err)}`;
       if (this.wasHolding && !this.lease.holding()) {
-        this.log.warn({ err: messageOf(err) }, 'lost the backup lease (cannot reach the API): no scheduled backups from here until it is back');
+        this.log.warn(
+          { err: messageOf(err) },
+          'lost the backup lease (cannot reach the API): no scheduled backups from here until it is back',
+        );
         this.wasHolding = false;
       }
     }
@@ -232,7 +245,9 @@ export class BackupSchedulerComponent implements Component {
   }
 
   private async newestArchiveTime(): Promise<number | undefined> {
-    const times = (await readdir(this.path).catch(() => [] as string[])).map(archiveTime).filter((t) => t !== undefined);
+    const times = (await readdir(this.path).catch(() => [] as string[]))
+      .map(archiveTime)
+      .filter((t) => t !== undefined);
     return times.length ? Math.max(...times) : undefined;
   }
 }

@@ -12,7 +12,20 @@
 // as backup-cipher.ts describes; restore needs the key and checks every chunk before unpacking.
 import { createReadStream, createWriteStream, existsSync } from 'node:fs';
 import { pipeline } from 'node:stream/promises';
-import { chmod, cp, mkdir, mkdtemp, open, readFile, readdir, rename, rm, rmdir, stat, writeFile } from 'node:fs/promises';
+import {
+  chmod,
+  cp,
+  mkdir,
+  mkdtemp,
+  open,
+  readFile,
+  readdir,
+  rename,
+  rm,
+  rmdir,
+  stat,
+  writeFile,
+} from 'node:fs/promises';
 import { hostname } from 'node:os';
 import { dirname, join, relative } from 'node:path';
 import { backup as sqliteBackup, DatabaseSync } from 'node:sqlite';
@@ -87,7 +100,9 @@ export async function backupController(o: BackupOptions): Promise<string> {
   const type = cfg.spec.storage.type;
   const owner = await liveOwner(o.dataDir);
   if (type === 'etcd' && owner?.role !== 'controller')
-    throw new UserError(`no controller is running on ${o.dataDir}; an etcd snapshot needs the running etcd: start it, then back up`);
+    throw new UserError(
+      `no controller is running on ${o.dataDir}; an etcd snapshot needs the running etcd: start it, then back up`,
+    );
   const save = await stat(o.savePath).catch(() => undefined);
   if (!save?.isDirectory()) throw new UserError(`--save-path ${o.savePath} is not a directory`);
   const staging = await mkdtemp(join(o.savePath, '.kctl-backup-')).catch((err: NodeJS.ErrnoException) => {
@@ -138,7 +153,12 @@ export async function backupController(o: BackupOptions): Promise<string> {
     for (const f of (await filesUnder(staging)).sort()) {
       members.push({ path: relative(staging, f), sha256: (await sha256OfFile(f))!, size: (await stat(f)).size });
     }
-    const manifest: BackupManifest = { kctlVersion: KCTL_VERSION, createdAt: new Date().toISOString(), storage, members };
+    const manifest: BackupManifest = {
+      kctlVersion: KCTL_VERSION,
+      createdAt: new Date().toISOString(),
+      storage,
+      members,
+    };
     await writeFile(join(staging, MANIFEST), JSON.stringify(manifest, null, 2) + '\n', { mode: 0o600 });
     // Created 0600 before a byte of key material goes in; renamed into place only when complete.
     await (await open(partial, 'wx', 0o600)).close();
@@ -197,10 +217,18 @@ async function decryptArchive(archive: string, key: Buffer, plain: string): Prom
 }
 
 /** Restores an archive into an empty (or absent) data dir; refuses before writing there otherwise. */
-export async function restoreController(o: { archive: string; dataDir: string; log: Logger; keyFile?: string }): Promise<BackupManifest> {
+export async function restoreController(o: {
+  archive: string;
+  dataDir: string;
+  log: Logger;
+  keyFile?: string;
+}): Promise<BackupManifest> {
   if (!existsSync(o.archive)) throw new UserError(`${o.archive} does not exist`);
   const encrypted = await isEncryptedArchive(o.archive);
-  if (encrypted && !o.keyFile) throw new UserError(`${o.archive} is encrypted; give its key with --encryption-key-file FILE; nothing was restored`);
+  if (encrypted && !o.keyFile)
+    throw new UserError(
+      `${o.archive} is encrypted; give its key with --encryption-key-file FILE; nothing was restored`,
+    );
   const key = encrypted && o.keyFile ? await readBackupKey(o.keyFile) : undefined;
   const entries = await readdir(o.dataDir).catch(() => undefined);
   if (entries && entries.length > 0)
@@ -241,13 +269,17 @@ export async function restoreController(o: { archive: string; dataDir: string; l
         ],
         { reject: false },
       );
-      if (r.exitCode !== 0) throw new UserError(`etcd snapshot restore failed: ${String(r.stderr).trim().split('\n').pop()}`);
+      if (r.exitCode !== 0)
+        throw new UserError(`etcd snapshot restore failed: ${String(r.stderr).trim().split('\n').pop()}`);
       await chmod(paths.etcdDataDir, 0o700);
     } else if (manifest.storage.datastore === 'sqlite') {
       await mkdir(paths.kineDbDir, { recursive: true, mode: 0o700 });
       await cp(join(unpacked, SQLITE_COPY), join(paths.kineDbDir, 'state.db'));
     } else {
-      o.log.warn({}, 'the archive holds no datastore (kine on an external database): the controller uses that database as it is now');
+      o.log.warn(
+        {},
+        'the archive holds no datastore (kine on an external database): the controller uses that database as it is now',
+      );
     }
     if (entries) await rmdir(o.dataDir);
     await rename(data, o.dataDir);

@@ -44,11 +44,17 @@ function addons(cfg: ClusterConfig, pki: PkiPaths): Addon[] {
 }
 
 /** Writes the enabled add-ons' stacks and removes the disabled ones'. */
-export async function writeAddonStacks(cfg: ClusterConfig, manifestsDir: string, pki: PkiPaths, log: Logger): Promise<void> {
+export async function writeAddonStacks(
+  cfg: ClusterConfig,
+  manifestsDir: string,
+  pki: PkiPaths,
+  log: Logger,
+): Promise<void> {
   for (const addon of addons(cfg, pki)) {
     const dir = join(manifestsDir, addon.stack);
     if (!addon.enabled) {
-      if ((await removeTree(dir)).length) log.info({ stack: addon.stack }, `add-on ${addon.stack} disabled in the config: its stack is removed`);
+      if ((await removeTree(dir)).length)
+        log.info({ stack: addon.stack }, `add-on ${addon.stack} disabled in the config: its stack is removed`);
       continue;
     }
     await mkdir(dir, { recursive: true, mode: 0o700 });

@@ -17,7 +17,11 @@ import { KEEPS_ADDRESSES_ANNOTATION } from '../../base/ownership.ts';
 
 const rbac = 'rbac.authorization.k8s.io';
 
-function clusterRoleBinding(name: string, role: string, subject: { kind: 'Group' | 'User'; name: string }): KubeManifest {
+function clusterRoleBinding(
+  name: string,
+  role: string,
+  subject: { kind: 'Group' | 'User'; name: string },
+): KubeManifest {
   return {
     apiVersion: `${rbac}/v1`,
     kind: 'ClusterRoleBinding',
@@ -36,7 +40,12 @@ export function clusterInfo(cfg: ClusterConfig, caPem: string, proof?: string): 
   const kubeconfig = stringify({
     apiVersion: 'v1',
     kind: 'Config',
-    clusters: [{ name: '', cluster: { server: apiServerUrl(cfg), 'certificate-authority-data': Buffer.from(caPem).toString('base64') } }],
+    clusters: [
+      {
+        name: '',
+        cluster: { server: apiServerUrl(cfg), 'certificate-authority-data': Buffer.from(caPem).toString('base64') },
+      },
+    ],
     contexts: [],
     users: [],
   });
@@ -50,7 +59,12 @@ export async function caProof(pki: PkiPaths): Promise<string | undefined> {
 }
 
 /** Writes cluster-info with this CA bundle and the PKI's cross-signature (after a CA rotation step). */
-export async function publishClusterInfo(kube: KubeClient, cfg: ClusterConfig, caPem: string, pki: PkiPaths): Promise<void> {
+export async function publishClusterInfo(
+  kube: KubeClient,
+  cfg: ClusterConfig,
+  caPem: string,
+  pki: PkiPaths,
+): Promise<void> {
   await kube.apply(clusterInfo(cfg, caPem, await caProof(pki)), { fieldManager: 'kctl', force: true });
 }
 
@@ -73,9 +87,13 @@ function nodeWritePolicy(name: string, validations: Validation[]): KubeManifest[
       spec: {
         failurePolicy: 'Fail',
         matchConstraints: {
-          resourceRules: [{ apiGroups: [''], apiVersions: ['v1'], operations: ['CREATE', 'UPDATE'], resources: ['nodes'] }],
+          resourceRules: [
+            { apiGroups: [''], apiVersions: ['v1'], operations: ['CREATE', 'UPDATE'], resources: ['nodes'] },
+          ],
         },
-        matchConditions: [{ name: 'written-by-a-node', expression: "request.userInfo.groups.exists(g, g == 'system:nodes')" }],
+        matchConditions: [
+          { name: 'written-by-a-node', expression: "request.userInfo.groups.exists(g, g == 'system:nodes')" },
+        ],
         validations,
       },
     },
@@ -99,7 +117,8 @@ const unchangedBy = (value: (obj: string) => string, none: string): string =>
  * judge what they read (base/ownership.ts judgePodRanges), for Nodes written before it.
  */
 export function nodePodRangePolicy(): KubeManifest[] {
-  const field = (f: string, none: string) => (obj: string) => `(has(${obj}.spec) && has(${obj}.spec.${f}) ? ${obj}.spec.${f} : ${none})`;
+  const field = (f: string, none: string) => (obj: string) =>
+    `(has(${obj}.spec) && has(${obj}.spec.${f}) ? ${obj}.spec.${f} : ${none})`;
   const message = (f: string) =>
     `a node may not set its own spec.${f}: pod ranges come from kube-controller-manager's allocator (kctl policy ${NODE_POD_RANGE_POLICY})`;
   return nodeWritePolicy(NODE_POD_RANGE_POLICY, [
@@ -131,16 +150,26 @@ export function bootstrapObjects(cfg: ClusterConfig, caPem: string, proof?: stri
     ...nodeAddressKeeperPolicy(),
     // Bootstrap tokens (group system:bootstrappers) may create node client CSRs. kctl's CSR approver
     // decides them (a token never takes a registered node's name), not kube-controller-manager.
-    clusterRoleBinding('kctl:bootstrappers:node-bootstrapper', 'system:node-bootstrapper', { kind: 'Group', name: 'system:bootstrappers' }),
-    // Nodes renew their own client certificates.
-    clusterRoleBinding('kctl:nodes:selfnodeclient-autoapprove', 'system:certificates.k8s.io:certificatesigningrequests:selfnodeclient', {
+    clusterRoleBinding('kctl:bootstrappers:node-bootstrapper', 'system:node-bootstrapper', {
       kind: 'Group',
-      name: 'system:nodes',
+      name: 'system:bootstrappers',
     }),
+    // Nodes renew their own client certificates.
+    clusterRoleBinding(
+      'kctl:nodes:selfnodeclient-autoapprove',
+      'system:certificates.k8s.io:certificatesigningrequests:selfnodeclient',
+      {
+        kind: 'Group',
+        name: 'system:nodes',
+      },
+    ),
     // kube-proxy on workers runs with the node's own credentials.
     clusterRoleBinding('kctl:nodes:node-proxier', 'system:node-proxier', { kind: 'Group', name: 'system:nodes' }),
     // kube-apiserver -> kubelet (logs, exec, port-forward) authenticates as this user.
-    clusterRoleBinding('kctl:apiserver-kubelet-client', 'system:kubelet-api-admin', { kind: 'User', name: 'kube-apiserver-kubelet-client' }),
+    clusterRoleBinding('kctl:apiserver-kubelet-client', 'system:kubelet-api-admin', {
+      kind: 'User',
+      name: 'kube-apiserver-kubelet-client',
+    }),
     clusterInfo(cfg, caPem, proof),
     // Workers read the controllers' leases to hold a konnectivity stream to every live controller.
     {
@@ -161,7 +190,14 @@ export function bootstrapObjects(cfg: ClusterConfig, caPem: string, proof?: stri
       apiVersion: `${rbac}/v1`,
       kind: 'Role',
       metadata: { name: 'kctl:upgrade-plan-reader', namespace: UPGRADE_NAMESPACE },
-      rules: [{ apiGroups: [''], resources: ['configmaps'], resourceNames: [UPGRADE_PLAN_NAME], verbs: ['get', 'list', 'watch'] }],
+      rules: [
+        {
+          apiGroups: [''],
+          resources: ['configmaps'],
+          resourceNames: [UPGRADE_PLAN_NAME],
+          verbs: ['get', 'list', 'watch'],
+        },
+      ],
     },
     {
       apiVersion: `${rbac}/v1`,
@@ -175,7 +211,14 @@ export function bootstrapObjects(cfg: ClusterConfig, caPem: string, proof?: stri
       apiVersion: `${rbac}/v1`,
       kind: 'Role',
       metadata: { name: 'kctl:pod-network-reader', namespace: POD_NETWORK_NAMESPACE },
-      rules: [{ apiGroups: [''], resources: ['configmaps'], resourceNames: [POD_NETWORK_NAME], verbs: ['get', 'list', 'watch'] }],
+      rules: [
+        {
+          apiGroups: [''],
+          resources: ['configmaps'],
+          resourceNames: [POD_NETWORK_NAME],
+          verbs: ['get', 'list', 'watch'],
+        },
+      ],
     },
     {
       apiVersion: `${rbac}/v1`,
@@ -207,7 +250,9 @@ export function bootstrapObjects(cfg: ClusterConfig, caPem: string, proof?: stri
  * Objects earlier kctl versions made that must not stay: with this binding kube-controller-manager
  * approved every bootstrap CSR, whatever node name it asked for.
  */
-export const RETIRED_OBJECTS = ['/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/kctl:bootstrappers:nodeclient-autoapprove'];
+export const RETIRED_OBJECTS = [
+  '/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/kctl:bootstrappers:nodeclient-autoapprove',
+];
 
 export class BootstrapComponent implements Component {
   readonly name = 'bootstrap';

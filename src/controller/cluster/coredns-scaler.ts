@@ -59,9 +59,17 @@ export class CorednsScalerComponent implements Component {
     try {
       const have = (await this.kube.request<Scale>('GET', SCALE_PATH)).spec?.replicas;
       if (have === want) return;
-      await this.kube.request('PATCH', SCALE_PATH, { spec: { replicas: want } }, { contentType: 'application/merge-patch+json' });
+      await this.kube.request(
+        'PATCH',
+        SCALE_PATH,
+        { spec: { replicas: want } },
+        { contentType: 'application/merge-patch+json' },
+      );
       this.lastError = undefined;
-      this.log.info({ replicas: want, was: have, nodes: this.nodes.size }, `CoreDNS scaled to ${want} replica(s) for ${this.nodes.size} node(s)`);
+      this.log.info(
+        { replicas: want, was: have, nodes: this.nodes.size },
+        `CoreDNS scaled to ${want} replica(s) for ${this.nodes.size} node(s)`,
+      );
     } catch (err) {
       // Not there yet: the manifest applier creates it; the next check scales it.
       if (err instanceof KubeApiError && err.status === 404) return;

@@ -57,7 +57,12 @@ export function corednsObjects(o: CorednsOptions): KubeManifest[] {
       roleRef: { apiGroup: 'rbac.authorization.k8s.io', kind: 'ClusterRole', name: 'system:coredns' },
       subjects: [{ kind: 'ServiceAccount', name: 'coredns', namespace: NS }],
     },
-    { apiVersion: 'v1', kind: 'ConfigMap', metadata: { name: 'coredns', namespace: NS }, data: { Corefile: corefile(o.clusterDomain) } },
+    {
+      apiVersion: 'v1',
+      kind: 'ConfigMap',
+      metadata: { name: 'coredns', namespace: NS },
+      data: { Corefile: corefile(o.clusterDomain) },
+    },
     {
       apiVersion: 'apps/v1',
       kind: 'Deployment',
@@ -76,7 +81,9 @@ export function corednsObjects(o: CorednsOptions): KubeManifest[] {
             // One replica per node, so losing a node never loses DNS; the scaler keeps replicas <= nodes.
             affinity: {
               podAntiAffinity: {
-                requiredDuringSchedulingIgnoredDuringExecution: [{ labelSelector: { matchLabels: LABELS }, topologyKey: 'kubernetes.io/hostname' }],
+                requiredDuringSchedulingIgnoredDuringExecution: [
+                  { labelSelector: { matchLabels: LABELS }, topologyKey: 'kubernetes.io/hostname' },
+                ],
               },
             },
             // CoreDNS forwards to the node's resolvers, not to itself.
@@ -108,7 +115,9 @@ export function corednsObjects(o: CorednsOptions): KubeManifest[] {
                 readinessProbe: { httpGet: { path: '/ready', port: 8181, scheme: 'HTTP' }, periodSeconds: 2 },
               },
             ],
-            volumes: [{ name: 'config-volume', configMap: { name: 'coredns', items: [{ key: 'Corefile', path: 'Corefile' }] } }],
+            volumes: [
+              { name: 'config-volume', configMap: { name: 'coredns', items: [{ key: 'Corefile', path: 'Corefile' }] } },
+            ],
           },
         },
       },

@@ -94,9 +94,11 @@ const kctlUid = (): number => process.geteuid?.() ?? 0;
 
 /** Why kctl must not apply a file or directory with this owner and mode, or undefined. */
 export function unsafeOwnership(st: { uid: number; mode: number }, uid = kctlUid()): string | undefined {
-  if (st.uid !== 0 && st.uid !== uid) return `is owned by uid ${st.uid}, not by ${uid === 0 ? 'root' : `root or uid ${uid} (kctl's user)`}`;
+  if (st.uid !== 0 && st.uid !== uid)
+    return `is owned by uid ${st.uid}, not by ${uid === 0 ? 'root' : `root or uid ${uid} (kctl's user)`}`;
   const writable = [st.mode & 0o020 ? 'group' : '', st.mode & 0o002 ? 'others' : ''].filter(Boolean);
-  if (writable.length) return `is writable by ${writable.join(' and ')} (mode ${(st.mode & 0o7777).toString(8).padStart(4, '0')})`;
+  if (writable.length)
+    return `is writable by ${writable.join(' and ')} (mode ${(st.mode & 0o7777).toString(8).padStart(4, '0')})`;
   return undefined;
 }
 
@@ -114,10 +116,12 @@ export async function readStackFiles(dir: string, stack: string): Promise<StackF
   for (const name of (await readdir(dir)).filter((n) => /\.ya?ml$/.test(n)).sort()) {
     const path = join(dir, name);
     // O_NONBLOCK: a FIFO named *.yaml must not hang the applier.
-    const fh = await open(path, fsConstants.O_RDONLY | fsConstants.O_NOFOLLOW | fsConstants.O_NONBLOCK).catch((err: NodeJS.ErrnoException) => {
-      if (err.code === 'ELOOP') return undefined;
-      throw err;
-    });
+    const fh = await open(path, fsConstants.O_RDONLY | fsConstants.O_NOFOLLOW | fsConstants.O_NONBLOCK).catch(
+      (err: NodeJS.ErrnoException) => {
+        if (err.code === 'ELOOP') return undefined;
+        throw err;
+      },
+    );
     if (!fh) return { problem: `${path} is a symbolic link (only regular files are applied)` };
     try {
       const st = await fh.stat();
@@ -173,7 +177,9 @@ export class ManifestApplierComponent implements Component {
     if (this.stopped) return;
     this.running = true;
     this.watcher = watch(this.dir, { recursive: true }, () => this.soon());
-    this.watcher.on('error', (err) => this.log.warn({ err: err.message }, 'cannot watch the manifests directory; rescanning every 30 s'));
+    this.watcher.on('error', (err) =>
+      this.log.warn({ err: err.message }, 'cannot watch the manifests directory; rescanning every 30 s'),
+    );
     this.rescan = setInterval(() => this.soon(), RESCAN_MS);
     this.rescan.unref();
     this.pass = this.reconcile().catch((err: Error) => {
@@ -205,7 +211,10 @@ export class ManifestApplierComponent implements Component {
     if (this.unsafe.get(what) !== problem) {
       const owner = kctlUid() === 0 ? 'root' : `root or uid ${kctlUid()}`;
       const skipped = what ? `stack ${what}` : 'every stack';
-      this.log.warn({ stack: what || undefined }, `skipped ${skipped}: ${problem}; manifests must belong to ${owner} and be writable by no one else`);
+      this.log.warn(
+        { stack: what || undefined },
+        `skipped ${skipped}: ${problem}; manifests must belong to ${owner} and be writable by no one else`,
+      );
     }
     this.unsafe.set(what, problem);
     return problem;
@@ -263,7 +272,10 @@ export class ManifestApplierComponent implements Component {
     for (const obj of [...parsed.objects].sort((a, b) => rank(a.kind) - rank(b.kind))) {
       try {
         const { path, namespace } = await this.kinds.objectPath(obj);
-        const labelled: KubeManifest = { ...obj, metadata: { ...obj.metadata, namespace, labels: { ...obj.metadata.labels, [STACK_LABEL]: stack } } };
+        const labelled: KubeManifest = {
+          ...obj,
+          metadata: { ...obj.metadata, namespace, labels: { ...obj.metadata.labels, [STACK_LABEL]: stack } },
+        };
         await this.kube.applyAt(path, labelled, { fieldManager: FIELD_MANAGER, force: true });
         const ref = { apiVersion: obj.apiVersion, kind: obj.kind, namespace, name: obj.metadata.name };
         refs.push(ref);
@@ -278,7 +290,10 @@ export class ManifestApplierComponent implements Component {
         kept.add(refKey({ apiVersion: obj.apiVersion, kind: obj.kind, namespace, name: obj.metadata.name }));
     }
     await this.prune(stack, state[stack] ?? [], kept);
-    state[stack] = [...refs, ...(state[stack] ?? []).filter((r) => kept.has(refKey(r)) && !refs.some((x) => refKey(x) === refKey(r)))];
+    state[stack] = [
+      ...refs,
+      ...(state[stack] ?? []).filter((r) => kept.has(refKey(r)) && !refs.some((x) => refKey(x) === refKey(r))),
+    ];
     if (failures.length) {
       for (const f of failures) this.log.error({ stack }, `cannot apply ${f}`);
       // e.g. a custom resource whose CRD was applied a moment ago and is not served yet
@@ -293,9 +308,16 @@ export class ManifestApplierComponent implements Component {
   private async prune(stack: string, previous: ObjectRef[], kept: Set<string>): Promise<void> {
     for (const r of previous.filter((p) => !kept.has(refKey(p)))) {
       try {
-        const { path } = await this.kinds.objectPath({ apiVersion: r.apiVersion, kind: r.kind, metadata: { name: r.name, namespace: r.namespace } });
+        const { path } = await this.kinds.objectPath({
+          apiVersion: r.apiVersion,
+          kind: r.kind,
+          metadata: { name: r.name, namespace: r.namespace },
+        });
         await this.kube.request('DELETE', path);
-        this.log.info({ stack, kind: r.kind, name: r.name, namespace: r.namespace }, `pruned ${r.kind} ${r.name}: no longer in stack ${stack}`);
+        this.log.info(
+          { stack, kind: r.kind, name: r.name, namespace: r.namespace },
+          `pruned ${r.kind} ${r.name}: no longer in stack ${stack}`,
+        );
       } catch (err) {
         if (!(err instanceof KubeApiError && err.status === 404)) throw err;
       }

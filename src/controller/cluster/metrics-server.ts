@@ -55,7 +55,11 @@ export function metricsServerObjects(o: MetricsServerOptions): KubeManifest[] {
       apiVersion: RBAC,
       kind: 'RoleBinding',
       metadata: { name: 'metrics-server-auth-reader', namespace: NS, labels: LABELS },
-      roleRef: { apiGroup: 'rbac.authorization.k8s.io', kind: 'Role', name: 'extension-apiserver-authentication-reader' },
+      roleRef: {
+        apiGroup: 'rbac.authorization.k8s.io',
+        kind: 'Role',
+        name: 'extension-apiserver-authentication-reader',
+      },
       subjects: [{ kind: 'ServiceAccount', name: NAME, namespace: NS }],
     },
     {
@@ -99,7 +103,10 @@ export function metricsServerObjects(o: MetricsServerOptions): KubeManifest[] {
         selector: { matchLabels: LABELS },
         strategy: { rollingUpdate: { maxUnavailable: 0 } },
         template: {
-          metadata: { labels: LABELS, annotations: { 'kctl.dev/kubelet-ca-sha256': createHash('sha256').update(o.kubeletCaPem).digest('hex') } },
+          metadata: {
+            labels: LABELS,
+            annotations: { 'kctl.dev/kubelet-ca-sha256': createHash('sha256').update(o.kubeletCaPem).digest('hex') },
+          },
           spec: {
             priorityClassName: 'system-cluster-critical',
             serviceAccountName: NAME,
@@ -126,7 +133,11 @@ export function metricsServerObjects(o: MetricsServerOptions): KubeManifest[] {
                   periodSeconds: 10,
                   failureThreshold: 3,
                 },
-                livenessProbe: { httpGet: { path: '/livez', port: 'https', scheme: 'HTTPS' }, periodSeconds: 10, failureThreshold: 3 },
+                livenessProbe: {
+                  httpGet: { path: '/livez', port: 'https', scheme: 'HTTPS' },
+                  periodSeconds: 10,
+                  failureThreshold: 3,
+                },
                 resources: { requests: { cpu: '100m', memory: '200Mi' } },
                 securityContext: {
                   allowPrivilegeEscalation: false,

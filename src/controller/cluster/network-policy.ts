@@ -54,7 +54,14 @@ export function netpolReaderRbac(node: string, uid: string): KubeManifest[] {
       apiVersion: `${rbac}/v1`,
       kind: 'Role',
       metadata,
-      rules: [{ apiGroups: [''], resources: ['configmaps'], resourceNames: [netpolConfigMapName(node)], verbs: ['get', 'list', 'watch'] }],
+      rules: [
+        {
+          apiGroups: [''],
+          resources: ['configmaps'],
+          resourceNames: [netpolConfigMapName(node)],
+          verbs: ['get', 'list', 'watch'],
+        },
+      ],
     },
     {
       apiVersion: `${rbac}/v1`,
@@ -166,11 +173,18 @@ export class NetworkPolicyPublisherComponent implements Component {
 
   /** Every Node's object, from what the informers hold. */
   private desired(): Map<string, KubeManifest & { data: Record<string, string> }> {
-    const byNode = resolveNetworkPolicies(this.policies.store.values(), this.pods.store.values(), this.namespaces.store.values());
+    const byNode = resolveNetworkPolicies(
+      this.policies.store.values(),
+      this.pods.store.values(),
+      this.namespaces.store.values(),
+    );
     const out = new Map<string, KubeManifest & { data: Record<string, string> }>();
     for (const n of this.nodes.store.values()) {
       if (!n.metadata.uid) continue;
-      out.set(n.metadata.name, netpolConfigMap(n.metadata.name, byNode.get(n.metadata.name) ?? { pods: [] }, { uid: n.metadata.uid }));
+      out.set(
+        n.metadata.name,
+        netpolConfigMap(n.metadata.name, byNode.get(n.metadata.name) ?? { pods: [] }, { uid: n.metadata.uid }),
+      );
     }
     return out;
   }

@@ -28,7 +28,10 @@ async function getOrUndefined<T>(kube: KubeClient, path: string, signal?: AbortS
 }
 
 /** What the cluster runs now: its ConfigMap, or undefined with the reason it could not be read. */
-async function recordedPodNetwork(kube: KubeClient, signal?: AbortSignal): Promise<{ recorded?: PodNetwork; exists: boolean; unreadable?: string }> {
+async function recordedPodNetwork(
+  kube: KubeClient,
+  signal?: AbortSignal,
+): Promise<{ recorded?: PodNetwork; exists: boolean; unreadable?: string }> {
   const cm = await getOrUndefined<{ data?: Record<string, string> }>(kube, POD_NETWORK_PATH, signal);
   if (!cm) return { exists: false };
   try {
@@ -44,7 +47,12 @@ async function clusterExists(kube: KubeClient, signal?: AbortSignal): Promise<bo
 }
 
 /** Writes the pod network nodes follow and returns it; runs before cluster-info is written on a new cluster. */
-export async function publishPodNetwork(kube: KubeClient, cfg: ClusterConfig, log: Logger, signal?: AbortSignal): Promise<PodNetwork> {
+export async function publishPodNetwork(
+  kube: KubeClient,
+  cfg: ClusterConfig,
+  log: Logger,
+  signal?: AbortSignal,
+): Promise<PodNetwork> {
   const { recorded, exists, unreadable } = await recordedPodNetwork(kube, signal);
   let mode = cfg.spec.network.mode ?? recorded?.mode;
   if (!mode && !exists) mode = (await clusterExists(kube, signal)) ? LEGACY_POD_NETWORK.mode : DEFAULT_NETWORK_MODE;
@@ -64,9 +72,15 @@ export async function publishPodNetwork(kube: KubeClient, cfg: ClusterConfig, lo
   if (recorded && JSON.stringify(recorded) === JSON.stringify(want)) return want;
   await kube.apply(podNetworkConfigMap(want), { fieldManager: 'kctl', force: true }, signal);
   if (recorded && recorded.policy !== want.policy)
-    log.warn({ policy: want.policy }, `NetworkPolicy enforcement switched ${want.policy ? 'on' : 'off'}; nodes follow it live`);
+    log.warn(
+      { policy: want.policy },
+      `NetworkPolicy enforcement switched ${want.policy ? 'on' : 'off'}; nodes follow it live`,
+    );
   if (recorded && recorded.mode !== want.mode)
-    log.warn({ was: recorded.mode, now: want.mode }, `pod network mode switched from ${recorded.mode} to ${want.mode}; nodes follow it live`);
+    log.warn(
+      { was: recorded.mode, now: want.mode },
+      `pod network mode switched from ${recorded.mode} to ${want.mode}; nodes follow it live`,
+    );
   else log.info({ ...want }, 'pod network published for the nodes');
   return want;
 }

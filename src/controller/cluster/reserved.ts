@@ -30,11 +30,17 @@ export interface ReservedSources {
 export function reservedSpace(cfg: ClusterConfig, sources: ReservedSources): ReservedSpace {
   let own: Set<string> | undefined; // read once, on the first question (the certificates exist by then)
   const ownNames = (): Set<string> =>
-    (own ??= new Set([cfg.spec.api.address, ...cfg.spec.api.sans, ...sources.certificates.flatMap(certificateNames)].map(canonicalIdentifier)));
+    (own ??= new Set(
+      [cfg.spec.api.address, ...cfg.spec.api.sans, ...sources.certificates.flatMap(certificateNames)].map(
+        canonicalIdentifier,
+      ),
+    ));
   return {
     isController(value: string): boolean {
       if (ownNames().has(value)) return true;
-      return sources.controllers.liveControllers().some((c) => controllerHosts(c).some((h) => canonicalIdentifier(h) === value));
+      return sources.controllers
+        .liveControllers()
+        .some((c) => controllerHosts(c).some((h) => canonicalIdentifier(h) === value));
     },
     serviceCIDRs: [cfg.spec.network.serviceCIDR],
     podCIDRs: [cfg.spec.network.podCIDR],

@@ -8,7 +8,8 @@ import { kineEndpoint } from '../../etcd/kine.ts';
 import type { PkiPaths } from '../../pki/index.ts';
 import { Supervisor } from '../../supervisor/process.ts';
 import { auditFlags } from '../encryption/audit.ts';
-import { goRuntimeEnv, type ClusterConfig } from '../config/config.ts';
+import { type ClusterConfig } from '../config/config.ts';
+import { goRuntimeEnv } from './go-runtime.ts';
 import type { ControllerPaths } from '../config/paths.ts';
 import { httpsReady } from '../../base/probe.ts';
 
@@ -38,7 +39,8 @@ export const API_ONLY_DISABLED_APIS = [
 const API_ONLY_FLAGS: Record<string, string | boolean> = {
   'authorization-mode': 'RBAC',
   'runtime-config': API_ONLY_DISABLED_APIS.map((g) => `${g}=false`).join(','),
-  'disable-admission-plugins': 'Priority,DefaultStorageClass,RuntimeClass,PersistentVolumeClaimResize,StorageObjectInUseProtection',
+  'disable-admission-plugins':
+    'Priority,DefaultStorageClass,RuntimeClass,PersistentVolumeClaimResize,StorageObjectInUseProtection',
   // Lists and watches are served from storage: no second copy of every object in memory.
   'watch-cache': false,
   // No pods use the kubernetes Service here; its Endpoints need not follow the API server.
@@ -67,7 +69,12 @@ function nodeFlags(cfg: ClusterConfig, pki: PkiPaths): Record<string, string | b
   };
 }
 
-export function apiserverArgs(cfg: ClusterConfig, paths: ControllerPaths, pki: PkiPaths, opts: { egress: boolean }): string[] {
+export function apiserverArgs(
+  cfg: ClusterConfig,
+  paths: ControllerPaths,
+  pki: PkiPaths,
+  opts: { egress: boolean },
+): string[] {
   const apiOnly = cfg.spec.profile === 'api-only';
   const storage: Record<string, string> =
     cfg.spec.storage.type === 'etcd'
@@ -121,7 +128,10 @@ export class ApiserverComponent extends Supervisor {
       name: KUBE_APISERVER,
       binary: join(paths.binDir, KUBE_APISERVER),
       args: apiserverArgs(cfg, paths, pki, opts),
-      env: goRuntimeEnv(cfg, cfg.spec.api.memoryLimit ?? (cfg.spec.profile === 'api-only' ? API_ONLY_MEMORY_LIMIT : undefined)),
+      env: goRuntimeEnv(
+        cfg,
+        cfg.spec.api.memoryLimit ?? (cfg.spec.profile === 'api-only' ? API_ONLY_MEMORY_LIMIT : undefined),
+      ),
       runDir: paths.runDir,
       // /readyz is open to anonymous users (system:public-info-viewer). Its first start takes seconds
       // and everything else waits for it: probed every 200 ms at most, not every 500 ms.

@@ -8,7 +8,8 @@ import { NODE_POD_RANGE_BITS } from '../../base/ownership.ts';
 import type { PkiPaths } from '../../pki/index.ts';
 import { KUBE_APISERVER } from './apiserver.ts';
 import { Supervisor } from '../../supervisor/process.ts';
-import { goMemoryLimit, leafValidityMs, type ClusterConfig } from '../config/config.ts';
+import { leafValidityMs, type ClusterConfig } from '../config/config.ts';
+import { goMemoryLimit } from './go-runtime.ts';
 import type { ControllerPaths } from '../config/paths.ts';
 
 /** The program: its binary in <bin>, its pid file in <run>, its component's name. */
@@ -95,7 +96,10 @@ export class ControllerManagerComponent extends Supervisor {
       args: controllerManagerArgs(cfg, pki),
       env: goMemoryLimit(cfg.spec.controllerManager.memoryLimit),
       runDir: paths.runDir,
-      ready: httpsReady({ url: `https://127.0.0.1:${cfg.spec.controllerManager.port}/healthz` }, KUBE_CONTROLLER_MANAGER),
+      ready: httpsReady(
+        { url: `https://127.0.0.1:${cfg.spec.controllerManager.port}/healthz` },
+        KUBE_CONTROLLER_MANAGER,
+      ),
     });
   }
 }

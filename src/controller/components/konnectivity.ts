@@ -5,7 +5,12 @@
 import { readFile } from 'node:fs/promises';
 import { writeFileAtomic } from '../../base/fs.ts';
 import { stringify } from 'yaml';
-import { KonnectivityServer, type NodeDirectory, type TokenReview, type TrustedAgents } from '../../konnectivity/index.ts';
+import {
+  KonnectivityServer,
+  type NodeDirectory,
+  type TokenReview,
+  type TrustedAgents,
+} from '../../konnectivity/index.ts';
 import type { KubeClient } from '../../kube/client.ts';
 import { serviceAccountTokenReview } from '../../kube/token-review.ts';
 import type { Logger } from '../../base/log.ts';
@@ -23,7 +28,9 @@ export function trustedAgents(cfg: ClusterConfig): TrustedAgents {
   const list = cfg.spec.konnectivity.trustedAgents;
   return {
     nodes: list.flatMap((a) => (a.node ? [a.node] : [])),
-    users: list.flatMap((a) => (a.serviceAccount ? [`system:serviceaccount:${a.serviceAccount.replace('/', ':')}`] : [])),
+    users: list.flatMap((a) =>
+      a.serviceAccount ? [`system:serviceaccount:${a.serviceAccount.replace('/', ':')}`] : [],
+    ),
   };
 }
 
@@ -85,7 +92,11 @@ export class KonnectivityServerComponent implements Component, HeldAgents {
   }
 
   async start(): Promise<void> {
-    const [cert, key, ca] = await Promise.all([readFile(this.pki.konnectivityCert), readFile(this.pki.konnectivityKey), readFile(this.pki.caCert)]);
+    const [cert, key, ca] = await Promise.all([
+      readFile(this.pki.konnectivityCert),
+      readFile(this.pki.konnectivityKey),
+      readFile(this.pki.caCert),
+    ]);
     this.server = new KonnectivityServer({
       udsPath: this.paths.konnectivitySocket,
       httpConnectUdsPath: this.paths.konnectivityConnectSocket,
@@ -116,7 +127,11 @@ export class KonnectivityServerComponent implements Component, HeldAgents {
   /** After the renewer renewed konnectivity.crt: new agent handshakes get it, open tunnels stay. */
   async reloadTls(): Promise<void> {
     // ca.crt too: a CA rotation's phase changes which node certificates the agent port accepts.
-    const [cert, key, ca] = await Promise.all([readFile(this.pki.konnectivityCert), readFile(this.pki.konnectivityKey), readFile(this.pki.caCert)]);
+    const [cert, key, ca] = await Promise.all([
+      readFile(this.pki.konnectivityCert),
+      readFile(this.pki.konnectivityKey),
+      readFile(this.pki.caCert),
+    ]);
     this.server?.setTls({ cert, key, ca });
   }
 

@@ -26,7 +26,11 @@ export const CONTROLLER_PROGRAMS = [ETCD, KINE, KUBE_APISERVER, KUBE_SCHEDULER, 
  * Stops the programs a crashed kctl left, last started first. A pid file naming a live process
  * that does not run our staged binary is dropped, the process left alone.
  */
-export async function stopControllerLeftovers(paths: ControllerPaths, log: Logger, stopTimeoutMs = 10_000): Promise<void> {
+export async function stopControllerLeftovers(
+  paths: ControllerPaths,
+  log: Logger,
+  stopTimeoutMs = 10_000,
+): Promise<void> {
   for (const name of [...CONTROLLER_PROGRAMS].reverse()) {
     await cleanupStalePidFile(join(paths.runDir, `${name}.pid`), join(paths.binDir, name), stopTimeoutMs, log);
   }

@@ -5,11 +5,17 @@ import { EtcdComponent, etcdClientUrl, type EtcdOptions } from '../../etcd/etcd.
 import { datastoreIdentity, KineComponent } from '../../etcd/kine.ts';
 import { listMembers, type EtcdClientTls, type EtcdMember } from '../../etcd/members.ts';
 import type { PkiPaths } from '../../pki/index.ts';
-import { goRuntimeEnv, type ClusterConfig } from '../config/config.ts';
+import { type ClusterConfig } from '../config/config.ts';
+import { goRuntimeEnv } from './go-runtime.ts';
 import type { ControllerJoinState } from '../join/join.ts';
 import type { ControllerPaths } from '../config/paths.ts';
 
-function etcdOptions(cfg: ClusterConfig, paths: ControllerPaths, pki: PkiPaths, joined: ControllerJoinState | null): EtcdOptions {
+function etcdOptions(
+  cfg: ClusterConfig,
+  paths: ControllerPaths,
+  pki: PkiPaths,
+  joined: ControllerJoinState | null,
+): EtcdOptions {
   const etcd = cfg.spec.storage.etcd;
   return {
     binDir: paths.binDir,
@@ -69,7 +75,8 @@ export function localEtcd(cfg: ClusterConfig, pki: PkiPaths): EtcdClientTls {
 
 /** The etcd members (asked with a short timeout: status must answer without quorum too), or kine's datastore. */
 export async function storageStatus(cfg: ClusterConfig, pki: PkiPaths): Promise<StorageStatus> {
-  if (cfg.spec.storage.type === 'kine') return { type: 'kine', datastore: datastoreIdentity(cfg.spec.storage.kine.dataSource) ?? 'sqlite' };
+  if (cfg.spec.storage.type === 'kine')
+    return { type: 'kine', datastore: datastoreIdentity(cfg.spec.storage.kine.dataSource) ?? 'sqlite' };
   try {
     return { type: 'etcd', members: await listMembers(localEtcd(cfg, pki), 2000) };
   } catch (err) {

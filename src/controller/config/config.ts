@@ -13,7 +13,8 @@ import { MIN_LEAF_VALIDITY_MS } from '../../pki/index.ts';
 import { NETWORK_MODES, POD_NETWORK_RELAYS, VXLAN_DEFAULTS, WIREGUARD_DEFAULTS } from '../../kube/pod-network.ts';
 
 const port = (def: number) => z.number().int().min(1).max(65535).default(def);
-const cidr = (def: string) => z.string().refine(isCidr, { message: 'expected a CIDR such as 10.96.0.0/12' }).default(def);
+const cidr = (def: string) =>
+  z.string().refine(isCidr, { message: 'expected a CIDR such as 10.96.0.0/12' }).default(def);
 const extraArgs = z.record(z.string(), z.string()).default({});
 /** A Go component's soft memory limit (its GOMEMLIMIT): the garbage collector works harder near it. */
 const memoryLimit = z
@@ -32,7 +33,9 @@ function isCidr(s: string): boolean {
 const hostOrIp = z
   .string()
   .min(1)
-  .refine((s) => isIP(s) !== 0 || /^[a-zA-Z0-9]([a-zA-Z0-9.-]*[a-zA-Z0-9])?$/.test(s), { message: 'expected an IP address or DNS name' });
+  .refine((s) => isIP(s) !== 0 || /^[a-zA-Z0-9]([a-zA-Z0-9.-]*[a-zA-Z0-9])?$/.test(s), {
+    message: 'expected an IP address or DNS name',
+  });
 
 /** A duration (Go's form, 30s, 5m, 1h) of at least a second. */
 const duration = (message: string) => z.string().refine((s) => (parseDuration(s) ?? 0) >= 1000, { message });
@@ -61,10 +64,15 @@ const trustedAgent = z
     node: z.string().regex(dnsLabel, 'expected a node name').optional(),
     serviceAccount: z
       .string()
-      .regex(/^[a-z0-9]([a-z0-9-]*[a-z0-9])?\/[a-z0-9]([a-z0-9.-]*[a-z0-9])?$/, 'expected NAMESPACE/NAME of a service account')
+      .regex(
+        /^[a-z0-9]([a-z0-9-]*[a-z0-9])?\/[a-z0-9]([a-z0-9.-]*[a-z0-9])?$/,
+        'expected NAMESPACE/NAME of a service account',
+      )
       .optional(),
   })
-  .refine((a) => (a.node === undefined) !== (a.serviceAccount === undefined), { message: 'set exactly one of node or serviceAccount' });
+  .refine((a) => (a.node === undefined) !== (a.serviceAccount === undefined), {
+    message: 'set exactly one of node or serviceAccount',
+  });
 
 export const clusterConfigSchema = z.strictObject({
   apiVersion: z.literal('kctl.dev/v1alpha1').default('kctl.dev/v1alpha1'),
@@ -81,7 +89,9 @@ export const clusterConfigSchema = z.strictObject({
         .strictObject({
           address: z
             .string()
-            .refine((s) => isIP(s) !== 0, { message: 'expected an IP address (the address workers use to reach this controller)' })
+            .refine((s) => isIP(s) !== 0, {
+              message: 'expected an IP address (the address workers use to reach this controller)',
+            })
             .optional(),
           port: port(6443),
           /** Where joining controllers fetch the shared keys (kctl controller --token-file). */
@@ -105,7 +115,9 @@ export const clusterConfigSchema = z.strictObject({
            * and are written back in plain text.
            */
           encryption: z
-            .strictObject({ resources: z.array(encryptedResource).default(['secrets']).refine(unique, 'expected each resource once') })
+            .strictObject({
+              resources: z.array(encryptedResource).default(['secrets']).refine(unique, 'expected each resource once'),
+            })
             .prefault({}),
           memoryLimit,
           extraArgs,
@@ -156,7 +168,9 @@ export const clusterConfigSchema = z.strictObject({
             .default('cluster.local'),
           clusterDNS: z
             .string()
-            .refine((s) => isIP(s) !== 0, { message: 'expected an IP address in spec.network.serviceCIDR (default: its 10th address)' })
+            .refine((s) => isIP(s) !== 0, {
+              message: 'expected an IP address in spec.network.serviceCIDR (default: its 10th address)',
+            })
             .optional(),
           /**
            * How pod traffic crosses between nodes (kube/pod-network.ts). Unset: what the cluster runs
@@ -185,7 +199,9 @@ export const clusterConfigSchema = z.strictObject({
         .prefault({}),
       addons: z
         .strictObject({
-          coredns: z.strictObject({ enabled: z.boolean().default(true), replicas: z.number().int().min(1).max(10).default(2) }).prefault({}),
+          coredns: z
+            .strictObject({ enabled: z.boolean().default(true), replicas: z.number().int().min(1).max(10).default(2) })
+            .prefault({}),
           metricsServer: z.strictObject({ enabled: z.boolean().default(true) }).prefault({}),
         })
         .prefault({}),
@@ -266,16 +282,6 @@ export interface ConfigFlags {
  */
 export const TENANT_GC_PERCENT = 25;
 
-/** GOMEMLIMIT for a Go component, when the config sets one. */
-export function goMemoryLimit(limit: string | undefined): Record<string, string> {
-  return limit ? { GOMEMLIMIT: limit } : {};
-}
-
-/** The Go runtime's environment for kube-apiserver and the datastore: GOGC, and GOMEMLIMIT when given. */
-export function goRuntimeEnv(cfg: ClusterConfig, memoryLimit?: string): Record<string, string> {
-  return { ...(cfg.spec.gcPercent === undefined ? {} : { GOGC: String(cfg.spec.gcPercent) }), ...goMemoryLimit(memoryLimit) };
-}
-
 /** Ports a tenant (--name) gets from --port-range; a config must not set them. */
 const TENANT_PORT_FIELDS = [
   ['spec', 'api', 'port'],
@@ -335,7 +341,8 @@ export function parseConfig(input: unknown, source: string, flags: ConfigFlags =
   const apiOnly = profile === 'api-only';
   // An API-only control plane is small and alone: kine on SQLite unless told otherwise.
   const storageType = flags.storage ?? c.spec.storage.type ?? (flags.single || apiOnly ? 'kine' : 'etcd');
-  const gcPercent = c.spec.gcPercent ?? (flags.tenantName !== undefined && profile === 'full' ? TENANT_GC_PERCENT : undefined);
+  const gcPercent =
+    c.spec.gcPercent ?? (flags.tenantName !== undefined && profile === 'full' ? TENANT_GC_PERCENT : undefined);
   const { serviceCIDR } = c.spec.network;
   const clusterDNS = c.spec.network.clusterDNS ?? cidrAddress(serviceCIDR, 10);
   if (!cidrContains(serviceCIDR, clusterDNS))
@@ -349,7 +356,9 @@ export function parseConfig(input: unknown, source: string, flags: ConfigFlags =
       profile,
       gcPercent,
       api: { ...c.spec.api, address: c.spec.api.address ?? defaultAddress() },
-      addons: apiOnly ? { coredns: { ...c.spec.addons.coredns, enabled: false }, metricsServer: { enabled: false } } : c.spec.addons,
+      addons: apiOnly
+        ? { coredns: { ...c.spec.addons.coredns, enabled: false }, metricsServer: { enabled: false } }
+        : c.spec.addons,
       storage: { ...c.spec.storage, type: storageType },
       network: { ...c.spec.network, clusterDNS },
     },
@@ -365,7 +374,8 @@ export async function loadConfig(file: string | undefined, flags: ConfigFlags = 
     throw new UserError(`cannot read config ${file}: ${errnoOf(err) ?? messageOf(err)}`);
   }
   const doc = parseDocument(text);
-  if (doc.errors.length) throw new UserError(`config ${file} is not valid YAML: ${doc.errors[0]!.message.split('\n')[0]}`);
+  if (doc.errors.length)
+    throw new UserError(`config ${file} is not valid YAML: ${doc.errors[0]!.message.split('\n')[0]}`);
   return parseConfig(doc.toJS(), file, flags);
 }
 

@@ -24,13 +24,20 @@ export interface AuditPaths {
 }
 
 export function auditPaths(dataDir: string): AuditPaths {
-  return { dir: join(dataDir, 'audit'), log: join(dataDir, 'audit', 'audit.log'), defaultPolicy: join(dataDir, 'audit-policy.yaml') };
+  return {
+    dir: join(dataDir, 'audit'),
+    log: join(dataDir, 'audit', 'audit.log'),
+    defaultPolicy: join(dataDir, 'audit-policy.yaml'),
+  };
 }
 
 const METADATA_ONLY = [
   { group: '', resources: ['secrets', 'configmaps', 'serviceaccounts/token'] },
   { group: 'authentication.k8s.io', resources: ['tokenreviews'] },
-  { group: 'authorization.k8s.io', resources: ['subjectaccessreviews', 'selfsubjectaccessreviews', 'localsubjectaccessreviews'] },
+  {
+    group: 'authorization.k8s.io',
+    resources: ['subjectaccessreviews', 'selfsubjectaccessreviews', 'localsubjectaccessreviews'],
+  },
   { group: 'certificates.k8s.io', resources: ['certificatesigningrequests'] },
 ];
 
@@ -66,7 +73,8 @@ export async function prepareAudit(cfg: ClusterConfig, dataDir: string): Promise
   await mkdir(paths.dir, { recursive: true, mode: 0o700 });
   if (audit.policyFile !== undefined) return;
   const text = `# kctl's default audit policy; set spec.api.audit.policyFile to use your own.\n${stringify(defaultAuditPolicy())}`;
-  if ((await readFile(paths.defaultPolicy, 'utf8').catch(() => null)) !== text) await writeFileAtomic(paths.defaultPolicy, text, 0o644);
+  if ((await readFile(paths.defaultPolicy, 'utf8').catch(() => null)) !== text)
+    await writeFileAtomic(paths.defaultPolicy, text, 0o644);
 }
 
 /** The operator's policy file, checked before anything is written: what kube-apiserver would refuse is named in one line. */
@@ -78,13 +86,17 @@ export async function checkAuditPolicy(cfg: ClusterConfig): Promise<void> {
   try {
     text = await readFile(file, 'utf8');
   } catch (err) {
-    throw new UserError(`cannot read ${where}: ${errnoOf(err) ?? 'unreadable'}; give a readable audit policy file or remove the field`);
+    throw new UserError(
+      `cannot read ${where}: ${errnoOf(err) ?? 'unreadable'}; give a readable audit policy file or remove the field`,
+    );
   }
   const doc = parseDocument(text);
   if (doc.errors.length) throw new UserError(`${where} is not valid YAML: ${doc.errors[0]!.message.split('\n')[0]}`);
   const policy = doc.toJS() as { apiVersion?: unknown; kind?: unknown; rules?: unknown } | null;
   if (policy?.kind !== 'Policy' || policy.apiVersion !== 'audit.k8s.io/v1' || !Array.isArray(policy.rules))
-    throw new UserError(`${where} is not an audit policy: expected apiVersion audit.k8s.io/v1, kind Policy and a list of rules`);
+    throw new UserError(
+      `${where} is not an audit policy: expected apiVersion audit.k8s.io/v1, kind Policy and a list of rules`,
+    );
 }
 
 /** kube-apiserver's audit flags (prepareAudit has written or checked the policy file). */

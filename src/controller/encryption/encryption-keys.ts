@@ -66,7 +66,9 @@ export function keySetSigner(set: KeySet, trust: KeySetTrust): number {
 /** Why the set may not be believed, or undefined when a CA this host trusts signed it. */
 export function keySetProblem(set: KeySet, trust: KeySetTrust): string | undefined {
   if (keySetSigner(set, trust) >= 0) return undefined;
-  return set.signature ? 'its signature is not by a CA this controller trusts' : 'it carries no signature of the cluster CA';
+  return set.signature
+    ? 'its signature is not by a CA this controller trusts'
+    : 'it carries no signature of the cluster CA';
 }
 
 /** A key set written without a valid signature: whoever wrote it, no controller takes its keys. */
@@ -75,7 +77,9 @@ export class KeySetRefused extends Error {
     readonly set: KeySet,
     readonly problem: string,
   ) {
-    super(`the encryption key set in Secret ${KEYS_NAMESPACE}/${KEYS_SECRET} is refused: ${problem}; the controllers keep the keys they have`);
+    super(
+      `the encryption key set in Secret ${KEYS_NAMESPACE}/${KEYS_SECRET} is refused: ${problem}; the controllers keep the keys they have`,
+    );
   }
 }
 
@@ -108,9 +112,13 @@ function toSecret(set: KeySet): SecretObject & { apiVersion: string; kind: strin
 
 function fromSecret(s: SecretObject): KeySet {
   const a = s.metadata.annotations ?? {};
-  const raw = JSON.parse(Buffer.from(s.data?.keys ?? '', 'base64').toString('utf8') || '{}') as { secretbox?: EncryptionKey[] };
+  const raw = JSON.parse(Buffer.from(s.data?.keys ?? '', 'base64').toString('utf8') || '{}') as {
+    secretbox?: EncryptionKey[];
+  };
   // Checked as strictly as a file: a broken Secret must not become a broken kube-apiserver config.
-  const keys = parseEncryptionKeys(JSON.stringify({ resources: [{ resources: ['*.*'], providers: [{ secretbox: { keys: raw.secretbox } }] }] }));
+  const keys = parseEncryptionKeys(
+    JSON.stringify({ resources: [{ resources: ['*.*'], providers: [{ secretbox: { keys: raw.secretbox } }] }] }),
+  );
   const encrypted = a[ENCRYPTED_ANNOTATION];
   return {
     keys,
@@ -164,7 +172,11 @@ export async function resignKeySet(kube: KubeClient, trust: KeySetTrust): Promis
 }
 
 /** Reads (believing only a signed set), changes and writes the set, again when another writer came in between. */
-export async function updateKeySet(kube: KubeClient, trust: KeySetTrust, change: (set: KeySet) => KeySet): Promise<KeySet> {
+export async function updateKeySet(
+  kube: KubeClient,
+  trust: KeySetTrust,
+  change: (set: KeySet) => KeySet,
+): Promise<KeySet> {
   for (let attempt = 0; ; attempt++) {
     const current = await readTrustedKeySet(kube, trust);
     if (!current) throw new Error(`the Secret ${KEYS_NAMESPACE}/${KEYS_SECRET} is missing`);
@@ -222,7 +234,8 @@ export function resourcesToRewrite(recorded: string[] | undefined, wanted: strin
   return [...wanted.filter((r) => !was.has(r)), ...recorded.filter((r) => !now.has(r))];
 }
 
-const LAST_CONFIG_INFO = /^apiserver_encryption_config_controller_last_config_info\{[^}]*\bhash="(sha256:[0-9a-f]{64})"/m;
+const LAST_CONFIG_INFO =
+  /^apiserver_encryption_config_controller_last_config_info\{[^}]*\bhash="(sha256:[0-9a-f]{64})"/m;
 
 /** The hash of the encryption config kube-apiserver has loaded, from its /metrics; undefined when it reports none. */
 export async function loadedConfigHash(kube: KubeClient, signal?: AbortSignal): Promise<string | undefined> {

@@ -48,10 +48,13 @@ export interface RotateResult {
 async function lagging(o: RotateOptions, names: string): Promise<{ all: string[]; behind: string[] }> {
   const leases = await o.kube.list<Lease>(LEASES_PATH, { labelSelector: `${CONTROLLER_LEASE_LABEL}=true` });
   const live = liveControllers(leases.items);
-  if (live.length > 0) return { all: live.map((c) => c.name), behind: live.filter((c) => c.encryptionKeys !== names).map((c) => c.name) };
+  if (live.length > 0)
+    return { all: live.map((c) => c.name), behind: live.filter((c) => c.encryptionKeys !== names).map((c) => c.name) };
   // An api-only control plane runs alone and holds no lease: its own file and kube-apiserver tell.
   const text = await readFile(o.localConfig);
-  const done = keyNames(parseEncryptionKeys(text.toString('utf8'))) === names && (await loadedConfigHash(o.kube)) === encryptionConfigHash(text);
+  const done =
+    keyNames(parseEncryptionKeys(text.toString('utf8'))) === names &&
+    (await loadedConfigHash(o.kube)) === encryptionConfigHash(text);
   return { all: ['this controller'], behind: done ? [] : ['this controller'] };
 }
 

@@ -17,7 +17,13 @@ import { messageOf } from '../../base/errors.ts';
 import { credentialsFromKubeconfig, KubeApiError, KubeClient } from '../../kube/client.ts';
 import { CONTROLLER_LEASE_LABEL, LEASES_PATH, liveControllers, type Lease } from '../../kube/controller-leases.ts';
 import { rewriteResource } from '../../kube/rewrite.ts';
-import { encryptionConfigHash, readEncryptionKeys, renderEncryptionConfig, writeEncryptionConfig, type PkiPaths } from '../../pki/index.ts';
+import {
+  encryptionConfigHash,
+  readEncryptionKeys,
+  renderEncryptionConfig,
+  writeEncryptionConfig,
+  type PkiPaths,
+} from '../../pki/index.ts';
 import type { ClusterConfig } from '../config/config.ts';
 import { warningEvent } from '../../kube/events.ts';
 import {
@@ -109,7 +115,10 @@ export class EncryptionComponent implements Component, LoadedKeys {
       }
       const resources = this.cfg.spec.api.encryption.resources;
       if (await writeEncryptionConfig(file, set.keys, resources))
-        this.log.info({ keys: keyNames(set.keys) }, 'encryption config written from the cluster key set; kube-apiserver loads it within a minute');
+        this.log.info(
+          { keys: keyNames(set.keys) },
+          'encryption config written from the cluster key set; kube-apiserver loads it within a minute',
+        );
       // The file now holds exactly this rendering of the key set: no need to read it back.
       const hash = encryptionConfigHash(renderEncryptionConfig(set.keys, resources));
       if (this.loaded?.hash !== hash) {
@@ -124,7 +133,8 @@ export class EncryptionComponent implements Component, LoadedKeys {
       if (this.abort.signal.aborted) return;
       const message = `encryption keys: ${messageOf(err)}`;
       // kube-apiserver is not listening yet while the controller starts: not worth a warning.
-      if (message !== this.lastError && (this.reached || err instanceof KubeApiError || err instanceof KeySetRefused)) this.log.warn(message);
+      if (message !== this.lastError && (this.reached || err instanceof KubeApiError || err instanceof KeySetRefused))
+        this.log.warn(message);
       this.lastError = message;
     }
   }
@@ -139,7 +149,12 @@ export class EncryptionComponent implements Component, LoadedKeys {
       return writeKeySet(this.kube, set, trust);
     }
     const local = await readEncryptionKeys(this.pki.encryptionConfig);
-    if (!set.signature && local && keyNames(local) === keyNames(set.keys) && local.every((k, i) => k.secret === set.keys[i]!.secret)) {
+    if (
+      !set.signature &&
+      local &&
+      keyNames(local) === keyNames(set.keys) &&
+      local.every((k, i) => k.secret === set.keys[i]!.secret)
+    ) {
       this.log.info(
         { keys: keyNames(set.keys) },
         'signed the encryption key set an older kctl wrote (it holds exactly the keys this controller has)',
@@ -191,7 +206,10 @@ export class EncryptionComponent implements Component, LoadedKeys {
       if (c.apiServer === own.server) continue;
       try {
         const set = await readKeySet(new KubeClient({ ...own, server: c.apiServer }));
-        this.log.info({ via: c.name }, 'read the encryption key set through another controller: this one missed a key rotation');
+        this.log.info(
+          { via: c.name },
+          'read the encryption key set through another controller: this one missed a key rotation',
+        );
         return set;
       } catch {
         /* the next one */
@@ -207,7 +225,10 @@ export class EncryptionComponent implements Component, LoadedKeys {
     if (rewrite.length === 0 && set.encryptedResources) return;
     for (const resource of rewrite) {
       const n = await rewriteResource(this.kube, resource, this.abort.signal);
-      this.log.info({ resource, objects: n, encrypted: wanted.includes(resource) }, 'rewrote every object for the encryption config');
+      this.log.info(
+        { resource, objects: n, encrypted: wanted.includes(resource) },
+        'rewrote every object for the encryption config',
+      );
     }
     await updateKeySet(this.kube, trust, (s) => ({ ...s, encryptedResources: [...wanted] }));
   }

@@ -50,8 +50,10 @@ export class TokenRejected extends Error {
 }
 
 const CREATE_HINT = 'create a new one with: kctl token create --role controller';
-const rejected = () => new TokenRejected(401, `the join token was rejected (expired, invalidated or never issued); ${CREATE_HINT}`);
-const usedUp = (t: ControllerToken) => new TokenRejected(401, `the join token is used up (${t.uses} join${t.uses === 1 ? '' : 's'}); ${CREATE_HINT}`);
+const rejected = () =>
+  new TokenRejected(401, `the join token was rejected (expired, invalidated or never issued); ${CREATE_HINT}`);
+const usedUp = (t: ControllerToken) =>
+  new TokenRejected(401, `the join token is used up (${t.uses} join${t.uses === 1 ? '' : 's'}); ${CREATE_HINT}`);
 
 /** What `kctl token list` shows of a controller token: never its hash. */
 export interface ControllerToken {
@@ -97,12 +99,18 @@ export class ControllerTokenStore {
   /** Stores a new token: its id, the SHA-256 of its secret (never the secret), expiry and uses. */
   async create(o: { id: string; secret: string; expiryMs: number; uses: number }): Promise<void> {
     if (o.expiryMs <= 0 || o.expiryMs > CONTROLLER_TOKEN_MAX_EXPIRY_MS || !Number.isInteger(o.uses) || o.uses < 1)
-      throw new Error(`a controller token needs an expiry of at most 7 days and at least one use (got ${o.expiryMs} ms, ${o.uses} uses)`);
+      throw new Error(
+        `a controller token needs an expiry of at most 7 days and at least one use (got ${o.expiryMs} ms, ${o.uses} uses)`,
+      );
     const secret: TokenSecret = {
       apiVersion: 'v1',
       kind: 'Secret',
       type: CONTROLLER_TOKEN_TYPE,
-      metadata: { name: controllerTokenSecretName(o.id), namespace: 'kube-system', labels: { 'kctl.dev/role': 'controller' } },
+      metadata: {
+        name: controllerTokenSecretName(o.id),
+        namespace: 'kube-system',
+        labels: { 'kctl.dev/role': 'controller' },
+      },
       data: {
         'token-id': encode(o.id),
         'secret-sha256': encode(hashSecret(o.secret)),
@@ -162,12 +170,16 @@ export class ControllerTokenStore {
       if (this.expired(token)) throw rejected();
       if (token.used >= token.uses) throw usedUp(token);
       try {
-        await this.kube.request('PUT', secretPath(token.id), { ...secret, data: { ...secret.data, used: encode(String(token.used + 1)) } });
+        await this.kube.request('PUT', secretPath(token.id), {
+          ...secret,
+          data: { ...secret.data, used: encode(String(token.used + 1)) },
+        });
         return { ...token, used: token.used + 1 };
       } catch (err) {
         if (err instanceof KubeApiError && err.status === 404) throw rejected();
         if (!(err instanceof KubeApiError && err.status === 409)) throw this.unavailable(err);
-        if (attempt === TAKE_ATTEMPTS) throw new TokenRejected(503, 'too many joins at once with this token; try again');
+        if (attempt === TAKE_ATTEMPTS)
+          throw new TokenRejected(503, 'too many joins at once with this token; try again');
       }
       const again = await this.read(token.id);
       if (!again) throw rejected();
@@ -184,7 +196,10 @@ export class ControllerTokenStore {
       const token = tokenOf(secret);
       if (token.used === 0) return;
       try {
-        await this.kube.request('PUT', secretPath(id), { ...secret, data: { ...secret.data, used: encode(String(token.used - 1)) } });
+        await this.kube.request('PUT', secretPath(id), {
+          ...secret,
+          data: { ...secret.data, used: encode(String(token.used - 1)) },
+        });
         return;
       } catch (err) {
         if (!(err instanceof KubeApiError && err.status === 409)) throw err;

@@ -52,15 +52,21 @@ function requestOf(csr: Csr): CsrContents | Error {
 }
 
 /** The request of a node certificate CSR, or why it is not one (subject, usages). */
-function nodeRequest(csr: Csr, usagesAllowed: Set<string>, usage: string): { req: CsrContents; nodeName: string } | string {
+function nodeRequest(
+  csr: Csr,
+  usagesAllowed: Set<string>,
+  usage: string,
+): { req: CsrContents; nodeName: string } | string {
   const req = requestOf(csr);
   if (req instanceof Error) return `request does not parse: ${req.message}`;
   const nodeName = NODE_USER.exec(req.commonName)?.[1];
   if (nodeName === undefined || !NODE_NAME.test(nodeName) || nodeName.length > 253)
     return `subject CN ${req.commonName} is not system:node:<a valid node name>`;
-  if (req.organizations.length !== 1 || req.organizations[0] !== 'system:nodes') return 'subject O must be exactly system:nodes';
+  if (req.organizations.length !== 1 || req.organizations[0] !== 'system:nodes')
+    return 'subject O must be exactly system:nodes';
   const usages = csr.spec.usages ?? [];
-  if (!usages.includes(usage) || usages.some((u) => !usagesAllowed.has(u))) return `usages ${usages.join(',')} are not a node ${usage} certificate's`;
+  if (!usages.includes(usage) || usages.some((u) => !usagesAllowed.has(u)))
+    return `usages ${usages.join(',')} are not a node ${usage} certificate's`;
   return { req, nodeName };
 }
 
@@ -68,7 +74,8 @@ function nodeRequest(csr: Csr, usagesAllowed: Set<string>, usage: string): { req
 export function judgeServingCsr(csr: Csr, nodes: NodeDirectory): Verdict {
   if (csr.spec.signerName !== SERVING_SIGNER) return null;
   const m = NODE_USER.exec(csr.spec.username);
-  if (!m || !(csr.spec.groups ?? []).includes('system:nodes')) return deny(`requester ${csr.spec.username} is not a node`);
+  if (!m || !(csr.spec.groups ?? []).includes('system:nodes'))
+    return deny(`requester ${csr.spec.username} is not a node`);
   const requester = m[1]!;
   const parsed = nodeRequest(csr, SERVING_USAGES, 'server auth');
   if (typeof parsed === 'string') return deny(parsed);
@@ -80,8 +87,12 @@ export function judgeServingCsr(csr: Csr, nodes: NodeDirectory): Verdict {
   if (!node) return null; // not registered yet: decide once the Node exists
   // An IP the node shares with others (two sites, one private range) may be in its certificate: nothing is routed to it.
   const problems = unownedBy(nodeName, node, req.dnsNames, req.ipAddresses, nodes, 'each');
-  if (problems.length) return deny(`names not owned by node ${nodeName}: ${problems.map((p) => `${p.value} (${p.reason})`).join(', ')}`);
-  return { approve: true, reason: `serving certificate for node ${nodeName} (${[...req.dnsNames, ...req.ipAddresses].join(', ')})` };
+  if (problems.length)
+    return deny(`names not owned by node ${nodeName}: ${problems.map((p) => `${p.value} (${p.reason})`).join(', ')}`);
+  return {
+    approve: true,
+    reason: `serving certificate for node ${nodeName} (${[...req.dnsNames, ...req.ipAddresses].join(', ')})`,
+  };
 }
 
 /** What a bootstrap CSR is judged against besides the request itself. */
@@ -109,7 +120,8 @@ export function bootstrapTokenId(csr: Csr): string | undefined {
 export function judgeBootstrapCsr(csr: Csr, ctx: BootstrapContext): Verdict {
   const id = bootstrapTokenId(csr);
   if (id === undefined) return null;
-  if (!(csr.spec.groups ?? []).includes('system:bootstrappers')) return deny(`requester ${csr.spec.username} is not in group system:bootstrappers`);
+  if (!(csr.spec.groups ?? []).includes('system:bootstrappers'))
+    return deny(`requester ${csr.spec.username} is not in group system:bootstrappers`);
   const parsed = nodeRequest(csr, CLIENT_USAGES, 'client auth');
   if (typeof parsed === 'string') return deny(parsed);
   const { req, nodeName } = parsed;
@@ -125,7 +137,9 @@ export function judgeBootstrapCsr(csr: Csr, ctx: BootstrapContext): Verdict {
     );
   const others = ctx.issuedTo(nodeName).filter((t) => t !== id);
   if (!rejoin && others.length > 0)
-    return deny(`a client certificate for node ${nodeName} was already issued to a join with token ${others.join(', ')}`);
+    return deny(
+      `a client certificate for node ${nodeName} was already issued to a join with token ${others.join(', ')}`,
+    );
   return { approve: true, reason: `node ${nodeName} joins with token ${id}${rejoin ? ' (made for this node)' : ''}` };
 }
 
@@ -183,7 +197,9 @@ export class CsrApproverComponent implements Component {
     this.running = true;
     this.csrs.start();
     // A CSR whose Node was not registered (or lacked the address) is judged again when it changes.
-    this.unwatchNodes = this.nodes.onChange((node) => this.considerAll(node === undefined ? undefined : `system:node:${node}`));
+    this.unwatchNodes = this.nodes.onChange((node) =>
+      this.considerAll(node === undefined ? undefined : `system:node:${node}`),
+    );
   }
 
   /** How many CSRs this approver has approved or denied since it started. */
@@ -233,7 +249,12 @@ export class CsrApproverComponent implements Component {
       : { type: 'Denied', status: 'True', reason: `${reason}Denied`, message: verdict.reason };
     await this.kube.request(
       'PUT',
-      resourcePath({ apiVersion: 'certificates.k8s.io/v1', resource: 'certificatesigningrequests', name, subresource: 'approval' }),
+      resourcePath({
+        apiVersion: 'certificates.k8s.io/v1',
+        resource: 'certificatesigningrequests',
+        name,
+        subresource: 'approval',
+      }),
       { ...csr, status: { ...(csr.status ?? {}), conditions: [condition] } },
     );
     this.decided.add(name);
@@ -252,7 +273,8 @@ export class CsrApproverComponent implements Component {
     const ids: string[] = [];
     for (const c of this.csrs.store.values()) {
       const id = bootstrapTokenId(c);
-      if (id !== undefined && c.status?.conditions?.some((k) => k.type === 'Approved') && nodeNameOf(c) === node) ids.push(id);
+      if (id !== undefined && c.status?.conditions?.some((k) => k.type === 'Approved') && nodeNameOf(c) === node)
+        ids.push(id);
     }
     return ids;
   }

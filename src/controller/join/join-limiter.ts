@@ -12,7 +12,13 @@ export interface FailureLimiterOptions {
   now: () => number;
 }
 
-export const JOIN_LIMITS: FailureLimiterOptions = { failures: 10, windowMs: 60_000, blockMs: 60_000, maxSources: 10_000, now: Date.now };
+export const JOIN_LIMITS: FailureLimiterOptions = {
+  failures: 10,
+  windowMs: 60_000,
+  blockMs: 60_000,
+  maxSources: 10_000,
+  now: Date.now,
+};
 
 interface SourceState {
   /** When each failure inside the window happened, oldest first. */

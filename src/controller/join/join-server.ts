@@ -141,13 +141,18 @@ export class JoinServerComponent implements Component {
    * for executables) but not required: a joining controller has none, its token is its credential.
    */
   private async tlsOptions() {
-    const [cert, key, ca] = await Promise.all([readFile(this.pki.serverCert), readFile(this.pki.serverKey), readFile(this.pki.caCert)]);
+    const [cert, key, ca] = await Promise.all([
+      readFile(this.pki.serverCert),
+      readFile(this.pki.serverKey),
+      readFile(this.pki.caCert),
+    ]);
     return { cert, key, ca, requestCert: true, rejectUnauthorized: false };
   }
 
   async start(): Promise<void> {
     const server = createServer(await this.tlsOptions(), (req, res) => {
-      if (this.executables?.matches(req)) void this.executables.handle(req, res, this.log).catch((err: Error) => res.destroy(err));
+      if (this.executables?.matches(req))
+        void this.executables.handle(req, res, this.log).catch((err: Error) => res.destroy(err));
       else void this.handle(req, res);
     });
     const { address, joinPort } = this.cfg.spec.api;
@@ -193,12 +198,15 @@ export class JoinServerComponent implements Component {
     const blockedMs = this.limiter.blockedFor(source);
     if (blockedMs > 0) {
       // Logged once, when the block started; a request now costs no API call.
-      reply(429, { error: `too many failed join attempts from ${source}; try again in ${Math.ceil(blockedMs / 1000)} s` });
+      reply(429, {
+        error: `too many failed join attempts from ${source}; try again in ${Math.ceil(blockedMs / 1000)} s`,
+      });
       return;
     }
     let taken: ControllerToken | undefined;
     try {
-      if (req.method !== 'POST' || req.url !== JOIN_PATH) throw new Refusal(404, `only POST ${JOIN_PATH} is served here`);
+      if (req.method !== 'POST' || req.url !== JOIN_PATH)
+        throw new Refusal(404, `only POST ${JOIN_PATH} is served here`);
       const checked = await this.tokens.check((req.headers.authorization ?? '').replace(/^Bearer /, ''));
       const request = parseRequest(await readBody(req));
       const mismatch = configMismatch(this.cfg, request);
@@ -233,7 +241,10 @@ export class JoinServerComponent implements Component {
     try {
       await this.tokens.giveBackUse(t.id);
     } catch (err) {
-      this.log.warn({ tokenId: t.id, err: messageOf(err) }, `a failed join could not give its use back to join token ${t.id}`);
+      this.log.warn(
+        { tokenId: t.id, err: messageOf(err) },
+        `a failed join could not give its use back to join token ${t.id}`,
+      );
     }
   }
 
@@ -263,7 +274,10 @@ export class JoinServerComponent implements Component {
     try {
       members = await listMembers(etcd);
     } catch (err) {
-      throw new Refusal(503, `etcd cannot change its membership now (${messageOf(err)}); is a quorum of controllers running?`);
+      throw new Refusal(
+        503,
+        `etcd cannot change its membership now (${messageOf(err)}); is a quorum of controllers running?`,
+      );
     }
     const same = members.find((m) => m.peerURLs.includes(req.peerUrl));
     if (same && (same.name !== '' || !same.isLearner))
@@ -333,7 +347,10 @@ export class JoinServerComponent implements Component {
           return;
         }
         if (Date.now() > end) {
-          this.log.warn({ name, memberId: id, err: message }, `etcd learner ${name} was not promoted within 10 minutes; is it running?`);
+          this.log.warn(
+            { name, memberId: id, err: message },
+            `etcd learner ${name} was not promoted within 10 minutes; is it running?`,
+          );
           this.aborts.delete(abort);
           return;
         }

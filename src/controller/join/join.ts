@@ -102,12 +102,24 @@ export async function joinController(
   const { files, etcd } = answer.response;
   for (const f of SHARED_PKI_FILES) {
     const data = files[f];
-    if (typeof data !== 'string') throw new UserError(`the controller at ${answer.url} sent no ${f}; is it the same kctl version?`);
-    await writeFileAtomic(join(paths.pkiDir, f), Buffer.from(data, 'base64'), f.endsWith('.key') || f.endsWith('.yaml') ? 0o600 : 0o644);
+    if (typeof data !== 'string')
+      throw new UserError(`the controller at ${answer.url} sent no ${f}; is it the same kctl version?`);
+    await writeFileAtomic(
+      join(paths.pkiDir, f),
+      Buffer.from(data, 'base64'),
+      f.endsWith('.key') || f.endsWith('.yaml') ? 0o600 : 0o644,
+    );
   }
-  const state: ControllerJoinState = { joinedAt: new Date().toISOString(), via: answer.url, ...(etcd ? { etcd: { ...etcd, name } } : {}) };
+  const state: ControllerJoinState = {
+    joinedAt: new Date().toISOString(),
+    via: answer.url,
+    ...(etcd ? { etcd: { ...etcd, name } } : {}),
+  };
   await writeFileAtomic(stateFile(paths), JSON.stringify(state, null, 2) + '\n', 0o600);
-  log.info({ via: answer.url, tokenId: tokenId(info.bootstrapToken), etcdMember: etcd?.memberId }, 'joined the cluster as a controller');
+  log.info(
+    { via: answer.url, tokenId: tokenId(info.bootstrapToken), etcdMember: etcd?.memberId },
+    'joined the cluster as a controller',
+  );
   return state;
 }
 
@@ -120,7 +132,11 @@ function postJoin(url: string, info: JoinInfo, body: JoinRequest): Promise<JoinR
       {
         method: 'POST',
         ca: info.caPem,
-        headers: { authorization: `Bearer ${info.bootstrapToken}`, 'content-type': 'application/json', 'content-length': payload.length },
+        headers: {
+          authorization: `Bearer ${info.bootstrapToken}`,
+          'content-type': 'application/json',
+          'content-length': payload.length,
+        },
         timeout: 60_000,
       },
       (res) => {
@@ -136,7 +152,12 @@ function postJoin(url: string, info: JoinInfo, body: JoinRequest): Promise<JoinR
           }
           if (res.statusCode === 200 && parsed.files) resolve(parsed as JoinResponse);
           else if (res.statusCode === 404) reject(new Error('no join endpoint there'));
-          else reject(new UserError(`the controller at ${url} refused the join: ${parsed.error ?? `HTTP ${res.statusCode ?? '?'}`}`));
+          else
+            reject(
+              new UserError(
+                `the controller at ${url} refused the join: ${parsed.error ?? `HTTP ${res.statusCode ?? '?'}`}`,
+              ),
+            );
         });
       },
     );

@@ -40,7 +40,8 @@ export function parseExpiry(text: string): number {
 
 /** --uses: a whole number of joins, at least 1. */
 export function parseUses(text: string): number {
-  if (!/^[1-9]\d{0,5}$/.test(text)) throw new UserError(`--uses "${text}" is not a number of joins; use a whole number from 1`);
+  if (!/^[1-9]\d{0,5}$/.test(text))
+    throw new UserError(`--uses "${text}" is not a number of joins; use a whole number from 1`);
   return Number(text);
 }
 
@@ -60,7 +61,8 @@ export async function createToken(
   const id = randomString(6);
   const secret = randomString(16);
   const expiration = expiryMs ? new Date(Date.now() + expiryMs).toISOString().replace(/\.\d+Z$/, 'Z') : undefined;
-  if (role === 'controller') await new ControllerTokenStore(kube).create({ id, secret, expiryMs, uses: uses ?? CONTROLLER_TOKEN_DEFAULT_USES });
+  if (role === 'controller')
+    await new ControllerTokenStore(kube).create({ id, secret, expiryMs, uses: uses ?? CONTROLLER_TOKEN_DEFAULT_USES });
   else
     await kube.request('POST', '/api/v1/namespaces/kube-system/secrets', {
       apiVersion: 'v1',
@@ -97,15 +99,22 @@ export async function createToken(
 }
 
 interface SecretList {
-  items: { metadata: { name: string; labels?: Record<string, string>; annotations?: Record<string, string> }; data?: Record<string, string> }[];
+  items: {
+    metadata: { name: string; labels?: Record<string, string>; annotations?: Record<string, string> };
+    data?: Record<string, string>;
+  }[];
 }
 
 export async function listTokens(kube: KubeClient): Promise<TokenSummary[]> {
-  const list = await kube.get<SecretList>('/api/v1/namespaces/kube-system/secrets?fieldSelector=type%3Dbootstrap.kubernetes.io%2Ftoken');
+  const list = await kube.get<SecretList>(
+    '/api/v1/namespaces/kube-system/secrets?fieldSelector=type%3Dbootstrap.kubernetes.io%2Ftoken',
+  );
   const dec = (v?: string) => (v ? Buffer.from(v, 'base64').toString('utf8') : '');
   // Only id, role, expiry and uses leave this function: never the token secret or its hash.
   const bootstrap = list.items.map((s) => {
-    const role = s.metadata.labels?.['kctl.dev/role'] ?? (dec(s.data?.['auth-extra-groups']).includes('kctl:worker') ? 'worker' : '-');
+    const role =
+      s.metadata.labels?.['kctl.dev/role'] ??
+      (dec(s.data?.['auth-extra-groups']).includes('kctl:worker') ? 'worker' : '-');
     // A controller token an older kctl stored as a bootstrap token: the join endpoint refuses it.
     const old = role === 'controller';
     const id = dec(s.data?.['token-id']);
@@ -130,12 +139,14 @@ export async function listTokens(kube: KubeClient): Promise<TokenSummary[]> {
 }
 
 export async function invalidateToken(kube: KubeClient, id: string): Promise<void> {
-  if (!/^[a-z0-9]{6}$/.test(id)) throw new UserError(`"${id}" is not a token id (6 characters a-z0-9); see kctl token list`);
+  if (!/^[a-z0-9]{6}$/.test(id))
+    throw new UserError(`"${id}" is not a token id (6 characters a-z0-9); see kctl token list`);
   if (await new ControllerTokenStore(kube).delete(id)) return;
   try {
     await kube.request('DELETE', tokenSecretPath(id));
   } catch (err) {
-    if (err instanceof KubeApiError && err.status === 404) throw new UserError(`no token with id ${id}; see kctl token list`);
+    if (err instanceof KubeApiError && err.status === 404)
+      throw new UserError(`no token with id ${id}; see kctl token list`);
     throw err;
   }
 }

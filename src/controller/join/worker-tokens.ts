@@ -53,7 +53,8 @@ export function workerTokenRecord(id: string, annotations: Record<string, string
 export function tokenRefusal(t: WorkerTokenRecord, name: string): string | undefined {
   if (t.nodeName !== undefined && t.nodeName !== name) return `token ${t.id} was made for node ${t.nodeName} only`;
   if (t.joined.includes(name)) return undefined; // the same join again (kubelet restarted before it registered)
-  if (t.uses !== undefined && t.joined.length >= t.uses) return `token ${t.id} is used up (${t.uses} join${t.uses === 1 ? '' : 's'})`;
+  if (t.uses !== undefined && t.joined.length >= t.uses)
+    return `token ${t.id} is used up (${t.uses} join${t.uses === 1 ? '' : 's'})`;
   return undefined;
 }
 
@@ -80,7 +81,12 @@ export class WorkerTokenStore {
     await this.kube.request(
       'PATCH',
       tokenSecretPath(t.id),
-      { metadata: { resourceVersion: t.resourceVersion, annotations: { [JOINED_ANNOTATION]: [...t.joined, name].join(',') } } },
+      {
+        metadata: {
+          resourceVersion: t.resourceVersion,
+          annotations: { [JOINED_ANNOTATION]: [...t.joined, name].join(',') },
+        },
+      },
       {
         contentType: 'application/merge-patch+json',
       },

@@ -38,7 +38,11 @@ export interface KubeletServingStatus {
 export type ServingIssuer = 'kubelet-serving CA' | 'cluster CA' | 'another CA';
 
 /** Which of the two CAs signed a certificate (DER or PEM). */
-export function servingIssuer(cert: X509Certificate, servingCa: X509Certificate, clusterCa: X509Certificate): ServingIssuer {
+export function servingIssuer(
+  cert: X509Certificate,
+  servingCa: X509Certificate,
+  clusterCa: X509Certificate,
+): ServingIssuer {
   const by = (ca: X509Certificate) => cert.checkIssued(ca) && cert.verify(ca.publicKey);
   if (by(servingCa)) return 'kubelet-serving CA';
   return by(clusterCa) ? 'cluster CA' : 'another CA';
@@ -50,7 +54,10 @@ async function peerCertificate(udsPath: string, address: string, serverName: str
   return new Promise((resolve, reject) => {
     // Only the certificate is read: no request is sent, so nothing is trusted yet.
     const tls = tlsConnect({ socket: tunnel, servername: serverName, rejectUnauthorized: false });
-    const timer = setTimeout(() => tls.destroy(new Error(`no TLS handshake within ${HANDSHAKE_TIMEOUT_MS} ms`)), HANDSHAKE_TIMEOUT_MS);
+    const timer = setTimeout(
+      () => tls.destroy(new Error(`no TLS handshake within ${HANDSHAKE_TIMEOUT_MS} ms`)),
+      HANDSHAKE_TIMEOUT_MS,
+    );
     tls.once('secureConnect', () => {
       clearTimeout(timer);
       const raw = tls.getPeerCertificate().raw;
@@ -129,9 +136,14 @@ export class KubeletServingCheckComponent implements Component {
       // By name, as kube-apiserver dials it: the tunnel takes it to the agent of that node.
       const address = joinHostPort(name, node.kubeletPort ?? KUBELET_PORT);
       try {
-        const issuer = servingIssuer(await peerCertificate(this.konnectivitySocket, address, name), servingCa!, clusterCa!);
+        const issuer = servingIssuer(
+          await peerCertificate(this.konnectivitySocket, address, name),
+          servingCa!,
+          clusterCa!,
+        );
         if (issuer === 'cluster CA') onClusterCa.push(name);
-        else if (issuer === 'another CA') unchecked.push({ node: name, error: 'its serving certificate is from neither CA' });
+        else if (issuer === 'another CA')
+          unchecked.push({ node: name, error: 'its serving certificate is from neither CA' });
       } catch (err) {
         unchecked.push({ node: name, error: messageOf(err) });
       }
@@ -139,7 +151,11 @@ export class KubeletServingCheckComponent implements Component {
     this.last = { onClusterCa, unchecked, checkedAt: new Date().toISOString() };
     this.lastError = undefined;
     if (onClusterCa.length === 0 && unchecked.length === 0 && !existsSync(this.pki.kubeletServingMoved)) {
-      await writeFileAtomic(this.pki.kubeletServingMoved, `every node served a kubelet-serving CA certificate at ${this.last.checkedAt}\n`, 0o644);
+      await writeFileAtomic(
+        this.pki.kubeletServingMoved,
+        `every node served a kubelet-serving CA certificate at ${this.last.checkedAt}\n`,
+        0o644,
+      );
       this.log.info(
         { nodes: this.nodes.size },
         'every kubelet serves a certificate of the kubelet-serving CA: the next controller start stops trusting the cluster CA for kubelets',

@@ -143,10 +143,12 @@ export class NodeWatchComponent implements Component, NodeDirectory {
     const index = new Map<string, string[]>();
     const names = [...this.informer.store.keys()].sort();
     for (const name of names) {
-      for (const v of new Set(ownedBy(nodeRecord(this.informer.get(name)!)))) index.set(v, [...(index.get(v) ?? []), name]);
+      for (const v of new Set(ownedBy(nodeRecord(this.informer.get(name)!))))
+        index.set(v, [...(index.get(v) ?? []), name]);
     }
     // A Node's own name is always its own, whoever else reports it.
-    for (const [v, list] of index) if (list.includes(v) && list[0] !== v) index.set(v, [v, ...list.filter((n) => n !== v)]);
+    for (const [v, list] of index)
+      if (list.includes(v) && list[0] !== v) index.set(v, [v, ...list.filter((n) => n !== v)]);
     this.index = index;
     return index;
   }

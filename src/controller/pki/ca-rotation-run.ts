@@ -13,7 +13,13 @@ import { X509Certificate } from 'node:crypto';
 import { UserError } from '../../base/errors.ts';
 import { pollFor, pollWithin } from '../../base/wait.ts';
 import { KubeApiError, type KubeClient } from '../../kube/client.ts';
-import { CA_BUNDLE_ANNOTATION, CONTROLLER_LEASE_LABEL, LEASES_PATH, liveControllers, type Lease } from '../../kube/controller-leases.ts';
+import {
+  CA_BUNDLE_ANNOTATION,
+  CONTROLLER_LEASE_LABEL,
+  LEASES_PATH,
+  liveControllers,
+  type Lease,
+} from '../../kube/controller-leases.ts';
 import {
   bundleHash,
   CA_ROTATION_PHASES,
@@ -24,7 +30,13 @@ import {
   type CaRotationPhase,
   type PkiPaths,
 } from '../../pki/index.ts';
-import { CA_ROTATION_NAMESPACE, CA_ROTATION_SECRET, deleteCaRotation, readCaRotation, writeCaRotation } from './ca-rotation.ts';
+import {
+  CA_ROTATION_NAMESPACE,
+  CA_ROTATION_SECRET,
+  deleteCaRotation,
+  readCaRotation,
+  writeCaRotation,
+} from './ca-rotation.ts';
 
 export interface RotateCaOptions {
   kube: KubeClient;
@@ -122,7 +134,10 @@ function until(o: RotateCaOptions, what: string, done: () => Promise<boolean>): 
     o.timeoutMs,
     POLL_MS,
     done,
-    () => new UserError(`${what} did not happen in time; check it with kctl kubectl, then run kctl pki rotate-ca again to resume`),
+    () =>
+      new UserError(
+        `${what} did not happen in time; check it with kctl kubectl, then run kctl pki rotate-ca again to resume`,
+      ),
   );
 }
 
@@ -156,10 +171,15 @@ async function restartAddons(o: RotateCaOptions, bundle: string): Promise<void> 
     const running =
       wanted &&
       (rolledOut(before) ||
-        (await pollFor(Math.min(ADDON_SETTLE_MS, o.timeoutMs), POLL_MS, async () => rolledOut(await o.kube.get<Deployment>(path)))));
-    await o.kube.request('PATCH', path, { spec: { template: { metadata: { annotations: { [CA_BUNDLE_ANNOTATION]: bundle } } } } });
+        (await pollFor(Math.min(ADDON_SETTLE_MS, o.timeoutMs), POLL_MS, async () =>
+          rolledOut(await o.kube.get<Deployment>(path)),
+        )));
+    await o.kube.request('PATCH', path, {
+      spec: { template: { metadata: { annotations: { [CA_BUNDLE_ANNOTATION]: bundle } } } },
+    });
     if (!running) {
-      if (wanted) o.progress(`${name} is not fully running: changed so that its pods start on both CAs, not waited for`);
+      if (wanted)
+        o.progress(`${name} is not fully running: changed so that its pods start on both CAs, not waited for`);
       continue;
     }
     o.progress(`restarting ${name}: its new pods trust both CAs`);
@@ -198,11 +218,13 @@ export async function rotateCa(o: RotateCaOptions): Promise<RotateCaResult> {
     o.progress(`resuming the CA rotation to ${subjectOf(rotation.newCert)} at phase ${rotation.phase}`);
     // Begun by a kctl from before cross-signatures: the old key the Secret holds vouches now (if it
     // is not the CA the controllers trust, they refuse the proof as they would any other).
-    if (!rotation.proof) rotation = await writeCaRotation(o.kube, { ...rotation, proof: vouchFor(rotation.newCert, rotation.oldKey) });
+    if (!rotation.proof)
+      rotation = await writeCaRotation(o.kube, { ...rotation, proof: vouchFor(rotation.newCert, rotation.oldKey) });
   }
   let seen: string[] = [];
   for (const phase of CA_ROTATION_PHASES.slice(CA_ROTATION_PHASES.indexOf(rotation.phase))) {
-    if (phase === 'drop') await o.beforeDrop?.({ caKey: rotation.newKey, caBundle: caFilesFor({ ...rotation, phase: 'sign' }).cert });
+    if (phase === 'drop')
+      await o.beforeDrop?.({ caKey: rotation.newKey, caBundle: caFilesFor({ ...rotation, phase: 'sign' }).cert });
     if (rotation.phase !== phase) rotation = await writeCaRotation(o.kube, { ...rotation, phase });
     const bundle = bundleHash(caFilesFor(rotation).cert);
     seen = await waitFor(o, bundle, `${phase} (${WHAT[phase]})`);

@@ -15,7 +15,10 @@ export const MIN_TOKEN_EXPIRY_MS = 10 * 60_000;
 /** NAMESPACE/NAME of a service account, or a one-line error. */
 export function parseServiceAccount(text: string): { namespace: string; name: string } {
   const m = /^([a-z0-9]([-a-z0-9]*[a-z0-9])?)\/([a-z0-9]([-a-z0-9.]*[a-z0-9])?)$/.exec(text);
-  if (!m) throw new UserError(`--service-account "${text}" is not NAMESPACE/NAME of a service account, e.g. operators/watcher`);
+  if (!m)
+    throw new UserError(
+      `--service-account "${text}" is not NAMESPACE/NAME of a service account, e.g. operators/watcher`,
+    );
   return { namespace: m[1]!, name: m[3]! };
 }
 
@@ -26,7 +29,8 @@ export async function serviceAccountKubeconfig(
   sa: { namespace: string; name: string },
   expiryMs: number,
 ): Promise<string> {
-  if (expiryMs < MIN_TOKEN_EXPIRY_MS) throw new UserError('--expiry for a service-account token must be at least 10m (the API refuses shorter ones)');
+  if (expiryMs < MIN_TOKEN_EXPIRY_MS)
+    throw new UserError('--expiry for a service-account token must be at least 10m (the API refuses shorter ones)');
   let r: { status?: { token?: string } };
   try {
     r = await kube.request('POST', `/api/v1/namespaces/${sa.namespace}/serviceaccounts/${sa.name}/token`, {
@@ -51,10 +55,23 @@ export async function serviceAccountKubeconfig(
   });
 }
 
-export async function userKubeconfig(cfg: ClusterConfig, pki: PkiPaths, user: { name: string; groups: string[] }, expiryMs: number): Promise<string> {
+export async function userKubeconfig(
+  cfg: ClusterConfig,
+  pki: PkiPaths,
+  user: { name: string; groups: string[] },
+  expiryMs: number,
+): Promise<string> {
   if (!user.name.trim()) throw new UserError('--user needs a name, e.g. --user alice');
   if (expiryMs <= 0)
-    throw new UserError('--expiry for a user certificate must be a duration such as 720h; certificates cannot be revoked, so they must expire');
+    throw new UserError(
+      '--expiry for a user certificate must be a duration such as 720h; certificates cannot be revoked, so they must expire',
+    );
   const { certPem, keyPem } = await issueUserCert(pki, user, new Date(Date.now() + expiryMs));
-  return renderKubeconfig({ server: apiServerUrl(cfg), caPem: await readFile(pki.caCert, 'utf8'), user: user.name, certPem, keyPem });
+  return renderKubeconfig({
+    server: apiServerUrl(cfg),
+    caPem: await readFile(pki.caCert, 'utf8'),
+    user: user.name,
+    certPem,
+    keyPem,
+  });
 }

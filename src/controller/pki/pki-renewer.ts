@@ -15,7 +15,14 @@ import { readFile } from 'node:fs/promises';
 import type { Component, ComponentContext, ComponentStatus, Restartable } from '../../base/component.ts';
 import { messageOf } from '../../base/errors.ts';
 import type { Logger } from '../../base/log.ts';
-import { CertificateWatch, controllerCertificates, ensurePkiFiles, type CertificateStatus, type PkiOptions, type PkiPaths } from '../../pki/index.ts';
+import {
+  CertificateWatch,
+  controllerCertificates,
+  ensurePkiFiles,
+  type CertificateStatus,
+  type PkiOptions,
+  type PkiPaths,
+} from '../../pki/index.ts';
 import type { ClusterConfig } from '../config/config.ts';
 import { leafValidityMs } from '../config/config.ts';
 import type { ControllerPaths } from '../config/paths.ts';
@@ -92,7 +99,8 @@ export class PkiRenewerComponent implements Component {
   ) {
     this.watch = new CertificateWatch(controllerCertificates(pki));
     const rotation = targets.caRotation;
-    if (rotation) this.follower = new CaRotationFollower(rotation.kube, pki, (reason, write) => this.rotationStep(reason, write));
+    if (rotation)
+      this.follower = new CaRotationFollower(rotation.kube, pki, (reason, write) => this.rotationStep(reason, write));
   }
 
   async init(ctx: ComponentContext): Promise<void> {
@@ -154,7 +162,10 @@ export class PkiRenewerComponent implements Component {
   }
 
   private record(started: Date, files: number): void {
-    this.history = [...this.history, { startedAt: started.toISOString(), finishedAt: new Date().toISOString(), files }].slice(-HISTORY);
+    this.history = [
+      ...this.history,
+      { startedAt: started.toISOString(), finishedAt: new Date().toISOString(), files },
+    ].slice(-HISTORY);
   }
 
   /** The last renewals (when each ran, from the turn taken to the last component picking up): HA turns are seen not to overlap. */
@@ -171,7 +182,8 @@ export class PkiRenewerComponent implements Component {
     if (this.abort.signal.aborted) return;
     const next = this.watch.nextRenewal();
     // A second late: the rule's own comparison then says "due" for sure.
-    const wait = delayMs ?? (next ? Math.min(MAX_SLEEP_MS, Math.max(1000, next.getTime() - Date.now() + 1000)) : MAX_SLEEP_MS);
+    const wait =
+      delayMs ?? (next ? Math.min(MAX_SLEEP_MS, Math.max(1000, next.getTime() - Date.now() + 1000)) : MAX_SLEEP_MS);
     if (next && delayMs === undefined) this.log.debug({ next: next.toISOString() }, 'next certificate renewal');
     this.timer = setTimeout(() => {
       const renew = () => this.renew();
@@ -225,6 +237,9 @@ export class PkiRenewerComponent implements Component {
       await target.restart('its kubeconfig has a renewed client certificate');
       await target.ready(AbortSignal.any([this.abort.signal, AbortSignal.timeout(READY_TIMEOUT_MS)]));
     }
-    this.log.info({ files: changed.map((f) => f.slice(p.dir.length + 1)) }, 'renewed certificates reached their components');
+    this.log.info(
+      { files: changed.map((f) => f.slice(p.dir.length + 1)) },
+      'renewed certificates reached their components',
+    );
   }
 }

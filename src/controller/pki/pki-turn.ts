@@ -45,7 +45,10 @@ export class LeaseTurn implements RenewalTurn {
       if (result === 'taken') return () => this.release(log);
       if ('heldBy' in result && result.heldBy !== waitingFor) {
         waitingFor = result.heldBy;
-        log.info({ holder: result.heldBy }, 'another controller is renewing its certificates; waiting for its turn to end');
+        log.info(
+          { holder: result.heldBy },
+          'another controller is renewing its certificates; waiting for its turn to end',
+        );
       }
       failingSince = 'error' in result ? (failingSince ?? Date.now()) : undefined;
       const apiGone = failingSince !== undefined && Date.now() - failingSince >= this.timings.apiGiveUpMs;
@@ -74,13 +77,18 @@ export class LeaseTurn implements RenewalTurn {
     const body = {
       apiVersion: 'coordination.k8s.io/v1',
       kind: 'Lease',
-      metadata: { name: PKI_TURN_LEASE, namespace: LEASE_NAMESPACE, ...(lease ? { resourceVersion: lease.metadata.resourceVersion } : {}) },
+      metadata: {
+        name: PKI_TURN_LEASE,
+        namespace: LEASE_NAMESPACE,
+        ...(lease ? { resourceVersion: lease.metadata.resourceVersion } : {}),
+      },
       spec: { holderIdentity: this.holder, leaseDurationSeconds: LEASE_S, renewTime: microTime(new Date()) },
     };
     try {
       await (lease ? this.kube.request('PUT', path, body) : this.kube.request('POST', LEASES_PATH, body));
     } catch (err) {
-      if (err instanceof KubeApiError && (err.status === 409 || err.status === 422)) return { heldBy: 'another controller' };
+      if (err instanceof KubeApiError && (err.status === 409 || err.status === 422))
+        return { heldBy: 'another controller' };
       throw err;
     }
     return 'taken';

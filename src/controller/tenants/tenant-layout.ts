@@ -25,5 +25,11 @@ export function checkTenantName(name: string): void {
 export function tenantLayout(rootDataDir: string, rootRunDir: string, name: string): TenantLayout {
   checkTenantName(name);
   const tenantsDir = join(rootDataDir, 'tenants');
-  return { name, tenantsDir, dataDir: join(tenantsDir, name), runDir: join(rootRunDir, 'tenants', name), binRoot: join(rootDataDir, 'bin') };
+  return {
+    name,
+    tenantsDir,
+    dataDir: join(tenantsDir, name),
+    runDir: join(rootRunDir, 'tenants', name),
+    binRoot: join(rootDataDir, 'bin'),
+  };
 }

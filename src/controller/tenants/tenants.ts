@@ -12,7 +12,14 @@ import { join } from 'node:path';
 import { parse } from 'yaml';
 import { UserError } from '../../base/errors.ts';
 import { liveOwner } from '../../supervisor/owner.ts';
-import { CLAIM_GRACE_MS, claimPorts, PortClaimConflict, releasePorts, type PortClaim, type RangeUse } from '../../host/port-claims.ts';
+import {
+  CLAIM_GRACE_MS,
+  claimPorts,
+  PortClaimConflict,
+  releasePorts,
+  type PortClaim,
+  type RangeUse,
+} from '../../host/port-claims.ts';
 import { withDirLock, writeFileAtomic } from '../../base/fs.ts';
 import type { Logger } from '../../base/log.ts';
 import { datastoreIdentity } from '../../etcd/kine.ts';
@@ -217,7 +224,8 @@ export async function prepareTenant(
         exclude: taken,
         stillHeld: tenantHolds,
       });
-      if (got.length < want) throw new UserError(`${rangeUsedUp(want, range, layout.name, use)}; give a wider --port-range`);
+      if (got.length < want)
+        throw new UserError(`${rangeUsedUp(want, range, layout.name, use)}; give a wider --port-range`);
       const [api, controllerManager, ...rest] = got as [number, number, ...number[]];
       ports = { api, controllerManager };
       if (etcd) [ports.etcdClient, ports.etcdPeer] = rest.splice(0, 2);
@@ -283,7 +291,11 @@ export async function startTenant(
  * control plane, a join the cluster refused): a refused start leaves no tenant behind, and its
  * ports are free for the next start at once.
  */
-export function undoNewTenant<T>(layout: TenantLayout, start: Pick<TenantStart, 'created'> | undefined, step: () => Promise<T>): Promise<T> {
+export function undoNewTenant<T>(
+  layout: TenantLayout,
+  start: Pick<TenantStart, 'created'> | undefined,
+  step: () => Promise<T>,
+): Promise<T> {
   const undo = async () => {
     await rm(layout.dataDir, { recursive: true, force: true });
     await releasePorts(layout.dataDir);

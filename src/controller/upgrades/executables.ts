@@ -103,7 +103,8 @@ export class ExecutableFiles {
     };
     const client = verifiedClient(req.socket as TLSSocket);
     if (client === null) return fail(401, 'a client certificate of this cluster is required');
-    if (!client.groups.some((g) => ALLOWED_GROUPS.includes(g))) return fail(403, `only ${ALLOWED_GROUPS.join(' and ')} may fetch kctl executables`);
+    if (!client.groups.some((g) => ALLOWED_GROUPS.includes(g)))
+      return fail(403, `only ${ALLOWED_GROUPS.join(' and ')} may fetch kctl executables`);
     if (req.method !== 'GET') return fail(405, `only GET ${EXECUTABLES_PATH}<version> is served here`);
     const version = decodeURIComponent((req.url ?? '').slice(EXECUTABLES_PATH.length));
     if (!VERSION.test(version)) return fail(400, `"${version}" is not a kctl version`);
@@ -129,7 +130,10 @@ export class ExecutableFiles {
         );
       spent.warned = true;
       res.setHeader('retry-after', String(retryS));
-      return fail(429, `${who} fetched ${this.limits.filesPerHour} files' worth of kctl executables in the last hour; retry in ${retryS} s`);
+      return fail(
+        429,
+        `${who} fetched ${this.limits.filesPerHour} files' worth of kctl executables in the last hour; retry in ${retryS} s`,
+      );
     }
     const previous = this.active.get(who);
     if (previous) {
@@ -137,7 +141,10 @@ export class ExecutableFiles {
       log.info({ client: who }, 'a newer download by the same client replaces the one in progress');
     } else if (this.active.size >= this.limits.maxDownloads) {
       res.setHeader('retry-after', String(BUSY_RETRY_S));
-      return fail(429, `this controller serves ${this.limits.maxDownloads} downloads already; retry in ${BUSY_RETRY_S} s or at another controller`);
+      return fail(
+        429,
+        `this controller serves ${this.limits.maxDownloads} downloads already; retry in ${BUSY_RETRY_S} s or at another controller`,
+      );
     }
     this.active.set(who, res);
     res.on('close', () => {

@@ -65,21 +65,29 @@ export function nodeStep(plan: UpgradePlan, nodes: NodeView[], now: number): Nod
     const u = n?.upgrade?.target === target ? n.upgrade : undefined;
     const lastWord = Math.max(Date.parse(since) || 0, u ? Date.parse(u.at) || 0 : 0);
     if (!n) step.release.push({ node: name, why: 'the node is gone' });
-    else if (atTarget(n) && u?.state === 'done' && n.ready) step.release.push({ node: name, why: `runs kctl ${target} and is Ready` });
+    else if (atTarget(n) && u?.state === 'done' && n.ready)
+      step.release.push({ node: name, why: `runs kctl ${target} and is Ready` });
     else if (u?.state === 'rolled back' || u?.state === 'failed') {
       step.release.push({ node: name, why: u.state });
       step.stop ??= `node ${name}: ${u.reason ?? u.state}`;
     } else if (now - lastWord > (plan.readyTimeoutS + SILENCE_SLACK_S) * 1000)
-      step.release.push({ node: name, why: `no word from it for ${Math.round((now - lastWord) / 1000)} s; it goes again later` });
+      step.release.push({
+        node: name,
+        why: `no word from it for ${Math.round((now - lastWord) / 1000)} s; it goes again later`,
+      });
     else stillAdmitted.push(name);
     if (n?.cordon && !stillAdmitted.includes(name)) step.uncordon.push(name);
   }
   // A cordon left from a turn that ended elsewhere (another controller held the lease): lift it.
-  for (const n of nodes) if (n.cordon && !(n.name in plan.admitted) && atTarget(n) && !step.uncordon.includes(n.name)) step.uncordon.push(n.name);
+  for (const n of nodes)
+    if (n.cordon && !(n.name in plan.admitted) && atTarget(n) && !step.uncordon.includes(n.name))
+      step.uncordon.push(n.name);
   step.draining = nodes.filter((n) => n.cordon && !(n.name in plan.admitted) && !atTarget(n)).map((n) => n.name);
   if (step.stop) return step;
   // Only nodes that name their release can upgrade themselves; a NotReady node waits until it is back.
-  const pending = nodes.filter((n) => n.release && n.ready && !atTarget(n) && !(n.name in plan.admitted) && !n.cordon).map((n) => n.name);
+  const pending = nodes
+    .filter((n) => n.release && n.ready && !atTarget(n) && !(n.name in plan.admitted) && !n.cordon)
+    .map((n) => n.name);
   const slots = Math.max(0, plan.maxUnavailable - stillAdmitted.length - step.draining.length);
   const next = pending.sort().slice(0, slots);
   if (plan.drain) step.startDrain = next;
@@ -136,7 +144,9 @@ export function nodeView(n: NodeObject): NodeView {
  */
 export function drainable(p: PodObject): boolean {
   const owner = p.metadata.ownerReferences?.find((o) => o.controller === true);
-  return owner !== undefined && owner.kind !== 'DaemonSet' && p.status?.phase !== 'Succeeded' && p.status?.phase !== 'Failed';
+  return (
+    owner !== undefined && owner.kind !== 'DaemonSet' && p.status?.phase !== 'Succeeded' && p.status?.phase !== 'Failed'
+  );
 }
 
 /** Carries out the nodes' part of a plan with the controller's admin client. */
@@ -165,7 +175,8 @@ export class NodeUpgrades {
       if (await this.drained(name, since, plan.drainTimeoutS)) admitted[name] = new Date().toISOString();
     }
     for (const name of Object.keys(admitted))
-      if (!(name in plan.admitted)) this.log.info({ node: name, target: plan.target.version }, `node ${name}: its turn to upgrade`);
+      if (!(name in plan.admitted))
+        this.log.info({ node: name, target: plan.target.version }, `node ${name}: its turn to upgrade`);
     return { admitted, done: step.done };
   }
 
@@ -194,7 +205,9 @@ export class NodeUpgrades {
   /** Evicts what may go; true once every drainable pod is gone (deleted, not only going), or the drain timeout has passed. */
   private async drained(node: string, since: string, timeoutS: number): Promise<boolean> {
     const pods = (
-      await this.kube.get<{ items: PodObject[] }>(`/api/v1/pods?fieldSelector=${encodeURIComponent(`spec.nodeName=${node}`)}`)
+      await this.kube.get<{ items: PodObject[] }>(
+        `/api/v1/pods?fieldSelector=${encodeURIComponent(`spec.nodeName=${node}`)}`,
+      )
     ).items.filter(drainable);
     if (!pods.length) return true;
     const blocked: string[] = [];
@@ -205,19 +218,28 @@ export class NodeUpgrades {
       }
       const { namespace, name } = p.metadata;
       try {
-        await this.kube.request('POST', `/api/v1/namespaces/${encodeURIComponent(namespace)}/pods/${encodeURIComponent(name)}/eviction`, {
-          apiVersion: 'policy/v1',
-          kind: 'Eviction',
-          metadata: { name, namespace },
-        });
+        await this.kube.request(
+          'POST',
+          `/api/v1/namespaces/${encodeURIComponent(namespace)}/pods/${encodeURIComponent(name)}/eviction`,
+          {
+            apiVersion: 'policy/v1',
+            kind: 'Eviction',
+            metadata: { name, namespace },
+          },
+        );
       } catch (err) {
         // 429: a PodDisruptionBudget does not allow it now; 404: it is gone already.
         if (err instanceof KubeApiError && err.status === 404) continue;
-        blocked.push(`${namespace}/${name}${err instanceof KubeApiError && err.status === 429 ? '' : ` (${messageOf(err)})`}`);
+        blocked.push(
+          `${namespace}/${name}${err instanceof KubeApiError && err.status === 429 ? '' : ` (${messageOf(err)})`}`,
+        );
       }
     }
     if (blocked.length && Date.now() - Date.parse(since) > timeoutS * 1000) {
-      this.log.warn({ node, blocked }, `node ${node}: drain timeout passed; it upgrades with ${blocked.join(', ')} still on it (they keep running)`);
+      this.log.warn(
+        { node, blocked },
+        `node ${node}: drain timeout passed; it upgrades with ${blocked.join(', ')} still on it (they keep running)`,
+      );
       return true;
     }
     return false;

@@ -12,7 +12,13 @@ import { sha256OfFile } from '../../base/fs.ts';
 import { KCTL_VERSION, type Release } from '../../base/version.ts';
 import type { KubeClient } from '../../kube/client.ts';
 import { CONTROLLER_LEASE_LABEL, LEASES_PATH, liveControllers, type Lease } from '../../kube/controller-leases.ts';
-import { readUpgradePlan, UnreadablePlanError, writeUpgradePlan, type MemberUpgrade, type UpgradePlan } from '../../kube/upgrade-plan.ts';
+import {
+  readUpgradePlan,
+  UnreadablePlanError,
+  writeUpgradePlan,
+  type MemberUpgrade,
+  type UpgradePlan,
+} from '../../kube/upgrade-plan.ts';
 import { skewProblem } from '../../kube/version-skew.ts';
 import { installExecutable } from '../../supervisor/handover.ts';
 import type { ClusterConfig } from '../config/config.ts';
@@ -47,14 +53,19 @@ interface NodeWithInfo extends NodeObject {
  * The plan and every member. A plan object that is not a plan throws (UnreadablePlanError), unless
  * `onUnreadablePlan` takes it: then the plan reads as none (kctl upgrade plan replaces it).
  */
-export async function upgradeStatus(kube: KubeClient, o: { onUnreadablePlan?: (err: UnreadablePlanError) => void } = {}): Promise<UpgradeStatus> {
+export async function upgradeStatus(
+  kube: KubeClient,
+  o: { onUnreadablePlan?: (err: UnreadablePlanError) => void } = {},
+): Promise<UpgradeStatus> {
   const [plan, leases, nodes] = await Promise.all([
     readUpgradePlan(kube).catch((err: unknown) => {
       if (!(err instanceof UnreadablePlanError) || !o.onUnreadablePlan) throw err;
       o.onUnreadablePlan(err);
       return null;
     }),
-    kube.get<{ items: Lease[] }>(`${LEASES_PATH}?labelSelector=${encodeURIComponent(`${CONTROLLER_LEASE_LABEL}=true`)}`),
+    kube.get<{ items: Lease[] }>(
+      `${LEASES_PATH}?labelSelector=${encodeURIComponent(`${CONTROLLER_LEASE_LABEL}=true`)}`,
+    ),
     kube.get<{ items: NodeWithInfo[] }>('/api/v1/nodes'),
   ]);
   const controllers: MemberStatus[] = liveControllers(leases.items).map((c) => ({
@@ -68,7 +79,10 @@ export async function upgradeStatus(kube: KubeClient, o: { onUnreadablePlan?: (e
     const { release, upgrade, cordon } = nodeView(n);
     const kubelet = n.status?.nodeInfo?.kubeletVersion;
     const draining =
-      plan?.state === 'active' && cordon !== undefined && !(n.metadata.name in plan.admitted) && release?.version !== plan.target.version;
+      plan?.state === 'active' &&
+      cordon !== undefined &&
+      !(n.metadata.name in plan.admitted) &&
+      release?.version !== plan.target.version;
     return {
       kind: 'node',
       name: n.metadata.name,
@@ -84,7 +98,10 @@ export async function upgradeStatus(kube: KubeClient, o: { onUnreadablePlan?: (e
     .map((name) => ({ kind: 'controller', name, down: true }));
   return {
     plan,
-    members: [...[...controllers, ...down].sort((x, y) => x.name.localeCompare(y.name)), ...workers.sort((x, y) => x.name.localeCompare(y.name))],
+    members: [
+      ...[...controllers, ...down].sort((x, y) => x.name.localeCompare(y.name)),
+      ...workers.sort((x, y) => x.name.localeCompare(y.name)),
+    ],
   };
 }
 
@@ -102,11 +119,16 @@ export interface PlanOptions {
 /** Writes the plan for the given executable, after checking that every member can take the step. */
 export async function createUpgradePlan(o: PlanOptions): Promise<UpgradePlan> {
   const file = o.executable ?? kctlExecutable();
-  if (!file) throw new UserError('this kctl does not run from a kctl executable; give the new one with --executable PATH');
+  if (!file)
+    throw new UserError('this kctl does not run from a kctl executable; give the new one with --executable PATH');
   const release = await releaseOfExecutable(file);
   if (o.version && o.version.replace(/^v/, '') !== release.version.replace(/^v/, ''))
-    throw new UserError(`${file} is kctl ${release.version}, not ${o.version}; give the executable of ${o.version} with --executable`);
-  const status = await upgradeStatus(o.kube, { onUnreadablePlan: (err) => o.progress(`replacing the unreadable plan: ${err.message}`) });
+    throw new UserError(
+      `${file} is kctl ${release.version}, not ${o.version}; give the executable of ${o.version} with --executable`,
+    );
+  const status = await upgradeStatus(o.kube, {
+    onUnreadablePlan: (err) => o.progress(`replacing the unreadable plan: ${err.message}`),
+  });
   const current = status.plan;
   if (current?.state === 'active' && current.target.version !== release.version)
     throw new UserError(
@@ -119,12 +141,18 @@ export async function createUpgradePlan(o: PlanOptions): Promise<UpgradePlan> {
     etcd: m.release?.etcd ?? release.etcd,
   }));
   const unknown = status.members.filter((m) => m.kind === 'controller' && !m.release);
-  if (unknown.length) throw new UserError(`${unknown.map((m) => m.name).join(', ')} run a kctl without upgrades; upgrade them by hand first`);
+  if (unknown.length)
+    throw new UserError(
+      `${unknown.map((m) => m.name).join(', ')} run a kctl without upgrades; upgrade them by hand first`,
+    );
   if (current?.state !== 'active' && status.members.every((m) => m.release?.version === release.version))
     throw new UserError(`every controller and node already runs kctl ${release.version}; nothing to upgrade`);
   const problem = skewProblem(members, release);
-  if (problem) throw new UserError(`cannot upgrade to kctl ${release.version} (Kubernetes ${release.kubernetes}): ${problem}`);
-  o.progress(`kctl ${release.version} carries Kubernetes ${release.kubernetes} and etcd ${release.etcd}; checking ${file}`);
+  if (problem)
+    throw new UserError(`cannot upgrade to kctl ${release.version} (Kubernetes ${release.kubernetes}): ${problem}`);
+  o.progress(
+    `kctl ${release.version} carries Kubernetes ${release.kubernetes} and etcd ${release.etcd}; checking ${file}`,
+  );
   const sha256 = await sha256OfFile(file);
   const size = (await stat(file)).size;
   if (!sha256) throw new UserError(`cannot read ${file}`);

@@ -22,7 +22,14 @@ import { LeaderLease } from '../../kube/leader-lease.ts';
 import { readUpgradePlan, writeUpgradePlan, type MemberUpgrade, type UpgradePlan } from '../../kube/upgrade-plan.ts';
 import { skewProblem } from '../../kube/version-skew.ts';
 import { downloadExecutable } from '../../payload/download.ts';
-import { describedProblem, executableUrl, keepForRollback, keptExecutable, readOutcome, releaseOfExecutable } from '../../payload/upgrade-files.ts';
+import {
+  describedProblem,
+  executableUrl,
+  keepForRollback,
+  keptExecutable,
+  readOutcome,
+  releaseOfExecutable,
+} from '../../payload/upgrade-files.ts';
 import { upgradeDone } from '../../payload/versions.ts';
 import type { PkiPaths } from '../../pki/index.ts';
 import type { ControllerPaths } from '../config/paths.ts';
@@ -92,14 +99,18 @@ export class ControllerUpgradeComponent implements Component {
 
   private report(target: string, state: MemberUpgrade['state'], extra: Partial<MemberUpgrade> = {}): void {
     if (this.state?.target !== target || this.state.state !== state || extra.reason !== this.state.reason)
-      this.log.info({ target, state, ...extra }, `upgrade to ${target}: ${state}${extra.reason ? `: ${extra.reason}` : ''}`);
+      this.log.info(
+        { target, state, ...extra },
+        `upgrade to ${target}: ${state}${extra.reason ? `: ${extra.reason}` : ''}`,
+      );
     this.state = { target, state, at: new Date().toISOString(), ...extra };
   }
 
   /** The upgrade lease, lasting this plan's ready timeout and the slack (a later plan may set another). */
   private upgradeLease(plan: UpgradePlan): LeaderLease {
     const durationS = plan.readyTimeoutS + LEASE_SLACK_S;
-    if (this.lease?.durationS !== durationS) this.lease = new LeaderLease(this.o.kube, UPGRADE_LEASE, this.identity, Date.now, durationS);
+    if (this.lease?.durationS !== durationS)
+      this.lease = new LeaderLease(this.o.kube, UPGRADE_LEASE, this.identity, Date.now, durationS);
     return this.lease;
   }
 
@@ -136,7 +147,10 @@ export class ControllerUpgradeComponent implements Component {
     const live = new Map(this.o.controllers.liveControllers().map((c) => [c.name, c]));
     const notReady = plan.controllers.filter((name) => {
       const c = live.get(name);
-      return name !== this.identity && (!c?.release || (c.upgrade?.target === target && ['downloading', 'restarting'].includes(c.upgrade.state)));
+      return (
+        name !== this.identity &&
+        (!c?.release || (c.upgrade?.target === target && ['downloading', 'restarting'].includes(c.upgrade.state)))
+      );
     });
     if (notReady.length) return;
     if (!(await lease.tryAcquireOrRenew())) return;
@@ -169,7 +183,9 @@ export class ControllerUpgradeComponent implements Component {
       onError: (url, reason) => this.log.warn({ url, reason }, 'kctl download failed; trying again'),
       rounds: 5,
     });
-    const problem = describedProblem(await releaseOfExecutable(file), t) ?? skewProblem([{ name: this.identity, ...this.o.release }], t);
+    const problem =
+      describedProblem(await releaseOfExecutable(file), t) ??
+      skewProblem([{ name: this.identity, ...this.o.release }], t);
     if (problem) {
       await this.stopPlan(plan, problem);
       return;
@@ -189,8 +205,11 @@ export class ControllerUpgradeComponent implements Component {
     const target = plan.target.version;
     const live = this.o.controllers.liveControllers();
     // Done as each says it, not only running the release: it has checked its own readiness.
-    const reportsDone = (c: LiveController) => c.release?.version === target && c.upgrade?.target === target && c.upgrade.state === 'done';
-    return plan.controllers.every((name) => live.some((c) => c.name === name && reportsDone(c))) && live.every(reportsDone);
+    const reportsDone = (c: LiveController) =>
+      c.release?.version === target && c.upgrade?.target === target && c.upgrade.state === 'done';
+    return (
+      plan.controllers.every((name) => live.some((c) => c.name === name && reportsDone(c))) && live.every(reportsDone)
+    );
   }
 
   /** With the lease, after the controllers: the nodes' turns; the plan is done when every node runs the target. */
@@ -203,7 +222,11 @@ export class ControllerUpgradeComponent implements Component {
       await lease.release(true);
     } else if (r.done) {
       this.log.info({ target }, `upgrade to ${target} done: every controller and node runs it`);
-      await writeUpgradePlan(this.o.kube, { ...next, state: 'done', reason: `every controller and node runs kctl ${target}` });
+      await writeUpgradePlan(this.o.kube, {
+        ...next,
+        state: 'done',
+        reason: `every controller and node runs kctl ${target}`,
+      });
       await lease.release(true);
     } else if (JSON.stringify(r.admitted) !== JSON.stringify(plan.admitted)) await writeUpgradePlan(this.o.kube, next);
   }

@@ -20,8 +20,19 @@ import type { Component, ComponentState, ComponentStatus } from '../../base/comp
 import { ServerConnection, type ConnectionContext } from './connection.ts';
 import { WindowBudget } from '../wire/flow.ts';
 import { AgentMetrics } from './metrics.ts';
-import { AGENT_DEFAULTS, type AgentOptionsWithDefaults, type KonnectivityAgentOptions, type ServerAddress } from './options.ts';
-import type { AgentServerSnapshot, AgentSnapshot, TargetStats } from './snapshot.ts';
+import {
+  AGENT_DEFAULTS,
+  type AgentOptionsWithDefaults,
+  type KonnectivityAgentOptions,
+  type ServerAddress,
+} from './options.ts';
+import {
+  serverSnapshots,
+  targetStatsOf,
+  type AgentServerSnapshot,
+  type AgentSnapshot,
+  type TargetStats,
+} from './snapshot.ts';
 import { FLOW_CONTROL_EXTENSION, WINDOW_GROWTH_BUDGET, packets } from '../wire/protocol.ts';
 import { messageOf } from '../../base/errors.ts';
 import { definedOnly } from '../../base/defined.ts';
@@ -74,8 +85,10 @@ export class KonnectivityAgent implements Component {
 
   constructor(opts: KonnectivityAgentOptions) {
     if (opts.servers.length === 0) throw new Error('konnectivity agent needs at least one server address');
-    if (!opts.cert !== !opts.key) throw new Error('konnectivity agent needs both a client certificate and its key, or neither');
-    if (!opts.cert && !opts.serviceAccountTokenPath) throw new Error('konnectivity agent needs a client certificate or a service-account token path');
+    if (!opts.cert !== !opts.key)
+      throw new Error('konnectivity agent needs both a client certificate and its key, or neither');
+    if (!opts.cert && !opts.serviceAccountTokenPath)
+      throw new Error('konnectivity agent needs a client certificate or a service-account token path');
     this.o = {
       ...AGENT_DEFAULTS,
       // An option given as undefined keeps its default.
@@ -134,12 +147,19 @@ export class KonnectivityAgent implements Component {
     for (const a of this.addresses.filter((x) => !labels.has(x.label))) {
       a.removed = true;
       for (const c of [...this.conns.values()].filter((x) => x.address === a.label)) {
-        this.log.info({ address: a.label, serverId: c.serverId }, 'konnectivity server left the cluster; draining its stream');
+        this.log.info(
+          { address: a.label, serverId: c.serverId },
+          'konnectivity server left the cluster; draining its stream',
+        );
         void c.drain().then(() => c.shutdown(true));
       }
     }
     this.addresses = [...this.addresses.filter((x) => !x.removed), ...added.map((a) => this.addressState(a))];
-    if (added.length) this.log.info({ added: added.map((a) => joinHostPort(a.host, a.port)) }, 'konnectivity servers joined the cluster');
+    if (added.length)
+      this.log.info(
+        { added: added.map((a) => joinHostPort(a.host, a.port)) },
+        'konnectivity servers joined the cluster',
+      );
     this.tick();
   }
 
@@ -149,7 +169,8 @@ export class KonnectivityAgent implements Component {
     this.state = 'starting';
     this.startedAt = Date.now();
     // A count from elsewhere (leases) changes without any event here: look again every sync interval.
-    if (this.o.serverCounter) this.counterTimer = setInterval(() => this.timer === undefined && this.tick(), this.o.syncIntervalMs);
+    if (this.o.serverCounter)
+      this.counterTimer = setInterval(() => this.timer === undefined && this.tick(), this.o.syncIntervalMs);
     this.tick();
   }
 
@@ -182,7 +203,10 @@ export class KonnectivityAgent implements Component {
   async drain(): Promise<void> {
     if (this.isDraining) return;
     this.isDraining = true;
-    this.log.info({ servers: this.conns.size }, 'draining: new dials go to other agents, open connections keep working');
+    this.log.info(
+      { servers: this.conns.size },
+      'draining: new dials go to other agents, open connections keep working',
+    );
     await Promise.all([...this.conns.values()].map((c) => c.drain()));
   }
 
@@ -216,7 +240,8 @@ export class KonnectivityAgent implements Component {
     if (opts.drain ?? true) {
       await Promise.all(conns.map((c) => c.drain()));
       const deadline = Date.now() + this.o.drainTimeoutMs;
-      while (Date.now() < deadline && conns.some((c) => c.targets.size > 0)) await new Promise((r) => setTimeout(r, 50));
+      while (Date.now() < deadline && conns.some((c) => c.targets.size > 0))
+        await new Promise((r) => setTimeout(r, 50));
     }
     await Promise.all(conns.map((c) => c.shutdown(opts.drain ?? true)));
     this.state = 'stopped';
@@ -237,15 +262,7 @@ export class KonnectivityAgent implements Component {
     return {
       agentId: this.o.agentId,
       knownServerCount: this.knownServerCount,
-      servers: [...this.conns.values()].map((c) => ({
-        address: c.address,
-        serverId: c.serverId,
-        serverCount: c.serverCount,
-        extensions: c.flowControl ? [FLOW_CONTROL_EXTENSION] : [],
-        transport: c.transport,
-        connections: c.targets.size,
-        pendingDials: c.dials.size,
-      })),
+      servers: serverSnapshots(this.conns.values()),
     };
   }
 
@@ -255,17 +272,7 @@ export class KonnectivityAgent implements Component {
   }
 
   targetStats(): TargetStats[] {
-    return [...this.conns.values()].flatMap((c) =>
-      [...c.targets.values()].map((t) => ({
-        trace: t.trace,
-        serverId: c.serverId,
-        connectID: t.connectID,
-        unflushed: t.flow.unflushed,
-        peakUnflushed: t.flow.peakUnflushed,
-        held: t.flow.heldLength,
-        peakHeld: t.flow.peakHeld,
-      })),
-    );
+    return targetStatsOf(this.conns.values());
   }
 
   /** Prometheus text for the worker's metrics endpoint. */
@@ -339,7 +346,10 @@ export class KonnectivityAgent implements Component {
         c.close(this.stopping ? 'agent stopping' : 'server left the cluster');
       } else if (this.conns.has(c.serverId)) {
         outcome = 'duplicate';
-        this.log.debug({ address: a.label, serverId: c.serverId }, 'already connected to this server; dropping the duplicate');
+        this.log.debug(
+          { address: a.label, serverId: c.serverId },
+          'already connected to this server; dropping the duplicate',
+        );
         c.close('duplicate server');
       } else {
         outcome = 'new';
@@ -362,7 +372,8 @@ export class KonnectivityAgent implements Component {
       this.knownServerCount = c.serverCount;
     } catch (err) {
       this.lastError = messageOf(err);
-      if (!this.stopping) this.log.warn({ address: a.label }, `cannot connect to konnectivity server: ${this.lastError}`);
+      if (!this.stopping)
+        this.log.warn({ address: a.label }, `cannot connect to konnectivity server: ${this.lastError}`);
     } finally {
       this.dialingConns.delete(c);
       a.dialing = false;

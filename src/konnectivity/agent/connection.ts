@@ -7,7 +7,13 @@ import type * as grpc from '@grpc/grpc-js';
 import { splitHostPort } from '../../base/addresses.ts';
 import type { Logger } from '../../base/log.ts';
 import type { ConnectionOptions } from './options.ts';
-import { HEADER_TIMEOUT_MS, channelCredentials, connectMetadata, openServerStream, type ServerCall } from './server-stream.ts';
+import {
+  HEADER_TIMEOUT_MS,
+  channelCredentials,
+  connectMetadata,
+  openServerStream,
+  type ServerCall,
+} from './server-stream.ts';
 import { PendingDial, Target, type TargetOwner } from './targets.ts';
 import type { WindowBudget } from '../wire/flow.ts';
 import type { AgentDialFailure, AgentMetrics } from './metrics.ts';
@@ -109,7 +115,10 @@ export class ServerConnection implements TargetOwner {
       throw new Error('agent stopping');
     }
     await new Promise<void>((resolve, reject) => {
-      const timer = setTimeout(() => fail(new Error(`no serverid/servercount headers within ${HEADER_TIMEOUT_MS / 1000} s`)), HEADER_TIMEOUT_MS);
+      const timer = setTimeout(
+        () => fail(new Error(`no serverid/servercount headers within ${HEADER_TIMEOUT_MS / 1000} s`)),
+        HEADER_TIMEOUT_MS,
+      );
       const fail = (err: Error): void => {
         clearTimeout(timer);
         call.off('metadata', onMetadata);
@@ -126,7 +135,9 @@ export class ServerConnection implements TargetOwner {
         const counts = h.get(META.serverCount).map(String);
         if (ids.length !== 1 || !ids[0] || counts.length !== 1 || !/^[1-9][0-9]*$/.test(counts[0] ?? '')) {
           fail(
-            new Error(`server must send exactly one ${META.serverId} and one ${META.serverCount} header (got ${ids.length} and ${counts.length})`),
+            new Error(
+              `server must send exactly one ${META.serverId} and one ${META.serverCount} header (got ${ids.length} and ${counts.length})`,
+            ),
           );
           return;
         }
@@ -151,7 +162,10 @@ export class ServerConnection implements TargetOwner {
     call.on('end', () => this.lost('server ended the stream'));
     if (this.flowControl) {
       // Checked every second (at most): a dead server is dropped at most 1 s after the bound.
-      this.pingTimer = setInterval(() => this.keepalive(), Math.max(50, Math.min(1_000, Math.floor(o.keepaliveTimeMs / 2))));
+      this.pingTimer = setInterval(
+        () => this.keepalive(),
+        Math.max(50, Math.min(1_000, Math.floor(o.keepaliveTimeMs / 2))),
+      );
       this.pingTimer.unref();
     }
     this.held = true;
@@ -265,14 +279,20 @@ export class ServerConnection implements TargetOwner {
     this.targets.set(connectID, t);
     this.metrics.dialDuration.observe((Date.now() - d.startedAt) / 1000);
     this.send(packets.dialRsp(d.random, connectID));
-    this.log.debug({ trace: d.trace, serverId: this.serverId, random: d.random, connectID, address: d.address }, 'target connected');
+    this.log.debug(
+      { trace: d.trace, serverId: this.serverId, random: d.random, connectID, address: d.address },
+      'target connected',
+    );
     t.start();
   }
 
   dialFailed(d: PendingDial, error: string, reason: AgentDialFailure): void {
     this.dials.delete(d.random);
     this.metrics.dialFailed(reason);
-    this.log.warn({ trace: d.trace, serverId: this.serverId, random: d.random, address: d.address }, `target dial failed: ${error}`);
+    this.log.warn(
+      { trace: d.trace, serverId: this.serverId, random: d.random, address: d.address },
+      `target dial failed: ${error}`,
+    );
     this.send(packets.dialRsp(d.random, '0', error));
   }
 

@@ -77,11 +77,26 @@ export const AGENT_DEFAULTS = {
 } satisfies Partial<KonnectivityAgentOptions>;
 
 /** The agent's options with AGENT_DEFAULTS applied. */
-export type AgentOptionsWithDefaults = Required<Pick<KonnectivityAgentOptions, keyof typeof AGENT_DEFAULTS>> & KonnectivityAgentOptions;
+export type AgentOptionsWithDefaults = Required<Pick<KonnectivityAgentOptions, keyof typeof AGENT_DEFAULTS>> &
+  KonnectivityAgentOptions;
 
 /** The agent options a server connection reads, defaults applied. */
 export type ConnectionOptions = Pick<
   KonnectivityAgentOptions,
-  'ca' | 'cert' | 'key' | 'serverName' | 'agentId' | 'identifiers' | 'extensions' | 'serviceAccountTokenPath' | 'alpnProtocols' | 'localNames'
+  | 'ca'
+  | 'cert'
+  | 'key'
+  | 'serverName'
+  | 'agentId'
+  | 'identifiers'
+  | 'extensions'
+  | 'serviceAccountTokenPath'
+  | 'alpnProtocols'
+  | 'localNames'
 > &
-  Required<Pick<KonnectivityAgentOptions, 'dialTimeoutMs' | 'keepaliveTimeMs' | 'keepaliveTimeoutMs' | 'upstreamBufferLimit' | 'holdMaxMs'>>;
+  Required<
+    Pick<
+      KonnectivityAgentOptions,
+      'dialTimeoutMs' | 'keepaliveTimeMs' | 'keepaliveTimeoutMs' | 'upstreamBufferLimit' | 'holdMaxMs'
+    >
+  >;

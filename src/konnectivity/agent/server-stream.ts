@@ -8,7 +8,14 @@ import { splitHostPort } from '../../base/addresses.ts';
 import type { ConnectionOptions } from './options.ts';
 import { LINK_ALPN } from '../wire/link.ts';
 import { openLink, type CallError } from '../wire/link-calls.ts';
-import { AgentServiceClient, FLOW_CONTROL_EXTENSION, NODE_NAME_EXTENSION, META, formatIdentifiers, type Packet } from '../wire/protocol.ts';
+import {
+  AgentServiceClient,
+  FLOW_CONTROL_EXTENSION,
+  NODE_NAME_EXTENSION,
+  META,
+  formatIdentifiers,
+  type Packet,
+} from '../wire/protocol.ts';
 
 /**
  * `creds` offering `protocols` before h2 in the TLS handshake. grpc-js always offers h2 alone; its
@@ -17,10 +24,13 @@ import { AgentServiceClient, FLOW_CONTROL_EXTENSION, NODE_NAME_EXTENSION, META, 
 function withAlpn(creds: grpc.ChannelCredentials, protocols: string[]): grpc.ChannelCredentials {
   if (protocols.length === 0) return creds;
   const wrapped = Object.create(creds) as grpc.ChannelCredentials;
-  type Connector = ReturnType<grpc.ChannelCredentials['_createSecureConnector']> & { connectionOptions?: { ALPNProtocols?: string[] } };
+  type Connector = ReturnType<grpc.ChannelCredentials['_createSecureConnector']> & {
+    connectionOptions?: { ALPNProtocols?: string[] };
+  };
   wrapped._createSecureConnector = (...args) => {
     const connector: Connector = creds._createSecureConnector(...args);
-    if (!connector.connectionOptions) throw new Error('this grpc-js cannot offer ALPN protocols (--alpn-proto); report a bug');
+    if (!connector.connectionOptions)
+      throw new Error('this grpc-js cannot offer ALPN protocols (--alpn-proto); report a bug');
     connector.connectionOptions.ALPNProtocols = [...protocols.filter((p) => p !== 'h2'), 'h2'];
     return connector;
   };
@@ -64,7 +74,10 @@ export const CONNECT_TIMEOUT_MS = 5_000;
 
 /** The stream's TLS credentials and the ALPN protocols they offer. */
 export function channelCredentials(o: ConnectionOptions): grpc.ChannelCredentials {
-  return withAlpn(grpc.credentials.createSsl(bufferOrNull(o.ca), bufferOrNull(o.key), bufferOrNull(o.cert)), o.alpnProtocols ?? []);
+  return withAlpn(
+    grpc.credentials.createSsl(bufferOrNull(o.ca), bufferOrNull(o.key), bufferOrNull(o.cert)),
+    o.alpnProtocols ?? [],
+  );
 }
 
 /** What a Connect says about the agent; the service-account token is read on every connect (tokens rotate). */

@@ -1,5 +1,7 @@
 // What a konnectivity agent reports about itself (`kctl status`, tests): the servers it holds
 // a stream to, and the per-connection flow-control numbers.
+import type { ServerConnection } from './connection.ts';
+import { FLOW_CONTROL_EXTENSION } from '../wire/protocol.ts';
 
 export interface AgentServerSnapshot {
   address: string;
@@ -26,4 +28,32 @@ export interface TargetStats {
   peakUnflushed: number;
   held: number;
   peakHeld: number;
+}
+
+/** The servers `conns` hold a stream to, as `kctl status` shows them. */
+export function serverSnapshots(conns: Iterable<ServerConnection>): AgentServerSnapshot[] {
+  return [...conns].map((c) => ({
+    address: c.address,
+    serverId: c.serverId,
+    serverCount: c.serverCount,
+    extensions: c.flowControl ? [FLOW_CONTROL_EXTENSION] : [],
+    transport: c.transport,
+    connections: c.targets.size,
+    pendingDials: c.dials.size,
+  }));
+}
+
+/** Every target connection's flow-control numbers. */
+export function targetStatsOf(conns: Iterable<ServerConnection>): TargetStats[] {
+  return [...conns].flatMap((c) =>
+    [...c.targets.values()].map((t) => ({
+      trace: t.trace,
+      serverId: c.serverId,
+      connectID: t.connectID,
+      unflushed: t.flow.unflushed,
+      peakUnflushed: t.flow.peakUnflushed,
+      held: t.flow.heldLength,
+      peakHeld: t.flow.peakHeld,
+    })),
+  );
 }

@@ -72,7 +72,12 @@ export class PendingDial {
       this.conn.dialed(this, socket);
     });
     socket.once('error', (err: NodeJS.ErrnoException) => {
-      if (this.settle()) this.conn.dialFailed(this, dialErrorText(this.address, this.host, err), err.code === 'EMFILE' ? 'fd_exhausted' : 'error');
+      if (this.settle())
+        this.conn.dialFailed(
+          this,
+          dialErrorText(this.address, this.host, err),
+          err.code === 'EMFILE' ? 'fd_exhausted' : 'error',
+        );
     });
   }
 
@@ -294,7 +299,13 @@ export class Target {
   closeByServer(): void {
     if (this.closed) return;
     this.conn.log.debug(
-      { trace: this.trace, serverId: this.conn.serverId, connectID: this.connectID, read: this.readBytes, written: this.writtenBytes },
+      {
+        trace: this.trace,
+        serverId: this.conn.serverId,
+        connectID: this.connectID,
+        read: this.readBytes,
+        written: this.writtenBytes,
+      },
       'closing target on request',
     );
     this.markClosed();

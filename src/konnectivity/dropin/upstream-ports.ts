@@ -67,7 +67,11 @@ export function addProcessMetrics(registry: Registry): { requests: Counter<'code
         this.inc(net(field));
       },
     });
-  const inFlight = new Gauge({ name: 'promhttp_metric_handler_requests_in_flight', help: 'Current number of scrapes being served.', registers });
+  const inFlight = new Gauge({
+    name: 'promhttp_metric_handler_requests_in_flight',
+    help: 'Current number of scrapes being served.',
+    registers,
+  });
   const requests = new Counter({
     name: 'promhttp_metric_handler_requests_total',
     help: 'Total number of scrapes by HTTP status code.',
@@ -100,7 +104,11 @@ export interface HealthServerOptions {
 async function listen(server: Server, host: string, port: number, what: string): Promise<number> {
   return new Promise((resolve, reject) => {
     server.once('error', (err: NodeJS.ErrnoException) =>
-      reject(new Error(`cannot listen on ${host || '*'}:${port} for the ${what} (${err.code ?? err.message}); pick another port or address`)),
+      reject(
+        new Error(
+          `cannot listen on ${host || '*'}:${port} for the ${what} (${err.code ?? err.message}); pick another port or address`,
+        ),
+      ),
     );
     const done = () => resolve((server.address() as AddressInfo).port);
     if (host === '') server.listen(port, done);
@@ -173,13 +181,15 @@ export interface AdminServerOptions {
 
 /** The admin port: /metrics redirects to the health port; /debug/pprof/ with profiling on. */
 export async function serveAdmin(o: AdminServerOptions): Promise<{ server: Server; port: number; close(): void }> {
-  const delay: IntervalHistogram | undefined = o.profiling && o.contentionProfiling ? monitorEventLoopDelay({ resolution: 10 }) : undefined;
+  const delay: IntervalHistogram | undefined =
+    o.profiling && o.contentionProfiling ? monitorEventLoopDelay({ resolution: 10 }) : undefined;
   delay?.enable();
   const server = createServer((req, res) => {
     const url = new URL(req.url ?? '/', 'http://x');
     if (url.pathname === '/metrics') {
       const m = o.metrics;
-      if ('registry' in m) return serveMetrics(m.registry, scrapes.get(m.registry) ?? addProcessMetrics(m.registry), res);
+      if ('registry' in m)
+        return serveMetrics(m.registry, scrapes.get(m.registry) ?? addProcessMetrics(m.registry), res);
       const host = (req.headers.host ?? 'localhost').replace(/:\d+$/, '');
       res.writeHead(301, { Location: `//${host}:${m.redirectToPort}/metrics${url.search}`, ...TEXT });
       return res.end();
@@ -202,7 +212,8 @@ async function pprof(url: URL, res: ServerResponse, delay: IntervalHistogram | u
   if (path === '/debug/pprof') return text(res, 200, PPROF_INDEX);
   if (path === '/debug/pprof/profile') {
     const seconds = Number(url.searchParams.get('seconds') ?? '30');
-    if (!Number.isFinite(seconds) || seconds <= 0 || seconds > 3600) return text(res, 400, 'seconds must be between 0 and 3600\n');
+    if (!Number.isFinite(seconds) || seconds <= 0 || seconds > 3600)
+      return text(res, 400, 'seconds must be between 0 and 3600\n');
     const session = new Session();
     session.connect();
     try {
@@ -210,7 +221,10 @@ async function pprof(url: URL, res: ServerResponse, delay: IntervalHistogram | u
       await session.post('Profiler.start');
       await new Promise((r) => setTimeout(r, seconds * 1000));
       const { profile } = await session.post('Profiler.stop');
-      res.writeHead(200, { 'Content-Type': 'application/json', 'Content-Disposition': 'attachment; filename="kctl.cpuprofile"' });
+      res.writeHead(200, {
+        'Content-Type': 'application/json',
+        'Content-Disposition': 'attachment; filename="kctl.cpuprofile"',
+      });
       res.end(JSON.stringify(profile));
     } finally {
       session.disconnect();
@@ -218,7 +232,10 @@ async function pprof(url: URL, res: ServerResponse, delay: IntervalHistogram | u
     return;
   }
   if (path === '/debug/pprof/heap') {
-    res.writeHead(200, { 'Content-Type': 'application/json', 'Content-Disposition': 'attachment; filename="kctl.heapsnapshot"' });
+    res.writeHead(200, {
+      'Content-Type': 'application/json',
+      'Content-Disposition': 'attachment; filename="kctl.heapsnapshot"',
+    });
     getHeapSnapshot().pipe(res);
     return;
   }

@@ -14,7 +14,11 @@ export interface AdminEndpoints {
 }
 
 /** Listens and resolves with the bound port (0 picks a free one). */
-export async function listenAdmin(port: number, host: string, e: AdminEndpoints): Promise<{ server: Server; port: number }> {
+export async function listenAdmin(
+  port: number,
+  host: string,
+  e: AdminEndpoints,
+): Promise<{ server: Server; port: number }> {
   const server = createServer((req, res) => {
     const path = (req.url ?? '/').split('?')[0];
     const text = (code: number, body: string): void => {

@@ -88,7 +88,11 @@ export class AgentListener {
     const server = this.listener;
     return new Promise((resolve, reject) => {
       const onError = (err: Error): void =>
-        reject(new Error(`konnectivity server cannot listen on ${host.includes(':') ? `[${host}]` : host || '*'}:${port}: ${err.message}`));
+        reject(
+          new Error(
+            `konnectivity server cannot listen on ${host.includes(':') ? `[${host}]` : host || '*'}:${port}: ${err.message}`,
+          ),
+        );
       server.once('error', onError);
       server.listen({ port, host: host || undefined }, () => {
         server.off('error', onError);

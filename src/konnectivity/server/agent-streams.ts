@@ -5,7 +5,15 @@
 import type { X509Certificate } from 'node:crypto';
 import * as grpc from '@grpc/grpc-js';
 import type { Logger } from '../../base/log.ts';
-import { AgentAuthError, authenticateAgent, authenticateUpstreamStyle, brokerId, issuerOf, strayAgentId, type AgentIdentity } from './auth.ts';
+import {
+  AgentAuthError,
+  authenticateAgent,
+  authenticateUpstreamStyle,
+  brokerId,
+  issuerOf,
+  strayAgentId,
+  type AgentIdentity,
+} from './auth.ts';
 import type { Broker } from './broker.ts';
 import { canonicalIdentifier, type NodeDirectory } from '../../base/ownership.ts';
 import { isTrusted, judgeClaims, judgeWithoutNodes, type ClaimVerdict } from './claims.ts';
@@ -75,7 +83,10 @@ export class AgentStreams {
     const ids = call.metadata.get(META.agentId).map(String);
     const agentId = ids[0];
     if (ids.length !== 1 || !agentId)
-      return refuse(grpc.status.INVALID_ARGUMENT, `metadata ${META.agentId} must be set exactly once (got ${ids.length})`);
+      return refuse(
+        grpc.status.INVALID_ARGUMENT,
+        `metadata ${META.agentId} must be set exactly once (got ${ids.length})`,
+      );
     // Upstream's rules (the standalone drop-in, or no CA to check node certificates against).
     const cas = this.c.options.agentAuth === 'upstream' ? undefined : this.c.cas();
     const upstreamStyle = cas === undefined;
@@ -181,7 +192,8 @@ export class AgentStreams {
    */
   private probeOlderStreams(fresh: AgentBackend): void {
     for (const old of this.c.broker.agents) {
-      if (old === fresh || old.id !== fresh.id || old.gone || !old.flowControl || old.silentMs < STALE_STREAM_MS) continue;
+      if (old === fresh || old.id !== fresh.id || old.gone || !old.flowControl || old.silentMs < STALE_STREAM_MS)
+        continue;
       old.suspect = true;
       old.send(packets.ping(newRandom()));
       this.c.log.info(
@@ -203,7 +215,13 @@ export class AgentStreams {
     const owners = nodes.owners(value);
     const v = canonicalIdentifier(value);
     for (const b of this.c.broker.agents) {
-      if (b !== self && b.identity.method === 'certificate' && owners.includes(b.identity.node ?? '') && b.namesExactly(v)) return b.id;
+      if (
+        b !== self &&
+        b.identity.method === 'certificate' &&
+        owners.includes(b.identity.node ?? '') &&
+        b.namesExactly(v)
+      )
+        return b.id;
     }
     return undefined;
   }
@@ -212,7 +230,10 @@ export class AgentStreams {
   private warnDropped(a: AgentBackend): void {
     if (a.dropped.length === 0 || (this.c.options.nodes && !this.c.options.nodes.synced)) return;
     const dropped = a.dropped.map((d) => `${d.claim} (${d.reason})`);
-    this.c.log.warn({ agent: a.id, node: a.identity.node, user: a.identity.user, dropped }, `agent ${a.id}: dropped claims ${dropped.join('; ')}`);
+    this.c.log.warn(
+      { agent: a.id, node: a.identity.node, user: a.identity.user, dropped },
+      `agent ${a.id}: dropped claims ${dropped.join('; ')}`,
+    );
   }
 
   /**
@@ -226,7 +247,10 @@ export class AgentStreams {
       const verdict = this.judge(a.identity, a.claimed, a);
       if (sameClaims(verdict, { accepted: a.identifiers, dropped: a.dropped })) continue;
       a.rejudged(verdict);
-      this.c.log.info({ agent: a.id, node: a.identity.node, accepted: verdict.accepted }, 'agent claims follow a Node change');
+      this.c.log.info(
+        { agent: a.id, node: a.identity.node, accepted: verdict.accepted },
+        'agent claims follow a Node change',
+      );
       this.warnDropped(a);
     }
   }

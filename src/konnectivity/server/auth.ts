@@ -68,7 +68,10 @@ export function nodeIdentityFromCert(der: Buffer, cas: readonly X509Certificate[
     throw new AgentAuthError(grpc.status.UNAUTHENTICATED, 'client certificate is not signed by the cluster CA');
   }
   if (now < new Date(cert.validFrom) || now > new Date(cert.validTo)) {
-    throw new AgentAuthError(grpc.status.UNAUTHENTICATED, `client certificate is not valid now (valid ${cert.validFrom} to ${cert.validTo})`);
+    throw new AgentAuthError(
+      grpc.status.UNAUTHENTICATED,
+      `client certificate is not valid now (valid ${cert.validFrom} to ${cert.validTo})`,
+    );
   }
   if (cert.keyUsage !== undefined && !cert.keyUsage.includes(CLIENT_AUTH_OID)) {
     throw new AgentAuthError(grpc.status.PERMISSION_DENIED, 'client certificate is not for client authentication');
@@ -79,7 +82,10 @@ export function nodeIdentityFromCert(der: Buffer, cas: readonly X509Certificate[
   const node = cn.startsWith(NODE_PREFIX) ? cn.slice(NODE_PREFIX.length) : '';
   if (!orgs.includes(NODES_GROUP) || node === '') {
     const subject = [`CN=${cn}`, ...orgs.map((o) => `O=${o}`)].join(',');
-    throw new AgentAuthError(grpc.status.PERMISSION_DENIED, `client certificate ${subject} is not a node certificate; agents need ${WANT}`);
+    throw new AgentAuthError(
+      grpc.status.PERMISSION_DENIED,
+      `client certificate ${subject} is not a node certificate; agents need ${WANT}`,
+    );
   }
   return { method: 'certificate', user: cn, node, certificate: cert };
 }
@@ -117,9 +123,13 @@ export async function authenticateAgent(call: AuthSource, opts: AgentAuthOptions
     }
   }
   if (token === undefined) {
-    throw new AgentAuthError(grpc.status.UNAUTHENTICATED, `no client certificate signed by the cluster CA and no bearer token; agents need ${WANT}`);
+    throw new AgentAuthError(
+      grpc.status.UNAUTHENTICATED,
+      `no client certificate signed by the cluster CA and no bearer token; agents need ${WANT}`,
+    );
   }
-  if (token === '') throw new AgentAuthError(grpc.status.UNAUTHENTICATED, 'authorization metadata is not "Bearer <token>"');
+  if (token === '')
+    throw new AgentAuthError(grpc.status.UNAUTHENTICATED, 'authorization metadata is not "Bearer <token>"');
   if (!opts.tokenReview) {
     const why = certError ? `${certError.message}, and ` : '';
     throw new AgentAuthError(
@@ -138,7 +148,11 @@ async function reviewedToken(tokenReview: TokenReview, token: string): Promise<A
   } catch (err) {
     throw new AgentAuthError(grpc.status.UNAVAILABLE, `token review failed: ${messageOf(err)}`);
   }
-  if (!review.ok) throw new AgentAuthError(grpc.status.UNAUTHENTICATED, `service-account token rejected${review.error ? `: ${review.error}` : ''}`);
+  if (!review.ok)
+    throw new AgentAuthError(
+      grpc.status.UNAUTHENTICATED,
+      `service-account token rejected${review.error ? `: ${review.error}` : ''}`,
+    );
   return { method: 'token', user: review.user ?? 'unknown' };
 }
 
@@ -156,12 +170,19 @@ function commonName(der: Buffer): string {
  * needs a valid token (certificates do not count); otherwise the TLS layer already decided (a
  * certificate of the cluster CA when one is configured, else anyone).
  */
-export async function authenticateUpstreamStyle(call: AuthSource, opts: { tokenReview?: TokenReview }): Promise<AgentIdentity> {
+export async function authenticateUpstreamStyle(
+  call: AuthSource,
+  opts: { tokenReview?: TokenReview },
+): Promise<AgentIdentity> {
   if (opts.tokenReview) {
     const token = bearerToken(call.metadata);
     if (token === undefined)
-      throw new AgentAuthError(grpc.status.UNAUTHENTICATED, 'no bearer token; this server authenticates agents by service-account token');
-    if (token === '') throw new AgentAuthError(grpc.status.UNAUTHENTICATED, 'authorization metadata is not "Bearer <token>"');
+      throw new AgentAuthError(
+        grpc.status.UNAUTHENTICATED,
+        'no bearer token; this server authenticates agents by service-account token',
+      );
+    if (token === '')
+      throw new AgentAuthError(grpc.status.UNAUTHENTICATED, 'authorization metadata is not "Bearer <token>"');
     return reviewedToken(opts.tokenReview, token);
   }
   const peer = call.getAuthContext()?.sslPeerCertificate;
@@ -183,7 +204,10 @@ export function brokerId(identity: AgentIdentity, agentId: string, upstreamStyle
 
 /** The agentid an agent sent, when it names anyone but the agent's node (kept as a label, never a key). */
 export function strayAgentId(identity: AgentIdentity, agentId: string): string | undefined {
-  return identity.method === 'certificate' && identity.node !== undefined && agentId !== identity.node && agentId !== identity.user
+  return identity.method === 'certificate' &&
+    identity.node !== undefined &&
+    agentId !== identity.node &&
+    agentId !== identity.user
     ? agentId
     : undefined;
 }

@@ -113,11 +113,15 @@ export class Broker {
   dial(frontend: Frontend, req: DialRequest): Tunnel | null {
     const fail = (message: string, reason: DialFailureReason): null => {
       this.o.metrics.dialFailed(reason);
-      this.log.warn({ address: req.address, random: req.random, frontend: frontend.kind, reason }, `dial failed: ${message}`);
+      this.log.warn(
+        { address: req.address, random: req.random, frontend: frontend.kind, reason },
+        `dial failed: ${message}`,
+      );
       frontend.dialFailed(message, reason);
       return null;
     };
-    if (req.protocol !== 'tcp') return fail(`unsupported protocol ${JSON.stringify(req.protocol)}; only tcp`, 'bad_request');
+    if (req.protocol !== 'tcp')
+      return fail(`unsupported protocol ${JSON.stringify(req.protocol)}; only tcp`, 'bad_request');
     const target = splitHostPort(req.address);
     if (!target) return fail(`dial address ${JSON.stringify(req.address)} is not host:port`, 'bad_request');
     if (!isId(req.random)) return fail('dial id (random) must be a positive int64', 'bad_request');
@@ -131,7 +135,15 @@ export class Broker {
         'no_agent',
       );
 
-    const t = new Tunnel(newTraceId(), req.random, req.address, agent, frontend, this.o.upstreamBufferLimit, this.windowBudget);
+    const t = new Tunnel(
+      newTraceId(),
+      req.random,
+      req.address,
+      agent,
+      frontend,
+      this.o.upstreamBufferLimit,
+      this.windowBudget,
+    );
     this.pendingByRandom.set(t.random, t);
     agent.pending.add(t);
     if (this.o.dialTimeoutMs > 0) t.timer = setTimeout(() => this.dialTimedOut(t), this.o.dialTimeoutMs);
@@ -145,15 +157,22 @@ export class Broker {
     if (t.state !== 'pending') return;
     t.agent.send(packets.dialCls(t.random));
     // Say when the agent has gone quiet: over a bad link that is the likely reason, not the target.
-    const silent = t.agent.silentMs >= 2_000 ? ` (nothing heard from it for ${Math.round(t.agent.silentMs / 1000)} s)` : '';
-    this.fail(t, `dial to ${t.address} timed out after ${this.o.dialTimeoutMs} ms waiting for agent ${t.agent.id}${silent}`, 'timeout');
+    const silent =
+      t.agent.silentMs >= 2_000 ? ` (nothing heard from it for ${Math.round(t.agent.silentMs / 1000)} s)` : '';
+    this.fail(
+      t,
+      `dial to ${t.address} timed out after ${this.o.dialTimeoutMs} ms waiting for agent ${t.agent.id}${silent}`,
+      'timeout',
+    );
   }
 
   /** Bytes from the client for the target. */
   fromFrontend(t: Tunnel, buf: Buffer): void {
     if (t.state !== 'established' || t.connectID === undefined) return;
     for (let off = 0; off < buf.length; off += MAX_DATA_CHUNK) {
-      const part = t.flow.take(off === 0 && buf.length <= MAX_DATA_CHUNK ? buf : buf.subarray(off, off + MAX_DATA_CHUNK));
+      const part = t.flow.take(
+        off === 0 && buf.length <= MAX_DATA_CHUNK ? buf : buf.subarray(off, off + MAX_DATA_CHUNK),
+      );
       if (part) t.agent.send(packets.data(t.connectID, part));
     }
     if (!t.flow.open || !t.agent.writable) {
@@ -223,7 +242,11 @@ export class Broker {
         return;
       case 'KCTL_DATAGRAM':
         if (p.kctlDatagram && this.o.datagrams) this.o.datagrams.forward(a, p.kctlDatagram);
-        else this.log.debug({ agent: a.id, ...describePacket(p) }, 'dropping a datagram: this server does not relay (spec.network.relay)');
+        else
+          this.log.debug(
+            { agent: a.id, ...describePacket(p) },
+            'dropping a datagram: this server does not relay (spec.network.relay)',
+          );
         return;
       case 'DRAIN':
         if (!a.draining) this.log.info({ agent: a.id }, 'agent is draining; new dials go to other agents');
@@ -241,7 +264,10 @@ export class Broker {
     if (!t || t.agent !== a) {
       // Late (timed out, cancelled) or unknown: the agent may hold a connection nobody wants.
       if (!rsp.error && isId(rsp.connectID)) a.send(packets.closeReq(rsp.connectID));
-      this.log.debug({ agent: a.id, random: rsp.random, connectID: rsp.connectID }, 'DIAL_RSP for no pending dial; closing it on the agent');
+      this.log.debug(
+        { agent: a.id, random: rsp.random, connectID: rsp.connectID },
+        'DIAL_RSP for no pending dial; closing it on the agent',
+      );
       return;
     }
     if (rsp.error) {
@@ -278,8 +304,14 @@ export class Broker {
     const len = d.data.length;
     if (len === 0) return;
     if (!t.flow.received(len)) {
-      this.log.warn({ ...t.logFields(), buffered: t.flow.unflushed }, 'client is not reading; closing this tunnel to protect the others');
-      this.closeBoth(t, `client is not reading: more than ${t.flow.opts.bufferLimit} bytes buffered for this connection`);
+      this.log.warn(
+        { ...t.logFields(), buffered: t.flow.unflushed },
+        'client is not reading; closing this tunnel to protect the others',
+      );
+      this.closeBoth(
+        t,
+        `client is not reading: more than ${t.flow.opts.bufferLimit} bytes buffered for this connection`,
+      );
       return;
     }
     const id = d.connectID;

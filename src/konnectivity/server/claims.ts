@@ -2,7 +2,13 @@
 // Node's addresses; with the destHost strategy the agent that claims that address gets the dial.
 // So a claim is a request for another host's traffic: an agent keeps only what the ownership rule
 // (base/ownership.ts, shared with the serving-CSR approver and the pod network) gives its node.
-import { canonicalIdentifier, nobodysProblem, ownershipProblem, type NodeDirectory, type NodeRecord } from '../../base/ownership.ts';
+import {
+  canonicalIdentifier,
+  nobodysProblem,
+  ownershipProblem,
+  type NodeDirectory,
+  type NodeRecord,
+} from '../../base/ownership.ts';
 import type { AgentIdentity } from './auth.ts';
 import type { AgentIdentifiers } from '../wire/protocol.ts';
 
@@ -38,7 +44,9 @@ export function isTrusted(identity: AgentIdentity, trusted: TrustedAgents | unde
 export function judgeWithoutNodes(identity: AgentIdentity, claimed: AgentIdentifiers): ClaimVerdict {
   if (identity.method !== 'certificate' || identity.node === undefined) return { accepted: claimed, dropped: [] };
   const own = identity.node.toLowerCase();
-  const dropped = claimed.host.filter((h) => h !== own).map((h) => ({ claim: `host=${h}`, reason: `not node ${own}'s name` }));
+  const dropped = claimed.host
+    .filter((h) => h !== own)
+    .map((h) => ({ claim: `host=${h}`, reason: `not node ${own}'s name` }));
   return { accepted: { ...claimed, host: claimed.host.filter((h) => h === own) }, dropped };
 }
 
@@ -101,12 +109,15 @@ function claimProblem(c: ClaimContext): string | undefined {
   const { value, isName, own, node, nodes } = c;
   const problem = own === undefined ? undefined : ownershipProblem(own, node, value, isName, nodes);
   if (own !== undefined && problem === undefined) return undefined;
-  if (!c.trusted) return problem ?? 'a service-account agent claims nothing unless listed in spec.konnectivity.trustedAgents';
+  if (!c.trusted)
+    return problem ?? 'a service-account agent claims nothing unless listed in spec.konnectivity.trustedAgents';
   // Trust widens a claim to addresses no Node keeps, never to the control plane's or virtual ones.
   const v = canonicalIdentifier(value);
   const nobodys = nobodysProblem(v, isName, node, nodes.reserved);
   if (nobodys) return nobodys;
   const owners = nodes.owners(v).filter((n) => n !== own);
   const winner = owners.length > 0 ? c.ownerAgent(v) : undefined;
-  return winner === undefined ? undefined : `agent ${winner} of node ${owners.join(', ')}, which reports it, claims it too`;
+  return winner === undefined
+    ? undefined
+    : `agent ${winner} of node ${owners.join(', ')}, which reports it, claims it too`;
 }

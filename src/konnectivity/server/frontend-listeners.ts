@@ -68,7 +68,13 @@ export class FrontendListeners {
       return;
     }
     const https = this.httpConnectFrontend(
-      createHttpsServer({ ...tcp.tls, requestCert: true, rejectUnauthorized: true, requestTimeout: 0, headersTimeout: 30_000 }),
+      createHttpsServer({
+        ...tcp.tls,
+        requestCert: true,
+        rejectUnauthorized: true,
+        requestTimeout: 0,
+        headersTimeout: 30_000,
+      }),
     );
     await listenHttp(https, { host: tcp.host || undefined, port: tcp.port });
   }

@@ -9,12 +9,26 @@ import { NO_AGENT, type Broker } from './broker.ts';
 import type { Frontend, Tunnel } from './tunnel.ts';
 import type { DialFailureReason, ServerMetrics } from './metrics.ts';
 import type { PacketCall } from './grpc-h2.ts';
-import { ProxyServiceDefinition, describePacket, isId, newRandom, packets, type Int64, type Packet } from '../wire/protocol.ts';
+import {
+  ProxyServiceDefinition,
+  describePacket,
+  isId,
+  newRandom,
+  packets,
+  type Int64,
+  type Packet,
+} from '../wire/protocol.ts';
 
 export const PROXY_METHOD = ProxyServiceDefinition.Proxy.path;
 
 /** One kube-apiserver Proxy stream: DIAL_REQ first, then DATA / CLOSE_REQ / DIAL_CLS. */
-export function serveProxyStream(call: PacketCall, broker: Broker, metrics: ServerMetrics, log: Logger, onDone: () => void): void {
+export function serveProxyStream(
+  call: PacketCall,
+  broker: Broker,
+  metrics: ServerMetrics,
+  log: Logger,
+  onDone: () => void,
+): void {
   let tunnel: Tunnel | null = null;
   let random: Int64 = '0';
   let connectID: Int64 = '0';

@@ -113,10 +113,17 @@ class MessageReader {
   }
 
   private lengthOf(prefix: Buffer): number {
-    if (prefix[0] !== 0) throw new StatusError(GrpcStatus.UNIMPLEMENTED, 'compressed messages are not supported (grpc-encoding identity only)');
+    if (prefix[0] !== 0)
+      throw new StatusError(
+        GrpcStatus.UNIMPLEMENTED,
+        'compressed messages are not supported (grpc-encoding identity only)',
+      );
     const len = prefix.readUInt32BE(1);
     if (len > this.maxMessage)
-      throw new StatusError(GrpcStatus.RESOURCE_EXHAUSTED, `Received message larger than max (${len} vs. ${this.maxMessage})`);
+      throw new StatusError(
+        GrpcStatus.RESOURCE_EXHAUSTED,
+        `Received message larger than max (${len} vs. ${this.maxMessage})`,
+      );
     return len;
   }
 }
@@ -242,7 +249,10 @@ class H2PacketCall extends EventEmitter implements PacketCall {
   private respond(): void {
     if (this.responded) return;
     this.responded = true;
-    this.stream.respond({ [HTTP2_HEADER_STATUS]: 200, [HTTP2_HEADER_CONTENT_TYPE]: GRPC_CONTENT_TYPE }, { waitForTrailers: true });
+    this.stream.respond(
+      { [HTTP2_HEADER_STATUS]: 200, [HTTP2_HEADER_CONTENT_TYPE]: GRPC_CONTENT_TYPE },
+      { waitForTrailers: true },
+    );
   }
 
   private onChunk(chunk: Buffer): void {
@@ -326,7 +336,9 @@ export class PacketServer {
     readonly server: http2.Http2Server | http2.Http2SecureServer,
     o: PacketServerOptions,
   ) {
-    server.on('stream', (stream: http2.ServerHttp2Stream, headers: http2.IncomingHttpHeaders) => onStream(o, stream, headers));
+    server.on('stream', (stream: http2.ServerHttp2Stream, headers: http2.IncomingHttpHeaders) =>
+      onStream(o, stream, headers),
+    );
     server.on('session', (session: http2.ServerHttp2Session) => {
       session.on('error', () => {}); // a peer gone mid-frame; its streams report it
       this.sessions.add(session);
@@ -355,6 +367,12 @@ export function packetServer(o: PacketServerOptions): PacketServer {
 }
 
 /** The same behind mutual TLS: the client must present a certificate of `tls.ca`. */
-export function securePacketServer(o: PacketServerOptions, tls: { cert: Buffer; key: Buffer; ca: Buffer }): PacketServer {
-  return new PacketServer(http2.createSecureServer({ settings: SETTINGS, ...tls, requestCert: true, rejectUnauthorized: true }), o);
+export function securePacketServer(
+  o: PacketServerOptions,
+  tls: { cert: Buffer; key: Buffer; ca: Buffer },
+): PacketServer {
+  return new PacketServer(
+    http2.createSecureServer({ settings: SETTINGS, ...tls, requestCert: true, rejectUnauthorized: true }),
+    o,
+  );
 }

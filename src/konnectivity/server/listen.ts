@@ -22,7 +22,9 @@ export async function bindPrivateSocket(
   // The socket's own mode says who may connect; a directory made here lets them reach it.
   await mkdirShared(dirname(path));
   if (!o.replace && existsSync(path))
-    throw new Error(`konnectivity server cannot listen on ${path}: a file is already there (remove it, or allow replacing it)`);
+    throw new Error(
+      `konnectivity server cannot listen on ${path}: a file is already there (remove it, or allow replacing it)`,
+    );
   const tmp = join(dirname(path), `.${randomUUID().slice(0, 8)}.sock`);
   await bind(tmp);
   await chmod(tmp, o.mode);

@@ -9,7 +9,8 @@ const SERVER = 'konnectivity_network_proxy_server_';
 /** Upstream's server histogram buckets: 1 µs to 12.5 s. */
 const SERVER_LATENCY_BUCKETS = [0.000001, 0.00001, 0.0001, 0.005, 0.025, 0.1, 0.5, 2.5, 12.5];
 
-export type DialFailureReason = 'no_agent' | 'error_response' | 'timeout' | 'backend_close' | 'frontend_close' | 'bad_request';
+export type DialFailureReason =
+  'no_agent' | 'error_response' | 'timeout' | 'backend_close' | 'frontend_close' | 'bad_request';
 
 /** What became of a datagram between nodes (datagrams.ts): the `result` label of kctl's relay metrics. */
 export type RelayOutcome = 'forwarded' | 'rate_limited' | 'no_route' | 'not_allowed' | 'too_large';
@@ -76,7 +77,11 @@ export class ServerMetrics {
       labelNames: ['service_method'],
       registers,
     });
-    this.httpConnections = new Gauge({ name: `${SERVER}http_connections`, help: 'Number of current HTTP CONNECT connections', registers });
+    this.httpConnections = new Gauge({
+      name: `${SERVER}http_connections`,
+      help: 'Number of current HTTP CONNECT connections',
+      registers,
+    });
     new Gauge({
       name: `${SERVER}ready_backend_connections`,
       help: 'Number of konnectivity agent connected to the proxy server. DEPRECATED, please use ready_backends',
@@ -185,7 +190,11 @@ export class ServerMetrics {
   }
 
   /** A stream failed while sending or receiving (upstream: packet type Unknown when none was read). */
-  streamFailed(segment: 'from_client' | 'to_client' | 'from_agent' | 'to_agent', code: number | undefined, packetType = 'Unknown'): void {
+  streamFailed(
+    segment: 'from_client' | 'to_client' | 'from_agent' | 'to_agent',
+    code: number | undefined,
+    packetType = 'Unknown',
+  ): void {
     this.streamErrors.inc({ segment, code: grpcCodeName(code), packet_type: packetType });
   }
 }

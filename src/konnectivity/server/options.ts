@@ -95,7 +95,8 @@ export const SERVER_DEFAULTS = {
 } satisfies Partial<KonnectivityServerOptions>;
 
 /** The server's options with SERVER_DEFAULTS applied. */
-export type ServerOptionsWithDefaults = Required<Pick<KonnectivityServerOptions, keyof typeof SERVER_DEFAULTS>> & KonnectivityServerOptions;
+export type ServerOptionsWithDefaults = Required<Pick<KonnectivityServerOptions, keyof typeof SERVER_DEFAULTS>> &
+  KonnectivityServerOptions;
 
 /** The options as given, an option given as undefined keeping its default. */
 export function withServerDefaults(o: KonnectivityServerOptions): ServerOptionsWithDefaults {

@@ -184,7 +184,10 @@ export class PreAuthBounds {
       this.counts[reason]++;
       return;
     }
-    this.log.warn({ peer, bytesRead, waiting: this.waiting.size }, `agent port: ${this.why(reason)}; closed a connection from ${peer}`);
+    this.log.warn(
+      { peer, bytesRead, waiting: this.waiting.size },
+      `agent port: ${this.why(reason)}; closed a connection from ${peer}`,
+    );
     this.summary = setTimeout(() => this.summarise(true), WARN_INTERVAL_MS).unref();
   }
 

@@ -89,22 +89,41 @@ function readyAgents(agents: Iterable<AgentBackend>): AgentBackend[] {
  * The ready_backends gauge, counted as upstream counts each strategy's backends: destHost by
  * the distinct names and addresses agents claim, the others by distinct agent ids.
  */
-export function agentsByStrategy(agents: Iterable<AgentBackend>, strategies: ProxyStrategy[]): Map<ProxyStrategy, number> {
+export function agentsByStrategy(
+  agents: Iterable<AgentBackend>,
+  strategies: ProxyStrategy[],
+): Map<ProxyStrategy, number> {
   const ready = readyAgents(agents);
   const out = new Map<ProxyStrategy, number>();
   for (const s of strategies) {
-    if (s === 'destHost') out.set(s, new Set(ready.flatMap((a) => [...a.identifiers.host, ...a.identifiers.ipv4, ...a.identifiers.ipv6])).size);
-    else out.set(s, new Set((s === 'defaultRoute' ? ready.filter((a) => a.identifiers.defaultRoute) : ready).map((a) => a.id)).size);
+    if (s === 'destHost')
+      out.set(
+        s,
+        new Set(ready.flatMap((a) => [...a.identifiers.host, ...a.identifiers.ipv4, ...a.identifiers.ipv6])).size,
+      );
+    else
+      out.set(
+        s,
+        new Set((s === 'defaultRoute' ? ready.filter((a) => a.identifiers.defaultRoute) : ready).map((a) => a.id)).size,
+      );
   }
   return out;
 }
 
 /** The agent a dial to `host` goes to, or null when no strategy finds one. */
-export function pickAgent(agents: Iterable<AgentBackend>, strategies: ProxyStrategy[], host: string): AgentBackend | null {
+export function pickAgent(
+  agents: Iterable<AgentBackend>,
+  strategies: ProxyStrategy[],
+  host: string,
+): AgentBackend | null {
   const ready = readyAgents(agents);
   for (const s of strategies) {
     const candidates =
-      s === 'destHost' ? destHostCandidates(ready, host) : s === 'defaultRoute' ? ready.filter((a) => a.identifiers.defaultRoute) : ready;
+      s === 'destHost'
+        ? destHostCandidates(ready, host)
+        : s === 'defaultRoute'
+          ? ready.filter((a) => a.identifiers.defaultRoute)
+          : ready;
     if (candidates.length === 0) continue;
     // DRAIN: an agent on its way out only gets dials nobody else can take.
     const live = candidates.filter((a) => !a.draining);

@@ -72,7 +72,8 @@ export class KonnectivityServer implements Component {
     this.log = o.log;
     this.cas = o.tls.ca === undefined ? undefined : certificatesOf(o.tls.ca);
     this.caPem = o.tls.ca;
-    if (!this.cas && o.agentAuth === 'nodes') throw new Error('konnectivity server: tls.ca is needed to check node certificates');
+    if (!this.cas && o.agentAuth === 'nodes')
+      throw new Error('konnectivity server: tls.ca is needed to check node certificates');
     this.metrics = new ServerMetrics({
       readyBackends: () => this.broker.agents.size,
       readyBackendsByStrategy: () => this.broker.agentsByStrategy(),
@@ -137,7 +138,9 @@ export class KonnectivityServer implements Component {
     await Promise.race([
       this.started,
       new Promise((_, reject) =>
-        signal.addEventListener('abort', () => reject(new Error('konnectivity server did not start in time')), { once: true }),
+        signal.addEventListener('abort', () => reject(new Error('konnectivity server did not start in time')), {
+          once: true,
+        }),
       ),
     ]);
   }
@@ -182,7 +185,10 @@ export class KonnectivityServer implements Component {
         // As upstream: a CA means a verified client certificate is required, unless tokens authenticate.
         requireClientCert: upstreamAuth && this.o.tls.ca !== undefined && !this.o.tokenReview,
       },
-      { limits: { maxConnections: this.o.maxUnauthenticatedAgents, timeoutMs: this.o.agentAuthTimeoutMs }, log: this.log },
+      {
+        limits: { maxConnections: this.o.maxUnauthenticatedAgents, timeoutMs: this.o.agentAuthTimeoutMs },
+        log: this.log,
+      },
       this.o.extensions ? (socket) => this.onLink(socket) : undefined,
     );
     this.agentListener = listener;
@@ -221,7 +227,8 @@ export class KonnectivityServer implements Component {
       (call) => void this.agentStreams.connect(call),
       (err: Error) => {
         // A connection the agent port's pre-auth bounds closed was logged there, once per burst.
-        if (!this.agentListener?.closedBeforeAuth(socket)) this.log.warn({ peer: peerOf(socket) }, `agent connection dropped: ${err.message}`);
+        if (!this.agentListener?.closedBeforeAuth(socket))
+          this.log.warn({ peer: peerOf(socket) }, `agent connection dropped: ${err.message}`);
       },
     );
   }
@@ -262,7 +269,11 @@ export class KonnectivityServer implements Component {
       new Promise<boolean>((r) => (timer = setTimeout(() => r(true), timeoutMs))),
     ]);
     clearTimeout(timer);
-    if (timedOut) this.log.warn({ timeoutMs, open: this.broker.establishedCount() }, 'graceful shutdown timed out; closing the open connections');
+    if (timedOut)
+      this.log.warn(
+        { timeoutMs, open: this.broker.establishedCount() },
+        'graceful shutdown timed out; closing the open connections',
+      );
     await this.stop();
   }
 
@@ -297,7 +308,11 @@ export class KonnectivityServer implements Component {
       this.caPem = tls.ca;
     }
     const ca = this.caPem;
-    this.agentListener?.setCredentials({ ca: ca === undefined ? undefined : buf(ca), cert: buf(tls.cert), key: buf(tls.key) });
+    this.agentListener?.setCredentials({
+      ca: ca === undefined ? undefined : buf(ca),
+      cert: buf(tls.cert),
+      key: buf(tls.key),
+    });
     if (tls.ca !== undefined && this.cas) this.agentStreams.trustChanged(this.cas);
   }
 
@@ -350,7 +365,10 @@ export class KonnectivityServer implements Component {
   /** Flow-control numbers of every open tunnel. */
   tunnelStats(): TunnelStats[] {
     const out: TunnelStats[] = [];
-    const all = [...this.broker.pendingByRandom.values(), ...[...this.broker.agents].flatMap((a) => [...a.conns.values()])];
+    const all = [
+      ...this.broker.pendingByRandom.values(),
+      ...[...this.broker.agents].flatMap((a) => [...a.conns.values()]),
+    ];
     for (const t of all) {
       out.push({
         trace: t.trace,

@@ -73,7 +73,13 @@ export class Tunnel {
     bufferLimit: number,
     budget: WindowBudget,
   ) {
-    this.flow = new ConnectionFlow({ negotiated: agent.flowControl, window: INITIAL_WINDOW, maxWindow: MAX_WINDOW, budget, bufferLimit });
+    this.flow = new ConnectionFlow({
+      negotiated: agent.flowControl,
+      window: INITIAL_WINDOW,
+      maxWindow: MAX_WINDOW,
+      budget,
+      bufferLimit,
+    });
   }
 
   logFields(): Record<string, unknown> {

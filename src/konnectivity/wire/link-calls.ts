@@ -4,7 +4,14 @@
 // refusal with a status and the order of events are the same on both transports.
 import { EventEmitter } from 'node:events';
 import { createHash } from 'node:crypto';
-import { checkServerIdentity, createSecureContext, connect as tlsConnect, type PeerCertificate, type SecureContext, type TLSSocket } from 'node:tls';
+import {
+  checkServerIdentity,
+  createSecureContext,
+  connect as tlsConnect,
+  type PeerCertificate,
+  type SecureContext,
+  type TLSSocket,
+} from 'node:tls';
 import { isIP } from 'node:net';
 import * as grpc from '@grpc/grpc-js';
 import { joinHostPort } from '../../base/addresses.ts';
@@ -54,7 +61,8 @@ export class LinkAgentCall extends EventEmitter {
     const pinger = setInterval(
       () => {
         const silent = Date.now() - lastReceived;
-        if (silent >= keepalive.timeMs + keepalive.timeoutMs) link.fail(`no answer from the agent for ${(silent / 1000).toFixed(1)} s`);
+        if (silent >= keepalive.timeMs + keepalive.timeoutMs)
+          link.fail(`no answer from the agent for ${(silent / 1000).toFixed(1)} s`);
         else if (silent >= keepalive.timeMs) link.write(packets.ping(newRandom()));
       },
       // Checked every second: a dead agent is dropped at most 1 s after the bound, not timeMs/2 after.
@@ -74,7 +82,10 @@ export class LinkAgentCall extends EventEmitter {
     // As with grpc-js, emitting 'error' with a status ends the call with that status.
     this.on('error', (err: CallError) => {
       if (link.closed || err.code === undefined) return;
-      link.writeFrame(FRAME.STATUS, Buffer.from(JSON.stringify({ code: err.code, details: err.details ?? err.message })));
+      link.writeFrame(
+        FRAME.STATUS,
+        Buffer.from(JSON.stringify({ code: err.code, details: err.details ?? err.message })),
+      );
       link.end();
       setTimeout(() => link.destroy(), REFUSED_CLOSE_MS).unref();
     });
@@ -268,7 +279,9 @@ export function openLink(d: LinkDial, md: grpc.Metadata): Promise<LinkServerCall
       servername: name,
       ALPNProtocols: [LINK_ALPN, 'h2'],
       // grpc-js's ssl_target_name_override: the certificate is checked against that name instead.
-      ...(d.serverName ? { checkServerIdentity: (_host: string, cert: PeerCertificate) => checkServerIdentity(d.serverName!, cert) } : {}),
+      ...(d.serverName
+        ? { checkServerIdentity: (_host: string, cert: PeerCertificate) => checkServerIdentity(d.serverName!, cert) }
+        : {}),
     });
     rememberSessions(socket, sessionKey);
     const timer = setTimeout(() => {

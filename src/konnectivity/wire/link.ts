@@ -86,7 +86,8 @@ export class FrameReader {
         if (this.idHave === this.idLength) {
           this.id = Buffer.concat(this.idBytes).toString('latin1');
           this.idBytes = [];
-          if (!/^[0-9]+$/.test(this.id)) throw new LinkProtocolError('DATA frame with a connectID that is not a decimal number');
+          if (!/^[0-9]+$/.test(this.id))
+            throw new LinkProtocolError('DATA frame with a connectID that is not a decimal number');
           if (this.bodyLeft === 0) this.endFrame();
         }
         continue;
@@ -105,9 +106,12 @@ export class FrameReader {
   private startFrame(): void {
     const length = this.head.readUInt32BE(0);
     this.kind = this.head[4]!;
-    if (length < 1 || length - 1 > MAX_FRAME) throw new LinkProtocolError(`frame of ${length} bytes (at most ${MAX_FRAME + 1})`);
-    if (this.kind < FRAME.HELLO || this.kind > FRAME.DATA) throw new LinkProtocolError(`unknown frame kind ${this.kind}`);
-    if (this.kind <= FRAME.STATUS && length - 1 > MAX_META_FRAME) throw new LinkProtocolError(`metadata frame of ${length} bytes`);
+    if (length < 1 || length - 1 > MAX_FRAME)
+      throw new LinkProtocolError(`frame of ${length} bytes (at most ${MAX_FRAME + 1})`);
+    if (this.kind < FRAME.HELLO || this.kind > FRAME.DATA)
+      throw new LinkProtocolError(`unknown frame kind ${this.kind}`);
+    if (this.kind <= FRAME.STATUS && length - 1 > MAX_META_FRAME)
+      throw new LinkProtocolError(`metadata frame of ${length} bytes`);
     this.bodyLeft = length - 1;
     if (this.kind === FRAME.DATA && this.bodyLeft === 0) throw new LinkProtocolError('DATA frame without a connectID');
     if (this.bodyLeft === 0) this.endFrame();
@@ -149,10 +153,12 @@ export function metadataFromJson(body: Buffer): grpc.Metadata {
   } catch {
     throw new LinkProtocolError('metadata frame is not JSON');
   }
-  if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed)) throw new LinkProtocolError('metadata frame is not a JSON object');
+  if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed))
+    throw new LinkProtocolError('metadata frame is not a JSON object');
   const md = new grpc.Metadata();
   for (const [k, values] of Object.entries(parsed)) {
-    if (!Array.isArray(values) || !values.every((v) => typeof v === 'string')) throw new LinkProtocolError(`metadata ${k} is not a list of strings`);
+    if (!Array.isArray(values) || !values.every((v) => typeof v === 'string'))
+      throw new LinkProtocolError(`metadata ${k} is not a list of strings`);
     // Metadata.add validates names the way gRPC does; a name it refuses is a bad peer.
     try {
       for (const v of values) md.add(k, v);
@@ -186,7 +192,8 @@ export class Link extends EventEmitter {
         }
         this.emit('packet', p);
       },
-      (connectID, piece) => this.emit('packet', { type: 'DATA', data: { connectID, error: '', data: piece } } satisfies Packet),
+      (connectID, piece) =>
+        this.emit('packet', { type: 'DATA', data: { connectID, error: '', data: piece } } satisfies Packet),
     );
     socket.setNoDelay(true);
     socket.on('data', (chunk: Buffer) => this.read(chunk));

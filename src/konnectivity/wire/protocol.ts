@@ -57,13 +57,19 @@ export const packets = {
     type: 'DIAL_REQ',
     dialRequest: { protocol: 'tcp', address, random, kctlTraceID },
   }),
-  dialRsp: (random: Int64, connectID: Int64, error = ''): Packet => ({ type: 'DIAL_RSP', dialResponse: { random, connectID, error } }),
+  dialRsp: (random: Int64, connectID: Int64, error = ''): Packet => ({
+    type: 'DIAL_RSP',
+    dialResponse: { random, connectID, error },
+  }),
   closeReq: (connectID: Int64): Packet => ({ type: 'CLOSE_REQ', closeRequest: { connectID } }),
   closeRsp: (connectID: Int64, error = ''): Packet => ({ type: 'CLOSE_RSP', closeResponse: { connectID, error } }),
   data: (connectID: Int64, data: Buffer): Packet => ({ type: 'DATA', data: { connectID, error: '', data } }),
   dialCls: (random: Int64): Packet => ({ type: 'DIAL_CLS', closeDial: { random } }),
   drain: (): Packet => ({ type: 'DRAIN', drain: {} }),
-  credit: (connectID: Int64, bytes: number): Packet => ({ type: 'KCTL_CREDIT', kctlCredit: { connectID, bytes: String(bytes) } }),
+  credit: (connectID: Int64, bytes: number): Packet => ({
+    type: 'KCTL_CREDIT',
+    kctlCredit: { connectID, bytes: String(bytes) },
+  }),
   ping: (nonce: Int64): Packet => ({ type: 'KCTL_PING', kctlPing: { nonce } }),
   pong: (nonce: Int64): Packet => ({ type: 'KCTL_PONG', kctlPing: { nonce } }),
   /** To the server: `node` is the destination; from the server: the node it came from. */
@@ -76,7 +82,12 @@ export function describePacket(p: Packet): Record<string, unknown> {
     case 'DIAL_REQ':
       return { type: p.type, address: p.dialRequest?.address, random: p.dialRequest?.random };
     case 'DIAL_RSP':
-      return { type: p.type, random: p.dialResponse?.random, connectID: p.dialResponse?.connectID, error: p.dialResponse?.error || undefined };
+      return {
+        type: p.type,
+        random: p.dialResponse?.random,
+        connectID: p.dialResponse?.connectID,
+        error: p.dialResponse?.error || undefined,
+      };
     case 'DATA':
       return { type: p.type, connectID: p.data?.connectID, bytes: p.data?.data?.length ?? 0 };
     case 'CLOSE_REQ':

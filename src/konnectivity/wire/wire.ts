@@ -33,7 +33,10 @@ export function int64String(l: LongLike): string {
 export function bytes(r: BufferReader): Buffer {
   const len = r.uint32();
   const start = r.pos;
-  if (start + len > r.len) throw new RangeError(`invalid protobuf message: a ${len}-byte field at offset ${start} runs past its end (${r.len})`);
+  if (start + len > r.len)
+    throw new RangeError(
+      `invalid protobuf message: a ${len}-byte field at offset ${start} runs past its end (${r.len})`,
+    );
   r.pos = start + len;
   return Buffer.from(r.buf.buffer, r.buf.byteOffset + start, len);
 }
@@ -144,7 +147,8 @@ export class WireWriter {
 
   /** The finished message; throws if the size pass and the write pass disagree (a generator bug). */
   finish(): Buffer {
-    if (this.pos !== this.buf.length) throw new Error(`protobuf encoder wrote ${this.pos} bytes into a ${this.buf.length}-byte message`);
+    if (this.pos !== this.buf.length)
+      throw new Error(`protobuf encoder wrote ${this.pos} bytes into a ${this.buf.length}-byte message`);
     return this.buf;
   }
 }

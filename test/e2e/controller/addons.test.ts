@@ -7,7 +7,16 @@ import assert from 'node:assert/strict';
 import { copyFile, mkdir, readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { test, type TestContext } from 'node:test';
-import { controllerReady, labController, nodeReady, pinnedPod, startLabWorker, track, type LabController, type Tracked } from '../lab/cluster.ts';
+import {
+  controllerReady,
+  labController,
+  nodeReady,
+  pinnedPod,
+  startLabWorker,
+  track,
+  type LabController,
+  type Tracked,
+} from '../lab/cluster.ts';
 import { selfSignedCert } from '../../helpers.ts';
 import { type LabHost } from '../lab/lab.ts';
 import { startLab } from '../lab/lab-test.ts';
@@ -82,7 +91,10 @@ test('add-ons: CoreDNS on both workers, kubectl top through metrics-server, a we
     },
     () => clusterState(c),
   );
-  assert.equal(await ok(['-n', 'kube-system', 'get', 'service', 'kube-dns', '-o', 'jsonpath={.spec.clusterIP}']), '10.96.0.10');
+  assert.equal(
+    await ok(['-n', 'kube-system', 'get', 'service', 'kube-dns', '-o', 'jsonpath={.spec.clusterIP}']),
+    '10.96.0.10',
+  );
   // A Service with a cluster IP and a headless one over a web pod on each worker, and a test-tool
   // pod on each worker to resolve names as an application does (busybox's nslookup ignores the
   // search path, and its static wget cannot resolve at all).
@@ -131,8 +143,18 @@ test('add-ons: CoreDNS on both workers, kubectl top through metrics-server, a we
     const svc = String((await nslookup('web.default.svc.cluster.local')).stdout);
     assert.ok(svc.includes(webIp), `${h}: web resolved to\n${svc}\nnot ${webIp}`);
     const headless = String((await nslookup('web-headless.default.svc.cluster.local')).stdout);
-    for (const ip of webIps) assert.ok(headless.includes(ip), `${h}: web-headless resolved to\n${headless}\nwithout pod ${ip}`);
-    const short = await kubectl(['exec', `tool-${h}`, '--', '/kctl-test-tool', 'lookup', 'kubernetes.default', 'web', 'web-headless']);
+    for (const ip of webIps)
+      assert.ok(headless.includes(ip), `${h}: web-headless resolved to\n${headless}\nwithout pod ${ip}`);
+    const short = await kubectl([
+      'exec',
+      `tool-${h}`,
+      '--',
+      '/kctl-test-tool',
+      'lookup',
+      'kubernetes.default',
+      'web',
+      'web-headless',
+    ]);
     assert.equal(short.exitCode, 0, `${h}: ${String(short.stdout)}${String(short.stderr)}`);
     const found = new Map(
       String(short.stdout)
@@ -158,13 +180,18 @@ test('add-ons: CoreDNS on both workers, kubectl top through metrics-server, a we
   assert.ok(WORKERS.includes(ms!.spec.nodeName as 'wa'), `metrics-server on ${ms!.spec.nodeName}`);
   assert.equal(await lab.canConnect(ctl, wa, 10250), false, "the controller host reached wa's kubelet directly");
   assert.equal(await lab.canConnect(ctl, wb, 10250), false, "the controller host reached wb's kubelet directly");
-  assert.equal(await reachable(ctl, ms!.status.podIP!, 10250), false, 'the controller host reached the metrics-server pod directly');
+  assert.equal(
+    await reachable(ctl, ms!.status.podIP!, 10250),
+    false,
+    'the controller host reached the metrics-server pod directly',
+  );
   const top = await waitFor(
     'kubectl top nodes',
     180_000,
     async () => {
       const r = await kubectl(['top', 'nodes', '--no-headers']);
-      return r.exitCode === 0 && WORKERS.every((n) => new RegExp(`^${n}\\s+\\d+m\\s+\\d+%\\s+\\d+Mi\\s+\\d+%`, 'm').test(String(r.stdout)))
+      return r.exitCode === 0 &&
+        WORKERS.every((n) => new RegExp(`^${n}\\s+\\d+m\\s+\\d+%\\s+\\d+Mi\\s+\\d+%`, 'm').test(String(r.stdout)))
         ? String(r.stdout)
         : undefined;
     },
@@ -177,7 +204,10 @@ test('add-ons: CoreDNS on both workers, kubectl top through metrics-server, a we
     async () => {
       const r = await kubectl(['top', 'pods', '-A', '--no-headers']);
       const out = String(r.stdout);
-      return r.exitCode === 0 && WORKERS.every((h) => new RegExp(`^default\\s+web-${h}\\s+\\d+m\\s+\\d+Mi`, 'm').test(out)) ? out : undefined;
+      return r.exitCode === 0 &&
+        WORKERS.every((h) => new RegExp(`^default\\s+web-${h}\\s+\\d+m\\s+\\d+Mi`, 'm').test(out))
+        ? out
+        : undefined;
     },
     () => clusterState(c),
   );
@@ -203,7 +233,11 @@ test('add-ons: CoreDNS on both workers, kubectl top through metrics-server, a we
     ]);
     return left.every((r) => r.exitCode !== 0 && /NotFound/.test(String(r.stderr)));
   });
-  await waitFor('CoreDNS pods gone', 120_000, async () => (await pods(c, '-n', 'kube-system', '-l', 'k8s-app=kube-dns')).length === 0);
+  await waitFor(
+    'CoreDNS pods gone',
+    120_000,
+    async () => (await pods(c, '-n', 'kube-system', '-l', 'k8s-app=kube-dns')).length === 0,
+  );
   // metrics-server stays: only the disabled add-on goes.
   assert.equal((await pods(c, '-n', 'kube-system', '-l', 'k8s-app=metrics-server')).length, 1);
 });
@@ -273,7 +307,10 @@ async function webhookCheck(
           // Only the test namespace: a webhook that is down must not block the cluster.
           namespaceSelector: { matchLabels: { 'kctl-test/webhook': 'on' } },
           rules: [{ apiGroups: [''], apiVersions: ['v1'], operations: ['CREATE'], resources: ['configmaps'] }],
-          clientConfig: { caBundle: await b64(crt), service: { name: 'kctl-test-webhook', namespace: ns, path: '/validate', port: 443 } },
+          clientConfig: {
+            caBundle: await b64(crt),
+            service: { name: 'kctl-test-webhook', namespace: ns, path: '/validate', port: 443 },
+          },
         },
       ],
     },
@@ -300,15 +337,34 @@ async function webhookCheck(
       return p.length === 1 && p[0]!.spec.nodeName === node && podReady(p[0]!) ? p : undefined;
     });
     // The pod's own node reaches it; the controller host does not: the API server must use the tunnel.
-    assert.equal(await reachable(hostOf(node), running!.status.podIP!, 8443), true, `${node} cannot reach its own webhook pod`);
-    assert.equal(await reachable(ctl, running!.status.podIP!, 8443), false, `the controller host reached the webhook pod on ${node} directly`);
+    assert.equal(
+      await reachable(hostOf(node), running!.status.podIP!, 8443),
+      true,
+      `${node} cannot reach its own webhook pod`,
+    );
+    assert.equal(
+      await reachable(ctl, running!.status.podIP!, 8443),
+      false,
+      `the controller host reached the webhook pod on ${node} directly`,
+    );
     const cm = (n: string, deny: boolean) =>
-      JSON.stringify({ apiVersion: 'v1', kind: 'ConfigMap', metadata: { name: n, namespace: ns, labels: deny ? { 'kctl-test/deny': 'true' } : {} } });
+      JSON.stringify({
+        apiVersion: 'v1',
+        kind: 'ConfigMap',
+        metadata: { name: n, namespace: ns, labels: deny ? { 'kctl-test/deny': 'true' } : {} },
+      });
     // Endpoints follow the pod within moments; until then the API server may still dial the old pod.
-    await waitFor(`webhook on ${node} admits`, 60_000, async () => (await c.kubectl(['create', '-f', '-'], cm(`ok-${node}`, false))).exitCode === 0);
+    await waitFor(
+      `webhook on ${node} admits`,
+      60_000,
+      async () => (await c.kubectl(['create', '-f', '-'], cm(`ok-${node}`, false))).exitCode === 0,
+    );
     const denied = await c.kubectl(['create', '-f', '-'], cm(`bad-${node}`, true));
     assert.notEqual(denied.exitCode, 0, `a labelled ConfigMap was admitted with the webhook on ${node}`);
-    assert.match(String(denied.stderr), /denied the request: denied by the kctl test webhook: bad-w[ab] is labelled kctl-test\/deny=true/);
+    assert.match(
+      String(denied.stderr),
+      /denied the request: denied by the kctl test webhook: bad-w[ab] is labelled kctl-test\/deny=true/,
+    );
     await ok(['-n', ns, 'get', 'configmap', `ok-${node}`]);
     // The reviews reached this pod (its log, read through the tunnel too).
     const log = await ok(['-n', ns, 'logs', name]);

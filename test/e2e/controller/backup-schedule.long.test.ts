@@ -48,7 +48,9 @@ test('scheduled encrypted backups: retention keeps three, status shows the last,
     for (const name of await readdir(backups).catch(() => [])) if (ARCHIVE.test(name)) seen.add(name);
     await sleep(3_000);
   }
-  const status = JSON.parse(String((await ctl.run(kctlBin, [...g, 'status', '-o', 'json'])).stdout)) as ControllerStatusReport;
+  const status = JSON.parse(
+    String((await ctl.run(kctlBin, [...g, 'status', '-o', 'json'])).stdout),
+  ) as ControllerStatusReport;
   const b = status.backup;
   assert.ok(b, 'status has no backup section');
   assert.equal(b.last?.result, 'ok', JSON.stringify(b));
@@ -70,7 +72,11 @@ test('scheduled encrypted backups: retention keeps three, status shows the last,
   for (const name of left) assert.equal((await stat(join(backups, name))).mode & 0o777, 0o600, name);
   const archive = join(backups, left[1]!);
   assert.equal((await readFile(archive)).subarray(0, 8).toString(), 'KCTL-ENC');
-  assert.notEqual((await execa('tar', ['-tzf', archive], { reject: false })).exitCode, 0, 'tar read an encrypted archive');
+  assert.notEqual(
+    (await execa('tar', ['-tzf', archive], { reject: false })).exitCode,
+    0,
+    'tar read an encrypted archive',
+  );
 
   // Refusals: one line each, the target data dir never made, no staging left beside it.
   const target = join(dir, 'restored');
@@ -83,8 +89,14 @@ test('scheduled encrypted backups: retention keeps three, status shows the last,
   await writeFile(tampered, bytes, { mode: 0o600 });
   for (const [args, why] of [
     [[archive], /is encrypted; give its key with --encryption-key-file FILE; nothing was restored$/],
-    [[archive, '--encryption-key-file', otherKey], /cannot be decrypted: the encryption key file does not match it .*; nothing was restored$/],
-    [[tampered, '--encryption-key-file', keyFile], /cannot be decrypted: chunk \d+ does not authenticate: altered; nothing was restored$/],
+    [
+      [archive, '--encryption-key-file', otherKey],
+      /cannot be decrypted: the encryption key file does not match it .*; nothing was restored$/,
+    ],
+    [
+      [tampered, '--encryption-key-file', keyFile],
+      /cannot be decrypted: chunk \d+ does not authenticate: altered; nothing was restored$/,
+    ],
   ] as const) {
     const r = await ctl.run(kctlBin, [...rg, 'restore', ...args]);
     assert.notEqual(r.exitCode, 0);
@@ -107,9 +119,13 @@ test('scheduled encrypted backups: retention keeps three, status shows the last,
   args.splice(args.indexOf('--run-dir'), 2, '--run-dir', join(dir, 'restored-run'));
   const back = track(ctl.spawn(kctlBin, args));
   await controllerReady(back, 'controller ready after restore');
-  const cm = await ctl.run(kctlBin, ['--data-dir', target, 'kubectl', 'get', 'configmap', 'precious', '-o', 'jsonpath={.data.k}'], {
-    timeout: 60_000,
-  });
+  const cm = await ctl.run(
+    kctlBin,
+    ['--data-dir', target, 'kubectl', 'get', 'configmap', 'precious', '-o', 'jsonpath={.data.k}'],
+    {
+      timeout: 60_000,
+    },
+  );
   assert.equal(String(cm.stdout), 'v', String(cm.stderr));
   await stop(back);
 });

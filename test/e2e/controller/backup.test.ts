@@ -9,7 +9,15 @@ import { chmod, mkdir, readdir, readFile, stat, truncate, writeFile } from 'node
 import { join } from 'node:path';
 import { test, type TestContext } from 'node:test';
 import { execa } from 'execa';
-import { controllerReady, labController, nodeReady, runPinnedPod, startLabWorker, track, type Tracked } from '../lab/cluster.ts';
+import {
+  controllerReady,
+  labController,
+  nodeReady,
+  runPinnedPod,
+  startLabWorker,
+  track,
+  type Tracked,
+} from '../lab/cluster.ts';
 import { requireKctl } from '../lab/kctl.ts';
 import { type LabHost } from '../lab/lab.ts';
 import { startLab } from '../lab/lab-test.ts';
@@ -17,11 +25,19 @@ import { waitFor } from '../../wait.ts';
 import { etcdRaw, sqliteRaw } from '../lab/datastore.ts';
 
 /** Creates a Secret and returns a check that reads it back through kube-apiserver. */
-async function secretKept(c: Awaited<ReturnType<typeof labController>>, name: string, value: string): Promise<() => Promise<void>> {
+async function secretKept(
+  c: Awaited<ReturnType<typeof labController>>,
+  name: string,
+  value: string,
+): Promise<() => Promise<void>> {
   assert.equal((await c.kubectl(['create', 'secret', 'generic', name, `--from-literal=v=${value}`])).exitCode, 0);
   return async () => {
     const got = await c.kubectl(['get', 'secret', name, '-o', 'jsonpath={.data.v}']);
-    assert.equal(Buffer.from(String(got.stdout), 'base64').toString(), value, `Secret ${name} after restore: ${String(got.stderr)}`);
+    assert.equal(
+      Buffer.from(String(got.stdout), 'base64').toString(),
+      value,
+      `Secret ${name} after restore: ${String(got.stderr)}`,
+    );
   };
 }
 
@@ -38,7 +54,12 @@ async function stop(p: Tracked): Promise<void> {
 }
 
 /** Backs up, resets, restores and restarts the controller; returns the restarted process. */
-async function roundTrip(ctl: LabHost, dir: string, c: Awaited<ReturnType<typeof labController>>, running: Tracked): Promise<Tracked> {
+async function roundTrip(
+  ctl: LabHost,
+  dir: string,
+  c: Awaited<ReturnType<typeof labController>>,
+  running: Tracked,
+): Promise<Tracked> {
   const kctlBin = requireKctl();
   const g = ['--data-dir', c.dataDir, '--run-dir', c.runDir];
   const saveDir = join(dir, 'backups');
@@ -73,7 +94,10 @@ async function roundTrip(ctl: LabHost, dir: string, c: Awaited<ReturnType<typeof
   await execa('tar', ['-czf', join(dir, 'tampered.tar.gz'), '-C', tampered, '.']);
   for (const [bad, why] of [
     [truncated, /it does not unpack .*truncated or corrupt; nothing was restored$/],
-    [join(dir, 'tampered.tar.gz'), /cluster-config\.yaml does not match its sha256 \(altered or damaged\); nothing was restored$/],
+    [
+      join(dir, 'tampered.tar.gz'),
+      /cluster-config\.yaml does not match its sha256 \(altered or damaged\); nothing was restored$/,
+    ],
   ] as const) {
     const r = await ctl.run(kctlBin, [...g, 'restore', bad]);
     assert.notEqual(r.exitCode, 0);
@@ -130,7 +154,9 @@ test('backup, reset, restore with etcd: objects are back and the joined worker c
   // The worker never stopped: with its old credentials it is Ready again, and the tunnel is back.
   await waitFor('w1 Ready after restore', 120_000, () => nodeReady(c.kubectl, 'w1'), worker.log);
   assert.equal(worker.child.exitCode, null, 'the worker exited');
-  await waitFor('logs through the tunnel', 60_000, async () => String((await c.kubectl(['logs', 'keeper'])).stdout).includes('kept'));
+  await waitFor('logs through the tunnel', 60_000, async () =>
+    String((await c.kubectl(['logs', 'keeper'])).stdout).includes('kept'),
+  );
 });
 
 test('backup, reset, restore with kine on SQLite: objects are back', async (t: TestContext) => {
@@ -139,12 +165,15 @@ test('backup, reset, restore with kine on SQLite: objects are back', async (t: T
   const c = await labController(kctlBin, ctl, dir);
   const controller = track(ctl.spawn(kctlBin, c.args));
   await controllerReady(controller);
-  for (let i = 0; i < 20; i++) assert.equal((await c.kubectl(['create', 'configmap', `cm-${i}`, `--from-literal=i=${i}`])).exitCode, 0);
+  for (let i = 0; i < 20; i++)
+    assert.equal((await c.kubectl(['create', 'configmap', `cm-${i}`, `--from-literal=i=${i}`])).exitCode, 0);
   const secretBack = await secretKept(c, 'vault', 'sqlite-secret-value');
   assertEncrypted(sqliteRaw(c.dataDir, '/registry/secrets/default/vault'), 'sqlite-secret-value');
   await roundTrip(ctl, dir, c, controller);
   await secretBack();
-  const names = String((await c.kubectl(['get', 'configmaps', '-o', 'jsonpath={.items[*].metadata.name}'])).stdout).split(' ');
+  const names = String(
+    (await c.kubectl(['get', 'configmaps', '-o', 'jsonpath={.items[*].metadata.name}'])).stdout,
+  ).split(' ');
   for (let i = 0; i < 20; i++) assert.ok(names.includes(`cm-${i}`), `cm-${i} is missing after restore`);
 
   // --encryption-key-file on the manual command: a key open to others is refused with one line
@@ -159,7 +188,10 @@ test('backup, reset, restore with kine on SQLite: objects are back', async (t: T
   const open = await ctl.run(kctlBin, [...g, 'backup', '--encryption-key-file', key]);
   assert.notEqual(open.exitCode, 0);
   assert.deepEqual(String(open.stderr).trim().split('\n').length, 1, String(open.stderr));
-  assert.match(String(open.stderr).trim(), /encryption key file .*backup\.key is open to others \(mode 0644\); chmod 600 /);
+  assert.match(
+    String(open.stderr).trim(),
+    /encryption key file .*backup\.key is open to others \(mode 0644\); chmod 600 /,
+  );
   assert.equal(existsSync(join(c.dataDir, 'backups')), false, 'a refused backup made its directory');
   await chmod(key, 0o600);
   const sealed = await ctl.run(kctlBin, [...g, 'backup', '--encryption-key-file', key]);
@@ -172,6 +204,9 @@ test('backup, reset, restore with kine on SQLite: objects are back', async (t: T
   const fresh = join(dir, 'fresh');
   const noKey = await ctl.run(kctlBin, ['--data-dir', fresh, 'restore', file]);
   assert.notEqual(noKey.exitCode, 0);
-  assert.match(String(noKey.stderr).trim(), /is encrypted; give its key with --encryption-key-file FILE; nothing was restored$/);
+  assert.match(
+    String(noKey.stderr).trim(),
+    /is encrypted; give its key with --encryption-key-file FILE; nothing was restored$/,
+  );
   assert.equal(existsSync(fresh), false);
 });

@@ -78,7 +78,8 @@ function whileRunning(r: Running): WaitOptions {
   };
 }
 
-const ready = (r: Running) => waitFor('controller ready', 300_000, () => r.lines.some((l) => l.msg === 'controller ready'), whileRunning(r));
+const ready = (r: Running) =>
+  waitFor('controller ready', 300_000, () => r.lines.some((l) => l.msg === 'controller ready'), whileRunning(r));
 
 async function status(runDir: string): Promise<StatusReport> {
   const r = await kctl(['status', '-o', 'json', '--run-dir', runDir]);
@@ -119,7 +120,12 @@ async function descendantsNamed(root: number, name: string): Promise<number[]> {
 }
 
 /** The whole operator story, for one storage backend. */
-async function controllerScenario(t: TestContext, storage: 'etcd' | 'kine', extraArgs: string[], dataSource?: string): Promise<void> {
+async function controllerScenario(
+  t: TestContext,
+  storage: 'etcd' | 'kine',
+  extraArgs: string[],
+  dataSource?: string,
+): Promise<void> {
   const dir = await tempDir(t);
   const dataDir = join(dir, 'data');
   const runDir = join(dir, 'run');
@@ -132,7 +138,8 @@ async function controllerScenario(t: TestContext, storage: 'etcd' | 'kine', extr
   });
   await ready(r);
   // dist/kctl carries the malloc-trim addon: once ready, the memory the start freed goes back.
-  const isTrim = (l: Record<string, unknown>): boolean => l.msg === 'gave the heap memory the start freed back to the system';
+  const isTrim = (l: Record<string, unknown>): boolean =>
+    l.msg === 'gave the heap memory the start freed back to the system';
   await waitFor('the trim after the start', 10_000, () => r.lines.some(isTrim), whileRunning(r));
   const trimmed = r.lines.find(isTrim)!;
   assert.ok(Number(trimmed.rssAfterMiB) <= Number(trimmed.rssBeforeMiB), JSON.stringify(trimmed));
@@ -203,7 +210,10 @@ async function controllerScenario(t: TestContext, storage: 'etcd' | 'kine', extr
   assert.equal(String(readyz.stdout).trim(), 'ok', String(readyz.stderr));
   // kctl's bootstrap objects are there; joins are decided by kctl's approver, not auto-approved by kube-controller-manager.
   const crb = await kubectl('get', 'clusterrolebinding', 'kctl:bootstrappers:node-bootstrapper', '-o', 'name');
-  assert.equal(String(crb.stdout).trim(), 'clusterrolebinding.rbac.authorization.k8s.io/kctl:bootstrappers:node-bootstrapper');
+  assert.equal(
+    String(crb.stdout).trim(),
+    'clusterrolebinding.rbac.authorization.k8s.io/kctl:bootstrappers:node-bootstrapper',
+  );
   const auto = await kubectl('get', 'clusterrolebinding', 'kctl:bootstrappers:nodeclient-autoapprove', '-o', 'name');
   assert.match(String(auto.stderr), /NotFound/);
   const cm = await kubectl('create', 'configmap', 'survives-restart', '--from-literal=k=v');
@@ -211,7 +221,10 @@ async function controllerScenario(t: TestContext, storage: 'etcd' | 'kine', extr
   // The controller is never a node.
   assert.equal(String((await kubectl('get', 'nodes', '-o', 'name')).stdout).trim(), '');
   assert.deepEqual(await descendantsNamed(r.proc.pid!, 'kubelet'), []);
-  assert.ok((await descendantsNamed(r.proc.pid!, 'kube-apiserver')).length > 0, 'the descendant check finds the controller’s own children');
+  assert.ok(
+    (await descendantsNamed(r.proc.pid!, 'kube-apiserver')).length > 0,
+    'the descendant check finds the controller’s own children',
+  );
   assert.equal((await stat(join(dataDir, 'pki/admin.conf'))).mode & 0o777, 0o600);
   assert.equal((await stat(join(dataDir, 'pki/ca.key'))).mode & 0o777, 0o600);
   if (storage === 'etcd') assert.equal((await stat(join(dataDir, 'etcd'))).mode & 0o777, 0o700);
@@ -230,14 +243,21 @@ async function controllerScenario(t: TestContext, storage: 'etcd' | 'kine', extr
     },
     whileRunning(r),
   );
-  await waitFor('API back', 120_000, async () => String((await kubectl('get', '--raw', '/readyz')).stdout).trim() === 'ok', whileRunning(r));
+  await waitFor(
+    'API back',
+    120_000,
+    async () => String((await kubectl('get', '--raw', '/readyz')).stdout).trim() === 'ok',
+    whileRunning(r),
+  );
 
   // SIGTERM stops everything in reverse order (the status socket, started first, goes last),
   // exits 0, and leaves no child behind.
   const pids = (await status(runDir)).components.map((c) => c.pid).filter((p): p is number => !!p);
   assert.equal(await stopController(r), 0);
   for (const pid of pids) assert.equal(await alive(pid), false, `component pid ${pid} survived`);
-  const stopOrder = r.lines.filter((l) => l.component === 'manager' && String(l.msg).startsWith('stopping ')).map((l) => l.msg);
+  const stopOrder = r.lines
+    .filter((l) => l.component === 'manager' && String(l.msg).startsWith('stopping '))
+    .map((l) => l.msg);
   assert.deepEqual(stopOrder, [
     'stopping upgrade',
     'stopping pki-renewer',
@@ -278,7 +298,9 @@ async function controllerScenario(t: TestContext, storage: 'etcd' | 'kine', extr
   const pids2 = (await status(runDir)).components.map((c) => c.pid).filter((p): p is number => !!p);
   r.proc.kill('SIGKILL');
   await r.exited;
-  await waitFor('children to die with kctl', 15_000, async () => (await Promise.all(pids2.map(alive))).every((a) => !a));
+  await waitFor('children to die with kctl', 15_000, async () =>
+    (await Promise.all(pids2.map(alive))).every((a) => !a),
+  );
 
   // Stopped (here: killed, so its owner record and pid files are stale): reset removes everything
   // it made and says what.
@@ -330,7 +352,14 @@ describe('controller', () => {
 describe('controller stopped while it starts', () => {
   // A SIGTERM right as a step begins (the manager's "starting X" line) reaches that component
   // in the middle of its start(): whatever it set up by then must still be torn down.
-  const steps = ['kine', 'konnectivity-server', 'kube-apiserver', 'bootstrap', 'manifest-applier', 'kube-controller-manager'];
+  const steps = [
+    'kine',
+    'konnectivity-server',
+    'kube-apiserver',
+    'bootstrap',
+    'manifest-applier',
+    'kube-controller-manager',
+  ];
   test(`a SIGTERM as any of ${steps.join(', ')} starts: exit 0, no component left running, no status socket`, async (t) => {
     const dir = await tempDir(t);
     const dataDir = join(dir, 'data');
@@ -341,7 +370,12 @@ describe('controller stopped while it starts', () => {
     for (const step of steps) {
       const r = startController(args);
       t.after(() => void r.proc.kill('SIGKILL'));
-      await waitFor(`starting ${step}`, 180_000, () => r.lines.some((l) => l.msg === `starting ${step}`), whileRunning(r));
+      await waitFor(
+        `starting ${step}`,
+        180_000,
+        () => r.lines.some((l) => l.msg === `starting ${step}`),
+        whileRunning(r),
+      );
       r.proc.kill('SIGTERM');
       assert.equal(
         await stopController(r),
@@ -365,7 +399,15 @@ describe('controller config errors', () => {
     const dir = await tempDir(t);
     const file = join(dir, name);
     await writeFile(file, yaml);
-    const r = await kctl(['controller', '--config', file, '--data-dir', join(dir, 'data'), '--run-dir', join(dir, 'run')]);
+    const r = await kctl([
+      'controller',
+      '--config',
+      file,
+      '--data-dir',
+      join(dir, 'data'),
+      '--run-dir',
+      join(dir, 'run'),
+    ]);
     assert.notEqual(r.exitCode, 0);
     const lines = String(r.stderr).trim().split('\n');
     assert.equal(lines.length, 1, String(r.stderr));
@@ -380,7 +422,10 @@ describe('controller config errors', () => {
       'bad.yaml',
       'apiVersion: kctl.dev/v1alpha1\nkind: ClusterConfig\nspec:\n  api:\n    port: 99999\n  network:\n    podCIDRs: 10.0.0.0/8\n',
     );
-    assert.match(line, /invalid config .*bad\.yaml: spec\.api\.port: .*65535.*; spec\.network: unknown field\(s\) "podCIDRs"/);
+    assert.match(
+      line,
+      /invalid config .*bad\.yaml: spec\.api\.port: .*65535.*; spec\.network: unknown field\(s\) "podCIDRs"/,
+    );
   });
 
   test('bad spec.upgrade values are refused in one line naming each, before anything is written', async (t) => {
@@ -389,7 +434,8 @@ describe('controller config errors', () => {
       'upgrade.yaml',
       'spec:\n  upgrade:\n    drain: yes\n    drainTimeout: soon\n    maxUnavailable: 0\n    readyTimeout: 500ms\n    maxSurge: 2\n',
     );
-    for (const field of ['drain', 'drainTimeout', 'maxUnavailable', 'readyTimeout']) assert.match(line, new RegExp(`spec\\.upgrade\\.${field}: `));
+    for (const field of ['drain', 'drainTimeout', 'maxUnavailable', 'readyTimeout'])
+      assert.match(line, new RegExp(`spec\\.upgrade\\.${field}: `));
     assert.match(line, /spec\.upgrade\.readyTimeout: expected a duration of at least 1s, such as 5m/);
     assert.match(line, /spec\.upgrade: unknown field\(s\) "maxSurge"/);
   });
@@ -401,7 +447,16 @@ describe('controller config errors', () => {
     assert.match(String(r.stdout), /kind: ClusterConfig/);
     const file = join(dir, 'k.yaml');
     await writeFile(file, String(r.stdout));
-    const init = await kctl(['controller', '--init-only', '--config', file, '--data-dir', join(dir, 'data'), '--run-dir', join(dir, 'run')]);
+    const init = await kctl([
+      'controller',
+      '--init-only',
+      '--config',
+      file,
+      '--data-dir',
+      join(dir, 'data'),
+      '--run-dir',
+      join(dir, 'run'),
+    ]);
     assert.equal(init.exitCode, 0, String(init.stderr));
     const kc = await kctl(['kubeconfig', 'admin', '--data-dir', join(dir, 'data')]);
     assert.match(String(kc.stdout), /client-certificate-data/);

@@ -35,19 +35,26 @@ test('Secrets on etcd: plain while encryption is off, encrypted on the next star
   c.args.splice(c.args.indexOf('--single'), 1, '--storage', 'etcd');
   const config = c.args[c.args.indexOf('--config') + 1]!;
   const raw = (name: string, ns = 'default') => etcdRaw(ctl, c.dataDir, `/registry/secrets/${ns}/${name}`);
-  const kctl = (args: string[]) => ctl.run(kctlBin, ['--data-dir', c.dataDir, '--run-dir', c.runDir, ...args], { timeout: 900_000 });
+  const kctl = (args: string[]) =>
+    ctl.run(kctlBin, ['--data-dir', c.dataDir, '--run-dir', c.runDir, ...args], { timeout: 900_000 });
 
   // A bad list is refused before anything is written.
   await writeFile(config, `spec:\n  api: { address: ${ctl.ip}, encryption: { resources: ['*.*'] } }\n`);
   const bad = await ctl.run(kctlBin, c.args, { timeout: 60_000 });
   assert.notEqual(bad.exitCode, 0);
-  assert.match(String(bad.stderr).trim().split('\n').pop()!, /spec\.api\.encryption\.resources\.0: expected a resource such as secrets/);
+  assert.match(
+    String(bad.stderr).trim().split('\n').pop()!,
+    /spec\.api\.encryption\.resources\.0: expected a resource such as secrets/,
+  );
 
   // Encryption off: what a cluster made before this build had.
   await writeFile(config, `spec:\n  api: { address: ${ctl.ip}, encryption: { resources: [] } }\n`);
   let controller = track(ctl.spawn(kctlBin, c.args));
   await controllerReady(controller);
-  assert.equal((await c.kubectl(['create', 'secret', 'generic', 'old', '--from-literal=v=plain-old-value'])).exitCode, 0);
+  assert.equal(
+    (await c.kubectl(['create', 'secret', 'generic', 'old', '--from-literal=v=plain-old-value'])).exitCode,
+    0,
+  );
   const before = await raw('old');
   assert.equal(keyOf(before), null);
   assert.ok(before!.includes('plain-old-value'), 'the unencrypted Secret is not in etcd as written');
@@ -69,18 +76,28 @@ test('Secrets on etcd: plain while encryption is off, encrypted on the next star
   );
   assert.match(first ?? '', /^key-\d{8}T\d{6}Z-[0-9a-f]{6}$/);
   assert.ok(!(await raw('old'))!.includes('plain-old-value'), 'the encrypted Secret shows its value');
-  assert.equal((await c.kubectl(['create', 'secret', 'generic', 'new', '--from-literal=v=plain-new-value'])).exitCode, 0);
+  assert.equal(
+    (await c.kubectl(['create', 'secret', 'generic', 'new', '--from-literal=v=plain-new-value'])).exitCode,
+    0,
+  );
   const created = await raw('new');
   assert.equal(keyOf(created), first);
   assert.ok(!created!.includes('plain-new-value'));
   const read = async (name: string) =>
-    Buffer.from(String((await c.kubectl(['get', 'secret', name, '-o', 'jsonpath={.data.v}'])).stdout), 'base64').toString();
+    Buffer.from(
+      String((await c.kubectl(['get', 'secret', name, '-o', 'jsonpath={.data.v}'])).stdout),
+      'base64',
+    ).toString();
   assert.equal(await read('old'), 'plain-old-value');
 
   // Rotation: every Secret (those kube-system made too) under a new key, the old one gone.
   const rotated = await kctl(['secrets', 'rotate-key', '-o', 'json']);
   assert.equal(rotated.exitCode, 0, String(rotated.stderr));
-  const result = JSON.parse(String(rotated.stdout)) as { key: string; rewritten: Record<string, number>; controllers: string[] };
+  const result = JSON.parse(String(rotated.stdout)) as {
+    key: string;
+    rewritten: Record<string, number>;
+    controllers: string[];
+  };
   assert.notEqual(result.key, first);
   assert.ok((result.rewritten.secrets ?? 0) >= 2, String(rotated.stdout));
   const progress = String(rotated.stderr);
@@ -101,7 +118,10 @@ test('Secrets on etcd: plain while encryption is off, encrypted on the next star
   assert.equal(await read('new'), 'plain-new-value');
   // No key material in the controller's log or the command's output.
   const secret = file.resources[0]!.providers[0]!.secretbox!.keys[0]!.secret;
-  assert.ok(!controller.saw(secret) && !progress.includes(secret) && !String(rotated.stdout).includes(secret), 'a key reached a log');
+  assert.ok(
+    !controller.saw(secret) && !progress.includes(secret) && !String(rotated.stdout).includes(secret),
+    'a key reached a log',
+  );
 
   const badTimeout = await kctl(['secrets', 'rotate-key', '--timeout', 'soon']);
   assert.notEqual(badTimeout.exitCode, 0);

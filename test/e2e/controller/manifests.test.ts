@@ -20,7 +20,10 @@ test('manifest stacks: applied with a stack label, re-applied on change, pruned,
   // Stacks written before the first start are applied at start.
   await mkdir(join(stacks, 'demo'), { recursive: true });
   await writeFile(join(stacks, 'demo', '00-ns.yaml'), 'apiVersion: v1\nkind: Namespace\nmetadata:\n  name: demo\n');
-  await writeFile(join(stacks, 'demo', '10-config.yaml'), configMap('one', '1', 'demo') + '---\n' + configMap('two', '2', 'demo'));
+  await writeFile(
+    join(stacks, 'demo', '10-config.yaml'),
+    configMap('one', '1', 'demo') + '---\n' + configMap('two', '2', 'demo'),
+  );
   await mkdir(join(stacks, 'broken'));
   await writeFile(join(stacks, 'broken', 'x.yaml'), 'apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: [unclosed\n');
   await mkdir(join(stacks, 'extra'));
@@ -55,12 +58,21 @@ spec: { size: 3 }
   await controllerReady(controller);
   const value = async (name: string, ns = 'demo') =>
     String((await c.kubectl(['get', 'configmap', name, '-n', ns, '-o', 'jsonpath={.data.value}'])).stdout);
-  const exists = async (name: string, ns = 'demo') => (await c.kubectl(['get', 'configmap', name, '-n', ns])).exitCode === 0;
+  const exists = async (name: string, ns = 'demo') =>
+    (await c.kubectl(['get', 'configmap', name, '-n', ns])).exitCode === 0;
 
   assert.equal(await value('one'), '1');
   assert.equal(await value('two'), '2');
   assert.equal(await value('extra', 'default'), 'x', 'a namespaced object without a namespace goes to default');
-  const label = await c.kubectl(['get', 'configmap', 'one', '-n', 'demo', '-o', 'jsonpath={.metadata.labels.kctl\\.dev/stack}']);
+  const label = await c.kubectl([
+    'get',
+    'configmap',
+    'one',
+    '-n',
+    'demo',
+    '-o',
+    'jsonpath={.metadata.labels.kctl\\.dev/stack}',
+  ]);
   assert.equal(String(label.stdout), 'demo');
   const managers = await c.kubectl([
     'get',
@@ -78,7 +90,9 @@ spec: { size: 3 }
   await waitFor(
     'the custom resource applied after its CRD',
     30_000,
-    async () => String((await c.kubectl(['get', 'widgets.example.kctl.dev', 'w1', '-o', 'jsonpath={.spec.size}'])).stdout) === '3',
+    async () =>
+      String((await c.kubectl(['get', 'widgets.example.kctl.dev', 'w1', '-o', 'jsonpath={.spec.size}'])).stdout) ===
+      '3',
     controller.log,
   );
 

@@ -12,7 +12,14 @@ import { join } from 'node:path';
 import { test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { parse } from 'yaml';
-import { controllerReady, labController, probeKubectl, runPinnedPod, startIsolatedWorker, track } from '../lab/cluster.ts';
+import {
+  controllerReady,
+  labController,
+  probeKubectl,
+  runPinnedPod,
+  startIsolatedWorker,
+  track,
+} from '../lab/cluster.ts';
 import type { LabHost } from '../lab/lab.ts';
 import { startLab } from '../lab/lab-test.ts';
 import { waitFor } from '../../wait.ts';
@@ -30,7 +37,8 @@ async function certificatesUnder(dir: string): Promise<{ where: string; cert: X5
     for (const e of await readdir(d, { withFileTypes: true })) {
       const p = join(d, e.name);
       if (e.isDirectory()) {
-        if (!['etcd', 'db', 'containerd', 'bin', 'images', 'pods', 'logs'].includes(e.name) || d.endsWith('pki')) await walk(p);
+        if (!['etcd', 'db', 'containerd', 'bin', 'images', 'pods', 'logs'].includes(e.name) || d.endsWith('pki'))
+          await walk(p);
         continue;
       }
       if (!e.isFile() || (await stat(p)).size > 1_000_000) continue;
@@ -39,7 +47,10 @@ async function certificatesUnder(dir: string): Promise<{ where: string; cert: X5
       const pems = [...text.matchAll(PEM)].map((m) => m[0]);
       if (/\.(conf|kubeconfig|yaml)$/.test(e.name) && text.includes('-data:')) {
         try {
-          const doc = parse(text) as { clusters?: { cluster?: Record<string, string> }[]; users?: { user?: Record<string, string> }[] } | null;
+          const doc = parse(text) as {
+            clusters?: { cluster?: Record<string, string> }[];
+            users?: { user?: Record<string, string> }[];
+          } | null;
           for (const v of [
             ...(doc?.clusters ?? []).map((c) => c.cluster?.['certificate-authority-data']),
             ...(doc?.users ?? []).map((u) => u.user?.['client-certificate-data']),
@@ -65,7 +76,10 @@ async function certificatesUnder(dir: string): Promise<{ where: string; cert: X5
 
 /** The issuer CN of the certificate a TLS listener presents. */
 async function servedIssuer(host: LabHost, address: string): Promise<string> {
-  const r = await host.run('sh', ['-c', `openssl s_client -connect ${address} </dev/null 2>/dev/null | openssl x509 -noout -issuer`]);
+  const r = await host.run('sh', [
+    '-c',
+    `openssl s_client -connect ${address} </dev/null 2>/dev/null | openssl x509 -noout -issuer`,
+  ]);
   return String(r.stdout).trim();
 }
 
@@ -85,7 +99,9 @@ test('kctl pki rotate-ca: a new cluster CA everywhere, the old one nowhere, whil
   await waitFor(
     'CoreDNS rolled out',
     300_000,
-    async () => (await c.kubectl(['-n', 'kube-system', 'rollout', 'status', 'deployment/coredns', '--timeout=20s'])).exitCode === 0,
+    async () =>
+      (await c.kubectl(['-n', 'kube-system', 'rollout', 'status', 'deployment/coredns', '--timeout=20s'])).exitCode ===
+      0,
     () => controller.log().slice(-3000),
   );
 
@@ -115,7 +131,12 @@ test('kctl pki rotate-ca: a new cluster CA everywhere, the old one nowhere, whil
       '--admin-server-port=18192',
     ]),
   );
-  await waitFor('the old-CA agent connected', 60_000, async () => controller.saw('"agent":"system:node:stale"'), staleAgent.log);
+  await waitFor(
+    'the old-CA agent connected',
+    60_000,
+    async () => controller.saw('"agent":"system:node:stale"'),
+    staleAgent.log,
+  );
 
   // Logs and exec every 2 s while the rotation runs; every failure is kept with its time.
   const kubectl = probeKubectl(kctlBin, ctl, c.dataDir);
@@ -145,10 +166,14 @@ test('kctl pki rotate-ca: a new cluster CA everywhere, the old one nowhere, whil
   const signedBefore = await keySetSignature();
   assert.notEqual(signedBefore, '', 'the encryption key set carries no signature');
   const rotationStart = Date.now();
-  const rotated = await ctl.run(kctlBin, ['--data-dir', c.dataDir, 'pki', 'rotate-ca', '--timeout', '5m', '-o', 'json'], {
-    timeout: 20 * 60_000,
-    reject: false,
-  });
+  const rotated = await ctl.run(
+    kctlBin,
+    ['--data-dir', c.dataDir, 'pki', 'rotate-ca', '--timeout', '5m', '-o', 'json'],
+    {
+      timeout: 20 * 60_000,
+      reject: false,
+    },
+  );
   rotating = false;
   await loop;
   t.diagnostic(String(rotated.stderr));
@@ -157,7 +182,12 @@ test('kctl pki rotate-ca: a new cluster CA everywhere, the old one nowhere, whil
     0,
     `${String(rotated.stderr)}\ncontroller:\n${controller.log().slice(-3000)}\nworker:\n${worker.log().slice(-3000)}`,
   );
-  const result = JSON.parse(String(rotated.stdout)) as { oldCa: string; newCa: string; controllers: string[]; nodes: string[] };
+  const result = JSON.parse(String(rotated.stdout)) as {
+    oldCa: string;
+    newCa: string;
+    controllers: string[];
+    nodes: string[];
+  };
   // The encryption key set outlives the old CA: signed again with the new one before the drop, and
   // still believed after it (a sync every 5 s would say otherwise).
   assert.notEqual(await keySetSignature(), signedBefore, 'the key set was not signed again');
@@ -177,18 +207,25 @@ test('kctl pki rotate-ca: a new cluster CA everywhere, the old one nowhere, whil
 
   const { longest, stillFailing } = longestFailureStreak(results);
   const failures = results.filter((r) => !r.ok);
-  t.diagnostic(`${results.length} requests during the rotation, ${failures.length} failed, longest failure streak ${longest} ms`);
+  t.diagnostic(
+    `${results.length} requests during the rotation, ${failures.length} failed, longest failure streak ${longest} ms`,
+  );
   for (const f of failures.slice(0, 10)) t.diagnostic(`${new Date(f.at).toISOString()} ${f.what}`);
   assert.ok(results.length >= 10, `only ${results.length} requests ran during the rotation`);
   assert.equal(stillFailing, undefined, `requests still failed when the rotation ended: ${failures.at(-1)?.what}`);
-  assert.ok(longest <= MAX_STREAK_MS, `requests failed for ${longest} ms in a row:\n${failures.map((f) => f.what).join('\n')}`);
+  assert.ok(
+    longest <= MAX_STREAK_MS,
+    `requests failed for ${longest} ms in a row:\n${failures.map((f) => f.what).join('\n')}`,
+  );
 
   // The data dirs: nothing signed by the old CA (itself included, so it is in no bundle either); the worker trusts what the controller does.
   const newCa = new X509Certificate(await readFile(join(c.dataDir, 'pki/ca.crt')));
   assert.equal(newCa.subject, `CN=${result.newCa}`);
   assert.equal((await readFile(join(c.dataDir, 'pki/ca.crt'), 'utf8')).match(PEM)?.length, 1);
   const found = [...(await certificatesUnder(c.dataDir)), ...(await certificatesUnder(workerData))];
-  const signedByOld = found.filter((f) => f.cert.checkIssued(oldCa) && f.cert.verify(oldCa.publicKey)).map((f) => `${f.where}: ${f.cert.subject}`);
+  const signedByOld = found
+    .filter((f) => f.cert.checkIssued(oldCa) && f.cert.verify(oldCa.publicKey))
+    .map((f) => `${f.where}: ${f.cert.subject}`);
   assert.deepEqual(signedByOld, []);
   const clusterSigned = found.filter((f) => f.cert.checkIssued(newCa) && f.cert.verify(newCa.publicKey));
   t.diagnostic(`${found.length} certificates in the data dirs, ${clusterSigned.length} signed by the new cluster CA`);
@@ -200,19 +237,32 @@ test('kctl pki rotate-ca: a new cluster CA everywhere, the old one nowhere, whil
     clusterSigned.some((f) => f.where.endsWith('server.crt')),
     'kube-apiserver has a serving certificate of the new CA',
   );
-  assert.equal(await readFile(join(workerData, 'pki/ca.crt'), 'utf8'), await readFile(join(c.dataDir, 'pki/ca.crt'), 'utf8'));
+  assert.equal(
+    await readFile(join(workerData, 'pki/ca.crt'), 'utf8'),
+    await readFile(join(c.dataDir, 'pki/ca.crt'), 'utf8'),
+  );
 
   // What the listeners serve now, seen from the worker's host.
   for (const port of [6443, 9443, 8132])
-    assert.match(await servedIssuer(w, `${ctl.ip}:${port}`), new RegExp(`^issuer=\\s*CN\\s*=\\s*${result.newCa}$`), `port ${port}`);
+    assert.match(
+      await servedIssuer(w, `${ctl.ip}:${port}`),
+      new RegExp(`^issuer=\\s*CN\\s*=\\s*${result.newCa}$`),
+      `port ${port}`,
+    );
   // Credentials of the old CA are refused.
-  const old = await ctl.run(join(c.dataDir, 'bin/current/kubectl'), ['--kubeconfig', oldAdmin, '--request-timeout=10s', 'get', 'ns'], {
-    reject: false,
-  });
+  const old = await ctl.run(
+    join(c.dataDir, 'bin/current/kubectl'),
+    ['--kubeconfig', oldAdmin, '--request-timeout=10s', 'get', 'ns'],
+    {
+      reject: false,
+    },
+  );
   assert.notEqual(old.exitCode, 0, 'a kubeconfig of the old CA still works');
   // Pods get the new CA only: the ConfigMap, and (kubelet refreshes projected volumes) the pod's mounted bundle.
   await waitFor('kube-root-ca.crt holds the new CA only', 120_000, async () => {
-    const cm = String((await c.kubectl(['get', 'configmap', 'kube-root-ca.crt', '-o', 'jsonpath={.data.ca\\.crt}'])).stdout);
+    const cm = String(
+      (await c.kubectl(['get', 'configmap', 'kube-root-ca.crt', '-o', 'jsonpath={.data.ca\\.crt}'])).stdout,
+    );
     return (cm.match(PEM) ?? []).length === 1 && new X509Certificate(cm).subject === newCa.subject;
   });
   await waitFor('the pod mounts the new CA only', 180_000, async () => {
@@ -222,7 +272,9 @@ test('kctl pki rotate-ca: a new cluster CA everywhere, the old one nowhere, whil
   });
 
   // kctl's add-ons were restarted during the rotation (their pods mount the CA bundle when they start) and run.
-  const coredns = JSON.parse(String((await c.kubectl(['-n', 'kube-system', 'get', 'pods', '-l', 'k8s-app=kube-dns', '-o', 'json'])).stdout)) as {
+  const coredns = JSON.parse(
+    String((await c.kubectl(['-n', 'kube-system', 'get', 'pods', '-l', 'k8s-app=kube-dns', '-o', 'json'])).stdout),
+  ) as {
     items: { metadata: { creationTimestamp: string }; status: { phase: string } }[];
   };
   assert.ok(coredns.items.length > 0, 'no CoreDNS pod');
@@ -259,12 +311,20 @@ test('kctl pki rotate-ca: a new cluster CA everywhere, the old one nowhere, whil
     controller.saw("agent system:node:stale: stream closed: its client certificate's CA"),
     `no cut-off line:\n${controller.lines(/stale/).slice(-5).join('\n')}`,
   );
-  const agentsNow = JSON.parse(String((await ctl.run(kctlBin, ['status', '-o', 'json', '--run-dir', c.runDir])).stdout)) as {
+  const agentsNow = JSON.parse(
+    String((await ctl.run(kctlBin, ['status', '-o', 'json', '--run-dir', c.runDir])).stdout),
+  ) as {
     konnectivity?: { agents?: { id: string }[] };
   };
-  assert.ok(!(agentsNow.konnectivity?.agents ?? []).some((a) => a.id === 'system:node:stale'), 'the old-CA agent is still connected');
+  assert.ok(
+    !(agentsNow.konnectivity?.agents ?? []).some((a) => a.id === 'system:node:stale'),
+    'the old-CA agent is still connected',
+  );
   // cluster-info carries the rotation's cross-signature: the old CA's key vouching for the new CA.
-  const proof = String((await c.kubectl(['-n', 'kube-public', 'get', 'configmap', 'cluster-info', '-o', 'jsonpath={.data.kctl-ca-proof}'])).stdout);
+  const proof = String(
+    (await c.kubectl(['-n', 'kube-public', 'get', 'configmap', 'cluster-info', '-o', 'jsonpath={.data.kctl-ca-proof}']))
+      .stdout,
+  );
   assert.deepEqual(unvouched(await readFile(join(c.dataDir, 'pki/ca.crt'), 'utf8'), oldCa.toString(), [proof]), []);
   assert.equal(unvouched(await readFile(join(c.dataDir, 'pki/ca.crt'), 'utf8'), oldCa.toString(), []).length, 1);
   staleAgent.child.kill('SIGKILL'); // SIGTERM only drains a drop-in agent

@@ -18,7 +18,18 @@ test('sysinfo: -o json shape; a taken port and a full data dir fail, and kctl co
   const dataDir = join(dir, 'data');
   const runDir = join(dir, 'run');
   const sysinfo = async (...args: string[]) => {
-    const r = await ctl.run(kctlBin, ['--data-dir', dataDir, '--run-dir', runDir, 'sysinfo', '--config', cfg, '-o', 'json', ...args]);
+    const r = await ctl.run(kctlBin, [
+      '--data-dir',
+      dataDir,
+      '--run-dir',
+      runDir,
+      'sysinfo',
+      '--config',
+      cfg,
+      '-o',
+      'json',
+      ...args,
+    ]);
     return { code: r.exitCode, report: JSON.parse(String(r.stdout)) as SysinfoReport };
   };
 
@@ -26,7 +37,18 @@ test('sysinfo: -o json shape; a taken port and a full data dir fail, and kctl co
   assert.equal(clean.code, 0, JSON.stringify(clean.report.checks.filter((c) => c.result === 'fail')));
   assert.equal(clean.report.role, 'controller');
   assert.equal(clean.report.ok, true);
-  for (const name of ['kernel', 'cgroups', 'port 6443', 'port 8132', 'disk', 'inodes', 'memory', 'ip_forward', 'clock', 'systemd'])
+  for (const name of [
+    'kernel',
+    'cgroups',
+    'port 6443',
+    'port 8132',
+    'disk',
+    'inodes',
+    'memory',
+    'ip_forward',
+    'clock',
+    'systemd',
+  ])
     assert.ok(
       clean.report.checks.some((c) => c.name === name && ['pass', 'warn'].includes(c.result) && c.detail.length > 0),
       `no ${name} check`,
@@ -46,7 +68,16 @@ test('sysinfo: -o json shape; a taken port and a full data dir fail, and kctl co
   const port = taken.report.checks.find((c) => c.name === 'port 6443')!;
   assert.equal(port.result, 'fail');
   assert.match(port.detail, new RegExp(`^in use by pid ${squatter.pid} \\(busybox\\); kube-apiserver needs it`));
-  const refused = await ctl.run(kctlBin, ['--data-dir', dataDir, '--run-dir', runDir, 'controller', '--single', '--config', cfg]);
+  const refused = await ctl.run(kctlBin, [
+    '--data-dir',
+    dataDir,
+    '--run-dir',
+    runDir,
+    'controller',
+    '--single',
+    '--config',
+    cfg,
+  ]);
   assert.notEqual(refused.exitCode, 0);
   const lines = String(refused.stderr).trim().split('\n');
   assert.equal(lines.length, 1, String(refused.stderr));
@@ -57,7 +88,10 @@ test('sysinfo: -o json shape; a taken port and a full data dir fail, and kctl co
   // A data dir on a tiny tmpfs that is full.
   const small = join(dir, 'small');
   await mkdir(small);
-  assert.equal((await execa('mount', ['-t', 'tmpfs', '-o', 'size=4m', 'kctl-test', small], { reject: false })).exitCode, 0);
+  assert.equal(
+    (await execa('mount', ['-t', 'tmpfs', '-o', 'size=4m', 'kctl-test', small], { reject: false })).exitCode,
+    0,
+  );
   try {
     await fullDataDir(small);
   } finally {
@@ -66,12 +100,31 @@ test('sysinfo: -o json shape; a taken port and a full data dir fail, and kctl co
 
   async function fullDataDir(small: string): Promise<void> {
     await execa('dd', ['if=/dev/zero', `of=${join(small, 'fill')}`, 'bs=1M', 'count=8'], { reject: false });
-    const r = await ctl.run(kctlBin, ['--data-dir', join(small, 'data'), '--run-dir', runDir, 'sysinfo', '--config', cfg, '-o', 'json']);
+    const r = await ctl.run(kctlBin, [
+      '--data-dir',
+      join(small, 'data'),
+      '--run-dir',
+      runDir,
+      'sysinfo',
+      '--config',
+      cfg,
+      '-o',
+      'json',
+    ]);
     assert.equal(r.exitCode, 1);
     const diskCheck = (JSON.parse(String(r.stdout)) as SysinfoReport).checks.find((c) => c.name === 'disk')!;
     assert.equal(diskCheck.result, 'fail');
     assert.match(diskCheck.detail, new RegExp(`^0 MiB free under ${small}; the controller needs at least 1.0 GiB`));
-    const full = await ctl.run(kctlBin, ['--data-dir', join(small, 'data'), '--run-dir', runDir, 'controller', '--single', '--config', cfg]);
+    const full = await ctl.run(kctlBin, [
+      '--data-dir',
+      join(small, 'data'),
+      '--run-dir',
+      runDir,
+      'controller',
+      '--single',
+      '--config',
+      cfg,
+    ]);
     assert.notEqual(full.exitCode, 0);
     assert.match(
       String(full.stderr).trim(),

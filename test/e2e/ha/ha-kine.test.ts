@@ -25,7 +25,10 @@ test(
   'two controllers on kine and PostgreSQL: a joiner must name the same database; losing one is invisible to the node',
   { timeout: 20 * 60_000 },
   async (t: TestContext) => {
-    const { lab, dir, kctlBin } = await startLab(t, 'hakine', ['db', 'c1', 'c2', 'w1'], { dir: 'kctl-hakine-', workers: ['w1'] });
+    const { lab, dir, kctlBin } = await startLab(t, 'hakine', ['db', 'c1', 'c2', 'w1'], {
+      dir: 'kctl-hakine-',
+      workers: ['w1'],
+    });
     const w1 = lab.host('w1');
     const ha = new HaLab(kctlBin, dir);
     const pg = await startPostgres(t, 5432, { host: lab.host('db'), trust: lab.subnet });
@@ -35,7 +38,12 @@ test(
     const c1 = await ha.controller(lab.host('c1'), kineSpec(lab.host('c1'), shared));
     await ha.start(c1);
     await lab.isolate(w1, c1.host, lab.host('c2'));
-    const worker = startLabWorker(ha.kctlBin, w1, dir, String((await ha.run(c1, ['token', 'create', '--role', 'worker'])).stdout).trim());
+    const worker = startLabWorker(
+      ha.kctlBin,
+      w1,
+      dir,
+      String((await ha.run(c1, ['token', 'create', '--role', 'worker'])).stdout).trim(),
+    );
     await waitFor('w1 Ready', 300_000, () => nodeReady((args) => ha.kubectl(c1, args), 'w1'), worker.log);
     await runPinnedPod((args, input) => ha.kubectl(c1, args, input), 'web', 'w1', 'started', true);
     await ha.agentsFollow([c1], ['w1']);
@@ -80,10 +88,17 @@ test(
     };
     for (const c of [c1, c2]) await reachPod(c);
 
-    assert.equal((await ha.kubectl(c1, ['create', 'secret', 'generic', 'shared', '--from-literal=v=ha-secret'])).exitCode, 0);
+    assert.equal(
+      (await ha.kubectl(c1, ['create', 'secret', 'generic', 'shared', '--from-literal=v=ha-secret'])).exitCode,
+      0,
+    );
     const secretThrough = async (c: LabCtl) =>
-      Buffer.from(String((await ha.kubectl(c, ['get', 'secret', 'shared', '-o', 'jsonpath={.data.v}'])).stdout), 'base64').toString();
-    const keysInLeases = async (c: LabCtl) => ((await ha.status(c)).controllers ?? []).map((x) => `${x.name}=${x.encryptionKeys ?? ''}`);
+      Buffer.from(
+        String((await ha.kubectl(c, ['get', 'secret', 'shared', '-o', 'jsonpath={.data.v}'])).stdout),
+        'base64',
+      ).toString();
+    const keysInLeases = async (c: LabCtl) =>
+      ((await ha.status(c)).controllers ?? []).map((x) => `${x.name}=${x.encryptionKeys ?? ''}`);
     const reads = { ok: 0, failed: [] as string[], on: true };
     const reader = (async () => {
       while (reads.on) {
@@ -109,7 +124,17 @@ test(
 
     // c1's host loses all its processes: c2 alone serves the node, on the same database.
     const readySince = async (c: LabCtl) =>
-      String((await ha.kubectl(c, ['get', 'node', 'w1', '-o', 'jsonpath={.status.conditions[?(@.type=="Ready")].lastTransitionTime}'])).stdout);
+      String(
+        (
+          await ha.kubectl(c, [
+            'get',
+            'node',
+            'w1',
+            '-o',
+            'jsonpath={.status.conditions[?(@.type=="Ready")].lastTransitionTime}',
+          ])
+        ).stdout,
+      );
     const readyBefore = await readySince(c2);
     const { execAfterS } = await ha.loseController(c1, c2, 'web');
     t.diagnostic(`first kubectl exec through the survivor ${execAfterS.toFixed(1)} s after c1 was killed`);

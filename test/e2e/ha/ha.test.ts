@@ -35,14 +35,22 @@ test(
   'controllers join by token and leave; losing one is invisible to the nodes; bad tokens and no quorum refused; a member that left stays out',
   { timeout: 25 * 60_000 },
   async (t: TestContext) => {
-    const { lab, dir, kctlBin } = await startLab(t, 'ha', ['c1', 'c2', 'c3', 'c4', 'w1', 'w2'], { dir: 'kctl-ha-', workers: ['w1', 'w2'] });
+    const { lab, dir, kctlBin } = await startLab(t, 'ha', ['c1', 'c2', 'c3', 'c4', 'w1', 'w2'], {
+      dir: 'kctl-ha-',
+      workers: ['w1', 'w2'],
+    });
     const workers = [lab.host('w1'), lab.host('w2')];
     const ha = new HaLab(kctlBin, dir);
     const ctls: LabCtl[] = [];
     const workerProcs: Tracked[] = [];
     for (const name of ['c1', 'c2', 'c3', 'c4']) {
       const host = lab.host(name);
-      ctls.push(await ha.controller(host, `  api: { address: ${host.ip} }\n  storage: { type: etcd, etcd: { memberName: ${name} } }\n`));
+      ctls.push(
+        await ha.controller(
+          host,
+          `  api: { address: ${host.ip} }\n  storage: { type: etcd, etcd: { memberName: ${name} } }\n`,
+        ),
+      );
     }
     const [c1, c2, c3, c4] = ctls as [LabCtl, LabCtl, LabCtl, LabCtl];
     // Where the time goes, in the report even when the test runs out of it.
@@ -98,18 +106,38 @@ test(
     const ctokenFile = await ha.tokenFile('controller.token', ctoken);
 
     // Bad input, each refused with one line and nothing written.
-    await ha.refused(c2, await ha.tokenFile('worker.token', wtoken), /this is a worker join token: use it with `kctl worker`/);
-    const asWorker = await c2.host.run(ha.kctlBin, ['worker', '--token', ctoken, '--data-dir', join(dir, 'w-data'), '--run-dir', join(dir, 'w-run')]);
-    assert.match(String(asWorker.stderr).trim(), /^kctl: this is a controller join token: use it with `kctl controller --token-file`/);
+    await ha.refused(
+      c2,
+      await ha.tokenFile('worker.token', wtoken),
+      /this is a worker join token: use it with `kctl worker`/,
+    );
+    const asWorker = await c2.host.run(ha.kctlBin, [
+      'worker',
+      '--token',
+      ctoken,
+      '--data-dir',
+      join(dir, 'w-data'),
+      '--run-dir',
+      join(dir, 'w-run'),
+    ]);
+    assert.match(
+      String(asWorker.stderr).trim(),
+      /^kctl: this is a controller join token: use it with `kctl controller --token-file`/,
+    );
     assert.equal(existsSync(join(dir, 'w-data')), false);
-    const expired = String((await run(c1, ['token', 'create', '--role', 'controller', '--expiry', '1s'])).stdout).trim();
+    const expired = String(
+      (await run(c1, ['token', 'create', '--role', 'controller', '--expiry', '1s'])).stdout,
+    ).trim();
     await new Promise((r) => setTimeout(r, 2500));
     await ha.refused(
       c2,
       await ha.tokenFile('expired.token', expired),
       /refused the join: the join token was rejected \(expired, invalidated or never issued\)/,
     );
-    const otherCa = encodeToken({ ...decodeToken(ctoken), caPem: selfSignedCert(dir, 'other-ca', { cn: 'other-ca', ca: true }).pem });
+    const otherCa = encodeToken({
+      ...decodeToken(ctoken),
+      caPem: selfSignedCert(dir, 'other-ca', { cn: 'other-ca', ca: true }).pem,
+    });
     await ha.refused(c2, await ha.tokenFile('other-ca.token', otherCa), /is not signed by the CA in the join token/);
 
     phase('bad tokens refused');
@@ -118,7 +146,11 @@ test(
     await voters(c1, ['c1', 'c2']);
     await ha.agentsFollow([c1, c2], agents);
     for (const f of ['ca.key', 'sa.key', 'etcd/ca.key', 'front-proxy-ca.key']) {
-      assert.equal(await readFile(join(c2.dataDir, 'pki', f), 'utf8'), await readFile(join(c1.dataDir, 'pki', f), 'utf8'), `${f} differs`);
+      assert.equal(
+        await readFile(join(c2.dataDir, 'pki', f), 'utf8'),
+        await readFile(join(c1.dataDir, 'pki', f), 'utf8'),
+        `${f} differs`,
+      );
       assert.equal((await stat(join(c2.dataDir, 'pki', f))).mode & 0o777, 0o600, f);
     }
     assert.ok(!c2.proc!.saw('BEGIN EC PRIVATE KEY') && !c2.proc!.saw('BEGIN PRIVATE KEY'), 'a key reached the log');
@@ -140,7 +172,11 @@ test(
 
     // No quorum (c2 stopped: 1 of 2 members up): c3 is refused, nothing written.
     await ha.stop(c2);
-    await ha.refused(c3, ctoken2File, /refused the join: .*(etcd cannot change its membership|cannot check the join token)/);
+    await ha.refused(
+      c3,
+      ctoken2File,
+      /refused the join: .*(etcd cannot change its membership|cannot check the join token)/,
+    );
     // c2 restarts without a token and the cluster is whole again.
     await ha.start(c2);
     await voters(c1, ['c1', 'c2']);
@@ -159,7 +195,11 @@ test(
     assert.match(table, /^c3\s+\d+\s+https:\/\/\S+:2380\s+voter\s+\(this controller\)$/m, table);
     const text = String((await run(c3, ['status'])).stdout);
     assert.match(text, /^Storage: etcd, 3 member\(s\)$/m, text);
-    assert.match(text, /^ {2}system:node:w2 {2}3\/3 {2}kctl-controller-\S+, kctl-controller-\S+, kctl-controller-\S+$/m, text);
+    assert.match(
+      text,
+      /^ {2}system:node:w2 {2}3\/3 {2}kctl-controller-\S+, kctl-controller-\S+, kctl-controller-\S+$/m,
+      text,
+    );
 
     // Each worker's API balancer has all three API servers, healthy.
     const balancer = async (w: (typeof workers)[number]) => {
@@ -220,12 +260,17 @@ test(
         await sleep(500);
       }
     };
-    const loops = [loop(c2, (pod) => ['exec', pod, '--', 'cat', '/www/index.html'], /^web-w\d$/m), loop(c3, (pod) => ['logs', pod], /started/)];
+    const loops = [
+      loop(c2, (pod) => ['exec', pod, '--', 'cat', '/www/index.html'], /^web-w\d$/m),
+      loop(c3, (pod) => ['logs', pod], /started/),
+    ];
     await ha.start(c4, ctoken2File);
     const c4Ready = Date.now();
     await voters(c1, ['c1', 'c2', 'c3', 'c4']);
     await ha.agentsFollow([c1, c2, c3, c4], agents, 30_000);
-    t.diagnostic(`both agents on the fourth controller ${((Date.now() - c4Ready) / 1000).toFixed(1)} s after it was ready`);
+    t.diagnostic(
+      `both agents on the fourth controller ${((Date.now() - c4Ready) / 1000).toFixed(1)} s after it was ready`,
+    );
     await reachPods(c4);
     const left = await run(c4, ['etcd', 'leave']);
     assert.equal(left.exitCode, 0, String(left.stderr));
@@ -238,7 +283,11 @@ test(
     assert.deepEqual(traffic.failed, [], 'a request through another controller failed while the fourth joined or left');
     assert.ok(traffic.ok >= 10, `only ${traffic.ok} requests ran while the fourth controller joined and left`);
     t.diagnostic(`${traffic.ok} exec/logs requests through c2 and c3 while c4 joined and left, none failed`);
-    assert.equal(await readySince(c1), readyBefore, 'a node changed its Ready condition while a controller joined or left');
+    assert.equal(
+      await readySince(c1),
+      readyBefore,
+      'a node changed its Ready condition while a controller joined or left',
+    );
     await reachPods(c1);
 
     phase('c4 joined and left');
@@ -246,11 +295,23 @@ test(
     killControllerProcesses(await ha.status(c3));
     await c3.proc!.exited;
     const removed = await run(c1, ['etcd', 'leave', '--peer-address', c3.host.ip]);
-    assert.match(String(removed.stdout), /^removed etcd member c3 \(\d+, https:\/\/\S+:2380\)$/m, String(removed.stderr));
+    assert.match(
+      String(removed.stdout),
+      /^removed etcd member c3 \(\d+, https:\/\/\S+:2380\)$/m,
+      String(removed.stderr),
+    );
     await voters(c2, ['c1', 'c2']);
 
     // The controller that left refuses to start on that data dir again.
-    const again = await c4.host.run(ha.kctlBin, ['controller', '--config', c4.config, '--data-dir', c4.dataDir, '--run-dir', c4.runDir]);
+    const again = await c4.host.run(ha.kctlBin, [
+      'controller',
+      '--config',
+      c4.config,
+      '--data-dir',
+      c4.dataDir,
+      '--run-dir',
+      c4.runDir,
+    ]);
     assert.notEqual(again.exitCode, 0);
     assert.match(
       String(again.stderr).trim(),

@@ -77,7 +77,10 @@ function cutByKubeletClientRenewal(p: Tracked | undefined, r: { at: number; took
 }
 
 test('in HA with spec.pki.leafValidity 10m every certificate renews twice, one controller at a time, and no request fails', async (t) => {
-  const { lab, dir, kctlBin } = await startLab(t, 'pkrha', ['c1', 'c2', 'rnhw'], { dir: 'kctl-pki-renewal-ha-', workers: ['rnhw'] });
+  const { lab, dir, kctlBin } = await startLab(t, 'pkrha', ['c1', 'c2', 'rnhw'], {
+    dir: 'kctl-pki-renewal-ha-',
+    workers: ['rnhw'],
+  });
   const ha = new HaLab(kctlBin, dir);
   const spec = (name: string, ip: string) =>
     // v=1: kube-apiserver then logs when it closes its kubelet connections for a renewed client certificate (below).
@@ -104,7 +107,11 @@ test('in HA with spec.pki.leafValidity 10m every certificate renews twice, one c
     return JSON.parse(String(r.stdout)) as WorkerStatusReport;
   };
   // The worker's kubelet certificates appear once its agent checked them.
-  await waitFor('the worker lists kubelet certificates', 60_000, async () => ((await workerStatus()).certificates ?? []).length >= 3);
+  await waitFor(
+    'the worker lists kubelet certificates',
+    60_000,
+    async () => ((await workerStatus()).certificates ?? []).length >= 3,
+  );
   const before = new Map<LabCtl, Record<string, number>>();
   for (const c of [c1, c2]) before.set(c, restarts((await ha.status(c)).components));
   const workerBefore = restarts((await workerStatus()).components);
@@ -139,13 +146,17 @@ test('in HA with spec.pki.leafValidity 10m every certificate renews twice, one c
         continue;
       }
       failures.push(what);
-      t.diagnostic(`${what}\n${c.host.name} around it:\n${linesNear(c.proc, r.at)}\nthe worker around it:\n${linesNear(worker, r.at)}`);
+      t.diagnostic(
+        `${what}\n${c.host.name} around it:\n${linesNear(c.proc, r.at)}\nthe worker around it:\n${linesNear(worker, r.at)}`,
+      );
     }
     requests += 2;
     if (Date.now() >= nextCheck) {
       // A status read that failed (a kctl status killed at 30 s in a loaded CI run) only means
       // "not known yet"; the checks after the loop read every status again and must succeed.
-      const renewed = await allRenewed().catch((err: Error) => void t.diagnostic(`${new Date().toISOString()} status read failed: ${err.message}`));
+      const renewed = await allRenewed().catch(
+        (err: Error) => void t.diagnostic(`${new Date().toISOString()} status read failed: ${err.message}`),
+      );
       if (renewed) break;
       nextCheck = Date.now() + CHECK_EVERY_MS;
     }
@@ -164,7 +175,8 @@ test('in HA with spec.pki.leafValidity 10m every certificate renews twice, one c
     (ws.certificates ?? []).map((x) => x.name),
     ['ca.crt', 'kubelet-client', 'kubelet-serving'],
   );
-  for (const x of leavesOf(ws.certificates)) assert.ok(x.renewals >= RENEWALS, `worker: ${x.name} renewed ${x.renewals} time(s)`);
+  for (const x of leavesOf(ws.certificates))
+    assert.ok(x.renewals >= RENEWALS, `worker: ${x.name} renewed ${x.renewals} time(s)`);
   assert.deepEqual(restarts(ws.components), workerBefore, 'worker components restarted');
   for (const [c, r] of reports) {
     t.diagnostic(`${c.host.name}: ${(r.certificates ?? []).map((x) => `${x.name}=${x.renewals}`).join(' ')}`);
@@ -176,7 +188,8 @@ test('in HA with spec.pki.leafValidity 10m every certificate renews twice, one c
       assert.ok(x.renewals >= RENEWALS, `${c.host.name}: ${x.name} renewed ${x.renewals} time(s)`);
       assert.ok(new Date(x.notAfter!).getTime() > Date.now(), `${c.host.name}: ${x.name} expired ${x.notAfter}`);
     }
-    for (const ca of (r.certificates ?? []).filter((x) => x.kind === 'ca')) assert.equal(ca.renewals, 0, `${c.host.name}: ${ca.name}`);
+    for (const ca of (r.certificates ?? []).filter((x) => x.kind === 'ca'))
+      assert.equal(ca.renewals, 0, `${c.host.name}: ${ca.name}`);
 
     // The listeners serve the certificate the files hold now (kube-apiserver, the konnectivity agent
     // port and the join endpoint reloaded; etcd reads its files on every handshake).
@@ -184,10 +197,23 @@ test('in HA with spec.pki.leafValidity 10m every certificate renews twice, one c
     const ip = c.host.ip;
     assert.equal(await servedSerial(c.host, `${ip}:6443`), serial('server.crt'), `${c.host.name}: kube-apiserver`);
     assert.equal(await servedSerial(c.host, `${ip}:9443`), serial('server.crt'), `${c.host.name}: join endpoint`);
-    assert.equal(await servedSerial(c.host, `${ip}:8132`), serial('konnectivity.crt'), `${c.host.name}: konnectivity agent port`);
+    assert.equal(
+      await servedSerial(c.host, `${ip}:8132`),
+      serial('konnectivity.crt'),
+      `${c.host.name}: konnectivity agent port`,
+    );
     const pki = join(c.dataDir, 'pki');
-    const etcdClient = ['-cert', join(pki, 'apiserver-etcd-client.crt'), '-key', join(pki, 'apiserver-etcd-client.key')];
-    assert.equal(await servedSerial(c.host, '127.0.0.1:2379', etcdClient), serial('etcd/server.crt'), `${c.host.name}: etcd`);
+    const etcdClient = [
+      '-cert',
+      join(pki, 'apiserver-etcd-client.crt'),
+      '-key',
+      join(pki, 'apiserver-etcd-client.key'),
+    ];
+    assert.equal(
+      await servedSerial(c.host, '127.0.0.1:2379', etcdClient),
+      serial('etcd/server.crt'),
+      `${c.host.name}: etcd`,
+    );
 
     // Nothing restarted but what the renewer restarts on purpose, once per renewal of its kubeconfig.
     const now = restarts(r.components);
@@ -195,7 +221,11 @@ test('in HA with spec.pki.leafValidity 10m every certificate renews twice, one c
     for (const [name, n] of Object.entries(now))
       if (!RESTARTED_ON_PURPOSE.includes(name)) assert.equal(n, then[name], `${c.host.name}: ${name} restarted`);
     const renewed = (name: string) => leaves.find((x) => x.name === name)!.renewals;
-    assert.equal(now['kube-scheduler']! - then['kube-scheduler']!, renewed('scheduler.conf'), `${c.host.name}: kube-scheduler restarts`);
+    assert.equal(
+      now['kube-scheduler']! - then['kube-scheduler']!,
+      renewed('scheduler.conf'),
+      `${c.host.name}: kube-scheduler restarts`,
+    );
     assert.equal(
       now['kube-controller-manager']! - then['kube-controller-manager']!,
       renewed('controller-manager.conf'),
@@ -208,12 +238,18 @@ test('in HA with spec.pki.leafValidity 10m every certificate renews twice, one c
   }
   // One controller at a time: no two renewal runs of different controllers overlap.
   const runs = [...reports.entries()].flatMap(([c, r]) =>
-    (r.pkiRenewals ?? []).map((x) => ({ who: c.host.name, from: Date.parse(x.startedAt), to: Date.parse(x.finishedAt) })),
+    (r.pkiRenewals ?? []).map((x) => ({
+      who: c.host.name,
+      from: Date.parse(x.startedAt),
+      to: Date.parse(x.finishedAt),
+    })),
   );
-  for (const who of ['c1', 'c2']) assert.ok(runs.filter((x) => x.who === who).length >= RENEWALS, `${who}'s renewal runs: ${JSON.stringify(runs)}`);
+  for (const who of ['c1', 'c2'])
+    assert.ok(runs.filter((x) => x.who === who).length >= RENEWALS, `${who}'s renewal runs: ${JSON.stringify(runs)}`);
   for (const a of runs)
     for (const b of runs)
-      if (a.who < b.who) assert.ok(a.to <= b.from || b.to <= a.from, `renewals overlap: ${JSON.stringify(a)} and ${JSON.stringify(b)}`);
+      if (a.who < b.who)
+        assert.ok(a.to <= b.from || b.to <= a.from, `renewals overlap: ${JSON.stringify(a)} and ${JSON.stringify(b)}`);
 
   // The CA rotates, run on c1 only.
   const oldCa = new X509Certificate(await readFile(join(c1.dataDir, 'pki/ca.crt')));
@@ -225,7 +261,8 @@ test('in HA with spec.pki.leafValidity 10m every certificate renews twice, one c
   const newCa = new X509Certificate(bundle);
   assert.equal(newCa.subject, `CN=${rotated.newCa}`);
   assert.notEqual(newCa.fingerprint256, oldCa.fingerprint256);
-  for (const file of [join(c2.dataDir, 'pki/ca.crt'), join(dir, 'rnhw-data/pki/ca.crt')]) assert.equal(await readFile(file, 'utf8'), bundle, file);
+  for (const file of [join(c2.dataDir, 'pki/ca.crt'), join(dir, 'rnhw-data/pki/ca.crt')])
+    assert.equal(await readFile(file, 'utf8'), bundle, file);
   for (const c of [c1, c2]) {
     for (const leaf of ['server.crt', 'konnectivity.crt', 'apiserver-kubelet-client.crt']) {
       const cert = new X509Certificate(await readFile(join(c.dataDir, 'pki', leaf)));

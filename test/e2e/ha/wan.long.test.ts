@@ -50,22 +50,37 @@ const MOVE_BOUND_MS = 40_000;
 
 test('over an edge link: a 30 s partition keeps the node Ready and exec works again soon after the heal; a vanished controller is left; a 5-minute partition evicts only what tolerates less', async (t: TestContext) => {
   const workers = ['w1', 'w2'];
-  const { lab, dir, kctlBin } = await startLab(t, 'wanha', ['db', 'c1', 'c2', ...workers], { dir: 'kctl-wanha-', workers });
+  const { lab, dir, kctlBin } = await startLab(t, 'wanha', ['db', 'c1', 'c2', ...workers], {
+    dir: 'kctl-wanha-',
+    workers,
+  });
   const [c1host, c2host] = [lab.host('c1'), lab.host('c2')];
   const ha = new HaLab(kctlBin, dir);
   const pg = await startPostgres(t, 5432, { host: lab.host('db'), trust: lab.subnet });
   const shared = await pg.dataSource('kine');
-  const spec = (host: LabHost) => `  api: { address: ${host.ip} }\n  storage:\n    type: kine\n    kine: { dataSource: '${shared}' }\n`;
+  const spec = (host: LabHost) =>
+    `  api: { address: ${host.ip} }\n  storage:\n    type: kine\n    kine: { dataSource: '${shared}' }\n`;
   const c1 = await ha.controller(c1host, spec(c1host));
   const c2 = await ha.controller(c2host, spec(c2host));
   await ha.start(c1);
-  await ha.start(c2, await ha.tokenFile('controller.token', String((await ha.run(c1, ['token', 'create', '--role', 'controller'])).stdout).trim()));
+  await ha.start(
+    c2,
+    await ha.tokenFile(
+      'controller.token',
+      String((await ha.run(c1, ['token', 'create', '--role', 'controller'])).stdout).trim(),
+    ),
+  );
 
   const procs: Record<string, Tracked> = {};
   for (const name of workers) {
     const host = lab.host(name);
     await lab.isolate(host, c1host, c2host);
-    procs[name] = startLabWorker(kctlBin, host, dir, String((await ha.run(c1, ['token', 'create', '--role', 'worker'])).stdout).trim());
+    procs[name] = startLabWorker(
+      kctlBin,
+      host,
+      dir,
+      String((await ha.run(c1, ['token', 'create', '--role', 'worker'])).stdout).trim(),
+    );
   }
   const kubectl = (args: string[], input?: string) => ha.kubectl(c1, args, input);
   for (const name of workers) {
@@ -76,16 +91,34 @@ test('over an edge link: a 30 s partition keeps the node Ready and exec works ag
 
   // Both workers now sit behind an edge link to the controllers (and only to them).
   const links = Object.fromEntries(
-    await Promise.all(workers.map(async (name) => [name, await wan(lab, lab.host(name), { peers: [c1host, c2host], profile: 'edge' })] as const)),
+    await Promise.all(
+      workers.map(
+        async (name) => [name, await wan(lab, lab.host(name), { peers: [c1host, c2host], profile: 'edge' })] as const,
+      ),
+    ),
   );
   const workerStatus = async (name: string): Promise<WorkerStatusReport> => {
     const r = await lab
       .host(name)
-      .run(kctlBin, ['--data-dir', join(dir, `${name}-data`), '--run-dir', join(dir, `${name}-run`), 'status', '-o', 'json'], { timeout: 30_000 });
+      .run(
+        kctlBin,
+        ['--data-dir', join(dir, `${name}-data`), '--run-dir', join(dir, `${name}-run`), 'status', '-o', 'json'],
+        { timeout: 30_000 },
+      );
     return JSON.parse(String(r.stdout)) as WorkerStatusReport;
   };
   const readySince = async (node: string) =>
-    String((await kubectl(['get', 'node', node, '-o', 'jsonpath={.status.conditions[?(@.type=="Ready")].lastTransitionTime}'])).stdout);
+    String(
+      (
+        await kubectl([
+          'get',
+          'node',
+          node,
+          '-o',
+          'jsonpath={.status.conditions[?(@.type=="Ready")].lastTransitionTime}',
+        ])
+      ).stdout,
+    );
   const readyBefore = { w1: await readySince('w1'), w2: await readySince('w2') };
   assert.ok(readyBefore.w1 && readyBefore.w2, 'both nodes have a Ready condition');
   // The link really is an edge link: the pods answer through it.
@@ -129,7 +162,10 @@ test('over an edge link: a 30 s partition keeps the node Ready and exec works ag
     const startedAt = Date.now();
     const attempt = kubectl(['exec', 'p-w1', '--', 'echo', 'back']).then((r) => {
       if (r.exitCode === 0 && String(r.stdout).trim() === 'back') firstExecAt ??= Date.now();
-      else attempts.push(`started ${((startedAt - healedAt) / 1000).toFixed(1)} s after the heal: ${String(r.stderr).trim()}`);
+      else
+        attempts.push(
+          `started ${((startedAt - healedAt) / 1000).toFixed(1)} s after the heal: ${String(r.stderr).trim()}`,
+        );
     });
     inFlight.add(attempt);
     void attempt.finally(() => inFlight.delete(attempt));
@@ -144,13 +180,21 @@ test('over an edge link: a 30 s partition keeps the node Ready and exec works ag
   t.diagnostic(
     `w1 partitioned ${((healedAt - cutAt) / 1000).toFixed(1)} s; first exec into its pod ${(execAfterHeal / 1000).toFixed(1)} s after the heal (${attempts.length} failed before)`,
   );
-  assert.ok(execAfterHeal <= EXEC_AFTER_HEAL_MS, `first exec ${execAfterHeal} ms after the heal:\n${attempts.join('\n')}`);
+  assert.ok(
+    execAfterHeal <= EXEC_AFTER_HEAL_MS,
+    `first exec ${execAfterHeal} ms after the heal:\n${attempts.join('\n')}`,
+  );
   other.sort((a, b) => a.at - b.at);
   const timeline = other
-    .map((r) => `${((r.at - cutAt) / 1000).toFixed(1)} s ${r.ok ? 'ok' : 'failed'} in ${(r.tookMs / 1000).toFixed(1)} s ${r.what}`)
+    .map(
+      (r) =>
+        `${((r.at - cutAt) / 1000).toFixed(1)} s ${r.ok ? 'ok' : 'failed'} in ${(r.tookMs / 1000).toFixed(1)} s ${r.what}`,
+    )
     .join('\n');
   const streak = longestFailureStreak(other);
-  t.diagnostic(`w2 during the partition: ${other.length} requests, ${other.filter((r) => !r.ok).length} failed, longest streak ${streak.longest} ms`);
+  t.diagnostic(
+    `w2 during the partition: ${other.length} requests, ${other.filter((r) => !r.ok).length} failed, longest streak ${streak.longest} ms`,
+  );
   assert.equal(
     other.filter((r) => !r.ok).length,
     0,
@@ -175,7 +219,10 @@ test('over an edge link: a 30 s partition keeps the node Ready and exec works ag
   assert.equal(await readySince('w1'), readyBefore.w1, "w1's Ready condition changed during a 30 s partition");
 
   // ---- 2. c2's host vanishes ----
-  const c2link = await wan(lab, c2host, { peers: [c1host, lab.host('db'), ...workers.map((w) => lab.host(w))], profile: 'clean' });
+  const c2link = await wan(lab, c2host, {
+    peers: [c1host, lab.host('db'), ...workers.map((w) => lab.host(w))],
+    profile: 'clean',
+  });
   const c2api = `${c2host.ip}:6443`;
   await waitFor('both workers send API traffic through c2 too', 60_000, async () => {
     for (const name of workers) {
@@ -197,7 +244,11 @@ test('over an edge link: a 30 s partition keeps the node Ready and exec works ag
       for (const name of workers) {
         const s = await workerStatus(name);
         const m = moved[name]!;
-        if (m.agent === undefined && s.konnectivityAgent && !s.konnectivityAgent.servers.some((x) => x.address.startsWith(`${c2host.ip}:`)))
+        if (
+          m.agent === undefined &&
+          s.konnectivityAgent &&
+          !s.konnectivityAgent.servers.some((x) => x.address.startsWith(`${c2host.ip}:`))
+        )
           m.agent = Date.now() - vanishedAt;
         const up = s.apiBalancer?.upstreams.find((u) => u.address === c2api);
         if (m.balancer === undefined && up && !up.healthy && up.connections === 0) m.balancer = Date.now() - vanishedAt;
@@ -216,7 +267,10 @@ test('over an edge link: a 30 s partition keeps the node Ready and exec works ag
   );
   for (const name of workers) {
     assert.ok(moved[name]!.agent! <= MOVE_BOUND_MS, `${name}'s agent left c2 after ${moved[name]!.agent} ms`);
-    assert.ok(moved[name]!.balancer! <= MOVE_BOUND_MS, `${name}'s API balancer left c2 after ${moved[name]!.balancer} ms`);
+    assert.ok(
+      moved[name]!.balancer! <= MOVE_BOUND_MS,
+      `${name}'s API balancer left c2 after ${moved[name]!.balancer} ms`,
+    );
   }
   for (const name of workers) {
     const got = await logsAndExec(kubectl, `p-${name}`, `hello-${name}`);
@@ -229,7 +283,11 @@ test('over an edge link: a 30 s partition keeps the node Ready and exec works ag
     );
   }
   for (const name of workers)
-    assert.equal(await readySince(name), readyBefore[name as 'w1' | 'w2'], `${name}'s Ready condition changed while c2 was gone`);
+    assert.equal(
+      await readySince(name),
+      readyBefore[name as 'w1' | 'w2'],
+      `${name}'s Ready condition changed while c2 was gone`,
+    );
 
   // c2 comes back: the agents hold it again with no restart.
   await c2link.partition(false);
@@ -252,27 +310,41 @@ test('over an edge link: a 30 s partition keeps the node Ready and exec works ag
     tolerationSeconds: 30,
   }));
   assert.equal(
-    (await kubectl(['apply', '-f', '-'], JSON.stringify({ ...shortToleration, spec: { ...shortToleration.spec, tolerations: effects } }))).exitCode,
+    (
+      await kubectl(
+        ['apply', '-f', '-'],
+        JSON.stringify({ ...shortToleration, spec: { ...shortToleration.spec, tolerations: effects } }),
+      )
+    ).exitCode,
     0,
   );
   await waitFor(
     'p-short running',
     120_000,
-    async () => String((await kubectl(['get', 'pod', 'p-short', '-o', 'jsonpath={.status.phase}'])).stdout) === 'Running',
+    async () =>
+      String((await kubectl(['get', 'pod', 'p-short', '-o', 'jsonpath={.status.phase}'])).stdout) === 'Running',
   );
   const uid = async (pod: string) =>
     String((await kubectl(['get', 'pod', pod, '-o', 'jsonpath={.metadata.uid}/{.metadata.deletionTimestamp}'])).stdout);
   const keptUid = await uid('p-w1');
   await links.w1!.partition(true);
   const longCut = Date.now();
-  const readyOf = async () => String((await kubectl(['get', 'node', 'w1', '-o', `jsonpath=${NODE_READY_JSONPATH}`])).stdout);
-  String((await kubectl(['get', 'node', 'w1', '-o', `jsonpath=${'{.status.conditions[?(@.type=="Ready")].status}'}`])).stdout);
+  const readyOf = async () =>
+    String((await kubectl(['get', 'node', 'w1', '-o', `jsonpath=${NODE_READY_JSONPATH}`])).stdout);
+  String(
+    (await kubectl(['get', 'node', 'w1', '-o', `jsonpath=${'{.status.conditions[?(@.type=="Ready")].status}'}`]))
+      .stdout,
+  );
   await waitFor('w1 turns Unknown', 120_000, async () => (await readyOf()) === 'Unknown', { intervalMs: 1_000 });
   const unknownAfter = Date.now() - longCut;
   await waitFor('p-short evicted', 180_000, async () => /\/.+/.test(await uid('p-short')), { intervalMs: 1_000 });
   const evictedAfter = Date.now() - longCut;
   await new Promise((r) => setTimeout(r, Math.max(0, 300_000 - (Date.now() - longCut))));
-  assert.equal(await uid('p-w1'), keptUid, 'the pod with the default toleration was evicted during a 5-minute partition');
+  assert.equal(
+    await uid('p-w1'),
+    keptUid,
+    'the pod with the default toleration was evicted during a 5-minute partition',
+  );
   await links.w1!.partition(false);
   t.diagnostic(
     `5-minute partition of w1: Unknown after ${(unknownAfter / 1000).toFixed(0)} s, the 30 s-toleration pod evicted after ${(evictedAfter / 1000).toFixed(0)} s, the default pod kept`,
@@ -288,7 +360,8 @@ test('over an edge link: a 30 s partition keeps the node Ready and exec works ag
     EXEC_AFTER_HEAL_MS,
     async () => {
       const results = await logsAndExec(kubectl, 'p-w1', 'hello-w1');
-      for (const r of results.filter((r) => !r.ok)) afterLongHeal.push(`${((r.at - longHealedAt) / 1000).toFixed(1)} s after Ready: ${r.what}`);
+      for (const r of results.filter((r) => !r.ok))
+        afterLongHeal.push(`${((r.at - longHealedAt) / 1000).toFixed(1)} s after Ready: ${r.what}`);
       return results.every((r) => r.ok);
     },
     {
@@ -307,6 +380,10 @@ test('over an edge link: a 30 s partition keeps the node Ready and exec works ag
   t.diagnostic(
     `after the 5-minute partition: w1 Ready and its pod answering logs and exec ${((Date.now() - longHealedAt) / 1000).toFixed(1)} s after Ready`,
   );
-  await waitFor('the evicted pod is gone once its node hears of it', 120_000, async () => (await kubectl(['get', 'pod', 'p-short'])).exitCode !== 0);
+  await waitFor(
+    'the evicted pod is gone once its node hears of it',
+    120_000,
+    async () => (await kubectl(['get', 'pod', 'p-short'])).exitCode !== 0,
+  );
   for (const name of workers) assert.equal(procs[name]!.child.exitCode, null, `${name}'s kctl worker kept running`);
 });

@@ -84,7 +84,8 @@ function agentArgs(f: Files, agentPort: number, health: number, admin: number, i
   ];
 }
 
-const readyz = async (port: number) => Promise.all(['/healthz', '/readyz', '/ready'].map((p) => get(`http://127.0.0.1:${port}${p}`)));
+const readyz = async (port: number) =>
+  Promise.all(['/healthz', '/readyz', '/ready'].map((p) => get(`http://127.0.0.1:${port}${p}`)));
 
 /** Drops every TCP packet to `ip`: a dial there times out instead of being answered or refused. */
 function blackhole(t: T, ip: string): void {
@@ -103,11 +104,20 @@ test(
     const agentPorts = { up: await freePort(), kc: await freePort() };
     const health = { up: await freePort(), kc: await freePort() };
     const admin = { up: await freePort(), kc: await freePort() };
-    const upAgent = start(t, upstreamBin()['proxy-agent'], agentArgs(f, agentPorts.up, health.up, admin.up, 'agent-up'));
-    const kcAgent = start(t, requireKctl(), ['konnectivity-agent', ...agentArgs(f, agentPorts.kc, health.kc, admin.kc, 'agent-kc')]);
+    const upAgent = start(
+      t,
+      upstreamBin()['proxy-agent'],
+      agentArgs(f, agentPorts.up, health.up, admin.up, 'agent-up'),
+    );
+    const kcAgent = start(t, requireKctl(), [
+      'konnectivity-agent',
+      ...agentArgs(f, agentPorts.kc, health.kc, admin.kc, 'agent-kc'),
+    ]);
     const outputs = () => `\nupstream agent:\n${upAgent.output()}\nkctl agent:\n${kcAgent.output()}`;
     await waitFor('both health ports', 30_000, async () =>
-      (await Promise.all([health.up, health.kc].map((p) => get(`http://127.0.0.1:${p}/healthz`).catch(() => null)))).every((r) => r?.status === 200),
+      (
+        await Promise.all([health.up, health.kc].map((p) => get(`http://127.0.0.1:${p}/healthz`).catch(() => null)))
+      ).every((r) => r?.status === 200),
     ).catch((err: Error) => {
       throw new Error(`${err.message}${outputs()}`);
     });
@@ -116,19 +126,30 @@ test(
     const before = await Promise.all([readyz(health.up), readyz(health.kc)]);
     assert.deepEqual(before[1], before[0], 'healthz, readyz, ready before connecting');
     assert.deepEqual(before[0][0], { status: 200, body: 'ok' });
-    assert.deepEqual(before[0][1], { status: 503, body: '[+]ping ok\n[-]server-connected failed: no servers connected\n' });
+    assert.deepEqual(before[0][1], {
+      status: 503,
+      body: '[+]ping ok\n[-]server-connected failed: no servers connected\n',
+    });
 
     // Each agent gets its own upstream server, configured alike.
-    const servers = { up: await upstreamServer(t, f, 'server-up', agentPorts.up), kc: await upstreamServer(t, f, 'server-kc', agentPorts.kc) };
+    const servers = {
+      up: await upstreamServer(t, f, 'server-up', agentPorts.up),
+      kc: await upstreamServer(t, f, 'server-kc', agentPorts.kc),
+    };
     await waitFor('both agents ready', 60_000, async () =>
-      (await Promise.all([health.up, health.kc].map((p) => get(`http://127.0.0.1:${p}/readyz`)))).every((r) => r.status === 200),
+      (await Promise.all([health.up, health.kc].map((p) => get(`http://127.0.0.1:${p}/readyz`)))).every(
+        (r) => r.status === 200,
+      ),
     ).catch((err: Error) => {
       throw new Error(`${err.message}${outputs()}`);
     });
     const after = await Promise.all([readyz(health.up), readyz(health.kc)]);
     assert.deepEqual(after[1], after[0], 'healthz, readyz, ready once connected');
     assert.deepEqual(after[0][1], { status: 200, body: 'ok' });
-    assert.deepEqual(await get(`http://127.0.0.1:${health.kc}/readyz?verbose`), await get(`http://127.0.0.1:${health.up}/readyz?verbose`));
+    assert.deepEqual(
+      await get(`http://127.0.0.1:${health.kc}/readyz?verbose`),
+      await get(`http://127.0.0.1:${health.up}/readyz?verbose`),
+    );
 
     // The same dials through each: one that works, a refused port, an unknown name, one that never answers.
     const echo = await echoServer(t);
@@ -158,8 +179,14 @@ test(
     }
     const dialFailures = 'konnectivity_network_proxy_agent_endpoint_dial_failure_total';
     assert.deepEqual(series(kcHealth, dialFailures), series(upHealth, dialFailures));
-    assert.deepEqual(series(upHealth, dialFailures), [`${dialFailures}{reason="timeout"} 1`, `${dialFailures}{reason="unknown"} 2`]);
-    for (const fam of ['konnectivity_network_proxy_agent_dial_duration_seconds_count', 'konnectivity_network_proxy_agent_open_server_connections'])
+    assert.deepEqual(series(upHealth, dialFailures), [
+      `${dialFailures}{reason="timeout"} 1`,
+      `${dialFailures}{reason="unknown"} 2`,
+    ]);
+    for (const fam of [
+      'konnectivity_network_proxy_agent_dial_duration_seconds_count',
+      'konnectivity_network_proxy_agent_open_server_connections',
+    ])
       assert.deepEqual(series(kcHealth, fam), series(upHealth, fam), fam);
     assert.deepEqual(
       (await fetch(`http://127.0.0.1:${admin.kc}/metrics`, { redirect: 'manual' })).headers.get('location'),
@@ -196,8 +223,14 @@ test('invoked as proxy-agent, kctl is the agent: --help lists every upstream fla
   assert.deepEqual(helpFlags((await execa(requireKctl(), ['konnectivity-agent', '--help'])).stdout), kctlNames);
 
   for (const [args, line] of [
-    [['--admin-bind-adress=127.0.0.1'], /^kctl: proxy-agent: unknown flag --admin-bind-adress; see proxy-agent --help for the flags it takes$/],
-    [['--health-server-port=http'], /^kctl: proxy-agent: invalid value "http" for --health-server-port: expected an integer$/],
+    [
+      ['--admin-bind-adress=127.0.0.1'],
+      /^kctl: proxy-agent: unknown flag --admin-bind-adress; see proxy-agent --help for the flags it takes$/,
+    ],
+    [
+      ['--health-server-port=http'],
+      /^kctl: proxy-agent: invalid value "http" for --health-server-port: expected an integer$/,
+    ],
     [['--sync-forever=maybe'], /^kctl: proxy-agent: invalid value "maybe" for --sync-forever: expected true or false$/],
     [
       ['--agent-cert=/nonexistent/agent.crt', '--agent-key=/nonexistent/agent.key'],
@@ -225,12 +258,18 @@ test(
     const agentPort = await freePort();
     const server = await upstreamServer(t, f, 'server-drain', agentPort);
     const ports = { a: [await freePort(), await freePort()], b: [await freePort(), await freePort()] };
-    const a = start(t, requireKctl(), ['konnectivity-agent', ...agentArgs(f, agentPort, ports.a[0]!, ports.a[1]!, 'agent-a'), '--debug']);
-    await waitFor('agent a ready', 60_000, async () => (await get(`http://127.0.0.1:${ports.a[0]}/readyz`).catch(() => null))?.status === 200).catch(
-      (err: Error) => {
-        throw new Error(`${err.message}\n${a.output()}\n${server.proc.output()}`);
-      },
-    );
+    const a = start(t, requireKctl(), [
+      'konnectivity-agent',
+      ...agentArgs(f, agentPort, ports.a[0]!, ports.a[1]!, 'agent-a'),
+      '--debug',
+    ]);
+    await waitFor(
+      'agent a ready',
+      60_000,
+      async () => (await get(`http://127.0.0.1:${ports.a[0]}/readyz`).catch(() => null))?.status === 200,
+    ).catch((err: Error) => {
+      throw new Error(`${err.message}\n${a.output()}\n${server.proc.output()}`);
+    });
     const echo = await echoServer(t);
     const held = await dialViaProxy({ udsPath: server.uds, address: echo.address });
     const roundTrip = async (what: string) => {
@@ -252,10 +291,17 @@ test(
 
     // A second agent, upstream's, for the server to send new dials to.
     const b = start(t, upstreamBin()['proxy-agent'], agentArgs(f, agentPort, ports.b[0]!, ports.b[1]!, 'agent-b'));
-    await waitFor('agent b ready', 60_000, async () => (await get(`http://127.0.0.1:${ports.b[0]}/readyz`).catch(() => null))?.status === 200);
+    await waitFor(
+      'agent b ready',
+      60_000,
+      async () => (await get(`http://127.0.0.1:${ports.b[0]}/readyz`).catch(() => null))?.status === 200,
+    );
     const metricsOf = async (p: number[]) => (await get(`http://127.0.0.1:${p[0]}/metrics`)).body;
     const dialsDone = 'konnectivity_network_proxy_agent_dial_duration_seconds_count';
-    const [aBefore, bBefore] = [sample(await metricsOf(ports.a), dialsDone), sample(await metricsOf(ports.b), dialsDone)];
+    const [aBefore, bBefore] = [
+      sample(await metricsOf(ports.a), dialsDone),
+      sample(await metricsOf(ports.b), dialsDone),
+    ];
     assert.equal(aBefore, 1);
 
     a.child.kill('SIGTERM');
@@ -300,8 +346,16 @@ test(
     const lease = (name: string, renewedMsAgo: number, durationS: number, label = true) => ({
       apiVersion: 'coordination.k8s.io/v1',
       kind: 'Lease',
-      metadata: { name, namespace: 'kube-system', labels: label ? { 'k8s-app': 'konnectivity-server' } : { app: 'other' } },
-      spec: { holderIdentity: name, leaseDurationSeconds: durationS, renewTime: new Date(now - renewedMsAgo).toISOString().replace('Z', '000Z') },
+      metadata: {
+        name,
+        namespace: 'kube-system',
+        labels: label ? { 'k8s-app': 'konnectivity-server' } : { app: 'other' },
+      },
+      spec: {
+        holderIdentity: name,
+        leaseDurationSeconds: durationS,
+        renewTime: new Date(now - renewedMsAgo).toISOString().replace('Z', '000Z'),
+      },
     });
     const leases = [
       lease('server-1', 1_000, 3600),
@@ -325,20 +379,37 @@ test(
     const up = start(t, upstreamBin()['proxy-agent'], args(ports.up[0]!, ports.up[1]!, 'lease-up'));
     const kc = start(t, requireKctl(), ['konnectivity-agent', ...args(ports.kc[0]!, ports.kc[1]!, 'lease-kc')]);
     const known = 'konnectivity_network_proxy_agent_known_server_count';
-    const count = async (p: number[]) => sample((await get(`http://127.0.0.1:${p[0]}/metrics`).catch(() => ({ body: '' }))).body, known);
-    await waitFor('both agents count 2 servers', 60_000, async () => (await count(ports.up)) === 2 && (await count(ports.kc)) === 2).catch(
-      async (err: Error) => {
-        throw new Error(`${err.message}: upstream ${await count(ports.up)}, kctl ${await count(ports.kc)}\n${up.output()}\n${kc.output()}`);
-      },
-    );
+    const count = async (p: number[]) =>
+      sample((await get(`http://127.0.0.1:${p[0]}/metrics`).catch(() => ({ body: '' }))).body, known);
+    await waitFor(
+      'both agents count 2 servers',
+      60_000,
+      async () => (await count(ports.up)) === 2 && (await count(ports.kc)) === 2,
+    ).catch(async (err: Error) => {
+      throw new Error(
+        `${err.message}: upstream ${await count(ports.up)}, kctl ${await count(ports.kc)}\n${up.output()}\n${kc.output()}`,
+      );
+    });
     const listed = (await get(`http://127.0.0.1:${ports.kc[0]}/metrics`)).body;
-    assert.ok(sample(listed, 'konnectivity_network_proxy_agent_lease_lists_total{http_response_code="200",reason=""}') >= 1, listed);
-    assert.ok(sample(listed, 'konnectivity_network_proxy_agent_lease_list_latency_seconds_count{http_response_code="200"}') >= 1);
+    assert.ok(
+      sample(listed, 'konnectivity_network_proxy_agent_lease_lists_total{http_response_code="200",reason=""}') >= 1,
+      listed,
+    );
+    assert.ok(
+      sample(listed, 'konnectivity_network_proxy_agent_lease_list_latency_seconds_count{http_response_code="200"}') >=
+        1,
+    );
 
     // A third server's lease appears: both follow it.
-    const more = await kctl([...root, '--name', 'leases', 'kubectl', 'apply', '-f', '-'], { input: JSON.stringify(lease('server-3', 0, 3600)) });
+    const more = await kctl([...root, '--name', 'leases', 'kubectl', 'apply', '-f', '-'], {
+      input: JSON.stringify(lease('server-3', 0, 3600)),
+    });
     assert.equal(more.exitCode, 0, String(more.stderr));
-    await waitFor('both agents count 3 servers', 60_000, async () => (await count(ports.up)) === 3 && (await count(ports.kc)) === 3);
+    await waitFor(
+      'both agents count 3 servers',
+      60_000,
+      async () => (await count(ports.up)) === 3 && (await count(ports.kc)) === 3,
+    );
   },
 );
 
@@ -368,7 +439,9 @@ test('the proxy-agent image: kctl airgap save-images writes it; its program runs
     config: { digest: string };
     layers: { digest: string }[];
   };
-  const config = JSON.parse(await readFile(blob(manifest.config.digest), 'utf8')) as { config: { Entrypoint: string[]; User: string } };
+  const config = JSON.parse(await readFile(blob(manifest.config.digest), 'utf8')) as {
+    config: { Entrypoint: string[]; User: string };
+  };
   assert.deepEqual(config.config.Entrypoint, ['/proxy-agent']);
   assert.equal(config.config.User, '65534:65534');
   assert.equal(manifest.layers.length, 1);
@@ -383,11 +456,17 @@ test('the proxy-agent image: kctl airgap save-images writes it; its program runs
     });
   const help = await run(['--help']);
   assert.equal(help.exitCode, 0, `${help.stderr}`);
-  assert.match(help.stdout, /--proxy-server-host string\s+The hostname to use to connect to the proxy-server\. \(default "127\.0\.0\.1"\)/);
+  assert.match(
+    help.stdout,
+    /--proxy-server-host string\s+The hostname to use to connect to the proxy-server\. \(default "127\.0\.0\.1"\)/,
+  );
   // The same image runs the server: `command: ["/proxy-agent", "konnectivity-server"]`.
   const serverHelp = await run(['konnectivity-server', '--help']);
   assert.equal(serverHelp.exitCode, 0, `${serverHelp.stderr}`);
-  assert.match(serverHelp.stdout, /--uds-name string\s+uds-name should be empty for TCP traffic\. For UDS set to its name\./);
+  assert.match(
+    serverHelp.stdout,
+    /--uds-name string\s+uds-name should be empty for TCP traffic\. For UDS set to its name\./,
+  );
   const bad = await run(['--no-such-flag']);
   assert.equal(bad.exitCode, 1);
   assert.match(bad.stderr, /^kctl: proxy-agent: unknown flag --no-such-flag/);

@@ -57,12 +57,19 @@ async function startStack(t: T, f: Files, name: Stack['name']): Promise<Stack> {
     `--admin-server-port=${agentAdmin}`,
   ];
   const bin = upstreamBin();
-  const server = name === 'kctl' ? start(t, requireKctl(), ['konnectivity-server', ...serverArgs]) : start(t, bin['proxy-server'], serverArgs);
-  const agent = name === 'kctl' ? start(t, requireKctl(), ['konnectivity-agent', ...agentArgs]) : start(t, bin['proxy-agent'], agentArgs);
+  const server =
+    name === 'kctl'
+      ? start(t, requireKctl(), ['konnectivity-server', ...serverArgs])
+      : start(t, bin['proxy-server'], serverArgs);
+  const agent =
+    name === 'kctl'
+      ? start(t, requireKctl(), ['konnectivity-agent', ...agentArgs])
+      : start(t, bin['proxy-agent'], agentArgs);
   await waitFor(
     `${name} server ready with its agent`,
     60_000,
-    async () => existsSync(uds) && (await get(`http://127.0.0.1:${serverHealth}/readyz`).catch(() => null))?.status === 200,
+    async () =>
+      existsSync(uds) && (await get(`http://127.0.0.1:${serverHealth}/readyz`).catch(() => null))?.status === 200,
   ).catch((err: Error) => {
     throw new Error(`${err.message}\nserver:\n${server.output()}\nagent:\n${agent.output()}`);
   });
@@ -126,7 +133,10 @@ test(
       0,
       `apiserver shape through kctl: only "context canceled" or the answer; saw ${JSON.stringify(kctlApi.messages)}`,
     );
-    assert.ok(kctlApi.canceled > kctlApi.answered, `apiserver shape through kctl: the cancel, not the answer, wins: ${JSON.stringify(kctlApi)}`);
+    assert.ok(
+      kctlApi.canceled > kctlApi.answered,
+      `apiserver shape through kctl: the cancel, not the answer, wins: ${JSON.stringify(kctlApi)}`,
+    );
 
     const pct = (x: number): string => `${(x * 100).toFixed(0)}%`;
     const share = (c: CancelCounts): number => c.canceled / (c.canceled + c.eof + c.answered + c.other);
@@ -140,7 +150,10 @@ test(
     // points under upstream's in the same run. (A server that closed each tunnel 1 ms after the
     // request, tried once, gave 73% here against upstream's 88%: the apiserver shape's exact
     // check above is the one that catches a proxy closing first; it saw 3 EOFs in 100.)
-    assert.ok(kctlTest > 0.5, `test shape through kctl: "context canceled" in ${pct(kctlTest)} (upstream ${pct(upstreamTest)})`);
+    assert.ok(
+      kctlTest > 0.5,
+      `test shape through kctl: "context canceled" in ${pct(kctlTest)} (upstream ${pct(upstreamTest)})`,
+    );
     assert.ok(
       kctlTest >= upstreamTest - 0.3,
       `test shape: "context canceled" in ${pct(kctlTest)} through kctl, ${pct(upstreamTest)} through upstream`,

@@ -23,7 +23,17 @@ test("kube-apiserver reaches an isolated node-side server only through the agent
   // default, HTTP-CONNECT.
   await writeFile(cfg, `spec:\n  api: { address: ${ctl.ip} }\n  konnectivity: { proxyProtocol: GRPC }\n`);
 
-  const controller = ctl.spawn(requireKctl(), ['controller', '--debug', '--single', '--config', cfg, '--data-dir', dataDir, '--run-dir', runDir]);
+  const controller = ctl.spawn(requireKctl(), [
+    'controller',
+    '--debug',
+    '--single',
+    '--config',
+    cfg,
+    '--data-dir',
+    dataDir,
+    '--run-dir',
+    runDir,
+  ]);
   let controllerLog = '';
   controller.stdout!.on('data', (c: Buffer) => {
     controllerLog += c.toString();
@@ -31,9 +41,11 @@ test("kube-apiserver reaches an isolated node-side server only through the agent
   controller.stderr!.on('data', (c: Buffer) => {
     controllerLog += c.toString();
   });
-  await waitFor('controller ready', 180_000, async () => controllerLog.includes('"msg":"controller ready"')).catch((err: Error) => {
-    throw new Error(`${err.message}\n${controllerLog.split('\n').slice(-10).join('\n')}`);
-  });
+  await waitFor('controller ready', 180_000, async () => controllerLog.includes('"msg":"controller ready"')).catch(
+    (err: Error) => {
+      throw new Error(`${err.message}\n${controllerLog.split('\n').slice(-10).join('\n')}`);
+    },
+  );
   // kubectl runs on the controller host: lab addresses exist only inside the lab's namespaces.
   const kubectl = (...a: string[]) => ctl.run(requireKctl(), ['--data-dir', dataDir, 'kubectl', ...a]);
 
@@ -47,7 +59,9 @@ test("kube-apiserver reaches an isolated node-side server only through the agent
   // And a certificate for it signed by the cluster CA, as an approved kubelet serving certificate is.
   const serving = await kubeletServingCert(join(dataDir, 'pki'), dir, 'edge1', [edge.ip]);
   const serve = (cert: { cert: string; key: string }) =>
-    edge.spawn('openssl', ['s_server', '-quiet', '-WWW', '-accept', '10250', '-cert', cert.cert, '-key', cert.key], { cwd: www });
+    edge.spawn('openssl', ['s_server', '-quiet', '-WWW', '-accept', '10250', '-cert', cert.cert, '-key', cert.key], {
+      cwd: www,
+    });
   // First an impostor: a server whose certificate the cluster CA did not sign.
   const impostor = serve(selfSigned);
   const created = await ctl.run(requireKctl(), ['--data-dir', dataDir, 'kubectl', 'create', '-f', '-'], {
@@ -61,7 +75,12 @@ test("kube-apiserver reaches an isolated node-side server only through the agent
     '--subresource=status',
     '--type=merge',
     '-p',
-    JSON.stringify({ status: { addresses: [{ type: 'InternalIP', address: edge.ip }], daemonEndpoints: { kubeletEndpoint: { Port: 10250 } } } }),
+    JSON.stringify({
+      status: {
+        addresses: [{ type: 'InternalIP', address: edge.ip }],
+        daemonEndpoints: { kubeletEndpoint: { Port: 10250 } },
+      },
+    }),
   );
   assert.equal(patched.exitCode, 0, String(patched.stderr));
 
@@ -106,7 +125,11 @@ test("kube-apiserver reaches an isolated node-side server only through the agent
   // kube-apiserver verifies kubelets (--kubelet-certificate-authority): the tunnel reaches the
   // impostor, but the TLS handshake fails and nothing it serves gets through.
   const refused = await kubectl('get', '--raw', '/api/v1/nodes/https:edge1:10250/proxy/hello.txt');
-  assert.notEqual(refused.exitCode, 0, `the API server accepted a kubelet certificate the cluster CA did not sign: ${String(refused.stdout)}`);
+  assert.notEqual(
+    refused.exitCode,
+    0,
+    `the API server accepted a kubelet certificate the cluster CA did not sign: ${String(refused.stdout)}`,
+  );
   assert.match(String(refused.stderr), /x509: certificate signed by unknown authority/);
   t.diagnostic(`impostor kubelet refused: ${String(refused.stderr).trim().split('\n')[0]}`);
   impostor.kill('SIGTERM');

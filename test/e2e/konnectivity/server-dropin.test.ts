@@ -17,7 +17,18 @@ import { tempDir } from '../../helpers.ts';
 import { echoServer, readN } from '../../unit/konnectivity/fixtures.ts';
 import { waitFor } from '../../wait.ts';
 import { track } from '../lab/cluster.ts';
-import { assertSameFamilies, get, helpFlags, pkiFiles, sample, series, start, type Files, type Proc, type T } from '../lab/dropin.ts';
+import {
+  assertSameFamilies,
+  get,
+  helpFlags,
+  pkiFiles,
+  sample,
+  series,
+  start,
+  type Files,
+  type Proc,
+  type T,
+} from '../lab/dropin.ts';
 import { kctl, requireKctl, ownHostState } from '../lab/kctl.ts';
 import { freePort } from '../../ports.ts';
 import { upstreamBin } from '../lab/upstream.ts';
@@ -72,7 +83,9 @@ function serverArgs(f: Files, uds: string, p: ServerPorts, id: string, mode = 'g
 
 /** The same flags for either agent: a certificate of the test CA, or a service-account token. */
 function agentCredentials(f: Files, auth: { token?: string }): string[] {
-  return auth.token ? [`--service-account-token-path=${auth.token}`] : [`--agent-cert=${f.agentCert}`, `--agent-key=${f.agentKey}`];
+  return auth.token
+    ? [`--service-account-token-path=${auth.token}`]
+    : [`--agent-cert=${f.agentCert}`, `--agent-key=${f.agentKey}`];
 }
 
 /** A kctl agent for a standalone server, with a certificate or a service-account token. */
@@ -90,7 +103,14 @@ async function kctlAgent(t: T, f: Files, agentPort: number, id: string, auth: { 
   ]);
 }
 
-function upstreamAgent(t: T, f: Files, agentPort: number, id: string, ports: { health: number; admin: number }, auth: { token?: string } = {}): Proc {
+function upstreamAgent(
+  t: T,
+  f: Files,
+  agentPort: number,
+  id: string,
+  ports: { health: number; admin: number },
+  auth: { token?: string } = {},
+): Proc {
   return start(t, upstreamBin()['proxy-agent'], [
     `--ca-cert=${f.ca}`,
     ...agentCredentials(f, auth),
@@ -103,7 +123,8 @@ function upstreamAgent(t: T, f: Files, agentPort: number, id: string, ports: { h
   ]);
 }
 
-const probes = async (port: number) => Promise.all(['/healthz', '/readyz', '/ready'].map((p) => get(`http://127.0.0.1:${port}${p}`)));
+const probes = async (port: number) =>
+  Promise.all(['/healthz', '/readyz', '/ready'].map((p) => get(`http://127.0.0.1:${port}${p}`)));
 
 test(
   'kctl konnectivity-server beside upstream proxy-server: same flags, endpoints, metric families and series; SIGTERM exits 0',
@@ -121,9 +142,11 @@ test(
       async () =>
         existsSync(uds.up) &&
         existsSync(uds.kc) &&
-        (await Promise.all([ports.up.health, ports.kc.health].map((p) => get(`http://127.0.0.1:${p}/healthz`).catch(() => null)))).every(
-          (r) => r?.status === 200,
-        ),
+        (
+          await Promise.all(
+            [ports.up.health, ports.kc.health].map((p) => get(`http://127.0.0.1:${p}/healthz`).catch(() => null)),
+          )
+        ).every((r) => r?.status === 200),
     ).catch((err: Error) => {
       throw new Error(`${err.message}${outputs()}`);
     });
@@ -138,7 +161,9 @@ test(
     await kctlAgent(t, f, ports.up.agent, 'agent-up');
     await kctlAgent(t, f, ports.kc.agent, 'agent-kc');
     await waitFor('both servers ready', 60_000, async () =>
-      (await Promise.all([ports.up.health, ports.kc.health].map((p) => get(`http://127.0.0.1:${p}/readyz`)))).every((r) => r.status === 200),
+      (await Promise.all([ports.up.health, ports.kc.health].map((p) => get(`http://127.0.0.1:${p}/readyz`)))).every(
+        (r) => r.status === 200,
+      ),
     ).catch((err: Error) => {
       throw new Error(`${err.message}${outputs()}`);
     });
@@ -160,11 +185,17 @@ test(
 
     const scrape = async (port: number) => (await get(`http://127.0.0.1:${port}/metrics`)).body;
     // A failed dial's Proxy stream ends when the client cancels it: let both servers see that.
-    const proxyStreams = async (port: number) => series(await scrape(port), 'konnectivity_network_proxy_server_grpc_connections');
+    const proxyStreams = async (port: number) =>
+      series(await scrape(port), 'konnectivity_network_proxy_server_grpc_connections');
     await waitFor('only the held Proxy streams left', 10_000, async () =>
-      (await proxyStreams(ports.up.health)).includes('konnectivity_network_proxy_server_grpc_connections{service_method="Proxy"} 1'),
+      (await proxyStreams(ports.up.health)).includes(
+        'konnectivity_network_proxy_server_grpc_connections{service_method="Proxy"} 1',
+      ),
     );
-    const texts = { up: { health: await scrape(ports.up.health), admin: await scrape(ports.up.admin) }, kc: { health: '', admin: '' } };
+    const texts = {
+      up: { health: await scrape(ports.up.health), admin: await scrape(ports.up.admin) },
+      kc: { health: '', admin: '' },
+    };
     texts.kc = { health: await scrape(ports.kc.health), admin: await scrape(ports.kc.admin) };
     for (const port of ['health', 'admin'] as const) {
       const compared = assertSameFamilies(`${port} port`, texts.up[port], texts.kc[port]);
@@ -180,9 +211,18 @@ test(
       'pending_backend_dials',
     ])
       assert.deepEqual(series(texts.kc.health, P + fam), series(texts.up.health, P + fam), fam);
-    assert.deepEqual(series(texts.up.health, `${P}dial_failure_count`), [`${P}dial_failure_count{reason="error_response"} 1`]);
-    assert.equal(sample(texts.kc.health, `${P}dial_duration_seconds_count`), sample(texts.up.health, `${P}dial_duration_seconds_count`));
-    assert.equal((await get(`http://127.0.0.1:${ports.kc.admin}/debug/pprof/`)).status, 200, 'profiling on the admin port');
+    assert.deepEqual(series(texts.up.health, `${P}dial_failure_count`), [
+      `${P}dial_failure_count{reason="error_response"} 1`,
+    ]);
+    assert.equal(
+      sample(texts.kc.health, `${P}dial_duration_seconds_count`),
+      sample(texts.up.health, `${P}dial_duration_seconds_count`),
+    );
+    assert.equal(
+      (await get(`http://127.0.0.1:${ports.kc.admin}/debug/pprof/`)).status,
+      200,
+      'profiling on the admin port',
+    );
     const listening = execFileSync('ss', ['-ltnH'], { encoding: 'utf8' });
     for (const name of ['up', 'kc'] as const) {
       assert.match(listening, new RegExp(`\\*:${ports[name].health}\\s`), `${name}: health port on every interface`);
@@ -221,13 +261,25 @@ test('invoked as proxy-server, kctl is the server: --help lists every upstream f
   for (const [args, line] of [
     [['--uds-nam=/x'], /^kctl: proxy-server: unknown flag --uds-nam; see proxy-server --help for the flags it takes$/],
     [['--agent-port=http'], /^kctl: proxy-server: invalid value "http" for --agent-port: expected an integer$/],
-    [[uds, ...certs, '--mode=tcp', '--server-port=0'], /^kctl: proxy-server: --mode "tcp" must be grpc or http-connect$/],
+    [
+      [uds, ...certs, '--mode=tcp', '--server-port=0'],
+      /^kctl: proxy-server: --mode "tcp" must be grpc or http-connect$/,
+    ],
     [[uds, ...certs], /^kctl: proxy-server: --server-port must be 0 with --uds-name/],
     [[...certs], /^kctl: proxy-server: --server-ca-cert is needed for a TCP frontend/],
     [[uds, '--server-port=0'], /^kctl: proxy-server: --cluster-cert and --cluster-key are needed/],
-    [[uds, '--server-port=0', ...certs, '--agent-port=60000'], /^kctl: proxy-server: --agent-port 60000 is an ephemeral port/],
-    [[uds, '--server-port=0', ...certs, '--agent-namespace=kube-system'], /^kctl: proxy-server: --agent-service-account is empty/],
-    [[uds, '--server-port=0', ...certs, '--proxy-strategies=nearest'], /^kctl: proxy-server: --proxy-strategies: unknown strategy "nearest"/],
+    [
+      [uds, '--server-port=0', ...certs, '--agent-port=60000'],
+      /^kctl: proxy-server: --agent-port 60000 is an ephemeral port/,
+    ],
+    [
+      [uds, '--server-port=0', ...certs, '--agent-namespace=kube-system'],
+      /^kctl: proxy-server: --agent-service-account is empty/,
+    ],
+    [
+      [uds, '--server-port=0', ...certs, '--proxy-strategies=nearest'],
+      /^kctl: proxy-server: --proxy-strategies: unknown strategy "nearest"/,
+    ],
     [
       [uds, '--server-port=0', ...certs, '--cipher-suites=TLS_RSA_WITH_RC4_128_SHA'],
       /^kctl: proxy-server: --cipher-suites: TLS_RSA_WITH_RC4_128_SHA is not supported/,
@@ -280,13 +332,17 @@ test(
           JSON.stringify({
             apiVersion: 'apiserver.k8s.io/v1beta1',
             kind: 'EgressSelectorConfiguration',
-            egressSelections: [{ name: 'cluster', connection: { proxyProtocol: modes[mode], transport: { uds: { udsName: uds } } } }],
+            egressSelections: [
+              { name: 'cluster', connection: { proxyProtocol: modes[mode], transport: { uds: { udsName: uds } } } },
+            ],
           }),
         );
         const cfg = join(f.dir, `kctl-${mode}.yaml`);
         await writeFile(cfg, `spec:\n  api:\n    extraArgs:\n      egress-selector-config-file: ${egress}\n`);
         const name = `egress-${mode}`;
-        const ctl = track(spawn(requireKctl(), [...root, '--name', name, 'controller', '--config', cfg, '--port-range', '19700-19799']));
+        const ctl = track(
+          spawn(requireKctl(), [...root, '--name', name, 'controller', '--config', cfg, '--port-range', '19700-19799']),
+        );
         t.after(async () => {
           ctl.child.kill('SIGTERM');
           await ctl.exited;
@@ -295,15 +351,24 @@ test(
       }),
     );
     for (const tn of tenants) {
-      await waitFor(`tenant ${tn.name} ready`, 240_000, () => tn.ctl.child.exitCode !== null || tn.ctl.saw('"msg":"controller ready"'));
+      await waitFor(
+        `tenant ${tn.name} ready`,
+        240_000,
+        () => tn.ctl.child.exitCode !== null || tn.ctl.saw('"msg":"controller ready"'),
+      );
       assert.equal(tn.ctl.child.exitCode, null, tn.ctl.log());
     }
-    const kubectl = (name: string, args: string[], input?: string) => kctl([...root, '--name', name, 'kubectl', ...args], input ? { input } : {});
+    const kubectl = (name: string, args: string[], input?: string) =>
+      kctl([...root, '--name', name, 'kubectl', ...args], input ? { input } : {});
     const kubeconfigOf = (name: string) => join(f.dir, 'data', 'tenants', name, 'pki', 'admin.conf');
 
     for (const tn of tenants) {
       // A Node whose address only the tunnel leads to, as far as kube-apiserver is concerned.
-      const created = await kubectl(tn.name, ['create', '-f', '-'], JSON.stringify({ apiVersion: 'v1', kind: 'Node', metadata: { name: 'edge1' } }));
+      const created = await kubectl(
+        tn.name,
+        ['create', '-f', '-'],
+        JSON.stringify({ apiVersion: 'v1', kind: 'Node', metadata: { name: 'edge1' } }),
+      );
       assert.equal(created.exitCode, 0, String(created.stderr));
       const patched = await kubectl(tn.name, [
         'patch',
@@ -338,7 +403,9 @@ test(
     for (const tn of tenants) {
       const ports = await serverPorts();
       const withTokens = tn === tokenTenant;
-      const args = serverArgs(f, tn.uds, ports, `standalone-${tn.mode}`, tn.mode).filter((a) => !withTokens || !a.startsWith('--cluster-ca-cert='));
+      const args = serverArgs(f, tn.uds, ports, `standalone-${tn.mode}`, tn.mode).filter(
+        (a) => !withTokens || !a.startsWith('--cluster-ca-cert='),
+      );
       if (withTokens)
         args.push(
           '--agent-namespace=kube-system',
@@ -360,7 +427,9 @@ test(
       const noAgent =
         tn.mode === 'grpc'
           ? /No agent available/
-          : new RegExp(`proxy error from ${tn.uds} while dialing ${ip}:${port}, code 500: 500 No agent available: no agent is connected`);
+          : new RegExp(
+              `proxy error from ${tn.uds} while dialing ${ip}:${port}, code 500: 500 No agent available: no agent is connected`,
+            );
       assert.match(String(none.stderr), noAgent, `${tn.mode}: kube-apiserver went to the server`);
 
       const auth = withTokens ? { token } : {};
@@ -378,43 +447,79 @@ test(
           throw new Error(`${err.message}\nserver:\n${server.output()}\nagent:\n${agent.output()}`);
         });
         const through = await proxied();
-        assert.equal(through.exitCode, 0, `${tn.mode} via ${which}: ${String(through.stderr)}\n${server.output().split('\n').slice(-8).join('\n')}`);
+        assert.equal(
+          through.exitCode,
+          0,
+          `${tn.mode} via ${which}: ${String(through.stderr)}\n${server.output().split('\n').slice(-8).join('\n')}`,
+        );
         assert.equal(String(through.stdout).trim(), 'hello through the standalone server');
         const established = sample(
           (await get(`http://127.0.0.1:${ports.health}/metrics`)).body,
           'konnectivity_network_proxy_server_dial_duration_seconds_count',
         );
         assert.ok(established >= 1, `${tn.mode} via ${which}: the server counted the dial`);
-        t.diagnostic(`${tn.mode} via ${which} agent${withTokens ? ' (service-account token)' : ' (certificate)'}: ${String(through.stdout).trim()}`);
+        t.diagnostic(
+          `${tn.mode} via ${which} agent${withTokens ? ' (service-account token)' : ' (certificate)'}: ${String(through.stdout).trim()}`,
+        );
         // Both agents drain on the first SIGTERM and stop on the second.
         agent.child.kill('SIGTERM');
         await new Promise((r) => setTimeout(r, 300));
         agent.child.kill('SIGTERM');
         assert.equal(await agent.exited, 0, agent.output());
-        await waitFor(`${tn.mode}: ${which} agent gone`, 30_000, async () => (await get(`http://127.0.0.1:${ports.health}/readyz`)).status === 500);
+        await waitFor(
+          `${tn.mode}: ${which} agent gone`,
+          30_000,
+          async () => (await get(`http://127.0.0.1:${ports.health}/readyz`)).status === 500,
+        );
       }
 
       if (withTokens) {
-        const lease = await kubectl(tn.name, ['-n', 'kube-system', 'get', 'lease', `konnectivity-proxy-server-standalone-${tn.mode}`, '-o', 'json']);
+        const lease = await kubectl(tn.name, [
+          '-n',
+          'kube-system',
+          'get',
+          'lease',
+          `konnectivity-proxy-server-standalone-${tn.mode}`,
+          '-o',
+          'json',
+        ]);
         assert.equal(lease.exitCode, 0, `the server publishes its lease: ${String(lease.stderr)}`);
-        const l = JSON.parse(String(lease.stdout)) as { metadata: { labels: Record<string, string> }; spec: { holderIdentity: string } };
+        const l = JSON.parse(String(lease.stdout)) as {
+          metadata: { labels: Record<string, string> };
+          spec: { holderIdentity: string };
+        };
         assert.deepEqual(l.metadata.labels, { 'k8s-app': 'konnectivity-server' });
         assert.equal(l.spec.holderIdentity, `standalone-${tn.mode}`);
         // A token for another service account is refused.
-        const other = await kubectl(tn.name, ['-n', 'default', 'create', 'token', 'default', '--audience=system:konnectivity-server']);
+        const other = await kubectl(tn.name, [
+          '-n',
+          'default',
+          'create',
+          'token',
+          'default',
+          '--audience=system:konnectivity-server',
+        ]);
         assert.equal(other.exitCode, 0, String(other.stderr));
         const wrong = join(f.dir, 'wrong.token');
         await writeFile(wrong, String(other.stdout).trim(), { mode: 0o600 });
         await kctlAgent(t, f, ports.agent, 'wrong-sa', { token: wrong });
         await waitFor('the wrong service account refused', 30_000, () =>
-          /system:serviceaccount:default:default is not system:serviceaccount:kube-system:konnectivity-agent/.test(server.output()),
+          /system:serviceaccount:default:default is not system:serviceaccount:kube-system:konnectivity-agent/.test(
+            server.output(),
+          ),
         );
         assert.equal((await get(`http://127.0.0.1:${ports.health}/readyz`)).status, 500);
       }
       server.child.kill('SIGTERM');
       assert.equal(await server.exited, 0, server.output());
       if (withTokens) {
-        const gone = await kubectl(tn.name, ['-n', 'kube-system', 'get', 'lease', `konnectivity-proxy-server-standalone-${tn.mode}`]);
+        const gone = await kubectl(tn.name, [
+          '-n',
+          'kube-system',
+          'get',
+          'lease',
+          `konnectivity-proxy-server-standalone-${tn.mode}`,
+        ]);
         assert.notEqual(gone.exitCode, 0, 'the lease is deleted when the server stops');
       }
     }

@@ -16,7 +16,15 @@ import { join } from 'node:path';
 import { test, type TestContext } from 'node:test';
 import type { ControllerStatusReport } from '../../../src/controller/leases/status.ts';
 import type { ServerAgentSnapshot } from '../../../src/konnectivity/index.ts';
-import { controllerReady, labController, nodeReady, runPinnedPod, startLabWorker, track, type Tracked } from '../lab/cluster.ts';
+import {
+  controllerReady,
+  labController,
+  nodeReady,
+  runPinnedPod,
+  startLabWorker,
+  track,
+  type Tracked,
+} from '../lab/cluster.ts';
 import { kctl } from '../lab/kctl.ts';
 import { type LabHost } from '../lab/lab.ts';
 import { startLab } from '../lab/lab-test.ts';
@@ -32,7 +40,12 @@ import { selfSignedCert } from '../../helpers.ts';
 const ROUNDS = 50;
 
 /** A kubeconfig for the controller's API with a client certificate (cert and key in one PEM) or a bearer token. */
-async function kubeconfig(file: string, server: string, ca: string, user: { pem: string } | { token: string }): Promise<string> {
+async function kubeconfig(
+  file: string,
+  server: string,
+  ca: string,
+  user: { pem: string } | { token: string },
+): Promise<string> {
   const u = 'pem' in user ? { 'client-certificate': user.pem, 'client-key': user.pem } : { token: user.token };
   const doc = {
     apiVersion: 'v1',
@@ -47,10 +60,27 @@ async function kubeconfig(file: string, server: string, ca: string, user: { pem:
 }
 
 /** A CSR object for `subject` (openssl -subj form), with `san` (openssl form) when given. */
-async function csrObject(dir: string, name: string, subject: string, signerName: string, usages: string[], san?: string): Promise<string> {
+async function csrObject(
+  dir: string,
+  name: string,
+  subject: string,
+  signerName: string,
+  usages: string[],
+  san?: string,
+): Promise<string> {
   const key = join(dir, `${name}.key`);
   await execa('openssl', ['ecparam', '-name', 'prime256v1', '-genkey', '-noout', '-out', key]);
-  const pem = (await execa('openssl', ['req', '-new', '-key', key, '-subj', subject, ...(san ? ['-addext', `subjectAltName=${san}`] : [])])).stdout;
+  const pem = (
+    await execa('openssl', [
+      'req',
+      '-new',
+      '-key',
+      key,
+      '-subj',
+      subject,
+      ...(san ? ['-addext', `subjectAltName=${san}`] : []),
+    ])
+  ).stdout;
   return JSON.stringify({
     apiVersion: 'certificates.k8s.io/v1',
     kind: 'CertificateSigningRequest',
@@ -60,8 +90,17 @@ async function csrObject(dir: string, name: string, subject: string, signerName:
 }
 
 test('a compromised node and a leaked worker token get nothing of anyone else; impostor agents are dropped; logs/exec always reach the real node; claims follow address changes', async (t: TestContext) => {
-  const { lab, dir, kctlBin } = await startLab(t, 'tt', ['ctl', 'w1', 'w2', 'imp', 'imp2'], { dir: 'kctl-trust-', workers: ['w1', 'w2'] });
-  const [ctl, w1, w2, imp, imp2] = ['ctl', 'w1', 'w2', 'imp', 'imp2'].map((n) => lab.host(n)) as [LabHost, LabHost, LabHost, LabHost, LabHost];
+  const { lab, dir, kctlBin } = await startLab(t, 'tt', ['ctl', 'w1', 'w2', 'imp', 'imp2'], {
+    dir: 'kctl-trust-',
+    workers: ['w1', 'w2'],
+  });
+  const [ctl, w1, w2, imp, imp2] = ['ctl', 'w1', 'w2', 'imp', 'imp2'].map((n) => lab.host(n)) as [
+    LabHost,
+    LabHost,
+    LabHost,
+    LabHost,
+    LabHost,
+  ];
   const c = await labController(kctlBin, ctl, dir);
   const controller = track(ctl.spawn(kctlBin, c.args));
   await controllerReady(controller);
@@ -86,9 +125,14 @@ test('a compromised node and a leaked worker token get nothing of anyone else; i
   // ---- w2 is compromised: its kubelet's credentials and the worker token are in hostile hands. ----
   const api = `https://${ctl.ip}:6443`;
   const caFile = join(c.dataDir, 'pki', 'ca.crt');
-  const w2Kubelet = join(workerPaths(join(dir, 'w2-data'), join(dir, 'w2-run')).kubeletCertDir, 'kubelet-client-current.pem');
+  const w2Kubelet = join(
+    workerPaths(join(dir, 'w2-data'), join(dir, 'w2-run')).kubeletCertDir,
+    'kubelet-client-current.pem',
+  );
   const asW2 = await kubeconfig(join(dir, 'w2-stolen.conf'), api, caFile, { pem: w2Kubelet });
-  const asToken = await kubeconfig(join(dir, 'token-leaked.conf'), api, caFile, { token: decodeTokenFor(token, 'worker').bootstrapToken });
+  const asToken = await kubeconfig(join(dir, 'token-leaked.conf'), api, caFile, {
+    token: decodeTokenFor(token, 'worker').bootstrapToken,
+  });
   const hostile = (conf: string, args: string[], input?: string) =>
     w2.run(kctlBin, ['--data-dir', c.dataDir, 'kubectl', '--kubeconfig', conf, ...args], { input, timeout: 60_000 });
   // What a kubelet does to report its addresses: PATCH nodes/<name>/status with its own certificate.
@@ -123,11 +167,16 @@ test('a compromised node and a leaked worker token get nothing of anyone else; i
     });
     return cond;
   };
-  const w1Pod = String((await c.kubectl(['get', 'node', 'w1', '-o', 'jsonpath={.spec.podCIDR}'])).stdout).replace(/0\/24$/, '9');
+  const w1Pod = String((await c.kubectl(['get', 'node', 'w1', '-o', 'jsonpath={.spec.podCIDR}'])).stdout).replace(
+    /0\/24$/,
+    '9',
+  );
 
   // 1. A serving certificate for someone else's addresses: w2 lists them in its own Node status
   //    (its kubelet stopped, so it does not put its real ones back), then asks for them.
-  const w2Status = JSON.parse(String((await kctl(['status', '-o', 'json', '--run-dir', join(dir, 'w2-run')])).stdout)) as ControllerStatusReport;
+  const w2Status = JSON.parse(
+    String((await kctl(['status', '-o', 'json', '--run-dir', join(dir, 'w2-run')])).stdout),
+  ) as ControllerStatusReport;
   const kubeletPid = w2Status.components.find((x) => x.name === 'kubelet')?.pid;
   let stolen: Tracked | undefined;
   assert.ok(kubeletPid, 'w2 has a kubelet pid');
@@ -169,7 +218,9 @@ test('a compromised node and a leaked worker token get nothing of anyone else; i
     assert.ok(!denied.message?.includes(`${w1.ip} (`), `a shared address denied the CSR: ${denied.message}`);
     // The conflict is shown: kctl status, and a Warning event on both Nodes.
     await waitFor('the conflict in kctl status', 30_000, async () =>
-      ((await controllerStatus()).addressConflicts ?? []).some((x) => x.value === w1.ip && x.nodes.join() === 'w1,w2' && x.keeper === undefined),
+      ((await controllerStatus()).addressConflicts ?? []).some(
+        (x) => x.value === w1.ip && x.nodes.join() === 'w1,w2' && x.keeper === undefined,
+      ),
     );
     await waitFor(`${w1.ip} is nobody's on the tunnel, w1's own agent included`, 30_000, async () => {
       const real = await agent('system:node:w1');
@@ -214,7 +265,12 @@ test('a compromised node and a leaked worker token get nothing of anyone else; i
         '--admin-server-port=18098',
       ]),
     );
-    await waitFor('the stolen-credential agent connected', 60_000, async () => (await agents()).some((a) => a.agentIdClaimed === 'w1'), stolen.log);
+    await waitFor(
+      'the stolen-credential agent connected',
+      60_000,
+      async () => (await agents()).some((a) => a.agentIdClaimed === 'w1'),
+      stolen.log,
+    );
     const posing = (await agents()).find((a) => a.agentIdClaimed === 'w1')!;
     t.diagnostic(
       `agent with w2's certificate and --agent-id w1: ${JSON.stringify({ id: posing.id, accepted: posing.accepted, dropped: posing.dropped })}`,
@@ -226,18 +282,29 @@ test('a compromised node and a leaked worker token get nothing of anyone else; i
       posing.dropped.some((d) => d.claim === `ipv4=${w1.ip}` && d.reason.includes('node w1')),
       JSON.stringify(posing.dropped),
     );
-    assert.equal((await agents()).filter((a) => a.id === 'system:node:w1').length, 1, "w1's stream is still the only w1");
+    assert.equal(
+      (await agents()).filter((a) => a.id === 'system:node:w1').length,
+      1,
+      "w1's stream is still the only w1",
+    );
   } finally {
     process.kill(kubeletPid, 'SIGCONT');
   }
   // Its kubelet back, w2 reports its own addresses again and the conflict is gone.
-  await waitFor('the conflict resolved', 90_000, async () => !((await controllerStatus()).addressConflicts ?? []).some((x) => x.value === w1.ip));
+  await waitFor(
+    'the conflict resolved',
+    90_000,
+    async () => !((await controllerStatus()).addressConflicts ?? []).some((x) => x.value === w1.ip),
+  );
 
   // 3. The leaked worker token asks for a registered node's identity: denied, with the reason.
-  const steal = await csrObject(dir, 'token-steal-w1', '/O=system:nodes/CN=system:node:w1', 'kubernetes.io/kube-apiserver-client-kubelet', [
-    'digital signature',
-    'client auth',
-  ]);
+  const steal = await csrObject(
+    dir,
+    'token-steal-w1',
+    '/O=system:nodes/CN=system:node:w1',
+    'kubernetes.io/kube-apiserver-client-kubelet',
+    ['digital signature', 'client auth'],
+  );
   const asked = await hostile(asToken, ['create', '-f', '-'], steal);
   assert.equal(asked.exitCode, 0, String(asked.stderr));
   const refused = await csrCondition('token-steal-w1');
@@ -255,23 +322,37 @@ test('a compromised node and a leaked worker token get nothing of anyone else; i
   //    (allowed: the name is not registered), and that node tries to create its Node with ranges
   //    of its own choosing inside w1's, or over everything: kctl's admission policy refuses each.
   const w1Range = String((await c.kubectl(['get', 'node', 'w1', '-o', 'jsonpath={.spec.podCIDR}'])).stdout);
-  const mint = await csrObject(dir, 'token-mint-evil', '/O=system:nodes/CN=system:node:evil', 'kubernetes.io/kube-apiserver-client-kubelet', [
-    'digital signature',
-    'client auth',
-  ]);
+  const mint = await csrObject(
+    dir,
+    'token-mint-evil',
+    '/O=system:nodes/CN=system:node:evil',
+    'kubernetes.io/kube-apiserver-client-kubelet',
+    ['digital signature', 'client auth'],
+  );
   assert.equal((await hostile(asToken, ['create', '-f', '-'], mint)).exitCode, 0);
   assert.equal((await csrCondition('token-mint-evil')).type, 'Approved');
   let minted = '';
   await waitFor('the minted certificate', 30_000, async () => {
-    minted = String((await c.kubectl(['get', 'csr', 'token-mint-evil', '-o', 'jsonpath={.status.certificate}'])).stdout);
+    minted = String(
+      (await c.kubectl(['get', 'csr', 'token-mint-evil', '-o', 'jsonpath={.status.certificate}'])).stdout,
+    );
     return minted !== '';
   });
   const evilPem = join(dir, 'evil.pem');
-  await writeFile(evilPem, Buffer.from(minted, 'base64').toString() + (await readFile(join(dir, 'token-mint-evil.key'), 'utf8')), { mode: 0o600 });
+  await writeFile(
+    evilPem,
+    Buffer.from(minted, 'base64').toString() + (await readFile(join(dir, 'token-mint-evil.key'), 'utf8')),
+    { mode: 0o600 },
+  );
   const asEvil = await kubeconfig(join(dir, 'evil.conf'), api, caFile, { pem: evilPem });
   const half = w1Range.replace(/\/24$/, '/25');
   for (const lie of [half, w1Pod.replace(/\.9$/, '.5') + '/32', '0.0.0.0/0']) {
-    const node = { apiVersion: 'v1', kind: 'Node', metadata: { name: 'evil' }, spec: { podCIDR: lie, podCIDRs: [lie] } };
+    const node = {
+      apiVersion: 'v1',
+      kind: 'Node',
+      metadata: { name: 'evil' },
+      spec: { podCIDR: lie, podCIDRs: [lie] },
+    };
     const r = await hostile(asEvil, ['create', '-f', '-'], JSON.stringify(node));
     t.diagnostic(`node evil with spec.podCIDR ${lie}: ${String(r.stderr).trim()}`);
     assert.notEqual(r.exitCode, 0, `Node evil created with ${lie}`);
@@ -279,15 +360,26 @@ test('a compromised node and a leaked worker token get nothing of anyone else; i
   }
   // Registering without a range is what a kubelet does: allowed (kube-controller-manager then
   // gives it one, and the API refuses any change to a range once set).
-  const bare = await hostile(asEvil, ['create', '-f', '-'], JSON.stringify({ apiVersion: 'v1', kind: 'Node', metadata: { name: 'evil' } }));
+  const bare = await hostile(
+    asEvil,
+    ['create', '-f', '-'],
+    JSON.stringify({ apiVersion: 'v1', kind: 'Node', metadata: { name: 'evil' } }),
+  );
   assert.equal(bare.exitCode, 0, String(bare.stderr));
   assert.equal((await c.kubectl(['delete', 'node', 'evil'])).exitCode, 0);
   // A range an admin wrote (or one from before the policy) is still judged by whoever reads it:
   // nothing is routed to it, the tunnel serves it from no agent, and w1 keeps its own.
-  const adminWritten = { apiVersion: 'v1', kind: 'Node', metadata: { name: 'evil' }, spec: { podCIDR: half, podCIDRs: [half] } };
+  const adminWritten = {
+    apiVersion: 'v1',
+    kind: 'Node',
+    metadata: { name: 'evil' },
+    spec: { podCIDR: half, podCIDRs: [half] },
+  };
   assert.equal((await c.kubectl(['create', '-f', '-'], JSON.stringify(adminWritten))).exitCode, 0);
   await waitFor('the refused range in kctl status', 30_000, async () =>
-    ((await controllerStatus()).refusedPodRanges ?? []).some((x) => x.node === 'evil' && x.range === half && /a \/25, not the \/24/.test(x.reason)),
+    ((await controllerStatus()).refusedPodRanges ?? []).some(
+      (x) => x.node === 'evil' && x.range === half && /a \/25, not the \/24/.test(x.reason),
+    ),
   );
   const evilAgent = track(
     imp.spawn(kctlBin, [
@@ -302,7 +394,12 @@ test('a compromised node and a leaked worker token get nothing of anyone else; i
       '--admin-server-port=18102',
     ]),
   );
-  await waitFor('the agent of node evil connected', 60_000, async () => (await agent('system:node:evil')) !== undefined, evilAgent.log);
+  await waitFor(
+    'the agent of node evil connected',
+    60_000,
+    async () => (await agent('system:node:evil')) !== undefined,
+    evilAgent.log,
+  );
   assert.deepEqual((await agent('system:node:evil'))!.accepted.cidr, [], 'node evil serves its self-declared range');
   assert.deepEqual((await agent('system:node:w1'))!.accepted.cidr, [w1Range]);
   const w2Network = async () =>
@@ -325,13 +422,23 @@ test('a compromised node and a leaked worker token get nothing of anyone else; i
   //    rotation to a CA of their own making, and cluster-info with that CA added: the controller
   //    and the worker each refuse it with one line and an event, and trust what they did.
   const forgedMade = selfSignedCert(dir, 'forged-ca', { cn: 'forged-ca', ca: true });
-  const [forgedCa, forgedKey, caBefore] = [forgedMade.pem, await readFile(forgedMade.key, 'utf8'), await readFile(caFile, 'utf8')];
+  const [forgedCa, forgedKey, caBefore] = [
+    forgedMade.pem,
+    await readFile(forgedMade.key, 'utf8'),
+    await readFile(caFile, 'utf8'),
+  ];
   const b64 = (x: string) => Buffer.from(x).toString('base64');
   const forgedRotation = {
     apiVersion: 'v1',
     kind: 'Secret',
     metadata: { name: 'kctl-ca-rotation', namespace: 'kube-system' },
-    data: { phase: b64('trust'), 'old.crt': b64(caBefore), 'old.key': b64(forgedKey), 'new.crt': b64(forgedCa), 'new.key': b64(forgedKey) },
+    data: {
+      phase: b64('trust'),
+      'old.crt': b64(caBefore),
+      'old.key': b64(forgedKey),
+      'new.crt': b64(forgedCa),
+      'new.key': b64(forgedKey),
+    },
   };
   assert.equal((await c.kubectl(['create', '-f', '-'], JSON.stringify(forgedRotation))).exitCode, 0);
   await waitFor(
@@ -345,14 +452,27 @@ test('a compromised node and a leaked worker token get nothing of anyone else; i
     30_000,
     async () =>
       String(
-        (await c.kubectl(['get', 'events', '-n', 'kube-system', '--field-selector', 'reason=CaRotationRefused', '-o', 'name'])).stdout,
+        (
+          await c.kubectl([
+            'get',
+            'events',
+            '-n',
+            'kube-system',
+            '--field-selector',
+            'reason=CaRotationRefused',
+            '-o',
+            'name',
+          ])
+        ).stdout,
       ).trim() !== '',
   );
   await sleep(6_000); // one more follow round (5 s): still refused, still one line
   assert.equal(await readFile(caFile, 'utf8'), caBefore, 'the controller trusts the forged CA');
   assert.equal(controller.lines(/CA rotation refused/).length, 1, 'the refusal was said more than once');
   assert.equal((await c.kubectl(['-n', 'kube-system', 'delete', 'secret', 'kctl-ca-rotation'])).exitCode, 0);
-  const info = JSON.parse(String((await c.kubectl(['-n', 'kube-public', 'get', 'configmap', 'cluster-info', '-o', 'json'])).stdout)) as {
+  const info = JSON.parse(
+    String((await c.kubectl(['-n', 'kube-public', 'get', 'configmap', 'cluster-info', '-o', 'json'])).stdout),
+  ) as {
     data: Record<string, string>;
   };
   const forgedInfo = info.data.kubeconfig!.replace(
@@ -360,7 +480,16 @@ test('a compromised node and a leaked worker token get nothing of anyone else; i
     (_, d: string) => `certificate-authority-data: ${b64(Buffer.from(d, 'base64').toString() + forgedCa)}`,
   );
   const setInfo = (kubeconfig: string) =>
-    c.kubectl(['-n', 'kube-public', 'patch', 'configmap', 'cluster-info', '--type=merge', '-p', JSON.stringify({ data: { kubeconfig } })]);
+    c.kubectl([
+      '-n',
+      'kube-public',
+      'patch',
+      'configmap',
+      'cluster-info',
+      '--type=merge',
+      '-p',
+      JSON.stringify({ data: { kubeconfig } }),
+    ]);
   assert.equal((await setInfo(forgedInfo)).exitCode, 0);
   const w1Ca = join(dir, 'w1-data', 'pki', 'ca.crt');
   const w1CaBefore = await readFile(w1Ca, 'utf8');
@@ -375,7 +504,16 @@ test('a compromised node and a leaked worker token get nothing of anyone else; i
     30_000,
     async () =>
       String(
-        (await c.kubectl(['get', 'events', '--field-selector', 'reason=CaBundleRefused,involvedObject.name=w1', '-o', 'name'])).stdout,
+        (
+          await c.kubectl([
+            'get',
+            'events',
+            '--field-selector',
+            'reason=CaBundleRefused,involvedObject.name=w1',
+            '-o',
+            'name',
+          ])
+        ).stdout,
       ).trim() !== '',
   );
   assert.equal(await readFile(w1Ca, 'utf8'), w1CaBefore, 'w1 trusts the forged CA');
@@ -384,13 +522,30 @@ test('a compromised node and a leaked worker token get nothing of anyone else; i
   // the cluster CA, so the controller refuses it and its kube-apiserver keeps the keys it had.
   const encConfig = pkiPaths(join(c.dataDir, 'pki')).encryptionConfig;
   const encBefore = await readFile(encConfig, 'utf8');
-  const keysSecret = JSON.parse(String((await c.kubectl(['-n', 'kube-system', 'get', 'secret', 'kctl-encryption-keys', '-o', 'json'])).stdout)) as {
+  const keysSecret = JSON.parse(
+    String((await c.kubectl(['-n', 'kube-system', 'get', 'secret', 'kctl-encryption-keys', '-o', 'json'])).stdout),
+  ) as {
     data: { keys: string };
   };
-  const keySet = JSON.parse(Buffer.from(keysSecret.data.keys, 'base64').toString()) as { secretbox: { name: string; secret: string }[] };
-  const forgedKeys = b64(JSON.stringify({ secretbox: [{ name: 'key-forged', secret: randomBytes(32).toString('base64') }, ...keySet.secretbox] }));
+  const keySet = JSON.parse(Buffer.from(keysSecret.data.keys, 'base64').toString()) as {
+    secretbox: { name: string; secret: string }[];
+  };
+  const forgedKeys = b64(
+    JSON.stringify({
+      secretbox: [{ name: 'key-forged', secret: randomBytes(32).toString('base64') }, ...keySet.secretbox],
+    }),
+  );
   const setKeys = (keys: string) =>
-    c.kubectl(['-n', 'kube-system', 'patch', 'secret', 'kctl-encryption-keys', '--type=merge', '-p', JSON.stringify({ data: { keys } })]);
+    c.kubectl([
+      '-n',
+      'kube-system',
+      'patch',
+      'secret',
+      'kctl-encryption-keys',
+      '--type=merge',
+      '-p',
+      JSON.stringify({ data: { keys } }),
+    ]);
   assert.equal((await setKeys(forgedKeys)).exitCode, 0);
   const refusedKeys =
     'the encryption key set in Secret kube-system/kctl-encryption-keys is refused: its signature is not by a CA this controller trusts';
@@ -405,7 +560,18 @@ test('a compromised node and a leaked worker token get nothing of anyone else; i
     30_000,
     async () =>
       String(
-        (await c.kubectl(['get', 'events', '-n', 'kube-system', '--field-selector', 'reason=EncryptionKeysRefused', '-o', 'name'])).stdout,
+        (
+          await c.kubectl([
+            'get',
+            'events',
+            '-n',
+            'kube-system',
+            '--field-selector',
+            'reason=EncryptionKeysRefused',
+            '-o',
+            'name',
+          ])
+        ).stdout,
       ).trim() !== '',
   );
   await sleep(6_000); // one more sync (5 s): still refused, still one line
@@ -418,16 +584,36 @@ test('a compromised node and a leaked worker token get nothing of anyone else; i
   const ghostIp = lab.subnet.replace(/\.0\/24$/, '.201');
   const ghost = { apiVersion: 'v1', kind: 'Node', metadata: { name: 'ghost' } };
   assert.equal((await c.kubectl(['create', '-f', '-'], JSON.stringify(ghost))).exitCode, 0);
-  const ghostStatus = { addresses: [{ type: 'InternalIP', address: ghostIp }], daemonEndpoints: { kubeletEndpoint: { Port: 10250 } } };
+  const ghostStatus = {
+    addresses: [{ type: 'InternalIP', address: ghostIp }],
+    daemonEndpoints: { kubeletEndpoint: { Port: 10250 } },
+  };
   assert.equal(
-    (await c.kubectl(['patch', 'node', 'ghost', '--subresource=status', '--type=merge', '-p', JSON.stringify({ status: ghostStatus })])).exitCode,
+    (
+      await c.kubectl([
+        'patch',
+        'node',
+        'ghost',
+        '--subresource=status',
+        '--type=merge',
+        '-p',
+        JSON.stringify({ status: ghostStatus }),
+      ])
+    ).exitCode,
     0,
   );
   const toGhost = await c.kubectl(['get', '--raw', '/api/v1/nodes/ghost/proxy/healthz']);
   t.diagnostic(`dial to ghost: ${String(toGhost.stderr).trim()}`);
   assert.notEqual(toGhost.exitCode, 0);
-  assert.match(String(toGhost.stderr), new RegExp(`No agent available: no agent may serve ${ghostIp.replace(/\./g, '\\.')}`));
-  assert.equal(worker.saw(`"address":"${ghostIp}:10250"`) || worker2.saw(`"address":"${ghostIp}:10250"`), false, 'an agent was sent the dial');
+  assert.match(
+    String(toGhost.stderr),
+    new RegExp(`No agent available: no agent may serve ${ghostIp.replace(/\./g, '\\.')}`),
+  );
+  assert.equal(
+    worker.saw(`"address":"${ghostIp}:10250"`) || worker2.saw(`"address":"${ghostIp}:10250"`),
+    false,
+    'an agent was sent the dial',
+  );
 
   // Impostors: valid node certificates of other nodes, both claiming w1's address (and name).
   // x2 also claims its own host's address and one it will have later.
@@ -509,8 +695,11 @@ test('a compromised node and a leaked worker token get nothing of anyone else; i
   await waitFor(
     'the flood is refused with its reasons',
     30_000,
-    async () => controller.saw('(the cap), so the one waiting longest made room') && controller.saw('not authenticated within 10 s'),
-    () => `cap: ${controller.saw('(the cap)')}, deadline: ${controller.saw('not authenticated within 10 s')}; flood: ${flood.log()}`,
+    async () =>
+      controller.saw('(the cap), so the one waiting longest made room') &&
+      controller.saw('not authenticated within 10 s'),
+    () =>
+      `cap: ${controller.saw('(the cap)')}, deadline: ${controller.saw('not authenticated within 10 s')}; flood: ${flood.log()}`,
   );
   const x4 = await nodeCert(pki, dir, 'x4');
   const joinedAt = Date.now();
@@ -527,8 +716,15 @@ test('a compromised node and a leaked worker token get nothing of anyone else; i
       '--admin-server-port=18100',
     ]),
   );
-  await waitFor('an agent connects during the flood', 60_000, async () => (await agent('system:node:x4')) !== undefined, lateAgent.log);
-  t.diagnostic(`an agent connected ${Date.now() - joinedAt} ms after it started, with 300 connections flooding the agent port`);
+  await waitFor(
+    'an agent connects during the flood',
+    60_000,
+    async () => (await agent('system:node:x4')) !== undefined,
+    lateAgent.log,
+  );
+  t.diagnostic(
+    `an agent connected ${Date.now() - joinedAt} ms after it started, with 300 connections flooding the agent port`,
+  );
   for (let i = 0; i < ROUNDS; i++) {
     const logs = await c.kubectl(['logs', 'talker']);
     assert.equal(String(logs.stdout).trim(), 'started', `round ${i}: logs ${String(logs.stderr)}`);
@@ -554,15 +750,34 @@ test('a compromised node and a leaked worker token get nothing of anyone else; i
   await writeFile(join(www, 'hello.txt'), 'hello from x2\n');
   // Only x2's agent (on imp itself) can reach imp now; a dial routed to any other agent fails.
   await lab.isolate(imp, ctl, w1, imp2);
-  track(imp.spawn('openssl', ['s_server', '-quiet', '-WWW', '-accept', '10250', '-cert', serving.cert, '-key', serving.key], { cwd: www }));
+  track(
+    imp.spawn(
+      'openssl',
+      ['s_server', '-quiet', '-WWW', '-accept', '10250', '-cert', serving.cert, '-key', serving.key],
+      { cwd: www },
+    ),
+  );
   const setAddress = async (ip: string) => {
-    const status = { addresses: [{ type: 'InternalIP', address: ip }], daemonEndpoints: { kubeletEndpoint: { Port: 10250 } } };
-    const r = await c.kubectl(['patch', 'node', 'x2', '--subresource=status', '--type=merge', '-p', JSON.stringify({ status })]);
+    const status = {
+      addresses: [{ type: 'InternalIP', address: ip }],
+      daemonEndpoints: { kubeletEndpoint: { Port: 10250 } },
+    };
+    const r = await c.kubectl([
+      'patch',
+      'node',
+      'x2',
+      '--subresource=status',
+      '--type=merge',
+      '-p',
+      JSON.stringify({ status }),
+    ]);
     assert.equal(r.exitCode, 0, String(r.stderr));
   };
   const follows = async (ip: string, what: string) => {
     const from = Date.now();
-    await waitFor(what, 30_000, async () => (await agent('system:node:x2'))?.accepted.ipv4.join() === ip, { intervalMs: 250 });
+    await waitFor(what, 30_000, async () => (await agent('system:node:x2'))?.accepted.ipv4.join() === ip, {
+      intervalMs: 250,
+    });
     t.diagnostic(`${what}: ${Date.now() - from} ms after the Node changed`);
   };
   const throughX2 = async (n: number) => {
@@ -571,7 +786,15 @@ test('a compromised node and a leaked worker token get nothing of anyone else; i
       assert.equal(String(r.stdout).trim(), 'hello from x2', `request ${i}: ${String(r.stderr)}`);
     }
   };
-  assert.equal((await c.kubectl(['create', '-f', '-'], JSON.stringify({ apiVersion: 'v1', kind: 'Node', metadata: { name: 'x2' } }))).exitCode, 0);
+  assert.equal(
+    (
+      await c.kubectl(
+        ['create', '-f', '-'],
+        JSON.stringify({ apiVersion: 'v1', kind: 'Node', metadata: { name: 'x2' } }),
+      )
+    ).exitCode,
+    0,
+  );
   await setAddress(imp.ip);
   await follows(imp.ip, `x2 granted ${imp.ip}`);
   assert.ok(
@@ -604,21 +827,27 @@ test('a compromised node and a leaked worker token get nothing of anyone else; i
   controller.child.kill('SIGTERM');
   assert.equal(await controller.exited, 0);
   const p = pkiPaths(pki);
-  for (const f of [p.kubeletServingCaCert, p.kubeletServingCaKey, p.kubeletCaBundle, p.kubeletServingMoved]) await rm(f);
+  for (const f of [p.kubeletServingCaCert, p.kubeletServingCaKey, p.kubeletCaBundle, p.kubeletServingMoved])
+    await rm(f);
   const w1Paths = workerPaths(join(dir, 'w1-data'), join(dir, 'w1-run'));
   const old = await kubeletServingCert(pki, dir, 'w1', [w1.ip], 'cluster');
   const oldPem = join(w1Paths.kubeletCertDir, 'kubelet-server-2000-01-01-00-00-00.pem');
   await writeFile(oldPem, (await readFile(old.cert, 'utf8')) + (await readFile(old.key, 'utf8')), { mode: 0o600 });
   await execa('ln', ['-sfn', oldPem, join(w1Paths.kubeletCertDir, 'kubelet-server-current.pem')]);
   const w1Kubelet = async () =>
-    (JSON.parse(String((await kctl(['status', '-o', 'json', '--run-dir', join(dir, 'w1-run')])).stdout)) as ControllerStatusReport).components.find(
-      (x) => x.name === 'kubelet',
-    )?.pid;
+    (
+      JSON.parse(
+        String((await kctl(['status', '-o', 'json', '--run-dir', join(dir, 'w1-run')])).stdout),
+      ) as ControllerStatusReport
+    ).components.find((x) => x.name === 'kubelet')?.pid;
   process.kill((await w1Kubelet())!, 'SIGKILL'); // the worker's supervisor starts it again, on the old certificate
   const kubeletServing = async () => (await controllerStatus()).kubeletServing;
   const servedCa = async () => {
     // From w1 itself: the controller host has no way in (the worker is isolated).
-    const r = await w1.run('bash', ['-c', 'openssl s_client -connect 127.0.0.1:10250 </dev/null 2>/dev/null | openssl x509 -noout -issuer']);
+    const r = await w1.run('bash', [
+      '-c',
+      'openssl s_client -connect 127.0.0.1:10250 </dev/null 2>/dev/null | openssl x509 -noout -issuer',
+    ]);
     return String(r.stdout).trim();
   };
   const logsAndExec = async (what: string, n = 5) => {
@@ -645,8 +874,17 @@ test('a compromised node and a leaked worker token get nothing of anyone else; i
     async () => (await agent('system:node:w1'))?.accepted.ipv4.join() === w1.ip,
     upgraded.log,
   );
-  assert.equal((await readFile(p.kubeletCaBundle, 'utf8')).match(/BEGIN CERTIFICATE/g)?.length, 2, 'both CAs trusted while nodes move over');
-  await waitFor('the controller sees w1 on the cluster CA', 120_000, async () => (await kubeletServing())?.onClusterCa.join() === 'w1', upgraded.log);
+  assert.equal(
+    (await readFile(p.kubeletCaBundle, 'utf8')).match(/BEGIN CERTIFICATE/g)?.length,
+    2,
+    'both CAs trusted while nodes move over',
+  );
+  await waitFor(
+    'the controller sees w1 on the cluster CA',
+    120_000,
+    async () => (await kubeletServing())?.onClusterCa.join() === 'w1',
+    upgraded.log,
+  );
   await logsAndExec('old-certificate');
   t.diagnostic(`kctl status while w1 is on the cluster CA: ${JSON.stringify(await kubeletServing())}`);
 
@@ -654,8 +892,16 @@ test('a compromised node and a leaked worker token get nothing of anyone else; i
   worker.child.kill('SIGTERM');
   assert.equal(await worker.exited, 0);
   const restarted = startLabWorker(kctlBin, w1, dir, token);
-  await waitFor('w1 serves a kubelet-serving CA certificate', 120_000, async () => /kubelet-serving-ca/.test(await servedCa()), restarted.log);
-  assert.ok(restarted.saw('kubelet serving certificate was signed by the cluster CA'), 'the worker did not say why it asked again');
+  await waitFor(
+    'w1 serves a kubelet-serving CA certificate',
+    120_000,
+    async () => /kubelet-serving-ca/.test(await servedCa()),
+    restarted.log,
+  );
+  assert.ok(
+    restarted.saw('kubelet serving certificate was signed by the cluster CA'),
+    'the worker did not say why it asked again',
+  );
   await waitFor(
     'w1 agent back, with its address',
     60_000,
@@ -665,7 +911,12 @@ test('a compromised node and a leaked worker token get nothing of anyone else; i
   await logsAndExec('new-certificate');
   await waitFor('no node left on the cluster CA, and the mark written', 120_000, async () => {
     const k = await kubeletServing();
-    return k?.checkedAt !== undefined && k.onClusterCa.length === 0 && k.unchecked.length === 0 && existsSync(p.kubeletServingMoved);
+    return (
+      k?.checkedAt !== undefined &&
+      k.onClusterCa.length === 0 &&
+      k.unchecked.length === 0 &&
+      existsSync(p.kubeletServingMoved)
+    );
   });
 
   // The next start trusts only the kubelet-serving CA for kubelets; logs and exec still work.

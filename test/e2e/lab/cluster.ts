@@ -64,7 +64,11 @@ export function adminKubectl(kctlBin: string, host: LabHost, dataDir: string, op
   const staged = join(dataDir, 'bin', 'current', 'kubectl');
   return (args: string[], input?: string): Promise<Result> =>
     existsSync(staged)
-      ? host.run(staged, ['--kubeconfig', join(dataDir, 'pki', 'admin.conf'), ...args], { timeout: 60_000, ...opts, input })
+      ? host.run(staged, ['--kubeconfig', join(dataDir, 'pki', 'admin.conf'), ...args], {
+          timeout: 60_000,
+          ...opts,
+          input,
+        })
       : host.run(kctlBin, ['--data-dir', dataDir, 'kubectl', ...args], { timeout: 60_000, ...opts, input });
 }
 
@@ -85,9 +89,13 @@ export async function labController(kctlBin: string, ctl: LabHost, dir: string):
     args: ['controller', '--single', '--config', join(dir, 'kctl.yaml'), '--data-dir', dataDir, '--run-dir', runDir],
     kubectl: adminKubectl(kctlBin, ctl, dataDir),
     async createToken(expiry) {
-      const r = await ctl.run(kctlBin, ['--data-dir', dataDir, 'token', 'create', '--role', 'worker', ...(expiry ? ['--expiry', expiry] : [])], {
-        timeout: 60_000,
-      });
+      const r = await ctl.run(
+        kctlBin,
+        ['--data-dir', dataDir, 'token', 'create', '--role', 'worker', ...(expiry ? ['--expiry', expiry] : [])],
+        {
+          timeout: 60_000,
+        },
+      );
       if (r.exitCode !== 0) throw new Error(`kctl token create failed (${r.exitCode}): ${String(r.stderr).trim()}`);
       return String(r.stdout).trim();
     },
@@ -127,7 +135,13 @@ export async function cleanupWorkerHost(dataDir: string, runDir: string, nodeNam
 }
 
 /** `kctl worker --token T` on a lab host, data and run dirs under `dir` (<name>-data, <name>-run), node name = host name. */
-export function startLabWorker(kctlBin: string, host: LabHost, dir: string, token: string, extraArgs: string[] = []): Tracked {
+export function startLabWorker(
+  kctlBin: string,
+  host: LabHost,
+  dir: string,
+  token: string,
+  extraArgs: string[] = [],
+): Tracked {
   return track(
     host.spawn(kctlBin, [
       'worker',
@@ -167,7 +181,12 @@ export async function startIsolatedWorker(
 }
 
 /** A one-container pod bound to `node` (no scheduler), with a bundled image it never pulls; `container` adds image, command... */
-export function pinnedPod(name: string, node: string, labels: Record<string, string>, container: Record<string, unknown>) {
+export function pinnedPod(
+  name: string,
+  node: string,
+  labels: Record<string, string>,
+  container: Record<string, unknown>,
+) {
   return {
     apiVersion: 'v1',
     kind: 'Pod',
@@ -191,8 +210,15 @@ export async function runPinnedPod(
   line: string,
   serve = false,
 ): Promise<void> {
-  const rest = serve ? `mkdir -p /www && echo ${name} > /www/index.html && exec httpd -f -p 8080 -h /www` : 'while true; do sleep 1; done';
-  const pod = pinnedPod(name, node, {}, { image: 'docker.io/library/busybox:1.36', command: ['sh', '-c', `echo ${line}; ${rest}`] });
+  const rest = serve
+    ? `mkdir -p /www && echo ${name} > /www/index.html && exec httpd -f -p 8080 -h /www`
+    : 'while true; do sleep 1; done';
+  const pod = pinnedPod(
+    name,
+    node,
+    {},
+    { image: 'docker.io/library/busybox:1.36', command: ['sh', '-c', `echo ${line}; ${rest}`] },
+  );
   const applied = await kubectl(['apply', '-f', '-'], JSON.stringify(pod));
   if (applied.exitCode !== 0) throw new Error(`pod ${name}: ${String(applied.stderr)}`);
   const end = Date.now() + 120_000;

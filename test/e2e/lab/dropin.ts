@@ -94,8 +94,11 @@ export function families(scrape: string): Map<string, { help: string; labels: st
     }
     const sample = /^([a-zA-Z_:][\w:]*)(?:\{(.*)\})? /.exec(line);
     if (!sample) continue;
-    const fam = [...out.keys()].find((k) => sample[1] === k || sample[1]!.replace(/_(bucket|sum|count|total)$/, '') === k) ?? sample[1]!;
-    for (const m of (sample[2] ?? '').matchAll(/(\w+)="/g)) if (m[1] !== 'le' && m[1] !== 'quantile') out.get(fam)?.labels.add(m[1]!);
+    const fam =
+      [...out.keys()].find((k) => sample[1] === k || sample[1]!.replace(/_(bucket|sum|count|total)$/, '') === k) ??
+      sample[1]!;
+    for (const m of (sample[2] ?? '').matchAll(/(\w+)="/g))
+      if (m[1] !== 'le' && m[1] !== 'quantile') out.get(fam)?.labels.add(m[1]!);
   }
   return new Map([...out].map(([k, v]) => [k, { help: v.help, labels: [...v.labels].sort().join(',') }]));
 }

@@ -25,7 +25,13 @@ export interface LabCtl {
 }
 
 /** kctl's global flags that address controller `c`. */
-const root = (c: LabCtl): string[] => ['--data-dir', c.dataDir, '--run-dir', c.runDir, ...(c.tenant ? ['--name', c.tenant] : [])];
+const root = (c: LabCtl): string[] => [
+  '--data-dir',
+  c.dataDir,
+  '--run-dir',
+  c.runDir,
+  ...(c.tenant ? ['--name', c.tenant] : []),
+];
 
 /** Where `c` keeps its state: its data dir, or its tenant's under it. */
 const stateDir = (c: LabCtl): string => (c.tenant ? join(c.dataDir, 'tenants', c.tenant) : c.dataDir);
@@ -75,7 +81,9 @@ export class HaLab {
   }
 
   /** `kctl pki rotate-ca -o json` on `c`: its result and progress lines. */
-  async rotateCa(c: LabCtl): Promise<{ oldCa: string; newCa: string; controllers: string[]; nodes: string[]; progress: string }> {
+  async rotateCa(
+    c: LabCtl,
+  ): Promise<{ oldCa: string; newCa: string; controllers: string[]; nodes: string[]; progress: string }> {
     const r = await c.host.run(this.kctlBin, [...root(c), 'pki', 'rotate-ca', '--timeout', '5m', '-o', 'json'], {
       timeout: 1_200_000,
     });
@@ -112,15 +120,27 @@ export class HaLab {
     const r = await this.kubectl(c, ['get', 'secrets', '-n', 'kube-system', '-o', 'json']);
     assert.equal(r.exitCode, 0, String(r.stderr));
     const all = String(r.stdout);
-    for (const plain of [secret, Buffer.from(secret).toString('base64'), Buffer.from(`${id}.${secret}`).toString('base64')])
+    for (const plain of [
+      secret,
+      Buffer.from(secret).toString('base64'),
+      Buffer.from(`${id}.${secret}`).toString('base64'),
+    ])
       assert.ok(!all.includes(plain), `a Secret in kube-system holds the secret of controller token ${id}`);
-    const items = (JSON.parse(all) as { items: { type: string; metadata: { name: string }; data?: Record<string, string> }[] }).items;
+    const items = (
+      JSON.parse(all) as { items: { type: string; metadata: { name: string }; data?: Record<string, string> }[] }
+    ).items;
     const stored = items.find((s) => s.metadata.name === controllerTokenSecretName(id));
     if (stored) {
       assert.equal(stored.type, CONTROLLER_TOKEN_TYPE);
-      assert.equal(Buffer.from(stored.data?.['secret-sha256'] ?? '', 'base64').toString(), createHash('sha256').update(secret).digest('hex'));
+      assert.equal(
+        Buffer.from(stored.data?.['secret-sha256'] ?? '', 'base64').toString(),
+        createHash('sha256').update(secret).digest('hex'),
+      );
     }
-    assert.ok(!items.some((s) => s.metadata.name === `bootstrap-token-${id}`), `controller token ${id} is a bootstrap token`);
+    assert.ok(
+      !items.some((s) => s.metadata.name === `bootstrap-token-${id}`),
+      `controller token ${id} is a bootstrap token`,
+    );
     const list = await this.run(c, ['token', 'list', '-o', 'json']);
     assert.equal(list.exitCode, 0, String(list.stderr));
     assert.ok(!String(list.stdout).includes(secret), 'token list printed a secret');
@@ -129,7 +149,11 @@ export class HaLab {
 
   /** A join that must fail with one line matching `expect` and leave the data dir unwritten. */
   async refused(c: LabCtl, tokenFile: string, expect: RegExp): Promise<void> {
-    const r = await c.host.run(this.kctlBin, [...root(c), 'controller', '--config', c.config, '--token-file', tokenFile], { timeout: 120_000 });
+    const r = await c.host.run(
+      this.kctlBin,
+      [...root(c), 'controller', '--config', c.config, '--token-file', tokenFile],
+      { timeout: 120_000 },
+    );
     assert.notEqual(r.exitCode, 0, `${c.host.name} joined with ${tokenFile}`);
     const lines = String(r.stderr).trim().split('\n');
     assert.equal(lines.length, 1, String(r.stderr));
@@ -143,18 +167,27 @@ export class HaLab {
    */
   agentsFollow(list: LabCtl[], agents: string[], timeoutMs = 60_000): Promise<true> {
     const names = list.map((c) => controllerLeaseName(c.host.ip)).sort();
-    return waitFor(`agents ${agents.join(', ')} on ${list.map((c) => c.host.name).join(', ')} (server count ${list.length})`, timeoutMs, async () => {
-      for (const c of list) {
-        const s = await this.status(c);
-        const held = (s.konnectivity?.agents ?? []).map((a) => a.id);
-        if (s.konnectivity?.serverCount !== list.length || (s.controllers ?? []).map((x) => x.name).join() !== names.join()) return false;
-        // A node's agent is known by its certificate's user, whatever agentid it sends.
-        const ids = agents.map((a) => `system:node:${a}`);
-        if (!ids.every((a) => held.includes(a))) return false;
-        for (const a of ids) if (s.agentServers?.find((x) => x.agent === a)?.servers.join() !== names.join()) return false;
-      }
-      return true;
-    });
+    return waitFor(
+      `agents ${agents.join(', ')} on ${list.map((c) => c.host.name).join(', ')} (server count ${list.length})`,
+      timeoutMs,
+      async () => {
+        for (const c of list) {
+          const s = await this.status(c);
+          const held = (s.konnectivity?.agents ?? []).map((a) => a.id);
+          if (
+            s.konnectivity?.serverCount !== list.length ||
+            (s.controllers ?? []).map((x) => x.name).join() !== names.join()
+          )
+            return false;
+          // A node's agent is known by its certificate's user, whatever agentid it sends.
+          const ids = agents.map((a) => `system:node:${a}`);
+          if (!ids.every((a) => held.includes(a))) return false;
+          for (const a of ids)
+            if (s.agentServers?.find((x) => x.agent === a)?.servers.join() !== names.join()) return false;
+        }
+        return true;
+      },
+    );
   }
 
   /** Polls `kubectl exec POD -- echo survived` through `c` until it works; when it first did (ms since the epoch). */
@@ -162,7 +195,10 @@ export class HaLab {
     return waitFor(
       `exec in ${pod} through ${c.host.name}`,
       o.timeoutMs ?? 30_000,
-      async () => (String((await this.kubectl(c, ['exec', pod, '--', 'echo', 'survived'])).stdout).trim() === 'survived' ? Date.now() : undefined),
+      async () =>
+        String((await this.kubectl(c, ['exec', pod, '--', 'echo', 'survived'])).stdout).trim() === 'survived'
+          ? Date.now()
+          : undefined,
       { intervalMs: o.intervalMs },
     );
   }
@@ -171,7 +207,12 @@ export class HaLab {
    * Controller `lost` loses every process at once (its host gone); then exec in `pod` is polled
    * through `via` until it works. When it was killed, and how many seconds later exec worked.
    */
-  async loseController(lost: LabCtl, via: LabCtl, pod: string, o: { intervalMs?: number } = {}): Promise<{ killedAt: number; execAfterS: number }> {
+  async loseController(
+    lost: LabCtl,
+    via: LabCtl,
+    pod: string,
+    o: { intervalMs?: number } = {},
+  ): Promise<{ killedAt: number; execAfterS: number }> {
     const killedAt = Date.now();
     killControllerProcesses(await this.status(lost));
     await lost.proc!.exited;
@@ -192,7 +233,9 @@ export class HaLab {
       '3600',
     ]);
     await waitFor(`pod ${name} scheduled and running`, 90_000, async () => {
-      const [on, phase] = String((await this.kubectl(c, ['get', 'pod', name, '-o', 'jsonpath={.spec.nodeName} {.status.phase}'])).stdout).split(' ');
+      const [on, phase] = String(
+        (await this.kubectl(c, ['get', 'pod', name, '-o', 'jsonpath={.spec.nodeName} {.status.phase}'])).stdout,
+      ).split(' ');
       return phase === 'Running' && node.test(on ?? '');
     });
   }
@@ -210,7 +253,11 @@ export class HaLab {
       return await waitFor(
         `GET / through port-forward on ${c.host.name}`,
         20_000,
-        async () => String((await c.host.run('/bin/busybox', ['wget', '-qO-', `http://127.0.0.1:${local}/`], { timeout: 10_000 })).stdout).trim(),
+        async () =>
+          String(
+            (await c.host.run('/bin/busybox', ['wget', '-qO-', `http://127.0.0.1:${local}/`], { timeout: 10_000 }))
+              .stdout,
+          ).trim(),
         pf.log,
       );
     } finally {

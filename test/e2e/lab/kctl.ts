@@ -16,7 +16,8 @@ export function requireKctl(): string {
 }
 
 function requireTestKctl(t: TestKctl): TestKctl {
-  if (!existsSync(t.path)) throw new Error(`${t.path} is missing; run npm run build, then npm run test-builds (npm test does both first)`);
+  if (!existsSync(t.path))
+    throw new Error(`${t.path} is missing; run npm run build, then npm run test-builds (npm test does both first)`);
   return t;
 }
 

@@ -148,7 +148,11 @@ export async function createLab(name: string, hostNames: string[], opts: LabOpti
       spawn: (cmd, args, o = {}) => {
         if (destroyed) throw new Error(`lab ${name} is destroyed`);
         // Own process group, so destroy() also reaches what the process forks.
-        const child = spawn(NSENTER, [...into, cmd, ...args], { stdio: ['ignore', 'pipe', 'pipe'], ...o, detached: true });
+        const child = spawn(NSENTER, [...into, cmd, ...args], {
+          stdio: ['ignore', 'pipe', 'pipe'],
+          ...o,
+          detached: true,
+        });
         children.add(child);
         child.once('exit', () => children.delete(child));
         return child;
@@ -163,7 +167,9 @@ export async function createLab(name: string, hostNames: string[], opts: LabOpti
   const gatewayOf = (host: string): string | undefined => opts.nat?.[host];
   for (const [host, gw] of Object.entries(opts.nat ?? {}))
     if (!hostNames.includes(host) || !hostNames.includes(gw) || siteOf(gw) !== 0 || gatewayOf(gw) || siteOf(host) !== 0)
-      throw new Error(`lab ${name}: NATed host ${host} needs a gateway host in site 0 that is not NATed itself (got ${gw})`);
+      throw new Error(
+        `lab ${name}: NATed host ${host} needs a gateway host in site 0 that is not NATed itself (got ${gw})`,
+      );
   const hosts = hostNames.map((host, i): LabHost => ({
     name: host,
     netns: netnsName(name, host),
@@ -220,13 +226,27 @@ export async function createLab(name: string, hostNames: string[], opts: LabOpti
         // A host has a default route; an on-link one keeps everything on the lab bridge (the switch
         // has no uplink), and lets kube-proxy's OUTPUT DNAT see Service IPs instead of ENETUNREACH.
         await must('ip', ['-n', h.netns, 'route', 'add', 'default', 'dev', 'eth0']);
-        for (const other of otherSites) await must('ip', ['-n', h.netns, 'route', 'add', `${siteNet(other)}.0/24`, 'via', router!.ip]);
+        for (const other of otherSites)
+          await must('ip', ['-n', h.netns, 'route', 'add', `${siteNet(other)}.0/24`, 'via', router!.ip]);
       }
       await must(NSENTER, ['--net=/run/netns/' + h.netns, '--', 'sh', '-c', 'echo 1 > /proc/sys/net/ipv4/ip_forward']);
     }
     // The router's legs into the other sites (r<site> on br<site>, eth<site> inside).
     for (const site of otherSites) {
-      await must('ip', ['-n', sw, 'link', 'add', `r${site}`, 'type', 'veth', 'peer', 'name', `eth${site}`, 'netns', router!.netns]);
+      await must('ip', [
+        '-n',
+        sw,
+        'link',
+        'add',
+        `r${site}`,
+        'type',
+        'veth',
+        'peer',
+        'name',
+        `eth${site}`,
+        'netns',
+        router!.netns,
+      ]);
       await must('ip', ['-n', sw, 'link', 'set', `r${site}`, 'master', `br${site}`, 'up']);
       await must('ip', ['-n', router!.netns, 'addr', 'add', `${siteNet(site)}.1/24`, 'dev', `eth${site}`]);
       await must('ip', ['-n', router!.netns, 'link', 'set', `eth${site}`, 'up']);
@@ -236,7 +256,20 @@ export async function createLab(name: string, hostNames: string[], opts: LabOpti
       const gw = hosts.find((x) => x.name === gatewayOf(h.name));
       if (!gw) continue;
       const inner = `n${labSwitch.port(h)}`;
-      await must('ip', ['-n', gw.netns, 'link', 'add', inner, 'type', 'veth', 'peer', 'name', 'eth0', 'netns', h.netns]);
+      await must('ip', [
+        '-n',
+        gw.netns,
+        'link',
+        'add',
+        inner,
+        'type',
+        'veth',
+        'peer',
+        'name',
+        'eth0',
+        'netns',
+        h.netns,
+      ]);
       await must('ip', ['-n', gw.netns, 'addr', 'add', `${NAT_GATEWAY_INNER_IP}/24`, 'dev', inner]);
       await must('ip', ['-n', gw.netns, 'link', 'set', inner, 'up']);
       await must(NSENTER, [
@@ -283,7 +316,18 @@ export async function createLab(name: string, hostNames: string[], opts: LabOpti
       await ipt('-N', ISOLATE_CHAIN);
       await ipt('-F', ISOLATE_CHAIN);
       for (const source of from) {
-        const add = await ipt('-A', ISOLATE_CHAIN, '-s', source.ip, '-m', 'conntrack', '--ctstate', 'NEW', '-j', 'DROP');
+        const add = await ipt(
+          '-A',
+          ISOLATE_CHAIN,
+          '-s',
+          source.ip,
+          '-m',
+          'conntrack',
+          '--ctstate',
+          'NEW',
+          '-j',
+          'DROP',
+        );
         if (add.exitCode !== 0) throw new Error(`isolating ${worker.name} failed: ${String(add.stderr).trim()}`);
       }
       for (const chain of ['INPUT', 'FORWARD']) {
@@ -295,9 +339,13 @@ export async function createLab(name: string, hostNames: string[], opts: LabOpti
     },
     async canConnect(from, to, port, timeoutMs = 3000) {
       // bash's /dev/tcp: no extra tool, and a refused or dropped connection both fail.
-      const r = await from.run('timeout', [String(timeoutMs / 1000), 'bash', '-c', `exec 3<>/dev/tcp/${target(to)}/${port}`], {
-        timeout: timeoutMs + 5000,
-      });
+      const r = await from.run(
+        'timeout',
+        [String(timeoutMs / 1000), 'bash', '-c', `exec 3<>/dev/tcp/${target(to)}/${port}`],
+        {
+          timeout: timeoutMs + 5000,
+        },
+      );
       return r.exitCode === 0;
     },
     async ping(from, to) {

@@ -31,13 +31,18 @@ export async function startPostgres(
 ): Promise<Postgres> {
   const versions = await readdir('/usr/lib/postgresql').catch(() => [] as string[]);
   const bin = versions.length ? join('/usr/lib/postgresql', versions.sort().at(-1)!, 'bin') : '';
-  assert.ok(bin && existsSync(join(bin, 'initdb')), 'PostgreSQL server binaries missing: npm test installs Debian postgresql in pretest');
+  assert.ok(
+    bin && existsSync(join(bin, 'initdb')),
+    'PostgreSQL server binaries missing: npm test installs Debian postgresql in pretest',
+  );
   const dir = await mkdtemp('/tmp/kctl-pg-');
   await chown(dir, ...(await pgIds()));
   const address = on?.host.ip ?? '127.0.0.1';
   const asPg = async (cmd: string, args: string[]) => {
     const argv = ['--reuid=postgres', '--regid=postgres', '--init-groups', '--', cmd, ...args];
-    const r = on ? await on.host.run('setpriv', argv, { cwd: dir }) : await execa('setpriv', argv, { cwd: dir, reject: false });
+    const r = on
+      ? await on.host.run('setpriv', argv, { cwd: dir })
+      : await execa('setpriv', argv, { cwd: dir, reject: false });
     if (r.exitCode !== 0) throw new Error(`${cmd} ${args.join(' ')}: ${String(r.stderr).trim()}`);
     return String(r.stdout);
   };
@@ -60,7 +65,8 @@ export async function startPostgres(
   return {
     host: address,
     port,
-    sql: (statement) => asPg(join(bin, 'psql'), ['-h', address, '-p', String(port), '-U', 'postgres', '-At', '-c', statement]),
+    sql: (statement) =>
+      asPg(join(bin, 'psql'), ['-h', address, '-p', String(port), '-U', 'postgres', '-At', '-c', statement]),
     async dataSource(database) {
       await asPg(join(bin, 'createdb'), ['-h', address, '-p', String(port), '-U', 'postgres', database]);
       return `postgres://postgres@${address}:${port}/${database}?sslmode=disable`;

@@ -19,14 +19,28 @@ function said(r: Result): string {
 }
 
 /** One round: logs (must hold `line`), then exec of `echo exec-ok`. */
-export async function logsAndExec(kubectl: (args: string[]) => Promise<Result>, pod: string, line: string): Promise<ProbeResult[]> {
+export async function logsAndExec(
+  kubectl: (args: string[]) => Promise<Result>,
+  pod: string,
+  line: string,
+): Promise<ProbeResult[]> {
   const logsAt = Date.now();
   const logs = await kubectl(['logs', pod]);
   const execAt = Date.now();
   const exec = await kubectl(['exec', pod, '--', 'echo', 'exec-ok']);
   return [
-    { at: logsAt, tookMs: execAt - logsAt, ok: logs.exitCode === 0 && String(logs.stdout).includes(line), what: `logs: ${said(logs)}` },
-    { at: execAt, tookMs: Date.now() - execAt, ok: exec.exitCode === 0 && String(exec.stdout).trim() === 'exec-ok', what: `exec: ${said(exec)}` },
+    {
+      at: logsAt,
+      tookMs: execAt - logsAt,
+      ok: logs.exitCode === 0 && String(logs.stdout).includes(line),
+      what: `logs: ${said(logs)}`,
+    },
+    {
+      at: execAt,
+      tookMs: Date.now() - execAt,
+      ok: exec.exitCode === 0 && String(exec.stdout).trim() === 'exec-ok',
+      what: `exec: ${said(exec)}`,
+    },
   ];
 }
 
@@ -34,7 +48,10 @@ export async function logsAndExec(kubectl: (args: string[]) => Promise<Result>, 
  * The longest run of failures, from the first failed request to the next one that succeeded;
  * `stillFailing` is the start of a run no success ended.
  */
-export function longestFailureStreak(results: ProbeResult[], now = Date.now()): { longest: number; stillFailing?: number } {
+export function longestFailureStreak(
+  results: ProbeResult[],
+  now = Date.now(),
+): { longest: number; stillFailing?: number } {
   let longest = 0;
   let since: number | undefined;
   for (const r of results) {
@@ -53,6 +70,12 @@ export function longestFailureStreak(results: ProbeResult[], now = Date.now()): 
  */
 export async function podStory(kubectl: (args: string[]) => Promise<Result>, pod: string): Promise<string> {
   const statuses = await kubectl(['get', 'pod', pod, '-o', 'jsonpath={.status.containerStatuses}']);
-  const events = await kubectl(['get', 'events', '--field-selector', `involvedObject.name=${pod}`, '--sort-by=.lastTimestamp']);
+  const events = await kubectl([
+    'get',
+    'events',
+    '--field-selector',
+    `involvedObject.name=${pod}`,
+    '--sort-by=.lastTimestamp',
+  ]);
   return `pod ${pod}'s containers: ${String(statuses.stdout || statuses.stderr).trim()}\nits events:\n${String(events.stdout || events.stderr).trim()}`;
 }

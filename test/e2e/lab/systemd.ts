@@ -61,7 +61,9 @@ async function writeUnits(dir: string): Promise<void> {
   const unit = (name: string, lines: string[]) => writeFile(join(dir, name), `[Unit]\n${lines.join('\n')}\n`);
   await Promise.all([
     ...STUB_TARGETS.map((t) => unit(`${t}.target`, [`Description=test stand-in for ${t}.target`])),
-    ...STOP_TARGETS.map((t) => unit(`${t}.target`, [`Description=test stand-in for ${t}.target`, 'DefaultDependencies=no'])),
+    ...STOP_TARGETS.map((t) =>
+      unit(`${t}.target`, [`Description=test stand-in for ${t}.target`, 'DefaultDependencies=no']),
+    ),
     unit('sysinit.target', ['Description=test stand-in for sysinit.target', 'Wants=systemd-journald.service']),
     unit('default.target', ['Description=test default target', 'Wants=multi-user.target systemd-journald.service']),
     unit('system.slice', ['Description=test system slice', 'DefaultDependencies=no']),
@@ -100,8 +102,13 @@ function ownCgroupDirs(): string[] {
 }
 
 /** Boots systemd in a lab host's network namespace and waits until it is running. */
-export async function bootSystemd(name: string, netns: string, t?: { after: (fn: () => Promise<void>) => void }): Promise<SystemdLab> {
-  if (!existsSync(SYSTEMD)) throw new Error(`${SYSTEMD} not found: the systemd tests need the systemd package installed (not running)`);
+export async function bootSystemd(
+  name: string,
+  netns: string,
+  t?: { after: (fn: () => Promise<void>) => void },
+): Promise<SystemdLab> {
+  if (!existsSync(SYSTEMD))
+    throw new Error(`${SYSTEMD} not found: the systemd tests need the systemd package installed (not running)`);
   const dir = join(STATE, name);
   await downByState(dir, name);
   await mkdir(dir, { recursive: true });
@@ -220,7 +227,9 @@ async function downByState(dir: string, name: string): Promise<void> {
       for (let i = 0; i < 100 && existsSync(`/proc/${pid}`); i++) await sleep(100);
     }
   }
-  const cgroups = (await readFile(join(dir, 'cgroups'), 'utf8').catch(() => '')).split('\n').filter((g) => g.endsWith(`/kctl-test-systemd-${name}`));
+  const cgroups = (await readFile(join(dir, 'cgroups'), 'utf8').catch(() => ''))
+    .split('\n')
+    .filter((g) => g.endsWith(`/kctl-test-systemd-${name}`));
   for (const g of cgroups) await removeCgroupTree(g);
   await rm(dir, { recursive: true, force: true });
 }

@@ -9,7 +9,11 @@ import { setTimeout as sleep } from 'node:timers/promises';
  * not checked, for an API whose CA the caller must not trust); `token` goes as a bearer token.
  * Rejects when the connection fails or nothing answers within `timeoutMs`.
  */
-export function apiStatus(port: number, path: string, o: { ca: string | null; token?: string; timeoutMs?: number }): Promise<number> {
+export function apiStatus(
+  port: number,
+  path: string,
+  o: { ca: string | null; token?: string; timeoutMs?: number },
+): Promise<number> {
   return new Promise((resolve, reject) => {
     const req = request(
       {
@@ -44,7 +48,12 @@ export const WIDGET_CRD = {
         name: 'v1',
         served: true,
         storage: true,
-        schema: { openAPIV3Schema: { type: 'object', properties: { spec: { type: 'object', properties: { size: { type: 'integer' } } } } } },
+        schema: {
+          openAPIV3Schema: {
+            type: 'object',
+            properties: { spec: { type: 'object', properties: { size: { type: 'integer' } } } },
+          },
+        },
       },
     ],
   },
@@ -65,12 +74,21 @@ export function widgets(ns: string, n: number) {
 }
 
 /** Creates the widget CRD, waits until it is established (60 s at most), then `n` widgets in default; throws with kubectl's first error line. */
-export async function createWidgets(kubectl: (args: string[], input?: string) => Promise<Result>, n: number): Promise<void> {
+export async function createWidgets(
+  kubectl: (args: string[], input?: string) => Promise<Result>,
+  n: number,
+): Promise<void> {
   const crd = await kubectl(['create', '-f', '-'], JSON.stringify(WIDGET_CRD));
   if (crd.exitCode !== 0) throw new Error(`creating the widget CRD failed: ${String(crd.stderr).split('\n')[0]}`);
   const end = Date.now() + 60_000;
   for (;;) {
-    const r = await kubectl(['get', 'crd', WIDGET_CRD.metadata.name, '-o', 'jsonpath={.status.conditions[?(@.type=="Established")].status}']);
+    const r = await kubectl([
+      'get',
+      'crd',
+      WIDGET_CRD.metadata.name,
+      '-o',
+      'jsonpath={.status.conditions[?(@.type=="Established")].status}',
+    ]);
     if (String(r.stdout) === 'True') break;
     if (Date.now() > end) throw new Error('the widget CRD was not established within 60 s');
     await sleep(200);

@@ -24,7 +24,12 @@ export async function testtoolImage(): Promise<string> {
       all: true,
     });
     if (r.exitCode !== 0) throw new Error(`go build of the test tool failed:\n${r.all}`);
-    const spec = await staticBinarySpec({ name: TESTTOOL_IMAGE, file: TESTTOOL_TAR, binary, config: { User: '65534:65534' } });
+    const spec = await staticBinarySpec({
+      name: TESTTOOL_IMAGE,
+      file: TESTTOOL_TAR,
+      binary,
+      config: { User: '65534:65534' },
+    });
     return await buildIfStale(spec, join(cacheRoot(), 'test-images'));
   } finally {
     await rm(work, { recursive: true, force: true });

@@ -13,9 +13,14 @@ export function upstreamBin(): Record<(typeof UPSTREAM)[number], string> {
   for (const d of dirs) {
     const lock = join(root, d, 'payload.lock.json');
     if (!existsSync(lock)) continue;
-    const names = (JSON.parse(readFileSync(lock, 'utf8')) as { components: { name: string }[] }).components.map((c) => c.name);
+    const names = (JSON.parse(readFileSync(lock, 'utf8')) as { components: { name: string }[] }).components.map(
+      (c) => c.name,
+    );
     if (UPSTREAM.every((n) => names.includes(n) && existsSync(join(root, d, 'bin', n)))) {
-      return Object.fromEntries(UPSTREAM.map((n) => [n, join(root, d, 'bin', n)])) as Record<(typeof UPSTREAM)[number], string>;
+      return Object.fromEntries(UPSTREAM.map((n) => [n, join(root, d, 'bin', n)])) as Record<
+        (typeof UPSTREAM)[number],
+        string
+      >;
     }
   }
   throw new Error(

@@ -55,7 +55,13 @@ export const WAN_PROFILES = {
   /** 300 ms each way (RTT 600 ms), 2 % loss each way, 5 Mbit/s each way. */
   satellite: { delayMs: 300, loss: 0.02, rateKbit: 5_000 },
   /** edge, plus a silent partition of 30 s every 120-240 s. */
-  flaky: { delayMs: 75, jitterMs: 10, loss: 0.01, rateKbit: 20_000, partitions: { gapMs: [120_000, 240_000], durationMs: 30_000 } },
+  flaky: {
+    delayMs: 75,
+    jitterMs: 10,
+    loss: 0.01,
+    rateKbit: 20_000,
+    partitions: { gapMs: [120_000, 240_000], durationMs: 30_000 },
+  },
 } satisfies Record<string, WanParams>;
 export type WanProfile = keyof typeof WAN_PROFILES;
 
@@ -122,9 +128,11 @@ export async function wan(lab: Lab, host: LabHost, o: WanOptions): Promise<WanLi
   const [a, b, bridge] = [`wa${i}`, `wb${i}`, `bw${i}`];
   const ip = async (...args: string[]) => {
     const r = await sw.run('ip', args);
-    if (r.exitCode !== 0) throw new Error(`WAN for ${host.name}: ip ${args.join(' ')} failed: ${String(r.stderr).trim()}`);
+    if (r.exitCode !== 0)
+      throw new Error(`WAN for ${host.name}: ip ${args.join(' ')} failed: ${String(r.stderr).trim()}`);
   };
-  if ((await sw.run('ip', ['link', 'show', bridge])).exitCode === 0) throw new Error(`${host.name} is already behind a WAN`);
+  if ((await sw.run('ip', ['link', 'show', bridge])).exitCode === 0)
+    throw new Error(`${host.name} is already behind a WAN`);
 
   // The devices first and the host's port last, so the host is cut off only while it moves.
   await ip('tuntap', 'add', 'dev', a, 'mode', 'tap');
@@ -134,7 +142,9 @@ export async function wan(lab: Lab, host: LabHost, o: WanOptions): Promise<WanLi
   await ip('link', 'set', b, 'master', 'br0', 'up');
   await ip('link', 'set', bridge, 'up');
   const peers = o.peers.map((p) => (typeof p === 'string' ? p : p.ip));
-  const child = sw.spawn(bin, ['-a', a, '-b', b, '-peers', peers.join(','), '-seed', String(o.seed ?? 1)], { stdio: ['pipe', 'pipe', 'pipe'] });
+  const child = sw.spawn(bin, ['-a', a, '-b', b, '-peers', peers.join(','), '-seed', String(o.seed ?? 1)], {
+    stdio: ['pipe', 'pipe', 'pipe'],
+  });
   const link = new Link(host, child, `WAN emulator for ${host.name}`, () => sw.destroyed);
   const restore = async () => {
     await ip('link', 'set', port, 'nomaster');
@@ -199,7 +209,8 @@ class Link implements WanLink {
       const said = this.stderr.trim().split('\n').at(-1) ?? '';
       this.ended = new Error(`${what} exited (${signal ?? `code ${code}`})${said ? `: ${said}` : ''}`);
       // Loud: the host is cut off from everything behind the WAN, and the test would only see timeouts.
-      if (!this.closing && !tearingDown()) process.stderr.write(`[wan] ${this.ended.message}; ${host.name} is cut off from its peers\n`);
+      if (!this.closing && !tearingDown())
+        process.stderr.write(`[wan] ${this.ended.message}; ${host.name} is cut off from its peers\n`);
       for (const w of this.waiting.splice(0)) w.reject(this.ended);
     });
   }
@@ -271,7 +282,9 @@ async function buildWan(): Promise<string> {
   if (r.failed) {
     rmSync(tmp, { force: true });
     if (r.code === 'ENOENT')
-      throw new Error('the Go toolchain (`go`) is not on PATH: the WAN lab builds its emulator (test/e2e/lab/fixtures/wan) with it');
+      throw new Error(
+        'the Go toolchain (`go`) is not on PATH: the WAN lab builds its emulator (test/e2e/lab/fixtures/wan) with it',
+      );
     const first = String(r.all ?? '')
       .split('\n')
       .find((l) => l.trim() && !l.startsWith('# '));

@@ -5,7 +5,19 @@
 import assert from 'node:assert/strict';
 import { execa } from 'execa';
 import { createHash } from 'node:crypto';
-import { chmod, chown, copyFile, mkdir, open, readdir, readFile, stat, truncate, utimes, writeFile } from 'node:fs/promises';
+import {
+  chmod,
+  chown,
+  copyFile,
+  mkdir,
+  open,
+  readdir,
+  readFile,
+  stat,
+  truncate,
+  utimes,
+  writeFile,
+} from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import { test } from 'node:test';
 import { readEmbeddedPayload } from '../../../src/payload/payload.ts';
@@ -82,10 +94,16 @@ test('the launcher unpacks the runtime once, checked by sha256, and runs it with
   assert.deepEqual({ path: out.runtime?.path, sha256: out.runtime?.sha256 }, { path: file, sha256: runtime.sha256 });
   assert.equal(await sha(file), runtime.sha256);
   assert.equal((await stat(file)).mode & 0o777, 0o755);
-  assert.ok(runtime.stored!.size < runtime.size / 2, `runtime stored in ${runtime.stored!.size} bytes for ${runtime.size}`);
+  assert.ok(
+    runtime.stored!.size < runtime.size / 2,
+    `runtime stored in ${runtime.stored!.size} bytes for ${runtime.size}`,
+  );
   // Unpacking a new build removed the old runtime nobody runs, and kept the one in use, the one
   // starting and the previous build's.
-  assert.deepEqual((await readdir(env.KCTL_RUNTIME_DIR)).sort(), [runtime.sha256, 'b'.repeat(64), 'c'.repeat(64), 'd'.repeat(64)].sort());
+  assert.deepEqual(
+    (await readdir(env.KCTL_RUNTIME_DIR)).sort(),
+    [runtime.sha256, 'b'.repeat(64), 'c'.repeat(64), 'd'.repeat(64)].sort(),
+  );
   for (const d of [running, starting, previous]) assert.deepEqual((await readdir(d)).sort(), ['kctl', 'kctl.stamp'], d);
 
   // A second start neither unpacks (same inode) nor hashes again (the stamp is not rewritten).
@@ -125,9 +143,13 @@ test('an unpacked runtime that changed since it was checked is unpacked again', 
   const runtime = await runtimeOf(requireKctl());
   const file = join(env.KCTL_RUNTIME_DIR, runtime.sha256, 'kctl');
   // Started under kctl's own umask (the staging child is): the directories it makes get their mode all the same.
-  const first = await execa('sh', ['-c', 'umask 077; exec "$0" "$@"', requireKctl(), 'version'], { env, reject: false });
+  const first = await execa('sh', ['-c', 'umask 077; exec "$0" "$@"', requireKctl(), 'version'], {
+    env,
+    reject: false,
+  });
   assert.equal(first.exitCode, 0, String(first.stderr));
-  for (const d of [join(dir, 'cache'), env.KCTL_RUNTIME_DIR, dirname(file)]) assert.equal((await stat(d)).mode & 0o777, 0o755, d);
+  for (const d of [join(dir, 'cache'), env.KCTL_RUNTIME_DIR, dirname(file)])
+    assert.equal((await stat(d)).mode & 0o777, 0o755, d);
   await flipByte(file, Math.floor(runtime.size / 2));
   assert.notEqual(await sha(file), runtime.sha256);
   const r = await kctl(['version'], { env });
@@ -156,7 +178,10 @@ test('a damaged or truncated executable is refused in one line, leaving nothing 
   await truncate(broken, runtime.offset! + 1000);
   const cut = await execa(broken, ['version'], { env, reject: false });
   assert.notEqual(cut.exitCode, 0);
-  assert.match(oneLine(cut.stderr), /^kctl: .*\/kctl carries no kctl runtime \(no payload trailer\); .* reinstall kctl$/);
+  assert.match(
+    oneLine(cut.stderr),
+    /^kctl: .*\/kctl carries no kctl runtime \(no payload trailer\); .* reinstall kctl$/,
+  );
   assert.deepEqual(await readdir(runtimeDir), []);
 });
 

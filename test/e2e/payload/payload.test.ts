@@ -28,7 +28,10 @@ const sha = async (p: string) =>
 test('kctl version -o json lists every pinned component with version and sha256', async () => {
   const r = await kctl(['version', '-o', 'json']);
   assert.equal(r.exitCode, 0, String(r.stderr));
-  const out = JSON.parse(String(r.stdout)) as { kctl: string; components: Record<string, { version: string; sha256: string }> };
+  const out = JSON.parse(String(r.stdout)) as {
+    kctl: string;
+    components: Record<string, { version: string; sha256: string }>;
+  };
   assert.match(out.kctl, /^\d+\.\d+\.\d+/);
   assert.deepEqual(Object.keys(out.components).sort(), shipped.map((c) => c.name).sort());
   for (const c of shipped) {
@@ -42,7 +45,8 @@ test('controller --init-only stages the controller binaries; every staged binary
   const r = await kctl(['controller', '--init-only', '--data-dir', dataDir]);
   assert.equal(r.exitCode, 0, String(r.stderr));
   const controller = shipped.filter((c) => c.roles.includes('controller'));
-  for (const c of controller) await checkVersion(c, join(dataDir, 'bin', 'current', c.dir ? `${c.dir}/${c.name}` : c.name));
+  for (const c of controller)
+    await checkVersion(c, join(dataDir, 'bin', 'current', c.dir ? `${c.dir}/${c.name}` : c.name));
   // Worker-side binaries, staged from the same executable's payload.
   const payload = await readEmbeddedPayload(requireKctl());
   assert.ok(payload, 'dist/kctl carries no payload');
@@ -71,7 +75,10 @@ test('kctl airgap list-images names every image the executable carries and the p
     const text = await readFile(join(dataDir, 'manifests', stack, `${stack}.yaml`), 'utf8');
     for (const m of text.matchAll(/^\s*image: (\S+)$/gm)) used.add(m[1]!);
   }
-  assert.deepEqual([...used].sort(), ['registry.k8s.io/coredns/coredns:v1.15.0', 'registry.k8s.io/metrics-server/metrics-server:v0.9.0']);
+  assert.deepEqual([...used].sort(), [
+    'registry.k8s.io/coredns/coredns:v1.15.0',
+    'registry.k8s.io/metrics-server/metrics-server:v0.9.0',
+  ]);
   for (const image of used) assert.ok(listed.includes(image), `${image} is used by an add-on but not carried`);
 });
 
@@ -113,7 +120,8 @@ test('two kctl processes staging into one data dir at once both succeed with cor
   assert.equal(a!.exitCode, 0, String(a!.stderr));
   assert.equal(b!.exitCode, 0, String(b!.stderr));
   const payload = (await readEmbeddedPayload(requireKctl()))!;
-  for (const e of payload.forRoles(['controller'])) assert.equal(await sha(join(dataDir, 'bin', 'current', e.path)), e.sha256, e.name);
+  for (const e of payload.forRoles(['controller']))
+    assert.equal(await sha(join(dataDir, 'bin', 'current', e.path)), e.sha256, e.name);
 });
 
 /** A process's state and parent pid (from /proc/PID/stat), or undefined once it is gone. */
@@ -128,7 +136,10 @@ test('a kctl killed while its staging child runs: the child finishes the staging
   const dataDir = await tempDir(t);
   // kctl kubectl on an empty data dir stages the controller's binaries in a child kctl; its parent
   // is killed while the child runs, as a command timeout would.
-  const parent = execa(requireKctl(), ['kubectl', '--data-dir', dataDir, 'version', '--client'], { reject: false, all: true });
+  const parent = execa(requireKctl(), ['kubectl', '--data-dir', dataDir, 'version', '--client'], {
+    reject: false,
+    all: true,
+  });
   // The child's command line names the job, whose dir is under this data dir.
   const childPid = async (): Promise<number | undefined> => {
     const r = await execa('pgrep', ['-f', `${STAGE_COMMAND} .*${dataDir}`], { reject: false });
@@ -151,7 +162,11 @@ test('a kctl killed while its staging child runs: the child finishes the staging
   assert.doesNotMatch(String(all), /IPC channel|ERR_/, String(all));
   const again = await kctl(['kubectl', '--data-dir', dataDir, 'version', '--client']);
   assert.equal(again.exitCode, 0, String(again.stderr));
-  assert.match(String(again.stderr), /"staged":0,"replaced":0,/, `the next start staged again: ${String(again.stderr)}`);
+  assert.match(
+    String(again.stderr),
+    /"staged":0,"replaced":0,/,
+    `the next start staged again: ${String(again.stderr)}`,
+  );
 });
 
 test('an executable whose payload checksum does not match refuses to stage, with one clear line', async (t) => {
@@ -176,5 +191,6 @@ test('an executable whose payload checksum does not match refuses to stage, with
   const errLines = String(cmd.stderr).trim().split('\n');
   assert.equal(errLines.length, 1);
   assert.match(errLines[0]!, /^kctl: payload component kube-apiserver is corrupt .* reinstall or rebuild kctl$/);
-  for (const name of ['kube-apiserver', 'kube-scheduler']) await assert.rejects(stat(join(dataDir, 'bin', 'current', name)), { code: 'ENOENT' });
+  for (const name of ['kube-apiserver', 'kube-scheduler'])
+    await assert.rejects(stat(join(dataDir, 'bin', 'current', name)), { code: 'ENOENT' });
 });

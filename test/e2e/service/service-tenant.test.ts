@@ -23,13 +23,15 @@ test('kctl install controller --name: a template unit and an instance per tenant
   await writeFile(cfg, `spec:\n  profile: full\n  api: { address: ${ctl.ip} }\n`);
   const inLab = (args: string[]) => sd.exec(kctlBin, ['--data-dir', dataDir, '--run-dir', runDir, ...args]);
   const systemctl = (...args: string[]) => sd.exec('systemctl', args);
-  const mainPid = async (unit: string) => Number(String((await systemctl('show', '-p', 'MainPID', '--value', unit)).stdout).trim());
+  const mainPid = async (unit: string) =>
+    Number(String((await systemctl('show', '-p', 'MainPID', '--value', unit)).stdout).trim());
   const running = async (program: string) =>
     String((await sd.exec('ps', ['-eo', 'args', '--no-headers'])).stdout)
       .split('\n')
       .filter((l) => l.trim().split(' ')[0]!.endsWith(`/${program}`)).length;
   const apiservers = () => running('kube-apiserver');
-  const list = async () => JSON.parse(String((await inLab(['tenant', 'list', '-o', 'json'])).stdout)) as TenantListEntry[];
+  const list = async () =>
+    JSON.parse(String((await inLab(['tenant', 'list', '-o', 'json'])).stdout)) as TenantListEntry[];
   const journal = async (unit: string) =>
     String((await sd.exec('journalctl', ['-u', unit, '--no-pager', '-o', 'cat'])).stdout)
       .split('\n')
@@ -53,17 +55,26 @@ test('kctl install controller --name: a template unit and an instance per tenant
     ...hostState,
   ]);
   assert.equal(alpha.exitCode, 0, String(alpha.stderr));
-  assert.match(String(alpha.stdout), /^installed kctl-controller@alpha\.service \(enabled\); start it with: kctl start --name alpha$/m);
+  assert.match(
+    String(alpha.stdout),
+    /^installed kctl-controller@alpha\.service \(enabled\); start it with: kctl start --name alpha$/m,
+  );
   const beta = await inLab(['--name', 'beta', 'install', 'controller', '--port-range', '17110-17119', ...hostState]);
   assert.equal(beta.exitCode, 0, String(beta.stderr));
   const template = String((await sd.exec('cat', ['/etc/systemd/system/kctl-controller@.service'])).stdout);
-  assert.ok(template.includes(`ExecStart=${kctlBin} controller --data-dir ${dataDir} --run-dir ${runDir} --name %i`), template);
+  assert.ok(
+    template.includes(`ExecStart=${kctlBin} controller --data-dir ${dataDir} --run-dir ${runDir} --name %i`),
+    template,
+  );
   assert.match(template, /^Type=notify$/m);
-  const dropIn = String((await sd.exec('cat', ['/etc/systemd/system/kctl-controller@alpha.service.d/10-kctl.conf'])).stdout);
+  const dropIn = String(
+    (await sd.exec('cat', ['/etc/systemd/system/kctl-controller@alpha.service.d/10-kctl.conf'])).stdout,
+  );
   assert.match(dropIn, /^ExecStart=$/m);
   assert.ok(dropIn.includes(`--name alpha --config ${cfg} --port-range 17100-17109`), dropIn);
   assert.match(dropIn, /^Environment=KCTL_TEST=1$/m);
-  for (const n of ['alpha', 'beta']) assert.equal(String((await systemctl('is-enabled', `kctl-controller@${n}`)).stdout).trim(), 'enabled');
+  for (const n of ['alpha', 'beta'])
+    assert.equal(String((await systemctl('is-enabled', `kctl-controller@${n}`)).stdout).trim(), 'enabled');
   const again = await inLab(['--name', 'alpha', 'install', 'controller']);
   assert.notEqual(again.exitCode, 0);
   assert.equal(
@@ -75,7 +86,11 @@ test('kctl install controller --name: a template unit and an instance per tenant
   for (const n of ['alpha', 'beta']) {
     const started = await inLab(['--name', n, 'start']);
     assert.equal(started.exitCode, 0, `${String(started.stderr)}\n${await journal(`kctl-controller@${n}`)}`);
-    assert.equal(String((await inLab(['--name', n, 'kubectl', 'get', '--raw', '/readyz'])).stdout).trim(), 'ok', `${n}: start returned before ready`);
+    assert.equal(
+      String((await inLab(['--name', n, 'kubectl', 'get', '--raw', '/readyz'])).stdout).trim(),
+      'ok',
+      `${n}: start returned before ready`,
+    );
   }
   const tenants = await list();
   assert.deepEqual(
@@ -87,10 +102,17 @@ test('kctl install controller --name: a template unit and an instance per tenant
   );
   assert.deepEqual(tenants[0]!.nodes, { ready: 0, total: 0 });
   const status = String((await systemctl('status', '--no-pager', 'kctl-controller@alpha')).stdout);
-  assert.match(status, new RegExp(`Status: "controller ready: API at https://${ctl.ip.replace(/\./g, '\\.')}:17100"`), status);
+  assert.match(
+    status,
+    new RegExp(`Status: "controller ready: API at https://${ctl.ip.replace(/\./g, '\\.')}:17100"`),
+    status,
+  );
   assert.equal(await apiservers(), 2);
   assert.equal(await running('kube-scheduler'), 1, "alpha's scheduler");
-  assert.equal((await inLab(['--name', 'alpha', 'kubectl', 'create', 'configmap', 'survivor', '--from-literal=k=v'])).exitCode, 0);
+  assert.equal(
+    (await inLab(['--name', 'alpha', 'kubectl', 'create', 'configmap', 'survivor', '--from-literal=k=v'])).exitCode,
+    0,
+  );
 
   // alpha's kctl SIGKILLed: systemd restarts alpha alone, on the same port, with its data.
   const [a1, b1] = [await mainPid('kctl-controller@alpha'), await mainPid('kctl-controller@beta')];
@@ -100,12 +122,21 @@ test('kctl install controller --name: a template unit and an instance per tenant
     180_000,
     async () => {
       const pid = await mainPid('kctl-controller@alpha');
-      return pid !== a1 && pid > 0 && String((await systemctl('is-active', 'kctl-controller@alpha')).stdout).trim() === 'active';
+      return (
+        pid !== a1 &&
+        pid > 0 &&
+        String((await systemctl('is-active', 'kctl-controller@alpha')).stdout).trim() === 'active'
+      );
     },
     () => journal('kctl-controller@alpha'),
   );
   assert.equal(await mainPid('kctl-controller@beta'), b1, 'beta was restarted too');
-  assert.equal(String((await inLab(['--name', 'alpha', 'kubectl', 'get', 'configmap', 'survivor', '-o', 'jsonpath={.data.k}'])).stdout), 'v');
+  assert.equal(
+    String(
+      (await inLab(['--name', 'alpha', 'kubectl', 'get', 'configmap', 'survivor', '-o', 'jsonpath={.data.k}'])).stdout,
+    ),
+    'v',
+  );
   assert.deepEqual(
     (await list()).map((e) => e.ports),
     tenants.map((e) => e.ports),
@@ -116,7 +147,11 @@ test('kctl install controller --name: a template unit and an instance per tenant
   assert.equal((await inLab(['--name', 'alpha', 'stop'])).exitCode, 0);
   assert.equal(String((await systemctl('is-active', 'kctl-controller@alpha')).stdout).trim(), 'inactive');
   assert.equal(await apiservers(), 1);
-  assert.deepEqual([await running('kube-scheduler'), await running('etcd')], [0, 0], "alpha's scheduler or etcd left behind");
+  assert.deepEqual(
+    [await running('kube-scheduler'), await running('etcd')],
+    [0, 0],
+    "alpha's scheduler or etcd left behind",
+  );
   assert.deepEqual(
     (await list()).map((e) => [e.name, e.state]),
     [

@@ -22,8 +22,10 @@ test('kctl install worker: joins from a token file, runs a pod, keeps it across 
   const sd = await bootSystemd('kctl-svc-worker', w1.netns, t);
   const dataDir = join(dir, 'w1-data');
   const runDir = join(dir, 'w1-run');
-  const inLab = (args: string[], input?: string) => sd.exec(kctlBin, ['--data-dir', dataDir, '--run-dir', runDir, ...args], { input });
-  const journal = async () => String((await sd.exec('journalctl', ['-u', 'kctl-worker', '--no-pager', '-o', 'cat'])).stdout);
+  const inLab = (args: string[], input?: string) =>
+    sd.exec(kctlBin, ['--data-dir', dataDir, '--run-dir', runDir, ...args], { input });
+  const journal = async () =>
+    String((await sd.exec('journalctl', ['-u', 'kctl-worker', '--no-pager', '-o', 'cat'])).stdout);
   const tail = async () => (await journal()).split('\n').slice(-15).join('\n');
   const token = await c.createToken('1h');
   const secret = decodeToken(token).bootstrapToken.split('.')[1]!;
@@ -35,9 +37,24 @@ test('kctl install worker: joins from a token file, runs a pod, keeps it across 
   const refused = await inLab(['install', 'worker', '--token-file', bad]);
   assert.notEqual(refused.exitCode, 0);
   assert.match(String(refused.stderr).trim(), /^kctl: --token-file .*bad-token: the join token is malformed/);
-  assert.notEqual((await sd.exec('test', ['-e', '/etc/systemd/system/kctl-worker.service'])).exitCode, 0, 'a refused install wrote a unit');
+  assert.notEqual(
+    (await sd.exec('test', ['-e', '/etc/systemd/system/kctl-worker.service'])).exitCode,
+    0,
+    'a refused install wrote a unit',
+  );
 
-  const installed = await inLab(['install', 'worker', '--token-file', tokenFile, '--node-name', 'w1', '--node-ip', w1.ip, '--labels', 'site=lab']);
+  const installed = await inLab([
+    'install',
+    'worker',
+    '--token-file',
+    tokenFile,
+    '--node-name',
+    'w1',
+    '--node-ip',
+    w1.ip,
+    '--labels',
+    'site=lab',
+  ]);
   assert.equal(installed.exitCode, 0, String(installed.stderr));
   const unit = String((await sd.exec('cat', ['/etc/systemd/system/kctl-worker.service'])).stdout);
   assert.match(unit, /^KillMode=process$/m);
@@ -56,13 +73,25 @@ test('kctl install worker: joins from a token file, runs a pod, keeps it across 
 
   await runPinnedPod(c.kubectl, 'steady', 'w1', 'up');
   const containerId = async () =>
-    String((await c.kubectl(['get', 'pod', 'steady', '-o', 'jsonpath={.status.containerStatuses[0].containerID}'])).stdout);
+    String(
+      (await c.kubectl(['get', 'pod', 'steady', '-o', 'jsonpath={.status.containerStatuses[0].containerID}'])).stdout,
+    );
   const before = await containerId();
   assert.match(String((await c.kubectl(['logs', 'steady'])).stdout), /up/);
 
-  const mainBefore = String((await sd.exec('systemctl', ['show', '-p', 'MainPID', '--value', 'kctl-worker'])).stdout).trim();
+  const mainBefore = String(
+    (await sd.exec('systemctl', ['show', '-p', 'MainPID', '--value', 'kctl-worker'])).stdout,
+  ).trim();
   // 8. A second worker on this data dir (another run dir) is refused, naming the running one; the running one carries on.
-  const second = await sd.exec(kctlBin, ['--data-dir', dataDir, '--run-dir', join(dir, 'other-run'), 'worker', '--token-file', tokenFile]);
+  const second = await sd.exec(kctlBin, [
+    '--data-dir',
+    dataDir,
+    '--run-dir',
+    join(dir, 'other-run'),
+    'worker',
+    '--token-file',
+    tokenFile,
+  ]);
   assert.notEqual(second.exitCode, 0);
   assert.equal(
     String(second.stderr).trim(),
@@ -73,10 +102,18 @@ test('kctl install worker: joins from a token file, runs a pod, keeps it across 
   // restart: kctl stops, the container does not; the node is Ready again with the same container.
   const restarted = await inLab(['restart']);
   assert.equal(restarted.exitCode, 0, `${String(restarted.stderr)}\n${await tail()}`);
-  assert.notEqual(String((await sd.exec('systemctl', ['show', '-p', 'MainPID', '--value', 'kctl-worker'])).stdout).trim(), mainBefore);
+  assert.notEqual(
+    String((await sd.exec('systemctl', ['show', '-p', 'MainPID', '--value', 'kctl-worker'])).stdout).trim(),
+    mainBefore,
+  );
   await waitFor('w1 Ready', 120_000, () => nodeReady(c.kubectl, 'w1'));
   assert.equal(await containerId(), before, 'the container was replaced by the restart');
-  assert.equal(String((await c.kubectl(['get', 'pod', 'steady', '-o', 'jsonpath={.status.containerStatuses[0].restartCount}'])).stdout), '0');
+  assert.equal(
+    String(
+      (await c.kubectl(['get', 'pod', 'steady', '-o', 'jsonpath={.status.containerStatuses[0].restartCount}'])).stdout,
+    ),
+    '0',
+  );
   assert.match(String((await c.kubectl(['logs', 'steady'])).stdout), /up/, 'logs through the tunnel after the restart');
 
   // uninstall stops and removes the unit; reset removes containers, mounts and data.

@@ -44,7 +44,8 @@ test('api-only tenants: three at once, only storage, kube-apiserver and a trimme
     for (const x of tenants) x.proc?.child.kill('SIGTERM');
     await Promise.all(tenants.map((x) => x.proc?.exited));
   });
-  const kubectl = (x: Tenant, args: string[], input?: string) => kctl(['--data-dir', x.dataDir, 'kubectl', ...args], { input, timeout: 120_000 });
+  const kubectl = (x: Tenant, args: string[], input?: string) =>
+    kctl(['--data-dir', x.dataDir, 'kubectl', ...args], { input, timeout: 120_000 });
 
   // All three at once, each with its own ports (the config), data dir and CA.
   for (const x of tenants) {
@@ -63,13 +64,17 @@ test('api-only tenants: three at once, only storage, kube-apiserver and a trimme
     );
     assert.equal(outcome, 'ready', x.proc!.log());
   }
-  t.diagnostic(`three api-only tenants ready ${((Date.now() - started) / 1000).toFixed(1)} s after they were started together`);
+  t.diagnostic(
+    `three api-only tenants ready ${((Date.now() - started) / 1000).toFixed(1)} s after they were started together`,
+  );
 
   for (const x of tenants) {
     const ca = await readFile(join(x.dataDir, 'pki', 'ca.crt'), 'utf8');
     assert.equal(await apiStatus(x.port, '/readyz', { ca }), 200, `${x.name} /readyz`);
     // Only the API's parts: no scheduler, no konnectivity server (no socket, no process), no add-ons.
-    const status = JSON.parse(String((await kctl(['status', '-o', 'json', '--run-dir', x.runDir])).stdout)) as ControllerStatusReport;
+    const status = JSON.parse(
+      String((await kctl(['status', '-o', 'json', '--run-dir', x.runDir])).stdout),
+    ) as ControllerStatusReport;
     assert.deepEqual(
       status.components.map((c) => c.name),
       ['kine', 'encryption', 'kube-apiserver', 'manifest-applier', 'kube-controller-manager', 'pki-renewer'],
@@ -79,7 +84,8 @@ test('api-only tenants: three at once, only storage, kube-apiserver and a trimme
       status.components.filter((c) => c.pid).map(async (c) => (await readFile(`/proc/${c.pid}/comm`, 'utf8')).trim()),
     );
     assert.ok(!children.some((c) => /scheduler|konnectivity/.test(c)), children.join());
-    for (const sock of ['konnectivity-server.sock', 'konnectivity-connect.sock']) assert.equal(existsSync(join(x.runDir, sock)), false, sock);
+    for (const sock of ['konnectivity-server.sock', 'konnectivity-connect.sock'])
+      assert.equal(existsSync(join(x.runDir, sock)), false, sock);
     assert.equal(existsSync(join(x.dataDir, 'manifests', 'coredns')), false);
   }
 
@@ -113,17 +119,28 @@ test('api-only tenants: three at once, only storage, kube-apiserver and a trimme
   const dependent = {
     apiVersion: 'example.kctl.dev/v1',
     kind: 'Widget',
-    metadata: { name: 'dependent', namespace: 'default', ownerReferences: [{ apiVersion: 'v1', kind: 'ConfigMap', name: 'owner', uid }] },
+    metadata: {
+      name: 'dependent',
+      namespace: 'default',
+      ownerReferences: [{ apiVersion: 'v1', kind: 'ConfigMap', name: 'owner', uid }],
+    },
     spec: { size: 1 },
   };
   assert.equal((await kubectl(a, ['create', '-f', '-'], JSON.stringify(dependent))).exitCode, 0);
   assert.equal((await kubectl(a, ['delete', 'configmap', 'owner'])).exitCode, 0);
-  await waitFor('the dependent widget collected', 60_000, async () => (await kubectl(a, ['get', 'widget', 'dependent'])).exitCode !== 0);
+  await waitFor(
+    'the dependent widget collected',
+    60_000,
+    async () => (await kubectl(a, ['get', 'widget', 'dependent'])).exitCode !== 0,
+  );
 
   // No workers: a worker token is refused with one line.
   const worker = await kctl(['--data-dir', a.dataDir, 'token', 'create', '--role', 'worker']);
   assert.notEqual(worker.exitCode, 0);
-  assert.match(String(worker.stderr).trim(), /^kctl: this is an api-only control plane \(spec\.profile: api-only\): .* workers cannot join; [^\n]+$/);
+  assert.match(
+    String(worker.stderr).trim(),
+    /^kctl: this is an api-only control plane \(spec\.profile: api-only\): .* workers cannot join; [^\n]+$/,
+  );
 
   // Tenant a's credentials are worth nothing on tenant b: its admin client certificate (another CA) ...
   const adminA = join(a.dataDir, 'pki', 'admin.conf');
@@ -145,20 +162,46 @@ test('api-only tenants: three at once, only storage, kube-apiserver and a trimme
   const token = String((await kubectl(a, ['create', 'token', 'operator'])).stdout).trim();
   assert.ok(token.length > 100);
   const caA = await readFile(join(a.dataDir, 'pki', 'ca.crt'), 'utf8');
-  assert.equal(await apiStatus(a.port, '/api/v1/namespaces/default/configmaps', { token, ca: caA }), 403, 'a knows the token (and RBAC denies)');
-  assert.equal(await apiStatus(b.port, '/api/v1/namespaces/default/configmaps', { token, ca: null }), 401, 'b must not know a token of a');
+  assert.equal(
+    await apiStatus(a.port, '/api/v1/namespaces/default/configmaps', { token, ca: caA }),
+    403,
+    'a knows the token (and RBAC denies)',
+  );
+  assert.equal(
+    await apiStatus(b.port, '/api/v1/namespaces/default/configmaps', { token, ca: null }),
+    401,
+    'b must not know a token of a',
+  );
 
   // An operator outside: a kubeconfig with a bound token of `operator`, allowed to read widgets in default only.
   for (const args of [
     ['create', 'clusterrole', 'widget-reader', '--verb=get,list,watch', '--resource=widgets.example.kctl.dev'],
-    ['create', 'rolebinding', 'operator-widgets', '-n', 'default', '--clusterrole=widget-reader', '--serviceaccount=default:operator'],
+    [
+      'create',
+      'rolebinding',
+      'operator-widgets',
+      '-n',
+      'default',
+      '--clusterrole=widget-reader',
+      '--serviceaccount=default:operator',
+    ],
   ])
     assert.equal((await kubectl(a, args)).exitCode, 0, args.join(' '));
-  const created = await kctl(['--data-dir', a.dataDir, 'kubeconfig', 'create', '--service-account', 'default/operator', '--expiry', '1h']);
+  const created = await kctl([
+    '--data-dir',
+    a.dataDir,
+    'kubeconfig',
+    'create',
+    '--service-account',
+    'default/operator',
+    '--expiry',
+    '1h',
+  ]);
   assert.equal(created.exitCode, 0, String(created.stderr));
   const operatorConf = join(dir, 'operator.conf');
   await writeFile(operatorConf, String(created.stdout), { mode: 0o600 });
-  const asOperator = (args: string[]) => kctl(['--data-dir', a.dataDir, 'kubectl', '--kubeconfig', operatorConf, ...args], { timeout: 60_000 });
+  const asOperator = (args: string[]) =>
+    kctl(['--data-dir', a.dataDir, 'kubectl', '--kubeconfig', operatorConf, ...args], { timeout: 60_000 });
   assert.equal(
     String((await asOperator(['get', 'widgets', '-n', 'default', '-o', 'name'])).stdout)
       .trim()
@@ -166,9 +209,21 @@ test('api-only tenants: three at once, only storage, kube-apiserver and a trimme
     1000,
   );
   // A real watch sees a widget created meanwhile.
-  const watching = asOperator(['get', 'widgets', '-n', 'default', '--watch-only', '-o', 'name', '--request-timeout=8s']);
+  const watching = asOperator([
+    'get',
+    'widgets',
+    '-n',
+    'default',
+    '--watch-only',
+    '-o',
+    'name',
+    '--request-timeout=8s',
+  ]);
   await new Promise((r) => setTimeout(r, 2000));
-  assert.equal((await kubectl(a, ['create', '-f', '-'], JSON.stringify(widgets('default', 1001).items.at(-1)))).exitCode, 0);
+  assert.equal(
+    (await kubectl(a, ['create', '-f', '-'], JSON.stringify(widgets('default', 1001).items.at(-1)))).exitCode,
+    0,
+  );
   assert.match(String((await watching).stdout), /widget\.example\.kctl\.dev\/w1000/);
   // Nothing beyond its RBAC.
   for (const args of [
@@ -183,9 +238,15 @@ test('api-only tenants: three at once, only storage, kube-apiserver and a trimme
   // Bad input: one line each.
   for (const [args, expect] of [
     [['--service-account', 'default/missing'], /^kctl: service account default\/missing does not exist; create it/],
-    [['--service-account', 'default/operator', '--expiry', '5m'], /^kctl: --expiry for a service-account token must be at least 10m/],
+    [
+      ['--service-account', 'default/operator', '--expiry', '5m'],
+      /^kctl: --expiry for a service-account token must be at least 10m/,
+    ],
     [['--service-account', 'operator'], /^kctl: --service-account "operator" is not NAMESPACE\/NAME/],
-    [['--user', 'x', '--service-account', 'default/operator'], /^kctl: give exactly one of --service-account NS\/NAME or --user NAME$/],
+    [
+      ['--user', 'x', '--service-account', 'default/operator'],
+      /^kctl: give exactly one of --service-account NS\/NAME or --user NAME$/,
+    ],
   ] as const) {
     const r = await kctl(['--data-dir', a.dataDir, 'kubeconfig', 'create', ...args]);
     assert.notEqual(r.exitCode, 0);
@@ -195,27 +256,58 @@ test('api-only tenants: three at once, only storage, kube-apiserver and a trimme
   }
   // An expired token of the same account, signed with a's own key: refused; the same token unexpired: known.
   const saKey = await readFile(join(a.dataDir, 'pki', 'sa.key'), 'utf8');
-  const saUid = String((await kubectl(a, ['get', 'serviceaccount', 'operator', '-o', 'jsonpath={.metadata.uid}'])).stdout);
+  const saUid = String(
+    (await kubectl(a, ['get', 'serviceaccount', 'operator', '-o', 'jsonpath={.metadata.uid}'])).stdout,
+  );
   const now = Math.floor(Date.now() / 1000);
   assert.equal(
-    await apiStatus(a.port, '/api/v1/namespaces/default/configmaps', { token: boundToken(saKey, saUid, now - 3600, now - 60), ca: caA }),
+    await apiStatus(a.port, '/api/v1/namespaces/default/configmaps', {
+      token: boundToken(saKey, saUid, now - 3600, now - 60),
+      ca: caA,
+    }),
     401,
   );
   assert.equal(
-    await apiStatus(a.port, '/api/v1/namespaces/default/configmaps', { token: boundToken(saKey, saUid, now - 60, now + 600), ca: caA }),
+    await apiStatus(a.port, '/api/v1/namespaces/default/configmaps', {
+      token: boundToken(saKey, saUid, now - 60, now + 600),
+      ca: caA,
+    }),
     403,
   );
 
   // A person: a client certificate with a user name and groups, nothing allowed until RBAC says so.
-  const alice = await kctl(['--data-dir', a.dataDir, 'kubeconfig', 'create', '--user', 'alice', '--groups', 'team-a,viewers']);
+  const alice = await kctl([
+    '--data-dir',
+    a.dataDir,
+    'kubeconfig',
+    'create',
+    '--user',
+    'alice',
+    '--groups',
+    'team-a,viewers',
+  ]);
   assert.equal(alice.exitCode, 0, String(alice.stderr));
   const aliceConf = join(dir, 'alice.conf');
   await writeFile(aliceConf, String(alice.stdout), { mode: 0o600 });
-  const whoami = await kctl(['--data-dir', a.dataDir, 'kubectl', '--kubeconfig', aliceConf, 'auth', 'whoami', '-o', 'json']);
-  const info = (JSON.parse(String(whoami.stdout)) as { status: { userInfo: { username: string; groups: string[] } } }).status.userInfo;
+  const whoami = await kctl([
+    '--data-dir',
+    a.dataDir,
+    'kubectl',
+    '--kubeconfig',
+    aliceConf,
+    'auth',
+    'whoami',
+    '-o',
+    'json',
+  ]);
+  const info = (JSON.parse(String(whoami.stdout)) as { status: { userInfo: { username: string; groups: string[] } } })
+    .status.userInfo;
   assert.equal(info.username, 'alice');
   assert.ok(info.groups.includes('team-a') && info.groups.includes('viewers'), info.groups.join());
-  assert.notEqual((await kctl(['--data-dir', a.dataDir, 'kubectl', '--kubeconfig', aliceConf, 'get', 'namespaces'])).exitCode, 0);
+  assert.notEqual(
+    (await kctl(['--data-dir', a.dataDir, 'kubectl', '--kubeconfig', aliceConf, 'get', 'namespaces'])).exitCode,
+    0,
+  );
   // ... and on tenant b the same certificate is refused (a's CA).
   const aliceOnB = await kctl([
     '--data-dir',
@@ -232,7 +324,10 @@ test('api-only tenants: three at once, only storage, kube-apiserver and a trimme
 
   // The audit log: who created the Secret, with which verb, and never its value.
   const value = 'audit-must-not-see-this';
-  assert.equal((await kubectl(a, ['create', 'secret', 'generic', 'audited', `--from-literal=password=${value}`])).exitCode, 0);
+  assert.equal(
+    (await kubectl(a, ['create', 'secret', 'generic', 'audited', `--from-literal=password=${value}`])).exitCode,
+    0,
+  );
   const auditLog = join(a.dataDir, 'audit', 'audit.log');
   const event = await waitFor('the Secret create in the audit log', 30_000, async () =>
     (await readFile(auditLog, 'utf8'))
@@ -245,7 +340,8 @@ test('api-only tenants: three at once, only storage, kube-apiserver and a trimme
   assert.equal(event.level, 'Metadata');
   assert.equal(event.responseStatus?.code, 201);
   const whole = await readFile(auditLog, 'utf8');
-  for (const v of [value, Buffer.from(value).toString('base64')]) assert.equal(whole.includes(v), false, `the audit log holds ${v}`);
+  for (const v of [value, Buffer.from(value).toString('base64')])
+    assert.equal(whole.includes(v), false, `the audit log holds ${v}`);
   // RBAC changes are recorded with their bodies; b rotates at 1 MB and keeps at most 2 rotated files.
   const bulky = 'x'.repeat(200_000);
   for (let i = 0; i < 16; i++) {
@@ -271,7 +367,9 @@ test('api-only tenants: three at once, only storage, kube-apiserver and a trimme
     .filter(Boolean)
     .map((l) => JSON.parse(l) as AuditEvent)
     .filter((e) => e.objectRef?.resource === 'clusterroles' && e.objectRef.name === 'bulky' && e.verb !== 'get');
-  assert.ok(rbacEvents.length > 0 && rbacEvents.every((e) => e.level === 'RequestResponse' && e.requestObject !== undefined));
+  assert.ok(
+    rbacEvents.length > 0 && rbacEvents.every((e) => e.level === 'RequestResponse' && e.requestObject !== undefined),
+  );
 });
 
 interface AuditEvent {

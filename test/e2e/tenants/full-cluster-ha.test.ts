@@ -18,17 +18,26 @@ import { waitFor } from '../../wait.ts';
 ownHostState();
 
 test('a full named cluster on two controller hosts (kine on PostgreSQL): the second joins by token; losing the first is invisible to exec and logs', async (t: TestContext) => {
-  const { lab, dir, kctlBin } = await startLab(t, 'fcha', ['db', 'c1', 'c2', 'w1'], { dir: 'kctl-fcha-', workers: ['w1'] });
+  const { lab, dir, kctlBin } = await startLab(t, 'fcha', ['db', 'c1', 'c2', 'w1'], {
+    dir: 'kctl-fcha-',
+    workers: ['w1'],
+  });
   const [c1host, c2host, w1] = [lab.host('c1'), lab.host('c2'), lab.host('w1')];
   const ha = new HaLab(kctlBin, dir);
   const pg = await startPostgres(t, 5432, { host: lab.host('db'), trust: lab.subnet });
   // The server without a database: each named cluster gets its own, kctl_NAME.
   const server = (await pg.dataSource('scratch')).replace('/scratch?', '/?');
-  const spec = (h: LabHost) => `  profile: full\n  api: { address: ${h.ip} }\n  storage:\n    type: kine\n    kine: { dataSource: '${server}' }\n`;
+  const spec = (h: LabHost) =>
+    `  profile: full\n  api: { address: ${h.ip} }\n  storage:\n    type: kine\n    kine: { dataSource: '${server}' }\n`;
   const c1 = await ha.controller(c1host, spec(c1host), 'c1', 'alpha');
   await ha.start(c1);
   await lab.isolate(w1, c1host, c2host);
-  const worker = startLabWorker(kctlBin, w1, dir, String((await ha.run(c1, ['token', 'create', '--role', 'worker'])).stdout).trim());
+  const worker = startLabWorker(
+    kctlBin,
+    w1,
+    dir,
+    String((await ha.run(c1, ['token', 'create', '--role', 'worker'])).stdout).trim(),
+  );
   await waitFor('w1 Ready', 300_000, () => nodeReady((args) => ha.kubectl(c1, args), 'w1'), worker.log);
   await runPinnedPod((args, input) => ha.kubectl(c1, args, input), 'web', 'w1', 'started', true);
 
@@ -43,13 +52,25 @@ test('a full named cluster on two controller hosts (kine on PostgreSQL): the sec
   const c2 = await ha.controller(c2host, spec(c2host), 'c2', 'alpha');
   await ha.start(c2, tokenFile);
   // The token was single-use: the cluster refuses a second join, and the tenant that start made is gone again.
-  await ha.refused(await ha.controller(c2host, spec(c2host), 'c2-again', 'alpha'), tokenFile, /the join token is used up \(1 join\)/);
+  await ha.refused(
+    await ha.controller(c2host, spec(c2host), 'c2-again', 'alpha'),
+    tokenFile,
+    /the join token is used up \(1 join\)/,
+  );
 
-  for (const c of [c1, c2]) assert.deepEqual((await ha.status(c)).storage, { type: 'kine', datastore: `postgres://${pg.host}:5432/kctl_alpha` });
+  for (const c of [c1, c2])
+    assert.deepEqual((await ha.status(c)).storage, {
+      type: 'kine',
+      datastore: `postgres://${pg.host}:5432/kctl_alpha`,
+    });
   await ha.agentsFollow([c1, c2], ['w1']);
   const reachPod = async (c: LabCtl) => {
     assert.match(String((await ha.kubectl(c, ['logs', 'web'])).stdout), /started/, `logs through ${c.host.name}`);
-    assert.equal(String((await ha.kubectl(c, ['exec', 'web', '--', 'cat', '/www/index.html'])).stdout).trim(), 'web', `exec through ${c.host.name}`);
+    assert.equal(
+      String((await ha.kubectl(c, ['exec', 'web', '--', 'cat', '/www/index.html'])).stdout).trim(),
+      'web',
+      `exec through ${c.host.name}`,
+    );
   };
   for (const c of [c1, c2]) await reachPod(c);
 

@@ -30,7 +30,10 @@ const NAMES = ['alpha', 'beta'] as const;
 type Name = (typeof NAMES)[number];
 
 test('two full named clusters on one controller host: each its own worker, pod and tunnel; tokens and certificates of one are refused by the other; tenant list shows both', async (t: TestContext) => {
-  const { lab, dir, kctlBin } = await startLab(t, 'fc', ['ctl', 'wa', 'wb'], { dir: 'kctl-full-clusters-', workers: ['wa', 'wb'] });
+  const { lab, dir, kctlBin } = await startLab(t, 'fc', ['ctl', 'wa', 'wb'], {
+    dir: 'kctl-full-clusters-',
+    workers: ['wa', 'wb'],
+  });
   const ctl = lab.host('ctl');
   const workerOf: Record<Name, LabHost> = { alpha: lab.host('wa'), beta: lab.host('wb') };
   const root = ['--data-dir', join(dir, 'c-data'), '--run-dir', join(dir, 'c-run')];
@@ -46,7 +49,17 @@ test('two full named clusters on one controller host: each its own worker, pod a
     controllers.set(
       n,
       track(
-        ctl.spawn(kctlBin, [...root, '--name', n, 'controller', '--single', '--config', config, '--port-range', `${RANGE_BASE}-${RANGE_BASE + 19}`]),
+        ctl.spawn(kctlBin, [
+          ...root,
+          '--name',
+          n,
+          'controller',
+          '--single',
+          '--config',
+          config,
+          '--port-range',
+          `${RANGE_BASE}-${RANGE_BASE + 19}`,
+        ]),
       ),
     );
   for (const n of NAMES) await controllerReady(controllers.get(n)!, `cluster ${n} ready`);
@@ -55,7 +68,10 @@ test('two full named clusters on one controller host: each its own worker, pod a
     assert.equal(r.exitCode, 0, String(r.stderr));
     return JSON.parse(String(r.stdout)) as TenantListEntry[];
   };
-  const ports = Object.fromEntries((await tenants()).map((e) => [e.name, e.ports])) as Record<Name, Record<string, number>>;
+  const ports = Object.fromEntries((await tenants()).map((e) => [e.name, e.ports])) as Record<
+    Name,
+    Record<string, number>
+  >;
   const all = NAMES.flatMap((n) => Object.values(ports[n]!));
   assert.equal(new Set(all).size, all.length, `ports picked twice: ${all.join(',')}`);
 
@@ -82,22 +98,39 @@ test('two full named clusters on one controller host: each its own worker, pod a
     assert.equal(r.exitCode, 0, String(r.stderr));
     tokens[n] = String(r.stdout).trim();
     const info = decodeTokenFor(tokens[n], 'worker');
-    assert.deepEqual(info.konnectivity, [`${ctl.ip}:${ports[n].agent}`], `cluster ${n}'s token names its own agent port`);
+    assert.deepEqual(
+      info.konnectivity,
+      [`${ctl.ip}:${ports[n].agent}`],
+      `cluster ${n}'s token names its own agent port`,
+    );
   }
   const workers = NAMES.map((n) => startLabWorker(kctlBin, workerOf[n], dir, tokens[n]));
   for (const [i, n] of NAMES.entries())
-    await waitFor(`the worker of ${n} ready`, 240_000, async () => workers[i]!.saw('"msg":"worker ready"'), workers[i]!.log);
+    await waitFor(
+      `the worker of ${n} ready`,
+      240_000,
+      async () => workers[i]!.saw('"msg":"worker ready"'),
+      workers[i]!.log,
+    );
 
   for (const n of NAMES) {
     const k = kubectl(n);
     const node = workerOf[n].name;
     assert.equal(await nodeReady(k, node), true);
-    assert.equal(String((await k(['get', 'nodes', '-o', 'name'])).stdout).trim(), `node/${node}`, `cluster ${n} has only its own node`);
+    assert.equal(
+      String((await k(['get', 'nodes', '-o', 'name'])).stdout).trim(),
+      `node/${node}`,
+      `cluster ${n} has only its own node`,
+    );
     await runPinnedPod(k, `web-${n}`, node, `hello-${n}`, true);
     assert.match(String((await k(['logs', `web-${n}`])).stdout), new RegExp(`^hello-${n}$`, 'm'), `logs in ${n}`);
     assert.equal(String((await k(['exec', `web-${n}`, '--', 'hostname'])).stdout).trim(), `web-${n}`, `exec in ${n}`);
     const asCtl: LabCtl = { host: ctl, dataDir: join(dir, 'c-data'), runDir: join(dir, 'c-run'), config, tenant: n };
-    assert.equal(await new HaLab(kctlBin, dir).portForward(asCtl, `web-${n}`, 8080), `web-${n}`, `port-forward in ${n}`);
+    assert.equal(
+      await new HaLab(kctlBin, dir).portForward(asCtl, `web-${n}`, 8080),
+      `web-${n}`,
+      `port-forward in ${n}`,
+    );
   }
 
   const status = async (n: Name): Promise<ControllerStatusReport> => {
@@ -105,7 +138,8 @@ test('two full named clusters on one controller host: each its own worker, pod a
     return JSON.parse(String(r.stdout)) as ControllerStatusReport;
   };
   const agentIds = async (n: Name) => ((await status(n)).konnectivity?.agents ?? []).map((a) => a.id).sort();
-  for (const n of NAMES) assert.deepEqual(await agentIds(n), [`system:node:${workerOf[n].name}`], `cluster ${n}'s agents`);
+  for (const n of NAMES)
+    assert.deepEqual(await agentIds(n), [`system:node:${workerOf[n].name}`], `cluster ${n}'s agents`);
 
   for (const n of NAMES) {
     const target = other(n);
@@ -135,7 +169,10 @@ test('two full named clusters on one controller host: each its own worker, pod a
     );
     assert.notEqual(joined.exitCode, 0, `${n}'s token joined ${target}`);
     assert.match(String(joined.stderr).trim(), /rejected the join token/, `${n}'s token at ${target}`);
-    assert.equal(String((await kubectl(target)(['get', 'nodes', '-o', 'name'])).stdout).trim(), `node/${workerOf[target].name}`);
+    assert.equal(
+      String((await kubectl(target)(['get', 'nodes', '-o', 'name'])).stdout).trim(),
+      `node/${workerOf[target].name}`,
+    );
 
     // 2. n's admin certificate at the other cluster's API: 401 there, 200 at home.
     const kc = parse(await readFile(join(pki(n), 'admin.conf'), 'utf8')) as {
@@ -149,7 +186,18 @@ test('two full named clusters on one controller host: each its own worker, pod a
         (
           await ctl.run(
             'curl',
-            ['-sk', '-o', '/dev/null', '-w', '%{http_code}', '--cert', certFile, '--key', keyFile, `https://${ctl.ip}:${ports[c].api}/api`],
+            [
+              '-sk',
+              '-o',
+              '/dev/null',
+              '-w',
+              '%{http_code}',
+              '--cert',
+              certFile,
+              '--key',
+              keyFile,
+              `https://${ctl.ip}:${ports[c].api}/api`,
+            ],
             {
               timeout: 30_000,
             },
@@ -183,7 +231,11 @@ test('two full named clusters on one controller host: each its own worker, pod a
         async () => impostor.saw('no client certificate signed by the cluster CA'),
         impostor.log,
       );
-      assert.deepEqual(await agentIds(target), [`system:node:${workerOf[target].name}`], `${target}'s agents after ${n}'s impostor`);
+      assert.deepEqual(
+        await agentIds(target),
+        [`system:node:${workerOf[target].name}`],
+        `${target}'s agents after ${n}'s impostor`,
+      );
     } finally {
       impostor.child.kill('SIGKILL'); // the first SIGTERM only drains, as upstream's agent does
       await impostor.exited;
@@ -210,7 +262,10 @@ test('two full named clusters on one controller host: each its own worker, pod a
     for (const program of ['kube-apiserver', 'kine']) {
       const pid = (await readFile(join(dir, 'c-run', 'tenants', n, `${program}.pid`), 'utf8')).trim();
       const env = (await readFile(`/proc/${pid}/environ`, 'utf8')).split('\0');
-      assert.ok(env.includes('GOGC=25'), `${n}'s ${program} runs with ${env.filter((e) => e.startsWith('GO')).join(' ') || 'no Go settings'}`);
+      assert.ok(
+        env.includes('GOGC=25'),
+        `${n}'s ${program} runs with ${env.filter((e) => e.startsWith('GO')).join(' ') || 'no Go settings'}`,
+      );
     }
 
   for (const w of workers) w.child.kill('SIGTERM');

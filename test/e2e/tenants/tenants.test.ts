@@ -46,7 +46,17 @@ class TenantHost {
     return ['--data-dir', this.dataDir, '--run-dir', this.runDir];
   }
   args(name: string, extra: string[] = []): string[] {
-    return [...this.root(), '--name', name, 'controller', '--config', this.config, '--port-range', this.range, ...extra];
+    return [
+      ...this.root(),
+      '--name',
+      name,
+      'controller',
+      '--config',
+      this.config,
+      '--port-range',
+      this.range,
+      ...extra,
+    ];
   }
   start(name: string, extra: string[] = []): Tracked {
     const p = track(spawn(requireKctl(), this.args(name, extra)));
@@ -97,7 +107,11 @@ class TenantHost {
     const err = String(r.stderr).trim();
     assert.equal(err.split('\n').length, 1, err);
     assert.match(err, expect);
-    assert.deepEqual(await readdir(join(this.dataDir, 'tenants')).catch(() => [] as string[]), before, 'a refused start left something in tenants/');
+    assert.deepEqual(
+      await readdir(join(this.dataDir, 'tenants')).catch(() => [] as string[]),
+      before,
+      'a refused start left something in tenants/',
+    );
   }
 }
 
@@ -164,7 +178,9 @@ test('ten tenants at once with --name: own ports, CA and data; CRD, 1,000 object
     const ca = await readFile(join(host.tenantDir(n), 'pki', 'ca.crt'), 'utf8');
     cas.set(n, await host.caDigest(n));
     assert.equal(await apiStatus(apiPorts[i]!, '/readyz', { ca }), 200, `${n} /readyz`);
-    const status = JSON.parse(String((await host.run(['--name', n, 'status', '-o', 'json'])).stdout)) as ControllerStatusReport;
+    const status = JSON.parse(
+      String((await host.run(['--name', n, 'status', '-o', 'json'])).stdout),
+    ) as ControllerStatusReport;
     assert.deepEqual(
       status.components.map((c) => c.name),
       ['kine', 'encryption', 'kube-apiserver', 'manifest-applier', 'kube-controller-manager', 'pki-renewer'],
@@ -185,15 +201,25 @@ test('ten tenants at once with --name: own ports, CA and data; CRD, 1,000 object
         await createWidgets((args, input) => host.kubectl(n, args, input), 1000);
         assert.equal(await count(host, n, ['get', 'widgets']), 1000, `${n} holds 1,000 widgets`);
         assert.equal((await host.kubectl(n, ['create', 'namespace', 'scratch'])).exitCode, 0);
-        assert.equal((await host.kubectl(n, ['create', '-f', '-'], JSON.stringify(widgets('scratch', 50)))).exitCode, 0);
+        assert.equal(
+          (await host.kubectl(n, ['create', '-f', '-'], JSON.stringify(widgets('scratch', 50)))).exitCode,
+          0,
+        );
         const deleted = await host.kubectl(n, ['delete', 'namespace', 'scratch', '--timeout=180s']);
         assert.equal(deleted.exitCode, 0, String(deleted.stderr));
-        assert.equal(await count(host, n, ['get', 'widgets', '-A']), 1000, `${n}: scratch's widgets collected, default's kept`);
+        assert.equal(
+          await count(host, n, ['get', 'widgets', '-A']),
+          1000,
+          `${n}: scratch's widgets collected, default's kept`,
+        );
       }),
     );
 
   // A tenant already running: one line, and the running one is untouched.
-  await host.refused('team-3', /^kctl: tenant "team-3" is already running here \(pid \d+\); kctl status --name team-3 shows it/);
+  await host.refused(
+    'team-3',
+    /^kctl: tenant "team-3" is already running here \(pid \d+\); kctl status --name team-3 shows it/,
+  );
   // A tenant's admin credentials are refused by another tenant.
   const cross = await kctl([
     '--data-dir',
@@ -258,7 +284,9 @@ test('five tenants started at once under five --data-dirs pick their ports host-
   );
   // Its reset gives its host-wide claims back at once, not after the grace period.
   const claimsOf = async (owner: string) =>
-    (JSON.parse(await readFile(join(hostState, 'port-claims.json'), 'utf8')) as PortClaim[]).filter((c) => c.owner === owner).map((c) => c.port);
+    (JSON.parse(await readFile(join(hostState, 'port-claims.json'), 'utf8')) as PortClaim[])
+      .filter((c) => c.owner === owner)
+      .map((c) => c.port);
   assert.deepEqual((await claimsOf(first!.tenantDir('same'))).sort(), Object.values(ports[0]!).sort());
   const reset = await first!.run(['--name', 'same', 'reset']);
   assert.equal(reset.exitCode, 0, String(reset.stderr));
@@ -291,7 +319,10 @@ test('tenants on one PostgreSQL: a database each, separate data, kept across res
   assert.equal((await host.kubectl('pa', ['create', 'configmap', 'only-in-pa', '--from-literal=k=a'])).exitCode, 0);
   assert.equal((await host.kubectl('pb', ['create', 'configmap', 'only-in-pb', '--from-literal=k=b'])).exitCode, 0);
   const seen = async (n: string) =>
-    String((await host.kubectl(n, ['get', 'configmaps', '-n', 'default', '-o', 'jsonpath={.items[*].metadata.name}'])).stdout)
+    String(
+      (await host.kubectl(n, ['get', 'configmaps', '-n', 'default', '-o', 'jsonpath={.items[*].metadata.name}']))
+        .stdout,
+    )
       .split(' ')
       .filter((c) => c.startsWith('only-'));
   assert.deepEqual(await seen('pa'), ['only-in-pa']);
@@ -325,7 +356,11 @@ test('tenants on one PostgreSQL: a database each, separate data, kept across res
   );
   // The password never shows in an error line.
   const bad = await kctl(
-    host.args('pf').map((a) => (a === host.config ? ds(`postgres://postgres:secret-pw@127.0.0.1:${pgPort + 1}/?sslmode=disable`) : a)),
+    host
+      .args('pf')
+      .map((a) =>
+        a === host.config ? ds(`postgres://postgres:secret-pw@127.0.0.1:${pgPort + 1}/?sslmode=disable`) : a,
+      ),
   );
   assert.doesNotMatch(String(bad.stderr) + String(bad.stdout), /secret-pw/);
   // pa and pb hold 4 of the range's 10 ports. The starts refused above after they had claimed ports

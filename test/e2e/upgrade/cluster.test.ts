@@ -56,7 +56,12 @@ const web = {
           },
         },
         containers: [
-          { name: 'c', image: 'docker.io/library/busybox:1.36', imagePullPolicy: 'Never', command: ['sh', '-c', 'while true; do sleep 1; done'] },
+          {
+            name: 'c',
+            image: 'docker.io/library/busybox:1.36',
+            imagePullPolicy: 'Never',
+            command: ['sh', '-c', 'while true; do sleep 1; done'],
+          },
         ],
       },
     },
@@ -76,7 +81,10 @@ test(
     const next = requireKctl();
     const previous = requirePreviousKctl();
     const broken = requireBrokenKctl();
-    const { lab, dir } = await startLab(t, 'upg', ['c1', 'c2', 'c3', ...WORKERS], { dir: 'kctl-upgrade-', workers: WORKERS });
+    const { lab, dir } = await startLab(t, 'upg', ['c1', 'c2', 'c3', ...WORKERS], {
+      dir: 'kctl-upgrade-',
+      workers: WORKERS,
+    });
     const labs: Record<string, HaLab> = {};
     const ctls: LabCtl[] = [];
     for (const name of ['c1', 'c2', 'c3']) {
@@ -112,7 +120,13 @@ test(
         String((await ha(c1).run(c1, ['token', 'create', '--role', 'worker'])).stdout).trim(),
       );
     }
-    for (const name of WORKERS) await waitFor(`${name} ready`, 300_000, async () => workers[name]!.saw('"msg":"worker ready"'), workers[name]!.log);
+    for (const name of WORKERS)
+      await waitFor(
+        `${name} ready`,
+        300_000,
+        async () => workers[name]!.saw('"msg":"worker ready"'),
+        workers[name]!.log,
+      );
     const logs = () =>
       [...ctls.map((c) => [c.host.name, c.proc!] as const), ...Object.entries(workers)]
         .map(([n, p]) => `--- ${n}\n${p.log().slice(-3000)}`)
@@ -134,9 +148,12 @@ test(
     };
     await waitFor('a web pod running on each worker', 180_000, async () => (await podsOn()).join(',') === 'w1,w2');
     const nodeUids = String(
-      (await kubectl(['get', 'nodes', '-o', 'jsonpath={range .items[*]}{.metadata.name}={.metadata.uid} {end}'])).stdout,
+      (await kubectl(['get', 'nodes', '-o', 'jsonpath={range .items[*]}{.metadata.name}={.metadata.uid} {end}']))
+        .stdout,
     ).trim();
-    const bareContainer = String((await kubectl(['get', 'pod', 'bare', '-o', 'jsonpath={.status.containerStatuses[0].containerID}'])).stdout);
+    const bareContainer = String(
+      (await kubectl(['get', 'pod', 'bare', '-o', 'jsonpath={.status.containerStatuses[0].containerID}'])).stdout,
+    );
     assert.ok(bareContainer, 'the bare pod has a container');
 
     // w1 now reaches the controllers over a 10 Mbit/s link (each way), and only them.
@@ -150,14 +167,26 @@ test(
     const before = await status();
     assert.equal(before.plan, null);
     assert.deepEqual(
-      before.members.map((m) => [m.kind, m.name.replace(/^kctl-controller-.*/, 'c'), m.release?.version, m.release?.kubernetes]),
-      [...ctls.map(() => ['controller', 'c']), ...WORKERS.map((w) => ['node', w])].map((x) => [...x, previous.version, previous.kubernetes]),
+      before.members.map((m) => [
+        m.kind,
+        m.name.replace(/^kctl-controller-.*/, 'c'),
+        m.release?.version,
+        m.release?.kubernetes,
+      ]),
+      [...ctls.map(() => ['controller', 'c']), ...WORKERS.map((w) => ['node', w])].map((x) => [
+        ...x,
+        previous.version,
+        previous.kubernetes,
+      ]),
     );
 
     // Refused with one line each, nothing written: not a kctl, not the version asked for, nothing to do.
     for (const [args, expect] of [
       [['--executable', '/etc/hostname'], /\/etc\/hostname is not a kctl executable that runs here/],
-      [['--executable', next, '--version', '9.9.9'], /is kctl \S+, not 9\.9\.9; give the executable of 9\.9\.9 with --executable/],
+      [
+        ['--executable', next, '--version', '9.9.9'],
+        /is kctl \S+, not 9\.9\.9; give the executable of 9\.9\.9 with --executable/,
+      ],
       [['--executable', previous.path], /every controller and node already runs kctl .*; nothing to upgrade/],
     ] as const) {
       const r = await ha(c1).run(c1, ['upgrade', 'plan', ...args]);
@@ -204,7 +233,9 @@ test(
       async () => {
         const s = await status().catch(() => null);
         if (!s) return false;
-        const busy = s.members.filter((m) => m.draining || m.upgrade?.state === 'restarting' || m.upgrade?.state === 'downloading');
+        const busy = s.members.filter(
+          (m) => m.draining || m.upgrade?.state === 'restarting' || m.upgrade?.state === 'downloading',
+        );
         if (busy.length > 1) twoAtOnce = true;
         if (s.plan?.state === 'stopped') throw new Error(`the plan stopped: ${s.plan.reason}`);
         const w1 = s.members.find((m) => m.name === 'w1')?.upgrade;
@@ -225,7 +256,9 @@ test(
     assert.equal(twoAtOnce, false, 'two members were upgrading at once');
     assert.ok(cut, "w1's download was never seen under way");
     const streak = longestFailureStreak(execs);
-    t.diagnostic(`${execs.length} execs, ${execs.filter((e) => !e.ok).length} failed, longest failure streak ${streak.longest} ms`);
+    t.diagnostic(
+      `${execs.length} execs, ${execs.filter((e) => !e.ok).length} failed, longest failure streak ${streak.longest} ms`,
+    );
     assert.ok(
       streak.longest < 10_000,
       `exec failed for ${streak.longest} ms in a row: ${execs
@@ -239,21 +272,38 @@ test(
       .split('\n')[0]!
       .replace('kctl ', '');
     assert.deepEqual(
-      done.members.map((m) => [m.name.replace(/^kctl-controller-.*/, 'c'), m.release?.version, m.release?.kubernetes, m.upgrade?.state]),
+      done.members.map((m) => [
+        m.name.replace(/^kctl-controller-.*/, 'c'),
+        m.release?.version,
+        m.release?.kubernetes,
+        m.upgrade?.state,
+      ]),
       [...ctls.map(() => 'c'), ...WORKERS].map((n) => [n, nextVersion, 'v1.36.3', 'done']),
     );
     // w1's download went on from where the cut left it: about one executable's bytes crossed the link.
-    const fetched = workers.w1!.lines(/downloaded and checked/).map((l) => JSON.parse(l) as { resumed: number; received: number })[0];
+    const fetched = workers
+      .w1!.lines(/downloaded and checked/)
+      .map((l) => JSON.parse(l) as { resumed: number; received: number })[0];
     assert.ok(fetched, `w1 logged no finished download:\n${workers.w1!.log()}`);
     t.diagnostic(`w1's download: ${JSON.stringify(fetched)} for ${nextSize} bytes`);
     assert.ok(fetched.resumed >= 1, 'the download was resumed');
-    assert.ok(fetched.received < nextSize * 1.1, `${fetched.received} bytes received for ${nextSize}: started again, not resumed`);
+    assert.ok(
+      fetched.received < nextSize * 1.1,
+      `${fetched.received} bytes received for ${nextSize}: started again, not resumed`,
+    );
 
     const nextSha = await sha256OfFile(next);
     for (const c of ctls) {
       const v = await ha(c).kubectl(c, ['version', '-o', 'json']);
-      assert.equal((JSON.parse(String(v.stdout)) as { serverVersion: { gitVersion: string } }).serverVersion.gitVersion, 'v1.36.3');
-      assert.equal(await sha256OfFile(ha(c).kctlBin), nextSha, `${c.host.name} runs from a file that is not the plan's`);
+      assert.equal(
+        (JSON.parse(String(v.stdout)) as { serverVersion: { gitVersion: string } }).serverVersion.gitVersion,
+        'v1.36.3',
+      );
+      assert.equal(
+        await sha256OfFile(ha(c).kctlBin),
+        nextSha,
+        `${c.host.name} runs from a file that is not the plan's`,
+      );
       assert.equal(c.proc!.child.exitCode, null, `${c.host.name}'s kctl ended`);
     }
     for (const name of WORKERS) {
@@ -262,7 +312,11 @@ test(
     }
     const previousSha = await sha256OfFile(previous.path);
     for (const d of [...ctls.map((c) => c.dataDir), ...WORKERS.map((w) => join(dir, `${w}-data`))])
-      assert.equal(await sha256OfFile(join(d, 'upgrade', `kctl-${previous.version}`)), previousSha, `the previous kctl is kept in ${d}`);
+      assert.equal(
+        await sha256OfFile(join(d, 'upgrade', `kctl-${previous.version}`)),
+        previousSha,
+        `the previous kctl is kept in ${d}`,
+      );
     // The plan done, each member's bin dir holds the new version's components alone (the previous
     // version's stayed until then, for a rollback that decompresses nothing).
     for (const d of [...ctls.map((c) => c.dataDir), ...WORKERS.map((w) => join(dir, `${w}-data`))])
@@ -271,22 +325,42 @@ test(
         60_000,
         async () => {
           const names = (await readdir(join(d, 'bin'))).sort();
-          return names.length === 2 && names[1] === 'current' && (await readlink(join(d, 'bin', 'current'))) === names[0];
+          return (
+            names.length === 2 && names[1] === 'current' && (await readlink(join(d, 'bin', 'current'))) === names[0]
+          );
         },
         async () => `${d}/bin: ${(await readdir(join(d, 'bin'))).join(', ')}`,
       );
     assert.equal(
-      String((await kubectl(['get', 'nodes', '-o', 'jsonpath={range .items[*]}{.status.nodeInfo.kubeletVersion} {end}'])).stdout).trim(),
+      String(
+        (await kubectl(['get', 'nodes', '-o', 'jsonpath={range .items[*]}{.status.nodeInfo.kubeletVersion} {end}']))
+          .stdout,
+      ).trim(),
       'v1.36.3 v1.36.3',
     );
     // Nodes kept their identity (no rejoin), were uncordoned, and containers ran on through the restarts.
     assert.equal(
-      String((await kubectl(['get', 'nodes', '-o', 'jsonpath={range .items[*]}{.metadata.name}={.metadata.uid} {end}'])).stdout).trim(),
+      String(
+        (await kubectl(['get', 'nodes', '-o', 'jsonpath={range .items[*]}{.metadata.name}={.metadata.uid} {end}']))
+          .stdout,
+      ).trim(),
       nodeUids,
     );
-    assert.equal(String((await kubectl(['get', 'nodes', '-o', 'jsonpath={.items[*].spec.unschedulable}'])).stdout).trim(), '');
-    assert.equal(String((await kubectl(['get', 'pod', 'bare', '-o', 'jsonpath={.status.containerStatuses[0].containerID}'])).stdout), bareContainer);
-    await waitFor('a web pod running on each worker again', 180_000, async () => (await podsOn()).join(',') === 'w1,w2');
+    assert.equal(
+      String((await kubectl(['get', 'nodes', '-o', 'jsonpath={.items[*].spec.unschedulable}'])).stdout).trim(),
+      '',
+    );
+    assert.equal(
+      String(
+        (await kubectl(['get', 'pod', 'bare', '-o', 'jsonpath={.status.containerStatuses[0].containerID}'])).stdout,
+      ),
+      bareContainer,
+    );
+    await waitFor(
+      'a web pod running on each worker again',
+      180_000,
+      async () => (await podsOn()).join(',') === 'w1,w2',
+    );
     await link.close();
 
     // A target that cannot start: the first controller to take its turn goes back, and the plan stops.
@@ -301,7 +375,10 @@ test(
       },
       logs,
     );
-    assert.match(stopped.plan!.reason!, /kctl-controller-.*: it exited \(code \d+\) before it was ready; rolled back to /);
+    assert.match(
+      stopped.plan!.reason!,
+      /kctl-controller-.*: it exited \(code \d+\) before it was ready; rolled back to /,
+    );
     const rolled = stopped.members.filter((m) => m.upgrade?.state === 'rolled back');
     assert.equal(rolled.length, 1);
     assert.match(rolled[0]!.upgrade!.reason!, /it exited \(code \d+\) before it was ready/);

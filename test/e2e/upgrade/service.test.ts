@@ -53,7 +53,9 @@ class Unit {
   }
 
   async state(): Promise<UnitState> {
-    const out = String((await this.sd.exec('systemctl', ['show', '-p', 'MainPID,ActiveState,NRestarts', this.name])).stdout);
+    const out = String(
+      (await this.sd.exec('systemctl', ['show', '-p', 'MainPID,ActiveState,NRestarts', this.name])).stdout,
+    );
     const v = Object.fromEntries(out.split('\n').map((l) => l.split('=') as [string, string]));
     return { mainPid: Number(v.MainPID), active: v.ActiveState ?? '?', restarts: Number(v.NRestarts) };
   }
@@ -121,18 +123,24 @@ test(
     const next = requireKctl();
     const previous = requirePreviousKctl();
     // Not under /tmp: each systemd lab has its own /tmp.
-    const { lab, dir } = await startLab(t, 'us', ['ctl', 'w1'], { dir: '/var/lib/kctl-test-upgrade-service-', workers: ['w1'] });
+    const { lab, dir } = await startLab(t, 'us', ['ctl', 'w1'], {
+      dir: '/var/lib/kctl-test-upgrade-service-',
+      workers: ['w1'],
+    });
     const [ctlHost, w1Host] = [lab.host('ctl'), lab.host('w1')];
     const env = ['--env', `KCTL_RUNTIME_DIR=${RUNTIME_DIR}`, '--env', 'KCTL_TEST_HANG_ON_SIGNAL=SIGUSR1'];
 
-    const ctl = new Unit(await bootSystemd('kctl-upg-ctl', ctlHost.netns, t), 'kctl-controller', await ownCopy(dir, 'ctl', previous.path), [
-      '--data-dir',
-      join(dir, 'c-data'),
-      '--run-dir',
-      join(dir, 'c-run'),
-    ]);
+    const ctl = new Unit(
+      await bootSystemd('kctl-upg-ctl', ctlHost.netns, t),
+      'kctl-controller',
+      await ownCopy(dir, 'ctl', previous.path),
+      ['--data-dir', join(dir, 'c-data'), '--run-dir', join(dir, 'c-run')],
+    );
     const cfg = join(dir, 'kctl.yaml');
-    await writeFile(cfg, `spec:\n  api: { address: ${ctlHost.ip} }\n  upgrade: { readyTimeout: 3m, drainTimeout: 1m }\n`);
+    await writeFile(
+      cfg,
+      `spec:\n  api: { address: ${ctlHost.ip} }\n  upgrade: { readyTimeout: 3m, drainTimeout: 1m }\n`,
+    );
     const installed = await ctl.kctl(['install', 'controller', '--single', '--config', cfg, ...env]);
     assert.equal(installed.exitCode, 0, String(installed.stderr));
     await setWatchdog(ctl.sd, ctl.name, WATCHDOG_S); // the unit's own is 60 s
@@ -145,13 +153,23 @@ test(
     assert.equal(token.exitCode, 0, String(token.stderr));
     const tokenFile = join(dir, 'token');
     await writeFile(tokenFile, String(token.stdout).trim() + '\n', { mode: 0o600 });
-    const worker = new Unit(await bootSystemd('kctl-upg-w1', w1Host.netns, t), 'kctl-worker', await ownCopy(dir, 'w1', previous.path), [
-      '--data-dir',
-      join(dir, 'w1-data'),
-      '--run-dir',
-      join(dir, 'w1-run'),
+    const worker = new Unit(
+      await bootSystemd('kctl-upg-w1', w1Host.netns, t),
+      'kctl-worker',
+      await ownCopy(dir, 'w1', previous.path),
+      ['--data-dir', join(dir, 'w1-data'), '--run-dir', join(dir, 'w1-run')],
+    );
+    const joined = await worker.kctl([
+      'install',
+      'worker',
+      '--token-file',
+      tokenFile,
+      '--node-name',
+      'w1',
+      '--node-ip',
+      w1Host.ip,
+      ...env,
     ]);
-    const joined = await worker.kctl(['install', 'worker', '--token-file', tokenFile, '--node-name', 'w1', '--node-ip', w1Host.ip, ...env]);
     assert.equal(joined.exitCode, 0, String(joined.stderr));
     await setWatchdog(worker.sd, worker.name, WATCHDOG_S);
     const workerStarted = await worker.kctl(['start']);
@@ -159,7 +177,9 @@ test(
     assert.equal(await nodeReady(kubectl, 'w1'), true);
     await runPinnedPod(kubectl, 'steady', 'w1', 'up');
     const containerId = async () =>
-      String((await kubectl(['get', 'pod', 'steady', '-o', 'jsonpath={.status.containerStatuses[0].containerID}'])).stdout);
+      String(
+        (await kubectl(['get', 'pod', 'steady', '-o', 'jsonpath={.status.containerStatuses[0].containerID}'])).stdout,
+      );
     const container = await containerId();
     const units = [ctl, worker];
     const tails = async () => (await Promise.all(units.map((u) => u.tail()))).join('\n');
@@ -226,7 +246,8 @@ test(
     assert.match(String(planned.stderr), /replacing the unreadable plan: .*drain is "yes"/);
     // The controller may take its turn at once: its kube-apiserver then restarts, and status
     // is refused for that moment.
-    const nextVersion = (await waitFor('the plan readable', 60_000, () => status().catch(() => null), tails)).plan!.target.version;
+    const nextVersion = (await waitFor('the plan readable', 60_000, () => status().catch(() => null), tails)).plan!
+      .target.version;
     await waitFor(
       'the plan done',
       900_000,
@@ -256,20 +277,32 @@ test(
           `${u.name} left the active state during the upgrade: ${[...new Set(w.notActive)].join(', ')} (main PIDs ${w.pids.join(' → ')}, ${w.restarts} restart(s))\n${await u.story()}`,
         );
       // The story is read only for a failure (each read is a journalctl in the lab).
-      if (w.restarts !== 0) assert.fail(`${u.name} was restarted by systemd during the upgrade (${w.restarts})\n${await u.story()}`);
-      if (lines.some((l) => /Watchdog timeout/.test(l))) assert.fail(`${u.name}: a watchdog timeout during the upgrade\n${await u.story()}`);
+      if (w.restarts !== 0)
+        assert.fail(`${u.name} was restarted by systemd during the upgrade (${w.restarts})\n${await u.story()}`);
+      if (lines.some((l) => /Watchdog timeout/.test(l)))
+        assert.fail(`${u.name}: a watchdog timeout during the upgrade\n${await u.story()}`);
       // The old process alone kept the watchdog fed while the new one was held stopped.
       const hold = await w.hold;
       assert.match(String(hold), /^held /, `${u.name}: the new kctl was not held while it started (${String(hold)})`);
       // The new main process is the one that logged it was ready, started by the old one; the old one is gone.
       const j = await u.journal();
       assert.match(j, new RegExp(`"pid":${newPid},"msg":"the new kctl is ready"`));
-      assert.notEqual((await u.sd.exec('kill', ['-0', String(oldPid)])).exitCode, 0, `${u.name}: the old kctl (${oldPid}) still runs`);
-      const at = (msg: string) => Date.parse((j.split('\n').find((l) => l.includes(`"msg":"${msg}"`)) ?? '').replace(/^.*"time":"([^"]+)".*$/, '$1'));
+      assert.notEqual(
+        (await u.sd.exec('kill', ['-0', String(oldPid)])).exitCode,
+        0,
+        `${u.name}: the old kctl (${oldPid}) still runs`,
+      );
+      const at = (msg: string) =>
+        Date.parse(
+          (j.split('\n').find((l) => l.includes(`"msg":"${msg}"`)) ?? '').replace(/^.*"time":"([^"]+)".*$/, '$1'),
+        );
       const handoverMs = at('the new kctl is ready') - at('starting the new kctl');
-      t.diagnostic(`${u.name}: handed over in ${(handoverMs / 1000).toFixed(1)} s, the new kctl ${hold} (watchdog ${WATCHDOG_S} s)`);
+      t.diagnostic(
+        `${u.name}: handed over in ${(handoverMs / 1000).toFixed(1)} s, the new kctl ${hold} (watchdog ${WATCHDOG_S} s)`,
+      );
       // A new kctl held stopped cannot be ready: the handover outlasted the hold, or another process was held.
-      if (!(handoverMs >= HOLD_MS)) assert.fail(`${u.name}: handed over in ${handoverMs} ms though its new kctl was ${hold}\n${await u.story()}`);
+      if (!(handoverMs >= HOLD_MS))
+        assert.fail(`${u.name}: handed over in ${handoverMs} ms though its new kctl was ${hold}\n${await u.story()}`);
       const v = await u.kctl(['version']);
       assert.equal(String(v.stdout).split('\n')[0], `kctl ${nextVersion}`);
     }
@@ -280,7 +313,8 @@ test(
     for (const [i, u] of units.entries()) {
       const s = await u.state();
       const want = { mainPid: seen[i]!.pids[1]!, active: 'active', restarts: 0 };
-      if (!isDeepStrictEqual(s, want)) assert.deepEqual(s, want, `${u.name} after ${3 * WATCHDOG_S} s\n${await u.story()}`);
+      if (!isDeepStrictEqual(s, want))
+        assert.deepEqual(s, want, `${u.name} after ${3 * WATCHDOG_S} s\n${await u.story()}`);
     }
 
     // A new process whose event loop blocks stops the pings: systemd's watchdog restarts it.
@@ -302,6 +336,7 @@ test(
     );
     await waitFor('w1 Ready after the watchdog restart', 180_000, () => nodeReady(kubectl, 'w1'), tails);
     assert.equal(await containerId(), container, "the pod's container did not run on through the watchdog restart");
-    for (const u of units) assert.equal(String((await u.kctl(['version'])).stdout).split('\n')[0], `kctl ${nextVersion}`);
+    for (const u of units)
+      assert.equal(String((await u.kctl(['version'])).stdout).split('\n')[0], `kctl ${nextVersion}`);
   },
 );

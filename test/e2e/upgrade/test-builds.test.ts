@@ -76,8 +76,33 @@ test('kctl-previous runs a controller on the previous Kubernetes; kctl-broken re
   const token = join(dir, 'token');
   await writeFile(token, await c.createToken('1h'), { mode: 0o600 });
   const starts: [string, string[]][] = [
-    ['controller', ['controller', '--single', '--config', config, '--data-dir', join(dir, 'b-data'), '--run-dir', join(dir, 'b-run')]],
-    ['worker', ['worker', '--token-file', token, '--data-dir', join(dir, 'bw-data'), '--run-dir', join(dir, 'bw-run'), '--node-name', 'w1']],
+    [
+      'controller',
+      [
+        'controller',
+        '--single',
+        '--config',
+        config,
+        '--data-dir',
+        join(dir, 'b-data'),
+        '--run-dir',
+        join(dir, 'b-run'),
+      ],
+    ],
+    [
+      'worker',
+      [
+        'worker',
+        '--token-file',
+        token,
+        '--data-dir',
+        join(dir, 'bw-data'),
+        '--run-dir',
+        join(dir, 'bw-run'),
+        '--node-name',
+        'w1',
+      ],
+    ],
   ];
   for (const [role, args] of starts) {
     const r = await w1.run(broken.path, args, { timeout: 120_000 });
@@ -89,5 +114,8 @@ test('kctl-previous runs a controller on the previous Kubernetes; kctl-broken re
   }
   const left = (await readdir(dir)).filter((f) => /^bw?-(data|run)$/.test(f));
   assert.deepEqual(left, [], 'no data or run dir made, nothing staged');
-  assert.ok(existsSync(join(c.dataDir, 'bin', 'current', 'kube-apiserver')), 'a start stages into its data dir, as kctl-previous did');
+  assert.ok(
+    existsSync(join(c.dataDir, 'bin', 'current', 'kube-apiserver')),
+    'a start stages into its data dir, as kctl-previous did',
+  );
 });

@@ -54,7 +54,8 @@ test("a CRI plugin that did not load fails containerd's readiness with container
   // may not answer for a while, and that is the reason given meanwhile).
   const cri = /containerd's CRI plugin did not load: .*failed to find snapshotter "nosuch"/;
   const reasons: (string | undefined)[] = [];
-  for (const end = Date.now() + 60_000; Date.now() < end && !cri.test(reasons.at(-1) ?? '');) reasons.push(await readyWithin(broken, 5_000));
+  for (const end = Date.now() + 60_000; Date.now() < end && !cri.test(reasons.at(-1) ?? '');)
+    reasons.push(await readyWithin(broken, 5_000));
   assert.match(reasons.at(-1) ?? 'ready', cri, `reasons given: ${JSON.stringify(reasons)}`);
   assert.ok(broken.status().restarts >= 1, `restarted once at least: ${JSON.stringify(broken.status())}`);
   await broken.stop();

@@ -15,7 +15,14 @@ import { test, type TestContext } from 'node:test';
 import type { Result } from 'execa';
 import type { WorkerStatusReport } from '../../../src/worker/index.ts';
 import { RELAY_LABEL } from '../../../src/worker/wireguard.ts';
-import { controllerReady, labController, runPinnedPod, startIsolatedWorker, track, type Tracked } from '../lab/cluster.ts';
+import {
+  controllerReady,
+  labController,
+  runPinnedPod,
+  startIsolatedWorker,
+  track,
+  type Tracked,
+} from '../lab/cluster.ts';
 import { startLab } from '../lab/lab-test.ts';
 import type { LabHost } from '../lab/lab.ts';
 import { waitFor } from '../../wait.ts';
@@ -34,16 +41,22 @@ test('pods on three sites behind one router: vxlan, then wireguard (switched liv
   const router = lab.host('router');
   const workers = WORKERS.map((n) => lab.host(n));
   // The sites reach each other only through the router.
-  for (const w of workers) assert.ok(await lab.ping(workers[0]!, w), `${w.name} (${w.ip}) answers from w1 through the router`);
+  for (const w of workers)
+    assert.ok(await lab.ping(workers[0]!, w), `${w.name} (${w.ip}) answers from w1 through the router`);
 
   const c = await labController(kctlBin, ctl, dir);
   const config = (mode: string, relay = 'none') =>
-    writeFile(join(dir, 'kctl.yaml'), `spec:\n  api: { address: ${ctl.ip} }\n  network: { mode: ${mode}, relay: ${relay} }\n`);
+    writeFile(
+      join(dir, 'kctl.yaml'),
+      `spec:\n  api: { address: ${ctl.ip} }\n  network: { mode: ${mode}, relay: ${relay} }\n`,
+    );
   await config('vxlan');
   let controller: Tracked = track(ctl.spawn(kctlBin, c.args));
   await controllerReady(controller);
   // w1 (never behind NAT) relays for nodes that cannot reach each other.
-  await Promise.all(workers.map((w) => startIsolatedWorker(kctlBin, lab, c, ctl, w, dir, w.name === 'w1' ? ['--network-relay'] : [])));
+  await Promise.all(
+    workers.map((w) => startIsolatedWorker(kctlBin, lab, c, ctl, w, dir, w.name === 'w1' ? ['--network-relay'] : [])),
+  );
   const restart = async (mode: string, relay?: string) => {
     controller.child.kill('SIGTERM');
     await controller.exited;
@@ -65,12 +78,14 @@ test('pods on three sites behind one router: vxlan, then wireguard (switched liv
   assert.equal((await kubectl(['apply', '-f', '-'], JSON.stringify(svc))).exitCode, 0);
   const clusterIP = text(await kubectl(['get', 'svc', 'web', '-o', 'jsonpath={.spec.clusterIP}']));
   const podIP = new Map<string, string>();
-  for (const w of workers) podIP.set(w.name, text(await kubectl(['get', 'pod', `p-${w.name}`, '-o', 'jsonpath={.status.podIP}'])));
+  for (const w of workers)
+    podIP.set(w.name, text(await kubectl(['get', 'pod', `p-${w.name}`, '-o', 'jsonpath={.status.podIP}'])));
   const inPod = (from: LabHost, script: string) => kubectl(['exec', `p-${from.name}`, '--', 'sh', '-c', script]);
 
   // The router has no route to any pod. It counts what it forwards between the nodes: all of it,
   // the VXLAN and WireGuard packets among it, and any packet from a pod address.
-  for (const ip of podIP.values()) assert.notEqual((await router.run('ip', ['route', 'get', ip])).exitCode, 0, `the router has a route to ${ip}`);
+  for (const ip of podIP.values())
+    assert.notEqual((await router.run('ip', ['route', 'get', ip])).exitCode, 0, `the router has a route to ${ip}`);
   const ipt = (...args: string[]) => router.run('iptables', ['-w', '5', ...args]);
   await ipt('-I', 'FORWARD', '-m', 'comment', '--comment', 'pod-in-clear', '-s', '10.244.0.0/16');
   for (const a of workers)
@@ -105,15 +120,25 @@ test('pods on three sites behind one router: vxlan, then wireguard (switched liv
   const everyPathWorks = async (mode: string) => {
     for (const from of workers)
       for (const to of workers.filter((w) => w !== from))
-        assert.deepEqual(await reachable(from, to), { ping: true, http: `p-${to.name}` }, `${mode}: pod on ${from.name} -> pod on ${to.name}`);
+        assert.deepEqual(
+          await reachable(from, to),
+          { ping: true, http: `p-${to.name}` },
+          `${mode}: pod on ${from.name} -> pod on ${to.name}`,
+        );
     for (const from of workers) {
       const others = workers.filter((w) => w !== from).map((w) => `p-${w.name}`);
       const seen = new Set<string>();
-      await waitFor(`${mode}: ${from.name}'s pod reaches ${others.join(' and ')} through ${clusterIP}`, 60_000, async () => {
-        const out = text(await inPod(from, `for i in 1 2 3 4 5 6 7 8 9 10; do timeout 3 wget -q -O - http://${clusterIP}/; done`));
-        for (const name of out.split('\n')) seen.add(name.trim());
-        return others.every((o) => seen.has(o));
-      });
+      await waitFor(
+        `${mode}: ${from.name}'s pod reaches ${others.join(' and ')} through ${clusterIP}`,
+        60_000,
+        async () => {
+          const out = text(
+            await inPod(from, `for i in 1 2 3 4 5 6 7 8 9 10; do timeout 3 wget -q -O - http://${clusterIP}/; done`),
+          );
+          for (const name of out.split('\n')) seen.add(name.trim());
+          return others.every((o) => seen.has(o));
+        },
+      );
     }
   };
 
@@ -174,22 +199,39 @@ test('pods on three sites behind one router: vxlan, then wireguard (switched liv
   assert.equal(text(await inPod(w1, 'cat /sys/class/net/eth0/mtu')), '1450', 'pods keep the MTU they started with');
   // Each node published its key on its own Node, and the private key stays on the node (0600).
   for (const w of workers) {
-    const key = text(await kubectl(['get', 'node', w.name, '-o', 'jsonpath={.metadata.annotations.kctl\\.dev/wireguard-public-key}']));
+    const key = text(
+      await kubectl(['get', 'node', w.name, '-o', 'jsonpath={.metadata.annotations.kctl\\.dev/wireguard-public-key}']),
+    );
     assert.match(key, /^[A-Za-z0-9+/]{43}=$/, `${w.name}'s public key`);
     const mode = text(await w.run('stat', ['-c', '%a', join(dir, `${w.name}-data`, 'wireguard', 'private.key')]));
     assert.equal(mode, '600');
   }
 
   // kctl status on a node: the mode and each peer with its handshake and bytes, as WireGuard sees them.
-  const status = await w1.run(kctlBin, ['--data-dir', join(dir, 'w1-data'), '--run-dir', join(dir, 'w1-run'), 'status', '-o', 'json']);
+  const status = await w1.run(kctlBin, [
+    '--data-dir',
+    join(dir, 'w1-data'),
+    '--run-dir',
+    join(dir, 'w1-run'),
+    'status',
+    '-o',
+    'json',
+  ]);
   const net = (JSON.parse(text(status)) as WorkerStatusReport).podNetwork;
   assert.equal(net?.mode, 'wireguard', text(status));
   assert.deepEqual(net.peers.map((p) => p.node).sort(), ['w2', 'w3']);
   // w3's endpoint is the router's address on w1's side: learnt from w3's handshake through the NAT.
   const natted = net.peers.find((p) => p.node === 'w3');
-  assert.match(natted?.endpoint ?? '', new RegExp(`^${w1.ip.replace(/\.\d+$/, '.1').replaceAll('.', '\\.')}:\\d+$`), JSON.stringify(natted));
+  assert.match(
+    natted?.endpoint ?? '',
+    new RegExp(`^${w1.ip.replace(/\.\d+$/, '.1').replaceAll('.', '\\.')}:\\d+$`),
+    JSON.stringify(natted),
+  );
   for (const p of net.peers) {
-    assert.ok(p.lastHandshakeSecondsAgo !== undefined && p.lastHandshakeSecondsAgo < 300, `${p.node}: ${JSON.stringify(p)}`);
+    assert.ok(
+      p.lastHandshakeSecondsAgo !== undefined && p.lastHandshakeSecondsAgo < 300,
+      `${p.node}: ${JSON.stringify(p)}`,
+    );
     assert.ok((p.rxBytes ?? 0) > 0 && (p.txBytes ?? 0) > 0, `${p.node}: ${JSON.stringify(p)}`);
   }
 
@@ -197,7 +239,9 @@ test('pods on three sites behind one router: vxlan, then wireguard (switched liv
   // the controller's address, one publishes w2's WireGuard key. No node makes the first a peer
   // (it would be given the pods' traffic to the API), and w2's key, published twice, is nobody's
   // until the copy is gone; then w2 is a peer again and every path works.
-  const w2Key = text(await kubectl(['get', 'node', 'w2', '-o', 'jsonpath={.metadata.annotations.kctl\\.dev/wireguard-public-key}']));
+  const w2Key = text(
+    await kubectl(['get', 'node', 'w2', '-o', 'jsonpath={.metadata.annotations.kctl\\.dev/wireguard-public-key}']),
+  );
   const otherKey = Buffer.alloc(32, 7).toString('base64');
   for (const [name, address, key, range] of [
     ['liar', ctl.ip, otherKey, '10.244.250.0/24'],
@@ -206,17 +250,34 @@ test('pods on three sites behind one router: vxlan, then wireguard (switched liv
     const node = {
       apiVersion: 'v1',
       kind: 'Node',
-      metadata: { name, annotations: { 'kctl.dev/wireguard-public-key': key, 'kctl.dev/wireguard-endpoint': `${address}:51820` } },
+      metadata: {
+        name,
+        annotations: { 'kctl.dev/wireguard-public-key': key, 'kctl.dev/wireguard-endpoint': `${address}:51820` },
+      },
       spec: { podCIDR: range, podCIDRs: [range] },
     };
     assert.equal((await kubectl(['create', '-f', '-'], JSON.stringify(node))).exitCode, 0);
     const addresses = { status: { addresses: [{ type: 'InternalIP', address }] } };
-    assert.equal((await kubectl(['patch', 'node', name, '--subresource=status', '--type=merge', '-p', JSON.stringify(addresses)])).exitCode, 0);
+    assert.equal(
+      (await kubectl(['patch', 'node', name, '--subresource=status', '--type=merge', '-p', JSON.stringify(addresses)]))
+        .exitCode,
+      0,
+    );
   }
   const w1Network = async () =>
     (
       JSON.parse(
-        text(await w1.run(kctlBin, ['--data-dir', join(dir, 'w1-data'), '--run-dir', join(dir, 'w1-run'), 'status', '-o', 'json'])),
+        text(
+          await w1.run(kctlBin, [
+            '--data-dir',
+            join(dir, 'w1-data'),
+            '--run-dir',
+            join(dir, 'w1-run'),
+            'status',
+            '-o',
+            'json',
+          ]),
+        ),
       ) as WorkerStatusReport
     ).podNetwork;
   await waitFor('w1 believes neither lie', 60_000, async () => {
@@ -237,7 +298,9 @@ test('pods on three sites behind one router: vxlan, then wireguard (switched liv
     return routes.includes(w3Range) && !['10.244.250.0/24', '10.244.251.0/24', w2Range].some((r) => routes.includes(r));
   });
   for (const name of ['liar', 'copycat']) assert.equal((await kubectl(['delete', 'node', name])).exitCode, 0);
-  await waitFor('w2 a peer of w1 again', 60_000, async () => text(await w1.run('ip', ['-4', 'route', 'show', 'proto', '177'])).includes(w2Range));
+  await waitFor('w2 a peer of w1 again', 60_000, async () =>
+    text(await w1.run('ip', ['-4', 'route', 'show', 'proto', '177'])).includes(w2Range),
+  );
   // The peer is added back on w1's next sync; its first packet makes the handshake.
   await waitFor(
     'pods on w1 and w2 reach each other again',
@@ -249,7 +312,12 @@ test('pods on three sites behind one router: vxlan, then wireguard (switched liv
   // NetworkPolicy across sites (WireGuard, w3 behind NAT): each node enforces what the
   // controllers resolved for its own pods, and may read only its own share of it.
   const apply = async (o: object) => assert.equal((await kubectl(['apply', '-f', '-'], JSON.stringify(o))).exitCode, 0);
-  const netpol = (name: string, spec: object) => ({ apiVersion: 'networking.k8s.io/v1', kind: 'NetworkPolicy', metadata: { name }, spec });
+  const netpol = (name: string, spec: object) => ({
+    apiVersion: 'networking.k8s.io/v1',
+    kind: 'NetworkPolicy',
+    metadata: { name },
+    spec,
+  });
   const [, w2] = workers as [LabHost, LabHost, LabHost];
   await apply(netpol('default-deny', { podSelector: {}, policyTypes: ['Ingress'] }));
   await waitFor('default-deny: w2 isolates its pod', 30_000, async () =>
@@ -260,22 +328,47 @@ test('pods on three sites behind one router: vxlan, then wireguard (switched liv
     [w3, w2],
     [w2, w1],
   ] as const)
-    assert.deepEqual(await reachable(from, to), { ping: false, http: '' }, `default-deny: pod on ${from.name} -> pod on ${to.name}`);
+    assert.deepEqual(
+      await reachable(from, to),
+      { ping: false, http: '' },
+      `default-deny: pod on ${from.name} -> pod on ${to.name}`,
+    );
   // An allow by label opens exactly that path: from pods labelled role=client to port 8080.
   assert.equal((await kubectl(['label', 'pod', 'p-w1', 'role=client'])).exitCode, 0);
   await apply(
     netpol('allow-client', {
       podSelector: { matchLabels: { app: 'web' } },
-      ingress: [{ from: [{ podSelector: { matchLabels: { role: 'client' } } }], ports: [{ protocol: 'TCP', port: 8080 }] }],
+      ingress: [
+        { from: [{ podSelector: { matchLabels: { role: 'client' } } }], ports: [{ protocol: 'TCP', port: 8080 }] },
+      ],
     }),
   );
-  await waitFor("allow-client: w1's pod reaches w2's on 8080", 30_000, async () => (await reachable(w1, w2)).http === 'p-w2');
-  assert.deepEqual(await reachable(w1, w2), { ping: false, http: 'p-w2' }, 'allow-client: only TCP 8080 from the labelled pod');
-  assert.deepEqual(await reachable(w1, w3), { ping: false, http: 'p-w3' }, 'allow-client: the labelled pod reaches the pod behind NAT too');
+  await waitFor(
+    "allow-client: w1's pod reaches w2's on 8080",
+    30_000,
+    async () => (await reachable(w1, w2)).http === 'p-w2',
+  );
+  assert.deepEqual(
+    await reachable(w1, w2),
+    { ping: false, http: 'p-w2' },
+    'allow-client: only TCP 8080 from the labelled pod',
+  );
+  assert.deepEqual(
+    await reachable(w1, w3),
+    { ping: false, http: 'p-w3' },
+    'allow-client: the labelled pod reaches the pod behind NAT too',
+  );
   assert.deepEqual(await reachable(w3, w2), { ping: false, http: '' }, 'allow-client: an unlabelled pod stays out');
   // A node reads its own share of the policy, never another node's.
   const asNode = (w: LabHost, args: string[]) =>
-    w.run(kctlBin, ['--data-dir', join(dir, `${w.name}-data`), 'kubectl', '--kubeconfig', join(dir, `${w.name}-data`, 'kubelet.conf'), ...args]);
+    w.run(kctlBin, [
+      '--data-dir',
+      join(dir, `${w.name}-data`),
+      'kubectl',
+      '--kubeconfig',
+      join(dir, `${w.name}-data`, 'kubelet.conf'),
+      ...args,
+    ]);
   const policyOf = (w: LabHost, name: string) => asNode(w, ['-n', 'kube-system', 'get', 'configmap', name]);
   assert.equal((await policyOf(w2, 'kctl-netpol-w2')).exitCode, 0, 'w2 reads its own policy');
   assert.match(String((await policyOf(w2, 'kctl-netpol-w1')).stderr), /forbidden/i, "w2 cannot read w1's policy");
@@ -308,9 +401,19 @@ test('pods on three sites behind one router: vxlan, then wireguard (switched liv
     const [there, back] = [await reachable(w2, w3), await reachable(w3, w2)];
     return there.http === 'p-w3' && back.http === 'p-w2';
   });
-  t.diagnostic(`both sites behind NAT: pods reach each other through w1 ${Math.round((Date.now() - natAt) / 1000)} s after the NAT`);
+  t.diagnostic(
+    `both sites behind NAT: pods reach each other through w1 ${Math.round((Date.now() - natAt) / 1000)} s after the NAT`,
+  );
   const peersOf = async (w: LabHost) => {
-    const r = await w.run(kctlBin, ['--data-dir', join(dir, `${w.name}-data`), '--run-dir', join(dir, `${w.name}-run`), 'status', '-o', 'json']);
+    const r = await w.run(kctlBin, [
+      '--data-dir',
+      join(dir, `${w.name}-data`),
+      '--run-dir',
+      join(dir, `${w.name}-run`),
+      'status',
+      '-o',
+      'json',
+    ]);
     return (JSON.parse(text(r)) as WorkerStatusReport).podNetwork;
   };
   const w2net = await peersOf(w2);
@@ -322,7 +425,11 @@ test('pods on three sites behind one router: vxlan, then wireguard (switched liv
   assert.deepEqual(await reachable(w2, w3), { ping: true, http: 'p-w3' }, 'relayed: pod on w2 -> pod on w3');
   const relayed = await forwarded();
   assert.equal(relayed['pod-in-clear'], 0, 'relayed: the router saw a pod address');
-  assert.equal(relayed['tcp-opened'], 0, `relayed: a connection between nodes outside the tunnel: ${JSON.stringify(relayed)}`);
+  assert.equal(
+    relayed['tcp-opened'],
+    0,
+    `relayed: a connection between nodes outside the tunnel: ${JSON.stringify(relayed)}`,
+  );
 
   // With no relay node, through the controllers (spec.network.relay: controllers): the controller
   // restarts with it and w1's approval is taken back. w2 and w3 then hand their WireGuard packets
@@ -336,8 +443,14 @@ test('pods on three sites behind one router: vxlan, then wireguard (switched liv
     const [there, back] = [await reachable(w2, w3), await reachable(w3, w2)];
     return there.http === 'p-w3' && back.http === 'p-w2';
   });
-  t.diagnostic(`relay node unapproved: pods reach each other through the controllers ${Math.round((Date.now() - unapprovedAt) / 1000)} s later`);
-  assert.deepEqual(await reachable(w2, w3), { ping: true, http: 'p-w3' }, 'through the controllers: pod on w2 -> pod on w3');
+  t.diagnostic(
+    `relay node unapproved: pods reach each other through the controllers ${Math.round((Date.now() - unapprovedAt) / 1000)} s later`,
+  );
+  assert.deepEqual(
+    await reachable(w2, w3),
+    { ping: true, http: 'p-w3' },
+    'through the controllers: pod on w2 -> pod on w3',
+  );
   const w3net = await peersOf(w3);
   assert.equal(w3net?.peers.find((p) => p.node === 'w2')?.via, 'controllers', JSON.stringify(w3net));
   assert.match(w3net?.peers.find((p) => p.node === 'w2')?.endpoint ?? '', /^127\.0\.0\.1:\d+$/, JSON.stringify(w3net));
@@ -350,5 +463,9 @@ test('pods on three sites behind one router: vxlan, then wireguard (switched liv
     const links = await Promise.all(workers.map((w) => w.run('ip', ['link', 'show', 'kctl-wg'])));
     return links.every((l) => l.exitCode !== 0);
   });
-  assert.deepEqual(await reachable(workers[0]!, workers[1]!), { ping: false, http: '' }, 'routes mode crossed the router');
+  assert.deepEqual(
+    await reachable(workers[0]!, workers[1]!),
+    { ping: false, http: '' },
+    'routes mode crossed the router',
+  );
 });

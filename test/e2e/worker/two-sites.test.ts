@@ -14,7 +14,14 @@ import type { Result } from 'execa';
 import type { ControllerStatusReport } from '../../../src/controller/leases/status.ts';
 import type { WorkerStatusReport } from '../../../src/worker/index.ts';
 import { workerPaths } from '../../../src/worker/paths.ts';
-import { controllerReady, labController, runPinnedPod, startIsolatedWorker, track, type Tracked } from '../lab/cluster.ts';
+import {
+  controllerReady,
+  labController,
+  runPinnedPod,
+  startIsolatedWorker,
+  track,
+  type Tracked,
+} from '../lab/cluster.ts';
 import { kctl } from '../lab/kctl.ts';
 import { startLab } from '../lab/lab-test.ts';
 import { NAT_HOST_IP, type LabHost } from '../lab/lab.ts';
@@ -38,7 +45,10 @@ test("two sites, one address: logs, exec and port-forward reach each node by nam
 
   const c = await labController(kctlBin, ctl, dir);
   const config = (mode: string) =>
-    writeFile(join(dir, 'kctl.yaml'), `spec:\n  api: { address: ${ctl.ip} }\n  network: { mode: ${mode}, relay: controllers }\n`);
+    writeFile(
+      join(dir, 'kctl.yaml'),
+      `spec:\n  api: { address: ${ctl.ip} }\n  network: { mode: ${mode}, relay: controllers }\n`,
+    );
   await config('wireguard');
   let controller: Tracked = track(ctl.spawn(kctlBin, c.args));
   await controllerReady(controller);
@@ -46,7 +56,9 @@ test("two sites, one address: logs, exec and port-forward reach each node by nam
   const kubectl = c.kubectl;
   for (const s of sites) await runPinnedPod(kubectl, `p-${s.name}`, s.name, `hello from ${s.name}`, true);
   for (const s of sites) {
-    const addresses = text(await kubectl(['get', 'node', s.name, '-o', 'jsonpath={.status.addresses[?(@.type=="InternalIP")].address}']));
+    const addresses = text(
+      await kubectl(['get', 'node', s.name, '-o', 'jsonpath={.status.addresses[?(@.type=="InternalIP")].address}']),
+    );
     assert.equal(addresses, NAT_HOST_IP, `node ${s.name}'s InternalIP`);
   }
 
@@ -59,11 +71,18 @@ test("two sites, one address: logs, exec and port-forward reach each node by nam
       assert.equal(text(exec), pod, `${mode}: exec in ${pod}: ${String(exec.stderr)}`);
       const pf = track(ctl.spawn(kctlBin, ['--data-dir', c.dataDir, 'kubectl', 'port-forward', `pod/${pod}`, ':8080']));
       try {
-        const local = await waitFor(`${mode}: port-forward to ${pod}`, 30_000, async () => /127\.0\.0\.1:(\d+) ->/.exec(pf.log())?.[1], pf.log);
+        const local = await waitFor(
+          `${mode}: port-forward to ${pod}`,
+          30_000,
+          async () => /127\.0\.0\.1:(\d+) ->/.exec(pf.log())?.[1],
+          pf.log,
+        );
         const got = await waitFor(
           `${mode}: GET / through port-forward to ${pod}`,
           20_000,
-          async () => text(await ctl.run('/bin/busybox', ['wget', '-qO-', `http://127.0.0.1:${local}/`], { timeout: 10_000 })) || undefined,
+          async () =>
+            text(await ctl.run('/bin/busybox', ['wget', '-qO-', `http://127.0.0.1:${local}/`], { timeout: 10_000 })) ||
+            undefined,
           pf.log,
         );
         assert.equal(got, pod, `${mode}: port-forward to ${pod}`);
@@ -76,18 +95,31 @@ test("two sites, one address: logs, exec and port-forward reach each node by nam
   await tunnelReachesEach('wireguard');
 
   // The shared address is a conflict nobody keeps; the tunnel gives it to neither agent.
-  const status = async () => JSON.parse(text(await kctl(['status', '-o', 'json', '--run-dir', c.runDir]))) as ControllerStatusReport;
+  const status = async () =>
+    JSON.parse(text(await kctl(['status', '-o', 'json', '--run-dir', c.runDir]))) as ControllerStatusReport;
   await waitFor('the conflict in kctl status', 30_000, async () =>
-    ((await status()).addressConflicts ?? []).some((x) => x.value === NAT_HOST_IP && x.nodes.join() === 'sa,sb' && x.keeper === undefined),
+    ((await status()).addressConflicts ?? []).some(
+      (x) => x.value === NAT_HOST_IP && x.nodes.join() === 'sa,sb' && x.keeper === undefined,
+    ),
   );
   for (const a of (await status()).konnectivity?.agents ?? [])
     assert.ok(!a.accepted.ipv4.includes(NAT_HOST_IP), `agent ${a.id} was given ${NAT_HOST_IP}`);
 
   // Pods meet through the controllers: neither NAT lets the other's handshake in.
   const podIP = new Map<string, string>();
-  for (const s of sites) podIP.set(s.name, text(await kubectl(['get', 'pod', `p-${s.name}`, '-o', 'jsonpath={.status.podIP}'])));
+  for (const s of sites)
+    podIP.set(s.name, text(await kubectl(['get', 'pod', `p-${s.name}`, '-o', 'jsonpath={.status.podIP}'])));
   const fetchFrom = async (from: LabHost, to: LabHost) =>
-    text(await kubectl(['exec', `p-${from.name}`, '--', 'sh', '-c', `timeout 5 wget -q -O - http://${podIP.get(to.name)}:8080/ || true`]));
+    text(
+      await kubectl([
+        'exec',
+        `p-${from.name}`,
+        '--',
+        'sh',
+        '-c',
+        `timeout 5 wget -q -O - http://${podIP.get(to.name)}:8080/ || true`,
+      ]),
+    );
   await waitFor('the pods on both sites reach each other (wireguard, through the controllers)', 180_000, async () => {
     const [there, back] = [await fetchFrom(sites[0]!, sites[1]!), await fetchFrom(sites[1]!, sites[0]!)];
     return there === 'p-sb' && back === 'p-sa';
@@ -95,12 +127,26 @@ test("two sites, one address: logs, exec and port-forward reach each node by nam
   const networkOf = async (s: LabHost) =>
     (
       JSON.parse(
-        text(await s.run(kctlBin, ['--data-dir', join(dir, `${s.name}-data`), '--run-dir', join(dir, `${s.name}-run`), 'status', '-o', 'json'])),
+        text(
+          await s.run(kctlBin, [
+            '--data-dir',
+            join(dir, `${s.name}-data`),
+            '--run-dir',
+            join(dir, `${s.name}-run`),
+            'status',
+            '-o',
+            'json',
+          ]),
+        ),
       ) as WorkerStatusReport
     ).podNetwork;
   const refusal = async (s: LabHost, other: string) =>
-    ((await networkOf(s))?.refusedPeers ?? []).find((r) => r.node === other && r.what === `address ${NAT_HOST_IP}`)?.reason;
-  assert.match((await refusal(sites[0]!, 'sb')) ?? '', /^also reported by node sa \(conflict: nobody's until an admin resolves it\)$/);
+    ((await networkOf(s))?.refusedPeers ?? []).find((r) => r.node === other && r.what === `address ${NAT_HOST_IP}`)
+      ?.reason;
+  assert.match(
+    (await refusal(sites[0]!, 'sb')) ?? '',
+    /^also reported by node sa \(conflict: nobody's until an admin resolves it\)$/,
+  );
   const sa = (await networkOf(sites[0]!))?.peers.find((p) => p.node === 'sb');
   assert.equal(sa?.via, 'controllers', JSON.stringify(sa));
   assert.equal(sa?.address, undefined, "sa was given sb's address (its own) as a WireGuard allowed IP");

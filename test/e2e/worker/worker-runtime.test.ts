@@ -88,9 +88,13 @@ test(
     /** The worker, once it runs: the cleanup below stops it first. */
     const workers: Proc[] = [];
     // The admin kubeconfig points at the controller's lab address: kubectl runs on host ctl.
-    const kubectl = (...args: string[]) => ctl.run(kctlBin, ['--data-dir', cdata, 'kubectl', ...args], { timeout: 60_000 });
+    const kubectl = (...args: string[]) =>
+      ctl.run(kctlBin, ['--data-dir', cdata, 'kubectl', ...args], { timeout: 60_000 });
     const applyYaml = (doc: object) =>
-      ctl.run(kctlBin, ['--data-dir', cdata, 'kubectl', 'apply', '-f', '-'], { input: stringify(doc), timeout: 60_000 });
+      ctl.run(kctlBin, ['--data-dir', cdata, 'kubectl', 'apply', '-f', '-'], {
+        input: stringify(doc),
+        timeout: 60_000,
+      });
 
     beforeTeardown(async () => {
       // Pods first (kubelet stops their containers), then the runtime, then whatever is left (the lab's teardown).
@@ -114,13 +118,29 @@ test(
     // No konnectivity agent runs in this test: kube-apiserver reaches kubelet directly (an
     // empty egress selector file means none), which the lab allows as long as it does not isolate.
     const api = { address: ctl.ip, extraArgs: { 'egress-selector-config-file': '' } };
-    await writeFile(cfg, stringify({ apiVersion: 'kctl.dev/v1alpha1', kind: 'ClusterConfig', spec: { api, network: { podCIDR: POD_CIDR } } }));
+    await writeFile(
+      cfg,
+      stringify({
+        apiVersion: 'kctl.dev/v1alpha1',
+        kind: 'ClusterConfig',
+        spec: { api, network: { podCIDR: POD_CIDR } },
+      }),
+    );
     // cwd: kubectl run by the controller without HOME writes .kube/cache relative to it.
     const controller = track(
-      ctl.spawn(kctlBin, ['controller', '--config', cfg, '--data-dir', cdata, '--run-dir', join(base, 'controller-run')], { cwd: base }),
+      ctl.spawn(
+        kctlBin,
+        ['controller', '--config', cfg, '--data-dir', cdata, '--run-dir', join(base, 'controller-run')],
+        { cwd: base },
+      ),
     );
     procs.push(controller);
-    await waitFor('controller ready', 300_000, () => controller.lines.some((l) => l.includes('"controller ready"')), whileRunning(procs));
+    await waitFor(
+      'controller ready',
+      300_000,
+      () => controller.lines.some((l) => l.includes('"controller ready"')),
+      whileRunning(procs),
+    );
 
     // --- what `kctl worker --token` will do: a bootstrap token, and its kubeconfig + CA on the worker
     const tokenId = randomId(6);
@@ -154,7 +174,12 @@ test(
     await writeFile(paths.caCert, caPem);
     await writeFile(
       paths.bootstrapKubeconfig,
-      renderKubeconfig({ server: `https://${ctl.ip}:6443`, caPem, user: 'kubelet-bootstrap', token: `${tokenId}.${tokenSecret}` }),
+      renderKubeconfig({
+        server: `https://${ctl.ip}:6443`,
+        caPem,
+        user: 'kubelet-bootstrap',
+        token: `${tokenId}.${tokenSecret}`,
+      }),
       { mode: 0o600 },
     );
 
@@ -168,13 +193,27 @@ test(
       clusterCIDR: POD_CIDR,
       labels: { 'kctl.dev/test': 'worker-runtime' },
     };
-    const worker = track(wrk.spawn(process.execPath, ['--import', 'tsx', fixture, JSON.stringify(opts)], { cwd: root }));
+    const worker = track(
+      wrk.spawn(process.execPath, ['--import', 'tsx', fixture, JSON.stringify(opts)], { cwd: root }),
+    );
     workers.push(worker);
     procs.push(worker);
-    await waitFor('worker runtime ready', 300_000, () => worker.lines.some((l) => l.includes('"worker runtime ready"')), whileRunning(procs));
+    await waitFor(
+      'worker runtime ready',
+      300_000,
+      () => worker.lines.some((l) => l.includes('"worker runtime ready"')),
+      whileRunning(procs),
+    );
 
     // The bundled images are in containerd's CRI namespace, the sandbox image pinned; the proxy-agent image is not (it is for other clusters).
-    const ctrImages = await wrk.run(join(paths.binDir, 'ctr'), ['--address', paths.containerdSocket, '-n', 'k8s.io', 'images', 'ls']);
+    const ctrImages = await wrk.run(join(paths.binDir, 'ctr'), [
+      '--address',
+      paths.containerdSocket,
+      '-n',
+      'k8s.io',
+      'images',
+      'ls',
+    ]);
     for (const name of BUNDLED_IMAGE_NAMES) {
       const imported = new RegExp(name.replace(/[.]/g, '\\.'));
       if (WORKER_IMAGE_NAMES.has(name)) assert.match(String(ctrImages.stdout), imported);
@@ -225,8 +264,11 @@ test(
             status?: { conditions?: { type: string }[]; certificate?: string };
           }[];
         };
-        const serving = csrs.items.filter((c) => c.spec.signerName === 'kubernetes.io/kubelet-serving' && c.spec.username === `system:node:${NODE}`);
-        for (const c of serving) if (!c.status?.conditions?.length) await kubectl('certificate', 'approve', c.metadata.name);
+        const serving = csrs.items.filter(
+          (c) => c.spec.signerName === 'kubernetes.io/kubelet-serving' && c.spec.username === `system:node:${NODE}`,
+        );
+        for (const c of serving)
+          if (!c.status?.conditions?.length) await kubectl('certificate', 'approve', c.metadata.name);
         return (await readdir(paths.kubeletCertDir)).includes('kubelet-server-current.pem');
       },
       whileRunning(procs),
@@ -243,7 +285,11 @@ test(
             name: 'bb',
             image: 'docker.io/library/busybox:1.36',
             imagePullPolicy: 'Never',
-            command: ['sh', '-c', 'echo hello-from-kctl; mkdir -p /www; echo served-by-hello > /www/index.html; exec httpd -f -p 8080 -h /www'],
+            command: [
+              'sh',
+              '-c',
+              'echo hello-from-kctl; mkdir -p /www; echo served-by-hello > /www/index.html; exec httpd -f -p 8080 -h /www',
+            ],
             ports: [{ containerPort: 8080 }],
           },
         ],
@@ -265,7 +311,10 @@ test(
     const podIp = String((await kubectl('get', 'pod', 'hello', '-o', 'jsonpath={.status.podIP}')).stdout);
     const [net, bits] = node.spec.podCIDR.split('/');
     assert.equal(bits, '24');
-    assert.ok(podIp.startsWith(net!.split('.').slice(0, 3).join('.') + '.'), `pod IP ${podIp} is not in ${node.spec.podCIDR}`);
+    assert.ok(
+      podIp.startsWith(net!.split('.').slice(0, 3).join('.') + '.'),
+      `pod IP ${podIp} is not in ${node.spec.podCIDR}`,
+    );
 
     const logs = await kubectl('logs', 'hello');
     assert.equal(logs.exitCode, 0, String(logs.stderr));
@@ -277,7 +326,8 @@ test(
     // The pod is reachable from its node over the CNI bridge ...
     assert.ok(await lab.ping(wrk, podIp), `node cannot reach its pod at ${podIp}`);
     // (Debian's busybox wget has no -T: execa's timeout bounds it.)
-    const wget = async (url: string) => String((await wrk.run('/bin/busybox', ['wget', '-q', '-O', '-', url], { timeout: 5000 })).stdout).trim();
+    const wget = async (url: string) =>
+      String((await wrk.run('/bin/busybox', ['wget', '-q', '-O', '-', url], { timeout: 5000 })).stdout).trim();
     await waitFor(
       `pod answers on ${podIp}:8080`,
       30_000,
@@ -304,7 +354,12 @@ test(
     // Routes to other nodes' pod networks follow the Node objects: a (fake) second node on the
     // lab subnet gets a route via its InternalIP, and loses it when it goes away.
     const peerIp = lab.subnet.replace(/\.0\/24$/, '.99');
-    const peer = await applyYaml({ apiVersion: 'v1', kind: 'Node', metadata: { name: 'wrt-peer' }, spec: { podCIDR: '10.244.200.0/24' } });
+    const peer = await applyYaml({
+      apiVersion: 'v1',
+      kind: 'Node',
+      metadata: { name: 'wrt-peer' },
+      spec: { podCIDR: '10.244.200.0/24' },
+    });
     assert.equal(peer.exitCode, 0, String(peer.stderr));
     const patch = await kubectl(
       'patch',
@@ -324,6 +379,11 @@ test(
       whileRunning(procs),
     );
     assert.equal((await kubectl('delete', 'node', 'wrt-peer')).exitCode, 0);
-    await waitFor('route to the deleted node removed', 30_000, async () => (await routes()) === '', whileRunning(procs));
+    await waitFor(
+      'route to the deleted node removed',
+      30_000,
+      async () => (await routes()) === '',
+      whileRunning(procs),
+    );
   },
 );

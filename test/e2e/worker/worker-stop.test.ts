@@ -53,7 +53,8 @@ test(`a worker given SIGTERM as any of ${steps.join(', ')} starts: exit 0, none 
   await waitFor('worker ready', 180_000, async () => w.saw('"msg":"worker ready"'), w.log);
   // The leftover check sees a running worker's processes.
   const running = (await leftovers()).join('\n');
-  for (const name of ['containerd ', 'kubelet ', 'kube-proxy ']) assert.ok(running.includes(name), `${name.trim()} not found in:\n${running}`);
+  for (const name of ['containerd ', 'kubelet ', 'kube-proxy '])
+    assert.ok(running.includes(name), `${name.trim()} not found in:\n${running}`);
   w.child.kill('SIGTERM');
   assert.equal(await w.exited, 0, w.log());
   assert.deepEqual(await leftovers(), []);

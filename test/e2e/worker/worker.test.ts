@@ -48,7 +48,12 @@ const DEPLOYMENT = (name: string) => ({
       metadata: { labels: { app: name } },
       spec: {
         topologySpreadConstraints: [
-          { maxSkew: 1, topologyKey: 'kubernetes.io/hostname', whenUnsatisfiable: 'DoNotSchedule', labelSelector: { matchLabels: { app: name } } },
+          {
+            maxSkew: 1,
+            topologyKey: 'kubernetes.io/hostname',
+            whenUnsatisfiable: 'DoNotSchedule',
+            labelSelector: { matchLabels: { app: name } },
+          },
         ],
         containers: [
           {
@@ -102,7 +107,10 @@ const NONROOT = {
 };
 
 test('two isolated workers join, run pods, and are reachable only through the tunnel', async (t: TestContext) => {
-  const { lab, dir, kctlBin } = await startLab(t, 'wk', ['ctl', 'w1', 'w2'], { dir: 'kctl-worker-', workers: ['w1', 'w2'] });
+  const { lab, dir, kctlBin } = await startLab(t, 'wk', ['ctl', 'w1', 'w2'], {
+    dir: 'kctl-worker-',
+    workers: ['w1', 'w2'],
+  });
   const [ctl, w1, w2] = ['ctl', 'w1', 'w2'].map((n) => lab.host(n)) as [LabHost, LabHost, LabHost];
   const c = await labController(kctlBin, ctl, dir);
   const cData = c.dataDir;
@@ -116,7 +124,17 @@ test('two isolated workers join, run pods, and are reachable only through the tu
   // Bad tokens: each refused with one line, nothing written on the worker.
   const refused = async (badToken: string, expect: RegExp) => {
     const d = join(dir, `bad-${Math.random().toString(36).slice(2)}`);
-    const r = await w1.run(kctlBin, ['worker', '--token', badToken, '--data-dir', d, '--run-dir', `${d}-run`, '--node-name', 'bad']);
+    const r = await w1.run(kctlBin, [
+      'worker',
+      '--token',
+      badToken,
+      '--data-dir',
+      d,
+      '--run-dir',
+      `${d}-run`,
+      '--node-name',
+      'bad',
+    ]);
     assert.notEqual(r.exitCode, 0);
     const lines = String(r.stderr).trim().split('\n');
     assert.equal(lines.length, 1, String(r.stderr));
@@ -180,13 +198,23 @@ test('two isolated workers join, run pods, and are reachable only through the tu
     const pid = p.child.pid!;
     const cmdline = await readFile(`/proc/${pid}/cmdline`, 'utf8');
     assert.ok(!cmdline.includes(token), `the join token is in the worker's command line: ${cmdline}`);
-    assert.match(cmdline, new RegExp(`^${kctlBin} worker --token \\*\\*\\* --data-dir ${join(dir, `${h.name}-data`)} `));
+    assert.match(
+      cmdline,
+      new RegExp(`^${kctlBin} worker --token \\*\\*\\* --data-dir ${join(dir, `${h.name}-data`)} `),
+    );
     // The thread name every kctl has (ps -o comm, pgrep), not the title's first bytes.
-    assert.equal(await readFile(`/proc/${pid}/comm`, 'utf8'), await readFile(`/proc/${controller.child.pid}/comm`, 'utf8'));
+    assert.equal(
+      await readFile(`/proc/${pid}/comm`, 'utf8'),
+      await readFile(`/proc/${controller.child.pid}/comm`, 'utf8'),
+    );
     const umask = async (of: number) => /^Umask:\s+(\d+)$/m.exec(await readFile(`/proc/${of}/status`, 'utf8'))?.[1];
     assert.equal(await umask(pid), '0077');
     for (const child of ['containerd', 'kubelet'])
-      assert.equal(await umask(Number(await readFile(join(dir, `${h.name}-run`, `${child}.pid`), 'utf8'))), '0022', child);
+      assert.equal(
+        await umask(Number(await readFile(join(dir, `${h.name}-run`, `${child}.pid`), 'utf8'))),
+        '0022',
+        child,
+      );
   }
 
   // The invalidated token is refused now (tokens are checked at join, not afterwards).
@@ -201,24 +229,36 @@ test('two isolated workers join, run pods, and are reachable only through the tu
     spec: { nodeName: string };
     status: { phase: string; podIP: string; containerStatuses?: { restartCount: number; containerID: string }[] };
   };
-  const pods = async () => (JSON.parse(String((await kubectl(['get', 'pods', '-l', 'app=bb', '-o', 'json'])).stdout)) as { items: Pod[] }).items;
+  const pods = async () =>
+    (JSON.parse(String((await kubectl(['get', 'pods', '-l', 'app=bb', '-o', 'json'])).stdout)) as { items: Pod[] })
+      .items;
   await waitFor(
     '2 pods running on both nodes',
     180_000,
     async () => {
       const p = await pods();
-      return p.length === 2 && p.every((x) => x.status.phase === 'Running') && new Set(p.map((x) => x.spec.nodeName)).size === 2;
+      return (
+        p.length === 2 &&
+        p.every((x) => x.status.phase === 'Running') &&
+        new Set(p.map((x) => x.spec.nodeName)).size === 2
+      );
     },
     () => String(controller.log()),
   );
   let phase = '';
   await waitFor('the pod running as nobody to finish', 60_000, async () => {
-    phase = (JSON.parse(String((await kubectl(['get', 'pod', 'nonroot', '-o', 'json'])).stdout)) as { status: { phase: string } }).status.phase;
+    phase = (
+      JSON.parse(String((await kubectl(['get', 'pod', 'nonroot', '-o', 'json'])).stdout)) as {
+        status: { phase: string };
+      }
+    ).status.phase;
     return phase === 'Succeeded' || phase === 'Failed';
   }).catch(() => undefined);
   if (phase !== 'Succeeded') {
     const why = await Promise.all([kubectl(['describe', 'pod', 'nonroot']), kubectl(['logs', 'nonroot'])]);
-    assert.fail(`the pod running as nobody is ${phase}:\n${why.map((r) => `${String(r.stdout)}${String(r.stderr)}`).join('\n')}`);
+    assert.fail(
+      `the pod running as nobody is ${phase}:\n${why.map((r) => `${String(r.stdout)}${String(r.stderr)}`).join('\n')}`,
+    );
   }
   assert.match(String((await kubectl(['logs', 'nonroot'])).stdout), /^nonroot-ok$/m);
   const running = await pods();
@@ -229,11 +269,18 @@ test('two isolated workers join, run pods, and are reachable only through the tu
   // The controller host cannot reach a kubelet directly ...
   assert.equal(await lab.canConnect(ctl, w1, 10250), false, "the controller host reached w1's kubelet directly");
   // ... yet logs, exec (with stdin), port-forward and attach work: through the tunnel.
-  await waitFor('logs', 30_000, async () => String((await kubectl(['logs', a.metadata.name])).stdout).includes('started'));
-  const exec = await kubectl(['exec', '-i', a.metadata.name, '--', 'sh', '-c', 'cat; echo " from $(hostname)"'], 'stdin reached the pod');
+  await waitFor('logs', 30_000, async () =>
+    String((await kubectl(['logs', a.metadata.name])).stdout).includes('started'),
+  );
+  const exec = await kubectl(
+    ['exec', '-i', a.metadata.name, '--', 'sh', '-c', 'cat; echo " from $(hostname)"'],
+    'stdin reached the pod',
+  );
   assert.equal(exec.exitCode, 0, String(exec.stderr));
   assert.equal(String(exec.stdout).trim(), `stdin reached the pod from ${a.metadata.name}`);
-  const pf = track(ctl.spawn(kctlBin, ['--data-dir', cData, 'kubectl', 'port-forward', `pod/${b.metadata.name}`, '18080:8080']));
+  const pf = track(
+    ctl.spawn(kctlBin, ['--data-dir', cData, 'kubectl', 'port-forward', `pod/${b.metadata.name}`, '18080:8080']),
+  );
   await waitFor(
     'port-forward',
     30_000,
@@ -244,11 +291,24 @@ test('two isolated workers join, run pods, and are reachable only through the tu
     pf.log,
   );
   pf.child.kill('SIGTERM');
-  const attach = await ctl.run('timeout', ['8', kctlBin, '--data-dir', cData, 'kubectl', 'attach', a.metadata.name, '-c', 'c'], { timeout: 20_000 });
+  const attach = await ctl.run(
+    'timeout',
+    ['8', kctlBin, '--data-dir', cData, 'kubectl', 'attach', a.metadata.name, '-c', 'c'],
+    { timeout: 20_000 },
+  );
   assert.match(String(attach.stdout), /tick/, String(attach.stderr));
 
   // Pod to pod across workers.
-  const p2p = await kubectl(['exec', a.metadata.name, '--', 'timeout', '10', 'wget', '-qO-', `http://${b.status.podIP}:8080/`]);
+  const p2p = await kubectl([
+    'exec',
+    a.metadata.name,
+    '--',
+    'timeout',
+    '10',
+    'wget',
+    '-qO-',
+    `http://${b.status.podIP}:8080/`,
+  ]);
   assert.equal(String(p2p.stdout).trim(), b.metadata.name, String(p2p.stderr));
   // ... keeping the source pod IP: b's web server (a CGI printing REMOTE_ADDR) sees a's pod IP.
   const cgi = await kubectl([
@@ -260,15 +320,32 @@ test('two isolated workers join, run pods, and are reachable only through the tu
     'mkdir -p /www/cgi-bin && printf "#!/bin/sh\\necho Content-Type: text/plain\\necho\\necho \\$REMOTE_ADDR\\n" > /www/cgi-bin/ip && chmod +x /www/cgi-bin/ip',
   ]);
   assert.equal(cgi.exitCode, 0, String(cgi.stderr));
-  const seen = await kubectl(['exec', a.metadata.name, '--', 'timeout', '10', 'wget', '-qO-', `http://${b.status.podIP}:8080/cgi-bin/ip`]);
+  const seen = await kubectl([
+    'exec',
+    a.metadata.name,
+    '--',
+    'timeout',
+    '10',
+    'wget',
+    '-qO-',
+    `http://${b.status.podIP}:8080/cgi-bin/ip`,
+  ]);
   // busybox httpd listens on IPv6 too, so it writes IPv4 peers mapped: [::ffff:10.244.1.2].
   const peer = String(seen.stdout)
     .trim()
     .replace(/^\[::ffff:(.*)\]$/, '$1');
-  assert.equal(peer, a.status.podIP, `pod-to-pod traffic was masqueraded: ${String(seen.stdout)} ${String(seen.stderr)}`);
+  assert.equal(
+    peer,
+    a.status.podIP,
+    `pod-to-pod traffic was masqueraded: ${String(seen.stdout)} ${String(seen.stderr)}`,
+  );
   // Traffic leaving the cluster CIDR is masqueraded (the controller host has no route to pods): the API server answers.
   const out = await kubectl(['exec', a.metadata.name, '--', 'timeout', '10', 'wget', '-qO-', `http://${ctl.ip}:6443/`]);
-  assert.match(String(out.stderr), /400 Bad Request/, `a pod could not reach the controller host: ${String(out.stderr)}`);
+  assert.match(
+    String(out.stderr),
+    /400 Bad Request/,
+    `a pod could not reach the controller host: ${String(out.stderr)}`,
+  );
 
   // Restarting a worker's kctl keeps its pods running and the node Ready.
   p1.child.kill('SIGTERM');
@@ -279,7 +356,11 @@ test('two isolated workers join, run pods, and are reachable only through the tu
   const after = (await pods()).find((x) => x.metadata.uid === a.metadata.uid);
   assert.ok(after, 'the pod on w1 was replaced');
   assert.equal(after.status.phase, 'Running');
-  assert.equal(after.status.containerStatuses?.[0]?.containerID, a.status.containerStatuses?.[0]?.containerID, 'the container was restarted');
+  assert.equal(
+    after.status.containerStatuses?.[0]?.containerID,
+    a.status.containerStatuses?.[0]?.containerID,
+    'the container was restarted',
+  );
   assert.equal(after.status.containerStatuses?.[0]?.restartCount, 0);
 
   // kctl reset refuses while the worker runs (also with another --run-dir: the data dir records
@@ -295,7 +376,16 @@ test('two isolated workers join, run pods, and are reachable only through the tu
   assert.equal(p2.child.exitCode, null, 'the worker exited');
   assert.ok(existsSync(join(dir, 'w2-data', 'worker.json')));
   assert.equal(await nodeReady('w2'), true);
-  const stillServing = await kubectl(['exec', a.metadata.name, '--', 'timeout', '10', 'wget', '-qO-', `http://${b.status.podIP}:8080/`]);
+  const stillServing = await kubectl([
+    'exec',
+    a.metadata.name,
+    '--',
+    'timeout',
+    '10',
+    'wget',
+    '-qO-',
+    `http://${b.status.podIP}:8080/`,
+  ]);
   assert.equal(String(stillServing.stdout).trim(), b.metadata.name, String(stillServing.stderr));
   const logsAfter = await kubectl(['logs', '--tail', '1', b.metadata.name]);
   assert.match(String(logsAfter.stdout), /tick|started/, String(logsAfter.stderr));
@@ -304,7 +394,10 @@ test('two isolated workers join, run pods, and are reachable only through the tu
   const reset = await w2.run(kctlBin, ['reset', '--data-dir', join(dir, 'w2-data'), '--run-dir', join(dir, 'w2-run')]);
   assert.equal(reset.exitCode, 0, String(reset.stderr));
   assert.match(String(reset.stdout), /"msg":"resetting the worker in /);
-  assert.ok(String(reset.stdout).includes(`"msg":"removed ${join(dir, 'w2-data', 'kubelet')}"`), 'reset did not list what it removed');
+  assert.ok(
+    String(reset.stdout).includes(`"msg":"removed ${join(dir, 'w2-data', 'kubelet')}"`),
+    'reset did not list what it removed',
+  );
   assert.equal(await hostState(w2, join(dir, 'w2-data')), before.w2);
   assert.equal(existsSync(join(dir, 'w2-run')), false, 'reset left the run dir kctl made');
   const leftovers = String((await ctl.run('pgrep', ['-f', join(dir, 'w2-')])).stdout).trim();
@@ -314,15 +407,36 @@ test('two isolated workers join, run pods, and are reachable only through the tu
   // the Node is registered, and the join is denied with the reason (kubelet logs it). A token made
   // for that name, for one join, can; it is gone after that join.
   const refusedJoin = startWorker(w2, token);
-  await waitFor('the join as w2 denied', 120_000, async () => refusedJoin.saw('node w2 is already registered'), refusedJoin.log);
+  await waitFor(
+    'the join as w2 denied',
+    120_000,
+    async () => refusedJoin.saw('node w2 is already registered'),
+    refusedJoin.log,
+  );
   refusedJoin.child.kill('SIGTERM');
   await refusedJoin.exited;
-  assert.equal((await w2.run(kctlBin, ['reset', '--data-dir', join(dir, 'w2-data'), '--run-dir', join(dir, 'w2-run')])).exitCode, 0);
-  const made = await ctl.run(kctlBin, ['--data-dir', cData, 'token', 'create', '--role', 'worker', '--node-name', 'w2', '--uses', '1']);
+  assert.equal(
+    (await w2.run(kctlBin, ['reset', '--data-dir', join(dir, 'w2-data'), '--run-dir', join(dir, 'w2-run')])).exitCode,
+    0,
+  );
+  const made = await ctl.run(kctlBin, [
+    '--data-dir',
+    cData,
+    'token',
+    'create',
+    '--role',
+    'worker',
+    '--node-name',
+    'w2',
+    '--uses',
+    '1',
+  ]);
   assert.equal(made.exitCode, 0, String(made.stderr));
   const rejoinToken = String(made.stdout).trim();
   const rejoinId = decodeToken(rejoinToken).bootstrapToken.split('.')[0]!;
-  const bound = JSON.parse(String((await ctl.run(kctlBin, ['--data-dir', cData, 'token', 'list', '-o', 'json'])).stdout)) as {
+  const bound = JSON.parse(
+    String((await ctl.run(kctlBin, ['--data-dir', cData, 'token', 'list', '-o', 'json'])).stdout),
+  ) as {
     id: string;
     nodeName?: string;
     usesLeft: number | null;
@@ -334,7 +448,9 @@ test('two isolated workers join, run pods, and are reachable only through the tu
   const rejoined = startWorker(w2, rejoinToken);
   await waitFor('w2 Ready after re-joining', 300_000, () => nodeReady('w2'), rejoined.log);
   await waitFor('the single-use token gone', 30_000, async () => {
-    const l = JSON.parse(String((await ctl.run(kctlBin, ['--data-dir', cData, 'token', 'list', '-o', 'json'])).stdout)) as { id: string }[];
+    const l = JSON.parse(
+      String((await ctl.run(kctlBin, ['--data-dir', cData, 'token', 'list', '-o', 'json'])).stdout),
+    ) as { id: string }[];
     return !l.some((x) => x.id === rejoinId);
   });
   assert.ok(controller.saw(`token ${rejoinId} is used up and was deleted`));

@@ -1,6 +1,15 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { canonicalIp, cidrAddress, httpsUrl, ipv4FromNumber, ipv4Range, joinHostPort, splitHostPort, urlHost } from '../../../src/base/addresses.ts';
+import {
+  canonicalIp,
+  cidrAddress,
+  httpsUrl,
+  ipv4FromNumber,
+  ipv4Range,
+  joinHostPort,
+  splitHostPort,
+  urlHost,
+} from '../../../src/base/addresses.ts';
 
 test('IP addresses compare in one canonical spelling', () => {
   assert.equal(canonicalIp('2001:DB8:0:0::10'), '2001:db8::10');
@@ -58,6 +67,14 @@ test('a CIDR as a numeric range, only when its address is the network', async ()
   assert.deepEqual(cidrRange('10.244.1.0/24'), { family: 4, bits: 24, first: 0x0af40100n, last: 0x0af401ffn });
   assert.deepEqual(cidrRange('0.0.0.0/0'), { family: 4, bits: 0, first: 0n, last: 0xffffffffn });
   assert.equal(cidrRange('fd00::/64')?.last, (0xfd00n << 112n) + (1n << 64n) - 1n);
-  for (const bad of ['10.244.1.7/24', '10.244.1.0', '10.244.1.0/33', 'fd00::/129', 'x/8', 'fe80::/64%eth0', '10.0.0.0/024x'])
+  for (const bad of [
+    '10.244.1.7/24',
+    '10.244.1.0',
+    '10.244.1.0/33',
+    'fd00::/129',
+    'x/8',
+    'fe80::/64%eth0',
+    '10.0.0.0/024x',
+  ])
     assert.equal(cidrRange(bad), undefined, bad);
 });

@@ -33,7 +33,10 @@ test(
     assert.deepEqual(await mountsUnder([link]), [volume]);
     await assert.rejects(removeTree(data), (err: Error) => {
       assert.ok(err instanceof UserError);
-      assert.equal(err.message, `${volume} is still mounted: nothing under ${data} was removed; unmount it (umount -R ${volume}) and try again`);
+      assert.equal(
+        err.message,
+        `${volume} is still mounted: nothing under ${data} was removed; unmount it (umount -R ${volume}) and try again`,
+      );
       return true;
     });
     assert.ok(existsSync(join(data, 'worker.json')));

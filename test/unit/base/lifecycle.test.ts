@@ -48,7 +48,10 @@ test('runs until the signal, then stops in reverse', { timeout: 10_000 }, async 
 test('a signal during start stops what started and ends without an error', { timeout: 10_000 }, async () => {
   const journal: string[] = [];
   const { log } = captureLogger();
-  const m = new ComponentManager([recorder('a', journal), recorder('slow', journal, 5_000), recorder('c', journal)], log);
+  const m = new ComponentManager(
+    [recorder('a', journal), recorder('slow', journal, 5_000), recorder('c', journal)],
+    log,
+  );
   const run = runUntilSignal(m, log, {
     signals,
     onReady: () => {
@@ -83,89 +86,105 @@ test('a failed start rejects with the reason, after stopping what started', { ti
   assert.deepEqual(journal, ['start a', 'ready a', 'stop a', 'stopped']);
 });
 
-test('with drain, the first signal drains and keeps running; the second stops (upstream proxy-agent)', { timeout: 10_000 }, async () => {
-  const journal: string[] = [];
-  const { log } = captureLogger();
-  const m = new ComponentManager([recorder('a', journal)], log);
-  const listenersBefore = process.listenerCount('SIGWINCH');
-  const run = runUntilSignal(m, log, {
-    signals,
-    signalWhileStopping: 'default',
-    drain: () => {
-      journal.push('drain');
-    },
-    onReady: () => {
-      journal.push('ready');
-      process.kill(process.pid, 'SIGWINCH');
-    },
-    onStopping: () => {
-      journal.push('stopping');
-      assert.equal(process.listenerCount('SIGWINCH'), listenersBefore, "once stopping, a signal takes its own action (upstream's third signal)");
-    },
-  });
-  while (!journal.includes('drain')) await sleep(5);
-  await sleep(50);
-  assert.deepEqual(journal, ['start a', 'ready a', 'ready', 'drain'], 'a draining process keeps running');
-  process.kill(process.pid, 'SIGWINCH');
-  await run;
-  assert.deepEqual(journal, ['start a', 'ready a', 'ready', 'drain', 'stopping', 'stop a']);
-});
-
-test('with an exit code, a signal during the stop exits at once with it (upstream proxy-server: 1)', { timeout: 10_000 }, async (t) => {
-  const journal: string[] = [];
-  const { log } = captureLogger();
-  let release = (): void => undefined;
-  const slowStop: Component = {
-    name: 'slow-stop',
-    stop: () => new Promise<void>((resolve) => (release = resolve)),
-  };
-  const exits: (number | undefined)[] = [];
-  t.mock.method(process, 'exit', (code?: number) => {
-    exits.push(code);
-    release();
-  });
-  const m = new ComponentManager([slowStop], log);
-  const run = runUntilSignal(m, log, {
-    signals,
-    signalWhileStopping: { exitCode: 1 },
-    onReady: () => {
-      process.kill(process.pid, 'SIGWINCH');
-    },
-    onStopping: () => {
-      journal.push('stopping');
-      setImmediate(() => process.kill(process.pid, 'SIGWINCH'));
-    },
-  });
-  await run;
-  assert.deepEqual(journal, ['stopping']);
-  assert.deepEqual(exits, [1], 'the second signal exits 1');
-});
-
-test('without options, a second signal while stopping is ignored and the stop finishes', { timeout: 10_000 }, async () => {
-  const { log } = captureLogger();
-  let release = (): void => undefined;
-  const stops: string[] = [];
-  const slowStop: Component = {
-    name: 'slow-stop',
-    stop: () =>
-      new Promise<void>((resolve) => {
-        stops.push('stop');
-        release = resolve;
-      }),
-  };
-  const m = new ComponentManager([slowStop], log);
-  const run = runUntilSignal(m, log, {
-    signals,
-    onReady: () => {
-      process.kill(process.pid, 'SIGWINCH');
-    },
-    onStopping: () => {
-      setImmediate(() => {
+test(
+  'with drain, the first signal drains and keeps running; the second stops (upstream proxy-agent)',
+  { timeout: 10_000 },
+  async () => {
+    const journal: string[] = [];
+    const { log } = captureLogger();
+    const m = new ComponentManager([recorder('a', journal)], log);
+    const listenersBefore = process.listenerCount('SIGWINCH');
+    const run = runUntilSignal(m, log, {
+      signals,
+      signalWhileStopping: 'default',
+      drain: () => {
+        journal.push('drain');
+      },
+      onReady: () => {
+        journal.push('ready');
         process.kill(process.pid, 'SIGWINCH');
-        setTimeout(() => release(), 50);
-      });
-    },
-  });
-  await run;
-  assert.deepEqual(stops, ['stop']);
-});
+      },
+      onStopping: () => {
+        journal.push('stopping');
+        assert.equal(
+          process.listenerCount('SIGWINCH'),
+          listenersBefore,
+          "once stopping, a signal takes its own action (upstream's third signal)",
+        );
+      },
+    });
+    while (!journal.includes('drain')) await sleep(5);
+    await sleep(50);
+    assert.deepEqual(journal, ['start a', 'ready a', 'ready', 'drain'], 'a draining process keeps running');
+    process.kill(process.pid, 'SIGWINCH');
+    await run;
+    assert.deepEqual(journal, ['start a', 'ready a', 'ready', 'drain', 'stopping', 'stop a']);
+  },
+);
+
+test(
+  'with an exit code, a signal during the stop exits at once with it (upstream proxy-server: 1)',
+  { timeout: 10_000 },
+  async (t) => {
+    const journal: string[] = [];
+    const { log } = captureLogger();
+    let release = (): void => undefined;
+    const slowStop: Component = {
+      name: 'slow-stop',
+      stop: () => new Promise<void>((resolve) => (release = resolve)),
+    };
+    const exits: (number | undefined)[] = [];
+    t.mock.method(process, 'exit', (code?: number) => {
+      exits.push(code);
+      release();
+    });
+    const m = new ComponentManager([slowStop], log);
+    const run = runUntilSignal(m, log, {
+      signals,
+      signalWhileStopping: { exitCode: 1 },
+      onReady: () => {
+        process.kill(process.pid, 'SIGWINCH');
+      },
+      onStopping: () => {
+        journal.push('stopping');
+        setImmediate(() => process.kill(process.pid, 'SIGWINCH'));
+      },
+    });
+    await run;
+    assert.deepEqual(journal, ['stopping']);
+    assert.deepEqual(exits, [1], 'the second signal exits 1');
+  },
+);
+
+test(
+  'without options, a second signal while stopping is ignored and the stop finishes',
+  { timeout: 10_000 },
+  async () => {
+    const { log } = captureLogger();
+    let release = (): void => undefined;
+    const stops: string[] = [];
+    const slowStop: Component = {
+      name: 'slow-stop',
+      stop: () =>
+        new Promise<void>((resolve) => {
+          stops.push('stop');
+          release = resolve;
+        }),
+    };
+    const m = new ComponentManager([slowStop], log);
+    const run = runUntilSignal(m, log, {
+      signals,
+      onReady: () => {
+        process.kill(process.pid, 'SIGWINCH');
+      },
+      onStopping: () => {
+        setImmediate(() => {
+          process.kill(process.pid, 'SIGWINCH');
+          setTimeout(() => release(), 50);
+        });
+      },
+    });
+    await run;
+    assert.deepEqual(stops, ['stop']);
+  },
+);

@@ -56,7 +56,11 @@ test('starts in order, each after the previous is ready; stops in reverse', { ti
   const journal: string[] = [];
   const { log, lines } = captureLogger();
   const m = new ComponentManager(
-    [new Fake('storage', journal, { readyAfterMs: 100 }), new Fake('apiserver', journal, { readyAfterMs: 50 }), new Fake('scheduler', journal)],
+    [
+      new Fake('storage', journal, { readyAfterMs: 100 }),
+      new Fake('apiserver', journal, { readyAfterMs: 50 }),
+      new Fake('scheduler', journal),
+    ],
     log,
   );
   await m.start();
@@ -125,7 +129,14 @@ test(
     assert.ok(m.status().every((s) => s.state === 'running'));
     journal.length = 0;
     await m.stop();
-    assert.deepEqual(journal, ['stop controller-manager', 'stop scheduler', 'stop addons', 'stop bootstrap', 'stop apiserver', 'stop storage']);
+    assert.deepEqual(journal, [
+      'stop controller-manager',
+      'stop scheduler',
+      'stop addons',
+      'stop bootstrap',
+      'stop apiserver',
+      'stop storage',
+    ]);
   },
 );
 
@@ -164,42 +175,57 @@ test(
       journal.filter((e) => e.startsWith('stop')),
       ['stop scheduler', 'stop bootstrap', 'stop apiserver'],
     );
-    assert.equal(waiting.status().find((s) => s.name === 'bootstrap')?.lastError, 'bootstrap failed to start: forbidden');
+    assert.equal(
+      waiting.status().find((s) => s.name === 'bootstrap')?.lastError,
+      'bootstrap failed to start: forbidden',
+    );
   },
 );
 
 test('startAfter must name a component listed before', () => {
   const { log } = captureLogger();
-  assert.throws(() => new ComponentManager([new Fake('scheduler', [], { startAfter: 'apiserver' }), new Fake('apiserver', [])], log), {
-    message: 'component scheduler starts after apiserver, which is not listed before it',
-  });
+  assert.throws(
+    () =>
+      new ComponentManager([new Fake('scheduler', [], { startAfter: 'apiserver' }), new Fake('apiserver', [])], log),
+    {
+      message: 'component scheduler starts after apiserver, which is not listed before it',
+    },
+  );
 });
 
-test('a component that never becomes ready fails start with its name; earlier ones are stopped in reverse', { timeout: 10_000 }, async () => {
-  const journal: string[] = [];
-  const { log, lines } = captureLogger();
-  const m = new ComponentManager(
-    [
-      new Fake('storage', journal),
-      new Fake('konnectivity', journal),
-      new Fake('apiserver', journal, { neverReady: true, readyTimeoutMs: 200 }),
-      new Fake('scheduler', journal),
-    ],
-    log,
-  );
-  await assert.rejects(m.start(), { message: 'apiserver did not become ready within 0.2s' });
-  assert.deepEqual(
-    journal.filter((e) => e.startsWith('start') || e.startsWith('stop')),
-    ['start storage', 'start konnectivity', 'start apiserver', 'stop apiserver', 'stop konnectivity', 'stop storage'],
-  );
-  assert.ok(lines().some((l) => l.level === 50 && String(l.msg).startsWith('apiserver did not become ready')));
-});
+test(
+  'a component that never becomes ready fails start with its name; earlier ones are stopped in reverse',
+  { timeout: 10_000 },
+  async () => {
+    const journal: string[] = [];
+    const { log, lines } = captureLogger();
+    const m = new ComponentManager(
+      [
+        new Fake('storage', journal),
+        new Fake('konnectivity', journal),
+        new Fake('apiserver', journal, { neverReady: true, readyTimeoutMs: 200 }),
+        new Fake('scheduler', journal),
+      ],
+      log,
+    );
+    await assert.rejects(m.start(), { message: 'apiserver did not become ready within 0.2s' });
+    assert.deepEqual(
+      journal.filter((e) => e.startsWith('start') || e.startsWith('stop')),
+      ['start storage', 'start konnectivity', 'start apiserver', 'stop apiserver', 'stop konnectivity', 'stop storage'],
+    );
+    assert.ok(lines().some((l) => l.level === 50 && String(l.msg).startsWith('apiserver did not become ready')));
+  },
+);
 
 test('a start error names the component; stop carries on past a failing stop', { timeout: 10_000 }, async () => {
   const journal: string[] = [];
   const { log, lines } = captureLogger();
   const m = new ComponentManager(
-    [new Fake('a', journal, { failStop: 'stuck' }), new Fake('b', journal), new Fake('c', journal, { failStart: 'port 6443 in use' })],
+    [
+      new Fake('a', journal, { failStop: 'stuck' }),
+      new Fake('b', journal),
+      new Fake('c', journal, { failStart: 'port 6443 in use' }),
+    ],
     log,
   );
   await assert.rejects(m.start(), { message: 'c failed to start: port 6443 in use' });
@@ -210,34 +236,40 @@ test('a start error names the component; stop carries on past a failing stop', {
   assert.ok(lines().some((l) => l.msg === 'a failed to stop: stuck'));
 });
 
-test('with real processes: a probe that never passes fails start with its reason and stops the earlier child', { timeout: 20_000 }, async (t) => {
-  const runDir = await tempDir(t);
-  const { log } = captureLogger();
-  const storage = new Supervisor({ name: 'storage', binary: '/bin/sleep', args: ['1000'], runDir, log });
-  const apiserver = new Supervisor({
-    name: 'apiserver',
-    binary: '/bin/sleep',
-    args: ['1000'],
-    runDir,
-    log,
-    readyRetryMs: 20,
-    readyTimeoutMs: 300,
-    ready: () => Promise.reject(new Error('connect ECONNREFUSED 127.0.0.1:6443')),
-  });
-  t.after(async () => {
-    await apiserver.stop();
-    await storage.stop();
-  });
-  const m = new ComponentManager([storage, apiserver], log);
-  await assert.rejects(m.start(), { message: 'apiserver did not become ready within 0.3s: last probe error: connect ECONNREFUSED 127.0.0.1:6443' });
-  assert.deepEqual(
-    m.status().map((s) => [s.name, s.state]),
-    [
-      ['storage', 'stopped'],
-      ['apiserver', 'stopped'],
-    ],
-  );
-});
+test(
+  'with real processes: a probe that never passes fails start with its reason and stops the earlier child',
+  { timeout: 20_000 },
+  async (t) => {
+    const runDir = await tempDir(t);
+    const { log } = captureLogger();
+    const storage = new Supervisor({ name: 'storage', binary: '/bin/sleep', args: ['1000'], runDir, log });
+    const apiserver = new Supervisor({
+      name: 'apiserver',
+      binary: '/bin/sleep',
+      args: ['1000'],
+      runDir,
+      log,
+      readyRetryMs: 20,
+      readyTimeoutMs: 300,
+      ready: () => Promise.reject(new Error('connect ECONNREFUSED 127.0.0.1:6443')),
+    });
+    t.after(async () => {
+      await apiserver.stop();
+      await storage.stop();
+    });
+    const m = new ComponentManager([storage, apiserver], log);
+    await assert.rejects(m.start(), {
+      message: 'apiserver did not become ready within 0.3s: last probe error: connect ECONNREFUSED 127.0.0.1:6443',
+    });
+    assert.deepEqual(
+      m.status().map((s) => [s.name, s.state]),
+      [
+        ['storage', 'stopped'],
+        ['apiserver', 'stopped'],
+      ],
+    );
+  },
+);
 
 test('stop() during start() cancels the wait and stops what was started', { timeout: 10_000 }, async (t) => {
   const runDir = await tempDir(t);
@@ -265,70 +297,93 @@ test('stop() during start() cancels the wait and stops what was started', { time
   for (const pid of pids) assert.equal(await alive(pid), false);
 });
 
-test('stop() while a start() is still running stops that component after its start settles', { timeout: 10_000 }, async () => {
-  const journal: string[] = [];
-  const { log } = captureLogger();
-  let finishStart: () => void = () => undefined;
-  const slow: Component = {
-    name: 'slow',
-    // Binds a listener at the end of its start, as a server does once its files are read.
-    start: () => new Promise<void>((resolve) => (finishStart = () => (journal.push('slow bound'), resolve()))),
-    stop: async () => void journal.push('stop slow'),
-  };
-  const m = new ComponentManager([new Fake('first', journal), slow], log);
-  const starting = m.start();
-  while (!journal.includes('ready first')) await sleep(5);
-  await sleep(5);
-  const cancelled = assert.rejects(starting, { message: 'start cancelled: stopping' });
-  const stopped = m.stop();
-  await sleep(20);
-  assert.ok(!journal.includes('stop slow'), 'stop() did not wait for the start in flight');
-  finishStart();
-  await stopped;
-  await cancelled;
-  assert.deepEqual(journal.slice(-3), ['slow bound', 'stop slow', 'stop first']);
-});
+test(
+  'stop() while a start() is still running stops that component after its start settles',
+  { timeout: 10_000 },
+  async () => {
+    const journal: string[] = [];
+    const { log } = captureLogger();
+    let finishStart: () => void = () => undefined;
+    const slow: Component = {
+      name: 'slow',
+      // Binds a listener at the end of its start, as a server does once its files are read.
+      start: () => new Promise<void>((resolve) => (finishStart = () => (journal.push('slow bound'), resolve()))),
+      stop: async () => void journal.push('stop slow'),
+    };
+    const m = new ComponentManager([new Fake('first', journal), slow], log);
+    const starting = m.start();
+    while (!journal.includes('ready first')) await sleep(5);
+    await sleep(5);
+    const cancelled = assert.rejects(starting, { message: 'start cancelled: stopping' });
+    const stopped = m.stop();
+    await sleep(20);
+    assert.ok(!journal.includes('stop slow'), 'stop() did not wait for the start in flight');
+    finishStart();
+    await stopped;
+    await cancelled;
+    assert.deepEqual(journal.slice(-3), ['slow bound', 'stop slow', 'stop first']);
+  },
+);
 
-test('a component writes only the hooks it needs; the manager keeps its state and last error', { timeout: 10_000 }, async () => {
-  const { log } = captureLogger();
-  let runs = 0;
-  const oneShot: Component = {
-    name: 'one-shot',
-    ready: async () => {
-      runs += 1;
-    },
-  };
-  const broken: Component = {
-    name: 'broken',
-    start: async () => {
-      throw new Error('no socket\nstack…');
-    },
-  };
-  const m = new ComponentManager([oneShot, broken], log);
-  assert.deepEqual(
-    m.status().map((s) => [s.name, s.state]),
-    [
-      ['one-shot', 'pending'],
-      ['broken', 'pending'],
-    ],
-  );
-  await assert.rejects(m.start(), { message: 'broken failed to start: no socket' });
-  assert.equal(runs, 1);
-  const [first, second] = m.status();
-  assert.equal(first?.state, 'stopped');
-  assert.equal(second?.state, 'failed');
-  assert.equal(second?.lastError, 'broken failed to start: no socket');
-});
+test(
+  'a component writes only the hooks it needs; the manager keeps its state and last error',
+  { timeout: 10_000 },
+  async () => {
+    const { log } = captureLogger();
+    let runs = 0;
+    const oneShot: Component = {
+      name: 'one-shot',
+      ready: async () => {
+        runs += 1;
+      },
+    };
+    const broken: Component = {
+      name: 'broken',
+      start: async () => {
+        throw new Error('no socket\nstack…');
+      },
+    };
+    const m = new ComponentManager([oneShot, broken], log);
+    assert.deepEqual(
+      m.status().map((s) => [s.name, s.state]),
+      [
+        ['one-shot', 'pending'],
+        ['broken', 'pending'],
+      ],
+    );
+    await assert.rejects(m.start(), { message: 'broken failed to start: no socket' });
+    assert.equal(runs, 1);
+    const [first, second] = m.status();
+    assert.equal(first?.state, 'stopped');
+    assert.equal(second?.state, 'failed');
+    assert.equal(second?.lastError, 'broken failed to start: no socket');
+  },
+);
 
-test("fields a component reports win over the manager's, undefined ones do not erase them", { timeout: 10_000 }, async () => {
-  const { log } = captureLogger();
-  const reported: { problem?: string } = {};
-  const c: Component = { name: 'agent', start: async () => undefined, status: () => ({ lastError: reported.problem, pid: 42 }) };
-  const m = new ComponentManager([c], log);
-  await m.start();
-  assert.deepEqual(m.status()[0], { name: 'agent', state: 'running', restarts: 0, lastError: undefined, uptimeSeconds: 0, pid: 42 });
-  reported.problem = 'not connected to any konnectivity server yet';
-  assert.equal(m.status()[0]?.lastError, reported.problem);
-  await m.stop();
-  assert.equal(m.status()[0]?.state, 'stopped');
-});
+test(
+  "fields a component reports win over the manager's, undefined ones do not erase them",
+  { timeout: 10_000 },
+  async () => {
+    const { log } = captureLogger();
+    const reported: { problem?: string } = {};
+    const c: Component = {
+      name: 'agent',
+      start: async () => undefined,
+      status: () => ({ lastError: reported.problem, pid: 42 }),
+    };
+    const m = new ComponentManager([c], log);
+    await m.start();
+    assert.deepEqual(m.status()[0], {
+      name: 'agent',
+      state: 'running',
+      restarts: 0,
+      lastError: undefined,
+      uptimeSeconds: 0,
+      pid: 42,
+    });
+    reported.problem = 'not connected to any konnectivity server yet';
+    assert.equal(m.status()[0]?.lastError, reported.problem);
+    await m.stop();
+    assert.equal(m.status()[0]?.state, 'stopped');
+  },
+);

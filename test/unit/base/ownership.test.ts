@@ -25,7 +25,10 @@ test("a self-declared range inside another node's is refused, and the honest nod
 });
 
 test("one range held by two nodes is nobody's; either alone keeps it", () => {
-  const v = judgePodRanges([honest, { name: 'evil', podCIDRs: ['10.244.0.0/24'] }, { name: 'w2', podCIDRs: ['10.244.1.0/24'] }], space);
+  const v = judgePodRanges(
+    [honest, { name: 'evil', podCIDRs: ['10.244.0.0/24'] }, { name: 'w2', podCIDRs: ['10.244.1.0/24'] }],
+    space,
+  );
   assert.equal(v.ranges.has('w1'), false);
   assert.equal(v.ranges.has('evil'), false);
   assert.deepEqual(v.ranges.get('w2'), ['10.244.1.0/24']);
@@ -47,7 +50,9 @@ test('without the cluster shape only overlaps count, in any order and either fam
   assert.deepEqual(v.ranges.get('b'), ['10.2.0.0/24', 'fd00:1::/64']);
   assert.deepEqual(v.refused.map((r) => r.node).sort(), ['a', 'c']);
   // Two ranges of one node never conflict with each other.
-  assert.deepEqual(judgePodRanges([{ name: 'a', podCIDRs: ['10.1.0.0/24', '10.1.0.0/24'] }]).ranges.get('a'), ['10.1.0.0/24']);
+  assert.deepEqual(judgePodRanges([{ name: 'a', podCIDRs: ['10.1.0.0/24', '10.1.0.0/24'] }]).ranges.get('a'), [
+    '10.1.0.0/24',
+  ]);
 });
 
 test('a cluster whose allocator gives another size judges by that size', () => {

@@ -53,5 +53,8 @@ test("peerClosedByProgram: false while the other end's program holds it, true on
   accepted[0]!.destroy();
   await once(client, 'end');
   assert.equal(await peerClosedByProgram(...ends()), true);
-  assert.equal(await peerClosedByProgram({ address: '127.0.0.1', port: 1 }, { address: '127.0.0.1', port: 2 }), undefined);
+  assert.equal(
+    await peerClosedByProgram({ address: '127.0.0.1', port: 1 }, { address: '127.0.0.1', port: 2 }),
+    undefined,
+  );
 });

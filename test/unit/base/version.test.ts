@@ -14,8 +14,18 @@ test('versions sort by semver precedence: a pre-release before its release', () 
 
 test('pre-release identifiers compare as semver.org says', () => {
   // The example list of semver.org, item 11, in ascending order.
-  const sorted = ['1.0.0-alpha', '1.0.0-alpha.1', '1.0.0-alpha.beta', '1.0.0-beta', '1.0.0-beta.2', '1.0.0-beta.11', '1.0.0-rc.1', '1.0.0'];
-  for (let i = 1; i < sorted.length; i++) assert.ok(compareVersions(sorted[i - 1]!, sorted[i]!) < 0, `${sorted[i - 1]} < ${sorted[i]}`);
+  const sorted = [
+    '1.0.0-alpha',
+    '1.0.0-alpha.1',
+    '1.0.0-alpha.beta',
+    '1.0.0-beta',
+    '1.0.0-beta.2',
+    '1.0.0-beta.11',
+    '1.0.0-rc.1',
+    '1.0.0',
+  ];
+  for (let i = 1; i < sorted.length; i++)
+    assert.ok(compareVersions(sorted[i - 1]!, sorted[i]!) < 0, `${sorted[i - 1]} < ${sorted[i]}`);
 });
 
 test('a string that is not a version is refused in one line', () => {

@@ -5,7 +5,8 @@ import { componentLogger } from '../../../src/base/log.ts';
 import { captureLogger } from '../../helpers.ts';
 
 const root = new URL('../../..', import.meta.url).pathname;
-const kctl = (...args: string[]) => spawnSync(process.execPath, ['--import', 'tsx', 'src/cli/index.ts', ...args], { cwd: root, encoding: 'utf8' });
+const kctl = (...args: string[]) =>
+  spawnSync(process.execPath, ['--import', 'tsx', 'src/cli/index.ts', ...args], { cwd: root, encoding: 'utf8' });
 
 test('an unknown command prints one error line plus usage and exits non-zero', () => {
   const r = kctl('frobnicate');
@@ -25,13 +26,17 @@ test('an unknown flag is refused the same way', () => {
 test('a bad -o value names the allowed choices', () => {
   const r = kctl('version', '-o', 'yaml');
   assert.notEqual(r.status, 0);
-  assert.match(r.stderr, /kctl: option '-o, --output <format>' argument 'yaml' is invalid. Allowed choices are text, json/);
+  assert.match(
+    r.stderr,
+    /kctl: option '-o, --output <format>' argument 'yaml' is invalid. Allowed choices are text, json/,
+  );
 });
 
 test('--help lists the commands and global flags', () => {
   const r = kctl('--help');
   assert.equal(r.status, 0);
-  for (const s of ['version', 'controller', '--data-dir', '--debug']) assert.ok(r.stdout.includes(s), `help lacks ${s}`);
+  for (const s of ['version', 'controller', '--data-dir', '--debug'])
+    assert.ok(r.stdout.includes(s), `help lacks ${s}`);
 });
 
 test('every log line is JSON with a component field', () => {

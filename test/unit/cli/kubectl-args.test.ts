@@ -16,6 +16,9 @@ test("--data-dir and --run-dir after kubectl stay kctl's; everything else, and a
     kctl: [],
     kubectl: ['exec', 'p', '--', 'tool', '--data-dir', '/x'],
   });
-  assert.deepEqual(splitKubectlArgs(['get', 'nodes', '-o', 'name']), { kctl: [], kubectl: ['get', 'nodes', '-o', 'name'] });
+  assert.deepEqual(splitKubectlArgs(['get', 'nodes', '-o', 'name']), {
+    kctl: [],
+    kubectl: ['get', 'nodes', '-o', 'name'],
+  });
   assert.deepEqual(splitKubectlArgs(['--data-dir']), { kctl: ['--data-dir'], kubectl: [] });
 });

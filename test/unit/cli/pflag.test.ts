@@ -60,7 +60,10 @@ test('bad input is one line naming the flag', () => {
   );
   assert.throws(() => parse(['-x']), /unknown flag -x/);
   assert.throws(() => parse(['--proxy-server-port']), /flag --proxy-server-port needs a value/);
-  assert.throws(() => parse(['--proxy-server-port=http']), /invalid value "http" for --proxy-server-port: expected an integer/);
+  assert.throws(
+    () => parse(['--proxy-server-port=http']),
+    /invalid value "http" for --proxy-server-port: expected an integer/,
+  );
   assert.throws(() => parse(['--sync-forever=yes']), /invalid value "yes" for --sync-forever: expected true or false/);
   assert.throws(() => parse(['--sync-interval=5']), /invalid value "5" for --sync-interval: expected a Go duration/);
   assert.throws(() => parse(['--alpn-proto="a,b']), /unterminated quote/);
@@ -70,7 +73,8 @@ test('Go booleans, durations and CSV lists', () => {
   for (const t of ['1', 't', 'T', 'TRUE', 'true', 'True']) assert.equal(parseGoBool(t), true);
   for (const f of ['0', 'f', 'F', 'FALSE', 'false', 'False']) assert.equal(parseGoBool(f), false);
   assert.equal(parseGoBool('yes'), null);
-  for (const d of ['1h0m0s', '500ms', '1.5s', '0', '2h45m']) assert.equal(parse([`--keepalive-time=${d}`]).values.get('keepalive-time'), d);
+  for (const d of ['1h0m0s', '500ms', '1.5s', '0', '2h45m'])
+    assert.equal(parse([`--keepalive-time=${d}`]).values.get('keepalive-time'), d);
   assert.deepEqual(splitCsv('a,"b,c",d'), ['a', 'b,c', 'd']);
   assert.deepEqual(splitCsv(''), []);
 });

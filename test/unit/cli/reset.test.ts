@@ -56,7 +56,10 @@ test('a running kctl (controller or worker) makes reset refuse with its pid and 
     const f = fakeSteps();
     await assert.rejects(reset(d.data, d.run, f.steps, captureLogger().log), (err: Error) => {
       assert.ok(err instanceof UserError);
-      assert.equal(err.message, `a kctl ${role} (pid ${pid}) is running on ${d.data}; stop it first (kill -TERM ${pid}), then run kctl reset`);
+      assert.equal(
+        err.message,
+        `a kctl ${role} (pid ${pid}) is running on ${d.data}; stop it first (kill -TERM ${pid}), then run kctl reset`,
+      );
       return true;
     });
     assert.deepEqual(f.calls, []);
@@ -66,13 +69,20 @@ test('a running kctl (controller or worker) makes reset refuse with its pid and 
 
 test('a stale owner record (its process gone) does not block reset', async (t) => {
   const d = await dataDirWith(t, ['pki/ca.key']);
-  await writeFile(ownerFile(d.data), (await ownerRecord(process.pid, 'controller')).replace(/"startTime":"\d+"/, '"startTime":"1"'));
+  await writeFile(
+    ownerFile(d.data),
+    (await ownerRecord(process.pid, 'controller')).replace(/"startTime":"\d+"/, '"startTime":"1"'),
+  );
   assert.deepEqual((await run(d)).calls, ['controller']);
 });
 
 test('the data dir tells the role: controller, worker, or both', async (t) => {
   assert.deepEqual((await run(await dataDirWith(t, ['pki/ca.key', 'pki/ca.crt', 'bin/kine']))).calls, ['controller']);
-  assert.deepEqual((await run(await dataDirWith(t, ['cluster-config.yaml']))).calls, ['controller'], 'a controller that died before its PKI');
+  assert.deepEqual(
+    (await run(await dataDirWith(t, ['cluster-config.yaml']))).calls,
+    ['controller'],
+    'a controller that died before its PKI',
+  );
   assert.deepEqual((await run(await dataDirWith(t, ['worker.json', 'pki/ca.crt']))).calls, ['worker']);
   assert.deepEqual(
     (await run(await dataDirWith(t, ['joined', 'kubelet-bootstrap.conf']))).calls,
@@ -104,12 +114,18 @@ test('a data dir with neither role: only staged binaries are removed; anything e
 
 test('a missing data dir: nothing to reset', async (t) => {
   const dir = await tempDir(t);
-  await assert.rejects(reset(join(dir, 'nope'), join(dir, 'run'), fakeSteps().steps, captureLogger().log), /nothing to reset: .*nope does not exist/);
+  await assert.rejects(
+    reset(join(dir, 'nope'), join(dir, 'run'), fakeSteps().steps, captureLogger().log),
+    /nothing to reset: .*nope does not exist/,
+  );
 });
 
 test('kctl reset --help says it works for both roles', () => {
   const root = new URL('../../..', import.meta.url).pathname;
-  const r = spawnSync(process.execPath, ['--import', 'tsx', 'src/cli/index.ts', 'reset', '--help'], { cwd: root, encoding: 'utf8' });
+  const r = spawnSync(process.execPath, ['--import', 'tsx', 'src/cli/index.ts', 'reset', '--help'], {
+    cwd: root,
+    encoding: 'utf8',
+  });
   assert.equal(r.status, 0);
   assert.match(r.stdout, /on a stopped controller or worker/);
   assert.match(r.stdout, /Refuses, changing nothing, while a kctl controller or worker runs/);

@@ -50,7 +50,12 @@ test('kctl status shows, per agent, what it claimed, what routing uses, and why 
 });
 
 test("a controller's status shows the live controllers, the servers of every agent, and the etcd members", () => {
-  const ctl = (n: string, agents: string[]) => ({ name: `kctl-controller-${n}`, apiServer: `https://${n}:6443`, konnectivity: `${n}:8132`, agents });
+  const ctl = (n: string, agents: string[]) => ({
+    name: `kctl-controller-${n}`,
+    apiServer: `https://${n}:6443`,
+    konnectivity: `${n}:8132`,
+    agents,
+  });
   const report: ControllerStatusReport = {
     ...controller,
     controllers: [ctl('a', ['w1', 'w2']), ctl('b', ['w1'])],
@@ -116,17 +121,34 @@ test("a controller's status names each address conflict, nobody's or kept by an 
 });
 
 test('kctl status shows scheduled backups: the last result with its reason, the next, the lease holder', () => {
-  const backup = { schedule: '6h', retention: 3, path: '/var/backups', encrypted: true, leaseHolder: 'kctl-controller-10-0-0-1' };
+  const backup = {
+    schedule: '6h',
+    retention: 3,
+    path: '/var/backups',
+    encrypted: true,
+    leaseHolder: 'kctl-controller-10-0-0-1',
+  };
   const ok = renderStatus({
     ...controller,
     backup: {
       ...backup,
-      last: { at: '2026-11-26T03:00:00.000Z', controller: 'kctl-controller-10-0-0-1', result: 'ok', file: '/var/backups/kctl-backup-x.tar.gz.enc' },
+      last: {
+        at: '2026-11-26T03:00:00.000Z',
+        controller: 'kctl-controller-10-0-0-1',
+        result: 'ok',
+        file: '/var/backups/kctl-backup-x.tar.gz.enc',
+      },
       nextDue: '2026-11-26T09:00:00.000Z',
     },
   });
-  assert.match(ok, /Backups: every 6h, keep 3, encrypted, in \/var\/backups\n {2}lease holder: kctl-controller-10-0-0-1\n/);
-  assert.match(ok, / {2}last: +2026-11-26T03:00:00.000Z {2}ok {2}\/var\/backups\/kctl-backup-x\.tar\.gz\.enc {2}\(by kctl-controller-10-0-0-1\)\n/);
+  assert.match(
+    ok,
+    /Backups: every 6h, keep 3, encrypted, in \/var\/backups\n {2}lease holder: kctl-controller-10-0-0-1\n/,
+  );
+  assert.match(
+    ok,
+    / {2}last: +2026-11-26T03:00:00.000Z {2}ok {2}\/var\/backups\/kctl-backup-x\.tar\.gz\.enc {2}\(by kctl-controller-10-0-0-1\)\n/,
+  );
   assert.match(ok, / {2}next due: +2026-11-26T09:00:00.000Z\n/);
   const failed = renderStatus({
     ...controller,
@@ -134,11 +156,19 @@ test('kctl status shows scheduled backups: the last result with its reason, the 
       ...backup,
       encrypted: false,
       leaseHolder: 'kctl-controller-10-0-0-2',
-      last: { at: '2026-11-26T03:00:00.000Z', controller: 'kctl-controller-10-0-0-2', result: 'failed', reason: 'no space left on device' },
+      last: {
+        at: '2026-11-26T03:00:00.000Z',
+        controller: 'kctl-controller-10-0-0-2',
+        result: 'failed',
+        reason: 'no space left on device',
+      },
     },
   });
   assert.match(failed, /NOT encrypted \(CA keys in the clear\)/);
-  assert.match(failed, /last: +2026-11-26T03:00:00.000Z {2}failed: no space left on device {2}\(by kctl-controller-10-0-0-2\)\n/);
+  assert.match(
+    failed,
+    /last: +2026-11-26T03:00:00.000Z {2}failed: no space left on device {2}\(by kctl-controller-10-0-0-2\)\n/,
+  );
   assert.match(failed, /next due: +\(known to the lease holder\)/);
   assert.doesNotMatch(renderStatus({ ...controller }), /Backups:/);
 });
@@ -174,7 +204,13 @@ test('kctl status lists every certificate with its expiry, next renewal and rene
         renewedBy: 'kubelet',
         renewals: 2,
       },
-      { name: 'admin.conf', kind: 'kubeconfig', file: '/d/pki/admin.conf', renewals: 0, error: 'no certificate in /d/pki/admin.conf' },
+      {
+        name: 'admin.conf',
+        kind: 'kubeconfig',
+        file: '/d/pki/admin.conf',
+        renewals: 0,
+        error: 'no certificate in /d/pki/admin.conf',
+      },
     ],
   });
   assert.match(text, /^NAME +KIND +SUBJECT +EXPIRES +NEXT RENEWAL +RENEWALS$/m);
@@ -187,7 +223,14 @@ test('kctl status lists every certificate with its expiry, next renewal and rene
 
 test("a worker's status shows the servers its agent holds and each API upstream's health, and says so when it holds none", () => {
   const worker = { role: 'worker' as const, version: 'test', pid: 1, uptimeSeconds: 5, components: [] };
-  const server = { serverId: 'c1', serverCount: 2, extensions: [], transport: 'kctl-tunnel/1' as const, connections: 3, pendingDials: 0 };
+  const server = {
+    serverId: 'c1',
+    serverCount: 2,
+    extensions: [],
+    transport: 'kctl-tunnel/1' as const,
+    connections: 3,
+    pendingDials: 0,
+  };
   const out = renderStatus({
     ...worker,
     konnectivityAgent: { agentId: 'w1', knownServerCount: 2, servers: [{ ...server, address: '10.0.0.1:8132' }] },
@@ -195,7 +238,12 @@ test("a worker's status shows the servers its agent holds and each API upstream'
       listen: '127.0.0.1:7443',
       upstreams: [
         { address: '10.0.0.1:6443', healthy: true, connections: 4 },
-        { address: '10.0.0.2:6443', healthy: false, connections: 0, lastError: 'https://10.0.0.2:6443: no answer within 4 s' },
+        {
+          address: '10.0.0.2:6443',
+          healthy: false,
+          connections: 0,
+          lastError: 'https://10.0.0.2:6443: no answer within 4 s',
+        },
       ],
     },
   });
@@ -203,7 +251,10 @@ test("a worker's status shows the servers its agent holds and each API upstream'
     out,
     /Konnectivity agent w1: streams to 1 of 2 server\(s\)\n {2}10\.0\.0\.1:8132 {2}server=c1 {2}transport=kctl-tunnel\/1 {2}connections=3 {2}pending=0/,
   );
-  assert.match(out, /10\.0\.0\.2:6443 {2}unhealthy {2}connections=0 {2}https:\/\/10\.0\.0\.2:6443: no answer within 4 s/);
+  assert.match(
+    out,
+    /10\.0\.0\.2:6443 {2}unhealthy {2}connections=0 {2}https:\/\/10\.0\.0\.2:6443: no answer within 4 s/,
+  );
   const alone = renderStatus({ ...worker, konnectivityAgent: { agentId: 'w1', knownServerCount: 1, servers: [] } });
   assert.match(alone, /no server connected: logs, exec and port-forward to this node fail until one is/);
 });

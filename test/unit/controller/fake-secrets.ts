@@ -8,7 +8,13 @@ export interface StoredSecret {
   apiVersion?: string;
   kind?: string;
   type?: string;
-  metadata: { name: string; namespace?: string; resourceVersion?: string; labels?: Record<string, string>; annotations?: Record<string, string> };
+  metadata: {
+    name: string;
+    namespace?: string;
+    resourceVersion?: string;
+    labels?: Record<string, string>;
+    annotations?: Record<string, string>;
+  };
   data?: Record<string, string>;
   stringData?: Record<string, string>;
 }
@@ -46,10 +52,12 @@ export async function fakeSecrets(t: { after: (fn: () => Promise<void>) => void 
     if (!req.path.startsWith(PREFIX)) return status(res, 404, 'NotFound', `${req.path} not found`);
     const name = req.path.slice(PREFIX.length + 1);
     const stored = name ? secrets.get(name) : undefined;
-    if (!name && req.method === 'GET') return json(res, 200, { items: [...secrets.values()].filter((s) => matches(s, req.query)) });
+    if (!name && req.method === 'GET')
+      return json(res, 200, { items: [...secrets.values()].filter((s) => matches(s, req.query)) });
     if (!name && req.method === 'POST') {
       const s = JSON.parse(req.body) as StoredSecret;
-      if (secrets.has(s.metadata.name)) return status(res, 409, 'AlreadyExists', `secrets "${s.metadata.name}" already exists`);
+      if (secrets.has(s.metadata.name))
+        return status(res, 409, 'AlreadyExists', `secrets "${s.metadata.name}" already exists`);
       const data = { ...s.data };
       for (const [k, v] of Object.entries(s.stringData ?? {})) data[k] = Buffer.from(v).toString('base64');
       const created: StoredSecret = { ...s, data, metadata: { ...s.metadata, resourceVersion: String(version++) } };
@@ -67,7 +75,12 @@ export async function fakeSecrets(t: { after: (fn: () => Promise<void>) => void 
       const s = JSON.parse(req.body) as StoredSecret;
       if (s.metadata.resourceVersion !== stored.metadata.resourceVersion) {
         conflicts++;
-        return status(res, 409, 'Conflict', 'the object has been modified; please apply your changes to the latest version and try again');
+        return status(
+          res,
+          409,
+          'Conflict',
+          'the object has been modified; please apply your changes to the latest version and try again',
+        );
       }
       const updated = { ...s, metadata: { ...s.metadata, resourceVersion: String(version++) } };
       secrets.set(name, updated);

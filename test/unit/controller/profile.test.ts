@@ -25,13 +25,19 @@ test('api-only: from the config or the flag; kine by default (etcd when asked); 
   assert.equal(cfg.spec.addons.coredns.enabled, false);
   assert.equal(cfg.spec.addons.metricsServer.enabled, false);
   assert.equal(parseConfig({}, 'defaults', { apiOnly: true }).spec.profile, 'api-only');
-  assert.equal(parseConfig({ spec: { profile: 'api-only', storage: { type: 'etcd' } } }, 'kctl.yaml').spec.storage.type, 'etcd');
+  assert.equal(
+    parseConfig({ spec: { profile: 'api-only', storage: { type: 'etcd' } } }, 'kctl.yaml').spec.storage.type,
+    'etcd',
+  );
   assert.equal(parseConfig({}, 'defaults').spec.profile, 'full');
   assert.throws(
     () => parseConfig({ spec: { profile: 'api-only', addons: { coredns: { enabled: true } } } }, 'kctl.yaml'),
     /spec\.addons\.coredns\.enabled: an api-only control plane has no nodes to run add-ons on/,
   );
-  assert.throws(() => parseConfig({ spec: { profile: 'apionly' } }, 'kctl.yaml'), /spec\.profile: .*"full".*"api-only"/);
+  assert.throws(
+    () => parseConfig({ spec: { profile: 'apionly' } }, 'kctl.yaml'),
+    /spec\.profile: .*"full".*"api-only"/,
+  );
 });
 
 test('api-only runs storage, kube-apiserver, the manifest applier, a trimmed controller-manager and the certificate renewer, on their ports only', async (t) => {
@@ -39,10 +45,21 @@ test('api-only runs storage, kube-apiserver, the manifest applier, a trimmed con
   // Components are only built here, never started: an admin kubeconfig that names a server is enough.
   const dir = await tempDir(t);
   await mkdir(join(dir, 'pki'));
-  await writeFile(join(dir, 'pki', 'admin.conf'), 'clusters: [{ cluster: { server: "https://10.0.0.1:6443" } }]\nusers: [{ user: { token: x } }]\n');
+  await writeFile(
+    join(dir, 'pki', 'admin.conf'),
+    'clusters: [{ cluster: { server: "https://10.0.0.1:6443" } }]\nusers: [{ user: { token: x } }]\n',
+  );
   const pki = pkiPaths(join(dir, 'pki'));
   const names = controllerComponents({ cfg, paths, pki, release: RELEASE }).map((c) => c.name);
-  assert.deepEqual(names, ['status', 'kine', 'encryption', 'kube-apiserver', 'manifest-applier', 'kube-controller-manager', 'pki-renewer']);
+  assert.deepEqual(names, [
+    'status',
+    'kine',
+    'encryption',
+    'kube-apiserver',
+    'manifest-applier',
+    'kube-controller-manager',
+    'pki-renewer',
+  ]);
   assert.deepEqual(Object.keys(controllerPorts(cfg)), ['kube-apiserver', 'kube-controller-manager']);
   const full = controllerComponents({
     cfg: parseConfig({ spec: { api: { address: '10.0.0.1' } } }, 'kctl.yaml'),
@@ -50,7 +67,11 @@ test('api-only runs storage, kube-apiserver, the manifest applier, a trimmed con
     pki,
     release: RELEASE,
   });
-  assert.ok(['konnectivity-server', 'kube-scheduler', 'csr-approver', 'pki-renewer'].every((n) => full.some((c) => c.name === n)));
+  assert.ok(
+    ['konnectivity-server', 'kube-scheduler', 'csr-approver', 'pki-renewer'].every((n) =>
+      full.some((c) => c.name === n),
+    ),
+  );
   // The add-ons, kube-scheduler and kube-controller-manager start once kube-apiserver is ready, beside kctl's bootstrap.
   assert.deepEqual(
     full.filter((c) => c.startAfter).map((c) => [c.name, c.startAfter]),
@@ -67,7 +88,12 @@ test('api-only kube-apiserver: no egress selector, RBAC only, no kubelet or boot
   const api = apiserverArgs(cfg, paths, pki, { egress: true });
   assert.equal(flag(api, 'egress-selector-config-file'), undefined);
   assert.equal(flag(api, 'authorization-mode'), 'RBAC');
-  for (const f of ['kubelet-client-certificate', 'enable-bootstrap-token-auth', 'enable-aggregator-routing', 'api-audiences'])
+  for (const f of [
+    'kubelet-client-certificate',
+    'enable-bootstrap-token-auth',
+    'enable-aggregator-routing',
+    'api-audiences',
+  ])
     assert.equal(flag(api, f), undefined, f);
   assert.ok(flag(api, 'requestheader-client-ca-file'), 'the aggregation layer stays');
   const kcm = controllerManagerArgs(cfg, pki);

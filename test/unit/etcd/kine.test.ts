@@ -40,7 +40,11 @@ test('kine reads the data source from its environment; its command line and its 
   await kine.init({ log, statuses: () => [] });
   await kine.start();
   const said = (prefix: string) => waitFor(prefix, 5_000, () => lines().find((l) => String(l.msg).startsWith(prefix)));
-  assert.equal((await said('endpoint:')).msg, 'endpoint: postgres://kine:***@db:5432/kine', 'KINE_ENDPOINT holds the data source');
+  assert.equal(
+    (await said('endpoint:')).msg,
+    'endpoint: postgres://kine:***@db:5432/kine',
+    'KINE_ENDPOINT holds the data source',
+  );
   assert.equal(
     (await said('args:')).msg,
     `args: --listen-address=unix://${join(dir, 'run', 'kine.sock')} --metrics-bind-address=0 --log-format=json`,

@@ -25,7 +25,9 @@ async function dataDir(t: TestContext): Promise<string> {
 
 function capture() {
   const lines: { msg: string }[] = [];
-  const destination = new Writable({ write: (c: Buffer, _e, cb) => (lines.push(JSON.parse(c.toString()) as { msg: string }), cb()) });
+  const destination = new Writable({
+    write: (c: Buffer, _e, cb) => (lines.push(JSON.parse(c.toString()) as { msg: string }), cb()),
+  });
   return { log: createLogger({ destination, pretty: false }), lines };
 }
 
@@ -35,7 +37,10 @@ test('a new data dir is recorded at the newest format, with the version that wro
   const dir = await dataDir(t);
   const { log, lines } = capture();
   assert.deepEqual(await migrateDataDir(dir, '0.2.0', log), { format: NEWEST, writtenBy: '0.2.0' });
-  assert.deepEqual(JSON.parse(await readFile(join(dir, DATA_FORMAT_FILE), 'utf8')), { format: NEWEST, writtenBy: '0.2.0' });
+  assert.deepEqual(JSON.parse(await readFile(join(dir, DATA_FORMAT_FILE), 'utf8')), {
+    format: NEWEST,
+    writtenBy: '0.2.0',
+  });
   assert.equal(lines.length, 0);
 });
 
@@ -45,7 +50,11 @@ test('a data dir at an older format is brought forward step by step, and each st
   const { log, lines } = capture();
   const steps: DataFormatStep[] = [
     { to: 1, what: 'record the format', run: async () => undefined },
-    { to: 2, what: 'rename the config', run: async (d) => writeFile(join(d, 'config-v2.yaml'), await readFile(join(d, 'cluster-config.yaml'))) },
+    {
+      to: 2,
+      what: 'rename the config',
+      run: async (d) => writeFile(join(d, 'config-v2.yaml'), await readFile(join(d, 'cluster-config.yaml'))),
+    },
   ];
   await writeFile(join(dir, DATA_FORMAT_FILE), JSON.stringify({ format: 1, writtenBy: '0.1.0' }));
   assert.deepEqual(await migrateDataDir(dir, '0.2.0', log, steps), { format: 2, writtenBy: '0.2.0' });
@@ -88,7 +97,10 @@ test('a data dir written by a newer format is refused with one line, and nothing
   for (const attempt of [refuseNewerDataDir(dir, '0.1.0'), migrateDataDir(dir, '0.1.0', capture().log)])
     await assert.rejects(attempt, (err: Error) => {
       assert.ok(err instanceof UserError);
-      assert.match(err.message, /was written by kctl 9\.0\.0 \(data format \d+\); this kctl 0\.1\.0 reads up to format \d+: run the newer kctl/);
+      assert.match(
+        err.message,
+        /was written by kctl 9\.0\.0 \(data format \d+\); this kctl 0\.1\.0 reads up to format \d+: run the newer kctl/,
+      );
       assert.ok(!err.message.includes('\n'));
       return true;
     });
@@ -99,7 +111,10 @@ test('a data dir written by a newer format is refused with one line, and nothing
 test('a damaged record is refused with what to do', async (t) => {
   const dir = await dataDir(t);
   await writeFile(join(dir, DATA_FORMAT_FILE), '{"format": "x"');
-  await assert.rejects(migrateDataDir(dir, '0.1.0', capture().log), /kctl-data\.json is damaged \(no integer "format"\); restore it from a backup/);
+  await assert.rejects(
+    migrateDataDir(dir, '0.1.0', capture().log),
+    /kctl-data\.json is damaged \(no integer "format"\); restore it from a backup/,
+  );
 });
 
 test('a rollback to the previous kctl at the same format rewrites who wrote it', async (t) => {

@@ -20,7 +20,9 @@ async function fakeProcSys(t: TestContext, instances: string, watches: string): 
 
 function capture() {
   const lines: { level: number; msg: string }[] = [];
-  const destination = new Writable({ write: (c: Buffer, _e, cb) => (lines.push(JSON.parse(c.toString()) as { level: number; msg: string }), cb()) });
+  const destination = new Writable({
+    write: (c: Buffer, _e, cb) => (lines.push(JSON.parse(c.toString()) as { level: number; msg: string }), cb()),
+  });
   return { log: createLogger({ destination, pretty: false }), lines };
 }
 
@@ -30,7 +32,9 @@ test('a limit below its floor is raised, one above it is left alone, and each ra
   const dir = await fakeProcSys(t, '128', '1048576');
   const { log, lines } = capture();
   const changed = await raiseKernelLimits(log, dir);
-  assert.deepEqual(changed, [{ key: 'fs.inotify.max_user_instances', from: 128, to: KERNEL_LIMITS['fs.inotify.max_user_instances'] }]);
+  assert.deepEqual(changed, [
+    { key: 'fs.inotify.max_user_instances', from: 128, to: KERNEL_LIMITS['fs.inotify.max_user_instances'] },
+  ]);
   assert.equal(await read(dir, 'max_user_instances'), '8192');
   assert.equal(await read(dir, 'max_user_watches'), '1048576', 'never lowered');
   assert.deepEqual(

@@ -7,7 +7,14 @@ import { writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, test } from 'node:test';
-import { CLAIM_GRACE_MS, claimPorts, hostStateDir, PortClaimConflict, releasePorts, type PortClaim } from '../../../src/host/port-claims.ts';
+import {
+  CLAIM_GRACE_MS,
+  claimPorts,
+  hostStateDir,
+  PortClaimConflict,
+  releasePorts,
+  type PortClaim,
+} from '../../../src/host/port-claims.ts';
 
 process.env.KCTL_HOST_STATE_DIR = mkdtempSync(join(tmpdir(), 'kctl-host-'));
 after(() => rmSync(process.env.KCTL_HOST_STATE_DIR!, { recursive: true, force: true }));
@@ -23,7 +30,9 @@ const always = async () => true;
 test('five owners picking at once from one range get five disjoint pairs of ports', async () => {
   const r = range(10);
   const picked = await Promise.all(
-    ['a', 'b', 'c', 'd', 'e'].map(async (n) => (await claimPorts({ owner: `/data/${n}`, label: n, count: 2, range: r, stillHeld: always })).ports),
+    ['a', 'b', 'c', 'd', 'e'].map(
+      async (n) => (await claimPorts({ owner: `/data/${n}`, label: n, count: 2, range: r, stillHeld: always })).ports,
+    ),
   );
   const all = picked.flat();
   assert.equal(all.length, 10);
@@ -52,26 +61,39 @@ test('a claim whose owner no longer records the port is given back once past the
     ports: [r[0]],
     use: { claimed: 1, inGrace: 1, listening: 0, excluded: 0 },
   });
-  assert.deepEqual((await claimPorts({ owner: '/data/new', label: 'new', count: 1, range: r, stillHeld: gone })).ports, [r[0]]);
-  assert.deepEqual((await claimPorts({ owner: '/data/other', label: 'other', count: 1, range: r, stillHeld: gone })).ports, []);
+  assert.deepEqual(
+    (await claimPorts({ owner: '/data/new', label: 'new', count: 1, range: r, stillHeld: gone })).ports,
+    [r[0]],
+  );
+  assert.deepEqual(
+    (await claimPorts({ owner: '/data/other', label: 'other', count: 1, range: r, stillHeld: gone })).ports,
+    [],
+  );
 });
 
 test('a recorded port another owner holds is refused naming that owner; its own recorded ports are claimed as they are', async () => {
   const r = range(3);
-  const [p] = (await claimPorts({ owner: '/data/first', label: 'tenant "first"', count: 1, range: r, stillHeld: always })).ports;
+  const [p] = (
+    await claimPorts({ owner: '/data/first', label: 'tenant "first"', count: 1, range: r, stillHeld: always })
+  ).ports;
   await assert.rejects(
     claimPorts({ owner: '/data/second', label: 'tenant "second"', recorded: [p!], stillHeld: always }),
     (err: unknown) => err instanceof PortClaimConflict && err.port === p && err.holder.label === 'tenant "first"',
   );
-  assert.deepEqual((await claimPorts({ owner: '/data/first', label: 'tenant "first"', recorded: [p!], stillHeld: always })).ports, [p]);
+  assert.deepEqual(
+    (await claimPorts({ owner: '/data/first', label: 'tenant "first"', recorded: [p!], stillHeld: always })).ports,
+    [p],
+  );
   // ... and not picked for anyone else.
-  const others = (await claimPorts({ owner: '/data/third', label: 'third', count: 2, range: r, stillHeld: always })).ports;
+  const others = (await claimPorts({ owner: '/data/third', label: 'third', count: 2, range: r, stillHeld: always }))
+    .ports;
   assert.ok(!others.includes(p!), JSON.stringify(others));
 });
 
 test('an owner that releases its claims frees them at once, within the grace period, and only its own', async () => {
   const r = range(4);
-  const a = (await claimPorts({ owner: '/data/refused', label: 'refused', count: 2, range: r, stillHeld: always })).ports;
+  const a = (await claimPorts({ owner: '/data/refused', label: 'refused', count: 2, range: r, stillHeld: always }))
+    .ports;
   const b = (await claimPorts({ owner: '/data/kept', label: 'kept', count: 2, range: r, stillHeld: always })).ports;
   assert.deepEqual((await releasePorts('/data/refused')).sort(), [...a].sort());
   assert.deepEqual(await releasePorts('/data/refused'), []);

@@ -23,7 +23,8 @@ test('a WireGuard key pair: the public key of a private key is X25519 of it, in 
   const made = generatePrivateKey();
   assert.ok(isWireguardKey(made) && isWireguardKey(publicKeyOf(made)));
   assert.notEqual(generatePrivateKey(), made);
-  for (const bad of [undefined, '', 'abc', Buffer.alloc(31).toString('base64'), made.slice(0, -1) + '!']) assert.equal(isWireguardKey(bad), false);
+  for (const bad of [undefined, '', 'abc', Buffer.alloc(31).toString('base64'), made.slice(0, -1) + '!'])
+    assert.equal(isWireguardKey(bad), false);
 });
 
 test('a set request names each peer by its hex key, its endpoint only when given, and replaces its allowed IPs', () => {

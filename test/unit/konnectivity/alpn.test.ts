@@ -9,7 +9,11 @@ import { makePki, quietLogger, OWN_LOOPBACK } from './fixtures.ts';
 import { waitFor } from '../../wait.ts';
 
 /** The protocol lists of the agent's first `handshakes` TLS handshakes with a server that always picks h2. */
-async function offeredBy(alpnProtocols: string[] | undefined, handshakes: number, extensions?: boolean): Promise<string[][]> {
+async function offeredBy(
+  alpnProtocols: string[] | undefined,
+  handshakes: number,
+  extensions?: boolean,
+): Promise<string[][]> {
   const pki = await makePki();
   const offered: string[][] = [];
   const server = createServer({
@@ -35,7 +39,9 @@ async function offeredBy(alpnProtocols: string[] | undefined, handshakes: number
   });
   await agent.start();
   try {
-    return await waitFor(`${handshakes} TLS handshakes`, 10_000, () => (offered.length >= handshakes ? offered.slice(0, handshakes) : undefined));
+    return await waitFor(`${handshakes} TLS handshakes`, 10_000, () =>
+      offered.length >= handshakes ? offered.slice(0, handshakes) : undefined,
+    );
   } finally {
     await agent.stop({ drain: false });
     server.close();

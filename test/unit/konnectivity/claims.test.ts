@@ -24,17 +24,27 @@ const nodes = new FakeNodes([
 ]);
 const node = (name: string): AgentIdentity => ({ method: 'certificate', user: `system:node:${name}`, node: name });
 const sa: AgentIdentity = { method: 'token', user: 'system:serviceaccount:kube-system:konnectivity-agent' };
-const judge = (who: AgentIdentity, query: string, trusted = false) => judgeClaims(who, parseIdentifiers(query), nodes, trusted);
+const judge = (who: AgentIdentity, query: string, trusted = false) =>
+  judgeClaims(who, parseIdentifiers(query), nodes, trusted);
 const droppedClaims = (v: ReturnType<typeof judge>) => v.dropped.map((d) => d.claim);
 
 test("a node-certificate agent keeps its node's name and the names and addresses its Node reports", () => {
   const v = judge(node('edge-1'), 'host=edge-1&host=EDGE-1.site.example&ipv4=10.0.0.1&ipv6=fd00:0::1');
-  assert.deepEqual(v.accepted, { host: ['edge-1', 'edge-1.site.example'], ipv4: ['10.0.0.1'], ipv6: ['fd00::1'], cidr: [], defaultRoute: false });
+  assert.deepEqual(v.accepted, {
+    host: ['edge-1', 'edge-1.site.example'],
+    ipv4: ['10.0.0.1'],
+    ipv6: ['fd00::1'],
+    cidr: [],
+    defaultRoute: false,
+  });
   assert.deepEqual(v.dropped, []);
 });
 
 test("another Node's address or name, an address no Node reports, CIDRs and default-route are dropped, each with its reason", () => {
-  const v = judge(node('edge-1'), 'host=edge-2&ipv4=10.0.0.2&ipv4=10.9.9.9&ipv6=fd00::2&cidr=10.0.0.0/24&default-route=true');
+  const v = judge(
+    node('edge-1'),
+    'host=edge-2&ipv4=10.0.0.2&ipv4=10.9.9.9&ipv6=fd00::2&cidr=10.0.0.0/24&default-route=true',
+  );
   assert.deepEqual(v.accepted, { host: [], ipv4: [], ipv6: [], cidr: [], defaultRoute: false });
   assert.deepEqual(v.dropped, [
     { claim: 'cidr=10.0.0.0/24', reason: 'only agents listed in spec.konnectivity.trustedAgents may claim it' },
@@ -59,11 +69,21 @@ test('a node that is not registered keeps only its name; addresses wait for its 
 test("a trusted agent also keeps CIDRs, default-route and other hosts' addresses, unless the owning Node's agent claims them too", () => {
   const query = 'host=gw&ipv4=10.9.9.9&ipv4=10.0.0.1&cidr=10.0.0.0/24&default-route=true';
   const alone = judge(node('gw'), query, true);
-  assert.deepEqual(alone.accepted, { host: ['gw'], ipv4: ['10.9.9.9', '10.0.0.1'], ipv6: [], cidr: ['10.0.0.0/24'], defaultRoute: true });
+  assert.deepEqual(alone.accepted, {
+    host: ['gw'],
+    ipv4: ['10.9.9.9', '10.0.0.1'],
+    ipv6: [],
+    cidr: ['10.0.0.0/24'],
+    defaultRoute: true,
+  });
   assert.deepEqual(alone.dropped, []);
-  const contested = judgeClaims(node('gw'), parseIdentifiers(query), nodes, true, (v) => (v === '10.0.0.1' ? 'edge-1' : undefined));
+  const contested = judgeClaims(node('gw'), parseIdentifiers(query), nodes, true, (v) =>
+    v === '10.0.0.1' ? 'edge-1' : undefined,
+  );
   assert.deepEqual(contested.accepted.ipv4, ['10.9.9.9']);
-  assert.deepEqual(contested.dropped, [{ claim: 'ipv4=10.0.0.1', reason: 'agent edge-1 of node edge-1, which reports it, claims it too' }]);
+  assert.deepEqual(contested.dropped, [
+    { claim: 'ipv4=10.0.0.1', reason: 'agent edge-1 of node edge-1, which reports it, claims it too' },
+  ]);
 });
 
 test('a service-account agent claims nothing unless trusted; trusted, it is treated like a trusted agent without a Node', () => {
@@ -73,8 +93,16 @@ test('a service-account agent claims nothing unless trusted; trusted, it is trea
   assert.match(v.dropped.find((d) => d.claim === 'ipv4=10.9.9.9')!.reason, /service-account agent claims nothing/);
   const query = 'host=edge-9&ipv4=10.9.9.9&ipv4=10.0.0.2&cidr=10.9.0.0/16&default-route=true';
   const t = judge(sa, query, true);
-  assert.deepEqual(t.accepted, { host: ['edge-9'], ipv4: ['10.9.9.9', '10.0.0.2'], ipv6: [], cidr: ['10.9.0.0/16'], defaultRoute: true });
-  const contested = judgeClaims(sa, parseIdentifiers(query), nodes, true, (v) => (v === '10.0.0.2' ? 'edge-2' : undefined));
+  assert.deepEqual(t.accepted, {
+    host: ['edge-9'],
+    ipv4: ['10.9.9.9', '10.0.0.2'],
+    ipv6: [],
+    cidr: ['10.9.0.0/16'],
+    defaultRoute: true,
+  });
+  const contested = judgeClaims(sa, parseIdentifiers(query), nodes, true, (v) =>
+    v === '10.0.0.2' ? 'edge-2' : undefined,
+  );
   assert.deepEqual(droppedClaims(contested), ['ipv4=10.0.0.2']);
 });
 
@@ -85,7 +113,11 @@ test('trust is by node name for certificate agents and by user for token agents'
   assert.equal(isTrusted(node('edge-1'), list), false);
   assert.equal(isTrusted(sa, list), true);
   assert.equal(isTrusted({ method: 'token', user: 'system:serviceaccount:default:x' }, list), false);
-  assert.equal(isTrusted({ method: 'token', user: 'system:serviceaccount:default:gw' }, list), false, 'a token is not a node name');
+  assert.equal(
+    isTrusted({ method: 'token', user: 'system:serviceaccount:default:gw' }, list),
+    false,
+    'a token is not a node name',
+  );
   assert.equal(isTrusted(node('gw'), undefined), false);
 });
 
@@ -98,10 +130,13 @@ test('without a Node directory a certificate vouches for its node name only; add
 
 test('unownedBy: the names and addresses a Node does not report, in one spelling, each with its reason', () => {
   const n = nodes.get('edge-1')!;
-  assert.deepEqual(unownedBy('edge-1', n, ['edge-1', 'Edge-1.site.example', 'edge-2'], ['10.0.0.1', 'fd00:0:0::1', '10.0.0.2'], nodes), [
-    { value: 'edge-2', reason: 'reported by node edge-2' },
-    { value: '10.0.0.2', reason: 'reported by node edge-2' },
-  ]);
+  assert.deepEqual(
+    unownedBy('edge-1', n, ['edge-1', 'Edge-1.site.example', 'edge-2'], ['10.0.0.1', 'fd00:0:0::1', '10.0.0.2'], nodes),
+    [
+      { value: 'edge-2', reason: 'reported by node edge-2' },
+      { value: '10.0.0.2', reason: 'reported by node edge-2' },
+    ],
+  );
 });
 
 // The cluster of the ownership tests: a controller at 192.0.2.2 (name ctl.example), Services in
@@ -155,7 +190,13 @@ test("no node owns a controller address or name, a Service IP, another node's po
   };
   const dir = cluster(node);
   const verdict = Object.fromEntries(
-    unownedBy('n1', node, ['ctl.example', 'CTL.example', 'localhost', 'n1'], [...lies, '10.0.0.1', 'fd00:0::1'], dir).map((d) => [d.value, d.reason]),
+    unownedBy(
+      'n1',
+      node,
+      ['ctl.example', 'CTL.example', 'localhost', 'n1'],
+      [...lies, '10.0.0.1', 'fd00:0::1'],
+      dir,
+    ).map((d) => [d.value, d.reason]),
   );
   assert.deepEqual(verdict, {
     'ctl.example': "a controller's name",
@@ -218,9 +259,16 @@ test('an admin names the keeper of a shared address (kctl.dev/keeps-addresses): 
   assert.equal(ownershipProblem('n1', dir.get('n1'), '10.0.0.7', false, dir), undefined);
   const kept = 'kept by node n1 (kctl.dev/keeps-addresses, set by an admin)';
   assert.equal(ownershipProblem('n2', dir.get('n2'), '10.0.0.7', false, dir), kept);
-  assert.equal(ownershipProblem('n2', dir.get('n2'), '10.0.0.7', false, dir, 'each'), kept, 'and may no longer name it in a certificate');
+  assert.equal(
+    ownershipProblem('n2', dir.get('n2'), '10.0.0.7', false, dir, 'each'),
+    kept,
+    'and may no longer name it in a certificate',
+  );
   // Two keepers are no keeper.
-  const both = cluster({ ...reporting('n1', '10.0.0.7'), keeps: ['10.0.0.7'] }, { ...reporting('n2', '10.0.0.7'), keeps: ['10.0.0.7'] });
+  const both = cluster(
+    { ...reporting('n1', '10.0.0.7'), keeps: ['10.0.0.7'] },
+    { ...reporting('n2', '10.0.0.7'), keeps: ['10.0.0.7'] },
+  );
   assert.match(ownershipProblem('n1', both.get('n1'), '10.0.0.7', false, both) ?? '', /conflict/);
 });
 
@@ -248,7 +296,11 @@ test('an ipv4 or ipv6 claim that is not an IP is dropped, and a trusted agent ne
   assert.deepEqual(v.accepted.ipv6, []);
   assert.deepEqual(
     v.dropped.map((d) => `${d.claim}: ${d.reason}`),
-    ['ipv4=example.com: not an IP address', 'ipv4=10.96.0.1: inside the service CIDR 10.96.0.0/12', 'ipv6=::1: a loopback address'],
+    [
+      'ipv4=example.com: not an IP address',
+      'ipv4=10.96.0.1: inside the service CIDR 10.96.0.0/12',
+      'ipv6=::1: a loopback address',
+    ],
   );
   const gw = judgeClaims(node('gw'), parseIdentifiers('ipv4=192.0.2.2&host=ctl.example&ipv4=10.9.9.9'), dir, true);
   assert.deepEqual(gw.accepted.ipv4, ['10.9.9.9']);
@@ -266,7 +318,11 @@ test('routing follows the claims: the impostor never gets a dial for the owner a
     creds: await pki.nodeCert('node-a'),
     identifiers: 'host=node-a&ipv4=10.0.0.1&ipv4=10.0.0.7',
   });
-  const impostor = await rawAgent(t, pki, server, { agentId: 'x1', creds: await pki.nodeCert('x1'), identifiers: 'host=victim&ipv4=10.0.0.1' });
+  const impostor = await rawAgent(t, pki, server, {
+    agentId: 'x1',
+    creds: await pki.nodeCert('x1'),
+    identifiers: 'host=victim&ipv4=10.0.0.1',
+  });
   await waitFor('two agents', 10_000, () => server.snapshot().agents.length === 2);
   const snap = server.snapshot().agents.find((a) => a.id === 'system:node:x1')!;
   assert.deepEqual(snap.claimed.ipv4, ['10.0.0.1']);
@@ -276,7 +332,10 @@ test('routing follows the claims: the impostor never gets a dial for the owner a
     ['host=victim: node x1 is not registered', 'ipv4=10.0.0.1: reported by node node-a'],
   );
   const warn = log.lines().find((l) => l.agent === 'system:node:x1' && l.level === 40);
-  assert.match(String(warn?.msg), /agent system:node:x1: dropped claims host=victim .*ipv4=10\.0\.0\.1 \(reported by node node-a\)/);
+  assert.match(
+    String(warn?.msg),
+    /agent system:node:x1: dropped claims host=victim .*ipv4=10\.0\.0\.1 \(reported by node node-a\)/,
+  );
   const ownerSnap = server.snapshot().agents.find((a) => a.id === 'system:node:node-a')!;
   assert.deepEqual(ownerSnap.accepted.ipv4, ['10.0.0.1'], "10.0.0.7 is not node-a's (yet)");
 
@@ -328,13 +387,24 @@ test("a trusted agent serves a Node's address only while that Node's own agent i
     trustedAgents: { nodes: [], users: [user] },
     tokenReview: async (token) => ({ ok: token === 'sa', user }),
   });
-  await rawAgent(t, pki, server, { agentId: 'daemonset-pod', creds: null, token: 'sa', identifiers: 'ipv4=10.0.0.1&cidr=10.0.0.0/8' });
+  await rawAgent(t, pki, server, {
+    agentId: 'daemonset-pod',
+    creds: null,
+    token: 'sa',
+    identifiers: 'ipv4=10.0.0.1&cidr=10.0.0.0/8',
+  });
   const pod = () => server.snapshot().agents.find((a) => a.id.endsWith('/daemonset-pod'));
   await waitFor('trusted agent holds 10.0.0.1', 10_000, () => pod()?.accepted.ipv4.join() === '10.0.0.1');
   assert.deepEqual(pod()!.accepted.cidr, ['10.0.0.0/8']);
-  const owner = await rawAgent(t, pki, server, { agentId: 'node-a', creds: await pki.nodeCert('node-a'), identifiers: 'ipv4=10.0.0.1' });
+  const owner = await rawAgent(t, pki, server, {
+    agentId: 'node-a',
+    creds: await pki.nodeCert('node-a'),
+    identifiers: 'ipv4=10.0.0.1',
+  });
   await waitFor('the owner wins', 10_000, () => pod()?.accepted.ipv4.length === 0);
-  assert.deepEqual(pod()!.dropped, [{ claim: 'ipv4=10.0.0.1', reason: 'agent system:node:node-a of node node-a, which reports it, claims it too' }]);
+  assert.deepEqual(pod()!.dropped, [
+    { claim: 'ipv4=10.0.0.1', reason: 'agent system:node:node-a of node node-a, which reports it, claims it too' },
+  ]);
   owner.close();
   await waitFor('back to the trusted agent', 10_000, () => pod()?.accepted.ipv4.join() === '10.0.0.1');
 });
@@ -350,8 +420,16 @@ test("a node agent serves its Node's pod CIDRs without claiming them: dials to a
 
   const pki = await makePki();
   const server = await startServer(t, pki, { nodes: withPods, dialTimeoutMs: 2_000 });
-  const a = await rawAgent(t, pki, server, { agentId: 'node-a', creds: await pki.nodeCert('node-a'), identifiers: 'host=node-a&ipv4=10.0.0.1' });
-  const b = await rawAgent(t, pki, server, { agentId: 'node-b', creds: await pki.nodeCert('node-b'), identifiers: 'host=node-b&ipv4=10.0.0.2' });
+  const a = await rawAgent(t, pki, server, {
+    agentId: 'node-a',
+    creds: await pki.nodeCert('node-a'),
+    identifiers: 'host=node-a&ipv4=10.0.0.1',
+  });
+  const b = await rawAgent(t, pki, server, {
+    agentId: 'node-b',
+    creds: await pki.nodeCert('node-b'),
+    identifiers: 'host=node-b&ipv4=10.0.0.2',
+  });
   await waitFor('two agents', 10_000, () => server.snapshot().agents.length === 2);
   const uds = udsOf(server).grpc;
   for (const [pod, owner, other] of [
@@ -370,11 +448,25 @@ test("a node agent serves its Node's pod CIDRs without claiming them: dials to a
 });
 
 test('among CIDR matches the longest prefix wins: a pod dial goes to its node, not to a trusted gateway claiming the whole pod network', async (t) => {
-  const withPods = new FakeNodes([{ name: 'node-a', addresses: [{ type: 'InternalIP', address: '10.0.0.1' }], podCIDRs: ['10.244.1.0/24'] }]);
+  const withPods = new FakeNodes([
+    { name: 'node-a', addresses: [{ type: 'InternalIP', address: '10.0.0.1' }], podCIDRs: ['10.244.1.0/24'] },
+  ]);
   const pki = await makePki();
-  const server = await startServer(t, pki, { nodes: withPods, dialTimeoutMs: 2_000, trustedAgents: { nodes: ['gw'], users: [] } });
-  const a = await rawAgent(t, pki, server, { agentId: 'node-a', creds: await pki.nodeCert('node-a'), identifiers: 'host=node-a&ipv4=10.0.0.1' });
-  const gw = await rawAgent(t, pki, server, { agentId: 'gw', creds: await pki.nodeCert('gw'), identifiers: 'host=gw&cidr=10.244.0.0/16' });
+  const server = await startServer(t, pki, {
+    nodes: withPods,
+    dialTimeoutMs: 2_000,
+    trustedAgents: { nodes: ['gw'], users: [] },
+  });
+  const a = await rawAgent(t, pki, server, {
+    agentId: 'node-a',
+    creds: await pki.nodeCert('node-a'),
+    identifiers: 'host=node-a&ipv4=10.0.0.1',
+  });
+  const gw = await rawAgent(t, pki, server, {
+    agentId: 'gw',
+    creds: await pki.nodeCert('gw'),
+    identifiers: 'host=gw&cidr=10.244.0.0/16',
+  });
   await waitFor('two agents', 10_000, () => server.snapshot().agents.length === 2);
   const uds = udsOf(server).grpc;
   const routed = async (address: string, to: typeof a, not: typeof a) => {
@@ -397,9 +489,17 @@ test("an agent is its certificate: another node's agentid is a label and never s
   fake.set('x1', '10.0.0.9');
   const server = await startServer(t, pki, { nodes: fake, dialTimeoutMs: 2_000 });
   // The impostor connects first, calling itself node-a, with x1's certificate.
-  const impostor = await rawAgent(t, pki, server, { agentId: 'node-a', creds: await pki.nodeCert('x1'), identifiers: 'host=node-a&ipv4=10.0.0.1' });
+  const impostor = await rawAgent(t, pki, server, {
+    agentId: 'node-a',
+    creds: await pki.nodeCert('x1'),
+    identifiers: 'host=node-a&ipv4=10.0.0.1',
+  });
   await waitFor('impostor connected', 10_000, () => server.snapshot().agents.length === 1);
-  const owner = await rawAgent(t, pki, server, { agentId: 'node-a', creds: await pki.nodeCert('node-a'), identifiers: 'host=node-a&ipv4=10.0.0.1' });
+  const owner = await rawAgent(t, pki, server, {
+    agentId: 'node-a',
+    creds: await pki.nodeCert('node-a'),
+    identifiers: 'host=node-a&ipv4=10.0.0.1',
+  });
   await waitFor('owner connected', 10_000, () => server.snapshot().agents.length === 2);
   const snap = server.snapshot().agents;
   const imp = snap.find((a) => a.node === 'x1')!;
@@ -424,7 +524,11 @@ test('broker ids come from authentication: a node certificate, a token user with
   const { brokerId, strayAgentId } = await import('../../../src/konnectivity/server/auth.ts');
   assert.equal(brokerId(node('edge-1'), 'anything', false), 'system:node:edge-1');
   assert.equal(brokerId(sa, 'pod-7', false), `${sa.user}/pod-7`);
-  assert.equal(brokerId(sa, 'system:node:edge-1', false), `${sa.user}/system:node:edge-1`, 'a token agent never gets a node key');
+  assert.equal(
+    brokerId(sa, 'system:node:edge-1', false),
+    `${sa.user}/system:node:edge-1`,
+    'a token agent never gets a node key',
+  );
   assert.equal(brokerId(node('edge-1'), 'edge-2', true), 'edge-2');
   assert.equal(strayAgentId(node('edge-1'), 'edge-1'), undefined);
   assert.equal(strayAgentId(node('edge-1'), 'system:node:edge-1'), undefined);
@@ -433,18 +537,39 @@ test('broker ids come from authentication: a node certificate, a token user with
 
 test("a range a Node wrote for itself serves nothing: dials to the victim's pods stay the victim's, and a dial no honest node may serve fails", async (t) => {
   const shaped = { ...reserved, podRangeBits: 24 };
-  const victim: NodeRecord = { name: 'node-a', addresses: [{ type: 'InternalIP', address: '10.0.0.1' }], podCIDRs: ['10.244.1.0/24'] };
-  const liar = (podCIDRs: string[]): NodeRecord => ({ name: 'evil', addresses: [{ type: 'InternalIP', address: '10.0.0.66' }], podCIDRs });
+  const victim: NodeRecord = {
+    name: 'node-a',
+    addresses: [{ type: 'InternalIP', address: '10.0.0.1' }],
+    podCIDRs: ['10.244.1.0/24'],
+  };
+  const liar = (podCIDRs: string[]): NodeRecord => ({
+    name: 'evil',
+    addresses: [{ type: 'InternalIP', address: '10.0.0.66' }],
+    podCIDRs,
+  });
   for (const lie of [['10.244.1.0/25'], ['10.244.1.5/32'], ['0.0.0.0/0']]) {
-    const v = judgeClaims(node('evil'), parseIdentifiers('host=evil&ipv4=10.0.0.66'), new FakeNodes([victim, liar(lie)], shaped), false);
+    const v = judgeClaims(
+      node('evil'),
+      parseIdentifiers('host=evil&ipv4=10.0.0.66'),
+      new FakeNodes([victim, liar(lie)], shaped),
+      false,
+    );
     assert.deepEqual(v.accepted.cidr, [], `${lie.join()} was served`);
   }
   const fake = new FakeNodes([victim, liar(['10.244.1.0/25', '0.0.0.0/0'])], shaped);
   const pki = await makePki();
   // The strategy `kctl controller` runs: destHost alone, so a dial nobody may serve fails.
   const server = await startServer(t, pki, { nodes: fake, dialTimeoutMs: 2_000, proxyStrategies: ['destHost'] });
-  const a = await rawAgent(t, pki, server, { agentId: 'node-a', creds: await pki.nodeCert('node-a'), identifiers: 'host=node-a&ipv4=10.0.0.1' });
-  const evil = await rawAgent(t, pki, server, { agentId: 'evil', creds: await pki.nodeCert('evil'), identifiers: 'host=evil&ipv4=10.0.0.66' });
+  const a = await rawAgent(t, pki, server, {
+    agentId: 'node-a',
+    creds: await pki.nodeCert('node-a'),
+    identifiers: 'host=node-a&ipv4=10.0.0.1',
+  });
+  const evil = await rawAgent(t, pki, server, {
+    agentId: 'evil',
+    creds: await pki.nodeCert('evil'),
+    identifiers: 'host=evil&ipv4=10.0.0.66',
+  });
   await waitFor('two agents', 10_000, () => server.snapshot().agents.length === 2);
   const uds = udsOf(server).grpc;
   for (let i = 0; i < 10; i++) {
@@ -454,5 +579,9 @@ test("a range a Node wrote for itself serves nothing: dials to the victim's pods
     await d;
   }
   await assert.rejects(dialViaProxy({ udsPath: uds, address: '10.9.9.9:443' }), /no agent may serve 10\.9\.9\.9/);
-  await assert.rejects(evil.next('DIAL_REQ', 100), /no DIAL_REQ/, 'a dial went to the node with the self-declared ranges');
+  await assert.rejects(
+    evil.next('DIAL_REQ', 100),
+    /no DIAL_REQ/,
+    'a dial went to the node with the self-declared ranges',
+  );
 });

@@ -23,7 +23,10 @@ async function nodeAgent(
   got: Got,
 ): Promise<KonnectivityAgent> {
   const pki = await makePki();
-  const agent = await startAgent(t, pki, [server], { agentId: node, onDatagram: (from, data) => got.push({ from, data: data.toString() }) });
+  const agent = await startAgent(t, pki, [server], {
+    agentId: node,
+    onDatagram: (from, data) => got.push({ from, data: data.toString() }),
+  });
   await waitFor(`${node} connected`, 10_000, () => agent.snapshot().servers.length === 1);
   return agent;
 }
@@ -53,7 +56,12 @@ test('the sender cannot name itself: the server stamps the node its certificate 
   await nodeAgent(t, server, 'node-b', gotB);
   // A raw stream with node-x's certificate; the packet says nothing about its sender, and a
   // forged "from" does not exist in the message: the node field is the destination.
-  const raw = await rawAgent(t, pki, server, { agentId: 'node-x', creds: await pki.nodeCert('node-x'), extensions: true, transport: 'link' });
+  const raw = await rawAgent(t, pki, server, {
+    agentId: 'node-x',
+    creds: await pki.nodeCert('node-x'),
+    extensions: true,
+    transport: 'link',
+  });
   raw.send(packets.datagram('node-b', Buffer.from('from x')));
   await waitFor('b got it', 10_000, () => gotB.length === 1);
   assert.deepEqual(gotB, [{ from: 'node-x', data: 'from x' }]);
@@ -78,9 +86,15 @@ test('a stream without kctl extensions, or a server not asked to relay, relays n
   const relaying = await startServer(t, pki, { datagramRelay: {} });
   const gotC: Got = [];
   await nodeAgent(t, relaying, 'node-c', gotC);
-  const upstreamLike = await rawAgent(t, pki, relaying, { agentId: 'node-d', creds: await pki.nodeCert('node-d'), extensions: false });
+  const upstreamLike = await rawAgent(t, pki, relaying, {
+    agentId: 'node-d',
+    creds: await pki.nodeCert('node-d'),
+    extensions: false,
+  });
   upstreamLike.send(packets.datagram('node-c', Buffer.from('y')));
-  await waitFor('refusal counted', 10_000, async () => /result="not_allowed"\} 1/.test(await relaying.metrics.registry.metrics()));
+  await waitFor('refusal counted', 10_000, async () =>
+    /result="not_allowed"\} 1/.test(await relaying.metrics.registry.metrics()),
+  );
   // Give a wrongly relayed datagram time to arrive before saying none did.
   await new Promise((r) => setTimeout(r, 300));
   assert.deepEqual(gotB, []);
@@ -97,7 +111,11 @@ test('a node sends at most its rate: the rest is dropped and counted', async (t)
   const kib = Buffer.alloc(1_000, 1);
   for (let i = 0; i < 10; i++) a.sendDatagram('node-b', kib);
   const count = (result: string): Promise<number> => relayed(server, result);
-  await waitFor('all ten judged', 10_000, async () => (await count('forwarded')) + (await count('rate_limited')) === 10);
+  await waitFor(
+    'all ten judged',
+    10_000,
+    async () => (await count('forwarded')) + (await count('rate_limited')) === 10,
+  );
   const forwarded = await count('forwarded');
   // The burst (4), and one more only if the ten took 10 s to arrive (100 bytes per second refill): never all 10.
   assert.ok(forwarded >= 4 && forwarded <= 5, `${forwarded} of 10 relayed`);
@@ -118,7 +136,11 @@ test('a node holding two streams to the server shares one bound', async (t) => {
     second.send(packets.datagram('node-b', kib));
   }
   const count = (result: string): Promise<number> => relayed(server, result);
-  await waitFor('all ten judged', 10_000, async () => (await count('forwarded')) + (await count('rate_limited')) === 10);
+  await waitFor(
+    'all ten judged',
+    10_000,
+    async () => (await count('forwarded')) + (await count('rate_limited')) === 10,
+  );
   const forwarded = await count('forwarded');
   assert.ok(forwarded >= 4 && forwarded <= 5, `${forwarded} of 10 relayed from two streams of one node`);
 });
@@ -137,7 +159,11 @@ test('many nodes sending to one share its bound: a flood through the server reac
   for (let i = 0; i < 4; i++) x!.sendDatagram('node-b', kib);
   await waitFor("node-x's four arrive", 10_000, () => gotB.length === 4);
   for (let i = 0; i < 4; i++) y!.sendDatagram('node-b', kib);
-  await waitFor('all eight judged', 10_000, async () => (await count('forwarded')) + (await count('rate_limited')) === 8);
+  await waitFor(
+    'all eight judged',
+    10_000,
+    async () => (await count('forwarded')) + (await count('rate_limited')) === 8,
+  );
   assert.ok(gotB.length <= 5, `${gotB.length} of 8 reached node-b`);
   // What node-b could not take cost node-y nothing: its own burst still carries four to node-c.
   for (let i = 0; i < 4; i++) y!.sendDatagram('node-c', kib);

@@ -138,7 +138,13 @@ test('a pending dial fails at once when its agent is killed (SIGKILL), not at th
   const creds = await pki.nodeCert('doomed');
   const child = spawn(process.execPath, ['--import', 'tsx', 'test/unit/konnectivity/fixtures/silent-agent.ts'], {
     cwd: root,
-    env: { ...process.env, KNP_PORT: String(server.agentPort()), KNP_CA: pki.ca, KNP_CERT: creds.cert, KNP_KEY: creds.key },
+    env: {
+      ...process.env,
+      KNP_PORT: String(server.agentPort()),
+      KNP_CA: pki.ca,
+      KNP_CERT: creds.cert,
+      KNP_KEY: creds.key,
+    },
     stdio: ['ignore', 'pipe', 'inherit'],
   });
   t.after(() => {
@@ -146,7 +152,11 @@ test('a pending dial fails at once when its agent is killed (SIGKILL), not at th
   });
   let out = '';
   child.stdout.on('data', (c: Buffer) => (out += c.toString()));
-  await waitFor('child agent connected', 30_000, () => out.includes('CONNECTED') && server.snapshot().agents.length === 1);
+  await waitFor(
+    'child agent connected',
+    30_000,
+    () => out.includes('CONNECTED') && server.snapshot().agents.length === 1,
+  );
   const dial = dialViaProxy({ udsPath: udsOf(server).grpc, address: '127.0.0.1:10250' });
   await waitFor('dial reached the agent', 10_000, () => out.includes('DIAL'));
   child.kill('SIGKILL');
@@ -172,7 +182,11 @@ test('agent stream ends: every tunnel on it gets CLOSE_RSP; stray packets get a 
   agent.close();
   await once(tunnel, 'end');
   assert.match(tunnel.closeError ?? '', /agent system:node:raw-1 disconnected/);
-  await waitFor('tables empty', 10_000, () => server.snapshot().establishedConnections === 0 && server.snapshot().agents.length === 0);
+  await waitFor(
+    'tables empty',
+    10_000,
+    () => server.snapshot().establishedConnections === 0 && server.snapshot().agents.length === 0,
+  );
 });
 
 test('a client that sends DATA for another connection id gets CLOSE_RSP for it, and the tunnel is closed', async (t) => {
@@ -194,12 +208,24 @@ test('a client that sends DATA for another connection id gets CLOSE_RSP for it, 
   agent.send(packets.dialRsp('42', '8'));
   await waitFor('DIAL_RSP', 10_000, () => got.some((p) => p.type === 'DIAL_RSP'));
   call.write(packets.data('9', Buffer.from('wrong id')));
-  await waitFor('CLOSE_RSP for the stray id', 10_000, () => got.find((p) => p.type === 'CLOSE_RSP' && p.closeResponse?.connectID === '9'));
-  assert.equal((await agent.next('CLOSE_REQ')).closeRequest?.connectID, '8', "the stream's own connection is closed on the agent");
+  await waitFor('CLOSE_RSP for the stray id', 10_000, () =>
+    got.find((p) => p.type === 'CLOSE_RSP' && p.closeResponse?.connectID === '9'),
+  );
+  assert.equal(
+    (await agent.next('CLOSE_REQ')).closeRequest?.connectID,
+    '8',
+    "the stream's own connection is closed on the agent",
+  );
   agent.send(packets.closeRsp('8'));
-  await waitFor('CLOSE_RSP for the real id', 10_000, () => got.find((p) => p.type === 'CLOSE_RSP' && p.closeResponse?.connectID === '8'));
+  await waitFor('CLOSE_RSP for the real id', 10_000, () =>
+    got.find((p) => p.type === 'CLOSE_RSP' && p.closeResponse?.connectID === '8'),
+  );
   await assert.rejects(agent.next('DATA', 200), /no DATA/, 'the stray bytes never reached the agent');
-  await waitFor('tables empty', 10_000, () => server.snapshot().closingConnections === 0 && server.snapshot().establishedConnections === 0);
+  await waitFor(
+    'tables empty',
+    10_000,
+    () => server.snapshot().closingConnections === 0 && server.snapshot().establishedConnections === 0,
+  );
 });
 
 test('a client that disappears from an established tunnel makes the server send CLOSE_REQ', async (t) => {
@@ -208,14 +234,26 @@ test('a client that disappears from an established tunnel makes the server send 
   assert.equal((await agent.next('CLOSE_REQ')).closeRequest?.connectID, '3');
   assert.equal(server.snapshot().closingConnections, 1);
   agent.send(packets.closeRsp('3'));
-  await waitFor('tables empty', 10_000, () => server.snapshot().closingConnections === 0 && server.snapshot().establishedConnections === 0);
+  await waitFor(
+    'tables empty',
+    10_000,
+    () => server.snapshot().closingConnections === 0 && server.snapshot().establishedConnections === 0,
+  );
 });
 
 test('DRAIN moves new dials to other agents; destHost picks the agent of the dialed node', async (t) => {
   const pki = await makePki();
   const server = await startServer(t, pki, { dialTimeoutMs: 500 });
-  const a = await rawAgent(t, pki, server, { agentId: 'node-a', creds: await pki.nodeCert('node-a'), identifiers: 'host=node-a&ipv4=10.0.0.1' });
-  const b = await rawAgent(t, pki, server, { agentId: 'node-b', creds: await pki.nodeCert('node-b'), identifiers: 'host=node-b&ipv4=10.0.0.2' });
+  const a = await rawAgent(t, pki, server, {
+    agentId: 'node-a',
+    creds: await pki.nodeCert('node-a'),
+    identifiers: 'host=node-a&ipv4=10.0.0.1',
+  });
+  const b = await rawAgent(t, pki, server, {
+    agentId: 'node-b',
+    creds: await pki.nodeCert('node-b'),
+    identifiers: 'host=node-b&ipv4=10.0.0.2',
+  });
   await waitFor('two agents', 10_000, () => server.snapshot().agents.length === 2);
   const uds = udsOf(server).grpc;
 
@@ -227,8 +265,14 @@ test('DRAIN moves new dials to other agents; destHost picks the agent of the dia
   await Promise.all([toA, toB]);
 
   a.send(packets.drain());
-  await waitFor('a draining', 10_000, () => server.snapshot().agents.find((x) => x.id === 'system:node:node-a')?.draining);
-  const dials = Array.from({ length: 8 }, () => dialViaProxy({ udsPath: uds, address: 'example.internal:443' }).catch(() => {}));
+  await waitFor(
+    'a draining',
+    10_000,
+    () => server.snapshot().agents.find((x) => x.id === 'system:node:node-a')?.draining,
+  );
+  const dials = Array.from({ length: 8 }, () =>
+    dialViaProxy({ udsPath: uds, address: 'example.internal:443' }).catch(() => {}),
+  );
   for (let i = 0; i < 8; i++) await b.next('DIAL_REQ');
   await Promise.all(dials);
   await assert.rejects(a.next('DIAL_REQ', 200), /no DIAL_REQ/);

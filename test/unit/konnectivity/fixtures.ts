@@ -10,7 +10,15 @@ import { createLogger, type Logger } from '../../../src/base/log.ts';
 import { AgentServiceClient, type Packet } from '../../../src/konnectivity/wire/protocol.ts';
 import { openLink, type CallError } from '../../../src/konnectivity/wire/link-calls.ts';
 import { ensurePki, pkiPaths } from '../../../src/pki/index.ts';
-import { generateKeyPem, issueCaCert, issueLeafCert, keyIdOf, parseCert, parseKey, type Signer } from '../../../src/pki/x509.ts';
+import {
+  generateKeyPem,
+  issueCaCert,
+  issueLeafCert,
+  keyIdOf,
+  parseCert,
+  parseKey,
+  type Signer,
+} from '../../../src/pki/x509.ts';
 import { KonnectivityAgent, type KonnectivityAgentOptions } from '../../../src/konnectivity/agent/agent.ts';
 import { KonnectivityServer, type KonnectivityServerOptions } from '../../../src/konnectivity/server/server.ts';
 import {
@@ -31,7 +39,11 @@ export interface TestPki {
   serverCert: string;
   serverKey: string;
   /** A client certificate signed by `signer` (default: the cluster CA). */
-  clientCert(o: { commonName: string; organizations?: string[]; signer?: Signer }): Promise<{ cert: string; key: string }>;
+  clientCert(o: {
+    commonName: string;
+    organizations?: string[];
+    signer?: Signer;
+  }): Promise<{ cert: string; key: string }>;
   /** A node certificate as kubelet TLS bootstrap makes them. */
   nodeCert(node: string): Promise<{ cert: string; key: string }>;
   /** A CA that has nothing to do with the cluster. */
@@ -46,7 +58,8 @@ const silentSink = new Writable({
 
 /** Silent, unless KCTL_TEST_LOG=1 (then debug lines on stderr). */
 export function quietLogger(): Logger {
-  if (process.env.KCTL_TEST_LOG === '1') return createLogger({ destination: process.stderr, pretty: false, debug: true });
+  if (process.env.KCTL_TEST_LOG === '1')
+    return createLogger({ destination: process.stderr, pretty: false, debug: true });
   return createLogger({ destination: silentSink, pretty: false });
 }
 
@@ -106,7 +119,12 @@ async function createPki(t: T): Promise<TestPki> {
     nodeCert: (node) => clientCert({ commonName: `system:node:${node}`, organizations: ['system:nodes'] }),
     foreignCa: async () => {
       const keyPem = await generateKeyPem();
-      const certPem = issueCaCert({ subject: { commonName: 'other-ca' }, key: parseKey(keyPem, 'key', ''), now: new Date(), years: 1 });
+      const certPem = issueCaCert({
+        subject: { commonName: 'other-ca' },
+        key: parseKey(keyPem, 'key', ''),
+        now: new Date(),
+        years: 1,
+      });
       return signerFrom('other-ca', certPem, keyPem);
     },
   };
@@ -122,7 +140,11 @@ export const OWN_LOOPBACK = `127.${1 + Math.floor(Math.random() * 254)}.${Math.f
 /** The options each test server was started with (its socket paths). */
 const serverOptions = new WeakMap<KonnectivityServer, KonnectivityServerOptions>();
 
-export async function startServer(t: T, pki: TestPki, over: Partial<KonnectivityServerOptions> = {}): Promise<KonnectivityServer> {
+export async function startServer(
+  t: T,
+  pki: TestPki,
+  over: Partial<KonnectivityServerOptions> = {},
+): Promise<KonnectivityServer> {
   const dir = await tempDir(t, 'kctl-knp-run-');
   const options: KonnectivityServerOptions = {
     udsPath: join(dir, 'konnectivity-server.sock'),
@@ -155,10 +177,16 @@ export async function startAgent(
   over: Partial<KonnectivityAgentOptions> = {},
 ): Promise<KonnectivityAgent> {
   const node = over.agentId ?? 'node-1';
-  const creds = over.cert ? { cert: over.cert, key: over.key } : over.serviceAccountTokenPath ? {} : await pki.nodeCert(node);
+  const creds = over.cert
+    ? { cert: over.cert, key: over.key }
+    : over.serviceAccountTokenPath
+      ? {}
+      : await pki.nodeCert(node);
   const agent = new KonnectivityAgent({
     servers: servers.map((s) =>
-      s instanceof KonnectivityServer ? { host: serverOptions.get(s)?.agentBindAddress ?? '127.0.0.1', port: s.agentPort() } : s,
+      s instanceof KonnectivityServer
+        ? { host: serverOptions.get(s)?.agentBindAddress ?? '127.0.0.1', port: s.agentPort() }
+        : s,
     ),
     ca: pki.ca,
     ...creds,
@@ -262,10 +290,21 @@ export interface RawAgentOptions {
 }
 
 /** Connects to the server's agent port; rejects with the status details when refused. */
-export async function rawAgent(t: T, pki: TestPki, server: KonnectivityServer, o: RawAgentOptions = {}): Promise<RawAgent> {
+export async function rawAgent(
+  t: T,
+  pki: TestPki,
+  server: KonnectivityServer,
+  o: RawAgentOptions = {},
+): Promise<RawAgent> {
   const creds = o.creds === null ? null : (o.creds ?? (await pki.nodeCert(o.agentId ?? 'raw-1')));
-  const channelCreds = grpc.credentials.createSsl(Buffer.from(pki.ca), creds ? Buffer.from(creds.key) : null, creds ? Buffer.from(creds.cert) : null);
-  const client = new AgentServiceClient(`127.0.0.1:${server.agentPort()}`, channelCreds, { 'grpc.use_local_subchannel_pool': 1 });
+  const channelCreds = grpc.credentials.createSsl(
+    Buffer.from(pki.ca),
+    creds ? Buffer.from(creds.key) : null,
+    creds ? Buffer.from(creds.cert) : null,
+  );
+  const client = new AgentServiceClient(`127.0.0.1:${server.agentPort()}`, channelCreds, {
+    'grpc.use_local_subchannel_pool': 1,
+  });
   const md = new grpc.Metadata();
   if (o.agentId !== '') md.set('agentid', o.agentId ?? 'raw-1');
   md.set('agentidentifiers', o.identifiers ?? '');

@@ -6,7 +6,11 @@ import { ConnectionFlow, WindowBudget } from '../../../src/konnectivity/wire/flo
 const KiB = 1024;
 
 /** The peer sends all the credit it has; the sink flushes `flushPerRound` of what is waiting. Returns the window after `rounds`. */
-function run(flow: ConnectionFlow, rounds: number, flushPerRound: (waiting: number) => number): { window: number; peakUnflushed: number } {
+function run(
+  flow: ConnectionFlow,
+  rounds: number,
+  flushPerRound: (waiting: number) => number,
+): { window: number; peakUnflushed: number } {
   let credit = 256 * KiB;
   for (let r = 0; r < rounds; r++) {
     assert.ok(flow.received(credit), 'the peer never exceeds the credit it was given');

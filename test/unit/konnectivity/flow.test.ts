@@ -58,7 +58,9 @@ interface Group {
 
 /** `conns` connections that will each download `size` bytes once started. */
 async function healthyGroup(server: KonnectivityServer, address: string, conns: number): Promise<Group> {
-  const tunnels = await Promise.all(Array.from({ length: conns }, () => dialViaProxy({ udsPath: udsOf(server).grpc, address })));
+  const tunnels = await Promise.all(
+    Array.from({ length: conns }, () => dialViaProxy({ udsPath: udsOf(server).grpc, address })),
+  );
   const g: Group = { tunnels, received: 0, done: Promise.resolve() };
   g.done = Promise.all(
     tunnels.map(
@@ -81,8 +83,14 @@ test('one stalled reader does not slow 100 other connections on the same agent, 
   const pki = await makePki();
   const server = await startServer(t, pki);
   const sides = [
-    { ip: '127.0.0.2', agent: await startAgent(t, pki, [server], { agentId: 'node-a', identifiers: { ipv4: ['127.0.0.2'] } }) },
-    { ip: '127.0.0.3', agent: await startAgent(t, pki, [server], { agentId: 'node-b', identifiers: { ipv4: ['127.0.0.3'] } }) },
+    {
+      ip: '127.0.0.2',
+      agent: await startAgent(t, pki, [server], { agentId: 'node-a', identifiers: { ipv4: ['127.0.0.2'] } }),
+    },
+    {
+      ip: '127.0.0.3',
+      agent: await startAgent(t, pki, [server], { agentId: 'node-b', identifiers: { ipv4: ['127.0.0.3'] } }),
+    },
   ];
   await waitFor('agents', 10_000, () => server.snapshot().agents.length === 2);
   const sources = [await sourceServer(t, sides[0]!.ip), await sourceServer(t, sides[1]!.ip)];
@@ -108,7 +116,10 @@ test('one stalled reader does not slow 100 other connections on the same agent, 
     const s = round % 2; // the side with the stalled connection
     const u = 1 - s;
     const stalled = await stall(sources[s]!.address);
-    const groups = [await healthyGroup(server, sources[0]!.address, CONNS), await healthyGroup(server, sources[1]!.address, CONNS)];
+    const groups = [
+      await healthyGroup(server, sources[0]!.address, CONNS),
+      await healthyGroup(server, sources[1]!.address, CONNS),
+    ];
     const started = process.hrtime.bigint();
     for (const g of groups) for (const tn of g.tunnels) tn.write(`${SIZE}\n`);
     // Over the same window: until the first group has everything.
@@ -127,13 +138,17 @@ test('one stalled reader does not slow 100 other connections on the same agent, 
     const st = server.tunnelStats().find((x) => x.random === stalled.random);
     const at = sides[s]!.agent.targetStats().find((x) => x.connectID === stalled.connectID);
     assert.ok(st && at, 'the stalled connection is still open');
-    const sock = Math.max(0, ...[...sources[s]!.endless].filter((k) => !k.destroyed).map((k) => sources[s]!.accepted.get(k) ?? 0));
+    const sock = Math.max(
+      0,
+      ...[...sources[s]!.endless].filter((k) => !k.destroyed).map((k) => sources[s]!.accepted.get(k) ?? 0),
+    );
     peaks.push({ server: st.peakUnflushed, agentHeld: at.peakHeld, sourceAccepted: sock });
     stalled.destroy();
     await waitFor(
       'stalled connection closed',
       10_000,
-      () => !server.tunnelStats().some((x) => x.random === stalled.random) && sides[s]!.agent.targetStats().length === 0,
+      () =>
+        !server.tunnelStats().some((x) => x.random === stalled.random) && sides[s]!.agent.targetStats().length === 0,
     );
   }
   // Geometric mean over rounds with the roles swapped: any difference between the two agents
@@ -149,12 +164,22 @@ test('one stalled reader does not slow 100 other connections on the same agent, 
   for (const p of peaks) {
     // The stalled reader's client and kernel buffers took the first bytes as fast as they came,
     // so its window may have grown before it stalled: bounded by the largest window.
-    assert.ok(p.server <= MAX_WINDOW, `server buffered ${p.server} B for the stalled connection (max window ${MAX_WINDOW})`);
+    assert.ok(
+      p.server <= MAX_WINDOW,
+      `server buffered ${p.server} B for the stalled connection (max window ${MAX_WINDOW})`,
+    );
     assert.ok(p.agentHeld <= MAX_DATA_CHUNK, `agent held ${p.agentHeld} B (one read at most)`);
-    assert.ok(p.sourceAccepted < 32 * MiB, `the stalled target could push only ${p.sourceAccepted} B before backpressure reached it`);
+    assert.ok(
+      p.sourceAccepted < 32 * MiB,
+      `the stalled target could push only ${p.sourceAccepted} B before backpressure reached it`,
+    );
   }
   // Window growth is returned when the connections close: the next ones can grow again.
-  await waitFor('window growth returned', 10_000, () => server.windowGrowthInUse() === 0 && sides.every((x) => x.agent.windowGrowthInUse() === 0));
+  await waitFor(
+    'window growth returned',
+    10_000,
+    () => server.windowGrowthInUse() === 0 && sides.every((x) => x.agent.windowGrowthInUse() === 0),
+  );
 });
 
 test('a target that stops reading backpressures its client, and the agent buffers at most a window', async (t) => {
@@ -181,7 +206,10 @@ test('a target that stops reading backpressures its client, and the agent buffer
   t.diagnostic(
     `client offered ${(written / MiB).toFixed(1)} MiB, ${(passed / MiB).toFixed(1)} MiB left it (kernel socket buffers included); agent unflushed peak ${at.peakUnflushed} B; server held peak ${st.peakHeld} B`,
   );
-  assert.ok(at.peakUnflushed <= MAX_WINDOW, `agent buffered ${at.peakUnflushed} B towards the stalled target (max window ${MAX_WINDOW})`);
+  assert.ok(
+    at.peakUnflushed <= MAX_WINDOW,
+    `agent buffered ${at.peakUnflushed} B towards the stalled target (max window ${MAX_WINDOW})`,
+  );
   assert.ok(st.peakHeld <= MAX_DATA_CHUNK, `server held ${st.peakHeld} B beyond the credit`);
   assert.ok(passed < 16 * MiB, `the client was slowed down (${passed} B left it)`);
 
@@ -204,7 +232,11 @@ test('with an agent that has no flow control (upstream), a stalled reader loses 
   const stalled = await dialViaProxy({ udsPath: udsOf(server).grpc, address: source.address });
   stalled.pause();
   stalled.write('inf\n');
-  await waitFor('stalled connection closed by the server', 10_000, () => !server.tunnelStats().some((x) => x.connectID === stalled.connectID));
+  await waitFor(
+    'stalled connection closed by the server',
+    10_000,
+    () => !server.tunnelStats().some((x) => x.connectID === stalled.connectID),
+  );
   const other = await dialViaProxy({ udsPath: udsOf(server).grpc, address: echo.address });
   other.write('fine');
   assert.equal((await readN(other, 4)).toString(), 'fine');

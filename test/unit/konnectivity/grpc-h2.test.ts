@@ -21,7 +21,11 @@ test('a DATA header followed by its payload is exactly the gRPC message of that 
       const body = encodePacket(packets.data(id, payload));
       const prefix = Buffer.alloc(5);
       prefix.writeUInt32BE(body.length, 1);
-      assert.deepEqual(Buffer.concat([dataHeader(id, len), payload]), Buffer.concat([prefix, body]), `connectID ${id}, ${len} bytes`);
+      assert.deepEqual(
+        Buffer.concat([dataHeader(id, len), payload]),
+        Buffer.concat([prefix, body]),
+        `connectID ${id}, ${len} bytes`,
+      );
     }
 });
 
@@ -42,7 +46,9 @@ async function echoServer(t: { after: (fn: () => Promise<void>) => void }, maxMe
 }
 
 function bidi(path: string, method: string) {
-  const client = new grpc.Client(`unix:${path}`, grpc.credentials.createInsecure(), { 'grpc.use_local_subchannel_pool': 1 });
+  const client = new grpc.Client(`unix:${path}`, grpc.credentials.createInsecure(), {
+    'grpc.use_local_subchannel_pool': 1,
+  });
   const call = client.makeBidiStreamRequest<Buffer, Packet>(method, (b: Buffer) => b, decodePacket);
   const got: Packet[] = [];
   call.on('data', (p: Packet) => got.push(p));
@@ -86,7 +92,8 @@ test('messages split across HTTP/2 DATA frames at any byte, or many in one frame
     }),
   );
   // Cut the bytes at odd places: single bytes, prefixes split in two, several messages at once.
-  for (let pos = 0, step = 1; pos < wire.length; pos += step, step = 1 + ((step * 7 + 3) % 6007)) stream.write(wire.subarray(pos, pos + step));
+  for (let pos = 0, step = 1; pos < wire.length; pos += step, step = 1 + ((step * 7 + 3) % 6007))
+    stream.write(wire.subarray(pos, pos + step));
   stream.end();
   const back: Buffer[] = [];
   stream.on('data', (c: Buffer) => back.push(c));

@@ -90,7 +90,10 @@ test('an agent behind one address discovers servercount=2 servers and drops dupl
   const s2 = await startServer(t, pki, { serverId: 'ctrl-2', serverCount: () => 2 });
   // Skewed on purpose: three of every four connections reach ctrl-1, so duplicates happen.
   const lb = await roundRobin(t, () => [s1.agentPort(), s1.agentPort(), s1.agentPort(), s2.agentPort()]);
-  const agent = await startAgent(t, pki, [{ host: '127.0.0.1', port: lb.port }], { syncIntervalMs: 50, syncIntervalCapMs: 200 });
+  const agent = await startAgent(t, pki, [{ host: '127.0.0.1', port: lb.port }], {
+    syncIntervalMs: 50,
+    syncIntervalCapMs: 200,
+  });
   await waitFor('both servers discovered', 20_000, () => agent.snapshot().servers.length === 2);
   assert.deepEqual(
     agent
@@ -101,7 +104,11 @@ test('an agent behind one address discovers servercount=2 servers and drops dupl
   );
   assert.equal(agent.snapshot().knownServerCount, 2);
   // Duplicates were dropped: each server sees the agent once.
-  await waitFor('one stream per server', 10_000, () => s1.snapshot().agents.length === 1 && s2.snapshot().agents.length === 1);
+  await waitFor(
+    'one stream per server',
+    10_000,
+    () => s1.snapshot().agents.length === 1 && s2.snapshot().agents.length === 1,
+  );
   const echo = await echoServer(t);
   await echoThrough(s1, echo.address);
   await echoThrough(s2, echo.address);
@@ -111,8 +118,15 @@ test('a dead link (no FIN, no RST) is noticed in seconds by both the agent and t
   const pki = await makePki();
   const server = await startServer(t, pki, { serverId: 'ctrl-1', keepaliveTimeMs: 1_000, keepaliveTimeoutMs: 1_000 });
   const lb = await roundRobin(t, () => [server.agentPort()]);
-  const agent = await startAgent(t, pki, [{ host: '127.0.0.1', port: lb.port }], { keepaliveTimeMs: 500, keepaliveTimeoutMs: 1_000 });
-  await waitFor('connected', 10_000, () => agent.snapshot().servers.length === 1 && server.snapshot().agents.length === 1);
+  const agent = await startAgent(t, pki, [{ host: '127.0.0.1', port: lb.port }], {
+    keepaliveTimeMs: 500,
+    keepaliveTimeoutMs: 1_000,
+  });
+  await waitFor(
+    'connected',
+    10_000,
+    () => agent.snapshot().servers.length === 1 && server.snapshot().agents.length === 1,
+  );
   const firstConnectedAt = server.snapshot().agents[0]?.connectedAt;
   lb.freeze();
   // Both ends give up on the frozen connection, and the agent comes back on a fresh one.
@@ -130,18 +144,29 @@ test('an agent that reconnects before the server noticed its dead stream gets th
   // after 15 s of silence: its old stream is then long silent when the new one arrives.)
   const server = await startServer(t, pki, { serverId: 'ctrl-1', keepaliveTimeMs: 20_000, keepaliveTimeoutMs: 10_000 });
   const lb = await roundRobin(t, () => [server.agentPort()]);
-  const agent = await startAgent(t, pki, [{ host: '127.0.0.1', port: lb.port }], { keepaliveTimeMs: 3_000, keepaliveTimeoutMs: 1_000 });
-  await waitFor('connected', 10_000, () => agent.snapshot().servers.length === 1 && server.snapshot().agents.length === 1);
+  const agent = await startAgent(t, pki, [{ host: '127.0.0.1', port: lb.port }], {
+    keepaliveTimeMs: 3_000,
+    keepaliveTimeoutMs: 1_000,
+  });
+  await waitFor(
+    'connected',
+    10_000,
+    () => agent.snapshot().servers.length === 1 && server.snapshot().agents.length === 1,
+  );
   lb.freeze();
   // The agent reconnects about 5 s after the freeze (4 s of silence, checked every second, then a
   // 0.5-1 s backoff); the server drops the frozen stream only at 30 s. A machine busy with other
   // clusters has been seen to take past 10 s, so the wait is bounded by the server's 30 s, not the
   // agent's usual pace: two streams at any time before it show the reconnect came first.
-  await waitFor('the agent reconnected while the server still holds the frozen stream', 25_000, () => server.snapshot().agents.length === 2).catch(
-    (err: unknown) => {
-      throw new Error(`${String(err)}; agent: ${JSON.stringify(agent.status())}, server streams: ${server.snapshot().agents.length}`);
-    },
-  );
+  await waitFor(
+    'the agent reconnected while the server still holds the frozen stream',
+    25_000,
+    () => server.snapshot().agents.length === 2,
+  ).catch((err: unknown) => {
+    throw new Error(
+      `${String(err)}; agent: ${JSON.stringify(agent.status())}, server streams: ${server.snapshot().agents.length}`,
+    );
+  });
   // Upstream's rule (oldest stream first) would send this dial into the frozen stream, where it
   // would wait the whole dial timeout (10 s by default, longer than this test's wait).
   const echo = await echoServer(t);
@@ -152,7 +177,10 @@ test("a server the worker reaches again is dialed at once, not at the backoff's 
   const pki = await makePki();
   const port = await freePort();
   // Nothing listens yet: the first attempt is refused and the next would come 30-60 s later.
-  const agent = await startAgent(t, pki, [{ host: '127.0.0.1', port }], { syncIntervalMs: 60_000, syncIntervalCapMs: 60_000 });
+  const agent = await startAgent(t, pki, [{ host: '127.0.0.1', port }], {
+    syncIntervalMs: 60_000,
+    syncIntervalCapMs: 60_000,
+  });
   await waitFor('the first attempt failed', 10_000, () => agent.status().lastError);
   const server = await startServer(t, pki, { serverId: 'ctrl-1', agentPort: port });
   agent.retrySoon('127.0.0.1');
@@ -177,7 +205,10 @@ test('a stream whose opening took longer than the keepalive bound is kept, not d
       client.resume();
     }, 1_500);
   });
-  const agent = await startAgent(t, pki, [{ host: '127.0.0.1', port: slow.port }], { keepaliveTimeMs: 300, keepaliveTimeoutMs: 300 });
+  const agent = await startAgent(t, pki, [{ host: '127.0.0.1', port: slow.port }], {
+    keepaliveTimeMs: 300,
+    keepaliveTimeoutMs: 300,
+  });
   await waitFor('connected', 10_000, () => agent.snapshot().servers.length === 1);
   const since = server.snapshot().agents[0]?.connectedAt;
   await new Promise((r) => setTimeout(r, 1_000));

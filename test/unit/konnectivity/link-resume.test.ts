@@ -19,7 +19,14 @@ test('a reconnect resumes the TLS session, keeps the client certificate and star
   const pki = await makePki();
   const seen: Seen[] = [];
   const server = createServer(
-    { cert: pki.serverCert, key: pki.serverKey, ca: pki.ca, requestCert: true, rejectUnauthorized: true, ALPNProtocols: [LINK_ALPN] },
+    {
+      cert: pki.serverCert,
+      key: pki.serverKey,
+      ca: pki.ca,
+      requestCert: true,
+      rejectUnauthorized: true,
+      ALPNProtocols: [LINK_ALPN],
+    },
     (s: TLSSocket) => {
       const cert = s.getPeerCertificate();
       seen.push({ reused: s.isSessionReused(), authorized: s.authorized, commonName: String(cert.subject?.CN) });
@@ -36,7 +43,14 @@ test('a reconnect resumes the TLS session, keeps the client certificate and star
 
   const connectAs = async (creds: { cert: string; key: string }) => {
     const link = await openLink(
-      { host: '127.0.0.1', port, ca: Buffer.from(pki.ca), cert: Buffer.from(creds.cert), key: Buffer.from(creds.key), timeoutMs: 5_000 },
+      {
+        host: '127.0.0.1',
+        port,
+        ca: Buffer.from(pki.ca),
+        cert: Buffer.from(creds.cert),
+        key: Buffer.from(creds.key),
+        timeoutMs: 5_000,
+      },
       new grpc.Metadata(),
     );
     assert.ok(link, 'the server chose kctl-tunnel/1');

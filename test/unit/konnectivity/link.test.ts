@@ -8,13 +8,23 @@ import { Writable } from 'node:stream';
 import { test } from 'node:test';
 import { createLogger } from '../../../src/base/log.ts';
 import { dialViaProxy } from '../../../src/konnectivity/client.ts';
-import { FRAME, FrameReader, LINK_ALPN, LinkProtocolError, MAX_FRAME, encodeFrame } from '../../../src/konnectivity/wire/link.ts';
+import {
+  FRAME,
+  FrameReader,
+  LINK_ALPN,
+  LinkProtocolError,
+  MAX_FRAME,
+  encodeFrame,
+} from '../../../src/konnectivity/wire/link.ts';
 import { encodePacket, packets, type Packet } from '../../../src/konnectivity/wire/protocol.ts';
 import { echoServer, makePki, rawAgent, readN, startAgent, startServer, udsOf } from './fixtures.ts';
 import { waitFor } from '../../wait.ts';
 
 function dataFrame(connectID: string, payload: Buffer): Buffer {
-  return encodeFrame(FRAME.DATA, Buffer.concat([Buffer.from([connectID.length]), Buffer.from(connectID, 'latin1'), payload]));
+  return encodeFrame(
+    FRAME.DATA,
+    Buffer.concat([Buffer.from([connectID.length]), Buffer.from(connectID, 'latin1'), payload]),
+  );
 }
 
 /** Everything a reader makes of `bytes` fed in the given chunk sizes: frames, and DATA bytes per id. */
@@ -115,13 +125,22 @@ test('on kctl-tunnel/1 a refused agent gets the same status text as on gRPC, and
   const pki = await makePki();
   const server = await startServer(t, pki, { serverId: 'link-srv', serverCount: () => 3 });
   for (const transport of ['grpc', 'link'] as const) {
-    await assert.rejects(rawAgent(t, pki, server, { agentId: '', transport }), /agentid must be set exactly once/, transport);
+    await assert.rejects(
+      rawAgent(t, pki, server, { agentId: '', transport }),
+      /agentid must be set exactly once/,
+      transport,
+    );
     await assert.rejects(
       rawAgent(t, pki, server, { creds: null, transport }),
       /no client certificate signed by the cluster CA and no bearer token/,
       transport,
     );
-    const a = await rawAgent(t, pki, server, { agentId: `n-${transport}`, creds: await pki.nodeCert(`n-${transport}`), extensions: true, transport });
+    const a = await rawAgent(t, pki, server, {
+      agentId: `n-${transport}`,
+      creds: await pki.nodeCert(`n-${transport}`),
+      extensions: true,
+      transport,
+    });
     assert.deepEqual(a.headers.get('serverid'), ['link-srv']);
     assert.deepEqual(a.headers.get('servercount'), ['3']);
     assert.deepEqual(a.headers.get('kctl-extensions'), ['flow-control/1']);
@@ -135,7 +154,10 @@ test('on kctl-tunnel/1 a refused agent gets the same status text as on gRPC, and
 test('a peer that breaks the framing is dropped with a warning; the other agents carry on', async (t) => {
   const pki = await makePki();
   const lines: string[] = [];
-  const log = createLogger({ destination: new Writable({ write: (c: Buffer, _e, cb) => (lines.push(c.toString()), cb()) }), pretty: false });
+  const log = createLogger({
+    destination: new Writable({ write: (c: Buffer, _e, cb) => (lines.push(c.toString()), cb()) }),
+    pretty: false,
+  });
   const server = await startServer(t, pki, { log });
   const agent = await startAgent(t, pki, [server]);
   await waitFor('agent connected', 10_000, () => server.snapshot().agents.length === 1);
@@ -146,7 +168,13 @@ test('a peer that breaks the framing is dropped with a warning; the other agents
     encodeFrame(FRAME.PACKET, encodePacket(packets.drain())), // a packet before HELLO
   ];
   for (const bytes of garbage) {
-    const s = tlsConnect({ host: '127.0.0.1', port: server.agentPort(), ca: pki.ca, ...node, ALPNProtocols: [LINK_ALPN] });
+    const s = tlsConnect({
+      host: '127.0.0.1',
+      port: server.agentPort(),
+      ca: pki.ca,
+      ...node,
+      ALPNProtocols: [LINK_ALPN],
+    });
     await new Promise<void>((resolve, reject) => {
       s.once('secureConnect', resolve);
       s.once('error', reject);
@@ -173,10 +201,19 @@ test('a peer that breaks the framing is dropped with a warning; the other agents
 test('a second HELLO on kctl-tunnel/1, even in the bytes of the first, drops that agent with the reason', async (t) => {
   const pki = await makePki();
   const lines: string[] = [];
-  const log = createLogger({ destination: new Writable({ write: (c: Buffer, _e, cb) => (lines.push(c.toString()), cb()) }), pretty: false });
+  const log = createLogger({
+    destination: new Writable({ write: (c: Buffer, _e, cb) => (lines.push(c.toString()), cb()) }),
+    pretty: false,
+  });
   const server = await startServer(t, pki, { log });
   const hello = encodeFrame(FRAME.HELLO, Buffer.from('{"agentid":["twice"]}'));
-  const s = tlsConnect({ host: '127.0.0.1', port: server.agentPort(), ca: pki.ca, ...(await pki.nodeCert('twice')), ALPNProtocols: [LINK_ALPN] });
+  const s = tlsConnect({
+    host: '127.0.0.1',
+    port: server.agentPort(),
+    ca: pki.ca,
+    ...(await pki.nodeCert('twice')),
+    ALPNProtocols: [LINK_ALPN],
+  });
   s.on('error', () => {});
   await new Promise<void>((resolve, reject) => {
     s.once('secureConnect', resolve);

@@ -23,7 +23,10 @@ type T = { after: (fn: () => Promise<void> | void) => void };
 /** A logger whose lines the test reads back. */
 function capturedLog(): { log: ReturnType<typeof createLogger>; lines: string[] } {
   const lines: string[] = [];
-  const log = createLogger({ destination: new Writable({ write: (c: Buffer, _e, cb) => (lines.push(c.toString()), cb()) }), pretty: false });
+  const log = createLogger({
+    destination: new Writable({ write: (c: Buffer, _e, cb) => (lines.push(c.toString()), cb()) }),
+    pretty: false,
+  });
   return { log, lines };
 }
 
@@ -90,7 +93,10 @@ async function h2Client(t: T, pki: TestPki, port: number): Promise<Held<ClientHt
 const STRANGER = { agentid: 'mallory', authorization: 'Bearer not-reviewed-yet' };
 
 /** A Connect stream as an upstream agent opens it, with `metadata`. */
-function connectStream(session: ClientHttp2Session, metadata: Record<string, string> = STRANGER): ReturnType<ClientHttp2Session['request']> {
+function connectStream(
+  session: ClientHttp2Session,
+  metadata: Record<string, string> = STRANGER,
+): ReturnType<ClientHttp2Session['request']> {
   const stream = session.request({
     [h2c.HTTP2_HEADER_METHOD]: 'POST',
     [h2c.HTTP2_HEADER_PATH]: '/AgentService/Connect',
@@ -126,7 +132,13 @@ setInterval(() => {
 `;
 
 /** Milliseconds from starting a kctl agent until it holds its stream to `server`. */
-async function connectMs(t: T, pki: TestPki, server: KonnectivityServer, node: string, minted?: { cert: string; key: string }): Promise<number> {
+async function connectMs(
+  t: T,
+  pki: TestPki,
+  server: KonnectivityServer,
+  node: string,
+  minted?: { cert: string; key: string },
+): Promise<number> {
   const cert = minted ?? (await pki.nodeCert(node)); // minted first: only the connect is timed
   const started = performance.now();
   const agent = await startAgent(t, pki, [server], { agentId: node, ...cert });
@@ -143,7 +155,12 @@ test('at the cap, a new connection closes the one that has waited longest, with 
   const server = await startServer(t, pki, { agentBindAddress: HOST, maxUnauthenticatedAgents: 4, log });
   const port = server.agentPort();
   // Opened one after the other, so accepted in this order.
-  const first = [await silentTcp(t, port), await silentTcp(t, port), await tlsClient(t, pki, port, LINK_ALPN), await h2Client(t, pki, port)];
+  const first = [
+    await silentTcp(t, port),
+    await silentTcp(t, port),
+    await tlsClient(t, pki, port, LINK_ALPN),
+    await h2Client(t, pki, port),
+  ];
 
   const later: Held<Socket>[] = [];
   for (const oldest of first.slice(0, 3)) {
@@ -156,19 +173,30 @@ test('at the cap, a new connection closes the one that has waited longest, with 
   );
   const warned = portLines(lines);
   assert.equal(warned.length, 1, warned.join(''));
-  assert.match(warned[0]!, /4 connections were waiting to authenticate \(the cap\), so the one waiting longest made room/);
+  assert.match(
+    warned[0]!,
+    /4 connections were waiting to authenticate \(the cap\), so the one waiting longest made room/,
+  );
 
   // The rest of the burst is one summary line (at the latest when the server stops).
   await server.stop();
   const all = portLines(lines);
   assert.equal(all.length, 2, all.join(''));
-  assert.match(all[1]!, /closed 2 more connections before they authenticated \(2 to make room at the cap of 4 waiting\)/);
+  assert.match(
+    all[1]!,
+    /closed 2 more connections before they authenticated \(2 to make room at the cap of 4 waiting\)/,
+  );
 });
 
 test('a connection that has not authenticated by the deadline is closed, whatever it got to; authenticated agents stay', async (t) => {
   const pki = await makePki();
   const { log, lines } = capturedLog();
-  const server = await startServer(t, pki, { agentBindAddress: HOST, agentAuthTimeoutMs: 500, tokenReview: neverReviewed, log });
+  const server = await startServer(t, pki, {
+    agentBindAddress: HOST,
+    agentAuthTimeoutMs: 500,
+    tokenReview: neverReviewed,
+    log,
+  });
   const port = server.agentPort();
   const linkAgent = await startAgent(t, pki, [server], { agentId: 'node-link' });
   const grpcAgent = await startAgent(t, pki, [server], { agentId: 'node-grpc', extensions: false });
@@ -296,7 +324,9 @@ test('a real agent connects while a flood of connections that never authenticate
 
   // And while new connections keep arriving from another process, each pushing out the oldest.
   const cert = await pki.nodeCert('node-churned');
-  const churn = spawn(process.execPath, ['-e', CHURN, HOST, String(port), '8'], { stdio: ['ignore', 'pipe', 'ignore'] });
+  const churn = spawn(process.execPath, ['-e', CHURN, HOST, String(port), '8'], {
+    stdio: ['ignore', 'pipe', 'ignore'],
+  });
   t.after(() => churn.kill());
   let opened = 0;
   churn.stdout.on('data', (c: Buffer) => (opened = Number(c.toString().trim().split('\n').pop()) || opened));
@@ -316,11 +346,17 @@ test('a real agent connects while a flood of connections that never authenticate
  * A TCP relay on a loopback address of its own that holds every chunk `delayMs` before passing it
  * on, each way, and dials the server from `source`: an agent across a slow link, from its own address.
  */
-async function slowLink(t: T, to: { host: string; port: number }, source: string, delayMs: number): Promise<{ host: string; port: number }> {
+async function slowLink(
+  t: T,
+  to: { host: string; port: number },
+  source: string,
+  delayMs: number,
+): Promise<{ host: string; port: number }> {
   const host = '127.0.0.1';
   const relay = createServer((client) => {
     const upstream = tcpConnect({ host: to.host, port: to.port, localAddress: source });
-    const pass = (from: Socket, into: Socket) => from.on('data', (chunk: Buffer) => setTimeout(() => into.destroyed || into.write(chunk), delayMs));
+    const pass = (from: Socket, into: Socket) =>
+      from.on('data', (chunk: Buffer) => setTimeout(() => into.destroyed || into.write(chunk), delayMs));
     pass(client, upstream);
     pass(upstream, client);
     for (const [a, b] of [
@@ -342,7 +378,9 @@ test('a flood that reconnects from one address does not keep out an agent 300 ms
   const server = await startServer(t, pki, { agentBindAddress: HOST, maxUnauthenticatedAgents: 32, log });
   const port = server.agentPort();
   // The flood: from the default source address, the cap refilled every 10 ms for as long as it runs.
-  const churn = spawn(process.execPath, ['-e', CHURN, HOST, String(port), '8'], { stdio: ['ignore', 'pipe', 'ignore'] });
+  const churn = spawn(process.execPath, ['-e', CHURN, HOST, String(port), '8'], {
+    stdio: ['ignore', 'pipe', 'ignore'],
+  });
   t.after(() => churn.kill());
   let opened = 0;
   churn.stdout.on('data', (c: Buffer) => (opened = Number(c.toString().trim().split('\n').pop()) || opened));
@@ -360,5 +398,7 @@ test('a flood that reconnects from one address does not keep out an agent 300 ms
     portLines(lines).some((l) => /\(the cap\)/.test(l)),
     'the flood never reached the cap',
   );
-  t.diagnostic(`an agent 300 ms away connected in ${ms.toFixed(0)} ms while a flood opened ${during} connections at the cap of 32`);
+  t.diagnostic(
+    `an agent 300 ms away connected in ${ms.toFixed(0)} ms while a flood opened ${during} connections at the cap of 32`,
+  );
 });

@@ -36,7 +36,11 @@ test('every packet type round-trips, int64 ids stay exact decimal strings', () =
     packets.pong(BIG),
     packets.datagram('node-b', Buffer.from([0, 255, 1])),
   ];
-  assert.deepEqual(new Set(cases.map((p) => p.type)), new Set(Object.keys(PacketType)), 'a case for every PacketType in the .proto');
+  assert.deepEqual(
+    new Set(cases.map((p) => p.type)),
+    new Set(Object.keys(PacketType)),
+    'a case for every PacketType in the .proto',
+  );
   for (const p of cases) {
     const back = decodePacket(encodePacket(p));
     assert.deepEqual(back, p, String(p.type));
@@ -58,7 +62,10 @@ test('63-bit dial ids survive exactly, in both directions', () => {
 
 test('absent fields decode as proto3 defaults; unknown packet types stay numbers', () => {
   assert.deepEqual(decodePacket(Buffer.alloc(0)), { type: 'DIAL_REQ' });
-  assert.deepEqual(decodePacket(Buffer.from([0x08, 0x04, 0x22, 0x00])), { type: 'DATA', data: { connectID: '0', error: '', data: Buffer.alloc(0) } });
+  assert.deepEqual(decodePacket(Buffer.from([0x08, 0x04, 0x22, 0x00])), {
+    type: 'DATA',
+    data: { connectID: '0', error: '', data: Buffer.alloc(0) },
+  });
   assert.deepEqual(decodePacket(Buffer.from([0x08, 42])), { type: 42 });
   assert.throws(() => decodePacket(Buffer.from([0xff, 0xff, 0xff, 0x07, 0x01])), 'an invalid wire type is an error');
 });
@@ -93,7 +100,11 @@ test('dial ids are positive 63-bit decimal strings', () => {
 
 test('the generated code is current with konnectivity.proto (no package line)', async () => {
   const file = await readFile(new URL('../../../src/konnectivity/wire/konnectivity.proto', import.meta.url), 'utf8');
-  assert.equal(PROTO_SHA256, createHash('sha256').update(file).digest('hex'), 'konnectivity.proto changed: run `npm run gen`');
+  assert.equal(
+    PROTO_SHA256,
+    createHash('sha256').update(file).digest('hex'),
+    'konnectivity.proto changed: run `npm run gen`',
+  );
   assert.doesNotMatch(file, /^\s*package\s/m);
   assert.match(file, /service ProxyService/);
   assert.match(file, /rpc Connect\(stream Packet\) returns \(stream Packet\)/);
@@ -101,8 +112,17 @@ test('the generated code is current with konnectivity.proto (no package line)', 
 
 test('agent identifiers and addresses parse like upstream', () => {
   const ids = parseIdentifiers('host=Node1&ipv4=10.0.0.5&ipv6=0:0:0:0:0:0:0:1&cidr=10.0.0.0/8&default-route=true');
-  assert.deepEqual(ids, { host: ['node1'], ipv4: ['10.0.0.5'], ipv6: ['::1'], cidr: ['10.0.0.0/8'], defaultRoute: true });
-  assert.equal(formatIdentifiers({ host: ['n'], ipv4: ['1.2.3.4'], defaultRoute: true }), 'host=n&ipv4=1.2.3.4&default-route=true');
+  assert.deepEqual(ids, {
+    host: ['node1'],
+    ipv4: ['10.0.0.5'],
+    ipv6: ['::1'],
+    cidr: ['10.0.0.0/8'],
+    defaultRoute: true,
+  });
+  assert.equal(
+    formatIdentifiers({ host: ['n'], ipv4: ['1.2.3.4'], defaultRoute: true }),
+    'host=n&ipv4=1.2.3.4&default-route=true',
+  );
   assert.deepEqual(splitHostPort('[2001:DB8::1]:10250'), { host: '2001:db8::1', port: 10250 });
   assert.deepEqual(splitHostPort('node-1:10250'), { host: 'node-1', port: 10250 });
   assert.equal(splitHostPort('node-1'), null);

@@ -6,7 +6,14 @@ import { quietLogger } from './fixtures.ts';
 
 test('an option left out or given as undefined keeps its default; one given wins', () => {
   const tls = { cert: 'c', key: 'k' };
-  const o = withServerDefaults({ tls, log: quietLogger(), agentPort: 0, dialTimeoutMs: undefined, closeTimeoutMs: 3_000, extensions: false });
+  const o = withServerDefaults({
+    tls,
+    log: quietLogger(),
+    agentPort: 0,
+    dialTimeoutMs: undefined,
+    closeTimeoutMs: 3_000,
+    extensions: false,
+  });
   assert.equal(o.dialTimeoutMs, SERVER_DEFAULTS.dialTimeoutMs);
   assert.equal(o.closeTimeoutMs, 3_000);
   assert.equal(o.extensions, false);

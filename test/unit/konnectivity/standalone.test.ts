@@ -36,12 +36,22 @@ test('TCP frontends with mutual TLS: GRPC and HTTP-CONNECT carry bytes for a cli
     await waitFor('agent connected', 10_000, () => server.snapshot().agents.length === 1);
     if (mode === 'grpc') {
       const credentials = grpc.credentials.createSsl(tlsFiles.ca, Buffer.from(client.key), Buffer.from(client.cert));
-      const tn = await dialViaProxy({ udsPath: '', tcp: { address: `127.0.0.1:${port}`, credentials }, address: echo.address });
+      const tn = await dialViaProxy({
+        udsPath: '',
+        tcp: { address: `127.0.0.1:${port}`, credentials },
+        address: echo.address,
+      });
       tn.write('grpc over mTLS');
       assert.equal((await readN(tn, 14)).toString(), 'grpc over mTLS');
       tn.destroy();
       const anonymous = grpc.credentials.createSsl(tlsFiles.ca);
-      await assert.rejects(dialViaProxy({ udsPath: '', tcp: { address: `127.0.0.1:${port}`, credentials: anonymous }, address: echo.address }));
+      await assert.rejects(
+        dialViaProxy({
+          udsPath: '',
+          tcp: { address: `127.0.0.1:${port}`, credentials: anonymous },
+          address: echo.address,
+        }),
+      );
     } else {
       const s = tlsConnect({ host: '127.0.0.1', port, ca: pki.ca, cert: client.cert, key: client.key });
       let got = '';
@@ -106,7 +116,10 @@ test("upstream's agent rules: any certificate of the CA is an agent; readiness a
 
 test('without a CA and token review, upstream-style servers take any agent that completes TLS', async (t) => {
   const pki = await makePki();
-  const server = await startServer(t, pki, { agentAuth: 'upstream', tls: { cert: pki.serverCert, key: pki.serverKey } });
+  const server = await startServer(t, pki, {
+    agentAuth: 'upstream',
+    tls: { cert: pki.serverCert, key: pki.serverKey },
+  });
   const foreign = await pki.foreignCa();
   const stranger = await pki.clientCert({ commonName: 'stranger', signer: foreign });
   await startAgent(t, pki, [server], { cert: stranger.cert, key: stranger.key, agentId: 'anyone' });

@@ -131,7 +131,8 @@ test('what the client sent while the agent was not reading a target that stays o
       text += c.toString();
       if (first && text.includes('\n')) s.write(Buffer.alloc(Number(text.split('\n')[0]), 0x5a));
       const lines = text.split('\n').slice(1, -1);
-      if (lines.length === 50) s.end(lines.every((l, i) => l === String(i)) ? 'ok' : `out of order: ${lines.join(',')}`);
+      if (lines.length === 50)
+        s.end(lines.every((l, i) => l === String(i)) ? 'ok' : `out of order: ${lines.join(',')}`);
     });
   });
   const size = 9 * MiB;

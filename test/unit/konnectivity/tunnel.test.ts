@@ -31,7 +31,9 @@ test('bytes travel both ways through the GRPC frontend, and a close reaches the 
     'tables empty',
     10_000,
     () =>
-      server.snapshot().establishedConnections === 0 && server.snapshot().closingConnections === 0 && agent.snapshot().servers[0]?.connections === 0,
+      server.snapshot().establishedConnections === 0 &&
+      server.snapshot().closingConnections === 0 &&
+      agent.snapshot().servers[0]?.connections === 0,
   );
 });
 
@@ -65,7 +67,11 @@ test('HTTP-CONNECT: 200 after the dial, bytes both ways; 405 for other methods',
   const back = await readN(s, payload.length);
   assert.ok(back.equals(payload));
   s.end();
-  await waitFor('tables empty', 10_000, () => server.snapshot().establishedConnections === 0 && server.snapshot().closingConnections === 0);
+  await waitFor(
+    'tables empty',
+    10_000,
+    () => server.snapshot().establishedConnections === 0 && server.snapshot().closingConnections === 0,
+  );
 
   const g = connect(udsOf(server).connect);
   g.end('GET / HTTP/1.1\r\nHost: x\r\n\r\n');
@@ -88,7 +94,10 @@ test('a taken agent port fails start with a clear error and leaves no socket beh
     tls: { cert: pki.serverCert, key: pki.serverKey, ca: pki.ca },
     log: quietLogger(),
   });
-  await assert.rejects(second.start(), new RegExp(`konnectivity server cannot listen on 127\\.0\\.0\\.1:${first.agentPort()}`));
+  await assert.rejects(
+    second.start(),
+    new RegExp(`konnectivity server cannot listen on 127\\.0\\.0\\.1:${first.agentPort()}`),
+  );
   assert.equal(second.status().state, 'failed');
   assert.equal(existsSync(`${dir}/k.sock`), false);
 });

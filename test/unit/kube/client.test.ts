@@ -25,41 +25,52 @@ function recorder() {
   };
 }
 
-test('a watch the server closes is reopened from the last resourceVersion, bookmarks included', { timeout: 20_000 }, async (t) => {
-  let watches = 0;
-  const api = await fakeApiServer(t, (req, res) => {
-    if (req.query.get('watch') !== 'true') return json(res, 200, { metadata: { resourceVersion: '10' }, items: [node('a', '9')] });
-    watches += 1;
-    const w = watchStream(res);
-    if (watches === 1) {
-      w.event('ADDED', node('b', '11'));
-      w.end();
-    } else if (watches === 2) {
-      w.event('BOOKMARK', { kind: 'Node', apiVersion: 'v1', metadata: { resourceVersion: '15' } });
-      w.end();
+test(
+  'a watch the server closes is reopened from the last resourceVersion, bookmarks included',
+  { timeout: 20_000 },
+  async (t) => {
+    let watches = 0;
+    const api = await fakeApiServer(t, (req, res) => {
+      if (req.query.get('watch') !== 'true')
+        return json(res, 200, { metadata: { resourceVersion: '10' }, items: [node('a', '9')] });
+      watches += 1;
+      const w = watchStream(res);
+      if (watches === 1) {
+        w.event('ADDED', node('b', '11'));
+        w.end();
+      } else if (watches === 2) {
+        w.event('BOOKMARK', { kind: 'Node', apiVersion: 'v1', metadata: { resourceVersion: '15' } });
+        w.end();
+      }
+      // the third stays open until the test aborts
+    });
+    const kube = new KubeClient({ server: api.url });
+    const rec = recorder();
+    const abort = new AbortController();
+    const running = listAndWatch<Node>(
+      kube,
+      '/api/v1/nodes',
+      { fieldSelector: 'metadata.name=a' },
+      rec.handler,
+      abort.signal,
+    );
+    const third = await api.nth(4);
+    abort.abort();
+    await running;
+    const [list, w1, w2] = api.requests;
+    assert.equal(list!.query.get('watch'), null);
+    assert.equal(list!.query.get('fieldSelector'), 'metadata.name=a');
+    assert.deepEqual(
+      [w1, w2, third].map((r) => r!.query.get('resourceVersion')),
+      ['10', '11', '15'],
+    );
+    for (const w of [w1!, w2!, third]) {
+      assert.equal(w.query.get('allowWatchBookmarks'), 'true');
+      assert.equal(w.query.get('fieldSelector'), 'metadata.name=a');
     }
-    // the third stays open until the test aborts
-  });
-  const kube = new KubeClient({ server: api.url });
-  const rec = recorder();
-  const abort = new AbortController();
-  const running = listAndWatch<Node>(kube, '/api/v1/nodes', { fieldSelector: 'metadata.name=a' }, rec.handler, abort.signal);
-  const third = await api.nth(4);
-  abort.abort();
-  await running;
-  const [list, w1, w2] = api.requests;
-  assert.equal(list!.query.get('watch'), null);
-  assert.equal(list!.query.get('fieldSelector'), 'metadata.name=a');
-  assert.deepEqual(
-    [w1, w2, third].map((r) => r!.query.get('resourceVersion')),
-    ['10', '11', '15'],
-  );
-  for (const w of [w1!, w2!, third]) {
-    assert.equal(w.query.get('allowWatchBookmarks'), 'true');
-    assert.equal(w.query.get('fieldSelector'), 'metadata.name=a');
-  }
-  assert.deepEqual(rec.seen, ['LIST a', 'ADDED b']);
-});
+    assert.deepEqual(rec.seen, ['LIST a', 'ADDED b']);
+  },
+);
 
 test('410 Expired, as an ERROR event or as the HTTP status, makes it list again', { timeout: 20_000 }, async (t) => {
   let watches = 0;
@@ -89,7 +100,13 @@ test('410 Expired, as an ERROR event or as the HTTP status, makes it list again'
   });
   const rec = recorder();
   const abort = new AbortController();
-  const running = listAndWatch<Node>(new KubeClient({ server: api.url }), '/api/v1/nodes', {}, rec.handler, abort.signal);
+  const running = listAndWatch<Node>(
+    new KubeClient({ server: api.url }),
+    '/api/v1/nodes',
+    {},
+    rec.handler,
+    abort.signal,
+  );
   await api.nth(6);
   abort.abort();
   await running;
@@ -104,13 +121,20 @@ test('other failures are reported, backed off, and followed by a fresh list', { 
   let calls = 0;
   const api = await fakeApiServer(t, (req, res) => {
     calls += 1;
-    if (calls === 1) return json(res, 403, { kind: 'Status', code: 403, reason: 'Forbidden', message: 'nodes is forbidden' });
+    if (calls === 1)
+      return json(res, 403, { kind: 'Status', code: 403, reason: 'Forbidden', message: 'nodes is forbidden' });
     if (req.query.get('watch') !== 'true') return json(res, 200, { metadata: { resourceVersion: '5' }, items: [] });
     watchStream(res);
   });
   const rec = recorder();
   const abort = new AbortController();
-  const running = listAndWatch<Node>(new KubeClient({ server: api.url }), '/api/v1/nodes', { backoffMinMs: 10 }, rec.handler, abort.signal);
+  const running = listAndWatch<Node>(
+    new KubeClient({ server: api.url }),
+    '/api/v1/nodes',
+    { backoffMinMs: 10 },
+    rec.handler,
+    abort.signal,
+  );
   await api.nth(3);
   abort.abort();
   await running;
@@ -126,7 +150,13 @@ test('aborting ends an open watch and closes its connection', { timeout: 20_000 
   });
   const rec = recorder();
   const abort = new AbortController();
-  const running = listAndWatch<Node>(new KubeClient({ server: api.url }), '/api/v1/nodes', {}, rec.handler, abort.signal);
+  const running = listAndWatch<Node>(
+    new KubeClient({ server: api.url }),
+    '/api/v1/nodes',
+    {},
+    rec.handler,
+    abort.signal,
+  );
   await api.nth(2);
   while (rec.seen.length < 2) await new Promise((r) => setImmediate(r));
   abort.abort();
@@ -148,7 +178,12 @@ test('server-side apply PATCHes the object path with apply-patch content, fieldM
   };
   await kube.apply(crb);
   await kube.apply(
-    { apiVersion: 'v1', kind: 'ConfigMap', metadata: { name: 'cluster-info', namespace: 'kube-public' }, data: { a: 'b' } },
+    {
+      apiVersion: 'v1',
+      kind: 'ConfigMap',
+      metadata: { name: 'cluster-info', namespace: 'kube-public' },
+      data: { a: 'b' },
+    },
     { fieldManager: 'other', force: false },
   );
   const [a, b] = api.requests;
@@ -179,7 +214,8 @@ test('API errors carry the HTTP status and the Status reason', async (t) => {
   });
   await assert.rejects(
     kube.get('/plain'),
-    (err: unknown) => err instanceof KubeApiError && err.status === 503 && err.reason === '' && /upstream down/.test(err.message),
+    (err: unknown) =>
+      err instanceof KubeApiError && err.status === 503 && err.reason === '' && /upstream down/.test(err.message),
   );
   await assert.rejects(
     kube.watch('/api/v1/nodes/x', {}, () => undefined),
@@ -190,15 +226,30 @@ test('API errors carry the HTTP status and the Status reason', async (t) => {
 test('resource paths: core and group APIs, namespaced and cluster-scoped, unknown kinds refused', () => {
   assert.equal(resourcePath({ apiVersion: 'v1', resource: 'nodes' }), '/api/v1/nodes');
   assert.equal(
-    resourcePath({ apiVersion: 'certificates.k8s.io/v1', resource: 'certificatesigningrequests', name: 'csr-1', subresource: 'approval' }),
+    resourcePath({
+      apiVersion: 'certificates.k8s.io/v1',
+      resource: 'certificatesigningrequests',
+      name: 'csr-1',
+      subresource: 'approval',
+    }),
     '/apis/certificates.k8s.io/v1/certificatesigningrequests/csr-1/approval',
   );
-  assert.equal(objectPath({ apiVersion: 'v1', kind: 'Namespace', metadata: { name: 'kctl' } }), '/api/v1/namespaces/kctl');
   assert.equal(
-    objectPath({ apiVersion: 'rbac.authorization.k8s.io/v1', kind: 'RoleBinding', metadata: { name: 'r', namespace: 'kube-public' } }),
+    objectPath({ apiVersion: 'v1', kind: 'Namespace', metadata: { name: 'kctl' } }),
+    '/api/v1/namespaces/kctl',
+  );
+  assert.equal(
+    objectPath({
+      apiVersion: 'rbac.authorization.k8s.io/v1',
+      kind: 'RoleBinding',
+      metadata: { name: 'r', namespace: 'kube-public' },
+    }),
     '/apis/rbac.authorization.k8s.io/v1/namespaces/kube-public/rolebindings/r',
   );
-  assert.throws(() => objectPath({ apiVersion: 'v1', kind: 'Secret', metadata: { name: 's' } }), /needs metadata.namespace/);
+  assert.throws(
+    () => objectPath({ apiVersion: 'v1', kind: 'Secret', metadata: { name: 's' } }),
+    /needs metadata.namespace/,
+  );
   assert.throws(
     () => objectPath({ apiVersion: 'apps/v1', kind: 'Deployment', metadata: { name: 'd', namespace: 'x' } }),
     /does not know the REST path of Deployment/,

@@ -16,14 +16,26 @@ test('a controller lease names its API server and konnectivity address; only lea
   assert.equal(controllerLeaseName('fd00::1'), 'kctl-controller-fd00-1');
   // As the API server hands it back: plain JSON.
   const lease = JSON.parse(
-    JSON.stringify(controllerLease(name, { apiServer: 'https://10.0.0.1:6443', konnectivity: '10.0.0.1:8132', agents: [] }, new Date(t0))),
+    JSON.stringify(
+      controllerLease(
+        name,
+        { apiServer: 'https://10.0.0.1:6443', konnectivity: '10.0.0.1:8132', agents: [] },
+        new Date(t0),
+      ),
+    ),
   ) as Lease;
   assert.equal(lease.spec?.renewTime, '2026-11-23T10:00:00.000000Z');
   const other = {
-    metadata: { name: 'kctl-controller-b', annotations: { 'kctl.dev/api-server': 'https://b:6443', 'kctl.dev/konnectivity': 'b:8132' } },
+    metadata: {
+      name: 'kctl-controller-b',
+      annotations: { 'kctl.dev/api-server': 'https://b:6443', 'kctl.dev/konnectivity': 'b:8132' },
+    },
     spec: { renewTime: '2026-11-23T09:59:50.000000Z', leaseDurationSeconds: 30 },
   };
-  const noAddress = { metadata: { name: 'kctl-controller-c' }, spec: { renewTime: '2026-11-23T10:00:00.000000Z', leaseDurationSeconds: 30 } };
+  const noAddress = {
+    metadata: { name: 'kctl-controller-c' },
+    spec: { renewTime: '2026-11-23T10:00:00.000000Z', leaseDurationSeconds: 30 },
+  };
   assert.deepEqual(
     liveControllers([lease, other, noAddress], t0 + 5_000).map((c) => c.name),
     ['kctl-controller-10-0-0-1', 'kctl-controller-b'],
@@ -34,7 +46,12 @@ test('a controller lease names its API server and konnectivity address; only lea
     ['kctl-controller-10-0-0-1'],
   );
   assert.deepEqual(liveControllers([lease], t0 + 30_000), []);
-  assert.deepEqual(liveControllers([lease], t0)[0], { name, apiServer: 'https://10.0.0.1:6443', konnectivity: '10.0.0.1:8132', agents: [] });
+  assert.deepEqual(liveControllers([lease], t0)[0], {
+    name,
+    apiServer: 'https://10.0.0.1:6443',
+    konnectivity: '10.0.0.1:8132',
+    agents: [],
+  });
 });
 
 test('each lease lists the agents its server holds; per agent, status names every controller that holds it', () => {
@@ -42,10 +59,17 @@ test('each lease lists the agents its server holds; per agent, status names ever
   const lease = (address: string, agents: string[]) =>
     JSON.parse(
       JSON.stringify(
-        controllerLease(controllerLeaseName(address), { apiServer: `https://${address}:6443`, konnectivity: `${address}:8132`, agents }, now),
+        controllerLease(
+          controllerLeaseName(address),
+          { apiServer: `https://${address}:6443`, konnectivity: `${address}:8132`, agents },
+          now,
+        ),
       ),
     ) as Lease;
-  const live = liveControllers([lease('10.0.0.1', ['w2', 'w1']), lease('10.0.0.2', ['w1']), lease('10.0.0.3', [])], now.getTime());
+  const live = liveControllers(
+    [lease('10.0.0.1', ['w2', 'w1']), lease('10.0.0.2', ['w1']), lease('10.0.0.3', [])],
+    now.getTime(),
+  );
   assert.deepEqual(live[0]!.agents, ['w1', 'w2']);
   assert.deepEqual(agentServers(live), [
     { agent: 'w1', servers: ['kctl-controller-10-0-0-1', 'kctl-controller-10-0-0-2'] },

@@ -22,7 +22,10 @@ export interface FakeApiServer {
   close(): Promise<void>;
 }
 
-export async function fakeApiServer(t: { after: (fn: () => Promise<void>) => void }, handler: Handler): Promise<FakeApiServer> {
+export async function fakeApiServer(
+  t: { after: (fn: () => Promise<void>) => void },
+  handler: Handler,
+): Promise<FakeApiServer> {
   const requests: SeenRequest[] = [];
   const waiters: { n: number; resolve: (r: SeenRequest) => void }[] = [];
   const server = createServer((req, res) => {
@@ -51,7 +54,8 @@ export async function fakeApiServer(t: { after: (fn: () => Promise<void>) => voi
   return {
     url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
     requests,
-    nth: (n) => (requests.length >= n ? Promise.resolve(requests[n - 1]!) : new Promise((resolve) => waiters.push({ n, resolve }))),
+    nth: (n) =>
+      requests.length >= n ? Promise.resolve(requests[n - 1]!) : new Promise((resolve) => waiters.push({ n, resolve })),
     close,
   };
 }
@@ -76,7 +80,12 @@ export function node(
   name: string,
   resourceVersion: string,
   podCIDR?: string,
-): { apiVersion: string; kind: string; metadata: { name: string; resourceVersion: string }; spec: { podCIDR?: string } } {
+): {
+  apiVersion: string;
+  kind: string;
+  metadata: { name: string; resourceVersion: string };
+  spec: { podCIDR?: string };
+} {
   return { apiVersion: 'v1', kind: 'Node', metadata: { name, resourceVersion }, spec: { podCIDR } };
 }
 
@@ -86,9 +95,11 @@ export async function fakeLeaseApi(t: Parameters<typeof fakeApiServer>[0]) {
   let rv = 0;
   const state = { down: false };
   const api = await fakeApiServer(t, (req, res) => {
-    const reply = (code: number, body: unknown) => res.writeHead(code, { 'content-type': 'application/json' }).end(JSON.stringify(body));
+    const reply = (code: number, body: unknown) =>
+      res.writeHead(code, { 'content-type': 'application/json' }).end(JSON.stringify(body));
     if (state.down) return reply(503, { code: 503, message: 'unavailable' });
-    if (req.method === 'GET') return stored ? reply(200, stored) : reply(404, { code: 404, reason: 'NotFound', message: 'not found' });
+    if (req.method === 'GET')
+      return stored ? reply(200, stored) : reply(404, { code: 404, reason: 'NotFound', message: 'not found' });
     const obj = JSON.parse(req.body) as { metadata: { resourceVersion?: string } };
     if (req.method === 'POST' && stored) return reply(409, { code: 409, reason: 'AlreadyExists', message: 'exists' });
     if (req.method === 'PUT' && obj.metadata.resourceVersion !== stored?.metadata.resourceVersion)
@@ -96,5 +107,9 @@ export async function fakeLeaseApi(t: Parameters<typeof fakeApiServer>[0]) {
     stored = { ...obj, metadata: { ...obj.metadata, resourceVersion: String(++rv) } };
     reply(200, stored);
   });
-  return { kube: new KubeClient({ server: api.url }), state, stored: () => stored as { spec?: { holderIdentity?: string } } | undefined };
+  return {
+    kube: new KubeClient({ server: api.url }),
+    state,
+    stored: () => stored as { spec?: { holderIdentity?: string } } | undefined,
+  };
 }

@@ -1,7 +1,13 @@
 // NetworkPolicy resolved per node: which pods are isolated, and the peers and ports each may use.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { parseNodePolicy, resolveNetworkPolicies, selects, type KubeNetworkPolicy, type KubePod } from '../../../src/kube/network-policy.ts';
+import {
+  parseNodePolicy,
+  resolveNetworkPolicies,
+  selects,
+  type KubeNetworkPolicy,
+  type KubePod,
+} from '../../../src/kube/network-policy.ts';
 
 const pod = (
   ns: string,
@@ -16,7 +22,10 @@ const pod = (
   status: { phase: 'Running', podIP: ip },
 });
 const ns = (name: string, labels: Record<string, string> = {}) => ({ metadata: { name, labels } });
-const policy = (namespace: string, name: string, spec: KubeNetworkPolicy['spec']): KubeNetworkPolicy => ({ metadata: { name, namespace }, spec });
+const policy = (namespace: string, name: string, spec: KubeNetworkPolicy['spec']): KubeNetworkPolicy => ({
+  metadata: { name, namespace },
+  spec,
+});
 
 const PODS = [
   pod('shop', 'web', 'n1', '10.244.1.2', { app: 'web' }, [{ name: 'http', containerPort: 8080 }]),
@@ -64,9 +73,17 @@ test('an allow by pod label names exactly the selected pods, in the policy names
     podSelector: { matchLabels: { app: 'web' } },
     ingress: [{ from: [{ podSelector: { matchLabels: { app: 'client' } } }], ports: [{ port: 'http' }] }],
   });
-  const r = resolveNetworkPolicies([allow], [...PODS, pod('ops', 'client', 'n3', '10.244.3.9', { app: 'client' })], NAMESPACES);
+  const r = resolveNetworkPolicies(
+    [allow],
+    [...PODS, pod('ops', 'client', 'n3', '10.244.3.9', { app: 'client' })],
+    NAMESPACES,
+  );
   assert.deepEqual(r.get('n1')?.pods, [
-    { pod: 'shop/web', ip: '10.244.1.2', ingress: [{ peers: [{ cidr: '10.244.2.2/32' }], ports: [{ protocol: 'TCP', port: 8080 }] }] },
+    {
+      pod: 'shop/web',
+      ip: '10.244.1.2',
+      ingress: [{ peers: [{ cidr: '10.244.2.2/32' }], ports: [{ protocol: 'TCP', port: 8080 }] }],
+    },
   ]);
 });
 
@@ -75,7 +92,10 @@ test('namespaceSelector (with and without a podSelector), ipBlock with except, p
     podSelector: { matchLabels: { app: 'web' } },
     ingress: [
       {
-        from: [{ namespaceSelector: { matchLabels: { team: 'ops' } } }, { ipBlock: { cidr: '192.168.0.0/16', except: ['192.168.9.0/24'] } }],
+        from: [
+          { namespaceSelector: { matchLabels: { team: 'ops' } } },
+          { ipBlock: { cidr: '192.168.0.0/16', except: ['192.168.9.0/24'] } },
+        ],
         ports: [
           { protocol: 'TCP', port: 8000, endPort: 8100 },
           { protocol: 'UDP', port: 53 },
@@ -101,7 +121,10 @@ test('egress: isolated only when the policy says so; a named port is each destin
   const p = policy('shop', 'egress', {
     podSelector: { matchLabels: { app: 'client' } },
     policyTypes: ['Egress'],
-    egress: [{ to: [{ namespaceSelector: {} }], ports: [{ port: 'http' }] }, { ports: [{ protocol: 'UDP', port: 53 }] }],
+    egress: [
+      { to: [{ namespaceSelector: {} }], ports: [{ port: 'http' }] },
+      { ports: [{ protocol: 'UDP', port: 53 }] },
+    ],
   });
   const client = resolveNetworkPolicies([p], PODS, NAMESPACES).get('n2')?.pods[0];
   assert.equal(client?.ingress, undefined);
@@ -117,9 +140,15 @@ test('pods without an address, on the host network or finished neither are polic
     pod('shop', 'web', 'n1', '10.244.1.2', { app: 'web' }),
     { ...pod('shop', 'pending', 'n2', '', { app: 'client' }), status: { phase: 'Pending' } },
     { ...pod('shop', 'host', 'n2', '192.0.2.5', { app: 'client' }), spec: { nodeName: 'n2', hostNetwork: true } },
-    { ...pod('shop', 'done', 'n2', '10.244.2.9', { app: 'client' }), status: { phase: 'Succeeded', podIP: '10.244.2.9' } },
+    {
+      ...pod('shop', 'done', 'n2', '10.244.2.9', { app: 'client' }),
+      status: { phase: 'Succeeded', podIP: '10.244.2.9' },
+    },
   ];
-  const p = policy('shop', 'allow', { podSelector: {}, ingress: [{ from: [{ podSelector: { matchLabels: { app: 'client' } } }] }] });
+  const p = policy('shop', 'allow', {
+    podSelector: {},
+    ingress: [{ from: [{ podSelector: { matchLabels: { app: 'client' } } }] }],
+  });
   const r = resolveNetworkPolicies([p], pods, NAMESPACES);
   // The only rule names no usable peer: it allows nothing, and the pod stays isolated.
   assert.deepEqual(r.get('n1')?.pods, [{ pod: 'shop/web', ip: '10.244.1.2', ingress: [] }]);
@@ -132,7 +161,9 @@ test('equal inputs in any order give the same result (the controllers compare wh
     policy('shop', 'b', { podSelector: {}, ingress: [{ ports: [{ port: 80 }, { port: 443 }] }] }),
   ];
   const one = JSON.stringify([...resolveNetworkPolicies(pols, PODS, NAMESPACES)]);
-  const two = JSON.stringify([...resolveNetworkPolicies([...pols].reverse(), [...PODS].reverse(), [...NAMESPACES].reverse())].sort());
+  const two = JSON.stringify(
+    [...resolveNetworkPolicies([...pols].reverse(), [...PODS].reverse(), [...NAMESPACES].reverse())].sort(),
+  );
   assert.equal(JSON.stringify(JSON.parse(one).sort()), two);
 });
 
@@ -141,7 +172,13 @@ test("a node's share that is damaged is refused in one line naming what is wrong
     pods: [{ pod: 'a/b', ip: '10.244.1.2', ingress: [] }],
   });
   assert.throws(() => parseNodePolicy({}), /^Error: network policy: the ConfigMap has no policy key$/);
-  assert.throws(() => parseNodePolicy({ policy: '{"pods": [' }), /^Error: network policy: the policy key is not JSON \([^\n]+\)$/);
+  assert.throws(
+    () => parseNodePolicy({ policy: '{"pods": [' }),
+    /^Error: network policy: the policy key is not JSON \([^\n]+\)$/,
+  );
   assert.throws(() => parseNodePolicy({ policy: '{"pods": 3}' }), /policy\.pods is not a list/);
-  assert.throws(() => parseNodePolicy({ policy: '{"pods":[{"pod":"a/b","ip":"fd00::1"}]}' }), /pod a\/b has no IPv4 address/);
+  assert.throws(
+    () => parseNodePolicy({ policy: '{"pods":[{"pod":"a/b","ip":"fd00::1"}]}' }),
+    /pod a\/b has no IPv4 address/,
+  );
 });

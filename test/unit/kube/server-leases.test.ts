@@ -12,7 +12,14 @@ test('a lease counts while its renew (else acquire) time plus its duration lies 
   assert.equal(leaseIsValid(lease({ acquireTime: '2026-11-24T11:59:30.000000Z', leaseDurationSeconds: 40 }), at), true);
   // renewTime wins over acquireTime.
   assert.equal(
-    leaseIsValid(lease({ acquireTime: '2026-11-24T11:59:50.000000Z', renewTime: '2026-11-24T11:00:00.000000Z', leaseDurationSeconds: 40 }), at),
+    leaseIsValid(
+      lease({
+        acquireTime: '2026-11-24T11:59:50.000000Z',
+        renewTime: '2026-11-24T11:00:00.000000Z',
+        leaseDurationSeconds: 40,
+      }),
+      at,
+    ),
     false,
   );
   assert.equal(leaseIsValid(lease({ leaseDurationSeconds: 40 }), at), false, 'neither time: expired');

@@ -24,7 +24,12 @@ const plan: UpgradePlan = {
 
 test('a plan survives the ConfigMap both ways, its reason and resourceVersion too', () => {
   assert.deepEqual(planFromConfigMap(planToConfigMap(plan)), plan);
-  const stopped = { ...plan, state: 'stopped' as const, reason: 'c1 was not ready at 0.2.0 within 300 s; rolled back', resourceVersion: '42' };
+  const stopped = {
+    ...plan,
+    state: 'stopped' as const,
+    reason: 'c1 was not ready at 0.2.0 within 300 s; rolled back',
+    resourceVersion: '42',
+  };
   assert.deepEqual(planFromConfigMap(planToConfigMap(stopped)), stopped);
   const nodes = { ...plan, admitted: { w1: '2026-11-26T20:10:00.000Z' } };
   assert.deepEqual(planFromConfigMap(planToConfigMap(nodes)), nodes);
@@ -39,10 +44,22 @@ test('a damaged plan names the field and what to do', () => {
     () => planFromConfigMap({ ...cm, data: { ...cm.data, sha256: 'xyz' } }),
     /kctl-upgrade-plan: sha256 is not 64 hex digits; run kctl upgrade plan again/,
   );
-  assert.throws(() => planFromConfigMap({ ...cm, data: { ...cm.data, maxUnavailable: '0' } }), /maxUnavailable is "0", not an integer >= 1/);
-  assert.throws(() => planFromConfigMap({ ...cm, data: { ...cm.data, state: 'paused' } }), /state is "paused", not active, done or stopped/);
-  assert.throws(() => planFromConfigMap({ ...cm, data: { ...cm.data, admitted: '["w1"]' } }), /admitted is not an object of node names and times/);
-  assert.throws(() => planFromConfigMap({ ...cm, data: { ...cm.data, drain: 'yes' } }), /drain is "yes", not true or false/);
+  assert.throws(
+    () => planFromConfigMap({ ...cm, data: { ...cm.data, maxUnavailable: '0' } }),
+    /maxUnavailable is "0", not an integer >= 1/,
+  );
+  assert.throws(
+    () => planFromConfigMap({ ...cm, data: { ...cm.data, state: 'paused' } }),
+    /state is "paused", not active, done or stopped/,
+  );
+  assert.throws(
+    () => planFromConfigMap({ ...cm, data: { ...cm.data, admitted: '["w1"]' } }),
+    /admitted is not an object of node names and times/,
+  );
+  assert.throws(
+    () => planFromConfigMap({ ...cm, data: { ...cm.data, drain: 'yes' } }),
+    /drain is "yes", not true or false/,
+  );
   assert.equal(planFromConfigMap({ ...cm, data: { ...cm.data, drain: 'false' } }).drain, false);
   const { size: _size, ...noSize } = cm.data!;
   assert.throws(() => planFromConfigMap({ ...cm, data: noSize }), /size is missing/);

@@ -32,7 +32,17 @@ test('the launcher hashes as SHA-256 does, with and without the CPU extensions, 
   const dir = await tempDir(t);
   await writeFile(join(dir, 'main.c'), HARNESS);
   const builds = { cpu: join(dir, 'sha-cpu'), portable: join(dir, 'sha-portable') };
-  await execa('gcc', ['-O2', '-Wall', '-Werror', '-I', src, '-o', builds.cpu, join(dir, 'main.c'), join(src, 'sha256.c')]);
+  await execa('gcc', [
+    '-O2',
+    '-Wall',
+    '-Werror',
+    '-I',
+    src,
+    '-o',
+    builds.cpu,
+    join(dir, 'main.c'),
+    join(src, 'sha256.c'),
+  ]);
   await execa('gcc', [
     '-O2',
     '-Wall',

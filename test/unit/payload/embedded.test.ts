@@ -25,7 +25,9 @@ function withPayload(exe: Buffer, parts: Record<string, string>): Buffer {
     offset += body.length;
     return e;
   });
-  const index = Buffer.from(JSON.stringify({ kctl: '1.2.3', platform: 'linux/amd64', components } satisfies PayloadIndex));
+  const index = Buffer.from(
+    JSON.stringify({ kctl: '1.2.3', platform: 'linux/amd64', components } satisfies PayloadIndex),
+  );
   const trailer = encodeTrailer({ indexOffset: offset, indexLength: index.length });
   return Buffer.concat([exe, ...Object.values(parts).map((b) => Buffer.from(b)), index, trailer]);
 }
@@ -33,7 +35,10 @@ function withPayload(exe: Buffer, parts: Record<string, string>): Buffer {
 test('reads components back from bytes appended to an executable', async (t) => {
   const dir = await tempDir(t);
   const file = join(dir, 'kctl');
-  await writeFile(file, withPayload(Buffer.from('\x7fELF fake executable'), { runc: 'runc-bytes', containerd: 'containerd-bytes' }));
+  await writeFile(
+    file,
+    withPayload(Buffer.from('\x7fELF fake executable'), { runc: 'runc-bytes', containerd: 'containerd-bytes' }),
+  );
   const p = await readEmbeddedPayload(file);
   assert.ok(p);
   assert.equal(p.index.kctl, '1.2.3');
@@ -57,14 +62,23 @@ test('the runtime the launcher unpacks is described by the trailer and reads bac
   const launcher = Buffer.from('\x7fELF fake launcher');
   const runtime = Buffer.from('node runtime bytes '.repeat(1000));
   const packed = zstdCompressSync(runtime);
-  const index = Buffer.from(JSON.stringify({ kctl: '1.2.3', platform: 'linux/amd64', components: [] } satisfies PayloadIndex));
+  const index = Buffer.from(
+    JSON.stringify({ kctl: '1.2.3', platform: 'linux/amd64', components: [] } satisfies PayloadIndex),
+  );
   const sha256 = createHash('sha256').update(runtime).digest('hex');
   const described = { offset: launcher.length, stored: packed.length, size: runtime.length, sha256 };
   const file = join(dir, 'kctl');
-  const trailer = encodeTrailer({ indexOffset: launcher.length + packed.length, indexLength: index.length, runtime: described });
+  const trailer = encodeTrailer({
+    indexOffset: launcher.length + packed.length,
+    indexLength: index.length,
+    runtime: described,
+  });
   await writeFile(file, Buffer.concat([launcher, packed, index, trailer]));
   const p = (await readEmbeddedPayload(file))!;
-  assert.deepEqual({ offset: p.runtime?.offset, stored: p.runtime?.stored?.size, size: p.runtime?.size, sha256: p.runtime?.sha256 }, described);
+  assert.deepEqual(
+    { offset: p.runtime?.offset, stored: p.runtime?.stored?.size, size: p.runtime?.size, sha256: p.runtime?.sha256 },
+    described,
+  );
   assert.equal(await text(p.open(p.runtime!)), runtime.toString());
 
   // A runtime said to run into the index is a damaged executable.
@@ -93,7 +107,9 @@ test('a compressed component reads back as its own bytes; damaged compressed byt
     stored: { codec: 'zstd' as const, size: packed.length },
   };
   const write = async (file: string, stored: Buffer) => {
-    const index = Buffer.from(JSON.stringify({ kctl: '1.2.3', platform: 'linux/amd64', components: [entry] } satisfies PayloadIndex));
+    const index = Buffer.from(
+      JSON.stringify({ kctl: '1.2.3', platform: 'linux/amd64', components: [entry] } satisfies PayloadIndex),
+    );
     const trailer = encodeTrailer({ indexOffset: exe.length + stored.length, indexLength: index.length });
     await writeFile(file, Buffer.concat([exe, stored, index, trailer]));
   };
@@ -110,11 +126,17 @@ test('a compressed component reads back as its own bytes; damaged compressed byt
   const bad = join(dir, 'bad');
   await write(bad, damaged);
   const binDir = join(dir, 'bin-bad');
-  await assert.rejects(stageComponents((await readEmbeddedPayload(bad))!, binDir, ['worker'], quietLogger()), (err: Error) => {
-    assert.match(err.message, /^payload component kubelet is corrupt \(.*\); nothing was staged, reinstall or rebuild kctl$/);
-    assert.equal(err.message.split('\n').length, 1);
-    return true;
-  });
+  await assert.rejects(
+    stageComponents((await readEmbeddedPayload(bad))!, binDir, ['worker'], quietLogger()),
+    (err: Error) => {
+      assert.match(
+        err.message,
+        /^payload component kubelet is corrupt \(.*\); nothing was staged, reinstall or rebuild kctl$/,
+      );
+      assert.equal(err.message.split('\n').length, 1);
+      return true;
+    },
+  );
   assert.deepEqual(
     (await readdir(binDir)).filter((f) => !f.startsWith('.stage.lock')),
     [],

@@ -17,7 +17,14 @@ export async function fakePayload(
     const path = f.path ?? f.name;
     await mkdir(join(dir, path, '..'), { recursive: true });
     await writeFile(join(dir, path), f.body);
-    components.push({ name: f.name, version: 'v1.0.0', sha256: sha(f.body), size: Buffer.byteLength(f.body), path, roles: f.roles });
+    components.push({
+      name: f.name,
+      version: 'v1.0.0',
+      sha256: sha(f.body),
+      size: Buffer.byteLength(f.body),
+      path,
+      roles: f.roles,
+    });
   }
   const index: PayloadIndex = { kctl, platform: 'linux/amd64', components };
   return new DirectoryPayload(dir, index);

@@ -16,7 +16,10 @@ test('another Kubernetes version changes the Kubernetes pins and nothing else', 
   assert.match(kube.ldflags, /version\.gitVersion=v1\.36\.1'/);
   assert.ok(!kube.ldflags.includes(pinned), 'no version string of the pinned release is stamped');
   const others = (set: typeof base) =>
-    JSON.stringify([Object.entries(set.manifest.sources).filter(([name]) => name !== 'kubernetes'), set.manifest.platform]);
+    JSON.stringify([
+      Object.entries(set.manifest.sources).filter(([name]) => name !== 'kubernetes'),
+      set.manifest.platform,
+    ]);
   assert.equal(others(derived), others(base), 'every other source keeps its pins');
   for (const [i, c] of derived.manifest.components.entries()) {
     if (c.source !== 'kubernetes') {

@@ -29,7 +29,9 @@ test('stages only the requested role, executable, with a manifest', async (t) =>
   assert.equal(await readFile(join(bin, 'cni/bridge'), 'utf8'), 'cni-bridge');
   assert.equal((await stat(join(bin, 'kubelet'))).mode & 0o777, 0o755);
   await assert.rejects(stat(join(bin, 'etcd')), { code: 'ENOENT' });
-  const manifest = JSON.parse(await readFile(join(bin, 'manifest.json'), 'utf8')) as { components: { name: string; sha256: string }[] };
+  const manifest = JSON.parse(await readFile(join(bin, 'manifest.json'), 'utf8')) as {
+    components: { name: string; sha256: string }[];
+  };
   assert.deepEqual(manifest.components.map((c) => c.name).sort(), ['bridge', 'kubelet']);
 });
 
@@ -84,7 +86,9 @@ test('concurrent stagings into one dir leave correct files and no temp files', a
   const bin = join(await tempDir(t), 'bin');
   const payload = await fakePayload(src, files);
   const { log } = captureLogger();
-  const results = await Promise.all([1, 2, 3, 4].map(() => stageComponents(payload, bin, ['controller', 'worker'], log)));
+  const results = await Promise.all(
+    [1, 2, 3, 4].map(() => stageComponents(payload, bin, ['controller', 'worker'], log)),
+  );
   const stagedCount = results.reduce((n, r) => n + r.staged.length, 0);
   assert.equal(stagedCount, 3, 'each file is copied exactly once under the lock');
   for (const f of files) assert.equal(sha(await readFile(join(bin, f.path ?? f.name))), sha(f.body));
@@ -127,12 +131,18 @@ test('workers stage the carried images; save-images writes those asked for, and 
     kctl: '0.0.0-test',
     platform: 'linux/amd64',
     components: [],
-    images: [image(PAUSE_IMAGE, 'pause.oci.tar', 'pause-image'), image(BUSYBOX_IMAGE, 'busybox.oci.tar', 'busybox-image')],
+    images: [
+      image(PAUSE_IMAGE, 'pause.oci.tar', 'pause-image'),
+      image(BUSYBOX_IMAGE, 'busybox.oci.tar', 'busybox-image'),
+    ],
   });
   const { log } = captureLogger();
   const workerDir = await tempDir(t);
   await stageImages(payload, workerDir, log);
-  assert.deepEqual((await readdir(workerDir)).filter((f) => !f.startsWith('.')).sort(), ['busybox.oci.tar', 'pause.oci.tar']);
+  assert.deepEqual((await readdir(workerDir)).filter((f) => !f.startsWith('.')).sort(), [
+    'busybox.oci.tar',
+    'pause.oci.tar',
+  ]);
   const out = await tempDir(t);
   assert.deepEqual(
     (await saveBundledImages(payload, [PAUSE_IMAGE], out, log)).map((e) => e.name),
@@ -167,7 +177,8 @@ test('components with the same bytes (a multi-call binary) stage as hard links o
   const first = await stageComponents(payload, bin, ['controller'], cap.log);
   assert.deepEqual(first.staged, ['kube-apiserver', 'kube-scheduler', 'kubectl', 'etcd']);
   const ino = (await stat(join(bin, 'kube-apiserver'))).ino;
-  for (const name of ['kube-scheduler', 'kubectl']) assert.equal((await stat(join(bin, name))).ino, ino, `${name} is a copy`);
+  for (const name of ['kube-scheduler', 'kubectl'])
+    assert.equal((await stat(join(bin, name))).ino, ino, `${name} is a copy`);
   assert.notEqual((await stat(join(bin, 'etcd'))).ino, ino);
 
   // The worker's set on the same host links to the controller's file instead of writing another.
@@ -190,7 +201,14 @@ test('components with the same bytes (a multi-call binary) stage as hard links o
   const fixed = await stageComponents(payload, bin, ['controller'], cap.log);
   assert.deepEqual(fixed.replaced, ['kube-scheduler']);
   assert.equal((await stat(join(bin, 'kube-scheduler'))).ino, ino);
-  assert.ok(cap.lines().some((l) => l.msg === 'replaced a corrupted or foreign component binary' && String(l.file).endsWith('kube-scheduler')));
+  assert.ok(
+    cap
+      .lines()
+      .some(
+        (l) =>
+          l.msg === 'replaced a corrupted or foreign component binary' && String(l.file).endsWith('kube-scheduler'),
+      ),
+  );
   assert.deepEqual(
     (await readdir(bin)).filter((f) => f.includes('.tmp') || f.includes('.link')),
     [],

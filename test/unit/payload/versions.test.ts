@@ -87,7 +87,11 @@ test('a restart keeps the previous version; a third version drops the one before
   const b = await start(t, root, v2, '1.1.0');
   const again = await start(t, root, v2, '1.1.0');
   assert.equal(again.previous, undefined, 'a restart at the same version turns nothing');
-  assert.equal(await previousStage(root), a.id, 'the previous version stays across a restart before the upgrade is done');
+  assert.equal(
+    await previousStage(root),
+    a.id,
+    'the previous version stays across a restart before the upgrade is done',
+  );
   const c = await start(t, root, [{ name: 'kubelet', body: 'kubelet-3', roles: worker }], '1.2.0');
   assert.equal(c.previous, b.id);
   assert.deepEqual(c.removed, [a.id]);
@@ -102,7 +106,11 @@ test('the older layout (binaries directly in the bin root) is the previous versi
   const up = await start(t, root, v2, '1.0.0');
   assert.equal(up.previous, OLDER_LAYOUT);
   assert.equal(await previousStage(root), OLDER_LAYOUT);
-  assert.equal((await stat(join(root, up.id, 'cni/bridge'))).ino, before, 'linked from the older layout, not decompressed');
+  assert.equal(
+    (await stat(join(root, up.id, 'cni/bridge'))).ino,
+    before,
+    'linked from the older layout, not decompressed',
+  );
   assert.ok((await readdir(root)).includes('kubelet'), 'the older layout stays until the upgrade is done');
   assert.deepEqual(await upgradeDone(root, log), [OLDER_LAYOUT]);
   assert.deepEqual((await readdir(root)).sort(), [CURRENT, up.id].sort());

@@ -63,14 +63,19 @@ test('each phase: trust keeps the old CA signing beside the new one, sign reissu
   );
   let { changed } = await ensurePkiFiles(options(dir), log);
   // Only the kubeconfigs change (their embedded CA is the bundle); leaves stay the old CA's.
-  assert.deepEqual(changed.map((f) => f.slice(dir.length + 1)).sort(), ['admin.conf', 'controller-manager.conf', 'scheduler.conf']);
+  assert.deepEqual(changed.map((f) => f.slice(dir.length + 1)).sort(), [
+    'admin.conf',
+    'controller-manager.conf',
+    'scheduler.conf',
+  ]);
   assert.equal(await readFile(p.serverCert, 'utf8'), server);
   assert.equal(await readFile(p.caSigningCert, 'utf8'), `${r.oldCert.trim()}\n`);
 
   await writeCaPhase(p, { ...r, phase: 'sign' });
   ({ changed } = await ensurePkiFiles(options(dir), log));
   const rel = changed.map((f) => f.slice(dir.length + 1)).sort();
-  for (const f of ['server.crt', 'apiserver-kubelet-client.crt', 'konnectivity.crt', 'admin.conf']) assert.ok(rel.includes(f), `${f} reissued`);
+  for (const f of ['server.crt', 'apiserver-kubelet-client.crt', 'konnectivity.crt', 'admin.conf'])
+    assert.ok(rel.includes(f), `${f} reissued`);
   assert.ok(!rel.includes('front-proxy-client.crt') && !rel.includes('etcd/server.crt'), 'other CAs’ leaves stay');
   assert.ok(signedBy(await readFile(p.serverCert, 'utf8'), r.newCert));
   // kube-controller-manager's signing file: the new CA alone.
@@ -80,11 +85,17 @@ test('each phase: trust keeps the old CA signing beside the new one, sign reissu
 
   await writeCaPhase(p, { ...r, phase: 'drop' });
   ({ changed } = await ensurePkiFiles(options(dir), log));
-  assert.deepEqual(changed.map((f) => f.slice(dir.length + 1)).sort(), ['admin.conf', 'controller-manager.conf', 'scheduler.conf']);
+  assert.deepEqual(changed.map((f) => f.slice(dir.length + 1)).sort(), [
+    'admin.conf',
+    'controller-manager.conf',
+    'scheduler.conf',
+  ]);
   assert.equal(await readFile(p.caCert, 'utf8'), `${r.newCert.trim()}\n`);
   // A client that still trusts only the old CA refuses the server now.
   await writeFile(join(dir, 'old-ca.crt'), r.oldCert);
-  assert.throws(() => execFileSync('openssl', ['verify', '-CAfile', join(dir, 'old-ca.crt'), p.serverCert], { stdio: 'pipe' }));
+  assert.throws(() =>
+    execFileSync('openssl', ['verify', '-CAfile', join(dir, 'old-ca.crt'), p.serverCert], { stdio: 'pipe' }),
+  );
 });
 
 test('a step cut between writing the key and the bundle is repaired at the next start: the key’s certificate goes first again', async (t) => {
@@ -107,14 +118,24 @@ test('bundleHash names content, not spelling; signedByFirst checks against the s
   const b = await newClusterCa(new Date());
   assert.equal(bundleHash(a.cert + b.cert), bundleHash(`\n${a.cert.replace(/\n/g, '\r\n')}${b.cert}\n\n`));
   assert.notEqual(bundleHash(a.cert + b.cert), bundleHash(b.cert + a.cert));
-  assert.equal(caFilesFor({ phase: 'drop', oldCert: a.cert, oldKey: a.key, newCert: b.cert, newKey: b.key }).cert, `${b.cert.trim()}\n`);
+  assert.equal(
+    caFilesFor({ phase: 'drop', oldCert: a.cert, oldKey: a.key, newCert: b.cert, newKey: b.key }).cert,
+    `${b.cert.trim()}\n`,
+  );
   assert.equal(signedByFirst(a.cert, a.cert + b.cert), true); // self-signed
   assert.equal(signedByFirst(a.cert, b.cert + a.cert), false);
 });
 
 test('the node’s CSR is what kubelet asks for renewal: its subject, verified by openssl', async () => {
-  const pem = certificateRequestPem({ commonName: 'system:node:w1', organizations: ['system:nodes'] }, parseKey(await generateKeyPem(), 'k', 'x'));
-  const out = execFileSync('openssl', ['req', '-noout', '-verify', '-subject'], { input: pem, encoding: 'utf8', stdio: ['pipe', 'pipe', 'pipe'] });
+  const pem = certificateRequestPem(
+    { commonName: 'system:node:w1', organizations: ['system:nodes'] },
+    parseKey(await generateKeyPem(), 'k', 'x'),
+  );
+  const out = execFileSync('openssl', ['req', '-noout', '-verify', '-subject'], {
+    input: pem,
+    encoding: 'utf8',
+    stdio: ['pipe', 'pipe', 'pipe'],
+  });
   assert.match(out, /subject=O\s*=\s*system:nodes, CN\s*=\s*system:node:w1/);
   const parsed = parseCsr(pem);
   assert.equal(parsed.commonName, 'system:node:w1');
@@ -134,13 +155,20 @@ test("a rotation nobody trusted vouched for is refused and changes nothing: no p
   const forged = { cert: made.pem, key: await readFile(made.key, 'utf8') };
   const attempts: [string, CaRotation][] = [
     ['no proof', { ...real, newCert: forged.cert, newKey: forged.key, proof: undefined }],
-    ["the forged CA's own proof", { ...real, newCert: forged.cert, newKey: forged.key, proof: vouchFor(forged.cert, forged.key) }],
+    [
+      "the forged CA's own proof",
+      { ...real, newCert: forged.cert, newKey: forged.key, proof: vouchFor(forged.cert, forged.key) },
+    ],
     ['a real proof for another CA', { ...real, newCert: forged.cert, newKey: forged.key }],
     ['a real proof, the wrong new key', { ...real, newKey: forged.key }],
   ];
   for (const [what, r] of attempts) {
     for (const phase of ['trust', 'sign', 'drop'] as const)
-      await assert.rejects(writeCaPhase(p, { ...r, phase }), /CA rotation refused: .*ca\.crt is unchanged/, `${what}, ${phase}`);
+      await assert.rejects(
+        writeCaPhase(p, { ...r, phase }),
+        /CA rotation refused: .*ca\.crt is unchanged/,
+        `${what}, ${phase}`,
+      );
     assert.equal(await readFile(p.caCert, 'utf8'), cert, what);
     assert.equal(await readFile(p.caKey, 'utf8'), key, what);
   }
@@ -159,6 +187,9 @@ test('a node takes a new bundle only where a CA it trusts vouches for every CA a
   assert.deepEqual(unvouched(next.cert, oldCa.cert, [proof]), []);
   assert.deepEqual(unvouched(next.cert, both, []), []);
   assert.equal(unvouched(both, oldCa.cert, []).length, 1);
-  assert.match(unvouched(oldCa.cert + stranger.cert, oldCa.cert, [proof, vouchFor(stranger.cert, stranger.key)])[0] ?? '', /^CN=kubernetes-ca-/);
+  assert.match(
+    unvouched(oldCa.cert + stranger.cert, oldCa.cert, [proof, vouchFor(stranger.cert, stranger.key)])[0] ?? '',
+    /^CN=kubernetes-ca-/,
+  );
   assert.equal(unvouched(oldCa.cert + stranger.cert, oldCa.cert, ['not base64 at all', '']).length, 1);
 });

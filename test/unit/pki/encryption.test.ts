@@ -7,7 +7,13 @@ import { join } from 'node:path';
 import { test } from 'node:test';
 import { parse } from 'yaml';
 import { ensureEncryptionConfig, renderEncryptionConfig } from '../../../src/pki/encryption.ts';
-import { encryptionConfigHash, newEncryptionKey, parseEncryptionKeys, readEncryptionKeys, PkiError } from '../../../src/pki/index.ts';
+import {
+  encryptionConfigHash,
+  newEncryptionKey,
+  parseEncryptionKeys,
+  readEncryptionKeys,
+  PkiError,
+} from '../../../src/pki/index.ts';
 import { captureLogger, tempDir } from '../../helpers.ts';
 
 interface Entry {
@@ -18,9 +24,16 @@ const entries = (text: string) => (parse(text) as { kind: string; resources: Ent
 const providerNames = (e: Entry) => e.providers.map((p) => Object.keys(p)[0]);
 
 test('the configured resources are written with the first key and read with every key or in plain text; all else is written plain', () => {
-  const [a, b] = [newEncryptionKey(new Date('2026-01-01T00:00:00Z')), newEncryptionKey(new Date('2026-02-01T00:00:00Z'))];
+  const [a, b] = [
+    newEncryptionKey(new Date('2026-01-01T00:00:00Z')),
+    newEncryptionKey(new Date('2026-02-01T00:00:00Z')),
+  ];
   assert.match(a.name, /^key-20260101T000000Z-[0-9a-f]{6}$/);
-  assert.notEqual(newEncryptionKey(new Date('2026-01-01T00:00:00Z')).name, a.name, 'two keys made in one second share a name');
+  assert.notEqual(
+    newEncryptionKey(new Date('2026-01-01T00:00:00Z')).name,
+    a.name,
+    'two keys made in one second share a name',
+  );
   assert.equal(Buffer.from(a.secret, 'base64').length, 32);
   assert.notEqual(a.secret, b.secret);
   const text = renderEncryptionConfig([a, b], ['secrets', 'widgets.example.com']);
@@ -66,7 +79,10 @@ test('a damaged encryption config is refused with one line naming the file, and 
   await writeFile(file, short, { mode: 0o600 });
   await assert.rejects(ensureEncryptionConfig(file, ['secrets'], captureLogger().log), (err: Error) => {
     assert.ok(err instanceof PkiError);
-    assert.match(err.message, /encryption-config\.yaml is not a usable encryption config \(key key-a is not 32 bytes of base64\); restore it/);
+    assert.match(
+      err.message,
+      /encryption-config\.yaml is not a usable encryption config \(key key-a is not 32 bytes of base64\); restore it/,
+    );
     return true;
   });
   assert.equal(await readFile(file, 'utf8'), short);

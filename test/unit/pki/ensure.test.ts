@@ -128,7 +128,10 @@ test('a fresh PKI has every file, with private modes, and logs no key material',
     .lines()
     .filter((l) => /issued certificate|created certificate authority|wrote kubeconfig/.test(String(l.msg)))
     .map((l) => l.file);
-  assert.ok(created.includes('server.crt') && created.includes('ca.crt') && created.includes('admin.conf'), JSON.stringify(created));
+  assert.ok(
+    created.includes('server.crt') && created.includes('ca.crt') && created.includes('admin.conf'),
+    JSON.stringify(created),
+  );
 });
 
 test('an api-only PKI on kine has only what kube-apiserver and the controller-manager use; with etcd, the etcd set too', async (t) => {
@@ -154,7 +157,8 @@ test('an api-only PKI on kine has only what kube-apiserver and the controller-ma
   assert.deepEqual([...(await snapshot(dir)).keys()].filter((f) => !f.startsWith('.')).sort(), wanted.sort());
   await ensurePki({ ...options(dir), apiOnly: { etcd: true } }, captureLogger().log);
   const withEtcd = [...(await snapshot(dir)).keys()].filter((f) => !f.startsWith('.'));
-  for (const f of [p.etcdCaCert, p.etcdServerCert, p.etcdPeerCert, p.apiserverEtcdClientCert]) assert.ok(withEtcd.includes(relative(dir, f)), f);
+  for (const f of [p.etcdCaCert, p.etcdServerCert, p.etcdPeerCert, p.apiserverEtcdClientCert])
+    assert.ok(withEtcd.includes(relative(dir, f)), f);
   for (const f of [p.kubeletClientCert, p.konnectivityCert, p.addonsCaCert, p.metricsServerCert, p.schedulerConf])
     assert.ok(!withEtcd.includes(relative(dir, f)), f);
 });
@@ -169,7 +173,10 @@ test('openssl verifies every leaf against its CA, with the right names and usage
     openssl(['verify', '-CAfile', 'etcd/ca.crt', 'etcd/server.crt', 'etcd/peer.crt', 'apiserver-etcd-client.crt'], dir),
     /etcd\/server.crt: OK\netcd\/peer.crt: OK\napiserver-etcd-client.crt: OK/,
   );
-  assert.match(openssl(['verify', '-CAfile', 'front-proxy-ca.crt', 'front-proxy-client.crt'], dir), /front-proxy-client.crt: OK/);
+  assert.match(
+    openssl(['verify', '-CAfile', 'front-proxy-ca.crt', 'front-proxy-client.crt'], dir),
+    /front-proxy-client.crt: OK/,
+  );
   // metrics-server's serving cert comes from the add-ons CA only: no cluster-CA cert can pass for it.
   assert.match(openssl(['verify', '-CAfile', 'addons-ca.crt', 'metrics-server.crt'], dir), /metrics-server.crt: OK/);
   assert.throws(() => openssl(['verify', '-CAfile', 'ca.crt', 'metrics-server.crt'], dir));
@@ -192,7 +199,10 @@ test('openssl verifies every leaf against its CA, with the right names and usage
     'IP Address:2001:DB8:0:0:0:0:0:10',
     'IP Address:FE80:0:0:0:0:0:0:1',
   ]);
-  assert.deepEqual(opensslSans('konnectivity.crt', dir).sort(), [...opensslSans('server.crt', dir), 'DNS:konnectivity'].sort());
+  assert.deepEqual(
+    opensslSans('konnectivity.crt', dir).sort(),
+    [...opensslSans('server.crt', dir), 'DNS:konnectivity'].sort(),
+  );
   assert.deepEqual(opensslSans('etcd/server.crt', dir).sort(), [
     'DNS:ctrl-1',
     'DNS:localhost',
@@ -221,12 +231,15 @@ test('openssl verifies every leaf against its CA, with the right names and usage
   );
 
   // 128-bit random serials differ between certs and are positive (openssl prints no sign).
-  const serials = ['ca.crt', 'server.crt', 'etcd/server.crt'].map((f) => openssl(['x509', '-in', f, '-noout', '-serial'], dir).trim());
+  const serials = ['ca.crt', 'server.crt', 'etcd/server.crt'].map((f) =>
+    openssl(['x509', '-in', f, '-noout', '-serial'], dir).trim(),
+  );
   assert.equal(new Set(serials).size, 3);
   for (const s of serials) assert.match(s, /^serial=[0-9A-F]{2,32}$/);
 
   // Lifetimes: CA 10 years, leaf 1 year.
-  const endDate = (f: string) => new Date(openssl(['x509', '-in', f, '-noout', '-enddate'], dir).trim().replace('notAfter=', ''));
+  const endDate = (f: string) =>
+    new Date(openssl(['x509', '-in', f, '-noout', '-enddate'], dir).trim().replace('notAfter=', ''));
   const years = (d: Date) => (d.getTime() - templateStarted.getTime()) / (365.25 * DAY);
   assert.ok(Math.abs(years(endDate('ca.crt')) - 10) < 0.01);
   assert.ok(Math.abs(years(endDate('server.crt')) - 1) < 0.01);
@@ -256,7 +269,10 @@ test('kubeconfigs embed the CA and a client cert for the component, pointing at 
     assert.match(openssl(['verify', '-CAfile', 'ca.crt', certFile], dir), /: OK/);
     assert.match(openssl(['x509', '-in', certFile, '-noout', '-text'], dir), /TLS Web Client Authentication/);
     // The embedded key belongs to the embedded cert.
-    assert.equal(openssl(['pkey', '-pubout'], dir, kc.keyPem), openssl(['x509', '-in', certFile, '-noout', '-pubkey'], dir));
+    assert.equal(
+      openssl(['pkey', '-pubout'], dir, kc.keyPem),
+      openssl(['x509', '-in', certFile, '-noout', '-pubkey'], dir),
+    );
     await rm(join(certFile, '..'), { recursive: true });
   }
 });
@@ -290,7 +306,10 @@ test('a SAN change renews the serving certs but keeps the CA', async (t) => {
 test('a new local interface address renews server.crt (SANs follow the host)', async (t) => {
   const dir = await copyOfTemplate(t);
   const before = await snapshot(dir);
-  await ensurePki(options(dir, { localAddresses: ['192.0.2.10', '127.0.0.1', '::1', 'fe80::1', '198.51.100.7'] }), captureLogger().log);
+  await ensurePki(
+    options(dir, { localAddresses: ['192.0.2.10', '127.0.0.1', '::1', 'fe80::1', '198.51.100.7'] }),
+    captureLogger().log,
+  );
   assert.deepEqual(changed(before, await snapshot(dir)), ['konnectivity.crt', 'server.crt']);
   assert.ok(opensslSans('server.crt', dir).includes('IP Address:198.51.100.7'));
 });
@@ -306,7 +325,9 @@ test('near expiry renews every leaf and kubeconfig but keeps every CA and the SA
   // The new cert is valid from `now` on (openssl checks at that time) for a year.
   const at = String(Math.floor(now.getTime() / 1000) + 60);
   assert.match(openssl(['verify', '-attime', at, '-CAfile', 'ca.crt', 'server.crt'], dir), /OK/);
-  const notAfter = new Date(openssl(['x509', '-in', 'server.crt', '-noout', '-enddate'], dir).trim().replace('notAfter=', ''));
+  const notAfter = new Date(
+    openssl(['x509', '-in', 'server.crt', '-noout', '-enddate'], dir).trim().replace('notAfter=', ''),
+  );
   assert.ok(notAfter.getTime() > now.getTime() + 364 * DAY);
 
   // Run again at the same time: now nothing is due.
@@ -331,10 +352,16 @@ test('a missing ca.key with ca.crt present is a clear error and touches nothing'
 test('an unreadable file is an error naming it and what to do', async (t) => {
   const dir = await copyOfTemplate(t);
   await writeFile(join(dir, 'etcd/ca.crt'), 'not a certificate\n');
-  await assert.rejects(ensurePki(options(dir), captureLogger().log), /etcd\/ca\.crt is not a readable X\.509 certificate .*restore it from a backup/);
+  await assert.rejects(
+    ensurePki(options(dir), captureLogger().log),
+    /etcd\/ca\.crt is not a readable X\.509 certificate .*restore it from a backup/,
+  );
 
   const dir2 = await copyOfTemplate(t);
-  await writeFile(join(dir2, 'server.key'), '-----BEGIN RSA PRIVATE KEY-----\ngarbage\n-----END RSA PRIVATE KEY-----\n');
+  await writeFile(
+    join(dir2, 'server.key'),
+    '-----BEGIN RSA PRIVATE KEY-----\ngarbage\n-----END RSA PRIVATE KEY-----\n',
+  );
   await assert.rejects(
     ensurePki(options(dir2), captureLogger().log),
     /server\.key is not a readable private key .*remove .*server\.key and start again/,
@@ -389,7 +416,13 @@ test('a lost ca.crt is re-created from ca.key and existing leafs stay valid', as
   await ensurePki(options(dir), captureLogger().log);
   assert.notEqual(await readFile(join(dir, 'ca.crt'), 'utf8'), oldCa);
   // Same key, same name: no leaf needed reissuing, and the old CA cert still verifies them.
-  assert.deepEqual(changed(before, await snapshot(dir)), ['admin.conf', 'ca-signing.crt', 'ca.crt', 'controller-manager.conf', 'scheduler.conf']);
+  assert.deepEqual(changed(before, await snapshot(dir)), [
+    'admin.conf',
+    'ca-signing.crt',
+    'ca.crt',
+    'controller-manager.conf',
+    'scheduler.conf',
+  ]);
   await writeFile(join(dir, 'old-ca.crt'), oldCa);
   assert.match(openssl(['verify', '-CAfile', 'old-ca.crt', 'server.crt'], dir), /OK/);
   assert.match(openssl(['verify', '-CAfile', 'ca.crt', 'server.crt'], dir), /OK/);
@@ -400,7 +433,21 @@ test('a leaf signed by another CA is replaced; a changed API address rewrites ku
   const other = await tempDir(t);
   // Foreign cert+key pair, self-signed with openssl.
   openssl(
-    ['req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-keyout', 'server.key', '-out', 'server.crt', '-subj', '/CN=kube-apiserver', '-days', '30'],
+    [
+      'req',
+      '-x509',
+      '-newkey',
+      'rsa:2048',
+      '-nodes',
+      '-keyout',
+      'server.key',
+      '-out',
+      'server.crt',
+      '-subj',
+      '/CN=kube-apiserver',
+      '-days',
+      '30',
+    ],
     other,
   );
   await cp(join(other, 'server.crt'), join(dir, 'server.crt'));
@@ -450,7 +497,10 @@ test('a bad SAN is rejected before anything is written', async (t) => {
 test('two controllers starting at once end up with one CA', async (t) => {
   const dir = join(await tempDir(t), 'pki');
   await Promise.all([ensurePki(options(dir), captureLogger().log), ensurePki(options(dir), captureLogger().log)]);
-  assert.match(openssl(['verify', '-CAfile', 'ca.crt', 'server.crt', 'konnectivity.crt'], dir), /server.crt: OK\nkonnectivity.crt: OK/);
+  assert.match(
+    openssl(['verify', '-CAfile', 'ca.crt', 'server.crt', 'konnectivity.crt'], dir),
+    /server.crt: OK\nkonnectivity.crt: OK/,
+  );
   const kc = readKubeconfig(await readFile(join(dir, 'admin.conf'), 'utf8'), 'admin.conf');
   assert.equal(kc.caPem, await readFile(join(dir, 'ca.crt'), 'utf8'));
 });
@@ -464,11 +514,15 @@ test('kubelets are trusted through the kubelet-serving CA alone on a new cluster
   // An older cluster: a PKI from before the kubelet-serving CA existed.
   const dir = await copyOfTemplate(t);
   const p = pkiPaths(dir);
-  for (const f of [p.kubeletServingCaCert, p.kubeletServingCaKey, p.kubeletCaBundle, p.kubeletServingMoved]) await rm(f);
+  for (const f of [p.kubeletServingCaCert, p.kubeletServingCaKey, p.kubeletCaBundle, p.kubeletServingMoved])
+    await rm(f);
   await ensurePki(options(dir), captureLogger().log);
   const both = await readFile(p.kubeletCaBundle, 'utf8');
   assert.equal(certs(both), 2);
-  assert.ok(both.includes((await readFile(p.caCert, 'utf8')).trim()), 'the cluster CA is trusted for kubelets while they move over');
+  assert.ok(
+    both.includes((await readFile(p.caCert, 'utf8')).trim()),
+    'the cluster CA is trusted for kubelets while they move over',
+  );
   assert.equal(existsSync(p.kubeletServingMoved), false);
   // Once every node moved (the controller writes the mark), the next start drops the cluster CA.
   await writeFile(p.kubeletServingMoved, 'moved\n');

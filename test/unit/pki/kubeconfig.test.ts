@@ -11,7 +11,12 @@ const caPem = '-----BEGIN CERTIFICATE-----\nQ0E=\n-----END CERTIFICATE-----\n';
 test('writeKubeconfig writes a 0600 self-contained kubeconfig, atomically', async (t) => {
   const dir = await tempDir(t);
   const path = join(dir, 'bootstrap.conf');
-  await writeKubeconfig(path, { server: 'https://[2001:db8::1]:6443', caPem, user: 'kubelet-bootstrap', token: 'abcdef.0123456789abcdef' });
+  await writeKubeconfig(path, {
+    server: 'https://[2001:db8::1]:6443',
+    caPem,
+    user: 'kubelet-bootstrap',
+    token: 'abcdef.0123456789abcdef',
+  });
   assert.equal((await stat(path)).mode & 0o777, 0o600);
   assert.deepEqual(await readdir(dir), ['bootstrap.conf'], 'no temp file left behind');
 
@@ -28,7 +33,13 @@ test('writeKubeconfig writes a 0600 self-contained kubeconfig, atomically', asyn
   });
 
   // Overwrite in place with a client cert instead.
-  await writeKubeconfig(path, { server: 'https://192.0.2.1:6443', caPem, user: 'admin', certPem: 'CERT', keyPem: 'KEY' });
+  await writeKubeconfig(path, {
+    server: 'https://192.0.2.1:6443',
+    caPem,
+    user: 'admin',
+    certPem: 'CERT',
+    keyPem: 'KEY',
+  });
   const kc = readKubeconfig(await readFile(path, 'utf8'), path);
   assert.equal(kc.certPem, 'CERT');
   assert.equal(kc.keyPem, 'KEY');
@@ -38,7 +49,13 @@ test('writeKubeconfig writes a 0600 self-contained kubeconfig, atomically', asyn
 
 test('writeKubeconfig refuses a kubeconfig without credentials', async (t) => {
   const path = join(await tempDir(t), 'x.conf');
-  await assert.rejects(writeKubeconfig(path, { server: 'https://a:1', caPem, user: 'u' }), /client certificate or a token/);
-  await assert.rejects(writeKubeconfig(path, { server: 'https://a:1', caPem, user: 'u', certPem: 'C' }), /both certPem and keyPem/);
+  await assert.rejects(
+    writeKubeconfig(path, { server: 'https://a:1', caPem, user: 'u' }),
+    /client certificate or a token/,
+  );
+  await assert.rejects(
+    writeKubeconfig(path, { server: 'https://a:1', caPem, user: 'u', certPem: 'C' }),
+    /both certPem and keyPem/,
+  );
   await assert.rejects(stat(path), { code: 'ENOENT' });
 });

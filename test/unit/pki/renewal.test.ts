@@ -4,7 +4,13 @@ import assert from 'node:assert/strict';
 import { writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { test } from 'node:test';
-import { CertificateWatch, controllerCertificates, ensurePkiFiles, pkiPaths, renewalTime } from '../../../src/pki/index.ts';
+import {
+  CertificateWatch,
+  controllerCertificates,
+  ensurePkiFiles,
+  pkiPaths,
+  renewalTime,
+} from '../../../src/pki/index.ts';
 import { captureLogger, FULL_CONTROLLER_LEAVES, tempDir, smallPkiOptions } from '../../helpers.ts';
 
 const MIN = 60_000;
@@ -13,7 +19,8 @@ const DAY = 24 * 60 * MIN;
 const options = smallPkiOptions;
 
 const at = (ms: number) => new Date(Date.UTC(2030, 0, 1) + ms);
-const after = (notBefore: number, notAfter: number) => renewalTime(at(notBefore), at(notAfter)).getTime() - at(0).getTime();
+const after = (notBefore: number, notAfter: number) =>
+  renewalTime(at(notBefore), at(notAfter)).getTime() - at(0).getTime();
 
 test('the renewal rule: two thirds of the lifetime, or 30 days before expiry when earlier, never before half', () => {
   // A year: two thirds (243 days) comes before 30 days ahead of expiry (335 days).
@@ -47,9 +54,15 @@ test('leaves live spec.pki.leafValidity, renew when due, and the watch counts th
   const next = watch.nextRenewal()!;
 
   // Just before: nothing changes; at the renewal time: every leaf and kubeconfig, not the CAs.
-  const before = await ensurePkiFiles(options(dir, { now: new Date(next.getTime() - 1000), leafValidityMs: 10 * MIN }), log);
+  const before = await ensurePkiFiles(
+    options(dir, { now: new Date(next.getTime() - 1000), leafValidityMs: 10 * MIN }),
+    log,
+  );
   assert.deepEqual(before.changed, []);
-  const due = await ensurePkiFiles(options(dir, { now: new Date(next.getTime() + 1000), leafValidityMs: 10 * MIN }), log);
+  const due = await ensurePkiFiles(
+    options(dir, { now: new Date(next.getTime() + 1000), leafValidityMs: 10 * MIN }),
+    log,
+  );
   const p = pkiPaths(dir);
   assert.deepEqual(due.changed.map((f) => f.slice(p.dir.length + 1)).sort(), FULL_CONTROLLER_LEAVES);
   const again = await watch.check();

@@ -25,7 +25,10 @@ const exists = (f: string) =>
   );
 
 test('a new process that says it is ready is kept, with the same arguments', async (t) => {
-  const { file, dir } = await script(t, 'echo "$@" > "$(dirname "$0")/args"; touch "$(dirname "$0")/ready"; exec sleep 30');
+  const { file, dir } = await script(
+    t,
+    'echo "$@" > "$(dirname "$0")/args"; touch "$(dirname "$0")/ready"; exec sleep 30',
+  );
   const r = await handOver({
     executable: file,
     args: ['controller', '--data-dir', '/x'],
@@ -55,7 +58,10 @@ test('a new process that exits before it is ready is reported with its exit code
 });
 
 test('a new process not ready within the bound is stopped, and the reason carries the last check', async (t) => {
-  const { file, dir } = await script(t, `trap 'touch "$(dirname "$0")/got-term"; exit 0' TERM; while true; do sleep 0.1; done`);
+  const { file, dir } = await script(
+    t,
+    `trap 'touch "$(dirname "$0")/got-term"; exit 0' TERM; while true; do sleep 0.1; done`,
+  );
   const r = await handOver({
     executable: file,
     args: [],
@@ -81,7 +87,10 @@ test('the executable is replaced by rename (a running copy keeps its file), and 
   assert.equal(await readFile(installed, 'utf8'), 'new');
   assert.notEqual((await stat(installed)).ino, before);
   assert.equal((await stat(installed)).mode & 0o777, 0o755);
-  await assert.rejects(installExecutable(join(dir, 'missing'), installed), /cannot put .*missing in place of .*kctl: ENOENT/);
+  await assert.rejects(
+    installExecutable(join(dir, 'missing'), installed),
+    /cannot put .*missing in place of .*kctl: ENOENT/,
+  );
   assert.equal(await readFile(installed, 'utf8'), 'new');
 
   const restart = new RestartRequest();

@@ -25,7 +25,11 @@ async function fakeNotify(t: TestContext): Promise<{ command: string; sent: () =
 test('the watchdog is pinged as soon as it starts, before any later message', async (t) => {
   const { command, sent } = await fakeNotify(t);
   // A 20 s watchdog: the timer alone would ping first after 10 s.
-  const n = SystemdNotifier.forRole({ env: { NOTIFY_SOCKET: '/x', WATCHDOG_USEC: '20000000' }, command, log: quietLogger() });
+  const n = SystemdNotifier.forRole({
+    env: { NOTIFY_SOCKET: '/x', WATCHDOG_USEC: '20000000' },
+    command,
+    log: quietLogger(),
+  });
   assert.ok(n);
   t.after(() => n.close());
   await waitFor('the first WATCHDOG=1', 3000, async () => (await sent()).includes('WATCHDOG=1'));

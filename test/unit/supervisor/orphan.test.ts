@@ -17,7 +17,9 @@ test('no orphan: when the supervising process is SIGKILLed, its child dies too',
   const binary = join(runDir, 'orphan-candidate');
   await copyFile('/bin/sleep', binary);
 
-  const parent = spawn(process.execPath, ['--import', 'tsx', parentScript, runDir, binary, '1000'], { stdio: ['ignore', 'pipe', 'inherit'] });
+  const parent = spawn(process.execPath, ['--import', 'tsx', parentScript, runDir, binary, '1000'], {
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
   killAfter(t, parent.pid);
   const firstLine = createInterface({ input: parent.stdout! })[Symbol.asyncIterator]().next();
   const { value } = await Promise.race([

@@ -45,7 +45,11 @@ test('levels: klog, zap JSON, logrus, plain', () => {
     msg: 'bad',
     fields: { caller: 'a.go:1', error: 'disk' },
   });
-  assert.deepEqual(parseChildLine('{"ts":1,"v":2,"msg":"chatter"}'), { level: 'debug', msg: 'chatter', fields: { v: 2 } });
+  assert.deepEqual(parseChildLine('{"ts":1,"v":2,"msg":"chatter"}'), {
+    level: 'debug',
+    msg: 'chatter',
+    fields: { v: 2 },
+  });
   assert.equal(parseChildLine('time="2026-01-01T00:00:00Z" level=warning msg="slow"').level, 'warn');
   assert.deepEqual(parseChildLine('Error: something'), { level: 'info', msg: 'Error: something' });
   assert.deepEqual(parseChildLine('{not json'), { level: 'info', msg: '{not json' });

@@ -4,7 +4,14 @@ import { existsSync } from 'node:fs';
 import { readFile, stat, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { test } from 'node:test';
-import { claimDataDir, liveOwner, ownerFile, ownerRecord, releaseDataDir, runOwning } from '../../../src/supervisor/owner.ts';
+import {
+  claimDataDir,
+  liveOwner,
+  ownerFile,
+  ownerRecord,
+  releaseDataDir,
+  runOwning,
+} from '../../../src/supervisor/owner.ts';
 import { tempDir } from '../../helpers.ts';
 import { spawnProcess } from './util.ts';
 import { alive, waitFor } from '../../wait.ts';
@@ -16,7 +23,11 @@ test('a claim records this pid and role (0644); a second claim names the holder;
   assert.equal((await stat(ownerFile(dir))).mode & 0o777, 0o644);
   assert.deepEqual(await liveOwner(dir), { pid: process.pid, role: 'controller' });
   assert.deepEqual(await claimDataDir(dir, 'worker'), { pid: process.pid, role: 'controller' });
-  assert.deepEqual(await liveOwner(dir), { pid: process.pid, role: 'controller' }, 'a refused claim must not overwrite');
+  assert.deepEqual(
+    await liveOwner(dir),
+    { pid: process.pid, role: 'controller' },
+    'a refused claim must not overwrite',
+  );
   await releaseDataDir(dir);
   assert.equal(existsSync(ownerFile(dir)), false);
 });

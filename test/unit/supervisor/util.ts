@@ -17,7 +17,12 @@ export function killAfter(t: AfterHook, pid: number | undefined): void {
 }
 
 /** A process the test starts itself (a "leftover" or a foreign program), killed when the test ends. */
-export async function spawnProcess(t: AfterHook, file: string, args: string[], opts: SpawnOptions = {}): Promise<number> {
+export async function spawnProcess(
+  t: AfterHook,
+  file: string,
+  args: string[],
+  opts: SpawnOptions = {},
+): Promise<number> {
   const child = spawn(file, args, { stdio: 'ignore', ...opts });
   await once(child, 'spawn');
   killAfter(t, child.pid);

@@ -78,8 +78,13 @@ test(
         req.end();
       });
     const hanging = [hang(), hang()];
-    const connections = (url: string) => lb.snapshot().upstreams.find((u) => url.endsWith(`:${u.address.split(':')[1]}`))?.connections ?? 0;
-    await waitFor('a long request on each upstream', 10_000, () => connections(a.url) === 1 && connections(b.url) === 1);
+    const connections = (url: string) =>
+      lb.snapshot().upstreams.find((u) => url.endsWith(`:${u.address.split(':')[1]}`))?.connections ?? 0;
+    await waitFor(
+      'a long request on each upstream',
+      10_000,
+      () => connections(a.url) === 1 && connections(b.url) === 1,
+    );
     a.state.ready = false;
     assert.match(await Promise.race(hanging), /^closed: socket hang up/);
     assert.equal(connections(a.url), 0);
@@ -117,7 +122,10 @@ test(
     t.after(() => lb.stop());
     assert.deepEqual(answered, ['127.0.0.1'], 'the first good check reports the host');
     let cut = false;
-    const req = request({ host: '127.0.0.1', port: lb.listenPort(), path: '/hang', ca: pki.ca, agent: false }, () => undefined);
+    const req = request(
+      { host: '127.0.0.1', port: lb.listenPort(), path: '/hang', ca: pki.ca, agent: false },
+      () => undefined,
+    );
     req.on('error', () => (cut = true));
     req.end();
     await waitFor('the long request through the balancer', 10_000, () => lb.snapshot().upstreams[0]?.connections === 1);

@@ -22,7 +22,10 @@ test('containerd config keeps every path under the worker dirs and uses our runc
   assert.match(toml, /^version = 4$/m);
   assert.match(toml, /^root = '\/data\/containerd'$/m);
   assert.match(toml, /^state = '\/run\/w\/containerd'$/m);
-  assert.match(toml, /\[plugins\.'io\.containerd\.server\.v1\.grpc'\]\n\s+address = '\/run\/w\/containerd\/containerd\.sock'/);
+  assert.match(
+    toml,
+    /\[plugins\.'io\.containerd\.server\.v1\.grpc'\]\n\s+address = '\/run\/w\/containerd\/containerd\.sock'/,
+  );
   // Through `current`: the shim of a container that outlived an upgrade keeps a runc path that
   // still exists once the previous version's directory is gone.
   assert.match(toml, /BinaryName = '\/data\/bin\/current\/runc'/);
@@ -33,7 +36,14 @@ test('containerd config keeps every path under the worker dirs and uses our runc
   assert.match(toml, /restrict_oom_score_adj = false/);
   assert.match(containerdConfig(paths, { restrictOomScoreAdj: true }), /restrict_oom_score_adj = true/);
   // Nothing of the host's containerd, CNI or NRI setup.
-  for (const hostPath of ['/etc/containerd', '/opt/cni', '/etc/cni', '/var/lib/containerd', '/run/containerd', '/opt/containerd']) {
+  for (const hostPath of [
+    '/etc/containerd',
+    '/opt/cni',
+    '/etc/cni',
+    '/var/lib/containerd',
+    '/run/containerd',
+    '/opt/containerd',
+  ]) {
     assert.ok(!toml.includes(`'${hostPath}`), `${hostPath} must not appear in the config`);
   }
 });
@@ -85,7 +95,9 @@ test('kubelet flags: bootstrap and node identity, labels and taints, extra args 
     ['--node-ip=10.0.0.6'],
   );
   assert.ok(
-    !kubeletArgs({ paths, nodeName: 'n1', nodeIp: '10.0.0.5' }).some((a) => a.startsWith('--node-labels') || a.startsWith('--register-with-taints')),
+    !kubeletArgs({ paths, nodeName: 'n1', nodeIp: '10.0.0.5' }).some(
+      (a) => a.startsWith('--node-labels') || a.startsWith('--register-with-taints'),
+    ),
   );
 });
 
@@ -96,7 +108,11 @@ test('CNI conflist: bridge kctl0 for the node podCIDR, IPAM state under the data
   assert.equal(bridge?.type, 'bridge');
   assert.equal(bridge?.bridge, 'kctl0');
   assert.equal(bridge?.isGateway, true);
-  assert.equal(bridge?.ipMasq, false, "the bridge must not masquerade other nodes' pod traffic (kctl's own rule does the rest)");
+  assert.equal(
+    bridge?.ipMasq,
+    false,
+    "the bridge must not masquerade other nodes' pod traffic (kctl's own rule does the rest)",
+  );
   assert.equal(bridge?.hairpinMode, true);
   assert.deepEqual(bridge?.ipam, {
     type: 'host-local',
@@ -136,7 +152,13 @@ test("in vxlan mode a node routes each pod CIDR via that node's VTEP on kctl-vxl
     ],
   );
   assert.deepEqual([...desiredRoutes(nodes, 'self', 'wireguard')], [['10.244.1.0/24', { dev: 'kctl-wg' }]]);
-  assert.deepEqual(routeArgs({ via: '10.244.1.0', dev: 'kctl-vxlan' }), ['via', '10.244.1.0', 'dev', 'kctl-vxlan', 'onlink']);
+  assert.deepEqual(routeArgs({ via: '10.244.1.0', dev: 'kctl-vxlan' }), [
+    'via',
+    '10.244.1.0',
+    'dev',
+    'kctl-vxlan',
+    'onlink',
+  ]);
   assert.deepEqual(routeArgs({ dev: 'kctl-wg' }), ['dev', 'kctl-wg']);
   assert.deepEqual(routeArgs({ via: '10.0.0.2' }), ['via', '10.0.0.2']);
 });
@@ -216,7 +238,10 @@ test("a Node's WireGuard key and endpoint count only when well formed (a node wr
     offersRelay: false,
     keeps: [],
   });
-  const bad = node({ 'kctl.dev/wireguard-public-key': 'not-a-key', 'kctl.dev/wireguard-endpoint': 'evil.example:51820' });
+  const bad = node({
+    'kctl.dev/wireguard-public-key': 'not-a-key',
+    'kctl.dev/wireguard-endpoint': 'evil.example:51820',
+  });
   assert.equal(bad.wireguardKey, undefined);
   assert.equal(bad.wireguardEndpoint, undefined);
 });

@@ -7,7 +7,9 @@ import { test } from 'node:test';
 import { ControllerRelay } from '../../../src/worker/controller-relay.ts';
 import { quietLogger } from '../konnectivity/fixtures.ts';
 
-async function fakeWireguard(t: { after(fn: () => void): void }): Promise<{ socket: Socket; port: number; got: { data: string; from: number }[] }> {
+async function fakeWireguard(t: {
+  after(fn: () => void): void;
+}): Promise<{ socket: Socket; port: number; got: { data: string; from: number }[] }> {
   const socket = createSocket('udp4');
   socket.bind(0, '127.0.0.1');
   await once(socket, 'listening');

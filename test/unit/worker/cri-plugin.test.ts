@@ -15,7 +15,8 @@ const block = (type: string, id: string, error?: string) =>
     '                         ',
   ].join('\n');
 
-const INOTIFY = 'failed to create CRI service: failed to create cni conf monitor for default: failed to create fsnotify watcher: too many open files';
+const INOTIFY =
+  'failed to create CRI service: failed to create cni conf monitor for default: failed to create fsnotify watcher: too many open files';
 
 test('a loaded CRI plugin is no error, even beside another plugin that failed', () => {
   const out = [

@@ -39,7 +39,10 @@ test('tarballImages reads image names and manifest digests from an OCI layout in
       manifests: [
         {
           digest: 'sha256:aaa',
-          annotations: { 'io.containerd.image.name': 'docker.io/library/busybox:1.36', 'org.opencontainers.image.ref.name': '1.36' },
+          annotations: {
+            'io.containerd.image.name': 'docker.io/library/busybox:1.36',
+            'org.opencontainers.image.ref.name': '1.36',
+          },
         },
         { digest: 'sha256:bbb', annotations: { 'org.opencontainers.image.ref.name': 'example.com/x:1' } },
         { digest: 'sha256:ccc', annotations: { 'org.opencontainers.image.ref.name': 'latest' } },
@@ -71,7 +74,10 @@ test('parseImageList maps ctr images ls rows to target digests', () => {
   ].join('\n');
   const m = parseImageList(out);
   assert.equal(m.size, 2);
-  assert.equal(m.get('registry.k8s.io/pause:3.10'), 'sha256:dea8d7cee4f7222ba1c9443009ba42776a4d3e8c0d35c0b3b30f0cfc8de24964');
+  assert.equal(
+    m.get('registry.k8s.io/pause:3.10'),
+    'sha256:dea8d7cee4f7222ba1c9443009ba42776a4d3e8c0d35c0b3b30f0cfc8de24964',
+  );
 });
 
 test('readTarEntry finds an entry by seeking over the others: long (pax) names, odd sizes, ./ prefixes', async (t) => {

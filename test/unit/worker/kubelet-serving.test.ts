@@ -40,6 +40,8 @@ test('a kubelet serving certificate of the cluster CA is removed (link and file)
   assert.equal(existsSync(current), false);
   assert.equal(existsSync(old), false);
   assert.ok(existsSync(newOne), 'other files are not touched');
-  assert.ok(log.lines().some((l) => String(l.msg).startsWith('kubelet serving certificate was signed by the cluster CA')));
+  assert.ok(
+    log.lines().some((l) => String(l.msg).startsWith('kubelet serving certificate was signed by the cluster CA')),
+  );
   assert.doesNotMatch(log.raw(), /PRIVATE KEY/);
 });

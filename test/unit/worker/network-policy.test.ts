@@ -7,17 +7,32 @@ import type { NodePolicy } from '../../../src/kube/network-policy.ts';
 
 /** nft's own check of a whole table (-c: parsed and validated by the kernel, nothing applied); it needs root. */
 async function nftAccepts(t: TestContext, body: string): Promise<void> {
-  await t.test('nft accepts the table', { skip: process.getuid?.() !== 0 && 'needs root: nft -c asks the kernel' }, async () => {
-    const r = await execa('nft', ['-c', '-f', '-'], { input: `table inet ${NETPOL_TABLE} {\n${body}}\n`, reject: false });
-    assert.equal(r.exitCode, 0, `nft refused the table: ${r.stderr}\n${body}`);
-  });
+  await t.test(
+    'nft accepts the table',
+    { skip: process.getuid?.() !== 0 && 'needs root: nft -c asks the kernel' },
+    async () => {
+      const r = await execa('nft', ['-c', '-f', '-'], {
+        input: `table inet ${NETPOL_TABLE} {\n${body}}\n`,
+        reject: false,
+      });
+      assert.equal(r.exitCode, 0, `nft refused the table: ${r.stderr}\n${body}`);
+    },
+  );
 }
 
 test('CIDR sets: network addresses, nested ones dropped (nft refuses overlaps), IPv6 and garbage left out', () => {
-  assert.deepEqual(cidrSet(['10.0.1.7/24', '10.0.1.9', '10.0.0.0/16', '192.168.1.1/32', '2001:db8::/32', '10.0.0.1; drop', '300.1.1.1']), [
-    '10.0.0.0/16',
-    '192.168.1.1/32',
-  ]);
+  assert.deepEqual(
+    cidrSet([
+      '10.0.1.7/24',
+      '10.0.1.9',
+      '10.0.0.0/16',
+      '192.168.1.1/32',
+      '2001:db8::/32',
+      '10.0.0.1; drop',
+      '300.1.1.1',
+    ]),
+    ['10.0.0.0/16', '192.168.1.1/32'],
+  );
 });
 
 test('an isolated pod with nothing allowed gets a chain that only drops; others are not named', async (t) => {
@@ -37,10 +52,20 @@ test('allows become one rule per peer group and protocol; egress returns, ingres
         ip: '10.244.1.2',
         ingress: [
           {
-            peers: [{ cidr: '10.244.2.2/32' }, { cidr: '10.244.2.0/24' }, { cidr: '192.168.0.0/16', except: ['192.168.9.0/24'] }],
+            peers: [
+              { cidr: '10.244.2.2/32' },
+              { cidr: '10.244.2.0/24' },
+              { cidr: '192.168.0.0/16', except: ['192.168.9.0/24'] },
+            ],
             ports: [{ protocol: 'TCP', port: 8080 }],
           },
-          { ports: [{ protocol: 'UDP', port: 53 }, { protocol: 'TCP', port: 8000, endPort: 8100 }, { protocol: 'SCTP' }] },
+          {
+            ports: [
+              { protocol: 'UDP', port: 53 },
+              { protocol: 'TCP', port: 8000, endPort: 8100 },
+              { protocol: 'SCTP' },
+            ],
+          },
         ],
         egress: [{ peers: [{ cidr: '10.244.3.2/32' }] }],
       },
@@ -50,7 +75,10 @@ test('allows become one rule per peer group and protocol; egress returns, ingres
   const body = renderNodePolicy(policy);
   const rules = body.split('\n').map((l) => l.trim());
   assert.ok(rules.includes('ip saddr 10.244.2.0/24 meta l4proto tcp th dport 8080 accept'), body);
-  assert.ok(rules.includes('ip saddr 192.168.0.0/16 ip saddr != 192.168.9.0/24 meta l4proto tcp th dport 8080 accept'), body);
+  assert.ok(
+    rules.includes('ip saddr 192.168.0.0/16 ip saddr != 192.168.9.0/24 meta l4proto tcp th dport 8080 accept'),
+    body,
+  );
   assert.ok(rules.includes('meta l4proto tcp th dport 8000-8100 accept'), body);
   assert.ok(rules.includes('meta l4proto udp th dport 53 accept'), body);
   assert.ok(rules.includes('meta l4proto sctp accept'), body);

@@ -35,7 +35,11 @@ test('waits on the Node watch for a podCIDR and says why when it gives up', { ti
     net.ready(AbortSignal.timeout(500)),
     /^Error: node edge-1 has no podCIDR: not assigned yet \(is kube-controller-manager running with --allocate-node-cidrs\?\)$/,
   );
-  assert.equal(api.requests.filter((r) => r.path === '/api/v1/nodes' && !r.query.get('watch')).length, 1, 'one list, then the watch: no polling');
+  assert.equal(
+    api.requests.filter((r) => r.path === '/api/v1/nodes' && !r.query.get('watch')).length,
+    1,
+    'one list, then the watch: no polling',
+  );
 });
 
 test('reports the API error while the Nodes cannot be read', { timeout: 20_000 }, async (t) => {
@@ -48,7 +52,10 @@ test('reports the API error while the Nodes cannot be read', { timeout: 20_000 }
     }),
   );
   const net = await network(t, api.url);
-  await assert.rejects(net.ready(AbortSignal.timeout(300)), /node edge-1 has no podCIDR: GET \/api\/v1\/nodes: 403 nodes is forbidden/);
+  await assert.rejects(
+    net.ready(AbortSignal.timeout(300)),
+    /node edge-1 has no podCIDR: GET \/api\/v1\/nodes: 403 nodes is forbidden/,
+  );
 });
 
 test("a peer's self-declared pod range is not routed: the honest node keeps the route to its own, in every mode", async () => {
@@ -61,10 +68,19 @@ test("a peer's self-declared pod range is not routed: the honest node keeps the 
     spec: { podCIDR: podCIDRs[0], podCIDRs },
     status: { addresses: [{ type: 'InternalIP', address: ip }] },
   });
-  const space = { isController: (v: string) => v === '192.0.2.10', serviceCIDRs: ['10.96.0.0/12'], podCIDRs: ['10.244.0.0/16'], podRangeBits: 24 };
+  const space = {
+    isController: (v: string) => v === '192.0.2.10',
+    serviceCIDRs: ['10.96.0.0/12'],
+    podCIDRs: ['10.244.0.0/16'],
+    podRangeBits: 24,
+  };
   for (const lie of ['10.244.1.0/25', '10.244.1.5/32', '0.0.0.0/0']) {
     const { nodes, refused } = routableNodes(
-      [kubeNode('self', '192.0.2.1', '10.244.0.0/24'), kubeNode('w1', '192.0.2.2', '10.244.1.0/24'), kubeNode('evil', '192.0.2.3', lie)],
+      [
+        kubeNode('self', '192.0.2.1', '10.244.0.0/24'),
+        kubeNode('w1', '192.0.2.2', '10.244.1.0/24'),
+        kubeNode('evil', '192.0.2.3', lie),
+      ],
       'self',
       space,
     );
@@ -91,7 +107,12 @@ test("a peer that reports a controller's or a reserved address is no peer; a Wir
     spec: { podCIDR, podCIDRs: [podCIDR] },
     status: { addresses: [{ type: 'InternalIP', address: ip }] },
   });
-  const reserved = { isController: (v: string) => v === '192.0.2.10', serviceCIDRs: ['10.96.0.0/12'], podCIDRs: ['10.244.0.0/16'], podRangeBits: 24 };
+  const reserved = {
+    isController: (v: string) => v === '192.0.2.10',
+    serviceCIDRs: ['10.96.0.0/12'],
+    podCIDRs: ['10.244.0.0/16'],
+    podRangeBits: 24,
+  };
   const key = (c: string) => Buffer.alloc(32, c).toString('base64');
   const { nodes, refusedPeers } = routableNodes(
     [
@@ -105,7 +126,11 @@ test("a peer that reports a controller's or a reserved address is no peer; a Wir
     reserved,
   );
   for (const mode of ['routes', 'vxlan', 'wireguard'] as const)
-    assert.deepEqual([...desiredRoutes(nodes, 'self', mode).keys()], mode === 'wireguard' ? [] : ['10.244.1.0/24', '10.244.4.0/24'], mode);
+    assert.deepEqual(
+      [...desiredRoutes(nodes, 'self', mode).keys()],
+      mode === 'wireguard' ? [] : ['10.244.1.0/24', '10.244.4.0/24'],
+      mode,
+    );
   assert.deepEqual(
     nodes.filter((n) => n.name === 'liar' || n.name === 'svc').map((n) => [n.internalIP, n.podCIDR]),
     [
@@ -141,20 +166,37 @@ test("two sites, one address: neither node is routed the other's address (routes
     spec: { podCIDR, podCIDRs: [podCIDR] },
     status: { addresses: [{ type: 'InternalIP', address: '192.168.50.10' }] },
   });
-  const reserved = { isController: () => false, serviceCIDRs: ['10.96.0.0/12'], podCIDRs: ['10.244.0.0/16'], podRangeBits: 24 };
-  const { nodes, refusedPeers } = routableNodes([kubeNode('site-a', '10.244.1.0/24'), kubeNode('site-b', '10.244.2.0/24')], 'site-a', reserved);
+  const reserved = {
+    isController: () => false,
+    serviceCIDRs: ['10.96.0.0/12'],
+    podCIDRs: ['10.244.0.0/16'],
+    podRangeBits: 24,
+  };
+  const { nodes, refusedPeers } = routableNodes(
+    [kubeNode('site-a', '10.244.1.0/24'), kubeNode('site-b', '10.244.2.0/24')],
+    'site-a',
+    reserved,
+  );
   assert.deepEqual([...desiredRoutes(nodes, 'site-a', 'routes').keys()], []);
   assert.deepEqual([...desiredRoutes(nodes, 'site-a', 'vxlan').keys()], []);
   assert.deepEqual([...desiredRoutes(nodes, 'site-a', 'wireguard')], [['10.244.2.0/24', { dev: 'kctl-wg' }]]);
   const b = nodes.find((n) => n.name === 'site-b');
   assert.equal(b?.internalIP, undefined);
-  assert.equal(b?.wireguardEndpoint, undefined, "its published endpoint is this node's own address: left to the handshakes");
+  assert.equal(
+    b?.wireguardEndpoint,
+    undefined,
+    "its published endpoint is this node's own address: left to the handshakes",
+  );
   assert.deepEqual(
     refusedPeers.map((r) => `${r.node}: ${r.what}: ${r.reason}`),
     ["site-b: address 192.168.50.10: also reported by node site-a (conflict: nobody's until an admin resolves it)"],
   );
   const kept = routableNodes(
-    [kubeNode('site-a', '10.244.1.0/24'), kubeNode('site-b', '10.244.2.0/24', '192.168.50.10'), kubeNode('c', '10.244.3.0/24')],
+    [
+      kubeNode('site-a', '10.244.1.0/24'),
+      kubeNode('site-b', '10.244.2.0/24', '192.168.50.10'),
+      kubeNode('c', '10.244.3.0/24'),
+    ],
     'c',
     reserved,
   );

@@ -1,7 +1,13 @@
 // Relays in wireguard mode: who carries whose addresses, and when a peer counts as heard from.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { CONTROLLERS, PeerLiveness, planRelays, RELAY_AFTER_SILENT_MS, type RelayCandidate } from '../../../src/worker/relay.ts';
+import {
+  CONTROLLERS,
+  PeerLiveness,
+  planRelays,
+  RELAY_AFTER_SILENT_MS,
+  type RelayCandidate,
+} from '../../../src/worker/relay.ts';
 import type { WireguardDeviceState } from '../../../src/host/wireguard.ts';
 
 const peer = (name: string, relay = false): RelayCandidate => ({
@@ -59,7 +65,10 @@ test('through the controllers: only without a relay node heard from, keeping its
   assert.deepEqual(plan.allowedIPs.get('key-bb'), b.allowedIPs, 'its addresses stay: only its endpoint moves');
   // Its packets now come through the controllers, so hearing from it says nothing: it stays.
   const sticky = new Set(['key-bb']);
-  assert.equal(planRelays([a, b], () => true, { controllers: true, throughControllers: sticky }).via.get('bb'), CONTROLLERS);
+  assert.equal(
+    planRelays([a, b], () => true, { controllers: true, throughControllers: sticky }).via.get('bb'),
+    CONTROLLERS,
+  );
   // A relay node heard from wins (the controllers carry only what no node can).
   const withRelay = planRelays([a, b, r], (k) => k !== 'key-bb', { controllers: true, throughControllers: sticky });
   assert.equal(withRelay.via.get('bb'), 'relay');
@@ -80,5 +89,9 @@ test('liveness: received bytes moving mean heard from; a new peer has its grace;
   assert.equal(live.direct('key-b', t0 + RELAY_AFTER_SILENT_MS + 1), true, 'heard 20 s ago');
   live.update(device({ a: 148 }), t0 + 70_000);
   assert.equal(live.direct('key-a', t0 + 70_000), true, 'a handshake got through: direct again');
-  assert.equal(live.direct('key-b', t0 + 70_000), true, 'a peer gone from the device is forgotten (and new again if it returns)');
+  assert.equal(
+    live.direct('key-b', t0 + 70_000),
+    true,
+    'a peer gone from the device is forgotten (and new again if it returns)',
+  );
 });

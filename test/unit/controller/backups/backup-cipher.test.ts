@@ -4,7 +4,14 @@ import { chmod, readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { Readable } from 'node:stream';
 import { test } from 'node:test';
-import { BackupCipherError, cipherStream, createBackupKey, Opener, readBackupKey, Sealer } from '../../../../src/controller/backups/backup-cipher.ts';
+import {
+  BackupCipherError,
+  cipherStream,
+  createBackupKey,
+  Opener,
+  readBackupKey,
+  Sealer,
+} from '../../../../src/controller/backups/backup-cipher.ts';
 import { tempDir } from '../../../helpers.ts';
 
 /** Seals `plain`, pushed in pieces of `piece` bytes. */
@@ -83,7 +90,12 @@ test('cut off at any length, extended, or chunks reordered: refused', () => {
     'damaged',
   );
   // Chunks 0 and 1 (32 bytes each after the 68-byte header) swapped.
-  const swapped = Buffer.concat([sealed.subarray(0, 68), sealed.subarray(100, 132), sealed.subarray(68, 100), sealed.subarray(132)]);
+  const swapped = Buffer.concat([
+    sealed.subarray(0, 68),
+    sealed.subarray(100, 132),
+    sealed.subarray(68, 100),
+    sealed.subarray(132),
+  ]);
   assert.equal(
     failure(() => open(key, swapped)),
     'damaged',
@@ -102,7 +114,9 @@ test('a wrong key is told apart from damage; a plain file is not encrypted', () 
     'wrong-key',
   );
   assert.equal(
-    failure(() => open(randomBytes(32), Buffer.from('\x1f\x8b gzip data that is long enough to pass the header size..........'))),
+    failure(() =>
+      open(randomBytes(32), Buffer.from('\x1f\x8b gzip data that is long enough to pass the header size..........')),
+    ),
     'not-encrypted',
   );
 });
@@ -115,10 +129,15 @@ test('the stream wrapper seals and opens; a damaged stream errors', async () => 
     for await (const c of r) out.push(c as Buffer);
     return Buffer.concat(out);
   };
-  const sealed = await collect(Readable.from([plain.subarray(0, 1000), plain.subarray(1000)]).pipe(cipherStream(new Sealer(key))));
+  const sealed = await collect(
+    Readable.from([plain.subarray(0, 1000), plain.subarray(1000)]).pipe(cipherStream(new Sealer(key))),
+  );
   assert.deepEqual(await collect(Readable.from([sealed]).pipe(cipherStream(new Opener(key)))), plain);
   sealed[150_000]! ^= 0x80;
-  await assert.rejects(collect(Readable.from([sealed]).pipe(cipherStream(new Opener(key)))), /chunk 2 does not authenticate/);
+  await assert.rejects(
+    collect(Readable.from([sealed]).pipe(cipherStream(new Opener(key)))),
+    /chunk 2 does not authenticate/,
+  );
 });
 
 test('key files: made 0600 and never replaced; missing, open to others or not a key: one line each', async (t) => {
@@ -138,6 +157,10 @@ test('key files: made 0600 and never replaced; missing, open to others or not a 
     const bad = join(dir, 'bad.key');
     await writeFile(bad, text, { mode: 0o600 });
     await chmod(bad, 0o600);
-    await assert.rejects(readBackupKey(bad), /does not hold a backup key; .*kctl backup key create FILE/, JSON.stringify(text));
+    await assert.rejects(
+      readBackupKey(bad),
+      /does not hold a backup key; .*kctl backup key create FILE/,
+      JSON.stringify(text),
+    );
   }
 });

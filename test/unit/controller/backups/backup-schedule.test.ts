@@ -2,7 +2,11 @@ import assert from 'node:assert/strict';
 import { chmod, readdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { test } from 'node:test';
-import { archivesToPrune, archiveTime, BackupSchedulerComponent } from '../../../../src/controller/backups/backup-schedule.ts';
+import {
+  archivesToPrune,
+  archiveTime,
+  BackupSchedulerComponent,
+} from '../../../../src/controller/backups/backup-schedule.ts';
 import { createBackupKey } from '../../../../src/controller/backups/backup-cipher.ts';
 import { parseConfig } from '../../../../src/controller/config/config.ts';
 import { controllerPaths } from '../../../../src/controller/config/paths.ts';
@@ -16,13 +20,25 @@ test('spec.backup: no schedule means no scheduled backups; defaults; bad values 
   const none = parseConfig({}, 'kctl.yaml').spec.backup;
   assert.deepEqual(none, { retention: 7 });
   const b = parseConfig(
-    { spec: { backup: { schedule: '6h', retention: 3, path: '/srv/backups', encryptionKeyFile: '/etc/kctl/backup.key' } } },
+    {
+      spec: {
+        backup: { schedule: '6h', retention: 3, path: '/srv/backups', encryptionKeyFile: '/etc/kctl/backup.key' },
+      },
+    },
     'kctl.yaml',
   ).spec.backup;
-  assert.deepEqual(b, { schedule: '6h', retention: 3, path: '/srv/backups', encryptionKeyFile: '/etc/kctl/backup.key' });
+  assert.deepEqual(b, {
+    schedule: '6h',
+    retention: 3,
+    path: '/srv/backups',
+    encryptionKeyFile: '/etc/kctl/backup.key',
+  });
   assert.equal(parseConfig({ spec: { backup: { schedule: '1d' } } }, 'kctl.yaml').spec.backup.schedule, '1d');
   const bad = (backup: unknown) => () => parseConfig({ spec: { backup } }, 'kctl.yaml');
-  assert.throws(bad({ schedule: '30s' }), /spec\.backup\.schedule: expected an interval of at least 1m, such as 6h, 30m or 1d/);
+  assert.throws(
+    bad({ schedule: '30s' }),
+    /spec\.backup\.schedule: expected an interval of at least 1m, such as 6h, 30m or 1d/,
+  );
   assert.throws(bad({ schedule: 'daily' }), /spec\.backup\.schedule: expected an interval/);
   assert.throws(bad({ retention: 0 }), /spec\.backup\.retention/);
   assert.throws(bad({ path: 'backups' }), /spec\.backup\.path: expected an absolute path/);
@@ -42,7 +58,10 @@ test("retention: only kctl's archives, beyond the newest N, oldest first; partia
     'notes.txt',
     'kctl-backup-2026-11-24T00-00-00-000Z.tar.gz.bak',
   ];
-  assert.deepEqual(archivesToPrune(names, 2), ['kctl-backup-2026-11-26T01-00-00-000Z.tar.gz', 'kctl-backup-2026-11-26T02-00-00-000Z.tar.gz.enc']);
+  assert.deepEqual(archivesToPrune(names, 2), [
+    'kctl-backup-2026-11-26T01-00-00-000Z.tar.gz',
+    'kctl-backup-2026-11-26T02-00-00-000Z.tar.gz.enc',
+  ]);
   assert.deepEqual(archivesToPrune(names, 4), []);
   assert.deepEqual(archivesToPrune(names, 1).length, 3);
   assert.equal(archiveTime('kctl-backup-2026-11-26T03-04-05-678Z.tar.gz'), Date.parse('2026-11-26T03:04:05.678Z'));
@@ -70,7 +89,14 @@ test('the scheduler: the lease holder backs up one interval after start, keeps `
     return file;
   };
   const other = join(path, 'notes.txt');
-  const make = () => new BackupSchedulerComponent({ cfg, paths: controllerPaths(join(dir, 'data'), join(dir, 'run')), kube, backup, now: () => now });
+  const make = () =>
+    new BackupSchedulerComponent({
+      cfg,
+      paths: controllerPaths(join(dir, 'data'), join(dir, 'run')),
+      kube,
+      backup,
+      now: () => now,
+    });
   const s = make();
   const { log } = captureLogger();
   await s.init({ log, statuses: () => [] });
@@ -86,11 +112,19 @@ test('the scheduler: the lease holder backs up one interval after start, keeps `
   assert.equal(s.report().nextDue, '2026-11-26T00:01:00.000Z', 'one interval after start when there is no archive');
   for (let i = 1; i <= 4; i++) {
     now += 60_000;
-    await waitFor(`backup ${i}`, 10_000, async () => calls.length === i && s.report().last?.at === new Date(now).toISOString());
+    await waitFor(
+      `backup ${i}`,
+      10_000,
+      async () => calls.length === i && s.report().last?.at === new Date(now).toISOString(),
+    );
     assert.equal(calls[i - 1]!.key?.length, 32, 'sealed with the key file');
   }
   const names = (await readdir(path)).sort();
-  assert.deepEqual(names, [`kctl-backup-${stamp(now - 60_000)}.tar.gz.enc`, `kctl-backup-${stamp(now)}.tar.gz.enc`, 'notes.txt']);
+  assert.deepEqual(names, [
+    `kctl-backup-${stamp(now - 60_000)}.tar.gz.enc`,
+    `kctl-backup-${stamp(now)}.tar.gz.enc`,
+    'notes.txt',
+  ]);
   assert.equal(s.report().last?.result, 'ok');
 
   fail = true;

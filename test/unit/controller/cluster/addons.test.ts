@@ -13,26 +13,42 @@ import { captureLogger, tempDir } from '../../../helpers.ts';
 
 test('spec.network.clusterDNS: the 10th service IP by default, configurable inside the service CIDR only', () => {
   assert.equal(parseConfig({}, 'defaults').spec.network.clusterDNS, '10.96.0.10');
-  assert.equal(parseConfig({ spec: { network: { serviceCIDR: '10.100.0.0/16' } } }, 'kctl.yaml').spec.network.clusterDNS, '10.100.0.10');
-  assert.equal(parseConfig({ spec: { network: { clusterDNS: '10.96.0.53' } } }, 'kctl.yaml').spec.network.clusterDNS, '10.96.0.53');
+  assert.equal(
+    parseConfig({ spec: { network: { serviceCIDR: '10.100.0.0/16' } } }, 'kctl.yaml').spec.network.clusterDNS,
+    '10.100.0.10',
+  );
+  assert.equal(
+    parseConfig({ spec: { network: { clusterDNS: '10.96.0.53' } } }, 'kctl.yaml').spec.network.clusterDNS,
+    '10.96.0.53',
+  );
   assert.throws(
     () => parseConfig({ spec: { network: { clusterDNS: '10.200.0.10' } } }, 'kctl.yaml'),
     /invalid config kctl\.yaml: spec\.network\.clusterDNS: 10\.200\.0\.10 is outside spec\.network\.serviceCIDR 10\.96\.0\.0\/12/,
   );
-  assert.throws(() => parseConfig({ spec: { network: { clusterDNS: 'dns' } } }, 'kctl.yaml'), /spec\.network\.clusterDNS: expected an IP address/);
+  assert.throws(
+    () => parseConfig({ spec: { network: { clusterDNS: 'dns' } } }, 'kctl.yaml'),
+    /spec\.network\.clusterDNS: expected an IP address/,
+  );
 });
 
 test('spec.addons: CoreDNS (2 replicas) and metrics-server on by default; unknown add-ons are refused', () => {
   const a = parseConfig({}, 'defaults').spec.addons;
   assert.deepEqual(a, { coredns: { enabled: true, replicas: 2 }, metricsServer: { enabled: true } });
-  assert.equal(parseConfig({ spec: { addons: { coredns: { enabled: false } } } }, 'kctl.yaml').spec.addons.coredns.enabled, false);
-  assert.throws(() => parseConfig({ spec: { addons: { traefik: {} } } }, 'kctl.yaml'), /spec\.addons: unknown field\(s\) "traefik"/);
+  assert.equal(
+    parseConfig({ spec: { addons: { coredns: { enabled: false } } } }, 'kctl.yaml').spec.addons.coredns.enabled,
+    false,
+  );
+  assert.throws(
+    () => parseConfig({ spec: { addons: { traefik: {} } } }, 'kctl.yaml'),
+    /spec\.addons: unknown field\(s\) "traefik"/,
+  );
 });
 
 /** The value at a path of keys and indexes in a parsed object, or undefined where the path breaks off. */
 function at(value: unknown, ...path: (string | number)[]): unknown {
   let v = value;
-  for (const k of path) v = v !== null && typeof v === 'object' ? (v as Record<string | number, unknown>)[k] : undefined;
+  for (const k of path)
+    v = v !== null && typeof v === 'object' ? (v as Record<string | number, unknown>)[k] : undefined;
   return v;
 }
 
@@ -65,7 +81,10 @@ test('add-on stacks: written 0600 as valid stacks with the bundled images; a dis
   const dns = await read(ADDON_STACKS.coredns);
   const of = (objs: typeof dns, kind: string) => objs.find((o) => o.kind === kind);
   assert.equal(at(of(dns, 'Service'), 'spec', 'clusterIP'), '10.96.0.10');
-  assert.match(String(at(of(dns, 'ConfigMap'), 'data', 'Corefile')), /kubernetes corp\.internal in-addr\.arpa ip6\.arpa/);
+  assert.match(
+    String(at(of(dns, 'ConfigMap'), 'data', 'Corefile')),
+    /kubernetes corp\.internal in-addr\.arpa ip6\.arpa/,
+  );
   const dnsPod = at(of(dns, 'Deployment'), 'spec', 'template', 'spec');
   // Replicas belong to the coredns-scaler (node count), not to the manifest the applier re-applies.
   assert.equal(at(of(dns, 'Deployment'), 'spec', 'replicas'), undefined);
@@ -88,11 +107,19 @@ test('add-on stacks: written 0600 as valid stacks with the bundled images; a dis
   assert.ok(args.includes('--kubelet-certificate-authority=/etc/kubelet-ca/ca.crt'), args.join(' '));
   const kubeletCa = ms.find((o) => o.kind === 'ConfigMap' && at(o, 'metadata', 'name') === 'metrics-server-kubelet-ca');
   assert.equal(at(kubeletCa, 'data', 'ca.crt'), 'KUBELET CA PEM\n');
-  assert.match(String(at(of(ms, 'Deployment'), 'spec', 'template', 'metadata', 'annotations', 'kctl.dev/kubelet-ca-sha256')), /^[0-9a-f]{64}$/);
+  assert.match(
+    String(at(of(ms, 'Deployment'), 'spec', 'template', 'metadata', 'annotations', 'kctl.dev/kubelet-ca-sha256')),
+    /^[0-9a-f]{64}$/,
+  );
   assert.ok(!JSON.stringify(lines()).includes('KEY PEM'), 'the serving key reached the log');
 
   // Off: the stack directory goes (the applier then prunes its objects); the other stays.
-  await writeAddonStacks(parseConfig({ spec: { addons: { coredns: { enabled: false } } } }, 'kctl.yaml'), manifests, pki, log);
+  await writeAddonStacks(
+    parseConfig({ spec: { addons: { coredns: { enabled: false } } } }, 'kctl.yaml'),
+    manifests,
+    pki,
+    log,
+  );
   assert.equal(existsSync(join(manifests, ADDON_STACKS.coredns)), false);
   assert.equal(existsSync(join(manifests, ADDON_STACKS.metricsServer, 'metrics-server.yaml')), true);
   assert.ok(lines().some((l) => String(l.msg).includes('add-on coredns disabled')));

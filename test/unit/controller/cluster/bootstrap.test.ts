@@ -24,7 +24,10 @@ test(
       if (req.method !== 'PATCH') return json(res, 404, { kind: 'Status', code: 404, reason: 'NotFound' });
       json(res, 200, JSON.parse(req.body) as unknown);
     });
-    const bootstrap = await initialised(new BootstrapComponent(cfg, pki, new KubeClient({ server: api.url })), captureLogger().log);
+    const bootstrap = await initialised(
+      new BootstrapComponent(cfg, pki, new KubeClient({ server: api.url })),
+      captureLogger().log,
+    );
     await bootstrap.ready(AbortSignal.timeout(15_000));
     const want = bootstrapObjects(cfg, 'CA PEM\n');
     const applied = api.requests.filter((r) => r.method === 'PATCH').slice(-want.length);
@@ -79,7 +82,9 @@ test('nodes may not write their own pod range: a built-in admission policy for r
   }
   const byKind = (kind: string): unknown => JSON.parse(JSON.stringify(objects.find((o) => o.kind === kind)));
   const policy = byKind('ValidatingAdmissionPolicy') as Policy;
-  const binding = byKind('ValidatingAdmissionPolicyBinding') as { spec: { policyName: string; validationActions: string[] } };
+  const binding = byKind('ValidatingAdmissionPolicyBinding') as {
+    spec: { policyName: string; validationActions: string[] };
+  };
   assert.equal(binding.spec.policyName, policy.metadata.name);
   assert.deepEqual(binding.spec.validationActions, ['Deny']);
   assert.match(policy.spec.matchConditions[0]!.expression, /'system:nodes'/);

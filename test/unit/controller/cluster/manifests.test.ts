@@ -26,7 +26,10 @@ test('a stack parses into objects; bad YAML and non-objects are reported with fi
   ]);
   assert.equal(bad.errors.length, 2);
   assert.match(bad.errors[0]!, /^demo\/b\.yaml:\d+: /);
-  assert.equal(bad.errors[1], 'demo/c.yaml:5: not a Kubernetes object (apiVersion, kind and metadata.name are required)');
+  assert.equal(
+    bad.errors[1],
+    'demo/c.yaml:5: not a Kubernetes object (apiVersion, kind and metadata.name are required)',
+  );
 });
 
 /** fs.watch handles the process holds, once closed ones are gone (a handle closes on the next turn). */
@@ -42,13 +45,19 @@ test('stop() while start() is still making the directory leaves no watcher behin
   });
   const baseline = await watchers();
   // The usual order first: a watcher while running, none after stop().
-  const normal = await initialised(new ManifestApplierComponent(join(dir, 'a', 'manifests'), join(dir, 'a'), noApi), captureLogger().log);
+  const normal = await initialised(
+    new ManifestApplierComponent(join(dir, 'a', 'manifests'), join(dir, 'a'), noApi),
+    captureLogger().log,
+  );
   await normal.start();
   assert.ok((await watchers()) > baseline, 'a running applier watches its directory');
   await normal.stop();
   assert.equal(await watchers(), baseline);
   // A signal during start: stop() runs before the directory exists.
-  const raced = await initialised(new ManifestApplierComponent(join(dir, 'b', 'manifests'), join(dir, 'b'), noApi), captureLogger().log);
+  const raced = await initialised(
+    new ManifestApplierComponent(join(dir, 'b', 'manifests'), join(dir, 'b'), noApi),
+    captureLogger().log,
+  );
   const starting = raced.start();
   await raced.stop();
   await starting;
@@ -76,7 +85,11 @@ async function countingApplier(dir: string) {
 
 const CONFIGMAP = 'apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a}\n';
 
-async function stack(dir: string, name: string, o: { dirMode?: number; fileMode?: number; uid?: number } = {}): Promise<string> {
+async function stack(
+  dir: string,
+  name: string,
+  o: { dirMode?: number; fileMode?: number; uid?: number } = {},
+): Promise<string> {
   const stackDir = join(dir, 'manifests', name);
   await mkdir(stackDir, { recursive: true });
   await writeFile(join(stackDir, 'a.yaml'), CONFIGMAP);
@@ -101,7 +114,9 @@ test('a stack that someone other than root (or kctl) could change is skipped wit
     [
       `skipped stack open: ${join(open, 'a.yaml')} is writable by group and others (mode 0666); manifests must belong to root and be writable by no one else`,
       `skipped stack shared: ${shared} is writable by group (mode 0775); manifests must belong to root and be writable by no one else`,
-    ].map((m) => (process.geteuid?.() === 0 ? m : m.replace('belong to root', `belong to root or uid ${process.geteuid?.()}`))),
+    ].map((m) =>
+      process.geteuid?.() === 0 ? m : m.replace('belong to root', `belong to root or uid ${process.geteuid?.()}`),
+    ),
   );
   assert.match(a.applier.status().lastError ?? '', /open: .*writable by group and others/);
 
@@ -113,21 +128,25 @@ test('a stack that someone other than root (or kctl) could change is skipped wit
   assert.equal(a.lines().filter((l) => l.level === 40).length, 2);
 });
 
-test('a stack file owned by another user, or a symbolic link, is skipped', { skip: process.getuid?.() !== 0 && 'needs root to chown' }, async (t) => {
-  const dir = await tempDir(t);
-  const foreign = await stack(dir, 'foreign', { uid: 65534 });
-  const linked = await stack(dir, 'linked');
-  await writeFile(join(dir, 'elsewhere.yaml'), CONFIGMAP);
-  await symlink(join(dir, 'elsewhere.yaml'), join(linked, 'b.yaml'));
-  const a = await countingApplier(dir);
-  t.after(() => a.applier.stop());
-  await a.applier.start();
-  assert.equal(a.calls(), 0);
-  assert.deepEqual(skipWarnings(a), [
-    `skipped stack foreign: ${join(foreign, 'a.yaml')} is owned by uid 65534, not by root`,
-    `skipped stack linked: ${join(linked, 'b.yaml')} is a symbolic link (only regular files are applied)`,
-  ]);
-});
+test(
+  'a stack file owned by another user, or a symbolic link, is skipped',
+  { skip: process.getuid?.() !== 0 && 'needs root to chown' },
+  async (t) => {
+    const dir = await tempDir(t);
+    const foreign = await stack(dir, 'foreign', { uid: 65534 });
+    const linked = await stack(dir, 'linked');
+    await writeFile(join(dir, 'elsewhere.yaml'), CONFIGMAP);
+    await symlink(join(dir, 'elsewhere.yaml'), join(linked, 'b.yaml'));
+    const a = await countingApplier(dir);
+    t.after(() => a.applier.stop());
+    await a.applier.start();
+    assert.equal(a.calls(), 0);
+    assert.deepEqual(skipWarnings(a), [
+      `skipped stack foreign: ${join(foreign, 'a.yaml')} is owned by uid 65534, not by root`,
+      `skipped stack linked: ${join(linked, 'b.yaml')} is a symbolic link (only regular files are applied)`,
+    ]);
+  },
+);
 
 test('while the manifests directory itself is writable by others nothing is applied and nothing pruned', async (t) => {
   const dir = await tempDir(t);
@@ -142,6 +161,8 @@ test('while the manifests directory itself is writable by others nothing is appl
   t.after(() => a.applier.stop());
   await a.applier.start();
   assert.equal(a.calls(), 0);
-  assert.deepEqual(skipWarnings(a), [`skipped every stack: ${join(dir, 'manifests')} is writable by group and others (mode 0777)`]);
+  assert.deepEqual(skipWarnings(a), [
+    `skipped every stack: ${join(dir, 'manifests')} is writable by group and others (mode 0777)`,
+  ]);
   assert.match(await readFile(join(dir, 'manifest-state.json'), 'utf8'), /"gone"/);
 });

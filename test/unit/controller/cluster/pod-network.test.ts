@@ -24,12 +24,21 @@ async function apiWith(t: TestContext, objects: Record<string, unknown>) {
   return { kube: new KubeClient({ server: api.url }), store, api };
 }
 
-const config = (network: Record<string, unknown> = {}) => parseConfig({ spec: { api: { address: '10.0.0.1' }, network } }, 'test');
+const config = (network: Record<string, unknown> = {}) =>
+  parseConfig({ spec: { api: { address: '10.0.0.1' }, network } }, 'test');
 /** What a controller of today records (the test config's pod CIDR and kctl's node range size). */
 const recorded = (mode: string) => ({
-  data: { mode, vxlanVNI: '1', vxlanPort: '8472', clusterCIDR: '10.244.0.0/16', nodeRangeBits: '24', serviceCIDR: '10.96.0.0/12' },
+  data: {
+    mode,
+    vxlanVNI: '1',
+    vxlanPort: '8472',
+    clusterCIDR: '10.244.0.0/16',
+    nodeRangeBits: '24',
+    serviceCIDR: '10.96.0.0/12',
+  },
 });
-const modeIn = (store: Map<string, unknown>) => (store.get(POD_NETWORK_PATH) as { data: { mode: string } } | undefined)?.data.mode;
+const modeIn = (store: Map<string, unknown>) =>
+  (store.get(POD_NETWORK_PATH) as { data: { mode: string } } | undefined)?.data.mode;
 
 test('a new cluster without spec.network.mode runs routes, and says so to its nodes', async (t) => {
   const { kube, store } = await apiWith(t, {});
@@ -44,10 +53,17 @@ test('a cluster from before modes stays on routes when its controller upgrades, 
 });
 
 test('an unset mode keeps what the cluster runs; a set one switches it, and the switch is logged', async (t) => {
-  const { kube, store, api } = await apiWith(t, { [CLUSTER_INFO]: { data: {} }, [POD_NETWORK_PATH]: recorded('vxlan') });
+  const { kube, store, api } = await apiWith(t, {
+    [CLUSTER_INFO]: { data: {} },
+    [POD_NETWORK_PATH]: recorded('vxlan'),
+  });
   const { log, raw } = captureLogger();
   assert.equal((await publishPodNetwork(kube, config(), log)).mode, 'vxlan');
-  assert.equal(api.requests.filter((r) => r.method === 'PATCH').length, 0, 'nothing is written when the cluster already runs what the config says');
+  assert.equal(
+    api.requests.filter((r) => r.method === 'PATCH').length,
+    0,
+    'nothing is written when the cluster already runs what the config says',
+  );
   assert.equal((await publishPodNetwork(kube, config({ mode: 'routes' }), log)).mode, 'routes');
   assert.equal(modeIn(store), 'routes');
   assert.match(raw(), /pod network mode switched from vxlan to routes/);
@@ -81,7 +97,8 @@ test('spec.network.mode and spec.network.vxlan: bad values name the field', () =
 test('NetworkPolicy: on for a new cluster; a cluster from before policies keeps ignoring them until spec.network.policy says otherwise', async (t) => {
   const fresh = await apiWith(t, {});
   assert.equal((await publishPodNetwork(fresh.kube, config(), captureLogger().log)).policy, true);
-  const policyIn = (store: Map<string, unknown>) => (store.get(POD_NETWORK_PATH) as { data: { policy: string } } | undefined)?.data.policy;
+  const policyIn = (store: Map<string, unknown>) =>
+    (store.get(POD_NETWORK_PATH) as { data: { policy: string } } | undefined)?.data.policy;
   assert.equal(policyIn(fresh.store), 'true');
 
   const older = await apiWith(t, { [CLUSTER_INFO]: { data: {} } });
@@ -93,5 +110,9 @@ test('NetworkPolicy: on for a new cluster; a cluster from before policies keeps 
   assert.equal((await publishPodNetwork(withModes.kube, config({ policy: true }), log)).policy, true);
   assert.equal(policyIn(withModes.store), 'true');
   assert.match(raw(), /NetworkPolicy enforcement switched on/);
-  assert.equal((await publishPodNetwork(withModes.kube, config(), log)).policy, true, 'an unset policy keeps what the cluster does');
+  assert.equal(
+    (await publishPodNetwork(withModes.kube, config(), log)).policy,
+    true,
+    'an unset policy keeps what the cluster does',
+  );
 });

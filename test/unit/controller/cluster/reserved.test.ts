@@ -9,13 +9,17 @@ import { selfSignedCert, tempDir } from '../../../helpers.ts';
 
 test("a controller's names come from its config, its serving certificates' SANs and the live controllers' leases", async (t) => {
   const dir = await tempDir(t);
-  const cert = selfSignedCert(dir, 'server', { cn: 'kube-apiserver', san: 'DNS:Ctl-1.Example,IP:10.0.0.9,IP:fd00:0::9' });
+  const cert = selfSignedCert(dir, 'server', {
+    cn: 'kube-apiserver',
+    san: 'DNS:Ctl-1.Example,IP:10.0.0.9,IP:fd00:0::9',
+  });
   assert.deepEqual(certificateNames(cert.cert), ['ctl-1.example', '10.0.0.9', 'fd00::9']);
   assert.deepEqual(certificateNames(join(dir, 'missing.crt')), [], 'an unreadable file names nothing');
   const cfg = parseConfig({ spec: { api: { address: '192.0.2.2', sans: ['api.example'] } } }, 'kctl.yaml');
   const live = [{ name: 'c2', apiServer: 'https://[2001:db8::7]:6443', konnectivity: 'c2.example:8132', agents: [] }];
   const r = reservedSpace(cfg, { certificates: [cert.cert], controllers: { liveControllers: () => live } });
-  for (const v of ['192.0.2.2', 'api.example', 'ctl-1.example', '10.0.0.9', 'fd00::9', '2001:db8::7', 'c2.example']) assert.ok(r.isController(v), v);
+  for (const v of ['192.0.2.2', 'api.example', 'ctl-1.example', '10.0.0.9', 'fd00::9', '2001:db8::7', 'c2.example'])
+    assert.ok(r.isController(v), v);
   for (const v of ['10.0.0.10', 'node-1', '2001:db8::8']) assert.equal(r.isController(v), false, v);
   assert.deepEqual([r.serviceCIDRs, r.podCIDRs], [['10.96.0.0/12'], ['10.244.0.0/16']]);
 });

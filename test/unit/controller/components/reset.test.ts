@@ -82,12 +82,18 @@ test('reset knows every program a controller supervises, in start order, for eve
   // Components are only built here, never started: an admin kubeconfig that names a server is enough.
   const dir = await tempDir(t);
   await mkdir(join(dir, 'pki'));
-  await writeFile(join(dir, 'pki', 'admin.conf'), 'clusters: [{ cluster: { server: "https://10.0.0.1:6443" } }]\nusers: [{ user: { token: x } }]\n');
+  await writeFile(
+    join(dir, 'pki', 'admin.conf'),
+    'clusters: [{ cluster: { server: "https://10.0.0.1:6443" } }]\nusers: [{ user: { token: x } }]\n',
+  );
   const pki = pkiPaths(join(dir, 'pki'));
   const paths = controllerPaths(join(dir, 'data'), join(dir, 'run'));
   for (const profile of ['full', 'api-only'] as const)
     for (const storage of ['etcd', 'kine'] as const) {
-      const cfg = parseConfig({ spec: { api: { address: '10.0.0.1' }, profile, storage: { type: storage } } }, 'kctl.yaml');
+      const cfg = parseConfig(
+        { spec: { api: { address: '10.0.0.1' }, profile, storage: { type: storage } } },
+        'kctl.yaml',
+      );
       const supervised = controllerComponents({ cfg, paths, pki, release: RELEASE })
         .filter((c) => c instanceof Supervisor)
         .map((c) => c.name);

@@ -7,12 +7,16 @@ import { pkiPaths } from '../../../../src/pki/index.ts';
 import { egressSelectorConfig, trustedAgents } from '../../../../src/controller/components/konnectivity.ts';
 import { controllerPaths } from '../../../../src/controller/config/paths.ts';
 
-const withTrusted = (list: unknown) => parseConfig({ spec: { api: { address: '10.0.0.1' }, konnectivity: { trustedAgents: list } } }, 'kctl.yaml');
+const withTrusted = (list: unknown) =>
+  parseConfig({ spec: { api: { address: '10.0.0.1' }, konnectivity: { trustedAgents: list } } }, 'kctl.yaml');
 
 test('spec.konnectivity.trustedAgents: nobody by default; nodes by name, service accounts as NAMESPACE/NAME', () => {
   assert.deepEqual(trustedAgents(parseConfig({}, 'defaults')), { nodes: [], users: [] });
   const cfg = withTrusted([{ node: 'site-gw' }, { serviceAccount: 'kube-system/konnectivity-agent' }]);
-  assert.deepEqual(trustedAgents(cfg), { nodes: ['site-gw'], users: ['system:serviceaccount:kube-system:konnectivity-agent'] });
+  assert.deepEqual(trustedAgents(cfg), {
+    nodes: ['site-gw'],
+    users: ['system:serviceaccount:kube-system:konnectivity-agent'],
+  });
 });
 
 test('a trusted agent entry needs exactly one of node or serviceAccount, well formed; the error names the field', () => {
@@ -21,7 +25,10 @@ test('a trusted agent entry needs exactly one of node or serviceAccount, well fo
     /spec\.konnectivity\.trustedAgents\.0: set exactly one of node or serviceAccount/,
   );
   assert.throws(() => withTrusted([{}]), /trustedAgents\.0: set exactly one of node or serviceAccount/);
-  assert.throws(() => withTrusted([{ serviceAccount: 'konnectivity-agent' }]), /trustedAgents\.0\.serviceAccount: expected NAMESPACE\/NAME/);
+  assert.throws(
+    () => withTrusted([{ serviceAccount: 'konnectivity-agent' }]),
+    /trustedAgents\.0\.serviceAccount: expected NAMESPACE\/NAME/,
+  );
   assert.throws(() => withTrusted([{ nodes: 'a' }]), /trustedAgents\.0: unknown field\(s\) "nodes"/);
 });
 
@@ -32,30 +39,55 @@ test('spec.konnectivity.proxyProtocol: kube-apiserver dials through HTTP-CONNECT
     return parse(egressSelectorConfig(paths, cfg.spec.konnectivity.proxyProtocol)) as { egressSelections: unknown[] };
   };
   assert.deepEqual(egress({}).egressSelections, [
-    { name: 'cluster', connection: { proxyProtocol: 'HTTPConnect', transport: { uds: { udsName: '/run/kctl/konnectivity-connect.sock' } } } },
+    {
+      name: 'cluster',
+      connection: {
+        proxyProtocol: 'HTTPConnect',
+        transport: { uds: { udsName: '/run/kctl/konnectivity-connect.sock' } },
+      },
+    },
   ]);
   assert.deepEqual(egress({ proxyProtocol: 'GRPC' }).egressSelections, [
-    { name: 'cluster', connection: { proxyProtocol: 'GRPC', transport: { uds: { udsName: '/run/kctl/konnectivity-server.sock' } } } },
+    {
+      name: 'cluster',
+      connection: { proxyProtocol: 'GRPC', transport: { uds: { udsName: '/run/kctl/konnectivity-server.sock' } } },
+    },
   ]);
   assert.throws(() => egress({ proxyProtocol: 'grpc' }), /spec\.konnectivity\.proxyProtocol: .*"HTTPConnect".*"GRPC"/);
 });
 
 test('spec.konnectivity.maxUnauthenticatedAgents: 256 by default, a positive whole number when set', () => {
-  const cap = (konnectivity: unknown) => parseConfig({ spec: { konnectivity } }, 'kctl.yaml').spec.konnectivity.maxUnauthenticatedAgents;
+  const cap = (konnectivity: unknown) =>
+    parseConfig({ spec: { konnectivity } }, 'kctl.yaml').spec.konnectivity.maxUnauthenticatedAgents;
   assert.equal(cap({}), 256);
   assert.equal(cap({ maxUnauthenticatedAgents: 1000 }), 1000);
   for (const bad of [0, -1, 2.5, '256'])
-    assert.throws(() => cap({ maxUnauthenticatedAgents: bad }), /spec\.konnectivity\.maxUnauthenticatedAgents: /, String(bad));
+    assert.throws(
+      () => cap({ maxUnauthenticatedAgents: bad }),
+      /spec\.konnectivity\.maxUnauthenticatedAgents: /,
+      String(bad),
+    );
 });
 
 test('spec.api.encryption.resources: Secrets by default, an empty list allowed, wildcards and repeats refused with the path', () => {
-  const enc = (encryption: unknown) => parseConfig({ spec: { api: { encryption } } }, 'kctl.yaml').spec.api.encryption.resources;
+  const enc = (encryption: unknown) =>
+    parseConfig({ spec: { api: { encryption } } }, 'kctl.yaml').spec.api.encryption.resources;
   assert.deepEqual(parseConfig({}, 'defaults').spec.api.encryption.resources, ['secrets']);
   assert.deepEqual(enc({ resources: [] }), []);
-  assert.deepEqual(enc({ resources: ['secrets', 'configmaps', 'widgets.example.com'] }), ['secrets', 'configmaps', 'widgets.example.com']);
-  assert.throws(() => enc({ resources: ['*.*'] }), /spec\.api\.encryption\.resources\.0: expected a resource such as secrets/);
+  assert.deepEqual(enc({ resources: ['secrets', 'configmaps', 'widgets.example.com'] }), [
+    'secrets',
+    'configmaps',
+    'widgets.example.com',
+  ]);
+  assert.throws(
+    () => enc({ resources: ['*.*'] }),
+    /spec\.api\.encryption\.resources\.0: expected a resource such as secrets/,
+  );
   assert.throws(() => enc({ resources: ['Secrets'] }), /resources\.0: expected a resource/);
-  assert.throws(() => enc({ resources: ['secrets', 'secrets'] }), /spec\.api\.encryption\.resources: expected each resource once/);
+  assert.throws(
+    () => enc({ resources: ['secrets', 'secrets'] }),
+    /spec\.api\.encryption\.resources: expected each resource once/,
+  );
   assert.throws(() => enc({ provider: 'aescbc' }), /spec\.api\.encryption: unknown field\(s\) "provider"/);
 });
 
@@ -65,14 +97,21 @@ test('spec.pki.leafValidity: a year by default, at least 10m; kube-controller-ma
   assert.equal(validity({ leafValidity: '10m' }), 600_000);
   assert.equal(validity({ leafValidity: '90d' }), 90 * 24 * 3600_000);
   for (const bad of ['9m59s', 'soon', '0'])
-    assert.throws(() => validity({ leafValidity: bad }), /invalid config kctl\.yaml: spec\.pki\.leafValidity: expected a duration of at least 10m/);
-  const args = controllerManagerArgs(parseConfig({ spec: { pki: { leafValidity: '10m' } } }, 'kctl.yaml'), pkiPaths('/tmp/pki'));
+    assert.throws(
+      () => validity({ leafValidity: bad }),
+      /invalid config kctl\.yaml: spec\.pki\.leafValidity: expected a duration of at least 10m/,
+    );
+  const args = controllerManagerArgs(
+    parseConfig({ spec: { pki: { leafValidity: '10m' } } }, 'kctl.yaml'),
+    pkiPaths('/tmp/pki'),
+  );
   assert.ok(args.includes('--cluster-signing-duration=600s'), args.join(' '));
 });
 
 test("each node's pod range size: kctl's /24, or what kube-controller-manager's extraArgs set (the tunnel and pod network judge by it)", async () => {
   const { nodePodRangeBits } = await import('../../../../src/controller/components/controller-manager.ts');
-  const bits = (extraArgs?: Record<string, string>) => nodePodRangeBits(parseConfig({ spec: { controllerManager: { extraArgs } } }, 'kctl.yaml'));
+  const bits = (extraArgs?: Record<string, string>) =>
+    nodePodRangeBits(parseConfig({ spec: { controllerManager: { extraArgs } } }, 'kctl.yaml'));
   assert.equal(bits(), 24);
   assert.equal(bits({ 'node-cidr-mask-size': '26' }), 26);
   assert.equal(bits({ '--node-cidr-mask-size-ipv4': '23', 'node-cidr-mask-size': '26' }), 23);

@@ -5,7 +5,12 @@ import { join } from 'node:path';
 import { test } from 'node:test';
 import { parse } from 'yaml';
 import { apiserverArgs } from '../../../../src/controller/components/apiserver.ts';
-import { auditPaths, checkAuditPolicy, defaultAuditPolicy, prepareAudit } from '../../../../src/controller/encryption/audit.ts';
+import {
+  auditPaths,
+  checkAuditPolicy,
+  defaultAuditPolicy,
+  prepareAudit,
+} from '../../../../src/controller/encryption/audit.ts';
 import { parseConfig } from '../../../../src/controller/config/config.ts';
 import { controllerPaths } from '../../../../src/controller/config/paths.ts';
 import { pkiPaths } from '../../../../src/pki/index.ts';
@@ -23,18 +28,29 @@ test('audit: on by default for both profiles, into <data-dir>/audit with size ro
     assert.equal(flag(args, 'audit-log-maxsize'), '100');
     assert.equal(flag(args, 'audit-log-maxbackup'), '5');
   }
-  const own = parseConfig({ spec: { api: { audit: { policyFile: '/etc/audit.yaml', maxSize: 1, maxBackups: 2 } } } }, 'kctl.yaml');
+  const own = parseConfig(
+    { spec: { api: { audit: { policyFile: '/etc/audit.yaml', maxSize: 1, maxBackups: 2 } } } },
+    'kctl.yaml',
+  );
   const args = apiserverArgs(own, paths, pki, { egress: true });
   assert.equal(flag(args, 'audit-policy-file'), '/etc/audit.yaml');
   assert.equal(flag(args, 'audit-log-maxsize'), '1');
   assert.equal(flag(args, 'audit-log-maxbackup'), '2');
-  const off = apiserverArgs(parseConfig({ spec: { api: { audit: { enabled: false } } } }, 'kctl.yaml'), paths, pki, { egress: true });
+  const off = apiserverArgs(parseConfig({ spec: { api: { audit: { enabled: false } } } }, 'kctl.yaml'), paths, pki, {
+    egress: true,
+  });
   assert.equal(
     off.some((a) => a.startsWith('--audit-')),
     false,
   );
-  assert.throws(() => parseConfig({ spec: { api: { audit: { maxBackups: 0 } } } }, 'kctl.yaml'), /spec\.api\.audit\.maxBackups/);
-  assert.throws(() => parseConfig({ spec: { api: { audit: { maxsize: 1 } } } }, 'kctl.yaml'), /spec\.api\.audit: unknown field\(s\) "maxsize"/);
+  assert.throws(
+    () => parseConfig({ spec: { api: { audit: { maxBackups: 0 } } } }, 'kctl.yaml'),
+    /spec\.api\.audit\.maxBackups/,
+  );
+  assert.throws(
+    () => parseConfig({ spec: { api: { audit: { maxsize: 1 } } } }, 'kctl.yaml'),
+    /spec\.api\.audit: unknown field\(s\) "maxsize"/,
+  );
 });
 
 test("audit: the default policy keeps Secret, ConfigMap and token bodies out, records RBAC bodies, and drops probes and leases renewed by their holders, not others' lease reads and writes", () => {
@@ -55,13 +71,19 @@ test("audit: the default policy keeps Secret, ConfigMap and token bodies out, re
         (!r.verbs || r.verbs.includes(verb)) &&
         (!r.users || r.users.includes(who.user)) &&
         (!r.namespaces || r.namespaces.includes(who.namespace)) &&
-        (!r.resources || r.resources.some((g) => g.group === group && (!g.resources || g.resources.includes(resource)))),
+        (!r.resources ||
+          r.resources.some((g) => g.group === group && (!g.resources || g.resources.includes(resource)))),
     )?.level;
-  const lease = (verb: string, user: string, namespace: string) => levelOf('coordination.k8s.io', 'leases', verb, { user, namespace });
+  const lease = (verb: string, user: string, namespace: string) =>
+    levelOf('coordination.k8s.io', 'leases', verb, { user, namespace });
   assert.equal(lease('update', 'system:node:w1', 'kube-node-lease'), 'None', 'node heartbeats');
   assert.equal(lease('update', 'system:kube-scheduler', 'kube-system'), 'None', 'leader election');
   assert.equal(lease('update', 'kubernetes-admin', 'kube-system'), 'None', "a controller's own lease");
-  assert.equal(lease('update', 'system:serviceaccount:kube-system:evil', 'kube-system'), 'Metadata', "anyone else writing kctl's controller leases");
+  assert.equal(
+    lease('update', 'system:serviceaccount:kube-system:evil', 'kube-system'),
+    'Metadata',
+    "anyone else writing kctl's controller leases",
+  );
   assert.equal(lease('get', 'system:node:w1', 'kube-system'), 'Metadata', "a node reading a controller's lease");
   assert.equal(levelOf('', 'secrets', 'create'), 'Metadata');
   assert.equal(levelOf('', 'configmaps', 'update'), 'Metadata');

@@ -45,7 +45,12 @@ test('a rotation: add the new key second, make it first, then drop the old; each
   );
   assert.equal(rotationStep(set), 'rewrite');
   set = dropOldKeys(set);
-  assert.deepEqual(set, { keys: [newKey], rotatingTo: undefined, encryptedResources: ['secrets'], retired: [oldKey.name] });
+  assert.deepEqual(set, {
+    keys: [newKey],
+    rotatingTo: undefined,
+    encryptedResources: ['secrets'],
+    retired: [oldKey.name],
+  });
   assert.equal(rotationStep(set), 'add');
   assert.throws(() => promoteKey({ keys: [oldKey], rotatingTo: 'key-gone' }), /key-gone .* is not in the key set/);
 });
@@ -63,7 +68,10 @@ test('what a change of the configured resources rewrites: all at first, then wha
   assert.deepEqual(resourcesToRewrite(['secrets'], ['secrets']), []);
   assert.deepEqual(resourcesToRewrite([], ['secrets']), ['secrets']);
   assert.deepEqual(resourcesToRewrite(['secrets'], []), ['secrets']);
-  assert.deepEqual(resourcesToRewrite(['secrets', 'configmaps'], ['secrets', 'widgets.example.com']), ['widgets.example.com', 'configmaps']);
+  assert.deepEqual(resourcesToRewrite(['secrets', 'configmaps'], ['secrets', 'widgets.example.com']), [
+    'widgets.example.com',
+    'configmaps',
+  ]);
 });
 
 const ca = await newClusterCa(new Date());
@@ -98,12 +106,16 @@ test('the key set round-trips through its Secret, and a writer that lost a race 
   assert.notEqual(made.resourceVersion, after.resourceVersion);
   // A damaged Secret never becomes a kube-apiserver config.
   const stored = secrets.get(KEYS_SECRET)!;
-  secrets.set(KEYS_SECRET, { ...stored, data: { keys: Buffer.from('{"secretbox":[{"name":"key-x","secret":"c2hvcnQ="}]}').toString('base64') } });
+  secrets.set(KEYS_SECRET, {
+    ...stored,
+    data: { keys: Buffer.from('{"secretbox":[{"name":"key-x","secret":"c2hvcnQ="}]}').toString('base64') },
+  });
   await assert.rejects(readKeySet(kube), /key key-x is not 32 bytes/);
 });
 
 test('the loaded config is read from kube-apiserver metrics; absent until it reports one', async (t) => {
-  let body = '# HELP x\napiserver_encryption_config_controller_automatic_reloads_total{apiserver_id_hash="sha256:1",status="success"} 1\n';
+  let body =
+    '# HELP x\napiserver_encryption_config_controller_automatic_reloads_total{apiserver_id_hash="sha256:1",status="success"} 1\n';
   const api = await fakeApiServer(t, (req, res) => {
     assert.equal(req.path, '/metrics');
     res.writeHead(200, { 'content-type': 'text/plain' }).end(body);

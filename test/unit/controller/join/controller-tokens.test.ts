@@ -27,7 +27,10 @@ test('the API only ever sees the SHA-256 of the secret, in a Secret that is not 
   await store.check(TOKEN);
   for (const r of f.api.requests) {
     assert.ok(!r.body.includes(SECRET), `${r.method} ${r.path} carried the secret`);
-    assert.ok(!r.body.includes(Buffer.from(SECRET).toString('base64')), `${r.method} ${r.path} carried the secret in base64`);
+    assert.ok(
+      !r.body.includes(Buffer.from(SECRET).toString('base64')),
+      `${r.method} ${r.path} carried the secret in base64`,
+    );
   }
   const stored = f.secrets.get(`kctl-controller-token-${ID}`)!;
   assert.equal(stored.type, CONTROLLER_TOKEN_TYPE);
@@ -44,8 +47,12 @@ test('a token is accepted only with its own secret; a wrong secret, an unknown i
   const store = new ControllerTokenStore(f.kube);
   await store.create({ id: ID, secret: SECRET, expiryMs: HOUR, uses: 1 });
   const checked = await store.check(TOKEN);
-  assert.deepEqual({ id: checked.token.id, uses: checked.token.uses, used: checked.token.used }, { id: ID, uses: 1, used: 0 });
-  const never = /rejected \(expired, invalidated or never issued\); create a new one with: kctl token create --role controller$/;
+  assert.deepEqual(
+    { id: checked.token.id, uses: checked.token.uses, used: checked.token.used },
+    { id: ID, uses: 1, used: 0 },
+  );
+  const never =
+    /rejected \(expired, invalidated or never issued\); create a new one with: kctl token create --role controller$/;
   await assert.rejects(store.check(`${ID}.fedcba9876543210`), rejectedWith(401, never));
   await assert.rejects(store.check(`zzz999.${SECRET}`), rejectedWith(401, never));
   await assert.rejects(store.check('not-a-token'), rejectedWith(401, never));
@@ -63,7 +70,8 @@ test('an expired token is rejected', async (t) => {
 });
 
 test('a controller token must expire, within 7 days', () => {
-  for (const ok of ['1s', '1h', '24h', '7d', '168h']) assert.doesNotThrow(() => checkControllerTokenExpiry(parseExpiry(ok), ok), ok);
+  for (const ok of ['1s', '1h', '24h', '7d', '168h'])
+    assert.doesNotThrow(() => checkControllerTokenExpiry(parseExpiry(ok), ok), ok);
   assert.throws(
     () => checkControllerTokenExpiry(parseExpiry('0'), '0'),
     /^Error: --expiry 0: a controller token hands over the cluster's CA keys and must expire; use at most 7d \(default 1h\)$/,
@@ -78,7 +86,10 @@ test('a controller token must expire, within 7 days', () => {
 test('`kctl token create --role controller` refuses --expiry 0, more than 7d and a bad --uses with one line, before it needs a cluster', () => {
   const root = new URL('../../../..', import.meta.url).pathname;
   const kctl = (...args: string[]) =>
-    spawnSync(process.execPath, ['--import', 'tsx', 'src/cli/index.ts', '--data-dir', '/nonexistent', ...args], { cwd: root, encoding: 'utf8' });
+    spawnSync(process.execPath, ['--import', 'tsx', 'src/cli/index.ts', '--data-dir', '/nonexistent', ...args], {
+      cwd: root,
+      encoding: 'utf8',
+    });
   for (const [args, expect] of [
     [['--expiry', '0'], /^kctl: --expiry 0: a controller token hands over the cluster's CA keys and must expire/],
     [['--expiry', '8d'], /^kctl: --expiry 8d is longer than a controller token may live/],
@@ -103,9 +114,15 @@ test('each join takes one use; a used-up token is refused, telling its holder so
   await store.create({ id: ID, secret: SECRET, expiryMs: HOUR, uses: 2 });
   assert.equal((await store.takeUse(await store.check(TOKEN))).used, 1);
   assert.equal((await store.takeUse(await store.check(TOKEN))).used, 2);
-  await assert.rejects(store.check(TOKEN), rejectedWith(401, /^the join token is used up \(2 joins\); create a new one/));
+  await assert.rejects(
+    store.check(TOKEN),
+    rejectedWith(401, /^the join token is used up \(2 joins\); create a new one/),
+  );
   // Someone without the secret learns nothing more than "rejected".
-  await assert.rejects(store.check(`${ID}.fedcba9876543210`), rejectedWith(401, /rejected \(expired, invalidated or never issued\)/));
+  await assert.rejects(
+    store.check(`${ID}.fedcba9876543210`),
+    rejectedWith(401, /rejected \(expired, invalidated or never issued\)/),
+  );
 });
 
 test('two joins at once with a single-use token: exactly one takes it, the other is refused', async (t) => {
@@ -167,7 +184,12 @@ async function oldFormatToken(f: Awaited<ReturnType<typeof fakeSecrets>>, id: st
     kind: 'Secret',
     type: 'bootstrap.kubernetes.io/token',
     metadata: { name: `bootstrap-token-${id}`, namespace: 'kube-system', labels: { 'kctl.dev/role': 'controller' } },
-    stringData: { 'token-id': id, 'token-secret': secret, 'usage-bootstrap-authentication': 'false', description: 'kctl controller join token' },
+    stringData: {
+      'token-id': id,
+      'token-secret': secret,
+      'usage-bootstrap-authentication': 'false',
+      description: 'kctl controller join token',
+    },
   });
 }
 
@@ -183,7 +205,10 @@ test('a controller token stored the old way (bootstrap token, plain secret) is r
     ),
   );
   // Without its secret, it is just "rejected".
-  await assert.rejects(store.check('old111.fedcba9876543210'), rejectedWith(401, /rejected \(expired, invalidated or never issued\)/));
+  await assert.rejects(
+    store.check('old111.fedcba9876543210'),
+    rejectedWith(401, /rejected \(expired, invalidated or never issued\)/),
+  );
   const listed = await listTokens(f.kube);
   assert.deepEqual(
     listed.map((x) => [x.id, x.role, x.usesLeft]),

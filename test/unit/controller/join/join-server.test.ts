@@ -7,7 +7,12 @@ import { join } from 'node:path';
 import { test, type TestContext } from 'node:test';
 import { parseConfig } from '../../../../src/controller/config/config.ts';
 import { ControllerTokenStore } from '../../../../src/controller/join/controller-tokens.ts';
-import { JOIN_PATH, JoinServerComponent, SHARED_PKI_FILES, type JoinRequest } from '../../../../src/controller/join/join-server.ts';
+import {
+  JOIN_PATH,
+  JoinServerComponent,
+  SHARED_PKI_FILES,
+  type JoinRequest,
+} from '../../../../src/controller/join/join-server.ts';
 import { pkiPaths } from '../../../../src/pki/index.ts';
 import { captureLogger, initialised, selfSignedCert, tempDir } from '../../../helpers.ts';
 import { freePort } from '../../../ports.ts';
@@ -24,7 +29,12 @@ async function joinEndpoint(t: TestContext) {
   const server = selfSignedCert(pki.dir, 'server', { cn: 'kube-apiserver', san: 'IP:127.0.0.1' });
   const port = await freePort();
   const cfg = parseConfig(
-    { spec: { api: { address: '127.0.0.1', joinPort: port }, storage: { type: 'kine', kine: { dataSource: 'postgres://kctl:pw@db:5432/kine' } } } },
+    {
+      spec: {
+        api: { address: '127.0.0.1', joinPort: port },
+        storage: { type: 'kine', kine: { dataSource: 'postgres://kctl:pw@db:5432/kine' } },
+      },
+    },
     'kctl.yaml',
   );
   const f = await fakeSecrets(t);
@@ -37,14 +47,25 @@ async function joinEndpoint(t: TestContext) {
     peerUrl: 'https://127.0.0.1:2380',
     storage: 'kine',
     datastore: 'postgres://db:5432/kine',
-    network: { podCIDR: cfg.spec.network.podCIDR, serviceCIDR: cfg.spec.network.serviceCIDR, clusterDomain: cfg.spec.network.clusterDomain },
+    network: {
+      podCIDR: cfg.spec.network.podCIDR,
+      serviceCIDR: cfg.spec.network.serviceCIDR,
+      clusterDomain: cfg.spec.network.clusterDomain,
+    },
   };
   /** One join request with `token`: the status and the answer's body. */
   const post = (token: string) =>
     new Promise<{ status: number; body: { error?: string; files?: Record<string, string> } }>((resolve, reject) => {
       const payload = JSON.stringify(body);
       const req = request(
-        { host: '127.0.0.1', port, path: JOIN_PATH, method: 'POST', ca: server.pem, headers: { authorization: `Bearer ${token}` } },
+        {
+          host: '127.0.0.1',
+          port,
+          path: JOIN_PATH,
+          method: 'POST',
+          ca: server.pem,
+          headers: { authorization: `Bearer ${token}` },
+        },
         (res) => {
           let text = '';
           res.on('data', (c: Buffer) => (text += c.toString()));
@@ -80,7 +101,10 @@ test('a single-use token hands over the keys once; the second join is refused as
   assert.equal(Buffer.from(first.body.files!['ca.key']!, 'base64').toString(), 'contents of ca.key');
   const second = await post(`abc123.${SECRET}`);
   assert.equal(second.status, 401);
-  assert.match(second.body.error!, /^the join token is used up \(1 join\); create a new one with: kctl token create --role controller$/);
+  assert.match(
+    second.body.error!,
+    /^the join token is used up \(1 join\); create a new one with: kctl token create --role controller$/,
+  );
   assert.ok(!raw().includes(SECRET), 'the token secret reached the log');
   assert.ok(!raw().includes('contents of ca.key'), 'a key reached the log');
 });
@@ -95,7 +119,8 @@ test('two joins at once with a single-use token: one gets the keys, the other is
 test('after 10 bad tokens from one address within a minute it is refused (429) even with a good token, with one warn line', async (t) => {
   const { post, store, lines, f } = await joinEndpoint(t);
   await store.create({ id: 'abc123', secret: SECRET, expiryMs: 3_600_000, uses: 1 });
-  for (let i = 0; i < 10; i++) assert.equal((await post(`abc123.${String(i).padStart(16, 'x')}`)).status, 401, `attempt ${i + 1}`);
+  for (let i = 0; i < 10; i++)
+    assert.equal((await post(`abc123.${String(i).padStart(16, 'x')}`)).status, 401, `attempt ${i + 1}`);
   const apiCalls = f.api.requests.length;
   for (let i = 0; i < 3; i++) {
     const r = await post(`abc123.${SECRET}`);
@@ -105,7 +130,10 @@ test('after 10 bad tokens from one address within a minute it is refused (429) e
   assert.equal(f.api.requests.length, apiCalls, 'a blocked source still cost API calls');
   const warns = lines().filter((l) => l.level === 40);
   assert.equal(warns.length, 1, JSON.stringify(warns));
-  assert.match(String(warns[0]!.msg), /^10 join attempts with a bad token from 127\.0\.0\.1 within 60 s: refusing that address for 60 s$/);
+  assert.match(
+    String(warns[0]!.msg),
+    /^10 join attempts with a bad token from 127\.0\.0\.1 within 60 s: refusing that address for 60 s$/,
+  );
   // The token itself was not used by any of this.
   assert.equal((await store.check(`abc123.${SECRET}`)).token.used, 0);
 });
@@ -121,7 +149,10 @@ test('stopping does not wait for a client that keeps a request open (a node gone
   socket.on('error', () => undefined);
   // Node's own bound on an unfinished request is a minute and more; a stop that waited for it would hang here.
   const HANG_MS = 20_000;
-  const outcome = await Promise.race([component.stop().then(() => 'stopped'), new Promise((r) => setTimeout(r, HANG_MS, 'hung')).then(() => 'hung')]);
+  const outcome = await Promise.race([
+    component.stop().then(() => 'stopped'),
+    new Promise((r) => setTimeout(r, HANG_MS, 'hung')).then(() => 'hung'),
+  ]);
   assert.equal(outcome, 'stopped');
   await closed;
 });

@@ -32,13 +32,17 @@ test('a joining controller with another storage or network than the cluster is r
 });
 
 test('kine: a joiner must name the same database (credentials and options aside); a SQLite cluster takes no second controller', () => {
-  const kine = (dataSource?: string) => parseConfig({ spec: { storage: { type: 'kine', kine: { dataSource } } } }, 'kctl.yaml');
+  const kine = (dataSource?: string) =>
+    parseConfig({ spec: { storage: { type: 'kine', kine: { dataSource } } } }, 'kctl.yaml');
   const shared = kine('postgres://kctl:secret@db.example:5432/kine?sslmode=disable');
   assert.equal(datastoreIdentity('postgres://other:pw@db.example:5432/kine'), 'postgres://db.example:5432/kine');
   assert.equal(datastoreIdentity(undefined), undefined);
   assert.equal(datastoreIdentity('sqlite:///var/lib/kctl/db/state.db'), undefined);
   assert.equal(datastoreIdentity('mysql://u:p@tcp(db:3306)/kine?tls=true'), 'mysql://tcp(db:3306)/kine');
-  assert.equal(configMismatch(shared, request({ storage: 'kine', datastore: 'postgres://db.example:5432/kine' })), null);
+  assert.equal(
+    configMismatch(shared, request({ storage: 'kine', datastore: 'postgres://db.example:5432/kine' })),
+    null,
+  );
   const other = configMismatch(shared, request({ storage: 'kine', datastore: 'postgres://db.example:5432/other' }))!;
   assert.match(
     other,

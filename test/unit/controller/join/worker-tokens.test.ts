@@ -18,7 +18,12 @@ test('a worker token records its node name and uses as annotations, and reads th
     uses: 3,
     joined: ['edge-1'],
   });
-  assert.deepEqual(workerTokenRecord('abcdef', undefined), { id: 'abcdef', nodeName: undefined, uses: undefined, joined: [] });
+  assert.deepEqual(workerTokenRecord('abcdef', undefined), {
+    id: 'abcdef',
+    nodeName: undefined,
+    uses: undefined,
+    joined: [],
+  });
   // A mangled count is no limit rather than a crash; the approver still denies registered names.
   assert.equal(workerTokenRecord('abcdef', { 'kctl.dev/uses': 'lots' }).uses, undefined);
 });

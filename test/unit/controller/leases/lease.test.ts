@@ -32,7 +32,8 @@ async function leaseApi(t: Parameters<typeof fakeApiServer>[0], initial: Lease[]
       watches.push(watchStream(res));
       return;
     }
-    if (req.method === 'GET') return json(res, 200, { metadata: { resourceVersion: String(rv) }, items: [...leases.values()] });
+    if (req.method === 'GET')
+      return json(res, 200, { metadata: { resourceVersion: String(rv) }, items: [...leases.values()] });
     if (req.method === 'PATCH' && name) {
       const l = stamp(JSON.parse(req.body) as Lease);
       const type = leases.has(name) ? 'MODIFIED' : 'ADDED';
@@ -62,11 +63,21 @@ async function leaseApi(t: Parameters<typeof fakeApiServer>[0], initial: Lease[]
 test('the announced server count follows the live leases; the lease lists the held agents and goes on stop', async (t) => {
   const now = new Date();
   const other = JSON.parse(
-    JSON.stringify(controllerLease('kctl-controller-b', { apiServer: 'https://b:6443', konnectivity: 'b:8132', agents: ['w1'] }, now)),
+    JSON.stringify(
+      controllerLease(
+        'kctl-controller-b',
+        { apiServer: 'https://b:6443', konnectivity: 'b:8132', agents: ['w1'] },
+        now,
+      ),
+    ),
   ) as Lease;
   const expired = JSON.parse(
     JSON.stringify(
-      controllerLease('kctl-controller-c', { apiServer: 'https://c:6443', konnectivity: 'c:8132', agents: [] }, new Date(now.getTime() - 60_000)),
+      controllerLease(
+        'kctl-controller-c',
+        { apiServer: 'https://c:6443', konnectivity: 'c:8132', agents: [] },
+        new Date(now.getTime() - 60_000),
+      ),
     ),
   ) as Lease;
   const fake = await leaseApi(t, [other, expired]);
@@ -96,7 +107,11 @@ test('the announced server count follows the live leases; the lease lists the he
   const own = fake.leases.get('kctl-controller-10-0-0-1');
   assert.equal(own?.metadata.annotations?.['kctl.dev/agents'], 'w1');
   assert.equal(own?.metadata.annotations?.['kctl.dev/konnectivity'], '10.0.0.1:8132');
-  assert.equal(own?.metadata.annotations?.['kctl.dev/encryption-keys'], undefined, 'keys named before kube-apiserver loaded them');
+  assert.equal(
+    own?.metadata.annotations?.['kctl.dev/encryption-keys'],
+    undefined,
+    'keys named before kube-apiserver loaded them',
+  );
 
   // b stops (its lease is deleted): the next agent is told one server, with no restart.
   fake.remove('kctl-controller-b');
@@ -120,16 +135,23 @@ test('the announced server count follows the live leases; the lease lists the he
   await waitFor(
     'keys named',
     10_000,
-    async () => fake.leases.get('kctl-controller-10-0-0-1')?.metadata.annotations?.['kctl.dev/encryption-keys'] === 'key-b,key-a',
+    async () =>
+      fake.leases.get('kctl-controller-10-0-0-1')?.metadata.annotations?.['kctl.dev/encryption-keys'] === 'key-b,key-a',
   );
   await waitFor(
     'keys read back',
     10_000,
-    async () => controllers.liveControllers().find((c) => c.name === 'kctl-controller-10-0-0-1')?.encryptionKeys === 'key-b,key-a',
+    async () =>
+      controllers.liveControllers().find((c) => c.name === 'kctl-controller-10-0-0-1')?.encryptionKeys ===
+      'key-b,key-a',
   );
   const patches = fake.api.requests.filter((r) => r.method === 'PATCH').length;
   await new Promise((r) => setTimeout(r, 2500));
-  assert.equal(fake.api.requests.filter((r) => r.method === 'PATCH').length, patches, 'rewritten although nothing changed');
+  assert.equal(
+    fake.api.requests.filter((r) => r.method === 'PATCH').length,
+    patches,
+    'rewritten although nothing changed',
+  );
 
   await lease.stop();
   assert.equal(fake.leases.has('kctl-controller-10-0-0-1'), false, 'the lease outlived the controller');

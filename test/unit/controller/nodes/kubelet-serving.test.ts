@@ -12,7 +12,8 @@ test('a serving certificate is told apart by the CA whose key signed it, not by 
   const cluster = ca(dir, 'kubernetes-ca');
   // Same subject as the cluster CA, another key: a name is not a signature.
   const lookalike = ca(await tempDir(t), 'kubernetes-ca');
-  const leaf = (signer: typeof serving, name: string) => new X509Certificate(signedCert(dir, name, signer, '/O=system:nodes/CN=system:node:w1').pem);
+  const leaf = (signer: typeof serving, name: string) =>
+    new X509Certificate(signedCert(dir, name, signer, '/O=system:nodes/CN=system:node:w1').pem);
   const [s, c] = [new X509Certificate(serving.pem), new X509Certificate(cluster.pem)];
   assert.equal(servingIssuer(leaf(serving, 'new'), s, c), 'kubelet-serving CA');
   assert.equal(servingIssuer(leaf(cluster, 'old'), s, c), 'cluster CA');

@@ -14,17 +14,27 @@ const kubeNode = (name: string, created: string, ...ips: string[]) => ({
   status: { addresses: ips.map((address) => ({ type: 'InternalIP', address })) },
 });
 
-async function watchNodes(t: Parameters<typeof fakeApiServer>[0], listed: ReturnType<typeof kubeNode>[], reserved?: ReservedSpace) {
+async function watchNodes(
+  t: Parameters<typeof fakeApiServer>[0],
+  listed: ReturnType<typeof kubeNode>[],
+  reserved?: ReservedSpace,
+) {
   let stream: ReturnType<typeof watchStream> | undefined;
   const events: { node: string; reason: string; message: string; type: string }[] = [];
   const api = await fakeApiServer(t, (req, res) => {
     if (req.path === '/api/v1/nodes') {
-      if (req.query.get('watch') !== 'true') return json(res, 200, { metadata: { resourceVersion: '2' }, items: listed });
+      if (req.query.get('watch') !== 'true')
+        return json(res, 200, { metadata: { resourceVersion: '2' }, items: listed });
       stream = watchStream(res);
       return;
     }
     if (req.method === 'POST' && req.path === '/api/v1/namespaces/default/events') {
-      const e = JSON.parse(req.body) as { involvedObject: { name: string; kind: string }; reason: string; message: string; type: string };
+      const e = JSON.parse(req.body) as {
+        involvedObject: { name: string; kind: string };
+        reason: string;
+        message: string;
+        type: string;
+      };
       assert.equal(e.involvedObject.kind, 'Node');
       events.push({ node: e.involvedObject.name, reason: e.reason, message: e.message, type: e.type });
       return json(res, 201, e);
@@ -54,7 +64,10 @@ test('an address two Nodes report is a conflict, whichever reported it first; an
     ['old', 'Warning', 'AddressConflict'],
     ['young', 'Warning', 'AddressConflict'],
   ]);
-  assert.match(w.events[0]!.message, /^10\.0\.0\.5 is reported by nodes old, young: nobody's \(tunnel, pod network\) until an admin/);
+  assert.match(
+    w.events[0]!.message,
+    /^10\.0\.0\.5 is reported by nodes old, young: nobody's \(tunnel, pod network\) until an admin/,
+  );
   assert.equal(w.log.lines().filter((l) => String(l.msg).startsWith('address conflict:')).length, 1);
   // Another change that leaves the conflict as it is announces nothing new.
   w.event('MODIFIED', kubeNode('young', '2026-02-01T00:00:00Z', '10.0.0.5', '10.0.0.9'));
@@ -64,7 +77,10 @@ test('an address two Nodes report is a conflict, whichever reported it first; an
 });
 
 test("a squatter gains nothing by reporting first: the address is nobody's once its real node reports it, the real node's once the squatter stops or an admin names the keeper", async (t) => {
-  const w = await watchNodes(t, [kubeNode('old', '2026-01-01T00:00:00Z', '10.0.0.1'), kubeNode('young', '2026-02-01T00:00:00Z', '10.0.0.2')]);
+  const w = await watchNodes(t, [
+    kubeNode('old', '2026-01-01T00:00:00Z', '10.0.0.1'),
+    kubeNode('young', '2026-02-01T00:00:00Z', '10.0.0.2'),
+  ]);
   const problem = (node: string) => ownershipProblem(node, w.nodes.get(node), '10.0.0.7', false, w.nodes);
   // young lies first: it reports old's future address before old does.
   w.event('MODIFIED', kubeNode('young', '2026-02-01T00:00:00Z', '10.0.0.2', '10.0.0.7'));
@@ -76,7 +92,10 @@ test("a squatter gains nothing by reporting first: the address is nobody's once 
   assert.match(problem('old') ?? '', /^also reported by node young \(conflict/);
   // An admin names the keeper on its Node.
   const kept = { ...kubeNode('old', '2026-01-01T00:00:00Z', '10.0.0.1', '10.0.0.7') };
-  w.event('MODIFIED', { ...kept, metadata: { ...kept.metadata, annotations: { 'kctl.dev/keeps-addresses': '10.0.0.7' } } });
+  w.event('MODIFIED', {
+    ...kept,
+    metadata: { ...kept.metadata, annotations: { 'kctl.dev/keeps-addresses': '10.0.0.7' } },
+  });
   await w.until(() => w.nodes.conflicts()[0]?.keeper === 'old');
   assert.equal(problem('old'), undefined);
   assert.equal(problem('young'), 'kept by node old (kctl.dev/keeps-addresses, set by an admin)');
@@ -88,8 +107,16 @@ test("a squatter gains nothing by reporting first: the address is nobody's once 
 });
 
 test('a pod range no allocator gave is left out of the Node the directory hands on, and announced once on its Node', async (t) => {
-  const withRange = (n: ReturnType<typeof kubeNode>, podCIDR: string) => ({ ...n, spec: { podCIDR, podCIDRs: [podCIDR] } });
-  const reserved = { isController: () => false, serviceCIDRs: ['10.96.0.0/12'], podCIDRs: ['10.244.0.0/16'], podRangeBits: 24 };
+  const withRange = (n: ReturnType<typeof kubeNode>, podCIDR: string) => ({
+    ...n,
+    spec: { podCIDR, podCIDRs: [podCIDR] },
+  });
+  const reserved = {
+    isController: () => false,
+    serviceCIDRs: ['10.96.0.0/12'],
+    podCIDRs: ['10.244.0.0/16'],
+    podRangeBits: 24,
+  };
   const w = await watchNodes(
     t,
     [
@@ -114,5 +141,8 @@ test('a pod range no allocator gave is left out of the Node the directory hands 
   await w.until(() => w.nodes.owners('10.0.0.2').length === 1);
   await new Promise((r) => setTimeout(r, 50));
   assert.equal(w.events.length, 1);
-  assert.equal(w.log.lines().filter((l) => String(l.msg).startsWith('pod range 10.244.1.0/25 of node evil is refused')).length, 1);
+  assert.equal(
+    w.log.lines().filter((l) => String(l.msg).startsWith('pod range 10.244.1.0/25 of node evil is refused')).length,
+    1,
+  );
 });

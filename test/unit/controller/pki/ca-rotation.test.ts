@@ -43,14 +43,23 @@ test('a rotation Secret without a cross-signature by the CA trusted now is refus
     await write();
   });
   for (let i = 0; i < 3; i++) await follower.check(log, AbortSignal.timeout(10_000));
-  assert.match(follower.lastError ?? '', /^CA rotation: CA rotation refused: no CA trusted now vouches for CN=kubernetes-ca-/);
+  assert.match(
+    follower.lastError ?? '',
+    /^CA rotation: CA rotation refused: no CA trusted now vouches for CN=kubernetes-ca-/,
+  );
   assert.deepEqual(steps, [], 'a renewal turn was taken for a refused rotation');
   assert.deepEqual(events, ['Secret/kctl-ca-rotation CaRotationRefused']);
   assert.equal(lines().filter((l) => String(l.msg).includes('CA rotation refused')).length, 1);
   assert.equal(await readFile(p.caCert, 'utf8'), cert);
 
   const next = await newClusterCa(new Date());
-  data = { ...data, 'old.key': b64(key), 'new.crt': b64(next.cert), 'new.key': b64(next.key), 'new.proof': b64(vouchFor(next.cert, key)) };
+  data = {
+    ...data,
+    'old.key': b64(key),
+    'new.crt': b64(next.cert),
+    'new.key': b64(next.key),
+    'new.proof': b64(vouchFor(next.cert, key)),
+  };
   await follower.check(log, AbortSignal.timeout(10_000));
   assert.equal(follower.lastError, undefined);
   assert.deepEqual(steps, ['CA rotation, phase trust']);

@@ -7,7 +7,11 @@ import { join } from 'node:path';
 import { test } from 'node:test';
 import { parse } from 'yaml';
 import { parseConfig } from '../../../../src/controller/config/config.ts';
-import { parseServiceAccount, serviceAccountKubeconfig, userKubeconfig } from '../../../../src/controller/pki/kubeconfigs.ts';
+import {
+  parseServiceAccount,
+  serviceAccountKubeconfig,
+  userKubeconfig,
+} from '../../../../src/controller/pki/kubeconfigs.ts';
 import { KubeClient } from '../../../../src/kube/client.ts';
 import { ensurePki, type PkiPaths } from '../../../../src/pki/index.ts';
 import { captureLogger, tempDir } from '../../../helpers.ts';
@@ -23,7 +27,14 @@ const cfg = parseConfig({ spec: { api: { address: '10.0.0.1', port: 16443 }, pro
 async function pki(t: Parameters<typeof tempDir>[0]): Promise<PkiPaths> {
   const dir = await tempDir(t);
   return ensurePki(
-    { dir: join(dir, 'pki'), apiAddress: '10.0.0.1', sans: [], apiPort: 16443, serviceCIDR: '10.96.0.0/12', clusterDomain: 'cluster.local' },
+    {
+      dir: join(dir, 'pki'),
+      apiAddress: '10.0.0.1',
+      sans: [],
+      apiPort: 16443,
+      serviceCIDR: '10.96.0.0/12',
+      clusterDomain: 'cluster.local',
+    },
     captureLogger().log,
   );
 }
@@ -33,7 +44,8 @@ test('--service-account: NAMESPACE/NAME, a TokenRequest with the expiry, the tok
   assert.throws(() => parseServiceAccount('watcher'), /is not NAMESPACE\/NAME/);
   const paths = await pki(t);
   const api = await fakeApiServer(t, (req, res) => {
-    if (req.path.endsWith('/serviceaccounts/watcher/token')) return json(res, 201, { status: { token: 'bound-token' } });
+    if (req.path.endsWith('/serviceaccounts/watcher/token'))
+      return json(res, 201, { status: { token: 'bound-token' } });
     json(res, 404, { kind: 'Status', status: 'Failure', reason: 'NotFound', code: 404 });
   });
   const kube = new KubeClient({ server: api.url });
@@ -43,20 +55,28 @@ test('--service-account: NAMESPACE/NAME, a TokenRequest with the expiry, the tok
   assert.equal((JSON.parse(request.body) as { spec: { expirationSeconds: number } }).spec.expirationSeconds, 3600);
   const kc = parse(text) as Kubeconfig;
   assert.equal(kc.clusters[0]!.cluster.server, 'https://10.0.0.1:16443');
-  assert.equal(Buffer.from(kc.clusters[0]!.cluster['certificate-authority-data'], 'base64').toString(), await readFile(paths.caCert, 'utf8'));
+  assert.equal(
+    Buffer.from(kc.clusters[0]!.cluster['certificate-authority-data'], 'base64').toString(),
+    await readFile(paths.caCert, 'utf8'),
+  );
   assert.equal(kc.users[0]!.user.token, 'bound-token');
   assert.equal(kc.users[0]!.name, 'system:serviceaccount:operators:watcher');
   await assert.rejects(
     serviceAccountKubeconfig(kube, cfg, paths, { namespace: 'operators', name: 'missing' }, 3600_000),
     /service account operators\/missing does not exist; create it/,
   );
-  await assert.rejects(serviceAccountKubeconfig(kube, cfg, paths, { namespace: 'operators', name: 'watcher' }, 60_000), /at least 10m/);
+  await assert.rejects(
+    serviceAccountKubeconfig(kube, cfg, paths, { namespace: 'operators', name: 'watcher' }, 60_000),
+    /at least 10m/,
+  );
 });
 
 test('--user: a client certificate from the cluster CA with CN, groups as O, client auth only, expiring when asked', async (t) => {
   const paths = await pki(t);
   const before = Date.now();
-  const kc = parse(await userKubeconfig(cfg, paths, { name: 'alice', groups: ['team-a', 'viewers'] }, 48 * 3600_000)) as Kubeconfig;
+  const kc = parse(
+    await userKubeconfig(cfg, paths, { name: 'alice', groups: ['team-a', 'viewers'] }, 48 * 3600_000),
+  ) as Kubeconfig;
   const user = kc.users[0]!.user;
   const cert = new X509Certificate(Buffer.from(user['client-certificate-data']!, 'base64'));
   assert.ok(cert.verify(new X509Certificate(await readFile(paths.caCert)).publicKey), 'signed by the cluster CA');

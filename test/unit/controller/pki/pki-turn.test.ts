@@ -72,9 +72,16 @@ test('a turn left by a controller that died is taken once it expired', async () 
   const { api, kube } = leaseApi();
   api.lease = {
     metadata: { name: PKI_TURN_LEASE, resourceVersion: '7' },
-    spec: { holderIdentity: 'kctl-controller-gone', leaseDurationSeconds: 300, renewTime: new Date(Date.now() - 301_000).toISOString() },
+    spec: {
+      holderIdentity: 'kctl-controller-gone',
+      leaseDurationSeconds: 300,
+      renewTime: new Date(Date.now() - 301_000).toISOString(),
+    },
   };
-  const release = await new LeaseTurn(kube, 'kctl-controller-c1', TIMINGS).acquire(AbortSignal.timeout(5000), captureLogger().log);
+  const release = await new LeaseTurn(kube, 'kctl-controller-c1', TIMINGS).acquire(
+    AbortSignal.timeout(5000),
+    captureLogger().log,
+  );
   assert.equal(api.lease.spec?.holderIdentity, 'kctl-controller-c1');
   await release();
 });

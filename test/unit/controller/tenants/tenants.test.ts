@@ -8,7 +8,8 @@ import { createServer, type Server } from 'node:net';
 import { freePortRange } from '../../../ports.ts';
 import { join } from 'node:path';
 import { after, test } from 'node:test';
-import { goRuntimeEnv, parseConfig, TENANT_GC_PERCENT } from '../../../../src/controller/config/config.ts';
+import { parseConfig, TENANT_GC_PERCENT } from '../../../../src/controller/config/config.ts';
+import { goRuntimeEnv } from '../../../../src/controller/components/go-runtime.ts';
 import {
   parsePortRange,
   prepareTenant,
@@ -46,13 +47,27 @@ test('a tenant is api-only unless its config says spec.profile: full; a config t
     () => parseConfig({ spec: { api: { port: 7443 } } }, 'a.yaml', { tenantName: 'a' }),
     /^Error: invalid config a\.yaml: spec\.api\.port: a tenant \(--name\) gets its ports from --port-range/,
   );
-  assert.throws(() => parseConfig({ spec: { controllerManager: { port: 7443 } } }, 'a.yaml', { tenantName: 'a' }), /spec\.controllerManager\.port/);
-  for (const field of [{ api: { joinPort: 1 } }, { konnectivity: { agentPort: 1 } }, { konnectivity: { adminPort: 1 } }, { scheduler: { port: 1 } }])
-    assert.throws(() => parseConfig({ spec: { profile: 'full', ...field } }, 'a.yaml', { tenantName: 'a' }), /gets its ports from --port-range/);
+  assert.throws(
+    () => parseConfig({ spec: { controllerManager: { port: 7443 } } }, 'a.yaml', { tenantName: 'a' }),
+    /spec\.controllerManager\.port/,
+  );
+  for (const field of [
+    { api: { joinPort: 1 } },
+    { konnectivity: { agentPort: 1 } },
+    { konnectivity: { adminPort: 1 } },
+    { scheduler: { port: 1 } },
+  ])
+    assert.throws(
+      () => parseConfig({ spec: { profile: 'full', ...field } }, 'a.yaml', { tenantName: 'a' }),
+      /gets its ports from --port-range/,
+    );
   const full = parseConfig({ spec: { profile: 'full' } }, 'a.yaml', { tenantName: 'a' });
   assert.equal(full.spec.profile, 'full');
   assert.equal(full.spec.addons.coredns.enabled, true);
-  assert.equal(parseConfig({ spec: { profile: 'full' } }, 'a.yaml', { tenantName: 'a', apiOnly: true }).spec.profile, 'api-only');
+  assert.equal(
+    parseConfig({ spec: { profile: 'full' } }, 'a.yaml', { tenantName: 'a', apiOnly: true }).spec.profile,
+    'api-only',
+  );
 });
 
 test('a full tenant gets every port of a cluster with nodes, all distinct and kept; a tenant cannot change its profile', async (t) => {
@@ -60,12 +75,21 @@ test('a full tenant gets every port of a cluster with nodes, all distinct and ke
   const { log } = captureLogger();
   const range: [number, number] = [40000 + Math.floor(Math.random() * 20000), 0];
   range[1] = range[0] + 40;
-  const fullCfg = parseConfig({ spec: { profile: 'full', api: { address: '127.0.0.1' } } }, 'kctl.yaml', { tenantName: 'f' });
+  const fullCfg = parseConfig({ spec: { profile: 'full', api: { address: '127.0.0.1' } } }, 'kctl.yaml', {
+    tenantName: 'f',
+  });
   const layout = tenantLayout(root, join(root, 'run'), 'f');
   const f = await prepareTenant(layout, fullCfg, range, log);
   assert.equal(f.record.profile, 'full');
   const s = f.cfg.spec;
-  const ports = [s.api.port, s.api.joinPort, s.konnectivity.agentPort, s.konnectivity.adminPort, s.scheduler.port, s.controllerManager.port];
+  const ports = [
+    s.api.port,
+    s.api.joinPort,
+    s.konnectivity.agentPort,
+    s.konnectivity.adminPort,
+    s.scheduler.port,
+    s.controllerManager.port,
+  ];
   assert.equal(new Set(ports).size, 6, `ports picked twice: ${ports.join(',')}`);
   assert.ok(
     ports.every((p) => p >= range[0] && p <= range[1]),
@@ -84,17 +108,24 @@ test('a full tenant gets every port of a cluster with nodes, all distinct and ke
 
 test('--port-range: FROM-TO inside 1-65535', () => {
   assert.deepEqual(parsePortRange('16000-16999'), [16000, 16999]);
-  for (const bad of ['16000', '2-1', '0-10', '1-70000', 'a-b']) assert.throws(() => parsePortRange(bad), /--port-range ".*" is not FROM-TO/);
+  for (const bad of ['16000', '2-1', '0-10', '1-70000', 'a-b'])
+    assert.throws(() => parsePortRange(bad), /--port-range ".*" is not FROM-TO/);
 });
 
 test('a postgres data source without a database gets kctl_NAME; one with a database, SQLite and none are kept', () => {
-  assert.equal(tenantDataSource('postgres://kctl:pw@db:5432/?sslmode=disable', 'team-a'), 'postgres://kctl:pw@db:5432/kctl_team_a?sslmode=disable');
+  assert.equal(
+    tenantDataSource('postgres://kctl:pw@db:5432/?sslmode=disable', 'team-a'),
+    'postgres://kctl:pw@db:5432/kctl_team_a?sslmode=disable',
+  );
   assert.equal(tenantDataSource('postgres://kctl:pw@db:5432', 'b'), 'postgres://kctl:pw@db:5432/kctl_b');
   assert.equal(tenantDataSource('postgres://kctl@db/mine', 'b'), 'postgres://kctl@db/mine');
   assert.equal(tenantDataSource('sqlite:///x/state.db', 'b'), 'sqlite:///x/state.db');
   assert.equal(tenantDataSource(undefined, 'b'), undefined);
   assert.equal(postgresDatabase('postgres://u@h:1/x%20y?a=b'), 'x y');
-  assert.equal(withPostgresDatabase('postgres://u:p%40ss@h:1/x?sslmode=disable', 'z'), 'postgres://u:p%40ss@h:1/z?sslmode=disable');
+  assert.equal(
+    withPostgresDatabase('postgres://u:p%40ss@h:1/x?sslmode=disable', 'z'),
+    'postgres://u:p%40ss@h:1/z?sslmode=disable',
+  );
 });
 
 test('tenants starting at once get distinct free ports, recorded once and kept; a held port is skipped', async (t) => {
@@ -107,7 +138,9 @@ test('tenants starting at once get distinct free ports, recorded once and kept; 
   const range: [number, number] = [first, first + 30];
   const { log } = captureLogger();
   const names = ['t0', 't1', 't2', 't3', 't4', 't5'];
-  const started = await Promise.all(names.map((n) => prepareTenant(tenantLayout(root, join(root, 'run'), n), cfg, range, log)));
+  const started = await Promise.all(
+    names.map((n) => prepareTenant(tenantLayout(root, join(root, 'run'), n), cfg, range, log)),
+  );
   const ports = started.flatMap((s) => [s.cfg.spec.api.port, s.cfg.spec.controllerManager.port]);
   assert.equal(new Set(ports).size, ports.length, `ports picked twice: ${ports.join(',')}`);
   assert.ok(!ports.includes(first), 'a port in use was picked');
@@ -173,8 +206,14 @@ test('a named full cluster collects garbage at GOGC=25 unless spec.gcPercent say
   assert.equal(named.spec.gcPercent, TENANT_GC_PERCENT);
   assert.deepEqual(goRuntimeEnv(named), { GOGC: '25' });
   assert.deepEqual(goRuntimeEnv(named, '300MiB'), { GOGC: '25', GOMEMLIMIT: '300MiB' });
-  assert.equal(parseConfig({}, 'kctl.yaml', { tenantName: 'a' }).spec.gcPercent, undefined, 'api-only: its memory limit governs');
-  assert.deepEqual(goRuntimeEnv(parseConfig({ spec: { gcPercent: 100 } }, 'kctl.yaml', { tenantName: 'a' })), { GOGC: '100' });
+  assert.equal(
+    parseConfig({}, 'kctl.yaml', { tenantName: 'a' }).spec.gcPercent,
+    undefined,
+    'api-only: its memory limit governs',
+  );
+  assert.deepEqual(goRuntimeEnv(parseConfig({ spec: { gcPercent: 100 } }, 'kctl.yaml', { tenantName: 'a' })), {
+    GOGC: '100',
+  });
   const own = parseConfig({}, 'kctl.yaml');
   assert.equal(own.spec.gcPercent, undefined);
   assert.deepEqual(goRuntimeEnv(own), {});

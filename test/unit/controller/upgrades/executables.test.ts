@@ -80,7 +80,11 @@ test('a node certificate gets the file, whole or one range; strangers, foreign C
   assert.equal((await get(s.url.replace(VERSION, '..%2F..%2Fetc'), { ca, ...node })).status, 400);
   // No client certificate, one of a foreign CA, one of the cluster CA outside the allowed groups.
   assert.equal((await get(s.url, { ca })).status, 401);
-  const foreign = await s.pki.clientCert({ commonName: 'system:node:w1', organizations: ['system:nodes'], signer: await s.pki.foreignCa() });
+  const foreign = await s.pki.clientCert({
+    commonName: 'system:node:w1',
+    organizations: ['system:nodes'],
+    signer: await s.pki.foreignCa(),
+  });
   assert.equal((await get(s.url, { ca, ...foreign })).status, 401);
   const user = await s.pki.clientCert({ commonName: 'jane', organizations: ['developers'] });
   const refused = await get(s.url, { ca, ...user });
@@ -95,7 +99,8 @@ test('ranges: open-ended and closed ones are served, anything else is refused', 
   assert.deepEqual(parseRange('bytes=3-', 10), { start: 3, end: 9 });
   assert.deepEqual(parseRange('bytes=3-5', 10), { start: 3, end: 5 });
   assert.deepEqual(parseRange('bytes=3-50', 10), { start: 3, end: 9 });
-  for (const bad of ['bytes=10-', 'bytes=5-3', 'bytes=-5', 'bytes=1-2,4-5', 'items=1-']) assert.equal(parseRange(bad, 10), 'bad', bad);
+  for (const bad of ['bytes=10-', 'bytes=5-3', 'bytes=-5', 'bytes=1-2,4-5', 'items=1-'])
+    assert.equal(parseRange(bad, 10), 'bad', bad);
 });
 
 test('a download cut off twice goes on from where it stopped, and ends with the plan file', async (t) => {
@@ -124,10 +129,19 @@ test('a download cut off twice goes on from where it stopped, and ends with the 
   assert.equal(errors.length, 2);
   // Asked again: the file is there, nothing is fetched.
   const before = s.ranges.length;
-  assert.deepEqual(await downloadExecutable({ urls: () => [s.url], target, sha256: s.sha256, size: SIZE, tls: async () => ({ ca, ...node }) }), {
-    resumed: 0,
-    received: 0,
-  });
+  assert.deepEqual(
+    await downloadExecutable({
+      urls: () => [s.url],
+      target,
+      sha256: s.sha256,
+      size: SIZE,
+      tls: async () => ({ ca, ...node }),
+    }),
+    {
+      resumed: 0,
+      received: 0,
+    },
+  );
   assert.equal(s.ranges.length, before);
 });
 
@@ -137,7 +151,14 @@ test('a controller that is down is skipped for the next, and a file that is not 
   const ca = s.pki.ca;
   const target = join(s.dataDir, 'kctl-new');
   const down = 'https://127.0.0.1:1/v1/executables/0.2.0';
-  await downloadExecutable({ urls: () => [down, s.url], target, sha256: s.sha256, size: SIZE, tls: async () => ({ ca, ...node }), retryMs: 10 });
+  await downloadExecutable({
+    urls: () => [down, s.url],
+    target,
+    sha256: s.sha256,
+    size: SIZE,
+    tls: async () => ({ ca, ...node }),
+    retryMs: 10,
+  });
   assert.ok((await readFile(target)).equals(s.content));
   const other = join(s.dataDir, 'kctl-other');
   await assert.rejects(
@@ -242,10 +263,16 @@ test("a client fetches at most the hour's budget of bytes; other clients and the
   const refused = await get(s.url, w1, { range: 'bytes=1000-' });
   assert.equal(refused.status, 429);
   assert.equal(refused.headers['retry-after'], String(3600 - 60));
-  assert.match(refused.body.toString(), /system:node:w1 fetched 2 files' worth of kctl executables in the last hour; retry in 3540 s/);
+  assert.match(
+    refused.body.toString(),
+    /system:node:w1 fetched 2 files' worth of kctl executables in the last hour; retry in 3540 s/,
+  );
   assert.equal((await get(s.url, w2)).status, 200, 'another node is not held back');
   // The controllers' shared admin certificate counts towards nothing but the cap.
-  const admin = { ca: s.ca, ...(await s.pki.clientCert({ commonName: 'kctl-admin', organizations: ['system:masters'] })) };
+  const admin = {
+    ca: s.ca,
+    ...(await s.pki.clientCert({ commonName: 'kctl-admin', organizations: ['system:masters'] })),
+  };
   for (let i = 0; i < 3; i++) assert.equal((await get(s.url, admin)).status, 200, `admin download ${i}`);
   now += 3_540_000;
   assert.equal((await get(s.url, w1)).status, 200, 'a new hour');

@@ -2,7 +2,13 @@
 // when the plan stops or is done (controller/upgrades/upgrade-nodes.ts's nodeStep, decisions only).
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { drainable, nodeStep, nodeView, SILENCE_SLACK_S, type NodeView } from '../../../../src/controller/upgrades/upgrade-nodes.ts';
+import {
+  drainable,
+  nodeStep,
+  nodeView,
+  SILENCE_SLACK_S,
+  type NodeView,
+} from '../../../../src/controller/upgrades/upgrade-nodes.ts';
 import type { UpgradePlan } from '../../../../src/kube/upgrade-plan.ts';
 
 const OLD = { version: '0.1.0', kubernetes: 'v1.36.1', etcd: 'v3.6.14' };
@@ -65,7 +71,9 @@ test('a node that reports done at the target and is Ready ends its turn, is unco
 });
 
 test('a node that rolled back stops the plan with its reason', () => {
-  const w1 = node('w1', { upgrade: { target: NEW.version, state: 'rolled back', reason: 'not Ready within 300 s', at: ago(5) } });
+  const w1 = node('w1', {
+    upgrade: { target: NEW.version, state: 'rolled back', reason: 'not Ready within 300 s', at: ago(5) },
+  });
   const s = nodeStep(plan({ admitted: { w1: ago(400) } }), [w1, node('w2')], NOW);
   assert.equal(s.stop, 'node w1: not Ready within 300 s');
   assert.deepEqual(s.startDrain, []);
@@ -125,7 +133,10 @@ test('a Node object reads into its view; drains move pods a controller makes aga
     cordon: { since: ago(9), cordoned: true },
   });
   const rs = [{ kind: 'ReplicaSet', controller: true }];
-  const pod = (over: object, phase = 'Running') => ({ metadata: { name: 'p', namespace: 'n', ownerReferences: rs, ...over }, status: { phase } });
+  const pod = (over: object, phase = 'Running') => ({
+    metadata: { name: 'p', namespace: 'n', ownerReferences: rs, ...over },
+    status: { phase },
+  });
   assert.equal(drainable(pod({})), true);
   assert.equal(drainable(pod({ ownerReferences: [{ kind: 'DaemonSet', controller: true }] })), false);
   assert.equal(drainable(pod({ ownerReferences: undefined })), false);
