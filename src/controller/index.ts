@@ -181,7 +181,16 @@ export function controllerComponents(o: ControllerRoleOptions): Component[] {
     new LeaseTurn(kube, controllerLeaseName(cfg.spec.api.address)),
   );
   const upgrade = o.restart
-    ? new ControllerUpgradeComponent({ cfg, paths, pki, kube, release: o.release, controllers, restart: o.restart })
+    ? new ControllerUpgradeComponent({
+        cfg,
+        paths,
+        pki,
+        kube,
+        release: o.release,
+        controllers,
+        restart: o.restart,
+        agents: konnectivity,
+      })
     : undefined;
   const lease = new ControllerLeaseComponent({
     cfg,

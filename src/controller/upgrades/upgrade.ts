@@ -5,7 +5,8 @@
 // away restarting. Then it fetches the target (kept under <data-dir>/upgrade/ by `kctl upgrade
 // plan` on this host, or from another controller that has it), checks it describes itself as the
 // plan says, keeps its own executable for a rollback, and asks the role to restart into the new
-// one (supervisor/handover.ts). Back at the target, it releases the lease. A rollback's outcome
+// one (supervisor/handover.ts). Back at the target, it releases the lease once its konnectivity
+// server holds the agents again. A rollback's outcome
 // (written before the previous executable started again) stops the plan with its reason. Once
 // every controller runs the target, one of them takes the lease again and lets the nodes go
 // (upgrade-nodes.ts); when every node runs it too, the plan is done.
@@ -51,7 +52,16 @@ export interface ControllerUpgradeOptions {
   release: Release;
   controllers: { liveControllers(): LiveController[] };
   restart: RestartRequest;
+  /** The agents this controller's konnectivity server holds: its turn ends once they are back. */
+  agents?: { agentIds(): string[] };
 }
+
+/**
+ * Back at the target, a controller keeps its turn until its konnectivity server holds again every
+ * agent another live controller holds (they reconnect within seconds), at most this long: the next
+ * controller's restart then never leaves kube-apiservers whose tunnel has no agent yet.
+ */
+const AGENTS_BACK_MS = 60_000;
 
 export class ControllerUpgradeComponent implements Component {
   readonly name = 'upgrade';
@@ -63,6 +73,8 @@ export class ControllerUpgradeComponent implements Component {
   private readonly identity: string;
   private lease: LeaderLease | undefined;
   private nodes!: NodeUpgrades;
+  /** When this controller came back at the target with its turn (waiting for its agents). */
+  private backAt: number | undefined;
 
   constructor(private readonly o: ControllerUpgradeOptions) {
     this.identity = controllerLeaseName(o.cfg.spec.api.address);
@@ -133,7 +145,7 @@ export class ControllerUpgradeComponent implements Component {
       // Back at the target after a restart: the turn this controller took ends here, unless
       // every controller is done: then the lease is for letting the nodes go.
       if (!this.controllersDone(plan)) {
-        if (await lease.heldByMe()) await lease.release(true);
+        if ((await lease.heldByMe()) && (await this.agentsBack(lease))) await lease.release(true);
       } else if (await lease.tryAcquireOrRenew()) await this.nodesTurn(plan, lease);
       return;
     }
@@ -155,6 +167,31 @@ export class ControllerUpgradeComponent implements Component {
     if (notReady.length) return;
     if (!(await lease.tryAcquireOrRenew())) return;
     await this.takeTurn(plan);
+  }
+
+  /** True once this server holds every agent the other live controllers hold (or AGENTS_BACK_MS passed); renews the turn meanwhile. */
+  private async agentsBack(lease: LeaderLease): Promise<boolean> {
+    const mine = new Set(this.o.agents?.agentIds() ?? []);
+    const others = this.o.controllers.liveControllers().filter((c) => c.name !== this.identity);
+    const missing = [...new Set(others.flatMap((c) => c.agents))].filter((a) => !mine.has(a));
+    this.backAt ??= Date.now();
+    const waited = Date.now() - this.backAt;
+    if (missing.length === 0 || waited >= AGENTS_BACK_MS) {
+      if (missing.length > 0)
+        this.log.warn(
+          { missing },
+          `giving up the upgrade turn with ${missing.length} agent(s) not back after ${waited} ms`,
+        );
+      this.backAt = undefined;
+      return true;
+    }
+    if (waited === 0)
+      this.log.info(
+        { missing: missing.length },
+        'keeping the upgrade turn until the agents are back on this controller',
+      );
+    await lease.tryAcquireOrRenew();
+    return false;
   }
 
   /** This controller's turn: fetch, check, keep the previous executable, restart into the new one. */
