@@ -5,7 +5,9 @@
 // Node has no datagram unix sockets, so each message is sent by `systemd-notify` (part of systemd,
 // so present wherever the unit runs), spawned directly by kctl: systemd-notify sends with its
 // parent's pid as the sender, so the message counts as the main process's even after the helper
-// exited. Messages go out one at a time, in order.
+// exited. One helper runs at a time, and it carries everything waiting when it starts: only the
+// newest STATUS= and one WATCHDOG=1, so a burst of progress lines while components start (a
+// spawn can take a second on a loaded host) never holds a ping back past the watchdog's limit.
 import { spawn } from 'node:child_process';
 import type { Logger } from '../base/log.ts';
 
@@ -19,6 +21,9 @@ export interface NotifyOptions {
 
 export class SystemdNotifier {
   private queue: Promise<void> = Promise.resolve();
+  /** Lines not sent yet, in order; the next helper takes them all. */
+  private pending: string[] = [];
+  private draining = false;
   private watchdog: NodeJS.Timeout | undefined;
   private readonly command: string;
   private readonly log: Logger;
@@ -100,7 +105,18 @@ export class SystemdNotifier {
   }
 
   private send(...lines: string[]): void {
-    this.queue = this.queue.then(() => this.run(lines));
+    for (const line of lines) {
+      const key = line.slice(0, line.indexOf('=') + 1);
+      // Only the newest status matters, and one ping stands for any number of them.
+      if (key === 'STATUS=' || key === 'WATCHDOG=') this.pending = this.pending.filter((p) => !p.startsWith(key));
+      this.pending.push(line);
+    }
+    if (this.draining) return;
+    this.draining = true;
+    this.queue = this.queue.then(async () => {
+      while (this.pending.length > 0) await this.run(this.pending.splice(0));
+      this.draining = false;
+    });
   }
 
   private run(lines: string[]): Promise<void> {

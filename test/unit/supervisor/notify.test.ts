@@ -1,6 +1,6 @@
 // Messages to systemd (through a stand-in for systemd-notify that records its arguments): the
 // watchdog is pinged at once, not only after the first interval, and not by a process the
-// watchdog is not for.
+// watchdog is not for; a slow helper never holds a ping behind a backlog of progress lines.
 import assert from 'node:assert/strict';
 import { chmod, readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
@@ -12,11 +12,11 @@ import { quietLogger } from '../konnectivity/fixtures.ts';
 import { waitFor } from '../../wait.ts';
 
 /** A systemd-notify that appends its arguments, one call per line, to `sent`. */
-async function fakeNotify(t: TestContext): Promise<{ command: string; sent: () => Promise<string[]> }> {
+async function fakeNotify(t: TestContext, delay = 0): Promise<{ command: string; sent: () => Promise<string[]> }> {
   const dir = await tempDir(t, 'kctl-notify-');
   const command = join(dir, 'systemd-notify');
   const log = join(dir, 'sent');
-  await writeFile(command, `#!/bin/sh\necho "$*" >> "${log}"\n`);
+  await writeFile(command, `#!/bin/sh\n${delay ? `sleep ${delay}\n` : ''}echo "$*" >> "${log}"\n`);
   await chmod(command, 0o755);
   const sent = async () => (await readFile(log, 'utf8').catch(() => '')).split('\n').filter(Boolean);
   return { command, sent };
@@ -49,4 +49,26 @@ test('a watchdog meant for another process (WATCHDOG_PID) is not pinged; no NOTI
   await n.close();
   assert.deepEqual(await sent(), ['STATUS=up']);
   assert.equal(SystemdNotifier.forRole({ env: { WATCHDOG_USEC: '200000' }, command, log: quietLogger() }), undefined);
+});
+
+test('a slow helper and a burst of progress: each call carries all that waits, the newest status and one ping', async (t) => {
+  // Each call takes 0.3 s, as a spawn can on a loaded host; the watchdog wants a ping every 0.5 s.
+  const { command, sent } = await fakeNotify(t, 0.3);
+  const n = SystemdNotifier.forRole({
+    env: { NOTIFY_SOCKET: '/x', WATCHDOG_USEC: '1000000' },
+    command,
+    log: quietLogger(),
+  });
+  assert.ok(n);
+  t.after(() => n.close());
+  for (let i = 0; i < 20; i++) n.status(`step ${i}`);
+  await waitFor('the last status sent', 5000, async () => (await sent()).some((l) => l.includes('STATUS=step 19')));
+  // The first ping and the 20 steps, queued before the first call started, went in that call: the
+  // ping and only the newest step.
+  assert.equal((await sent())[0], 'WATCHDOG=1 STATUS=step 19');
+  // Pings keep going out about every 0.5 s while nothing else is sent: none waits behind another.
+  const before = (await sent()).filter((l) => l.includes('WATCHDOG=1')).length;
+  await sleep(2000);
+  const pings = (await sent()).filter((l) => l.includes('WATCHDOG=1')).length - before;
+  assert.ok(pings >= 3, `${pings} pings in 2 s`);
 });
