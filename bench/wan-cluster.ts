@@ -160,9 +160,12 @@ async function withCluster(c: WanContext, body: (k: Cluster) => Promise<void>): 
         ],
       }),
     );
+    // Both servers' agents are sent the node's address: upstream's agent cannot dial a node name
+    // (kctl's dials its own by name, node-name/1), and the two paths are compared on one target.
+    const apiArgs = `egress-selector-config-file: ${egressConfig}, kubelet-preferred-address-types: InternalIP`;
     await writeFile(
       join(dir, 'kctl.yaml'),
-      `spec:\n  api: { address: ${ctl.ip}, extraArgs: { egress-selector-config-file: ${egressConfig} } }\n  konnectivity: { proxyProtocol: GRPC }\n`,
+      `spec:\n  api: { address: ${ctl.ip}, extraArgs: { ${apiArgs} } }\n  konnectivity: { proxyProtocol: GRPC }\n`,
     );
     c.log('cluster: starting the controller');
     const controller = track(ctl.spawn(kctlBin, ctlr.args));

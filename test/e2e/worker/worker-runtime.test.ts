@@ -117,7 +117,11 @@ test(
     const cfg = join(base, 'kctl.yaml');
     // No konnectivity agent runs in this test: kube-apiserver reaches kubelet directly (an
     // empty egress selector file means none), which the lab allows as long as it does not isolate.
-    const api = { address: ctl.ip, extraArgs: { 'egress-selector-config-file': '' } };
+    // Directly it must dial the node's address: the node's name resolves only through the tunnel.
+    const api = {
+      address: ctl.ip,
+      extraArgs: { 'egress-selector-config-file': '', 'kubelet-preferred-address-types': 'InternalIP' },
+    };
     await writeFile(
       cfg,
       stringify({
