@@ -177,20 +177,39 @@ export function ownershipProblem(
     if (!node) return nodes.synced ? `node ${nodeName} is not registered` : 'waiting for the Node list';
     return `node ${nodeName} does not report it`;
   }
-  if (others.length === 0) return undefined;
-  const keeper = keeperOf(v, [node.name, ...others], nodes);
-  if (keeper === node.name) return undefined;
-  if (keeper !== undefined) return `kept by node ${keeper} (${KEEPS_ADDRESSES_ANNOTATION}, set by an admin)`;
   // A name is never shared: kube-apiserver verifies kubelets by name.
-  return sharing === 'each' && !isName
-    ? undefined
-    : `also reported by node ${others.join(', ')} (conflict: nobody's until an admin resolves it)`;
+  const reporters = [node, ...others.map((n) => nodes.get(n) ?? { name: n })];
+  return conflictProblem(v, node.name, reporters, sharing === 'each' && !isName);
 }
 
+/** A Node that reports a value, and the addresses an admin said it keeps (NodeRecord.keeps). */
+export type Reporter = Pick<NodeRecord, 'name' | 'keeps'>;
+
 /** The one Node among `reporters` an admin said keeps `v` (KEEPS_ADDRESSES_ANNOTATION); undefined when none or several. */
-export function keeperOf(v: string, reporters: string[], nodes: Pick<NodeDirectory, 'get'>): string | undefined {
-  const keepers = reporters.filter((n) => nodes.get(n)?.keeps?.includes(v));
-  return keepers.length === 1 ? keepers[0] : undefined;
+export function keeperOf(v: string, reporters: readonly Reporter[]): string | undefined {
+  const keepers = reporters.filter((r) => r.keeps?.includes(v));
+  return keepers.length === 1 ? keepers[0]!.name : undefined;
+}
+
+/**
+ * Why node `name`, one of the Nodes that report `v` (`reporters`, itself included), may not have
+ * it, or undefined: alone it may; with others only as the keeper an admin named, or, when
+ * `shared` and no other is the keeper, alongside them (a serving certificate's IP).
+ */
+export function conflictProblem(
+  v: string,
+  name: string,
+  reporters: readonly Reporter[],
+  shared = false,
+): string | undefined {
+  const others = reporters.filter((r) => r.name !== name).map((r) => r.name);
+  if (others.length === 0) return undefined;
+  const keeper = keeperOf(v, reporters);
+  if (keeper === name) return undefined;
+  if (keeper !== undefined) return `kept by node ${keeper} (${KEEPS_ADDRESSES_ANNOTATION}, set by an admin)`;
+  return shared
+    ? undefined
+    : `also reported by node ${others.join(', ')} (conflict: nobody's until an admin resolves it)`;
 }
 
 /** What a node may not own among these names and IPs, each with its reason. Empty means all are the node's. */

@@ -6,7 +6,7 @@ import {
   canonicalIdentifier,
   judgePodRanges,
   keptAddresses,
-  KEEPS_ADDRESSES_ANNOTATION,
+  conflictProblem,
   nobodysProblem,
   type RefusedPodRange,
   type ReservedSpace,
@@ -104,7 +104,7 @@ export function routableNodes(
     if (info.internalIP) {
       const ip = canonicalIdentifier(info.internalIP);
       const reservedProblem = nobodysProblem(ip, false, { name: info.name, addresses: [], podCIDRs }, reserved);
-      const problem = reservedProblem ?? sharedAddressProblem(info, reporters.get(ip) ?? []);
+      const problem = reservedProblem ?? conflictProblem(ip, info.name, reporters.get(ip) ?? []);
       if (problem) {
         refusedPeers.push({ node: info.name, what: `address ${info.internalIP}`, reason: problem });
         out.internalIP = undefined;
@@ -135,17 +135,4 @@ export function routableNodes(
     return out;
   });
   return { nodes: believed, refused: verdict.refused, refusedPeers };
-}
-
-/** Why a node may not be routed its address because other Nodes report it too (undefined: it may). */
-function sharedAddressProblem(info: NodeInfo, reporters: NodeInfo[]): string | undefined {
-  const others = reporters.filter((r) => r.name !== info.name);
-  if (others.length === 0) return undefined;
-  const ip = canonicalIdentifier(info.internalIP ?? '');
-  const keepers = reporters.filter((r) => r.keeps?.includes(ip));
-  if (keepers.length === 1)
-    return keepers[0]!.name === info.name
-      ? undefined
-      : `kept by node ${keepers[0]!.name} (${KEEPS_ADDRESSES_ANNOTATION}, set by an admin)`;
-  return `also reported by node ${others.map((o) => o.name).join(', ')} (conflict: nobody's until an admin resolves it)`;
 }

@@ -158,7 +158,10 @@ export class NodeWatchComponent implements Component, NodeDirectory {
     const out: AddressConflict[] = [];
     for (const [value, nodes] of this.ownerIndex()) {
       if (nodes.length < 2) continue;
-      const keeper = keeperOf(value, nodes, this);
+      const keeper = keeperOf(
+        value,
+        nodes.map((n) => this.get(n) ?? { name: n }),
+      );
       out.push({ value, nodes, ...(keeper ? { keeper } : {}) });
     }
     return out.sort((a, b) => a.value.localeCompare(b.value));
