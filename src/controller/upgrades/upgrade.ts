@@ -174,6 +174,7 @@ export class ControllerUpgradeComponent implements Component {
     const mine = new Set(this.o.agents?.agentIds() ?? []);
     const others = this.o.controllers.liveControllers().filter((c) => c.name !== this.identity);
     const missing = [...new Set(others.flatMap((c) => c.agents))].filter((a) => !mine.has(a));
+    const first = this.backAt === undefined;
     this.backAt ??= Date.now();
     const waited = Date.now() - this.backAt;
     if (missing.length === 0 || waited >= AGENTS_BACK_MS) {
@@ -185,7 +186,7 @@ export class ControllerUpgradeComponent implements Component {
       this.backAt = undefined;
       return true;
     }
-    if (waited === 0)
+    if (first)
       this.log.info(
         { missing: missing.length },
         'keeping the upgrade turn until the agents are back on this controller',
