@@ -19,6 +19,13 @@ import { ensureLeafFiles, type LeafSpec, type Outcome } from './leaf.ts';
 import { pkiPaths, type PkiPaths } from './paths.ts';
 import type { Signer } from './x509.ts';
 
+/** The users the control plane's kubeconfigs name (the controllers act as the admin). */
+export const CONTROL_PLANE_USERS = {
+  admin: 'kubernetes-admin',
+  scheduler: 'system:kube-scheduler',
+  controllerManager: 'system:kube-controller-manager',
+} as const;
+
 export interface PkiOptions {
   /** <data-dir>/pki */
   dir: string;
@@ -181,9 +188,9 @@ function kubeconfigs(p: PkiPaths, cas: Cas): { path: string; spec: LeafSpec; for
     sans: [],
   });
   return [
-    { path: p.adminConf, spec: client('kubernetes-admin', ['system:masters']) },
-    { path: p.schedulerConf, spec: client('system:kube-scheduler'), for: 'nodes' },
-    { path: p.controllerManagerConf, spec: client('system:kube-controller-manager') },
+    { path: p.adminConf, spec: client(CONTROL_PLANE_USERS.admin, ['system:masters']) },
+    { path: p.schedulerConf, spec: client(CONTROL_PLANE_USERS.scheduler), for: 'nodes' },
+    { path: p.controllerManagerConf, spec: client(CONTROL_PLANE_USERS.controllerManager) },
   ];
 }
 

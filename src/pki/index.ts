@@ -1,6 +1,6 @@
 // The controller's PKI: certificate authorities, leaf certificates, the service-account key
 // and component kubeconfigs under <data-dir>/pki. See ensure.ts for the rules.
-export { ensurePki, ensurePkiFiles, wantedSans, type PkiOptions } from './ensure.ts';
+export { CONTROL_PLANE_USERS, ensurePki, ensurePkiFiles, wantedSans, type PkiOptions } from './ensure.ts';
 export { CertificateWatch, controllerCertificates, type CertificateStatus, type WatchedCertificate } from './watch.ts';
 export { renewalTime, DEFAULT_LEAF_VALIDITY_MS, MIN_LEAF_VALIDITY_MS } from './leaf.ts';
 export { pkiPaths, type PkiPaths } from './paths.ts';

@@ -15,6 +15,7 @@ import { parseDocument, stringify } from 'yaml';
 import { errnoOf, UserError } from '../../base/errors.ts';
 import { writeFileAtomic } from '../../base/fs.ts';
 import type { ClusterConfig } from '../config/config.ts';
+import { CONTROL_PLANE_USERS } from '../../pki/index.ts';
 
 export interface AuditPaths {
   dir: string;
@@ -43,7 +44,7 @@ const METADATA_ONLY = [
 
 const LEASES = [{ group: 'coordination.k8s.io', resources: ['leases'] }];
 /** Who renews leases in kube-system every few seconds: the leader elections, and kctl's controllers (their own leases). */
-const LEASE_HOLDERS = ['system:kube-scheduler', 'system:kube-controller-manager', 'kubernetes-admin'];
+const LEASE_HOLDERS = [CONTROL_PLANE_USERS.scheduler, CONTROL_PLANE_USERS.controllerManager, CONTROL_PLANE_USERS.admin];
 
 /** kctl's default audit policy (audit.k8s.io/v1); the first rule that matches a request decides. */
 export function defaultAuditPolicy(): object {
