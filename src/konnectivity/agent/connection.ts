@@ -265,7 +265,10 @@ export class ServerConnection implements TargetOwner {
       return;
     }
     this.log.debug(fields, 'dialing target');
-    const host = this.o.localNames?.[target.host.toLowerCase()] ?? target.host;
+    // Own keys only: a dial to "constructor" must not find Object's.
+    const names = this.o.localNames ?? {};
+    const name = target.host.toLowerCase();
+    const host = Object.hasOwn(names, name) ? names[name]! : target.host;
     const d = new PendingDial(this, req.random, req.address, host, target.port, trace);
     this.dials.set(req.random, d);
     d.start();

@@ -24,6 +24,19 @@ test("a dial to a node name reaches the address that node's kctl agent maps it t
   tunnel.destroy();
 });
 
+test('only the names the agent was given are mapped: a name an object has by inheritance is looked up as any other', async (t) => {
+  const pki = await makePki();
+  const server = await startServer(t, pki, { proxyStrategies: ['destHost', 'default'] });
+  const agent = await startAgent(t, pki, [server], { agentId: 'edge-8', localNames: { 'edge-8': '127.0.0.1' } });
+  await waitFor('agent listed', 10_000, () => server.snapshot().agents.length === 1);
+  await assert.rejects(
+    dialViaProxy({ udsPath: udsOf(server).grpc, address: 'constructor.invalid:80' }),
+    /lookup constructor\.invalid/,
+  );
+  await assert.rejects(dialViaProxy({ udsPath: udsOf(server).grpc, address: 'constructor:80' }), /lookup constructor/);
+  assert.equal(agent.snapshot().servers.length, 1, 'the agent lost its server');
+});
+
 test("an agent without node-name/1 is sent its node's own address for its name; with no address the dial fails saying why", async (t) => {
   const pki = await makePki();
   const server = await startServer(t, pki, { proxyStrategies: ['destHost'] });
