@@ -56,6 +56,7 @@ import { BackupSchedulerComponent } from './backups/backup-schedule.ts';
 import { NodeWatchComponent } from './nodes/nodes.ts';
 import { KubeClient } from '../kube/client.ts';
 import { agentServers, controllerLeaseName } from '../kube/controller-leases.ts';
+import { NodeLeaseAccessComponent } from './leases/node-lease-access.ts';
 import { loadConfig, type ClusterConfig, type ConfigFlags } from './config/config.ts';
 import { PkiRenewerComponent, pkiOptions } from './pki/pki-renewer.ts';
 import { LeaseTurn } from './pki/pki-turn.ts';
@@ -229,6 +230,8 @@ export function controllerComponents(o: ControllerRoleOptions): Component[] {
     new ApiserverComponent(cfg, paths, pki, { egress: true }),
     nodes,
     new BootstrapComponent(cfg, pki, kube),
+    // Nodes of an older kctl keep reading the controllers' leases in kube-system while any remain.
+    new NodeLeaseAccessComponent(kube, nodes),
     lease,
     // Other controllers join through this one (kctl controller --token-file).
     joinServer,

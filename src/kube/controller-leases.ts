@@ -1,7 +1,8 @@
-// Which controllers are alive, for both roles: every kctl controller holds a Lease in
-// kube-system (label kctl.dev/controller=true) that names its API server URL and its
-// konnectivity agent address, and renews it every 10 s (valid 30 s); it deletes it when it
-// stops. Controllers count the live leases as their konnectivity server count; agents dial
+// Which controllers are alive, for both roles: every kctl controller holds a Lease (label
+// kctl.dev/controller=true) that names its API server URL and its konnectivity agent address, and
+// renews it every 10 s (valid 30 s); it deletes it when it stops. It writes the same lease twice:
+// in kube-system, where controllers read each other (older kctl controllers write and read only
+// there), and in kctl-controllers, a namespace that holds nothing else, where nodes read it. Controllers count the live leases as their konnectivity server count; agents dial
 // every live controller's konnectivity address. No load balancer, no static count in a file.
 // The lease also lists the agents its konnectivity server holds, so any controller's `kctl
 // status` can show, per agent, every controller it has a stream to.
@@ -19,8 +20,18 @@ import {
 } from './upgrade-plan.ts';
 
 export const CONTROLLER_LEASE_LABEL = 'kctl.dev/controller';
+/** Where controllers read each other's leases (and kctl's other leases live): every kctl controller writes here. */
 export const LEASE_NAMESPACE = 'kube-system';
-export const LEASES_PATH = `/apis/coordination.k8s.io/v1/namespaces/${LEASE_NAMESPACE}/leases`;
+export const LEASES_PATH = leasesPath(LEASE_NAMESPACE);
+/**
+ * Where nodes read the controllers' leases: a namespace with nothing else in it, so a node's read
+ * right covers these leases and no other (RBAC's resourceNames cannot name, for list and watch, a
+ * set that changes as controllers come and go).
+ */
+export const NODE_LEASE_NAMESPACE = 'kctl-controllers';
+export const NODE_LEASES_PATH = leasesPath(NODE_LEASE_NAMESPACE);
+/** The first kctl whose nodes read NODE_LEASE_NAMESPACE; nodes of an older kctl read kube-system's leases. */
+export const NODE_LEASES_SINCE = '0.2.0';
 const API_ANNOTATION = 'kctl.dev/api-server';
 const KONNECTIVITY_ANNOTATION = 'kctl.dev/konnectivity';
 const AGENTS_ANNOTATION = 'kctl.dev/agents';
@@ -62,6 +73,10 @@ export interface Lease {
   spec?: { holderIdentity?: string; leaseDurationSeconds?: number; renewTime?: string };
 }
 
+function leasesPath(namespace: string): string {
+  return `/apis/coordination.k8s.io/v1/namespaces/${namespace}/leases`;
+}
+
 /** The lease name of a controller: from its advertised address, which is unique in a cluster. */
 export function controllerLeaseName(address: string): string {
   return `kctl-controller-${address.toLowerCase().replace(/[^a-z0-9]+/g, '-')}`;
@@ -76,6 +91,7 @@ export function controllerLease(
   name: string,
   c: Omit<LiveController, 'name' | 'agentsTotal'>,
   now = new Date(),
+  namespace = LEASE_NAMESPACE,
 ): KubeManifest {
   const agents = [...c.agents].sort();
   const listed = agents.slice(0, MAX_LISTED_AGENTS).join(',');
@@ -84,7 +100,7 @@ export function controllerLease(
     kind: 'Lease',
     metadata: {
       name,
-      namespace: LEASE_NAMESPACE,
+      namespace,
       labels: { [CONTROLLER_LEASE_LABEL]: 'true' },
       annotations: {
         [API_ANNOTATION]: c.apiServer,
@@ -149,10 +165,11 @@ export class ControllerLeaseWatch {
     kube: KubeClient,
     private readonly onChange: (live: LiveController[]) => void,
     private readonly onError?: (err: Error) => void,
+    path = LEASES_PATH,
   ) {
     this.informer = new Informer<Lease>(
       kube,
-      LEASES_PATH,
+      path,
       { labelSelector: `${CONTROLLER_LEASE_LABEL}=true` },
       () => this.check(),
       onError,

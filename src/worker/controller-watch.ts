@@ -1,9 +1,10 @@
-// The controllers' leases, read with the node's credentials through the API balancer: the join
+// The controllers' leases (the copies in kctl-controllers, the only leases a node may read), read
+// with the node's credentials through the API balancer: the join
 // token's controllers are where a node starts; from then on the leases say which are alive, and
 // every follower handed in (the balancer's upstreams, the agent's servers) is told.
 import type { Component, ComponentStatus } from '../base/component.ts';
 import type { KubeClient } from '../kube/client.ts';
-import { ControllerLeaseWatch, type LiveController } from '../kube/controller-leases.ts';
+import { ControllerLeaseWatch, NODE_LEASES_PATH, type LiveController } from '../kube/controller-leases.ts';
 
 /** Something that follows the live controllers. */
 export interface ControllerFollower {
@@ -22,6 +23,7 @@ export class ControllerWatchComponent implements Component {
         for (const f of followers) f.controllersChanged(live);
       },
       (err) => (this.lastError = err.message),
+      NODE_LEASES_PATH,
     );
   }
 

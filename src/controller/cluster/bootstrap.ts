@@ -14,8 +14,10 @@ import { publishPodNetwork } from './pod-network.ts';
 import { apiServerUrl } from '../config/urls.ts';
 import { CA_PROOF_KEY } from '../../kube/cluster-info.ts';
 import { KEEPS_ADDRESSES_ANNOTATION } from '../../base/ownership.ts';
+import { NODE_LEASE_NAMESPACE } from '../../kube/controller-leases.ts';
 
 const rbac = 'rbac.authorization.k8s.io';
+export const LEASE_READER = 'kctl:controller-lease-reader';
 
 function clusterRoleBinding(
   name: string,
@@ -29,6 +31,25 @@ function clusterRoleBinding(
     roleRef: { apiGroup: rbac, kind: 'ClusterRole', name: role },
     subjects: [{ apiGroup: rbac, ...subject }],
   };
+}
+
+/** The Role and RoleBinding that let every node read the Leases of one namespace. */
+export function leaseReaderRbac(namespace: string): KubeManifest[] {
+  return [
+    {
+      apiVersion: `${rbac}/v1`,
+      kind: 'Role',
+      metadata: { name: LEASE_READER, namespace },
+      rules: [{ apiGroups: ['coordination.k8s.io'], resources: ['leases'], verbs: ['get', 'list', 'watch'] }],
+    },
+    {
+      apiVersion: `${rbac}/v1`,
+      kind: 'RoleBinding',
+      metadata: { name: LEASE_READER, namespace },
+      roleRef: { apiGroup: rbac, kind: 'Role', name: LEASE_READER },
+      subjects: [{ apiGroup: rbac, kind: 'Group', name: 'system:nodes' }],
+    },
+  ];
 }
 
 /**
@@ -171,20 +192,15 @@ export function bootstrapObjects(cfg: ClusterConfig, caPem: string, proof?: stri
       name: 'kube-apiserver-kubelet-client',
     }),
     clusterInfo(cfg, caPem, proof),
-    // Workers read the controllers' leases to hold a konnectivity stream to every live controller.
+    // Workers read the controllers' leases to hold a konnectivity stream to every live controller:
+    // in a namespace that holds those leases and nothing else (nodes of an older kctl read
+    // kube-system's while they remain: controller/leases/node-lease-access.ts).
     {
-      apiVersion: `${rbac}/v1`,
-      kind: 'Role',
-      metadata: { name: 'kctl:controller-lease-reader', namespace: 'kube-system' },
-      rules: [{ apiGroups: ['coordination.k8s.io'], resources: ['leases'], verbs: ['get', 'list', 'watch'] }],
+      apiVersion: 'v1',
+      kind: 'Namespace',
+      metadata: { name: NODE_LEASE_NAMESPACE, labels: { 'app.kubernetes.io/managed-by': 'kctl' } },
     },
-    {
-      apiVersion: `${rbac}/v1`,
-      kind: 'RoleBinding',
-      metadata: { name: 'kctl:controller-lease-reader', namespace: 'kube-system' },
-      roleRef: { apiGroup: rbac, kind: 'Role', name: 'kctl:controller-lease-reader' },
-      subjects: [{ apiGroup: rbac, kind: 'Group', name: 'system:nodes' }],
-    },
+    ...leaseReaderRbac(NODE_LEASE_NAMESPACE),
     // Nodes read the upgrade plan (this one ConfigMap, nothing else in kube-system) to pull a new kctl.
     {
       apiVersion: `${rbac}/v1`,

@@ -16,6 +16,7 @@ import { errnoOf, UserError } from '../../base/errors.ts';
 import { writeFileAtomic } from '../../base/fs.ts';
 import type { ClusterConfig } from '../config/config.ts';
 import { CONTROL_PLANE_USERS } from '../../pki/index.ts';
+import { LEASE_NAMESPACE, NODE_LEASE_NAMESPACE } from '../../kube/controller-leases.ts';
 
 export interface AuditPaths {
   dir: string;
@@ -43,7 +44,7 @@ const METADATA_ONLY = [
 ];
 
 const LEASES = [{ group: 'coordination.k8s.io', resources: ['leases'] }];
-/** Who renews leases in kube-system every few seconds: the leader elections, and kctl's controllers (their own leases). */
+/** Who renews leases in kube-system every few seconds: the leader elections, and kctl's controllers (their own leases, also in kctl-controllers). */
 const LEASE_HOLDERS = [CONTROL_PLANE_USERS.scheduler, CONTROL_PLANE_USERS.controllerManager, CONTROL_PLANE_USERS.admin];
 
 /** kctl's default audit policy (audit.k8s.io/v1); the first rule that matches a request decides. */
@@ -56,7 +57,13 @@ export function defaultAuditPolicy(): object {
     rules: [
       { level: 'None', nonResourceURLs: ['/healthz*', '/livez*', '/readyz*', '/version'] },
       { level: 'None', verbs: ['get', 'update'], namespaces: ['kube-node-lease'], resources: LEASES },
-      { level: 'None', verbs: ['get', 'update'], users: LEASE_HOLDERS, namespaces: ['kube-system'], resources: LEASES },
+      {
+        level: 'None',
+        verbs: ['get', 'update'],
+        users: LEASE_HOLDERS,
+        namespaces: [LEASE_NAMESPACE, NODE_LEASE_NAMESPACE],
+        resources: LEASES,
+      },
       // Bodies of these hold secret values or credentials: metadata only, whoever asks.
       { level: 'Metadata', resources: METADATA_ONLY },
       // Who granted what to whom, with the rules themselves.

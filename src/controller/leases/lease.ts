@@ -2,14 +2,18 @@
 // while it runs (renewed every 10 s, and within a second of its agent set changing; deleted on
 // stop) and watches the others' (LiveControllers, handed to whoever reads them), so its
 // konnectivity server announces the number of live controllers as the server count, and
-// `kctl status` can say which controllers are alive and which agents each holds.
+// `kctl status` can say which controllers are alive and which agents each holds. The lease is
+// written twice, in kube-system for the controllers and in kctl-controllers for the nodes.
 import type { Component, ComponentContext, ComponentStatus } from '../../base/component.ts';
 import type { Logger } from '../../base/log.ts';
 import {
   controllerLease,
   controllerLeaseName,
   ControllerLeaseWatch,
+  LEASE_NAMESPACE,
   LEASES_PATH,
+  NODE_LEASE_NAMESPACE,
+  NODE_LEASES_PATH,
   RENEW_EVERY_MS,
   type LiveController,
 } from '../../kube/controller-leases.ts';
@@ -135,7 +139,8 @@ export class ControllerLeaseComponent implements Component {
     await this.renewing;
     await this.o.controllers.stop();
     // Leaving on purpose: the others' server counts and the agents follow at once, not after 30 s.
-    await this.o.kube.request('DELETE', `${LEASES_PATH}/${this.leaseName}`).catch(() => undefined);
+    for (const path of [LEASES_PATH, NODE_LEASES_PATH])
+      await this.o.kube.request('DELETE', `${path}/${this.leaseName}`).catch(() => undefined);
   }
 
   status(): Partial<ComponentStatus> {
@@ -147,7 +152,7 @@ export class ControllerLeaseComponent implements Component {
     const encryptionKeys = this.o.encryption?.loadedKeys();
     const caBundle = this.o.caBundle?.loadedCaBundle();
     const upgrade = this.o.upgrade?.memberUpgrade();
-    const lease = controllerLease(this.leaseName, {
+    const lease = {
       apiServer: apiServerUrl(this.o.cfg),
       konnectivity: konnectivityAddress(this.o.cfg),
       agents,
@@ -156,9 +161,14 @@ export class ControllerLeaseComponent implements Component {
       release: this.o.release,
       upgrade,
       executables: joinServerUrl(this.o.cfg),
-    });
+    };
+    const now = new Date();
     try {
-      await this.o.kube.apply(lease, { fieldManager: 'kctl', force: true });
+      for (const namespace of [LEASE_NAMESPACE, NODE_LEASE_NAMESPACE])
+        await this.o.kube.apply(controllerLease(this.leaseName, lease, now, namespace), {
+          fieldManager: 'kctl',
+          force: true,
+        });
       this.renewedAt = Date.now();
       this.renewedAgents = agentKey(agents);
       this.renewedKeys = encryptionKeys;

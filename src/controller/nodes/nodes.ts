@@ -25,6 +25,7 @@ import type { KubeClient } from '../../kube/client.ts';
 import { Informer, type ListWatchOptions } from '../../kube/informer.ts';
 import { warningEvent } from '../../kube/events.ts';
 import { isNodeReady } from '../../kube/nodes.ts';
+import { parseReleaseString, VERSION_ANNOTATION } from '../../kube/upgrade-plan.ts';
 
 interface KubeNode {
   metadata: { name: string; uid?: string; annotations?: Record<string, string> };
@@ -111,6 +112,14 @@ export class NodeWatchComponent implements Component, NodeDirectory {
     const all = [...this.informer.store.values()];
     const ready = all.filter(isNodeReady).length;
     return { ready, total: all.length };
+  }
+
+  /** The kctl version each Node says it runs (its release annotation), undefined where it names none. */
+  kctlVersions(): Map<string, string | undefined> {
+    const out = new Map<string, string | undefined>();
+    for (const [name, n] of this.informer.store)
+      out.set(name, parseReleaseString(n.metadata.annotations?.[VERSION_ANNOTATION])?.version);
+    return out;
   }
 
   /** The names of every Node. */

@@ -15,6 +15,8 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { join } from 'node:path';
 import { test, type TestContext } from 'node:test';
 import type { ControllerStatusReport } from '../../../src/controller/leases/status.ts';
+import { NODE_LEASES_SINCE } from '../../../src/kube/controller-leases.ts';
+import { KCTL_VERSION } from '../../../src/base/version.ts';
 import type { ServerAgentSnapshot } from '../../../src/konnectivity/index.ts';
 import {
   controllerReady,
@@ -24,6 +26,7 @@ import {
   startLabWorker,
   track,
   type Tracked,
+  nodeMayListLeases,
 } from '../lab/cluster.ts';
 import { kctl } from '../lab/kctl.ts';
 import { type LabHost } from '../lab/lab.ts';
@@ -580,7 +583,18 @@ test('a compromised node and a leaked worker token get nothing of anyone else; i
   assert.equal((await setKeys(keysSecret.data.keys)).exitCode, 0);
   t.diagnostic(`forged trust anchors refused: ${controller.lines(/CA rotation refused/)[0]?.slice(0, 200)}`);
 
-  // 5. A dial no agent may serve fails at once, naming the host; it never goes to "any agent".
+  // 5. Nodes read the controllers' leases, and no other Lease: those are in kctl-controllers, and
+  // kube-system's leases (leader elections, kctl's own) are theirs only while a Node of an older
+  // kctl (or one naming no release) remains.
+  const nodeMayList = (namespace: string) => nodeMayListLeases(c.kubectl, 'w1', namespace);
+  assert.equal(await nodeMayList('kctl-controllers'), 'yes');
+  await waitFor('no node reads leases in kube-system', 30_000, async () => (await nodeMayList('kube-system')) === 'no');
+  const w1Release = String(
+    (await c.kubectl(['get', 'node', 'w1', '-o', 'jsonpath={.metadata.annotations.kctl\\.dev/version}'])).stdout,
+  );
+  assert.ok(w1Release.startsWith(`${KCTL_VERSION}/`), `w1 names the kctl it runs: ${w1Release}`);
+
+  // A dial no agent may serve fails at once, naming the host; it never goes to "any agent".
   const ghostIp = lab.subnet.replace(/\.0\/24$/, '.201');
   const ghost = { apiVersion: 'v1', kind: 'Node', metadata: { name: 'ghost' } };
   assert.equal((await c.kubectl(['create', '-f', '-'], JSON.stringify(ghost))).exitCode, 0);
@@ -613,6 +627,36 @@ test('a compromised node and a leaked worker token get nothing of anyone else; i
     worker.saw(`"address":"${ghostIp}:10250"`) || worker2.saw(`"address":"${ghostIp}:10250"`),
     false,
     'an agent was sent the dial',
+  );
+
+  // ghost names no release, as a Node of a kctl from before upgrades: nodes may read kube-system's
+  // leases again; once it names this release, or an older one, the right follows.
+  await waitFor(
+    'nodes read kube-system leases while ghost names no release',
+    30_000,
+    async () => (await nodeMayList('kube-system')) === 'yes',
+  );
+  const nameRelease = async (release: string) =>
+    assert.equal(
+      (await c.kubectl(['annotate', '--overwrite', 'node', 'ghost', `kctl.dev/version=${release}`])).exitCode,
+      0,
+    );
+  await nameRelease(w1Release);
+  await waitFor(
+    'kube-system leases closed to nodes again',
+    30_000,
+    async () => (await nodeMayList('kube-system')) === 'no',
+  );
+  await nameRelease(w1Release.replace(/^[^/]+/, '0.0.1'));
+  await waitFor(
+    'kube-system leases open for an older node',
+    30_000,
+    async () => (await nodeMayList('kube-system')) === 'yes',
+  );
+  await nameRelease(w1Release);
+  assert.ok(controller.saw(`nodes of a kctl before ${NODE_LEASES_SINCE} read the controllers' leases in kube-system`));
+  assert.ok(
+    controller.saw(`every node runs kctl ${NODE_LEASES_SINCE} or later: nodes no longer read leases in kube-system`),
   );
 
   // Impostors: valid node certificates of other nodes, both claiming w1's address (and name).

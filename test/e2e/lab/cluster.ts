@@ -128,6 +128,17 @@ export async function nodeReady(kubectl: (args: string[]) => Promise<Result>, no
   return String((await kubectl(['get', 'node', node, '-o', `jsonpath=${NODE_READY_JSONPATH}`])).stdout) === 'True';
 }
 
+/** `kubectl auth can-i` for node `node`: may it list the Leases of `namespace` ('yes' or 'no')? */
+export async function nodeMayListLeases(
+  kubectl: (args: string[]) => Promise<Result>,
+  node: string,
+  namespace: string,
+): Promise<string> {
+  const asNode = [`--as=system:node:${node}`, '--as-group=system:nodes', '--as-group=system:authenticated'];
+  const r = await kubectl(['auth', 'can-i', 'list', 'leases.coordination.k8s.io', '-n', namespace, ...asNode]);
+  return String(r.stdout).trim();
+}
+
 /** A killed worker leaves containerd shims, mounts and the kubelet's cgroups behind: clears them (before its dirs are removed). */
 export async function cleanupWorkerHost(dataDir: string, runDir: string, nodeName: string): Promise<void> {
   await cleanupContainerd(workerPaths(dataDir, runDir)).catch(() => undefined);

@@ -19,7 +19,7 @@ import { test, type TestContext } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { sha256OfFile } from '../../../src/base/fs.ts';
 import type { UpgradeStatus } from '../../../src/controller/upgrades/upgrade-plan-run.ts';
-import { runPinnedPod, startLabWorker, type Tracked } from '../lab/cluster.ts';
+import { nodeMayListLeases, runPinnedPod, startLabWorker, type Tracked } from '../lab/cluster.ts';
 import { HaLab, type LabCtl } from '../lab/ha-lab.ts';
 import { ownCopy, requireBrokenKctl, requireKctl, requirePreviousKctl } from '../lab/kctl.ts';
 import { startLab } from '../lab/lab-test.ts';
@@ -155,6 +155,8 @@ test(
       (await kubectl(['get', 'pod', 'bare', '-o', 'jsonpath={.status.containerStatuses[0].containerID}'])).stdout,
     );
     assert.ok(bareContainer, 'the bare pod has a container');
+    // Nodes of the older kctl read the controllers' leases in kube-system too, until none remains.
+    assert.equal(await nodeMayListLeases(kubectl, 'w1', 'kube-system'), 'yes');
 
     // w1 now reaches the controllers over a 10 Mbit/s link (each way), and only them.
     const link = await wan(lab, lab.host('w1'), { peers: controllerHosts, profile: { rateKbit: 10_000 } });
@@ -279,6 +281,12 @@ test(
       ]),
       [...ctls.map(() => 'c'), ...WORKERS].map((n) => [n, nextVersion, 'v1.36.3', 'done']),
     );
+    await waitFor(
+      'no node reads leases in kube-system once every node runs this kctl',
+      30_000,
+      async () => (await nodeMayListLeases(kubectl, 'w1', 'kube-system')) === 'no',
+    );
+    assert.equal(await nodeMayListLeases(kubectl, 'w1', 'kctl-controllers'), 'yes');
     // w1's download went on from where the cut left it: about one executable's bytes crossed the link.
     const fetched = workers
       .w1!.lines(/downloaded and checked/)

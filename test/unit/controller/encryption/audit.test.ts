@@ -80,6 +80,16 @@ test("audit: the default policy keeps Secret, ConfigMap and token bodies out, re
   assert.equal(lease('update', 'system:kube-scheduler', 'kube-system'), 'None', 'leader election');
   assert.equal(lease('update', 'kubernetes-admin', 'kube-system'), 'None', "a controller's own lease");
   assert.equal(
+    lease('update', 'kubernetes-admin', 'kctl-controllers'),
+    'None',
+    "a controller's own lease, the nodes' copy",
+  );
+  assert.equal(
+    lease('update', 'system:serviceaccount:kube-system:evil', 'kctl-controllers'),
+    'Metadata',
+    'anyone else writing the copy nodes follow',
+  );
+  assert.equal(
     lease('update', 'system:serviceaccount:kube-system:evil', 'kube-system'),
     'Metadata',
     "anyone else writing kctl's controller leases",

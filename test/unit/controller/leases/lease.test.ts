@@ -16,10 +16,13 @@ import { fakeApiServer, json, watchStream } from '../../kube/fake-apiserver.ts';
 const RELEASE = { version: '0.1.0', kubernetes: 'v1.36.3', etcd: 'v3.6.14' };
 
 const LEASES = '/apis/coordination.k8s.io/v1/namespaces/kube-system/leases';
+/** The copy nodes read. */
+const NODE_LEASES = '/apis/coordination.k8s.io/v1/namespaces/kctl-controllers/leases';
 
 /** An API server that keeps leases in memory and tells open watches about every change. */
 async function leaseApi(t: Parameters<typeof fakeApiServer>[0], initial: Lease[]) {
   const leases = new Map(initial.map((l) => [l.metadata.name, l]));
+  const nodeLeases = new Map<string, Lease>();
   const watches: ReturnType<typeof watchStream>[] = [];
   let rv = 1;
   const stamp = (l: Lease): Lease => ({ ...l, metadata: { ...l.metadata, resourceVersion: String(++rv) } });
@@ -27,6 +30,12 @@ async function leaseApi(t: Parameters<typeof fakeApiServer>[0], initial: Lease[]
     for (const w of watches) w.event(type, l);
   };
   const api = await fakeApiServer(t, (req, res: ServerResponse) => {
+    if (req.path.startsWith(`${NODE_LEASES}/`)) {
+      const name = req.path.slice(NODE_LEASES.length + 1);
+      if (req.method === 'PATCH') nodeLeases.set(name, JSON.parse(req.body) as Lease);
+      else if (req.method === 'DELETE') nodeLeases.delete(name);
+      return json(res, 200, {});
+    }
     const name = req.path.startsWith(`${LEASES}/`) ? req.path.slice(LEASES.length + 1) : undefined;
     if (req.method === 'GET' && req.query.get('watch') === 'true') {
       watches.push(watchStream(res));
@@ -52,6 +61,7 @@ async function leaseApi(t: Parameters<typeof fakeApiServer>[0], initial: Lease[]
   return {
     api,
     leases,
+    nodeLeases,
     remove(n: string) {
       const l = leases.get(n)!;
       leases.delete(n);
@@ -107,6 +117,10 @@ test('the announced server count follows the live leases; the lease lists the he
   const own = fake.leases.get('kctl-controller-10-0-0-1');
   assert.equal(own?.metadata.annotations?.['kctl.dev/agents'], 'w1');
   assert.equal(own?.metadata.annotations?.['kctl.dev/konnectivity'], '10.0.0.1:8132');
+  // The same lease where nodes read it (a namespace that holds nothing else).
+  const forNodes = fake.nodeLeases.get('kctl-controller-10-0-0-1');
+  assert.equal(forNodes?.metadata.annotations?.['kctl.dev/konnectivity'], '10.0.0.1:8132');
+  assert.equal((forNodes?.metadata as { namespace?: string } | undefined)?.namespace, 'kctl-controllers');
   assert.equal(
     own?.metadata.annotations?.['kctl.dev/encryption-keys'],
     undefined,
@@ -155,4 +169,5 @@ test('the announced server count follows the live leases; the lease lists the he
 
   await lease.stop();
   assert.equal(fake.leases.has('kctl-controller-10-0-0-1'), false, 'the lease outlived the controller');
+  assert.equal(fake.nodeLeases.has('kctl-controller-10-0-0-1'), false, "the nodes' copy outlived the controller");
 });

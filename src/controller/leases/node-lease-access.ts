@@ -1,0 +1,116 @@
+// Nodes read the controllers' leases in kctl-controllers, a namespace that holds nothing else. A
+// node of an older kctl reads them in kube-system, where every other lease of the control plane
+// lives too: kube-system's lease reader role for nodes is kept while a Node says it runs a kctl
+// older than NODE_LEASES_SINCE (or says nothing), and removed once none does. A node can lie only
+// to keep it (the status quo); it cannot make an older node lose it, since every Node must say so.
+import type { Component, ComponentContext, ComponentStatus } from '../../base/component.ts';
+import type { Logger } from '../../base/log.ts';
+import { compareVersions } from '../../base/version.ts';
+import { messageOf } from '../../base/errors.ts';
+import { KubeApiError, type KubeClient } from '../../kube/client.ts';
+import { LEASE_NAMESPACE, NODE_LEASES_SINCE } from '../../kube/controller-leases.ts';
+import { objectPath } from '../../kube/paths.ts';
+import { leaseReaderRbac } from '../cluster/bootstrap.ts';
+import type { NodeWatchComponent } from '../nodes/nodes.ts';
+
+/** The Nodes that read the controllers' leases in kube-system: an older kctl's, or one that names no release. */
+export function nodesOnKubeSystemLeases(versions: Map<string, string | undefined>): string[] {
+  const older = (v: string | undefined): boolean => {
+    try {
+      return v === undefined || compareVersions(v, NODE_LEASES_SINCE) < 0;
+    } catch {
+      return true;
+    }
+  };
+  return [...versions]
+    .filter(([, v]) => older(v))
+    .map(([name]) => name)
+    .sort();
+}
+
+const RECHECK_MS = 60_000;
+
+export class NodeLeaseAccessComponent implements Component {
+  readonly name = 'node-lease-access';
+  private log!: Logger;
+  /** What the API holds as far as this controller knows (undefined: look again). */
+  private granted: boolean | undefined;
+  private said: boolean | undefined;
+  private running: Promise<void> | undefined;
+  private again = false;
+  private lastError: string | undefined;
+  private unsubscribe: (() => void) | undefined;
+  private timer: NodeJS.Timeout | undefined;
+
+  constructor(
+    private readonly kube: KubeClient,
+    private readonly nodes: NodeWatchComponent,
+  ) {}
+
+  async init(ctx: ComponentContext): Promise<void> {
+    this.log = ctx.log;
+  }
+
+  async start(): Promise<void> {
+    this.unsubscribe = this.nodes.onChange(() => this.schedule());
+    // Also now and then: a role an operator deleted or re-created by hand is set right again.
+    this.timer = setInterval(() => {
+      this.granted = undefined;
+      this.schedule();
+    }, RECHECK_MS);
+    this.schedule();
+  }
+
+  async stop(): Promise<void> {
+    clearInterval(this.timer);
+    this.unsubscribe?.();
+    await this.running;
+  }
+
+  status(): Partial<ComponentStatus> {
+    return { lastError: this.lastError };
+  }
+
+  private schedule(): void {
+    if (this.running) {
+      this.again = true;
+      return;
+    }
+    this.running = this.reconcile().finally(() => {
+      this.running = undefined;
+      if (this.again) {
+        this.again = false;
+        this.schedule();
+      }
+    });
+  }
+
+  private async reconcile(): Promise<void> {
+    if (!this.nodes.synced) return;
+    const older = nodesOnKubeSystemLeases(this.nodes.kctlVersions());
+    const grant = older.length > 0;
+    if (grant === this.granted) return;
+    const docs = leaseReaderRbac(LEASE_NAMESPACE);
+    try {
+      if (grant) for (const d of docs) await this.kube.apply(d, { fieldManager: 'kctl', force: true });
+      else
+        for (const d of docs) {
+          await this.kube.request('DELETE', objectPath(d)).catch((err: unknown) => {
+            if (!(err instanceof KubeApiError && err.status === 404)) throw err;
+          });
+        }
+      // Said when the decision changes (not at every recheck), and at the start only when nodes still need the right.
+      if (grant !== this.said && (this.said !== undefined || grant))
+        this.log.info(
+          { nodes: older.slice(0, 20), count: older.length },
+          grant
+            ? `nodes of a kctl before ${NODE_LEASES_SINCE} read the controllers' leases in ${LEASE_NAMESPACE}: their read right there is kept`
+            : `every node runs kctl ${NODE_LEASES_SINCE} or later: nodes no longer read leases in ${LEASE_NAMESPACE}`,
+        );
+      this.granted = this.said = grant;
+      this.lastError = undefined;
+    } catch (err) {
+      this.lastError = `cannot set the nodes' read right on leases in ${LEASE_NAMESPACE}: ${messageOf(err)}`;
+    }
+  }
+}
