@@ -5,7 +5,8 @@
 import { Command, CommanderError } from 'commander';
 import { KCTL_VERSION } from '../base/version.ts';
 import { reportAndExit } from './support/errors.ts';
-import { DEFAULT_DATA_DIR, DEFAULT_RUN_DIR } from './support/globals.ts';
+import { DEFAULT_DATA_DIR, DEFAULT_HOST_STATE_DIR, DEFAULT_RUN_DIR } from './support/globals.ts';
+import { useHostStateDir } from '../host/port-claims.ts';
 
 type Register = (program: Command) => void;
 
@@ -43,7 +44,7 @@ export const COMMANDS: readonly { names: readonly string[]; load: () => Promise<
 ];
 
 /** Global options that take a value: the word after them is not the command. */
-const VALUE_OPTIONS = ['--data-dir', '--run-dir', '--name'];
+const VALUE_OPTIONS = ['--data-dir', '--run-dir', '--name', '--host-state-dir'];
 
 /** The command `argv` runs, if it names one; undefined for `kctl --help`, `kctl`, a typo. */
 export function commandOf(argv: readonly string[]): string | undefined {
@@ -70,7 +71,13 @@ export async function buildProgram(argv: readonly string[] = []): Promise<Comman
       '--name <tenant>',
       'a tenant control plane on this host (kctl controller --name): its dirs are <data-dir>/tenants/NAME and <run-dir>/tenants/NAME',
     )
+    .option(
+      '--host-state-dir <dir>',
+      "where this host's tenant control planes claim their ports, whatever their --data-dir",
+      DEFAULT_HOST_STATE_DIR,
+    )
     .option('--debug', 'debug logs and stack traces on errors')
+    .hook('preAction', (_, action) => useHostStateDir(action.optsWithGlobals<{ hostStateDir: string }>().hostStateDir))
     .showSuggestionAfterError()
     .exitOverride()
     .configureOutput({

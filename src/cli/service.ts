@@ -24,7 +24,7 @@ import {
   type ServiceRole,
 } from '../supervisor/systemd.ts';
 import { DEFAULT_PORT_RANGE, parsePortRange } from '../controller/tenants/tenants.ts';
-import { globals, type GlobalOptions } from './support/globals.ts';
+import { DEFAULT_HOST_STATE_DIR, globals, type GlobalOptions } from './support/globals.ts';
 import { checkNodeFlags, collect, parseLabels, parseTaints, readTokenFile } from './worker.ts';
 
 /** Where `kctl install worker` keeps the join token (0600); the unit names only this path. */
@@ -125,7 +125,15 @@ async function installTenant(g: GlobalOptions, f: ControllerInstallFlags): Promi
       `${unit} is already installed; kctl uninstall --name ${name} first, or install --force to replace it`,
     );
   const template = join(f.unitDir, TENANT_TEMPLATE);
-  const base = [exe, 'controller', '--data-dir', abs(g.rootDataDir), '--run-dir', abs(g.rootRunDir)];
+  const base = [
+    exe,
+    'controller',
+    '--data-dir',
+    abs(g.rootDataDir),
+    '--run-dir',
+    abs(g.rootRunDir),
+    ...(g.hostStateDir === DEFAULT_HOST_STATE_DIR ? [] : ['--host-state-dir', abs(g.hostStateDir)]),
+  ];
   const text = renderUnit({ role: 'controller', execStart: base, env: {}, template: true });
   const current = await readFile(template, 'utf8').catch(() => undefined);
   if (current !== undefined && current !== text && !f.force)

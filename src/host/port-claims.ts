@@ -10,9 +10,17 @@ import { createServer } from 'node:net';
 import { join } from 'node:path';
 import { withDirLock, writeFileAtomic } from '../base/fs.ts';
 
-/** The host-wide state dir; KCTL_HOST_STATE_DIR moves it (tests). */
+export const DEFAULT_HOST_STATE_DIR = '/var/lib/kctl-host';
+let stateDir = DEFAULT_HOST_STATE_DIR;
+
+/** The host-wide state dir (kctl --host-state-dir; tests give each file its own). */
 export function hostStateDir(): string {
-  return process.env.KCTL_HOST_STATE_DIR || '/var/lib/kctl-host';
+  return stateDir;
+}
+
+/** Sets the host-wide state dir for this process: the CLI, from --host-state-dir, before any command runs. */
+export function useHostStateDir(dir: string): void {
+  stateDir = dir;
 }
 
 export interface PortClaim {

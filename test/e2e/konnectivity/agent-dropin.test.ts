@@ -27,7 +27,7 @@ import {
   type T,
 } from '../lab/dropin.ts';
 import { track } from '../lab/cluster.ts';
-import { kctl, requireKctl, ownHostState } from '../lab/kctl.ts';
+import { hostStateArgs, kctl, requireKctl, ownHostState } from '../lab/kctl.ts';
 import { freePort } from '../../ports.ts';
 import { upstreamBin } from '../lab/upstream.ts';
 
@@ -333,7 +333,7 @@ test(
   async (t) => {
     const f = await pkiFiles(t);
     // A small real control plane to hold the leases: an api-only tenant.
-    const root = ['--data-dir', join(f.dir, 'data'), '--run-dir', join(f.dir, 'run')];
+    const root = ['--data-dir', join(f.dir, 'data'), '--run-dir', join(f.dir, 'run'), ...hostStateArgs()];
     const ctl = track(spawn(requireKctl(), [...root, '--name', 'leases', 'controller', '--port-range', '19600-19699']));
     t.after(async () => {
       ctl.child.kill('SIGTERM');

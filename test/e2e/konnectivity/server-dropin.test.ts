@@ -29,7 +29,7 @@ import {
   type Proc,
   type T,
 } from '../lab/dropin.ts';
-import { kctl, requireKctl, ownHostState } from '../lab/kctl.ts';
+import { hostStateArgs, kctl, requireKctl, ownHostState } from '../lab/kctl.ts';
 import { freePort } from '../../ports.ts';
 import { upstreamBin } from '../lab/upstream.ts';
 
@@ -319,7 +319,7 @@ test(
     const f = await pkiFiles(t);
     const ip = '192.0.2.61';
     const port = await target(t, ip, 'hello through the standalone server\n');
-    const root = ['--data-dir', join(f.dir, 'data'), '--run-dir', join(f.dir, 'run')];
+    const root = ['--data-dir', join(f.dir, 'data'), '--run-dir', join(f.dir, 'run'), ...hostStateArgs()];
     const modes = { grpc: 'GRPC', 'http-connect': 'HTTPConnect' } as const;
 
     // One api-only tenant per mode, its kube-apiserver's egress selector pointing at a socket.

@@ -11,6 +11,7 @@ import type { TokenSummary } from '../../../src/controller/join/tokens.ts';
 import { decodeToken } from '../../../src/join/token.ts';
 import { controllerLeaseName } from '../../../src/kube/controller-leases.ts';
 import { killControllerProcesses, track, type Tracked } from './cluster.ts';
+import { hostStateArgs } from './kctl.ts';
 import type { LabHost } from './lab.ts';
 import { waitFor } from '../../wait.ts';
 
@@ -30,7 +31,7 @@ const root = (c: LabCtl): string[] => [
   c.dataDir,
   '--run-dir',
   c.runDir,
-  ...(c.tenant ? ['--name', c.tenant] : []),
+  ...(c.tenant ? ['--name', c.tenant, ...hostStateArgs()] : []),
 ];
 
 /** Where `c` keeps its state: its data dir, or its tenant's under it. */

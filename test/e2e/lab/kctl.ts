@@ -31,17 +31,25 @@ export function requireBrokenKctl(): TestKctl {
   return requireTestKctl(BROKEN_KCTL);
 }
 
+let ownState: string[] = [];
+
 /**
- * Gives the kctl processes of this test file a host state dir of their own (KCTL_HOST_STATE_DIR,
- * where named control planes claim their ports host-wide). A removed tenant's claims stand for a
- * grace period, so with the host's shared dir one file's removed tenants could fill the next file's
- * port range. Call it once at the top of a file that starts tenants.
+ * Makes a host state dir of this test file's own (kctl --host-state-dir, where named control
+ * planes claim their ports host-wide). A removed tenant's claims stand for a grace period, so with
+ * the host's shared dir one file's removed tenants could fill the next file's port range. Call it
+ * once at the top of a file that starts tenants, and pass hostStateArgs() to every kctl that
+ * starts, resets or installs one.
  */
 export function ownHostState(): string {
   const dir = mkdtempSync(join(tmpdir(), 'kctl-host-state-'));
-  process.env.KCTL_HOST_STATE_DIR = dir;
+  ownState = ['--host-state-dir', dir];
   process.once('exit', () => rmSync(dir, { recursive: true, force: true }));
   return dir;
+}
+
+/** `--host-state-dir DIR` of this file's own host state dir; nothing before ownHostState(). */
+export function hostStateArgs(): string[] {
+  return ownState;
 }
 
 export function kctl(args: string[], opts: Options = {}): Promise<Result> {

@@ -21,7 +21,11 @@ test('kctl install controller --name: a template unit and an instance per tenant
   const cfg = join(dir, 'alpha.yaml');
   // alpha is a full cluster (scheduler, konnectivity server, join endpoint; etcd), beta api-only.
   await writeFile(cfg, `spec:\n  profile: full\n  api: { address: ${ctl.ip} }\n`);
-  const inLab = (args: string[]) => sd.exec(kctlBin, ['--data-dir', dataDir, '--run-dir', runDir, ...args]);
+  // The tenants' host-wide port claims in the test's own dir: a rerun within the claims' 10-minute
+  // grace (a deleted tenant's claims stand that long) would otherwise find alpha's range taken.
+  const hostStateDir = join(dir, 'host-state');
+  const inLab = (args: string[]) =>
+    sd.exec(kctlBin, ['--data-dir', dataDir, '--run-dir', runDir, '--host-state-dir', hostStateDir, ...args]);
   const systemctl = (...args: string[]) => sd.exec('systemctl', args);
   const mainPid = async (unit: string) =>
     Number(String((await systemctl('show', '-p', 'MainPID', '--value', unit)).stdout).trim());
@@ -38,9 +42,6 @@ test('kctl install controller --name: a template unit and an instance per tenant
       .slice(-15)
       .join('\n');
 
-  // The tenants' host-wide port claims in the test's own dir: a rerun within the claims' 10-minute
-  // grace (a deleted tenant's claims stand that long) would otherwise find alpha's range taken.
-  const hostState = ['--env', `KCTL_HOST_STATE_DIR=${join(dir, 'host-state')}`];
   const alpha = await inLab([
     '--name',
     'alpha',
@@ -52,18 +53,19 @@ test('kctl install controller --name: a template unit and an instance per tenant
     '17100-17109',
     '--env',
     'KCTL_TEST=1',
-    ...hostState,
   ]);
   assert.equal(alpha.exitCode, 0, String(alpha.stderr));
   assert.match(
     String(alpha.stdout),
     /^installed kctl-controller@alpha\.service \(enabled\); start it with: kctl start --name alpha$/m,
   );
-  const beta = await inLab(['--name', 'beta', 'install', 'controller', '--port-range', '17110-17119', ...hostState]);
+  const beta = await inLab(['--name', 'beta', 'install', 'controller', '--port-range', '17110-17119']);
   assert.equal(beta.exitCode, 0, String(beta.stderr));
   const template = String((await sd.exec('cat', ['/etc/systemd/system/kctl-controller@.service'])).stdout);
   assert.ok(
-    template.includes(`ExecStart=${kctlBin} controller --data-dir ${dataDir} --run-dir ${runDir} --name %i`),
+    template.includes(
+      `ExecStart=${kctlBin} controller --data-dir ${dataDir} --run-dir ${runDir} --host-state-dir ${hostStateDir} --name %i`,
+    ),
     template,
   );
   assert.match(template, /^Type=notify$/m);

@@ -20,7 +20,7 @@ import type { LabHost } from '../lab/lab.ts';
 import { startLab } from '../lab/lab-test.ts';
 import { nodeCert } from '../lab/node-cert.ts';
 import { HaLab, type LabCtl } from '../lab/ha-lab.ts';
-import { ownHostState } from '../lab/kctl.ts';
+import { hostStateArgs, ownHostState } from '../lab/kctl.ts';
 import { waitFor } from '../../wait.ts';
 
 ownHostState();
@@ -36,7 +36,7 @@ test('two full named clusters on one controller host: each its own worker, pod a
   });
   const ctl = lab.host('ctl');
   const workerOf: Record<Name, LabHost> = { alpha: lab.host('wa'), beta: lab.host('wb') };
-  const root = ['--data-dir', join(dir, 'c-data'), '--run-dir', join(dir, 'c-run')];
+  const root = ['--data-dir', join(dir, 'c-data'), '--run-dir', join(dir, 'c-run'), ...hostStateArgs()];
   const config = join(dir, 'kctl.yaml');
   await writeFile(config, `spec:\n  profile: full\n  api: { address: ${ctl.ip} }\n`);
   const run = (args: string[], input?: string) => ctl.run(kctlBin, [...root, ...args], { input, timeout: 120_000 });

@@ -18,7 +18,7 @@ import type { TenantListEntry } from '../../../src/cli/tenant.ts';
 import type { ControllerStatusReport } from '../../../src/controller/leases/status.ts';
 import type { PortClaim } from '../../../src/host/port-claims.ts';
 import { track, type Tracked } from '../lab/cluster.ts';
-import { kctl, requireKctl, ownHostState } from '../lab/kctl.ts';
+import { hostStateArgs, kctl, requireKctl, ownHostState } from '../lab/kctl.ts';
 import { startPostgres } from '../lab/postgres.ts';
 import { apiStatus, createWidgets, widgets } from '../lab/tenant-api.ts';
 import { waitFor } from '../../wait.ts';
@@ -43,7 +43,7 @@ class TenantHost {
     return join(this.dir, 'run');
   }
   private root(): string[] {
-    return ['--data-dir', this.dataDir, '--run-dir', this.runDir];
+    return ['--data-dir', this.dataDir, '--run-dir', this.runDir, ...hostStateArgs()];
   }
   args(name: string, extra: string[] = []): string[] {
     return [
@@ -222,6 +222,7 @@ test('ten tenants at once with --name: own ports, CA and data; CRD, 1,000 object
   );
   // A tenant's admin credentials are refused by another tenant.
   const cross = await kctl([
+    ...hostStateArgs(),
     '--data-dir',
     host.dataDir,
     '--name',

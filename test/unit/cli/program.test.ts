@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { COMMANDS, buildProgram, commandOf } from '../../../src/cli/program.ts';
+import { DEFAULT_HOST_STATE_DIR, hostStateDir, useHostStateDir } from '../../../src/host/port-claims.ts';
 
 const names = (p: { commands: readonly { name(): string }[] }): string[] => p.commands.map((c) => c.name());
 
@@ -30,4 +31,22 @@ test('the command is the first word that is neither a global option nor its valu
   assert.equal(commandOf(['--data-dir=/d', '--debug', 'token', 'create']), 'token');
   assert.equal(commandOf(['--help']), undefined);
   assert.equal(commandOf([]), undefined);
+});
+
+test('--host-state-dir moves where tenants claim ports, for the command it is given to; nothing else does', async () => {
+  assert.equal(commandOf(['--host-state-dir', '/h', 'tenant', 'list']), 'tenant');
+  const before = hostStateDir();
+  assert.equal(before, DEFAULT_HOST_STATE_DIR);
+  const run = async (argv: string[]) => {
+    const p = await buildProgram(argv);
+    p.commands.find((c) => c.name() === 'version')!.action(() => undefined);
+    await p.parseAsync(argv, { from: 'user' });
+  };
+  process.env.KCTL_HOST_STATE_DIR = '/from-the-environment';
+  await run(['version']);
+  assert.equal(hostStateDir(), DEFAULT_HOST_STATE_DIR, 'an environment variable moved it');
+  await run(['--host-state-dir', '/srv/kctl-host', 'version']);
+  assert.equal(hostStateDir(), '/srv/kctl-host');
+  delete process.env.KCTL_HOST_STATE_DIR;
+  useHostStateDir(before);
 });

@@ -13,11 +13,13 @@ import {
   hostStateDir,
   PortClaimConflict,
   releasePorts,
+  useHostStateDir,
   type PortClaim,
 } from '../../../src/host/port-claims.ts';
 
-process.env.KCTL_HOST_STATE_DIR = mkdtempSync(join(tmpdir(), 'kctl-host-'));
-after(() => rmSync(process.env.KCTL_HOST_STATE_DIR!, { recursive: true, force: true }));
+const hostState = mkdtempSync(join(tmpdir(), 'kctl-host-'));
+useHostStateDir(hostState);
+after(() => rmSync(hostState, { recursive: true, force: true }));
 /** A range of its own for each test (ports nothing on this host uses while it runs, most likely). */
 let next = 24_000 + Math.floor(Math.random() * 200) * 20;
 const range = (size: number): [number, number] => {

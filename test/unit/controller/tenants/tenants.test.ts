@@ -19,11 +19,13 @@ import {
   undoNewTenant,
 } from '../../../../src/controller/tenants/tenants.ts';
 import { postgresDatabase, withPostgresDatabase } from '../../../../src/etcd/postgres.ts';
+import { useHostStateDir } from '../../../../src/host/port-claims.ts';
 import { captureLogger, tempDir } from '../../../helpers.ts';
 
 // Host-wide port claims go to a directory of this test run, not the host's.
-process.env.KCTL_HOST_STATE_DIR = mkdtempSync(join(tmpdir(), 'kctl-host-'));
-after(() => rmSync(process.env.KCTL_HOST_STATE_DIR!, { recursive: true, force: true }));
+const hostState = mkdtempSync(join(tmpdir(), 'kctl-host-'));
+useHostStateDir(hostState);
+after(() => rmSync(hostState, { recursive: true, force: true }));
 
 const cfg = parseConfig({ spec: { api: { address: '127.0.0.1' } } }, 'kctl.yaml', { tenantName: 'a' });
 
