@@ -128,15 +128,18 @@ export async function nodeReady(kubectl: (args: string[]) => Promise<Result>, no
   return String((await kubectl(['get', 'node', node, '-o', `jsonpath=${NODE_READY_JSONPATH}`])).stdout) === 'True';
 }
 
-/** `kubectl auth can-i` for node `node`: may it list the Leases of `namespace` ('yes' or 'no')? */
+/** `kubectl auth can-i` for node `node`: may it list the Leases of `namespace`? ('no' may come with the Node authorizer's reason.) */
 export async function nodeMayListLeases(
   kubectl: (args: string[]) => Promise<Result>,
   node: string,
   namespace: string,
-): Promise<string> {
+): Promise<boolean> {
   const asNode = [`--as=system:node:${node}`, '--as-group=system:nodes', '--as-group=system:authenticated'];
   const r = await kubectl(['auth', 'can-i', 'list', 'leases.coordination.k8s.io', '-n', namespace, ...asNode]);
-  return String(r.stdout).trim();
+  const answer = String(r.stdout).trim();
+  if (!/^(yes|no)\b/.test(answer))
+    throw new Error(`kubectl auth can-i answered neither yes nor no: ${answer} ${String(r.stderr)}`);
+  return answer.startsWith('yes');
 }
 
 /** A killed worker leaves containerd shims, mounts and the kubelet's cgroups behind: clears them (before its dirs are removed). */

@@ -156,7 +156,7 @@ test(
     );
     assert.ok(bareContainer, 'the bare pod has a container');
     // Nodes of the older kctl read the controllers' leases in kube-system too, until none remains.
-    assert.equal(await nodeMayListLeases(kubectl, 'w1', 'kube-system'), 'yes');
+    assert.ok(await nodeMayListLeases(kubectl, 'w1', 'kube-system'));
 
     // w1 now reaches the controllers over a 10 Mbit/s link (each way), and only them.
     const link = await wan(lab, lab.host('w1'), { peers: controllerHosts, profile: { rateKbit: 10_000 } });
@@ -284,9 +284,9 @@ test(
     await waitFor(
       'no node reads leases in kube-system once every node runs this kctl',
       30_000,
-      async () => (await nodeMayListLeases(kubectl, 'w1', 'kube-system')) === 'no',
+      async () => !(await nodeMayListLeases(kubectl, 'w1', 'kube-system')),
     );
-    assert.equal(await nodeMayListLeases(kubectl, 'w1', 'kctl-controllers'), 'yes');
+    assert.ok(await nodeMayListLeases(kubectl, 'w1', 'kctl-controllers'));
     // w1's download went on from where the cut left it: about one executable's bytes crossed the link.
     const fetched = workers
       .w1!.lines(/downloaded and checked/)
