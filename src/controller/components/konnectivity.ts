@@ -12,6 +12,7 @@ import {
   type TrustedAgents,
 } from '../../konnectivity/index.ts';
 import type { KubeClient } from '../../kube/client.ts';
+import type { LiveController } from '../../kube/controller-leases.ts';
 import { serviceAccountTokenReview } from '../../kube/token-review.ts';
 import type { Logger } from '../../base/log.ts';
 import type { PkiPaths } from '../../pki/index.ts';
@@ -59,6 +60,11 @@ export function tokenReview(kube: KubeClient): TokenReview {
   return serviceAccountTokenReview(kube, 'system:konnectivity-server', AGENT_SERVICE_ACCOUNT);
 }
 
+/** How long a dial waits for an expected agent (kubectl's exec and logs give up after longer). */
+const AGENT_WAIT_MS = 5_000;
+/** For this long after its start, the server expects any agent: they are coming back. */
+const YOUNG_MS = 60_000;
+
 export class KonnectivityServerComponent implements Component, HeldAgents {
   readonly name = 'konnectivity-server';
   private server: KonnectivityServer | null = null;
@@ -72,13 +78,24 @@ export class KonnectivityServerComponent implements Component, HeldAgents {
     private readonly pki: PkiPaths,
     private readonly kube: KubeClient,
     private readonly nodes: NodeDirectory,
-    /** The live controllers (their leases): the server count every agent is told. */
-    private readonly controllers: { serverCount(): number },
+    /** The live controllers (their leases): the server count every agent is told, and which agents each holds. */
+    private readonly controllers: { serverCount(): number; liveControllers(): LiveController[] },
   ) {}
 
   async init(ctx: ComponentContext): Promise<void> {
     this.log = ctx.log;
     await writeEgressSelectorConfig(this.paths, this.cfg.spec.konnectivity.proxyProtocol);
+  }
+
+  /**
+   * An agent that may serve `host` should connect soon: this server has just started (after a
+   * restart or an upgrade agents come back within seconds, while kube-apiserver already serves),
+   * or a live controller's lease lists the agent of a node that reports `host` (it holds it now).
+   */
+  private agentExpected(host: string): boolean {
+    if (!this.startedAt || Date.now() - this.startedAt < YOUNG_MS) return true;
+    const nodes = this.nodes.owners(host);
+    return nodes.length > 0 && this.controllers.liveControllers().some((c) => c.agents.some((a) => nodes.includes(a)));
   }
 
   /** The agents the server holds now (none before it runs). */
@@ -112,6 +129,7 @@ export class KonnectivityServerComponent implements Component, HeldAgents {
       serverCount: () => this.controllers.serverCount(),
       // Node to node, for the pod network of nodes that reach nothing but the controllers (datagrams.ts).
       datagramRelay: this.cfg.spec.network.relay === 'controllers' ? {} : undefined,
+      dialWait: { expected: (host) => this.agentExpected(host), waitMs: AGENT_WAIT_MS },
       log: this.log,
     });
     try {

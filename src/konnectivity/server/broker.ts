@@ -21,8 +21,9 @@ import {
   type Packet,
 } from '../wire/protocol.ts';
 import type { DatagramRelay } from './datagrams.ts';
-import { agentsByStrategy, dialAddress, pickAgent, type ProxyStrategy } from './routing.ts';
+import { agentsByStrategy, dialAddress, noAgentMessage, pickAgent, type ProxyStrategy } from './routing.ts';
 import { Tunnel, type AgentBackend, type Frontend } from './tunnel.ts';
+import { WaitingDials, type DialWait } from './waiting-dials.ts';
 
 export interface BrokerOptions {
   serverId: string;
@@ -35,6 +36,8 @@ export interface BrokerOptions {
   log: Logger;
   /** Relays datagrams between node agents; without it they are dropped. */
   datagrams?: DatagramRelay;
+  /** Dials whose agent is expected soon wait for it; without it they fail at once. */
+  dialWait?: DialWait;
 }
 
 /** How every message about a dial no agent can take begins (both frontends report it; clients match on it). */
@@ -45,10 +48,13 @@ export class Broker {
   readonly pendingByRandom = new Map<Int64, Tunnel>();
   /** Window growth for every tunnel of this server. */
   readonly windowBudget = new WindowBudget(WINDOW_GROWTH_BUDGET);
+  /** Frontends dial through it: a dial may wait for its agent (waiting-dials.ts). */
+  readonly dials: WaitingDials;
   private readonly log: Logger;
 
   constructor(private readonly o: BrokerOptions) {
     this.log = o.log;
+    this.dials = new WaitingDials(this, o.dialWait);
   }
 
   // ---- counts (metrics, snapshot, tests) ----
@@ -97,20 +103,15 @@ export class Broker {
     return agentsByStrategy(this.agents, this.o.strategies);
   }
 
-  private noAgentMessage(host: string): string {
-    const n = this.agents.size;
-    const server = `konnectivity server ${this.o.serverId}`;
-    if (n === 0) return `${NO_AGENT}: no agent is connected to ${server}`;
-    // Without `default` a dial goes only to an agent that may serve its host: never to "any agent".
-    if (!this.o.strategies.includes('default'))
-      return `${NO_AGENT}: no agent may serve ${host} (${n} agent${n === 1 ? '' : 's'} connected to ${server}; strategies ${this.o.strategies.join(',')})`;
-    return `${NO_AGENT}: none of the ${n} agents connected to ${server} matches ${host} (strategies ${this.o.strategies.join(',')})`;
-  }
-
   // ---- frontend -> broker ----
 
-  /** A frontend asks for a dial. Returns the tunnel, or null after telling the frontend why not. */
-  dial(frontend: Frontend, req: DialRequest): Tunnel | null {
+  /** True when a connected agent may serve `host` now. */
+  servable(host: string): boolean {
+    return pickAgent(this.agents, this.o.strategies, host) !== null;
+  }
+
+  /** A dial (through `dials`). Returns the tunnel, or null after telling the frontend why not (and how long it waited). */
+  dial(frontend: Frontend, req: DialRequest, waitedMs?: number): Tunnel | null {
     const fail = (message: string, reason: DialFailureReason): null => {
       this.o.metrics.dialFailed(reason);
       this.log.warn(
@@ -127,7 +128,11 @@ export class Broker {
     if (!isId(req.random)) return fail('dial id (random) must be a positive int64', 'bad_request');
     if (this.pendingByRandom.has(req.random)) return fail(`dial id ${req.random} is already pending`, 'bad_request');
     const agent = pickAgent(this.agents, this.o.strategies, target.host);
-    if (!agent) return fail(this.noAgentMessage(target.host), 'no_agent');
+    if (!agent) {
+      const waited = waitedMs === undefined ? '' : ` (waited ${(waitedMs / 1000).toFixed(1)} s for its agent)`;
+      const why = noAgentMessage(target.host, this.agents.size, this.o.serverId, this.o.strategies);
+      return fail(`${NO_AGENT}: ${why}${waited}`, 'no_agent');
+    }
     const address = dialAddress(agent, target.host, target.port, req.address);
     if (address === undefined)
       return fail(
@@ -379,6 +384,7 @@ export class Broker {
 
   /** Stops everything (server shutdown). */
   shutdown(): void {
+    this.dials.flush();
     for (const a of [...this.agents]) {
       this.removeAgent(a, 'server stopping');
       a.end();

@@ -30,6 +30,8 @@ export function serveProxyStream(
   onDone: () => void,
 ): void {
   let tunnel: Tunnel | null = null;
+  /** Cancels the dial while it waits for its agent. */
+  let waiting: (() => void) | undefined;
   let random: Int64 = '0';
   let connectID: Int64 = '0';
   let ended = false;
@@ -81,12 +83,15 @@ export function serveProxyStream(
     metrics.packet('from_client', p.type);
     switch (p.type) {
       case 'DIAL_REQ':
-        if (tunnel !== null || !p.dialRequest) {
+        if (tunnel !== null || waiting || !p.dialRequest) {
           log.debug(describePacket(p), 'ignoring a second DIAL_REQ on one Proxy stream');
           return;
         }
         random = p.dialRequest.random;
-        tunnel = broker.dial(frontend, p.dialRequest);
+        waiting = broker.dials.dial(frontend, p.dialRequest, (t) => {
+          waiting = undefined;
+          tunnel = t;
+        });
         return;
       case 'DATA': {
         const id = p.data?.connectID ?? '0';
@@ -111,6 +116,7 @@ export function serveProxyStream(
       }
       case 'DIAL_CLS':
         if (tunnel !== null && p.closeDial?.random === random) broker.frontendCancel(tunnel);
+        waiting?.();
         endCall();
         return;
       default:
@@ -119,12 +125,14 @@ export function serveProxyStream(
   });
   call.on('end', () => {
     // The client half-closed: it sends nothing more, so the tunnel is over.
+    waiting?.();
     if (tunnel === null || tunnel.state === 'done') endCall();
     else broker.frontendClose(tunnel);
   });
   const lost = (): void => {
     if (gone) return;
     gone = true;
+    waiting?.();
     if (tunnel !== null) broker.frontendGone(tunnel);
     onDone();
   };
@@ -213,15 +221,25 @@ export function serveHttpConnect(
     },
   };
 
+  let waiting: (() => void) | undefined;
   socket.on('end', () => {
+    if (waiting) {
+      waiting();
+      endSocket();
+    }
     if (tunnel !== null) broker.frontendClose(tunnel);
   });
   socket.on('close', () => {
     metrics.httpConnections.dec();
     gone = true;
+    waiting?.();
     if (tunnel !== null) broker.frontendGone(tunnel);
   });
-  tunnel = broker.dial(frontend, { protocol: 'tcp', address: req.url ?? '', random: newRandom(), kctlTraceID: '' });
+  const dial = { protocol: 'tcp', address: req.url ?? '', random: newRandom(), kctlTraceID: '' };
+  waiting = broker.dials.dial(frontend, dial, (t) => {
+    waiting = undefined;
+    tunnel = t;
+  });
 }
 
 /** Anything but CONNECT on the HTTP-CONNECT socket. */

@@ -6,6 +6,7 @@ import type { ProxyStrategy } from './routing.ts';
 import type { NodeDirectory } from '../../base/ownership.ts';
 import type { TrustedAgents } from './claims.ts';
 import type { TcpFrontend } from './frontend-listeners.ts';
+import type { DialWait } from './waiting-dials.ts';
 import { definedOnly } from '../../base/defined.ts';
 
 export interface KonnectivityServerOptions {
@@ -75,6 +76,11 @@ export interface KonnectivityServerOptions {
    * each node's rate bound. Off when unset: datagrams are dropped.
    */
   datagramRelay?: { rateBytesPerS?: number; burstBytes?: number };
+  /**
+   * A dial whose host no connected agent serves, but whose agent is expected soon, waits for it
+   * (waiting-dials.ts). Off when unset: such a dial fails at once, as upstream's.
+   */
+  dialWait?: DialWait;
   log: Logger;
 }
 

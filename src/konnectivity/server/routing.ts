@@ -146,3 +146,13 @@ export function dialAddress(agent: AgentBackend, host: string, port: number, add
   const ip = agent.identifiers.ipv4[0] ?? agent.identifiers.ipv6[0];
   return ip === undefined ? undefined : joinHostPort(ip, port);
 }
+
+/** Why no agent takes a dial to `host`: what follows "No agent available: ". */
+export function noAgentMessage(host: string, agents: number, serverId: string, strategies: ProxyStrategy[]): string {
+  const server = `konnectivity server ${serverId}`;
+  if (agents === 0) return `no agent is connected to ${server}`;
+  // Without `default` a dial goes only to an agent that may serve its host: never to "any agent".
+  if (!strategies.includes('default'))
+    return `no agent may serve ${host} (${agents} agent${agents === 1 ? '' : 's'} connected to ${server}; strategies ${strategies.join(',')})`;
+  return `none of the ${agents} agents connected to ${server} matches ${host} (strategies ${strategies.join(',')})`;
+}

@@ -77,7 +77,7 @@ export class KonnectivityServer implements Component {
     this.metrics = new ServerMetrics({
       readyBackends: () => this.broker.agents.size,
       readyBackendsByStrategy: () => this.broker.agentsByStrategy(),
-      pendingDials: () => this.broker.pendingByRandom.size,
+      pendingDials: () => this.broker.pendingByRandom.size + this.broker.dials.size,
       establishedConnections: () => this.broker.establishedCount(),
     });
     this.broker = new Broker({
@@ -88,6 +88,7 @@ export class KonnectivityServer implements Component {
       upstreamBufferLimit: o.upstreamBufferLimit,
       metrics: this.metrics,
       log: this.log,
+      dialWait: o.dialWait,
       datagrams: o.datagramRelay
         ? new DatagramRelay({
             ...o.datagramRelay,
@@ -351,7 +352,7 @@ export class KonnectivityServer implements Component {
         pendingDials: a.pending.size,
         connectedAt: a.connectedAt.toISOString(),
       })),
-      pendingDials: this.broker.pendingByRandom.size,
+      pendingDials: this.broker.pendingByRandom.size + this.broker.dials.size,
       establishedConnections: this.broker.establishedCount(),
       closingConnections: this.broker.closingCount(),
     };

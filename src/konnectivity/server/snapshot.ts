@@ -27,6 +27,7 @@ export interface KonnectivityServerSnapshot {
   serverId: string;
   serverCount: number;
   agents: AgentSnapshot[];
+  /** Dials sent to an agent and not answered yet, and dials waiting for their agent to connect. */
   pendingDials: number;
   establishedConnections: number;
   closingConnections: number;
