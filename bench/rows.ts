@@ -1,5 +1,5 @@
 // One result row of the bench, and how a run reports its rows: a Markdown table with notes on
-// stderr, and with --json the rows on stdout.
+// stderr, and with --json the rows on stdout (a full run also records them: record.ts).
 
 export type Column = 'kctl' | 'upstream' | 'direct';
 
@@ -28,18 +28,23 @@ function cell(r: Row, c: Column): string {
   return range ? `${fmt(r[c])} (${fmt(range[0])}-${fmt(range[1])})` : fmt(r[c]);
 }
 
-export function reportRows(out: Row[], json: boolean): void {
+/** The rows as a Markdown table, kctl's ratios to upstream and direct, and any extra columns given (one cell per row). */
+export function markdownTable(out: Row[], extra: Record<string, string[]> = {}): string {
   const ratio = (a: number | null, b: number | null): string =>
     a === null || b === null || b === 0 ? '-' : `${(a / b).toFixed(2)}x`;
-  const table = [
-    '| scenario | unit | kctl | upstream | direct | kctl/upstream | kctl/direct |',
-    '|---|---|---:|---:|---:|---:|---:|',
+  const more = Object.keys(extra);
+  return [
+    `| scenario | unit | kctl | upstream | direct | kctl/upstream | kctl/direct |${more.map((k) => ` ${k} |`).join('')}`,
+    `|---|---|---:|---:|---:|---:|---:|${more.map(() => '---|').join('')}`,
     ...out.map(
-      (r) =>
-        `| ${r.scenario} | ${r.unit} | ${cell(r, 'kctl')} | ${cell(r, 'upstream')} | ${cell(r, 'direct')} | ${ratio(r.kctl, r.upstream)} | ${ratio(r.kctl, r.direct)} |`,
+      (r, i) =>
+        `| ${r.scenario} | ${r.unit} | ${cell(r, 'kctl')} | ${cell(r, 'upstream')} | ${cell(r, 'direct')} | ${ratio(r.kctl, r.upstream)} | ${ratio(r.kctl, r.direct)} |${more.map((k) => ` ${extra[k]![i] ?? ''} |`).join('')}`,
     ),
   ].join('\n');
+}
+
+export function reportRows(out: Row[], json: boolean): void {
   const notes = out.filter((r) => r.note && r.kctl !== null).map((r) => `- ${r.scenario}: ${r.note}`);
-  process.stderr.write(`${table}\n${notes.length ? `\n${notes.join('\n')}\n` : ''}`);
+  process.stderr.write(`${markdownTable(out)}\n${notes.length ? `\n${notes.join('\n')}\n` : ''}`);
   if (json) process.stdout.write(`${JSON.stringify({ runs: out })}\n`);
 }

@@ -7,7 +7,7 @@
 // stderr; with --json the results on stdout.
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { join, relative } from 'node:path';
 import { controllerFigures } from './controller.ts';
 import { connectDialer, directDialer, grpcDialer, type Dialer, type PathName } from './driver.ts';
 import { dialLatencies, goDriver, throughput, type GoPath } from './go-driver.ts';
@@ -24,6 +24,7 @@ import { workerJoinSeconds } from './worker.ts';
 import { WAN_SIZES, wanFigures } from './wan.ts';
 import { POD_NETWORK_SIZES, podNetworkFigures } from './pod-network.ts';
 import { HOSTED_CLUSTERS, hostedFigures } from './hosted.ts';
+import { recordRun } from './record.ts';
 
 interface Sizes {
   /** Repetitions of the throughput scenarios: cheap, and the noisiest figures on a shared host. */
@@ -196,8 +197,13 @@ async function main(): Promise<void> {
   } finally {
     await rm(dir, { recursive: true, force: true });
   }
-  log(`done in ${((Date.now() - started) / 1000).toFixed(0)} s`);
+  const seconds = Math.round((Date.now() - started) / 1000);
+  log(`done in ${seconds} s`);
   reportRows(out, json);
+  if (mode === 'full') {
+    const section = wan ? 'wan' : podNetwork ? 'pod-network' : hosted ? 'hosted' : 'main';
+    log(`recorded in ${relative(process.cwd(), await recordRun(section, out, seconds))}`);
+  }
 }
 
 /** Every section but the WAN one, in order. */

@@ -1,0 +1,55 @@
+// What kctl holds each bench row to: one table in code, so a run says itself which targets it met
+// (bench/record.ts writes it beside the figures). A row with no entry has no target: it is measured
+// to be watched.
+import type { Row } from './rows.ts';
+
+export interface Target {
+  /** As a reader sees it in the table. */
+  text: string;
+  /** Whether this run met it; null when the row has no figure to judge. */
+  met(r: Row): boolean | null;
+}
+
+const ratio = (r: Row, to: 'upstream' | 'direct'): number | null =>
+  r.kctl === null || r[to] === null || r[to] === 0 ? null : r.kctl / r[to];
+
+/** kctl's figure against upstream's: at least (`atLeast`) or at most `x` times. */
+function vsUpstream(x: number, atLeast: boolean): Target {
+  return {
+    text: `kctl/upstream ${atLeast ? '>=' : '<='} ${x}x`,
+    met: (r) => {
+      const q = ratio(r, 'upstream');
+      return q === null ? null : atLeast ? q >= x : q <= x;
+    },
+  };
+}
+
+/** kctl's own figure, at most (or at least) `x` of the row's unit. */
+function own(x: number, atLeast = false, text = `${atLeast ? '>=' : '<='} ${x}`): Target {
+  return { text, met: (r) => (r.kctl === null ? null : atLeast ? r.kctl >= x : r.kctl <= x) };
+}
+
+export const TARGETS: Readonly<Record<string, Target>> = {
+  'throughput-1': {
+    text: 'kctl/upstream >= 2.5x and kctl/direct >= 0.25x',
+    met: (r) => {
+      const [up, direct] = [ratio(r, 'upstream'), ratio(r, 'direct')];
+      return up === null || direct === null ? null : up >= 2.5 && direct >= 0.25;
+    },
+  },
+  'throughput-16': vsUpstream(2.5, true),
+  'dial-latency-p50': vsUpstream(0.5, false),
+  'dial-latency-p99': vsUpstream(0.6, false),
+  'leak-residual': own(0),
+  'leak-residual (http-connect)': own(0),
+  'hol-others-ratio': own(0.9, true),
+  'hol-others-ratio (http-connect)': own(0.9, true),
+  'kctl-size-mb': own(190.7, false, '<= 190.7 MiB (200 MB)'),
+  'first-start-staging-s': own(5),
+  'controller-rss-mb': own(90),
+  'worker-rss-mb': own(60),
+  'tenant-ready-s (1)': own(3),
+  'tenant-ready-s (10)': own(10),
+  'tenant-memory-mb (10)': own(250),
+  'tenant-memory-mb (20)': own(250),
+};
