@@ -33,7 +33,7 @@ import {
   type AgentSnapshot,
   type TargetStats,
 } from './snapshot.ts';
-import { FLOW_CONTROL_EXTENSION, WINDOW_GROWTH_BUDGET, packets } from '../wire/protocol.ts';
+import { WINDOW_GROWTH_BUDGET, packets } from '../wire/protocol.ts';
 import { messageOf } from '../../base/errors.ts';
 import { definedOnly } from '../../base/defined.ts';
 
@@ -361,7 +361,7 @@ export class KonnectivityAgent implements Component {
             serverId: c.serverId,
             serverCount: c.serverCount,
             transport: c.transport,
-            extensions: c.flowControl ? [FLOW_CONTROL_EXTENSION] : [],
+            extensions: c.extensions,
           },
           'connected to konnectivity server',
         );

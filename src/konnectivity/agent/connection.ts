@@ -11,6 +11,7 @@ import {
   HEADER_TIMEOUT_MS,
   channelCredentials,
   connectMetadata,
+  offeredExtensions,
   openServerStream,
   type ServerCall,
 } from './server-stream.ts';
@@ -50,11 +51,16 @@ export interface ConnectionContext {
 export class ServerConnection implements TargetOwner {
   serverId = '';
   serverCount = 1;
-  flowControl = false;
+  /** The kctl extensions this stream agreed on: offered by this agent and answered by the server. */
+  extensions: string[] = [];
   readonly targets = new Map<Int64, Target>();
   readonly dials = new Map<Int64, PendingDial>();
   private client: grpc.Client | undefined;
   private call: ServerCall | undefined;
+  /** Per-connection credit (flow-control/1) with this server. */
+  get flowControl(): boolean {
+    return this.extensions.includes(FLOW_CONTROL_EXTENSION);
+  }
   /** The agent stream's protocol: kctl-tunnel/1 with a kctl server that offers it, else gRPC. */
   transport: 'grpc' | typeof LINK_ALPN = 'grpc';
   private nextConnectID = 1n;
@@ -146,7 +152,7 @@ export class ServerConnection implements TargetOwner {
         // Silence counts from here: an open that took longer than the keepalive bound (SYN
         // retries into a partition that just healed) must not be dropped at its first check.
         this.lastReceived = Date.now();
-        this.flowControl = (o.extensions ?? true) && offersExtension(h.get(META.extensions), FLOW_CONTROL_EXTENSION);
+        this.extensions = offeredExtensions(o).filter((e) => offersExtension(h.get(META.extensions), e));
         resolve();
       };
       call.once('metadata', onMetadata);

@@ -87,9 +87,15 @@ export async function connectMetadata(o: ConnectionOptions): Promise<grpc.Metada
   md.set(META.agentIdentifiers, formatIdentifiers(o.identifiers ?? {}));
   const auth = await tokenMetadata(o);
   if (auth) md.set(META.authorization, auth);
-  const names = Object.keys(o.localNames ?? {}).length > 0 ? [NODE_NAME_EXTENSION] : [];
-  if (o.extensions ?? true) md.set(META.extensions, [FLOW_CONTROL_EXTENSION, ...names].join(','));
+  const offered = offeredExtensions(o);
+  if (offered.length) md.set(META.extensions, offered.join(','));
   return md;
+}
+
+/** The kctl extensions this agent offers a server: none with extensions off. */
+export function offeredExtensions(o: ConnectionOptions): string[] {
+  if (!(o.extensions ?? true)) return [];
+  return [FLOW_CONTROL_EXTENSION, ...(Object.keys(o.localNames ?? {}).length > 0 ? [NODE_NAME_EXTENSION] : [])];
 }
 
 async function tokenMetadata(o: ConnectionOptions): Promise<string | undefined> {

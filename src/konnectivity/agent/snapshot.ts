@@ -1,7 +1,6 @@
 // What a konnectivity agent reports about itself (`kctl status`, tests): the servers it holds
 // a stream to, and the per-connection flow-control numbers.
 import type { ServerConnection } from './connection.ts';
-import { FLOW_CONTROL_EXTENSION } from '../wire/protocol.ts';
 
 export interface AgentServerSnapshot {
   address: string;
@@ -36,7 +35,7 @@ export function serverSnapshots(conns: Iterable<ServerConnection>): AgentServerS
     address: c.address,
     serverId: c.serverId,
     serverCount: c.serverCount,
-    extensions: c.flowControl ? [FLOW_CONTROL_EXTENSION] : [],
+    extensions: c.extensions,
     transport: c.transport,
     connections: c.targets.size,
     pendingDials: c.dials.size,

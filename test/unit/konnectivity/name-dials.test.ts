@@ -14,9 +14,11 @@ test("a dial to a node name reaches the address that node's kctl agent maps it t
   const server = await startServer(t, pki, { proxyStrategies: ['destHost'] });
   const echo = await echoServer(t);
   // The name does not resolve anywhere: only the agent's map can take it to the echo server.
-  await startAgent(t, pki, [server], { agentId: 'edge-7', localNames: { 'edge-7': '127.0.0.1' } });
+  const agent = await startAgent(t, pki, [server], { agentId: 'edge-7', localNames: { 'edge-7': '127.0.0.1' } });
   const snap = await waitFor('agent listed', 10_000, () => server.snapshot().agents[0]);
   assert.deepEqual(snap.extensions, ['flow-control/1', 'node-name/1']);
+  // The agent's own snapshot says the same of that server.
+  assert.deepEqual(agent.snapshot().servers[0]?.extensions, ['flow-control/1', 'node-name/1']);
 
   const tunnel = await dialViaProxy({ udsPath: udsOf(server).grpc, address: `EDGE-7:${echo.port}` });
   tunnel.write('by name');
