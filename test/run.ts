@@ -108,11 +108,12 @@ async function eachFile(
   const queue = [...files];
   let result: LaneResult = { status: 0, report: '' };
   const worker = async () => {
-    for (let f = queue.shift(); f !== undefined; f = queue.shift())
-      result = worst(
-        result,
-        await testRun(`${name}: ${f}`, [f], { timeoutMs: opts.timeoutMs(f), concurrency: 1, echo: opts.echo }),
-      );
+    for (let f = queue.shift(); f !== undefined; f = queue.shift()) {
+      const r = await testRun(`${name}: ${f}`, [f], { timeoutMs: opts.timeoutMs(f), concurrency: 1, echo: opts.echo });
+      // After the await, not before it: files that ended meanwhile are in `result` now (reading it
+      // first dropped their reports when long tests ran three at once).
+      result = worst(result, r);
+    }
   };
   await Promise.all(Array.from({ length: Math.min(opts.concurrency, files.length) }, worker));
   return result;
