@@ -56,7 +56,7 @@ import { BackupSchedulerComponent } from './backups/backup-schedule.ts';
 import { NodeWatchComponent } from './nodes/nodes.ts';
 import { KubeClient } from '../kube/client.ts';
 import { agentServers, controllerLeaseName } from '../kube/controller-leases.ts';
-import { NodeLeaseAccessComponent } from './leases/node-lease-access.ts';
+import { NodeLeaseAccessComponent } from './cluster/node-lease-access.ts';
 import { loadConfig, type ClusterConfig, type ConfigFlags } from './config/config.ts';
 import { PkiRenewerComponent, pkiOptions } from './pki/pki-renewer.ts';
 import { LeaseTurn } from './pki/pki-turn.ts';
@@ -223,18 +223,16 @@ export function controllerComponents(o: ControllerRoleOptions): Component[] {
   return [
     status,
     storage,
-    // Before kube-apiserver: its egress selector dials this server's unix socket.
-    konnectivity,
+    konnectivity, // before kube-apiserver: its egress selector dials this server's unix socket
     // Before kube-apiserver, which is ready only once it can read Secrets: this fetches the cluster's keys meanwhile.
     encryption,
     new ApiserverComponent(cfg, paths, pki, { egress: true }),
     nodes,
+    // Cluster objects; and kube-system's leases stay readable for nodes while one of an older kctl remains.
     new BootstrapComponent(cfg, pki, kube),
-    // Nodes of an older kctl keep reading the controllers' leases in kube-system while any remain.
     new NodeLeaseAccessComponent(kube, nodes),
     lease,
-    // Other controllers join through this one (kctl controller --token-file).
-    joinServer,
+    joinServer, // other controllers join through this one (kctl controller --token-file)
     // kctl's add-on stacks (written before the start) and operators' stacks under <data-dir>/manifests/<stack>/.
     new ManifestApplierComponent(paths.manifestsDir, paths.dataDir, kube),
     ...(cfg.spec.addons.coredns.enabled

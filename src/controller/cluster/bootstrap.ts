@@ -194,7 +194,7 @@ export function bootstrapObjects(cfg: ClusterConfig, caPem: string, proof?: stri
     clusterInfo(cfg, caPem, proof),
     // Workers read the controllers' leases to hold a konnectivity stream to every live controller:
     // in a namespace that holds those leases and nothing else (nodes of an older kctl read
-    // kube-system's while they remain: controller/leases/node-lease-access.ts).
+    // kube-system's while they remain: node-lease-access.ts).
     {
       apiVersion: 'v1',
       kind: 'Namespace',

@@ -8,6 +8,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test, type TestContext } from 'node:test';
 import { createLogger } from '../../../src/base/log.ts';
+import { messageOf } from '../../../src/base/errors.ts';
 import { readEmbeddedPayload } from '../../../src/payload/payload.ts';
 import { stageComponents } from '../../../src/payload/stage.ts';
 import { cleanupContainerd, ContainerdComponent } from '../../../src/worker/containerd.ts';
@@ -22,7 +23,7 @@ async function readyWithin(c: ContainerdComponent, ms: number): Promise<string |
     await c.ready(AbortSignal.timeout(ms));
     return undefined;
   } catch (err) {
-    return (err as Error).message;
+    return messageOf(err);
   }
 }
 

@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import test from 'node:test';
-import { nodesOnKubeSystemLeases } from '../../../../src/controller/leases/node-lease-access.ts';
+import { nodesOnKubeSystemLeases } from '../../../../src/controller/cluster/node-lease-access.ts';
 
 test("kube-system's leases stay readable for nodes while one says it runs an older kctl, or says nothing", () => {
   const versions = (entries: [string, string | undefined][]) => new Map(entries);

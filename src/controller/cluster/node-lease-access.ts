@@ -10,7 +10,7 @@ import { messageOf } from '../../base/errors.ts';
 import { KubeApiError, type KubeClient } from '../../kube/client.ts';
 import { LEASE_NAMESPACE, NODE_LEASES_SINCE } from '../../kube/controller-leases.ts';
 import { objectPath } from '../../kube/paths.ts';
-import { leaseReaderRbac } from '../cluster/bootstrap.ts';
+import { leaseReaderRbac } from './bootstrap.ts';
 import type { NodeWatchComponent } from '../nodes/nodes.ts';
 
 /** The Nodes that read the controllers' leases in kube-system: an older kctl's, or one that names no release. */
