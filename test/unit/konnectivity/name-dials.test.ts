@@ -18,7 +18,8 @@ test("a dial to a node name reaches the address that node's kctl agent maps it t
   const snap = await waitFor('agent listed', 10_000, () => server.snapshot().agents[0]);
   assert.deepEqual(snap.extensions, ['flow-control/1', 'node-name/1']);
   // The agent's own snapshot says the same of that server.
-  assert.deepEqual(agent.snapshot().servers[0]?.extensions, ['flow-control/1', 'node-name/1']);
+  const own = await waitFor('the agent connected', 10_000, () => agent.snapshot().servers[0]);
+  assert.deepEqual(own.extensions, ['flow-control/1', 'node-name/1']);
 
   const tunnel = await dialViaProxy({ udsPath: udsOf(server).grpc, address: `EDGE-7:${echo.port}` });
   tunnel.write('by name');

@@ -159,6 +159,14 @@ test('the announced server count follows the live leases; the lease lists the he
       controllers.liveControllers().find((c) => c.name === 'kctl-controller-10-0-0-1')?.encryptionKeys ===
       'key-b,key-a',
   );
+  // Each renewal writes kube-system's lease, then the nodes' copy: count once both are written.
+  await waitFor(
+    "keys in the nodes' copy",
+    10_000,
+    async () =>
+      fake.nodeLeases.get('kctl-controller-10-0-0-1')?.metadata.annotations?.['kctl.dev/encryption-keys'] ===
+      'key-b,key-a',
+  );
   const patches = fake.api.requests.filter((r) => r.method === 'PATCH').length;
   await new Promise((r) => setTimeout(r, 2500));
   assert.equal(
