@@ -155,6 +155,7 @@ async function controllerScenario(
       'kube-apiserver',
       'node-watch',
       'bootstrap',
+      'node-lease-access',
       'controller-lease',
       'join-server',
       'manifest-applier',
