@@ -127,7 +127,7 @@ test(
 
 test(
   'secrets never reach the log or the last error: every line of the child has them replaced',
-  { timeout: 15_000 },
+  { timeout: 45_000 },
   async (t) => {
     const runDir = await tempDir(t);
     const { sup, lines } = supervise(t, {
@@ -146,7 +146,9 @@ test(
       ),
     });
     await sup.start();
-    await waitFor('the exit', 5_000, () => sup.status().state === 'restarting' && sup.status().lastError);
+    // Bounds, not timings: finding the port's holder reads every process's file table, which takes
+    // seconds while other tests run many processes.
+    await waitFor('the exit', 30_000, () => sup.status().state === 'restarting' && sup.status().lastError);
     const text = JSON.stringify(lines());
     assert.ok(!text.includes('s3cr') && !text.includes('p\\u0026w') && !text.includes('p&w'), text);
     assert.ok(byMsg(lines(), 'connecting to postgres://kine:***@db:5432/kine'), text);
@@ -157,7 +159,7 @@ test(
 
 test(
   'a child that cannot listen because another process holds its port says which port and which process, at error level',
-  { timeout: 15_000 },
+  { timeout: 45_000 },
   async (t) => {
     const runDir = await tempDir(t);
     // The stranger: this test's own process holds the port.
@@ -174,7 +176,9 @@ test(
       echo "Error: failed to run the server" >&2; exit 1`),
     });
     await sup.start();
-    await waitFor('the exit', 5_000, () => sup.status().state === 'restarting' && sup.status().lastError);
+    // Bounds, not timings: finding the port's holder reads every process's file table, which takes
+    // seconds while other tests run many processes.
+    await waitFor('the exit', 30_000, () => sup.status().state === 'restarting' && sup.status().lastError);
     const why = sup.status().lastError ?? '';
     assert.match(
       why,
