@@ -271,6 +271,7 @@ async function controllerScenario(
     'stopping manifest-applier',
     'stopping join-server',
     'stopping controller-lease',
+    'stopping node-lease-access',
     'stopping bootstrap',
     'stopping node-watch',
     'stopping kube-apiserver',
