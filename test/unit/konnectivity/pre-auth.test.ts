@@ -300,7 +300,13 @@ test('HTTP/2 receive windows stay at 64 KiB until a Connect on the connection au
 
 test('a real agent connects while a flood of connections that never authenticate fills the port', async (t) => {
   const pki = await makePki();
-  const server = await startServer(t, pki, { agentBindAddress: HOST, tokenReview: neverReviewed });
+  // The authentication timeout far away: opening the flood took more than its default 10 s under a
+  // loaded machine once, and the oldest connections then went by timeout, not by eviction.
+  const server = await startServer(t, pki, {
+    agentBindAddress: HOST,
+    tokenReview: neverReviewed,
+    agentAuthTimeoutMs: 300_000,
+  });
   const port = server.agentPort();
   const quiet = await connectMs(t, pki, server, 'node-quiet');
 
