@@ -6,7 +6,7 @@ import { execFileSync } from 'node:child_process';
 import { mkdir, writeFile } from 'node:fs/promises';
 import { cpus, totalmem } from 'node:os';
 import { join } from 'node:path';
-import { markdownTable, type Row } from './rows.ts';
+import { markdownTable, notesOf, type Row } from './rows.ts';
 import { TARGETS } from './targets.ts';
 
 const root = new URL('..', import.meta.url).pathname;
@@ -41,13 +41,13 @@ export async function recordRun(section: Section, rows: Row[], seconds: number, 
   const targeted = rows.map((r) => {
     const t = TARGETS[r.scenario];
     const met = t?.met(r);
-    return { row: r, target: t?.text ?? '', met: met === undefined || met === null ? '' : met ? 'yes' : 'no' };
+    return { target: t?.text ?? '', met: met === undefined || met === null ? '' : met ? 'yes' : 'no' };
   });
   const table = markdownTable(rows, {
     target: targeted.map((x) => x.target),
     met: targeted.map((x) => x.met),
   });
-  const notes = rows.filter((r) => r.note && r.kctl !== null).map((r) => `- ${r.scenario}: ${r.note}`);
+  const notes = notesOf(rows);
   const md = [
     `<!-- written by \`npm run bench\` (bench/record.ts) after a full run; the next full run of this section replaces it -->`,
     `# The last full bench run: ${section === 'main' ? 'every section but the separate ones' : `the ${section} section`}`,

@@ -43,8 +43,13 @@ export function markdownTable(out: Row[], extra: Record<string, string[]> = {}):
   ].join('\n');
 }
 
+/** The rows' notes as Markdown list items (a note on a row with no figure says why it has none: the table shows that). */
+export function notesOf(out: Row[]): string[] {
+  return out.filter((r) => r.note && r.kctl !== null).map((r) => `- ${r.scenario}: ${r.note}`);
+}
+
 export function reportRows(out: Row[], json: boolean): void {
-  const notes = out.filter((r) => r.note && r.kctl !== null).map((r) => `- ${r.scenario}: ${r.note}`);
+  const notes = notesOf(out);
   process.stderr.write(`${markdownTable(out)}\n${notes.length ? `\n${notes.join('\n')}\n` : ''}`);
   if (json) process.stdout.write(`${JSON.stringify({ runs: out })}\n`);
 }
