@@ -5,8 +5,8 @@
 import { Command, CommanderError } from 'commander';
 import { KCTL_VERSION } from '../base/version.ts';
 import { reportAndExit } from './support/errors.ts';
-import { DEFAULT_DATA_DIR, DEFAULT_HOST_STATE_DIR, DEFAULT_RUN_DIR } from './support/globals.ts';
-import { useHostStateDir } from '../host/port-claims.ts';
+import { DEFAULT_DATA_DIR, DEFAULT_RUN_DIR } from './support/globals.ts';
+import { DEFAULT_HOST_STATE_DIR, useHostStateDir } from '../host/port-claims.ts';
 
 type Register = (program: Command) => void;
 

@@ -24,7 +24,8 @@ import {
   type ServiceRole,
 } from '../supervisor/systemd.ts';
 import { DEFAULT_PORT_RANGE, parsePortRange } from '../controller/tenants/tenants.ts';
-import { DEFAULT_HOST_STATE_DIR, globals, type GlobalOptions } from './support/globals.ts';
+import { globals, type GlobalOptions } from './support/globals.ts';
+import { DEFAULT_HOST_STATE_DIR, hostStateDir } from '../host/port-claims.ts';
 import { checkNodeFlags, collect, parseLabels, parseTaints, readTokenFile } from './worker.ts';
 
 /** Where `kctl install worker` keeps the join token (0600); the unit names only this path. */
@@ -132,7 +133,8 @@ async function installTenant(g: GlobalOptions, f: ControllerInstallFlags): Promi
     abs(g.rootDataDir),
     '--run-dir',
     abs(g.rootRunDir),
-    ...(g.hostStateDir === DEFAULT_HOST_STATE_DIR ? [] : ['--host-state-dir', abs(g.hostStateDir)]),
+    // Set for this process from --host-state-dir before the command ran (cli/program.ts).
+    ...(hostStateDir() === DEFAULT_HOST_STATE_DIR ? [] : ['--host-state-dir', abs(hostStateDir())]),
   ];
   const text = renderUnit({ role: 'controller', execStart: base, env: {}, template: true });
   const current = await readFile(template, 'utf8').catch(() => undefined);

@@ -2,7 +2,6 @@ import type { Command } from 'commander';
 import { join } from 'node:path';
 import { createLogger, type Logger } from '../../base/log.ts';
 import { tenantLayout, type TenantLayout } from '../../controller/tenants/tenant-layout.ts';
-import { DEFAULT_HOST_STATE_DIR } from '../../host/port-claims.ts';
 
 export interface GlobalOptions {
   /** The data and run dirs this command works on: the tenant's with --name. */
@@ -16,13 +15,10 @@ export interface GlobalOptions {
   /** --data-dir and --run-dir as given (the host's, where tenants/ lives). */
   rootDataDir: string;
   rootRunDir: string;
-  /** --host-state-dir: where the host's tenants claim ports (set for the process before the command runs). */
-  hostStateDir: string;
 }
 
 export const DEFAULT_DATA_DIR = '/var/lib/kctl';
 export const DEFAULT_RUN_DIR = '/run/kctl';
-export { DEFAULT_HOST_STATE_DIR };
 
 export function globals(cmd: Command): GlobalOptions {
   const o = cmd.optsWithGlobals<{
@@ -30,7 +26,6 @@ export function globals(cmd: Command): GlobalOptions {
     runDir?: string;
     debug?: boolean;
     name?: string;
-    hostStateDir?: string;
   }>();
   const rootDataDir = o.dataDir ?? DEFAULT_DATA_DIR;
   const rootRunDir = o.runDir ?? DEFAULT_RUN_DIR;
@@ -43,7 +38,6 @@ export function globals(cmd: Command): GlobalOptions {
     binRoot: tenant?.binRoot ?? join(rootDataDir, 'bin'),
     rootDataDir,
     rootRunDir,
-    hostStateDir: o.hostStateDir ?? DEFAULT_HOST_STATE_DIR,
   };
 }
 
