@@ -27,7 +27,14 @@ import { nodeCert } from '../lab/node-cert.ts';
 import { unvouched } from '../../../src/pki/index.ts';
 import { logsAndExec, longestFailureStreak, type ProbeResult } from '../lab/probe.ts';
 
-const MAX_STREAK_MS = 10_000;
+// A rotation restarts kubelet once per step (it reads its kubeconfig's CA only at start), and
+// each restart fails the requests it catches: about 2 s in a row here alone, 19 s once in CI with
+// three other clusters beside this one (an exec slowed by the load, then killed by the restart,
+// then kubelet syncing its pods again). How long a restart takes is the machine's; what the
+// rotation must never do is break trust, so no failure may be a certificate or authentication
+// error. The bound only catches a restart that never comes back.
+const MAX_STREAK_MS = 60_000;
+const TRUST_FAILURE = /x509|certificate|tls:|unauthorized|forbidden|authority/i;
 const PEM = /-----BEGIN CERTIFICATE-----[\s\S]*?-----END CERTIFICATE-----/g;
 
 /** Every certificate kept in `dir` as a file: PEM files and kubeconfigs' embedded data, with where each was found. Datastores are skipped. */
@@ -211,7 +218,13 @@ test('kctl pki rotate-ca: a new cluster CA everywhere, the old one nowhere, whil
     `${results.length} requests during the rotation, ${failures.length} failed, longest failure streak ${longest} ms`,
   );
   for (const f of failures.slice(0, 10)) t.diagnostic(`${new Date(f.at).toISOString()} ${f.what}`);
+  for (const l of worker.lines(/restarting kubelet/)) t.diagnostic(`worker: ${l.slice(0, 300)}`);
   assert.ok(results.length >= 10, `only ${results.length} requests ran during the rotation`);
+  assert.deepEqual(
+    failures.filter((f) => TRUST_FAILURE.test(f.what)).map((f) => f.what),
+    [],
+    'a request failed on trust during the rotation',
+  );
   assert.equal(stillFailing, undefined, `requests still failed when the rotation ended: ${failures.at(-1)?.what}`);
   assert.ok(
     longest <= MAX_STREAK_MS,
