@@ -11,6 +11,9 @@
 import { spawn } from 'node:child_process';
 import type { Logger } from '../base/log.ts';
 
+/** Pings this late, or helpers this slow, are logged: half the watchdog's shortest useful interval. */
+const LATE_MS = 2_000;
+
 export interface NotifyOptions {
   /** The environment systemd gave the service (NOTIFY_SOCKET, WATCHDOG_USEC, WATCHDOG_PID). */
   env?: NodeJS.ProcessEnv;
@@ -84,7 +87,14 @@ export class SystemdNotifier {
     if (!Number.isFinite(usec) || usec <= 0 || (pid !== undefined && Number(pid) !== process.pid)) return;
     const everyMs = Math.max(Math.floor(usec / 1000 / 2), 100);
     this.send('WATCHDOG=1');
-    this.watchdog = setInterval(() => this.send('WATCHDOG=1'), everyMs);
+    let last = Date.now();
+    this.watchdog = setInterval(() => {
+      // A late ping says why systemd may kill kctl: the journal shows it before the watchdog's line.
+      const late = Date.now() - last - everyMs;
+      last = Date.now();
+      if (late > LATE_MS) this.log.warn({ lateMs: late }, 'a watchdog ping ran late: the event loop was blocked');
+      this.send('WATCHDOG=1');
+    }, everyMs);
     this.watchdog.unref();
     this.log.info({ intervalMs: everyMs }, 'pinging the systemd watchdog');
     // Test hook (the watchdog e2e test): this signal blocks the event loop for good, as a hang would.
@@ -120,12 +130,15 @@ export class SystemdNotifier {
   }
 
   private run(lines: string[]): Promise<void> {
+    const started = Date.now();
     return new Promise((resolve) => {
       // No shell: systemd-notify must be kctl's own child, so its parent pid is kctl's.
       const child = spawn(this.command, lines, { stdio: ['ignore', 'ignore', 'pipe'], env: this.env });
       let err = '';
       child.stderr.on('data', (c: Buffer) => (err += c.toString()));
       const done = (why?: string): void => {
+        const tookMs = Date.now() - started;
+        if (tookMs > LATE_MS) this.log.warn({ tookMs, message: lines[0] }, `${this.command} took long to deliver`);
         if (why && !this.failedOnce) {
           this.failedOnce = true; // once: a ping every few seconds must not flood the log
           this.log.warn({ message: lines[0] }, `cannot notify systemd: ${why}`);

@@ -1,13 +1,14 @@
 // Messages to systemd (through a stand-in for systemd-notify that records its arguments): the
 // watchdog is pinged at once, not only after the first interval, and not by a process the
-// watchdog is not for; a slow helper never holds a ping behind a backlog of progress lines.
+// watchdog is not for; a slow helper never holds a ping behind a backlog of progress lines, and
+// is logged (so a watchdog kill has a reason in the journal).
 import assert from 'node:assert/strict';
 import { chmod, readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { test, type TestContext } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { SystemdNotifier } from '../../../src/supervisor/notify.ts';
-import { tempDir } from '../../helpers.ts';
+import { captureLogger, tempDir } from '../../helpers.ts';
 import { quietLogger } from '../konnectivity/fixtures.ts';
 import { waitFor } from '../../wait.ts';
 
@@ -71,4 +72,34 @@ test('a slow helper and a burst of progress: each call carries all that waits, t
   await sleep(2000);
   const pings = (await sent()).filter((l) => l.includes('WATCHDOG=1')).length - before;
   assert.ok(pings >= 3, `${pings} pings in 2 s`);
+});
+
+test('a helper slower than 2 s is logged with how long it took', async (t) => {
+  const { command, sent } = await fakeNotify(t, 2.5);
+  const { log, lines } = captureLogger();
+  const n = SystemdNotifier.fromEnv({ env: { NOTIFY_SOCKET: '/x' }, command, log });
+  assert.ok(n);
+  t.after(() => n.close());
+  n.status('slow');
+  await waitFor('STATUS=slow', 6000, async () => (await sent()).includes('STATUS=slow'));
+  await n.close();
+  const slow = lines().find((l) => String(l.msg).includes('took long to deliver'));
+  assert.ok(slow, JSON.stringify(lines()));
+  assert.ok(Number(slow.tookMs) >= 2500, `tookMs ${String(slow.tookMs)}`);
+});
+
+test('a ping that runs late because the event loop was blocked is logged', async (t) => {
+  const { command } = await fakeNotify(t);
+  const { log, lines } = captureLogger();
+  const n = SystemdNotifier.forRole({ env: { NOTIFY_SOCKET: '/x', WATCHDOG_USEC: '1000000' }, command, log });
+  assert.ok(n);
+  t.after(() => n.close());
+  await sleep(700); // one ping on time
+  Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 3000);
+  await waitFor('the late ping logged', 3000, async () => lines().some((l) => String(l.msg).includes('ran late')));
+  const late = lines().filter((l) => String(l.msg).includes('ran late'));
+  assert.ok(
+    late.some((l) => Number(l.lateMs) >= 2000),
+    JSON.stringify(late),
+  );
 });
