@@ -80,7 +80,11 @@ class Unit {
   async story(): Promise<string> {
     const handover = (await this.journal())
       .split('\n')
-      .filter((l) => /"msg":"(starting the new kctl|the new kctl|pinging the systemd watchdog|cannot notify|a watchdog ping ran late|systemd-notify took long)/.test(l));
+      .filter((l) =>
+        /"msg":"(starting the new kctl|the new kctl|pinging the systemd watchdog|cannot notify|a watchdog ping ran late|systemd-notify took long)/.test(
+          l,
+        ),
+      );
     return `systemd on ${this.name}:\n${(await this.systemdLines()).slice(-30).join('\n')}\nkctl on the handover:\n${handover.join('\n')}\n${await this.tail()}`;
   }
 
