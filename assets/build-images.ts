@@ -1,6 +1,7 @@
 // Builds the images kctl ships instead of pulling from a registry (no registry is reachable from the test hosts):
 //   registry.k8s.io/pause:3.10      our own static pause (assets/images/pause.c)
-//   docker.io/library/busybox:1.36  Debian's busybox-static with its applet links
+//   docker.io/library/busybox:1.37  Debian trixie's busybox-static 1.37 with its applet links
+//                                   (the host's bookworm package is 1.35, whose `wget -T` segfaults)
 //   CoreDNS and metrics-server      their static binaries (components.json, role "image") alone,
 //                                   under upstream's image names and tags, in a zstd layer
 // Each becomes an OCI image-layout tarball (oci-layout, index.json, blobs/sha256/...) with
@@ -9,7 +10,8 @@
 //
 //   tsx assets/build-images.ts
 import { existsSync } from 'node:fs';
-import { chmod, mkdir, readFile, symlink, writeFile } from 'node:fs/promises';
+import { chmod, mkdir, mkdtemp, readFile, rm, symlink, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { execa } from 'execa';
 import { cacheRoot, componentsDir, loadManifest } from '../src/payload/manifest.ts';
@@ -21,11 +23,18 @@ import {
   PAUSE_IMAGE,
 } from '../src/payload/images.ts';
 import { buildImage, PATH_ENV, sha256, type OciImage } from '../src/payload/oci.ts';
-import { ensureDebianPackages } from './debian.ts';
+import { debianDeb, ensureDebianPackages, extractDeb, type DebianDeb } from './debian.ts';
 
 /** Bump when the builder's output changes for the same inputs. */
 const BUILDER_VERSION = '2';
-const BUSYBOX = '/bin/busybox';
+/** busybox for the busybox image, pinned from Debian trixie's Packages index. */
+const BUSYBOX_DEB: DebianDeb = {
+  package: 'busybox-static',
+  version: '1:1.37.0-6+b9',
+  suite: 'trixie',
+  file: 'pool/main/b/busybox/busybox-static_1.37.0-6+b9_amd64.deb',
+  sha256: '598a3fd92bdafc34cd81196b2952ad36e910e47a4ecf162f8ce5e8e262598e53',
+};
 const PAUSE_SOURCE = new URL('./images/pause.c', import.meta.url).pathname;
 
 /** An image the build caches: its tarball's file name and what its bytes depend on. */
@@ -55,8 +64,18 @@ async function pauseSpec(): Promise<ImageSpec> {
 }
 
 async function busyboxSpec(): Promise<ImageSpec> {
-  const binary = await readFile(BUSYBOX);
-  const applets = (await execa(BUSYBOX, ['--list'])).stdout
+  const unpacked = await mkdtemp(join(tmpdir(), 'kctl-busybox-'));
+  let binary: Buffer;
+  let list: string;
+  try {
+    await extractDeb(await debianDeb(BUSYBOX_DEB), unpacked);
+    const exe = join(unpacked, 'usr', 'bin', 'busybox');
+    binary = await readFile(exe);
+    list = (await execa(exe, ['--list'])).stdout;
+  } finally {
+    await rm(unpacked, { recursive: true, force: true });
+  }
+  const applets = list
     .split('\n')
     .map((s) => s.trim())
     .filter((a) => /^[a-z0-9_.[-]+$/.test(a) && a !== 'busybox')
@@ -135,7 +154,7 @@ function componentBinDir(): string {
 
 /** Builds what is missing or stale; returns the tarball paths, in BUNDLED_IMAGES order. */
 export async function buildImages(outDir = join(cacheRoot(), 'images'), binDir = componentBinDir()): Promise<string[]> {
-  await ensureDebianPackages(['busybox-static', 'gcc', 'libc6-dev']);
+  await ensureDebianPackages(['gcc', 'libc6-dev']);
   const specs = [
     await pauseSpec(),
     await busyboxSpec(),

@@ -37,6 +37,7 @@ import type { Row } from './rows.ts';
 import { upstreamAgentArgs, upstreamBinDir, upstreamServerArgs } from './stacks.ts';
 import { stopTracked } from './worker.ts';
 import { EDGE_LINK_MIBPS, linkShare, PEERS, peerRow, skippedRow, type Peer, type WanContext } from './wan-rows.ts';
+import { BUSYBOX_IMAGE } from '../src/payload/images.ts';
 
 const LAB = 'bwcl';
 const UPSTREAM_AGENT_PORT = 8142;
@@ -58,7 +59,6 @@ const AGENT_HEALTH = 8093;
 const CP_TRIES = 4;
 /** How long `kubectl logs -f` is read. */
 const LOGS_MS = 15_000;
-const BUSYBOX = 'docker.io/library/busybox:1.36';
 
 interface ClusterRun {
   /** The first complete copy's rate; null: none of CP_TRIES completed. */
@@ -287,7 +287,7 @@ async function runPod(
 ): Promise<void> {
   const applied = await kubectl(
     ['apply', '-f', '-'],
-    JSON.stringify(pinnedPod(name, 'wrk', {}, { image: BUSYBOX, command: ['sh', '-c', script] })),
+    JSON.stringify(pinnedPod(name, 'wrk', {}, { image: BUSYBOX_IMAGE, command: ['sh', '-c', script] })),
   );
   if (applied.exitCode !== 0) throw new Error(`pod ${name}: ${String(applied.stderr).trim()}`);
   await waitFor(

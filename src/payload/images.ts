@@ -16,7 +16,7 @@ export interface BundledImage {
 }
 
 export const PAUSE_IMAGE = 'registry.k8s.io/pause:3.10';
-export const BUSYBOX_IMAGE = 'docker.io/library/busybox:1.36';
+export const BUSYBOX_IMAGE = 'docker.io/library/busybox:1.37';
 // The add-ons' images keep upstream's names and tags, so their manifests read as usual.
 export const COREDNS_IMAGE = 'registry.k8s.io/coredns/coredns:v1.15.0';
 export const METRICS_SERVER_IMAGE = 'registry.k8s.io/metrics-server/metrics-server:v0.9.0';
@@ -32,7 +32,7 @@ export const PROXY_AGENT_IMAGE = `kctl.local/proxy-agent:v${KCTL_VERSION}`;
 /** The images kctl ships; `kctl airgap list-images` prints these names. */
 export const BUNDLED_IMAGES: readonly BundledImage[] = [
   { name: PAUSE_IMAGE, file: 'pause-3.10.oci.tar' },
-  { name: BUSYBOX_IMAGE, file: 'busybox-1.36.oci.tar' },
+  { name: BUSYBOX_IMAGE, file: 'busybox-1.37.oci.tar' },
   { name: COREDNS_IMAGE, file: 'coredns-v1.15.0.oci.tar' },
   { name: METRICS_SERVER_IMAGE, file: 'metrics-server-v0.9.0.oci.tar' },
   { name: PROXY_AGENT_IMAGE, file: 'proxy-agent.oci.tar', workers: false, onDemand: true },

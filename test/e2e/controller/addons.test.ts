@@ -22,6 +22,7 @@ import { type LabHost } from '../lab/lab.ts';
 import { startLab } from '../lab/lab-test.ts';
 import { waitFor } from '../../wait.ts';
 import { TESTTOOL_IMAGE, TESTTOOL_TAR, testtoolImage } from '../lab/testtool-image.ts';
+import { BUSYBOX_IMAGE } from '../../../src/payload/images.ts';
 
 const WORKERS = ['wa', 'wb'] as const;
 
@@ -36,7 +37,7 @@ const podReady = (p: Pod) => p.status.conditions?.some((c) => c.type === 'Ready'
 /** A busybox pod on `node` with `labels` and a web server on :8080 serving its own name. */
 const webPod = (name: string, node: string, labels: Record<string, string>) =>
   pinnedPod(name, node, labels, {
-    image: 'docker.io/library/busybox:1.36',
+    image: BUSYBOX_IMAGE,
     command: ['sh', '-c', 'mkdir -p /www && echo $HOSTNAME > /www/index.html && exec httpd -f -p 8080 -h /www'],
   });
 

@@ -28,6 +28,7 @@ import { startPostgres } from '../lab/postgres.ts';
 import { logsAndExec, longestFailureStreak, type ProbeResult } from '../lab/probe.ts';
 import { waitFor } from '../../wait.ts';
 import { wan } from '../lab/wan.ts';
+import { BUSYBOX_IMAGE } from '../../../src/payload/images.ts';
 
 const PARTITION_MS = 30_000;
 /**
@@ -301,7 +302,7 @@ test('over an edge link: a 30 s partition keeps the node Ready and exec works ag
     'p-short',
     'w1',
     {},
-    { image: 'docker.io/library/busybox:1.36', command: ['sh', '-c', 'while true; do sleep 1; done'] },
+    { image: BUSYBOX_IMAGE, command: ['sh', '-c', 'while true; do sleep 1; done'] },
   );
   const effects = ['node.kubernetes.io/unreachable', 'node.kubernetes.io/not-ready'].map((key) => ({
     key,

@@ -11,6 +11,7 @@ import { workerPaths } from '../../../src/worker/paths.ts';
 import type { ControllerStatusReport } from '../../../src/controller/leases/status.ts';
 import type { Lab, LabHost } from './lab.ts';
 import { waitFor } from '../../wait.ts';
+import { BUSYBOX_IMAGE } from '../../../src/payload/images.ts';
 
 export interface Tracked {
   child: ChildProcess;
@@ -227,12 +228,7 @@ export async function runPinnedPod(
   const rest = serve
     ? `mkdir -p /www && echo ${name} > /www/index.html && exec httpd -f -p 8080 -h /www`
     : 'while true; do sleep 1; done';
-  const pod = pinnedPod(
-    name,
-    node,
-    {},
-    { image: 'docker.io/library/busybox:1.36', command: ['sh', '-c', `echo ${line}; ${rest}`] },
-  );
+  const pod = pinnedPod(name, node, {}, { image: BUSYBOX_IMAGE, command: ['sh', '-c', `echo ${line}; ${rest}`] });
   const applied = await kubectl(['apply', '-f', '-'], JSON.stringify(pod));
   if (applied.exitCode !== 0) throw new Error(`pod ${name}: ${String(applied.stderr)}`);
   const end = Date.now() + 120_000;

@@ -14,6 +14,7 @@ import { killControllerProcesses, track, type Tracked } from './cluster.ts';
 import { hostStateArgs } from './kctl.ts';
 import type { LabHost } from './lab.ts';
 import { waitFor } from '../../wait.ts';
+import { BUSYBOX_IMAGE } from '../../../src/payload/images.ts';
 
 export interface LabCtl {
   host: LabHost;
@@ -226,7 +227,7 @@ export class HaLab {
     await this.kubectl(c, [
       'run',
       name,
-      '--image=docker.io/library/busybox:1.36',
+      `--image=${BUSYBOX_IMAGE}`,
       '--image-pull-policy=Never',
       '--restart=Never',
       '--',

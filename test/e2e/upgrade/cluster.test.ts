@@ -26,6 +26,7 @@ import { startLab } from '../lab/lab-test.ts';
 import { longestFailureStreak, type ProbeResult } from '../lab/probe.ts';
 import { waitFor } from '../../wait.ts';
 import { wan } from '../lab/wan.ts';
+import { BUSYBOX_IMAGE } from '../../../src/payload/images.ts';
 
 // The three builds unpack three runtimes; each kctl prunes runtimes no process runs when it unpacks
 // its own. This file keeps its runtimes apart, so it never prunes one that the main run's dist/kctl
@@ -58,7 +59,7 @@ const web = {
         containers: [
           {
             name: 'c',
-            image: 'docker.io/library/busybox:1.36',
+            image: BUSYBOX_IMAGE,
             imagePullPolicy: 'Never',
             command: ['sh', '-c', 'while true; do sleep 1; done'],
           },

@@ -1,6 +1,6 @@
 // The worker's runtime against a real controller, each on its own lab host: containerd with
 // the bundled images, kubelet (TLS bootstrap with a bootstrap token), the CNI bridge for the
-// node's podCIDR and kube-proxy. A busybox pod runs without any registry, and logs and exec
+// node's podCIDR and kube-proxy. A busybox pod (the busybox its tag names) runs without any registry, and logs and exec
 // work (direct API server -> kubelet here; through the tunnel is another test's business).
 import { waitFor, type WaitOptions } from '../../wait.ts';
 import assert from 'node:assert/strict';
@@ -17,7 +17,7 @@ import { readEmbeddedPayload } from '../../../src/payload/payload.ts';
 import { stageComponents } from '../../../src/payload/stage.ts';
 import { renderKubeconfig } from '../../../src/pki/kubeconfig.ts';
 import { cleanupContainerd, shimPids } from '../../../src/worker/containerd.ts';
-import { BUNDLED_IMAGE_NAMES, PAUSE_IMAGE, WORKER_IMAGE_NAMES } from '../../../src/payload/images.ts';
+import { BUNDLED_IMAGE_NAMES, PAUSE_IMAGE, WORKER_IMAGE_NAMES, BUSYBOX_IMAGE } from '../../../src/payload/images.ts';
 import { ImagesComponent } from '../../../src/worker/images.ts';
 import { kubeletCgroupRoot, removeCgroupRoot } from '../../../src/worker/kubelet.ts';
 import { workerPaths } from '../../../src/worker/paths.ts';
@@ -287,7 +287,7 @@ test(
         containers: [
           {
             name: 'bb',
-            image: 'docker.io/library/busybox:1.36',
+            image: BUSYBOX_IMAGE,
             imagePullPolicy: 'Never',
             command: [
               'sh',
@@ -326,6 +326,21 @@ test(
     const exec = await kubectl('exec', 'hello', '--', 'sh', '-c', 'echo exec-ok; cat /etc/hostname');
     assert.equal(exec.exitCode, 0, String(exec.stderr));
     assert.equal(String(exec.stdout).trim(), 'exec-ok\nhello');
+    // The image is the busybox its tag names, and its wget takes -T (Debian bookworm's 1.35 crashed on it).
+    const bb = await kubectl(
+      'exec',
+      'hello',
+      '--',
+      'sh',
+      '-c',
+      'busybox | head -1; wget -T 2 -q -O- http://127.0.0.1:1/; echo "wget exit $?"',
+    );
+    assert.match(
+      String(bb.stdout),
+      new RegExp(`^BusyBox v${BUSYBOX_IMAGE.split(':').pop()}\\.`, 'm'),
+      String(bb.stdout),
+    );
+    assert.match(String(bb.stdout), /^wget exit 1$/m, `${String(bb.stdout)}${String(bb.stderr)}`);
 
     // The pod is reachable from its node over the CNI bridge ...
     assert.ok(await lab.ping(wrk, podIp), `node cannot reach its pod at ${podIp}`);

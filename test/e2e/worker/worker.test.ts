@@ -11,6 +11,7 @@ import { decodeToken } from '../../../src/join/token.ts';
 import { controllerReady, labController, nodeReady as isNodeReady, track } from '../lab/cluster.ts';
 import { type LabHost } from '../lab/lab.ts';
 import { startLab } from '../lab/lab-test.ts';
+import { BUSYBOX_IMAGE } from '../../../src/payload/images.ts';
 
 /** What a worker host looks like, for "reset leaves it as it was". */
 async function hostState(h: LabHost, dataDir: string): Promise<string> {
@@ -58,7 +59,7 @@ const DEPLOYMENT = (name: string) => ({
         containers: [
           {
             name: 'c',
-            image: 'docker.io/library/busybox:1.36',
+            image: BUSYBOX_IMAGE,
             imagePullPolicy: 'Never',
             command: [
               'sh',
@@ -91,7 +92,7 @@ const NONROOT = {
         containers: [
           {
             name: 'c',
-            image: 'docker.io/library/busybox:1.36',
+            image: BUSYBOX_IMAGE,
             imagePullPolicy: 'Never',
             command: [
               'sh',

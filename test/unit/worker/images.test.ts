@@ -12,7 +12,7 @@ import { tempDir } from '../../helpers.ts';
 test('the bundled images are pause, busybox and the add-ons’ images under upstream names, which workers import, and kctl as proxy-agent, which they do not; a tarball each in the cache dir', () => {
   assert.deepEqual(BUNDLED_IMAGE_NAMES, [
     'registry.k8s.io/pause:3.10',
-    'docker.io/library/busybox:1.36',
+    'docker.io/library/busybox:1.37',
     'registry.k8s.io/coredns/coredns:v1.15.0',
     'registry.k8s.io/metrics-server/metrics-server:v0.9.0',
     `kctl.local/proxy-agent:v${KCTL_VERSION}`,
@@ -20,7 +20,7 @@ test('the bundled images are pause, busybox and the add-ons’ images under upst
   assert.deepEqual([...WORKER_IMAGE_NAMES], BUNDLED_IMAGE_NAMES.slice(0, 4));
   assert.deepEqual(imageTarballs('/c'), [
     '/c/pause-3.10.oci.tar',
-    '/c/busybox-1.36.oci.tar',
+    '/c/busybox-1.37.oci.tar',
     '/c/coredns-v1.15.0.oci.tar',
     '/c/metrics-server-v0.9.0.oci.tar',
     '/c/proxy-agent.oci.tar',
@@ -40,8 +40,8 @@ test('tarballImages reads image names and manifest digests from an OCI layout in
         {
           digest: 'sha256:aaa',
           annotations: {
-            'io.containerd.image.name': 'docker.io/library/busybox:1.36',
-            'org.opencontainers.image.ref.name': '1.36',
+            'io.containerd.image.name': 'docker.io/library/busybox:1.37',
+            'org.opencontainers.image.ref.name': '1.37',
           },
         },
         { digest: 'sha256:bbb', annotations: { 'org.opencontainers.image.ref.name': 'example.com/x:1' } },
@@ -54,7 +54,7 @@ test('tarballImages reads image names and manifest digests from an OCI layout in
   assert.deepEqual(
     [...(await tarballImages(file))],
     [
-      ['docker.io/library/busybox:1.36', 'sha256:aaa'],
+      ['docker.io/library/busybox:1.37', 'sha256:aaa'],
       ['example.com/x:1', 'sha256:bbb'],
     ],
   );
@@ -68,7 +68,7 @@ test('tarballImages reads image names and manifest digests from an OCI layout in
 test('parseImageList maps ctr images ls rows to target digests', () => {
   const out = [
     'REF                             TYPE                                       DIGEST                                                                  SIZE      PLATFORMS   LABELS',
-    'docker.io/library/busybox:1.36  application/vnd.oci.image.manifest.v1+json sha256:701420c4b031a653ca06f1050d9d750ccd1bfd18d5f4602766417a10ceedd583 1.0 MiB   linux/amd64 io.cri-containerd.image=managed',
+    'docker.io/library/busybox:1.37  application/vnd.oci.image.manifest.v1+json sha256:701420c4b031a653ca06f1050d9d750ccd1bfd18d5f4602766417a10ceedd583 1.0 MiB   linux/amd64 io.cri-containerd.image=managed',
     'registry.k8s.io/pause:3.10      application/vnd.oci.image.manifest.v1+json sha256:dea8d7cee4f7222ba1c9443009ba42776a4d3e8c0d35c0b3b30f0cfc8de24964 304.6 KiB linux/amd64 io.cri-containerd.image=managed,io.cri-containerd.pinned=pinned',
     '',
   ].join('\n');
