@@ -52,13 +52,13 @@ async function sha256File(path: string): Promise<string> {
     .digest('hex');
 }
 
-interface PreparedSource {
+export interface PreparedSource {
   dir: string;
   time: string;
 }
 
 /** Go refuses `go install` on modules with in-repo replaces; copy the module and pin those to published versions. */
-async function prepareSource(name: string, pin: SourcePin): Promise<PreparedSource> {
+export async function prepareSource(name: string, pin: SourcePin): Promise<PreparedSource> {
   const env = goEnv(pin);
   const dl = await execa('go', ['mod', 'download', '-json', `${pin.module}@${pin.version}`], {
     env,
@@ -92,7 +92,7 @@ async function prepareSource(name: string, pin: SourcePin): Promise<PreparedSour
   return { dir, time: info.Time ?? '' };
 }
 
-function goEnv(pin: SourcePin): Record<string, string> {
+export function goEnv(pin: SourcePin): Record<string, string> {
   const env: Record<string, string> = {
     GOFLAGS: '-mod=mod -buildvcs=false',
     GOWORK: 'off',

@@ -46,12 +46,13 @@ export interface ImageSpec extends OciImage {
 
 const fileOf = (name: string): string => BUNDLED_IMAGES.find((i) => i.name === name)!.file;
 
-async function pauseSpec(): Promise<ImageSpec> {
+/** Our pause under `name` (the conformance images name it as their suite does). */
+export async function pauseSpec(name = PAUSE_IMAGE, file = fileOf(PAUSE_IMAGE)): Promise<ImageSpec> {
   const source = await readFile(PAUSE_SOURCE);
   const gcc = (await execa('gcc', ['--version'])).stdout.split('\n')[0] ?? '';
   return {
-    name: PAUSE_IMAGE,
-    file: fileOf(PAUSE_IMAGE),
+    name,
+    file,
     inputsKey: sha256(`${BUILDER_VERSION}\n${gcc}\n${sha256(source)}`),
     // Upstream's pause runs as 65535 too: the sandbox needs no privileges.
     config: { Entrypoint: ['/pause'], User: '65535:65535', Env: [PATH_ENV], WorkingDir: '/' },
@@ -63,7 +64,8 @@ async function pauseSpec(): Promise<ImageSpec> {
   };
 }
 
-async function busyboxSpec(): Promise<ImageSpec> {
+/** Debian's static busybox under `name`. */
+export async function busyboxSpec(name = BUSYBOX_IMAGE, file = fileOf(BUSYBOX_IMAGE)): Promise<ImageSpec> {
   const unpacked = await mkdtemp(join(tmpdir(), 'kctl-busybox-'));
   let binary: Buffer;
   let list: string;
@@ -81,8 +83,8 @@ async function busyboxSpec(): Promise<ImageSpec> {
     .filter((a) => /^[a-z0-9_.[-]+$/.test(a) && a !== 'busybox')
     .sort();
   return {
-    name: BUSYBOX_IMAGE,
-    file: fileOf(BUSYBOX_IMAGE),
+    name,
+    file,
     inputsKey: sha256(`${BUILDER_VERSION}\n${sha256(binary)}`),
     config: { Cmd: ['sh'], Env: [PATH_ENV], WorkingDir: '/' },
     async populate(root) {

@@ -1,4 +1,5 @@
-// OCI image-layout tarballs (oci-layout, index.json, blobs/sha256/...) of one layer, with
+// OCI image-layout tarballs (oci-layout, index.json, blobs/sha256/...) of one layer (two over a
+// packed base, for the conformance images), with
 // fixed mtimes and ownership, so the same files always give the same bytes. Used by the build
 // for the images kctl ships and by `kctl airgap save-images` for the proxy-agent image, which
 // kctl makes from its own executable when asked.
@@ -37,6 +38,8 @@ export interface OciImage {
    * smaller for Go binaries; containerd 1.5 and later read it) for those kctl's own workers import.
    */
   layerCodec?: 'gzip' | 'zstd';
+  /** A root filesystem already packed (an uncompressed tar, e.g. a Debian base): the layer below `populate`'s. */
+  baseTar?: string;
 }
 
 export const sha256 = (b: Buffer | string) => createHash('sha256').update(b).digest('hex');
@@ -72,23 +75,45 @@ async function writeBlob(blobs: string, data: Buffer, mediaType: string): Promis
   return { mediaType, digest: `sha256:${digest}`, size: data.length };
 }
 
+/** Base tars gzipped so far in this process, by path and content: images that share a base compress it once. */
+const gzipped = new Map<string, Buffer>();
+
+function gzipOnce(path: string, tar: Buffer): Buffer {
+  const key = `${path}\n${sha256(tar)}`;
+  let out = gzipped.get(key);
+  if (!out) {
+    out = gzipSync(tar, { level: 6 });
+    gzipped.set(key, out);
+  }
+  return out;
+}
+
 /** Writes `spec` as an OCI image-layout tarball at `target` (atomically). */
 export async function buildImage(spec: OciImage, target: string): Promise<void> {
   const work = await mkdtemp(join(tmpdir(), 'kctl-image-'));
   try {
     const rootfs = join(work, 'rootfs');
     await mkdir(rootfs);
-    const layerTar = await packTar(rootfs, await spec.populate(rootfs));
+    const entries = await spec.populate(rootfs);
+    if (entries.length === 0 && !spec.baseTar) throw new Error(`image ${spec.name} has no files`);
+    // An image that only configures its base (a user, a command) adds no layer of its own.
+    const layerTar = entries.length ? await packTar(rootfs, entries) : undefined;
     // Both depend on the tar bytes only (zlib writes gzip's mtime 0 and a fixed OS byte).
     const zstd = spec.layerCodec === 'zstd';
-    const packed = zstd
-      ? zstdCompressSync(layerTar, { params: { [zlib.ZSTD_c_compressionLevel]: 19 } })
-      : gzipSync(layerTar, { level: 9 });
+    const packed =
+      layerTar &&
+      (zstd
+        ? zstdCompressSync(layerTar, { params: { [zlib.ZSTD_c_compressionLevel]: 19 } })
+        : gzipSync(layerTar, { level: 9 }));
 
     const layout = join(work, 'layout');
     const blobs = join(layout, 'blobs', 'sha256');
     await mkdir(blobs, { recursive: true });
-    const layer = await writeBlob(blobs, packed, zstd ? MEDIA.zstd : MEDIA.gzip);
+    const base = spec.baseTar ? await readFile(spec.baseTar) : undefined;
+    const baseLayer = base && (await writeBlob(blobs, gzipOnce(spec.baseTar!, base), MEDIA.gzip));
+    const layer = packed && (await writeBlob(blobs, packed, zstd ? MEDIA.zstd : MEDIA.gzip));
+    const layers = [baseLayer, layer].filter((l): l is Descriptor => !!l);
+    const diffIds = [base, layerTar].filter((t): t is Buffer => !!t).map((t) => `sha256:${sha256(t)}`);
     const config = await writeBlob(
       blobs,
       Buffer.from(
@@ -97,7 +122,7 @@ export async function buildImage(spec: OciImage, target: string): Promise<void> 
           architecture: 'amd64',
           os: 'linux',
           config: spec.config,
-          rootfs: { type: 'layers', diff_ids: [`sha256:${sha256(layerTar)}`] },
+          rootfs: { type: 'layers', diff_ids: diffIds },
           history: [{ created: EPOCH.toISOString(), created_by: 'kctl' }],
         }),
       ),
@@ -110,7 +135,7 @@ export async function buildImage(spec: OciImage, target: string): Promise<void> 
           schemaVersion: 2,
           mediaType: MEDIA.manifest,
           config,
-          layers: [layer],
+          layers,
         }),
       ),
       MEDIA.manifest,
@@ -132,7 +157,7 @@ export async function buildImage(spec: OciImage, target: string): Promise<void> 
         ],
       }),
     );
-    const blobNames = [layer, config, manifest].map((d) => d.digest.slice('sha256:'.length)).sort();
+    const blobNames = [...layers, config, manifest].map((d) => d.digest.slice('sha256:'.length)).sort();
     const outer = await packTar(layout, [
       'oci-layout',
       'index.json',
