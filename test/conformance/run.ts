@@ -4,11 +4,12 @@
 // images imported, default network mode, and a host `t` for the suite, which reaches the API and
 // the nodes as a machine on the node network would), runs the [Conformance] specs as certification
 // does (the parallel ones, then the [Serial] ones one at a time) with a line per spec, writes e2e.log
-// and the JUnit reports to the results folder it names, prints a summary and tears the lab down.
+// and the suite's JUnit reports (parallel/ and serial/) to the results folder it names, prints a
+// summary and tears the lab down.
 //
 //   npm run conformance [-- --focus REGEX] [--out DIR] [--nodes N]
 import { createWriteStream } from 'node:fs';
-import { copyFile, mkdir, readdir, readFile } from 'node:fs/promises';
+import { copyFile, mkdir, readFile } from 'node:fs/promises';
 import { basename, join, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { messageOf } from '../../src/base/errors.ts';
@@ -36,7 +37,7 @@ const SPEC_END = /^• (?:\[(FAILED|PANICKED|TIMEDOUT|INTERRUPTED)\] )?\[([\d.]+
 async function runGinkgo(
   t: LabHost,
   build: ConformanceBuild,
-  o: { labels: string; focus?: string; nodes: number; out: string; kubeconfig: string; report: string },
+  o: { labels: string; focus?: string; nodes: number; out: string; kubeconfig: string; phase: string },
   log: NodeJS.WritableStream,
   counter: { n: number; failed: string[] },
 ): Promise<number> {
@@ -47,13 +48,12 @@ async function runGinkgo(
     '--no-color',
     '-v',
     '--timeout=24h',
-    `--output-dir=${o.out}`,
-    `--junit-report=${o.report}`,
     build.e2eTest,
     '--',
     `--kubeconfig=${o.kubeconfig}`,
     '--provider=skeleton',
-    `--report-dir=${o.out}`,
+    // The suite writes its own junit_01.xml there: one folder per phase, or the second overwrites the first.
+    `--report-dir=${join(o.out, o.phase)}`,
     '--disable-log-dump',
   ];
   const child = t.spawn(build.ginkgo, args, { stdio: ['ignore', 'pipe', 'pipe'] });
@@ -87,13 +87,17 @@ async function runGinkgo(
   return new Promise((done) => child.on('exit', (code) => done(code ?? 1)));
 }
 
-/** Counts of a JUnit report's testcases: passed, failed, skipped. */
-async function junitCounts(file: string): Promise<{ passed: number; failed: number; skipped: number }> {
+/** The specs of a JUnit report that ran (ginkgo's suite-level entries and skipped specs left out), passed or not. */
+async function junitCounts(file: string): Promise<{ passed: number; failed: number }> {
   const xml = await readFile(file, 'utf8').catch(() => '');
-  const cases = xml.split('<testcase ').slice(1);
-  const failed = cases.filter((c) => /<failure|<error/.test(c.split('</testcase>')[0] ?? '')).length;
-  const skipped = cases.filter((c) => /<skipped/.test(c.split('</testcase>')[0] ?? '')).length;
-  return { passed: cases.length - failed - skipped, failed, skipped };
+  let passed = 0;
+  let failed = 0;
+  for (const m of xml.matchAll(/<testcase name="([^"]*)"[^>]*? status="([^"]*)"/g)) {
+    if (!m[1]!.startsWith('[It]') || m[2] === 'skipped' || m[2] === 'pending') continue;
+    if (m[2] === 'passed') passed += 1;
+    else failed += 1;
+  }
+  return { passed, failed };
 }
 
 async function main(o: Options): Promise<number> {
@@ -141,25 +145,23 @@ async function main(o: Options): Promise<number> {
     const run = { focus: o.focus, out: o.out, kubeconfig };
     const what = o.focus ? `the [Conformance] specs matching ${o.focus}` : 'the [Conformance] specs';
     process.stdout.write(`running ${what}: the parallel ones on ${o.nodes} ginkgo nodes\n`);
-    await runGinkgo(
-      t,
-      build,
-      { ...run, labels: 'Conformance && !Serial', nodes: o.nodes, report: 'junit_01.xml' },
-      log,
-      counter,
-    );
+    const exits = [
+      await runGinkgo(
+        t,
+        build,
+        { ...run, labels: 'Conformance && !Serial', nodes: o.nodes, phase: 'parallel' },
+        log,
+        counter,
+      ),
+    ];
     process.stdout.write('then the [Serial] ones, one at a time\n');
-    await runGinkgo(
-      t,
-      build,
-      { ...run, labels: 'Conformance && Serial', nodes: 1, report: 'junit_02.xml' },
-      log,
-      counter,
+    exits.push(
+      await runGinkgo(t, build, { ...run, labels: 'Conformance && Serial', nodes: 1, phase: 'serial' }, log, counter),
     );
     await new Promise((done) => log.end(done));
-    const total = { passed: 0, failed: 0, skipped: 0 };
-    for (const f of (await readdir(o.out)).filter((n) => /^junit_.*\.xml$/.test(n))) {
-      const n = await junitCounts(join(o.out, f));
+    const total = { passed: 0, failed: 0 };
+    for (const phase of ['parallel', 'serial']) {
+      const n = await junitCounts(join(o.out, phase, 'junit_01.xml'));
       total.passed += n.passed;
       total.failed += n.failed;
     }
@@ -168,7 +170,10 @@ async function main(o: Options): Promise<number> {
       `\nconformance ${build.version}: ${total.passed} passed, ${total.failed} failed in ${minutes} min; e2e.log and JUnit in ${o.out}\n`,
     );
     for (const f of counter.failed) process.stdout.write(`  failed: ${f}\n`);
-    return total.failed === 0 && total.passed > 0 ? 0 : 1;
+    // A suite that fails before its specs (its setup) reports no failed spec, only its exit code.
+    if (total.failed === 0 && exits.some((e) => e !== 0))
+      process.stdout.write(`  ginkgo exited ${exits.join(', ')} (parallel, serial): see e2e.log\n`);
+    return total.failed === 0 && total.passed > 0 && exits.every((e) => e === 0) ? 0 : 1;
   } finally {
     await teardown();
   }
