@@ -20,6 +20,8 @@ export const CORE_E2E = [
   // the drop-in agent and server, for clusters kctl did not make
   'test/e2e/konnectivity/agent-dropin.test.ts',
   'test/e2e/konnectivity/server-dropin.test.ts',
+  // the conformance suite's specs for each path through the tunnel (the whole suite: npm run conformance)
+  'test/e2e/conformance/smoke.test.ts',
 ];
 
 /**
