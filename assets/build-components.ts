@@ -103,7 +103,14 @@ export function goEnv(pin: SourcePin): Record<string, string> {
   return env;
 }
 
-async function goBuild(name: string, pin: SourcePin, src: PreparedSource, pkg: string, out: string): Promise<void> {
+/** `go build` of `pkg` in the prepared source with the pin's flags, written to `out` atomically. */
+export async function goBuild(
+  name: string,
+  pin: SourcePin,
+  src: PreparedSource,
+  pkg: string,
+  out: string,
+): Promise<void> {
   await mkdir(join(out, '..'), { recursive: true });
   const ldflags = pin.ldflags.replaceAll('{time}', src.time);
   const args = ['build', '-trimpath', '-ldflags', ldflags, '-o', `${out}.tmp`];
@@ -259,15 +266,20 @@ export async function buildComponents(set: ComponentSet, reuse?: ComponentSet): 
 }
 
 /** One build of a set at a time (two `npm test` runs at once): the second waits, then finds it done. */
-async function withBuildLock<T>(b: Build, fn: () => Promise<T>): Promise<T> {
-  await mkdir(b.outDir, { recursive: true });
-  const options = { lockfilePath: join(b.outDir, '.build.lock'), stale: 30_000, update: 5_000 };
-  const release = await lockfile.lock(b.outDir, options).catch(async (err: unknown) => {
+function withBuildLock<T>(b: Build, fn: () => Promise<T>): Promise<T> {
+  return withDirLock(b.outDir, 'components', 3600, fn);
+}
+
+/** Holds `dir`'s build lock while `fn` runs; another holder is waited for, up to `waitS` seconds. */
+export async function withDirLock<T>(dir: string, what: string, waitS: number, fn: () => Promise<T>): Promise<T> {
+  await mkdir(dir, { recursive: true });
+  const options = { lockfilePath: join(dir, '.build.lock'), stale: 30_000, update: 5_000 };
+  const release = await lockfile.lock(dir, options).catch(async (err: unknown) => {
     if (errnoOf(err) !== 'ELOCKED') throw err;
-    process.stdout.write(`components: waiting for another build of ${b.outDir}\n`);
-    return lockfile.lock(b.outDir, {
+    process.stdout.write(`${what}: waiting for another build of ${dir}\n`);
+    return lockfile.lock(dir, {
       ...options,
-      retries: { retries: 3600, factor: 1, minTimeout: 1000, maxTimeout: 1000 },
+      retries: { retries: waitS, factor: 1, minTimeout: 1000, maxTimeout: 1000 },
     });
   });
   try {

@@ -10,13 +10,12 @@ import { chmod, mkdir, readFile, rename, symlink, writeFile } from 'node:fs/prom
 import { join } from 'node:path';
 import { componentsDir, loadManifest, type SourcePin } from '../src/payload/manifest.ts';
 import { PATH_ENV, sha256 } from '../src/payload/oci.ts';
-import { goEnv, type PreparedSource } from './build-components.ts';
+import { goBuild, type PreparedSource } from './build-components.ts';
 import { buildIfStale, busyboxSpec, pauseSpec, type ImageSpec } from './build-images.ts';
-import { ensureDebianPackages } from './debian.ts';
+import { DEBIAN_MIRROR, ensureDebianPackages } from './debian.ts';
 import { progress } from './progress.ts';
 
 const DEBIAN_SUITE = 'bookworm';
-const DEBIAN_MIRROR = process.env.KCTL_DEBIAN_MIRROR ?? 'http://deb.debian.org/debian';
 /**
  * What the specs run inside the Debian-based images: agnhost's tools (upstream: alpine with
  * bind-tools, curl, netcat-openbsd, iproute2, iperf, bash), glibc-dns-testing's dnsutils, nginx.
@@ -42,7 +41,10 @@ interface Context {
   src: () => Promise<PreparedSource>;
   /** The component binaries (etcd, coredns) of this checkout's pins. */
   binDir: string;
-  baseTar: () => Promise<string>;
+  /** The shared Debian base (made once) and its tar's digest (hashed once: every image's cache key holds it). */
+  base: () => Promise<{ tar: string; digest: string }>;
+  /** A text file of the base (read once). */
+  baseFile: (path: string) => Promise<string>;
   goBinary: (pkg: string, name: string) => Promise<string>;
 }
 
@@ -61,9 +63,9 @@ async function overBase(
   config: Record<string, unknown>,
   files: { path: string; bytes?: Buffer; mode?: number; link?: string; dir?: boolean }[],
 ): Promise<ImageSpec> {
-  const baseTar = await ctx.baseTar();
+  const base = await ctx.base();
   const key = sha256(
-    `${RECIPES_VERSION}\n${JSON.stringify(config)}\n${sha256(await readFile(baseTar))}\n${files
+    `${RECIPES_VERSION}\n${JSON.stringify(config)}\n${base.digest}\n${files
       .map((f) => `${f.path} ${f.mode ?? ''} ${f.link ?? ''} ${f.bytes ? sha256(f.bytes) : ''}`)
       .join('\n')}`,
   );
@@ -71,7 +73,7 @@ async function overBase(
     name,
     file: fileOf(name),
     inputsKey: key,
-    baseTar,
+    baseTar: base.tar,
     config: { Env: [PATH_ENV], WorkingDir: '/', ...config },
     async populate(root) {
       const out: string[] = [];
@@ -92,12 +94,12 @@ async function overBase(
 
 /** An /etc/passwd and /etc/group of the base with more entries (they replace the base's files in the upper layer). */
 async function accounts(ctx: Context, users: string[], groups: string[]) {
-  const unpacked = await execa('tar', ['-xOf', await ctx.baseTar(), './etc/passwd']);
-  const groupText = await execa('tar', ['-xOf', await ctx.baseTar(), './etc/group']);
+  const passwd = await ctx.baseFile('./etc/passwd');
+  const group = await ctx.baseFile('./etc/group');
   return [
     { path: 'etc', dir: true },
-    { path: 'etc/passwd', bytes: Buffer.from(`${unpacked.stdout.trim()}\n${users.join('\n')}\n`) },
-    { path: 'etc/group', bytes: Buffer.from(`${groupText.stdout.trim()}\n${groups.join('\n')}\n`) },
+    { path: 'etc/passwd', bytes: Buffer.from(`${passwd.trim()}\n${users.join('\n')}\n`) },
+    { path: 'etc/group', bytes: Buffer.from(`${group.trim()}\n${groups.join('\n')}\n`) },
   ];
 }
 
@@ -257,35 +259,28 @@ export async function buildConformanceImages(
 ): Promise<string[]> {
   const { build } = conformanceImageNames(o.listed);
   let src: Promise<PreparedSource> | undefined;
-  let base: Promise<string> | undefined;
+  let base: Promise<{ tar: string; digest: string }> | undefined;
+  const baseFiles = new Map<string, Promise<string>>();
   const binaries = new Map<string, Promise<string>>();
+  const once = <T>(cache: Map<string, Promise<T>>, key: string, make: () => Promise<T>): Promise<T> => {
+    let p = cache.get(key);
+    if (!p) cache.set(key, (p = make()));
+    return p;
+  };
   const ctx: Context = {
     outDir,
     pin: o.pin,
     src: () => (src ??= o.prepare()),
     binDir: join(componentsDir(loadManifest().key), 'bin'),
-    baseTar: () => (base ??= debianBase(outDir)),
-    goBinary: (pkg, name) => {
-      let built = binaries.get(pkg);
-      if (!built) {
-        built = (async () => {
-          const out = join(outDir, 'bin', name);
-          if (existsSync(out)) return out;
-          const s = await ctx.src();
-          const r = await execa('go', ['build', '-trimpath', '-ldflags', '-s -w', '-o', `${out}.tmp`, pkg], {
-            cwd: s.dir,
-            env: { ...goEnv(o.pin), CGO_ENABLED: '0' },
-            reject: false,
-            all: true,
-          });
-          if (r.exitCode !== 0) throw new Error(`go build ${pkg} failed:\n${r.all}`);
-          await rename(`${out}.tmp`, out);
-          return out;
-        })();
-        binaries.set(pkg, built);
-      }
-      return built;
-    },
+    base: () => (base ??= debianBase(outDir).then(async (tar) => ({ tar, digest: sha256(await readFile(tar)) }))),
+    baseFile: (path) =>
+      once(baseFiles, path, async () => (await execa('tar', ['-xOf', (await ctx.base()).tar, path])).stdout),
+    goBinary: (pkg, name) =>
+      once(binaries, pkg, async () => {
+        const out = join(outDir, 'bin', name);
+        if (!existsSync(out)) await goBuild(name, o.pin, await ctx.src(), pkg, out);
+        return out;
+      }),
   };
   await mkdir(join(outDir, 'bin'), { recursive: true });
   const bar = progress(build.length, 'conformance images');

@@ -40,8 +40,8 @@ export interface DebianDeb {
   suite: string;
 }
 
-/** The Debian mirror .debs come from: the machine's own is deb.debian.org; KCTL_DEBIAN_MIRROR moves it. */
-const MIRROR = process.env.KCTL_DEBIAN_MIRROR ?? 'http://deb.debian.org/debian';
+/** The Debian mirror .debs and image bases come from: the machine's own is deb.debian.org; KCTL_DEBIAN_MIRROR moves it. */
+export const DEBIAN_MIRROR = process.env.KCTL_DEBIAN_MIRROR ?? 'http://deb.debian.org/debian';
 
 /**
  * The pinned .deb's path in the cache (<cacheRoot()>/debs), downloaded once. The pin's sha256 is
@@ -52,12 +52,12 @@ export async function debianDeb(deb: DebianDeb): Promise<string> {
   const dir = join(cacheRoot(), 'debs');
   const target = join(dir, basename(deb.file));
   if (existsSync(target) && sha256(await readFile(target)) === deb.sha256) return target;
-  const url = `${MIRROR}/${deb.file}`;
+  const url = `${DEBIAN_MIRROR}/${deb.file}`;
   process.stderr.write(`downloading ${deb.package} ${deb.version} (Debian ${deb.suite})\n`);
   const res = await fetch(url).catch((err: unknown) => {
     throw new Error(`cannot download ${url}: ${messageOf(err)}; is the Debian mirror reachable?`, { cause: err });
   });
-  const renew = `renew the pin from ${MIRROR}/dists/${deb.suite}/main/binary-amd64/Packages.xz (Version, Filename, SHA256)`;
+  const renew = `renew the pin from ${DEBIAN_MIRROR}/dists/${deb.suite}/main/binary-amd64/Packages.xz (Version, Filename, SHA256)`;
   if (!res.ok)
     throw new Error(`cannot download ${deb.package} ${deb.version} from ${url}: HTTP ${res.status}; ${renew}`);
   const bytes = Buffer.from(await res.arrayBuffer());

@@ -75,17 +75,20 @@ async function writeBlob(blobs: string, data: Buffer, mediaType: string): Promis
   return { mediaType, digest: `sha256:${digest}`, size: data.length };
 }
 
-/** Base tars gzipped so far in this process, by path and content: images that share a base compress it once. */
-const gzipped = new Map<string, Buffer>();
+/**
+ * Base tars packed so far in this process, by path (a base is made once and not changed while the
+ * build runs): images that share a base compress and hash it once.
+ */
+const packedBases = new Map<string, { gz: Buffer; diffId: string }>();
 
-function gzipOnce(path: string, tar: Buffer): Buffer {
-  const key = `${path}\n${sha256(tar)}`;
-  let out = gzipped.get(key);
-  if (!out) {
-    out = gzipSync(tar, { level: 6 });
-    gzipped.set(key, out);
+async function packedBase(path: string): Promise<{ gz: Buffer; diffId: string }> {
+  let packed = packedBases.get(path);
+  if (!packed) {
+    const tar = await readFile(path);
+    packed = { gz: gzipSync(tar, { level: 6 }), diffId: `sha256:${sha256(tar)}` };
+    packedBases.set(path, packed);
   }
-  return out;
+  return packed;
 }
 
 /** Writes `spec` as an OCI image-layout tarball at `target` (atomically). */
@@ -109,11 +112,11 @@ export async function buildImage(spec: OciImage, target: string): Promise<void> 
     const layout = join(work, 'layout');
     const blobs = join(layout, 'blobs', 'sha256');
     await mkdir(blobs, { recursive: true });
-    const base = spec.baseTar ? await readFile(spec.baseTar) : undefined;
-    const baseLayer = base && (await writeBlob(blobs, gzipOnce(spec.baseTar!, base), MEDIA.gzip));
+    const base = spec.baseTar ? await packedBase(spec.baseTar) : undefined;
+    const baseLayer = base && (await writeBlob(blobs, base.gz, MEDIA.gzip));
     const layer = packed && (await writeBlob(blobs, packed, zstd ? MEDIA.zstd : MEDIA.gzip));
     const layers = [baseLayer, layer].filter((l): l is Descriptor => !!l);
-    const diffIds = [base, layerTar].filter((t): t is Buffer => !!t).map((t) => `sha256:${sha256(t)}`);
+    const diffIds = [base?.diffId, layerTar && `sha256:${sha256(layerTar)}`].filter((d): d is string => !!d);
     const config = await writeBlob(
       blobs,
       Buffer.from(

@@ -24,8 +24,6 @@ export interface ConformanceOptions {
   out: string;
   /** ginkgo nodes for the parallel specs. */
   nodes: number;
-  /** Lab name (a test beside another run needs its own). */
-  lab?: string;
 }
 
 export interface ConformanceResult {
@@ -37,6 +35,15 @@ export interface ConformanceResult {
   exits: number[];
   minutes: number;
 }
+
+/** As certification runs the suite: the parallel specs first, then the [Serial] ones on one ginkgo node. */
+const PHASES: { phase: 'parallel' | 'serial'; labels: string; nodes?: number }[] = [
+  { phase: 'parallel', labels: 'Conformance && !Serial' },
+  { phase: 'serial', labels: 'Conformance && Serial', nodes: 1 },
+];
+
+/** The five entities XML escapes in attribute values. */
+const XML_ENTITIES: Record<string, string> = { amp: '&', lt: '<', gt: '>', quot: '"', apos: "'", '#39': "'" };
 
 /** One spec's result as the line ginkgo prints when it ends: `• [12.3 seconds]`, `• [FAILED] [4.0 seconds]`. */
 const SPEC_END = /^• (?:\[(FAILED|PANICKED|TIMEDOUT|INTERRUPTED)\] )?\[([\d.]+) seconds\]/;
@@ -105,7 +112,10 @@ async function junitResults(file: string): Promise<{ passed: string[]; failed: s
     const name = m[1] ?? '';
     const status = m[2] ?? '';
     if (!name.startsWith('[It]') || status === 'skipped' || status === 'pending') continue;
-    (status === 'passed' ? out.passed : out.failed).push(name.replace(/^\[It\] /, '').replace(/&#39;/g, "'"));
+    const text = name
+      .replace(/^\[It\] /, '')
+      .replace(/&(amp|lt|gt|quot|apos|#39);/g, (_, e: string) => XML_ENTITIES[e]!);
+    (status === 'passed' ? out.passed : out.failed).push(text);
   }
   return out;
 }
@@ -127,14 +137,9 @@ export async function runConformance(o: ConformanceOptions): Promise<Conformance
   const interrupted = () => void teardown().then(() => process.exit(130));
   process.once('SIGINT', interrupted);
   try {
-    const { lab, dir, kctlBin } = await startLab(
-      { after: (fn) => cleanups.push(fn) },
-      o.lab ?? 'conf',
-      ['c', ...WORKERS, 't'],
-      {
-        workers: WORKERS,
-      },
-    );
+    const { lab, dir, kctlBin } = await startLab({ after: (fn) => cleanups.push(fn) }, 'conf', ['c', ...WORKERS, 't'], {
+      workers: WORKERS,
+    });
     const ctl = lab.host('c');
     const c = await labController(kctlBin, ctl, dir);
     const controller = track(ctl.spawn(kctlBin, c.args));
@@ -164,27 +169,18 @@ export async function runConformance(o: ConformanceOptions): Promise<Conformance
     const t = lab.host('t');
     const run = { focus: o.focus, out: o.out, kubeconfig };
     const what = o.focus ? `the [Conformance] specs matching ${o.focus}` : 'the [Conformance] specs';
-    process.stdout.write(`running ${what}: the parallel ones on ${o.nodes} ginkgo nodes\n`);
-    const exits = [
-      await runGinkgo(
-        t,
-        build,
-        { ...run, labels: 'Conformance && !Serial', nodes: o.nodes, phase: 'parallel' },
-        log,
-        counter,
-      ),
-    ];
-    process.stdout.write('then the [Serial] ones, one at a time\n');
-    exits.push(
-      await runGinkgo(t, build, { ...run, labels: 'Conformance && Serial', nodes: 1, phase: 'serial' }, log, counter),
-    );
-    await new Promise((done) => log.end(done));
+    const exits: number[] = [];
     const total = { passed: [] as string[], failed: [] as string[] };
-    for (const phase of ['parallel', 'serial']) {
-      const r = await junitResults(join(o.out, phase, 'junit_01.xml'));
+    process.stdout.write(
+      `running ${what}: the parallel ones on ${o.nodes} ginkgo nodes, then the [Serial] ones on one\n`,
+    );
+    for (const p of PHASES) {
+      exits.push(await runGinkgo(t, build, { ...run, ...p, nodes: p.nodes ?? o.nodes }, log, counter));
+      const r = await junitResults(join(o.out, p.phase, 'junit_01.xml'));
       total.passed.push(...r.passed);
       total.failed.push(...r.failed);
     }
+    await new Promise((done) => log.end(done));
     const minutes = (Date.now() - started) / 60_000;
     process.stdout.write(
       `\nconformance ${build.version}: ${total.passed.length} passed, ${total.failed.length} failed in ${minutes.toFixed(1)} min; e2e.log and JUnit in ${o.out}\n`,
