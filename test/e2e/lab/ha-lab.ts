@@ -51,12 +51,13 @@ export class HaLab {
     return { host, dataDir: join(this.dir, `${name}-data`), runDir: join(this.dir, `${name}-run`), config, tenant };
   }
 
-  run(c: LabCtl, args: string[], input?: string) {
-    return c.host.run(this.kctlBin, [...root(c), ...args], { input, timeout: 120_000 });
+  /** `kctl ARGS` against controller `c`, killed after `timeoutMs` (its result then says `timedOut`). */
+  run(c: LabCtl, args: string[], input?: string, timeoutMs = 120_000) {
+    return c.host.run(this.kctlBin, [...root(c), ...args], { input, timeout: timeoutMs });
   }
 
-  kubectl(c: LabCtl, args: string[], input?: string) {
-    return this.run(c, ['kubectl', ...args], input);
+  kubectl(c: LabCtl, args: string[], input?: string, timeoutMs?: number) {
+    return this.run(c, ['kubectl', ...args], input, timeoutMs);
   }
 
   /** `kctl controller` on its host (joining with `tokenFile`), resolved once it logs ready. */

@@ -12,7 +12,7 @@ export interface ProbeResult {
 }
 
 /** What a failed request said: its stderr, or how it ended when it said nothing (killed at its timeout). */
-function said(r: Result): string {
+export function said(r: Result): string {
   const err = String(r.stderr ?? '').trim();
   if (err) return err;
   return r.timedOut ? 'no answer before the timeout' : `exit ${r.exitCode ?? r.signal ?? '?'}, nothing on stderr`;
