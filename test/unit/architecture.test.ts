@@ -3,7 +3,7 @@
 //
 //   cli/                                          commands, commander, exit codes, output formats
 //   controller/  worker/  dropin/                 roles: ordered lists of components (dropin: the standalone agent and server)
-//   etcd/ konnectivity/ payload/ pki/ kube/ join/ host/  building blocks, each usable on its own
+//   etcd/ konnectivity/ frontdoor/ payload/ pki/ kube/ join/ host/  building blocks, each usable on its own
 //   supervisor/                                   child processes
 //   base/                                         errors, addresses, flags, durations, logs, probes,
 //                                                 components and their manager, signals, status socket
@@ -36,6 +36,7 @@ const ROW: Record<string, number> = {
   supervisor: 1,
   etcd: 2,
   konnectivity: 2,
+  frontdoor: 2,
   payload: 2,
   pki: 2,
   kube: 2,
@@ -50,6 +51,8 @@ const ROW: Record<string, number> = {
 const ONLY: Record<string, readonly string[]> = {
   // The tunnel is used by the controller, the worker and the standalone commands alike.
   konnectivity: ['base'],
+  // The front door routes bytes by name; what the names are is its caller's.
+  frontdoor: ['base'],
 };
 
 /** Rooms of src/konnectivity/ ('' for its top files): server and agent share only wire. */
