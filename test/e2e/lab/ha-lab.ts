@@ -51,13 +51,12 @@ export class HaLab {
     return { host, dataDir: join(this.dir, `${name}-data`), runDir: join(this.dir, `${name}-run`), config, tenant };
   }
 
-  /** `kctl ARGS` against controller `c`, killed after `timeoutMs` (its result then says `timedOut`). */
-  run(c: LabCtl, args: string[], input?: string, timeoutMs = 120_000) {
-    return c.host.run(this.kctlBin, [...root(c), ...args], { input, timeout: timeoutMs });
+  run(c: LabCtl, args: string[], input?: string) {
+    return c.host.run(this.kctlBin, [...root(c), ...args], { input, timeout: 120_000 });
   }
 
-  kubectl(c: LabCtl, args: string[], input?: string, timeoutMs?: number) {
-    return this.run(c, ['kubectl', ...args], input, timeoutMs);
+  kubectl(c: LabCtl, args: string[], input?: string) {
+    return this.run(c, ['kubectl', ...args], input);
   }
 
   /** `kctl controller` on its host (joining with `tokenFile`), resolved once it logs ready. */
