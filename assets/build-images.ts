@@ -1,7 +1,7 @@
 // Builds the images kctl ships instead of pulling from a registry (no registry is reachable from the test hosts):
 //   registry.k8s.io/pause:3.10      our own static pause (assets/images/pause.c)
-//   docker.io/library/busybox:1.37  Debian trixie's busybox-static 1.37 with its applet links
-//                                   (the host's bookworm package is 1.35, whose `wget -T` segfaults)
+//   docker.io/library/busybox:1.37  busybox 1.37.0 built from its release source (build-busybox.ts)
+//                                   with its applet links
 //   CoreDNS and metrics-server      their static binaries (components.json, role "image") alone,
 //                                   under upstream's image names and tags, in a zstd layer
 // Each becomes an OCI image-layout tarball (oci-layout, index.json, blobs/sha256/...) with
@@ -10,8 +10,7 @@
 //
 //   tsx assets/build-images.ts
 import { existsSync } from 'node:fs';
-import { chmod, mkdir, mkdtemp, readFile, rm, symlink, writeFile } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
+import { chmod, mkdir, readFile, symlink, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { execa } from 'execa';
 import { cacheRoot, componentsDir, loadManifest } from '../src/payload/manifest.ts';
@@ -23,18 +22,11 @@ import {
   PAUSE_IMAGE,
 } from '../src/payload/images.ts';
 import { buildImage, PATH_ENV, sha256, type OciImage } from '../src/payload/oci.ts';
-import { debianDeb, ensureDebianPackages, extractDeb, type DebianDeb } from './debian.ts';
+import { buildBusybox } from './build-busybox.ts';
+import { ensureDebianPackages } from './debian.ts';
 
 /** Bump when the builder's output changes for the same inputs. */
 const BUILDER_VERSION = '2';
-/** busybox for the busybox image, pinned from Debian trixie's Packages index. */
-const BUSYBOX_DEB: DebianDeb = {
-  package: 'busybox-static',
-  version: '1:1.37.0-6+b9',
-  suite: 'trixie',
-  file: 'pool/main/b/busybox/busybox-static_1.37.0-6+b9_amd64.deb',
-  sha256: '598a3fd92bdafc34cd81196b2952ad36e910e47a4ecf162f8ce5e8e262598e53',
-};
 const PAUSE_SOURCE = new URL('./images/pause.c', import.meta.url).pathname;
 
 /** An image the build caches: its tarball's file name and what its bytes depend on. */
@@ -64,19 +56,11 @@ export async function pauseSpec(name = PAUSE_IMAGE, file = fileOf(PAUSE_IMAGE)):
   };
 }
 
-/** Debian's static busybox under `name`. */
+/** busybox built from its source (build-busybox.ts) under `name`. */
 export async function busyboxSpec(name = BUSYBOX_IMAGE, file = fileOf(BUSYBOX_IMAGE)): Promise<ImageSpec> {
-  const unpacked = await mkdtemp(join(tmpdir(), 'kctl-busybox-'));
-  let binary: Buffer;
-  let list: string;
-  try {
-    await extractDeb(await debianDeb(BUSYBOX_DEB), unpacked);
-    const exe = join(unpacked, 'usr', 'bin', 'busybox');
-    binary = await readFile(exe);
-    list = (await execa(exe, ['--list'])).stdout;
-  } finally {
-    await rm(unpacked, { recursive: true, force: true });
-  }
+  const exe = await buildBusybox();
+  const binary = await readFile(exe);
+  const list = (await execa(exe, ['--list'])).stdout;
   const applets = list
     .split('\n')
     .map((s) => s.trim())

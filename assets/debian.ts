@@ -29,7 +29,7 @@ export async function ensureDebianPackages(pkgs: string[]): Promise<void> {
   });
 }
 
-/** One .deb from a Debian suite other than the host's, pinned by its pool path and sha256 (from the suite's Packages index). */
+/** One .deb (or source tarball) from a Debian suite other than the host's, pinned by its pool path and sha256 (from the suite's Packages or Sources index). */
 export interface DebianDeb {
   package: string;
   version: string;
@@ -57,7 +57,10 @@ export async function debianDeb(deb: DebianDeb): Promise<string> {
   const res = await fetch(url).catch((err: unknown) => {
     throw new Error(`cannot download ${url}: ${messageOf(err)}; is the Debian mirror reachable?`, { cause: err });
   });
-  const renew = `renew the pin from ${DEBIAN_MIRROR}/dists/${deb.suite}/main/binary-amd64/Packages.xz (Version, Filename, SHA256)`;
+  const index = deb.file.endsWith('.deb')
+    ? 'main/binary-amd64/Packages.xz (Version, Filename, SHA256)'
+    : 'main/source/Sources.xz (Version, Directory, Checksums-Sha256)';
+  const renew = `renew the pin from ${DEBIAN_MIRROR}/dists/${deb.suite}/${index}`;
   if (!res.ok)
     throw new Error(`cannot download ${deb.package} ${deb.version} from ${url}: HTTP ${res.status}; ${renew}`);
   const bytes = Buffer.from(await res.arrayBuffer());
@@ -68,10 +71,4 @@ export async function debianDeb(deb: DebianDeb): Promise<string> {
   await writeFile(`${target}.tmp`, bytes);
   await rename(`${target}.tmp`, target);
   return target;
-}
-
-/** Unpacks a .deb's files (not its scripts) into `dir`. */
-export async function extractDeb(path: string, dir: string): Promise<void> {
-  await mkdir(dir, { recursive: true });
-  await execa('dpkg-deb', ['-x', path, dir]);
 }

@@ -295,6 +295,8 @@ test(
               'echo hello-from-kctl; mkdir -p /www; echo served-by-hello > /www/index.html; exec httpd -f -p 8080 -h /www',
             ],
             ports: [{ containerPort: 8080 }],
+            // A name that is no shell identifier, as Kubernetes allows (ConfigMap and Secret keys).
+            env: [{ name: 'data-1', value: 'kept' }],
           },
         ],
         terminationGracePeriodSeconds: 1,
@@ -326,14 +328,15 @@ test(
     const exec = await kubectl('exec', 'hello', '--', 'sh', '-c', 'echo exec-ok; cat /etc/hostname');
     assert.equal(exec.exitCode, 0, String(exec.stderr));
     assert.equal(String(exec.stdout).trim(), 'exec-ok\nhello');
-    // The image is the busybox its tag names, and its wget takes -T (Debian bookworm's 1.35 crashed on it).
+    // The image is the busybox its tag names, its wget takes -T (Debian bookworm's 1.35 crashed on
+    // it), and its sh passes on variables whose names are no shell identifiers (Debian's drops them).
     const bb = await kubectl(
       'exec',
       'hello',
       '--',
       'sh',
       '-c',
-      'busybox | head -1; wget -T 2 -q -O- http://127.0.0.1:1/; echo "wget exit $?"',
+      'busybox | head -1; wget -T 2 -q -O- http://127.0.0.1:1/; echo "wget exit $?"; env | grep -x data-1=kept',
     );
     assert.match(
       String(bb.stdout),
@@ -341,10 +344,11 @@ test(
       String(bb.stdout),
     );
     assert.match(String(bb.stdout), /^wget exit 1$/m, `${String(bb.stdout)}${String(bb.stderr)}`);
+    assert.match(String(bb.stdout), /^data-1=kept$/m, `sh dropped data-1: ${String(bb.stdout)}`);
 
     // The pod is reachable from its node over the CNI bridge ...
     assert.ok(await lab.ping(wrk, podIp), `node cannot reach its pod at ${podIp}`);
-    // (Debian's busybox wget has no -T: execa's timeout bounds it.)
+    // (The lab host's own busybox, bookworm's 1.35, crashes on wget -T: execa's timeout bounds it.)
     const wget = async (url: string) =>
       String((await wrk.run('/bin/busybox', ['wget', '-q', '-O', '-', url], { timeout: 5000 })).stdout).trim();
     await waitFor(
