@@ -6,16 +6,19 @@
 // ones one at a time) with a line per spec, keeps e2e.log and the suite's JUnit reports, and tears
 // the lab down. `npm run conformance` (run.ts) and the smoke test in `npm test` run it.
 import { createWriteStream } from 'node:fs';
-import { copyFile, mkdir, readFile } from 'node:fs/promises';
-import { basename, join } from 'node:path';
+import { copyFile, mkdir, readFile, writeFile } from 'node:fs/promises';
+import { basename, join, resolve } from 'node:path';
 import { messageOf } from '../../src/base/errors.ts';
 import { buildConformance, type ConformanceBuild } from '../../assets/build-conformance.ts';
 import { controllerReady, labController, nodeReady, startIsolatedWorker, track } from '../e2e/lab/cluster.ts';
 import type { LabHost } from '../e2e/lab/lab.ts';
 import { startLab } from '../e2e/lab/lab-test.ts';
 import { waitFor } from '../wait.ts';
+import { hostsToml, MIRRORED_REGISTRIES, mirrorConfig } from './registry.ts';
 
 const WORKERS = ['w1', 'w2'] as const;
+/** Where the lab's registry (registry.ts) listens on host `t`. */
+const REGISTRY_PORT = 5000;
 
 export interface ConformanceOptions {
   /** ginkgo --focus: only the [Conformance] specs whose text matches. */
@@ -85,13 +88,18 @@ async function runGinkgo(
     }
     if (!pending) return;
     const text = line.trim();
-    if (text) pending.text.push(text);
-    if (text.includes('[Conformance]') || pending.text.length > 6) {
-      counter.n += 1;
-      const name = pending.text.join(' ').replace(/\s+/g, ' ');
-      process.stdout.write(`[${counter.n}] ${pending.status} ${pending.seconds}s ${name}\n`);
-      pending = undefined;
+    // ginkgo's separators and its S per skipped spec are not the spec's name.
+    if (text && !/^(-{10,}|S+)$/.test(text)) pending.text.push(text);
+    // A suite-level node (SynchronizedAfterSuite, ReportAfterSuite) also ends with a line of
+    // status: it names no [Conformance] spec within a few lines, and is no spec.
+    if (!text.includes('[Conformance]')) {
+      if (pending.text.length > 6) pending = undefined;
+      return;
     }
+    counter.n += 1;
+    const name = pending.text.join(' ').replace(/\s+/g, ' ');
+    process.stdout.write(`[${counter.n}] ${pending.status} ${pending.seconds}s ${name}\n`);
+    pending = undefined;
   };
   for (const stream of [child.stdout!, child.stderr!]) {
     let rest = '';
@@ -141,14 +149,44 @@ export async function runConformance(o: ConformanceOptions): Promise<Conformance
       workers: WORKERS,
     });
     const ctl = lab.host('c');
+    const t = lab.host('t');
     const c = await labController(kctlBin, ctl, dir);
     const controller = track(ctl.spawn(kctlBin, c.args));
+    // The suite's images by registry too, for specs that pull whatever is imported (pull policy Always).
+    const registry = track(
+      t.spawn(
+        process.execPath,
+        [
+          '--import',
+          'tsx',
+          join(import.meta.dirname, 'registry.ts'),
+          String(REGISTRY_PORT),
+          join(dir, 'registry'),
+          ...build.images,
+        ],
+        { cwd: resolve(import.meta.dirname, '../..') },
+      ),
+    );
     await controllerReady(controller);
+    await waitFor('the lab registry ready', 120_000, async () => {
+      if (registry.child.exitCode !== null) throw new Error(`the lab registry exited:\n${registry.log()}`);
+      return registry.saw('registry ready');
+    });
     for (const w of WORKERS) {
       // A worker imports every image tarball in <data-dir>/images at start (the air-gap bundle).
-      const images = join(dir, `${w}-data`, 'images');
+      const data = join(dir, `${w}-data`);
+      const images = join(data, 'images');
       await mkdir(images, { recursive: true });
       for (const tar of build.images) await copyFile(tar, join(images, basename(tar)));
+      // ...and pulls from the lab's registry where a pod asks for a pull: containerd's hosts.toml
+      // per registry, read through a drop-in in kctl's containerd.d folder.
+      const hosts = join(data, 'registry-hosts');
+      for (const r of MIRRORED_REGISTRIES) {
+        await mkdir(join(hosts, r), { recursive: true });
+        await writeFile(join(hosts, r, 'hosts.toml'), hostsToml(r, `http://${t.ip}:${REGISTRY_PORT}`));
+      }
+      await mkdir(join(data, 'containerd.d'), { recursive: true });
+      await writeFile(join(data, 'containerd.d', 'registry-mirror.toml'), mirrorConfig(hosts));
       process.stdout.write(`starting worker ${w} (imports ${build.images.length} images)\n`);
       await startIsolatedWorker(kctlBin, lab, c, ctl, lab.host(w), dir);
     }
@@ -166,7 +204,6 @@ export async function runConformance(o: ConformanceOptions): Promise<Conformance
     const kubeconfig = join(c.dataDir, 'pki', 'admin.conf');
     const log = createWriteStream(join(o.out, 'e2e.log'));
     const counter = { n: 0 };
-    const t = lab.host('t');
     const run = { focus: o.focus, out: o.out, kubeconfig };
     const what = o.focus ? `the [Conformance] specs matching ${o.focus}` : 'the [Conformance] specs';
     const exits: number[] = [];
