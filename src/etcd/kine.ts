@@ -106,7 +106,16 @@ export class KineComponent extends Supervisor {
       name: KINE,
       binary: join(o.binDir, KINE),
       // No metrics listener: a fixed :8080 would collide between controllers on one host.
-      args: [`--listen-address=${kineEndpoint(o.socket)}`, '--metrics-bind-address=0', '--log-format=json'],
+      // Compaction is kube-apiserver's (every 5 min, to the revision of 5 min before), as on etcd:
+      // kine would otherwise keep the latest 1,000 revisions whatever it is asked, and a quiet
+      // cluster's list continue tokens would outlive their compaction (a conformance spec waits
+      // for one to expire; it failed on kine here, k3s and kine users report the same).
+      args: [
+        `--listen-address=${kineEndpoint(o.socket)}`,
+        '--metrics-bind-address=0',
+        '--log-format=json',
+        '--compact-min-retain=0',
+      ],
       // kine's --endpoint flag reads KINE_ENDPOINT: a database password in the environment is
       // readable by root only, where every user sees the command line (ps, /proc/<pid>/cmdline).
       env: { ...o.env, KINE_ENDPOINT: kineDataSource(o) },

@@ -47,7 +47,7 @@ test('kine reads the data source from its environment; its command line and its 
   );
   assert.equal(
     (await said('args:')).msg,
-    `args: --listen-address=unix://${join(dir, 'run', 'kine.sock')} --metrics-bind-address=0 --log-format=json`,
+    `args: --listen-address=unix://${join(dir, 'run', 'kine.sock')} --metrics-bind-address=0 --log-format=json --compact-min-retain=0`,
   );
   assert.doesNotMatch(String((await said('cmdline:')).msg), /db:5432/);
   assert.ok(!raw().includes('s3cr'), raw());
