@@ -44,6 +44,7 @@ import { ControllerLeaseComponent, LiveControllers } from './leases/lease.ts';
 import { EncryptionComponent } from './encryption/encryption.ts';
 import { joinController, leftMarker, type ControllerJoinState } from './join/join.ts';
 import { JoinServerComponent } from './join/join-server.ts';
+import { frontDoorComponent } from './components/front-door.ts';
 import { ExecutableFiles } from './upgrades/executables.ts';
 import { ControllerUpgradeComponent } from './upgrades/upgrade.ts';
 import { writeOutcome } from '../payload/upgrade-files.ts';
@@ -122,9 +123,9 @@ export function controllerComponents(o: ControllerRoleOptions): Component[] {
   // the API; admin.conf is read per request, so a renewed client certificate is used at once.
   const kube = KubeClient.fromKubeconfig(pki.adminConf, { reload: true });
   const storage = storageComponent(cfg, paths, pki, o.joined ?? null);
-  // Scheduled backups: on every controller, made by the one holding the backup lease.
+  // Scheduled backups: on every controller, made by the one holding the backup lease. The front door: once all listen.
   const backups = cfg.spec.backup.schedule ? new BackupSchedulerComponent({ cfg, paths, kube }) : undefined;
-  const last = backups ? [backups] : [];
+  const last = [backups, frontDoorComponent(cfg, paths)].filter((c) => c !== undefined);
   if (cfg.spec.profile === 'api-only') {
     const controllerManager = new ControllerManagerComponent(cfg, paths, pki);
     // No nodes: nothing to publish the CA bundle to.

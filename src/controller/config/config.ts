@@ -10,6 +10,7 @@ import { cidrAddress, cidrContains } from '../../base/addresses.ts';
 import { parseDuration } from '../../base/duration.ts';
 import { errnoOf, messageOf, UserError } from '../../base/errors.ts';
 import { MIN_LEAF_VALIDITY_MS } from '../../pki/index.ts';
+import { FRONT_DOOR_NAME, frontDoorSchema } from './front-door.ts';
 import { NETWORK_MODES, POD_NETWORK_RELAYS, VXLAN_DEFAULTS, WIREGUARD_DEFAULTS } from '../../kube/pod-network.ts';
 
 const port = (def: number) => z.number().int().min(1).max(65535).default(def);
@@ -250,6 +251,7 @@ export const clusterConfigSchema = z.strictObject({
       gcPercent: z.number().int().min(10).max(1000).optional(),
       scheduler: z.strictObject({ port: port(10259), extraArgs }).prefault({}),
       controllerManager: z.strictObject({ port: port(10257), memoryLimit, extraArgs }).prefault({}),
+      frontDoor: frontDoorSchema,
     })
     .prefault({}),
 });
@@ -263,6 +265,7 @@ export interface ClusterConfig extends Parsed {
     api: Parsed['spec']['api'] & { address: string };
     storage: Parsed['spec']['storage'] & { type: 'etcd' | 'kine' };
     network: Parsed['spec']['network'] & { clusterDNS: string };
+    frontDoor: Parsed['spec']['frontDoor'] & { name: string };
   };
 }
 
@@ -343,6 +346,11 @@ export function parseConfig(input: unknown, source: string, flags: ConfigFlags =
   const storageType = flags.storage ?? c.spec.storage.type ?? (flags.single || apiOnly ? 'kine' : 'etcd');
   const gcPercent =
     c.spec.gcPercent ?? (flags.tenantName !== undefined && profile === 'full' ? TENANT_GC_PERCENT : undefined);
+  const frontDoorName = c.spec.frontDoor.name ?? flags.tenantName ?? c.metadata.name;
+  if (c.spec.frontDoor.enabled && !FRONT_DOOR_NAME.test(frontDoorName))
+    throw new UserError(
+      `invalid config ${source}: metadata.name "${frontDoorName}" cannot be a front door name (one DNS label: lower-case letters, digits, '-'); set spec.frontDoor.name`,
+    );
   const { serviceCIDR } = c.spec.network;
   const clusterDNS = c.spec.network.clusterDNS ?? cidrAddress(serviceCIDR, 10);
   if (!cidrContains(serviceCIDR, clusterDNS))
@@ -361,6 +369,7 @@ export function parseConfig(input: unknown, source: string, flags: ConfigFlags =
         : c.spec.addons,
       storage: { ...c.spec.storage, type: storageType },
       network: { ...c.spec.network, clusterDNS },
+      frontDoor: { ...c.spec.frontDoor, name: frontDoorName },
     },
   };
 }

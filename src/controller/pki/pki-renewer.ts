@@ -25,6 +25,7 @@ import {
 } from '../../pki/index.ts';
 import type { ClusterConfig } from '../config/config.ts';
 import { leafValidityMs } from '../config/config.ts';
+import { frontDoorNames } from '../config/front-door.ts';
 import type { ControllerPaths } from '../config/paths.ts';
 import { CaRotationFollower, FOLLOW_EVERY_MS } from './ca-rotation.ts';
 import type { KubeClient } from '../../kube/client.ts';
@@ -68,7 +69,8 @@ export function pkiOptions(cfg: ClusterConfig, paths: ControllerPaths): PkiOptio
   return {
     dir: paths.pkiDir,
     apiAddress: cfg.spec.api.address,
-    sans: cfg.spec.api.sans,
+    // The front door passes TLS through: each server proves the name its clients asked for.
+    sans: [...cfg.spec.api.sans, ...Object.values(frontDoorNames(cfg) ?? {})],
     apiPort: cfg.spec.api.port,
     serviceCIDR: cfg.spec.network.serviceCIDR,
     clusterDomain: cfg.spec.network.clusterDomain,

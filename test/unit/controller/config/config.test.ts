@@ -6,6 +6,8 @@ import { controllerManagerArgs } from '../../../../src/controller/components/con
 import { pkiPaths } from '../../../../src/pki/index.ts';
 import { egressSelectorConfig, trustedAgents } from '../../../../src/controller/components/konnectivity.ts';
 import { controllerPaths } from '../../../../src/controller/config/paths.ts';
+import { frontDoorNames } from '../../../../src/controller/config/front-door.ts';
+import { pkiOptions } from '../../../../src/controller/pki/pki-renewer.ts';
 
 const withTrusted = (list: unknown) =>
   parseConfig({ spec: { api: { address: '10.0.0.1' }, konnectivity: { trustedAgents: list } } }, 'kctl.yaml');
@@ -120,4 +122,36 @@ test("each node's pod range size: kctl's /24, or what kube-controller-manager's 
     pkiPaths('/tmp/pki'),
   );
   assert.ok(args.includes('--node-cidr-mask-size=26'), args.join(' '));
+});
+
+test('spec.frontDoor: off by default; on, it needs a base domain, and the names come from the tenant, the config or metadata.name', () => {
+  assert.deepEqual(parseConfig({}, 'defaults').spec.frontDoor, { enabled: false, port: 443, name: 'kctl' });
+  assert.equal(frontDoorNames(parseConfig({}, 'defaults')), undefined);
+  assert.throws(
+    () => parseConfig({ spec: { frontDoor: { enabled: true } } }, 'kctl.yaml'),
+    /invalid config kctl\.yaml: spec\.frontDoor\.baseDomain: set the domain the cluster names live under/,
+  );
+  const on = { enabled: true, baseDomain: 'clusters.example.com' };
+  assert.deepEqual(frontDoorNames(parseConfig({ spec: { frontDoor: on } }, 'kctl.yaml')), {
+    api: 'kctl.clusters.example.com',
+  });
+  assert.equal(
+    frontDoorNames(parseConfig({ spec: { frontDoor: on } }, 'alpha.yaml', { tenantName: 'alpha' }))?.api,
+    'alpha.clusters.example.com',
+  );
+  assert.equal(
+    frontDoorNames(parseConfig({ spec: { frontDoor: { ...on, name: 'edge-7' } } }, 'kctl.yaml'))?.api,
+    'edge-7.clusters.example.com',
+  );
+  assert.throws(
+    () => parseConfig({ metadata: { name: 'My_Cluster' }, spec: { frontDoor: on } }, 'kctl.yaml'),
+    /metadata\.name "My_Cluster" cannot be a front door name .*; set spec\.frontDoor\.name/,
+  );
+  assert.throws(
+    () => parseConfig({ spec: { frontDoor: { ...on, baseDomain: 'localhost' } } }, 'kctl.yaml'),
+    /spec\.frontDoor\.baseDomain: expected a DNS domain/,
+  );
+  // Its name is in the API server's certificate, since the door passes TLS through.
+  const sans = pkiOptions(parseConfig({ spec: { frontDoor: on } }, 'kctl.yaml'), controllerPaths('/d', '/r')).sans;
+  assert.ok(sans.includes('kctl.clusters.example.com'), sans.join(', '));
 });

@@ -1,0 +1,46 @@
+// spec.frontDoor: one TLS port shared by every cluster on a controller host (src/frontdoor/), and
+// the names this cluster answers to there.
+import { isIP } from 'node:net';
+import { z } from 'zod';
+import type { ClusterConfig } from './config.ts';
+
+/** One DNS label: a cluster's name in front of spec.frontDoor.baseDomain. */
+export const FRONT_DOOR_NAME = /^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$/;
+
+/**
+ * A client reaches this cluster's API as <name>.<baseDomain>, routed by the server name it sends
+ * (SNI; ALPN would not tell clusters apart). The nodes' endpoints (konnectivity, join) come later:
+ * behind a door every connection arrives from the host's own address, and kctl's per-source bounds
+ * on those ports (pre-auth, failed joins) need the client's address handed on first.
+ */
+export const frontDoorSchema = z
+  .strictObject({
+    enabled: z.boolean().default(false),
+    port: z.number().int().min(1).max(65535).default(443),
+    /** The address it listens on; default every address. */
+    address: z
+      .string()
+      .refine((s) => isIP(s) !== 0, { message: 'expected an IP address' })
+      .optional(),
+    baseDomain: z
+      .string()
+      .regex(
+        /^[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)+$/,
+        'expected a DNS domain such as clusters.example.com',
+      )
+      .optional(),
+    /** This cluster's name under baseDomain; default a tenant's --name, else metadata.name. */
+    name: z.string().regex(FRONT_DOOR_NAME, 'expected a DNS label such as alpha').optional(),
+  })
+  .refine((f) => !f.enabled || f.baseDomain !== undefined, {
+    message: 'set the domain the cluster names live under, such as clusters.example.com',
+    path: ['baseDomain'],
+  })
+  .prefault({});
+
+/** The name a client sends to reach this cluster's API through the front door (none when it has none). */
+export function frontDoorNames(cfg: ClusterConfig): { api: string } | undefined {
+  const f = cfg.spec.frontDoor;
+  if (!f.enabled || f.baseDomain === undefined) return undefined;
+  return { api: `${f.name}.${f.baseDomain}` };
+}
