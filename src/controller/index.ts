@@ -119,8 +119,7 @@ export interface ControllerRoleOptions {
  */
 export function controllerComponents(o: ControllerRoleOptions): Component[] {
   const { cfg, paths, pki } = o;
-  // The one API client of this process (admin credentials), shared by every component that calls
-  // the API; admin.conf is read per request, so a renewed client certificate is used at once.
+  // The one API client of this process, shared by every component (admin.conf read per request: renewals apply at once).
   const kube = KubeClient.fromKubeconfig(pki.adminConf, { reload: true });
   const storage = storageComponent(cfg, paths, pki, o.joined ?? null);
   // Scheduled backups: on every controller, made by the one holding the backup lease. The front door: once all listen.
