@@ -150,13 +150,14 @@ export class FrontDoor {
     const onData = (chunk: Buffer): void => {
       chunks.push(chunk);
       size += chunk.length; // bounded: readClientHello says `bad` past MAX_HELLO_BYTES
-      const hello = readClientHello(chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, size));
+      // What arrived so far, whole: read for the ClientHello, and written to the backend first.
+      const head = chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, size);
+      const hello = readClientHello(head);
       if (hello.kind === 'more') return;
       if (hello.kind === 'bad') return refuse('notTls', hello.reason);
       if (!hello.serverName) return refuse('noName', 'a ClientHello without a server name');
       done();
       client.pause();
-      const head = Buffer.concat(chunks, size);
       const name = hello.serverName;
       this.routes.route(name).then(
         (route) => (route ? this.splice(client, head, route) : this.refuseName(client, name)),

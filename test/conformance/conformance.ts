@@ -45,7 +45,7 @@ const PHASES: { phase: 'parallel' | 'serial'; labels: string; nodes?: number }[]
   { phase: 'serial', labels: 'Conformance && Serial', nodes: 1 },
 ];
 
-/** The five entities XML escapes in attribute values. */
+/** The entities XML uses in attribute values (named, and the numeric one the suite writes for ' ). */
 const XML_ENTITIES: Record<string, string> = { amp: '&', lt: '<', gt: '>', quot: '"', apos: "'", '#39': "'" };
 
 /** One spec's result as the line ginkgo prints when it ends: `• [12.3 seconds]`, `• [FAILED] [4.0 seconds]`. */

@@ -39,12 +39,8 @@ export class FrontDoorComponent implements Component {
 
   async start(): Promise<void> {
     const f = this.cfg.spec.frontDoor;
-    await registerFrontDoor({
-      cluster: f.name,
-      dataDir: this.paths.dataDir,
-      pid: process.pid,
-      names: frontDoorBackends(this.cfg),
-    });
+    const names = frontDoorBackends(this.cfg);
+    await registerFrontDoor({ cluster: f.name, dataDir: this.paths.dataDir, pid: process.pid, names });
     this.registered = true;
     const door = new FrontDoor({ port: f.port, address: f.address }, new FrontDoorRoutes(), this.log);
     try {
@@ -58,10 +54,7 @@ export class FrontDoorComponent implements Component {
       throw err;
     }
     this.door = door;
-    this.log.info(
-      { port: door.port, names: Object.keys(frontDoorBackends(this.cfg)) },
-      'front door open: this cluster answers to its names',
-    );
+    this.log.info({ port: door.port, names: Object.keys(names) }, 'front door open: this cluster answers to its names');
   }
 
   async stop(): Promise<void> {
