@@ -16,53 +16,15 @@ import { join } from 'node:path';
 import type { Component, ComponentContext } from '../../base/component.ts';
 import { joinHostPort } from '../../base/addresses.ts';
 import type { Logger } from '../../base/log.ts';
-import { datastoreIdentity } from '../../etcd/kine.ts';
 import { addLearner, initialCluster, listMembers, promoteMember, type EtcdClientTls } from '../../etcd/members.ts';
 import type { KubeClient } from '../../kube/client.ts';
 import type { PkiPaths } from '../../pki/index.ts';
 import type { ClusterConfig } from '../config/config.ts';
+import { configMismatch, JOIN_PATH, SHARED_PKI_FILES, type JoinRequest, type JoinResponse } from './join-request.ts';
 import { ControllerTokenStore, TokenRejected, type ControllerToken } from './controller-tokens.ts';
 import { FailureLimiter, JOIN_LIMITS } from './join-limiter.ts';
 import { messageOf } from '../../base/errors.ts';
 import type { ExecutableFiles } from '../upgrades/executables.ts';
-
-export const JOIN_PATH = '/v1/controller/join';
-
-/** Files under <data-dir>/pki that every controller of a cluster shares. */
-export const SHARED_PKI_FILES = [
-  'ca.crt',
-  'ca.key',
-  'front-proxy-ca.crt',
-  'front-proxy-ca.key',
-  'sa.key',
-  'sa.pub',
-  'etcd/ca.crt',
-  'etcd/ca.key',
-  'addons-ca.crt',
-  'addons-ca.key',
-  'kubelet-serving-ca.crt',
-  'kubelet-serving-ca.key',
-  // The encryption-at-rest keys: without them a joiner's kube-apiserver cannot read a Secret.
-  'encryption-config.yaml',
-] as const;
-
-/** What a joining controller says about itself. */
-export interface JoinRequest {
-  /** Its etcd member name. */
-  name: string;
-  /** Its etcd peer URL (etcd storage). */
-  peerUrl: string;
-  storage: 'etcd' | 'kine';
-  /** With kine: the database its data source names, without credentials (etcd/kine.ts datastoreIdentity); absent for SQLite. */
-  datastore?: string;
-  network: { podCIDR: string; serviceCIDR: string; clusterDomain: string; mode?: string; relay?: string };
-}
-
-export interface JoinResponse {
-  /** SHARED_PKI_FILES, base64. */
-  files: Record<string, string>;
-  etcd?: { initialCluster: string; memberId: string };
-}
 
 const PROMOTE_FOR_MS = 10 * 60_000;
 /** How long a join waits for etcd to call every member healthy (its health interval is 5 s). */
@@ -77,30 +39,6 @@ class Refusal extends Error {
   ) {
     super(message);
   }
-}
-
-/** The joiner's config against the cluster's: differences that would split the cluster. */
-export function configMismatch(cfg: ClusterConfig, req: JoinRequest): string | null {
-  if (req.storage !== cfg.spec.storage.type)
-    return `the cluster stores its state in ${cfg.spec.storage.type}, the joining controller is configured for ${req.storage}; set spec.storage.type: ${cfg.spec.storage.type}`;
-  if (cfg.spec.storage.type === 'kine') {
-    const ours = datastoreIdentity(cfg.spec.storage.kine.dataSource);
-    if (!ours)
-      return "the cluster keeps its state in kine on a SQLite file in one controller's data dir, which no other controller can share; for more than one controller use etcd, or kine on PostgreSQL or MySQL";
-    if (req.datastore !== ours)
-      return `the cluster's datastore is ${ours} but the joining controller's is ${req.datastore ?? 'a local SQLite file'}; set spec.storage.kine.dataSource to ${ours} (with this controller's credentials)`;
-  }
-  const n = cfg.spec.network;
-  for (const k of ['podCIDR', 'serviceCIDR', 'clusterDomain'] as const)
-    if (req.network[k] !== n[k])
-      return `spec.network.${k} is ${n[k]} in the cluster but ${req.network[k]} on the joining controller; use the cluster's value`;
-  // Each controller publishes its mode at start: two that disagree would switch the nodes back and forth.
-  if (req.network.mode && n.mode && req.network.mode !== n.mode)
-    return `spec.network.mode is ${n.mode} in the cluster but ${req.network.mode} on the joining controller; use the cluster's value`;
-  // Likewise the relay (a joiner from before relays sends none); a controller that does not relay drops what nodes hand it.
-  if (req.network.relay && req.network.relay !== n.relay)
-    return `spec.network.relay is ${n.relay} in the cluster but ${req.network.relay} on the joining controller; use the cluster's value`;
-  return null;
 }
 
 export class JoinServerComponent implements Component {

@@ -18,7 +18,7 @@ import { datastoreIdentity } from '../../etcd/kine.ts';
 import { TLS_TRUST_ERRORS } from '../../join/tls.ts';
 import { decodeTokenFor, TokenError, tokenId, type JoinInfo } from '../../join/token.ts';
 import type { ClusterConfig } from '../config/config.ts';
-import { JOIN_PATH, SHARED_PKI_FILES, type JoinRequest, type JoinResponse } from './join-server.ts';
+import { JOIN_PATH, SHARED_PKI_FILES, type JoinRequest, type JoinResponse } from './join-request.ts';
 import type { ControllerPaths } from '../config/paths.ts';
 
 export interface ControllerJoinState {

@@ -7,12 +7,8 @@ import { join } from 'node:path';
 import { test, type TestContext } from 'node:test';
 import { parseConfig } from '../../../../src/controller/config/config.ts';
 import { ControllerTokenStore } from '../../../../src/controller/join/controller-tokens.ts';
-import {
-  JOIN_PATH,
-  JoinServerComponent,
-  SHARED_PKI_FILES,
-  type JoinRequest,
-} from '../../../../src/controller/join/join-server.ts';
+import { JoinServerComponent } from '../../../../src/controller/join/join-server.ts';
+import { JOIN_PATH, SHARED_PKI_FILES, type JoinRequest } from '../../../../src/controller/join/join-request.ts';
 import { pkiPaths } from '../../../../src/pki/index.ts';
 import { captureLogger, initialised, selfSignedCert, tempDir } from '../../../helpers.ts';
 import { freePort } from '../../../ports.ts';

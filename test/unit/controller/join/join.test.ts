@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { parseConfig } from '../../../../src/controller/config/config.ts';
-import { configMismatch, type JoinRequest } from '../../../../src/controller/join/join-server.ts';
+import { configMismatch, type JoinRequest } from '../../../../src/controller/join/join-request.ts';
 import { datastoreIdentity } from '../../../../src/etcd/kine.ts';
 import { initialCluster, retryTransient, type EtcdMember } from '../../../../src/etcd/members.ts';
 
