@@ -137,3 +137,20 @@ function bigIntToIp(n: bigint, width: number): string {
   const groups = Array.from({ length: 8 }, (_, i) => ((n >> BigInt(112 - 16 * i)) & 0xffffn).toString(16));
   return canonicalIp(groups.join(':')) ?? groups.join(':');
 }
+
+/** An IP address as its bytes (4 for IPv4, 16 for IPv6); null when `ip` is not an IP. */
+export function ipBytes(ip: string): Buffer | null {
+  const c = canonicalIp(ip);
+  if (c === null) return null;
+  const width = c.includes(':') ? 16 : 4;
+  const out = Buffer.alloc(width);
+  let n = ipToBigInt(c);
+  for (let i = width - 1; i >= 0; i--, n >>= 8n) out[i] = Number(n & 255n);
+  return out;
+}
+
+/** The canonical spelling of 4 or 16 address bytes (ipBytes's inverse). */
+export function ipFromBytes(b: Buffer): string {
+  const n = [...b].reduce((acc, x) => (acc << 8n) | BigInt(x), 0n);
+  return bigIntToIp(n, b.length * 8);
+}

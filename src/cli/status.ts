@@ -171,6 +171,7 @@ function renderCluster(r: ControllerStatusReport): string[] {
     for (const u of ks.unchecked) out.push(`  ${u.node}: ${u.error}`);
   }
   out.push(...renderBackup(r));
+  out.push(...renderFrontDoor(r));
   const s = r.storage;
   if (s?.type === 'kine')
     out.push(
@@ -203,6 +204,30 @@ function renderBackup(r: ControllerStatusReport): string[] {
     `  lease holder: ${b.leaseHolder || '(none)'}`,
     `  last:         ${last}`,
     `  next due:     ${b.nextDue ?? '(known to the lease holder)'}`,
+  ];
+}
+
+/**
+ * The front door: this cluster's names, and what this process's door routed (every kctl of the
+ * host shares the port and the kernel spreads connections, so each counts its own share).
+ */
+function renderFrontDoor(r: ControllerStatusReport): string[] {
+  const f = r.frontDoor;
+  if (!f) return [];
+  const names = Object.entries(f.names).map(([endpoint, name]) => `${endpoint}=${name}`);
+  const rows = Object.entries(f.door.clusters).map(([cluster, c]) => [cluster, String(c.open), String(c.total)]);
+  const refused = f.door.refused;
+  const byName = Object.entries(refused.names).map(([name, n]) => `${name} (${n})`);
+  return [
+    '',
+    `Front door on port ${f.port}: ${names.join('  ')}`,
+    ...(rows.length
+      ? renderTable(
+          ['  CLUSTER', 'OPEN', 'TOTAL'],
+          rows.map(([c, ...rest]) => [`  ${c}`, ...rest]),
+        )
+      : ['  no connections routed by this process yet']),
+    `  refused: ${refused.total} (not TLS ${refused.notTls}, no name ${refused.noName}${byName.length ? `, unknown names: ${byName.join(', ')}` : ''})`,
   ];
 }
 

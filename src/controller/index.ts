@@ -1,11 +1,6 @@
-// `kctl controller`: the control plane as an ordered list of components (k0s's shape), built by controllerComponents().
-//   pki, stage (before the list), then: status socket -> storage (etcd|kine)
-//   -> konnectivity server -> encryption keys -> kube-apiserver -> node watch -> bootstrap -> controller-lease -> join-server -> manifest applier
-//   -> coredns-scaler (unless CoreDNS is off) -> scheduler -> controller-manager -> csr-approver -> kubelet-serving-check
-//   -> backup-scheduler (with spec.backup.schedule) -> pki-renewer
-// The api-only profile (the Kubernetes API for CRDs and operators, no nodes): status socket ->
-//   storage -> encryption keys -> kube-apiserver -> manifest applier -> controller-manager (its trimmed controller list)
-//   -> backup-scheduler (with spec.backup.schedule) -> pki-renewer.
+// `kctl controller`: the control plane as an ordered list of components (k0s's shape), built by
+// controllerComponents(): the full profile's list and the api-only profile's (the Kubernetes API for
+// CRDs and operators, no nodes) read in start order there, status socket first, front door last.
 import { existsSync } from 'node:fs';
 import { mkdir } from 'node:fs/promises';
 import { writeFileAtomic } from '../base/fs.ts';
@@ -44,7 +39,7 @@ import { ControllerLeaseComponent, LiveControllers } from './leases/lease.ts';
 import { EncryptionComponent } from './encryption/encryption.ts';
 import { joinController, leftMarker, type ControllerJoinState } from './join/join.ts';
 import { JoinServerComponent } from './join/join-server.ts';
-import { frontDoorComponent } from './components/front-door.ts';
+import { frontDoorComponent, type FrontDoorComponent } from './components/front-door.ts';
 import { ExecutableFiles } from './upgrades/executables.ts';
 import { ControllerUpgradeComponent } from './upgrades/upgrade.ts';
 import { writeOutcome } from '../payload/upgrade-files.ts';
@@ -124,16 +119,18 @@ export function controllerComponents(o: ControllerRoleOptions): Component[] {
   const storage = storageComponent(cfg, paths, pki, o.joined ?? null);
   // Scheduled backups: on every controller, made by the one holding the backup lease. The front door: once all listen.
   const backups = cfg.spec.backup.schedule ? new BackupSchedulerComponent({ cfg, paths, kube }) : undefined;
-  const last = [backups, frontDoorComponent(cfg, paths)].filter((c) => c !== undefined);
+  const last = (door: FrontDoorComponent | undefined) => [backups, door].filter((c) => c !== undefined);
   if (cfg.spec.profile === 'api-only') {
     const controllerManager = new ControllerManagerComponent(cfg, paths, pki);
     // No nodes: nothing to publish the CA bundle to.
     const renewer = new PkiRenewerComponent(pkiOptions(cfg, paths), pki, { controllerManager, caRotation: { kube } });
+    const door = frontDoorComponent(cfg, paths);
     const status = new StatusServerComponent<ControllerStatusReport>(paths.statusSocket, async (components) => ({
       ...processReport(components),
       storage: await storageStatus(cfg, pki),
       backup: backups?.report(),
       certificates: renewer.certificates(),
+      frontDoor: door?.report(),
     }));
     return [
       status,
@@ -143,7 +140,7 @@ export function controllerComponents(o: ControllerRoleOptions): Component[] {
       // Operators' stacks under <data-dir>/manifests/<stack>/ (CRDs, RBAC): kctl writes no add-ons here.
       new ManifestApplierComponent(paths.manifestsDir, paths.dataDir, kube),
       controllerManager,
-      ...last,
+      ...last(door),
       renewer,
     ];
   }
@@ -181,6 +178,7 @@ export function controllerComponents(o: ControllerRoleOptions): Component[] {
     },
     new LeaseTurn(kube, controllerLeaseName(cfg.spec.api.address)),
   );
+  const door = frontDoorComponent(cfg, paths, { konnectivity, join: joinServer });
   const upgrade = o.restart
     ? new ControllerUpgradeComponent({
         cfg,
@@ -218,6 +216,7 @@ export function controllerComponents(o: ControllerRoleOptions): Component[] {
       backup: backups?.report(),
       certificates: renewer.certificates(),
       pkiRenewals: renewer.renewals(),
+      frontDoor: door?.report(),
     };
   });
   return [
@@ -244,7 +243,7 @@ export function controllerComponents(o: ControllerRoleOptions): Component[] {
     new NetworkPolicyPublisherComponent(kube),
     // Which CA each kubelet's serving certificate comes from, while an older cluster's nodes move over.
     servingCheck,
-    ...last,
+    ...last(door),
     // Renews leaf certificates and kubeconfigs while the controller runs, and has them picked up.
     renewer,
     // Follows the upgrade plan: this controller's turn, its restart into the target.

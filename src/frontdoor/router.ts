@@ -12,6 +12,7 @@ import { joinHostPort } from '../base/addresses.ts';
 import { messageOf } from '../base/errors.ts';
 import type { Logger } from '../base/log.ts';
 import { readClientHello } from './client-hello.ts';
+import { proxyHeader } from './proxy-header.ts';
 
 /** Where a name leads. */
 export interface FrontDoorRoute {
@@ -20,6 +21,11 @@ export interface FrontDoorRoute {
   endpoint: string;
   host: string;
   port: number;
+  /**
+   * Set for kctl's own listeners (konnectivity, join): the connection starts with a PROXY v2
+   * header naming the client, carrying this key (hex), so those listeners count per client address.
+   */
+  key?: string;
 }
 
 /** Who has which name now (the host's registry; tests pass a map). */
@@ -223,6 +229,7 @@ export class FrontDoor {
     backend.once('connect', () => {
       connected = true;
       clearTimeout(timer);
+      if (route.key !== undefined) backend.write(clientHeader(client, route.key));
       backend.write(head);
       // pipe() honours backpressure both ways and passes each side's end on (half-close).
       client.pipe(backend);
@@ -246,4 +253,13 @@ export class FrontDoor {
     client.on('close', close);
     backend.on('close', close);
   }
+}
+
+/** The PROXY v2 header for a client's connection to the door. */
+function clientHeader(client: Socket, key: string): Buffer {
+  return proxyHeader(
+    { address: client.remoteAddress ?? '', port: client.remotePort ?? 0 },
+    { address: client.localAddress ?? '', port: client.localPort ?? 0 },
+    Buffer.from(key, 'hex'),
+  );
 }

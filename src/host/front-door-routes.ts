@@ -17,6 +17,8 @@ export interface FrontDoorBackend {
   endpoint: string;
   host: string;
   port: number;
+  /** For kctl's own listeners: the key of the PROXY v2 header the door writes first (hex). */
+  key?: string;
 }
 
 export interface FrontDoorRegistration {
@@ -83,7 +85,8 @@ export async function registerFrontDoor(reg: FrontDoorRegistration): Promise<voi
           `front door name ${taken} belongs to cluster "${other.cluster}" on this host (pid ${other.pid}, data dir ${other.dataDir}); give this cluster another name or spec.frontDoor.baseDomain`,
         );
     }
-    await writeFileAtomic(fileOf(reg.dataDir), JSON.stringify(reg, null, 2) + '\n', 0o644);
+    // 0600: the handoff keys let whoever reads them name any client address to the cluster's listeners.
+    await writeFileAtomic(fileOf(reg.dataDir), JSON.stringify(reg, null, 2) + '\n', 0o600);
   });
 }
 

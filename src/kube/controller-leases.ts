@@ -41,6 +41,8 @@ const ENCRYPTION_ANNOTATION = 'kctl.dev/encryption-keys';
 export const CA_BUNDLE_ANNOTATION = 'kctl.dev/ca-bundle';
 /** Where this controller serves kctl executables to nodes and controllers (its join endpoint's https URL). */
 const EXECUTABLES_ANNOTATION = 'kctl.dev/executables';
+/** Where nodes reach this controller through its host's front door (JSON: ControllerFrontDoor). */
+const FRONT_DOOR_ANNOTATION = 'kctl.dev/front-door';
 /** Annotations share a 256 KiB budget per object: past this many agents the list is cut (and says so). */
 export const MAX_LISTED_AGENTS = 5000;
 export const LEASE_DURATION_S = 30;
@@ -66,6 +68,30 @@ export interface LiveController {
   upgrade?: MemberUpgrade;
   /** https URL of its join endpoint, which serves kctl executables. */
   executables?: string;
+  /** Its host's front door (spec.frontDoor): nodes reach the same endpoints there, by name, on one port. */
+  frontDoor?: ControllerFrontDoor;
+}
+
+/** A controller's front door: its host:port and the server names of this cluster's endpoints there. */
+export interface ControllerFrontDoor {
+  address: string;
+  api: string;
+  konnectivity: string;
+  join: string;
+}
+
+function parseFrontDoor(text: string | undefined): ControllerFrontDoor | undefined {
+  if (!text) return undefined;
+  try {
+    const f = JSON.parse(text) as Record<string, unknown>;
+    const fields = [f.address, f.api, f.konnectivity, f.join];
+    if (!fields.every((x) => typeof x === 'string' && x !== '') || !splitHostPort(f.address as string))
+      return undefined;
+    const [address, api, konnectivity, join] = fields as string[];
+    return { address: address!, api: api!, konnectivity: konnectivity!, join: join! };
+  } catch {
+    return undefined;
+  }
 }
 
 export interface Lease {
@@ -111,6 +137,7 @@ export function controllerLease(
         ...(c.release ? { [VERSION_ANNOTATION]: releaseString(c.release) } : {}),
         ...(c.upgrade ? { [UPGRADE_ANNOTATION]: JSON.stringify(c.upgrade) } : {}),
         ...(c.executables ? { [EXECUTABLES_ANNOTATION]: c.executables } : {}),
+        ...(c.frontDoor ? { [FRONT_DOOR_ANNOTATION]: JSON.stringify(c.frontDoor) } : {}),
       },
     },
     spec: { holderIdentity: name, leaseDurationSeconds: LEASE_DURATION_S, renewTime: microTime(now) },
@@ -120,9 +147,10 @@ export function controllerLease(
 const optional = <K extends string, V>(key: K, v: V | undefined): Partial<Record<K, V>> =>
   v === undefined ? {} : ({ [key]: v } as Record<K, V>);
 
-/** The hosts a live controller is reached at (its API server and its konnectivity port): no node's address. */
+/** The hosts a live controller is reached at (its API server, konnectivity port, front door): no node's address. */
 export function controllerHosts(c: LiveController): string[] {
-  return [urlHost(c.apiServer), splitHostPort(c.konnectivity)?.host ?? ''].filter(Boolean);
+  const door = c.frontDoor ? (splitHostPort(c.frontDoor.address)?.host ?? '') : '';
+  return [...new Set([urlHost(c.apiServer), splitHostPort(c.konnectivity)?.host ?? '', door])].filter(Boolean);
 }
 
 /** The controllers whose leases have not expired at `now`, by name. */
@@ -147,6 +175,7 @@ export function liveControllers(leases: Iterable<Lease>, now = Date.now()): Live
       ...optional('release', parseReleaseString(a[VERSION_ANNOTATION])),
       ...optional('upgrade', parseMemberUpgrade(a[UPGRADE_ANNOTATION])),
       ...(a[EXECUTABLES_ANNOTATION] ? { executables: a[EXECUTABLES_ANNOTATION] } : {}),
+      ...optional('frontDoor', parseFrontDoor(a[FRONT_DOOR_ANNOTATION])),
     });
   }
   return out.sort((x, y) => x.name.localeCompare(y.name));
@@ -198,7 +227,7 @@ export class ControllerLeaseWatch {
     if (!this.informer.hasSynced) return;
     const live = this.live();
     // Addresses only: agents coming and going change no controller's or worker's course (status reads live()).
-    const key = live.map((c) => `${c.name}=${c.apiServer},${c.konnectivity}`).join(';');
+    const key = live.map((c) => `${c.name}=${c.apiServer},${c.konnectivity},${c.frontDoor?.address ?? ''}`).join(';');
     if (key === this.last) return;
     this.last = key;
     this.onChange(live);

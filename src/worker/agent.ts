@@ -9,7 +9,7 @@ import type { Component, ComponentContext, ComponentStatus } from '../base/compo
 import type { Logger } from '../base/log.ts';
 import { messageOf } from '../base/errors.ts';
 import { CertificateWatch, type CertificateStatus } from '../pki/index.ts';
-import { KonnectivityAgent, type AgentSnapshot } from '../konnectivity/index.ts';
+import { KonnectivityAgent, type AgentSnapshot, type ServerAddress } from '../konnectivity/index.ts';
 import type { LiveController } from '../kube/controller-leases.ts';
 import type { ControllerFollower } from './controller-watch.ts';
 import type { JoinState } from './join.ts';
@@ -26,6 +26,16 @@ function hostPort(addr: string): { host: string; port: number } {
   const hp = splitHostPort(addr);
   if (!hp) throw new Error(`bad konnectivity address ${addr}`);
   return hp;
+}
+
+/**
+ * Where the agent reaches a controller's konnectivity server: through its host's front door by
+ * name when the controller has one (one outbound port for the node), else its agent port.
+ */
+export function konnectivityServer(c: LiveController): ServerAddress {
+  return c.frontDoor
+    ? { ...hostPort(c.frontDoor.address), serverName: c.frontDoor.konnectivity }
+    : hostPort(c.konnectivity);
 }
 
 const CHECK_EVERY_MS = 10_000;
@@ -137,7 +147,7 @@ export class AgentComponent implements Component, ControllerFollower {
 
   /** The live controllers' konnectivity servers are the ones to hold a stream to. */
   controllersChanged(live: LiveController[]): void {
-    this.agent?.setServers(live.map((c) => hostPort(c.konnectivity)));
+    this.agent?.setServers(live.map(konnectivityServer));
   }
 
   status(): Partial<ComponentStatus> {

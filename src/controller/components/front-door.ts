@@ -1,10 +1,16 @@
-// This cluster's part in its host's front door (spec.frontDoor): its name in the host's registry,
-// leading to its own kube-apiserver, and a door on the shared port (every kctl with a front door
-// listens there; any of them routes any name). Started once the API listens; stopped first, so the
-// name stops leading here before the server goes.
+// This cluster's part in its host's front door (spec.frontDoor): its names in the host's registry
+// and a door on the shared port (every kctl with a front door listens there; any of them routes
+// any name). The API name leads to kube-apiserver itself (which cannot read a PROXY header); the
+// konnectivity and join names lead to loopback handoff ports of this process, which take the
+// client's address from the door's PROXY v2 header (with this registration's key) and pass the
+// connection to the konnectivity server's agent port and the join endpoint, so their per-source
+// bounds count clients, not the door. Started once those listen; stopped first, so the names stop
+// leading here before the servers go.
+import type { Socket } from 'node:net';
 import type { Component, ComponentContext } from '../../base/component.ts';
 import { errnoOf, UserError } from '../../base/errors.ts';
 import type { Logger } from '../../base/log.ts';
+import { DoorHandoff, newHandoffKey } from '../../frontdoor/handoff.ts';
 import { FrontDoor, type FrontDoorStats } from '../../frontdoor/router.ts';
 import {
   FrontDoorRoutes,
@@ -13,24 +19,41 @@ import {
   type FrontDoorBackend,
 } from '../../host/front-door-routes.ts';
 import type { ClusterConfig } from '../config/config.ts';
-import { frontDoorNames } from '../config/front-door.ts';
+import { frontDoorNames, type FrontDoorNames } from '../config/front-door.ts';
 import type { ControllerPaths } from '../config/paths.ts';
 
-/** Where this cluster's names lead: its own kube-apiserver, at the address its config names. */
-export function frontDoorBackends(cfg: ClusterConfig): Record<string, FrontDoorBackend> {
-  const names = frontDoorNames(cfg);
-  return names ? { [names.api]: { endpoint: 'api', host: cfg.spec.api.address, port: cfg.spec.api.port } } : {};
+/** A listener of this process the door hands connections to. */
+export interface DoorTarget {
+  acceptFromDoor(socket: Socket, client: string): void;
+}
+
+/** The nodes' endpoints of a full cluster. */
+export interface DoorTargets {
+  konnectivity: DoorTarget;
+  join: DoorTarget;
+}
+
+/** What `kctl status` shows of the front door on this controller. */
+export interface FrontDoorReport {
+  port: number;
+  /** This cluster's names, by endpoint. */
+  names: FrontDoorNames;
+  /** This process's share of the door (every cluster's connections it routed, refused names). */
+  door: FrontDoorStats;
 }
 
 export class FrontDoorComponent implements Component {
   readonly name = 'front-door';
   private log!: Logger;
   private door: FrontDoor | undefined;
+  private readonly handoffs: DoorHandoff[] = [];
   private registered = false;
 
   constructor(
     private readonly cfg: ClusterConfig,
     private readonly paths: ControllerPaths,
+    private readonly names: FrontDoorNames,
+    private readonly targets?: DoorTargets,
   ) {}
 
   async init(ctx: ComponentContext): Promise<void> {
@@ -39,8 +62,8 @@ export class FrontDoorComponent implements Component {
 
   async start(): Promise<void> {
     const f = this.cfg.spec.frontDoor;
-    const names = frontDoorBackends(this.cfg);
-    await registerFrontDoor({ cluster: f.name, dataDir: this.paths.dataDir, pid: process.pid, names });
+    const backends = await this.openHandoffs();
+    await registerFrontDoor({ cluster: f.name, dataDir: this.paths.dataDir, pid: process.pid, names: backends });
     this.registered = true;
     const door = new FrontDoor({ port: f.port, address: f.address }, new FrontDoorRoutes(), this.log);
     try {
@@ -54,7 +77,34 @@ export class FrontDoorComponent implements Component {
       throw err;
     }
     this.door = door;
-    this.log.info({ port: door.port, names: Object.keys(names) }, 'front door open: this cluster answers to its names');
+    this.log.info(
+      { port: door.port, names: Object.keys(backends) },
+      'front door open: this cluster answers to its names',
+    );
+  }
+
+  /** Where each name leads: kube-apiserver, and a handoff port per node endpoint (one key for both). */
+  private async openHandoffs(): Promise<Record<string, FrontDoorBackend>> {
+    const { api } = this.cfg.spec;
+    const backends: Record<string, FrontDoorBackend> = {
+      [this.names.api]: { endpoint: 'api', host: api.address, port: api.port },
+    };
+    if (!this.targets) return backends;
+    const key = newHandoffKey();
+    for (const endpoint of ['konnectivity', 'join'] as const) {
+      const name = this.names[endpoint];
+      if (name === undefined) continue;
+      const target = this.targets[endpoint];
+      const handoff = new DoorHandoff(
+        endpoint,
+        key,
+        (socket, client) => target.acceptFromDoor(socket, client.address),
+        this.log,
+      );
+      this.handoffs.push(handoff);
+      backends[name] = { endpoint, host: '127.0.0.1', port: await handoff.listen(), key: key.toString('hex') };
+    }
+    return backends;
   }
 
   async stop(): Promise<void> {
@@ -62,15 +112,21 @@ export class FrontDoorComponent implements Component {
     this.registered = false;
     await this.door?.close();
     this.door = undefined;
+    await Promise.all(this.handoffs.splice(0).map((h) => h.close()));
   }
 
-  /** This process's share of the door: connections per cluster, refused names. */
-  stats(): FrontDoorStats | undefined {
-    return this.door?.stats();
+  /** The door's names and this process's share of its traffic, once it is open. */
+  report(): FrontDoorReport | undefined {
+    return this.door ? { port: this.door.port, names: this.names, door: this.door.stats() } : undefined;
   }
 }
 
-/** The component when spec.frontDoor is on. */
-export function frontDoorComponent(cfg: ClusterConfig, paths: ControllerPaths): FrontDoorComponent | undefined {
-  return cfg.spec.frontDoor.enabled ? new FrontDoorComponent(cfg, paths) : undefined;
+/** The component when spec.frontDoor is on; a full cluster's node endpoints are handed to `targets`. */
+export function frontDoorComponent(
+  cfg: ClusterConfig,
+  paths: ControllerPaths,
+  targets?: DoorTargets,
+): FrontDoorComponent | undefined {
+  const names = frontDoorNames(cfg);
+  return names ? new FrontDoorComponent(cfg, paths, names, targets) : undefined;
 }

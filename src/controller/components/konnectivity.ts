@@ -20,6 +20,7 @@ import type { Component, ComponentContext, ComponentStatus } from '../../base/co
 import type { ClusterConfig } from '../config/config.ts';
 import type { ControllerPaths } from '../config/paths.ts';
 import { messageOf } from '../../base/errors.ts';
+import type { Socket } from 'node:net';
 
 /** The service account an upstream proxy-agent (in a pod) would use. */
 export const AGENT_SERVICE_ACCOUNT = 'system:serviceaccount:kube-system:konnectivity-agent';
@@ -101,6 +102,12 @@ export class KonnectivityServerComponent implements Component, HeldAgents {
   /** The agents the server holds now (none before it runs). */
   agentIds(): string[] {
     return this.server?.agentIds() ?? [];
+  }
+
+  /** An agent's connection the host's front door handed on (closed when the server does not run). */
+  acceptFromDoor(socket: Socket, client: string): void {
+    if (this.server) this.server.acceptFromDoor(socket, client);
+    else socket.destroy();
   }
 
   /** The tunnel's state for `kctl status`, once the server runs. */

@@ -8,10 +8,9 @@ import type { ClusterConfig } from './config.ts';
 export const FRONT_DOOR_NAME = /^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$/;
 
 /**
- * A client reaches this cluster's API as <name>.<baseDomain>, routed by the server name it sends
- * (SNI; ALPN would not tell clusters apart). The nodes' endpoints (konnectivity, join) come later:
- * behind a door every connection arrives from the host's own address, and kctl's per-source bounds
- * on those ports (pre-auth, failed joins) need the client's address handed on first.
+ * A client reaches this cluster's API as <name>.<baseDomain>, its konnectivity server and join
+ * endpoint as konnectivity.<name>.<baseDomain> and join.<name>.<baseDomain>, routed by the server
+ * name it sends (SNI; ALPN would not tell clusters apart, and kube-apiserver and agents both speak h2).
  */
 export const frontDoorSchema = z
   .strictObject({
@@ -38,9 +37,23 @@ export const frontDoorSchema = z
   })
   .prefault({});
 
-/** The name a client sends to reach this cluster's API through the front door (none when it has none). */
-export function frontDoorNames(cfg: ClusterConfig): { api: string } | undefined {
+/** The names a client sends to reach this cluster through the front door. */
+export interface FrontDoorNames {
+  /** kube-apiserver: <name>.<baseDomain>, what admins and kubeconfigs use. */
+  api: string;
+  /** The konnectivity server's agent port and the join endpoint (a full cluster's; nodes dial them). */
+  konnectivity?: string;
+  join?: string;
+}
+
+/**
+ * This cluster's front-door names (none when it has no front door). The nodes' endpoints are fixed
+ * sub-names of the API's, one label deeper, so no cluster's API name can be another's endpoint.
+ */
+export function frontDoorNames(cfg: ClusterConfig): FrontDoorNames | undefined {
   const f = cfg.spec.frontDoor;
   if (!f.enabled || f.baseDomain === undefined) return undefined;
-  return { api: `${f.name}.${f.baseDomain}` };
+  const api = `${f.name}.${f.baseDomain}`;
+  if (cfg.spec.profile === 'api-only') return { api };
+  return { api, konnectivity: `konnectivity.${api}`, join: `join.${api}` };
 }

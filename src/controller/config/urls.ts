@@ -2,6 +2,8 @@
 // konnectivity agent port. Leases, tokens and kubeconfigs all name them the same way.
 import { httpsUrl, joinHostPort } from '../../base/addresses.ts';
 import type { ClusterConfig } from './config.ts';
+import { frontDoorNames } from './front-door.ts';
+import type { ControllerFrontDoor } from '../../kube/controller-leases.ts';
 
 export function apiServerUrl(cfg: ClusterConfig): string {
   return httpsUrl(cfg.spec.api.address, cfg.spec.api.port);
@@ -14,4 +16,17 @@ export function joinServerUrl(cfg: ClusterConfig): string {
 
 export function konnectivityAddress(cfg: ClusterConfig): string {
   return joinHostPort(cfg.spec.api.address, cfg.spec.konnectivity.agentPort);
+}
+
+/**
+ * Where nodes reach this controller through its host's front door, and the names to send there
+ * (none without a front door, or for an api-only cluster, which has no nodes). The door's own
+ * address when it listens on one, else the API address.
+ */
+export function frontDoorEndpoint(cfg: ClusterConfig): ControllerFrontDoor | undefined {
+  const names = frontDoorNames(cfg);
+  if (!names?.konnectivity || !names.join) return undefined;
+  const f = cfg.spec.frontDoor;
+  const host = f.address && f.address !== '0.0.0.0' && f.address !== '::' ? f.address : cfg.spec.api.address;
+  return { address: joinHostPort(host, f.port), api: names.api, konnectivity: names.konnectivity, join: names.join };
 }

@@ -26,6 +26,9 @@ import { FailureLimiter, JOIN_LIMITS } from './join-limiter.ts';
 import { messageOf } from '../../base/errors.ts';
 import type { ExecutableFiles } from '../upgrades/executables.ts';
 
+/** A door connection by its two local ends (the same local port may reach two of this host's ports at once). */
+const doorKey = (s: Socket): string => `${s.localPort ?? 0}:${s.remotePort ?? 0}`;
+
 const PROMOTE_FOR_MS = 10 * 60_000;
 /** How long a join waits for etcd to call every member healthy (its health interval is 5 s). */
 const UNHEALTHY_WAIT_MS = 20_000;
@@ -47,6 +50,8 @@ export class JoinServerComponent implements Component {
   private server: Server | undefined;
   /** Open connections, cut at stop. */
   private readonly sockets = new Set<Socket>();
+  /** Connections the front door handed on: their clients, by doorKey. */
+  private readonly doorClients = new Map<string, string>();
   /** One etcd membership change at a time. */
   private queue: Promise<unknown> = Promise.resolve();
   private readonly aborts = new Set<AbortController>();
@@ -127,12 +132,26 @@ export class JoinServerComponent implements Component {
     await closed;
   }
 
+  /** A connection the host's front door handed on, from `client` (its address); its remote end is the door. */
+  acceptFromDoor(socket: Socket, client: string): void {
+    if (!this.server) return void socket.destroy();
+    const key = doorKey(socket);
+    this.doorClients.set(key, client);
+    socket.once('close', () => this.doorClients.delete(key));
+    this.server.emit('connection', socket);
+  }
+
+  /** Who a request comes from: the client the front door named, else the connection's remote address. */
+  private sourceOf(socket: Socket): string {
+    return this.doorClients.get(doorKey(socket)) ?? socket.remoteAddress ?? 'unknown';
+  }
+
   private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const reply = (status: number, body: object) => {
       res.writeHead(status, { 'content-type': 'application/json' });
       res.end(JSON.stringify(body));
     };
-    const source = req.socket.remoteAddress ?? 'unknown';
+    const source = this.sourceOf(req.socket);
     const blockedMs = this.limiter.blockedFor(source);
     if (blockedMs > 0) {
       // Logged once, when the block started; a request now costs no API call.

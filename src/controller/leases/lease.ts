@@ -21,7 +21,7 @@ import type { KubeClient } from '../../kube/client.ts';
 import type { MemberUpgrade } from '../../kube/upgrade-plan.ts';
 import type { Release } from '../../base/version.ts';
 import type { ClusterConfig } from '../config/config.ts';
-import { apiServerUrl, joinServerUrl, konnectivityAddress } from '../config/urls.ts';
+import { apiServerUrl, frontDoorEndpoint, joinServerUrl, konnectivityAddress } from '../config/urls.ts';
 import { messageOf } from '../../base/errors.ts';
 import type { LoadedKeys } from '../encryption/encryption.ts';
 import type { HeldAgents } from '../components/konnectivity.ts';
@@ -161,6 +161,7 @@ export class ControllerLeaseComponent implements Component {
       release: this.o.release,
       upgrade,
       executables: joinServerUrl(this.o.cfg),
+      frontDoor: frontDoorEndpoint(this.o.cfg),
     };
     const now = new Date();
     try {

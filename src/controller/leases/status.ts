@@ -9,6 +9,7 @@ import type { BackupStatus } from '../backups/backup-schedule.ts';
 import type { CertificateStatus } from '../../pki/index.ts';
 import type { RenewalRun } from '../pki/pki-renewer.ts';
 import type { StorageStatus } from '../components/storage.ts';
+import type { FrontDoorReport } from '../components/front-door.ts';
 
 export interface ControllerStatusReport extends StatusReport {
   role: 'controller';
@@ -33,4 +34,6 @@ export interface ControllerStatusReport extends StatusReport {
   certificates?: CertificateStatus[];
   /** The renewer's last runs that renewed something (in HA, controllers take turns: these never overlap). */
   pkiRenewals?: RenewalRun[];
+  /** spec.frontDoor: this cluster's names on the host's shared port and this process's share of its traffic. */
+  frontDoor?: FrontDoorReport;
 }

@@ -337,7 +337,8 @@ export class KonnectivityAgent implements Component {
 
   private async connectTo(a: AddressState): Promise<void> {
     a.dialing = true;
-    const c: ServerConnection = new ServerConnection(this.context, a.label, (why) => this.connectionLost(c, a, why));
+    const lost = (why: string): void => this.connectionLost(c, a, why);
+    const c: ServerConnection = new ServerConnection(this.context, a.label, lost, a.addr.serverName);
     this.dialingConns.add(c);
     let outcome: 'new' | 'duplicate' | 'failed' = 'failed';
     try {

@@ -83,6 +83,8 @@ export class ServerConnection implements TargetOwner {
     agent: ConnectionContext,
     readonly address: string,
     private readonly onLost: (why: string) => void,
+    /** This server's own TLS name (ServerAddress.serverName). */
+    private readonly serverName?: string,
   ) {
     this.o = agent.options;
     this.log = agent.log;
@@ -106,7 +108,8 @@ export class ServerConnection implements TargetOwner {
 
   /** Connects and waits for the server's headers. */
   async open(): Promise<void> {
-    const o = this.o;
+    // A copy only with a name of its own: renewed credentials land in the shared options.
+    const o = this.serverName ? { ...this.o, serverName: this.serverName } : this.o;
     const creds = channelCredentials(o);
     const md = await connectMetadata(o);
     if (this.closed) throw new Error('agent stopping');

@@ -6,6 +6,8 @@ import type { AgentIdentifiers } from '../wire/protocol.ts';
 export interface ServerAddress {
   host: string;
   port: number;
+  /** The TLS server name for this server alone (a front door routes by it); else `serverName`, else the host. */
+  serverName?: string;
 }
 
 export interface KonnectivityAgentOptions {

@@ -74,13 +74,23 @@ export class AgentListener {
     );
     tlsServer.on('tlsClientError', () => {}); // the socket is destroyed; the agent logs why
     this.tlsServer = tlsServer;
-    this.listener = createNetServer({ noDelay: true }, (socket) => {
-      bounds.admit(socket);
-      this.sockets.add(socket);
-      socket.once('close', () => this.sockets.delete(socket));
-      socket.on('error', () => {}); // reported on the TLS socket over it
-      tlsServer.emit('connection', socket);
-    });
+    this.listener = createNetServer({ noDelay: true }, (socket) => this.accept(socket));
+  }
+
+  /**
+   * A connection from `client`, handed on by the host's front door (frontdoor/handoff.ts; its
+   * remote end is the door): held to the same bounds, counted by the client's address.
+   */
+  handOff(socket: Socket, client: string): void {
+    this.accept(socket, client);
+  }
+
+  private accept(socket: Socket, client?: string): void {
+    this.bounds.admit(socket, client);
+    this.sockets.add(socket);
+    socket.once('close', () => this.sockets.delete(socket));
+    socket.on('error', () => {}); // reported on the TLS socket over it
+    this.tlsServer.emit('connection', socket);
   }
 
   /** Resolves with the port bound (useful with port 0). Host '' is every interface, as in Go. */

@@ -91,14 +91,18 @@ export class PreAuthBounds {
     };
   }
 
-  /** A connection just accepted: it waits to authenticate, and at the cap one waiting connection is closed (evictee). */
-  admit(socket: Socket): Waiting {
+  /**
+   * A connection just accepted: it waits to authenticate, and at the cap one waiting connection is
+   * closed (evictee). `client` is who it comes from when that is not the socket's remote address
+   * (a connection the front door handed on): the cap counts by it.
+   */
+  admit(socket: Socket, client = socket.remoteAddress ?? ''): Waiting {
     const peer = peerKey(`${socket.remoteAddress ?? ''}:${socket.remotePort ?? 0}`);
     if (this.waiting.size >= this.limits.maxConnections) {
       const victim = this.evictee();
       if (victim) this.drop(victim, 'cap');
     }
-    const w = new Waiting(socket, peer, socket.remoteAddress ?? '');
+    const w = new Waiting(socket, peer, client);
     this.waiting.add(w);
     // From accept, so the TLS handshake counts; the TLS server's own handshake timeout is set later than this.
     w.timer = setTimeout(() => this.drop(w, 'timeout'), this.limits.timeoutMs);

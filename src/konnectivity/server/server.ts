@@ -26,6 +26,7 @@ import { ServerMetrics } from './metrics.ts';
 import { LinkAgentCall, peerOf, type LinkKeepalive } from '../wire/link-calls.ts';
 import { AgentServiceDefinition, type Packet } from '../wire/protocol.ts';
 import { messageOf } from '../../base/errors.ts';
+import type { Socket } from 'node:net';
 
 export const CONNECT_METHOD = AgentServiceDefinition.Connect.path;
 export type { KonnectivityServerOptions, TcpFrontend };
@@ -247,6 +248,12 @@ export class KonnectivityServer implements Component {
     // The broker's map is in strategy order: its first entry is the first strategy's.
     const [first = 0] = this.broker.agentsByStrategy().values();
     return first > 0 ? null : 'no connection to any proxy agent';
+  }
+
+  /** An agent's connection handed on by the host's front door, from `client` (its address). */
+  acceptFromDoor(socket: Socket, client: string): void {
+    if (this.agentListener) this.agentListener.handOff(socket, client);
+    else socket.destroy();
   }
 
   /** The agent port actually bound (useful with agentPort 0). */

@@ -258,3 +258,35 @@ test("a worker's status shows the servers its agent holds and each API upstream'
   const alone = renderStatus({ ...worker, konnectivityAgent: { agentId: 'w1', knownServerCount: 1, servers: [] } });
   assert.match(alone, /no server connected: logs, exec and port-forward to this node fail until one is/);
 });
+
+test('kctl status shows the front door: this cluster names, connections per cluster routed here, refusals by kind and name', () => {
+  const text = renderStatus({
+    ...controller,
+    frontDoor: {
+      port: 443,
+      names: { api: 'alpha.c.test', konnectivity: 'konnectivity.alpha.c.test', join: 'join.alpha.c.test' },
+      door: {
+        port: 443,
+        clusters: { alpha: { open: 2, total: 9 }, beta: { open: 0, total: 1 } },
+        refused: { total: 4, notTls: 1, noName: 1, names: { 'gamma.c.test': 2 } },
+      },
+    },
+  });
+  assert.match(
+    text,
+    /^Front door on port 443: api=alpha\.c\.test {2}konnectivity=konnectivity\.alpha\.c\.test {2}join=join\.alpha\.c\.test$/m,
+  );
+  assert.match(text, /^ {2}alpha +2 +9$/m);
+  assert.match(text, /^ {2}beta +0 +1$/m);
+  assert.match(text, /^ {2}refused: 4 \(not TLS 1, no name 1, unknown names: gamma\.c\.test \(2\)\)$/m);
+  const idle = renderStatus({
+    ...controller,
+    frontDoor: {
+      port: 8443,
+      names: { api: 'alpha.c.test' },
+      door: { port: 8443, clusters: {}, refused: { total: 0, notTls: 0, noName: 0, names: {} } },
+    },
+  });
+  assert.match(idle, /^ {2}no connections routed by this process yet$/m);
+  assert.match(idle, /^ {2}refused: 0 \(not TLS 0, no name 0\)$/m);
+});

@@ -4,13 +4,14 @@
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { connect as h2Connect, constants as h2c, type ClientHttp2Session } from 'node:http2';
-import { createServer, connect as tcpConnect, type Socket } from 'node:net';
+import { createServer, connect as tcpConnect, Socket } from 'node:net';
 import { Writable } from 'node:stream';
 import { test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { connect as tlsConnect, type TLSSocket } from 'node:tls';
 import { createLogger } from '../../../src/base/log.ts';
 import type { KonnectivityServer } from '../../../src/konnectivity/server/server.ts';
+import { PreAuthBounds } from '../../../src/konnectivity/server/pre-auth.ts';
 import { FRAME, LINK_ALPN } from '../../../src/konnectivity/wire/link.ts';
 import { makePki, OWN_LOOPBACK, startAgent, startServer, type TestPki } from './fixtures.ts';
 import { waitFor } from '../../wait.ts';
@@ -407,4 +408,25 @@ test('a flood that reconnects from one address does not keep out an agent 300 ms
   t.diagnostic(
     `an agent 300 ms away connected in ${ms.toFixed(0)} ms while a flood opened ${during} connections at the cap of 32`,
   );
+});
+
+test('connections the front door hands on are counted by the client it names: at the cap the busiest client gives way, not the oldest', (t) => {
+  const bounds = new PreAuthBounds({ maxConnections: 3, timeoutMs: 60_000 }, capturedLog().log);
+  t.after(() => bounds.close());
+  let port = 40_000;
+  // Every one of them comes from the door (127.0.0.1); only the PROXY header tells them apart.
+  const sockets: Socket[] = [];
+  const fromDoor = (): Socket => {
+    const s = new Socket();
+    Object.defineProperties(s, { remoteAddress: { value: '127.0.0.1' }, remotePort: { value: port++ } });
+    sockets.push(s);
+    return s;
+  };
+  t.after(() => sockets.forEach((s) => s.destroy()));
+  const oldest = bounds.admit(fromDoor(), '192.0.2.2');
+  const [busy1, busy2] = [bounds.admit(fromDoor(), '192.0.2.1'), bounds.admit(fromDoor(), '192.0.2.1')];
+  bounds.admit(fromDoor(), '192.0.2.3');
+  assert.equal(busy1.socket.destroyed, true, 'the busiest client kept its oldest connection');
+  assert.equal(oldest.socket.destroyed, false, 'a client with one waiting connection was closed for another');
+  assert.equal(busy2.socket.destroyed, false);
 });

@@ -8,6 +8,7 @@ import {
   MAX_LISTED_AGENTS,
   type Lease,
 } from '../../../src/kube/controller-leases.ts';
+import { konnectivityServer } from '../../../src/worker/agent.ts';
 
 test('a controller lease names its API server and konnectivity address; only leases renewed within their duration are live', () => {
   const t0 = Date.parse('2026-11-23T10:00:00Z');
@@ -80,4 +81,30 @@ test('each lease lists the agents its server holds; per agent, status names ever
   const [big] = liveControllers([lease('10.0.0.9', many)], now.getTime());
   assert.equal(big!.agents.length, MAX_LISTED_AGENTS);
   assert.equal(big!.agentsTotal, MAX_LISTED_AGENTS + 3);
+});
+
+test("a lease names its host's front door; nodes reach the konnectivity server there by name; a bad annotation is no door", () => {
+  const t0 = Date.parse('2026-11-30T10:00:00Z');
+  const frontDoor = {
+    address: '10.0.0.1:443',
+    api: 'alpha.c.test',
+    konnectivity: 'konnectivity.alpha.c.test',
+    join: 'join.alpha.c.test',
+  };
+  const base = { apiServer: 'https://10.0.0.1:6443', konnectivity: '10.0.0.1:8132', agents: [] };
+  const lease = (extra: object) =>
+    JSON.parse(JSON.stringify(controllerLease('kctl-controller-a', { ...base, ...extra }, new Date(t0)))) as Lease;
+  const [withDoor] = liveControllers([lease({ frontDoor })], t0);
+  assert.deepEqual(withDoor?.frontDoor, frontDoor);
+  assert.deepEqual(konnectivityServer(withDoor!), {
+    host: '10.0.0.1',
+    port: 443,
+    serverName: 'konnectivity.alpha.c.test',
+  });
+  const [without] = liveControllers([lease({})], t0);
+  assert.equal(without?.frontDoor, undefined);
+  assert.deepEqual(konnectivityServer(without!), { host: '10.0.0.1', port: 8132 });
+  const broken = lease({});
+  broken.metadata.annotations!['kctl.dev/front-door'] = JSON.stringify({ ...frontDoor, address: 'no-port' });
+  assert.equal(liveControllers([broken], t0)[0]?.frontDoor, undefined);
 });

@@ -132,7 +132,13 @@ test('spec.frontDoor: off by default; on, it needs a base domain, and the names 
     /invalid config kctl\.yaml: spec\.frontDoor\.baseDomain: set the domain the cluster names live under/,
   );
   const on = { enabled: true, baseDomain: 'clusters.example.com' };
+  // A full cluster's nodes reach its konnectivity server and join endpoint by names one label deeper.
   assert.deepEqual(frontDoorNames(parseConfig({ spec: { frontDoor: on } }, 'kctl.yaml')), {
+    api: 'kctl.clusters.example.com',
+    konnectivity: 'konnectivity.kctl.clusters.example.com',
+    join: 'join.kctl.clusters.example.com',
+  });
+  assert.deepEqual(frontDoorNames(parseConfig({ spec: { profile: 'api-only', frontDoor: on } }, 'kctl.yaml')), {
     api: 'kctl.clusters.example.com',
   });
   assert.equal(
@@ -151,7 +157,8 @@ test('spec.frontDoor: off by default; on, it needs a base domain, and the names 
     () => parseConfig({ spec: { frontDoor: { ...on, baseDomain: 'localhost' } } }, 'kctl.yaml'),
     /spec\.frontDoor\.baseDomain: expected a DNS domain/,
   );
-  // Its name is in the API server's certificate, since the door passes TLS through.
+  // Its names are in the servers' certificates, since the door passes TLS through.
   const sans = pkiOptions(parseConfig({ spec: { frontDoor: on } }, 'kctl.yaml'), controllerPaths('/d', '/r')).sans;
-  assert.ok(sans.includes('kctl.clusters.example.com'), sans.join(', '));
+  for (const name of ['kctl', 'konnectivity.kctl', 'join.kctl'])
+    assert.ok(sans.includes(`${name}.clusters.example.com`), sans.join(', '));
 });

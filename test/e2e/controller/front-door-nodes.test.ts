@@ -1,0 +1,110 @@
+// Nodes through the front door: a full cluster with spec.frontDoor, and a worker whose host may
+// not reach the controller's konnectivity agent port or join endpoint (rejected on its way out).
+// Its agent takes the front door from the controller's lease (konnectivity.<name>.<domain> on the
+// door's port, the server's certificate checked for that name), so kube-apiserver's logs and exec
+// reach its pod. The join endpoint behind the door counts failed joins per client address (the
+// door hands it on in a PROXY v2 header): the worker host's bad tokens block the worker host, not
+// the controller host, though both arrive through the same door. kctl status shows the door's
+// names and the connections it routed.
+import assert from 'node:assert/strict';
+import { writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { test } from 'node:test';
+import type { ControllerStatusReport } from '../../../src/controller/leases/status.ts';
+import type { WorkerStatusReport } from '../../../src/worker/index.ts';
+import { controllerReady, labController, runPinnedPod, startIsolatedWorker, track } from '../lab/cluster.ts';
+import { kctl } from '../lab/kctl.ts';
+import { startLab } from '../lab/lab-test.ts';
+import type { LabHost } from '../lab/lab.ts';
+import { waitFor } from '../../wait.ts';
+
+const DOOR_PORT = 8443;
+const API = 'alpha.clusters.test';
+
+test("a worker that may not reach the controller's agent port or join endpoint gets its tunnel through the front door; the join endpoint behind it counts each client's failures", async (t) => {
+  const { lab, dir, kctlBin } = await startLab(t, 'fdn', ['ctl', 'w1'], { dir: 'kctl-fdnodes-', workers: ['w1'] });
+  const [ctl, w1] = [lab.host('ctl'), lab.host('w1')];
+  const c = await labController(kctlBin, ctl, dir);
+  await writeFile(
+    join(dir, 'kctl.yaml'),
+    [
+      'spec:',
+      `  api: { address: ${ctl.ip} }`,
+      `  frontDoor: { enabled: true, port: ${DOOR_PORT}, baseDomain: clusters.test, name: alpha }`,
+      '',
+    ].join('\n'),
+  );
+  const controller = track(ctl.spawn(kctlBin, c.args));
+  await controllerReady(controller);
+
+  // w1 may reach the API port and the door, nothing else of the controller host's.
+  for (const port of [8132, 9443]) {
+    const r = await w1.run('iptables', [
+      '-w',
+      '5',
+      '-A',
+      'OUTPUT',
+      '-d',
+      ctl.ip,
+      '-p',
+      'tcp',
+      '--dport',
+      String(port),
+      '-j',
+      'REJECT',
+    ]);
+    assert.equal(r.exitCode, 0, String(r.stderr));
+  }
+  assert.equal(await lab.canConnect(w1, ctl, 8132), false, 'w1 reaches the agent port');
+  assert.equal(await lab.canConnect(w1, ctl, DOOR_PORT), true, 'w1 does not reach the front door');
+
+  await startIsolatedWorker(kctlBin, lab, c, ctl, w1, dir);
+  const workerStatus = async () =>
+    JSON.parse(
+      String((await w1.run(kctlBin, ['status', '-o', 'json', '--run-dir', join(dir, 'w1-run')])).stdout),
+    ) as WorkerStatusReport;
+  await waitFor('the agent holds a stream through the front door', 120_000, async () =>
+    (await workerStatus()).konnectivityAgent?.servers.some((s) => s.address === `${ctl.ip}:${DOOR_PORT}`),
+  );
+  await runPinnedPod(c.kubectl, 'p1', 'w1', 'hello through the door', true);
+  assert.equal(String((await c.kubectl(['logs', 'p1'])).stdout).trim(), 'hello through the door');
+  const exec = await c.kubectl(['exec', 'p1', '--', 'cat', '/www/index.html']);
+  assert.equal(String(exec.stdout).trim(), 'p1', String(exec.stderr));
+
+  const status = async () =>
+    JSON.parse(String((await kctl(['status', '-o', 'json', '--run-dir', c.runDir])).stdout)) as ControllerStatusReport;
+  const door = (await status()).frontDoor;
+  assert.deepEqual(door?.names, { api: API, konnectivity: `konnectivity.${API}`, join: `join.${API}` });
+  assert.ok((door?.door.clusters.alpha?.total ?? 0) >= 1, `the door routed nothing: ${JSON.stringify(door)}`);
+  const text = String((await kctl(['status', '--run-dir', c.runDir])).stdout);
+  assert.match(text, new RegExp(`^Front door on port ${DOOR_PORT}: api=${API.replace(/\./g, '\\.')}`, 'm'));
+
+  // The join endpoint through the door, with the cluster CA and its name checked (curl --cacert).
+  const joinThroughDoor = async (from: LabHost) => {
+    const r = await from.run('curl', [
+      '-sS',
+      '--max-time',
+      '10',
+      '--cacert',
+      join(c.dataDir, 'pki', 'ca.crt'),
+      '--resolve',
+      `join.${API}:${DOOR_PORT}:${ctl.ip}`,
+      '-X',
+      'POST',
+      '-H',
+      'Authorization: Bearer kctl-bad.token',
+      '-d',
+      '{}',
+      `https://join.${API}:${DOOR_PORT}/v1/controller/join`,
+    ]);
+    assert.equal(r.exitCode, 0, `curl from ${from.name}: ${String(r.stderr)}`);
+    return String(r.stdout);
+  };
+  let answer = '';
+  for (let i = 0; i < 12 && !answer.includes('too many failed join attempts'); i++) answer = await joinThroughDoor(w1);
+  assert.match(answer, new RegExp(`too many failed join attempts from ${w1.ip.replace(/\./g, '\\.')};`));
+  // The controller host's own client, through the same door, is not the one blocked.
+  const other = await joinThroughDoor(ctl);
+  assert.doesNotMatch(other, /too many failed join attempts/);
+  assert.match(other, /token/i);
+});
