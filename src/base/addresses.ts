@@ -154,3 +154,31 @@ export function ipFromBytes(b: Buffer): string {
   const n = [...b].reduce((acc, x) => (acc << 8n) | BigInt(x), 0n);
   return bigIntToIp(n, b.length * 8);
 }
+
+/**
+ * A cluster's endpoints behind a controller host's front door, as nodes use them: the door's
+ * host:port, and the server names of the cluster's API, konnectivity server, join endpoint and node API tunnel.
+ */
+export interface FrontDoorEndpoint {
+  address: string;
+  api: string;
+  konnectivity: string;
+  join: string;
+  /** The node API tunnel: API connections of clients that send no server name, in TLS with the node's certificate. */
+  nodeApi: string;
+}
+
+/** A FrontDoorEndpoint from untrusted JSON (a lease annotation, a token); undefined when it is not one. */
+export function parseFrontDoorEndpoint(value: unknown): FrontDoorEndpoint | undefined {
+  if (typeof value !== 'object' || value === null) return undefined;
+  const f = value as Record<string, unknown>;
+  const text = (x: unknown): string => (typeof x === 'string' ? x : '');
+  const e = {
+    address: text(f.address),
+    api: text(f.api),
+    konnectivity: text(f.konnectivity),
+    join: text(f.join),
+    nodeApi: text(f.nodeApi),
+  };
+  return Object.values(e).every(Boolean) && splitHostPort(e.address) ? e : undefined;
+}

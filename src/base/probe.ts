@@ -11,6 +11,8 @@ export interface HttpsProbe {
   ca?: string; // CA file; omitted = do not verify (self-signed component endpoints on loopback)
   cert?: string;
   key?: string;
+  /** The TLS server name to send and check, when not the URL's host (a front door routes by it). */
+  serverName?: string;
   expect?: (status: number, body: string) => boolean;
 }
 
@@ -33,6 +35,7 @@ export function httpsGet(p: HttpsProbe, timeoutMs = 3000): Promise<{ status: num
             cert: p.cert ? readFileSync(p.cert) : undefined,
             key: p.key ? readFileSync(p.key) : undefined,
             rejectUnauthorized: p.ca !== undefined,
+            ...(p.serverName ? { servername: p.serverName } : {}),
             timeout: timeoutMs,
           },
           onResponse,

@@ -178,7 +178,7 @@ export function controllerComponents(o: ControllerRoleOptions): Component[] {
     },
     new LeaseTurn(kube, controllerLeaseName(cfg.spec.api.address)),
   );
-  const door = frontDoorComponent(cfg, paths, { konnectivity, join: joinServer });
+  const door = frontDoorComponent(cfg, paths, { konnectivity, join: joinServer, pki });
   const upgrade = o.restart
     ? new ControllerUpgradeComponent({
         cfg,

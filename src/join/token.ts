@@ -6,6 +6,7 @@ import { X509Certificate } from 'node:crypto';
 import { isIP } from 'node:net';
 import { gunzipSync, gzipSync } from 'node:zlib';
 import { parse, stringify } from 'yaml';
+import { parseFrontDoorEndpoint, type FrontDoorEndpoint } from '../base/addresses.ts';
 
 export const BOOTSTRAP_TOKEN_RE = /^([a-z0-9]{6})\.([a-z0-9]{16})$/;
 export const TOKEN_PREFIX = 'kctl1:';
@@ -23,6 +24,8 @@ export interface JoinInfo {
   podCIDR?: string; // the cluster's pod network, for kube-proxy
   clusterDomain?: string;
   clusterDNS?: string; // kubelet's clusterDNS: the cluster DNS Service IP
+  /** The controller's front door (worker tokens of a cluster with one): a node may reach everything there, by name. */
+  frontDoor?: FrontDoorEndpoint;
 }
 
 export class TokenError extends Error {}
@@ -59,6 +62,7 @@ interface JoinKubeconfig {
           podCIDR?: string;
           clusterDomain?: string;
           clusterDNS?: string;
+          frontDoor?: FrontDoorEndpoint;
         };
       }[];
     };
@@ -93,6 +97,7 @@ export function encodeToken(info: JoinInfo): string {
                 podCIDR: info.podCIDR,
                 clusterDomain: info.clusterDomain,
                 clusterDNS: info.clusterDNS,
+                ...(info.frontDoor ? { frontDoor: info.frontDoor } : {}),
               },
             },
           ],
@@ -166,6 +171,11 @@ export function decodeToken(text: string): JoinInfo {
   if (typeof ext.clusterDNS === 'string') {
     if (isIP(ext.clusterDNS) === 0) throw malformed(`cluster DNS "${ext.clusterDNS}" is not an IP address`);
     out.clusterDNS = ext.clusterDNS;
+  }
+  if (ext.frontDoor !== undefined) {
+    const door = parseFrontDoorEndpoint(ext.frontDoor);
+    if (!door) throw malformed('the front door needs address (host:port), api, konnectivity, join and nodeApi');
+    out.frontDoor = door;
   }
   return out;
 }

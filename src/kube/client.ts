@@ -21,6 +21,8 @@ export interface KubeCredentials {
   cert?: string | Buffer;
   key?: string | Buffer;
   token?: string;
+  /** The TLS server name to send and check, when not the server's host (kubeconfig's tls-server-name: a front door routes by it). */
+  serverName?: string;
 }
 
 /** What the API server said no with: HTTP status and the Status reason (e.g. NotFound, Expired). */
@@ -74,7 +76,14 @@ interface KubeStatus {
 }
 
 interface KubeconfigFile {
-  clusters?: { cluster: { server: string; 'certificate-authority-data'?: string; 'certificate-authority'?: string } }[];
+  clusters?: {
+    cluster: {
+      server: string;
+      'certificate-authority-data'?: string;
+      'certificate-authority'?: string;
+      'tls-server-name'?: string;
+    };
+  }[];
   users?: {
     user: {
       'client-certificate-data'?: string;
@@ -100,6 +109,7 @@ export function credentialsFromKubeconfig(path: string): KubeCredentials {
     cert: data(user['client-certificate-data'], user['client-certificate']),
     key: data(user['client-key-data'], user['client-key']),
     token: user.token,
+    ...(cluster['tls-server-name'] ? { serverName: cluster['tls-server-name'] } : {}),
   };
 }
 
@@ -176,6 +186,7 @@ export class KubeClient {
                 ca: creds.ca || undefined,
                 cert: creds.cert,
                 key: creds.key,
+                ...(creds.serverName ? { servername: creds.serverName } : {}),
               },
               resolve,
             );

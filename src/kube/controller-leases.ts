@@ -7,7 +7,7 @@
 // The lease also lists the agents its konnectivity server holds, so any controller's `kctl
 // status` can show, per agent, every controller it has a stream to.
 import type { Release } from '../base/version.ts';
-import { splitHostPort, urlHost } from '../base/addresses.ts';
+import { parseFrontDoorEndpoint, splitHostPort, urlHost, type FrontDoorEndpoint } from '../base/addresses.ts';
 import type { KubeClient, KubeManifest } from './client.ts';
 import { Informer } from './informer.ts';
 import {
@@ -41,7 +41,7 @@ const ENCRYPTION_ANNOTATION = 'kctl.dev/encryption-keys';
 export const CA_BUNDLE_ANNOTATION = 'kctl.dev/ca-bundle';
 /** Where this controller serves kctl executables to nodes and controllers (its join endpoint's https URL). */
 const EXECUTABLES_ANNOTATION = 'kctl.dev/executables';
-/** Where nodes reach this controller through its host's front door (JSON: ControllerFrontDoor). */
+/** Where nodes reach this controller through its host's front door (JSON: FrontDoorEndpoint). */
 const FRONT_DOOR_ANNOTATION = 'kctl.dev/front-door';
 /** Annotations share a 256 KiB budget per object: past this many agents the list is cut (and says so). */
 export const MAX_LISTED_AGENTS = 5000;
@@ -69,26 +69,13 @@ export interface LiveController {
   /** https URL of its join endpoint, which serves kctl executables. */
   executables?: string;
   /** Its host's front door (spec.frontDoor): nodes reach the same endpoints there, by name, on one port. */
-  frontDoor?: ControllerFrontDoor;
+  frontDoor?: FrontDoorEndpoint;
 }
 
-/** A controller's front door: its host:port and the server names of this cluster's endpoints there. */
-export interface ControllerFrontDoor {
-  address: string;
-  api: string;
-  konnectivity: string;
-  join: string;
-}
-
-function parseFrontDoor(text: string | undefined): ControllerFrontDoor | undefined {
+function parseFrontDoor(text: string | undefined): FrontDoorEndpoint | undefined {
   if (!text) return undefined;
   try {
-    const f = JSON.parse(text) as Record<string, unknown>;
-    const fields = [f.address, f.api, f.konnectivity, f.join];
-    if (!fields.every((x) => typeof x === 'string' && x !== '') || !splitHostPort(f.address as string))
-      return undefined;
-    const [address, api, konnectivity, join] = fields as string[];
-    return { address: address!, api: api!, konnectivity: konnectivity!, join: join! };
+    return parseFrontDoorEndpoint(JSON.parse(text));
   } catch {
     return undefined;
   }

@@ -15,6 +15,8 @@ export interface KubeconfigContent {
   certPem?: string;
   keyPem?: string;
   token?: string;
+  /** tls-server-name: the name the client sends and checks (a front door routes by it). */
+  serverName?: string;
 }
 
 const CLUSTER = 'kubernetes';
@@ -38,7 +40,16 @@ export function renderKubeconfig(o: KubeconfigContent): string {
   return stringify({
     apiVersion: 'v1',
     kind: 'Config',
-    clusters: [{ name: CLUSTER, cluster: { server: o.server, 'certificate-authority-data': b64(o.caPem) } }],
+    clusters: [
+      {
+        name: CLUSTER,
+        cluster: {
+          server: o.server,
+          'certificate-authority-data': b64(o.caPem),
+          ...(o.serverName ? { 'tls-server-name': o.serverName } : {}),
+        },
+      },
+    ],
     contexts: [{ name: context, context: { cluster: CLUSTER, user: o.user } }],
     'current-context': context,
     users: [{ name: o.user, user }],

@@ -91,7 +91,10 @@ export class AgentComponent implements Component, ControllerFollower {
   async start(): Promise<void> {
     const { cert, key } = splitPem(await readFile(this.clientCertFile(), 'utf8'));
     this.agent = new KonnectivityAgent({
-      servers: this.state.konnectivity.map(hostPort),
+      // The token's controllers (through the token's front door when it names one); then their leases.
+      servers: this.state.frontDoor
+        ? [{ ...hostPort(this.state.frontDoor.address), serverName: this.state.frontDoor.konnectivity }]
+        : this.state.konnectivity.map(hostPort),
       ca: await readFile(this.paths.caCert),
       cert,
       key,

@@ -14,8 +14,11 @@
 // row, checked again 0.5 s after each failure: a controller that vanishes without a word is cut
 // within about 14 s (2 + 3 x 3.5 s + 2 x 0.5 s), and 1-2 % loss does not cut every watch now and
 // then (a check on a 600 ms path takes about 1.8 s, one lost segment about a second more).
+import { readFileSync } from 'node:fs';
 import { connect, createServer, type Server, type Socket } from 'node:net';
-import { joinHostPort, urlHost } from '../base/addresses.ts';
+import { connect as tlsConnect, TLSSocket } from 'node:tls';
+import { joinHostPort, splitHostPort, urlHost, type FrontDoorEndpoint } from '../base/addresses.ts';
+import { readClientHello } from '../frontdoor/client-hello.ts';
 import type { Component, ComponentContext, ComponentStatus } from '../base/component.ts';
 import type { Logger } from '../base/log.ts';
 import type { LiveController } from '../kube/controller-leases.ts';
@@ -61,10 +64,18 @@ export interface ApiBalancerStatus {
   upstreams: UpstreamStatus[];
 }
 
+/** A controller's API server as the balancer is told of it: its URL, and its host's front door if it has one. */
+export interface ApiServerEntry {
+  url: string;
+  door?: FrontDoorEndpoint;
+}
+
 interface Upstream {
   url: string;
   host: string;
   port: number;
+  /** Through this front door: clients that name the cluster's API pass through; others go in the node API tunnel. */
+  door?: FrontDoorEndpoint;
   healthy: boolean;
   lastError?: string;
   sockets: Set<Socket>;
@@ -75,19 +86,21 @@ interface Upstream {
   recheck?: NodeJS.Timeout;
 }
 
-/** An https API server URL as an upstream; null when it is not one. */
-function upstreamOf(url: string): Upstream | null {
+/** An https API server URL (or its front door) as an upstream; null when it is not one. */
+function upstreamOf(e: ApiServerEntry): Upstream | null {
+  const door = e.door ? splitHostPort(e.door.address) : null;
   let u: URL;
   try {
-    u = new URL(url);
+    u = new URL(door ? `https://${e.door!.address}` : e.url);
   } catch {
     return null;
   }
   if (u.protocol !== 'https:') return null;
   return {
     url: u.origin,
-    host: urlHost(url),
-    port: Number(u.port || 443),
+    host: door?.host ?? urlHost(e.url),
+    port: door?.port ?? Number(u.port || 443),
+    ...(door ? { door: e.door } : {}),
     healthy: false,
     sockets: new Set(),
     silentChecks: 0,
@@ -108,7 +121,9 @@ export class ApiBalancerComponent implements Component, ControllerFollower {
   constructor(
     private readonly o: {
       caFile: string;
-      apiServers: string[];
+      apiServers: ApiServerEntry[];
+      /** The node's client certificate and key (one PEM): the node API tunnel behind a front door is opened with it. */
+      nodeCertFile?: string;
       port?: number;
       timings?: Partial<ApiBalancerTimings>;
       /** An upstream's host answers again (e.g. after a partition): the agent can retry it now. */
@@ -124,14 +139,14 @@ export class ApiBalancerComponent implements Component, ControllerFollower {
     this.setUpstreams(this.o.apiServers);
   }
 
-  /** Every live controller's API server is an upstream. */
+  /** Every live controller's API server is an upstream (through its host's front door when it has one). */
   controllersChanged(live: LiveController[]): void {
-    this.setUpstreams(live.map((c) => c.apiServer));
+    this.setUpstreams(live.map((c) => ({ url: c.apiServer, ...(c.frontDoor ? { door: c.frontDoor } : {}) })));
   }
 
   /** The API servers now (from the controllers' leases); an empty list keeps the current ones. */
-  setUpstreams(urls: string[]): void {
-    const wanted = urls.map(upstreamOf).filter((u): u is Upstream => u !== null);
+  setUpstreams(entries: ApiServerEntry[]): void {
+    const wanted = entries.map(upstreamOf).filter((u): u is Upstream => u !== null);
     if (wanted.length === 0) return;
     const keep = this.upstreams.filter((u) => wanted.some((w) => w.url === u.url));
     for (const gone of this.upstreams.filter((u) => !keep.includes(u))) {
@@ -147,7 +162,7 @@ export class ApiBalancerComponent implements Component, ControllerFollower {
 
   async start(): Promise<void> {
     await this.checkAll();
-    const server = createServer((client) => this.proxy(client));
+    const server = createServer((client) => this.accept(client));
     await new Promise<void>((resolve, reject) => {
       server.once('error', reject);
       server.listen(this.o.port ?? API_BALANCER_PORT, '127.0.0.1', () => {
@@ -212,7 +227,10 @@ export class ApiBalancerComponent implements Component, ControllerFollower {
     let verdict: 'healthy' | 'refused' | 'silent';
     try {
       const r = await withDeadline(
-        httpsGet({ url: `${u.url}/readyz`, ca: this.o.caFile }, this.t.checkTimeoutMs),
+        httpsGet(
+          { url: `${u.url}/readyz`, ca: this.o.caFile, ...(u.door ? { serverName: u.door.api } : {}) },
+          this.t.checkTimeoutMs,
+        ),
         this.t.checkTimeoutMs,
       );
       verdict = r.status === 200 ? 'healthy' : 'refused';
@@ -249,7 +267,32 @@ export class ApiBalancerComponent implements Component, ControllerFollower {
     return pool[this.next++ % pool.length];
   }
 
-  private proxy(client: Socket, tried = new Set<Upstream>()): void {
+  /**
+   * A new client connection. With a front door among the upstreams its ClientHello is read first:
+   * a client that names the cluster's API is passed through the door as it is, any other (kubelet
+   * after its TLS bootstrap, whose kubeconfig kubelet rewrites without a server name) goes in the
+   * node API tunnel. Without a door nothing is read: the bytes pass as they come.
+   */
+  private accept(client: Socket): void {
+    if (!this.upstreams.some((u) => u.door)) return this.proxy(client, { head: Buffer.alloc(0) });
+    const chunks: Buffer[] = [];
+    const timer = setTimeout(() => client.destroy(), this.t.connectTimeoutMs * 2);
+    const onData = (chunk: Buffer): void => {
+      chunks.push(chunk);
+      const head = Buffer.concat(chunks);
+      const hello = readClientHello(head);
+      if (hello.kind === 'more') return;
+      clearTimeout(timer);
+      client.off('data', onData);
+      client.pause();
+      this.proxy(client, { head, serverName: hello.kind === 'hello' ? hello.serverName : undefined });
+    };
+    client.on('data', onData);
+    client.on('error', () => client.destroy());
+    client.once('close', () => clearTimeout(timer));
+  }
+
+  private proxy(client: Socket, first: { head: Buffer; serverName?: string }, tried = new Set<Upstream>()): void {
     const u = this.pick(tried);
     if (!u) {
       client.destroy();
@@ -257,7 +300,7 @@ export class ApiBalancerComponent implements Component, ControllerFollower {
     }
     tried.add(u);
     client.pause();
-    const upstream = connect({ host: u.host, port: u.port });
+    const upstream = this.open(u, first.serverName);
     // Until it connects: a client that goes away takes the attempt with it (no socket left to
     // connect after a partition heals), and a silent upstream is given up for the next one.
     const abandon = (): void => void upstream.destroy();
@@ -270,14 +313,14 @@ export class ApiBalancerComponent implements Component, ControllerFollower {
       clearTimeout(timer);
       client.off('close', abandon);
       u.lastError = `${u.url}: ${why}`;
-      if (!client.destroyed) this.proxy(client, tried); // try the next one
+      if (!client.destroyed) this.proxy(client, first, tried); // try the next one
     };
     const onConnectError = (err: Error): void => {
       if ((err as { code?: string }).code === 'ECONNREFUSED') u.healthy = false;
       giveUp(messageOf(err));
     };
     upstream.once('error', onConnectError);
-    upstream.once('connect', () => {
+    upstream.once(upstream instanceof TLSSocket ? 'secureConnect' : 'connect', () => {
       clearTimeout(timer);
       client.off('close', abandon);
       upstream.off('error', onConnectError);
@@ -289,10 +332,39 @@ export class ApiBalancerComponent implements Component, ControllerFollower {
         client.destroy();
       });
       client.on('close', () => upstream.destroy());
+      if (first.head.length > 0) upstream.write(first.head);
       client.pipe(upstream);
       upstream.pipe(client);
       client.resume();
     });
+  }
+
+  /**
+   * A connection to upstream `u` for a client that sent `serverName`: through a front door, the
+   * client's own TLS when it names the cluster's API, else inside the node API tunnel (TLS with the
+   * node's certificate, which the controller checks before it passes the bytes on).
+   */
+  private open(u: Upstream, serverName: string | undefined): Socket {
+    if (!u.door || serverName?.toLowerCase() === u.door.api.toLowerCase())
+      return connect({ host: u.host, port: u.port });
+    let pem: Buffer | undefined;
+    try {
+      pem = this.o.nodeCertFile ? readFileSync(this.o.nodeCertFile) : undefined;
+    } catch {
+      pem = undefined;
+    }
+    const socket = tlsConnect({
+      host: u.host,
+      port: u.port,
+      servername: u.door.nodeApi,
+      ca: readFileSync(this.o.caFile),
+      ...(pem ? { cert: pem, key: pem } : {}),
+    });
+    if (!pem)
+      queueMicrotask(() =>
+        socket.destroy(new Error('no node client certificate yet for the node API tunnel (kubelet bootstraps first)')),
+      );
+    return socket;
   }
 }
 

@@ -256,7 +256,12 @@ export function workerComponents(o: WorkerRoleOptions): Component[] {
   // perhaps deep in its backoff, hears of it and dials that controller's konnectivity port.
   const balancer = new ApiBalancerComponent({
     caFile: paths.caCert,
-    apiServers: state.apiServers,
+    // The token's controller through its front door when the token names one.
+    apiServers: state.apiServers.map((url, i) => ({
+      url,
+      ...(i === 0 && state.frontDoor ? { door: state.frontDoor } : {}),
+    })),
+    nodeCertFile: paths.kubeletClientPem,
     onHealthy: (host) => agent.hostAnswers(host),
   });
   const kubelet = new KubeletComponent({

@@ -13,6 +13,7 @@ import { parse, stringify } from 'yaml';
 import { writeKubeconfig } from '../pki/index.ts';
 import { API_BALANCER_URL } from './api-balancer.ts';
 import type { WorkerPaths } from './paths.ts';
+import type { FrontDoorEndpoint } from '../base/addresses.ts';
 
 export interface JoinState {
   apiServers: string[];
@@ -20,13 +21,20 @@ export interface JoinState {
   podCIDR?: string;
   clusterDomain?: string;
   clusterDNS?: string;
+  /** The token's front door: the node reaches the API, its agent's server and the join endpoint there. */
+  frontDoor?: FrontDoorEndpoint;
   joinedAt: string;
 }
 
 /** Asks the API server who the bootstrap token is; any failure becomes one clear line. */
 export async function verifyWithCluster(info: JoinInfo): Promise<void> {
-  const server = info.apiServers[0]!;
-  const kube = new KubeClient({ server, ca: info.caPem, token: info.bootstrapToken }, 10_000);
+  // Through the front door when the token names one (the node may reach nothing else).
+  const door = info.frontDoor;
+  const server = door ? `https://${door.address}` : info.apiServers[0]!;
+  const kube = new KubeClient(
+    { server, ca: info.caPem, token: info.bootstrapToken, ...(door ? { serverName: door.api } : {}) },
+    10_000,
+  );
   let review: { status?: { userInfo?: { username?: string } } };
   try {
     review = await kube.request('POST', '/apis/authentication.k8s.io/v1/selfsubjectreviews', {
@@ -125,6 +133,8 @@ export async function join(
     caPem: info.caPem,
     user: `kubelet-bootstrap`,
     token: info.bootstrapToken,
+    // Through a front door the balancer's upstream routes by this name; a direct API server ignores it.
+    ...(info.frontDoor ? { serverName: info.frontDoor.api } : {}),
   });
   const state: JoinState = {
     apiServers: info.apiServers,
@@ -132,6 +142,7 @@ export async function join(
     podCIDR: info.podCIDR,
     clusterDomain: info.clusterDomain,
     clusterDNS: info.clusterDNS,
+    ...(info.frontDoor ? { frontDoor: info.frontDoor } : {}),
     joinedAt: new Date().toISOString(),
   };
   await writeFileAtomic(stateFile(paths), JSON.stringify(state, null, 2) + '\n', 0o600);

@@ -37,6 +37,33 @@ test('a cluster DNS address that is not an IP makes the token malformed', async 
   );
 });
 
+test("a worker token of a cluster with a front door carries the door's address and names; a door without them is malformed", async (t) => {
+  const frontDoor = {
+    address: '10.77.0.10:443',
+    api: 'alpha.c.test',
+    konnectivity: 'konnectivity.alpha.c.test',
+    join: 'join.alpha.c.test',
+    nodeApi: 'node-api.alpha.c.test',
+  };
+  const info: JoinInfo = {
+    role: 'worker',
+    apiServers: ['https://10.77.0.10:6443'],
+    caPem: await ca(t),
+    konnectivity: ['10.77.0.10:8132'],
+    bootstrapToken: 'abcdef.0123456789abcdef',
+    frontDoor,
+  };
+  assert.deepEqual(decodeToken(encodeToken(info)).frontDoor, frontDoor);
+  for (const broken of [
+    { ...frontDoor, address: '10.77.0.10' },
+    { ...frontDoor, nodeApi: '' },
+  ])
+    assert.throws(
+      () => decodeToken(encodeToken({ ...info, frontDoor: broken })),
+      /malformed \(the front door needs address \(host:port\), api, konnectivity, join and nodeApi\)/,
+    );
+});
+
 test('a controller token carries the join endpoints; each role refuses the other role’s token with one line', async (t) => {
   const caPem = await ca(t);
   const base = {

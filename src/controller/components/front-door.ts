@@ -1,10 +1,10 @@
 // This cluster's part in its host's front door (spec.frontDoor): its names in the host's registry
 // and a door on the shared port (every kctl with a front door listens there; any of them routes
 // any name). The API name leads to kube-apiserver itself (which cannot read a PROXY header); the
-// konnectivity and join names lead to loopback handoff ports of this process, which take the
-// client's address from the door's PROXY v2 header (with this registration's key) and pass the
-// connection to the konnectivity server's agent port and the join endpoint, so their per-source
-// bounds count clients, not the door. Started once those listen; stopped first, so the names stop
+// konnectivity, join and node API names lead to loopback handoff ports of this process, which
+// take the client's address from the door's PROXY v2 header (with this registration's key) and
+// pass the connection to the konnectivity server's agent port, the join endpoint and the node API
+// tunnel (node-api-tunnel.ts), so their per-source bounds count clients, not the door. Started once those listen; stopped first, so the names stop
 // leading here before the servers go.
 import type { Socket } from 'node:net';
 import type { Component, ComponentContext } from '../../base/component.ts';
@@ -21,16 +21,19 @@ import {
 import type { ClusterConfig } from '../config/config.ts';
 import { frontDoorNames, type FrontDoorNames } from '../config/front-door.ts';
 import type { ControllerPaths } from '../config/paths.ts';
+import type { PkiPaths } from '../../pki/index.ts';
+import { NodeApiTunnel } from './node-api-tunnel.ts';
 
 /** A listener of this process the door hands connections to. */
 export interface DoorTarget {
   acceptFromDoor(socket: Socket, client: string): void;
 }
 
-/** The nodes' endpoints of a full cluster. */
+/** The nodes' endpoints of a full cluster (the node API tunnel is the door's own, with the API's certificate). */
 export interface DoorTargets {
   konnectivity: DoorTarget;
   join: DoorTarget;
+  pki: PkiPaths;
 }
 
 /** What `kctl status` shows of the front door on this controller. */
@@ -48,6 +51,7 @@ export class FrontDoorComponent implements Component {
   private door: FrontDoor | undefined;
   private readonly handoffs: DoorHandoff[] = [];
   private registered = false;
+  private tunnel: NodeApiTunnel | undefined;
 
   constructor(
     private readonly cfg: ClusterConfig,
@@ -91,10 +95,17 @@ export class FrontDoorComponent implements Component {
     };
     if (!this.targets) return backends;
     const key = newHandoffKey();
-    for (const endpoint of ['konnectivity', 'join'] as const) {
+    const tunnel = new NodeApiTunnel(this.targets.pki, { host: api.address, port: api.port }, this.log);
+    this.tunnel = tunnel;
+    const targets: Record<'konnectivity' | 'join' | 'nodeApi', DoorTarget> = {
+      konnectivity: this.targets.konnectivity,
+      join: this.targets.join,
+      nodeApi: { acceptFromDoor: (socket, client) => tunnel.accept(socket, client) },
+    };
+    for (const endpoint of ['konnectivity', 'join', 'nodeApi'] as const) {
       const name = this.names[endpoint];
       if (name === undefined) continue;
-      const target = this.targets[endpoint];
+      const target = targets[endpoint];
       const handoff = new DoorHandoff(
         endpoint,
         key,
@@ -113,6 +124,7 @@ export class FrontDoorComponent implements Component {
     await this.door?.close();
     this.door = undefined;
     await Promise.all(this.handoffs.splice(0).map((h) => h.close()));
+    this.tunnel?.close();
   }
 
   /** The door's names and this process's share of its traffic, once it is open. */

@@ -44,6 +44,8 @@ export interface FrontDoorNames {
   /** The konnectivity server's agent port and the join endpoint (a full cluster's; nodes dial them). */
   konnectivity?: string;
   join?: string;
+  /** A full cluster's node API tunnel: nodes' API connections that carry no server name, in TLS with the node's certificate. */
+  nodeApi?: string;
 }
 
 /**
@@ -55,5 +57,5 @@ export function frontDoorNames(cfg: ClusterConfig): FrontDoorNames | undefined {
   if (!f.enabled || f.baseDomain === undefined) return undefined;
   const api = `${f.name}.${f.baseDomain}`;
   if (cfg.spec.profile === 'api-only') return { api };
-  return { api, konnectivity: `konnectivity.${api}`, join: `join.${api}` };
+  return { api, konnectivity: `konnectivity.${api}`, join: `join.${api}`, nodeApi: `node-api.${api}` };
 }

@@ -1,9 +1,8 @@
 // Where this controller's endpoints are, as its config says: the API, the join endpoint and the
 // konnectivity agent port. Leases, tokens and kubeconfigs all name them the same way.
-import { httpsUrl, joinHostPort } from '../../base/addresses.ts';
+import { httpsUrl, joinHostPort, type FrontDoorEndpoint } from '../../base/addresses.ts';
 import type { ClusterConfig } from './config.ts';
 import { frontDoorNames } from './front-door.ts';
-import type { ControllerFrontDoor } from '../../kube/controller-leases.ts';
 
 export function apiServerUrl(cfg: ClusterConfig): string {
   return httpsUrl(cfg.spec.api.address, cfg.spec.api.port);
@@ -23,10 +22,11 @@ export function konnectivityAddress(cfg: ClusterConfig): string {
  * (none without a front door, or for an api-only cluster, which has no nodes). The door's own
  * address when it listens on one, else the API address.
  */
-export function frontDoorEndpoint(cfg: ClusterConfig): ControllerFrontDoor | undefined {
+export function frontDoorEndpoint(cfg: ClusterConfig): FrontDoorEndpoint | undefined {
   const names = frontDoorNames(cfg);
-  if (!names?.konnectivity || !names.join) return undefined;
+  if (!names?.konnectivity || !names.join || !names.nodeApi) return undefined;
   const f = cfg.spec.frontDoor;
   const host = f.address && f.address !== '0.0.0.0' && f.address !== '::' ? f.address : cfg.spec.api.address;
-  return { address: joinHostPort(host, f.port), api: names.api, konnectivity: names.konnectivity, join: names.join };
+  const { api, konnectivity, join, nodeApi } = names;
+  return { address: joinHostPort(host, f.port), api, konnectivity, join, nodeApi };
 }

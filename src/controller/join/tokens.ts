@@ -8,7 +8,7 @@ import { parseDuration } from '../../base/duration.ts';
 import { UserError } from '../../base/errors.ts';
 import { encodeToken, type JoinRole } from '../../join/token.ts';
 import { KubeApiError, type KubeClient } from '../../kube/client.ts';
-import { apiServerUrl, joinServerUrl, konnectivityAddress } from '../config/urls.ts';
+import { apiServerUrl, frontDoorEndpoint, joinServerUrl, konnectivityAddress } from '../config/urls.ts';
 import type { ClusterConfig } from '../config/config.ts';
 import { CONTROLLER_TOKEN_DEFAULT_USES, ControllerTokenStore } from './controller-tokens.ts';
 import { tokenSecretPath, workerTokenAnnotations, workerTokenRecord } from './worker-tokens.ts';
@@ -95,6 +95,7 @@ export async function createToken(
     podCIDR: cfg.spec.network.podCIDR,
     clusterDomain: cfg.spec.network.clusterDomain,
     clusterDNS: cfg.spec.network.clusterDNS,
+    ...(role === 'worker' ? { frontDoor: frontDoorEndpoint(cfg) } : {}),
   });
 }
 

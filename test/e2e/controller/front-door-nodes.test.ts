@@ -1,8 +1,9 @@
 // Nodes through the front door: a full cluster with spec.frontDoor, and a worker whose host may
-// not reach the controller's konnectivity agent port or join endpoint (rejected on its way out).
-// Its agent takes the front door from the controller's lease (konnectivity.<name>.<domain> on the
-// door's port, the server's certificate checked for that name), so kube-apiserver's logs and exec
-// reach its pod. The join endpoint behind the door counts failed joins per client address (the
+// reach nothing of the controller host's but the door's port (every other port rejected on its way
+// out). It joins with a token that names the door, kubelet bootstraps and works through the node's
+// API balancer (passing through the door by the API's name, then in the node API tunnel with the
+// node's certificate), and its agent dials konnectivity.<name>.<domain> on the door's port (the
+// server's certificate checked for that name), so kube-apiserver's logs and exec reach its pod. The join endpoint behind the door counts failed joins per client address (the
 // door hands it on in a PROXY v2 header): the worker host's bad tokens block the worker host, not
 // the controller host, though both arrive through the same door. kctl status shows the door's
 // names and the connections it routed.
@@ -21,7 +22,7 @@ import { waitFor } from '../../wait.ts';
 const DOOR_PORT = 8443;
 const API = 'alpha.clusters.test';
 
-test("a worker that may not reach the controller's agent port or join endpoint gets its tunnel through the front door; the join endpoint behind it counts each client's failures", async (t) => {
+test("a worker that may reach only the controller's front door joins, runs a pod and gets logs and exec through it; the join endpoint behind it counts each client's failures", async (t) => {
   const { lab, dir, kctlBin } = await startLab(t, 'fdn', ['ctl', 'w1'], { dir: 'kctl-fdnodes-', workers: ['w1'] });
   const [ctl, w1] = [lab.host('ctl'), lab.host('w1')];
   const c = await labController(kctlBin, ctl, dir);
@@ -37,25 +38,25 @@ test("a worker that may not reach the controller's agent port or join endpoint g
   const controller = track(ctl.spawn(kctlBin, c.args));
   await controllerReady(controller);
 
-  // w1 may reach the API port and the door, nothing else of the controller host's.
-  for (const port of [8132, 9443]) {
-    const r = await w1.run('iptables', [
-      '-w',
-      '5',
-      '-A',
-      'OUTPUT',
-      '-d',
-      ctl.ip,
-      '-p',
-      'tcp',
-      '--dport',
-      String(port),
-      '-j',
-      'REJECT',
-    ]);
-    assert.equal(r.exitCode, 0, String(r.stderr));
-  }
-  assert.equal(await lab.canConnect(w1, ctl, 8132), false, 'w1 reaches the agent port');
+  // w1 may reach the door and nothing else of the controller host's: every other TCP port is rejected.
+  const only = [
+    '-w',
+    '5',
+    '-A',
+    'OUTPUT',
+    '-d',
+    ctl.ip,
+    '-p',
+    'tcp',
+    '!',
+    '--dport',
+    String(DOOR_PORT),
+    '-j',
+    'REJECT',
+  ];
+  const blocked = await w1.run('iptables', only);
+  assert.equal(blocked.exitCode, 0, String(blocked.stderr));
+  for (const port of [6443, 8132, 9443]) assert.equal(await lab.canConnect(w1, ctl, port), false, `w1 reaches ${port}`);
   assert.equal(await lab.canConnect(w1, ctl, DOOR_PORT), true, 'w1 does not reach the front door');
 
   await startIsolatedWorker(kctlBin, lab, c, ctl, w1, dir);
@@ -66,6 +67,11 @@ test("a worker that may not reach the controller's agent port or join endpoint g
   await waitFor('the agent holds a stream through the front door', 120_000, async () =>
     (await workerStatus()).konnectivityAgent?.servers.some((s) => s.address === `${ctl.ip}:${DOOR_PORT}`),
   );
+  // kubelet, kube-proxy and kctl reach the API through the door too (the balancer's one upstream).
+  assert.deepEqual(
+    (await workerStatus()).apiBalancer?.upstreams.map((u) => [u.address, u.healthy]),
+    [[`${ctl.ip}:${DOOR_PORT}`, true]],
+  );
   await runPinnedPod(c.kubectl, 'p1', 'w1', 'hello through the door', true);
   assert.equal(String((await c.kubectl(['logs', 'p1'])).stdout).trim(), 'hello through the door');
   const exec = await c.kubectl(['exec', 'p1', '--', 'cat', '/www/index.html']);
@@ -74,7 +80,12 @@ test("a worker that may not reach the controller's agent port or join endpoint g
   const status = async () =>
     JSON.parse(String((await kctl(['status', '-o', 'json', '--run-dir', c.runDir])).stdout)) as ControllerStatusReport;
   const door = (await status()).frontDoor;
-  assert.deepEqual(door?.names, { api: API, konnectivity: `konnectivity.${API}`, join: `join.${API}` });
+  assert.deepEqual(door?.names, {
+    api: API,
+    konnectivity: `konnectivity.${API}`,
+    join: `join.${API}`,
+    nodeApi: `node-api.${API}`,
+  });
   assert.ok((door?.door.clusters.alpha?.total ?? 0) >= 1, `the door routed nothing: ${JSON.stringify(door)}`);
   const text = String((await kctl(['status', '--run-dir', c.runDir])).stdout);
   assert.match(text, new RegExp(`^Front door on port ${DOOR_PORT}: api=${API.replace(/\./g, '\\.')}`, 'm'));

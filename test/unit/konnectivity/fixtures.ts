@@ -76,14 +76,19 @@ export function makePki(): Promise<TestPki> {
   return shared;
 }
 
-async function createPki(t: T): Promise<TestPki> {
+/** A PKI of its own whose server certificates also carry `sans` (e.g. front-door names), removed after the test. */
+export function makePkiWithNames(t: T, sans: string[]): Promise<TestPki> {
+  return createPki(t, sans);
+}
+
+async function createPki(t: T, sans: string[] = []): Promise<TestPki> {
   const dir = await tempDir(t, 'kctl-knp-pki-');
   const log = quietLogger();
   await ensurePki(
     {
       dir,
       apiAddress: '127.0.0.1',
-      sans: [OWN_LOOPBACK],
+      sans: [OWN_LOOPBACK, ...sans],
       apiPort: 6443,
       serviceCIDR: '10.96.0.0/12',
       clusterDomain: 'cluster.local',

@@ -90,6 +90,7 @@ test("a lease names its host's front door; nodes reach the konnectivity server t
     api: 'alpha.c.test',
     konnectivity: 'konnectivity.alpha.c.test',
     join: 'join.alpha.c.test',
+    nodeApi: 'node-api.alpha.c.test',
   };
   const base = { apiServer: 'https://10.0.0.1:6443', konnectivity: '10.0.0.1:8132', agents: [] };
   const lease = (extra: object) =>

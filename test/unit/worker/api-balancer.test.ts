@@ -59,7 +59,10 @@ test(
     const a = await apiServer(t, 'api-a', pki.serverCert, pki.serverKey);
     const b = await apiServer(t, 'api-b', pki.serverCert, pki.serverKey);
     const { log } = captureLogger();
-    const lb = await initialised(new ApiBalancerComponent({ caFile, apiServers: [a.url, b.url], port: 0 }), log);
+    const lb = await initialised(
+      new ApiBalancerComponent({ caFile, apiServers: [{ url: a.url }, { url: b.url }], port: 0 }),
+      log,
+    );
     await lb.start();
     t.after(() => lb.stop());
     const port = lb.listenPort();
@@ -94,7 +97,7 @@ test(
     await waitFor('api-a healthy again', 5_000, () => lb.snapshot().upstreams.every((u) => u.healthy));
 
     // The controllers' leases now name only api-a.
-    lb.setUpstreams([a.url]);
+    lb.setUpstreams([{ url: a.url }]);
     assert.deepEqual(
       lb.snapshot().upstreams.map((u) => u.address),
       [`127.0.0.1:${a.url.split(':')[2]}`],
@@ -115,7 +118,13 @@ test(
     const answered: string[] = [];
     const timings = { checkEveryMs: 200, checkTimeoutMs: 300, recheckAfterFailureMs: 100, silentChecksToCut: 3 };
     const lb = await initialised(
-      new ApiBalancerComponent({ caFile, apiServers: [a.url], port: 0, timings, onHealthy: (h) => answered.push(h) }),
+      new ApiBalancerComponent({
+        caFile,
+        apiServers: [{ url: a.url }],
+        port: 0,
+        timings,
+        onHealthy: (h) => answered.push(h),
+      }),
       log,
     );
     await lb.start();

@@ -137,6 +137,7 @@ test('spec.frontDoor: off by default; on, it needs a base domain, and the names 
     api: 'kctl.clusters.example.com',
     konnectivity: 'konnectivity.kctl.clusters.example.com',
     join: 'join.kctl.clusters.example.com',
+    nodeApi: 'node-api.kctl.clusters.example.com',
   });
   assert.deepEqual(frontDoorNames(parseConfig({ spec: { profile: 'api-only', frontDoor: on } }, 'kctl.yaml')), {
     api: 'kctl.clusters.example.com',
@@ -159,6 +160,6 @@ test('spec.frontDoor: off by default; on, it needs a base domain, and the names 
   );
   // Its names are in the servers' certificates, since the door passes TLS through.
   const sans = pkiOptions(parseConfig({ spec: { frontDoor: on } }, 'kctl.yaml'), controllerPaths('/d', '/r')).sans;
-  for (const name of ['kctl', 'konnectivity.kctl', 'join.kctl'])
+  for (const name of ['kctl', 'konnectivity.kctl', 'join.kctl', 'node-api.kctl'])
     assert.ok(sans.includes(`${name}.clusters.example.com`), sans.join(', '));
 });
