@@ -15,6 +15,8 @@ import { sha256OfFile } from '../base/fs.ts';
 export interface DownloadOptions {
   /** https URLs of the same file, tried in turn. */
   urls: () => string[];
+  /** The TLS server name to send to a URL's host, when not its host (a front door routes by it). */
+  serverName?: (url: string) => string | undefined;
   target: string;
   sha256: string;
   size: number;
@@ -58,7 +60,12 @@ async function attempt(
   const res = await new Promise<IncomingMessage>((resolve, reject) => {
     const req = request(
       url,
-      { ...tls, headers: from > 0 ? { range: `bytes=${from}-` } : {}, signal: o.signal },
+      {
+        ...tls,
+        ...(o.serverName?.(url) ? { servername: o.serverName(url) } : {}),
+        headers: from > 0 ? { range: `bytes=${from}-` } : {},
+        signal: o.signal,
+      },
       resolve,
     );
     // A controller that does not answer at all (a silent partition) is left as a stalled one is.

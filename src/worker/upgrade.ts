@@ -40,6 +40,13 @@ import type { RestartRequest } from '../supervisor/handover.ts';
 import type { ControllerFollower } from './controller-watch.ts';
 
 const CHECK_EVERY_MS = 5_000;
+/** Where a node downloads kctl `version` from controller `c`: its front door by name, else its join endpoint. */
+export function executableSource(c: LiveController, version: string): { url: string; serverName?: string } | undefined {
+  if (c.frontDoor)
+    return { url: executableUrl(`https://${c.frontDoor.address}`, version), serverName: c.frontDoor.join };
+  return c.executables ? { url: executableUrl(c.executables, version) } : undefined;
+}
+
 /** The release is named again this often (an annotation someone removed comes back). */
 const RENAME_EVERY_MS = 60_000;
 /** While downloading, the bytes so far are reported at most this often. */
@@ -179,7 +186,9 @@ export class NodeUpgradeComponent implements Component, ControllerFollower {
     await this.report(true);
     let lastProgress = Date.now();
     const got = await downloadExecutable({
-      urls: () => this.live.flatMap((c) => (c.executables ? [executableUrl(c.executables, t.version)] : [])),
+      // Through each controller's front door when it has one (by the join endpoint's name), else its join port.
+      urls: () => this.live.flatMap((c) => executableSource(c, t.version)?.url ?? []),
+      serverName: (url) => this.live.map((c) => executableSource(c, t.version)).find((x) => x?.url === url)?.serverName,
       target: file,
       sha256: t.sha256,
       size: t.size,

@@ -9,6 +9,7 @@ import {
   type Lease,
 } from '../../../src/kube/controller-leases.ts';
 import { konnectivityServer } from '../../../src/worker/agent.ts';
+import { executableSource } from '../../../src/worker/upgrade.ts';
 
 test('a controller lease names its API server and konnectivity address; only leases renewed within their duration are live', () => {
   const t0 = Date.parse('2026-11-23T10:00:00Z');
@@ -83,7 +84,7 @@ test('each lease lists the agents its server holds; per agent, status names ever
   assert.equal(big!.agentsTotal, MAX_LISTED_AGENTS + 3);
 });
 
-test("a lease names its host's front door; nodes reach the konnectivity server there by name; a bad annotation is no door", () => {
+test("a lease names its host's front door; nodes reach the konnectivity server and executables there by name; a bad annotation is no door", () => {
   const t0 = Date.parse('2026-11-30T10:00:00Z');
   const frontDoor = {
     address: '10.0.0.1:443',
@@ -102,7 +103,12 @@ test("a lease names its host's front door; nodes reach the konnectivity server t
     port: 443,
     serverName: 'konnectivity.alpha.c.test',
   });
-  const [without] = liveControllers([lease({})], t0);
+  assert.deepEqual(executableSource(withDoor!, '1.2.3'), {
+    url: 'https://10.0.0.1:443/v1/executables/1.2.3',
+    serverName: 'join.alpha.c.test',
+  });
+  const [without] = liveControllers([lease({ executables: 'https://10.0.0.1:9443' })], t0);
+  assert.deepEqual(executableSource(without!, '1.2.3'), { url: 'https://10.0.0.1:9443/v1/executables/1.2.3' });
   assert.equal(without?.frontDoor, undefined);
   assert.deepEqual(konnectivityServer(without!), { host: '10.0.0.1', port: 8132 });
   const broken = lease({});

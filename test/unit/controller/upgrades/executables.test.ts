@@ -282,3 +282,25 @@ async function waitUntil(check: () => boolean): Promise<void> {
   for (let i = 0; i < 200 && !check(); i++) await new Promise((r) => setTimeout(r, 25));
   assert.ok(check(), 'timed out');
 }
+
+test('a download sends the server name it is given for a URL (a front door routes by it) and checks the certificate for that name', async (t) => {
+  const s = await served(t);
+  const node = await s.pki.nodeCert('w1');
+  const errors: string[] = [];
+  const download = (name: string, target: string) =>
+    downloadExecutable({
+      urls: () => [s.url],
+      serverName: (url) => (url === s.url ? name : undefined),
+      target: join(s.dataDir, target),
+      sha256: s.sha256,
+      size: SIZE,
+      tls: async () => ({ ca: s.pki.ca, ...node }),
+      retryMs: 10,
+      rounds: 1,
+      onError: (_url, reason) => errors.push(reason),
+    });
+  // The server's certificate names localhost (and 127.0.0.1, which the URL has): the name decides.
+  assert.equal((await download('localhost', 'by-name')).received, SIZE);
+  await assert.rejects(download('join.alpha.c.test', 'other-name'));
+  assert.match(errors.join('\n'), /alpha\.c\.test/);
+});
