@@ -50,10 +50,15 @@ export function renderStatus(r: AnyStatusReport): string {
     );
     if (k.agents.length === 0)
       out.push('  no agents connected: kube-apiserver answers "No agent available" for logs, exec and port-forward');
+    // With a front door, the nodes that still come to the agent port (older kctl, or not moved yet).
+    const direct = r.role === 'controller' && r.frontDoor ? k.agents.filter((a) => a.via === 'direct') : [];
+    if (direct.length)
+      out.push(`  on the direct agent port, not the front door: ${direct.map((a) => a.node ?? a.id).join(', ')}`);
     for (const a of k.agents) {
       const label = a.agentIdClaimed === undefined ? '' : `  agentid=${a.agentIdClaimed}`;
+      const from = a.client ? `  from=${a.client}${a.via === 'front-door' ? ' (front door)' : ''}` : '';
       out.push(
-        `  ${a.id}  node=${a.node ?? '-'}  auth=${a.auth}${label}${a.draining ? '  draining' : ''}  connections=${a.connections}`,
+        `  ${a.id}  node=${a.node ?? '-'}  auth=${a.auth}${label}${from}${a.draining ? '  draining' : ''}  connections=${a.connections}`,
       );
       // What the agent asked to route and what it got: "why did this dial go there" in one place.
       out.push(`    claimed:  ${showIdentifiers(a.claimed) || '(nothing)'}`);

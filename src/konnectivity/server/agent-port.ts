@@ -11,7 +11,7 @@ import type * as grpc from '@grpc/grpc-js';
 import { ServerCredentials } from '@grpc/grpc-js';
 import type { Logger } from '../../base/log.ts';
 import { LINK_ALPN } from '../wire/link.ts';
-import { PreAuthBounds, type PreAuthLimits, type Waiting } from './pre-auth.ts';
+import { peerKey, PreAuthBounds, type PreAuthLimits, type Waiting } from './pre-auth.ts';
 
 /** The agent stream is never paused (per-connection credit does that job). */
 const AGENT_STREAM_WINDOW = 8 * 1024 * 1024;
@@ -38,6 +38,8 @@ export class AgentListener {
   private readonly tlsServer: TlsServer;
   private readonly sockets = new Set<Socket>();
   private readonly bounds: PreAuthBounds;
+  /** Connections the front door handed on, by their local peer key: the clients it named. */
+  private readonly doorClients = new Map<string, string>();
 
   /** Without `onLink` only h2 is offered, as upstream's server does. */
   constructor(
@@ -82,7 +84,17 @@ export class AgentListener {
    * remote end is the door): held to the same bounds, counted by the client's address.
    */
   handOff(socket: Socket, client: string): void {
+    const key = peerKey(`${socket.remoteAddress ?? ''}:${socket.remotePort ?? 0}`);
+    this.doorClients.set(key, client);
+    socket.once('close', () => this.doorClients.delete(key));
     this.accept(socket, client);
+  }
+
+  /** How a stream from `peer` (its call's getPeer()) arrived, and from whom. */
+  arrival(peer: string): { via: 'direct' | 'front-door'; client: string } {
+    const key = peerKey(peer);
+    const client = this.doorClients.get(key);
+    return client !== undefined ? { via: 'front-door', client } : { via: 'direct', client: key.replace(/:\d+$/, '') };
   }
 
   private accept(socket: Socket, client?: string): void {

@@ -350,6 +350,7 @@ export class KonnectivityServer implements Component {
         node: a.identity.node,
         user: a.identity.user,
         auth: a.identity.method,
+        ...this.agentListener?.arrival(a.peer),
         claimed: a.claimed,
         accepted: a.identifiers,
         dropped: a.dropped,

@@ -12,6 +12,10 @@ export interface AgentSnapshot {
   node?: string;
   user: string;
   auth: AgentIdentity['method'];
+  /** How its stream arrived: straight at the agent port, or through the host's front door. */
+  via?: 'direct' | 'front-door';
+  /** Its address (the client the front door named, for a stream that came through it). */
+  client?: string;
   /** What the agent sent, what routing uses, and why the rest was dropped. */
   claimed: AgentIdentifiers;
   accepted: AgentIdentifiers;

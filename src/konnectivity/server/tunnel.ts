@@ -130,6 +130,11 @@ export class AgentBackend {
     this.verdict = verdict;
   }
 
+  /** The stream's remote end ("host:port"; the front door's own end for a connection it handed on). */
+  get peer(): string {
+    return this.call.getPeer();
+  }
+
   /** A kctl agent that takes credit and trace ids (flow-control/1). */
   get flowControl(): boolean {
     return this.extensions.includes(FLOW_CONTROL_EXTENSION);

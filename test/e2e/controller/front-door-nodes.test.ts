@@ -87,6 +87,9 @@ test("a worker that may reach only the controller's front door joins, runs a pod
     nodeApi: `node-api.${API}`,
   });
   assert.ok((door?.door.clusters.alpha?.total ?? 0) >= 1, `the door routed nothing: ${JSON.stringify(door)}`);
+  // The agent's stream came through the door, from w1 itself (the door named it in its PROXY header).
+  const w1Agent = (await status()).konnectivity?.agents.find((a) => a.node === 'w1');
+  assert.deepEqual([w1Agent?.via, w1Agent?.client], ['front-door', w1.ip]);
   const text = String((await kctl(['status', '--run-dir', c.runDir])).stdout);
   assert.match(text, new RegExp(`^Front door on port ${DOOR_PORT}: api=${API.replace(/\./g, '\\.')}`, 'm'));
 
@@ -118,4 +121,70 @@ test("a worker that may reach only the controller's front door joins, runs a pod
   const other = await joinThroughDoor(ctl);
   assert.doesNotMatch(other, /too many failed join attempts/);
   assert.match(other, /token/i);
+});
+
+test('a cluster that turns its front door on keeps its nodes: a running worker moves to the door by itself (no rejoin, no restart) and works when nothing else is reachable', async (t) => {
+  const { lab, dir, kctlBin } = await startLab(t, 'fdu', ['ctl', 'w1'], { dir: 'kctl-fdup-', workers: ['w1'] });
+  const [ctl, w1] = [lab.host('ctl'), lab.host('w1')];
+  const c = await labController(kctlBin, ctl, dir);
+  const config = (door: boolean) =>
+    writeFile(
+      join(dir, 'kctl.yaml'),
+      [
+        'spec:',
+        `  api: { address: ${ctl.ip} }`,
+        ...(door ? [`  frontDoor: { enabled: true, port: ${DOOR_PORT}, baseDomain: clusters.test, name: alpha }`] : []),
+        '',
+      ].join('\n'),
+    );
+  await config(false);
+  let controller = track(ctl.spawn(kctlBin, c.args));
+  await controllerReady(controller);
+  const worker = await startIsolatedWorker(kctlBin, lab, c, ctl, w1, dir);
+  await runPinnedPod(c.kubectl, 'p1', 'w1', 'before the door', true);
+
+  controller.child.kill('SIGTERM');
+  await controller.exited;
+  await config(true);
+  controller = track(ctl.spawn(kctlBin, c.args));
+  await controllerReady(controller);
+  const workerStatus = async () =>
+    JSON.parse(
+      String((await w1.run(kctlBin, ['status', '-o', 'json', '--run-dir', join(dir, 'w1-run')])).stdout),
+    ) as WorkerStatusReport;
+  const door = `${ctl.ip}:${DOOR_PORT}`;
+  await waitFor('the worker follows the lease to the front door', 120_000, async () => {
+    const s = await workerStatus();
+    return (
+      s.konnectivityAgent?.servers.some((x) => x.address === door) &&
+      s.apiBalancer?.upstreams.every((u) => u.address === door && u.healthy)
+    );
+  });
+  // Now nothing else of the controller host's is reachable from w1.
+  const only = [
+    '-w',
+    '5',
+    '-A',
+    'OUTPUT',
+    '-d',
+    ctl.ip,
+    '-p',
+    'tcp',
+    '!',
+    '--dport',
+    String(DOOR_PORT),
+    '-j',
+    'REJECT',
+  ];
+  assert.equal((await w1.run('iptables', only)).exitCode, 0);
+  const exec = await waitFor('exec through the door', 60_000, async () => {
+    const r = await c.kubectl(['exec', 'p1', '--', 'cat', '/www/index.html']);
+    return r.exitCode === 0 ? String(r.stdout).trim() : undefined;
+  });
+  assert.equal(exec, 'p1');
+  assert.equal(String((await c.kubectl(['logs', 'p1'])).stdout).trim(), 'before the door');
+  // kubelet still reports: its API connections ride the node API tunnel (its kubeconfig names no server).
+  await runPinnedPod(c.kubectl, 'p2', 'w1', 'after the door', true);
+  assert.equal(worker.child.exitCode, null, 'the worker restarted');
+  assert.equal(worker.lines(/"msg":"joined the cluster"/).length, 1, 'the worker joined again');
 });

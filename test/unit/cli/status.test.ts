@@ -288,5 +288,41 @@ test('kctl status shows the front door: this cluster names, connections per clus
     },
   });
   assert.match(idle, /^ {2}no connections routed by this process yet$/m);
+  // Which nodes still come to the agent port directly, and where each agent comes from.
+  const agent = (node: string, via: 'direct' | 'front-door', client: string) => ({
+    id: node,
+    node,
+    user: `system:node:${node}`,
+    auth: 'certificate' as const,
+    via,
+    client,
+    claimed: none,
+    accepted: none,
+    dropped: [],
+    draining: false,
+    extensions: [],
+    connections: 0,
+    pendingDials: 0,
+    connectedAt: new Date(0).toISOString(),
+  });
+  const mixed = renderStatus({
+    ...controller,
+    frontDoor: {
+      port: 443,
+      names: { api: 'alpha.c.test' },
+      door: { port: 443, clusters: {}, refused: { total: 0, notTls: 0, noName: 0, names: {} } },
+    },
+    konnectivity: {
+      serverId: 's1',
+      serverCount: 1,
+      pendingDials: 0,
+      establishedConnections: 0,
+      closingConnections: 0,
+      agents: [agent('w1', 'front-door', '10.0.0.7'), agent('w2', 'direct', '10.0.0.8')],
+    },
+  });
+  assert.match(mixed, /^ {2}on the direct agent port, not the front door: w2$/m);
+  assert.match(mixed, /^ {2}w1 .* from=10\.0\.0\.7 \(front door\) /m);
+  assert.match(mixed, /^ {2}w2 .* from=10\.0\.0\.8 {2}connections=0$/m);
   assert.match(idle, /^ {2}refused: 0 \(not TLS 0, no name 0\)$/m);
 });
