@@ -92,7 +92,11 @@ export class FrontDoor {
 
   /** Listens (beside every other kctl on this host that does). */
   async listen(): Promise<void> {
-    const server = createServer({ allowHalfOpen: true, noDelay: true }, (s) => this.accept(s));
+    // A larger buffer per accepted socket: fewer pause/resume turns per MiB spliced (the bench's
+    // front-door-cpu-per-mib: about a quarter less of the door's CPU than with the 16 KiB default).
+    const server = createServer({ allowHalfOpen: true, noDelay: true, highWaterMark: 1024 * 1024 }, (s) =>
+      this.accept(s),
+    );
     await new Promise<void>((resolve, reject) => {
       server.once('error', reject);
       server.listen({ port: this.o.port, host: this.o.address, reusePort: true }, () => {

@@ -1,0 +1,24 @@
+// The front door alone in a process of its own, for the bench's front-door section (front-door.ts):
+// one route, `localhost` to the backend port given, on a free loopback port. Prints {"port"} when
+// it listens; then, for each line on stdin, one JSON line with its RSS in KiB after a full GC and
+// the connections it holds (so the bench measures the door's memory and nothing else's).
+import { createInterface } from 'node:readline';
+import { createLogger } from '../src/base/log.ts';
+import { FrontDoor } from '../src/frontdoor/router.ts';
+import { rssKiB } from './procs.ts';
+
+const backend = Number(process.argv[2]);
+const route = { cluster: 'bench', endpoint: 'api', host: '127.0.0.1', port: backend };
+const door = new FrontDoor(
+  { port: 0, address: '127.0.0.1' },
+  { route: async (name) => (name === 'localhost' ? route : undefined) },
+  createLogger({ destination: process.stderr, pretty: false }),
+);
+await door.listen();
+process.stdout.write(`${JSON.stringify({ port: door.port })}\n`);
+for await (const line of createInterface({ input: process.stdin })) {
+  void line;
+  (globalThis as { gc?: () => void }).gc?.();
+  const open = door.stats().clusters.bench?.open ?? 0;
+  process.stdout.write(`${JSON.stringify({ rssKiB: rssKiB(process.pid), open })}\n`);
+}
