@@ -2,8 +2,10 @@
 import { readFileSync } from 'node:fs';
 import { request as httpRequest, type IncomingMessage } from 'node:http';
 import { request as httpsRequest } from 'node:https';
+import type { ConnectionOptions } from 'node:tls';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { reasonOf } from './errors.ts';
+import { proxiedHttps } from './proxy.ts';
 
 export interface HttpsProbe {
   /** https://… or, for plain local health ports (kubelet, kube-proxy), http://… */
@@ -14,6 +16,17 @@ export interface HttpsProbe {
   /** The TLS server name to send and check, when not the URL's host (a front door routes by it). */
   serverName?: string;
   expect?: (status: number, body: string) => boolean;
+}
+
+/** The TLS options of a probe (read from its files). */
+function tlsOf(p: HttpsProbe): ConnectionOptions {
+  return {
+    ca: p.ca ? readFileSync(p.ca) : undefined,
+    cert: p.cert ? readFileSync(p.cert) : undefined,
+    key: p.key ? readFileSync(p.key) : undefined,
+    rejectUnauthorized: p.ca !== undefined,
+    ...(p.serverName ? { servername: p.serverName } : {}),
+  };
 }
 
 export function httpsGet(p: HttpsProbe, timeoutMs = 3000): Promise<{ status: number; body: string }> {
@@ -30,14 +43,7 @@ export function httpsGet(p: HttpsProbe, timeoutMs = 3000): Promise<{ status: num
       ? httpRequest(p.url, { timeout: timeoutMs }, onResponse)
       : httpsRequest(
           p.url,
-          {
-            ca: p.ca ? readFileSync(p.ca) : undefined,
-            cert: p.cert ? readFileSync(p.cert) : undefined,
-            key: p.key ? readFileSync(p.key) : undefined,
-            rejectUnauthorized: p.ca !== undefined,
-            ...(p.serverName ? { servername: p.serverName } : {}),
-            timeout: timeoutMs,
-          },
+          { ...tlsOf(p), ...proxiedHttps(new URL(p.url).hostname, tlsOf(p)), timeout: timeoutMs },
           onResponse,
         );
     req.on('timeout', () => req.destroy(new Error(`timed out after ${timeoutMs} ms`)));

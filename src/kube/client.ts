@@ -6,6 +6,7 @@
 // Node 24 the ecosystem client adds ~1.9 MB of bundle, ~23 MiB of RSS and ~100 ms of start-up
 // to a controller whose RSS target is 90 MiB; ours adds ~7 KB and no measurable RSS, and kctl
 // needs only the handful of verbs below.
+import { proxiedHttps } from '../base/proxy.ts';
 import { readFileSync } from 'node:fs';
 import { request as httpRequest, type IncomingMessage } from 'node:http';
 import { request as httpsRequest } from 'node:https';
@@ -172,6 +173,12 @@ export class KubeClient {
       ...(body ? { 'content-type': o.contentType ?? 'application/json', 'content-length': body.length } : {}),
       ...(creds.token ? { authorization: `Bearer ${creds.token}` } : {}),
     };
+    const tls = {
+      ca: creds.ca || undefined,
+      cert: creds.cert,
+      key: creds.key,
+      ...(creds.serverName ? { servername: creds.serverName } : {}),
+    };
     return new Promise((resolve, reject) => {
       const req =
         url.protocol === 'http:'
@@ -183,10 +190,8 @@ export class KubeClient {
                 headers,
                 timeout: o.idleMs,
                 signal: o.signal,
-                ca: creds.ca || undefined,
-                cert: creds.cert,
-                key: creds.key,
-                ...(creds.serverName ? { servername: creds.serverName } : {}),
+                ...tls,
+                ...proxiedHttps(url.hostname, tls),
               },
               resolve,
             );

@@ -10,6 +10,7 @@ import type { IncomingMessage } from 'node:http';
 import { pipeline } from 'node:stream/promises';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { messageOf } from '../base/errors.ts';
+import { proxiedHttps } from '../base/proxy.ts';
 import { sha256OfFile } from '../base/fs.ts';
 
 export interface DownloadOptions {
@@ -56,13 +57,14 @@ async function attempt(
   o: DownloadOptions,
   count: (n: number) => void,
 ): Promise<void> {
-  const tls = await o.tls();
+  const name = o.serverName?.(url);
+  const tls = { ...(await o.tls()), ...(name ? { servername: name } : {}) };
   const res = await new Promise<IncomingMessage>((resolve, reject) => {
     const req = request(
       url,
       {
         ...tls,
-        ...(o.serverName?.(url) ? { servername: o.serverName(url) } : {}),
+        ...proxiedHttps(new URL(url).hostname, tls),
         headers: from > 0 ? { range: `bytes=${from}-` } : {},
         signal: o.signal,
       },

@@ -15,8 +15,10 @@
 // within about 14 s (2 + 3 x 3.5 s + 2 x 0.5 s), and 1-2 % loss does not cut every watch now and
 // then (a check on a 600 ms path takes about 1.8 s, one lost segment about a second more).
 import { readFileSync } from 'node:fs';
-import { connect, createServer, type Server, type Socket } from 'node:net';
-import { connect as tlsConnect, TLSSocket } from 'node:tls';
+import { once } from 'node:events';
+import { createServer, type Server, type Socket } from 'node:net';
+import { connect as tlsConnect } from 'node:tls';
+import { dial } from '../base/proxy.ts';
 import { joinHostPort, splitHostPort, urlHost, type FrontDoorEndpoint } from '../base/addresses.ts';
 import { readClientHello } from '../frontdoor/client-hello.ts';
 import type { Component, ComponentContext, ComponentStatus } from '../base/component.ts';
@@ -300,71 +302,65 @@ export class ApiBalancerComponent implements Component, ControllerFollower {
     }
     tried.add(u);
     client.pause();
-    const upstream = this.open(u, first.serverName);
-    // Until it connects: a client that goes away takes the attempt with it (no socket left to
-    // connect after a partition heals), and a silent upstream is given up for the next one.
-    const abandon = (): void => void upstream.destroy();
-    client.once('close', abandon);
-    const timer = setTimeout(() => {
-      upstream.destroy();
-      giveUp(`no TCP connection within ${this.t.connectTimeoutMs / 1000} s`);
-    }, this.t.connectTimeoutMs);
-    const giveUp = (why: string): void => {
-      clearTimeout(timer);
-      client.off('close', abandon);
-      u.lastError = `${u.url}: ${why}`;
-      if (!client.destroyed) this.proxy(client, first, tried); // try the next one
-    };
-    const onConnectError = (err: Error): void => {
-      if ((err as { code?: string }).code === 'ECONNREFUSED') u.healthy = false;
-      giveUp(messageOf(err));
-    };
-    upstream.once('error', onConnectError);
-    upstream.once(upstream instanceof TLSSocket ? 'secureConnect' : 'connect', () => {
-      clearTimeout(timer);
-      client.off('close', abandon);
-      upstream.off('error', onConnectError);
-      u.sockets.add(upstream);
-      upstream.on('error', () => client.destroy());
-      client.on('error', () => upstream.destroy());
-      upstream.on('close', () => {
-        u.sockets.delete(upstream);
-        client.destroy();
-      });
-      client.on('close', () => upstream.destroy());
-      if (first.head.length > 0) upstream.write(first.head);
-      client.pipe(upstream);
-      upstream.pipe(client);
-      client.resume();
-    });
+    // A silent upstream is given up for the next one; a client that goes away before the upstream
+    // answers takes the attempt with it (no socket left to connect after a partition heals).
+    this.open(u, first.serverName).then(
+      (upstream) => {
+        if (client.destroyed) return void upstream.destroy();
+        u.sockets.add(upstream);
+        upstream.on('error', () => client.destroy());
+        client.on('error', () => upstream.destroy());
+        upstream.on('close', () => {
+          u.sockets.delete(upstream);
+          client.destroy();
+        });
+        client.on('close', () => upstream.destroy());
+        if (first.head.length > 0) upstream.write(first.head);
+        client.pipe(upstream);
+        upstream.pipe(client);
+        client.resume();
+      },
+      (err: unknown) => {
+        if ((err as { code?: string }).code === 'ECONNREFUSED') u.healthy = false;
+        u.lastError = `${u.url}: ${messageOf(err)}`;
+        if (!client.destroyed) this.proxy(client, first, tried); // try the next one
+      },
+    );
   }
 
   /**
-   * A connection to upstream `u` for a client that sent `serverName`: through a front door, the
-   * client's own TLS when it names the cluster's API, else inside the node API tunnel (TLS with the
-   * node's certificate, which the controller checks before it passes the bytes on).
+   * A connection to upstream `u` (through the node's HTTP proxy when HTTPS_PROXY names one) for a
+   * client that sent `serverName`: through a front door, the client's own TLS when it names the
+   * cluster's API, else inside the node API tunnel (TLS with the node's certificate, which the
+   * controller checks before it passes the bytes on).
    */
-  private open(u: Upstream, serverName: string | undefined): Socket {
-    if (!u.door || serverName?.toLowerCase() === u.door.api.toLowerCase())
-      return connect({ host: u.host, port: u.port });
-    let pem: Buffer | undefined;
+  private async open(u: Upstream, serverName: string | undefined): Promise<Socket> {
+    const raw = await dial(u.host, u.port, this.t.connectTimeoutMs);
+    if (!u.door || serverName?.toLowerCase() === u.door.api.toLowerCase()) return raw;
+    let pem: Buffer;
     try {
-      pem = this.o.nodeCertFile ? readFileSync(this.o.nodeCertFile) : undefined;
+      pem = readFileSync(this.o.nodeCertFile ?? '');
     } catch {
-      pem = undefined;
+      raw.destroy();
+      throw new Error('no node client certificate yet for the node API tunnel (kubelet bootstraps first)');
     }
-    const socket = tlsConnect({
-      host: u.host,
-      port: u.port,
+    const tls = tlsConnect({
+      socket: raw,
       servername: u.door.nodeApi,
       ca: readFileSync(this.o.caFile),
-      ...(pem ? { cert: pem, key: pem } : {}),
+      cert: pem,
+      key: pem,
     });
-    if (!pem)
-      queueMicrotask(() =>
-        socket.destroy(new Error('no node client certificate yet for the node API tunnel (kubelet bootstraps first)')),
-      );
-    return socket;
+    const timer = setTimeout(() => tls.destroy(new Error('no TLS handshake in time')), this.t.connectTimeoutMs);
+    try {
+      await once(tls, 'secureConnect');
+      return tls;
+    } catch (err) {
+      tls.destroy();
+      throw err;
+    } finally {
+      clearTimeout(timer);
+    }
   }
 }
 

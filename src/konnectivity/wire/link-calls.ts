@@ -2,6 +2,7 @@
 // side already handles: the server gets a LinkAgentCall where it would get a ServerDuplexStream,
 // the agent a LinkServerCall where it would get a ClientDuplexStream. Metadata, authentication,
 // refusal with a status and the order of events are the same on both transports.
+import { connectThrough, proxyFor } from '../../base/proxy.ts';
 import { EventEmitter } from 'node:events';
 import { createHash } from 'node:crypto';
 import {
@@ -266,14 +267,16 @@ function rememberSessions(socket: TLSSocket, key: string): void {
  * Connects offering kctl-tunnel/1 before h2 and sends HELLO with `md`. Null when the server chose
  * h2 (an upstream server, or a kctl server with extensions off): the caller speaks gRPC instead.
  */
-export function openLink(d: LinkDial, md: grpc.Metadata): Promise<LinkServerCall | null> {
+export async function openLink(d: LinkDial, md: grpc.Metadata): Promise<LinkServerCall | null> {
+  // A node whose way out is an HTTP proxy (HTTPS_PROXY): TLS runs inside a CONNECT.
+  const proxy = proxyFor(d.host);
+  const tunnel = proxy ? await connectThrough(proxy, d.host, d.port, d.timeoutMs) : undefined;
   return new Promise((resolve, reject) => {
     const name = d.serverName ?? (isIP(d.host) ? undefined : d.host);
     const id = credentialsId(d);
     const sessionKey = `${id} ${joinHostPort(d.host, d.port)} ${d.serverName ?? ''}`;
     const socket = tlsConnect({
-      host: d.host,
-      port: d.port,
+      ...(tunnel ? { socket: tunnel } : { host: d.host, port: d.port }),
       secureContext: secureContextFor(id, d),
       session: sessions.get(sessionKey),
       servername: name,

@@ -21,7 +21,17 @@ import { execa, type Options, type Result } from 'execa';
 import { ensureDebianPackages } from '../../../assets/debian.ts';
 
 /** What the lab needs on the machine: ip, nsenter, iptables, and busybox for ping/nc. */
-export const LAB_PACKAGES = ['iproute2', 'util-linux', 'iptables', 'nftables', 'busybox-static', 'conntrack', 'curl'];
+export const LAB_PACKAGES = [
+  'iproute2',
+  'util-linux',
+  'iptables',
+  'nftables',
+  'busybox-static',
+  'conntrack',
+  'curl',
+  // The HTTP proxy of the front-door proxy test: the program alone (the tinyproxy package would start a service).
+  'tinyproxy-bin',
+];
 const NSENTER = '/usr/bin/nsenter';
 const BUSYBOX = '/bin/busybox';
 const ISOLATE_CHAIN = 'KCTL-LAB-ISOLATE';
