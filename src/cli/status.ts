@@ -219,7 +219,10 @@ function renderBackup(r: ControllerStatusReport): string[] {
 function renderFrontDoor(r: ControllerStatusReport): string[] {
   const f = r.frontDoor;
   if (!f) return [];
-  const names = Object.entries(f.names).map(([endpoint, name]) => `${endpoint}=${name}`);
+  // nodeApi as node-api: the endpoint as its name spells it.
+  const names = Object.entries(f.names).map(
+    ([endpoint, name]) => `${endpoint.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)}=${name}`,
+  );
   const rows = Object.entries(f.door.clusters).map(([cluster, c]) => [cluster, String(c.open), String(c.total)]);
   const refused = f.door.refused;
   const byName = Object.entries(refused.names).map(([name, n]) => `${name} (${n})`);

@@ -87,3 +87,28 @@ test('the kctl status sample in docs/install.md is what the renderer prints for 
     `docs/install.md's kctl status sample differs from what kctl prints; replace it with:\n${expected}`,
   );
 });
+
+test("the front door's kctl status sample in docs/front-door.md is what the renderer prints", async () => {
+  const doc = await readFile(new URL('../../docs/front-door.md', import.meta.url).pathname, 'utf8');
+  const start = doc.indexOf('```\nFront door on port');
+  assert.ok(start >= 0, 'docs/front-door.md has a "Front door on port" sample');
+  const sample = doc.slice(start + 4, doc.indexOf('```', start + 4));
+  const api = 'alpha.clusters.example.com';
+  const text = renderStatus({
+    role: 'controller',
+    version: KCTL_VERSION,
+    pid: 1,
+    uptimeSeconds: 1,
+    components: [],
+    frontDoor: {
+      port: 443,
+      names: { api, konnectivity: `konnectivity.${api}`, join: `join.${api}`, nodeApi: `node-api.${api}` },
+      door: {
+        port: 443,
+        clusters: { alpha: { open: 3, total: 41 }, beta: { open: 1, total: 7 } },
+        refused: { total: 2, notTls: 1, noName: 0, names: { 'gamma.clusters.example.com': 1 } },
+      },
+    },
+  });
+  assert.equal(sample, text.slice(text.indexOf('Front door on port')));
+});
