@@ -19,36 +19,80 @@ const EXT_SERVER_NAME = 0;
 const EXT_ALPN = 16;
 const SNI_HOST_NAME = 0;
 
-/** Reads what has arrived so far: `more` until the whole ClientHello is there. */
+/** Reads what has arrived so far, all at once: `more` until the whole ClientHello is there. */
 export function readClientHello(buf: Buffer): HelloRead {
-  if (buf.length > 0 && buf[0] !== RECORD_HANDSHAKE) return { kind: 'bad', reason: 'not a TLS handshake' };
-  // The handshake bytes of the records that have arrived whole, joined once at the end (a client
-  // sending one-byte records must not cost a copy per record).
-  const parts: Buffer[] = [];
-  let handshakeBytes = 0;
-  let helloLen: number | undefined;
-  let at = 0;
-  while (at + 5 <= buf.length) {
-    if (buf[at] !== RECORD_HANDSHAKE) return { kind: 'bad', reason: 'a non-handshake record inside the ClientHello' };
-    if (buf[at + 1] !== 3) return { kind: 'bad', reason: 'not a TLS record version' };
-    const len = buf.readUInt16BE(at + 3);
-    if (len === 0) return { kind: 'bad', reason: 'an empty handshake record' };
-    if (at + 5 + len > buf.length) break;
-    parts.push(buf.subarray(at + 5, at + 5 + len));
-    handshakeBytes += len;
-    at += 5 + len;
-    if (helloLen === undefined && handshakeBytes >= 4) {
-      const head = Buffer.concat(parts, 4);
-      if (head[0] !== HANDSHAKE_CLIENT_HELLO)
-        return { kind: 'bad', reason: 'the first handshake message is not a ClientHello' };
-      helloLen = head.readUIntBE(1, 3);
-      if (helloLen + 4 > MAX_HELLO_BYTES) return { kind: 'bad', reason: `a ClientHello of ${helloLen} bytes` };
+  return new ClientHelloReader().push(buf);
+}
+
+/**
+ * Reads a ClientHello as its bytes arrive, each byte looked at once: a record's header when it is
+ * whole, its body when it is whole, the ClientHello once all its handshake bytes are there. A
+ * client that sends one byte per segment, or one-byte records, costs work in proportion to what it
+ * sent, not to its square.
+ */
+export class ClientHelloReader {
+  /** Bytes of a record not yet whole (its header included). */
+  private partial: Buffer[] = [];
+  private partialBytes = 0;
+  /** The handshake bytes of whole records, joined once at the end. */
+  private readonly parts: Buffer[] = [];
+  private handshakeBytes = 0;
+  private helloLen: number | undefined;
+  private received = 0;
+  private result: HelloRead | undefined;
+
+  /** What has arrived next; `more` until the ClientHello is whole (or found bad), then that for good. */
+  push(chunk: Buffer): HelloRead {
+    if (this.result) return this.result;
+    if (this.received === 0 && chunk.length > 0 && chunk[0] !== RECORD_HANDSHAKE)
+      return (this.result = { kind: 'bad', reason: 'not a TLS handshake' });
+    this.received += chunk.length;
+    this.partial.push(chunk);
+    this.partialBytes += chunk.length;
+    while (this.partialBytes >= 5) {
+      const head = this.peek(5);
+      if (head[0] !== RECORD_HANDSHAKE)
+        return (this.result = { kind: 'bad', reason: 'a non-handshake record inside the ClientHello' });
+      if (head[1] !== 3) return (this.result = { kind: 'bad', reason: 'not a TLS record version' });
+      const len = head.readUInt16BE(3);
+      if (len === 0) return (this.result = { kind: 'bad', reason: 'an empty handshake record' });
+      if (this.partialBytes < 5 + len) break;
+      const record = this.take(5 + len);
+      this.parts.push(record.subarray(5));
+      this.handshakeBytes += len;
+      if (this.helloLen === undefined && this.handshakeBytes >= 4) {
+        const start = Buffer.concat(this.parts, 4);
+        if (start[0] !== HANDSHAKE_CLIENT_HELLO)
+          return (this.result = { kind: 'bad', reason: 'the first handshake message is not a ClientHello' });
+        this.helloLen = start.readUIntBE(1, 3);
+        if (this.helloLen + 4 > MAX_HELLO_BYTES)
+          return (this.result = { kind: 'bad', reason: `a ClientHello of ${this.helloLen} bytes` });
+      }
+      if (this.helloLen !== undefined && this.handshakeBytes >= this.helloLen + 4)
+        return (this.result = parseHello(
+          Buffer.concat(this.parts, this.handshakeBytes).subarray(4, 4 + this.helloLen),
+        ));
     }
-    if (helloLen !== undefined && handshakeBytes >= helloLen + 4)
-      return parseHello(Buffer.concat(parts, handshakeBytes).subarray(4, 4 + helloLen));
+    if (this.received >= MAX_HELLO_BYTES)
+      return (this.result = { kind: 'bad', reason: `no whole ClientHello in ${this.received} bytes` });
+    return { kind: 'more' };
   }
-  if (buf.length >= MAX_HELLO_BYTES) return { kind: 'bad', reason: `no whole ClientHello in ${buf.length} bytes` };
-  return { kind: 'more' };
+
+  /** The first n bytes of the partial record (joined only when they span chunks; n is 5 here). */
+  private peek(n: number): Buffer {
+    const first = this.partial[0]!;
+    if (first.length >= n) return first;
+    return Buffer.concat(this.partial, Math.min(this.partialBytes, Math.max(n, 5)));
+  }
+
+  /** Takes the first n bytes of the partial data as one buffer. */
+  private take(n: number): Buffer {
+    const joined = this.partial.length === 1 ? this.partial[0]! : Buffer.concat(this.partial, this.partialBytes);
+    const rest = joined.subarray(n);
+    this.partial = rest.length ? [rest] : [];
+    this.partialBytes = rest.length;
+    return joined.subarray(0, n);
+  }
 }
 
 /** A reader over the ClientHello body that throws on any length running past its end. */

@@ -11,7 +11,7 @@ import { connect, createServer, type Server, type Socket } from 'node:net';
 import { joinHostPort } from '../base/addresses.ts';
 import { messageOf } from '../base/errors.ts';
 import type { Logger } from '../base/log.ts';
-import { readClientHello } from './client-hello.ts';
+import { ClientHelloReader } from './client-hello.ts';
 import { proxyHeader } from './proxy-header.ts';
 
 /** Where a name leads. */
@@ -157,13 +157,14 @@ export class FrontDoor {
       client.destroy();
     };
     const onEnd = (): void => refuse('notTls', 'closed before its ClientHello');
+    const reader = new ClientHelloReader();
     const onData = (chunk: Buffer): void => {
       chunks.push(chunk);
-      size += chunk.length; // bounded: readClientHello says `bad` past MAX_HELLO_BYTES
-      // What arrived so far, whole: read for the ClientHello, and written to the backend first.
-      const head = chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, size);
-      const hello = readClientHello(head);
+      size += chunk.length; // bounded: the reader says `bad` past MAX_HELLO_BYTES
+      const hello = reader.push(chunk);
       if (hello.kind === 'more') return;
+      // What arrived, whole and joined once: written to the backend first.
+      const head = chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, size);
       if (hello.kind === 'bad') return refuse('notTls', hello.reason);
       if (!hello.serverName) return refuse('noName', 'a ClientHello without a server name');
       done();

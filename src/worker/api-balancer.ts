@@ -20,7 +20,7 @@ import { createServer, type Server, type Socket } from 'node:net';
 import { connect as tlsConnect } from 'node:tls';
 import { dial } from '../base/proxy.ts';
 import { joinHostPort, splitHostPort, urlHost, type FrontDoorEndpoint } from '../base/addresses.ts';
-import { readClientHello } from '../frontdoor/client-hello.ts';
+import { ClientHelloReader } from '../frontdoor/client-hello.ts';
 import type { Component, ComponentContext, ComponentStatus } from '../base/component.ts';
 import type { Logger } from '../base/log.ts';
 import type { LiveController } from '../kube/controller-leases.ts';
@@ -278,12 +278,13 @@ export class ApiBalancerComponent implements Component, ControllerFollower {
   private accept(client: Socket): void {
     if (!this.upstreams.some((u) => u.door)) return this.proxy(client, { head: Buffer.alloc(0) });
     const chunks: Buffer[] = [];
+    const reader = new ClientHelloReader();
     const timer = setTimeout(() => client.destroy(), this.t.connectTimeoutMs * 2);
     const onData = (chunk: Buffer): void => {
       chunks.push(chunk);
-      const head = Buffer.concat(chunks);
-      const hello = readClientHello(head);
+      const hello = reader.push(chunk);
       if (hello.kind === 'more') return;
+      const head = Buffer.concat(chunks);
       clearTimeout(timer);
       client.off('data', onData);
       client.pause();

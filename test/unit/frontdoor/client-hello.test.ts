@@ -5,7 +5,7 @@ import assert from 'node:assert/strict';
 import { createServer, type Socket } from 'node:net';
 import { connect } from 'node:tls';
 import { test } from 'node:test';
-import { MAX_HELLO_BYTES, readClientHello } from '../../../src/frontdoor/client-hello.ts';
+import { ClientHelloReader, MAX_HELLO_BYTES, readClientHello } from '../../../src/frontdoor/client-hello.ts';
 
 /** The first flight of a Node TLS client with these options, as it arrives at the server. */
 async function capture(o: { servername?: string; ALPNProtocols?: string[] }): Promise<Buffer> {
@@ -126,4 +126,22 @@ test('a ClientHello larger than the bound is refused before all of it arrives', 
   const at = Buffer.concat([below, filler]);
   assert.ok(at.length >= MAX_HELLO_BYTES);
   assert.match((readClientHello(at) as { reason: string }).reason, /no whole ClientHello in \d+ bytes/);
+});
+
+test('fed as it arrives (one byte per segment, one-byte records too) the reader asks for more until the last byte, then reads the same', async () => {
+  const hello = await capture({ servername: 'join.c.example', ALPNProtocols: ['kctl-tunnel/1', 'h2'] });
+  for (const bytes of [hello, reframe(hello, 1)]) {
+    const reader = new ClientHelloReader();
+    for (let n = 0; n < bytes.length - 1; n++)
+      assert.equal(reader.push(bytes.subarray(n, n + 1)).kind, 'more', `at byte ${n} of ${bytes.length}`);
+    assert.deepEqual(reader.push(bytes.subarray(bytes.length - 1)), {
+      kind: 'hello',
+      serverName: 'join.c.example',
+      alpn: ['kctl-tunnel/1', 'h2'],
+    });
+  }
+  // A first byte that is no handshake record is bad at once, and stays so.
+  const reader = new ClientHelloReader();
+  assert.equal(reader.push(Buffer.from('G')).kind, 'bad');
+  assert.equal(reader.push(hello).kind, 'bad');
 });
