@@ -8,7 +8,6 @@
 // the controller host, though both arrive through the same door. kctl status shows the door's
 // names and the connections it routed.
 import assert from 'node:assert/strict';
-import { writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import type { ControllerStatusReport } from '../../../src/controller/leases/status.ts';
@@ -16,48 +15,22 @@ import type { WorkerStatusReport } from '../../../src/worker/index.ts';
 import { controllerReady, labController, runPinnedPod, startIsolatedWorker, track } from '../lab/cluster.ts';
 import { kctl } from '../lab/kctl.ts';
 import { startLab } from '../lab/lab-test.ts';
+import { DOOR_API, DOOR_PORT, onlyTheDoor, writeDoorConfig } from '../lab/front-door.ts';
 import type { LabHost } from '../lab/lab.ts';
 import { waitFor } from '../../wait.ts';
 
-const DOOR_PORT = 8443;
-const API = 'alpha.clusters.test';
+const API = DOOR_API;
 
 test("a worker that may reach only the controller's front door joins, runs a pod and gets logs and exec through it; the join endpoint behind it counts each client's failures", async (t) => {
   const { lab, dir, kctlBin } = await startLab(t, 'fdn', ['ctl', 'w1'], { dir: 'kctl-fdnodes-', workers: ['w1'] });
   const [ctl, w1] = [lab.host('ctl'), lab.host('w1')];
   const c = await labController(kctlBin, ctl, dir);
-  await writeFile(
-    join(dir, 'kctl.yaml'),
-    [
-      'spec:',
-      `  api: { address: ${ctl.ip} }`,
-      `  frontDoor: { enabled: true, port: ${DOOR_PORT}, baseDomain: clusters.test, name: alpha }`,
-      '',
-    ].join('\n'),
-  );
+  await writeDoorConfig(dir, ctl);
   const controller = track(ctl.spawn(kctlBin, c.args));
   await controllerReady(controller);
 
   // w1 may reach the door and nothing else of the controller host's: every other TCP port is rejected.
-  const only = [
-    '-w',
-    '5',
-    '-A',
-    'OUTPUT',
-    '-d',
-    ctl.ip,
-    '-p',
-    'tcp',
-    '!',
-    '--dport',
-    String(DOOR_PORT),
-    '-j',
-    'REJECT',
-  ];
-  const blocked = await w1.run('iptables', only);
-  assert.equal(blocked.exitCode, 0, String(blocked.stderr));
-  for (const port of [6443, 8132, 9443]) assert.equal(await lab.canConnect(w1, ctl, port), false, `w1 reaches ${port}`);
-  assert.equal(await lab.canConnect(w1, ctl, DOOR_PORT), true, 'w1 does not reach the front door');
+  await onlyTheDoor(lab, w1, ctl);
 
   await startIsolatedWorker(kctlBin, lab, c, ctl, w1, dir);
   const workerStatus = async () =>
@@ -127,17 +100,7 @@ test('a cluster that turns its front door on keeps its nodes: a running worker m
   const { lab, dir, kctlBin } = await startLab(t, 'fdu', ['ctl', 'w1'], { dir: 'kctl-fdup-', workers: ['w1'] });
   const [ctl, w1] = [lab.host('ctl'), lab.host('w1')];
   const c = await labController(kctlBin, ctl, dir);
-  const config = (door: boolean) =>
-    writeFile(
-      join(dir, 'kctl.yaml'),
-      [
-        'spec:',
-        `  api: { address: ${ctl.ip} }`,
-        ...(door ? [`  frontDoor: { enabled: true, port: ${DOOR_PORT}, baseDomain: clusters.test, name: alpha }`] : []),
-        '',
-      ].join('\n'),
-    );
-  await config(false);
+  await writeDoorConfig(dir, ctl, false);
   let controller = track(ctl.spawn(kctlBin, c.args));
   await controllerReady(controller);
   const worker = await startIsolatedWorker(kctlBin, lab, c, ctl, w1, dir);
@@ -145,7 +108,7 @@ test('a cluster that turns its front door on keeps its nodes: a running worker m
 
   controller.child.kill('SIGTERM');
   await controller.exited;
-  await config(true);
+  await writeDoorConfig(dir, ctl, true);
   controller = track(ctl.spawn(kctlBin, c.args));
   await controllerReady(controller);
   const workerStatus = async () =>
@@ -161,22 +124,7 @@ test('a cluster that turns its front door on keeps its nodes: a running worker m
     );
   });
   // Now nothing else of the controller host's is reachable from w1.
-  const only = [
-    '-w',
-    '5',
-    '-A',
-    'OUTPUT',
-    '-d',
-    ctl.ip,
-    '-p',
-    'tcp',
-    '!',
-    '--dport',
-    String(DOOR_PORT),
-    '-j',
-    'REJECT',
-  ];
-  assert.equal((await w1.run('iptables', only)).exitCode, 0);
+  await onlyTheDoor(lab, w1, ctl);
   const exec = await waitFor('exec through the door', 60_000, async () => {
     const r = await c.kubectl(['exec', 'p1', '--', 'cat', '/www/index.html']);
     return r.exitCode === 0 ? String(r.stdout).trim() : undefined;

@@ -13,9 +13,9 @@ import type { WorkerStatusReport } from '../../../src/worker/index.ts';
 import { controllerReady, labController, runPinnedPod, track } from '../lab/cluster.ts';
 import { kctl } from '../lab/kctl.ts';
 import { startLab } from '../lab/lab-test.ts';
+import { DOOR_PORT, writeDoorConfig } from '../lab/front-door.ts';
 import { waitFor } from '../../wait.ts';
 
-const DOOR_PORT = 8443;
 const PROXY_PORT = 8888;
 
 test('a worker whose only way out is an HTTP proxy joins, runs a pod, and logs and exec reach it, all through the proxy and the front door', async (t) => {
@@ -25,15 +25,7 @@ test('a worker whose only way out is an HTTP proxy joins, runs a pod, and logs a
   });
   const [ctl, px, w1] = [lab.host('ctl'), lab.host('px'), lab.host('w1')];
   const c = await labController(kctlBin, ctl, dir);
-  await writeFile(
-    join(dir, 'kctl.yaml'),
-    [
-      'spec:',
-      `  api: { address: ${ctl.ip} }`,
-      `  frontDoor: { enabled: true, port: ${DOOR_PORT}, baseDomain: clusters.test, name: alpha }`,
-      '',
-    ].join('\n'),
-  );
+  await writeDoorConfig(dir, ctl);
   const controller = track(ctl.spawn(kctlBin, c.args));
   await controllerReady(controller);
 

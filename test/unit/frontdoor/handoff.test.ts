@@ -3,16 +3,13 @@
 // which sees the client's own address and port and completes the handshake; a header with another
 // key, or none, never reaches it.
 import assert from 'node:assert/strict';
-import { readFile } from 'node:fs/promises';
 import { connect as tcpConnect, type Socket } from 'node:net';
 import { connect, createServer, type TLSSocket } from 'node:tls';
-import { after, test } from 'node:test';
+import { test } from 'node:test';
 import { DoorHandoff, newHandoffKey } from '../../../src/frontdoor/handoff.ts';
 import { MAX_PROXY_HEADER_BYTES, proxyHeader, readProxyHeader } from '../../../src/frontdoor/proxy-header.ts';
 import { FrontDoor } from '../../../src/frontdoor/router.ts';
-import { ensurePki, pkiPaths } from '../../../src/pki/index.ts';
-import { tempDir } from '../../helpers.ts';
-import { quietLogger } from '../konnectivity/fixtures.ts';
+import { makePkiWithNames, quietLogger } from '../konnectivity/fixtures.ts';
 import { waitFor } from '../../wait.ts';
 
 const KEY = Buffer.alloc(32, 7);
@@ -48,32 +45,12 @@ test('what is not a PROXY v2 header kctl writes is bad', () => {
   assert.equal(readProxyHeader(cut).kind, 'bad');
 });
 
-async function tlsPki(name: string): Promise<{ ca: string; cert: string; key: string }> {
-  const dir = await tempDir({ after }, 'kctl-handoff-pki-');
-  await ensurePki(
-    {
-      dir,
-      apiAddress: '127.0.0.1',
-      sans: [name],
-      apiPort: 6443,
-      serviceCIDR: '10.96.0.0/12',
-      clusterDomain: 'cluster.local',
-      hostname: 'ctrl-1',
-      localAddresses: ['127.0.0.1'],
-    },
-    quietLogger(),
-  );
-  const p = pkiPaths(dir);
-  const [ca, cert, key] = await Promise.all([p.caCert, p.serverCert, p.serverKey].map((f) => readFile(f, 'utf8')));
-  return { ca: ca!, cert: cert!, key: key! };
-}
-
-test('through a door and a handoff a TLS server sees the client itself and completes the handshake; another key or none is closed', async () => {
+test('through a door and a handoff a TLS server sees the client itself and completes the handshake; another key or none is closed', async (t) => {
   const name = 'konnectivity.alpha.clusters.test';
-  const pki = await tlsPki(name);
+  const pki = await makePkiWithNames(t, [name]);
   const key = newHandoffKey();
   const seen: string[] = [];
-  const tlsServer = createServer({ cert: pki.cert, key: pki.key }, (s: TLSSocket) => s.end('hello'));
+  const tlsServer = createServer({ cert: pki.serverCert, key: pki.serverKey }, (s: TLSSocket) => s.end('hello'));
   const handoff = new DoorHandoff(
     'konnectivity',
     key,
@@ -84,7 +61,7 @@ test('through a door and a handoff a TLS server sees the client itself and compl
     quietLogger(),
   );
   const handoffPort = await handoff.listen();
-  after(() => handoff.close());
+  t.after(() => handoff.close());
   const door = new FrontDoor(
     { port: 0, address: '127.0.0.1' },
     {
@@ -102,7 +79,7 @@ test('through a door and a handoff a TLS server sees the client itself and compl
     quietLogger(),
   );
   await door.listen();
-  after(() => door.close());
+  t.after(() => door.close());
 
   const clientPorts: number[] = [];
   for (let i = 0; i < 3; i++) {

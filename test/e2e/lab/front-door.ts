@@ -1,0 +1,46 @@
+// What the front-door e2e files share: the door's port and cluster name in the lab, the controller
+// config that turns it on, and a node host that may reach nothing of the controller host's but it.
+import assert from 'node:assert/strict';
+import { writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import type { Lab, LabHost } from './lab.ts';
+
+export const DOOR_PORT = 8443;
+export const DOOR_API = 'alpha.clusters.test';
+
+/** `<dir>/kctl.yaml` (labController's config) for a controller on `ctl`, with the front door on or off. */
+export function writeDoorConfig(dir: string, ctl: LabHost, door = true): Promise<void> {
+  return writeFile(
+    join(dir, 'kctl.yaml'),
+    [
+      'spec:',
+      `  api: { address: ${ctl.ip} }`,
+      ...(door ? [`  frontDoor: { enabled: true, port: ${DOOR_PORT}, baseDomain: clusters.test, name: alpha }`] : []),
+      '',
+    ].join('\n'),
+  );
+}
+
+/** Rejects every TCP connection from `host` to `ctl` but the door's, and checks it. */
+export async function onlyTheDoor(lab: Lab, host: LabHost, ctl: LabHost): Promise<void> {
+  const rule = [
+    '-w',
+    '5',
+    '-A',
+    'OUTPUT',
+    '-d',
+    ctl.ip,
+    '-p',
+    'tcp',
+    '!',
+    '--dport',
+    String(DOOR_PORT),
+    '-j',
+    'REJECT',
+  ];
+  const r = await host.run('iptables', rule);
+  assert.equal(r.exitCode, 0, String(r.stderr));
+  for (const port of [6443, 8132, 9443])
+    assert.equal(await lab.canConnect(host, ctl, port), false, `${host.name} reaches ${port}`);
+  assert.equal(await lab.canConnect(host, ctl, DOOR_PORT), true, `${host.name} does not reach the front door`);
+}
