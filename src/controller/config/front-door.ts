@@ -2,7 +2,6 @@
 // the names this cluster answers to there.
 import { isIP } from 'node:net';
 import { z } from 'zod';
-import type { ClusterConfig } from './config.ts';
 
 /** One DNS label: a cluster's name in front of spec.frontDoor.baseDomain. */
 export const FRONT_DOOR_NAME = /^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$/;
@@ -52,7 +51,9 @@ export interface FrontDoorNames {
  * This cluster's front-door names (none when it has no front door). The nodes' endpoints are fixed
  * sub-names of the API's, one label deeper, so no cluster's API name can be another's endpoint.
  */
-export function frontDoorNames(cfg: ClusterConfig): FrontDoorNames | undefined {
+export function frontDoorNames(cfg: {
+  spec: { profile: string; frontDoor: z.infer<typeof frontDoorSchema> };
+}): FrontDoorNames | undefined {
   const f = cfg.spec.frontDoor;
   if (!f.enabled || f.baseDomain === undefined) return undefined;
   const api = `${f.name}.${f.baseDomain}`;
