@@ -13,7 +13,7 @@ import { test } from 'node:test';
 import type { ControllerStatusReport } from '../../../src/controller/leases/status.ts';
 import type { WorkerStatusReport } from '../../../src/worker/index.ts';
 import { controllerReady, labController, runPinnedPod, startIsolatedWorker, track } from '../lab/cluster.ts';
-import { kctl } from '../lab/kctl.ts';
+import { hostStateArgs, kctl, ownHostState } from '../lab/kctl.ts';
 import { startLab } from '../lab/lab-test.ts';
 import { DOOR_API, DOOR_PORT, onlyTheDoor, writeDoorConfig } from '../lab/front-door.ts';
 import type { LabHost } from '../lab/lab.ts';
@@ -21,12 +21,14 @@ import { waitFor } from '../../wait.ts';
 
 const API = DOOR_API;
 
+// The door's registry in a host state dir of this file's own, not the machine's.
+ownHostState();
 test("a worker that may reach only the controller's front door joins, runs a pod and gets logs and exec through it; the join endpoint behind it counts each client's failures", async (t) => {
   const { lab, dir, kctlBin } = await startLab(t, 'fdn', ['ctl', 'w1'], { dir: 'kctl-fdnodes-', workers: ['w1'] });
   const [ctl, w1] = [lab.host('ctl'), lab.host('w1')];
   const c = await labController(kctlBin, ctl, dir);
   await writeDoorConfig(dir, ctl);
-  const controller = track(ctl.spawn(kctlBin, c.args));
+  const controller = track(ctl.spawn(kctlBin, [...hostStateArgs(), ...c.args]));
   await controllerReady(controller);
 
   // w1 may reach the door and nothing else of the controller host's: every other TCP port is rejected.
@@ -101,7 +103,7 @@ test('a cluster that turns its front door on keeps its nodes: a running worker m
   const [ctl, w1] = [lab.host('ctl'), lab.host('w1')];
   const c = await labController(kctlBin, ctl, dir);
   await writeDoorConfig(dir, ctl, false);
-  let controller = track(ctl.spawn(kctlBin, c.args));
+  let controller = track(ctl.spawn(kctlBin, [...hostStateArgs(), ...c.args]));
   await controllerReady(controller);
   const worker = await startIsolatedWorker(kctlBin, lab, c, ctl, w1, dir);
   await runPinnedPod(c.kubectl, 'p1', 'w1', 'before the door', true);
@@ -109,7 +111,7 @@ test('a cluster that turns its front door on keeps its nodes: a running worker m
   controller.child.kill('SIGTERM');
   await controller.exited;
   await writeDoorConfig(dir, ctl, true);
-  controller = track(ctl.spawn(kctlBin, c.args));
+  controller = track(ctl.spawn(kctlBin, [...hostStateArgs(), ...c.args]));
   await controllerReady(controller);
   const workerStatus = async () =>
     JSON.parse(

@@ -11,13 +11,15 @@ import { test } from 'node:test';
 import type { ControllerStatusReport } from '../../../src/controller/leases/status.ts';
 import type { WorkerStatusReport } from '../../../src/worker/index.ts';
 import { controllerReady, labController, runPinnedPod, track } from '../lab/cluster.ts';
-import { kctl } from '../lab/kctl.ts';
+import { hostStateArgs, kctl, ownHostState } from '../lab/kctl.ts';
 import { startLab } from '../lab/lab-test.ts';
 import { DOOR_PORT, writeDoorConfig } from '../lab/front-door.ts';
 import { waitFor } from '../../wait.ts';
 
 const PROXY_PORT = 8888;
 
+// The door's registry in a host state dir of this file's own, not the machine's.
+ownHostState();
 test('a worker whose only way out is an HTTP proxy joins, runs a pod, and logs and exec reach it, all through the proxy and the front door', async (t) => {
   const { lab, dir, kctlBin } = await startLab(t, 'fdp', ['ctl', 'px', 'w1'], {
     dir: 'kctl-fdproxy-',
@@ -26,7 +28,7 @@ test('a worker whose only way out is an HTTP proxy joins, runs a pod, and logs a
   const [ctl, px, w1] = [lab.host('ctl'), lab.host('px'), lab.host('w1')];
   const c = await labController(kctlBin, ctl, dir);
   await writeDoorConfig(dir, ctl);
-  const controller = track(ctl.spawn(kctlBin, c.args));
+  const controller = track(ctl.spawn(kctlBin, [...hostStateArgs(), ...c.args]));
   await controllerReady(controller);
 
   const proxyConf = join(dir, 'tinyproxy.conf');

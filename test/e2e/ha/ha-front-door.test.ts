@@ -1,7 +1,7 @@
-// HA through the front doors: two controllers on etcd, each host with its own front door, and a
-// worker that may reach nothing of either controller host but the door's port. It joins through
-// the first's door (its token names that one), learns the second's door from its lease, and its
-// agent and API balancer hold both doors. The first controller's host then loses every process:
+// HA through the front doors: three controllers on etcd, each host with its own front door, and a
+// worker that may reach nothing of any controller host but the door's port. It joins through
+// the first's door (its token names that one), learns the others' doors from their leases, and its
+// agent and API balancer hold every door. The first controller's host then loses every process:
 // exec through the second works within seconds and the node stays Ready, all through the second
 // host's door.
 import assert from 'node:assert/strict';
@@ -15,14 +15,17 @@ import { waitFor } from '../../wait.ts';
 import { join } from 'node:path';
 
 test(
-  "a worker that reaches only the controllers' front doors holds both and survives losing the first controller",
+  "a worker that reaches only the controllers' front doors holds every one and survives losing the first controller",
   { timeout: 20 * 60_000 },
   async (t: TestContext) => {
-    const { lab, dir, kctlBin } = await startLab(t, 'hafd', ['c1', 'c2', 'w1'], { dir: 'kctl-hafd-', workers: ['w1'] });
+    const { lab, dir, kctlBin } = await startLab(t, 'hafd', ['c1', 'c2', 'c3', 'w1'], {
+      dir: 'kctl-hafd-',
+      workers: ['w1'],
+    });
     const w1 = lab.host('w1');
     const ha = new HaLab(kctlBin, dir);
     const ctls: LabCtl[] = [];
-    for (const name of ['c1', 'c2']) {
+    for (const name of ['c1', 'c2', 'c3']) {
       const host = lab.host(name);
       ctls.push(
         await ha.controller(
@@ -36,14 +39,19 @@ test(
         ),
       );
     }
-    const [c1, c2] = ctls as [LabCtl, LabCtl];
+    // Three etcd members: losing one keeps a quorum.
+    const [c1, c2, c3] = ctls as [LabCtl, LabCtl, LabCtl];
+    // Each its own host state (the lab's hosts share one file system): each host's door has its own registry.
+    for (const c of ctls) c.hostState = join(dir, `${c.host.name}-host-state`);
     await ha.start(c1);
     const ctoken = String(
-      (await ha.run(c1, ['token', 'create', '--role', 'controller', '--expiry', '1h'])).stdout,
+      (await ha.run(c1, ['token', 'create', '--role', 'controller', '--expiry', '1h', '--uses', '2'])).stdout,
     ).trim();
-    await ha.start(c2, await ha.tokenFile('controller.token', ctoken));
+    const ctokenFile = await ha.tokenFile('controller.token', ctoken);
+    await ha.start(c2, ctokenFile);
+    await ha.start(c3, ctokenFile);
 
-    await lab.isolate(w1, c1.host, c2.host);
+    await lab.isolate(w1, c1.host, c2.host, c3.host);
     for (const c of ctls) await onlyTheDoor(lab, w1, c.host);
     const wtoken = String((await ha.run(c1, ['token', 'create', '--role', 'worker'])).stdout).trim();
     const worker = startLabWorker(kctlBin, w1, dir, wtoken);
@@ -56,7 +64,7 @@ test(
       JSON.parse(
         String((await w1.run(kctlBin, ['status', '-o', 'json', '--run-dir', join(dir, 'w1-run')])).stdout),
       ) as WorkerStatusReport;
-    await waitFor('the worker holds both doors (agent and API balancer)', 120_000, async () => {
+    await waitFor('the worker holds every door (agent and API balancer)', 120_000, async () => {
       const s = await workerStatus();
       const agentDoors = (s.konnectivityAgent?.servers ?? []).map((x) => x.address).sort();
       const upstreams = (s.apiBalancer?.upstreams ?? [])
@@ -65,7 +73,7 @@ test(
         .sort();
       return agentDoors.join() === doors.join() && upstreams.join() === doors.join();
     });
-    await ha.agentsFollow([c1, c2], ['w1']);
+    await ha.agentsFollow([c1, c2, c3], ['w1']);
     for (const c of ctls) {
       const agent = (await ha.status(c)).konnectivity?.agents.find((a) => a.node === 'w1');
       assert.equal(agent?.via, 'front-door', `w1's stream on ${c.host.name}`);

@@ -23,6 +23,8 @@ export interface LabCtl {
   config: string;
   /** A named control plane on the host (--name): its dirs are under dataDir/tenants and runDir/tenants. */
   tenant?: string;
+  /** The host's own state dir (--host-state-dir): lab hosts share one file system, real hosts do not (front doors register there). */
+  hostState?: string;
   proc?: Tracked;
 }
 
@@ -32,7 +34,8 @@ const root = (c: LabCtl): string[] => [
   c.dataDir,
   '--run-dir',
   c.runDir,
-  ...(c.tenant ? ['--name', c.tenant, ...hostStateArgs()] : []),
+  ...(c.hostState ? ['--host-state-dir', c.hostState] : c.tenant ? hostStateArgs() : []),
+  ...(c.tenant ? ['--name', c.tenant] : []),
 ];
 
 /** Where `c` keeps its state: its data dir, or its tenant's under it. */
