@@ -24,6 +24,20 @@ export function proxyFor(host: string, env: NodeJS.ProcessEnv = process.env): UR
   return url;
 }
 
+/** The environment's proxy setting checked once, up front: a one-line reason when it cannot be used. */
+export function proxySettingProblem(env: NodeJS.ProcessEnv = process.env): string | undefined {
+  const setting = env.HTTPS_PROXY ?? env.https_proxy;
+  try {
+    // A host no NO_PROXY names: the setting itself is parsed.
+    proxyFor('proxy-check.invalid', { HTTPS_PROXY: setting });
+    return undefined;
+  } catch (err) {
+    return err instanceof TypeError
+      ? `HTTPS_PROXY ${setting ?? ''} is not a URL; set it as http://HOST:PORT`
+      : `${messageOf(err)}; set HTTPS_PROXY as http://HOST:PORT`;
+  }
+}
+
 /** Whether NO_PROXY (hosts, .domains, domains, IPs, CIDRs, `*`) or loopback sends `host` direct. */
 export function bypassed(host: string, noProxy: string): boolean {
   const h = host.replace(/^\[|\]$/g, '').toLowerCase();

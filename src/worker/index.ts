@@ -11,6 +11,7 @@ import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { splitHostPort, urlHost } from '../base/addresses.ts';
 import { UserError } from '../base/errors.ts';
+import { proxySettingProblem } from '../base/proxy.ts';
 import { runUntilSignal } from '../base/lifecycle.ts';
 import { KubeClient } from '../kube/client.ts';
 import type { CertificateStatus } from '../pki/index.ts';
@@ -109,6 +110,8 @@ export async function runWorker(opts: WorkerOptions, log: Logger): Promise<void>
   // Under a Type=notify unit (kctl install): progress, readiness and watchdog pings for systemd.
   const notifier = SystemdNotifier.forRole({ log: componentLogger(log, 'systemd') });
   refuseTestBuildStart(); // its config is the token, read by now
+  const proxyProblem = proxySettingProblem();
+  if (proxyProblem) throw new UserError(proxyProblem);
   const paths = workerPaths(opts.dataDir, opts.runDir);
   await refuseIfOwned([paths.dataDir, paths.runDir]); // before the join writes anything
   await refuseNewerDataDir(paths.dataDir, KCTL_VERSION);

@@ -7,7 +7,7 @@ import { request } from 'node:https';
 import { connect, createServer, type AddressInfo, type Socket } from 'node:net';
 import { test } from 'node:test';
 import { createServer as createTlsServer } from 'node:tls';
-import { bypassed, connectThrough, proxiedHttps, proxyFor } from '../../../src/base/proxy.ts';
+import { bypassed, connectThrough, proxiedHttps, proxyFor, proxySettingProblem } from '../../../src/base/proxy.ts';
 import { makePki } from '../konnectivity/fixtures.ts';
 
 test('HTTPS_PROXY applies to every host but loopback and what NO_PROXY names', () => {
@@ -93,5 +93,18 @@ test('a raw connection and an https request go through a CONNECT; a proxy that r
   await assert.rejects(
     connectThrough(p.url, '127.0.0.1', 1),
     /proxy 127\.0\.0\.1:\d+ CONNECT 127\.0\.0\.1:1: answered HTTP\/1\.1 403 Forbidden/,
+  );
+});
+
+test('a proxy setting that cannot be used is one line saying how to set it', () => {
+  assert.equal(proxySettingProblem({}), undefined);
+  assert.equal(proxySettingProblem({ HTTPS_PROXY: 'http://proxy:3128' }), undefined);
+  assert.equal(
+    proxySettingProblem({ HTTPS_PROXY: 'https://proxy:443' }),
+    "HTTPS_PROXY https://proxy:443: only an http:// proxy is supported (kctl's TLS runs inside the CONNECT); set HTTPS_PROXY as http://HOST:PORT",
+  );
+  assert.equal(
+    proxySettingProblem({ https_proxy: 'http://[bad' }),
+    'HTTPS_PROXY http://[bad is not a URL; set it as http://HOST:PORT',
   );
 });
