@@ -1,8 +1,14 @@
 // The CI rule for the files beyond `npm test` (test/tiers.ts, test/README.md "Tiers").
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import {
   CORE_E2E,
+  expectedMs,
+  readHistory,
+  recordRun,
   LAST_BESIDE,
   pickForBudget,
   runsBeside,
@@ -55,4 +61,27 @@ test('the tier lists name files that exist; the slow unit files start first', ()
   const ordered = slowFirst(units);
   assert.equal(ordered.length, units.length);
   assert.equal(ordered[0], 'test/unit/supervisor/handover.test.ts');
+});
+
+test('a file is expected to take the slowest of its last three runs', () => {
+  const dir = mkdtempSync(join(tmpdir(), 'kctl-tiers-'));
+  const before = process.env.KCTL_CACHE_DIR;
+  process.env.KCTL_CACHE_DIR = dir;
+  try {
+    const f = 'test/e2e/upgrade/cluster.test.ts';
+    for (const minutes of [17, 9, 10, 11]) recordRun(f, ran('2026-11-30T00:00:00Z', minutes));
+    const history = readHistory();
+    assert.deepEqual(
+      history[f]?.recentMs,
+      [9, 10, 11].map((m) => m * MIN),
+    );
+    assert.equal(expectedMs(f, history), 11 * MIN, 'the 17-minute run is no longer among the last three');
+    recordRun(f, ran('2026-11-30T01:00:00Z', 4));
+    assert.equal(expectedMs(f, readHistory()), 11 * MIN);
+    assert.equal(expectedMs(f, { [f]: ran('2026-11-30T00:00:00Z', 6) }), 6 * MIN, 'a run recorded before recentMs');
+  } finally {
+    if (before === undefined) delete process.env.KCTL_CACHE_DIR;
+    else process.env.KCTL_CACHE_DIR = before;
+    rmSync(dir, { recursive: true, force: true });
+  }
 });

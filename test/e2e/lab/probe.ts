@@ -79,3 +79,40 @@ export async function podStory(kubectl: (args: string[]) => Promise<Result>, pod
   ]);
   return `pod ${pod}'s containers: ${String(statuses.stdout || statuses.stderr).trim()}\nits events:\n${String(events.stdout || events.stderr).trim()}`;
 }
+
+/**
+ * For requests sent through several servers at once (a loop per server, `source` naming it): the
+ * longest time no server was serving. A server serves from a request of its own that succeeded
+ * until the next request it was sent, when that one succeeded too (nothing says it stopped in
+ * between), or else until the success ended; a slow success counts as serving, not as a failure.
+ * Measured over [first request, last request].
+ */
+export function longestOutage(results: (ProbeResult & { source: string })[]): {
+  longest: number;
+  from?: number;
+} {
+  if (!results.length) return { longest: 0 };
+  const covered: [number, number][] = [];
+  for (const source of new Set(results.map((r) => r.source))) {
+    const own = results.filter((r) => r.source === source).sort((a, b) => a.at - b.at);
+    own.forEach((r, i) => {
+      if (!r.ok) return;
+      const next = own[i + 1];
+      covered.push([r.at, next?.ok ? next.at : r.at + r.tookMs]);
+    });
+  }
+  covered.sort((a, b) => a[0] - b[0]);
+  const start = Math.min(...results.map((r) => r.at));
+  const end = Math.max(...results.map((r) => r.at));
+  let longest = 0;
+  let from: number | undefined;
+  let reached = start;
+  for (const [a, b] of [...covered, [end, end] as [number, number]]) {
+    if (a > reached && a - reached > longest) {
+      longest = a - reached;
+      from = reached;
+    }
+    reached = Math.max(reached, b);
+  }
+  return { longest, from };
+}
