@@ -1,6 +1,6 @@
 // Addresses as kctl spells them everywhere: one canonical form per IP (so string equality
 // works), host:port with IPv6 in brackets, and addresses inside a CIDR.
-import { BlockList, isIP, isIPv6 } from 'node:net';
+import { BlockList, isIP, isIPv4, isIPv6 } from 'node:net';
 
 /**
  * The one spelling of an IP address we compare with: IPv4 dotted quad, IPv6 as RFC 5952
@@ -166,6 +166,8 @@ export interface FrontDoorEndpoint {
   join: string;
   /** The node API tunnel: API connections of clients that send no server name, in TLS with the node's certificate. */
   nodeApi: string;
+  /** host:port every node serves the API on for its pods (the kubernetes Service's endpoint); absent from an older kctl. */
+  nodeLocal?: string;
 }
 
 /** A FrontDoorEndpoint from untrusted JSON (a lease annotation, a token); undefined when it is not one. */
@@ -180,5 +182,7 @@ export function parseFrontDoorEndpoint(value: unknown): FrontDoorEndpoint | unde
     join: text(f.join),
     nodeApi: text(f.nodeApi),
   };
-  return Object.values(e).every(Boolean) && splitHostPort(e.address) ? e : undefined;
+  if (!Object.values(e).every(Boolean) || !splitHostPort(e.address)) return undefined;
+  const local = splitHostPort(text(f.nodeLocal));
+  return local && isIPv4(local.host) ? { ...e, nodeLocal: joinHostPort(local.host, local.port) } : e;
 }

@@ -53,6 +53,8 @@ export interface ReservedSpace {
   podCIDRs: readonly string[];
   /** The prefix length of each node's pod range (judgePodRanges); undefined: any size inside podCIDRs. */
   podRangeBits?: number;
+  /** The address every node serves the API on for its pods (spec.frontDoor.nodeLocalAddress): each node's own, never one node's. */
+  nodeLocal?: string;
 }
 
 /** A live view of the cluster's Nodes (the controller keeps one from a watch). */
@@ -102,6 +104,10 @@ const SPECIAL_RANGES: { cidr: string; what: string }[] = [
   { cidr: '::ffff:0:0/96', what: 'an IPv4-mapped IPv6 address' },
 ];
 
+/** Which special range an address is in (loopback, link-local, ...), in a reason's words; undefined for none. */
+export const specialRange = (ip: string): string | undefined =>
+  SPECIAL_RANGES.find((r) => cidrContains(r.cidr, ip))?.what;
+
 /** Why no node may own this (canonical) IP or name whatever it reports, or undefined. */
 function reservedProblem(
   value: string,
@@ -115,8 +121,9 @@ function reservedProblem(
     if (value === 'localhost' || value.endsWith('.localhost')) return 'a loopback name';
     return reserved.isController(value) ? "a controller's name" : undefined;
   }
-  const special = SPECIAL_RANGES.find((r) => cidrContains(r.cidr, value));
-  if (special) return special.what;
+  const special = specialRange(value);
+  if (special) return special;
+  if (value === reserved.nodeLocal) return "the node-local API address (every node's own)";
   const service = reserved.serviceCIDRs.find((c) => cidrContains(c, value));
   if (service) return `inside the service CIDR ${service}`;
   const pods = reserved.podCIDRs.find((c) => cidrContains(c, value));

@@ -49,6 +49,15 @@ export function compareVersions(a: string, b: string): number {
   return pa.pre.length - pb.pre.length;
 }
 
+/** Whether a member that says it runs `version` runs one before `since`; one that says nothing, or no version, does. */
+export function runsBefore(version: string | undefined, since: string): boolean {
+  try {
+    return version === undefined || compareVersions(version, since) < 0;
+  } catch {
+    return true;
+  }
+}
+
 /** MAJOR.MINOR.PATCH and the pre-release identifiers of a version (a leading v allowed); throws on anything else. */
 export function parseVersion(v: string): { core: number[]; pre: string[] } {
   const m = /^v?(\d+)\.(\d+)\.(\d+)(?:-([0-9A-Za-z.-]+))?(?:\+[0-9A-Za-z.-]+)?$/.exec(v);

@@ -105,6 +105,7 @@ export function renderStatus(r: AnyStatusReport): string {
   const lb = r.role === 'worker' ? r.apiBalancer : undefined;
   if (lb) {
     out.push('', `API balancer ${lb.listen} (kubelet, kube-proxy and kctl reach the API here):`);
+    if (lb.podsListen) out.push(`  and ${lb.podsListen} (pods, as the kubernetes Service's endpoint)`);
     for (const u of lb.upstreams)
       out.push(
         `  ${u.address}  ${u.healthy ? 'healthy' : 'unhealthy'}  connections=${u.connections}${u.lastError ? `  ${u.lastError}` : ''}`,

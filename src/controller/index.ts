@@ -6,8 +6,7 @@ import { mkdir } from 'node:fs/promises';
 import { writeFileAtomic } from '../base/fs.ts';
 import { join } from 'node:path';
 import { stringify } from 'yaml';
-import type { Logger } from '../base/log.ts';
-import { componentLogger } from '../base/log.ts';
+import { componentLogger, type Logger } from '../base/log.ts';
 import { stageForStart } from '../payload/stage-child.ts';
 import { findPayload, releaseOf } from '../payload/payload.ts';
 import { ensurePki, type PkiPaths } from '../pki/index.ts';
@@ -15,7 +14,7 @@ import { messageOf, UserError } from '../base/errors.ts';
 import type { Component, ComponentStatus } from '../base/component.ts';
 import { httpsUrl } from '../base/addresses.ts';
 import { runUntilSignal } from '../base/lifecycle.ts';
-import { StatusServerComponent } from '../base/status-server.ts';
+import { readyAtVersion, StatusServerComponent } from '../base/status-server.ts';
 import { ComponentManager } from '../base/manager.ts';
 import { KCTL_VERSION, refuseTestBuildStart, type Release } from '../base/version.ts';
 import { ownPids, requireHost } from '../host/checks.ts';
@@ -44,7 +43,6 @@ import { ExecutableFiles } from './upgrades/executables.ts';
 import { ControllerUpgradeComponent } from './upgrades/upgrade.ts';
 import { writeOutcome } from '../payload/upgrade-files.ts';
 import { RestartRequest, restartForUpgrade } from '../supervisor/handover.ts';
-import { readyAtVersion } from '../base/status-server.ts';
 import { ManifestApplierComponent } from './cluster/manifests.ts';
 import { reservedSpace } from './cluster/reserved.ts';
 import { KubeletServingCheckComponent } from './nodes/kubelet-serving.ts';
@@ -53,6 +51,7 @@ import { NodeWatchComponent } from './nodes/nodes.ts';
 import { KubeClient } from '../kube/client.ts';
 import { agentServers, controllerLeaseName } from '../kube/controller-leases.ts';
 import { NodeLeaseAccessComponent } from './cluster/node-lease-access.ts';
+import { kubernetesEndpointsComponents } from './cluster/kubernetes-endpoints.ts';
 import { loadConfig, type ClusterConfig, type ConfigFlags } from './config/config.ts';
 import { PkiRenewerComponent, pkiOptions } from './pki/pki-renewer.ts';
 import { LeaseTurn } from './pki/pki-turn.ts';
@@ -230,6 +229,7 @@ export function controllerComponents(o: ControllerRoleOptions): Component[] {
     // Cluster objects; and kube-system's leases stay readable for nodes while one of an older kctl remains.
     new BootstrapComponent(cfg, pki, kube),
     new NodeLeaseAccessComponent(kube, nodes),
+    ...kubernetesEndpointsComponents(cfg, { kube, nodes, controllers }),
     lease,
     joinServer, // other controllers join through this one (kctl controller --token-file)
     // kctl's add-on stacks (written before the start) and operators' stacks under <data-dir>/manifests/<stack>/.

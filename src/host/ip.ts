@@ -26,6 +26,13 @@ export async function setOnlyAddress(dev: string, address: string): Promise<void
   await ip(['addr', 'add', `${address}/32`, 'dev', dev]);
 }
 
+/** A dummy device `dev`, up, holding `address`/32 and nothing else (made when missing). */
+export async function ensureDummyDevice(dev: string, address: string): Promise<void> {
+  if (!(await linkExists(dev))) await ip(['link', 'add', dev, 'type', 'dummy']);
+  await setOnlyAddress(dev, address);
+  await ip(['link', 'set', dev, 'up']);
+}
+
 /** `ip ARGS` that says whether it succeeded instead of rejecting. */
 export const ipSucceeds = (args: string[]): Promise<boolean> =>
   ip(args).then(

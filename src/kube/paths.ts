@@ -34,6 +34,8 @@ const KNOWN_KINDS: Record<string, KindInfo> = {
   'rbac.authorization.k8s.io/v1 Role': { resource: 'roles', namespaced: true },
   'rbac.authorization.k8s.io/v1 RoleBinding': { resource: 'rolebindings', namespaced: true },
   'coordination.k8s.io/v1 Lease': { resource: 'leases', namespaced: true },
+  'v1 Endpoints': { resource: 'endpoints', namespaced: true },
+  'discovery.k8s.io/v1 EndpointSlice': { resource: 'endpointslices', namespaced: true },
   'admissionregistration.k8s.io/v1 ValidatingAdmissionPolicy': {
     resource: 'validatingadmissionpolicies',
     namespaced: false,

@@ -63,6 +63,8 @@ export interface UpstreamStatus {
 
 export interface ApiBalancerStatus {
   listen: string;
+  /** The node-local address pods reach the API at behind a front door (the kubernetes Service's endpoint). */
+  podsListen?: string;
   upstreams: UpstreamStatus[];
 }
 
@@ -112,6 +114,7 @@ function upstreamOf(e: ApiServerEntry): Upstream | null {
 export class ApiBalancerComponent implements Component, ControllerFollower {
   readonly name = 'api-balancer';
   private server: Server | undefined;
+  private pods: { server: Server; address: string } | undefined;
   private timer: NodeJS.Timeout | undefined;
   private upstreams: Upstream[] = [];
   private next = 0;
@@ -164,26 +167,40 @@ export class ApiBalancerComponent implements Component, ControllerFollower {
 
   async start(): Promise<void> {
     await this.checkAll();
+    this.server = await this.listen('127.0.0.1', this.o.port ?? API_BALANCER_PORT);
+    this.timer = setInterval(() => void this.checkAll(), this.t.checkEveryMs);
+  }
+
+  /** Listens at `address` (host:port) too, for pods, instead of where it did; nowhere for them when undefined. */
+  async servePods(address: string | undefined): Promise<void> {
+    if (address === this.pods?.address) return;
+    await closeServer(this.pods?.server);
+    this.pods = undefined;
+    const at = address ? splitHostPort(address) : null;
+    if (at && !this.stopped) this.pods = { server: await this.listen(at.host, at.port), address: address! };
+  }
+
+  private async listen(host: string, port: number): Promise<Server> {
     const server = createServer((client) => this.accept(client));
     await new Promise<void>((resolve, reject) => {
       server.once('error', reject);
-      server.listen(this.o.port ?? API_BALANCER_PORT, '127.0.0.1', () => {
+      server.listen(port, host, () => {
         server.off('error', reject);
         resolve();
       });
     });
-    this.server = server;
-    this.timer = setInterval(() => void this.checkAll(), this.t.checkEveryMs);
+    return server;
   }
 
   async stop(): Promise<void> {
     clearInterval(this.timer);
     this.stopped = true;
+    await closeServer(this.pods?.server);
     for (const u of this.upstreams) {
       clearTimeout(u.recheck);
       for (const s of u.sockets) s.destroy();
     }
-    await new Promise<void>((resolve) => (this.server ? this.server.close(() => resolve()) : resolve()));
+    await closeServer(this.server);
   }
 
   status(): Partial<ComponentStatus> {
@@ -205,6 +222,7 @@ export class ApiBalancerComponent implements Component, ControllerFollower {
   snapshot(): ApiBalancerStatus {
     return {
       listen: `127.0.0.1:${this.listenPort()}`,
+      ...(this.pods ? { podsListen: this.pods.address } : {}),
       upstreams: this.upstreams.map((u) => ({
         address: joinHostPort(u.host, u.port),
         healthy: u.healthy,
@@ -364,6 +382,9 @@ export class ApiBalancerComponent implements Component, ControllerFollower {
     }
   }
 }
+
+const closeServer = (server: Server | undefined): Promise<void> =>
+  new Promise<void>((resolve) => (server ? server.close(() => resolve()) : resolve()));
 
 /** Rejects after `ms` even when the promise's own timeout (socket idle) keeps waiting. */
 function withDeadline<T>(p: Promise<T>, ms: number): Promise<T> {

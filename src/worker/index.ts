@@ -46,6 +46,7 @@ import { join as joinCluster, pointKubeconfigsAt, type JoinState } from './join.
 import { KUBE_PROXY_HEALTHZ_PORT, KUBE_PROXY_METRICS_PORT, KubeProxyComponent } from './kube-proxy.ts';
 import { KUBELET_PORT, KubeletComponent } from './kubelet.ts';
 import { NetworkComponent } from './network.ts';
+import { NodeLocalApiComponent } from './node-local-api.ts';
 import { NetworkPolicyComponent, type NetworkPolicyStatus } from './network-policy.ts';
 import type { PodNetworkStatus } from './overlay.ts';
 import { workerPaths, type WorkerPaths } from './paths.ts';
@@ -287,6 +288,7 @@ export function workerComponents(o: WorkerRoleOptions): Component[] {
     datagrams: { send: (toNode, data) => agent.sendDatagram(toNode, data) },
   });
   const networkPolicy = new NetworkPolicyComponent({ nodeName: id.nodeName, kube });
+  const nodeLocal = new NodeLocalApiComponent(balancer);
   const upgrade = new NodeUpgradeComponent({
     kube,
     nodeName: id.nodeName,
@@ -319,8 +321,9 @@ export function workerComponents(o: WorkerRoleOptions): Component[] {
     networkPolicy,
     kubeProxy,
     agent,
+    nodeLocal,
     // The token's controllers to start with; from then on their leases say which are alive.
-    new ControllerWatchComponent(kube, [balancer, agent, upgrade, network]),
+    new ControllerWatchComponent(kube, [balancer, agent, upgrade, network, nodeLocal]),
     new CaTrustComponent({ paths, kube, nodeName: id.nodeName, restart: [kubelet, kubeProxy], agent }),
     // Names the release on the Node and follows the upgrade plan: this node's turn, its restart.
     upgrade,

@@ -7,6 +7,7 @@ import { existsSync, readdirSync, readlinkSync } from 'node:fs';
 import { rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import { MASQ_CHAIN } from './cni.ts';
+import { NODE_LOCAL_DEVICE } from './node-local-api.ts';
 import type { Logger } from '../base/log.ts';
 import { removeTree } from '../base/fs.ts';
 import { removeRunDir } from '../supervisor/run-dir.ts';
@@ -76,7 +77,7 @@ export async function resetWorker(paths: WorkerPaths, opts: ResetOptions, log: L
   await removeContainerLogLinks(paths);
   await iptablesCleanup(paths, log);
   await opts.removeRoutes();
-  for (const dev of [opts.bridge]) {
+  for (const dev of [opts.bridge, NODE_LOCAL_DEVICE]) {
     const r = await execa('ip', ['link', 'del', dev], { reject: false });
     if (r.exitCode === 0) log.info({ device: dev }, 'removed network device');
   }

@@ -4,8 +4,9 @@
 // older than NODE_LEASES_SINCE (or says nothing), and removed once none does. A node can lie only
 // to keep it (the status quo); it cannot make an older node lose it, since every Node must say so.
 import type { Component, ComponentContext, ComponentStatus } from '../../base/component.ts';
+import { SerialRunner } from '../../base/serial.ts';
 import type { Logger } from '../../base/log.ts';
-import { compareVersions } from '../../base/version.ts';
+import { runsBefore } from '../../base/version.ts';
 import { messageOf } from '../../base/errors.ts';
 import { KubeApiError, type KubeClient } from '../../kube/client.ts';
 import { LEASE_NAMESPACE, NODE_LEASES_SINCE } from '../../kube/controller-leases.ts';
@@ -15,15 +16,13 @@ import type { NodeWatchComponent } from '../nodes/nodes.ts';
 
 /** The Nodes that read the controllers' leases in kube-system: an older kctl's, or one that names no release. */
 export function nodesOnKubeSystemLeases(versions: Map<string, string | undefined>): string[] {
-  const older = (v: string | undefined): boolean => {
-    try {
-      return v === undefined || compareVersions(v, NODE_LEASES_SINCE) < 0;
-    } catch {
-      return true;
-    }
-  };
+  return nodesBefore(versions, NODE_LEASES_SINCE);
+}
+
+/** The Nodes that say they run a kctl before `since`, or name no release, by name. */
+export function nodesBefore(versions: Map<string, string | undefined>, since: string): string[] {
   return [...versions]
-    .filter(([, v]) => older(v))
+    .filter(([, v]) => runsBefore(v, since))
     .map(([name]) => name)
     .sort();
 }
@@ -36,8 +35,7 @@ export class NodeLeaseAccessComponent implements Component {
   /** What the API holds as far as this controller knows (undefined: look again). */
   private granted: boolean | undefined;
   private said: boolean | undefined;
-  private running: Promise<void> | undefined;
-  private again = false;
+  private readonly runner = new SerialRunner(() => this.reconcile());
   private lastError: string | undefined;
   private unsubscribe: (() => void) | undefined;
   private timer: NodeJS.Timeout | undefined;
@@ -52,37 +50,23 @@ export class NodeLeaseAccessComponent implements Component {
   }
 
   async start(): Promise<void> {
-    this.unsubscribe = this.nodes.onChange(() => this.schedule());
+    this.unsubscribe = this.nodes.onChange(() => this.runner.schedule());
     // Also now and then: a role an operator deleted or re-created by hand is set right again.
     this.timer = setInterval(() => {
       this.granted = undefined;
-      this.schedule();
+      this.runner.schedule();
     }, RECHECK_MS);
-    this.schedule();
+    this.runner.schedule();
   }
 
   async stop(): Promise<void> {
     clearInterval(this.timer);
     this.unsubscribe?.();
-    await this.running;
+    await this.runner.idle();
   }
 
   status(): Partial<ComponentStatus> {
     return { lastError: this.lastError };
-  }
-
-  private schedule(): void {
-    if (this.running) {
-      this.again = true;
-      return;
-    }
-    this.running = this.reconcile().finally(() => {
-      this.running = undefined;
-      if (this.again) {
-        this.again = false;
-        this.schedule();
-      }
-    });
   }
 
   private async reconcile(): Promise<void> {

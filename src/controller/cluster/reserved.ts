@@ -45,5 +45,6 @@ export function reservedSpace(cfg: ClusterConfig, sources: ReservedSources): Res
     serviceCIDRs: [cfg.spec.network.serviceCIDR],
     podCIDRs: [cfg.spec.network.podCIDR],
     podRangeBits: nodePodRangeBits(cfg),
+    ...(cfg.spec.frontDoor.enabled ? { nodeLocal: cfg.spec.frontDoor.nodeLocalAddress } : {}),
   };
 }

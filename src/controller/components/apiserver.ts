@@ -9,6 +9,7 @@ import type { PkiPaths } from '../../pki/index.ts';
 import { Supervisor } from '../../supervisor/process.ts';
 import { auditFlags } from '../encryption/audit.ts';
 import { type ClusterConfig } from '../config/config.ts';
+import { frontDoorEndpoint } from '../config/urls.ts';
 import { goRuntimeEnv } from './go-runtime.ts';
 import type { ControllerPaths } from '../config/paths.ts';
 import { httpsReady } from '../../base/probe.ts';
@@ -66,6 +67,9 @@ function nodeFlags(cfg: ClusterConfig, pki: PkiPaths): Record<string, string | b
     // kubelet-serving CA, and kctl's csr-approver approves them only for names and addresses the
     // node owns (the bundle holds the cluster CA too while an older cluster's nodes move over).
     'kubelet-certificate-authority': pki.kubeletCaBundle,
+    // Behind a front door pods reach the API at the node-local address, which kctl writes as the
+    // kubernetes Service's endpoint (cluster/kubernetes-endpoints.ts); kube-apiserver would write its own.
+    ...(frontDoorEndpoint(cfg) ? { 'endpoint-reconciler-type': 'none' } : {}),
   };
 }
 

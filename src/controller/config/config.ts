@@ -352,6 +352,15 @@ export function parseConfig(input: unknown, source: string, flags: ConfigFlags =
       `invalid config ${source}: metadata.name "${frontDoorName}" cannot be a front door name (one DNS label: lower-case letters, digits, '-'); set spec.frontDoor.name`,
     );
   const { serviceCIDR } = c.spec.network;
+  const nodeLocal = c.spec.frontDoor.nodeLocalAddress;
+  for (const [field, cidr] of [
+    ['serviceCIDR', serviceCIDR],
+    ['podCIDR', c.spec.network.podCIDR],
+  ] as const)
+    if (c.spec.frontDoor.enabled && cidrContains(cidr, nodeLocal))
+      throw new UserError(
+        `invalid config ${source}: spec.frontDoor.nodeLocalAddress: ${nodeLocal} is inside spec.network.${field} ${cidr}; pick an address outside the cluster's networks`,
+      );
   const clusterDNS = c.spec.network.clusterDNS ?? cidrAddress(serviceCIDR, 10);
   if (!cidrContains(serviceCIDR, clusterDNS))
     throw new UserError(

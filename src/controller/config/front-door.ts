@@ -1,7 +1,11 @@
 // spec.frontDoor: one TLS port shared by every cluster on a controller host (src/frontdoor/), and
 // the names this cluster answers to there.
-import { isIP } from 'node:net';
+import { isIP, isIPv4 } from 'node:net';
+import { specialRange } from '../../base/ownership.ts';
 import { z } from 'zod';
+
+/** spec.frontDoor.nodeLocalAddress's default. */
+export const NODE_LOCAL_ADDRESS = '198.18.0.1';
 
 /** One DNS label: a cluster's name in front of spec.frontDoor.baseDomain. */
 export const FRONT_DOOR_NAME = /^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$/;
@@ -29,6 +33,18 @@ export const frontDoorSchema = z
       .optional(),
     /** This cluster's name under baseDomain; default a tenant's --name, else metadata.name. */
     name: z.string().regex(FRONT_DOOR_NAME, 'expected a DNS label such as alpha').optional(),
+    /**
+     * The address every node serves the API on for its pods (a full cluster's): the kubernetes
+     * Service's endpoint, on a device of its own on each node. Not routed anywhere, so pods need no
+     * route to a controller host; an Endpoints address may not be loopback or link-local, hence a
+     * benchmarking-range default (RFC 2544), which no site is likely to use.
+     */
+    nodeLocalAddress: z
+      .string()
+      .refine((s) => isIPv4(s) && specialRange(s) === undefined, {
+        message: 'expected an IPv4 address that is not loopback, link-local, multicast or unspecified',
+      })
+      .default(NODE_LOCAL_ADDRESS),
   })
   .refine((f) => !f.enabled || f.baseDomain !== undefined, {
     message: 'set the domain the cluster names live under, such as clusters.example.com',

@@ -28,5 +28,6 @@ export function frontDoorEndpoint(cfg: ClusterConfig): FrontDoorEndpoint | undef
   const f = cfg.spec.frontDoor;
   const host = f.address && f.address !== '0.0.0.0' && f.address !== '::' ? f.address : cfg.spec.api.address;
   const { api, konnectivity, join, nodeApi } = names;
-  return { address: joinHostPort(host, f.port), api, konnectivity, join, nodeApi };
+  const nodeLocal = joinHostPort(f.nodeLocalAddress, cfg.spec.api.port);
+  return { address: joinHostPort(host, f.port), api, konnectivity, join, nodeApi, nodeLocal };
 }

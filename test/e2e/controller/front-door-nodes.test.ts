@@ -15,7 +15,15 @@ import type { WorkerStatusReport } from '../../../src/worker/index.ts';
 import { controllerReady, labController, runPinnedPod, startIsolatedWorker, track } from '../lab/cluster.ts';
 import { hostStateArgs, kctl, ownHostState } from '../lab/kctl.ts';
 import { startLab } from '../lab/lab-test.ts';
-import { DOOR_API, DOOR_PORT, onlyTheDoor, writeDoorConfig } from '../lab/front-door.ts';
+import {
+  DOOR_API,
+  DOOR_PORT,
+  kubernetesEndpointsNow,
+  noPodRouteTo,
+  onlyTheDoor,
+  podGetsApi,
+  writeDoorConfig,
+} from '../lab/front-door.ts';
 import type { LabHost } from '../lab/lab.ts';
 import { waitFor } from '../../wait.ts';
 
@@ -51,6 +59,22 @@ test("a worker that may reach only the controller's front door joins, runs a pod
   assert.equal(String((await c.kubectl(['logs', 'p1'])).stdout).trim(), 'hello through the door');
   const exec = await c.kubectl(['exec', 'p1', '--', 'cat', '/www/index.html']);
   assert.equal(String(exec.stdout).trim(), 'p1', String(exec.stderr));
+
+  // Pods reach the API through the kubernetes Service, whose endpoint is the node-local address
+  // on every node: w1's balancer carries them in the node API tunnel. They have no route of their
+  // own to the controller host (every connection forwarded from w1 to it is rejected).
+  await noPodRouteTo(w1, ctl);
+  await waitFor('the kubernetes Service names the node-local address', 60_000, async () =>
+    (await kubernetesEndpointsNow(c.kubectl)) === '198.18.0.1:6443' ? true : undefined,
+  );
+  assert.equal((await workerStatus()).apiBalancer?.podsListen, '198.18.0.1:6443');
+  const viaService = await waitFor('a pod reads the API through the kubernetes Service', 60_000, async () => {
+    const r = await podGetsApi(c.kubectl, 'p1');
+    return r.exitCode === 0 ? String(r.stdout) : undefined;
+  });
+  assert.match(viaService, /"kind":\s*"APIVersions"/);
+  const direct = await podGetsApi(c.kubectl, 'p1', `https://${ctl.ip}:6443`);
+  assert.notEqual(direct.exitCode, 0, `the pod reached the controller host directly: ${String(direct.stdout)}`);
 
   const status = async () =>
     JSON.parse(String((await kctl(['status', '-o', 'json', '--run-dir', c.runDir])).stdout)) as ControllerStatusReport;
@@ -135,6 +159,15 @@ test('a cluster that turns its front door on keeps its nodes: a running worker m
   assert.equal(String((await c.kubectl(['logs', 'p1'])).stdout).trim(), 'before the door');
   // kubelet still reports: its API connections ride the node API tunnel (its kubeconfig names no server).
   await runPinnedPod(c.kubectl, 'p2', 'w1', 'after the door', true);
+  // Its pods moved too: the pod from before the door reads the API at the node-local address.
+  await waitFor('the kubernetes Service names the node-local address', 60_000, async () =>
+    (await kubernetesEndpointsNow(c.kubectl)) === '198.18.0.1:6443' ? true : undefined,
+  );
+  await noPodRouteTo(w1, ctl);
+  await waitFor('the pod from before the door reads the API', 60_000, async () => {
+    const r = await podGetsApi(c.kubectl, 'p1');
+    return r.exitCode === 0 && /"kind":\s*"APIVersions"/.test(String(r.stdout));
+  });
   assert.equal(worker.child.exitCode, null, 'the worker restarted');
   assert.equal(worker.lines(/"msg":"joined the cluster"/).length, 1, 'the worker joined again');
 });

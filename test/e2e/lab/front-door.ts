@@ -3,6 +3,7 @@
 import assert from 'node:assert/strict';
 import { writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
+import type { Result } from 'execa';
 import type { Lab, LabHost } from './lab.ts';
 
 export const DOOR_PORT = 8443;
@@ -43,4 +44,39 @@ export async function onlyTheDoor(lab: Lab, host: LabHost, ctl: LabHost): Promis
   for (const port of [6443, 8132, 9443])
     assert.equal(await lab.canConnect(host, ctl, port), false, `${host.name} reaches ${port}`);
   assert.equal(await lab.canConnect(host, ctl, DOOR_PORT), true, `${host.name} does not reach the front door`);
+}
+
+/** What a pod's GET of /api through `url` printed, with its service account token (busybox wget; the CA is not checked). */
+export async function podGetsApi(
+  kubectl: (args: string[]) => Promise<Result>,
+  pod: string,
+  url = 'https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT',
+): Promise<Result> {
+  const token = '$(cat /var/run/secrets/kubernetes.io/serviceaccount/token)';
+  return kubectl([
+    'exec',
+    pod,
+    '--',
+    'sh',
+    '-c',
+    `wget -q -T 5 -O- --no-check-certificate --header "Authorization: Bearer ${token}" ${url}/api`,
+  ]);
+}
+
+/** Rejects every connection forwarded from `host`'s pods to `ctl` (the door's port too): pods have no route there. */
+export async function noPodRouteTo(host: LabHost, ctl: LabHost): Promise<void> {
+  const r = await host.run('iptables', ['-w', '5', '-A', 'FORWARD', '-d', ctl.ip, '-j', 'REJECT']);
+  assert.equal(r.exitCode, 0, String(r.stderr));
+}
+
+/** The kubernetes Service's endpoints as its EndpointSlice names them (address:port, sorted). */
+export async function kubernetesEndpointsNow(kubectl: (args: string[]) => Promise<Result>): Promise<string> {
+  const r = await kubectl(['get', 'endpointslice', 'kubernetes', '-o', 'json']);
+  if (r.exitCode !== 0) return '';
+  const slice = JSON.parse(String(r.stdout)) as { endpoints?: { addresses: string[] }[]; ports?: { port: number }[] };
+  const port = slice.ports?.[0]?.port;
+  return (slice.endpoints ?? [])
+    .flatMap((e) => e.addresses.map((a) => `${a}:${port}`))
+    .sort()
+    .join(' ');
 }

@@ -114,4 +114,9 @@ test("a lease names its host's front door; nodes reach the konnectivity server a
   const broken = lease({});
   broken.metadata.annotations!['kctl.dev/front-door'] = JSON.stringify({ ...frontDoor, address: 'no-port' });
   assert.equal(liveControllers([broken], t0)[0]?.frontDoor, undefined);
+  // The node-local address pods reach the API at: kept when it is an IPv4 host:port, else left out.
+  const withLocal = { ...frontDoor, nodeLocal: '198.18.0.1:6443' };
+  assert.deepEqual(liveControllers([lease({ frontDoor: withLocal })], t0)[0]?.frontDoor, withLocal);
+  for (const nodeLocal of ['198.18.0.1', 'api.example.com:6443', '[fd00::1]:6443'])
+    assert.deepEqual(liveControllers([lease({ frontDoor: { ...frontDoor, nodeLocal } })], t0)[0]?.frontDoor, frontDoor);
 });

@@ -23,3 +23,20 @@ test("a controller's names come from its config, its serving certificates' SANs 
   for (const v of ['10.0.0.10', 'node-1', '2001:db8::8']) assert.equal(r.isController(v), false, v);
   assert.deepEqual([r.serviceCIDRs, r.podCIDRs], [['10.96.0.0/12'], ['10.244.0.0/16']]);
 });
+
+test("behind a front door the node-local API address is every node's own, never one node's", async () => {
+  const { nobodysProblem } = await import('../../../../src/base/ownership.ts');
+  const on = { enabled: true, baseDomain: 'c.example.com' };
+  const live = { liveControllers: () => [] };
+  const withDoor = reservedSpace(parseConfig({ spec: { frontDoor: on } }, 'kctl.yaml'), {
+    certificates: [],
+    controllers: live,
+  });
+  assert.equal(
+    nobodysProblem('198.18.0.1', false, undefined, withDoor),
+    "the node-local API address (every node's own)",
+  );
+  assert.equal(nobodysProblem('198.18.0.2', false, undefined, withDoor), undefined);
+  const without = reservedSpace(parseConfig({}, 'kctl.yaml'), { certificates: [], controllers: live });
+  assert.equal(nobodysProblem('198.18.0.1', false, undefined, without), undefined);
+});

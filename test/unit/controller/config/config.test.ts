@@ -125,7 +125,12 @@ test("each node's pod range size: kctl's /24, or what kube-controller-manager's 
 });
 
 test('spec.frontDoor: off by default; on, it needs a base domain, and the names come from the tenant, the config or metadata.name', () => {
-  assert.deepEqual(parseConfig({}, 'defaults').spec.frontDoor, { enabled: false, port: 443, name: 'kctl' });
+  assert.deepEqual(parseConfig({}, 'defaults').spec.frontDoor, {
+    enabled: false,
+    port: 443,
+    name: 'kctl',
+    nodeLocalAddress: '198.18.0.1',
+  });
   assert.equal(frontDoorNames(parseConfig({}, 'defaults')), undefined);
   assert.throws(
     () => parseConfig({ spec: { frontDoor: { enabled: true } } }, 'kctl.yaml'),
@@ -157,6 +162,20 @@ test('spec.frontDoor: off by default; on, it needs a base domain, and the names 
   assert.throws(
     () => parseConfig({ spec: { frontDoor: { ...on, baseDomain: 'localhost' } } }, 'kctl.yaml'),
     /spec\.frontDoor\.baseDomain: expected a DNS domain/,
+  );
+  // The node-local address pods reach the API at: an Endpoints address, outside the cluster's networks.
+  for (const [address, expect] of [
+    ['127.0.0.2', /spec\.frontDoor\.nodeLocalAddress: expected an IPv4 address that is not loopback, link-local/],
+    ['169.254.20.10', /spec\.frontDoor\.nodeLocalAddress: expected an IPv4 address/],
+    ['fd00::1', /spec\.frontDoor\.nodeLocalAddress: expected an IPv4 address/],
+    ['10.96.0.50', /spec\.frontDoor\.nodeLocalAddress: 10\.96\.0\.50 is inside spec\.network\.serviceCIDR 10\.96\.0\.0\/12; pick an address outside/],
+    ['10.244.9.9', /is inside spec\.network\.podCIDR 10\.244\.0\.0\/16/],
+  ] as const)
+    assert.throws(() => parseConfig({ spec: { frontDoor: { ...on, nodeLocalAddress: address } } }, 'kctl.yaml'), expect);
+  assert.equal(
+    parseConfig({ spec: { frontDoor: { ...on, nodeLocalAddress: '100.64.30.10' } } }, 'kctl.yaml').spec.frontDoor
+      .nodeLocalAddress,
+    '100.64.30.10',
   );
   // Its names are in the servers' certificates, since the door passes TLS through.
   const sans = pkiOptions(parseConfig({ spec: { frontDoor: on } }, 'kctl.yaml'), controllerPaths('/d', '/r')).sans;
