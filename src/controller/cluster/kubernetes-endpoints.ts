@@ -33,7 +33,11 @@ export function kubernetesEndpoints(addresses: string[], port: number): KubeMani
       apiVersion: 'v1',
       kind: 'Endpoints',
       // kube-apiserver marks it so: no second EndpointSlice is mirrored from it.
-      metadata: { name: 'kubernetes', namespace: 'default', labels: { 'endpointslice.kubernetes.io/skip-mirror': 'true' } },
+      metadata: {
+        name: 'kubernetes',
+        namespace: 'default',
+        labels: { 'endpointslice.kubernetes.io/skip-mirror': 'true' },
+      },
       subsets: [{ addresses: addresses.map((ip) => ({ ip })), ports }],
     },
     {
@@ -141,5 +145,7 @@ export function kubernetesEndpointsComponents(
 ): Component[] {
   const nodeLocal = frontDoorEndpoint(cfg)?.nodeLocal;
   if (!nodeLocal) return [];
-  return [new KubernetesEndpointsComponent({ ...o, nodeLocal, apiPort: cfg.spec.api.port, ownAddress: cfg.spec.api.address })];
+  return [
+    new KubernetesEndpointsComponent({ ...o, nodeLocal, apiPort: cfg.spec.api.port, ownAddress: cfg.spec.api.address }),
+  ];
 }

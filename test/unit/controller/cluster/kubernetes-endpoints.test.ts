@@ -62,8 +62,5 @@ test("behind a front door kube-apiserver leaves the kubernetes Service's endpoin
       egress: true,
     }).find((a) => a.startsWith('--endpoint-reconciler-type'));
   assert.equal(flag({}), undefined);
-  assert.equal(
-    flag({ frontDoor: { enabled: true, baseDomain: 'c.example.com' } }),
-    '--endpoint-reconciler-type=none',
-  );
+  assert.equal(flag({ frontDoor: { enabled: true, baseDomain: 'c.example.com' } }), '--endpoint-reconciler-type=none');
 });

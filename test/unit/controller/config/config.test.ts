@@ -168,10 +168,16 @@ test('spec.frontDoor: off by default; on, it needs a base domain, and the names 
     ['127.0.0.2', /spec\.frontDoor\.nodeLocalAddress: expected an IPv4 address that is not loopback, link-local/],
     ['169.254.20.10', /spec\.frontDoor\.nodeLocalAddress: expected an IPv4 address/],
     ['fd00::1', /spec\.frontDoor\.nodeLocalAddress: expected an IPv4 address/],
-    ['10.96.0.50', /spec\.frontDoor\.nodeLocalAddress: 10\.96\.0\.50 is inside spec\.network\.serviceCIDR 10\.96\.0\.0\/12; pick an address outside/],
+    [
+      '10.96.0.50',
+      /spec\.frontDoor\.nodeLocalAddress: 10\.96\.0\.50 is inside spec\.network\.serviceCIDR 10\.96\.0\.0\/12; pick an address outside/,
+    ],
     ['10.244.9.9', /is inside spec\.network\.podCIDR 10\.244\.0\.0\/16/],
   ] as const)
-    assert.throws(() => parseConfig({ spec: { frontDoor: { ...on, nodeLocalAddress: address } } }, 'kctl.yaml'), expect);
+    assert.throws(
+      () => parseConfig({ spec: { frontDoor: { ...on, nodeLocalAddress: address } } }, 'kctl.yaml'),
+      expect,
+    );
   assert.equal(
     parseConfig({ spec: { frontDoor: { ...on, nodeLocalAddress: '100.64.30.10' } } }, 'kctl.yaml').spec.frontDoor
       .nodeLocalAddress,
