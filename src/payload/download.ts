@@ -13,11 +13,15 @@ import { messageOf } from '../base/errors.ts';
 import { proxiedHttps } from '../base/proxy.ts';
 import { sha256OfFile } from '../base/fs.ts';
 
+/** An https URL of the file, and the TLS server name to send its host when not the host (a front door routes by it). */
+export interface DownloadSource {
+  url: string;
+  serverName?: string;
+}
+
 export interface DownloadOptions {
-  /** https URLs of the same file, tried in turn. */
-  urls: () => string[];
-  /** The TLS server name to send to a URL's host, when not its host (a front door routes by it). */
-  serverName?: (url: string) => string | undefined;
+  /** Where the same file is, tried in turn. */
+  sources: () => DownloadSource[];
   target: string;
   sha256: string;
   size: number;
@@ -51,14 +55,13 @@ async function sizeOf(file: string): Promise<number> {
 
 /** One GET from `from` on, appended to the part; resolves when the response ended. */
 async function attempt(
-  url: string,
+  { url, serverName }: DownloadSource,
   part: string,
   from: number,
   o: DownloadOptions,
   count: (n: number) => void,
 ): Promise<void> {
-  const name = o.serverName?.(url);
-  const tls = { ...(await o.tls()), ...(name ? { servername: name } : {}) };
+  const tls = { ...(await o.tls()), ...(serverName ? { servername: serverName } : {}) };
   const res = await new Promise<IncomingMessage>((resolve, reject) => {
     const req = request(
       url,
@@ -129,7 +132,8 @@ export async function downloadExecutable(o: DownloadOptions): Promise<DownloadRe
   const rounds = o.rounds ?? 10;
   let lastError = 'no controller serves it';
   for (let round = 0; round < rounds; round++) {
-    for (const url of o.urls()) {
+    for (const source of o.sources()) {
+      const { url } = source;
       o.signal?.throwIfAborted();
       let have = await sizeOf(part);
       if (have > o.size) {
@@ -140,7 +144,7 @@ export async function downloadExecutable(o: DownloadOptions): Promise<DownloadRe
         if (have > 0) resumed++;
         o.progress?.(have, url);
         try {
-          await attempt(url, part, have, o, (n) => (received += n));
+          await attempt(source, part, have, o, (n) => (received += n));
         } catch (err) {
           if (o.signal?.aborted) throw err;
           lastError = `${url}: ${messageOf(err)}`;

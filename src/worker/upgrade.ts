@@ -26,7 +26,7 @@ import {
   type UpgradePlan,
 } from '../kube/upgrade-plan.ts';
 import { skewProblem } from '../kube/version-skew.ts';
-import { downloadExecutable } from '../payload/download.ts';
+import { downloadExecutable, type DownloadSource } from '../payload/download.ts';
 import {
   describedProblem,
   executableUrl,
@@ -41,7 +41,7 @@ import type { ControllerFollower } from './controller-watch.ts';
 
 const CHECK_EVERY_MS = 5_000;
 /** Where a node downloads kctl `version` from controller `c`: its front door by name, else its join endpoint. */
-export function executableSource(c: LiveController, version: string): { url: string; serverName?: string } | undefined {
+export function executableSource(c: LiveController, version: string): DownloadSource | undefined {
   if (c.frontDoor)
     return { url: executableUrl(`https://${c.frontDoor.address}`, version), serverName: c.frontDoor.join };
   return c.executables ? { url: executableUrl(c.executables, version) } : undefined;
@@ -187,8 +187,7 @@ export class NodeUpgradeComponent implements Component, ControllerFollower {
     let lastProgress = Date.now();
     const got = await downloadExecutable({
       // Through each controller's front door when it has one (by the join endpoint's name), else its join port.
-      urls: () => this.live.flatMap((c) => executableSource(c, t.version)?.url ?? []),
-      serverName: (url) => this.live.map((c) => executableSource(c, t.version)).find((x) => x?.url === url)?.serverName,
+      sources: () => this.live.flatMap((c) => executableSource(c, t.version) ?? []),
       target: file,
       sha256: t.sha256,
       size: t.size,

@@ -208,11 +208,11 @@ export class ControllerUpgradeComponent implements Component {
     this.report(t.version, 'downloading', { bytes: 0 });
     const creds = credentialsFromKubeconfig(this.o.pki.adminConf);
     await downloadExecutable({
-      urls: () =>
+      sources: () =>
         this.o.controllers
           .liveControllers()
           .filter((c) => c.name !== this.identity && c.executables)
-          .map((c) => executableUrl(c.executables!, t.version)),
+          .map((c) => ({ url: executableUrl(c.executables!, t.version) })),
       target: file,
       sha256: t.sha256,
       size: t.size,

@@ -111,7 +111,7 @@ test('a download cut off twice goes on from where it stopped, and ends with the 
   const ca = s.pki.ca;
   const errors: string[] = [];
   const r = await downloadExecutable({
-    urls: () => [s.url],
+    sources: () => [{ url: s.url }],
     target,
     sha256: s.sha256,
     size: SIZE,
@@ -131,7 +131,7 @@ test('a download cut off twice goes on from where it stopped, and ends with the 
   const before = s.ranges.length;
   assert.deepEqual(
     await downloadExecutable({
-      urls: () => [s.url],
+      sources: () => [{ url: s.url }],
       target,
       sha256: s.sha256,
       size: SIZE,
@@ -152,7 +152,7 @@ test('a controller that is down is skipped for the next, and a file that is not 
   const target = join(s.dataDir, 'kctl-new');
   const down = 'https://127.0.0.1:1/v1/executables/0.2.0';
   await downloadExecutable({
-    urls: () => [down, s.url],
+    sources: () => [{ url: down }, { url: s.url }],
     target,
     sha256: s.sha256,
     size: SIZE,
@@ -163,7 +163,7 @@ test('a controller that is down is skipped for the next, and a file that is not 
   const other = join(s.dataDir, 'kctl-other');
   await assert.rejects(
     downloadExecutable({
-      urls: () => [s.url],
+      sources: () => [{ url: s.url }],
       target: other,
       sha256: 'b'.repeat(64),
       size: SIZE,
@@ -283,14 +283,13 @@ async function waitUntil(check: () => boolean): Promise<void> {
   assert.ok(check(), 'timed out');
 }
 
-test('a download sends the server name it is given for a URL (a front door routes by it) and checks the certificate for that name', async (t) => {
+test('a download sends the server name its source names (a front door routes by it) and checks the certificate for that name', async (t) => {
   const s = await served(t);
   const node = await s.pki.nodeCert('w1');
   const errors: string[] = [];
   const download = (name: string, target: string) =>
     downloadExecutable({
-      urls: () => [s.url],
-      serverName: (url) => (url === s.url ? name : undefined),
+      sources: () => [{ url: s.url, serverName: name }],
       target: join(s.dataDir, target),
       sha256: s.sha256,
       size: SIZE,
