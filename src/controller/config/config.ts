@@ -10,7 +10,7 @@ import { cidrAddress, cidrContains } from '../../base/addresses.ts';
 import { parseDuration } from '../../base/duration.ts';
 import { errnoOf, messageOf, UserError } from '../../base/errors.ts';
 import { MIN_LEAF_VALIDITY_MS } from '../../pki/index.ts';
-import { FRONT_DOOR_NAME, frontDoorSchema } from './front-door.ts';
+import { frontDoorProblem, frontDoorSchema } from './front-door.ts';
 import { NETWORK_MODES, POD_NETWORK_RELAYS, VXLAN_DEFAULTS, WIREGUARD_DEFAULTS } from '../../kube/pod-network.ts';
 
 const port = (def: number) => z.number().int().min(1).max(65535).default(def);
@@ -347,20 +347,9 @@ export function parseConfig(input: unknown, source: string, flags: ConfigFlags =
   const gcPercent =
     c.spec.gcPercent ?? (flags.tenantName !== undefined && profile === 'full' ? TENANT_GC_PERCENT : undefined);
   const frontDoorName = c.spec.frontDoor.name ?? flags.tenantName ?? c.metadata.name;
-  if (c.spec.frontDoor.enabled && !FRONT_DOOR_NAME.test(frontDoorName))
-    throw new UserError(
-      `invalid config ${source}: metadata.name "${frontDoorName}" cannot be a front door name (one DNS label: lower-case letters, digits, '-'); set spec.frontDoor.name`,
-    );
+  const doorProblem = frontDoorProblem(c.spec, frontDoorName);
+  if (doorProblem) throw new UserError(`invalid config ${source}: ${doorProblem}`);
   const { serviceCIDR } = c.spec.network;
-  const nodeLocal = c.spec.frontDoor.nodeLocalAddress;
-  for (const [field, cidr] of [
-    ['serviceCIDR', serviceCIDR],
-    ['podCIDR', c.spec.network.podCIDR],
-  ] as const)
-    if (c.spec.frontDoor.enabled && cidrContains(cidr, nodeLocal))
-      throw new UserError(
-        `invalid config ${source}: spec.frontDoor.nodeLocalAddress: ${nodeLocal} is inside spec.network.${field} ${cidr}; pick an address outside the cluster's networks`,
-      );
   const clusterDNS = c.spec.network.clusterDNS ?? cidrAddress(serviceCIDR, 10);
   if (!cidrContains(serviceCIDR, clusterDNS))
     throw new UserError(

@@ -1,6 +1,7 @@
 // spec.frontDoor: one TLS port shared by every cluster on a controller host (src/frontdoor/), and
 // the names this cluster answers to there.
 import { isIP, isIPv4 } from 'node:net';
+import { cidrContains } from '../../base/addresses.ts';
 import { specialRange } from '../../base/ownership.ts';
 import { z } from 'zod';
 
@@ -75,4 +76,23 @@ export function frontDoorNames(cfg: {
   const api = `${f.name}.${f.baseDomain}`;
   if (cfg.spec.profile === 'api-only') return { api };
   return { api, konnectivity: `konnectivity.${api}`, join: `join.${api}`, nodeApi: `node-api.${api}` };
+}
+
+/**
+ * What is wrong with an enabled front door beyond its own fields, or undefined: the cluster's name
+ * there (`name`, from a tenant's --name or metadata.name when not set) must be one DNS label, and
+ * the node-local address must be outside the cluster's networks.
+ */
+export function frontDoorProblem(
+  spec: { frontDoor: z.infer<typeof frontDoorSchema>; network: { serviceCIDR: string; podCIDR: string } },
+  name: string,
+): string | undefined {
+  if (!spec.frontDoor.enabled) return undefined;
+  if (!FRONT_DOOR_NAME.test(name))
+    return `metadata.name "${name}" cannot be a front door name (one DNS label: lower-case letters, digits, '-'); set spec.frontDoor.name`;
+  const address = spec.frontDoor.nodeLocalAddress;
+  for (const field of ['serviceCIDR', 'podCIDR'] as const)
+    if (cidrContains(spec.network[field], address))
+      return `spec.frontDoor.nodeLocalAddress: ${address} is inside spec.network.${field} ${spec.network[field]}; pick an address outside the cluster's networks`;
+  return undefined;
 }
