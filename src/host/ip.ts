@@ -26,11 +26,22 @@ export async function setOnlyAddress(dev: string, address: string): Promise<void
   await ip(['addr', 'add', `${address}/32`, 'dev', dev]);
 }
 
-/** A dummy device `dev`, up, holding `address`/32 and nothing else (made when missing). */
-export async function ensureDummyDevice(dev: string, address: string): Promise<void> {
-  if (!(await linkExists(dev))) await ip(['link', 'add', dev, 'type', 'dummy']);
-  await setOnlyAddress(dev, address);
-  await ip(['link', 'set', dev, 'up']);
+/**
+ * The loopback device holds `address`/32 under `label` (lo:NAME) and no other address of that
+ * label; none when `address` is undefined. Loopback rather than a dummy device: some kernels are
+ * built without the dummy driver, and a local address on lo is local all the same.
+ */
+export async function setLoopbackAddress(label: string, address: string | undefined): Promise<void> {
+  const held = ipJson<{ addr_info?: { local?: string; prefixlen?: number }[] }>(
+    await ip(['-j', '-4', 'addr', 'show', 'dev', 'lo', 'label', label]),
+  )
+    .flatMap((l) => l.addr_info ?? [])
+    .filter((a) => a.local !== undefined)
+    .map((a) => `${a.local}/${a.prefixlen}`);
+  const want = address ? [`${address}/32`] : [];
+  if (held.length === want.length && held.every((h, i) => h === want[i])) return;
+  if (held.length) await ip(['addr', 'flush', 'dev', 'lo', 'label', label]);
+  if (address) await ip(['addr', 'add', `${address}/32`, 'dev', 'lo', 'label', label]);
 }
 
 /** `ip ARGS` that says whether it succeeded instead of rejecting. */

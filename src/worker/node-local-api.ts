@@ -1,9 +1,9 @@
 // Behind a front door, pods reach the API at one node-local address on every node
-// (spec.frontDoor.nodeLocalAddress, which the controllers' leases announce): a dummy device of its
-// own holds it (/32) and the API balancer listens there too. The kubernetes Service's endpoint is
+// (spec.frontDoor.nodeLocalAddress, which the controllers' leases announce): the loopback device
+// holds it (/32, labelled lo:kctl-api) and the API balancer listens there too. The kubernetes Service's endpoint is
 // that address (controller/cluster/kubernetes-endpoints.ts), so kube-proxy sends a pod's API
 // connections to its own node, whose balancer carries them in the node API tunnel through the
-// door: no pod needs a route to a controller host. The device stays when kctl stops (pods keep
+// door: no pod needs a route to a controller host. The address stays when kctl stops (pods keep
 // their endpoint across a restart); kctl reset removes it.
 import type { Component, ComponentContext, ComponentStatus } from '../base/component.ts';
 import { splitHostPort } from '../base/addresses.ts';
@@ -11,11 +11,12 @@ import { messageOf } from '../base/errors.ts';
 import type { Logger } from '../base/log.ts';
 import { specialRange } from '../base/ownership.ts';
 import { SerialRunner } from '../base/serial.ts';
-import { ensureDummyDevice, ip, linkExists } from '../host/ip.ts';
+import { setLoopbackAddress } from '../host/ip.ts';
 import type { LiveController } from '../kube/controller-leases.ts';
 import type { ControllerFollower } from './controller-watch.ts';
 
-export const NODE_LOCAL_DEVICE = 'kctl-api';
+/** The label of the address on the loopback device. */
+export const NODE_LOCAL_LABEL = 'lo:kctl-api';
 
 export class NodeLocalApiComponent implements Component, ControllerFollower {
   readonly name = 'node-local-api';
@@ -54,12 +55,12 @@ export class NodeLocalApiComponent implements Component, ControllerFollower {
         const at = splitHostPort(want);
         const bad = at ? specialRange(at.host) : 'not host:port';
         if (!at || bad) throw new Error(`the controllers name ${want} for it, ${bad}`);
-        await ensureDummyDevice(NODE_LOCAL_DEVICE, at.host);
+        await setLoopbackAddress(NODE_LOCAL_LABEL, at.host);
         await this.balancer.servePods(want);
-        this.log.info({ address: want, device: NODE_LOCAL_DEVICE }, 'pods reach the API here, on this node');
+        this.log.info({ address: want, label: NODE_LOCAL_LABEL }, 'pods reach the API here, on this node');
       } else {
         await this.balancer.servePods(undefined);
-        await removeNodeLocalDevice();
+        await removeNodeLocalAddress();
         if (this.applied) this.log.info({ address: this.applied }, 'no front door: pods no longer reach the API here');
       }
       this.applied = want;
@@ -71,9 +72,5 @@ export class NodeLocalApiComponent implements Component, ControllerFollower {
   }
 }
 
-/** Removes the device (and with it the address); nothing when it is not there. */
-export async function removeNodeLocalDevice(): Promise<boolean> {
-  if (!(await linkExists(NODE_LOCAL_DEVICE))) return false;
-  await ip(['link', 'del', NODE_LOCAL_DEVICE]);
-  return true;
-}
+/** Removes the address from the loopback device; nothing when it is not there. */
+export const removeNodeLocalAddress = (): Promise<void> => setLoopbackAddress(NODE_LOCAL_LABEL, undefined);

@@ -7,7 +7,7 @@ import { existsSync, readdirSync, readlinkSync } from 'node:fs';
 import { rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import { MASQ_CHAIN } from './cni.ts';
-import { NODE_LOCAL_DEVICE } from './node-local-api.ts';
+import { removeNodeLocalAddress } from './node-local-api.ts';
 import type { Logger } from '../base/log.ts';
 import { removeTree } from '../base/fs.ts';
 import { removeRunDir } from '../supervisor/run-dir.ts';
@@ -77,7 +77,8 @@ export async function resetWorker(paths: WorkerPaths, opts: ResetOptions, log: L
   await removeContainerLogLinks(paths);
   await iptablesCleanup(paths, log);
   await opts.removeRoutes();
-  for (const dev of [opts.bridge, NODE_LOCAL_DEVICE]) {
+  await removeNodeLocalAddress().catch(() => undefined);
+  for (const dev of [opts.bridge]) {
     const r = await execa('ip', ['link', 'del', dev], { reject: false });
     if (r.exitCode === 0) log.info({ device: dev }, 'removed network device');
   }

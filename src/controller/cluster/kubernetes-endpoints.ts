@@ -1,6 +1,6 @@
 // The kubernetes Service's endpoints in a cluster behind a front door (kube-apiserver's own
 // reconciler is off there: components/apiserver.ts). Once every node runs a kctl that serves the
-// API at the node-local address (spec.frontDoor.nodeLocalAddress, on a device of its own on each
+// API at the node-local address (spec.frontDoor.nodeLocalAddress, on the loopback device of each
 // node: worker/node-local-api.ts), that address is the one endpoint: pods reach the API through
 // their own node's balancer and its node API tunnel, with no route to a controller host. While a
 // node of an older kctl remains, the endpoints are the live controllers' API addresses, as

@@ -36,7 +36,7 @@ export const frontDoorSchema = z
     name: z.string().regex(FRONT_DOOR_NAME, 'expected a DNS label such as alpha').optional(),
     /**
      * The address every node serves the API on for its pods (a full cluster's): the kubernetes
-     * Service's endpoint, on a device of its own on each node. Not routed anywhere, so pods need no
+     * Service's endpoint, on the loopback device of each node. Not routed anywhere, so pods need no
      * route to a controller host; an Endpoints address may not be loopback or link-local, hence a
      * benchmarking-range default (RFC 2544), which no site is likely to use.
      */
