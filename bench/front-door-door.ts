@@ -1,11 +1,26 @@
 // The front door alone in a process of its own, for the bench's front-door section (front-door.ts):
 // one route, `localhost` to the backend port given, on a free loopback port. Prints {"port"} when
 // it listens; then, for each line on stdin, one JSON line with its RSS in KiB after a full GC and
-// the connections it holds (so the bench measures the door's memory and nothing else's).
+// the connections it holds (so the bench measures the door's memory and nothing else's). It loads
+// kctl's native addon, built here as dist/kctl carries it, so the kernel relays the bytes (splice)
+// as in a real kctl; a checkout alone would pipe them in JavaScript.
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { createInterface } from 'node:readline';
+import { buildNativeAddon } from '../assets/native/build.ts';
 import { createLogger } from '../src/base/log.ts';
+import { useNativeAddon } from '../src/base/native.ts';
 import { FrontDoor } from '../src/frontdoor/router.ts';
 import { rssKiB } from './procs.ts';
+
+const addonDir = await mkdtemp(join(tmpdir(), 'kctl-bench-addon-'));
+try {
+  useNativeAddon(await buildNativeAddon(addonDir));
+} finally {
+  // Loaded: the file is no longer needed.
+  await rm(addonDir, { recursive: true, force: true });
+}
 
 const backend = Number(process.argv[2]);
 const route = { cluster: 'bench', endpoint: 'api', host: '127.0.0.1', port: backend };

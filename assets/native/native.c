@@ -1,4 +1,4 @@
-// kctl's Node-API addon: the two calls kctl needs that Node has none for.
+// kctl's Node-API addon: the calls kctl needs that Node has none for.
 //
 // trim(): glibc's malloc_trim(0). After start, a kctl process keeps 10-20 MiB of heap that the
 // start freed (compiling its code, reading files): glibc returns free memory at the top of its
@@ -9,12 +9,16 @@
 // the bytes waiting in its receive queue (SIOCINQ), or -1. The agent asks both before it writes
 // to a target it has just been reading behind: a write to a peer that has closed draws a reset,
 // which throws away whatever the peer still had to send.
+//
+// relay(), relayStop(), relayCount(): the front door's kernel relay, in relay.c.
+#define _GNU_SOURCE
 #include <malloc.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <node_api.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
+#include "relay.h"
 #include <linux/sockios.h>
 
 static napi_value trim(napi_env env, napi_callback_info info) {
@@ -63,5 +67,11 @@ NAPI_MODULE_INIT() {
   if (napi_set_named_property(env, exports, "tcpState", fn) != napi_ok) return NULL;
   if (napi_create_function(env, "unreadBytes", NAPI_AUTO_LENGTH, unread_bytes, NULL, &fn) != napi_ok) return NULL;
   if (napi_set_named_property(env, exports, "unreadBytes", fn) != napi_ok) return NULL;
+  if (napi_create_function(env, "relay", NAPI_AUTO_LENGTH, relay, NULL, &fn) != napi_ok) return NULL;
+  if (napi_set_named_property(env, exports, "relay", fn) != napi_ok) return NULL;
+  if (napi_create_function(env, "relayStop", NAPI_AUTO_LENGTH, relay_stop, NULL, &fn) != napi_ok) return NULL;
+  if (napi_set_named_property(env, exports, "relayStop", fn) != napi_ok) return NULL;
+  if (napi_create_function(env, "relayCount", NAPI_AUTO_LENGTH, relay_count, NULL, &fn) != napi_ok) return NULL;
+  if (napi_set_named_property(env, exports, "relayCount", fn) != napi_ok) return NULL;
   return exports;
 }

@@ -1,7 +1,8 @@
-// kctl's Node-API addon (assets/native), carried inside dist/kctl: malloc_trim(0), and a TCP
-// socket's kernel state. Node loads addons from files only, so it is written to a private
-// directory, loaded and removed. A run from a checkout has none unless a test loads one it
-// built (useNativeAddon); every caller then falls back to what Node alone can do.
+// kctl's Node-API addon (assets/native), carried inside dist/kctl: malloc_trim(0), a TCP
+// socket's kernel state, and a relay of two sockets in the kernel (splice.ts). Node loads addons
+// from files only, so it is written to a private directory, loaded and removed. A run from a
+// checkout has none unless a test loads one it built (useNativeAddon); every caller then falls
+// back to what Node alone can do.
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import type { Socket } from 'node:net';
 import { tmpdir } from 'node:os';
@@ -20,6 +21,16 @@ export interface NativeAddon {
   tcpState(fd: number): number;
   /** Bytes in a socket's receive queue (SIOCINQ), -1 when it cannot tell. */
   unreadBytes(fd: number): number;
+  /**
+   * Moves bytes both ways between two connected, non-blocking TCP sockets in the addon's thread
+   * (splice); `onDone` gets the bytes each way and why it ended early, if it did. Returns the
+   * relay's id. Throws when it cannot start one (out of descriptors).
+   */
+  relay(fdA: number, fdB: number, onDone: (aToB: number, bToA: number, error: string | undefined) => void): number;
+  /** Ends a relay now (onDone follows with "stopped"); a relay already done is left alone. */
+  relayStop(id: number): void;
+  /** Relays not done yet. */
+  relayCount(): number;
 }
 
 let addon: NativeAddon | null | undefined;
@@ -28,10 +39,10 @@ let loadError: string | undefined;
 function loadFile(file: string): NativeAddon {
   const mod: { exports: Partial<NativeAddon> } = { exports: {} };
   process.dlopen(mod, file);
-  const { trim, tcpState, unreadBytes } = mod.exports;
-  if (!trim || !tcpState || !unreadBytes)
-    throw new Error(`${file} is not kctl's native addon (no trim, tcpState or unreadBytes)`);
-  return { trim, tcpState, unreadBytes };
+  const { trim, tcpState, unreadBytes, relay, relayStop, relayCount } = mod.exports;
+  if (!trim || !tcpState || !unreadBytes || !relay || !relayStop || !relayCount)
+    throw new Error(`${file} is not kctl's native addon (no trim, tcpState, unreadBytes or relay)`);
+  return { trim, tcpState, unreadBytes, relay, relayStop, relayCount };
 }
 
 function loadAsset(): NativeAddon | null {
@@ -71,7 +82,7 @@ export function useNativeAddon(file: string | null): void {
 }
 
 /** The addon and a socket's descriptor, or undefined when this runtime cannot tell (no addon, no descriptor). */
-function nativeFd(socket: Socket): { native: NativeAddon; fd: number } | undefined {
+export function nativeFd(socket: Socket): { native: NativeAddon; fd: number } | undefined {
   // Node keeps a TCP socket's descriptor on its internal handle and has no public way to it.
   // eslint-disable-next-line no-restricted-syntax
   const fd = (socket as unknown as { _handle?: { fd?: number } })._handle?.fd;

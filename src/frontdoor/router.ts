@@ -11,6 +11,7 @@ import { connect, createServer, type Server, type Socket } from 'node:net';
 import { joinHostPort } from '../base/addresses.ts';
 import { messageOf } from '../base/errors.ts';
 import type { Logger } from '../base/log.ts';
+import { canSplice, holdReading, resumeReading, spliceSockets } from '../base/splice.ts';
 import { ClientHelloReader } from './client-hello.ts';
 import { proxyHeader } from './proxy-header.ts';
 
@@ -231,15 +232,35 @@ export class FrontDoor {
       client.destroy();
       backend.destroy();
     };
+    // pipe() honours backpressure both ways and passes each side's end on (half-close).
+    const pipe = (): void => {
+      client.pipe(backend);
+      backend.pipe(client);
+      client.resume();
+    };
     backend.once('connect', () => {
       connected = true;
       clearTimeout(timer);
       if (route.key !== undefined) backend.write(clientHeader(client, route.key));
-      backend.write(head);
-      // pipe() honours backpressure both ways and passes each side's end on (half-close).
-      client.pipe(backend);
-      backend.pipe(client);
-      client.resume();
+      if (!canSplice(client, backend)) {
+        backend.write(head);
+        return pipe();
+      }
+      // The kernel relays from here (base/splice.ts): what Node has read of either side goes
+      // first, and has left libuv before, or the kernel's copy would overtake it.
+      const toBackend = [head, ...holdReading(client)];
+      const toClient = holdReading(backend);
+      let writing = toClient.length > 0 ? 2 : 1;
+      const flushed = (err?: Error | null): void => {
+        if (err || closed) return close();
+        if (--writing > 0) return;
+        const relay = spliceSockets(client, backend);
+        if (relay) return void relay.then(close);
+        for (const s of [client, backend]) resumeReading(s);
+        pipe();
+      };
+      backend.write(toBackend.length === 1 ? head : Buffer.concat(toBackend), flushed);
+      if (toClient.length > 0) client.write(Buffer.concat(toClient), flushed);
     });
     backend.on('error', (err) => {
       if (connected) return close();

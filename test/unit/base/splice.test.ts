@@ -1,0 +1,189 @@
+// Two TCP sockets relayed in the kernel by kctl's native addon (splice, as the front door does):
+// with real loopback connections, bytes go both ways intact, one side's end reaches the other
+// while the other way still flows, a side that reads nothing holds the other back, a reset ends
+// the relay with its error and both sockets, no relay or descriptor outlives its connections,
+// and without the addon nothing is spliced.
+import assert from 'node:assert/strict';
+import { createHash, randomBytes } from 'node:crypto';
+import { once } from 'node:events';
+import { readdirSync } from 'node:fs';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { connect, createServer, type Server, type Socket } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, before, test } from 'node:test';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { buildNativeAddon } from '../../../assets/native/build.ts';
+import { nativeAddon, useNativeAddon } from '../../../src/base/native.ts';
+import { spliceSockets, type SpliceResult } from '../../../src/base/splice.ts';
+import { waitFor } from '../../wait.ts';
+
+const MiB = 1024 * 1024;
+let addonFile = '';
+let addonDir = '';
+let server: Server;
+let port = 0;
+const accepted: Socket[] = [];
+
+before(async () => {
+  addonDir = await mkdtemp(join(tmpdir(), 'kctl-native-'));
+  addonFile = await buildNativeAddon(addonDir);
+  useNativeAddon(addonFile);
+  server = createServer({ allowHalfOpen: true }, (s) => accepted.push(s));
+  server.listen(0, '127.0.0.1');
+  await once(server, 'listening');
+  port = (server.address() as { port: number }).port;
+});
+after(async () => {
+  for (const s of accepted) s.destroy();
+  server.close();
+  useNativeAddon(null);
+  await rm(addonDir, { recursive: true, force: true });
+});
+
+/** Two clients `x` and `y`, and the server's ends of their connections `a` and `b`, relayed to each other. */
+async function relayed(): Promise<{ x: Socket; y: Socket; a: Socket; b: Socket; relay: Promise<SpliceResult> }> {
+  const start = accepted.length;
+  const clients = [0, 1].map(() => connect({ port, host: '127.0.0.1', allowHalfOpen: true }));
+  for (const c of clients) c.on('error', () => undefined);
+  await Promise.all(clients.map((c) => once(c, 'connect')));
+  await waitFor('both accepted', 5_000, () => accepted.length >= start + 2);
+  // Accepted in either order: match them to the clients by port.
+  const ends = accepted.splice(start, 2);
+  const [x, y] = clients as [Socket, Socket];
+  const a = ends.find((s) => s.remotePort === x.localPort)!;
+  const b = ends.find((s) => s.remotePort === y.localPort)!;
+  const relay = spliceSockets(a, b);
+  assert.ok(relay, 'the addon took the pair');
+  return { x, y, a, b, relay };
+}
+
+/** Everything a socket receives until its end, hashed. */
+function received(s: Socket): Promise<{ bytes: number; sha: string }> {
+  const hash = createHash('sha256');
+  let bytes = 0;
+  s.on('data', (c: Buffer) => {
+    bytes += c.length;
+    hash.update(c);
+  });
+  return new Promise((resolve) => s.once('end', () => resolve({ bytes, sha: hash.digest('hex') })));
+}
+
+const sha = (b: Buffer): string => createHash('sha256').update(b).digest('hex');
+
+test('bytes go both ways intact, each way at once, and the relay ends when both sides have closed', async () => {
+  const { x, y, relay } = await relayed();
+  const [fromX, fromY] = [randomBytes(6 * MiB), randomBytes(4 * MiB)];
+  const [atY, atX] = [received(y), received(x)];
+  x.end(fromX);
+  y.end(fromY);
+  assert.deepEqual(await atY, { bytes: fromX.length, sha: sha(fromX) });
+  assert.deepEqual(await atX, { bytes: fromY.length, sha: sha(fromY) });
+  assert.deepEqual(await relay, { aToB: fromX.length, bToA: fromY.length });
+});
+
+test("one side's end reaches the other while the other way still flows (half-close)", async () => {
+  const { x, y, a, b, relay } = await relayed();
+  const atY = received(y);
+  const atX = received(x);
+  x.end('hello');
+  assert.deepEqual(await atY, { bytes: 5, sha: sha(Buffer.from('hello')) });
+  assert.ok(!a.destroyed && !b.destroyed, 'the relay ended with one way still open');
+  const late = randomBytes(2 * MiB);
+  y.end(late);
+  assert.deepEqual(await atX, { bytes: late.length, sha: sha(late) });
+  assert.deepEqual(await relay, { aToB: 5, bToA: late.length });
+  await waitFor('both sockets destroyed', 5_000, () => a.destroyed && b.destroyed);
+});
+
+test('a side that reads nothing holds the other back, and then gets every byte (backpressure)', async () => {
+  const { x, y, relay } = await relayed();
+  const big = randomBytes(64 * MiB);
+  y.pause();
+  x.end(big);
+  // Once the kernel's buffers and the relay's pipe are full, the rest waits in x's Node.
+  await waitFor('x held back', 5_000, () => x.writableLength > 0 && !x.writableFinished);
+  await sleep(300);
+  assert.ok(x.writableLength > 0, 'x sent everything to a side that reads nothing');
+  const atY = received(y);
+  y.resume();
+  assert.deepEqual(await atY, { bytes: big.length, sha: sha(big) });
+  y.end();
+  assert.deepEqual(await relay, { aToB: big.length, bToA: 0 });
+});
+
+test('a reset on one side ends the relay with an error and destroys both sockets', async () => {
+  const { x, y, a, b, relay } = await relayed();
+  x.write('before');
+  await once(y, 'data');
+  const xEnded = once(x.resume(), 'end');
+  y.resetAndDestroy();
+  const result = await relay;
+  assert.match(result.error ?? '', /reset/i);
+  assert.ok(a.destroyed && b.destroyed);
+  await xEnded;
+});
+
+test('destroying a socket ends its relay', async () => {
+  const { x, y, a, b, relay } = await relayed();
+  const ended = [x, y].map((s) => once(s.resume(), 'end'));
+  a.destroy();
+  assert.equal((await relay).error, 'stopped');
+  assert.ok(b.destroyed);
+  // The relay had held the last descriptor of a: both clients see their connection end.
+  await Promise.all(ended);
+});
+
+test('no relay and no descriptor outlive 200 relayed connections', async () => {
+  const fds = (): number => readdirSync('/proc/self/fd').length;
+  // The relay thread's own descriptors (epoll, eventfd) come with the first relay: they stay.
+  await (async () => {
+    const { x, y, relay } = await relayed();
+    x.end();
+    y.end();
+    await relay;
+    await Promise.all([x, y].map((s) => (s.closed ? undefined : once(s, 'close'))));
+  })();
+  const before = fds();
+  for (let round = 0; round < 10; round++) {
+    const pairs = await Promise.all(Array.from({ length: 20 }, () => relayed()));
+    await Promise.all(
+      pairs.map(async ({ x, y, relay }, i) => {
+        const at = received(y);
+        x.end(`pair ${round}.${i}`);
+        await at;
+        y.end();
+        await relay;
+        await Promise.all([x, y].map((s) => (s.closed ? undefined : once(s, 'close'))));
+      }),
+    );
+  }
+  assert.equal(nativeAddon()!.relayCount(), 0);
+  await waitFor('the descriptors back to where they were', 5_000, () => fds() === before, {
+    log: () => `${fds()} descriptors open, ${before} before`,
+  });
+});
+
+test('without the addon spliceSockets takes nothing and leaves the sockets to Node', async () => {
+  const start = accepted.length;
+  const [x, y] = [0, 1].map(() => connect({ port, host: '127.0.0.1', allowHalfOpen: true })) as [Socket, Socket];
+  await Promise.all([once(x, 'connect'), once(y, 'connect')]);
+  await waitFor('both accepted', 5_000, () => accepted.length >= start + 2);
+  const ends = accepted.splice(start, 2);
+  const a = ends.find((s) => s.remotePort === x.localPort)!;
+  const b = ends.find((s) => s.remotePort === y.localPort)!;
+  useNativeAddon(null);
+  try {
+    assert.equal(spliceSockets(a, b), undefined);
+  } finally {
+    useNativeAddon(addonFile);
+  }
+  // Node still reads them: piped in JavaScript, the bytes pass.
+  a.pipe(b);
+  b.pipe(a);
+  const atY = received(y);
+  x.end('by pipe');
+  assert.deepEqual(await atY, { bytes: 7, sha: sha(Buffer.from('by pipe')) });
+  y.end();
+  await Promise.all([x, y].map((s) => once(s, 'close')));
+});
