@@ -7,15 +7,14 @@
 // kube-apiserver would write them, so that node's pods keep the API. A node can lie about its
 // version only to keep the controllers' addresses (the way before the door) or to cut its own pods off.
 import { isIP } from 'node:net';
-import type { Component, ComponentContext, ComponentStatus } from '../../base/component.ts';
-import { SerialRunner } from '../../base/serial.ts';
+import type { Component } from '../../base/component.ts';
 import { messageOf } from '../../base/errors.ts';
-import type { Logger } from '../../base/log.ts';
 import { splitHostPort, urlHost } from '../../base/addresses.ts';
 import type { KubeClient } from '../../kube/client.ts';
 import type { KubeManifest } from '../../kube/paths.ts';
 import type { LiveController } from '../../kube/controller-leases.ts';
 import type { NodeWatchComponent } from '../nodes/nodes.ts';
+import { NodeReconciler } from '../nodes/node-reconciler.ts';
 import { nodesBefore } from './node-lease-access.ts';
 import type { ClusterConfig } from '../config/config.ts';
 import { frontDoorEndpoint } from '../config/urls.ts';
@@ -67,15 +66,10 @@ export function endpointsPlan(o: {
   return { addresses: hosts.sort(), port: o.apiPort, nodeLocal: false };
 }
 
-export class KubernetesEndpointsComponent implements Component {
+export class KubernetesEndpointsComponent extends NodeReconciler {
   readonly name = 'kubernetes-endpoints';
-  private log!: Logger;
-  private lastError: string | undefined;
   private written: string | undefined;
   private said: boolean | undefined;
-  private readonly runner = new SerialRunner(() => this.reconcile());
-  private timer: NodeJS.Timeout | undefined;
-  private unsubscribe: (() => void) | undefined;
 
   constructor(
     private readonly o: {
@@ -87,34 +81,16 @@ export class KubernetesEndpointsComponent implements Component {
       apiPort: number;
       ownAddress: string;
     },
-  ) {}
-
-  async init(ctx: ComponentContext): Promise<void> {
-    this.log = ctx.log;
+  ) {
+    // Rechecked now and then: the live controllers change, and an edit by hand is set right again.
+    super(o.nodes, RECHECK_MS);
   }
 
-  async start(): Promise<void> {
-    this.unsubscribe = this.o.nodes.onChange(() => this.runner.schedule());
-    // Also now and then: the live controllers change, and an edit by hand is set right again.
-    this.timer = setInterval(() => {
-      this.written = undefined;
-      this.runner.schedule();
-    }, RECHECK_MS);
-    this.runner.schedule();
+  protected forget(): void {
+    this.written = undefined;
   }
 
-  async stop(): Promise<void> {
-    clearInterval(this.timer);
-    this.unsubscribe?.();
-    await this.runner.idle();
-  }
-
-  status(): Partial<ComponentStatus> {
-    return { lastError: this.lastError };
-  }
-
-  private async reconcile(): Promise<void> {
-    if (!this.o.nodes.synced) return;
+  protected async reconcile(): Promise<void> {
     const olderNodes = nodesBefore(this.o.nodes.kctlVersions(), NODE_LOCAL_API_SINCE);
     const plan = endpointsPlan({ ...this.o, olderNodes, controllers: this.o.controllers.liveControllers() });
     const key = JSON.stringify(plan);

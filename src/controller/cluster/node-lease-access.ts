@@ -3,9 +3,6 @@
 // lives too: kube-system's lease reader role for nodes is kept while a Node says it runs a kctl
 // older than NODE_LEASES_SINCE (or says nothing), and removed once none does. A node can lie only
 // to keep it (the status quo); it cannot make an older node lose it, since every Node must say so.
-import type { Component, ComponentContext, ComponentStatus } from '../../base/component.ts';
-import { SerialRunner } from '../../base/serial.ts';
-import type { Logger } from '../../base/log.ts';
 import { runsBefore } from '../../base/version.ts';
 import { messageOf } from '../../base/errors.ts';
 import { KubeApiError, type KubeClient } from '../../kube/client.ts';
@@ -13,6 +10,7 @@ import { LEASE_NAMESPACE, NODE_LEASES_SINCE } from '../../kube/controller-leases
 import { objectPath } from '../../kube/paths.ts';
 import { leaseReaderRbac } from './bootstrap.ts';
 import type { NodeWatchComponent } from '../nodes/nodes.ts';
+import { NodeReconciler } from '../nodes/node-reconciler.ts';
 
 /** The Nodes that read the controllers' leases in kube-system: an older kctl's, or one that names no release. */
 export function nodesOnKubeSystemLeases(versions: Map<string, string | undefined>): string[] {
@@ -29,48 +27,25 @@ export function nodesBefore(versions: Map<string, string | undefined>, since: st
 
 const RECHECK_MS = 60_000;
 
-export class NodeLeaseAccessComponent implements Component {
+export class NodeLeaseAccessComponent extends NodeReconciler {
   readonly name = 'node-lease-access';
-  private log!: Logger;
   /** What the API holds as far as this controller knows (undefined: look again). */
   private granted: boolean | undefined;
   private said: boolean | undefined;
-  private readonly runner = new SerialRunner(() => this.reconcile());
-  private lastError: string | undefined;
-  private unsubscribe: (() => void) | undefined;
-  private timer: NodeJS.Timeout | undefined;
 
   constructor(
     private readonly kube: KubeClient,
-    private readonly nodes: NodeWatchComponent,
-  ) {}
-
-  async init(ctx: ComponentContext): Promise<void> {
-    this.log = ctx.log;
+    nodes: NodeWatchComponent,
+  ) {
+    // Rechecked now and then: a role an operator deleted or re-created by hand is set right again.
+    super(nodes, RECHECK_MS);
   }
 
-  async start(): Promise<void> {
-    this.unsubscribe = this.nodes.onChange(() => this.runner.schedule());
-    // Also now and then: a role an operator deleted or re-created by hand is set right again.
-    this.timer = setInterval(() => {
-      this.granted = undefined;
-      this.runner.schedule();
-    }, RECHECK_MS);
-    this.runner.schedule();
+  protected forget(): void {
+    this.granted = undefined;
   }
 
-  async stop(): Promise<void> {
-    clearInterval(this.timer);
-    this.unsubscribe?.();
-    await this.runner.idle();
-  }
-
-  status(): Partial<ComponentStatus> {
-    return { lastError: this.lastError };
-  }
-
-  private async reconcile(): Promise<void> {
-    if (!this.nodes.synced) return;
+  protected async reconcile(): Promise<void> {
     const older = nodesOnKubeSystemLeases(this.nodes.kctlVersions());
     const grant = older.length > 0;
     if (grant === this.granted) return;

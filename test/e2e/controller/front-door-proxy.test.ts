@@ -5,7 +5,6 @@
 // reach it; the proxy's log shows each CONNECT, and the controller sees the agent's stream come
 // through the door from the proxy's address.
 import assert from 'node:assert/strict';
-import { writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import type { ControllerStatusReport } from '../../../src/controller/leases/status.ts';
@@ -13,10 +12,8 @@ import type { WorkerStatusReport } from '../../../src/worker/index.ts';
 import { controllerReady, labController, runPinnedPod, track } from '../lab/cluster.ts';
 import { hostStateArgs, kctl, ownHostState } from '../lab/kctl.ts';
 import { startLab } from '../lab/lab-test.ts';
-import { DOOR_PORT, writeDoorConfig } from '../lab/front-door.ts';
+import { DOOR_PORT, startProxy, writeDoorConfig } from '../lab/front-door.ts';
 import { waitFor } from '../../wait.ts';
-
-const PROXY_PORT = 8888;
 
 // The door's registry in a host state dir of this file's own, not the machine's.
 ownHostState();
@@ -31,15 +28,7 @@ test('a worker whose only way out is an HTTP proxy joins, runs a pod, and logs a
   const controller = track(ctl.spawn(kctlBin, [...hostStateArgs(), ...c.args]));
   await controllerReady(controller);
 
-  const proxyConf = join(dir, 'tinyproxy.conf');
-  await writeFile(
-    proxyConf,
-    [`Port ${PROXY_PORT}`, `Listen ${px.ip}`, 'Timeout 600', `ConnectPort ${DOOR_PORT}`, 'LogLevel Connect', ''].join(
-      '\n',
-    ),
-  );
-  const proxy = track(px.spawn('/usr/bin/tinyproxy', ['-d', '-c', proxyConf]));
-  await waitFor('the proxy listens', 30_000, async () => lab.canConnect(w1, px, PROXY_PORT), proxy.log);
+  const { proxy, url: proxyUrl } = await startProxy(lab, px, w1, dir, DOOR_PORT);
 
   // w1 reaches the controller host only through px.
   await lab.isolate(w1, ctl);
@@ -64,7 +53,7 @@ test('a worker whose only way out is an HTTP proxy joins, runs a pod, and logs a
         '--node-ip',
         w1.ip,
       ],
-      { env: { ...process.env, HTTPS_PROXY: `http://${px.ip}:${PROXY_PORT}` } },
+      { env: { ...process.env, HTTPS_PROXY: proxyUrl } },
     ),
   );
   await waitFor('worker ready', 240_000, async () => worker.saw('"msg":"worker ready"'), worker.log);

@@ -4,6 +4,8 @@ import assert from 'node:assert/strict';
 import { writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Result } from 'execa';
+import { waitFor } from '../../wait.ts';
+import { track, type Tracked } from './cluster.ts';
 import type { Lab, LabHost } from './lab.ts';
 
 export const DOOR_PORT = 8443;
@@ -79,4 +81,26 @@ export async function kubernetesEndpointsNow(kubectl: (args: string[]) => Promis
     .flatMap((e) => e.addresses.map((a) => `${a}:${port}`))
     .sort()
     .join(' ');
+}
+
+/** The lab's HTTP proxy's port (Debian's tinyproxy). */
+export const PROXY_PORT = 8888;
+
+/**
+ * A real HTTP proxy on `px` (tinyproxy, which may CONNECT to `doorPort` only, logging each CONNECT),
+ * once `client` reaches it; its config in `dir`. Returns it and the HTTPS_PROXY value for it.
+ */
+export async function startProxy(
+  lab: Lab,
+  px: LabHost,
+  client: LabHost,
+  dir: string,
+  doorPort: number,
+): Promise<{ proxy: Tracked; url: string }> {
+  const conf = join(dir, 'tinyproxy.conf');
+  const lines = [`Port ${PROXY_PORT}`, `Listen ${px.ip}`, 'Timeout 600', `ConnectPort ${doorPort}`, 'LogLevel Connect'];
+  await writeFile(conf, `${lines.join('\n')}\n`);
+  const proxy = track(px.spawn('/usr/bin/tinyproxy', ['-d', '-c', conf]));
+  await waitFor('the proxy listens', 30_000, async () => lab.canConnect(client, px, PROXY_PORT), proxy.log);
+  return { proxy, url: `http://${px.ip}:${PROXY_PORT}` };
 }

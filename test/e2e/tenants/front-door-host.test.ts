@@ -15,7 +15,7 @@ import { test, type TestContext } from 'node:test';
 import type { TenantListEntry } from '../../../src/cli/tenant.ts';
 import { decodeTokenFor } from '../../../src/join/token.ts';
 import { controllerReady, runPinnedPod, startLabWorker, track, type Tracked } from '../lab/cluster.ts';
-import { kubernetesEndpointsNow, noPodRouteTo, podGetsApi } from '../lab/front-door.ts';
+import { kubernetesEndpointsNow, noPodRouteTo, podGetsApi, startProxy } from '../lab/front-door.ts';
 import { HaLab } from '../lab/ha-lab.ts';
 import { hostStateArgs, ownHostState } from '../lab/kctl.ts';
 import type { LabHost } from '../lab/lab.ts';
@@ -28,7 +28,6 @@ ownHostState();
 
 const DOMAIN = 'clusters.test';
 const DOOR_PORT = 8443;
-const PROXY_PORT = 8888;
 const RANGE_BASE = 21000 + Math.floor(Math.random() * 40) * 30;
 const FULL = ['alpha', 'beta'] as const;
 type Full = (typeof FULL)[number];
@@ -85,15 +84,7 @@ test('one controller host, one port: two full clusters and an api-only one behin
   assert.equal(await lab.canConnect(workerOf.alpha, ctl, DOOR_PORT), true, 'wa does not reach the door');
 
   // wb's only way out is px's proxy, which may CONNECT to the door's port only.
-  const proxyConf = join(dir, 'tinyproxy.conf');
-  await writeFile(
-    proxyConf,
-    [`Port ${PROXY_PORT}`, `Listen ${px.ip}`, 'Timeout 600', `ConnectPort ${DOOR_PORT}`, 'LogLevel Connect', ''].join(
-      '\n',
-    ),
-  );
-  const proxy = track(px.spawn('/usr/bin/tinyproxy', ['-d', '-c', proxyConf]));
-  await waitFor('the proxy listens', 30_000, async () => lab.canConnect(workerOf.beta, px, PROXY_PORT), proxy.log);
+  const { url: proxyUrl } = await startProxy(lab, px, workerOf.beta, dir, DOOR_PORT);
   const blocked = await workerOf.beta.run('iptables', ['-w', '5', '-A', 'OUTPUT', '-d', ctl.ip, '-j', 'REJECT']);
   assert.equal(blocked.exitCode, 0, String(blocked.stderr));
 
@@ -114,7 +105,7 @@ test('one controller host, one port: two full clusters and an api-only one behin
           ...['--token', tokens.beta, '--data-dir', join(dir, 'wb-data'), '--run-dir', join(dir, 'wb-run')],
           ...['--node-name', 'wb', '--node-ip', workerOf.beta.ip],
         ],
-        { env: { ...process.env, HTTPS_PROXY: `http://${px.ip}:${PROXY_PORT}` } },
+        { env: { ...process.env, HTTPS_PROXY: proxyUrl } },
       ),
     ),
   };
