@@ -5,10 +5,12 @@
 import { execa } from 'execa';
 import { readFile, rm, stat } from 'node:fs/promises';
 import { join } from 'node:path';
+import type { FrontDoorEndpoint } from '../base/addresses.ts';
 import { messageOf, UserError } from '../base/errors.ts';
 import { writeFileAtomic } from '../base/fs.ts';
 import { parseVersion, type Release } from '../base/version.ts';
 import { installExecutable } from '../supervisor/handover.ts';
+import type { DownloadSource } from './download.ts';
 
 /** Where a controller's join endpoint serves executables (controller/upgrades/executables.ts). */
 export const EXECUTABLES_PATH = '/v1/executables/';
@@ -16,6 +18,19 @@ export const EXECUTABLES_PATH = '/v1/executables/';
 /** The URL of `version`'s executable at a controller whose executables base URL is `base` (its Lease says). */
 export const executableUrl = (base: string, version: string): string =>
   `${base}${EXECUTABLES_PATH}${encodeURIComponent(version)}`;
+
+/**
+ * Where a member downloads kctl `version` from a controller (as its lease says): its host's front
+ * door by the join endpoint's name, else its join endpoint.
+ */
+export function executableSource(
+  c: { frontDoor?: Pick<FrontDoorEndpoint, 'address' | 'join'>; executables?: string },
+  version: string,
+): DownloadSource | undefined {
+  if (c.frontDoor)
+    return { url: executableUrl(`https://${c.frontDoor.address}`, version), serverName: c.frontDoor.join };
+  return c.executables ? { url: executableUrl(c.executables, version) } : undefined;
+}
 
 /** Under the data dir: executables of other versions, and the last rollback's outcome. */
 export const UPGRADE_DIR = 'upgrade';

@@ -26,10 +26,10 @@ import {
   type UpgradePlan,
 } from '../kube/upgrade-plan.ts';
 import { skewProblem } from '../kube/version-skew.ts';
-import { downloadExecutable, type DownloadSource } from '../payload/download.ts';
+import { downloadExecutable } from '../payload/download.ts';
 import {
   describedProblem,
-  executableUrl,
+  executableSource,
   keepForRollback,
   keptExecutable,
   readOutcome,
@@ -40,12 +40,6 @@ import type { RestartRequest } from '../supervisor/handover.ts';
 import type { ControllerFollower } from './controller-watch.ts';
 
 const CHECK_EVERY_MS = 5_000;
-/** Where a node downloads kctl `version` from controller `c`: its front door by name, else its join endpoint. */
-export function executableSource(c: LiveController, version: string): DownloadSource | undefined {
-  if (c.frontDoor)
-    return { url: executableUrl(`https://${c.frontDoor.address}`, version), serverName: c.frontDoor.join };
-  return c.executables ? { url: executableUrl(c.executables, version) } : undefined;
-}
 
 /** The release is named again this often (an annotation someone removed comes back). */
 const RENAME_EVERY_MS = 60_000;

@@ -85,9 +85,15 @@ export async function joinController(
   };
   let answer: { url: string; response: JoinResponse } | undefined;
   const unreachable: string[] = [];
-  for (const url of info.joinServers ?? []) {
+  // Through the front door first, by the join endpoint's name, when the token names one.
+  const door = info.frontDoor;
+  const sources: { url: string; serverName?: string }[] = [
+    ...(door ? [{ url: `https://${door.address}`, serverName: door.join }] : []),
+    ...(info.joinServers ?? []).map((url) => ({ url })),
+  ];
+  for (const { url, serverName } of sources) {
     try {
-      answer = { url, response: await postJoin(url, info, body) };
+      answer = { url, response: await postJoin(url, serverName, info, body) };
       break;
     } catch (err) {
       if (err instanceof UserError) throw err;
@@ -96,7 +102,7 @@ export async function joinController(
   }
   if (!answer)
     throw new UserError(
-      `cannot reach a controller's join endpoint (${unreachable.join('; ')}); check that the controllers run and port ${cfg.spec.api.joinPort} is open`,
+      `cannot reach a controller's join endpoint (${unreachable.join('; ')}); check that the controllers run and port ${cfg.spec.api.joinPort}${door ? ` or the front door's ${door.address}` : ''} is open`,
     );
   await beforeWrite();
   const { files, etcd } = answer.response;
@@ -124,7 +130,12 @@ export async function joinController(
 }
 
 /** One POST to a join endpoint; UserError for an answer that settles it, Error for "try the next one". */
-function postJoin(url: string, info: JoinInfo, body: JoinRequest): Promise<JoinResponse> {
+function postJoin(
+  url: string,
+  serverName: string | undefined,
+  info: JoinInfo,
+  body: JoinRequest,
+): Promise<JoinResponse> {
   const payload = Buffer.from(JSON.stringify(body));
   return new Promise((resolve, reject) => {
     const req = request(
@@ -132,6 +143,7 @@ function postJoin(url: string, info: JoinInfo, body: JoinRequest): Promise<JoinR
       {
         method: 'POST',
         ca: info.caPem,
+        ...(serverName ? { servername: serverName } : {}),
         headers: {
           authorization: `Bearer ${info.bootstrapToken}`,
           'content-type': 'application/json',

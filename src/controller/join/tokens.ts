@@ -95,7 +95,8 @@ export async function createToken(
     podCIDR: cfg.spec.network.podCIDR,
     clusterDomain: cfg.spec.network.clusterDomain,
     clusterDNS: cfg.spec.network.clusterDNS,
-    ...(role === 'worker' ? { frontDoor: frontDoorEndpoint(cfg) } : {}),
+    // Nodes reach everything through the door; joining controllers reach the join endpoint there.
+    frontDoor: frontDoorEndpoint(cfg),
   });
 }
 

@@ -25,7 +25,7 @@ import { skewProblem } from '../../kube/version-skew.ts';
 import { downloadExecutable } from '../../payload/download.ts';
 import {
   describedProblem,
-  executableUrl,
+  executableSource,
   keepForRollback,
   keptExecutable,
   readOutcome,
@@ -211,8 +211,8 @@ export class ControllerUpgradeComponent implements Component {
       sources: () =>
         this.o.controllers
           .liveControllers()
-          .filter((c) => c.name !== this.identity && c.executables)
-          .map((c) => ({ url: executableUrl(c.executables!, t.version) })),
+          .filter((c) => c.name !== this.identity)
+          .flatMap((c) => executableSource(c, t.version) ?? []),
       target: file,
       sha256: t.sha256,
       size: t.size,

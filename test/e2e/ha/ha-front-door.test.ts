@@ -1,4 +1,5 @@
-// HA through the front doors: three controllers on etcd, each host with its own front door, and a
+// HA through the front doors: three controllers on etcd, each host with its own front door (the
+// second and third join through the first's door, its join port closed to them), and a
 // worker that may reach nothing of any controller host but the door's port. It joins through
 // the first's door (its token names that one), learns the others' doors from their leases, and its
 // agent and API balancer hold every door. The first controller's host then loses every process:
@@ -12,6 +13,9 @@ import { DOOR_PORT, onlyTheDoor } from '../lab/front-door.ts';
 import { HaLab, type LabCtl } from '../lab/ha-lab.ts';
 import { startLab } from '../lab/lab-test.ts';
 import { waitFor } from '../../wait.ts';
+
+/** The controllers' join port (spec.api.joinPort's default). */
+const JOIN_PORT = 9443;
 import { join } from 'node:path';
 
 test(
@@ -48,8 +52,23 @@ test(
       (await ha.run(c1, ['token', 'create', '--role', 'controller', '--expiry', '1h', '--uses', '2'])).stdout,
     ).trim();
     const ctokenFile = await ha.tokenFile('controller.token', ctoken);
+    // The others join through c1's door (the controller token names it): c1's join port is closed to them.
+    for (const c of [c2, c3]) {
+      const r = await c1.host.run('iptables', [
+        ...['-w', '5', '-A', 'INPUT', '-s', c.host.ip, '-p', 'tcp', '--dport', String(JOIN_PORT), '-j', 'REJECT'],
+      ]);
+      assert.equal(r.exitCode, 0, String(r.stderr));
+      assert.equal(await lab.canConnect(c.host, c1.host, JOIN_PORT), false, `${c.host.name} reaches c1's join port`);
+    }
     await ha.start(c2, ctokenFile);
     await ha.start(c3, ctokenFile);
+    for (const c of [c2, c3])
+      assert.match(
+        c.proc!.log(),
+        new RegExp(
+          `"via":"https://${c1.host.ip.replace(/\./g, '\\.')}:${DOOR_PORT}".*joined the cluster as a controller`,
+        ),
+      );
 
     await lab.isolate(w1, c1.host, c2.host, c3.host);
     for (const c of ctls) await onlyTheDoor(lab, w1, c.host);

@@ -9,7 +9,7 @@ import {
   type Lease,
 } from '../../../src/kube/controller-leases.ts';
 import { konnectivityServer } from '../../../src/worker/agent.ts';
-import { executableSource } from '../../../src/worker/upgrade.ts';
+import { executableSource } from '../../../src/payload/upgrade-files.ts';
 
 test('a controller lease names its API server and konnectivity address; only leases renewed within their duration are live', () => {
   const t0 = Date.parse('2026-11-23T10:00:00Z');
