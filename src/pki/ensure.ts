@@ -33,8 +33,10 @@ export interface PkiOptions {
   apiAddress: string;
   /** spec.api.sans (IPs or DNS names) */
   sans: string[];
-  /** For kubeconfigs: https://<apiAddress>:<apiPort> */
+  /** For kubeconfigs: https://<kubeconfigHost or apiAddress>:<apiPort> */
   apiPort: number;
+  /** Where the control plane's kubeconfigs reach the API when not apiAddress (loopback, when only a front door is open). */
+  kubeconfigHost?: string;
   /** The first service IP (network + 1) is the in-cluster "kubernetes" service address. */
   serviceCIDR: string;
   /** e.g. cluster.local */
@@ -235,7 +237,7 @@ export async function ensurePkiFiles(opts: PkiOptions, log: Logger): Promise<{ p
   const paths = pkiPaths(opts.dir);
   // Validate the options before touching the disk: a bad SAN must not leave a half-made PKI.
   const sans = wantedSans(opts);
-  const server = httpsUrl(opts.apiAddress, opts.apiPort);
+  const server = httpsUrl(opts.kubeconfigHost ?? opts.apiAddress, opts.apiPort);
   const ctx: EnsureContext = { dir: paths.dir, now: opts.now ?? new Date(), log };
 
   await ensurePrivateDir(paths.dir, log);

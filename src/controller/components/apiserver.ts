@@ -9,7 +9,7 @@ import type { PkiPaths } from '../../pki/index.ts';
 import { Supervisor } from '../../supervisor/process.ts';
 import { auditFlags } from '../encryption/audit.ts';
 import { type ClusterConfig } from '../config/config.ts';
-import { frontDoorEndpoint } from '../config/urls.ts';
+import { doorOnly, frontDoorEndpoint } from '../config/urls.ts';
 import { goRuntimeEnv } from './go-runtime.ts';
 import type { ControllerPaths } from '../config/paths.ts';
 import { httpsReady } from '../../base/probe.ts';
@@ -92,7 +92,8 @@ export function apiserverArgs(
   return componentFlags(
     {
       'advertise-address': cfg.spec.api.address,
-      'bind-address': '0.0.0.0',
+      // Only the door open: the door reaches kube-apiserver on loopback, nothing else does from outside.
+      'bind-address': doorOnly(cfg) ? '127.0.0.1' : '0.0.0.0',
       'secure-port': cfg.spec.api.port,
       'tls-cert-file': pki.serverCert,
       'tls-private-key-file': pki.serverKey,

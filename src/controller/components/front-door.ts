@@ -21,6 +21,7 @@ import {
 import type { ClusterConfig } from '../config/config.ts';
 import { frontDoorNames, type FrontDoorNames } from '../config/front-door.ts';
 import type { ControllerPaths } from '../config/paths.ts';
+import { localApiHost } from '../config/urls.ts';
 import type { PkiPaths } from '../../pki/index.ts';
 import { NodeApiTunnel } from './node-api-tunnel.ts';
 
@@ -91,11 +92,11 @@ export class FrontDoorComponent implements Component {
   private async openHandoffs(): Promise<Record<string, FrontDoorBackend>> {
     const { api } = this.cfg.spec;
     const backends: Record<string, FrontDoorBackend> = {
-      [this.names.api]: { endpoint: 'api', host: api.address, port: api.port },
+      [this.names.api]: { endpoint: 'api', host: localApiHost(this.cfg), port: api.port },
     };
     if (!this.targets) return backends;
     const key = newHandoffKey();
-    const tunnel = new NodeApiTunnel(this.targets.pki, { host: api.address, port: api.port }, this.log);
+    const tunnel = new NodeApiTunnel(this.targets.pki, { host: localApiHost(this.cfg), port: api.port }, this.log);
     this.tunnel = tunnel;
     const targets: Record<'konnectivity' | 'join' | 'nodeApi', DoorTarget> = {
       konnectivity: this.targets.konnectivity,

@@ -19,6 +19,7 @@ import type { PkiPaths } from '../../pki/index.ts';
 import type { Component, ComponentContext, ComponentStatus } from '../../base/component.ts';
 import type { ClusterConfig } from '../config/config.ts';
 import type { ControllerPaths } from '../config/paths.ts';
+import { doorOnly } from '../config/urls.ts';
 import { messageOf } from '../../base/errors.ts';
 import type { Socket } from 'node:net';
 
@@ -125,6 +126,8 @@ export class KonnectivityServerComponent implements Component, HeldAgents {
       udsPath: this.paths.konnectivitySocket,
       httpConnectUdsPath: this.paths.konnectivityConnectSocket,
       agentPort: this.cfg.spec.konnectivity.agentPort,
+      // Only the door open: agents arrive through it (handed over in this process), none at the port.
+      ...(doorOnly(this.cfg) ? { agentBindAddress: '127.0.0.1' } : {}),
       maxUnauthenticatedAgents: this.cfg.spec.konnectivity.maxUnauthenticatedAgents,
       adminPort: this.cfg.spec.konnectivity.adminPort,
       tls: { cert, key, ca },

@@ -46,10 +46,21 @@ export const frontDoorSchema = z
         message: 'expected an IPv4 address that is not loopback, link-local, multicast or unspecified',
       })
       .default(NODE_LOCAL_ADDRESS),
+    /**
+     * The door is the only way in: kube-apiserver, the agent port and the join endpoint listen on
+     * loopback alone (the door reaches them there), so the host's one open port is the door's.
+     * For once every node is on the door (kctl status names those still on the direct agent port).
+     */
+    only: z.boolean().default(false),
   })
   .refine((f) => !f.enabled || f.baseDomain !== undefined, {
     message: 'set the domain the cluster names live under, such as clusters.example.com',
     path: ['baseDomain'],
+  })
+  .refine((f) => f.enabled || !f.only, {
+    message:
+      'only closes the ports beside the front door; turn the door on (spec.frontDoor.enabled: true) or remove only',
+    path: ['only'],
   })
   .prefault({});
 

@@ -31,3 +31,15 @@ export function frontDoorEndpoint(cfg: ClusterConfig): FrontDoorEndpoint | undef
   const nodeLocal = joinHostPort(f.nodeLocalAddress, cfg.spec.api.port);
   return { address: joinHostPort(host, f.port), api, konnectivity, join, nodeApi, nodeLocal };
 }
+
+/** Whether the front door is this cluster's only way in (spec.frontDoor.only): its servers listen on loopback alone. */
+export const doorOnly = (cfg: ClusterConfig): boolean => cfg.spec.frontDoor.enabled && cfg.spec.frontDoor.only;
+
+/** Where this host's own programs reach kube-apiserver (the control plane's kubeconfigs, the door): loopback when only the door is open. */
+export const localApiHost = (cfg: ClusterConfig): string => (doorOnly(cfg) ? '127.0.0.1' : cfg.spec.api.address);
+
+/** The API URL a kubeconfig for someone elsewhere names: the door's by the cluster's name when only the door is open. */
+export function userApiUrl(cfg: ClusterConfig): string {
+  const names = frontDoorNames(cfg);
+  return doorOnly(cfg) && names ? httpsUrl(names.api, cfg.spec.frontDoor.port) : apiServerUrl(cfg);
+}

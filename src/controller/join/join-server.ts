@@ -20,6 +20,7 @@ import { addLearner, initialCluster, listMembers, promoteMember, type EtcdClient
 import type { KubeClient } from '../../kube/client.ts';
 import type { PkiPaths } from '../../pki/index.ts';
 import type { ClusterConfig } from '../config/config.ts';
+import { doorOnly } from '../config/urls.ts';
 import { configMismatch, JOIN_PATH, SHARED_PKI_FILES, type JoinRequest, type JoinResponse } from './join-request.ts';
 import { ControllerTokenStore, TokenRejected, type ControllerToken } from './controller-tokens.ts';
 import { FailureLimiter, JOIN_LIMITS } from './join-limiter.ts';
@@ -98,7 +99,9 @@ export class JoinServerComponent implements Component {
         void this.executables.handle(req, res, this.log).catch((err: Error) => res.destroy(err));
       else void this.handle(req, res);
     });
-    const { address, joinPort } = this.cfg.spec.api;
+    const { joinPort } = this.cfg.spec.api;
+    // Only the door open: joins arrive through it (handed over in this process), none at the port.
+    const address = doorOnly(this.cfg) ? '127.0.0.1' : this.cfg.spec.api.address;
     await new Promise<void>((resolve, reject) => {
       const failed = (err: NodeJS.ErrnoException) =>
         reject(

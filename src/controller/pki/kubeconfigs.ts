@@ -6,7 +6,7 @@ import { readFile } from 'node:fs/promises';
 import { UserError } from '../../base/errors.ts';
 import { KubeApiError, type KubeClient } from '../../kube/client.ts';
 import { issueUserCert, renderKubeconfig, type PkiPaths } from '../../pki/index.ts';
-import { apiServerUrl } from '../config/urls.ts';
+import { userApiUrl } from '../config/urls.ts';
 import type { ClusterConfig } from '../config/config.ts';
 
 /** The API's floor for a TokenRequest's lifetime. */
@@ -48,7 +48,7 @@ export async function serviceAccountKubeconfig(
   const token = r.status?.token;
   if (!token) throw new Error('the TokenRequest answer carried no token');
   return renderKubeconfig({
-    server: apiServerUrl(cfg),
+    server: userApiUrl(cfg),
     caPem: await readFile(pki.caCert, 'utf8'),
     user: `system:serviceaccount:${sa.namespace}:${sa.name}`,
     token,
@@ -68,7 +68,7 @@ export async function userKubeconfig(
     );
   const { certPem, keyPem } = await issueUserCert(pki, user, new Date(Date.now() + expiryMs));
   return renderKubeconfig({
-    server: apiServerUrl(cfg),
+    server: userApiUrl(cfg),
     caPem: await readFile(pki.caCert, 'utf8'),
     user: user.name,
     certPem,

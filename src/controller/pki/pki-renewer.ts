@@ -27,6 +27,7 @@ import type { ClusterConfig } from '../config/config.ts';
 import { leafValidityMs } from '../config/config.ts';
 import { frontDoorNames } from '../config/front-door.ts';
 import type { ControllerPaths } from '../config/paths.ts';
+import { localApiHost } from '../config/urls.ts';
 import { CaRotationFollower, FOLLOW_EVERY_MS } from './ca-rotation.ts';
 import type { KubeClient } from '../../kube/client.ts';
 
@@ -72,6 +73,7 @@ export function pkiOptions(cfg: ClusterConfig, paths: ControllerPaths): PkiOptio
     // The front door passes TLS through: each server proves the name its clients asked for.
     sans: [...cfg.spec.api.sans, ...Object.values(frontDoorNames(cfg) ?? {})],
     apiPort: cfg.spec.api.port,
+    kubeconfigHost: localApiHost(cfg),
     serviceCIDR: cfg.spec.network.serviceCIDR,
     clusterDomain: cfg.spec.network.clusterDomain,
     leafValidityMs: leafValidityMs(cfg),

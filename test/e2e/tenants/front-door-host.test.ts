@@ -1,6 +1,7 @@
 // One controller host behind one port: two full named clusters (alpha, beta) and an api-only
 // tenant (gamma), each with spec.frontDoor on the same port, and every other port of the host
-// closed to the lab's other hosts (its firewall lets them reach the door's port only). alpha's
+// closed to the lab's other hosts (its firewall lets them reach the door's port only; alpha opens
+// nothing else itself: spec.frontDoor.only puts its servers on loopback). alpha's
 // worker (wa) dials the door itself; beta's (wb) has no way out but the lab's HTTP proxy (px,
 // Debian's tinyproxy). Both join with tokens that name the door, run pods, and logs, exec and
 // port-forward reach them; a validating webhook served by a pod on wa admits and denies for alpha;
@@ -50,12 +51,17 @@ test('one controller host, one port: two full clusters and an api-only one behin
   await mkdir(join(dir, 'wa-data', 'images'), { recursive: true });
   await copyFile(await testtoolImage(), join(dir, 'wa-data', 'images', TESTTOOL_TAR));
 
-  const door = `  frontDoor: { enabled: true, port: ${DOOR_PORT}, baseDomain: ${DOMAIN} }`;
+  // alpha opens nothing but the door (spec.frontDoor.only); beta and gamma keep their ports, closed by the firewall below.
+  const door = (n: Name) =>
+    `  frontDoor: { enabled: true, port: ${DOOR_PORT}, baseDomain: ${DOMAIN}${n === 'alpha' ? ', only: true' : ''} }`;
   const controllers: Tracked[] = [];
   for (const [i, n] of ALL.entries()) {
     const config = join(dir, `${n}.yaml`);
     const profile = n === 'gamma' ? 'api-only' : 'full';
-    await writeFile(config, ['spec:', `  profile: ${profile}`, `  api: { address: ${ctl.ip} }`, door, ''].join('\n'));
+    await writeFile(
+      config,
+      ['spec:', `  profile: ${profile}`, `  api: { address: ${ctl.ip} }`, door(n), ''].join('\n'),
+    );
     const range = `${RANGE_BASE + i * 10}-${RANGE_BASE + i * 10 + 9}`;
     controllers.push(
       track(
@@ -66,6 +72,11 @@ test('one controller host, one port: two full clusters and an api-only one behin
   for (const [i, n] of ALL.entries()) await controllerReady(controllers[i]!, `cluster ${n} ready`);
   const listed = JSON.parse(String((await run(['tenant', 'list', '-o', 'json'])).stdout)) as TenantListEntry[];
   const ports = Object.fromEntries(listed.map((e) => [e.name, e.ports])) as Record<Name, Record<string, number>>;
+  // alpha's servers listen on loopback alone: not even the host itself reaches them at its address.
+  for (const port of ['api', 'join', 'agent']) {
+    assert.equal(await lab.canConnect(ctl, ctl, ports.alpha[port]!), false, `alpha's ${port} port is open`);
+    assert.equal(await lab.canConnect(ctl, ctl, ports.beta[port]!), true, `beta's ${port} port is closed`);
+  }
 
   // The controller host lets the other hosts reach the door's port and nothing else; it reaches no worker.
   for (const h of [workerOf.alpha, workerOf.beta, px]) {

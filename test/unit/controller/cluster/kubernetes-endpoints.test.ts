@@ -56,11 +56,14 @@ test('Endpoints (not mirrored) and an EndpointSlice of the kubernetes Service, a
   assert.deepEqual(slice?.endpoints, [{ addresses: ['198.18.0.1'], conditions: { ready: true } }]);
 });
 
-test("behind a front door kube-apiserver leaves the kubernetes Service's endpoints to kctl", () => {
-  const flag = (spec: object) =>
+test("behind a front door kube-apiserver leaves the kubernetes Service's endpoints to kctl; with only the door open it listens on loopback", () => {
+  const flag = (name: string, spec: object) =>
     apiserverArgs(parseConfig({ spec }, 'kctl.yaml'), controllerPaths('/d', '/r'), pkiPaths('/d/pki'), {
       egress: true,
-    }).find((a) => a.startsWith('--endpoint-reconciler-type'));
-  assert.equal(flag({}), undefined);
-  assert.equal(flag({ frontDoor: { enabled: true, baseDomain: 'c.example.com' } }), '--endpoint-reconciler-type=none');
+    }).find((a) => a.startsWith(`--${name}=`));
+  const door = { enabled: true, baseDomain: 'c.example.com' };
+  assert.equal(flag('endpoint-reconciler-type', {}), undefined);
+  assert.equal(flag('endpoint-reconciler-type', { frontDoor: door }), '--endpoint-reconciler-type=none');
+  assert.equal(flag('bind-address', { frontDoor: door }), '--bind-address=0.0.0.0');
+  assert.equal(flag('bind-address', { frontDoor: { ...door, only: true } }), '--bind-address=127.0.0.1');
 });

@@ -7,6 +7,7 @@ import { pkiPaths } from '../../../../src/pki/index.ts';
 import { egressSelectorConfig, trustedAgents } from '../../../../src/controller/components/konnectivity.ts';
 import { controllerPaths } from '../../../../src/controller/config/paths.ts';
 import { frontDoorNames } from '../../../../src/controller/config/front-door.ts';
+import { userApiUrl } from '../../../../src/controller/config/urls.ts';
 import { pkiOptions } from '../../../../src/controller/pki/pki-renewer.ts';
 
 const withTrusted = (list: unknown) =>
@@ -130,7 +131,12 @@ test('spec.frontDoor: off by default; on, it needs a base domain, and the names 
     port: 443,
     name: 'kctl',
     nodeLocalAddress: '198.18.0.1',
+    only: false,
   });
+  assert.throws(
+    () => parseConfig({ spec: { frontDoor: { only: true } } }, 'kctl.yaml'),
+    /spec\.frontDoor\.only: only closes the ports beside the front door; turn the door on/,
+  );
   assert.equal(frontDoorNames(parseConfig({}, 'defaults')), undefined);
   assert.throws(
     () => parseConfig({ spec: { frontDoor: { enabled: true } } }, 'kctl.yaml'),
@@ -183,6 +189,16 @@ test('spec.frontDoor: off by default; on, it needs a base domain, and the names 
       .nodeLocalAddress,
     '100.64.30.10',
   );
+  // Only the door open: kube-apiserver, the agent port and the join endpoint on loopback, the
+  // control plane's kubeconfigs too; a kubeconfig for someone elsewhere names the door.
+  const only = parseConfig({ spec: { api: { address: '10.0.0.5' }, frontDoor: { ...on, only: true } } }, 'kctl.yaml');
+  const paths = controllerPaths('/d', '/r');
+  assert.equal(pkiOptions(only, paths).kubeconfigHost, '127.0.0.1');
+  assert.equal(pkiOptions(only, paths).apiAddress, '10.0.0.5', 'the certificates still name the API address');
+  assert.equal(userApiUrl(only), 'https://kctl.clusters.example.com:443');
+  const open = parseConfig({ spec: { api: { address: '10.0.0.5' }, frontDoor: on } }, 'kctl.yaml');
+  assert.equal(pkiOptions(open, paths).kubeconfigHost, '10.0.0.5');
+  assert.equal(userApiUrl(open), 'https://10.0.0.5:6443');
   // Its names are in the servers' certificates, since the door passes TLS through.
   const sans = pkiOptions(parseConfig({ spec: { frontDoor: on } }, 'kctl.yaml'), controllerPaths('/d', '/r')).sans;
   for (const name of ['kctl', 'konnectivity.kctl', 'join.kctl', 'node-api.kctl'])
