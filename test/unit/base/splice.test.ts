@@ -41,18 +41,25 @@ after(async () => {
   await rm(addonDir, { recursive: true, force: true });
 });
 
+/**
+ * The server's ends of the connections of `clients`, taken out of `accepted`. Matched by port:
+ * with several callers at once, connections are accepted in any order.
+ */
+async function serverEnds(clients: Socket[]): Promise<Socket[]> {
+  const endOf = (c: Socket) => accepted.find((s) => s.remotePort === c.localPort);
+  await waitFor('both accepted', 5_000, () => clients.every((c) => endOf(c) !== undefined));
+  const ends = clients.map((c) => endOf(c)!);
+  for (const e of ends) accepted.splice(accepted.indexOf(e), 1);
+  return ends;
+}
+
 /** Two clients `x` and `y`, and the server's ends of their connections `a` and `b`, relayed to each other. */
 async function relayed(): Promise<{ x: Socket; y: Socket; a: Socket; b: Socket; relay: Promise<SpliceResult> }> {
-  const start = accepted.length;
   const clients = [0, 1].map(() => connect({ port, host: '127.0.0.1', allowHalfOpen: true }));
   for (const c of clients) c.on('error', () => undefined);
   await Promise.all(clients.map((c) => once(c, 'connect')));
-  await waitFor('both accepted', 5_000, () => accepted.length >= start + 2);
-  // Accepted in either order: match them to the clients by port.
-  const ends = accepted.splice(start, 2);
   const [x, y] = clients as [Socket, Socket];
-  const a = ends.find((s) => s.remotePort === x.localPort)!;
-  const b = ends.find((s) => s.remotePort === y.localPort)!;
+  const [a, b] = (await serverEnds(clients)) as [Socket, Socket];
   const relay = spliceSockets(a, b);
   assert.ok(relay, 'the addon took the pair');
   return { x, y, a, b, relay };
@@ -165,13 +172,9 @@ test('no relay and no descriptor outlive 200 relayed connections', async () => {
 });
 
 test('without the addon spliceSockets takes nothing and leaves the sockets to Node', async () => {
-  const start = accepted.length;
   const [x, y] = [0, 1].map(() => connect({ port, host: '127.0.0.1', allowHalfOpen: true })) as [Socket, Socket];
   await Promise.all([once(x, 'connect'), once(y, 'connect')]);
-  await waitFor('both accepted', 5_000, () => accepted.length >= start + 2);
-  const ends = accepted.splice(start, 2);
-  const a = ends.find((s) => s.remotePort === x.localPort)!;
-  const b = ends.find((s) => s.remotePort === y.localPort)!;
+  const [a, b] = (await serverEnds([x, y])) as [Socket, Socket];
   useNativeAddon(null);
   try {
     assert.equal(spliceSockets(a, b), undefined);
