@@ -98,15 +98,19 @@ static void relay_call_js(napi_env env, napi_value on_done, void *context, void 
   free(r);
 }
 
+static void relay_free_fds(struct relay_pair *p) {
+  for (int i = 0; i < 2; i++) {
+    if (p->fd[i] >= 0) close(p->fd[i]);
+    if (p->dir[i].pipe[0] >= 0) close(p->dir[i].pipe[0]);
+    if (p->dir[i].pipe[1] >= 0) close(p->dir[i].pipe[1]);
+  }
+}
+
 /* Ends a pair: out of epoll, its duplicates and pipes closed, onDone called; freed after the batch. */
 static void relay_finish(struct relay_pair *p, const char *error) {
   p->finished = true;
-  for (int i = 0; i < 2; i++) {
-    epoll_ctl(relay_epoll, EPOLL_CTL_DEL, p->fd[i], NULL);
-    close(p->fd[i]);
-    close(p->dir[i].pipe[0]);
-    close(p->dir[i].pipe[1]);
-  }
+  for (int i = 0; i < 2; i++) epoll_ctl(relay_epoll, EPOLL_CTL_DEL, p->fd[i], NULL);
+  relay_free_fds(p);
   if (p->prev) p->prev->next = p->next;
   else relay_pairs = p->next;
   if (p->next) p->next->prev = p->prev;
@@ -202,9 +206,7 @@ static void relay_event(struct relay_pair *p, int side, uint32_t events) {
 /* Takes the pairs and stops the JS thread queued. */
 static void relay_take(void) {
   uint64_t n;
-  if (read(relay_wake, &n, sizeof(n)) < 0) {
-    // EAGAIN: nothing new.
-  }
+  if (read(relay_wake, &n, sizeof(n)) < 0) { /* EAGAIN: nothing new. */ }
   pthread_mutex_lock(&relay_lock);
   struct relay_pair *fresh = relay_new;
   struct relay_stop *stops = relay_stops;
@@ -291,9 +293,7 @@ static int relay_start(void) {
 
 static void relay_wake_up(void) {
   uint64_t one = 1;
-  if (write(relay_wake, &one, sizeof(one)) < 0) {
-    // EAGAIN: the counter is full, the thread is awake anyway.
-  }
+  if (write(relay_wake, &one, sizeof(one)) < 0) { /* EAGAIN: the counter is full, the thread is awake anyway. */ }
 }
 
 static napi_value relay_throw(napi_env env, const char *what, int err) {
@@ -301,14 +301,6 @@ static napi_value relay_throw(napi_env env, const char *what, int err) {
   snprintf(text, sizeof(text), "relay: %s: %s", what, strerror_r(err, buf, sizeof(buf)));
   napi_throw_error(env, NULL, text);
   return NULL;
-}
-
-static void relay_free_fds(struct relay_pair *p) {
-  for (int i = 0; i < 2; i++) {
-    if (p->fd[i] >= 0) close(p->fd[i]);
-    if (p->dir[i].pipe[0] >= 0) close(p->dir[i].pipe[0]);
-    if (p->dir[i].pipe[1] >= 0) close(p->dir[i].pipe[1]);
-  }
 }
 
 napi_value relay(napi_env env, napi_callback_info info) {
