@@ -15,33 +15,24 @@ export const ip = (args: string[]): Promise<string> => run('ip', args);
 /** `bridge ARGS` (iproute2's FDB tool). */
 export const bridgeTool = (args: string[]): Promise<string> => run('bridge', args);
 
-/** Gives `dev` exactly one IPv4 address, `address`/32 (flushing any other). */
-export async function setOnlyAddress(dev: string, address: string): Promise<void> {
-  const addrs = ipJson<{ addr_info?: { local: string; prefixlen: number }[] }>(
-    await ip(['-j', '-4', 'addr', 'show', 'dev', dev]),
-  );
-  const local = (addrs[0]?.addr_info ?? []).map((a) => `${a.local}/${a.prefixlen}`);
-  if (local.length === 1 && local[0] === `${address}/32`) return;
-  await ip(['addr', 'flush', 'dev', dev]);
-  await ip(['addr', 'add', `${address}/32`, 'dev', dev]);
-}
-
 /**
- * The loopback device holds `address`/32 under `label` (lo:NAME) and no other address of that
- * label; none when `address` is undefined. Loopback rather than a dummy device: some kernels are
- * built without the dummy driver, and a local address on lo is local all the same.
+ * Gives `dev` exactly one IPv4 address, `address`/32, flushing any other; none when `address` is
+ * undefined. With `label` (DEV:NAME) only the addresses of that label are kctl's: the node-local
+ * API address sits on lo that way (some kernels are built without the dummy driver, and a local
+ * address on lo is local all the same) beside lo's own.
  */
-export async function setLoopbackAddress(label: string, address: string | undefined): Promise<void> {
+export async function setOnlyAddress(dev: string, address: string | undefined, label?: string): Promise<void> {
+  const which = ['dev', dev, ...(label ? ['label', label] : [])];
   const held = ipJson<{ addr_info?: { local?: string; prefixlen?: number }[] }>(
-    await ip(['-j', '-4', 'addr', 'show', 'dev', 'lo', 'label', label]),
+    await ip(['-j', '-4', 'addr', 'show', ...which]),
   )
     .flatMap((l) => l.addr_info ?? [])
     .filter((a) => a.local !== undefined)
     .map((a) => `${a.local}/${a.prefixlen}`);
   const want = address ? [`${address}/32`] : [];
   if (held.length === want.length && held.every((h, i) => h === want[i])) return;
-  if (held.length) await ip(['addr', 'flush', 'dev', 'lo', 'label', label]);
-  if (address) await ip(['addr', 'add', `${address}/32`, 'dev', 'lo', 'label', label]);
+  if (held.length) await ip(['addr', 'flush', ...which]);
+  if (address) await ip(['addr', 'add', `${address}/32`, 'dev', dev, ...(label ? ['label', label] : [])]);
 }
 
 /** `ip ARGS` that says whether it succeeded instead of rejecting. */

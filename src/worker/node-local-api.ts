@@ -1,17 +1,17 @@
 // Behind a front door, pods reach the API at one node-local address on every node
 // (spec.frontDoor.nodeLocalAddress, which the controllers' leases announce): the loopback device
-// holds it (/32, labelled lo:kctl-api) and the API balancer listens there too. The kubernetes Service's endpoint is
-// that address (controller/cluster/kubernetes-endpoints.ts), so kube-proxy sends a pod's API
-// connections to its own node, whose balancer carries them in the node API tunnel through the
-// door: no pod needs a route to a controller host. The address stays when kctl stops (pods keep
-// their endpoint across a restart); kctl reset removes it.
+// holds it (/32, labelled lo:kctl-api) and the API balancer listens there too. The kubernetes
+// Service's endpoint is that address (controller/cluster/kubernetes-endpoints.ts), so kube-proxy
+// sends a pod's API connections to its own node, whose balancer carries them in the node API
+// tunnel through the door: no pod needs a route to a controller host. The address stays when kctl
+// stops (pods keep their endpoint across a restart); kctl reset removes it.
 import type { Component, ComponentContext, ComponentStatus } from '../base/component.ts';
 import { splitHostPort } from '../base/addresses.ts';
 import { messageOf } from '../base/errors.ts';
 import type { Logger } from '../base/log.ts';
 import { specialRange } from '../base/ownership.ts';
 import { SerialRunner } from '../base/serial.ts';
-import { setLoopbackAddress } from '../host/ip.ts';
+import { setOnlyAddress } from '../host/ip.ts';
 import type { LiveController } from '../kube/controller-leases.ts';
 import type { ControllerFollower } from './controller-watch.ts';
 
@@ -55,7 +55,7 @@ export class NodeLocalApiComponent implements Component, ControllerFollower {
         const at = splitHostPort(want);
         const bad = at ? specialRange(at.host) : 'not host:port';
         if (!at || bad) throw new Error(`the controllers name ${want} for it, ${bad}`);
-        await setLoopbackAddress(NODE_LOCAL_LABEL, at.host);
+        await setOnlyAddress('lo', at.host, NODE_LOCAL_LABEL);
         await this.balancer.servePods(want);
         this.log.info({ address: want, label: NODE_LOCAL_LABEL }, 'pods reach the API here, on this node');
       } else {
@@ -73,4 +73,4 @@ export class NodeLocalApiComponent implements Component, ControllerFollower {
 }
 
 /** Removes the address from the loopback device; nothing when it is not there. */
-export const removeNodeLocalAddress = (): Promise<void> => setLoopbackAddress(NODE_LOCAL_LABEL, undefined);
+export const removeNodeLocalAddress = (): Promise<void> => setOnlyAddress('lo', undefined, NODE_LOCAL_LABEL);

@@ -13,9 +13,8 @@ import { splitHostPort, urlHost } from '../../base/addresses.ts';
 import type { KubeClient } from '../../kube/client.ts';
 import type { KubeManifest } from '../../kube/paths.ts';
 import type { LiveController } from '../../kube/controller-leases.ts';
-import type { NodeWatchComponent } from '../nodes/nodes.ts';
+import { nodesBefore, type NodeWatchComponent } from '../nodes/nodes.ts';
 import { NodeReconciler } from '../nodes/node-reconciler.ts';
-import { nodesBefore } from './node-lease-access.ts';
 import type { ClusterConfig } from '../config/config.ts';
 import { frontDoorEndpoint } from '../config/urls.ts';
 

@@ -3,26 +3,17 @@
 // lives too: kube-system's lease reader role for nodes is kept while a Node says it runs a kctl
 // older than NODE_LEASES_SINCE (or says nothing), and removed once none does. A node can lie only
 // to keep it (the status quo); it cannot make an older node lose it, since every Node must say so.
-import { runsBefore } from '../../base/version.ts';
 import { messageOf } from '../../base/errors.ts';
 import { KubeApiError, type KubeClient } from '../../kube/client.ts';
 import { LEASE_NAMESPACE, NODE_LEASES_SINCE } from '../../kube/controller-leases.ts';
 import { objectPath } from '../../kube/paths.ts';
 import { leaseReaderRbac } from './bootstrap.ts';
-import type { NodeWatchComponent } from '../nodes/nodes.ts';
+import { nodesBefore, type NodeWatchComponent } from '../nodes/nodes.ts';
 import { NodeReconciler } from '../nodes/node-reconciler.ts';
 
 /** The Nodes that read the controllers' leases in kube-system: an older kctl's, or one that names no release. */
 export function nodesOnKubeSystemLeases(versions: Map<string, string | undefined>): string[] {
   return nodesBefore(versions, NODE_LEASES_SINCE);
-}
-
-/** The Nodes that say they run a kctl before `since`, or name no release, by name. */
-export function nodesBefore(versions: Map<string, string | undefined>, since: string): string[] {
-  return [...versions]
-    .filter(([, v]) => runsBefore(v, since))
-    .map(([name]) => name)
-    .sort();
 }
 
 const RECHECK_MS = 60_000;

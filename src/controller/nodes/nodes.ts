@@ -8,6 +8,7 @@
 // the conflict is shown (kctl status, a Warning event on each Node involved).
 import type { Component, ComponentContext, ComponentStatus } from '../../base/component.ts';
 import type { Logger } from '../../base/log.ts';
+import { runsBefore } from '../../base/version.ts';
 import {
   canonicalIdentifier,
   judgePodRanges,
@@ -232,4 +233,12 @@ export class NodeWatchComponent implements Component, NodeDirectory {
   status(): Partial<ComponentStatus> {
     return { lastError: this.lastError };
   }
+}
+
+/** The Nodes that say they run a kctl before `since` (kctlVersions), or name no release, by name. */
+export function nodesBefore(versions: Map<string, string | undefined>, since: string): string[] {
+  return [...versions]
+    .filter(([, v]) => runsBefore(v, since))
+    .map(([name]) => name)
+    .sort();
 }

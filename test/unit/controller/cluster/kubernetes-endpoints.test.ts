@@ -7,7 +7,7 @@ import {
   kubernetesEndpoints,
   NODE_LOCAL_API_SINCE,
 } from '../../../../src/controller/cluster/kubernetes-endpoints.ts';
-import { nodesBefore } from '../../../../src/controller/cluster/node-lease-access.ts';
+import { nodesBefore } from '../../../../src/controller/nodes/nodes.ts';
 import { apiserverArgs } from '../../../../src/controller/components/apiserver.ts';
 import { parseConfig } from '../../../../src/controller/config/config.ts';
 import { controllerPaths } from '../../../../src/controller/config/paths.ts';
