@@ -213,12 +213,22 @@ export class ControllerLeaseWatch {
   private check(): void {
     if (!this.informer.hasSynced) return;
     const live = this.live();
-    // Addresses only: agents coming and going change no controller's or worker's course (status reads live()).
-    const key = live.map((c) => `${c.name}=${c.apiServer},${c.konnectivity},${c.frontDoor?.address ?? ''}`).join(';');
+    const key = followKey(live);
     if (key === this.last) return;
     this.last = key;
     this.onChange(live);
   }
+}
+
+/**
+ * What the followers of the live controllers act on, as one comparable string: each one's
+ * addresses and its front door (the node-local address pods use included). Addresses only: agents
+ * coming and going change no controller's or worker's course (status reads live()).
+ */
+export function followKey(live: LiveController[]): string {
+  return live
+    .map((c) => `${c.name}=${c.apiServer},${c.konnectivity},${c.frontDoor ? JSON.stringify(c.frontDoor) : ''}`)
+    .join(';');
 }
 
 /** Per agent, the controllers (lease names) whose konnectivity server holds a stream from it. */

@@ -17,6 +17,8 @@ import type { ControllerFollower } from './controller-watch.ts';
 
 /** The label of the address on the loopback device. */
 export const NODE_LOCAL_LABEL = 'lo:kctl-api';
+/** A failed attempt is tried again after this long (the leases may not change for a while). */
+const RETRY_MS = 10_000;
 
 export class NodeLocalApiComponent implements Component, ControllerFollower {
   readonly name = 'node-local-api';
@@ -26,6 +28,8 @@ export class NodeLocalApiComponent implements Component, ControllerFollower {
   private wanted: string | undefined;
   private applied: string | undefined;
   private readonly runner = new SerialRunner(() => this.reconcile());
+  private retry: NodeJS.Timeout | undefined;
+  private stopped = false;
 
   constructor(private readonly balancer: { servePods(address: string | undefined): Promise<void> }) {}
 
@@ -34,6 +38,8 @@ export class NodeLocalApiComponent implements Component, ControllerFollower {
   }
 
   async stop(): Promise<void> {
+    this.stopped = true;
+    clearTimeout(this.retry);
     await this.runner.idle();
   }
 
@@ -49,7 +55,8 @@ export class NodeLocalApiComponent implements Component, ControllerFollower {
 
   private async reconcile(): Promise<void> {
     const want = this.wanted;
-    if (want === this.applied) return;
+    clearTimeout(this.retry);
+    if (want === this.applied || this.stopped) return;
     try {
       if (want) {
         const at = splitHostPort(want);
@@ -68,6 +75,7 @@ export class NodeLocalApiComponent implements Component, ControllerFollower {
     } catch (err) {
       this.lastError = `cannot serve the API to pods at the node-local address: ${messageOf(err)}`;
       this.log.warn(this.lastError);
+      this.retry = setTimeout(() => this.runner.schedule(), RETRY_MS);
     }
   }
 }

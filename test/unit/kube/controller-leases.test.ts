@@ -4,6 +4,7 @@ import {
   agentServers,
   controllerLease,
   controllerLeaseName,
+  followKey,
   liveControllers,
   MAX_LISTED_AGENTS,
   type Lease,
@@ -119,4 +120,21 @@ test("a lease names its host's front door; nodes reach the konnectivity server a
   assert.deepEqual(liveControllers([lease({ frontDoor: withLocal })], t0)[0]?.frontDoor, withLocal);
   for (const nodeLocal of ['198.18.0.1', 'api.example.com:6443', '[fd00::1]:6443'])
     assert.deepEqual(liveControllers([lease({ frontDoor: { ...frontDoor, nodeLocal } })], t0)[0]?.frontDoor, frontDoor);
+});
+
+test('the followers of the live controllers are told when an address or anything of a front door changes, not when agents do', () => {
+  const base = { name: 'c1', apiServer: 'https://10.0.0.1:6443', konnectivity: '10.0.0.1:8132', agents: [] };
+  const door = {
+    address: '10.0.0.1:443',
+    api: 'alpha.c.test',
+    konnectivity: 'konnectivity.alpha.c.test',
+    join: 'join.alpha.c.test',
+    nodeApi: 'node-api.alpha.c.test',
+    nodeLocal: '198.18.0.1:6443',
+  };
+  const key = followKey([{ ...base, frontDoor: door }]);
+  assert.equal(followKey([{ ...base, agents: ['system:node:w1'], frontDoor: door }]), key);
+  assert.notEqual(followKey([{ ...base, frontDoor: { ...door, nodeLocal: '198.18.0.9:6443' } }]), key);
+  assert.notEqual(followKey([{ ...base, frontDoor: { ...door, address: '10.0.0.1:8443' } }]), key);
+  assert.notEqual(followKey([base]), key);
 });
