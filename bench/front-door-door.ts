@@ -10,6 +10,7 @@ import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { buildNativeAddon } from '../assets/native/build.ts';
 import { createLogger } from '../src/base/log.ts';
+import { releaseFreedMemory } from '../src/base/memory.ts';
 import { useNativeAddon } from '../src/base/native.ts';
 import { FrontDoor } from '../src/frontdoor/router.ts';
 import { rssKiB } from './procs.ts';
@@ -34,6 +35,7 @@ process.stdout.write(`${JSON.stringify({ port: door.port })}\n`);
 for await (const line of createInterface({ input: process.stdin })) {
   void line;
   (globalThis as { gc?: () => void }).gc?.();
+  releaseFreedMemory(); // as a kctl process does every minute (base/memory.ts)
   const open = door.stats().clusters.bench?.open ?? 0;
   process.stdout.write(`${JSON.stringify({ rssKiB: rssKiB(process.pid), open })}\n`);
 }
