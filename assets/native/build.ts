@@ -1,4 +1,4 @@
-// Builds kctl's native addon (native.c, relay.c) against the Node-API headers of the runtime dist/kctl
+// Builds kctl's native addon (native.c, relay.c, relay-thread.c) against the Node-API headers of the runtime dist/kctl
 // is made from; build-kctl.ts embeds it, and unit tests load one they build.
 import { join } from 'node:path';
 import { execa } from 'execa';
@@ -22,6 +22,7 @@ export async function buildNativeAddon(dir: string): Promise<string> {
     out,
     join(root, 'assets/native/native.c'),
     join(root, 'assets/native/relay.c'),
+    join(root, 'assets/native/relay-thread.c'),
   ]);
   return out;
 }

@@ -10,7 +10,8 @@
 // to a target it has just been reading behind: a write to a peer that has closed draws a reset,
 // which throws away whatever the peer still had to send.
 //
-// relay(), relayStop(), relayCount(): the front door's kernel relay, in relay.c.
+// relay(), relayStop(), relayCount(): the front door's kernel relay, in relay.c (its thread in
+// relay-thread.c).
 #define _GNU_SOURCE
 #include <malloc.h>
 #include <netinet/in.h>

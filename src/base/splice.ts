@@ -1,12 +1,21 @@
 // Two TCP sockets joined in the kernel: kctl's native addon hands both descriptors to its relay
 // thread, which moves the bytes between them with splice(2), so they never pass through
 // JavaScript (assets/native/relay.c; the front door's relay costs a fraction of the CPU a
-// pipe() costs). Node must stay out of the way meanwhile: its reading is stopped with nothing
-// left in its buffers (libuv would take bytes meant for the other side), and nothing it was
-// asked to write waits in libuv (the kernel's copy would overtake it). Without the addon (a
-// checkout) spliceSockets says so and its caller pipes in JavaScript.
+// pipe() costs). Node hands the connection over whole: its reading is stopped with nothing left
+// in its buffers (libuv would take bytes meant for the other side), nothing it was asked to write
+// waits in libuv (the kernel's copy would overtake it), and then its sockets are destroyed at
+// once: the relay holds duplicates of both descriptors, so the connections live on without a
+// Node socket each (a relayed connection costs the process a few hundred bytes). Without the
+// addon (a checkout) spliceSockets says so and its caller pipes in JavaScript.
 import type { Socket } from 'node:net';
 import { nativeFd } from './native.ts';
+
+/** A relay started: what it moved once it ends, and a way to end it early. */
+export interface Relay {
+  done: Promise<SpliceResult>;
+  /** Ends the relay and both connections now (done follows with error "stopped"). */
+  stop(): void;
+}
 
 export interface SpliceResult {
   aToB: number;
@@ -66,12 +75,12 @@ export function resumeReading(socket: Socket): void {
 
 /**
  * Relays two connected TCP sockets in the kernel until both sides have closed their sending
- * (each side's end passed on to the other: half-close), or either fails; then destroys both.
- * Undefined, leaving both as they were, when it cannot: no addon or descriptor, bytes Node read
- * that nobody consumed, or a write of Node's not yet flushed. Destroying either socket meanwhile
- * ends the relay.
+ * (each side's end passed on to the other: half-close), or either fails, or stop(). Both Node
+ * sockets are destroyed at once: from then on the relay alone holds the connections. Undefined,
+ * leaving both as they were, when it cannot: no addon or descriptor, bytes Node read that nobody
+ * consumed, or a write of Node's not yet flushed.
  */
-export function spliceSockets(a: Socket, b: Socket): Promise<SpliceResult> | undefined {
+export function spliceSockets(a: Socket, b: Socket): Relay | undefined {
   const na = nativeFd(a);
   const nb = nativeFd(b);
   if (!na || !nb) return undefined;
@@ -84,26 +93,24 @@ export function spliceSockets(a: Socket, b: Socket): Promise<SpliceResult> | und
   const native = na.native;
   let id = 0;
   let ended = false;
-  const stop = (): void => {
-    if (!ended) native.relayStop(id);
-  };
   let finish!: (r: SpliceResult) => void;
   const done = new Promise<SpliceResult>((resolve) => (finish = resolve));
   try {
     id = native.relay(na.fd, nb.fd, (aToB, bToA, error) => {
       ended = true;
-      a.off('close', stop);
-      b.off('close', stop);
-      // The relay has closed its own descriptors: these are the last, and close the connections.
-      a.destroy();
-      b.destroy();
       finish(error === undefined ? { aToB, bToA } : { aToB, bToA, error });
     });
   } catch {
     [a, b].forEach((s, i) => wasReading[i] && resumeReading(s));
     return undefined;
   }
-  a.once('close', stop);
-  b.once('close', stop);
-  return done;
+  // Closes Node's descriptors only (libuv takes them out of its epoll first): no FIN, no reset.
+  a.destroy();
+  b.destroy();
+  return {
+    done,
+    stop: () => {
+      if (!ended) native.relayStop(id);
+    },
+  };
 }

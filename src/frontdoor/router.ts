@@ -11,7 +11,7 @@ import { connect, createServer, type Server, type Socket } from 'node:net';
 import { joinHostPort } from '../base/addresses.ts';
 import { messageOf } from '../base/errors.ts';
 import type { Logger } from '../base/log.ts';
-import { canSplice, holdReading, resumeReading, spliceSockets } from '../base/splice.ts';
+import { canSplice, holdReading, resumeReading, spliceSockets, type Relay } from '../base/splice.ts';
 import { ClientHelloReader } from './client-hello.ts';
 import { proxyHeader } from './proxy-header.ts';
 
@@ -77,7 +77,9 @@ export class FrontDoor {
   private readonly o: Required<Omit<FrontDoorOptions, 'address'>> & Pick<FrontDoorOptions, 'address'>;
   private server: Server | undefined;
   private readonly pending = new Set<Socket>();
+  /** Connections piped in JavaScript (no native addon), and those the kernel relays. */
   private readonly spliced = new Set<Socket>();
+  private readonly relays = new Set<Relay>();
   private readonly counts = new Map<string, { open: number; total: number }>();
   private readonly refused = { total: 0, notTls: 0, noName: 0, names: new Map<string, number>() };
   private lastRefusalLog = 0;
@@ -122,6 +124,7 @@ export class FrontDoor {
     const closed = server ? new Promise<void>((r) => server.close(() => r())) : Promise.resolve();
     // server.close() waits for every connection: end them first.
     for (const s of [...this.pending, ...this.spliced]) s.destroy();
+    for (const r of this.relays) r.stop();
     await closed;
   }
 
@@ -212,6 +215,18 @@ export class FrontDoor {
     this.refusedSinceLog = 0;
   }
 
+  /**
+   * Counts a connection the kernel relays until its relay ends. Outside splice(): a callback made
+   * in there would keep its whole scope (both Node sockets, the ClientHello) for the connection's life.
+   */
+  private relayed(relay: Relay, count: { open: number }): void {
+    this.relays.add(relay);
+    void relay.done.then(() => {
+      this.relays.delete(relay);
+      count.open--;
+    });
+  }
+
   private splice(client: Socket, head: Buffer, route: FrontDoorRoute): void {
     if (client.destroyed) return;
     const count = this.counts.get(route.cluster) ?? { open: 0, total: 0 };
@@ -251,16 +266,28 @@ export class FrontDoor {
       const toBackend = [head, ...holdReading(client)];
       const toClient = holdReading(backend);
       let writing = toClient.length > 0 ? 2 : 1;
-      const flushed = (err?: Error | null): void => {
-        if (err || closed) return close();
-        if (--writing > 0) return;
+      let started = false;
+      const start = (): void => {
+        started = true;
         const relay = spliceSockets(client, backend);
-        if (relay) return void relay.then(close);
+        if (relay) {
+          // Node's sockets are gone (their close events find it closed): the relay holds the connection.
+          closed = true;
+          this.spliced.delete(client);
+          return this.relayed(relay, count);
+        }
         for (const s of [client, backend]) resumeReading(s);
         pipe();
       };
+      const flushed = (err?: Error | null): void => {
+        if (started) return;
+        if (err || closed) return close();
+        if (--writing === 0) start();
+      };
       backend.write(toBackend.length === 1 ? head : Buffer.concat(toBackend), flushed);
       if (toClient.length > 0) client.write(Buffer.concat(toClient), flushed);
+      // Usually the kernel took it all at once: no turn of the loop to wait for the callbacks.
+      if (!closed && backend.writableLength === 0 && client.writableLength === 0) start();
     });
     backend.on('error', (err) => {
       if (connected) return close();
