@@ -63,9 +63,47 @@ static void relay_fail(struct relay_pair *p, const char *what, int side, int err
   relay_finish(p, text);
 }
 
-/* A pipe grows once, when its direction moves bulk; the kernel may refuse (pipe-max-size), then it stays. */
+/* Pipes are lent to a direction while it has bytes in flight and given back once it is empty:
+   an idle connection holds none, and a flight seldom waits for a pipe to be made. */
+struct relay_pipe {
+  int fd[2];
+  size_t size;
+};
+#define RELAY_POOL_MAX 64
+static struct relay_pipe relay_pool[RELAY_POOL_MAX];
+static int relay_pooled;
+
+static bool relay_lend(struct relay_dir *d) {
+  if (relay_pooled > 0) {
+    struct relay_pipe *x = &relay_pool[--relay_pooled];
+    d->pipe[0] = x->fd[0];
+    d->pipe[1] = x->fd[1];
+    d->size = x->size;
+    return true;
+  }
+  if (pipe2(d->pipe, O_NONBLOCK | O_CLOEXEC) != 0) {
+    d->pipe[0] = d->pipe[1] = -1;
+    return false;
+  }
+  int size = fcntl(d->pipe[1], F_GETPIPE_SZ);
+  d->size = size > 0 ? (size_t)size : 65536;
+  return true;
+}
+
+static void relay_give_back(struct relay_dir *d) {
+  if (d->pipe[0] < 0 || d->queued > 0) return;
+  if (relay_pooled < RELAY_POOL_MAX) {
+    relay_pool[relay_pooled++] = (struct relay_pipe){{d->pipe[0], d->pipe[1]}, d->size};
+  } else {
+    close(d->pipe[0]);
+    close(d->pipe[1]);
+  }
+  d->pipe[0] = d->pipe[1] = -1;
+}
+
+/* A direction that moves bulk grows its pipe to 1 MiB, once; the kernel may refuse (pipe-max-size). */
 static void relay_grow(struct relay_dir *d) {
-  if (d->grown) return;
+  if (d->grown || d->size >= RELAY_PIPE_BYTES) return;
   d->grown = true;
   int size = fcntl(d->pipe[1], F_SETPIPE_SZ, RELAY_PIPE_BYTES);
   if (size > 0) d->size = (size_t)size;
@@ -85,26 +123,9 @@ static void relay_want_out(struct relay_pair *p, int side) {
 /* Moves what a direction can now; returns when its source is dry, its destination full, or it ended. */
 static void relay_pump(struct relay_pair *p, struct relay_dir *d) {
   const unsigned flags = SPLICE_F_NONBLOCK | SPLICE_F_MOVE;
-  if (d->pipe[0] < 0 && !d->eof) {
-    // No pipe yet: made only once the source has bytes (a peek), so an idle direction holds none.
-    char byte;
-    ssize_t n = recv(p->fd[d->src], &byte, 1, MSG_PEEK | MSG_DONTWAIT);
-    if (n < 0 && errno == EAGAIN) return;
-    if (n < 0) {
-      relay_fail(p, "recv from", d->src, errno);
-      return;
-    }
-    if (n > 0 && pipe2(d->pipe, O_NONBLOCK | O_CLOEXEC) != 0) {
-      d->pipe[0] = d->pipe[1] = -1;
-      relay_fail(p, "a pipe for", d->src, errno);
-      return;
-    }
-    if (n > 0) {
-      int size = fcntl(d->pipe[1], F_GETPIPE_SZ);
-      d->size = size > 0 ? (size_t)size : 65536;
-    } else {
-      d->eof = true; // the source ended before its first byte; the loop passes the end on
-    }
+  if (d->pipe[0] < 0 && !relay_lend(d)) {
+    relay_fail(p, "a pipe for", d->src, errno);
+    return;
   }
   for (;;) {
     bool moved = false;
@@ -138,12 +159,13 @@ static void relay_pump(struct relay_pair *p, struct relay_dir *d) {
       }
     }
     if (d->eof && d->queued == 0) {
+      relay_give_back(d);
       if (shutdown(p->fd[d->dst], SHUT_WR) != 0) relay_fail(p, "shutdown", d->dst, errno);
       d->ended = true;
       return;
     }
     // Edge-triggered: stop only with the source read dry (EAGAIN and an empty pipe).
-    if (!moved) return;
+    if (!moved) return relay_give_back(d);
   }
 }
 

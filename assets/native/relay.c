@@ -1,23 +1,23 @@
-// kctl's native addon, its relay (native.c registers it).
+// kctl's native addon, its relay (native.c registers it; the thread is in relay-thread.c).
 //
 // relay(fdA, fdB, onDone): moves the bytes between two connected TCP sockets (the front door's
-// client and backend) in the kernel, splice(2) through a pipe per direction, so they never pass
-// through JavaScript. One thread of the addon, started on first use, serves every pair from an
-// epoll set (edge-triggered: each side is read until EAGAIN, or until its pipe's destination is
-// full, which is the backpressure: a direction reads its source again only once EPOLLOUT says its
-// destination took the pipe's bytes; a side asks for EPOLLOUT only once it was full). relay()
-// adds both sides to the set itself, asking for input only: a quiet new pair wakes nobody (a
-// wake-up of the thread cost the JS thread about 40 us per connection here). A source's EOF, once its pipe is empty, becomes
-// shutdown(SHUT_WR) of the destination (half-close); the pair is done when both directions are,
-// or at once on an error (a reset). relay() duplicates both descriptors: Node may close its own
-// at any time (a destroyed socket) and the thread must never splice to a number reused since.
-// When a pair is done the thread closes its duplicates and pipes, which ends the connections once
-// Node has closed its own, and calls onDone(bytesAtoB, bytesBtoA, errorText or undefined) on the
-// JS thread. relayStop(id) ends a pair early; relayCount() is the pairs open. A direction's pipe
-// is made by the thread when the direction first moves bytes, at the kernel's default size, and
-// grows to 1 MiB once it moves bulk: the JS thread's part of a new pair is two dup()s, and an idle
-// connection costs no more than it must. All pairs share one thread-safe function to reach JS
-// (each pair's onDone is a reference), made on the first relay() of the one JS thread that uses it.
+// client and backend) in the kernel, splice(2) through a pipe, so they never pass through
+// JavaScript. One thread of the addon, started on first use, serves every pair from an epoll set
+// (edge-triggered: each side is read until EAGAIN, or until its destination is full, which is
+// the backpressure: a direction reads its source again only once EPOLLOUT says its destination
+// took the pipe's bytes; a side asks for EPOLLOUT only once it was full). relay() adds both sides
+// to the set itself, asking for input only: a quiet new pair wakes nobody (a wake-up of the
+// thread cost the JS thread about 40 us per connection here). A source's EOF, once its bytes are
+// passed on, becomes shutdown(SHUT_WR) of the destination (half-close); the pair is done when both
+// directions are, or at once on an error (a reset). relay() duplicates both descriptors: Node may
+// close its own at any time (kctl does at once) and the thread must never splice to a number
+// reused since. When a pair is done the thread closes its duplicates, which ends the connections
+// once Node has closed its own, and calls onDone(bytesAtoB, bytesBtoA, errorText or undefined) on
+// the JS thread. relayStop(id) ends a pair early; relayCount() is the pairs open. A direction
+// borrows a pipe from the thread's pool while it has bytes in flight (grown to 1 MiB once it
+// moves bulk) and gives it back once empty, so an idle connection holds two descriptors and no
+// pipe. All pairs share one thread-safe function to reach JS (each pair's onDone is a
+// reference), made on the first relay() of the one JS thread that uses it.
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>

@@ -2,12 +2,12 @@
 // with real loopback connections, Node's sockets are let go at once and the connections live on,
 // bytes go both ways intact, one side's end reaches the other while the other way still flows, a
 // side that reads nothing holds the other back, a reset ends the relay with its error, stop()
-// ends both connections, no relay or descriptor outlives its connections, and without the addon
-// nothing is spliced.
+// ends both connections, idle connections hold no pipe, no relay or socket outlives its
+// connections, and without the addon nothing is spliced.
 import assert from 'node:assert/strict';
 import { createHash, randomBytes } from 'node:crypto';
 import { once } from 'node:events';
-import { readdirSync } from 'node:fs';
+import { readdirSync, readlinkSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { connect, createServer, type Server, type Socket } from 'node:net';
 import { tmpdir } from 'node:os';
@@ -78,6 +78,15 @@ function received(s: Socket): Promise<{ bytes: number; sha: string }> {
   return new Promise((resolve) => s.once('end', () => resolve({ bytes, sha: hash.digest('hex') })));
 }
 
+/** What a descriptor of this process is ("socket:[..]", "pipe:[..]"), or "" once closed. */
+function linkOf(fd: string): string {
+  try {
+    return readlinkSync(`/proc/self/fd/${fd}`);
+  } catch {
+    return '';
+  }
+}
+
 const sha = (b: Buffer): string => createHash('sha256').update(b).digest('hex');
 
 test('bytes go both ways intact, each way at once, and the relay ends when both sides have closed', async () => {
@@ -144,8 +153,24 @@ test('stop() ends the relay and both connections', async () => {
   relay.stop(); // after the end: nothing
 });
 
-test('no relay and no descriptor outlive 200 relayed connections', async () => {
-  const fds = (): number => readdirSync('/proc/self/fd').length;
+test('idle relayed connections hold no pipe', async () => {
+  const pipes = (): number => readdirSync('/proc/self/fd').filter((fd) => linkOf(fd).startsWith('pipe:')).length;
+  const first = await relayed(); // the thread's pool may keep a pipe from the first bytes on
+  first.x.write('warm');
+  await once(first.y, 'data');
+  const before = pipes();
+  const idle = await Promise.all(Array.from({ length: 20 }, () => relayed()));
+  await sleep(100);
+  assert.ok(pipes() <= before + 2, `${pipes()} pipe descriptors with 20 idle pairs, ${before} before`);
+  for (const r of [first, ...idle]) r.relay.stop();
+  await Promise.all([first, ...idle].map((r) => r.relay.done));
+});
+
+test('no relay and no socket outlive 200 relayed connections, and pipes stay within the pool', async () => {
+  const open = (kind: 'socket' | 'pipe'): number =>
+    readdirSync('/proc/self/fd').filter((fd) => {
+      return linkOf(fd).startsWith(`${kind}:`);
+    }).length;
   // The relay thread's own descriptors (epoll, eventfd) come with the first relay: they stay.
   await (async () => {
     const { x, y, relay } = await relayed();
@@ -154,7 +179,7 @@ test('no relay and no descriptor outlive 200 relayed connections', async () => {
     await relay.done;
     await Promise.all([x, y].map((s) => (s.closed ? undefined : once(s, 'close'))));
   })();
-  const before = fds();
+  const before = { socket: open('socket'), pipe: open('pipe') };
   for (let round = 0; round < 10; round++) {
     const pairs = await Promise.all(Array.from({ length: 20 }, () => relayed()));
     await Promise.all(
@@ -169,9 +194,11 @@ test('no relay and no descriptor outlive 200 relayed connections', async () => {
     );
   }
   assert.equal(nativeAddon()!.relayCount(), 0);
-  await waitFor('the descriptors back to where they were', 5_000, () => fds() === before, {
-    log: () => `${fds()} descriptors open, ${before} before`,
+  await waitFor('the sockets back to where they were', 5_000, () => open('socket') === before.socket, {
+    log: () => `${open('socket')} sockets open, ${before.socket} before`,
   });
+  // The thread keeps at most 64 empty pipes (two descriptors each) for the next flights.
+  assert.ok(open('pipe') <= before.pipe + 128, `${open('pipe')} pipe descriptors, ${before.pipe} before`);
 });
 
 test('without the addon spliceSockets takes nothing and leaves the sockets to Node', async () => {
