@@ -25,9 +25,16 @@ export const METRICS_SERVER_IMAGE = 'registry.k8s.io/metrics-server/metrics-serv
  * kctl itself as upstream's proxy-agent (entrypoint /proxy-agent, the kctl executable without its
  * component payload, with the C libraries Node needs): for konnectivity-agent DaemonSets and
  * Deployments of clusters that are not kctl's. Made from the running executable on demand
- * (proxy-agent-image.ts).
+ * (self-images.ts).
  */
 export const PROXY_AGENT_IMAGE = `kctl.local/proxy-agent:v${KCTL_VERSION}`;
+
+/**
+ * kctl itself, whole, for control planes run as pods on a management cluster (the runtime as
+ * /usr/local/bin/kctl, the executable with its component payload beside it, the C libraries Node
+ * needs). Made from the running executable on demand (self-images.ts).
+ */
+export const KCTL_IMAGE = `kctl.local/kctl:v${KCTL_VERSION}`;
 
 /** The images kctl ships; `kctl airgap list-images` prints these names. */
 export const BUNDLED_IMAGES: readonly BundledImage[] = [
@@ -36,6 +43,7 @@ export const BUNDLED_IMAGES: readonly BundledImage[] = [
   { name: COREDNS_IMAGE, file: 'coredns-v1.15.0.oci.tar' },
   { name: METRICS_SERVER_IMAGE, file: 'metrics-server-v0.9.0.oci.tar' },
   { name: PROXY_AGENT_IMAGE, file: 'proxy-agent.oci.tar', workers: false, onDemand: true },
+  { name: KCTL_IMAGE, file: 'kctl.oci.tar', workers: false, onDemand: true },
 ];
 
 /** The images kctl workers import at start. */

@@ -38,6 +38,8 @@ export interface OciImage {
    * smaller for Go binaries; containerd 1.5 and later read it) for those kctl's own workers import.
    */
   layerCodec?: 'gzip' | 'zstd';
+  /** zstd's level for the layer: 19 by default (small, slow); lower for a layer of what is compressed already. */
+  zstdLevel?: number;
   /** A root filesystem already packed (an uncompressed tar, e.g. a Debian base): the layer below `populate`'s. */
   baseTar?: string;
 }
@@ -106,7 +108,7 @@ export async function buildImage(spec: OciImage, target: string): Promise<void> 
     const packed =
       layerTar &&
       (zstd
-        ? zstdCompressSync(layerTar, { params: { [zlib.ZSTD_c_compressionLevel]: 19 } })
+        ? zstdCompressSync(layerTar, { params: { [zlib.ZSTD_c_compressionLevel]: spec.zstdLevel ?? 19 } })
         : gzipSync(layerTar, { level: 9 }));
 
     const layout = join(work, 'layout');

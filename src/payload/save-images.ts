@@ -2,9 +2,9 @@
 import { join } from 'node:path';
 import { mkdirShared } from '../base/fs.ts';
 import type { Logger } from '../base/log.ts';
-import { BUNDLED_IMAGES } from './images.ts';
+import { BUNDLED_IMAGES, KCTL_IMAGE } from './images.ts';
 import { EmbeddedPayload, type Payload } from './payload.ts';
-import { saveProxyAgentImage } from './proxy-agent-image.ts';
+import { saveKctlImage, saveProxyAgentImage } from './self-images.ts';
 import { saveImages } from './stage.ts';
 
 /** Writes the named images (all when `names` is empty) into `dir`; returns each name and file, in list-images order. */
@@ -28,7 +28,8 @@ export async function saveBundledImages(
         `${image.name} is made from the kctl executable itself; run save-images with the built kctl (dist/kctl)`,
       );
     log.info({ image: image.name }, 'making the image from this executable');
-    await saveProxyAgentImage(payload, join(dir, image.file));
+    const save = image.name === KCTL_IMAGE ? saveKctlImage : saveProxyAgentImage;
+    await save(payload, join(dir, image.file));
   }
   return wanted.map((i) => ({ name: i.name, file: join(dir, i.file) }));
 }

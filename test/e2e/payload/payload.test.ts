@@ -10,7 +10,7 @@ import { test } from 'node:test';
 import { pino } from 'pino';
 import { componentVersion, isStagedBinary, loadManifest } from '../../../src/payload/manifest.ts';
 import { readEmbeddedPayload } from '../../../src/payload/payload.ts';
-import { PROXY_AGENT_IMAGE } from '../../../src/payload/images.ts';
+import { KCTL_IMAGE, PROXY_AGENT_IMAGE } from '../../../src/payload/images.ts';
 import { stageComponents } from '../../../src/payload/stage.ts';
 import { STAGE_COMMAND } from '../../../src/payload/stage-command.ts';
 import { checkVersion } from '../../../src/payload/verify.ts';
@@ -56,16 +56,17 @@ test('controller --init-only stages the controller binaries; every staged binary
   }
 });
 
-test('kctl airgap list-images names every image the executable carries and the proxy-agent image it makes, and every image the add-on stacks use is among them', async (t) => {
+test('kctl airgap list-images names every image the executable carries and the two it makes (proxy-agent, kctl), and every image the add-on stacks use is among them', async (t) => {
   const r = await kctl(['airgap', 'list-images']);
   assert.equal(r.exitCode, 0, String(r.stderr));
   const listed = String(r.stdout).trim().split('\n');
   const payload = await readEmbeddedPayload(requireKctl());
+  const made = [PROXY_AGENT_IMAGE, KCTL_IMAGE];
   assert.deepEqual(
-    listed.filter((name) => name !== PROXY_AGENT_IMAGE),
+    listed.filter((name) => !made.includes(name)),
     (payload?.index.images ?? []).map((i) => i.name),
   );
-  assert.ok(listed.includes(PROXY_AGENT_IMAGE), `the proxy-agent image is listed: ${listed.join(' ')}`);
+  for (const image of made) assert.ok(listed.includes(image), `${image} is listed: ${listed.join(' ')}`);
   // The stacks kctl writes for its add-ons (--init-only writes them too) pull nothing from a registry.
   const dataDir = await tempDir(t);
   const init = await kctl(['controller', '--init-only', '--data-dir', dataDir]);
