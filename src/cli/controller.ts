@@ -25,6 +25,12 @@ export function controllerCommand(program: Command): void {
       DEFAULT_PORT_RANGE,
     )
     .option('--init-only', 'prepare everything (staged binaries, PKI, kubeconfigs) and exit')
+    .addOption(
+      new Option(
+        '--shared-pki <dir>',
+        "the cluster's CAs, service-account and encryption keys from <dir> (a mounted Secret, as kctl pki save-shared writes it): for a control plane in a pod, whose data dir dies with it",
+      ).conflicts('tokenFile'),
+    )
     .option(
       '--token-file <file>',
       'join a running cluster as one more controller, with a token from `kctl token create --role controller`',
@@ -70,6 +76,7 @@ export function controllerCommand(program: Command): void {
           storage?: 'etcd' | 'kine';
           initOnly?: boolean;
           tokenFile?: string;
+          sharedPki?: string;
           portRange: string;
         },
         cmd: Command,
@@ -85,6 +92,7 @@ export function controllerCommand(program: Command): void {
             storage: opts.storage,
             initOnly: opts.initOnly,
             token,
+            sharedPki: opts.sharedPki,
             dataDir: g.dataDir,
             runDir: g.runDir,
             tenant: g.tenant && { ...g.tenant, portRange },

@@ -1,6 +1,10 @@
 import type { Command } from 'commander';
+import { join } from 'node:path';
 import { resignKeySet } from '../controller/encryption/encryption-keys.ts';
 import { rotateCa } from '../controller/pki/ca-rotation-run.ts';
+import { saveSharedPki } from '../controller/pki/shared-pki.ts';
+import { pkiPaths } from '../pki/paths.ts';
+import { globals } from './support/globals.ts';
 import { KubeClient } from '../kube/client.ts';
 import { localController, progressToStderr, timeoutMs } from './support/controller-host.ts';
 import { outputOption, printJson, type OutputFormat } from './support/output.ts';
@@ -34,5 +38,15 @@ export function pkiCommand(program: Command): void {
         process.stdout.write(
           `the cluster CA is ${result.newCa} now on ${result.controllers.length} controller(s) and ${result.nodes.length} node(s); ${result.oldCa} is trusted nowhere. Make new join tokens (kctl token create): earlier ones carry the old CA\n`,
         );
+    });
+  group
+    .command('save-shared')
+    .description(
+      "write the cluster's CAs, service-account and encryption keys (what every controller shares) into --dir, one file each with flat names, for a Secret that kctl controller --shared-pki reads in a pod; keep them secret: they are the cluster",
+    )
+    .requiredOption('--dir <dir>', 'where to write them (made 0700; keys 0600)')
+    .action(async (opts: { dir: string }, cmd: Command) => {
+      const names = await saveSharedPki(pkiPaths(join(globals(cmd).dataDir, 'pki')).dir, opts.dir);
+      process.stdout.write(`${names.join('\n')}\n`);
     });
 }

@@ -10,8 +10,9 @@ import { componentLogger, type Logger } from '../base/log.ts';
 import { stageForStart } from '../payload/stage-child.ts';
 import { findPayload, releaseOf } from '../payload/payload.ts';
 import { ensurePki, type PkiPaths } from '../pki/index.ts';
+import { sharedPkiFilesFor } from '../pki/paths.ts';
 import { messageOf, UserError } from '../base/errors.ts';
-import type { Component, ComponentStatus } from '../base/component.ts';
+import type { Component } from '../base/component.ts';
 import { httpsUrl } from '../base/addresses.ts';
 import { runUntilSignal } from '../base/lifecycle.ts';
 import { readyAtVersion, StatusServerComponent } from '../base/status-server.ts';
@@ -37,6 +38,7 @@ import { CsrApproverComponent } from './join/csr-approver.ts';
 import { ControllerLeaseComponent, LiveControllers } from './leases/lease.ts';
 import { EncryptionComponent } from './encryption/encryption.ts';
 import { joinController, leftMarker, type ControllerJoinState } from './join/join.ts';
+import { adoptSharedPki } from './pki/shared-pki.ts';
 import { JoinServerComponent } from './join/join-server.ts';
 import { frontDoorComponent, type FrontDoorComponent } from './components/front-door.ts';
 import { ExecutableFiles } from './upgrades/executables.ts';
@@ -58,7 +60,7 @@ import { LeaseTurn } from './pki/pki-turn.ts';
 import { controllerPaths, type ControllerPaths } from './config/paths.ts';
 import { ControllerManagerComponent, KUBE_CONTROLLER_MANAGER } from './components/controller-manager.ts';
 import { KUBE_SCHEDULER, SchedulerComponent } from './components/scheduler.ts';
-import type { ControllerStatusReport } from './leases/status.ts';
+import { processReport, type ControllerStatusReport } from './leases/status.ts';
 import { localEtcd, storageComponent, storageStatus } from './components/storage.ts';
 
 export interface ControllerOptions extends ConfigFlags {
@@ -68,6 +70,8 @@ export interface ControllerOptions extends ConfigFlags {
   dataDir: string;
   runDir: string;
   initOnly?: boolean;
+  /** kctl controller --shared-pki: the cluster's CAs and keys from this directory (a mounted Secret; pki/shared-pki.ts). */
+  sharedPki?: string;
   /** kctl controller --name: a tenant in its own dirs (dataDir, runDir are the tenant's), ports from portRange. */
   tenant?: TenantLayout & { portRange: [number, number] };
 }
@@ -251,19 +255,6 @@ export function controllerComponents(o: ControllerRoleOptions): Component[] {
   ];
 }
 
-/** What every controller's status report starts with: this process and its components. */
-function processReport(
-  components: ComponentStatus[],
-): Pick<ControllerStatusReport, 'role' | 'version' | 'pid' | 'uptimeSeconds' | 'components'> {
-  return {
-    role: 'controller',
-    version: KCTL_VERSION,
-    pid: process.pid,
-    uptimeSeconds: Math.round(process.uptime()),
-    components,
-  };
-}
-
 /** Prepares the data dir; with initOnly, exits after; otherwise runs until SIGTERM/SIGINT. */
 export async function runController(opts: ControllerOptions, log: Logger): Promise<void> {
   // Under a Type=notify unit (kctl install): progress, readiness and watchdog pings for systemd.
@@ -346,6 +337,10 @@ async function prepareAndRun(
   // The effective config, for commands that run beside the controller (kctl token create).
   await writeFileAtomic(join(paths.dataDir, 'cluster-config.yaml'), stringify(cfg), 0o600);
   await stageForStart(paths.binRoot, ['controller'], componentLogger(log, 'stage'));
+  if (opts.sharedPki) {
+    const required = sharedPkiFilesFor(pkiOptions(cfg, paths).apiOnly);
+    await adoptSharedPki(opts.sharedPki, paths.pkiDir, required, componentLogger(log, 'pki'));
+  }
   // The encryption config is made here, at start only: afterwards the encryption component keeps it.
   const pki = await ensurePki(
     { ...pkiOptions(cfg, paths), encryptedResources: cfg.spec.api.encryption.resources },

@@ -105,3 +105,47 @@ export function pkiPaths(dir: string): PkiPaths {
     controllerManagerConf: at('controller-manager.conf'),
   };
 }
+
+/**
+ * Files under <data-dir>/pki that every controller of a cluster shares: its trust anchors and
+ * keys (a joining controller gets them from the join endpoint; a control plane in a pod from a
+ * mounted Secret, `kctl controller --shared-pki`). Every other PKI file is made from these.
+ */
+export const SHARED_PKI_FILES = [
+  'ca.crt',
+  'ca.key',
+  'front-proxy-ca.crt',
+  'front-proxy-ca.key',
+  'sa.key',
+  'sa.pub',
+  'etcd/ca.crt',
+  'etcd/ca.key',
+  'addons-ca.crt',
+  'addons-ca.key',
+  'kubelet-serving-ca.crt',
+  'kubelet-serving-ca.key',
+  // The encryption-at-rest keys: without them a joiner's kube-apiserver cannot read a Secret.
+  'encryption-config.yaml',
+] as const;
+
+export type SharedPkiFile = (typeof SHARED_PKI_FILES)[number];
+
+const FOR_NODES: readonly SharedPkiFile[] = [
+  'addons-ca.crt',
+  'addons-ca.key',
+  'kubelet-serving-ca.crt',
+  'kubelet-serving-ca.key',
+];
+const FOR_ETCD: readonly SharedPkiFile[] = ['etcd/ca.crt', 'etcd/ca.key'];
+
+/**
+ * The shared files a control plane has (ensure.ts makes the same choice): all of them, or for an
+ * api-only one (no nodes) all but the add-ons and kubelet-serving CAs, and the etcd CA only with etcd.
+ */
+export function sharedPkiFilesFor(apiOnly?: { etcd: boolean }): SharedPkiFile[] {
+  if (!apiOnly) return [...SHARED_PKI_FILES];
+  return SHARED_PKI_FILES.filter((f) => !FOR_NODES.includes(f) && (apiOnly.etcd || !FOR_ETCD.includes(f)));
+}
+
+/** A shared file's name outside the pki dir, flat (a Secret's keys have no '/'): etcd/ca.crt is etcd-ca.crt. */
+export const sharedPkiName = (f: SharedPkiFile): string => f.replace('/', '-');

@@ -6,24 +6,6 @@ import type { ClusterConfig } from '../config/config.ts';
 
 export const JOIN_PATH = '/v1/controller/join';
 
-/** Files under <data-dir>/pki that every controller of a cluster shares. */
-export const SHARED_PKI_FILES = [
-  'ca.crt',
-  'ca.key',
-  'front-proxy-ca.crt',
-  'front-proxy-ca.key',
-  'sa.key',
-  'sa.pub',
-  'etcd/ca.crt',
-  'etcd/ca.key',
-  'addons-ca.crt',
-  'addons-ca.key',
-  'kubelet-serving-ca.crt',
-  'kubelet-serving-ca.key',
-  // The encryption-at-rest keys: without them a joiner's kube-apiserver cannot read a Secret.
-  'encryption-config.yaml',
-] as const;
-
 /** What a joining controller says about itself. */
 export interface JoinRequest {
   /** Its etcd member name. */

@@ -9,6 +9,7 @@
 // source address with too many bad tokens is refused for a while (join-limiter.ts). Keys travel
 // only in this answer; nothing here logs them or the token's secret.
 import { readFile } from 'node:fs/promises';
+import { SHARED_PKI_FILES } from '../../pki/paths.ts';
 import { createServer, type Server } from 'node:https';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
@@ -21,7 +22,7 @@ import type { KubeClient } from '../../kube/client.ts';
 import type { PkiPaths } from '../../pki/index.ts';
 import type { ClusterConfig } from '../config/config.ts';
 import { doorOnly } from '../config/urls.ts';
-import { configMismatch, JOIN_PATH, SHARED_PKI_FILES, type JoinRequest, type JoinResponse } from './join-request.ts';
+import { configMismatch, JOIN_PATH, type JoinRequest, type JoinResponse } from './join-request.ts';
 import { ControllerTokenStore, TokenRejected, type ControllerToken } from './controller-tokens.ts';
 import { FailureLimiter, JOIN_LIMITS } from './join-limiter.ts';
 import { messageOf } from '../../base/errors.ts';

@@ -6,6 +6,7 @@
 // <data-dir>/controller-join.json, so later starts need no token. The controller then creates
 // its own serving and client certificates as on a first start.
 import { existsSync } from 'node:fs';
+import { SHARED_PKI_FILES } from '../../pki/paths.ts';
 import { readFile } from 'node:fs/promises';
 import { request } from 'node:https';
 import { hostname } from 'node:os';
@@ -18,7 +19,7 @@ import { datastoreIdentity } from '../../etcd/kine.ts';
 import { TLS_TRUST_ERRORS } from '../../join/tls.ts';
 import { decodeTokenFor, TokenError, tokenId, type JoinInfo } from '../../join/token.ts';
 import type { ClusterConfig } from '../config/config.ts';
-import { JOIN_PATH, SHARED_PKI_FILES, type JoinRequest, type JoinResponse } from './join-request.ts';
+import { JOIN_PATH, type JoinRequest, type JoinResponse } from './join-request.ts';
 import type { ControllerPaths } from '../config/paths.ts';
 
 export interface ControllerJoinState {

@@ -1,5 +1,7 @@
 // What the controller's status socket reports beyond every role's fields.
+import type { ComponentStatus } from '../../base/component.ts';
 import type { StatusReport } from '../../base/status-server.ts';
+import { KCTL_VERSION } from '../../base/version.ts';
 import type { KonnectivityServerSnapshot } from '../../konnectivity/index.ts';
 import type { LiveController } from '../../kube/controller-leases.ts';
 import type { AddressConflict, NodeCounts } from '../nodes/nodes.ts';
@@ -36,4 +38,17 @@ export interface ControllerStatusReport extends StatusReport {
   pkiRenewals?: RenewalRun[];
   /** spec.frontDoor: this cluster's names on the host's shared port and this process's share of its traffic. */
   frontDoor?: FrontDoorReport;
+}
+
+/** What every controller's status report starts with: this process and its components. */
+export function processReport(
+  components: ComponentStatus[],
+): Pick<ControllerStatusReport, 'role' | 'version' | 'pid' | 'uptimeSeconds' | 'components'> {
+  return {
+    role: 'controller',
+    version: KCTL_VERSION,
+    pid: process.pid,
+    uptimeSeconds: Math.round(process.uptime()),
+    components,
+  };
 }

@@ -1,5 +1,6 @@
 // The controller join endpoint with a fake API server behind it (kine storage: no etcd step).
 import assert from 'node:assert/strict';
+import { SHARED_PKI_FILES } from '../../../../src/pki/paths.ts';
 import { writeFile, mkdir } from 'node:fs/promises';
 import { request } from 'node:https';
 import { connect } from 'node:net';
@@ -8,7 +9,7 @@ import { test, type TestContext } from 'node:test';
 import { parseConfig } from '../../../../src/controller/config/config.ts';
 import { ControllerTokenStore } from '../../../../src/controller/join/controller-tokens.ts';
 import { JoinServerComponent } from '../../../../src/controller/join/join-server.ts';
-import { JOIN_PATH, SHARED_PKI_FILES, type JoinRequest } from '../../../../src/controller/join/join-request.ts';
+import { JOIN_PATH, type JoinRequest } from '../../../../src/controller/join/join-request.ts';
 import { pkiPaths } from '../../../../src/pki/index.ts';
 import { captureLogger, initialised, selfSignedCert, tempDir } from '../../../helpers.ts';
 import { freePort } from '../../../ports.ts';
