@@ -9,13 +9,14 @@ import { KCTL_VERSION } from '../../../src/base/version.ts';
 import { parseImageList, readTarEntry, tarballImages } from '../../../src/worker/images.ts';
 import { tempDir } from '../../helpers.ts';
 
-test('the bundled images are pause, busybox and the add-ons’ images under upstream names, which workers import, and kctl as proxy-agent, which they do not; a tarball each in the cache dir', () => {
+test('the bundled images are pause, busybox and the add-ons’ images under upstream names, which workers import, and kctl as proxy-agent and whole (for control planes in pods), which they do not; a tarball each in the cache dir', () => {
   assert.deepEqual(BUNDLED_IMAGE_NAMES, [
     'registry.k8s.io/pause:3.10',
     'docker.io/library/busybox:1.37',
     'registry.k8s.io/coredns/coredns:v1.15.0',
     'registry.k8s.io/metrics-server/metrics-server:v0.9.0',
     `kctl.local/proxy-agent:v${KCTL_VERSION}`,
+    `kctl.local/kctl:v${KCTL_VERSION}`,
   ]);
   assert.deepEqual([...WORKER_IMAGE_NAMES], BUNDLED_IMAGE_NAMES.slice(0, 4));
   assert.deepEqual(imageTarballs('/c'), [
@@ -24,6 +25,7 @@ test('the bundled images are pause, busybox and the add-ons’ images under upst
     '/c/coredns-v1.15.0.oci.tar',
     '/c/metrics-server-v0.9.0.oci.tar',
     '/c/proxy-agent.oci.tar',
+    '/c/kctl.oci.tar',
   ]);
 });
 
