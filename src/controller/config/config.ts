@@ -2,7 +2,6 @@
 // unknown fields are rejected, and a bad value names its path and what is expected.
 import { readFile } from 'node:fs/promises';
 import { isIP } from 'node:net';
-import { isAbsolute } from 'node:path';
 import { networkInterfaces } from 'node:os';
 import { parseDocument, stringify } from 'yaml';
 import { z } from 'zod';
@@ -10,70 +9,24 @@ import { cidrAddress, cidrContains } from '../../base/addresses.ts';
 import { parseDuration } from '../../base/duration.ts';
 import { errnoOf, messageOf, UserError } from '../../base/errors.ts';
 import { MIN_LEAF_VALIDITY_MS } from '../../pki/index.ts';
+import {
+  absolutePath,
+  backupSchedule,
+  cel,
+  CEL_DURATION,
+  cidr,
+  dnsLabel,
+  duration,
+  encryptedResource,
+  extraArgs,
+  hostOrIp,
+  memoryLimit,
+  port,
+  trustedAgent,
+  unique,
+} from './fields.ts';
 import { frontDoorProblem, frontDoorSchema } from './front-door.ts';
 import { NETWORK_MODES, POD_NETWORK_RELAYS, VXLAN_DEFAULTS, WIREGUARD_DEFAULTS } from '../../kube/pod-network.ts';
-
-const port = (def: number) => z.number().int().min(1).max(65535).default(def);
-const cidr = (def: string) =>
-  z.string().refine(isCidr, { message: 'expected a CIDR such as 10.96.0.0/12' }).default(def);
-const extraArgs = z.record(z.string(), z.string()).default({});
-/** A Go component's soft memory limit (its GOMEMLIMIT): the garbage collector works harder near it. */
-const memoryLimit = z
-  .string()
-  .regex(/^[1-9]\d*(KiB|MiB|GiB)$/, 'expected a size such as 150MiB (KiB, MiB or GiB)')
-  .optional();
-// Objects use prefault so that their fields' own defaults apply when the object is absent.
-
-function isCidr(s: string): boolean {
-  const [ip, bits, ...rest] = s.split('/');
-  if (rest.length || !ip || !bits || !/^\d+$/.test(bits)) return false;
-  const v = isIP(ip);
-  return v !== 0 && Number(bits) <= (v === 4 ? 32 : 128);
-}
-
-const hostOrIp = z
-  .string()
-  .min(1)
-  .refine((s) => isIP(s) !== 0 || /^[a-zA-Z0-9]([a-zA-Z0-9.-]*[a-zA-Z0-9])?$/.test(s), {
-    message: 'expected an IP address or DNS name',
-  });
-
-/** A duration (Go's form, 30s, 5m, 1h) of at least a second. */
-const duration = (message: string) => z.string().refine((s) => (parseDuration(s) ?? 0) >= 1000, { message });
-const absolutePath = z.string().refine((s) => isAbsolute(s), { message: 'expected an absolute path' });
-/** The shortest interval between scheduled backups: a backup of a large etcd takes a while. */
-const MIN_BACKUP_INTERVAL_MS = 60_000;
-const backupSchedule = z.string().refine((s) => (parseDuration(s, { days: true }) ?? 0) >= MIN_BACKUP_INTERVAL_MS, {
-  message: 'expected an interval of at least 1m, such as 6h, 30m or 1d',
-});
-/** A resource as kube-apiserver's EncryptionConfiguration names it: plural, with its group unless core. */
-const encryptedResource = z
-  .string()
-  .regex(
-    /^[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9.-]*[a-z0-9])?)?$/,
-    'expected a resource such as secrets or widgets.example.com (no wildcards)',
-  )
-  .refine((r) => !r.endsWith('.events.k8s.io') && !r.endsWith('.extensions'), {
-    message: 'events and extensions cannot be encrypted by group; use events',
-  });
-const unique = (list: string[]): boolean => new Set(list).size === list.length;
-
-const dnsLabel = /^[a-z0-9]([a-z0-9.-]*[a-z0-9])?$/;
-/** An agent allowed CIDR, default-route and unowned-address claims: by node name or service account. */
-const trustedAgent = z
-  .strictObject({
-    node: z.string().regex(dnsLabel, 'expected a node name').optional(),
-    serviceAccount: z
-      .string()
-      .regex(
-        /^[a-z0-9]([a-z0-9-]*[a-z0-9])?\/[a-z0-9]([a-z0-9.-]*[a-z0-9])?$/,
-        'expected NAMESPACE/NAME of a service account',
-      )
-      .optional(),
-  })
-  .refine((a) => (a.node === undefined) !== (a.serviceAccount === undefined), {
-    message: 'set exactly one of node or serviceAccount',
-  });
 
 export const clusterConfigSchema = z.strictObject({
   apiVersion: z.literal('kctl.dev/v1alpha1').default('kctl.dev/v1alpha1'),
@@ -93,6 +46,7 @@ export const clusterConfigSchema = z.strictObject({
             .refine((s) => isIP(s) !== 0, {
               message: 'expected an IP address (the address workers use to reach this controller)',
             })
+            .meta(cel('isIP(self)', 'expected an IP address (the address workers use to reach this controller)'))
             .optional(),
           port: port(6443),
           /** Where joining controllers fetch the shared keys (kctl controller --token-file). */
@@ -117,7 +71,11 @@ export const clusterConfigSchema = z.strictObject({
            */
           encryption: z
             .strictObject({
-              resources: z.array(encryptedResource).default(['secrets']).refine(unique, 'expected each resource once'),
+              resources: z
+                .array(encryptedResource)
+                .meta({ 'x-kubernetes-list-type': 'set' })
+                .default(['secrets'])
+                .refine(unique, 'expected each resource once'),
             })
             .prefault({}),
           memoryLimit,
@@ -154,6 +112,12 @@ export const clusterConfigSchema = z.strictObject({
                 .refine((s) => /^(sqlite|postgres|mysql|nats|https?):\/\//.test(s), {
                   message: 'expected a kine data source URL (sqlite://, postgres://, mysql://)',
                 })
+                .meta(
+                  cel(
+                    "self.matches('^(sqlite|postgres|mysql|nats|https?)://')",
+                    'expected a kine data source URL (sqlite://, postgres://, mysql://)',
+                  ),
+                )
                 .optional(),
             })
             .prefault({}),
@@ -172,6 +136,7 @@ export const clusterConfigSchema = z.strictObject({
             .refine((s) => isIP(s) !== 0, {
               message: 'expected an IP address in spec.network.serviceCIDR (default: its 10th address)',
             })
+            .meta(cel('isIP(self)', 'expected an IP address in spec.network.serviceCIDR (default: its 10th address)'))
             .optional(),
           /**
            * How pod traffic crosses between nodes (kube/pod-network.ts). Unset: what the cluster runs
@@ -240,6 +205,7 @@ export const clusterConfigSchema = z.strictObject({
             .refine((s) => (parseDuration(s, { days: true }) ?? 0) >= MIN_LEAF_VALIDITY_MS, {
               message: 'expected a duration of at least 10m, such as 8760h or 365d',
             })
+            .meta(cel(CEL_DURATION, 'expected a duration of at least 10m, such as 8760h or 365d'))
             .default('8760h'),
         })
         .prefault({}),
