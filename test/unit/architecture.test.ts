@@ -2,6 +2,7 @@
 // folder and from rows below it, never from a sibling in its row or a row above.
 //
 //   cli/                                          commands, commander, exit codes, output formats
+//   operator/                                     control planes as pods on a management cluster: stands on the controller role
 //   controller/  worker/  dropin/                 roles: ordered lists of components (dropin: the standalone agent and server)
 //   etcd/ konnectivity/ frontdoor/ payload/ pki/ kube/ join/ host/  building blocks, each usable on its own
 //   supervisor/                                   child processes
@@ -45,7 +46,8 @@ const ROW: Record<string, number> = {
   controller: 3,
   worker: 3,
   dropin: 3,
-  cli: 4,
+  operator: 4,
+  cli: 5,
 };
 /** Folders that may import from fewer rows than their own row allows. */
 const ONLY: Record<string, readonly string[]> = {

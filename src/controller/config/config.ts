@@ -20,6 +20,7 @@ import {
   encryptedResource,
   extraArgs,
   hostOrIp,
+  MAX,
   memoryLimit,
   port,
   trustedAgent,
@@ -43,6 +44,7 @@ export const clusterConfigSchema = z.strictObject({
         .strictObject({
           address: z
             .string()
+            .max(MAX.address)
             .refine((s) => isIP(s) !== 0, {
               message: 'expected an IP address (the address workers use to reach this controller)',
             })
@@ -51,7 +53,7 @@ export const clusterConfigSchema = z.strictObject({
           port: port(6443),
           /** Where joining controllers fetch the shared keys (kctl controller --token-file). */
           joinPort: port(9443),
-          sans: z.array(hostOrIp).default([]),
+          sans: z.array(hostOrIp).max(MAX.list).default([]),
           /** kube-apiserver's audit log, <data-dir>/audit/audit.log (controller/encryption/audit.ts has the default policy). */
           audit: z
             .strictObject({
@@ -73,6 +75,7 @@ export const clusterConfigSchema = z.strictObject({
             .strictObject({
               resources: z
                 .array(encryptedResource)
+                .max(MAX.list)
                 .meta({ 'x-kubernetes-list-type': 'set' })
                 .default(['secrets'])
                 .refine(unique, 'expected each resource once'),
@@ -86,7 +89,7 @@ export const clusterConfigSchema = z.strictObject({
         .strictObject({
           agentPort: port(8132),
           adminPort: port(8133),
-          trustedAgents: z.array(trustedAgent).default([]),
+          trustedAgents: z.array(trustedAgent).max(MAX.list).default([]),
           /** How kube-apiserver speaks to the in-process server: one CONNECT per dial, or a gRPC stream per dial. */
           proxyProtocol: z.enum(['HTTPConnect', 'GRPC']).default('HTTPConnect'),
           /** Connections to agentPort that have not authenticated yet, at most; at the cap a new one closes the oldest. */
@@ -109,6 +112,7 @@ export const clusterConfigSchema = z.strictObject({
             .strictObject({
               dataSource: z
                 .string()
+                .max(MAX.url)
                 .refine((s) => /^(sqlite|postgres|mysql|nats|https?):\/\//.test(s), {
                   message: 'expected a kine data source URL (sqlite://, postgres://, mysql://)',
                 })
@@ -133,6 +137,7 @@ export const clusterConfigSchema = z.strictObject({
             .default('cluster.local'),
           clusterDNS: z
             .string()
+            .max(MAX.address)
             .refine((s) => isIP(s) !== 0, {
               message: 'expected an IP address in spec.network.serviceCIDR (default: its 10th address)',
             })
@@ -202,6 +207,7 @@ export const clusterConfigSchema = z.strictObject({
           /** The lifetime of every leaf certificate and component kubeconfig (the renewer renews them while kctl runs). */
           leafValidity: z
             .string()
+            .max(MAX.duration)
             .refine((s) => (parseDuration(s, { days: true }) ?? 0) >= MIN_LEAF_VALIDITY_MS, {
               message: 'expected a duration of at least 10m, such as 8760h or 365d',
             })

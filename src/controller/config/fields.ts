@@ -11,12 +11,18 @@ import { parseDuration } from '../../base/duration.ts';
  * kube-apiserver then refuses a bad object with the field's path, as config load does.
  */
 export const cel = (rule: string, message: string) => ({ 'x-kubernetes-validations': [{ rule, message }] });
+/**
+ * Bounds of what a CEL rule reads: kube-apiserver refuses a CRD whose rules could cost too much,
+ * and estimates the cost from these (also sane limits for a config file).
+ */
+export const MAX = { address: 45, cidr: 43, name: 253, duration: 32, url: 2048, list: 100 } as const;
 export const CEL_DURATION = "self.matches('^([0-9]+(\\\\.[0-9]+)?(ms|s|m|h|d))+$')";
 
 export const port = (def: number) => z.number().int().min(1).max(65535).default(def);
 export const cidr = (def: string) =>
   z
     .string()
+    .max(MAX.cidr)
     .refine(isCidr, { message: 'expected a CIDR such as 10.96.0.0/12' })
     .meta(cel('isCIDR(self)', 'expected a CIDR such as 10.96.0.0/12'))
     .default(def);
@@ -38,6 +44,7 @@ export function isCidr(s: string): boolean {
 export const hostOrIp = z
   .string()
   .min(1)
+  .max(MAX.name)
   .refine((s) => isIP(s) !== 0 || /^[a-zA-Z0-9]([a-zA-Z0-9.-]*[a-zA-Z0-9])?$/.test(s), {
     message: 'expected an IP address or DNS name',
   })
@@ -52,6 +59,7 @@ export const hostOrIp = z
 export const duration = (message: string) =>
   z
     .string()
+    .max(MAX.duration)
     .refine((s) => (parseDuration(s) ?? 0) >= 1000, { message })
     .meta(cel("self.matches('^([0-9]+(\\\\.[0-9]+)?(ms|s|m|h))+$') && duration(self) >= duration('1s')", message));
 export const absolutePath = z.string().refine((s) => isAbsolute(s), { message: 'expected an absolute path' });
@@ -59,6 +67,7 @@ export const absolutePath = z.string().refine((s) => isAbsolute(s), { message: '
 export const MIN_BACKUP_INTERVAL_MS = 60_000;
 export const backupSchedule = z
   .string()
+  .max(MAX.duration)
   .refine((s) => (parseDuration(s, { days: true }) ?? 0) >= MIN_BACKUP_INTERVAL_MS, {
     message: 'expected an interval of at least 1m, such as 6h, 30m or 1d',
   })
@@ -79,9 +88,10 @@ export const dnsLabel = /^[a-z0-9]([a-z0-9.-]*[a-z0-9])?$/;
 /** An agent allowed CIDR, default-route and unowned-address claims: by node name or service account. */
 export const trustedAgent = z
   .strictObject({
-    node: z.string().regex(dnsLabel, 'expected a node name').optional(),
+    node: z.string().max(MAX.name).regex(dnsLabel, 'expected a node name').optional(),
     serviceAccount: z
       .string()
+      .max(2 * MAX.name)
       .regex(
         /^[a-z0-9]([a-z0-9-]*[a-z0-9])?\/[a-z0-9]([a-z0-9.-]*[a-z0-9])?$/,
         'expected NAMESPACE/NAME of a service account',
