@@ -1,6 +1,14 @@
 import type { Command } from 'commander';
 import { stringify } from 'yaml';
+import { messageOf, UserError } from '../base/errors.ts';
+import { componentLogger } from '../base/log.ts';
+import { runUntilSignal } from '../base/lifecycle.ts';
+import { ComponentManager } from '../base/manager.ts';
+import { credentialsFromKubeconfig, KubeClient } from '../kube/client.ts';
+import { inClusterCredentials } from '../kube/server-leases.ts';
 import { kctlClusterCrd } from '../operator/crd.ts';
+import { OperatorComponent } from '../operator/index.ts';
+import { loggerFor } from './support/globals.ts';
 
 export function operatorCommand(program: Command): void {
   const op = program
@@ -12,5 +20,21 @@ export function operatorCommand(program: Command): void {
     )
     .action(() => {
       process.stdout.write(stringify(kctlClusterCrd()));
+    });
+  op.command('run')
+    .description(
+      'reconcile every KctlCluster of the management cluster into its control plane: a database on the PostgreSQL its datastore names, its CAs in a Secret (made once), a Deployment of the kctl image, a Service, an admin kubeconfig Secret, and its status; one replica acts (a leader Lease)',
+    )
+    .option('--kubeconfig <file>', "the management cluster's kubeconfig (default: the pod's service account)")
+    .action(async (o: { kubeconfig?: string }, cmd: Command) => {
+      const root = loggerFor(cmd);
+      let kube: KubeClient;
+      try {
+        kube = new KubeClient(o.kubeconfig ? credentialsFromKubeconfig(o.kubeconfig) : inClusterCredentials());
+      } catch (err) {
+        throw new UserError(`kctl operator run: ${messageOf(err)}; give --kubeconfig outside a pod`);
+      }
+      const manager = new ComponentManager([new OperatorComponent({ kube })], componentLogger(root, 'manager'));
+      await runUntilSignal(manager, root, { onReady: () => root.info('operator ready') });
     });
 }

@@ -1,0 +1,229 @@
+// One KctlCluster brought to what its spec says, and its status written: its database (made on
+// the PostgreSQL its datastore Secret names), its CAs and keys (made once, kept in a Secret,
+// never made again for a cluster that had them), its config, Deployment and Service (applied
+// every time: a changed version or replica count rolls the pods), an admin kubeconfig Secret,
+// and conditions that say what is missing in one line.
+import { createHash } from 'node:crypto';
+import type { Logger } from '../base/log.ts';
+import { messageOf } from '../base/errors.ts';
+import { ensurePostgresDatabase, isPostgres, withPostgresDatabase } from '../etcd/postgres.ts';
+import { KubeApiError, type KubeClient } from '../kube/client.ts';
+import { resourcePath } from '../kube/paths.ts';
+import { KCTL_CLUSTER } from './crd.ts';
+import { configMap, deployment, hostedConfig, ownedNames, secret, service, type KctlCluster } from './objects.ts';
+import { adminKubeconfig, caNotAfter, newSharedPki } from './pki.ts';
+
+const FIELD_MANAGER = { fieldManager: 'kctl-operator', force: true };
+
+interface Condition {
+  type: 'Ready' | 'Progressing' | 'Degraded';
+  status: 'True' | 'False';
+  reason: string;
+  message: string;
+}
+
+/** What one reconcile found: the conditions and what it learnt. */
+interface Outcome {
+  conditions: Condition[];
+  endpoint?: string;
+  version?: string;
+  caNotAfter?: string;
+  kubeconfigSecret?: string;
+}
+
+interface SecretObject {
+  data?: Record<string, string>;
+}
+
+interface NodeObject {
+  status?: { addresses?: { type: string; address: string }[] };
+}
+
+/**
+ * The database of a cluster: one per cluster, named by namespace and name, with a short hash of
+ * both (team-a/b and team/a-b would read the same) and within PostgreSQL's 63 characters.
+ */
+export function databaseOf(c: KctlCluster): string {
+  const { namespace, name } = c.metadata;
+  const readable = `${namespace}_${name}`
+    .toLowerCase()
+    .replace(/[^a-z0-9_]/g, '_')
+    .slice(0, 48);
+  const hash = createHash('sha256').update(`${namespace}/${name}`).digest('hex').slice(0, 8);
+  return `kctl_${readable}_${hash}`;
+}
+
+const degraded = (reason: string, message: string): Outcome => ({
+  conditions: [
+    { type: 'Ready', status: 'False', reason, message },
+    { type: 'Degraded', status: 'True', reason, message },
+  ],
+});
+
+export class ClusterReconciler {
+  constructor(
+    private readonly kube: KubeClient,
+    private readonly log: Logger,
+  ) {}
+
+  private async getOrUndefined<T>(path: string): Promise<T | undefined> {
+    try {
+      return await this.kube.get<T>(path);
+    } catch (err) {
+      if (err instanceof KubeApiError && err.status === 404) return undefined;
+      throw err;
+    }
+  }
+
+  private secretPath = (c: KctlCluster, name: string) =>
+    resourcePath({ apiVersion: 'v1', resource: 'secrets', namespace: c.metadata.namespace, name });
+
+  /** Reconciles one cluster and writes its status; never throws (a failure is its status). */
+  async reconcile(c: KctlCluster): Promise<void> {
+    if (c.metadata.deletionTimestamp) return;
+    let outcome: Outcome;
+    try {
+      outcome = await this.bring(c);
+    } catch (err) {
+      outcome = degraded('ReconcileFailed', messageOf(err));
+    }
+    const ready = outcome.conditions.find((x) => x.type === 'Ready');
+    if (ready?.status !== 'True')
+      this.log.info({ cluster: `${c.metadata.namespace}/${c.metadata.name}`, reason: ready?.reason }, ready?.message);
+    await this.writeStatus(c, outcome).catch((err: unknown) =>
+      this.log.warn({ cluster: c.metadata.name, err: messageOf(err) }, 'could not write the status'),
+    );
+  }
+
+  private async bring(c: KctlCluster): Promise<Outcome> {
+    const names = ownedNames(c.metadata.name);
+    const pg = c.spec.datastore?.postgres;
+    if (!pg)
+      return degraded(
+        'NoDatastore',
+        'spec.datastore.postgres.secretName is required: a control plane in pods keeps its data outside them',
+      );
+    const admin = await this.getOrUndefined<SecretObject>(this.secretPath(c, pg.secretName));
+    const dsn = admin?.data?.dataSource && Buffer.from(admin.data.dataSource, 'base64').toString();
+    if (!dsn || !isPostgres(dsn))
+      return degraded(
+        'NoDatastore',
+        `Secret ${pg.secretName} has no postgres:// URL under the key dataSource; create it in namespace ${c.metadata.namespace}`,
+      );
+    const dataSource = withPostgresDatabase(dsn, databaseOf(c));
+    const db = await ensurePostgresDatabase(dataSource);
+
+    // The CAs: made once. A cluster that had them (its status says so) never gets new ones.
+    const existing = await this.getOrUndefined<SecretObject>(this.secretPath(c, names.pki));
+    let shared: Record<string, Buffer>;
+    if (existing?.data) {
+      shared = Object.fromEntries(Object.entries(existing.data).map(([k, v]) => [k, Buffer.from(v, 'base64')]));
+    } else if (c.status?.caNotAfter) {
+      return degraded(
+        'PkiSecretMissing',
+        `Secret ${names.pki} with the cluster's CAs and keys is gone; restore it (kctl pki save-shared of a backup): a new CA would not open the cluster's data`,
+      );
+    } else if (db.inUse) {
+      return degraded(
+        'DatabaseInUse',
+        `database ${databaseOf(c)} holds another control plane's data; drop it or name another datastore`,
+      );
+    } else {
+      shared = await newSharedPki(this.log);
+      await this.kube.apply(secret(c, names.pki, shared), FIELD_MANAGER);
+    }
+
+    const addresses = await this.nodeAddresses();
+    if (addresses.length === 0) return degraded('NoNodes', 'the management cluster has no node with an InternalIP');
+    await this.kube.apply(
+      configMap(c, hostedConfig(c, { address: addresses[0]!, sans: addresses, dataSource })),
+      FIELD_MANAGER,
+    );
+    const svc = await this.kube.apply(service(c), FIELD_MANAGER);
+    const dep = await this.kube.apply(deployment(c), FIELD_MANAGER);
+
+    const nodePort = (svc as { spec?: { ports?: { nodePort?: number }[] } }).spec?.ports?.[0]?.nodePort;
+    const endpoint = nodePort ? `https://${addresses[0]}:${nodePort}` : undefined;
+    const notAfter = caNotAfter(shared['ca.crt']!.toString());
+    const out: Outcome = { conditions: [], caNotAfter: notAfter.toISOString() };
+    if (endpoint) {
+      const kubeconfig = await this.kubeconfigFor(c, shared, endpoint, notAfter);
+      out.kubeconfigSecret = kubeconfig;
+      out.endpoint = endpoint;
+    }
+    const status = (dep as { status?: { readyReplicas?: number; updatedReplicas?: number } }).status;
+    const want = c.spec.replicas ?? 1;
+    const ready = (status?.readyReplicas ?? 0) >= 1;
+    const rolled = (status?.updatedReplicas ?? 0) >= want && (status?.readyReplicas ?? 0) >= want;
+    out.conditions.push(
+      ready
+        ? {
+            type: 'Ready',
+            status: 'True',
+            reason: 'ApiServing',
+            message: `${status?.readyReplicas} of ${want} control-plane pods ready`,
+          }
+        : {
+            type: 'Ready',
+            status: 'False',
+            reason: 'PodsStarting',
+            message: `no control-plane pod ready yet (${want} wanted)`,
+          },
+      rolled
+        ? { type: 'Progressing', status: 'False', reason: 'Rolled', message: `every pod runs kctl ${c.spec.version}` }
+        : { type: 'Progressing', status: 'True', reason: 'Rolling', message: `rolling to kctl ${c.spec.version}` },
+      { type: 'Degraded', status: 'False', reason: 'AsSpecified', message: 'as its spec says' },
+    );
+    if (rolled) out.version = c.spec.version;
+    return out;
+  }
+
+  /** The admin kubeconfig Secret, made once per endpoint; its name. */
+  private async kubeconfigFor(
+    c: KctlCluster,
+    shared: Record<string, Buffer>,
+    endpoint: string,
+    notAfter: Date,
+  ): Promise<string> {
+    const name = ownedNames(c.metadata.name).kubeconfig;
+    const have = await this.getOrUndefined<SecretObject>(this.secretPath(c, name));
+    const text = have?.data?.kubeconfig && Buffer.from(have.data.kubeconfig, 'base64').toString();
+    if (text?.includes(`server: ${endpoint}`)) return name;
+    const kubeconfig = await adminKubeconfig(shared, endpoint, notAfter);
+    await this.kube.apply(secret(c, name, { kubeconfig }), FIELD_MANAGER);
+    return name;
+  }
+
+  private async nodeAddresses(): Promise<string[]> {
+    const nodes = await this.kube.list<NodeObject>('/api/v1/nodes');
+    return nodes.items.flatMap(
+      (n) => n.status?.addresses?.filter((a) => a.type === 'InternalIP').map((a) => a.address) ?? [],
+    );
+  }
+
+  private async writeStatus(c: KctlCluster, o: Outcome): Promise<void> {
+    const now = new Date().toISOString();
+    const before = (c.status?.conditions ?? []) as (Condition & { lastTransitionTime?: string })[];
+    const conditions = o.conditions.map((x) => {
+      const prev = before.find((b) => b.type === x.type);
+      const since = prev && prev.status === x.status ? prev.lastTransitionTime : now;
+      return { ...x, lastTransitionTime: since, observedGeneration: c.metadata.generation };
+    });
+    const path = resourcePath({
+      apiVersion: `${KCTL_CLUSTER.group}/${KCTL_CLUSTER.version}`,
+      resource: KCTL_CLUSTER.plural,
+      namespace: c.metadata.namespace,
+      name: c.metadata.name,
+      subresource: 'status',
+    });
+    const status = {
+      conditions,
+      observedGeneration: c.metadata.generation,
+      ...(o.endpoint ? { endpoint: o.endpoint } : {}),
+      ...(o.version ? { version: o.version } : {}),
+      ...(o.caNotAfter ? { caNotAfter: o.caNotAfter } : {}),
+      ...(o.kubeconfigSecret ? { kubeconfigSecret: o.kubeconfigSecret } : {}),
+    };
+    await this.kube.request('PATCH', path, { status });
+  }
+}

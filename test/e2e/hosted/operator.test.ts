@@ -1,0 +1,133 @@
+// The operator (`kctl operator run`) on a kctl management cluster: a KctlCluster object becomes a
+// hosted api-only control plane: its database on the PostgreSQL its datastore Secret names, its
+// CAs in a Secret made once, a Deployment of the kctl image, a NodePort Service, an admin
+// kubeconfig Secret, and a status that says Ready with its endpoint. An admin on another host
+// uses that kubeconfig. The CA Secret deleted: the cluster is reported Degraded and no new CA is
+// made; put back, it is Ready again. The object deleted: everything it owns goes.
+import assert from 'node:assert/strict';
+import { writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { test } from 'node:test';
+import { stringify } from 'yaml';
+import { KCTL_VERSION } from '../../../src/base/version.ts';
+import { KCTL_IMAGE } from '../../../src/payload/images.ts';
+import { controllerReady, labController, startLabWorker, track } from '../lab/cluster.ts';
+import { kctl } from '../lab/kctl.ts';
+import { startLab } from '../lab/lab-test.ts';
+import { startPostgres } from '../lab/postgres.ts';
+import { waitFor } from '../../wait.ts';
+
+const NODE_PORT = 30644;
+
+test('kctl operator run makes a KctlCluster a hosted control plane with its status, keeps its CA, and removes what it owns when it is deleted', async (t) => {
+  const { lab, dir, kctlBin } = await startLab(t, 'hop', ['mc', 'mw', 'out'], {
+    dir: 'kctl-operator-',
+    workers: ['mw'],
+  });
+  const [mc, mw, out] = [lab.host('mc'), lab.host('mw'), lab.host('out')];
+  const save = await mw.run(kctlBin, ['airgap', 'save-images', KCTL_IMAGE, '--dir', join(dir, 'mw-data', 'images')], {
+    timeout: 300_000,
+  });
+  assert.equal(save.exitCode, 0, String(save.stderr));
+  const c = await labController(kctlBin, mc, dir);
+  await controllerReady(track(mc.spawn(kctlBin, c.args)));
+  const worker = startLabWorker(kctlBin, mw, dir, await c.createToken('1h'));
+  const pg = await startPostgres(t, 15433, { host: mc, trust: '0.0.0.0/0' });
+  await waitFor('management worker ready', 240_000, async () => worker.saw('"msg":"worker ready"'), worker.log);
+
+  const crd = await kctl(['operator', 'crd']);
+  assert.equal((await c.kubectl(['apply', '-f', '-'], String(crd.stdout))).exitCode, 0);
+  await c.kubectl(['wait', '--for=condition=Established', 'crd/kctlclusters.kctl.dev', '--timeout=60s']);
+  const operator = track(mc.spawn(kctlBin, ['operator', 'run', '--kubeconfig', join(c.dataDir, 'pki', 'admin.conf')]));
+  await waitFor('operator ready', 60_000, async () => operator.saw('"msg":"operator ready"'), operator.log);
+
+  const admin = `postgres://postgres@${pg.host}:${pg.port}/postgres?sslmode=disable`;
+  assert.equal(
+    (await c.kubectl(['create', 'secret', 'generic', 'pg-admin', `--from-literal=dataSource=${admin}`])).exitCode,
+    0,
+  );
+  const object = stringify({
+    apiVersion: 'kctl.dev/v1alpha1',
+    kind: 'KctlCluster',
+    metadata: { name: 't1' },
+    spec: {
+      version: KCTL_VERSION,
+      config: { profile: 'api-only' },
+      datastore: { postgres: { secretName: 'pg-admin' } },
+      exposure: { type: 'NodePort', nodePort: NODE_PORT },
+    },
+  });
+  assert.equal((await c.kubectl(['apply', '-f', '-'], object)).exitCode, 0);
+  const status = async () =>
+    JSON.parse(String((await c.kubectl(['get', 'kc', 't1', '-o', 'jsonpath={.status}'])).stdout) || '{}') as {
+      conditions?: { type: string; status: string; reason: string; message: string }[];
+      endpoint?: string;
+      version?: string;
+      kubeconfigSecret?: string;
+      caNotAfter?: string;
+    };
+  const ready = async (want: string) => (await status()).conditions?.find((x) => x.type === 'Ready')?.status === want;
+  const started = Date.now();
+  await waitFor(
+    'the KctlCluster is Ready',
+    300_000,
+    () => ready('True'),
+    async () => JSON.stringify(await status()) + operator.log(),
+  );
+  t.diagnostic(`KctlCluster Ready ${((Date.now() - started) / 1000).toFixed(1)} s after apply`);
+  const s = await status();
+  assert.equal(s.endpoint, `https://${mw.ip}:${NODE_PORT}`);
+  assert.equal(s.version, KCTL_VERSION);
+  assert.equal(s.kubeconfigSecret, 't1-admin-kubeconfig');
+  assert.ok(s.caNotAfter && new Date(s.caNotAfter).getTime() > Date.now());
+  const listed = String((await c.kubectl(['get', 'kc'])).stdout);
+  assert.match(listed, new RegExp(`t1\\s+True\\s+api-only\\s+${KCTL_VERSION.replace(/\./g, '\\.')}\\s+https://`));
+  // Its own database, made by the operator.
+  assert.match(
+    (await pg.sql("select datname from pg_database where datname like 'kctl_default_t1_%'")).trim(),
+    /^kctl_default_t1_[0-9a-f]{8}$/,
+  );
+
+  // An admin elsewhere, with the kubeconfig the operator keeps.
+  const kc = await c.kubectl(['get', 'secret', 't1-admin-kubeconfig', '-o', 'jsonpath={.data.kubeconfig}']);
+  const kubeconfig = join(dir, 't1.conf');
+  await writeFile(kubeconfig, Buffer.from(String(kc.stdout), 'base64'), { mode: 0o600 });
+  const hosted = (args: string[]) =>
+    out.run(
+      join(c.dataDir, 'bin', 'current', 'kubectl'),
+      ['--kubeconfig', kubeconfig, '--request-timeout=20s', ...args],
+      {
+        timeout: 60_000,
+      },
+    );
+  const made = await hosted(['create', 'configmap', 'hello', '--from-literal=where=operator']);
+  assert.equal(made.exitCode, 0, String(made.stderr));
+
+  // The CA Secret deleted: reported, never made again.
+  const pki = await c.kubectl(['get', 'secret', 't1-pki', '-o', 'json']);
+  const caBefore = (JSON.parse(String(pki.stdout)) as { data: Record<string, string> }).data['ca.crt'];
+  assert.equal((await c.kubectl(['delete', 'secret', 't1-pki'])).exitCode, 0);
+  await waitFor('the KctlCluster says its CA Secret is gone', 60_000, async () =>
+    (await status()).conditions?.some((x) => x.type === 'Degraded' && x.reason === 'PkiSecretMissing'),
+  );
+  assert.notEqual((await c.kubectl(['get', 'secret', 't1-pki'])).exitCode, 0, 'a new CA Secret was made');
+  // Put back (as from a backup), the cluster is well again, with the same CA.
+  const restored = JSON.parse(String(pki.stdout)) as { metadata: Record<string, unknown> };
+  restored.metadata = { name: 't1-pki', namespace: 'default', ownerReferences: restored.metadata.ownerReferences };
+  assert.equal((await c.kubectl(['apply', '-f', '-'], JSON.stringify(restored))).exitCode, 0);
+  await waitFor('Ready again', 120_000, async () => {
+    const x = await status();
+    return x.conditions?.some((y) => y.type === 'Degraded' && y.status === 'False') && (await ready('True'));
+  });
+  const after = await c.kubectl(['get', 'secret', 't1-pki', '-o', 'jsonpath={.data.ca\\.crt}']);
+  assert.equal(String(after.stdout), caBefore);
+  const read = await hosted(['get', 'configmap', 'hello', '-o', 'jsonpath={.data.where}']);
+  assert.equal(String(read.stdout), 'operator', String(read.stderr));
+
+  // Deleted: its Deployment, Service, ConfigMap and Secrets go with it.
+  assert.equal((await c.kubectl(['delete', 'kc', 't1'])).exitCode, 0);
+  await waitFor('what t1 owned is gone', 120_000, async () => {
+    const left = await c.kubectl(['get', 'deploy,svc,cm,secret', '-l', 'kctl.dev/cluster=t1', '-o', 'name']);
+    return left.exitCode === 0 && String(left.stdout).trim() === '';
+  });
+});

@@ -1,0 +1,79 @@
+// What a KctlCluster becomes: its config keeps the object's fields and takes the address, names
+// and data source the operator decides; its Deployment runs the kctl image of its version with its
+// CAs from the Secret; everything is owned by the object; its database is its own.
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { parse } from 'yaml';
+import { parseConfig } from '../../../src/controller/config/config.ts';
+import { configMap, deployment, hostedConfig, service, type KctlCluster } from '../../../src/operator/objects.ts';
+import { databaseOf } from '../../../src/operator/reconcile.ts';
+
+const cluster: KctlCluster = {
+  apiVersion: 'kctl.dev/v1alpha1',
+  kind: 'KctlCluster',
+  metadata: { name: 'edge-1', namespace: 'team-a', uid: 'u-1' },
+  spec: {
+    version: '0.3.0',
+    replicas: 2,
+    config: { profile: 'api-only', api: { sans: ['api.example.com'] }, network: { serviceCIDR: '10.60.0.0/16' } },
+    exposure: { type: 'NodePort', nodePort: 30700 },
+    resources: { requests: { memory: '200Mi' } },
+  },
+};
+
+test("the hosted config keeps the object's fields and loads as a config file", () => {
+  const text = hostedConfig(cluster, {
+    address: '10.0.0.5',
+    sans: ['10.0.0.5', '10.0.0.6'],
+    dataSource: 'postgres://u@db:5432/kctl_team_a_edge_1',
+  });
+  const cfg = parseConfig(parse(text), 'the hosted config');
+  assert.equal(cfg.spec.profile, 'api-only');
+  assert.equal(cfg.spec.api.address, '10.0.0.5');
+  assert.equal(cfg.spec.api.port, 6443);
+  assert.deepEqual(cfg.spec.api.sans, ['api.example.com', '10.0.0.5', '10.0.0.6']);
+  assert.equal(cfg.spec.network.serviceCIDR, '10.60.0.0/16');
+  assert.equal(cfg.spec.storage.kine.dataSource, 'postgres://u@db:5432/kctl_team_a_edge_1');
+  // The object itself is left as it was.
+  assert.deepEqual(cluster.spec.config?.api, { sans: ['api.example.com'] });
+});
+
+test('the Deployment runs the kctl image of its version, its replicas, its CAs from the Secret; all owned by the object', () => {
+  const d = deployment(cluster);
+  assert.equal(d.spec.replicas, 2);
+  const pod = d.spec.template.spec;
+  assert.equal(pod.containers[0]!.image, 'kctl.local/kctl:v0.3.0');
+  assert.deepEqual(pod.containers[0]!.args, [
+    'controller',
+    '--config',
+    '/etc/kctl/kctl.yaml',
+    '--shared-pki',
+    '/etc/kctl/pki',
+  ]);
+  assert.deepEqual(pod.containers[0]!.resources, { requests: { memory: '200Mi' } });
+  assert.deepEqual(pod.volumes[1], { name: 'pki', secret: { secretName: 'edge-1-pki', defaultMode: 0o400 } });
+  for (const o of [d, service(cluster), configMap(cluster, '')]) {
+    assert.equal(o.metadata.namespace, 'team-a');
+    assert.deepEqual(o.metadata.ownerReferences[0], {
+      apiVersion: 'kctl.dev/v1alpha1',
+      kind: 'KctlCluster',
+      name: 'edge-1',
+      uid: 'u-1',
+      controller: true,
+      blockOwnerDeletion: true,
+    });
+  }
+  assert.deepEqual(service(cluster).spec.ports, [{ name: 'api', port: 6443, targetPort: 6443, nodePort: 30700 }]);
+  assert.equal(
+    service({ ...cluster, spec: { ...cluster.spec, exposure: { type: 'ClusterIP' } } }).spec.type,
+    'ClusterIP',
+  );
+});
+
+test("each cluster has a database of its own, named by namespace and name, never another's", () => {
+  assert.match(databaseOf(cluster), /^kctl_team_a_edge_1_[0-9a-f]{8}$/);
+  const other = { ...cluster, metadata: { ...cluster.metadata, namespace: 'team', name: 'a-edge-1' } };
+  assert.notEqual(databaseOf(other), databaseOf(cluster));
+  const long = { ...cluster, metadata: { ...cluster.metadata, name: 'x'.repeat(253) } };
+  assert.ok(databaseOf(long).length <= 63, databaseOf(long));
+});
