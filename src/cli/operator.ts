@@ -6,7 +6,9 @@ import { runUntilSignal } from '../base/lifecycle.ts';
 import { ComponentManager } from '../base/manager.ts';
 import { credentialsFromKubeconfig, KubeClient } from '../kube/client.ts';
 import { inClusterCredentials } from '../kube/server-leases.ts';
+import { KCTL_VERSION } from '../base/version.ts';
 import { kctlClusterCrd } from '../operator/crd.ts';
+import { operatorManifests } from '../operator/install.ts';
 import { OperatorComponent } from '../operator/index.ts';
 import { loggerFor } from './support/globals.ts';
 
@@ -20,6 +22,21 @@ export function operatorCommand(program: Command): void {
     )
     .action(() => {
       process.stdout.write(stringify(kctlClusterCrd()));
+    });
+  op.command('manifests')
+    .description(
+      'print the operator for the management cluster (kubectl apply -f -): namespace kctl-system, its service account and RBAC, and a Deployment of the kctl image running `kctl operator run`',
+    )
+    .option('--replicas <n>', 'operator pods (one acts at a time)', '2')
+    .action((o: { replicas: string }) => {
+      const replicas = Number(o.replicas);
+      if (!Number.isInteger(replicas) || replicas < 1 || replicas > 10)
+        throw new UserError(`--replicas ${o.replicas}: expected a whole number from 1 to 10`);
+      process.stdout.write(
+        operatorManifests(KCTL_VERSION, replicas)
+          .map((m) => stringify(m))
+          .join('---\n'),
+      );
     });
   op.command('run')
     .description(

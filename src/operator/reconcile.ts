@@ -60,6 +60,15 @@ const degraded = (reason: string, message: string): Outcome => ({
   ],
 });
 
+/** JSON with every object's keys sorted: the API server hands a status back in its own key order. */
+function canonical(v: unknown): string {
+  return JSON.stringify(v, (_k, x: unknown) =>
+    x && typeof x === 'object' && !Array.isArray(x)
+      ? Object.fromEntries(Object.entries(x as Record<string, unknown>).sort(([a], [b]) => a.localeCompare(b)))
+      : x,
+  );
+}
+
 export class ClusterReconciler {
   constructor(
     private readonly kube: KubeClient,
@@ -88,8 +97,9 @@ export class ClusterReconciler {
       outcome = degraded('ReconcileFailed', messageOf(err));
     }
     const ready = outcome.conditions.find((x) => x.type === 'Ready');
-    if (ready?.status !== 'True')
-      this.log.info({ cluster: `${c.metadata.namespace}/${c.metadata.name}`, reason: ready?.reason }, ready?.message);
+    const before = (c.status?.conditions as Condition[] | undefined)?.find((x) => x.type === 'Ready');
+    if (ready && (ready.reason !== before?.reason || ready.status !== before?.status))
+      this.log.info({ cluster: `${c.metadata.namespace}/${c.metadata.name}`, reason: ready.reason }, ready.message);
     await this.writeStatus(c, outcome).catch((err: unknown) =>
       this.log.warn({ cluster: c.metadata.name, err: messageOf(err) }, 'could not write the status'),
     );
@@ -111,9 +121,9 @@ export class ClusterReconciler {
         `Secret ${pg.secretName} has no postgres:// URL under the key dataSource; create it in namespace ${c.metadata.namespace}`,
       );
     const dataSource = withPostgresDatabase(dsn, databaseOf(c));
-    const db = await ensurePostgresDatabase(dataSource);
 
-    // The CAs: made once. A cluster that had them (its status says so) never gets new ones.
+    // The CAs: made once, with the database. A cluster that had them (its status says so) never
+    // gets new ones, and a database that holds data never gets a new CA.
     const existing = await this.getOrUndefined<SecretObject>(this.secretPath(c, names.pki));
     let shared: Record<string, Buffer>;
     if (existing?.data) {
@@ -123,12 +133,12 @@ export class ClusterReconciler {
         'PkiSecretMissing',
         `Secret ${names.pki} with the cluster's CAs and keys is gone; restore it (kctl pki save-shared of a backup): a new CA would not open the cluster's data`,
       );
-    } else if (db.inUse) {
-      return degraded(
-        'DatabaseInUse',
-        `database ${databaseOf(c)} holds another control plane's data; drop it or name another datastore`,
-      );
     } else {
+      if ((await ensurePostgresDatabase(dataSource)).inUse)
+        return degraded(
+          'DatabaseInUse',
+          `database ${databaseOf(c)} holds another control plane's data; drop it or name another datastore`,
+        );
       shared = await newSharedPki(this.log);
       await this.kube.apply(secret(c, names.pki, shared), FIELD_MANAGER);
     }
@@ -224,6 +234,8 @@ export class ClusterReconciler {
       ...(o.caNotAfter ? { caNotAfter: o.caNotAfter } : {}),
       ...(o.kubeconfigSecret ? { kubeconfigSecret: o.kubeconfigSecret } : {}),
     };
+    // Unchanged: no write (every cluster is looked at every few seconds).
+    if (canonical(status) === canonical(c.status ?? {})) return;
     await this.kube.request('PATCH', path, { status });
   }
 }

@@ -1,4 +1,6 @@
-// The operator (`kctl operator run`) on a kctl management cluster: a KctlCluster object becomes a
+// The operator (`kctl operator manifests`: two replicas of the kctl image running `kctl operator
+// run` with its own service account and RBAC, one leading) on a kctl management cluster: a
+// KctlCluster object becomes a
 // hosted api-only control plane: its database on the PostgreSQL its datastore Secret names, its
 // CAs in a Secret made once, a Deployment of the kctl image, a NodePort Service, an admin
 // kubeconfig Secret, and a status that says Ready with its endpoint. An admin on another host
@@ -19,7 +21,7 @@ import { waitFor } from '../../wait.ts';
 
 const NODE_PORT = 30644;
 
-test('kctl operator run makes a KctlCluster a hosted control plane with its status, keeps its CA, and removes what it owns when it is deleted', async (t) => {
+test('the operator, as a Deployment with a leader, makes a KctlCluster a hosted control plane with its status, keeps its CA, and removes what it owns when it is deleted', async (t) => {
   const { lab, dir, kctlBin } = await startLab(t, 'hop', ['mc', 'mw', 'out'], {
     dir: 'kctl-operator-',
     workers: ['mw'],
@@ -38,8 +40,53 @@ test('kctl operator run makes a KctlCluster a hosted control plane with its stat
   const crd = await kctl(['operator', 'crd']);
   assert.equal((await c.kubectl(['apply', '-f', '-'], String(crd.stdout))).exitCode, 0);
   await c.kubectl(['wait', '--for=condition=Established', 'crd/kctlclusters.kctl.dev', '--timeout=60s']);
-  const operator = track(mc.spawn(kctlBin, ['operator', 'run', '--kubeconfig', join(c.dataDir, 'pki', 'admin.conf')]));
-  await waitFor('operator ready', 60_000, async () => operator.saw('"msg":"operator ready"'), operator.log);
+  const manifests = await kctl(['operator', 'manifests']);
+  assert.equal((await c.kubectl(['apply', '-f', '-'], String(manifests.stdout))).exitCode, 0);
+  const operatorLog = async () =>
+    String(
+      (await c.kubectl(['logs', '-n', 'kctl-system', '-l', 'app.kubernetes.io/name=kctl-operator', '--tail=15']))
+        .stdout,
+    );
+  const operatorPods = async () =>
+    String((await c.kubectl(['get', 'pod', '-n', 'kctl-system', '-o', 'jsonpath={.items[*].metadata.name}'])).stdout)
+      .split(' ')
+      .filter(Boolean);
+  await waitFor(
+    'both operator pods ready',
+    180_000,
+    async () =>
+      String(
+        (
+          await c.kubectl([
+            'get',
+            'deploy',
+            '-n',
+            'kctl-system',
+            'kctl-operator',
+            '-o',
+            'jsonpath={.status.readyReplicas}',
+          ])
+        ).stdout,
+      ) === '2',
+    operatorLog,
+  );
+  // One of them leads (the Lease names it); the other waits.
+  const holder = await waitFor('an operator pod holds the Lease', 60_000, async () => {
+    const r = await c.kubectl([
+      'get',
+      'lease',
+      '-n',
+      'kube-system',
+      'kctl-operator',
+      '-o',
+      'jsonpath={.spec.holderIdentity}',
+    ]);
+    return String(r.stdout);
+  });
+  assert.ok(
+    (await operatorPods()).some((p) => holder.startsWith(`${p}-`)),
+    `${holder} is none of the operator pods`,
+  );
 
   const admin = `postgres://postgres@${pg.host}:${pg.port}/postgres?sslmode=disable`;
   assert.equal(
@@ -72,7 +119,7 @@ test('kctl operator run makes a KctlCluster a hosted control plane with its stat
     'the KctlCluster is Ready',
     300_000,
     () => ready('True'),
-    async () => JSON.stringify(await status()) + operator.log(),
+    async () => JSON.stringify(await status()) + (await operatorLog()),
   );
   t.diagnostic(`KctlCluster Ready ${((Date.now() - started) / 1000).toFixed(1)} s after apply`);
   const s = await status();
