@@ -250,8 +250,12 @@ test('resource paths: core and group APIs, namespaced and cluster-scoped, unknow
     () => objectPath({ apiVersion: 'v1', kind: 'Secret', metadata: { name: 's' } }),
     /needs metadata.namespace/,
   );
+  assert.equal(
+    objectPath({ apiVersion: 'apps/v1', kind: 'Deployment', metadata: { name: 'd', namespace: 'x' } }),
+    '/apis/apps/v1/namespaces/x/deployments/d',
+  );
   assert.throws(
-    () => objectPath({ apiVersion: 'apps/v1', kind: 'Deployment', metadata: { name: 'd', namespace: 'x' } }),
-    /does not know the REST path of Deployment/,
+    () => objectPath({ apiVersion: 'apps/v1', kind: 'StatefulSet', metadata: { name: 's', namespace: 'x' } }),
+    /does not know the REST path of StatefulSet/,
   );
 });
