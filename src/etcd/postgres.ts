@@ -100,3 +100,20 @@ export async function ensurePostgresDatabase(dataSource: string): Promise<Databa
     await target.end({ timeout: 1 });
   }
 }
+
+/**
+ * Drops the database of `dataSource` (through the maintenance database, as dropdb does), ending
+ * the sessions still in it; a database that is gone already is fine. Throws one line as above.
+ */
+export async function dropPostgresDatabase(dataSource: string): Promise<void> {
+  const database = postgresDatabase(dataSource);
+  if (!database) throw new UserError('the data source names no database to drop');
+  const admin = client(withPostgresDatabase(dataSource, 'postgres'));
+  try {
+    await admin`drop database if exists ${admin(database)} with (force)`;
+  } catch (err) {
+    throw failure(err, dataSource, database);
+  } finally {
+    await admin.end({ timeout: 1 });
+  }
+}

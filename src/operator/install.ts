@@ -1,6 +1,7 @@
 // The operator on the management cluster, as `kctl operator manifests` prints it: its
-// ServiceAccount and the least it may do (KctlClusters and their status; the Secrets, ConfigMaps,
-// Services and Deployments it makes, in any namespace; Nodes' addresses; its leader Lease in
+// ServiceAccount and the least it may do (KctlClusters, their status and finalizer; the Secrets,
+// ConfigMaps, Services and Deployments it makes, in any namespace, deleting only a deleted
+// cluster's Deployment; its pods, to know they are gone; Nodes' addresses; its leader Lease in
 // kube-system), and a Deployment of the kctl image running `kctl operator run` with that account.
 // Two replicas: one acts, the other takes over when it goes (the Lease).
 import { KCTL_CLUSTER } from './crd.ts';
@@ -20,10 +21,11 @@ export function operatorManifests(version: string, replicas = 2): Record<string,
       kind: 'ClusterRole',
       metadata: { name: NAME },
       rules: [
-        { apiGroups: [KCTL_CLUSTER.group], resources: [KCTL_CLUSTER.plural], verbs: ['get', 'list', 'watch'] },
+        { apiGroups: [KCTL_CLUSTER.group], resources: [KCTL_CLUSTER.plural], verbs: ['get', 'list', 'watch', 'patch'] },
         { apiGroups: [KCTL_CLUSTER.group], resources: [`${KCTL_CLUSTER.plural}/status`], verbs: ['get', 'patch'] },
         { apiGroups: [''], resources: ['secrets', 'configmaps', 'services'], verbs: ['get', 'create', 'patch'] },
-        { apiGroups: ['apps'], resources: ['deployments'], verbs: ['get', 'create', 'patch'] },
+        { apiGroups: ['apps'], resources: ['deployments'], verbs: ['get', 'create', 'patch', 'delete'] },
+        { apiGroups: [''], resources: ['pods'], verbs: ['list'] },
         { apiGroups: [''], resources: ['nodes'], verbs: ['list'] },
       ],
     },

@@ -6,7 +6,7 @@
 import { createHash } from 'node:crypto';
 import type { Logger } from '../base/log.ts';
 import { messageOf } from '../base/errors.ts';
-import { ensurePostgresDatabase, isPostgres, withPostgresDatabase } from '../etcd/postgres.ts';
+import { dropPostgresDatabase, ensurePostgresDatabase, isPostgres, withPostgresDatabase } from '../etcd/postgres.ts';
 import { KubeApiError, type KubeClient } from '../kube/client.ts';
 import { resourcePath } from '../kube/paths.ts';
 import { KCTL_CLUSTER } from './crd.ts';
@@ -14,6 +14,8 @@ import { configMap, deployment, hostedConfig, ownedNames, secret, service, type 
 import { adminKubeconfig, caNotAfter, newSharedPki } from './pki.ts';
 
 const FIELD_MANAGER = { fieldManager: 'kctl-operator', force: true };
+/** Held on a KctlCluster until its pods are gone and its database dropped. */
+export const DATABASE_FINALIZER = 'kctl.dev/database';
 
 interface Condition {
   type: 'Ready' | 'Progressing' | 'Degraded';
@@ -89,7 +91,24 @@ export class ClusterReconciler {
 
   /** Reconciles one cluster and writes its status; never throws (a failure is its status). */
   async reconcile(c: KctlCluster): Promise<void> {
-    if (c.metadata.deletionTimestamp) return;
+    try {
+      if (c.metadata.deletionTimestamp) return await this.remove(c);
+      if (!c.metadata.finalizers?.includes(DATABASE_FINALIZER)) {
+        // Before anything is made: whatever is made is then cleaned up, its database included.
+        const finalizers = [...(c.metadata.finalizers ?? []), DATABASE_FINALIZER];
+        await this.kube.request('PATCH', this.clusterPath(c), {
+          metadata: { finalizers, resourceVersion: c.metadata.resourceVersion },
+        });
+        return;
+      }
+    } catch (err) {
+      // A conflict (the object changed meanwhile) or a database that is not reachable: the next run tries again.
+      this.log.warn(
+        { cluster: `${c.metadata.namespace}/${c.metadata.name}`, err: messageOf(err) },
+        'could not update a KctlCluster',
+      );
+      return;
+    }
     let outcome: Outcome;
     try {
       outcome = await this.bring(c);
@@ -204,6 +223,54 @@ export class ClusterReconciler {
     return name;
   }
 
+  private clusterPath(c: KctlCluster, subresource?: string): string {
+    return resourcePath({
+      apiVersion: `${KCTL_CLUSTER.group}/${KCTL_CLUSTER.version}`,
+      resource: KCTL_CLUSTER.plural,
+      namespace: c.metadata.namespace,
+      name: c.metadata.name,
+      subresource,
+    });
+  }
+
+  /**
+   * A deleted cluster: its Deployment goes first, then, once none of its pods runs, its database;
+   * then the finalizer, and Kubernetes' garbage collector removes the rest it owned.
+   */
+  private async remove(c: KctlCluster): Promise<void> {
+    if (!c.metadata.finalizers?.includes(DATABASE_FINALIZER)) return;
+    const ns = c.metadata.namespace;
+    const name = ownedNames(c.metadata.name).workload;
+    try {
+      await this.kube.request(
+        'DELETE',
+        resourcePath({ apiVersion: 'apps/v1', resource: 'deployments', namespace: ns, name }),
+      );
+    } catch (err) {
+      if (!(err instanceof KubeApiError && err.status === 404)) throw err;
+    }
+    const pods = await this.kube.list('/api/v1/namespaces/' + encodeURIComponent(ns) + '/pods', {
+      labelSelector: `kctl.dev/cluster=${c.metadata.name}`,
+    });
+    if (pods.items.length > 0) return; // the next run looks again
+    const pg = c.spec.datastore?.postgres;
+    const admin = pg && (await this.getOrUndefined<SecretObject>(this.secretPath(c, pg.secretName)));
+    const dsn = admin?.data?.dataSource && Buffer.from(admin.data.dataSource, 'base64').toString();
+    if (dsn && isPostgres(dsn)) {
+      await dropPostgresDatabase(withPostgresDatabase(dsn, databaseOf(c)));
+      this.log.info(
+        { cluster: `${ns}/${c.metadata.name}`, database: databaseOf(c) },
+        'dropped the database of a deleted cluster',
+      );
+    }
+    await this.kube.request('PATCH', this.clusterPath(c), {
+      metadata: {
+        finalizers: c.metadata.finalizers.filter((f) => f !== DATABASE_FINALIZER),
+        resourceVersion: c.metadata.resourceVersion,
+      },
+    });
+  }
+
   private async nodeAddresses(): Promise<string[]> {
     const nodes = await this.kube.list<NodeObject>('/api/v1/nodes');
     return nodes.items.flatMap(
@@ -219,13 +286,7 @@ export class ClusterReconciler {
       const since = prev && prev.status === x.status ? prev.lastTransitionTime : now;
       return { ...x, lastTransitionTime: since, observedGeneration: c.metadata.generation };
     });
-    const path = resourcePath({
-      apiVersion: `${KCTL_CLUSTER.group}/${KCTL_CLUSTER.version}`,
-      resource: KCTL_CLUSTER.plural,
-      namespace: c.metadata.namespace,
-      name: c.metadata.name,
-      subresource: 'status',
-    });
+    const path = this.clusterPath(c, 'status');
     const status = {
       conditions,
       observedGeneration: c.metadata.generation,

@@ -5,7 +5,8 @@
 // CAs in a Secret made once, a Deployment of the kctl image, a NodePort Service, an admin
 // kubeconfig Secret, and a status that says Ready with its endpoint. An admin on another host
 // uses that kubeconfig. The CA Secret deleted: the cluster is reported Degraded and no new CA is
-// made; put back, it is Ready again. The object deleted: everything it owns goes.
+// made; put back, it is Ready again. The object deleted: its pods go, then its database, then the
+// object and everything else it owned.
 import assert from 'node:assert/strict';
 import { writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
@@ -171,10 +172,19 @@ test('the operator, as a Deployment with a leader, makes a KctlCluster a hosted 
   const read = await hosted(['get', 'configmap', 'hello', '-o', 'jsonpath={.data.where}']);
   assert.equal(String(read.stdout), 'operator', String(read.stderr));
 
-  // Deleted: its Deployment, Service, ConfigMap and Secrets go with it.
-  assert.equal((await c.kubectl(['delete', 'kc', 't1'])).exitCode, 0);
-  await waitFor('what t1 owned is gone', 120_000, async () => {
-    const left = await c.kubectl(['get', 'deploy,svc,cm,secret', '-l', 'kctl.dev/cluster=t1', '-o', 'name']);
-    return left.exitCode === 0 && String(left.stdout).trim() === '';
+  // Deleted: its pods first, then its database, then the object and its Service, ConfigMap and
+  // Secrets (the operator's finalizer holds the object until the database is dropped).
+  const finalizers = await c.kubectl(['get', 'kc', 't1', '-o', 'jsonpath={.metadata.finalizers}']);
+  assert.match(String(finalizers.stdout), /kctl\.dev\/database/);
+  assert.equal((await c.kubectl(['delete', 'kc', 't1', '--wait=false'])).exitCode, 0);
+  await waitFor('t1 and what it owned are gone', 180_000, async () => {
+    const left = await c.kubectl(['get', 'kc,deploy,pod,svc,cm,secret', '-l', 'kctl.dev/cluster=t1', '-o', 'name']);
+    const object = await c.kubectl(['get', 'kc', 't1', '-o', 'name']);
+    return left.exitCode === 0 && String(left.stdout).trim() === '' && object.exitCode !== 0;
   });
+  assert.equal(
+    (await pg.sql("select datname from pg_database where datname like 'kctl_default_t1_%'")).trim(),
+    '',
+    'the database of t1 is still there',
+  );
 });
