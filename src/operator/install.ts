@@ -4,9 +4,9 @@
 // cluster's Deployment; its pods, to know they are gone; Nodes' addresses; its leader Lease in
 // kube-system), and a Deployment of the kctl image running `kctl operator run` with that account.
 // Two replicas: one acts, the other takes over when it goes (the Lease).
+import { kctlImageOf } from '../payload/images.ts';
 import { KCTL_CLUSTER } from './crd.ts';
 import { OPERATOR_DEFAULTS } from './index.ts';
-import { kctlImage } from './objects.ts';
 
 export const OPERATOR_NAMESPACE = 'kctl-system';
 const NAME = 'kctl-operator';
@@ -71,7 +71,7 @@ export function operatorManifests(version: string, replicas = 2): Record<string,
             containers: [
               {
                 name: 'operator',
-                image: kctlImage(version),
+                image: kctlImageOf(version),
                 imagePullPolicy: 'IfNotPresent',
                 args: ['operator', 'run'],
                 resources: { requests: { cpu: '50m', memory: '64Mi' } },

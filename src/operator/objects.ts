@@ -3,6 +3,7 @@
 // image, and a Service in front of it. Each is owned by the KctlCluster, so deleting the object
 // deletes them (Kubernetes' garbage collector); its Secrets are made apart (pki.ts), once.
 import { stringify } from 'yaml';
+import { kctlImageOf } from '../payload/images.ts';
 import { KCTL_CLUSTER } from './crd.ts';
 
 export interface KctlClusterSpec {
@@ -30,6 +31,9 @@ export interface KctlCluster {
   status?: Record<string, unknown>;
 }
 
+/** The label on everything a cluster owns, its pods included: the cluster's name. */
+export const CLUSTER_LABEL = 'kctl.dev/cluster';
+
 /** The API's port inside the pod; a Service maps it outward. */
 export const POD_API_PORT = 6443;
 
@@ -40,9 +44,6 @@ export const ownedNames = (name: string) => ({
   pki: `${name}-pki`,
   kubeconfig: `${name}-admin-kubeconfig`,
 });
-
-/** The kctl image of a version (`kctl airgap save-images` makes it; a worker imports it). */
-export const kctlImage = (version: string): string => `kctl.local/kctl:v${version}`;
 
 function ownerOf(c: KctlCluster) {
   return {
@@ -58,7 +59,7 @@ function ownerOf(c: KctlCluster) {
 const meta = (c: KctlCluster, name: string) => ({
   name,
   namespace: c.metadata.namespace,
-  labels: { 'app.kubernetes.io/managed-by': 'kctl-operator', 'kctl.dev/cluster': c.metadata.name },
+  labels: { 'app.kubernetes.io/managed-by': 'kctl-operator', [CLUSTER_LABEL]: c.metadata.name },
   ownerReferences: [ownerOf(c)],
 });
 
@@ -91,7 +92,7 @@ export function configMap(c: KctlCluster, config: string) {
 
 export function deployment(c: KctlCluster) {
   const names = ownedNames(c.metadata.name);
-  const labels = { 'kctl.dev/cluster': c.metadata.name };
+  const labels = { [CLUSTER_LABEL]: c.metadata.name };
   return {
     apiVersion: 'apps/v1',
     kind: 'Deployment',
@@ -106,7 +107,7 @@ export function deployment(c: KctlCluster) {
           containers: [
             {
               name: 'kctl',
-              image: kctlImage(c.spec.version),
+              image: kctlImageOf(c.spec.version),
               imagePullPolicy: 'IfNotPresent',
               args: ['controller', '--config', '/etc/kctl/kctl.yaml', '--shared-pki', '/etc/kctl/pki'],
               ports: [{ name: 'api', containerPort: POD_API_PORT }],
@@ -139,7 +140,7 @@ export function service(c: KctlCluster) {
     metadata: meta(c, ownedNames(c.metadata.name).workload),
     spec: {
       type,
-      selector: { 'kctl.dev/cluster': c.metadata.name },
+      selector: { [CLUSTER_LABEL]: c.metadata.name },
       ports: [{ name: 'api', port: POD_API_PORT, targetPort: POD_API_PORT, ...(nodePort ? { nodePort } : {}) }],
     },
   };

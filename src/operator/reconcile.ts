@@ -10,7 +10,16 @@ import { dropPostgresDatabase, ensurePostgresDatabase, isPostgres, withPostgresD
 import { KubeApiError, type KubeClient } from '../kube/client.ts';
 import { resourcePath } from '../kube/paths.ts';
 import { KCTL_CLUSTER } from './crd.ts';
-import { configMap, deployment, hostedConfig, ownedNames, secret, service, type KctlCluster } from './objects.ts';
+import {
+  CLUSTER_LABEL,
+  configMap,
+  deployment,
+  hostedConfig,
+  ownedNames,
+  secret,
+  service,
+  type KctlCluster,
+} from './objects.ts';
 import { adminKubeconfig, caNotAfter, newSharedPki } from './pki.ts';
 
 const FIELD_MANAGER = { fieldManager: 'kctl-operator', force: true };
@@ -126,20 +135,9 @@ export class ClusterReconciler {
 
   private async bring(c: KctlCluster): Promise<Outcome> {
     const names = ownedNames(c.metadata.name);
-    const pg = c.spec.datastore?.postgres;
-    if (!pg)
-      return degraded(
-        'NoDatastore',
-        'spec.datastore.postgres.secretName is required: a control plane in pods keeps its data outside them',
-      );
-    const admin = await this.getOrUndefined<SecretObject>(this.secretPath(c, pg.secretName));
-    const dsn = admin?.data?.dataSource && Buffer.from(admin.data.dataSource, 'base64').toString();
-    if (!dsn || !isPostgres(dsn))
-      return degraded(
-        'NoDatastore',
-        `Secret ${pg.secretName} has no postgres:// URL under the key dataSource; create it in namespace ${c.metadata.namespace}`,
-      );
-    const dataSource = withPostgresDatabase(dsn, databaseOf(c));
+    const datastore = await this.dataSourceOf(c);
+    if ('missing' in datastore) return degraded('NoDatastore', datastore.missing);
+    const { dataSource } = datastore;
 
     // The CAs: made once, with the database. A cluster that had them (its status says so) never
     // gets new ones, and a database that holds data never gets a new CA.
@@ -249,15 +247,13 @@ export class ClusterReconciler {
     } catch (err) {
       if (!(err instanceof KubeApiError && err.status === 404)) throw err;
     }
-    const pods = await this.kube.list('/api/v1/namespaces/' + encodeURIComponent(ns) + '/pods', {
-      labelSelector: `kctl.dev/cluster=${c.metadata.name}`,
+    const pods = await this.kube.list(resourcePath({ apiVersion: 'v1', resource: 'pods', namespace: ns }), {
+      labelSelector: `${CLUSTER_LABEL}=${c.metadata.name}`,
     });
     if (pods.items.length > 0) return; // the next run looks again
-    const pg = c.spec.datastore?.postgres;
-    const admin = pg && (await this.getOrUndefined<SecretObject>(this.secretPath(c, pg.secretName)));
-    const dsn = admin?.data?.dataSource && Buffer.from(admin.data.dataSource, 'base64').toString();
-    if (dsn && isPostgres(dsn)) {
-      await dropPostgresDatabase(withPostgresDatabase(dsn, databaseOf(c)));
+    const datastore = await this.dataSourceOf(c);
+    if ('dataSource' in datastore) {
+      await dropPostgresDatabase(datastore.dataSource);
       this.log.info(
         { cluster: `${ns}/${c.metadata.name}`, database: databaseOf(c) },
         'dropped the database of a deleted cluster',
@@ -269,6 +265,22 @@ export class ClusterReconciler {
         resourceVersion: c.metadata.resourceVersion,
       },
     });
+  }
+
+  /** The cluster's own database URL, from the Secret its datastore names; or why there is none. */
+  private async dataSourceOf(c: KctlCluster): Promise<{ dataSource: string } | { missing: string }> {
+    const pg = c.spec.datastore?.postgres;
+    if (!pg)
+      return {
+        missing: 'spec.datastore.postgres.secretName is required: a control plane in pods keeps its data outside them',
+      };
+    const admin = await this.getOrUndefined<SecretObject>(this.secretPath(c, pg.secretName));
+    const dsn = admin?.data?.dataSource && Buffer.from(admin.data.dataSource, 'base64').toString();
+    if (!dsn || !isPostgres(dsn))
+      return {
+        missing: `Secret ${pg.secretName} has no postgres:// URL under the key dataSource; create it in namespace ${c.metadata.namespace}`,
+      };
+    return { dataSource: withPostgresDatabase(dsn, databaseOf(c)) };
   }
 
   private async nodeAddresses(): Promise<string[]> {

@@ -34,7 +34,8 @@ export const PROXY_AGENT_IMAGE = `kctl.local/proxy-agent:v${KCTL_VERSION}`;
  * /usr/local/bin/kctl, the executable with its component payload beside it, the C libraries Node
  * needs). Made from the running executable on demand (self-images.ts).
  */
-export const KCTL_IMAGE = `kctl.local/kctl:v${KCTL_VERSION}`;
+export const kctlImageOf = (version: string): string => `kctl.local/kctl:v${version}`;
+export const KCTL_IMAGE = kctlImageOf(KCTL_VERSION);
 
 /** The images kctl ships; `kctl airgap list-images` prints these names. */
 export const BUNDLED_IMAGES: readonly BundledImage[] = [

@@ -147,5 +147,8 @@ export function sharedPkiFilesFor(apiOnly?: { etcd: boolean }): SharedPkiFile[] 
   return SHARED_PKI_FILES.filter((f) => !FOR_NODES.includes(f) && (apiOnly.etcd || !FOR_ETCD.includes(f)));
 }
 
+/** A shared file's mode wherever it is written: keys (and the encryption keys' config) 0600. */
+export const sharedPkiMode = (f: SharedPkiFile): number => (f.endsWith('.key') || f.endsWith('.yaml') ? 0o600 : 0o644);
+
 /** A shared file's name outside the pki dir, flat (a Secret's keys have no '/'): etcd/ca.crt is etcd-ca.crt. */
 export const sharedPkiName = (f: SharedPkiFile): string => f.replace('/', '-');

@@ -6,7 +6,7 @@
 // <data-dir>/controller-join.json, so later starts need no token. The controller then creates
 // its own serving and client certificates as on a first start.
 import { existsSync } from 'node:fs';
-import { SHARED_PKI_FILES } from '../../pki/paths.ts';
+import { SHARED_PKI_FILES, sharedPkiMode } from '../../pki/paths.ts';
 import { readFile } from 'node:fs/promises';
 import { request } from 'node:https';
 import { hostname } from 'node:os';
@@ -111,11 +111,7 @@ export async function joinController(
     const data = files[f];
     if (typeof data !== 'string')
       throw new UserError(`the controller at ${answer.url} sent no ${f}; is it the same kctl version?`);
-    await writeFileAtomic(
-      join(paths.pkiDir, f),
-      Buffer.from(data, 'base64'),
-      f.endsWith('.key') || f.endsWith('.yaml') ? 0o600 : 0o644,
-    );
+    await writeFileAtomic(join(paths.pkiDir, f), Buffer.from(data, 'base64'), sharedPkiMode(f));
   }
   const state: ControllerJoinState = {
     joinedAt: new Date().toISOString(),

@@ -11,9 +11,13 @@ import { dirname, join } from 'node:path';
 import { UserError } from '../../base/errors.ts';
 import { writeFileAtomic } from '../../base/fs.ts';
 import type { Logger } from '../../base/log.ts';
-import { SHARED_PKI_FILES, sharedPkiFilesFor, sharedPkiName, type SharedPkiFile } from '../../pki/paths.ts';
-
-const modeOf = (f: SharedPkiFile): number => (f.endsWith('.key') || f.endsWith('.yaml') ? 0o600 : 0o644);
+import {
+  SHARED_PKI_FILES,
+  sharedPkiFilesFor,
+  sharedPkiMode,
+  sharedPkiName,
+  type SharedPkiFile,
+} from '../../pki/paths.ts';
 
 /**
  * Puts the shared files from `from` into `pkiDir`: every one in `required` (what this control
@@ -45,7 +49,7 @@ export async function adoptSharedPki(
     );
   for (const [f, data] of files) {
     await mkdir(dirname(join(pkiDir, f)), { recursive: true, mode: 0o755 });
-    await writeFileAtomic(join(pkiDir, f), data, modeOf(f));
+    await writeFileAtomic(join(pkiDir, f), data, sharedPkiMode(f));
   }
   log.info({ from }, 'took the cluster CAs and keys from --shared-pki');
 }
@@ -63,6 +67,6 @@ export async function saveSharedPki(pkiDir: string, to: string): Promise<string[
   await mkdir(to, { recursive: true, mode: 0o700 });
   const present = SHARED_PKI_FILES.filter((f) => existsSync(join(pkiDir, f)));
   for (const f of present)
-    await writeFileAtomic(join(to, sharedPkiName(f)), await readFile(join(pkiDir, f)), modeOf(f));
+    await writeFileAtomic(join(to, sharedPkiName(f)), await readFile(join(pkiDir, f)), sharedPkiMode(f));
   return present.map(sharedPkiName);
 }
