@@ -14,9 +14,7 @@ import { join } from 'node:path';
 import { test } from 'node:test';
 import type { ControllerStatusReport } from '../../../src/controller/leases/status.ts';
 import { KCTL_IMAGE } from '../../../src/payload/images.ts';
-import { controllerReady, labController, startLabWorker, track } from '../lab/cluster.ts';
-import { startLab } from '../lab/lab-test.ts';
-import { startPostgres } from '../lab/postgres.ts';
+import { startManagementLab } from '../lab/management.ts';
 import { waitFor } from '../../wait.ts';
 
 /** The hosted API listens on the NodePort's own number, so the URL in its kubeconfig is right as it is. */
@@ -88,23 +86,12 @@ async function podsOf(kubectl: (args: string[]) => Promise<{ stdout: unknown }>,
 }
 
 test("an api-only control plane runs as a pod of kctl's own image on a kctl management cluster, its CAs in a Secret and its data in PostgreSQL; an admin elsewhere reaches it through a NodePort; the next pod is the same cluster", async (t) => {
-  const { lab, dir, kctlBin } = await startLab(t, 'hcp', ['mc', 'mw', 'out'], { dir: 'kctl-hosted-', workers: ['mw'] });
-  const [mc, mw, out] = [lab.host('mc'), lab.host('mw'), lab.host('out')];
-
-  // The image, made from this kctl, where the management worker imports images at start.
-  const save = await mw.run(kctlBin, ['airgap', 'save-images', KCTL_IMAGE, '--dir', join(dir, 'mw-data', 'images')], {
-    timeout: 300_000,
+  const { dir, kctlBin, c, mc, mw, out, pg } = await startManagementLab(t, 'hcp', {
+    dir: 'kctl-hosted-',
+    pgPort: 15432,
   });
-  assert.equal(save.exitCode, 0, String(save.stderr));
-
-  const c = await labController(kctlBin, mc, dir);
-  const controller = track(mc.spawn(kctlBin, c.args));
-  await controllerReady(controller);
-  const worker = startLabWorker(kctlBin, mw, dir, await c.createToken('1h'));
-  // The hosted cluster's database, on the management controller's host (pods reach it through mw).
-  const pg = await startPostgres(t, 15432, { host: mc, trust: '0.0.0.0/0' });
+  // The hosted cluster's database, on the management controller's host.
   const config = hostedConfig(mw.ip, await pg.dataSource('t1'));
-  await waitFor('management worker ready', 240_000, async () => worker.saw('"msg":"worker ready"'), worker.log);
 
   // Its CAs and keys, made once outside the pod and kept in a Secret.
   await writeFile(join(dir, 't1.yaml'), config);

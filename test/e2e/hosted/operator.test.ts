@@ -13,30 +13,14 @@ import { join } from 'node:path';
 import { test } from 'node:test';
 import { stringify } from 'yaml';
 import { KCTL_VERSION } from '../../../src/base/version.ts';
-import { KCTL_IMAGE } from '../../../src/payload/images.ts';
-import { controllerReady, labController, startLabWorker, track } from '../lab/cluster.ts';
 import { kctl } from '../lab/kctl.ts';
-import { startLab } from '../lab/lab-test.ts';
-import { startPostgres } from '../lab/postgres.ts';
+import { startManagementLab } from '../lab/management.ts';
 import { waitFor } from '../../wait.ts';
 
 const NODE_PORT = 30644;
 
 test('the operator, as a Deployment with a leader, makes a KctlCluster a hosted control plane with its status, keeps its CA, and removes what it owns when it is deleted', async (t) => {
-  const { lab, dir, kctlBin } = await startLab(t, 'hop', ['mc', 'mw', 'out'], {
-    dir: 'kctl-operator-',
-    workers: ['mw'],
-  });
-  const [mc, mw, out] = [lab.host('mc'), lab.host('mw'), lab.host('out')];
-  const save = await mw.run(kctlBin, ['airgap', 'save-images', KCTL_IMAGE, '--dir', join(dir, 'mw-data', 'images')], {
-    timeout: 300_000,
-  });
-  assert.equal(save.exitCode, 0, String(save.stderr));
-  const c = await labController(kctlBin, mc, dir);
-  await controllerReady(track(mc.spawn(kctlBin, c.args)));
-  const worker = startLabWorker(kctlBin, mw, dir, await c.createToken('1h'));
-  const pg = await startPostgres(t, 15433, { host: mc, trust: '0.0.0.0/0' });
-  await waitFor('management worker ready', 240_000, async () => worker.saw('"msg":"worker ready"'), worker.log);
+  const { dir, c, mw, out, pg } = await startManagementLab(t, 'hop', { dir: 'kctl-operator-', pgPort: 15433 });
 
   const crd = await kctl(['operator', 'crd']);
   assert.equal((await c.kubectl(['apply', '-f', '-'], String(crd.stdout))).exitCode, 0);

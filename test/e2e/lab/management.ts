@@ -1,0 +1,41 @@
+// A kctl management cluster for the hosted tests (test/e2e/hosted/): host mc runs the controller
+// and a PostgreSQL for the hosted clusters' data; mw is its one worker, where their pods run, with
+// the kctl image (made from this kctl) in its images directory; out is another host, for admins.
+import assert from 'node:assert/strict';
+import { join } from 'node:path';
+import { KCTL_IMAGE } from '../../../src/payload/images.ts';
+import { waitFor } from '../../wait.ts';
+import { controllerReady, labController, startLabWorker, track, type LabController } from './cluster.ts';
+import { startLab, type LabTest } from './lab-test.ts';
+import type { LabHost } from './lab.ts';
+import { startPostgres, type Postgres } from './postgres.ts';
+
+export interface ManagementLab extends LabTest {
+  c: LabController;
+  mc: LabHost;
+  mw: LabHost;
+  out: LabHost;
+  pg: Postgres;
+}
+
+/** Starts lab `name` (its directory prefixed `dir`) with the management cluster ready and PostgreSQL on `pgPort`. */
+export async function startManagementLab(
+  t: { after: (fn: () => Promise<void>) => void },
+  name: string,
+  o: { dir: string; pgPort: number },
+): Promise<ManagementLab> {
+  const test = await startLab(t, name, ['mc', 'mw', 'out'], { dir: o.dir, workers: ['mw'] });
+  const { lab, dir, kctlBin } = test;
+  const [mc, mw, out] = [lab.host('mc'), lab.host('mw'), lab.host('out')];
+  const save = await mw.run(kctlBin, ['airgap', 'save-images', KCTL_IMAGE, '--dir', join(dir, 'mw-data', 'images')], {
+    timeout: 300_000,
+  });
+  assert.equal(save.exitCode, 0, String(save.stderr));
+  const c = await labController(kctlBin, mc, dir);
+  await controllerReady(track(mc.spawn(kctlBin, c.args)));
+  const worker = startLabWorker(kctlBin, mw, dir, await c.createToken('1h'));
+  // Pods reach it through mw, from the pod network.
+  const pg = await startPostgres(t, o.pgPort, { host: mc, trust: '0.0.0.0/0' });
+  await waitFor('management worker ready', 240_000, async () => worker.saw('"msg":"worker ready"'), worker.log);
+  return { ...test, c, mc, mw, out, pg };
+}
