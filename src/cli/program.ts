@@ -42,6 +42,7 @@ export const COMMANDS: readonly { names: readonly string[]; load: () => Promise<
   { names: ['backup', 'restore'], load: async () => (await import('./backup.ts')).backupCommands },
   { names: ['upgrade'], load: async () => (await import('./upgrade.ts')).upgradeCommand },
   { names: ['operator'], load: async () => (await import('./operator.ts')).operatorCommand },
+  { names: ['cluster'], load: async () => (await import('./cluster.ts')).clusterCommand },
 ];
 
 /** Global options that take a value: the word after them is not the command. */

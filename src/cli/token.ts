@@ -1,5 +1,6 @@
 import type { Command } from 'commander';
 import { existsSync } from 'node:fs';
+import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { loadConfig } from '../controller/config/config.ts';
 import {
@@ -66,15 +67,13 @@ export function tokenCommand(program: Command): void {
             : 'this is an api-only control plane (spec.profile: api-only): it serves no join endpoint, so no other controller can join it',
         );
       process.stdout.write(
-        (await createToken(
-          adminClient(g.dataDir),
-          cfg,
-          join(g.dataDir, 'pki', 'ca.crt'),
-          opts.role,
+        (await createToken(adminClient(g.dataDir), cfg, {
+          caPem: await readFile(join(g.dataDir, 'pki', 'ca.crt'), 'utf8'),
+          role: opts.role,
           expiryMs,
           uses,
-          opts.nodeName,
-        )) + '\n',
+          nodeName: opts.nodeName,
+        })) + '\n',
       );
     });
   token

@@ -107,6 +107,8 @@ export interface ControllerRoleOptions {
   release: Release;
   /** Where an upgrade asks for the restart into a new executable; no upgrades without it. */
   restart?: RestartRequest;
+  /** The CAs and keys came from --shared-pki: no controller joins this one. */
+  sharedPki?: boolean;
 }
 
 /**
@@ -165,6 +167,7 @@ export function controllerComponents(o: ControllerRoleOptions): Component[] {
     kube,
     cfg.spec.storage.type === 'etcd' ? localEtcd(cfg, pki) : undefined,
     new ExecutableFiles(paths.dataDir),
+    o.sharedPki,
   );
   const scheduler = new SchedulerComponent(cfg, paths, pki);
   const controllerManager = new ControllerManagerComponent(cfg, paths, pki);
@@ -364,6 +367,7 @@ async function prepareAndRun(
       joined,
       restart,
       release: releaseOf((await findPayload(KCTL_VERSION)).index),
+      sharedPki: !!opts.sharedPki,
     }),
     componentLogger(log, 'manager'),
     {

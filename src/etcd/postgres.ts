@@ -117,3 +117,73 @@ export async function dropPostgresDatabase(dataSource: string): Promise<void> {
     await admin.end({ timeout: 1 });
   }
 }
+
+/** A database or role name kctl makes (lower-case letters, digits, '_'), safe to quote in DDL. */
+const OWN_NAME = /^[a-z_][a-z0-9_]{0,62}$/;
+/** A password kctl makes (letters and digits), safe as a DDL literal. */
+const OWN_PASSWORD = /^[A-Za-z0-9]{16,128}$/;
+
+/** The data source for `role` with `password` and its database `database`, on the server of `dataSource`. */
+export function withPostgresLogin(dataSource: string, o: { role: string; password: string; database: string }): string {
+  const u = new URL(withPostgresDatabase(dataSource, o.database));
+  u.username = encodeURIComponent(o.role);
+  u.password = encodeURIComponent(o.password);
+  return u.toString();
+}
+
+/**
+ * One hosted cluster's place on a shared PostgreSQL, made through `adminSource` (a role that may
+ * create databases and roles): a login role `name` with `password`, owning a database `name` that
+ * no other role may connect to. Existing ones are kept (the role's password set to `password`).
+ * Returns the cluster's own data source and whether kine's table is already in its database.
+ */
+export async function ensurePostgresTenant(
+  adminSource: string,
+  o: { name: string; password: string },
+): Promise<{ dataSource: string; inUse: boolean }> {
+  const { name, password } = o;
+  if (!OWN_NAME.test(name) || !OWN_PASSWORD.test(password))
+    throw new Error(`not a database name and password kctl makes: ${name}`);
+  const admin = client(adminSource);
+  const { where, role } = describe(adminSource);
+  try {
+    const [me] = await admin<{ super: boolean }[]>`select rolsuper as super from pg_roles where rolname = current_user`;
+    const [exists] = await admin`select 1 from pg_roles where rolname = ${name}`;
+    try {
+      await admin.unsafe(`${exists ? 'alter' : 'create'} role "${name}" login password '${password}'`);
+      // A role that is no superuser may make a database owned by another only as a member of it.
+      if (!me?.super) await admin.unsafe(`grant "${name}" to current_user`);
+    } catch (err) {
+      if ((err as { code?: string }).code === '42501')
+        throw new UserError(
+          `role "${role}" may not create roles on PostgreSQL at ${where}; grant it CREATEROLE (ALTER ROLE "${role}" CREATEROLE) or name a role that has it`,
+        );
+      throw err;
+    }
+    const [db] = await admin<{ owner: string }[]>`
+      select pg_get_userbyid(datdba) as owner from pg_database where datname = ${name}`;
+    if (!db) await admin.unsafe(`create database "${name}" owner "${name}"`);
+    else if (db.owner !== name) await admin.unsafe(`alter database "${name}" owner to "${name}"`);
+    await admin.unsafe(`revoke all on database "${name}" from public`);
+  } catch (err) {
+    throw err instanceof UserError ? err : failure(err, adminSource, name);
+  } finally {
+    await admin.end({ timeout: 1 });
+  }
+  const dataSource = withPostgresLogin(adminSource, { role: name, password, database: name });
+  return { dataSource, inUse: (await ensurePostgresDatabase(dataSource)).inUse };
+}
+
+/** Drops a hosted cluster's database (its sessions ended) and then its role; either gone already is fine. */
+export async function dropPostgresTenant(adminSource: string, name: string): Promise<void> {
+  if (!OWN_NAME.test(name)) throw new Error(`not a database name kctl makes: ${name}`);
+  await dropPostgresDatabase(withPostgresDatabase(adminSource, name));
+  const admin = client(adminSource);
+  try {
+    await admin.unsafe(`drop role if exists "${name}"`);
+  } catch (err) {
+    throw failure(err, adminSource, name);
+  } finally {
+    await admin.end({ timeout: 1 });
+  }
+}

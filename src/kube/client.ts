@@ -98,10 +98,15 @@ interface KubeconfigFile {
 
 /** First cluster and first user of a kubeconfig file (kctl writes single-entry files). */
 export function credentialsFromKubeconfig(path: string): KubeCredentials {
-  const kc = parse(readFileSync(path, 'utf8')) as KubeconfigFile;
-  const cluster = kc.clusters?.[0]?.cluster;
-  const user = kc.users?.[0]?.user;
-  if (!cluster || !user) throw new Error(`${path} is not a usable kubeconfig (no cluster or user)`);
+  return credentialsFromKubeconfigText(readFileSync(path, 'utf8'), path);
+}
+
+/** The same, of a kubeconfig's text (a Secret's); `where` names it in an error. */
+export function credentialsFromKubeconfigText(text: string, where: string): KubeCredentials {
+  const kc = parse(text) as KubeconfigFile;
+  const cluster = kc?.clusters?.[0]?.cluster;
+  const user = kc?.users?.[0]?.user;
+  if (!cluster || !user) throw new Error(`${where} is not a usable kubeconfig (no cluster or user)`);
   const data = (b64?: string, file?: string) =>
     b64 ? Buffer.from(b64, 'base64') : file ? readFileSync(file) : undefined;
   return {

@@ -52,13 +52,27 @@ export function configSpecSchema(): Schema {
   return structural(spec) as Schema;
 }
 
+const DNS_LABEL = '^[a-z0-9]([a-z0-9-]*[a-z0-9])?$';
+const DNS_NAME = '^[a-z0-9]([a-z0-9.-]*[a-z0-9])?$';
+
 const quantity = { 'x-kubernetes-int-or-string': true, pattern: '^[0-9]+(\\.[0-9]+)?(m|[KMGTPE]i?)?$' };
+
+/** CEL: the profile of a spec, its default included. */
+const profileOf = (spec: string) =>
+  `(has(${spec}.config) && has(${spec}.config.profile) ? ${spec}.config.profile : 'full')`;
 
 /** The spec: the config, and how its control plane runs as pods. */
 function specSchema(): Schema {
   return {
     type: 'object',
     required: ['version'],
+    'x-kubernetes-validations': [
+      {
+        rule: `${profileOf('self')} == ${profileOf('oldSelf')}`,
+        message:
+          'config.profile cannot change: a full and an api-only cluster keep different keys; make a new KctlCluster',
+      },
+    ],
     properties: {
       version: {
         type: 'string',
@@ -92,14 +106,70 @@ function specSchema(): Schema {
       },
       exposure: {
         type: 'object',
-        description: 'how its API is reached from outside the management cluster',
+        description: "how its API (and a full cluster's agent port) is reached from outside the management cluster",
         properties: {
           type: { type: 'string', enum: ['NodePort', 'LoadBalancer', 'ClusterIP'] },
-          nodePort: { type: 'integer', minimum: 30000, maximum: 32767 },
+          address: {
+            type: 'string',
+            maxLength: 45,
+            description:
+              "the IP address clients and nodes use (a virtual IP, a load balancer's); default a management node's InternalIP (NodePort) or the Service's own",
+            'x-kubernetes-validations': [{ rule: 'isIP(self)', message: 'expected an IP address' }],
+          },
+          nodePort: { type: 'integer', minimum: 30000, maximum: 32767, description: "the API's node port" },
+          agentNodePort: {
+            type: 'integer',
+            minimum: 30000,
+            maximum: 32767,
+            description: "a full cluster's konnectivity agent port, as a node port",
+          },
         },
         'x-kubernetes-validations': [
-          { rule: "!has(self.nodePort) || self.type == 'NodePort'", message: 'nodePort is for type NodePort' },
+          {
+            rule: "!has(self.nodePort) || !has(self.type) || self.type == 'NodePort'",
+            message: 'nodePort is for type NodePort',
+          },
+          {
+            rule: "!has(self.agentNodePort) || !has(self.type) || self.type == 'NodePort'",
+            message: 'agentNodePort is for type NodePort',
+          },
+          {
+            rule: '!has(self.nodePort) || !has(self.agentNodePort) || self.nodePort != self.agentNodePort',
+            message: 'nodePort and agentNodePort must differ',
+          },
         ],
+      },
+      serviceAccounts: {
+        type: 'array',
+        maxItems: 20,
+        description:
+          "tenant service accounts whose credentials the operator keeps in this namespace, as a kubeconfig Secret renewed before it expires, for programs on the management cluster that use the tenant's API",
+        'x-kubernetes-list-type': 'map',
+        'x-kubernetes-list-map-keys': ['secretName'],
+        items: {
+          type: 'object',
+          required: ['namespace', 'name', 'secretName'],
+          properties: {
+            namespace: {
+              type: 'string',
+              maxLength: 63,
+              pattern: DNS_LABEL,
+              description: "the account's namespace in the tenant",
+            },
+            name: {
+              type: 'string',
+              maxLength: 253,
+              pattern: DNS_NAME,
+              description: 'the service account (made when missing)',
+            },
+            secretName: {
+              type: 'string',
+              maxLength: 253,
+              pattern: DNS_NAME,
+              description: 'the Secret here that holds its kubeconfig (keys kubeconfig, token, ca.crt, namespace)',
+            },
+          },
+        },
       },
       resources: {
         type: 'object',
@@ -139,7 +209,8 @@ function statusSchema(): Schema {
       observedGeneration: { type: 'integer' },
       endpoint: { type: 'string', description: "the API's URL from outside" },
       version: { type: 'string', description: 'the kctl version its control plane runs now' },
-      nodes: { type: 'integer', description: 'nodes joined' },
+      nodes: { type: 'integer', description: 'nodes joined (a full cluster)' },
+      nodesReady: { type: 'integer', description: 'of them, Ready' },
       caNotAfter: { type: 'string', format: 'date-time', description: "the cluster CA's expiry" },
       kubeconfigSecret: { type: 'string', description: 'the Secret in this namespace holding its admin kubeconfig' },
     },

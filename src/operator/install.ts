@@ -1,6 +1,6 @@
 // The operator on the management cluster, as `kctl operator manifests` prints it: its
 // ServiceAccount and the least it may do (KctlClusters, their status and finalizer; the Secrets,
-// ConfigMaps, Services and Deployments it makes, in any namespace, deleting only a deleted
+// Services and Deployments it makes, in any namespace, deleting only a deleted
 // cluster's Deployment; its pods, to know they are gone; Nodes' addresses; its leader Lease in
 // kube-system), and a Deployment of the kctl image running `kctl operator run` with that account.
 // Two replicas: one acts, the other takes over when it goes (the Lease).
@@ -23,7 +23,9 @@ export function operatorManifests(version: string, replicas = 2): Record<string,
       rules: [
         { apiGroups: [KCTL_CLUSTER.group], resources: [KCTL_CLUSTER.plural], verbs: ['get', 'list', 'watch', 'patch'] },
         { apiGroups: [KCTL_CLUSTER.group], resources: [`${KCTL_CLUSTER.plural}/status`], verbs: ['get', 'patch'] },
-        { apiGroups: [''], resources: ['secrets', 'configmaps', 'services'], verbs: ['get', 'create', 'patch'] },
+        { apiGroups: [''], resources: ['services'], verbs: ['get', 'create', 'patch'] },
+        // Delete: the kept credentials of an account taken out of a cluster's spec.
+        { apiGroups: [''], resources: ['secrets'], verbs: ['get', 'list', 'create', 'patch', 'delete'] },
         { apiGroups: ['apps'], resources: ['deployments'], verbs: ['get', 'create', 'patch', 'delete'] },
         { apiGroups: [''], resources: ['pods'], verbs: ['list'] },
         { apiGroups: [''], resources: ['nodes'], verbs: ['list'] },

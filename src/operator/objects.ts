@@ -1,7 +1,8 @@
 // What a KctlCluster becomes on the management cluster, as plain objects (the operator applies
-// them; reconcile.ts): its config in a ConfigMap, its control plane as a Deployment of the kctl
-// image, and a Service in front of it. Each is owned by the KctlCluster, so deleting the object
-// deletes them (Kubernetes' garbage collector); its Secrets are made apart (pki.ts), once.
+// them; reconcile.ts): its config in a Secret (it names the cluster's database password), its
+// control plane as a Deployment of the kctl image, and a Service in front of it. Each is owned by
+// the KctlCluster, so deleting the object deletes them (Kubernetes' garbage collector); its CAs
+// and database password are made apart (pki.ts, datastore.ts), once.
 import { stringify } from 'yaml';
 import { kctlImageOf } from '../payload/images.ts';
 import { KCTL_CLUSTER } from './crd.ts';
@@ -11,8 +12,15 @@ export interface KctlClusterSpec {
   replicas?: number;
   config?: Record<string, unknown>;
   datastore?: { postgres?: { secretName: string } };
-  exposure?: { type?: 'NodePort' | 'LoadBalancer' | 'ClusterIP'; nodePort?: number };
+  exposure?: {
+    type?: 'NodePort' | 'LoadBalancer' | 'ClusterIP';
+    address?: string;
+    nodePort?: number;
+    agentNodePort?: number;
+  };
   resources?: { requests?: Record<string, string | number>; limits?: Record<string, string | number> };
+  /** Tenant service accounts whose credentials are kept here as kubeconfig Secrets (credentials.ts). */
+  serviceAccounts?: { namespace: string; name: string; secretName: string }[];
 }
 
 export interface KctlCluster {
@@ -36,11 +44,28 @@ export const CLUSTER_LABEL = 'kctl.dev/cluster';
 
 /** The API's port inside the pod; a Service maps it outward. */
 export const POD_API_PORT = 6443;
+/** The konnectivity agent port inside the pod (a full cluster's). */
+export const POD_AGENT_PORT = 8132;
+
+/** Whether the cluster has nodes (spec.config.profile full, the default): it then serves agents too. */
+export const isFull = (c: KctlCluster): boolean => c.spec.config?.profile !== 'api-only';
+
+/**
+ * The ports a cluster's clients use, which its pods listen on as well (one number everywhere:
+ * the leases, tokens and kubeconfigs its pods write name what a client outside reaches): the node
+ * ports of a NodePort Service, else the Service's own ports.
+ */
+export interface ClusterPorts {
+  api: number;
+  /** The konnectivity agent port; a full cluster's only. */
+  agent?: number;
+}
 
 /** The names of what a cluster owns, in its namespace. */
 export const ownedNames = (name: string) => ({
   workload: name,
   config: `${name}-config`,
+  datastore: `${name}-datastore`,
   pki: `${name}-pki`,
   kubeconfig: `${name}-admin-kubeconfig`,
 });
@@ -64,14 +89,18 @@ const meta = (c: KctlCluster, name: string) => ({
 });
 
 /**
- * The hosted cluster's ClusterConfig: the object's spec.config with what the pod decides: the
- * address its clients use (a management node's) with the other nodes' as names, and its data
- * source (the database the operator made for it).
+ * The hosted cluster's ClusterConfig: the object's spec.config with what the operator decides:
+ * the address and ports its clients use (the exposure's), the management nodes' addresses as
+ * further names, and its data source (the database the operator made for it).
  */
-export function hostedConfig(c: KctlCluster, o: { address: string; sans: string[]; dataSource: string }): string {
+export function hostedConfig(
+  c: KctlCluster,
+  o: { address: string; sans: string[]; dataSource: string; ports: ClusterPorts },
+): string {
   const spec = structuredClone(c.spec.config ?? {}) as Record<string, Record<string, unknown>>;
   const api = (spec.api ?? {}) as { sans?: string[] };
-  spec.api = { ...api, address: o.address, port: POD_API_PORT, sans: [...new Set([...(api.sans ?? []), ...o.sans])] };
+  spec.api = { ...api, address: o.address, port: o.ports.api, sans: [...new Set([...(api.sans ?? []), ...o.sans])] };
+  if (o.ports.agent) spec.konnectivity = { ...(spec.konnectivity ?? {}), agentPort: o.ports.agent };
   spec.storage = { ...(spec.storage ?? {}), type: 'kine', kine: { dataSource: o.dataSource } };
   return stringify({
     apiVersion: 'kctl.dev/v1alpha1',
@@ -81,16 +110,8 @@ export function hostedConfig(c: KctlCluster, o: { address: string; sans: string[
   });
 }
 
-export function configMap(c: KctlCluster, config: string) {
-  return {
-    apiVersion: 'v1',
-    kind: 'ConfigMap',
-    metadata: meta(c, ownedNames(c.metadata.name).config),
-    data: { 'kctl.yaml': config },
-  };
-}
-
-export function deployment(c: KctlCluster) {
+/** The Deployment of its control plane; `configHash` in the pod template rolls the pods when the config changes. */
+export function deployment(c: KctlCluster, o: { ports: ClusterPorts; configHash: string }) {
   const names = ownedNames(c.metadata.name);
   const labels = { [CLUSTER_LABEL]: c.metadata.name };
   return {
@@ -101,7 +122,7 @@ export function deployment(c: KctlCluster) {
       replicas: c.spec.replicas ?? 1,
       selector: { matchLabels: labels },
       template: {
-        metadata: { labels },
+        metadata: { labels, annotations: { [CONFIG_HASH]: o.configHash } },
         spec: {
           terminationGracePeriodSeconds: 30,
           containers: [
@@ -110,8 +131,11 @@ export function deployment(c: KctlCluster) {
               image: kctlImageOf(c.spec.version),
               imagePullPolicy: 'IfNotPresent',
               args: ['controller', '--config', '/etc/kctl/kctl.yaml', '--shared-pki', '/etc/kctl/pki'],
-              ports: [{ name: 'api', containerPort: POD_API_PORT }],
-              readinessProbe: { tcpSocket: { port: POD_API_PORT }, periodSeconds: 2 },
+              ports: [
+                { name: 'api', containerPort: o.ports.api },
+                ...(o.ports.agent ? [{ name: 'konnectivity', containerPort: o.ports.agent }] : []),
+              ],
+              readinessProbe: { tcpSocket: { port: o.ports.api }, periodSeconds: 2 },
               ...(c.spec.resources ? { resources: c.spec.resources } : {}),
               volumeMounts: [
                 { name: 'config', mountPath: '/etc/kctl/kctl.yaml', subPath: 'kctl.yaml' },
@@ -121,7 +145,8 @@ export function deployment(c: KctlCluster) {
             },
           ],
           volumes: [
-            { name: 'config', configMap: { name: names.config } },
+            // The config names the cluster's own database role and password: a Secret.
+            { name: 'config', secret: { secretName: names.config, defaultMode: 0o400 } },
             { name: 'pki', secret: { secretName: names.pki, defaultMode: 0o400 } },
             { name: 'data', emptyDir: {} },
           ],
@@ -131,9 +156,24 @@ export function deployment(c: KctlCluster) {
   };
 }
 
-export function service(c: KctlCluster) {
+/** The annotation on a control-plane pod naming its config's hash. */
+export const CONFIG_HASH = 'kctl.dev/config-hash';
+
+/**
+ * The Service in front of it. With `ports` unknown (a NodePort Service's first apply), Kubernetes
+ * picks the node ports the spec leaves open and the next apply points the pods' ports at them.
+ */
+export function service(c: KctlCluster, ports?: ClusterPorts) {
   const type = c.spec.exposure?.type ?? 'NodePort';
-  const nodePort = type === 'NodePort' ? c.spec.exposure?.nodePort : undefined;
+  const nodePorts = type === 'NodePort';
+  const want = {
+    api: ports?.api ?? (nodePorts ? c.spec.exposure?.nodePort : undefined),
+    agent: ports?.agent ?? (nodePorts ? c.spec.exposure?.agentNodePort : undefined),
+  };
+  const port = (name: string, inPod: number, chosen: number | undefined) => {
+    if (!nodePorts) return { name, port: inPod, targetPort: inPod };
+    return { name, port: inPod, targetPort: chosen ?? inPod, ...(chosen ? { nodePort: chosen } : {}) };
+  };
   return {
     apiVersion: 'v1',
     kind: 'Service',
@@ -141,7 +181,10 @@ export function service(c: KctlCluster) {
     spec: {
       type,
       selector: { [CLUSTER_LABEL]: c.metadata.name },
-      ports: [{ name: 'api', port: POD_API_PORT, targetPort: POD_API_PORT, ...(nodePort ? { nodePort } : {}) }],
+      ports: [
+        port('api', POD_API_PORT, want.api),
+        ...(isFull(c) ? [port('konnectivity', POD_AGENT_PORT, want.agent)] : []),
+      ],
     },
   };
 }

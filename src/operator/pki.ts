@@ -19,8 +19,8 @@ async function inTempDir<T>(fn: (dir: string) => Promise<T>): Promise<T> {
   }
 }
 
-/** A new cluster's shared CAs and keys (api-only on kine: seven files), by their Secret key names. */
-export function newSharedPki(log: Logger): Promise<Record<string, Buffer>> {
+/** A new cluster's shared CAs and keys (api-only on kine: seven files; full: all), by their Secret key names. */
+export function newSharedPki(log: Logger, o: { full: boolean }): Promise<Record<string, Buffer>> {
   return inTempDir(async (dir) => {
     await ensurePki(
       {
@@ -30,7 +30,7 @@ export function newSharedPki(log: Logger): Promise<Record<string, Buffer>> {
         apiPort: 6443,
         serviceCIDR: '10.96.0.0/12',
         clusterDomain: 'cluster.local',
-        apiOnly: { etcd: false },
+        ...(o.full ? {} : { apiOnly: { etcd: false } }),
         encryptedResources: ['secrets'],
         localAddresses: [],
         hostname: 'kctl-operator',

@@ -6,20 +6,14 @@
 import { createHash } from 'node:crypto';
 import type { Logger } from '../base/log.ts';
 import { messageOf } from '../base/errors.ts';
-import { dropPostgresDatabase, ensurePostgresDatabase, isPostgres, withPostgresDatabase } from '../etcd/postgres.ts';
 import { KubeApiError, type KubeClient } from '../kube/client.ts';
 import { resourcePath } from '../kube/paths.ts';
 import { KCTL_CLUSTER } from './crd.ts';
-import {
-  CLUSTER_LABEL,
-  configMap,
-  deployment,
-  hostedConfig,
-  ownedNames,
-  secret,
-  service,
-  type KctlCluster,
-} from './objects.ts';
+import { keepCredentials } from './credentials.ts';
+import { ClusterDatastore, databaseOf } from './datastore.ts';
+import { ensureExposure } from './exposure.ts';
+import { hostedAccess, hostedNodes } from './hosted.ts';
+import { CLUSTER_LABEL, deployment, hostedConfig, isFull, ownedNames, secret, type KctlCluster } from './objects.ts';
 import { adminKubeconfig, caNotAfter, newSharedPki } from './pki.ts';
 
 const FIELD_MANAGER = { fieldManager: 'kctl-operator', force: true };
@@ -40,34 +34,24 @@ interface Outcome {
   version?: string;
   caNotAfter?: string;
   kubeconfigSecret?: string;
+  nodes?: { total: number; ready: number };
 }
 
 interface SecretObject {
   data?: Record<string, string>;
 }
 
-interface NodeObject {
-  status?: { addresses?: { type: string; address: string }[] };
-}
-
-/**
- * The database of a cluster: one per cluster, named by namespace and name, with a short hash of
- * both (team-a/b and team/a-b would read the same) and within PostgreSQL's 63 characters.
- */
-export function databaseOf(c: KctlCluster): string {
-  const { namespace, name } = c.metadata;
-  const readable = `${namespace}_${name}`
-    .toLowerCase()
-    .replace(/[^a-z0-9_]/g, '_')
-    .slice(0, 48);
-  const hash = createHash('sha256').update(`${namespace}/${name}`).digest('hex').slice(0, 8);
-  return `kctl_${readable}_${hash}`;
-}
-
 const degraded = (reason: string, message: string): Outcome => ({
   conditions: [
     { type: 'Ready', status: 'False', reason, message },
     { type: 'Degraded', status: 'True', reason, message },
+  ],
+});
+
+const waiting = (reason: string, message: string): Outcome => ({
+  conditions: [
+    { type: 'Ready', status: 'False', reason, message },
+    { type: 'Progressing', status: 'True', reason, message },
   ],
 });
 
@@ -81,10 +65,14 @@ function canonical(v: unknown): string {
 }
 
 export class ClusterReconciler {
+  private readonly datastore: ClusterDatastore;
+
   constructor(
     private readonly kube: KubeClient,
     private readonly log: Logger,
-  ) {}
+  ) {
+    this.datastore = new ClusterDatastore(kube, FIELD_MANAGER);
+  }
 
   private async getOrUndefined<T>(path: string): Promise<T | undefined> {
     try {
@@ -135,49 +123,44 @@ export class ClusterReconciler {
 
   private async bring(c: KctlCluster): Promise<Outcome> {
     const names = ownedNames(c.metadata.name);
-    const datastore = await this.dataSourceOf(c);
-    if ('missing' in datastore) return degraded('NoDatastore', datastore.missing);
-    const { dataSource } = datastore;
+    const source = await this.datastore.adminSource(c);
+    if ('missing' in source) return degraded('NoDatastore', source.missing);
 
     // The CAs: made once, with the database. A cluster that had them (its status says so) never
     // gets new ones, and a database that holds data never gets a new CA.
     const existing = await this.getOrUndefined<SecretObject>(this.secretPath(c, names.pki));
-    let shared: Record<string, Buffer>;
-    if (existing?.data) {
-      shared = Object.fromEntries(Object.entries(existing.data).map(([k, v]) => [k, Buffer.from(v, 'base64')]));
-    } else if (c.status?.caNotAfter) {
+    if (!existing?.data && c.status?.caNotAfter)
       return degraded(
         'PkiSecretMissing',
         `Secret ${names.pki} with the cluster's CAs and keys is gone; restore it (kctl pki save-shared of a backup): a new CA would not open the cluster's data`,
       );
+    const serving = (c.status?.conditions as Condition[] | undefined)?.some(
+      (x) => x.type === 'Ready' && x.status === 'True',
+    );
+    const { dataSource, inUse } = await this.datastore.dataSource(c, source.admin, !existing?.data || !serving);
+    let shared: Record<string, Buffer>;
+    if (existing?.data) {
+      shared = Object.fromEntries(Object.entries(existing.data).map(([k, v]) => [k, Buffer.from(v, 'base64')]));
     } else {
-      if ((await ensurePostgresDatabase(dataSource)).inUse)
+      if (inUse)
         return degraded(
           'DatabaseInUse',
           `database ${databaseOf(c)} holds another control plane's data; drop it or name another datastore`,
         );
-      shared = await newSharedPki(this.log);
+      shared = await newSharedPki(this.log, { full: isFull(c) });
       await this.kube.apply(secret(c, names.pki, shared), FIELD_MANAGER);
     }
 
-    const addresses = await this.nodeAddresses();
-    if (addresses.length === 0) return degraded('NoNodes', 'the management cluster has no node with an InternalIP');
-    await this.kube.apply(
-      configMap(c, hostedConfig(c, { address: addresses[0]!, sans: addresses, dataSource })),
-      FIELD_MANAGER,
-    );
-    const svc = await this.kube.apply(service(c), FIELD_MANAGER);
-    const dep = await this.kube.apply(deployment(c), FIELD_MANAGER);
+    const exposure = await ensureExposure(this.kube, c, FIELD_MANAGER);
+    if ('waiting' in exposure) return waiting('NoAddress', exposure.waiting);
+    const config = hostedConfig(c, { ...exposure, dataSource });
+    await this.kube.apply(secret(c, names.config, { 'kctl.yaml': config }), FIELD_MANAGER);
+    const configHash = createHash('sha256').update(config).digest('hex').slice(0, 16);
+    const dep = await this.kube.apply(deployment(c, { ports: exposure.ports, configHash }), FIELD_MANAGER);
 
-    const nodePort = (svc as { spec?: { ports?: { nodePort?: number }[] } }).spec?.ports?.[0]?.nodePort;
-    const endpoint = nodePort ? `https://${addresses[0]}:${nodePort}` : undefined;
     const notAfter = caNotAfter(shared['ca.crt']!.toString());
-    const out: Outcome = { conditions: [], caNotAfter: notAfter.toISOString() };
-    if (endpoint) {
-      const kubeconfig = await this.kubeconfigFor(c, shared, endpoint, notAfter);
-      out.kubeconfigSecret = kubeconfig;
-      out.endpoint = endpoint;
-    }
+    const out: Outcome = { conditions: [], caNotAfter: notAfter.toISOString(), endpoint: exposure.endpoint };
+    out.kubeconfigSecret = await this.kubeconfigFor(c, shared, exposure.endpoint, notAfter);
     const status = (dep as { status?: { readyReplicas?: number; updatedReplicas?: number } }).status;
     const want = c.spec.replicas ?? 1;
     const ready = (status?.readyReplicas ?? 0) >= 1;
@@ -202,6 +185,15 @@ export class ClusterReconciler {
       { type: 'Degraded', status: 'False', reason: 'AsSpecified', message: 'as its spec says' },
     );
     if (rolled) out.version = c.spec.version;
+    if (ready && isFull(c)) out.nodes = await this.nodesOf(c);
+    const failed = ready && c.spec.serviceAccounts?.length ? await this.credentialsOf(c) : [];
+    if (failed.length > 0)
+      out.conditions[out.conditions.findIndex((x) => x.type === 'Degraded')] = {
+        type: 'Degraded',
+        status: 'True',
+        reason: 'CredentialsNotKept',
+        message: `kept credentials: ${failed.join('; ')}`,
+      };
     return out;
   }
 
@@ -219,6 +211,28 @@ export class ClusterReconciler {
     const kubeconfig = await adminKubeconfig(shared, endpoint, notAfter);
     await this.kube.apply(secret(c, name, { kubeconfig }), FIELD_MANAGER);
     return name;
+  }
+
+  /** Keeps spec.serviceAccounts' credentials; what failed, one line each. */
+  private async credentialsOf(c: KctlCluster): Promise<string[]> {
+    try {
+      const access = await hostedAccess(this.kube, c);
+      return access ? await keepCredentials(this.kube, access, c, FIELD_MANAGER) : ['no admin kubeconfig yet'];
+    } catch (err) {
+      return [messageOf(err)];
+    }
+  }
+
+  /** The hosted cluster's Nodes; what the status said before when its API does not answer now. */
+  private async nodesOf(c: KctlCluster): Promise<Outcome['nodes']> {
+    try {
+      const access = await hostedAccess(this.kube, c);
+      return access && (await hostedNodes(access.client));
+    } catch (err) {
+      this.log.debug({ cluster: c.metadata.name, err: messageOf(err) }, 'could not count its nodes');
+      const s = c.status as { nodes?: number; nodesReady?: number } | undefined;
+      return s?.nodes === undefined ? undefined : { total: s.nodes, ready: s.nodesReady ?? 0 };
+    }
   }
 
   private clusterPath(c: KctlCluster, subresource?: string): string {
@@ -251,43 +265,17 @@ export class ClusterReconciler {
       labelSelector: `${CLUSTER_LABEL}=${c.metadata.name}`,
     });
     if (pods.items.length > 0) return; // the next run looks again
-    const datastore = await this.dataSourceOf(c);
-    if ('dataSource' in datastore) {
-      await dropPostgresDatabase(datastore.dataSource);
+    if (await this.datastore.drop(c))
       this.log.info(
         { cluster: `${ns}/${c.metadata.name}`, database: databaseOf(c) },
-        'dropped the database of a deleted cluster',
+        'dropped the database and role of a deleted cluster',
       );
-    }
     await this.kube.request('PATCH', this.clusterPath(c), {
       metadata: {
         finalizers: c.metadata.finalizers.filter((f) => f !== DATABASE_FINALIZER),
         resourceVersion: c.metadata.resourceVersion,
       },
     });
-  }
-
-  /** The cluster's own database URL, from the Secret its datastore names; or why there is none. */
-  private async dataSourceOf(c: KctlCluster): Promise<{ dataSource: string } | { missing: string }> {
-    const pg = c.spec.datastore?.postgres;
-    if (!pg)
-      return {
-        missing: 'spec.datastore.postgres.secretName is required: a control plane in pods keeps its data outside them',
-      };
-    const admin = await this.getOrUndefined<SecretObject>(this.secretPath(c, pg.secretName));
-    const dsn = admin?.data?.dataSource && Buffer.from(admin.data.dataSource, 'base64').toString();
-    if (!dsn || !isPostgres(dsn))
-      return {
-        missing: `Secret ${pg.secretName} has no postgres:// URL under the key dataSource; create it in namespace ${c.metadata.namespace}`,
-      };
-    return { dataSource: withPostgresDatabase(dsn, databaseOf(c)) };
-  }
-
-  private async nodeAddresses(): Promise<string[]> {
-    const nodes = await this.kube.list<NodeObject>('/api/v1/nodes');
-    return nodes.items.flatMap(
-      (n) => n.status?.addresses?.filter((a) => a.type === 'InternalIP').map((a) => a.address) ?? [],
-    );
   }
 
   private async writeStatus(c: KctlCluster, o: Outcome): Promise<void> {
@@ -306,9 +294,12 @@ export class ClusterReconciler {
       ...(o.version ? { version: o.version } : {}),
       ...(o.caNotAfter ? { caNotAfter: o.caNotAfter } : {}),
       ...(o.kubeconfigSecret ? { kubeconfigSecret: o.kubeconfigSecret } : {}),
+      ...(o.nodes ? { nodes: o.nodes.total, nodesReady: o.nodes.ready } : {}),
     };
-    // Unchanged: no write (every cluster is looked at every few seconds).
-    if (canonical(status) === canonical(c.status ?? {})) return;
+    // A merge patch: what this run did not learn (a failed run knows no endpoint) stays as it was;
+    // caNotAfter above all, which says the cluster had its CAs. Unchanged: no write (every
+    // cluster is looked at every few seconds).
+    if (canonical({ ...(c.status ?? {}), ...status }) === canonical(c.status ?? {})) return;
     await this.kube.request('PATCH', path, { status });
   }
 }

@@ -68,6 +68,11 @@ export class JoinServerComponent implements Component {
     private readonly etcd: EtcdClientTls | undefined,
     /** kctl executables for upgrades, served beside the join (executables.ts). */
     private readonly executables?: ExecutableFiles,
+    /**
+     * Listen on loopback only: a controller whose keys come from --shared-pki (a pod) takes no
+     * controller joins, and its spec.api.address is its exposure's, not one of its own.
+     */
+    private readonly loopback = false,
   ) {
     this.tokens = new ControllerTokenStore(kube);
   }
@@ -102,7 +107,7 @@ export class JoinServerComponent implements Component {
     });
     const { joinPort } = this.cfg.spec.api;
     // Only the door open: joins arrive through it (handed over in this process), none at the port.
-    const address = doorOnly(this.cfg) ? '127.0.0.1' : this.cfg.spec.api.address;
+    const address = doorOnly(this.cfg) || this.loopback ? '127.0.0.1' : this.cfg.spec.api.address;
     await new Promise<void>((resolve, reject) => {
       const failed = (err: NodeJS.ErrnoException) =>
         reject(

@@ -3,7 +3,6 @@
 // cluster-info and deleting expired tokens); controller tokens are stored hashed by
 // controller-tokens.ts. Both kinds share the token text and the id space of `kctl token`.
 import { randomInt } from 'node:crypto';
-import { readFile } from 'node:fs/promises';
 import { parseDuration } from '../../base/duration.ts';
 import { UserError } from '../../base/errors.ts';
 import { encodeToken, type JoinRole } from '../../join/token.ts';
@@ -52,12 +51,9 @@ export function parseUses(text: string): number {
 export async function createToken(
   kube: KubeClient,
   cfg: ClusterConfig,
-  caFile: string,
-  role: JoinRole,
-  expiryMs: number,
-  uses?: number,
-  nodeName?: string,
+  o: { caPem: string; role: JoinRole; expiryMs: number; uses?: number; nodeName?: string },
 ): Promise<string> {
+  const { role, expiryMs, uses, nodeName } = o;
   const id = randomString(6);
   const secret = randomString(16);
   const expiration = expiryMs ? new Date(Date.now() + expiryMs).toISOString().replace(/\.\d+Z$/, 'Z') : undefined;
@@ -89,7 +85,7 @@ export async function createToken(
     role,
     apiServers: [apiServerUrl(cfg)],
     ...(role === 'controller' ? { joinServers: [joinServerUrl(cfg)] } : {}),
-    caPem: await readFile(caFile, 'utf8'),
+    caPem: o.caPem,
     konnectivity: [konnectivityAddress(cfg)],
     bootstrapToken: `${id}.${secret}`,
     podCIDR: cfg.spec.network.podCIDR,

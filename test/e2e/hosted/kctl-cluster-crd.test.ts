@@ -51,7 +51,7 @@ test('the KctlCluster CRD: a cluster as an object is stored and listed; bad obje
   assert.equal(established.exitCode, 0, String(established.stderr));
 
   // A full cluster with the fields of a config file, and how it runs as pods.
-  const good = cluster('edge-1', {
+  const goodSpec = {
     version: '0.2.0',
     replicas: 2,
     config: {
@@ -64,7 +64,8 @@ test('the KctlCluster CRD: a cluster as an object is stored and listed; bad obje
     datastore: { postgres: { secretName: 'pg-admin' } },
     exposure: { type: 'NodePort', nodePort: 30643 },
     resources: { requests: { cpu: '250m', memory: '300Mi' } },
-  });
+  };
+  const good = cluster('edge-1', goodSpec);
   const created = await kubectl(['apply', '-f', '-'], good);
   assert.equal(created.exitCode, 0, String(created.stderr));
   const listed = await kubectl(['get', 'kc']);
@@ -116,6 +117,16 @@ test('the KctlCluster CRD: a cluster as an object is stored and listed; bad obje
       { version: '0.2.0', exposure: { type: 'ClusterIP', nodePort: 30001 } },
       /spec\.exposure: Invalid value: .*nodePort is for type NodePort/,
     ],
+    [
+      'same-ports',
+      { version: '0.2.0', exposure: { nodePort: 30001, agentNodePort: 30001 } },
+      /spec\.exposure: Invalid value: .*nodePort and agentNodePort must differ/,
+    ],
+    [
+      'bad-account',
+      { version: '0.2.0', serviceAccounts: [{ namespace: 'Apps', name: 'w', secretName: 's' }] },
+      /spec\.serviceAccounts\[0\]\.namespace: Invalid value: "Apps"/,
+    ],
   ];
   for (const [name, spec, why] of refused) {
     const r = await kubectl(['apply', '-f', '-'], cluster(name, spec));
@@ -123,4 +134,11 @@ test('the KctlCluster CRD: a cluster as an object is stored and listed; bad obje
     assert.match(String(r.stderr), why, name);
     assert.notEqual((await kubectl(['get', 'kc', name])).exitCode, 0, `${name} was stored`);
   }
+  // A full cluster and an api-only one keep different keys: the profile is for good.
+  const changed = await kubectl(
+    ['apply', '-f', '-'],
+    cluster('edge-1', { ...goodSpec, config: { ...goodSpec.config, profile: 'api-only' } }),
+  );
+  assert.notEqual(changed.exitCode, 0, 'the profile was changed');
+  assert.match(String(changed.stderr), /config\.profile cannot change/);
 });

@@ -1,18 +1,20 @@
 // The operator (`kctl operator manifests`: two replicas of the kctl image running `kctl operator
 // run` with its own service account and RBAC, one leading) on a kctl management cluster: a
-// KctlCluster object becomes a
-// hosted api-only control plane: its database on the PostgreSQL its datastore Secret names, its
-// CAs in a Secret made once, a Deployment of the kctl image, a NodePort Service, an admin
-// kubeconfig Secret, and a status that says Ready with its endpoint. An admin on another host
-// uses that kubeconfig. The CA Secret deleted: the cluster is reported Degraded and no new CA is
-// made; put back, it is Ready again. The object deleted: its pods go, then its database, then the
-// object and everything else it owned.
+// KctlCluster object becomes a hosted api-only control plane: its database and role on the
+// PostgreSQL its datastore Secret names, its CAs in a Secret made once, a Deployment of the kctl
+// image, a NodePort Service, an admin kubeconfig Secret, and a status that says Ready with its
+// endpoint. An admin on another host uses that kubeconfig; a Deployment on the management cluster
+// lists the tenant's objects with the credentials of a tenant service account the operator keeps.
+// The CA Secret deleted: the cluster is reported Degraded and no new CA is made; put back, it is
+// Ready again. The object deleted: its pods go, then its database and role, then the object and
+// everything else it owned.
 import assert from 'node:assert/strict';
 import { writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { stringify } from 'yaml';
 import { KCTL_VERSION } from '../../../src/base/version.ts';
+import { kctlImageOf } from '../../../src/payload/images.ts';
 import { kctl } from '../lab/kctl.ts';
 import { startManagementLab } from '../lab/management.ts';
 import { waitFor } from '../../wait.ts';
@@ -73,7 +75,10 @@ test('the operator, as a Deployment with a leader, makes a KctlCluster a hosted 
     `${holder} is none of the operator pods`,
   );
 
-  const admin = `postgres://postgres@${pg.host}:${pg.port}/postgres?sslmode=disable`;
+  // The operator's datastore role may make databases and roles, and is no superuser (as on a managed PostgreSQL).
+  await pg.sql('create role kctl_admin login createdb createrole');
+  await pg.sql('create role intruder login');
+  const admin = `postgres://kctl_admin@${pg.host}:${pg.port}/postgres?sslmode=disable`;
   assert.equal(
     (await c.kubectl(['create', 'secret', 'generic', 'pg-admin', `--from-literal=dataSource=${admin}`])).exitCode,
     0,
@@ -87,6 +92,8 @@ test('the operator, as a Deployment with a leader, makes a KctlCluster a hosted 
       config: { profile: 'api-only' },
       datastore: { postgres: { secretName: 'pg-admin' } },
       exposure: { type: 'NodePort', nodePort: NODE_PORT },
+      // A program on the management cluster reads the tenant's API as this account of the tenant.
+      serviceAccounts: [{ namespace: 'default', name: 'watcher', secretName: 't1-watcher' }],
     },
   });
   assert.equal((await c.kubectl(['apply', '-f', '-'], object)).exitCode, 0);
@@ -114,11 +121,18 @@ test('the operator, as a Deployment with a leader, makes a KctlCluster a hosted 
   assert.ok(s.caNotAfter && new Date(s.caNotAfter).getTime() > Date.now());
   const listed = String((await c.kubectl(['get', 'kc'])).stdout);
   assert.match(listed, new RegExp(`t1\\s+True\\s+api-only\\s+${KCTL_VERSION.replace(/\./g, '\\.')}\\s+https://`));
-  // Its own database, made by the operator.
-  assert.match(
-    (await pg.sql("select datname from pg_database where datname like 'kctl_default_t1_%'")).trim(),
-    /^kctl_default_t1_[0-9a-f]{8}$/,
+  // Its own database and role, made by the operator: the role owns the database, no other role may
+  // connect to it, and the pod's config names that role, not the datastore Secret's.
+  const database = (await pg.sql("select datname from pg_database where datname like 'kctl_default_t1_%'")).trim();
+  assert.match(database, /^kctl_default_t1_[0-9a-f]{8}$/);
+  assert.equal(
+    (await pg.sql(`select pg_get_userbyid(datdba) from pg_database where datname = '${database}'`)).trim(),
+    database,
   );
+  assert.equal((await pg.sql(`select has_database_privilege('intruder', '${database}', 'connect')`)).trim(), 'f');
+  const config = await c.kubectl(['get', 'secret', 't1-config', '-o', 'jsonpath={.data.kctl\\.yaml}']);
+  const dataSource = /dataSource: (\S+)/.exec(Buffer.from(String(config.stdout), 'base64').toString())?.[1];
+  assert.equal(new URL(dataSource!).username, database);
 
   // An admin elsewhere, with the kubeconfig the operator keeps.
   const kc = await c.kubectl(['get', 'secret', 't1-admin-kubeconfig', '-o', 'jsonpath={.data.kubeconfig}']);
@@ -135,12 +149,93 @@ test('the operator, as a Deployment with a leader, makes a KctlCluster a hosted 
   const made = await hosted(['create', 'configmap', 'hello', '--from-literal=where=operator']);
   assert.equal(made.exitCode, 0, String(made.stderr));
 
+  // Kept credentials: the tenant lets its account watcher read; a Deployment on the management
+  // cluster lists the tenant's ConfigMaps with the kubeconfig the operator keeps for it.
+  const bound = await hosted([
+    'create',
+    'rolebinding',
+    'watcher',
+    '--clusterrole=view',
+    '--serviceaccount=default:watcher',
+  ]);
+  assert.equal(bound.exitCode, 0, String(bound.stderr));
+  await waitFor(
+    'the kept credentials Secret',
+    60_000,
+    async () => (await c.kubectl(['get', 'secret', 't1-watcher'])).exitCode === 0,
+    operatorLog,
+  );
+  const reader = stringify({
+    apiVersion: 'apps/v1',
+    kind: 'Deployment',
+    metadata: { name: 'tenant-reader' },
+    spec: {
+      selector: { matchLabels: { app: 'tenant-reader' } },
+      template: {
+        metadata: { labels: { app: 'tenant-reader' } },
+        spec: {
+          containers: [
+            {
+              name: 'reader',
+              image: kctlImageOf(KCTL_VERSION),
+              imagePullPolicy: 'Never',
+              args: ['kubectl', '--kubeconfig', '/creds/kubeconfig', 'get', 'configmaps', '--watch', '-o', 'name'],
+              volumeMounts: [
+                { name: 'creds', mountPath: '/creds', readOnly: true },
+                { name: 'data', mountPath: '/var/lib/kctl' },
+              ],
+            },
+          ],
+          volumes: [
+            { name: 'creds', secret: { secretName: 't1-watcher' } },
+            { name: 'data', emptyDir: {} },
+          ],
+        },
+      },
+    },
+  });
+  assert.equal((await c.kubectl(['apply', '-f', '-'], reader)).exitCode, 0);
+  const readerLog = async () => {
+    const r = await c.kubectl(['logs', 'deploy/tenant-reader']);
+    return `${String(r.stdout)}${String(r.stderr)}`;
+  };
+  await waitFor(
+    "the Deployment lists the tenant's ConfigMaps",
+    180_000,
+    async () => /configmap\/hello/.test(await readerLog()),
+    readerLog,
+  );
+  // What the account may not do, it may not do: the credentials are the tenant's account's, no more.
+  const creds = await c.kubectl(['get', 'secret', 't1-watcher', '-o', 'jsonpath={.data.kubeconfig}']);
+  const watcherConf = join(dir, 'watcher.conf');
+  await writeFile(watcherConf, Buffer.from(String(creds.stdout), 'base64'), { mode: 0o600 });
+  const denied = await out.run(
+    join(c.dataDir, 'bin', 'current', 'kubectl'),
+    [
+      '--kubeconfig',
+      watcherConf,
+      '--server',
+      `https://${mw.ip}:${NODE_PORT}`,
+      '--request-timeout=20s',
+      'create',
+      'configmap',
+      'nope',
+    ],
+    { timeout: 60_000 },
+  );
+  assert.notEqual(denied.exitCode, 0);
+  assert.match(String(denied.stderr), /forbidden/i);
+  assert.equal((await c.kubectl(['delete', 'deploy', 'tenant-reader', '--wait=false'])).exitCode, 0);
+
   // The CA Secret deleted: reported, never made again.
   const pki = await c.kubectl(['get', 'secret', 't1-pki', '-o', 'json']);
   const caBefore = (JSON.parse(String(pki.stdout)) as { data: Record<string, string> }).data['ca.crt'];
   assert.equal((await c.kubectl(['delete', 'secret', 't1-pki'])).exitCode, 0);
-  await waitFor('the KctlCluster says its CA Secret is gone', 60_000, async () =>
-    (await status()).conditions?.some((x) => x.type === 'Degraded' && x.reason === 'PkiSecretMissing'),
+  await waitFor(
+    'the KctlCluster says its CA Secret is gone',
+    60_000,
+    async () => (await status()).conditions?.some((x) => x.type === 'Degraded' && x.reason === 'PkiSecretMissing'),
+    async () => JSON.stringify(await status()) + (await operatorLog()),
   );
   assert.notEqual((await c.kubectl(['get', 'secret', 't1-pki'])).exitCode, 0, 'a new CA Secret was made');
   // Put back (as from a backup), the cluster is well again, with the same CA.
@@ -170,5 +265,10 @@ test('the operator, as a Deployment with a leader, makes a KctlCluster a hosted 
     (await pg.sql("select datname from pg_database where datname like 'kctl_default_t1_%'")).trim(),
     '',
     'the database of t1 is still there',
+  );
+  assert.equal(
+    (await pg.sql(`select rolname from pg_roles where rolname = '${database}'`)).trim(),
+    '',
+    'its role is still there',
   );
 });

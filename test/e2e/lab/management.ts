@@ -18,13 +18,17 @@ export interface ManagementLab extends LabTest {
   pg: Postgres;
 }
 
-/** Starts lab `name` (its directory prefixed `dir`) with the management cluster ready and PostgreSQL on `pgPort`. */
+/**
+ * Starts lab `name` (its directory prefixed `dir`) with the management cluster ready and PostgreSQL
+ * on `pgPort`; `nodes` are further hosts that run `kctl worker` for hosted clusters (startLabWorker's layout).
+ */
 export async function startManagementLab(
   t: { after: (fn: () => Promise<void>) => void },
   name: string,
-  o: { dir: string; pgPort: number },
+  o: { dir: string; pgPort: number; nodes?: string[] },
 ): Promise<ManagementLab> {
-  const test = await startLab(t, name, ['mc', 'mw', 'out'], { dir: o.dir, workers: ['mw'] });
+  const nodes = o.nodes ?? [];
+  const test = await startLab(t, name, ['mc', 'mw', 'out', ...nodes], { dir: o.dir, workers: ['mw', ...nodes] });
   const { lab, dir, kctlBin } = test;
   const [mc, mw, out] = [lab.host('mc'), lab.host('mw'), lab.host('out')];
   const save = await mw.run(kctlBin, ['airgap', 'save-images', KCTL_IMAGE, '--dir', join(dir, 'mw-data', 'images')], {

@@ -1,6 +1,6 @@
 // The operator's manifests: the kctl image of the version, its own service account, and RBAC that
-// names what it touches and no more (it deletes only Deployments, of deleted clusters: the garbage
-// collector removes the rest they owned).
+// names what it touches and no more (it deletes only Deployments, of deleted clusters, and the
+// Secrets of credentials taken out of a spec: the garbage collector removes the rest they owned).
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { operatorManifests } from '../../../src/operator/install.ts';
@@ -30,7 +30,7 @@ test('the operator runs the kctl image of its version as its own service account
   assert.ok(!rules.some((r) => r.verbs.includes('*') || r.resources.includes('*')));
   assert.deepEqual(
     rules.filter((r) => r.verbs.includes('delete')).map((r) => r.resources),
-    [['deployments']],
+    [['secrets'], ['deployments']],
   );
   const lease = rules.find((r) => r.resources.includes('leases') && r.verbs.includes('update'));
   assert.deepEqual(lease?.resourceNames, ['kctl-operator']);

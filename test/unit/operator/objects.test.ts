@@ -5,8 +5,9 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { parse } from 'yaml';
 import { parseConfig } from '../../../src/controller/config/config.ts';
-import { configMap, deployment, hostedConfig, service, type KctlCluster } from '../../../src/operator/objects.ts';
-import { databaseOf } from '../../../src/operator/reconcile.ts';
+import { deployment, hostedConfig, secret, service, type KctlCluster } from '../../../src/operator/objects.ts';
+import { databaseOf } from '../../../src/operator/datastore.ts';
+import { portsOf } from '../../../src/operator/exposure.ts';
 
 const cluster: KctlCluster = {
   apiVersion: 'kctl.dev/v1alpha1',
@@ -26,11 +27,13 @@ test("the hosted config keeps the object's fields and loads as a config file", (
     address: '10.0.0.5',
     sans: ['10.0.0.5', '10.0.0.6'],
     dataSource: 'postgres://u@db:5432/kctl_team_a_edge_1',
+    ports: { api: 30700 },
   });
   const cfg = parseConfig(parse(text), 'the hosted config');
   assert.equal(cfg.spec.profile, 'api-only');
   assert.equal(cfg.spec.api.address, '10.0.0.5');
-  assert.equal(cfg.spec.api.port, 6443);
+  // The pods listen on the node port: what the cluster names is what a client outside dials.
+  assert.equal(cfg.spec.api.port, 30700);
   assert.deepEqual(cfg.spec.api.sans, ['api.example.com', '10.0.0.5', '10.0.0.6']);
   assert.equal(cfg.spec.network.serviceCIDR, '10.60.0.0/16');
   assert.equal(cfg.spec.storage.kine.dataSource, 'postgres://u@db:5432/kctl_team_a_edge_1');
@@ -39,7 +42,7 @@ test("the hosted config keeps the object's fields and loads as a config file", (
 });
 
 test('the Deployment runs the kctl image of its version, its replicas, its CAs from the Secret; all owned by the object', () => {
-  const d = deployment(cluster);
+  const d = deployment(cluster, { ports: { api: 30700 }, configHash: 'h1' });
   assert.equal(d.spec.replicas, 2);
   const pod = d.spec.template.spec;
   assert.equal(pod.containers[0]!.image, 'kctl.local/kctl:v0.3.0');
@@ -51,8 +54,10 @@ test('the Deployment runs the kctl image of its version, its replicas, its CAs f
     '/etc/kctl/pki',
   ]);
   assert.deepEqual(pod.containers[0]!.resources, { requests: { memory: '200Mi' } });
+  assert.deepEqual(pod.containers[0]!.ports, [{ name: 'api', containerPort: 30700 }]);
+  assert.equal(d.spec.template.metadata.annotations['kctl.dev/config-hash'], 'h1');
   assert.deepEqual(pod.volumes[1], { name: 'pki', secret: { secretName: 'edge-1-pki', defaultMode: 0o400 } });
-  for (const o of [d, service(cluster), configMap(cluster, '')]) {
+  for (const o of [d, service(cluster), secret(cluster, 'edge-1-config', {})]) {
     assert.equal(o.metadata.namespace, 'team-a');
     assert.deepEqual(o.metadata.ownerReferences[0], {
       apiVersion: 'kctl.dev/v1alpha1',
@@ -63,11 +68,50 @@ test('the Deployment runs the kctl image of its version, its replicas, its CAs f
       blockOwnerDeletion: true,
     });
   }
-  assert.deepEqual(service(cluster).spec.ports, [{ name: 'api', port: 6443, targetPort: 6443, nodePort: 30700 }]);
+  assert.deepEqual(service(cluster).spec.ports, [{ name: 'api', port: 6443, targetPort: 30700, nodePort: 30700 }]);
   assert.equal(
     service({ ...cluster, spec: { ...cluster.spec, exposure: { type: 'ClusterIP' } } }).spec.type,
     'ClusterIP',
   );
+});
+
+test('a full cluster is reached on two node ports, which its pods listen on; Kubernetes may pick them', () => {
+  const full: KctlCluster = { ...cluster, spec: { version: '0.3.0', exposure: { agentNodePort: 30701 } } };
+  // First apply: the API's node port left to Kubernetes, its target a placeholder.
+  assert.deepEqual(service(full).spec.ports, [
+    { name: 'api', port: 6443, targetPort: 6443 },
+    { name: 'konnectivity', port: 8132, targetPort: 30701, nodePort: 30701 },
+  ]);
+  const given = {
+    spec: {
+      ports: [
+        { name: 'api', nodePort: 31234 },
+        { name: 'konnectivity', nodePort: 30701 },
+      ],
+    },
+  };
+  const ports = portsOf(full, given)!;
+  assert.deepEqual(ports, { api: 31234, agent: 30701 });
+  assert.deepEqual(service(full, ports).spec.ports, [
+    { name: 'api', port: 6443, targetPort: 31234, nodePort: 31234 },
+    { name: 'konnectivity', port: 8132, targetPort: 30701, nodePort: 30701 },
+  ]);
+  // Until both are given there are no ports to write into the config.
+  assert.equal(portsOf(full, { spec: { ports: [{ name: 'api', nodePort: 31234 }] } }), undefined);
+  const cfg = parseConfig(
+    parse(hostedConfig(full, { address: '10.0.0.5', sans: [], dataSource: 'postgres://u@db/x', ports })),
+    'the hosted config',
+  );
+  assert.equal(cfg.spec.api.port, 31234);
+  assert.equal(cfg.spec.konnectivity.agentPort, 30701);
+  const pod = deployment(full, { ports, configHash: 'h' }).spec.template.spec.containers[0]!;
+  assert.deepEqual(pod.ports, [
+    { name: 'api', containerPort: 31234 },
+    { name: 'konnectivity', containerPort: 30701 },
+  ]);
+  // Other Service types: the pods' own ports.
+  const inside = { ...full, spec: { ...full.spec, exposure: { type: 'ClusterIP' as const } } };
+  assert.deepEqual(portsOf(inside, {}), { api: 6443, agent: 8132 });
 });
 
 test("each cluster has a database of its own, named by namespace and name, never another's", () => {
