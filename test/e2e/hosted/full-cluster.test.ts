@@ -4,7 +4,9 @@
 // port), which its pod also listens on. `kctl cluster token` mints a worker token in the hosted
 // cluster naming them; a worker on host edge, which nothing on the management cluster can reach,
 // joins with it, runs a pod, and the hosted API answers its logs and exec through the agent's
-// tunnel. `kctl cluster list` shows the cluster with its node.
+// tunnel. `kctl cluster list` shows the cluster with its node. Then the control-plane pod is
+// killed and its node cordoned: the API is back from the other management node, and the hosted
+// node stays Ready throughout.
 import assert from 'node:assert/strict';
 import { writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
@@ -16,11 +18,14 @@ import { kctl } from '../lab/kctl.ts';
 import { startManagementLab } from '../lab/management.ts';
 import { waitFor } from '../../wait.ts';
 
-test('a hosted full cluster: a node elsewhere joins with a token the management cluster mints, runs a pod, and answers logs and exec through its tunnel', async (t) => {
+const READY_SINCE = '{.status.conditions[?(@.type=="Ready")].lastTransitionTime}';
+
+test('a hosted full cluster: a node elsewhere joins with a token the management cluster mints, runs a pod, answers logs and exec through its tunnel, and survives its control-plane pod killed on a cordoned node', async (t) => {
   const { lab, dir, kctlBin, c, mc, mw, out, pg } = await startManagementLab(t, 'hfl', {
     dir: 'kctl-hosted-full-',
     pgPort: 15434,
     nodes: ['edge'],
+    spare: true,
   });
   const edge = lab.host('edge');
   const adminConf = join(c.dataDir, 'pki', 'admin.conf');
@@ -147,5 +152,57 @@ test('a hosted full cluster: a node elsewhere joins with a token the management 
   assert.match(
     String(table.stdout),
     new RegExp(`default\\s+f1\\s+True\\s+full\\s+${KCTL_VERSION.replace(/\./g, '\\.')}\\s+1/1\\s+https://`),
+  );
+
+  // The management cluster's own fault: the control-plane pod killed and its node cordoned. The
+  // next pod runs on the other node, with the same CA, data and ports; edge stays a Ready node
+  // (its Ready condition never changed) and its tunnel comes back to the new server.
+  const readySince = async () =>
+    String((await hosted(['get', 'node', 'edge', '-o', `jsonpath=${READY_SINCE}`])).stdout);
+  const before = await readySince();
+  assert.ok(before, 'edge has no Ready condition');
+  const pods = async () =>
+    (
+      JSON.parse(String((await c.kubectl(['get', 'pod', '-l', 'kctl.dev/cluster=f1', '-o', 'json'])).stdout)) as {
+        items: {
+          metadata: { name: string; deletionTimestamp?: string };
+          spec: { nodeName?: string };
+          status: { containerStatuses?: { ready: boolean }[] };
+        }[];
+      }
+    ).items;
+  const [old] = await pods();
+  const from = old!.spec.nodeName!;
+  assert.equal((await c.kubectl(['cordon', from])).exitCode, 0);
+  const killed = Date.now();
+  assert.equal(
+    (await c.kubectl(['delete', 'pod', old!.metadata.name, '--grace-period=0', '--force', '--wait=false'])).exitCode,
+    0,
+  );
+  const probe = (args: string[]) =>
+    out.run(
+      join(c.dataDir, 'bin', 'current', 'kubectl'),
+      ['--kubeconfig', kubeconfig, '--request-timeout=3s', ...args],
+      {
+        timeout: 10_000,
+      },
+    );
+  await waitFor(
+    'the hosted API answers from a pod on the other node',
+    120_000,
+    async () =>
+      (await pods()).some(
+        (p) => p.spec.nodeName !== from && !p.metadata.deletionTimestamp && p.status.containerStatuses?.[0]?.ready,
+      ) && (await probe(['get', '--raw', '/readyz'])).exitCode === 0,
+    podLog,
+  );
+  t.diagnostic(`hosted API back ${((Date.now() - killed) / 1000).toFixed(1)} s after its pod was killed`);
+  assert.ok(await nodeReady(hosted, 'edge'), 'edge is not Ready after the failover');
+  assert.equal(await readySince(), before, "edge's Ready condition changed during the failover");
+  await waitFor(
+    'exec through the tunnel to the new server',
+    120_000,
+    async () => String((await probe(['exec', 'hello', '--', 'echo', 'back'])).stdout).trim() === 'back',
+    worker.log,
   );
 });

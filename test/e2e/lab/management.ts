@@ -1,6 +1,7 @@
 // A kctl management cluster for the hosted tests (test/e2e/hosted/): host mc runs the controller
-// and a PostgreSQL for the hosted clusters' data; mw is its one worker, where their pods run, with
-// the kctl image (made from this kctl) in its images directory; out is another host, for admins.
+// and a PostgreSQL for the hosted clusters' data; mw (and mw2, with spare) are its workers, where
+// their pods run, with the kctl image (made from this kctl) in their images directories; out is
+// another host, for admins.
 import assert from 'node:assert/strict';
 import { join } from 'node:path';
 import { KCTL_IMAGE } from '../../../src/payload/images.ts';
@@ -20,26 +21,37 @@ export interface ManagementLab extends LabTest {
 
 /**
  * Starts lab `name` (its directory prefixed `dir`) with the management cluster ready and PostgreSQL
- * on `pgPort`; `nodes` are further hosts that run `kctl worker` for hosted clusters (startLabWorker's layout).
+ * on `pgPort`. `spare` adds a second management worker, mw2 (a control-plane pod may move there);
+ * `nodes` are further hosts that run `kctl worker` for hosted clusters (startLabWorker's layout).
  */
 export async function startManagementLab(
   t: { after: (fn: () => Promise<void>) => void },
   name: string,
-  o: { dir: string; pgPort: number; nodes?: string[] },
+  o: { dir: string; pgPort: number; nodes?: string[]; spare?: boolean },
 ): Promise<ManagementLab> {
+  const workers = o.spare ? ['mw', 'mw2'] : ['mw'];
   const nodes = o.nodes ?? [];
-  const test = await startLab(t, name, ['mc', 'mw', 'out', ...nodes], { dir: o.dir, workers: ['mw', ...nodes] });
+  const test = await startLab(t, name, ['mc', ...workers, 'out', ...nodes], {
+    dir: o.dir,
+    workers: [...workers, ...nodes],
+  });
   const { lab, dir, kctlBin } = test;
   const [mc, mw, out] = [lab.host('mc'), lab.host('mw'), lab.host('out')];
-  const save = await mw.run(kctlBin, ['airgap', 'save-images', KCTL_IMAGE, '--dir', join(dir, 'mw-data', 'images')], {
-    timeout: 300_000,
-  });
-  assert.equal(save.exitCode, 0, String(save.stderr));
+  for (const w of workers) {
+    const save = await lab
+      .host(w)
+      .run(kctlBin, ['airgap', 'save-images', KCTL_IMAGE, '--dir', join(dir, `${w}-data`, 'images')], {
+        timeout: 300_000,
+      });
+    assert.equal(save.exitCode, 0, String(save.stderr));
+  }
   const c = await labController(kctlBin, mc, dir);
   await controllerReady(track(mc.spawn(kctlBin, c.args)));
-  const worker = startLabWorker(kctlBin, mw, dir, await c.createToken('1h'));
+  const token = await c.createToken('1h');
+  const started = workers.map((w) => startLabWorker(kctlBin, lab.host(w), dir, token));
   // Pods reach it through mw, from the pod network.
   const pg = await startPostgres(t, o.pgPort, { host: mc, trust: '0.0.0.0/0' });
-  await waitFor('management worker ready', 240_000, async () => worker.saw('"msg":"worker ready"'), worker.log);
+  for (const worker of started)
+    await waitFor('management worker ready', 240_000, async () => worker.saw('"msg":"worker ready"'), worker.log);
   return { ...test, c, mc, mw, out, pg };
 }
