@@ -76,7 +76,8 @@ function specSchema(): Schema {
     properties: {
       version: {
         type: 'string',
-        pattern: '^[0-9]+\\.[0-9]+\\.[0-9]+$',
+        pattern: '^[0-9]+\\.[0-9]+\\.[0-9]+(-[0-9A-Za-z.-]+)?$',
+        maxLength: 64,
         description: 'the kctl version its control plane runs (the kctl image of that version)',
       },
       replicas: {

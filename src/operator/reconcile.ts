@@ -6,6 +6,7 @@
 import { createHash } from 'node:crypto';
 import type { Logger } from '../base/log.ts';
 import { messageOf } from '../base/errors.ts';
+import { compareVersions } from '../base/version.ts';
 import { KubeApiError, type KubeClient } from '../kube/client.ts';
 import { resourcePath } from '../kube/paths.ts';
 import { KCTL_CLUSTER } from './crd.ts';
@@ -123,6 +124,19 @@ export class ClusterReconciler {
 
   private async bring(c: KctlCluster): Promise<Outcome> {
     const names = ownedNames(c.metadata.name);
+    // kctl's upgrade rule: never back (its data may be written in a newer form already).
+    const running = c.status?.version as string | undefined;
+    if (running && compareVersions(c.spec.version, running) < 0) {
+      // Nothing is applied: the pods keep serving as they were, and Ready says what it said.
+      const message = `kctl ${c.spec.version} is older than the ${running} its control plane runs (no downgrades); set spec.version to ${running} or newer`;
+      const ready = (c.status?.conditions as Condition[] | undefined)?.find((x) => x.type === 'Ready');
+      return {
+        conditions: [
+          ...(ready ? [ready] : []),
+          { type: 'Degraded', status: 'True', reason: 'DowngradeRefused', message },
+        ],
+      };
+    }
     const source = await this.datastore.adminSource(c);
     if ('missing' in source) return degraded('NoDatastore', source.missing);
 
@@ -161,10 +175,20 @@ export class ClusterReconciler {
     const notAfter = caNotAfter(shared['ca.crt']!.toString());
     const out: Outcome = { conditions: [], caNotAfter: notAfter.toISOString(), endpoint: exposure.endpoint };
     out.kubeconfigSecret = await this.kubeconfigFor(c, shared, exposure.endpoint, notAfter);
-    const status = (dep as { status?: { readyReplicas?: number; updatedReplicas?: number } }).status;
+    const { status, metadata } = dep as {
+      metadata?: { generation?: number };
+      status?: { observedGeneration?: number; replicas?: number; readyReplicas?: number; updatedReplicas?: number };
+    };
     const want = c.spec.replicas ?? 1;
     const ready = (status?.readyReplicas ?? 0) >= 1;
-    const rolled = (status?.updatedReplicas ?? 0) >= want && (status?.readyReplicas ?? 0) >= want;
+    // Rolled as `kubectl rollout status` says: the Deployment's controller saw this spec, and
+    // every pod it counts is of this spec and ready (no pod of the previous version left).
+    const updated = status?.updatedReplicas ?? 0;
+    const rolled =
+      (status?.observedGeneration ?? 0) >= (metadata?.generation ?? 1) &&
+      updated >= want &&
+      (status?.replicas ?? 0) <= updated &&
+      (status?.readyReplicas ?? 0) >= want;
     out.conditions.push(
       ready
         ? {

@@ -3,8 +3,9 @@
 // their pods run, with the kctl image (made from this kctl) in their images directories; out is
 // another host, for admins.
 import assert from 'node:assert/strict';
+import { mkdir, rename } from 'node:fs/promises';
 import { join } from 'node:path';
-import { KCTL_IMAGE } from '../../../src/payload/images.ts';
+import { KCTL_IMAGE, kctlImageOf } from '../../../src/payload/images.ts';
 import { waitFor } from '../../wait.ts';
 import { controllerReady, labController, startLabWorker, track, type LabController } from './cluster.ts';
 import { startLab, type LabTest } from './lab-test.ts';
@@ -22,12 +23,13 @@ export interface ManagementLab extends LabTest {
 /**
  * Starts lab `name` (its directory prefixed `dir`) with the management cluster ready and PostgreSQL
  * on `pgPort`. `spare` adds a second management worker, mw2 (a control-plane pod may move there);
- * `nodes` are further hosts that run `kctl worker` for hosted clusters (startLabWorker's layout).
+ * `nodes` are further hosts that run `kctl worker` for hosted clusters (startLabWorker's layout);
+ * `kctls` are further kctl executables whose own images the management workers get (a test build).
  */
 export async function startManagementLab(
   t: { after: (fn: () => Promise<void>) => void },
   name: string,
-  o: { dir: string; pgPort: number; nodes?: string[]; spare?: boolean },
+  o: { dir: string; pgPort: number; nodes?: string[]; spare?: boolean; kctls?: { path: string; version: string }[] },
 ): Promise<ManagementLab> {
   const workers = o.spare ? ['mw', 'mw2'] : ['mw'];
   const nodes = o.nodes ?? [];
@@ -37,14 +39,19 @@ export async function startManagementLab(
   });
   const { lab, dir, kctlBin } = test;
   const [mc, mw, out] = [lab.host('mc'), lab.host('mw'), lab.host('out')];
-  for (const w of workers) {
-    const save = await lab
-      .host(w)
-      .run(kctlBin, ['airgap', 'save-images', KCTL_IMAGE, '--dir', join(dir, `${w}-data`, 'images')], {
-        timeout: 300_000,
-      });
-    assert.equal(save.exitCode, 0, String(save.stderr));
-  }
+  // Each image is saved apart (every kctl names its file kctl.oci.tar), then moved in by its tag.
+  const kctls = [
+    { path: kctlBin, image: KCTL_IMAGE },
+    ...(o.kctls ?? []).map((k) => ({ path: k.path, image: kctlImageOf(k.version) })),
+  ];
+  for (const w of workers)
+    for (const { path, image } of kctls) {
+      const apart = join(dir, 'saved-image');
+      const save = await lab.host(w).run(path, ['airgap', 'save-images', image, '--dir', apart], { timeout: 300_000 });
+      assert.equal(save.exitCode, 0, String(save.stderr));
+      await mkdir(join(dir, `${w}-data`, 'images'), { recursive: true });
+      await rename(join(apart, 'kctl.oci.tar'), join(dir, `${w}-data`, 'images', `${image.split(':').at(-1)}.oci.tar`));
+    }
   const c = await labController(kctlBin, mc, dir);
   await controllerReady(track(mc.spawn(kctlBin, c.args)));
   const token = await c.createToken('1h');
