@@ -12,7 +12,7 @@ import { TARGETS } from './targets.ts';
 const root = new URL('..', import.meta.url).pathname;
 export const LAST_RUN_DIR = join(root, 'bench', 'last-run');
 
-export type Section = 'main' | 'wan' | 'pod-network' | 'hosted' | 'front-door';
+export type Section = 'main' | 'wan' | 'pod-network' | 'hosted' | 'front-door' | 'operator';
 
 function git(args: string[]): string {
   try {

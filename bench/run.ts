@@ -1,10 +1,11 @@
-// `npm run bench [-- --quick | --smoke] [--wan | --pod-network | --hosted | --front-door] [--json]`: the konnectivity tunnel benchmark (direct
+// `npm run bench [-- --quick | --smoke] [--wan | --pod-network | --hosted | --front-door | --operator] [--json]`: the konnectivity tunnel benchmark (direct
 // TCP vs upstream ANP vs kctl, the same driver for every path: the Go konnectivity-client driver
 // for the speed scenarios, the TypeScript one for the rest; paths alternating, medians of
 // repetitions) and kctl's controller figures; with --wan instead, the WAN-profile section
 // (wan.ts); with --pod-network, pod-to-pod figures per network mode (pod-network.ts); with
 // --hosted, many full clusters on one controller host (hosted.ts); with --front-door, what the
-// front door costs a TLS connection (front-door.ts). Progress on
+// front door costs a TLS connection (front-door.ts); with --operator, control planes as pods on
+// a management cluster (operator.ts). Progress on
 // stderr; with --json the results on stdout.
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -25,6 +26,7 @@ import { workerJoinSeconds } from './worker.ts';
 import { WAN_SIZES, wanFigures } from './wan.ts';
 import { POD_NETWORK_SIZES, podNetworkFigures } from './pod-network.ts';
 import { HOSTED_CLUSTERS, hostedFigures } from './hosted.ts';
+import { OPERATOR_CLUSTERS, operatorFigures } from './operator.ts';
 import { FRONT_DOOR_SIZES, frontDoorFigures } from './front-door.ts';
 import { recordRun } from './record.ts';
 
@@ -169,23 +171,34 @@ async function main(): Promise<void> {
   const podNetwork = argv.includes('--pod-network');
   const hosted = argv.includes('--hosted');
   const frontDoor = argv.includes('--front-door');
+  const operator = argv.includes('--operator');
   const mode = argv.includes('--smoke') ? 'smoke' : argv.includes('--quick') ? 'quick' : 'full';
   const unknown = argv.filter(
     (a) =>
-      !['--json', '--quick', '--smoke', '--wan', '--pod-network', '--hosted', '--front-door', '--debug'].includes(a),
+      ![
+        '--json',
+        '--quick',
+        '--smoke',
+        '--wan',
+        '--pod-network',
+        '--hosted',
+        '--front-door',
+        '--operator',
+        '--debug',
+      ].includes(a),
   );
   if (unknown.length)
     throw new Error(
-      `unknown option ${unknown.join(' ')}; use --quick, --smoke, --wan, --pod-network, --hosted, --front-door, --json, --debug (stack on failure)`,
+      `unknown option ${unknown.join(' ')}; use --quick, --smoke, --wan, --pod-network, --hosted, --front-door, --operator, --json, --debug (stack on failure)`,
     );
-  if ([wan, podNetwork, hosted, frontDoor].filter(Boolean).length > 1)
-    throw new Error('--wan, --pod-network, --hosted and --front-door are separate runs; give one of them');
+  if ([wan, podNetwork, hosted, frontDoor, operator].filter(Boolean).length > 1)
+    throw new Error('--wan, --pod-network, --hosted, --front-door and --operator are separate runs; give one of them');
   const started = Date.now();
   const dir = await mkdtemp(join(tmpdir(), 'kctl-bench-'));
   let out: Row[];
   try {
     log(
-      `mode ${mode}${wan ? ', WAN section' : podNetwork ? ', pod network section' : hosted ? ', hosted section' : frontDoor ? ', front door section' : ''}; workdir ${dir}`,
+      `mode ${mode}${wan ? ', WAN section' : podNetwork ? ', pod network section' : hosted ? ', hosted section' : frontDoor ? ', front door section' : operator ? ', operator section' : ''}; workdir ${dir}`,
     );
     const pki = await makePki(dir);
     out = wan
@@ -194,12 +207,14 @@ async function main(): Promise<void> {
         ? await podNetworkFigures({ sizes: POD_NETWORK_SIZES[mode], log })
         : frontDoor
           ? await frontDoorFigures({ pki, sizes: FRONT_DOOR_SIZES[mode], log })
-          : hosted
-            ? [
-                ...(await hostedFigures({ clusters: HOSTED_CLUSTERS[mode], log })),
-                ...(await hostedFigures({ clusters: HOSTED_CLUSTERS[mode], log, gcPercent: 100 })),
-              ]
-            : await sections(mode, dir, pki);
+          : operator
+            ? await operatorFigures({ clusters: OPERATOR_CLUSTERS[mode], log })
+            : hosted
+              ? [
+                  ...(await hostedFigures({ clusters: HOSTED_CLUSTERS[mode], log })),
+                  ...(await hostedFigures({ clusters: HOSTED_CLUSTERS[mode], log, gcPercent: 100 })),
+                ]
+              : await sections(mode, dir, pki);
   } finally {
     await rm(dir, { recursive: true, force: true });
   }
@@ -207,7 +222,17 @@ async function main(): Promise<void> {
   log(`done in ${seconds} s`);
   reportRows(out, json);
   if (mode === 'full') {
-    const section = wan ? 'wan' : podNetwork ? 'pod-network' : hosted ? 'hosted' : frontDoor ? 'front-door' : 'main';
+    const section = wan
+      ? 'wan'
+      : podNetwork
+        ? 'pod-network'
+        : hosted
+          ? 'hosted'
+          : frontDoor
+            ? 'front-door'
+            : operator
+              ? 'operator'
+              : 'main';
     log(`recorded in ${relative(process.cwd(), await recordRun(section, out, seconds))}`);
   }
 }

@@ -6,7 +6,8 @@
 // node's kubelet, which runs the control-plane pods and their keys anyway, so it can tell no lie
 // it could not act on.
 import { httpsUrl } from '../base/addresses.ts';
-import type { KubeClient } from '../kube/client.ts';
+import { KubeApiError, type KubeClient } from '../kube/client.ts';
+import { resourcePath } from '../kube/paths.ts';
 import { isFull, POD_AGENT_PORT, POD_API_PORT, service, type ClusterPorts, type KctlCluster } from './objects.ts';
 
 export interface Exposure {
@@ -38,13 +39,23 @@ export function portsOf(c: KctlCluster, svc: ServiceObject): ClusterPorts | unde
   return { api, ...(agent ? { agent } : {}) };
 }
 
+const serviceUrl = (c: KctlCluster) =>
+  resourcePath({ apiVersion: 'v1', resource: 'services', namespace: c.metadata.namespace, name: c.metadata.name });
+
 /** Applies the cluster's Service; its exposure, or why it has none yet. */
 export async function ensureExposure(
   kube: KubeClient,
   c: KctlCluster,
   apply: { fieldManager: string; force: boolean },
 ): Promise<Exposure | { waiting: string }> {
-  let svc = (await kube.apply(service(c), apply)) as ServiceObject;
+  // The ports the Service has, when it has them: an apply without them would point its targets
+  // back at the placeholder until the next apply, and every client in between would be refused.
+  const have = await kube.get<ServiceObject>(serviceUrl(c)).catch((err: unknown) => {
+    if (err instanceof KubeApiError && err.status === 404) return undefined;
+    throw err;
+  });
+  const known = have && portsOf(c, have);
+  let svc = (await kube.apply(service(c, known), apply)) as ServiceObject;
   const ports = portsOf(c, svc);
   if (!ports) return { waiting: 'Kubernetes has not given the Service its node ports yet' };
   // A NodePort Service made with its node ports left open: point its targets at what it was given.

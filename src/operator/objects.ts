@@ -4,6 +4,7 @@
 // the KctlCluster, so deleting the object deletes them (Kubernetes' garbage collector); its CAs
 // and database password are made apart (pki.ts, datastore.ts), once.
 import { stringify } from 'yaml';
+import { TENANT_GC_PERCENT } from '../controller/config/config.ts';
 import { kctlImageOf } from '../payload/images.ts';
 import { KCTL_CLUSTER } from './crd.ts';
 
@@ -102,6 +103,8 @@ export function hostedConfig(
   spec.api = { ...api, address: o.address, port: o.ports.api, sans: [...new Set([...(api.sans ?? []), ...o.sans])] };
   if (o.ports.agent) spec.konnectivity = { ...(spec.konnectivity ?? {}), agentPort: o.ports.agent };
   spec.storage = { ...(spec.storage ?? {}), type: 'kine', kine: { dataSource: o.dataSource } };
+  // Many clusters share each management node, as named clusters share a host: their default GOGC.
+  (spec as Record<string, unknown>).gcPercent ??= TENANT_GC_PERCENT;
   return stringify({
     apiVersion: 'kctl.dev/v1alpha1',
     kind: 'ClusterConfig',
@@ -135,12 +138,14 @@ export function deployment(c: KctlCluster, o: { ports: ClusterPorts; configHash:
                 { name: 'api', containerPort: o.ports.api },
                 ...(o.ports.agent ? [{ name: 'konnectivity', containerPort: o.ports.agent }] : []),
               ],
-              readinessProbe: { tcpSocket: { port: o.ports.api }, periodSeconds: 2 },
+              // Ready once kube-apiserver says so (open to anonymous users): its bootstrap done, kube-system made.
+              readinessProbe: { httpGet: { scheme: 'HTTPS', path: '/readyz', port: o.ports.api }, periodSeconds: 2 },
               ...(c.spec.resources ? { resources: c.spec.resources } : {}),
               volumeMounts: [
                 { name: 'config', mountPath: '/etc/kctl/kctl.yaml', subPath: 'kctl.yaml' },
                 { name: 'pki', mountPath: '/etc/kctl/pki', readOnly: true },
-                { name: 'data', mountPath: '/var/lib/kctl' },
+                // No volume on /var/lib/kctl: the image's staged components lie there, shared by
+                // every pod of the image; what a pod writes there goes to its own layer.
               ],
             },
           ],
@@ -148,7 +153,6 @@ export function deployment(c: KctlCluster, o: { ports: ClusterPorts; configHash:
             // The config names the cluster's own database role and password: a Secret.
             { name: 'config', secret: { secretName: names.config, defaultMode: 0o400 } },
             { name: 'pki', secret: { secretName: names.pki, defaultMode: 0o400 } },
-            { name: 'data', emptyDir: {} },
           ],
         },
       },
@@ -161,14 +165,16 @@ export const CONFIG_HASH = 'kctl.dev/config-hash';
 
 /**
  * The Service in front of it. With `ports` unknown (a NodePort Service's first apply), Kubernetes
- * picks the node ports the spec leaves open and the next apply points the pods' ports at them.
+ * picks the node ports the spec leaves open and the next apply points the pods' ports at them;
+ * every later apply passes the ports the Service has, so its targets never point anywhere else.
  */
 export function service(c: KctlCluster, ports?: ClusterPorts) {
   const type = c.spec.exposure?.type ?? 'NodePort';
   const nodePorts = type === 'NodePort';
+  // A node port the spec names wins over the one the Service has (the spec changed).
   const want = {
-    api: ports?.api ?? (nodePorts ? c.spec.exposure?.nodePort : undefined),
-    agent: ports?.agent ?? (nodePorts ? c.spec.exposure?.agentNodePort : undefined),
+    api: (nodePorts ? c.spec.exposure?.nodePort : undefined) ?? ports?.api,
+    agent: (nodePorts ? c.spec.exposure?.agentNodePort : undefined) ?? ports?.agent,
   };
   const port = (name: string, inPod: number, chosen: number | undefined) => {
     if (!nodePorts) return { name, port: inPod, targetPort: inPod };

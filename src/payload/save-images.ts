@@ -28,8 +28,8 @@ export async function saveBundledImages(
         `${image.name} is made from the kctl executable itself; run save-images with the built kctl (dist/kctl)`,
       );
     log.info({ image: image.name }, 'making the image from this executable');
-    const save = image.name === KCTL_IMAGE ? saveKctlImage : saveProxyAgentImage;
-    await save(payload, join(dir, image.file));
+    if (image.name === KCTL_IMAGE) await saveKctlImage(payload, join(dir, image.file), log);
+    else await saveProxyAgentImage(payload, join(dir, image.file));
   }
   return wanted.map((i) => ({ name: i.name, file: join(dir, i.file) }));
 }

@@ -134,10 +134,15 @@ test('a hosted full cluster: a node elsewhere joins with a token the management 
   assert.equal(exec.exitCode, 0, String(exec.stderr));
   assert.equal(String(exec.stdout).trim(), 'exec-42');
 
-  await waitFor('kctl cluster list counts the node', 60_000, async () => {
-    const [x] = await list();
-    return x?.nodes?.ready === 1 && x.nodes.total === 1;
-  });
+  await waitFor(
+    'kctl cluster list counts the node',
+    60_000,
+    async () => {
+      const [x] = await list();
+      return x?.nodes?.ready === 1 && x.nodes.total === 1;
+    },
+    async () => JSON.stringify(await list()) + operator.log(),
+  );
   // The control plane never restarted on the way (a node joining, a pod, logs and exec).
   const restarts = await c.kubectl([
     'get',

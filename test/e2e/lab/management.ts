@@ -29,7 +29,15 @@ export interface ManagementLab extends LabTest {
 export async function startManagementLab(
   t: { after: (fn: () => Promise<void>) => void },
   name: string,
-  o: { dir: string; pgPort: number; nodes?: string[]; spare?: boolean; kctls?: { path: string; version: string }[] },
+  o: {
+    dir: string;
+    pgPort: number;
+    nodes?: string[];
+    spare?: boolean;
+    kctls?: { path: string; version: string }[];
+    /** PostgreSQL's max_connections (bench/operator.ts: many clusters). */
+    pgMaxConnections?: number;
+  },
 ): Promise<ManagementLab> {
   const workers = o.spare ? ['mw', 'mw2'] : ['mw'];
   const nodes = o.nodes ?? [];
@@ -57,7 +65,7 @@ export async function startManagementLab(
   const token = await c.createToken('1h');
   const started = workers.map((w) => startLabWorker(kctlBin, lab.host(w), dir, token));
   // Pods reach it through mw, from the pod network.
-  const pg = await startPostgres(t, o.pgPort, { host: mc, trust: '0.0.0.0/0' });
+  const pg = await startPostgres(t, o.pgPort, { host: mc, trust: '0.0.0.0/0' }, o.pgMaxConnections);
   for (const worker of started)
     await waitFor('management worker ready', 240_000, async () => worker.saw('"msg":"worker ready"'), worker.log);
   return { ...test, c, mc, mw, out, pg };

@@ -28,6 +28,8 @@ export async function startPostgres(
   t: { after: (fn: () => Promise<void>) => void },
   port: number,
   on?: { host: LabHost; trust: string },
+  /** PostgreSQL's max_connections, when its default (100) is too few (many clusters on one server). */
+  maxConnections?: number,
 ): Promise<Postgres> {
   const versions = await readdir('/usr/lib/postgresql').catch(() => [] as string[]);
   const bin = versions.length ? join('/usr/lib/postgresql', versions.sort().at(-1)!, 'bin') : '';
@@ -55,7 +57,7 @@ export async function startPostgres(
     join(dir, 'log'),
     '-w',
     '-o',
-    `-p ${port} -k ${dir} -c listen_addresses=${address}`,
+    `-p ${port} -k ${dir} -c listen_addresses=${address}${maxConnections ? ` -c max_connections=${maxConnections}` : ''}`,
     'start',
   ]);
   t.after(async () => {

@@ -36,6 +36,8 @@ test("the hosted config keeps the object's fields and loads as a config file", (
   assert.equal(cfg.spec.api.port, 30700);
   assert.deepEqual(cfg.spec.api.sans, ['api.example.com', '10.0.0.5', '10.0.0.6']);
   assert.equal(cfg.spec.network.serviceCIDR, '10.60.0.0/16');
+  // Many control planes share a management node: the GOGC of clusters that share a host.
+  assert.equal(cfg.spec.gcPercent, 25);
   assert.equal(cfg.spec.storage.kine.dataSource, 'postgres://u@db:5432/kctl_team_a_edge_1');
   // The object itself is left as it was.
   assert.deepEqual(cluster.spec.config?.api, { sans: ['api.example.com'] });
