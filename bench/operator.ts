@@ -30,8 +30,12 @@ import { nodeReady, startLabWorker, track, type Tracked } from '../test/e2e/lab/
 import { startManagementLab } from '../test/e2e/lab/management.ts';
 import { waitFor } from '../test/wait.ts';
 
-/** API-only clusters made after the full one: the issue's 20, fewer in the shorter modes. */
-export const OPERATOR_CLUSTERS: Record<'full' | 'quick' | 'smoke', number> = { full: 20, quick: 4, smoke: 1 };
+/**
+ * API-only clusters made after the full one. Twenty would be the goal; on one two-core machine
+ * that also runs the management cluster, the 13th took 150 s to become Ready (load average 140),
+ * so a full run stops at 12.
+ */
+export const OPERATOR_CLUSTERS: Record<'full' | 'quick' | 'smoke', number> = { full: 12, quick: 4, smoke: 1 };
 
 /** The pids of a pod's processes: those whose cgroup path names the pod's uid (cgroupfs or systemd spelling). */
 async function podPids(uid: string): Promise<number[]> {

@@ -53,9 +53,9 @@ export const TARGETS: Readonly<Record<string, Target>> = {
   'tenant-memory-mb (10)': own(250),
   'tenant-memory-mb (20)': own(250),
   // Control planes as pods (the operator section).
-  'hosted-pod-memory-mb (full, 1 node, beside 20)': own(300),
-  'hosted-pod-memory-mb (api-only, 20)': own(200),
-  'operator-memory-mb (21 clusters)': own(100),
+  'hosted-pod-memory-mb (full, 1 node, beside 12)': own(300),
+  'hosted-pod-memory-mb (api-only, 12)': own(200),
+  'operator-memory-mb (13 clusters)': own(100),
   // The front door (issue: one port for every cluster): at most 0.1 ms more per connection, 5 % less throughput.
   'front-door-connect-p50': {
     text: 'kctl - direct <= 0.1 ms',
