@@ -236,6 +236,16 @@ export class KubeClient {
     return this.request<T>('GET', path, undefined, { signal });
   }
 
+  /** A GET that answers undefined when there is no such object (404) instead of throwing. */
+  async find<T>(path: string, signal?: AbortSignal): Promise<T | undefined> {
+    try {
+      return await this.get<T>(path, signal);
+    } catch (err) {
+      if (err instanceof KubeApiError && err.status === 404) return undefined;
+      throw err;
+    }
+  }
+
   list<T>(path: string, sel: Selectors = {}, signal?: AbortSignal): Promise<KubeList<T>> {
     return this.get<KubeList<T>>(
       withQuery(path, { fieldSelector: sel.fieldSelector, labelSelector: sel.labelSelector }),

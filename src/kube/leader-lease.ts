@@ -65,10 +65,7 @@ export class LeaderLease {
    */
   async tryAcquireOrRenew(annotations: Record<string, string> = {}): Promise<boolean> {
     const started = this.now();
-    const current = await this.kube.get<LeaseObject>(this.path).catch((err: unknown) => {
-      if (err instanceof KubeApiError && err.status === 404) return undefined;
-      throw err;
-    });
+    const current = await this.kube.find<LeaseObject>(this.path);
     const renewTime = microTime(new Date(started));
     let next: LeaseObject;
     if (!current) {
@@ -126,10 +123,7 @@ export class LeaderLease {
 
   /** Whether the lease names this identity as its holder now (as the API says; a process that restarted may hold it). */
   async heldByMe(): Promise<boolean> {
-    const current = await this.kube.get<LeaseObject>(this.path).catch((err: unknown) => {
-      if (err instanceof KubeApiError && err.status === 404) return undefined;
-      throw err;
-    });
+    const current = await this.kube.find<LeaseObject>(this.path);
     if (current) this.last = current;
     return current?.spec?.holderIdentity === this.identity;
   }

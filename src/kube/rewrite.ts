@@ -19,14 +19,9 @@ async function resourceBase(
   const dot = resource.indexOf('.');
   if (dot < 0) return { base: '/api/v1', apiVersion: 'v1', plural: resource };
   const [plural, group] = [resource.slice(0, dot), resource.slice(dot + 1)];
-  try {
-    const g = await kube.get<{ preferredVersion?: { groupVersion?: string } }>(`/apis/${group}`);
-    const gv = g.preferredVersion?.groupVersion;
-    return gv ? { base: `/apis/${gv}`, apiVersion: gv, plural } : null;
-  } catch (err) {
-    if (err instanceof KubeApiError && err.status === 404) return null;
-    throw err;
-  }
+  const g = await kube.find<{ preferredVersion?: { groupVersion?: string } }>(`/apis/${group}`);
+  const gv = g?.preferredVersion?.groupVersion;
+  return gv ? { base: `/apis/${gv}`, apiVersion: gv, plural } : null;
 }
 
 /**

@@ -194,12 +194,8 @@ export function planFromConfigMap(cm: ConfigMap): UpgradePlan {
 
 /** The plan, or null when there is none. */
 export async function readUpgradePlan(kube: KubeClient, signal?: AbortSignal): Promise<UpgradePlan | null> {
-  try {
-    return planFromConfigMap(await kube.get<ConfigMap>(UPGRADE_PLAN_PATH, signal));
-  } catch (err) {
-    if (err instanceof KubeApiError && err.status === 404) return null;
-    throw err;
-  }
+  const cm = await kube.find<ConfigMap>(UPGRADE_PLAN_PATH, signal);
+  return cm ? planFromConfigMap(cm) : null;
 }
 
 /** Writes the plan: creates it, or replaces it (compare-and-swap on its resourceVersion when it has one). */

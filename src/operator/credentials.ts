@@ -5,10 +5,12 @@
 // in the cluster's namespace, owned by the cluster; it asks for a new one once a third of the
 // lifetime is left. What the holder of such a Secret may do in the tenant is what the tenant's
 // RBAC gives that account, nothing more. A Secret of an entry taken out of the spec is deleted.
+import { messageOf } from '../base/errors.ts';
 import { KubeApiError, type KubeClient } from '../kube/client.ts';
 import { resourcePath } from '../kube/paths.ts';
 import { renderKubeconfig } from '../pki/index.ts';
 import { CLUSTER_LABEL, ownedNames, POD_API_PORT, secret, type KctlCluster } from './objects.ts';
+import type { HostedAccess } from './hosted.ts';
 
 /** How long a kept token lives. */
 export const TOKEN_LIFETIME_S = 24 * 3600;
@@ -48,7 +50,7 @@ export const inClusterUrl = (c: KctlCluster) =>
  */
 export async function keepCredentials(
   kube: KubeClient,
-  hosted: { client: KubeClient; caPem: string },
+  hosted: HostedAccess,
   c: KctlCluster,
   apply: { fieldManager: string; force: boolean },
   now = new Date(),
@@ -99,7 +101,7 @@ export async function keepCredentials(
       });
       await kube.apply(s, apply);
     } catch (err) {
-      failed.push(`${who}: ${err instanceof Error ? err.message : String(err)}`);
+      failed.push(`${who}: ${messageOf(err)}`);
     }
   }
   // Entries taken out of the spec: their Secrets go.

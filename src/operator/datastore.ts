@@ -4,7 +4,7 @@
 // their config Secret), never the Secret's: one cluster's control plane cannot read another's data.
 import { createHash, randomBytes } from 'node:crypto';
 import { dropPostgresTenant, ensurePostgresTenant, isPostgres, withPostgresLogin } from '../etcd/postgres.ts';
-import { KubeApiError, type KubeClient } from '../kube/client.ts';
+import type { KubeClient } from '../kube/client.ts';
 import { resourcePath } from '../kube/paths.ts';
 import { ownedNames, secret, type KctlCluster } from './objects.ts';
 
@@ -38,14 +38,9 @@ export class ClusterDatastore {
   ) {}
 
   private async secretOf(c: KctlCluster, name: string): Promise<SecretObject | undefined> {
-    try {
-      return await this.kube.get<SecretObject>(
-        resourcePath({ apiVersion: 'v1', resource: 'secrets', namespace: c.metadata.namespace, name }),
-      );
-    } catch (err) {
-      if (err instanceof KubeApiError && err.status === 404) return undefined;
-      throw err;
-    }
+    return this.kube.find<SecretObject>(
+      resourcePath({ apiVersion: 'v1', resource: 'secrets', namespace: c.metadata.namespace, name }),
+    );
   }
 
   /** The data source of the role that makes databases and roles, from the Secret the spec names; or why there is none. */

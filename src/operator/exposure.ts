@@ -6,7 +6,7 @@
 // node's kubelet, which runs the control-plane pods and their keys anyway, so it can tell no lie
 // it could not act on.
 import { httpsUrl } from '../base/addresses.ts';
-import { KubeApiError, type KubeClient } from '../kube/client.ts';
+import type { KubeClient } from '../kube/client.ts';
 import { resourcePath } from '../kube/paths.ts';
 import { isFull, POD_AGENT_PORT, POD_API_PORT, service, type ClusterPorts, type KctlCluster } from './objects.ts';
 
@@ -50,10 +50,7 @@ export async function ensureExposure(
 ): Promise<Exposure | { waiting: string }> {
   // The ports the Service has, when it has them: an apply without them would point its targets
   // back at the placeholder until the next apply, and every client in between would be refused.
-  const have = await kube.get<ServiceObject>(serviceUrl(c)).catch((err: unknown) => {
-    if (err instanceof KubeApiError && err.status === 404) return undefined;
-    throw err;
-  });
+  const have = await kube.find<ServiceObject>(serviceUrl(c));
   const known = have && portsOf(c, have);
   let svc = (await kube.apply(service(c, known), apply)) as ServiceObject;
   const ports = portsOf(c, svc);

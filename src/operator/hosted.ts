@@ -5,7 +5,7 @@
 import { UserError } from '../base/errors.ts';
 import { parseConfig, type ClusterConfig } from '../controller/config/config.ts';
 import { createToken } from '../controller/join/tokens.ts';
-import { credentialsFromKubeconfigText, KubeApiError, KubeClient } from '../kube/client.ts';
+import { credentialsFromKubeconfigText, KubeClient } from '../kube/client.ts';
 import { isNodeReady } from '../kube/nodes.ts';
 import { resourcePath } from '../kube/paths.ts';
 import { parse } from 'yaml';
@@ -26,31 +26,27 @@ const clustersPath = (namespace?: string) =>
     ...(namespace ? { namespace } : {}),
   });
 
-async function getOrUndefined<T>(kube: KubeClient, path: string): Promise<T | undefined> {
-  try {
-    return await kube.get<T>(path);
-  } catch (err) {
-    if (err instanceof KubeApiError && err.status === 404) return undefined;
-    throw err;
-  }
+export interface HostedAccess {
+  client: KubeClient;
+  caPem: string;
 }
 
 /**
  * A client for the hosted cluster's API and its CA, from the admin kubeconfig the operator keeps;
  * undefined before it made one.
  */
-export async function hostedAccess(
-  kube: KubeClient,
-  c: KctlCluster,
-): Promise<{ client: KubeClient; caPem: string } | undefined> {
+export async function hostedAccess(kube: KubeClient, c: KctlCluster): Promise<HostedAccess | undefined> {
   const name = ownedNames(c.metadata.name).kubeconfig;
-  const s = await getOrUndefined<SecretObject>(
-    kube,
+  const s = await kube.find<SecretObject>(
     resourcePath({ apiVersion: 'v1', resource: 'secrets', namespace: c.metadata.namespace, name }),
   );
   const text = s?.data?.kubeconfig && Buffer.from(s.data.kubeconfig, 'base64').toString();
-  if (!text) return undefined;
-  const creds = credentialsFromKubeconfigText(text, `Secret ${name}`);
+  return text ? accessFrom(text, `Secret ${name}`) : undefined;
+}
+
+/** A client for the hosted API and its CA, from an admin kubeconfig's text (`where` names it in errors). */
+export function accessFrom(kubeconfig: string, where: string): HostedAccess {
+  const creds = credentialsFromKubeconfigText(kubeconfig, where);
   return { client: new KubeClient(creds, HOSTED_TIMEOUT_MS), caPem: String(creds.ca ?? '') };
 }
 
@@ -75,7 +71,7 @@ export async function hostedWorkerToken(
   o: { expiryMs: number; uses?: number; nodeName?: string },
 ): Promise<string> {
   const where = `${ref.namespace}/${ref.name}`;
-  const c = await getOrUndefined<KctlCluster>(kube, `${clustersPath(ref.namespace)}/${ref.name}`);
+  const c = await kube.find<KctlCluster>(`${clustersPath(ref.namespace)}/${ref.name}`);
   if (!c)
     throw new UserError(`no KctlCluster ${where} on the management cluster; kctl cluster list -A shows every cluster`);
   if (!isFull(c))
@@ -94,8 +90,7 @@ export async function hostedWorkerToken(
 
 async function hostedConfigOf(kube: KubeClient, c: KctlCluster): Promise<ClusterConfig | undefined> {
   const name = ownedNames(c.metadata.name).config;
-  const s = await getOrUndefined<SecretObject>(
-    kube,
+  const s = await kube.find<SecretObject>(
     resourcePath({ apiVersion: 'v1', resource: 'secrets', namespace: c.metadata.namespace, name }),
   );
   const text = s?.data?.['kctl.yaml'] && Buffer.from(s.data['kctl.yaml'], 'base64').toString();

@@ -13,7 +13,7 @@ import { KCTL_CLUSTER } from './crd.ts';
 import { keepCredentials } from './credentials.ts';
 import { ClusterDatastore, databaseOf } from './datastore.ts';
 import { ensureExposure } from './exposure.ts';
-import { hostedAccess, hostedNodes } from './hosted.ts';
+import { accessFrom, hostedNodes, type HostedAccess } from './hosted.ts';
 import { CLUSTER_LABEL, deployment, hostedConfig, isFull, ownedNames, secret, type KctlCluster } from './objects.ts';
 import { adminKubeconfig, caNotAfter, newSharedPki } from './pki.ts';
 
@@ -75,15 +75,6 @@ export class ClusterReconciler {
     this.datastore = new ClusterDatastore(kube, FIELD_MANAGER);
   }
 
-  private async getOrUndefined<T>(path: string): Promise<T | undefined> {
-    try {
-      return await this.kube.get<T>(path);
-    } catch (err) {
-      if (err instanceof KubeApiError && err.status === 404) return undefined;
-      throw err;
-    }
-  }
-
   private secretPath = (c: KctlCluster, name: string) =>
     resourcePath({ apiVersion: 'v1', resource: 'secrets', namespace: c.metadata.namespace, name });
 
@@ -142,7 +133,7 @@ export class ClusterReconciler {
 
     // The CAs: made once, with the database. A cluster that had them (its status says so) never
     // gets new ones, and a database that holds data never gets a new CA.
-    const existing = await this.getOrUndefined<SecretObject>(this.secretPath(c, names.pki));
+    const existing = await this.kube.find<SecretObject>(this.secretPath(c, names.pki));
     if (!existing?.data && c.status?.caNotAfter)
       return degraded(
         'PkiSecretMissing',
@@ -174,7 +165,9 @@ export class ClusterReconciler {
 
     const notAfter = caNotAfter(shared['ca.crt']!.toString());
     const out: Outcome = { conditions: [], caNotAfter: notAfter.toISOString(), endpoint: exposure.endpoint };
-    out.kubeconfigSecret = await this.kubeconfigFor(c, shared, exposure.endpoint, notAfter);
+    const admin = await this.kubeconfigFor(c, shared, exposure.endpoint, notAfter);
+    out.kubeconfigSecret = admin.name;
+    const access = admin.access;
     const { status, metadata } = dep as {
       metadata?: { generation?: number };
       status?: { observedGeneration?: number; replicas?: number; readyReplicas?: number; updatedReplicas?: number };
@@ -209,8 +202,8 @@ export class ClusterReconciler {
       { type: 'Degraded', status: 'False', reason: 'AsSpecified', message: 'as its spec says' },
     );
     if (rolled) out.version = c.spec.version;
-    if (ready && isFull(c)) out.nodes = await this.nodesOf(c);
-    const failed = ready && c.spec.serviceAccounts?.length ? await this.credentialsOf(c) : [];
+    if (ready && isFull(c)) out.nodes = await this.nodesOf(c, access);
+    const failed = ready && c.spec.serviceAccounts?.length ? await this.credentialsOf(c, access) : [];
     if (failed.length > 0)
       out.conditions[out.conditions.findIndex((x) => x.type === 'Degraded')] = {
         type: 'Degraded',
@@ -221,37 +214,45 @@ export class ClusterReconciler {
     return out;
   }
 
-  /** The admin kubeconfig Secret, made once per endpoint; its name. */
+  /**
+   * The admin kubeconfig Secret, made once per endpoint (again when it no longer reads as one):
+   * its name and a client for the hosted API from it.
+   */
   private async kubeconfigFor(
     c: KctlCluster,
     shared: Record<string, Buffer>,
     endpoint: string,
     notAfter: Date,
-  ): Promise<string> {
+  ): Promise<{ name: string; access: HostedAccess }> {
     const name = ownedNames(c.metadata.name).kubeconfig;
-    const have = await this.getOrUndefined<SecretObject>(this.secretPath(c, name));
+    const where = `Secret ${name}`;
+    const have = await this.kube.find<SecretObject>(this.secretPath(c, name));
     const text = have?.data?.kubeconfig && Buffer.from(have.data.kubeconfig, 'base64').toString();
-    if (text?.includes(`server: ${endpoint}`)) return name;
+    if (text?.includes(`server: ${endpoint}`)) {
+      try {
+        return { name, access: accessFrom(text, where) };
+      } catch (err) {
+        this.log.warn({ cluster: c.metadata.name, err: messageOf(err) }, `${where} is not a kubeconfig: made again`);
+      }
+    }
     const kubeconfig = await adminKubeconfig(shared, endpoint, notAfter);
     await this.kube.apply(secret(c, name, { kubeconfig }), FIELD_MANAGER);
-    return name;
+    return { name, access: accessFrom(kubeconfig, where) };
   }
 
   /** Keeps spec.serviceAccounts' credentials; what failed, one line each. */
-  private async credentialsOf(c: KctlCluster): Promise<string[]> {
+  private async credentialsOf(c: KctlCluster, access: HostedAccess): Promise<string[]> {
     try {
-      const access = await hostedAccess(this.kube, c);
-      return access ? await keepCredentials(this.kube, access, c, FIELD_MANAGER) : ['no admin kubeconfig yet'];
+      return await keepCredentials(this.kube, access, c, FIELD_MANAGER);
     } catch (err) {
       return [messageOf(err)];
     }
   }
 
   /** The hosted cluster's Nodes; what the status said before when its API does not answer now. */
-  private async nodesOf(c: KctlCluster): Promise<Outcome['nodes']> {
+  private async nodesOf(c: KctlCluster, access: HostedAccess): Promise<Outcome['nodes']> {
     try {
-      const access = await hostedAccess(this.kube, c);
-      return access && (await hostedNodes(access.client));
+      return await hostedNodes(access.client);
     } catch (err) {
       this.log.debug({ cluster: c.metadata.name, err: messageOf(err) }, 'could not count its nodes');
       const s = c.status as { nodes?: number; nodesReady?: number } | undefined;

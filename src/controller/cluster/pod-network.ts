@@ -2,7 +2,7 @@
 // the mode nodes follow. An unset spec.network.mode keeps what the cluster runs; a cluster made by
 // a kctl from before modes (cluster-info exists, the ConfigMap does not) runs routes, so an
 // upgrade never moves its pods onto another network.
-import { KubeApiError, type KubeClient } from '../../kube/client.ts';
+import type { KubeClient } from '../../kube/client.ts';
 import type { Logger } from '../../base/log.ts';
 import {
   LEGACY_POD_NETWORK,
@@ -20,19 +20,12 @@ import { CLUSTER_INFO_PATH } from '../../kube/cluster-info.ts';
 /** The mode of a new cluster whose config does not name one. */
 export const DEFAULT_NETWORK_MODE: NetworkMode = 'routes';
 
-async function getOrUndefined<T>(kube: KubeClient, path: string, signal?: AbortSignal): Promise<T | undefined> {
-  return kube.get<T>(path, signal).catch((err: unknown) => {
-    if (err instanceof KubeApiError && err.status === 404) return undefined;
-    throw err;
-  });
-}
-
 /** What the cluster runs now: its ConfigMap, or undefined with the reason it could not be read. */
 async function recordedPodNetwork(
   kube: KubeClient,
   signal?: AbortSignal,
 ): Promise<{ recorded?: PodNetwork; exists: boolean; unreadable?: string }> {
-  const cm = await getOrUndefined<{ data?: Record<string, string> }>(kube, POD_NETWORK_PATH, signal);
+  const cm = await kube.find<{ data?: Record<string, string> }>(POD_NETWORK_PATH, signal);
   if (!cm) return { exists: false };
   try {
     return { recorded: parsePodNetwork(cm.data), exists: true };
@@ -43,7 +36,7 @@ async function recordedPodNetwork(
 
 /** A cluster made before this controller's start (by any kctl) has cluster-info. */
 async function clusterExists(kube: KubeClient, signal?: AbortSignal): Promise<boolean> {
-  return (await getOrUndefined(kube, CLUSTER_INFO_PATH, signal)) !== undefined;
+  return (await kube.find(CLUSTER_INFO_PATH, signal)) !== undefined;
 }
 
 /** Writes the pod network nodes follow and returns it; runs before cluster-info is written on a new cluster. */

@@ -132,12 +132,8 @@ function fromSecret(s: SecretObject): KeySet {
 
 /** The cluster's key set, or null before the first controller has published it. */
 export async function readKeySet(kube: KubeClient): Promise<KeySet | null> {
-  try {
-    return fromSecret(await kube.get<SecretObject>(`${SECRET_PATH}/${KEYS_SECRET}`));
-  } catch (err) {
-    if (err instanceof KubeApiError && err.status === 404) return null;
-    throw err;
-  }
+  const s = await kube.find<SecretObject>(`${SECRET_PATH}/${KEYS_SECRET}`);
+  return s ? fromSecret(s) : null;
 }
 
 /** The cluster's key set if a CA this host trusts signed it; null before the first controller published it. */

@@ -12,7 +12,7 @@ import { readFile } from 'node:fs/promises';
 import { X509Certificate } from 'node:crypto';
 import { UserError } from '../../base/errors.ts';
 import { pollFor, pollWithin } from '../../base/wait.ts';
-import { KubeApiError, type KubeClient } from '../../kube/client.ts';
+import type { KubeClient } from '../../kube/client.ts';
 import {
   CA_BUNDLE_ANNOTATION,
   CONTROLLER_LEASE_LABEL,
@@ -162,10 +162,7 @@ async function restartAddons(o: RotateCaOptions, bundle: string): Promise<void> 
   });
   for (const name of ADDON_DEPLOYMENTS) {
     const path = `/apis/apps/v1/namespaces/kube-system/deployments/${name}`;
-    const before = await o.kube.get<Deployment>(path).catch((err: unknown) => {
-      if (err instanceof KubeApiError && err.status === 404) return null;
-      throw err;
-    });
+    const before = await o.kube.find<Deployment>(path);
     if (!before) continue;
     const wanted = (before.spec?.replicas ?? 1) > 0;
     const running =

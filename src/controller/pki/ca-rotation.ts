@@ -77,12 +77,8 @@ function fromSecret(s: SecretObject): StoredRotation {
 
 /** The rotation under way, or null when there is none. */
 export async function readCaRotation(kube: KubeClient, signal?: AbortSignal): Promise<StoredRotation | null> {
-  try {
-    return fromSecret(await kube.get<SecretObject>(`${SECRETS}/${CA_ROTATION_SECRET}`, signal));
-  } catch (err) {
-    if (err instanceof KubeApiError && err.status === 404) return null;
-    throw err;
-  }
+  const s = await kube.find<SecretObject>(`${SECRETS}/${CA_ROTATION_SECRET}`, signal);
+  return s ? fromSecret(s) : null;
 }
 
 /** Created when it has no resourceVersion, else replaced (409 when someone else wrote it since). */

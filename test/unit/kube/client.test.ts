@@ -223,6 +223,23 @@ test('API errors carry the HTTP status and the Status reason', async (t) => {
   );
 });
 
+test('find answers undefined for an object that does not exist, the object when it does, and throws other errors', async (t) => {
+  const api = await fakeApiServer(t, (req, res) =>
+    req.path.endsWith('/here')
+      ? json(res, 200, node('here', '3'))
+      : req.path.endsWith('/forbidden')
+        ? json(res, 403, { kind: 'Status', code: 403, reason: 'Forbidden', message: 'nodes is forbidden' })
+        : json(res, 404, { kind: 'Status', code: 404, reason: 'NotFound', message: 'nodes "gone" not found' }),
+  );
+  const kube = new KubeClient({ server: api.url });
+  assert.equal(await kube.find('/api/v1/nodes/gone'), undefined);
+  assert.equal((await kube.find<Node>('/api/v1/nodes/here'))?.metadata.name, 'here');
+  await assert.rejects(
+    kube.find('/api/v1/nodes/forbidden'),
+    (err: unknown) => err instanceof KubeApiError && err.status === 403,
+  );
+});
+
 test('resource paths: core and group APIs, namespaced and cluster-scoped, unknown kinds refused', () => {
   assert.equal(resourcePath({ apiVersion: 'v1', resource: 'nodes' }), '/api/v1/nodes');
   assert.equal(
