@@ -219,7 +219,9 @@ test(
     );
 
     const before = await Promise.all(units.map((u) => u.state()));
-    for (const [i, s] of before.entries()) assert.equal(s.active, 'active', `${units[i]!.name}: ${JSON.stringify(s)}`);
+    for (const [i, s] of before.entries())
+      if (s.active !== 'active' || s.restarts !== 0)
+        assert.fail(`${units[i]!.name} before the plan: ${JSON.stringify(s)}\n${await units[i]!.story()}`);
     // Watch both units from the plan to its end: every main PID, any state but active, the restart count.
     const seen = units.map((_, i) => ({
       pids: [before[i]!.mainPid],
