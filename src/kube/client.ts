@@ -246,6 +246,17 @@ export class KubeClient {
     }
   }
 
+  /** DELETE an object; false when there was none (404). */
+  async remove(path: string, signal?: AbortSignal): Promise<boolean> {
+    try {
+      await this.request('DELETE', path, undefined, { signal });
+      return true;
+    } catch (err) {
+      if (err instanceof KubeApiError && err.status === 404) return false;
+      throw err;
+    }
+  }
+
   list<T>(path: string, sel: Selectors = {}, signal?: AbortSignal): Promise<KubeList<T>> {
     return this.get<KubeList<T>>(
       withQuery(path, { fieldSelector: sel.fieldSelector, labelSelector: sel.labelSelector }),

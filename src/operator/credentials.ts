@@ -4,9 +4,12 @@
 // (TokenRequest, TOKEN_LIFETIME_S), and keeps it as a kubeconfig in the Secret the entry names,
 // in the cluster's namespace, owned by the cluster; it asks for a new one once a third of the
 // lifetime is left. What the holder of such a Secret may do in the tenant is what the tenant's
-// RBAC gives that account, nothing more. A Secret of an entry taken out of the spec is deleted.
+// RBAC gives that account, nothing more. Each token is bound to an anchor Secret the operator
+// makes in the tenant (TokenRequest's boundObjectRef): when an entry is taken out of the spec, its
+// anchor and its Secret are deleted, and kube-apiserver refuses the token from then on, not only
+// once it expires. An anchor deleted or made again in the tenant gets a token bound to the new one.
 import { messageOf } from '../base/errors.ts';
-import { KubeApiError, type KubeClient } from '../kube/client.ts';
+import type { KubeClient } from '../kube/client.ts';
 import { resourcePath } from '../kube/paths.ts';
 import { renderKubeconfig } from '../pki/index.ts';
 import { CLUSTER_LABEL, ownedNames, POD_API_PORT, secret, type KctlCluster } from './objects.ts';
@@ -18,6 +21,10 @@ export const TOKEN_LIFETIME_S = 24 * 3600;
 export const CREDENTIALS_LABEL = 'kctl.dev/credentials-of';
 /** The annotation on it: when its token expires. */
 const EXPIRES = 'kctl.dev/expires';
+/** The annotation on it: the tenant's anchor its token is bound to, as namespace/name/uid. */
+const BOUND_TO = 'kctl.dev/bound-to';
+/** The label on an anchor in the tenant: the management Secret whose token it holds alive. */
+const ANCHOR_LABEL = 'kctl.dev/kept-credentials';
 
 export interface KeptAccount {
   namespace: string;
@@ -28,6 +35,7 @@ export interface KeptAccount {
 interface SecretObject {
   metadata?: {
     name?: string;
+    uid?: string;
     annotations?: Record<string, string>;
     labels?: Record<string, string>;
     ownerReferences?: { uid: string }[];
@@ -43,6 +51,15 @@ export function needsRenewal(expires: string | undefined, now: Date): boolean {
 /** The URL programs on the management cluster reach the hosted API at: its Service, by name. */
 export const inClusterUrl = (c: KctlCluster) =>
   `https://${c.metadata.name}.${c.metadata.namespace}.svc:${POD_API_PORT}`;
+
+/** The anchor of the kept Secret `secretName` in the tenant, in the account's namespace. */
+const anchorPath = (namespace: string, secretName?: string) =>
+  resourcePath({
+    apiVersion: 'v1',
+    resource: 'secrets',
+    namespace,
+    ...(secretName ? { name: `kctl-kept-${secretName}` } : {}),
+  });
 
 /**
  * Keeps every account's credentials current; the lines of what failed (an account whose
@@ -70,19 +87,17 @@ export async function keepCredentials(
       failed.push(`${who}: Secret ${a.secretName} is one the cluster itself uses; name another`);
       continue;
     }
-    let have: SecretObject | undefined;
-    try {
-      have = await kube.get<SecretObject>(secretPath(a.secretName));
-    } catch (err) {
-      if (!(err instanceof KubeApiError && err.status === 404)) throw err;
-    }
+    const have = await kube.find<SecretObject>(secretPath(a.secretName));
     if (have && !mine(have)) {
       failed.push(`${who}: Secret ${a.secretName} exists and is not this cluster's; name another`);
       continue;
     }
-    if (have && !needsRenewal(have.metadata?.annotations?.[EXPIRES], now)) continue;
     try {
-      const token = await requestToken(hosted.client, a);
+      const anchor = await hosted.client.find<SecretObject>(anchorPath(a.namespace, a.secretName));
+      const bound = anchor && `${a.namespace}/${anchor.metadata?.name}/${anchor.metadata?.uid}`;
+      const annotations = have?.metadata?.annotations;
+      if (bound && annotations?.[BOUND_TO] === bound && !needsRenewal(annotations[EXPIRES], now)) continue;
+      const token = await requestToken(hosted.client, a, anchor ?? (await makeAnchor(hosted.client, a)));
       const kubeconfig = renderKubeconfig({
         server: inClusterUrl(c),
         caPem: hosted.caPem,
@@ -97,33 +112,59 @@ export async function keepCredentials(
       });
       Object.assign(s.metadata, {
         labels: { ...s.metadata.labels, [CREDENTIALS_LABEL]: c.metadata.name },
-        annotations: { [EXPIRES]: token.expires },
+        annotations: { [EXPIRES]: token.expires, [BOUND_TO]: token.boundTo },
       });
       await kube.apply(s, apply);
     } catch (err) {
       failed.push(`${who}: ${messageOf(err)}`);
     }
   }
-  // Entries taken out of the spec: their Secrets go.
+  // Entries taken out of the spec: their anchors go first (the token is refused from then on), then their Secrets.
   const names = new Set(wanted.map((a) => a.secretName));
-  for (const s of kept.items)
-    if (s.metadata?.name && !names.has(s.metadata.name) && mine(s))
-      await kube.request('DELETE', secretPath(s.metadata.name));
+  for (const s of kept.items) {
+    const name = s.metadata?.name;
+    if (!name || names.has(name) || !mine(s)) continue;
+    const [namespace] = (s.metadata?.annotations?.[BOUND_TO] ?? '').split('/');
+    try {
+      if (namespace) await hosted.client.remove(anchorPath(namespace, name));
+      await kube.remove(secretPath(name));
+    } catch (err) {
+      failed.push(`Secret ${name}, taken out of the spec: ${messageOf(err)}`);
+    }
+  }
   return failed;
 }
 
-/** A token of the account, made in the tenant (the account too, when its namespace has none yet). */
-async function requestToken(client: KubeClient, a: KeptAccount): Promise<{ token: string; expires: string }> {
+/** The anchor a token of `a` is bound to, made in the tenant. */
+async function makeAnchor(client: KubeClient, a: KeptAccount): Promise<SecretObject> {
+  return client.request<SecretObject>('POST', anchorPath(a.namespace), {
+    apiVersion: 'v1',
+    kind: 'Secret',
+    type: 'Opaque',
+    metadata: {
+      name: `kctl-kept-${a.secretName}`,
+      namespace: a.namespace,
+      labels: { [ANCHOR_LABEL]: a.secretName },
+      annotations: {
+        'kctl.dev/note': `the token of ${a.name} the management cluster keeps as Secret ${a.secretName} lives while this Secret does`,
+      },
+    },
+  });
+}
+
+/** A token of the account bound to `anchor`, made in the tenant (the account too, when its namespace has none yet). */
+async function requestToken(
+  client: KubeClient,
+  a: KeptAccount,
+  anchor: SecretObject,
+): Promise<{ token: string; expires: string; boundTo: string }> {
   const path = resourcePath({
     apiVersion: 'v1',
     resource: 'serviceaccounts',
     namespace: a.namespace,
     name: a.name,
   });
-  try {
-    await client.get(path);
-  } catch (err) {
-    if (!(err instanceof KubeApiError && err.status === 404)) throw err;
+  if (!(await client.find(path)))
     await client.request(
       'POST',
       resourcePath({ apiVersion: 'v1', resource: 'serviceaccounts', namespace: a.namespace }),
@@ -133,11 +174,14 @@ async function requestToken(client: KubeClient, a: KeptAccount): Promise<{ token
         metadata: { name: a.name, namespace: a.namespace, labels: { [CLUSTER_LABEL]: 'kept-credentials' } },
       },
     );
-  }
+  const { name, uid } = anchor.metadata ?? {};
   const r = await client.request<{ status: { token: string; expirationTimestamp: string } }>('POST', `${path}/token`, {
     apiVersion: 'authentication.k8s.io/v1',
     kind: 'TokenRequest',
-    spec: { expirationSeconds: TOKEN_LIFETIME_S },
+    spec: {
+      expirationSeconds: TOKEN_LIFETIME_S,
+      boundObjectRef: { apiVersion: 'v1', kind: 'Secret', name, uid },
+    },
   });
-  return { token: r.status.token, expires: r.status.expirationTimestamp };
+  return { token: r.status.token, expires: r.status.expirationTimestamp, boundTo: `${a.namespace}/${name}/${uid}` };
 }

@@ -7,7 +7,7 @@ import { createHash } from 'node:crypto';
 import type { Logger } from '../base/log.ts';
 import { messageOf } from '../base/errors.ts';
 import { compareVersions } from '../base/version.ts';
-import { KubeApiError, type KubeClient } from '../kube/client.ts';
+import type { KubeClient } from '../kube/client.ts';
 import { resourcePath } from '../kube/paths.ts';
 import { KCTL_CLUSTER } from './crd.ts';
 import { keepCredentials } from './credentials.ts';
@@ -278,14 +278,7 @@ export class ClusterReconciler {
     if (!c.metadata.finalizers?.includes(DATABASE_FINALIZER)) return;
     const ns = c.metadata.namespace;
     const name = ownedNames(c.metadata.name).workload;
-    try {
-      await this.kube.request(
-        'DELETE',
-        resourcePath({ apiVersion: 'apps/v1', resource: 'deployments', namespace: ns, name }),
-      );
-    } catch (err) {
-      if (!(err instanceof KubeApiError && err.status === 404)) throw err;
-    }
+    await this.kube.remove(resourcePath({ apiVersion: 'apps/v1', resource: 'deployments', namespace: ns, name }));
     const pods = await this.kube.list(resourcePath({ apiVersion: 'v1', resource: 'pods', namespace: ns }), {
       labelSelector: `${CLUSTER_LABEL}=${c.metadata.name}`,
     });

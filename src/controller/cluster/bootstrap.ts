@@ -3,7 +3,7 @@
 import { UPGRADE_NAMESPACE, UPGRADE_PLAN_NAME } from '../../kube/upgrade-plan.ts';
 import { readFile } from 'node:fs/promises';
 import { stringify } from 'yaml';
-import { KubeApiError, type KubeClient, type KubeManifest } from '../../kube/client.ts';
+import type { KubeClient, KubeManifest } from '../../kube/client.ts';
 import type { Logger } from '../../base/log.ts';
 import type { PkiPaths } from '../../pki/index.ts';
 import type { Component, ComponentContext } from '../../base/component.ts';
@@ -295,9 +295,7 @@ export class BootstrapComponent implements Component {
         if (this.cfg.spec.profile === 'full') await publishPodNetwork(this.kube, this.cfg, this.log, signal);
         for (const d of docs) await this.kube.apply(d, { fieldManager: 'kctl', force: true }, signal);
         for (const path of RETIRED_OBJECTS) {
-          await this.kube.request('DELETE', path, undefined, { signal }).catch((err: unknown) => {
-            if (!(err instanceof KubeApiError && err.status === 404)) throw err;
-          });
+          await this.kube.remove(path, signal);
         }
       },
       1000,

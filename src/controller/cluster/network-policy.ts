@@ -9,7 +9,7 @@
 // workers drop their tables; on again, they are published again. Both live.
 import type { Component, ComponentContext, ComponentStatus } from '../../base/component.ts';
 import type { Logger } from '../../base/log.ts';
-import { KubeApiError, type KubeClient, type KubeManifest } from '../../kube/client.ts';
+import type { KubeClient, KubeManifest } from '../../kube/client.ts';
 import { Informer, type WatchedObject } from '../../kube/informer.ts';
 import {
   NETPOL_COLLECTION,
@@ -159,9 +159,7 @@ export class NetworkPolicyPublisherComponent implements Component {
       const wanted = new Set([...want.values()].map((cm) => cm.metadata.name));
       for (const cm of this.published.store.values()) {
         if (wanted.has(cm.metadata.name)) continue;
-        await this.kube.request('DELETE', `${NETPOL_COLLECTION}/${cm.metadata.name}`).catch((err: unknown) => {
-          if (!(err instanceof KubeApiError && err.status === 404)) throw err;
-        });
+        await this.kube.remove(`${NETPOL_COLLECTION}/${cm.metadata.name}`);
       }
       this.lastError = undefined;
     } catch (err) {

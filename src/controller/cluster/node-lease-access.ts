@@ -4,7 +4,7 @@
 // older than NODE_LEASES_SINCE (or says nothing), and removed once none does. A node can lie only
 // to keep it (the status quo); it cannot make an older node lose it, since every Node must say so.
 import { messageOf } from '../../base/errors.ts';
-import { KubeApiError, type KubeClient } from '../../kube/client.ts';
+import type { KubeClient } from '../../kube/client.ts';
 import { LEASE_NAMESPACE, NODE_LEASES_SINCE } from '../../kube/controller-leases.ts';
 import { objectPath } from '../../kube/paths.ts';
 import { leaseReaderRbac } from './bootstrap.ts';
@@ -45,9 +45,7 @@ export class NodeLeaseAccessComponent extends NodeReconciler {
       if (grant) for (const d of docs) await this.kube.apply(d, { fieldManager: 'kctl', force: true });
       else
         for (const d of docs) {
-          await this.kube.request('DELETE', objectPath(d)).catch((err: unknown) => {
-            if (!(err instanceof KubeApiError && err.status === 404)) throw err;
-          });
+          await this.kube.remove(objectPath(d));
         }
       // Said when the decision changes (not at every recheck), and at the start only when nodes still need the right.
       if (grant !== this.said && (this.said !== undefined || grant))

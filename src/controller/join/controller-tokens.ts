@@ -130,13 +130,7 @@ export class ControllerTokenStore {
 
   /** Deletes a token; false when there is none with that id. */
   async delete(id: string): Promise<boolean> {
-    try {
-      await this.kube.request('DELETE', secretPath(id));
-      return true;
-    } catch (err) {
-      if (err instanceof KubeApiError && err.status === 404) return false;
-      throw err;
-    }
+    return this.kube.remove(secretPath(id));
   }
 
   /**
@@ -219,12 +213,8 @@ export class ControllerTokenStore {
       labelSelector: 'kctl.dev/role=controller',
     });
     const oldFormat = old.items.map((s) => decode(s, 'token-id')).filter((id) => /^[a-z0-9]{6}$/.test(id));
-    const gone = async (path: string) =>
-      this.kube.request('DELETE', path).catch((err: unknown) => {
-        if (!(err instanceof KubeApiError && err.status === 404)) throw err;
-      });
-    for (const id of expired) await gone(secretPath(id));
-    for (const id of oldFormat) await gone(tokenSecretPath(id));
+    for (const id of expired) await this.kube.remove(secretPath(id));
+    for (const id of oldFormat) await this.kube.remove(tokenSecretPath(id));
     return { expired, oldFormat };
   }
 

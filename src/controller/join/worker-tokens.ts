@@ -97,9 +97,7 @@ export class WorkerTokenStore {
   async consumeIfUsedUp(id: string): Promise<boolean> {
     const t = await this.read(id);
     if (!t || t.uses === undefined || t.joined.length < t.uses) return false;
-    await this.kube.request('DELETE', tokenSecretPath(id)).catch((err: unknown) => {
-      if (!(err instanceof KubeApiError && err.status === 404)) throw err;
-    });
+    await this.kube.remove(tokenSecretPath(id));
     return true;
   }
 }

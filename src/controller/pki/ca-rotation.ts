@@ -8,7 +8,7 @@
 import { readFile } from 'node:fs/promises';
 import { messageOf } from '../../base/errors.ts';
 import type { Logger } from '../../base/log.ts';
-import { KubeApiError, type KubeClient } from '../../kube/client.ts';
+import type { KubeClient } from '../../kube/client.ts';
 import { warningEvent } from '../../kube/events.ts';
 import {
   bundleHash,
@@ -91,9 +91,7 @@ export async function writeCaRotation(kube: KubeClient, r: StoredRotation): Prom
 }
 
 export async function deleteCaRotation(kube: KubeClient): Promise<void> {
-  await kube.request('DELETE', `${SECRETS}/${CA_ROTATION_SECRET}`).catch((err: unknown) => {
-    if (!(err instanceof KubeApiError && err.status === 404)) throw err;
-  });
+  await kube.remove(`${SECRETS}/${CA_ROTATION_SECRET}`);
 }
 
 /**
