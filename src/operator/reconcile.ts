@@ -203,7 +203,8 @@ export class ClusterReconciler {
     );
     if (rolled) out.version = c.spec.version;
     if (ready && isFull(c)) out.nodes = await this.nodesOf(c, access);
-    const failed = ready && c.spec.serviceAccounts?.length ? await this.credentialsOf(c, access) : [];
+    // Also with no entries left: the Secrets of entries taken out go then.
+    const failed = ready ? await this.credentialsOf(c, access) : [];
     if (failed.length > 0)
       out.conditions[out.conditions.findIndex((x) => x.type === 'Degraded')] = {
         type: 'Degraded',
