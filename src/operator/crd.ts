@@ -174,7 +174,8 @@ function specSchema(): Schema {
       },
       resources: {
         type: 'object',
-        description: "each control-plane pod's requests and limits (cpu, memory)",
+        description:
+          "each control-plane pod's requests and limits (cpu, memory); default: requests of cpu 100m and memory 320Mi for a full cluster, 50m and 200Mi for an api-only one",
         properties: {
           requests: { type: 'object', additionalProperties: quantity },
           limits: { type: 'object', additionalProperties: quantity },

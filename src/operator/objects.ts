@@ -52,6 +52,20 @@ export const POD_AGENT_PORT = 8132;
 export const isFull = (c: KctlCluster): boolean => c.spec.config?.profile !== 'api-only';
 
 /**
+ * A control-plane pod's requests when spec.resources names none: its memory as the bench measures
+ * it with many pods of the image on one node (bench/last-run/operator.md, PSS), and a little CPU,
+ * so the scheduler spreads clusters by what they use instead of stacking them on one node.
+ */
+export const DEFAULT_REQUESTS = {
+  full: { cpu: '100m', memory: '320Mi' },
+  'api-only': { cpu: '50m', memory: '200Mi' },
+} as const;
+
+/** The pod's resources: spec.resources, or the profile's default requests. */
+export const resourcesOf = (c: KctlCluster): NonNullable<KctlClusterSpec['resources']> =>
+  c.spec.resources ?? { requests: { ...DEFAULT_REQUESTS[isFull(c) ? 'full' : 'api-only'] } };
+
+/**
  * The ports a cluster's clients use, which its pods listen on as well (one number everywhere:
  * the leases, tokens and kubeconfigs its pods write name what a client outside reaches): the node
  * ports of a NodePort Service, else the Service's own ports.
@@ -140,7 +154,7 @@ export function deployment(c: KctlCluster, o: { ports: ClusterPorts; configHash:
               ],
               // Ready once kube-apiserver says so (open to anonymous users): its bootstrap done, kube-system made.
               readinessProbe: { httpGet: { scheme: 'HTTPS', path: '/readyz', port: o.ports.api }, periodSeconds: 2 },
-              ...(c.spec.resources ? { resources: c.spec.resources } : {}),
+              resources: resourcesOf(c),
               volumeMounts: [
                 { name: 'config', mountPath: '/etc/kctl/kctl.yaml', subPath: 'kctl.yaml' },
                 { name: 'pki', mountPath: '/etc/kctl/pki', readOnly: true },

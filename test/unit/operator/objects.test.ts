@@ -56,6 +56,14 @@ test('the Deployment runs the kctl image of its version, its replicas, its CAs f
     '/etc/kctl/pki',
   ]);
   assert.deepEqual(pod.containers[0]!.resources, { requests: { memory: '200Mi' } });
+  // Without spec.resources, the profile's measured size: the scheduler spreads clusters by it.
+  const bare = (profile: string) =>
+    deployment(
+      { ...cluster, spec: { version: '0.3.0', config: { profile } } },
+      { ports: { api: 30700 }, configHash: 'h1' },
+    ).spec.template.spec.containers[0]!.resources;
+  assert.deepEqual(bare('api-only'), { requests: { cpu: '50m', memory: '200Mi' } });
+  assert.deepEqual(bare('full'), { requests: { cpu: '100m', memory: '320Mi' } });
   assert.deepEqual(pod.containers[0]!.ports, [{ name: 'api', containerPort: 30700 }]);
   assert.equal(d.spec.template.metadata.annotations['kctl.dev/config-hash'], 'h1');
   assert.deepEqual(pod.volumes[1], { name: 'pki', secret: { secretName: 'edge-1-pki', defaultMode: 0o400 } });
