@@ -17,17 +17,16 @@
 //   Ready: median and range.
 // operator-memory-mb (n+1 clusters): the PSS of the operator's process with every cluster Ready.
 // Columns: kctl only; no hosted-control-plane system runs here to compare with.
-import { readdir, readFile, writeFile } from 'node:fs/promises';
+import { readdir, readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { stringify } from 'yaml';
 import { KCTL_VERSION } from '../src/base/version.ts';
 import { totalPssKiB } from '../src/host/memory.ts';
 import { descendants } from '../src/host/priority.ts';
-import { kctlClusterCrd } from '../src/operator/crd.ts';
 import { median, type Row } from './rows.ts';
-import { nodeReady, startLabWorker, track, type Tracked } from '../test/e2e/lab/cluster.ts';
-import { startManagementLab } from '../test/e2e/lab/management.ts';
+import { nodeReady, startLabWorker, type Tracked } from '../test/e2e/lab/cluster.ts';
+import { hostedKubectl, startManagementLab, startOperator } from '../test/e2e/lab/management.ts';
 import { waitFor } from '../test/wait.ts';
 
 /**
@@ -55,27 +54,20 @@ export async function operatorFigures(o: { clusters: number; log: (msg: string) 
   const cleanups: (() => Promise<void>)[] = [];
   const procs: Tracked[] = [];
   try {
-    const { lab, dir, kctlBin, c, mc, mw, out, pg } = await startManagementLab(
-      { after: (fn) => cleanups.push(fn) },
-      'bop',
-      { dir: 'kctl-bench-operator-', pgPort: 15436, nodes: ['edge'], pgMaxConnections: 500 },
-    );
+    const m = await startManagementLab({ after: (fn) => cleanups.push(fn) }, 'bop', {
+      dir: 'kctl-bench-operator-',
+      pgPort: 15436,
+      nodes: ['edge'],
+      pgMaxConnections: 500,
+    });
+    const { lab, dir, kctlBin, c, mc, mw, out } = m;
     const adminConf = join(c.dataDir, 'pki', 'admin.conf');
     const must = async (what: string, r: Promise<{ exitCode?: number; stderr?: unknown }>) => {
       const x = await r;
       if (x.exitCode !== 0) throw new Error(`${what}: ${String(x.stderr).trim()}`);
     };
-    await must('the CRD', c.kubectl(['apply', '-f', '-'], stringify(kctlClusterCrd())));
-    await c.kubectl(['wait', '--for=condition=Established', 'crd/kctlclusters.kctl.dev', '--timeout=60s']);
-    const operator = track(mc.spawn(kctlBin, ['operator', 'run', '--kubeconfig', adminConf]));
+    const operator = await startOperator(m, 'pg');
     procs.push(operator);
-    await waitFor('the operator leads', 60_000, async () => operator.saw('leading: reconciling'), operator.log);
-    const admin = `postgres://postgres@${pg.host}:${pg.port}/postgres?sslmode=disable`;
-    await must(
-      'the datastore Secret',
-      c.kubectl(['create', 'secret', 'generic', 'pg', `--from-literal=dataSource=${admin}`]),
-    );
-
     /** Applies cluster `name`; seconds from the apply to its Ready condition. */
     const make = async (name: string, profile: 'full' | 'api-only'): Promise<number> => {
       const object = stringify({
@@ -135,17 +127,7 @@ export async function operatorFigures(o: { clusters: number; log: (msg: string) 
     await lab.isolate(edge, mw, mc);
     const worker = startLabWorker(kctlBin, edge, dir, String(token.stdout).trim());
     procs.push(worker);
-    const kc = await c.kubectl(['get', 'secret', 'f1-admin-kubeconfig', '-o', 'jsonpath={.data.kubeconfig}']);
-    const kubeconfig = join(dir, 'f1.conf');
-    await writeFile(kubeconfig, Buffer.from(String(kc.stdout), 'base64'), { mode: 0o600 });
-    const hosted = (args: string[]) =>
-      out.run(
-        join(c.dataDir, 'bin', 'current', 'kubectl'),
-        ['--kubeconfig', kubeconfig, '--request-timeout=10s', ...args],
-        {
-          timeout: 30_000,
-        },
-      );
+    const hosted = await hostedKubectl(m, 'f1', 10);
     await waitFor('edge Ready in f1', 300_000, () => nodeReady(hosted, 'edge'), worker.log);
     await sleep(20_000);
     const fullPss = await podMemory('f1');

@@ -3,26 +3,24 @@
 // KctlCluster object becomes a hosted api-only control plane: its database and role on the
 // PostgreSQL its datastore Secret names, its CAs in a Secret made once, a Deployment of the kctl
 // image, a NodePort Service, an admin kubeconfig Secret, and a status that says Ready with its
-// endpoint. An admin on another host uses that kubeconfig; a Deployment on the management cluster
-// lists the tenant's objects with the credentials of a tenant service account the operator keeps.
+// endpoint. An admin on another host uses that kubeconfig (kept tenant credentials are in
+// upgrade/hosted-lab.test.ts).
 // The CA Secret deleted: the cluster is reported Degraded and no new CA is made; put back, it is
 // Ready again. The object deleted: its pods go, then its database and role, then the object and
 // everything else it owned.
 import assert from 'node:assert/strict';
-import { writeFile } from 'node:fs/promises';
-import { join } from 'node:path';
 import { test } from 'node:test';
 import { stringify } from 'yaml';
 import { KCTL_VERSION } from '../../../src/base/version.ts';
-import { kctlImageOf } from '../../../src/payload/images.ts';
 import { kctl } from '../lab/kctl.ts';
-import { startManagementLab } from '../lab/management.ts';
+import { hostedKubectl, startManagementLab } from '../lab/management.ts';
 import { waitFor } from '../../wait.ts';
 
 const NODE_PORT = 30644;
 
 test('the operator, as a Deployment with a leader, makes a KctlCluster a hosted control plane with its status, keeps its CA, and removes what it owns when it is deleted', async (t) => {
-  const { dir, c, mw, out, pg } = await startManagementLab(t, 'hop', { dir: 'kctl-operator-', pgPort: 15433 });
+  const m = await startManagementLab(t, 'hop', { dir: 'kctl-operator-', pgPort: 15433 });
+  const { c, mw, pg } = m;
 
   const crd = await kctl(['operator', 'crd']);
   assert.equal((await c.kubectl(['apply', '-f', '-'], String(crd.stdout))).exitCode, 0);
@@ -92,8 +90,6 @@ test('the operator, as a Deployment with a leader, makes a KctlCluster a hosted 
       config: { profile: 'api-only' },
       datastore: { postgres: { secretName: 'pg-admin' } },
       exposure: { type: 'NodePort', nodePort: NODE_PORT },
-      // A program on the management cluster reads the tenant's API as this account of the tenant.
-      serviceAccounts: [{ namespace: 'default', name: 'watcher', secretName: 't1-watcher' }],
     },
   });
   assert.equal((await c.kubectl(['apply', '-f', '-'], object)).exitCode, 0);
@@ -135,97 +131,9 @@ test('the operator, as a Deployment with a leader, makes a KctlCluster a hosted 
   assert.equal(new URL(dataSource!).username, database);
 
   // An admin elsewhere, with the kubeconfig the operator keeps.
-  const kc = await c.kubectl(['get', 'secret', 't1-admin-kubeconfig', '-o', 'jsonpath={.data.kubeconfig}']);
-  const kubeconfig = join(dir, 't1.conf');
-  await writeFile(kubeconfig, Buffer.from(String(kc.stdout), 'base64'), { mode: 0o600 });
-  const hosted = (args: string[]) =>
-    out.run(
-      join(c.dataDir, 'bin', 'current', 'kubectl'),
-      ['--kubeconfig', kubeconfig, '--request-timeout=20s', ...args],
-      {
-        timeout: 60_000,
-      },
-    );
+  const hosted = await hostedKubectl(m, 't1');
   const made = await hosted(['create', 'configmap', 'hello', '--from-literal=where=operator']);
   assert.equal(made.exitCode, 0, String(made.stderr));
-
-  // Kept credentials: the tenant lets its account watcher read; a Deployment on the management
-  // cluster lists the tenant's ConfigMaps with the kubeconfig the operator keeps for it.
-  const bound = await hosted([
-    'create',
-    'rolebinding',
-    'watcher',
-    '--clusterrole=view',
-    '--serviceaccount=default:watcher',
-  ]);
-  assert.equal(bound.exitCode, 0, String(bound.stderr));
-  await waitFor(
-    'the kept credentials Secret',
-    60_000,
-    async () => (await c.kubectl(['get', 'secret', 't1-watcher'])).exitCode === 0,
-    operatorLog,
-  );
-  const reader = stringify({
-    apiVersion: 'apps/v1',
-    kind: 'Deployment',
-    metadata: { name: 'tenant-reader' },
-    spec: {
-      selector: { matchLabels: { app: 'tenant-reader' } },
-      template: {
-        metadata: { labels: { app: 'tenant-reader' } },
-        spec: {
-          containers: [
-            {
-              name: 'reader',
-              image: kctlImageOf(KCTL_VERSION),
-              imagePullPolicy: 'Never',
-              args: ['kubectl', '--kubeconfig', '/creds/kubeconfig', 'get', 'configmaps', '--watch', '-o', 'name'],
-              volumeMounts: [
-                { name: 'creds', mountPath: '/creds', readOnly: true },
-                { name: 'data', mountPath: '/var/lib/kctl' },
-              ],
-            },
-          ],
-          volumes: [
-            { name: 'creds', secret: { secretName: 't1-watcher' } },
-            { name: 'data', emptyDir: {} },
-          ],
-        },
-      },
-    },
-  });
-  assert.equal((await c.kubectl(['apply', '-f', '-'], reader)).exitCode, 0);
-  const readerLog = async () => {
-    const r = await c.kubectl(['logs', 'deploy/tenant-reader']);
-    return `${String(r.stdout)}${String(r.stderr)}`;
-  };
-  await waitFor(
-    "the Deployment lists the tenant's ConfigMaps",
-    180_000,
-    async () => /configmap\/hello/.test(await readerLog()),
-    readerLog,
-  );
-  // What the account may not do, it may not do: the credentials are the tenant's account's, no more.
-  const creds = await c.kubectl(['get', 'secret', 't1-watcher', '-o', 'jsonpath={.data.kubeconfig}']);
-  const watcherConf = join(dir, 'watcher.conf');
-  await writeFile(watcherConf, Buffer.from(String(creds.stdout), 'base64'), { mode: 0o600 });
-  const denied = await out.run(
-    join(c.dataDir, 'bin', 'current', 'kubectl'),
-    [
-      '--kubeconfig',
-      watcherConf,
-      '--server',
-      `https://${mw.ip}:${NODE_PORT}`,
-      '--request-timeout=20s',
-      'create',
-      'configmap',
-      'nope',
-    ],
-    { timeout: 60_000 },
-  );
-  assert.notEqual(denied.exitCode, 0);
-  assert.match(String(denied.stderr), /forbidden/i);
-  assert.equal((await c.kubectl(['delete', 'deploy', 'tenant-reader', '--wait=false'])).exitCode, 0);
 
   // The CA Secret deleted: reported, never made again.
   const pki = await c.kubectl(['get', 'secret', 't1-pki', '-o', 'json']);
