@@ -12,7 +12,7 @@ import { messageOf } from '../base/errors.ts';
 import type { KubeClient } from '../kube/client.ts';
 import { resourcePath } from '../kube/paths.ts';
 import { renderKubeconfig } from '../pki/index.ts';
-import { CLUSTER_LABEL, ownedNames, POD_API_PORT, secret, type KctlCluster } from './objects.ts';
+import { CLUSTER_LABEL, ownedNames, POD_API_PORT, secret, secretPath, type KctlCluster } from './objects.ts';
 import type { HostedAccess } from './hosted.ts';
 
 /** How long a kept token lives. */
@@ -52,13 +52,16 @@ export function needsRenewal(expires: string | undefined, now: Date): boolean {
 export const inClusterUrl = (c: KctlCluster) =>
   `https://${c.metadata.name}.${c.metadata.namespace}.svc:${POD_API_PORT}`;
 
-/** The anchor of the kept Secret `secretName` in the tenant, in the account's namespace. */
+/** The name of the anchor of the kept Secret `secretName`, in the tenant. */
+const anchorName = (secretName: string) => `kctl-kept-${secretName}`;
+
+/** The anchor of the kept Secret `secretName` in the tenant, in the account's namespace (without one: that namespace's Secrets). */
 const anchorPath = (namespace: string, secretName?: string) =>
   resourcePath({
     apiVersion: 'v1',
     resource: 'secrets',
     namespace,
-    ...(secretName ? { name: `kctl-kept-${secretName}` } : {}),
+    ...(secretName ? { name: anchorName(secretName) } : {}),
   });
 
 /**
@@ -72,9 +75,7 @@ export async function keepCredentials(
   apply: { fieldManager: string; force: boolean },
   now = new Date(),
 ): Promise<string[]> {
-  const ns = c.metadata.namespace;
-  const secretPath = (name?: string) => resourcePath({ apiVersion: 'v1', resource: 'secrets', namespace: ns, name });
-  const kept = await kube.list<SecretObject>(secretPath(), {
+  const kept = await kube.list<SecretObject>(secretPath(c), {
     labelSelector: `${CREDENTIALS_LABEL}=${c.metadata.name}`,
   });
   const mine = (s: SecretObject) => s.metadata?.ownerReferences?.some((o) => o.uid === c.metadata.uid);
@@ -87,7 +88,7 @@ export async function keepCredentials(
       failed.push(`${who}: Secret ${a.secretName} is one the cluster itself uses; name another`);
       continue;
     }
-    const have = await kube.find<SecretObject>(secretPath(a.secretName));
+    const have = await kube.find<SecretObject>(secretPath(c, a.secretName));
     if (have && !mine(have)) {
       failed.push(`${who}: Secret ${a.secretName} exists and is not this cluster's; name another`);
       continue;
@@ -127,7 +128,7 @@ export async function keepCredentials(
     const [namespace] = (s.metadata?.annotations?.[BOUND_TO] ?? '').split('/');
     try {
       if (namespace) await hosted.client.remove(anchorPath(namespace, name));
-      await kube.remove(secretPath(name));
+      await kube.remove(secretPath(c, name));
     } catch (err) {
       failed.push(`Secret ${name}, taken out of the spec: ${messageOf(err)}`);
     }
@@ -142,7 +143,7 @@ async function makeAnchor(client: KubeClient, a: KeptAccount): Promise<SecretObj
     kind: 'Secret',
     type: 'Opaque',
     metadata: {
-      name: `kctl-kept-${a.secretName}`,
+      name: anchorName(a.secretName),
       namespace: a.namespace,
       labels: { [ANCHOR_LABEL]: a.secretName },
       annotations: {

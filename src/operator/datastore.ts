@@ -5,8 +5,7 @@
 import { createHash, randomBytes } from 'node:crypto';
 import { dropPostgresTenant, ensurePostgresTenant, isPostgres, withPostgresLogin } from '../etcd/postgres.ts';
 import type { KubeClient } from '../kube/client.ts';
-import { resourcePath } from '../kube/paths.ts';
-import { ownedNames, secret, type KctlCluster } from './objects.ts';
+import { ownedNames, secret, secretPath, type KctlCluster } from './objects.ts';
 
 interface SecretObject {
   data?: Record<string, string>;
@@ -38,9 +37,7 @@ export class ClusterDatastore {
   ) {}
 
   private async secretOf(c: KctlCluster, name: string): Promise<SecretObject | undefined> {
-    return this.kube.find<SecretObject>(
-      resourcePath({ apiVersion: 'v1', resource: 'secrets', namespace: c.metadata.namespace, name }),
-    );
+    return this.kube.find<SecretObject>(secretPath(c, name));
   }
 
   /** The data source of the role that makes databases and roles, from the Secret the spec names; or why there is none. */

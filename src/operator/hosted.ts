@@ -10,7 +10,7 @@ import { isNodeReady } from '../kube/nodes.ts';
 import { resourcePath } from '../kube/paths.ts';
 import { parse } from 'yaml';
 import { KCTL_CLUSTER } from './crd.ts';
-import { isFull, ownedNames, type KctlCluster } from './objects.ts';
+import { isFull, ownedNames, secretPath, type KctlCluster } from './objects.ts';
 
 /** How long a call to a hosted cluster's API may take before it counts as unanswered. */
 const HOSTED_TIMEOUT_MS = 5_000;
@@ -37,9 +37,7 @@ export interface HostedAccess {
  */
 export async function hostedAccess(kube: KubeClient, c: KctlCluster): Promise<HostedAccess | undefined> {
   const name = ownedNames(c.metadata.name).kubeconfig;
-  const s = await kube.find<SecretObject>(
-    resourcePath({ apiVersion: 'v1', resource: 'secrets', namespace: c.metadata.namespace, name }),
-  );
+  const s = await kube.find<SecretObject>(secretPath(c, name));
   const text = s?.data?.kubeconfig && Buffer.from(s.data.kubeconfig, 'base64').toString();
   return text ? accessFrom(text, `Secret ${name}`) : undefined;
 }
@@ -90,9 +88,7 @@ export async function hostedWorkerToken(
 
 async function hostedConfigOf(kube: KubeClient, c: KctlCluster): Promise<ClusterConfig | undefined> {
   const name = ownedNames(c.metadata.name).config;
-  const s = await kube.find<SecretObject>(
-    resourcePath({ apiVersion: 'v1', resource: 'secrets', namespace: c.metadata.namespace, name }),
-  );
+  const s = await kube.find<SecretObject>(secretPath(c, name));
   const text = s?.data?.['kctl.yaml'] && Buffer.from(s.data['kctl.yaml'], 'base64').toString();
   return text ? parseConfig(parse(text), `Secret ${name}`) : undefined;
 }

@@ -5,6 +5,7 @@
 // and database password are made apart (pki.ts, datastore.ts), once.
 import { stringify } from 'yaml';
 import { TENANT_GC_PERCENT } from '../controller/config/config.ts';
+import { resourcePath } from '../kube/paths.ts';
 import { kctlImageOf } from '../payload/images.ts';
 import { KCTL_CLUSTER } from './crd.ts';
 
@@ -208,6 +209,10 @@ export function service(c: KctlCluster, ports?: ClusterPorts) {
     },
   };
 }
+
+/** The path of Secret `name` in the cluster's namespace (of the namespace's Secrets without a name). */
+export const secretPath = (c: KctlCluster, name?: string): string =>
+  resourcePath({ apiVersion: 'v1', resource: 'secrets', namespace: c.metadata.namespace, name });
 
 /** A Secret owned by the cluster. */
 export function secret(c: KctlCluster, name: string, data: Record<string, Buffer | string>) {

@@ -14,7 +14,16 @@ import { keepCredentials } from './credentials.ts';
 import { ClusterDatastore, databaseOf } from './datastore.ts';
 import { ensureExposure } from './exposure.ts';
 import { accessFrom, hostedNodes, type HostedAccess } from './hosted.ts';
-import { CLUSTER_LABEL, deployment, hostedConfig, isFull, ownedNames, secret, type KctlCluster } from './objects.ts';
+import {
+  CLUSTER_LABEL,
+  deployment,
+  hostedConfig,
+  isFull,
+  ownedNames,
+  secret,
+  secretPath,
+  type KctlCluster,
+} from './objects.ts';
 import { adminKubeconfig, caNotAfter, newSharedPki } from './pki.ts';
 
 const FIELD_MANAGER = { fieldManager: 'kctl-operator', force: true };
@@ -75,9 +84,6 @@ export class ClusterReconciler {
     this.datastore = new ClusterDatastore(kube, FIELD_MANAGER);
   }
 
-  private secretPath = (c: KctlCluster, name: string) =>
-    resourcePath({ apiVersion: 'v1', resource: 'secrets', namespace: c.metadata.namespace, name });
-
   /** Reconciles one cluster and writes its status; never throws (a failure is its status). */
   async reconcile(c: KctlCluster): Promise<void> {
     try {
@@ -133,7 +139,7 @@ export class ClusterReconciler {
 
     // The CAs: made once, with the database. A cluster that had them (its status says so) never
     // gets new ones, and a database that holds data never gets a new CA.
-    const existing = await this.kube.find<SecretObject>(this.secretPath(c, names.pki));
+    const existing = await this.kube.find<SecretObject>(secretPath(c, names.pki));
     if (!existing?.data && c.status?.caNotAfter)
       return degraded(
         'PkiSecretMissing',
@@ -227,7 +233,7 @@ export class ClusterReconciler {
   ): Promise<{ name: string; access: HostedAccess }> {
     const name = ownedNames(c.metadata.name).kubeconfig;
     const where = `Secret ${name}`;
-    const have = await this.kube.find<SecretObject>(this.secretPath(c, name));
+    const have = await this.kube.find<SecretObject>(secretPath(c, name));
     const text = have?.data?.kubeconfig && Buffer.from(have.data.kubeconfig, 'base64').toString();
     if (text?.includes(`server: ${endpoint}`)) {
       try {
