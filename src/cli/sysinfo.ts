@@ -1,7 +1,7 @@
 // kctl sysinfo: the pre-flight checks of this host for a role, pass / warn / fail with a reason
 // each; exits non-zero when any fails. kctl controller / worker refuse on the same failures.
 import { Option, type Command } from 'commander';
-import { controllerPorts } from '../controller/index.ts';
+import { controllerPorts } from '../controller/components/ports.ts';
 import { loadConfig } from '../controller/config/config.ts';
 import { hostChecks, ownPids, type Check, type HostRole } from '../host/checks.ts';
 import { WORKER_PORTS } from '../worker/index.ts';

@@ -30,7 +30,7 @@ import { startTenant, tenantPortAdvice, undoNewTenant, type TenantLayout } from 
 import { writeAddonStacks } from './cluster/addons.ts';
 import { checkAuditPolicy, prepareAudit } from './encryption/audit.ts';
 import { CorednsScalerComponent } from './cluster/coredns-scaler.ts';
-import { ApiserverComponent, KUBE_APISERVER } from './components/apiserver.ts';
+import { ApiserverComponent } from './components/apiserver.ts';
 import { BootstrapComponent, publishClusterInfo } from './cluster/bootstrap.ts';
 import { KonnectivityServerComponent } from './components/konnectivity.ts';
 import { NetworkPolicyPublisherComponent } from './cluster/network-policy.ts';
@@ -58,8 +58,9 @@ import { loadConfig, type ClusterConfig, type ConfigFlags } from './config/confi
 import { PkiRenewerComponent, pkiOptions } from './pki/pki-renewer.ts';
 import { LeaseTurn } from './pki/pki-turn.ts';
 import { controllerPaths, type ControllerPaths } from './config/paths.ts';
-import { ControllerManagerComponent, KUBE_CONTROLLER_MANAGER } from './components/controller-manager.ts';
-import { KUBE_SCHEDULER, SchedulerComponent } from './components/scheduler.ts';
+import { ControllerManagerComponent } from './components/controller-manager.ts';
+import { SchedulerComponent } from './components/scheduler.ts';
+import { controllerPorts } from './components/ports.ts';
 import { processReport, type ControllerStatusReport } from './leases/status.ts';
 import { localEtcd, storageComponent, storageStatus } from './components/storage.ts';
 
@@ -74,26 +75,6 @@ export interface ControllerOptions extends ConfigFlags {
   sharedPki?: string;
   /** kctl controller --name: a tenant in its own dirs (dataDir, runDir are the tenant's), ports from portRange. */
   tenant?: TenantLayout & { portRange: [number, number] };
-}
-
-/** The ports a controller listens on, by what uses them (kctl sysinfo checks they are free). */
-export function controllerPorts(cfg: ClusterConfig): Record<string, number> {
-  const s = cfg.spec;
-  const etcd: Record<string, number> =
-    s.storage.type === 'etcd'
-      ? { 'etcd client port': s.storage.etcd.clientPort, 'etcd peer port': s.storage.etcd.peerPort }
-      : {};
-  if (s.profile === 'api-only')
-    return { [KUBE_APISERVER]: s.api.port, ...etcd, [KUBE_CONTROLLER_MANAGER]: s.controllerManager.port };
-  return {
-    [KUBE_APISERVER]: s.api.port,
-    'controller join endpoint': s.api.joinPort,
-    'konnectivity agent port': s.konnectivity.agentPort,
-    'konnectivity admin port': s.konnectivity.adminPort,
-    ...etcd,
-    [KUBE_SCHEDULER]: s.scheduler.port,
-    [KUBE_CONTROLLER_MANAGER]: s.controllerManager.port,
-  };
 }
 
 /** Everything a controller's list of components is built from. */
