@@ -2,7 +2,8 @@
 // dials OUT to every konnectivity server and carries the connections kube-apiserver asks
 // for (kubelet logs/exec/port-forward, webhooks, aggregated APIs) to targets on this side.
 //
-// - HA without a load balancer: it holds a stream to every listed server address, and like
+// - HA without a load balancer: it holds a stream to every listed server address (to as many
+//   servers as an address is listed: the pods of a hosted cluster share one), and like
 //   upstream it also discovers servers behind one address: each server tells its serverid
 //   and servercount, and the agent dials until it holds servercount distinct servers
 //   (duplicates dropped, backoff 1 s x1.5 capped at 10 s, each wait drawn from
@@ -15,6 +16,7 @@
 // This file is the agent as a whole (which servers to hold, start/stop, snapshot);
 // connection.ts is one stream to one server, targets.ts the target side.
 import { joinHostPort } from '../../base/addresses.ts';
+import { addressState, listedAddresses, retryLater, type AddressState } from './addresses.ts';
 import type { Logger } from '../../base/log.ts';
 import type { Component, ComponentState, ComponentStatus } from '../../base/component.ts';
 import { ServerConnection, type ConnectionContext } from './connection.ts';
@@ -39,27 +41,6 @@ import { definedOnly } from '../../base/defined.ts';
 
 export type { KonnectivityAgentOptions, ServerAddress };
 export type { AgentServerSnapshot, AgentSnapshot, TargetStats };
-
-interface AddressState {
-  readonly addr: ServerAddress;
-  readonly label: string;
-  conns: number;
-  dialing: boolean;
-  /** The last attempt reached a server we already hold. */
-  lastDuplicate: boolean;
-  backoffMs: number;
-  nextAttemptAt: number;
-  /** No longer listed (setServers): not dialed again; its streams drain and close. */
-  removed: boolean;
-}
-
-/**
- * A wait drawn from [ms/2, ms] ("equal jitter"). Jitter applied after the cap, never clamped
- * back to it: agents that lost the same server do not retry it in lockstep, at the cap included.
- */
-function jittered(ms: number): number {
-  return Math.round(ms * (0.5 + Math.random() * 0.5));
-}
 
 export class KonnectivityAgent implements Component {
   readonly name = 'konnectivity-agent';
@@ -95,7 +76,9 @@ export class KonnectivityAgent implements Component {
       ...definedOnly(opts),
     };
     this.log = opts.log;
-    this.addresses = opts.servers.map((addr) => this.addressState(addr));
+    this.addresses = [...listedAddresses(opts.servers).values()].map(({ addr, behind }) =>
+      addressState(addr, behind, this.o.syncIntervalMs),
+    );
     this.metrics = new AgentMetrics({
       openServerConnections: () => this.conns.size,
       knownServerCount: () => this.serverCount(),
@@ -115,19 +98,6 @@ export class KonnectivityAgent implements Component {
     };
   }
 
-  private addressState(addr: ServerAddress): AddressState {
-    return {
-      addr,
-      label: joinHostPort(addr.host, addr.port),
-      conns: 0,
-      dialing: false,
-      lastDuplicate: false,
-      backoffMs: this.o.syncIntervalMs,
-      nextAttemptAt: 0,
-      removed: false,
-    };
-  }
-
   /** A renewed client certificate and key (kubelet rotated its own): used for every connection made from now on. */
   setClientCertificate(cert: string | Buffer, key: string | Buffer): void {
     this.o.cert = cert;
@@ -142,9 +112,11 @@ export class KonnectivityAgent implements Component {
   /** The servers' addresses now (HA: they follow the live controllers). New ones are dialed at once; dropped ones drain and close. */
   setServers(servers: ServerAddress[]): void {
     if (servers.length === 0) return; // keep what we have rather than hold nothing
-    const labels = new Set(servers.map((a) => joinHostPort(a.host, a.port)));
-    const added = servers.filter((a) => !this.addresses.some((x) => x.label === joinHostPort(a.host, a.port)));
-    for (const a of this.addresses.filter((x) => !labels.has(x.label))) {
+    const listed = listedAddresses(servers);
+    const added = [...listed].filter(([label]) => !this.addresses.some((x) => x.label === label)).map(([, a]) => a);
+    // A server that left from behind a shared address: its stream ends with it; no other is dropped.
+    for (const a of this.addresses) a.behind = listed.get(a.label)?.behind ?? a.behind;
+    for (const a of this.addresses.filter((x) => !listed.has(x.label))) {
       a.removed = true;
       for (const c of [...this.conns.values()].filter((x) => x.address === a.label)) {
         this.log.info(
@@ -154,10 +126,13 @@ export class KonnectivityAgent implements Component {
         void c.drain().then(() => c.shutdown(true));
       }
     }
-    this.addresses = [...this.addresses.filter((x) => !x.removed), ...added.map((a) => this.addressState(a))];
+    this.addresses = [
+      ...this.addresses.filter((x) => !x.removed),
+      ...added.map(({ addr, behind }) => addressState(addr, behind, this.o.syncIntervalMs)),
+    ];
     if (added.length)
       this.log.info(
-        { added: added.map((a) => joinHostPort(a.host, a.port)) },
+        { added: added.map(({ addr }) => joinHostPort(addr.host, addr.port)) },
         'konnectivity servers joined the cluster',
       );
     this.tick();
@@ -291,7 +266,8 @@ export class KonnectivityAgent implements Component {
     let next = Number.POSITIVE_INFINITY;
     for (const a of this.addresses) {
       if (a.dialing) continue;
-      const needOwn = a.conns === 0 && !a.lastDuplicate;
+      // Its own servers: one, or as many as are listed here; none when the one it reached is held through another address.
+      const needOwn = a.conns < a.behind && !(a.conns === 0 && a.lastDuplicate);
       const needMore = this.conns.size < this.serverCount() || (this.o.syncForever ?? false);
       if (!needOwn && !needMore) continue;
       if (now < a.nextAttemptAt) {
@@ -313,9 +289,7 @@ export class KonnectivityAgent implements Component {
   }
 
   private retryLater(a: AddressState, grow: boolean): void {
-    if (grow) a.backoffMs = Math.min(this.o.syncIntervalCapMs, a.backoffMs * 1.5);
-    else a.backoffMs = this.o.syncIntervalMs;
-    a.nextAttemptAt = Date.now() + jittered(a.backoffMs);
+    retryLater(a, grow, this.o);
   }
 
   /**
@@ -326,7 +300,7 @@ export class KonnectivityAgent implements Component {
   retrySoon(host: string): void {
     let due = false;
     for (const a of this.addresses) {
-      if (a.addr.host !== host || a.conns > 0 || a.dialing || a.removed) continue;
+      if (a.addr.host !== host || a.conns >= a.behind || a.dialing || a.removed) continue;
       a.backoffMs = this.o.syncIntervalMs;
       // Little jitter: each worker's balancer checks on its own clock, which already spreads a site's agents.
       a.nextAttemptAt = Math.min(a.nextAttemptAt, Date.now() + Math.round(Math.random() * 200));

@@ -263,6 +263,47 @@ test('the server list follows the cluster: a server added later is dialed at onc
   assert.equal(agent.snapshot().servers.length, 1);
 });
 
+test('an address listed twice (two pods behind one Service) is held to two servers, also when the one held counted one', async (t) => {
+  const pki = await makePki();
+  let count = 1;
+  const backends = [() => s1.agentPort()];
+  const s1 = await startServer(t, pki, { serverId: 'pod-1', serverCount: () => count });
+  const lb = await roundRobin(t, () => backends.map((b) => b()));
+  const shared = { host: '127.0.0.1', port: lb.port };
+  const agent = await startAgent(t, pki, [shared], { syncIntervalMs: 50, syncIntervalCapMs: 200 });
+  await waitFor('pod-1 held', 10_000, () => agent.snapshot().servers.length === 1);
+
+  // A second pod behind the same address: its server counts two, but the stream held says one,
+  // so nothing but the list (two leases naming one address) tells the agent to dial again.
+  count = 2;
+  const s2 = await startServer(t, pki, { serverId: 'pod-2', serverCount: () => count });
+  backends.push(() => s2.agentPort());
+  await new Promise((r) => setTimeout(r, 300));
+  assert.equal(s2.snapshot().agents.length, 0, 'the agent found pod-2 without being told');
+  agent.setServers([shared, shared]);
+  await waitFor('both pods held', 10_000, () => agent.snapshot().servers.length === 2);
+  assert.deepEqual(
+    agent
+      .snapshot()
+      .servers.map((x) => x.serverId)
+      .sort(),
+    ['pod-1', 'pod-2'],
+  );
+  const echo = await echoServer(t);
+  await echoThrough(s1, echo.address);
+  await echoThrough(s2, echo.address);
+
+  // pod-2 goes (its lease with it): its stream ends and the one address is not dialed again.
+  count = 1;
+  backends.pop();
+  agent.setServers([shared]);
+  await s2.stop();
+  await waitFor('pod-2 dropped', 10_000, () => agent.snapshot().servers.length === 1);
+  await new Promise((r) => setTimeout(r, 300));
+  assert.equal(s1.snapshot().agents.length, 1, 'pod-1 sees the agent more than once');
+  await echoThrough(s1, echo.address);
+});
+
 test('an agent holding streams to several servers answers each dial on the stream of the server that dialed', async (t) => {
   const pki = await makePki();
   const servers = [
