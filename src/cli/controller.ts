@@ -1,8 +1,19 @@
 import { Option, type Command } from 'commander';
+import { UserError } from '../base/errors.ts';
+import { MEMBER_NAME_ENV } from '../kube/controller-leases.ts';
 import { runController } from '../controller/index.ts';
 import { globals, loggerFor } from './support/globals.ts';
 import { readTokenFile } from './worker.ts';
 import { DEFAULT_PORT_RANGE, parsePortRange } from '../controller/tenants/tenants.ts';
+
+/** A member name: part of a Lease's name, so a DNS subdomain's characters, short enough for the prefix. */
+export function parseMemberName(v: string): string {
+  if (!/^[a-z0-9]([-a-z0-9.]{0,198}[a-z0-9])?$/.test(v))
+    throw new UserError(
+      `--member-name ${JSON.stringify(v)}: expected lower-case letters, digits, '-' and '.' (at most 200, starting and ending with a letter or digit), such as the pod's name`,
+    );
+  return v;
+}
 
 export function controllerCommand(program: Command): void {
   program
@@ -30,6 +41,14 @@ export function controllerCommand(program: Command): void {
         '--shared-pki <dir>',
         "the cluster's CAs, service-account and encryption keys from <dir> (a mounted Secret, as kctl pki save-shared writes it): for a control plane in a pod, whose data dir dies with it",
       ).conflicts('tokenFile'),
+    )
+    .addOption(
+      new Option(
+        '--member-name <name>',
+        "this controller's name among the cluster's controllers (its lease, its turn in upgrades), where several share one address: the pods of a hosted cluster behind one Service; default from spec.api.address",
+      )
+        .env(MEMBER_NAME_ENV)
+        .argParser(parseMemberName),
     )
     .option(
       '--token-file <file>',
@@ -77,6 +96,7 @@ export function controllerCommand(program: Command): void {
           initOnly?: boolean;
           tokenFile?: string;
           sharedPki?: string;
+          memberName?: string;
           portRange: string;
         },
         cmd: Command,
@@ -93,6 +113,7 @@ export function controllerCommand(program: Command): void {
             initOnly: opts.initOnly,
             token,
             sharedPki: opts.sharedPki,
+            memberName: opts.memberName,
             dataDir: g.dataDir,
             runDir: g.runDir,
             tenant: g.tenant && { ...g.tenant, portRange },

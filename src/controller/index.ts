@@ -51,7 +51,7 @@ import { KubeletServingCheckComponent } from './nodes/kubelet-serving.ts';
 import { BackupSchedulerComponent } from './backups/backup-schedule.ts';
 import { NodeWatchComponent } from './nodes/nodes.ts';
 import { KubeClient } from '../kube/client.ts';
-import { agentServers, controllerLeaseName } from '../kube/controller-leases.ts';
+import { agentServers, memberLeaseName } from '../kube/controller-leases.ts';
 import { NodeLeaseAccessComponent } from './cluster/node-lease-access.ts';
 import { kubernetesEndpointsComponents } from './cluster/kubernetes-endpoints.ts';
 import { loadConfig, type ClusterConfig, type ConfigFlags } from './config/config.ts';
@@ -73,6 +73,8 @@ export interface ControllerOptions extends ConfigFlags {
   initOnly?: boolean;
   /** kctl controller --shared-pki: the cluster's CAs and keys from this directory (a mounted Secret; pki/shared-pki.ts). */
   sharedPki?: string;
+  /** kctl controller --member-name: its name among the cluster's controllers, where they share one address (pods). */
+  memberName?: string;
   /** kctl controller --name: a tenant in its own dirs (dataDir, runDir are the tenant's), ports from portRange. */
   tenant?: TenantLayout & { portRange: [number, number] };
 }
@@ -90,6 +92,8 @@ export interface ControllerRoleOptions {
   restart?: RestartRequest;
   /** The CAs and keys came from --shared-pki: no controller joins this one. */
   sharedPki?: boolean;
+  /** Its name among the cluster's controllers (--member-name); default from spec.api.address. */
+  member?: string;
 }
 
 /**
@@ -104,7 +108,11 @@ export function controllerComponents(o: ControllerRoleOptions): Component[] {
   const kube = KubeClient.fromKubeconfig(pki.adminConf, { reload: true });
   const storage = storageComponent(cfg, paths, pki, o.joined ?? null);
   // Scheduled backups: on every controller, made by the one holding the backup lease. The front door: once all listen.
-  const backups = cfg.spec.backup.schedule ? new BackupSchedulerComponent({ cfg, paths, kube }) : undefined;
+  // This controller among the others: its lease, its turn in upgrades and renewals, the backup lease's holder.
+  const self = memberLeaseName(cfg.spec.api.address, o.member);
+  const backups = cfg.spec.backup.schedule
+    ? new BackupSchedulerComponent({ cfg, paths, kube, identity: self })
+    : undefined;
   const last = (door: FrontDoorComponent | undefined) => [backups, door].filter((c) => c !== undefined);
   if (cfg.spec.profile === 'api-only') {
     const controllerManager = new ControllerManagerComponent(cfg, paths, pki);
@@ -132,7 +140,7 @@ export function controllerComponents(o: ControllerRoleOptions): Component[] {
   }
   // Every live controller, as their leases say: the konnectivity server count follows them, and
   // no node may own their addresses.
-  const controllers = new LiveControllers(cfg, kube);
+  const controllers = new LiveControllers(self, kube);
   // One watch of Nodes: agent claims and serving CSRs are judged against it with the same rule,
   // which keeps every controller's addresses and the cluster's virtual networks from any node.
   const reserved = reservedSpace(cfg, { certificates: [pki.serverCert, pki.konnectivityCert], controllers });
@@ -163,7 +171,7 @@ export function controllerComponents(o: ControllerRoleOptions): Component[] {
       addons: (log) => writeAddonStacks(cfg, paths.manifestsDir, pki, log),
       caRotation: { kube, publishCa: (caPem) => publishClusterInfo(kube, cfg, caPem, pki) },
     },
-    new LeaseTurn(kube, controllerLeaseName(cfg.spec.api.address)),
+    new LeaseTurn(kube, self),
   );
   const door = frontDoorComponent(cfg, paths, { konnectivity, join: joinServer, pki });
   const upgrade = o.restart
@@ -349,6 +357,7 @@ async function prepareAndRun(
       restart,
       release: releaseOf((await findPayload(KCTL_VERSION)).index),
       sharedPki: !!opts.sharedPki,
+      member: opts.memberName,
     }),
     componentLogger(log, 'manager'),
     {

@@ -95,6 +95,17 @@ export function controllerLeaseName(address: string): string {
   return `kctl-controller-${address.toLowerCase().replace(/[^a-z0-9]+/g, '-')}`;
 }
 
+/** The environment variable that sets kctl controller --member-name (a pod's own name, from the downward API). */
+export const MEMBER_NAME_ENV = 'KCTL_MEMBER_NAME';
+
+/**
+ * This controller's lease name: from its member name when it has one (kctl controller
+ * --member-name: pods of one hosted cluster share one address), else from its address.
+ */
+export function memberLeaseName(address: string, member?: string): string {
+  return controllerLeaseName(member ?? address);
+}
+
 /** A MicroTime, as the coordination API wants it. */
 export function microTime(d: Date): string {
   return d.toISOString().replace(/\.(\d{3})Z$/, '.$1000Z');

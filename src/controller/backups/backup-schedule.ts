@@ -16,7 +16,6 @@ import { parseDuration } from '../../base/duration.ts';
 import { messageOf } from '../../base/errors.ts';
 import type { Logger } from '../../base/log.ts';
 import type { KubeClient } from '../../kube/client.ts';
-import { controllerLeaseName } from '../../kube/controller-leases.ts';
 import { LeaderLease } from '../../kube/leader-lease.ts';
 import { readBackupKey } from './backup-cipher.ts';
 import { backupController, defaultBackupPath, type BackupOptions } from './backup.ts';
@@ -76,6 +75,8 @@ export interface BackupSchedulerOptions {
   cfg: ClusterConfig;
   paths: ControllerPaths;
   kube: KubeClient;
+  /** This controller's lease name: the backup lease's holder when it takes it. */
+  identity: string;
   /** The backup itself; default backupController (tests pass a fake). */
   backup?: (o: BackupOptions) => Promise<string>;
   now?: () => number;
@@ -104,7 +105,7 @@ export class BackupSchedulerComponent implements Component {
     this.intervalMs = parseDuration(b.schedule ?? '', { days: true }) ?? 0;
     this.path = defaultBackupPath(o.cfg, o.paths.dataDir);
     this.now = o.now ?? Date.now;
-    this.lease = new LeaderLease(o.kube, BACKUP_LEASE, controllerLeaseName(o.cfg.spec.api.address), this.now);
+    this.lease = new LeaderLease(o.kube, BACKUP_LEASE, o.identity, this.now);
   }
 
   async init(ctx: ComponentContext): Promise<void> {

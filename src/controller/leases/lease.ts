@@ -8,7 +8,6 @@ import type { Component, ComponentContext, ComponentStatus } from '../../base/co
 import type { Logger } from '../../base/log.ts';
 import {
   controllerLease,
-  controllerLeaseName,
   ControllerLeaseWatch,
   LEASE_NAMESPACE,
   LEASES_PATH,
@@ -37,14 +36,16 @@ const agentKey = (agents: string[]): string => [...agents].sort().join(',');
  * lease component runs its watch, after its first renewal.
  */
 export class LiveControllers {
-  private readonly leaseName: string;
   private readonly watch: ControllerLeaseWatch;
   private live: LiveController[] = [];
   private log: Logger | undefined;
   private onError: (message: string) => void = () => undefined;
 
-  constructor(cfg: ClusterConfig, kube: KubeClient) {
-    this.leaseName = controllerLeaseName(cfg.spec.api.address);
+  /** @param self this controller's lease name (memberLeaseName). */
+  constructor(
+    readonly self: string,
+    kube: KubeClient,
+  ) {
     this.watch = new ControllerLeaseWatch(
       kube,
       (live) => {
@@ -57,7 +58,7 @@ export class LiveControllers {
 
   /** What this controller's konnectivity server announces as servercount: the live controllers, itself included. */
   serverCount(): number {
-    return Math.max(1, this.live.length + (this.live.some((c) => c.name === this.leaseName) ? 0 : 1));
+    return Math.max(1, this.live.length + (this.live.some((c) => c.name === this.self) ? 0 : 1));
   }
 
   /** The live controllers as the leases say now (with the agents each listed at its last renewal). */
@@ -108,7 +109,7 @@ export class ControllerLeaseComponent implements Component {
   private renewing: Promise<void> | undefined;
 
   constructor(private readonly o: ControllerLeaseOptions) {
-    this.leaseName = controllerLeaseName(o.cfg.spec.api.address);
+    this.leaseName = o.controllers.self;
   }
 
   async init(ctx: ComponentContext): Promise<void> {

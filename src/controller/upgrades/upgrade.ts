@@ -18,7 +18,7 @@ import { kctlExecutable } from '../../base/executable.ts';
 import type { Logger } from '../../base/log.ts';
 import type { Release } from '../../base/version.ts';
 import { credentialsFromKubeconfig, type KubeClient } from '../../kube/client.ts';
-import { controllerLeaseName, type LiveController } from '../../kube/controller-leases.ts';
+import type { LiveController } from '../../kube/controller-leases.ts';
 import { LeaderLease } from '../../kube/leader-lease.ts';
 import { readUpgradePlan, writeUpgradePlan, type MemberUpgrade, type UpgradePlan } from '../../kube/upgrade-plan.ts';
 import { skewProblem } from '../../kube/version-skew.ts';
@@ -50,7 +50,8 @@ export interface ControllerUpgradeOptions {
   pki: PkiPaths;
   kube: KubeClient;
   release: Release;
-  controllers: { liveControllers(): LiveController[] };
+  /** The live controllers, and this one's lease name among them. */
+  controllers: { liveControllers(): LiveController[]; readonly self: string };
   restart: RestartRequest;
   /** The agents this controller's konnectivity server holds: its turn ends once they are back. */
   agents?: { agentIds(): string[] };
@@ -77,7 +78,7 @@ export class ControllerUpgradeComponent implements Component {
   private backAt: number | undefined;
 
   constructor(private readonly o: ControllerUpgradeOptions) {
-    this.identity = controllerLeaseName(o.cfg.spec.api.address);
+    this.identity = o.controllers.self;
   }
 
   async init(ctx: ComponentContext): Promise<void> {

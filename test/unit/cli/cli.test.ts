@@ -17,6 +17,22 @@ test('an unknown command prints one error line plus usage and exits non-zero', (
   assert.equal(lines.length, 2);
 });
 
+test('a bad member name is refused in one line, from the flag or from its environment variable', () => {
+  for (const r of [
+    kctl('controller', '--member-name', 'Pod_1', '--init-only'),
+    spawnSync(process.execPath, ['--import', 'tsx', 'src/cli/index.ts', 'controller', '--init-only'], {
+      cwd: root,
+      encoding: 'utf8',
+      env: { ...process.env, KCTL_MEMBER_NAME: '-x' },
+    }),
+  ]) {
+    assert.notEqual(r.status, 0);
+    const lines = r.stderr.trim().split('\n');
+    assert.match(lines[0] ?? '', /^kctl: --member-name "(Pod_1|-x)": expected lower-case letters, digits/);
+    assert.equal(lines.length, 1);
+  }
+});
+
 test('an unknown flag is refused the same way', () => {
   const r = kctl('version', '--frob');
   assert.notEqual(r.status, 0);

@@ -5,6 +5,7 @@ import {
   controllerLease,
   controllerLeaseName,
   followKey,
+  memberLeaseName,
   liveControllers,
   MAX_LISTED_AGENTS,
   type Lease,
@@ -17,6 +18,9 @@ test('a controller lease names its API server and konnectivity address; only lea
   const name = controllerLeaseName('10.0.0.1');
   assert.equal(name, 'kctl-controller-10-0-0-1');
   assert.equal(controllerLeaseName('fd00::1'), 'kctl-controller-fd00-1');
+  // Controllers that share one address (pods of a hosted cluster) are told apart by their member names.
+  assert.equal(memberLeaseName('10.0.0.1'), name);
+  assert.equal(memberLeaseName('10.0.0.1', 'f1-7d9f8c6b5-x2x9k'), 'kctl-controller-f1-7d9f8c6b5-x2x9k');
   // As the API server hands it back: plain JSON.
   const lease = JSON.parse(
     JSON.stringify(

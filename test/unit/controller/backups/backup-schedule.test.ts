@@ -13,6 +13,7 @@ import { controllerPaths } from '../../../../src/controller/config/paths.ts';
 import { waitFor } from '../../../wait.ts';
 import { captureLogger, tempDir } from '../../../helpers.ts';
 import { fakeLeaseApi } from '../../kube/fake-apiserver.ts';
+import { controllerLeaseName } from '../../../../src/kube/controller-leases.ts';
 
 const stamp = (ms: number) => new Date(ms).toISOString().replace(/[:.]/g, '-');
 
@@ -94,6 +95,7 @@ test('the scheduler: the lease holder backs up one interval after start, keeps `
       cfg,
       paths: controllerPaths(join(dir, 'data'), join(dir, 'run')),
       kube,
+      identity: controllerLeaseName('10.0.0.1'),
       backup,
       now: () => now,
     });
@@ -143,6 +145,7 @@ test('the scheduler: the lease holder backs up one interval after start, keeps `
     cfg: { ...cfg, spec: { ...cfg.spec, api: { ...cfg.spec.api, address: '10.0.0.2' } } },
     paths: controllerPaths(join(dir, 'data2'), join(dir, 'run2')),
     kube,
+    identity: controllerLeaseName('10.0.0.2'),
     backup,
     now: () => now,
   });
@@ -165,7 +168,12 @@ test('the scheduler refuses a key file that is open to others at init, with one 
   await chmod(key, 0o640);
   const cfg = parseConfig({ spec: { backup: { schedule: '1h', encryptionKeyFile: key } } }, 'kctl.yaml');
   const { kube } = await fakeLeaseApi(t);
-  const s = new BackupSchedulerComponent({ cfg, paths: controllerPaths(join(dir, 'data'), join(dir, 'run')), kube });
+  const s = new BackupSchedulerComponent({
+    cfg,
+    paths: controllerPaths(join(dir, 'data'), join(dir, 'run')),
+    kube,
+    identity: 'c1',
+  });
   await assert.rejects(
     s.init({ log: captureLogger().log, statuses: () => [] }),
     /^Error: encryption key file .* is open to others \(mode 0640\); chmod 600 [^\n]*$/,
@@ -177,7 +185,12 @@ test('without a key the scheduler warns once, at init', async (t) => {
   const cfg = parseConfig({ spec: { backup: { schedule: '1h' } } }, 'kctl.yaml');
   const { kube } = await fakeLeaseApi(t);
   const cap = captureLogger();
-  await new BackupSchedulerComponent({ cfg, paths: controllerPaths(join(dir, 'data'), join(dir, 'run')), kube }).init({
+  await new BackupSchedulerComponent({
+    cfg,
+    paths: controllerPaths(join(dir, 'data'), join(dir, 'run')),
+    kube,
+    identity: 'c1',
+  }).init({
     log: cap.log,
     statuses: () => [],
   });

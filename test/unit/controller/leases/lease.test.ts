@@ -7,7 +7,7 @@ import { test } from 'node:test';
 import { parseConfig } from '../../../../src/controller/config/config.ts';
 import { ControllerLeaseComponent, LiveControllers } from '../../../../src/controller/leases/lease.ts';
 import { KubeClient } from '../../../../src/kube/client.ts';
-import { controllerLease, type Lease } from '../../../../src/kube/controller-leases.ts';
+import { controllerLease, controllerLeaseName, type Lease } from '../../../../src/kube/controller-leases.ts';
 import { captureLogger } from '../../../helpers.ts';
 import { makePki, rawAgent, startServer } from '../../konnectivity/fixtures.ts';
 import { waitFor } from '../../../wait.ts';
@@ -95,7 +95,7 @@ test('the announced server count follows the live leases; the lease lists the he
   let agents = ['w1'];
   const loaded: { keys?: string } = {};
   const kube = new KubeClient({ server: fake.api.url });
-  const controllers = new LiveControllers(cfg, kube);
+  const controllers = new LiveControllers(controllerLeaseName('10.0.0.1'), kube);
   const lease = new ControllerLeaseComponent({
     cfg,
     kube,
