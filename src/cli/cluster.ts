@@ -28,6 +28,8 @@ export interface ClusterListEntry {
   wantVersion: string;
   version?: string;
   nodes?: { ready: number; total: number };
+  /** Control-plane pods: ready, and how many its spec asks for. */
+  pods?: { ready: number; wanted: number };
   endpoint?: string;
   kubeconfigSecret?: string;
   caNotAfter?: string;
@@ -48,6 +50,8 @@ export function clusterEntry(c: KctlCluster): ClusterListEntry {
     version?: string;
     nodes?: number;
     nodesReady?: number;
+    replicas?: number;
+    readyReplicas?: number;
     endpoint?: string;
     kubeconfigSecret?: string;
     caNotAfter?: string;
@@ -62,6 +66,7 @@ export function clusterEntry(c: KctlCluster): ClusterListEntry {
     wantVersion: c.spec.version,
     ...(s.version ? { version: s.version } : {}),
     ...(s.nodes !== undefined ? { nodes: { ready: s.nodesReady ?? 0, total: s.nodes } } : {}),
+    ...(s.replicas !== undefined ? { pods: { ready: s.readyReplicas ?? 0, wanted: s.replicas } } : {}),
     ...(s.endpoint ? { endpoint: s.endpoint } : {}),
     ...(s.kubeconfigSecret ? { kubeconfigSecret: s.kubeconfigSecret } : {}),
     ...(s.caNotAfter ? { caNotAfter: s.caNotAfter } : {}),
@@ -76,10 +81,11 @@ export function clusterTable(list: ClusterListEntry[]): string[] {
     e.ready === 'True' || !e.reason ? e.ready : `${e.ready} (${e.reason})`,
     e.profile,
     e.version && e.version === e.wantVersion ? e.version : `${e.version ?? '-'} -> ${e.wantVersion}`,
+    e.pods ? `${e.pods.ready}/${e.pods.wanted}` : '-',
     e.nodes ? `${e.nodes.ready}/${e.nodes.total}` : '-',
     e.endpoint ?? '-',
   ]);
-  return renderTable(['NAMESPACE', 'NAME', 'READY', 'PROFILE', 'VERSION', 'NODES', 'ENDPOINT'], rows);
+  return renderTable(['NAMESPACE', 'NAME', 'READY', 'PROFILE', 'VERSION', 'PODS', 'NODES', 'ENDPOINT'], rows);
 }
 
 const kubeconfigOption = [
@@ -94,7 +100,7 @@ export function clusterCommand(program: Command): void {
   cluster
     .command('list')
     .description(
-      'every hosted cluster: Ready (or why not), profile, version (and the one it rolls to), nodes Ready/total, endpoint',
+      'every hosted cluster: Ready (or why not), profile, version (and the one it rolls to), control-plane pods ready/wanted, nodes Ready/total, endpoint',
     )
     .option('-n, --namespace <ns>', 'one namespace only (default: all)')
     .option(...kubeconfigOption)

@@ -28,6 +28,7 @@ const KNOWN_KINDS: Record<string, KindInfo> = {
   'v1 ConfigMap': { resource: 'configmaps', namespaced: true },
   'v1 Service': { resource: 'services', namespaced: true },
   'apps/v1 Deployment': { resource: 'deployments', namespaced: true },
+  'policy/v1 PodDisruptionBudget': { resource: 'poddisruptionbudgets', namespaced: true },
   'v1 Secret': { resource: 'secrets', namespaced: true },
   'v1 ServiceAccount': { resource: 'serviceaccounts', namespaced: true },
   'v1 Namespace': { resource: 'namespaces', namespaced: false },

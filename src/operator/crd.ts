@@ -213,6 +213,8 @@ function statusSchema(): Schema {
       version: { type: 'string', description: 'the kctl version its control plane runs now' },
       nodes: { type: 'integer', description: 'nodes joined (a full cluster)' },
       nodesReady: { type: 'integer', description: 'of them, Ready' },
+      replicas: { type: 'integer', description: 'control-plane pods its spec asks for' },
+      readyReplicas: { type: 'integer', description: 'of them, ready' },
       caNotAfter: { type: 'string', format: 'date-time', description: "the cluster CA's expiry" },
       kubeconfigSecret: { type: 'string', description: 'the Secret in this namespace holding its admin kubeconfig' },
     },

@@ -27,6 +27,7 @@ export function operatorManifests(version: string, replicas = 2): Record<string,
         // Delete: the kept credentials of an account taken out of a cluster's spec.
         { apiGroups: [''], resources: ['secrets'], verbs: ['get', 'list', 'create', 'patch', 'delete'] },
         { apiGroups: ['apps'], resources: ['deployments'], verbs: ['get', 'create', 'patch', 'delete'] },
+        { apiGroups: ['policy'], resources: ['poddisruptionbudgets'], verbs: ['get', 'create', 'patch'] },
         { apiGroups: [''], resources: ['pods'], verbs: ['list'] },
         { apiGroups: [''], resources: ['nodes'], verbs: ['list'] },
       ],

@@ -1,11 +1,12 @@
 // What a KctlCluster becomes on the management cluster, as plain objects (the operator applies
 // them; reconcile.ts): its config in a Secret (it names the cluster's database password), its
-// control plane as a Deployment of the kctl image, and a Service in front of it. Each is owned by
-// the KctlCluster, so deleting the object deletes them (Kubernetes' garbage collector); its CAs
-// and database password are made apart (pki.ts, datastore.ts), once.
+// control plane as a Deployment of the kctl image, a Service in front of it, and a budget for
+// drains. Each is owned by the KctlCluster, so deleting the object deletes them (Kubernetes'
+// garbage collector); its CAs and database password are made apart (pki.ts, datastore.ts), once.
 import { stringify } from 'yaml';
 import { TENANT_GC_PERCENT } from '../controller/config/config.ts';
 import { resourcePath } from '../kube/paths.ts';
+import { MEMBER_NAME_ENV } from '../kube/controller-leases.ts';
 import { kctlImageOf } from '../payload/images.ts';
 import { KCTL_CLUSTER } from './crd.ts';
 
@@ -143,12 +144,23 @@ export function deployment(c: KctlCluster, o: { ports: ClusterPorts; configHash:
         metadata: { labels, annotations: { [CONFIG_HASH]: o.configHash } },
         spec: {
           terminationGracePeriodSeconds: 30,
+          // Its pods on different nodes where the nodes allow: losing one node loses one replica.
+          affinity: {
+            podAntiAffinity: {
+              preferredDuringSchedulingIgnoredDuringExecution: [
+                { weight: 100, podAffinityTerm: { labelSelector: { matchLabels: labels }, topologyKey: HOSTNAME_KEY } },
+              ],
+            },
+          },
           containers: [
             {
               name: 'kctl',
               image: kctlImageOf(c.spec.version),
               imagePullPolicy: 'IfNotPresent',
               args: ['controller', '--config', '/etc/kctl/kctl.yaml', '--shared-pki', '/etc/kctl/pki'],
+              // Its pods share one address: each holds a lease of its own name (kctl controller --member-name),
+              // so each konnectivity server counts the others and agents hold a stream to each.
+              env: [{ name: MEMBER_NAME_ENV, valueFrom: { fieldRef: { fieldPath: 'metadata.name' } } }],
               ports: [
                 { name: 'api', containerPort: o.ports.api },
                 ...(o.ports.agent ? [{ name: 'konnectivity', containerPort: o.ports.agent }] : []),
@@ -172,6 +184,21 @@ export function deployment(c: KctlCluster, o: { ports: ClusterPorts; configHash:
         },
       },
     },
+  };
+}
+
+const HOSTNAME_KEY = 'kubernetes.io/hostname';
+
+/**
+ * Its PodDisruptionBudget: a drain evicts one control-plane pod at a time, and the next only once
+ * its replacement is ready, so a cluster of two or more replicas keeps its API through a drain.
+ */
+export function disruptionBudget(c: KctlCluster) {
+  return {
+    apiVersion: 'policy/v1',
+    kind: 'PodDisruptionBudget',
+    metadata: meta(c, ownedNames(c.metadata.name).workload),
+    spec: { maxUnavailable: 1, selector: { matchLabels: { [CLUSTER_LABEL]: c.metadata.name } } },
   };
 }
 

@@ -17,6 +17,7 @@ import { accessFrom, hostedNodes, type HostedAccess } from './hosted.ts';
 import {
   CLUSTER_LABEL,
   deployment,
+  disruptionBudget,
   hostedConfig,
   isFull,
   ownedNames,
@@ -45,6 +46,8 @@ interface Outcome {
   caNotAfter?: string;
   kubeconfigSecret?: string;
   nodes?: { total: number; ready: number };
+  /** Control-plane pods: how many the spec wants, how many are ready. */
+  pods?: { wanted: number; ready: number };
 }
 
 interface SecretObject {
@@ -168,6 +171,7 @@ export class ClusterReconciler {
     await this.kube.apply(secret(c, names.config, { 'kctl.yaml': config }), FIELD_MANAGER);
     const configHash = createHash('sha256').update(config).digest('hex').slice(0, 16);
     const dep = await this.kube.apply(deployment(c, { ports: exposure.ports, configHash }), FIELD_MANAGER);
+    await this.kube.apply(disruptionBudget(c), FIELD_MANAGER);
 
     const notAfter = caNotAfter(shared['ca.crt']!.toString());
     const out: Outcome = { conditions: [], caNotAfter: notAfter.toISOString(), endpoint: exposure.endpoint };
@@ -183,11 +187,10 @@ export class ClusterReconciler {
     // Rolled as `kubectl rollout status` says: the Deployment's controller saw this spec, and
     // every pod it counts is of this spec and ready (no pod of the previous version left).
     const updated = status?.updatedReplicas ?? 0;
-    const rolled =
-      (status?.observedGeneration ?? 0) >= (metadata?.generation ?? 1) &&
-      updated >= want &&
-      (status?.replicas ?? 0) <= updated &&
-      (status?.readyReplicas ?? 0) >= want;
+    const readyPods = status?.readyReplicas ?? 0;
+    const ofThisSpec = (status?.observedGeneration ?? 0) >= (metadata?.generation ?? 1) && updated >= want;
+    const rolled = ofThisSpec && (status?.replicas ?? 0) <= updated && readyPods >= want;
+    out.pods = { wanted: want, ready: readyPods };
     out.conditions.push(
       ready
         ? {
@@ -204,7 +207,9 @@ export class ClusterReconciler {
           },
       rolled
         ? { type: 'Progressing', status: 'False', reason: 'Rolled', message: `every pod runs kctl ${c.spec.version}` }
-        : { type: 'Progressing', status: 'True', reason: 'Rolling', message: `rolling to kctl ${c.spec.version}` },
+        : ofThisSpec && (status?.replicas ?? 0) <= updated
+          ? { type: 'Progressing', status: 'True', reason: 'Scaling', message: `${readyPods} of ${want} pods ready` }
+          : { type: 'Progressing', status: 'True', reason: 'Rolling', message: `rolling to kctl ${c.spec.version}` },
       { type: 'Degraded', status: 'False', reason: 'AsSpecified', message: 'as its spec says' },
     );
     if (rolled) out.version = c.spec.version;
@@ -320,6 +325,7 @@ export class ClusterReconciler {
       ...(o.caNotAfter ? { caNotAfter: o.caNotAfter } : {}),
       ...(o.kubeconfigSecret ? { kubeconfigSecret: o.kubeconfigSecret } : {}),
       ...(o.nodes ? { nodes: o.nodes.total, nodesReady: o.nodes.ready } : {}),
+      ...(o.pods ? { replicas: o.pods.wanted, readyReplicas: o.pods.ready } : {}),
     };
     // A merge patch: what this run did not learn (a failed run knows no endpoint) stays as it was;
     // caNotAfter above all, which says the cluster had its CAs. Unchanged: no write (every

@@ -3,8 +3,9 @@
 // - f1, full, at this kctl: a worker on host e1 joins with a token `kctl cluster token` mints,
 //   runs a pod, and answers logs and exec through its tunnel; then f1's control-plane pod is killed
 //   and its node cordoned, and the API comes back from the other node while e1 stays Ready (its
-//   Ready condition never changes); at the end f1 is deleted: its pods, Secrets, Service, database
-//   and role go;
+//   Ready condition never changes); f1 is scaled to two pods (on two nodes, e1's agent held by
+//   both, exec through each one's own kube-apiserver) and back to one; at the end f1 is deleted:
+//   its pods, Secrets, Service, database and role go;
 // - f2, full, at the previous test build's kctl (its image beside this one's on the management
 //   workers), with a worker of that kctl on e2: spec.version set to this kctl's rolls the control
 //   plane to the new image with its CA and data, e2 stays Ready and its pod runs on; going back is
@@ -40,6 +41,7 @@ interface Listed {
   version?: string;
   endpoint?: string;
   nodes?: { ready: number; total: number };
+  pods?: { ready: number; wanted: number };
 }
 interface Condition {
   type: string;
@@ -57,7 +59,7 @@ const READY_SINCE = '{.status.conditions[?(@.type=="Ready")].lastTransitionTime}
 const re = (s: string) => s.replace(/\./g, '\\.');
 
 test(
-  'the hosted lab: two full clusters with a worker each and an api-only one on one management cluster; a control-plane pod killed on a cordoned node, an upgrade by version, kept tenant credentials, and a delete that leaves nothing',
+  'the hosted lab: two full clusters with a worker each and an api-only one on one management cluster; a control-plane pod killed on a cordoned node, two control-plane pods and back to one, an upgrade by version, kept tenant credentials, and a delete that leaves nothing',
   { timeout: 40 * 60_000 },
   async (t: TestContext) => {
     const previous = requirePreviousKctl();
@@ -189,6 +191,7 @@ test(
 
     await keptCredentials(m, t, operator.log);
     await failover(m, t, e1, pods, story);
+    await scale(m, t, { e1, pods, story, listed });
     await upgrade(m, t, { previous, e2, status, condition, pods, story });
 
     // f1 deleted: its pods, Secrets, Service and ConfigMaps go, then its database and role.
@@ -196,7 +199,7 @@ test(
     assert.match(f1Db, /^kctl_default_f1_[0-9a-f]{8}$/);
     assert.equal((await c.kubectl(['delete', 'kc', 'f1', '--wait=false'])).exitCode, 0);
     await waitFor('f1 and what it owned are gone', 180_000, async () => {
-      const left = await c.kubectl(['get', 'deploy,pod,svc,cm,secret', '-l', 'kctl.dev/cluster=f1', '-o', 'name']);
+      const left = await c.kubectl(['get', 'deploy,pod,svc,cm,secret,pdb', '-l', 'kctl.dev/cluster=f1', '-o', 'name']);
       return left.exitCode === 0 && String(left.stdout).trim() === '' && (await listed('f1')) === undefined;
     });
     assert.equal((await pg.sql(`select datname from pg_database where datname = '${f1Db}'`)).trim(), '');
@@ -319,6 +322,110 @@ async function failover(
     e1.worker.log,
   );
   assert.equal((await c.kubectl(['uncordon', from])).exitCode, 0);
+}
+
+/**
+ * f1 scaled to two control-plane pods: on two nodes, each with a lease of its own in the tenant,
+ * e1's agent held by both, and exec through each pod's own kube-apiserver; then back to one, whose
+ * lease alone remains.
+ */
+async function scale(
+  m: ManagementLab,
+  t: TestContext,
+  o: {
+    e1: { worker: Tracked; hosted: Kubectl };
+    pods: (name: string) => Promise<PodItem[]>;
+    story: (name: string) => Promise<string>;
+    listed: (name: string) => Promise<Listed | undefined>;
+  },
+): Promise<void> {
+  const { c } = m;
+  const replicas = (n: number) =>
+    c.kubectl(['patch', 'kc', 'f1', '--type=merge', '-p', JSON.stringify({ spec: { replicas: n } })]);
+  /** The tenant's live controller leases: name, and the agents its konnectivity server holds. */
+  const leases = async () => {
+    const r = await o.e1.hosted(['get', 'leases', '-n', 'kube-system', '-l', 'kctl.dev/controller=true', '-o', 'json']);
+    const items = (
+      JSON.parse(String(r.stdout) || '{"items":[]}') as {
+        items: { metadata: { name: string; annotations?: Record<string, string> } }[];
+      }
+    ).items;
+    return items.map((l) => ({
+      name: l.metadata.name,
+      agents: (l.metadata.annotations?.['kctl.dev/agents'] ?? '').split(',').filter(Boolean),
+    }));
+  };
+  const serving = async () => (await o.pods('f1')).filter((p) => !p.metadata.deletionTimestamp);
+  const started = Date.now();
+  assert.equal((await replicas(2)).exitCode, 0);
+  await waitFor(
+    "f1's two pods ready, each holding e1's agent",
+    300_000,
+    async () => {
+      const x = await o.listed('f1');
+      const held = await leases();
+      return (
+        x?.pods?.ready === 2 &&
+        (await serving()).length === 2 &&
+        held.length === 2 &&
+        held.every((l) => l.agents.includes('system:node:e1'))
+      );
+    },
+    async () => JSON.stringify(await leases()) + (await o.story('f1')),
+  );
+  t.diagnostic(
+    `f1 scaled to two control-plane pods in ${((Date.now() - started) / 1000).toFixed(1)} s; both hold e1's agent`,
+  );
+  const two = await serving();
+  assert.notEqual(two[0]!.spec.nodeName, two[1]!.spec.nodeName, 'both control-plane pods on one node');
+  // Each lease is its pod's: named after it.
+  assert.deepEqual(
+    (await leases()).map((l) => l.name).sort(),
+    two.map((p) => `kctl-controller-${p.metadata.name}`).sort(),
+  );
+  // Through each pod's own kube-apiserver (not the Service, which picks one): its tunnel reaches e1.
+  const port = String(
+    (await c.kubectl(['get', 'svc', 'f1', '-o', 'jsonpath={.spec.ports[?(@.name=="api")].nodePort}'])).stdout,
+  );
+  for (const p of two) {
+    const r = await c.kubectl([
+      'exec',
+      p.metadata.name,
+      '--',
+      'kctl',
+      'kubectl',
+      '--server',
+      `https://127.0.0.1:${port}`,
+      'exec',
+      'hello',
+      '--',
+      'echo',
+      `via-${p.metadata.name}`,
+    ]);
+    assert.equal(r.exitCode, 0, String(r.stderr));
+    assert.equal(String(r.stdout).trim(), `via-${p.metadata.name}`);
+  }
+
+  // Back to one: the pod that goes takes its lease with it.
+  assert.equal((await replicas(1)).exitCode, 0);
+  await waitFor(
+    'f1 back to one pod and one lease',
+    180_000,
+    async () =>
+      (await serving()).length === 1 && (await leases()).length === 1 && (await o.listed('f1'))?.pods?.wanted === 1,
+    async () => JSON.stringify(await leases()) + (await o.story('f1')),
+  );
+  const [left] = await serving();
+  assert.deepEqual(
+    (await leases()).map((l) => l.name),
+    [`kctl-controller-${left!.metadata.name}`],
+  );
+  await waitFor(
+    'exec through the one pod left',
+    60_000,
+    async () => String((await o.e1.hosted(['exec', 'hello', '--', 'echo', 'one'])).stdout).trim() === 'one',
+    o.e1.worker.log,
+  );
 }
 
 /** f2 from the previous kctl to this one by its version; e2 stays Ready, its pod runs on; a downgrade is refused. */

@@ -5,9 +5,17 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { parse } from 'yaml';
 import { parseConfig } from '../../../src/controller/config/config.ts';
-import { deployment, hostedConfig, secret, service, type KctlCluster } from '../../../src/operator/objects.ts';
+import {
+  deployment,
+  disruptionBudget,
+  hostedConfig,
+  secret,
+  service,
+  type KctlCluster,
+} from '../../../src/operator/objects.ts';
 import { databaseOf } from '../../../src/operator/datastore.ts';
 import { portsOf } from '../../../src/operator/exposure.ts';
+import { objectPath } from '../../../src/kube/paths.ts';
 
 const cluster: KctlCluster = {
   apiVersion: 'kctl.dev/v1alpha1',
@@ -56,6 +64,20 @@ test('the Deployment runs the kctl image of its version, its replicas, its CAs f
     '/etc/kctl/pki',
   ]);
   assert.deepEqual(pod.containers[0]!.resources, { requests: { memory: '200Mi' } });
+  // Its pods share one address: each takes its own name among the controllers from its pod's name.
+  assert.deepEqual(pod.containers[0]!.env, [
+    { name: 'KCTL_MEMBER_NAME', valueFrom: { fieldRef: { fieldPath: 'metadata.name' } } },
+  ]);
+  // Spread over nodes where they allow, and a drain takes one at a time.
+  const spread = pod.affinity.podAntiAffinity.preferredDuringSchedulingIgnoredDuringExecution[0]!.podAffinityTerm;
+  assert.deepEqual(spread, {
+    labelSelector: { matchLabels: { 'kctl.dev/cluster': 'edge-1' } },
+    topologyKey: 'kubernetes.io/hostname',
+  });
+  assert.deepEqual(disruptionBudget(cluster).spec, {
+    maxUnavailable: 1,
+    selector: { matchLabels: { 'kctl.dev/cluster': 'edge-1' } },
+  });
   // Without spec.resources, the profile's measured size: the scheduler spreads clusters by it.
   const bare = (profile: string) =>
     deployment(
@@ -67,8 +89,10 @@ test('the Deployment runs the kctl image of its version, its replicas, its CAs f
   assert.deepEqual(pod.containers[0]!.ports, [{ name: 'api', containerPort: 30700 }]);
   assert.equal(d.spec.template.metadata.annotations['kctl.dev/config-hash'], 'h1');
   assert.deepEqual(pod.volumes[1], { name: 'pki', secret: { secretName: 'edge-1-pki', defaultMode: 0o400 } });
-  for (const o of [d, service(cluster), secret(cluster, 'edge-1-config', {})]) {
+  for (const o of [d, service(cluster), disruptionBudget(cluster), secret(cluster, 'edge-1-config', {})]) {
     assert.equal(o.metadata.namespace, 'team-a');
+    // kctl's client knows where each one goes.
+    assert.match(objectPath(o), new RegExp(`^/apis?/.*/namespaces/team-a/[a-z]+/${o.metadata.name}$`));
     assert.deepEqual(o.metadata.ownerReferences[0], {
       apiVersion: 'kctl.dev/v1alpha1',
       kind: 'KctlCluster',
