@@ -19,6 +19,9 @@ export const KCTL_CLUSTER = {
 
 type Schema = Record<string, unknown>;
 
+/** The prefix of the anchor a kept Secret's token is bound to in the tenant (credentials.ts). */
+export const KEPT_ANCHOR_PREFIX = 'kctl-kept-';
+
 /**
  * A JSON Schema from zod made into a CRD's structural schema: no defaults (an object keeps what
  * its author wrote; config load applies the defaults, as for a file), no `additionalProperties:
@@ -165,7 +168,8 @@ function specSchema(): Schema {
             },
             secretName: {
               type: 'string',
-              maxLength: 253,
+              // Its anchor in the tenant is kctl-kept-<secretName>, a Secret name too (253 at most).
+              maxLength: 253 - KEPT_ANCHOR_PREFIX.length,
               pattern: DNS_NAME,
               description: 'the Secret here that holds its kubeconfig (keys kubeconfig, token, ca.crt, namespace)',
             },

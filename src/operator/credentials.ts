@@ -13,6 +13,7 @@ import type { KubeClient } from '../kube/client.ts';
 import { resourcePath } from '../kube/paths.ts';
 import { renderKubeconfig } from '../pki/index.ts';
 import { CLUSTER_LABEL, ownedNames, POD_API_PORT, secret, secretPath, type KctlCluster } from './objects.ts';
+import { KEPT_ANCHOR_PREFIX } from './crd.ts';
 import type { HostedAccess } from './hosted.ts';
 
 /** How long a kept token lives. */
@@ -53,7 +54,7 @@ export const inClusterUrl = (c: KctlCluster) =>
   `https://${c.metadata.name}.${c.metadata.namespace}.svc:${POD_API_PORT}`;
 
 /** The name of the anchor of the kept Secret `secretName`, in the tenant. */
-const anchorName = (secretName: string) => `kctl-kept-${secretName}`;
+const anchorName = (secretName: string) => `${KEPT_ANCHOR_PREFIX}${secretName}`;
 
 /** The anchor of the kept Secret `secretName` in the tenant, in the account's namespace (without one: that namespace's Secrets). */
 const anchorPath = (namespace: string, secretName?: string) =>

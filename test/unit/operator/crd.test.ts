@@ -73,4 +73,8 @@ test('the CRD: namespaced, a status subresource, printer columns, version requir
   );
   const spec = ((v.schema.openAPIV3Schema as Node).properties as Node).spec as Node;
   assert.deepEqual(spec.required, ['version']);
+  // A kept Secret's anchor in the tenant, kctl-kept-<secretName>, is a Secret name too.
+  const accounts = (spec.properties as Node).serviceAccounts as { items: { properties: Node } };
+  const secretName = accounts.items.properties.secretName as { maxLength: number };
+  assert.equal(`kctl-kept-${'x'.repeat(secretName.maxLength)}`.length, 253);
 });
