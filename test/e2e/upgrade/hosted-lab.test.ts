@@ -4,7 +4,8 @@
 //   runs a pod, and answers logs and exec through its tunnel; then f1's control-plane pod is killed
 //   and its node cordoned, and the API comes back from the other node while e1 stays Ready (its
 //   Ready condition never changes); f1 is scaled to two pods (on two nodes, e1's agent held by
-//   both, exec through each one's own kube-apiserver) and back to one; at the end f1 is deleted:
+//   both, exec through each one's own kube-apiserver) and back to one, no request through the
+//   Service failing while the pod goes; at the end f1 is deleted:
 //   its pods, Secrets, Service, database and role go;
 // - f2, full, at the previous test build's kctl (its image beside this one's on the management
 //   workers), with a worker of that kctl on e2: spec.version set to this kctl's rolls the control
@@ -406,15 +407,31 @@ async function scale(
     assert.equal(String(r.stdout).trim(), `via-${p.metadata.name}`);
   }
 
-  // Back to one: the pod that goes takes its lease with it.
+  // Back to one: the pod that goes takes its lease with it, and the API through the Service stays
+  // up while it goes (requests all the while, none fails).
+  const probe = await hostedKubectl(m, 'f1', 10);
+  const failed: string[] = [];
+  let requests = 0;
+  let probing = true;
+  const prober = (async () => {
+    while (probing) {
+      const r = await probe(['get', '--raw', '/version']);
+      requests++;
+      if (r.exitCode !== 0) failed.push(String(r.stderr).trim());
+    }
+  })();
   assert.equal((await replicas(1)).exitCode, 0);
   await waitFor(
     'f1 back to one pod and one lease',
     180_000,
     async () =>
-      (await serving()).length === 1 && (await leases()).length === 1 && (await o.listed('f1'))?.pods?.wanted === 1,
+      (await o.pods('f1')).length === 1 && (await leases()).length === 1 && (await o.listed('f1'))?.pods?.wanted === 1,
     async () => JSON.stringify(await leases()) + (await o.story('f1')),
   );
+  probing = false;
+  await prober;
+  assert.deepEqual(failed, [], `requests through the Service failed while a pod went (${requests} made)`);
+  t.diagnostic(`${requests} requests through the Service while the second pod went: none failed`);
   const [left] = await serving();
   assert.deepEqual(
     (await leases()).map((l) => l.name),
