@@ -45,6 +45,9 @@ export interface KctlCluster {
 /** The label on everything a cluster owns, its pods included: the cluster's name. */
 export const CLUSTER_LABEL = 'kctl.dev/cluster';
 
+/** The labels of a cluster's control-plane pods, and the selector of what selects them (Deployment, Service, budget). */
+const podLabels = (c: KctlCluster) => ({ [CLUSTER_LABEL]: c.metadata.name });
+
 /** The API's port inside the pod; a Service maps it outward. */
 export const POD_API_PORT = 6443;
 /** The konnectivity agent port inside the pod (a full cluster's). */
@@ -101,7 +104,7 @@ function ownerOf(c: KctlCluster) {
 const meta = (c: KctlCluster, name: string) => ({
   name,
   namespace: c.metadata.namespace,
-  labels: { 'app.kubernetes.io/managed-by': 'kctl-operator', [CLUSTER_LABEL]: c.metadata.name },
+  labels: { 'app.kubernetes.io/managed-by': 'kctl-operator', ...podLabels(c) },
   ownerReferences: [ownerOf(c)],
 });
 
@@ -132,7 +135,7 @@ export function hostedConfig(
 /** The Deployment of its control plane; `configHash` in the pod template rolls the pods when the config changes. */
 export function deployment(c: KctlCluster, o: { ports: ClusterPorts; configHash: string }) {
   const names = ownedNames(c.metadata.name);
-  const labels = { [CLUSTER_LABEL]: c.metadata.name };
+  const labels = podLabels(c);
   return {
     apiVersion: 'apps/v1',
     kind: 'Deployment',
@@ -198,7 +201,7 @@ export function disruptionBudget(c: KctlCluster) {
     apiVersion: 'policy/v1',
     kind: 'PodDisruptionBudget',
     metadata: meta(c, ownedNames(c.metadata.name).workload),
-    spec: { maxUnavailable: 1, selector: { matchLabels: { [CLUSTER_LABEL]: c.metadata.name } } },
+    spec: { maxUnavailable: 1, selector: { matchLabels: podLabels(c) } },
   };
 }
 
@@ -228,7 +231,7 @@ export function service(c: KctlCluster, ports?: ClusterPorts) {
     metadata: meta(c, ownedNames(c.metadata.name).workload),
     spec: {
       type,
-      selector: { [CLUSTER_LABEL]: c.metadata.name },
+      selector: podLabels(c),
       ports: [
         port('api', POD_API_PORT, want.api),
         ...(isFull(c) ? [port('konnectivity', POD_AGENT_PORT, want.agent)] : []),

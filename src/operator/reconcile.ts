@@ -183,13 +183,16 @@ export class ClusterReconciler {
       status?: { observedGeneration?: number; replicas?: number; readyReplicas?: number; updatedReplicas?: number };
     };
     const want = c.spec.replicas ?? 1;
-    const ready = (status?.readyReplicas ?? 0) >= 1;
+    const readyPods = status?.readyReplicas ?? 0;
+    const ready = readyPods >= 1;
     // Rolled as `kubectl rollout status` says: the Deployment's controller saw this spec, and
     // every pod it counts is of this spec and ready (no pod of the previous version left).
     const updated = status?.updatedReplicas ?? 0;
-    const readyPods = status?.readyReplicas ?? 0;
-    const ofThisSpec = (status?.observedGeneration ?? 0) >= (metadata?.generation ?? 1) && updated >= want;
-    const rolled = ofThisSpec && (status?.replicas ?? 0) <= updated && readyPods >= want;
+    const onlyThisSpec =
+      (status?.observedGeneration ?? 0) >= (metadata?.generation ?? 1) &&
+      updated >= want &&
+      (status?.replicas ?? 0) <= updated;
+    const rolled = onlyThisSpec && readyPods >= want;
     out.pods = { wanted: want, ready: readyPods };
     out.conditions.push(
       ready
@@ -197,7 +200,7 @@ export class ClusterReconciler {
             type: 'Ready',
             status: 'True',
             reason: 'ApiServing',
-            message: `${status?.readyReplicas} of ${want} control-plane pods ready`,
+            message: `${readyPods} of ${want} control-plane pods ready`,
           }
         : {
             type: 'Ready',
@@ -207,7 +210,7 @@ export class ClusterReconciler {
           },
       rolled
         ? { type: 'Progressing', status: 'False', reason: 'Rolled', message: `every pod runs kctl ${c.spec.version}` }
-        : ofThisSpec && (status?.replicas ?? 0) <= updated
+        : onlyThisSpec
           ? { type: 'Progressing', status: 'True', reason: 'Scaling', message: `${readyPods} of ${want} pods ready` }
           : { type: 'Progressing', status: 'True', reason: 'Rolling', message: `rolling to kctl ${c.spec.version}` },
       { type: 'Degraded', status: 'False', reason: 'AsSpecified', message: 'as its spec says' },
