@@ -107,9 +107,9 @@ export function controllerComponents(o: ControllerRoleOptions): Component[] {
   // The one API client of this process, shared by every component (admin.conf read per request: renewals apply at once).
   const kube = KubeClient.fromKubeconfig(pki.adminConf, { reload: true });
   const storage = storageComponent(cfg, paths, pki, o.joined ?? null);
-  // Scheduled backups: on every controller, made by the one holding the backup lease. The front door: once all listen.
   // This controller among the others: its lease, its turn in upgrades and renewals, the backup lease's holder.
   const self = memberLeaseName(cfg.spec.api.address, o.member);
+  // Scheduled backups: on every controller, made by the one holding the backup lease. The front door: once all listen.
   const backups = cfg.spec.backup.schedule
     ? new BackupSchedulerComponent({ cfg, paths, kube, identity: self })
     : undefined;

@@ -288,10 +288,6 @@ export class KonnectivityAgent implements Component {
     return Math.max(1, n);
   }
 
-  private retryLater(a: AddressState, grow: boolean): void {
-    retryLater(a, grow, this.o);
-  }
-
   /**
    * Something else on this host just reached `host` (the worker's API balancer: a controller
    * answers again after a partition). A server there we hold no stream to is dialed within
@@ -354,7 +350,7 @@ export class KonnectivityAgent implements Component {
       a.dialing = false;
     }
     a.lastDuplicate = outcome === 'duplicate';
-    this.retryLater(a, outcome !== 'new');
+    retryLater(a, outcome !== 'new', this.o);
     this.tick();
   }
 
@@ -366,7 +362,7 @@ export class KonnectivityAgent implements Component {
     a.lastDuplicate = false;
     if (this.stopping || a.removed) return;
     this.log.warn({ address: a.label, serverId: c.serverId }, `lost konnectivity server: ${why}`);
-    this.retryLater(a, false);
+    retryLater(a, false, this.o);
     this.tick();
   }
 }
