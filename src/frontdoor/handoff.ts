@@ -30,12 +30,15 @@ export class DoorHandoff {
     private readonly log: Logger,
   ) {}
 
-  /** Listens on a free loopback port; resolves with it. */
-  async listen(): Promise<number> {
+  /**
+   * Listens (default on a free loopback port, where the host's own door reaches it; an external
+   * door's handoff listens on a fixed port of every address); resolves with the port.
+   */
+  async listen(at: { port: number; host: string } = { port: 0, host: '127.0.0.1' }): Promise<number> {
     const server = createServer({ noDelay: true, allowHalfOpen: true }, (s) => this.accept(s));
     await new Promise<void>((resolve, reject) => {
       server.once('error', reject);
-      server.listen({ port: 0, host: '127.0.0.1' }, () => {
+      server.listen(at, () => {
         server.off('error', reject);
         resolve();
       });

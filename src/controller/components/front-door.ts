@@ -8,7 +8,8 @@
 // leading here before the servers go.
 import type { Socket } from 'node:net';
 import type { Component, ComponentContext } from '../../base/component.ts';
-import { errnoOf, UserError } from '../../base/errors.ts';
+import { readFile } from 'node:fs/promises';
+import { errnoOf, messageOf, UserError } from '../../base/errors.ts';
 import type { Logger } from '../../base/log.ts';
 import { DoorHandoff, newHandoffKey } from '../../frontdoor/handoff.ts';
 import { FrontDoor, type FrontDoorStats } from '../../frontdoor/router.ts';
@@ -67,7 +68,16 @@ export class FrontDoorComponent implements Component {
 
   async start(): Promise<void> {
     const f = this.cfg.spec.frontDoor;
-    const backends = await this.openHandoffs();
+    if (f.external) {
+      // Another program's door (a management cluster's) routes the names here: only the handoffs.
+      const backends = await this.openHandoffs(await readDoorKey(f.external.keyFile));
+      this.log.info(
+        { door: `${f.address}:${f.port}`, names: Object.keys(backends) },
+        'behind an external front door: its handoff ports listen',
+      );
+      return;
+    }
+    const backends = await this.openHandoffs(newHandoffKey());
     await registerFrontDoor({ cluster: f.name, dataDir: this.paths.dataDir, pid: process.pid, names: backends });
     this.registered = true;
     const door = new FrontDoor({ port: f.port, address: f.address }, new FrontDoorRoutes(), this.log);
@@ -88,14 +98,13 @@ export class FrontDoorComponent implements Component {
     );
   }
 
-  /** Where each name leads: kube-apiserver, and a handoff port per node endpoint (one key for both). */
-  private async openHandoffs(): Promise<Record<string, FrontDoorBackend>> {
-    const { api } = this.cfg.spec;
+  /** Where each name leads: kube-apiserver, and a handoff port per node endpoint (one key for all). */
+  private async openHandoffs(key: Buffer): Promise<Record<string, FrontDoorBackend>> {
+    const { api, frontDoor } = this.cfg.spec;
     const backends: Record<string, FrontDoorBackend> = {
       [this.names.api]: { endpoint: 'api', host: localApiHost(this.cfg), port: api.port },
     };
     if (!this.targets) return backends;
-    const key = newHandoffKey();
     const tunnel = new NodeApiTunnel(this.targets.pki, { host: localApiHost(this.cfg), port: api.port }, this.log);
     this.tunnel = tunnel;
     const targets: Record<'konnectivity' | 'join' | 'nodeApi', DoorTarget> = {
@@ -114,7 +123,11 @@ export class FrontDoorComponent implements Component {
         this.log,
       );
       this.handoffs.push(handoff);
-      backends[name] = { endpoint, host: '127.0.0.1', port: await handoff.listen(), key: key.toString('hex') };
+      const port = await listenHandoff(
+        handoff,
+        frontDoor.external && { port: frontDoor.external.handoffPorts[endpoint], endpoint },
+      );
+      backends[name] = { endpoint, host: '127.0.0.1', port, key: key.toString('hex') };
     }
     return backends;
   }
@@ -131,6 +144,37 @@ export class FrontDoorComponent implements Component {
   /** The door's names and this process's share of its traffic, once it is open. */
   report(): FrontDoorReport | undefined {
     return this.door ? { port: this.door.port, names: this.names, door: this.door.stats() } : undefined;
+  }
+}
+
+/** An external door's key: 32 bytes, written as 64 hex digits (the operator writes it in the pod's Secret). */
+export async function readDoorKey(file: string): Promise<Buffer> {
+  const text = (
+    await readFile(file, 'utf8').catch((err: unknown) => {
+      throw new UserError(`spec.frontDoor.external.keyFile ${file}: ${messageOf(err)}; give the file the door's key`);
+    })
+  ).trim();
+  if (!/^[0-9a-f]{64}$/.test(text))
+    throw new UserError(
+      `spec.frontDoor.external.keyFile ${file}: expected 64 hex digits (the door's 32-byte key); write the key the door was given`,
+    );
+  return Buffer.from(text, 'hex');
+}
+
+/** A handoff on its loopback port (the host's door), or on an external door's fixed port of every address. */
+async function listenHandoff(
+  handoff: DoorHandoff,
+  fixed: false | undefined | { port: number; endpoint: string },
+): Promise<number> {
+  if (!fixed) return handoff.listen();
+  try {
+    return await handoff.listen({ port: fixed.port, host: '0.0.0.0' });
+  } catch (err) {
+    if (errnoOf(err) === 'EADDRINUSE')
+      throw new UserError(
+        `spec.frontDoor.external.handoffPorts.${fixed.endpoint}: port ${fixed.port} is taken by another program; free it or pick another port`,
+      );
+    throw err;
   }
 }
 

@@ -8,6 +8,12 @@ import { z } from 'zod';
 /** spec.frontDoor.nodeLocalAddress's default. */
 export const NODE_LOCAL_ADDRESS = '198.18.0.1';
 
+/** Where an external door hands this controller its nodes' connections (spec.frontDoor.external.handoffPorts' defaults). */
+export const HANDOFF_PORTS = { konnectivity: 8141, join: 8142, nodeApi: 8143 } as const;
+
+const port = (d: number) => z.number().int().min(1).max(65535).default(d);
+const UNSPECIFIED = new Set(['0.0.0.0', '::']);
+
 /** One DNS label: a cluster's name in front of spec.frontDoor.baseDomain. */
 export const FRONT_DOOR_NAME = /^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$/;
 
@@ -52,10 +58,36 @@ export const frontDoorSchema = z
      * For once every node is on the door (kctl status names those still on the direct agent port).
      */
     only: z.boolean().default(false),
+    /**
+     * The door is not this host's: another program (`kctl operator door` on a management cluster)
+     * listens on address:port and hands this controller its nodes' connections on the handoff
+     * ports, each starting with a PROXY v2 header carrying the key in keyFile. This controller
+     * then opens no door of its own and joins no host registry.
+     */
+    external: z
+      .strictObject({
+        keyFile: z.string().startsWith('/', 'expected an absolute path'),
+        handoffPorts: z
+          .strictObject({
+            konnectivity: port(HANDOFF_PORTS.konnectivity),
+            join: port(HANDOFF_PORTS.join),
+            nodeApi: port(HANDOFF_PORTS.nodeApi),
+          })
+          .prefault({}),
+      })
+      .optional(),
   })
   .refine((f) => !f.enabled || f.baseDomain !== undefined, {
     message: 'set the domain the cluster names live under, such as clusters.example.com',
     path: ['baseDomain'],
+  })
+  .refine((f) => !f.external || (f.address !== undefined && !UNSPECIFIED.has(f.address)), {
+    message: "an external door needs the address nodes reach it at (a management node's, a load balancer's)",
+    path: ['address'],
+  })
+  .refine((f) => !f.external || !f.only, {
+    message: 'an external door reaches this controller on its own addresses; remove only',
+    path: ['only'],
   })
   .refine((f) => f.enabled || !f.only, {
     message:
@@ -80,12 +112,17 @@ export interface FrontDoorNames {
  * sub-names of the API's, one label deeper, so no cluster's API name can be another's endpoint.
  */
 export function frontDoorNames(cfg: {
-  spec: { profile: string; frontDoor: z.infer<typeof frontDoorSchema> };
+  spec: { profile: string; frontDoor: z.infer<typeof frontDoorSchema> & { name: string } };
 }): FrontDoorNames | undefined {
   const f = cfg.spec.frontDoor;
   if (!f.enabled || f.baseDomain === undefined) return undefined;
-  const api = `${f.name}.${f.baseDomain}`;
-  if (cfg.spec.profile === 'api-only') return { api };
+  return doorNames(f.name, f.baseDomain, cfg.spec.profile !== 'api-only');
+}
+
+/** The names of cluster `name` under `domain`; a cluster with nodes (`full`) has the nodes' endpoints too. */
+export function doorNames(name: string, domain: string, full: boolean): FrontDoorNames {
+  const api = `${name}.${domain}`;
+  if (!full) return { api };
   return { api, konnectivity: `konnectivity.${api}`, join: `join.${api}`, nodeApi: `node-api.${api}` };
 }
 

@@ -7,7 +7,7 @@ import { pkiPaths } from '../../../../src/pki/index.ts';
 import { egressSelectorConfig, trustedAgents } from '../../../../src/controller/components/konnectivity.ts';
 import { controllerPaths } from '../../../../src/controller/config/paths.ts';
 import { frontDoorNames } from '../../../../src/controller/config/front-door.ts';
-import { userApiUrl } from '../../../../src/controller/config/urls.ts';
+import { frontDoorEndpoint, userApiUrl } from '../../../../src/controller/config/urls.ts';
 import { pkiOptions } from '../../../../src/controller/pki/pki-renewer.ts';
 
 const withTrusted = (list: unknown) =>
@@ -203,4 +203,31 @@ test('spec.frontDoor: off by default; on, it needs a base domain, and the names 
   const sans = pkiOptions(parseConfig({ spec: { frontDoor: on } }, 'kctl.yaml'), controllerPaths('/d', '/r')).sans;
   for (const name of ['kctl', 'konnectivity.kctl', 'join.kctl', 'node-api.kctl'])
     assert.ok(sans.includes(`${name}.clusters.example.com`), sans.join(', '));
+});
+
+test("spec.frontDoor.external: another program's door (a management cluster's) needs the address nodes dial there, and keeps the ports open", () => {
+  const on = { enabled: true, baseDomain: 'clusters.example.com', external: { keyFile: '/etc/kctl/door.key' } };
+  assert.throws(
+    () => parseConfig({ spec: { frontDoor: on } }, 'kctl.yaml'),
+    /spec\.frontDoor\.address: an external door needs the address nodes reach it at/,
+  );
+  assert.throws(
+    () => parseConfig({ spec: { frontDoor: { ...on, address: '0.0.0.0' } } }, 'kctl.yaml'),
+    /spec\.frontDoor\.address: an external door needs the address/,
+  );
+  assert.throws(
+    () => parseConfig({ spec: { frontDoor: { ...on, address: '192.0.2.10', only: true } } }, 'kctl.yaml'),
+    /spec\.frontDoor\.only: an external door reaches this controller on its own addresses; remove only/,
+  );
+  assert.throws(
+    () =>
+      parseConfig(
+        { spec: { frontDoor: { ...on, address: '192.0.2.10', external: { keyFile: 'door.key' } } } },
+        'kctl.yaml',
+      ),
+    /spec\.frontDoor\.external\.keyFile: expected an absolute path/,
+  );
+  const cfg = parseConfig({ spec: { frontDoor: { ...on, address: '192.0.2.10', port: 30443 } } }, 'kctl.yaml');
+  assert.deepEqual(cfg.spec.frontDoor.external?.handoffPorts, { konnectivity: 8141, join: 8142, nodeApi: 8143 });
+  assert.equal(frontDoorEndpoint(cfg)?.address, '192.0.2.10:30443');
 });
