@@ -112,7 +112,12 @@ function specSchema(): Schema {
         type: 'object',
         description: "how its API (and a full cluster's agent port) is reached from outside the management cluster",
         properties: {
-          type: { type: 'string', enum: ['NodePort', 'LoadBalancer', 'ClusterIP'] },
+          type: {
+            type: 'string',
+            enum: ['NodePort', 'LoadBalancer', 'ClusterIP', 'FrontDoor'],
+            description:
+              "the Service's type; FrontDoor: through the management cluster's front door (kctl operator door), by the name <metadata.name>.<its domain>",
+          },
           address: {
             type: 'string',
             maxLength: 45,
@@ -129,6 +134,10 @@ function specSchema(): Schema {
           },
         },
         'x-kubernetes-validations': [
+          {
+            rule: "!has(self.address) || !has(self.type) || self.type != 'FrontDoor'",
+            message: "address is the door's for type FrontDoor (kctl operator run --front-door-address)",
+          },
           {
             rule: "!has(self.nodePort) || !has(self.type) || self.type == 'NodePort'",
             message: 'nodePort is for type NodePort',

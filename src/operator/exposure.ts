@@ -4,11 +4,21 @@
 // what the cluster says it is. The address is spec.exposure.address when set, else the Service's
 // own (a LoadBalancer's, a ClusterIP), else a management node's InternalIP: written by that
 // node's kubelet, which runs the control-plane pods and their keys anyway, so it can tell no lie
-// it could not act on.
+// it could not act on. Behind the management cluster's front door (door.ts) the Service is a
+// ClusterIP the door reaches, and clients name the cluster at the door's address.
 import { httpsUrl } from '../base/addresses.ts';
 import type { KubeClient } from '../kube/client.ts';
 import { resourcePath } from '../kube/paths.ts';
-import { isFull, POD_AGENT_PORT, POD_API_PORT, service, type ClusterPorts, type KctlCluster } from './objects.ts';
+import { clusterDoorNames, type ManagementDoor } from './door-keys.ts';
+import {
+  behindDoor,
+  isFull,
+  POD_AGENT_PORT,
+  POD_API_PORT,
+  service,
+  type ClusterPorts,
+  type KctlCluster,
+} from './objects.ts';
 
 export interface Exposure {
   ports: ClusterPorts;
@@ -16,7 +26,12 @@ export interface Exposure {
   address: string;
   /** Other names and addresses its serving certificate carries. */
   sans: string[];
+  /** What `kctl cluster list` shows: the API's URL (by its name at the front door, behind one). */
   endpoint: string;
+  /** What a kubeconfig names: the URL dialed, and the server name to send (at the door, the API's). */
+  server: { url: string; serverName?: string };
+  /** The door, for a cluster behind it. */
+  door?: ManagementDoor;
 }
 
 interface ServiceObject {
@@ -47,7 +62,13 @@ export async function ensureExposure(
   kube: KubeClient,
   c: KctlCluster,
   apply: { fieldManager: string; force: boolean },
+  door: ManagementDoor | undefined,
 ): Promise<Exposure | { waiting: string }> {
+  if (behindDoor(c) && !door)
+    return {
+      waiting:
+        'spec.exposure.type is FrontDoor, but the operator has no front door; run it with --front-door-domain and --front-door-address, or pick another type',
+    };
   // The ports the Service has, when it has them: an apply without them would point its targets
   // back at the placeholder until the next apply, and every client in between would be refused.
   const have = await kube.find<ServiceObject>(serviceUrl(c));
@@ -68,7 +89,7 @@ export async function ensureExposure(
   const own =
     type === 'LoadBalancer'
       ? svc.status?.loadBalancer?.ingress?.find((i) => i.ip)?.ip
-      : type === 'ClusterIP'
+      : type === 'ClusterIP' || type === 'FrontDoor'
         ? svc.spec?.clusterIP
         : nodeAddresses[0];
   const address = c.spec.exposure?.address ?? own;
@@ -87,5 +108,11 @@ export async function ensureExposure(
       `${name}.${namespace}.svc`,
     ]),
   ].filter((s) => s !== address);
-  return { ports, address, sans, endpoint: httpsUrl(address, ports.api) };
+  if (behindDoor(c) && door) {
+    const name = clusterDoorNames(c, door.domain).api;
+    const url = httpsUrl(door.host, door.port);
+    return { ports, address, sans, endpoint: httpsUrl(name, door.port), server: { url, serverName: name }, door };
+  }
+  const url = httpsUrl(address, ports.api);
+  return { ports, address, sans, endpoint: url, server: { url } };
 }

@@ -11,6 +11,7 @@ import type { KubeClient } from '../kube/client.ts';
 import { Informer } from '../kube/informer.ts';
 import { LeaderLease } from '../kube/leader-lease.ts';
 import { KCTL_CLUSTER } from './crd.ts';
+import type { ManagementDoor } from './door-keys.ts';
 import type { KctlCluster } from './objects.ts';
 import { ClusterReconciler } from './reconcile.ts';
 
@@ -24,6 +25,8 @@ export const OPERATOR_DEFAULTS = {
 
 export interface OperatorOptions {
   kube: KubeClient;
+  /** The management cluster's front door (clusters with spec.exposure.type FrontDoor are behind it). */
+  door?: ManagementDoor;
   /** This replica's name in the Lease; default the host name and pid. */
   identity?: string;
   resyncMs?: number;
@@ -33,7 +36,7 @@ export interface OperatorOptions {
 export class OperatorComponent implements Component {
   readonly name = 'operator';
   private log!: Logger;
-  private readonly o: Required<OperatorOptions>;
+  private readonly o: Required<Omit<OperatorOptions, 'door'>> & Pick<OperatorOptions, 'door'>;
   private informer!: Informer<KctlCluster & { metadata: { name: string; namespace: string } }>;
   private readonly lease: LeaderLease;
   private readonly runner = new SerialRunner(() => this.reconcileAll());
@@ -88,7 +91,7 @@ export class OperatorComponent implements Component {
 
   private async reconcileAll(): Promise<void> {
     if (!this.leading || !this.lease.holding() || !this.informer.hasSynced) return;
-    const reconciler = new ClusterReconciler(this.o.kube, this.log);
+    const reconciler = new ClusterReconciler(this.o.kube, this.log, this.o.door);
     for (const c of this.informer.store.values()) {
       if (!this.lease.holding()) return;
       await reconciler.reconcile(c);

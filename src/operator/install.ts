@@ -3,16 +3,25 @@
 // Services and Deployments it makes, in any namespace, deleting only a deleted
 // cluster's Deployment; its pods, to know they are gone; Nodes' addresses; its leader Lease in
 // kube-system), and a Deployment of the kctl image running `kctl operator run` with that account.
-// Two replicas: one acts, the other takes over when it goes (the Lease).
+// Two replicas: one acts, the other takes over when it goes (the Lease). With a front door, also
+// the door (`kctl operator door`, every replica routing) with its own account, which may only read
+// KctlClusters, Services and the one door key Secret, and its Service: a node port when the door's
+// address names one, else a LoadBalancer on that port.
+import { joinHostPort } from '../base/addresses.ts';
 import { kctlImageOf } from '../payload/images.ts';
+import { MANAGEMENT_DOOR_DEFAULTS } from './door.ts';
+import { DOOR_KEY_SECRET, type ManagementDoor } from './door-keys.ts';
 import { KCTL_CLUSTER } from './crd.ts';
 import { OPERATOR_DEFAULTS } from './index.ts';
 
 export const OPERATOR_NAMESPACE = 'kctl-system';
 const NAME = 'kctl-operator';
 
-export function operatorManifests(version: string, replicas = 2): Record<string, unknown>[] {
+export function operatorManifests(version: string, replicas = 2, door?: ManagementDoor): Record<string, unknown>[] {
   const labels = { 'app.kubernetes.io/name': NAME };
+  const doorArgs = door
+    ? ['--front-door-domain', door.domain, '--front-door-address', joinHostPort(door.host, door.port)]
+    : [];
   return [
     { apiVersion: 'v1', kind: 'Namespace', metadata: { name: OPERATOR_NAMESPACE } },
     { apiVersion: 'v1', kind: 'ServiceAccount', metadata: { name: NAME, namespace: OPERATOR_NAMESPACE } },
@@ -76,12 +85,95 @@ export function operatorManifests(version: string, replicas = 2): Record<string,
                 name: 'operator',
                 image: kctlImageOf(version),
                 imagePullPolicy: 'IfNotPresent',
-                args: ['operator', 'run'],
+                args: ['operator', 'run', ...doorArgs],
                 resources: { requests: { cpu: '50m', memory: '64Mi' } },
               },
             ],
           },
         },
+      },
+    },
+    ...(door ? doorManifests(version, replicas, door) : []),
+  ];
+}
+
+const DOOR = 'kctl-front-door';
+
+function doorManifests(version: string, replicas: number, door: ManagementDoor): Record<string, unknown>[] {
+  const labels = { 'app.kubernetes.io/name': DOOR };
+  const nodePort = door.port >= 30000 && door.port <= 32767;
+  const port = MANAGEMENT_DOOR_DEFAULTS.port;
+  const rbac = (kind: 'ClusterRole' | 'Role', namespace?: string) => ({
+    metadata: { name: DOOR, ...(namespace ? { namespace } : {}) },
+    roleRef: { apiGroup: 'rbac.authorization.k8s.io', kind, name: DOOR },
+    subjects: [{ kind: 'ServiceAccount', name: DOOR, namespace: OPERATOR_NAMESPACE }],
+  });
+  return [
+    { apiVersion: 'v1', kind: 'ServiceAccount', metadata: { name: DOOR, namespace: OPERATOR_NAMESPACE } },
+    {
+      apiVersion: 'rbac.authorization.k8s.io/v1',
+      kind: 'ClusterRole',
+      metadata: { name: DOOR },
+      rules: [
+        { apiGroups: [KCTL_CLUSTER.group], resources: [KCTL_CLUSTER.plural], verbs: ['list', 'watch'] },
+        { apiGroups: [''], resources: ['services'], verbs: ['list', 'watch'] },
+      ],
+    },
+    { apiVersion: 'rbac.authorization.k8s.io/v1', kind: 'ClusterRoleBinding', ...rbac('ClusterRole') },
+    {
+      apiVersion: 'rbac.authorization.k8s.io/v1',
+      kind: 'Role',
+      metadata: { name: DOOR, namespace: DOOR_KEY_SECRET.namespace },
+      rules: [{ apiGroups: [''], resources: ['secrets'], resourceNames: [DOOR_KEY_SECRET.name], verbs: ['get'] }],
+    },
+    {
+      apiVersion: 'rbac.authorization.k8s.io/v1',
+      kind: 'RoleBinding',
+      ...rbac('Role', DOOR_KEY_SECRET.namespace),
+    },
+    {
+      apiVersion: 'apps/v1',
+      kind: 'Deployment',
+      metadata: { name: DOOR, namespace: OPERATOR_NAMESPACE, labels },
+      spec: {
+        replicas,
+        selector: { matchLabels: labels },
+        template: {
+          metadata: { labels },
+          spec: {
+            serviceAccountName: DOOR,
+            containers: [
+              {
+                name: 'door',
+                image: kctlImageOf(version),
+                imagePullPolicy: 'IfNotPresent',
+                args: ['operator', 'door', '--domain', door.domain, '--port', String(port)],
+                ports: [{ name: 'door', containerPort: port }],
+                resources: { requests: { cpu: '50m', memory: '64Mi' } },
+              },
+            ],
+          },
+        },
+      },
+    },
+    {
+      apiVersion: 'v1',
+      kind: 'Service',
+      metadata: { name: DOOR, namespace: OPERATOR_NAMESPACE, labels },
+      spec: {
+        type: nodePort ? 'NodePort' : 'LoadBalancer',
+        // The client's own address reaches the door (it hands it on in the PROXY header, for the
+        // pods' per-client bounds): the address nodes dial must be a node running a door pod, or a load balancer.
+        externalTrafficPolicy: 'Local',
+        selector: labels,
+        ports: [
+          {
+            name: 'door',
+            port: nodePort ? port : door.port,
+            targetPort: port,
+            ...(nodePort ? { nodePort: door.port } : {}),
+          },
+        ],
       },
     },
   ];

@@ -5,6 +5,7 @@
 // garbage collector); its CAs and database password are made apart (pki.ts, datastore.ts), once.
 import { stringify } from 'yaml';
 import { TENANT_GC_PERCENT } from '../controller/config/config.ts';
+import { HANDOFF_PORTS } from '../controller/config/front-door.ts';
 import { resourcePath } from '../kube/paths.ts';
 import { MEMBER_NAME_ENV } from '../kube/controller-leases.ts';
 import { kctlImageOf } from '../payload/images.ts';
@@ -16,7 +17,7 @@ export interface KctlClusterSpec {
   config?: Record<string, unknown>;
   datastore?: { postgres?: { secretName: string } };
   exposure?: {
-    type?: 'NodePort' | 'LoadBalancer' | 'ClusterIP';
+    type?: 'NodePort' | 'LoadBalancer' | 'ClusterIP' | 'FrontDoor';
     address?: string;
     nodePort?: number;
     agentNodePort?: number;
@@ -33,6 +34,7 @@ export interface KctlCluster {
     name: string;
     namespace: string;
     uid: string;
+    creationTimestamp?: string;
     generation?: number;
     resourceVersion?: string;
     deletionTimestamp?: string;
@@ -44,6 +46,21 @@ export interface KctlCluster {
 
 /** The label on everything a cluster owns, its pods included: the cluster's name. */
 export const CLUSTER_LABEL = 'kctl.dev/cluster';
+
+/** What the operator makes carries this label; MANAGED_BY selects it. */
+const MANAGED_BY_LABEL = ['app.kubernetes.io/managed-by', 'kctl-operator'] as const;
+export const MANAGED_BY = MANAGED_BY_LABEL.join('=');
+
+/** Clusters, the oldest first (the one that keeps a name two of them ask for); ties by namespace/name. */
+export const olderFirst = <T extends KctlCluster>(clusters: T[]): T[] =>
+  [...clusters].sort(
+    (a, b) =>
+      (a.metadata.creationTimestamp ?? '').localeCompare(b.metadata.creationTimestamp ?? '') ||
+      `${a.metadata.namespace}/${a.metadata.name}`.localeCompare(`${b.metadata.namespace}/${b.metadata.name}`),
+  );
+
+/** Whether its nodes and admins reach it through the management cluster's front door (door.ts). */
+export const behindDoor = (c: KctlCluster): boolean => c.spec.exposure?.type === 'FrontDoor';
 
 /** The labels of a cluster's control-plane pods, and the selector of what selects them (Deployment, Service, budget). */
 const podLabels = (c: KctlCluster) => ({ [CLUSTER_LABEL]: c.metadata.name });
@@ -104,7 +121,7 @@ function ownerOf(c: KctlCluster) {
 const meta = (c: KctlCluster, name: string) => ({
   name,
   namespace: c.metadata.namespace,
-  labels: { 'app.kubernetes.io/managed-by': 'kctl-operator', ...podLabels(c) },
+  labels: { [MANAGED_BY_LABEL[0]]: MANAGED_BY_LABEL[1], ...podLabels(c) },
   ownerReferences: [ownerOf(c)],
 });
 
@@ -115,13 +132,30 @@ const meta = (c: KctlCluster, name: string) => ({
  */
 export function hostedConfig(
   c: KctlCluster,
-  o: { address: string; sans: string[]; dataSource: string; ports: ClusterPorts },
+  o: {
+    address: string;
+    sans: string[];
+    dataSource: string;
+    ports: ClusterPorts;
+    /** The management cluster's front door, for a cluster behind it. */
+    door?: { domain: string; host: string; port: number };
+  },
 ): string {
   const spec = structuredClone(c.spec.config ?? {}) as Record<string, Record<string, unknown>>;
   const api = (spec.api ?? {}) as { sans?: string[] };
   spec.api = { ...api, address: o.address, port: o.ports.api, sans: [...new Set([...(api.sans ?? []), ...o.sans])] };
   if (o.ports.agent) spec.konnectivity = { ...(spec.konnectivity ?? {}), agentPort: o.ports.agent };
   spec.storage = { ...(spec.storage ?? {}), type: 'kine', kine: { dataSource: o.dataSource } };
+  // The door is the management cluster's: its pods take its connections on their handoff ports.
+  if (o.door)
+    spec.frontDoor = {
+      enabled: true,
+      baseDomain: o.door.domain,
+      name: c.metadata.name,
+      address: o.door.host,
+      port: o.door.port,
+      external: { keyFile: DOOR_KEY_FILE },
+    };
   // Many clusters share each management node, as named clusters share a host: their default GOGC.
   (spec as Record<string, unknown>).gcPercent ??= TENANT_GC_PERCENT;
   return stringify({
@@ -134,6 +168,7 @@ export function hostedConfig(
 
 /** The Deployment of its control plane; `configHash` in the pod template rolls the pods when the config changes. */
 export function deployment(c: KctlCluster, o: { ports: ClusterPorts; configHash: string }) {
+  const door = handoffPorts(c);
   const names = ownedNames(c.metadata.name);
   const labels = podLabels(c);
   return {
@@ -167,12 +202,14 @@ export function deployment(c: KctlCluster, o: { ports: ClusterPorts; configHash:
               ports: [
                 { name: 'api', containerPort: o.ports.api },
                 ...(o.ports.agent ? [{ name: 'konnectivity', containerPort: o.ports.agent }] : []),
+                ...door.map((p) => ({ name: p.name, containerPort: p.port })),
               ],
               // Ready once kube-apiserver says so (open to anonymous users): its bootstrap done, kube-system made.
               readinessProbe: { httpGet: { scheme: 'HTTPS', path: '/readyz', port: o.ports.api }, periodSeconds: 2 },
               resources: resourcesOf(c),
               volumeMounts: [
                 { name: 'config', mountPath: '/etc/kctl/kctl.yaml', subPath: 'kctl.yaml' },
+                ...(behindDoor(c) ? [{ name: 'config', mountPath: DOOR_KEY_FILE, subPath: DOOR_KEY_ENTRY }] : []),
                 { name: 'pki', mountPath: '/etc/kctl/pki', readOnly: true },
                 // No volume on /var/lib/kctl: the image's staged components lie there, shared by
                 // every pod of the image; what a pod writes there goes to its own layer.
@@ -205,6 +242,21 @@ export function disruptionBudget(c: KctlCluster) {
   };
 }
 
+/** Where a pod behind the door reads its handoff key (an entry of its config Secret). */
+export const DOOR_KEY_ENTRY = 'door.key';
+const DOOR_KEY_FILE = `/etc/kctl/${DOOR_KEY_ENTRY}`;
+
+/** A full cluster behind the door: the ports its pods take the door's connections on (the door's route targets). */
+const handoffPorts = (c: KctlCluster) =>
+  behindDoor(c) && isFull(c)
+    ? [
+        // Port names are 15 characters at most.
+        { name: 'handoff-agent', port: HANDOFF_PORTS.konnectivity },
+        { name: 'handoff-join', port: HANDOFF_PORTS.join },
+        { name: 'handoff-nodeapi', port: HANDOFF_PORTS.nodeApi },
+      ]
+    : [];
+
 /** The annotation on a control-plane pod naming its config's hash. */
 export const CONFIG_HASH = 'kctl.dev/config-hash';
 
@@ -214,7 +266,9 @@ export const CONFIG_HASH = 'kctl.dev/config-hash';
  * every later apply passes the ports the Service has, so its targets never point anywhere else.
  */
 export function service(c: KctlCluster, ports?: ClusterPorts) {
-  const type = c.spec.exposure?.type ?? 'NodePort';
+  const exposure = c.spec.exposure?.type ?? 'NodePort';
+  // Behind the door, the door reaches it at its ClusterIP: nothing outside needs a port of its own.
+  const type = exposure === 'FrontDoor' ? 'ClusterIP' : exposure;
   const nodePorts = type === 'NodePort';
   // A node port the spec names wins over the one the Service has (the spec changed).
   const want = {
@@ -235,6 +289,7 @@ export function service(c: KctlCluster, ports?: ClusterPorts) {
       ports: [
         port('api', POD_API_PORT, want.api),
         ...(isFull(c) ? [port('konnectivity', POD_AGENT_PORT, want.agent)] : []),
+        ...handoffPorts(c).map((p) => port(p.name, p.port, undefined)),
       ],
     },
   };

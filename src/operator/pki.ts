@@ -50,7 +50,11 @@ export function caNotAfter(caPem: string): Date {
 }
 
 /** An admin kubeconfig (system:masters) for `server`, signed by the cluster CA in `shared`, valid until `notAfter`. */
-export function adminKubeconfig(shared: Record<string, Buffer>, server: string, notAfter: Date): Promise<string> {
+export function adminKubeconfig(
+  shared: Record<string, Buffer>,
+  server: { url: string; serverName?: string },
+  notAfter: Date,
+): Promise<string> {
   return inTempDir(async (dir) => {
     const paths = pkiPaths(dir);
     await writeFile(paths.caCert, shared['ca.crt']!);
@@ -60,6 +64,13 @@ export function adminKubeconfig(shared: Record<string, Buffer>, server: string, 
       { name: 'kctl-operator-admin', groups: ['system:masters'] },
       notAfter,
     );
-    return renderKubeconfig({ server, caPem: shared['ca.crt']!.toString(), user: 'admin', certPem, keyPem });
+    return renderKubeconfig({
+      server: server.url,
+      ...(server.serverName ? { serverName: server.serverName } : {}),
+      caPem: shared['ca.crt']!.toString(),
+      user: 'admin',
+      certPem,
+      keyPem,
+    });
   });
 }

@@ -12,14 +12,18 @@ import { resourcePath } from '../kube/paths.ts';
 import { KCTL_CLUSTER } from './crd.ts';
 import { keepCredentials } from './credentials.ts';
 import { ClusterDatastore, databaseOf } from './datastore.ts';
-import { ensureExposure } from './exposure.ts';
-import { accessFrom, hostedNodes, type HostedAccess } from './hosted.ts';
+import { clusterDoorKey, clusterDoorNames, doorKey, type ManagementDoor } from './door-keys.ts';
+import { ensureExposure, type Exposure } from './exposure.ts';
+import { accessFrom, hostedNodes, listClusters, type HostedAccess } from './hosted.ts';
 import {
+  behindDoor,
   CLUSTER_LABEL,
   deployment,
+  DOOR_KEY_ENTRY,
   disruptionBudget,
   hostedConfig,
   isFull,
+  olderFirst,
   ownedNames,
   secret,
   secretPath,
@@ -83,6 +87,8 @@ export class ClusterReconciler {
   constructor(
     private readonly kube: KubeClient,
     private readonly log: Logger,
+    /** The management cluster's front door, when the operator has one. */
+    private readonly door?: ManagementDoor,
   ) {
     this.datastore = new ClusterDatastore(kube, FIELD_MANAGER);
   }
@@ -165,17 +171,21 @@ export class ClusterReconciler {
       await this.kube.apply(secret(c, names.pki, shared), FIELD_MANAGER);
     }
 
-    const exposure = await ensureExposure(this.kube, c, FIELD_MANAGER);
+    const taken = await this.doorNameTaken(c);
+    if (taken) return degraded('FrontDoorNameTaken', taken);
+    const exposure = await ensureExposure(this.kube, c, FIELD_MANAGER, this.door);
     if ('waiting' in exposure) return waiting('NoAddress', exposure.waiting);
     const config = hostedConfig(c, { ...exposure, dataSource });
-    await this.kube.apply(secret(c, names.config, { 'kctl.yaml': config }), FIELD_MANAGER);
+    // Behind the door: the key its pods check the door's PROXY headers with.
+    const doorKeyEntry = exposure.door && { [DOOR_KEY_ENTRY]: clusterDoorKey((await doorKey(this.kube, true))!, c) };
+    await this.kube.apply(secret(c, names.config, { 'kctl.yaml': config, ...doorKeyEntry }), FIELD_MANAGER);
     const configHash = createHash('sha256').update(config).digest('hex').slice(0, 16);
     const dep = await this.kube.apply(deployment(c, { ports: exposure.ports, configHash }), FIELD_MANAGER);
     await this.kube.apply(disruptionBudget(c), FIELD_MANAGER);
 
     const notAfter = caNotAfter(shared['ca.crt']!.toString());
     const out: Outcome = { conditions: [], caNotAfter: notAfter.toISOString(), endpoint: exposure.endpoint };
-    const admin = await this.kubeconfigFor(c, shared, exposure.endpoint, notAfter);
+    const admin = await this.kubeconfigFor(c, shared, exposure.server, notAfter);
     out.kubeconfigSecret = admin.name;
     const access = admin.access;
     const { status, metadata } = dep as {
@@ -236,23 +246,37 @@ export class ClusterReconciler {
   private async kubeconfigFor(
     c: KctlCluster,
     shared: Record<string, Buffer>,
-    endpoint: string,
+    server: Exposure['server'],
     notAfter: Date,
   ): Promise<{ name: string; access: HostedAccess }> {
     const name = ownedNames(c.metadata.name).kubeconfig;
     const where = `Secret ${name}`;
     const have = await this.kube.find<SecretObject>(secretPath(c, name));
     const text = have?.data?.kubeconfig && Buffer.from(have.data.kubeconfig, 'base64').toString();
-    if (text?.includes(`server: ${endpoint}`)) {
+    const names = (t: string) =>
+      t.includes(`server: ${server.url}`) &&
+      (server.serverName ? t.includes(`tls-server-name: ${server.serverName}`) : !t.includes('tls-server-name'));
+    if (text && names(text)) {
       try {
         return { name, access: accessFrom(text, where) };
       } catch (err) {
         this.log.warn({ cluster: c.metadata.name, err: messageOf(err) }, `${where} is not a kubeconfig: made again`);
       }
     }
-    const kubeconfig = await adminKubeconfig(shared, endpoint, notAfter);
+    const kubeconfig = await adminKubeconfig(shared, server, notAfter);
     await this.kube.apply(secret(c, name, { kubeconfig }), FIELD_MANAGER);
     return { name, access: accessFrom(kubeconfig, where) };
+  }
+
+  /** Why cluster `c` cannot have its name at the front door (an older cluster of that name is behind it), or undefined. */
+  private async doorNameTaken(c: KctlCluster): Promise<string | undefined> {
+    if (!behindDoor(c) || !this.door) return undefined;
+    const same = (await listClusters(this.kube)).filter(
+      (x) => behindDoor(x) && x.metadata.name === c.metadata.name && !x.metadata.deletionTimestamp,
+    );
+    const owner = olderFirst(same)[0];
+    if (!owner || owner.metadata.uid === c.metadata.uid) return undefined;
+    return `the front door name ${clusterDoorNames(c, this.door.domain).api} is KctlCluster ${owner.metadata.namespace}/${owner.metadata.name}'s (older); rename this cluster or pick another exposure`;
   }
 
   /** Keeps spec.serviceAccounts' credentials; what failed, one line each. */

@@ -35,15 +35,18 @@ test('a Service that has its node ports is applied with them as its targets, nev
     applied.push(body.spec.ports);
     json(res, 200, service);
   });
-  const exposure = await ensureExposure(new KubeClient({ server: api.url }), cluster, {
-    fieldManager: 't',
-    force: true,
-  });
+  const exposure = await ensureExposure(
+    new KubeClient({ server: api.url }),
+    cluster,
+    { fieldManager: 't', force: true },
+    undefined,
+  );
   assert.deepEqual(exposure, {
     ports: { api: 31234, agent: 31235 },
     address: '10.0.0.5',
     sans: ['10.96.0.20', 'f1.default.svc'],
     endpoint: 'https://10.0.0.5:31234',
+    server: { url: 'https://10.0.0.5:31234' },
   });
   assert.equal(applied.length, 1);
   assert.deepEqual(
@@ -51,6 +54,49 @@ test('a Service that has its node ports is applied with them as its targets, nev
     [
       ['api', 31234],
       ['konnectivity', 31235],
+    ],
+  );
+});
+
+test("behind the management cluster's front door: a ClusterIP Service with the handoff ports, kubeconfigs naming the door by the API's name, and no exposure while the operator has no door", async (t) => {
+  const behind: KctlCluster = { ...cluster, spec: { ...cluster.spec, exposure: { type: 'FrontDoor' } } };
+  const applied: { spec: { type: string; ports: { name: string; port: number; targetPort: number }[] } }[] = [];
+  const api = await fakeApiServer(t, (req, res) => {
+    if (req.method === 'GET' && req.path.endsWith('/nodes'))
+      return json(res, 200, { items: [{ status: { addresses: [{ type: 'InternalIP', address: '10.0.0.5' }] } }] });
+    if (req.method === 'GET') return json(res, 404, {});
+    const body = parse(req.body) as (typeof applied)[number];
+    applied.push(body);
+    json(res, 200, { spec: { ...body.spec, clusterIP: '10.96.0.30' } });
+  });
+  const kube = new KubeClient({ server: api.url });
+  const apply = { fieldManager: 't', force: true };
+  const none = await ensureExposure(kube, behind, apply, undefined);
+  assert.match(
+    'waiting' in none ? none.waiting : '',
+    /the operator has no front door; run it with --front-door-domain/,
+  );
+  assert.equal(applied.length, 0);
+
+  const door = { domain: 'clusters.example.com', host: '192.0.2.10', port: 30443 };
+  const exposure = await ensureExposure(kube, behind, apply, door);
+  assert.deepEqual(exposure, {
+    ports: { api: 6443, agent: 8132 },
+    address: '10.96.0.30',
+    sans: ['f1.default.svc'],
+    endpoint: 'https://f1.clusters.example.com:30443',
+    server: { url: 'https://192.0.2.10:30443', serverName: 'f1.clusters.example.com' },
+    door,
+  });
+  assert.equal(applied[0]!.spec.type, 'ClusterIP');
+  assert.deepEqual(
+    applied[0]!.spec.ports.map((p) => `${p.name} ${p.port}->${p.targetPort}`),
+    [
+      'api 6443->6443',
+      'konnectivity 8132->8132',
+      'handoff-agent 8141->8141',
+      'handoff-join 8142->8142',
+      'handoff-nodeapi 8143->8143',
     ],
   );
 });

@@ -5,6 +5,7 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { parse } from 'yaml';
 import { parseConfig } from '../../../src/controller/config/config.ts';
+import { frontDoorEndpoint } from '../../../src/controller/config/urls.ts';
 import {
   deployment,
   disruptionBudget,
@@ -49,6 +50,46 @@ test("the hosted config keeps the object's fields and loads as a config file", (
   assert.equal(cfg.spec.storage.kine.dataSource, 'postgres://u@db:5432/kctl_team_a_edge_1');
   // The object itself is left as it was.
   assert.deepEqual(cluster.spec.config?.api, { sans: ['api.example.com'] });
+});
+
+test("behind the management cluster's door: the config names the door for its nodes, the pods take its handoffs with the key from their config Secret", () => {
+  const behind: KctlCluster = {
+    ...cluster,
+    spec: { version: '0.3.0', config: { frontDoor: { enabled: false } }, exposure: { type: 'FrontDoor' } },
+  };
+  const door = { domain: 'clusters.example.com', host: '192.0.2.10', port: 30443 };
+  const text = hostedConfig(behind, {
+    address: '10.96.0.30',
+    sans: [],
+    dataSource: 'postgres://u@db/x',
+    ports: { api: 6443, agent: 8132 },
+    door,
+  });
+  const cfg = parseConfig(parse(text), 'the hosted config');
+  // The door wins over what the object's config said of a door of its own.
+  assert.deepEqual(frontDoorEndpoint(cfg), {
+    address: '192.0.2.10:30443',
+    api: 'edge-1.clusters.example.com',
+    konnectivity: 'konnectivity.edge-1.clusters.example.com',
+    join: 'join.edge-1.clusters.example.com',
+    nodeApi: 'node-api.edge-1.clusters.example.com',
+    nodeLocal: '198.18.0.1:6443',
+  });
+  assert.deepEqual(cfg.spec.frontDoor.external, {
+    keyFile: '/etc/kctl/door.key',
+    handoffPorts: { konnectivity: 8141, join: 8142, nodeApi: 8143 },
+  });
+  const pod = deployment(behind, { ports: { api: 6443, agent: 8132 }, configHash: 'h' }).spec.template.spec;
+  const c = pod.containers[0]!;
+  assert.deepEqual(
+    c.ports.map((p) => `${p.name} ${p.containerPort}`),
+    ['api 6443', 'konnectivity 8132', 'handoff-agent 8141', 'handoff-join 8142', 'handoff-nodeapi 8143'],
+  );
+  assert.ok(c.volumeMounts.some((m) => m.mountPath === '/etc/kctl/door.key' && m.subPath === 'door.key'));
+  // Not behind the door: no handoff ports, no key.
+  const plain = deployment(cluster, { ports: { api: 30700 }, configHash: 'h' }).spec.template.spec.containers[0]!;
+  assert.ok(!plain.ports.some((p) => p.name.startsWith('handoff')));
+  assert.ok(!plain.volumeMounts.some((m) => m.mountPath === '/etc/kctl/door.key'));
 });
 
 test('the Deployment runs the kctl image of its version, its replicas, its CAs from the Secret; all owned by the object', () => {
