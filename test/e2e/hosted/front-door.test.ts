@@ -6,7 +6,8 @@
 // new outbound TCP connection rejected), joins with a token `kctl cluster token` mints, becomes
 // Ready, runs a pod and answers logs and exec: the join check, kubelet's API, the agent's tunnel
 // all pass the door by name. The control-plane pod sees e1's stream arrive through the door with
-// e1's own address (the door's PROXY header). A name nobody has gets nothing.
+// e1's own address (the door's PROXY header). A name nobody has gets nothing. With two
+// control-plane pods, e1's agent holds a stream to each through the door.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { stringify } from 'yaml';
@@ -19,7 +20,7 @@ import { waitFor } from '../../wait.ts';
 const DOOR_PORT = 30443;
 const DOMAIN = 'clusters.test';
 
-test("a hosted cluster behind the management cluster's front door: its worker's only way out is the door's port, and it joins, runs a pod and answers logs and exec", async (t) => {
+test("a hosted cluster behind the management cluster's front door: its worker's only way out is the door's port, and it joins, runs a pod and answers logs and exec, through one control-plane pod and through two", async (t) => {
   const m = await startManagementLab(t, 'hfd', { dir: 'kctl-hosted-door-', pgPort: 15439, nodes: ['e1'] });
   const { lab, dir, kctlBin, c, mc, mw, out, pg } = m;
   const e1 = lab.host('e1');
@@ -149,4 +150,55 @@ test("a hosted cluster behind the management cluster's front door: its worker's 
     agents?.map((a) => `${a.id} ${a.via} ${a.client}`),
     [`system:node:e1 front-door ${e1.ip}`],
   );
+
+  // Two control-plane pods behind the door: e1's agent dials the door once per live lease and holds
+  // a stream to each pod (the door passes each dial to one of them), and exec runs through each
+  // pod's own kube-apiserver and tunnel.
+  const leases = async () => {
+    const r = await hosted(['get', 'leases', '-n', 'kube-system', '-l', 'kctl.dev/controller=true', '-o', 'json']);
+    return (
+      JSON.parse(String(r.stdout) || '{"items":[]}') as {
+        items: { metadata: { name: string; annotations?: Record<string, string> } }[];
+      }
+    ).items.map((l) => ({
+      name: l.metadata.name,
+      agents: (l.metadata.annotations?.['kctl.dev/agents'] ?? '').split(',').filter(Boolean),
+    }));
+  };
+  const scaled = Date.now();
+  assert.equal((await c.kubectl(['patch', 'kc', 'f1', '--type=merge', '-p', '{"spec":{"replicas":2}}'])).exitCode, 0);
+  await waitFor(
+    "two pods of f1, each holding e1's agent",
+    300_000,
+    async () => {
+      const held = await leases();
+      return held.length === 2 && held.every((l) => l.agents.includes('system:node:e1'));
+    },
+    async () => JSON.stringify(await leases()) + worker.log().slice(-3000) + (await story()),
+  );
+  t.diagnostic(`two control-plane pods hold e1's agent ${((Date.now() - scaled) / 1000).toFixed(1)} s after the patch`);
+  const pods = String(
+    (await c.kubectl(['get', 'pod', '-l', 'kctl.dev/cluster=f1', '-o', 'jsonpath={.items[*].metadata.name}'])).stdout,
+  )
+    .split(' ')
+    .filter(Boolean);
+  assert.equal(pods.length, 2);
+  for (const pod of pods) {
+    const r = await c.kubectl([
+      'exec',
+      pod,
+      '--',
+      'kctl',
+      'kubectl',
+      '--server',
+      'https://127.0.0.1:6443',
+      'exec',
+      'hello',
+      '--',
+      'echo',
+      `via-${pod}`,
+    ]);
+    assert.equal(r.exitCode, 0, String(r.stderr));
+    assert.equal(String(r.stdout).trim(), `via-${pod}`);
+  }
 });

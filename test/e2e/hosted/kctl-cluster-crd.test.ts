@@ -118,6 +118,11 @@ test('the KctlCluster CRD: a cluster as an object is stored and listed; bad obje
       /spec\.exposure: Invalid value: .*nodePort is for type NodePort/,
     ],
     [
+      'door-address',
+      { version: '0.2.0', exposure: { type: 'FrontDoor', address: '192.0.2.10' } },
+      /spec\.exposure: Invalid value: .*address is the door's for type FrontDoor/,
+    ],
+    [
       'same-ports',
       { version: '0.2.0', exposure: { nodePort: 30001, agentNodePort: 30001 } },
       /spec\.exposure: Invalid value: .*nodePort and agentNodePort must differ/,
