@@ -18,6 +18,8 @@ export interface KineOptions {
   dataSource?: string;
   /** More of kine's environment (the Go runtime's GOGC). */
   env?: Record<string, string>;
+  /** Its connection pool on a database server; kine's defaults where unset. */
+  pool?: { maxOpen?: number; maxIdle?: number };
 }
 
 /**
@@ -115,6 +117,9 @@ export class KineComponent extends Supervisor {
         '--metrics-bind-address=0',
         '--log-format=json',
         '--compact-min-retain=0',
+        ...(o.pool?.maxOpen !== undefined ? [`--datastore-max-open-connections=${o.pool.maxOpen}`] : []),
+        // kine takes 0 as its default (20) and a negative number as none.
+        ...(o.pool?.maxIdle !== undefined ? [`--datastore-max-idle-connections=${o.pool.maxIdle || -1}`] : []),
       ],
       // kine's --endpoint flag reads KINE_ENDPOINT: a database password in the environment is
       // readable by root only, where every user sees the command line (ps, /proc/<pid>/cmdline).

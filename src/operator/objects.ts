@@ -145,7 +145,12 @@ export function hostedConfig(
   const api = (spec.api ?? {}) as { sans?: string[] };
   spec.api = { ...api, address: o.address, port: o.ports.api, sans: [...new Set([...(api.sans ?? []), ...o.sans])] };
   if (o.ports.agent) spec.konnectivity = { ...(spec.konnectivity ?? {}), agentPort: o.ports.agent };
-  spec.storage = { ...(spec.storage ?? {}), type: 'kine', kine: { dataSource: o.dataSource } };
+  const kine = (spec.storage?.kine ?? {}) as Record<string, unknown>;
+  spec.storage = {
+    ...(spec.storage ?? {}),
+    type: 'kine',
+    kine: { ...HOSTED_KINE_POOL, ...kine, dataSource: o.dataSource },
+  };
   // The door is the management cluster's: its pods take its connections on their handoff ports.
   if (o.door)
     spec.frontDoor = {
@@ -256,6 +261,13 @@ const handoffPorts = (c: KctlCluster) =>
         { name: 'handoff-nodeapi', port: HANDOFF_PORTS.nodeApi },
       ]
     : [];
+
+/**
+ * A hosted cluster's kine pool on the shared PostgreSQL unless its spec.config names one: kine
+ * wants 10-15 connections under moderate load, and without a bound each cluster could hold any
+ * number (20 idle), so a server's max_connections would cap how many clusters it serves.
+ */
+export const HOSTED_KINE_POOL = { maxOpenConnections: 15, maxIdleConnections: 5 };
 
 /** The annotation on a control-plane pod naming its config's hash. */
 export const CONFIG_HASH = 'kctl.dev/config-hash';

@@ -60,6 +60,7 @@ export function storageComponent(
     socket: paths.kineSocket,
     dataSource: cfg.spec.storage.kine.dataSource,
     env: goRuntimeEnv(cfg),
+    pool: { maxOpen: cfg.spec.storage.kine.maxOpenConnections, maxIdle: cfg.spec.storage.kine.maxIdleConnections },
   });
 }
 

@@ -123,6 +123,13 @@ export const clusterConfigSchema = z.strictObject({
                   ),
                 )
                 .optional(),
+              /**
+               * kine's connection pool on a database server (kine's defaults: no bound on open
+               * connections, 20 kept idle): many clusters on one PostgreSQL need a bound each.
+               */
+              maxOpenConnections: z.number().int().min(1).max(1000).optional(),
+              /** Connections kept open while idle; 0 keeps none. */
+              maxIdleConnections: z.number().int().min(0).max(1000).optional(),
             })
             .prefault({}),
         })

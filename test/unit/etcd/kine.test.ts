@@ -52,3 +52,25 @@ test('kine reads the data source from its environment; its command line and its 
   assert.doesNotMatch(String((await said('cmdline:')).msg), /db:5432/);
   assert.ok(!raw().includes('s3cr'), raw());
 });
+
+test('a connection pool bound reaches kine as its flags; no idle connections is -1 to kine (its 0 means its default of 20)', async (t) => {
+  const dir = await tempDir(t);
+  const binDir = join(dir, 'bin');
+  await mkdir(binDir);
+  await writeFile(join(binDir, 'kine'), '#!/bin/sh\necho "args: $*"\nexec sleep 1000\n');
+  await chmod(join(binDir, 'kine'), 0o755);
+  const { log, lines } = captureLogger();
+  const kine = new KineComponent({
+    binDir,
+    runDir: join(dir, 'run'),
+    dbDir: join(dir, 'db'),
+    socket: join(dir, 'run', 'kine.sock'),
+    dataSource: 'postgres://kine@db:5432/kine',
+    pool: { maxOpen: 15, maxIdle: 0 },
+  });
+  t.after(() => kine.stop());
+  await kine.init({ log, statuses: () => [] });
+  await kine.start();
+  const args = await waitFor('args', 5_000, () => lines().find((l) => String(l.msg).startsWith('args:')));
+  assert.match(String(args.msg), / --datastore-max-open-connections=15 --datastore-max-idle-connections=-1$/);
+});

@@ -48,6 +48,16 @@ test("the hosted config keeps the object's fields and loads as a config file", (
   // Many control planes share a management node: the GOGC of clusters that share a host.
   assert.equal(cfg.spec.gcPercent, 25);
   assert.equal(cfg.spec.storage.kine.dataSource, 'postgres://u@db:5432/kctl_team_a_edge_1');
+  // A bound on its connections to the shared PostgreSQL, unless its config names one.
+  assert.equal(cfg.spec.storage.kine.maxOpenConnections, 15);
+  assert.equal(cfg.spec.storage.kine.maxIdleConnections, 5);
+  const own = { ...cluster, spec: { ...cluster.spec, config: { storage: { kine: { maxOpenConnections: 40 } } } } };
+  const ownCfg = parseConfig(
+    parse(hostedConfig(own, { address: '10.0.0.5', sans: [], dataSource: 'postgres://u@db/x', ports: { api: 30700 } })),
+    'the hosted config',
+  );
+  assert.equal(ownCfg.spec.storage.kine.maxOpenConnections, 40);
+  assert.equal(ownCfg.spec.storage.kine.dataSource, 'postgres://u@db/x');
   // The object itself is left as it was.
   assert.deepEqual(cluster.spec.config?.api, { sans: ['api.example.com'] });
 });
