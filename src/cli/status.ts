@@ -221,9 +221,18 @@ function renderFrontDoor(r: ControllerStatusReport): string[] {
   const f = r.frontDoor;
   if (!f) return [];
   // nodeApi as node-api: the endpoint as its name spells it.
-  const names = Object.entries(f.names).map(
-    ([endpoint, name]) => `${endpoint.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)}=${name}`,
-  );
+  const spelt = (endpoint: string) => endpoint.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`);
+  const names = Object.entries(f.names).map(([endpoint, name]) => `${spelt(endpoint)}=${name}`);
+  if (f.external) {
+    const ports = f.external.handoffs.map((h) => `${spelt(h.endpoint)} ${h.port}`);
+    const refused = f.external.handoffs.reduce((n, h) => n + h.refused, 0);
+    return [
+      '',
+      `Behind the front door at ${f.external.address}: ${names.join('  ')}`,
+      ...(ports.length ? [`  handoff ports: ${ports.join(', ')}; closed without the door's key: ${refused}`] : []),
+    ];
+  }
+  if (!f.door) return [];
   const rows = Object.entries(f.door.clusters).map(([cluster, c]) => [cluster, String(c.open), String(c.total)]);
   const refused = f.door.refused;
   const byName = Object.entries(refused.names).map(([name, n]) => `${name} (${n})`);

@@ -24,7 +24,7 @@ export class DoorHandoff {
 
   constructor(
     /** What this listener leads to, for log lines (konnectivity, join). */
-    private readonly endpoint: string,
+    readonly endpoint: string,
     private readonly key: Buffer,
     private readonly onConnection: (socket: Socket, client: Endpoint) => void,
     private readonly log: Logger,

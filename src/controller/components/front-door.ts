@@ -43,8 +43,10 @@ export interface FrontDoorReport {
   port: number;
   /** This cluster's names, by endpoint. */
   names: FrontDoorNames;
-  /** This process's share of the door (every cluster's connections it routed, refused names). */
-  door: FrontDoorStats;
+  /** This process's share of the door (every cluster's connections it routed, refused names); none behind an external door. */
+  door?: FrontDoorStats;
+  /** Behind another program's door (spec.frontDoor.external): where nodes reach it, and this controller's handoff ports. */
+  external?: { address: string; handoffs: { endpoint: string; port: number; refused: number }[] };
 }
 
 export class FrontDoorComponent implements Component {
@@ -54,6 +56,7 @@ export class FrontDoorComponent implements Component {
   private readonly handoffs: DoorHandoff[] = [];
   private registered = false;
   private tunnel: NodeApiTunnel | undefined;
+  private readonly handoffPorts = new Map<DoorHandoff, number>();
 
   constructor(
     private readonly cfg: ClusterConfig,
@@ -127,6 +130,7 @@ export class FrontDoorComponent implements Component {
         handoff,
         frontDoor.external && { port: frontDoor.external.handoffPorts[endpoint], endpoint },
       );
+      this.handoffPorts.set(handoff, port);
       backends[name] = { endpoint, host: '127.0.0.1', port, key: key.toString('hex') };
     }
     return backends;
@@ -141,8 +145,22 @@ export class FrontDoorComponent implements Component {
     this.tunnel?.close();
   }
 
-  /** The door's names and this process's share of its traffic, once it is open. */
+  /** The door's names and this process's share of its traffic, once it is open (behind an external door, the handoffs). */
   report(): FrontDoorReport | undefined {
+    const f = this.cfg.spec.frontDoor;
+    if (f.external)
+      return {
+        port: f.port,
+        names: this.names,
+        external: {
+          address: `${f.address}:${f.port}`,
+          handoffs: this.handoffs.map((h) => ({
+            endpoint: h.endpoint,
+            port: this.handoffPorts.get(h) ?? 0,
+            refused: h.refused,
+          })),
+        },
+      };
     return this.door ? { port: this.door.port, names: this.names, door: this.door.stats() } : undefined;
   }
 }

@@ -85,7 +85,7 @@ test("a worker that may reach only the controller's front door joins, runs a pod
     join: `join.${API}`,
     nodeApi: `node-api.${API}`,
   });
-  assert.ok((door?.door.clusters.alpha?.total ?? 0) >= 1, `the door routed nothing: ${JSON.stringify(door)}`);
+  assert.ok((door?.door?.clusters.alpha?.total ?? 0) >= 1, `the door routed nothing: ${JSON.stringify(door)}`);
   // The agent's stream came through the door, from w1 itself (the door named it in its PROXY header).
   const w1Agent = (await status()).konnectivity?.agents.find((a) => a.node === 'w1');
   assert.deepEqual([w1Agent?.via, w1Agent?.client], ['front-door', w1.ip]);

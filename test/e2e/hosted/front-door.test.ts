@@ -7,7 +7,8 @@
 // Ready, runs a pod and answers logs and exec: the join check, kubelet's API, the agent's tunnel
 // all pass the door by name. The control-plane pod sees e1's stream arrive through the door with
 // e1's own address (the door's PROXY header). A name nobody has gets nothing. With two
-// control-plane pods, e1's agent holds a stream to each through the door.
+// control-plane pods, e1's agent holds a stream to each through the door. Each pod's kine keeps
+// within its connection bound on the shared PostgreSQL.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { stringify } from 'yaml';
@@ -140,12 +141,22 @@ test("a hosted cluster behind the management cluster's front door: its worker's 
   assert.equal(exec.exitCode, 0, String(exec.stderr));
   assert.equal(String(exec.stdout).trim(), 'exec-42');
 
+  // Its kine holds at most its pool's bound of connections to the shared PostgreSQL (15).
+  const connections = async () =>
+    Number((await pg.sql("select count(*) from pg_stat_activity where datname like 'kctl_default_f1_%'")).trim());
+  const one = await connections();
+  t.diagnostic(`f1's connections to PostgreSQL with one control-plane pod: ${one}`);
+  assert.ok(one >= 1 && one <= 15, `${one} connections`);
+
   // The control-plane pod holds e1's stream as arriving through the door, from e1's own address.
   const status = await c.kubectl(['exec', 'deploy/f1', '--', 'kctl', 'status', '-o', 'json']);
   assert.equal(status.exitCode, 0, String(status.stderr));
-  const agents = (
-    JSON.parse(String(status.stdout)) as { konnectivity?: { agents: { id: string; via?: string; client?: string }[] } }
-  ).konnectivity?.agents;
+  const report = JSON.parse(String(status.stdout)) as {
+    konnectivity?: { agents: { id: string; via?: string; client?: string }[] };
+    frontDoor?: { external?: { address: string } };
+  };
+  assert.equal(report.frontDoor?.external?.address, door);
+  const agents = report.konnectivity?.agents;
   assert.deepEqual(
     agents?.map((a) => `${a.id} ${a.via} ${a.client}`),
     [`system:node:e1 front-door ${e1.ip}`],
@@ -177,6 +188,9 @@ test("a hosted cluster behind the management cluster's front door: its worker's 
     async () => JSON.stringify(await leases()) + worker.log().slice(-3000) + (await story()),
   );
   t.diagnostic(`two control-plane pods hold e1's agent ${((Date.now() - scaled) / 1000).toFixed(1)} s after the patch`);
+  const two = await connections();
+  t.diagnostic(`f1's connections to PostgreSQL with two control-plane pods: ${two}`);
+  assert.ok(two <= 30, `${two} connections`);
   const pods = String(
     (await c.kubectl(['get', 'pod', '-l', 'kctl.dev/cluster=f1', '-o', 'jsonpath={.items[*].metadata.name}'])).stdout,
   )

@@ -325,4 +325,24 @@ test('kctl status shows the front door: this cluster names, connections per clus
   assert.match(mixed, /^ {2}w1 .* from=10\.0\.0\.7 \(front door\) /m);
   assert.match(mixed, /^ {2}w2 .* from=10\.0\.0\.8 {2}connections=0$/m);
   assert.match(idle, /^ {2}refused: 0 \(not TLS 0, no name 0\)$/m);
+  // Behind another program's door (a management cluster's): where nodes reach it, its handoff ports.
+  const behind = renderStatus({
+    ...controller,
+    frontDoor: {
+      port: 30443,
+      names: { api: 'f1.c.test', nodeApi: 'node-api.f1.c.test' },
+      external: {
+        address: '192.0.2.10:30443',
+        handoffs: [
+          { endpoint: 'konnectivity', port: 8141, refused: 1 },
+          { endpoint: 'nodeApi', port: 8143, refused: 2 },
+        ],
+      },
+    },
+  });
+  assert.match(
+    behind,
+    /^Behind the front door at 192\.0\.2\.10:30443: api=f1\.c\.test {2}node-api=node-api\.f1\.c\.test$/m,
+  );
+  assert.match(behind, /^ {2}handoff ports: konnectivity 8141, node-api 8143; closed without the door's key: 3$/m);
 });
