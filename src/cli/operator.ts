@@ -27,7 +27,7 @@ export function operatorCommand(program: Command): void {
     });
   op.command('manifests')
     .description(
-      'print the operator for the management cluster (kubectl apply -f -): namespace kctl-system, its service account and RBAC, and a Deployment of the kctl image running `kctl operator run`',
+      'print the operator for the management cluster (kubectl apply -f -): namespace kctl-system, its service account and RBAC, and a Deployment of the kctl image running `kctl operator run`; with --front-door-domain and --front-door-address, also the front door (`kctl operator door`) as a DaemonSet behind a Service of its own',
     )
     .option('--replicas <n>', 'operator pods (one acts at a time)', '2')
     .option(...DOOR_DOMAIN)

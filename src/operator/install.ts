@@ -4,9 +4,11 @@
 // cluster's Deployment; its pods, to know they are gone; Nodes' addresses; its leader Lease in
 // kube-system), and a Deployment of the kctl image running `kctl operator run` with that account.
 // Two replicas: one acts, the other takes over when it goes (the Lease). With a front door, also
-// the door (`kctl operator door`, every replica routing) with its own account, which may only read
-// KctlClusters, Services and the one door key Secret, and its Service: a node port when the door's
-// address names one, else a LoadBalancer on that port.
+// the door (`kctl operator door`) on every node, a DaemonSet, with its own account, which may only
+// read KctlClusters, Services and the one door key Secret, and its Service: a node port when the
+// door's address names one, else a LoadBalancer on that port. The Service keeps the client's
+// address (the door hands it on), which sends a node's connections only to a door pod on the node
+// they arrive at: with one on every node, any node's address (or a load balancer) is the door.
 import { joinHostPort } from '../base/addresses.ts';
 import { kctlImageOf } from '../payload/images.ts';
 import { MANAGEMENT_DOOR_DEFAULTS } from './door.ts';
@@ -93,13 +95,13 @@ export function operatorManifests(version: string, replicas = 2, door?: Manageme
         },
       },
     },
-    ...(door ? doorManifests(version, replicas, door) : []),
+    ...(door ? doorManifests(version, door) : []),
   ];
 }
 
 const DOOR = 'kctl-front-door';
 
-function doorManifests(version: string, replicas: number, door: ManagementDoor): Record<string, unknown>[] {
+function doorManifests(version: string, door: ManagementDoor): Record<string, unknown>[] {
   const labels = { 'app.kubernetes.io/name': DOOR };
   const nodePort = door.port >= 30000 && door.port <= 32767;
   const port = MANAGEMENT_DOOR_DEFAULTS.port;
@@ -133,10 +135,9 @@ function doorManifests(version: string, replicas: number, door: ManagementDoor):
     },
     {
       apiVersion: 'apps/v1',
-      kind: 'Deployment',
+      kind: 'DaemonSet',
       metadata: { name: DOOR, namespace: OPERATOR_NAMESPACE, labels },
       spec: {
-        replicas,
         selector: { matchLabels: labels },
         template: {
           metadata: { labels },
@@ -163,7 +164,7 @@ function doorManifests(version: string, replicas: number, door: ManagementDoor):
       spec: {
         type: nodePort ? 'NodePort' : 'LoadBalancer',
         // The client's own address reaches the door (it hands it on in the PROXY header, for the
-        // pods' per-client bounds): the address nodes dial must be a node running a door pod, or a load balancer.
+        // pods' per-client bounds); every node runs a door pod, so every node answers.
         externalTrafficPolicy: 'Local',
         selector: labels,
         ports: [

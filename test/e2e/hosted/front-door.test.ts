@@ -1,6 +1,6 @@
 // A hosted cluster behind the management cluster's front door (`kctl operator manifests
 // --front-door-domain ... --front-door-address ...`: the operator and the door as Deployments of
-// the kctl image, the door behind one node port). KctlCluster f1 with spec.exposure.type FrontDoor
+// the kctl image, the door a DaemonSet behind one node port). KctlCluster f1 with spec.exposure.type FrontDoor
 // gets a ClusterIP Service only; its status names it by name at the door, and its admin kubeconfig
 // reaches it there. A worker on host e1, whose only way out is the door's one port (every other
 // new outbound TCP connection rejected), joins with a token `kctl cluster token` mints, becomes
@@ -44,16 +44,17 @@ test("a hosted cluster behind the management cluster's front door: its worker's 
   const applied = await c.kubectl(['apply', '-f', '-'], String(manifests.stdout));
   assert.equal(applied.exitCode, 0, String(applied.stderr));
   const logsOf = async (name: string) =>
-    String((await c.kubectl(['logs', '-n', 'kctl-system', `deploy/${name}`, '--tail=20'])).stdout);
-  for (const name of ['kctl-operator', 'kctl-front-door'])
+    String((await c.kubectl(['logs', '-n', 'kctl-system', name, '--tail=20'])).stdout);
+  // The operator as a Deployment, the door as a DaemonSet (one pod on mw, the one management worker).
+  for (const [name, ready] of [
+    ['deploy/kctl-operator', '{.status.readyReplicas}'],
+    ['ds/kctl-front-door', '{.status.numberReady}'],
+  ] as const)
     await waitFor(
       `${name} ready`,
       180_000,
       async () =>
-        String(
-          (await c.kubectl(['get', 'deploy', '-n', 'kctl-system', name, '-o', 'jsonpath={.status.readyReplicas}']))
-            .stdout,
-        ) === '1',
+        String((await c.kubectl(['get', name, '-n', 'kctl-system', '-o', `jsonpath=${ready}`])).stdout) === '1',
       () => logsOf(name),
     );
   const admin = `postgres://postgres@${pg.host}:${pg.port}/postgres?sslmode=disable`;
@@ -82,8 +83,8 @@ test("a hosted cluster behind the management cluster's front door: its worker's 
     JSON.stringify(await list()) +
     String((await c.kubectl(['get', 'pod,svc', '-A', '-o', 'wide'])).stdout) +
     String((await c.kubectl(['logs', 'deploy/f1', '--tail=30'])).stdout) +
-    (await logsOf('kctl-operator')) +
-    (await logsOf('kctl-front-door'));
+    (await logsOf('deploy/kctl-operator')) +
+    (await logsOf('ds/kctl-front-door'));
   const started = Date.now();
   await waitFor('f1 Ready', 300_000, async () => (await list()).find((x) => x.name === 'f1')?.ready === 'True', story);
   t.diagnostic(`f1 Ready ${((Date.now() - started) / 1000).toFixed(1)} s after the apply`);

@@ -36,7 +36,7 @@ test('the operator runs the kctl image of its version as its own service account
   assert.deepEqual(lease?.resourceNames, ['kctl-operator']);
 });
 
-test('with a front door: the operator names it, and the door runs as its own account that reads KctlClusters, Services and the door key only, behind a node port', () => {
+test('with a front door: the operator names it, and the door runs on every node (a DaemonSet) as its own account that reads KctlClusters, Services and the door key only, behind a node port', () => {
   const all = operatorManifests('0.3.0', 2, { domain: 'clusters.example.com', host: '192.0.2.10', port: 30443 }) as {
     kind: string;
     metadata: { name: string; namespace?: string };
@@ -47,8 +47,7 @@ test('with a front door: the operator names it, and the door runs as its own acc
       template?: { spec: { serviceAccountName: string; containers: { args: string[] }[] } };
     };
   }[];
-  const dep = (name: string) =>
-    all.find((m) => m.kind === 'Deployment' && m.metadata.name === name)!.spec!.template!.spec;
+  const dep = (name: string) => all.find((m) => m.metadata.name === name && m.spec?.template)!.spec!.template!.spec;
   assert.deepEqual(dep('kctl-operator').containers[0]!.args, [
     'operator',
     'run',
@@ -57,6 +56,8 @@ test('with a front door: the operator names it, and the door runs as its own acc
     '--front-door-address',
     '192.0.2.10:30443',
   ]);
+  // The door on every node: a DaemonSet.
+  assert.equal(all.find((m) => m.metadata.name === 'kctl-front-door' && m.spec?.template)?.kind, 'DaemonSet');
   assert.equal(dep('kctl-front-door').serviceAccountName, 'kctl-front-door');
   assert.deepEqual(dep('kctl-front-door').containers[0]!.args, [
     'operator',
