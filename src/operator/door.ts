@@ -9,7 +9,8 @@
 // metadata.name under the door's domain; two clusters of one name (in two namespaces): the older
 // keeps it, and the younger's name leads nowhere (its status says so, reconcile.ts).
 import type { Component, ComponentContext } from '../base/component.ts';
-import { messageOf } from '../base/errors.ts';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { messageOf, UserError } from '../base/errors.ts';
 import type { Logger } from '../base/log.ts';
 import { HANDOFF_PORTS } from '../controller/config/front-door.ts';
 import { FrontDoor, type FrontDoorRoute, type RouteTable } from '../frontdoor/router.ts';
@@ -24,6 +25,8 @@ export const MANAGEMENT_DOOR_DEFAULTS = {
   port: 8443,
   /** How often it looks for the door key Secret until it has it (the operator makes it). */
   keyEveryMs: 5_000,
+  /** The first lists must arrive within this. */
+  syncTimeoutMs: 60_000,
 };
 
 export interface ManagementDoorOptions {
@@ -33,6 +36,7 @@ export interface ManagementDoorOptions {
   /** Default every address. */
   address?: string;
   keyEveryMs?: number;
+  syncTimeoutMs?: number;
 }
 
 interface ServiceObject {
@@ -81,6 +85,15 @@ export class ManagementDoorComponent implements Component, RouteTable {
   async start(): Promise<void> {
     this.clusters.start();
     this.services.start();
+    // The port opens once every route is known: a connection before that would find no name.
+    const deadline = Date.now() + this.o.syncTimeoutMs;
+    while (!(this.clusters.hasSynced && this.services.hasSynced)) {
+      if (Date.now() > deadline)
+        throw new UserError(
+          `the front door could not list the KctlClusters and their Services within ${this.o.syncTimeoutMs / 1000} s (see the warnings above); check its kubeconfig and RBAC`,
+        );
+      await sleep(100);
+    }
     await this.readKey();
     const door = new FrontDoor({ port: this.o.port, address: this.o.address }, this, this.log);
     await door.listen();
@@ -96,13 +109,6 @@ export class ManagementDoorComponent implements Component, RouteTable {
     });
     if (this.key) return this.rebuild();
     this.keyTimer = setTimeout(() => void this.readKey(), this.o.keyEveryMs);
-  }
-
-  async ready(signal: AbortSignal): Promise<void> {
-    while (!(this.clusters.hasSynced && this.services.hasSynced)) {
-      if (signal.aborted) throw new Error('the KctlClusters and their Services were never listed');
-      await new Promise((r) => setTimeout(r, 100));
-    }
   }
 
   route(serverName: string): Promise<FrontDoorRoute | undefined> {

@@ -91,7 +91,8 @@ export class OperatorComponent implements Component {
 
   private async reconcileAll(): Promise<void> {
     if (!this.leading || !this.lease.holding() || !this.informer.hasSynced) return;
-    const reconciler = new ClusterReconciler(this.o.kube, this.log, this.o.door);
+    const clusters = () => [...this.informer.store.values()];
+    const reconciler = new ClusterReconciler(this.o.kube, this.log, { door: this.o.door, clusters });
     for (const c of this.informer.store.values()) {
       if (!this.lease.holding()) return;
       await reconciler.reconcile(c);

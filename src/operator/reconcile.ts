@@ -14,7 +14,7 @@ import { keepCredentials } from './credentials.ts';
 import { ClusterDatastore, databaseOf } from './datastore.ts';
 import { clusterDoorKey, clusterDoorNames, doorKey, type ManagementDoor } from './door-keys.ts';
 import { ensureExposure, type Exposure } from './exposure.ts';
-import { accessFrom, hostedNodes, listClusters, type HostedAccess } from './hosted.ts';
+import { accessFrom, hostedNodes, type HostedAccess } from './hosted.ts';
 import {
   behindDoor,
   CLUSTER_LABEL,
@@ -83,12 +83,17 @@ function canonical(v: unknown): string {
 
 export class ClusterReconciler {
   private readonly datastore: ClusterDatastore;
+  private key: Promise<Buffer> | undefined;
 
   constructor(
     private readonly kube: KubeClient,
     private readonly log: Logger,
-    /** The management cluster's front door, when the operator has one. */
-    private readonly door?: ManagementDoor,
+    private readonly o: {
+      /** The management cluster's front door, when the operator has one. */
+      door?: ManagementDoor;
+      /** Every KctlCluster as the operator's watch holds them (whose names the door has). */
+      clusters: () => KctlCluster[];
+    },
   ) {
     this.datastore = new ClusterDatastore(kube, FIELD_MANAGER);
   }
@@ -143,6 +148,9 @@ export class ClusterReconciler {
         ],
       };
     }
+    // Before anything is made for it: a cluster refused its name at the door gets no database or CA.
+    const taken = this.doorNameTaken(c);
+    if (taken) return degraded('FrontDoorNameTaken', taken);
     const source = await this.datastore.adminSource(c);
     if ('missing' in source) return degraded('NoDatastore', source.missing);
 
@@ -171,13 +179,11 @@ export class ClusterReconciler {
       await this.kube.apply(secret(c, names.pki, shared), FIELD_MANAGER);
     }
 
-    const taken = await this.doorNameTaken(c);
-    if (taken) return degraded('FrontDoorNameTaken', taken);
-    const exposure = await ensureExposure(this.kube, c, FIELD_MANAGER, this.door);
+    const exposure = await ensureExposure(this.kube, c, FIELD_MANAGER, this.o.door);
     if ('waiting' in exposure) return waiting('NoAddress', exposure.waiting);
     const config = hostedConfig(c, { ...exposure, dataSource });
     // Behind the door: the key its pods check the door's PROXY headers with.
-    const doorKeyEntry = exposure.door && { [DOOR_KEY_ENTRY]: clusterDoorKey((await doorKey(this.kube, true))!, c) };
+    const doorKeyEntry = exposure.door && { [DOOR_KEY_ENTRY]: clusterDoorKey(await this.doorKey(), c) };
     await this.kube.apply(secret(c, names.config, { 'kctl.yaml': config, ...doorKeyEntry }), FIELD_MANAGER);
     const configHash = createHash('sha256').update(config).digest('hex').slice(0, 16);
     const dep = await this.kube.apply(deployment(c, { ports: exposure.ports, configHash }), FIELD_MANAGER);
@@ -269,14 +275,24 @@ export class ClusterReconciler {
   }
 
   /** Why cluster `c` cannot have its name at the front door (an older cluster of that name is behind it), or undefined. */
-  private async doorNameTaken(c: KctlCluster): Promise<string | undefined> {
-    if (!behindDoor(c) || !this.door) return undefined;
-    const same = (await listClusters(this.kube)).filter(
-      (x) => behindDoor(x) && x.metadata.name === c.metadata.name && !x.metadata.deletionTimestamp,
-    );
+  private doorNameTaken(c: KctlCluster): string | undefined {
+    const { door } = this.o;
+    if (!behindDoor(c) || !door) return undefined;
+    const same = this.o
+      .clusters()
+      .filter((x) => behindDoor(x) && x.metadata.name === c.metadata.name && !x.metadata.deletionTimestamp);
     const owner = olderFirst(same)[0];
     if (!owner || owner.metadata.uid === c.metadata.uid) return undefined;
-    return `the front door name ${clusterDoorNames(c, this.door.domain).api} is KctlCluster ${owner.metadata.namespace}/${owner.metadata.name}'s (older); rename this cluster or pick another exposure`;
+    return `the front door name ${clusterDoorNames(c, door.domain).api} is KctlCluster ${owner.metadata.namespace}/${owner.metadata.name}'s (older); rename this cluster or pick another exposure`;
+  }
+
+  /** The door key, read (or made) once per run over the clusters. */
+  private async doorKey(): Promise<Buffer> {
+    this.key ??= doorKey(this.kube, true).then((k) => k!);
+    return this.key.catch((err: unknown) => {
+      this.key = undefined;
+      throw err;
+    });
   }
 
   /** Keeps spec.serviceAccounts' credentials; what failed, one line each. */

@@ -8,7 +8,8 @@
 // all pass the door by name. The control-plane pod sees e1's stream arrive through the door with
 // e1's own address (the door's PROXY header). A name nobody has gets nothing. With two
 // control-plane pods, e1's agent holds a stream to each through the door. Each pod's kine keeps
-// within its connection bound on the shared PostgreSQL.
+// within its connection bound on the shared PostgreSQL. A second cluster of the same name in another
+// namespace is refused the name, and the first keeps it.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { stringify } from 'yaml';
@@ -216,4 +217,31 @@ test("a hosted cluster behind the management cluster's front door: its worker's 
     assert.equal(r.exitCode, 0, String(r.stderr));
     assert.equal(String(r.stdout).trim(), `via-${pod}`);
   }
+
+  // Another f1, in another namespace, behind the door: the name is the older one's.
+  assert.equal((await c.kubectl(['create', 'namespace', 'other'])).exitCode, 0);
+  assert.equal(
+    (await c.kubectl(['create', 'secret', 'generic', 'pg-admin', '-n', 'other', `--from-literal=dataSource=${admin}`]))
+      .exitCode,
+    0,
+  );
+  assert.equal((await c.kubectl(['apply', '-n', 'other', '-f', '-'], f1)).exitCode, 0);
+  const degraded = await waitFor('the second f1 refused its name', 60_000, async () => {
+    const r = await c.kubectl([
+      'get',
+      'kc',
+      'f1',
+      '-n',
+      'other',
+      '-o',
+      'jsonpath={.status.conditions[?(@.type=="Degraded")].message}',
+    ]);
+    return String(r.stdout).includes('front door name') ? String(r.stdout) : undefined;
+  });
+  assert.match(degraded, /the front door name f1\.clusters\.test is KctlCluster default\/f1's \(older\)/);
+  // Refused before anything was made for it: no database, no CA Secret.
+  assert.equal((await pg.sql("select datname from pg_database where datname like 'kctl_other_f1_%'")).trim(), '');
+  assert.notEqual((await c.kubectl(['get', 'secret', 'f1-pki', '-n', 'other'])).exitCode, 0);
+  const after = await hosted(['exec', 'hello', '--', 'echo', 'still-f1']);
+  assert.equal(String(after.stdout).trim(), 'still-f1', String(after.stderr));
 });

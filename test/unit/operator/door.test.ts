@@ -66,9 +66,8 @@ async function doorWith(t: { after: (fn: () => Promise<void>) => void }, key?: B
     address: '127.0.0.1',
   });
   await door.init({ log: quietLogger(), statuses: () => [] });
-  await door.start();
   t.after(() => door.stop());
-  await door.ready(AbortSignal.timeout(5_000));
+  await door.start();
   return door;
 }
 
