@@ -183,9 +183,11 @@ export class ClusterReconciler {
     if ('waiting' in exposure) return waiting('NoAddress', exposure.waiting);
     const config = hostedConfig(c, { ...exposure, dataSource });
     // Behind the door: the key its pods check the door's PROXY headers with.
-    const doorKeyEntry = exposure.door && { [DOOR_KEY_ENTRY]: clusterDoorKey(await this.doorKey(), c) };
+    const doorKey = exposure.door ? clusterDoorKey(await this.doorKey(), c) : '';
+    const doorKeyEntry = doorKey && { [DOOR_KEY_ENTRY]: doorKey };
     await this.kube.apply(secret(c, names.config, { 'kctl.yaml': config, ...doorKeyEntry }), FIELD_MANAGER);
-    const configHash = createHash('sha256').update(config).digest('hex').slice(0, 16);
+    // A new door key rolls the pods too: they read it once, from a file that does not follow the Secret.
+    const configHash = createHash('sha256').update(config).update(doorKey).digest('hex').slice(0, 16);
     const dep = await this.kube.apply(deployment(c, { ports: exposure.ports, configHash }), FIELD_MANAGER);
     await this.kube.apply(disruptionBudget(c), FIELD_MANAGER);
 

@@ -9,6 +9,7 @@
 import type { Socket } from 'node:net';
 import type { Component, ComponentContext } from '../../base/component.ts';
 import { readFile } from 'node:fs/promises';
+import { joinHostPort } from '../../base/addresses.ts';
 import { errnoOf, messageOf, UserError } from '../../base/errors.ts';
 import type { Logger } from '../../base/log.ts';
 import { DoorHandoff, newHandoffKey } from '../../frontdoor/handoff.ts';
@@ -75,7 +76,7 @@ export class FrontDoorComponent implements Component {
       // Another program's door (a management cluster's) routes the names here: only the handoffs.
       const backends = await this.openHandoffs(await readDoorKey(f.external.keyFile));
       this.log.info(
-        { door: `${f.address}:${f.port}`, names: Object.keys(backends) },
+        { door: joinHostPort(f.address ?? '', f.port), names: Object.keys(backends) },
         'behind an external front door: its handoff ports listen',
       );
       return;
@@ -153,7 +154,7 @@ export class FrontDoorComponent implements Component {
         port: f.port,
         names: this.names,
         external: {
-          address: `${f.address}:${f.port}`,
+          address: joinHostPort(f.address ?? '', f.port),
           handoffs: this.handoffs.map((h) => ({
             endpoint: h.endpoint,
             port: this.handoffPorts.get(h) ?? 0,
