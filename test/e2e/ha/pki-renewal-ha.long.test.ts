@@ -127,6 +127,30 @@ test('in HA with spec.pki.leafValidity 10m every certificate renews twice, one c
     return certs.length === 2 * FULL_CONTROLLER_LEAVES.length + 2 && certs.every((x) => x.renewals >= RENEWALS);
   };
 
+  /**
+   * The tunnel as both ends see it right after a failed request: the controller's konnectivity
+   * server (its agents since when, dials pending and established) and the worker's agent (its
+   * streams, their connections and pending dials). The log lines alone left open where a request
+   * that got no answer stalled (one run: logs and exec through c2 hung 17-18 s, nothing logged).
+   */
+  const tunnelNow = async (c: LabCtl): Promise<string> => {
+    const server = await ha.status(c).then(
+      (r) => {
+        const k = r.konnectivity;
+        const agents = (k?.agents ?? []).map(
+          (a) => `${a.id} since ${a.connectedAt} conns=${a.connections} pending=${a.pendingDials}`,
+        );
+        return `${c.host.name}'s server: ${agents.join('; ') || 'no agent'}; pending ${k?.pendingDials}, established ${k?.establishedConnections}, closing ${k?.closingConnections}`;
+      },
+      (err: Error) => `${c.host.name}'s status: ${err.message}`,
+    );
+    const agent = await workerStatus().then(
+      (r) =>
+        `the worker's agent: ${(r.konnectivityAgent?.servers ?? []).map((x) => `${x.address} ${x.serverId} ${x.transport} conns=${x.connections} pending=${x.pendingDials}`).join('; ') || 'no stream'}`,
+      (err: Error) => `the worker's status: ${err.message}`,
+    );
+    return `${server}\n${agent}`;
+  };
   const failures: string[] = [];
   /** Requests kube-apiserver itself cut when it picked up its renewed kubelet client certificate (see cutByKubeletClientRenewal). */
   const cut: string[] = [];
@@ -147,7 +171,7 @@ test('in HA with spec.pki.leafValidity 10m every certificate renews twice, one c
       }
       failures.push(what);
       t.diagnostic(
-        `${what}\n${c.host.name} around it:\n${linesNear(c.proc, r.at)}\nthe worker around it:\n${linesNear(worker, r.at)}`,
+        `${what}\n${c.host.name} around it:\n${linesNear(c.proc, r.at)}\nthe worker around it:\n${linesNear(worker, r.at)}\n${await tunnelNow(c)}`,
       );
     }
     requests += 2;
