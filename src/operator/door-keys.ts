@@ -8,7 +8,7 @@ import { createHmac, randomBytes } from 'node:crypto';
 import { isIP } from 'node:net';
 import { splitHostPort } from '../base/addresses.ts';
 import { UserError } from '../base/errors.ts';
-import { doorNames, type FrontDoorNames } from '../controller/config/front-door.ts';
+import { DOOR_DOMAIN, doorNames, type FrontDoorNames } from '../controller/config/front-door.ts';
 import { KubeApiError, type KubeClient } from '../kube/client.ts';
 import { resourcePath } from '../kube/paths.ts';
 import { isFull, type KctlCluster } from './objects.ts';
@@ -25,11 +25,9 @@ export interface ManagementDoor {
   port: number;
 }
 
-const DOMAIN = /^[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)+$/;
-
 /** The door's domain from a flag (`flag` names it in the error). */
 export function parseDoorDomain(domain: string, flag: string): string {
-  if (!DOMAIN.test(domain))
+  if (!DOOR_DOMAIN.test(domain))
     throw new UserError(`${flag} ${domain}: expected a DNS domain such as clusters.example.com`);
   return domain;
 }

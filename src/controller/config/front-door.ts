@@ -14,6 +14,9 @@ export const HANDOFF_PORTS = { konnectivity: 8141, join: 8142, nodeApi: 8143 } a
 const port = (d: number) => z.number().int().min(1).max(65535).default(d);
 const UNSPECIFIED = new Set(['0.0.0.0', '::']);
 
+/** A DNS domain of two labels or more: the one every cluster name at a door lives under. */
+export const DOOR_DOMAIN = /^[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)+$/;
+
 /** One DNS label: a cluster's name in front of spec.frontDoor.baseDomain. */
 export const FRONT_DOOR_NAME = /^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$/;
 
@@ -31,13 +34,7 @@ export const frontDoorSchema = z
       .string()
       .refine((s) => isIP(s) !== 0, { message: 'expected an IP address' })
       .optional(),
-    baseDomain: z
-      .string()
-      .regex(
-        /^[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)+$/,
-        'expected a DNS domain such as clusters.example.com',
-      )
-      .optional(),
+    baseDomain: z.string().regex(DOOR_DOMAIN, 'expected a DNS domain such as clusters.example.com').optional(),
     /** This cluster's name under baseDomain; default a tenant's --name, else metadata.name. */
     name: z.string().regex(FRONT_DOOR_NAME, 'expected a DNS label such as alpha').optional(),
     /**
