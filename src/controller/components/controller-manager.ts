@@ -9,7 +9,7 @@ import type { PkiPaths } from '../../pki/index.ts';
 import { KUBE_APISERVER } from './apiserver.ts';
 import { Supervisor } from '../../supervisor/process.ts';
 import { leafValidityMs, type ClusterConfig } from '../config/config.ts';
-import { goMemoryLimit } from './go-runtime.ts';
+import { goRuntimeEnv } from './go-runtime.ts';
 import type { ControllerPaths } from '../config/paths.ts';
 
 /** The program: its binary in <bin>, its pid file in <run>, its component's name. */
@@ -94,7 +94,7 @@ export class ControllerManagerComponent extends Supervisor {
       name: KUBE_CONTROLLER_MANAGER,
       binary: join(paths.binDir, KUBE_CONTROLLER_MANAGER),
       args: controllerManagerArgs(cfg, pki),
-      env: goMemoryLimit(cfg.spec.controllerManager.memoryLimit),
+      env: goRuntimeEnv(cfg, cfg.spec.controllerManager.memoryLimit),
       runDir: paths.runDir,
       ready: httpsReady(
         { url: `https://127.0.0.1:${cfg.spec.controllerManager.port}/healthz` },

@@ -3,11 +3,14 @@
 import type { ClusterConfig } from '../config/config.ts';
 
 /** GOMEMLIMIT for a Go component, when the config sets one. */
-export function goMemoryLimit(limit: string | undefined): Record<string, string> {
+function goMemoryLimit(limit: string | undefined): Record<string, string> {
   return limit ? { GOMEMLIMIT: limit } : {};
 }
 
-/** The Go runtime's environment for kube-apiserver and the datastore: GOGC, and GOMEMLIMIT when given. */
+/**
+ * The Go runtime's environment for a control-plane component (kube-apiserver, the datastore,
+ * kube-scheduler, kube-controller-manager): GOGC, and GOMEMLIMIT when given.
+ */
 export function goRuntimeEnv(cfg: ClusterConfig, memoryLimit?: string): Record<string, string> {
   return {
     ...(cfg.spec.gcPercent === undefined ? {} : { GOGC: String(cfg.spec.gcPercent) }),

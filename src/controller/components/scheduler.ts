@@ -8,6 +8,7 @@ import { Supervisor } from '../../supervisor/process.ts';
 import type { ClusterConfig } from '../config/config.ts';
 import type { ControllerPaths } from '../config/paths.ts';
 import { httpsReady } from '../../base/probe.ts';
+import { goRuntimeEnv } from './go-runtime.ts';
 
 /** The program: its binary in <bin>, its pid file in <run>, its component's name. */
 export const KUBE_SCHEDULER = 'kube-scheduler';
@@ -36,6 +37,7 @@ export class SchedulerComponent extends Supervisor {
       name: KUBE_SCHEDULER,
       binary: join(paths.binDir, KUBE_SCHEDULER),
       args: schedulerArgs(cfg, pki),
+      env: goRuntimeEnv(cfg),
       runDir: paths.runDir,
       ready: httpsReady({ url: `https://127.0.0.1:${cfg.spec.scheduler.port}/healthz` }, KUBE_SCHEDULER),
     });

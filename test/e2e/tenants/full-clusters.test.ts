@@ -257,9 +257,9 @@ test('two full named clusters on one controller host: each its own worker, pod a
       ),
     );
   t.diagnostic(`tenant list:\n${text}`);
-  // A named cluster's kube-apiserver and kine collect garbage at GOGC=25 (spec.gcPercent's default there).
+  // A named cluster's Go components collect garbage at GOGC=25 (spec.gcPercent's default there).
   for (const n of NAMES)
-    for (const program of ['kube-apiserver', 'kine']) {
+    for (const program of ['kube-apiserver', 'kine', 'kube-scheduler', 'kube-controller-manager']) {
       const pid = (await readFile(join(dir, 'c-run', 'tenants', n, `${program}.pid`), 'utf8')).trim();
       const env = (await readFile(`/proc/${pid}/environ`, 'utf8')).split('\0');
       assert.ok(
