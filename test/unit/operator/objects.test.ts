@@ -10,6 +10,7 @@ import {
   deployment,
   disruptionBudget,
   hostedConfig,
+  HOSTED_GC_PERCENT,
   secret,
   service,
   type KctlCluster,
@@ -45,18 +46,22 @@ test("the hosted config keeps the object's fields and loads as a config file", (
   assert.equal(cfg.spec.api.port, 30700);
   assert.deepEqual(cfg.spec.api.sans, ['api.example.com', '10.0.0.5', '10.0.0.6']);
   assert.equal(cfg.spec.network.serviceCIDR, '10.60.0.0/16');
-  // Many control planes share a management node: the GOGC of clusters that share a host.
-  assert.equal(cfg.spec.gcPercent, 25);
+  // Many control planes share a management node: a GOGC for density, unless its config sets one.
+  assert.equal(cfg.spec.gcPercent, HOSTED_GC_PERCENT);
   assert.equal(cfg.spec.storage.kine.dataSource, 'postgres://u@db:5432/kctl_team_a_edge_1');
   // A bound on its connections to the shared PostgreSQL, unless its config names one.
   assert.equal(cfg.spec.storage.kine.maxOpenConnections, 15);
   assert.equal(cfg.spec.storage.kine.maxIdleConnections, 5);
-  const own = { ...cluster, spec: { ...cluster.spec, config: { storage: { kine: { maxOpenConnections: 40 } } } } };
+  const own = {
+    ...cluster,
+    spec: { ...cluster.spec, config: { gcPercent: 100, storage: { kine: { maxOpenConnections: 40 } } } },
+  };
   const ownCfg = parseConfig(
     parse(hostedConfig(own, { address: '10.0.0.5', sans: [], dataSource: 'postgres://u@db/x', ports: { api: 30700 } })),
     'the hosted config',
   );
   assert.equal(ownCfg.spec.storage.kine.maxOpenConnections, 40);
+  assert.equal(ownCfg.spec.gcPercent, 100);
   assert.equal(ownCfg.spec.storage.kine.dataSource, 'postgres://u@db/x');
   // The object itself is left as it was.
   assert.deepEqual(cluster.spec.config?.api, { sans: ['api.example.com'] });
