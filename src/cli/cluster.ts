@@ -27,6 +27,8 @@ export interface ClusterListEntry {
   /** What its spec asks for, and what every pod runs (once rolled). */
   wantVersion: string;
   version?: string;
+  /** The Kubernetes its kube-apiserver runs (once rolled). */
+  kubernetesVersion?: string;
   nodes?: { ready: number; total: number };
   /** Control-plane pods: ready, and how many its spec asks for. */
   pods?: { ready: number; wanted: number };
@@ -48,6 +50,7 @@ export function clusterEntry(c: KctlCluster): ClusterListEntry {
   const s = (c.status ?? {}) as {
     conditions?: { type: string; status: string; reason?: string; message?: string }[];
     version?: string;
+    kubernetesVersion?: string;
     nodes?: number;
     nodesReady?: number;
     replicas?: number;
@@ -65,6 +68,7 @@ export function clusterEntry(c: KctlCluster): ClusterListEntry {
     profile: c.spec.config?.profile === 'api-only' ? 'api-only' : 'full',
     wantVersion: c.spec.version,
     ...(s.version ? { version: s.version } : {}),
+    ...(s.kubernetesVersion ? { kubernetesVersion: s.kubernetesVersion } : {}),
     ...(s.nodes !== undefined ? { nodes: { ready: s.nodesReady ?? 0, total: s.nodes } } : {}),
     ...(s.replicas !== undefined ? { pods: { ready: s.readyReplicas ?? 0, wanted: s.replicas } } : {}),
     ...(s.endpoint ? { endpoint: s.endpoint } : {}),
@@ -81,11 +85,15 @@ export function clusterTable(list: ClusterListEntry[]): string[] {
     e.ready === 'True' || !e.reason ? e.ready : `${e.ready} (${e.reason})`,
     e.profile,
     e.version && e.version === e.wantVersion ? e.version : `${e.version ?? '-'} -> ${e.wantVersion}`,
+    e.kubernetesVersion ?? '-',
     e.pods ? `${e.pods.ready}/${e.pods.wanted}` : '-',
     e.nodes ? `${e.nodes.ready}/${e.nodes.total}` : '-',
     e.endpoint ?? '-',
   ]);
-  return renderTable(['NAMESPACE', 'NAME', 'READY', 'PROFILE', 'VERSION', 'PODS', 'NODES', 'ENDPOINT'], rows);
+  return renderTable(
+    ['NAMESPACE', 'NAME', 'READY', 'PROFILE', 'VERSION', 'KUBERNETES', 'PODS', 'NODES', 'ENDPOINT'],
+    rows,
+  );
 }
 
 const kubeconfigOption = [
@@ -100,7 +108,7 @@ export function clusterCommand(program: Command): void {
   cluster
     .command('list')
     .description(
-      'every hosted cluster: Ready (or why not), profile, version (and the one it rolls to), control-plane pods ready/wanted, nodes Ready/total, endpoint',
+      'every hosted cluster: Ready (or why not), profile, kctl version (and the one it rolls to), the Kubernetes it runs, control-plane pods ready/wanted, nodes Ready/total, endpoint',
     )
     .option('-n, --namespace <ns>', 'one namespace only (default: all)')
     .option(...kubeconfigOption)

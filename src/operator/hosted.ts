@@ -11,6 +11,7 @@ import { resourcePath } from '../kube/paths.ts';
 import { parse } from 'yaml';
 import { KCTL_CLUSTER } from './crd.ts';
 import { isFull, ownedNames, secretPath, type KctlCluster } from './objects.ts';
+import { kubernetesOfGitVersion } from './versions.ts';
 
 /** How long a call to a hosted cluster's API may take before it counts as unanswered. */
 const HOSTED_TIMEOUT_MS = 5_000;
@@ -52,6 +53,11 @@ export function accessFrom(kubeconfig: string, where: string): HostedAccess {
 export async function hostedNodes(client: KubeClient): Promise<{ total: number; ready: number }> {
   const nodes = await client.list<{ status?: { conditions?: { type: string; status: string }[] } }>('/api/v1/nodes');
   return { total: nodes.items.length, ready: nodes.items.filter((n) => isNodeReady(n)).length };
+}
+
+/** The Kubernetes version its kube-apiserver runs ("1.36.3"), or undefined if /version names none. */
+export async function hostedKubernetes(client: KubeClient): Promise<string | undefined> {
+  return kubernetesOfGitVersion((await client.get<{ gitVersion?: string }>('/version')).gitVersion);
 }
 
 /** The KctlClusters of one namespace, or of all. */

@@ -6,6 +6,7 @@ import { hostname } from 'node:os';
 import type { Component, ComponentContext } from '../base/component.ts';
 import { messageOf } from '../base/errors.ts';
 import type { Logger } from '../base/log.ts';
+import type { Release } from '../base/version.ts';
 import { SerialRunner } from '../base/serial.ts';
 import type { KubeClient } from '../kube/client.ts';
 import { Informer } from '../kube/informer.ts';
@@ -27,6 +28,8 @@ export interface OperatorOptions {
   kube: KubeClient;
   /** The management cluster's front door (clusters with spec.exposure.type FrontDoor are behind it). */
   door?: ManagementDoor;
+  /** This kctl's release (its payload's): what a roll to its own version brings (versions.ts). */
+  release: Release;
   /** This replica's name in the Lease; default the host name and pid. */
   identity?: string;
   resyncMs?: number;
@@ -92,7 +95,11 @@ export class OperatorComponent implements Component {
   private async reconcileAll(): Promise<void> {
     if (!this.leading || !this.lease.holding() || !this.informer.hasSynced) return;
     const clusters = () => [...this.informer.store.values()];
-    const reconciler = new ClusterReconciler(this.o.kube, this.log, { door: this.o.door, clusters });
+    const reconciler = new ClusterReconciler(this.o.kube, this.log, {
+      door: this.o.door,
+      clusters,
+      release: this.o.release,
+    });
     for (const c of this.informer.store.values()) {
       if (!this.lease.holding()) return;
       await reconciler.reconcile(c);

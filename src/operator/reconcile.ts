@@ -6,7 +6,7 @@
 import { createHash } from 'node:crypto';
 import type { Logger } from '../base/log.ts';
 import { messageOf } from '../base/errors.ts';
-import { compareVersions } from '../base/version.ts';
+import type { Release } from '../base/version.ts';
 import type { KubeClient } from '../kube/client.ts';
 import { resourcePath } from '../kube/paths.ts';
 import { KCTL_CLUSTER } from './crd.ts';
@@ -14,7 +14,7 @@ import { keepCredentials } from './credentials.ts';
 import { ClusterDatastore, databaseOf } from './datastore.ts';
 import { clusterDoorKey, clusterDoorNames, doorKey, type ManagementDoor } from './door-keys.ts';
 import { ensureExposure, type Exposure } from './exposure.ts';
-import { accessFrom, hostedNodes, type HostedAccess } from './hosted.ts';
+import { accessFrom, hostedKubernetes, hostedNodes, type HostedAccess } from './hosted.ts';
 import {
   behindDoor,
   CLUSTER_LABEL,
@@ -30,6 +30,7 @@ import {
   type KctlCluster,
 } from './objects.ts';
 import { adminKubeconfig, caNotAfter, newSharedPki } from './pki.ts';
+import { rolling, rollProblem, type RunningVersions } from './versions.ts';
 
 const FIELD_MANAGER = { fieldManager: 'kctl-operator', force: true };
 /** Held on a KctlCluster until its pods are gone and its database dropped. */
@@ -47,6 +48,7 @@ interface Outcome {
   conditions: Condition[];
   endpoint?: string;
   version?: string;
+  kubernetesVersion?: string;
   caNotAfter?: string;
   kubeconfigSecret?: string;
   nodes?: { total: number; ready: number };
@@ -93,6 +95,8 @@ export class ClusterReconciler {
       door?: ManagementDoor;
       /** Every KctlCluster as the operator's watch holds them (whose names the door has). */
       clusters: () => KctlCluster[];
+      /** This kctl's release: the Kubernetes a roll to its own version brings (versions.ts). */
+      release: Release;
     },
   ) {
     this.datastore = new ClusterDatastore(kube, FIELD_MANAGER);
@@ -135,18 +139,13 @@ export class ClusterReconciler {
 
   private async bring(c: KctlCluster): Promise<Outcome> {
     const names = ownedNames(c.metadata.name);
-    // kctl's upgrade rule: never back (its data may be written in a newer form already).
-    const running = c.status?.version as string | undefined;
-    if (running && compareVersions(c.spec.version, running) < 0) {
+    // kctl's upgrade rules: never back (its data may be written in a newer form already), one
+    // Kubernetes minor at a time.
+    const refused = rollProblem(c.spec.version, (c.status ?? {}) as RunningVersions, this.o.release);
+    if (refused) {
       // Nothing is applied: the pods keep serving as they were, and Ready says what it said.
-      const message = `kctl ${c.spec.version} is older than the ${running} its control plane runs (no downgrades); set spec.version to ${running} or newer`;
       const ready = (c.status?.conditions as Condition[] | undefined)?.find((x) => x.type === 'Ready');
-      return {
-        conditions: [
-          ...(ready ? [ready] : []),
-          { type: 'Degraded', status: 'True', reason: 'DowngradeRefused', message },
-        ],
-      };
+      return { conditions: [...(ready ? [ready] : []), { type: 'Degraded', status: 'True', ...refused }] };
     }
     // Before anything is made for it: a cluster refused its name at the door gets no database or CA.
     const taken = this.doorNameTaken(c);
@@ -230,10 +229,17 @@ export class ClusterReconciler {
         ? { type: 'Progressing', status: 'False', reason: 'Rolled', message: `every pod runs kctl ${c.spec.version}` }
         : onlyThisSpec
           ? { type: 'Progressing', status: 'True', reason: 'Scaling', message: `${readyPods} of ${want} pods ready` }
-          : { type: 'Progressing', status: 'True', reason: 'Rolling', message: `rolling to kctl ${c.spec.version}` },
+          : {
+              type: 'Progressing',
+              status: 'True',
+              reason: 'Rolling',
+              message: rolling(c.spec.version, this.o.release),
+            },
       { type: 'Degraded', status: 'False', reason: 'AsSpecified', message: 'as its spec says' },
     );
-    if (rolled) out.version = c.spec.version;
+    // The versions it runs, written together once every pod runs this spec.
+    const kubernetes = rolled ? await this.kubernetesOf(c, access) : undefined;
+    if (kubernetes) Object.assign(out, { version: c.spec.version, kubernetesVersion: kubernetes });
     if (ready && isFull(c)) out.nodes = await this.nodesOf(c, access);
     // Also with no entries left: the Secrets of entries taken out go then.
     const failed = ready ? await this.credentialsOf(c, access) : [];
@@ -306,6 +312,16 @@ export class ClusterReconciler {
     }
   }
 
+  /** The Kubernetes its kube-apiserver runs (read again only after a roll); undefined if unanswered. */
+  private async kubernetesOf(c: KctlCluster, access: HostedAccess): Promise<string | undefined> {
+    const known = c.status?.kubernetesVersion as string | undefined;
+    if (known && c.status?.version === c.spec.version) return known;
+    return hostedKubernetes(access.client).catch((err: unknown) => {
+      this.log.debug({ cluster: c.metadata.name, err: messageOf(err) }, 'could not read its version');
+      return undefined;
+    });
+  }
+
   /** The hosted cluster's Nodes; what the status said before when its API does not answer now. */
   private async nodesOf(c: KctlCluster, access: HostedAccess): Promise<Outcome['nodes']> {
     try {
@@ -367,6 +383,7 @@ export class ClusterReconciler {
       observedGeneration: c.metadata.generation,
       ...(o.endpoint ? { endpoint: o.endpoint } : {}),
       ...(o.version ? { version: o.version } : {}),
+      ...(o.kubernetesVersion ? { kubernetesVersion: o.kubernetesVersion } : {}),
       ...(o.caNotAfter ? { caNotAfter: o.caNotAfter } : {}),
       ...(o.kubeconfigSecret ? { kubeconfigSecret: o.kubeconfigSecret } : {}),
       ...(o.nodes ? { nodes: o.nodes.total, nodesReady: o.nodes.ready } : {}),

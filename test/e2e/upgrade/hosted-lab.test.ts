@@ -85,6 +85,7 @@ test(
       JSON.parse(String((await c.kubectl(['get', 'kc', name, '-o', 'jsonpath={.status}'])).stdout) || '{}') as {
         conditions?: Condition[];
         version?: string;
+        kubernetesVersion?: string;
       };
     const condition = async (name: string, type: string) =>
       (await status(name)).conditions?.find((x) => x.type === type);
@@ -452,7 +453,7 @@ async function upgrade(
   o: {
     previous: { version: string };
     e2: { worker: Tracked; hosted: Kubectl };
-    status: (name: string) => Promise<{ conditions?: Condition[]; version?: string }>;
+    status: (name: string) => Promise<{ conditions?: Condition[]; version?: string; kubernetesVersion?: string }>;
     condition: (name: string, type: string) => Promise<Condition | undefined>;
     pods: (name: string) => Promise<PodItem[]>;
     story: (name: string) => Promise<string>;
@@ -468,6 +469,8 @@ async function upgrade(
     ).serverVersion?.gitVersion;
   const before = await serverVersion();
   assert.ok(before, 'f2 gave no version');
+  // The status names the Kubernetes it runs: what a roll to this operator's own version is checked against.
+  assert.equal(`v${(await o.status('f2')).kubernetesVersion}`, before);
   assert.equal((await hosted(['create', 'configmap', 'kept', '--from-literal=from=previous'])).exitCode, 0);
   const ca = String((await c.kubectl(['get', 'secret', 'f2-pki', '-o', 'jsonpath={.data.ca\\.crt}'])).stdout);
   const readySince = async () => String((await hosted(['get', 'node', 'e2', '-o', `jsonpath=${READY_SINCE}`])).stdout);
@@ -498,6 +501,7 @@ async function upgrade(
   assert.deepEqual(serving, [kctlImageOf(KCTL_VERSION)]);
   await waitFor('f2 answers after the roll', 90_000, async () => (await serverVersion()) !== undefined);
   assert.notEqual(await serverVersion(), before, `f2 still runs ${before}`);
+  assert.equal(`v${(await o.status('f2')).kubernetesVersion}`, await serverVersion());
   assert.equal(String((await hosted(['get', 'configmap', 'kept', '-o', 'jsonpath={.data.from}'])).stdout), 'previous');
   assert.equal(String((await c.kubectl(['get', 'secret', 'f2-pki', '-o', 'jsonpath={.data.ca\\.crt}'])).stdout), ca);
   // The node of the older kctl stays: Ready throughout, its pod's container the same, exec through the new server.

@@ -1,4 +1,4 @@
-// `kctl cluster list` from the objects' status: readiness, version (and the one it rolls to),
+// `kctl cluster list` from the objects' status: readiness, version (and the one it rolls to), Kubernetes,
 // control-plane pods ready of wanted, nodes, endpoint.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
@@ -18,6 +18,7 @@ test("the list shows each cluster's pods ready of wanted beside its nodes, and a
     object('f1', {
       conditions: [{ type: 'Ready', status: 'True', reason: 'ApiServing' }],
       version: '0.3.0',
+      kubernetesVersion: '1.36.3',
       replicas: 2,
       readyReplicas: 1,
       nodes: 3,
@@ -30,7 +31,7 @@ test("the list shows each cluster's pods ready of wanted beside its nodes, and a
   assert.equal(fresh.pods, undefined);
   assert.equal(fresh.ready, 'Unknown');
   const [head, one, two] = clusterTable([scaling, fresh]);
-  assert.match(head!, /^NAMESPACE\s+NAME\s+READY\s+PROFILE\s+VERSION\s+PODS\s+NODES\s+ENDPOINT$/);
-  assert.match(one!, /^team-a\s+f1\s+True\s+full\s+0\.3\.0\s+1\/2\s+3\/3\s+https:\/\/10\.0\.0\.5:30700$/);
-  assert.match(two!, /^team-a\s+f2\s+Unknown\s+full\s+- -> 0\.3\.0\s+-\s+-\s+-$/);
+  assert.match(head!, /^NAMESPACE\s+NAME\s+READY\s+PROFILE\s+VERSION\s+KUBERNETES\s+PODS\s+NODES\s+ENDPOINT$/);
+  assert.match(one!, /^team-a\s+f1\s+True\s+full\s+0\.3\.0\s+1\.36\.3\s+1\/2\s+3\/3\s+https:\/\/10\.0\.0\.5:30700$/);
+  assert.match(two!, /^team-a\s+f2\s+Unknown\s+full\s+- -> 0\.3\.0\s+-\s+-\s+-\s+-$/);
 });

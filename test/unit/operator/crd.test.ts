@@ -69,7 +69,7 @@ test('the CRD: namespaced, a status subresource, printer columns, version requir
   assert.deepEqual(v.subresources, { status: {} });
   assert.deepEqual(
     v.additionalPrinterColumns.map((c) => c.name),
-    ['Ready', 'Profile', 'Version', 'Nodes', 'Endpoint', 'Age'],
+    ['Ready', 'Profile', 'Version', 'Kubernetes', 'Nodes', 'Endpoint', 'Age'],
   );
   const spec = ((v.schema.openAPIV3Schema as Node).properties as Node).spec as Node;
   assert.deepEqual(spec.required, ['version']);
