@@ -17,13 +17,14 @@
 //   Ready: median and range.
 // operator-memory-mb (n+1 clusters): the PSS of the operator's process with every cluster Ready.
 // Columns: kctl only; no hosted-control-plane system runs here to compare with.
-import { readdir, readFile } from 'node:fs/promises';
+import { readdir, readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { stringify } from 'yaml';
 import { KCTL_VERSION } from '../src/base/version.ts';
 import { totalPssKiB } from '../src/host/memory.ts';
 import { descendants } from '../src/host/priority.ts';
+import { cpuMs } from './procs.ts';
 import { median, type Row } from './rows.ts';
 import { nodeReady, startLabWorker, type Tracked } from '../test/e2e/lab/cluster.ts';
 import { hostedKubectl, startManagementLab, startOperator } from '../test/e2e/lab/management.ts';
@@ -50,6 +51,25 @@ async function podPids(uid: string): Promise<number[]> {
 
 const mib = (kib: number) => kib / 1024;
 
+/**
+ * With KCTL_BENCH_PROFILE_DIR set: the hosted kube-apiserver's Go heap profile (its
+ * /debug/pprof/heap in the text form, read with the cluster's admin kubeconfig) into that folder,
+ * for `go tool pprof`. What a pod's memory is made of; no row reads it.
+ */
+async function heapProfile(
+  kubectl: (args: string[]) => Promise<{ exitCode?: number; stdout?: unknown; stderr?: unknown }>,
+  label: string,
+  log: (msg: string) => void,
+): Promise<void> {
+  const dir = process.env.KCTL_BENCH_PROFILE_DIR;
+  if (!dir) return;
+  const r = await kubectl(['get', '--raw', '/debug/pprof/heap?debug=1']);
+  if (r.exitCode !== 0) return log(`operator: no heap profile (${label}): ${String(r.stderr).trim()}`);
+  const file = join(dir, `kube-apiserver-${label}.heap`);
+  await writeFile(file, String(r.stdout));
+  log(`operator: kube-apiserver's heap profile in ${file}`);
+}
+
 export async function operatorFigures(o: { clusters: number; log: (msg: string) => void }): Promise<Row[]> {
   const cleanups: (() => Promise<void>)[] = [];
   const procs: Tracked[] = [];
@@ -74,7 +94,15 @@ export async function operatorFigures(o: { clusters: number; log: (msg: string) 
         apiVersion: 'kctl.dev/v1alpha1',
         kind: 'KctlCluster',
         metadata: { name },
-        spec: { version: KCTL_VERSION, config: { profile }, datastore: { postgres: { secretName: 'pg' } } },
+        spec: {
+          version: KCTL_VERSION,
+          // kctl turns kube-apiserver's profiling off; the heap profile (below) needs it on.
+          config: {
+            profile,
+            ...(process.env.KCTL_BENCH_PROFILE_DIR ? { api: { extraArgs: { profiling: 'true' } } } : {}),
+          },
+          datastore: { postgres: { secretName: 'pg' } },
+        },
       });
       const applied = Date.now();
       await must(`KctlCluster ${name}`, c.kubectl(['apply', '-f', '-'], object));
@@ -99,7 +127,10 @@ export async function operatorFigures(o: { clusters: number; log: (msg: string) 
       if (pids.length < 2) throw new Error(`found ${pids.length} processes of ${name}'s pod ${uid}`);
       return mib(await totalPssKiB(pids));
     };
-    /** "kube-apiserver 120, kctl 60, ..." (MiB): a pod's PSS by program, and how much of it is file-backed. */
+    /**
+     * "kube-apiserver 120 (anon 100, file 20, cpu 9.1 s), ...": a pod's PSS by program (MiB), how much
+     * of it is file-backed, and the CPU time each has used since it started.
+     */
     const breakdown = async (name: string): Promise<string> => {
       const uid = String(
         (await c.kubectl(['get', 'pod', '-l', `kctl.dev/cluster=${name}`, '-o', 'jsonpath={.items[0].metadata.uid}']))
@@ -111,7 +142,7 @@ export async function operatorFigures(o: { clusters: number; log: (msg: string) 
         const rollup = await readFile(`/proc/${pid}/smaps_rollup`, 'utf8').catch(() => '');
         const kb = (field: string) => Number(new RegExp(`^${field}:\\s+(\\d+) kB`, 'm').exec(rollup)?.[1] ?? 0);
         parts.push(
-          `${comm} ${mib(kb('Pss')).toFixed(0)} (anon ${mib(kb('Pss_Anon')).toFixed(0)}, file ${mib(kb('Pss_File')).toFixed(0)})`,
+          `${comm} ${mib(kb('Pss')).toFixed(0)} (anon ${mib(kb('Pss_Anon')).toFixed(0)}, file ${mib(kb('Pss_File')).toFixed(0)}, cpu ${(cpuMs(pid) / 1000).toFixed(1)} s)`,
         );
       }
       return parts.join(', ');
@@ -132,6 +163,7 @@ export async function operatorFigures(o: { clusters: number; log: (msg: string) 
     await sleep(20_000);
     const fullPss = await podMemory('f1');
     o.log(`operator: full cluster's pod ${fullPss.toFixed(0)} MiB PSS with its node Ready: ${await breakdown('f1')}`);
+    await heapProfile(hosted, 'full-alone', o.log);
 
     const readyTimes: number[] = [];
     for (let i = 1; i <= o.clusters; i++) {
@@ -144,6 +176,7 @@ export async function operatorFigures(o: { clusters: number; log: (msg: string) 
     o.log(`operator: the first api-only pod by program: ${await breakdown('a1')}`);
     const fullBeside = await podMemory('f1');
     o.log(`operator: the full cluster's pod beside them ${fullBeside.toFixed(0)} MiB: ${await breakdown('f1')}`);
+    await heapProfile(hosted, 'full-beside', o.log);
     const operatorPss = mib(await totalPssKiB(await descendants(operator.child.pid!)));
     o.log(
       `operator: api-only pods ${pss.map((x) => x.toFixed(0)).join(', ')} MiB PSS; operator ${operatorPss.toFixed(1)} MiB`,
