@@ -265,8 +265,9 @@ const handoffPorts = (c: KctlCluster) =>
  * Many pods share each management node, so memory counts most: the collector runs once a heap
  * grew a tenth beyond what it holds live. Measured (bench --operator --quick, against the 25 of
  * named clusters): a full pod beside four others 302 MiB instead of 318-326, kube-apiserver's
- * anonymous memory 128 MiB instead of 145; the same idle CPU, and about 3 CPU-seconds more at
- * kube-apiserver's start. A cluster with heavy API traffic sets spec.config.gcPercent: 100.
+ * anonymous memory 128 MiB instead of 145; about the same idle CPU, and about 3 CPU-seconds more
+ * at kube-apiserver's start (bench/HISTORY.md). A cluster with heavy API traffic sets
+ * spec.config.gcPercent: 100.
  */
 export const HOSTED_GC_PERCENT = 10;
 
