@@ -10,7 +10,7 @@ import { KCTL_VERSION } from '../base/version.ts';
 import { kctlClusterCrd } from '../operator/crd.ts';
 import { operatorManifests } from '../operator/install.ts';
 import { OperatorComponent } from '../operator/index.ts';
-import { findPayload, releaseOf } from '../payload/payload.ts';
+import { runningRelease } from '../payload/payload.ts';
 import { MANAGEMENT_DOOR_DEFAULTS, ManagementDoorComponent } from '../operator/door.ts';
 import { parseDoorDomain, parseManagementDoor, type ManagementDoor } from '../operator/door-keys.ts';
 import { loggerFor } from './support/globals.ts';
@@ -54,7 +54,7 @@ export function operatorCommand(program: Command): void {
       const root = loggerFor(cmd);
       const door = doorOf(o);
       const kube = managementClient('run', o.kubeconfig);
-      const release = releaseOf((await findPayload(KCTL_VERSION)).index);
+      const release = await runningRelease();
       const manager = new ComponentManager(
         [new OperatorComponent({ kube, door, release })],
         componentLogger(root, 'manager'),

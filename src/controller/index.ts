@@ -8,7 +8,7 @@ import { join } from 'node:path';
 import { stringify } from 'yaml';
 import { componentLogger, type Logger } from '../base/log.ts';
 import { stageForStart } from '../payload/stage-child.ts';
-import { findPayload, releaseOf } from '../payload/payload.ts';
+import { runningRelease } from '../payload/payload.ts';
 import { ensurePki, type PkiPaths } from '../pki/index.ts';
 import { sharedPkiFilesFor } from '../pki/paths.ts';
 import { messageOf, UserError } from '../base/errors.ts';
@@ -355,7 +355,7 @@ async function prepareAndRun(
       pki,
       joined,
       restart,
-      release: releaseOf((await findPayload(KCTL_VERSION)).index),
+      release: await runningRelease(),
       sharedPki: !!opts.sharedPki,
       member: opts.memberName,
     }),

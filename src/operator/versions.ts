@@ -4,7 +4,7 @@
 // carries only for its own version (its payload), so a roll to that version is checked against the
 // Kubernetes the control plane runs now; a roll to another version is not (the operator cannot look
 // into that image), and the Progressing message says so.
-import { compareVersions, type Release } from '../base/version.ts';
+import { compareVersions, parseVersion, type Release } from '../base/version.ts';
 import { skewProblem } from '../kube/version-skew.ts';
 
 /** What the cluster's status says its control plane runs (both written once every pod ran them). */
@@ -48,6 +48,9 @@ export const rolling = (target: string, own: Release): string =>
 
 /** "1.36.3" from kube-apiserver's /version gitVersion ("v1.36.3"); undefined if it is not one. */
 export function kubernetesOfGitVersion(gitVersion: unknown): string | undefined {
-  const m = typeof gitVersion === 'string' ? /^v?(\d+\.\d+\.\d+)/.exec(gitVersion) : null;
-  return m?.[1];
+  try {
+    return typeof gitVersion === 'string' ? parseVersion(gitVersion).core.join('.') : undefined;
+  } catch {
+    return undefined;
+  }
 }

@@ -18,7 +18,7 @@ import { join } from 'node:path';
 import type { Readable } from 'node:stream';
 import { createZstdDecompress } from 'node:zlib';
 import { kctlExecutable } from '../base/executable.ts';
-import type { Release } from '../base/version.ts';
+import { KCTL_VERSION, type Release } from '../base/version.ts';
 import { BUNDLED_IMAGES } from './images.ts';
 import {
   cacheRoot,
@@ -239,6 +239,11 @@ export async function findPayload(kctlVersion: string): Promise<Payload> {
   throw new Error(
     'no component payload: this kctl was not built with `npm run build`, and no components are cached; run `npm run components`',
   );
+}
+
+/** This kctl's release: its version and what its payload carries (what its leases and node annotations say it runs). */
+export async function runningRelease(): Promise<Release> {
+  return releaseOf((await findPayload(KCTL_VERSION)).index);
 }
 
 /** The release a payload index describes: kctl's version, and the Kubernetes and etcd versions it carries. */

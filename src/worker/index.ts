@@ -18,7 +18,7 @@ import type { CertificateStatus } from '../pki/index.ts';
 import { API_BALANCER_PORT, API_BALANCER_URL, ApiBalancerComponent, type ApiBalancerStatus } from './api-balancer.ts';
 import { componentLogger, type Logger } from '../base/log.ts';
 import { stage, stageForStart } from '../payload/stage-child.ts';
-import { findPayload, releaseOf } from '../payload/payload.ts';
+import { runningRelease } from '../payload/payload.ts';
 import { NodeUpgradeComponent } from './upgrade.ts';
 import { writeOutcome } from '../payload/upgrade-files.ts';
 import { RestartRequest, restartForUpgrade } from '../supervisor/handover.ts';
@@ -203,7 +203,7 @@ async function stageAndRun(
       id,
       kube,
       restart,
-      release: releaseOf((await findPayload(KCTL_VERSION)).index),
+      release: await runningRelease(),
     }),
     componentLogger(log, 'manager'),
     {

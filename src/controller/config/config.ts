@@ -223,9 +223,10 @@ export const clusterConfigSchema = z.strictObject({
         })
         .prefault({}),
       /**
-       * GOGC of the Go components of the control plane (kube-apiserver, the datastore, kube-scheduler,
-       * kube-controller-manager), whose heaps grow with the cluster's objects: 25 lets a heap grow a quarter of its live size before a collection, Go's own 100 a
-       * whole. Default 25 for a named full cluster (many share one host), Go's default otherwise.
+       * GOGC of the Go components of the control plane (kube-apiserver, the datastore,
+       * kube-scheduler, kube-controller-manager), whose heaps grow with the cluster's objects: 25
+       * lets a heap grow a quarter of its live size before a collection, Go's own 100 a whole.
+       * Default 25 for a named full cluster (many share one host), Go's default otherwise.
        */
       gcPercent: z.number().int().min(10).max(1000).optional(),
       scheduler: z.strictObject({ port: port(10259), extraArgs }).prefault({}),
