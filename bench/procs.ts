@@ -1,7 +1,8 @@
 // Child processes of the harness: started with their output kept for error messages, RSS read
 // from /proc, stopped by their own pid.
 import { spawn, type ChildProcess } from 'node:child_process';
-import { readFileSync } from 'node:fs';
+import { closeSync, openSync, readdirSync, readFileSync, readlinkSync, readSync, realpathSync } from 'node:fs';
+import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 
 export interface Proc {
@@ -99,6 +100,68 @@ export function listeningOnLoopback(port: number): boolean {
 /** RSS split into anonymous (heaps: this process's own) and file-backed (mapped executable code, shared) KiB. */
 export function rssSplitKiB(pid: number): { anon: number; file: number } {
   return { anon: statusKiB(pid, 'RssAnon'), file: statusKiB(pid, 'RssFile') };
+}
+
+/**
+ * What a whole worker host holds in memory: the distinct physical pages resident in the kctl
+ * worker process and in every process running a binary staged under its data dir (containerd,
+ * its shims, kubelet, kube-proxy), the pods' own processes aside; KiB. Each page counts once,
+ * however many of them map it (kubelet and kube-proxy run one multi-call file), and in full even
+ * when a process outside the set maps it too (a controller on the same machine runs the same
+ * runtime file): what the worker would hold on a host of its own. `parts` gives each program's
+ * resident set, for the log. Needs root (page frame numbers in /proc/PID/pagemap).
+ */
+export function workerHostKiB(kctlPid: number, dataDir: string): { total: number; parts: Map<string, number> } {
+  const bin = `${realpathSync(join(dataDir, 'bin'))}/`;
+  const pids = readdirSync('/proc')
+    .filter((f) => /^\d+$/.test(f))
+    .map(Number)
+    .filter((pid) => {
+      try {
+        return pid === kctlPid || readlinkSync(`/proc/${pid}/exe`).startsWith(bin);
+      } catch {
+        return false; // gone, or a kernel thread
+      }
+    });
+  const frames = new Set<number>();
+  const parts = new Map<string, number>();
+  for (const pid of pids) {
+    const name = pid === kctlPid ? 'kctl' : readFileSync(`/proc/${pid}/comm`, 'utf8').trim();
+    parts.set(name, (parts.get(name) ?? 0) + rssKiB(pid));
+    for (const f of residentFrames(pid)) frames.add(f);
+  }
+  return { total: frames.size * 4, parts };
+}
+
+/** The page frame numbers of one process's resident pages (4 KiB pages). */
+function residentFrames(pid: number): number[] {
+  const out: number[] = [];
+  let fd: number;
+  try {
+    fd = openSync(`/proc/${pid}/pagemap`, 'r');
+  } catch {
+    return out;
+  }
+  try {
+    for (const line of readFileSync(`/proc/${pid}/maps`, 'utf8').split('\n')) {
+      const m = /^([0-9a-f]+)-([0-9a-f]+) /.exec(line);
+      if (!m || line.endsWith('[vsyscall]')) continue;
+      const [first, end] = [parseInt(m[1]!, 16) / 4096, parseInt(m[2]!, 16) / 4096];
+      const buf = Buffer.alloc((end - first) * 8);
+      readSync(fd, buf, 0, buf.length, first * 8);
+      for (let i = 0; i < buf.length; i += 8) {
+        const entry = buf.readBigUInt64LE(i);
+        // Bit 63: present in RAM; bits 0-54: the page frame number.
+        if (!(entry >> 63n)) continue;
+        const frame = Number(entry & ((1n << 55n) - 1n));
+        if (frame === 0) throw new Error('/proc/PID/pagemap shows no page frame numbers: the bench needs root');
+        out.push(frame);
+      }
+    }
+  } finally {
+    closeSync(fd);
+  }
+  return out;
 }
 
 /** CPU time (user + system) a process has used so far, ms (from /proc/<pid>/stat, 10 ms ticks). */

@@ -20,6 +20,7 @@ const KCTL_ONLY = [
   'kctl-size-mb',
   'first-start-staging-s',
   'worker-rss-mb',
+  'worker-host-mb',
   'controller-ready-s',
   'controller-rss-mb',
   'worker-join-s',

@@ -20,7 +20,7 @@ import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Result } from 'execa';
 import { mountsUnder } from '../src/worker/containerd.ts';
-import { rssKiB, rssSplitKiB } from './procs.ts';
+import { rssKiB, rssSplitKiB, workerHostKiB } from './procs.ts';
 import { cleanupWorkerHost, labController, nodeReady, track, type Tracked } from '../test/e2e/lab/cluster.ts';
 import { requireKctl } from '../test/e2e/lab/kctl.ts';
 import { createLab, type LabHost } from '../test/e2e/lab/lab.ts';
@@ -81,7 +81,7 @@ export async function workerJoinSeconds(
   dir: string,
   log: (m: string) => void,
   reps = 1,
-): Promise<{ joins: number[]; corednsReadySeconds: number | null; workerRssMiB: number[] }> {
+): Promise<{ joins: number[]; corednsReadySeconds: number | null; workerRssMiB: number[]; workerHostMiB: number[] }> {
   const kctlBin = requireKctl();
   const workerNames = Array.from({ length: reps }, (_, i) => `${LAB}${i + 1}`);
   await mkdir(dir, { recursive: true });
@@ -125,6 +125,7 @@ export async function workerJoinSeconds(
 
     const out: number[] = [];
     const workerRssMiB: number[] = [];
+    const workerHostMiB: number[] = [];
     for (const name of workerNames) {
       const h: LabHost = lab.host(name);
       const token = await c.createToken('1h');
@@ -200,6 +201,11 @@ export async function workerJoinSeconds(
         log(
           `worker-rss: ${workerRssMiB.at(-1)!.toFixed(1)} MiB, of which ${(rssSplitKiB(pid).anon / 1024).toFixed(1)} MiB anonymous`,
         );
+        const host = workerHostKiB(pid, d.data);
+        workerHostMiB.push(host.total / 1024);
+        log(
+          `worker-host: ${workerHostMiB.at(-1)!.toFixed(1)} MiB in distinct pages (RSS each: ${[...host.parts].map(([k, v]) => `${k} ${(v / 1024).toFixed(1)}`).join(', ')})`,
+        );
       }
       log(
         `worker-join: ${name} Ready after ${seconds.toFixed(1)} s (${[...phases].map(([k, v]) => `${k} ${v.toFixed(1)} s`).join(', ')})`,
@@ -208,7 +214,7 @@ export async function workerJoinSeconds(
       await stopTracked(worker);
       await cleanupWorkerHost(d.data, d.run, name);
     }
-    return { joins: out, corednsReadySeconds, workerRssMiB };
+    return { joins: out, corednsReadySeconds, workerRssMiB, workerHostMiB };
   } finally {
     for (const p of procs.reverse()) await stopTracked(p).catch(() => undefined);
     await lab.destroy().catch((err: Error) => log(`worker-join: destroying the lab failed: ${err.message}`));
