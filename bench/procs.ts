@@ -1,9 +1,10 @@
 // Child processes of the harness: started with their output kept for error messages, RSS read
 // from /proc, stopped by their own pid.
 import { spawn, type ChildProcess } from 'node:child_process';
-import { closeSync, openSync, readdirSync, readFileSync, readlinkSync, readSync, realpathSync } from 'node:fs';
-import { join } from 'node:path';
+import { closeSync, openSync, readFileSync, readSync } from 'node:fs';
 import { setTimeout as sleep } from 'node:timers/promises';
+import { stagedBinaryPids } from '../src/worker/reset.ts';
+import type { WorkerPaths } from '../src/worker/paths.ts';
 
 export interface Proc {
   name: string;
@@ -111,18 +112,8 @@ export function rssSplitKiB(pid: number): { anon: number; file: number } {
  * runtime file): what the worker would hold on a host of its own. `parts` gives each program's
  * resident set, for the log. Needs root (page frame numbers in /proc/PID/pagemap).
  */
-export function workerHostKiB(kctlPid: number, dataDir: string): { total: number; parts: Map<string, number> } {
-  const bin = `${realpathSync(join(dataDir, 'bin'))}/`;
-  const pids = readdirSync('/proc')
-    .filter((f) => /^\d+$/.test(f))
-    .map(Number)
-    .filter((pid) => {
-      try {
-        return pid === kctlPid || readlinkSync(`/proc/${pid}/exe`).startsWith(bin);
-      } catch {
-        return false; // gone, or a kernel thread
-      }
-    });
+export function workerHostKiB(kctlPid: number, paths: WorkerPaths): { total: number; parts: Map<string, number> } {
+  const pids = [kctlPid, ...stagedBinaryPids(paths)];
   const frames = new Set<number>();
   const parts = new Map<string, number>();
   for (const pid of pids) {

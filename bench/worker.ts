@@ -20,6 +20,7 @@ import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Result } from 'execa';
 import { mountsUnder } from '../src/worker/containerd.ts';
+import { workerPaths } from '../src/worker/paths.ts';
 import { rssKiB, rssSplitKiB, workerHostKiB } from './procs.ts';
 import { cleanupWorkerHost, labController, nodeReady, track, type Tracked } from '../test/e2e/lab/cluster.ts';
 import { requireKctl } from '../test/e2e/lab/kctl.ts';
@@ -201,7 +202,7 @@ export async function workerJoinSeconds(
         log(
           `worker-rss: ${workerRssMiB.at(-1)!.toFixed(1)} MiB, of which ${(rssSplitKiB(pid).anon / 1024).toFixed(1)} MiB anonymous`,
         );
-        const host = workerHostKiB(pid, d.data);
+        const host = workerHostKiB(pid, workerPaths(d.data, d.run));
         workerHostMiB.push(host.total / 1024);
         log(
           `worker-host: ${workerHostMiB.at(-1)!.toFixed(1)} MiB in distinct pages (RSS each: ${[...host.parts].map(([k, v]) => `${k} ${(v / 1024).toFixed(1)}`).join(', ')})`,

@@ -17,7 +17,7 @@ import { removeCgroupRoot } from './kubelet.ts';
 import type { WorkerPaths } from './paths.ts';
 
 /** Processes started from our staged binaries (containerd, kubelet or shims left by a killed kctl). */
-function stagedBinaryPids(paths: WorkerPaths): number[] {
+export function stagedBinaryPids(paths: WorkerPaths): number[] {
   const pids: number[] = [];
   for (const entry of readdirSync('/proc')) {
     if (!/^\d+$/.test(entry) || Number(entry) === process.pid) continue;
