@@ -169,6 +169,9 @@ export function hostedConfig(
   });
 }
 
+/** How long kubelet waits for a control-plane pod's /readyz (kubeadm's kube-apiserver probes wait as long). */
+const READYZ_TIMEOUT_SECONDS = 15;
+
 /** The Deployment of its control plane; `configHash` in the pod template rolls the pods when the config changes. */
 export function deployment(c: KctlCluster, o: { ports: ClusterPorts; configHash: string }) {
   const door = handoffPorts(c);
@@ -208,7 +211,14 @@ export function deployment(c: KctlCluster, o: { ports: ClusterPorts; configHash:
                 ...door.map((p) => ({ name: p.name, containerPort: p.port })),
               ],
               // Ready once kube-apiserver says so (open to anonymous users): its bootstrap done, kube-system made.
-              readinessProbe: { httpGet: { scheme: 'HTTPS', path: '/readyz', port: o.ports.api }, periodSeconds: 2 },
+              // A busy management node answers /readyz slower than kubelet's default one second: three
+              // such misses would take a cluster's only pod out of its Service, and every client would be
+              // refused while its API still serves. So a probe waits as long as kubeadm's own does.
+              readinessProbe: {
+                httpGet: { scheme: 'HTTPS', path: '/readyz', port: o.ports.api },
+                periodSeconds: 2,
+                timeoutSeconds: READYZ_TIMEOUT_SECONDS,
+              },
               resources: resourcesOf(c),
               volumeMounts: [
                 { name: 'config', mountPath: '/etc/kctl/kctl.yaml', subPath: 'kctl.yaml' },

@@ -99,6 +99,7 @@ test(
       JSON.stringify(await list()) +
       String((await c.kubectl(['get', 'pod', '-o', 'wide'])).stdout) +
       String((await c.kubectl(['logs', `deploy/${name}`, '--tail=30'])).stdout) +
+      String((await c.kubectl(['get', 'events', '--field-selector', 'reason=Unhealthy'])).stdout) +
       operator.log().slice(-3000);
 
     // The three objects, applied at once.
@@ -161,7 +162,8 @@ test(
     /** A worker of `kctl` on `host` joins full cluster `name` with a minted token: Ready, a pod, logs and exec. */
     const join1 = async (name: string, hostName: string, kctl: string) => {
       const minted = await mgmt(['cluster', 'token', name, '--expiry', '1h']);
-      assert.equal(minted.exitCode, 0, String(minted.stderr));
+      if (minted.exitCode !== 0)
+        assert.fail(`kctl cluster token ${name}: ${String(minted.stderr)}\n${await story(name)}`);
       const host = lab.host(hostName);
       await lab.isolate(host, mc, mw, lab.host('mw2'));
       const worker = startLabWorker(kctl, host, dir, String(minted.stdout).trim());
