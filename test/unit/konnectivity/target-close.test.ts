@@ -245,11 +245,15 @@ test('a target whose program closed with its last bytes still on their way gets 
     if (closedEarly) closedInTime++;
     tunnel.resume();
     await Promise.race([closed, sleep(20_000)]);
-    assert.equal(
-      received - warm,
-      size,
-      `${received - warm} of ${size} bytes arrived (the target had ${closedEarly ? '' : 'not '}closed when the bound passed)`,
-    );
+    // A target still sending when the bound passed gets the client's write, as it must (a Ctrl-C);
+    // if its program then closes before reading it, its kernel answers with a reset, as it would
+    // to a client dialing it directly, and what it had not sent is gone: that race is the
+    // program's (it lost it on a loaded host), so only a target closed in time is held to every byte.
+    if (!closedEarly) {
+      t.diagnostic(`${size} bytes: the target was still sending at the bound; ${received - warm} arrived`);
+      continue;
+    }
+    assert.equal(received - warm, size, `${received - warm} of ${size} bytes arrived (the target closed in time)`);
   }
   // The case this test is for happened (else it proves nothing).
   assert.ok(closedInTime > 0, 'the target never closed before the bound passed: no size hit the case');
