@@ -22,6 +22,15 @@ export interface ContainerdOptions {
 
 const q = (s: string) => `'${s.replace(/'/g, '')}'`;
 
+/**
+ * containerd's GOGC, which its shims inherit with the rest of its environment. Importing the
+ * bundled images at start leaves garbage that Go's default (100) lets the heap grow over: 75-90
+ * MiB resident for the first two minutes, 52 after Go's forced collection; at 25 it holds 45-46
+ * throughout. Once its images are in, containerd allocates little, so the extra collections cost
+ * little CPU.
+ */
+export const CONTAINERD_GC_PERCENT = 25;
+
 const CAP_SYS_RESOURCE = 24;
 
 /**
@@ -146,7 +155,7 @@ export class ContainerdComponent extends Supervisor {
       binary: join(paths.binDir, CONTAINERD),
       args: ['--config', paths.containerdConfig],
       // containerd finds containerd-shim-runc-v2 (and the shim finds runc) on PATH.
-      env: { PATH: `${paths.binDir}:${CHILD_PATH}` },
+      env: { PATH: `${paths.binDir}:${CHILD_PATH}`, GOGC: String(CONTAINERD_GC_PERCENT) },
       // Not kctl's 0077: runc's mknod of /dev/null would give 0600, which a container not run as root cannot open.
       umask: 0o022,
       runDir: paths.runDir,

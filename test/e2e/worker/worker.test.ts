@@ -12,8 +12,14 @@ import { controllerReady, labController, nodeReady as isNodeReady, track } from 
 import { type LabHost } from '../lab/lab.ts';
 import { startLab } from '../lab/lab-test.ts';
 import { BUSYBOX_IMAGE } from '../../../src/payload/images.ts';
+import { CONTAINERD_GC_PERCENT, shimPids } from '../../../src/worker/containerd.ts';
+import { workerPaths } from '../../../src/worker/paths.ts';
 
 /** What a worker host looks like, for "reset leaves it as it was". */
+/** The GOGC= entry of a process's environment, if it has one. */
+const gogc = async (pid: number) =>
+  (await readFile(`/proc/${pid}/environ`, 'utf8')).split('\0').find((e) => e.startsWith('GOGC='));
+
 async function hostState(h: LabHost, dataDir: string): Promise<string> {
   const links = String((await h.run('ip', ['-o', 'link', 'show'])).stdout)
     .split('\n')
@@ -191,7 +197,8 @@ test('two isolated workers join, run pods, and are reachable only through the tu
   });
 
   // The join token given with --token is gone from the worker's command line (ps, /proc/<pid>/cmdline),
-  // and nothing else is; kctl runs with umask 0077, containerd and kubelet with 0022 (containers read what they write).
+  // and nothing else is; kctl runs with umask 0077, containerd and kubelet with 0022 (containers read what they write);
+  // containerd and its shims collect garbage at CONTAINERD_GC_PERCENT, kubelet at Go's default.
   for (const [p, h] of [
     [p1, w1],
     [p2, w2],
@@ -216,6 +223,9 @@ test('two isolated workers join, run pods, and are reachable only through the tu
         '0022',
         child,
       );
+    const runPid = async (child: string) => Number(await readFile(join(dir, `${h.name}-run`, `${child}.pid`), 'utf8'));
+    assert.equal(await gogc(await runPid('containerd')), `GOGC=${CONTAINERD_GC_PERCENT}`);
+    assert.equal(await gogc(await runPid('kubelet')), undefined);
   }
 
   // The invalidated token is refused now (tokens are checked at join, not afterwards).
@@ -246,6 +256,11 @@ test('two isolated workers join, run pods, and are reachable only through the tu
     },
     () => String(controller.log()),
   );
+  for (const h of [w1, w2]) {
+    const shims = await shimPids(workerPaths(join(dir, `${h.name}-data`), join(dir, `${h.name}-run`)));
+    assert.ok(shims.length > 0, `no containerd shim on ${h.name}`);
+    for (const shim of shims) assert.equal(await gogc(shim), `GOGC=${CONTAINERD_GC_PERCENT}`, `shim ${shim}`);
+  }
   let phase = '';
   await waitFor('the pod running as nobody to finish', 60_000, async () => {
     phase = (
