@@ -15,11 +15,11 @@ import { BUSYBOX_IMAGE } from '../../../src/payload/images.ts';
 import { CONTAINERD_GC_PERCENT, shimPids } from '../../../src/worker/containerd.ts';
 import { workerPaths } from '../../../src/worker/paths.ts';
 
-/** What a worker host looks like, for "reset leaves it as it was". */
 /** The GOGC= entry of a process's environment, if it has one. */
 const gogc = async (pid: number) =>
   (await readFile(`/proc/${pid}/environ`, 'utf8')).split('\0').find((e) => e.startsWith('GOGC='));
 
+/** What a worker host looks like, for "reset leaves it as it was". */
 async function hostState(h: LabHost, dataDir: string): Promise<string> {
   const links = String((await h.run('ip', ['-o', 'link', 'show'])).stdout)
     .split('\n')
@@ -216,14 +216,9 @@ test('two isolated workers join, run pods, and are reachable only through the tu
       await readFile(`/proc/${controller.child.pid}/comm`, 'utf8'),
     );
     const umask = async (of: number) => /^Umask:\s+(\d+)$/m.exec(await readFile(`/proc/${of}/status`, 'utf8'))?.[1];
-    assert.equal(await umask(pid), '0077');
-    for (const child of ['containerd', 'kubelet'])
-      assert.equal(
-        await umask(Number(await readFile(join(dir, `${h.name}-run`, `${child}.pid`), 'utf8'))),
-        '0022',
-        child,
-      );
     const runPid = async (child: string) => Number(await readFile(join(dir, `${h.name}-run`, `${child}.pid`), 'utf8'));
+    assert.equal(await umask(pid), '0077');
+    for (const child of ['containerd', 'kubelet']) assert.equal(await umask(await runPid(child)), '0022', child);
     assert.equal(await gogc(await runPid('containerd')), `GOGC=${CONTAINERD_GC_PERCENT}`);
     assert.equal(await gogc(await runPid('kubelet')), undefined);
   }
