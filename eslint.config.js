@@ -5,7 +5,7 @@ import globals from 'globals';
 import tseslint from 'typescript-eslint';
 
 export default tseslint.config(
-  { ignores: ['dist/', 'node_modules/', 'src/konnectivity/wire/gen/', 'bench/go-driver/'] },
+  { ignores: ['dist/', 'node_modules/', 'src/konnectivity/wire/gen/', 'src/kube/gen/', 'bench/go-driver/'] },
   js.configs.recommended,
   ...tseslint.configs.recommended,
   {
