@@ -35,6 +35,8 @@ export function structural(node: unknown): unknown {
   for (const [k, v] of Object.entries(node as Schema)) {
     if (k === '$schema' || k === 'default' || k === 'propertyNames') continue;
     if (k === 'additionalProperties' && v === false) continue;
+    // Fields kept as written (a worker profile's kubelet fields): config load checks them.
+    if (k === 'additionalProperties' && (node as Schema)['x-kubernetes-preserve-unknown-fields']) continue;
     if (k === 'const') {
       out.enum = [v];
       continue;

@@ -11,6 +11,9 @@ import type { ClusterConfig } from '../config/config.ts';
 import { pollUntil } from '../../base/probe.ts';
 import { POD_NETWORK_NAME, POD_NETWORK_NAMESPACE } from '../../kube/pod-network.ts';
 import { publishPodNetwork } from './pod-network.ts';
+import { publishWorkerProfiles } from './worker-profiles.ts';
+import { WORKER_TOKEN_GROUP } from '../join/tokens.ts';
+import { WORKER_PROFILES_NAME, WORKER_PROFILES_NAMESPACE } from '../../kube/worker-profiles.ts';
 import { apiServerUrl } from '../config/urls.ts';
 import { CA_PROOF_KEY } from '../../kube/cluster-info.ts';
 import { KEEPS_ADDRESSES_ANNOTATION } from '../../base/ownership.ts';
@@ -243,6 +246,31 @@ export function bootstrapObjects(cfg: ClusterConfig, caPem: string, proof?: stri
       roleRef: { apiGroup: rbac, kind: 'Role', name: 'kctl:pod-network-reader' },
       subjects: [{ apiGroup: rbac, kind: 'Group', name: 'system:nodes' }],
     },
+    // Workers read their kubelet profile (this one ConfigMap) before kubelet first starts, with
+    // the join token, and follow it as nodes after.
+    {
+      apiVersion: `${rbac}/v1`,
+      kind: 'Role',
+      metadata: { name: 'kctl:worker-profiles-reader', namespace: WORKER_PROFILES_NAMESPACE },
+      rules: [
+        {
+          apiGroups: [''],
+          resources: ['configmaps'],
+          resourceNames: [WORKER_PROFILES_NAME],
+          verbs: ['get', 'list', 'watch'],
+        },
+      ],
+    },
+    {
+      apiVersion: `${rbac}/v1`,
+      kind: 'RoleBinding',
+      metadata: { name: 'kctl:worker-profiles-reader', namespace: WORKER_PROFILES_NAMESPACE },
+      roleRef: { apiGroup: rbac, kind: 'Role', name: 'kctl:worker-profiles-reader' },
+      subjects: [
+        { apiGroup: rbac, kind: 'Group', name: 'system:nodes' },
+        { apiGroup: rbac, kind: 'Group', name: WORKER_TOKEN_GROUP },
+      ],
+    },
     {
       apiVersion: `${rbac}/v1`,
       kind: 'Role',
@@ -292,7 +320,10 @@ export class BootstrapComponent implements Component {
       'bootstrap objects',
       async () => {
         // First: on a new cluster, cluster-info does not exist yet (publishPodNetwork reads that).
-        if (this.cfg.spec.profile === 'full') await publishPodNetwork(this.kube, this.cfg, this.log, signal);
+        if (this.cfg.spec.profile === 'full') {
+          await publishPodNetwork(this.kube, this.cfg, this.log, signal);
+          await publishWorkerProfiles(this.kube, this.cfg, this.log, signal);
+        }
         for (const d of docs) await this.kube.apply(d, { fieldManager: 'kctl', force: true }, signal);
         for (const path of RETIRED_OBJECTS) {
           await this.kube.remove(path, signal);

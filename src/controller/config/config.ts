@@ -27,6 +27,7 @@ import {
   unique,
 } from './fields.ts';
 import { frontDoorProblem, frontDoorSchema } from './front-door.ts';
+import { workerProfiles } from './worker-profiles.ts';
 import { NETWORK_MODES, POD_NETWORK_RELAYS, VXLAN_DEFAULTS, WIREGUARD_DEFAULTS } from '../../kube/pod-network.ts';
 
 export const clusterConfigSchema = z.strictObject({
@@ -232,6 +233,8 @@ export const clusterConfigSchema = z.strictObject({
       scheduler: z.strictObject({ port: port(10259), extraArgs }).prefault({}),
       controllerManager: z.strictObject({ port: port(10257), memoryLimit, extraArgs }).prefault({}),
       frontDoor: frontDoorSchema,
+      /** kubelet settings by profile name, chosen with `kctl worker --profile NAME` (`default`: workers without one). */
+      workerProfiles,
     })
     .prefault({}),
 });

@@ -15,6 +15,8 @@ import { tokenSecretPath, workerTokenAnnotations, workerTokenRecord } from './wo
 const ALPHABET = 'abcdefghijklmnopqrstuvwxyz0123456789';
 const randomString = (n: number) => Array.from({ length: n }, () => ALPHABET[randomInt(ALPHABET.length)]).join('');
 const ROLE_GROUP = (role: string) => `system:bootstrappers:kctl:${role}`;
+/** The group every worker join token's bootstrap token is in. */
+export const WORKER_TOKEN_GROUP = ROLE_GROUP('worker');
 
 export interface TokenSummary {
   id: string;

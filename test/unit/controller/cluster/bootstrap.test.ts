@@ -68,6 +68,8 @@ test(
         '/apis/rbac.authorization.k8s.io/v1/namespaces/kube-system/rolebindings/kctl:upgrade-plan-reader',
         '/apis/rbac.authorization.k8s.io/v1/namespaces/kube-system/roles/kctl:pod-network-reader',
         '/apis/rbac.authorization.k8s.io/v1/namespaces/kube-system/rolebindings/kctl:pod-network-reader',
+        '/apis/rbac.authorization.k8s.io/v1/namespaces/kube-system/roles/kctl:worker-profiles-reader',
+        '/apis/rbac.authorization.k8s.io/v1/namespaces/kube-system/rolebindings/kctl:worker-profiles-reader',
         '/apis/rbac.authorization.k8s.io/v1/namespaces/kube-public/roles/kctl:cluster-info-reader',
         '/apis/rbac.authorization.k8s.io/v1/namespaces/kube-public/rolebindings/kctl:cluster-info-reader',
       ],

@@ -231,3 +231,24 @@ test("spec.frontDoor.external: another program's door (a management cluster's) n
   assert.deepEqual(cfg.spec.frontDoor.external?.handoffPorts, { konnectivity: 8141, join: 8142, nodeApi: 8143 });
   assert.equal(frontDoorEndpoint(cfg)?.address, '192.0.2.10:30443');
 });
+
+test('spec.workerProfiles: none by default; kubelet fields checked with their path, names DNS labels and unique', () => {
+  assert.deepEqual(parseConfig({}, 'x').spec.workerProfiles, []);
+  const ok = parseConfig({ spec: { workerProfiles: [{ name: 'edge', values: { maxPods: 30 } }] } }, 'x');
+  assert.deepEqual(ok.spec.workerProfiles, [{ name: 'edge', values: { maxPods: 30 } }]);
+  const refused = (workerProfiles: unknown) => () => parseConfig({ spec: { workerProfiles } }, 'x.yaml');
+  assert.throws(
+    refused([{ name: 'edge', values: { maxPods: 30, kubeReserved: { cpu: 1 } } }]),
+    /^Error: invalid config x.yaml: spec.workerProfiles.0.values.kubeReserved.cpu: expected a string, got 1$/,
+  );
+  assert.throws(refused([{ name: 'edge', values: { podCIDR: '10.0.0.0/24' } }]), /values.podCIDR: set by kctl/);
+  assert.throws(refused([{ name: 'Edge', values: {} }]), /spec.workerProfiles.0.name: expected a profile name/);
+  assert.throws(refused([{ name: 'edge' }]), /spec.workerProfiles.0.values/);
+  assert.throws(
+    refused([
+      { name: 'a', values: {} },
+      { name: 'a', values: {} },
+    ]),
+    /spec.workerProfiles: expected each profile name once/,
+  );
+});
