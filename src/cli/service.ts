@@ -26,7 +26,7 @@ import {
 import { DEFAULT_PORT_RANGE, parsePortRange } from '../controller/tenants/tenants.ts';
 import { globals, type GlobalOptions } from './support/globals.ts';
 import { DEFAULT_HOST_STATE_DIR, hostStateDir } from '../host/port-claims.ts';
-import { checkNodeFlags, collect, parseLabels, parseTaints, readTokenFile } from './worker.ts';
+import { checkNodeFlags, collect, parseLabels, parseTaints, PROFILE_HELP, readTokenFile } from './worker.ts';
 
 /** Where `kctl install worker` keeps the join token (0600); the unit names only this path. */
 export const TOKEN_FILE = 'join-token';
@@ -205,6 +205,7 @@ interface WorkerInstallFlags extends CommonFlags {
   labels: string[];
   taints: string[];
   networkRelay?: boolean;
+  profile?: string;
 }
 
 function installWorker(install: Command): void {
@@ -220,6 +221,7 @@ function installWorker(install: Command): void {
       .option('--node-ip <ip>', "node address (default: this host's address towards the API server)")
       .option('--labels <k=v>', 'node labels (repeat or comma-separate)', collect, [])
       .option('--taints <key=value:Effect>', 'node taints (repeat or comma-separate)', collect, [])
+      .option('--profile <name>', PROFILE_HELP)
       .option(
         '--network-relay',
         'in wireguard mode, carry pod traffic between nodes that cannot reach each other (see kctl worker --help)',
@@ -256,6 +258,7 @@ function installWorker(install: Command): void {
     if (labels.length) args.push('--labels', labels.join(','));
     if (f.taints.length) args.push('--taints', f.taints.join(','));
     if (f.networkRelay) args.push('--network-relay');
+    if (f.profile) args.push('--profile', f.profile);
     await writeAndEnable(
       unitName('worker'),
       [[unit, renderUnit({ role: 'worker', execStart: [exe, ...args], env })]],

@@ -102,6 +102,11 @@ export function renderStatus(r: AnyStatusReport): string {
     out.push(
       `NetworkPolicy: ${policy.enforced ? `enforced, ${policy.isolatedPods} pod(s) isolated` : 'none published for this node'}${policy.lastError ? ` (${policy.lastError})` : ''}`,
     );
+  const profile = r.role === 'worker' ? r.kubeletProfile : undefined;
+  if (profile)
+    out.push(
+      `Worker profile: ${profile.defined ? `${profile.name}, kubelet fields ${profile.fields.join(', ') || '(none)'}` : `none (kctl's kubelet settings; the cluster defines no ${profile.name})`}${profile.problem ? ` (${profile.problem})` : ''}`,
+    );
   const lb = r.role === 'worker' ? r.apiBalancer : undefined;
   if (lb) {
     out.push('', `API balancer ${lb.listen} (kubelet, kube-proxy and kctl reach the API here):`);

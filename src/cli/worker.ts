@@ -5,6 +5,7 @@ import { runWorker } from '../worker/index.ts';
 import { hideFromCommandLine } from '../base/command-line.ts';
 import { UserError } from '../base/errors.ts';
 import { globals, loggerFor } from './support/globals.ts';
+import { PROFILE_NAME } from '../kube/worker-profiles.ts';
 
 /** commander collector for repeatable, comma-separable list flags (--labels, --taints). */
 export const collect = (v: string, prev: string[]) => [...prev, ...v.split(',').filter(Boolean)];
@@ -17,7 +18,9 @@ export async function readTokenFile(file: string): Promise<string> {
 }
 
 /** --node-name and --node-ip, checked the same way by kctl worker and kctl install worker. */
-export function checkNodeFlags(f: { nodeName?: string; nodeIp?: string }): void {
+export function checkNodeFlags(f: { nodeName?: string; nodeIp?: string; profile?: string }): void {
+  if (f.profile !== undefined && !PROFILE_NAME.test(f.profile))
+    throw new UserError(`--profile "${f.profile}" is not a profile name (a DNS label, such as edge-small)`);
   if (f.nodeIp && isIP(f.nodeIp) === 0) throw new UserError(`--node-ip "${f.nodeIp}" is not an IP address`);
   if (f.nodeName && !/^[a-z0-9]([a-z0-9.-]{0,61}[a-z0-9])?$/.test(f.nodeName))
     throw new UserError(`--node-name "${f.nodeName}" is not a valid node name (lowercase letters, digits, - and .)`);
@@ -50,7 +53,12 @@ interface WorkerFlags {
   nodeName?: string;
   nodeIp?: string;
   networkRelay?: boolean;
+  profile?: string;
 }
+
+/** --profile's help, for kctl worker and kctl install worker. */
+export const PROFILE_HELP =
+  "the cluster's worker profile (spec.workerProfiles) whose kubelet settings this node runs; default: the profile named default, if any";
 
 export function workerCommand(program: Command): void {
   program
@@ -68,6 +76,7 @@ export function workerCommand(program: Command): void {
     .option('--taints <key=value:Effect>', 'node taints (repeat or comma-separate)', collect, [])
     .option('--node-name <name>', 'node name (default: host name)')
     .option('--node-ip <ip>', "node address (default: this host's address towards the API server)")
+    .option('--profile <name>', PROFILE_HELP)
     .option(
       '--network-relay',
       'in wireguard mode, carry pod traffic between nodes that cannot reach each other (both behind NAT); give it to nodes with a reachable address',
@@ -94,6 +103,7 @@ export function workerCommand(program: Command): void {
           labels: parseLabels(f.labels),
           taints: parseTaints(f.taints),
           networkRelay: f.networkRelay,
+          profile: f.profile,
         },
         loggerFor(cmd),
       );

@@ -1,8 +1,8 @@
 // `kctl worker`: a node as an ordered list of components (k0s's shape), built by workerComponents().
 //   join, stage (before the list), then: status socket -> api-balancer -> containerd -> images
-//   -> kubelet -> network -> kube-proxy -> konnectivity agent (in-process, dials out to every
-//   controller) -> controller-watch (the live controllers, for the balancer, the agent and the
-//   node's upgrade) -> ca-trust -> node-upgrade
+//   -> kubelet-profile -> kubelet -> network -> kube-proxy -> konnectivity agent (in-process,
+//   dials out to every controller) -> controller-watch (the live controllers, for the balancer,
+//   the agent and the node's upgrade) -> ca-trust -> node-upgrade
 import { execa } from 'execa';
 import { existsSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
@@ -45,6 +45,8 @@ import { CaTrustComponent } from './ca-trust.ts';
 import { join as joinCluster, pointKubeconfigsAt, type JoinState } from './join.ts';
 import { KUBE_PROXY_HEALTHZ_PORT, KUBE_PROXY_METRICS_PORT, KubeProxyComponent } from './kube-proxy.ts';
 import { KUBELET_PORT, KubeletComponent } from './kubelet.ts';
+import { KubeletProfileComponent, type KubeletProfileStatus } from './kubelet-profile.ts';
+import type { KubeletValues } from '../kube/worker-profiles.ts';
 import { NetworkComponent } from './network.ts';
 import { NodeLocalApiComponent } from './node-local-api.ts';
 import { NetworkPolicyComponent, type NetworkPolicyStatus } from './network-policy.ts';
@@ -61,6 +63,8 @@ export interface WorkerOptions {
   taints: string[];
   /** Relay WireGuard traffic between nodes behind NAT (wireguard mode). */
   networkRelay?: boolean;
+  /** The worker profile (spec.workerProfiles) whose kubelet settings this node runs; none: `default` if defined. */
+  profile?: string;
 }
 
 export interface WorkerStatusReport extends StatusReport {
@@ -75,6 +79,8 @@ export interface WorkerStatusReport extends StatusReport {
   podNetwork?: PodNetworkStatus;
   /** NetworkPolicy on this node: the nftables table in place, how many pods it isolates. */
   networkPolicy?: NetworkPolicyStatus;
+  /** The worker profile kubelet runs with. */
+  kubeletProfile?: KubeletProfileStatus;
 }
 
 /** What reset needs to know about this worker after it stopped. */
@@ -276,6 +282,13 @@ export function workerComponents(o: WorkerRoleOptions): Component[] {
     taints: opts.taints,
     clusterDomain: state.clusterDomain,
     clusterDNS: state.clusterDNS ? [state.clusterDNS] : undefined,
+    profile: (): KubeletValues | undefined => kubeletProfile.values(),
+  });
+  const kubeletProfile: KubeletProfileComponent = new KubeletProfileComponent({
+    name: opts.profile,
+    paths,
+    kube,
+    kubelet,
   });
   const kubeProxy = new KubeProxyComponent({ paths, nodeName: id.nodeName, clusterCIDR });
   const network = new NetworkComponent({
@@ -310,12 +323,14 @@ export function workerComponents(o: WorkerRoleOptions): Component[] {
     konnectivityAgent: agent.snapshot(),
     podNetwork: await network.snapshot(),
     networkPolicy: networkPolicy.snapshot(),
+    kubeletProfile: kubeletProfile.snapshot(),
   }));
   return [
     status,
     balancer,
     new ContainerdComponent({ paths }),
     new ImagesComponent({ paths }),
+    kubeletProfile,
     kubelet,
     network,
     networkPolicy,

@@ -13,6 +13,7 @@ import type { ComponentContext } from '../base/component.ts';
 import type { Logger } from '../base/log.ts';
 import { Supervisor } from '../supervisor/process.ts';
 import type { WorkerPaths } from './paths.ts';
+import { withProfile, type KubeletValues } from '../kube/worker-profiles.ts';
 
 export const KUBELET_HEALTHZ_PORT = 10248;
 export const KUBELET_PORT = 10250;
@@ -28,6 +29,8 @@ export interface KubeletOptions {
   clusterDomain?: string;
   /** Extra kubelet flags (name without dashes -> value); they win over kctl's. */
   extraArgs?: Record<string, string>;
+  /** The worker profile's kubelet fields, laid over kctl's configuration each time it is written. */
+  profile?: () => KubeletValues | undefined;
 }
 
 /**
@@ -224,9 +227,20 @@ export class KubeletComponent extends Supervisor {
       await mkdir(d, { recursive: true, mode: 0o750 });
     await ensureCgroupRoot(await recordCgroupRoot(paths, this.kopts.nodeName));
     await retireClusterCaServingCert(paths, this.log);
+  }
+
+  /** Written at each start: the worker profile is read from the cluster by then (kubelet-profile.ts). */
+  override async start(): Promise<void> {
+    await this.writeConfig();
+    await super.start();
+  }
+
+  /** kctl's configuration with the worker profile over it; a running kubelet reads it at its next start. */
+  async writeConfig(): Promise<void> {
     // An empty resolvConf makes pods get no DNS config from the host at all.
     const resolvConf = existsSync('/etc/resolv.conf') ? '/etc/resolv.conf' : '';
-    await writeFileAtomic(paths.kubeletConfig, stringify(kubeletConfiguration(this.kopts, resolvConf)), 0o600);
+    const config = withProfile(kubeletConfiguration(this.kopts, resolvConf), this.kopts.profile?.());
+    await writeFileAtomic(this.kopts.paths.kubeletConfig, stringify(config), 0o600);
   }
 }
 

@@ -22,6 +22,8 @@ export interface WorkerPaths {
   /** kubelet's client certificate and key in one file (it rotates them): the node's own identity. */
   kubeletClientPem: string;
   kubeletConfig: string;
+  /** The worker profile kubelet runs with (its name and fields), as last read from the cluster. */
+  kubeletProfile: string;
   /** The cgroup root kubelet was given at the first start (kubelet.ts kubeletCgroupRoot). */
   cgroupRootFile: string;
   podLogsDir: string;
@@ -58,6 +60,7 @@ export function workerPaths(dataDir: string, runDir: string): WorkerPaths {
     kubeletCertDir: join(kubeletDir, 'pki'),
     kubeletClientPem: join(kubeletDir, 'pki', 'kubelet-client-current.pem'),
     kubeletConfig: join(dataDir, 'kubelet-config.yaml'),
+    kubeletProfile: join(dataDir, 'kubelet-profile.json'),
     cgroupRootFile: join(dataDir, 'kubelet-cgroup-root'),
     podLogsDir: join(dataDir, 'pod-logs'),
     containerdRoot: join(dataDir, 'containerd'),
