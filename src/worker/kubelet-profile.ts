@@ -9,7 +9,7 @@ import type { Component, ComponentContext, Restartable } from '../base/component
 import { reasonOf, UserError } from '../base/errors.ts';
 import { writeFileAtomic } from '../base/fs.ts';
 import type { Logger } from '../base/log.ts';
-import { KubeClient } from '../kube/client.ts';
+import { KubeApiError, KubeClient } from '../kube/client.ts';
 import { Informer, NODE_WATCH } from '../kube/informer.ts';
 import {
   DEFAULT_WORKER_PROFILE,
@@ -62,6 +62,8 @@ export class KubeletProfileComponent implements Component {
   private informer?: Informer<ConfigMap>;
   /** The last fields kubelet did not start with (JSON), not tried again until the profile changes. */
   private refused?: string;
+  /** Aborted by stop(): a start still waiting for the cluster gives up. */
+  private readonly stopping = new AbortController();
 
   constructor(private readonly opts: KubeletProfileOptions) {}
 
@@ -88,7 +90,11 @@ export class KubeletProfileComponent implements Component {
     const deadline = saved ? Date.now() + (this.opts.savedAfterMs ?? 15_000) : Infinity;
     for (let attempt = 0; ; attempt++) {
       try {
-        const cm = await client.find<ConfigMap>(WORKER_PROFILES_PATH);
+        const cm = await client.find<ConfigMap>(WORKER_PROFILES_PATH, this.stopping.signal).catch((err: unknown) => {
+          // Controllers from before profiles grant no one this object: as if it did not exist.
+          if (err instanceof KubeApiError && err.status === 403) return undefined;
+          throw err;
+        });
         this.current = this.resolve(cm);
         break;
       } catch (err) {
@@ -100,7 +106,8 @@ export class KubeletProfileComponent implements Component {
           break;
         }
         if (attempt % 10 === 0) this.log.info(`reading worker profile ${this.wanted}: ${reasonOf(err)}; retrying`);
-        await sleep(1000);
+        await sleep(1000, undefined, { signal: this.stopping.signal }).catch(() => undefined);
+        if (this.stopping.signal.aborted) throw new Error('stopped before the worker profile could be read');
       }
     }
     await this.save();
@@ -117,6 +124,7 @@ export class KubeletProfileComponent implements Component {
   }
 
   async stop(): Promise<void> {
+    this.stopping.abort();
     await this.informer?.stop();
   }
 
