@@ -107,7 +107,8 @@ export class KubeletProfileComponent implements Component {
         }
         if (attempt % 10 === 0) this.log.info(`reading worker profile ${this.wanted}: ${reasonOf(err)}; retrying`);
         await sleep(1000, undefined, { signal: this.stopping.signal }).catch(() => undefined);
-        if (this.stopping.signal.aborted) throw new Error('stopped before the worker profile could be read');
+        if (this.stopping.signal.aborted)
+          throw new Error('stopped before the worker profile could be read', { cause: err });
       }
     }
     await this.save();
