@@ -151,6 +151,27 @@ export function nodePodRangePolicy(): KubeManifest[] {
   ]);
 }
 
+/** A Role that may read one ConfigMap of `namespace` (get, list and watch it by name), bound to `groups`. */
+function configMapReader(role: string, namespace: string, configMap: string, groups: string[]): KubeManifest[] {
+  return [
+    {
+      apiVersion: `${rbac}/v1`,
+      kind: 'Role',
+      metadata: { name: role, namespace },
+      rules: [
+        { apiGroups: [''], resources: ['configmaps'], resourceNames: [configMap], verbs: ['get', 'list', 'watch'] },
+      ],
+    },
+    {
+      apiVersion: `${rbac}/v1`,
+      kind: 'RoleBinding',
+      metadata: { name: role, namespace },
+      roleRef: { apiGroup: rbac, kind: 'Role', name: role },
+      subjects: groups.map((name) => ({ apiGroup: rbac, kind: 'Group', name })),
+    },
+  ];
+}
+
 /**
  * An address two Nodes report is nobody's until an admin names its keeper with an annotation on
  * that Node (base/ownership.ts KEEPS_ADDRESSES_ANNOTATION); a node could otherwise name itself.
@@ -205,72 +226,15 @@ export function bootstrapObjects(cfg: ClusterConfig, caPem: string, proof?: stri
     },
     ...leaseReaderRbac(NODE_LEASE_NAMESPACE),
     // Nodes read the upgrade plan (this one ConfigMap, nothing else in kube-system) to pull a new kctl.
-    {
-      apiVersion: `${rbac}/v1`,
-      kind: 'Role',
-      metadata: { name: 'kctl:upgrade-plan-reader', namespace: UPGRADE_NAMESPACE },
-      rules: [
-        {
-          apiGroups: [''],
-          resources: ['configmaps'],
-          resourceNames: [UPGRADE_PLAN_NAME],
-          verbs: ['get', 'list', 'watch'],
-        },
-      ],
-    },
-    {
-      apiVersion: `${rbac}/v1`,
-      kind: 'RoleBinding',
-      metadata: { name: 'kctl:upgrade-plan-reader', namespace: UPGRADE_NAMESPACE },
-      roleRef: { apiGroup: rbac, kind: 'Role', name: 'kctl:upgrade-plan-reader' },
-      subjects: [{ apiGroup: rbac, kind: 'Group', name: 'system:nodes' }],
-    },
+    ...configMapReader('kctl:upgrade-plan-reader', UPGRADE_NAMESPACE, UPGRADE_PLAN_NAME, ['system:nodes']),
     // Nodes follow the pod network mode (this one ConfigMap).
-    {
-      apiVersion: `${rbac}/v1`,
-      kind: 'Role',
-      metadata: { name: 'kctl:pod-network-reader', namespace: POD_NETWORK_NAMESPACE },
-      rules: [
-        {
-          apiGroups: [''],
-          resources: ['configmaps'],
-          resourceNames: [POD_NETWORK_NAME],
-          verbs: ['get', 'list', 'watch'],
-        },
-      ],
-    },
-    {
-      apiVersion: `${rbac}/v1`,
-      kind: 'RoleBinding',
-      metadata: { name: 'kctl:pod-network-reader', namespace: POD_NETWORK_NAMESPACE },
-      roleRef: { apiGroup: rbac, kind: 'Role', name: 'kctl:pod-network-reader' },
-      subjects: [{ apiGroup: rbac, kind: 'Group', name: 'system:nodes' }],
-    },
+    ...configMapReader('kctl:pod-network-reader', POD_NETWORK_NAMESPACE, POD_NETWORK_NAME, ['system:nodes']),
     // Workers read their kubelet profile (this one ConfigMap) before kubelet first starts, with
     // the join token, and follow it as nodes after.
-    {
-      apiVersion: `${rbac}/v1`,
-      kind: 'Role',
-      metadata: { name: 'kctl:worker-profiles-reader', namespace: WORKER_PROFILES_NAMESPACE },
-      rules: [
-        {
-          apiGroups: [''],
-          resources: ['configmaps'],
-          resourceNames: [WORKER_PROFILES_NAME],
-          verbs: ['get', 'list', 'watch'],
-        },
-      ],
-    },
-    {
-      apiVersion: `${rbac}/v1`,
-      kind: 'RoleBinding',
-      metadata: { name: 'kctl:worker-profiles-reader', namespace: WORKER_PROFILES_NAMESPACE },
-      roleRef: { apiGroup: rbac, kind: 'Role', name: 'kctl:worker-profiles-reader' },
-      subjects: [
-        { apiGroup: rbac, kind: 'Group', name: 'system:nodes' },
-        { apiGroup: rbac, kind: 'Group', name: WORKER_TOKEN_GROUP },
-      ],
-    },
+    ...configMapReader('kctl:worker-profiles-reader', WORKER_PROFILES_NAMESPACE, WORKER_PROFILES_NAME, [
+      'system:nodes',
+      WORKER_TOKEN_GROUP,
+    ]),
     {
       apiVersion: `${rbac}/v1`,
       kind: 'Role',
