@@ -9,6 +9,7 @@ import { cleanupContainerd } from '../../../src/worker/containerd.ts';
 import { kubeletCgroupRoot, removeCgroupRoot } from '../../../src/worker/kubelet.ts';
 import { workerPaths } from '../../../src/worker/paths.ts';
 import type { ControllerStatusReport } from '../../../src/controller/leases/status.ts';
+import type { WorkerStatusReport } from '../../../src/worker/index.ts';
 import type { Lab, LabHost } from './lab.ts';
 import { waitFor } from '../../wait.ts';
 import { BUSYBOX_IMAGE } from '../../../src/payload/images.ts';
@@ -173,6 +174,23 @@ export function startLabWorker(
       host.ip,
     ]),
   );
+}
+
+/** `kctl status -o json` of the worker startLabWorker started on `host`. */
+export async function labWorkerStatus(kctlBin: string, host: LabHost, dir: string): Promise<WorkerStatusReport> {
+  const data = join(dir, `${host.name}-data`);
+  const r = await host.run(kctlBin, [
+    '--data-dir',
+    data,
+    '--run-dir',
+    join(dir, `${host.name}-run`),
+    'status',
+    '-o',
+    'json',
+  ]);
+  if (r.exitCode !== 0)
+    throw new Error(`kctl status on ${host.name} failed (${r.exitCode}): ${String(r.stderr).trim()}`);
+  return JSON.parse(String(r.stdout)) as WorkerStatusReport;
 }
 
 /**

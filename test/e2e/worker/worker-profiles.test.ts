@@ -13,9 +13,9 @@ import { connect } from 'node:tls';
 import { join } from 'node:path';
 import { test, type TestContext } from 'node:test';
 import type { Result } from 'execa';
-import type { WorkerStatusReport } from '../../../src/worker/index.ts';
 import {
   controllerReady,
+  labWorkerStatus,
   labController,
   startIsolatedWorker,
   startLabWorker,
@@ -134,19 +134,7 @@ test('worker profiles: each node runs its profile kubelet settings, follows a ch
   assert.equal(await capacity('w1'), '17');
   assert.equal(await capacity('w2'), '33');
 
-  const status = JSON.parse(
-    text(
-      await w1!.run(kctlBin, [
-        '--data-dir',
-        join(dir, 'w1-data'),
-        '--run-dir',
-        join(dir, 'w1-run'),
-        'status',
-        '-o',
-        'json',
-      ]),
-    ),
-  ) as WorkerStatusReport;
+  const status = await labWorkerStatus(kctlBin, w1!, dir);
   assert.deepEqual(status.kubeletProfile, { name: 'small', defined: true, fields: ['evictionHard', 'maxPods'] });
 
   // Nodes and worker tokens read the profiles; neither may change them.
@@ -192,19 +180,7 @@ test('worker profiles: each node runs its profile kubelet settings, follows a ch
     async () => (await configz('w1').catch(() => undefined))?.maxPods === 21,
     worker1.log,
   );
-  const after = JSON.parse(
-    text(
-      await w1!.run(kctlBin, [
-        '--data-dir',
-        join(dir, 'w1-data'),
-        '--run-dir',
-        join(dir, 'w1-run'),
-        'status',
-        '-o',
-        'json',
-      ]),
-    ),
-  ) as WorkerStatusReport;
+  const after = await labWorkerStatus(kctlBin, w1!, dir);
   assert.match(
     after.kubeletProfile?.problem ?? '',
     /kubelet did not start with worker profile small .*previous settings/,
