@@ -193,7 +193,10 @@ export class KubeletProfileComponent implements Component {
     this.refused = wanted;
     this.problem = `kubelet did not start with worker profile ${next.name} (${reason}); it runs the profile's previous settings`;
     this.log.warn(this.problem);
-    await this.run(previous ?? { name: next.name }, 'back to the previous worker profile');
+    const still = await this.run(previous ?? { name: next.name }, 'back to the previous worker profile');
+    if (still === undefined) return;
+    this.problem += `; kubelet is not ready with those either (${still})`;
+    this.log.warn(this.problem);
   }
 
   /** kubelet restarted with `profile` (saved first): undefined once it is ready, else why not. */
